@@ -1,0 +1,14 @@
+//! Emulated devices of a memvisor VM: the I/O buses, the 8250 serial port, the debug-exit port, and virtio-mmio devices.
+//!
+//! A device sees only offsets inside its own window and guest memory; it never touches KVM.
+//! The VMM routes a vCPU's port or MMIO exit to the [`Bus`] that owns the address.
+
+pub mod bus;
+pub mod debug_exit;
+pub mod serial;
+pub mod virtio;
+
+pub use bus::{Bus, BusDevice, BusError};
+
+/// Guest RAM as the devices see it.
+pub type GuestMem = vm_memory::GuestMemoryMmap<()>;

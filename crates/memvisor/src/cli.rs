@@ -1,0 +1,354 @@
+//! Command-line flags, their checks, and `memvisor run`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
+
+use crate::{guest_kit, qemu, status};
+
+#[derive(Parser)]
+#[command(
+    name = "memvisor",
+    version,
+    about = "A KVM virtual machine monitor built for memory overcommitment"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Boot a VM and run it until the guest exits.
+    ///
+    /// Exit status: the guest's debug-exit status `(value << 1) | 1` (as QEMU's isa-debug-exit),
+    /// 0 when the guest shuts down, 2 for bad input, 4 when the guest crashes, 5 when memvisor fails.
+    Run(RunArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Hypervisor {
+    /// memvisor's own VMM.
+    Memvisor,
+    /// QEMU microvm with KVM, for side-by-side comparison on the same guest.
+    Qemu,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Guest RAM: a size like 512M, 2G or 1048576 (bytes).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub mem: u64,
+    /// Number of vCPUs (1 to 64).
+    #[arg(long, default_value_t = 1, value_parser = parse_vcpus)]
+    pub vcpus: u8,
+    /// A disk image: PATH[,ro][,id=NAME] (repeatable). NAME is the serial the guest reads (default diskN).
+    #[arg(long = "disk", value_parser = parse_disk)]
+    pub disks: Vec<DiskArg>,
+    /// A PVH kernel ELF to boot instead of the built-in guest kit.
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// Extra words for the guest's command line.
+    #[arg(long, default_value = "")]
+    pub cmdline: String,
+    /// The guest kit workload to run (boot, selftest).
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Which hypervisor runs the VM.
+    #[arg(long, value_enum, default_value_t = Hypervisor::Memvisor)]
+    pub hypervisor: Hypervisor,
+    /// The QEMU binary for --hypervisor qemu.
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    pub qemu: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskArg {
+    pub path: PathBuf,
+    pub read_only: bool,
+    pub id: Option<String>,
+}
+
+/// Parses a size: a number of bytes, or a number with K, M, G or T (binary units; `iB` optional).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let err =
+        || format!("'{s}' is not a size; expected a number of bytes or one like 512M, 2G, 64K");
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let shift = match unit
+        .trim_end_matches("iB")
+        .trim_end_matches('B')
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(err()),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+fn parse_vcpus(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(n) if (1..=memvisor_vmm::MAX_VCPUS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}' vCPUs: a VM has 1 to {} vCPUs",
+            memvisor_vmm::MAX_VCPUS
+        )),
+    }
+}
+
+fn parse_disk(s: &str) -> Result<DiskArg, String> {
+    let mut parts = s.split(',');
+    let path = parts
+        .next()
+        .filter(|p| !p.is_empty())
+        .ok_or("a disk needs a path: PATH[,ro][,id=NAME]")?;
+    let mut disk = DiskArg {
+        path: PathBuf::from(path),
+        read_only: false,
+        id: None,
+    };
+    for opt in parts {
+        match opt.split_once('=') {
+            None if opt == "ro" || opt == "readonly" => disk.read_only = true,
+            Some(("id", id))
+                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                disk.id = Some(id.to_owned());
+            }
+            Some(("id", id)) => {
+                return Err(format!(
+                    "disk id '{id}' must be 1 to 20 printable characters"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unknown disk option '{opt}'; expected ro or id=NAME"
+                ))
+            }
+        }
+    }
+    Ok(disk)
+}
+
+/// A check of the flags that failed: reported as one line, exit status 2.
+struct BadInput(String);
+
+/// What `memvisor run` needs once its flags are checked.
+pub struct RunPlan {
+    pub args: RunArgs,
+    pub kernel: Vec<u8>,
+    pub disks: Vec<DiskConfig>,
+    /// The whole guest command line.
+    pub cmdline: String,
+}
+
+fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
+    let bad = |m: String| Err(BadInput(m));
+    let kernel = match &args.kernel {
+        Some(path) => {
+            if args.workload.is_some() {
+                return bad("--workload picks a guest kit workload; with --kernel give the guest's command line with --cmdline".into());
+            }
+            std::fs::read(path)
+                .map_err(|e| BadInput(format!("cannot read kernel {}: {e}", path.display())))?
+        }
+        None => guest_kit::ELF.to_vec(),
+    };
+    if let Err(e) = memvisor_boot::PvhImage::parse(&kernel) {
+        let name = args
+            .kernel
+            .as_ref()
+            .map_or("the guest kit".into(), |p| p.display().to_string());
+        return bad(format!("cannot boot {name}: {e}"));
+    }
+    let mut disks = Vec::new();
+    for (i, d) in args.disks.iter().enumerate() {
+        match std::fs::metadata(&d.path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return bad(format!("disk {} is not a regular file", d.path.display())),
+            Err(e) => return bad(format!("disk {}: {e}", d.path.display())),
+        }
+        let id = d.id.clone().unwrap_or_else(|| format!("disk{i}"));
+        if disks.iter().any(|x: &DiskConfig| x.id == id) {
+            return bad(format!(
+                "two disks have the id '{id}'; give each its own id=NAME"
+            ));
+        }
+        disks.push(DiskConfig {
+            path: d.path.clone(),
+            read_only: d.read_only,
+            id,
+        });
+    }
+    if disks.len() > memvisor_vmm::MAX_DISKS {
+        return bad(format!(
+            "{} disks given; at most {} fit",
+            disks.len(),
+            memvisor_vmm::MAX_DISKS
+        ));
+    }
+    let cmdline = if args.kernel.is_some() {
+        args.cmdline.clone()
+    } else {
+        if args.mem < guest_kit::MIN_MEM {
+            return bad(format!(
+                "--mem {} is below the {} MiB the guest kit needs",
+                args.mem,
+                guest_kit::MIN_MEM >> 20
+            ));
+        }
+        let workload = args.workload.as_deref().unwrap_or("boot");
+        if !guest_kit::WORKLOADS.contains(&workload) {
+            return bad(format!(
+                "unknown workload '{workload}'; the guest kit runs: {}",
+                guest_kit::WORKLOADS.join(", ")
+            ));
+        }
+        let tsc_khz = memvisor_vmm::host_tsc_khz()
+            .map_err(|e| {
+                tracing::warn!("cannot read the TSC frequency, guest times will be in cycles: {e}")
+            })
+            .ok();
+        guest_kit::cmdline(workload, args.vcpus, tsc_khz, &args.cmdline)
+    };
+    if memvisor_boot::RamLayout::new(args.mem).is_err()
+        || (args.hypervisor == Hypervisor::Qemu && args.mem % (1 << 20) != 0)
+    {
+        return bad(format!(
+            "--mem {} is not usable: give a whole number of MiB, at least 16M",
+            args.mem
+        ));
+    }
+    Ok(RunPlan {
+        args,
+        kernel,
+        disks,
+        cmdline,
+    })
+}
+
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        line.push_str(": ");
+        line.push_str(&s.to_string());
+        src = s.source();
+    }
+    line
+}
+
+/// `memvisor run`.
+pub fn run(args: RunArgs) -> ExitCode {
+    let plan = match plan(args) {
+        Ok(p) => p,
+        Err(BadInput(m)) => {
+            eprintln!("memvisor: {m}");
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    };
+    if plan.args.hypervisor == Hypervisor::Qemu {
+        return qemu::run(&plan);
+    }
+    let config = VmConfig {
+        kernel: plan.kernel,
+        cmdline: plan.cmdline,
+        mem_size: plan.args.mem,
+        vcpus: plan.args.vcpus,
+        disks: plan.disks,
+    };
+    match memvisor_vmm::run(&config) {
+        Ok(report) => {
+            tracing::info!(
+                "vm exits: {} (io {}, mmio {}, other {})",
+                report.exits.total(),
+                report.exits.io.load(std::sync::atomic::Ordering::Relaxed),
+                report.exits.mmio.load(std::sync::atomic::Ordering::Relaxed),
+                report
+                    .exits
+                    .other
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            );
+            for (id, blk, t) in &report.disks {
+                tracing::info!("disk {id}: {blk:?}, {t:?}");
+            }
+            match report.exit {
+                VmExit::DebugExit(v) => {
+                    ExitCode::from(memvisor_devices::debug_exit::exit_status(v))
+                }
+                VmExit::Shutdown => ExitCode::from(status::SHUTDOWN),
+            }
+        }
+        Err(e) => {
+            eprintln!("memvisor: {}", error_line(&e));
+            ExitCode::from(match e {
+                VmmError::Boot(_)
+                | VmmError::Disk(_)
+                | VmmError::BadVcpuCount(_)
+                | VmmError::TooManyDevices(_) => status::BAD_INPUT,
+                VmmError::GuestCrash { .. } => status::GUEST_CRASH,
+                _ => status::VMM_FAILURE,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn disks() {
+        assert_eq!(
+            parse_disk("a.img,ro,id=data"),
+            Ok(DiskArg {
+                path: "a.img".into(),
+                read_only: true,
+                id: Some("data".into())
+            })
+        );
+        assert_eq!(
+            parse_disk("a.img"),
+            Ok(DiskArg {
+                path: "a.img".into(),
+                read_only: false,
+                id: None
+            })
+        );
+        assert!(parse_disk("").is_err());
+        assert!(parse_disk("a.img,rw").is_err());
+        assert!(parse_disk("a.img,id=").is_err());
+        assert!(parse_disk("a.img,id=abcdefghijklmnopqrstuvwxyz").is_err());
+    }
+
+    #[test]
+    fn vcpus() {
+        assert_eq!(parse_vcpus("2"), Ok(2));
+        assert!(parse_vcpus("0").is_err());
+        assert!(parse_vcpus("65").is_err());
+        assert!(parse_vcpus("x").is_err());
+    }
+}

@@ -1,0 +1,37 @@
+//! `memvisor`: the command-line front end. `memvisor run` boots a guest on memvisor's own VMM or,
+//! with `--hypervisor qemu`, on QEMU microvm with the same guest, disks and memory size.
+
+mod cli;
+mod guest_kit;
+mod qemu;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Process exit statuses besides the guest's own debug-exit status `(value << 1) | 1`.
+pub mod status {
+    /// The guest shut down normally.
+    pub const SHUTDOWN: u8 = 0;
+    /// Bad input: a flag, a file or a size that cannot be used.
+    pub const BAD_INPUT: u8 = 2;
+    /// The guest crashed (triple fault, failed entry, KVM internal error).
+    pub const GUEST_CRASH: u8 = 4;
+    /// memvisor itself failed (a KVM call, a thread, the host).
+    pub const VMM_FAILURE: u8 = 5;
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMVISOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let args = cli::Cli::parse();
+    match args.command {
+        cli::Command::Run(run) => cli::run(run),
+    }
+}

@@ -1,0 +1,81 @@
+//! `--hypervisor qemu`: the same VM on QEMU microvm with KVM, the peer every comparison runs against.
+//!
+//! The machine mirrors memvisor's: PVH boot of the same ELF and command line, the same memory size
+//! and vCPUs, virtio-mmio (modern) block devices with 4 KiB blocks and `cache=none`, the 8250 on
+//! stdout and `isa-debug-exit` at port 0xf4, so the guest probes both the same way and the exit
+//! status means the same.
+
+use std::process::{Command, ExitCode};
+
+use crate::cli::RunPlan;
+use crate::{guest_kit, status};
+
+/// The QEMU command line for `plan`, with `kernel` as the ELF path.
+pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
+    let a = &plan.args;
+    let mut cmd = Command::new(&a.qemu);
+    cmd.args([
+        "-enable-kvm",
+        "-machine",
+        "microvm,acpi=off,pit=off,pic=off,rtc=off",
+    ])
+    .args(["-cpu", "host,-arch-capabilities"])
+    .args(["-m", &format!("{}M", a.mem >> 20)])
+    .args(["-smp", &a.vcpus.to_string()])
+    .args(["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"])
+    .args(["-serial", "stdio", "-monitor", "none"])
+    .arg("-kernel")
+    .arg(kernel)
+    .args(["-append", &plan.cmdline])
+    .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+    .args(["-global", "virtio-mmio.force-legacy=false"]);
+    for d in &plan.disks {
+        let ro = if d.read_only { ",readonly=on" } else { "" };
+        let path = d.path.display().to_string().replace(',', ",,");
+        cmd.args([
+            "-drive",
+            &format!(
+                "id={},file={path},format=raw,if=none,cache=none,aio=threads{ro}",
+                d.id
+            ),
+        ]);
+        cmd.args([
+            "-device",
+            &format!(
+                "virtio-blk-device,drive={},serial={},logical_block_size=4096,physical_block_size=4096",
+                d.id, d.id
+            ),
+        ]);
+    }
+    cmd
+}
+
+/// Runs `plan` under QEMU and passes its exit status through.
+pub fn run(plan: &RunPlan) -> ExitCode {
+    let kernel = match &plan.args.kernel {
+        Some(k) => k.clone(),
+        None => match guest_kit::as_file() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("memvisor: cannot write the guest kit for QEMU: {e}");
+                return ExitCode::from(status::VMM_FAILURE);
+            }
+        },
+    };
+    let mut cmd = command(plan, &kernel);
+    tracing::info!("running {cmd:?}");
+    match cmd.status() {
+        Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
+            (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(status::VMM_FAILURE)),
+            (None, Some(sig)) => {
+                eprintln!("memvisor: QEMU was killed by signal {sig}");
+                ExitCode::from(u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE))
+            }
+            (None, None) => ExitCode::from(status::VMM_FAILURE),
+        },
+        Err(e) => {
+            eprintln!("memvisor: cannot run {}: {e}", plan.args.qemu.display());
+            ExitCode::from(status::BAD_INPUT)
+        }
+    }
+}

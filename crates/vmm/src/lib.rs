@@ -1,0 +1,342 @@
+//! One KVM virtual machine: its guest memory, vCPUs, device buses and lifetime, from boot to exit.
+//!
+//! [`run`] builds the VM from a [`VmConfig`], boots the PVH kernel and blocks until the guest
+//! ends: through the debug-exit port, a shutdown, or a crash. Each vCPU runs on its own thread
+//! and serves its own exits: a port or MMIO access is routed to the device that owns the
+//! address on the [`Bus`](memvisor_devices::Bus), synchronously.
+
+mod memory;
+mod vcpu;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use kvm_ioctls::{Kvm, VmFd};
+use memvisor_boot::{BootError, PvhImage, RamLayout};
+use memvisor_devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use memvisor_devices::serial::{Serial, COM1_LEN, COM1_PORT};
+use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
+use memvisor_devices::virtio::mmio::{
+    MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
+};
+use memvisor_devices::{Bus, BusError};
+use thiserror::Error;
+use vmm_sys_util::eventfd::EventFd;
+
+/// GSI of the serial port's interrupt (COM1 = IRQ 4).
+const SERIAL_GSI: u32 = 4;
+/// Most vCPUs a VM may have.
+pub const MAX_VCPUS: u8 = 64;
+/// Most disks a VM may have: one per virtio-mmio slot.
+pub const MAX_DISKS: usize = MMIO_SLOTS;
+
+/// A disk as the VM sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskConfig {
+    pub path: PathBuf,
+    pub read_only: bool,
+    /// The serial the guest reads with GET_ID (at most 20 bytes).
+    pub id: String,
+}
+
+/// Everything needed to build and boot a VM.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// The PVH kernel ELF.
+    pub kernel: Vec<u8>,
+    pub cmdline: String,
+    /// Guest RAM in bytes.
+    pub mem_size: u64,
+    pub vcpus: u8,
+    pub disks: Vec<DiskConfig>,
+}
+
+#[derive(Debug, Error)]
+pub enum VmmError {
+    #[error("cannot open /dev/kvm")]
+    OpenKvm(#[source] kvm_ioctls::Error),
+    #[error("KVM call {what} failed")]
+    Kvm {
+        what: &'static str,
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    #[error("cannot boot the kernel")]
+    Boot(#[from] BootError),
+    #[error("cannot set up guest memory")]
+    Memory(#[source] std::io::Error),
+    #[error("cannot attach disk")]
+    Disk(#[from] BlockError),
+    #[error("{0} disks given; at most {MMIO_SLOTS} virtio devices fit")]
+    TooManyDevices(usize),
+    #[error("{0} vCPUs requested; a VM has 1 to {MAX_VCPUS}")]
+    BadVcpuCount(u8),
+    #[error("device layout error")]
+    Bus(#[from] BusError),
+    #[error("cannot create an event fd")]
+    EventFd(#[source] std::io::Error),
+    #[error("cannot start a vCPU thread")]
+    Thread(#[source] std::io::Error),
+    #[error("guest crashed on vCPU {vcpu}: {reason} (rip {rip:#x})")]
+    GuestCrash { vcpu: u8, reason: String, rip: u64 },
+    #[error("flushing disk {id} at exit failed")]
+    DiskSync {
+        id: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmmError {
+    move |source| VmmError::Kvm { what, source }
+}
+
+/// How the guest ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmExit {
+    /// The guest wrote this value to the debug-exit port.
+    DebugExit(u32),
+    /// The guest asked KVM for a shutdown or reset (system event).
+    Shutdown,
+}
+
+/// VM exits the vCPUs took, by kind.
+#[derive(Debug, Default)]
+pub struct ExitCounters {
+    pub io: AtomicU64,
+    pub mmio: AtomicU64,
+    pub other: AtomicU64,
+}
+
+impl ExitCounters {
+    pub fn total(&self) -> u64 {
+        self.io.load(Ordering::Relaxed)
+            + self.mmio.load(Ordering::Relaxed)
+            + self.other.load(Ordering::Relaxed)
+    }
+}
+
+/// What a finished VM reports.
+pub struct VmReport {
+    pub exit: VmExit,
+    pub exits: Arc<ExitCounters>,
+    pub disks: Vec<(String, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
+}
+
+/// Events from vCPU threads and devices to the thread that waits for the VM to end.
+enum VmEvent {
+    Exit(VmExit),
+    Crash { vcpu: u8, reason: String, rip: u64 },
+}
+
+/// Records the first access to each unclaimed port or MMIO address, so each is logged once.
+#[derive(Default)]
+pub(crate) struct UnknownAccesses(Mutex<HashSet<(bool, u64)>>);
+
+impl UnknownAccesses {
+    pub(crate) fn note(&self, mmio: bool, addr: u64, write: bool) {
+        let first = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((mmio, addr));
+        if first {
+            let space = if mmio { "MMIO address" } else { "I/O port" };
+            let dir = if write { "write to" } else { "read from" };
+            tracing::warn!(
+                "guest {dir} unclaimed {space} {addr:#x} ignored (logged once per address)"
+            );
+        }
+    }
+}
+
+/// Returns the TSC frequency KVM gives guests on this host, in kHz.
+pub fn host_tsc_khz() -> Result<u32, VmmError> {
+    let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+    let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+    let vcpu = vm.create_vcpu(0).map_err(kvm_err("KVM_CREATE_VCPU"))?;
+    vcpu.get_tsc_khz().map_err(kvm_err("KVM_GET_TSC_KHZ"))
+}
+
+/// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
+pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
+    if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
+        return Err(VmmError::BadVcpuCount(config.vcpus));
+    }
+    if config.disks.len() > MMIO_SLOTS {
+        return Err(VmmError::TooManyDevices(config.disks.len()));
+    }
+    let image = PvhImage::parse(&config.kernel)?;
+    let layout = RamLayout::new(config.mem_size)?;
+
+    let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+    let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+    // Needed by Intel's real-mode emulation for APs started by SIPI; harmless elsewhere.
+    if let Err(e) = vm.set_tss_address(0xfffb_d000) {
+        tracing::debug!("KVM_SET_TSS_ADDR failed: {e}");
+    }
+    vm.create_irq_chip()
+        .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+    let mem = Arc::new(memory::create(&vm, &layout)?);
+    let boot = memvisor_boot::write_boot_data(
+        mem.as_ref(),
+        &layout,
+        &image,
+        &config.kernel,
+        &config.cmdline,
+    )?;
+
+    let (events_tx, events) = mpsc::channel();
+    let (pio, mmio, disks) = build_devices(&vm, &mem, config, events_tx.clone())?;
+    let pio = Arc::new(pio);
+    let mmio = Arc::new(mmio);
+    let exits = Arc::new(ExitCounters::default());
+    let unknown = Arc::new(UnknownAccesses::default());
+    let supported_cpuid = kvm
+        .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+
+    for id in 0..config.vcpus {
+        let fd = vm
+            .create_vcpu(u64::from(id))
+            .map_err(kvm_err("KVM_CREATE_VCPU"))?;
+        vcpu::configure(
+            &fd,
+            id,
+            config.vcpus,
+            &supported_cpuid,
+            (id == 0).then_some(boot),
+        )?;
+        let ctx = vcpu::VcpuContext {
+            id,
+            pio: pio.clone(),
+            mmio: mmio.clone(),
+            exits: exits.clone(),
+            unknown: unknown.clone(),
+            _mem: mem.clone(),
+        };
+        let tx = events_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("vcpu{id}"))
+            .spawn(move || {
+                let (reason, rip) = vcpu::run_loop(fd, &ctx);
+                let _ = tx.send(match reason {
+                    vcpu::Stop::Shutdown => VmEvent::Exit(VmExit::Shutdown),
+                    vcpu::Stop::Crash(reason) => VmEvent::Crash {
+                        vcpu: id,
+                        reason,
+                        rip,
+                    },
+                });
+            })
+            .map_err(VmmError::Thread)?;
+    }
+    drop(events_tx);
+
+    let exit = match events.recv() {
+        Ok(VmEvent::Exit(e)) => e,
+        Ok(VmEvent::Crash { vcpu, reason, rip }) => {
+            return Err(VmmError::GuestCrash { vcpu, reason, rip })
+        }
+        Err(_) => unreachable!("the vCPU threads hold senders until they send their last event"),
+    };
+    for (id, dev) in &disks {
+        lock(dev).sync().map_err(|source| VmmError::DiskSync {
+            id: id.clone(),
+            source,
+        })?;
+    }
+    let disks = disks
+        .iter()
+        .map(|(id, dev)| {
+            let d = lock(dev);
+            (
+                id.clone(),
+                d.block_metrics.clone(),
+                d.transport_metrics.clone(),
+            )
+        })
+        .collect();
+    Ok(VmReport { exit, exits, disks })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the VM keeps of each disk after the buses own the device.
+struct AttachedDisk {
+    block_metrics: Arc<BlockMetrics>,
+    transport_metrics: Arc<TransportMetrics>,
+    /// A handle on the image for the final flush; `None` for read-only disks.
+    file: Option<std::fs::File>,
+}
+
+impl AttachedDisk {
+    fn sync(&self) -> std::io::Result<()> {
+        self.file.as_ref().map_or(Ok(()), std::fs::File::sync_data)
+    }
+}
+
+type Devices = (Bus, Bus, Vec<(String, Mutex<AttachedDisk>)>);
+
+fn build_devices(
+    vm: &VmFd,
+    mem: &Arc<memvisor_devices::GuestMem>,
+    config: &VmConfig,
+    events: mpsc::Sender<VmEvent>,
+) -> Result<Devices, VmmError> {
+    let mut pio = Bus::new();
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
+    vm.register_irqfd(&serial_irq, SERIAL_GSI)
+        .map_err(kvm_err("KVM_IRQFD"))?;
+    pio.insert(
+        COM1_PORT,
+        COM1_LEN,
+        Arc::new(Mutex::new(Serial::new(serial_irq, std::io::stdout()))),
+    )?;
+    let exit_events = Mutex::new(events);
+    let debug_exit = DebugExit::new(move |v| {
+        let _ = lock(&exit_events).send(VmEvent::Exit(VmExit::DebugExit(v)));
+    });
+    pio.insert(
+        DEBUG_EXIT_PORT,
+        DEBUG_EXIT_LEN,
+        Arc::new(Mutex::new(debug_exit)),
+    )?;
+
+    let mut mmio = Bus::new();
+    let mut disks = Vec::new();
+    for slot in 0..MMIO_SLOTS {
+        let base = MMIO_BASE + slot as u64 * MMIO_SLOT_SIZE;
+        let Some(disk) = config.disks.get(slot) else {
+            mmio.insert(
+                base,
+                MMIO_SLOT_SIZE,
+                Arc::new(Mutex::new(MmioTransport::new(None, mem.clone(), None))),
+            )?;
+            continue;
+        };
+        let block = Block::new(&disk.path, disk.read_only, &disk.id)?;
+        let block_metrics = block.metrics();
+        let file = block.sync_handle().map_err(VmmError::Memory)?;
+        let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
+        vm.register_irqfd(&irq, IRQ_BASE + slot as u32)
+            .map_err(kvm_err("KVM_IRQFD"))?;
+        let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));
+        let transport_metrics = transport.metrics();
+        mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(transport)))?;
+        disks.push((
+            disk.id.clone(),
+            Mutex::new(AttachedDisk {
+                block_metrics,
+                transport_metrics,
+                file,
+            }),
+        ));
+    }
+    Ok((pio, mmio, disks))
+}

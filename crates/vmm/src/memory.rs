@@ -1,0 +1,53 @@
+//! Guest RAM: anonymous private host mappings (transparent huge pages off), one KVM memory slot each.
+
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::VmFd;
+use memvisor_boot::RamLayout;
+use memvisor_devices::GuestMem;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
+
+use crate::VmmError;
+
+/// Maps the RAM of `layout` and registers it with KVM.
+pub(crate) fn create(vm: &VmFd, layout: &RamLayout) -> Result<GuestMem, VmmError> {
+    let ranges: Vec<(GuestAddress, usize)> = layout
+        .regions()
+        .iter()
+        .map(|r| usize::try_from(r.size).map(|size| (GuestAddress(r.guest_addr), size)))
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            VmmError::Memory(std::io::Error::other(
+                "guest RAM larger than the address space",
+            ))
+        })?;
+    let mem =
+        GuestMem::from_ranges(&ranges).map_err(|e| VmmError::Memory(std::io::Error::other(e)))?;
+    for (slot, region) in mem.iter().enumerate() {
+        let host = region.as_ptr();
+        let size = region.len();
+        // SAFETY: `host..host + size` is exactly the mapping `region` owns, alive as long as `mem`;
+        // MADV_NOHUGEPAGE only changes how the kernel backs it, never its contents.
+        let rc = unsafe {
+            libc::madvise(
+                host.cast(),
+                usize::try_from(size).unwrap_or(usize::MAX),
+                libc::MADV_NOHUGEPAGE,
+            )
+        };
+        if rc != 0 {
+            return Err(VmmError::Memory(std::io::Error::last_os_error()));
+        }
+        let slot_region = kvm_userspace_memory_region {
+            slot: u32::try_from(slot).expect("a few slots"),
+            flags: 0,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: size,
+            userspace_addr: host as u64,
+        };
+        // SAFETY: the host range is a live mapping owned by `mem`, which the VM keeps (through an
+        // Arc shared with the devices) until the process ends; slots do not overlap.
+        unsafe { vm.set_user_memory_region(slot_region) }
+            .map_err(crate::kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+    }
+    Ok(mem)
+}

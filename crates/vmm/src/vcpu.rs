@@ -1,0 +1,215 @@
+//! vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kvm_bindings::{
+    kvm_fpu, kvm_segment, CpuId, KVM_SYSTEM_EVENT_CRASH, KVM_SYSTEM_EVENT_RESET,
+    KVM_SYSTEM_EVENT_SHUTDOWN,
+};
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use memvisor_boot::{BootData, BOOT_GDT, CODE_SELECTOR, DATA_SELECTOR, GDT_ADDR};
+use memvisor_devices::{Bus, GuestMem};
+
+use crate::{kvm_err, ExitCounters, UnknownAccesses, VmmError};
+
+/// What a vCPU thread needs to serve its exits.
+pub(crate) struct VcpuContext {
+    pub id: u8,
+    pub pio: Arc<Bus>,
+    pub mmio: Arc<Bus>,
+    pub exits: Arc<ExitCounters>,
+    pub unknown: Arc<UnknownAccesses>,
+    /// Keeps guest RAM mapped while the vCPU may still touch it.
+    pub _mem: Arc<GuestMem>,
+}
+
+/// Why a vCPU stopped running.
+pub(crate) enum Stop {
+    Shutdown,
+    Crash(String),
+}
+
+const CR0_PE: u64 = 1;
+const CR0_ET: u64 = 1 << 4;
+const LAPIC_LVT_LINT0: usize = 0x350;
+const LAPIC_LVT_LINT1: usize = 0x360;
+const APIC_MODE_EXTINT: u32 = 0x7;
+const APIC_MODE_NMI: u32 = 0x4;
+
+/// A flat 4 GiB segment for the 32-bit PVH entry.
+fn flat_segment(selector: u16, type_: u8) -> kvm_segment {
+    kvm_segment {
+        base: 0,
+        limit: 0xffff_ffff,
+        selector,
+        type_,
+        present: 1,
+        dpl: 0,
+        db: 1,
+        s: 1,
+        l: 0,
+        g: 1,
+        avl: 0,
+        unusable: 0,
+        padding: 0,
+    }
+}
+
+/// CPUID for vCPU `id`: what KVM supports, with this vCPU's APIC ID and the hypervisor bit.
+fn cpuid_for(supported: &CpuId, id: u8, count: u8) -> CpuId {
+    let mut cpuid = supported.clone();
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            1 => {
+                e.ebx = (e.ebx & 0x0000_ffff) | (u32::from(id) << 24) | (u32::from(count) << 16);
+                e.ecx |= 1 << 31;
+            }
+            0xb | 0x1f => e.edx = u32::from(id),
+            _ => {}
+        }
+    }
+    cpuid
+}
+
+/// Routes legacy interrupts like a PC: LINT0 is ExtINT (from the PIC), LINT1 is NMI.
+fn set_lint(fd: &VcpuFd) -> Result<(), VmmError> {
+    let mut lapic = fd.get_lapic().map_err(kvm_err("KVM_GET_LAPIC"))?;
+    for (reg, mode) in [
+        (LAPIC_LVT_LINT0, APIC_MODE_EXTINT),
+        (LAPIC_LVT_LINT1, APIC_MODE_NMI),
+    ] {
+        let bytes: Vec<u8> = lapic.regs[reg..reg + 4].iter().map(|&b| b as u8).collect();
+        let v = u32::from_le_bytes(bytes.try_into().expect("4 bytes"));
+        let v = (v & !0x700) | (mode << 8);
+        for (i, b) in v.to_le_bytes().into_iter().enumerate() {
+            lapic.regs[reg + i] = b as libc::c_char;
+        }
+    }
+    fd.set_lapic(&lapic).map_err(kvm_err("KVM_SET_LAPIC"))
+}
+
+/// Prepares vCPU `id`. The boot vCPU gets the PVH entry state (`boot`); the others wait in the
+/// in-kernel LAPIC for INIT and SIPI from the guest.
+pub(crate) fn configure(
+    fd: &VcpuFd,
+    id: u8,
+    count: u8,
+    supported: &CpuId,
+    boot: Option<BootData>,
+) -> Result<(), VmmError> {
+    fd.set_cpuid2(&cpuid_for(supported, id, count))
+        .map_err(kvm_err("KVM_SET_CPUID2"))?;
+    set_lint(fd)?;
+    let Some(boot) = boot else {
+        return Ok(());
+    };
+    let fpu = kvm_fpu {
+        fcw: 0x37f,
+        mxcsr: 0x1f80,
+        ..Default::default()
+    };
+    fd.set_fpu(&fpu).map_err(kvm_err("KVM_SET_FPU"))?;
+
+    let mut sregs = fd.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
+    sregs.cs = flat_segment(CODE_SELECTOR, 0xb);
+    let data = flat_segment(DATA_SELECTOR, 0x3);
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    sregs.tr = kvm_segment {
+        limit: 0x67,
+        type_: 0xb,
+        present: 1,
+        ..flat_segment(0, 0xb)
+    };
+    sregs.tr.db = 0;
+    sregs.tr.s = 0;
+    sregs.tr.g = 0;
+    sregs.gdt.base = GDT_ADDR;
+    sregs.gdt.limit = u16::try_from(BOOT_GDT.len() * 8 - 1).expect("small GDT");
+    sregs.idt.base = 0;
+    sregs.idt.limit = 0;
+    sregs.cr0 = CR0_PE | CR0_ET;
+    sregs.cr3 = 0;
+    sregs.cr4 = 0;
+    sregs.efer = 0;
+    fd.set_sregs(&sregs).map_err(kvm_err("KVM_SET_SREGS"))?;
+
+    let mut regs = fd.get_regs().map_err(kvm_err("KVM_GET_REGS"))?;
+    regs.rip = u64::from(boot.entry);
+    regs.rbx = boot.start_info;
+    regs.rflags = 0x2;
+    fd.set_regs(&regs).map_err(kvm_err("KVM_SET_REGS"))
+}
+
+/// Runs the vCPU until the guest stops it; returns why and the last RIP.
+pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
+    let stop = loop {
+        match fd.run() {
+            Ok(VcpuExit::IoOut(port, data)) => {
+                ctx.exits.io.fetch_add(1, Ordering::Relaxed);
+                if !ctx.pio.write(u64::from(port), data) {
+                    ctx.unknown.note(false, u64::from(port), true);
+                }
+            }
+            Ok(VcpuExit::IoIn(port, data)) => {
+                ctx.exits.io.fetch_add(1, Ordering::Relaxed);
+                if !ctx.pio.read(u64::from(port), data) {
+                    data.fill(0xff);
+                    ctx.unknown.note(false, u64::from(port), false);
+                }
+            }
+            Ok(VcpuExit::MmioWrite(addr, data)) => {
+                ctx.exits.mmio.fetch_add(1, Ordering::Relaxed);
+                if !ctx.mmio.write(addr, data) {
+                    ctx.unknown.note(true, addr, true);
+                }
+            }
+            Ok(VcpuExit::MmioRead(addr, data)) => {
+                ctx.exits.mmio.fetch_add(1, Ordering::Relaxed);
+                if !ctx.mmio.read(addr, data) {
+                    data.fill(0);
+                    ctx.unknown.note(true, addr, false);
+                }
+            }
+            Ok(exit) => {
+                ctx.exits.other.fetch_add(1, Ordering::Relaxed);
+                match exit {
+                    VcpuExit::SystemEvent(t, _)
+                        if t == KVM_SYSTEM_EVENT_SHUTDOWN || t == KVM_SYSTEM_EVENT_RESET =>
+                    {
+                        break Stop::Shutdown;
+                    }
+                    VcpuExit::SystemEvent(t, _) if t == KVM_SYSTEM_EVENT_CRASH => {
+                        break Stop::Crash("the guest reported a crash (system event)".into());
+                    }
+                    VcpuExit::Shutdown => {
+                        break Stop::Crash("triple fault (KVM_EXIT_SHUTDOWN)".into())
+                    }
+                    VcpuExit::Hlt => {
+                        break Stop::Crash(
+                            "halted with interrupts it cannot receive (KVM_EXIT_HLT)".into(),
+                        )
+                    }
+                    VcpuExit::FailEntry(reason, cpu) => {
+                        break Stop::Crash(format!(
+                            "VM entry failed (hardware reason {reason:#x}, cpu {cpu})"
+                        ));
+                    }
+                    VcpuExit::InternalError => {
+                        break Stop::Crash("KVM internal error (KVM_EXIT_INTERNAL_ERROR)".into())
+                    }
+                    other => break Stop::Crash(format!("unexpected VM exit {other:?}")),
+                }
+            }
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+            Err(e) => break Stop::Crash(format!("KVM_RUN failed: {e}")),
+        }
+    };
+    let rip = fd.get_regs().map(|r| r.rip).unwrap_or(0);
+    tracing::debug!("vcpu{} stopped at rip {rip:#x}", ctx.id);
+    (stop, rip)
+}
