@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what memvisor needs on a Debian 12 host: QEMU (the peer every comparison runs
+# against), libclang (bindgen for the userfaultfd bindings), and checks the Rust toolchain and KVM.
+set -euo pipefail
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v cc >/dev/null || need+=(build-essential)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: no Rust toolchain (cargo) on PATH; install a stable Rust >= 1.85 with rustup first" >&2
+  exit 1
+fi
+if [ ! -w /dev/kvm ]; then
+  echo "setup: /dev/kvm is missing or not writable for $(id -un); memvisor needs KVM" >&2
+  exit 1
+fi
