@@ -128,7 +128,7 @@ mod tests {
         let ranges: Vec<(GuestAddress, usize)> = layout
             .regions()
             .iter()
-            .map(|r| (GuestAddress(r.guest_addr), r.size as usize))
+            .map(|r| (GuestAddress(r.guest_addr), usize::try_from(r.size).unwrap()))
             .collect();
         (GuestMemoryMmap::from_ranges(&ranges).unwrap(), layout)
     }

@@ -93,6 +93,7 @@ fn lock<'a>(
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // test values are small by construction
 mod tests {
     use super::*;
 

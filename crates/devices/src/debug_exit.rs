@@ -11,9 +11,9 @@ pub const DEBUG_EXIT_PORT: u64 = 0xf4;
 pub const DEBUG_EXIT_LEN: u64 = 4;
 
 /// The process exit status QEMU's `isa-debug-exit` gives for `value`.
-pub fn exit_status(value: u32) -> i32 {
+pub fn exit_status(value: u32) -> u8 {
     // The process status is 8 bits wide; QEMU's `exit((val << 1) | 1)` truncates the same way.
-    i32::from(((value << 1) | 1) as u8)
+    ((value << 1) | 1).to_le_bytes()[0]
 }
 
 /// Calls its handler with the value the guest wrote.

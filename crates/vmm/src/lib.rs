@@ -310,7 +310,7 @@ fn build_devices(
 
     let mut mmio = Bus::new();
     let mut disks = Vec::new();
-    for slot in 0..MMIO_SLOTS {
+    for (slot, gsi) in (0..MMIO_SLOTS).zip(IRQ_BASE..) {
         let base = MMIO_BASE + slot as u64 * MMIO_SLOT_SIZE;
         let Some(disk) = config.disks.get(slot) else {
             mmio.insert(
@@ -324,8 +324,7 @@ fn build_devices(
         let block_metrics = block.metrics();
         let file = block.sync_handle().map_err(VmmError::Memory)?;
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
-        vm.register_irqfd(&irq, IRQ_BASE + slot as u32)
-            .map_err(kvm_err("KVM_IRQFD"))?;
+        vm.register_irqfd(&irq, gsi).map_err(kvm_err("KVM_IRQFD"))?;
         let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));
         let transport_metrics = transport.metrics();
         mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(transport)))?;

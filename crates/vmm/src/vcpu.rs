@@ -79,11 +79,11 @@ fn set_lint(fd: &VcpuFd) -> Result<(), VmmError> {
         (LAPIC_LVT_LINT0, APIC_MODE_EXTINT),
         (LAPIC_LVT_LINT1, APIC_MODE_NMI),
     ] {
-        let bytes: Vec<u8> = lapic.regs[reg..reg + 4].iter().map(|&b| b as u8).collect();
-        let v = u32::from_le_bytes(bytes.try_into().expect("4 bytes"));
-        let v = (v & !0x700) | (mode << 8);
+        // The register file is `c_char`s; reinterpret each byte, no value changes.
+        let bytes: [u8; 4] = std::array::from_fn(|i| lapic.regs[reg + i].to_ne_bytes()[0]);
+        let v = (u32::from_le_bytes(bytes) & !0x700) | (mode << 8);
         for (i, b) in v.to_le_bytes().into_iter().enumerate() {
-            lapic.regs[reg + i] = b as libc::c_char;
+            lapic.regs[reg + i] = libc::c_char::from_ne_bytes([b]);
         }
     }
     fd.set_lapic(&lapic).map_err(kvm_err("KVM_SET_LAPIC"))

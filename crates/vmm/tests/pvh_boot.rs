@@ -3,7 +3,7 @@
 use memvisor_boot::test_utils::make_elf;
 use memvisor_vmm::{run, VmConfig, VmExit, VmmError};
 
-const ENTRY: u64 = 0x10_0000;
+const ENTRY: u32 = 0x10_0000;
 
 /// 32-bit code: prints "hi\n" on COM1, then writes 0x21 to the debug-exit port if `ebx` points at
 /// an `hvm_start_info` with the right magic, else 0x22.
@@ -26,7 +26,7 @@ const CHECK_START_INFO: &[u8] = &[
 
 fn config(code: &[u8]) -> VmConfig {
     VmConfig {
-        kernel: make_elf(ENTRY, code, Some(ENTRY as u32)),
+        kernel: make_elf(u64::from(ENTRY), code, Some(ENTRY)),
         cmdline: "test".into(),
         mem_size: 64 << 20,
         vcpus: 1,
@@ -55,7 +55,7 @@ fn triple_fault_is_reported_with_rip() {
             reason,
         } => {
             assert!(reason.contains("triple fault"), "{reason}");
-            assert_eq!(rip, ENTRY, "RIP of the faulting instruction");
+            assert_eq!(rip, u64::from(ENTRY), "RIP of the faulting instruction");
         }
         other => panic!("unexpected error {other}"),
     }

@@ -156,8 +156,8 @@ impl MmioTransport {
             reg::DEVICE_ID => dev.device_type(),
             reg::VENDOR_ID => VENDOR_ID,
             reg::DEVICE_FEATURES => match self.device_features_sel {
-                0 => dev.features() as u32,
-                1 => (dev.features() >> 32) as u32,
+                0 => u32::try_from(dev.features() & 0xffff_ffff).unwrap_or(0),
+                1 => u32::try_from(dev.features() >> 32).unwrap_or(0),
                 _ => 0,
             },
             reg::QUEUE_NUM_MAX => q.map_or(0, |q| u32::from(q.max_size())),
@@ -317,6 +317,7 @@ impl BusDevice for MmioTransport {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // test values are small by construction
 pub(crate) mod tests {
     use super::*;
     use vm_memory::GuestAddress;

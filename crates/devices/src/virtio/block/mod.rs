@@ -33,6 +33,7 @@ const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
 
 /// Logical block size advertised to the guest.
 pub const BLOCK_SIZE: u64 = 4096;
+const BLOCK_BYTES: usize = 4096;
 const QUEUE_SIZE: u16 = 256;
 /// Largest single data segment the guest is told it may use.
 const SEGMENT_MAX: u32 = 1 << 20;
@@ -130,8 +131,8 @@ struct Bounce {
 
 impl Bounce {
     fn new() -> Self {
-        let storage = vec![0u8; BOUNCE_SIZE + BLOCK_SIZE as usize];
-        let start = storage.as_ptr().align_offset(BLOCK_SIZE as usize);
+        let storage = vec![0u8; BOUNCE_SIZE + BLOCK_BYTES];
+        let start = storage.as_ptr().align_offset(BLOCK_BYTES);
         Bounce { storage, start }
     }
 
@@ -207,7 +208,7 @@ impl Block {
         c[0..8].copy_from_slice(&(self.disk.capacity / SECTOR_SIZE).to_le_bytes());
         c[8..12].copy_from_slice(&SEGMENT_MAX.to_le_bytes());
         c[12..16].copy_from_slice(&u32::from(QUEUE_SIZE - 2).to_le_bytes());
-        c[20..24].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
+        c[20..24].copy_from_slice(&4096u32.to_le_bytes());
         c
     }
 
@@ -285,7 +286,7 @@ impl Block {
                     left = &left[n..];
                 }
                 m.get_ids.fetch_add(1, Ordering::Relaxed);
-                return (VIRTIO_BLK_S_OK, ID_BYTES as u32);
+                return (VIRTIO_BLK_S_OK, ID_BYTES.try_into().unwrap_or(0));
             }
             RequestKind::Unsupported(t) => {
                 tracing::debug!("virtio-blk: unsupported request type {t}");
@@ -365,6 +366,7 @@ impl VirtioDevice for Block {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // test values are small by construction
 mod tests {
     use super::*;
     use std::io::Write;

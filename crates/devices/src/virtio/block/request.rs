@@ -146,6 +146,7 @@ pub fn parse(descs: &[Desc], mem: &GuestMem, capacity_bytes: u64) -> Result<Requ
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // test values are small by construction
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -1,0 +1,243 @@
+//! End-to-end tests of `memvisor run`: boot the guest kit on memvisor and on QEMU microvm, check
+//! what it prints, then check the data disk byte for byte from the host.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+/// The word the guest kit's selftest writes at byte offset `o` of the disk.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn disk(size: u64) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().set_len(size).unwrap();
+    f
+}
+
+fn memvisor(args: &[&str]) -> Output {
+    let out = Command::new(MEMVISOR)
+        .args(args)
+        .output()
+        .expect("memvisor runs");
+    eprintln!(
+        "--- memvisor {args:?}\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn result_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line in the guest's output"))
+        .to_owned()
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+}
+
+/// Checks that the first `mib` MiB of the image hold the selftest pattern for `seed` and the rest is zero.
+fn check_pattern(path: &Path, mib: u64, seed: u64) {
+    let data = std::fs::read(path).unwrap();
+    let written = usize::try_from(mib << 20).unwrap();
+    let mut bad = 0usize;
+    for (i, w) in data[..written].chunks_exact(8).enumerate() {
+        let o = i as u64 * 8;
+        if u64::from_le_bytes(w.try_into().unwrap()) != splitmix64(seed ^ o) {
+            bad += 1;
+        }
+    }
+    assert_eq!(
+        bad, 0,
+        "{bad} words of the written range differ from the pattern"
+    );
+    assert!(
+        data[written..].iter().all(|&b| b == 0),
+        "bytes past the written range changed"
+    );
+}
+
+fn selftest(hypervisor: &str, vcpus: &str, extra: &str) {
+    let img = disk(64 << 20);
+    let spec = format!("{},id=data", img.path().display());
+    let cmdline = format!("selftest_mb=8 seed=42 {extra}");
+    let out = memvisor(&[
+        "run",
+        "--hypervisor",
+        hypervisor,
+        "--mem",
+        "128M",
+        "--vcpus",
+        vcpus,
+        "--disk",
+        &spec,
+        "--workload",
+        "selftest",
+        "--cmdline",
+        &cmdline,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "debug-exit value 0 gives status 1"
+    );
+    let line = result_line(&out);
+    assert_eq!(field(&line, "ok"), "1", "{line}");
+    assert_eq!(field(&line, "mismatches"), "0", "{line}");
+    assert_eq!(field(&line, "disk"), "data", "{line}");
+    assert_eq!(field(&line, "bytes"), (8u64 << 20).to_string(), "{line}");
+    assert_eq!(field(&line, "cpus"), vcpus, "{line}");
+    check_pattern(img.path(), 8, 42);
+}
+
+#[test]
+fn selftest_on_memvisor() {
+    selftest("memvisor", "1", "");
+}
+
+#[test]
+fn selftest_on_memvisor_with_page_sized_requests_and_two_vcpus() {
+    selftest("memvisor", "2", "req_kb=4");
+}
+
+#[test]
+fn selftest_on_qemu() {
+    selftest("qemu", "1", "");
+}
+
+#[test]
+fn selftest_on_qemu_with_two_vcpus() {
+    selftest("qemu", "2", "req_kb=4");
+}
+
+#[test]
+fn read_only_disk_is_read_and_left_unchanged() {
+    let img = disk(16 << 20);
+    std::fs::write(img.path(), vec![0x5a; 16 << 20]).unwrap();
+    let spec = format!("{},ro,id=data", img.path().display());
+    let out = memvisor(&[
+        "run",
+        "--mem",
+        "64M",
+        "--disk",
+        &spec,
+        "--workload",
+        "selftest",
+        "--cmdline",
+        "selftest_mb=4",
+    ]);
+    let line = result_line(&out);
+    assert_eq!(field(&line, "ro"), "1", "{line}");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(std::fs::read(img.path())
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0x5a));
+}
+
+#[test]
+fn boot_workload_prints_first_line_and_exits() {
+    let out = memvisor(&["run", "--mem", "64M", "--workload", "boot"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("memvisor guest kit: booting"),
+        "{stdout}"
+    );
+    assert_eq!(field(&result_line(&out), "ok"), "1");
+}
+
+/// A PVH ELF that is not the guest kit: prints "hi" and exits with 0x21.
+fn tiny_kernel() -> tempfile::NamedTempFile {
+    #[rustfmt::skip]
+    let code: &[u8] = &[
+        0x66, 0xba, 0xf8, 0x03, 0xb0, 0x68, 0xee, 0xb0, 0x69, 0xee, 0xb0, 0x0a, 0xee, // "hi\n" to COM1
+        0x66, 0xba, 0xf4, 0x00, 0xb8, 0x21, 0x00, 0x00, 0x00, 0xef, // out 0xf4, 0x21
+        0xf4, // hlt
+    ];
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        f.path(),
+        memvisor_boot::test_utils::make_elf(0x10_0000, code, Some(0x10_0000)),
+    )
+    .unwrap();
+    f
+}
+
+#[test]
+fn another_pvh_kernel_boots_on_both_hypervisors() {
+    let k = tiny_kernel();
+    for hv in ["memvisor", "qemu"] {
+        let out = memvisor(&[
+            "run",
+            "--hypervisor",
+            hv,
+            "--mem",
+            "64M",
+            "--kernel",
+            k.path().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some((0x21 << 1) | 1), "on {hv}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "on {hv}");
+    }
+}
+
+/// Bad input: one clear line naming the value, exit status 2, and no VM.
+#[test]
+fn bad_input_gets_one_line_and_status_2() {
+    let img = disk(1 << 20);
+    let no_note = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        no_note.path(),
+        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xf4], None),
+    )
+    .unwrap();
+    let spec = img.path().display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--kernel", "/nonexistent/vmlinux"],
+            "/nonexistent/vmlinux",
+        ),
+        (
+            &["run", "--kernel", no_note.path().to_str().unwrap()],
+            "PVH",
+        ),
+        (&["run", "--mem", "12X"], "12X"),
+        (&["run", "--mem", "8M"], "MiB"),
+        (&["run", "--vcpus", "0"], "'0'"),
+        (
+            &["run", "--disk", "/nonexistent/data.img"],
+            "/nonexistent/data.img",
+        ),
+        (&["run", "--disk", &format!("{spec},bogus")], "bogus"),
+        (&["run", "--workload", "nosuch"], "nosuch"),
+        (
+            &[
+                "run",
+                "--disk",
+                &format!("{spec},id=a"),
+                "--disk",
+                &format!("{spec},id=a"),
+            ],
+            "id",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = memvisor(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} started a guest");
+    }
+}
