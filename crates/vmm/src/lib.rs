@@ -10,7 +10,7 @@ mod vcpu;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
@@ -190,7 +190,8 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     )?;
 
     let (events_tx, events) = mpsc::channel();
-    let (pio, mmio, disks) = build_devices(&vm, &mem, config, events_tx.clone())?;
+    let ended = Arc::new(AtomicBool::new(false));
+    let (pio, mmio, disks) = build_devices(&vm, &mem, config, events_tx.clone(), ended.clone())?;
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let exits = Arc::new(ExitCounters::default());
@@ -216,6 +217,7 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
             mmio: mmio.clone(),
             exits: exits.clone(),
             unknown: unknown.clone(),
+            ended: ended.clone(),
             _mem: mem.clone(),
         };
         let tx = events_tx.clone();
@@ -224,6 +226,8 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
             .spawn(move || {
                 let (reason, rip) = vcpu::run_loop(fd, &ctx);
                 let _ = tx.send(match reason {
+                    // The device that ended the VM has sent the event already.
+                    vcpu::Stop::Ended => return,
                     vcpu::Stop::Shutdown => VmEvent::Exit(VmExit::Shutdown),
                     vcpu::Stop::Crash(reason) => VmEvent::Crash {
                         vcpu: id,
@@ -288,6 +292,7 @@ fn build_devices(
     mem: &Arc<memvisor_devices::GuestMem>,
     config: &VmConfig,
     events: mpsc::Sender<VmEvent>,
+    ended: Arc<AtomicBool>,
 ) -> Result<Devices, VmmError> {
     let mut pio = Bus::new();
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
@@ -300,6 +305,8 @@ fn build_devices(
     )?;
     let exit_events = Mutex::new(events);
     let debug_exit = DebugExit::new(move |v| {
+        // Like QEMU, the guest does not run on after the write: every vCPU stops at its next exit.
+        ended.store(true, Ordering::SeqCst);
         let _ = lock(&exit_events).send(VmEvent::Exit(VmExit::DebugExit(v)));
     });
     pio.insert(

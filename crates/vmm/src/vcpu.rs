@@ -1,6 +1,6 @@
 //! vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kvm_bindings::{
@@ -20,12 +20,16 @@ pub(crate) struct VcpuContext {
     pub mmio: Arc<Bus>,
     pub exits: Arc<ExitCounters>,
     pub unknown: Arc<UnknownAccesses>,
+    /// Set when a device ended the VM (debug exit).
+    pub ended: Arc<AtomicBool>,
     /// Keeps guest RAM mapped while the vCPU may still touch it.
     pub _mem: Arc<GuestMem>,
 }
 
 /// Why a vCPU stopped running.
 pub(crate) enum Stop {
+    /// A device ended the VM.
+    Ended,
     Shutdown,
     Crash(String),
 }
@@ -148,6 +152,9 @@ pub(crate) fn configure(
 /// Runs the vCPU until the guest stops it; returns why and the last RIP.
 pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
     let stop = loop {
+        if ctx.ended.load(Ordering::SeqCst) {
+            break Stop::Ended;
+        }
         match fd.run() {
             Ok(VcpuExit::IoOut(port, data)) => {
                 ctx.exits.io.fetch_add(1, Ordering::Relaxed);
