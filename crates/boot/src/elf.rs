@@ -262,7 +262,8 @@ pub mod test_utils {
             note.extend_from_slice(&e.to_le_bytes());
         }
         let phnum: u16 = if entry.is_some() { 2 } else { 1 };
-        let code_off = 64 + 56 * u64::from(phnum);
+        // Page-aligned like a linker's output: QEMU's ELF loader needs p_offset ≡ p_vaddr mod p_align.
+        let code_off: u64 = 0x1000;
         let note_off = code_off + code.len() as u64;
         let mut f = vec![0u8; 64];
         f[..4].copy_from_slice(b"\x7fELF");
@@ -274,7 +275,7 @@ pub mod test_utils {
         f[32..40].copy_from_slice(&64u64.to_le_bytes());
         f[54..56].copy_from_slice(&56u16.to_le_bytes());
         f[56..58].copy_from_slice(&phnum.to_le_bytes());
-        let ph = |t: u32, off: u64, addr: u64, filesz: u64, memsz: u64| {
+        let ph = |t: u32, off: u64, addr: u64, filesz: u64, memsz: u64, align: u64| {
             let mut p = vec![0u8; 56];
             p[0..4].copy_from_slice(&t.to_le_bytes());
             p[8..16].copy_from_slice(&off.to_le_bytes());
@@ -282,6 +283,7 @@ pub mod test_utils {
             p[24..32].copy_from_slice(&addr.to_le_bytes());
             p[32..40].copy_from_slice(&filesz.to_le_bytes());
             p[40..48].copy_from_slice(&memsz.to_le_bytes());
+            p[48..56].copy_from_slice(&align.to_le_bytes());
             p
         };
         f.extend(ph(
@@ -290,6 +292,7 @@ pub mod test_utils {
             paddr,
             code.len() as u64,
             code.len() as u64 + 4096,
+            0x1000,
         ));
         if entry.is_some() {
             f.extend(ph(
@@ -298,8 +301,10 @@ pub mod test_utils {
                 0,
                 note.len() as u64,
                 note.len() as u64,
+                4,
             ));
         }
+        f.resize(0x1000, 0);
         f.extend_from_slice(code);
         f.extend_from_slice(&note);
         f

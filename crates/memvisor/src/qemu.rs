@@ -17,7 +17,7 @@ pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
     cmd.args([
         "-enable-kvm",
         "-machine",
-        "microvm,acpi=off,pit=off,pic=off,rtc=off",
+        "microvm,acpi=off,pit=off,pic=off,rtc=off,auto-kernel-cmdline=off",
     ])
     .args(["-cpu", "host,-arch-capabilities"])
     .args(["-m", &format!("{}M", a.mem >> 20)])

@@ -1,0 +1,95 @@
+//! memvisor guest kit: a PVH-bootable x86-64 guest that does a few dozen
+//! instructions of ring-0 set-up and runs everything else in ring 3.
+#![no_std]
+#![no_main]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[macro_use]
+mod serial;
+
+mod boot;
+mod bootinfo;
+mod cmdline;
+mod cpu;
+mod early_alloc;
+mod paging;
+mod rt;
+mod smp;
+mod sync;
+mod time;
+mod trap;
+mod virtio;
+mod workloads;
+
+use core::panic::PanicInfo;
+
+use bootinfo::BootInfo;
+use cmdline::Config;
+use cpu::ExitCode;
+use sync::Once;
+
+/// Boot information and configuration, set once by the BSP.
+static BOOT_INFO: Once<BootInfo> = Once::new();
+static CONFIG: Once<Config> = Once::new();
+
+/// First Rust code, entered from `boot.rs` via `iretq` in ring 3 (BSP only).
+extern "C" fn kmain(start_info_paddr: u64) -> ! {
+    trap::init();
+    serial::init();
+    println!("memvisor guest kit: booting");
+    let code = run(start_info_paddr);
+    cpu::exit(code)
+}
+
+fn run(start_info_paddr: u64) -> ExitCode {
+    let boot = match bootinfo::parse(start_info_paddr) {
+        Ok(info) => BOOT_INFO.set(info).ok().expect("boot info set twice"),
+        Err(e) => {
+            println!("boot: bad start_info at {start_info_paddr:#x}: {e}");
+            return ExitCode::Failure;
+        }
+    };
+    println!("cmdline: {}", boot.cmdline());
+    let cfg = match cmdline::parse(boot.cmdline()) {
+        Ok(cfg) => CONFIG.set(cfg).ok().expect("config set twice"),
+        Err(e) => {
+            println!("cmdline: {e}");
+            return ExitCode::Failure;
+        }
+    };
+
+    let ram_regions = boot.regions().iter().filter(|r| r.is_ram()).count();
+    println!(
+        "memory: {} MiB RAM in {} regions (start_info v{}{})",
+        boot.total_ram() >> 20,
+        ram_regions,
+        boot.version,
+        if boot.regions_truncated { ", map truncated" } else { "" }
+    );
+    match time::init(cfg.tsc_khz) {
+        Some((khz, source)) => println!("tsc: {khz} kHz ({source})"),
+        None => println!("tsc: frequency unknown, reporting cycles"),
+    }
+    if let Err(e) = early_alloc::init(boot) {
+        println!("memory: {e}");
+        return ExitCode::Failure;
+    }
+    match paging::map_high_ram(boot) {
+        Ok(0) => {}
+        Ok(bytes) => println!("memory: mapped {} MiB above 4 GiB", bytes >> 20),
+        Err(e) => println!("memory: mapping RAM above 4 GiB failed: {e}"),
+    }
+
+    let cpus = smp::start_aps(cfg.cpus);
+    workloads::run(cfg, cpus)
+}
+
+#[panic_handler]
+fn panic(info: &PanicInfo) -> ! {
+    serial::emergency_unlock();
+    match info.location() {
+        Some(loc) => println!("PANIC at {}:{}: {}", loc.file(), loc.line(), info.message()),
+        None => println!("PANIC: {}", info.message()),
+    }
+    cpu::exit(ExitCode::Panic)
+}
