@@ -225,5 +225,8 @@ boot_ap_tss:
 
 /// Physical address range `[start, end)` occupied by the loaded image (including .bss).
 pub fn kernel_range() -> (usize, usize) {
-    (&raw const __kernel_start as usize, &raw const __kernel_end as usize)
+    (
+        &raw const __kernel_start as usize,
+        &raw const __kernel_end as usize,
+    )
 }

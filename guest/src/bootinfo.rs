@@ -78,7 +78,11 @@ impl BootInfo {
     }
 
     pub fn total_ram(&self) -> u64 {
-        self.regions().iter().filter(|r| r.is_ram()).map(|r| r.size).sum()
+        self.regions()
+            .iter()
+            .filter(|r| r.is_ram())
+            .map(|r| r.size)
+            .sum()
     }
 }
 
@@ -139,10 +143,12 @@ pub fn parse(paddr: u64) -> Result<BootInfo, &'static str> {
         info.regions_truncated = entries > MAX_REGIONS;
         for i in 0..entries.min(MAX_REGIONS) {
             // SAFETY: the loader describes `memmap_entries` entries at `memmap_paddr`.
-            let e = unsafe {
-                read_unaligned((si.memmap_paddr as *const HvmMemmapEntry).add(i))
+            let e = unsafe { read_unaligned((si.memmap_paddr as *const HvmMemmapEntry).add(i)) };
+            info.regions[i] = MemRegion {
+                base: e.addr,
+                size: e.size,
+                kind: e.kind,
             };
-            info.regions[i] = MemRegion { base: e.addr, size: e.size, kind: e.kind };
         }
         info.nr_regions = entries.min(MAX_REGIONS);
     }

@@ -73,14 +73,20 @@ pub fn parse(cmdline: &str) -> Result<Config, &'static str> {
                 }
             }
             "cpus" => {
-                let n = number().filter(|&n| n >= 1).ok_or("cpus= must be a number >= 1")?;
+                let n = number()
+                    .filter(|&n| n >= 1)
+                    .ok_or("cpus= must be a number >= 1")?;
                 if n > MAX_CPUS as u64 {
                     println!("warning: cpus={n} clamped to {MAX_CPUS}");
                 }
                 cfg.cpus = n.min(MAX_CPUS as u64) as u32;
             }
             "tsc_khz" => {
-                cfg.tsc_khz = Some(number().filter(|&n| n > 0).ok_or("tsc_khz= must be a number > 0")?)
+                cfg.tsc_khz = Some(
+                    number()
+                        .filter(|&n| n > 0)
+                        .ok_or("tsc_khz= must be a number > 0")?,
+                )
             }
             "disk" => {
                 if value.is_empty() || value.len() > DISK_ID_MAX {
@@ -90,10 +96,14 @@ pub fn parse(cmdline: &str) -> Result<Config, &'static str> {
                 cfg.disk_len = value.len();
             }
             "selftest_mb" => {
-                cfg.selftest_mb = number().filter(|&n| n > 0).ok_or("selftest_mb= must be a number > 0")?
+                cfg.selftest_mb = number()
+                    .filter(|&n| n > 0)
+                    .ok_or("selftest_mb= must be a number > 0")?
             }
             "req_kb" => {
-                let kb = number().filter(|&n| n > 0 && n <= 16384).ok_or("req_kb= must be 1..16384")?;
+                let kb = number()
+                    .filter(|&n| n > 0 && n <= 16384)
+                    .ok_or("req_kb= must be 1..16384")?;
                 let fixed = (kb.max(4) / 4) * 4;
                 if fixed != kb {
                     println!("warning: req_kb={kb} adjusted to {fixed} (min 4, multiple of 4)");

@@ -23,7 +23,9 @@ pub enum ExitCode {
 #[inline]
 pub unsafe fn outb(port: u16, value: u8) {
     // SAFETY: port I/O has no memory effects; the TSS I/O bitmap allows ports < 0x400 in ring 3.
-    unsafe { asm!("out dx, al", in("dx") port, in("al") value, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("out dx, al", in("dx") port, in("al") value, options(nomem, nostack, preserves_flags))
+    }
 }
 
 /// Reads one byte from an I/O port.
@@ -34,7 +36,9 @@ pub unsafe fn outb(port: u16, value: u8) {
 pub unsafe fn inb(port: u16) -> u8 {
     let value: u8;
     // SAFETY: port I/O has no memory effects; the TSS I/O bitmap allows ports < 0x400 in ring 3.
-    unsafe { asm!("in al, dx", in("dx") port, out("al") value, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("in al, dx", in("dx") port, out("al") value, options(nomem, nostack, preserves_flags))
+    }
     value
 }
 
@@ -45,7 +49,9 @@ pub unsafe fn inb(port: u16) -> u8 {
 #[inline]
 pub unsafe fn outl(port: u16, value: u32) {
     // SAFETY: port I/O has no memory effects; the TSS I/O bitmap allows ports < 0x400 in ring 3.
-    unsafe { asm!("out dx, eax", in("dx") port, in("eax") value, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("out dx, eax", in("dx") port, in("eax") value, options(nomem, nostack, preserves_flags))
+    }
 }
 
 /// Reads the time-stamp counter.
@@ -77,6 +83,9 @@ pub fn exit(code: ExitCode) -> ! {
     // SAFETY: the debug-exit device terminates the VM; nothing else listens on 0xf4.
     unsafe { outl(DEBUG_EXIT_PORT, code as u32) };
     crate::serial::emergency_unlock();
-    println!("exit: debug-exit port 0xf4 did not stop the VM (code {:#x}); parking", code as u32);
+    println!(
+        "exit: debug-exit port 0xf4 did not stop the VM (code {:#x}); parking",
+        code as u32
+    );
     crate::trap::park()
 }

@@ -64,7 +64,11 @@ fn run(start_info_paddr: u64) -> ExitCode {
         boot.total_ram() >> 20,
         ram_regions,
         boot.version,
-        if boot.regions_truncated { ", map truncated" } else { "" }
+        if boot.regions_truncated {
+            ", map truncated"
+        } else {
+            ""
+        }
     );
     match time::init(cfg.tsc_khz) {
         Some((khz, source)) => println!("tsc: {khz} kHz ({source})"),

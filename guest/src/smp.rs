@@ -13,8 +13,8 @@ use core::arch::global_asm;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::boot::{
-    boot_ap_tss, boot_gdt, tss_selector, MAX_CPUS, TSS_BASE_SIZE, TSS_LIMIT, TSS_SIZE, USER_CS, USER_DS,
-    USER_RFLAGS,
+    MAX_CPUS, TSS_BASE_SIZE, TSS_LIMIT, TSS_SIZE, USER_CS, USER_DS, USER_RFLAGS, boot_ap_tss,
+    boot_gdt, tss_selector,
 };
 use crate::cpu::{pause, rdtsc};
 
@@ -173,7 +173,10 @@ fn setup_ap_tss(cpu: usize) -> Result<(), &'static str> {
         + AP_IST_STACK_BYTES;
     let tss = (&raw mut boot_ap_tss as *mut u8).wrapping_add(cpu * TSS_SIZE);
     let base = tss as u64;
-    let low = TSS_LIMIT as u64 | ((base & 0xff_ffff) << 16) | (0x89 << 40) | (((base >> 24) & 0xff) << 56);
+    let low = TSS_LIMIT as u64
+        | ((base & 0xff_ffff) << 16)
+        | (0x89 << 40)
+        | (((base >> 24) & 0xff) << 56);
     let gdt = &raw mut boot_gdt as *mut u64;
     let slot = usize::from(tss_selector(cpu)) / 8;
     // SAFETY: cpu < MAX_CPUS, so the TSS lies inside `boot_ap_tss` and the
@@ -250,7 +253,10 @@ pub fn start_aps(requested: u32) -> u32 {
         let mut up = wait_online(target, crate::time::deadline_after_ms(FIRST_SIPI_WAIT_MS));
         if !up {
             send_ipi(this_apic, ICR_STARTUP | SIPI_VECTOR);
-            up = wait_online(target, crate::time::deadline_after_ms(AP_TIMEOUT_MS - FIRST_SIPI_WAIT_MS));
+            up = wait_online(
+                target,
+                crate::time::deadline_after_ms(AP_TIMEOUT_MS - FIRST_SIPI_WAIT_MS),
+            );
         }
         if !up {
             println!("smp: cpu {next_cpu} (apic id {this_apic}) did not come up; giving up");
@@ -260,8 +266,14 @@ pub fn start_aps(requested: u32) -> u32 {
     }
     let cpus = online();
     match crate::time::cycles_to_us(rdtsc() - t0) {
-        Some(us) => println!("smp: {cpus}/{requested} cpus online in {} ms", crate::time::Millis(us)),
-        None => println!("smp: {cpus}/{requested} cpus online in {} cycles", rdtsc() - t0),
+        Some(us) => println!(
+            "smp: {cpus}/{requested} cpus online in {} ms",
+            crate::time::Millis(us)
+        ),
+        None => println!(
+            "smp: {cpus}/{requested} cpus online in {} cycles",
+            rdtsc() - t0
+        ),
     }
     cpus
 }

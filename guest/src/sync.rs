@@ -18,7 +18,10 @@ unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
     pub const fn new(value: T) -> Self {
-        Self { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
     }
 
     pub fn lock(&self) -> SpinGuard<'_, T> {
@@ -85,12 +88,19 @@ unsafe impl<T: Send + Sync> Sync for Once<T> {}
 
 impl<T> Once<T> {
     pub const fn new() -> Self {
-        Self { state: AtomicU8::new(EMPTY), value: UnsafeCell::new(MaybeUninit::uninit()) }
+        Self {
+            state: AtomicU8::new(EMPTY),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
     }
 
     /// Stores `value`; fails (returning it) if the cell was already set.
     pub fn set(&self, value: T) -> Result<&T, T> {
-        if self.state.compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self
+            .state
+            .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             return Err(value);
         }
         // SAFETY: we won the EMPTY -> BUSY transition, so nobody else touches the cell.

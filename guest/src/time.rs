@@ -18,7 +18,11 @@ pub fn init(cmdline_khz: Option<u64>) -> Option<(u64, &'static str)> {
         None => {
             // Hypervisor timing leaf (KVM/VMware convention): EAX = TSC kHz.
             let (max_leaf, ..) = cpuid(0x4000_0000, 0);
-            let (khz, ..) = if max_leaf >= 0x4000_0010 { cpuid(0x4000_0010, 0) } else { (0, 0, 0, 0) };
+            let (khz, ..) = if max_leaf >= 0x4000_0010 {
+                cpuid(0x4000_0010, 0)
+            } else {
+                (0, 0, 0, 0)
+            };
             (khz != 0).then_some((u64::from(khz), "cpuid 0x40000010"))
         }
     };

@@ -12,7 +12,7 @@
 
 use core::arch::{asm, global_asm};
 
-use crate::boot::{boot_idt, KERNEL_CS};
+use crate::boot::{KERNEL_CS, boot_idt};
 use crate::cpu::ExitCode;
 
 /// Vector of the park gate: #BP, entered with `int3` (DPL 3, so ring 3 may use it).
@@ -140,9 +140,15 @@ pub fn init() {
             continue;
         }
         let ist = if vector == 8 { DOUBLE_FAULT_IST } else { 0 };
-        set_gate(vector as u8, interrupt_gate(stubs + (vector * STUB_SIZE) as u64, 0, ist));
+        set_gate(
+            vector as u8,
+            interrupt_gate(stubs + (vector * STUB_SIZE) as u64, 0, ist),
+        );
     }
-    set_gate(PARK_VECTOR, interrupt_gate(&raw const trap_park_stub as u64, 3, 0));
+    set_gate(
+        PARK_VECTOR,
+        interrupt_gate(&raw const trap_park_stub as u64, 3, 0),
+    );
 }
 
 /// Halts this CPU for good through the park gate (a ring-0 `hlt` loop), so a
@@ -157,9 +163,9 @@ pub fn park() -> ! {
 
 fn exception_name(vector: u64) -> &'static str {
     const NAMES: [&str; 32] = [
-        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP",
-        "#SS", "#GP", "#PF", "?", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP", "?", "?", "?", "?",
-        "?", "?", "#HV", "#VC", "#SX", "?",
+        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS",
+        "#GP", "#PF", "?", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP", "?", "?", "?", "?", "?", "?",
+        "#HV", "#VC", "#SX", "?",
     ];
     NAMES.get(vector as usize).copied().unwrap_or("?")
 }
@@ -183,7 +189,7 @@ extern "C" fn trap_fatal(frame: &TrapFrame) -> ! {
     unsafe { asm!("mov {}, cr2", out(reg) cr2, options(nomem, nostack, preserves_flags)) };
     crate::serial::emergency_unlock();
     println!(
-"EXCEPTION {} vector={} error={:#x} rip={:#x} cr2={:#x} cs={:#x} rsp={:#x} rflags={:#x} apic_id={}",
+        "EXCEPTION {} vector={} error={:#x} rip={:#x} cr2={:#x} cs={:#x} rsp={:#x} rflags={:#x} apic_id={}",
         exception_name(frame.vector),
         frame.vector,
         frame.error,

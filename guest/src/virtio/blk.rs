@@ -1,14 +1,14 @@
 //! virtio-blk polling driver (device ID 2): initialisation, feature
 //! negotiation, one request queue at depth 1, and IN/OUT/FLUSH/GET_ID requests.
 
-use core::sync::atomic::{fence, Ordering};
+use core::sync::atomic::{Ordering, fence};
 
+use super::F_VERSION_1;
 use super::mmio::{
     MmioTransport, STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED,
     STATUS_FEATURES_OK,
 };
 use super::queue::{Segment, SplitQueue};
-use super::F_VERSION_1;
 use crate::cmdline::DISK_ID_MAX;
 use crate::cpu::{pause, rdtsc};
 
@@ -139,21 +139,32 @@ impl BlkDevice {
         transport.enable_queue(size, desc, driver, device);
 
         let capacity = transport.config_read64(CONFIG_CAPACITY);
-        let block_size =
-            if features & F_BLK_SIZE != 0 { transport.config_read32(CONFIG_BLK_SIZE) } else { 512 };
+        let block_size = if features & F_BLK_SIZE != 0 {
+            transport.config_read32(CONFIG_BLK_SIZE)
+        } else {
+            512
+        };
         let max_segment_bytes = if features & F_SIZE_MAX != 0 {
-            transport.config_read32(CONFIG_SIZE_MAX).clamp(4096, DEFAULT_SEGMENT_BYTES)
+            transport
+                .config_read32(CONFIG_SIZE_MAX)
+                .clamp(4096, DEFAULT_SEGMENT_BYTES)
         } else {
             DEFAULT_SEGMENT_BYTES
         };
-        let seg_max = if features & F_SEG_MAX != 0 { transport.config_read32(CONFIG_SEG_MAX) } else { 1 };
+        let seg_max = if features & F_SEG_MAX != 0 {
+            transport.config_read32(CONFIG_SEG_MAX)
+        } else {
+            1
+        };
         // Two descriptors per chain are header and status.
-        let max_data_segments =
-            (seg_max.max(1) as usize).min(size as usize - 2).min(MAX_DATA_SEGMENTS);
+        let max_data_segments = (seg_max.max(1) as usize)
+            .min(size as usize - 2)
+            .min(MAX_DATA_SEGMENTS);
 
         transport.set_status(status | STATUS_DRIVER_OK);
 
-        let scratch = crate::early_alloc::alloc_pages(1).ok_or("out of memory for request scratch")?;
+        let scratch =
+            crate::early_alloc::alloc_pages(1).ok_or("out of memory for request scratch")?;
         let mut dev = BlkDevice {
             slot,
             transport,
@@ -161,7 +172,11 @@ impl BlkDevice {
             scratch,
             features,
             capacity,
-            block_size: if block_size.is_power_of_two() && block_size >= 512 { block_size } else { 512 },
+            block_size: if block_size.is_power_of_two() && block_size >= 512 {
+                block_size
+            } else {
+                512
+            },
             read_only: features & F_RO != 0,
             has_flush: features & F_FLUSH != 0,
             max_segment_bytes,
@@ -214,7 +229,9 @@ impl BlkDevice {
         if !(sector * SECTOR_SIZE).is_multiple_of(bs) || !(len as u64).is_multiple_of(bs) {
             return Err(BlkError::Unaligned);
         }
-        let end = sector.checked_add(len as u64 / SECTOR_SIZE).ok_or(BlkError::OutOfRange)?;
+        let end = sector
+            .checked_add(len as u64 / SECTOR_SIZE)
+            .ok_or(BlkError::OutOfRange)?;
         if end > self.capacity {
             return Err(BlkError::OutOfRange);
         }
@@ -245,7 +262,14 @@ impl BlkDevice {
     }
 
     /// Splits a transfer into requests the device accepts.
-    fn transfer(&mut self, kind: u32, sector: u64, addr: u64, len: usize, device_writes: bool) -> Result<(), BlkError> {
+    fn transfer(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        addr: u64,
+        len: usize,
+        device_writes: bool,
+    ) -> Result<(), BlkError> {
         let max = self.max_request_bytes();
         let mut done = 0;
         while done < len {
@@ -258,27 +282,54 @@ impl BlkDevice {
     }
 
     /// Issues one request and polls for its completion.
-    fn request(&mut self, kind: u32, sector: u64, data: u64, len: usize, device_writes: bool) -> Result<(), BlkError> {
+    fn request(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        data: u64,
+        len: usize,
+        device_writes: bool,
+    ) -> Result<(), BlkError> {
         let header = (self.scratch + SCRATCH_HEADER) as *mut RequestHeader;
         let status = (self.scratch + SCRATCH_STATUS) as *mut u8;
         // SAFETY: the scratch page belongs to this device, and no request is in
         // flight (depth 1), so the device is not reading or writing it.
         unsafe {
-            header.write_volatile(RequestHeader { kind, reserved: 0, sector });
+            header.write_volatile(RequestHeader {
+                kind,
+                reserved: 0,
+                sector,
+            });
             status.write_volatile(STATUS_UNWRITTEN);
         }
 
-        let mut segments = [Segment { addr: 0, len: 0, device_writes: false }; MAX_DATA_SEGMENTS + 2];
-        segments[0] = Segment { addr: header as u64, len: 16, device_writes: false };
+        let mut segments = [Segment {
+            addr: 0,
+            len: 0,
+            device_writes: false,
+        }; MAX_DATA_SEGMENTS + 2];
+        segments[0] = Segment {
+            addr: header as u64,
+            len: 16,
+            device_writes: false,
+        };
         let mut n = 1;
         let mut offset = 0;
         while offset < len {
             let piece = (len - offset).min(self.max_segment_bytes as usize);
-            segments[n] = Segment { addr: data + offset as u64, len: piece as u32, device_writes };
+            segments[n] = Segment {
+                addr: data + offset as u64,
+                len: piece as u32,
+                device_writes,
+            };
             n += 1;
             offset += piece;
         }
-        segments[n] = Segment { addr: status as u64, len: 1, device_writes: true };
+        segments[n] = Segment {
+            addr: status as u64,
+            len: 1,
+            device_writes: true,
+        };
         n += 1;
 
         let head = self.queue.submit(&segments[..n]);

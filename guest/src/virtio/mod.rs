@@ -50,7 +50,11 @@ pub fn probe(mut on_device: impl FnMut(Found)) -> usize {
             );
             continue;
         }
-        on_device(Found { slot, device_id, transport });
+        on_device(Found {
+            slot,
+            device_id,
+            transport,
+        });
     }
     count
 }

@@ -2,9 +2,9 @@
 //! driven by polling. Requests are submitted at queue depth 1: every chain
 //! starts at descriptor 0, so no free list is needed.
 
-use core::sync::atomic::{fence, Ordering};
+use core::sync::atomic::{Ordering, fence};
 
-use crate::early_alloc::{alloc_pages, PAGE_SIZE};
+use crate::early_alloc::{PAGE_SIZE, alloc_pages};
 
 const DESC_F_NEXT: u16 = 1;
 const DESC_F_WRITE: u16 = 2;
@@ -85,7 +85,12 @@ impl SplitQueue {
             if i + 1 < segments.len() {
                 flags |= DESC_F_NEXT;
             }
-            let d = Descriptor { addr: seg.addr, len: seg.len, flags, next: (i + 1) as u16 };
+            let d = Descriptor {
+                addr: seg.addr,
+                len: seg.len,
+                flags,
+                next: (i + 1) as u16,
+            };
             // SAFETY: i < size, so the slot is inside the descriptor table; with
             // queue depth 1 the device owns no descriptor now.
             unsafe { self.desc.add(i).write_volatile(d) };

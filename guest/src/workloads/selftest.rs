@@ -5,8 +5,8 @@
 use core::fmt::{self, Display};
 
 use crate::cmdline::Config;
-use crate::cpu::{rdtsc, ExitCode};
-use crate::time::{cycles_to_us, Millis};
+use crate::cpu::{ExitCode, rdtsc};
+use crate::time::{Millis, cycles_to_us};
 use crate::virtio::blk::{BlkDevice, SECTOR_SIZE};
 use crate::virtio::{self, DEVICE_ID_BLOCK};
 
@@ -39,11 +39,20 @@ struct Progress {
 
 impl Progress {
     fn new(phase: &'static str, total: u64) -> Self {
-        Self { phase, total, next_quarter: 1 }
+        Self {
+            phase,
+            total,
+            next_quarter: 1,
+        }
     }
     fn update(&mut self, done: u64) {
         while self.next_quarter <= 4 && done * 4 >= self.next_quarter * self.total {
-            println!("selftest: {} {}% ({} KiB)", self.phase, self.next_quarter * 25, done / 1024);
+            println!(
+                "selftest: {} {}% ({} KiB)",
+                self.phase,
+                self.next_quarter * 25,
+                done / 1024
+            );
             self.next_quarter += 1;
         }
     }
@@ -106,7 +115,10 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     let block = u64::from(disk.block_size);
     let req_bytes = u64::from(cfg.req_kb) * 1024;
     if !req_bytes.is_multiple_of(block) {
-        println!("selftest: req_kb={} is not a multiple of the {}-byte block size", cfg.req_kb, block);
+        println!(
+            "selftest: req_kb={} is not a multiple of the {}-byte block size",
+            cfg.req_kb, block
+        );
         return fail("req_size", cpus);
     }
     let bytes = (cfg.selftest_mb << 20).min(disk.capacity_bytes()) / block * block;
@@ -121,7 +133,8 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         return fail("no_memory", cpus);
     };
     // SAFETY: freshly allocated, zeroed, 4096-aligned, owned by this function only.
-    let words = unsafe { core::slice::from_raw_parts_mut(buf_addr as *mut u64, req_bytes as usize / 8) };
+    let words =
+        unsafe { core::slice::from_raw_parts_mut(buf_addr as *mut u64, req_bytes as usize / 8) };
 
     let mut id_buf = [0u8; crate::cmdline::DISK_ID_MAX];
     let id_len = disk.id().len();
@@ -133,7 +146,11 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         bytes,
         cfg.req_kb,
         cfg.seed,
-        if disk.read_only { "read-only" } else { "write+flush+verify" }
+        if disk.read_only {
+            "read-only"
+        } else {
+            "write+flush+verify"
+        }
     );
 
     let mut write_cycles = 0;
@@ -196,8 +213,14 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     let read_cycles = rdtsc() - t0;
 
     let stats = disk.stats;
-    println!("selftest: requests={} notifies={} checksum={:#018x}", stats.requests, stats.notifies, checksum);
-    let read = Duration { phase: "read", cycles: read_cycles };
+    println!(
+        "selftest: requests={} notifies={} checksum={:#018x}",
+        stats.requests, stats.notifies, checksum
+    );
+    let read = Duration {
+        phase: "read",
+        cycles: read_cycles,
+    };
     if disk.read_only {
         println!(
             "RESULT workload=selftest ok=1 ro=1 disk={id} bytes={bytes} req_kb={} {read} requests={} cpus={cpus}",
@@ -206,12 +229,19 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         return ExitCode::Success;
     }
     let ok = mismatches == 0;
-    let write = Duration { phase: "write", cycles: write_cycles };
+    let write = Duration {
+        phase: "write",
+        cycles: write_cycles,
+    };
     println!(
         "RESULT workload=selftest ok={} disk={id} bytes={bytes} req_kb={} {write} {read} mismatches={mismatches} requests={} cpus={cpus}",
         u8::from(ok),
         cfg.req_kb,
         stats.requests
     );
-    if ok { ExitCode::Success } else { ExitCode::Failure }
+    if ok {
+        ExitCode::Success
+    } else {
+        ExitCode::Failure
+    }
 }
