@@ -59,6 +59,12 @@ pub struct RunArgs {
     /// Which hypervisor runs the VM.
     #[arg(long, value_enum, default_value_t = Hypervisor::Memvisor)]
     pub hypervisor: Hypervisor,
+    /// Give the VM a virtio-balloon device (deflate-on-OOM, statistics and free page reporting).
+    #[arg(long)]
+    pub balloon: bool,
+    /// With --hypervisor qemu: serve QEMU's QMP monitor on this Unix socket (e.g. to move the balloon).
+    #[arg(long)]
+    pub qmp_sock: Option<PathBuf>,
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
@@ -228,6 +234,12 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             "--mem {} is not usable: give a whole number of MiB, at least 16M",
             args.mem
         ));
+    }
+    if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
+        return bad("--qmp-sock is for --hypervisor qemu".into());
+    }
+    if args.balloon && args.hypervisor == Hypervisor::Memvisor {
+        return bad("--balloon is not available on memvisor yet; use --hypervisor qemu".into());
     }
     Ok(RunPlan {
         args,

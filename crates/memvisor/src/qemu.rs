@@ -29,6 +29,12 @@ pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
     .args(["-append", &plan.cmdline])
     .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
     .args(["-global", "virtio-mmio.force-legacy=false"]);
+    if a.balloon {
+        cmd.args(["-device", "virtio-balloon-device,deflate-on-oom=on,free-page-reporting=on"]);
+    }
+    if let Some(sock) = &a.qmp_sock {
+        cmd.args(["-qmp", &format!("unix:{},server=on,wait=off", sock.display())]);
+    }
     for d in &plan.disks {
         let ro = if d.read_only { ",readonly=on" } else { "" };
         let path = d.path.display().to_string().replace(',', ",,");
