@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::{status, VirtioDevice, VIRTIO_F_VERSION_1};
@@ -60,6 +61,22 @@ mod reg {
 
 /// Interrupt-status bit: a used buffer was added.
 const INT_VRING: u32 = 1;
+/// `VIRTQ_AVAIL_F_NO_INTERRUPT`: the driver polls and wants no interrupt for used buffers.
+const AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// Whether the driver asked for an interrupt after new used buffers (virtio 1.2 §2.7.7: without
+/// VIRTIO_F_EVENT_IDX, which memvisor does not offer, it says so with the avail ring's flags).
+/// `virtio-queue` leaves this flag to the device. A polling driver (the guest kit) sets it, and
+/// then no interrupt is raised at all.
+fn driver_wants_interrupt(queue: &mut Queue, mem: &GuestMem) -> bool {
+    if queue.event_idx_enabled() {
+        return queue.needs_notification(mem).unwrap_or(true);
+    }
+    // Order the used-ring writes before reading the driver's flags.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    mem.read_obj::<u16>(GuestAddress(queue.avail_ring()))
+        .map_or(true, |flags| flags & AVAIL_F_NO_INTERRUPT == 0)
+}
 
 /// Counters of one transport.
 #[derive(Debug, Default)]
@@ -220,7 +237,7 @@ impl MmioTransport {
             return;
         }
         let used = dev.process_queue(index as usize, queue, &self.mem);
-        if used && queue.needs_notification(self.mem.as_ref()).unwrap_or(true) {
+        if used && driver_wants_interrupt(queue, &self.mem) {
             self.interrupt_status.fetch_or(INT_VRING, Ordering::SeqCst);
             if let Some(irq) = &self.irq {
                 self.metrics.interrupts.fetch_add(1, Ordering::Relaxed);
@@ -419,6 +436,17 @@ pub(crate) mod tests {
         assert_eq!(processed.load(Ordering::SeqCst), 1);
         assert_eq!(r(&mut t, reg::INTERRUPT_STATUS), INT_VRING);
         assert_eq!(irq.read().unwrap(), 1);
+        // A polling driver suppresses interrupts through the avail ring's flags.
+        w(&mut t, reg::INTERRUPT_ACK, INT_VRING);
+        t.mem
+            .write_obj(AVAIL_F_NO_INTERRUPT, GuestAddress(0x2000))
+            .unwrap();
+        w(&mut t, reg::QUEUE_NOTIFY, 0);
+        assert_eq!(processed.load(Ordering::SeqCst), 2);
+        assert_eq!(r(&mut t, reg::INTERRUPT_STATUS), 0);
+        assert!(irq.read().is_err(), "no interrupt was signalled");
+        t.mem.write_obj(0u16, GuestAddress(0x2000)).unwrap();
+        w(&mut t, reg::QUEUE_NOTIFY, 0);
         w(&mut t, reg::INTERRUPT_ACK, INT_VRING);
         assert_eq!(r(&mut t, reg::INTERRUPT_STATUS), 0);
         assert_eq!(
