@@ -26,6 +26,15 @@ fn main() {
         println!("cargo:rerun-if-changed={}", guest.join(p).display());
     }
 
+    // A guest kit built elsewhere (e.g. while guest/ is being edited) can stand in.
+    println!("cargo:rerun-if-env-changed=MEMVISOR_PREBUILT_GUEST");
+    if let Some(elf) = std::env::var_os("MEMVISOR_PREBUILT_GUEST") {
+        println!(
+            "cargo:rustc-env=MEMVISOR_GUEST_KIT={}",
+            PathBuf::from(elf).display()
+        );
+        return;
+    }
     let target_dir = out.join("guest-target");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&guest)

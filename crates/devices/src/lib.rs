@@ -5,6 +5,7 @@
 
 pub mod bus;
 pub mod debug_exit;
+pub mod ram;
 pub mod serial;
 pub mod virtio;
 

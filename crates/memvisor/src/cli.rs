@@ -36,6 +36,21 @@ pub enum Hypervisor {
     Qemu,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PagerMode {
+    Full,
+    Baseline,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VictimArg {
+    /// Uniformly random resident pages (ESX §3.3).
+    Random,
+    /// Second chance, with reference bits from the faults the pager sees.
+    Clock,
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Guest RAM: a size like 512M, 2G or 1048576 (bytes).
@@ -65,6 +80,23 @@ pub struct RunArgs {
     /// With --hypervisor qemu: serve QEMU's QMP monitor on this Unix socket (e.g. to move the balloon).
     #[arg(long)]
     pub qmp_sock: Option<PathBuf>,
+    /// Most guest RAM resident on the host at once, e.g. 100M. With --pager off (and on QEMU) a
+    /// cgroup v1 memory limit with host swap enforces it instead of memvisor's pager.
+    #[arg(long, value_parser = parse_size)]
+    pub mem_limit: Option<u64>,
+    /// Who manages guest memory: `full` (memvisor's pager with every mechanism), `baseline` (the
+    /// pager writing every victim, no zero detection, no prefetch), `off` (plain memory, the host kernel).
+    #[arg(long, value_enum, default_value_t = PagerMode::Full)]
+    pub pager: PagerMode,
+    /// How the pager picks victims.
+    #[arg(long, value_enum, default_value_t = VictimArg::Random)]
+    pub victims: VictimArg,
+    /// Pages brought in around a swap fault by the full pager.
+    #[arg(long, default_value_t = 16)]
+    pub prefetch: u32,
+    /// The pager's swap file (default: a new file in $TMPDIR, removed at exit).
+    #[arg(long)]
+    pub swap: Option<PathBuf>,
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
@@ -235,6 +267,20 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             args.mem
         ));
     }
+    if let Some(limit) = args.mem_limit {
+        if limit > args.mem {
+            return bad(format!(
+                "--mem-limit {limit} is above --mem {}: a limit caps the VM's own RAM",
+                args.mem
+            ));
+        }
+        if limit < memvisor_pager::MIN_LIMIT {
+            return bad(format!(
+                "--mem-limit {limit} is below {} MiB: the guest's own code, stacks and queues must stay resident",
+                memvisor_pager::MIN_LIMIT >> 20
+            ));
+        }
+    }
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
@@ -272,12 +318,45 @@ pub fn run(args: RunArgs) -> ExitCode {
     if plan.args.hypervisor == Hypervisor::Qemu {
         return qemu::run(&plan);
     }
+    let a = &plan.args;
+    let pager = (a.pager != PagerMode::Off).then(|| memvisor_pager::PagerConfig {
+        mech: match a.pager {
+            PagerMode::Baseline => memvisor_pager::Mechanisms::BASELINE,
+            _ => memvisor_pager::Mechanisms {
+                prefetch: a.prefetch,
+                ..memvisor_pager::Mechanisms::DEFAULT
+            },
+        },
+        policy: match a.victims {
+            VictimArg::Random => memvisor_pager::VictimPolicy::Random,
+            VictimArg::Clock => memvisor_pager::VictimPolicy::Clock,
+        },
+        limit: a.mem_limit,
+        swap_path: a.swap.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("memvisor-{}.swap", std::process::id()))
+        }),
+        remove_swap: a.swap.is_none(),
+        batch: 256,
+    });
+    let _host_limit = match (a.pager, a.mem_limit) {
+        (PagerMode::Off, Some(limit)) => {
+            match crate::hostlimit::HostLimit::enter(std::process::id(), limit) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    eprintln!("memvisor: cannot enforce --mem-limit with the host kernel: {e}");
+                    return ExitCode::from(status::VMM_FAILURE);
+                }
+            }
+        }
+        _ => None,
+    };
     let config = VmConfig {
         kernel: plan.kernel,
         cmdline: plan.cmdline,
         mem_size: plan.args.mem,
         vcpus: plan.args.vcpus,
         disks: plan.disks,
+        pager,
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {
@@ -291,6 +370,9 @@ pub fn run(args: RunArgs) -> ExitCode {
                     .other
                     .load(std::sync::atomic::Ordering::Relaxed)
             );
+            if let Some(p) = &report.pager {
+                tracing::info!("pager: {p:?}");
+            }
             for (id, blk, t) in &report.disks {
                 tracing::info!("disk {id}: {blk:?}, {t:?}");
             }
@@ -305,6 +387,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             eprintln!("memvisor: {}", error_line(&e));
             ExitCode::from(match e {
                 VmmError::Boot(_)
+                | VmmError::Pager(memvisor_pager::PagerError::Swap(_))
                 | VmmError::Disk(_)
                 | VmmError::BadVcpuCount(_)
                 | VmmError::TooManyDevices(_) => status::BAD_INPUT,

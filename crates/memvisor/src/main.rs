@@ -3,6 +3,7 @@
 
 mod cli;
 mod guest_kit;
+mod hostlimit;
 mod qemu;
 
 use std::process::ExitCode;

@@ -17,12 +17,14 @@ use std::sync::{Arc, Mutex};
 use kvm_ioctls::{Kvm, VmFd};
 use memvisor_boot::{BootError, PvhImage, RamLayout};
 use memvisor_devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use memvisor_devices::ram::{GuestRam, PlainRam};
 use memvisor_devices::serial::{Serial, COM1_LEN, COM1_PORT};
 use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
 use memvisor_devices::virtio::mmio::{
     MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
 };
 use memvisor_devices::{Bus, BusError};
+use memvisor_pager::{Pager, PagerConfig, PagerError, PagerSnapshot};
 use thiserror::Error;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -52,6 +54,8 @@ pub struct VmConfig {
     pub mem_size: u64,
     pub vcpus: u8,
     pub disks: Vec<DiskConfig>,
+    /// Put guest RAM under memvisor's pager; `None`: plain anonymous memory.
+    pub pager: Option<PagerConfig>,
 }
 
 #[derive(Debug, Error)]
@@ -68,6 +72,8 @@ pub enum VmmError {
     Boot(#[from] BootError),
     #[error("cannot set up guest memory")]
     Memory(#[source] std::io::Error),
+    #[error("cannot start the pager")]
+    Pager(#[from] PagerError),
     #[error("cannot attach disk")]
     Disk(#[from] BlockError),
     #[error("{0} disks given; at most {MMIO_SLOTS} virtio devices fit")]
@@ -122,6 +128,8 @@ impl ExitCounters {
 /// What a finished VM reports.
 pub struct VmReport {
     pub exit: VmExit,
+    /// The pager's state at exit, when one ran.
+    pub pager: Option<PagerSnapshot>,
     pub exits: Arc<ExitCounters>,
     pub disks: Vec<(String, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
 }
@@ -181,6 +189,16 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     vm.create_irq_chip()
         .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
     let mem = Arc::new(memory::create(&vm, &layout)?);
+    // The pager must own guest RAM before anything touches it, the boot data included.
+    let pager = config
+        .pager
+        .as_ref()
+        .map(|c| Pager::start(mem.clone(), c))
+        .transpose()?;
+    let ram: Arc<dyn GuestRam> = match &pager {
+        Some(p) => Arc::new(p.clone()),
+        None => Arc::new(PlainRam::new(mem.clone())),
+    };
     let boot = memvisor_boot::write_boot_data(
         mem.as_ref(),
         &layout,
@@ -191,7 +209,8 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
 
     let (events_tx, events) = mpsc::channel();
     let ended = Arc::new(AtomicBool::new(false));
-    let (pio, mmio, disks) = build_devices(&vm, &mem, config, events_tx.clone(), ended.clone())?;
+    let (pio, mmio, disks) =
+        build_devices(&vm, &mem, &ram, config, events_tx.clone(), ended.clone())?;
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let exits = Arc::new(ExitCounters::default());
@@ -264,7 +283,12 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
             )
         })
         .collect();
-    Ok(VmReport { exit, exits, disks })
+    Ok(VmReport {
+        exit,
+        pager: pager.as_ref().map(Pager::snapshot),
+        exits,
+        disks,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -290,6 +314,7 @@ type Devices = (Bus, Bus, Vec<(String, Mutex<AttachedDisk>)>);
 fn build_devices(
     vm: &VmFd,
     mem: &Arc<memvisor_devices::GuestMem>,
+    ram: &Arc<dyn GuestRam>,
     config: &VmConfig,
     events: mpsc::Sender<VmEvent>,
     ended: Arc<AtomicBool>,
@@ -327,7 +352,7 @@ fn build_devices(
             )?;
             continue;
         };
-        let block = Block::new(&disk.path, disk.read_only, &disk.id)?;
+        let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone())?;
         let block_metrics = block.metrics();
         let file = block.sync_handle().map_err(VmmError::Memory)?;
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;

@@ -31,6 +31,7 @@ fn config(code: &[u8]) -> VmConfig {
         mem_size: 64 << 20,
         vcpus: 1,
         disks: vec![],
+        pager: None,
     }
 }
 

@@ -22,6 +22,7 @@ pub use request::{Desc, Request, RequestError, RequestKind};
 use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
+use crate::ram::GuestRam;
 use crate::GuestMem;
 
 pub const VIRTIO_ID_BLOCK: u32 = 2;
@@ -148,12 +149,19 @@ pub struct Block {
     id: [u8; ID_BYTES],
     features: u64,
     bounce: Bounce,
+    /// Where request data goes to and comes from.
+    ram: Arc<dyn GuestRam>,
     metrics: Arc<BlockMetrics>,
 }
 
 impl Block {
     /// Opens the image at `path`. `id` is what GET_ID answers (the disk's serial).
-    pub fn new(path: &Path, read_only: bool, id: &str) -> Result<Self, BlockError> {
+    pub fn new(
+        path: &Path,
+        read_only: bool,
+        id: &str,
+        ram: Arc<dyn GuestRam>,
+    ) -> Result<Self, BlockError> {
         if id.len() > ID_BYTES {
             return Err(BlockError::IdTooLong(id.to_owned()));
         }
@@ -174,6 +182,7 @@ impl Block {
             id: id_bytes,
             features,
             bounce: Bounce::new(),
+            ram,
             metrics: Arc::default(),
         })
     }
@@ -213,13 +222,7 @@ impl Block {
     }
 
     /// Moves the data of a read or write between the image and guest memory.
-    fn transfer(
-        &mut self,
-        req: &Request,
-        mem: &GuestMem,
-        sector: u64,
-        write: bool,
-    ) -> std::io::Result<()> {
+    fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         let mut offset = sector * SECTOR_SIZE;
         for &(addr, len) in &req.data {
             let mut done: usize = 0;
@@ -230,11 +233,11 @@ impl Block {
                 let file = self.disk.file_for(offset, n);
                 let buf = self.bounce.get(n);
                 if write {
-                    mem.read_slice(buf, at).map_err(std::io::Error::other)?;
+                    self.ram.read(at, buf).map_err(std::io::Error::other)?;
                     file.write_all_at(buf, offset)?;
                 } else {
                     file.read_exact_at(buf, offset)?;
-                    mem.write_slice(buf, at).map_err(std::io::Error::other)?;
+                    self.ram.write(at, buf).map_err(std::io::Error::other)?;
                 }
                 done += n;
                 offset += n as u64;
@@ -252,7 +255,7 @@ impl Block {
         };
         match req.kind {
             RequestKind::Read { sector } => {
-                if io(self.transfer(req, mem, sector, false)) {
+                if io(self.transfer(req, sector, false)) {
                     m.reads.fetch_add(1, Ordering::Relaxed);
                     m.bytes_read.fetch_add(req.data_len, Ordering::Relaxed);
                     // data_len <= 4 GiB by the chain limit; saturate anyway.
@@ -264,7 +267,7 @@ impl Block {
             }
             RequestKind::Write { .. } if self.read_only => {}
             RequestKind::Write { sector } => {
-                if io(self.transfer(req, mem, sector, true)) {
+                if io(self.transfer(req, sector, true)) {
                     m.writes.fetch_add(1, Ordering::Relaxed);
                     m.bytes_written.fetch_add(req.data_len, Ordering::Relaxed);
                     return (VIRTIO_BLK_S_OK, 0);
@@ -409,6 +412,10 @@ mod tests {
         mem.write_obj(sector, GuestAddress(0x10008)).unwrap();
     }
 
+    fn ram_for(mem: &GuestMem) -> Arc<dyn GuestRam> {
+        Arc::new(crate::ram::PlainRam::new(Arc::new(mem.clone())))
+    }
+
     fn mem() -> GuestMem {
         GuestMem::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap()
     }
@@ -417,7 +424,7 @@ mod tests {
     fn reads_writes_and_ids_reach_the_file() {
         let img = image(4);
         let mem = mem();
-        let mut dev = Block::new(img.path(), false, "data").unwrap();
+        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem)).unwrap();
         assert_eq!(dev.capacity(), 4 * BLOCK_SIZE);
 
         header(&mem, request::VIRTIO_BLK_T_IN, 8);
@@ -489,7 +496,7 @@ mod tests {
     fn read_only_disk_refuses_writes() {
         let img = image(2);
         let mem = mem();
-        let mut dev = Block::new(img.path(), true, "ro").unwrap();
+        let mut dev = Block::new(img.path(), true, "ro", ram_for(&mem)).unwrap();
         assert_ne!(dev.features() & VIRTIO_BLK_F_RO, 0);
         header(&mem, request::VIRTIO_BLK_T_OUT, 0);
         let st = submit(
@@ -513,7 +520,7 @@ mod tests {
         let img = image(2);
         let before = std::fs::read(img.path()).unwrap();
         let mem = mem();
-        let mut dev = Block::new(img.path(), false, "x").unwrap();
+        let mut dev = Block::new(img.path(), false, "x", ram_for(&mem)).unwrap();
         header(&mem, request::VIRTIO_BLK_T_OUT, 15); // one sector before the end, 4 KiB long
         let st = submit(
             &mut dev,
@@ -555,7 +562,7 @@ mod tests {
     #[test]
     fn config_space_reports_capacity_and_block_size() {
         let img = image(3);
-        let dev = Block::new(img.path(), false, "x").unwrap();
+        let dev = Block::new(img.path(), false, "x", ram_for(&mem())).unwrap();
         let mut cap = [0u8; 8];
         dev.read_config(0, &mut cap);
         assert_eq!(u64::from_le_bytes(cap), 3 * 4096 / 512);
@@ -570,16 +577,26 @@ mod tests {
     fn bad_images_are_clear_errors() {
         let empty = tempfile::NamedTempFile::new().unwrap();
         assert!(matches!(
-            Block::new(empty.path(), false, "x"),
+            Block::new(empty.path(), false, "x", ram_for(&mem())),
             Err(BlockError::TooSmall { .. })
         ));
         assert!(matches!(
-            Block::new(Path::new("/nonexistent/disk.img"), false, "x"),
+            Block::new(
+                Path::new("/nonexistent/disk.img"),
+                false,
+                "x",
+                ram_for(&mem())
+            ),
             Err(BlockError::Open { .. })
         ));
         let img = image(1);
         assert!(matches!(
-            Block::new(img.path(), false, "a-very-long-disk-identifier"),
+            Block::new(
+                img.path(),
+                false,
+                "a-very-long-disk-identifier",
+                ram_for(&mem())
+            ),
             Err(BlockError::IdTooLong(_))
         ));
     }

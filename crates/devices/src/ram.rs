@@ -1,0 +1,190 @@
+//! How devices move data into and out of guest RAM and give RAM back to the host.
+//!
+//! Devices never `madvise` or install pages themselves: they call a [`GuestRam`], which is the
+//! pager when one runs (it may install a whole page a device writes without reading the page's old
+//! content) and [`PlainRam`] otherwise.
+
+use std::sync::Arc;
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, GuestMemoryRegion};
+
+use crate::GuestMem;
+
+pub const PAGE_SIZE: u64 = 4096;
+
+/// A guest-physical range, `len` bytes from `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestRange {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Why a range's content is forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discard {
+    /// The balloon took it (inflate).
+    Balloon,
+    /// The guest reported it free (free page reporting).
+    Reported,
+}
+
+/// Guest RAM as devices use it.
+pub trait GuestRam: Send + Sync {
+    /// The guest memory map (for descriptor rings and small accesses).
+    fn mem(&self) -> &GuestMem;
+
+    /// Device → guest data (e.g. a disk read).
+    fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        self.mem().write_slice(data, addr)
+    }
+
+    /// Guest → device data (e.g. a disk write).
+    fn read(&self, addr: GuestAddress, data: &mut [u8]) -> Result<(), GuestMemoryError> {
+        self.mem().read_slice(data, addr)
+    }
+
+    /// Forgets the content of whole pages in `ranges` (page aligned, inside RAM) and releases
+    /// their host memory. Returns the pages released.
+    fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64>;
+
+    /// Balloon deflate: the pages in `ranges` are the guest's again (they read as zero).
+    fn deflate(&self, _ranges: &[GuestRange]) {}
+}
+
+/// Guest RAM without a pager: plain anonymous memory, released with `MADV_DONTNEED`.
+pub struct PlainRam {
+    mem: Arc<GuestMem>,
+}
+
+impl PlainRam {
+    pub fn new(mem: Arc<GuestMem>) -> Self {
+        PlainRam { mem }
+    }
+}
+
+/// Releases the host memory behind page-aligned guest range `r` of `mem` with `MADV_DONTNEED`.
+pub fn dontneed(mem: &GuestMem, r: GuestRange) -> std::io::Result<()> {
+    let len = usize::try_from(r.len).map_err(std::io::Error::other)?;
+    let host = mem
+        .get_host_address(GuestAddress(r.addr))
+        .map_err(std::io::Error::other)?;
+    let region = mem
+        .find_region(GuestAddress(r.addr))
+        .ok_or_else(|| std::io::Error::other("range outside guest RAM"))?;
+    let fits = r
+        .addr
+        .checked_add(r.len)
+        .is_some_and(|end| end <= region.start_addr().0 + region.len());
+    if !fits || r.addr % PAGE_SIZE != 0 || r.len % PAGE_SIZE != 0 {
+        return Err(std::io::Error::other(
+            "range is not whole pages of one RAM region",
+        ));
+    }
+    // SAFETY: `host..host + len` lies inside one mapping of guest RAM (checked above). Dropping
+    // anonymous private pages only makes them read as zero next time, which is what the caller asks.
+    let rc = unsafe { libc::madvise(host.cast(), len, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl GuestRam for PlainRam {
+    fn mem(&self) -> &GuestMem {
+        &self.mem
+    }
+
+    fn discard(&self, ranges: &[GuestRange], _why: Discard) -> std::io::Result<u64> {
+        let mut pages = 0;
+        for r in ranges {
+            dontneed(&self.mem, *r)?;
+            pages += r.len / PAGE_SIZE;
+        }
+        Ok(pages)
+    }
+}
+
+/// Merges sorted page frame numbers into ranges (consecutive frames become one range).
+pub fn merge_pfns(pfns: &[u64]) -> Vec<GuestRange> {
+    let mut out: Vec<GuestRange> = Vec::new();
+    for &pfn in pfns {
+        let Some(addr) = pfn.checked_mul(PAGE_SIZE) else {
+            continue;
+        };
+        match out.last_mut() {
+            Some(last) if last.addr + last.len == addr => last.len += PAGE_SIZE,
+            _ => out.push(GuestRange {
+                addr,
+                len: PAGE_SIZE,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dontneed_zeroes_and_checks_bounds() {
+        let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap());
+        mem.write_slice(&[7u8; 8192], GuestAddress(0x2000)).unwrap();
+        let ram = PlainRam::new(mem.clone());
+        let n = ram
+            .discard(
+                &[GuestRange {
+                    addr: 0x2000,
+                    len: 4096,
+                }],
+                Discard::Balloon,
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        let mut b = [1u8; 8192];
+        mem.read_slice(&mut b, GuestAddress(0x2000)).unwrap();
+        assert!(b[..4096].iter().all(|&x| x == 0));
+        assert!(b[4096..].iter().all(|&x| x == 7));
+        assert!(dontneed(
+            &mem,
+            GuestRange {
+                addr: 0x100,
+                len: 4096
+            }
+        )
+        .is_err());
+        assert!(dontneed(
+            &mem,
+            GuestRange {
+                addr: 0xff000,
+                len: 8192
+            }
+        )
+        .is_err());
+        assert!(dontneed(
+            &mem,
+            GuestRange {
+                addr: 1 << 20,
+                len: 4096
+            }
+        )
+        .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn merged_ranges_cover_exactly_the_pfns(mut pfns in proptest::collection::vec(0u64..64, 0..64)) {
+            pfns.sort_unstable();
+            pfns.dedup();
+            let ranges = merge_pfns(&pfns);
+            let mut back = Vec::new();
+            for r in &ranges {
+                prop_assert!(r.len > 0 && r.len % PAGE_SIZE == 0);
+                back.extend((r.addr / PAGE_SIZE)..(r.addr + r.len) / PAGE_SIZE);
+            }
+            prop_assert_eq!(back, pfns);
+            prop_assert!(ranges.windows(2).all(|w| w[0].addr + w[0].len < w[1].addr));
+        }
+    }
+}

@@ -1,0 +1,783 @@
+//! The pager thread and the operations that move guest pages, carried out with userfaultfd.
+//!
+//! Guest RAM is registered with userfaultfd in MISSING and WRITE_PROTECT modes, reporting faults
+//! from kernel mode too (KVM's faults, and `pread` into guest memory, are kernel-mode faults).
+//! Protocol:
+//!
+//! 1. **Fault** on a page that is not mapped: the pager thread reads the event and asks the
+//!    [`PageTable`] what to install — a zero page (with the following never-touched pages, in one
+//!    `UFFDIO_ZEROPAGE`), or the page's swap block (with its neighbours whose blocks continue the
+//!    run, in one read and one `UFFDIO_COPY`). Pages loaded clean are installed write-protected
+//!    and keep their block.
+//! 2. **Write fault** on a write-protected page: the page is dirty from now on; its block is
+//!    released and the protection removed, which wakes the writer.
+//! 3. **Reclaim**, whenever resident pages exceed the limit (the high watermark), down to the low
+//!    watermark, in batches: victims are write-protected first, then each is dropped as zero,
+//!    dropped because its block still holds it, or written to new blocks (runs of consecutive
+//!    blocks in one write), and only then released with `MADV_DONTNEED`. A write that arrives
+//!    in between waits on the protection, finds the page gone, and faults it back in: no write is
+//!    lost between checking and dropping.
+//! 4. **Devices** write whole non-resident pages into place with `UFFDIO_COPY` (no read of the old
+//!    content); everything else they access faults like the guest does.
+//!
+//! One mutex guards the table; only the pager thread reads fault events. It never `madvise`s a
+//! range while a fault on it could be waiting for itself: EVENT_REMOVE is not requested.
+
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use memvisor_devices::ram::{dontneed, Discard, GuestRam, GuestRange, PAGE_SIZE};
+use memvisor_devices::GuestMem;
+use thiserror::Error;
+use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite, RegisterMode, Uffd, UffdBuilder};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, GuestMemoryRegion};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::state::{Disposition, FaultAction, Mechanisms, PageIdx, PageState, PageTable};
+use crate::stats::{Counters, Latency};
+use crate::swap::{AlignedBuf, SwapError, SwapStore, BLOCK};
+use crate::victim::VictimPolicy;
+
+/// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
+/// be paged out and in continuously.
+pub const MIN_LIMIT: u64 = 16 << 20;
+const PAGE: usize = 4096;
+/// Never-touched pages installed with a faulting one (64 KiB).
+const ZERO_WINDOW: u32 = 16;
+
+#[derive(Clone, Debug)]
+pub struct PagerConfig {
+    pub mech: Mechanisms,
+    pub policy: VictimPolicy,
+    /// Most bytes of guest RAM resident at once; `None`: no limit.
+    pub limit: Option<u64>,
+    pub swap_path: PathBuf,
+    /// Remove the swap file when the pager ends (it was made for this VM).
+    pub remove_swap: bool,
+    /// Pages reclaimed per batch.
+    pub batch: u32,
+}
+
+#[derive(Debug, Error)]
+pub enum PagerError {
+    #[error("userfaultfd is unavailable")]
+    Uffd(#[source] userfaultfd::Error),
+    #[error("cannot register guest RAM with userfaultfd")]
+    Register(#[source] userfaultfd::Error),
+    #[error(transparent)]
+    Swap(#[from] SwapError),
+    #[error("a limit of {limit} bytes is above the VM's {size} bytes of RAM")]
+    LimitAboveSize { limit: u64, size: u64 },
+    #[error("a limit of {limit} bytes is below the {MIN_LIMIT}-byte minimum (the guest's own code, stacks and queues must stay resident)")]
+    LimitTooSmall { limit: u64 },
+    #[error("cannot start the pager thread")]
+    Thread(#[source] std::io::Error),
+    #[error("cannot create an event fd")]
+    EventFd(#[source] std::io::Error),
+}
+
+/// One mapping of guest RAM.
+struct Region {
+    gpa: u64,
+    host: u64,
+    first: PageIdx,
+    pages: u32,
+}
+
+struct Inner {
+    table: PageTable,
+    swap: SwapStore,
+    /// Resident-page limit (the high watermark); `u32::MAX`: none.
+    limit: u32,
+    io: AlignedBuf,
+    /// Pages installed by prefetch and not yet written.
+    prefetched: Vec<bool>,
+}
+
+/// A snapshot of the pager for the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PagerSnapshot {
+    pub limit_bytes: Option<u64>,
+    pub resident_pages: u64,
+    pub zero_pages: u64,
+    pub swapped_pages: u64,
+    pub ballooned_pages: u64,
+    pub reported_pages: u64,
+    pub swap_blocks_in_use: u64,
+    pub counters: Vec<(&'static str, u64)>,
+    pub fault_latency_us: (usize, u32, u32),
+    pub reclaim_latency_us: (usize, u32, u32),
+}
+
+struct Shared {
+    mem: Arc<GuestMem>,
+    uffd: Uffd,
+    regions: Vec<Region>,
+    inner: Mutex<Inner>,
+    poke: EventFd,
+    batch: u32,
+    counters: Counters,
+    fault_latency: Latency,
+    reclaim_latency: Latency,
+}
+
+/// The pager of one VM. Cloning shares it.
+#[derive(Clone)]
+pub struct Pager {
+    shared: Arc<Shared>,
+}
+
+fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
+    match limit {
+        None => Ok(u32::MAX),
+        Some(l) if l > size => Err(PagerError::LimitAboveSize { limit: l, size }),
+        Some(l) if l < MIN_LIMIT => Err(PagerError::LimitTooSmall { limit: l }),
+        Some(l) => Ok(u32::try_from(l / PAGE_SIZE).unwrap_or(u32::MAX)),
+    }
+}
+
+/// Consecutive runs in a sorted list of pages: (first, count).
+fn runs(pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
+    let mut out: Vec<(PageIdx, u32)> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some((first, n)) if *first + *n == p => *n += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+fn uffd_copy(
+    uffd: &Uffd,
+    src: *const u8,
+    dst: u64,
+    len: usize,
+    write_protect: bool,
+) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let mut c = userfaultfd_sys::uffdio_copy {
+            dst: dst + done as u64,
+            src: src as u64 + done as u64,
+            len: (len - done) as u64,
+            mode: if write_protect {
+                userfaultfd_sys::UFFDIO_COPY_MODE_WP
+            } else {
+                0
+            },
+            copy: 0,
+        };
+        // SAFETY: UFFDIO_COPY reads `len` bytes at `src` (a live host buffer the caller owns) and
+        // fills the registered range at `dst`; `c` is a valid uffdio_copy for the call.
+        let rc = unsafe {
+            libc::ioctl(
+                uffd.as_raw_fd(),
+                userfaultfd_sys::UFFDIO_COPY.into(),
+                &mut c,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) if c.copy > 0 => done += usize::try_from(c.copy).unwrap_or(0),
+            Some(libc::EINTR) => {}
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Pager {
+    /// Puts `mem` under a new pager and starts its thread. Must run before anything touches guest RAM.
+    pub fn start(mem: Arc<GuestMem>, config: &PagerConfig) -> Result<Pager, PagerError> {
+        let uffd = UffdBuilder::new()
+            .close_on_exec(true)
+            .non_blocking(true)
+            .user_mode_only(false)
+            .create()
+            .map_err(PagerError::Uffd)?;
+        let mut regions = Vec::new();
+        let mut first = 0u32;
+        for r in mem.iter() {
+            let host = r.as_ptr() as u64;
+            let len = usize::try_from(r.len()).unwrap_or(usize::MAX);
+            uffd.register_with_mode(
+                r.as_ptr().cast(),
+                len,
+                RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
+            )
+            .map_err(PagerError::Register)?;
+            let pages = u32::try_from(r.len() / PAGE_SIZE).unwrap_or(u32::MAX);
+            regions.push(Region {
+                gpa: r.start_addr().0,
+                host,
+                first,
+                pages,
+            });
+            first += pages;
+        }
+        let size = u64::from(first) * PAGE_SIZE;
+        let limit = limit_pages(config.limit, size)?;
+        let swap = SwapStore::create(&config.swap_path, first, config.remove_swap)?;
+        let batch = config.batch.max(1);
+        let inner = Inner {
+            table: PageTable::new(first, first, config.mech, config.policy, 0x6d76_6d76),
+            swap,
+            limit,
+            io: AlignedBuf::new((batch.max(config.mech.prefetch) as usize + 1) * BLOCK),
+            prefetched: vec![false; first as usize],
+        };
+        let shared = Arc::new(Shared {
+            mem,
+            uffd,
+            regions,
+            inner: Mutex::new(inner),
+            poke: EventFd::new(libc::EFD_NONBLOCK).map_err(PagerError::EventFd)?,
+            batch,
+            counters: Counters::default(),
+            fault_latency: Latency::default(),
+            reclaim_latency: Latency::default(),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("pager".into())
+            .spawn(move || s.run())
+            .map_err(PagerError::Thread)?;
+        Ok(Pager { shared })
+    }
+
+    /// Changes the limit at run time: shrinking reclaims down to it (on the pager thread),
+    /// growing lets pages back as they fault.
+    pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
+        let s = &self.shared;
+        let size = u64::from(s.lock().table.len()) * PAGE_SIZE;
+        let pages = limit_pages(limit, size)?;
+        s.lock().limit = pages;
+        let _ = s.poke.write(1);
+        Ok(())
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    pub fn snapshot(&self) -> PagerSnapshot {
+        let s = &self.shared;
+        let inner = s.lock();
+        let [zero, resident, swapped, ballooned, reported] = inner.table.census();
+        let limit_bytes = (inner.limit != u32::MAX).then(|| u64::from(inner.limit) * PAGE_SIZE);
+        let in_use = inner.table.blocks.in_use();
+        drop(inner);
+        let c = &s.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        PagerSnapshot {
+            limit_bytes,
+            resident_pages: resident.into(),
+            zero_pages: zero.into(),
+            swapped_pages: swapped.into(),
+            ballooned_pages: ballooned.into(),
+            reported_pages: reported.into(),
+            swap_blocks_in_use: in_use.into(),
+            counters: vec![
+                ("faults_zero", get(&c.faults_zero)),
+                ("faults_swap", get(&c.faults_swap)),
+                ("faults_released", get(&c.faults_released)),
+                ("device_installs", get(&c.device_installs)),
+                ("write_faults", get(&c.write_faults)),
+                ("reclaimed_zero", get(&c.reclaimed_zero)),
+                ("reclaimed_clean", get(&c.reclaimed_clean)),
+                ("reclaimed_written", get(&c.reclaimed_written)),
+                ("swap_bytes_read", get(&c.swap_bytes_read)),
+                ("swap_bytes_written", get(&c.swap_bytes_written)),
+                ("prefetched", get(&c.prefetched)),
+                ("prefetch_hits", get(&c.prefetch_hits)),
+                ("reclaim_batches", get(&c.reclaim_batches)),
+                ("ballooned", get(&c.ballooned)),
+                ("reported", get(&c.reported)),
+            ],
+            fault_latency_us: s.fault_latency.summary(),
+            reclaim_latency_us: s.reclaim_latency.summary(),
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn host(&self, p: PageIdx) -> u64 {
+        let r = self
+            .regions
+            .iter()
+            .rfind(|r| r.first <= p)
+            .expect("page 0 is in the first region");
+        r.host + u64::from(p - r.first) * PAGE_SIZE
+    }
+
+    fn page_of_host(&self, addr: u64) -> Option<PageIdx> {
+        self.regions.iter().find_map(|r| {
+            let off = addr.checked_sub(r.host)?;
+            let i = off / PAGE_SIZE;
+            (i < u64::from(r.pages)).then(|| r.first + u32::try_from(i).unwrap_or(0))
+        })
+    }
+
+    fn page_of_gpa(&self, gpa: u64) -> Option<PageIdx> {
+        self.regions.iter().find_map(|r| {
+            let off = gpa.checked_sub(r.gpa)?;
+            let i = off / PAGE_SIZE;
+            (i < u64::from(r.pages)).then(|| r.first + u32::try_from(i).unwrap_or(0))
+        })
+    }
+
+    /// Whether `p` and `q` are in the same mapping (so one syscall may cover both).
+    fn same_region(&self, p: PageIdx, q: PageIdx) -> bool {
+        self.regions
+            .iter()
+            .any(|r| p >= r.first && q >= r.first && p < r.first + r.pages && q < r.first + r.pages)
+    }
+
+    fn page_is_zero(&self, p: PageIdx) -> bool {
+        let host = self.host(p) as *const u64;
+        // SAFETY: `p` is resident (the caller checked the table) and write-protected, so the page
+        // is mapped and nobody changes it while we read; it lies in a live guest RAM mapping.
+        let words = unsafe { std::slice::from_raw_parts(host, PAGE / 8) };
+        words.iter().all(|&w| w == 0)
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut buf = EventBuffer::new(64);
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.uffd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.poke.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                tracing::error!("pager: poll failed: {}", std::io::Error::last_os_error());
+                return;
+            }
+            if fds[1].revents != 0 {
+                let _ = self.poke.read();
+            }
+            let events: Vec<(FaultKind, ReadWrite, u64)> = match self.uffd.read_events(&mut buf) {
+                Ok(it) => it
+                    .filter_map(|e| match e {
+                        Ok(Event::Pagefault { kind, rw, addr, .. }) => {
+                            Some((kind, rw, addr as u64))
+                        }
+                        Ok(other) => {
+                            tracing::debug!("pager: ignoring event {other:?}");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::warn!("pager: bad event: {e}");
+                            None
+                        }
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::error!("pager: reading fault events failed: {e}");
+                    return;
+                }
+            };
+            let mut inner = self.lock();
+            for (kind, rw, addr) in events {
+                let t0 = Instant::now();
+                let Some(p) = self.page_of_host(addr) else {
+                    tracing::warn!("pager: fault at {addr:#x} outside guest RAM");
+                    continue;
+                };
+                let r = match kind {
+                    FaultKind::WriteProtected => self.write_fault(&mut inner, p),
+                    _ => self.missing_fault(&mut inner, p, rw == ReadWrite::Write),
+                };
+                if let Err(e) = r {
+                    tracing::error!("pager: resolving a fault on page {p} failed: {e}");
+                }
+                self.fault_latency.record(t0.elapsed());
+            }
+            self.reclaim_to_limit(&mut inner);
+        }
+    }
+
+    fn wake(&self, p: PageIdx) -> std::io::Result<()> {
+        self.uffd
+            .wake(self.host(p) as *mut _, PAGE)
+            .map_err(std::io::Error::other)
+    }
+
+    fn missing_fault(&self, inner: &mut Inner, p: PageIdx, write: bool) -> std::io::Result<()> {
+        let action = inner.table.fault(p, write);
+        match action {
+            FaultAction::Wake => self.wake(p),
+            FaultAction::Zero => {
+                if matches!(
+                    inner.table.state(p),
+                    PageState::Ballooned | PageState::Reported
+                ) {
+                    Counters::add(&self.counters.faults_released, 1);
+                }
+                let mut n = 1;
+                while n < ZERO_WINDOW
+                    && p + n < inner.table.len()
+                    && self.same_region(p, p + n)
+                    && inner.table.state(p + n) == PageState::Zero
+                {
+                    n += 1;
+                }
+                // SAFETY: the range is `n` pages of registered guest RAM that the table says are not mapped.
+                unsafe {
+                    self.uffd
+                        .zeropage(self.host(p) as *mut _, n as usize * PAGE, true)
+                }
+                .map_err(std::io::Error::other)?;
+                for q in p..p + n {
+                    inner.table.installed(q, FaultAction::Zero);
+                }
+                Counters::add(&self.counters.faults_zero, 1);
+                Ok(())
+            }
+            FaultAction::SwapIn { block, keep_block } => {
+                let (lo, n) = inner.table.swap_run(p);
+                let (lo, n) = if self.same_region(lo, lo + n - 1) {
+                    (lo, n)
+                } else {
+                    (p, 1)
+                };
+                let first_block = block - (p - lo);
+                let len = n as usize * PAGE;
+                let Inner {
+                    swap,
+                    io,
+                    table,
+                    prefetched,
+                    ..
+                } = inner;
+                let buf = io.get(len);
+                swap.read(first_block, buf)?;
+                Counters::add(&self.counters.swap_bytes_read, len as u64);
+                // Neighbours come in clean and protected; the faulting page too unless it is written.
+                let src = buf.as_ptr();
+                let before = (p - lo) as usize * PAGE;
+                if keep_block {
+                    uffd_copy(&self.uffd, src, self.host(lo), len, true)?;
+                } else {
+                    if before > 0 {
+                        uffd_copy(&self.uffd, src, self.host(lo), before, true)?;
+                    }
+                    // SAFETY of the pointer arithmetic: `before + PAGE <= len`, inside `buf`.
+                    uffd_copy(
+                        &self.uffd,
+                        src.wrapping_add(before),
+                        self.host(p),
+                        PAGE,
+                        false,
+                    )?;
+                    let after = len - before - PAGE;
+                    if after > 0 {
+                        uffd_copy(
+                            &self.uffd,
+                            src.wrapping_add(before + PAGE),
+                            self.host(p + 1),
+                            after,
+                            true,
+                        )?;
+                    }
+                }
+                for q in lo..lo + n {
+                    let PageState::Swapped(b) = table.state(q) else {
+                        unreachable!("a swap run holds swapped pages")
+                    };
+                    let keep = if q == p { keep_block } else { true };
+                    table.installed(
+                        q,
+                        FaultAction::SwapIn {
+                            block: b,
+                            keep_block: keep,
+                        },
+                    );
+                    prefetched[q as usize] = q != p;
+                }
+                Counters::add(&self.counters.faults_swap, 1);
+                Counters::add(&self.counters.prefetched, u64::from(n - 1));
+                Ok(())
+            }
+        }
+    }
+
+    fn write_fault(&self, inner: &mut Inner, p: PageIdx) -> std::io::Result<()> {
+        if !inner.table.write_fault(p) {
+            return self.wake(p);
+        }
+        Counters::add(&self.counters.write_faults, 1);
+        if std::mem::take(&mut inner.prefetched[p as usize]) {
+            Counters::add(&self.counters.prefetch_hits, 1);
+        }
+        self.uffd
+            .remove_write_protection(self.host(p) as *mut _, PAGE, true)
+            .map_err(std::io::Error::other)
+    }
+
+    fn reclaim_to_limit(&self, inner: &mut Inner) {
+        if inner.table.resident() <= inner.limit {
+            return;
+        }
+        let slack = self.batch.max(inner.limit / 64);
+        let low = inner.limit.saturating_sub(slack);
+        while inner.table.resident() > low {
+            let n = (inner.table.resident() - low).min(self.batch);
+            match self.reclaim_batch(inner, n) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!("pager: reclaim failed, the VM stays above its limit: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn reclaim_batch(&self, inner: &mut Inner, n: u32) -> std::io::Result<u32> {
+        let t0 = Instant::now();
+        let victims = inner.table.victims.pick(n);
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let victim_runs: Vec<(PageIdx, u32)> = runs(&victims)
+            .into_iter()
+            .flat_map(|(first, n)| {
+                // Split runs at region boundaries so each syscall covers one mapping.
+                (first..first + n).fold(Vec::<(PageIdx, u32)>::new(), |mut acc, q| {
+                    match acc.last_mut() {
+                        Some((f, c)) if self.same_region(*f, q) => *c += 1,
+                        _ => acc.push((q, 1)),
+                    }
+                    acc
+                })
+            })
+            .collect();
+        for &(first, n) in &victim_runs {
+            self.uffd
+                .write_protect(self.host(first) as *mut _, n as usize * PAGE)
+                .map_err(std::io::Error::other)?;
+        }
+        let mut to_write = Vec::new();
+        let mut decided = Vec::with_capacity(victims.len());
+        for &p in &victims {
+            let dirty = matches!(inner.table.state(p), PageState::Resident { clean: None });
+            let is_zero = inner.table.mech.zero_detection && dirty && self.page_is_zero(p);
+            let d = inner.table.disposition(p, is_zero);
+            if d == Disposition::Write {
+                to_write.push(p);
+            }
+            decided.push((p, d));
+        }
+        let want = u32::try_from(to_write.len()).unwrap_or(u32::MAX);
+        let blocks = inner.table.blocks.alloc(want);
+        if blocks.len() < to_write.len() {
+            blocks
+                .into_iter()
+                .for_each(|b| inner.table.blocks.release(b));
+            return Err(std::io::Error::other("the swap store is full"));
+        }
+        // Write runs of consecutive blocks with one write each.
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
+                j += 1;
+            }
+            let Inner { io, swap, .. } = &mut *inner;
+            let buf = io.get((j - i) * PAGE);
+            for (k, &p) in to_write[i..j].iter().enumerate() {
+                let src = self.host(p) as *const u8;
+                // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
+                let page = unsafe { std::slice::from_raw_parts(src, PAGE) };
+                buf[k * PAGE..(k + 1) * PAGE].copy_from_slice(page);
+            }
+            if let Err(e) = swap.write(blocks[i], buf) {
+                blocks.iter().for_each(|&b| inner.table.blocks.release(b));
+                return Err(e);
+            }
+            Counters::add(&self.counters.swap_bytes_written, ((j - i) * PAGE) as u64);
+            i = j;
+        }
+        for &(first, n) in &victim_runs {
+            let gpa = self.gpa(first);
+            dontneed(
+                &self.mem,
+                GuestRange {
+                    addr: gpa,
+                    len: u64::from(n) * PAGE_SIZE,
+                },
+            )?;
+        }
+        let mut written = blocks.into_iter();
+        for (p, d) in decided {
+            inner.prefetched[p as usize] = false;
+            let block = if d == Disposition::Write {
+                written.next()
+            } else {
+                None
+            };
+            inner.table.reclaimed(p, d, block);
+            let c = match d {
+                Disposition::DropZero => &self.counters.reclaimed_zero,
+                Disposition::DropClean(_) => &self.counters.reclaimed_clean,
+                Disposition::Write => &self.counters.reclaimed_written,
+            };
+            Counters::add(c, 1);
+        }
+        Counters::add(&self.counters.reclaim_batches, 1);
+        self.reclaim_latency.record(t0.elapsed());
+        Ok(u32::try_from(victims.len()).unwrap_or(0))
+    }
+
+    fn gpa(&self, p: PageIdx) -> u64 {
+        let r = self
+            .regions
+            .iter()
+            .rfind(|r| r.first <= p)
+            .expect("page 0 is in the first region");
+        r.gpa + u64::from(p - r.first) * PAGE_SIZE
+    }
+}
+
+impl GuestRam for Pager {
+    fn mem(&self) -> &GuestMem {
+        &self.shared.mem
+    }
+
+    fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        let s = &self.shared;
+        let mut off = 0usize;
+        let mut installed = false;
+        while off < data.len() {
+            let gpa = addr.0 + off as u64;
+            let in_page = PAGE - usize::try_from(gpa % PAGE_SIZE).unwrap_or(0);
+            let n = in_page.min(data.len() - off);
+            let whole = gpa % PAGE_SIZE == 0 && n == PAGE;
+            if whole {
+                if let Some(p) = s.page_of_gpa(gpa) {
+                    let mut inner = s.lock();
+                    if inner.table.device_can_install(p) {
+                        if let Err(e) =
+                            uffd_copy(&s.uffd, data[off..].as_ptr(), s.host(p), PAGE, false)
+                        {
+                            tracing::warn!("pager: device install of page {p} failed: {e}");
+                        } else {
+                            inner.table.device_installed(p);
+                            inner.prefetched[p as usize] = false;
+                            Counters::add(&s.counters.device_installs, 1);
+                            installed |= inner.table.resident() > inner.limit;
+                            off += n;
+                            continue;
+                        }
+                    }
+                }
+            }
+            s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
+            off += n;
+        }
+        if installed {
+            let _ = s.poke.write(1);
+        }
+        Ok(())
+    }
+
+    fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
+        let s = &self.shared;
+        let to = match why {
+            Discard::Balloon => PageState::Ballooned,
+            Discard::Reported => PageState::Reported,
+        };
+        let mut inner = s.lock();
+        let mut pages = 0u64;
+        for r in ranges {
+            let (Some(first), true) = (s.page_of_gpa(r.addr), r.len > 0) else {
+                continue;
+            };
+            let n = u32::try_from(r.len / PAGE_SIZE).unwrap_or(0);
+            let mut mapped = Vec::new();
+            for p in first..first + n {
+                if inner.table.discard(p, to) {
+                    mapped.push(p);
+                }
+                inner.prefetched[p as usize] = false;
+            }
+            for (f, c) in runs(&mapped) {
+                dontneed(
+                    &s.mem,
+                    GuestRange {
+                        addr: s.gpa(f),
+                        len: u64::from(c) * PAGE_SIZE,
+                    },
+                )?;
+            }
+            pages += u64::from(n);
+        }
+        let c = if why == Discard::Balloon {
+            &s.counters.ballooned
+        } else {
+            &s.counters.reported
+        };
+        Counters::add(c, pages);
+        Ok(pages)
+    }
+
+    fn deflate(&self, ranges: &[GuestRange]) {
+        let s = &self.shared;
+        let mut inner = s.lock();
+        for r in ranges {
+            if let Some(first) = s.page_of_gpa(r.addr) {
+                for p in first..first + u32::try_from(r.len / PAGE_SIZE).unwrap_or(0) {
+                    inner.table.deflate(p);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_neighbours() {
+        assert_eq!(runs(&[1, 2, 3, 7, 9, 10]), vec![(1, 3), (7, 1), (9, 2)]);
+        assert!(runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert!(matches!(
+            limit_pages(Some(1 << 30), 512 << 20),
+            Err(PagerError::LimitAboveSize { .. })
+        ));
+        assert!(matches!(
+            limit_pages(Some(1 << 20), 512 << 20),
+            Err(PagerError::LimitTooSmall { .. })
+        ));
+        assert_eq!(limit_pages(Some(100 << 20), 512 << 20).unwrap(), 25600);
+        assert_eq!(limit_pages(None, 512 << 20).unwrap(), u32::MAX);
+    }
+}

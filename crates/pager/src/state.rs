@@ -1,0 +1,577 @@
+//! The page table of states: where each 4 KiB guest page's content is, and the decisions that
+//! move it. Pure: no syscalls. The pager thread asks this table what to do and carries it out;
+//! the model test in this file carries the same decisions out on a simulated memory.
+
+use crate::victim::{VictimPolicy, Victims};
+
+/// Index of a 4 KiB guest page, counted over all RAM regions.
+pub type PageIdx = u32;
+/// Index of a 4 KiB block of the swap store.
+pub type Block = u32;
+
+/// Where one guest page's content is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageState {
+    /// Never touched, or dropped because it was all zero: a fault installs a zero page.
+    Zero,
+    /// Mapped in guest RAM. `clean` names a swap block holding exactly this content; the page is
+    /// then write-protected, so the first write faults and ends the association.
+    Resident { clean: Option<Block> },
+    /// Only in the swap store.
+    Swapped(Block),
+    /// Taken by the balloon: released to the host, content forgotten.
+    Ballooned,
+    /// Reported free by the guest: released to the host, content forgotten.
+    Reported,
+}
+
+/// Which mechanisms the pager uses (`--pager baseline` turns them all off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mechanisms {
+    /// Drop all-zero victims instead of writing them.
+    pub zero_detection: bool,
+    /// Keep a swapped-in page's block while the page stays clean, so evicting it again costs no write.
+    pub reuse_clean: bool,
+    /// Pages around a swap fault to bring in with it (0: none).
+    pub prefetch: u32,
+}
+
+impl Mechanisms {
+    pub const BASELINE: Mechanisms = Mechanisms {
+        zero_detection: false,
+        reuse_clean: false,
+        prefetch: 0,
+    };
+    pub const DEFAULT: Mechanisms = Mechanisms {
+        zero_detection: true,
+        reuse_clean: true,
+        prefetch: 16,
+    };
+}
+
+/// What to do about a fault on a page that is not mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Someone installed it meanwhile: wake the waiter.
+    Wake,
+    /// Install a zero page.
+    Zero,
+    /// Read `block` and install it, write-protected if `keep_block`.
+    SwapIn { block: Block, keep_block: bool },
+}
+
+/// What reclaim does with one victim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// All zero: drop it, it refaults as a zero page.
+    DropZero,
+    /// Clean and its block still holds it: drop it, no write.
+    DropClean(Block),
+    /// Write it to a new block, then drop it.
+    Write,
+}
+
+/// Free-block bitmap and reference counts of the swap store.
+#[derive(Debug)]
+pub struct BlockMap {
+    refs: Vec<u16>,
+    used: u32,
+    /// Where the next cluster search starts, so writes advance through the file.
+    cursor: u32,
+}
+
+impl BlockMap {
+    pub fn new(blocks: u32) -> Self {
+        BlockMap {
+            refs: vec![0; blocks as usize],
+            used: 0,
+            cursor: 0,
+        }
+    }
+
+    pub fn in_use(&self) -> u32 {
+        self.used
+    }
+
+    pub fn capacity(&self) -> u32 {
+        u32::try_from(self.refs.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Allocates up to `n` blocks as few contiguous runs as it can; returns them in order.
+    pub fn alloc(&mut self, n: u32) -> Vec<Block> {
+        let cap = self.capacity();
+        let mut out = Vec::with_capacity(n as usize);
+        let mut scanned = 0;
+        while out.len() < n as usize && scanned < cap {
+            let b = self.cursor;
+            self.cursor = if b + 1 == cap { 0 } else { b + 1 };
+            scanned += 1;
+            if self.refs[b as usize] == 0 {
+                self.refs[b as usize] = 1;
+                self.used += 1;
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    /// Drops one reference to `b`; the block is free when none is left.
+    pub fn release(&mut self, b: Block) {
+        let r = &mut self.refs[b as usize];
+        assert!(*r > 0, "swap block {b} released more often than referenced");
+        *r -= 1;
+        if *r == 0 {
+            self.used -= 1;
+        }
+    }
+
+    pub fn refs(&self, b: Block) -> u16 {
+        self.refs[b as usize]
+    }
+}
+
+/// The state of every guest page, the resident set and the swap blocks.
+#[derive(Debug)]
+pub struct PageTable {
+    pages: Vec<PageState>,
+    pub blocks: BlockMap,
+    pub victims: Victims,
+    pub mech: Mechanisms,
+}
+
+impl PageTable {
+    pub fn new(
+        pages: u32,
+        swap_blocks: u32,
+        mech: Mechanisms,
+        policy: VictimPolicy,
+        seed: u64,
+    ) -> Self {
+        PageTable {
+            pages: vec![PageState::Zero; pages as usize],
+            blocks: BlockMap::new(swap_blocks),
+            victims: Victims::new(pages, policy, seed),
+            mech,
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        u32::try_from(self.pages.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    pub fn state(&self, p: PageIdx) -> PageState {
+        self.pages[p as usize]
+    }
+
+    pub fn resident(&self) -> u32 {
+        self.victims.len()
+    }
+
+    fn set(&mut self, p: PageIdx, s: PageState) {
+        let was = matches!(self.pages[p as usize], PageState::Resident { .. });
+        let is = matches!(s, PageState::Resident { .. });
+        self.pages[p as usize] = s;
+        match (was, is) {
+            (false, true) => self.victims.insert(p),
+            (true, false) => self.victims.remove(p),
+            _ => {}
+        }
+    }
+
+    /// A fault on page `p` (a write if `write`): what to install. The caller installs it, then
+    /// calls [`Self::installed`].
+    pub fn fault(&self, p: PageIdx, write: bool) -> FaultAction {
+        match self.state(p) {
+            PageState::Resident { .. } => FaultAction::Wake,
+            PageState::Zero | PageState::Ballooned | PageState::Reported => FaultAction::Zero,
+            PageState::Swapped(block) => FaultAction::SwapIn {
+                block,
+                keep_block: self.mech.reuse_clean && !write,
+            },
+        }
+    }
+
+    /// Records that `p` was installed after `action`.
+    pub fn installed(&mut self, p: PageIdx, action: FaultAction) {
+        match action {
+            FaultAction::Wake => {}
+            FaultAction::Zero => self.set(p, PageState::Resident { clean: None }),
+            FaultAction::SwapIn { block, keep_block } => {
+                if !keep_block {
+                    self.blocks.release(block);
+                }
+                self.set(
+                    p,
+                    PageState::Resident {
+                        clean: keep_block.then_some(block),
+                    },
+                );
+            }
+        }
+        self.victims.touch(p);
+    }
+
+    /// Pages next to `p` that can come in with its swap-in: a run of swapped pages whose blocks
+    /// continue `p`'s block run, so one read fetches them all. Returns `(first page, count)`.
+    pub fn swap_run(&self, p: PageIdx) -> (PageIdx, u32) {
+        let PageState::Swapped(b) = self.state(p) else {
+            return (p, 1);
+        };
+        let w = self.mech.prefetch;
+        let fits = |q: PageIdx| -> bool {
+            let Some(expect) = i64::from(b).checked_add(i64::from(q) - i64::from(p)) else {
+                return false;
+            };
+            matches!(self.state(q), PageState::Swapped(c) if i64::from(c) == expect)
+        };
+        let mut lo = p;
+        while lo > 0 && p - (lo - 1) <= w / 2 && fits(lo - 1) {
+            lo -= 1;
+        }
+        let mut hi = p + 1;
+        while hi < self.len() && hi - lo < w.max(1) && fits(hi) {
+            hi += 1;
+        }
+        (lo, hi - lo)
+    }
+
+    /// A write fault on a write-protected page. Returns whether the page is mapped (then the
+    /// caller removes the protection; otherwise it only wakes the writer, who faults again).
+    pub fn write_fault(&mut self, p: PageIdx) -> bool {
+        match self.state(p) {
+            PageState::Resident { clean } => {
+                if let Some(b) = clean {
+                    self.blocks.release(b);
+                }
+                self.set(p, PageState::Resident { clean: None });
+                self.victims.touch(p);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What reclaim does with resident victim `p`, whose content is all zero if `is_zero`.
+    pub fn disposition(&self, p: PageIdx, is_zero: bool) -> Disposition {
+        match self.state(p) {
+            PageState::Resident { clean: Some(b) } if self.mech.reuse_clean => {
+                Disposition::DropClean(b)
+            }
+            _ if is_zero && self.mech.zero_detection => Disposition::DropZero,
+            _ => Disposition::Write,
+        }
+    }
+
+    /// Records that reclaim dropped `p` as `d` (`written` is the new block for [`Disposition::Write`]).
+    pub fn reclaimed(&mut self, p: PageIdx, d: Disposition, written: Option<Block>) {
+        if let PageState::Resident { clean: Some(b) } = self.state(p) {
+            if d != Disposition::DropClean(b) {
+                self.blocks.release(b);
+            }
+        }
+        let s = match (d, written) {
+            (Disposition::DropZero, _) => PageState::Zero,
+            (Disposition::DropClean(b), _) => PageState::Swapped(b),
+            (Disposition::Write, Some(b)) => PageState::Swapped(b),
+            (Disposition::Write, None) => unreachable!("a written page has a block"),
+        };
+        self.set(p, s);
+    }
+
+    /// Whether a device may install `p` whole without reading it (it is not mapped).
+    pub fn device_can_install(&self, p: PageIdx) -> bool {
+        !matches!(self.state(p), PageState::Resident { .. })
+    }
+
+    /// Records that a device wrote the whole of non-resident `p` into place.
+    pub fn device_installed(&mut self, p: PageIdx) {
+        if let PageState::Swapped(b) = self.state(p) {
+            self.blocks.release(b);
+        }
+        self.set(p, PageState::Resident { clean: None });
+        self.victims.touch(p);
+    }
+
+    /// Forgets `p`'s content (balloon inflate or free page report). Returns whether it was mapped
+    /// (the caller releases the memory).
+    pub fn discard(&mut self, p: PageIdx, to: PageState) -> bool {
+        debug_assert!(matches!(to, PageState::Ballooned | PageState::Reported));
+        let was = self.state(p);
+        match was {
+            PageState::Swapped(b) | PageState::Resident { clean: Some(b) } => {
+                self.blocks.release(b)
+            }
+            _ => {}
+        }
+        self.set(p, to);
+        matches!(was, PageState::Resident { .. })
+    }
+
+    /// Balloon deflate: `p` is the guest's again; it refaults as a zero page.
+    pub fn deflate(&mut self, p: PageIdx) {
+        if self.state(p) == PageState::Ballooned {
+            self.set(p, PageState::Zero);
+        }
+    }
+
+    /// Counts pages by state: (zero, resident, swapped, ballooned, reported).
+    pub fn census(&self) -> [u32; 5] {
+        let mut c = [0u32; 5];
+        for s in &self.pages {
+            let i = match s {
+                PageState::Zero => 0,
+                PageState::Resident { .. } => 1,
+                PageState::Swapped(_) => 2,
+                PageState::Ballooned => 3,
+                PageState::Reported => 4,
+            };
+            c[i] += 1;
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// A simulated guest RAM and swap store on which the test carries out the table's decisions
+    /// the way the pager does with syscalls.
+    struct Sim {
+        t: PageTable,
+        /// Mapped pages: content and write protection.
+        ram: HashMap<PageIdx, (u64, bool)>,
+        swap: HashMap<Block, u64>,
+        reads: u32,
+        writes: u32,
+    }
+
+    impl Sim {
+        fn new(pages: u32, mech: Mechanisms) -> Self {
+            Sim {
+                t: PageTable::new(pages, pages, mech, VictimPolicy::Random, 7),
+                ram: HashMap::new(),
+                swap: HashMap::new(),
+                reads: 0,
+                writes: 0,
+            }
+        }
+
+        /// A missing fault, resolved like the pager thread does (with prefetch).
+        fn fault_in(&mut self, p: PageIdx, write: bool) {
+            let action = self.t.fault(p, write);
+            match action {
+                FaultAction::Wake => {}
+                FaultAction::Zero => {
+                    self.ram.insert(p, (0, false));
+                    self.t.installed(p, action);
+                }
+                FaultAction::SwapIn { keep_block, .. } => {
+                    let (lo, n) = self.t.swap_run(p);
+                    self.reads += 1;
+                    for q in lo..lo + n {
+                        let PageState::Swapped(b) = self.t.state(q) else {
+                            panic!("run holds swapped pages")
+                        };
+                        let a = FaultAction::SwapIn {
+                            block: b,
+                            keep_block: q != p || keep_block,
+                        };
+                        let a = if q == p { action } else { a };
+                        let FaultAction::SwapIn { keep_block: k, .. } = a else {
+                            unreachable!()
+                        };
+                        self.ram.insert(q, (self.swap[&b], k));
+                        self.t.installed(q, a);
+                    }
+                }
+            }
+        }
+
+        fn read(&mut self, p: PageIdx) -> u64 {
+            if !self.ram.contains_key(&p) {
+                self.fault_in(p, false);
+            }
+            self.ram[&p].0
+        }
+
+        fn write(&mut self, p: PageIdx, v: u64) {
+            if !self.ram.contains_key(&p) {
+                self.fault_in(p, true);
+            }
+            if self.ram[&p].1 {
+                assert!(self.t.write_fault(p));
+                self.ram.get_mut(&p).unwrap().1 = false;
+            }
+            self.ram.get_mut(&p).unwrap().0 = v;
+        }
+
+        fn reclaim(&mut self, n: u32) {
+            let victims = self.t.victims.pick(n);
+            let mut to_write = Vec::new();
+            for &p in &victims {
+                self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
+                let d = self.t.disposition(p, self.ram[&p].0 == 0);
+                if d == Disposition::Write {
+                    to_write.push(p);
+                } else {
+                    self.ram.remove(&p);
+                    self.t.reclaimed(p, d, None);
+                }
+            }
+            let blocks = self.t.blocks.alloc(u32::try_from(to_write.len()).unwrap());
+            assert_eq!(blocks.len(), to_write.len(), "the store holds every page");
+            for (p, b) in to_write.into_iter().zip(blocks) {
+                self.writes += 1;
+                self.swap.insert(b, self.ram.remove(&p).unwrap().0);
+                self.t.reclaimed(p, Disposition::Write, Some(b));
+            }
+        }
+
+        fn device_write(&mut self, p: PageIdx, v: u64) {
+            if self.t.device_can_install(p) {
+                self.ram.insert(p, (v, false));
+                self.t.device_installed(p);
+            } else {
+                self.write(p, v);
+            }
+        }
+
+        fn discard(&mut self, p: PageIdx, to: PageState) {
+            if self.t.discard(p, to) {
+                self.ram.remove(&p);
+            }
+        }
+
+        /// Every block in use is referenced by exactly the pages that name it.
+        fn check_blocks(&self) {
+            let mut refs: HashMap<Block, u16> = HashMap::new();
+            for p in 0..self.t.len() {
+                match self.t.state(p) {
+                    PageState::Swapped(b) | PageState::Resident { clean: Some(b) } => {
+                        *refs.entry(b).or_default() += 1
+                    }
+                    _ => {}
+                }
+            }
+            assert_eq!(u32::try_from(refs.len()).unwrap(), self.t.blocks.in_use());
+            for (b, n) in refs {
+                assert_eq!(self.t.blocks.refs(b), n);
+            }
+            assert_eq!(self.t.resident() as usize, self.ram.len());
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Read(u32),
+        Write(u32, u64),
+        DeviceWrite(u32, u64),
+        Reclaim(u32),
+        Balloon(u32),
+        Deflate(u32),
+        Report(u32),
+    }
+
+    const PAGES: u32 = 48;
+
+    fn op() -> impl Strategy<Value = Op> {
+        let p = 0..PAGES;
+        let v = prop_oneof![Just(0u64), 1u64..5];
+        prop_oneof![
+            4 => p.clone().prop_map(Op::Read),
+            4 => (p.clone(), v.clone()).prop_map(|(p, v)| Op::Write(p, v)),
+            1 => (p.clone(), v).prop_map(|(p, v)| Op::DeviceWrite(p, v)),
+            2 => (1u32..20).prop_map(Op::Reclaim),
+            1 => p.clone().prop_map(Op::Balloon),
+            1 => p.clone().prop_map(Op::Deflate),
+            1 => p.prop_map(Op::Report),
+        ]
+    }
+
+    fn run(ops: &[Op], mech: Mechanisms) -> Sim {
+        let mut sim = Sim::new(PAGES, mech);
+        // The reference: what the guest last wrote to each page (0 after the balloon or a report).
+        let mut model = vec![0u64; PAGES as usize];
+        for op in ops {
+            match *op {
+                Op::Read(p) => assert_eq!(sim.read(p), model[p as usize], "page {p} after {ops:?}"),
+                Op::Write(p, v) => {
+                    sim.write(p, v);
+                    model[p as usize] = v;
+                }
+                Op::DeviceWrite(p, v) => {
+                    sim.device_write(p, v);
+                    model[p as usize] = v;
+                }
+                Op::Reclaim(n) => sim.reclaim(n),
+                Op::Balloon(p) => {
+                    sim.discard(p, PageState::Ballooned);
+                    model[p as usize] = 0;
+                }
+                Op::Deflate(p) => sim.t.deflate(p),
+                Op::Report(p) => {
+                    sim.discard(p, PageState::Reported);
+                    model[p as usize] = 0;
+                }
+            }
+            sim.check_blocks();
+        }
+        for p in 0..PAGES {
+            assert_eq!(sim.read(p), model[p as usize], "final read of page {p}");
+        }
+        sim
+    }
+
+    proptest! {
+        #[test]
+        fn every_read_sees_the_last_write(ops in proptest::collection::vec(op(), 1..200)) {
+            run(&ops, Mechanisms::DEFAULT);
+            run(&ops, Mechanisms::BASELINE);
+        }
+    }
+
+    #[test]
+    fn clean_pages_are_evicted_again_without_a_write() {
+        let mut sim = Sim::new(4, Mechanisms::DEFAULT);
+        sim.write(0, 9);
+        sim.reclaim(4);
+        assert_eq!(sim.writes, 1);
+        assert_eq!(sim.read(0), 9);
+        sim.reclaim(4);
+        assert_eq!(sim.writes, 1, "the clean copy's block was reused");
+        let mut base = Sim::new(4, Mechanisms::BASELINE);
+        base.write(0, 9);
+        base.reclaim(4);
+        base.read(0);
+        base.reclaim(4);
+        assert_eq!(base.writes, 2);
+    }
+
+    #[test]
+    fn zero_pages_are_dropped_and_prefetch_follows_block_runs() {
+        let mut sim = Sim::new(64, Mechanisms::DEFAULT);
+        for p in 0..32 {
+            sim.write(p, u64::from(p) + 1);
+        }
+        sim.write(40, 0);
+        sim.reclaim(64);
+        assert_eq!(sim.writes, 32, "the zero page was not written");
+        assert_eq!(sim.t.state(40), PageState::Zero);
+        sim.reads = 0;
+        for p in 0..32 {
+            assert_eq!(sim.read(p), u64::from(p) + 1);
+        }
+        assert!(
+            sim.reads <= 4,
+            "32 sequential pages came in {} reads",
+            sim.reads
+        );
+    }
+}

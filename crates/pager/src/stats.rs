@@ -1,0 +1,101 @@
+//! The pager's counters, named after what happened, and latency distributions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Counters of one pager; every field only grows.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Faults answered with a zero page (first touch, or a page dropped as zero).
+    pub faults_zero: AtomicU64,
+    /// Faults answered from the swap store.
+    pub faults_swap: AtomicU64,
+    /// Faults on pages the balloon or a free page report had taken.
+    pub faults_released: AtomicU64,
+    /// Whole pages a device wrote into place without reading their old content.
+    pub device_installs: AtomicU64,
+    /// First writes to clean, write-protected pages.
+    pub write_faults: AtomicU64,
+    /// Victims dropped because they were all zero.
+    pub reclaimed_zero: AtomicU64,
+    /// Clean victims dropped because their swap block still held them.
+    pub reclaimed_clean: AtomicU64,
+    /// Victims written to the swap store.
+    pub reclaimed_written: AtomicU64,
+    pub swap_bytes_read: AtomicU64,
+    pub swap_bytes_written: AtomicU64,
+    /// Pages brought in next to a faulting page.
+    pub prefetched: AtomicU64,
+    /// Prefetched pages later written by the guest (a lower bound on prefetch hits: reads of
+    /// resident pages are invisible to the host).
+    pub prefetch_hits: AtomicU64,
+    pub reclaim_batches: AtomicU64,
+    /// Pages released by the balloon and by free page reporting.
+    pub ballooned: AtomicU64,
+    pub reported: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The most recent samples of a latency, for percentiles.
+#[derive(Debug)]
+pub struct Latency {
+    samples: Mutex<(Vec<u32>, usize)>,
+}
+
+const KEEP: usize = 16384;
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            samples: Mutex::new((Vec::with_capacity(KEEP), 0)),
+        }
+    }
+}
+
+impl Latency {
+    pub fn record(&self, d: Duration) {
+        let us = u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        let mut g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let (v, next) = &mut *g;
+        if v.len() < KEEP {
+            v.push(us);
+        } else {
+            v[*next] = us;
+            *next = (*next + 1) % KEEP;
+        }
+    }
+
+    /// (count kept, p50, p99) in microseconds over the kept samples.
+    pub fn summary(&self) -> (usize, u32, u32) {
+        let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = g.0.clone();
+        drop(g);
+        if v.is_empty() {
+            return (0, 0, 0);
+        }
+        v.sort_unstable();
+        let at = |q: usize| v[(v.len() - 1) * q / 100];
+        (v.len(), at(50), at(99))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_of_known_samples() {
+        let l = Latency::default();
+        assert_eq!(l.summary(), (0, 0, 0));
+        for us in 1..=100 {
+            l.record(Duration::from_micros(us));
+        }
+        assert_eq!(l.summary(), (100, 50, 99));
+    }
+}

@@ -1,0 +1,175 @@
+//! The swap store: a file of 4 KiB blocks. Block allocation and reference counts live in
+//! [`BlockMap`](crate::state::BlockMap); this is the file and its I/O.
+//!
+//! The file is preallocated (`fallocate`) to hold every guest page, so a full disk is found
+//! when the VM starts, never in the middle of a reclaim. It is opened `O_DIRECT` where the file
+//! system allows, so swapped pages really leave host memory instead of sitting in the page cache.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::state::Block;
+
+pub const BLOCK: usize = 4096;
+
+#[derive(Debug, Error)]
+pub enum SwapError {
+    #[error("cannot create swap file {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot reserve {bytes} bytes for swap file {path} (is the disk full?)")]
+    Reserve {
+        path: PathBuf,
+        bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub struct SwapStore {
+    file: File,
+    path: PathBuf,
+    remove_on_drop: bool,
+}
+
+impl SwapStore {
+    /// Creates (or truncates) the swap file at `path` with room for `blocks` blocks.
+    pub fn create(path: &Path, blocks: u32, remove_on_drop: bool) -> Result<Self, SwapError> {
+        let create = |direct: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(true).create(true).truncate(true);
+            if direct {
+                o.custom_flags(libc::O_DIRECT);
+            }
+            o.open(path)
+        };
+        let file = match create(true) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "swap file {}: O_DIRECT unavailable; host page cache in use",
+                    path.display()
+                );
+                create(false).map_err(|source| SwapError::Create {
+                    path: path.into(),
+                    source,
+                })?
+            }
+            Err(source) => {
+                return Err(SwapError::Create {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let bytes = u64::from(blocks) * BLOCK as u64;
+        let len = libc::off_t::try_from(bytes).unwrap_or(libc::off_t::MAX);
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+        if rc != 0 {
+            let source = std::io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(SwapError::Reserve {
+                path: path.into(),
+                bytes,
+                source,
+            });
+        }
+        Ok(SwapStore {
+            file,
+            path: path.into(),
+            remove_on_drop,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `data` (whole blocks, from an aligned buffer) starting at block `first`.
+    pub fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
+        self.file
+            .write_all_at(data, u64::from(first) * BLOCK as u64)
+    }
+
+    /// Reads whole blocks starting at `first` into `buf` (aligned).
+    pub fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
+        self.file
+            .read_exact_at(buf, u64::from(first) * BLOCK as u64)
+    }
+}
+
+impl Drop for SwapStore {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A page-aligned I/O buffer (for `O_DIRECT`).
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> Self {
+        let storage = vec![0u8; len + BLOCK];
+        let start = storage.as_ptr().align_offset(BLOCK);
+        AlignedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
+        assert!(
+            len <= self.len,
+            "I/O of {len} bytes exceeds the {} byte buffer",
+            self.len
+        );
+        &mut self.storage[self.start..self.start + len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_round_trip_and_file_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        let s = SwapStore::create(&path, 16, true).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * 4096);
+        let mut b = AlignedBuf::new(8192);
+        b.get(8192)
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = u8::try_from(i % 251).unwrap());
+        s.write(3, b.get(8192)).unwrap();
+        let mut r = AlignedBuf::new(8192);
+        s.read(3, r.get(8192)).unwrap();
+        assert_eq!(r.get(8192), b.get(8192));
+        drop(s);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_missing_directory_is_a_clear_error() {
+        let e = SwapStore::create(Path::new("/nonexistent/dir/swap"), 1, true)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("/nonexistent/dir/swap"));
+    }
+}

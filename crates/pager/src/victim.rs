@@ -1,0 +1,161 @@
+//! Victim selection among resident pages: `random` (ESX §3.3) or `clock` (second chance).
+//!
+//! What "recently used" can mean here: the host cannot read the guest's accessed bits (KVM keeps
+//! them in its own page tables, and this kernel has no idle page tracking), and testing a page by
+//! unmapping it costs a whole fault. So `clock`'s reference bit is set by the events the pager
+//! does see — a page's fault-in and its first write after a clean load — and cleared by the hand.
+//! That favours keeping pages that came in or were dirtied recently; reads of pages that stay
+//! resident are invisible to it.
+
+use crate::state::PageIdx;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VictimPolicy {
+    Random,
+    Clock,
+}
+
+const ABSENT: u32 = u32::MAX;
+
+/// The resident set, kept so a victim is found in O(1) (random) or amortised O(1) (clock).
+#[derive(Debug)]
+pub struct Victims {
+    policy: VictimPolicy,
+    /// Resident pages in no particular order.
+    list: Vec<PageIdx>,
+    /// Position of each page in `list`, or ABSENT.
+    pos: Vec<u32>,
+    /// Clock reference bits, by page.
+    referenced: Vec<bool>,
+    hand: usize,
+    rng: u64,
+}
+
+impl Victims {
+    pub fn new(pages: u32, policy: VictimPolicy, seed: u64) -> Self {
+        Victims {
+            policy,
+            list: Vec::new(),
+            pos: vec![ABSENT; pages as usize],
+            referenced: vec![false; pages as usize],
+            hand: 0,
+            rng: seed | 1,
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        u32::try_from(self.list.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub(crate) fn insert(&mut self, p: PageIdx) {
+        if self.pos[p as usize] == ABSENT {
+            self.pos[p as usize] = self.len();
+            self.list.push(p);
+        }
+    }
+
+    pub(crate) fn remove(&mut self, p: PageIdx) {
+        let i = self.pos[p as usize];
+        if i == ABSENT {
+            return;
+        }
+        let last = self.list.pop().expect("a resident page is listed");
+        if last != p {
+            self.list[i as usize] = last;
+            self.pos[last as usize] = i;
+        }
+        self.pos[p as usize] = ABSENT;
+        self.referenced[p as usize] = false;
+    }
+
+    /// Notes a use of `p` the pager saw.
+    pub(crate) fn touch(&mut self, p: PageIdx) {
+        self.referenced[p as usize] = true;
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*: fast, and a fixed seed makes runs repeatable.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Chooses up to `n` distinct resident pages to evict, sorted by page index (so runs of
+    /// neighbours become contiguous writes and merged syscalls). They stay resident until the
+    /// caller records their reclaim.
+    pub fn pick(&mut self, n: u32) -> Vec<PageIdx> {
+        let n = n.min(self.len()) as usize;
+        let mut out = Vec::with_capacity(n);
+        let mut taken = std::collections::HashSet::with_capacity(n);
+        match self.policy {
+            VictimPolicy::Random => {
+                while out.len() < n {
+                    let i =
+                        usize::try_from(self.next_random() % self.list.len() as u64).unwrap_or(0);
+                    let p = self.list[i];
+                    if taken.insert(p) {
+                        out.push(p);
+                    }
+                }
+            }
+            VictimPolicy::Clock => {
+                // Two sweeps at most: the first clears reference bits.
+                let mut steps = 2 * self.list.len();
+                while out.len() < n && steps > 0 {
+                    steps -= 1;
+                    if self.hand >= self.list.len() {
+                        self.hand = 0;
+                    }
+                    let p = self.list[self.hand];
+                    self.hand += 1;
+                    if std::mem::take(&mut self.referenced[p as usize]) {
+                        continue;
+                    }
+                    if taken.insert(p) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_picks_distinct_resident_pages() {
+        let mut v = Victims::new(100, VictimPolicy::Random, 1);
+        for p in (0..100).step_by(2) {
+            v.insert(p);
+        }
+        v.remove(10);
+        let picked = v.pick(30);
+        assert_eq!(picked.len(), 30);
+        assert!(picked.windows(2).all(|w| w[0] < w[1]));
+        assert!(picked.iter().all(|p| p % 2 == 0 && *p != 10));
+        assert_eq!(v.pick(1000).len(), 49);
+    }
+
+    #[test]
+    fn clock_spares_referenced_pages_once() {
+        let mut v = Victims::new(8, VictimPolicy::Clock, 1);
+        for p in 0..8 {
+            v.insert(p);
+        }
+        for p in 0..4 {
+            v.touch(p);
+        }
+        assert_eq!(v.pick(4), vec![4, 5, 6, 7]);
+        // Their bits were cleared by the first sweep: now they go.
+        assert_eq!(v.pick(4), vec![0, 1, 2, 3]);
+    }
+}
