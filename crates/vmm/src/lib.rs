@@ -5,6 +5,7 @@
 //! and serves its own exits: a port or MMIO access is routed to the device that owns the
 //! address on the [`Bus`](memvisor_devices::Bus), synchronously.
 
+mod api;
 mod memory;
 mod vcpu;
 
@@ -19,6 +20,7 @@ use memvisor_boot::{BootError, PvhImage, RamLayout};
 use memvisor_devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use memvisor_devices::ram::{GuestRam, PlainRam};
 use memvisor_devices::serial::{Serial, COM1_LEN, COM1_PORT};
+use memvisor_devices::virtio::balloon::{Balloon, BalloonControl};
 use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
 use memvisor_devices::virtio::mmio::{
     MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
@@ -56,6 +58,10 @@ pub struct VmConfig {
     pub disks: Vec<DiskConfig>,
     /// Put guest RAM under memvisor's pager; `None`: plain anonymous memory.
     pub pager: Option<PagerConfig>,
+    /// Give the VM a virtio-balloon device.
+    pub balloon: bool,
+    /// Serve the API on this Unix socket.
+    pub api_sock: Option<PathBuf>,
 }
 
 #[derive(Debug, Error)]
@@ -74,6 +80,8 @@ pub enum VmmError {
     Memory(#[source] std::io::Error),
     #[error("cannot start the pager")]
     Pager(#[from] PagerError),
+    #[error("cannot serve the API socket")]
+    Api(#[source] std::io::Error),
     #[error("cannot attach disk")]
     Disk(#[from] BlockError),
     #[error("{0} disks given; at most {MMIO_SLOTS} virtio devices fit")]
@@ -209,11 +217,38 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
 
     let (events_tx, events) = mpsc::channel();
     let ended = Arc::new(AtomicBool::new(false));
-    let (pio, mmio, disks) =
-        build_devices(&vm, &mem, &ram, config, events_tx.clone(), ended.clone())?;
+    let Devices {
+        pio,
+        mmio,
+        disks,
+        balloon,
+    } = build_devices(&vm, &mem, &ram, config, events_tx.clone(), ended.clone())?;
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let exits = Arc::new(ExitCounters::default());
+    let _socket = match &config.api_sock {
+        Some(path) => {
+            let control = api::Control {
+                mem_size: config.mem_size,
+                vcpus: config.vcpus,
+                pager_mode: match &config.pager {
+                    None => "off",
+                    Some(p) if p.mech == memvisor_pager::Mechanisms::BASELINE => "baseline",
+                    Some(_) => "full",
+                },
+                disks: disks
+                    .iter()
+                    .map(|(d, a)| (d.clone(), lock(a).block_metrics.clone()))
+                    .collect(),
+                pager: pager.clone(),
+                balloon,
+                exits: exits.clone(),
+            };
+            api::serve(path, Arc::new(control)).map_err(VmmError::Api)?;
+            Some(api::SocketFile(path.clone()))
+        }
+        None => None,
+    };
     let unknown = Arc::new(UnknownAccesses::default());
     let supported_cpuid = kvm
         .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
@@ -266,18 +301,18 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         }
         Err(_) => unreachable!("the vCPU threads hold senders until they send their last event"),
     };
-    for (id, dev) in &disks {
+    for (disk, dev) in &disks {
         lock(dev).sync().map_err(|source| VmmError::DiskSync {
-            id: id.clone(),
+            id: disk.id.clone(),
             source,
         })?;
     }
     let disks = disks
         .iter()
-        .map(|(id, dev)| {
+        .map(|(disk, dev)| {
             let d = lock(dev);
             (
-                id.clone(),
+                disk.id.clone(),
                 d.block_metrics.clone(),
                 d.transport_metrics.clone(),
             )
@@ -309,7 +344,12 @@ impl AttachedDisk {
     }
 }
 
-type Devices = (Bus, Bus, Vec<(String, Mutex<AttachedDisk>)>);
+struct Devices {
+    pio: Bus,
+    mmio: Bus,
+    disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
+    balloon: Option<BalloonControl>,
+}
 
 fn build_devices(
     vm: &VmFd,
@@ -342,32 +382,55 @@ fn build_devices(
 
     let mut mmio = Bus::new();
     let mut disks = Vec::new();
+    let mut balloon = None;
+    let mut devices = config.disks.iter().map(Some).collect::<Vec<_>>();
+    if config.balloon {
+        devices.push(None);
+    }
+    if devices.len() > MMIO_SLOTS {
+        return Err(VmmError::TooManyDevices(devices.len()));
+    }
     for (slot, gsi) in (0..MMIO_SLOTS).zip(IRQ_BASE..) {
         let base = MMIO_BASE + slot as u64 * MMIO_SLOT_SIZE;
-        let Some(disk) = config.disks.get(slot) else {
-            mmio.insert(
-                base,
-                MMIO_SLOT_SIZE,
-                Arc::new(Mutex::new(MmioTransport::new(None, mem.clone(), None))),
-            )?;
+        let Some(device) = devices.get(slot) else {
+            let empty = MmioTransport::new(None, mem.clone(), None);
+            mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(empty)))?;
             continue;
         };
-        let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone())?;
-        let block_metrics = block.metrics();
-        let file = block.sync_handle().map_err(VmmError::Memory)?;
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
         vm.register_irqfd(&irq, gsi).map_err(kvm_err("KVM_IRQFD"))?;
-        let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));
-        let transport_metrics = transport.metrics();
-        mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(transport)))?;
-        disks.push((
-            disk.id.clone(),
-            Mutex::new(AttachedDisk {
-                block_metrics,
-                transport_metrics,
-                file,
-            }),
-        ));
+        match device {
+            Some(disk) => {
+                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone())?;
+                let block_metrics = block.metrics();
+                let file = block.sync_handle().map_err(VmmError::Memory)?;
+                let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));
+                let transport_metrics = transport.metrics();
+                mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(transport)))?;
+                let attached = AttachedDisk {
+                    block_metrics,
+                    transport_metrics,
+                    file,
+                };
+                disks.push(((*disk).clone(), Mutex::new(attached)));
+            }
+            None => {
+                let device = Balloon::new(ram.clone());
+                let state = device.state();
+                let transport = Arc::new(Mutex::new(MmioTransport::new(
+                    Some(Box::new(device)),
+                    mem.clone(),
+                    Some(irq),
+                )));
+                mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
+                balloon = Some(BalloonControl { state, transport });
+            }
+        }
     }
-    Ok((pio, mmio, disks))
+    Ok(Devices {
+        pio,
+        mmio,
+        disks,
+        balloon,
+    })
 }

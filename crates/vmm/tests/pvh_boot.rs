@@ -32,6 +32,8 @@ fn config(code: &[u8]) -> VmConfig {
         vcpus: 1,
         disks: vec![],
         pager: None,
+        balloon: false,
+        api_sock: None,
     }
 }
 

@@ -61,6 +61,8 @@ mod reg {
 
 /// Interrupt-status bit: a used buffer was added.
 const INT_VRING: u32 = 1;
+/// Interrupt-status bit: the configuration space changed.
+const INT_CONFIG: u32 = 2;
 /// `VIRTQ_AVAIL_F_NO_INTERRUPT`: the driver polls and wants no interrupt for used buffers.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
 
@@ -238,13 +240,38 @@ impl MmioTransport {
         }
         let used = dev.process_queue(index as usize, queue, &self.mem);
         if used && driver_wants_interrupt(queue, &self.mem) {
-            self.interrupt_status.fetch_or(INT_VRING, Ordering::SeqCst);
-            if let Some(irq) = &self.irq {
-                self.metrics.interrupts.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = irq.write(1) {
-                    tracing::warn!("virtio interrupt failed: {e}");
-                }
+            self.interrupt(INT_VRING);
+        }
+    }
+
+    fn interrupt(&self, why: u32) {
+        self.interrupt_status.fetch_or(why, Ordering::SeqCst);
+        if let Some(irq) = &self.irq {
+            self.metrics.interrupts.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = irq.write(1) {
+                tracing::warn!("virtio interrupt failed: {e}");
             }
+        }
+    }
+
+    /// Runs the device's [`VirtioDevice::on_request`] (for the VMM, outside guest notifications)
+    /// and interrupts the driver if it returned buffers.
+    pub fn device_request(&mut self) {
+        if self.status & status::DRIVER_OK == 0 {
+            return;
+        }
+        let Some(dev) = self.device.as_mut() else {
+            return;
+        };
+        if dev.on_request(&mut self.queues, &self.mem) {
+            self.interrupt(INT_VRING);
+        }
+    }
+
+    /// Tells the driver the configuration space changed.
+    pub fn config_changed(&self) {
+        if self.status & status::DRIVER_OK != 0 {
+            self.interrupt(INT_CONFIG);
         }
     }
 
@@ -321,7 +348,9 @@ impl BusDevice for MmioTransport {
 
     fn write(&mut self, offset: u64, data: &[u8]) {
         if offset >= CONFIG_OFFSET {
-            // No device has writable configuration yet.
+            if let Some(d) = self.device.as_mut() {
+                d.write_config(offset - CONFIG_OFFSET, data);
+            }
             return;
         }
         let Ok(bytes) = <[u8; 4]>::try_from(data) else {

@@ -1,5 +1,6 @@
 //! The virtio device model: the [`VirtioDevice`] trait, the virtio-mmio transport and the devices.
 
+pub mod balloon;
 pub mod block;
 pub mod mmio;
 
@@ -38,4 +39,11 @@ pub trait VirtioDevice: Send {
     fn activate(&mut self, _acked_features: u64) {}
     /// Called when the driver resets the device.
     fn reset(&mut self) {}
+    /// Writes its configuration space (bytes the driver may not write are ignored).
+    fn write_config(&mut self, _offset: u64, _data: &[u8]) {}
+    /// Work the VMM asked for outside a guest notification (e.g. return a held buffer).
+    /// Gets every queue; returns whether a used buffer was added to queue `i` for each `i` set.
+    fn on_request(&mut self, _queues: &mut [Queue], _mem: &GuestMem) -> bool {
+        false
+    }
 }

@@ -1,0 +1,200 @@
+//! Just enough HTTP/1.1 for a local control socket: one request per connection, JSON bodies
+//! with a `Content-Length`, bounded sizes, clear errors.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use thiserror::Error;
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 64 << 10;
+const MAX_HEADER_LINES: usize = 64;
+const MAX_LINE: usize = 8192;
+
+#[derive(Debug, Error)]
+pub enum HttpError {
+    #[error("I/O error on the API socket")]
+    Io(#[from] std::io::Error),
+    #[error("malformed request: {0}")]
+    Malformed(&'static str),
+    #[error("request body larger than {MAX_BODY} bytes")]
+    TooLarge,
+}
+
+/// A parsed request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+fn read_line(r: &mut impl BufRead) -> Result<String, HttpError> {
+    let mut line = Vec::new();
+    r.take(MAX_LINE as u64).read_until(b'\n', &mut line)?;
+    if !line.ends_with(b"\n") {
+        return Err(HttpError::Malformed("line too long or connection closed"));
+    }
+    let s = String::from_utf8(line).map_err(|_| HttpError::Malformed("not UTF-8"))?;
+    Ok(s.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Reads one request from `stream`.
+pub fn read_request(stream: &mut impl Read) -> Result<Request, HttpError> {
+    let mut r = BufReader::new(stream);
+    let start = read_line(&mut r)?;
+    let mut parts = start.split(' ');
+    let (Some(method), Some(path), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HttpError::Malformed(
+            "request line is not METHOD PATH VERSION",
+        ));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(HttpError::Malformed("not HTTP/1.x"));
+    }
+    let mut len = 0usize;
+    for i in 0.. {
+        if i == MAX_HEADER_LINES {
+            return Err(HttpError::Malformed("too many header lines"));
+        }
+        let line = read_line(&mut r)?;
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or(HttpError::Malformed("header without a colon"))?;
+        if name.eq_ignore_ascii_case("content-length") {
+            len = value
+                .trim()
+                .parse()
+                .map_err(|_| HttpError::Malformed("bad Content-Length"))?;
+            if len > MAX_BODY {
+                return Err(HttpError::TooLarge);
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        body,
+    })
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Internal Server Error",
+    }
+}
+
+/// Writes a response with a JSON body (or none for 204).
+pub fn write_response(stream: &mut impl Write, status: u16, body: &str) -> std::io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reason(status),
+        body.len()
+    )?;
+    stream.flush()
+}
+
+/// Sends one request to the API socket at `sock` and returns the status and body.
+pub fn call(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), HttpError> {
+    let mut s = UnixStream::connect(sock)?;
+    let body = body.unwrap_or("");
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
+    s.flush()?;
+    let mut r = BufReader::new(s);
+    let status_line = read_line(&mut r)?;
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or(HttpError::Malformed("bad status line"))?;
+    let mut len = None;
+    loop {
+        let line = read_line(&mut r)?;
+        if line.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = line.split_once(':') {
+            if n.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let mut out = Vec::new();
+    match len {
+        Some(n) => {
+            out.resize(n.min(16 << 20), 0);
+            r.read_exact(&mut out)?;
+        }
+        None => {
+            r.read_to_end(&mut out)?;
+        }
+    }
+    Ok((status, String::from_utf8_lossy(&out).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_put_with_body() {
+        let raw = b"PUT /memory HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n{\"limit\":4096}";
+        let r = read_request(&mut &raw[..]).unwrap();
+        assert_eq!(
+            r,
+            Request {
+                method: "PUT".into(),
+                path: "/memory".into(),
+                body: b"{\"limit\":4096}".to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_requests() {
+        for raw in [
+            &b"GARBAGE\r\n\r\n"[..],
+            b"GET / SPDY/3\r\n\r\n",
+            b"GET /vm HTTP/1.1\r\nNoColonHere\r\n\r\n",
+            b"PUT /memory HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+            b"PUT /memory HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
+            b"PUT /memory HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}",
+            b"GET /vm HTTP/1.1\r\n",
+            b"",
+        ] {
+            assert!(
+                read_request(&mut &raw[..]).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn response_framing() {
+        let mut out = Vec::new();
+        write_response(&mut out, 400, "{\"error\":\"x\"}").unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert!(s.ends_with("\r\n\r\n{\"error\":\"x\"}"));
+    }
+}

@@ -1,0 +1,27 @@
+//! The VMM's control API: request and response types (one serde schema, published in `docs/openapi.json`) and the small HTTP/1.1-over-Unix-socket framing that both the server and `memvisor ctl` use.
+
+mod http;
+
+pub use http::{call, read_request, write_response, HttpError, Request, MAX_BODY};
+
+use serde::{Deserialize, Serialize};
+
+/// `PUT /memory`: the VM's resident-memory limit in bytes; `null` removes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryUpdate {
+    pub limit: Option<u64>,
+}
+
+/// `PUT /balloon`: the balloon's size in bytes (memory taken from the guest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalloonUpdate {
+    pub target: u64,
+}
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

@@ -1,0 +1,456 @@
+//! virtio-balloon (virtio 1.2 §5.5): inflate, deflate, statistics, deflate-on-OOM and free page
+//! reporting.
+//!
+//! Queue indices follow the features the driver accepted: inflate is 0, deflate 1, then the
+//! statistics queue if VIRTIO_BALLOON_F_STATS_VQ was accepted, then the reporting queue if
+//! VIRTIO_BALLOON_F_REPORTING was. Inflated and reported pages go to [`GuestRam::discard`] (the
+//! pager releases them and forgets their content); every PFN the guest sends is checked against
+//! guest RAM, and the bad ones are ignored and counted. The statistics buffer is held, as the
+//! specification asks, until the VMM wants fresh numbers ([`BalloonControl::request_stats`]).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+
+use super::{VirtioDevice, VIRTIO_F_VERSION_1};
+use crate::ram::{merge_pfns, Discard, GuestRam, GuestRange, PAGE_SIZE};
+
+const PAGE_BYTES: usize = 4096;
+/// The guest's last statistics and when they came.
+type GuestStats = (Instant, Vec<(u16, u64)>);
+use crate::GuestMem;
+
+pub const VIRTIO_ID_BALLOON: u32 = 5;
+pub const F_STATS_VQ: u64 = 1 << 1;
+pub const F_DEFLATE_ON_OOM: u64 = 1 << 2;
+pub const F_REPORTING: u64 = 1 << 5;
+const QUEUE_SIZE: u16 = 256;
+/// Largest buffer read from an inflate, deflate or stats descriptor.
+const MAX_BUFFER: u32 = 64 << 10;
+
+/// The statistics tags of virtio 1.2 §5.5.6.3, with the names the API uses.
+pub const STAT_NAMES: &[(u16, &str)] = &[
+    (0, "swap_in"),
+    (1, "swap_out"),
+    (2, "major_faults"),
+    (3, "minor_faults"),
+    (4, "free_memory"),
+    (5, "total_memory"),
+    (6, "available_memory"),
+    (7, "disk_caches"),
+    (8, "hugetlb_allocations"),
+    (9, "hugetlb_failures"),
+];
+
+/// Counters of the balloon device.
+#[derive(Debug, Default)]
+pub struct BalloonMetrics {
+    pub inflated_pages: AtomicU64,
+    pub deflated_pages: AtomicU64,
+    pub reported_pages: AtomicU64,
+    /// PFNs or ranges outside guest RAM (ignored).
+    pub invalid_pfns: AtomicU64,
+    pub stats_updates: AtomicU64,
+}
+
+/// What the VMM and the device share: the target, the guest's answers and the counters.
+#[derive(Debug, Default)]
+pub struct BalloonState {
+    pub target_pages: AtomicU32,
+    pub actual_pages: AtomicU32,
+    pub metrics: BalloonMetrics,
+    stats: Mutex<Option<GuestStats>>,
+    want_stats: std::sync::atomic::AtomicBool,
+}
+
+impl BalloonState {
+    /// The last statistics the guest sent and how old they are.
+    pub fn stats(&self) -> Option<(std::time::Duration, Vec<(u16, u64)>)> {
+        let g = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|(t, v)| (t.elapsed(), v.clone()))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Inflate,
+    Deflate,
+    Stats,
+    Reporting,
+}
+
+pub struct Balloon {
+    ram: Arc<dyn GuestRam>,
+    state: Arc<BalloonState>,
+    acked: u64,
+    /// The statistics buffer the device holds until it wants new numbers.
+    held_stats: Option<u16>,
+}
+
+impl Balloon {
+    pub fn new(ram: Arc<dyn GuestRam>) -> Self {
+        Balloon {
+            ram,
+            state: Arc::default(),
+            acked: 0,
+            held_stats: None,
+        }
+    }
+
+    pub fn state(&self) -> Arc<BalloonState> {
+        self.state.clone()
+    }
+
+    fn role(&self, index: usize) -> Option<Role> {
+        let mut roles = vec![Role::Inflate, Role::Deflate];
+        if self.acked & F_STATS_VQ != 0 {
+            roles.push(Role::Stats);
+        }
+        if self.acked & F_REPORTING != 0 {
+            roles.push(Role::Reporting);
+        }
+        roles.get(index).copied()
+    }
+
+    /// Reads the PFN array of one descriptor, keeps those inside RAM, and merges them into ranges.
+    fn pfn_ranges(&self, mem: &GuestMem, addr: GuestAddress, len: u32) -> Vec<GuestRange> {
+        let len = len.min(MAX_BUFFER) as usize & !3;
+        let mut raw = vec![0u8; len];
+        if mem.read_slice(&mut raw, addr).is_err() {
+            self.state
+                .metrics
+                .invalid_pfns
+                .fetch_add(1, Ordering::Relaxed);
+            return Vec::new();
+        }
+        let mut pfns: Vec<u64> = raw
+            .chunks_exact(4)
+            .map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
+            .filter(|&pfn| {
+                let ok = GuestMemoryBackend::check_range(
+                    mem,
+                    GuestAddress(pfn * PAGE_SIZE),
+                    PAGE_BYTES,
+                );
+                if !ok {
+                    self.state
+                        .metrics
+                        .invalid_pfns
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                ok
+            })
+            .collect();
+        pfns.sort_unstable();
+        pfns.dedup();
+        merge_pfns(&pfns)
+    }
+
+    fn read_stats(&self, mem: &GuestMem, addr: GuestAddress, len: u32) {
+        let len = len.min(MAX_BUFFER) as usize;
+        let mut raw = vec![0u8; len];
+        if mem.read_slice(&mut raw, addr).is_err() {
+            return;
+        }
+        let stats: Vec<(u16, u64)> = raw
+            .chunks_exact(10)
+            .map(|c| {
+                (
+                    u16::from_le_bytes([c[0], c[1]]),
+                    u64::from_le_bytes(c[2..10].try_into().expect("8 bytes")),
+                )
+            })
+            .collect();
+        *self.state.stats.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), stats));
+        self.state
+            .metrics
+            .stats_updates
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl VirtioDevice for Balloon {
+    fn device_type(&self) -> u32 {
+        VIRTIO_ID_BALLOON
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &[QUEUE_SIZE; 4]
+    }
+
+    fn features(&self) -> u64 {
+        VIRTIO_F_VERSION_1 | F_STATS_VQ | F_DEFLATE_ON_OOM | F_REPORTING
+    }
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        let mut config = [0u8; 8];
+        config[..4].copy_from_slice(&self.state.target_pages.load(Ordering::SeqCst).to_le_bytes());
+        config[4..].copy_from_slice(&self.state.actual_pages.load(Ordering::SeqCst).to_le_bytes());
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = usize::try_from(offset)
+                .ok()
+                .and_then(|o| o.checked_add(i))
+                .and_then(|o| config.get(o).copied())
+                .unwrap_or(0);
+        }
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        if let (4, Ok(b)) = (offset, <[u8; 4]>::try_from(data)) {
+            self.state
+                .actual_pages
+                .store(u32::from_le_bytes(b), Ordering::SeqCst);
+        }
+    }
+
+    fn activate(&mut self, acked_features: u64) {
+        self.acked = acked_features;
+    }
+
+    fn reset(&mut self) {
+        self.acked = 0;
+        self.held_stats = None;
+    }
+
+    fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &GuestMem) -> bool {
+        let Some(role) = self.role(index) else {
+            return false;
+        };
+        let mut used = false;
+        while let Some(chain) = queue.pop_descriptor_chain(mem) {
+            let head = chain.head_index();
+            let descs: Vec<_> = chain.collect();
+            match role {
+                Role::Inflate | Role::Deflate => {
+                    let mut ranges = Vec::new();
+                    for d in descs.iter().filter(|d| !d.is_write_only()) {
+                        ranges.extend(self.pfn_ranges(mem, d.addr(), d.len()));
+                    }
+                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
+                    if role == Role::Inflate {
+                        if let Err(e) = self.ram.discard(&ranges, Discard::Balloon) {
+                            tracing::warn!("balloon: releasing inflated pages failed: {e}");
+                        }
+                        self.state
+                            .metrics
+                            .inflated_pages
+                            .fetch_add(pages, Ordering::Relaxed);
+                    } else {
+                        self.ram.deflate(&ranges);
+                        self.state
+                            .metrics
+                            .deflated_pages
+                            .fetch_add(pages, Ordering::Relaxed);
+                    }
+                }
+                Role::Reporting => {
+                    let mut ranges = Vec::new();
+                    for d in &descs {
+                        let r = GuestRange {
+                            addr: d.addr().0,
+                            len: u64::from(d.len()),
+                        };
+                        let whole = r.addr % PAGE_SIZE == 0 && r.len % PAGE_SIZE == 0 && r.len > 0;
+                        let inside = usize::try_from(r.len)
+                            .is_ok_and(|l| GuestMemoryBackend::check_range(mem, d.addr(), l));
+                        if whole && inside {
+                            ranges.push(r);
+                        } else {
+                            self.state
+                                .metrics
+                                .invalid_pfns
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
+                    if let Err(e) = self.ram.discard(&ranges, Discard::Reported) {
+                        tracing::warn!("balloon: releasing reported pages failed: {e}");
+                    }
+                    self.state
+                        .metrics
+                        .reported_pages
+                        .fetch_add(pages, Ordering::Relaxed);
+                }
+                Role::Stats => {
+                    if let Some(d) = descs.iter().find(|d| !d.is_write_only()) {
+                        self.read_stats(mem, d.addr(), d.len());
+                    }
+                    if let Some(old) = self.held_stats.replace(head) {
+                        // A second buffer while one is held: give the old one back.
+                        let _ = queue.add_used(mem, old, 0);
+                        used = true;
+                    }
+                    if self.state.want_stats.swap(false, Ordering::SeqCst) {
+                        if let Some(h) = self.held_stats.take() {
+                            let _ = queue.add_used(mem, h, 0);
+                            used = true;
+                        }
+                    }
+                    continue;
+                }
+            }
+            if queue.add_used(mem, head, 0).is_err() {
+                break;
+            }
+            used = true;
+        }
+        used
+    }
+
+    fn on_request(&mut self, queues: &mut [Queue], mem: &GuestMem) -> bool {
+        // The only request: return the held statistics buffer so the driver refills it.
+        let stats_index = 2;
+        if self.acked & F_STATS_VQ == 0 {
+            return false;
+        }
+        match (self.held_stats.take(), queues.get_mut(stats_index)) {
+            (Some(h), Some(q)) if q.ready() => q.add_used(mem, h, 0).is_ok(),
+            (held, _) => {
+                self.held_stats = held;
+                self.state.want_stats.store(true, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+}
+
+/// What the VMM uses to steer a balloon behind its transport.
+pub struct BalloonControl {
+    pub state: Arc<BalloonState>,
+    pub transport: Arc<Mutex<super::mmio::MmioTransport>>,
+}
+
+impl BalloonControl {
+    /// Sets the balloon's size in 4 KiB pages and tells the driver.
+    pub fn set_target(&self, pages: u32) {
+        self.state.target_pages.store(pages, Ordering::SeqCst);
+        self.transport
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .config_changed();
+    }
+
+    /// Asks the driver for fresh statistics (they arrive asynchronously).
+    pub fn request_stats(&self) {
+        self.transport
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .device_request();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // test values are small by construction
+mod tests {
+    use super::*;
+    use crate::ram::PlainRam;
+    use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+    use virtio_queue::mock::MockSplitQueue;
+
+    const DESC_F_WRITE: u16 = 2;
+    const MEM: u64 = 4 << 20;
+
+    fn setup(features: u64) -> (Arc<GuestMem>, Balloon) {
+        let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM as usize)]).unwrap());
+        let mut b = Balloon::new(Arc::new(PlainRam::new(mem.clone())));
+        b.activate(features);
+        (mem, b)
+    }
+
+    /// Offers one single-descriptor chain on a fresh queue and processes it as queue `index`.
+    fn offer(
+        b: &mut Balloon,
+        mem: &GuestMem,
+        index: usize,
+        addr: u64,
+        len: u32,
+        flags: u16,
+    ) -> (Queue, bool) {
+        let vq = MockSplitQueue::new(mem, 16);
+        vq.add_desc_chains(
+            &[RawDescriptor::from(SplitDescriptor::new(
+                addr, len, flags, 0,
+            ))],
+            0,
+        )
+        .unwrap();
+        let mut q: Queue = vq.create_queue().unwrap();
+        let used = b.process_queue(index, &mut q, mem);
+        (q, used)
+    }
+
+    #[test]
+    fn inflate_releases_valid_pages_and_counts_bad_pfns() {
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1);
+        mem.write_slice(&[9u8; 3 * 4096], GuestAddress(0x10_0000))
+            .unwrap();
+        let pfns: Vec<u8> = [0x100u32, 0x101, 0x102, 0xffff_ffff, 0x100_0000]
+            .iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        mem.write_slice(&pfns, GuestAddress(0x2000)).unwrap();
+        let (_, used) = offer(&mut b, &mem, 0, 0x2000, pfns.len() as u32, 0);
+        assert!(used);
+        let mut back = vec![1u8; 3 * 4096];
+        mem.read_slice(&mut back, GuestAddress(0x10_0000)).unwrap();
+        assert!(back.iter().all(|&x| x == 0), "inflated pages were released");
+        let m = &b.state().metrics;
+        assert_eq!(m.inflated_pages.load(Ordering::Relaxed), 3);
+        assert_eq!(m.invalid_pfns.load(Ordering::Relaxed), 2);
+        let (_, used) = offer(&mut b, &mem, 1, 0x2000, 12, 0);
+        assert!(used);
+        assert_eq!(m.deflated_pages.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn queue_roles_follow_accepted_features() {
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1 | F_REPORTING);
+        // Without the stats queue, queue 2 is the reporting queue.
+        mem.write_slice(&[5u8; 8192], GuestAddress(0x20_0000))
+            .unwrap();
+        let (_, used) = offer(&mut b, &mem, 2, 0x20_0000, 8192, DESC_F_WRITE);
+        assert!(used);
+        assert_eq!(b.state().metrics.reported_pages.load(Ordering::Relaxed), 2);
+        let mut back = [1u8; 8192];
+        mem.read_slice(&mut back, GuestAddress(0x20_0000)).unwrap();
+        assert!(back.iter().all(|&x| x == 0));
+        // A misaligned or out-of-RAM report is ignored and counted.
+        offer(&mut b, &mem, 2, 0x20_0100, 4096, DESC_F_WRITE);
+        offer(&mut b, &mem, 2, MEM - 4096, 8192, DESC_F_WRITE);
+        assert_eq!(b.state().metrics.invalid_pfns.load(Ordering::Relaxed), 2);
+        assert!(!offer(&mut b, &mem, 3, 0x2000, 4, 0).1, "no fourth queue");
+    }
+
+    #[test]
+    fn stats_buffer_is_held_until_requested() {
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1 | F_STATS_VQ | F_REPORTING);
+        let mut raw = Vec::new();
+        for (tag, val) in [(4u16, 1000u64), (5, 2000)] {
+            raw.extend_from_slice(&tag.to_le_bytes());
+            raw.extend_from_slice(&val.to_le_bytes());
+        }
+        mem.write_slice(&raw, GuestAddress(0x3000)).unwrap();
+        let (q, used) = offer(&mut b, &mem, 2, 0x3000, raw.len() as u32, 0);
+        assert!(!used, "the stats buffer is held");
+        assert_eq!(b.state().stats().unwrap().1, vec![(4, 1000), (5, 2000)]);
+        let mut queues = vec![Queue::new(16).unwrap(), Queue::new(16).unwrap(), q];
+        assert!(b.on_request(&mut queues, &mem), "a request returns it");
+        assert!(!b.on_request(&mut queues, &mem), "nothing is held any more");
+    }
+
+    #[test]
+    fn config_reports_target_and_takes_actual() {
+        let (_, mut b) = setup(VIRTIO_F_VERSION_1);
+        b.state().target_pages.store(1234, Ordering::SeqCst);
+        let mut c = [0u8; 4];
+        b.read_config(0, &mut c);
+        assert_eq!(u32::from_le_bytes(c), 1234);
+        b.write_config(4, &77u32.to_le_bytes());
+        b.write_config(0, &1u32.to_le_bytes());
+        assert_eq!(b.state().actual_pages.load(Ordering::SeqCst), 77);
+        assert_eq!(b.state().target_pages.load(Ordering::SeqCst), 1234);
+    }
+}
