@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryUpdate {
+    /// Required, even as `null` (a `deserialize_with` field has no implicit default).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub limit: Option<u64>,
 }
 

@@ -1,0 +1,279 @@
+//! The API socket against its published schema (`docs/openapi.json`): every documented path and
+//! method is called on a running VM, valid and invalid, and every answer is checked against the
+//! documented status codes and response schema.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+/// A PVH kernel that spins forever (`jmp $`), so the VM stays up while the API is exercised.
+fn spin_kernel(dir: &Path) -> PathBuf {
+    let path = dir.join("spin.elf");
+    std::fs::write(
+        &path,
+        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xeb, 0xfe], Some(0x10_0000)),
+    )
+    .unwrap();
+    path
+}
+
+struct Vm(Child);
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &Path, extra: &[&str]) -> (Vm, PathBuf) {
+    let sock = dir.join("api.sock");
+    let kernel = spin_kernel(dir);
+    let disk = dir.join("d.img");
+    std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "64M", "--kernel"])
+        .arg(&kernel)
+        .arg("--disk")
+        .arg(format!("{},id=data", disk.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .args(extra)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the API socket never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (Vm(child), sock)
+}
+
+fn spec() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn resolve<'a>(spec: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r
+                .strip_prefix("#/components/schemas/")
+                .expect("local refs only");
+            &spec["components"]["schemas"][name]
+        }
+        None => schema,
+    }
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "integer" => v.is_u64() || v.is_i64(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "null" => v.is_null(),
+        other => panic!("schema type {other} not handled"),
+    }
+}
+
+/// Checks `v` against the subset of JSON Schema the spec uses.
+fn check(spec: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    let schema = resolve(spec, schema);
+    if let Some(alts) = schema.get("oneOf").and_then(Value::as_array) {
+        let ok = alts
+            .iter()
+            .filter(|s| check(spec, s, v, at).is_ok())
+            .count();
+        return if ok == 1 {
+            Ok(())
+        } else {
+            Err(format!("{at}: {v} matches {ok} of the oneOf alternatives"))
+        };
+    }
+    let types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !types.is_empty() && !types.iter().any(|t| type_matches(t, v)) {
+        return Err(format!("{at}: {v} is none of {types:?}"));
+    }
+    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        if !e.contains(v) {
+            return Err(format!("{at}: {v} not in {e:?}"));
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        for r in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !obj.contains_key(r.as_str().unwrap_or_default()) {
+                return Err(format!("{at}: missing {r}"));
+            }
+        }
+        let props = schema.get("properties").and_then(Value::as_object);
+        for (k, val) in obj {
+            match (
+                props.and_then(|p| p.get(k)),
+                schema.get("additionalProperties"),
+            ) {
+                (Some(s), _) => check(spec, s, val, &format!("{at}.{k}"))?,
+                (None, Some(s)) if s.is_object() => check(spec, s, val, &format!("{at}.{k}"))?,
+                (None, Some(Value::Bool(false))) => {
+                    return Err(format!("{at}: unexpected property {k}"))
+                }
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            check(spec, items, x, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls the API and checks the answer against the spec; returns status and body.
+fn call_checked(
+    spec: &Value,
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let (status, text) = memvisor_api::call(sock, method, path, body).unwrap();
+    let v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
+    let op = &spec["paths"][path][method.to_ascii_lowercase()];
+    if let (200, Some(Ok(req))) = (status, body.map(serde_json::from_str::<Value>)) {
+        let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+        if let Err(e) = check(spec, schema, &req, &format!("{method} {path} request")) {
+            panic!("the server accepted a request the schema forbids: {e}");
+        }
+    }
+    let resp = &op["responses"][status.to_string()];
+    assert!(
+        resp.is_object(),
+        "{method} {path} answered {status}, which the spec does not document: {text}"
+    );
+    if let Err(e) = check(
+        spec,
+        &resp["content"]["application/json"]["schema"],
+        &v,
+        &format!("{method} {path} {status}"),
+    ) {
+        panic!("answer does not match the schema: {e}");
+    }
+    (status, v)
+}
+
+#[test]
+fn server_matches_the_published_schema() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let (_vm, sock) = start(dir.path(), &["--balloon", "--mem-limit", "48M"]);
+
+    // Every documented operation answers as documented.
+    let paths = spec["paths"].as_object().unwrap();
+    assert_eq!(paths.len(), 4);
+    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    assert_eq!(vm["mem_bytes"], 64 << 20);
+    assert_eq!(vm["limit_bytes"], 48 << 20);
+    assert_eq!(vm["disks"][0]["id"], "data");
+    let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
+    assert!(stats["pager"]["resident_pages"].as_u64().unwrap() > 0);
+    let (_, vm) = call_checked(
+        &spec,
+        &sock,
+        "PUT",
+        "/memory",
+        Some(r#"{"limit": 33554432}"#),
+    );
+    assert_eq!(vm["limit_bytes"], 32 << 20);
+    let (_, vm) = call_checked(&spec, &sock, "PUT", "/memory", Some(r#"{"limit": null}"#));
+    assert!(vm["limit_bytes"].is_null());
+    let (_, vm) = call_checked(
+        &spec,
+        &sock,
+        "PUT",
+        "/balloon",
+        Some(r#"{"target": 8388608}"#),
+    );
+    assert_eq!(vm["balloon_target_bytes"], 8 << 20);
+
+    // Bad requests: 400 with an error, and nothing changes.
+    for (path, body) in [
+        ("/memory", "{"),
+        ("/memory", r#"{"limit": 33554432, "extra": 1}"#),
+        ("/memory", r#"{"limit": -5}"#),
+        ("/memory", r#"{"limit": 1099511627776}"#),
+        ("/memory", r#"{"limit": 4096}"#),
+        ("/memory", r#"{"limit": "big"}"#),
+        ("/memory", r#"{}"#),
+        ("/balloon", r#"{"target": 1099511627776}"#),
+        ("/balloon", r#"{"target": 1.5}"#),
+        ("/balloon", "[]"),
+    ] {
+        let (status, v) = call_checked(&spec, &sock, "PUT", path, Some(body));
+        assert_eq!(status, 400, "PUT {path} {body}");
+        assert!(!v["error"].as_str().unwrap().is_empty());
+    }
+    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    assert!(
+        vm["limit_bytes"].is_null(),
+        "rejected requests changed nothing"
+    );
+    assert_eq!(vm["balloon_target_bytes"], 8 << 20);
+
+    // Undocumented paths and methods are refused, and the server survives garbage.
+    assert_eq!(
+        memvisor_api::call(&sock, "GET", "/nope", None).unwrap().0,
+        404
+    );
+    assert_eq!(
+        memvisor_api::call(&sock, "DELETE", "/vm", None).unwrap().0,
+        405
+    );
+    {
+        use std::io::Write;
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
+    }
+    call_checked(&spec, &sock, "GET", "/vm", None);
+}
+
+#[test]
+fn without_a_pager_the_limit_cannot_be_changed() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let (_vm, sock) = start(dir.path(), &["--pager", "off"]);
+    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    assert_eq!(vm["pager"], "off");
+    assert!(vm["balloon_target_bytes"].is_null());
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "PUT",
+        "/memory",
+        Some(r#"{"limit": 33554432}"#),
+    );
+    assert_eq!(status, 400);
+    assert!(v["error"].as_str().unwrap().contains("pager"));
+    let (status, _) = call_checked(&spec, &sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
+    assert_eq!(status, 400);
+    let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
+    assert!(stats["pager"].is_null());
+}
