@@ -414,6 +414,8 @@ impl Shared {
                     tracing::error!("pager: resolving a fault on page {p} failed: {e}");
                 }
                 self.fault_latency.record(t0.elapsed());
+                // Keep the limit after every install, not after every batch of events.
+                self.reclaim_to_limit(&mut inner);
             }
             self.reclaim_to_limit(&mut inner);
         }
@@ -670,7 +672,6 @@ impl GuestRam for Pager {
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
         let s = &self.shared;
         let mut off = 0usize;
-        let mut installed = false;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
             let in_page = PAGE - usize::try_from(gpa % PAGE_SIZE).unwrap_or(0);
@@ -688,7 +689,8 @@ impl GuestRam for Pager {
                             inner.table.device_installed(p);
                             inner.prefetched[p as usize] = false;
                             Counters::add(&s.counters.device_installs, 1);
-                            installed |= inner.table.resident() > inner.limit;
+                            // The device's thread pays for the room it took.
+                            s.reclaim_to_limit(&mut inner);
                             off += n;
                             continue;
                         }
@@ -697,9 +699,6 @@ impl GuestRam for Pager {
             }
             s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
             off += n;
-        }
-        if installed {
-            let _ = s.poke.write(1);
         }
         Ok(())
     }

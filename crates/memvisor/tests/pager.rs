@@ -1,0 +1,160 @@
+//! The pager end to end: a 512 MiB guest whose working set is larger than its limit verifies every
+//! byte of its memory while the limit moves through the API; host RSS of guest RAM, read from
+//! `/proc/PID/smaps`, stays within the limit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+const MIB: u64 = 1 << 20;
+/// What RSS may exceed the limit by: faults install up to 16 pages (64 KiB) past it before the
+/// pager thread reclaims, devices install pages before they poke it, and samples race both.
+const SLACK: u64 = 4 * MIB;
+
+struct Vm(Child);
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mkdisk(dir: &Path) -> PathBuf {
+    let img = dir.join("data.img");
+    let st = Command::new(MEMVISOR)
+        .args(["mkdisk", "data", "--size", "64M", "--out"])
+        .arg(&img)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    img
+}
+
+/// Resident bytes of the guest RAM mapping of `pid` (the anonymous mapping of exactly `size` bytes).
+fn guest_rss(pid: u32, size: u64) -> Option<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let mut in_guest = false;
+    for line in smaps.lines() {
+        if let Some(kb) = line.strip_prefix("Size:") {
+            in_guest = kb.trim().trim_end_matches(" kB").parse::<u64>().ok() == Some(size / 1024);
+        } else if let (true, Some(kb)) = (in_guest, line.strip_prefix("Rss:")) {
+            return kb
+                .trim()
+                .trim_end_matches(" kB")
+                .parse::<u64>()
+                .ok()
+                .map(|k| k * 1024);
+        }
+    }
+    None
+}
+
+fn api(sock: &Path, method: &str, path: &str, body: Option<&str>) -> Value {
+    let (status, text) = memvisor_api::call(sock, method, path, body).unwrap();
+    assert_eq!(status, 200, "{method} {path}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn integrity_under_a_moving_limit_with_rss_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path());
+    let sock = dir.path().join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "512M", "--mem-limit", "100M", "--disk"])
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .args([
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=160 file_mb=8 rounds=3 secs=6",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut vm = Vm(child);
+    let mut pipe = vm.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
+        s
+    });
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Limit schedule: 100 MiB, then 64 MiB (the pager must shrink to it), then 128 MiB.
+    let schedule = [
+        (Duration::from_secs(2), 64 * MIB),
+        (Duration::from_secs(4), 128 * MIB),
+    ];
+    let mut limit = 100 * MIB;
+    let mut next = 0;
+    let mut worst_over = i64::MIN;
+    let mut samples = 0;
+    let mut shrunk_to = None;
+    while vm.0.try_wait().unwrap().is_none() {
+        if next < schedule.len() && t0.elapsed() >= schedule[next].0 {
+            let (_, l) = schedule[next];
+            api(
+                &sock,
+                "PUT",
+                "/memory",
+                Some(&format!("{{\"limit\": {l}}}")),
+            );
+            if l < limit {
+                // Give the pager a moment to reclaim down, then record where it got to.
+                std::thread::sleep(Duration::from_millis(300));
+                shrunk_to = guest_rss(pid, 512 * MIB);
+            }
+            limit = l;
+            next += 1;
+        }
+        if let Some(rss) = guest_rss(pid, 512 * MIB) {
+            // After a shrink, RSS may lag the new limit until the pager has caught up.
+            let effective = if next > 0 && schedule[next - 1].1 < 100 * MIB && shrunk_to.is_none() {
+                100 * MIB
+            } else {
+                limit
+            };
+            worst_over =
+                worst_over.max(i64::try_from(rss).unwrap() - i64::try_from(effective).unwrap());
+            samples += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = vm.0.wait().unwrap();
+    let stdout = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+        .expect("a final RESULT");
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    assert!(
+        next == schedule.len(),
+        "the run ended before the limit schedule did"
+    );
+    assert!(samples > 20, "only {samples} RSS samples");
+    eprintln!("{samples} RSS samples; worst excess over the limit {worst_over} bytes; after the shrink {shrunk_to:?}");
+    assert!(
+        worst_over <= i64::try_from(SLACK).unwrap(),
+        "RSS exceeded the limit by {worst_over} bytes"
+    );
+    let shrunk = shrunk_to.expect("RSS sampled after the shrink");
+    assert!(
+        shrunk <= 64 * MIB + SLACK,
+        "after shrinking to 64 MiB, RSS was {shrunk}"
+    );
+}
