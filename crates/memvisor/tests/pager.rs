@@ -158,3 +158,43 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
         "after shrinking to 64 MiB, RSS was {shrunk}"
     );
 }
+
+/// A swap file that cannot be reserved (a full file system) is a clear error before the guest
+/// runs, never a failed write in the middle of a reclaim.
+#[test]
+fn a_swap_file_on_a_full_disk_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("tiny");
+    std::fs::create_dir(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "mounting a 1 MiB tmpfs (the test runs as root)"
+    );
+    let out = Command::new(MEMVISOR)
+        .args([
+            "run",
+            "--mem",
+            "64M",
+            "--mem-limit",
+            "32M",
+            "--workload",
+            "boot",
+            "--swap",
+        ])
+        .arg(mnt.join("swap"))
+        .output()
+        .unwrap();
+    let _ = Command::new("umount").arg(&mnt).status();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is the disk full?") && err.contains("swap"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "the guest did not start");
+}
