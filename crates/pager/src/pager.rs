@@ -194,7 +194,14 @@ fn uffd_copy(
 
 impl Pager {
     /// Puts `mem` under a new pager and starts its thread. Must run before anything touches guest RAM.
-    pub fn start(mem: Arc<GuestMem>, config: &PagerConfig) -> Result<Pager, PagerError> {
+    ///
+    /// If the pager thread ever stops (it cannot read faults, or it panicked), no guest page can
+    /// be resolved any more: `on_failure` is called with the reason, and the VM must end.
+    pub fn start(
+        mem: Arc<GuestMem>,
+        config: &PagerConfig,
+        on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Pager, PagerError> {
         let uffd = UffdBuilder::new()
             .close_on_exec(true)
             .non_blocking(true)
@@ -229,7 +236,10 @@ impl Pager {
             table: PageTable::new(first, first, config.mech, config.policy, 0x6d76_6d76),
             swap,
             limit,
-            io: AlignedBuf::new((batch.max(config.mech.prefetch) as usize + 1) * BLOCK),
+            // A batch can grow by one cluster less a page; a swap-in reads at most `prefetch` pages.
+            io: AlignedBuf::new(
+                (batch.max(config.mech.prefetch) + config.mech.cluster.max(1)) as usize * BLOCK,
+            ),
             prefetched: vec![false; first as usize],
         };
         let shared = Arc::new(Shared {
@@ -246,7 +256,17 @@ impl Pager {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("pager".into())
-            .spawn(move || s.run())
+            .spawn(move || {
+                let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run())) {
+                    Ok(why) => why,
+                    Err(p) => {
+                        let msg = p.downcast_ref::<&str>().map(|m| (*m).to_owned());
+                        let msg = msg.or_else(|| p.downcast_ref::<String>().cloned());
+                        format!("the pager thread panicked: {}", msg.unwrap_or_default())
+                    }
+                };
+                on_failure(why);
+            })
             .map_err(PagerError::Thread)?;
         Ok(Pager { shared })
     }
@@ -351,7 +371,8 @@ impl Shared {
         words.iter().all(|&w| w == 0)
     }
 
-    fn run(self: Arc<Self>) {
+    /// Serves faults until it cannot; returns why.
+    fn run(&self) -> String {
         let mut buf = EventBuffer::new(64);
         loop {
             let mut fds = [
@@ -372,8 +393,10 @@ impl Shared {
                 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
-                tracing::error!("pager: poll failed: {}", std::io::Error::last_os_error());
-                return;
+                return format!(
+                    "poll on the userfaultfd failed: {}",
+                    std::io::Error::last_os_error()
+                );
             }
             if fds[1].revents != 0 {
                 let _ = self.poke.read();
@@ -394,10 +417,7 @@ impl Shared {
                         }
                     })
                     .collect(),
-                Err(e) => {
-                    tracing::error!("pager: reading fault events failed: {e}");
-                    return;
-                }
+                Err(e) => return format!("reading fault events failed: {e}"),
             };
             let mut inner = self.lock();
             for (kind, rw, addr) in events {
@@ -477,47 +497,24 @@ impl Shared {
                 let buf = io.get(len);
                 swap.read(first_block, buf)?;
                 Counters::add(&self.counters.swap_bytes_read, len as u64);
-                // Neighbours come in clean and protected; the faulting page too unless it is written.
-                let src = buf.as_ptr();
-                let before = (p - lo) as usize * PAGE;
-                if keep_block {
-                    uffd_copy(&self.uffd, src, self.host(lo), len, true)?;
-                } else {
-                    if before > 0 {
-                        uffd_copy(&self.uffd, src, self.host(lo), before, true)?;
-                    }
-                    // SAFETY of the pointer arithmetic: `before + PAGE <= len`, inside `buf`.
-                    uffd_copy(
-                        &self.uffd,
-                        src.wrapping_add(before),
-                        self.host(p),
-                        PAGE,
-                        false,
-                    )?;
-                    let after = len - before - PAGE;
-                    if after > 0 {
-                        uffd_copy(
-                            &self.uffd,
-                            src.wrapping_add(before + PAGE),
-                            self.host(p + 1),
-                            after,
-                            true,
-                        )?;
-                    }
-                }
+                // The run comes in as the faulting page does: after a read, clean and
+                // write-protected with its blocks kept; after a write, writable (a written
+                // page's neighbours are usually written next, and each protected one would cost
+                // a write fault).
+                uffd_copy(&self.uffd, buf.as_ptr(), self.host(lo), len, keep_block)?;
                 for q in lo..lo + n {
                     let PageState::Swapped(b) = table.state(q) else {
                         unreachable!("a swap run holds swapped pages")
                     };
-                    let keep = if q == p { keep_block } else { true };
                     table.installed(
                         q,
                         FaultAction::SwapIn {
                             block: b,
-                            keep_block: keep,
+                            keep_block,
                         },
                     );
-                    prefetched[q as usize] = q != p;
+                    // Prefetch hits are seen only as writes to protected pages.
+                    prefetched[q as usize] = q != p && keep_block;
                 }
                 Counters::add(&self.counters.faults_swap, 1);
                 Counters::add(&self.counters.prefetched, u64::from(n - 1));

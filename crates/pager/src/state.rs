@@ -34,6 +34,8 @@ pub struct Mechanisms {
     pub reuse_clean: bool,
     /// Pages around a swap fault to bring in with it (0: none).
     pub prefetch: u32,
+    /// Victims are evicted in aligned clusters of this many pages (1: single pages).
+    pub cluster: u32,
 }
 
 impl Mechanisms {
@@ -41,11 +43,13 @@ impl Mechanisms {
         zero_detection: false,
         reuse_clean: false,
         prefetch: 0,
+        cluster: 1,
     };
     pub const DEFAULT: Mechanisms = Mechanisms {
         zero_detection: true,
         reuse_clean: true,
         prefetch: 16,
+        cluster: 16,
     };
 }
 
@@ -150,7 +154,7 @@ impl PageTable {
         PageTable {
             pages: vec![PageState::Zero; pages as usize],
             blocks: BlockMap::new(swap_blocks),
-            victims: Victims::new(pages, policy, seed),
+            victims: Victims::new(pages, policy, seed, mech.cluster),
             mech,
         }
     }
@@ -379,16 +383,15 @@ mod tests {
                         let PageState::Swapped(b) = self.t.state(q) else {
                             panic!("run holds swapped pages")
                         };
-                        let a = FaultAction::SwapIn {
-                            block: b,
-                            keep_block: q != p || keep_block,
-                        };
-                        let a = if q == p { action } else { a };
-                        let FaultAction::SwapIn { keep_block: k, .. } = a else {
-                            unreachable!()
-                        };
-                        self.ram.insert(q, (self.swap[&b], k));
-                        self.t.installed(q, a);
+                        // The run comes in as the faulting page does (as the pager does it).
+                        self.ram.insert(q, (self.swap[&b], keep_block));
+                        self.t.installed(
+                            q,
+                            FaultAction::SwapIn {
+                                block: b,
+                                keep_block,
+                            },
+                        );
                     }
                 }
             }

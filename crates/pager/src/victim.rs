@@ -29,10 +29,14 @@ pub struct Victims {
     referenced: Vec<bool>,
     hand: usize,
     rng: u64,
+    /// Victims are taken in aligned clusters of this many pages (a power of two): a chosen page
+    /// brings its resident neighbours, so they are written to consecutive blocks and a later
+    /// fault reads them back in one I/O.
+    cluster: u32,
 }
 
 impl Victims {
-    pub fn new(pages: u32, policy: VictimPolicy, seed: u64) -> Self {
+    pub fn new(pages: u32, policy: VictimPolicy, seed: u64, cluster: u32) -> Self {
         Victims {
             policy,
             list: Vec::new(),
@@ -40,6 +44,7 @@ impl Victims {
             referenced: vec![false; pages as usize],
             hand: 0,
             rng: seed | 1,
+            cluster: cluster.max(1).next_power_of_two(),
         }
     }
 
@@ -90,7 +95,7 @@ impl Victims {
     /// caller records their reclaim.
     pub fn pick(&mut self, n: u32) -> Vec<PageIdx> {
         let n = n.min(self.len()) as usize;
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(n + self.cluster as usize);
         let mut taken = std::collections::HashSet::with_capacity(n);
         match self.policy {
             VictimPolicy::Random => {
@@ -98,8 +103,8 @@ impl Victims {
                     let i =
                         usize::try_from(self.next_random() % self.list.len() as u64).unwrap_or(0);
                     let p = self.list[i];
-                    if taken.insert(p) {
-                        out.push(p);
+                    if !taken.contains(&p) {
+                        self.take_cluster(p, false, &mut taken, &mut out);
                     }
                 }
             }
@@ -116,14 +121,36 @@ impl Victims {
                     if std::mem::take(&mut self.referenced[p as usize]) {
                         continue;
                     }
-                    if taken.insert(p) {
-                        out.push(p);
+                    if !taken.contains(&p) {
+                        self.take_cluster(p, true, &mut taken, &mut out);
                     }
                 }
             }
         }
         out.sort_unstable();
         out
+    }
+
+    /// Adds `p` and the resident pages of its aligned cluster (for clock, only unreferenced ones).
+    fn take_cluster(
+        &self,
+        p: PageIdx,
+        unreferenced_only: bool,
+        taken: &mut std::collections::HashSet<PageIdx>,
+        out: &mut Vec<PageIdx>,
+    ) {
+        let base = p & !(self.cluster - 1);
+        let end = base
+            .saturating_add(self.cluster)
+            .min(u32::try_from(self.pos.len()).unwrap_or(u32::MAX));
+        for q in base..end {
+            let eligible = q == p
+                || (self.pos[q as usize] != ABSENT
+                    && !(unreferenced_only && self.referenced[q as usize]));
+            if eligible && taken.insert(q) {
+                out.push(q);
+            }
+        }
     }
 }
 
@@ -133,7 +160,7 @@ mod tests {
 
     #[test]
     fn random_picks_distinct_resident_pages() {
-        let mut v = Victims::new(100, VictimPolicy::Random, 1);
+        let mut v = Victims::new(100, VictimPolicy::Random, 1, 1);
         for p in (0..100).step_by(2) {
             v.insert(p);
         }
@@ -147,7 +174,7 @@ mod tests {
 
     #[test]
     fn clock_spares_referenced_pages_once() {
-        let mut v = Victims::new(8, VictimPolicy::Clock, 1);
+        let mut v = Victims::new(8, VictimPolicy::Clock, 1, 1);
         for p in 0..8 {
             v.insert(p);
         }
@@ -157,5 +184,24 @@ mod tests {
         assert_eq!(v.pick(4), vec![4, 5, 6, 7]);
         // Their bits were cleared by the first sweep: now they go.
         assert_eq!(v.pick(4), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn clusters_bring_resident_neighbours() {
+        let mut v = Victims::new(64, VictimPolicy::Random, 3, 8);
+        for p in (0..64).filter(|p| p % 8 != 5) {
+            v.insert(p);
+        }
+        let picked = v.pick(1);
+        assert_eq!(
+            picked.len(),
+            7,
+            "one cluster of eight, less its non-resident page"
+        );
+        let base = picked[0] & !7;
+        assert!(picked.iter().all(|&p| p & !7 == base && p % 8 != 5));
+        assert!(picked
+            .windows(2)
+            .all(|w| w[1] == w[0] + 1 || w[1] == w[0] + 2));
     }
 }

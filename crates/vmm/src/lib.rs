@@ -78,6 +78,8 @@ pub enum VmmError {
     Boot(#[from] BootError),
     #[error("cannot set up guest memory")]
     Memory(#[source] std::io::Error),
+    #[error("the pager failed, so guest memory can no longer be served: {0}")]
+    PagerFailed(String),
     #[error("cannot start the pager")]
     Pager(#[from] PagerError),
     #[error("cannot serve the API socket")]
@@ -145,6 +147,7 @@ pub struct VmReport {
 /// Events from vCPU threads and devices to the thread that waits for the VM to end.
 enum VmEvent {
     Exit(VmExit),
+    PagerFailed(String),
     Crash { vcpu: u8, reason: String, rip: u64 },
 }
 
@@ -198,11 +201,16 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
     let mem = Arc::new(memory::create(&vm, &layout)?);
     // The pager must own guest RAM before anything touches it, the boot data included.
-    let pager = config
-        .pager
-        .as_ref()
-        .map(|c| Pager::start(mem.clone(), c))
-        .transpose()?;
+    let (events_tx, events) = mpsc::channel();
+    let pager = match &config.pager {
+        Some(c) => {
+            let tx = Mutex::new(events_tx.clone());
+            Some(Pager::start(mem.clone(), c, move |why| {
+                let _ = lock(&tx).send(VmEvent::PagerFailed(why));
+            })?)
+        }
+        None => None,
+    };
     let ram: Arc<dyn GuestRam> = match &pager {
         Some(p) => Arc::new(p.clone()),
         None => Arc::new(PlainRam::new(mem.clone())),
@@ -215,7 +223,6 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         &config.cmdline,
     )?;
 
-    let (events_tx, events) = mpsc::channel();
     let ended = Arc::new(AtomicBool::new(false));
     let Devices {
         pio,
@@ -299,6 +306,7 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         Ok(VmEvent::Crash { vcpu, reason, rip }) => {
             return Err(VmmError::GuestCrash { vcpu, reason, rip })
         }
+        Ok(VmEvent::PagerFailed(why)) => return Err(VmmError::PagerFailed(why)),
         Err(_) => unreachable!("the vCPU threads hold senders until they send their last event"),
     };
     for (disk, dev) in &disks {
