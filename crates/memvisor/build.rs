@@ -25,6 +25,13 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", guest.join(p).display());
     }
+    // The guest kit's memory manager core lives in this workspace.
+    for p in ["src", "Cargo.toml"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            manifest.join("../guest-mm").join(p).display()
+        );
+    }
 
     // A guest kit built elsewhere (e.g. while guest/ is being edited) can stand in.
     println!("cargo:rerun-if-env-changed=MEMVISOR_PREBUILT_GUEST");

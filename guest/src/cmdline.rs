@@ -9,7 +9,35 @@ pub enum Workload {
     Boot,
     /// Write/flush/read-back/compare test of a virtio-blk disk.
     Selftest,
+    Seqread,
+    Alloc,
+    Compile,
+    Mapreduce,
+    Kv,
+    Gcchurn,
+    Memhog,
+    Toucher,
+    Integrity,
 }
+
+impl Workload {
+    pub const ALL: [(&'static str, Workload); 11] = [
+        ("boot", Workload::Boot),
+        ("selftest", Workload::Selftest),
+        ("seqread", Workload::Seqread),
+        ("alloc", Workload::Alloc),
+        ("compile", Workload::Compile),
+        ("mapreduce", Workload::Mapreduce),
+        ("kv", Workload::Kv),
+        ("gcchurn", Workload::Gcchurn),
+        ("memhog", Workload::Memhog),
+        ("toucher", Workload::Toucher),
+        ("integrity", Workload::Integrity),
+    ];
+}
+
+/// Most `key=value` words kept for the workload and the memory manager to interpret.
+pub const MAX_ARGS: usize = 32;
 
 /// Longest device ID virtio-blk GET_ID can return.
 pub const DISK_ID_MAX: usize = 20;
@@ -23,6 +51,8 @@ pub struct Config {
     pub selftest_mb: u64,
     pub req_kb: u32,
     pub seed: u64,
+    args: [(&'static str, &'static str); MAX_ARGS],
+    nr_args: usize,
 }
 
 impl Config {
@@ -43,12 +73,76 @@ impl Default for Config {
             selftest_mb: 16,
             req_kb: 64,
             seed: 1,
+            args: [("", ""); MAX_ARGS],
+            nr_args: 0,
         }
     }
 }
 
+impl Config {
+    /// The value of a workload or memory-manager key, if given.
+    pub fn arg(&self, key: &str) -> Option<&'static str> {
+        self.args[..self.nr_args]
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// A number argument within `lo..=hi`, `default` when absent. The error names the key
+    /// and the accepted range.
+    pub fn num(&self, key: &'static str, default: u64, lo: u64, hi: u64) -> Result<u64, BadArg> {
+        match self.arg(key) {
+            None => Ok(default),
+            Some(v) => parse_u64(v)
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or(BadArg {
+                    key,
+                    value: v,
+                    lo,
+                    hi,
+                }),
+        }
+    }
+
+    /// Prints one warning line for keys that neither the workload nor the memory manager use.
+    pub fn warn_unknown(&self, known: &[&str]) {
+        let mut first = true;
+        for (k, _) in &self.args[..self.nr_args] {
+            if !known.contains(k) && !crate::mm::KEYS.contains(k) {
+                if first {
+                    print!("warning: ignoring unknown cmdline keys:");
+                    first = false;
+                }
+                print!(" {k}");
+            }
+        }
+        if !first {
+            println!();
+        }
+    }
+}
+
+/// A workload argument out of range or not a number.
+pub struct BadArg {
+    pub key: &'static str,
+    pub value: &'static str,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl core::fmt::Display for BadArg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "bad argument {}={}: expected a number from {} to {}",
+            self.key, self.value, self.lo, self.hi
+        )
+    }
+}
+
 /// Parses a decimal or `0x` hexadecimal unsigned number.
-fn parse_u64(s: &str) -> Option<u64> {
+pub fn parse_u64(s: &str) -> Option<u64> {
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => s.parse().ok(),
@@ -57,20 +151,22 @@ fn parse_u64(s: &str) -> Option<u64> {
 
 /// Parses the command line. Invalid values are errors (the run is misconfigured);
 /// unknown keys are collected into a single warning line.
-pub fn parse(cmdline: &str) -> Result<Config, &'static str> {
+pub fn parse(cmdline: &'static str) -> Result<Config, &'static str> {
     let mut cfg = Config::default();
-    let mut unknown_seen = false;
 
     for token in cmdline.split_ascii_whitespace() {
         let (key, value) = token.split_once('=').unwrap_or((token, ""));
         let number = || parse_u64(value);
         match key {
             "workload" => {
-                cfg.workload = match value {
-                    "boot" => Workload::Boot,
-                    "selftest" => Workload::Selftest,
-                    _ => return Err("unknown workload= (expected boot or selftest)"),
-                }
+                cfg.workload = Workload::ALL
+                    .iter()
+                    .find(|(n, _)| *n == value)
+                    .map(|(_, w)| *w)
+                    .ok_or(
+                        "unknown workload= (expected boot, selftest, seqread, alloc, compile, \
+                         mapreduce, kv, gcchurn, memhog, toucher or integrity)",
+                    )?
             }
             "cpus" => {
                 let n = number()
@@ -112,16 +208,13 @@ pub fn parse(cmdline: &str) -> Result<Config, &'static str> {
             }
             "seed" => cfg.seed = number().ok_or("seed= must be a number")?,
             _ => {
-                if !unknown_seen {
-                    print!("warning: ignoring unknown cmdline keys:");
-                    unknown_seen = true;
+                if cfg.nr_args == MAX_ARGS {
+                    return Err("too many key=value words (at most 32 besides the fixed ones)");
                 }
-                print!(" {key}");
+                cfg.args[cfg.nr_args] = (key, value);
+                cfg.nr_args += 1;
             }
         }
-    }
-    if unknown_seen {
-        println!();
     }
     Ok(cfg)
 }

@@ -1,7 +1,8 @@
 //! Early boot memory: a bump allocator over the largest RAM region above the
 //! kernel image (and below 4 GiB). It never frees. A later `mm` module (page
 //! allocator, page cache, swap) is meant to take over the rest of RAM from
-//! `remaining()` and the memory map in `BootInfo`.
+//! `remaining()` and the memory map in `BootInfo`. The `mm` module takes the
+//! rest of the arena with `take_rest` once the drivers are set up.
 
 use crate::bootinfo::BootInfo;
 use crate::sync::SpinLock;
@@ -69,9 +70,12 @@ pub fn alloc_pages(count: usize) -> Option<usize> {
     alloc_zeroed(count * PAGE_SIZE, PAGE_SIZE)
 }
 
-/// The part of the arena not handed out yet (for the future `mm` to take over).
-#[allow(dead_code)]
-pub fn remaining() -> (usize, usize) {
-    let bump = BUMP.lock();
-    (bump.next, bump.end)
+/// Hands out everything not allocated yet, without touching it: `[start, end)`,
+/// page-aligned. Later allocations fail.
+pub fn take_rest() -> (usize, usize) {
+    let mut bump = BUMP.lock();
+    let start = align_up(bump.next, PAGE_SIZE);
+    let end = bump.end.max(start);
+    bump.next = end;
+    (start, end)
 }

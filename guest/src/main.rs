@@ -12,6 +12,7 @@ mod bootinfo;
 mod cmdline;
 mod cpu;
 mod early_alloc;
+mod mm;
 mod paging;
 mod rt;
 mod smp;
@@ -84,6 +85,7 @@ fn run(start_info_paddr: u64) -> ExitCode {
         Err(e) => println!("memory: mapping RAM above 4 GiB failed: {e}"),
     }
 
+    smp::set_workers(workloads::uses_workers(cfg.workload));
     let cpus = smp::start_aps(cfg.cpus);
     workloads::run(cfg, cpus)
 }

@@ -10,7 +10,7 @@
 //! ring-0 boot stack suffice.
 
 use core::arch::global_asm;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use crate::boot::{
     MAX_CPUS, TSS_BASE_SIZE, TSS_LIMIT, TSS_SIZE, USER_CS, USER_DS, USER_RFLAGS, boot_ap_tss,
@@ -278,9 +278,54 @@ pub fn start_aps(requested: u32) -> u32 {
     cpus
 }
 
+/// Whether APs wait for work (`run_on_all`) instead of parking.
+static WORKERS: AtomicBool = AtomicBool::new(false);
+/// The job for `run_on_all`: a `fn(u32)` as an address, and its generation.
+static JOB: AtomicUsize = AtomicUsize::new(0);
+static JOB_GEN: AtomicU32 = AtomicU32::new(0);
+static JOB_DONE: AtomicU32 = AtomicU32::new(0);
+
+/// Makes APs started later wait for `run_on_all` jobs (spinning) instead of parking.
+pub fn set_workers(on: bool) {
+    WORKERS.store(on, Ordering::Relaxed);
+}
+
+/// Runs `job(cpu)` on every online CPU (the caller is CPU 0) and waits for all.
+pub fn run_on_all(job: fn(u32)) {
+    let aps = online() - 1;
+    if aps > 0 {
+        assert!(WORKERS.load(Ordering::Relaxed), "APs were parked");
+        JOB_DONE.store(0, Ordering::Relaxed);
+        JOB.store(job as usize, Ordering::Relaxed);
+        JOB_GEN.fetch_add(1, Ordering::Release);
+    }
+    job(0);
+    while JOB_DONE.load(Ordering::Acquire) < aps {
+        pause();
+    }
+}
+
 /// First Rust code of an AP, in ring 3 on its own stack.
 extern "C" fn ap_main(index: u64) -> ! {
     println!("cpu {index} online");
+    let workers = WORKERS.load(Ordering::Relaxed);
+    let mut seen = JOB_GEN.load(Ordering::Acquire);
     ONLINE.fetch_add(1, Ordering::Release);
-    crate::trap::park()
+    if !workers {
+        crate::trap::park()
+    }
+    loop {
+        let generation = JOB_GEN.load(Ordering::Acquire);
+        if generation == seen {
+            pause();
+            continue;
+        }
+        seen = generation;
+        let addr = JOB.load(Ordering::Relaxed);
+        // SAFETY: `run_on_all` stored a `fn(u32)` as its address before bumping JOB_GEN
+        // (release/acquire), and function pointers and addresses have the same size.
+        let job: fn(u32) = unsafe { core::mem::transmute::<usize, fn(u32)>(addr) };
+        job(index as u32);
+        JOB_DONE.fetch_add(1, Ordering::Release);
+    }
 }

@@ -26,6 +26,19 @@ pub enum Command {
     /// Exit status: the guest's debug-exit status `(value << 1) | 1` (as QEMU's isa-debug-exit),
     /// 0 when the guest shuts down, 2 for bad input, 4 when the guest crashes, 5 when memvisor fails.
     Run(RunArgs),
+    /// Build a data disk (files with deterministic content) or a swap disk for the guest kit.
+    ///
+    /// Exit status: 0 on success, 2 for bad input.
+    Mkdisk(crate::disks::MkdiskArgs),
+    /// Talk to a running VM's API socket (`memvisor run --api-sock PATH`).
+    ///
+    /// Exit status: 0 when the VM answered 200, 1 when it refused the request, 2 for bad input.
+    Ctl(crate::ctl::CtlArgs),
+    /// Run a paper's experiment on memvisor and QEMU side by side: results.csv, report.md, a plot.
+    ///
+    /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),
+    /// 2 for bad input, 5 when it could not run, 130 on Ctrl-C (after cleaning up).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -77,6 +90,9 @@ pub struct RunArgs {
     /// Give the VM a virtio-balloon device (deflate-on-OOM, statistics and free page reporting).
     #[arg(long)]
     pub balloon: bool,
+    /// Serve the VM's HTTP/JSON API on this Unix socket (see `memvisor ctl`).
+    #[arg(long)]
+    pub api_sock: Option<PathBuf>,
     /// With --hypervisor qemu: serve QEMU's QMP monitor on this Unix socket (e.g. to move the balloon).
     #[arg(long)]
     pub qmp_sock: Option<PathBuf>,
@@ -284,8 +300,8 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
-    if args.balloon && args.hypervisor == Hypervisor::Memvisor {
-        return bad("--balloon is not available on memvisor yet; use --hypervisor qemu".into());
+    if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
     }
     Ok(RunPlan {
         args,
@@ -340,7 +356,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     });
     let _host_limit = match (a.pager, a.mem_limit) {
         (PagerMode::Off, Some(limit)) => {
-            match crate::hostlimit::HostLimit::enter(std::process::id(), limit) {
+            match crate::hostlimit::HostLimit::enter(std::process::id(), limit, 0) {
                 Ok(h) => Some(h),
                 Err(e) => {
                     eprintln!("memvisor: cannot enforce --mem-limit with the host kernel: {e}");
@@ -357,6 +373,8 @@ pub fn run(args: RunArgs) -> ExitCode {
         vcpus: plan.args.vcpus,
         disks: plan.disks,
         pager,
+        balloon: plan.args.balloon,
+        api_sock: plan.args.api_sock.clone(),
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {

@@ -9,7 +9,19 @@ pub const ELF: &[u8] = include_bytes!(env!("MEMVISOR_GUEST_KIT"));
 pub const MIN_MEM: u64 = 32 << 20;
 
 /// The guest kit's workloads, as its command line names them.
-pub const WORKLOADS: &[&str] = &["boot", "selftest"];
+pub const WORKLOADS: &[&str] = &[
+    "boot",
+    "selftest",
+    "seqread",
+    "alloc",
+    "compile",
+    "mapreduce",
+    "kv",
+    "gcchurn",
+    "memhog",
+    "toucher",
+    "integrity",
+];
 
 /// The guest kit's command line: the workload and facts about the VM, then the user's extra words.
 pub fn cmdline(workload: &str, vcpus: u8, tsc_khz: Option<u32>, extra: &str) -> String {

@@ -32,16 +32,17 @@ pub fn host_swap_enabled() -> bool {
 }
 
 impl HostLimit {
-    /// Puts process `pid` in a new cgroup limited to `guest_limit` bytes plus its own overhead
-    /// (its resident memory now, plus [`SLACK`]).
-    pub fn enter(pid: u32, guest_limit: u64) -> std::io::Result<Self> {
+    /// Puts process `pid` (and the children it starts later) in a new cgroup limited to
+    /// `guest_limit` bytes plus the hypervisor's overhead: `pid`'s resident memory now, plus
+    /// [`SLACK`], plus `extra` (what a child hypervisor process adds).
+    pub fn enter(pid: u32, guest_limit: u64, extra: u64) -> std::io::Result<Self> {
         let root = Path::new(ROOT);
         if !root.join("memory.limit_in_bytes").exists() {
             return Err(std::io::Error::other(format!(
                 "no cgroup v1 memory controller at {ROOT}"
             )));
         }
-        let overhead = rss_bytes(pid)? + SLACK;
+        let overhead = rss_bytes(pid)? + SLACK + extra;
         let dir = root.join(format!("memvisor-{pid}"));
         std::fs::create_dir(&dir)
             .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.display())))?;

@@ -1,7 +1,10 @@
 //! `memvisor`: the command-line front end. `memvisor run` boots a guest on memvisor's own VMM or,
 //! with `--hypervisor qemu`, on QEMU microvm with the same guest, disks and memory size.
 
+mod bench;
 mod cli;
+mod ctl;
+mod disks;
 mod guest_kit;
 mod hostlimit;
 mod qemu;
@@ -34,5 +37,8 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match args.command {
         cli::Command::Run(run) => cli::run(run),
+        cli::Command::Mkdisk(args) => disks::run(args),
+        cli::Command::Ctl(args) => ctl::run(args),
+        cli::Command::Bench(args) => bench::run(args),
     }
 }

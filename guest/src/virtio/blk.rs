@@ -13,6 +13,8 @@ use crate::cmdline::DISK_ID_MAX;
 use crate::cpu::{pause, rdtsc};
 
 pub const SECTOR_SIZE: u64 = 512;
+/// Bytes per page transferred by `read_pages`/`write_pages`.
+const PAGE: usize = 4096;
 
 const F_SIZE_MAX: u64 = 1 << 1;
 const F_SEG_MAX: u64 = 1 << 2;
@@ -253,6 +255,42 @@ impl BlkDevice {
         self.transfer(REQ_OUT, sector, buf.as_ptr() as u64, buf.len(), false)
     }
 
+    /// Reads consecutive blocks into the 4 KiB pages at `pages` (guest-physical addresses),
+    /// one data descriptor per page, as few requests as the device allows.
+    pub fn read_pages(&mut self, sector: u64, pages: &[u64]) -> Result<(), BlkError> {
+        self.check_range(sector, pages.len() * PAGE)?;
+        self.page_requests(REQ_IN, sector, pages, true)
+    }
+
+    /// Writes the 4 KiB pages at `pages` to consecutive blocks starting at `sector`.
+    pub fn write_pages(&mut self, sector: u64, pages: &[u64]) -> Result<(), BlkError> {
+        if self.read_only {
+            return Err(BlkError::ReadOnly);
+        }
+        self.check_range(sector, pages.len() * PAGE)?;
+        self.page_requests(REQ_OUT, sector, pages, false)
+    }
+
+    fn page_requests(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        pages: &[u64],
+        device_writes: bool,
+    ) -> Result<(), BlkError> {
+        let per_request = self.max_data_segments.max(1);
+        for (i, chunk) in pages.chunks(per_request).enumerate() {
+            let s = sector + (i * per_request * PAGE) as u64 / SECTOR_SIZE;
+            self.submit(
+                kind,
+                s,
+                chunk.iter().map(|&a| (a, PAGE as u32)),
+                device_writes,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Flushes the device's write cache (no-op if FLUSH was not negotiated).
     pub fn flush(&mut self) -> Result<(), BlkError> {
         if !self.has_flush {
@@ -290,6 +328,22 @@ impl BlkDevice {
         len: usize,
         device_writes: bool,
     ) -> Result<(), BlkError> {
+        let max = self.max_segment_bytes as usize;
+        let pieces = (0..len.div_ceil(max)).map(|k| {
+            let off = k * max;
+            (data + off as u64, (len - off).min(max) as u32)
+        });
+        self.submit(kind, sector, pieces, device_writes)
+    }
+
+    /// Issues one request whose data buffers are `data` (address, length) and polls for it.
+    fn submit(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        data: impl Iterator<Item = (u64, u32)>,
+        device_writes: bool,
+    ) -> Result<(), BlkError> {
         let header = (self.scratch + SCRATCH_HEADER) as *mut RequestHeader;
         let status = (self.scratch + SCRATCH_STATUS) as *mut u8;
         // SAFETY: the scratch page belongs to this device, and no request is in
@@ -314,16 +368,17 @@ impl BlkDevice {
             device_writes: false,
         };
         let mut n = 1;
-        let mut offset = 0;
-        while offset < len {
-            let piece = (len - offset).min(self.max_segment_bytes as usize);
+        for (addr, len) in data {
+            assert!(
+                n <= MAX_DATA_SEGMENTS,
+                "too many data segments in one request"
+            );
             segments[n] = Segment {
-                addr: data + offset as u64,
-                len: piece as u32,
+                addr,
+                len,
                 device_writes,
             };
             n += 1;
-            offset += piece;
         }
         segments[n] = Segment {
             addr: status as u64,

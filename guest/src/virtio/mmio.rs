@@ -134,6 +134,10 @@ impl MmioTransport {
         self.read(REG_CONFIG + offset)
     }
 
+    pub fn config_write32(&self, offset: usize, value: u32) {
+        self.write(REG_CONFIG + offset, value);
+    }
+
     /// Reads a 64-bit config field consistently (retries if the config generation changed).
     pub fn config_read64(&self, offset: usize) -> u64 {
         loop {

@@ -2,6 +2,7 @@
 //! bytes) and the drivers built on it. Only modern (version 2) devices are
 //! supported; QEMU needs `-global virtio-mmio.force-legacy=false`.
 
+pub mod balloon;
 pub mod blk;
 pub mod mmio;
 pub mod queue;
@@ -14,6 +15,7 @@ pub const MMIO_STRIDE: usize = 0x200;
 pub const MMIO_SLOTS: usize = 8;
 
 pub const DEVICE_ID_BLOCK: u32 = 2;
+pub const DEVICE_ID_BALLOON: u32 = 5;
 
 /// Common feature bit: the device complies with virtio 1.x.
 pub const F_VERSION_1: u64 = 1 << 32;

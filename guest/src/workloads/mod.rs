@@ -1,16 +1,46 @@
 //! Workloads selected by `workload=` on the command line. Each returns the
-//! exit code for the debug-exit port and prints one `RESULT ...` line.
+//! exit code for the debug-exit port and prints `RESULT ...` lines.
 
+mod alloc;
 mod boot;
+mod common;
+mod compile;
+mod gcchurn;
+mod integrity;
+mod kv;
+mod mapreduce;
+mod memhog;
 pub mod pattern;
 mod selftest;
+mod seqread;
+mod toucher;
 
 use crate::cmdline::{Config, Workload};
 use crate::cpu::ExitCode;
 
+/// Whether the workload runs a task on every vCPU (APs wait for work instead of parking).
+pub fn uses_workers(w: Workload) -> bool {
+    matches!(w, Workload::Integrity | Workload::Alloc)
+}
+
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     match cfg.workload {
-        Workload::Boot => boot::run(cpus),
-        Workload::Selftest => selftest::run(cfg, cpus),
+        Workload::Boot => {
+            cfg.warn_unknown(&[]);
+            boot::run(cpus)
+        }
+        Workload::Selftest => {
+            cfg.warn_unknown(&[]);
+            selftest::run(cfg, cpus)
+        }
+        Workload::Integrity => integrity::run(cfg, cpus),
+        Workload::Seqread => seqread::run(cfg),
+        Workload::Alloc => alloc::run(cfg, cpus),
+        Workload::Compile => compile::run(cfg),
+        Workload::Mapreduce => mapreduce::run(cfg),
+        Workload::Kv => kv::run(cfg),
+        Workload::Gcchurn => gcchurn::run(cfg),
+        Workload::Memhog => memhog::run(cfg),
+        Workload::Toucher => toucher::run(cfg),
     }
 }

@@ -130,11 +130,8 @@ impl Balloon {
             .chunks_exact(4)
             .map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
             .filter(|&pfn| {
-                let ok = GuestMemoryBackend::check_range(
-                    mem,
-                    GuestAddress(pfn * PAGE_SIZE),
-                    PAGE_BYTES,
-                );
+                let ok =
+                    GuestMemoryBackend::check_range(mem, GuestAddress(pfn * PAGE_SIZE), PAGE_BYTES);
                 if !ok {
                     self.state
                         .metrics

@@ -1,0 +1,206 @@
+//! The configurations a benchmark compares, as data: each is a hypervisor plus how the
+//! experiment's memory limit is enforced on it. A mechanism a later issue adds plugs in as one
+//! more entry of [`CONFIGS`].
+
+use std::path::Path;
+
+/// Which hypervisor runs the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hv {
+    Memvisor,
+    Qemu,
+}
+
+/// How the experiment's limit (guest RAM the host keeps resident) is enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// No limit: the whole guest RAM may be resident.
+    None,
+    /// The host kernel: a cgroup v1 memory cgroup (guest limit + the hypervisor's overhead) with
+    /// the harness's host swap file.
+    HostSwap,
+    /// memvisor's pager with its default mechanisms (`--pager full`).
+    Pager,
+    /// memvisor's pager writing every victim, nothing else (`--pager baseline`).
+    PagerBaseline,
+}
+
+/// One configuration of `memvisor bench`.
+#[derive(Debug)]
+pub struct Config {
+    pub name: &'static str,
+    /// One line for the report and `docs/bench.md`.
+    pub about: &'static str,
+    pub hv: Hv,
+    pub limit: Limit,
+    /// Inflate the balloon to guest RAM minus the limit as soon as the VM answers on its socket.
+    pub balloon: bool,
+}
+
+/// Every configuration, in report order: the peer first.
+pub const CONFIGS: &[Config] = &[
+    Config {
+        name: "qemu",
+        about: "QEMU microvm, no limit",
+        hv: Hv::Qemu,
+        limit: Limit::None,
+        balloon: false,
+    },
+    Config {
+        name: "qemu-hostswap",
+        about: "QEMU in a cgroup v1 memory cgroup (limit + QEMU's measured overhead), host swap file",
+        hv: Hv::Qemu,
+        limit: Limit::HostSwap,
+        balloon: false,
+    },
+    Config {
+        name: "qemu-balloon",
+        about: "as qemu-hostswap, and QEMU's virtio-balloon inflated through QMP to RAM minus limit",
+        hv: Hv::Qemu,
+        limit: Limit::HostSwap,
+        balloon: true,
+    },
+    Config {
+        name: "memvisor",
+        about: "memvisor, no limit",
+        hv: Hv::Memvisor,
+        limit: Limit::None,
+        balloon: false,
+    },
+    Config {
+        name: "memvisor-hostswap",
+        about: "memvisor with --pager off in a cgroup v1 memory cgroup, host swap file",
+        hv: Hv::Memvisor,
+        limit: Limit::HostSwap,
+        balloon: false,
+    },
+    Config {
+        name: "memvisor-baseline",
+        about: "memvisor's pager at the limit, baseline mechanisms (every victim written)",
+        hv: Hv::Memvisor,
+        limit: Limit::PagerBaseline,
+        balloon: false,
+    },
+    Config {
+        name: "memvisor-pager",
+        about: "memvisor's pager at the limit, default mechanisms (--pager full)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+    },
+    Config {
+        name: "memvisor-balloon",
+        about: "memvisor-pager, and memvisor's virtio-balloon inflated through the API to RAM minus limit",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: true,
+    },
+];
+
+/// The configuration called `name`.
+pub fn find(name: &str) -> Option<&'static Config> {
+    CONFIGS.iter().find(|c| c.name == name)
+}
+
+/// Sockets and files one run of a configuration uses.
+pub struct RunFiles<'a> {
+    /// memvisor's API socket or QEMU's QMP socket.
+    pub sock: &'a Path,
+    /// The pager's swap file (memvisor configurations with a pager limit).
+    pub pager_swap: &'a Path,
+}
+
+impl Config {
+    /// Whether this configuration needs the host swap file.
+    pub fn needs_host_swap(&self) -> bool {
+        self.limit == Limit::HostSwap
+    }
+
+    /// The `memvisor run` flags that select this configuration (the experiment adds memory size,
+    /// disks and workload). `limit` is the experiment's limit, if it has one.
+    pub fn run_flags(&self, limit: Option<u64>, files: &RunFiles<'_>) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |s: &str| a.push(s.to_owned());
+        match self.hv {
+            Hv::Qemu => {
+                push("--hypervisor");
+                push("qemu");
+                if self.balloon {
+                    push("--qmp-sock");
+                    push(&files.sock.display().to_string());
+                }
+            }
+            Hv::Memvisor => {
+                push("--api-sock");
+                push(&files.sock.display().to_string());
+            }
+        }
+        if self.balloon {
+            push("--balloon");
+        }
+        let limit = match (self.limit, limit) {
+            (Limit::None, _) | (_, None) => {
+                if self.hv == Hv::Memvisor {
+                    push("--pager");
+                    push("full");
+                }
+                return a;
+            }
+            (_, Some(l)) => l,
+        };
+        push("--mem-limit");
+        push(&limit.to_string());
+        match self.limit {
+            Limit::HostSwap if self.hv == Hv::Memvisor => {
+                push("--pager");
+                push("off");
+            }
+            Limit::Pager | Limit::PagerBaseline => {
+                push("--pager");
+                push(if self.limit == Limit::Pager {
+                    "full"
+                } else {
+                    "baseline"
+                });
+                push("--swap");
+                push(&files.pager_swap.display().to_string());
+            }
+            _ => {}
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_flags_follow_the_limit() {
+        for (i, c) in CONFIGS.iter().enumerate() {
+            assert!(CONFIGS[..i].iter().all(|o| o.name != c.name), "{}", c.name);
+        }
+        let files = RunFiles {
+            sock: Path::new("/s"),
+            pager_swap: Path::new("/w"),
+        };
+        let f = |n| find(n).unwrap().run_flags(Some(100 << 20), &files).join(" ");
+        assert_eq!(f("qemu"), "--hypervisor qemu");
+        assert_eq!(f("qemu-hostswap"), "--hypervisor qemu --mem-limit 104857600");
+        assert_eq!(
+            f("qemu-balloon"),
+            "--hypervisor qemu --qmp-sock /s --balloon --mem-limit 104857600"
+        );
+        assert_eq!(f("memvisor"), "--api-sock /s --pager full");
+        assert_eq!(
+            f("memvisor-hostswap"),
+            "--api-sock /s --mem-limit 104857600 --pager off"
+        );
+        assert_eq!(
+            f("memvisor-baseline"),
+            "--api-sock /s --mem-limit 104857600 --pager baseline --swap /w"
+        );
+        assert!(find("memvisor-balloon").unwrap().balloon);
+        assert!(find("nope").is_none());
+    }
+}

@@ -1,0 +1,292 @@
+//! Host-side measurements, read from `/proc` and the cgroup v1 memory controller, independent of
+//! memvisor's own counters: swap traffic, a process's I/O and peak RSS, a memory cgroup's
+//! failures and OOM kills, the kernel log, and the environment of the run.
+
+use std::path::Path;
+
+/// The cgroup v1 memory controller's root.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
+
+/// Host-wide swap counters from `/proc/vmstat`, in pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Vmstat {
+    pub pswpin: u64,
+    pub pswpout: u64,
+}
+
+fn field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        let k = w.next()?;
+        (k.trim_end_matches(':') == key.trim_end_matches(':'))
+            .then(|| w.next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// `/proc/vmstat` now.
+pub fn vmstat() -> Vmstat {
+    let t = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    Vmstat {
+        pswpin: field(&t, "pswpin").unwrap_or(0),
+        pswpout: field(&t, "pswpout").unwrap_or(0),
+    }
+}
+
+/// A process's storage I/O from `/proc/PID/io`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcIo {
+    /// Bytes the process caused to be read from storage.
+    pub read_bytes: u64,
+    /// Bytes the process caused to be written to storage.
+    pub write_bytes: u64,
+}
+
+/// `/proc/PID/io`, or `None` once the process is gone.
+pub fn proc_io(pid: u32) -> Option<ProcIo> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    Some(ProcIo {
+        read_bytes: field(&t, "read_bytes")?,
+        write_bytes: field(&t, "write_bytes")?,
+    })
+}
+
+/// Peak resident memory (`VmHWM`) of a process in bytes.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    field(&t, "VmHWM").map(|kb| kb << 10)
+}
+
+/// Resident memory of a process outside its guest RAM mapping (the largest mapping of exactly
+/// `mem` bytes), from `/proc/PID/smaps`: the hypervisor's own overhead.
+pub fn rss_outside_guest(pid: u32, mem: u64) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let (mut total, mut guest, mut in_guest) = (0u64, 0u64, false);
+    for l in t.lines() {
+        let first = l.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            let mut r = first.split('-');
+            let (a, b) = (r.next()?, r.next()?);
+            let size = u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?;
+            in_guest = size == mem;
+        } else if let Some(v) = l.strip_prefix("Rss:") {
+            let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().ok()?;
+            total += kb << 10;
+            if in_guest {
+                guest += kb << 10;
+            }
+        }
+    }
+    Some(total - guest)
+}
+
+/// The first child of `pid` whose command name starts with `prefix` (QEMU under `memvisor run`).
+pub fn child_named(pid: u32, prefix: &str) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(cpid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{cpid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) && comm.starts_with(prefix) {
+            return Some(cpid);
+        }
+    }
+    None
+}
+
+/// What a memory cgroup says about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupState {
+    /// Times usage hit the limit (`memory.failcnt`).
+    pub failcnt: u64,
+    /// Processes the OOM killer killed in it (`oom_kill` of `memory.oom_control`).
+    pub oom_kills: u64,
+    /// Highest usage (`memory.max_usage_in_bytes`).
+    pub max_usage: u64,
+    /// The limit (`memory.limit_in_bytes`).
+    pub limit: u64,
+}
+
+/// The memory cgroup `memvisor run` with process id `pid` creates for a host-enforced limit.
+pub fn run_cgroup(pid: u32) -> std::path::PathBuf {
+    Path::new(CGROUP_ROOT).join(format!("memvisor-{pid}"))
+}
+
+/// The state of the memory cgroup at `dir`, or `None` if it does not exist.
+pub fn cgroup_state(dir: &Path) -> Option<CgroupState> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let num = |f: &str| read(f).and_then(|s| s.trim().parse::<u64>().ok());
+    let oom = read("memory.oom_control")?;
+    Some(CgroupState {
+        failcnt: num("memory.failcnt").unwrap_or(0),
+        oom_kills: field(&oom, "oom_kill").unwrap_or(0),
+        max_usage: num("memory.max_usage_in_bytes").unwrap_or(0),
+        limit: num("memory.limit_in_bytes").unwrap_or(0),
+    })
+}
+
+/// The kernel log's lines now (`dmesg`), empty if it cannot be read.
+pub fn dmesg() -> Vec<String> {
+    std::process::Command::new("dmesg")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The kernel's OOM lines among `new` that concern cgroup `memvisor-<cg_pid>` or process `pid`.
+pub fn oom_lines(new: &[String], cg_pid: u32, pids: &[u32]) -> Vec<String> {
+    let cg = format!("memvisor-{cg_pid}");
+    new.iter()
+        .filter(|l| {
+            l.contains(&cg)
+                || (l.contains("out of memory")
+                    && pids
+                        .iter()
+                        .any(|p| l.contains(&format!("Killed process {p} "))))
+        })
+        .map(|l| {
+            // Drop the timestamp.
+            l.split_once("] ")
+                .map_or(l.as_str(), |(_, r)| r)
+                .trim()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Bytes of swap in use on `file` per `/proc/swaps`, or `None` if it is not enabled.
+pub fn swap_used(file: &Path) -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/swaps").ok()?;
+    let name = file.display().to_string();
+    t.lines().skip(1).find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.first() == Some(&name.as_str()))
+            .then(|| w.get(3)?.parse::<u64>().ok().map(|kb| kb << 10))
+            .flatten()
+    })
+}
+
+/// Swap areas enabled on the host, as `/proc/swaps` names them.
+pub fn swap_areas() -> Vec<String> {
+    std::fs::read_to_string("/proc/swaps")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .last()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The run's environment, as `(what, value)` lines for the report.
+pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "?".into());
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    let meminfo = read("/proc/meminfo");
+    let mib = |k: &str| field(&meminfo, k).map_or("?".into(), |kb| format!("{} MiB", kb >> 10));
+    vec![
+        ("kernel".into(), read("/proc/sys/kernel/osrelease").trim().to_owned()),
+        ("CPU".into(), format!("{cpu} ({cpus} CPUs online)")),
+        (
+            "memory".into(),
+            format!(
+                "{} total, {} free, {} available at start",
+                mib("MemTotal"),
+                mib("MemFree"),
+                mib("MemAvailable")
+            ),
+        ),
+        (
+            "disk (results, images, swap)".into(),
+            first_line("df", &["-hT", &out.display().to_string()]),
+        ),
+        (
+            "QEMU".into(),
+            std::process::Command::new(qemu)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "?".into()),
+        ),
+        (
+            "transparent huge pages".into(),
+            read("/sys/kernel/mm/transparent_hugepage/enabled")
+                .trim()
+                .to_owned(),
+        ),
+        (
+            "vm.page-cluster".into(),
+            read("/proc/sys/vm/page-cluster").trim().to_owned(),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_oom_lines() {
+        let t = "pswpin 12\npswpout 34\nVmHWM:\t  2048 kB\n";
+        assert_eq!(field(t, "pswpout"), Some(34));
+        assert_eq!(field(t, "VmHWM"), Some(2048));
+        assert_eq!(field(t, "nope"), None);
+        let lines = vec![
+            "[ 1.0] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/memvisor-77,task=qemu".into(),
+            "[ 1.1] Memory cgroup out of memory: Killed process 78 (qemu-system-x86) total-vm:1kB"
+                .into(),
+            "[ 1.2] unrelated".into(),
+        ];
+        let got = oom_lines(&lines, 77, &[78]);
+        assert_eq!(got.len(), 2);
+        assert!(got[1].starts_with("Memory cgroup out of memory"));
+    }
+
+    #[test]
+    fn own_process_is_measured() {
+        let me = std::process::id();
+        assert!(proc_io(me).is_some());
+        assert!(peak_rss(me).unwrap() > 0);
+        assert!(rss_outside_guest(me, 1).unwrap() > 0);
+        assert!(vmstat().pswpin <= vmstat().pswpin);
+    }
+}

@@ -1,0 +1,359 @@
+//! `memvisor bench EXPERIMENT`: the papers' experiments on memvisor and on QEMU/KVM side by side,
+//! in one run, on the same guest kit ELF, disks and memory sizes.
+//!
+//! How a benchmark goes:
+//! 1. Check the input (experiment, configurations, repetitions, output directory): bad input is
+//!    one line and exit status 2.
+//! 2. Clean what an earlier run left (its host swap file, `memvisor-*` cgroups of dead
+//!    processes), or refuse to start saying what is left and why it cannot go.
+//! 3. Set up: data disks (`memvisor mkdisk`), the host swap file and `vm.swappiness` if a
+//!    configuration needs host swap, QEMU's overhead measured by a calibration run (printed, and
+//!    passed to QEMU runs for their cgroup limit).
+//! 4. Run repetition by repetition, each repetition running every configuration once (in an
+//!    order rotated per repetition), so drift hits all configurations alike (`runner`).
+//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`report`, `plot`).
+//! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
+
+mod configs;
+mod experiments;
+mod host;
+mod plot;
+mod report;
+mod runner;
+mod teardown;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use crate::status;
+use configs::Config;
+use experiments::Scale;
+
+/// `memvisor bench` flags.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10) or overhead (no limit).
+    pub experiment: String,
+    /// Repetitions of every configuration (interleaved).
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Configurations to run, comma-separated (default: the experiment's list).
+    #[arg(long, value_delimiter = ',')]
+    pub configs: Vec<String>,
+    /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The configuration ratios are taken against (default: the experiment's, qemu).
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// `full` (the papers' sizes) or `tiny` (seconds; for tests).
+    #[arg(long, value_enum, default_value_t = Scale::Full)]
+    pub scale: Scale,
+    /// The host swap file the harness creates, enables and removes.
+    #[arg(long, default_value = "/var/tmp/memvisor-bench.swap")]
+    pub swap_file: PathBuf,
+    /// Size of the host swap file.
+    #[arg(long, default_value = "2G", value_parser = crate::cli::parse_size)]
+    pub swap_size: u64,
+    /// vm.swappiness during the run (host-swap configurations' cgroups inherit it; restored after).
+    #[arg(long, default_value_t = 100)]
+    pub swappiness: u32,
+    /// End a run that takes longer than this many seconds (recorded as timeout).
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+}
+
+/// A check of the flags that failed: one line, exit status 2.
+struct BadInput(String);
+
+struct Plan {
+    exp: experiments::Experiment,
+    configs: Vec<&'static Config>,
+    reference: &'static str,
+    out: PathBuf,
+}
+
+fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
+    let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
+        BadInput(format!(
+            "unknown experiment '{}'; memvisor bench runs: {}",
+            a.experiment,
+            experiments::NAMES.join(", ")
+        ))
+    })?;
+    if a.reps == 0 {
+        return Err(BadInput(
+            "--reps 0: give at least one repetition".into(),
+        ));
+    }
+    let names: Vec<String> = if a.configs.is_empty() {
+        exp.configs.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        a.configs.clone()
+    };
+    let mut configs = Vec::new();
+    for n in &names {
+        let c = configs::find(n.trim()).ok_or_else(|| {
+            BadInput(format!(
+                "unknown configuration '{n}'; known: {}",
+                configs::CONFIGS
+                    .iter()
+                    .map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        if !configs.iter().any(|x: &&Config| x.name == c.name) {
+            configs.push(c);
+        }
+    }
+    let want = a.reference.as_deref().unwrap_or(exp.reference);
+    let reference = configs
+        .iter()
+        .find(|c| c.name == want)
+        .map(|c| c.name)
+        .ok_or_else(|| {
+            BadInput(format!(
+                "the reference configuration '{want}' is not among those run; add it to --configs or pick --reference"
+            ))
+        })?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join(exp.name));
+    std::fs::create_dir_all(out.join("logs"))
+        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
+        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
+        .map_err(|e| {
+            BadInput(format!(
+                "--out {}: cannot write there ({e}); give a writable directory",
+                out.display()
+            ))
+        })?;
+    if a.timeout == 0 {
+        return Err(BadInput("--timeout 0: give seconds, at least 1".into()));
+    }
+    Ok(Plan {
+        exp,
+        configs,
+        reference,
+        out,
+    })
+}
+
+fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {
+    let st = std::process::Command::new(exe)
+        .args(["mkdisk", "data", "--force", "--out"])
+        .arg(path)
+        .args(["--size", &format!("{}M", disk.size_mb), "--files", &disk.files])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("mkdisk {} failed ({st})", path.display()))
+    }
+}
+
+/// `memvisor bench`.
+pub fn run(args: BenchArgs) -> ExitCode {
+    let plan = match plan(&args) {
+        Ok(p) => p,
+        Err(BadInput(m)) => {
+            eprintln!("memvisor bench: {m}");
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    };
+    teardown::catch_signals();
+    let guard = teardown::Guard;
+    let outcome = bench(&args, &plan);
+    drop(guard);
+    let _ = std::fs::remove_dir(plan.out.join("work"));
+    match outcome {
+        Ok(()) if teardown::interrupted() => {
+            eprintln!("memvisor bench: interrupted; partial results written, host cleaned up");
+            ExitCode::from(130)
+        }
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memvisor bench: {e}");
+            ExitCode::from(status::VMM_FAILURE)
+        }
+    }
+}
+
+fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
+    let exp = &plan.exp;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))?;
+    for line in teardown::preflight(&args.swap_file)? {
+        eprintln!("memvisor bench: {line} (left by an earlier run)");
+    }
+    let work = plan.out.join("work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let env = host::environment(&plan.out, "qemu-system-x86_64");
+    let mut notes = Vec::new();
+
+    // Disks: one read-only image shared by all runs, or a fresh one per run when written to.
+    let mut shared_disks: Vec<Option<PathBuf>> = Vec::new();
+    for (i, step) in exp.steps.iter().enumerate() {
+        shared_disks.push(match &step.disk {
+            Some(d) if !d.writable => {
+                let p = work.join(format!("data-{i}.img"));
+                eprintln!("memvisor bench: making {} ({})", p.display(), d.files);
+                mkdisk(&exe, &p, d)?;
+                teardown::track_file(p.clone());
+                Some(p)
+            }
+            _ => None,
+        });
+    }
+
+    let host_swap = plan.configs.iter().any(|c| c.needs_host_swap());
+    if host_swap {
+        let others = host::swap_areas();
+        if !others.is_empty() {
+            notes.push(format!(
+                "swap already enabled on the host before the run, also usable: {}",
+                others.join(", ")
+            ));
+        }
+        teardown::enable_swap_file(&args.swap_file, args.swap_size)?;
+        teardown::set_swappiness(args.swappiness)?;
+        notes.push(format!(
+            "host swap: {} ({} MiB) created, enabled and removed by the harness; vm.swappiness={} during the run (each run's memory cgroup inherits it as memory.swappiness; the kernel default is 60)",
+            args.swap_file.display(),
+            args.swap_size >> 20,
+            args.swappiness
+        ));
+    }
+    let qemu_limited = plan
+        .configs
+        .iter()
+        .any(|c| c.hv == configs::Hv::Qemu && c.needs_host_swap());
+    let qemu_overhead = if qemu_limited {
+        eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
+        let o = runner::measure_qemu_overhead(&exe, exp.mem)?;
+        eprintln!(
+            "memvisor bench: QEMU overhead measured: {:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack",
+            o as f64 / f64::from(1u32 << 20)
+        );
+        notes.push(format!(
+            "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, from smaps, peak over a short guest kit run): {:.1} MiB; the QEMU cgroup limit is the guest limit + this + the memvisor launcher's RSS + 16 MiB slack",
+            o as f64 / f64::from(1u32 << 20)
+        ));
+        Some(o)
+    } else {
+        None
+    };
+    if teardown::interrupted() {
+        return Ok(());
+    }
+    if plan.configs.iter().any(|c| c.balloon) {
+        notes.push("balloon configurations: the balloon target (guest RAM minus the limit) is set as soon as the VM's socket answers, i.e. while the guest boots; the guest kit's driver inflates on its next tick (every 5 ms of page activity)".into());
+    }
+
+    let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * args.reps;
+    let mut records: Vec<report::Record> = Vec::new();
+    let started = Instant::now();
+    let mut n = 0;
+    'reps: for rep in 1..=args.reps {
+        for (si, step) in exp.steps.iter().enumerate() {
+            let k = plan.configs.len();
+            for j in 0..k {
+                // Rotate the order per repetition so no configuration always runs first.
+                let c = plan.configs[(j + usize::try_from(rep - 1).unwrap_or(0)) % k];
+                if teardown::interrupted() {
+                    break 'reps;
+                }
+                n += 1;
+                let label = format!(
+                    "[{} {n}/{total} rep {rep}/{} {} {}]",
+                    exp.name, args.reps, c.name, step.workload
+                );
+                eprintln!(
+                    "{label} starting ({:.0} s since the bench started)",
+                    started.elapsed().as_secs_f64()
+                );
+                let disk = match (&step.disk, &shared_disks[si]) {
+                    (Some(_), Some(p)) => Some((p.clone(), false)),
+                    (Some(d), None) => {
+                        let p = work.join(format!("data-{si}-{}.img", c.name));
+                        teardown::track_file(p.clone());
+                        mkdisk(&exe, &p, d)?;
+                        Some((p, true))
+                    }
+                    _ => None,
+                };
+                let spec = runner::RunSpec {
+                    exe: &exe,
+                    config: c,
+                    step,
+                    mem: exp.mem,
+                    limit: exp.limit,
+                    disk: disk.clone(),
+                    work: &work,
+                    log_prefix: plan
+                        .out
+                        .join("logs")
+                        .join(format!("{}-{}-rep{rep}", c.name, step.workload)),
+                    qemu_overhead,
+                    host_swap_file: &args.swap_file,
+                    timeout: Duration::from_secs(args.timeout),
+                    label: label.clone(),
+                };
+                let result = runner::run(&spec)?;
+                if let Some((p, true)) = disk {
+                    let _ = std::fs::remove_file(p);
+                }
+                eprintln!(
+                    "{label} {} in {:.1} s{}",
+                    result.status.as_str(),
+                    result
+                        .phases
+                        .iter()
+                        .find(|p| p.name == "wall")
+                        .map_or(0.0, |p| p.host_ms / 1e3),
+                    if result.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", result.reason)
+                    }
+                );
+                records.push(report::Record {
+                    step: si,
+                    config: c,
+                    rep,
+                    result,
+                });
+            }
+        }
+    }
+    let meta = report::Meta {
+        experiment: exp,
+        reps: args.reps,
+        reference: plan.reference,
+        configs: &plan.configs,
+        notes,
+        env,
+    };
+    let csv = plan.out.join("results.csv");
+    std::fs::write(&csv, report::csv(exp, &records)).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let md = report::markdown(&meta, &records);
+    let md_path = plan.out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    let svg = plan.out.join(format!("{}.svg", exp.name));
+    if let Err(e) = plot::write(&svg, exp, &plan.configs, &records) {
+        eprintln!("memvisor bench: cannot draw {}: {e}", svg.display());
+    }
+    println!("{md}");
+    eprintln!(
+        "memvisor bench: wrote {}, {} and {} in {:.0} s",
+        csv.display(),
+        md_path.display(),
+        svg.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

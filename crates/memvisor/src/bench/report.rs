@@ -1,0 +1,367 @@
+//! The outputs of a benchmark: `results.csv` (one row per run and phase, every expected phase
+//! present even when the run died before it), `report.md` (medians, min and max, ratios against
+//! the reference configuration, runs that did not complete and why, set-up and environment).
+
+use std::fmt::Write as _;
+
+use super::configs::Config;
+use super::experiments::{Experiment, Step};
+use super::runner::{Phase, RunResult, Status};
+
+/// One run of one configuration.
+pub struct Record {
+    pub step: usize,
+    pub config: &'static Config,
+    pub rep: u32,
+    pub result: RunResult,
+}
+
+/// What the report says besides the numbers.
+pub struct Meta<'a> {
+    pub experiment: &'a Experiment,
+    pub reps: u32,
+    pub reference: &'static str,
+    pub configs: &'a [&'static Config],
+    /// Set-up and tunings, one line each.
+    pub notes: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,workload,config,rep,phase,status,exit,phase_done,ms,guest_ms,host_ms,host_swap_in_bytes,host_swap_out_bytes,hv_read_bytes,hv_write_bytes,peak_rss_bytes,host_swap_peak_bytes,pager_swap_read_bytes,pager_swap_written_bytes,pager_faults_swap,cg_failcnt,cg_oom_kills,reason";
+
+/// The phases every run of `step` has rows for: `boot` (host: start to the first console line),
+/// the guest's phases, `wall` (host: the whole run).
+pub fn expected_phases(step: &Step) -> Vec<String> {
+    let mut v = vec!["boot".to_owned()];
+    v.extend(step.phases.iter().cloned());
+    v.push("wall".into());
+    v
+}
+
+/// The time a phase is compared by: the guest's own for guest phases, the host's for `boot`
+/// and `wall`.
+pub fn phase_ms(p: &Phase) -> f64 {
+    p.guest_ms.unwrap_or(p.host_ms)
+}
+
+/// Bytes a phase wrote to swap as the host sees it: host swap-outs plus the hypervisor process's
+/// own writes (memvisor's pager swap file; the data disks are read-only or untouched).
+pub fn swap_written(p: &Phase) -> u64 {
+    p.swap_out + p.io.write_bytes
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `results.csv`.
+pub fn csv(exp: &Experiment, records: &[Record]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for r in records {
+        let step = &exp.steps[r.step];
+        let res = &r.result;
+        let (failcnt, ooms) = res
+            .cgroup
+            .map_or((String::new(), String::new()), |c| {
+                (c.failcnt.to_string(), c.oom_kills.to_string())
+            });
+        for name in expected_phases(step) {
+            let p = res.phases.iter().find(|p| p.name == name);
+            let mut cols: Vec<String> = vec![
+                exp.name.into(),
+                step.workload.into(),
+                r.config.name.into(),
+                r.rep.to_string(),
+                name.clone(),
+                res.status.as_str().into(),
+                res.exit.clone(),
+                u8::from(p.is_some()).to_string(),
+            ];
+            match p {
+                Some(p) => cols.extend([
+                    format!("{:.3}", phase_ms(p)),
+                    p.guest_ms.map_or(String::new(), |m| format!("{m:.3}")),
+                    format!("{:.3}", p.host_ms),
+                    p.swap_in.to_string(),
+                    p.swap_out.to_string(),
+                    p.io.read_bytes.to_string(),
+                    p.io.write_bytes.to_string(),
+                ]),
+                None => cols.extend(std::iter::repeat_n(String::new(), 7)),
+            }
+            cols.push(res.peak_rss.to_string());
+            cols.push(res.host_swap_peak.to_string());
+            match p.and_then(|p| p.pager) {
+                Some(pc) => cols.extend([
+                    pc.swap_bytes_read.to_string(),
+                    pc.swap_bytes_written.to_string(),
+                    pc.faults_swap.to_string(),
+                ]),
+                None => cols.extend(std::iter::repeat_n(String::new(), 3)),
+            }
+            cols.push(failcnt.clone());
+            cols.push(ooms.clone());
+            cols.push(res.reason.clone());
+            let line: Vec<String> = cols.iter().map(|c| csv_field(c)).collect();
+            out.push_str(&line.join(","));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Median, minimum, maximum and count of `v`.
+pub fn stats(v: &mut [f64]) -> Option<(f64, f64, f64, usize)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((med, v[0], v[n - 1], n))
+}
+
+/// Values of completed phases `phase` of `config` in `step`.
+pub fn values(
+    records: &[Record],
+    step: usize,
+    config: &str,
+    phase: &str,
+    f: impl Fn(&Phase) -> f64,
+) -> Vec<f64> {
+    records
+        .iter()
+        .filter(|r| r.step == step && r.config.name == config)
+        .filter_map(|r| r.result.phases.iter().find(|p| p.name == phase))
+        .map(f)
+        .collect()
+}
+
+/// Median of a phase's time for a configuration.
+pub fn median_ms(records: &[Record], step: usize, config: &str, phase: &str) -> Option<f64> {
+    stats(&mut values(records, step, config, phase, phase_ms)).map(|s| s.0)
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.1}", b / f64::from(1u32 << 20))
+}
+
+fn ratio(v: Option<f64>, r: Option<f64>) -> String {
+    match (v, r) {
+        (Some(v), Some(r)) if r > 0.0 => format!("{:.2}", v / r),
+        _ => "-".into(),
+    }
+}
+
+/// `report.md`.
+pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
+    let exp = meta.experiment;
+    let reference = meta.reference;
+    let mut s = String::new();
+    let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
+    let _ = writeln!(s, "{}.\n", exp.about);
+    let _ = writeln!(
+        s,
+        "Guest RAM {} MiB{}; {} repetition(s), interleaved across configurations. Reference: **{reference}**. \
+         A ratio is the configuration's median over the reference's median for the same phase (above 1: slower). \
+         Medians are over the runs that completed that phase; `ok` counts runs that completed.\n",
+        exp.mem >> 20,
+        exp.limit
+            .map_or(String::new(), |l| format!(", limit {} MiB for the limited configurations", l >> 20)),
+        meta.reps
+    );
+    for (si, step) in exp.steps.iter().enumerate() {
+        let title = if exp.steps.len() > 1 {
+            format!(" — {}", step.workload)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "## Whole run{title} (`{}` `{}`)\n", step.workload, step.cmdline);
+        let _ = writeln!(
+            s,
+            "| configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference} |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let ref_wall = median_ms(records, si, reference, "wall");
+        let ref_boot = median_ms(records, si, reference, "boot");
+        for c in meta.configs {
+            let runs: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c.name)
+                .collect();
+            let ok = runs.iter().filter(|r| r.result.status == Status::Ok).count();
+            let killed = runs
+                .iter()
+                .filter(|r| r.result.status == Status::Killed)
+                .count();
+            let wall = stats(&mut values(records, si, c.name, "wall", phase_ms));
+            let boot = median_ms(records, si, c.name, "boot");
+            let _ = writeln!(
+                s,
+                "| {} | {ok}/{} | {killed} | {} | {} | {} | {} | {} |",
+                c.name,
+                runs.len(),
+                wall.map_or("-".into(), |w| format!("{:.2}", w.0 / 1e3)),
+                wall.map_or("-".into(), |w| format!("{:.2}–{:.2}", w.1 / 1e3, w.2 / 1e3)),
+                ratio(wall.map(|w| w.0), ref_wall),
+                boot.map_or("-".into(), |b| format!("{b:.0}")),
+                ratio(boot, ref_boot),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n"
+        );
+        let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
+        for c in meta.configs {
+            let mut row = format!("| {} |", c.name);
+            for ph in &step.phases {
+                let st = stats(&mut values(records, si, c.name, ph, phase_ms));
+                let r = ratio(st.map(|x| x.0), median_ms(records, si, reference, ph));
+                let _ = write!(
+                    row,
+                    " {} |",
+                    st.map_or("-".into(), |(m, lo, hi, _)| format!(
+                        "{m:.0} ({lo:.0}–{hi:.0}) ×{r}"
+                    ))
+                );
+            }
+            let _ = writeln!(s, "{row}");
+        }
+        let _ = writeln!(
+            s,
+            "\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n"
+        );
+        let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
+        for c in meta.configs {
+            let mut row = format!("| {} |", c.name);
+            for ph in &step.phases {
+                #[allow(clippy::cast_precision_loss)]
+                let st = stats(&mut values(records, si, c.name, ph, |p| swap_written(p) as f64));
+                let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
+            }
+            let _ = writeln!(s, "{row}");
+        }
+        let _ = writeln!(
+            s,
+            "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
+        );
+        let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        #[allow(clippy::cast_precision_loss)]
+        for c in meta.configs {
+            let med = |f: &dyn Fn(&Phase) -> f64| {
+                stats(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
+            };
+            let run_med = |f: &dyn Fn(&RunResult) -> f64| {
+                let mut v: Vec<f64> = records
+                    .iter()
+                    .filter(|r| r.step == si && r.config.name == c.name)
+                    .filter(|r| r.result.status == Status::Ok)
+                    .map(|r| f(&r.result))
+                    .collect();
+                stats(&mut v).map_or("-".into(), |x| mib(x.0))
+            };
+            let pager = |f: &dyn Fn(&super::runner::PagerCounters) -> u64| {
+                let mut v: Vec<f64> = records
+                    .iter()
+                    .filter(|r| r.step == si && r.config.name == c.name)
+                    .filter_map(|r| r.result.phases.iter().find(|p| p.name == "wall"))
+                    .filter_map(|p| p.pager.map(|pc| f(&pc) as f64))
+                    .collect();
+                stats(&mut v)
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c.name,
+                med(&|p| p.swap_in as f64),
+                med(&|p| p.swap_out as f64),
+                med(&|p| p.io.read_bytes as f64),
+                med(&|p| p.io.write_bytes as f64),
+                run_med(&|r| r.peak_rss as f64),
+                run_med(&|r| r.host_swap_peak as f64),
+                pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib(x.0)),
+                pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib(x.0)),
+                pager(&|p| p.faults_swap).map_or("-".into(), |x| format!("{:.0}", x.0)),
+            );
+        }
+        s.push('\n');
+    }
+    let bad: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.result.status != Status::Ok)
+        .collect();
+    let _ = writeln!(s, "## Runs that did not complete\n");
+    if bad.is_empty() {
+        let _ = writeln!(s, "None.\n");
+    } else {
+        let _ = writeln!(s, "| configuration | workload | rep | status | exit | last phase completed | reason |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        for r in bad {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.config.name,
+                exp.steps[r.step].workload,
+                r.rep,
+                r.result.status.as_str(),
+                r.result.exit,
+                r.result.phases.last().map_or("-", |p| p.name.as_str()),
+                r.result.reason.replace('|', "/")
+            );
+        }
+        s.push('\n');
+    }
+    let balloons: Vec<String> = records
+        .iter()
+        .filter_map(|r| {
+            r.result
+                .balloon
+                .as_ref()
+                .map(|b| format!("{} rep {}: {b}", r.config.name, r.rep))
+        })
+        .collect();
+    let _ = writeln!(s, "## Configurations, set-up and tunings\n");
+    for c in meta.configs {
+        let _ = writeln!(s, "- `{}`: {}", c.name, c.about);
+    }
+    for n in &meta.notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    for b in balloons {
+        let _ = writeln!(s, "- {b}");
+    }
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in &meta.env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_csv_quoting() {
+        assert_eq!(stats(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
+        assert_eq!(stats(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
+        assert_eq!(stats(&mut []), None);
+        assert_eq!(csv_field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
+        assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
+        assert_eq!(ratio(None, Some(2.0)), "-");
+    }
+}

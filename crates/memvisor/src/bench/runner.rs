@@ -1,0 +1,692 @@
+//! One run: `memvisor run` as a child process (the same binary), measured from the host while it
+//! runs. The guest's console is read line by line; at each `RESULT` line of a phase the host
+//! counters are read, so every phase gets its own deltas. Between lines the harness samples every
+//! [`TICK`]: the hypervisor process's I/O and peak RSS, the run's memory cgroup, the host swap
+//! file's use, and moves the balloon once the VM answers on its socket.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::configs::{Config, Hv, Limit, RunFiles};
+use super::experiments::Step;
+use super::host::{self, CgroupState, ProcIo, Vmstat};
+use super::teardown;
+
+/// How often a running VM is sampled.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The guest reported success (exit status 1).
+    Ok,
+    /// SIGKILL from outside the harness: the host's OOM killer, for a memory cgroup.
+    Killed,
+    /// The guest crashed (exit status 4).
+    Crashed,
+    /// Any other failure: the guest reported failure, memvisor or QEMU failed.
+    Failed,
+    /// The harness ended it after `--timeout`.
+    Timeout,
+    /// The harness ended it on Ctrl-C.
+    Interrupted,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Killed => "killed",
+            Status::Crashed => "crashed",
+            Status::Failed => "failed",
+            Status::Timeout => "timeout",
+            Status::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// memvisor's own pager counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PagerCounters {
+    pub swap_bytes_read: u64,
+    pub swap_bytes_written: u64,
+    pub faults_swap: u64,
+    pub faults_zero: u64,
+}
+
+impl PagerCounters {
+    fn minus(self, o: Self) -> Self {
+        Self {
+            swap_bytes_read: self.swap_bytes_read.saturating_sub(o.swap_bytes_read),
+            swap_bytes_written: self.swap_bytes_written.saturating_sub(o.swap_bytes_written),
+            faults_swap: self.faults_swap.saturating_sub(o.faults_swap),
+            faults_zero: self.faults_zero.saturating_sub(o.faults_zero),
+        }
+    }
+}
+
+/// What the host saw during one phase (or the whole run).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Phase {
+    pub name: String,
+    /// The guest's own time for the phase (`ms=` of its `RESULT` line).
+    pub guest_ms: Option<f64>,
+    /// Host time from the previous phase's line (or the first console line) to this one's.
+    pub host_ms: f64,
+    pub swap_in: u64,
+    pub swap_out: u64,
+    pub io: ProcIo,
+    pub pager: Option<PagerCounters>,
+}
+
+/// Everything measured in one run.
+#[derive(Debug)]
+pub struct RunResult {
+    pub status: Status,
+    /// The process's exit as the shell would print it (`1`, `137`, `signal 9`).
+    pub exit: String,
+    /// Why a run that is not `ok` ended, in the kernel's words when it was the kernel.
+    pub reason: String,
+    /// Phases completed, in order; `boot` first and `wall` (the whole run) last when reached.
+    pub phases: Vec<Phase>,
+    /// Peak RSS of the hypervisor process (`VmHWM`, sampled).
+    pub peak_rss: u64,
+    /// Peak use of the harness's host swap file (`/proc/swaps`, sampled).
+    pub host_swap_peak: u64,
+    /// The run's memory cgroup, last seen.
+    pub cgroup: Option<CgroupState>,
+    /// What happened to the balloon request.
+    pub balloon: Option<String>,
+}
+
+/// One run to do.
+pub struct RunSpec<'a> {
+    pub exe: &'a Path,
+    pub config: &'static Config,
+    pub step: &'a Step,
+    pub mem: u64,
+    pub limit: Option<u64>,
+    pub disk: Option<(PathBuf, bool)>,
+    /// Directory for the run's socket and pager swap file.
+    pub work: &'a Path,
+    /// Where the console and log of the run are kept.
+    pub log_prefix: PathBuf,
+    pub qemu_overhead: Option<u64>,
+    pub host_swap_file: &'a Path,
+    pub timeout: Duration,
+    /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
+    pub label: String,
+}
+
+/// What is sampled every tick while a run is alive.
+struct Sampler<'a> {
+    pid: u32,
+    /// The hypervisor process: memvisor itself, or the QEMU child once it is found.
+    hv_pid: Option<u32>,
+    cgroup_dir: Option<PathBuf>,
+    host_swap_file: &'a Path,
+    last_io: ProcIo,
+    peak_rss: u64,
+    host_swap_peak: u64,
+    cg: Option<CgroupState>,
+}
+
+impl Sampler<'_> {
+    fn sample(&mut self) {
+        if self.hv_pid.is_none() {
+            self.hv_pid = host::child_named(self.pid, "qemu");
+            if let Some(q) = self.hv_pid {
+                teardown::track_pid(q);
+            }
+        }
+        if let Some(h) = self.hv_pid {
+            if let Some(io) = host::proc_io(h) {
+                self.last_io = io;
+            }
+            if let Some(r) = host::peak_rss(h) {
+                self.peak_rss = self.peak_rss.max(r);
+            }
+        }
+        if let Some(dir) = &self.cgroup_dir {
+            if let Some(s) = host::cgroup_state(dir) {
+                self.cg = Some(s);
+            }
+            if let Some(u) = host::swap_used(self.host_swap_file) {
+                self.host_swap_peak = self.host_swap_peak.max(u);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Snap {
+    at: Instant,
+    vm: Vmstat,
+    io: ProcIo,
+    pager: Option<PagerCounters>,
+}
+
+enum Msg {
+    Line(String, Instant),
+    Eof,
+}
+
+fn pager_from_json(body: &str) -> Option<PagerCounters> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let p = v.get("pager")?;
+    let n = |k: &str| p.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    p.is_object().then(|| PagerCounters {
+        swap_bytes_read: n("swap_bytes_read"),
+        swap_bytes_written: n("swap_bytes_written"),
+        faults_swap: n("faults_swap"),
+        faults_zero: n("faults_zero"),
+    })
+}
+
+/// The counters of the `pager: PagerSnapshot { ... counters: [("name", n), ...] }` line that
+/// `MEMVISOR_LOG=info` prints at the end of a memvisor run.
+pub fn pager_from_log(stderr: &str) -> Option<PagerCounters> {
+    let line = stderr.lines().rev().find(|l| l.contains("PagerSnapshot"))?;
+    let n = |k: &str| -> u64 {
+        let pat = format!("(\"{k}\", ");
+        line.find(&pat)
+            .and_then(|i| {
+                let rest = &line[i + pat.len()..];
+                rest[..rest.find(')')?].trim().parse().ok()
+            })
+            .unwrap_or(0)
+    };
+    Some(PagerCounters {
+        swap_bytes_read: n("swap_bytes_read"),
+        swap_bytes_written: n("swap_bytes_written"),
+        faults_swap: n("faults_swap"),
+        faults_zero: n("faults_zero"),
+    })
+}
+
+/// `(phase, ms)` of a guest `RESULT` line.
+pub fn parse_result(line: &str) -> Option<(String, Option<f64>, Option<String>)> {
+    let rest = line.trim().strip_prefix("RESULT ")?;
+    let (mut phase, mut ms, mut ok) = (None, None, None);
+    for w in rest.split_whitespace() {
+        match w.split_once('=') {
+            Some(("phase", p)) => phase = Some(p.to_owned()),
+            Some(("ms", m)) => ms = m.parse().ok(),
+            Some(("ok", o)) => ok = Some(o.to_owned()),
+            _ => {}
+        }
+    }
+    Some((phase?, ms, ok))
+}
+
+fn qmp_balloon(sock: &Path, value: u64) -> Result<(), String> {
+    let s = std::os::unix::net::UnixStream::connect(sock).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s.try_clone().map_err(|e| e.to_string())?);
+    let mut w = s;
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(|e| e.to_string())?; // greeting
+    for cmd in [
+        r#"{"execute":"qmp_capabilities"}"#.to_owned(),
+        format!(r#"{{"execute":"balloon","arguments":{{"value":{value}}}}}"#),
+    ] {
+        writeln!(w, "{cmd}").map_err(|e| e.to_string())?;
+        loop {
+            line.clear();
+            if r.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("QMP closed the connection".into());
+            }
+            if line.contains("\"error\"") {
+                return Err(format!("QMP refused {cmd}: {}", line.trim()));
+            }
+            if line.contains("\"return\"") {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn api_stats(sock: &Path) -> Option<PagerCounters> {
+    match memvisor_api::call(sock, "GET", "/stats", None) {
+        Ok((200, body)) => pager_from_json(&body),
+        _ => None,
+    }
+}
+
+/// Exited (without reaping it, so `/proc/PID/io` can still be read)?
+fn exited(pid: u32) -> bool {
+    let id: libc::id_t = pid;
+    // SAFETY: siginfo_t is plain data that waitid fills; zeroed is a valid initial value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only to `info`; WNOWAIT leaves the child waitable, WNOHANG never blocks.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            id,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid the si_pid field is initialised (0 if nothing exited).
+    r != 0 || unsafe { info.si_pid() } != 0
+}
+
+fn fmt_exit(s: std::process::ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "?".into(),
+    }
+}
+
+/// Runs one VM and measures it. Errors only when the run cannot be started.
+pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
+    let c = spec.config;
+    let sock = spec.work.join(format!("{}.sock", c.name));
+    let pager_swap = spec.work.join(format!("{}.pager-swap", c.name));
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(&pager_swap);
+    let mut cmd = Command::new(spec.exe);
+    cmd.arg("run")
+        .args(["--mem", &spec.mem.to_string()])
+        .args(c.run_flags(
+            spec.limit,
+            &RunFiles {
+                sock: &sock,
+                pager_swap: &pager_swap,
+            },
+        ))
+        .args(["--workload", spec.step.workload])
+        .args(["--cmdline", &spec.step.cmdline]);
+    if let Some((disk, writable)) = &spec.disk {
+        let ro = if *writable { "" } else { ",ro" };
+        cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
+    }
+    cmd.env("MEMVISOR_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal reaches the harness only, which then
+        // ends the run by PID and cleans up after it.
+        .process_group(0);
+    if let Some(o) = spec.qemu_overhead {
+        cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
+    }
+    let dmesg_before = host::dmesg().len();
+    let s0 = Snap {
+        at: Instant::now(),
+        vm: host::vmstat(),
+        io: ProcIo::default(),
+        pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
+    };
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", spec.exe.display()))?;
+    let pid = child.id();
+    teardown::track_pid(pid);
+    teardown::track_file(sock.clone());
+    teardown::track_file(pager_swap.clone());
+    let cgroup_dir = host::run_cgroup(pid);
+    if c.limit == Limit::HostSwap {
+        teardown::track_cgroup(cgroup_dir.clone());
+    }
+    let (tx, rx) = mpsc::channel();
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let console_path = spec.log_prefix.with_extension("console");
+    let out_thread = std::thread::spawn(move || {
+        let mut log = std::fs::File::create(console_path).ok();
+        let mut r = BufReader::new(&mut stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if let Some(f) = log.as_mut() {
+                        let _ = f.write_all(line.as_bytes());
+                    }
+                    if tx.send(Msg::Line(line.clone(), Instant::now())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(Msg::Eof);
+    });
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    let mut sm = Sampler {
+        pid,
+        hv_pid: (c.hv == Hv::Memvisor).then_some(pid),
+        cgroup_dir: (c.limit == Limit::HostSwap).then(|| cgroup_dir.clone()),
+        host_swap_file: spec.host_swap_file,
+        last_io: ProcIo::default(),
+        peak_rss: 0,
+        host_swap_peak: 0,
+        cg: None,
+    };
+    let mut balloon: Option<String> = None;
+    let mut phases: Vec<Phase> = Vec::new();
+    let mut prev = s0;
+    let mut eof = false;
+    let mut forced: Option<Status> = None;
+    let mut last_progress = Instant::now();
+    let mut current = "boot".to_owned();
+    let mut guest_ok = None;
+    let delta = |name: &str, guest_ms: Option<f64>, a: &Snap, b: &Snap| Phase {
+        name: name.to_owned(),
+        guest_ms,
+        host_ms: b.at.duration_since(a.at).as_secs_f64() * 1e3,
+        swap_in: (b.vm.pswpin.saturating_sub(a.vm.pswpin)) << 12,
+        swap_out: (b.vm.pswpout.saturating_sub(a.vm.pswpout)) << 12,
+        io: ProcIo {
+            read_bytes: b.io.read_bytes.saturating_sub(a.io.read_bytes),
+            write_bytes: b.io.write_bytes.saturating_sub(a.io.write_bytes),
+        },
+        pager: match (a.pager, b.pager) {
+            (Some(x), Some(y)) => Some(y.minus(x)),
+            _ => None,
+        },
+    };
+    loop {
+        match rx.recv_timeout(TICK) {
+            Ok(Msg::Line(line, at)) => {
+                sm.sample();
+                let prev_pager = prev.pager;
+                let snap = |pager_now: bool| Snap {
+                    at,
+                    vm: host::vmstat(),
+                    io: sm.last_io,
+                    pager: if pager_now && c.hv == Hv::Memvisor {
+                        api_stats(&sock).or(prev_pager)
+                    } else {
+                        prev_pager
+                    },
+                };
+                if phases.is_empty() {
+                    let s = snap(true);
+                    phases.push(delta("boot", None, &s0, &s));
+                    prev = s;
+                }
+                if let Some((phase, ms, ok)) = parse_result(&line) {
+                    if phase == "done" {
+                        guest_ok = ok;
+                    }
+                    if spec.step.phases.contains(&phase)
+                        && !phases.iter().any(|p| p.name == phase)
+                    {
+                        let s = snap(true);
+                        phases.push(delta(&phase, ms, &prev, &s));
+                        prev = s;
+                        eprintln!(
+                            "{} {phase} done: guest {} ms ({:.1} s elapsed)",
+                            spec.label,
+                            ms.map_or("?".into(), |m| format!("{m:.0}")),
+                            s0.at.elapsed().as_secs_f64()
+                        );
+                        current = phase;
+                        last_progress = Instant::now();
+                    }
+                }
+            }
+            Ok(Msg::Eof) => eof = true,
+            Err(mpsc::RecvTimeoutError::Timeout) => sm.sample(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                eof = true;
+                std::thread::sleep(TICK);
+                sm.sample();
+            }
+        }
+        if c.balloon && balloon.is_none() && sock.exists() {
+            let target = spec.limit.unwrap_or(spec.mem);
+            let r = match c.hv {
+                Hv::Qemu => qmp_balloon(&sock, target),
+                Hv::Memvisor => {
+                    let body = format!("{{\"target\": {}}}", spec.mem - target);
+                    match memvisor_api::call(&sock, "PUT", "/balloon", Some(&body)) {
+                        Ok((200, _)) => Ok(()),
+                        Ok((code, b)) => Err(format!("HTTP {code}: {}", b.trim())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            };
+            let at = s0.at.elapsed().as_millis();
+            balloon = Some(match r {
+                Ok(()) => format!(
+                    "balloon set to {} MiB at {at} ms (phase {current})",
+                    (spec.mem - target) >> 20
+                ),
+                Err(e) => format!("balloon request failed at {at} ms: {e}"),
+            });
+        }
+        if last_progress.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "{} running, after {current} ({:.0} s elapsed)",
+                spec.label,
+                s0.at.elapsed().as_secs_f64()
+            );
+            last_progress = Instant::now();
+        }
+        if forced.is_none() {
+            if teardown::interrupted() {
+                forced = Some(Status::Interrupted);
+            } else if s0.at.elapsed() > spec.timeout {
+                forced = Some(Status::Timeout);
+            }
+            if forced.is_some() {
+                for p in [Some(pid), sm.hv_pid.filter(|&h| h != pid)].into_iter().flatten() {
+                    teardown::kill(p);
+                }
+            }
+        }
+        if eof && exited(pid) {
+            if c.hv == Hv::Memvisor {
+                if let Some(io) = host::proc_io(pid) {
+                    sm.last_io = io;
+                }
+            }
+            break;
+        }
+    }
+    let exit = child
+        .wait()
+        .map_err(|e| format!("cannot wait for run: {e}"))?;
+    teardown::forget_pid(pid);
+    if let Some(h) = sm.hv_pid {
+        teardown::forget_pid(h);
+    }
+    let end = Snap {
+        at: Instant::now(),
+        vm: host::vmstat(),
+        io: sm.last_io,
+        pager: None,
+    };
+    let _ = out_thread.join();
+    let stderr = err_thread.join().unwrap_or_default();
+    let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
+    if let Some(s) = host::cgroup_state(&cgroup_dir) {
+        sm.cg = Some(s);
+    }
+    let cg = sm.cg;
+    if c.limit == Limit::HostSwap {
+        // A killed `memvisor run` could not remove its cgroup.
+        let _ = teardown::remove_cgroup(&cgroup_dir);
+    }
+    let _ = std::fs::remove_file(&pager_swap);
+    let _ = std::fs::remove_file(&sock);
+
+    let killed = exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
+    let last_err = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("memvisor:") || l.contains("qemu"))
+        .map(|l| l.trim().to_owned())
+        .unwrap_or_default();
+    let (status, reason) = match (forced, exit.code()) {
+        (Some(f), _) => (
+            f,
+            match f {
+                Status::Timeout => format!(
+                    "ended by the harness after --timeout {} s",
+                    spec.timeout.as_secs()
+                ),
+                _ => "ended by the harness on Ctrl-C".into(),
+            },
+        ),
+        (None, Some(1)) if guest_ok.as_deref() != Some("0") => (Status::Ok, String::new()),
+        (None, _) if killed => {
+            let new = host::dmesg();
+            let lines = host::oom_lines(
+                new.get(dmesg_before..).unwrap_or(&[]),
+                pid,
+                &[pid, sm.hv_pid.unwrap_or(pid)],
+            );
+            let mut why = match cg {
+                Some(s) if s.oom_kills > 0 => format!(
+                    "memory cgroup OOM kill (oom_kill={}, failcnt={}, peak usage {} MiB of limit {} MiB)",
+                    s.oom_kills,
+                    s.failcnt,
+                    s.max_usage >> 20,
+                    s.limit >> 20
+                ),
+                Some(s) => format!(
+                    "SIGKILL (cgroup failcnt={}, peak usage {} MiB of limit {} MiB, no oom_kill seen)",
+                    s.failcnt,
+                    s.max_usage >> 20,
+                    s.limit >> 20
+                ),
+                None => "SIGKILL from outside the harness".into(),
+            };
+            if let Some(l) = lines
+                .iter()
+                .find(|l| l.contains("Killed process"))
+                .or(lines.first())
+            {
+                why.push_str("; kernel: ");
+                why.push_str(l);
+            }
+            (Status::Killed, why)
+        }
+        (None, Some(4)) => (Status::Crashed, format!("guest crash: {last_err}")),
+        (None, _) => (
+            Status::Failed,
+            format!(
+                "exit {}: {}",
+                fmt_exit(exit),
+                if last_err.is_empty() {
+                    "guest reported failure"
+                } else {
+                    &last_err
+                }
+            ),
+        ),
+    };
+    if status == Status::Ok {
+        let mut whole = delta("wall", None, &s0, &end);
+        whole.pager = pager_from_log(&stderr);
+        phases.push(whole);
+    }
+    Ok(RunResult {
+        status,
+        exit: fmt_exit(exit),
+        reason,
+        phases,
+        peak_rss: sm.peak_rss,
+        host_swap_peak: sm.host_swap_peak,
+        cgroup: cg,
+        balloon,
+    })
+}
+
+/// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS
+/// outside the guest RAM mapping sampled from `/proc/PID/smaps`, the largest value seen.
+pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
+    let mut child = Command::new(exe)
+        .args(["run", "--hypervisor", "qemu", "--mem", &mem.to_string()])
+        .args(["--workload", "memhog", "--cmdline", "mb=8 secs=2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let pid = child.id();
+    teardown::track_pid(pid);
+    let mut qemu = None;
+    let mut most = 0u64;
+    while !exited(pid) && !teardown::interrupted() {
+        if qemu.is_none() {
+            qemu = host::child_named(pid, "qemu");
+            if let Some(q) = qemu {
+                teardown::track_pid(q);
+            }
+        }
+        if let Some(o) = qemu.and_then(|q| host::rss_outside_guest(q, mem)) {
+            most = most.max(o);
+        }
+        std::thread::sleep(TICK);
+    }
+    if teardown::interrupted() {
+        teardown::kill(pid);
+    }
+    let st = child.wait().map_err(|e| e.to_string())?;
+    teardown::forget_pid(pid);
+    if let Some(q) = qemu {
+        teardown::forget_pid(q);
+    }
+    if st.code() != Some(1) || most == 0 {
+        return Err(format!(
+            "the QEMU calibration run exited {} with {most} bytes measured",
+            fmt_exit(st)
+        ));
+    }
+    Ok(most)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_result_lines_and_the_pager_log() {
+        assert_eq!(
+            parse_result("RESULT workload=seqread phase=pass2 ms=857.541 mb_s=244"),
+            Some(("pass2".into(), Some(857.541), None))
+        );
+        assert_eq!(
+            parse_result("RESULT workload=alloc phase=done ok=1 ms=5"),
+            Some(("done".into(), Some(5.0), Some("1".into())))
+        );
+        assert_eq!(parse_result("seqread: pass 1"), None);
+        let log = r#"INFO pager: PagerSnapshot { limit_bytes: Some(1), counters: [("faults_zero", 75), ("faults_swap", 18612), ("swap_bytes_read", 1211371520), ("swap_bytes_written", 219709440)], fault_latency_us: (1, 2, 3) }"#;
+        assert_eq!(
+            pager_from_log(log),
+            Some(PagerCounters {
+                swap_bytes_read: 1_211_371_520,
+                swap_bytes_written: 219_709_440,
+                faults_swap: 18612,
+                faults_zero: 75
+            })
+        );
+        assert_eq!(
+            pager_from_json(r#"{"pager": {"swap_bytes_written": 7, "faults_swap": 2}}"#),
+            Some(PagerCounters {
+                swap_bytes_written: 7,
+                faults_swap: 2,
+                ..PagerCounters::default()
+            })
+        );
+        assert_eq!(pager_from_json(r#"{"pager": null}"#), None);
+    }
+}

@@ -1,0 +1,263 @@
+//! Everything the harness changes on the host, recorded as it happens so that one teardown undoes
+//! it — at the end, on an error, on Ctrl-C (SIGINT) or SIGTERM: the processes it started (ended
+//! by PID), the memory cgroups their runs left, its host swap file (swapped off and removed),
+//! `vm.swappiness`, and its temporary files. Also the check before a run that refuses to start
+//! when an earlier run left state behind that cannot be cleaned.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use super::host;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// What there is to undo.
+#[derive(Default)]
+struct State {
+    pids: Vec<u32>,
+    cgroups: Vec<PathBuf>,
+    swap_file: Option<PathBuf>,
+    swappiness: Option<String>,
+    files: Vec<PathBuf>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    pids: Vec::new(),
+    cgroups: Vec::new(),
+    swap_file: None,
+    swappiness: None,
+    files: Vec::new(),
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM set a flag the harness polls (it then tears down and exits) instead
+/// of killing it on the spot.
+pub fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the function
+        // pointer stays valid for the life of the process.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// Whether SIGINT or SIGTERM arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Records a process the harness started (ended by PID at teardown unless forgotten first).
+pub fn track_pid(pid: u32) {
+    state().pids.push(pid);
+}
+
+/// The process has been reaped: its PID may be reused, so teardown must not signal it.
+pub fn forget_pid(pid: u32) {
+    state().pids.retain(|&p| p != pid);
+}
+
+/// Records a cgroup a run may leave (a killed `memvisor run` cannot remove its own).
+pub fn track_cgroup(dir: PathBuf) {
+    state().cgroups.push(dir);
+}
+
+/// Records a file to remove at teardown.
+pub fn track_file(path: PathBuf) {
+    state().files.push(path);
+}
+
+/// Sends SIGKILL to `pid`.
+pub fn kill(pid: u32) {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes no pointers; a PID the harness started and has not reaped is its own.
+    unsafe {
+        libc::kill(p, libc::SIGKILL);
+    }
+}
+
+/// Removes a memory cgroup once its processes are gone, retrying while its charges drain.
+pub fn remove_cgroup(dir: &Path) -> std::io::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.split_whitespace() {
+        // Move stragglers out to the root before removing.
+        let _ = std::fs::write(Path::new(host::CGROUP_ROOT).join("cgroup.procs"), pid);
+    }
+    let mut last = Ok(());
+    for _ in 0..100 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Err(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    last
+}
+
+fn run_tool(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn remove_swap_file(path: &Path) -> Result<(), String> {
+    if host::swap_used(path).is_some() {
+        run_tool("swapoff", &[&path.display().to_string()])?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+    }
+}
+
+/// Creates, formats and enables the host swap file (recorded for teardown before it exists).
+pub fn enable_swap_file(path: &Path, size: u64) -> Result<(), String> {
+    state().swap_file = Some(path.to_owned());
+    let p = path.display().to_string();
+    run_tool("fallocate", &["-l", &size.to_string(), &p])?;
+    std::fs::set_permissions(
+        path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .map_err(|e| format!("chmod {p}: {e}"))?;
+    run_tool("mkswap", &["-q", &p])?;
+    run_tool("swapon", &[&p])
+}
+
+/// Sets `vm.swappiness`, which new memory cgroups inherit, remembering the old value.
+pub fn set_swappiness(v: u32) -> Result<(), String> {
+    const F: &str = "/proc/sys/vm/swappiness";
+    let old = std::fs::read_to_string(F).map_err(|e| format!("{F}: {e}"))?;
+    {
+        let mut s = state();
+        if s.swappiness.is_none() {
+            s.swappiness = Some(old.trim().to_owned());
+        }
+    }
+    std::fs::write(F, v.to_string()).map_err(|e| format!("{F}: {e}"))
+}
+
+/// Undoes everything recorded: kills processes, removes cgroups, swaps off and removes the swap
+/// file, restores `vm.swappiness`, removes files. Returns what could not be undone.
+pub fn teardown() -> Vec<String> {
+    let mut s = state();
+    let mut failed = Vec::new();
+    for pid in s.pids.drain(..) {
+        kill(pid);
+        // Reap our own children; a grandchild (QEMU) is reaped by its parent or init.
+        if let Ok(p) = libc::pid_t::try_from(pid) {
+            let mut st = 0;
+            // SAFETY: waitpid writes the status to a local; WNOHANG never blocks.
+            unsafe {
+                libc::waitpid(p, &mut st, libc::WNOHANG);
+            }
+        }
+    }
+    // Give killed processes a moment to leave their cgroups.
+    if !s.cgroups.is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for dir in s.cgroups.drain(..) {
+        if let Err(e) = remove_cgroup(&dir) {
+            failed.push(format!("cgroup {}: {e}", dir.display()));
+        }
+    }
+    if let Some(path) = s.swap_file.take() {
+        if let Err(e) = remove_swap_file(&path) {
+            failed.push(e);
+        }
+    }
+    if let Some(v) = s.swappiness.take() {
+        if let Err(e) = std::fs::write("/proc/sys/vm/swappiness", &v) {
+            failed.push(format!("cannot restore vm.swappiness={v}: {e}"));
+        }
+    }
+    for f in s.files.drain(..) {
+        let _ = std::fs::remove_file(&f);
+    }
+    failed
+}
+
+/// Runs [`teardown`] when dropped, so an early return or a panic still cleans up.
+pub struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for f in teardown() {
+            eprintln!("memvisor bench: teardown: {f}");
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Cleans what an earlier run left (its swap file, `memvisor-*` cgroups of dead processes), or
+/// says why it cannot: the harness then refuses to start.
+pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
+    let mut cleaned = Vec::new();
+    if swap_file.exists() || host::swap_used(swap_file).is_some() {
+        remove_swap_file(swap_file).map_err(|e| {
+            format!(
+                "a previous run left the swap file {} and it cannot be removed ({e}); run `swapoff {0}; rm {0}` or give --swap-file",
+                swap_file.display()
+            )
+        })?;
+        cleaned.push(format!("removed swap file {}", swap_file.display()));
+    }
+    let Ok(entries) = std::fs::read_dir(host::CGROUP_ROOT) else {
+        return Ok(cleaned);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("memvisor-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = e.path();
+        let tasks = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        if alive(pid) || tasks.split_whitespace().any(|t| t.parse().is_ok_and(alive)) {
+            return Err(format!(
+                "cgroup {} belongs to a running process ({}): let that run finish or end it, then start again",
+                dir.display(),
+                if tasks.trim().is_empty() { pid.to_string() } else { tasks.split_whitespace().collect::<Vec<_>>().join(", ") }
+            ));
+        }
+        remove_cgroup(&dir).map_err(|err| {
+            format!(
+                "a previous run left cgroup {} and it cannot be removed ({err}); remove it with rmdir",
+                dir.display()
+            )
+        })?;
+        cleaned.push(format!("removed cgroup {}", dir.display()));
+    }
+    Ok(cleaned)
+}

@@ -1,0 +1,616 @@
+//! End-to-end tests of the guest kit's memory workloads: disks built with `memvisor mkdisk`, each
+//! workload run with tiny sizes on memvisor (and on QEMU where it matters), the RESULT lines
+//! checked; `integrity` must find 0 mismatches while the guest swaps and evicts, and while QEMU's
+//! balloon is inflated and deflated under it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+fn memvisor(args: &[&str]) -> Output {
+    let out = Command::new(MEMVISOR)
+        .args(args)
+        .output()
+        .expect("memvisor runs");
+    log(args, &out);
+    out
+}
+
+fn log(args: &[&str], out: &Output) {
+    eprintln!(
+        "--- memvisor {args:?} -> {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A data disk with `files` (NAME:SIZE,...) and a swap disk, in a temporary directory.
+struct Disks {
+    dir: tempfile::TempDir,
+}
+
+impl Disks {
+    fn new(files: &str, seed: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data.img");
+        let swap = dir.path().join("swap.img");
+        let d = data.to_str().unwrap();
+        let out = memvisor(&[
+            "mkdisk", "data", "--out", d, "--size", "96M", "--files", files, "--seed", seed,
+        ]);
+        assert!(out.status.success());
+        let out = memvisor(&[
+            "mkdisk",
+            "swap",
+            "--out",
+            swap.to_str().unwrap(),
+            "--size",
+            "96M",
+        ]);
+        assert!(out.status.success());
+        Disks { dir }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let p = |n: &str| self.dir.path().join(n).display().to_string();
+        vec![
+            "--disk".into(),
+            format!("{},id=data", p("data.img")),
+            "--disk".into(),
+            format!("{},id=swap", p("swap.img")),
+        ]
+    }
+}
+
+/// Runs a workload; returns the output after checking the exit status (1 = guest success).
+fn run(
+    hypervisor: &str,
+    mem: &str,
+    vcpus: &str,
+    disks: &Disks,
+    workload: &str,
+    cmdline: &str,
+) -> Output {
+    let mut args: Vec<String> = [
+        "run",
+        "--hypervisor",
+        hypervisor,
+        "--mem",
+        mem,
+        "--vcpus",
+        vcpus,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(disks.args());
+    args.extend([
+        "--workload".into(),
+        workload.into(),
+        "--cmdline".into(),
+        cmdline.into(),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = memvisor(&refs);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{workload} on {hypervisor} did not succeed"
+    );
+    out
+}
+
+/// The RESULT line with `phase=PHASE` (and `cpu=N` if given).
+fn result(out: &Output, workload: &str, phase: &str) -> String {
+    let want = [format!("workload={workload}"), format!("phase={phase}")];
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| {
+            l.starts_with("RESULT ") && want.iter().all(|w| l.split_whitespace().any(|x| x == w))
+        })
+        .unwrap_or_else(|| panic!("no RESULT line for {workload} phase={phase}"))
+        .to_owned()
+}
+
+fn field(line: &str, key: &str) -> u64 {
+    let v = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"));
+    v.split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={v} is not a number"))
+}
+
+fn done_ok(out: &Output, workload: &str) -> String {
+    let line = result(out, workload, "done");
+    assert_eq!(field(&line, "ok"), 1, "{line}");
+    line
+}
+
+#[test]
+fn mkdisk_bad_input_gets_one_line_and_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("exists.img");
+    std::fs::write(&existing, b"x").unwrap();
+    let new = dir.path().join("new.img");
+    let (e, n) = (existing.to_str().unwrap(), new.to_str().unwrap());
+    let cases: &[(&[&str], &str)] = &[
+        (&["mkdisk", "data", "--out", n, "--size", "12X"], "12X"),
+        (&["mkdisk", "data", "--out", n, "--size", "1000"], "4 KiB"),
+        (
+            &[
+                "mkdisk", "data", "--out", n, "--size", "1M", "--files", "big:2M",
+            ],
+            "disk is",
+        ),
+        (
+            &[
+                "mkdisk", "data", "--out", n, "--size", "1M", "--files", "seq",
+            ],
+            "NAME:SIZE",
+        ),
+        (
+            &[
+                "mkdisk",
+                "data",
+                "--out",
+                n,
+                "--size",
+                "1M",
+                "--files",
+                "a:1K,a:1K",
+            ],
+            "twice",
+        ),
+        (&["mkdisk", "data", "--out", e, "--size", "1M"], "--force"),
+        (&["mkdisk", "swap", "--out", e, "--size", "1M"], "--force"),
+        (&["mkdisk", "swap", "--out", n, "--size", "4K"], "no slot"),
+    ];
+    for (args, needle) in cases {
+        let out = memvisor(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!new.exists(), "{args:?} wrote a file");
+    }
+    assert_eq!(std::fs::read(&existing).unwrap(), b"x");
+    // --force overwrites.
+    let out = memvisor(&["mkdisk", "swap", "--out", e, "--size", "1M", "--force"]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn integrity_holds_while_the_guest_swaps_and_evicts_on_memvisor() {
+    let disks = Disks::new("", "3");
+    let out = run(
+        "memvisor",
+        "32M",
+        "1",
+        &disks,
+        "integrity",
+        "anon_mb=32 file_mb=8 rounds=2 seed=9",
+    );
+    let line = done_ok(&out, "integrity");
+    assert_eq!(field(&line, "mismatches"), 0);
+    assert!(
+        field(&line, "pswpout") > 1000,
+        "the guest must really swap: {line}"
+    );
+    assert!(field(&line, "pswpin") > 1000, "{line}");
+    assert!(
+        field(&line, "pgsteal_file") > 1000,
+        "the page cache must really evict: {line}"
+    );
+    assert!(
+        field(&line, "pgpgout") > 0 && field(&line, "readahead") > 0,
+        "{line}"
+    );
+}
+
+#[test]
+fn integrity_runs_one_task_per_vcpu() {
+    let disks = Disks::new("", "3");
+    let out = run(
+        "memvisor",
+        "32M",
+        "2",
+        &disks,
+        "integrity",
+        "anon_mb=16 file_mb=4 rounds=1",
+    );
+    let line = done_ok(&out, "integrity");
+    assert_eq!(field(&line, "cpus"), 2);
+    assert!(field(&line, "pswpout") > 0, "{line}");
+    for cpu in ["0", "1"] {
+        let l = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("phase=cpu") && l.contains(&format!(" cpu={cpu} ")))
+            .unwrap_or_else(|| panic!("no per-cpu line for cpu {cpu}"))
+            .to_owned();
+        assert_eq!(field(&l, "mismatches"), 0, "{l}");
+        assert_eq!(field(&l, "ok"), 1, "{l}");
+    }
+}
+
+/// A minimal QMP client: one command per line, replies read until `return` or `error`.
+struct Qmp {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+}
+
+impl Qmp {
+    fn connect(path: &Path) -> Qmp {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("QMP socket {}: {e}", path.display()),
+            }
+        };
+        let mut q = Qmp {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        let mut greeting = String::new();
+        q.r.read_line(&mut greeting).unwrap();
+        assert!(greeting.contains("QMP"), "{greeting}");
+        q.cmd(r#"{"execute":"qmp_capabilities"}"#);
+        q
+    }
+
+    fn cmd(&mut self, json: &str) -> String {
+        writeln!(self.w, "{json}").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.r.read_line(&mut line).unwrap() > 0, "QMP closed");
+            if line.contains("\"return\"") {
+                return line;
+            }
+            assert!(!line.contains("\"error\""), "{json}: {line}");
+        }
+    }
+
+    /// Sets the balloon target and waits until the guest reaches it (`actual`).
+    fn balloon(&mut self, bytes: u64) {
+        self.cmd(&format!(
+            r#"{{"execute":"balloon","arguments":{{"value":{bytes}}}}}"#
+        ));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let r = self.cmd(r#"{"execute":"query-balloon"}"#);
+            if r.contains(&format!("\"actual\": {bytes}")) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "balloon did not reach {bytes}: {r}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn integrity_holds_on_qemu_while_the_balloon_inflates_and_deflates() {
+    let disks = Disks::new("", "3");
+    let sock = disks.dir.path().join("qmp.sock");
+    let mut args: Vec<String> = ["run", "--hypervisor", "qemu", "--balloon", "--mem", "64M"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--qmp-sock".into(), sock.display().to_string()]);
+    args.extend(disks.args());
+    args.extend(["--workload".into(), "integrity".into()]);
+    args.extend([
+        "--cmdline".into(),
+        "anon_mb=24 file_mb=12 rounds=2 secs=8".into(),
+    ]);
+    let child = Command::new(MEMVISOR)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut qmp = Qmp::connect(&sock);
+    // Squeeze the guest to 24 MiB: with 36 MiB of working set it has to swap.
+    qmp.balloon(24 << 20);
+    qmp.cmd(
+        r#"{"execute":"qom-set","arguments":{"path":"/machine/peripheral-anon/device[1]","property":"guest-stats-polling-interval","value":1}}"#,
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stats = loop {
+        let r = qmp.cmd(
+            r#"{"execute":"qom-get","arguments":{"path":"/machine/peripheral-anon/device[1]","property":"guest-stats"}}"#,
+        );
+        if !r.contains("\"stat-total-memory\": 0") && r.contains("stat-total-memory") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no guest stats: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        stats.contains("stat-free-memory") && stats.contains("stat-disk-caches"),
+        "{stats}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    qmp.balloon(64 << 20);
+    let out = child.wait_with_output().unwrap();
+    log(&["(qemu integrity with balloon)"], &out);
+    assert_eq!(out.status.code(), Some(1));
+    let line = done_ok(&out, "integrity");
+    assert_eq!(field(&line, "mismatches"), 0, "{line}");
+    assert!(field(&line, "balloon_inflated") >= 10000, "{line}");
+    assert!(field(&line, "balloon_deflated") >= 10000, "{line}");
+    assert!(field(&line, "balloon_stats_sent") > 0, "{line}");
+    assert!(field(&line, "balloon_reported_chunks") > 0, "{line}");
+    assert!(
+        field(&line, "pswpout") > 0,
+        "squeezed by the balloon, the guest swaps: {line}"
+    );
+}
+
+/// `memvisor ctl --api-sock SOCK ARGS...`, its stdout.
+fn ctl(sock: &Path, args: &[&str]) -> String {
+    let out = Command::new(MEMVISOR)
+        .arg("ctl")
+        .arg("--api-sock")
+        .arg(sock)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctl {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until memvisor's balloon device reports `pages` pages held by the guest.
+fn wait_balloon(sock: &Path, pages: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let want = format!("\"actual_pages\":{pages},");
+    loop {
+        let stats = ctl(sock, &["stats"]);
+        if stats.contains(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "balloon never held {pages} pages: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn integrity_holds_on_memvisor_while_its_balloon_inflates_and_deflates() {
+    let disks = Disks::new("", "3");
+    let sock = disks.dir.path().join("api.sock");
+    let mut args: Vec<String> = ["run", "--balloon", "--mem", "64M"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--api-sock".into(), sock.display().to_string()]);
+    args.extend(disks.args());
+    args.extend(["--workload".into(), "integrity".into()]);
+    args.extend([
+        "--cmdline".into(),
+        "anon_mb=24 file_mb=12 rounds=2 secs=6".into(),
+    ]);
+    let child = Command::new(MEMVISOR)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "no API socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // 40 MiB into the balloon leaves 24 MiB for 36 MiB of working set.
+    ctl(&sock, &["balloon", "40M"]);
+    wait_balloon(&sock, 10240);
+    std::thread::sleep(Duration::from_millis(1000));
+    ctl(&sock, &["balloon", "0"]);
+    wait_balloon(&sock, 0);
+    let out = child.wait_with_output().unwrap();
+    log(&["(memvisor integrity with balloon)"], &out);
+    assert_eq!(out.status.code(), Some(1));
+    let line = done_ok(&out, "integrity");
+    assert_eq!(field(&line, "mismatches"), 0, "{line}");
+    assert!(field(&line, "balloon_inflated") >= 10240, "{line}");
+    assert!(field(&line, "balloon_deflated") >= 10240, "{line}");
+    assert!(
+        field(&line, "pswpout") > 0,
+        "squeezed by the balloon, the guest swaps: {line}"
+    );
+}
+
+fn seqread(hypervisor: &str) {
+    let disks = Disks::new("seq:8M", "7");
+    let out = run(hypervisor, "64M", "1", &disks, "seqread", "passes=2");
+    done_ok(&out, "seqread");
+    let p1 = result(&out, "seqread", "pass1");
+    // 8 MiB in 128 KiB readahead windows.
+    assert_eq!(field(&p1, "misses"), 64, "{p1}");
+    assert_eq!(field(&p1, "pgpgin"), 2048, "{p1}");
+    let p2 = result(&out, "seqread", "pass2");
+    assert_eq!(field(&p2, "misses"), 0, "the file stays cached: {p2}");
+    assert_eq!(field(&result(&out, "seqread", "done"), "mismatches"), 0);
+    // A smaller readahead window means more, smaller reads.
+    let out = run(
+        hypervisor,
+        "64M",
+        "1",
+        &disks,
+        "seqread",
+        "passes=1 readahead_kb=16",
+    );
+    assert_eq!(field(&result(&out, "seqread", "pass1"), "misses"), 512);
+}
+
+#[test]
+fn seqread_on_memvisor() {
+    seqread("memvisor");
+}
+
+#[test]
+fn seqread_on_qemu() {
+    seqread("qemu");
+}
+
+fn alloc(hypervisor: &str) {
+    let disks = Disks::new("", "1");
+    let out = run(hypervisor, "64M", "1", &disks, "alloc", "mb=16 rounds=2");
+    done_ok(&out, "alloc");
+    for round in ["round1", "round2"] {
+        let l = result(&out, "alloc", round);
+        assert_eq!(field(&l, "pgfault"), 4096, "{l}");
+        assert_eq!(field(&l, "zeroed"), 4096, "{l}");
+    }
+    let out = run(
+        hypervisor,
+        "64M",
+        "1",
+        &disks,
+        "alloc",
+        "mb=16 rounds=1 zero=0",
+    );
+    assert_eq!(field(&result(&out, "alloc", "round1"), "zeroed"), 0);
+}
+
+#[test]
+fn alloc_on_memvisor() {
+    alloc("memvisor");
+    // One task per vCPU, one line per vCPU and round.
+    let disks = Disks::new("", "1");
+    let out = run("memvisor", "64M", "2", &disks, "alloc", "mb=8 rounds=1");
+    assert_eq!(field(&done_ok(&out, "alloc"), "cpus"), 2);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for cpu in ["cpu=0", "cpu=1"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains("phase=round1") && l.split_whitespace().any(|w| w == cpu)),
+            "no round1 line for {cpu}"
+        );
+    }
+    assert_eq!(field(&done_ok(&out, "alloc"), "pgfault"), 2 * 2048);
+}
+
+#[test]
+fn alloc_on_qemu() {
+    alloc("qemu");
+}
+
+#[test]
+fn memhog_and_toucher_complete() {
+    let disks = Disks::new("", "1");
+    let out = run("memvisor", "64M", "1", &disks, "memhog", "mb=8 secs=1");
+    let l = done_ok(&out, "memhog");
+    assert!(field(&l, "touches") > 2048, "{l}");
+    let out = run(
+        "memvisor",
+        "64M",
+        "1",
+        &disks,
+        "toucher",
+        "schedule=8:1,2:1",
+    );
+    done_ok(&out, "toucher");
+    assert_eq!(field(&result(&out, "toucher", "step1"), "ws_mb"), 8);
+    assert_eq!(field(&result(&out, "toucher", "step2"), "pgfault"), 0);
+}
+
+#[test]
+fn gcchurn_and_kv_complete() {
+    let disks = Disks::new("", "1");
+    let out = run(
+        "memvisor",
+        "48M",
+        "1",
+        &disks,
+        "gcchurn",
+        "heap_mb=16 gen_mb=4 gens=8 live_pct=20",
+    );
+    let l = done_ok(&out, "gcchurn");
+    assert_eq!(field(&l, "gens"), 8);
+    assert_eq!(field(&l, "errors"), 0);
+    for mix in ["a", "e"] {
+        let out = run(
+            "memvisor",
+            "48M",
+            "1",
+            &disks,
+            "kv",
+            &format!("records=4000 ops=4000 mix={mix}"),
+        );
+        done_ok(&out, "kv");
+        let l = result(&out, "kv", "run");
+        assert_eq!(field(&l, "ops"), 4000, "{l}");
+        assert_eq!(field(&l, "errors"), 0, "{l}");
+    }
+}
+
+#[test]
+fn compile_and_mapreduce_complete() {
+    let disks = Disks::new("src:4M", "5");
+    let out = run(
+        "memvisor",
+        "48M",
+        "1",
+        &disks,
+        "compile",
+        "jobs=30 src_mb=4 mem_kb=256",
+    );
+    let l = done_ok(&out, "compile");
+    assert_eq!(field(&l, "mismatches"), 0);
+    let out = run(
+        "memvisor",
+        "48M",
+        "1",
+        &disks,
+        "mapreduce",
+        "input_mb=2 vocab=2000 mappers=2",
+    );
+    done_ok(&out, "mapreduce");
+    let l = result(&out, "mapreduce", "reduce");
+    assert_eq!(field(&l, "total"), 2 * 1024 * 1024 / 8, "{l}");
+}
+
+#[test]
+fn bad_workload_arguments_fail_with_a_message() {
+    let disks = Disks::new("", "1");
+    for (workload, cmdline, needle) in [
+        ("alloc", "mb=abc", "bad argument mb=abc"),
+        ("toucher", "schedule=8", "bad argument schedule=8"),
+        ("kv", "mix=z", "bad argument mix=z"),
+        ("integrity", "swappiness=300", "swappiness"),
+    ] {
+        let mut args = vec![
+            "run",
+            "--mem",
+            "48M",
+            "--workload",
+            workload,
+            "--cmdline",
+            cmdline,
+        ];
+        let d = disks.args();
+        args.extend(d.iter().map(String::as_str));
+        let out = memvisor(&args);
+        assert_eq!(out.status.code(), Some(3), "{workload} {cmdline}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(needle), "{workload} {cmdline}: {stdout}");
+    }
+}

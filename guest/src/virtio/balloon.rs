@@ -1,0 +1,369 @@
+//! virtio-balloon polling driver (device ID 5), modelled on Linux's
+//! `virtio_balloon.c`:
+//!
+//! - queues in the order the features make them exist: inflate 0, deflate 1,
+//!   stats 2 (with VIRTIO_BALLOON_F_STATS_VQ), then free page reporting (with
+//!   VIRTIO_BALLOON_F_REPORTING); each is used at depth 1;
+//! - `poll` (from the mm tick, at most every few ms; one config read, one MMIO
+//!   exit) compares `num_pages` with the pages held and inflates (pages taken
+//!   from the allocator, which reclaims if needed) or deflates (pages returned
+//!   after the device is told), up to 4096 pages per poll in arrays of 256
+//!   4 KiB PFNs, then writes `actual`;
+//! - the stats buffer stays with the device; when the device returns it, it is
+//!   refilled (swap in/out, major/minor faults, free, total, available, caches)
+//!   and posted again;
+//! - with VIRTIO_BALLOON_F_DEFLATE_ON_OOM, an allocation that fails after
+//!   reclaim deflates 256 pages (1 MiB) and retries, like Linux's OOM notifier;
+//! - free page reporting: every `REPORT_MS`, up to 16 naturally aligned free
+//!   chunks of `1 << order` pages that were not reported since they were last
+//!   allocated are taken off the free list, reported (device-writable buffers,
+//!   as Linux does) and put back at the tail of the free list.
+
+use memvisor_guest_mm::{Mm, PAGE_SIZE};
+
+use super::F_VERSION_1;
+use super::mmio::{
+    MmioTransport, STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED,
+    STATUS_FEATURES_OK,
+};
+use super::queue::{Segment, SplitQueue};
+use crate::cpu::{pause, rdtsc};
+use crate::mm::GuestBackend;
+
+const F_STATS_VQ: u64 = 1 << 1;
+const F_DEFLATE_ON_OOM: u64 = 1 << 2;
+const F_REPORTING: u64 = 1 << 5;
+
+const CONFIG_NUM_PAGES: usize = 0;
+const CONFIG_ACTUAL: usize = 4;
+
+const Q_INFLATE: u32 = 0;
+const Q_DEFLATE: u32 = 1;
+
+/// PFNs per inflate/deflate request (Linux's VIRTIO_BALLOON_ARRAY_PFNS_MAX).
+const PFNS_PER_REQUEST: usize = 256;
+/// Pages moved per poll at most.
+const PAGES_PER_POLL: u32 = 4096;
+/// Pages given back per deflate-on-OOM event (Linux: 256).
+const OOM_PAGES: u32 = 256;
+/// Time between free page reporting passes.
+const REPORT_MS: u64 = 100;
+/// Chunks per report request.
+const REPORT_CHUNKS: usize = 16;
+const TIMEOUT_MS: u64 = 5_000;
+
+const S_SWAP_IN: u16 = 0;
+const S_SWAP_OUT: u16 = 1;
+const S_MAJFLT: u16 = 2;
+const S_MINFLT: u16 = 3;
+const S_MEMFREE: u16 = 4;
+const S_MEMTOT: u16 = 5;
+const S_AVAIL: u16 = 6;
+const S_CACHES: u16 = 7;
+const NR_STATS: usize = 8;
+/// `struct virtio_balloon_stat` is packed: u16 tag, u64 value.
+const STAT_SIZE: usize = 10;
+
+#[derive(Clone, Copy, Default)]
+pub struct BalloonStats {
+    pub inflated: u64,
+    pub deflated: u64,
+    pub oom_deflated: u64,
+    pub stats_sent: u64,
+    pub reported_chunks: u64,
+    pub polls: u64,
+}
+
+pub struct Balloon {
+    transport: MmioTransport,
+    inflate: SplitQueue,
+    deflate: SplitQueue,
+    stats_q: Option<(u32, SplitQueue)>,
+    report_q: Option<(u32, SplitQueue)>,
+    report_order: u32,
+    deflate_on_oom: bool,
+    /// Page holding the PFN array (first half) and the stats buffer (at 2048).
+    buf: usize,
+    held: u32,
+    next_report: u64,
+    pub stats: BalloonStats,
+}
+
+fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static str> {
+    let max = match transport.select_queue(idx) {
+        None => return Err("balloon queue is already live after reset"),
+        Some(0) => return Err("balloon queue missing"),
+        Some(max) => max,
+    };
+    let wanted = max.min(64);
+    let size = 1u32 << (31 - wanted.leading_zeros());
+    let mut q = SplitQueue::new(size as u16).ok_or("out of memory for a virtqueue")?;
+    q.disable_interrupts();
+    let (d, a, u) = q.addresses();
+    transport.enable_queue(size, d, a, u);
+    Ok(q)
+}
+
+impl Balloon {
+    pub fn init(transport: MmioTransport, report_order: u32) -> Result<Self, &'static str> {
+        transport.reset();
+        transport.set_status(STATUS_ACKNOWLEDGE);
+        transport.set_status(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+        let offered = transport.device_features();
+        if offered & F_VERSION_1 == 0 {
+            transport.set_status(STATUS_FAILED);
+            return Err("device does not offer VIRTIO_F_VERSION_1");
+        }
+        let features = offered & (F_VERSION_1 | F_STATS_VQ | F_DEFLATE_ON_OOM | F_REPORTING);
+        transport.set_driver_features(features);
+        let status = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK;
+        transport.set_status(status);
+        if transport.status() & STATUS_FEATURES_OK == 0 {
+            transport.set_status(STATUS_FAILED);
+            return Err("device rejected our features");
+        }
+        let inflate = new_queue(&transport, Q_INFLATE)?;
+        let deflate = new_queue(&transport, Q_DEFLATE)?;
+        let mut next = 2;
+        let mut stats_q = None;
+        if features & F_STATS_VQ != 0 {
+            stats_q = Some((next, new_queue(&transport, next)?));
+            next += 1;
+        }
+        let report_q = if features & F_REPORTING != 0 {
+            Some((next, new_queue(&transport, next)?))
+        } else {
+            None
+        };
+        let buf = crate::early_alloc::alloc_pages(1).ok_or("out of memory")?;
+        transport.set_status(status | STATUS_DRIVER_OK);
+        let mut b = Balloon {
+            transport,
+            inflate,
+            deflate,
+            stats_q,
+            report_q,
+            report_order,
+            deflate_on_oom: features & F_DEFLATE_ON_OOM != 0,
+            buf,
+            held: 0,
+            next_report: 0,
+            stats: BalloonStats::default(),
+        };
+        // The first stats buffer goes to the device at once (zeros until it asks again).
+        if let Some((idx, q)) = b.stats_q.as_mut() {
+            q.submit(&[Segment {
+                addr: (buf + 2048) as u64,
+                len: (NR_STATS * STAT_SIZE) as u32,
+                device_writes: false,
+            }]);
+            b.transport.notify(*idx);
+        }
+        println!(
+            "virtio-balloon: stats={} deflate_on_oom={} reporting={} (order {})",
+            u8::from(b.stats_q.is_some()),
+            u8::from(b.deflate_on_oom),
+            u8::from(b.report_q.is_some()),
+            report_order
+        );
+        Ok(b)
+    }
+
+    fn wait(q: &mut SplitQueue) -> bool {
+        let deadline = crate::time::deadline_after_ms(TIMEOUT_MS);
+        while q.poll_used().is_none() {
+            if rdtsc() > deadline {
+                println!("virtio-balloon: device did not complete a request");
+                return false;
+            }
+            pause();
+        }
+        true
+    }
+
+    fn send_pfns(&mut self, inflate: bool, n: usize) -> bool {
+        let seg = [Segment {
+            addr: self.buf as u64,
+            len: (n * 4) as u32,
+            device_writes: false,
+        }];
+        let (q, idx) = if inflate {
+            (&mut self.inflate, Q_INFLATE)
+        } else {
+            (&mut self.deflate, Q_DEFLATE)
+        };
+        q.submit(&seg);
+        self.transport.notify(idx);
+        Self::wait(q)
+    }
+
+    fn pfns(&mut self) -> &mut [u32; PFNS_PER_REQUEST] {
+        // SAFETY: `buf` is this driver's page; the first 1 KiB is the PFN array, not in
+        // flight (requests are waited for).
+        unsafe { &mut *(self.buf as *mut [u32; PFNS_PER_REQUEST]) }
+    }
+
+    /// Follows the target, refills stats, reports free pages.
+    pub fn poll(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
+        self.stats.polls += 1;
+        self.refill_stats(mm);
+        let target = self.transport.config_read32(CONFIG_NUM_PAGES);
+        let mut moved = 0;
+        let held_before = self.held;
+        while self.held < target && moved < PAGES_PER_POLL {
+            let mut n = 0;
+            while n < PFNS_PER_REQUEST && self.held + (n as u32) < target {
+                match mm.alloc_balloon(be) {
+                    Ok(f) => {
+                        let pfn = mm.pfn(f) as u32;
+                        self.pfns()[n] = pfn;
+                        n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            if !self.send_pfns(true, n) {
+                // The device did not take them: give them back.
+                for i in 0..n {
+                    let f = mm.frame_of_pfn(u64::from(self.pfns()[i])).expect("our pfn");
+                    mm.free_balloon(f);
+                }
+                break;
+            }
+            self.held += n as u32;
+            self.stats.inflated += n as u64;
+            moved += n as u32;
+        }
+        while self.held > target && moved < PAGES_PER_POLL {
+            let n = self.deflate(mm, (self.held - target).min(PFNS_PER_REQUEST as u32));
+            if n == 0 {
+                break;
+            }
+            moved += n;
+        }
+        if self.held != held_before {
+            self.transport.config_write32(CONFIG_ACTUAL, self.held);
+        }
+        if self.report_q.is_some() && rdtsc() >= self.next_report {
+            self.report(mm);
+            self.next_report = crate::time::deadline_after_ms(REPORT_MS);
+        }
+    }
+
+    /// Tells the device, then frees up to `count` balloon pages. Returns the pages freed.
+    fn deflate(&mut self, mm: &mut Mm<'static>, count: u32) -> u32 {
+        let mut n = 0;
+        let mut from = 0;
+        while n < count as usize {
+            let Some(f) = mm.find_kind(memvisor_guest_mm::Kind::Balloon, from) else {
+                break;
+            };
+            let pfn = mm.pfn(f) as u32;
+            self.pfns()[n] = pfn;
+            n += 1;
+            from = f + 1;
+        }
+        if n == 0 || !self.send_pfns(false, n) {
+            return 0;
+        }
+        for i in 0..n {
+            let f = mm.frame_of_pfn(u64::from(self.pfns()[i])).expect("our pfn");
+            mm.free_balloon(f);
+        }
+        self.held -= n as u32;
+        self.stats.deflated += n as u64;
+        n as u32
+    }
+
+    /// Deflate-on-OOM: gives back `OOM_PAGES` pages if the device allows it.
+    pub fn deflate_on_oom(&mut self, mm: &mut Mm<'static>, _be: &mut GuestBackend) -> u32 {
+        if !self.deflate_on_oom || self.held == 0 {
+            return 0;
+        }
+        let n = self.deflate(mm, OOM_PAGES);
+        if n > 0 {
+            self.stats.oom_deflated += u64::from(n);
+            self.transport.config_write32(CONFIG_ACTUAL, self.held);
+        }
+        n
+    }
+
+    fn refill_stats(&mut self, mm: &Mm<'static>) {
+        let Some((idx, q)) = self.stats_q.as_mut() else {
+            return;
+        };
+        if q.poll_used().is_none() {
+            return;
+        }
+        let s = mm.stats();
+        let page = PAGE_SIZE as u64;
+        let values: [(u16, u64); NR_STATS] = [
+            (S_SWAP_IN, s.counters.pswpin * page),
+            (S_SWAP_OUT, s.counters.pswpout * page),
+            (S_MAJFLT, s.counters.pgmajfault),
+            (S_MINFLT, s.counters.pgfault),
+            (S_MEMFREE, u64::from(s.free) * page),
+            (S_MEMTOT, u64::from(s.total) * page),
+            (S_AVAIL, u64::from(s.free + s.cached - s.dirty) * page),
+            (S_CACHES, u64::from(s.cached) * page),
+        ];
+        let base = self.buf + 2048;
+        for (i, (tag, v)) in values.iter().enumerate() {
+            let p = (base + i * STAT_SIZE) as *mut u8;
+            // SAFETY: the stats buffer (80 bytes at buf + 2048) is ours again: the device
+            // returned it through the used ring.
+            unsafe {
+                (p as *mut [u8; 2]).write_unaligned(tag.to_le_bytes());
+                (p.add(2) as *mut [u8; 8]).write_unaligned(v.to_le_bytes());
+            }
+        }
+        q.submit(&[Segment {
+            addr: base as u64,
+            len: (NR_STATS * STAT_SIZE) as u32,
+            device_writes: false,
+        }]);
+        self.transport.notify(*idx);
+        self.stats.stats_sent += 1;
+    }
+
+    fn report(&mut self, mm: &mut Mm<'static>) {
+        let order = self.report_order;
+        let mut chunks = [0u32; REPORT_CHUNKS];
+        let mut n = 0;
+        while n < REPORT_CHUNKS {
+            match mm.report_take(order, 16384) {
+                Some(f) => {
+                    chunks[n] = f;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        let mut segs = [Segment {
+            addr: 0,
+            len: 0,
+            device_writes: true,
+        }; REPORT_CHUNKS];
+        for i in 0..n {
+            segs[i] = Segment {
+                addr: mm.pfn(chunks[i]) * PAGE_SIZE as u64,
+                len: (PAGE_SIZE << order) as u32,
+                device_writes: true,
+            };
+        }
+        let (idx, q) = self.report_q.as_mut().expect("reporting negotiated");
+        q.submit(&segs[..n]);
+        self.transport.notify(*idx);
+        Self::wait(q);
+        for &f in &chunks[..n] {
+            mm.report_done(f, order);
+        }
+        self.stats.reported_chunks += n as u64;
+    }
+}

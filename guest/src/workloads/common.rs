@@ -1,0 +1,133 @@
+//! Helpers shared by the memory workloads: timing, argument errors, data files
+//! with deterministic content, page patterns and sparse progress lines.
+
+use memvisor_guest_mm::format::file_word;
+use memvisor_guest_mm::{Access, MmError, PAGE_SIZE};
+
+use crate::cmdline::{BadArg, Config};
+use crate::cpu::{ExitCode, rdtsc};
+use crate::mm;
+use crate::time::{Millis, cycles_to_us};
+
+/// Microseconds since `t0` (TSC cycles / 1000 if the frequency is unknown).
+pub fn us_since(t0: u64) -> u64 {
+    let c = rdtsc().saturating_sub(t0);
+    cycles_to_us(c).unwrap_or(c / 1000)
+}
+
+/// `12.345` milliseconds since `t0`.
+pub fn ms_since(t0: u64) -> Millis {
+    Millis(us_since(t0))
+}
+
+/// Prints the failure RESULT line and returns the failure exit code.
+pub fn fail(workload: &str, why: impl core::fmt::Display) -> ExitCode {
+    println!("{workload}: {why}");
+    println!("RESULT workload={workload} phase=done ok=0");
+    ExitCode::Failure
+}
+
+/// Reports a bad argument on the console.
+pub fn bad_arg(workload: &str, e: BadArg) -> ExitCode {
+    fail(workload, e)
+}
+
+/// Starts the memory manager or explains why it cannot.
+pub fn start(cfg: &Config, workload: &str, known: &[&str]) -> Result<(), ExitCode> {
+    cfg.warn_unknown(known);
+    mm::init(cfg).map_err(|e| fail(workload, e))
+}
+
+/// A `size_mb`-like argument in MiB, as pages.
+pub fn mb_arg(cfg: &Config, key: &'static str, default: u64) -> Result<u64, BadArg> {
+    Ok(cfg.num(key, default, 1, 1 << 20)? * 256)
+}
+
+/// Opens file `name` (at least `bytes` long) or creates it and fills it with the
+/// deterministic content mkdisk would have written (through the page cache, then sync).
+pub fn data_file(workload: &str, name: &str, bytes: u64) -> Result<u32, ExitCode> {
+    if let Some(id) = mm::lookup(name) {
+        let have = mm::file_pages(id) * PAGE_SIZE as u64;
+        if have >= bytes {
+            return Ok(id);
+        }
+        return Err(fail(
+            workload,
+            format_args!("file {name} holds {have} bytes, fewer than the {bytes} asked for"),
+        ));
+    }
+    let id = mm::file_create(name, bytes).map_err(|e| {
+        fail(
+            workload,
+            format_args!(
+                "cannot create file {name} of {} MiB: {e:?} (format the data disk with memvisor mkdisk data)",
+                bytes >> 20
+            ),
+        )
+    })?;
+    let seed = mm::fs_seed();
+    let t0 = rdtsc();
+    for p in 0..mm::file_pages(id) {
+        let mut page = mm::file_page(id, p, Access::Overwrite).map_err(|e| io_fail(workload, e))?;
+        let base = p * PAGE_SIZE as u64;
+        for (i, w) in page.words().iter_mut().enumerate() {
+            *w = file_word(seed, id, base + 8 * i as u64);
+        }
+    }
+    mm::sync().map_err(|e| io_fail(workload, e))?;
+    println!(
+        "{workload}: created file {name} ({} MiB) in {} ms",
+        bytes >> 20,
+        ms_since(t0)
+    );
+    Ok(id)
+}
+
+pub fn io_fail(workload: &str, e: MmError) -> ExitCode {
+    fail(workload, format_args!("memory manager error: {e:?}"))
+}
+
+/// Prints `workload: phase N%` at 25 % steps.
+pub struct Progress {
+    workload: &'static str,
+    phase: &'static str,
+    total: u64,
+    next: u64,
+}
+
+impl Progress {
+    pub fn new(workload: &'static str, phase: &'static str, total: u64) -> Self {
+        Self {
+            workload,
+            phase,
+            total: total.max(1),
+            next: 1,
+        }
+    }
+
+    pub fn update(&mut self, done: u64) {
+        while self.next <= 3 && done * 4 >= self.next * self.total {
+            println!("{}: {} {}%", self.workload, self.phase, self.next * 25);
+            self.next += 1;
+        }
+    }
+}
+
+/// A small xorshift generator for workload decisions.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}

@@ -1,0 +1,126 @@
+//! `workload=gcchurn` (SPECjbb-like, Tesseract §6): a generational collector's
+//! memory pattern. Each generation is a fresh task that allocates and fills
+//! `gen_mb` MiB (the young space); a collection copies `live_pct` % of its
+//! pages into the old space (a long-lived task of `heap_mb - gen_mb` MiB, used
+//! as a ring) and drops the young task; the copy + drop is the pause. Copies
+//! are verified when they are overwritten in the ring.
+//!
+//! Keys: `heap_mb=64 gen_mb=8 gens=20 live_pct=10`.
+
+use crate::cmdline::Config;
+use crate::cpu::{ExitCode, rdtsc};
+use crate::mm::{self, StatsWords};
+
+use super::common::{self, Rng, io_fail, ms_since, us_since};
+
+const NAME: &str = "gcchurn";
+const KEYS: &[&str] = &["heap_mb", "gen_mb", "gens", "live_pct"];
+
+fn obj(gen_no: u64, page: u64, i: usize) -> u64 {
+    memvisor_guest_mm::format::splitmix64(gen_no << 40 ^ page << 10 ^ i as u64)
+}
+
+pub fn run(cfg: &Config) -> ExitCode {
+    if let Err(code) = common::start(cfg, NAME, KEYS) {
+        return code;
+    }
+    let args = (|| {
+        Ok((
+            common::mb_arg(cfg, "heap_mb", 64)?,
+            common::mb_arg(cfg, "gen_mb", 8)?,
+            cfg.num("gens", 20, 1, 1 << 20)?,
+            cfg.num("live_pct", 10, 0, 100)?,
+        ))
+    })();
+    let (heap, young, gens, live_pct) = match args {
+        Ok(a) => a,
+        Err(e) => return common::bad_arg(NAME, e),
+    };
+    if young >= heap {
+        return common::fail(NAME, "bad arguments: gen_mb must be smaller than heap_mb");
+    }
+    let old_pages = heap - young;
+    let old = match mm::task_create() {
+        Ok(t) => t,
+        Err(e) => return io_fail(NAME, e),
+    };
+    let mut rng = Rng(cfg.seed | 1);
+    let mut ring = 0u64; // next old-space page
+    let mut errors = 0u64;
+    let (mut pause_max, mut pause_sum, mut alloc_us) = (0u64, 0u64, 0u64);
+    let t_all = rdtsc();
+    for g in 1..=gens {
+        let task = match mm::task_create() {
+            Ok(t) => t,
+            Err(e) => return io_fail(NAME, e),
+        };
+        let t0 = rdtsc();
+        for p in 0..young {
+            match mm::anon(task, p, true) {
+                Ok(mut pg) => {
+                    for (i, w) in pg.words().iter_mut().enumerate().step_by(8) {
+                        *w = obj(g, p, i);
+                    }
+                }
+                Err(e) => return io_fail(NAME, e),
+            }
+        }
+        alloc_us += us_since(t0);
+        // Collection: copy the survivors, drop the young space.
+        let t1 = rdtsc();
+        let mut buf = [0u64; 512];
+        for p in 0..young {
+            if rng.below(100) >= live_pct {
+                continue;
+            }
+            match mm::anon(task, p, false) {
+                Ok(mut pg) => buf.copy_from_slice(pg.words()),
+                Err(e) => return io_fail(NAME, e),
+            }
+            let slot = ring % old_pages;
+            match mm::anon(old, slot, true) {
+                Ok(mut pg) => {
+                    let w = pg.words();
+                    // The page being overwritten holds an earlier survivor: check it.
+                    let (pg_no, gen_no) = (w[1], w[2]);
+                    if gen_no != 0 && w[8] != obj(gen_no, pg_no, 8) {
+                        errors += 1;
+                    }
+                    w.copy_from_slice(&buf);
+                    w[1] = p;
+                    w[2] = g;
+                }
+                Err(e) => return io_fail(NAME, e),
+            }
+            ring += 1;
+        }
+        mm::task_exit(task);
+        let pause = us_since(t1);
+        pause_max = pause_max.max(pause);
+        pause_sum += pause;
+        if g % 10 == 0 || g == gens {
+            println!(
+                "gcchurn: {g}/{gens} generations, max pause {} us",
+                pause_max
+            );
+        }
+    }
+    mm::task_exit(old);
+    let ok = errors == 0;
+    println!(
+        "RESULT workload=gcchurn phase=done ok={} gens={gens} heap_mb={} gen_mb={} pause_max_us={pause_max} \
+         pause_avg_us={} alloc_mb_s={} errors={errors} ms={} {}",
+        u8::from(ok),
+        heap / 256,
+        young / 256,
+        pause_sum / gens,
+        (young * gens * 4096) / alloc_us.max(1),
+        ms_since(t_all),
+        StatsWords(mm::stats())
+    );
+    if ok {
+        ExitCode::Success
+    } else {
+        ExitCode::Failure
+    }
+}

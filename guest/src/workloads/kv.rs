@@ -1,0 +1,314 @@
+//! `workload=kv` (MemFlex §4.1): an in-memory key-value store in a task's
+//! anonymous memory driven by a YCSB-like generator.
+//!
+//! Records are 1 KiB (four per page): key, version, then 126 value words that
+//! are a function of (key, version), so every read is verified. The table is
+//! open-addressed with linear probing over `2 * (records + inserts)` slots.
+//! Load phase: insert `records` keys. Run phase: `ops` operations of workload
+//! `mix` (YCSB: a = 50 % read / 50 % update, b = 95/5, c = 100 % read,
+//! d = 95 % read latest / 5 % insert, e = 95 % scan of 1..100 records / 5 %
+//! insert, f = 50 % read / 50 % read-modify-write) with zipfian keys
+//! (`theta`/100, default 0.99, scrambled as YCSB does), or for `secs` seconds
+//! if given. Ops per second are printed every second.
+//!
+//! Keys: `records=50000 ops=200000 mix=a theta=99 secs=0`.
+
+use memvisor_guest_mm::format::splitmix64;
+
+use crate::cmdline::Config;
+use crate::cpu::{ExitCode, rdtsc};
+use crate::mm::{self, StatsWords};
+
+use super::common::{self, Rng, io_fail, ms_since, us_since};
+
+const NAME: &str = "kv";
+const KEYS: &[&str] = &["records", "ops", "mix", "theta", "secs"];
+const RECORD_WORDS: usize = 128;
+const PER_PAGE: u64 = 4;
+
+/// YCSB's zipfian generator (Gray et al.), over `0..n`.
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+fn powf(x: f64, y: f64) -> f64 {
+    // exp(y * ln x) with the few terms we need (no libm in the guest).
+    exp(y * ln(x))
+}
+
+fn ln(x: f64) -> f64 {
+    // ln x = 2 atanh((x-1)/(x+1)), after scaling x into [0.5, 1) by powers of two.
+    let mut e = 0i32;
+    let mut m = x;
+    while m >= 1.0 {
+        m /= 2.0;
+        e += 1;
+    }
+    while m < 0.5 {
+        m *= 2.0;
+        e -= 1;
+    }
+    let t = (m - 1.0) / (m + 1.0);
+    let t2 = t * t;
+    let mut term = t;
+    let mut sum = 0.0;
+    let mut k = 1.0;
+    for _ in 0..40 {
+        sum += term / k;
+        term *= t2;
+        k += 2.0;
+    }
+    2.0 * sum + f64::from(e) * core::f64::consts::LN_2
+}
+
+fn exp(x: f64) -> f64 {
+    // e^x = 2^k * e^r with |r| <= ln2/2.
+    let k = (x / core::f64::consts::LN_2) as i64;
+    let r = x - k as f64 * core::f64::consts::LN_2;
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for i in 1..30 {
+        term *= r / f64::from(i);
+        sum += term;
+    }
+    let mut scale = 1.0;
+    let (mut k, base) = if k >= 0 { (k, 2.0) } else { (-k, 0.5) };
+    while k > 0 {
+        scale *= base;
+        k -= 1;
+    }
+    sum * scale
+}
+
+impl Zipf {
+    fn new(n: u64, theta: f64) -> Self {
+        let zeta = |m: u64| (1..=m).map(|i| 1.0 / powf(i as f64, theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2);
+        Zipf {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta: (1.0 - powf(2.0 / n as f64, 1.0 - theta)) / (1.0 - zeta2 / zetan),
+        }
+    }
+
+    fn next(&self, rng: &mut Rng) -> u64 {
+        let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + powf(0.5, self.theta) {
+            return 1;
+        }
+        let v = self.n as f64 * powf(self.eta * u - self.eta + 1.0, self.alpha);
+        (v as u64).min(self.n - 1)
+    }
+}
+
+fn value(key: u64, version: u64, i: usize) -> u64 {
+    splitmix64(key.wrapping_mul(0x100_0000_01b3) ^ version << 32 ^ i as u64)
+}
+
+struct Store {
+    task: u32,
+    slots: u64,
+    errors: u64,
+}
+
+impl Store {
+    /// Runs `f` on the record in slot `s` (128 words).
+    fn with<R>(
+        &self,
+        s: u64,
+        write: bool,
+        f: impl FnOnce(&mut [u64]) -> R,
+    ) -> Result<R, memvisor_guest_mm::MmError> {
+        let mut pg = mm::anon(self.task, s / PER_PAGE, write)?;
+        let off = (s % PER_PAGE) as usize * RECORD_WORDS;
+        Ok(f(&mut pg.words()[off..off + RECORD_WORDS]))
+    }
+
+    fn home(&self, key: u64) -> u64 {
+        splitmix64(key) % self.slots
+    }
+
+    /// Slot of `key`, or the empty slot where it would go.
+    fn find(&self, key: u64) -> Result<(u64, bool), memvisor_guest_mm::MmError> {
+        let mut s = self.home(key);
+        loop {
+            let k = self.with(s, false, |r| r[0])?;
+            if k == key + 1 {
+                return Ok((s, true));
+            }
+            if k == 0 {
+                return Ok((s, false));
+            }
+            s = (s + 1) % self.slots;
+        }
+    }
+
+    fn put(&mut self, key: u64) -> Result<(), memvisor_guest_mm::MmError> {
+        let (s, found) = self.find(key)?;
+        self.with(s, true, |r| {
+            let version = if found { r[1] + 1 } else { 1 };
+            r[0] = key + 1;
+            r[1] = version;
+            for (i, w) in r[2..].iter_mut().enumerate() {
+                *w = value(key, version, i);
+            }
+        })
+    }
+
+    fn get(&mut self, key: u64) -> Result<bool, memvisor_guest_mm::MmError> {
+        let (s, found) = self.find(key)?;
+        if !found {
+            return Ok(false);
+        }
+        let bad = self.with(s, false, |r| {
+            r[2..]
+                .iter()
+                .enumerate()
+                .any(|(i, &w)| w != value(key, r[1], i))
+        })?;
+        if bad {
+            self.errors += 1;
+        }
+        Ok(true)
+    }
+}
+
+pub fn run(cfg: &Config) -> ExitCode {
+    if let Err(code) = common::start(cfg, NAME, KEYS) {
+        return code;
+    }
+    let args = (|| {
+        Ok((
+            cfg.num("records", 50_000, 1, 1 << 30)?,
+            cfg.num("ops", 200_000, 1, 1 << 40)?,
+            cfg.num("theta", 99, 1, 99)?,
+            cfg.num("secs", 0, 0, 86400)?,
+        ))
+    })();
+    let (records, ops, theta, secs) = match args {
+        Ok(a) => a,
+        Err(e) => return common::bad_arg(NAME, e),
+    };
+    let mix = cfg.arg("mix").unwrap_or("a");
+    // Percentages of (read, update, insert, scan, read-modify-write); "read latest" for d.
+    let (read, update, insert, scan, _rmw) = match mix {
+        "a" => (50, 50, 0, 0, 0),
+        "b" => (95, 5, 0, 0, 0),
+        "c" => (100, 0, 0, 0, 0),
+        "d" => (95, 0, 5, 0, 0),
+        "e" => (0, 0, 5, 95, 0),
+        "f" => (50, 0, 0, 0, 50),
+        _ => {
+            return common::fail(
+                NAME,
+                format_args!("bad argument mix={mix}: expected a, b, c, d, e or f"),
+            );
+        }
+    };
+    let task = match mm::task_create() {
+        Ok(t) => t,
+        Err(e) => return io_fail(NAME, e),
+    };
+    let max_inserts = if insert > 0 { ops } else { 0 };
+    let mut store = Store {
+        task,
+        slots: 2 * (records + max_inserts),
+        errors: 0,
+    };
+    let t0 = rdtsc();
+    for k in 0..records {
+        if let Err(e) = store.put(k) {
+            return io_fail(NAME, e);
+        }
+    }
+    let load_us = us_since(t0).max(1);
+    println!(
+        "RESULT workload=kv phase=load records={records} ms={} ops_s={} table_mb={}",
+        ms_since(t0),
+        records * 1_000_000 / load_us,
+        store.slots / PER_PAGE / 256
+    );
+    let zipf = Zipf::new(records, theta as f64 / 100.0);
+    let mut rng = Rng(cfg.seed | 1);
+    let mut count = records;
+    let t1 = rdtsc();
+    let (mut done, mut last_done, mut next_sec) = (0u64, 0u64, 1u64);
+    let (mut n_read, mut n_update, mut n_insert, mut n_scan, mut n_rmw, mut missing) =
+        (0, 0, 0, 0, 0, 0u64);
+    loop {
+        if secs > 0 {
+            if us_since(t1) >= secs * 1_000_000 {
+                break;
+            }
+        } else if done >= ops {
+            break;
+        }
+        let el = us_since(t1);
+        if el >= next_sec * 1_000_000 {
+            println!("kv: t={next_sec}s ops_s={}", done - last_done);
+            last_done = done;
+            next_sec += 1;
+        }
+        let r = rng.below(100);
+        // Scrambled zipfian: popular ranks are spread over the key space.
+        let pick = |rng: &mut Rng, n: u64| splitmix64(zipf.next(rng)) % n;
+        let res = if r < read {
+            n_read += 1;
+            let key = if mix == "d" {
+                count - 1 - zipf.next(&mut rng) % count
+            } else {
+                pick(&mut rng, records)
+            };
+            store.get(key).map(|f| missing += u64::from(!f))
+        } else if r < read + update {
+            n_update += 1;
+            store.put(pick(&mut rng, records))
+        } else if r < read + update + insert && count < records + max_inserts {
+            n_insert += 1;
+            count += 1;
+            store.put(count - 1)
+        } else if r < read + update + insert + scan {
+            n_scan += 1;
+            let start = pick(&mut rng, count);
+            let len = 1 + rng.below(100);
+            (start..(start + len).min(count)).try_for_each(|k| store.get(k).map(|_| ()))
+        } else {
+            n_rmw += 1;
+            let key = pick(&mut rng, records);
+            store.get(key).and_then(|_| store.put(key))
+        };
+        if let Err(e) = res {
+            return io_fail(NAME, e);
+        }
+        done += 1;
+    }
+    let us = us_since(t1).max(1);
+    mm::task_exit(task);
+    let ok = store.errors == 0 && missing == 0;
+    println!(
+        "RESULT workload=kv phase=run ok={} mix={mix} ops={done} ms={} ops_s={} reads={n_read} updates={n_update} \
+         inserts={n_insert} scans={n_scan} rmw={n_rmw} errors={} missing={missing} {}",
+        u8::from(ok),
+        ms_since(t1),
+        done * 1_000_000 / us,
+        store.errors,
+        StatsWords(mm::stats())
+    );
+    println!("RESULT workload=kv phase=done ok={}", u8::from(ok));
+    if ok {
+        ExitCode::Success
+    } else {
+        ExitCode::Failure
+    }
+}
