@@ -44,8 +44,8 @@ use crate::victim::VictimPolicy;
 /// be paged out and in continuously.
 pub const MIN_LIMIT: u64 = 16 << 20;
 const PAGE: usize = 4096;
-/// Never-touched pages installed with a faulting one (64 KiB).
-const ZERO_WINDOW: u32 = 16;
+/// Never-touched pages installed with a faulting one (128 KiB).
+const ZERO_WINDOW: u32 = 32;
 
 #[derive(Clone, Debug)]
 pub struct PagerConfig {
@@ -113,6 +113,8 @@ pub struct PagerSnapshot {
 
 struct Shared {
     mem: Arc<GuestMem>,
+    /// A zeroed source for installing fresh writable pages.
+    zeros: Vec<u8>,
     uffd: Uffd,
     regions: Vec<Region>,
     inner: Mutex<Inner>,
@@ -244,6 +246,7 @@ impl Pager {
         };
         let shared = Arc::new(Shared {
             mem,
+            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
             uffd,
             regions,
             inner: Mutex::new(inner),
@@ -466,12 +469,24 @@ impl Shared {
                 {
                     n += 1;
                 }
-                // SAFETY: the range is `n` pages of registered guest RAM that the table says are not mapped.
-                unsafe {
-                    self.uffd
-                        .zeropage(self.host(p) as *mut _, n as usize * PAGE, true)
+                if write {
+                    // A write would at once copy a shared zero page in the kernel (a second
+                    // fault per page): install real zeroed pages, writable, in one copy.
+                    uffd_copy(
+                        &self.uffd,
+                        self.zeros.as_ptr(),
+                        self.host(p),
+                        n as usize * PAGE,
+                        false,
+                    )?;
+                } else {
+                    // SAFETY: the range is `n` pages of registered guest RAM that the table says are not mapped.
+                    unsafe {
+                        self.uffd
+                            .zeropage(self.host(p) as *mut _, n as usize * PAGE, true)
+                    }
+                    .map_err(std::io::Error::other)?;
                 }
-                .map_err(std::io::Error::other)?;
                 for q in p..p + n {
                     inner.table.installed(q, FaultAction::Zero);
                 }

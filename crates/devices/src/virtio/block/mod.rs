@@ -223,25 +223,43 @@ impl Block {
 
     /// Moves the data of a read or write between the image and guest memory.
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
+        // The request's bytes are one contiguous range of the disk however the guest scattered
+        // them in memory: move them with one file I/O per bounce-buffer-full, and scatter or
+        // gather between the bounce buffer and the descriptors' buffers.
+        let short = || std::io::Error::other("descriptors shorter than the request");
         let mut offset = sector * SECTOR_SIZE;
-        for &(addr, len) in &req.data {
-            let mut done: usize = 0;
-            let len = len as usize;
-            while done < len {
-                let n = (len - done).min(BOUNCE_SIZE);
-                let at = GuestAddress(addr.0 + done as u64);
-                let file = self.disk.file_for(offset, n);
-                let buf = self.bounce.get(n);
-                if write {
-                    self.ram.read(at, buf).map_err(std::io::Error::other)?;
-                    file.write_all_at(buf, offset)?;
-                } else {
-                    file.read_exact_at(buf, offset)?;
-                    self.ram.write(at, buf).map_err(std::io::Error::other)?;
-                }
-                done += n;
-                offset += n as u64;
+        let mut left = usize::try_from(req.data_len).map_err(std::io::Error::other)?;
+        let mut segments = req.data.iter().map(|&(a, l)| (a.0, l as usize));
+        let mut current = (0u64, 0usize);
+        while left > 0 {
+            let n = left.min(BOUNCE_SIZE);
+            let file = self.disk.file_for(offset, n);
+            let buf = self.bounce.get(n);
+            if !write {
+                file.read_exact_at(buf, offset)?;
             }
+            let mut pos = 0;
+            while pos < n {
+                if current.1 == 0 {
+                    current = segments.next().ok_or_else(short)?;
+                    continue;
+                }
+                let k = current.1.min(n - pos);
+                let at = GuestAddress(current.0);
+                let piece = &mut buf[pos..pos + k];
+                if write {
+                    self.ram.read(at, piece).map_err(std::io::Error::other)?;
+                } else {
+                    self.ram.write(at, piece).map_err(std::io::Error::other)?;
+                }
+                pos += k;
+                current = (current.0 + k as u64, current.1 - k);
+            }
+            if write {
+                file.write_all_at(buf, offset)?;
+            }
+            offset += n as u64;
+            left -= n;
         }
         Ok(())
     }
@@ -490,6 +508,43 @@ mod tests {
         let m = dev.metrics();
         assert_eq!(m.reads.load(Ordering::Relaxed), 1);
         assert_eq!(m.bytes_written.load(Ordering::Relaxed), 8192);
+    }
+
+    #[test]
+    fn scattered_buffers_map_to_one_contiguous_disk_range() {
+        let img = image(4);
+        let mem = mem();
+        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem)).unwrap();
+        // Write 12 KiB gathered from three odd-sized, out-of-order buffers.
+        let parts: [(u64, u32, u8); 3] =
+            [(0x50000, 512, 1), (0x40000, 3584, 2), (0x60000, 8192, 3)];
+        for &(a, l, v) in &parts {
+            mem.write_slice(&vec![v; l as usize], GuestAddress(a))
+                .unwrap();
+        }
+        header(&mem, request::VIRTIO_BLK_T_OUT, 8);
+        let mut chain = vec![(0x10000, 16, 0)];
+        chain.extend(parts.iter().map(|&(a, l, _)| (a, l, 0)));
+        chain.push((0x30000, 1, DESC_F_WRITE));
+        assert_eq!(submit(&mut dev, &mem, &chain, 0x30000), VIRTIO_BLK_S_OK);
+        let disk = std::fs::read(img.path()).unwrap();
+        assert!(disk[4096..4608].iter().all(|&b| b == 1));
+        assert!(disk[4608..8192].iter().all(|&b| b == 2));
+        assert!(disk[8192..16384].iter().all(|&b| b == 3));
+        // Read it back scattered differently.
+        header(&mem, request::VIRTIO_BLK_T_IN, 8);
+        let reads = [(0x70000u64, 1000u32), (0x80000, 9000), (0x90000, 2288)];
+        let mut chain = vec![(0x10000, 16, 0)];
+        chain.extend(reads.iter().map(|&(a, l)| (a, l, DESC_F_WRITE)));
+        chain.push((0x30000, 1, DESC_F_WRITE));
+        assert_eq!(submit(&mut dev, &mem, &chain, 0x30000), VIRTIO_BLK_S_OK);
+        let mut back = Vec::new();
+        for &(a, l) in &reads {
+            let mut b = vec![0u8; l as usize];
+            mem.read_slice(&mut b, GuestAddress(a)).unwrap();
+            back.extend(b);
+        }
+        assert_eq!(back, disk[4096..16384]);
     }
 
     #[test]
