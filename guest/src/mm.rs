@@ -37,7 +37,9 @@ pub const KEYS: &[&str] = &[
     "swap_disk",
     "balloon",
     "report_order",
+    "report",
     "stats",
+    "hold_secs",
 ];
 
 /// Minimum time between two ticks.
@@ -118,6 +120,11 @@ unsafe impl Send for Kernel {}
 static KERNEL: SpinLock<Option<Kernel>> = SpinLock::new(None);
 static NEXT_TICK: AtomicU64 = AtomicU64::new(0);
 
+/// Whether `init` ran (the workloads that use memory management call it).
+pub fn ready() -> bool {
+    KERNEL.lock().is_some()
+}
+
 /// Runs `f` on the memory manager.
 pub fn with<R>(f: impl FnOnce(&mut Kernel) -> R) -> R {
     let mut g = KERNEL.lock();
@@ -141,6 +148,7 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
     let use_balloon = num("balloon", 1, 0, 1).map_err(|_| "bad argument balloon= (0 or 1)")?;
     let report_order =
         num("report_order", 9, 0, 10).map_err(|_| "bad argument report_order= (0 to 10)")?;
+    let report = num("report", 1, 0, 1).map_err(|_| "bad argument report= (0 or 1)")?;
     let data_id = cfg
         .arg("data_disk")
         .or(cfg.disk().and_then(|d| core::str::from_utf8(d).ok()));
@@ -158,7 +166,10 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
             Err(e) => println!("virtio-blk: slot {}: {e}", found.slot),
         },
         DEVICE_ID_BALLOON if use_balloon == 1 => {
-            match Balloon::init(found.transport, report_order as u32) {
+            match Balloon::init(
+                found.transport,
+                (report == 1).then_some(report_order as u32),
+            ) {
                 Ok(b) => balloon = Some(b),
                 Err(e) => println!("virtio-balloon: slot {}: {e}", found.slot),
             }

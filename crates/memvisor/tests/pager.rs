@@ -198,3 +198,112 @@ fn a_swap_file_on_a_full_disk_is_refused_at_start() {
     );
     assert!(out.stdout.is_empty(), "the guest did not start");
 }
+
+/// Starts a 512 MiB VM with a balloon that touches 300 MiB, frees it, and then holds (serving
+/// the balloon); returns once the guest says it holds.
+fn touched_then_idle(dir: &Path, report: bool) -> (Vm, PathBuf) {
+    let sock = dir.join("b.sock");
+    let cmdline = format!("mb=300 rounds=1 hold_secs=20 report={}", u8::from(report));
+    let mut child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "512M", "--balloon", "--api-sock"])
+        .arg(&sock)
+        .args(["--workload", "alloc", "--cmdline", &cmdline])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let vm = Vm(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the guest reaches its hold");
+        assert!(!line.contains("ok=0"), "{line}");
+        if line.starts_with("hold:") {
+            break;
+        }
+    }
+    (vm, sock)
+}
+
+fn wait_for(sock: &Path, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let t = Instant::now();
+    loop {
+        let s = api(sock, "GET", "/stats", None);
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "timed out waiting for {what}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn balloon_inflation_and_free_page_reports_lower_host_rss() {
+    let dir = tempfile::tempdir().unwrap();
+    // Inflation: RSS falls by at least 90 % of the balloon.
+    let (vm, sock) = touched_then_idle(dir.path(), false);
+    let pid = vm.0.id();
+    let before = guest_rss(pid, 512 * MIB).unwrap();
+    assert!(
+        before > 280 * MIB,
+        "the guest's freed pages are still resident ({before})"
+    );
+    let target = 256 * MIB;
+    api(
+        &sock,
+        "PUT",
+        "/balloon",
+        Some(&format!("{{\"target\": {target}}}")),
+    );
+    let s = wait_for(&sock, "the balloon", |s| {
+        s["balloon"]["actual_pages"] == target / 4096
+    });
+    let after = guest_rss(pid, 512 * MIB).unwrap();
+    eprintln!(
+        "balloon of {target}: RSS {before} -> {after}; {}",
+        s["balloon"]
+    );
+    assert!(
+        before - after >= target / 10 * 9,
+        "RSS fell by {} for a balloon of {target}",
+        before - after
+    );
+    assert_eq!(s["pager"]["ballooned_pages"], target / 4096);
+    // Deflate: the pages are the guest's again.
+    api(&sock, "PUT", "/balloon", Some("{\"target\": 0}"));
+    let s = wait_for(&sock, "the deflation", |s| {
+        s["balloon"]["actual_pages"] == 0
+    });
+    assert_eq!(s["balloon"]["deflated_pages"], target / 4096);
+    drop(vm);
+
+    // Free page reporting: the freed 300 MiB go back to the host with no balloon target at all
+    // (the guest reports 2 MiB runs, 16 of them every 100 ms).
+    let (vm, sock) = touched_then_idle(dir.path(), true);
+    let t = Instant::now();
+    let mut rss = u64::MAX;
+    while t.elapsed() < Duration::from_secs(15) {
+        rss = guest_rss(vm.0.id(), 512 * MIB).unwrap();
+        if rss < 64 * MIB {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = api(&sock, "GET", "/stats", None);
+    eprintln!("after free page reporting: RSS {rss}; {}", s["pager"]);
+    assert!(
+        rss < 64 * MIB,
+        "RSS {rss} after the guest reported its free pages"
+    );
+    assert!(s["pager"]["reported"].as_u64().unwrap() * 4096 >= 256 * MIB);
+    assert_eq!(s["pager"]["ballooned_pages"], 0);
+}

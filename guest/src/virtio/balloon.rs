@@ -105,7 +105,8 @@ fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static
 }
 
 impl Balloon {
-    pub fn init(transport: MmioTransport, report_order: u32) -> Result<Self, &'static str> {
+    /// `report_order`: the order of the free runs to report, or `None` to not report free pages.
+    pub fn init(transport: MmioTransport, report_order: Option<u32>) -> Result<Self, &'static str> {
         transport.reset();
         transport.set_status(STATUS_ACKNOWLEDGE);
         transport.set_status(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
@@ -114,7 +115,13 @@ impl Balloon {
             transport.set_status(STATUS_FAILED);
             return Err("device does not offer VIRTIO_F_VERSION_1");
         }
-        let features = offered & (F_VERSION_1 | F_STATS_VQ | F_DEFLATE_ON_OOM | F_REPORTING);
+        let reporting = if report_order.is_some() {
+            F_REPORTING
+        } else {
+            0
+        };
+        let features = offered & (F_VERSION_1 | F_STATS_VQ | F_DEFLATE_ON_OOM | reporting);
+        let report_order = report_order.unwrap_or(0);
         transport.set_driver_features(features);
         let status = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK;
         transport.set_status(status);

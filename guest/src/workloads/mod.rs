@@ -24,6 +24,36 @@ pub fn uses_workers(w: Workload) -> bool {
 }
 
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
+    let code = run_workload(cfg, cpus);
+    hold(cfg);
+    code
+}
+
+/// `hold_secs=N`: after the workload, the VM stays up N more seconds serving the balloon, so the
+/// host can steer it once the work is done (e.g. measure what an inflation gives back).
+fn hold(cfg: &Config) {
+    let secs = match cfg.num("hold_secs", 0, 0, 86_400) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("{e}");
+            return;
+        }
+    };
+    if secs == 0 {
+        return;
+    }
+    println!("hold: {secs} s");
+    let end = crate::time::deadline_after_ms(secs * 1000);
+    while crate::cpu::rdtsc() < end {
+        if crate::mm::ready() {
+            crate::mm::tick();
+        }
+        core::hint::spin_loop();
+    }
+    println!("hold: done");
+}
+
+fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
     match cfg.workload {
         Workload::Boot => {
             cfg.warn_unknown(&[]);
