@@ -110,7 +110,7 @@ pub struct RunArgs {
     /// Pages brought in around a swap fault by the full pager.
     #[arg(long, default_value_t = 16)]
     pub prefetch: u32,
-    /// The pager's swap file (default: a new file in $TMPDIR, removed at exit).
+    /// The pager's swap file (default: an unnamed file in $TMPDIR, unlinked as soon as it is created).
     #[arg(long)]
     pub swap: Option<PathBuf>,
     /// The QEMU binary for --hypervisor qemu.
@@ -351,7 +351,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         swap_path: a.swap.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("memvisor-{}.swap", std::process::id()))
         }),
-        remove_swap: a.swap.is_none(),
+        temporary_swap: a.swap.is_none(),
         batch: 256,
     });
     let _host_limit = match (a.pager, a.mem_limit) {
@@ -399,6 +399,10 @@ pub fn run(args: RunArgs) -> ExitCode {
                     ExitCode::from(memvisor_devices::debug_exit::exit_status(v))
                 }
                 VmExit::Shutdown => ExitCode::from(status::SHUTDOWN),
+                VmExit::Signal(sig) => {
+                    eprintln!("memvisor: stopped by signal {sig}");
+                    ExitCode::from(u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE))
+                }
             }
         }
         Err(e) => {

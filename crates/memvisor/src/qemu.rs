@@ -102,7 +102,26 @@ pub fn run(plan: &RunPlan) -> ExitCode {
     };
     let mut cmd = command(plan, &kernel);
     tracing::info!("running {cmd:?}");
-    match cmd.status() {
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("memvisor: cannot run {}: {e}", plan.args.qemu.display());
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    };
+    // Told to stop, stop QEMU too, then clean up (the cgroup) as after any exit.
+    let pid = child.id();
+    if memvisor_vmm::signals::block().is_ok() {
+        let _ = std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                let sig = memvisor_vmm::signals::wait();
+                tracing::info!("signal {sig}: stopping QEMU (pid {pid})");
+                // SAFETY: plain kill(2) of our own child, which we have not reaped yet.
+                unsafe { libc::kill(i32::try_from(pid).unwrap_or(0), libc::SIGTERM) };
+            });
+    }
+    match child.wait() {
         Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
             (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(status::VMM_FAILURE)),
             (None, Some(sig)) => {
@@ -112,8 +131,8 @@ pub fn run(plan: &RunPlan) -> ExitCode {
             (None, None) => ExitCode::from(status::VMM_FAILURE),
         },
         Err(e) => {
-            eprintln!("memvisor: cannot run {}: {e}", plan.args.qemu.display());
-            ExitCode::from(status::BAD_INPUT)
+            eprintln!("memvisor: waiting for QEMU failed: {e}");
+            ExitCode::from(status::VMM_FAILURE)
         }
     }
 }

@@ -277,3 +277,22 @@ fn without_a_pager_the_limit_cannot_be_changed() {
     let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
     assert!(stats["pager"].is_null());
 }
+
+/// Told to stop, memvisor stops the VM and leaves nothing behind: no cgroup, no socket file.
+#[test]
+fn sigterm_stops_the_vm_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut vm, sock) = start(dir.path(), &["--pager", "off", "--mem-limit", "32M"]);
+    let pid = vm.0.id();
+    let cgroup = PathBuf::from(format!("/sys/fs/cgroup/memory/memvisor-{pid}"));
+    assert!(
+        cgroup.join("memory.limit_in_bytes").exists(),
+        "the host-kernel limit is a cgroup"
+    );
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGTERM) };
+    let status = vm.0.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(!cgroup.exists(), "the cgroup was removed");
+    assert!(!sock.exists(), "the socket file was removed");
+}

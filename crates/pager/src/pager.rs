@@ -54,8 +54,8 @@ pub struct PagerConfig {
     /// Most bytes of guest RAM resident at once; `None`: no limit.
     pub limit: Option<u64>,
     pub swap_path: PathBuf,
-    /// Remove the swap file when the pager ends (it was made for this VM).
-    pub remove_swap: bool,
+    /// The swap file was made for this VM: unlink it at once (it lives as long as the pager).
+    pub temporary_swap: bool,
     /// Pages reclaimed per batch.
     pub batch: u32,
 }
@@ -232,7 +232,7 @@ impl Pager {
         }
         let size = u64::from(first) * PAGE_SIZE;
         let limit = limit_pages(config.limit, size)?;
-        let swap = SwapStore::create(&config.swap_path, first, config.remove_swap)?;
+        let swap = SwapStore::create(&config.swap_path, first, config.temporary_swap)?;
         let batch = config.batch.max(1);
         let inner = Inner {
             table: PageTable::new(first, first, config.mech, config.policy, 0x6d76_6d76),

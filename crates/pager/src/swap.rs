@@ -36,12 +36,13 @@ pub enum SwapError {
 pub struct SwapStore {
     file: File,
     path: PathBuf,
-    remove_on_drop: bool,
 }
 
 impl SwapStore {
-    /// Creates (or truncates) the swap file at `path` with room for `blocks` blocks.
-    pub fn create(path: &Path, blocks: u32, remove_on_drop: bool) -> Result<Self, SwapError> {
+    /// Creates (or truncates) the swap file at `path` with room for `blocks` blocks. A
+    /// `temporary` file is unlinked at once: it lives as long as the descriptor, so no exit,
+    /// however abrupt, leaves it behind.
+    pub fn create(path: &Path, blocks: u32, temporary: bool) -> Result<Self, SwapError> {
         let create = |direct: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(true).create(true).truncate(true);
@@ -82,10 +83,15 @@ impl SwapStore {
                 source,
             });
         }
+        if temporary {
+            std::fs::remove_file(path).map_err(|source| SwapError::Create {
+                path: path.into(),
+                source,
+            })?;
+        }
         Ok(SwapStore {
             file,
             path: path.into(),
-            remove_on_drop,
         })
     }
 
@@ -103,14 +109,6 @@ impl SwapStore {
     pub fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
         self.file
             .read_exact_at(buf, u64::from(first) * BLOCK as u64)
-    }
-}
-
-impl Drop for SwapStore {
-    fn drop(&mut self) {
-        if self.remove_on_drop {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }
 
@@ -147,11 +145,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_round_trip_and_file_is_removed() {
+    fn blocks_round_trip_and_temporary_files_leave_no_trace() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("swap");
         let s = SwapStore::create(&path, 16, true).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * 4096);
+        assert_eq!(s.file.metadata().unwrap().len(), 16 * 4096);
         let mut b = AlignedBuf::new(8192);
         b.get(8192)
             .iter_mut()
@@ -161,8 +159,11 @@ mod tests {
         let mut r = AlignedBuf::new(8192);
         s.read(3, r.get(8192)).unwrap();
         assert_eq!(r.get(8192), b.get(8192));
+        assert!(!path.exists(), "a temporary swap file is unlinked at once");
         drop(s);
-        assert!(!path.exists());
+        let kept = SwapStore::create(&path, 1, false).unwrap();
+        drop(kept);
+        assert!(path.exists(), "a named swap file stays");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod api;
 mod memory;
+pub mod signals;
 mod vcpu;
 
 use std::collections::HashSet;
@@ -117,6 +118,8 @@ pub enum VmExit {
     DebugExit(u32),
     /// The guest asked KVM for a shutdown or reset (system event).
     Shutdown,
+    /// memvisor was told to stop (SIGINT, SIGTERM or SIGHUP) and stopped the VM.
+    Signal(i32),
 }
 
 /// VM exits the vCPUs took, by kind.
@@ -202,6 +205,16 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mem = Arc::new(memory::create(&vm, &layout)?);
     // The pager must own guest RAM before anything touches it, the boot data included.
     let (events_tx, events) = mpsc::channel();
+    // Every thread started from here on inherits the blocked mask; this one takes the signals.
+    signals::block().map_err(VmmError::Thread)?;
+    let tx = events_tx.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let sig = signals::wait();
+            let _ = tx.send(VmEvent::Exit(VmExit::Signal(sig)));
+        })
+        .map_err(VmmError::Thread)?;
     let pager = match &config.pager {
         Some(c) => {
             let tx = Mutex::new(events_tx.clone());
