@@ -688,23 +688,34 @@ impl GuestRam for Pager {
             let gpa = addr.0 + off as u64;
             let in_page = PAGE - usize::try_from(gpa % PAGE_SIZE).unwrap_or(0);
             let n = in_page.min(data.len() - off);
-            let whole = gpa % PAGE_SIZE == 0 && n == PAGE;
-            if whole {
-                if let Some(p) = s.page_of_gpa(gpa) {
-                    let mut inner = s.lock();
-                    if inner.table.device_can_install(p) {
-                        if let Err(e) =
-                            uffd_copy(&s.uffd, data[off..].as_ptr(), s.host(p), PAGE, false)
-                        {
-                            tracing::warn!("pager: device install of page {p} failed: {e}");
-                        } else {
-                            inner.table.device_installed(p);
-                            inner.prefetched[p as usize] = false;
-                            Counters::add(&s.counters.device_installs, 1);
+            if let (true, Some(p)) = (gpa % PAGE_SIZE == 0 && n == PAGE, s.page_of_gpa(gpa)) {
+                let mut inner = s.lock();
+                // The run of whole, non-resident pages from here goes in with one copy.
+                let whole_pages = u32::try_from((data.len() - off) / PAGE).unwrap_or(u32::MAX);
+                let mut run = 0;
+                while run < whole_pages
+                    && p + run < inner.table.len()
+                    && s.same_region(p, p + run)
+                    && inner.table.device_can_install(p + run)
+                {
+                    run += 1;
+                }
+                if run > 0 {
+                    let len = run as usize * PAGE;
+                    match uffd_copy(&s.uffd, data[off..].as_ptr(), s.host(p), len, false) {
+                        Ok(()) => {
+                            for q in p..p + run {
+                                inner.table.device_installed(q);
+                                inner.prefetched[q as usize] = false;
+                            }
+                            Counters::add(&s.counters.device_installs, u64::from(run));
                             // The device's thread pays for the room it took.
                             s.reclaim_to_limit(&mut inner);
-                            off += n;
+                            off += len;
                             continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!("pager: device install of pages {p}+{run} failed: {e}")
                         }
                     }
                 }
