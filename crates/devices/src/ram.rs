@@ -28,7 +28,19 @@ pub enum Discard {
     Reported,
 }
 
+/// A whole, page-aligned page of a disk request: the image block and the guest page holding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskPage {
+    pub block: u64,
+    pub addr: GuestAddress,
+}
+
 /// Guest RAM as devices use it.
+///
+/// Disk devices also report what they move (the `disk_*` calls, in this order for a write:
+/// `disk_write_begin`, `disk_write_sources`, the write, `disk_write_done`), so a pager can know
+/// which guest pages mirror which disk blocks (VSwapper's Swap Mapper). Without one they do
+/// nothing.
 pub trait GuestRam: Send + Sync {
     /// The guest memory map (for descriptor rings and small accesses).
     fn mem(&self) -> &GuestMem;
@@ -49,6 +61,21 @@ pub trait GuestRam: Send + Sync {
 
     /// Balloon deflate: the pages in `ranges` are the guest's again (they read as zero).
     fn deflate(&self, _ranges: &[GuestRange]) {}
+
+    /// A device read landed: each of `pages` now holds exactly its block of disk `disk`.
+    fn disk_read(&self, _disk: u8, _pages: &[DiskPage]) {}
+
+    /// Blocks `first..first + count` of `disk` are about to be overwritten: whatever relies on
+    /// their old content must get it first.
+    fn disk_write_begin(&self, _disk: u8, _first: u64, _count: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// `pages` are about to be copied out and written to their blocks.
+    fn disk_write_sources(&self, _disk: u8, _pages: &[DiskPage]) {}
+
+    /// The write of `pages` to their blocks landed.
+    fn disk_write_done(&self, _disk: u8, _pages: &[DiskPage]) {}
 }
 
 /// Guest RAM without a pager: plain anonymous memory, released with `MADV_DONTNEED`.

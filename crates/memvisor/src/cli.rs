@@ -107,6 +107,10 @@ pub struct RunArgs {
     /// How the pager picks victims.
     #[arg(long, value_enum, default_value_t = VictimArg::Random)]
     pub victims: VictimArg,
+    /// VSwapper's Swap Mapper (with `--pager full`): guest pages read from a disk mirror its
+    /// blocks, are dropped without a write and refault from the image.
+    #[arg(long)]
+    pub mapper: bool,
     /// Pages brought in around a swap fault by the full pager.
     #[arg(long, default_value_t = 16)]
     pub prefetch: u32,
@@ -297,6 +301,9 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             ));
         }
     }
+    if args.mapper && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
+        return bad("--mapper is part of memvisor's full pager (--pager full)".into());
+    }
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
@@ -340,6 +347,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             PagerMode::Baseline => memvisor_pager::Mechanisms::BASELINE,
             _ => memvisor_pager::Mechanisms {
                 prefetch: a.prefetch,
+                mapper: a.mapper,
                 ..memvisor_pager::Mechanisms::DEFAULT
             },
         },

@@ -307,3 +307,60 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     assert!(s["pager"]["reported"].as_u64().unwrap() * 4096 >= 256 * MIB);
     assert_eq!(s["pager"]["ballooned_pages"], 0);
 }
+
+/// The Swap Mapper: a guest whose page cache mirrors its disk, under a limit, verifies every
+/// byte while its file pages leave without swap writes and refault from the image.
+#[test]
+fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path());
+    let out = Command::new(MEMVISOR)
+        .args([
+            "run",
+            "--mem",
+            "256M",
+            "--mem-limit",
+            "48M",
+            "--mapper",
+            "--disk",
+        ])
+        .arg(format!("{},id=data", img.display()))
+        .args([
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=48 file_mb=40 rounds=3",
+        ])
+        .env("MEMVISOR_LOG", "info")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+        .unwrap();
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    let counter = |name: &str| -> u64 {
+        let at = stderr
+            .find(&format!("(\"{name}\", "))
+            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
+        let rest = &stderr[at + name.len() + 5..];
+        rest[..rest.find(')').unwrap()].parse().unwrap()
+    };
+    eprintln!(
+        "mirrored dropped {}, image faults {}, written {}",
+        counter("reclaimed_mirrored"),
+        counter("faults_image"),
+        counter("reclaimed_written")
+    );
+    assert!(
+        counter("reclaimed_mirrored") > 1000,
+        "file pages left without a write"
+    );
+    assert!(counter("faults_image") > 0, "and came back from the image");
+}

@@ -28,14 +28,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use memvisor_devices::ram::{dontneed, Discard, GuestRam, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange, PAGE_SIZE};
 use memvisor_devices::GuestMem;
 use thiserror::Error;
 use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite, RegisterMode, Uffd, UffdBuilder};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::state::{Disposition, FaultAction, Mechanisms, PageIdx, PageState, PageTable};
+use crate::state::{
+    Disposition, FaultAction, ImageBlock, Mechanisms, PageIdx, PageState, PageTable,
+};
 use crate::stats::{Counters, Latency};
 use crate::swap::{AlignedBuf, SwapError, SwapStore, BLOCK};
 use crate::victim::VictimPolicy;
@@ -88,6 +90,8 @@ struct Region {
 
 struct Inner {
     table: PageTable,
+    /// Guest disk images by index, for refaults of mirrored pages (`O_DIRECT` where possible).
+    images: Vec<Option<std::fs::File>>,
     swap: SwapStore,
     /// Resident-page limit (the high watermark); `u32::MAX`: none.
     limit: u32,
@@ -105,6 +109,10 @@ pub struct PagerSnapshot {
     pub swapped_pages: u64,
     pub ballooned_pages: u64,
     pub reported_pages: u64,
+    /// Dropped while mirroring a disk block; they refault from the image.
+    pub on_disk_pages: u64,
+    /// Resident and mirroring a disk block.
+    pub mirrored_pages: u64,
     pub swap_blocks_in_use: u64,
     pub counters: Vec<(&'static str, u64)>,
     pub fault_latency_us: (usize, u32, u32),
@@ -235,10 +243,12 @@ impl Pager {
         let swap = SwapStore::create(&config.swap_path, first, config.temporary_swap)?;
         let batch = config.batch.max(1);
         let inner = Inner {
+            images: Vec::new(),
             table: PageTable::new(first, first, config.mech, config.policy, 0x6d76_6d76),
             swap,
             limit,
-            // A batch can grow by one cluster less a page; a swap-in reads at most `prefetch` pages.
+            // Written victims are a batch plus one cluster less a page at most (the mirrored
+            // pages a batch brings along are never written); a swap-in reads `prefetch` pages.
             io: AlignedBuf::new(
                 (batch.max(config.mech.prefetch) + config.mech.cluster.max(1)) as usize * BLOCK,
             ),
@@ -274,6 +284,17 @@ impl Pager {
         Ok(Pager { shared })
     }
 
+    /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages
+    /// dropped while mirroring it.
+    pub fn attach_disk(&self, disk: u8, image: std::fs::File) {
+        let mut inner = self.shared.lock();
+        let i = usize::from(disk);
+        if inner.images.len() <= i {
+            inner.images.resize_with(i + 1, || None);
+        }
+        inner.images[i] = Some(image);
+    }
+
     /// Changes the limit at run time: shrinking reclaims down to it (on the pager thread),
     /// growing lets pages back as they fault.
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
@@ -292,7 +313,8 @@ impl Pager {
     pub fn snapshot(&self) -> PagerSnapshot {
         let s = &self.shared;
         let inner = s.lock();
-        let [zero, resident, swapped, ballooned, reported] = inner.table.census();
+        let [zero, resident, swapped, ballooned, reported, on_disk, mirrored] =
+            inner.table.census();
         let limit_bytes = (inner.limit != u32::MAX).then(|| u64::from(inner.limit) * PAGE_SIZE);
         let in_use = inner.table.blocks.in_use();
         drop(inner);
@@ -305,6 +327,8 @@ impl Pager {
             swapped_pages: swapped.into(),
             ballooned_pages: ballooned.into(),
             reported_pages: reported.into(),
+            on_disk_pages: on_disk.into(),
+            mirrored_pages: mirrored.into(),
             swap_blocks_in_use: in_use.into(),
             counters: vec![
                 ("faults_zero", get(&c.faults_zero)),
@@ -315,6 +339,11 @@ impl Pager {
                 ("reclaimed_zero", get(&c.reclaimed_zero)),
                 ("reclaimed_clean", get(&c.reclaimed_clean)),
                 ("reclaimed_written", get(&c.reclaimed_written)),
+                ("reclaimed_mirrored", get(&c.reclaimed_mirrored)),
+                ("faults_image", get(&c.faults_image)),
+                ("image_bytes_read", get(&c.image_bytes_read)),
+                ("stale_reads_avoided", get(&c.stale_reads_avoided)),
+                ("mapper_refetches", get(&c.mapper_refetches)),
                 ("swap_bytes_read", get(&c.swap_bytes_read)),
                 ("swap_bytes_written", get(&c.swap_bytes_written)),
                 ("prefetched", get(&c.prefetched)),
@@ -357,6 +386,18 @@ impl Shared {
             let i = off / PAGE_SIZE;
             (i < u64::from(r.pages)).then(|| r.first + u32::try_from(i).unwrap_or(0))
         })
+    }
+
+    /// The guest pages and image blocks of a disk request's whole pages.
+    fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
+        pages
+            .iter()
+            .filter_map(|dp| {
+                let p = self.page_of_gpa(dp.addr.0)?;
+                let block = u32::try_from(dp.block).ok()?;
+                Some((p, ImageBlock { disk, block }))
+            })
+            .collect()
     }
 
     /// Whether `p` and `q` are in the same mapping (so one syscall may cover both).
@@ -493,6 +534,43 @@ impl Shared {
                 Counters::add(&self.counters.faults_zero, 1);
                 Ok(())
             }
+            FaultAction::ImageIn { from, keep } => {
+                let (lo, n) = inner.table.image_run(p);
+                let (lo, n) = if self.same_region(lo, lo + n - 1) {
+                    (lo, n)
+                } else {
+                    (p, 1)
+                };
+                let first = from.block - (p - lo);
+                let len = n as usize * PAGE;
+                let Inner {
+                    images, io, table, ..
+                } = inner;
+                let image = images
+                    .get(usize::from(from.disk))
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| {
+                        std::io::Error::other("a mirrored page's disk is not attached")
+                    })?;
+                let buf = io.get(len);
+                std::os::unix::fs::FileExt::read_exact_at(
+                    image,
+                    buf,
+                    u64::from(first) * PAGE_SIZE,
+                )?;
+                Counters::add(&self.counters.image_bytes_read, len as u64);
+                // As for swap runs: the run comes in as the faulting page does.
+                uffd_copy(&self.uffd, buf.as_ptr(), self.host(lo), len, keep)?;
+                for q in lo..lo + n {
+                    let PageState::OnDisk(ib) = table.state(q) else {
+                        unreachable!("an image run holds pages on disk")
+                    };
+                    table.installed(q, FaultAction::ImageIn { from: ib, keep });
+                }
+                Counters::add(&self.counters.faults_image, 1);
+                Counters::add(&self.counters.prefetched, u64::from(n - 1));
+                Ok(())
+            }
             FaultAction::SwapIn { block, keep_block } => {
                 let (lo, n) = inner.table.swap_run(p);
                 let (lo, n) = if self.same_region(lo, lo + n - 1) {
@@ -572,7 +650,7 @@ impl Shared {
 
     fn reclaim_batch(&self, inner: &mut Inner, n: u32) -> std::io::Result<u32> {
         let t0 = Instant::now();
-        let victims = inner.table.victims.pick(n);
+        let victims = inner.table.pick_victims(n);
         if victims.is_empty() {
             return Ok(0);
         }
@@ -658,6 +736,7 @@ impl Shared {
                 Disposition::DropZero => &self.counters.reclaimed_zero,
                 Disposition::DropClean(_) => &self.counters.reclaimed_clean,
                 Disposition::Write => &self.counters.reclaimed_written,
+                Disposition::DropMirrored(_) => &self.counters.reclaimed_mirrored,
             };
             Counters::add(c, 1);
         }
@@ -705,6 +784,12 @@ impl GuestRam for Pager {
                     match uffd_copy(&s.uffd, data[off..].as_ptr(), s.host(p), len, false) {
                         Ok(()) => {
                             for q in p..p + run {
+                                if matches!(
+                                    inner.table.state(q),
+                                    PageState::Swapped(_) | PageState::OnDisk(_)
+                                ) {
+                                    Counters::add(&s.counters.stale_reads_avoided, 1);
+                                }
                                 inner.table.device_installed(q);
                                 inner.prefetched[q as usize] = false;
                             }
@@ -724,6 +809,85 @@ impl GuestRam for Pager {
             off += n;
         }
         Ok(())
+    }
+
+    fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut inner = s.lock();
+        if !inner.table.mech.mapper {
+            return;
+        }
+        for (p, ib) in s.disk_pages(disk, pages) {
+            if inner.table.device_can_install(p) {
+                continue;
+            }
+            // Protected first, so the first guest write ends the mirroring.
+            if let Err(e) = s.uffd.write_protect(s.host(p) as *mut _, PAGE) {
+                tracing::warn!("pager: cannot protect page {p}: {e}");
+                continue;
+            }
+            inner.table.read_from_disk(p, ib);
+        }
+    }
+
+    fn disk_write_begin(&self, disk: u8, first: u64, count: u64) -> std::io::Result<()> {
+        let s = &self.shared;
+        let mut inner = s.lock();
+        if !inner.table.mech.mapper {
+            return Ok(());
+        }
+        for block in first..first.saturating_add(count) {
+            let Ok(block) = u32::try_from(block) else {
+                break;
+            };
+            let ib = ImageBlock { disk, block };
+            for p in inner.table.disk_write_begins(ib) {
+                // `p` was dropped relying on this block's old content: bring it back first.
+                let Inner { images, io, .. } = &mut *inner;
+                let image = images
+                    .get(usize::from(disk))
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| {
+                        std::io::Error::other("a mirrored page's disk is not attached")
+                    })?;
+                let buf = io.get(PAGE);
+                std::os::unix::fs::FileExt::read_exact_at(
+                    image,
+                    buf,
+                    u64::from(block) * PAGE_SIZE,
+                )?;
+                uffd_copy(&s.uffd, buf.as_ptr(), s.host(p), PAGE, false)?;
+                Counters::add(&s.counters.image_bytes_read, PAGE_SIZE);
+                Counters::add(&s.counters.mapper_refetches, 1);
+                inner.table.refetched(p);
+            }
+        }
+        s.reclaim_to_limit(&mut inner);
+        Ok(())
+    }
+
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut inner = s.lock();
+        if !inner.table.mech.mapper {
+            return;
+        }
+        for (p, ib) in s.disk_pages(disk, pages) {
+            if inner.table.device_can_install(p)
+                || s.uffd.write_protect(s.host(p) as *mut _, PAGE).is_err()
+            {
+                continue;
+            }
+            inner.table.disk_write_source(p, ib);
+        }
+    }
+
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut inner = s.lock();
+        for (p, ib) in s.disk_pages(disk, pages) {
+            inner.table.disk_write_done(p, ib);
+        }
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {

@@ -9,6 +9,13 @@ pub type PageIdx = u32;
 /// Index of a 4 KiB block of the swap store.
 pub type Block = u32;
 
+/// A 4 KiB block of a guest disk image: disk index (its virtio slot order) and block number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ImageBlock {
+    pub disk: u8,
+    pub block: u32,
+}
+
 /// Where one guest page's content is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageState {
@@ -19,6 +26,11 @@ pub enum PageState {
     Resident { clean: Option<Block> },
     /// Only in the swap store.
     Swapped(Block),
+    /// Mapped in guest RAM, write-protected, and identical to this disk image block: the guest
+    /// read it from there and has not written it since (VSwapper's Swap Mapper).
+    Mirrored(ImageBlock),
+    /// Dropped while it mirrored this image block: it refaults from the image.
+    OnDisk(ImageBlock),
     /// Taken by the balloon: released to the host, content forgotten.
     Ballooned,
     /// Reported free by the guest: released to the host, content forgotten.
@@ -36,6 +48,9 @@ pub struct Mechanisms {
     pub prefetch: u32,
     /// Victims are evicted in aligned clusters of this many pages (1: single pages).
     pub cluster: u32,
+    /// The Swap Mapper: pages read from a disk image mirror it, are dropped without a write and
+    /// refault from the image.
+    pub mapper: bool,
 }
 
 impl Mechanisms {
@@ -44,12 +59,14 @@ impl Mechanisms {
         reuse_clean: false,
         prefetch: 0,
         cluster: 1,
+        mapper: false,
     };
     pub const DEFAULT: Mechanisms = Mechanisms {
         zero_detection: true,
         reuse_clean: true,
         prefetch: 16,
         cluster: 16,
+        mapper: false,
     };
 }
 
@@ -62,6 +79,8 @@ pub enum FaultAction {
     Zero,
     /// Read `block` and install it, write-protected if `keep_block`.
     SwapIn { block: Block, keep_block: bool },
+    /// Read image block `from` and install it, write-protected (still mirroring it) if `keep`.
+    ImageIn { from: ImageBlock, keep: bool },
 }
 
 /// What reclaim does with one victim.
@@ -73,6 +92,8 @@ pub enum Disposition {
     DropClean(Block),
     /// Write it to a new block, then drop it.
     Write,
+    /// It mirrors an image block: drop it, it refaults from the image (no write).
+    DropMirrored(ImageBlock),
 }
 
 /// Free-block bitmap and reference counts of the swap store.
@@ -138,6 +159,11 @@ impl BlockMap {
 #[derive(Debug)]
 pub struct PageTable {
     pages: Vec<PageState>,
+    /// For each image block, the pages that mirror it or were dropped relying on it.
+    by_block: std::collections::HashMap<ImageBlock, Vec<PageIdx>>,
+    /// Pages a device is writing to disk, protected, that will mirror the blocks once the
+    /// write lands unless the guest writes them first.
+    pending: std::collections::HashMap<PageIdx, ImageBlock>,
     pub blocks: BlockMap,
     pub victims: Victims,
     pub mech: Mechanisms,
@@ -153,6 +179,8 @@ impl PageTable {
     ) -> Self {
         PageTable {
             pages: vec![PageState::Zero; pages as usize],
+            by_block: std::collections::HashMap::new(),
+            pending: std::collections::HashMap::new(),
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
             mech,
@@ -175,23 +203,42 @@ impl PageTable {
         self.victims.len()
     }
 
+    /// The one place a page changes state: keeps the resident set, the named (mirroring) set
+    /// and the image-block links in step.
     fn set(&mut self, p: PageIdx, s: PageState) {
-        let was = matches!(self.pages[p as usize], PageState::Resident { .. });
-        let is = matches!(s, PageState::Resident { .. });
+        let old = self.pages[p as usize];
+        if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
+            if let Some(v) = self.by_block.get_mut(&ib) {
+                v.retain(|&q| q != p);
+                if v.is_empty() {
+                    self.by_block.remove(&ib);
+                }
+            }
+        }
+        if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = s {
+            self.by_block.entry(ib).or_default().push(p);
+        }
         self.pages[p as usize] = s;
-        match (was, is) {
+        if !is_resident(s) {
+            // Its protection is gone with it: a refault may come back writable.
+            self.pending.remove(&p);
+        }
+        match (is_resident(old), is_resident(s)) {
             (false, true) => self.victims.insert(p),
             (true, false) => self.victims.remove(p),
             _ => {}
         }
+        self.victims
+            .set_named(p, matches!(s, PageState::Mirrored(_)));
     }
 
     /// A fault on page `p` (a write if `write`): what to install. The caller installs it, then
     /// calls [`Self::installed`].
     pub fn fault(&self, p: PageIdx, write: bool) -> FaultAction {
         match self.state(p) {
-            PageState::Resident { .. } => FaultAction::Wake,
+            PageState::Resident { .. } | PageState::Mirrored(_) => FaultAction::Wake,
             PageState::Zero | PageState::Ballooned | PageState::Reported => FaultAction::Zero,
+            PageState::OnDisk(from) => FaultAction::ImageIn { from, keep: !write },
             PageState::Swapped(block) => FaultAction::SwapIn {
                 block,
                 keep_block: self.mech.reuse_clean && !write,
@@ -214,6 +261,14 @@ impl PageTable {
                         clean: keep_block.then_some(block),
                     },
                 );
+            }
+            FaultAction::ImageIn { from, keep } => {
+                let s = if keep {
+                    PageState::Mirrored(from)
+                } else {
+                    PageState::Resident { clean: None }
+                };
+                self.set(p, s);
             }
         }
         self.victims.touch(p);
@@ -246,7 +301,14 @@ impl PageTable {
     /// A write fault on a write-protected page. Returns whether the page is mapped (then the
     /// caller removes the protection; otherwise it only wakes the writer, who faults again).
     pub fn write_fault(&mut self, p: PageIdx) -> bool {
+        // A page about to mirror what a device is writing out has just changed: it will not.
+        self.pending.remove(&p);
         match self.state(p) {
+            PageState::Mirrored(_) => {
+                self.set(p, PageState::Resident { clean: None });
+                self.victims.touch(p);
+                true
+            }
             PageState::Resident { clean } => {
                 if let Some(b) = clean {
                     self.blocks.release(b);
@@ -262,6 +324,7 @@ impl PageTable {
     /// What reclaim does with resident victim `p`, whose content is all zero if `is_zero`.
     pub fn disposition(&self, p: PageIdx, is_zero: bool) -> Disposition {
         match self.state(p) {
+            PageState::Mirrored(ib) => Disposition::DropMirrored(ib),
             PageState::Resident { clean: Some(b) } if self.mech.reuse_clean => {
                 Disposition::DropClean(b)
             }
@@ -280,6 +343,7 @@ impl PageTable {
         let s = match (d, written) {
             (Disposition::DropZero, _) => PageState::Zero,
             (Disposition::DropClean(b), _) => PageState::Swapped(b),
+            (Disposition::DropMirrored(ib), _) => PageState::OnDisk(ib),
             (Disposition::Write, Some(b)) => PageState::Swapped(b),
             (Disposition::Write, None) => unreachable!("a written page has a block"),
         };
@@ -288,7 +352,7 @@ impl PageTable {
 
     /// Whether a device may install `p` whole without reading it (it is not mapped).
     pub fn device_can_install(&self, p: PageIdx) -> bool {
-        !matches!(self.state(p), PageState::Resident { .. })
+        !is_resident(self.state(p))
     }
 
     /// Records that a device wrote the whole of non-resident `p` into place.
@@ -312,7 +376,7 @@ impl PageTable {
             _ => {}
         }
         self.set(p, to);
-        matches!(was, PageState::Resident { .. })
+        is_resident(was)
     }
 
     /// Balloon deflate: `p` is the guest's again; it refaults as a zero page.
@@ -322,13 +386,133 @@ impl PageTable {
         }
     }
 
-    /// Counts pages by state: (zero, resident, swapped, ballooned, reported).
-    pub fn census(&self) -> [u32; 5] {
-        let mut c = [0u32; 5];
+    /// Chooses up to about `n` victims (see [`Victims::pick`]). A page that mirrors an image
+    /// block brings the resident pages mirroring the rest of its aligned cluster of blocks, so a
+    /// later refault reads them back in one I/O however the guest scattered them in memory.
+    pub fn pick_victims(&mut self, n: u32) -> Vec<PageIdx> {
+        let mut v = self.victims.pick(n);
+        if self.mech.mapper {
+            let c = self.mech.cluster.max(1).next_power_of_two();
+            let mut extra: Vec<PageIdx> = Vec::new();
+            for &p in &v {
+                if let PageState::Mirrored(ib) = self.state(p) {
+                    let base = ib.block & !(c - 1);
+                    for block in base..base.saturating_add(c) {
+                        let mates = self.by_block.get(&ImageBlock {
+                            disk: ib.disk,
+                            block,
+                        });
+                        extra.extend(
+                            mates
+                                .into_iter()
+                                .flatten()
+                                .copied()
+                                .filter(|&q| matches!(self.state(q), PageState::Mirrored(_))),
+                        );
+                    }
+                }
+            }
+            v.extend(extra);
+            v.sort_unstable();
+            v.dedup();
+        }
+        v
+    }
+
+    /// Pages next to `p` that come in with its refault from the image: a run of pages dropped
+    /// while mirroring consecutive blocks of the same disk (VSwapper: no decayed sequentiality).
+    /// Returns `(first page, count)`.
+    pub fn image_run(&self, p: PageIdx) -> (PageIdx, u32) {
+        let PageState::OnDisk(ib) = self.state(p) else {
+            return (p, 1);
+        };
+        let w = self.mech.prefetch;
+        let fits = |q: PageIdx| -> bool {
+            let expect = i64::from(ib.block) + i64::from(q) - i64::from(p);
+            matches!(self.state(q), PageState::OnDisk(c) if c.disk == ib.disk && i64::from(c.block) == expect)
+        };
+        let mut lo = p;
+        while lo > 0 && p - (lo - 1) <= w / 2 && fits(lo - 1) {
+            lo -= 1;
+        }
+        let mut hi = p + 1;
+        while hi < self.len() && hi - lo < w.max(1) && fits(hi) {
+            hi += 1;
+        }
+        (lo, hi - lo)
+    }
+
+    /// A device read `ib` into the whole of resident page `p`, which the caller has
+    /// write-protected: with the mapper, `p` now mirrors `ib`.
+    pub fn read_from_disk(&mut self, p: PageIdx, ib: ImageBlock) {
+        if !self.mech.mapper || !is_resident(self.state(p)) {
+            return;
+        }
+        if let PageState::Resident { clean: Some(b) } = self.state(p) {
+            self.blocks.release(b);
+        }
+        self.set(p, PageState::Mirrored(ib));
+    }
+
+    /// Before a device overwrites `ib`: pages that mirror it stop mirroring (their content
+    /// stays), and pages dropped relying on it are returned: the caller must bring each one's
+    /// content back from the image (and call [`Self::refetched`]) before the write.
+    pub fn disk_write_begins(&mut self, ib: ImageBlock) -> Vec<PageIdx> {
+        let mut refetch = Vec::new();
+        for p in self.by_block.get(&ib).cloned().unwrap_or_default() {
+            match self.state(p) {
+                PageState::Mirrored(_) => self.set(p, PageState::Resident { clean: None }),
+                PageState::OnDisk(_) => refetch.push(p),
+                _ => {}
+            }
+        }
+        refetch
+    }
+
+    /// Records that page `p`, dropped while mirroring, got its content back from the image.
+    pub fn refetched(&mut self, p: PageIdx) {
+        self.set(p, PageState::Resident { clean: None });
+        self.victims.touch(p);
+    }
+
+    /// Resident page `p` (write-protected by the caller) is being written to `ib` by a device.
+    pub fn disk_write_source(&mut self, p: PageIdx, ib: ImageBlock) {
+        if self.mech.mapper && is_resident(self.state(p)) {
+            self.pending.insert(p, ib);
+        }
+    }
+
+    /// The device's write of `ib` from `p` landed: if the guest did not write `p` meanwhile,
+    /// `p` mirrors `ib` now (VSwapper: write, wait, then map).
+    pub fn disk_write_done(&mut self, p: PageIdx, ib: ImageBlock) {
+        if self.pending.get(&p) != Some(&ib) {
+            return;
+        }
+        self.pending.remove(&p);
+        if let PageState::Resident { clean } = self.state(p) {
+            if let Some(b) = clean {
+                self.blocks.release(b);
+            }
+            self.set(p, PageState::Mirrored(ib));
+        }
+    }
+
+    /// Counts pages by state: zero, resident (mirrored ones included), swapped, ballooned,
+    /// reported, on disk (dropped mirrors), mirrored.
+    pub fn census(&self) -> [u32; 7] {
+        let mut c = [0u32; 7];
+        c[6] = u32::try_from(
+            self.pages
+                .iter()
+                .filter(|s| matches!(s, PageState::Mirrored(_)))
+                .count(),
+        )
+        .unwrap_or(0);
         for s in &self.pages {
             let i = match s {
                 PageState::Zero => 0,
-                PageState::Resident { .. } => 1,
+                PageState::Resident { .. } | PageState::Mirrored(_) => 1,
+                PageState::OnDisk(_) => 5,
                 PageState::Swapped(_) => 2,
                 PageState::Ballooned => 3,
                 PageState::Reported => 4,
@@ -337,6 +521,10 @@ impl PageTable {
         }
         c
     }
+}
+
+fn is_resident(s: PageState) -> bool {
+    matches!(s, PageState::Resident { .. } | PageState::Mirrored(_))
 }
 
 #[cfg(test)]
@@ -352,6 +540,8 @@ mod tests {
         /// Mapped pages: content and write protection.
         ram: HashMap<PageIdx, (u64, bool)>,
         swap: HashMap<Block, u64>,
+        /// The disk image, by block.
+        disk: HashMap<u32, u64>,
         reads: u32,
         writes: u32,
     }
@@ -362,6 +552,7 @@ mod tests {
                 t: PageTable::new(pages, pages, mech, VictimPolicy::Random, 7),
                 ram: HashMap::new(),
                 swap: HashMap::new(),
+                disk: HashMap::new(),
                 reads: 0,
                 writes: 0,
             }
@@ -375,6 +566,18 @@ mod tests {
                 FaultAction::Zero => {
                     self.ram.insert(p, (0, false));
                     self.t.installed(p, action);
+                }
+                FaultAction::ImageIn { keep, .. } => {
+                    let (lo, n) = self.t.image_run(p);
+                    self.reads += 1;
+                    for q in lo..lo + n {
+                        let PageState::OnDisk(ib) = self.t.state(q) else {
+                            panic!("run holds pages on disk")
+                        };
+                        let v = self.disk.get(&ib.block).copied().unwrap_or(0);
+                        self.ram.insert(q, (v, keep));
+                        self.t.installed(q, FaultAction::ImageIn { from: ib, keep });
+                    }
                 }
                 FaultAction::SwapIn { keep_block, .. } => {
                     let (lo, n) = self.t.swap_run(p);
@@ -416,7 +619,7 @@ mod tests {
         }
 
         fn reclaim(&mut self, n: u32) {
-            let victims = self.t.victims.pick(n);
+            let victims = self.t.pick_victims(n);
             let mut to_write = Vec::new();
             for &p in &victims {
                 self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
@@ -444,6 +647,33 @@ mod tests {
             } else {
                 self.write(p, v);
             }
+        }
+
+        /// A device reads disk block `b` into page `p`, as virtio-blk and the pager do it.
+        fn disk_read(&mut self, p: PageIdx, b: u32) {
+            let v = self.disk.get(&b).copied().unwrap_or(0);
+            self.device_write(p, v);
+            if !self.t.device_can_install(p) {
+                self.ram.get_mut(&p).unwrap().1 = true;
+                self.t.read_from_disk(p, ImageBlock { disk: 0, block: b });
+            }
+        }
+
+        /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it.
+        fn disk_write(&mut self, p: PageIdx, b: u32) {
+            let ib = ImageBlock { disk: 0, block: b };
+            for q in self.t.disk_write_begins(ib) {
+                let v = self.disk.get(&b).copied().unwrap_or(0);
+                self.ram.insert(q, (v, false));
+                self.t.refetched(q);
+            }
+            if !self.t.device_can_install(p) {
+                self.ram.get_mut(&p).unwrap().1 = true;
+                self.t.disk_write_source(p, ib);
+            }
+            let v = self.read(p);
+            self.disk.insert(b, v);
+            self.t.disk_write_done(p, ib);
         }
 
         fn discard(&mut self, p: PageIdx, to: PageState) {
@@ -480,9 +710,12 @@ mod tests {
         Balloon(u32),
         Deflate(u32),
         Report(u32),
+        DiskRead(u32, u32),
+        DiskWrite(u32, u32),
     }
 
     const PAGES: u32 = 48;
+    const BLOCKS: u32 = 24;
 
     fn op() -> impl Strategy<Value = Op> {
         let p = 0..PAGES;
@@ -494,7 +727,9 @@ mod tests {
             2 => (1u32..20).prop_map(Op::Reclaim),
             1 => p.clone().prop_map(Op::Balloon),
             1 => p.clone().prop_map(Op::Deflate),
-            1 => p.prop_map(Op::Report),
+            1 => p.clone().prop_map(Op::Report),
+            2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskRead(p, b)),
+            2 => (p, 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
         ]
     }
 
@@ -502,6 +737,7 @@ mod tests {
         let mut sim = Sim::new(PAGES, mech);
         // The reference: what the guest last wrote to each page (0 after the balloon or a report).
         let mut model = vec![0u64; PAGES as usize];
+        let mut disk_model = vec![0u64; BLOCKS as usize];
         for op in ops {
             match *op {
                 Op::Read(p) => assert_eq!(sim.read(p), model[p as usize], "page {p} after {ops:?}"),
@@ -523,6 +759,14 @@ mod tests {
                     sim.discard(p, PageState::Reported);
                     model[p as usize] = 0;
                 }
+                Op::DiskRead(p, b) => {
+                    sim.disk_read(p, b);
+                    model[p as usize] = disk_model[b as usize];
+                }
+                Op::DiskWrite(p, b) => {
+                    sim.disk_write(p, b);
+                    disk_model[b as usize] = model[p as usize];
+                }
             }
             sim.check_blocks();
         }
@@ -537,7 +781,64 @@ mod tests {
         fn every_read_sees_the_last_write(ops in proptest::collection::vec(op(), 1..200)) {
             run(&ops, Mechanisms::DEFAULT);
             run(&ops, Mechanisms::BASELINE);
+            run(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT });
         }
+    }
+
+    const MAPPER: Mechanisms = Mechanisms {
+        mapper: true,
+        ..Mechanisms::DEFAULT
+    };
+
+    #[test]
+    fn mirrored_pages_leave_without_a_write_and_come_back_from_the_image() {
+        let mut sim = Sim::new(8, MAPPER);
+        for b in 0..4 {
+            sim.disk.insert(b, 100 + u64::from(b));
+            sim.disk_read(b, b);
+        }
+        assert!(matches!(sim.t.state(0), PageState::Mirrored(_)));
+        sim.reclaim(4);
+        assert_eq!(sim.writes, 0, "no silent swap writes");
+        assert_eq!(
+            sim.t.state(2),
+            PageState::OnDisk(ImageBlock { disk: 0, block: 2 })
+        );
+        sim.reads = 0;
+        assert_eq!(sim.read(1), 101);
+        assert_eq!(sim.reads, 1);
+        assert_eq!(
+            (0..4).map(|p| sim.read(p)).collect::<Vec<_>>(),
+            vec![100, 101, 102, 103]
+        );
+        assert_eq!(sim.reads, 1, "the image run came in with one read");
+        // A write ends the mirroring: the page is anonymous again.
+        sim.write(3, 7);
+        assert_eq!(sim.t.state(3), PageState::Resident { clean: None });
+    }
+
+    #[test]
+    fn overwriting_a_block_first_brings_back_the_pages_that_rely_on_it() {
+        let mut sim = Sim::new(8, MAPPER);
+        sim.disk.insert(5, 55);
+        sim.disk_read(0, 5);
+        sim.reclaim(8);
+        assert_eq!(
+            sim.t.state(0),
+            PageState::OnDisk(ImageBlock { disk: 0, block: 5 })
+        );
+        // The guest writes page 1's content to block 5: page 0 must keep the old content.
+        sim.write(1, 99);
+        sim.disk_write(1, 5);
+        assert_eq!(sim.disk[&5], 99);
+        assert_eq!(sim.read(0), 55, "page 0 still holds what it read");
+        // Page 1 mirrors block 5 now (written, then mapped).
+        assert_eq!(
+            sim.t.state(1),
+            PageState::Mirrored(ImageBlock { disk: 0, block: 5 })
+        );
+        sim.reclaim(8);
+        assert_eq!(sim.read(1), 99);
     }
 
     #[test]

@@ -23,6 +23,18 @@ pub struct Counters {
     pub reclaimed_clean: AtomicU64,
     /// Victims written to the swap store.
     pub reclaimed_written: AtomicU64,
+    /// Victims dropped because they mirrored a disk image block (VSwapper: silent swap writes
+    /// avoided).
+    pub reclaimed_mirrored: AtomicU64,
+    /// Faults answered from the disk image (pages dropped while mirroring it).
+    pub faults_image: AtomicU64,
+    pub image_bytes_read: AtomicU64,
+    /// Device reads that landed in non-resident pages without reading their old content
+    /// (VSwapper: stale swap reads avoided).
+    pub stale_reads_avoided: AtomicU64,
+    /// Pages whose content was brought back from the image before the guest overwrote the
+    /// block they relied on (the Mapper's write consistency).
+    pub mapper_refetches: AtomicU64,
     pub swap_bytes_read: AtomicU64,
     pub swap_bytes_written: AtomicU64,
     /// Pages brought in next to a faulting page.

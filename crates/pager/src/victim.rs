@@ -29,6 +29,10 @@ pub struct Victims {
     referenced: Vec<bool>,
     hand: usize,
     rng: u64,
+    /// Resident pages that mirror disk blocks (dropping them costs no write), and their
+    /// positions in that list.
+    named: Vec<PageIdx>,
+    named_pos: Vec<u32>,
     /// Victims are taken in aligned clusters of this many pages (a power of two): a chosen page
     /// brings its resident neighbours, so they are written to consecutive blocks and a later
     /// fault reads them back in one I/O.
@@ -42,6 +46,8 @@ impl Victims {
             list: Vec::new(),
             pos: vec![ABSENT; pages as usize],
             referenced: vec![false; pages as usize],
+            named: Vec::new(),
+            named_pos: vec![ABSENT; pages as usize],
             hand: 0,
             rng: seed | 1,
             cluster: cluster.max(1).next_power_of_two(),
@@ -63,7 +69,28 @@ impl Victims {
         }
     }
 
+    /// Marks resident page `p` as mirroring a disk block (or not).
+    pub(crate) fn set_named(&mut self, p: PageIdx, named: bool) {
+        let i = self.named_pos[p as usize];
+        match (named && self.pos[p as usize] != ABSENT, i != ABSENT) {
+            (true, false) => {
+                self.named_pos[p as usize] = u32::try_from(self.named.len()).unwrap_or(ABSENT);
+                self.named.push(p);
+            }
+            (false, true) => {
+                let last = self.named.pop().expect("a named page is listed");
+                if last != p {
+                    self.named[i as usize] = last;
+                    self.named_pos[last as usize] = i;
+                }
+                self.named_pos[p as usize] = ABSENT;
+            }
+            _ => {}
+        }
+    }
+
     pub(crate) fn remove(&mut self, p: PageIdx) {
+        self.set_named(p, false);
         let i = self.pos[p as usize];
         if i == ABSENT {
             return;
@@ -97,6 +124,18 @@ impl Victims {
         let n = n.min(self.len()) as usize;
         let mut out = Vec::with_capacity(n + self.cluster as usize);
         let mut taken = std::collections::HashSet::with_capacity(n);
+        // Pages that mirror disk blocks go first: they leave without a write and come back
+        // from the image (VSwapper: no false page anonymity). They go singly: their neighbours
+        // on the image, not in memory, are what a refault reads with them.
+        let mut named_left = self.named.len().min(n);
+        while out.len() < n && named_left > 0 {
+            let i = usize::try_from(self.next_random() % self.named.len() as u64).unwrap_or(0);
+            let p = self.named[i];
+            if taken.insert(p) {
+                out.push(p);
+                named_left -= 1;
+            }
+        }
         match self.policy {
             VictimPolicy::Random => {
                 while out.len() < n {

@@ -242,7 +242,15 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         mmio,
         disks,
         balloon,
-    } = build_devices(&vm, &mem, &ram, config, events_tx.clone(), ended.clone())?;
+    } = build_devices(
+        &vm,
+        &mem,
+        &ram,
+        pager.as_ref(),
+        config,
+        events_tx.clone(),
+        ended.clone(),
+    )?;
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let exits = Arc::new(ExitCounters::default());
@@ -376,6 +384,7 @@ fn build_devices(
     vm: &VmFd,
     mem: &Arc<memvisor_devices::GuestMem>,
     ram: &Arc<dyn GuestRam>,
+    pager: Option<&Pager>,
     config: &VmConfig,
     events: mpsc::Sender<VmEvent>,
     ended: Arc<AtomicBool>,
@@ -422,7 +431,12 @@ fn build_devices(
         vm.register_irqfd(&irq, gsi).map_err(kvm_err("KVM_IRQFD"))?;
         match device {
             Some(disk) => {
-                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone())?;
+                let index = u8::try_from(disks.len()).expect("at most 8 disks");
+                let block =
+                    Block::with_index(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?;
+                if let Some(p) = pager {
+                    p.attach_disk(index, block.image_reader().map_err(VmmError::Memory)?);
+                }
                 let block_metrics = block.metrics();
                 let file = block.sync_handle().map_err(VmmError::Memory)?;
                 let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));

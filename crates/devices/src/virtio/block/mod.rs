@@ -22,7 +22,7 @@ pub use request::{Desc, Request, RequestError, RequestKind};
 use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
-use crate::ram::GuestRam;
+use crate::ram::{DiskPage, GuestRam, PAGE_SIZE};
 use crate::GuestMem;
 
 pub const VIRTIO_ID_BLOCK: u32 = 2;
@@ -124,6 +124,23 @@ impl Disk {
     }
 }
 
+/// The whole, aligned pages among `pieces` (guest address, disk offset, length).
+fn whole_pages(pieces: &[(u64, u64, usize)]) -> Vec<DiskPage> {
+    let mut out = Vec::new();
+    for &(addr, disk_off, len) in pieces {
+        if addr % PAGE_SIZE != 0 || disk_off % BLOCK_SIZE != 0 {
+            continue;
+        }
+        for j in 0..len as u64 / PAGE_SIZE {
+            out.push(DiskPage {
+                block: disk_off / BLOCK_SIZE + j,
+                addr: GuestAddress(addr + j * PAGE_SIZE),
+            });
+        }
+    }
+    out
+}
+
 /// A page-aligned buffer, so `O_DIRECT` accepts it.
 struct Bounce {
     storage: Vec<u8>,
@@ -151,6 +168,8 @@ pub struct Block {
     bounce: Bounce,
     /// Where request data goes to and comes from.
     ram: Arc<dyn GuestRam>,
+    /// This disk's index among the VM's disks (how guest RAM names it).
+    index: u8,
     metrics: Arc<BlockMetrics>,
 }
 
@@ -161,6 +180,17 @@ impl Block {
         read_only: bool,
         id: &str,
         ram: Arc<dyn GuestRam>,
+    ) -> Result<Self, BlockError> {
+        Self::with_index(path, read_only, id, ram, 0)
+    }
+
+    /// Like [`Block::new`], for the VM's disk number `index`.
+    pub fn with_index(
+        path: &Path,
+        read_only: bool,
+        id: &str,
+        ram: Arc<dyn GuestRam>,
+        index: u8,
     ) -> Result<Self, BlockError> {
         if id.len() > ID_BYTES {
             return Err(BlockError::IdTooLong(id.to_owned()));
@@ -183,6 +213,7 @@ impl Block {
             features,
             bounce: Bounce::new(),
             ram,
+            index,
             metrics: Arc::default(),
         })
     }
@@ -202,6 +233,15 @@ impl Block {
             return Ok(());
         }
         self.disk.buffered.sync_data()
+    }
+
+    /// A handle for reading the image the way the device does (`O_DIRECT` where possible).
+    pub fn image_reader(&self) -> std::io::Result<File> {
+        self.disk
+            .direct
+            .as_ref()
+            .unwrap_or(&self.disk.buffered)
+            .try_clone()
     }
 
     /// A second handle on a writable image, for flushing it after the device is handed to a bus.
@@ -225,19 +265,22 @@ impl Block {
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         // The request's bytes are one contiguous range of the disk however the guest scattered
         // them in memory: move them with one file I/O per bounce-buffer-full, and scatter or
-        // gather between the bounce buffer and the descriptors' buffers.
+        // gather between the bounce buffer and the descriptors' buffers. Whole, aligned pages
+        // are reported to guest RAM, which may remember them as mirrors of their blocks.
         let short = || std::io::Error::other("descriptors shorter than the request");
         let mut offset = sector * SECTOR_SIZE;
         let mut left = usize::try_from(req.data_len).map_err(std::io::Error::other)?;
+        if write {
+            let first = offset / BLOCK_SIZE;
+            let end = (offset + req.data_len).div_ceil(BLOCK_SIZE);
+            self.ram.disk_write_begin(self.index, first, end - first)?;
+        }
         let mut segments = req.data.iter().map(|&(a, l)| (a.0, l as usize));
         let mut current = (0u64, 0usize);
         while left > 0 {
             let n = left.min(BOUNCE_SIZE);
-            let file = self.disk.file_for(offset, n);
-            let buf = self.bounce.get(n);
-            if !write {
-                file.read_exact_at(buf, offset)?;
-            }
+            // This chunk's pieces: (guest address, disk offset, length).
+            let mut pieces = Vec::new();
             let mut pos = 0;
             while pos < n {
                 if current.1 == 0 {
@@ -245,18 +288,37 @@ impl Block {
                     continue;
                 }
                 let k = current.1.min(n - pos);
-                let at = GuestAddress(current.0);
-                let piece = &mut buf[pos..pos + k];
-                if write {
-                    self.ram.read(at, piece).map_err(std::io::Error::other)?;
-                } else {
-                    self.ram.write(at, piece).map_err(std::io::Error::other)?;
-                }
+                pieces.push((current.0, offset + pos as u64, k));
                 pos += k;
                 current = (current.0 + k as u64, current.1 - k);
             }
+            let pages = whole_pages(&pieces);
+            let file = self.disk.file_for(offset, n);
+            let buf = self.bounce.get(n);
+            if write {
+                self.ram.disk_write_sources(self.index, &pages);
+            } else {
+                file.read_exact_at(buf, offset)?;
+            }
+            let mut pos = 0;
+            for &(addr, _, k) in &pieces {
+                let piece = &mut buf[pos..pos + k];
+                if write {
+                    self.ram
+                        .read(GuestAddress(addr), piece)
+                        .map_err(std::io::Error::other)?;
+                } else {
+                    self.ram
+                        .write(GuestAddress(addr), piece)
+                        .map_err(std::io::Error::other)?;
+                }
+                pos += k;
+            }
             if write {
                 file.write_all_at(buf, offset)?;
+                self.ram.disk_write_done(self.index, &pages);
+            } else {
+                self.ram.disk_read(self.index, &pages);
             }
             offset += n as u64;
             left -= n;
