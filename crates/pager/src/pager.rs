@@ -334,6 +334,7 @@ impl Pager {
                 ("faults_zero", get(&c.faults_zero)),
                 ("faults_swap", get(&c.faults_swap)),
                 ("faults_released", get(&c.faults_released)),
+                ("false_reads_avoided", get(&c.false_reads_avoided)),
                 ("device_installs", get(&c.device_installs)),
                 ("write_faults", get(&c.write_faults)),
                 ("reclaimed_zero", get(&c.reclaimed_zero)),
@@ -496,11 +497,14 @@ impl Shared {
         match action {
             FaultAction::Wake => self.wake(p),
             FaultAction::Zero => {
-                if matches!(
-                    inner.table.state(p),
-                    PageState::Ballooned | PageState::Reported
-                ) {
-                    Counters::add(&self.counters.faults_released, 1);
+                match inner.table.state(p) {
+                    PageState::Ballooned => Counters::add(&self.counters.faults_released, 1),
+                    PageState::Reported => {
+                        // The guest said the page was free: its old content is not read back.
+                        Counters::add(&self.counters.faults_released, 1);
+                        Counters::add(&self.counters.false_reads_avoided, 1);
+                    }
+                    _ => {}
                 }
                 let mut n = 1;
                 while n < ZERO_WINDOW

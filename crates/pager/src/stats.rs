@@ -13,6 +13,9 @@ pub struct Counters {
     pub faults_swap: AtomicU64,
     /// Faults on pages the balloon or a free page report had taken.
     pub faults_released: AtomicU64,
+    /// Faults on pages the guest had reported free, answered with a zero page instead of their
+    /// old content (VSwapper's false reads, avoided cooperatively).
+    pub false_reads_avoided: AtomicU64,
     /// Whole pages a device wrote into place without reading their old content.
     pub device_installs: AtomicU64,
     /// First writes to clean, write-protected pages.

@@ -156,6 +156,8 @@ fn stats(c: &Control) -> Value {
         m.insert("swapped_pages".into(), json!(s.swapped_pages));
         m.insert("ballooned_pages".into(), json!(s.ballooned_pages));
         m.insert("reported_pages".into(), json!(s.reported_pages));
+        m.insert("on_disk_pages".into(), json!(s.on_disk_pages));
+        m.insert("mirrored_pages".into(), json!(s.mirrored_pages));
         m.insert("swap_blocks_in_use".into(), json!(s.swap_blocks_in_use));
         for (k, v) in s.counters {
             m.insert(k.into(), json!(v));
