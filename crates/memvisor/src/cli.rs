@@ -111,6 +111,10 @@ pub struct RunArgs {
     /// blocks, are dropped without a write and refault from the image.
     #[arg(long)]
     pub mapper: bool,
+    /// VSwapper's False Reads Preventer (with `--pager full`): a vCPU's write to a swapped page is
+    /// looked at first, and a `rep stos`/`rep movs` over the whole page installs it without a read.
+    #[arg(long)]
+    pub preventer: bool,
     /// Pages brought in around a swap fault by the full pager.
     #[arg(long, default_value_t = 16)]
     pub prefetch: u32,
@@ -301,8 +305,12 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             ));
         }
     }
-    if args.mapper && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
-        return bad("--mapper is part of memvisor's full pager (--pager full)".into());
+    if (args.mapper || args.preventer)
+        && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
+    {
+        return bad(
+            "--mapper and --preventer are part of memvisor's full pager (--pager full)".into(),
+        );
     }
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
@@ -348,6 +356,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             _ => memvisor_pager::Mechanisms {
                 prefetch: a.prefetch,
                 mapper: a.mapper,
+                preventer: a.preventer,
                 ..memvisor_pager::Mechanisms::DEFAULT
             },
         },

@@ -364,3 +364,55 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     );
     assert!(counter("faults_image") > 0, "and came back from the image");
 }
+
+/// The False Reads Preventer: a guest that zeroes fresh pages (`rep stosb`) whose old content
+/// is in the swap store gets them without a single read of that content, and every word of
+/// every fresh page reads zero.
+#[test]
+fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
+    let out = Command::new(MEMVISOR)
+        .args([
+            "run",
+            "--mem",
+            "256M",
+            "--mem-limit",
+            "48M",
+            "--preventer",
+            "--prefetch",
+            "0",
+        ])
+        .args(["--workload", "alloc", "--cmdline", "mb=120 rounds=2"])
+        .env("MEMVISOR_LOG", "info")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=alloc phase=done"))
+        .unwrap();
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    let counter = |name: &str| -> u64 {
+        let at = stderr
+            .find(&format!("(\"{name}\", "))
+            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
+        let rest = &stderr[at + name.len() + 5..];
+        rest[..rest.find(')').unwrap()].parse().unwrap()
+    };
+    let (completed, attempts, read) = (
+        counter("preventer_completed"),
+        counter("preventer_attempts"),
+        counter("swap_bytes_read"),
+    );
+    eprintln!("preventer: {attempts} attempts, {completed} completed; swap bytes read {read}");
+    // Round 2 zeroes 120 MiB whose old content was swapped out in round 1.
+    assert!(
+        completed > 20_000,
+        "{completed} pages went in without a read"
+    );
+    assert!(read < 8 << 20, "only {read} bytes of swap were read");
+}

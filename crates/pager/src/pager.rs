@@ -35,6 +35,7 @@ use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite, RegisterMode, Uffd, 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::preventer::{self, CpuState};
 use crate::state::{
     Disposition, FaultAction, ImageBlock, Mechanisms, PageIdx, PageState, PageTable,
 };
@@ -90,6 +91,10 @@ struct Region {
 
 struct Inner {
     table: PageTable,
+    /// Thread ids of the vCPU threads (for the Preventer).
+    vcpus: Vec<i32>,
+    /// vCPU threads stopped by the Preventer: the page each faulted on, and since when.
+    stopped: std::collections::HashMap<i32, (PageIdx, Instant)>,
     /// Guest disk images by index, for refaults of mirrored pages (`O_DIRECT` where possible).
     images: Vec<Option<std::fs::File>>,
     swap: SwapStore,
@@ -216,6 +221,7 @@ impl Pager {
             .close_on_exec(true)
             .non_blocking(true)
             .user_mode_only(false)
+            .require_features(userfaultfd::FeatureFlags::THREAD_ID)
             .create()
             .map_err(PagerError::Uffd)?;
         let mut regions = Vec::new();
@@ -243,6 +249,8 @@ impl Pager {
         let swap = SwapStore::create(&config.swap_path, first, config.temporary_swap)?;
         let batch = config.batch.max(1);
         let inner = Inner {
+            vcpus: Vec::new(),
+            stopped: std::collections::HashMap::new(),
             images: Vec::new(),
             table: PageTable::new(first, first, config.mech, config.policy, 0x6d76_6d76),
             swap,
@@ -295,6 +303,93 @@ impl Pager {
         inner.images[i] = Some(image);
     }
 
+    /// Registers the calling thread as a vCPU thread (the Preventer stops only vCPUs).
+    pub fn register_vcpu(&self) {
+        // SAFETY: gettid(2) has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        self.shared.lock().vcpus.push(tid);
+    }
+
+    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
+    /// it on a write fault, the faulting page is put in place before this returns: filled from
+    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
+    pub fn vcpu_interrupted(&self, cpu: &CpuState) {
+        let s = &self.shared;
+        // SAFETY: gettid(2) has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        let Some((p, _)) = s.lock().stopped.remove(&tid) else {
+            return;
+        };
+        let installed = self.prevent(cpu, p).unwrap_or(0);
+        if installed > 0 {
+            Counters::add(&s.counters.preventer_completed, 1);
+            Counters::add(&s.counters.false_reads_avoided, installed);
+            return;
+        }
+        Counters::add(&s.counters.preventer_fallbacks, 1);
+        let mut inner = s.lock();
+        if let Err(e) = s.missing_fault(&mut inner, p, true) {
+            tracing::error!("pager: swapping in page {p} after the Preventer failed: {e}");
+        }
+        s.reclaim_to_limit(&mut inner);
+    }
+
+    /// Reads guest-virtual memory through the vCPU's page tables.
+    fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
+        let mem = &self.shared.mem;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = va.checked_add(done as u64)?;
+            let pa = preventer::translate(cr3, at, |a| mem.read_obj::<u64>(GuestAddress(a)).ok())?;
+            let n = (PAGE - usize::try_from(at % PAGE_SIZE).ok()?).min(buf.len() - done);
+            mem.read_slice(&mut buf[done..done + n], GuestAddress(pa))
+                .ok()?;
+            done += n;
+        }
+        Some(())
+    }
+
+    /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
+    /// page `p` is one of them. Returns how many pages were written without a read.
+    fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
+        let s = &self.shared;
+        let mut code = [0u8; 15];
+        self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
+        let plan = preventer::plan(cpu, &code)?;
+        let mem = &s.mem;
+        let pte = |a: u64| mem.read_obj::<u64>(GuestAddress(a)).ok();
+        let targets: Vec<(u64, u64)> = (0..plan.pages)
+            .filter_map(|i| {
+                let va = plan.first_page + i * PAGE_SIZE;
+                preventer::translate(cpu.cr3, va, pte).map(|pa| (va, pa))
+            })
+            .collect();
+        let covers_p = targets.iter().any(|&(_, pa)| s.page_of_gpa(pa) == Some(p));
+        if !covers_p {
+            return None;
+        }
+        let mut page = vec![0u8; PAGE];
+        let mut count = 0;
+        for (va, pa) in targets {
+            match plan.fill {
+                preventer::Fill::Pattern { value, size } => {
+                    let bytes = value.to_le_bytes();
+                    for (i, b) in page.iter_mut().enumerate() {
+                        *b = bytes[i % usize::from(size)];
+                    }
+                }
+                preventer::Fill::Copy { src } => {
+                    self.read_virt(cpu.cr3, src + (va - plan.dest_start), &mut page)?;
+                }
+            }
+            // A whole non-resident page goes in with one copy and no read; a resident one gets
+            // the same bytes the instruction is about to store.
+            self.write(GuestAddress(pa), &page).ok()?;
+            count += 1;
+        }
+        Some(count)
+    }
+
     /// Changes the limit at run time: shrinking reclaims down to it (on the pager thread),
     /// growing lets pages back as they fault.
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
@@ -335,6 +430,10 @@ impl Pager {
                 ("faults_swap", get(&c.faults_swap)),
                 ("faults_released", get(&c.faults_released)),
                 ("false_reads_avoided", get(&c.false_reads_avoided)),
+                ("preventer_attempts", get(&c.preventer_attempts)),
+                ("preventer_completed", get(&c.preventer_completed)),
+                ("preventer_fallbacks", get(&c.preventer_fallbacks)),
+                ("preventer_timeouts", get(&c.preventer_timeouts)),
                 ("device_installs", get(&c.device_installs)),
                 ("write_faults", get(&c.write_faults)),
                 ("reclaimed_zero", get(&c.reclaimed_zero)),
@@ -432,8 +531,14 @@ impl Shared {
                     revents: 0,
                 },
             ];
+            // While a vCPU is stopped for the Preventer, wake up to take over if it does not answer.
+            let timeout = if self.lock().stopped.is_empty() {
+                -1
+            } else {
+                1
+            };
             // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
             if rc < 0 {
                 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                     continue;
@@ -446,26 +551,30 @@ impl Shared {
             if fds[1].revents != 0 {
                 let _ = self.poke.read();
             }
-            let events: Vec<(FaultKind, ReadWrite, u64)> = match self.uffd.read_events(&mut buf) {
-                Ok(it) => it
-                    .filter_map(|e| match e {
-                        Ok(Event::Pagefault { kind, rw, addr, .. }) => {
-                            Some((kind, rw, addr as u64))
-                        }
-                        Ok(other) => {
-                            tracing::debug!("pager: ignoring event {other:?}");
-                            None
-                        }
-                        Err(e) => {
-                            tracing::warn!("pager: bad event: {e}");
-                            None
-                        }
-                    })
-                    .collect(),
-                Err(e) => return format!("reading fault events failed: {e}"),
-            };
+            let events: Vec<(FaultKind, ReadWrite, u64, i32)> =
+                match self.uffd.read_events(&mut buf) {
+                    Ok(it) => it
+                        .filter_map(|e| match e {
+                            Ok(Event::Pagefault {
+                                kind,
+                                rw,
+                                addr,
+                                thread_id,
+                            }) => Some((kind, rw, addr as u64, thread_id.as_raw())),
+                            Ok(other) => {
+                                tracing::debug!("pager: ignoring event {other:?}");
+                                None
+                            }
+                            Err(e) => {
+                                tracing::warn!("pager: bad event: {e}");
+                                None
+                            }
+                        })
+                        .collect(),
+                    Err(e) => return format!("reading fault events failed: {e}"),
+                };
             let mut inner = self.lock();
-            for (kind, rw, addr) in events {
+            for (kind, rw, addr, tid) in events {
                 let t0 = Instant::now();
                 let Some(p) = self.page_of_host(addr) else {
                     tracing::warn!("pager: fault at {addr:#x} outside guest RAM");
@@ -473,7 +582,7 @@ impl Shared {
                 };
                 let r = match kind {
                     FaultKind::WriteProtected => self.write_fault(&mut inner, p),
-                    _ => self.missing_fault(&mut inner, p, rw == ReadWrite::Write),
+                    _ => self.fault(&mut inner, p, rw == ReadWrite::Write, tid),
                 };
                 if let Err(e) = r {
                     tracing::error!("pager: resolving a fault on page {p} failed: {e}");
@@ -482,6 +591,7 @@ impl Shared {
                 // Keep the limit after every install, not after every batch of events.
                 self.reclaim_to_limit(&mut inner);
             }
+            self.expire_stopped(&mut inner);
             self.reclaim_to_limit(&mut inner);
         }
     }
@@ -490,6 +600,50 @@ impl Shared {
         self.uffd
             .wake(self.host(p) as *mut _, PAGE)
             .map_err(std::io::Error::other)
+    }
+
+    /// A missing fault from thread `tid`: a vCPU's write to a swapped or on-disk page goes to the
+    /// Preventer (the vCPU is stopped and asked what it is writing); everything else is resolved.
+    fn fault(&self, inner: &mut Inner, p: PageIdx, write: bool, tid: i32) -> std::io::Result<()> {
+        let preventable = write
+            && inner.table.mech.preventer
+            && matches!(
+                inner.table.state(p),
+                PageState::Swapped(_) | PageState::OnDisk(_)
+            )
+            && inner.vcpus.contains(&tid)
+            && !inner.stopped.contains_key(&tid);
+        if !preventable {
+            return self.missing_fault(inner, p, write);
+        }
+        // SAFETY: tgkill(2) of a thread of this process (a registered vCPU thread).
+        let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+        if rc != 0 {
+            return self.missing_fault(inner, p, write);
+        }
+        inner.stopped.insert(tid, (p, Instant::now()));
+        Counters::add(&self.counters.preventer_attempts, 1);
+        Ok(())
+    }
+
+    /// Swaps in the pages of stopped vCPUs that did not answer in time.
+    fn expire_stopped(&self, inner: &mut Inner) {
+        let late: Vec<i32> = inner
+            .stopped
+            .iter()
+            .filter(|(_, (_, t))| {
+                t.elapsed().as_millis() >= u128::from(crate::preventer::TIMEOUT_MS)
+            })
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in late {
+            if let Some((p, _)) = inner.stopped.remove(&tid) {
+                Counters::add(&self.counters.preventer_timeouts, 1);
+                if let Err(e) = self.missing_fault(inner, p, true) {
+                    tracing::error!("pager: resolving page {p} for a silent vCPU failed: {e}");
+                }
+            }
+        }
     }
 
     fn missing_fault(&self, inner: &mut Inner, p: PageIdx, write: bool) -> std::io::Result<()> {

@@ -51,6 +51,8 @@ pub struct Mechanisms {
     /// The Swap Mapper: pages read from a disk image mirror it, are dropped without a write and
     /// refault from the image.
     pub mapper: bool,
+    /// The False Reads Preventer: a vCPU write to a swapped page is looked at before the page is read.
+    pub preventer: bool,
 }
 
 impl Mechanisms {
@@ -60,6 +62,7 @@ impl Mechanisms {
         prefetch: 0,
         cluster: 1,
         mapper: false,
+        preventer: false,
     };
     pub const DEFAULT: Mechanisms = Mechanisms {
         zero_detection: true,
@@ -67,6 +70,7 @@ impl Mechanisms {
         prefetch: 16,
         cluster: 16,
         mapper: false,
+        preventer: false,
     };
 }
 

@@ -16,6 +16,14 @@ pub struct Counters {
     /// Faults on pages the guest had reported free, answered with a zero page instead of their
     /// old content (VSwapper's false reads, avoided cooperatively).
     pub false_reads_avoided: AtomicU64,
+    /// vCPUs stopped by the Preventer on a write to a swapped or on-disk page.
+    pub preventer_attempts: AtomicU64,
+    /// ... whose instruction overwrote the whole page, so it went in with no read.
+    pub preventer_completed: AtomicU64,
+    /// ... whose instruction did not, so the page was swapped in.
+    pub preventer_fallbacks: AtomicU64,
+    /// ... that did not answer in time, so the pager swapped the page in itself.
+    pub preventer_timeouts: AtomicU64,
     /// Whole pages a device wrote into place without reading their old content.
     pub device_installs: AtomicU64,
     /// First writes to clean, write-protected pages.

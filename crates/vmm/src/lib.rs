@@ -207,6 +207,7 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let (events_tx, events) = mpsc::channel();
     // Every thread started from here on inherits the blocked mask; this one takes the signals.
     signals::block().map_err(VmmError::Thread)?;
+    signals::install_kick_handler().map_err(VmmError::Thread)?;
     let tx = events_tx.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -300,6 +301,7 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
             exits: exits.clone(),
             unknown: unknown.clone(),
             ended: ended.clone(),
+            pager: pager.clone(),
             _mem: mem.clone(),
         };
         let tx = events_tx.clone();

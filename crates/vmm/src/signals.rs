@@ -40,3 +40,25 @@ pub fn wait() -> libc::c_int {
         }
     }
 }
+
+/// The signal that stops a vCPU thread out of `KVM_RUN` (for the pager's False Reads Preventer).
+pub const KICK: libc::c_int = libc::SIGUSR1;
+
+extern "C" fn on_kick(_: libc::c_int) {}
+
+/// Installs a handler for [`KICK`] that does nothing, without `SA_RESTART`, so a blocked
+/// `KVM_RUN` returns `EINTR` instead of the process dying.
+pub fn install_kick_handler() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction with a valid handler and an empty mask is a valid argument;
+    // the handler does nothing, so it is async-signal-safe.
+    let rc = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_kick as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(KICK, &sa, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -22,6 +22,8 @@ pub(crate) struct VcpuContext {
     pub unknown: Arc<UnknownAccesses>,
     /// Set when a device ended the VM (debug exit).
     pub ended: Arc<AtomicBool>,
+    /// The pager, which may stop this vCPU to look at a faulting write.
+    pub pager: Option<memvisor_pager::Pager>,
     /// Keeps guest RAM mapped while the vCPU may still touch it.
     pub _mem: Arc<GuestMem>,
 }
@@ -149,8 +151,28 @@ pub(crate) fn configure(
     fd.set_regs(&regs).map_err(kvm_err("KVM_SET_REGS"))
 }
 
+/// The registers the pager's Preventer reads.
+fn cpu_state(fd: &VcpuFd) -> Option<memvisor_pager::CpuState> {
+    const EFER_LMA: u64 = 1 << 10;
+    let r = fd.get_regs().ok()?;
+    let sr = fd.get_sregs().ok()?;
+    Some(memvisor_pager::CpuState {
+        rip: r.rip,
+        rax: r.rax,
+        rcx: r.rcx,
+        rsi: r.rsi,
+        rdi: r.rdi,
+        rflags: r.rflags,
+        cr3: sr.cr3,
+        long_mode: sr.efer & EFER_LMA != 0 && sr.cs.l == 1,
+    })
+}
+
 /// Runs the vCPU until the guest stops it; returns why and the last RIP.
 pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
+    if let Some(p) = &ctx.pager {
+        p.register_vcpu();
+    }
     let stop = loop {
         if ctx.ended.load(Ordering::SeqCst) {
             break Stop::Ended;
@@ -212,7 +234,13 @@ pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
                     other => break Stop::Crash(format!("unexpected VM exit {other:?}")),
                 }
             }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                if let Some(p) = &ctx.pager {
+                    if let Some(cpu) = cpu_state(&fd) {
+                        p.vcpu_interrupted(&cpu);
+                    }
+                }
+            }
             Err(e) => break Stop::Crash(format!("KVM_RUN failed: {e}")),
         }
     };

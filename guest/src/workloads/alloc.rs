@@ -3,6 +3,10 @@
 //! is a minor fault that takes a page from the allocator and zeroes it (unless
 //! `zero=0`). The task exits and the next round starts afresh. With several
 //! vCPUs each runs its own task (`mb` per vCPU) and prints its own lines.
+//! With zeroing on, every word of every fresh page but the one it writes must
+//! read zero: whatever the hypervisor did to bring the page in (swap-in,
+//! image refault, or installing the zeroed page without a read), any other
+//! value is a mismatch.
 //!
 //! Keys: `mb=64 rounds=3`.
 
@@ -21,6 +25,10 @@ const KEYS: &[&str] = &["mb", "rounds"];
 static ARGS: SpinLock<(u64, u64)> = SpinLock::new((0, 0));
 /// Per-vCPU outcome: finished without an error.
 static OK: SpinLock<[bool; MAX_CPUS]> = SpinLock::new([false; MAX_CPUS]);
+/// Words of fresh pages that did not read zero, summed over vCPUs.
+static MISMATCHES: SpinLock<u64> = SpinLock::new(0);
+/// Whether fresh pages are zeroed (`zero=1`), so they can be checked.
+static CHECK: SpinLock<bool> = SpinLock::new(true);
 
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
@@ -31,11 +39,13 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         (Err(e), _) | (_, Err(e)) => return common::bad_arg(NAME, e),
     };
     *ARGS.lock() = (pages, rounds);
+    *CHECK.lock() = matches!(cfg.num("zero", 1, 0, 1), Ok(1));
     let t_all = rdtsc();
     crate::smp::run_on_all(worker);
-    let ok = OK.lock()[..cpus as usize].iter().all(|&o| o);
+    let mismatches = *MISMATCHES.lock();
+    let ok = OK.lock()[..cpus as usize].iter().all(|&o| o) && mismatches == 0;
     println!(
-        "RESULT workload=alloc phase=done ok={} mb={} rounds={rounds} cpus={cpus} ms={} {}",
+        "RESULT workload=alloc phase=done ok={} mismatches={mismatches} mb={} rounds={rounds} cpus={cpus} ms={} {}",
         u8::from(ok),
         pages / 256,
         ms_since(t_all),
@@ -50,6 +60,8 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
 
 fn worker(cpu: u32) {
     let (pages, rounds) = *ARGS.lock();
+    let check = *CHECK.lock();
+    let mut bad = 0u64;
     for round in 1..=rounds {
         let task = match mm::task_create() {
             Ok(t) => t,
@@ -63,7 +75,13 @@ fn worker(cpu: u32) {
         let mut progress = Progress::new(NAME, "touch", pages);
         for p in 0..pages {
             match mm::anon(task, p, true) {
-                Ok(mut pg) => pg.words()[0] = p,
+                Ok(mut pg) => {
+                    let words = pg.words();
+                    if check {
+                        bad += words[1..].iter().filter(|&&w| w != 0).count() as u64;
+                    }
+                    words[0] = p;
+                }
                 Err(e) => {
                     println!("alloc: cpu {cpu}: {e:?}");
                     return;
@@ -86,5 +104,6 @@ fn worker(cpu: u32) {
             after.pswpout - before.pswpout
         );
     }
+    *MISMATCHES.lock() += bad;
     OK.lock()[cpu as usize] = true;
 }
