@@ -35,6 +35,8 @@ pub struct Config {
     pub limit: Limit,
     /// Inflate the balloon to guest RAM minus the limit as soon as the VM answers on its socket.
     pub balloon: bool,
+    /// Further `memvisor run` flags: the mechanisms this configuration adds to the pager.
+    pub mechanisms: &'static [&'static str],
 }
 
 /// Every configuration, in report order: the peer first.
@@ -45,6 +47,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::None,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "qemu-hostswap",
@@ -52,6 +55,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::HostSwap,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "qemu-balloon",
@@ -59,6 +63,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::HostSwap,
         balloon: true,
+        mechanisms: &[],
     },
     Config {
         name: "memvisor",
@@ -66,6 +71,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::None,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "memvisor-hostswap",
@@ -73,6 +79,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::HostSwap,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "memvisor-baseline",
@@ -80,6 +87,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::PagerBaseline,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "memvisor-pager",
@@ -87,6 +95,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: false,
+        mechanisms: &[],
     },
     Config {
         name: "memvisor-balloon",
@@ -94,6 +103,31 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: true,
+        mechanisms: &[],
+    },
+    Config {
+        name: "memvisor-mapper",
+        about: "memvisor-pager with VSwapper's Swap Mapper (--mapper)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--mapper"],
+    },
+    Config {
+        name: "memvisor-vswapper",
+        about: "memvisor-pager with VSwapper: Swap Mapper and False Reads Preventer (--mapper --preventer)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--mapper", "--preventer"],
+    },
+    Config {
+        name: "memvisor-vswapper-balloon",
+        about: "memvisor-vswapper, and memvisor's virtio-balloon inflated through the API to RAM minus limit",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: true,
+        mechanisms: &["--mapper", "--preventer"],
     },
 ];
 
@@ -106,8 +140,6 @@ pub fn find(name: &str) -> Option<&'static Config> {
 pub struct RunFiles<'a> {
     /// memvisor's API socket or QEMU's QMP socket.
     pub sock: &'a Path,
-    /// The pager's swap file (memvisor configurations with a pager limit).
-    pub pager_swap: &'a Path,
 }
 
 impl Config {
@@ -157,13 +189,16 @@ impl Config {
             }
             Limit::Pager | Limit::PagerBaseline => {
                 push("--pager");
+                // The pager's swap file is its default: unnamed in $TMPDIR, so nothing is left
+                // behind even when the run is killed.
                 push(if self.limit == Limit::Pager {
                     "full"
                 } else {
                     "baseline"
                 });
-                push("--swap");
-                push(&files.pager_swap.display().to_string());
+                for m in self.mechanisms {
+                    push(m);
+                }
             }
             _ => {}
         }
@@ -182,23 +217,34 @@ mod tests {
         }
         let files = RunFiles {
             sock: Path::new("/s"),
-            pager_swap: Path::new("/w"),
         };
-        let f = |n| find(n).unwrap().run_flags(Some(100 << 20), &files).join(" ");
+        let f = |n| {
+            find(n)
+                .unwrap()
+                .run_flags(Some(100 << 20), &files)
+                .join(" ")
+        };
         assert_eq!(f("qemu"), "--hypervisor qemu");
-        assert_eq!(f("qemu-hostswap"), "--hypervisor qemu --mem-limit 104857600");
+        assert_eq!(
+            f("qemu-hostswap"),
+            "--hypervisor qemu --mem-limit 104857600"
+        );
         assert_eq!(
             f("qemu-balloon"),
             "--hypervisor qemu --qmp-sock /s --balloon --mem-limit 104857600"
         );
         assert_eq!(f("memvisor"), "--api-sock /s --pager full");
         assert_eq!(
+            f("memvisor-vswapper"),
+            "--api-sock /s --mem-limit 104857600 --pager full --mapper --preventer"
+        );
+        assert_eq!(
             f("memvisor-hostswap"),
             "--api-sock /s --mem-limit 104857600 --pager off"
         );
         assert_eq!(
             f("memvisor-baseline"),
-            "--api-sock /s --mem-limit 104857600 --pager baseline --swap /w"
+            "--api-sock /s --mem-limit 104857600 --pager baseline"
         );
         assert!(find("memvisor-balloon").unwrap().balloon);
         assert!(find("nope").is_none());

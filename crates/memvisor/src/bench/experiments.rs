@@ -58,6 +58,9 @@ const LIMITED: &[&str] = &[
     "memvisor-baseline",
     "memvisor-pager",
     "memvisor-balloon",
+    "memvisor-mapper",
+    "memvisor-vswapper",
+    "memvisor-vswapper-balloon",
 ];
 
 fn phases(prefix: &str, n: u64) -> Vec<String> {
@@ -73,7 +76,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         // 200 MB file sequentially 8 times.
         "seqread" => {
             let (mem, limit, file, passes) = if tiny {
-                (128, 32, 48, 2)
+                (128, 32, 96, 2)
             } else {
                 (512, 100, 200, 8)
             };
@@ -102,7 +105,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         // Sysbench run.
         "alloc" => {
             let (mem, limit, mb, rounds) = if tiny {
-                (128, 32, 48, 2)
+                (128, 32, 96, 2)
             } else {
                 (512, 100, 200, 3)
             };
@@ -123,10 +126,12 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         }
         // No limits: what running on memvisor costs against QEMU.
         "overhead" => {
-            let (jobs, src, records, ops) = if tiny {
-                (20, 4, 5000, 20_000)
+            // (jobs, source MiB, disk MiB, kv records, kv operations): the object file grows
+            // with the jobs, so the disk does too.
+            let (jobs, src, disk_mb, records, ops) = if tiny {
+                (20, 4, 48, 5000, 20_000)
             } else {
-                (200, 16, 50_000, 200_000)
+                (1000, 16, 256, 200_000, 2_000_000)
             };
             Experiment {
                 name: "overhead",
@@ -139,7 +144,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         cmdline: format!("jobs={jobs} src=src src_mb={src}"),
                         phases: vec!["build".into()],
                         disk: Some(DataDisk {
-                            size_mb: 4 * src + 32,
+                            size_mb: disk_mb,
                             files: format!("src:{src}M"),
                             writable: true,
                         }),

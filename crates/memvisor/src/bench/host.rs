@@ -170,6 +170,40 @@ pub fn oom_lines(new: &[String], cg_pid: u32, pids: &[u32]) -> Vec<String> {
         .collect()
 }
 
+/// The kernel's view of cgroup `memvisor-<cg_pid>` when its OOM killer ran: the usage line and
+/// the anon LRU sizes and swap of the `Memory cgroup stats` block, from `dmesg` lines `new`.
+pub fn memcg_oom_summary(new: &[String], cg_pid: u32) -> Option<String> {
+    let head = format!("Memory cgroup stats for /memvisor-{cg_pid}:");
+    let at = new.iter().position(|l| l.contains(&head))?;
+    let strip = |l: &str| -> String { l.split_once("] ").map_or(l, |(_, r)| r).trim().to_owned() };
+    let mut parts = Vec::new();
+    if let Some(u) = new[at.saturating_sub(4)..at]
+        .iter()
+        .find(|l| l.contains("memory: usage"))
+    {
+        parts.push(strip(u));
+    }
+    let mut lru = Vec::new();
+    for l in new[at + 1..].iter().take(60) {
+        let t = strip(l);
+        let mut w = t.split_whitespace();
+        if let (Some(k), Some(v)) = (w.next(), w.next()) {
+            if ["inactive_anon", "active_anon", "swap"].contains(&k) {
+                if let Ok(b) = v.parse::<u64>() {
+                    lru.push(format!("{k} {} MiB", b >> 20));
+                }
+            }
+        }
+        if lru.len() == 3 {
+            break;
+        }
+    }
+    if !lru.is_empty() {
+        parts.push(lru.join(", "));
+    }
+    Some(parts.join("; "))
+}
+
 /// Bytes of swap in use on `file` per `/proc/swaps`, or `None` if it is not enabled.
 pub fn swap_used(file: &Path) -> Option<u64> {
     let t = std::fs::read_to_string("/proc/swaps").ok()?;
@@ -218,7 +252,10 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
     let meminfo = read("/proc/meminfo");
     let mib = |k: &str| field(&meminfo, k).map_or("?".into(), |kb| format!("{} MiB", kb >> 10));
     vec![
-        ("kernel".into(), read("/proc/sys/kernel/osrelease").trim().to_owned()),
+        (
+            "kernel".into(),
+            read("/proc/sys/kernel/osrelease").trim().to_owned(),
+        ),
         ("CPU".into(), format!("{cpu} ({cpus} CPUs online)")),
         (
             "memory".into(),
@@ -276,6 +313,20 @@ mod tests {
                 .into(),
             "[ 1.2] unrelated".into(),
         ];
+        let block: Vec<String> = [
+            "[ 1.0] memory: usage 155536kB, limit 155536kB, failcnt 72",
+            "[ 1.0] Memory cgroup stats for /memvisor-77:",
+            "[ 1.0] swap 9949184",
+            "[ 1.0] inactive_anon 0",
+            "[ 1.0] active_anon 156405760",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(
+            memcg_oom_summary(&block, 77).unwrap(),
+            "memory: usage 155536kB, limit 155536kB, failcnt 72; swap 9 MiB, inactive_anon 0 MiB, active_anon 149 MiB"
+        );
         let got = oom_lines(&lines, 77, &[78]);
         assert_eq!(got.len(), 2);
         assert!(got[1].starts_with("Memory cgroup out of memory"));

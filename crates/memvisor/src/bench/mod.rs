@@ -83,9 +83,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
         ))
     })?;
     if a.reps == 0 {
-        return Err(BadInput(
-            "--reps 0: give at least one repetition".into(),
-        ));
+        return Err(BadInput("--reps 0: give at least one repetition".into()));
     }
     let names: Vec<String> = if a.configs.is_empty() {
         exp.configs.iter().map(|s| (*s).to_owned()).collect()
@@ -146,7 +144,12 @@ fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), S
     let st = std::process::Command::new(exe)
         .args(["mkdisk", "data", "--force", "--out"])
         .arg(path)
-        .args(["--size", &format!("{}M", disk.size_mb), "--files", &disk.files])
+        .args([
+            "--size",
+            &format!("{}M", disk.size_mb),
+            "--files",
+            &disk.files,
+        ])
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("cannot run mkdisk: {e}"))?;
@@ -310,11 +313,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                 eprintln!(
                     "{label} {} in {:.1} s{}",
                     result.status.as_str(),
-                    result
-                        .phases
-                        .iter()
-                        .find(|p| p.name == "wall")
-                        .map_or(0.0, |p| p.host_ms / 1e3),
+                    result.elapsed_ms / 1e3,
                     if result.reason.is_empty() {
                         String::new()
                     } else {
@@ -339,7 +338,8 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
         env,
     };
     let csv = plan.out.join("results.csv");
-    std::fs::write(&csv, report::csv(exp, &records)).map_err(|e| format!("{}: {e}", csv.display()))?;
+    std::fs::write(&csv, report::csv(exp, &records))
+        .map_err(|e| format!("{}: {e}", csv.display()))?;
     let md = report::markdown(&meta, &records);
     let md_path = plan.out.join("report.md");
     std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;

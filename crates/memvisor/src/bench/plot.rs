@@ -22,6 +22,9 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(202, 0, 32),
 ];
 
+/// Room on the right of each panel for the legend.
+const LEGEND_W: i32 = 260;
+
 type Series = Vec<(String, RGBColor, Vec<(f64, f64)>)>;
 
 fn series(
@@ -45,7 +48,20 @@ fn series(
                     Some((x as f64 + 1.0, m))
                 })
                 .collect();
-            (c.name.to_owned(), COLORS[i % COLORS.len()], pts)
+            let runs: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.step == step && r.config.name == c.name)
+                .collect();
+            let ok = runs
+                .iter()
+                .filter(|r| r.result.status == super::runner::Status::Ok)
+                .count();
+            let name = if ok == runs.len() {
+                c.name.to_owned()
+            } else {
+                format!("{} ({ok}/{} ok)", c.name, runs.len())
+            };
+            (name, COLORS[i % COLORS.len()], pts)
         })
         .collect()
 }
@@ -56,63 +72,93 @@ fn panel<DB: DrawingBackend>(
     y_label: &str,
     phases: &[String],
     data: &Series,
+    log: bool,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
-    let ymax = data
-        .iter()
-        .flat_map(|(_, _, p)| p.iter().map(|q| q.1))
-        .fold(0.0f64, f64::max)
-        .max(1.0)
-        * 1.1;
+    let all = || data.iter().flat_map(|(_, _, p)| p.iter().map(|q| q.1));
+    let ymax = all().fold(0.0f64, f64::max).max(1.0) * 1.1;
+    let ymin = all().filter(|&v| v > 0.0).fold(ymax, f64::min) * 0.8;
     #[allow(clippy::cast_precision_loss)]
     let n = phases.len() as f64;
-    let mut chart = ChartBuilder::on(area)
+    let labels: Vec<String> = phases.to_vec();
+    let x_fmt = |x: &f64| {
+        let r = x.round();
+        if (x - r).abs() < 1e-6 && r >= 1.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            labels.get(r as usize - 1).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let y_fmt = |y: &f64| {
+        if *y >= 100.0 || ymax >= 100.0 {
+            format!("{y:.0}")
+        } else if *y >= 1.0 {
+            format!("{y:.1}")
+        } else {
+            format!("{y:.2}")
+        }
+    };
+    let mut builder = ChartBuilder::on(area);
+    builder
         .caption(title, ("sans-serif", 22))
         .margin(12)
+        .margin_right(LEGEND_W)
         .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.5f64..n + 0.5, 0.0f64..ymax)
-        .map_err(|e| e.to_string())?;
-    let labels: Vec<String> = phases.to_vec();
-    chart
-        .configure_mesh()
-        .x_labels(phases.len().min(16))
-        .x_label_formatter(&|x| {
-            let r = x.round();
-            if (x - r).abs() < 1e-6 && r >= 1.0 {
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                labels.get(r as usize - 1).cloned().unwrap_or_default()
-            } else {
-                String::new()
+        .y_label_area_size(80);
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    macro_rules! draw {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .x_labels(phases.len().min(16))
+                .x_label_formatter(&x_fmt)
+                .y_label_formatter(&y_fmt)
+                .y_desc(y_label)
+                .label_style(("sans-serif", 15))
+                .draw()
+                .map_err(e)?;
+            for (_, color, pts) in data {
+                let c = *color;
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                    .map_err(e)?;
+                chart
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                    .map_err(e)?;
             }
-        })
-        .y_desc(y_label)
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (name, color, pts) in data {
-        let c = *color;
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3))
-            });
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-            .map_err(|e| e.to_string())?;
+        }};
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    if log && ymin < ymax {
+        draw!(builder
+            .build_cartesian_2d(0.5f64..n + 0.5, (ymin..ymax).log_scale())
+            .map_err(e)?);
+    } else {
+        draw!(builder
+            .build_cartesian_2d(0.5f64..n + 0.5, 0.0f64..ymax)
+            .map_err(e)?);
+    }
+    // The legend, right of the plot in the margin kept for it, so it never hides a point.
+    let x0 = i32::try_from(area.dim_in_pixel().0).unwrap_or(0) - LEGEND_W + 16;
+    for (i, (name, color, _)) in data.iter().enumerate() {
+        let y = 50 + 24 * i32::try_from(i).unwrap_or(0);
+        area.draw(&PathElement::new(
+            vec![(x0, y), (x0 + 26, y)],
+            color.stroke_width(3),
+        ))
+        .map_err(e)?;
+        area.draw(&Circle::new((x0 + 13, y), 4, color.filled()))
+            .map_err(e)?;
+        area.draw(&Text::new(
+            name.clone(),
+            (x0 + 34, y - 8),
+            ("sans-serif", 15).into_font(),
+        ))
+        .map_err(e)?;
+    }
     Ok(())
 }
 
@@ -131,16 +177,19 @@ pub fn write(
     for (si, step) in exp.steps.iter().enumerate() {
         let times = series(exp, configs, records, si, &|p| phase_ms(p) / 1e3);
         #[allow(clippy::cast_precision_loss)]
-        let sectors = series(exp, configs, records, si, &|p| swap_written(p) as f64 / 512.0);
+        let sectors = series(exp, configs, records, si, &|p| {
+            swap_written(p) as f64 / 512.0
+        });
         panel(
             &rows[2 * si],
             &format!(
-                "{} ({}): median time per phase",
+                "{} ({}): median guest time per phase (log scale)",
                 exp.name, step.workload
             ),
             "seconds",
             &step.phases,
             &times,
+            true,
         )?;
         panel(
             &rows[2 * si + 1],
@@ -151,6 +200,7 @@ pub fn write(
             "512-byte sectors",
             &step.phases,
             &sectors,
+            false,
         )?;
     }
     root.present().map_err(|e| e.to_string())

@@ -66,11 +66,9 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
     for r in records {
         let step = &exp.steps[r.step];
         let res = &r.result;
-        let (failcnt, ooms) = res
-            .cgroup
-            .map_or((String::new(), String::new()), |c| {
-                (c.failcnt.to_string(), c.oom_kills.to_string())
-            });
+        let (failcnt, ooms) = res.cgroup.map_or((String::new(), String::new()), |c| {
+            (c.failcnt.to_string(), c.oom_kills.to_string())
+        });
         for name in expected_phases(step) {
             let p = res.phases.iter().find(|p| p.name == name);
             let mut cols: Vec<String> = vec![
@@ -186,7 +184,11 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(s, "## Whole run{title} (`{}` `{}`)\n", step.workload, step.cmdline);
+        let _ = writeln!(
+            s,
+            "## Whole run{title} (`{}` `{}`)\n",
+            step.workload, step.cmdline
+        );
         let _ = writeln!(
             s,
             "| configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference} |"
@@ -199,7 +201,10 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                 .iter()
                 .filter(|r| r.step == si && r.config.name == c.name)
                 .collect();
-            let ok = runs.iter().filter(|r| r.result.status == Status::Ok).count();
+            let ok = runs
+                .iter()
+                .filter(|r| r.result.status == Status::Ok)
+                .count();
             let killed = runs
                 .iter()
                 .filter(|r| r.result.status == Status::Killed)
@@ -249,7 +254,9 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
             let mut row = format!("| {} |", c.name);
             for ph in &step.phases {
                 #[allow(clippy::cast_precision_loss)]
-                let st = stats(&mut values(records, si, c.name, ph, |p| swap_written(p) as f64));
+                let st = stats(&mut values(records, si, c.name, ph, |p| {
+                    swap_written(p) as f64
+                }));
                 let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
             }
             let _ = writeln!(s, "{row}");
@@ -258,8 +265,8 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
             s,
             "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
         );
-        let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         #[allow(clippy::cast_precision_loss)]
         for c in meta.configs {
             let med = |f: &dyn Fn(&Phase) -> f64| {
@@ -283,9 +290,22 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                     .collect();
                 stats(&mut v)
             };
+            let lat = {
+                let ok: Vec<(u64, u64)> = records
+                    .iter()
+                    .filter(|r| r.step == si && r.config.name == c.name)
+                    .filter_map(|r| r.result.fault_latency_us)
+                    .collect();
+                let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
+                let mut p99: Vec<f64> = ok.iter().map(|l| l.1 as f64).collect();
+                match (stats(&mut p50), stats(&mut p99)) {
+                    (Some(a), Some(b)) => format!("{:.0}/{:.0}", a.0, b.0),
+                    _ => "-".into(),
+                }
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {lat} |",
                 c.name,
                 med(&|p| p.swap_in as f64),
                 med(&|p| p.swap_out as f64),
@@ -308,7 +328,10 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
     if bad.is_empty() {
         let _ = writeln!(s, "None.\n");
     } else {
-        let _ = writeln!(s, "| configuration | workload | rep | status | exit | last phase completed | reason |");
+        let _ = writeln!(
+            s,
+            "| configuration | workload | rep | status | exit | last phase completed | reason |"
+        );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|");
         for r in bad {
             let _ = writeln!(

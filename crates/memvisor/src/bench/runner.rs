@@ -101,6 +101,24 @@ pub struct RunResult {
     pub cgroup: Option<CgroupState>,
     /// What happened to the balloon request.
     pub balloon: Option<String>,
+    /// Host time from start to exit.
+    pub elapsed_ms: f64,
+    /// The pager's fault latency, median and 99th percentile in µs (memvisor's log).
+    pub fault_latency_us: Option<(u64, u64)>,
+}
+
+/// `(p50, p99)` of `fault_latency_us: (count, p50, p99)` in the pager's log line.
+pub fn fault_latency_from_log(stderr: &str) -> Option<(u64, u64)> {
+    let line = stderr.lines().rev().find(|l| l.contains("PagerSnapshot"))?;
+    let rest = &line[line.find("fault_latency_us: (")? + "fault_latency_us: (".len()..];
+    let nums: Vec<u64> = rest[..rest.find(')')?]
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    match nums[..] {
+        [count, p50, p99] if count > 0 => Some((p50, p99)),
+        _ => None,
+    }
 }
 
 /// One run to do.
@@ -289,19 +307,11 @@ fn fmt_exit(s: std::process::ExitStatus) -> String {
 pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let c = spec.config;
     let sock = spec.work.join(format!("{}.sock", c.name));
-    let pager_swap = spec.work.join(format!("{}.pager-swap", c.name));
     let _ = std::fs::remove_file(&sock);
-    let _ = std::fs::remove_file(&pager_swap);
     let mut cmd = Command::new(spec.exe);
     cmd.arg("run")
         .args(["--mem", &spec.mem.to_string()])
-        .args(c.run_flags(
-            spec.limit,
-            &RunFiles {
-                sock: &sock,
-                pager_swap: &pager_swap,
-            },
-        ))
+        .args(c.run_flags(spec.limit, &RunFiles { sock: &sock }))
         .args(["--workload", spec.step.workload])
         .args(["--cmdline", &spec.step.cmdline]);
     if let Some((disk, writable)) = &spec.disk {
@@ -318,7 +328,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     if let Some(o) = spec.qemu_overhead {
         cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
     }
-    let dmesg_before = host::dmesg().len();
+    // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
+    // so counting lines would not do).
+    let dmesg_last = host::dmesg().pop();
     let s0 = Snap {
         at: Instant::now(),
         vm: host::vmstat(),
@@ -331,7 +343,6 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let pid = child.id();
     teardown::track_pid(pid);
     teardown::track_file(sock.clone());
-    teardown::track_file(pager_swap.clone());
     let cgroup_dir = host::run_cgroup(pid);
     if c.limit == Limit::HostSwap {
         teardown::track_cgroup(cgroup_dir.clone());
@@ -381,6 +392,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let mut prev = s0;
     let mut eof = false;
     let mut forced: Option<Status> = None;
+    let mut forced_at: Option<Instant> = None;
     let mut last_progress = Instant::now();
     let mut current = "boot".to_owned();
     let mut guest_ok = None;
@@ -423,8 +435,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                     if phase == "done" {
                         guest_ok = ok;
                     }
-                    if spec.step.phases.contains(&phase)
-                        && !phases.iter().any(|p| p.name == phase)
+                    if spec.step.phases.contains(&phase) && !phases.iter().any(|p| p.name == phase)
                     {
                         let s = snap(true);
                         phases.push(delta(&phase, ms, &prev, &s));
@@ -485,10 +496,19 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                 forced = Some(Status::Timeout);
             }
             if forced.is_some() {
-                for p in [Some(pid), sm.hv_pid.filter(|&h| h != pid)].into_iter().flatten() {
-                    teardown::kill(p);
-                }
+                // SIGTERM first: `memvisor run` then stops QEMU and removes its cgroup itself.
+                teardown::signal(pid, libc::SIGTERM);
+                forced_at = Some(Instant::now());
             }
+        }
+        if forced_at.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
+            for p in [Some(pid), sm.hv_pid.filter(|&h| h != pid)]
+                .into_iter()
+                .flatten()
+            {
+                teardown::kill(p);
+            }
+            forced_at = None;
         }
         if eof && exited(pid) {
             if c.hv == Hv::Memvisor {
@@ -523,7 +543,6 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         // A killed `memvisor run` could not remove its cgroup.
         let _ = teardown::remove_cgroup(&cgroup_dir);
     }
-    let _ = std::fs::remove_file(&pager_swap);
     let _ = std::fs::remove_file(&sock);
 
     let killed = exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
@@ -546,28 +565,29 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         ),
         (None, Some(1)) if guest_ok.as_deref() != Some("0") => (Status::Ok, String::new()),
         (None, _) if killed => {
-            let new = host::dmesg();
-            let lines = host::oom_lines(
-                new.get(dmesg_before..).unwrap_or(&[]),
-                pid,
-                &[pid, sm.hv_pid.unwrap_or(pid)],
-            );
-            let mut why = match cg {
-                Some(s) if s.oom_kills > 0 => format!(
-                    "memory cgroup OOM kill (oom_kill={}, failcnt={}, peak usage {} MiB of limit {} MiB)",
+            let all = host::dmesg();
+            let from = dmesg_last
+                .as_ref()
+                .and_then(|l| all.iter().rposition(|x| x == l))
+                .map_or(0, |i| i + 1);
+            let new = &all[from..];
+            let lines = host::oom_lines(new, pid, &[pid, sm.hv_pid.unwrap_or(pid)]);
+            let oom = cg.is_some_and(|s| s.oom_kills > 0)
+                || lines.iter().any(|l| l.contains("out of memory"));
+            let mut why = if oom {
+                "memory cgroup OOM kill".to_owned()
+            } else {
+                "SIGKILL from outside the harness, no OOM kill recorded".to_owned()
+            };
+            if let Some(s) = cg {
+                why.push_str(&format!(
+                    " (cgroup last seen: oom_kill={}, failcnt={}, peak usage {} MiB of limit {} MiB)",
                     s.oom_kills,
                     s.failcnt,
                     s.max_usage >> 20,
                     s.limit >> 20
-                ),
-                Some(s) => format!(
-                    "SIGKILL (cgroup failcnt={}, peak usage {} MiB of limit {} MiB, no oom_kill seen)",
-                    s.failcnt,
-                    s.max_usage >> 20,
-                    s.limit >> 20
-                ),
-                None => "SIGKILL from outside the harness".into(),
-            };
+                ));
+            }
             if let Some(l) = lines
                 .iter()
                 .find(|l| l.contains("Killed process"))
@@ -575,6 +595,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
             {
                 why.push_str("; kernel: ");
                 why.push_str(l);
+            }
+            if let Some(m) = host::memcg_oom_summary(new, pid) {
+                why.push_str("; kernel's memcg report: ");
+                why.push_str(&m);
             }
             (Status::Killed, why)
         }
@@ -606,6 +630,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         host_swap_peak: sm.host_swap_peak,
         cgroup: cg,
         balloon,
+        elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
+        fault_latency_us: fault_latency_from_log(&stderr),
     })
 }
 
@@ -688,5 +714,6 @@ mod tests {
             })
         );
         assert_eq!(pager_from_json(r#"{"pager": null}"#), None);
+        assert_eq!(fault_latency_from_log(log), Some((2, 3)));
     }
 }

@@ -31,7 +31,9 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    STATE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -41,7 +43,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Makes SIGINT and SIGTERM set a flag the harness polls (it then tears down and exits) instead
 /// of killing it on the spot.
 pub fn catch_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the function
         // pointer stays valid for the life of the process.
         unsafe {
@@ -77,12 +79,17 @@ pub fn track_file(path: PathBuf) {
 
 /// Sends SIGKILL to `pid`.
 pub fn kill(pid: u32) {
+    signal(pid, libc::SIGKILL);
+}
+
+/// Sends `sig` to `pid`.
+pub fn signal(pid: u32, sig: libc::c_int) {
     let Ok(p) = libc::pid_t::try_from(pid) else {
         return;
     };
     // SAFETY: kill(2) takes no pointers; a PID the harness started and has not reaped is its own.
     unsafe {
-        libc::kill(p, libc::SIGKILL);
+        libc::kill(p, sig);
     }
 }
 
@@ -140,11 +147,8 @@ pub fn enable_swap_file(path: &Path, size: u64) -> Result<(), String> {
     state().swap_file = Some(path.to_owned());
     let p = path.display().to_string();
     run_tool("fallocate", &["-l", &size.to_string(), &p])?;
-    std::fs::set_permissions(
-        path,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .map_err(|e| format!("chmod {p}: {e}"))?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(|e| format!("chmod {p}: {e}"))?;
     run_tool("mkswap", &["-q", &p])?;
     run_tool("swapon", &[&p])
 }

@@ -1,0 +1,309 @@
+//! End-to-end tests of `memvisor bench`: a tiny version of every experiment (small sizes, one
+//! repetition, a subset of the configurations), checking that results.csv and report.md are
+//! complete and consistent with each other, that runs that died are recorded as such, and that
+//! the host is left as it was. Nothing here looks at how fast anything ran.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+fn bench(args: &[&str]) -> std::process::Output {
+    let out = Command::new(MEMVISOR)
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("memvisor runs");
+    eprintln!(
+        "--- memvisor bench {args:?}: {}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Splits one CSV line (fields may be quoted, with `""` for a quote).
+fn csv_line(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            _ => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+type Row = BTreeMap<String, String>;
+
+fn read_csv(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header = csv_line(lines.next().expect("a header"));
+    lines
+        .map(|l| {
+            let f = csv_line(l);
+            assert_eq!(f.len(), header.len(), "row {l}");
+            header.iter().cloned().zip(f).collect()
+        })
+        .collect()
+}
+
+/// The cells of the row of `config` in the first table of `section` (a heading's text).
+fn table_row(report: &str, section: &str, config: &str) -> Vec<String> {
+    let start = report
+        .find(section)
+        .unwrap_or_else(|| panic!("no section {section}"));
+    report[start..]
+        .lines()
+        .find(|l| l.starts_with(&format!("| {config} |")))
+        .unwrap_or_else(|| panic!("no row for {config} under {section}"))
+        .split('|')
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+fn host_state() -> (String, Vec<String>) {
+    let swappiness = std::fs::read_to_string("/proc/sys/vm/swappiness").unwrap();
+    let cgroups = std::fs::read_dir("/sys/fs/cgroup/memory")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("memvisor-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    (swappiness, cgroups)
+}
+
+/// Runs one tiny experiment and checks its outputs. Returns the rows.
+fn tiny(
+    experiment: &str,
+    configs: &[&str],
+    phases: &[&str],
+    steps: &[&str],
+    swap_size: &str,
+) -> Vec<Row> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let swap = format!("/var/tmp/memvisor-bench-test-{}.swap", std::process::id());
+    let before = host_state();
+    let o = bench(&[
+        experiment,
+        "--scale",
+        "tiny",
+        "--reps",
+        "1",
+        "--configs",
+        &configs.join(","),
+        "--out",
+        out.to_str().unwrap(),
+        "--swap-file",
+        &swap,
+        "--swap-size",
+        swap_size,
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench {experiment} failed");
+    // Teardown: no swap file, swap off, no cgroups left, swappiness restored.
+    assert!(!Path::new(&swap).exists(), "the swap file was left behind");
+    assert!(!std::fs::read_to_string("/proc/swaps")
+        .unwrap()
+        .contains(&swap));
+    assert_eq!(host_state(), before, "host state changed");
+
+    let rows = read_csv(&out.join("results.csv"));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        report.trim(),
+        "the report is printed"
+    );
+    let svg = std::fs::read_to_string(out.join(format!("{experiment}.svg"))).unwrap();
+    // Every configuration × step × phase has exactly one row.
+    let mut expected = vec!["boot"];
+    expected.extend_from_slice(phases);
+    expected.push("wall");
+    for c in configs {
+        assert!(svg.contains(c), "{c} is not in the plot");
+        for w in steps {
+            let run: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r["config"] == *c && r["workload"] == *w)
+                .collect();
+            let names: Vec<&str> = run.iter().map(|r| r["phase"].as_str()).collect();
+            let want: Vec<&str> = expected
+                .iter()
+                .copied()
+                .filter(|p| {
+                    // Each step has its own guest phases.
+                    ["boot", "wall"].contains(p)
+                        || rows.iter().any(|r| r["workload"] == *w && r["phase"] == *p)
+                })
+                .collect();
+            assert_eq!(names, want, "{c} {w}: phases");
+            let status = &run[0]["status"];
+            assert!(run.iter().all(|r| &r["status"] == status));
+            assert!(run.iter().all(|r| r["experiment"] == experiment));
+            match status.as_str() {
+                "ok" => {
+                    for r in &run {
+                        assert_eq!(r["phase_done"], "1", "{c} {w} {}", r["phase"]);
+                        assert!(r["ms"].parse::<f64>().is_ok());
+                        assert!(r["peak_rss_bytes"].parse::<u64>().unwrap() > 0);
+                        assert!(r["reason"].is_empty());
+                    }
+                    assert!(
+                        run.iter().all(|r| r["phase"] == "boot"
+                            || r["phase"] == "wall"
+                            || !r["guest_ms"].is_empty()),
+                        "guest phases carry the guest's time"
+                    );
+                }
+                "killed" => {
+                    let reason = &run[0]["reason"];
+                    assert!(
+                        reason.contains("OOM") || reason.contains("SIGKILL"),
+                        "{c}: {reason}"
+                    );
+                    assert_eq!(run.last().unwrap()["phase_done"], "0");
+                    assert!(report.contains(&format!("| {c} | {w} | 1 | killed |")));
+                }
+                other => panic!("{c} {w}: run {other}: {}", run[0]["reason"]),
+            }
+            if c.starts_with("memvisor") && !c.ends_with("hostswap") && status == "ok" {
+                let wall = run.last().unwrap();
+                assert!(
+                    !wall["pager_swap_written_bytes"].is_empty(),
+                    "{c}: memvisor's own counters are recorded"
+                );
+            }
+        }
+    }
+    // Ratios: the reference (qemu) is 1.00, others are their wall over the reference's.
+    for w in steps {
+        let wall = |c: &str| -> Option<f64> {
+            rows.iter()
+                .find(|r| r["config"] == c && r["workload"] == *w && r["phase"] == "wall")
+                .and_then(|r| r["ms"].parse().ok())
+        };
+        let section = if steps.len() > 1 {
+            format!("## Whole run — {w}")
+        } else {
+            "## Whole run".to_owned()
+        };
+        let ref_wall = wall("qemu").expect("the reference completed");
+        for c in configs {
+            let cells = table_row(&report, &section, c);
+            // configuration, ok, killed, wall, min–max, ratio, boot, ratio
+            assert_eq!(cells.len(), 8, "{cells:?}");
+            match wall(c) {
+                Some(v) => {
+                    let shown: f64 = cells[5].parse().unwrap();
+                    assert!((shown - v / ref_wall).abs() < 0.011, "{c}: {cells:?}");
+                    assert_eq!(cells[1], "1/1");
+                }
+                None => {
+                    assert_eq!(cells[5], "-");
+                    assert_eq!(cells[1], "0/1");
+                }
+            }
+        }
+        assert_eq!(table_row(&report, &section, "qemu")[5], "1.00");
+    }
+    for want in [
+        "## Runs that did not complete",
+        "## Environment",
+        "kernel: ",
+    ] {
+        assert!(report.contains(want), "{want}");
+    }
+    rows
+}
+
+#[test]
+fn tiny_experiments_end_to_end() {
+    let rows = tiny(
+        "seqread",
+        &[
+            "qemu",
+            "qemu-hostswap",
+            "qemu-balloon",
+            "memvisor-hostswap",
+            "memvisor-pager",
+            "memvisor-balloon",
+        ],
+        &["pass1", "pass2"],
+        &["seqread"],
+        "256M",
+    );
+    assert!(rows.iter().any(|r| r["config"] == "qemu-hostswap"));
+    // A 4 MiB host swap file cannot hold what a 32 MiB limit pushes out of a guest caching a
+    // 48 MB file: the memory cgroup's OOM killer ends the run, and the harness says so.
+    let rows = tiny(
+        "seqread",
+        &["qemu", "memvisor-hostswap"],
+        &["pass1", "pass2"],
+        &["seqread"],
+        "4M",
+    );
+    let killed = rows
+        .iter()
+        .find(|r| r["config"] == "memvisor-hostswap")
+        .unwrap();
+    assert_eq!(killed["status"], "killed", "{}", killed["reason"]);
+    assert!(killed["reason"].contains("OOM"), "{}", killed["reason"]);
+    tiny(
+        "alloc",
+        &["qemu", "memvisor-baseline", "memvisor-pager"],
+        &["round1", "round2"],
+        &["alloc"],
+        "256M",
+    );
+    tiny(
+        "overhead",
+        &["qemu", "memvisor"],
+        &["build", "load", "run"],
+        &["compile", "kv"],
+        "256M",
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let out = out.to_str().unwrap();
+    for (args, want) in [
+        (vec!["nope", "--out", out], "unknown experiment 'nope'"),
+        (
+            vec!["seqread", "--configs", "qemu,bogus", "--out", out],
+            "unknown configuration 'bogus'",
+        ),
+        (vec!["seqread", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["alloc", "--out", "/proc/no/such/dir"],
+            "cannot write there",
+        ),
+        (
+            vec!["alloc", "--configs", "memvisor", "--out", out],
+            "reference configuration 'qemu'",
+        ),
+    ] {
+        let o = bench(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
