@@ -961,6 +961,20 @@ impl GuestRam for Pager {
                             tracing::warn!("pager: device install of pages {p}+{run} failed: {e}")
                         }
                     }
+                } else if matches!(
+                    inner.table.state(p),
+                    PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
+                ) && inner.table.write_fault(p)
+                {
+                    // A protected page the device overwrites whole: end the protection here
+                    // instead of through a write fault that this thread would wait on.
+                    inner.prefetched[p as usize] = false;
+                    if let Err(e) = s
+                        .uffd
+                        .remove_write_protection(s.host(p) as *mut _, PAGE, true)
+                    {
+                        tracing::debug!("pager: unprotecting page {p} for a device failed: {e}");
+                    }
                 }
             }
             s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
