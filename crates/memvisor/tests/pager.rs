@@ -308,50 +308,60 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     assert_eq!(s["pager"]["ballooned_pages"], 0);
 }
 
+/// Runs `memvisor run ARGS` with the pager's counters logged; checks the guest succeeded and
+/// its final RESULT line for `workload` says ok with no mismatches. Returns a reader of the
+/// pager's counters.
+fn run_checked(args: &[&str], workload: &str) -> impl Fn(&str) -> u64 {
+    let out = Command::new(MEMVISOR)
+        .arg("run")
+        .args(args)
+        .env("MEMVISOR_LOG", "info")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let prefix = format!("RESULT workload={workload} phase=done");
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .expect("a final RESULT line");
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    move |name: &str| -> u64 {
+        let at = stderr
+            .find(&format!("(\"{name}\", "))
+            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
+        let rest = &stderr[at + name.len() + 5..];
+        rest[..rest.find(')').unwrap()].parse().unwrap()
+    }
+}
+
 /// The Swap Mapper: a guest whose page cache mirrors its disk, under a limit, verifies every
 /// byte while its file pages leave without swap writes and refault from the image.
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path());
-    let out = Command::new(MEMVISOR)
-        .args([
-            "run",
+    let disk = format!("{},id=data", img.display());
+    let counter = run_checked(
+        &[
             "--mem",
             "256M",
             "--mem-limit",
             "48M",
             "--mapper",
             "--disk",
-        ])
-        .arg(format!("{},id=data", img.display()))
-        .args([
+            &disk,
             "--workload",
             "integrity",
             "--cmdline",
             "anon_mb=48 file_mb=40 rounds=3",
-        ])
-        .env("MEMVISOR_LOG", "info")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    let done = stdout
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-        .unwrap();
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
+        ],
+        "integrity",
     );
-    let counter = |name: &str| -> u64 {
-        let at = stderr
-            .find(&format!("(\"{name}\", "))
-            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
-        let rest = &stderr[at + name.len() + 5..];
-        rest[..rest.find(')').unwrap()].parse().unwrap()
-    };
     eprintln!(
         "mirrored dropped {}, image faults {}, written {}",
         counter("reclaimed_mirrored"),
@@ -370,9 +380,8 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
 /// every fresh page reads zero.
 #[test]
 fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
-    let out = Command::new(MEMVISOR)
-        .args([
-            "run",
+    let counter = run_checked(
+        &[
             "--mem",
             "256M",
             "--mem-limit",
@@ -380,29 +389,13 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
             "--preventer",
             "--prefetch",
             "0",
-        ])
-        .args(["--workload", "alloc", "--cmdline", "mb=120 rounds=2"])
-        .env("MEMVISOR_LOG", "info")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    let done = stdout
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=alloc phase=done"))
-        .unwrap();
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
+            "--workload",
+            "alloc",
+            "--cmdline",
+            "mb=120 rounds=2",
+        ],
+        "alloc",
     );
-    let counter = |name: &str| -> u64 {
-        let at = stderr
-            .find(&format!("(\"{name}\", "))
-            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
-        let rest = &stderr[at + name.len() + 5..];
-        rest[..rest.find(')').unwrap()].parse().unwrap()
-    };
     let (completed, attempts, read) = (
         counter("preventer_completed"),
         counter("preventer_attempts"),
