@@ -153,6 +153,17 @@ fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
     }
 }
 
+/// Where a faulting page's content is, for [`Shared::bring_run`].
+enum RunSource {
+    Swap(crate::state::Block),
+    Image(ImageBlock),
+}
+
+/// The inverse of [`limit_pages`].
+fn limit_to_bytes(pages: u32) -> Option<u64> {
+    (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE)
+}
+
 /// Consecutive runs in a sorted list of pages: (first, count).
 fn runs(pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
     let mut out: Vec<(PageIdx, u32)> = Vec::new();
@@ -313,14 +324,17 @@ impl Pager {
     /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
     /// it on a write fault, the faulting page is put in place before this returns: filled from
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
-    pub fn vcpu_interrupted(&self, cpu: &CpuState) {
+    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
+    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
         let s = &self.shared;
         // SAFETY: gettid(2) has no arguments and cannot fail.
         let tid = unsafe { libc::gettid() };
         let Some((p, _)) = s.lock().stopped.remove(&tid) else {
             return;
         };
-        let installed = self.prevent(cpu, p).unwrap_or(0);
+        let installed = registers()
+            .and_then(|cpu| self.prevent(&cpu, p))
+            .unwrap_or(0);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
             Counters::add(&s.counters.false_reads_avoided, installed);
@@ -394,15 +408,19 @@ impl Pager {
     /// growing lets pages back as they fault.
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
         let s = &self.shared;
-        let size = u64::from(s.lock().table.len()) * PAGE_SIZE;
-        let pages = limit_pages(limit, size)?;
-        s.lock().limit = pages;
-        let _ = s.poke.write(1);
+        let mut inner = s.lock();
+        inner.limit = limit_pages(limit, u64::from(inner.table.len()) * PAGE_SIZE)?;
+        drop(inner);
+        // Wake the pager thread to reclaim down to the new limit.
+        if let Err(e) = s.poke.write(1) {
+            tracing::warn!("pager: cannot wake the pager thread: {e}");
+        }
         Ok(())
     }
 
-    pub fn counters(&self) -> &Counters {
-        &self.shared.counters
+    /// The resident limit in bytes, if there is one.
+    pub fn limit_bytes(&self) -> Option<u64> {
+        limit_to_bytes(self.shared.lock().limit)
     }
 
     pub fn snapshot(&self) -> PagerSnapshot {
@@ -410,7 +428,7 @@ impl Pager {
         let inner = s.lock();
         let [zero, resident, swapped, ballooned, reported, on_disk, mirrored] =
             inner.table.census();
-        let limit_bytes = (inner.limit != u32::MAX).then(|| u64::from(inner.limit) * PAGE_SIZE);
+        let limit_bytes = limit_to_bytes(inner.limit);
         let in_use = inner.table.blocks.in_use();
         drop(inner);
         let c = &s.counters;
@@ -498,6 +516,45 @@ impl Shared {
                 Some((p, ImageBlock { disk, block }))
             })
             .collect()
+    }
+
+    /// Write-protects the resident pages among a disk request's `pages`, one ioctl per run of
+    /// neighbours; returns those now protected, with their image blocks.
+    fn protect_resident(
+        &self,
+        inner: &Inner,
+        disk: u8,
+        pages: &[DiskPage],
+    ) -> Vec<(PageIdx, ImageBlock)> {
+        let mut resident = self.disk_pages(disk, pages);
+        resident.retain(|&(p, _)| !inner.table.device_can_install(p));
+        resident.sort_unstable_by_key(|&(p, _)| p);
+        let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
+        let mut failed = Vec::new();
+        for (first, n) in runs(&order) {
+            for (f, c) in self.split_by_region(first, n) {
+                if let Err(e) = self
+                    .uffd
+                    .write_protect(self.host(f) as *mut _, c as usize * PAGE)
+                {
+                    tracing::warn!("pager: cannot protect pages {f}+{c}: {e}");
+                    failed.push((f, c));
+                }
+            }
+        }
+        resident.retain(|&(p, _)| !failed.iter().any(|&(f, c)| p >= f && p < f + c));
+        resident
+    }
+
+    /// Splits the run `first..first + n` where it crosses from one mapping into the next.
+    fn split_by_region(&self, first: PageIdx, n: u32) -> Vec<(PageIdx, u32)> {
+        (first..first + n).fold(Vec::new(), |mut acc: Vec<(PageIdx, u32)>, q| {
+            match acc.last_mut() {
+                Some((f, c)) if self.same_region(*f, q) => *c += 1,
+                _ => acc.push((q, 1)),
+            }
+            acc
+        })
     }
 
     /// Whether `p` and `q` are in the same mapping (so one syscall may cover both).
@@ -693,85 +750,76 @@ impl Shared {
                 Ok(())
             }
             FaultAction::ImageIn { from, keep } => {
-                let (lo, n) = inner.table.image_run(p);
-                let (lo, n) = if self.same_region(lo, lo + n - 1) {
-                    (lo, n)
-                } else {
-                    (p, 1)
-                };
-                let first = from.block - (p - lo);
-                let len = n as usize * PAGE;
-                let Inner {
-                    images, io, table, ..
-                } = inner;
+                let run = inner.table.image_run(p);
+                self.bring_run(inner, p, run, keep, RunSource::Image(from))
+            }
+            FaultAction::SwapIn { block, keep_block } => {
+                let run = inner.table.swap_run(p);
+                self.bring_run(inner, p, run, keep_block, RunSource::Swap(block))
+            }
+        }
+    }
+
+    /// Brings in `run` (first page, count) around faulting page `p` with one read from where
+    /// `p`'s content is and one `UFFDIO_COPY`. The run comes in as the faulting page does: after
+    /// a read, clean and write-protected with its blocks kept; after a write, writable (a written
+    /// page's neighbours are usually written next, and each protected one would cost a write
+    /// fault).
+    fn bring_run(
+        &self,
+        inner: &mut Inner,
+        p: PageIdx,
+        (lo, n): (PageIdx, u32),
+        keep: bool,
+        source: RunSource,
+    ) -> std::io::Result<()> {
+        let (lo, n) = if self.same_region(lo, lo + n - 1) {
+            (lo, n)
+        } else {
+            (p, 1)
+        };
+        let len = n as usize * PAGE;
+        let Inner {
+            swap,
+            images,
+            io,
+            table,
+            prefetched,
+            ..
+        } = inner;
+        let buf = io.get(len);
+        let c = &self.counters;
+        match source {
+            RunSource::Swap(block) => {
+                swap.read(block - (p - lo), buf)?;
+                Counters::add(&c.swap_bytes_read, len as u64);
+                Counters::add(&c.faults_swap, 1);
+            }
+            RunSource::Image(ib) => {
                 let image = images
-                    .get(usize::from(from.disk))
+                    .get(usize::from(ib.disk))
                     .and_then(Option::as_ref)
                     .ok_or_else(|| {
                         std::io::Error::other("a mirrored page's disk is not attached")
                     })?;
-                let buf = io.get(len);
+                let first = ib.block - (p - lo);
                 std::os::unix::fs::FileExt::read_exact_at(
                     image,
                     buf,
                     u64::from(first) * PAGE_SIZE,
                 )?;
-                Counters::add(&self.counters.image_bytes_read, len as u64);
-                // As for swap runs: the run comes in as the faulting page does.
-                uffd_copy(&self.uffd, buf.as_ptr(), self.host(lo), len, keep)?;
-                for q in lo..lo + n {
-                    let PageState::OnDisk(ib) = table.state(q) else {
-                        unreachable!("an image run holds pages on disk")
-                    };
-                    table.installed(q, FaultAction::ImageIn { from: ib, keep });
-                }
-                Counters::add(&self.counters.faults_image, 1);
-                Counters::add(&self.counters.prefetched, u64::from(n - 1));
-                Ok(())
-            }
-            FaultAction::SwapIn { block, keep_block } => {
-                let (lo, n) = inner.table.swap_run(p);
-                let (lo, n) = if self.same_region(lo, lo + n - 1) {
-                    (lo, n)
-                } else {
-                    (p, 1)
-                };
-                let first_block = block - (p - lo);
-                let len = n as usize * PAGE;
-                let Inner {
-                    swap,
-                    io,
-                    table,
-                    prefetched,
-                    ..
-                } = inner;
-                let buf = io.get(len);
-                swap.read(first_block, buf)?;
-                Counters::add(&self.counters.swap_bytes_read, len as u64);
-                // The run comes in as the faulting page does: after a read, clean and
-                // write-protected with its blocks kept; after a write, writable (a written
-                // page's neighbours are usually written next, and each protected one would cost
-                // a write fault).
-                uffd_copy(&self.uffd, buf.as_ptr(), self.host(lo), len, keep_block)?;
-                for q in lo..lo + n {
-                    let PageState::Swapped(b) = table.state(q) else {
-                        unreachable!("a swap run holds swapped pages")
-                    };
-                    table.installed(
-                        q,
-                        FaultAction::SwapIn {
-                            block: b,
-                            keep_block,
-                        },
-                    );
-                    // Prefetch hits are seen only as writes to protected pages.
-                    prefetched[q as usize] = q != p && keep_block;
-                }
-                Counters::add(&self.counters.faults_swap, 1);
-                Counters::add(&self.counters.prefetched, u64::from(n - 1));
-                Ok(())
+                Counters::add(&c.image_bytes_read, len as u64);
+                Counters::add(&c.faults_image, 1);
             }
         }
+        uffd_copy(&self.uffd, buf.as_ptr(), self.host(lo), len, keep)?;
+        table.install_run(lo, n, keep);
+        for q in lo..lo + n {
+            // Prefetch hits are seen only as writes to protected pages.
+            prefetched[q as usize] = q != p && keep;
+        }
+        Counters::add(&c.prefetched, u64::from(n - 1));
+        Ok(())
     }
 
     fn write_fault(&self, inner: &mut Inner, p: PageIdx) -> std::io::Result<()> {
@@ -814,16 +862,7 @@ impl Shared {
         }
         let victim_runs: Vec<(PageIdx, u32)> = runs(&victims)
             .into_iter()
-            .flat_map(|(first, n)| {
-                // Split runs at region boundaries so each syscall covers one mapping.
-                (first..first + n).fold(Vec::<(PageIdx, u32)>::new(), |mut acc, q| {
-                    match acc.last_mut() {
-                        Some((f, c)) if self.same_region(*f, q) => *c += 1,
-                        _ => acc.push((q, 1)),
-                    }
-                    acc
-                })
-            })
+            .flat_map(|(first, n)| self.split_by_region(first, n))
             .collect();
         for &(first, n) in &victim_runs {
             self.uffd
@@ -989,15 +1028,8 @@ impl GuestRam for Pager {
         if !inner.table.mech.mapper {
             return;
         }
-        for (p, ib) in s.disk_pages(disk, pages) {
-            if inner.table.device_can_install(p) {
-                continue;
-            }
-            // Protected first, so the first guest write ends the mirroring.
-            if let Err(e) = s.uffd.write_protect(s.host(p) as *mut _, PAGE) {
-                tracing::warn!("pager: cannot protect page {p}: {e}");
-                continue;
-            }
+        // Protected first, so the first guest write ends the mirroring.
+        for (p, ib) in s.protect_resident(&inner, disk, pages) {
             inner.table.read_from_disk(p, ib);
         }
     }
@@ -1044,12 +1076,7 @@ impl GuestRam for Pager {
         if !inner.table.mech.mapper {
             return;
         }
-        for (p, ib) in s.disk_pages(disk, pages) {
-            if inner.table.device_can_install(p)
-                || s.uffd.write_protect(s.host(p) as *mut _, PAGE).is_err()
-            {
-                continue;
-            }
+        for (p, ib) in s.protect_resident(&inner, disk, pages) {
             inner.table.disk_write_source(p, ib);
         }
     }

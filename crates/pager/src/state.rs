@@ -278,19 +278,38 @@ impl PageTable {
         self.victims.touch(p);
     }
 
+    /// Records that the run `lo..lo + n` of swapped or on-disk pages came in, kept clean and
+    /// protected if `keep`.
+    pub fn install_run(&mut self, lo: PageIdx, n: u32, keep: bool) {
+        for q in lo..lo + n {
+            let action = match self.state(q) {
+                PageState::Swapped(block) => FaultAction::SwapIn {
+                    block,
+                    keep_block: keep,
+                },
+                PageState::OnDisk(from) => FaultAction::ImageIn { from, keep },
+                s => unreachable!("a run holds pages swapped or on disk, not {s:?}"),
+            };
+            self.installed(q, action);
+        }
+    }
+
     /// Pages next to `p` that can come in with its swap-in: a run of swapped pages whose blocks
     /// continue `p`'s block run, so one read fetches them all. Returns `(first page, count)`.
     pub fn swap_run(&self, p: PageIdx) -> (PageIdx, u32) {
         let PageState::Swapped(b) = self.state(p) else {
             return (p, 1);
         };
-        let w = self.mech.prefetch;
-        let fits = |q: PageIdx| -> bool {
-            let Some(expect) = i64::from(b).checked_add(i64::from(q) - i64::from(p)) else {
-                return false;
-            };
+        self.run_around(p, |q| {
+            let expect = i64::from(b) + i64::from(q) - i64::from(p);
             matches!(self.state(q), PageState::Swapped(c) if i64::from(c) == expect)
-        };
+        })
+    }
+
+    /// The run of pages around `p` for which `fits` holds, at most `prefetch` long (at most half
+    /// of it before `p`), with `p` itself always in it. Returns `(first page, count)`.
+    fn run_around(&self, p: PageIdx, fits: impl Fn(PageIdx) -> bool) -> (PageIdx, u32) {
+        let w = self.mech.prefetch;
         let mut lo = p;
         while lo > 0 && p - (lo - 1) <= w / 2 && fits(lo - 1) {
             lo -= 1;
@@ -430,20 +449,10 @@ impl PageTable {
         let PageState::OnDisk(ib) = self.state(p) else {
             return (p, 1);
         };
-        let w = self.mech.prefetch;
-        let fits = |q: PageIdx| -> bool {
+        self.run_around(p, |q| {
             let expect = i64::from(ib.block) + i64::from(q) - i64::from(p);
             matches!(self.state(q), PageState::OnDisk(c) if c.disk == ib.disk && i64::from(c.block) == expect)
-        };
-        let mut lo = p;
-        while lo > 0 && p - (lo - 1) <= w / 2 && fits(lo - 1) {
-            lo -= 1;
-        }
-        let mut hi = p + 1;
-        while hi < self.len() && hi - lo < w.max(1) && fits(hi) {
-            hi += 1;
-        }
-        (lo, hi - lo)
+        })
     }
 
     /// A device read `ib` into the whole of resident page `p`, which the caller has
@@ -505,21 +514,18 @@ impl PageTable {
     /// reported, on disk (dropped mirrors), mirrored.
     pub fn census(&self) -> [u32; 7] {
         let mut c = [0u32; 7];
-        c[6] = u32::try_from(
-            self.pages
-                .iter()
-                .filter(|s| matches!(s, PageState::Mirrored(_)))
-                .count(),
-        )
-        .unwrap_or(0);
         for s in &self.pages {
             let i = match s {
                 PageState::Zero => 0,
-                PageState::Resident { .. } | PageState::Mirrored(_) => 1,
-                PageState::OnDisk(_) => 5,
+                PageState::Resident { .. } => 1,
+                PageState::Mirrored(_) => {
+                    c[6] += 1;
+                    1
+                }
                 PageState::Swapped(_) => 2,
                 PageState::Ballooned => 3,
                 PageState::Reported => 4,
+                PageState::OnDisk(_) => 5,
             };
             c[i] += 1;
         }
@@ -571,35 +577,26 @@ mod tests {
                     self.ram.insert(p, (0, false));
                     self.t.installed(p, action);
                 }
-                FaultAction::ImageIn { keep, .. } => {
-                    let (lo, n) = self.t.image_run(p);
+                FaultAction::ImageIn { keep, .. }
+                | FaultAction::SwapIn {
+                    keep_block: keep, ..
+                } => {
+                    let (lo, n) = if matches!(action, FaultAction::ImageIn { .. }) {
+                        self.t.image_run(p)
+                    } else {
+                        self.t.swap_run(p)
+                    };
                     self.reads += 1;
+                    // The run comes in as the faulting page does (as the pager does it).
                     for q in lo..lo + n {
-                        let PageState::OnDisk(ib) = self.t.state(q) else {
-                            panic!("run holds pages on disk")
+                        let v = match self.t.state(q) {
+                            PageState::OnDisk(ib) => self.disk.get(&ib.block).copied().unwrap_or(0),
+                            PageState::Swapped(b) => self.swap[&b],
+                            s => panic!("a run holds pages swapped or on disk, not {s:?}"),
                         };
-                        let v = self.disk.get(&ib.block).copied().unwrap_or(0);
                         self.ram.insert(q, (v, keep));
-                        self.t.installed(q, FaultAction::ImageIn { from: ib, keep });
                     }
-                }
-                FaultAction::SwapIn { keep_block, .. } => {
-                    let (lo, n) = self.t.swap_run(p);
-                    self.reads += 1;
-                    for q in lo..lo + n {
-                        let PageState::Swapped(b) = self.t.state(q) else {
-                            panic!("run holds swapped pages")
-                        };
-                        // The run comes in as the faulting page does (as the pager does it).
-                        self.ram.insert(q, (self.swap[&b], keep_block));
-                        self.t.installed(
-                            q,
-                            FaultAction::SwapIn {
-                                block: b,
-                                keep_block,
-                            },
-                        );
-                    }
+                    self.t.install_run(lo, n, keep);
                 }
             }
         }

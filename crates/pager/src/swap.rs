@@ -35,7 +35,6 @@ pub enum SwapError {
 
 pub struct SwapStore {
     file: File,
-    path: PathBuf,
 }
 
 impl SwapStore {
@@ -89,14 +88,7 @@ impl SwapStore {
                 source,
             })?;
         }
-        Ok(SwapStore {
-            file,
-            path: path.into(),
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(SwapStore { file })
     }
 
     /// Writes `data` (whole blocks, from an aligned buffer) starting at block `first`.

@@ -129,7 +129,7 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
 }
 
 fn vm_info(c: &Control) -> Value {
-    let limit = c.pager.as_ref().and_then(|p| p.snapshot().limit_bytes);
+    let limit = c.pager.as_ref().and_then(Pager::limit_bytes);
     let balloon_target = c
         .balloon
         .as_ref()

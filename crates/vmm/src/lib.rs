@@ -434,8 +434,7 @@ fn build_devices(
         match device {
             Some(disk) => {
                 let index = u8::try_from(disks.len()).expect("at most 8 disks");
-                let block =
-                    Block::with_index(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?;
+                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?;
                 if let Some(p) = pager {
                     p.attach_disk(index, block.image_reader().map_err(VmmError::Memory)?);
                 }

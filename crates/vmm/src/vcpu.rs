@@ -236,9 +236,7 @@ pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
             }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                 if let Some(p) = &ctx.pager {
-                    if let Some(cpu) = cpu_state(&fd) {
-                        p.vcpu_interrupted(&cpu);
-                    }
+                    p.vcpu_interrupted(|| cpu_state(&fd));
                 }
             }
             Err(e) => break Stop::Crash(format!("KVM_RUN failed: {e}")),

@@ -21,11 +21,8 @@
 
 use memvisor_guest_mm::{Mm, PAGE_SIZE};
 
-use super::F_VERSION_1;
-use super::mmio::{
-    MmioTransport, STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED,
-    STATUS_FEATURES_OK,
-};
+use super::STATUS_NEGOTIATED;
+use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
 use super::queue::{Segment, SplitQueue};
 use crate::cpu::{pause, rdtsc};
 use crate::mm::GuestBackend;
@@ -89,46 +86,24 @@ pub struct Balloon {
     pub stats: BalloonStats,
 }
 
+/// Entries per balloon queue at most.
+const QUEUE_CAP: u32 = 64;
+
 fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static str> {
-    let max = match transport.select_queue(idx) {
-        None => return Err("balloon queue is already live after reset"),
-        Some(0) => return Err("balloon queue missing"),
-        Some(max) => max,
-    };
-    let wanted = max.min(64);
-    let size = 1u32 << (31 - wanted.leading_zeros());
-    let mut q = SplitQueue::new(size as u16).ok_or("out of memory for a virtqueue")?;
-    q.disable_interrupts();
-    let (d, a, u) = q.addresses();
-    transport.enable_queue(size, d, a, u);
-    Ok(q)
+    super::setup_queue(transport, idx, QUEUE_CAP)
 }
 
 impl Balloon {
     /// `report_order`: the order of the free runs to report, or `None` to not report free pages.
     pub fn init(transport: MmioTransport, report_order: Option<u32>) -> Result<Self, &'static str> {
-        transport.reset();
-        transport.set_status(STATUS_ACKNOWLEDGE);
-        transport.set_status(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
-        let offered = transport.device_features();
-        if offered & F_VERSION_1 == 0 {
-            transport.set_status(STATUS_FAILED);
-            return Err("device does not offer VIRTIO_F_VERSION_1");
-        }
         let reporting = if report_order.is_some() {
             F_REPORTING
         } else {
             0
         };
-        let features = offered & (F_VERSION_1 | F_STATS_VQ | F_DEFLATE_ON_OOM | reporting);
+        let features = super::negotiate(&transport, F_STATS_VQ | F_DEFLATE_ON_OOM | reporting)?;
         let report_order = report_order.unwrap_or(0);
-        transport.set_driver_features(features);
-        let status = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK;
-        transport.set_status(status);
-        if transport.status() & STATUS_FEATURES_OK == 0 {
-            transport.set_status(STATUS_FAILED);
-            return Err("device rejected our features");
-        }
+        let status = STATUS_NEGOTIATED;
         let inflate = new_queue(&transport, Q_INFLATE)?;
         let deflate = new_queue(&transport, Q_DEFLATE)?;
         let mut next = 2;

@@ -3,12 +3,9 @@
 
 use core::sync::atomic::{Ordering, fence};
 
-use super::F_VERSION_1;
-use super::mmio::{
-    MmioTransport, STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED,
-    STATUS_FEATURES_OK,
-};
+use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
 use super::queue::{Segment, SplitQueue};
+use super::{F_VERSION_1, STATUS_NEGOTIATED};
 use crate::cmdline::DISK_ID_MAX;
 use crate::cpu::{pause, rdtsc};
 
@@ -109,36 +106,10 @@ pub struct BlkDevice {
 impl BlkDevice {
     /// Brings a block device up to DRIVER_OK and fetches its ID.
     pub fn init(slot: usize, transport: MmioTransport) -> Result<Self, &'static str> {
-        transport.reset();
-        transport.set_status(STATUS_ACKNOWLEDGE);
-        transport.set_status(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
-
-        let offered = transport.device_features();
-        if offered & F_VERSION_1 == 0 {
-            transport.set_status(STATUS_FAILED);
-            return Err("device does not offer VIRTIO_F_VERSION_1");
-        }
-        let features = offered & ACCEPTED_FEATURES;
-        transport.set_driver_features(features);
-        let status = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK;
-        transport.set_status(status);
-        if transport.status() & STATUS_FEATURES_OK == 0 {
-            transport.set_status(STATUS_FAILED);
-            return Err("device rejected our features (FEATURES_OK did not stick)");
-        }
-
-        let max = match transport.select_queue(0) {
-            None => return Err("queue 0 is already live after reset"),
-            Some(0) => return Err("queue 0 is not available"),
-            Some(max) => max,
-        };
-        // Largest power of two <= min(QueueNumMax, 128).
-        let wanted = max.min(MAX_QUEUE_SIZE);
-        let size = 1u32 << (31 - wanted.leading_zeros());
-        let mut queue = SplitQueue::new(size as u16).ok_or("out of memory for the virtqueue")?;
-        queue.disable_interrupts();
-        let (desc, driver, device) = queue.addresses();
-        transport.enable_queue(size, desc, driver, device);
+        let features = super::negotiate(&transport, ACCEPTED_FEATURES)?;
+        let status = STATUS_NEGOTIATED;
+        let queue = super::setup_queue(&transport, 0, MAX_QUEUE_SIZE)?;
+        let size = u32::from(queue.size());
 
         let capacity = transport.config_read64(CONFIG_CAPACITY);
         let block_size = if features & F_BLK_SIZE != 0 {

@@ -65,6 +65,11 @@ impl SplitQueue {
         })
     }
 
+    /// Number of entries.
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
     /// Guest-physical addresses of (descriptor table, available ring, used ring).
     pub fn addresses(&self) -> (u64, u64, u64) {
         (self.desc as u64, self.avail as u64, self.used as u64)

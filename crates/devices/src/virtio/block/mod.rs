@@ -174,18 +174,9 @@ pub struct Block {
 }
 
 impl Block {
-    /// Opens the image at `path`. `id` is what GET_ID answers (the disk's serial).
+    /// Opens the image at `path` as the VM's disk number `index`. `id` is what GET_ID answers
+    /// (the disk's serial).
     pub fn new(
-        path: &Path,
-        read_only: bool,
-        id: &str,
-        ram: Arc<dyn GuestRam>,
-    ) -> Result<Self, BlockError> {
-        Self::with_index(path, read_only, id, ram, 0)
-    }
-
-    /// Like [`Block::new`], for the VM's disk number `index`.
-    pub fn with_index(
         path: &Path,
         read_only: bool,
         id: &str,
@@ -504,7 +495,7 @@ mod tests {
     fn reads_writes_and_ids_reach_the_file() {
         let img = image(4);
         let mem = mem();
-        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem)).unwrap();
+        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem), 0).unwrap();
         assert_eq!(dev.capacity(), 4 * BLOCK_SIZE);
 
         header(&mem, request::VIRTIO_BLK_T_IN, 8);
@@ -576,7 +567,7 @@ mod tests {
     fn scattered_buffers_map_to_one_contiguous_disk_range() {
         let img = image(4);
         let mem = mem();
-        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem)).unwrap();
+        let mut dev = Block::new(img.path(), false, "data", ram_for(&mem), 0).unwrap();
         // Write 12 KiB gathered from three odd-sized, out-of-order buffers.
         let parts: [(u64, u32, u8); 3] =
             [(0x50000, 512, 1), (0x40000, 3584, 2), (0x60000, 8192, 3)];
@@ -613,7 +604,7 @@ mod tests {
     fn read_only_disk_refuses_writes() {
         let img = image(2);
         let mem = mem();
-        let mut dev = Block::new(img.path(), true, "ro", ram_for(&mem)).unwrap();
+        let mut dev = Block::new(img.path(), true, "ro", ram_for(&mem), 0).unwrap();
         assert_ne!(dev.features() & VIRTIO_BLK_F_RO, 0);
         header(&mem, request::VIRTIO_BLK_T_OUT, 0);
         let st = submit(
@@ -637,7 +628,7 @@ mod tests {
         let img = image(2);
         let before = std::fs::read(img.path()).unwrap();
         let mem = mem();
-        let mut dev = Block::new(img.path(), false, "x", ram_for(&mem)).unwrap();
+        let mut dev = Block::new(img.path(), false, "x", ram_for(&mem), 0).unwrap();
         header(&mem, request::VIRTIO_BLK_T_OUT, 15); // one sector before the end, 4 KiB long
         let st = submit(
             &mut dev,
@@ -679,7 +670,7 @@ mod tests {
     #[test]
     fn config_space_reports_capacity_and_block_size() {
         let img = image(3);
-        let dev = Block::new(img.path(), false, "x", ram_for(&mem())).unwrap();
+        let dev = Block::new(img.path(), false, "x", ram_for(&mem()), 0).unwrap();
         let mut cap = [0u8; 8];
         dev.read_config(0, &mut cap);
         assert_eq!(u64::from_le_bytes(cap), 3 * 4096 / 512);
@@ -694,7 +685,7 @@ mod tests {
     fn bad_images_are_clear_errors() {
         let empty = tempfile::NamedTempFile::new().unwrap();
         assert!(matches!(
-            Block::new(empty.path(), false, "x", ram_for(&mem())),
+            Block::new(empty.path(), false, "x", ram_for(&mem()), 0),
             Err(BlockError::TooSmall { .. })
         ));
         assert!(matches!(
@@ -702,7 +693,8 @@ mod tests {
                 Path::new("/nonexistent/disk.img"),
                 false,
                 "x",
-                ram_for(&mem())
+                ram_for(&mem()),
+                0
             ),
             Err(BlockError::Open { .. })
         ));
@@ -712,7 +704,8 @@ mod tests {
                 img.path(),
                 false,
                 "a-very-long-disk-identifier",
-                ram_for(&mem())
+                ram_for(&mem()),
+                0
             ),
             Err(BlockError::IdTooLong(_))
         ));
