@@ -147,27 +147,9 @@ fn vm_info(c: &Control) -> Value {
 }
 
 fn stats(c: &Control) -> Value {
-    let pager = c.pager.as_ref().map(|p| {
-        let s = p.snapshot();
-        let mut m = Map::new();
-        m.insert("limit_bytes".into(), json!(s.limit_bytes));
-        m.insert("resident_pages".into(), json!(s.resident_pages));
-        m.insert("zero_pages".into(), json!(s.zero_pages));
-        m.insert("swapped_pages".into(), json!(s.swapped_pages));
-        m.insert("ballooned_pages".into(), json!(s.ballooned_pages));
-        m.insert("reported_pages".into(), json!(s.reported_pages));
-        m.insert("on_disk_pages".into(), json!(s.on_disk_pages));
-        m.insert("mirrored_pages".into(), json!(s.mirrored_pages));
-        m.insert("swap_blocks_in_use".into(), json!(s.swap_blocks_in_use));
-        for (k, v) in s.counters {
-            m.insert(k.into(), json!(v));
-        }
-        let lat =
-            |(n, p50, p99): (usize, u32, u32)| json!({"samples": n, "p50_us": p50, "p99_us": p99});
-        m.insert("fault_latency".into(), lat(s.fault_latency_us));
-        m.insert("reclaim_latency".into(), lat(s.reclaim_latency_us));
-        Value::Object(m)
-    });
+    // The balloon is read before the pager: the driver writes `actual_pages` only after the
+    // device released those pages, so every page counted there is already in the pager's census
+    // below (read the other way round, a request landing in between made them disagree).
     let balloon = c.balloon.as_ref().map(|b| {
         b.request_stats();
         let st = &b.state;
@@ -197,6 +179,27 @@ fn stats(c: &Control) -> Value {
             "stats_updates": m.stats_updates.load(Ordering::Relaxed),
             "guest": guest,
         })
+    });
+    let pager = c.pager.as_ref().map(|p| {
+        let s = p.snapshot();
+        let mut m = Map::new();
+        m.insert("limit_bytes".into(), json!(s.limit_bytes));
+        m.insert("resident_pages".into(), json!(s.resident_pages));
+        m.insert("zero_pages".into(), json!(s.zero_pages));
+        m.insert("swapped_pages".into(), json!(s.swapped_pages));
+        m.insert("ballooned_pages".into(), json!(s.ballooned_pages));
+        m.insert("reported_pages".into(), json!(s.reported_pages));
+        m.insert("on_disk_pages".into(), json!(s.on_disk_pages));
+        m.insert("mirrored_pages".into(), json!(s.mirrored_pages));
+        m.insert("swap_blocks_in_use".into(), json!(s.swap_blocks_in_use));
+        for (k, v) in s.counters {
+            m.insert(k.into(), json!(v));
+        }
+        let lat =
+            |(n, p50, p99): (usize, u32, u32)| json!({"samples": n, "p50_us": p50, "p99_us": p99});
+        m.insert("fault_latency".into(), lat(s.fault_latency_us));
+        m.insert("reclaim_latency".into(), lat(s.reclaim_latency_us));
+        Value::Object(m)
     });
     let disks: Map<String, Value> = c
         .disks
