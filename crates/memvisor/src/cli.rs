@@ -115,8 +115,8 @@ pub struct RunArgs {
     /// looked at first, and a `rep stos`/`rep movs` over the whole page installs it without a read.
     #[arg(long)]
     pub preventer: bool,
-    /// Pages brought in around a swap fault by the full pager.
-    #[arg(long, default_value_t = 16)]
+    /// Pages brought in around a swap fault by the full pager (0 to 1024).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub prefetch: u32,
     /// The pager's swap file (default: an unnamed file in $TMPDIR, unlinked as soon as it is created).
     #[arg(long)]

@@ -216,6 +216,7 @@ fn bad_input_gets_one_line_and_status_2() {
         (&["run", "--mem", "12X"], "12X"),
         (&["run", "--mem", "8M"], "MiB"),
         (&["run", "--vcpus", "0"], "'0'"),
+        (&["run", "--prefetch", "5000000000"], "5000000000"),
         (
             &["run", "--disk", "/nonexistent/data.img"],
             "/nonexistent/data.img",
