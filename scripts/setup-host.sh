@@ -7,6 +7,9 @@ need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v cc >/dev/null || need+=(build-essential)
+# The pager test that makes its swap disk fail mid-run uses a loop device with ext4.
+command -v losetup >/dev/null || need+=(mount)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -34,6 +34,8 @@ pub enum CtlRequest {
         #[arg(value_parser = parse_size)]
         target: u64,
     },
+    /// Resume a VM the pager paused because swap or image I/O failed (PUT /vm/resume).
+    Resume,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +52,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
     let (method, path, body) = match args.request {
         CtlRequest::Vm => ("GET", "/vm", None),
         CtlRequest::Stats => ("GET", "/stats", None),
+        CtlRequest::Resume => ("PUT", "/vm/resume", None),
         CtlRequest::Limit { limit } => (
             "PUT",
             "/memory",

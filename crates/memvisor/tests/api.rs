@@ -188,8 +188,10 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 4);
+    assert_eq!(paths.len(), 5);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    assert_eq!(vm["state"], "running");
+    assert!(vm["paused_because"].is_null());
     assert_eq!(vm["mem_bytes"], 64 << 20);
     assert_eq!(vm["limit_bytes"], 48 << 20);
     assert_eq!(vm["disks"][0]["id"], "data");
@@ -213,6 +215,10 @@ fn server_matches_the_published_schema() {
         Some(r#"{"target": 8388608}"#),
     );
     assert_eq!(vm["balloon_target_bytes"], 8 << 20);
+    // A running VM cannot be resumed.
+    let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
+    assert_eq!(status, 400);
+    assert!(v["error"].as_str().unwrap().contains("not paused"));
 
     // Bad requests: 400 with an error, and nothing changes.
     for (path, body) in [

@@ -409,3 +409,166 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
     );
     assert!(read < 8 << 20, "only {read} bytes of swap were read");
 }
+
+/// A small file system on a loop device whose size the test shrinks to 1 MiB (every later I/O
+/// past it fails with EIO) and restores while a VM swaps to it; the backing file, and so every
+/// block written before, stays as it was.
+struct FlakyDisk {
+    lo: String,
+    mnt: PathBuf,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+impl FlakyDisk {
+    fn new(dir: &Path, mib: u64) -> FlakyDisk {
+        let backing = dir.join("backing.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(mib * MIB)
+            .unwrap();
+        let lo = sh("losetup", &["-f", "--show", backing.to_str().unwrap()]);
+        let d = FlakyDisk {
+            lo,
+            mnt: dir.join("mnt"),
+        };
+        // No journal: a failed journal write would make the file system refuse writes for good.
+        sh("mkfs.ext4", &["-q", "-F", "-O", "^has_journal", &d.lo]);
+        std::fs::create_dir(&d.mnt).unwrap();
+        sh(
+            "mount",
+            &["-o", "errors=continue", &d.lo, d.mnt.to_str().unwrap()],
+        );
+        d
+    }
+
+    /// Every I/O past the first MiB fails (`false`) or works again (`true`).
+    fn set_working(&self, working: bool) {
+        const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+        const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+        // `struct loop_info64` is 232 bytes; `lo_sizelimit` is the u64 at offset 32.
+        let mut info = [0u8; 232];
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.lo)
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&dev);
+        // SAFETY: LOOP_GET_STATUS64 fills a loop_info64, which `info` is large enough to hold.
+        let rc = unsafe { libc::ioctl(fd, LOOP_GET_STATUS64, info.as_mut_ptr()) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        let limit: u64 = if working { 0 } else { MIB };
+        info[32..40].copy_from_slice(&limit.to_ne_bytes());
+        // SAFETY: LOOP_SET_STATUS64 reads the loop_info64 in `info`.
+        let rc = unsafe { libc::ioctl(fd, LOOP_SET_STATUS64, info.as_ptr()) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+}
+
+impl Drop for FlakyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        let _ = Command::new("losetup").args(["-d", &self.lo]).status();
+    }
+}
+
+/// A swap file whose disk starts failing mid-run: the VM is paused (never given a page the pager
+/// could not write or read), `GET /vm` says why, and once the disk works again `memvisor ctl
+/// resume` lets the guest finish with every byte of its memory intact.
+#[test]
+fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 320);
+    let img = mkdisk(dir.path());
+    let sock = dir.path().join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "256M", "--mem-limit", "48M", "--swap"])
+        .arg(disk.mnt.join("swap"))
+        .arg("--disk")
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .args([
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=96 file_mb=4 rounds=3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut vm = Vm(child);
+    let mut pipe = vm.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
+        s
+    });
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for(&sock, "swapping", |s| {
+        s["pager"]["swap_bytes_written"].as_u64() > Some(16 * MIB)
+    });
+    disk.set_working(false);
+    let t = Instant::now();
+    let vm_state = loop {
+        let v = api(&sock, "GET", "/vm", None);
+        if v["state"] == "paused" {
+            break v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the VM kept running on a failing swap disk: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("paused: {}", vm_state["paused_because"]);
+    // The failed write is reported as the kernel gave it (EIO, or ENOMEM when ext4 cannot
+    // convert the preallocated extent it wrote into).
+    assert!(vm_state["paused_because"]
+        .as_str()
+        .unwrap()
+        .contains("swap"));
+    // Parked: no vCPU exits while paused (the guest prints and does disk I/O all the time).
+    let before = api(&sock, "GET", "/stats", None);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        vm.0.try_wait().unwrap().is_none(),
+        "the VM ended instead of pausing"
+    );
+    let s = api(&sock, "GET", "/stats", None);
+    assert_eq!(before["exits"], s["exits"], "the guest ran while paused");
+    assert!(s["pager"]["pauses"].as_u64() >= Some(1));
+
+    disk.set_working(true);
+    let out = Command::new(MEMVISOR)
+        .args(["ctl", "--api-sock"])
+        .arg(&sock)
+        .arg("resume")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"running\""));
+    let status = vm.0.wait().unwrap();
+    let console = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{console}");
+    let done = console
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+        .expect("a final RESULT line");
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+}

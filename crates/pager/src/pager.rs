@@ -103,6 +103,11 @@ struct Inner {
     io: AlignedBuf,
     /// Pages installed by prefetch and not yet written.
     prefetched: Vec<bool>,
+    /// Why the VM is paused: swap or image I/O failed, so a page could not be written out or
+    /// brought in. Until [`Pager::resume`], nothing is reclaimed and vCPUs stay parked.
+    paused: Option<String>,
+    /// vCPU threads parked while paused.
+    parked: std::collections::HashSet<i32>,
 }
 
 /// A snapshot of the pager for the API.
@@ -272,6 +277,8 @@ impl Pager {
                 (batch.max(config.mech.prefetch) + config.mech.cluster.max(1)) as usize * BLOCK,
             ),
             prefetched: vec![false; first as usize],
+            paused: None,
+            parked: std::collections::HashSet::new(),
         };
         let shared = Arc::new(Shared {
             mem,
@@ -343,7 +350,10 @@ impl Pager {
         Counters::add(&s.counters.preventer_fallbacks, 1);
         let mut inner = s.lock();
         if let Err(e) = s.missing_fault(&mut inner, p, true) {
-            tracing::error!("pager: swapping in page {p} after the Preventer failed: {e}");
+            s.pause(
+                &mut inner,
+                format!("guest page {p} could not be swapped in: {e}"),
+            );
         }
         s.reclaim_to_limit(&mut inner);
     }
@@ -418,6 +428,49 @@ impl Pager {
         Ok(())
     }
 
+    /// Why the VM is paused, if it is (see [`Pager::resume`]).
+    pub fn paused(&self) -> Option<String> {
+        self.shared.lock().paused.clone()
+    }
+
+    /// Ends a pause: reclaim and faults are tried again (and pause again if the I/O still fails).
+    /// Returns whether the VM was paused.
+    pub fn resume(&self) -> bool {
+        let s = &self.shared;
+        let was = s.lock().paused.take();
+        if let Some(why) = &was {
+            tracing::info!("pager: resuming the VM (paused because {why})");
+            if let Err(e) = s.poke.write(1) {
+                tracing::warn!("pager: cannot wake the pager thread: {e}");
+            }
+        }
+        was.is_some()
+    }
+
+    /// Called by a vCPU thread out of `KVM_RUN`: while the VM is paused, parks the thread until
+    /// it is resumed or `ended` says the VM is over.
+    pub fn park_while_paused(&self, ended: &std::sync::atomic::AtomicBool) {
+        let s = &self.shared;
+        // SAFETY: gettid(2) has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        let mut parked = false;
+        while !ended.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut inner = s.lock();
+            if inner.paused.is_none() {
+                break;
+            }
+            if !parked {
+                inner.parked.insert(tid);
+                parked = true;
+            }
+            drop(inner);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if parked {
+            s.lock().parked.remove(&tid);
+        }
+    }
+
     /// The resident limit in bytes, if there is one.
     pub fn limit_bytes(&self) -> Option<u64> {
         limit_to_bytes(self.shared.lock().limit)
@@ -469,6 +522,7 @@ impl Pager {
                 ("reclaim_batches", get(&c.reclaim_batches)),
                 ("ballooned", get(&c.ballooned)),
                 ("reported", get(&c.reported)),
+                ("pauses", get(&c.pauses)),
             ],
             fault_latency_us: s.fault_latency.summary(),
             reclaim_latency_us: s.reclaim_latency.summary(),
@@ -589,10 +643,18 @@ impl Shared {
                 },
             ];
             // While a vCPU is stopped for the Preventer, wake up to take over if it does not answer.
-            let timeout = if self.lock().stopped.is_empty() {
-                -1
-            } else {
-                1
+            // While paused, kick the vCPUs that have not parked yet (a kick can land while a
+            // vCPU is outside `KVM_RUN`).
+            let timeout = {
+                let inner = self.lock();
+                if !inner.stopped.is_empty() {
+                    1
+                } else if inner.paused.is_some() && inner.parked.len() < inner.vcpus.len() {
+                    self.kick_unparked(&inner);
+                    10
+                } else {
+                    -1
+                }
             };
             // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
             let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
@@ -642,7 +704,10 @@ impl Shared {
                     _ => self.fault(&mut inner, p, rw == ReadWrite::Write, tid),
                 };
                 if let Err(e) = r {
-                    tracing::error!("pager: resolving a fault on page {p} failed: {e}");
+                    self.pause(
+                        &mut inner,
+                        format!("a fault on guest page {p} could not be resolved: {e}"),
+                    );
                 }
                 self.fault_latency.record(t0.elapsed());
                 // Keep the limit after every install, not after every batch of events.
@@ -835,8 +900,27 @@ impl Shared {
             .map_err(std::io::Error::other)
     }
 
+    /// Pauses the VM because a page could not be moved (`why`): nothing is dropped without its
+    /// content written, so the guest sees no corrupted memory; its vCPUs are kicked out of
+    /// `KVM_RUN` (again on every poll until each has parked) and wait for [`Pager::resume`].
+    fn pause(&self, inner: &mut Inner, why: String) {
+        if inner.paused.is_none() {
+            tracing::error!("pager: pausing the VM: {why}");
+            Counters::add(&self.counters.pauses, 1);
+            inner.paused = Some(why);
+        }
+        self.kick_unparked(inner);
+    }
+
+    fn kick_unparked(&self, inner: &Inner) {
+        for &tid in inner.vcpus.iter().filter(|t| !inner.parked.contains(t)) {
+            // SAFETY: tgkill(2) of a thread of this process (a registered vCPU thread).
+            unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+        }
+    }
+
     fn reclaim_to_limit(&self, inner: &mut Inner) {
-        if inner.table.resident() <= inner.limit {
+        if inner.table.resident() <= inner.limit || inner.paused.is_some() {
             return;
         }
         let slack = self.batch.max(inner.limit / 64);
@@ -847,7 +931,10 @@ impl Shared {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::error!("pager: reclaim failed, the VM stays above its limit: {e}");
+                    self.pause(
+                        inner,
+                        format!("reclaim could not write to the swap file: {e}"),
+                    );
                     break;
                 }
             }

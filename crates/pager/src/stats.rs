@@ -57,6 +57,8 @@ pub struct Counters {
     /// Pages released by the balloon and by free page reporting.
     pub ballooned: AtomicU64,
     pub reported: AtomicU64,
+    /// Times the VM was paused because swap or image I/O failed.
+    pub pauses: AtomicU64,
 }
 
 impl Counters {

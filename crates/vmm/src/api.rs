@@ -2,10 +2,11 @@
 //!
 //! | request | does |
 //! |---|---|
-//! | `GET /vm` | configuration and state |
+//! | `GET /vm` | configuration and state (`running`, or `paused` with the reason) |
 //! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
+//! | `PUT /vm/resume` | resumes a VM the pager paused (swap or image I/O failed); 400 if it runs |
 //!
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
 //! `{"error": "..."}` and change nothing. The schema is `docs/openapi.json`.
@@ -122,8 +123,12 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
                 }
             },
         },
+        ("PUT", "/vm/resume") => match c.pager.as_ref().map(Pager::resume) {
+            Some(true) => ok(&vm_info(c)),
+            _ => error(400, "the VM is not paused"),
+        },
         (_, "/vm" | "/stats") => error(405, "use GET"),
-        (_, "/memory" | "/balloon") => error(405, "use PUT"),
+        (_, "/memory" | "/balloon" | "/vm/resume") => error(405, "use PUT"),
         _ => error(404, &format!("no such path {path}")),
     }
 }
@@ -134,7 +139,10 @@ fn vm_info(c: &Control) -> Value {
         .balloon
         .as_ref()
         .map(|b| u64::from(b.state.target_pages.load(Ordering::SeqCst)) * 4096);
+    let paused = c.pager.as_ref().and_then(Pager::paused);
     json!({
+        "state": if paused.is_some() { "paused" } else { "running" },
+        "paused_because": paused,
         "mem_bytes": c.mem_size,
         "vcpus": c.vcpus,
         "pager": c.pager_mode,

@@ -237,6 +237,7 @@ pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                 if let Some(p) = &ctx.pager {
                     p.vcpu_interrupted(|| cpu_state(&fd));
+                    p.park_while_paused(&ctx.ended);
                 }
             }
             Err(e) => break Stop::Crash(format!("KVM_RUN failed: {e}")),
