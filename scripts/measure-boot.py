@@ -34,6 +34,8 @@ def traced_events(hv, args):
     def w(path, v):
         with open(os.path.join(TRACE, path), "w") as f:
             f.write(v)
+    if not os.path.exists(os.path.join(TRACE, "tracing_on")):
+        subprocess.run(["mount", "-t", "tracefs", "nodev", TRACE], check=True)
     w("tracing_on", "0")
     w("buffer_size_kb", "131072")
     w("trace", "")
