@@ -23,6 +23,24 @@ impl Drop for Vm {
     }
 }
 
+/// Takes a VM started with its console piped and `--api-sock sock`: returns it with a thread
+/// collecting its console, once its API socket exists.
+fn serving(child: Child, sock: &Path) -> (Vm, std::thread::JoinHandle<String>) {
+    let mut vm = Vm(child);
+    let mut pipe = vm.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
+        s
+    });
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (vm, reader)
+}
+
 fn mkdisk(dir: &Path) -> PathBuf {
     let img = dir.join("data.img");
     let st = Command::new(MEMVISOR)
@@ -79,18 +97,8 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut vm = Vm(child);
-    let mut pipe = vm.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
-        s
-    });
     let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let (mut vm, reader) = serving(child, &sock);
     // Limit schedule: 100 MiB, then 64 MiB (the pager must shrink to it), then 128 MiB.
     let schedule = [
         (Duration::from_secs(2), 64 * MIB),
@@ -505,18 +513,7 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut vm = Vm(child);
-    let mut pipe = vm.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
-        s
-    });
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let (mut vm, reader) = serving(child, &sock);
     wait_for(&sock, "swapping", |s| {
         s["pager"]["swap_bytes_written"].as_u64() > Some(16 * MIB)
     });

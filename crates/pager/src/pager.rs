@@ -915,7 +915,14 @@ impl Shared {
     fn kick_unparked(&self, inner: &Inner) {
         for &tid in inner.vcpus.iter().filter(|t| !inner.parked.contains(t)) {
             // SAFETY: tgkill(2) of a thread of this process (a registered vCPU thread).
-            unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+            let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+            // ESRCH: that vCPU has ended and needs no kick.
+            if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+                tracing::warn!(
+                    "pager: cannot kick vCPU thread {tid}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
         }
     }
 
