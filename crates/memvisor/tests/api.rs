@@ -259,6 +259,9 @@ fn server_matches_the_published_schema() {
         s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
     }
     call_checked(&spec, &sock, "GET", "/vm", None);
+    // A client that connects and says nothing is dropped, and the next one is served.
+    let _silent = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    call_checked(&spec, &sock, "GET", "/vm", None);
 }
 
 #[test]

@@ -349,6 +349,36 @@ fn run_checked(args: &[&str], workload: &str) -> impl Fn(&str) -> u64 {
 
 /// The Swap Mapper: a guest whose page cache mirrors its disk, under a limit, verifies every
 /// byte while its file pages leave without swap writes and refault from the image.
+/// Two vCPUs fault, write and verify their own working sets at once while the pager evicts under
+/// them (clock victims): every byte checked, both vCPUs done.
+#[test]
+fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path());
+    let disk = format!("{},id=data", img.display());
+    let counter = run_checked(
+        &[
+            "--mem",
+            "256M",
+            "--vcpus",
+            "2",
+            "--mem-limit",
+            "48M",
+            "--victims",
+            "clock",
+            "--disk",
+            &disk,
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=40 file_mb=4 rounds=2",
+        ],
+        "integrity",
+    );
+    assert!(counter("reclaimed_written") > 0, "nothing was swapped");
+    assert!(counter("faults_swap") > 0, "nothing came back from swap");
+}
+
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     let dir = tempfile::tempdir().unwrap();

@@ -126,6 +126,8 @@ pub struct PagerSnapshot {
     pub swap_blocks_in_use: u64,
     pub counters: Vec<(&'static str, u64)>,
     pub fault_latency_us: (usize, u32, u32),
+    /// Faults served from the swap store only (the page was in swap when it faulted).
+    pub swap_fault_latency_us: (usize, u32, u32),
     pub reclaim_latency_us: (usize, u32, u32),
 }
 
@@ -140,6 +142,7 @@ struct Shared {
     batch: u32,
     counters: Counters,
     fault_latency: Latency,
+    swap_fault_latency: Latency,
     reclaim_latency: Latency,
 }
 
@@ -290,6 +293,7 @@ impl Pager {
             batch,
             counters: Counters::default(),
             fault_latency: Latency::default(),
+            swap_fault_latency: Latency::default(),
             reclaim_latency: Latency::default(),
         });
         let s = shared.clone();
@@ -525,6 +529,7 @@ impl Pager {
                 ("pauses", get(&c.pauses)),
             ],
             fault_latency_us: s.fault_latency.summary(),
+            swap_fault_latency_us: s.swap_fault_latency.summary(),
             reclaim_latency_us: s.reclaim_latency.summary(),
         }
     }
@@ -699,6 +704,8 @@ impl Shared {
                     tracing::warn!("pager: fault at {addr:#x} outside guest RAM");
                     continue;
                 };
+                let from_swap = kind != FaultKind::WriteProtected
+                    && matches!(inner.table.state(p), PageState::Swapped(_));
                 let r = match kind {
                     FaultKind::WriteProtected => self.write_fault(&mut inner, p),
                     _ => self.fault(&mut inner, p, rw == ReadWrite::Write, tid),
@@ -709,7 +716,11 @@ impl Shared {
                         format!("a fault on guest page {p} could not be resolved: {e}"),
                     );
                 }
-                self.fault_latency.record(t0.elapsed());
+                let took = t0.elapsed();
+                self.fault_latency.record(took);
+                if from_swap {
+                    self.swap_fault_latency.record(took);
+                }
                 // Keep the limit after every install, not after every batch of events.
                 self.reclaim_to_limit(&mut inner);
             }

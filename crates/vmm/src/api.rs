@@ -35,6 +35,9 @@ pub(crate) struct Control {
     pub exits: Arc<ExitCounters>,
 }
 
+/// How long the server waits for a request once a client has connected.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Binds the socket at `path` and serves it on its own thread. A stale socket file (nobody
 /// listening) is replaced; a live one is an error.
 pub(crate) fn serve(path: &Path, control: Arc<Control>) -> std::io::Result<()> {
@@ -54,6 +57,10 @@ pub(crate) fn serve(path: &Path, control: Arc<Control>) -> std::io::Result<()> {
             for conn in listener.incoming() {
                 match conn {
                     Ok(mut s) => {
+                        // A client that connects and sends nothing must not hold the API.
+                        if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
+                            tracing::warn!("api: cannot set a read timeout: {e}");
+                        }
                         let (status, body) = match read_request(&mut s) {
                             Ok(req) => handle(&control, &req.method, &req.path, &req.body),
                             Err(e) => error(400, &e.to_string()),
@@ -206,6 +213,7 @@ fn stats(c: &Control) -> Value {
         let lat =
             |(n, p50, p99): (usize, u32, u32)| json!({"samples": n, "p50_us": p50, "p99_us": p99});
         m.insert("fault_latency".into(), lat(s.fault_latency_us));
+        m.insert("swap_fault_latency".into(), lat(s.swap_fault_latency_us));
         m.insert("reclaim_latency".into(), lat(s.reclaim_latency_us));
         Value::Object(m)
     });
