@@ -37,7 +37,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::preventer::{self, CpuState};
 use crate::state::{
-    Disposition, FaultAction, ImageBlock, Mechanisms, PageIdx, PageState, PageTable,
+    is_resident, Disposition, FaultAction, ImageBlock, Mechanisms, PageIdx, PageState, PageTable,
 };
 use crate::stats::{Counters, Latency};
 use crate::swap::{AlignedBuf, SwapError, SwapStore, BLOCK};
@@ -949,10 +949,7 @@ impl Shared {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    self.pause(
-                        inner,
-                        format!("reclaim could not write to the swap file: {e}"),
-                    );
+                    self.pause(inner, format!("reclaim stopped: {e}"));
                     break;
                 }
             }
@@ -1010,29 +1007,43 @@ impl Shared {
             }
             if let Err(e) = swap.write(blocks[i], buf) {
                 blocks.iter().for_each(|&b| inner.table.blocks.release(b));
-                return Err(e);
+                return Err(std::io::Error::other(format!(
+                    "writing to the swap file failed: {e}"
+                )));
             }
             Counters::add(&self.counters.swap_bytes_written, ((j - i) * PAGE) as u64);
             i = j;
         }
+        // A run that cannot be released stays resident (still protected, its table entry
+        // unchanged) and its new blocks go back; the error is returned once the rest is recorded.
+        let mut kept: Vec<(PageIdx, u32)> = Vec::new();
+        let mut release_error = None;
         for &(first, n) in &victim_runs {
-            let gpa = self.gpa(first);
-            dontneed(
-                &self.mem,
-                GuestRange {
-                    addr: gpa,
-                    len: u64::from(n) * PAGE_SIZE,
-                },
-            )?;
+            let range = GuestRange {
+                addr: self.gpa(first),
+                len: u64::from(n) * PAGE_SIZE,
+            };
+            if let Err(e) = dontneed(&self.mem, range) {
+                kept.push((first, n));
+                release_error = Some(std::io::Error::other(format!(
+                    "releasing guest pages failed: {e}"
+                )));
+            }
         }
         let mut written = blocks.into_iter();
         for (p, d) in decided {
-            inner.prefetched[p as usize] = false;
             let block = if d == Disposition::Write {
                 written.next()
             } else {
                 None
             };
+            if kept.iter().any(|&(first, n)| p >= first && p < first + n) {
+                if let Some(b) = block {
+                    inner.table.blocks.release(b);
+                }
+                continue;
+            }
+            inner.prefetched[p as usize] = false;
             inner.table.reclaimed(p, d, block);
             let c = match d {
                 Disposition::DropZero => &self.counters.reclaimed_zero,
@@ -1044,6 +1055,9 @@ impl Shared {
         }
         Counters::add(&self.counters.reclaim_batches, 1);
         self.reclaim_latency.record(t0.elapsed());
+        if let Some(e) = release_error {
+            return Err(e);
+        }
         Ok(u32::try_from(victims.len()).unwrap_or(0))
     }
 
@@ -1207,12 +1221,15 @@ impl GuestRam for Pager {
                 continue;
             };
             let n = u32::try_from(r.len / PAGE_SIZE).unwrap_or(0);
+            // Released first; the table changes only for what was released, so a failure
+            // leaves pages resident and recorded as such.
             let mut mapped = Vec::new();
             for p in first..first + n {
-                if inner.table.discard(p, to) {
+                if is_resident(inner.table.state(p)) {
                     mapped.push(p);
+                } else {
+                    inner.table.discard(p, to);
                 }
-                inner.prefetched[p as usize] = false;
             }
             for (f, c) in runs(&mapped) {
                 dontneed(
@@ -1222,6 +1239,10 @@ impl GuestRam for Pager {
                         len: u64::from(c) * PAGE_SIZE,
                     },
                 )?;
+                for p in f..f + c {
+                    inner.table.discard(p, to);
+                    inner.prefetched[p as usize] = false;
+                }
             }
             pages += u64::from(n);
         }

@@ -533,7 +533,7 @@ impl PageTable {
     }
 }
 
-fn is_resident(s: PageState) -> bool {
+pub(crate) fn is_resident(s: PageState) -> bool {
     matches!(s, PageState::Resident { .. } | PageState::Mirrored(_))
 }
 
