@@ -379,6 +379,8 @@ fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
     assert!(counter("faults_swap") > 0, "nothing came back from swap");
 }
 
+/// The Swap Mapper with the Preventer on: file pages leave without a write and come back from
+/// the image while the guest keeps rewriting its files, and every byte verifies.
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     let dir = tempfile::tempdir().unwrap();
@@ -391,6 +393,7 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
             "--mem-limit",
             "48M",
             "--mapper",
+            "--preventer",
             "--disk",
             &disk,
             "--workload",
