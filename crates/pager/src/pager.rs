@@ -275,9 +275,14 @@ impl Pager {
             swap,
             limit,
             // Written victims are a batch plus one cluster less a page at most (the mirrored
-            // pages a batch brings along are never written); a swap-in reads `prefetch` pages.
+            // pages a batch brings along are never written); a refault reads `prefetch` pages
+            // from swap, or up to `IMAGE_WINDOW_MAX` from an image.
             io: AlignedBuf::new(
-                (batch.max(config.mech.prefetch) + config.mech.cluster.max(1)) as usize * BLOCK,
+                (batch
+                    .max(config.mech.prefetch)
+                    .max(crate::state::IMAGE_WINDOW_MAX)
+                    + config.mech.cluster.max(1)) as usize
+                    * BLOCK,
             ),
             prefetched: vec![false; first as usize],
             paused: None,

@@ -171,7 +171,13 @@ pub struct PageTable {
     pub blocks: BlockMap,
     pub victims: Victims,
     pub mech: Mechanisms,
+    /// The refault stream from the image: the block a refault continuing it would fault on, and
+    /// the window the last refault used.
+    image_stream: Option<(ImageBlock, u32)>,
 }
+
+/// The longest run an image refault brings in (1 MiB).
+pub const IMAGE_WINDOW_MAX: u32 = 256;
 
 impl PageTable {
     pub fn new(
@@ -188,6 +194,7 @@ impl PageTable {
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
             mech,
+            image_stream: None,
         }
     }
 
@@ -300,16 +307,15 @@ impl PageTable {
         let PageState::Swapped(b) = self.state(p) else {
             return (p, 1);
         };
-        self.run_around(p, |q| {
+        self.run_around(p, self.mech.prefetch, |q| {
             let expect = i64::from(b) + i64::from(q) - i64::from(p);
             matches!(self.state(q), PageState::Swapped(c) if i64::from(c) == expect)
         })
     }
 
-    /// The run of pages around `p` for which `fits` holds, at most `prefetch` long (at most half
+    /// The run of pages around `p` for which `fits` holds, at most `w` long (at most half
     /// of it before `p`), with `p` itself always in it. Returns `(first page, count)`.
-    fn run_around(&self, p: PageIdx, fits: impl Fn(PageIdx) -> bool) -> (PageIdx, u32) {
-        let w = self.mech.prefetch;
+    fn run_around(&self, p: PageIdx, w: u32, fits: impl Fn(PageIdx) -> bool) -> (PageIdx, u32) {
         let mut lo = p;
         while lo > 0 && p - (lo - 1) <= w / 2 && fits(lo - 1) {
             lo -= 1;
@@ -444,15 +450,37 @@ impl PageTable {
 
     /// Pages next to `p` that come in with its refault from the image: a run of pages dropped
     /// while mirroring consecutive blocks of the same disk (VSwapper: no decayed sequentiality).
-    /// Returns `(first page, count)`.
-    pub fn image_run(&self, p: PageIdx) -> (PageIdx, u32) {
+    /// The window starts at `prefetch` pages and doubles, up to [`IMAGE_WINDOW_MAX`], for every
+    /// refault that continues the last one's stream, as Linux grows its readahead for a
+    /// sequential reader. Returns `(first page, count)`.
+    pub fn image_run(&mut self, p: PageIdx) -> (PageIdx, u32) {
         let PageState::OnDisk(ib) = self.state(p) else {
             return (p, 1);
         };
-        self.run_around(p, |q| {
+        let base = self.mech.prefetch;
+        // Pages of the stream that were still resident are skipped by the reader without a
+        // fault, so a refault up to one window past where the last run ended continues it.
+        let w = match self.image_stream {
+            Some((next, w))
+                if base > 0
+                    && next.disk == ib.disk
+                    && ib.block >= next.block
+                    && ib.block - next.block <= w =>
+            {
+                w.saturating_mul(2).min(IMAGE_WINDOW_MAX.max(base))
+            }
+            _ => base,
+        };
+        let (lo, n) = self.run_around(p, w, |q| {
             let expect = i64::from(ib.block) + i64::from(q) - i64::from(p);
             matches!(self.state(q), PageState::OnDisk(c) if c.disk == ib.disk && i64::from(c.block) == expect)
-        })
+        });
+        let next = ImageBlock {
+            disk: ib.disk,
+            block: ib.block.saturating_add(lo + n - p),
+        };
+        self.image_stream = Some((next, w));
+        (lo, n)
     }
 
     /// A device read `ib` into the whole of resident page `p`, which the caller has
@@ -816,6 +844,36 @@ mod tests {
         // A write ends the mirroring: the page is anonymous again.
         sim.write(3, 7);
         assert_eq!(sim.t.state(3), PageState::Resident { clean: None });
+    }
+
+    #[test]
+    fn a_sequential_image_stream_gets_a_growing_window_and_a_random_refault_does_not() {
+        let n = 1024;
+        let mut sim = Sim::new(n, MAPPER);
+        for b in 0..n {
+            sim.disk.insert(b, u64::from(b));
+            sim.disk_read(b, b);
+        }
+        sim.reclaim(n);
+        // A reader going through the stream: each refault brings a longer run, up to the cap.
+        let mut starts = Vec::new();
+        sim.reads = 0;
+        for q in 0..n {
+            let before = sim.reads;
+            assert_eq!(sim.read(q), u64::from(q));
+            if sim.reads > before {
+                starts.push(q);
+            }
+        }
+        starts.push(n);
+        let runs: Vec<u32> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        let w = Mechanisms::DEFAULT.prefetch;
+        assert_eq!(&runs[..4], &[w, 2 * w, 4 * w, 8 * w]);
+        assert!(runs.iter().all(|&c| c <= IMAGE_WINDOW_MAX));
+        assert!(runs.contains(&IMAGE_WINDOW_MAX));
+        // A refault far from the stream starts again at the base window.
+        sim.reclaim(n);
+        assert_eq!(sim.t.image_run(600).1, w);
     }
 
     #[test]
