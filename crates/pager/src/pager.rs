@@ -1121,23 +1121,41 @@ impl GuestRam for Pager {
                             continue;
                         }
                         Err(e) => {
-                            tracing::warn!("pager: device install of pages {p}+{run} failed: {e}")
+                            // Page by page below: a missing page faults in as for the guest.
+                            tracing::warn!("pager: device install of pages {p}+{run} failed: {e}");
+                            run = 0;
                         }
                     }
-                } else if matches!(
-                    inner.table.state(p),
-                    PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
-                ) && inner.table.write_fault(p)
+                }
+                // Protected pages the device overwrites whole: end their protection here, one
+                // ioctl per run, instead of through write faults this thread would wait on.
+                while run < whole_pages
+                    && p + run < inner.table.len()
+                    && s.same_region(p, p + run)
+                    && matches!(
+                        inner.table.state(p + run),
+                        PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
+                    )
                 {
-                    // A protected page the device overwrites whole: end the protection here
-                    // instead of through a write fault that this thread would wait on.
-                    inner.prefetched[p as usize] = false;
+                    inner.table.write_fault(p + run);
+                    inner.prefetched[(p + run) as usize] = false;
+                    run += 1;
+                }
+                if run > 0 {
+                    let len = run as usize * PAGE;
                     if let Err(e) = s
                         .uffd
-                        .remove_write_protection(s.host(p) as *mut _, PAGE, true)
+                        .remove_write_protection(s.host(p) as *mut _, len, true)
                     {
-                        tracing::debug!("pager: unprotecting page {p} for a device failed: {e}");
+                        tracing::debug!(
+                            "pager: unprotecting pages {p}+{run} for a device failed: {e}"
+                        );
                     }
+                    drop(inner);
+                    s.mem
+                        .write_slice(&data[off..off + len], GuestAddress(gpa))?;
+                    off += len;
+                    continue;
                 }
             }
             s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
