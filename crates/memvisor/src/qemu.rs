@@ -102,6 +102,18 @@ pub fn run(plan: &RunPlan) -> ExitCode {
     };
     let mut cmd = command(plan, &kernel);
     tracing::info!("running {cmd:?}");
+    // If this process is killed (SIGKILL cannot be caught), QEMU must not outlive it. This
+    // thread waits for QEMU below, so it lives as long as QEMU should.
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+    // which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -189,8 +189,8 @@ impl Config {
             }
             Limit::Pager | Limit::PagerBaseline => {
                 push("--pager");
-                // The pager's swap file is its default: unnamed in $TMPDIR, so nothing is left
-                // behind even when the run is killed.
+                // The pager's swap file is its default: unnamed in $TMPDIR (the run's work
+                // directory), so nothing is left behind even when the run is killed.
                 push(if self.limit == Limit::Pager {
                     "full"
                 } else {

@@ -338,6 +338,8 @@ mod tests {
         assert!(proc_io(me).is_some());
         assert!(peak_rss(me).unwrap() > 0);
         assert!(rss_outside_guest(me, 1).unwrap() > 0);
-        assert!(vmstat().pswpin <= vmstat().pswpin);
+        // The swap counters the harness takes deltas of are where it looks for them.
+        let text = std::fs::read_to_string("/proc/vmstat").unwrap();
+        assert!(field(&text, "pswpin").is_some() && field(&text, "pswpout").is_some());
     }
 }

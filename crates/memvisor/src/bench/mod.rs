@@ -190,6 +190,8 @@ pub fn run(args: BenchArgs) -> ExitCode {
 fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     let exp = &plan.exp;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))?;
+    // Held until the bench ends: a second bench must not clean up this one's swap file.
+    let _only_bench = teardown::lock(&args.swap_file)?;
     for line in teardown::preflight(&args.swap_file)? {
         eprintln!("memvisor bench: {line} (left by an earlier run)");
     }

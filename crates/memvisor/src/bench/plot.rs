@@ -11,7 +11,9 @@ use super::configs::Config;
 use super::experiments::Experiment;
 use super::report::{phase_ms, stats, swap_written, values, Record};
 
-const COLORS: [RGBColor; 8] = [
+/// One colour per configuration for the longest list (the 11 of `seqread`), so no two lines of
+/// the default plot share one.
+const COLORS: [RGBColor; 12] = [
     RGBColor(0, 0, 0),
     RGBColor(230, 97, 1),
     RGBColor(253, 184, 99),
@@ -20,6 +22,10 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(27, 120, 55),
     RGBColor(33, 102, 172),
     RGBColor(202, 0, 32),
+    RGBColor(1, 133, 113),
+    RGBColor(140, 81, 10),
+    RGBColor(197, 27, 125),
+    RGBColor(128, 128, 128),
 ];
 
 /// Room on the right of each panel for the legend.
@@ -204,4 +210,21 @@ pub fn write(
         )?;
     }
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::experiments::{find, Scale, NAMES};
+
+    #[test]
+    fn every_default_configuration_gets_its_own_colour() {
+        for name in NAMES {
+            let exp = find(name, Scale::Full).unwrap();
+            assert!(exp.configs.len() <= COLORS.len(), "{name}");
+        }
+        for (i, a) in COLORS.iter().enumerate() {
+            assert!(!COLORS[i + 1..].contains(a), "colour {i} is used twice");
+        }
+    }
 }

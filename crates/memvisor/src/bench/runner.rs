@@ -318,7 +318,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         let ro = if *writable { "" } else { ",ro" };
         cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
     }
+    // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
+    // (a tmpfs $TMPDIR would make its "swap" host memory).
     cmd.env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", spec.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

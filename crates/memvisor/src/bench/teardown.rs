@@ -222,6 +222,37 @@ fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Held by the running bench: `flock` on `SWAP_FILE.lock`, released by the kernel however the
+/// process ends.
+pub struct BenchLock(#[allow(dead_code)] std::fs::File);
+
+/// Takes the lock of benches using `swap_file`, or says who holds it.
+pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
+    let mut path = swap_file.as_os_str().to_owned();
+    path.push(".lock");
+    let path = std::path::PathBuf::from(path);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open the bench lock {}: {e}", path.display()))?;
+    // SAFETY: flock(2) on a descriptor we own.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "another memvisor bench is running (it holds {}): let it finish, or give this one its own --swap-file",
+            path.display()
+        ));
+    }
+    Ok(BenchLock(f))
+}
+
 /// Cleans what an earlier run left (its swap file, `memvisor-*` cgroups of dead processes), or
 /// says why it cannot: the harness then refuses to start.
 pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
@@ -264,4 +295,18 @@ pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
         cleaned.push(format!("removed cgroup {}", dir.display()));
     }
     Ok(cleaned)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_second_bench_on_the_same_swap_file_is_refused_until_the_first_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let swap = dir.path().join("bench.swap");
+        let first = super::lock(&swap).unwrap();
+        let err = super::lock(&swap).err().unwrap();
+        assert!(err.contains("another memvisor bench is running"), "{err}");
+        drop(first);
+        super::lock(&swap).unwrap();
+    }
 }
