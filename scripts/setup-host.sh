@@ -21,6 +21,12 @@ if ! command -v cargo >/dev/null; then
   echo "setup: no Rust toolchain (cargo) on PATH; install a stable Rust >= 1.85 with rustup first" >&2
   exit 1
 fi
+for tool in fmt clippy; do
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "setup: cargo $tool is missing; the tests need it: rustup component add ${tool/fmt/rustfmt}" >&2
+    exit 1
+  fi
+done
 if [ ! -w /dev/kvm ]; then
   echo "setup: /dev/kvm is missing or not writable for $(id -un); memvisor needs KVM" >&2
   exit 1

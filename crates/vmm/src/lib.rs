@@ -155,16 +155,23 @@ enum VmEvent {
 }
 
 /// Records the first access to each unclaimed port or MMIO address, so each is logged once.
+/// A guest scanning addresses is remembered up to [`UNKNOWN_KEPT`] of them, then not logged.
 #[derive(Default)]
 pub(crate) struct UnknownAccesses(Mutex<HashSet<(bool, u64)>>);
 
+const UNKNOWN_KEPT: usize = 1024;
+
 impl UnknownAccesses {
     pub(crate) fn note(&self, mmio: bool, addr: u64, write: bool) {
-        let first = self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((mmio, addr));
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= UNKNOWN_KEPT {
+            return;
+        }
+        let first = seen.insert((mmio, addr));
+        if seen.len() == UNKNOWN_KEPT {
+            tracing::warn!("guest touched {UNKNOWN_KEPT} unclaimed addresses: no more are logged");
+        }
+        drop(seen);
         if first {
             let space = if mmio { "MMIO address" } else { "I/O port" };
             let dir = if write { "write to" } else { "read from" };
@@ -324,20 +331,26 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     }
     drop(events_tx);
 
-    let exit = match events.recv() {
-        Ok(VmEvent::Exit(e)) => e,
-        Ok(VmEvent::Crash { vcpu, reason, rip }) => {
-            return Err(VmmError::GuestCrash { vcpu, reason, rip })
-        }
-        Ok(VmEvent::PagerFailed(why)) => return Err(VmmError::PagerFailed(why)),
+    let outcome = match events.recv() {
+        Ok(VmEvent::Exit(e)) => Ok(e),
+        Ok(VmEvent::Crash { vcpu, reason, rip }) => Err(VmmError::GuestCrash { vcpu, reason, rip }),
+        Ok(VmEvent::PagerFailed(why)) => Err(VmmError::PagerFailed(why)),
         Err(_) => unreachable!("the vCPU threads hold senders until they send their last event"),
     };
+    // However the VM ended, what the guest wrote reaches its disks.
     for (disk, dev) in &disks {
-        lock(dev).sync().map_err(|source| VmmError::DiskSync {
-            id: disk.id.clone(),
-            source,
-        })?;
+        if let Err(source) = lock(dev).sync() {
+            if outcome.is_err() {
+                tracing::error!("flushing disk {} after the VM failed: {source}", disk.id);
+                continue;
+            }
+            return Err(VmmError::DiskSync {
+                id: disk.id.clone(),
+                source,
+            });
+        }
     }
+    let exit = outcome?;
     let disks = disks
         .iter()
         .map(|(disk, dev)| {
