@@ -22,7 +22,7 @@ pub const PAGE_SIZE: usize = 4096;
 pub const NIL: u32 = u32::MAX;
 /// Root entries of a task's software page table; each covers 512 pages (2 MiB).
 pub const ROOT_ENTRIES: usize = 1024;
-/// Virtual pages per task (4 GiB).
+/// Virtual pages per task (2 GiB).
 pub const TASK_PAGES: u64 = (ROOT_ENTRIES * 512) as u64;
 /// Tasks that may exist at once.
 pub const MAX_TASKS: usize = 64;

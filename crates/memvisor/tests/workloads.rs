@@ -593,6 +593,7 @@ fn bad_workload_arguments_fail_with_a_message() {
     let disks = Disks::new("", "1");
     for (workload, cmdline, needle) in [
         ("alloc", "mb=abc", "bad argument mb=abc"),
+        ("memhog", "mb=4096", "from 1 to 2048"),
         ("toucher", "schedule=8", "bad argument schedule=8"),
         ("kv", "mix=z", "bad argument mix=z"),
         ("integrity", "swappiness=300", "swappiness"),

@@ -38,9 +38,10 @@ pub fn start(cfg: &Config, workload: &str, known: &[&str]) -> Result<(), ExitCod
     mm::init(cfg).map_err(|e| fail(workload, e))
 }
 
-/// A `size_mb`-like argument in MiB, as pages.
+/// A `size_mb`-like argument in MiB, as pages: at most a task's virtual space (2 GiB), so a size
+/// nothing could hold is a bad argument at once rather than a failure mid-run.
 pub fn mb_arg(cfg: &Config, key: &'static str, default: u64) -> Result<u64, BadArg> {
-    Ok(cfg.num(key, default, 1, 1 << 20)? * 256)
+    Ok(cfg.num(key, default, 1, memvisor_guest_mm::TASK_PAGES / 256)? * 256)
 }
 
 /// Opens file `name` (at least `bytes` long) or creates it and fills it with the
