@@ -513,30 +513,31 @@ fn alloc_on_qemu() {
     alloc("qemu");
 }
 
-#[test]
-fn memhog_and_toucher_complete() {
+fn memhog_and_toucher(hv: &str) {
     let disks = Disks::new("", "1");
-    let out = run("memvisor", "64M", "1", &disks, "memhog", "mb=8 secs=1");
+    let out = run(hv, "64M", "1", &disks, "memhog", "mb=8 secs=1");
     let l = done_ok(&out, "memhog");
     assert!(field(&l, "touches") > 2048, "{l}");
-    let out = run(
-        "memvisor",
-        "64M",
-        "1",
-        &disks,
-        "toucher",
-        "schedule=8:1,2:1",
-    );
+    let out = run(hv, "64M", "1", &disks, "toucher", "schedule=8:1,2:1");
     done_ok(&out, "toucher");
     assert_eq!(field(&result(&out, "toucher", "step1"), "ws_mb"), 8);
     assert_eq!(field(&result(&out, "toucher", "step2"), "pgfault"), 0);
 }
 
 #[test]
-fn gcchurn_and_kv_complete() {
+fn memhog_and_toucher_complete() {
+    memhog_and_toucher("memvisor");
+}
+
+#[test]
+fn memhog_and_toucher_complete_on_qemu() {
+    memhog_and_toucher("qemu");
+}
+
+fn gcchurn_and_kv(hv: &str) {
     let disks = Disks::new("", "1");
     let out = run(
-        "memvisor",
+        hv,
         "48M",
         "1",
         &disks,
@@ -548,7 +549,7 @@ fn gcchurn_and_kv_complete() {
     assert_eq!(field(&l, "errors"), 0);
     for mix in ["a", "e"] {
         let out = run(
-            "memvisor",
+            hv,
             "48M",
             "1",
             &disks,
@@ -563,10 +564,19 @@ fn gcchurn_and_kv_complete() {
 }
 
 #[test]
-fn compile_and_mapreduce_complete() {
+fn gcchurn_and_kv_complete() {
+    gcchurn_and_kv("memvisor");
+}
+
+#[test]
+fn gcchurn_and_kv_complete_on_qemu() {
+    gcchurn_and_kv("qemu");
+}
+
+fn compile_and_mapreduce(hv: &str) {
     let disks = Disks::new("src:4M", "5");
     let out = run(
-        "memvisor",
+        hv,
         "48M",
         "1",
         &disks,
@@ -576,7 +586,7 @@ fn compile_and_mapreduce_complete() {
     let l = done_ok(&out, "compile");
     assert_eq!(field(&l, "mismatches"), 0);
     let out = run(
-        "memvisor",
+        hv,
         "48M",
         "1",
         &disks,
@@ -586,6 +596,16 @@ fn compile_and_mapreduce_complete() {
     done_ok(&out, "mapreduce");
     let l = result(&out, "mapreduce", "reduce");
     assert_eq!(field(&l, "total"), 2 * 1024 * 1024 / 8, "{l}");
+}
+
+#[test]
+fn compile_and_mapreduce_complete() {
+    compile_and_mapreduce("memvisor");
+}
+
+#[test]
+fn compile_and_mapreduce_complete_on_qemu() {
+    compile_and_mapreduce("qemu");
 }
 
 #[test]
