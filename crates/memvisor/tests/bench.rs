@@ -220,6 +220,32 @@ fn tiny(
             }
         }
         assert_eq!(table_row(&report, &section, "qemu")[5], "1.00");
+        // Beside the reference, the wall ratio against each of the papers' baselines that ran.
+        let peers: Vec<&str> = [
+            "qemu-hostswap",
+            "qemu-balloon",
+            "memvisor-baseline",
+            "memvisor-balloon",
+        ]
+        .into_iter()
+        .filter(|p| configs.contains(p))
+        .collect();
+        if !peers.is_empty() {
+            let peer_section = format!("{section} against the papers' baselines");
+            for c in configs {
+                let cells = table_row(&report, &peer_section, c);
+                assert_eq!(cells.len(), peers.len() + 1, "{cells:?}");
+                for (i, p) in peers.iter().enumerate() {
+                    match (wall(c), wall(p)) {
+                        (Some(v), Some(r)) => {
+                            let shown: f64 = cells[i + 1].parse().unwrap();
+                            assert!((shown - v / r).abs() < 0.011, "{c} vs {p}: {cells:?}");
+                        }
+                        _ => assert_eq!(cells[i + 1], "-", "{c} vs {p}"),
+                    }
+                }
+            }
+        }
     }
     for want in [
         "## Runs that did not complete",

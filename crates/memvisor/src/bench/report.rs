@@ -161,6 +161,15 @@ fn ratio(v: Option<f64>, r: Option<f64>) -> String {
     }
 }
 
+/// The baselines the papers report ratios against (VSwapper: host swap, the balloon and an
+/// uncooperative hypervisor swapper), shown beside the main reference when they ran.
+const PEERS: &[&str] = &[
+    "qemu-hostswap",
+    "qemu-balloon",
+    "memvisor-baseline",
+    "memvisor-balloon",
+];
+
 /// `report.md`.
 pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
     let exp = meta.experiment;
@@ -222,6 +231,29 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                 boot.map_or("-".into(), |b| format!("{b:.0}")),
                 ratio(boot, ref_boot),
             );
+        }
+        // The papers compare against more than one baseline: the wall-time ratio against each
+        // peer configuration that ran (`-` where the peer completed no run).
+        let peers: Vec<&str> = PEERS
+            .iter()
+            .copied()
+            .filter(|p| *p != reference && meta.configs.iter().any(|c| c.name == *p))
+            .collect();
+        if !peers.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
+            );
+            let _ = writeln!(s, "| configuration | vs {} |", peers.join(" | vs "));
+            let _ = writeln!(s, "|---|{}", "---|".repeat(peers.len()));
+            for c in meta.configs {
+                let wall = median_ms(records, si, c.name, "wall");
+                let mut row = format!("| {} |", c.name);
+                for p in &peers {
+                    let _ = write!(row, " {} |", ratio(wall, median_ms(records, si, p, "wall")));
+                }
+                let _ = writeln!(s, "{row}");
+            }
         }
         let _ = writeln!(
             s,
