@@ -602,3 +602,46 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
         "{done}"
     );
 }
+
+/// Deflate-on-OOM: with the balloon holding 200 of 256 MiB, a guest task that needs 120 MiB
+/// (and has no swap) takes pages back from the balloon instead of failing; the device sees
+/// them deflated although nobody lowered the target, and every fresh page still reads zero.
+#[test]
+fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("oom.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "256M", "--balloon", "--api-sock"])
+        .arg(&sock)
+        .args(["--workload", "alloc", "--cmdline", "mb=120 rounds=3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut vm, reader) = serving(child, &sock);
+    let target = 200 * MIB;
+    api(
+        &sock,
+        "PUT",
+        "/balloon",
+        Some(&format!("{{\"target\": {target}}}")),
+    );
+    let mut deflated = 0;
+    while vm.0.try_wait().unwrap().is_none() {
+        if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
+            let s: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(s["balloon"]["target_pages"], target / 4096);
+            deflated = deflated.max(s["balloon"]["deflated_pages"].as_u64().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let console = reader.join().unwrap();
+    let done = console
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=alloc phase=done"))
+        .unwrap_or_else(|| panic!("no final line: {console}"));
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    assert!(deflated > 0, "the guest never deflated on OOM");
+}
