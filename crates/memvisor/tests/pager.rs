@@ -41,6 +41,21 @@ fn serving(child: Child, sock: &Path) -> (Vm, std::thread::JoinHandle<String>) {
     (vm, reader)
 }
 
+/// Waits for a VM running `integrity` to end; checks it succeeded and verified every byte.
+fn integrity_passed(mut vm: Vm, reader: std::thread::JoinHandle<String>) {
+    let status = vm.0.wait().unwrap();
+    let console = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{console}");
+    let done = console
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+        .expect("a final RESULT line");
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+}
+
 fn mkdisk(dir: &Path) -> PathBuf {
     let img = dir.join("data.img");
     let st = Command::new(MEMVISOR)
@@ -139,17 +154,7 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let status = vm.0.wait().unwrap();
-    let stdout = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{stdout}");
-    let done = stdout
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-        .expect("a final RESULT");
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+    integrity_passed(vm, reader);
     assert!(
         next == schedule.len(),
         "the run ended before the limit schedule did"
@@ -347,61 +352,37 @@ fn run_checked(args: &[&str], workload: &str) -> impl Fn(&str) -> u64 {
     }
 }
 
-/// The Swap Mapper: a guest whose page cache mirrors its disk, under a limit, verifies every
-/// byte while its file pages leave without swap writes and refault from the image.
+/// [`run_checked`] of the `integrity` workload (`cmdline`) in a 256 MiB VM limited to 48 MiB with
+/// a fresh data disk, plus `flags`.
+fn integrity_checked(flags: &[&str], cmdline: &str) -> impl Fn(&str) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let mut args = vec!["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--workload", "integrity", "--cmdline", cmdline]);
+    run_checked(&args, "integrity")
+}
+
 /// Two vCPUs fault, write and verify their own working sets at once while the pager evicts under
 /// them (clock victims): every byte checked, both vCPUs done.
 #[test]
 fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path());
-    let disk = format!("{},id=data", img.display());
-    let counter = run_checked(
-        &[
-            "--mem",
-            "256M",
-            "--vcpus",
-            "2",
-            "--mem-limit",
-            "48M",
-            "--victims",
-            "clock",
-            "--disk",
-            &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=40 file_mb=4 rounds=2",
-        ],
-        "integrity",
+    let counter = integrity_checked(
+        &["--vcpus", "2", "--victims", "clock"],
+        "anon_mb=40 file_mb=4 rounds=2",
     );
     assert!(counter("reclaimed_written") > 0, "nothing was swapped");
     assert!(counter("faults_swap") > 0, "nothing came back from swap");
 }
 
-/// The Swap Mapper with the Preventer on: file pages leave without a write and come back from
-/// the image while the guest keeps rewriting its files, and every byte verifies.
+/// The Swap Mapper (with the Preventer on): a guest whose page cache mirrors its disk, under a
+/// limit, verifies every byte while its file pages leave without swap writes and refault from
+/// the image, and while it keeps rewriting its files.
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path());
-    let disk = format!("{},id=data", img.display());
-    let counter = run_checked(
-        &[
-            "--mem",
-            "256M",
-            "--mem-limit",
-            "48M",
-            "--mapper",
-            "--preventer",
-            "--disk",
-            &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=48 file_mb=40 rounds=3",
-        ],
-        "integrity",
+    let counter = integrity_checked(
+        &["--mapper", "--preventer"],
+        "anon_mb=48 file_mb=40 rounds=3",
     );
     eprintln!(
         "mirrored dropped {}, image faults {}, written {}",
@@ -590,17 +571,7 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"running\""));
-    let status = vm.0.wait().unwrap();
-    let console = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{console}");
-    let done = console
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-        .expect("a final RESULT line");
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+    integrity_passed(vm, reader);
 }
 
 /// Deflate-on-OOM: with the balloon holding 200 of 256 MiB, a guest task that needs 120 MiB

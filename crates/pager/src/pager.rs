@@ -172,6 +172,24 @@ fn limit_to_bytes(pages: u32) -> Option<u64> {
     (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE)
 }
 
+/// The calling thread's id.
+fn current_tid() -> i32 {
+    // SAFETY: gettid(2) has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Sends the vCPU kick signal to thread `tid` of this process: a vCPU thread in `KVM_RUN` (or in
+/// a fault of one) comes out with `EINTR`.
+fn kick(tid: i32) -> std::io::Result<()> {
+    // SAFETY: tgkill(2) of a thread of this process; a stale id fails with ESRCH.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Consecutive runs in a sorted list of pages: (first, count).
 fn runs(pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
     let mut out: Vec<(PageIdx, u32)> = Vec::new();
@@ -332,8 +350,7 @@ impl Pager {
 
     /// Registers the calling thread as a vCPU thread (the Preventer stops only vCPUs).
     pub fn register_vcpu(&self) {
-        // SAFETY: gettid(2) has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
+        let tid = current_tid();
         self.shared.lock().vcpus.push(tid);
     }
 
@@ -343,8 +360,7 @@ impl Pager {
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
         let s = &self.shared;
-        // SAFETY: gettid(2) has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
+        let tid = current_tid();
         let Some((p, _)) = s.lock().stopped.remove(&tid) else {
             return;
         };
@@ -460,8 +476,7 @@ impl Pager {
     /// it is resumed or `ended` says the VM is over.
     pub fn park_while_paused(&self, ended: &std::sync::atomic::AtomicBool) {
         let s = &self.shared;
-        // SAFETY: gettid(2) has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
+        let tid = current_tid();
         let mut parked = false;
         while !ended.load(std::sync::atomic::Ordering::SeqCst) {
             let mut inner = s.lock();
@@ -657,10 +672,13 @@ impl Shared {
             // vCPU is outside `KVM_RUN`).
             let timeout = {
                 let inner = self.lock();
+                let unparked = inner.paused.is_some() && inner.parked.len() < inner.vcpus.len();
+                if unparked {
+                    self.kick_unparked(&inner);
+                }
                 if !inner.stopped.is_empty() {
                     1
-                } else if inner.paused.is_some() && inner.parked.len() < inner.vcpus.len() {
-                    self.kick_unparked(&inner);
+                } else if unparked {
                     10
                 } else {
                     -1
@@ -754,9 +772,7 @@ impl Shared {
         if !preventable {
             return self.missing_fault(inner, p, write);
         }
-        // SAFETY: tgkill(2) of a thread of this process (a registered vCPU thread).
-        let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
-        if rc != 0 {
+        if kick(tid).is_err() {
             return self.missing_fault(inner, p, write);
         }
         inner.stopped.insert(tid, (p, Instant::now()));
@@ -930,14 +946,12 @@ impl Shared {
 
     fn kick_unparked(&self, inner: &Inner) {
         for &tid in inner.vcpus.iter().filter(|t| !inner.parked.contains(t)) {
-            // SAFETY: tgkill(2) of a thread of this process (a registered vCPU thread).
-            let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
-            // ESRCH: that vCPU has ended and needs no kick.
-            if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
-                tracing::warn!(
-                    "pager: cannot kick vCPU thread {tid}: {}",
-                    std::io::Error::last_os_error()
-                );
+            match kick(tid) {
+                // ESRCH: that vCPU has ended and needs no kick.
+                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                    tracing::warn!("pager: cannot kick vCPU thread {tid}: {e}");
+                }
+                _ => {}
             }
         }
     }

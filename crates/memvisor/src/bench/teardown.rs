@@ -224,7 +224,9 @@ fn alive(pid: u32) -> bool {
 
 /// Held by the running bench: `flock` on `SWAP_FILE.lock`, released by the kernel however the
 /// process ends.
-pub struct BenchLock(#[allow(dead_code)] std::fs::File);
+pub struct BenchLock {
+    _held: std::fs::File,
+}
 
 /// Takes the lock of benches using `swap_file`, or says who holds it.
 pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
@@ -250,7 +252,7 @@ pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
             path.display()
         ));
     }
-    Ok(BenchLock(f))
+    Ok(BenchLock { _held: f })
 }
 
 /// Cleans what an earlier run left (its swap file, `memvisor-*` cgroups of dead processes), or
