@@ -415,7 +415,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 VmExit::DebugExit(v) => {
                     ExitCode::from(memvisor_devices::debug_exit::exit_status(v))
                 }
-                VmExit::Shutdown => ExitCode::from(status::SHUTDOWN),
+                VmExit::Shutdown | VmExit::Stopped => ExitCode::from(status::SHUTDOWN),
                 VmExit::Signal(sig) => {
                     eprintln!("memvisor: stopped by signal {sig}");
                     ExitCode::from(u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE))

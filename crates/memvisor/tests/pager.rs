@@ -69,12 +69,17 @@ fn mkdisk(dir: &Path) -> PathBuf {
 
 /// Resident bytes of the guest RAM mapping of `pid` (the anonymous mapping of exactly `size` bytes).
 fn guest_rss(pid: u32, size: u64) -> Option<u64> {
+    guest_smaps(pid, size, "Rss:")
+}
+
+/// Field `field` (in bytes) of `/proc/PID/smaps` for the guest RAM mapping of `size` bytes.
+fn guest_smaps(pid: u32, size: u64, field: &str) -> Option<u64> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
     let mut in_guest = false;
     for line in smaps.lines() {
         if let Some(kb) = line.strip_prefix("Size:") {
             in_guest = kb.trim().trim_end_matches(" kB").parse::<u64>().ok() == Some(size / 1024);
-        } else if let (true, Some(kb)) = (in_guest, line.strip_prefix("Rss:")) {
+        } else if let (true, Some(kb)) = (in_guest, line.strip_prefix(field)) {
             return kb
                 .trim()
                 .trim_end_matches(" kB")
@@ -170,6 +175,73 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
         shrunk <= 64 * MIB + SLACK,
         "after shrinking to 64 MiB, RSS was {shrunk}"
     );
+}
+
+/// A VM started without a limit runs on plain memory with transparent huge pages, as under
+/// QEMU; the first limit takes its RAM over at run time: RSS falls inside the new limit (huge
+/// pages split, so the release is real) and the guest verifies every byte of its memory.
+#[test]
+fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path());
+    let sock = dir.path().join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "512M", "--disk"])
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .args([
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=200 file_mb=8 rounds=3 secs=8",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (vm, reader) = serving(child, &sock);
+    let t0 = Instant::now();
+    while guest_rss(pid, 512 * MIB).unwrap_or(0) < 150 * MIB {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the guest never touched its memory"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = api(&sock, "GET", "/stats", None);
+    assert_eq!(stats["pager"]["attaches"], 0, "no limit, no takeover");
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !thp.contains("[never]") {
+        let huge = guest_smaps(pid, 512 * MIB, "AnonHugePages:").unwrap();
+        assert!(
+            huge >= 64 * MIB,
+            "only {huge} bytes of huge pages before the limit"
+        );
+    }
+    api(
+        &sock,
+        "PUT",
+        "/memory",
+        Some(&format!("{{\"limit\": {}}}", 64 * MIB)),
+    );
+    let t1 = Instant::now();
+    loop {
+        let rss = guest_rss(pid, 512 * MIB).unwrap();
+        if rss <= 64 * MIB + SLACK {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(10),
+            "RSS still {rss} bytes after the limit of 64 MiB"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = api(&sock, "GET", "/stats", None);
+    assert_eq!(stats["pager"]["attaches"], 1);
+    assert_eq!(guest_smaps(pid, 512 * MIB, "AnonHugePages:"), Some(0));
+    integrity_passed(vm, reader);
 }
 
 /// A swap file that cannot be reserved (a full file system) is a clear error before the guest

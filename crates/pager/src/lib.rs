@@ -1,14 +1,37 @@
-//! The pager: owns every guest page and every move of one — faults, reclaim under a per-VM limit, the swap store, and the balloon's releases.
+//! The pager: owns every guest page and every move of one — faults, reclaim under a per-VM limit, the page stores, and the balloon's releases.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `pager.rs` | the [`Pager`] handle, its thread, its locks, the limit, [`VcpuControl`] |
+//! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
+//! | `ram_map.rs` | page numbers ↔ guest-physical and host addresses across RAM mappings |
+//! | `uffd.rs` | the userfaultfd calls, with typed errors |
+//! | `state.rs` | the page table of states and its decisions (pure, model-tested) |
+//! | `victim.rs` | victim selection (random, clock) |
+//! | `fault.rs` | the fault path |
+//! | `reclaim.rs` | reclaim in bounded chunks |
+//! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
+//! | `preventer.rs` | VSwapper's False Reads Preventer |
+//! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
+//! | `stats.rs` | counters, latencies and the API's snapshot |
 
-pub mod state;
-pub mod victim;
-
+mod facade;
+mod fault;
+pub mod image;
 mod pager;
 pub mod preventer;
+mod ram_map;
+mod reclaim;
+pub mod state;
 pub mod stats;
+pub mod store;
 pub mod swap;
+mod takeover;
+pub mod uffd;
+pub mod victim;
 
-pub use pager::{Pager, PagerConfig, PagerError, PagerSnapshot, MIN_LIMIT};
+pub use pager::{NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
 pub use preventer::CpuState;
 pub use state::Mechanisms;
+pub use stats::PagerSnapshot;
 pub use victim::VictimPolicy;

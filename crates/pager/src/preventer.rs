@@ -6,7 +6,7 @@
 //! 1. The pager thread gets a write fault, from a vCPU thread, on a swapped or on-disk page. Instead
 //!    of reading the page, it records the page as pending for that thread and sends the thread
 //!    `SIGUSR1`: `KVM_RUN` returns `EINTR` with RIP still at the faulting instruction.
-//! 2. The vCPU thread calls [`crate::Pager::vcpu_interrupted`] with its registers. The pager walks
+//! 2. The vCPU thread calls [`Pager::vcpu_interrupted`] with its registers. The pager walks
 //!    the guest page tables to read the instruction at RIP and decodes it ([`plan`]). A `REP STOS`
 //!    or `REP MOVS` (forward, 64-bit addressing) whose destination covers the whole faulting page
 //!    lets the pager install that page — and the other whole pages the instruction will write,
@@ -21,7 +21,15 @@
 //! guests clear freshly allocated pages: Linux's `clear_page_erms` is `rep stosb`) and falls back
 //! for the rest.
 
+use std::time::Instant;
+
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+use memvisor_devices::ram::GuestRam;
+use vm_memory::{Bytes, GuestAddress};
+
+use crate::pager::{current_tid, Pager, PagerFailure, Shared};
+use crate::state::PageIdx;
+use crate::stats::Counters;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
@@ -161,6 +169,136 @@ pub fn translate(cr3: u64, va: u64, read: impl Fn(u64) -> Option<u64>) -> Option
         table = entry & ADDR;
     }
     None
+}
+
+// The Preventer's driving: stopping a vCPU on its write fault and deciding once it answers.
+
+impl Shared {
+    /// Stops vCPU thread `tid`, whose write to page `p` faulted, so it can be asked what it is
+    /// writing. Returns false if it cannot be stopped (already stopped, or the kick failed):
+    /// the caller then swaps the page in.
+    pub(crate) fn stop_for_preventer(&self, tid: i32, p: PageIdx) -> bool {
+        let mut stopped = self.stopped();
+        if stopped.contains_key(&tid) || self.vcpus.kick(tid).is_err() {
+            return false;
+        }
+        stopped.insert(tid, (p, Instant::now()));
+        Counters::add(&self.counters.preventer_attempts, 1);
+        true
+    }
+
+    /// Swaps in the pages of stopped vCPUs that did not answer in time.
+    pub(crate) fn expire_stopped(&self) {
+        let late: Vec<(i32, PageIdx)> = {
+            let mut stopped = self.stopped();
+            let late: Vec<(i32, PageIdx)> = stopped
+                .iter()
+                .filter(|(_, (_, t))| t.elapsed().as_millis() >= u128::from(TIMEOUT_MS))
+                .map(|(&tid, &(p, _))| (tid, p))
+                .collect();
+            for (tid, _) in &late {
+                stopped.remove(tid);
+            }
+            late
+        };
+        for (_, p) in late {
+            Counters::add(&self.counters.preventer_timeouts, 1);
+            let mut pages = self.lock();
+            if let Err(e) = self.missing_fault(&mut pages, p, true) {
+                tracing::error!("pager: resolving page {p} for a silent vCPU failed: {e}");
+            }
+        }
+    }
+}
+
+impl Pager {
+    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
+    /// it on a write fault, the faulting page is put in place before this returns: filled from
+    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
+    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
+    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
+        let s = &self.shared;
+        let Some((p, _)) = s.stopped().remove(&current_tid()) else {
+            return;
+        };
+        let installed = registers()
+            .and_then(|cpu| self.prevent(&cpu, p))
+            .unwrap_or(0);
+        if installed > 0 {
+            Counters::add(&s.counters.preventer_completed, 1);
+            Counters::add(&s.counters.false_reads_avoided, installed);
+            return;
+        }
+        Counters::add(&s.counters.preventer_fallbacks, 1);
+        let mut pages = s.lock();
+        if let Err(e) = s.missing_fault(&mut pages, p, true) {
+            s.pause(PagerFailure::Fault {
+                page: p,
+                error: e.to_string(),
+            });
+        }
+        s.keep_limit(&mut pages);
+    }
+
+    /// Reads guest-virtual memory through the vCPU's page tables.
+    fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
+        let mem = &self.shared.mem;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = va.checked_add(done as u64)?;
+            let pa = translate(cr3, at, |a| mem.read_obj::<u64>(GuestAddress(a)).ok())?;
+            let n = usize::try_from(PAGE - at % PAGE)
+                .ok()?
+                .min(buf.len() - done);
+            mem.read_slice(&mut buf[done..done + n], GuestAddress(pa))
+                .ok()?;
+            done += n;
+        }
+        Some(())
+    }
+
+    /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
+    /// page `p` is one of them. Returns how many pages were written without a read.
+    fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
+        let s = &self.shared;
+        let mut code = [0u8; 15];
+        self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
+        let plan = plan(cpu, &code)?;
+        let mem = &s.mem;
+        let pte = |a: u64| mem.read_obj::<u64>(GuestAddress(a)).ok();
+        let targets: Vec<(u64, u64)> = (0..plan.pages)
+            .filter_map(|i| {
+                let va = plan.first_page + i * PAGE;
+                translate(cpu.cr3, va, pte).map(|pa| (va, pa))
+            })
+            .collect();
+        if !targets
+            .iter()
+            .any(|&(_, pa)| s.map.page_of_gpa(pa) == Some(p))
+        {
+            return None;
+        }
+        let mut page = vec![0u8; 4096];
+        let mut count = 0;
+        for (va, pa) in targets {
+            match plan.fill {
+                Fill::Pattern { value, size } => {
+                    let bytes = value.to_le_bytes();
+                    for (i, b) in page.iter_mut().enumerate() {
+                        *b = bytes[i % usize::from(size)];
+                    }
+                }
+                Fill::Copy { src } => {
+                    self.read_virt(cpu.cr3, src + (va - plan.dest_start), &mut page)?;
+                }
+            }
+            // A whole non-resident page goes in with one copy and no read; a resident one gets
+            // the same bytes the instruction is about to store.
+            self.write(GuestAddress(pa), &page).ok()?;
+            count += 1;
+        }
+        Some(count)
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! move it. Pure: no syscalls. The pager thread asks this table what to do and carries it out;
 //! the model test in this file carries the same decisions out on a simulated memory.
 
+use crate::store::Slot;
 use crate::victim::{VictimPolicy, Victims};
 
 /// Index of a 4 KiB guest page, counted over all RAM regions.
@@ -81,10 +82,10 @@ pub enum FaultAction {
     Wake,
     /// Install a zero page.
     Zero,
-    /// Read `block` and install it, write-protected if `keep_block`.
-    SwapIn { block: Block, keep_block: bool },
-    /// Read image block `from` and install it, write-protected (still mirroring it) if `keep`.
-    ImageIn { from: ImageBlock, keep: bool },
+    /// Read the page from the store slot `from` (with the run [`PageTable::load_run`] gives)
+    /// and install it; if `keep`, write-protected and still backed by that slot (a clean swap
+    /// block kept for reuse, or an image block it mirrors).
+    Load { from: Slot, keep: bool },
 }
 
 /// What reclaim does with one victim.
@@ -174,6 +175,48 @@ pub struct PageTable {
     /// The refault stream from the image: the block a refault continuing it would fault on, and
     /// the window the last refault used.
     image_stream: Option<(ImageBlock, u32)>,
+    /// Pages by state, kept as every change happens (see [`Census`]).
+    census: Census,
+}
+
+/// How many guest pages are in each state, kept as running counts so reading them costs
+/// nothing however large the VM is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    pub zero: u32,
+    /// Resident pages, mirrored ones included.
+    pub resident: u32,
+    pub swapped: u32,
+    pub ballooned: u32,
+    pub reported: u32,
+    /// Dropped while mirroring a disk block; they refault from the image.
+    pub on_disk: u32,
+    /// Resident and mirroring a disk block (also counted in `resident`).
+    pub mirrored: u32,
+}
+
+impl Census {
+    /// The counters that hold a page in state `s`.
+    fn slots(&mut self, s: PageState) -> [Option<&mut u32>; 2] {
+        match s {
+            PageState::Zero => [Some(&mut self.zero), None],
+            PageState::Resident { .. } => [Some(&mut self.resident), None],
+            PageState::Mirrored(_) => [Some(&mut self.resident), Some(&mut self.mirrored)],
+            PageState::Swapped(_) => [Some(&mut self.swapped), None],
+            PageState::Ballooned => [Some(&mut self.ballooned), None],
+            PageState::Reported => [Some(&mut self.reported), None],
+            PageState::OnDisk(_) => [Some(&mut self.on_disk), None],
+        }
+    }
+
+    fn moved(&mut self, from: PageState, to: PageState) {
+        for c in self.slots(from).into_iter().flatten() {
+            *c -= 1;
+        }
+        for c in self.slots(to).into_iter().flatten() {
+            *c += 1;
+        }
+    }
 }
 
 /// The longest run an image refault brings in (1 MiB).
@@ -195,6 +238,10 @@ impl PageTable {
             victims: Victims::new(pages, policy, seed, mech.cluster),
             mech,
             image_stream: None,
+            census: Census {
+                zero: pages,
+                ..Census::default()
+            },
         }
     }
 
@@ -230,6 +277,7 @@ impl PageTable {
             self.by_block.entry(ib).or_default().push(p);
         }
         self.pages[p as usize] = s;
+        self.census.moved(old, s);
         if !is_resident(s) {
             // Its protection is gone with it: a refault may come back writable.
             self.pending.remove(&p);
@@ -249,10 +297,13 @@ impl PageTable {
         match self.state(p) {
             PageState::Resident { .. } | PageState::Mirrored(_) => FaultAction::Wake,
             PageState::Zero | PageState::Ballooned | PageState::Reported => FaultAction::Zero,
-            PageState::OnDisk(from) => FaultAction::ImageIn { from, keep: !write },
-            PageState::Swapped(block) => FaultAction::SwapIn {
-                block,
-                keep_block: self.mech.reuse_clean && !write,
+            PageState::OnDisk(ib) => FaultAction::Load {
+                from: Slot::image(ib),
+                keep: !write,
+            },
+            PageState::Swapped(block) => FaultAction::Load {
+                from: Slot::swap(block),
+                keep: self.mech.reuse_clean && !write,
             },
         }
     }
@@ -262,42 +313,46 @@ impl PageTable {
         match action {
             FaultAction::Wake => {}
             FaultAction::Zero => self.set(p, PageState::Resident { clean: None }),
-            FaultAction::SwapIn { block, keep_block } => {
-                if !keep_block {
-                    self.blocks.release(block);
-                }
-                self.set(
-                    p,
-                    PageState::Resident {
-                        clean: keep_block.then_some(block),
-                    },
-                );
-            }
-            FaultAction::ImageIn { from, keep } => {
-                let s = if keep {
-                    PageState::Mirrored(from)
-                } else {
-                    PageState::Resident { clean: None }
-                };
-                self.set(p, s);
-            }
+            FaultAction::Load { keep, .. } => self.loaded(p, keep),
         }
         self.victims.touch(p);
+    }
+
+    /// Records that swapped or on-disk `p` came in from its slot, kept clean and protected if
+    /// `keep`.
+    fn loaded(&mut self, p: PageIdx, keep: bool) {
+        let s = match self.state(p) {
+            PageState::Swapped(block) => {
+                if !keep {
+                    self.blocks.release(block);
+                }
+                PageState::Resident {
+                    clean: keep.then_some(block),
+                }
+            }
+            PageState::OnDisk(ib) if keep => PageState::Mirrored(ib),
+            PageState::OnDisk(_) => PageState::Resident { clean: None },
+            s => unreachable!("only pages swapped or on disk are loaded, not {s:?}"),
+        };
+        self.set(p, s);
     }
 
     /// Records that the run `lo..lo + n` of swapped or on-disk pages came in, kept clean and
     /// protected if `keep`.
     pub fn install_run(&mut self, lo: PageIdx, n: u32, keep: bool) {
         for q in lo..lo + n {
-            let action = match self.state(q) {
-                PageState::Swapped(block) => FaultAction::SwapIn {
-                    block,
-                    keep_block: keep,
-                },
-                PageState::OnDisk(from) => FaultAction::ImageIn { from, keep },
-                s => unreachable!("a run holds pages swapped or on disk, not {s:?}"),
-            };
-            self.installed(q, action);
+            self.loaded(q, keep);
+            self.victims.touch(q);
+        }
+    }
+
+    /// The run of pages that comes in with a load of `p` from its slot: `(first page, count)`,
+    /// their slots consecutive in the same store (see [`Self::swap_run`] and [`Self::image_run`]).
+    pub fn load_run(&mut self, p: PageIdx) -> (PageIdx, u32) {
+        match self.state(p) {
+            PageState::Swapped(_) => self.swap_run(p),
+            PageState::OnDisk(_) => self.image_run(p),
+            _ => (p, 1),
         }
     }
 
@@ -406,6 +461,13 @@ impl PageTable {
         }
         self.set(p, to);
         is_resident(was)
+    }
+
+    /// Records that `p` is mapped, content unknown (found present when guest RAM was taken over).
+    pub fn seed_resident(&mut self, p: PageIdx) {
+        if !is_resident(self.state(p)) {
+            self.set(p, PageState::Resident { clean: None });
+        }
     }
 
     /// Balloon deflate: `p` is the guest's again; it refaults as a zero page.
@@ -538,24 +600,18 @@ impl PageTable {
         }
     }
 
-    /// Counts pages by state: zero, resident (mirrored ones included), swapped, ballooned,
-    /// reported, on disk (dropped mirrors), mirrored.
-    pub fn census(&self) -> [u32; 7] {
-        let mut c = [0u32; 7];
-        for s in &self.pages {
-            let i = match s {
-                PageState::Zero => 0,
-                PageState::Resident { .. } => 1,
-                PageState::Mirrored(_) => {
-                    c[6] += 1;
-                    1
-                }
-                PageState::Swapped(_) => 2,
-                PageState::Ballooned => 3,
-                PageState::Reported => 4,
-                PageState::OnDisk(_) => 5,
-            };
-            c[i] += 1;
+    /// Pages by state.
+    pub fn census(&self) -> Census {
+        self.census
+    }
+
+    /// Counts pages by state with a scan of every page: what [`Self::census`] must equal.
+    #[cfg(test)]
+    fn census_by_scan(&self) -> Census {
+        let mut c = Census::default();
+        for &s in &self.pages {
+            c.zero += 1;
+            c.moved(PageState::Zero, s);
         }
         c
     }
@@ -605,15 +661,8 @@ mod tests {
                     self.ram.insert(p, (0, false));
                     self.t.installed(p, action);
                 }
-                FaultAction::ImageIn { keep, .. }
-                | FaultAction::SwapIn {
-                    keep_block: keep, ..
-                } => {
-                    let (lo, n) = if matches!(action, FaultAction::ImageIn { .. }) {
-                        self.t.image_run(p)
-                    } else {
-                        self.t.swap_run(p)
-                    };
+                FaultAction::Load { keep, .. } => {
+                    let (lo, n) = self.t.load_run(p);
                     self.reads += 1;
                     // The run comes in as the faulting page does (as the pager does it).
                     for q in lo..lo + n {
@@ -727,6 +776,8 @@ mod tests {
                 assert_eq!(self.t.blocks.refs(b), n);
             }
             assert_eq!(self.t.resident() as usize, self.ram.len());
+            assert_eq!(self.t.census(), self.t.census_by_scan());
+            assert_eq!(self.t.census().resident, self.t.resident());
         }
     }
 

@@ -1,16 +1,19 @@
-//! The pager's counters, named after what happened, and latency distributions.
+//! The pager's counters, named after what happened, latency distributions, and the snapshot
+//! the API serves. The page census is kept by the page table as pages change state, so a
+//! snapshot costs the same however large the VM is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use crate::pager::{limit_to_bytes, Pager};
+use crate::store::{PageStore, StoreCounters};
 
 /// Counters of one pager; every field only grows.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Faults answered with a zero page (first touch, or a page dropped as zero).
     pub faults_zero: AtomicU64,
-    /// Faults answered from the swap store.
-    pub faults_swap: AtomicU64,
     /// Faults on pages the balloon or a free page report had taken.
     pub faults_released: AtomicU64,
     /// Faults on pages the guest had reported free, answered with a zero page instead of their
@@ -37,17 +40,12 @@ pub struct Counters {
     /// Victims dropped because they mirrored a disk image block (VSwapper: silent swap writes
     /// avoided).
     pub reclaimed_mirrored: AtomicU64,
-    /// Faults answered from the disk image (pages dropped while mirroring it).
-    pub faults_image: AtomicU64,
-    pub image_bytes_read: AtomicU64,
     /// Device reads that landed in non-resident pages without reading their old content
     /// (VSwapper: stale swap reads avoided).
     pub stale_reads_avoided: AtomicU64,
     /// Pages whose content was brought back from the image before the guest overwrote the
     /// block they relied on (the Mapper's write consistency).
     pub mapper_refetches: AtomicU64,
-    pub swap_bytes_read: AtomicU64,
-    pub swap_bytes_written: AtomicU64,
     /// Pages brought in next to a faulting page.
     pub prefetched: AtomicU64,
     /// Prefetched pages later written by the guest (a lower bound on prefetch hits: reads of
@@ -59,6 +57,11 @@ pub struct Counters {
     pub reported: AtomicU64,
     /// Times the VM was paused because swap or image I/O failed.
     pub pauses: AtomicU64,
+    /// Times guest RAM was taken over (registered with userfaultfd): at start with a limit, or
+    /// when the first limit arrived.
+    pub attaches: AtomicU64,
+    /// Huge pages split before reclaim released part of them.
+    pub huge_pages_split: AtomicU64,
 }
 
 impl Counters {
@@ -107,6 +110,88 @@ impl Latency {
         v.sort_unstable();
         let at = |q: usize| v[(v.len() - 1) * q / 100];
         (v.len(), at(50), at(99))
+    }
+}
+
+/// A snapshot of the pager for the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PagerSnapshot {
+    pub limit_bytes: Option<u64>,
+    pub resident_pages: u64,
+    pub zero_pages: u64,
+    pub swapped_pages: u64,
+    pub ballooned_pages: u64,
+    pub reported_pages: u64,
+    /// Dropped while mirroring a disk block; they refault from the image.
+    pub on_disk_pages: u64,
+    /// Resident and mirroring a disk block.
+    pub mirrored_pages: u64,
+    pub swap_blocks_in_use: u64,
+    pub counters: Vec<(&'static str, u64)>,
+    pub fault_latency_us: (usize, u32, u32),
+    /// Faults served from the swap store only (the page was in swap when it faulted).
+    pub swap_fault_latency_us: (usize, u32, u32),
+    pub reclaim_latency_us: (usize, u32, u32),
+}
+
+impl Pager {
+    pub fn snapshot(&self) -> PagerSnapshot {
+        let s = &self.shared;
+        let pages = s.lock();
+        let census = pages.table.census();
+        let in_use = pages.table.blocks.in_use();
+        drop(pages);
+        let limit_bytes = limit_to_bytes(s.limit());
+        let c = &s.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let swap = s.stores.swap.counters();
+        let images = |f: fn(&StoreCounters) -> &AtomicU64| -> u64 {
+            s.stores.images().map(|i| get(f(i.counters()))).sum()
+        };
+        PagerSnapshot {
+            limit_bytes,
+            resident_pages: census.resident.into(),
+            zero_pages: census.zero.into(),
+            swapped_pages: census.swapped.into(),
+            ballooned_pages: census.ballooned.into(),
+            reported_pages: census.reported.into(),
+            on_disk_pages: census.on_disk.into(),
+            mirrored_pages: census.mirrored.into(),
+            swap_blocks_in_use: in_use.into(),
+            counters: vec![
+                ("faults_zero", get(&c.faults_zero)),
+                ("faults_swap", get(&swap.faults)),
+                ("faults_released", get(&c.faults_released)),
+                ("false_reads_avoided", get(&c.false_reads_avoided)),
+                ("preventer_attempts", get(&c.preventer_attempts)),
+                ("preventer_completed", get(&c.preventer_completed)),
+                ("preventer_fallbacks", get(&c.preventer_fallbacks)),
+                ("preventer_timeouts", get(&c.preventer_timeouts)),
+                ("device_installs", get(&c.device_installs)),
+                ("write_faults", get(&c.write_faults)),
+                ("reclaimed_zero", get(&c.reclaimed_zero)),
+                ("reclaimed_clean", get(&c.reclaimed_clean)),
+                ("reclaimed_written", get(&c.reclaimed_written)),
+                ("reclaimed_mirrored", get(&c.reclaimed_mirrored)),
+                ("faults_image", images(|c| &c.faults)),
+                ("image_bytes_read", images(|c| &c.bytes_read)),
+                ("stale_reads_avoided", get(&c.stale_reads_avoided)),
+                ("mapper_refetches", get(&c.mapper_refetches)),
+                ("swap_bytes_read", get(&swap.bytes_read)),
+                ("swap_bytes_written", get(&swap.bytes_written)),
+                ("prefetched", get(&c.prefetched)),
+                ("prefetch_hits", get(&c.prefetch_hits)),
+                ("reclaim_batches", get(&c.reclaim_batches)),
+                ("ballooned", get(&c.ballooned)),
+                ("reported", get(&c.reported)),
+                ("pauses", get(&c.pauses)),
+                ("attaches", get(&c.attaches)),
+                ("huge_pages_split", get(&c.huge_pages_split)),
+            ],
+            fault_latency_us: s.fault_latency.summary(),
+            swap_fault_latency_us: s.swap_fault_latency.summary(),
+            reclaim_latency_us: s.reclaim_latency.summary(),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! The swap store: a file of 4 KiB blocks. Block allocation and reference counts live in
-//! [`BlockMap`](crate::state::BlockMap); this is the file and its I/O.
+//! The swap file: a [`PageStore`] of 4 KiB blocks. Block allocation and reference counts live
+//! in [`BlockMap`](crate::state::BlockMap); this is the file and its I/O.
 //!
 //! The file is preallocated (`fallocate`) to hold every guest page, so a full disk is found
 //! when the VM starts, never in the middle of a reclaim. It is opened `O_DIRECT` where the file
@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::state::Block;
+use crate::store::{PageStore, StoreCounters};
 
 pub const BLOCK: usize = 4096;
 
@@ -33,11 +34,12 @@ pub enum SwapError {
     },
 }
 
-pub struct SwapStore {
+pub struct SwapFile {
     file: File,
+    counters: StoreCounters,
 }
 
-impl SwapStore {
+impl SwapFile {
     /// Creates (or truncates) the swap file at `path` with room for `blocks` blocks. A
     /// `temporary` file is unlinked at once: it lives as long as the descriptor, so no exit,
     /// however abrupt, leaves it behind.
@@ -88,19 +90,28 @@ impl SwapStore {
                 source,
             })?;
         }
-        Ok(SwapStore { file })
+        Ok(SwapFile {
+            file,
+            counters: StoreCounters::default(),
+        })
+    }
+}
+
+impl PageStore for SwapFile {
+    /// Reads whole blocks starting at `first` into `buf` (aligned).
+    fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
+        self.file
+            .read_exact_at(buf, u64::from(first) * BLOCK as u64)
     }
 
     /// Writes `data` (whole blocks, from an aligned buffer) starting at block `first`.
-    pub fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
+    fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
         self.file
             .write_all_at(data, u64::from(first) * BLOCK as u64)
     }
 
-    /// Reads whole blocks starting at `first` into `buf` (aligned).
-    pub fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
-        self.file
-            .read_exact_at(buf, u64::from(first) * BLOCK as u64)
+    fn counters(&self) -> &StoreCounters {
+        &self.counters
     }
 }
 
@@ -140,7 +151,7 @@ mod tests {
     fn blocks_round_trip_and_temporary_files_leave_no_trace() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("swap");
-        let s = SwapStore::create(&path, 16, true).unwrap();
+        let s = SwapFile::create(&path, 16, true).unwrap();
         assert_eq!(s.file.metadata().unwrap().len(), 16 * 4096);
         let mut b = AlignedBuf::new(8192);
         b.get(8192)
@@ -153,14 +164,14 @@ mod tests {
         assert_eq!(r.get(8192), b.get(8192));
         assert!(!path.exists(), "a temporary swap file is unlinked at once");
         drop(s);
-        let kept = SwapStore::create(&path, 1, false).unwrap();
+        let kept = SwapFile::create(&path, 1, false).unwrap();
         drop(kept);
         assert!(path.exists(), "a named swap file stays");
     }
 
     #[test]
     fn a_missing_directory_is_a_clear_error() {
-        let e = SwapStore::create(Path::new("/nonexistent/dir/swap"), 1, true)
+        let e = SwapFile::create(Path::new("/nonexistent/dir/swap"), 1, true)
             .err()
             .unwrap();
         assert!(e.to_string().contains("/nonexistent/dir/swap"));

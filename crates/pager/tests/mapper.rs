@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
-use memvisor_pager::{Mechanisms, Pager, PagerConfig, VictimPolicy};
+use memvisor_pager::{Mechanisms, NoVcpus, Pager, PagerConfig, VictimPolicy};
 use vm_memory::{Bytes, GuestAddress};
 
 const MIB: u64 = 1 << 20;
@@ -50,7 +50,8 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         temporary_swap: true,
         batch: 256,
     };
-    let pager = Pager::start(mem.clone(), &config, |why| {
+    let vcpus = Arc::new(NoVcpus::default());
+    let pager = Pager::start(mem.clone(), &config, vcpus.clone(), |why| {
         panic!("the pager failed: {why}")
     })
     .unwrap();
@@ -138,4 +139,5 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
     }
     // The written sources mirror their blocks now: dropping them again costs no write.
     assert!(pager.snapshot().mirrored_pages >= 64 || pager.snapshot().on_disk_pages >= 64);
+    assert_eq!(vcpus.paused(), None, "no page move failed");
 }

@@ -19,10 +19,9 @@ use std::sync::Arc;
 use memvisor_api::{read_request, write_response, BalloonUpdate, ErrorBody, MemoryUpdate};
 use memvisor_devices::virtio::balloon::{BalloonControl, STAT_NAMES};
 use memvisor_devices::virtio::block::BlockMetrics;
-use memvisor_pager::Pager;
 use serde_json::{json, Map, Value};
 
-use crate::{DiskConfig, ExitCounters};
+use crate::{DiskConfig, ExitCounters, Lifecycle, VmState};
 
 /// What the API can see and steer.
 pub(crate) struct Control {
@@ -30,7 +29,7 @@ pub(crate) struct Control {
     pub vcpus: u8,
     pub pager_mode: &'static str,
     pub disks: Vec<(DiskConfig, Arc<BlockMetrics>)>,
-    pub pager: Option<Pager>,
+    pub lifecycle: Arc<Lifecycle>,
     pub balloon: Option<BalloonControl>,
     pub exits: Arc<ExitCounters>,
 }
@@ -109,7 +108,7 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
         ("GET", "/stats") => ok(&stats(c)),
         ("PUT", "/memory") => match parse::<MemoryUpdate>(body) {
             Err(e) => e,
-            Ok(u) => match &c.pager {
+            Ok(u) => match &c.lifecycle.pager {
                 None => error(400, "this VM runs without memvisor's pager (--pager off): its limit belongs to the host cgroup"),
                 Some(p) => match p.set_limit(u.limit) {
                     Ok(()) => ok(&vm_info(c)),
@@ -130,9 +129,9 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
                 }
             },
         },
-        ("PUT", "/vm/resume") => match c.pager.as_ref().map(Pager::resume) {
-            Some(true) => ok(&vm_info(c)),
-            _ => error(400, "the VM is not paused"),
+        ("PUT", "/vm/resume") => match c.lifecycle.resume() {
+            true => ok(&vm_info(c)),
+            false => error(400, "the VM is not paused"),
         },
         (_, "/vm" | "/stats") => error(405, "use GET"),
         (_, "/memory" | "/balloon" | "/vm/resume") => error(405, "use PUT"),
@@ -141,14 +140,18 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
 }
 
 fn vm_info(c: &Control) -> Value {
-    let limit = c.pager.as_ref().and_then(Pager::limit_bytes);
+    let limit = c.lifecycle.pager.as_ref().and_then(|p| p.limit_bytes());
     let balloon_target = c
         .balloon
         .as_ref()
         .map(|b| u64::from(b.state.target_pages.load(Ordering::SeqCst)) * 4096);
-    let paused = c.pager.as_ref().and_then(Pager::paused);
+    let (state, paused) = match c.lifecycle.state() {
+        VmState::Created => ("created", None),
+        VmState::Running => ("running", None),
+        VmState::Paused { why, .. } => ("paused", Some(why.to_string())),
+    };
     json!({
-        "state": if paused.is_some() { "paused" } else { "running" },
+        "state": state,
         "paused_because": paused,
         "mem_bytes": c.mem_size,
         "vcpus": c.vcpus,
@@ -195,7 +198,7 @@ fn stats(c: &Control) -> Value {
             "guest": guest,
         })
     });
-    let pager = c.pager.as_ref().map(|p| {
+    let pager = c.lifecycle.pager.as_ref().map(|p| {
         let s = p.snapshot();
         let mut m = Map::new();
         m.insert("limit_bytes".into(), json!(s.limit_bytes));

@@ -1,11 +1,14 @@
 //! One KVM virtual machine: its guest memory, vCPUs, device buses and lifetime, from boot to exit.
 //!
-//! [`run`] builds the VM from a [`VmConfig`], boots the PVH kernel and blocks until the guest
-//! ends: through the debug-exit port, a shutdown, or a crash. Each vCPU runs on its own thread
-//! and serves its own exits: a port or MMIO access is routed to the device that owns the
-//! address on the [`Bus`](memvisor_devices::Bus), synchronously.
+//! A [`Vm`] is built from a [`VmConfig`] ([`Vm::build`]), started ([`Vm::start`]), paused and
+//! resumed, and waited for ([`Vm::wait`]) until the guest ends: through the debug-exit port, a
+//! shutdown, a crash, a signal, or [`VmStopper::stop`]; [`run`] does all of it. Each vCPU runs
+//! on its own thread and serves its own exits: a port or MMIO access is routed to the device
+//! that owns the address on the [`Bus`](memvisor_devices::Bus), synchronously. Pausing and
+//! ending vCPUs is `control.rs`.
 
 mod api;
+mod control;
 mod memory;
 pub mod signals;
 mod vcpu;
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use kvm_ioctls::{Kvm, VmFd};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use memvisor_boot::{BootError, PvhImage, RamLayout};
 use memvisor_devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use memvisor_devices::ram::{GuestRam, PlainRam};
@@ -30,6 +33,8 @@ use memvisor_devices::{Bus, BusError};
 use memvisor_pager::{Pager, PagerConfig, PagerError, PagerSnapshot};
 use thiserror::Error;
 use vmm_sys_util::eventfd::EventFd;
+
+pub use control::{PauseReason, Vcpus};
 
 /// GSI of the serial port's interrupt (COM1 = IRQ 4).
 const SERIAL_GSI: u32 = 4;
@@ -120,6 +125,8 @@ pub enum VmExit {
     Shutdown,
     /// memvisor was told to stop (SIGINT, SIGTERM or SIGHUP) and stopped the VM.
     Signal(i32),
+    /// The VM was stopped through a [`VmStopper`].
+    Stopped,
 }
 
 /// VM exits the vCPUs took, by kind.
@@ -190,184 +197,349 @@ pub fn host_tsc_khz() -> Result<u32, VmmError> {
     vcpu.get_tsc_khz().map_err(kvm_err("KVM_GET_TSC_KHZ"))
 }
 
+/// A VM's state, as [`Vm::state`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// Built, vCPUs not started.
+    Created,
+    Running,
+    /// vCPUs held outside the guest (`parked` of them so far) until [`Vm::resume`].
+    Paused {
+        why: PauseReason,
+        parked: usize,
+    },
+}
+
+/// Pausing and resuming one VM: what [`Vm`] and its API server share.
+pub(crate) struct Lifecycle {
+    pub vcpus: Arc<Vcpus>,
+    pub pager: Option<Pager>,
+    started: AtomicBool,
+}
+
+impl Lifecycle {
+    pub fn state(&self) -> VmState {
+        match self.vcpus.paused() {
+            (Some(why), parked) => VmState::Paused { why, parked },
+            (None, _) if self.started.load(Ordering::SeqCst) => VmState::Running,
+            (None, _) => VmState::Created,
+        }
+    }
+
+    pub fn pause(&self) -> bool {
+        self.vcpus.pause_for(PauseReason::Requested)
+    }
+
+    /// Resumes a paused VM; the pager retries what failed (and pauses it again if it still
+    /// fails). Returns whether it was paused.
+    pub fn resume(&self) -> bool {
+        let was = self.vcpus.resume().is_some();
+        if let (true, Some(p)) = (was, &self.pager) {
+            p.retry();
+        }
+        was
+    }
+}
+
+/// One VM: built from a [`VmConfig`] by [`Vm::build`], started by [`Vm::start`], waited for by
+/// [`Vm::wait`], which stops its vCPUs and flushes its disks however the guest ended.
+pub struct Vm {
+    // vCPU and device state refers to the VM and its memory: the fds go last.
+    lifecycle: Arc<Lifecycle>,
+    vcpu_fds: Vec<VcpuFd>,
+    boot_context: Option<Arc<VcpuShared>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    events_tx: mpsc::Sender<VmEvent>,
+    events: mpsc::Receiver<VmEvent>,
+    disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
+    exits: Arc<ExitCounters>,
+    _socket: Option<api::SocketFile>,
+    mem: Arc<memvisor_devices::GuestMem>,
+    _vm: VmFd,
+}
+
+/// What every vCPU thread of a VM shares.
+struct VcpuShared {
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    unknown: Arc<UnknownAccesses>,
+}
+
 /// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
 pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
-    if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
-        return Err(VmmError::BadVcpuCount(config.vcpus));
-    }
-    if config.disks.len() > MMIO_SLOTS {
-        return Err(VmmError::TooManyDevices(config.disks.len()));
-    }
-    let image = PvhImage::parse(&config.kernel)?;
-    let layout = RamLayout::new(config.mem_size)?;
+    let mut vm = Vm::build(config)?;
+    vm.start()?;
+    vm.wait()
+}
 
-    let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
-    let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
-    // Needed by Intel's real-mode emulation for APs started by SIPI; harmless elsewhere.
-    if let Err(e) = vm.set_tss_address(0xfffb_d000) {
-        tracing::debug!("KVM_SET_TSS_ADDR failed: {e}");
-    }
-    vm.create_irq_chip()
-        .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
-    let mem = Arc::new(memory::create(&vm, &layout)?);
-    // The pager must own guest RAM before anything touches it, the boot data included.
-    let (events_tx, events) = mpsc::channel();
-    // Every thread started from here on inherits the blocked mask; this one takes the signals.
-    signals::block().map_err(VmmError::Thread)?;
-    signals::install_kick_handler().map_err(VmmError::Thread)?;
-    let tx = events_tx.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let sig = signals::wait();
-            let _ = tx.send(VmEvent::Exit(VmExit::Signal(sig)));
-        })
-        .map_err(VmmError::Thread)?;
-    let pager = match &config.pager {
-        Some(c) => {
-            let tx = Mutex::new(events_tx.clone());
-            Some(Pager::start(mem.clone(), c, move |why| {
-                let _ = lock(&tx).send(VmEvent::PagerFailed(why));
-            })?)
+impl Vm {
+    /// Creates the VM: KVM VM and irqchip, guest RAM (under the pager if configured), boot data,
+    /// devices, vCPUs set up for PVH entry, and the API socket if configured. Nothing runs yet.
+    pub fn build(config: &VmConfig) -> Result<Vm, VmmError> {
+        if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
+            return Err(VmmError::BadVcpuCount(config.vcpus));
         }
-        None => None,
-    };
-    let ram: Arc<dyn GuestRam> = match &pager {
-        Some(p) => Arc::new(p.clone()),
-        None => Arc::new(PlainRam::new(mem.clone())),
-    };
-    let boot = memvisor_boot::write_boot_data(
-        mem.as_ref(),
-        &layout,
-        &image,
-        &config.kernel,
-        &config.cmdline,
-    )?;
-
-    let ended = Arc::new(AtomicBool::new(false));
-    let Devices {
-        pio,
-        mmio,
-        disks,
-        balloon,
-    } = build_devices(
-        &vm,
-        &mem,
-        &ram,
-        pager.as_ref(),
-        config,
-        events_tx.clone(),
-        ended.clone(),
-    )?;
-    let pio = Arc::new(pio);
-    let mmio = Arc::new(mmio);
-    let exits = Arc::new(ExitCounters::default());
-    let _socket = match &config.api_sock {
-        Some(path) => {
-            let control = api::Control {
-                mem_size: config.mem_size,
-                vcpus: config.vcpus,
-                pager_mode: match &config.pager {
-                    None => "off",
-                    Some(p) if p.mech == memvisor_pager::Mechanisms::BASELINE => "baseline",
-                    Some(_) => "full",
-                },
-                disks: disks
-                    .iter()
-                    .map(|(d, a)| (d.clone(), lock(a).block_metrics.clone()))
-                    .collect(),
-                pager: pager.clone(),
-                balloon,
-                exits: exits.clone(),
-            };
-            api::serve(path, Arc::new(control)).map_err(VmmError::Api)?;
-            Some(api::SocketFile(path.clone()))
+        if config.disks.len() > MMIO_SLOTS {
+            return Err(VmmError::TooManyDevices(config.disks.len()));
         }
-        None => None,
-    };
-    let unknown = Arc::new(UnknownAccesses::default());
-    let supported_cpuid = kvm
-        .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
-        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+        let image = PvhImage::parse(&config.kernel)?;
+        let layout = RamLayout::new(config.mem_size)?;
 
-    for id in 0..config.vcpus {
-        let fd = vm
-            .create_vcpu(u64::from(id))
-            .map_err(kvm_err("KVM_CREATE_VCPU"))?;
-        vcpu::configure(
-            &fd,
-            id,
-            config.vcpus,
-            &supported_cpuid,
-            (id == 0).then_some(boot),
-        )?;
-        let ctx = vcpu::VcpuContext {
-            id,
-            pio: pio.clone(),
-            mmio: mmio.clone(),
-            exits: exits.clone(),
-            unknown: unknown.clone(),
-            ended: ended.clone(),
-            pager: pager.clone(),
-            _mem: mem.clone(),
-        };
+        let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+        let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+        // Needed by Intel's real-mode emulation for APs started by SIPI; harmless elsewhere.
+        if let Err(e) = vm.set_tss_address(0xfffb_d000) {
+            tracing::debug!("KVM_SET_TSS_ADDR failed: {e}");
+        }
+        vm.create_irq_chip()
+            .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+        let mem = Arc::new(memory::create(&vm, &layout)?);
+        let (events_tx, events) = mpsc::channel();
+        // Every thread started from here on inherits the blocked mask; this one takes the signals.
+        signals::block().map_err(VmmError::Thread)?;
+        signals::install_kick_handler().map_err(VmmError::Thread)?;
         let tx = events_tx.clone();
         std::thread::Builder::new()
-            .name(format!("vcpu{id}"))
+            .name("signals".into())
             .spawn(move || {
-                let (reason, rip) = vcpu::run_loop(fd, &ctx);
-                let _ = tx.send(match reason {
-                    // The device that ended the VM has sent the event already.
-                    vcpu::Stop::Ended => return,
-                    vcpu::Stop::Shutdown => VmEvent::Exit(VmExit::Shutdown),
-                    vcpu::Stop::Crash(reason) => VmEvent::Crash {
-                        vcpu: id,
-                        reason,
-                        rip,
-                    },
-                });
+                let sig = signals::wait();
+                let _ = tx.send(VmEvent::Exit(VmExit::Signal(sig)));
             })
             .map_err(VmmError::Thread)?;
-    }
-    drop(events_tx);
-
-    let outcome = match events.recv() {
-        Ok(VmEvent::Exit(e)) => Ok(e),
-        Ok(VmEvent::Crash { vcpu, reason, rip }) => Err(VmmError::GuestCrash { vcpu, reason, rip }),
-        Ok(VmEvent::PagerFailed(why)) => Err(VmmError::PagerFailed(why)),
-        Err(_) => unreachable!("the vCPU threads hold senders until they send their last event"),
-    };
-    // However the VM ended, what the guest wrote reaches its disks.
-    for (disk, dev) in &disks {
-        if let Err(source) = lock(dev).sync() {
-            if outcome.is_err() {
-                tracing::error!("flushing disk {} after the VM failed: {source}", disk.id);
-                continue;
+        let vcpus = Arc::new(Vcpus::default());
+        // The pager must own guest RAM before anything touches it, the boot data included.
+        let pager = match &config.pager {
+            Some(c) => {
+                let tx = Mutex::new(events_tx.clone());
+                Some(Pager::start(mem.clone(), c, vcpus.clone(), move |why| {
+                    let _ = lock(&tx).send(VmEvent::PagerFailed(why));
+                })?)
             }
-            return Err(VmmError::DiskSync {
-                id: disk.id.clone(),
-                source,
-            });
+            None => None,
+        };
+        let ram: Arc<dyn GuestRam> = match &pager {
+            Some(p) => Arc::new(p.clone()),
+            None => Arc::new(PlainRam::new(mem.clone())),
+        };
+        let boot = memvisor_boot::write_boot_data(
+            mem.as_ref(),
+            &layout,
+            &image,
+            &config.kernel,
+            &config.cmdline,
+        )?;
+
+        let Devices {
+            pio,
+            mmio,
+            disks,
+            balloon,
+        } = build_devices(
+            &vm,
+            &mem,
+            &ram,
+            pager.as_ref(),
+            config,
+            events_tx.clone(),
+            vcpus.clone(),
+        )?;
+        let exits = Arc::new(ExitCounters::default());
+        let lifecycle = Arc::new(Lifecycle {
+            vcpus,
+            pager,
+            started: AtomicBool::new(false),
+        });
+        let socket = match &config.api_sock {
+            Some(path) => {
+                let control = api::Control {
+                    mem_size: config.mem_size,
+                    vcpus: config.vcpus,
+                    pager_mode: match &config.pager {
+                        None => "off",
+                        Some(p) if p.mech == memvisor_pager::Mechanisms::BASELINE => "baseline",
+                        Some(_) => "full",
+                    },
+                    disks: disks
+                        .iter()
+                        .map(|(d, a)| (d.clone(), lock(a).block_metrics.clone()))
+                        .collect(),
+                    lifecycle: lifecycle.clone(),
+                    balloon,
+                    exits: exits.clone(),
+                };
+                api::serve(path, Arc::new(control)).map_err(VmmError::Api)?;
+                Some(api::SocketFile(path.clone()))
+            }
+            None => None,
+        };
+        let supported_cpuid = kvm
+            .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+            .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+        let mut vcpu_fds = Vec::new();
+        for id in 0..config.vcpus {
+            let fd = vm
+                .create_vcpu(u64::from(id))
+                .map_err(kvm_err("KVM_CREATE_VCPU"))?;
+            vcpu::configure(
+                &fd,
+                id,
+                config.vcpus,
+                &supported_cpuid,
+                (id == 0).then_some(boot),
+            )?;
+            vcpu_fds.push(fd);
         }
-    }
-    let exit = outcome?;
-    let disks = disks
-        .iter()
-        .map(|(disk, dev)| {
-            let d = lock(dev);
-            (
-                disk.id.clone(),
-                d.block_metrics.clone(),
-                d.transport_metrics.clone(),
-            )
+        Ok(Vm {
+            lifecycle,
+            vcpu_fds,
+            boot_context: Some(Arc::new(VcpuShared {
+                pio: Arc::new(pio),
+                mmio: Arc::new(mmio),
+                unknown: Arc::new(UnknownAccesses::default()),
+            })),
+            threads: Vec::new(),
+            events_tx,
+            events,
+            disks,
+            exits,
+            _socket: socket,
+            mem,
+            _vm: vm,
         })
-        .collect();
-    Ok(VmReport {
-        exit,
-        pager: pager.as_ref().map(Pager::snapshot),
-        exits,
-        disks,
-    })
+    }
+
+    /// Starts the vCPU threads.
+    pub fn start(&mut self) -> Result<(), VmmError> {
+        let Some(shared) = self.boot_context.take() else {
+            return Ok(());
+        };
+        self.lifecycle.started.store(true, Ordering::SeqCst);
+        for (fd, id) in std::mem::take(&mut self.vcpu_fds).into_iter().zip(0u8..) {
+            let ctx = vcpu::VcpuContext {
+                id,
+                pio: shared.pio.clone(),
+                mmio: shared.mmio.clone(),
+                exits: self.exits.clone(),
+                unknown: shared.unknown.clone(),
+                vcpus: self.lifecycle.vcpus.clone(),
+                pager: self.lifecycle.pager.clone(),
+                _mem: self.mem.clone(),
+            };
+            let tx = self.events_tx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("vcpu{id}"))
+                .spawn(move || {
+                    let (reason, rip) = vcpu::run_loop(fd, &ctx);
+                    let _ = tx.send(match reason {
+                        // Whoever ended the VM has sent the event already.
+                        vcpu::Stop::Ended => return,
+                        vcpu::Stop::Shutdown => VmEvent::Exit(VmExit::Shutdown),
+                        vcpu::Stop::Crash(reason) => VmEvent::Crash {
+                            vcpu: id,
+                            reason,
+                            rip,
+                        },
+                    });
+                })
+                .map_err(VmmError::Thread)?;
+            self.threads.push(thread);
+        }
+        Ok(())
+    }
+
+    pub fn state(&self) -> VmState {
+        self.lifecycle.state()
+    }
+
+    /// Holds every vCPU outside the guest until [`Vm::resume`]; returns whether it was running.
+    pub fn pause(&self) -> bool {
+        self.lifecycle.pause()
+    }
+
+    /// Lets a paused VM run again; returns whether it was paused.
+    pub fn resume(&self) -> bool {
+        self.lifecycle.resume()
+    }
+
+    /// A handle that stops the VM from another thread ([`Vm::wait`] then returns
+    /// [`VmExit::Stopped`]).
+    pub fn stopper(&self) -> VmStopper {
+        VmStopper(Mutex::new(self.events_tx.clone()))
+    }
+
+    /// The pager's counters now, if a pager runs.
+    pub fn pager_snapshot(&self) -> Option<PagerSnapshot> {
+        self.lifecycle.pager.as_ref().map(Pager::snapshot)
+    }
+
+    /// Waits until the guest ends (or the VM is stopped), stops every vCPU, and flushes what
+    /// the guest wrote to its disks whatever ended it.
+    pub fn wait(self) -> Result<VmReport, VmmError> {
+        let Vm {
+            lifecycle,
+            threads,
+            events_tx,
+            events,
+            disks,
+            exits,
+            ..
+        } = self;
+        drop(events_tx);
+        let outcome = match events.recv() {
+            Ok(VmEvent::Exit(e)) => Ok(e),
+            Ok(VmEvent::Crash { vcpu, reason, rip }) => {
+                Err(VmmError::GuestCrash { vcpu, reason, rip })
+            }
+            Ok(VmEvent::PagerFailed(why)) => Err(VmmError::PagerFailed(why)),
+            Err(_) => unreachable!("the signal thread holds a sender for the life of the process"),
+        };
+        lifecycle.vcpus.end();
+        // With the pager gone, a vCPU may wait forever in a fault nobody serves: leave it.
+        if !matches!(outcome, Err(VmmError::PagerFailed(_))) {
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+        for (disk, dev) in &disks {
+            if let Err(source) = lock(dev).sync() {
+                if outcome.is_err() {
+                    tracing::error!("flushing disk {} after the VM failed: {source}", disk.id);
+                    continue;
+                }
+                return Err(VmmError::DiskSync {
+                    id: disk.id.clone(),
+                    source,
+                });
+            }
+        }
+        let exit = outcome?;
+        let disks = disks
+            .iter()
+            .map(|(disk, dev)| {
+                let d = lock(dev);
+                (
+                    disk.id.clone(),
+                    d.block_metrics.clone(),
+                    d.transport_metrics.clone(),
+                )
+            })
+            .collect();
+        Ok(VmReport {
+            exit,
+            pager: lifecycle.pager.as_ref().map(Pager::snapshot),
+            exits,
+            disks,
+        })
+    }
+}
+
+/// Stops a VM from another thread.
+pub struct VmStopper(Mutex<mpsc::Sender<VmEvent>>);
+
+impl VmStopper {
+    pub fn stop(&self) {
+        let _ = lock(&self.0).send(VmEvent::Exit(VmExit::Stopped));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -402,7 +574,7 @@ fn build_devices(
     pager: Option<&Pager>,
     config: &VmConfig,
     events: mpsc::Sender<VmEvent>,
-    ended: Arc<AtomicBool>,
+    vcpus: Arc<Vcpus>,
 ) -> Result<Devices, VmmError> {
     let mut pio = Bus::new();
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
@@ -415,8 +587,8 @@ fn build_devices(
     )?;
     let exit_events = Mutex::new(events);
     let debug_exit = DebugExit::new(move |v| {
-        // Like QEMU, the guest does not run on after the write: every vCPU stops at its next exit.
-        ended.store(true, Ordering::SeqCst);
+        // Like QEMU, the guest does not run on after the write: every vCPU stops now.
+        vcpus.end();
         let _ = lock(&exit_events).send(VmEvent::Exit(VmExit::DebugExit(v)));
     });
     pio.insert(

@@ -1,4 +1,5 @@
-//! Guest RAM: anonymous private host mappings (transparent huge pages off), one KVM memory slot each.
+//! Guest RAM: anonymous private host mappings backed by transparent huge pages (as QEMU does;
+//! the pager turns them off when it takes RAM over), one KVM memory slot each.
 
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::VmFd;
@@ -26,12 +27,12 @@ pub(crate) fn create(vm: &VmFd, layout: &RamLayout) -> Result<GuestMem, VmmError
         let host = region.as_ptr();
         let size = region.len();
         // SAFETY: `host..host + size` is exactly the mapping `region` owns, alive as long as `mem`;
-        // MADV_NOHUGEPAGE only changes how the kernel backs it, never its contents.
+        // MADV_HUGEPAGE only changes how the kernel backs it, never its contents.
         let rc = unsafe {
             libc::madvise(
                 host.cast(),
                 usize::try_from(size).unwrap_or(usize::MAX),
-                libc::MADV_NOHUGEPAGE,
+                libc::MADV_HUGEPAGE,
             )
         };
         if rc != 0 {

@@ -41,16 +41,58 @@ pub fn wait() -> libc::c_int {
     }
 }
 
-/// The signal that stops a vCPU thread out of `KVM_RUN` (for the pager's False Reads Preventer).
+/// The signal that stops a vCPU thread out of `KVM_RUN` (a pause, the end of the VM, the pager's
+/// False Reads Preventer).
 pub const KICK: libc::c_int = libc::SIGUSR1;
 
-extern "C" fn on_kick(_: libc::c_int) {}
+thread_local! {
+    /// This thread's `kvm_run.immediate_exit`, if it is a vCPU thread.
+    static IMMEDIATE_EXIT: std::cell::Cell<*mut u8> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
 
-/// Installs a handler for [`KICK`] that does nothing, without `SA_RESTART`, so a blocked
-/// `KVM_RUN` returns `EINTR` instead of the process dying.
+/// Points the kick handler of the calling vCPU thread at its `kvm_run.immediate_exit` (null:
+/// no more). A kick that lands while the thread is outside `KVM_RUN` then makes the next
+/// `KVM_RUN` return `EINTR` at once instead of being lost; the thread clears the flag after
+/// each `EINTR`.
+///
+/// # Safety
+/// `flag` must stay valid (the vCPU's `kvm_run` mapping alive) until it is replaced with null.
+pub unsafe fn set_immediate_exit(flag: *mut u8) {
+    IMMEDIATE_EXIT.with(|c| c.set(flag));
+}
+
+extern "C" fn on_kick(_: libc::c_int) {
+    // A const-initialised thread-local without a destructor is plain TLS: safe in a handler.
+    let flag = IMMEDIATE_EXIT.with(std::cell::Cell::get);
+    if !flag.is_null() {
+        // SAFETY: `set_immediate_exit`'s contract keeps `flag` valid while it is set; a
+        // volatile byte store is async-signal-safe.
+        unsafe { flag.write_volatile(1) };
+    }
+}
+
+/// The calling thread's id.
+pub fn current_tid() -> i32 {
+    // SAFETY: gettid(2) has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Sends [`KICK`] to thread `tid` of this process.
+pub fn kick(tid: i32) -> std::io::Result<()> {
+    // SAFETY: tgkill(2) of a thread of this process; a stale id fails with ESRCH.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, KICK) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Installs the handler for [`KICK`], without `SA_RESTART`, so a blocked `KVM_RUN` returns
+/// `EINTR` instead of the process dying.
 pub fn install_kick_handler() -> std::io::Result<()> {
     // SAFETY: a zeroed sigaction with a valid handler and an empty mask is a valid argument;
-    // the handler does nothing, so it is async-signal-safe.
+    // the handler only stores a byte, so it is async-signal-safe.
     let rc = unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_kick as extern "C" fn(libc::c_int) as usize;

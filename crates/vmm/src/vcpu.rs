@@ -1,6 +1,6 @@
 //! vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use kvm_bindings::{
@@ -11,7 +11,8 @@ use kvm_ioctls::{VcpuExit, VcpuFd};
 use memvisor_boot::{BootData, BOOT_GDT, CODE_SELECTOR, DATA_SELECTOR, GDT_ADDR};
 use memvisor_devices::{Bus, GuestMem};
 
-use crate::{kvm_err, ExitCounters, UnknownAccesses, VmmError};
+use crate::control::Vcpus;
+use crate::{kvm_err, signals, ExitCounters, UnknownAccesses, VmmError};
 
 /// What a vCPU thread needs to serve its exits.
 pub(crate) struct VcpuContext {
@@ -20,8 +21,8 @@ pub(crate) struct VcpuContext {
     pub mmio: Arc<Bus>,
     pub exits: Arc<ExitCounters>,
     pub unknown: Arc<UnknownAccesses>,
-    /// Set when a device ended the VM (debug exit).
-    pub ended: Arc<AtomicBool>,
+    /// Pauses, parks and ends this vCPU with the others.
+    pub vcpus: Arc<Vcpus>,
     /// The pager, which may stop this vCPU to look at a faulting write.
     pub pager: Option<memvisor_pager::Pager>,
     /// Keeps guest RAM mapped while the vCPU may still touch it.
@@ -168,14 +169,30 @@ fn cpu_state(fd: &VcpuFd) -> Option<memvisor_pager::CpuState> {
     })
 }
 
-/// Runs the vCPU until the guest stops it; returns why and the last RIP.
+/// Runs the vCPU until the guest stops it or the VM ends; returns why and the last RIP.
 pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
-    if let Some(p) = &ctx.pager {
-        p.register_vcpu();
-    }
-    let stop = loop {
-        if ctx.ended.load(Ordering::SeqCst) {
+    let flag: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
+    // SAFETY: `flag` is in this vCPU's `kvm_run` mapping, which `fd` keeps alive; it is set back
+    // to null below, before `fd` goes.
+    unsafe { signals::set_immediate_exit(flag) };
+    ctx.vcpus.register();
+    let stop = run_until_stopped(&mut fd, ctx);
+    ctx.vcpus.unregister();
+    // SAFETY: null turns the kick handler's store off for this thread.
+    unsafe { signals::set_immediate_exit(std::ptr::null_mut()) };
+    let rip = fd.get_regs().map(|r| r.rip).unwrap_or(0);
+    tracing::debug!("vcpu{} stopped at rip {rip:#x}", ctx.id);
+    (stop, rip)
+}
+
+fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
+    loop {
+        if ctx.vcpus.ended() {
             break Stop::Ended;
+        }
+        if ctx.vcpus.must_park() {
+            ctx.vcpus.park();
+            continue;
         }
         match fd.run() {
             Ok(VcpuExit::IoOut(port, data)) => {
@@ -235,15 +252,13 @@ pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
                 }
             }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                // Cleared before anything a kick asks for is looked at, so none is lost.
+                fd.set_kvm_immediate_exit(0);
                 if let Some(p) = &ctx.pager {
-                    p.vcpu_interrupted(|| cpu_state(&fd));
-                    p.park_while_paused(&ctx.ended);
+                    p.vcpu_interrupted(|| cpu_state(fd));
                 }
             }
             Err(e) => break Stop::Crash(format!("KVM_RUN failed: {e}")),
         }
-    };
-    let rip = fd.get_regs().map(|r| r.rip).unwrap_or(0);
-    tracing::debug!("vcpu{} stopped at rip {rip:#x}", ctx.id);
-    (stop, rip)
+    }
 }

@@ -1,0 +1,285 @@
+//! The device facade: how devices reach guest RAM under the pager ([`GuestRam`]).
+//!
+//! - A device writing whole pages that are not resident installs them with one `UFFDIO_COPY`
+//!   per run, without reading their old content (VSwapper: no stale swap reads); whole pages that
+//!   are resident but write-protected lose their protection first, one ioctl per run. Anything
+//!   else is a plain access that faults like the guest's.
+//! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
+//!   page <-> block associations (`state.rs`).
+//! - The balloon and free page reporting discard ranges: released first, recorded after, so a
+//!   failed release leaves pages resident and recorded as such.
+
+use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange, PAGE_SIZE};
+use memvisor_devices::GuestMem;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
+
+use crate::pager::{Pager, Pages, Shared, PAGE};
+use crate::ram_map::runs;
+use crate::state::{is_resident, ImageBlock, PageIdx, PageState};
+use crate::stats::Counters;
+use crate::store::{self, Slot};
+
+impl Shared {
+    /// The guest pages and image blocks of a disk request's whole pages.
+    fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
+        pages
+            .iter()
+            .filter_map(|dp| {
+                let p = self.map.page_of_gpa(dp.addr.0)?;
+                let block = u32::try_from(dp.block).ok()?;
+                Some((p, ImageBlock { disk, block }))
+            })
+            .collect()
+    }
+
+    /// Write-protects the resident pages among a disk request's `pages`, one ioctl per run of
+    /// neighbours; returns those now protected, with their image blocks.
+    fn protect_resident(
+        &self,
+        state: &Pages,
+        disk: u8,
+        pages: &[DiskPage],
+    ) -> Vec<(PageIdx, ImageBlock)> {
+        let mut resident = self.disk_pages(disk, pages);
+        resident.retain(|&(p, _)| !state.table.device_can_install(p));
+        resident.sort_unstable_by_key(|&(p, _)| p);
+        let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
+        let mut failed = Vec::new();
+        for (first, n) in runs(&order) {
+            for (f, c) in self.map.split_by_region(first, n) {
+                if let Err(e) = self.uffd.write_protect(self.map.host(f), c as usize * PAGE) {
+                    tracing::warn!("pager: cannot protect pages {f}+{c}: {e}");
+                    failed.push((f, c));
+                }
+            }
+        }
+        resident.retain(|&(p, _)| !failed.iter().any(|&(f, c)| p >= f && p < f + c));
+        resident
+    }
+
+    /// The run of pages from `p`, at most `max` long and inside one mapping, for which `fits`
+    /// holds.
+    fn run_from(&self, p: PageIdx, max: u32, fits: impl Fn(PageIdx) -> bool) -> u32 {
+        let mut run = 0;
+        while run < max
+            && p + run < self.map.pages()
+            && self.map.same_region(p, p + run)
+            && fits(p + run)
+        {
+            run += 1;
+        }
+        run
+    }
+
+    /// Installs `data` (whole pages) at non-resident page `p` and the run after it that is not
+    /// resident either; returns the bytes installed (0: `p` is resident, or the copy failed and
+    /// the caller goes page by page).
+    fn install_for_device(&self, p: PageIdx, data: &[u8]) -> usize {
+        let mut pages = self.lock();
+        if !pages.attached {
+            // Plain memory until the takeover: nothing to install.
+            return 0;
+        }
+        let whole = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+        let run = self.run_from(p, whole, |q| pages.table.device_can_install(q));
+        if run == 0 {
+            return 0;
+        }
+        let len = run as usize * PAGE;
+        // SAFETY: `data` holds at least `len` bytes (whole pages counted above), alive for the call.
+        if let Err(e) = unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
+            // Page by page then: a missing page faults in as for the guest.
+            tracing::warn!("pager: device install of pages {p}+{run} failed: {e}");
+            return 0;
+        }
+        for q in p..p + run {
+            if matches!(
+                pages.table.state(q),
+                PageState::Swapped(_) | PageState::OnDisk(_)
+            ) {
+                Counters::add(&self.counters.stale_reads_avoided, 1);
+            }
+            pages.table.device_installed(q);
+            pages.prefetched[q as usize] = false;
+        }
+        Counters::add(&self.counters.device_installs, u64::from(run));
+        // The device's thread pays for the room it took.
+        self.keep_limit(&mut pages);
+        len
+    }
+
+    /// Ends the write protection of the protected pages from `p` that a device overwrites whole
+    /// (`max` pages at most), one ioctl per run, instead of through write faults the device's
+    /// thread would wait on. Returns the pages it covers.
+    fn unprotect_for_device(&self, p: PageIdx, max: u32) -> u32 {
+        let mut pages = self.lock();
+        let run = self.run_from(p, max, |q| {
+            matches!(
+                pages.table.state(q),
+                PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
+            )
+        });
+        for q in p..p + run {
+            pages.table.write_fault(q);
+            pages.prefetched[q as usize] = false;
+        }
+        if run > 0 {
+            if let Err(e) = self.uffd.unprotect(self.map.host(p), run as usize * PAGE) {
+                tracing::debug!("pager: unprotecting pages {p}+{run} for a device failed: {e}");
+            }
+        }
+        run
+    }
+}
+
+impl GuestRam for Pager {
+    fn mem(&self) -> &GuestMem {
+        &self.shared.mem
+    }
+
+    fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        let s = &self.shared;
+        let mut off = 0usize;
+        while off < data.len() {
+            let gpa = addr.0 + off as u64;
+            let in_page = PAGE - usize::try_from(gpa % PAGE_SIZE).unwrap_or(0);
+            let n = in_page.min(data.len() - off);
+            if let (true, Some(p)) = (gpa % PAGE_SIZE == 0 && n == PAGE, s.map.page_of_gpa(gpa)) {
+                let installed = s.install_for_device(p, &data[off..]);
+                if installed > 0 {
+                    off += installed;
+                    continue;
+                }
+                let whole = u32::try_from((data.len() - off) / PAGE).unwrap_or(u32::MAX);
+                let run = s.unprotect_for_device(p, whole);
+                if run > 0 {
+                    let len = run as usize * PAGE;
+                    s.mem
+                        .write_slice(&data[off..off + len], GuestAddress(gpa))?;
+                    off += len;
+                    continue;
+                }
+            }
+            s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut state = s.lock();
+        if !state.table.mech.mapper {
+            return;
+        }
+        // Protected first, so the first guest write ends the mirroring.
+        for (p, ib) in s.protect_resident(&state, disk, pages) {
+            state.table.read_from_disk(p, ib);
+        }
+    }
+
+    fn disk_write_begin(&self, disk: u8, first: u64, count: u64) -> std::io::Result<()> {
+        let s = &self.shared;
+        let mut state = s.lock();
+        if !state.table.mech.mapper {
+            return Ok(());
+        }
+        for block in first..first.saturating_add(count) {
+            let Ok(block) = u32::try_from(block) else {
+                break;
+            };
+            let ib = ImageBlock { disk, block };
+            for p in state.table.disk_write_begins(ib) {
+                // `p` was dropped relying on this block's old content: bring it back first.
+                let slot = Slot::image(ib);
+                let buf = state.io.get(PAGE);
+                store::read(s.stores.get(slot.store)?, slot.index, buf)?;
+                // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
+                unsafe { s.uffd.copy(buf.as_ptr(), s.map.host(p), PAGE, false) }?;
+                Counters::add(&s.counters.mapper_refetches, 1);
+                state.table.refetched(p);
+            }
+        }
+        s.keep_limit(&mut state);
+        Ok(())
+    }
+
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut state = s.lock();
+        if !state.table.mech.mapper {
+            return;
+        }
+        for (p, ib) in s.protect_resident(&state, disk, pages) {
+            state.table.disk_write_source(p, ib);
+        }
+    }
+
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
+        let s = &self.shared;
+        let mut state = s.lock();
+        for (p, ib) in s.disk_pages(disk, pages) {
+            state.table.disk_write_done(p, ib);
+        }
+    }
+
+    fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
+        let s = &self.shared;
+        let to = match why {
+            Discard::Balloon => PageState::Ballooned,
+            Discard::Reported => PageState::Reported,
+        };
+        let mut state = s.lock();
+        let mut released = 0u64;
+        for r in ranges {
+            let (Some(first), true) = (s.map.page_of_gpa(r.addr), r.len > 0) else {
+                continue;
+            };
+            let n = u32::try_from(r.len / PAGE_SIZE).unwrap_or(0);
+            // Released first; the table changes only for what was released, so a failure
+            // leaves pages resident and recorded as such.
+            let mut mapped = Vec::new();
+            for p in first..first + n {
+                // Before the takeover no page is known to be resident: release them all.
+                if !state.attached || is_resident(state.table.state(p)) {
+                    mapped.push(p);
+                } else {
+                    state.table.discard(p, to);
+                }
+            }
+            for (f, c) in runs(&mapped) {
+                dontneed(
+                    &s.mem,
+                    GuestRange {
+                        addr: s.map.gpa(f),
+                        len: u64::from(c) * PAGE_SIZE,
+                    },
+                )?;
+                for p in f..f + c {
+                    state.table.discard(p, to);
+                    state.prefetched[p as usize] = false;
+                }
+            }
+            released += u64::from(n);
+        }
+        let c = if why == Discard::Balloon {
+            &s.counters.ballooned
+        } else {
+            &s.counters.reported
+        };
+        Counters::add(c, released);
+        Ok(released)
+    }
+
+    fn deflate(&self, ranges: &[GuestRange]) {
+        let s = &self.shared;
+        let mut state = s.lock();
+        for r in ranges {
+            if let Some(first) = s.map.page_of_gpa(r.addr) {
+                for p in first..first + u32::try_from(r.len / PAGE_SIZE).unwrap_or(0) {
+                    state.table.deflate(p);
+                }
+            }
+        }
+    }
+}

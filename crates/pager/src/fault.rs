@@ -1,0 +1,174 @@
+//! The fault path: what the pager thread does with one fault event.
+//!
+//! 1. **Missing fault** on a page that is not mapped: the page table says what to install — a
+//!    zero page (with the following never-touched pages, in one `UFFDIO_ZEROPAGE`, or real
+//!    zeroed pages for a write), or a load from the page's store slot with the run of neighbours
+//!    whose slots follow it (one store read, one `UFFDIO_COPY`). Pages loaded for a read come in
+//!    clean and write-protected and keep their slot.
+//! 2. **Write fault** on a write-protected page: the page is dirty from now on; its slot is
+//!    released and the protection removed, which wakes the writer.
+//! 3. A vCPU's write to a page whose content is in a store may go to the Preventer instead
+//!    (`preventer.rs`).
+//!
+//! After each fault the page's installs are paid for by one bounded reclaim chunk when the VM
+//! is over its limit (`reclaim.rs`). A fault that cannot be resolved pauses the VM.
+
+use std::time::Instant;
+
+use crate::pager::{PagerFailure, Pages, Shared, PAGE, ZERO_WINDOW};
+use crate::state::{FaultAction, PageIdx, PageState};
+use crate::stats::Counters;
+use crate::store::{self, Slot};
+use crate::uffd::{Fault, UffdError};
+
+impl Shared {
+    /// Resolves one fault event and records its service time.
+    pub(crate) fn serve_fault(&self, f: Fault) {
+        let t0 = Instant::now();
+        let Some(p) = self.map.page_of_host(f.addr) else {
+            tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
+            return;
+        };
+        let mut pages = self.lock();
+        let from_swap = !f.protected && matches!(pages.table.state(p), PageState::Swapped(_));
+        let r = if f.protected {
+            self.write_fault(&mut pages, p)
+        } else {
+            self.fault(&mut pages, p, f.write, f.tid)
+        };
+        if let Err(e) = r {
+            self.pause(PagerFailure::Fault {
+                page: p,
+                error: e.to_string(),
+            });
+        }
+        self.keep_limit(&mut pages);
+        drop(pages);
+        let took = t0.elapsed();
+        self.fault_latency.record(took);
+        if from_swap {
+            self.swap_fault_latency.record(took);
+        }
+    }
+
+    fn wake(&self, p: PageIdx) -> Result<(), UffdError> {
+        self.uffd.wake(self.map.host(p), PAGE)
+    }
+
+    /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
+    /// goes to the Preventer (the vCPU is stopped and asked what it is writing); everything else
+    /// is resolved here.
+    fn fault(&self, pages: &mut Pages, p: PageIdx, write: bool, tid: i32) -> std::io::Result<()> {
+        let preventable = write
+            && pages.table.mech.preventer
+            && matches!(
+                pages.table.state(p),
+                PageState::Swapped(_) | PageState::OnDisk(_)
+            )
+            && self.vcpus.is_vcpu(tid);
+        if preventable && self.stop_for_preventer(tid, p) {
+            return Ok(());
+        }
+        self.missing_fault(pages, p, write)
+    }
+
+    /// Installs missing page `p` (and the run that comes with it) as the table says.
+    pub(crate) fn missing_fault(
+        &self,
+        pages: &mut Pages,
+        p: PageIdx,
+        write: bool,
+    ) -> std::io::Result<()> {
+        match pages.table.fault(p, write) {
+            FaultAction::Wake => Ok(self.wake(p)?),
+            FaultAction::Zero => self.install_zero(pages, p, write),
+            FaultAction::Load { from, keep } => {
+                let run = pages.table.load_run(p);
+                self.bring_run(pages, p, run, keep, from)
+            }
+        }
+    }
+
+    /// Installs zero pages at `p` and the never-touched pages after it (up to [`ZERO_WINDOW`]).
+    fn install_zero(&self, pages: &mut Pages, p: PageIdx, write: bool) -> std::io::Result<()> {
+        match pages.table.state(p) {
+            PageState::Ballooned => Counters::add(&self.counters.faults_released, 1),
+            PageState::Reported => {
+                // The guest said the page was free: its old content is not read back.
+                Counters::add(&self.counters.faults_released, 1);
+                Counters::add(&self.counters.false_reads_avoided, 1);
+            }
+            _ => {}
+        }
+        let mut n = 1;
+        while n < ZERO_WINDOW
+            && p + n < pages.table.len()
+            && self.map.same_region(p, p + n)
+            && pages.table.state(p + n) == PageState::Zero
+        {
+            n += 1;
+        }
+        let len = n as usize * PAGE;
+        if write {
+            // A write would at once copy a shared zero page in the kernel (a second fault per
+            // page): install real zeroed pages, writable, in one copy.
+            // SAFETY: `zeros` is a live buffer of ZERO_WINDOW pages, at least `len` bytes.
+            unsafe {
+                self.uffd
+                    .copy(self.zeros.as_ptr(), self.map.host(p), len, false)
+            }?;
+        } else {
+            self.uffd.zeropage(self.map.host(p), len)?;
+        }
+        for q in p..p + n {
+            pages.table.installed(q, FaultAction::Zero);
+        }
+        Counters::add(&self.counters.faults_zero, 1);
+        Ok(())
+    }
+
+    /// Brings in `run` (first page, count) around faulting page `p` with one read from the store
+    /// that holds `p` (at slot `from`) and one `UFFDIO_COPY`. The run comes in as the faulting
+    /// page does: after a read, clean and write-protected with its slots kept; after a write,
+    /// writable (a written page's neighbours are usually written next, and each protected one
+    /// would cost a write fault).
+    fn bring_run(
+        &self,
+        pages: &mut Pages,
+        p: PageIdx,
+        (lo, n): (PageIdx, u32),
+        keep: bool,
+        from: Slot,
+    ) -> std::io::Result<()> {
+        let (lo, n) = if self.map.same_region(lo, lo + n - 1) {
+            (lo, n)
+        } else {
+            (p, 1)
+        };
+        let len = n as usize * PAGE;
+        let buf = pages.io.get(len);
+        let source = self.stores.get(from.store)?;
+        store::read(source, from.index - (p - lo), buf)?;
+        // SAFETY: `buf` is the page lock's I/O buffer, `len` bytes long, alive for the call.
+        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(lo), len, keep) }?;
+        pages.table.install_run(lo, n, keep);
+        for q in lo..lo + n {
+            // Prefetch hits are seen only as writes to protected pages.
+            pages.prefetched[q as usize] = q != p && keep;
+        }
+        Counters::add(&source.counters().faults, 1);
+        Counters::add(&self.counters.prefetched, u64::from(n - 1));
+        Ok(())
+    }
+
+    fn write_fault(&self, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
+        if !pages.table.write_fault(p) {
+            return Ok(self.wake(p)?);
+        }
+        Counters::add(&self.counters.write_faults, 1);
+        if std::mem::take(&mut pages.prefetched[p as usize]) {
+            Counters::add(&self.counters.prefetch_hits, 1);
+        }
+        Ok(self.uffd.unprotect(self.map.host(p), PAGE)?)
+    }
+}

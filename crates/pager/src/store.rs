@@ -1,0 +1,138 @@
+//! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
+//! implementation per place (the swap file in `swap.rs`, the guest's disk images in
+//! `image.rs`), and [`Stores`], which finds the store a [`Slot`] names.
+//!
+//! The fault path asks the page table for the slot of a faulting page and the run of
+//! neighbours whose slots follow it, then reads the run from the store with one call. It never
+//! asks which mechanism put the page there: a new tier (a host-memory pool, a block store) is a
+//! new `PageStore` and a new [`StoreId`], not a new branch in the fault path.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::image::ImageFile;
+use crate::state::{Block, ImageBlock};
+use crate::swap::SwapFile;
+
+/// Which store a slot is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreId {
+    /// The pager's swap file.
+    Swap,
+    /// Guest disk image number `n` (its virtio slot order), read-only to the pager.
+    Image(u8),
+}
+
+/// A page-sized slot of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Slot {
+    pub store: StoreId,
+    pub index: u32,
+}
+
+impl Slot {
+    pub fn swap(block: Block) -> Slot {
+        Slot {
+            store: StoreId::Swap,
+            index: block,
+        }
+    }
+
+    pub fn image(ib: ImageBlock) -> Slot {
+        Slot {
+            store: StoreId::Image(ib.disk),
+            index: ib.block,
+        }
+    }
+}
+
+/// What one store has done; every field only grows.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    /// Faults served by a read from this store (with the run that came along).
+    pub faults: AtomicU64,
+    /// Read calls (each a run of one or more pages).
+    pub reads: AtomicU64,
+    pub bytes_read: AtomicU64,
+    /// Write calls (each a run of one or more pages).
+    pub writes: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+impl StoreCounters {
+    fn count(calls: &AtomicU64, bytes: &AtomicU64, len: usize) {
+        calls.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
+}
+
+/// A place pages can be read back from. Buffers are whole pages, page-aligned (stores may use
+/// `O_DIRECT`); `index` is the slot of the buffer's first page, and the rest follow it.
+pub trait PageStore: Send + Sync {
+    /// Reads `buf.len() / 4096` consecutive slots from `index` on.
+    fn read(&self, index: u32, buf: &mut [u8]) -> std::io::Result<()>;
+    /// Writes `data` to consecutive slots from `index` on. A store the pager only reads from
+    /// refuses.
+    fn write(&self, index: u32, data: &[u8]) -> std::io::Result<()>;
+    fn counters(&self) -> &StoreCounters;
+}
+
+/// Reads through `store` and counts the call.
+pub(crate) fn read(store: &dyn PageStore, index: u32, buf: &mut [u8]) -> std::io::Result<()> {
+    store.read(index, buf)?;
+    let c = store.counters();
+    StoreCounters::count(&c.reads, &c.bytes_read, buf.len());
+    Ok(())
+}
+
+/// Writes through `store` and counts the call.
+pub(crate) fn write(store: &dyn PageStore, index: u32, data: &[u8]) -> std::io::Result<()> {
+    store.write(index, data)?;
+    let c = store.counters();
+    StoreCounters::count(&c.writes, &c.bytes_written, data.len());
+    Ok(())
+}
+
+/// Most disk images a pager reads from (one per virtio-mmio slot).
+pub const MAX_IMAGES: usize = 8;
+
+/// Every store of one pager.
+pub(crate) struct Stores {
+    pub swap: SwapFile,
+    /// Attached once each, while the VM is built; read without a lock afterwards.
+    images: [OnceLock<ImageFile>; MAX_IMAGES],
+}
+
+impl Stores {
+    pub fn new(swap: SwapFile) -> Self {
+        Stores {
+            swap,
+            images: Default::default(),
+        }
+    }
+
+    /// Attaches disk image `disk`; refused if that number is taken or out of range.
+    pub fn attach_image(&self, disk: u8, image: ImageFile) -> Result<(), ImageFile> {
+        match self.images.get(usize::from(disk)) {
+            Some(cell) => cell.set(image),
+            None => Err(image),
+        }
+    }
+
+    pub fn get(&self, id: StoreId) -> std::io::Result<&dyn PageStore> {
+        match id {
+            StoreId::Swap => Ok(&self.swap),
+            StoreId::Image(d) => self
+                .images
+                .get(usize::from(d))
+                .and_then(OnceLock::get)
+                .map(|i| i as &dyn PageStore)
+                .ok_or_else(|| std::io::Error::other(format!("disk image {d} is not attached"))),
+        }
+    }
+
+    /// The attached disk images.
+    pub fn images(&self) -> impl Iterator<Item = &ImageFile> {
+        self.images.iter().filter_map(OnceLock::get)
+    }
+}

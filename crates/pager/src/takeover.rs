@@ -1,0 +1,230 @@
+//! Taking guest RAM over at run time, so a VM with no limit runs on plain memory with
+//! transparent huge pages, as fast as under QEMU, and the pager still takes over the moment a
+//! limit arrives.
+//!
+//! (With the Swap Mapper or the Preventer on, RAM is taken over from the start: they learn from
+//! every disk read and fault.) Until then RAM is not registered with userfaultfd: no fault reaches the pager, devices write
+//! plain memory, and the page table only records what the balloon takes. [`Shared::attach`]
+//! then, under the page lock:
+//! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT
+//!    modes: from here on a touch of an absent page faults to the pager (and waits for the lock);
+//! 2. finds what the guest touched with one `PAGEMAP_SCAN` of each mapping;
+//! 3. turns mappings of the shared zero page into holes: a write to one would copy it with no
+//!    fault, behind the pager's back. They are write-protected first, scanned again, and only
+//!    those still mapping the zero page are dropped, so a write that raced the first scan is kept
+//!    (and its page, now write-protected, counts as resident; its next write unprotects it);
+//! 4. records every present page as resident, and every huge page for reclaim.
+//!
+//! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
+//! the whole huge page goes, so before the first release inside a huge page reclaim splits it
+//! (`MADV_COLD` on one 4 KiB page of it splits the huge page into 4 KiB ones); see
+//! [`Shared::split_huge`].
+//!
+//! A kernel without `PAGEMAP_SCAN` (before Linux 6.7) gets the pager from the start instead.
+
+use std::os::fd::AsRawFd;
+
+use crate::pager::{PagerError, Pages, Shared, PAGE};
+use crate::state::PageIdx;
+use crate::stats::Counters;
+
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_PFNZERO: u64 = 1 << 5;
+const PAGE_IS_HUGE: u64 = 1 << 6;
+/// `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: u64 = 0xc060_6610;
+pub(crate) const HUGE_PAGE: u64 = 2 << 20;
+
+/// `struct pm_scan_arg` (Linux `uapi/linux/fs.h`).
+#[repr(C)]
+#[derive(Default)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `struct page_region`: `start..end` whose pages all have `categories`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PageRegion {
+    pub start: u64,
+    pub end: u64,
+    pub categories: u64,
+}
+
+/// This process's page map, scanned with `PAGEMAP_SCAN`.
+pub(crate) struct PageMap(std::fs::File);
+
+impl PageMap {
+    /// Opens the page map if the kernel can scan it; `None` if it cannot.
+    pub fn open() -> Option<PageMap> {
+        let map = PageMap(std::fs::File::open("/proc/self/pagemap").ok()?);
+        let probe = 0u64;
+        let at = std::ptr::addr_of!(probe) as u64 & !(PAGE as u64 - 1);
+        map.scan(at, at + PAGE as u64, PAGE_IS_PRESENT, 0)
+            .ok()
+            .map(|_| map)
+    }
+
+    /// The regions of `start..end` whose pages have every category of `all` (reported with
+    /// their categories among `report`, merged where those agree).
+    pub fn scan(
+        &self,
+        start: u64,
+        end: u64,
+        all: u64,
+        report: u64,
+    ) -> std::io::Result<Vec<PageRegion>> {
+        let mut out = Vec::new();
+        let mut buf = vec![PageRegion::default(); 512];
+        let mut at = start;
+        while at < end {
+            let mut arg = PmScanArg {
+                size: std::mem::size_of::<PmScanArg>() as u64,
+                start: at,
+                end,
+                vec: buf.as_mut_ptr() as u64,
+                vec_len: buf.len() as u64,
+                category_mask: all,
+                return_mask: report | all,
+                ..PmScanArg::default()
+            };
+            // SAFETY: `arg` is a valid pm_scan_arg whose `vec` points at `buf`, `vec_len`
+            // entries long, alive for the call; the kernel only reads this process's page map.
+            let n = unsafe { libc::ioctl(self.0.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
+            let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+            out.extend_from_slice(&buf[..n.min(buf.len())]);
+            if arg.walk_end <= at {
+                break;
+            }
+            at = arg.walk_end;
+        }
+        Ok(out)
+    }
+}
+
+impl Shared {
+    /// Registers guest RAM with userfaultfd and records what the guest has touched (see the
+    /// module docs). Does nothing if RAM is registered already.
+    pub(crate) fn attach(&self, pages: &mut Pages) -> Result<(), PagerError> {
+        if pages.attached {
+            return Ok(());
+        }
+        let t0 = std::time::Instant::now();
+        let ranges: Vec<(u64, usize)> = self.map.host_ranges().collect();
+        for &(host, len) in &ranges {
+            // SAFETY: `host..host + len` is one live guest RAM mapping; the advice only changes
+            // how the kernel backs it, never its contents.
+            if unsafe { libc::madvise(host as *mut _, len, libc::MADV_NOHUGEPAGE) } != 0 {
+                return Err(PagerError::Attach(std::io::Error::last_os_error()));
+            }
+            self.uffd
+                .register(host, len)
+                .map_err(PagerError::Register)?;
+        }
+        pages.attached = true;
+        let Some(pagemap) = &self.pagemap else {
+            // Registered before the guest ran: nothing is present.
+            return Ok(());
+        };
+        let scan = |start, end, all, report| {
+            pagemap
+                .scan(start, end, all, report)
+                .map_err(PagerError::Attach)
+        };
+        let mut zero = Vec::new();
+        for &(host, len) in &ranges {
+            for r in scan(
+                host,
+                host + len as u64,
+                PAGE_IS_PRESENT,
+                PAGE_IS_PFNZERO | PAGE_IS_HUGE,
+            )? {
+                if r.categories & PAGE_IS_PFNZERO != 0 {
+                    zero.push(r);
+                } else if r.categories & PAGE_IS_HUGE != 0 {
+                    let mut b = r.start & !(HUGE_PAGE - 1);
+                    while b < r.end {
+                        pages.huge.insert(b);
+                        b += HUGE_PAGE;
+                    }
+                }
+            }
+        }
+        let mut dropped = 0u64;
+        for z in &zero {
+            let len = usize::try_from(z.end - z.start).unwrap_or(usize::MAX);
+            self.uffd
+                .write_protect(z.start, len)
+                .map_err(|e| PagerError::Attach(e.into()))?;
+            for r in scan(z.start, z.end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
+                let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
+                // SAFETY: `r` lies in a guest RAM mapping and maps only the shared zero page
+                // (write-protected, so it still does): dropping it loses nothing.
+                if unsafe { libc::madvise(r.start as *mut _, len, libc::MADV_DONTNEED) } != 0 {
+                    return Err(PagerError::Attach(std::io::Error::last_os_error()));
+                }
+                dropped += (r.end - r.start) / PAGE as u64;
+            }
+        }
+        let mut resident = 0u64;
+        for &(host, len) in &ranges {
+            for r in scan(host, host + len as u64, PAGE_IS_PRESENT, 0)? {
+                let first = self.map.page_of_host(r.start);
+                let n = (r.end - r.start) / PAGE as u64;
+                if let Some(first) = first {
+                    let n = PageIdx::try_from(n).unwrap_or(0);
+                    for p in first..first + n {
+                        pages.table.seed_resident(p);
+                    }
+                    resident += u64::from(n);
+                }
+            }
+        }
+        Counters::add(&self.counters.attaches, 1);
+        tracing::info!(
+            "pager: took over guest RAM in {:.1} ms: {resident} pages resident ({} huge pages), {dropped} zero-page mappings dropped",
+            t0.elapsed().as_secs_f64() * 1e3,
+            pages.huge.len()
+        );
+        Ok(())
+    }
+
+    /// Splits the huge pages that the run `first..first + n` (one mapping) lies in, if they
+    /// are still whole, so releasing part of one frees its memory.
+    pub(crate) fn split_huge(&self, pages: &mut Pages, first: PageIdx, n: u32) {
+        if pages.huge.is_empty() {
+            return;
+        }
+        let start = self.map.host(first);
+        let end = start + u64::from(n) * PAGE as u64;
+        let mut b = start & !(HUGE_PAGE - 1);
+        while b < end {
+            if pages.huge.remove(&b) {
+                // One 4 KiB page of the run inside this huge page.
+                let at = b.max(start);
+                // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
+                // only splits and deactivates, it never changes contents.
+                if unsafe { libc::madvise(at as *mut _, PAGE, libc::MADV_COLD) } == 0 {
+                    Counters::add(&self.counters.huge_pages_split, 1);
+                } else {
+                    tracing::debug!(
+                        "pager: cannot split the huge page at {b:#x}: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+            }
+            b += HUGE_PAGE;
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The userfaultfd calls the pager makes, with errno turned into typed errors.
+//!
+//! Guest RAM is registered in MISSING and WRITE_PROTECT modes and reports kernel-mode faults too
+//! (KVM's faults, and `pread` into guest memory, are kernel-mode). Only the pager thread reads
+//! fault events; any thread may install pages. Every call that fills or protects a range takes
+//! a run of whole pages inside one RAM mapping.
+
+use std::os::fd::{AsRawFd, RawFd};
+
+use thiserror::Error;
+use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite, RegisterMode, Uffd, UffdBuilder};
+use userfaultfd_sys::{
+    uffdio_copy, uffdio_range, uffdio_writeprotect, uffdio_zeropage, UFFDIO_COPY,
+    UFFDIO_COPY_MODE_WP, UFFDIO_WAKE, UFFDIO_WRITEPROTECT, UFFDIO_WRITEPROTECT_MODE_WP,
+    UFFDIO_ZEROPAGE,
+};
+
+/// Why a userfaultfd call failed.
+#[derive(Debug, Error)]
+pub enum UffdError {
+    /// A page of the range is mapped already (`EEXIST`): someone installed it first.
+    #[error("a page of the range is already mapped")]
+    PageExists,
+    /// The range is no longer registered, or the process is exiting (`ENOENT`, `ESRCH`).
+    #[error("the range is no longer registered guest memory")]
+    RangeGone,
+    #[error("userfaultfd call failed")]
+    Io(#[source] std::io::Error),
+}
+
+impl UffdError {
+    fn last() -> Self {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EEXIST) => UffdError::PageExists,
+            Some(libc::ENOENT | libc::ESRCH) => UffdError::RangeGone,
+            _ => UffdError::Io(e),
+        }
+    }
+}
+
+impl From<UffdError> for std::io::Error {
+    fn from(e: UffdError) -> Self {
+        match e {
+            UffdError::Io(e) => e,
+            other => std::io::Error::other(other),
+        }
+    }
+}
+
+/// One fault event.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fault {
+    /// Host address that faulted.
+    pub addr: u64,
+    /// A write (for a missing fault) or a write to a write-protected page.
+    pub write: bool,
+    /// The page is mapped and write-protected (otherwise: not mapped).
+    pub protected: bool,
+    /// Thread id of the faulting thread.
+    pub tid: i32,
+}
+
+/// The pager's userfaultfd.
+pub(crate) struct Userfault {
+    uffd: Uffd,
+}
+
+impl Userfault {
+    /// A non-blocking userfaultfd that reports kernel-mode faults and the faulting thread.
+    pub fn new() -> Result<Self, userfaultfd::Error> {
+        let uffd = UffdBuilder::new()
+            .close_on_exec(true)
+            .non_blocking(true)
+            .user_mode_only(false)
+            .require_features(userfaultfd::FeatureFlags::THREAD_ID)
+            .create()?;
+        Ok(Userfault { uffd })
+    }
+
+    /// Registers `len` bytes at `host` in MISSING and WRITE_PROTECT modes.
+    pub fn register(&self, host: u64, len: usize) -> Result<(), userfaultfd::Error> {
+        self.uffd
+            .register_with_mode(
+                host as *mut _,
+                len,
+                RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
+            )
+            .map(|_| ())
+    }
+
+    /// Runs one userfaultfd ioctl on `arg`.
+    fn ioctl<T>(&self, request: u32, arg: &mut T) -> Result<(), UffdError> {
+        // SAFETY: every caller passes the argument struct that `request` is defined with; the
+        // kernel checks the ranges in it against the registered mappings.
+        let rc = unsafe { libc::ioctl(self.uffd.as_raw_fd(), request.into(), arg as *mut T) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(UffdError::last())
+        }
+    }
+
+    /// Fills the missing pages at `dst` with `len` bytes from `src` (wakes their waiters);
+    /// write-protected if `write_protect`. A partial copy is continued until done.
+    ///
+    /// # Safety
+    /// `src..src + len` must be readable host memory for the whole call.
+    pub unsafe fn copy(
+        &self,
+        src: *const u8,
+        dst: u64,
+        len: usize,
+        write_protect: bool,
+    ) -> Result<(), UffdError> {
+        let mut done = 0usize;
+        while done < len {
+            let mut c = uffdio_copy {
+                dst: dst + done as u64,
+                src: src as u64 + done as u64,
+                len: (len - done) as u64,
+                mode: if write_protect {
+                    UFFDIO_COPY_MODE_WP
+                } else {
+                    0
+                },
+                copy: 0,
+            };
+            match self.ioctl(UFFDIO_COPY, &mut c) {
+                Ok(()) => return Ok(()),
+                Err(UffdError::Io(e)) => match e.raw_os_error() {
+                    Some(libc::EAGAIN) if c.copy > 0 => {
+                        done += usize::try_from(c.copy).unwrap_or(0);
+                    }
+                    Some(libc::EINTR | libc::EAGAIN) => {}
+                    _ => return Err(UffdError::Io(e)),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps the shared zero page at the `len` missing bytes at `dst` and wakes their waiters.
+    pub fn zeropage(&self, dst: u64, len: usize) -> Result<(), UffdError> {
+        let mut z = uffdio_zeropage {
+            range: uffdio_range {
+                start: dst,
+                len: len as u64,
+            },
+            mode: 0,
+            zeropage: 0,
+        };
+        self.ioctl(UFFDIO_ZEROPAGE, &mut z)
+    }
+
+    /// Write-protects the mapped pages of `len` bytes at `start`.
+    pub fn write_protect(&self, start: u64, len: usize) -> Result<(), UffdError> {
+        self.protection(start, len, UFFDIO_WRITEPROTECT_MODE_WP)
+    }
+
+    /// Removes the write protection of `len` bytes at `start` and wakes the writers waiting on it.
+    pub fn unprotect(&self, start: u64, len: usize) -> Result<(), UffdError> {
+        self.protection(start, len, 0)
+    }
+
+    fn protection(&self, start: u64, len: usize, mode: u64) -> Result<(), UffdError> {
+        let mut w = uffdio_writeprotect {
+            range: uffdio_range {
+                start,
+                len: len as u64,
+            },
+            mode,
+        };
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut w)
+    }
+
+    /// Wakes the threads waiting on faults in `len` bytes at `start` (they fault again if the
+    /// page is still missing).
+    pub fn wake(&self, start: u64, len: usize) -> Result<(), UffdError> {
+        let mut r = uffdio_range {
+            start,
+            len: len as u64,
+        };
+        self.ioctl(UFFDIO_WAKE, &mut r)
+    }
+
+    /// Reads the pending fault events without blocking (none: an empty list).
+    pub fn read_faults(&self, buf: &mut EventBuffer) -> Result<Vec<Fault>, userfaultfd::Error> {
+        Ok(self
+            .uffd
+            .read_events(buf)?
+            .filter_map(|e| match e {
+                Ok(Event::Pagefault {
+                    kind,
+                    rw,
+                    addr,
+                    thread_id,
+                }) => Some(Fault {
+                    addr: addr as u64,
+                    write: rw == ReadWrite::Write,
+                    protected: kind == FaultKind::WriteProtected,
+                    tid: thread_id.as_raw(),
+                }),
+                Ok(other) => {
+                    tracing::debug!("pager: ignoring event {other:?}");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!("pager: bad event: {e}");
+                    None
+                }
+            })
+            .collect())
+    }
+}
+
+impl AsRawFd for Userfault {
+    fn as_raw_fd(&self) -> RawFd {
+        self.uffd.as_raw_fd()
+    }
+}

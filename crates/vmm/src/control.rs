@@ -1,0 +1,204 @@
+//! Stopping and starting vCPUs: kicks out of `KVM_RUN`, pausing the VM with a reason, parking
+//! and waking vCPU threads, and ending them.
+//!
+//! Protocol:
+//! 1. Each vCPU thread registers itself and points the kick signal's handler at its
+//!    `kvm_run.immediate_exit` ([`crate::signals::set_immediate_exit`]). A kick (SIGUSR1 to that
+//!    thread) makes a running `KVM_RUN` return `EINTR`, and one that lands while the thread is
+//!    outside `KVM_RUN` makes the next `KVM_RUN` return at once: no kick is lost, so one is
+//!    enough.
+//! 2. [`Vcpus::pause`] records the reason, raises the pause flag and kicks every vCPU. A vCPU
+//!    checks the flag before each `KVM_RUN` and, when it is up, parks on a condition variable
+//!    ([`Vcpus::park`]) until [`Vcpus::resume`] or [`Vcpus::end`] wakes it.
+//! 3. [`Vcpus::end`] stops every vCPU for good: the flag each checks, then a kick.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use memvisor_pager::{PagerFailure, VcpuControl};
+
+use crate::signals;
+
+/// Why a VM is paused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PauseReason {
+    /// The pager could not move a page (swap or image I/O failed).
+    #[error("{0}")]
+    Pager(PagerFailure),
+    /// Someone asked for it ([`crate::Vm::pause`]).
+    #[error("requested")]
+    Requested,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Thread ids of the running vCPU threads.
+    tids: Vec<i32>,
+    paused: Option<PauseReason>,
+    /// vCPU threads parked while paused.
+    parked: usize,
+}
+
+/// The vCPUs of one VM, as a whole.
+#[derive(Debug, Default)]
+pub struct Vcpus {
+    state: Mutex<State>,
+    /// Wakes parked vCPUs (resume, end).
+    wake: Condvar,
+    /// Raised while paused; read by every vCPU before each `KVM_RUN`.
+    pausing: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl Vcpus {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the calling thread as a vCPU thread.
+    pub(crate) fn register(&self) {
+        let tid = signals::current_tid();
+        self.lock().tids.push(tid);
+    }
+
+    /// The calling vCPU thread is done.
+    pub(crate) fn unregister(&self) {
+        let tid = signals::current_tid();
+        self.lock().tids.retain(|&t| t != tid);
+    }
+
+    fn kick_all(&self, state: &State) {
+        for &tid in &state.tids {
+            if let Err(e) = signals::kick(tid) {
+                // ESRCH: that vCPU has ended and needs no kick.
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    tracing::warn!("cannot kick vCPU thread {tid}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Pauses the VM for `why` (the first reason is kept); returns whether it was running.
+    pub fn pause_for(&self, why: PauseReason) -> bool {
+        let mut state = self.lock();
+        if state.paused.is_some() {
+            return false;
+        }
+        tracing::warn!("pausing the VM: {why}");
+        state.paused = Some(why);
+        self.pausing.store(true, Ordering::SeqCst);
+        self.kick_all(&state);
+        true
+    }
+
+    /// Ends a pause; returns why the VM was paused, if it was.
+    pub fn resume(&self) -> Option<PauseReason> {
+        let mut state = self.lock();
+        let was = state.paused.take();
+        if let Some(why) = &was {
+            tracing::info!("resuming the VM (paused because {why})");
+        }
+        self.pausing.store(false, Ordering::SeqCst);
+        drop(state);
+        self.wake.notify_all();
+        was
+    }
+
+    /// Why the VM is paused, if it is, and how many vCPUs have parked.
+    pub fn paused(&self) -> (Option<PauseReason>, usize) {
+        let state = self.lock();
+        (state.paused.clone(), state.parked)
+    }
+
+    /// Whether a vCPU must park before entering the guest again.
+    pub(crate) fn must_park(&self) -> bool {
+        self.pausing.load(Ordering::SeqCst)
+    }
+
+    /// Called by a vCPU thread outside `KVM_RUN`: waits while the VM is paused and not ended.
+    pub(crate) fn park(&self) {
+        let mut state = self.lock();
+        state.parked += 1;
+        while state.paused.is_some() && !self.ended() {
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.parked -= 1;
+    }
+
+    /// Stops every vCPU for good.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        let state = self.lock();
+        self.kick_all(&state);
+        drop(state);
+        self.wake.notify_all();
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+impl VcpuControl for Vcpus {
+    fn is_vcpu(&self, tid: i32) -> bool {
+        self.lock().tids.contains(&tid)
+    }
+
+    fn kick(&self, tid: i32) -> std::io::Result<()> {
+        signals::kick(tid)
+    }
+
+    fn pause(&self, why: PagerFailure) {
+        self.pause_for(PauseReason::Pager(why));
+    }
+
+    fn is_paused(&self) -> bool {
+        self.must_park()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_parked_thread_waits_for_resume_and_the_first_reason_is_kept() {
+        let v = Arc::new(Vcpus::default());
+        assert!(v.pause_for(PauseReason::Requested));
+        assert!(!v.pause_for(PauseReason::Pager(PagerFailure::Reclaim {
+            error: "later".into()
+        })));
+        assert!(v.must_park());
+        let t = {
+            let v = v.clone();
+            std::thread::spawn(move || v.park())
+        };
+        while v.paused().1 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!t.is_finished());
+        assert_eq!(v.resume(), Some(PauseReason::Requested));
+        t.join().unwrap();
+        assert_eq!(v.paused(), (None, 0));
+        assert!(!v.must_park());
+        assert_eq!(v.resume(), None);
+    }
+
+    #[test]
+    fn ending_wakes_parked_threads() {
+        let v = Arc::new(Vcpus::default());
+        v.pause_for(PauseReason::Requested);
+        let t = {
+            let v = v.clone();
+            std::thread::spawn(move || v.park())
+        };
+        while v.paused().1 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        v.end();
+        t.join().unwrap();
+        assert!(v.ended());
+    }
+}
