@@ -110,26 +110,9 @@ struct Inner {
     parked: std::collections::HashSet<i32>,
 }
 
-/// A snapshot of the pager for the API.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PagerSnapshot {
-    pub limit_bytes: Option<u64>,
-    pub resident_pages: u64,
-    pub zero_pages: u64,
-    pub swapped_pages: u64,
-    pub ballooned_pages: u64,
-    pub reported_pages: u64,
-    /// Dropped while mirroring a disk block; they refault from the image.
-    pub on_disk_pages: u64,
-    /// Resident and mirroring a disk block.
-    pub mirrored_pages: u64,
-    pub swap_blocks_in_use: u64,
-    pub counters: Vec<(&'static str, u64)>,
-    pub fault_latency_us: (usize, u32, u32),
-    /// Faults served from the swap store only (the page was in swap when it faulted).
-    pub swap_fault_latency_us: (usize, u32, u32),
-    pub reclaim_latency_us: (usize, u32, u32),
-}
+/// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
+/// by [`Pager::snapshot`].
+pub type PagerSnapshot = memvisor_api::PagerStats;
 
 struct Shared {
     mem: Arc<GuestMem>,
@@ -508,49 +491,22 @@ impl Pager {
         let limit_bytes = limit_to_bytes(inner.limit);
         let in_use = inner.table.blocks.in_use();
         drop(inner);
-        let c = &s.counters;
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         PagerSnapshot {
             limit_bytes,
-            resident_pages: resident.into(),
-            zero_pages: zero.into(),
-            swapped_pages: swapped.into(),
-            ballooned_pages: ballooned.into(),
-            reported_pages: reported.into(),
-            on_disk_pages: on_disk.into(),
-            mirrored_pages: mirrored.into(),
+            pages: memvisor_api::PageCensus {
+                resident_pages: resident.into(),
+                zero_pages: zero.into(),
+                swapped_pages: swapped.into(),
+                ballooned_pages: ballooned.into(),
+                reported_pages: reported.into(),
+                on_disk_pages: on_disk.into(),
+                mirrored_pages: mirrored.into(),
+            },
             swap_blocks_in_use: in_use.into(),
-            counters: vec![
-                ("faults_zero", get(&c.faults_zero)),
-                ("faults_swap", get(&c.faults_swap)),
-                ("faults_released", get(&c.faults_released)),
-                ("false_reads_avoided", get(&c.false_reads_avoided)),
-                ("preventer_attempts", get(&c.preventer_attempts)),
-                ("preventer_completed", get(&c.preventer_completed)),
-                ("preventer_fallbacks", get(&c.preventer_fallbacks)),
-                ("preventer_timeouts", get(&c.preventer_timeouts)),
-                ("device_installs", get(&c.device_installs)),
-                ("write_faults", get(&c.write_faults)),
-                ("reclaimed_zero", get(&c.reclaimed_zero)),
-                ("reclaimed_clean", get(&c.reclaimed_clean)),
-                ("reclaimed_written", get(&c.reclaimed_written)),
-                ("reclaimed_mirrored", get(&c.reclaimed_mirrored)),
-                ("faults_image", get(&c.faults_image)),
-                ("image_bytes_read", get(&c.image_bytes_read)),
-                ("stale_reads_avoided", get(&c.stale_reads_avoided)),
-                ("mapper_refetches", get(&c.mapper_refetches)),
-                ("swap_bytes_read", get(&c.swap_bytes_read)),
-                ("swap_bytes_written", get(&c.swap_bytes_written)),
-                ("prefetched", get(&c.prefetched)),
-                ("prefetch_hits", get(&c.prefetch_hits)),
-                ("reclaim_batches", get(&c.reclaim_batches)),
-                ("ballooned", get(&c.ballooned)),
-                ("reported", get(&c.reported)),
-                ("pauses", get(&c.pauses)),
-            ],
-            fault_latency_us: s.fault_latency.summary(),
-            swap_fault_latency_us: s.swap_fault_latency.summary(),
-            reclaim_latency_us: s.reclaim_latency.summary(),
+            counters: s.counters.load(),
+            fault_latency: s.fault_latency.summary(),
+            swap_fault_latency: s.swap_fault_latency.summary(),
+            reclaim_latency: s.reclaim_latency.summary(),
         }
     }
 }

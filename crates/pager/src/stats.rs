@@ -1,8 +1,12 @@
-//! The pager's counters, named after what happened, and latency distributions.
+//! The pager's counters, named after what happened, and latency distributions. They leave the
+//! pager as the control API's types ([`PagerCounters`], [`LatencySummary`]), which the API
+//! serializes once; nothing parses them back out of text.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use memvisor_api::{LatencySummary, PagerCounters};
 
 /// Counters of one pager; every field only grows.
 #[derive(Debug, Default)]
@@ -65,6 +69,70 @@ impl Counters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// The counters now, as the API's [`PagerCounters`]. Each is read on its own (they are
+    /// independent event counts, not a consistent cut).
+    pub fn load(&self) -> PagerCounters {
+        // Destructured without `..`: a counter added here and not to the API type, or the other
+        // way round, does not compile.
+        let Counters {
+            faults_zero,
+            faults_swap,
+            faults_released,
+            false_reads_avoided,
+            preventer_attempts,
+            preventer_completed,
+            preventer_fallbacks,
+            preventer_timeouts,
+            device_installs,
+            write_faults,
+            reclaimed_zero,
+            reclaimed_clean,
+            reclaimed_written,
+            reclaimed_mirrored,
+            faults_image,
+            image_bytes_read,
+            stale_reads_avoided,
+            mapper_refetches,
+            swap_bytes_read,
+            swap_bytes_written,
+            prefetched,
+            prefetch_hits,
+            reclaim_batches,
+            ballooned,
+            reported,
+            pauses,
+        } = self;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PagerCounters {
+            faults_zero: get(faults_zero),
+            faults_swap: get(faults_swap),
+            faults_released: get(faults_released),
+            false_reads_avoided: get(false_reads_avoided),
+            preventer_attempts: get(preventer_attempts),
+            preventer_completed: get(preventer_completed),
+            preventer_fallbacks: get(preventer_fallbacks),
+            preventer_timeouts: get(preventer_timeouts),
+            device_installs: get(device_installs),
+            write_faults: get(write_faults),
+            reclaimed_zero: get(reclaimed_zero),
+            reclaimed_clean: get(reclaimed_clean),
+            reclaimed_written: get(reclaimed_written),
+            reclaimed_mirrored: get(reclaimed_mirrored),
+            faults_image: get(faults_image),
+            image_bytes_read: get(image_bytes_read),
+            stale_reads_avoided: get(stale_reads_avoided),
+            mapper_refetches: get(mapper_refetches),
+            swap_bytes_read: get(swap_bytes_read),
+            swap_bytes_written: get(swap_bytes_written),
+            prefetched: get(prefetched),
+            prefetch_hits: get(prefetch_hits),
+            reclaim_batches: get(reclaim_batches),
+            ballooned: get(ballooned),
+            reported: get(reported),
+            pauses: get(pauses),
+        }
+    }
 }
 
 /// The most recent samples of a latency, for percentiles.
@@ -96,17 +164,21 @@ impl Latency {
         }
     }
 
-    /// (count kept, p50, p99) in microseconds over the kept samples.
-    pub fn summary(&self) -> (usize, u32, u32) {
+    /// Samples kept, median and 99th percentile over them; all zero without samples.
+    pub fn summary(&self) -> LatencySummary {
         let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = g.0.clone();
         drop(g);
         if v.is_empty() {
-            return (0, 0, 0);
+            return LatencySummary::default();
         }
         v.sort_unstable();
-        let at = |q: usize| v[(v.len() - 1) * q / 100];
-        (v.len(), at(50), at(99))
+        let at = |q: usize| u64::from(v[(v.len() - 1) * q / 100]);
+        LatencySummary {
+            samples: v.len() as u64,
+            p50_us: at(50),
+            p99_us: at(99),
+        }
     }
 }
 
@@ -117,10 +189,32 @@ mod tests {
     #[test]
     fn percentiles_of_known_samples() {
         let l = Latency::default();
-        assert_eq!(l.summary(), (0, 0, 0));
+        assert_eq!(l.summary(), LatencySummary::default());
         for us in 1..=100 {
             l.record(Duration::from_micros(us));
         }
-        assert_eq!(l.summary(), (100, 50, 99));
+        assert_eq!(
+            l.summary(),
+            LatencySummary {
+                samples: 100,
+                p50_us: 50,
+                p99_us: 99
+            }
+        );
+    }
+
+    #[test]
+    fn counters_load_by_name() {
+        let c = Counters::default();
+        Counters::add(&c.faults_swap, 3);
+        Counters::add(&c.swap_bytes_written, 8192);
+        Counters::add(&c.pauses, 1);
+        let p = c.load();
+        assert_eq!(
+            (p.faults_swap, p.swap_bytes_written, p.pauses, p.faults_zero),
+            (3, 8192, 1, 0)
+        );
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["swap_bytes_written"], 8192);
     }
 }
