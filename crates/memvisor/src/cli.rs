@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memvisor_api::VmStats;
 use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
 
 use crate::{guest_kit, qemu, status};
@@ -124,6 +125,10 @@ pub struct RunArgs {
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
+    /// When the VM ends, write its counters to this file as one line of JSON: the schema of the
+    /// API's GET /stats (the `VmStats` type), with `balloon` null.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,6 +323,9 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
     }
+    if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
+    }
     Ok(RunPlan {
         args,
         kernel,
@@ -395,21 +403,16 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {
-            tracing::info!(
-                "vm exits: {} (io {}, mmio {}, other {})",
-                report.exits.total(),
-                report.exits.io.load(std::sync::atomic::Ordering::Relaxed),
-                report.exits.mmio.load(std::sync::atomic::Ordering::Relaxed),
-                report
-                    .exits
-                    .other
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            );
-            if let Some(p) = &report.pager {
-                tracing::info!("pager: {p:?}");
-            }
-            for (id, blk, t) in &report.disks {
-                tracing::info!("disk {id}: {blk:?}, {t:?}");
+            let stats = report.stats();
+            tracing::info!("end of run:\n{}", summary_table(&stats));
+            if let Some(path) = &plan.args.stats_json {
+                if let Err(e) = write_stats(path, &stats) {
+                    eprintln!(
+                        "memvisor: cannot write --stats-json {}: {e}",
+                        path.display()
+                    );
+                    return ExitCode::from(status::VMM_FAILURE);
+                }
             }
             match report.exit {
                 VmExit::DebugExit(v) => {
@@ -437,9 +440,150 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Writes `stats` to `path` as one line of JSON.
+fn write_stats(path: &std::path::Path, stats: &VmStats) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(stats).map_err(std::io::Error::other)?;
+    line.push('\n');
+    std::fs::write(path, line)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// The end-of-run summary: exits, the pager's census and main counters, each disk's I/O, as
+/// aligned `name  value unit` rows. Every counter is in `--stats-json`.
+pub fn summary_table(s: &VmStats) -> String {
+    let mut rows: Vec<(String, String, &str)> = Vec::new();
+    let mut row = |name: &str, value: String, unit: &'static str| {
+        rows.push((name.to_owned(), value, unit));
+    };
+    row("exits", s.exits.total().to_string(), "");
+    row("exits io", s.exits.io.to_string(), "");
+    row("exits mmio", s.exits.mmio.to_string(), "");
+    row("exits other", s.exits.other.to_string(), "");
+    if let Some(p) = &s.pager {
+        row(
+            "pager limit",
+            p.limit_bytes.map_or("none".into(), mib),
+            if p.limit_bytes.is_some() { "MiB" } else { "" },
+        );
+        let g = &p.pages;
+        for (name, n) in [
+            ("pages resident", g.resident_pages),
+            ("pages zero", g.zero_pages),
+            ("pages swapped", g.swapped_pages),
+            ("pages ballooned", g.ballooned_pages),
+            ("pages reported", g.reported_pages),
+            ("pages on disk", g.on_disk_pages),
+            ("pages mirrored", g.mirrored_pages),
+        ] {
+            row(name, n.to_string(), "pages");
+        }
+        let c = &p.counters;
+        for (name, n) in [
+            ("faults zero", c.faults_zero),
+            ("faults swap", c.faults_swap),
+            ("faults image", c.faults_image),
+            ("faults released", c.faults_released),
+            ("write faults", c.write_faults),
+        ] {
+            row(name, n.to_string(), "faults");
+        }
+        for (name, n) in [
+            ("reclaimed zero", c.reclaimed_zero),
+            ("reclaimed clean", c.reclaimed_clean),
+            ("reclaimed written", c.reclaimed_written),
+            ("reclaimed mirrored", c.reclaimed_mirrored),
+            ("prefetched", c.prefetched),
+            ("prefetch hits", c.prefetch_hits),
+        ] {
+            row(name, n.to_string(), "pages");
+        }
+        row("swap read", mib(c.swap_bytes_read), "MiB");
+        row("swap written", mib(c.swap_bytes_written), "MiB");
+        row("image read", mib(c.image_bytes_read), "MiB");
+        row("pauses", c.pauses.to_string(), "");
+        for (name, l) in [
+            ("fault latency", p.fault_latency),
+            ("swap fault latency", p.swap_fault_latency),
+            ("reclaim latency", p.reclaim_latency),
+        ] {
+            row(
+                &format!("{name} p50/p99"),
+                format!("{}/{}", l.p50_us, l.p99_us),
+                "us",
+            );
+        }
+    }
+    for (id, d) in &s.disks {
+        row(&format!("disk {id} read"), mib(d.bytes_read), "MiB");
+        row(&format!("disk {id} written"), mib(d.bytes_written), "MiB");
+        row(
+            &format!("disk {id} requests"),
+            format!("{}/{}/{}", d.reads, d.writes, d.flushes),
+            "read/write/flush",
+        );
+        row(&format!("disk {id} errors"), d.errors.to_string(), "");
+    }
+    let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let value_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, value, unit) in rows {
+        let line = format!("  {name:<name_w$}  {value:>value_w$} {unit}");
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_is_an_aligned_table() {
+        let mut s = VmStats::default();
+        s.exits.io = 12;
+        s.pager = Some(memvisor_api::PagerStats {
+            limit_bytes: Some(100 << 20),
+            counters: memvisor_api::PagerCounters {
+                swap_bytes_written: 3 << 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        s.disks.insert(
+            "data".into(),
+            memvisor_api::DiskStats {
+                reads: 4,
+                bytes_read: 1 << 20,
+                ..Default::default()
+            },
+        );
+        let t = summary_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        let has = |name: &str, tail: &str| {
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
+        };
+        assert!(has("exits", " 12"), "{t}");
+        assert!(has("pager limit", " 100.0 MiB"), "{t}");
+        assert!(has("swap written", " 3.0 MiB"), "{t}");
+        assert!(has("disk data requests", " 4/0/0 read/write/flush"), "{t}");
+        // Values are right-aligned in one column: the `exits` row (no unit) ends where every
+        // value ends.
+        let end = lines[0].len();
+        for l in &lines {
+            let b = l.as_bytes();
+            assert!(
+                b[end - 1] != b' ' && (b.len() == end || b[end] == b' '),
+                "{t}"
+            );
+        }
+    }
 
     #[test]
     fn sizes() {
