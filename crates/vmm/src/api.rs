@@ -9,7 +9,8 @@
 //! | `PUT /vm/resume` | resumes a VM the pager paused (swap or image I/O failed); 400 if it runs |
 //!
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
-//! `{"error": "..."}` and change nothing. The schema is `docs/openapi.json`.
+//! `{"error": "..."}` and change nothing. Every answer is a `memvisor_api` type ([`VmInfo`],
+//! [`VmStats`], [`ErrorBody`]) built here and serialized once; the schema is `docs/openapi.json`.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -161,6 +162,7 @@ fn vm_info(c: &Control) -> VmInfo {
         paused_because,
         mem_bytes: c.mem_size,
         vcpus: c.vcpus.into(),
+        // `Control` names the mode as `run` set it up: "off", "baseline" or "full".
         pager: match c.pager_mode {
             "off" => PagerMode::Off,
             "baseline" => PagerMode::Baseline,
