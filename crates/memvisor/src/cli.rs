@@ -452,79 +452,86 @@ fn mib(bytes: u64) -> String {
 }
 
 /// The end-of-run summary: exits, the pager's census and main counters, each disk's I/O, as
-/// aligned `name  value unit` rows. Every counter is in `--stats-json`.
+/// aligned `name  value unit` rows. Rows of mechanisms that did nothing (the balloon, the Swap
+/// Mapper, prefetch, pauses) are left out; every counter is in `--stats-json`.
 pub fn summary_table(s: &VmStats) -> String {
     let mut rows: Vec<(String, String, &str)> = Vec::new();
     let mut row = |name: &str, value: String, unit: &'static str| {
         rows.push((name.to_owned(), value, unit));
     };
-    row("exits", s.exits.total().to_string(), "");
-    row("exits io", s.exits.io.to_string(), "");
-    row("exits mmio", s.exits.mmio.to_string(), "");
-    row("exits other", s.exits.other.to_string(), "");
+    let e = &s.exits;
+    row(
+        "exits io/mmio/other",
+        format!("{}/{}/{}", e.io, e.mmio, e.other),
+        "",
+    );
     if let Some(p) = &s.pager {
-        row(
-            "pager limit",
-            p.limit_bytes.map_or("none".into(), mib),
-            if p.limit_bytes.is_some() { "MiB" } else { "" },
-        );
+        match p.limit_bytes {
+            Some(l) => row("pager limit", mib(l), "MiB"),
+            None => row("pager limit", "none".into(), ""),
+        }
         let g = &p.pages;
-        for (name, n) in [
-            ("pages resident", g.resident_pages),
-            ("pages zero", g.zero_pages),
-            ("pages swapped", g.swapped_pages),
-            ("pages ballooned", g.ballooned_pages),
-            ("pages reported", g.reported_pages),
-            ("pages on disk", g.on_disk_pages),
-            ("pages mirrored", g.mirrored_pages),
-        ] {
-            row(name, n.to_string(), "pages");
-        }
         let c = &p.counters;
-        for (name, n) in [
-            ("faults zero", c.faults_zero),
-            ("faults swap", c.faults_swap),
-            ("faults image", c.faults_image),
-            ("faults released", c.faults_released),
-            ("write faults", c.write_faults),
-        ] {
-            row(name, n.to_string(), "faults");
-        }
-        for (name, n) in [
-            ("reclaimed zero", c.reclaimed_zero),
-            ("reclaimed clean", c.reclaimed_clean),
-            ("reclaimed written", c.reclaimed_written),
-            ("reclaimed mirrored", c.reclaimed_mirrored),
-            ("prefetched", c.prefetched),
-            ("prefetch hits", c.prefetch_hits),
-        ] {
-            row(name, n.to_string(), "pages");
+        // (name, value, unit, always shown)
+        let counts = [
+            ("pages resident", g.resident_pages, "pages", true),
+            ("pages zero", g.zero_pages, "pages", true),
+            ("pages swapped", g.swapped_pages, "pages", true),
+            ("pages ballooned", g.ballooned_pages, "pages", false),
+            ("pages reported", g.reported_pages, "pages", false),
+            ("pages on disk", g.on_disk_pages, "pages", false),
+            ("pages mirrored", g.mirrored_pages, "pages", false),
+            ("faults zero", c.faults_zero, "faults", true),
+            ("faults swap", c.faults_swap, "faults", true),
+            ("faults image", c.faults_image, "faults", false),
+            ("faults released", c.faults_released, "faults", false),
+            ("write faults", c.write_faults, "faults", false),
+            ("reclaimed zero", c.reclaimed_zero, "pages", true),
+            ("reclaimed clean", c.reclaimed_clean, "pages", true),
+            ("reclaimed written", c.reclaimed_written, "pages", true),
+            ("reclaimed mirrored", c.reclaimed_mirrored, "pages", false),
+            ("prefetched", c.prefetched, "pages", false),
+            ("prefetch hits", c.prefetch_hits, "pages", false),
+            ("pauses", c.pauses, "", false),
+        ];
+        for (name, n, unit, always) in counts {
+            if always || n > 0 {
+                row(name, n.to_string(), unit);
+            }
         }
         row("swap read", mib(c.swap_bytes_read), "MiB");
         row("swap written", mib(c.swap_bytes_written), "MiB");
-        row("image read", mib(c.image_bytes_read), "MiB");
-        row("pauses", c.pauses.to_string(), "");
+        if c.image_bytes_read > 0 {
+            row("image read", mib(c.image_bytes_read), "MiB");
+        }
         for (name, l) in [
-            ("fault latency", p.fault_latency),
-            ("swap fault latency", p.swap_fault_latency),
-            ("reclaim latency", p.reclaim_latency),
+            ("fault latency p50/p99", p.fault_latency),
+            ("swap fault latency p50/p99", p.swap_fault_latency),
+            ("reclaim latency p50/p99", p.reclaim_latency),
         ] {
-            row(
-                &format!("{name} p50/p99"),
-                format!("{}/{}", l.p50_us, l.p99_us),
-                "us",
-            );
+            if l.samples > 0 {
+                row(name, format!("{}/{}", l.p50_us, l.p99_us), "us");
+            }
         }
     }
     for (id, d) in &s.disks {
-        row(&format!("disk {id} read"), mib(d.bytes_read), "MiB");
-        row(&format!("disk {id} written"), mib(d.bytes_written), "MiB");
         row(
-            &format!("disk {id} requests"),
-            format!("{}/{}/{}", d.reads, d.writes, d.flushes),
-            "read/write/flush",
+            &format!("disk {id} read/written"),
+            format!("{}/{}", mib(d.bytes_read), mib(d.bytes_written)),
+            "MiB",
         );
-        row(&format!("disk {id} errors"), d.errors.to_string(), "");
+        row(
+            &format!("disk {id} reads/writes/flushes"),
+            format!("{}/{}/{}", d.reads, d.writes, d.flushes),
+            "requests",
+        );
+        if d.errors > 0 {
+            row(
+                &format!("disk {id} errors"),
+                d.errors.to_string(),
+                "requests",
+            );
+        }
     }
     let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let value_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
@@ -569,10 +576,15 @@ mod tests {
                 .iter()
                 .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
         };
-        assert!(has("exits", " 12"), "{t}");
+        assert!(has("exits io/mmio/other", " 12/0/0"), "{t}");
         assert!(has("pager limit", " 100.0 MiB"), "{t}");
         assert!(has("swap written", " 3.0 MiB"), "{t}");
-        assert!(has("disk data requests", " 4/0/0 read/write/flush"), "{t}");
+        assert!(
+            has("disk data reads/writes/flushes", " 4/0/0 requests"),
+            "{t}"
+        );
+        assert!(has("disk data read/written", " 1.0/0.0 MiB"), "{t}");
+        assert!(!t.contains("mirrored") && !t.contains("latency"), "{t}");
         // Values are right-aligned in one column: the `exits` row (no unit) ends where every
         // value ends.
         let end = lines[0].len();
