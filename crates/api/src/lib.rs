@@ -1,8 +1,15 @@
 //! The VMM's control API: request and response types (one serde schema, published in `docs/openapi.json`) and the small HTTP/1.1-over-Unix-socket framing that both the server and `memvisor ctl` use.
 
 mod http;
+mod stats;
+mod vm;
 
 pub use http::{call, read_request, write_response, HttpError, Request, MAX_BODY};
+pub use stats::{
+    BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
+    PagerCounters, PagerStats, VmStats,
+};
+pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};
 
 use serde::{Deserialize, Serialize};
 

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memvisor_api::VmStats;
 use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
 
 use crate::{guest_kit, qemu, status};
@@ -124,6 +125,10 @@ pub struct RunArgs {
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
+    /// When the VM ends, write its counters to this file as one line of JSON: the schema of the
+    /// API's GET /stats (the `VmStats` type), with `balloon` null.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,6 +323,9 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
     }
+    if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
+    }
     Ok(RunPlan {
         args,
         kernel,
@@ -395,21 +403,16 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {
-            tracing::info!(
-                "vm exits: {} (io {}, mmio {}, other {})",
-                report.exits.total(),
-                report.exits.io.load(std::sync::atomic::Ordering::Relaxed),
-                report.exits.mmio.load(std::sync::atomic::Ordering::Relaxed),
-                report
-                    .exits
-                    .other
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            );
-            if let Some(p) = &report.pager {
-                tracing::info!("pager: {p:?}");
-            }
-            for (id, blk, t) in &report.disks {
-                tracing::info!("disk {id}: {blk:?}, {t:?}");
+            let stats = report.stats();
+            tracing::info!("end of run:\n{}", summary_table(&stats));
+            if let Some(path) = &plan.args.stats_json {
+                if let Err(e) = write_stats(path, &stats) {
+                    eprintln!(
+                        "memvisor: cannot write --stats-json {}: {e}",
+                        path.display()
+                    );
+                    return ExitCode::from(status::VMM_FAILURE);
+                }
             }
             match report.exit {
                 VmExit::DebugExit(v) => {
@@ -437,9 +440,162 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Writes `stats` to `path` as one line of JSON.
+fn write_stats(path: &std::path::Path, stats: &VmStats) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(stats).map_err(std::io::Error::other)?;
+    line.push('\n');
+    std::fs::write(path, line)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// The end-of-run summary: exits, the pager's census and main counters, each disk's I/O, as
+/// aligned `name  value unit` rows. Rows of mechanisms that did nothing (the balloon, the Swap
+/// Mapper, prefetch, pauses) are left out; every counter is in `--stats-json`.
+pub fn summary_table(s: &VmStats) -> String {
+    let mut rows: Vec<(String, String, &str)> = Vec::new();
+    let mut row = |name: &str, value: String, unit: &'static str| {
+        rows.push((name.to_owned(), value, unit));
+    };
+    let e = &s.exits;
+    row(
+        "exits io/mmio/other",
+        format!("{}/{}/{}", e.io, e.mmio, e.other),
+        "",
+    );
+    if let Some(p) = &s.pager {
+        match p.limit_bytes {
+            Some(l) => row("pager limit", mib(l), "MiB"),
+            None => row("pager limit", "none".into(), ""),
+        }
+        let g = &p.pages;
+        let c = &p.counters;
+        // (name, value, unit, always shown)
+        let counts = [
+            ("pages resident", g.resident_pages, "pages", true),
+            ("pages zero", g.zero_pages, "pages", true),
+            ("pages swapped", g.swapped_pages, "pages", true),
+            ("pages ballooned", g.ballooned_pages, "pages", false),
+            ("pages reported", g.reported_pages, "pages", false),
+            ("pages on disk", g.on_disk_pages, "pages", false),
+            ("pages mirrored", g.mirrored_pages, "pages", false),
+            ("faults zero", c.faults_zero, "faults", true),
+            ("faults swap", c.faults_swap, "faults", true),
+            ("faults image", c.faults_image, "faults", false),
+            ("faults released", c.faults_released, "faults", false),
+            ("write faults", c.write_faults, "faults", false),
+            ("reclaimed zero", c.reclaimed_zero, "pages", true),
+            ("reclaimed clean", c.reclaimed_clean, "pages", true),
+            ("reclaimed written", c.reclaimed_written, "pages", true),
+            ("reclaimed mirrored", c.reclaimed_mirrored, "pages", false),
+            ("prefetched", c.prefetched, "pages", false),
+            ("prefetch hits", c.prefetch_hits, "pages", false),
+            ("pauses", c.pauses, "", false),
+        ];
+        for (name, n, unit, always) in counts {
+            if always || n > 0 {
+                row(name, n.to_string(), unit);
+            }
+        }
+        row("swap read", mib(c.swap_bytes_read), "MiB");
+        row("swap written", mib(c.swap_bytes_written), "MiB");
+        if c.image_bytes_read > 0 {
+            row("image read", mib(c.image_bytes_read), "MiB");
+        }
+        for (name, l) in [
+            ("fault latency p50/p99", p.fault_latency),
+            ("swap fault latency p50/p99", p.swap_fault_latency),
+            ("reclaim latency p50/p99", p.reclaim_latency),
+        ] {
+            if l.samples > 0 {
+                row(name, format!("{}/{}", l.p50_us, l.p99_us), "us");
+            }
+        }
+    }
+    for (id, d) in &s.disks {
+        row(
+            &format!("disk {id} read/written"),
+            format!("{}/{}", mib(d.bytes_read), mib(d.bytes_written)),
+            "MiB",
+        );
+        row(
+            &format!("disk {id} reads/writes/flushes"),
+            format!("{}/{}/{}", d.reads, d.writes, d.flushes),
+            "requests",
+        );
+        if d.errors > 0 {
+            row(
+                &format!("disk {id} errors"),
+                d.errors.to_string(),
+                "requests",
+            );
+        }
+    }
+    let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let value_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, value, unit) in rows {
+        let line = format!("  {name:<name_w$}  {value:>value_w$} {unit}");
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_is_an_aligned_table() {
+        let mut s = VmStats::default();
+        s.exits.io = 12;
+        s.pager = Some(memvisor_api::PagerStats {
+            limit_bytes: Some(100 << 20),
+            counters: memvisor_api::PagerCounters {
+                swap_bytes_written: 3 << 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        s.disks.insert(
+            "data".into(),
+            memvisor_api::DiskStats {
+                reads: 4,
+                bytes_read: 1 << 20,
+                ..Default::default()
+            },
+        );
+        let t = summary_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        let has = |name: &str, tail: &str| {
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
+        };
+        assert!(has("exits io/mmio/other", " 12/0/0"), "{t}");
+        assert!(has("pager limit", " 100.0 MiB"), "{t}");
+        assert!(has("swap written", " 3.0 MiB"), "{t}");
+        assert!(
+            has("disk data reads/writes/flushes", " 4/0/0 requests"),
+            "{t}"
+        );
+        assert!(has("disk data read/written", " 1.0/0.0 MiB"), "{t}");
+        assert!(!t.contains("mirrored") && !t.contains("latency"), "{t}");
+        // Values are right-aligned in one column: the `exits` row (no unit) ends where every
+        // value ends.
+        let end = lines[0].len();
+        for l in &lines {
+            let b = l.as_bytes();
+            assert!(
+                b[end - 1] != b' ' && (b.len() == end || b[end] == b' '),
+                "{t}"
+            );
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use memvisor_api::{call, BalloonUpdate, MemoryUpdate};
+use memvisor_api::{call, BalloonUpdate, MemoryUpdate, VmInfo, VmStats};
 
 use crate::cli::parse_size;
 use crate::status;
@@ -67,8 +67,23 @@ pub fn run(args: CtlArgs) -> ExitCode {
     let body = body.transpose().expect("request types serialize");
     match call(&args.api_sock, method, path, body.as_deref()) {
         Ok((200, out)) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            // Read into the API's own types, so an answer that does not follow the schema is
+            // an error here rather than a surprise to whoever reads the output.
+            let typed = if path == "/stats" {
+                pretty::<VmStats>(&out)
+            } else {
+                pretty::<VmInfo>(&out)
+            };
+            match typed {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("memvisor: the VM's answer to {method} {path} does not follow the API schema ({e}): {out}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Ok((code, out)) => {
             eprintln!("memvisor: the VM refused {method} {path} ({code}): {out}");
@@ -79,4 +94,11 @@ pub fn run(args: CtlArgs) -> ExitCode {
             ExitCode::from(status::BAD_INPUT)
         }
     }
+}
+
+/// `body` read as a `T` and written back as indented JSON.
+fn pretty<T: serde::Serialize + serde::de::DeserializeOwned>(
+    body: &str,
+) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(&serde_json::from_str::<T>(body)?)
 }

@@ -1,11 +1,19 @@
 //! The API socket against its published schema (`docs/openapi.json`): every documented path and
 //! method is called on a running VM, valid and invalid, and every answer is checked against the
-//! documented status codes and response schema.
+//! documented status codes and response schema, and read into `memvisor-api`'s types with nothing
+//! left over. The types and the schema have the same fields, both ways.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use memvisor_api::{
+    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats, GuestMemoryStats,
+    LatencySummary, MemoryUpdate, PageCensus, PagerCounters, PagerMode, PagerStats, VmInfo,
+    VmState, VmStats,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
@@ -146,7 +154,20 @@ fn check(spec: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String
     Ok(())
 }
 
-/// Calls the API and checks the answer against the spec; returns status and body.
+/// `v` read as a `T`, which must give back exactly `v`: no field the type lacks, none it adds.
+fn typed<T: DeserializeOwned + Serialize>(v: &Value, at: &str) -> T {
+    let t: T = serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| panic!("{at}: not a {}: {e}: {v}", std::any::type_name::<T>()));
+    assert_eq!(
+        &serde_json::to_value(&t).unwrap(),
+        v,
+        "{at}: the API type does not carry every field"
+    );
+    t
+}
+
+/// Calls the API and checks the answer against the spec and the API's types; returns status and
+/// body.
 fn call_checked(
     spec: &Value,
     sock: &Path,
@@ -177,7 +198,169 @@ fn call_checked(
     ) {
         panic!("answer does not match the schema: {e}");
     }
+    let at = format!("{method} {path} {status}");
+    match (status, path) {
+        (200, "/stats") => drop(typed::<VmStats>(&v, &at)),
+        (200, _) => drop(typed::<VmInfo>(&v, &at)),
+        _ => drop(typed::<ErrorBody>(&v, &at)),
+    }
     (status, v)
+}
+
+/// Compares the fields of `v` (an API type serialized with every optional part present) with
+/// `schema`, recursively: the same names both ways, all of them required. Records the component
+/// schemas it went through in `seen`.
+fn same_fields(spec: &Value, schema: &Value, v: &Value, at: &str, seen: &mut Vec<String>) {
+    if let Some(name) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+    {
+        if !seen.iter().any(|s| s == name) {
+            seen.push(name.to_owned());
+        }
+    }
+    let schema = resolve(spec, schema);
+    if let Some(alts) = schema.get("oneOf").and_then(Value::as_array) {
+        let alt = alts
+            .iter()
+            .find(|a| a.get("type") != Some(&Value::from("null")))
+            .unwrap_or_else(|| panic!("{at}: a oneOf without a non-null alternative"));
+        return same_fields(spec, alt, v, at, seen);
+    }
+    if let Some(items) = v.as_array() {
+        assert!(!items.is_empty(), "{at}: give the sample an element");
+        for (i, x) in items.iter().enumerate() {
+            same_fields(spec, &schema["items"], x, &format!("{at}[{i}]"), seen);
+        }
+        return;
+    }
+    let Some(obj) = v.as_object() else { return };
+    match schema.get("properties").and_then(Value::as_object) {
+        Some(props) => {
+            let mut fields: Vec<&String> = obj.keys().collect();
+            let mut documented: Vec<&String> = props.keys().collect();
+            fields.sort();
+            documented.sort();
+            assert_eq!(
+                fields, documented,
+                "{at}: the type's fields (left) and the schema's (right)"
+            );
+            let mut required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            required.sort_unstable();
+            assert_eq!(
+                required,
+                documented.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                "{at}: the server always sends every field, so the schema requires them all"
+            );
+            for (k, x) in obj {
+                same_fields(spec, &props[k], x, &format!("{at}.{k}"), seen);
+            }
+        }
+        None => {
+            let each = &schema["additionalProperties"];
+            assert!(
+                each.is_object(),
+                "{at}: an object with neither properties nor a map schema"
+            );
+            assert!(!obj.is_empty(), "{at}: give the sample an entry");
+            for (k, x) in obj {
+                same_fields(spec, each, x, &format!("{at}.{k}"), seen);
+            }
+        }
+    }
+}
+
+/// Every field of every API type is in `docs/openapi.json`, and every field there is in a type:
+/// samples with every optional part present are serialized and compared with the schemas they
+/// answer to, and the schema's component names are the types' names.
+#[test]
+fn api_types_and_the_published_schema_have_the_same_fields() {
+    let spec = spec();
+    let vm = VmInfo {
+        state: VmState::Paused,
+        paused_because: Some("swap write failed".into()),
+        mem_bytes: 1 << 30,
+        vcpus: 2,
+        pager: PagerMode::Full,
+        limit_bytes: Some(1 << 28),
+        balloon_target_bytes: Some(1 << 20),
+        disks: vec![DiskInfo {
+            id: "data".into(),
+            path: "/d.img".into(),
+            read_only: true,
+        }],
+    };
+    let guest = GuestMemoryStats {
+        age_ms: 1,
+        swap_in_bytes: Some(1),
+        swap_out_bytes: Some(1),
+        major_faults: Some(1),
+        minor_faults: Some(1),
+        free_memory_bytes: Some(1),
+        total_memory_bytes: Some(1),
+        available_memory_bytes: Some(1),
+        disk_caches_bytes: Some(1),
+        hugetlb_allocations: Some(1),
+        hugetlb_failures: Some(1),
+    };
+    let stats = VmStats {
+        pager: Some(PagerStats {
+            limit_bytes: Some(1 << 28),
+            attached: true,
+            pages: PageCensus::default(),
+            swap_blocks_in_use: 0,
+            counters: PagerCounters::default(),
+            fault_latency: LatencySummary::default(),
+            swap_fault_latency: LatencySummary::default(),
+            reclaim_latency: LatencySummary::default(),
+        }),
+        balloon: Some(BalloonStats {
+            guest: Some(guest),
+            ..BalloonStats::default()
+        }),
+        disks: [("data".to_owned(), DiskStats::default())].into(),
+        exits: ExitStats::default(),
+    };
+    let schema = |name: &str| serde_json::json!({ "$ref": format!("#/components/schemas/{name}") });
+    let mut seen = Vec::new();
+    let samples = [
+        ("VmInfo", serde_json::to_value(&vm).unwrap()),
+        ("VmStats", serde_json::to_value(&stats).unwrap()),
+        (
+            "MemoryUpdate",
+            serde_json::to_value(MemoryUpdate { limit: Some(1) }).unwrap(),
+        ),
+        (
+            "BalloonUpdate",
+            serde_json::to_value(BalloonUpdate { target: 1 }).unwrap(),
+        ),
+        (
+            "ErrorBody",
+            serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
+        ),
+    ];
+    for (name, v) in &samples {
+        same_fields(&spec, &schema(name), v, name, &mut seen);
+        if let Err(e) = check(&spec, &schema(name), v, name) {
+            panic!("{e}");
+        }
+    }
+    let mut components: Vec<&String> = spec["components"]["schemas"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    components.sort();
+    seen.sort();
+    assert_eq!(
+        components,
+        seen.iter().collect::<Vec<_>>(),
+        "every schema is one of the API's types, by name"
+    );
 }
 
 #[test]
@@ -190,13 +373,21 @@ fn server_matches_the_published_schema() {
     let paths = spec["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 5);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
-    assert_eq!(vm["state"], "running");
-    assert!(vm["paused_because"].is_null());
-    assert_eq!(vm["mem_bytes"], 64 << 20);
-    assert_eq!(vm["limit_bytes"], 48 << 20);
-    assert_eq!(vm["disks"][0]["id"], "data");
+    let vm: VmInfo = typed(&vm, "GET /vm");
+    assert_eq!(vm.state, VmState::Running);
+    assert_eq!(vm.paused_because, None);
+    assert_eq!(vm.mem_bytes, 64 << 20);
+    assert_eq!(vm.limit_bytes, Some(48 << 20));
+    assert_eq!(vm.pager, PagerMode::Full);
+    assert_eq!(vm.disks[0].id, "data");
     let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
-    assert!(stats["pager"]["resident_pages"].as_u64().unwrap() > 0);
+    let stats: VmStats = typed(&stats, "GET /stats");
+    let pager = stats.pager.expect("a pager");
+    assert!(pager.pages.resident_pages > 0);
+    assert_eq!(pager.pages.total_pages(), (64 << 20) / 4096);
+    assert_eq!(pager.limit_bytes, Some(48 << 20));
+    assert!(stats.balloon.is_some());
+    assert!(stats.disks.contains_key("data"));
     let (_, vm) = call_checked(
         &spec,
         &sock,
@@ -284,7 +475,9 @@ fn without_a_pager_the_limit_cannot_be_changed() {
     let (status, _) = call_checked(&spec, &sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
     assert_eq!(status, 400);
     let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
-    assert!(stats["pager"].is_null());
+    let stats: VmStats = typed(&stats, "GET /stats");
+    assert_eq!(stats.pager, None);
+    assert_eq!(stats.balloon, None);
 }
 
 /// Told to stop, memvisor stops the VM and leaves nothing behind: no cgroup, no socket file.

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use memvisor_api::{PagerCounters, VmInfo, VmState, VmStats};
+use serde::de::DeserializeOwned;
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 const MIB: u64 = 1 << 20;
@@ -91,10 +92,31 @@ fn guest_smaps(pid: u32, size: u64, field: &str) -> Option<u64> {
     None
 }
 
-fn api(sock: &Path, method: &str, path: &str, body: Option<&str>) -> Value {
+/// Calls the API, which must answer 200, and reads the answer as the API type `T`.
+fn api<T: DeserializeOwned>(sock: &Path, method: &str, path: &str, body: Option<&str>) -> T {
     let (status, text) = memvisor_api::call(sock, method, path, body).unwrap();
     assert_eq!(status, 200, "{method} {path}: {text}");
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+}
+
+/// `GET /stats`.
+fn stats(sock: &Path) -> VmStats {
+    api(sock, "GET", "/stats", None)
+}
+
+/// The pager's part of `s`, which must be there.
+fn pager(s: &VmStats) -> &memvisor_api::PagerStats {
+    s.pager.as_ref().expect("the VM runs memvisor's pager")
+}
+
+/// The balloon's part of `s`, which must be there.
+fn balloon(s: &VmStats) -> &memvisor_api::BalloonStats {
+    s.balloon.as_ref().expect("the VM has a balloon")
+}
+
+/// A `PUT`, answered with the VM.
+fn put(sock: &Path, path: &str, body: &str) -> VmInfo {
+    api(sock, "PUT", path, Some(body))
 }
 
 #[test]
@@ -132,12 +154,7 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
     while vm.0.try_wait().unwrap().is_none() {
         if next < schedule.len() && t0.elapsed() >= schedule[next].0 {
             let (_, l) = schedule[next];
-            api(
-                &sock,
-                "PUT",
-                "/memory",
-                Some(&format!("{{\"limit\": {l}}}")),
-            );
+            put(&sock, "/memory", &format!("{{\"limit\": {l}}}"));
             if l < limit {
                 // Give the pager a moment to reclaim down, then record where it got to.
                 std::thread::sleep(Duration::from_millis(300));
@@ -209,8 +226,9 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let stats = api(&sock, "GET", "/stats", None);
-    assert_eq!(stats["pager"]["attaches"], 0, "no limit, no takeover");
+    let before = stats(&sock);
+    assert!(!pager(&before).attached, "no limit, no takeover");
+    assert_eq!(pager(&before).counters.attaches, 0);
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if !thp.contains("[never]") {
@@ -220,7 +238,7 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
             "only {huge} bytes of huge pages before the limit"
         );
     }
-    api(
+    let _: VmInfo = api(
         &sock,
         "PUT",
         "/memory",
@@ -238,8 +256,9 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let stats = api(&sock, "GET", "/stats", None);
-    assert_eq!(stats["pager"]["attaches"], 1);
+    let after = stats(&sock);
+    assert!(pager(&after).attached);
+    assert_eq!(pager(&after).counters.attaches, 1);
     assert_eq!(guest_smaps(pid, 512 * MIB, "AnonHugePages:"), Some(0));
     integrity_passed(vm, reader);
 }
@@ -316,16 +335,16 @@ fn touched_then_idle(dir: &Path, report: bool) -> (Vm, PathBuf) {
     (vm, sock)
 }
 
-fn wait_for(sock: &Path, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+fn wait_for(sock: &Path, what: &str, done: impl Fn(&VmStats) -> bool) -> VmStats {
     let t = Instant::now();
     loop {
-        let s = api(sock, "GET", "/stats", None);
+        let s = stats(sock);
         if done(&s) {
             return s;
         }
         assert!(
             t.elapsed() < Duration::from_secs(15),
-            "timed out waiting for {what}: {s}"
+            "timed out waiting for {what}: {s:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -343,32 +362,25 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
         "the guest's freed pages are still resident ({before})"
     );
     let target = 256 * MIB;
-    api(
-        &sock,
-        "PUT",
-        "/balloon",
-        Some(&format!("{{\"target\": {target}}}")),
-    );
+    put(&sock, "/balloon", &format!("{{\"target\": {target}}}"));
     let s = wait_for(&sock, "the balloon", |s| {
-        s["balloon"]["actual_pages"] == target / 4096
+        balloon(s).actual_pages == target / 4096
     });
     let after = guest_rss(pid, 512 * MIB).unwrap();
     eprintln!(
-        "balloon of {target}: RSS {before} -> {after}; {}",
-        s["balloon"]
+        "balloon of {target}: RSS {before} -> {after}; {:?}",
+        balloon(&s)
     );
     assert!(
         before - after >= target / 10 * 9,
         "RSS fell by {} for a balloon of {target}",
         before - after
     );
-    assert_eq!(s["pager"]["ballooned_pages"], target / 4096);
+    assert_eq!(pager(&s).pages.ballooned_pages, target / 4096);
     // Deflate: the pages are the guest's again.
-    api(&sock, "PUT", "/balloon", Some("{\"target\": 0}"));
-    let s = wait_for(&sock, "the deflation", |s| {
-        s["balloon"]["actual_pages"] == 0
-    });
-    assert_eq!(s["balloon"]["deflated_pages"], target / 4096);
+    put(&sock, "/balloon", "{\"target\": 0}");
+    let s = wait_for(&sock, "the deflation", |s| balloon(s).actual_pages == 0);
+    assert_eq!(balloon(&s).deflated_pages, target / 4096);
     drop(vm);
 
     // Free page reporting: the freed 300 MiB go back to the host with no balloon target at all
@@ -383,23 +395,26 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let s = api(&sock, "GET", "/stats", None);
-    eprintln!("after free page reporting: RSS {rss}; {}", s["pager"]);
+    let s = stats(&sock);
+    eprintln!("after free page reporting: RSS {rss}; {:?}", pager(&s));
     assert!(
         rss < 64 * MIB,
         "RSS {rss} after the guest reported its free pages"
     );
-    assert!(s["pager"]["reported"].as_u64().unwrap() * 4096 >= 256 * MIB);
-    assert_eq!(s["pager"]["ballooned_pages"], 0);
+    assert!(pager(&s).counters.reported * 4096 >= 256 * MIB);
+    assert_eq!(pager(&s).pages.ballooned_pages, 0);
 }
 
-/// Runs `memvisor run ARGS` with the pager's counters logged; checks the guest succeeded and
-/// its final RESULT line for `workload` says ok with no mismatches. Returns a reader of the
-/// pager's counters.
-fn run_checked(args: &[&str], workload: &str) -> impl Fn(&str) -> u64 {
+/// Runs `memvisor run ARGS --stats-json`; checks the guest succeeded and its final RESULT line
+/// for `workload` says ok with no mismatches. Returns the pager's counters at the end.
+fn run_checked(args: &[&str], workload: &str) -> PagerCounters {
+    let dir = tempfile::tempdir().unwrap();
+    let stats_path = dir.path().join("stats.json");
     let out = Command::new(MEMVISOR)
         .arg("run")
         .args(args)
+        .arg("--stats-json")
+        .arg(&stats_path)
         .env("MEMVISOR_LOG", "info")
         .output()
         .unwrap();
@@ -415,18 +430,19 @@ fn run_checked(args: &[&str], workload: &str) -> impl Fn(&str) -> u64 {
         done.contains(" ok=1") && done.contains(" mismatches=0"),
         "{done}"
     );
-    move |name: &str| -> u64 {
-        let at = stderr
-            .find(&format!("(\"{name}\", "))
-            .unwrap_or_else(|| panic!("no {name} in {stderr}"));
-        let rest = &stderr[at + name.len() + 5..];
-        rest[..rest.find(')').unwrap()].parse().unwrap()
-    }
+    assert!(
+        stderr.contains("end of run:") && stderr.contains("  swap written "),
+        "the summary table: {stderr}"
+    );
+    let text = std::fs::read_to_string(&stats_path).unwrap();
+    assert_eq!(text.lines().count(), 1, "one line of JSON: {text}");
+    let s: VmStats = serde_json::from_str(&text).unwrap();
+    s.pager.expect("the pager's stats").counters
 }
 
 /// [`run_checked`] of the `integrity` workload (`cmdline`) in a 256 MiB VM limited to 48 MiB with
 /// a fresh data disk, plus `flags`.
-fn integrity_checked(flags: &[&str], cmdline: &str) -> impl Fn(&str) -> u64 {
+fn integrity_checked(flags: &[&str], cmdline: &str) -> PagerCounters {
     let dir = tempfile::tempdir().unwrap();
     let disk = format!("{},id=data", mkdisk(dir.path()).display());
     let mut args = vec!["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
@@ -439,12 +455,12 @@ fn integrity_checked(flags: &[&str], cmdline: &str) -> impl Fn(&str) -> u64 {
 /// them (clock victims): every byte checked, both vCPUs done.
 #[test]
 fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
-    let counter = integrity_checked(
+    let c = integrity_checked(
         &["--vcpus", "2", "--victims", "clock"],
         "anon_mb=40 file_mb=4 rounds=2",
     );
-    assert!(counter("reclaimed_written") > 0, "nothing was swapped");
-    assert!(counter("faults_swap") > 0, "nothing came back from swap");
+    assert!(c.reclaimed_written > 0, "nothing was swapped");
+    assert!(c.faults_swap > 0, "nothing came back from swap");
 }
 
 /// The Swap Mapper (with the Preventer on): a guest whose page cache mirrors its disk, under a
@@ -452,21 +468,19 @@ fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
 /// the image, and while it keeps rewriting its files.
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
-    let counter = integrity_checked(
+    let c = integrity_checked(
         &["--mapper", "--preventer"],
         "anon_mb=48 file_mb=40 rounds=3",
     );
     eprintln!(
         "mirrored dropped {}, image faults {}, written {}",
-        counter("reclaimed_mirrored"),
-        counter("faults_image"),
-        counter("reclaimed_written")
+        c.reclaimed_mirrored, c.faults_image, c.reclaimed_written
     );
     assert!(
-        counter("reclaimed_mirrored") > 1000,
+        c.reclaimed_mirrored > 1000,
         "file pages left without a write"
     );
-    assert!(counter("faults_image") > 0, "and came back from the image");
+    assert!(c.faults_image > 0, "and came back from the image");
 }
 
 /// The False Reads Preventer: a guest that zeroes fresh pages (`rep stosb`) whose old content
@@ -474,7 +488,7 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
 /// every fresh page reads zero.
 #[test]
 fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
-    let counter = run_checked(
+    let c = run_checked(
         &[
             "--mem",
             "256M",
@@ -491,9 +505,9 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
         "alloc",
     );
     let (completed, attempts, read) = (
-        counter("preventer_completed"),
-        counter("preventer_attempts"),
-        counter("swap_bytes_read"),
+        c.preventer_completed,
+        c.preventer_attempts,
+        c.swap_bytes_read,
     );
     eprintln!("preventer: {attempts} attempts, {completed} completed; swap bytes read {read}");
     // Round 2 zeroes 120 MiB whose old content was swapped out in round 1.
@@ -601,38 +615,36 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
         .unwrap();
     let (mut vm, reader) = serving(child, &sock);
     wait_for(&sock, "swapping", |s| {
-        s["pager"]["swap_bytes_written"].as_u64() > Some(16 * MIB)
+        pager(s).counters.swap_bytes_written > 16 * MIB
     });
     disk.set_working(false);
     let t = Instant::now();
     let vm_state = loop {
-        let v = api(&sock, "GET", "/vm", None);
-        if v["state"] == "paused" {
+        let v: VmInfo = api(&sock, "GET", "/vm", None);
+        if v.state == VmState::Paused {
             break v;
         }
         assert!(
             t.elapsed() < Duration::from_secs(20),
-            "the VM kept running on a failing swap disk: {v}"
+            "the VM kept running on a failing swap disk: {v:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    eprintln!("paused: {}", vm_state["paused_because"]);
+    let why = vm_state.paused_because.expect("a reason");
+    eprintln!("paused: {why}");
     // The failed write is reported as the kernel gave it (EIO, or ENOMEM when ext4 cannot
     // convert the preallocated extent it wrote into).
-    assert!(vm_state["paused_because"]
-        .as_str()
-        .unwrap()
-        .contains("swap"));
+    assert!(why.contains("swap"), "{why}");
     // Parked: no vCPU exits while paused (the guest prints and does disk I/O all the time).
-    let before = api(&sock, "GET", "/stats", None);
+    let before = stats(&sock);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         vm.0.try_wait().unwrap().is_none(),
         "the VM ended instead of pausing"
     );
-    let s = api(&sock, "GET", "/stats", None);
-    assert_eq!(before["exits"], s["exits"], "the guest ran while paused");
-    assert!(s["pager"]["pauses"].as_u64() >= Some(1));
+    let s = stats(&sock);
+    assert_eq!(before.exits, s.exits, "the guest ran while paused");
+    assert!(pager(&s).counters.pauses >= 1);
 
     disk.set_working(true);
     let out = Command::new(MEMVISOR)
@@ -642,7 +654,8 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("\"running\""));
+    let resumed: VmInfo = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resumed.state, VmState::Running);
     integrity_passed(vm, reader);
 }
 
@@ -662,18 +675,13 @@ fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
         .unwrap();
     let (mut vm, reader) = serving(child, &sock);
     let target = 200 * MIB;
-    api(
-        &sock,
-        "PUT",
-        "/balloon",
-        Some(&format!("{{\"target\": {target}}}")),
-    );
+    put(&sock, "/balloon", &format!("{{\"target\": {target}}}"));
     let mut deflated = 0;
     while vm.0.try_wait().unwrap().is_none() {
         if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
-            let s: Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(s["balloon"]["target_pages"], target / 4096);
-            deflated = deflated.max(s["balloon"]["deflated_pages"].as_u64().unwrap());
+            let s: VmStats = serde_json::from_str(&text).unwrap();
+            assert_eq!(balloon(&s).target_pages, target / 4096);
+            deflated = deflated.max(balloon(&s).deflated_pages);
         }
         std::thread::sleep(Duration::from_millis(50));
     }

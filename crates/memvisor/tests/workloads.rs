@@ -377,10 +377,10 @@ fn ctl(sock: &Path, args: &[&str]) -> String {
 /// Waits until memvisor's balloon device reports `pages` pages held by the guest.
 fn wait_balloon(sock: &Path, pages: u64) {
     let deadline = Instant::now() + Duration::from_secs(15);
-    let want = format!("\"actual_pages\":{pages},");
     loop {
         let stats = ctl(sock, &["stats"]);
-        if stats.contains(&want) {
+        let s: memvisor_api::VmStats = serde_json::from_str(&stats).unwrap();
+        if s.balloon.as_ref().map(|b| b.actual_pages) == Some(pages) {
             return;
         }
         assert!(

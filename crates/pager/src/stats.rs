@@ -1,10 +1,14 @@
 //! The pager's counters, named after what happened, latency distributions, and the snapshot
-//! the API serves. The page census is kept by the page table as pages change state, so a
-//! snapshot costs the same however large the VM is.
+//! the API serves. They leave the pager as the control API's types ([`PagerCounters`],
+//! [`LatencySummary`]), which the API serializes once; nothing parses them back out of text.
+//! The page census is kept by the page table as pages change state, so a snapshot costs the
+//! same however large the VM is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use memvisor_api::{LatencySummary, PagerCounters};
 
 use crate::pager::{limit_to_bytes, Pager};
 use crate::store::{PageStore, StoreCounters};
@@ -68,6 +72,89 @@ impl Counters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// The counters now, as the API's [`PagerCounters`], with what the stores did (the swap
+    /// file's, and all disk images' together). Each is read on its own (they are independent
+    /// event counts, not a consistent cut).
+    pub fn load(&self, swap: &StoreCounters, images: &StoreTotals) -> PagerCounters {
+        // Destructured without `..`: a counter added here and not to the API type, or the other
+        // way round, does not compile.
+        let Counters {
+            faults_zero,
+            faults_released,
+            false_reads_avoided,
+            preventer_attempts,
+            preventer_completed,
+            preventer_fallbacks,
+            preventer_timeouts,
+            device_installs,
+            write_faults,
+            reclaimed_zero,
+            reclaimed_clean,
+            reclaimed_written,
+            reclaimed_mirrored,
+            stale_reads_avoided,
+            mapper_refetches,
+            prefetched,
+            prefetch_hits,
+            reclaim_batches,
+            ballooned,
+            reported,
+            pauses,
+            attaches,
+            huge_pages_split,
+        } = self;
+        PagerCounters {
+            faults_zero: get(faults_zero),
+            faults_swap: get(&swap.faults),
+            faults_released: get(faults_released),
+            false_reads_avoided: get(false_reads_avoided),
+            preventer_attempts: get(preventer_attempts),
+            preventer_completed: get(preventer_completed),
+            preventer_fallbacks: get(preventer_fallbacks),
+            preventer_timeouts: get(preventer_timeouts),
+            device_installs: get(device_installs),
+            write_faults: get(write_faults),
+            reclaimed_zero: get(reclaimed_zero),
+            reclaimed_clean: get(reclaimed_clean),
+            reclaimed_written: get(reclaimed_written),
+            reclaimed_mirrored: get(reclaimed_mirrored),
+            faults_image: images.faults,
+            image_bytes_read: images.bytes_read,
+            stale_reads_avoided: get(stale_reads_avoided),
+            mapper_refetches: get(mapper_refetches),
+            swap_bytes_read: get(&swap.bytes_read),
+            swap_bytes_written: get(&swap.bytes_written),
+            prefetched: get(prefetched),
+            prefetch_hits: get(prefetch_hits),
+            reclaim_batches: get(reclaim_batches),
+            ballooned: get(ballooned),
+            reported: get(reported),
+            pauses: get(pauses),
+            attaches: get(attaches),
+            huge_pages_split: get(huge_pages_split),
+        }
+    }
+}
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// What several stores did, added up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreTotals {
+    pub faults: u64,
+    pub bytes_read: u64,
+}
+
+impl StoreTotals {
+    pub fn of<'a>(stores: impl Iterator<Item = &'a StoreCounters>) -> Self {
+        stores.fold(StoreTotals::default(), |t, c| StoreTotals {
+            faults: t.faults + get(&c.faults),
+            bytes_read: t.bytes_read + get(&c.bytes_read),
+        })
+    }
 }
 
 /// The most recent samples of a latency, for percentiles.
@@ -99,40 +186,27 @@ impl Latency {
         }
     }
 
-    /// (count kept, p50, p99) in microseconds over the kept samples.
-    pub fn summary(&self) -> (usize, u32, u32) {
+    /// Samples kept, median and 99th percentile over them; all zero without samples.
+    pub fn summary(&self) -> LatencySummary {
         let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = g.0.clone();
         drop(g);
         if v.is_empty() {
-            return (0, 0, 0);
+            return LatencySummary::default();
         }
         v.sort_unstable();
-        let at = |q: usize| v[(v.len() - 1) * q / 100];
-        (v.len(), at(50), at(99))
+        let at = |q: usize| u64::from(v[(v.len() - 1) * q / 100]);
+        LatencySummary {
+            samples: v.len() as u64,
+            p50_us: at(50),
+            p99_us: at(99),
+        }
     }
 }
 
-/// A snapshot of the pager for the API.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PagerSnapshot {
-    pub limit_bytes: Option<u64>,
-    pub resident_pages: u64,
-    pub zero_pages: u64,
-    pub swapped_pages: u64,
-    pub ballooned_pages: u64,
-    pub reported_pages: u64,
-    /// Dropped while mirroring a disk block; they refault from the image.
-    pub on_disk_pages: u64,
-    /// Resident and mirroring a disk block.
-    pub mirrored_pages: u64,
-    pub swap_blocks_in_use: u64,
-    pub counters: Vec<(&'static str, u64)>,
-    pub fault_latency_us: (usize, u32, u32),
-    /// Faults served from the swap store only (the page was in swap when it faulted).
-    pub swap_fault_latency_us: (usize, u32, u32),
-    pub reclaim_latency_us: (usize, u32, u32),
-}
+/// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
+/// by [`Pager::snapshot`].
+pub type PagerSnapshot = memvisor_api::PagerStats;
 
 impl Pager {
     pub fn snapshot(&self) -> PagerSnapshot {
@@ -140,57 +214,26 @@ impl Pager {
         let pages = s.lock();
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
+        let attached = pages.attached;
         drop(pages);
-        let limit_bytes = limit_to_bytes(s.limit());
-        let c = &s.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let swap = s.stores.swap.counters();
-        let images = |f: fn(&StoreCounters) -> &AtomicU64| -> u64 {
-            s.stores.images().map(|i| get(f(i.counters()))).sum()
-        };
+        let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
         PagerSnapshot {
-            limit_bytes,
-            resident_pages: census.resident.into(),
-            zero_pages: census.zero.into(),
-            swapped_pages: census.swapped.into(),
-            ballooned_pages: census.ballooned.into(),
-            reported_pages: census.reported.into(),
-            on_disk_pages: census.on_disk.into(),
-            mirrored_pages: census.mirrored.into(),
+            limit_bytes: limit_to_bytes(s.limit()),
+            attached,
+            pages: memvisor_api::PageCensus {
+                resident_pages: census.resident.into(),
+                zero_pages: census.zero.into(),
+                swapped_pages: census.swapped.into(),
+                ballooned_pages: census.ballooned.into(),
+                reported_pages: census.reported.into(),
+                on_disk_pages: census.on_disk.into(),
+                mirrored_pages: census.mirrored.into(),
+            },
             swap_blocks_in_use: in_use.into(),
-            counters: vec![
-                ("faults_zero", get(&c.faults_zero)),
-                ("faults_swap", get(&swap.faults)),
-                ("faults_released", get(&c.faults_released)),
-                ("false_reads_avoided", get(&c.false_reads_avoided)),
-                ("preventer_attempts", get(&c.preventer_attempts)),
-                ("preventer_completed", get(&c.preventer_completed)),
-                ("preventer_fallbacks", get(&c.preventer_fallbacks)),
-                ("preventer_timeouts", get(&c.preventer_timeouts)),
-                ("device_installs", get(&c.device_installs)),
-                ("write_faults", get(&c.write_faults)),
-                ("reclaimed_zero", get(&c.reclaimed_zero)),
-                ("reclaimed_clean", get(&c.reclaimed_clean)),
-                ("reclaimed_written", get(&c.reclaimed_written)),
-                ("reclaimed_mirrored", get(&c.reclaimed_mirrored)),
-                ("faults_image", images(|c| &c.faults)),
-                ("image_bytes_read", images(|c| &c.bytes_read)),
-                ("stale_reads_avoided", get(&c.stale_reads_avoided)),
-                ("mapper_refetches", get(&c.mapper_refetches)),
-                ("swap_bytes_read", get(&swap.bytes_read)),
-                ("swap_bytes_written", get(&swap.bytes_written)),
-                ("prefetched", get(&c.prefetched)),
-                ("prefetch_hits", get(&c.prefetch_hits)),
-                ("reclaim_batches", get(&c.reclaim_batches)),
-                ("ballooned", get(&c.ballooned)),
-                ("reported", get(&c.reported)),
-                ("pauses", get(&c.pauses)),
-                ("attaches", get(&c.attaches)),
-                ("huge_pages_split", get(&c.huge_pages_split)),
-            ],
-            fault_latency_us: s.fault_latency.summary(),
-            swap_fault_latency_us: s.swap_fault_latency.summary(),
-            reclaim_latency_us: s.reclaim_latency.summary(),
+            counters: s.counters.load(s.stores.swap.counters(), &images),
+            fault_latency: s.fault_latency.summary(),
+            swap_fault_latency: s.swap_fault_latency.summary(),
+            reclaim_latency: s.reclaim_latency.summary(),
         }
     }
 }
@@ -202,10 +245,33 @@ mod tests {
     #[test]
     fn percentiles_of_known_samples() {
         let l = Latency::default();
-        assert_eq!(l.summary(), (0, 0, 0));
+        assert_eq!(l.summary(), LatencySummary::default());
         for us in 1..=100 {
             l.record(Duration::from_micros(us));
         }
-        assert_eq!(l.summary(), (100, 50, 99));
+        assert_eq!(
+            l.summary(),
+            LatencySummary {
+                samples: 100,
+                p50_us: 50,
+                p99_us: 99
+            }
+        );
+    }
+
+    #[test]
+    fn counters_load_by_name() {
+        let c = Counters::default();
+        let swap = StoreCounters::default();
+        swap.faults.fetch_add(3, Ordering::Relaxed);
+        swap.bytes_written.fetch_add(8192, Ordering::Relaxed);
+        Counters::add(&c.pauses, 1);
+        let p = c.load(&swap, &StoreTotals::default());
+        assert_eq!(
+            (p.faults_swap, p.swap_bytes_written, p.pauses, p.faults_zero),
+            (3, 8192, 1, 0)
+        );
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["swap_bytes_written"], 8192);
     }
 }

@@ -64,7 +64,10 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         pager.disk_read(0, &[DiskPage { block: b, addr }]);
     }
     let snap = pager.snapshot();
-    assert_eq!(snap.mirrored_pages, 128, "the pages mirror their blocks");
+    assert_eq!(
+        snap.pages.mirrored_pages, 128,
+        "the pages mirror their blocks"
+    );
 
     // Squeeze: the limit pushes them out, without a single swap write.
     pager.set_limit(Some(16 * MIB)).unwrap();
@@ -74,7 +77,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
             .unwrap();
     }
     let t = Instant::now();
-    while pager.snapshot().on_disk_pages < 128 {
+    while pager.snapshot().pages.on_disk_pages < 128 {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "mirrors were not dropped: {:?}",
@@ -82,13 +85,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let written_before = pager
-        .snapshot()
-        .counters
-        .iter()
-        .find(|c| c.0 == "reclaimed_mirrored")
-        .unwrap()
-        .1;
+    let written_before = pager.snapshot().counters.reclaimed_mirrored;
     assert!(written_before >= 128);
 
     // "Device writes": new content to blocks 0..64 from pages at 8 MiB (as virtio-blk does it).
@@ -107,13 +104,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         image.write_all_at(&out, b * PAGE as u64).unwrap();
         pager.disk_write_done(0, &pages);
     }
-    let refetches = pager
-        .snapshot()
-        .counters
-        .iter()
-        .find(|c| c.0 == "mapper_refetches")
-        .unwrap()
-        .1;
+    let refetches = pager.snapshot().counters.mapper_refetches;
     assert_eq!(
         refetches, 64,
         "each page relying on an overwritten block got its content back first"
@@ -138,6 +129,8 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         assert!(disk == want, "block {b}");
     }
     // The written sources mirror their blocks now: dropping them again costs no write.
-    assert!(pager.snapshot().mirrored_pages >= 64 || pager.snapshot().on_disk_pages >= 64);
+    assert!(
+        pager.snapshot().pages.mirrored_pages >= 64 || pager.snapshot().pages.on_disk_pages >= 64
+    );
     assert_eq!(vcpus.paused(), None, "no page move failed");
 }

@@ -9,19 +9,21 @@
 //! | `PUT /vm/resume` | resumes a VM the pager paused (swap or image I/O failed); 400 if it runs |
 //!
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
-//! `{"error": "..."}` and change nothing. The schema is `docs/openapi.json`.
+//! `{"error": "..."}` and change nothing. Every answer is a `memvisor_api` type ([`VmInfo`],
+//! [`VmStats`], [`ErrorBody`]) built here and serialized once; the schema is `docs/openapi.json`.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use memvisor_api::{read_request, write_response, BalloonUpdate, ErrorBody, MemoryUpdate};
-use memvisor_devices::virtio::balloon::{BalloonControl, STAT_NAMES};
+use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
+use memvisor_api::{
+    read_request, write_response, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody,
+    ExitStats, GuestMemoryStats, MemoryUpdate, PagerMode, VmInfo, VmState, VmStats,
+};
+use memvisor_devices::virtio::balloon::BalloonControl;
 use memvisor_devices::virtio::block::BlockMetrics;
-use serde_json::{json, Map, Value};
-
-use crate::{DiskConfig, ExitCounters, Lifecycle, VmState};
 
 /// What the API can see and steer.
 pub(crate) struct Control {
@@ -94,8 +96,11 @@ fn error(status: u16, msg: &str) -> (u16, String) {
     )
 }
 
-fn ok(v: &Value) -> (u16, String) {
-    (200, v.to_string())
+fn ok(v: &impl serde::Serialize) -> (u16, String) {
+    match serde_json::to_string(v) {
+        Ok(body) => (200, body),
+        Err(e) => error(500, &format!("cannot encode the answer: {e}")),
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, (u16, String)> {
@@ -139,112 +144,124 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     }
 }
 
-fn vm_info(c: &Control) -> Value {
-    let limit = c.lifecycle.pager.as_ref().and_then(|p| p.limit_bytes());
-    let balloon_target = c
+fn vm_info(c: &Control) -> VmInfo {
+    let limit_bytes = c.lifecycle.pager.as_ref().and_then(|p| p.limit_bytes());
+    let balloon_target_bytes = c
         .balloon
         .as_ref()
         .map(|b| u64::from(b.state.target_pages.load(Ordering::SeqCst)) * 4096);
-    let (state, paused) = match c.lifecycle.state() {
-        VmState::Created => ("created", None),
-        VmState::Running => ("running", None),
-        VmState::Paused { why, .. } => ("paused", Some(why.to_string())),
+    let (state, paused_because) = match c.lifecycle.state() {
+        crate::VmState::Created => (VmState::Created, None),
+        crate::VmState::Running => (VmState::Running, None),
+        crate::VmState::Paused { why, .. } => (VmState::Paused, Some(why.to_string())),
     };
-    json!({
-        "state": state,
-        "paused_because": paused,
-        "mem_bytes": c.mem_size,
-        "vcpus": c.vcpus,
-        "pager": c.pager_mode,
-        "limit_bytes": limit,
-        "balloon_target_bytes": balloon_target,
-        "disks": c.disks.iter().map(|(d, _)| json!({
-            "id": d.id, "path": d.path.display().to_string(), "read_only": d.read_only
-        })).collect::<Vec<_>>(),
-    })
+    VmInfo {
+        state,
+        paused_because,
+        mem_bytes: c.mem_size,
+        vcpus: c.vcpus.into(),
+        // `Control` names the mode as `run` set it up: "off", "baseline" or "full".
+        pager: match c.pager_mode {
+            "off" => PagerMode::Off,
+            "baseline" => PagerMode::Baseline,
+            _ => PagerMode::Full,
+        },
+        limit_bytes,
+        balloon_target_bytes,
+        disks: c
+            .disks
+            .iter()
+            .map(|(d, _)| DiskInfo {
+                id: d.id.clone(),
+                path: d.path.display().to_string(),
+                read_only: d.read_only,
+            })
+            .collect(),
+    }
 }
 
-fn stats(c: &Control) -> Value {
+fn balloon_stats(b: &BalloonControl) -> BalloonStats {
+    let st = &b.state;
+    let m = &st.metrics;
+    let guest = st.stats().map(|(age, values)| {
+        let mut g = GuestMemoryStats {
+            age_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            ..GuestMemoryStats::default()
+        };
+        for (tag, value) in values {
+            if !g.set(tag, value) {
+                tracing::debug!("balloon: guest statistic with unknown tag {tag} left out");
+            }
+        }
+        g
+    });
+    BalloonStats {
+        target_pages: st.target_pages.load(Ordering::SeqCst).into(),
+        actual_pages: st.actual_pages.load(Ordering::SeqCst).into(),
+        inflated_pages: m.inflated_pages.load(Ordering::Relaxed),
+        deflated_pages: m.deflated_pages.load(Ordering::Relaxed),
+        reported_pages: m.reported_pages.load(Ordering::Relaxed),
+        invalid_pfns: m.invalid_pfns.load(Ordering::Relaxed),
+        stats_updates: m.stats_updates.load(Ordering::Relaxed),
+        guest,
+    }
+}
+
+fn disk_stats(m: &BlockMetrics) -> DiskStats {
+    DiskStats {
+        reads: m.reads.load(Ordering::Relaxed),
+        writes: m.writes.load(Ordering::Relaxed),
+        flushes: m.flushes.load(Ordering::Relaxed),
+        bytes_read: m.bytes_read.load(Ordering::Relaxed),
+        bytes_written: m.bytes_written.load(Ordering::Relaxed),
+        errors: m.errors.load(Ordering::Relaxed),
+    }
+}
+
+impl ExitCounters {
+    /// The exits so far, as the API reports them.
+    pub fn stats(&self) -> ExitStats {
+        ExitStats {
+            io: self.io.load(Ordering::Relaxed),
+            mmio: self.mmio.load(Ordering::Relaxed),
+            other: self.other.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl VmReport {
+    /// The finished VM's counters in the schema of `GET /stats`. `balloon` is `null`: the
+    /// report does not keep the balloon device.
+    pub fn stats(&self) -> VmStats {
+        VmStats {
+            pager: self.pager.clone(),
+            balloon: None,
+            disks: self
+                .disks
+                .iter()
+                .map(|(id, m, _)| (id.clone(), disk_stats(m)))
+                .collect(),
+            exits: self.exits.stats(),
+        }
+    }
+}
+
+fn stats(c: &Control) -> VmStats {
     // The balloon is read before the pager: the driver writes `actual_pages` only after the
     // device released those pages, so every page counted there is already in the pager's census
     // below (read the other way round, a request landing in between made them disagree).
     let balloon = c.balloon.as_ref().map(|b| {
         b.request_stats();
-        let st = &b.state;
-        let m = &st.metrics;
-        let guest = st.stats().map(|(age, v)| {
-            let mut g = Map::new();
-            for (tag, val) in v {
-                let name = STAT_NAMES
-                    .iter()
-                    .find(|(t, _)| *t == tag)
-                    .map_or_else(|| format!("tag_{tag}"), |(_, n)| (*n).to_owned());
-                g.insert(name, json!(val));
-            }
-            g.insert(
-                "age_ms".into(),
-                json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
-            );
-            Value::Object(g)
-        });
-        json!({
-            "target_pages": st.target_pages.load(Ordering::SeqCst),
-            "actual_pages": st.actual_pages.load(Ordering::SeqCst),
-            "inflated_pages": m.inflated_pages.load(Ordering::Relaxed),
-            "deflated_pages": m.deflated_pages.load(Ordering::Relaxed),
-            "reported_pages": m.reported_pages.load(Ordering::Relaxed),
-            "invalid_pfns": m.invalid_pfns.load(Ordering::Relaxed),
-            "stats_updates": m.stats_updates.load(Ordering::Relaxed),
-            "guest": guest,
-        })
+        balloon_stats(b)
     });
-    let pager = c.lifecycle.pager.as_ref().map(|p| {
-        let s = p.snapshot();
-        let mut m = Map::new();
-        m.insert("limit_bytes".into(), json!(s.limit_bytes));
-        m.insert("resident_pages".into(), json!(s.resident_pages));
-        m.insert("zero_pages".into(), json!(s.zero_pages));
-        m.insert("swapped_pages".into(), json!(s.swapped_pages));
-        m.insert("ballooned_pages".into(), json!(s.ballooned_pages));
-        m.insert("reported_pages".into(), json!(s.reported_pages));
-        m.insert("on_disk_pages".into(), json!(s.on_disk_pages));
-        m.insert("mirrored_pages".into(), json!(s.mirrored_pages));
-        m.insert("swap_blocks_in_use".into(), json!(s.swap_blocks_in_use));
-        for (k, v) in s.counters {
-            m.insert(k.into(), json!(v));
-        }
-        let lat =
-            |(n, p50, p99): (usize, u32, u32)| json!({"samples": n, "p50_us": p50, "p99_us": p99});
-        m.insert("fault_latency".into(), lat(s.fault_latency_us));
-        m.insert("swap_fault_latency".into(), lat(s.swap_fault_latency_us));
-        m.insert("reclaim_latency".into(), lat(s.reclaim_latency_us));
-        Value::Object(m)
-    });
-    let disks: Map<String, Value> = c
-        .disks
-        .iter()
-        .map(|(d, m)| {
-            (
-                d.id.clone(),
-                json!({
-                    "reads": m.reads.load(Ordering::Relaxed),
-                    "writes": m.writes.load(Ordering::Relaxed),
-                    "flushes": m.flushes.load(Ordering::Relaxed),
-                    "bytes_read": m.bytes_read.load(Ordering::Relaxed),
-                    "bytes_written": m.bytes_written.load(Ordering::Relaxed),
-                    "errors": m.errors.load(Ordering::Relaxed),
-                }),
-            )
-        })
-        .collect();
-    json!({
-        "pager": pager,
-        "balloon": balloon,
-        "disks": disks,
-        "exits": {
-            "io": c.exits.io.load(Ordering::Relaxed),
-            "mmio": c.exits.mmio.load(Ordering::Relaxed),
-            "other": c.exits.other.load(Ordering::Relaxed),
-        },
-    })
+    VmStats {
+        pager: c.lifecycle.pager.as_ref().map(|p| p.snapshot()),
+        balloon,
+        disks: c
+            .disks
+            .iter()
+            .map(|(d, m)| (d.id.clone(), disk_stats(m)))
+            .collect(),
+        exits: c.exits.stats(),
+    }
 }

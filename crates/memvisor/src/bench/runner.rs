@@ -11,6 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use memvisor_api::VmStats;
+
 use super::configs::{Config, Hv, Limit, RunFiles};
 use super::experiments::Step;
 use super::host::{self, CgroupState, ProcIo, Vmstat};
@@ -49,25 +51,8 @@ impl Status {
     }
 }
 
-/// memvisor's own pager counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PagerCounters {
-    pub swap_bytes_read: u64,
-    pub swap_bytes_written: u64,
-    pub faults_swap: u64,
-    pub faults_zero: u64,
-}
-
-impl PagerCounters {
-    fn minus(self, o: Self) -> Self {
-        Self {
-            swap_bytes_read: self.swap_bytes_read.saturating_sub(o.swap_bytes_read),
-            swap_bytes_written: self.swap_bytes_written.saturating_sub(o.swap_bytes_written),
-            faults_swap: self.faults_swap.saturating_sub(o.faults_swap),
-            faults_zero: self.faults_zero.saturating_sub(o.faults_zero),
-        }
-    }
-}
+/// memvisor's own pager counters, as its API reports them.
+pub use memvisor_api::PagerCounters;
 
 /// What the host saw during one phase (or the whole run).
 #[derive(Clone, Debug, PartialEq)]
@@ -103,22 +88,22 @@ pub struct RunResult {
     pub balloon: Option<String>,
     /// Host time from start to exit.
     pub elapsed_ms: f64,
-    /// The pager's fault latency, median and 99th percentile in µs (memvisor's log).
+    /// The pager's fault latency, median and 99th percentile in µs (memvisor's final stats).
     pub fault_latency_us: Option<(u64, u64)>,
 }
 
-/// `(p50, p99)` of `fault_latency_us: (count, p50, p99)` in the pager's log line.
-pub fn fault_latency_from_log(stderr: &str) -> Option<(u64, u64)> {
-    let line = stderr.lines().rev().find(|l| l.contains("PagerSnapshot"))?;
-    let rest = &line[line.find("fault_latency_us: (")? + "fault_latency_us: (".len()..];
-    let nums: Vec<u64> = rest[..rest.find(')')?]
-        .split(',')
-        .filter_map(|n| n.trim().parse().ok())
-        .collect();
-    match nums[..] {
-        [count, p50, p99] if count > 0 => Some((p50, p99)),
-        _ => None,
-    }
+/// `(p50, p99)` of the pager's fault latency in a finished run's stats, if it served faults.
+pub fn fault_latency(stats: &VmStats) -> Option<(u64, u64)> {
+    let l = stats.pager.as_ref()?.fault_latency;
+    (l.samples > 0).then_some((l.p50_us, l.p99_us))
+}
+
+/// The stats `memvisor run --stats-json PATH` wrote when its VM ended.
+pub fn read_final_stats(path: &Path) -> Option<VmStats> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text)
+        .map_err(|e| tracing::warn!("{} is not memvisor's stats: {e}", path.display()))
+        .ok()
 }
 
 /// One run to do.
@@ -193,37 +178,10 @@ enum Msg {
     Eof,
 }
 
+/// The pager's counters in a `GET /stats` answer; `None` without a pager.
 fn pager_from_json(body: &str) -> Option<PagerCounters> {
-    let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    let p = v.get("pager")?;
-    let n = |k: &str| p.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-    p.is_object().then(|| PagerCounters {
-        swap_bytes_read: n("swap_bytes_read"),
-        swap_bytes_written: n("swap_bytes_written"),
-        faults_swap: n("faults_swap"),
-        faults_zero: n("faults_zero"),
-    })
-}
-
-/// The counters of the `pager: PagerSnapshot { ... counters: [("name", n), ...] }` line that
-/// `MEMVISOR_LOG=info` prints at the end of a memvisor run.
-pub fn pager_from_log(stderr: &str) -> Option<PagerCounters> {
-    let line = stderr.lines().rev().find(|l| l.contains("PagerSnapshot"))?;
-    let n = |k: &str| -> u64 {
-        let pat = format!("(\"{k}\", ");
-        line.find(&pat)
-            .and_then(|i| {
-                let rest = &line[i + pat.len()..];
-                rest[..rest.find(')')?].trim().parse().ok()
-            })
-            .unwrap_or(0)
-    };
-    Some(PagerCounters {
-        swap_bytes_read: n("swap_bytes_read"),
-        swap_bytes_written: n("swap_bytes_written"),
-        faults_swap: n("faults_swap"),
-        faults_zero: n("faults_zero"),
-    })
+    let stats: VmStats = serde_json::from_str(body).ok()?;
+    stats.pager.map(|p| p.counters)
 }
 
 /// `(phase, ms)` of a guest `RESULT` line.
@@ -308,6 +266,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let c = spec.config;
     let sock = spec.work.join(format!("{}.sock", c.name));
     let _ = std::fs::remove_file(&sock);
+    let stats_path = spec.work.join(format!("{}.stats.json", c.name));
+    let _ = std::fs::remove_file(&stats_path);
     let mut cmd = Command::new(spec.exe);
     cmd.arg("run")
         .args(["--mem", &spec.mem.to_string()])
@@ -317,6 +277,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     if let Some((disk, writable)) = &spec.disk {
         let ro = if *writable { "" } else { ",ro" };
         cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
+    }
+    if c.hv == Hv::Memvisor {
+        cmd.arg("--stats-json").arg(&stats_path);
     }
     // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
     // (a tmpfs $TMPDIR would make its "swap" host memory).
@@ -410,7 +373,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
             write_bytes: b.io.write_bytes.saturating_sub(a.io.write_bytes),
         },
         pager: match (a.pager, b.pager) {
-            (Some(x), Some(y)) => Some(y.minus(x)),
+            (Some(x), Some(y)) => Some(y.since(&x)),
             _ => None,
         },
     };
@@ -547,6 +510,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         let _ = teardown::remove_cgroup(&cgroup_dir);
     }
     let _ = std::fs::remove_file(&sock);
+    let final_stats = read_final_stats(&stats_path);
+    let _ = std::fs::remove_file(&stats_path);
 
     let killed = exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
     let last_err = stderr
@@ -621,7 +586,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     };
     if status == Status::Ok {
         let mut whole = delta("wall", None, &s0, &end);
-        whole.pager = pager_from_log(&stderr);
+        whole.pager = final_stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .map(|p| p.counters);
         phases.push(whole);
     }
     Ok(RunResult {
@@ -634,7 +602,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         cgroup: cg,
         balloon,
         elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
-        fault_latency_us: fault_latency_from_log(&stderr),
+        fault_latency_us: final_stats.as_ref().and_then(fault_latency),
     })
 }
 
@@ -688,7 +656,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_result_lines_and_the_pager_log() {
+    fn parses_result_lines_and_the_pager_stats() {
         assert_eq!(
             parse_result("RESULT workload=seqread phase=pass2 ms=857.541 mb_s=244"),
             Some(("pass2".into(), Some(857.541), None))
@@ -698,25 +666,45 @@ mod tests {
             Some(("done".into(), Some(5.0), Some("1".into())))
         );
         assert_eq!(parse_result("seqread: pass 1"), None);
-        let log = r#"INFO pager: PagerSnapshot { limit_bytes: Some(1), counters: [("faults_zero", 75), ("faults_swap", 18612), ("swap_bytes_read", 1211371520), ("swap_bytes_written", 219709440)], fault_latency_us: (1, 2, 3) }"#;
+        let stats = VmStats {
+            pager: Some(memvisor_api::PagerStats {
+                counters: PagerCounters {
+                    swap_bytes_written: 7,
+                    faults_swap: 2,
+                    ..PagerCounters::default()
+                },
+                fault_latency: memvisor_api::LatencySummary {
+                    samples: 1,
+                    p50_us: 2,
+                    p99_us: 3,
+                },
+                ..memvisor_api::PagerStats::default()
+            }),
+            ..VmStats::default()
+        };
+        let body = serde_json::to_string(&stats).unwrap();
         assert_eq!(
-            pager_from_log(log),
-            Some(PagerCounters {
-                swap_bytes_read: 1_211_371_520,
-                swap_bytes_written: 219_709_440,
-                faults_swap: 18612,
-                faults_zero: 75
-            })
-        );
-        assert_eq!(
-            pager_from_json(r#"{"pager": {"swap_bytes_written": 7, "faults_swap": 2}}"#),
+            pager_from_json(&body),
             Some(PagerCounters {
                 swap_bytes_written: 7,
                 faults_swap: 2,
                 ..PagerCounters::default()
             })
         );
-        assert_eq!(pager_from_json(r#"{"pager": null}"#), None);
-        assert_eq!(fault_latency_from_log(log), Some((2, 3)));
+        assert_eq!(fault_latency(&stats), Some((2, 3)));
+        assert_eq!(fault_latency(&VmStats::default()), None);
+        let none = serde_json::to_string(&VmStats::default()).unwrap();
+        assert_eq!(pager_from_json(&none), None);
+        assert_eq!(
+            pager_from_json(r#"{"pager": {"swap_bytes_written": 7}}"#),
+            None
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, format!("{body}\n")).unwrap();
+        assert_eq!(read_final_stats(&path), Some(stats));
+        std::fs::write(&path, "pager: PagerSnapshot { .. }").unwrap();
+        assert_eq!(read_final_stats(&path), None);
     }
 }

@@ -31,20 +31,6 @@ const QUEUE_SIZE: u16 = 256;
 /// Largest buffer read from an inflate, deflate or stats descriptor.
 const MAX_BUFFER: u32 = 64 << 10;
 
-/// The statistics tags of virtio 1.2 §5.5.6.3, with the names the API uses.
-pub const STAT_NAMES: &[(u16, &str)] = &[
-    (0, "swap_in"),
-    (1, "swap_out"),
-    (2, "major_faults"),
-    (3, "minor_faults"),
-    (4, "free_memory"),
-    (5, "total_memory"),
-    (6, "available_memory"),
-    (7, "disk_caches"),
-    (8, "hugetlb_allocations"),
-    (9, "hugetlb_failures"),
-];
-
 /// Counters of the balloon device.
 #[derive(Debug, Default)]
 pub struct BalloonMetrics {

@@ -1,0 +1,350 @@
+//! `GET /stats`: every counter of a VM, one typed struct per source. The same [`VmStats`] is
+//! what `memvisor run --stats-json PATH` writes when the VM ends.
+//!
+//! Counters only grow. A field named `_bytes`, `_pages` or `_us` holds that unit; a field
+//! without a unit counts events (faults, requests, exits), and the pager's event counters that
+//! move pages count one per page.
+
+#![deny(missing_docs)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /stats`: the pager, the balloon, the disks and the VM exits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmStats {
+    /// memvisor's pager; `null` with `--pager off`.
+    pub pager: Option<PagerStats>,
+    /// The virtio-balloon device; `null` without `--balloon`.
+    pub balloon: Option<BalloonStats>,
+    /// Each virtio-blk disk by its id.
+    pub disks: BTreeMap<String, DiskStats>,
+    /// VM exits the vCPUs took.
+    pub exits: ExitStats,
+}
+
+/// The pager: its limit, where every guest page is, what it did, and how long it took.
+///
+/// On the wire the census and the counters are fields of this object itself (flattened).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagerStats {
+    /// Most guest RAM resident on the host; `null`: no limit.
+    pub limit_bytes: Option<u64>,
+    /// Guest RAM is under the pager (registered with userfaultfd). Until a limit (or the Swap
+    /// Mapper or the Preventer) asks for it, RAM is plain memory on transparent huge pages and
+    /// the census counts only what the balloon took: every other page shows as zero.
+    pub attached: bool,
+    /// Guest pages by state.
+    #[serde(flatten)]
+    pub pages: PageCensus,
+    /// Swap file blocks holding a page (4 KiB each).
+    pub swap_blocks_in_use: u64,
+    /// What the pager did since the VM started.
+    #[serde(flatten)]
+    pub counters: PagerCounters,
+    /// Every fault the pager served, from reading its event to the page in place.
+    pub fault_latency: LatencySummary,
+    /// Only the faults on pages that were in the swap store (a swap-in, with its prefetch run).
+    pub swap_fault_latency: LatencySummary,
+    /// Each reclaim batch, from picking its victims to the last page dropped.
+    pub reclaim_latency: LatencySummary,
+}
+
+/// Guest pages by state: every page of guest RAM is in exactly one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageCensus {
+    /// Mapped in host memory (mirrored pages included).
+    pub resident_pages: u64,
+    /// Never touched, or dropped as all-zero.
+    pub zero_pages: u64,
+    /// Only in the swap store.
+    pub swapped_pages: u64,
+    /// Taken by the balloon.
+    pub ballooned_pages: u64,
+    /// Reported free by the guest; content forgotten.
+    pub reported_pages: u64,
+    /// Dropped while mirroring a disk image block; they refault from the image (Swap Mapper).
+    pub on_disk_pages: u64,
+    /// Resident and identical to the disk image block they were read from (Swap Mapper).
+    pub mirrored_pages: u64,
+}
+
+impl PageCensus {
+    /// All guest pages (mirrored pages are counted among the resident ones).
+    pub fn total_pages(&self) -> u64 {
+        self.resident_pages
+            + self.zero_pages
+            + self.swapped_pages
+            + self.ballooned_pages
+            + self.reported_pages
+            + self.on_disk_pages
+    }
+}
+
+/// Defines [`PagerCounters`] from one list, so its field names, [`PagerCounters::fields`] and
+/// [`PagerCounters::since`] cannot disagree.
+macro_rules! pager_counters {
+    ($($(#[doc = $doc:literal])+ $name:ident,)+) => {
+        /// What the pager did since the VM started, one field per counter; every one only grows.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct PagerCounters {
+            $($(#[doc = $doc])+ pub $name: u64,)+
+        }
+
+        impl PagerCounters {
+            /// Every counter as `(wire name, value)`, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)+]
+            }
+
+            /// What happened between `earlier` and `self` (zero for a counter that went back,
+            /// which only a different VM does).
+            #[must_use]
+            pub fn since(&self, earlier: &Self) -> Self {
+                Self { $($name: self.$name.saturating_sub(earlier.$name),)+ }
+            }
+        }
+    };
+}
+
+pager_counters! {
+    /// Faults answered with a zero page (first touch, or a page dropped as zero).
+    faults_zero,
+    /// Faults answered from the swap store.
+    faults_swap,
+    /// Faults on pages the balloon or a free page report had taken.
+    faults_released,
+    /// Faults on pages the guest had reported free, answered with a zero page and no read
+    /// (VSwapper's false reads, cooperative path).
+    false_reads_avoided,
+    /// vCPUs stopped by the False Reads Preventer on a write to a swapped or on-disk page.
+    preventer_attempts,
+    /// ... whose instruction overwrote the whole page, so it went in with no read.
+    preventer_completed,
+    /// ... whose instruction did not, so the page was swapped in.
+    preventer_fallbacks,
+    /// ... that did not answer in time, so the pager swapped the page in itself.
+    preventer_timeouts,
+    /// Whole pages a device wrote into place without reading their old content.
+    device_installs,
+    /// First writes to clean, write-protected pages.
+    write_faults,
+    /// Victims (pages) dropped as all-zero, with no write.
+    reclaimed_zero,
+    /// Clean victims (pages) dropped because their swap block still held them, with no write.
+    reclaimed_clean,
+    /// Victims (pages) written to the swap store.
+    reclaimed_written,
+    /// Victims (pages) dropped because they mirrored a disk block: VSwapper's silent swap
+    /// writes avoided.
+    reclaimed_mirrored,
+    /// Faults answered from the disk image (Swap Mapper).
+    faults_image,
+    /// Bytes read from disk images by those faults and by consistency refetches.
+    image_bytes_read,
+    /// Pages a device read filled whole while their content was swapped or on disk: VSwapper's
+    /// stale swap reads avoided.
+    stale_reads_avoided,
+    /// Pages brought back from the image before the guest overwrote the block they relied on.
+    mapper_refetches,
+    /// Bytes read from the swap store.
+    swap_bytes_read,
+    /// Bytes written to the swap store.
+    swap_bytes_written,
+    /// Pages brought in next to a faulting page.
+    prefetched,
+    /// Prefetched pages later written by the guest (a lower bound: reads of resident pages are
+    /// invisible to the host).
+    prefetch_hits,
+    /// Reclaim batches run.
+    reclaim_batches,
+    /// Pages released by balloon inflation.
+    ballooned,
+    /// Pages released by free page reporting.
+    reported,
+    /// Times the VM was paused because swap or image I/O failed.
+    pauses,
+    /// Times guest RAM was taken over from plain memory (registered with userfaultfd): at start
+    /// with a limit, the Swap Mapper or the Preventer, or when the first limit arrived.
+    attaches,
+    /// Huge pages split so that releasing part of one frees its memory.
+    huge_pages_split,
+}
+
+/// A latency distribution over the most recent samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Samples the percentiles are taken over (the most recent ones, at most 16384).
+    pub samples: u64,
+    /// Median; 0 without samples.
+    pub p50_us: u64,
+    /// 99th percentile; 0 without samples.
+    pub p99_us: u64,
+}
+
+/// The virtio-balloon device, and what the guest last said about its memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalloonStats {
+    /// Pages the device asks the driver to hold.
+    pub target_pages: u64,
+    /// Pages the driver says it holds.
+    pub actual_pages: u64,
+    /// Pages the driver gave by inflating.
+    pub inflated_pages: u64,
+    /// Pages the driver took back by deflating.
+    pub deflated_pages: u64,
+    /// Pages the driver reported free (free page reporting).
+    pub reported_pages: u64,
+    /// PFNs or ranges outside guest RAM, ignored.
+    pub invalid_pfns: u64,
+    /// Statistics buffers the driver sent.
+    pub stats_updates: u64,
+    /// The guest's last statistics; `null` until it sent some.
+    pub guest: Option<GuestMemoryStats>,
+}
+
+/// The guest's own memory statistics (virtio-balloon statistics queue). A field the guest did
+/// not send is `null`; a tag this version does not know is left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestMemoryStats {
+    /// How long ago the guest sent them, in milliseconds.
+    pub age_ms: u64,
+    /// Memory swapped in (`VIRTIO_BALLOON_S_SWAP_IN`).
+    pub swap_in_bytes: Option<u64>,
+    /// Memory swapped out (`VIRTIO_BALLOON_S_SWAP_OUT`).
+    pub swap_out_bytes: Option<u64>,
+    /// Major page faults (`VIRTIO_BALLOON_S_MAJFLT`).
+    pub major_faults: Option<u64>,
+    /// Minor page faults (`VIRTIO_BALLOON_S_MINFLT`).
+    pub minor_faults: Option<u64>,
+    /// Unused memory (`VIRTIO_BALLOON_S_MEMFREE`).
+    pub free_memory_bytes: Option<u64>,
+    /// Memory the guest sees (`VIRTIO_BALLOON_S_MEMTOT`).
+    pub total_memory_bytes: Option<u64>,
+    /// Memory available to new work without swapping (`VIRTIO_BALLOON_S_AVAIL`).
+    pub available_memory_bytes: Option<u64>,
+    /// Memory in the page cache that can be freed (`VIRTIO_BALLOON_S_CACHES`).
+    pub disk_caches_bytes: Option<u64>,
+    /// Successful huge page allocations (`VIRTIO_BALLOON_S_HTLB_PGALLOC`).
+    pub hugetlb_allocations: Option<u64>,
+    /// Failed huge page allocations (`VIRTIO_BALLOON_S_HTLB_PGFAIL`).
+    pub hugetlb_failures: Option<u64>,
+}
+
+impl GuestMemoryStats {
+    /// Sets the field of virtio statistics tag `tag`; returns false for a tag it does not know.
+    pub fn set(&mut self, tag: u16, value: u64) -> bool {
+        let field = match tag {
+            0 => &mut self.swap_in_bytes,
+            1 => &mut self.swap_out_bytes,
+            2 => &mut self.major_faults,
+            3 => &mut self.minor_faults,
+            4 => &mut self.free_memory_bytes,
+            5 => &mut self.total_memory_bytes,
+            6 => &mut self.available_memory_bytes,
+            7 => &mut self.disk_caches_bytes,
+            8 => &mut self.hugetlb_allocations,
+            9 => &mut self.hugetlb_failures,
+            _ => return false,
+        };
+        *field = Some(value);
+        true
+    }
+}
+
+/// One virtio-blk disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStats {
+    /// Read requests served.
+    pub reads: u64,
+    /// Write requests served.
+    pub writes: u64,
+    /// Flush requests served.
+    pub flushes: u64,
+    /// Bytes the guest read.
+    pub bytes_read: u64,
+    /// Bytes the guest wrote.
+    pub bytes_written: u64,
+    /// Requests answered with an error, or dropped.
+    pub errors: u64,
+}
+
+/// VM exits that reached memvisor, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStats {
+    /// Port I/O.
+    pub io: u64,
+    /// MMIO.
+    pub mmio: u64,
+    /// Everything else (system events, halts, failed entries).
+    pub other: u64,
+}
+
+impl ExitStats {
+    /// All exits.
+    pub fn total(&self) -> u64 {
+        self.io + self.mmio + self.other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_since_and_fields() {
+        let a = PagerCounters {
+            faults_zero: 5,
+            swap_bytes_read: 4096,
+            ..PagerCounters::default()
+        };
+        let b = PagerCounters {
+            faults_zero: 7,
+            swap_bytes_read: 1024,
+            pauses: 1,
+            ..PagerCounters::default()
+        };
+        let d = b.since(&a);
+        assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
+        let f = d.fields();
+        assert_eq!(f.len(), 28);
+        assert_eq!(f[0], ("faults_zero", 2));
+        assert!(f.contains(&("pauses", 1)));
+    }
+
+    #[test]
+    fn pager_stats_are_one_flat_object() {
+        let s = PagerStats {
+            limit_bytes: Some(1 << 20),
+            pages: PageCensus {
+                resident_pages: 3,
+                ..PageCensus::default()
+            },
+            counters: PagerCounters {
+                faults_swap: 9,
+                ..PagerCounters::default()
+            },
+            ..PagerStats::default()
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["resident_pages"], 3);
+        assert_eq!(v["faults_swap"], 9);
+        assert_eq!(v["fault_latency"]["p99_us"], 0);
+        let back: PagerStats = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn guest_statistics_by_tag() {
+        let mut g = GuestMemoryStats::default();
+        assert!(g.set(4, 100));
+        assert!(g.set(2, 7));
+        assert!(!g.set(99, 1));
+        assert_eq!(g.free_memory_bytes, Some(100));
+        assert_eq!(g.major_faults, Some(7));
+        assert_eq!(g.swap_in_bytes, None);
+        let v = serde_json::to_value(&g).unwrap();
+        assert!(v["swap_in_bytes"].is_null());
+    }
+}
