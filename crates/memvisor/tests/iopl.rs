@@ -187,8 +187,8 @@ fn kernel(io: Io) -> tempfile::NamedTempFile {
     }
 
     // Identity map of the first 2 MiB, user-accessible, with one large page.
-    put_u64(&mut image, PML4, BASE + PDPT as u64 | 0x7);
-    put_u64(&mut image, PDPT, BASE + PD as u64 | 0x7);
+    put_u64(&mut image, PML4, (BASE + PDPT as u64) | 0x7);
+    put_u64(&mut image, PDPT, (BASE + PD as u64) | 0x7);
     put_u64(&mut image, PD, 0x87);
 
     let f = tempfile::NamedTempFile::new().unwrap();
