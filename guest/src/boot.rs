@@ -8,7 +8,9 @@
 //! ring 3 (see `trap.rs`).
 //!
 //! Port I/O from ring 3 is allowed by the TSS I/O permission bitmap (ports
-//! 0..0x400), not by RFLAGS.IOPL: kvm_pvm clears IOPL on the way to ring 3.
+//! 0..0x400), not by RFLAGS.IOPL: kvm_pvm runs ring 3 with IOPL 0 whatever
+//! the `iretq` loaded, under memvisor and QEMU alike (see
+//! crates/memvisor/tests/iopl.rs).
 //!
 //! Entry contract (PVH): 32-bit protected mode, paging off, CS = flat 32-bit
 //! code, DS = flat data, EBX = physical address of `hvm_start_info`.

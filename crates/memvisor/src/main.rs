@@ -21,7 +21,7 @@ pub mod status {
     pub const BAD_INPUT: u8 = 2;
     /// The guest crashed (triple fault, failed entry, KVM internal error).
     pub const GUEST_CRASH: u8 = 4;
-    /// memvisor itself failed (a KVM call, a thread, the host).
+    /// memvisor itself failed (a KVM call, a thread, the host), or QEMU did under `--hypervisor qemu`.
     pub const VMM_FAILURE: u8 = 5;
 }
 

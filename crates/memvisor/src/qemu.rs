@@ -4,8 +4,19 @@
 //! and vCPUs, virtio-mmio (modern) block devices with 4 KiB blocks and `cache=none`, the 8250 on
 //! stdout and `isa-debug-exit` at port 0xf4, so the guest probes both the same way and the exit
 //! status means the same.
+//!
+//! QEMU's own exit status needs reading before it is passed on ([`status_of`]):
+//! - `isa-debug-exit` ends QEMU with `(value << 1) | 1`, so 1 is a guest that wrote 0, but QEMU
+//!   also exits 1 when it fails itself (a bad option, a file it cannot open). It then prints the
+//!   reason on stderr as it exits, while a guest's debug exit ends QEMU without a word, so 1 with
+//!   an error as QEMU's last stderr line is QEMU's failure ([`status::VMM_FAILURE`]).
+//! - With `-no-reboot`, a guest reset ends QEMU with 0. microvm as configured here (no ACPI, no
+//!   reset device) resets only on a triple fault, so 0 is a guest crash
+//!   ([`status::GUEST_CRASH`]), as on memvisor. QEMU also exits 0 when a signal stops it, and
+//!   says so on stderr (`terminating on signal N`); that gives `128 + N`, as on memvisor.
 
-use std::process::{Command, ExitCode};
+use std::io::BufRead;
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
 
 use crate::cli::RunPlan;
 use crate::hostlimit::HostLimit;
@@ -114,6 +125,7 @@ pub fn run(plan: &RunPlan) -> ExitCode {
             Ok(())
         });
     }
+    cmd.stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -133,18 +145,109 @@ pub fn run(plan: &RunPlan) -> ExitCode {
                 unsafe { libc::kill(i32::try_from(pid).unwrap_or(0), libc::SIGTERM) };
             });
     }
-    match child.wait() {
-        Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
-            (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(status::VMM_FAILURE)),
-            (None, Some(sig)) => {
-                eprintln!("memvisor: QEMU was killed by signal {sig}");
-                ExitCode::from(u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE))
-            }
-            (None, None) => ExitCode::from(status::VMM_FAILURE),
-        },
+    // QEMU's stderr goes on to ours line by line; its last line tells how QEMU ended.
+    let stderr = child.stderr.take().map(|e| {
+        std::thread::Builder::new()
+            .name("qemu-stderr".into())
+            .spawn(move || forward_stderr(e))
+    });
+    let waited = child.wait();
+    let last_line = match stderr {
+        Some(Ok(t)) => t.join().unwrap_or_default(),
+        _ => None,
+    };
+    match waited {
+        Ok(s) => ExitCode::from(status_of(s, last_line.as_deref())),
         Err(e) => {
             eprintln!("memvisor: waiting for QEMU failed: {e}");
             ExitCode::from(status::VMM_FAILURE)
         }
+    }
+}
+
+/// Copies QEMU's stderr to this process's stderr; returns the last line QEMU wrote.
+fn forward_stderr(from: std::process::ChildStderr) -> Option<String> {
+    let mut last = None;
+    for line in std::io::BufReader::new(from).lines() {
+        let Ok(line) = line else { break };
+        eprintln!("{line}");
+        if !line.trim().is_empty() {
+            last = Some(line);
+        }
+    }
+    last
+}
+
+/// The signal QEMU says stopped it: `... terminating on signal N[ from pid ...]`.
+fn stopping_signal(line: &str) -> Option<u8> {
+    let rest = line.split("terminating on signal ").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Whether a QEMU stderr line reports an error (QEMU's `error_report`), not a warning.
+fn is_error(line: &str) -> bool {
+    !line.contains("warning:") && stopping_signal(line).is_none()
+}
+
+/// memvisor's exit status for QEMU's exit `s`, given the last line QEMU wrote on stderr.
+fn status_of(s: ExitStatus, last_line: Option<&str>) -> u8 {
+    let sig = std::os::unix::process::ExitStatusExt::signal(&s);
+    match (s.code(), sig) {
+        (Some(0), _) => match last_line.and_then(stopping_signal) {
+            Some(sig) => {
+                eprintln!("memvisor: stopped by signal {sig}");
+                128u8.saturating_add(sig)
+            }
+            None => {
+                eprintln!(
+                    "memvisor: guest crashed: it reset, which QEMU microvm does only on a triple fault"
+                );
+                status::GUEST_CRASH
+            }
+        },
+        (Some(1), _) if last_line.is_some_and(is_error) => {
+            eprintln!("memvisor: QEMU failed (its message is above); the guest did not report");
+            status::VMM_FAILURE
+        }
+        (Some(c), _) => u8::try_from(c).unwrap_or(status::VMM_FAILURE),
+        (None, Some(sig)) => {
+            eprintln!("memvisor: QEMU was killed by signal {sig}");
+            u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE)
+        }
+        (None, None) => status::VMM_FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn guest_debug_exit_passes_through() {
+        assert_eq!(status_of(exited(1), None), 1);
+        assert_eq!(status_of(exited(0x43), None), 0x43);
+        let warning = "qemu-system-x86_64: warning: host doesn't support requested feature";
+        assert_eq!(status_of(exited(1), Some(warning)), 1);
+    }
+
+    #[test]
+    fn qemu_error_is_not_guest_success() {
+        let line = "qemu-system-x86_64: -bogus: invalid option";
+        assert_eq!(status_of(exited(1), Some(line)), status::VMM_FAILURE);
+    }
+
+    #[test]
+    fn reset_is_a_crash_and_a_signal_is_a_signal() {
+        assert_eq!(status_of(exited(0), None), status::GUEST_CRASH);
+        let line = "qemu-system-x86_64: terminating on signal 15 from pid 7 (memvisor)";
+        assert_eq!(stopping_signal(line), Some(15));
+        assert_eq!(status_of(exited(0), Some(line)), 128 + 15);
+        assert_eq!(status_of(ExitStatus::from_raw(9), None), 128 + 9);
     }
 }

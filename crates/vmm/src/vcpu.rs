@@ -126,8 +126,16 @@ pub(crate) fn configure(
     sregs.fs = data;
     sregs.gs = data;
     sregs.ss = data;
+    // TR as QEMU leaves it at the PVH entry: the x86 reset value (base 0, limit 0xffff, busy
+    // 32-bit TSS), which its firmware never reloads. The PVH ABI asks for limit 0x67, but the
+    // limit decides whether ring-3 port I/O works in a guest that never loads a TR of its own:
+    // under kvm_pvm ring 3 always runs with RFLAGS.IOPL = 0, so every ring-3 `in`/`out` is
+    // checked against the I/O bitmap of the TSS that TR points at. That TSS lies at guest
+    // address 0 and its bitmap in low memory; limit 0x67 cuts the bitmap off below port 0x340,
+    // so the serial port raises #GP (a triple fault, with no IDT yet), while with 0xffff the
+    // same guest runs on memvisor as on QEMU (crates/memvisor/tests/iopl.rs).
     sregs.tr = kvm_segment {
-        limit: 0x67,
+        limit: 0xffff,
         type_: 0xb,
         present: 1,
         ..flat_segment(0, 0xb)

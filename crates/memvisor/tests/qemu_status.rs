@@ -1,0 +1,80 @@
+//! `memvisor run --hypervisor qemu` keeps the exit statuses' meaning: a triple fault is a guest
+//! crash (4) on both hypervisors, and QEMU failing by itself is not a guest's success (1).
+
+use std::process::{Command, Output};
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+fn memvisor(args: &[&str]) -> Output {
+    let out = Command::new(MEMVISOR)
+        .args(args)
+        .output()
+        .expect("memvisor runs");
+    eprintln!(
+        "--- memvisor {args:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A PVH ELF that loads an empty IDT and executes `ud2`: #UD, then a triple fault.
+fn triple_fault_kernel() -> tempfile::NamedTempFile {
+    #[rustfmt::skip]
+    let code: &[u8] = &[
+        0x0f, 0x01, 0x1d, 0x10, 0x00, 0x10, 0x00, // 00: lidt [0x100010]
+        0x0f, 0x0b,                               // 07: ud2
+        0, 0, 0, 0, 0, 0, 0,                      // 09: padding
+        0, 0, 0, 0, 0, 0,                         // 10: IDT limit 0, base 0
+    ];
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        f.path(),
+        memvisor_boot::test_utils::make_elf(0x10_0000, code, Some(0x10_0000)),
+    )
+    .unwrap();
+    f
+}
+
+#[test]
+fn triple_fault_is_a_guest_crash_on_both_hypervisors() {
+    let k = triple_fault_kernel();
+    for hv in ["memvisor", "qemu"] {
+        let out = memvisor(&[
+            "run",
+            "--hypervisor",
+            hv,
+            "--mem",
+            "64M",
+            "--kernel",
+            k.path().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(4), "on {hv}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("triple fault"), "on {hv}: {err}");
+    }
+}
+
+/// QEMU cannot create the QMP socket (its directory does not exist) and exits 1 by itself.
+#[test]
+fn qemu_failing_is_not_guest_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("no-such-dir").join("qmp.sock");
+    let out = memvisor(&[
+        "run",
+        "--hypervisor",
+        "qemu",
+        "--mem",
+        "64M",
+        "--qmp-sock",
+        sock.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("qmp.sock"),
+        "QEMU's own message is shown: {err}"
+    );
+    assert!(err.contains("QEMU failed"), "{err}");
+}
