@@ -60,6 +60,8 @@ const LIMITED: &[&str] = &[
     "memvisor-balloon",
     "memvisor-mapper",
     "memvisor-vswapper",
+    "memvisor-fpr",
+    "memvisor-vswapper-fpr",
     "memvisor-vswapper-balloon",
 ];
 
@@ -184,5 +186,12 @@ mod tests {
         let s = find("seqread", Scale::Full).unwrap();
         assert_eq!((s.mem, s.limit), (512 << 20, Some(100 << 20)));
         assert_eq!(s.steps[0].phases.len(), 8);
+        for name in NAMES {
+            let e = find(name, Scale::Full).unwrap();
+            if e.limit.is_some() {
+                assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
+                assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
+            }
+        }
     }
 }
