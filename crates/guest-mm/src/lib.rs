@@ -13,6 +13,7 @@
 #![allow(clippy::cast_possible_truncation)]
 
 pub mod format;
+pub mod hist;
 
 use format::{Extent, FileEntry, Superblock, BLOCK_SIZE, ENTRIES_PER_BLOCK, ENTRY_SIZE};
 

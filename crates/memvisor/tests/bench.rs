@@ -291,7 +291,12 @@ fn tiny_experiments_end_to_end() {
     assert!(killed["reason"].contains("OOM"), "{}", killed["reason"]);
     tiny(
         "alloc",
-        &["qemu", "memvisor-baseline", "memvisor-pager"],
+        &[
+            "qemu",
+            "memvisor-baseline",
+            "memvisor-pager",
+            "memvisor-fpr",
+        ],
         &["round1", "round2"],
         &["alloc"],
         "256M",
@@ -299,8 +304,8 @@ fn tiny_experiments_end_to_end() {
     tiny(
         "overhead",
         &["qemu", "memvisor"],
-        &["build", "load", "run"],
-        &["compile", "kv"],
+        &["build", "load", "run", "done", "map", "reduce"],
+        &["compile", "kv", "gcchurn", "mapreduce"],
         "256M",
     );
 }

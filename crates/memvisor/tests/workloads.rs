@@ -522,6 +522,26 @@ fn memhog_and_toucher(hv: &str) {
     done_ok(&out, "toucher");
     assert_eq!(field(&result(&out, "toucher", "step1"), "ws_mb"), 8);
     assert_eq!(field(&result(&out, "toucher", "step2"), "pgfault"), 0);
+    // lat=1: each step and the whole run report their slow touches, in order of size.
+    let out = run(hv, "64M", "1", &disks, "toucher", "schedule=8:1,2:1 lat=1");
+    let done = done_ok(&out, "toucher");
+    let mut slow = 0;
+    for l in [
+        result(&out, "toucher", "step1"),
+        result(&out, "toucher", "step2"),
+        done.clone(),
+    ] {
+        assert_eq!(field(&l, "slow_over_us"), 2, "{l}");
+        let (p50, p99, max) = (
+            field(&l, "slow_p50_us"),
+            field(&l, "slow_p99_us"),
+            field(&l, "slow_max_us"),
+        );
+        assert!(p50 <= p99 && p99 <= max, "{l}");
+        slow += field(&l, "slow");
+    }
+    // The run's count is the steps' sum.
+    assert_eq!(slow, 2 * field(&done, "slow"), "{done}");
 }
 
 #[test]
@@ -615,6 +635,8 @@ fn bad_workload_arguments_fail_with_a_message() {
         ("alloc", "mb=abc", "bad argument mb=abc"),
         ("memhog", "mb=4096", "from 1 to 2048"),
         ("toucher", "schedule=8", "bad argument schedule=8"),
+        ("toucher", "lat=2", "bad argument lat=2"),
+        ("toucher", "lat=1 lat_us=0", "bad argument lat_us=0"),
         ("kv", "mix=z", "bad argument mix=z"),
         ("integrity", "swappiness=300", "swappiness"),
     ] {

@@ -3,17 +3,68 @@
 //! MiB of the task's memory are swept repeatedly (one word written per page)
 //! and the rest lies idle, so reclaim (or the hypervisor) can take it.
 //!
-//! Keys: `schedule=64:2,16:2,64:2`.
+//! With `lat=1` every touch is timed with the TSC; the touches slower than
+//! `lat_us` µs (default 2: a touch that took that long left the guest, i.e. the
+//! hypervisor served a fault, or the host did not run the vCPU) are counted in
+//! a fixed-size histogram, and each step's RESULT line and the `done` line add
+//! their count, median, 99th percentile and maximum in µs. The histogram sits
+//! on the stack, so timing allocates nothing and costs two `rdtsc` per touch.
+//!
+//! Keys: `schedule=64:2,16:2,64:2 lat=0 lat_us=2`.
+
+use core::fmt;
+
+use memvisor_guest_mm::hist::Histogram;
 
 use crate::cmdline::{Config, parse_u64};
 use crate::cpu::{ExitCode, rdtsc};
 use crate::mm::{self, StatsWords};
+use crate::time;
 
 use super::common::{self, io_fail, ms_since, us_since};
 
 const NAME: &str = "toucher";
-const KEYS: &[&str] = &["schedule"];
+const KEYS: &[&str] = &["schedule", "lat", "lat_us"];
 const MAX_STEPS: usize = 32;
+
+/// Nanoseconds as microseconds with one decimal.
+struct Us(u64);
+
+impl fmt::Display for Us {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0 / 1000, self.0 % 1000 / 100)
+    }
+}
+
+/// ` slow_over_us=T slow=N slow_p50_us=.. slow_p99_us=.. slow_max_us=..` for a RESULT line
+/// (touches over T µs), or nothing when touches are not timed.
+struct Slow<'a>(Option<(&'a Histogram, u64)>);
+
+impl fmt::Display for Slow<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => Ok(()),
+            Some((h, over_us)) => write!(
+                f,
+                " slow_over_us={over_us} slow={} slow_p50_us={} slow_p99_us={} slow_max_us={}",
+                h.count(),
+                Us(h.quantile(500)),
+                Us(h.quantile(990)),
+                Us(h.max())
+            ),
+        }
+    }
+}
+
+/// TSC cycles as nanoseconds (one cycle a nanosecond when the frequency is unknown).
+fn cycles_to_ns(cycles: u64, khz: Option<u64>) -> u64 {
+    match khz {
+        Some(khz) => {
+            (u128::from(cycles) * 1_000_000 / u128::from(khz)).min(u128::from(u64::MAX)) as u64
+        }
+        None => cycles,
+    }
+}
 
 pub fn run(cfg: &Config) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
@@ -42,6 +93,31 @@ pub fn run(cfg: &Config) -> ExitCode {
             }
         }
     }
+    let (lat, lat_us) = match cfg
+        .num("lat", 0, 0, 1)
+        .and_then(|l| Ok((l == 1, cfg.num("lat_us", 2, 1, 1_000_000)?)))
+    {
+        Ok(a) => a,
+        Err(e) => return common::bad_arg(NAME, e),
+    };
+    let khz = time::khz();
+    // The threshold in TSC cycles.
+    let slow_cycles = match khz {
+        Some(khz) => lat_us * khz / 1000,
+        None => lat_us * 1000,
+    };
+    if lat {
+        println!(
+            "toucher: timing every touch; touches over {lat_us} us are counted{}",
+            if khz.is_none() {
+                " (TSC frequency unknown: one cycle taken as 1 ns)"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut all = Histogram::new();
+    let mut step_hist = Histogram::new();
     let task = match mm::task_create() {
         Ok(t) => t,
         Err(e) => return io_fail(NAME, e),
@@ -59,6 +135,7 @@ pub fn run(cfg: &Config) -> ExitCode {
                 if p % 64 == 0 && us_since(t0) >= secs * 1_000_000 {
                     break 'step;
                 }
+                let t = if lat { rdtsc() } else { 0 };
                 match mm::anon(task, p, true) {
                     Ok(mut pg) => {
                         let w = pg.words();
@@ -71,6 +148,12 @@ pub fn run(cfg: &Config) -> ExitCode {
                     }
                     Err(e) => return io_fail(NAME, e),
                 }
+                if lat {
+                    let took = rdtsc().saturating_sub(t);
+                    if took > slow_cycles {
+                        step_hist.record(cycles_to_ns(took, khz));
+                    }
+                }
                 touched += 1;
             }
             stamp += 1;
@@ -78,21 +161,25 @@ pub fn run(cfg: &Config) -> ExitCode {
         let after = mm::stats();
         println!(
             "RESULT workload=toucher phase=step{} ws_mb={mb} secs={secs} ms={} touches={touched} \
-             pgfault={} pgmajfault={} anon_kb={} free_kb={}",
+             pgfault={} pgmajfault={} anon_kb={} free_kb={}{}",
             i + 1,
             ms_since(t0),
             after.counters.pgfault - before.pgfault,
             after.counters.pgmajfault - before.pgmajfault,
             after.anon * 4,
-            after.free * 4
+            after.free * 4,
+            Slow(lat.then_some((&step_hist, lat_us)))
         );
+        all.merge(&step_hist);
+        step_hist = Histogram::new();
     }
     mm::task_exit(task);
     let ok = errors == 0;
     println!(
-        "RESULT workload=toucher phase=done ok={} steps={n} errors={errors} ms={} {}",
+        "RESULT workload=toucher phase=done ok={} steps={n} errors={errors} ms={}{} {}",
         u8::from(ok),
         ms_since(t_all),
+        Slow(lat.then_some((&all, lat_us))),
         StatsWords(mm::stats())
     );
     if ok {

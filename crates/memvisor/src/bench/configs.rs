@@ -122,6 +122,22 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &["--mapper", "--preventer"],
     },
     Config {
+        name: "memvisor-fpr",
+        about: "memvisor-pager with memvisor's virtio-balloon at target 0: nothing inflated, the guest reports its free pages (free page reporting, --balloon)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--balloon"],
+    },
+    Config {
+        name: "memvisor-vswapper-fpr",
+        about: "memvisor-vswapper with free page reporting as memvisor-fpr (--mapper --preventer --balloon)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--mapper", "--preventer", "--balloon"],
+    },
+    Config {
         name: "memvisor-vswapper-balloon",
         about: "memvisor-vswapper, and memvisor's virtio-balloon inflated through the API to RAM minus limit",
         hv: Hv::Memvisor,
@@ -143,6 +159,13 @@ pub struct RunFiles<'a> {
 }
 
 impl Config {
+    /// Whether the VM has a balloon device: inflated ([`Config::balloon`]), or at target 0 for
+    /// free page reporting only (`--balloon` among the mechanisms). The guest kit reports free
+    /// pages whenever the device offers it (its `report=1` default).
+    pub fn balloon_device(&self) -> bool {
+        self.balloon || self.mechanisms.contains(&"--balloon")
+    }
+
     /// Whether this configuration needs the host swap file.
     pub fn needs_host_swap(&self) -> bool {
         self.limit == Limit::HostSwap
@@ -247,6 +270,29 @@ mod tests {
             "--api-sock /s --mem-limit 104857600 --pager baseline"
         );
         assert!(find("memvisor-balloon").unwrap().balloon);
+        // Free page reporting: the balloon device without inflating it.
+        assert_eq!(
+            f("memvisor-fpr"),
+            "--api-sock /s --mem-limit 104857600 --pager full --balloon"
+        );
+        assert_eq!(
+            f("memvisor-vswapper-fpr"),
+            "--api-sock /s --mem-limit 104857600 --pager full --mapper --preventer --balloon"
+        );
+        for n in ["memvisor-fpr", "memvisor-vswapper-fpr"] {
+            let c = find(n).unwrap();
+            assert!(!c.balloon && c.balloon_device(), "{n}");
+        }
+        assert!(find("memvisor-balloon").unwrap().balloon_device());
+        assert!(!find("memvisor-vswapper").unwrap().balloon_device());
+        // Without a limit the mechanisms are not added: the configuration is plain memvisor.
+        assert_eq!(
+            find("memvisor-fpr")
+                .unwrap()
+                .run_flags(None, &files)
+                .join(" "),
+            "--api-sock /s --pager full"
+        );
         assert!(find("nope").is_none());
     }
 }

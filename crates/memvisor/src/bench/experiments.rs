@@ -60,6 +60,8 @@ const LIMITED: &[&str] = &[
     "memvisor-balloon",
     "memvisor-mapper",
     "memvisor-vswapper",
+    "memvisor-fpr",
+    "memvisor-vswapper-fpr",
     "memvisor-vswapper-balloon",
 ];
 
@@ -133,9 +135,17 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
             } else {
                 (1000, 16, 256, 200_000, 2_000_000)
             };
+            // (gcchurn heap MiB, generation MiB, generations; mapreduce input MiB, vocabulary):
+            // a few seconds each. The vocabulary makes each mapper's table 16 MiB, so the map
+            // phase's random accesses span far more memory than the TLB covers.
+            let (heap, gen, gens, input, vocab) = if tiny {
+                (32, 4, 10, 4, 50_000)
+            } else {
+                (256, 32, 500, 128, 500_000)
+            };
             Experiment {
                 name: "overhead",
-                about: "no limit: memvisor against QEMU on a kernbench-like build and a YCSB-like key-value store",
+                about: "no limit: memvisor against QEMU on a kernbench-like build, a YCSB-like key-value store, a generational collector's churn and a word count",
                 mem: mib(512),
                 limit: None,
                 steps: vec![
@@ -154,6 +164,24 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         cmdline: format!("records={records} ops={ops}"),
                         phases: vec!["load".into(), "run".into()],
                         disk: None,
+                    },
+                    Step {
+                        workload: "gcchurn",
+                        cmdline: format!("heap_mb={heap} gen_mb={gen} gens={gens} live_pct=10"),
+                        // gcchurn reports one phase, its whole run.
+                        phases: vec!["done".into()],
+                        disk: None,
+                    },
+                    Step {
+                        workload: "mapreduce",
+                        cmdline: format!("input=src input_mb={input} vocab={vocab} mappers=4"),
+                        phases: vec!["map".into(), "reduce".into()],
+                        // Only read: one image for all runs.
+                        disk: Some(DataDisk {
+                            size_mb: input + 16,
+                            files: format!("src:{input}M"),
+                            writable: false,
+                        }),
                     },
                 ],
                 configs: &["qemu", "memvisor"],
@@ -184,5 +212,21 @@ mod tests {
         let s = find("seqread", Scale::Full).unwrap();
         assert_eq!((s.mem, s.limit), (512 << 20, Some(100 << 20)));
         assert_eq!(s.steps[0].phases.len(), 8);
+        let o = find("overhead", Scale::Full).unwrap();
+        let w: Vec<_> = o.steps.iter().map(|s| s.workload).collect();
+        assert_eq!(w, ["compile", "kv", "gcchurn", "mapreduce"]);
+        assert_eq!((o.limit, o.configs), (None, &["qemu", "memvisor"][..]));
+        // mapreduce reads the file mkdisk wrote, and the disk has room for it.
+        let m = &o.steps[3];
+        let d = m.disk.as_ref().unwrap();
+        assert!(m.cmdline.contains("input=src input_mb=128") && d.files == "src:128M");
+        assert!(!d.writable && d.size_mb > 128);
+        for name in NAMES {
+            let e = find(name, Scale::Full).unwrap();
+            if e.limit.is_some() {
+                assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
+                assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
+            }
+        }
     }
 }

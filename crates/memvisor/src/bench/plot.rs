@@ -11,9 +11,9 @@ use super::configs::Config;
 use super::experiments::Experiment;
 use super::report::{phase_ms, stats, swap_written, values, Record};
 
-/// One colour per configuration for the longest list (the 11 of `seqread`), so no two lines of
-/// the default plot share one.
-const COLORS: [RGBColor; 12] = [
+/// One colour per configuration for the longest list (the 13 of `seqread` and `alloc`), so no
+/// two lines of the default plot share one.
+const COLORS: [RGBColor; 14] = [
     RGBColor(0, 0, 0),
     RGBColor(230, 97, 1),
     RGBColor(253, 184, 99),
@@ -26,6 +26,8 @@ const COLORS: [RGBColor; 12] = [
     RGBColor(140, 81, 10),
     RGBColor(197, 27, 125),
     RGBColor(128, 128, 128),
+    RGBColor(102, 166, 30),
+    RGBColor(0, 191, 196),
 ];
 
 /// Room on the right of each panel for the legend.
