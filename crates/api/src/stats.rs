@@ -181,6 +181,8 @@ pub struct LatencySummary {
     pub p50_us: u64,
     /// 99th percentile; 0 without samples.
     pub p99_us: u64,
+    /// The longest of them; 0 without samples.
+    pub max_us: u64,
 }
 
 /// The virtio-balloon device, and what the guest last said about its memory.

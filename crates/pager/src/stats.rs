@@ -186,7 +186,7 @@ impl Latency {
         }
     }
 
-    /// Samples kept, median and 99th percentile over them; all zero without samples.
+    /// Samples kept, median, 99th percentile and maximum over them; all zero without samples.
     pub fn summary(&self) -> LatencySummary {
         let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = g.0.clone();
@@ -200,6 +200,7 @@ impl Latency {
             samples: v.len() as u64,
             p50_us: at(50),
             p99_us: at(99),
+            max_us: at(100),
         }
     }
 }
@@ -254,7 +255,8 @@ mod tests {
             LatencySummary {
                 samples: 100,
                 p50_us: 50,
-                p99_us: 99
+                p99_us: 99,
+                max_us: 100,
             }
         );
     }

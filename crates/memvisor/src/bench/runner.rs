@@ -677,6 +677,7 @@ mod tests {
                     samples: 1,
                     p50_us: 2,
                     p99_us: 3,
+                    max_us: 4,
                 },
                 ..memvisor_api::PagerStats::default()
             }),
