@@ -121,6 +121,70 @@ fn selftest_on_qemu_with_two_vcpus() {
     selftest("qemu", "2", "req_kb=4");
 }
 
+/// The number after `key` (e.g. `"mmio "`, `"kernel_notifies: "`) in memvisor's info log.
+fn logged_count(stderr: &str, line_has: &str, key: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(line_has))
+        .unwrap_or_else(|| panic!("no log line with {line_has:?} in:\n{stderr}"));
+    let rest = &line[line
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in {line}"))
+        + key.len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {line}"))
+}
+
+/// A queue notification completes in KVM (an ioeventfd) and the disk's thread serves it: the
+/// guest's disk requests cost no MMIO exit each, and the data is exactly the selftest's.
+#[test]
+fn disk_requests_do_not_exit_to_user_space() {
+    let img = disk(64 << 20);
+    let spec = format!("{},id=data", img.path().display());
+    let args = [
+        "run",
+        "--mem",
+        "128M",
+        "--disk",
+        &spec,
+        "--workload",
+        "selftest",
+        "--cmdline",
+        "selftest_mb=8 seed=9 req_kb=4",
+    ];
+    let out = Command::new(MEMVISOR)
+        .args(args)
+        .env("MEMVISOR_LOG", "info")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("memvisor runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- memvisor {args:?}\nstderr:\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "the selftest passes");
+    let line = result_line(&out);
+    assert_eq!(field(&line, "ok"), "1", "{line}");
+    assert_eq!(field(&line, "mismatches"), "0", "{line}");
+    check_pattern(img.path(), 8, 9);
+    let requests: u64 = field(&line, "requests").parse().unwrap();
+    assert!(
+        requests >= 4096,
+        "8 MiB written and read in 4 KiB requests: {line}"
+    );
+    let mmio_exits = logged_count(&stderr, "vm exits:", "mmio ");
+    assert!(
+        mmio_exits < requests / 4,
+        "{mmio_exits} MMIO exits for {requests} disk requests: notifications still exit"
+    );
+    let kernel_notifies = logged_count(&stderr, "disk data:", "kernel_notifies: ");
+    assert!(
+        kernel_notifies > requests / 2,
+        "{kernel_notifies} notifications reached the disk's thread for {requests} requests"
+    );
+    assert_eq!(logged_count(&stderr, "disk data:", "ioevent_refusals: "), 0);
+}
+
 #[test]
 fn read_only_disk_is_read_and_left_unchanged() {
     let img = disk(16 << 20);
