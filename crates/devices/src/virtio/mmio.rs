@@ -249,6 +249,11 @@ impl MmioTransport {
         }
     }
 
+    /// How many queues the device has.
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
     /// A notification of queue `index` the device thread took from its eventfd.
     pub(crate) fn kernel_notify(&mut self, index: u32) {
         self.metrics.kernel_notifies.fetch_add(1, Ordering::Relaxed);

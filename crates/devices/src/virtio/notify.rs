@@ -29,6 +29,9 @@
 //!    them from the transport, so a late guest write goes back to the synchronous path. A thread
 //!    that does not finish within [`STOP_WAIT`] (its device blocked in guest memory the pager
 //!    cannot serve, say) is left behind with a warning rather than hang the VM's end.
+//! 6. Should the thread fail (`poll` or an eventfd returns an error), it unregisters the
+//!    eventfds itself and processes every queue once, in case it took a notification it could
+//!    not act on; the vCPU threads serve the queues from then on.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -87,7 +90,9 @@ impl NotifyThread {
             .name(name.to_owned())
             .spawn(move || {
                 let _ = ready_tx.send(());
-                serve(&thread_transport, &queues, &thread_stop);
+                if let Err(why) = serve(&thread_transport, &queues, &thread_stop) {
+                    fall_back(&thread_transport, &why);
+                }
                 drop(ready_tx);
             });
         let handle = match spawned {
@@ -149,9 +154,27 @@ impl Drop for NotifyThread {
     }
 }
 
+/// The device thread failed: hands the notifications back to the vCPUs (unregisters the
+/// eventfds) and processes every queue once, for a notification it may have taken and dropped.
+fn fall_back(transport: &Mutex<MmioTransport>, why: &str) {
+    tracing::error!("virtio device thread: {why}; notifications return to the vCPU threads");
+    let mut t = lock(transport);
+    t.detach_ioevents();
+    for index in 0..t.queue_count() {
+        if let Ok(index) = u32::try_from(index) {
+            t.kernel_notify(index);
+        }
+    }
+}
+
 /// The device thread's loop: waits for a queue's eventfd or the stop eventfd, processes each
-/// signalled queue under the transport's mutex, and returns when stopped.
-fn serve(transport: &Mutex<MmioTransport>, queues: &[EventFd], stop: &EventFd) {
+/// signalled queue under the transport's mutex, and returns when stopped, or with why it
+/// cannot go on.
+fn serve(
+    transport: &Mutex<MmioTransport>,
+    queues: &[EventFd],
+    stop: &EventFd,
+) -> Result<(), String> {
     let mut fds: Vec<libc::pollfd> = std::iter::once(stop)
         .chain(queues)
         .map(|fd| libc::pollfd {
@@ -160,10 +183,7 @@ fn serve(transport: &Mutex<MmioTransport>, queues: &[EventFd], stop: &EventFd) {
             revents: 0,
         })
         .collect();
-    let Ok(nfds) = libc::nfds_t::try_from(fds.len()) else {
-        tracing::error!("virtio device thread: too many queues to poll");
-        return;
-    };
+    let nfds = libc::nfds_t::try_from(fds.len()).map_err(|_| "too many queues to poll")?;
     loop {
         // SAFETY: `fds` is a live, exclusively borrowed array of `nfds` pollfd structures, and
         // every descriptor in it stays open for this call (the eventfds are borrowed).
@@ -173,13 +193,16 @@ fn serve(transport: &Mutex<MmioTransport>, queues: &[EventFd], stop: &EventFd) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            tracing::error!("virtio device thread: poll failed, notifications stop: {e}");
-            return;
+            return Err(format!("poll failed: {e}"));
         }
         if fds[0].revents != 0 {
-            return;
+            return Ok(());
         }
         for (index, (pfd, fd)) in fds[1..].iter().zip(queues).enumerate() {
+            if pfd.revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+                // Not expected of an eventfd; giving up beats spinning on it.
+                return Err(format!("the eventfd of queue {index} failed"));
+            }
             if pfd.revents & libc::POLLIN == 0 {
                 continue;
             }
@@ -187,10 +210,7 @@ fn serve(transport: &Mutex<MmioTransport>, queues: &[EventFd], stop: &EventFd) {
                 Ok(_) => {}
                 // Another wake-up already took the count.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => {
-                    tracing::error!("virtio device thread: reading a queue eventfd failed: {e}");
-                    return;
-                }
+                Err(e) => return Err(format!("reading the eventfd of queue {index} failed: {e}")),
             }
             let Ok(index) = u32::try_from(index) else {
                 continue;
