@@ -270,6 +270,13 @@ pub struct DiskStats {
     pub bytes_written: u64,
     /// Requests answered with an error, or dropped.
     pub errors: u64,
+    /// Queue notifications the device processed, by either path.
+    pub notifies: u64,
+    /// Of those, the ones its thread took from an ioeventfd, with no exit to memvisor (several
+    /// guest writes between two reads of the eventfd count once).
+    pub kernel_notifies: u64,
+    /// Queue ioeventfds KVM refused: those queues are served on the vCPU's exit instead.
+    pub ioevent_refusals: u64,
 }
 
 /// VM exits that reached memvisor, by kind.

@@ -121,6 +121,59 @@ fn selftest_on_qemu_with_two_vcpus() {
     selftest("qemu", "2", "req_kb=4");
 }
 
+/// A queue notification completes in KVM (an ioeventfd) and the disk's thread serves it: the
+/// guest's disk requests cost no MMIO exit each, and the data is exactly the selftest's.
+#[test]
+fn disk_requests_do_not_exit_to_user_space() {
+    let img = disk(64 << 20);
+    let spec = format!("{},id=data", img.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let stats_path = dir.path().join("stats.json");
+    let args = [
+        "run",
+        "--mem",
+        "128M",
+        "--disk",
+        &spec,
+        "--workload",
+        "selftest",
+        "--cmdline",
+        "selftest_mb=8 seed=9 req_kb=4",
+        "--stats-json",
+        stats_path.to_str().unwrap(),
+    ];
+    let out = Command::new(MEMVISOR)
+        .args(args)
+        .output()
+        .expect("memvisor runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- memvisor {args:?}\nstderr:\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "the selftest passes");
+    let line = result_line(&out);
+    assert_eq!(field(&line, "ok"), "1", "{line}");
+    assert_eq!(field(&line, "mismatches"), "0", "{line}");
+    check_pattern(img.path(), 8, 9);
+    let requests: u64 = field(&line, "requests").parse().unwrap();
+    assert!(
+        requests >= 4096,
+        "8 MiB written and read in 4 KiB requests: {line}"
+    );
+    let stats: memvisor_api::VmStats =
+        serde_json::from_str(&std::fs::read_to_string(&stats_path).unwrap()).unwrap();
+    let mmio_exits = stats.exits.mmio;
+    assert!(
+        mmio_exits < requests / 4,
+        "{mmio_exits} MMIO exits for {requests} disk requests: notifications still exit"
+    );
+    let data = &stats.disks["data"];
+    assert!(
+        data.kernel_notifies > requests / 2,
+        "{} notifications reached the disk's thread for {requests} requests",
+        data.kernel_notifies
+    );
+    assert_eq!(data.ioevent_refusals, 0);
+}
+
 #[test]
 fn read_only_disk_is_read_and_left_unchanged() {
     let img = disk(16 << 20);

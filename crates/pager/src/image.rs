@@ -9,6 +9,8 @@ use crate::store::{PageStore, StoreCounters};
 use crate::swap::BLOCK;
 
 pub struct ImageFile {
+    /// The disk's number (its virtio slot order).
+    disk: u8,
     file: File,
     counters: StoreCounters,
 }
@@ -16,8 +18,9 @@ pub struct ImageFile {
 impl ImageFile {
     /// A read handle on the image (opened `O_DIRECT` by the device where the file system
     /// allows, so buffers must be aligned).
-    pub fn new(file: File) -> Self {
+    pub fn new(disk: u8, file: File) -> Self {
         ImageFile {
+            disk,
             file,
             counters: StoreCounters::default(),
         }
@@ -25,6 +28,10 @@ impl ImageFile {
 }
 
 impl PageStore for ImageFile {
+    fn describe(&self) -> String {
+        format!("disk image {}", self.disk)
+    }
+
     fn read(&self, block: u32, buf: &mut [u8]) -> std::io::Result<()> {
         self.file
             .read_exact_at(buf, u64::from(block) * BLOCK as u64)

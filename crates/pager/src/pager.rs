@@ -293,7 +293,7 @@ impl Pager {
         if self
             .shared
             .stores
-            .attach_image(disk, ImageFile::new(image))
+            .attach_image(disk, ImageFile::new(disk, image))
             .is_err()
         {
             tracing::warn!("pager: disk {disk} cannot be attached (taken, or past the last slot)");

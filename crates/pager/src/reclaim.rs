@@ -137,9 +137,7 @@ impl Shared {
             }
             if let Err(e) = store::write(&self.stores.swap, blocks[i], buf) {
                 blocks.iter().for_each(|&b| pages.table.blocks.release(b));
-                return Err(std::io::Error::other(format!(
-                    "writing to the swap file failed: {e}"
-                )));
+                return Err(e);
             }
             i = j;
         }

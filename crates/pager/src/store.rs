@@ -69,6 +69,8 @@ impl StoreCounters {
 /// A place pages can be read back from. Buffers are whole pages, page-aligned (stores may use
 /// `O_DIRECT`); `index` is the slot of the buffer's first page, and the rest follow it.
 pub trait PageStore: Send + Sync {
+    /// What the store is, for messages: "the swap file", "disk image 0".
+    fn describe(&self) -> String;
     /// Reads `buf.len() / 4096` consecutive slots from `index` on.
     fn read(&self, index: u32, buf: &mut [u8]) -> std::io::Result<()>;
     /// Writes `data` to consecutive slots from `index` on. A store the pager only reads from
@@ -77,9 +79,16 @@ pub trait PageStore: Send + Sync {
     fn counters(&self) -> &StoreCounters;
 }
 
+/// `e`, saying which store failed to `what`.
+fn failed(store: &dyn PageStore, what: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what} {} failed: {e}", store.describe()))
+}
+
 /// Reads through `store` and counts the call.
 pub(crate) fn read(store: &dyn PageStore, index: u32, buf: &mut [u8]) -> std::io::Result<()> {
-    store.read(index, buf)?;
+    store
+        .read(index, buf)
+        .map_err(|e| failed(store, "reading", e))?;
     let c = store.counters();
     StoreCounters::count(&c.reads, &c.bytes_read, buf.len());
     Ok(())
@@ -87,7 +96,9 @@ pub(crate) fn read(store: &dyn PageStore, index: u32, buf: &mut [u8]) -> std::io
 
 /// Writes through `store` and counts the call.
 pub(crate) fn write(store: &dyn PageStore, index: u32, data: &[u8]) -> std::io::Result<()> {
-    store.write(index, data)?;
+    store
+        .write(index, data)
+        .map_err(|e| failed(store, "writing to", e))?;
     let c = store.counters();
     StoreCounters::count(&c.writes, &c.bytes_written, data.len());
     Ok(())

@@ -98,6 +98,10 @@ impl SwapFile {
 }
 
 impl PageStore for SwapFile {
+    fn describe(&self) -> String {
+        "the swap file".into()
+    }
+
     /// Reads whole blocks starting at `first` into `buf` (aligned).
     fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
         self.file

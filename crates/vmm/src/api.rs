@@ -24,13 +24,14 @@ use memvisor_api::{
 };
 use memvisor_devices::virtio::balloon::BalloonControl;
 use memvisor_devices::virtio::block::BlockMetrics;
+use memvisor_devices::virtio::mmio::TransportMetrics;
 
 /// What the API can see and steer.
 pub(crate) struct Control {
     pub mem_size: u64,
     pub vcpus: u8,
     pub pager_mode: &'static str,
-    pub disks: Vec<(DiskConfig, Arc<BlockMetrics>)>,
+    pub disks: Vec<(DiskConfig, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
     pub lifecycle: Arc<Lifecycle>,
     pub balloon: Option<BalloonControl>,
     pub exits: Arc<ExitCounters>,
@@ -171,7 +172,7 @@ fn vm_info(c: &Control) -> VmInfo {
         disks: c
             .disks
             .iter()
-            .map(|(d, _)| DiskInfo {
+            .map(|(d, _, _)| DiskInfo {
                 id: d.id.clone(),
                 path: d.path.display().to_string(),
                 read_only: d.read_only,
@@ -207,8 +208,11 @@ fn balloon_stats(b: &BalloonControl) -> BalloonStats {
     }
 }
 
-fn disk_stats(m: &BlockMetrics) -> DiskStats {
+fn disk_stats(m: &BlockMetrics, t: &TransportMetrics) -> DiskStats {
     DiskStats {
+        notifies: t.notifies.load(Ordering::Relaxed).into(),
+        kernel_notifies: t.kernel_notifies.load(Ordering::Relaxed).into(),
+        ioevent_refusals: t.ioevent_refusals.load(Ordering::Relaxed).into(),
         reads: m.reads.load(Ordering::Relaxed),
         writes: m.writes.load(Ordering::Relaxed),
         flushes: m.flushes.load(Ordering::Relaxed),
@@ -239,7 +243,7 @@ impl VmReport {
             disks: self
                 .disks
                 .iter()
-                .map(|(id, m, _)| (id.clone(), disk_stats(m)))
+                .map(|(id, m, t)| (id.clone(), disk_stats(m, t)))
                 .collect(),
             exits: self.exits.stats(),
         }
@@ -260,7 +264,7 @@ fn stats(c: &Control) -> VmStats {
         disks: c
             .disks
             .iter()
-            .map(|(d, m)| (d.id.clone(), disk_stats(m)))
+            .map(|(d, m, t)| (d.id.clone(), disk_stats(m, t)))
             .collect(),
         exits: c.exits.stats(),
     }

@@ -4,11 +4,13 @@
 //! resumed, and waited for ([`Vm::wait`]) until the guest ends: through the debug-exit port, a
 //! shutdown, a crash, a signal, or [`VmStopper::stop`]; [`run`] does all of it. Each vCPU runs
 //! on its own thread and serves its own exits: a port or MMIO access is routed to the device
-//! that owns the address on the [`Bus`](memvisor_devices::Bus), synchronously. Pausing and
-//! ending vCPUs is `control.rs`.
+//! that owns the address on the [`Bus`](memvisor_devices::Bus), synchronously. Virtio queue
+//! notifications do not exit: KVM signals an ioeventfd and the device's own thread processes
+//! the queue. Pausing and ending vCPUs is `control.rs`.
 
 mod api;
 mod control;
+mod ioevents;
 mod memory;
 pub mod signals;
 mod vcpu;
@@ -28,7 +30,9 @@ use memvisor_devices::virtio::balloon::{Balloon, BalloonControl};
 use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
 use memvisor_devices::virtio::mmio::{
     MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
+    QUEUE_NOTIFY_OFFSET,
 };
+use memvisor_devices::virtio::notify::{IoEvents, NotifyThread};
 use memvisor_devices::{Bus, BusError};
 use memvisor_pager::{Pager, PagerConfig, PagerError, PagerSnapshot};
 use thiserror::Error;
@@ -102,6 +106,8 @@ pub enum VmmError {
     EventFd(#[source] std::io::Error),
     #[error("cannot start a vCPU thread")]
     Thread(#[source] std::io::Error),
+    #[error("cannot start the thread of virtio device {0}")]
+    DeviceThread(String, #[source] std::io::Error),
     #[error("guest crashed on vCPU {vcpu}: {reason} (rip {rip:#x})")]
     GuestCrash { vcpu: u8, reason: String, rip: u64 },
     #[error("flushing disk {id} at exit failed")]
@@ -251,6 +257,8 @@ pub struct Vm {
     threads: Vec<std::thread::JoinHandle<()>>,
     events_tx: mpsc::Sender<VmEvent>,
     events: mpsc::Receiver<VmEvent>,
+    /// The virtio devices' threads; dropping one stops it and unregisters its ioeventfds.
+    notifiers: Vec<NotifyThread>,
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
     exits: Arc<ExitCounters>,
     _socket: Option<api::SocketFile>,
@@ -334,6 +342,7 @@ impl Vm {
             mmio,
             disks,
             balloon,
+            notifiers,
         } = build_devices(
             &vm,
             &mem,
@@ -361,7 +370,14 @@ impl Vm {
                     },
                     disks: disks
                         .iter()
-                        .map(|(d, a)| (d.clone(), lock(a).block_metrics.clone()))
+                        .map(|(d, a)| {
+                            let a = lock(a);
+                            (
+                                d.clone(),
+                                a.block_metrics.clone(),
+                                a.transport_metrics.clone(),
+                            )
+                        })
                         .collect(),
                     lifecycle: lifecycle.clone(),
                     balloon,
@@ -400,6 +416,7 @@ impl Vm {
             threads: Vec::new(),
             events_tx,
             events,
+            notifiers,
             disks,
             exits,
             _socket: socket,
@@ -480,6 +497,7 @@ impl Vm {
             threads,
             events_tx,
             events,
+            notifiers,
             disks,
             exits,
             ..
@@ -500,6 +518,9 @@ impl Vm {
                 let _ = t.join();
             }
         }
+        // The device threads finish their requests and give the notifications back first.
+        drop(notifiers);
+        // However the VM ended, what the guest wrote reaches its disks.
         for (disk, dev) in &disks {
             if let Err(source) = lock(dev).sync() {
                 if outcome.is_err() {
@@ -565,6 +586,30 @@ struct Devices {
     mmio: Bus,
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
     balloon: Option<BalloonControl>,
+    /// The virtio devices' threads; dropping one stops it and unregisters its ioeventfds.
+    notifiers: Vec<NotifyThread>,
+}
+
+/// Starts the thread that serves the queue notifications of the virtio-mmio slot at `base`.
+fn start_notifier(
+    name: String,
+    transport: &Arc<Mutex<MmioTransport>>,
+    ioevents: &Arc<dyn IoEvents>,
+    base: u64,
+) -> Result<NotifyThread, VmmError> {
+    // Thread names are at most 15 bytes on Linux, printable here.
+    let name: String = name
+        .chars()
+        .filter(char::is_ascii_graphic)
+        .take(15)
+        .collect();
+    NotifyThread::start(
+        &name,
+        transport.clone(),
+        ioevents.clone(),
+        base + QUEUE_NOTIFY_OFFSET,
+    )
+    .map_err(|e| VmmError::DeviceThread(name, e))
 }
 
 fn build_devices(
@@ -600,6 +645,8 @@ fn build_devices(
     let mut mmio = Bus::new();
     let mut disks = Vec::new();
     let mut balloon = None;
+    let mut notifiers = Vec::new();
+    let ioevents: Arc<dyn IoEvents> = Arc::new(ioevents::KvmIoEvents::new(vm)?);
     let mut devices = config.disks.iter().map(Some).collect::<Vec<_>>();
     if config.balloon {
         devices.push(None);
@@ -627,7 +674,10 @@ fn build_devices(
                 let file = block.sync_handle().map_err(VmmError::Memory)?;
                 let transport = MmioTransport::new(Some(Box::new(block)), mem.clone(), Some(irq));
                 let transport_metrics = transport.metrics();
-                mmio.insert(base, MMIO_SLOT_SIZE, Arc::new(Mutex::new(transport)))?;
+                let transport = Arc::new(Mutex::new(transport));
+                mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
+                let name = format!("blk-{}", disk.id);
+                notifiers.push(start_notifier(name, &transport, &ioevents, base)?);
                 let attached = AttachedDisk {
                     block_metrics,
                     transport_metrics,
@@ -644,6 +694,8 @@ fn build_devices(
                     Some(irq),
                 )));
                 mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
+                let name = "balloon".to_owned();
+                notifiers.push(start_notifier(name, &transport, &ioevents, base)?);
                 balloon = Some(BalloonControl { state, transport });
             }
         }
@@ -653,5 +705,6 @@ fn build_devices(
         mmio,
         disks,
         balloon,
+        notifiers,
     })
 }

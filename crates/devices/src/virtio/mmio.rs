@@ -12,6 +12,15 @@
 //! 3. per queue: QueueSel, read QueueNumMax, write QueueNum and the three ring addresses, then
 //!    QueueReady = 1 (queue registers are ignored while the queue is ready);
 //! 4. set DRIVER_OK; from then on a write to QueueNotify processes that queue.
+//!
+//! A QueueNotify write reaches the transport in one of two ways. With a [`NotifyThread`]
+//! attached, the hypervisor signals the queue's eventfd and the device thread calls
+//! [`MmioTransport::kernel_notify`] (see [`super::notify`] for the protocol); otherwise, and for
+//! any queue whose eventfd the hypervisor refused, the write is an MMIO exit and the vCPU thread
+//! processes the queue through [`BusDevice::write`]. Both end in the same code under the same
+//! mutex.
+//!
+//! [`NotifyThread`]: super::notify::NotifyThread
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -20,6 +29,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
+use super::notify::IoEvents;
 use super::{status, VirtioDevice, VIRTIO_F_VERSION_1};
 use crate::{BusDevice, GuestMem};
 
@@ -32,6 +42,8 @@ const MAGIC: u32 = 0x7472_6976; // "virt"
 const VERSION: u32 = 2;
 const VENDOR_ID: u32 = 0x4d56_4d56; // "VMVM"
 const CONFIG_OFFSET: u64 = 0x100;
+/// Offset of the QueueNotify register in a slot: the address a device thread's eventfds watch.
+pub const QUEUE_NOTIFY_OFFSET: u64 = reg::QUEUE_NOTIFY;
 
 mod reg {
     pub const MAGIC: u64 = 0x000;
@@ -83,8 +95,73 @@ fn driver_wants_interrupt(queue: &mut Queue, mem: &GuestMem) -> bool {
 /// Counters of one transport.
 #[derive(Debug, Default)]
 pub struct TransportMetrics {
+    /// Queue notifications processed, by either path.
     pub notifies: AtomicU32,
+    /// Of those, the ones the device thread took from an eventfd (several guest writes between
+    /// two reads of the eventfd count once).
+    pub kernel_notifies: AtomicU32,
+    /// Queue eventfds the hypervisor refused to register: those queues stay on the
+    /// synchronous path.
+    pub ioevent_refusals: AtomicU32,
     pub interrupts: AtomicU32,
+}
+
+/// The queue eventfds of a transport served by a device thread.
+struct QueueEvents {
+    events: Arc<dyn IoEvents>,
+    /// Guest-physical address of this slot's QueueNotify register.
+    addr: u64,
+    /// One per queue; the device thread holds the other handles.
+    fds: Vec<EventFd>,
+    /// Which of `fds` are registered now.
+    registered: Vec<bool>,
+    /// Whether a refusal has been logged (once per transport).
+    refusal_logged: bool,
+}
+
+impl QueueEvents {
+    /// Registers the eventfd of each ready queue; a refused one stays on the synchronous path.
+    fn register(&mut self, queues: &[Queue], metrics: &TransportMetrics) {
+        for (index, q) in queues.iter().enumerate() {
+            let (Some(fd), Ok(value)) = (self.fds.get(index), u32::try_from(index)) else {
+                continue;
+            };
+            if !q.ready() || self.registered[index] {
+                continue;
+            }
+            match self.events.register(self.addr, value, fd) {
+                Ok(()) => self.registered[index] = true,
+                Err(e) => {
+                    metrics.ioevent_refusals.fetch_add(1, Ordering::Relaxed);
+                    if !self.refusal_logged {
+                        self.refusal_logged = true;
+                        tracing::warn!(
+                            "virtio-mmio at {:#x}: the hypervisor refused a queue eventfd, so \
+                             notifications return to user space (logged once): {e}",
+                            self.addr
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn unregister(&mut self) {
+        for (index, fd) in self.fds.iter().enumerate() {
+            if !std::mem::take(&mut self.registered[index]) {
+                continue;
+            }
+            let Ok(value) = u32::try_from(index) else {
+                continue;
+            };
+            if let Err(e) = self.events.unregister(self.addr, value, fd) {
+                tracing::warn!(
+                    "virtio-mmio at {:#x}: unregistering the eventfd of queue {index} failed: {e}",
+                    self.addr
+                );
+            }
+        }
+    }
 }
 
 /// One virtio-mmio slot, empty or holding a device.
@@ -100,6 +177,8 @@ pub struct MmioTransport {
     queue_sel: u32,
     interrupt_status: AtomicU32,
     metrics: Arc<TransportMetrics>,
+    /// Set while a device thread serves this transport's notifications.
+    queue_events: Option<QueueEvents>,
 }
 
 impl MmioTransport {
@@ -130,7 +209,60 @@ impl MmioTransport {
             queue_sel: 0,
             interrupt_status: AtomicU32::new(0),
             metrics: Arc::default(),
+            queue_events: None,
         }
+    }
+
+    /// Creates one eventfd per queue, to be registered with `events` for writes of the queue's
+    /// index to `notify_addr` while the driver is ready, and returns the device thread's handles.
+    pub(crate) fn attach_ioevents(
+        &mut self,
+        events: Arc<dyn IoEvents>,
+        notify_addr: u64,
+    ) -> std::io::Result<Vec<EventFd>> {
+        self.detach_ioevents();
+        let fds = (0..self.queues.len())
+            .map(|_| EventFd::new(libc::EFD_NONBLOCK))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let theirs = fds
+            .iter()
+            .map(EventFd::try_clone)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut qe = QueueEvents {
+            events,
+            addr: notify_addr,
+            registered: vec![false; fds.len()],
+            fds,
+            refusal_logged: false,
+        };
+        if self.driver_ready() {
+            qe.register(&self.queues, &self.metrics);
+        }
+        self.queue_events = Some(qe);
+        Ok(theirs)
+    }
+
+    /// Unregisters and forgets the queue eventfds: notifications go back to the vCPU threads.
+    pub(crate) fn detach_ioevents(&mut self) {
+        if let Some(mut qe) = self.queue_events.take() {
+            qe.unregister();
+        }
+    }
+
+    /// How many queues the device has.
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// A notification of queue `index` the device thread took from its eventfd.
+    pub(crate) fn kernel_notify(&mut self, index: u32) {
+        self.metrics.kernel_notifies.fetch_add(1, Ordering::Relaxed);
+        self.notify(index);
+    }
+
+    /// DRIVER_OK is set and the device does not need a reset.
+    fn driver_ready(&self) -> bool {
+        self.status & status::DRIVER_OK != 0 && self.status & status::DEVICE_NEEDS_RESET == 0
     }
 
     pub fn metrics(&self) -> Arc<TransportMetrics> {
@@ -138,6 +270,9 @@ impl MmioTransport {
     }
 
     fn reset(&mut self) {
+        if let Some(qe) = self.queue_events.as_mut() {
+            qe.unregister();
+        }
         if let Some(d) = self.device.as_mut() {
             d.reset();
         }
@@ -224,11 +359,16 @@ impl MmioTransport {
             }
         }
         self.status = value;
+        if newly & status::DRIVER_OK != 0 && self.driver_ready() {
+            if let Some(qe) = self.queue_events.as_mut() {
+                qe.register(&self.queues, &self.metrics);
+            }
+        }
     }
 
     fn notify(&mut self, index: u32) {
         self.metrics.notifies.fetch_add(1, Ordering::Relaxed);
-        if self.status & status::DRIVER_OK == 0 || self.status & status::DEVICE_NEEDS_RESET != 0 {
+        if !self.driver_ready() {
             return;
         }
         let (Some(dev), Some(queue)) = (self.device.as_mut(), self.queues.get_mut(index as usize))
@@ -402,7 +542,7 @@ pub(crate) mod tests {
         u32::from_le_bytes(b)
     }
 
-    fn w(t: &mut MmioTransport, off: u64, v: u32) {
+    pub(crate) fn w(t: &mut MmioTransport, off: u64, v: u32) {
         t.write(off, &v.to_le_bytes());
     }
 

@@ -3,6 +3,7 @@
 pub mod balloon;
 pub mod block;
 pub mod mmio;
+pub mod notify;
 
 use virtio_queue::Queue;
 
