@@ -34,7 +34,10 @@ pub enum CtlRequest {
         #[arg(value_parser = parse_size)]
         target: u64,
     },
-    /// Resume a VM the pager paused because swap or image I/O failed (PUT /vm/resume).
+    /// Park every vCPU outside the guest until `resume` (PUT /vm/pause).
+    Pause,
+    /// Resume a paused VM: one paused with `pause`, or by the pager because swap or image I/O
+    /// failed (PUT /vm/resume).
     Resume,
 }
 
@@ -52,6 +55,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
     let (method, path, body) = match args.request {
         CtlRequest::Vm => ("GET", "/vm", None),
         CtlRequest::Stats => ("GET", "/stats", None),
+        CtlRequest::Pause => ("PUT", "/vm/pause", None),
         CtlRequest::Resume => ("PUT", "/vm/resume", None),
         CtlRequest::Limit { limit } => (
             "PUT",

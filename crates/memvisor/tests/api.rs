@@ -371,7 +371,7 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 5);
+    assert_eq!(paths.len(), 6);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
@@ -410,6 +410,16 @@ fn server_matches_the_published_schema() {
     let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("not paused"));
+    // Paused on request: the reason says so, a second pause is refused, resume lets it run.
+    let (_, vm) = call_checked(&spec, &sock, "PUT", "/vm/pause", None);
+    assert_eq!(vm["state"], "paused");
+    assert_eq!(vm["paused_because"], "requested");
+    let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/pause", None);
+    assert_eq!(status, 400);
+    assert!(v["error"].as_str().unwrap().contains("already paused"));
+    let (_, vm) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
+    assert_eq!(vm["state"], "running");
+    assert!(vm["paused_because"].is_null());
 
     // Bad requests: 400 with an error, and nothing changes.
     for (path, body) in [

@@ -12,9 +12,9 @@
 //! only by the I/O bitmap of the TSS that TR points at. The guest reports a #GP from ring 3
 //! with the IOPL it ran at, so the test tells the two behaviours apart.
 
-use std::process::{Command, Output};
+mod common;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+use std::process::Output;
 
 /// Where the image is loaded and entered.
 const BASE: u64 = 0x10_0000;
@@ -191,13 +191,7 @@ fn kernel(io: Io) -> tempfile::NamedTempFile {
     put_u64(&mut image, PDPT, (BASE + PD as u64) | 0x7);
     put_u64(&mut image, PD, 0x87);
 
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        f.path(),
-        memvisor_boot::test_utils::make_elf(BASE, &image, Some(u32::try_from(BASE).unwrap())),
-    )
-    .unwrap();
-    f
+    common::pvh_kernel(BASE, &image)
 }
 
 fn run(hypervisor: &str, kernel: &tempfile::NamedTempFile) -> Output {
@@ -210,17 +204,7 @@ fn run(hypervisor: &str, kernel: &tempfile::NamedTempFile) -> Output {
         "--kernel",
         kernel.path().to_str().unwrap(),
     ];
-    let out = Command::new(MEMVISOR)
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    eprintln!(
-        "--- memvisor {args:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    common::memvisor(&args)
 }
 
 /// Runs the guest for `io` on both hypervisors; returns what each printed and its status.

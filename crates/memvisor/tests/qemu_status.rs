@@ -1,23 +1,9 @@
 //! `memvisor run --hypervisor qemu` keeps the exit statuses' meaning: a triple fault is a guest
 //! crash (4) on both hypervisors, and QEMU failing by itself is not a guest's success (1).
 
-use std::process::{Command, Output};
+mod common;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-
-fn memvisor(args: &[&str]) -> Output {
-    let out = Command::new(MEMVISOR)
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    eprintln!(
-        "--- memvisor {args:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use common::{memvisor, pvh_kernel};
 
 /// A PVH ELF that loads an empty IDT and executes `ud2`: #UD, then a triple fault.
 fn triple_fault_kernel() -> tempfile::NamedTempFile {
@@ -28,13 +14,7 @@ fn triple_fault_kernel() -> tempfile::NamedTempFile {
         0, 0, 0, 0, 0, 0, 0,                      // 09: padding
         0, 0, 0, 0, 0, 0,                         // 10: IDT limit 0, base 0
     ];
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        f.path(),
-        memvisor_boot::test_utils::make_elf(0x10_0000, code, Some(0x10_0000)),
-    )
-    .unwrap();
-    f
+    pvh_kernel(0x10_0000, code)
 }
 
 #[test]

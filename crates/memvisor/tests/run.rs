@@ -1,6 +1,8 @@
 //! End-to-end tests of `memvisor run`: boot the guest kit on memvisor and on QEMU microvm, check
 //! what it prints, then check the data disk byte for byte from the host.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -219,13 +221,7 @@ fn tiny_kernel() -> tempfile::NamedTempFile {
         0x66, 0xba, 0xf4, 0x00, 0xb8, 0x21, 0x00, 0x00, 0x00, 0xef, // out 0xf4, 0x21
         0xf4, // hlt
     ];
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        f.path(),
-        memvisor_boot::test_utils::make_elf(0x10_0000, code, Some(0x10_0000)),
-    )
-    .unwrap();
-    f
+    common::pvh_kernel(0x10_0000, code)
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
-//! | `PUT /vm/resume` | resumes a VM the pager paused (swap or image I/O failed); 400 if it runs |
+//! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
+//! | `PUT /vm/resume` | resumes a paused VM (asked for, or the pager's swap or image I/O failed); 400 if it runs |
 //!
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
 //! `{"error": "..."}` and change nothing. Every answer is a `memvisor_api` type ([`VmInfo`],
@@ -22,7 +23,7 @@ use memvisor_api::{
     read_request, write_response, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody,
     ExitStats, GuestMemoryStats, MemoryUpdate, PagerMode, VmInfo, VmState, VmStats,
 };
-use memvisor_devices::virtio::balloon::BalloonControl;
+use memvisor_devices::virtio::balloon::{BalloonControl, BalloonState};
 use memvisor_devices::virtio::block::BlockMetrics;
 use memvisor_devices::virtio::mmio::TransportMetrics;
 
@@ -135,12 +136,16 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
                 }
             },
         },
+        ("PUT", "/vm/pause") => match c.lifecycle.pause() {
+            true => ok(&vm_info(c)),
+            false => error(400, "the VM is already paused"),
+        },
         ("PUT", "/vm/resume") => match c.lifecycle.resume() {
             true => ok(&vm_info(c)),
             false => error(400, "the VM is not paused"),
         },
         (_, "/vm" | "/stats") => error(405, "use GET"),
-        (_, "/memory" | "/balloon" | "/vm/resume") => error(405, "use PUT"),
+        (_, "/memory" | "/balloon" | "/vm/pause" | "/vm/resume") => error(405, "use PUT"),
         _ => error(404, &format!("no such path {path}")),
     }
 }
@@ -181,8 +186,7 @@ fn vm_info(c: &Control) -> VmInfo {
     }
 }
 
-fn balloon_stats(b: &BalloonControl) -> BalloonStats {
-    let st = &b.state;
+pub(crate) fn balloon_stats(st: &BalloonState) -> BalloonStats {
     let m = &st.metrics;
     let guest = st.stats().map(|(age, values)| {
         let mut g = GuestMemoryStats {
@@ -234,12 +238,11 @@ impl ExitCounters {
 }
 
 impl VmReport {
-    /// The finished VM's counters in the schema of `GET /stats`. `balloon` is `null`: the
-    /// report does not keep the balloon device.
+    /// The finished VM's counters in the schema of `GET /stats`.
     pub fn stats(&self) -> VmStats {
         VmStats {
             pager: self.pager.clone(),
-            balloon: None,
+            balloon: self.balloon.clone(),
             disks: self
                 .disks
                 .iter()
@@ -256,7 +259,7 @@ fn stats(c: &Control) -> VmStats {
     // below (read the other way round, a request landing in between made them disagree).
     let balloon = c.balloon.as_ref().map(|b| {
         b.request_stats();
-        balloon_stats(b)
+        balloon_stats(&b.state)
     });
     VmStats {
         pager: c.lifecycle.pager.as_ref().map(|p| p.snapshot()),

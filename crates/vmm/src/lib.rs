@@ -156,6 +156,8 @@ pub struct VmReport {
     pub exit: VmExit,
     /// The pager's state at exit, when one ran.
     pub pager: Option<PagerSnapshot>,
+    /// The balloon's state at exit, when the VM had one.
+    pub balloon: Option<memvisor_api::BalloonStats>,
     pub exits: Arc<ExitCounters>,
     pub disks: Vec<(String, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
 }
@@ -260,6 +262,7 @@ pub struct Vm {
     /// The virtio devices' threads; dropping one stops it and unregisters its ioeventfds.
     notifiers: Vec<NotifyThread>,
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
+    balloon: Option<Arc<memvisor_devices::virtio::balloon::BalloonState>>,
     exits: Arc<ExitCounters>,
     _socket: Option<api::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
@@ -353,6 +356,7 @@ impl Vm {
             vcpus.clone(),
         )?;
         let exits = Arc::new(ExitCounters::default());
+        let balloon_state = balloon.as_ref().map(|b| b.state.clone());
         let lifecycle = Arc::new(Lifecycle {
             vcpus,
             pager,
@@ -418,6 +422,7 @@ impl Vm {
             events,
             notifiers,
             disks,
+            balloon: balloon_state,
             exits,
             _socket: socket,
             mem,
@@ -499,6 +504,7 @@ impl Vm {
             events,
             notifiers,
             disks,
+            balloon,
             exits,
             ..
         } = self;
@@ -548,6 +554,7 @@ impl Vm {
         Ok(VmReport {
             exit,
             pager: lifecycle.pager.as_ref().map(Pager::snapshot),
+            balloon: balloon.as_deref().map(api::balloon_stats),
             exits,
             disks,
         })
