@@ -25,7 +25,7 @@ data="${TMPDIR:-/tmp}/memvisor-demo-fs.img"
 target/release/memvisor mkdisk data --out "$data" --size 64M --force
 set +e
 MEMVISOR_LOG=info target/release/memvisor run --mem 512M --mem-limit 100M --disk "$data,id=data" \
-  --workload integrity --cmdline "anon_mb=160 file_mb=8 rounds=2" 2> >(grep -E "pager|WARN|ERROR" >&2)
+  --workload integrity --cmdline "anon_mb=160 file_mb=8 rounds=2"
 rc=$?
 set -e
 echo "== exit status $rc"

@@ -1,0 +1,18 @@
+//! Memory allocation decisions for a host of VMs, as pure functions of observations: ESX's share-based allocation with the idle memory tax, active-memory estimates, free-memory states and admission control. No syscalls and no clocks, so the host manager and a simulator get the same answers from the same inputs.
+//!
+//! | file | decides | paper |
+//! |---|---|---|
+//! | `allocation.rs` | each VM's target: min-funding revocation on shares per page, idle pages taxed | ESX §5.1–§5.2 |
+//! | `active.rs` | the active-memory estimate from sampled pages: fast and slow EWMAs and the current period | ESX §5.3 |
+//! | `free_state.rs` | the free-memory state (high / soft / hard / low) with hysteresis, and what each state does | ESX §6.3 |
+//! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
+
+pub mod active;
+pub mod admission;
+pub mod allocation;
+pub mod free_state;
+
+pub use active::ActiveEstimate;
+pub use admission::{admit, AdmissionRefusal, Reservations};
+pub use allocation::{targets, VmDemand};
+pub use free_state::{FreeState, Reclaim};
