@@ -6,7 +6,7 @@ mod vm;
 
 pub use http::{call, read_request, write_response, HttpError, Request, MAX_BODY};
 pub use stats::{
-    BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
+    ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
     PagerCounters, PagerStats, VmStats,
 };
 pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// `GET /stats`: the pager, the balloon, the disks and the VM exits.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VmStats {
     /// memvisor's pager; `null` with `--pager off`.
     pub pager: Option<PagerStats>,
@@ -27,7 +27,7 @@ pub struct VmStats {
 /// The pager: its limit, where every guest page is, what it did, and how long it took.
 ///
 /// On the wire the census and the counters are fields of this object itself (flattened).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PagerStats {
     /// Most guest RAM resident on the host; `null`: no limit.
     pub limit_bytes: Option<u64>,
@@ -49,6 +49,33 @@ pub struct PagerStats {
     pub swap_fault_latency: LatencySummary,
     /// Each reclaim batch, from picking its victims to the last page dropped.
     pub reclaim_latency: LatencySummary,
+    /// The working set, measured by sampling.
+    pub active: ActiveMemory,
+}
+
+/// The active-memory estimate from sampled pages (ESX §5.3): each period the pager takes
+/// `sampled` random resident pages out of guest RAM and counts those the guest touches.
+/// Fractions are of the sampled pages, 0 to 1; before the first period they are 1 (all active).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActiveMemory {
+    /// The estimate: the largest of the three averages below.
+    pub estimate: f64,
+    /// Slow moving average of the periods' touched fractions.
+    pub slow: f64,
+    /// Fast moving average.
+    pub fast: f64,
+    /// The fast average with the period under way counted in.
+    pub current: f64,
+    /// Sampling periods completed.
+    pub periods: u64,
+    /// Pages sampled in the last completed period.
+    pub last_sampled_pages: u64,
+    /// Of those, the ones the guest touched.
+    pub last_touched_pages: u64,
+    /// Pages sampled in the period under way.
+    pub sampled_pages: u64,
+    /// Of those, the ones touched so far.
+    pub touched_pages: u64,
 }
 
 /// Guest pages by state: every page of guest RAM is in exactly one.
@@ -66,6 +93,8 @@ pub struct PageCensus {
     pub reported_pages: u64,
     /// Dropped while mirroring a disk image block; they refault from the image (Swap Mapper).
     pub on_disk_pages: u64,
+    /// Out of guest RAM for a working-set sample; their next access faults them back.
+    pub sampled_pages: u64,
     /// Resident and identical to the disk image block they were read from (Swap Mapper).
     pub mirrored_pages: u64,
 }
@@ -79,6 +108,7 @@ impl PageCensus {
             + self.ballooned_pages
             + self.reported_pages
             + self.on_disk_pages
+            + self.sampled_pages
     }
 }
 

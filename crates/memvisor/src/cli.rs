@@ -122,13 +122,30 @@ pub struct RunArgs {
     /// The pager's swap file (default: an unnamed file in $TMPDIR, unlinked as soon as it is created).
     #[arg(long)]
     pub swap: Option<PathBuf>,
+    /// Resident pages the pager samples each period to estimate the working set (ESX §5.3;
+    /// 0 to 10000, 0: no sampling).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub sample_pages: u32,
+    /// Length of a working-set sampling period, in seconds (0.1 to 3600).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_period)]
+    pub sample_period: f64,
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
     /// When the VM ends, write its counters to this file as one line of JSON: the schema of the
-    /// API's GET /stats (the `VmStats` type), with `balloon` null.
+    /// API's GET /stats (the `VmStats` type).
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+}
+
+/// A sampling period in seconds: a number from 0.1 to 3600.
+fn parse_period(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a period: give seconds from 0.1 to 3600, e.g. 30 or 0.5"
+        )),
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,6 +395,8 @@ pub fn run(args: RunArgs) -> ExitCode {
         }),
         temporary_swap: a.swap.is_none(),
         batch: 256,
+        sample_pages: a.sample_pages,
+        sample_period: std::time::Duration::from_secs_f64(a.sample_period),
     });
     let _host_limit = match (a.pager, a.mem_limit) {
         (PagerMode::Off, Some(limit)) => {

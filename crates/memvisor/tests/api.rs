@@ -8,9 +8,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{
-    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats, GuestMemoryStats,
-    LatencySummary, MemoryUpdate, PageCensus, PagerCounters, PagerMode, PagerStats, VmInfo,
-    VmState, VmStats,
+    ActiveMemory, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats,
+    GuestMemoryStats, LatencySummary, MemoryUpdate, PageCensus, PagerCounters, PagerMode,
+    PagerStats, VmInfo, VmState, VmStats,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -84,6 +84,7 @@ fn resolve<'a>(spec: &'a Value, schema: &'a Value) -> &'a Value {
 fn type_matches(t: &str, v: &Value) -> bool {
     match t {
         "integer" => v.is_u64() || v.is_i64(),
+        "number" => v.is_number(),
         "string" => v.is_string(),
         "boolean" => v.is_boolean(),
         "object" => v.is_object(),
@@ -317,6 +318,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             fault_latency: LatencySummary::default(),
             swap_fault_latency: LatencySummary::default(),
             reclaim_latency: LatencySummary::default(),
+            active: ActiveMemory::default(),
         }),
         balloon: Some(BalloonStats {
             guest: Some(guest),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{PagerCounters, VmInfo, VmState, VmStats};
+use memvisor_api::{VmInfo, VmState, VmStats};
 use serde::de::DeserializeOwned;
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
@@ -263,6 +263,91 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
     integrity_passed(vm, reader);
 }
 
+/// Starts `memvisor run --mem 512M ARGS` with an API socket in `dir` and the guest's console
+/// piped; returns it once the socket answers, with its pid and socket.
+fn start_serving(dir: &Path, args: &[&str]) -> (Vm, std::thread::JoinHandle<String>, u32, PathBuf) {
+    let sock = dir.join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "512M", "--api-sock"])
+        .arg(&sock)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (vm, reader) = serving(child, &sock);
+    (vm, reader, pid, sock)
+}
+
+/// Working-set sampling (ESX §5.3) follows what the guest touches: while it sweeps 200 MiB,
+/// most sampled pages are touched; once it sweeps 16 MiB, few are, and the estimate comes down
+/// more slowly than the samples do. The pages taken out and put back lose nothing: the
+/// toucher's every touch is checked (`errors=0`).
+#[test]
+fn working_set_sampling_follows_the_touched_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut vm, reader, _, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mem-limit",
+            "480M",
+            "--sample-pages",
+            "1000",
+            "--sample-period",
+            "0.3",
+            "--workload",
+            "toucher",
+            "--cmdline",
+            "schedule=200:5,16:6",
+        ],
+    );
+    let mut busy = 0.0f64;
+    let mut last = None;
+    while vm.0.try_wait().unwrap().is_none() {
+        let Ok((200, body)) = memvisor_api::call(&sock, "GET", "/stats", None) else {
+            break;
+        };
+        let s: VmStats = serde_json::from_str(&body).unwrap();
+        let a = pager(&s).active;
+        if a.last_sampled_pages > 0 {
+            let f = a.last_touched_pages as f64 / a.last_sampled_pages as f64;
+            busy = busy.max(f);
+            last = Some((f, a));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = vm.0.wait().unwrap();
+    let console = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{console}");
+    let done = console
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=toucher phase=done"))
+        .expect("a final RESULT line");
+    assert!(done.contains(" errors=0"), "{done}");
+    let (f, a) = last.expect("sampling periods completed");
+    eprintln!("busiest period {busy:.2} touched; last period {f:.2}; {a:?}");
+    assert!(
+        busy > 0.6,
+        "sweeping 200 MiB touched only {busy:.2} of the sample"
+    );
+    assert!(f < 0.4, "sweeping 16 MiB touched {f:.2} of the sample");
+    assert!(a.periods >= 10, "{a:?}");
+    assert!(a.estimate > f, "the estimate comes down slowly: {a:?}");
+}
+
+/// Sampling takes pages out and puts them back while the pager pages under a limit: the
+/// integrity workload verifies every byte.
+#[test]
+fn integrity_holds_while_the_working_set_is_sampled_under_a_limit() {
+    let s = integrity_checked(
+        &["--sample-pages", "2000", "--sample-period", "0.1"],
+        "anon_mb=96 file_mb=8 rounds=3",
+    );
+    assert!(s.counters.faults_swap > 0, "the limit made the pager swap");
+    assert!(s.active.periods >= 3, "{:?}", s.active);
+    assert!(s.active.last_sampled_pages > 0, "{:?}", s.active);
+}
+
 /// A swap file that cannot be reserved (a full file system) is a clear error before the guest
 /// runs, never a failed write in the middle of a reclaim.
 #[test]
@@ -407,7 +492,7 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
 
 /// Runs `memvisor run ARGS --stats-json`; checks the guest succeeded and its final RESULT line
 /// for `workload` says ok with no mismatches. Returns the pager's counters at the end.
-fn run_checked(args: &[&str], workload: &str) -> PagerCounters {
+fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
     let stats_path = dir.path().join("stats.json");
     let out = Command::new(MEMVISOR)
@@ -437,12 +522,12 @@ fn run_checked(args: &[&str], workload: &str) -> PagerCounters {
     let text = std::fs::read_to_string(&stats_path).unwrap();
     assert_eq!(text.lines().count(), 1, "one line of JSON: {text}");
     let s: VmStats = serde_json::from_str(&text).unwrap();
-    s.pager.expect("the pager's stats").counters
+    s.pager.expect("the pager's stats")
 }
 
 /// [`run_checked`] of the `integrity` workload (`cmdline`) in a 256 MiB VM limited to 48 MiB with
 /// a fresh data disk, plus `flags`.
-fn integrity_checked(flags: &[&str], cmdline: &str) -> PagerCounters {
+fn integrity_checked(flags: &[&str], cmdline: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
     let disk = format!("{},id=data", mkdisk(dir.path()).display());
     let mut args = vec!["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
@@ -458,7 +543,8 @@ fn integrity_on_two_vcpus_under_a_limit_with_clock_victims() {
     let c = integrity_checked(
         &["--vcpus", "2", "--victims", "clock"],
         "anon_mb=40 file_mb=4 rounds=2",
-    );
+    )
+    .counters;
     assert!(c.reclaimed_written > 0, "nothing was swapped");
     assert!(c.faults_swap > 0, "nothing came back from swap");
 }
@@ -471,7 +557,8 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     let c = integrity_checked(
         &["--mapper", "--preventer"],
         "anon_mb=48 file_mb=40 rounds=3",
-    );
+    )
+    .counters;
     eprintln!(
         "mirrored dropped {}, image faults {}, written {}",
         c.reclaimed_mirrored, c.faults_image, c.reclaimed_written
@@ -503,7 +590,8 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
             "mb=120 rounds=2",
         ],
         "alloc",
-    );
+    )
+    .counters;
     let (completed, attempts, read) = (
         c.preventer_completed,
         c.preventer_attempts,

@@ -13,6 +13,7 @@
 //! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
+//! | `sample.rs` | working-set sampling and its store |
 //! | `stats.rs` | counters, latencies and the API's snapshot |
 
 mod facade;
@@ -22,6 +23,7 @@ mod pager;
 pub mod preventer;
 mod ram_map;
 mod reclaim;
+mod sample;
 pub mod state;
 pub mod stats;
 pub mod store;

@@ -32,6 +32,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::image::ImageFile;
 use crate::ram_map::RamMap;
+use crate::sample::{SampleStore, Sampling};
 use crate::state::{Mechanisms, PageIdx, PageTable};
 use crate::stats::{Counters, Latency};
 use crate::store::Stores;
@@ -58,6 +59,10 @@ pub struct PagerConfig {
     pub temporary_swap: bool,
     /// Pages reclaimed per chunk: the most any fault waits for reclaim.
     pub batch: u32,
+    /// Resident pages taken out each sampling period to measure the working set (0: none).
+    pub sample_pages: u32,
+    /// How long a sampling period lasts.
+    pub sample_period: std::time::Duration,
 }
 
 #[derive(Debug, Error)]
@@ -178,6 +183,10 @@ pub(crate) struct Shared {
     /// Wakes the pager thread (a new limit, a resume).
     poke: EventFd,
     pub batch: u32,
+    pub sample_pages: u32,
+    pub sample_period: std::time::Duration,
+    /// Working-set sampling (`sample.rs`), taken before `pages`, never after it.
+    pub sampling: Mutex<Sampling>,
     /// A zeroed source for installing fresh writable pages.
     pub zeros: Vec<u8>,
     pub counters: Counters,
@@ -250,7 +259,7 @@ impl Pager {
             map,
             uffd,
             pagemap: PageMap::open(),
-            stores: Stores::new(swap),
+            stores: Stores::new(swap, SampleStore::new(config.sample_pages)),
             pages: Mutex::new(state),
             stopped: Mutex::new(HashMap::new()),
             events: Mutex::new(EventBuffer::new(64)),
@@ -258,6 +267,9 @@ impl Pager {
             vcpus,
             poke: EventFd::new(libc::EFD_NONBLOCK).map_err(PagerError::EventFd)?,
             batch,
+            sample_pages: config.sample_pages,
+            sample_period: config.sample_period,
+            sampling: Mutex::new(Sampling::new(config.sample_period)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
@@ -384,8 +396,15 @@ impl Shared {
                     revents: 0,
                 },
             ];
-            // While a vCPU is stopped for the Preventer, wake up to take over if it does not answer.
-            let timeout = if self.stopped().is_empty() { -1 } else { 1 };
+            // While a vCPU is stopped for the Preventer, wake up to take over if it does not
+            // answer; otherwise when the sampling period ends.
+            let timeout = if self.stopped().is_empty() {
+                self.sample_tick().map_or(-1, |d| {
+                    i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
+                })
+            } else {
+                1
+            };
             // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
             let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
             if rc < 0 {

@@ -36,6 +36,9 @@ pub enum PageState {
     Ballooned,
     /// Reported free by the guest: released to the host, content forgotten.
     Reported,
+    /// Taken out of guest RAM for a working-set sample (ESX §5.3): its content is in slot `n` of
+    /// the sample store, and its next access faults it back in and counts as a touch.
+    Sampled(u32),
 }
 
 /// Which mechanisms the pager uses (`--pager baseline` turns them all off).
@@ -193,6 +196,8 @@ pub struct Census {
     pub on_disk: u32,
     /// Resident and mirroring a disk block (also counted in `resident`).
     pub mirrored: u32,
+    /// Out for a working-set sample.
+    pub sampled: u32,
 }
 
 impl Census {
@@ -206,6 +211,7 @@ impl Census {
             PageState::Ballooned => [Some(&mut self.ballooned), None],
             PageState::Reported => [Some(&mut self.reported), None],
             PageState::OnDisk(_) => [Some(&mut self.on_disk), None],
+            PageState::Sampled(_) => [Some(&mut self.sampled), None],
         }
     }
 
@@ -305,6 +311,10 @@ impl PageTable {
                 from: Slot::swap(block),
                 keep: self.mech.reuse_clean && !write,
             },
+            PageState::Sampled(n) => FaultAction::Load {
+                from: Slot::sample(n),
+                keep: false,
+            },
         }
     }
 
@@ -331,8 +341,8 @@ impl PageTable {
                 }
             }
             PageState::OnDisk(ib) if keep => PageState::Mirrored(ib),
-            PageState::OnDisk(_) => PageState::Resident { clean: None },
-            s => unreachable!("only pages swapped or on disk are loaded, not {s:?}"),
+            PageState::OnDisk(_) | PageState::Sampled(_) => PageState::Resident { clean: None },
+            s => unreachable!("only pages swapped, on disk or sampled are loaded, not {s:?}"),
         };
         self.set(p, s);
     }
@@ -468,6 +478,24 @@ impl PageTable {
         if !is_resident(self.state(p)) {
             self.set(p, PageState::Resident { clean: None });
         }
+    }
+
+    /// Takes resident `p` out for a working-set sample, its content in sample slot `n` (the
+    /// caller has write-protected and copied it, and releases it after). A clean page gives up
+    /// its swap block and a mirrored one its image block: after the sample it is dirty.
+    /// Returns false (and changes nothing) if `p` is not resident.
+    pub fn sample(&mut self, p: PageIdx, n: u32) -> bool {
+        match self.state(p) {
+            PageState::Resident { clean } => {
+                if let Some(b) = clean {
+                    self.blocks.release(b);
+                }
+            }
+            PageState::Mirrored(_) => {}
+            _ => return false,
+        }
+        self.set(p, PageState::Sampled(n));
+        true
     }
 
     /// Balloon deflate: `p` is the guest's again; it refaults as a zero page.
@@ -636,6 +664,8 @@ mod tests {
         swap: HashMap<Block, u64>,
         /// The disk image, by block.
         disk: HashMap<u32, u64>,
+        /// The sample store: slot `n` holds the `n`-th sampled page's content.
+        samples: Vec<u64>,
         reads: u32,
         writes: u32,
     }
@@ -647,6 +677,7 @@ mod tests {
                 ram: HashMap::new(),
                 swap: HashMap::new(),
                 disk: HashMap::new(),
+                samples: Vec::new(),
                 reads: 0,
                 writes: 0,
             }
@@ -669,6 +700,7 @@ mod tests {
                         let v = match self.t.state(q) {
                             PageState::OnDisk(ib) => self.disk.get(&ib.block).copied().unwrap_or(0),
                             PageState::Swapped(b) => self.swap[&b],
+                            PageState::Sampled(n) => self.samples[n as usize],
                             s => panic!("a run holds pages swapped or on disk, not {s:?}"),
                         };
                         self.ram.insert(q, (v, keep));
@@ -754,6 +786,18 @@ mod tests {
             self.t.disk_write_done(p, ib);
         }
 
+        /// Takes resident `p` out for a working-set sample, as the pager does: its content goes to
+        /// a slot of the sample store and the page leaves RAM.
+        fn sample(&mut self, p: PageIdx) {
+            if !self.ram.contains_key(&p) {
+                return;
+            }
+            let slot = u32::try_from(self.samples.len()).unwrap();
+            self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
+            assert!(self.t.sample(p, slot));
+            self.samples.push(self.ram.remove(&p).unwrap().0);
+        }
+
         fn discard(&mut self, p: PageIdx, to: PageState) {
             if self.t.discard(p, to) {
                 self.ram.remove(&p);
@@ -790,6 +834,7 @@ mod tests {
         Balloon(u32),
         Deflate(u32),
         Report(u32),
+        Sample(u32),
         DiskRead(u32, u32),
         DiskWrite(u32, u32),
     }
@@ -808,6 +853,7 @@ mod tests {
             1 => p.clone().prop_map(Op::Balloon),
             1 => p.clone().prop_map(Op::Deflate),
             1 => p.clone().prop_map(Op::Report),
+            1 => p.clone().prop_map(Op::Sample),
             2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskRead(p, b)),
             2 => (p, 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
         ]
@@ -839,6 +885,7 @@ mod tests {
                     sim.discard(p, PageState::Reported);
                     model[p as usize] = 0;
                 }
+                Op::Sample(p) => sim.sample(p),
                 Op::DiskRead(p, b) => {
                     sim.disk_read(p, b);
                     model[p as usize] = disk_model[b as usize];

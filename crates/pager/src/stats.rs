@@ -212,6 +212,23 @@ pub type PagerSnapshot = memvisor_api::PagerStats;
 impl Pager {
     pub fn snapshot(&self) -> PagerSnapshot {
         let s = &self.shared;
+        let active = {
+            let sampling = s.sampling.lock().unwrap_or_else(|e| e.into_inner());
+            let (touched, sampled) = s.sampled_so_far(&sampling);
+            let mut estimate = sampling.estimate;
+            estimate.period_so_far(touched, sampled);
+            memvisor_api::ActiveMemory {
+                estimate: estimate.estimate(),
+                slow: estimate.slow,
+                fast: estimate.fast,
+                current: estimate.current,
+                periods: sampling.periods,
+                last_touched_pages: sampling.last.0,
+                last_sampled_pages: sampling.last.1,
+                sampled_pages: sampled,
+                touched_pages: touched,
+            }
+        };
         let pages = s.lock();
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
@@ -229,12 +246,14 @@ impl Pager {
                 reported_pages: census.reported.into(),
                 on_disk_pages: census.on_disk.into(),
                 mirrored_pages: census.mirrored.into(),
+                sampled_pages: census.sampled.into(),
             },
             swap_blocks_in_use: in_use.into(),
             counters: s.counters.load(s.stores.swap.counters(), &images),
             fault_latency: s.fault_latency.summary(),
             swap_fault_latency: s.swap_fault_latency.summary(),
             reclaim_latency: s.reclaim_latency.summary(),
+            active,
         }
     }
 }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::image::ImageFile;
+use crate::sample::SampleStore;
 use crate::state::{Block, ImageBlock};
 use crate::swap::SwapFile;
 
@@ -21,6 +22,8 @@ pub enum StoreId {
     Swap,
     /// Guest disk image number `n` (its virtio slot order), read-only to the pager.
     Image(u8),
+    /// The pages out for a working-set sample (`sample.rs`), in host memory.
+    Sample,
 }
 
 /// A page-sized slot of a store.
@@ -44,6 +47,13 @@ impl Slot {
             index: ib.block,
         }
     }
+
+    pub fn sample(n: u32) -> Slot {
+        Slot {
+            store: StoreId::Sample,
+            index: n,
+        }
+    }
 }
 
 /// What one store has done; every field only grows.
@@ -60,6 +70,10 @@ pub struct StoreCounters {
 }
 
 impl StoreCounters {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
     fn count(calls: &AtomicU64, bytes: &AtomicU64, len: usize) {
         calls.fetch_add(1, Ordering::Relaxed);
         bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -110,14 +124,16 @@ pub const MAX_IMAGES: usize = 8;
 /// Every store of one pager.
 pub(crate) struct Stores {
     pub swap: SwapFile,
+    pub sample: SampleStore,
     /// Attached once each, while the VM is built; read without a lock afterwards.
     images: [OnceLock<ImageFile>; MAX_IMAGES],
 }
 
 impl Stores {
-    pub fn new(swap: SwapFile) -> Self {
+    pub fn new(swap: SwapFile, sample: SampleStore) -> Self {
         Stores {
             swap,
+            sample,
             images: Default::default(),
         }
     }
@@ -133,6 +149,7 @@ impl Stores {
     pub fn get(&self, id: StoreId) -> std::io::Result<&dyn PageStore> {
         match id {
             StoreId::Swap => Ok(&self.swap),
+            StoreId::Sample => Ok(&self.sample),
             StoreId::Image(d) => self
                 .images
                 .get(usize::from(d))

@@ -170,6 +170,21 @@ impl Victims {
         out
     }
 
+    /// Up to `n` distinct resident pages chosen uniformly at random (for working-set samples:
+    /// no clusters, no preference), in no particular order.
+    pub fn sample(&mut self, n: u32) -> Vec<PageIdx> {
+        let n = n.min(self.len()) as usize;
+        let mut taken = std::collections::HashSet::with_capacity(n);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let i = usize::try_from(self.next_random() % self.list.len() as u64).unwrap_or(0);
+            if taken.insert(self.list[i]) {
+                out.push(self.list[i]);
+            }
+        }
+        out
+    }
+
     /// Adds `p` and the resident pages of its aligned cluster (for clock, only unreferenced ones).
     fn take_cluster(
         &self,

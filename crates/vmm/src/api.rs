@@ -41,9 +41,9 @@ pub(crate) struct Control {
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Binds the socket at `path` and serves it on its own thread. A stale socket file (nobody
-/// listening) is replaced; a live one is an error.
-pub(crate) fn serve(path: &Path, control: Arc<Control>) -> std::io::Result<()> {
+/// Binds the socket at `path`. A stale socket file (nobody listening) is replaced; a live one is
+/// an error. Clients that connect before [`serve`] starts wait in the listen queue.
+pub(crate) fn bind(path: &Path) -> std::io::Result<UnixListener> {
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::other(format!(
@@ -53,7 +53,22 @@ pub(crate) fn serve(path: &Path, control: Arc<Control>) -> std::io::Result<()> {
         }
         std::fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(path)?;
+    // Bound under a temporary name and renamed into place once listening: a client that sees
+    // the socket file can connect (between bind and listen, a connect is refused).
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
+}
+
+/// Serves `listener` on its own thread.
+pub(crate) fn serve(listener: UnixListener, control: Arc<Control>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("api".into())
         .spawn(move || {

@@ -264,7 +264,14 @@ pub struct Vm {
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
     balloon: Option<Arc<memvisor_devices::virtio::balloon::BalloonState>>,
     exits: Arc<ExitCounters>,
-    _socket: Option<api::SocketFile>,
+    /// The API socket, bound, and what it will serve once the VM starts.
+    api: Option<(
+        std::os::unix::net::UnixListener,
+        api::SocketFile,
+        api::Control,
+    )>,
+    /// The API socket's file, removed when the VM goes.
+    socket_file: Option<api::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
     _vm: VmFd,
 }
@@ -362,9 +369,13 @@ impl Vm {
             pager,
             started: AtomicBool::new(false),
         });
-        let socket = match &config.api_sock {
-            Some(path) => {
-                let control = api::Control {
+        // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so a
+        // client that finds the socket finds a running VM.
+        let api = match &config.api_sock {
+            Some(path) => Some((
+                api::bind(path).map_err(VmmError::Api)?,
+                api::SocketFile(path.clone()),
+                api::Control {
                     mem_size: config.mem_size,
                     vcpus: config.vcpus,
                     pager_mode: match &config.pager {
@@ -386,10 +397,8 @@ impl Vm {
                     lifecycle: lifecycle.clone(),
                     balloon,
                     exits: exits.clone(),
-                };
-                api::serve(path, Arc::new(control)).map_err(VmmError::Api)?;
-                Some(api::SocketFile(path.clone()))
-            }
+                },
+            )),
             None => None,
         };
         let supported_cpuid = kvm
@@ -424,7 +433,8 @@ impl Vm {
             disks,
             balloon: balloon_state,
             exits,
-            _socket: socket,
+            api,
+            socket_file: None,
             mem,
             _vm: vm,
         })
@@ -465,6 +475,10 @@ impl Vm {
                 })
                 .map_err(VmmError::Thread)?;
             self.threads.push(thread);
+        }
+        if let Some((listener, file, control)) = self.api.take() {
+            self.socket_file = Some(file);
+            api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
         }
         Ok(())
     }

@@ -1,0 +1,190 @@
+//! Working-set sampling (ESX §5.3): how much of its memory a VM actively uses, measured without
+//! the guest's help.
+//!
+//! Each period (`sample_period`, 30 s by default) the pager thread:
+//! 1. brings back the pages of the last period's sample that were not touched (no fault came for
+//!    them), counting how many were: a touch is a fault on a sampled page, which loads it from
+//!    the sample store like any other store;
+//! 2. feeds `touched / sampled` to the VM's [`ActiveEstimate`] (fast and slow averages);
+//! 3. picks `sample_pages` resident pages at random (100 by default) and takes each out of guest
+//!    RAM: write-protected first, copied to a slot of the [`SampleStore`] (host memory), then
+//!    released, so its next access, read or write, faults, and nothing written is lost in
+//!    between (a write waits on the protection and then faults the page back in).
+//!
+//! A sampled page comes back dirty: a clean page's swap block or a mirrored page's image block is
+//! given up when it is taken out. Sampling runs once guest RAM is under the pager (a limit, the
+//! Swap Mapper or the Preventer); before that nothing can fault, and the estimate stays at its
+//! start (all active).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
+use memvisor_policy::ActiveEstimate;
+
+use crate::pager::{Pages, Shared, PAGE};
+use crate::state::{PageIdx, PageState};
+use crate::store::{PageStore, StoreCounters};
+
+/// The pages out for a working-set sample, in host memory: slot `n` holds the content of the
+/// `n`-th page of the period's sample.
+pub struct SampleStore {
+    slots: Mutex<Vec<u8>>,
+    counters: StoreCounters,
+}
+
+impl SampleStore {
+    pub fn new(slots: u32) -> Self {
+        SampleStore {
+            slots: Mutex::new(vec![0; slots as usize * PAGE]),
+            counters: StoreCounters::default(),
+        }
+    }
+
+    /// The byte range of `len` bytes from slot `n`, if inside the store.
+    fn range(slots: &[u8], n: u32, len: usize) -> std::io::Result<std::ops::Range<usize>> {
+        let start = (n as usize)
+            .checked_mul(PAGE)
+            .filter(|s| s.checked_add(len).is_some_and(|e| e <= slots.len()))
+            .ok_or_else(|| std::io::Error::other(format!("sample slot {n} is out of range")))?;
+        Ok(start..start + len)
+    }
+}
+
+impl PageStore for SampleStore {
+    fn describe(&self) -> String {
+        "the sample store".into()
+    }
+
+    fn read(&self, n: u32, buf: &mut [u8]) -> std::io::Result<()> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        buf.copy_from_slice(&slots[Self::range(&slots, n, buf.len())?]);
+        Ok(())
+    }
+
+    fn write(&self, n: u32, data: &[u8]) -> std::io::Result<()> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let r = Self::range(&slots, n, data.len())?;
+        slots[r].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn counters(&self) -> &StoreCounters {
+        &self.counters
+    }
+}
+
+/// The sampling state of one VM.
+pub(crate) struct Sampling {
+    pub estimate: ActiveEstimate,
+    /// This period's sample: page `out[n]` went to slot `n`.
+    pub out: Vec<PageIdx>,
+    /// The sample store's fault count when this period began.
+    faults_at_start: u64,
+    /// When this period ends.
+    next: Instant,
+    /// Periods measured so far.
+    pub periods: u64,
+    /// The last period's sample: pages touched, pages sampled.
+    pub last: (u64, u64),
+}
+
+impl Sampling {
+    pub fn new(period: Duration) -> Self {
+        Sampling {
+            estimate: ActiveEstimate::default(),
+            out: Vec::new(),
+            faults_at_start: 0,
+            next: Instant::now() + period,
+            periods: 0,
+            last: (0, 0),
+        }
+    }
+}
+
+impl Shared {
+    fn sample_faults(&self) -> u64 {
+        StoreCounters::get(&self.stores.sample.counters().faults)
+    }
+
+    /// Sampled pages touched so far this period, and pages sampled.
+    pub(crate) fn sampled_so_far(&self, s: &Sampling) -> (u64, u64) {
+        let n = s.out.len() as u64;
+        ((self.sample_faults() - s.faults_at_start).min(n), n)
+    }
+
+    /// Pager thread: ends the sampling period if it is due and starts the next one. Returns how
+    /// long until the next period ends (`None`: sampling is off).
+    pub(crate) fn sample_tick(&self) -> Option<Duration> {
+        if self.sample_pages == 0 {
+            return None;
+        }
+        let mut sampling = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if now < sampling.next {
+            return Some(sampling.next - now);
+        }
+        sampling.next = now + self.sample_period;
+        let mut pages = self.lock();
+        if !pages.attached {
+            return Some(self.sample_period);
+        }
+        let (touched, n) = self.sampled_so_far(&sampling);
+        let out = std::mem::take(&mut sampling.out);
+        for (slot, &p) in (0u32..).zip(&out) {
+            if pages.table.state(p) == PageState::Sampled(slot) {
+                if let Err(e) = self.bring_back(&mut pages, p, slot) {
+                    tracing::warn!("pager: sampled page {p} could not be put back: {e}");
+                }
+            }
+        }
+        if n > 0 {
+            sampling.estimate.period_done(touched, n);
+            sampling.periods += 1;
+            sampling.last = (touched, n);
+        }
+        sampling.out = self.take_sample(&mut pages);
+        sampling.faults_at_start = self.sample_faults();
+        Some(self.sample_period)
+    }
+
+    /// Puts untouched sampled page `p` back from its slot (not counted as a touch).
+    fn bring_back(&self, pages: &mut Pages, p: PageIdx, slot: u32) -> std::io::Result<()> {
+        let buf = pages.io.get(PAGE);
+        self.stores.sample.read(slot, buf)?;
+        // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
+        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(p), PAGE, false) }?;
+        pages.table.install_run(p, 1, false);
+        Ok(())
+    }
+
+    /// Takes up to `sample_pages` random resident pages out of guest RAM into the sample store.
+    fn take_sample(&self, pages: &mut Pages) -> Vec<PageIdx> {
+        let mut out = Vec::new();
+        for p in pages.table.victims.sample(self.sample_pages) {
+            let slot = u32::try_from(out.len()).unwrap_or(u32::MAX);
+            let host = self.map.host(p);
+            if let Err(e) = self.uffd.write_protect(host, PAGE) {
+                tracing::debug!("pager: cannot protect page {p} for a sample: {e}");
+                continue;
+            }
+            // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
+            let content = unsafe { std::slice::from_raw_parts(host as *const u8, PAGE) };
+            if let Err(e) = self.stores.sample.write(slot, content) {
+                tracing::debug!("pager: cannot keep page {p} for a sample: {e}");
+                continue;
+            }
+            let range = GuestRange {
+                addr: self.map.gpa(p),
+                len: PAGE_SIZE,
+            };
+            // A page that cannot be released stays resident (and protected: its next write
+            // just ends the protection).
+            if dontneed(&self.mem, range).is_ok() && pages.table.sample(p, slot) {
+                pages.prefetched[p as usize] = false;
+                out.push(p);
+            }
+        }
+        out
+    }
+}
