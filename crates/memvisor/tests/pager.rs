@@ -122,25 +122,21 @@ fn put(sock: &Path, path: &str, body: &str) -> VmInfo {
 #[test]
 fn integrity_under_a_moving_limit_with_rss_inside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path());
-    let sock = dir.path().join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "512M", "--mem-limit", "100M", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let t0 = Instant::now();
+    let (mut vm, reader, pid, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mem-limit",
+            "100M",
+            "--disk",
+            &disk,
             "--workload",
             "integrity",
             "--cmdline",
             "anon_mb=160 file_mb=8 rounds=3 secs=6",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let t0 = Instant::now();
-    let (mut vm, reader) = serving(child, &sock);
+        ],
+    );
     // Limit schedule: 100 MiB, then 64 MiB (the pager must shrink to it), then 128 MiB.
     let schedule = [
         (Duration::from_secs(2), 64 * MIB),
@@ -156,9 +152,22 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
             let (_, l) = schedule[next];
             put(&sock, "/memory", &format!("{{\"limit\": {l}}}"));
             if l < limit {
-                // Give the pager a moment to reclaim down, then record where it got to.
-                std::thread::sleep(Duration::from_millis(300));
-                shrunk_to = guest_rss(pid, 512 * MIB);
+                // The pager reclaims down in chunks, serving the guest's faults in between: wait
+                // until RSS is inside the new limit (within 10 s), then hold it to that limit.
+                let t = Instant::now();
+                loop {
+                    let rss = guest_rss(pid, 512 * MIB).unwrap_or(u64::MAX);
+                    if rss <= l + SLACK {
+                        shrunk_to = Some(rss);
+                        break;
+                    }
+                    assert!(
+                        t.elapsed() < Duration::from_secs(10),
+                        "RSS still {rss} bytes 10 s after the limit went down to {l}"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                eprintln!("shrunk to {l} bytes in {:?}", t.elapsed());
             }
             limit = l;
             next += 1;
@@ -200,24 +209,18 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
 #[test]
 fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path());
-    let sock = dir.path().join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "512M", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let (vm, reader, pid, sock) = start_serving(
+        dir.path(),
+        &[
+            "--disk",
+            &disk,
             "--workload",
             "integrity",
             "--cmdline",
             "anon_mb=200 file_mb=8 rounds=3 secs=8",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (vm, reader) = serving(child, &sock);
+        ],
+    );
     let t0 = Instant::now();
     while guest_rss(pid, 512 * MIB).unwrap_or(0) < 150 * MIB {
         assert!(
