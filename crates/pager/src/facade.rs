@@ -75,7 +75,7 @@ impl Shared {
     /// resident either; returns the bytes installed (0: `p` is resident, or the copy failed and
     /// the caller goes page by page).
     fn install_for_device(&self, p: PageIdx, data: &[u8]) -> usize {
-        let mut pages = self.lock();
+        let mut pages = self.lock_settled();
         if !pages.attached {
             // Plain memory until the takeover: nothing to install.
             return 0;
@@ -103,8 +103,8 @@ impl Shared {
             pages.prefetched[q as usize] = false;
         }
         Counters::add(&self.counters.device_installs, u64::from(run));
-        // The device's thread pays for the room it took.
-        self.keep_limit(&mut pages);
+        // The device's thread waits for reclaim if it took the VM well past its limit.
+        drop(self.hold_to_cap(pages));
         len
     }
 
@@ -112,7 +112,7 @@ impl Shared {
     /// (`max` pages at most), one ioctl per run, instead of through write faults the device's
     /// thread would wait on. Returns the pages it covers.
     fn unprotect_for_device(&self, p: PageIdx, max: u32) -> u32 {
-        let mut pages = self.lock();
+        let mut pages = self.lock_settled();
         let run = self.run_from(p, max, |q| {
             matches!(
                 pages.table.state(q),
@@ -168,7 +168,7 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         let s = &self.shared;
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         if !state.table.mech.mapper {
             return;
         }
@@ -180,7 +180,7 @@ impl GuestRam for Pager {
 
     fn disk_write_begin(&self, disk: u8, first: u64, count: u64) -> std::io::Result<()> {
         let s = &self.shared;
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         if !state.table.mech.mapper {
             return Ok(());
         }
@@ -200,13 +200,13 @@ impl GuestRam for Pager {
                 state.table.refetched(p);
             }
         }
-        s.keep_limit(&mut state);
+        drop(s.hold_to_cap(state));
         Ok(())
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
         let s = &self.shared;
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         if !state.table.mech.mapper {
             return;
         }
@@ -217,7 +217,7 @@ impl GuestRam for Pager {
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
         let s = &self.shared;
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         for (p, ib) in s.disk_pages(disk, pages) {
             state.table.disk_write_done(p, ib);
         }
@@ -229,7 +229,7 @@ impl GuestRam for Pager {
             Discard::Balloon => PageState::Ballooned,
             Discard::Reported => PageState::Reported,
         };
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         let mut released = 0u64;
         for r in ranges {
             let (Some(first), true) = (s.map.page_of_gpa(r.addr), r.len > 0) else {
@@ -273,7 +273,7 @@ impl GuestRam for Pager {
 
     fn deflate(&self, ranges: &[GuestRange]) {
         let s = &self.shared;
-        let mut state = s.lock();
+        let mut state = s.lock_settled();
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {
                 for p in first..first + u32::try_from(r.len / PAGE_SIZE).unwrap_or(0) {

@@ -42,8 +42,7 @@ impl Shared {
                 error: e.to_string(),
             });
         }
-        self.keep_limit(&mut pages);
-        drop(pages);
+        drop(self.hold_to_cap(pages));
         let took = t0.elapsed();
         self.fault_latency.record(took);
         if from_swap {
@@ -162,6 +161,11 @@ impl Shared {
     }
 
     fn write_fault(&self, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
+        if pages.in_flight.binary_search(&p).is_ok() {
+            // Reclaim is writing this page out: the writer waits until the chunk is recorded
+            // (reclaim wakes it), then faults the page back in.
+            return Ok(());
+        }
         if !pages.table.write_fault(p) {
             return Ok(self.wake(p)?);
         }

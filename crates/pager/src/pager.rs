@@ -1,16 +1,22 @@
-//! The pager of one VM: its construction, its thread, and the handle the VMM and devices hold.
+//! The pager of one VM: its construction, its threads, and the handle the VMM and devices hold.
 //!
-//! Guest RAM is registered with userfaultfd (`uffd.rs`) before anything touches it. One pager
-//! thread reads fault events and resolves them (`fault.rs`); it also reclaims whenever resident
-//! pages exceed the limit (`reclaim.rs`). Devices reach guest memory through the [`GuestRam`]
-//! facade (`facade.rs`), which installs whole pages without reading them; vCPU threads come in
-//! only for the Preventer (`preventer.rs`).
+//! Guest RAM is registered with userfaultfd (`uffd.rs`) when a limit first asks for it
+//! (`takeover.rs`). Two threads work on it:
+//! - `pager` reads fault events and resolves them (`fault.rs`), and runs working-set sampling
+//!   (`sample.rs`);
+//! - `reclaim` takes pages out while resident pages exceed the limit (`reclaim.rs`), in chunks,
+//!   writing each chunk without the page lock, so faults go on being served meanwhile.
 //!
-//! Locks, each held briefly and never across a whole shrink:
-//! - `pages`: the page table, the prefetch marks and the I/O buffer. Held for one fault, one
-//!   device access or one reclaim chunk of at most `batch` pages; between chunks the pager
-//!   thread serves the faults that came in.
+//! Devices reach guest memory through the [`GuestRam`] facade (`facade.rs`), which installs
+//! whole pages without reading them; vCPU threads come in only for the Preventer
+//! (`preventer.rs`).
+//!
+//! Locks, each held briefly and never across disk writes or a whole shrink:
+//! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
+//!   for one fault, one device access, or one step of a reclaim chunk; `settled` (with it) says
+//!   when a chunk has been recorded, for device accesses, which wait for that.
 //! - `stopped`: the vCPUs the Preventer stopped (taken after `pages`, never before it).
+//! - `sampling`: the working-set sample (taken before `pages`, never after it).
 //! - `events`: the fault event buffer, used by the pager thread alone.
 //!
 //! The limit is an atomic; the counters are atomics and the page census is kept as running
@@ -21,14 +27,13 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use memvisor_devices::ram::PAGE_SIZE;
 use memvisor_devices::GuestMem;
 use thiserror::Error;
 use userfaultfd::EventBuffer;
-use vmm_sys_util::eventfd::EventFd;
 
 use crate::image::ImageFile;
 use crate::ram_map::RamMap;
@@ -81,8 +86,6 @@ pub enum PagerError {
     LimitTooSmall { limit: u64 },
     #[error("cannot start the pager thread")]
     Thread(#[source] std::io::Error),
-    #[error("cannot create an event fd")]
-    EventFd(#[source] std::io::Error),
 }
 
 /// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must
@@ -162,6 +165,11 @@ pub(crate) struct Pages {
     pub attached: bool,
     /// Host addresses of the huge pages not split yet (see `takeover.rs`).
     pub huge: HashSet<u64>,
+    /// The victims of the reclaim chunk being written, sorted: mapped, write-protected and
+    /// decided, so nothing else may change them until the chunk is recorded (`reclaim.rs`).
+    pub in_flight: Vec<PageIdx>,
+    /// Resident pages when the last reclaim chunk was recorded (`u32::MAX` before the first).
+    pub resident_after_chunk: u32,
 }
 
 pub(crate) struct Shared {
@@ -173,6 +181,11 @@ pub(crate) struct Shared {
     pub pagemap: Option<PageMap>,
     pub stores: Stores,
     pub pages: Mutex<Pages>,
+    /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
+    pub settled: Condvar,
+    /// Set to wake the reclaim thread, with `reclaim_wake`.
+    pub reclaim_wanted: Mutex<bool>,
+    pub reclaim_wake: Condvar,
     /// vCPU threads stopped by the Preventer: the page each faulted on, and since when.
     pub stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
     /// Fault events read by the pager thread.
@@ -180,8 +193,6 @@ pub(crate) struct Shared {
     /// Resident-page limit (the high watermark); `u32::MAX`: none.
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
-    /// Wakes the pager thread (a new limit, a resume).
-    poke: EventFd,
     pub batch: u32,
     pub sample_pages: u32,
     pub sample_period: std::time::Duration,
@@ -253,6 +264,8 @@ impl Pager {
             prefetched: vec![false; pages as usize],
             attached: false,
             huge: HashSet::new(),
+            in_flight: Vec::new(),
+            resident_after_chunk: u32::MAX,
         };
         let shared = Arc::new(Shared {
             mem,
@@ -261,11 +274,13 @@ impl Pager {
             pagemap: PageMap::open(),
             stores: Stores::new(swap, SampleStore::new(config.sample_pages)),
             pages: Mutex::new(state),
+            settled: Condvar::new(),
+            reclaim_wanted: Mutex::new(false),
+            reclaim_wake: Condvar::new(),
             stopped: Mutex::new(HashMap::new()),
             events: Mutex::new(EventBuffer::new(64)),
             limit: AtomicU32::new(limit),
             vcpus,
-            poke: EventFd::new(libc::EFD_NONBLOCK).map_err(PagerError::EventFd)?,
             batch,
             sample_pages: config.sample_pages,
             sample_period: config.sample_period,
@@ -281,6 +296,21 @@ impl Pager {
         if config.limit.is_some() || mech.mapper || mech.preventer || shared.pagemap.is_none() {
             shared.attach(&mut shared.lock())?;
         }
+        let r = shared.clone();
+        std::thread::Builder::new()
+            .name("reclaim".into())
+            .spawn(move || {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.reclaim_thread()))
+                    .is_err()
+                {
+                    // Nothing more is reclaimed: hold the VM rather than run past its limit.
+                    r.pause(PagerFailure::Reclaim {
+                        error: "the reclaim thread panicked".into(),
+                    });
+                    r.settled.notify_all();
+                }
+            })
+            .map_err(PagerError::Thread)?;
         let s = shared.clone();
         std::thread::Builder::new()
             .name("pager".into())
@@ -322,7 +352,7 @@ impl Pager {
             s.attach(&mut s.lock())?;
         }
         s.limit.store(pages, Ordering::SeqCst);
-        s.wake_thread();
+        s.want_reclaim();
         Ok(())
     }
 
@@ -334,7 +364,8 @@ impl Pager {
     /// After the VMM resumed a paused VM: reclaim is tried again (and pauses it again if the
     /// I/O still fails).
     pub fn retry(&self) {
-        self.shared.wake_thread();
+        self.shared.want_reclaim();
+        self.shared.settled.notify_all();
     }
 }
 
@@ -349,12 +380,6 @@ impl Shared {
 
     pub(crate) fn limit(&self) -> u32 {
         self.limit.load(Ordering::Relaxed)
-    }
-
-    fn wake_thread(&self) {
-        if let Err(e) = self.poke.write(1) {
-            tracing::warn!("pager: cannot wake the pager thread: {e}");
-        }
     }
 
     /// Asks the VMM to pause the VM because `why` (counted once per pause).
@@ -384,18 +409,11 @@ impl Shared {
     /// Serves faults until it cannot; returns why.
     fn run(&self) -> String {
         loop {
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.uffd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.poke.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
+            let mut fd = libc::pollfd {
+                fd: self.uffd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // While a vCPU is stopped for the Preventer, wake up to take over if it does not
             // answer; otherwise when the sampling period ends.
             let timeout = if self.stopped().is_empty() {
@@ -405,8 +423,8 @@ impl Shared {
             } else {
                 1
             };
-            // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            // SAFETY: `fd` is a valid pollfd for the duration of the call.
+            let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EINTR) {
@@ -414,16 +432,10 @@ impl Shared {
                 }
                 return format!("poll on the userfaultfd failed: {e}");
             }
-            if fds[1].revents != 0 {
-                let _ = self.poke.read();
-            }
             if let Err(why) = self.serve_pending_faults() {
                 return why;
             }
             self.expire_stopped();
-            if let Err(why) = self.reclaim_to_limit() {
-                return why;
-            }
         }
     }
 }

@@ -237,7 +237,7 @@ impl Pager {
                 error: e.to_string(),
             });
         }
-        s.keep_limit(&mut pages);
+        drop(s.hold_to_cap(pages));
     }
 
     /// Reads guest-virtual memory through the vCPU's page tables.

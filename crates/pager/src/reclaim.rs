@@ -1,32 +1,51 @@
-//! Reclaim: taking pages out of guest RAM while resident pages exceed the limit.
+//! Reclaim: taking pages out of guest RAM while resident pages exceed the limit, on its own
+//! thread (`reclaim`), so the pager thread goes on serving faults while a chunk is written.
 //!
 //! The limit is the high watermark; once above it, reclaim goes down to a low watermark
 //! (`batch` or 1/64 of the limit below it, whichever is more) so it does not run on every
-//! fault. It works in chunks of at most `batch` pages, each under the page lock once:
+//! fault. It works in chunks of at most `batch` pages:
 //!
-//! 1. victims are chosen (`victim.rs`, through the page table) and write-protected first;
-//! 2. each is classified: dropped as zero, dropped because a store slot still holds it (a clean
-//!    swap block, or the image block it mirrors), or written to new swap blocks (runs of
-//!    consecutive blocks in one write);
-//! 3. only then are they released with `MADV_DONTNEED`. A write that arrives in between waits
-//!    on the protection, finds the page gone, and faults it back in: no write is lost between
-//!    checking and dropping.
+//! 1. under the page lock, victims are chosen (`victim.rs`, through the page table) and
+//!    write-protected; each is classified (dropped as zero, dropped because a store slot still
+//!    holds it, or to be written to new swap blocks), the pages to write are copied out to the
+//!    reclaim thread's buffer, and the chunk's victims are marked *in flight*;
+//! 2. without the lock, the copies are written to the swap file (runs of consecutive blocks in
+//!    one write each);
+//! 3. under the lock again, the victims are released with `MADV_DONTNEED`, recorded, no longer in
+//!    flight, and their waiters woken.
 //!
-//! The pager thread reclaims down to the low watermark chunk by chunk and serves the faults that
-//! arrived after each chunk ([`Shared::reclaim_to_limit`]), so a shrink of any size holds a
-//! fault up for one chunk at most. Other threads that install pages pay with one chunk
-//! ([`Shared::keep_limit`]) and leave the rest to the pager thread. A chunk that fails pauses
-//! the VM; nothing is reclaimed while it is paused.
+//! While a chunk is in flight its victims are mapped and write-protected and their fate is
+//! decided, so nothing may change them: a guest write to one waits on the protection (the
+//! pager thread leaves the fault unresolved, and step 3 wakes it; it then faults the page back
+//! in from its new block), and every device access goes through [`Shared::lock_settled`], which
+//! waits for the chunk to be recorded. No write is lost between checking and dropping.
+//!
+//! Installing threads (the pager thread after a fault, devices) wake the reclaim thread when
+//! they take the VM over its limit, and wait for its next chunk ([`Shared::hold_to_cap`]) only
+//! once installs have added a chunk's worth of pages since the last chunk was recorded: a
+//! shrink goes on while faults are served, and installs cannot outrun reclaim when the disk is
+//! slow. A chunk that fails pauses the VM; nothing is reclaimed while it is paused.
 
-use std::time::Instant;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
 
 use crate::pager::{PagerFailure, Pages, Shared, PAGE};
 use crate::ram_map::runs;
-use crate::state::{Disposition, PageIdx, PageState};
+use crate::state::{Block, Disposition, PageIdx, PageState};
 use crate::stats::Counters;
 use crate::store;
+use crate::swap::AlignedBuf;
+
+/// A chunk between its decisions and its release: what step 3 needs.
+struct Flight {
+    t0: Instant,
+    victim_runs: Vec<(PageIdx, u32)>,
+    decided: Vec<(PageIdx, Disposition)>,
+    /// New blocks for the pages written, in `decided` order.
+    blocks: Vec<Block>,
+}
 
 impl Shared {
     /// The low watermark for `limit`: where a reclaim that started above the limit stops.
@@ -34,50 +53,117 @@ impl Shared {
         limit.saturating_sub(self.batch.max(limit / 64))
     }
 
-    /// Pager thread: if over the limit, reclaims down to the low watermark one chunk at a time,
-    /// serving pending faults between chunks. Returns why the pager cannot go on, if it cannot.
-    pub(crate) fn reclaim_to_limit(&self) -> Result<(), String> {
-        if self.lock().table.resident() <= self.limit() {
-            return Ok(());
+    /// The page lock, once no reclaim chunk is in flight (for everything but the pager thread's
+    /// fault path and the reclaim thread itself).
+    pub(crate) fn lock_settled(&self) -> MutexGuard<'_, Pages> {
+        let mut pages = self.lock();
+        while !pages.in_flight.is_empty() {
+            pages = self.settled.wait(pages).unwrap_or_else(|e| e.into_inner());
         }
+        pages
+    }
+
+    /// Wakes the reclaim thread.
+    pub(crate) fn want_reclaim(&self) {
+        let mut wanted = self
+            .reclaim_wanted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *wanted = true;
+        self.reclaim_wake.notify_one();
+    }
+
+    /// After an install: wakes the reclaim thread if the VM is over its limit, and, if installs
+    /// have added more than a chunk since the last chunk was recorded, waits (up to a second)
+    /// for the next one.
+    pub(crate) fn hold_to_cap<'a>(
+        &'a self,
+        mut pages: MutexGuard<'a, Pages>,
+    ) -> MutexGuard<'a, Pages> {
+        let limit = self.limit();
+        if pages.table.resident() <= limit || self.vcpus.is_paused() {
+            return pages;
+        }
+        self.want_reclaim();
+        let t0 = Instant::now();
+        while pages.table.resident() > limit
+            && pages.table.resident() > pages.resident_after_chunk.saturating_add(self.batch)
+            && !self.vcpus.is_paused()
+            && t0.elapsed() < Duration::from_secs(1)
+        {
+            pages = self
+                .settled
+                .wait_timeout(pages, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        pages
+    }
+
+    /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
+    pub(crate) fn reclaim_thread(&self) {
+        // A chunk writes at most a batch plus one cluster less a page.
+        let cluster = self.lock().table.mech.cluster.max(1);
+        let mut buf = AlignedBuf::new((self.batch + cluster) as usize * PAGE);
+        loop {
+            {
+                // Woken when wanted, and every 100 ms anyway. The page lock is not taken while
+                // this one is held: threads holding the page lock take this one to wake us.
+                let mut wanted = self
+                    .reclaim_wanted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if !*wanted {
+                    wanted = self
+                        .reclaim_wake
+                        .wait_timeout(wanted, Duration::from_millis(100))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                *wanted = false;
+            }
+            if self.lock().table.resident() > self.limit() {
+                self.reclaim_to_low_watermark(&mut buf);
+            }
+        }
+    }
+
+    fn reclaim_to_low_watermark(&self, buf: &mut AlignedBuf) {
         loop {
             let mut pages = self.lock();
             let low = self.low_watermark(self.limit());
             let resident = pages.table.resident();
             if resident <= low || self.vcpus.is_paused() {
-                return Ok(());
+                return;
             }
-            if !self.reclaim_chunk(&mut pages, (resident - low).min(self.batch)) {
-                return Ok(());
-            }
+            let n = (resident - low).min(self.batch);
+            let flight = match self.reclaim_begin(&mut pages, n, buf) {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => {
+                    drop(pages);
+                    self.reclaim_failed(e);
+                    return;
+                }
+            };
             drop(pages);
-            self.serve_pending_faults()?;
-        }
-    }
-
-    /// Any thread that installed pages: if over the limit, reclaims one chunk toward the low
-    /// watermark (the pager thread does the rest, between faults).
-    pub(crate) fn keep_limit(&self, pages: &mut Pages) {
-        let limit = self.limit();
-        let resident = pages.table.resident();
-        if resident <= limit || self.vcpus.is_paused() {
-            return;
-        }
-        let n = (resident - self.low_watermark(limit)).min(self.batch);
-        self.reclaim_chunk(pages, n);
-    }
-
-    /// Reclaims up to about `n` pages; returns whether it reclaimed any. A failure pauses the VM.
-    fn reclaim_chunk(&self, pages: &mut Pages, n: u32) -> bool {
-        match self.reclaim_batch(pages, n) {
-            Ok(done) => done > 0,
-            Err(e) => {
-                self.pause(PagerFailure::Reclaim {
-                    error: e.to_string(),
-                });
-                false
+            let written = self.write_flight(&flight, buf);
+            let mut pages = self.lock();
+            let result = self.reclaim_end(&mut pages, flight, written);
+            drop(pages);
+            self.settled.notify_all();
+            if let Err(e) = result {
+                self.reclaim_failed(e);
+                return;
             }
         }
+    }
+
+    fn reclaim_failed(&self, e: std::io::Error) {
+        self.pause(PagerFailure::Reclaim {
+            error: e.to_string(),
+        });
+        self.settled.notify_all();
     }
 
     fn page_is_zero(&self, p: PageIdx) -> bool {
@@ -88,17 +174,26 @@ impl Shared {
         words.iter().all(|&w| w == 0)
     }
 
-    fn reclaim_batch(&self, pages: &mut Pages, n: u32) -> std::io::Result<u32> {
+    /// Step 1: chooses up to about `n` victims, protects and classifies them, copies the ones to
+    /// write into `buf` and allocates their blocks, and marks them all in flight. `None`: no
+    /// victim.
+    fn reclaim_begin(
+        &self,
+        pages: &mut Pages,
+        n: u32,
+        buf: &mut AlignedBuf,
+    ) -> std::io::Result<Option<Flight>> {
         let t0 = Instant::now();
         let victims = pages.table.pick_victims(n);
         if victims.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         let victim_runs: Vec<(PageIdx, u32)> = runs(&victims)
             .into_iter()
             .flat_map(|(first, n)| self.map.split_by_region(first, n))
             .collect();
         for &(first, n) in &victim_runs {
+            // Nothing is decided yet: a page left protected costs its next write one fault.
             self.uffd
                 .write_protect(self.map.host(first), n as usize * PAGE)?;
         }
@@ -121,31 +216,89 @@ impl Shared {
                 .for_each(|b| pages.table.blocks.release(b));
             return Err(std::io::Error::other("the swap store is full"));
         }
-        // Write runs of consecutive blocks with one write each.
+        let out = buf.get(to_write.len() * PAGE);
+        for (k, &p) in to_write.iter().enumerate() {
+            let src = self.map.host(p) as *const u8;
+            // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
+            let page = unsafe { std::slice::from_raw_parts(src, PAGE) };
+            out[k * PAGE..(k + 1) * PAGE].copy_from_slice(page);
+        }
+        pages.in_flight = victims;
+        Ok(Some(Flight {
+            t0,
+            victim_runs,
+            decided,
+            blocks,
+        }))
+    }
+
+    /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
+    /// blocks.
+    fn write_flight(&self, flight: &Flight, buf: &mut AlignedBuf) -> std::io::Result<()> {
+        let blocks = &flight.blocks;
+        let data = buf.get(blocks.len() * PAGE);
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
             while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
                 j += 1;
             }
-            let buf = pages.io.get((j - i) * PAGE);
-            for (k, &p) in to_write[i..j].iter().enumerate() {
-                let src = self.map.host(p) as *const u8;
-                // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
-                let page = unsafe { std::slice::from_raw_parts(src, PAGE) };
-                buf[k * PAGE..(k + 1) * PAGE].copy_from_slice(page);
-            }
-            if let Err(e) = store::write(&self.stores.swap, blocks[i], buf) {
-                blocks.iter().for_each(|&b| pages.table.blocks.release(b));
-                return Err(e);
-            }
+            store::write(&self.stores.swap, blocks[i], &data[i * PAGE..j * PAGE])?;
             i = j;
         }
-        // A run that cannot be released stays resident (still protected, its table entry
-        // unchanged) and its new blocks go back; the error is returned once the rest is recorded.
+        Ok(())
+    }
+
+    /// Step 3: releases and records the chunk (or, if the write failed, gives its blocks back and
+    /// leaves its pages resident), ends the flight and wakes the victims' waiters.
+    fn reclaim_end(
+        &self,
+        pages: &mut Pages,
+        flight: Flight,
+        written: std::io::Result<()>,
+    ) -> std::io::Result<u32> {
+        let Flight {
+            t0,
+            victim_runs,
+            decided,
+            blocks,
+        } = flight;
+        let result = match written {
+            Err(e) => {
+                blocks
+                    .into_iter()
+                    .for_each(|b| pages.table.blocks.release(b));
+                Err(e)
+            }
+            Ok(()) => self.release_chunk(pages, &victim_runs, decided, blocks),
+        };
+        pages.in_flight.clear();
+        pages.resident_after_chunk = pages.table.resident();
+        // Writers that waited on a victim's protection try again: the page is gone (they fault
+        // it back in) or, if it stayed, its protection is theirs to end.
+        for &(first, n) in &victim_runs {
+            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE) {
+                tracing::debug!("pager: waking writers of pages {first}+{n} failed: {e}");
+            }
+        }
+        Counters::add(&self.counters.reclaim_batches, 1);
+        self.reclaim_latency.record(t0.elapsed());
+        result
+    }
+
+    /// Releases the victims and records them. A run that cannot be released stays resident (still
+    /// protected, its table entry unchanged) and its new blocks go back; the error is returned
+    /// once the rest is recorded.
+    fn release_chunk(
+        &self,
+        pages: &mut Pages,
+        victim_runs: &[(PageIdx, u32)],
+        decided: Vec<(PageIdx, Disposition)>,
+        blocks: Vec<Block>,
+    ) -> std::io::Result<u32> {
         let mut kept: Vec<(PageIdx, u32)> = Vec::new();
         let mut release_error = None;
-        for &(first, n) in &victim_runs {
+        for &(first, n) in victim_runs {
             self.split_huge(pages, first, n);
             let range = GuestRange {
                 addr: self.map.gpa(first),
@@ -158,6 +311,7 @@ impl Shared {
                 )));
             }
         }
+        let count = u32::try_from(decided.len()).unwrap_or(0);
         let mut written = blocks.into_iter();
         for (p, d) in decided {
             let block = if d == Disposition::Write {
@@ -181,11 +335,9 @@ impl Shared {
             };
             Counters::add(c, 1);
         }
-        Counters::add(&self.counters.reclaim_batches, 1);
-        self.reclaim_latency.record(t0.elapsed());
-        if let Some(e) = release_error {
-            return Err(e);
+        match release_error {
+            Some(e) => Err(e),
+            None => Ok(count),
         }
-        Ok(u32::try_from(victims.len()).unwrap_or(0))
     }
 }

@@ -162,6 +162,9 @@ impl Shared {
     fn take_sample(&self, pages: &mut Pages) -> Vec<PageIdx> {
         let mut out = Vec::new();
         for p in pages.table.victims.sample(self.sample_pages) {
+            if pages.in_flight.binary_search(&p).is_ok() {
+                continue;
+            }
             let slot = u32::try_from(out.len()).unwrap_or(u32::MAX);
             let host = self.map.host(p);
             if let Err(e) = self.uffd.write_protect(host, PAGE) {
