@@ -168,7 +168,8 @@ pub(crate) struct Pages {
     /// The victims of the reclaim chunk being written, sorted: mapped, write-protected and
     /// decided, so nothing else may change them until the chunk is recorded (`reclaim.rs`).
     pub in_flight: Vec<PageIdx>,
-    /// Resident pages when the last reclaim chunk was recorded (`u32::MAX` before the first).
+    /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
+    /// first installs past the limit wait for the first chunk).
     pub resident_after_chunk: u32,
 }
 
@@ -265,7 +266,7 @@ impl Pager {
             attached: false,
             huge: HashSet::new(),
             in_flight: Vec::new(),
-            resident_after_chunk: u32::MAX,
+            resident_after_chunk: 0,
         };
         let shared = Arc::new(Shared {
             mem,

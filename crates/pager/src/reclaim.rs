@@ -74,8 +74,9 @@ impl Shared {
     }
 
     /// After an install: wakes the reclaim thread if the VM is over its limit, and, if installs
-    /// have added more than a chunk since the last chunk was recorded, waits (up to a second)
-    /// for the next one.
+    /// have added more than a chunk since the last chunk was recorded, waits for the next one
+    /// (for 10 s at most: a reclaim thread held up that long by its disk is reported, and the
+    /// guest goes on past its limit rather than hang).
     pub(crate) fn hold_to_cap<'a>(
         &'a self,
         mut pages: MutexGuard<'a, Pages>,
@@ -89,8 +90,11 @@ impl Shared {
         while pages.table.resident() > limit
             && pages.table.resident() > pages.resident_after_chunk.saturating_add(self.batch)
             && !self.vcpus.is_paused()
-            && t0.elapsed() < Duration::from_secs(1)
         {
+            if t0.elapsed() >= Duration::from_secs(10) {
+                tracing::warn!("pager: reclaim made no progress for 10 s; going on past the limit");
+                break;
+            }
             pages = self
                 .settled
                 .wait_timeout(pages, Duration::from_millis(10))
