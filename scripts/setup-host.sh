@@ -10,6 +10,8 @@ command -v cc >/dev/null || need+=(build-essential)
 # The pager test that makes its swap disk fail mid-run uses a loop device with ext4.
 command -v losetup >/dev/null || need+=(mount)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+# scripts/shrink-latency.sh reads GET /stats with jq.
+command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
