@@ -14,8 +14,6 @@
 
 mod common;
 
-use std::process::Output;
-
 /// Where the image is loaded and entered.
 const BASE: u64 = 0x10_0000;
 // Offsets inside the image; the code below has these addresses built in.
@@ -194,24 +192,11 @@ fn kernel(io: Io) -> tempfile::NamedTempFile {
     common::pvh_kernel(BASE, &image)
 }
 
-fn run(hypervisor: &str, kernel: &tempfile::NamedTempFile) -> Output {
-    let args = [
-        "run",
-        "--hypervisor",
-        hypervisor,
-        "--mem",
-        "64M",
-        "--kernel",
-        kernel.path().to_str().unwrap(),
-    ];
-    common::memvisor(&args)
-}
-
 /// Runs the guest for `io` on both hypervisors; returns what each printed and its status.
 fn on_both(io: Io) -> [(String, Option<i32>); 2] {
     let k = kernel(io);
     ["memvisor", "qemu"].map(|hv| {
-        let out = run(hv, &k);
+        let out = common::run_kernel(hv, &k);
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
             out.status.code(),

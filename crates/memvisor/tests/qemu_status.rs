@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{memvisor, pvh_kernel};
+use common::{memvisor, pvh_kernel, run_kernel};
 
 /// A PVH ELF that loads an empty IDT and executes `ud2`: #UD, then a triple fault.
 fn triple_fault_kernel() -> tempfile::NamedTempFile {
@@ -21,15 +21,7 @@ fn triple_fault_kernel() -> tempfile::NamedTempFile {
 fn triple_fault_is_a_guest_crash_on_both_hypervisors() {
     let k = triple_fault_kernel();
     for hv in ["memvisor", "qemu"] {
-        let out = memvisor(&[
-            "run",
-            "--hypervisor",
-            hv,
-            "--mem",
-            "64M",
-            "--kernel",
-            k.path().to_str().unwrap(),
-        ]);
+        let out = run_kernel(hv, &k);
         assert_eq!(out.status.code(), Some(4), "on {hv}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("triple fault"), "on {hv}: {err}");

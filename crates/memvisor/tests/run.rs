@@ -228,15 +228,7 @@ fn tiny_kernel() -> tempfile::NamedTempFile {
 fn another_pvh_kernel_boots_on_both_hypervisors() {
     let k = tiny_kernel();
     for hv in ["memvisor", "qemu"] {
-        let out = memvisor(&[
-            "run",
-            "--hypervisor",
-            hv,
-            "--mem",
-            "64M",
-            "--kernel",
-            k.path().to_str().unwrap(),
-        ]);
+        let out = common::run_kernel(hv, &k);
         assert_eq!(out.status.code(), Some((0x21 << 1) | 1), "on {hv}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "on {hv}");
     }

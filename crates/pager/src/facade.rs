@@ -15,7 +15,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use crate::pager::{Pager, Pages, Shared, PAGE};
 use crate::ram_map::runs;
-use crate::state::{is_resident, ImageBlock, PageIdx, PageState};
+use crate::state::{is_resident, ImageBlock, PageIdx, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, Slot};
 
@@ -55,6 +55,23 @@ impl Shared {
         }
         resident.retain(|&(p, _)| !failed.iter().any(|&(f, c)| p >= f && p < f + c));
         resident
+    }
+
+    /// With the Swap Mapper: write-protects the resident pages of a disk request and records each
+    /// with `record` (a read that filled it, or a write about to copy it out).
+    fn mirror_resident(
+        &self,
+        disk: u8,
+        pages: &[DiskPage],
+        record: fn(&mut PageTable, PageIdx, ImageBlock),
+    ) {
+        let mut state = self.lock_settled();
+        if !state.table.mech.mapper {
+            return;
+        }
+        for (p, ib) in self.protect_resident(&state, disk, pages) {
+            record(&mut state.table, p, ib);
+        }
     }
 
     /// The run of pages from `p`, at most `max` long and inside one mapping, for which `fits`
@@ -167,15 +184,9 @@ impl GuestRam for Pager {
     }
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
-        let mut state = s.lock_settled();
-        if !state.table.mech.mapper {
-            return;
-        }
         // Protected first, so the first guest write ends the mirroring.
-        for (p, ib) in s.protect_resident(&state, disk, pages) {
-            state.table.read_from_disk(p, ib);
-        }
+        self.shared
+            .mirror_resident(disk, pages, PageTable::read_from_disk);
     }
 
     fn disk_write_begin(&self, disk: u8, first: u64, count: u64) -> std::io::Result<()> {
@@ -205,14 +216,8 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
-        let mut state = s.lock_settled();
-        if !state.table.mech.mapper {
-            return;
-        }
-        for (p, ib) in s.protect_resident(&state, disk, pages) {
-            state.table.disk_write_source(p, ib);
-        }
+        self.shared
+            .mirror_resident(disk, pages, PageTable::disk_write_source);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {

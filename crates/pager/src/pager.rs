@@ -254,13 +254,10 @@ impl Pager {
         let mech = config.mech;
         let state = Pages {
             table: PageTable::new(pages, pages, mech, config.policy, 0x6d76_6d76),
-            // Written victims are a batch plus one cluster less a page at most (the mirrored
-            // pages a batch brings along are never written); a refault reads `prefetch` pages
-            // from swap, or up to `IMAGE_WINDOW_MAX` from an image.
+            // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX`
+            // from an image (reclaim writes from its own buffer).
             io: AlignedBuf::new(
-                (batch.max(mech.prefetch).max(crate::state::IMAGE_WINDOW_MAX) + mech.cluster.max(1))
-                    as usize
-                    * BLOCK,
+                mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK,
             ),
             prefetched: vec![false; pages as usize],
             attached: false,
@@ -343,8 +340,8 @@ impl Pager {
         }
     }
 
-    /// Changes the limit at run time: shrinking reclaims down to it (on the pager thread, in
-    /// chunks that let faults through), growing lets pages back as they fault. The first limit
+    /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,
+    /// while faults are served), growing lets pages back as they fault. The first limit
     /// of a VM started without one takes guest RAM over (`takeover.rs`).
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
         let s = &self.shared;

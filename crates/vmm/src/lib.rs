@@ -254,8 +254,8 @@ impl Lifecycle {
 pub struct Vm {
     // vCPU and device state refers to the VM and its memory: the fds go last.
     lifecycle: Arc<Lifecycle>,
-    vcpu_fds: Vec<VcpuFd>,
-    boot_context: Option<Arc<VcpuShared>>,
+    /// What [`Vm::start`] hands to the vCPU threads and the API; `None` once started.
+    unstarted: Option<Unstarted>,
     threads: Vec<std::thread::JoinHandle<()>>,
     events_tx: mpsc::Sender<VmEvent>,
     events: mpsc::Receiver<VmEvent>,
@@ -264,23 +264,19 @@ pub struct Vm {
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
     balloon: Option<Arc<memvisor_devices::virtio::balloon::BalloonState>>,
     exits: Arc<ExitCounters>,
-    /// The API socket, bound, and what it will serve once the VM starts.
-    api: Option<(
-        std::os::unix::net::UnixListener,
-        api::SocketFile,
-        api::Control,
-    )>,
     /// The API socket's file, removed when the VM goes.
-    socket_file: Option<api::SocketFile>,
+    _socket_file: Option<api::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
     _vm: VmFd,
 }
 
-/// What every vCPU thread of a VM shares.
-struct VcpuShared {
-    pio: Arc<Bus>,
-    mmio: Arc<Bus>,
-    unknown: Arc<UnknownAccesses>,
+/// A built VM's vCPUs, buses and API, until it starts.
+struct Unstarted {
+    vcpu_fds: Vec<VcpuFd>,
+    pio: Bus,
+    mmio: Bus,
+    /// The API socket, bound, and what it serves.
+    api: Option<(std::os::unix::net::UnixListener, api::Control)>,
 }
 
 /// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
@@ -371,35 +367,37 @@ impl Vm {
         });
         // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so a
         // client that finds the socket finds a running VM.
-        let api = match &config.api_sock {
-            Some(path) => Some((
-                api::bind(path).map_err(VmmError::Api)?,
-                api::SocketFile(path.clone()),
-                api::Control {
-                    mem_size: config.mem_size,
-                    vcpus: config.vcpus,
-                    pager_mode: match &config.pager {
-                        None => "off",
-                        Some(p) if p.mech == memvisor_pager::Mechanisms::BASELINE => "baseline",
-                        Some(_) => "full",
+        let (api, socket_file) = match &config.api_sock {
+            Some(path) => (
+                Some((
+                    api::bind(path).map_err(VmmError::Api)?,
+                    api::Control {
+                        mem_size: config.mem_size,
+                        vcpus: config.vcpus,
+                        pager_mode: match &config.pager {
+                            None => "off",
+                            Some(p) if p.mech == memvisor_pager::Mechanisms::BASELINE => "baseline",
+                            Some(_) => "full",
+                        },
+                        disks: disks
+                            .iter()
+                            .map(|(d, a)| {
+                                let a = lock(a);
+                                (
+                                    d.clone(),
+                                    a.block_metrics.clone(),
+                                    a.transport_metrics.clone(),
+                                )
+                            })
+                            .collect(),
+                        lifecycle: lifecycle.clone(),
+                        balloon,
+                        exits: exits.clone(),
                     },
-                    disks: disks
-                        .iter()
-                        .map(|(d, a)| {
-                            let a = lock(a);
-                            (
-                                d.clone(),
-                                a.block_metrics.clone(),
-                                a.transport_metrics.clone(),
-                            )
-                        })
-                        .collect(),
-                    lifecycle: lifecycle.clone(),
-                    balloon,
-                    exits: exits.clone(),
-                },
-            )),
-            None => None,
+                )),
+                Some(api::SocketFile(path.clone())),
+            ),
+            None => (None, None),
         };
         let supported_cpuid = kvm
             .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
@@ -420,12 +418,12 @@ impl Vm {
         }
         Ok(Vm {
             lifecycle,
-            vcpu_fds,
-            boot_context: Some(Arc::new(VcpuShared {
-                pio: Arc::new(pio),
-                mmio: Arc::new(mmio),
-                unknown: Arc::new(UnknownAccesses::default()),
-            })),
+            unstarted: Some(Unstarted {
+                vcpu_fds,
+                pio,
+                mmio,
+                api,
+            }),
             threads: Vec::new(),
             events_tx,
             events,
@@ -433,8 +431,7 @@ impl Vm {
             disks,
             balloon: balloon_state,
             exits,
-            api,
-            socket_file: None,
+            _socket_file: socket_file,
             mem,
             _vm: vm,
         })
@@ -442,17 +439,25 @@ impl Vm {
 
     /// Starts the vCPU threads.
     pub fn start(&mut self) -> Result<(), VmmError> {
-        let Some(shared) = self.boot_context.take() else {
+        let Some(Unstarted {
+            vcpu_fds,
+            pio,
+            mmio,
+            api,
+        }) = self.unstarted.take()
+        else {
             return Ok(());
         };
         self.lifecycle.started.store(true, Ordering::SeqCst);
-        for (fd, id) in std::mem::take(&mut self.vcpu_fds).into_iter().zip(0u8..) {
+        let (pio, mmio) = (Arc::new(pio), Arc::new(mmio));
+        let unknown = Arc::new(UnknownAccesses::default());
+        for (fd, id) in vcpu_fds.into_iter().zip(0u8..) {
             let ctx = vcpu::VcpuContext {
                 id,
-                pio: shared.pio.clone(),
-                mmio: shared.mmio.clone(),
+                pio: pio.clone(),
+                mmio: mmio.clone(),
                 exits: self.exits.clone(),
-                unknown: shared.unknown.clone(),
+                unknown: unknown.clone(),
                 vcpus: self.lifecycle.vcpus.clone(),
                 pager: self.lifecycle.pager.clone(),
                 _mem: self.mem.clone(),
@@ -476,8 +481,7 @@ impl Vm {
                 .map_err(VmmError::Thread)?;
             self.threads.push(thread);
         }
-        if let Some((listener, file, control)) = self.api.take() {
-            self.socket_file = Some(file);
+        if let Some((listener, control)) = api {
             api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
         }
         Ok(())

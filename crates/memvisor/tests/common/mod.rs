@@ -22,6 +22,19 @@ pub fn memvisor(args: &[&str]) -> Output {
     out
 }
 
+/// Runs `kernel` in a 64 MiB VM on `hypervisor` (`memvisor` or `qemu`).
+pub fn run_kernel(hypervisor: &str, kernel: &tempfile::NamedTempFile) -> Output {
+    memvisor(&[
+        "run",
+        "--hypervisor",
+        hypervisor,
+        "--mem",
+        "64M",
+        "--kernel",
+        kernel.path().to_str().unwrap(),
+    ])
+}
+
 /// A PVH ELF file loading `image` at `base` and entering it there.
 pub fn pvh_kernel(base: u64, image: &[u8]) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
