@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -89,6 +90,7 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, HttpError> {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         204 => "No Content",
         400 => "Bad Request",
         404 => "Not Found",
@@ -108,14 +110,31 @@ pub fn write_response(stream: &mut impl Write, status: u16, body: &str) -> std::
     stream.flush()
 }
 
-/// Sends one request to the API socket at `sock` and returns the status and body.
+/// How long [`call`] waits for the server to take a request or answer it.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends one request to the API socket at `sock` and returns the status and body; gives up
+/// after [`CALL_TIMEOUT`] without progress.
 pub fn call(
     sock: &Path,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> Result<(u16, String), HttpError> {
+    call_within(sock, method, path, body, CALL_TIMEOUT)
+}
+
+/// [`call`], giving up after `timeout` without progress (a server that hangs is an I/O error).
+pub fn call_within(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String), HttpError> {
     let mut s = UnixStream::connect(sock)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     let body = body.unwrap_or("");
     write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
     s.flush()?;

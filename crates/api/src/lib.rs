@@ -1,10 +1,17 @@
-//! The VMM's control API: request and response types (one serde schema, published in `docs/openapi.json`) and the small HTTP/1.1-over-Unix-socket framing that both the server and `memvisor ctl` use.
+//! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`) and the small HTTP/1.1-over-Unix-socket framing that both the server and `memvisor ctl` use.
 
+mod host;
 mod http;
+pub mod server;
+pub mod spec;
 mod stats;
 mod vm;
 
-pub use http::{call, read_request, write_response, HttpError, Request, MAX_BODY};
+pub use host::{FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate};
+pub use http::{
+    call, call_within, read_request, write_response, HttpError, Request, CALL_TIMEOUT, MAX_BODY,
+};
+pub use spec::{parse_duration, parse_size, DiskSpec, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
     PagerCounters, PagerStats, VmStats,

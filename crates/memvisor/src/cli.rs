@@ -31,7 +31,14 @@ pub enum Command {
     ///
     /// Exit status: 0 on success, 2 for bad input.
     Mkdisk(crate::disks::MkdiskArgs),
-    /// Talk to a running VM's API socket (`memvisor run --api-sock PATH`).
+    /// Run a host: the VMs of a config file under one memory budget, ESX's allocation policy,
+    /// an API socket (docs/host.md).
+    ///
+    /// Exit status: 0 once stopped by SIGTERM, SIGINT or SIGHUP (every VM stopped first), 2 for
+    /// a bad config, 5 when the host cannot run.
+    Host(HostArgs),
+    /// Talk to a running VM's API socket (`memvisor run --api-sock PATH`) or a host's
+    /// (`--host-sock PATH`).
     ///
     /// Exit status: 0 when the VM answered 200, 1 when it refused the request, 2 for bad input.
     Ctl(crate::ctl::CtlArgs),
@@ -40,6 +47,38 @@ pub enum Command {
     /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),
     /// 2 for bad input, 5 when it could not run, 130 on Ctrl-C (after cleaning up).
     Bench(crate::bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HostArgs {
+    /// The host's config file (TOML: `[host]` and `[[vm]]` tables).
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// `memvisor host`: loads the config and runs the host until it is told to stop.
+pub fn host(args: HostArgs) -> ExitCode {
+    let config = match memvisor_host::HostConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("memvisor: {e}");
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("memvisor: cannot find my own binary to run the VMMs: {e}");
+            return ExitCode::from(status::VMM_FAILURE);
+        }
+    };
+    match memvisor_host::run(config, exe) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memvisor: {e}");
+            ExitCode::from(status::VMM_FAILURE)
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -155,30 +194,7 @@ pub struct DiskArg {
     pub id: Option<String>,
 }
 
-/// Parses a size: a number of bytes, or a number with K, M, G or T (binary units; `iB` optional).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let err =
-        || format!("'{s}' is not a size; expected a number of bytes or one like 512M, 2G, 64K");
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| err())?;
-    let shift = match unit
-        .trim_end_matches("iB")
-        .trim_end_matches('B')
-        .to_ascii_uppercase()
-        .as_str()
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(err()),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
+pub use memvisor_api::parse_size;
 
 fn parse_vcpus(s: &str) -> Result<u8, String> {
     match s.parse::<u8>() {
@@ -191,37 +207,12 @@ fn parse_vcpus(s: &str) -> Result<u8, String> {
 }
 
 fn parse_disk(s: &str) -> Result<DiskArg, String> {
-    let mut parts = s.split(',');
-    let path = parts
-        .next()
-        .filter(|p| !p.is_empty())
-        .ok_or("a disk needs a path: PATH[,ro][,id=NAME]")?;
-    let mut disk = DiskArg {
-        path: PathBuf::from(path),
-        read_only: false,
-        id: None,
-    };
-    for opt in parts {
-        match opt.split_once('=') {
-            None if opt == "ro" || opt == "readonly" => disk.read_only = true,
-            Some(("id", id))
-                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_graphic()) =>
-            {
-                disk.id = Some(id.to_owned());
-            }
-            Some(("id", id)) => {
-                return Err(format!(
-                    "disk id '{id}' must be 1 to 20 printable characters"
-                ))
-            }
-            _ => {
-                return Err(format!(
-                    "unknown disk option '{opt}'; expected ro or id=NAME"
-                ))
-            }
-        }
-    }
-    Ok(disk)
+    let d = memvisor_api::DiskSpec::parse(s)?;
+    Ok(DiskArg {
+        path: PathBuf::from(d.path),
+        read_only: d.read_only,
+        id: d.id,
+    })
 }
 
 /// A check of the flags that failed: reported as one line, exit status 2.

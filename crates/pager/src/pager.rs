@@ -108,7 +108,9 @@ pub trait VcpuControl: Send + Sync {
     fn kick(&self, tid: i32) -> std::io::Result<()>;
     /// Stops every vCPU until the VMM resumes the VM (then it calls [`Pager::retry`]).
     fn pause(&self, why: PagerFailure);
-    fn is_paused(&self) -> bool;
+    /// Whether the VM is paused because of a pager failure: reclaim waits for the resume
+    /// (which retries). A pause for another reason does not stop reclaim.
+    fn pager_paused(&self) -> bool;
 }
 
 /// A [`VcpuControl`] for a pager that serves no vCPUs (tests, tools that drive guest memory
@@ -148,7 +150,7 @@ impl VcpuControl for NoVcpus {
             .get_or_insert(why);
     }
 
-    fn is_paused(&self) -> bool {
+    fn pager_paused(&self) -> bool {
         self.paused().is_some()
     }
 }
@@ -382,7 +384,7 @@ impl Shared {
 
     /// Asks the VMM to pause the VM because `why` (counted once per pause).
     pub(crate) fn pause(&self, why: PagerFailure) {
-        if !self.vcpus.is_paused() {
+        if !self.vcpus.pager_paused() {
             tracing::error!("pager: pausing the VM: {why}");
             Counters::add(&self.counters.pauses, 1);
         }

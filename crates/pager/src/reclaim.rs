@@ -82,14 +82,14 @@ impl Shared {
         mut pages: MutexGuard<'a, Pages>,
     ) -> MutexGuard<'a, Pages> {
         let limit = self.limit();
-        if pages.table.resident() <= limit || self.vcpus.is_paused() {
+        if pages.table.resident() <= limit || self.vcpus.pager_paused() {
             return pages;
         }
         self.want_reclaim();
         let t0 = Instant::now();
         while pages.table.resident() > limit
             && pages.table.resident() > pages.resident_after_chunk.saturating_add(self.batch)
-            && !self.vcpus.is_paused()
+            && !self.vcpus.pager_paused()
         {
             if t0.elapsed() >= Duration::from_secs(10) {
                 tracing::warn!("pager: reclaim made no progress for 10 s; going on past the limit");
@@ -137,7 +137,7 @@ impl Shared {
             let mut pages = self.lock();
             let low = self.low_watermark(self.limit());
             let resident = pages.table.resident();
-            if resident <= low || self.vcpus.is_paused() {
+            if resident <= low || self.vcpus.pager_paused() {
                 return;
             }
             let n = (resident - low).min(self.batch);

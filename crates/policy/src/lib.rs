@@ -6,13 +6,16 @@
 //! | `active.rs` | the active-memory estimate from sampled pages: fast and slow EWMAs and the current period | ESX §5.3 |
 //! | `free_state.rs` | the free-memory state (high / soft / hard / low) with hysteresis, and what each state does | ESX §6.3 |
 //! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
+//! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
 
 pub mod active;
 pub mod admission;
 pub mod allocation;
 pub mod free_state;
+pub mod plan;
 
 pub use active::ActiveEstimate;
-pub use admission::{admit, AdmissionRefusal, Reservations};
+pub use admission::{admit, release, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
-pub use free_state::{FreeState, Reclaim};
+pub use free_state::{FreeState, Reclaim, Thresholds};
+pub use plan::{plan, HostParams, Plan, VmAction, VmObservation};

@@ -13,15 +13,15 @@
 //! `{"error": "..."}` and change nothing. Every answer is a `memvisor_api` type ([`VmInfo`],
 //! [`VmStats`], [`ErrorBody`]) built here and serialized once; the schema is `docs/openapi.json`.
 
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
+use memvisor_api::server::{error, ok, parse};
 use memvisor_api::{
-    read_request, write_response, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody,
-    ExitStats, GuestMemoryStats, MemoryUpdate, PagerMode, VmInfo, VmState, VmStats,
+    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestMemoryStats, MemoryUpdate,
+    PagerMode, VmInfo, VmState, VmStats,
 };
 use memvisor_devices::virtio::balloon::{BalloonControl, BalloonState};
 use memvisor_devices::virtio::block::BlockMetrics;
@@ -38,90 +38,11 @@ pub(crate) struct Control {
     pub exits: Arc<ExitCounters>,
 }
 
-/// How long the server waits for a request once a client has connected.
-const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Binds the socket at `path`. A stale socket file (nobody listening) is replaced; a live one is
-/// an error. Clients that connect before [`serve`] starts wait in the listen queue.
-pub(crate) fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::other(format!(
-                "{} is served by another process",
-                path.display()
-            )));
-        }
-        std::fs::remove_file(path)?;
-    }
-    // Bound under a temporary name and renamed into place once listening: a client that sees
-    // the socket file can connect (between bind and listen, a connect is refused).
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp)?;
-    if let Err(e) = std::fs::rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(listener)
-}
-
 /// Serves `listener` on its own thread.
 pub(crate) fn serve(listener: UnixListener, control: Arc<Control>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("api".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(mut s) => {
-                        // A client that connects and sends nothing must not hold the API.
-                        if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
-                            tracing::warn!("api: cannot set a read timeout: {e}");
-                        }
-                        let (status, body) = match read_request(&mut s) {
-                            Ok(req) => handle(&control, &req.method, &req.path, &req.body),
-                            Err(e) => error(400, &e.to_string()),
-                        };
-                        if let Err(e) = write_response(&mut s, status, &body) {
-                            tracing::debug!("api: cannot answer: {e}");
-                        }
-                    }
-                    Err(e) => tracing::warn!("api: accept failed: {e}"),
-                }
-            }
-        })?;
-    Ok(())
-}
-
-/// Removes the socket file when the VM ends.
-pub(crate) struct SocketFile(pub PathBuf);
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn error(status: u16, msg: &str) -> (u16, String) {
-    (
-        status,
-        serde_json::to_string(&ErrorBody {
-            error: msg.to_owned(),
-        })
-        .unwrap_or_default(),
-    )
-}
-
-fn ok(v: &impl serde::Serialize) -> (u16, String) {
-    match serde_json::to_string(v) {
-        Ok(body) => (200, body),
-        Err(e) => error(500, &format!("cannot encode the answer: {e}")),
-    }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, (u16, String)> {
-    serde_json::from_slice(body).map_err(|e| error(400, &format!("bad JSON body: {e}")))
+    memvisor_api::server::serve(listener, "api", move |method, path, body| {
+        handle(&control, method, path, body)
+    })
 }
 
 fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {

@@ -47,6 +47,8 @@ pub struct Vcpus {
     wake: Condvar,
     /// Raised while paused; read by every vCPU before each `KVM_RUN`.
     pausing: AtomicBool,
+    /// Raised while paused because of a pager failure (reclaim waits for the resume).
+    pager_failed: AtomicBool,
     ended: AtomicBool,
 }
 
@@ -78,10 +80,19 @@ impl Vcpus {
         }
     }
 
-    /// Pauses the VM for `why` (the first reason is kept); returns whether it was running.
+    /// Pauses the VM for `why`; returns whether it was running. The first reason is kept,
+    /// except that a pager failure replaces a requested pause (the failure is what a resume
+    /// must retry).
     pub fn pause_for(&self, why: PauseReason) -> bool {
         let mut state = self.lock();
-        if state.paused.is_some() {
+        if let PauseReason::Pager(_) = why {
+            self.pager_failed.store(true, Ordering::SeqCst);
+        }
+        if let Some(was) = &state.paused {
+            if *was == PauseReason::Requested && matches!(why, PauseReason::Pager(_)) {
+                tracing::warn!("the paused VM stays paused: {why}");
+                state.paused = Some(why);
+            }
             return false;
         }
         tracing::warn!("pausing the VM: {why}");
@@ -95,6 +106,7 @@ impl Vcpus {
     pub fn resume(&self) -> Option<PauseReason> {
         let mut state = self.lock();
         let was = state.paused.take();
+        self.pager_failed.store(false, Ordering::SeqCst);
         if let Some(why) = &was {
             tracing::info!("resuming the VM (paused because {why})");
         }
@@ -152,8 +164,8 @@ impl VcpuControl for Vcpus {
         self.pause_for(PauseReason::Pager(why));
     }
 
-    fn is_paused(&self) -> bool {
-        self.must_park()
+    fn pager_paused(&self) -> bool {
+        self.pager_failed.load(Ordering::SeqCst)
     }
 }
 
@@ -164,12 +176,16 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_parked_thread_waits_for_resume_and_the_first_reason_is_kept() {
+    fn a_parked_thread_waits_for_resume_and_a_pager_failure_outranks_a_request() {
         let v = Arc::new(Vcpus::default());
         assert!(v.pause_for(PauseReason::Requested));
-        assert!(!v.pause_for(PauseReason::Pager(PagerFailure::Reclaim {
-            error: "later".into()
-        })));
+        assert!(!v.pager_paused(), "a requested pause lets reclaim go on");
+        let failure = PauseReason::Pager(PagerFailure::Reclaim {
+            error: "later".into(),
+        });
+        assert!(!v.pause_for(failure.clone()));
+        assert!(v.pager_paused());
+        assert!(!v.pause_for(PauseReason::Requested));
         assert!(v.must_park());
         let t = {
             let v = v.clone();
@@ -179,10 +195,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(!t.is_finished());
-        assert_eq!(v.resume(), Some(PauseReason::Requested));
+        assert_eq!(v.resume(), Some(failure));
         t.join().unwrap();
         assert_eq!(v.paused(), (None, 0));
         assert!(!v.must_park());
+        assert!(!v.pager_paused());
         assert_eq!(v.resume(), None);
     }
 

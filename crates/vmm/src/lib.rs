@@ -265,7 +265,7 @@ pub struct Vm {
     balloon: Option<Arc<memvisor_devices::virtio::balloon::BalloonState>>,
     exits: Arc<ExitCounters>,
     /// The API socket's file, removed when the VM goes.
-    _socket_file: Option<api::SocketFile>,
+    _socket_file: Option<memvisor_api::server::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
     _vm: VmFd,
 }
@@ -370,7 +370,7 @@ impl Vm {
         let (api, socket_file) = match &config.api_sock {
             Some(path) => (
                 Some((
-                    api::bind(path).map_err(VmmError::Api)?,
+                    memvisor_api::server::bind(path).map_err(VmmError::Api)?,
                     api::Control {
                         mem_size: config.mem_size,
                         vcpus: config.vcpus,
@@ -395,7 +395,7 @@ impl Vm {
                         exits: exits.clone(),
                     },
                 )),
-                Some(api::SocketFile(path.clone())),
+                Some(memvisor_api::server::SocketFile(path.clone())),
             ),
             None => (None, None),
         };

@@ -1,0 +1,138 @@
+//! The host manager's API (`memvisor host`): the host's budget and free-memory state, and each
+//! VM's policy, allocation and state. Published in `docs/host-openapi.json`.
+
+#![deny(missing_docs)]
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::size;
+
+/// The free-memory state (ESX §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreeStateName {
+    /// At least 6 % of the budget free (4 % once below): nothing is reclaimed.
+    High,
+    /// Below 4 %: balloons move VMs toward their targets.
+    Soft,
+    /// Below 2 %: pager limits enforce the targets too.
+    Hard,
+    /// Below 1 %: VMs above their targets are also paused until they are under them.
+    Low,
+}
+
+/// `GET /host`: the budget and how it is used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Memory for every VM together, their VMMs' overheads included.
+    pub budget_bytes: u64,
+    /// The budget minus resident guest memory and overheads, at the last tick.
+    pub free_bytes: u64,
+    /// The free-memory state at the last tick.
+    pub free_state: FreeStateName,
+    /// The idle memory tax, 0 to 1.
+    pub idle_tax: f64,
+    /// Host memory each VMM is taken to need besides guest RAM.
+    pub vm_overhead_bytes: u64,
+    /// Memory admission has reserved: `min` plus overhead of every admitted VM.
+    pub memory_reserved_bytes: u64,
+    /// Swap space for the VMs' pagers.
+    pub swap_bytes: u64,
+    /// Swap admission has reserved: `mem - min` of every admitted VM.
+    pub swap_reserved_bytes: u64,
+    /// Policy ticks done.
+    pub ticks: u64,
+    /// Seconds between ticks.
+    pub tick_seconds: f64,
+}
+
+/// Where a VM of the host is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostVmState {
+    /// Its VMM is starting; its API is not answering yet.
+    Starting,
+    /// Its vCPUs run.
+    Running,
+    /// Its vCPUs are parked: by the host (low free memory) or by its own pager (`why`).
+    Paused,
+    /// Asked to stop; its VMM is shutting down.
+    Stopping,
+    /// Its VMM has ended (`why` says how); its reservation is back in the budget.
+    Exited,
+    /// Refused at start by admission control (`why` says which reservation failed).
+    Refused,
+}
+
+/// One VM as the host sees it (`GET /vms`, `GET /vms/NAME`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostVm {
+    /// Its name.
+    pub name: String,
+    /// Where it is in its life.
+    pub state: HostVmState,
+    /// Why it is paused, exited or refused; `null` otherwise.
+    pub why: Option<String>,
+    /// Its VMM's process id; `null` before start and after exit.
+    pub pid: Option<u32>,
+    /// Its VMM's exit status once exited (`128 + N` for signal N); `null` before.
+    pub exit_status: Option<i32>,
+    /// Guest RAM.
+    pub mem_bytes: u64,
+    /// Guaranteed host memory.
+    pub min_bytes: u64,
+    /// Most host memory it is given (at most `mem_bytes`).
+    pub max_bytes: u64,
+    /// Memory shares.
+    pub shares: u64,
+    /// Its allocation target at the last tick.
+    pub target_bytes: u64,
+    /// Guest memory resident on the host (its allocation).
+    pub resident_bytes: u64,
+    /// Estimated active memory: the sampled active fraction of its resident memory.
+    pub active_bytes: u64,
+    /// The sampled active fraction, 0 to 1 (the largest of the fast, slow and current
+    /// estimates).
+    pub active_fraction: f64,
+    /// Memory the balloon holds now; `null` without a balloon device.
+    pub balloon_bytes: Option<u64>,
+    /// Memory the host asks the balloon to hold; `null` without a balloon device.
+    pub balloon_target_bytes: Option<u64>,
+    /// Guest memory in its pager's swap file.
+    pub swapped_bytes: u64,
+    /// Clean guest memory dropped because the disk image holds it (Swap Mapper).
+    pub on_disk_bytes: u64,
+    /// The pager's resident limit.
+    pub limit_bytes: u64,
+    /// Paused by the host because it is above its target in the low state.
+    pub paused_by_host: bool,
+    /// Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM).
+    pub oom_deflated_pages: u64,
+    /// Its VMM's API socket.
+    pub api_sock: String,
+    /// Its VMM's log (console and messages).
+    pub log: String,
+}
+
+/// `PATCH /vms/NAME`: new policy values; absent ones are kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// Guaranteed host memory (admission reserves it).
+    #[serde(
+        default,
+        with = "size::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min: Option<u64>,
+    /// Most host memory it is given, at most its `mem`.
+    #[serde(
+        default,
+        with = "size::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max: Option<u64>,
+    /// Memory shares, 1 to 1000000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u64>,
+}

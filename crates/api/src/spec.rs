@@ -1,0 +1,422 @@
+//! A VM as the operator describes it: one schema for `memvisor host`'s config file (`[[vm]]`),
+//! the host API's `POST /vms`, and `memvisor run`'s flags where they overlap ([`VmSpec::run_args`]
+//! spells a spec as those flags). Sizes are written as in the flags (`512M`, `2G`, bytes) and
+//! parsed by one function, [`parse_size`].
+
+#![deny(missing_docs)]
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Parses a size: a number of bytes, or a number with K, M, G or T (binary units; `iB` optional).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let err =
+        || format!("'{s}' is not a size; expected a number of bytes or one like 512M, 2G, 64K");
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let shift = match unit
+        .trim_end_matches("iB")
+        .trim_end_matches('B')
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(err()),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Parses a duration: seconds (`30`, `0.5`) or a number with `ms`, `s`, `m` or `h`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let err = || format!("'{s}' is not a duration; expected one like 30s, 500ms, 2m or 1.5");
+    let t = s.trim();
+    let digits = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: f64 = num.parse().map_err(|_| err())?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(err()),
+    };
+    if !secs.is_finite() || secs > 1e9 {
+        return Err(err());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Serde for a size in bytes: reads a number of bytes or a string for [`parse_size`]; writes
+/// bytes.
+pub mod size {
+    use super::*;
+
+    /// Writes bytes.
+    pub fn serialize<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+
+    /// Reads a number of bytes or a size string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(SizeVisitor)
+    }
+
+    struct SizeVisitor;
+
+    impl serde::de::Visitor<'_> for SizeVisitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a size: bytes, or a string like \"512M\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom(format!("{v} is not a size: it is negative")))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u64, E> {
+            parse_size(v).map_err(E::custom)
+        }
+    }
+
+    /// The same for an optional size.
+    pub mod option {
+        use super::*;
+
+        /// Writes bytes or null.
+        pub fn serialize<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(v) => s.serialize_some(v),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Reads a size, or nothing.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+            #[derive(Deserialize)]
+            struct Wrap(#[serde(with = "super")] u64);
+            Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+        }
+    }
+}
+
+/// Serde for a duration: reads seconds or a string for [`parse_duration`]; writes seconds.
+pub mod duration {
+    use super::*;
+    use std::time::Duration;
+
+    /// Writes seconds.
+    pub fn serialize<S: serde::Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(v.as_secs_f64())
+    }
+
+    /// Reads seconds or a duration string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_any(DurationVisitor)
+    }
+
+    struct DurationVisitor;
+
+    impl serde::de::Visitor<'_> for DurationVisitor {
+        type Value = Duration;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a duration: seconds, or a string like \"30s\" or \"500ms\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+            Ok(Duration::from_secs(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+            u64::try_from(v)
+                .map(Duration::from_secs)
+                .map_err(|_| E::custom(format!("{v} is not a duration: it is negative")))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
+            parse_duration(&v.to_string()).map_err(E::custom)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+            parse_duration(v).map_err(E::custom)
+        }
+    }
+}
+
+/// A disk as `--disk` spells it: `PATH[,ro][,id=NAME]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskSpec {
+    /// The image file.
+    pub path: String,
+    /// The guest cannot write it.
+    pub read_only: bool,
+    /// The serial the guest reads; `None`: `diskN`.
+    pub id: Option<String>,
+}
+
+impl DiskSpec {
+    /// Parses `PATH[,ro][,id=NAME]`.
+    pub fn parse(s: &str) -> Result<DiskSpec, String> {
+        let mut parts = s.split(',');
+        let path = parts
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or("a disk needs a path: PATH[,ro][,id=NAME]")?;
+        let mut disk = DiskSpec {
+            path: path.to_owned(),
+            read_only: false,
+            id: None,
+        };
+        for opt in parts {
+            match opt.split_once('=') {
+                None if opt == "ro" || opt == "readonly" => disk.read_only = true,
+                Some(("id", id))
+                    if !id.is_empty()
+                        && id.len() <= 20
+                        && id.bytes().all(|b| b.is_ascii_graphic()) =>
+                {
+                    disk.id = Some(id.to_owned());
+                }
+                Some(("id", id)) => {
+                    return Err(format!(
+                        "disk id '{id}' must be 1 to 20 printable characters"
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown disk option '{opt}'; expected ro or id=NAME"
+                    ))
+                }
+            }
+        }
+        Ok(disk)
+    }
+}
+
+fn default_shares() -> u64 {
+    1000
+}
+
+fn default_vcpus() -> u8 {
+    1
+}
+
+/// Most vCPUs a VM has (as `memvisor run --vcpus`).
+pub const MAX_VCPUS: u8 = 64;
+
+/// One VM of a host: `[[vm]]` in the config file, the body of `POST /vms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSpec {
+    /// Its name on the host: 1 to 32 letters, digits, `-` or `_`.
+    pub name: String,
+    /// Guest RAM, and the most host memory it is ever given (`--mem`).
+    #[serde(with = "size")]
+    pub mem: u64,
+    /// Host memory it is guaranteed (default 0); admission reserves it.
+    #[serde(with = "size", default)]
+    pub min: u64,
+    /// Its memory shares (default 1000): its claim, against the others', to memory above `min`.
+    #[serde(default = "default_shares")]
+    pub shares: u64,
+    /// vCPUs (`--vcpus`, default 1).
+    #[serde(default = "default_vcpus")]
+    pub vcpus: u8,
+    /// A guest kit workload (`--workload`).
+    #[serde(default)]
+    pub workload: Option<String>,
+    /// A PVH kernel ELF instead of the guest kit (`--kernel`).
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// Extra words for the guest command line (`--cmdline`).
+    #[serde(default)]
+    pub cmdline: String,
+    /// Disks as `--disk` spells them: `PATH[,ro][,id=NAME]`.
+    #[serde(default)]
+    pub disks: Vec<String>,
+    /// A virtio-balloon device (`--balloon`), which the host inflates under pressure.
+    #[serde(default)]
+    pub balloon: bool,
+    /// VSwapper's Swap Mapper (`--mapper`).
+    #[serde(default)]
+    pub mapper: bool,
+    /// VSwapper's False Reads Preventer (`--preventer`).
+    #[serde(default)]
+    pub preventer: bool,
+    /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
+    #[serde(default)]
+    pub victims: Option<String>,
+}
+
+impl VmSpec {
+    /// Checks what can be checked without the host: the name, `min <= mem`, shares, vCPUs,
+    /// the disk syntax, the victim policy, and that `workload` and `kernel` are not both given.
+    pub fn check(&self) -> Result<(), String> {
+        let n = &self.name;
+        if n.is_empty()
+            || n.len() > 32
+            || !n
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "VM name '{n}': give 1 to 32 letters, digits, '-' or '_'"
+            ));
+        }
+        if self.mem < 16 << 20 || self.mem % (1 << 20) != 0 {
+            return Err(format!(
+                "vm '{n}': mem {} is not usable: give a whole number of MiB, at least 16M",
+                self.mem
+            ));
+        }
+        if self.min > self.mem {
+            return Err(format!(
+                "vm '{n}': min {} is above mem {}",
+                self.min, self.mem
+            ));
+        }
+        if self.shares == 0 || self.shares > 1_000_000 {
+            return Err(format!(
+                "vm '{n}': shares {} must be 1 to 1000000",
+                self.shares
+            ));
+        }
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return Err(format!(
+                "vm '{n}': {} vCPUs: a VM has 1 to {MAX_VCPUS}",
+                self.vcpus
+            ));
+        }
+        if self.workload.is_some() && self.kernel.is_some() {
+            return Err(format!(
+                "vm '{n}': give a workload (the guest kit's) or a kernel, not both"
+            ));
+        }
+        for d in &self.disks {
+            DiskSpec::parse(d).map_err(|e| format!("vm '{n}': disk '{d}': {e}"))?;
+        }
+        match self.victims.as_deref() {
+            None | Some("random" | "clock") => {}
+            Some(v) => return Err(format!("vm '{n}': victims '{v}': expected random or clock")),
+        }
+        Ok(())
+    }
+
+    /// The `memvisor run` flags for this spec (the host adds its own: socket, swap file,
+    /// sampling, limit).
+    pub fn run_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--mem".to_owned(),
+            self.mem.to_string(),
+            "--vcpus".to_owned(),
+            self.vcpus.to_string(),
+        ];
+        if let Some(w) = &self.workload {
+            a.extend(["--workload".to_owned(), w.clone()]);
+        }
+        if let Some(k) = &self.kernel {
+            a.extend(["--kernel".to_owned(), k.clone()]);
+        }
+        if !self.cmdline.is_empty() {
+            a.extend(["--cmdline".to_owned(), self.cmdline.clone()]);
+        }
+        for d in &self.disks {
+            a.extend(["--disk".to_owned(), d.clone()]);
+        }
+        for (on, flag) in [
+            (self.balloon, "--balloon"),
+            (self.mapper, "--mapper"),
+            (self.preventer, "--preventer"),
+        ] {
+            if on {
+                a.push(flag.to_owned());
+            }
+        }
+        if let Some(v) = &self.victims {
+            a.extend(["--victims".to_owned(), v.clone()]);
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(
+            parse_duration("30s"),
+            Ok(std::time::Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_duration("250ms"),
+            Ok(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_duration("1.5"),
+            Ok(std::time::Duration::from_millis(1500))
+        );
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("1e300").is_err());
+    }
+
+    #[test]
+    fn a_spec_reads_sizes_as_strings_or_bytes_and_refuses_unknown_keys() {
+        let s: VmSpec =
+            serde_json::from_str(r#"{"name":"a","mem":"512M","min":1048576,"balloon":true}"#)
+                .unwrap();
+        assert_eq!(
+            (s.mem, s.min, s.shares, s.vcpus),
+            (512 << 20, 1 << 20, 1000, 1)
+        );
+        assert!(s.check().is_ok());
+        for bad in [
+            r#"{"name":"a","mem":"512Q"}"#,
+            r#"{"name":"a","mem":-5}"#,
+            r#"{"name":"a","mem":"512M","colour":"red"}"#,
+            r#"{"mem":"512M"}"#,
+        ] {
+            assert!(serde_json::from_str::<VmSpec>(bad).is_err(), "{bad}");
+        }
+        for (bad, why) in [
+            (r#"{"name":"a b","mem":"512M"}"#, "name"),
+            (r#"{"name":"a","mem":"512M","min":"1G"}"#, "above mem"),
+            (r#"{"name":"a","mem":"512M","shares":0}"#, "shares"),
+            (r#"{"name":"a","mem":"512M","vcpus":65}"#, "vCPUs"),
+            (r#"{"name":"a","mem":"512M","disks":["x,zz"]}"#, "disk"),
+            (r#"{"name":"a","mem":"512M","victims":"lru"}"#, "victims"),
+            (r#"{"name":"a","mem":"1000000"}"#, "whole number"),
+        ] {
+            let s: VmSpec = serde_json::from_str(bad).unwrap();
+            let e = s.check().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn disks_parse_as_the_flag_does() {
+        assert_eq!(
+            DiskSpec::parse("a.img,ro,id=data"),
+            Ok(DiskSpec {
+                path: "a.img".into(),
+                read_only: true,
+                id: Some("data".into())
+            })
+        );
+        assert!(DiskSpec::parse(",ro").is_err());
+        assert!(DiskSpec::parse("a,id=").is_err());
+    }
+}

@@ -1,0 +1,361 @@
+//! The host's config file (TOML): `[host]` and one `[[vm]]` per VM ([`VmSpec`], the same
+//! schema as the host API's `POST /vms`). Relative paths (`state_dir`, `api_sock`, a VM's
+//! `kernel` and `disks`) are relative to the directory of the config file. A file that does not
+//! parse, or a value out of range, is an error that names the file, the line and the key.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memvisor_api::spec::{duration, size};
+use memvisor_api::{DiskSpec, VmSpec};
+use serde::{Deserialize, Deserializer};
+
+/// The config, checked, with paths resolved and defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostConfig {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Memory for every VM together, VMM overheads included.
+    pub memory: u64,
+    pub idle_tax: f64,
+    pub sample_pages: u32,
+    pub sample_period: Duration,
+    pub tick: Duration,
+    pub api_sock: PathBuf,
+    pub state_dir: PathBuf,
+    /// Swap space admission may reserve for the VMs' pagers; `None` until
+    /// [`HostConfig::prepare_state_dir`] measures it (90 % of the free space of `state_dir`).
+    pub swap: Option<u64>,
+    /// Host memory each VMM is taken to need besides guest RAM.
+    pub vm_overhead: u64,
+    pub vms: Vec<VmSpec>,
+}
+
+/// Host memory a memvisor VMM takes besides its guest's RAM: code, thread stacks, the pager's
+/// page table and I/O buffers, device queues. Measured as the RSS of a VMM running a 512 MiB
+/// guest minus its resident guest pages (docs/host.md).
+pub const DEFAULT_VM_OVERHEAD: u64 = 24 << 20;
+
+/// Host memory left out of the default budget: 10 % of RAM, at least 1 GiB.
+fn default_budget() -> Result<u64, String> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| format!("cannot read /proc/meminfo for the default memory budget: {e}"))?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or("no MemTotal in /proc/meminfo")?;
+    let total = kib * 1024;
+    Ok(total.saturating_sub((total / 10).max(1 << 30)))
+}
+
+/// Free space in the file system of `dir` (the default swap for admission: 90 % of it).
+fn free_space(dir: &Path) -> Result<u64, String> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} has a NUL byte", dir.display()))?;
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "cannot measure free space in {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize) / 10 * 9)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    host: HostSection,
+    #[serde(default)]
+    vm: Vec<toml::Spanned<VmSpec>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct HostSection {
+    #[serde(with = "size::option")]
+    memory: Option<u64>,
+    #[serde(deserialize_with = "tax")]
+    idle_tax: f64,
+    #[serde(deserialize_with = "sample_pages")]
+    sample_pages: u32,
+    #[serde(deserialize_with = "sample_period")]
+    sample_period: Duration,
+    #[serde(deserialize_with = "tick")]
+    tick: Duration,
+    api_sock: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    #[serde(with = "size::option")]
+    swap: Option<u64>,
+    #[serde(with = "size::option")]
+    vm_overhead: Option<u64>,
+}
+
+impl Default for HostSection {
+    fn default() -> Self {
+        HostSection {
+            memory: None,
+            idle_tax: 0.75,
+            sample_pages: 100,
+            sample_period: Duration::from_secs(30),
+            tick: Duration::from_secs(1),
+            api_sock: None,
+            state_dir: None,
+            swap: None,
+            vm_overhead: None,
+        }
+    }
+}
+
+fn tax<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "idle_tax {v}: give a fraction from 0 up to (not including) 1, e.g. 0.75"
+        )))
+    }
+}
+
+fn sample_pages<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = u32::deserialize(d)?;
+    if v <= 10_000 {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "sample_pages {v}: give 0 (no sampling) to 10000"
+        )))
+    }
+}
+
+fn ranged<'de, D: Deserializer<'de>>(
+    d: D,
+    key: &str,
+    lo: Duration,
+    hi: Duration,
+) -> Result<Duration, D::Error> {
+    let v = duration::deserialize(d)?;
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "{key} {v:?}: give {lo:?} to {hi:?}"
+        )))
+    }
+}
+
+fn sample_period<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    ranged(
+        d,
+        "sample_period",
+        Duration::from_millis(100),
+        Duration::from_secs(3600),
+    )
+}
+
+fn tick<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    ranged(
+        d,
+        "tick",
+        Duration::from_millis(50),
+        Duration::from_secs(60),
+    )
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// `p` made absolute against `base` when relative.
+fn resolve(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        base.join(p)
+    }
+}
+
+/// A VM spec with its kernel and disk paths made absolute against `base`.
+pub fn resolve_paths(mut spec: VmSpec, base: &Path) -> Result<VmSpec, String> {
+    if let Some(k) = &spec.kernel {
+        spec.kernel = Some(resolve(base, Path::new(k)).display().to_string());
+    }
+    for d in &mut spec.disks {
+        let parsed = DiskSpec::parse(d)?;
+        let path = resolve(base, Path::new(&parsed.path)).display().to_string();
+        let mut s = path;
+        if parsed.read_only {
+            s.push_str(",ro");
+        }
+        if let Some(id) = parsed.id {
+            s.push_str(",id=");
+            s.push_str(&id);
+        }
+        *d = s;
+    }
+    Ok(spec)
+}
+
+impl HostConfig {
+    /// Reads and checks the config at `path`.
+    pub fn load(path: &Path) -> Result<HostConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks `text`, the content of the config at `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<HostConfig, String> {
+        let file: File = toml::from_str(text)
+            .map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = std::path::absolute(base)
+            .map_err(|e| format!("{}: cannot resolve its directory: {e}", path.display()))?;
+        let h = file.host;
+        let state_dir = match &h.state_dir {
+            Some(d) => resolve(&base, d),
+            None => base.join(format!(
+                "{}.state",
+                path.file_stem().unwrap_or_default().to_string_lossy()
+            )),
+        };
+        let api_sock = match &h.api_sock {
+            Some(s) => resolve(&base, s),
+            None => state_dir.join("host.sock"),
+        };
+        let memory = match h.memory {
+            Some(m) => m,
+            None => default_budget()?,
+        };
+        let mut vms: Vec<VmSpec> = Vec::new();
+        for s in file.vm {
+            let line = line_of(text, s.span().start);
+            let at = |e: String| format!("{}: line {line}: [[vm]]: {e}", path.display());
+            let spec = s.into_inner();
+            spec.check().map_err(at)?;
+            if vms.iter().any(|v| v.name == spec.name) {
+                return Err(at(format!("a second VM named '{}'", spec.name)));
+            }
+            vms.push(resolve_paths(spec, &base).map_err(at)?);
+        }
+        Ok(HostConfig {
+            path: path.to_owned(),
+            memory,
+            idle_tax: h.idle_tax,
+            sample_pages: h.sample_pages,
+            sample_period: h.sample_period,
+            tick: h.tick,
+            api_sock,
+            swap: h.swap,
+            state_dir,
+            vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
+            vms,
+        })
+    }
+
+    /// Creates the state directory and, when `swap` was not given, measures its free space.
+    pub fn prepare_state_dir(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.state_dir).map_err(|e| {
+            format!(
+                "cannot create the state directory {}: {e}",
+                self.state_dir.display()
+            )
+        })?;
+        if self.swap.is_none() {
+            self.swap = Some(free_space(&self.state_dir)?);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<HostConfig, String> {
+        HostConfig::parse(Path::new("/etc/memvisor/host.toml"), text)
+    }
+
+    #[test]
+    fn a_full_config() {
+        let c = parse(
+            r#"
+[host]
+memory = "2G"
+idle_tax = 0.5
+sample_period = "5s"
+tick = "500ms"
+state_dir = "run"
+swap = "4G"
+
+[[vm]]
+name = "a"
+mem = "512M"
+min = "128M"
+shares = 2000
+workload = "mapreduce"
+disks = ["data.img,id=data", "/abs/swap.img,ro"]
+balloon = true
+
+[[vm]]
+name = "b"
+mem = 268435456
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.memory, 2 << 30);
+        assert_eq!(c.idle_tax, 0.5);
+        assert_eq!(c.sample_period, Duration::from_secs(5));
+        assert_eq!(c.tick, Duration::from_millis(500));
+        assert_eq!(c.state_dir, Path::new("/etc/memvisor/run"));
+        assert_eq!(c.api_sock, Path::new("/etc/memvisor/run/host.sock"));
+        assert_eq!(c.swap, Some(4 << 30));
+        assert_eq!(c.vms.len(), 2);
+        assert_eq!(
+            c.vms[0].disks,
+            vec!["/etc/memvisor/data.img,id=data", "/abs/swap.img,ro"]
+        );
+        assert_eq!(
+            (c.vms[1].mem, c.vms[1].shares, c.vms[1].min),
+            (256 << 20, 1000, 0)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_the_line_and_the_key() {
+        for (text, line, words) in [
+            ("[host]\nmemory = \"12Q\"\n", 2, "not a size"),
+            ("[host]\nidle_tax = 1.5\n", 2, "idle_tax"),
+            ("[host]\ntick = \"1ms\"\n", 2, "tick"),
+            ("[host]\ncolour = 1\n", 2, "colour"),
+            ("[[vm]]\nname = \"a\"\nmem = \"512M\"\nlimit = 3\n", 4, "limit"),
+            ("[[vm]]\nname = \"a\"\n", 1, "mem"),
+            (
+                "[host]\nmemory=\"1G\"\n\n[[vm]]\nname = \"a\"\nmem = \"512M\"\nmin = \"1G\"\n",
+                4,
+                "min",
+            ),
+            (
+                "[host]\nmemory=\"1G\"\n[[vm]]\nname=\"a\"\nmem=\"64M\"\n[[vm]]\nname=\"a\"\nmem=\"64M\"\n",
+                6,
+                "second VM",
+            ),
+            ("[host\n", 1, "TOML"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");
+            assert!(e.contains(&format!("line {line}")), "{text:?}: {e}");
+            assert!(e.contains(words), "{text:?}: {e}");
+        }
+    }
+}

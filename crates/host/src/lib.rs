@@ -1,0 +1,90 @@
+//! `memvisor host`: the host manager. It reads a config file, admits and starts one VMM process
+//! per VM (`memvisor run`, so a crash stays in one VM), ticks ESX's allocation policy
+//! (`memvisor-policy`) over what the VMMs report, drives each VMM through its API socket, and
+//! serves its own API. See docs/host.md.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
+//! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
+//! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
+//! | `server.rs` | the host API on a Unix socket |
+
+pub mod config;
+mod manager;
+mod process;
+mod server;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use config::HostConfig;
+pub use manager::Host;
+pub use process::Launch;
+
+/// How long the VMs get to stop when the host stops, before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// Runs the host of `config` until SIGTERM, SIGINT or SIGHUP; then stops every VM.
+/// `exe` is the memvisor binary that runs each VMM.
+pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
+    memvisor_vmm::signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    config.prepare_state_dir()?;
+    let listener = memvisor_api::server::bind(&config.api_sock)
+        .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
+    let _socket = memvisor_api::server::SocketFile(config.api_sock.clone());
+    let launch = Launch {
+        exe,
+        sample_pages: config.sample_pages,
+        sample_period: config.sample_period,
+    };
+    let tick = config.tick;
+    eprintln!(
+        "memvisor host: budget {} MiB, {} VMs in {}, API on {}",
+        config.memory >> 20,
+        config.vms.len(),
+        config.path.display(),
+        config.api_sock.display()
+    );
+    let host = Arc::new(Mutex::new(Host::new(config, launch)));
+    for problem in manager::lock(&host).start_config() {
+        eprintln!("memvisor host: {problem}");
+    }
+    server::serve(listener, host.clone()).map_err(|e| format!("cannot start the API: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                let sig = memvisor_vmm::signals::wait();
+                tracing::info!("signal {sig}: stopping every VM");
+                stop.store(true, Ordering::SeqCst);
+            })
+            .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    }
+    let mut next = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next {
+            manager::tick(&host);
+            next += tick;
+            if next < Instant::now() {
+                next = Instant::now() + tick;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20).min(tick));
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    let mut left = manager::lock(&host).stop_all();
+    while left > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        let mut h = manager::lock(&host);
+        h.reap();
+        left = h.vms().iter().filter(|v| v.pid.is_some()).count();
+    }
+    manager::lock(&host).kill_all();
+    eprintln!("memvisor host: every VM stopped");
+    Ok(())
+}

@@ -1,0 +1,614 @@
+//! The host's state and its tick: the VMs, admission, and carrying out the policy's plan.
+//!
+//! A tick (every `tick` of the config) reaps VMMs that ended, reads every live VM's `GET /vm`
+//! and `GET /stats`, hands the observations to [`memvisor_policy::plan`], and sends each VMM
+//! what changed: `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The state
+//! lock is never held while a VMM is called, so the host API answers while a VMM is slow.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use memvisor_api::{
+    BalloonUpdate, FreeStateName, HostInfo, HostVm, HostVmState, MemoryUpdate, PolicyUpdate,
+    VmInfo, VmSpec, VmState, VmStats,
+};
+use memvisor_policy::{
+    admit, plan, release, AdmissionRefusal, FreeState, HostParams, Reservations, Thresholds,
+    VmObservation,
+};
+
+use crate::config::HostConfig;
+use crate::process::{describe_exit, Launch, Vmm, VmmFiles};
+
+/// The pager's smallest limit (`memvisor run --mem-limit`): targets below it are not sent lower.
+const MIN_LIMIT: u64 = 16 << 20;
+
+/// One VM of the host.
+struct Managed {
+    spec: VmSpec,
+    max: u64,
+    state: HostVmState,
+    why: Option<String>,
+    vmm: Option<Vmm>,
+    files: VmmFiles,
+    exit_status: Option<i32>,
+    /// Its `min` and `max` are in the reservations.
+    reserved: bool,
+    stop_asked: bool,
+    target: u64,
+    stats: Option<VmStats>,
+    info: Option<VmInfo>,
+    paused_by_host: bool,
+    /// The active fraction when the host paused it: a paused guest touches nothing, and
+    /// sampling must not read that as idleness.
+    active_at_pause: Option<f64>,
+    oom_demand: u32,
+    /// `oom_deflated_pages` at the last tick.
+    oom_seen: u64,
+}
+
+impl Managed {
+    fn live(&self) -> bool {
+        self.vmm.is_some()
+    }
+
+    fn resident(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .map_or(0, |p| p.pages.resident_pages * 4096)
+    }
+
+    /// The sampled active fraction (1 until sampled), as it was when the host paused it.
+    fn active(&self) -> f64 {
+        self.active_at_pause.unwrap_or_else(|| {
+            self.stats
+                .as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .map_or(1.0, |p| p.active.estimate)
+        })
+    }
+
+    fn oom_deflated(&self) -> u64 {
+        0 // OOMDEFLATE: wired once BalloonStats counts deflate-on-OOM
+    }
+
+    fn status(&self) -> HostVm {
+        let pager = self.stats.as_ref().and_then(|s| s.pager.as_ref());
+        let balloon = self.stats.as_ref().and_then(|s| s.balloon.as_ref());
+        let active_fraction = self.active();
+        let resident = self.resident();
+        HostVm {
+            name: self.spec.name.clone(),
+            state: self.state,
+            why: self.why.clone(),
+            pid: self.vmm.as_ref().map(Vmm::pid),
+            exit_status: self.exit_status,
+            mem_bytes: self.spec.mem,
+            min_bytes: self.spec.min,
+            max_bytes: self.max,
+            shares: self.spec.shares,
+            target_bytes: self.target,
+            resident_bytes: resident,
+            // A fraction (0 to 1) of a byte count: in range.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            active_bytes: (resident as f64 * active_fraction) as u64,
+            active_fraction,
+            balloon_bytes: balloon.map(|b| b.actual_pages * 4096),
+            balloon_target_bytes: self.info.as_ref().and_then(|i| i.balloon_target_bytes),
+            swapped_bytes: pager.map_or(0, |p| p.pages.swapped_pages * 4096),
+            on_disk_bytes: pager.map_or(0, |p| p.pages.on_disk_pages * 4096),
+            limit_bytes: pager.and_then(|p| p.limit_bytes).unwrap_or(self.max),
+            paused_by_host: self.paused_by_host,
+            oom_deflated_pages: self.oom_deflated(),
+            api_sock: self.files.sock.display().to_string(),
+            log: self.files.log.display().to_string(),
+        }
+    }
+}
+
+/// Everything the host knows, behind one lock.
+pub struct Host {
+    config: HostConfig,
+    launch: Launch,
+    reservations: Reservations,
+    vms: Vec<Managed>,
+    free_state: FreeState,
+    free: u64,
+    ticks: u64,
+}
+
+/// The host, shared by the tick loop and the API server.
+pub type Shared = Arc<Mutex<Host>>;
+
+/// Locks the host state (a panic elsewhere does not make it unusable).
+pub fn lock(h: &Shared) -> MutexGuard<'_, Host> {
+    h.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a tick sends one VMM.
+struct Order {
+    index: usize,
+    balloon: Option<u64>,
+    limit: Option<u64>,
+    pause: Option<bool>,
+}
+
+/// An API request the host refused: the HTTP status and why.
+#[derive(Debug)]
+pub struct Refused(pub u16, pub String);
+
+fn free_state_name(s: FreeState) -> FreeStateName {
+    match s {
+        FreeState::High => FreeStateName::High,
+        FreeState::Soft => FreeStateName::Soft,
+        FreeState::Hard => FreeStateName::Hard,
+        FreeState::Low => FreeStateName::Low,
+    }
+}
+
+impl Host {
+    pub fn new(config: HostConfig, launch: Launch) -> Host {
+        Host {
+            reservations: Reservations {
+                memory: config.memory,
+                swap: config.swap.unwrap_or(0),
+                ..Reservations::default()
+            },
+            config,
+            launch,
+            vms: Vec::new(),
+            free_state: FreeState::High,
+            free: 0,
+            ticks: 0,
+        }
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// Admits and starts `spec`; a refusal says which reservation failed.
+    pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
+        spec.check().map_err(|e| Refused(400, e))?;
+        if let Some(i) = self.vms.iter().position(|v| v.spec.name == spec.name) {
+            if matches!(
+                self.vms[i].state,
+                HostVmState::Exited | HostVmState::Refused
+            ) {
+                self.vms.remove(i);
+            } else {
+                return Err(Refused(
+                    400,
+                    format!("a VM named '{}' is already on this host", spec.name),
+                ));
+            }
+        }
+        let next = admit(
+            &self.reservations,
+            spec.min,
+            spec.mem,
+            self.config.vm_overhead,
+        )
+        .map_err(|e| Refused(400, format!("vm '{}' refused: {e}", spec.name)))?;
+        let files = VmmFiles::new(&self.config.state_dir, &spec.name);
+        let vmm = Vmm::spawn(&self.launch, &spec, &files, spec.mem).map_err(|e| {
+            Refused(
+                500,
+                format!("cannot start a VMM for vm '{}': {e}", spec.name),
+            )
+        })?;
+        self.reservations = next;
+        tracing::info!("vm {}: started, pid {}", spec.name, vmm.pid());
+        self.vms.push(Managed {
+            max: spec.mem,
+            target: spec.mem,
+            spec,
+            state: HostVmState::Starting,
+            why: None,
+            vmm: Some(vmm),
+            files,
+            exit_status: None,
+            reserved: true,
+            stop_asked: false,
+            stats: None,
+            info: None,
+            paused_by_host: false,
+            active_at_pause: None,
+            oom_demand: 0,
+            oom_seen: 0,
+        });
+        Ok(self.vms.last().map(Managed::status).expect("just pushed"))
+    }
+
+    /// Records a VM of the config that admission refused at start.
+    pub fn refuse(&mut self, spec: VmSpec, why: &AdmissionRefusal) {
+        self.vms.push(Managed {
+            max: spec.mem,
+            target: 0,
+            files: VmmFiles::new(&self.config.state_dir, &spec.name),
+            spec,
+            state: HostVmState::Refused,
+            why: Some(why.to_string()),
+            vmm: None,
+            exit_status: None,
+            reserved: false,
+            stop_asked: false,
+            stats: None,
+            info: None,
+            paused_by_host: false,
+            active_at_pause: None,
+            oom_demand: 0,
+            oom_seen: 0,
+        });
+    }
+
+    /// Starts every VM of the config, in order; those admission refuses are listed as refused.
+    pub fn start_config(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for spec in self.config.vms.clone() {
+            match admit(
+                &self.reservations,
+                spec.min,
+                spec.mem,
+                self.config.vm_overhead,
+            ) {
+                Err(e) => {
+                    problems.push(format!("vm '{}' refused: {e}", spec.name));
+                    self.refuse(spec, &e);
+                }
+                Ok(_) => {
+                    if let Err(Refused(_, e)) = self.add(spec) {
+                        problems.push(e);
+                    }
+                }
+            }
+        }
+        problems
+    }
+
+    fn find(&self, name: &str) -> Result<usize, Refused> {
+        self.vms
+            .iter()
+            .position(|v| v.spec.name == name)
+            .ok_or_else(|| Refused(404, format!("no VM named '{name}' on this host")))
+    }
+
+    pub fn vm(&self, name: &str) -> Result<HostVm, Refused> {
+        self.find(name).map(|i| self.vms[i].status())
+    }
+
+    pub fn vms(&self) -> Vec<HostVm> {
+        self.vms.iter().map(Managed::status).collect()
+    }
+
+    pub fn info(&self) -> HostInfo {
+        HostInfo {
+            budget_bytes: self.config.memory,
+            free_bytes: self.free,
+            free_state: free_state_name(self.free_state),
+            idle_tax: self.config.idle_tax,
+            vm_overhead_bytes: self.config.vm_overhead,
+            memory_reserved_bytes: self.reservations.memory_reserved,
+            swap_bytes: self.reservations.swap,
+            swap_reserved_bytes: self.reservations.swap_reserved,
+            ticks: self.ticks,
+            tick_seconds: self.config.tick.as_secs_f64(),
+        }
+    }
+
+    /// Changes a VM's `min`, `max` or `shares`; refused (and nothing changed) unless
+    /// `min <= max <= mem` and the new reservation is admitted.
+    pub fn update(&mut self, name: &str, u: &PolicyUpdate) -> Result<HostVm, Refused> {
+        let i = self.find(name)?;
+        let v = &self.vms[i];
+        if !v.live() {
+            return Err(Refused(400, format!("vm '{name}' is not running")));
+        }
+        let min = u.min.unwrap_or(v.spec.min);
+        let max = u.max.unwrap_or(v.max);
+        let shares = u.shares.unwrap_or(v.spec.shares);
+        if max > v.spec.mem {
+            return Err(Refused(
+                400,
+                format!("max {max} is above vm '{name}''s mem {}", v.spec.mem),
+            ));
+        }
+        if min > max {
+            return Err(Refused(400, format!("min {min} is above max {max}")));
+        }
+        if !(1..=1_000_000).contains(&shares) {
+            return Err(Refused(
+                400,
+                format!("shares {shares} must be 1 to 1000000"),
+            ));
+        }
+        let o = self.config.vm_overhead;
+        // Admission counts swap for the guest's whole RAM beyond min (`mem - min`): a lower max
+        // is a policy that may be raised again, so it reserves no less.
+        let without = release(&self.reservations, v.spec.min, v.spec.mem, o);
+        let next = admit(&without, min, v.spec.mem, o)
+            .map_err(|e| Refused(400, format!("vm '{name}': {e}")))?;
+        self.reservations = next;
+        let v = &mut self.vms[i];
+        v.spec.min = min;
+        v.spec.shares = shares;
+        v.max = max;
+        Ok(v.status())
+    }
+
+    /// Asks a VM's VMM to stop.
+    pub fn stop(&mut self, name: &str) -> Result<HostVm, Refused> {
+        let i = self.find(name)?;
+        let v = &mut self.vms[i];
+        match &v.vmm {
+            None => return Err(Refused(400, format!("vm '{name}' is not running"))),
+            Some(vmm) => vmm.terminate(),
+        }
+        v.stop_asked = true;
+        v.state = HostVmState::Stopping;
+        Ok(v.status())
+    }
+
+    /// Asks every VMM to stop; returns how many are still alive.
+    pub fn stop_all(&mut self) -> usize {
+        for v in &mut self.vms {
+            if let Some(vmm) = &v.vmm {
+                vmm.terminate();
+                v.stop_asked = true;
+                v.state = HostVmState::Stopping;
+            }
+        }
+        self.reap();
+        self.vms.iter().filter(|v| v.live()).count()
+    }
+
+    /// Kills every VMM still alive.
+    pub fn kill_all(&mut self) {
+        for v in &mut self.vms {
+            if let Some(vmm) = &mut v.vmm {
+                tracing::warn!("vm {}: did not stop in time; killed", v.spec.name);
+                vmm.kill();
+            }
+        }
+        self.reap();
+    }
+
+    /// Notes VMMs that ended: state, why, and their reservation back in the budget.
+    pub fn reap(&mut self) {
+        let o = self.config.vm_overhead;
+        for v in &mut self.vms {
+            let Some(vmm) = &mut v.vmm else { continue };
+            let Some(status) = vmm.try_wait() else {
+                continue;
+            };
+            let (code, why) = describe_exit(status, &v.files.log);
+            v.exit_status = Some(code);
+            v.why = Some(if v.stop_asked {
+                format!("stopped: {why}")
+            } else {
+                why
+            });
+            v.state = HostVmState::Exited;
+            v.vmm = None;
+            v.paused_by_host = false;
+            v.active_at_pause = None;
+            v.files.clean();
+            if v.reserved {
+                self.reservations = release(&self.reservations, v.spec.min, v.spec.mem, o);
+                v.reserved = false;
+            }
+            let why = v.why.as_deref().unwrap_or_default();
+            if v.stop_asked || code == 0 || code == 1 {
+                tracing::info!("vm {}: {why}", v.spec.name);
+            } else {
+                tracing::warn!("vm {}: {why}", v.spec.name);
+            }
+        }
+    }
+
+    /// The VMMs to observe this tick: index and socket.
+    fn to_observe(&self) -> Vec<(usize, std::path::PathBuf)> {
+        self.vms
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.live())
+            .map(|(i, v)| (i, v.files.sock.clone()))
+            .collect()
+    }
+
+    /// Takes in what was observed and decides; returns the orders to send.
+    fn decide(&mut self, seen: Vec<(usize, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
+        for (i, obs) in seen {
+            let Some(v) = self.vms.get_mut(i) else {
+                continue;
+            };
+            if !v.live() {
+                continue;
+            }
+            if let Some((info, stats)) = obs {
+                v.state = match (info.state, v.stop_asked) {
+                    (_, true) => HostVmState::Stopping,
+                    (VmState::Paused, _) => HostVmState::Paused,
+                    (VmState::Created, _) => HostVmState::Starting,
+                    (VmState::Running, _) => HostVmState::Running,
+                };
+                v.why = match (&info.paused_because, v.paused_by_host) {
+                    (Some(_), true) => {
+                        Some("paused by the host: above its target with free memory low".into())
+                    }
+                    (Some(w), false) => Some(w.clone()),
+                    (None, _) => None,
+                };
+                v.info = Some(info);
+                v.stats = Some(stats);
+            }
+        }
+        let live: Vec<usize> = (0..self.vms.len())
+            .filter(|&i| self.vms[i].live() && !self.vms[i].stop_asked)
+            .collect();
+        let obs: Vec<VmObservation> = live
+            .iter()
+            .map(|&i| {
+                let v = &self.vms[i];
+                VmObservation {
+                    min: v.spec.min,
+                    max: v.max,
+                    shares: v.spec.shares,
+                    active: v.active(),
+                    resident: v.resident(),
+                    overhead: self.config.vm_overhead,
+                    balloon: if v.spec.balloon {
+                        Some(
+                            v.info
+                                .as_ref()
+                                .and_then(|i| i.balloon_target_bytes)
+                                .unwrap_or(0),
+                        )
+                    } else {
+                        None
+                    },
+                    limit: v
+                        .info
+                        .as_ref()
+                        .and_then(|i| i.limit_bytes)
+                        .unwrap_or(v.spec.mem),
+                    paused: v.paused_by_host,
+                    oom_demand: v.oom_demand,
+                }
+            })
+            .collect();
+        let oom: Vec<bool> = live
+            .iter()
+            .map(|&i| self.vms[i].oom_deflated() > self.vms[i].oom_seen)
+            .collect();
+        let params = HostParams {
+            budget: self.config.memory,
+            idle_tax: self.config.idle_tax,
+            thresholds: Thresholds::default(),
+        };
+        let p = plan(&params, self.free_state, &obs, &oom);
+        if p.state != self.free_state {
+            tracing::info!(
+                "free memory {} MiB of {} MiB: state {:?} -> {:?}",
+                p.free >> 20,
+                self.config.memory >> 20,
+                self.free_state,
+                p.state
+            );
+        }
+        self.free_state = p.state;
+        self.free = p.free;
+        self.ticks += 1;
+        let mut orders = Vec::new();
+        for ((&i, o), a) in live.iter().zip(&obs).zip(&p.actions) {
+            let v = &mut self.vms[i];
+            v.target = a.target;
+            v.oom_demand = a.oom_demand;
+            v.oom_seen = v.oom_deflated();
+            if v.info.is_none() {
+                continue; // not answering yet: nothing to send
+            }
+            let limit = a.limit.max(MIN_LIMIT);
+            let order = Order {
+                index: i,
+                balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
+                limit: (limit != o.limit).then_some(limit),
+                pause: (a.pause != v.paused_by_host).then_some(a.pause),
+            };
+            if order.balloon.is_some() || order.limit.is_some() || order.pause.is_some() {
+                orders.push(order);
+            }
+        }
+        orders
+    }
+
+    /// After orders were sent: what the VMMs accepted.
+    fn sent(&mut self, done: Vec<(usize, Option<bool>)>) {
+        for (i, paused) in done {
+            if let (Some(v), Some(p)) = (self.vms.get_mut(i), paused) {
+                v.active_at_pause = p.then(|| v.active());
+                v.paused_by_host = p;
+            }
+        }
+    }
+}
+
+/// One tick: reap, observe (without the lock), plan, send (without the lock).
+pub fn tick(host: &Shared) {
+    let (targets, launch_files) = {
+        let mut h = lock(host);
+        h.reap();
+        let t = h.to_observe();
+        let files: Vec<VmmFiles> = t.iter().map(|&(i, _)| h.vms[i].files.clone()).collect();
+        (t, files)
+    };
+    let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = targets
+        .iter()
+        .zip(&launch_files)
+        .map(|(&(i, _), files)| {
+            let c = Client(files);
+            (i, c.info().ok().zip(c.stats().ok()))
+        })
+        .collect();
+    let (orders, files): (Vec<Order>, Vec<VmmFiles>) = {
+        let mut h = lock(host);
+        let orders = h.decide(seen);
+        let files = orders
+            .iter()
+            .map(|o| h.vms[o.index].files.clone())
+            .collect();
+        (orders, files)
+    };
+    let mut done = Vec::new();
+    for (o, files) in orders.iter().zip(&files) {
+        let c = Client(files);
+        let name = files
+            .sock
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(b) = o.balloon {
+            if let Err(e) = c.put("/balloon", Some(&BalloonUpdate { target: b })) {
+                tracing::warn!("vm {name}: {e}");
+            }
+        }
+        if let Some(l) = o.limit {
+            if let Err(e) = c.put("/memory", Some(&MemoryUpdate { limit: Some(l) })) {
+                tracing::warn!("vm {name}: {e}");
+            }
+        }
+        if let Some(p) = o.pause {
+            let path = if p { "/vm/pause" } else { "/vm/resume" };
+            match c.put(path, None::<&()>) {
+                Ok(()) => {
+                    tracing::info!(
+                        "vm {name}: {}",
+                        if p {
+                            "paused: above its target with free memory low"
+                        } else {
+                            "resumed: under its target"
+                        }
+                    );
+                    done.push((o.index, Some(p)));
+                }
+                Err(e) => tracing::warn!("vm {name}: {e}"),
+            }
+        }
+    }
+    lock(host).sent(done);
+}
+
+/// Calls a VMM's API by its files alone (no process handle needed, so no lock).
+struct Client<'a>(&'a VmmFiles);
+
+impl Client<'_> {
+    fn info(&self) -> Result<VmInfo, String> {
+        crate::process::get(&self.0.sock, "/vm")
+    }
+    fn stats(&self) -> Result<VmStats, String> {
+        crate::process::get(&self.0.sock, "/stats")
+    }
+    fn put(&self, path: &str, body: Option<&impl serde::Serialize>) -> Result<(), String> {
+        crate::process::put(&self.0.sock, path, body)
+    }
+}

@@ -1,0 +1,185 @@
+//! One VMM process: `memvisor run` for one VM, started with the host's flags (its API socket,
+//! swap file and stats file in the state directory, working-set sampling, its pager holding
+//! guest RAM from the start), its console and messages in a log file, driven through its API
+//! socket. The VMM gets SIGTERM if the manager dies, so no VM outlives its host.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use memvisor_api::{call_within, VmSpec};
+
+/// How long a call to a VMM's API may take before the VMM counts as not answering.
+const API_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a VMM keeps its files.
+#[derive(Clone, Debug)]
+pub struct VmmFiles {
+    pub sock: PathBuf,
+    pub log: PathBuf,
+    pub swap: PathBuf,
+    pub stats: PathBuf,
+}
+
+impl VmmFiles {
+    pub fn new(state_dir: &Path, name: &str) -> VmmFiles {
+        VmmFiles {
+            sock: state_dir.join(format!("{name}.sock")),
+            log: state_dir.join(format!("{name}.log")),
+            swap: state_dir.join(format!("{name}.swap")),
+            stats: state_dir.join(format!("{name}.stats.json")),
+        }
+    }
+
+    /// Removes what a VMM leaves behind once it has ended (its swap file, a stale socket).
+    pub fn clean(&self) {
+        for p in [&self.sock, &self.swap] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// How the host runs each VMM.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The memvisor binary.
+    pub exe: PathBuf,
+    pub sample_pages: u32,
+    pub sample_period: Duration,
+}
+
+/// A running (or ended) VMM process.
+pub struct Vmm {
+    child: Child,
+}
+
+impl Vmm {
+    /// Starts `memvisor run` for `spec` with its pager's limit at `limit`.
+    pub fn spawn(
+        launch: &Launch,
+        spec: &VmSpec,
+        files: &VmmFiles,
+        limit: u64,
+    ) -> std::io::Result<Vmm> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&files.log)?;
+        let _ = std::fs::remove_file(&files.sock);
+        let mut cmd = Command::new(&launch.exe);
+        cmd.arg("run")
+            .args(spec.run_args())
+            .arg("--api-sock")
+            .arg(&files.sock)
+            .arg("--swap")
+            .arg(&files.swap)
+            .arg("--stats-json")
+            .arg(&files.stats)
+            .arg("--sample-pages")
+            .arg(launch.sample_pages.to_string())
+            .arg("--sample-period")
+            .arg(launch.sample_period.as_secs_f64().to_string())
+            .arg("--mem-limit")
+            .arg(limit.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: the closure runs in the child between fork and exec and only makes one
+        // async-signal-safe system call.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        Ok(Vmm { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status, once the process has ended.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Asks the VMM to stop its VM cleanly.
+    pub fn terminate(&self) {
+        signal(self.child.id(), libc::SIGTERM);
+    }
+
+    /// Kills the VMM and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` from the VMM at `sock`, read into its API type.
+pub fn get<T: serde::de::DeserializeOwned>(sock: &Path, path: &str) -> Result<T, String> {
+    match call_within(sock, "GET", path, None, API_TIMEOUT) {
+        Ok((200, body)) => serde_json::from_str(&body)
+            .map_err(|e| format!("GET {path}: an answer outside the schema: {e}")),
+        Ok((code, body)) => Err(format!("GET {path}: {code} {body}")),
+        Err(e) => Err(format!("GET {path}: {e}")),
+    }
+}
+
+/// `PUT path` to the VMM at `sock`, with a JSON body or none; an error says what it answered.
+pub fn put(sock: &Path, path: &str, body: Option<&impl serde::Serialize>) -> Result<(), String> {
+    let body = body
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let shown = body.as_deref().unwrap_or("");
+    match call_within(sock, "PUT", path, body.as_deref(), API_TIMEOUT) {
+        Ok((200, _)) => Ok(()),
+        Ok((code, answer)) => Err(format!("PUT {path} {shown}: {code} {answer}")),
+        Err(e) => Err(format!("PUT {path} {shown}: {e}")),
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill has no memory effects; the pid is our own child, not yet reaped.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// What an exit status says, with the VMM's last message from its log when it failed.
+pub fn describe_exit(status: ExitStatus, log: &Path) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1);
+    let how = match (status.code(), status.signal()) {
+        (Some(c), _) => format!("its VMM exited with status {c}"),
+        (None, Some(s)) => format!("its VMM was killed by signal {s}"),
+        _ => "its VMM ended".to_owned(),
+    };
+    match last_message(log) {
+        Some(m) if code != 0 && code != 1 => (code, format!("{how}: {m}")),
+        _ => (code, how),
+    }
+}
+
+/// The last line memvisor itself wrote to `log` (`memvisor: ...` or a logged error).
+fn last_message(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(8192))).ok()?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    tail.lines()
+        .rev()
+        .find(|l| l.starts_with("memvisor: ") || l.contains("ERROR"))
+        .map(|l| l.trim().chars().take(300).collect())
+}

@@ -1,0 +1,66 @@
+//! The host API: HTTP/JSON on a Unix socket, one request per connection (`docs/host-openapi.json`).
+//!
+//! | request | does |
+//! |---|---|
+//! | `GET /host` | the budget, free memory and state, reservations ([`HostInfo`]) |
+//! | `GET /vms` | every VM: policy, target, allocation, active estimate, balloon, swap, state |
+//! | `POST /vms` | adds a VM ([`VmSpec`]); admission applies |
+//! | `GET /vms/NAME` | one VM |
+//! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`]) |
+//! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
+//!
+//! A refused request gets 400 (404 for an unknown VM) with `{"error": ...}` and changes nothing.
+
+use std::os::unix::net::UnixListener;
+
+use memvisor_api::server::{error, ok, parse, serve as serve_socket};
+use memvisor_api::{PolicyUpdate, VmSpec};
+
+use crate::config::resolve_paths;
+use crate::manager::{lock, Refused, Shared};
+
+/// Serves the host API on its own thread.
+pub fn serve(listener: UnixListener, host: Shared) -> std::io::Result<()> {
+    serve_socket(listener, "host-api", move |method, path, body| {
+        handle(&host, method, path, body)
+    })
+}
+
+fn refused(r: Refused) -> (u16, String) {
+    error(r.0, &r.1)
+}
+
+fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        ("GET", ["host"]) => ok(&lock(host).info()),
+        ("GET", ["vms"]) => ok(&lock(host).vms()),
+        ("POST", ["vms"]) => {
+            let spec = match parse::<VmSpec>(body) {
+                Ok(s) => s,
+                Err(e) => return e,
+            };
+            let mut h = lock(host);
+            let base = h
+                .config()
+                .path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            match resolve_paths(spec, &base) {
+                Err(e) => error(400, &e),
+                Ok(spec) => h.add(spec).map_or_else(refused, |v| ok(&v)),
+            }
+        }
+        ("GET", ["vms", name]) => lock(host).vm(name).map_or_else(refused, |v| ok(&v)),
+        ("PATCH", ["vms", name]) => match parse::<PolicyUpdate>(body) {
+            Err(e) => e,
+            Ok(u) => lock(host).update(name, &u).map_or_else(refused, |v| ok(&v)),
+        },
+        ("PUT", ["vms", name, "stop"]) => lock(host).stop(name).map_or_else(refused, |v| ok(&v)),
+        (_, ["host"] | ["vms"] | ["vms", _] | ["vms", _, "stop"]) => {
+            error(405, &format!("{method} is not allowed on {path}"))
+        }
+        _ => error(404, &format!("no such path {path}")),
+    }
+}

@@ -1,0 +1,312 @@
+//! One tick of the host: from what each VM is observed to hold and use, the free-memory state,
+//! each VM's target, and what to ask of its VMM (balloon size, pager limit, pause) — ESX §5–§6
+//! put together.
+//!
+//! - Free memory is the budget minus what the VMs hold (resident guest pages plus each VMM's
+//!   overhead). It moves the free-memory state ([`FreeState::next`]).
+//! - Targets divide the budget minus overheads minus the high state's 6 % reserve by
+//!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
+//!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.
+//! - Growing is always allowed: a balloon deflates and a pager limit rises toward a higher target
+//!   in every state. Shrinking waits for pressure: in `soft` balloons inflate toward their
+//!   targets (`max − target` taken from the guest); in `hard` the pager limits are set at the
+//!   targets too (the hypervisor pages what the balloon has not freed yet); in `low` VMs still
+//!   above their targets are also paused, and stay paused until they are below them.
+//! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
+//!   has: for [`OOM_DEMAND_TICKS`] ticks it counts as fully active, whatever its sampled estimate.
+//!
+//! Differences from ESX: ESX pages with its own swap daemon at the target; here the "pager limit"
+//! is the VMM's resident limit, which reclaims synchronously down to it. ESX does not treat
+//! balloon deflate-on-OOM as demand (its balloon driver does not deflate on OOM).
+
+use crate::{targets, FreeState, Thresholds, VmDemand};
+
+/// Ticks during which a VM that deflated on OOM counts as fully active.
+pub const OOM_DEMAND_TICKS: u32 = 10;
+
+/// The host-wide inputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostParams {
+    /// Memory for every VM together, their VMMs' overheads included.
+    pub budget: u64,
+    /// The idle memory tax, 0 to 1.
+    pub idle_tax: f64,
+    pub thresholds: Thresholds,
+}
+
+/// What is known of one VM at a tick (bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VmObservation {
+    pub min: u64,
+    pub max: u64,
+    pub shares: u64,
+    /// The sampled active fraction of its resident pages, 0 to 1.
+    pub active: f64,
+    /// Guest pages resident on the host.
+    pub resident: u64,
+    /// Host memory its VMM needs besides guest RAM.
+    pub overhead: u64,
+    /// The balloon's size now asked for; `None` without a balloon device.
+    pub balloon: Option<u64>,
+    /// The pager's resident limit now.
+    pub limit: u64,
+    /// Paused by an earlier plan (not by its own pager).
+    pub paused: bool,
+    /// Ticks left during which it counts as fully active after a deflate-on-OOM.
+    pub oom_demand: u32,
+}
+
+/// What to ask of one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmAction {
+    pub target: u64,
+    /// The balloon size to ask for; `None` without a balloon device.
+    pub balloon: Option<u64>,
+    /// The pager's resident limit.
+    pub limit: u64,
+    /// Keep (or put) the VM paused.
+    pub pause: bool,
+    /// Ticks left of OOM demand, for the next observation.
+    pub oom_demand: u32,
+}
+
+/// The plan for one tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub state: FreeState,
+    /// Free memory: the budget minus resident guest pages and overheads (0 when above it).
+    pub free: u64,
+    pub actions: Vec<VmAction>,
+}
+
+/// Decides one tick. `state` is the free-memory state the last tick left; `oom_deflated`
+/// says, per VM, whether it deflated its balloon on OOM since then.
+pub fn plan(
+    host: &HostParams,
+    state: FreeState,
+    vms: &[VmObservation],
+    oom_deflated: &[bool],
+) -> Plan {
+    let held: u64 = vms
+        .iter()
+        .map(|v| v.resident.saturating_add(v.overhead))
+        .fold(0, u64::saturating_add);
+    let free = host.budget.saturating_sub(held);
+    let state = state.next(free, host.budget, &host.thresholds);
+    let reclaim = state.reclaim();
+    let overheads: u64 = vms.iter().map(|v| v.overhead).fold(0, u64::saturating_add);
+    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let reserve = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;
+    let usable = host
+        .budget
+        .saturating_sub(overheads)
+        .saturating_sub(reserve);
+    let oom: Vec<u32> = vms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if oom_deflated.get(i).copied().unwrap_or(false) {
+                OOM_DEMAND_TICKS
+            } else {
+                v.oom_demand.saturating_sub(1)
+            }
+        })
+        .collect();
+    let demands: Vec<VmDemand> = vms
+        .iter()
+        .zip(&oom)
+        .map(|(v, &o)| VmDemand {
+            min: v.min,
+            max: v.max,
+            shares: v.shares,
+            active: if o > 0 { 1.0 } else { v.active },
+        })
+        .collect();
+    let targets = targets(usable, &demands, host.idle_tax);
+    let actions = vms
+        .iter()
+        .zip(targets)
+        .zip(oom)
+        .map(|((v, target), oom_demand)| {
+            let give_back = v.max.saturating_sub(target);
+            let balloon = v.balloon.map(|now| {
+                if reclaim.balloon {
+                    give_back
+                } else {
+                    now.min(give_back)
+                }
+            });
+            let limit = if reclaim.page {
+                target
+            } else {
+                v.limit.max(target)
+            }
+            .min(v.max);
+            let above = v.resident > target;
+            let pause = above && (reclaim.pause_above_target || v.paused);
+            VmAction {
+                target,
+                balloon,
+                limit,
+                pause,
+                oom_demand,
+            }
+        })
+        .collect();
+    Plan {
+        state,
+        free,
+        actions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn host(budget: u64) -> HostParams {
+        HostParams {
+            budget,
+            idle_tax: 0.75,
+            thresholds: Thresholds::default(),
+        }
+    }
+
+    fn vm(max: u64, resident: u64, active: f64) -> VmObservation {
+        VmObservation {
+            min: 0,
+            max,
+            shares: 1000,
+            active,
+            resident,
+            overhead: 16 * MIB,
+            balloon: Some(0),
+            limit: max,
+            paused: false,
+            oom_demand: 0,
+        }
+    }
+
+    #[test]
+    fn plenty_of_memory_asks_nothing() {
+        let vms = [vm(512 * MIB, 100 * MIB, 1.0), vm(512 * MIB, 300 * MIB, 0.2)];
+        let p = plan(&host(4096 * MIB), FreeState::High, &vms, &[false, false]);
+        assert_eq!(p.state, FreeState::High);
+        for (a, v) in p.actions.iter().zip(&vms) {
+            assert_eq!(a.target, v.max);
+            assert_eq!(a.balloon, Some(0));
+            assert_eq!(a.limit, v.max);
+            assert!(!a.pause);
+        }
+    }
+
+    #[test]
+    fn pressure_balloons_first_then_pages_then_pauses() {
+        let budget = 1000 * MIB;
+        let busy = vm(800 * MIB, 600 * MIB, 1.0);
+        let idle = vm(800 * MIB, 350 * MIB, 0.0);
+        // 1000 - (600 + 350 + 32) = 18 MiB free: 1.8 %, hard.
+        let p = plan(&host(budget), FreeState::High, &[busy, idle], &[false; 2]);
+        assert_eq!(p.state, FreeState::Hard);
+        let (b, i) = (p.actions[0], p.actions[1]);
+        assert!(b.target > i.target, "{b:?} {i:?}");
+        assert_eq!(i.balloon, Some(800 * MIB - i.target));
+        assert_eq!(i.limit, i.target);
+        assert!(!i.pause, "hard does not pause");
+        // 5 MiB free: low; the idle VM is above its target and is paused.
+        let idle = VmObservation {
+            resident: 363 * MIB,
+            ..idle
+        };
+        let p = plan(&host(budget), p.state, &[busy, idle], &[false; 2]);
+        assert_eq!(p.state, FreeState::Low);
+        assert!(p.actions[1].pause);
+        // Back in high, it stays paused until it is under its target.
+        let idle = VmObservation {
+            resident: 100 * MIB,
+            paused: true,
+            ..idle
+        };
+        let p = plan(&host(budget), FreeState::High, &[busy, idle], &[false; 2]);
+        assert!(!p.actions[1].pause);
+    }
+
+    #[test]
+    fn soft_balloons_but_leaves_limits() {
+        // 1000 - (600 + 330 + 32) = 38 MiB: 3.8 %, soft.
+        let p = plan(
+            &host(1000 * MIB),
+            FreeState::High,
+            &[vm(800 * MIB, 600 * MIB, 1.0), vm(800 * MIB, 330 * MIB, 0.0)],
+            &[false; 2],
+        );
+        assert_eq!(p.state, FreeState::Soft);
+        let i = p.actions[1];
+        assert_eq!(i.balloon, Some(800 * MIB - i.target));
+        assert_eq!(i.limit, 800 * MIB);
+    }
+
+    #[test]
+    fn an_oom_deflate_counts_as_demand_for_a_while() {
+        let budget = 1000 * MIB;
+        let a = vm(800 * MIB, 480 * MIB, 0.0);
+        let b = vm(800 * MIB, 480 * MIB, 0.0);
+        let p = plan(&host(budget), FreeState::High, &[a, b], &[true, false]);
+        assert!(p.actions[0].target > p.actions[1].target);
+        assert_eq!(p.actions[0].oom_demand, OOM_DEMAND_TICKS);
+        let a = VmObservation { oom_demand: 1, ..a };
+        let p = plan(&host(budget), p.state, &[a, b], &[false; 2]);
+        assert_eq!(p.actions[0].oom_demand, 0);
+    }
+
+    proptest! {
+        #[test]
+        fn plans_respect_min_max_and_never_shrink_without_pressure(
+            budget in 64u64..8192,
+            vms in proptest::collection::vec(
+                (0u64..1024, 1u64..2048, 1u64..4000, 0.0f64..=1.0, 0u64..2048, any::<bool>()),
+                1..8),
+            start in 0usize..4,
+        ) {
+            let obs: Vec<VmObservation> = vms
+                .iter()
+                .map(|&(min, max, shares, active, resident, balloon)| {
+                    let (min, max) = (min.min(max) * MIB, max * MIB);
+                    VmObservation {
+                        min,
+                        max,
+                        shares,
+                        active,
+                        resident: resident.min(max / MIB) * MIB,
+                        overhead: 8 * MIB,
+                        balloon: balloon.then_some(max / 2),
+                        limit: max / 2,
+                        paused: false,
+                        oom_demand: 0,
+                    }
+                })
+                .collect();
+            let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
+            let p = plan(&host(budget * MIB), state, &obs, &[]);
+            prop_assert_eq!(p.actions.len(), obs.len());
+            for (a, v) in p.actions.iter().zip(&obs) {
+                prop_assert!(a.target >= v.min && a.target <= v.max);
+                prop_assert!(a.limit <= v.max);
+                prop_assert!(a.limit >= a.target.min(v.max));
+                if let Some(b) = a.balloon {
+                    prop_assert!(b <= v.max - v.min);
+                }
+                if p.state == FreeState::High {
+                    prop_assert!(a.limit >= v.limit, "no shrinking in high");
+                    prop_assert!(a.balloon <= v.balloon, "no inflating in high");
+                    prop_assert!(!a.pause);
+                }
+            }
+            prop_assert_eq!(&p, &plan(&host(budget * MIB), state, &obs, &[]));
+        }
+    }
+}
