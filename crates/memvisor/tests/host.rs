@@ -1,0 +1,474 @@
+//! `memvisor host`: its API against `docs/host-openapi.json`, admission refusals (at start and
+//! through the API), a VMM killed while the other VM runs to the end under memory pressure with
+//! every byte verified, a malformed config, and SIGTERM stopping every VM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use memvisor_api::{ErrorBody, FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate, VmSpec};
+use serde_json::Value;
+
+#[path = "common/openapi.rs"]
+mod openapi;
+use openapi::typed;
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+const MIB: u64 = 1 << 20;
+
+/// A running `memvisor host`, killed (with its VMs, which get SIGTERM when it dies) if a test
+/// fails half-way.
+struct HostProc {
+    child: Child,
+    sock: PathBuf,
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) of a process this test started (or its child).
+    unsafe { libc::kill(i32::try_from(pid).unwrap(), sig) };
+}
+
+/// Writes `config` as `host.toml` in `dir` and starts a host on it.
+fn start_host(dir: &Path, config: &str) -> HostProc {
+    let path = dir.join("host.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(MEMVISOR)
+        .args(["host", "--config"])
+        .arg(&path)
+        .env("MEMVISOR_LOG", "info")
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let sock = dir.join("host.state/host.sock");
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the host socket never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    HostProc { child, sock }
+}
+
+/// A PVH kernel that spins forever (`jmp $`): a VM that costs nothing and never ends.
+fn spin_kernel(dir: &Path) -> PathBuf {
+    let path = dir.join("spin.elf");
+    std::fs::write(
+        &path,
+        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xeb, 0xfe], Some(0x10_0000)),
+    )
+    .unwrap();
+    path
+}
+
+fn get<T: serde::de::DeserializeOwned>(sock: &Path, path: &str) -> T {
+    let (status, text) = memvisor_api::call(sock, "GET", path, None).unwrap();
+    assert_eq!(status, 200, "GET {path}: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+}
+
+fn vm(sock: &Path, name: &str) -> HostVm {
+    get(sock, &format!("/vms/{name}"))
+}
+
+/// Polls VM `name` until `done` holds (at most `secs` seconds).
+fn wait_vm(sock: &Path, name: &str, secs: u64, done: impl Fn(&HostVm) -> bool) -> HostVm {
+    let t = Instant::now();
+    loop {
+        let v = vm(sock, name);
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "vm {name} after {secs} s: {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn spec() -> Value {
+    openapi::load("host-openapi.json")
+}
+
+/// [`openapi::call_checked`], with the answer read into the host API's types.
+fn call_checked(
+    spec: &Value,
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let (status, v) = openapi::call_checked(spec, sock, method, path, body);
+    let at = format!("{method} {path} {status}");
+    match (status, path) {
+        (200, "/host") => drop(typed::<HostInfo>(&v, &at)),
+        (200, "/vms") if method == "GET" => drop(typed::<Vec<HostVm>>(&v, &at)),
+        (200, _) => drop(typed::<HostVm>(&v, &at)),
+        _ => drop(typed::<ErrorBody>(&v, &at)),
+    }
+    (status, v)
+}
+
+#[test]
+fn host_types_and_the_published_schema_have_the_same_fields() {
+    let spec = spec();
+    let host = HostInfo {
+        budget_bytes: 1,
+        free_bytes: 1,
+        free_state: FreeStateName::Soft,
+        idle_tax: 0.75,
+        vm_overhead_bytes: 1,
+        memory_reserved_bytes: 1,
+        swap_bytes: 1,
+        swap_reserved_bytes: 1,
+        ticks: 1,
+        tick_seconds: 1.0,
+    };
+    let vm = HostVm {
+        name: "a".into(),
+        state: HostVmState::Exited,
+        why: Some("x".into()),
+        pid: Some(1),
+        exit_status: Some(1),
+        mem_bytes: 1,
+        min_bytes: 1,
+        max_bytes: 1,
+        shares: 1,
+        target_bytes: 1,
+        resident_bytes: 1,
+        active_bytes: 1,
+        active_fraction: 0.5,
+        balloon_bytes: Some(1),
+        balloon_target_bytes: Some(1),
+        swapped_bytes: 1,
+        on_disk_bytes: 1,
+        limit_bytes: 1,
+        paused_by_host: true,
+        oom_deflated_pages: 1,
+        api_sock: "/s".into(),
+        log: "/l".into(),
+    };
+    let spec_sample = VmSpec {
+        name: "a".into(),
+        mem: 64 * MIB,
+        min: 1,
+        shares: 1,
+        vcpus: 1,
+        workload: Some("boot".into()),
+        kernel: Some("/k".into()),
+        cmdline: "x=1".into(),
+        disks: vec!["/d.img,id=data".into()],
+        balloon: true,
+        mapper: true,
+        preventer: true,
+        victims: Some("clock".into()),
+    };
+    let update = PolicyUpdate {
+        min: Some(1),
+        max: Some(1),
+        shares: Some(1),
+    };
+    openapi::same_fields_as_schemas(
+        &spec,
+        &[
+            ("HostInfo", serde_json::to_value(&host).unwrap()),
+            ("HostVm", serde_json::to_value(&vm).unwrap()),
+            ("VmSpec", serde_json::to_value(&spec_sample).unwrap()),
+            ("PolicyUpdate", serde_json::to_value(&update).unwrap()),
+            (
+                "ErrorBody",
+                serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
+            ),
+        ],
+    );
+}
+
+/// Every documented operation, valid and invalid: admission refuses what does not fit (at
+/// start and through the API) and says by how much, bad requests change nothing, and SIGTERM
+/// stops every VM and leaves no socket behind.
+#[test]
+fn host_api_admission_and_sigterm() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = spin_kernel(dir.path());
+    let k = kernel.display();
+    // 256 MiB budget, 24 MiB overhead per VM: a (min 64M) reserves 88M, b would need 224M.
+    let mut host = start_host(
+        dir.path(),
+        &format!(
+            r#"
+[host]
+memory = "256M"
+swap = "1G"
+tick = "200ms"
+vm_overhead = "24M"
+
+[[vm]]
+name = "a"
+mem = "128M"
+min = "64M"
+kernel = "{k}"
+balloon = true
+
+[[vm]]
+name = "b"
+mem = "256M"
+min = "200M"
+kernel = "{k}"
+"#
+        ),
+    );
+    let sock = host.sock.clone();
+    assert_eq!(spec["paths"].as_object().unwrap().len(), 4);
+    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
+    assert_eq!(
+        (a.min_bytes, a.max_bytes, a.shares),
+        (64 * MIB, 128 * MIB, 1000)
+    );
+    assert!(a.pid.is_some());
+    let b = vm(&sock, "b");
+    assert_eq!(b.state, HostVmState::Refused);
+    let why = b.why.unwrap();
+    assert!(
+        why.contains("unreserved memory") && why.contains(&format!("{} bytes short", 56 * MIB)),
+        "{why}"
+    );
+    let (_, h) = call_checked(&spec, &sock, "GET", "/host", None);
+    let h: HostInfo = typed(&h, "GET /host");
+    assert_eq!(h.budget_bytes, 256 * MIB);
+    assert_eq!(h.memory_reserved_bytes, 88 * MIB);
+    assert_eq!(h.swap_reserved_bytes, 64 * MIB);
+    let (_, vms) = call_checked(&spec, &sock, "GET", "/vms", None);
+    assert_eq!(vms.as_array().unwrap().len(), 2);
+    call_checked(&spec, &sock, "GET", "/vms/a", None);
+
+    // Adding through the API: admission applies, and a refusal changes nothing.
+    let add = |name: &str, mem: &str, min: &str| {
+        format!(r#"{{"name": "{name}", "mem": "{mem}", "min": "{min}", "kernel": "{k}"}}"#)
+    };
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "POST",
+        "/vms",
+        Some(&add("c", "256M", "160M")),
+    );
+    assert_eq!(status, 400);
+    assert!(v["error"].as_str().unwrap().contains("bytes short"), "{v}");
+    let (status, v) = call_checked(&spec, &sock, "POST", "/vms", Some(&add("c", "64M", "32M")));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["state"], "starting");
+    let (status, _) = call_checked(&spec, &sock, "POST", "/vms", Some(&add("c", "64M", "0")));
+    assert_eq!(status, 400, "a name in use");
+    for bad in [
+        "{",
+        r#"{"name": "d"}"#,
+        r#"{"name": "d", "mem": "64M", "colour": 1}"#,
+        r#"{"name": "d", "mem": "64Q"}"#,
+        r#"{"name": "d d", "mem": "64M"}"#,
+        r#"{"name": "d", "mem": "64M", "min": "128M"}"#,
+        r#"{"name": "d", "mem": "64M", "disks": ["x,bad"]}"#,
+    ] {
+        let (status, v) = call_checked(&spec, &sock, "POST", "/vms", Some(bad));
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+    let h: HostInfo = get(&sock, "/host");
+    assert_eq!(
+        h.memory_reserved_bytes,
+        (88 + 56) * MIB,
+        "refusals reserved nothing"
+    );
+
+    // Policy changes: min <= max <= mem, admission again; a refusal changes nothing.
+    for bad in [
+        r#"{"min": "100M", "max": "96M"}"#,
+        r#"{"max": "1G"}"#,
+        r#"{"min": "200M"}"#,
+        r#"{"shares": 0}"#,
+        r#"{"weight": 3}"#,
+    ] {
+        let (status, v) = call_checked(&spec, &sock, "PATCH", "/vms/a", Some(bad));
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+    let a = vm(&sock, "a");
+    assert_eq!(
+        (a.min_bytes, a.max_bytes, a.shares),
+        (64 * MIB, 128 * MIB, 1000)
+    );
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "PATCH",
+        "/vms/a",
+        Some(r#"{"min": "32M", "max": "96M", "shares": 2000}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    let a = vm(&sock, "a");
+    assert_eq!(
+        (a.min_bytes, a.max_bytes, a.shares),
+        (32 * MIB, 96 * MIB, 2000)
+    );
+    let h: HostInfo = get(&sock, "/host");
+    assert_eq!(h.memory_reserved_bytes, (56 + 56) * MIB);
+    // The target follows the new max within a few ticks.
+    wait_vm(&sock, "a", 5, |v| v.target_bytes == 96 * MIB);
+
+    // Unknown VMs and paths, wrong methods.
+    assert_eq!(call_checked(&spec, &sock, "GET", "/vms/zz", None).0, 404);
+    assert_eq!(
+        call_checked(&spec, &sock, "PUT", "/vms/zz/stop", None).0,
+        404
+    );
+    assert_eq!(
+        memvisor_api::call(&sock, "GET", "/nope", None).unwrap().0,
+        404
+    );
+    assert_eq!(
+        memvisor_api::call(&sock, "DELETE", "/vms", None).unwrap().0,
+        405
+    );
+
+    // Stopping one VM: it exits, its reservation returns, it stays listed.
+    wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Running);
+    let (status, _) = call_checked(&spec, &sock, "PUT", "/vms/c/stop", None);
+    assert_eq!(status, 200);
+    let c = wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Exited);
+    assert!(c.why.unwrap().starts_with("stopped"));
+    assert_eq!(c.exit_status, Some(128 + libc::SIGTERM));
+    assert_eq!(
+        call_checked(&spec, &sock, "PUT", "/vms/c/stop", None).0,
+        400
+    );
+    let h: HostInfo = get(&sock, "/host");
+    assert_eq!(h.memory_reserved_bytes, 56 * MIB);
+
+    // SIGTERM: every VM stops, the host exits 0 and removes its socket.
+    let a_pid = vm(&sock, "a").pid.unwrap();
+    signal(host.child.id(), libc::SIGTERM);
+    let status = host.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!sock.exists());
+    assert!(
+        !Path::new(&format!("/proc/{a_pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{a_pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the VMM of a is gone"
+    );
+}
+
+/// Two VMs verify every byte of their memory while the host's budget makes both page; one VMM
+/// is killed with SIGKILL half-way: the host reports it, returns its reservation, and the other
+/// runs to the end with no mismatch.
+#[test]
+fn a_killed_vmm_is_reported_and_the_other_vm_finishes_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["a.img", "b.img"] {
+        let st = Command::new(MEMVISOR)
+            .args(["mkdisk", "data", "--size", "32M", "--out"])
+            .arg(dir.path().join(d))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let vm_toml = |name: &str| {
+        format!(
+            r#"
+[[vm]]
+name = "{name}"
+mem = "256M"
+workload = "integrity"
+cmdline = "anon_mb=96 file_mb=8 rounds=3 secs=8"
+disks = ["{name}.img,id=data"]
+balloon = true
+"#
+        )
+    };
+    // 240 MiB for two VMs touching over 100 MiB each, 24 MiB overhead each: both are held
+    // below what they touch, so their pagers page.
+    let host = start_host(
+        dir.path(),
+        &format!(
+            "[host]\nmemory = \"240M\"\nswap = \"2G\"\ntick = \"200ms\"\nsample_period = \"1s\"\nvm_overhead = \"24M\"\n{}{}",
+            vm_toml("a"),
+            vm_toml("b")
+        ),
+    );
+    let sock = host.sock.clone();
+    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
+    wait_vm(&sock, "b", 10, |v| v.state == HostVmState::Running);
+    // Both under pressure: the host has set limits below what they touch.
+    wait_vm(&sock, "b", 20, |v| {
+        v.limit_bytes < 128 * MIB && v.swapped_bytes > 0
+    });
+    let before: HostInfo = get(&sock, "/host");
+    signal(a.pid.unwrap(), libc::SIGKILL);
+    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Exited);
+    assert_eq!(a.exit_status, Some(128 + libc::SIGKILL));
+    assert!(a.why.as_deref().unwrap().contains("signal 9"), "{a:?}");
+    let after: HostInfo = get(&sock, "/host");
+    assert_eq!(
+        before.memory_reserved_bytes - after.memory_reserved_bytes,
+        24 * MIB,
+        "a's reservation (min 0 + overhead) is back"
+    );
+    assert_eq!(
+        before.swap_reserved_bytes - after.swap_reserved_bytes,
+        256 * MIB
+    );
+    let b = wait_vm(&sock, "b", 120, |v| v.state == HostVmState::Exited);
+    assert_eq!(b.exit_status, Some(1), "{b:?}");
+    let log = std::fs::read_to_string(&b.log).unwrap();
+    let done = log
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+        .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    let rounds = log
+        .lines()
+        .filter(|l| l.starts_with("RESULT workload=integrity phase=round"))
+        .count();
+    assert!(rounds >= 3, "{log}");
+}
+
+#[test]
+fn a_malformed_config_names_the_file_the_line_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[host]\nmemory = \"1G\"\n\n[[vm]]\nname = \"a\"\nmem = \"256M\"\nshares = \"many\"\n",
+    )
+    .unwrap();
+    let out = Command::new(MEMVISOR)
+        .args(["host", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&path.display().to_string())
+            && err.contains("line 7")
+            && err.contains("shares"),
+        "{err}"
+    );
+    let out = Command::new(MEMVISOR)
+        .args(["host", "--config"])
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
