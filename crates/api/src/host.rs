@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::spec::size;
+use crate::ActiveMemory;
 
 /// The free-memory state (ESX §6.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,9 +92,11 @@ pub struct HostVm {
     pub resident_bytes: u64,
     /// Estimated active memory: the sampled active fraction of its resident memory.
     pub active_bytes: u64,
-    /// The sampled active fraction, 0 to 1 (the largest of the fast, slow and current
-    /// estimates).
+    /// The active fraction the policy uses, 0 to 1: the VMM's estimate (`active.estimate`),
+    /// frozen while the host pauses the VM.
     pub active_fraction: f64,
+    /// The VMM's working-set sampling: the estimate, its moving averages, the samples.
+    pub active: ActiveMemory,
     /// Memory the balloon holds now; `null` without a balloon device.
     pub balloon_bytes: Option<u64>,
     /// Memory the host asks the balloon to hold; `null` without a balloon device.

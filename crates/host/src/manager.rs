@@ -93,6 +93,7 @@ impl Managed {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             active_bytes: (resident as f64 * active_fraction) as u64,
             active_fraction,
+            active: pager.map(|p| p.active).unwrap_or_default(),
             balloon_bytes: balloon.map(|b| b.actual_pages * 4096),
             balloon_target_bytes: self.info.as_ref().and_then(|i| i.balloon_target_bytes),
             swapped_bytes: pager.map_or(0, |p| p.pages.swapped_pages * 4096),

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{ErrorBody, FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate, VmSpec};
+use memvisor_api::{
+    ActiveMemory, ErrorBody, FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate, VmSpec,
+};
 use serde_json::Value;
 
 #[path = "common/openapi.rs"]
@@ -147,6 +149,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         resident_bytes: 1,
         active_bytes: 1,
         active_fraction: 0.5,
+        active: ActiveMemory::default(),
         balloon_bytes: Some(1),
         balloon_target_bytes: Some(1),
         swapped_bytes: 1,
