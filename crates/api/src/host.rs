@@ -139,3 +139,72 @@ pub struct PolicyUpdate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shares: Option<u64>,
 }
+
+/// What happened on the host (`GET /events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostEventKind {
+    /// A VM was admitted and its VMM started.
+    Admitted,
+    /// Admission refused a VM.
+    Refused,
+    /// The host paused a VM (above its target with free memory low).
+    Paused,
+    /// The host resumed a VM it had paused.
+    Resumed,
+    /// A VM was asked to stop.
+    Stopping,
+    /// A VM's VMM ended.
+    Exited,
+    /// The free-memory state changed.
+    FreeState,
+}
+
+/// One event (`GET /events`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostEvent {
+    /// Seconds since the host started.
+    pub seconds: f64,
+    /// What happened.
+    pub kind: HostEventKind,
+    /// The VM it happened to; `null` for the host's own events.
+    pub vm: Option<String>,
+    /// What happened, in words.
+    pub message: String,
+}
+
+/// One VM at one tick (`GET /history`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmSample {
+    /// Its name.
+    pub name: String,
+    /// Where it was in its life.
+    pub state: HostVmState,
+    /// Its allocation target.
+    pub target_bytes: u64,
+    /// Guest memory resident on the host.
+    pub resident_bytes: u64,
+    /// Estimated active memory.
+    pub active_bytes: u64,
+    /// Memory its balloon held (0 without one).
+    pub balloon_bytes: u64,
+    /// Guest memory in its swap file.
+    pub swapped_bytes: u64,
+    /// Clean guest memory left in its disk images (Swap Mapper).
+    pub on_disk_bytes: u64,
+    /// Its pager's resident limit.
+    pub limit_bytes: u64,
+}
+
+/// The host at one tick (`GET /history`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostSample {
+    /// Seconds since the host started.
+    pub seconds: f64,
+    /// Free memory: the budget minus resident guest memory and overheads.
+    pub free_bytes: u64,
+    /// The free-memory state.
+    pub free_state: FreeStateName,
+    /// Every VM with a running VMM.
+    pub vms: Vec<VmSample>,
+}

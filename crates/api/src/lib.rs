@@ -7,7 +7,10 @@ pub mod spec;
 mod stats;
 mod vm;
 
-pub use host::{FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate};
+pub use host::{
+    FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm, HostVmState,
+    PolicyUpdate, VmSample,
+};
 pub use http::{
     call, call_within, read_request, write_response, HttpError, Request, CALL_TIMEOUT, MAX_BODY,
 };

@@ -5,11 +5,13 @@
 //! what changed: `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The state
 //! lock is never held while a VMM is called, so the host API answers while a VMM is slow.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use memvisor_api::{
-    BalloonUpdate, FreeStateName, HostInfo, HostVm, HostVmState, MemoryUpdate, PolicyUpdate,
-    VmInfo, VmSpec, VmState, VmStats,
+    BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
+    HostVmState, MemoryUpdate, PolicyUpdate, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::{
     admit, plan, release, AdmissionRefusal, FreeState, HostParams, Reservations, Thresholds,
@@ -18,6 +20,11 @@ use memvisor_policy::{
 
 use crate::config::HostConfig;
 use crate::process::{describe_exit, Launch, Vmm, VmmFiles};
+
+/// Events kept for `GET /events` (the oldest go first).
+const EVENTS_KEPT: usize = 10_000;
+/// Ticks kept for `GET /history`: an hour at the default tick.
+const HISTORY_KEPT: usize = 3600;
 
 /// The pager's smallest limit (`memvisor run --mem-limit`): targets below it are not sent lower.
 const MIN_LIMIT: u64 = 16 << 20;
@@ -116,6 +123,9 @@ pub struct Host {
     free_state: FreeState,
     free: u64,
     ticks: u64,
+    started: Instant,
+    events: VecDeque<HostEvent>,
+    history: VecDeque<HostSample>,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -161,7 +171,81 @@ impl Host {
             free_state: FreeState::High,
             free: 0,
             ticks: 0,
+            started: Instant::now(),
+            events: VecDeque::new(),
+            history: VecDeque::new(),
         }
+    }
+
+    /// Records an event (and logs it: warnings for exits that were not asked for).
+    fn event(&mut self, kind: HostEventKind, vm: Option<&str>, message: String) {
+        match (kind, vm) {
+            (HostEventKind::Exited | HostEventKind::Refused, Some(name))
+                if !message.starts_with("stopped") && !message.ends_with("status 1") =>
+            {
+                tracing::warn!("vm {name}: {message}");
+            }
+            (_, Some(name)) => tracing::info!("vm {name}: {message}"),
+            (_, None) => tracing::info!("{message}"),
+        }
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(HostEvent {
+            seconds: self.started.elapsed().as_secs_f64(),
+            kind,
+            vm: vm.map(str::to_owned),
+            message,
+        });
+    }
+
+    /// Events after `since` seconds.
+    pub fn events(&self, since: f64) -> Vec<HostEvent> {
+        self.events
+            .iter()
+            .filter(|e| e.seconds > since)
+            .cloned()
+            .collect()
+    }
+
+    /// Ticks after `since` seconds.
+    pub fn history(&self, since: f64) -> Vec<HostSample> {
+        self.history
+            .iter()
+            .filter(|s| s.seconds > since)
+            .cloned()
+            .collect()
+    }
+
+    fn record_tick(&mut self) {
+        let vms = self
+            .vms
+            .iter()
+            .filter(|v| v.live())
+            .map(|v| {
+                let st = v.status();
+                VmSample {
+                    name: st.name,
+                    state: st.state,
+                    target_bytes: st.target_bytes,
+                    resident_bytes: st.resident_bytes,
+                    active_bytes: st.active_bytes,
+                    balloon_bytes: st.balloon_bytes.unwrap_or(0),
+                    swapped_bytes: st.swapped_bytes,
+                    on_disk_bytes: st.on_disk_bytes,
+                    limit_bytes: st.limit_bytes,
+                }
+            })
+            .collect();
+        if self.history.len() == HISTORY_KEPT {
+            self.history.pop_front();
+        }
+        self.history.push_back(HostSample {
+            seconds: self.started.elapsed().as_secs_f64(),
+            free_bytes: self.free,
+            free_state: free_state_name(self.free_state),
+            vms,
+        });
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -190,7 +274,11 @@ impl Host {
             spec.mem,
             self.config.vm_overhead,
         )
-        .map_err(|e| Refused(400, format!("vm '{}' refused: {e}", spec.name)))?;
+        .map_err(|e| {
+            let msg = format!("vm '{}' refused: {e}", spec.name);
+            self.event(HostEventKind::Refused, Some(&spec.name), msg.clone());
+            Refused(400, msg)
+        })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
         let vmm = Vmm::spawn(&self.launch, &spec, &files, spec.mem).map_err(|e| {
             Refused(
@@ -199,7 +287,11 @@ impl Host {
             )
         })?;
         self.reservations = next;
-        tracing::info!("vm {}: started, pid {}", spec.name, vmm.pid());
+        self.event(
+            HostEventKind::Admitted,
+            Some(&spec.name),
+            format!("admitted; its VMM is pid {}", vmm.pid()),
+        );
         self.vms.push(Managed {
             max: spec.mem,
             target: spec.mem,
@@ -223,6 +315,11 @@ impl Host {
 
     /// Records a VM of the config that admission refused at start.
     pub fn refuse(&mut self, spec: VmSpec, why: &AdmissionRefusal) {
+        self.event(
+            HostEventKind::Refused,
+            Some(&spec.name),
+            format!("refused: {why}"),
+        );
         self.vms.push(Managed {
             max: spec.mem,
             target: 0,
@@ -347,7 +444,13 @@ impl Host {
         }
         v.stop_asked = true;
         v.state = HostVmState::Stopping;
-        Ok(v.status())
+        let status = v.status();
+        self.event(
+            HostEventKind::Stopping,
+            Some(name),
+            "asked to stop".to_owned(),
+        );
+        Ok(status)
     }
 
     /// Asks every VMM to stop; returns how many are still alive.
@@ -377,6 +480,7 @@ impl Host {
     /// Notes VMMs that ended: state, why, and their reservation back in the budget.
     pub fn reap(&mut self) {
         let o = self.config.vm_overhead;
+        let mut ended = Vec::new();
         for v in &mut self.vms {
             let Some(vmm) = &mut v.vmm else { continue };
             let Some(status) = vmm.try_wait() else {
@@ -398,12 +502,10 @@ impl Host {
                 self.reservations = release(&self.reservations, v.spec.min, v.spec.mem, o);
                 v.reserved = false;
             }
-            let why = v.why.as_deref().unwrap_or_default();
-            if v.stop_asked || code == 0 || code == 1 {
-                tracing::info!("vm {}: {why}", v.spec.name);
-            } else {
-                tracing::warn!("vm {}: {why}", v.spec.name);
-            }
+            ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
+        }
+        for (name, why) in ended {
+            self.event(HostEventKind::Exited, Some(&name), why);
         }
     }
 
@@ -489,13 +591,14 @@ impl Host {
         };
         let p = plan(&params, self.free_state, &obs, &oom);
         if p.state != self.free_state {
-            tracing::info!(
+            let msg = format!(
                 "free memory {} MiB of {} MiB: state {:?} -> {:?}",
                 p.free >> 20,
                 self.config.memory >> 20,
                 self.free_state,
                 p.state
             );
+            self.event(HostEventKind::FreeState, None, msg);
         }
         self.free_state = p.state;
         self.free = p.free;
@@ -520,6 +623,7 @@ impl Host {
                 orders.push(order);
             }
         }
+        self.record_tick();
         orders
     }
 
@@ -529,6 +633,16 @@ impl Host {
             if let (Some(v), Some(p)) = (self.vms.get_mut(i), paused) {
                 v.active_at_pause = p.then(|| v.active());
                 v.paused_by_host = p;
+                let name = v.spec.name.clone();
+                let (kind, msg) = if p {
+                    (
+                        HostEventKind::Paused,
+                        "paused: above its target with free memory low",
+                    )
+                } else {
+                    (HostEventKind::Resumed, "resumed: under its target")
+                };
+                self.event(kind, Some(&name), msg.to_owned());
             }
         }
     }
@@ -581,17 +695,7 @@ pub fn tick(host: &Shared) {
         if let Some(p) = o.pause {
             let path = if p { "/vm/pause" } else { "/vm/resume" };
             match c.put(path, None::<&()>) {
-                Ok(()) => {
-                    tracing::info!(
-                        "vm {name}: {}",
-                        if p {
-                            "paused: above its target with free memory low"
-                        } else {
-                            "resumed: under its target"
-                        }
-                    );
-                    done.push((o.index, Some(p)));
-                }
+                Ok(()) => done.push((o.index, Some(p))),
                 Err(e) => tracing::warn!("vm {name}: {e}"),
             }
         }

@@ -2,7 +2,9 @@
 //!
 //! | request | does |
 //! |---|---|
-//! | `GET /host` | the budget, free memory and state, reservations ([`HostInfo`]) |
+//! | `GET /host` | the budget, free memory and state, reservations (`HostInfo`) |
+//! | `GET /events?since=S` | what happened after S seconds: admissions, refusals, pauses, exits, free-state changes |
+//! | `GET /history?since=S` | each tick after S seconds: free memory and state, each VM's target, resident, active, balloon, swapped, limit |
 //! | `GET /vms` | every VM: policy, target, allocation, active estimate, balloon, swap, state |
 //! | `POST /vms` | adds a VM ([`VmSpec`]); admission applies |
 //! | `GET /vms/NAME` | one VM |
@@ -30,10 +32,42 @@ fn refused(r: Refused) -> (u16, String) {
     error(r.0, &r.1)
 }
 
+/// `since=SECONDS`, the one query these paths take (0 when absent); an error answer when it
+/// does not parse.
+fn since(query: Option<&str>) -> Result<f64, (u16, String)> {
+    match query.map(|q| q.split_once('=')) {
+        None => Ok(0.0),
+        Some(Some(("since", v))) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite())
+            .ok_or_else(|| error(400, &format!("since={v}: give seconds, e.g. since=12.5"))),
+        Some(_) => Err(error(
+            400,
+            &format!(
+                "unknown query '{}'; expected since=SECONDS",
+                query.unwrap_or("")
+            ),
+        )),
+    }
+}
+
 fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let (path, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
         ("GET", ["host"]) => ok(&lock(host).info()),
+        ("GET", ["events"]) => match since(query) {
+            Ok(t) => ok(&lock(host).events(t)),
+            Err(e) => e,
+        },
+        ("GET", ["history"]) => match since(query) {
+            Ok(t) => ok(&lock(host).history(t)),
+            Err(e) => e,
+        },
         ("GET", ["vms"]) => ok(&lock(host).vms()),
         ("POST", ["vms"]) => {
             let spec = match parse::<VmSpec>(body) {
@@ -58,7 +92,7 @@ fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String)
             Ok(u) => lock(host).update(name, &u).map_or_else(refused, |v| ok(&v)),
         },
         ("PUT", ["vms", name, "stop"]) => lock(host).stop(name).map_or_else(refused, |v| ok(&v)),
-        (_, ["host"] | ["vms"] | ["vms", _] | ["vms", _, "stop"]) => {
+        (_, ["host"] | ["events"] | ["history"] | ["vms"] | ["vms", _] | ["vms", _, "stop"]) => {
             error(405, &format!("{method} is not allowed on {path}"))
         }
         _ => error(404, &format!("no such path {path}")),

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{
-    ActiveMemory, ErrorBody, FreeStateName, HostInfo, HostVm, HostVmState, PolicyUpdate, VmSpec,
+    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
+    HostVmState, PolicyUpdate, VmSample, VmSpec,
 };
 use serde_json::Value;
 
@@ -113,6 +114,8 @@ fn call_checked(
     let at = format!("{method} {path} {status}");
     match (status, path) {
         (200, "/host") => drop(typed::<HostInfo>(&v, &at)),
+        (200, p) if p.starts_with("/events") => drop(typed::<Vec<HostEvent>>(&v, &at)),
+        (200, p) if p.starts_with("/history") => drop(typed::<Vec<HostSample>>(&v, &at)),
         (200, "/vms") if method == "GET" => drop(typed::<Vec<HostVm>>(&v, &at)),
         (200, _) => drop(typed::<HostVm>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
@@ -191,6 +194,36 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                 "ErrorBody",
                 serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
             ),
+            (
+                "HostEvent",
+                serde_json::to_value(HostEvent {
+                    seconds: 1.0,
+                    kind: HostEventKind::Paused,
+                    vm: Some("a".into()),
+                    message: "x".into(),
+                })
+                .unwrap(),
+            ),
+            (
+                "HostSample",
+                serde_json::to_value(HostSample {
+                    seconds: 1.0,
+                    free_bytes: 1,
+                    free_state: FreeStateName::Low,
+                    vms: vec![VmSample {
+                        name: "a".into(),
+                        state: HostVmState::Running,
+                        target_bytes: 1,
+                        resident_bytes: 1,
+                        active_bytes: 1,
+                        balloon_bytes: 1,
+                        swapped_bytes: 1,
+                        on_disk_bytes: 1,
+                        limit_bytes: 1,
+                    }],
+                })
+                .unwrap(),
+            ),
         ],
     );
 }
@@ -231,7 +264,7 @@ kernel = "{k}"
         ),
     );
     let sock = host.sock.clone();
-    assert_eq!(spec["paths"].as_object().unwrap().len(), 4);
+    assert_eq!(spec["paths"].as_object().unwrap().len(), 6);
     let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
@@ -353,6 +386,47 @@ kernel = "{k}"
     );
     let h: HostInfo = get(&sock, "/host");
     assert_eq!(h.memory_reserved_bytes, 56 * MIB);
+
+    // Events and history: what happened, in order, and the ticks with each running VM.
+    let (_, events) = call_checked(&spec, &sock, "GET", "/events", None);
+    let kinds: Vec<(&str, &str)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["vm"].as_str().unwrap_or("")))
+        .collect();
+    for want in [
+        ("admitted", "a"),
+        ("refused", "b"),
+        ("refused", "c"),
+        ("admitted", "c"),
+        ("stopping", "c"),
+        ("exited", "c"),
+    ] {
+        assert!(kinds.contains(&want), "{want:?} in {kinds:?}");
+    }
+    let (_, history) = call_checked(&spec, &sock, "GET", "/history", None);
+    let history = history.as_array().unwrap();
+    let first = history[0]["seconds"].as_f64().unwrap();
+    let (_, later) = call_checked(
+        &spec,
+        &sock,
+        "GET",
+        &format!("/history?since={first}"),
+        None,
+    );
+    assert_eq!(later.as_array().unwrap().len(), history.len() - 1);
+    assert!(history.iter().any(|t| t["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["name"] == "c")));
+    let last = history.last().unwrap()["seconds"].as_f64().unwrap();
+    let (_, none) = call_checked(&spec, &sock, "GET", &format!("/history?since={last}"), None);
+    assert!(none.as_array().unwrap().is_empty());
+    for bad in ["/events?since=soon", "/history?until=3"] {
+        assert_eq!(call_checked(&spec, &sock, "GET", bad, None).0, 400, "{bad}");
+    }
 
     // SIGTERM: every VM stops, the host exits 0 and removes its socket.
     let a_pid = vm(&sock, "a").pid.unwrap();

@@ -182,6 +182,7 @@ pub fn same_fields(spec: &Value, schema: &Value, v: &Value, at: &str, seen: &mut
 
 /// The operation of `spec` for `method` on `path`, matching templated segments (`{name}`).
 fn operation<'a>(spec: &'a Value, method: &str, path: &str) -> &'a Value {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
     let segs: Vec<&str> = path.split('/').collect();
     let key = spec["paths"]
         .as_object()
