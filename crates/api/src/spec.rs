@@ -252,6 +252,10 @@ pub struct VmSpec {
     /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
     #[serde(default)]
     pub victims: Option<String>,
+    /// The pager's mode, `full` or `baseline` (`--pager`; default full). A host needs the
+    /// pager, so `off` is not offered.
+    #[serde(default)]
+    pub pager: Option<String>,
 }
 
 impl VmSpec {
@@ -301,6 +305,14 @@ impl VmSpec {
         for d in &self.disks {
             DiskSpec::parse(d).map_err(|e| format!("vm '{n}': disk '{d}': {e}"))?;
         }
+        match self.pager.as_deref() {
+            None | Some("full" | "baseline") => {}
+            Some(p) => {
+                return Err(format!(
+                    "vm '{n}': pager '{p}': expected full or baseline (a host needs the pager)"
+                ))
+            }
+        }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
             Some(v) => return Err(format!("vm '{n}': victims '{v}': expected random or clock")),
@@ -340,6 +352,9 @@ impl VmSpec {
         }
         if let Some(v) = &self.victims {
             a.extend(["--victims".to_owned(), v.clone()]);
+        }
+        if let Some(p) = &self.pager {
+            a.extend(["--pager".to_owned(), p.clone()]);
         }
         a
     }
@@ -398,6 +413,7 @@ mod tests {
             (r#"{"name":"a","mem":"512M","vcpus":65}"#, "vCPUs"),
             (r#"{"name":"a","mem":"512M","disks":["x,zz"]}"#, "disk"),
             (r#"{"name":"a","mem":"512M","victims":"lru"}"#, "victims"),
+            (r#"{"name":"a","mem":"512M","pager":"off"}"#, "pager"),
             (r#"{"name":"a","mem":"1000000"}"#, "whole number"),
         ] {
             let s: VmSpec = serde_json::from_str(bad).unwrap();

@@ -559,6 +559,42 @@ pub fn summary_table(s: &VmStats) -> String {
 mod tests {
     use super::*;
 
+    /// A host's VM spec, spelled as `memvisor run` flags, means the same to `run`.
+    #[test]
+    fn a_vm_spec_spelled_as_run_flags_means_the_same() {
+        let spec = memvisor_api::VmSpec {
+            name: "a".into(),
+            mem: 256 << 20,
+            min: 0,
+            shares: 1000,
+            vcpus: 2,
+            workload: Some("kv".into()),
+            kernel: None,
+            cmdline: "records=10 ops=20".into(),
+            disks: vec!["/x/d.img,ro,id=data".into(), "/x/s.img".into()],
+            balloon: true,
+            mapper: true,
+            preventer: false,
+            victims: Some("clock".into()),
+            pager: Some("baseline".into()),
+        };
+        let argv = std::iter::once("memvisor".to_owned())
+            .chain(std::iter::once("run".to_owned()))
+            .chain(spec.run_args());
+        let Command::Run(r) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not run");
+        };
+        assert_eq!((r.mem, r.vcpus), (spec.mem, spec.vcpus));
+        assert_eq!(r.workload, spec.workload);
+        assert_eq!(r.cmdline, spec.cmdline);
+        assert_eq!(r.disks.len(), 2);
+        assert!(r.disks[0].read_only && r.disks[0].id.as_deref() == Some("data"));
+        assert_eq!(r.disks[1].path, PathBuf::from("/x/s.img"));
+        assert!(r.balloon && r.mapper && !r.preventer);
+        assert_eq!(r.victims, VictimArg::Clock);
+        assert_eq!(r.pager, PagerMode::Baseline);
+    }
+
     #[test]
     fn summary_is_an_aligned_table() {
         let mut s = VmStats::default();

@@ -177,6 +177,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         mapper: true,
         preventer: true,
         victims: Some("clock".into()),
+        pager: Some("baseline".into()),
     };
     let update = PolicyUpdate {
         min: Some(1),
