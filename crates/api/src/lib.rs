@@ -17,7 +17,7 @@ pub use http::{
 pub use spec::{parse_duration, parse_size, DiskSpec, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
-    PagerCounters, PagerStats, VmStats,
+    PagerCounters, PagerStats, PoolStats, VmStats,
 };
 pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};
 
@@ -37,6 +37,13 @@ pub struct MemoryUpdate {
 #[serde(deny_unknown_fields)]
 pub struct BalloonUpdate {
     pub target: u64,
+}
+
+/// `PUT /pool`: the host-memory pool's size in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolUpdate {
+    pub bytes: u64,
 }
 
 /// An error answer.

@@ -51,6 +51,36 @@ pub struct PagerStats {
     pub reclaim_latency: LatencySummary,
     /// The working set, measured by sampling.
     pub active: ActiveMemory,
+    /// The host-memory pool in front of the swap file; `null` without one (`--pool`).
+    pub pool: Option<PoolStats>,
+}
+
+/// The host-memory pool (MemFlex): swapped pages kept in host memory until it is `spill_at`
+/// full, then the least recent spilled to the swap file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStats {
+    /// Most memory the pool may hold.
+    pub capacity_bytes: u64,
+    /// Swapped pages held in the pool now (4 KiB each).
+    pub used_bytes: u64,
+    /// Host memory mapped for the pool now (whole 2 MiB chunks).
+    pub mapped_bytes: u64,
+    /// Pages reclaim put in the pool.
+    pub pooled_pages: u64,
+    /// Pages reclaim wrote to the swap file because the pool was full.
+    pub overflowed_pages: u64,
+    /// Pages read back from the pool (faults and proactive swap-in): memory copies, no I/O.
+    pub hit_pages: u64,
+    /// Pages the flusher moved from the pool to the swap file.
+    pub spilled_pages: u64,
+    /// Flusher writes (each a run of consecutive blocks).
+    pub spill_writes: u64,
+    /// Pages dropped from the pool because the guest no longer needed their content.
+    pub purged_pages: u64,
+    /// Pages brought back without a fault, from the pool.
+    pub proactive_pool_pages: u64,
+    /// Pages brought back without a fault, from the swap file.
+    pub proactive_disk_pages: u64,
 }
 
 /// The active-memory estimate from sampled pages (ESX §5.3): each period the pager takes

@@ -168,6 +168,18 @@ pub struct RunArgs {
     /// Length of a working-set sampling period, in seconds (0.1 to 3600).
     #[arg(long, default_value_t = 30.0, value_parser = parse_period)]
     pub sample_period: f64,
+    /// A host-memory pool in front of the pager's swap file (MemFlex), e.g. 256M: swapped pages
+    /// stay in host memory until the pool is --pool-spill-at full, then the least recent go to
+    /// the swap file. Resized at run time with `memvisor ctl pool SIZE`.
+    #[arg(long, value_parser = parse_size)]
+    pub pool: Option<u64>,
+    /// Fraction of the pool above which its least recent pages spill to the swap file (0.1 to 1).
+    #[arg(long, default_value_t = 0.8, value_parser = parse_fraction)]
+    pub pool_spill_at: f64,
+    /// With a pool: when the limit rises, bring swapped pages back `proactive`ly in batches
+    /// (pooled first, most recent first), or only as the guest `faults` on them.
+    #[arg(long, value_enum, default_value_t = SwapIn::Proactive)]
+    pub swap_in: SwapIn,
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
@@ -175,6 +187,22 @@ pub struct RunArgs {
     /// API's GET /stats (the `VmStats` type).
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SwapIn {
+    /// In batches as soon as the limit leaves room (MemFlex §3.4).
+    Proactive,
+    /// Only when the guest faults on them.
+    Faults,
+}
+
+/// A fraction from 0.1 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a fraction from 0.1 to 1, e.g. 0.8")),
+    }
 }
 
 /// A sampling period in seconds: a number from 0.1 to 3600.
@@ -334,12 +362,42 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
     }
+    if let Some(pool) = args.pool {
+        if args.pager == PagerMode::Off || args.hypervisor == Hypervisor::Qemu {
+            return bad("--pool is memvisor's pager's: it needs --pager full or baseline".into());
+        }
+        if pool < 4096 {
+            return bad(format!("--pool {pool} is smaller than one page"));
+        }
+        match host_available_memory() {
+            Some(avail) if pool > avail => {
+                return bad(format!(
+                    "--pool {pool} is more than the {avail} bytes of memory this host has available"
+                ))
+            }
+            _ => {}
+        }
+    }
     Ok(RunPlan {
         args,
         kernel,
         disks,
         cmdline,
     })
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn host_available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 fn error_line(e: &dyn std::error::Error) -> String {
@@ -388,6 +446,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         batch: 256,
         sample_pages: a.sample_pages,
         sample_period: std::time::Duration::from_secs_f64(a.sample_period),
+        pool: a.pool.map(|bytes| memvisor_pager::PoolConfig {
+            bytes,
+            spill_at: a.pool_spill_at,
+            proactive: a.swap_in == SwapIn::Proactive,
+        }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {
         (PagerMode::Off, Some(limit)) => {

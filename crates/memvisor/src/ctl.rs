@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use memvisor_api::{
-    call, BalloonUpdate, HostInfo, HostVm, MemoryUpdate, PolicyUpdate, VmInfo, VmSpec, VmStats,
+    call, BalloonUpdate, HostInfo, HostVm, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSpec,
+    VmStats,
 };
 
 use crate::cli::parse_size;
@@ -39,6 +40,11 @@ pub enum CtlRequest {
     Limit {
         #[arg(value_parser = parse_limit)]
         limit: Limit,
+    },
+    /// Resize the host-memory pool, e.g. 256M (PUT /pool; the VM must have `--pool`).
+    Pool {
+        #[arg(value_parser = parse_size)]
+        bytes: u64,
     },
     /// Set the balloon size, e.g. 256M (PUT /balloon).
     Balloon {
@@ -133,6 +139,11 @@ fn request(
             vm_only("limit")?;
             let body = json(&MemoryUpdate { limit: limit.0 });
             ("PUT", "/memory".into(), Some(body), Answer::Vm)
+        }
+        CtlRequest::Pool { bytes } => {
+            vm_only("pool")?;
+            let body = json(&PoolUpdate { bytes });
+            ("PUT", "/pool".into(), Some(body), Answer::Vm)
         }
         CtlRequest::Balloon { target } => {
             vm_only("balloon")?;

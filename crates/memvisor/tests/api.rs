@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{
     ActiveMemory, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats,
     GuestMemoryStats, LatencySummary, MemoryUpdate, PageCensus, PagerCounters, PagerMode,
-    PagerStats, VmInfo, VmState, VmStats,
+    PagerStats, PoolStats, PoolUpdate, VmInfo, VmState, VmStats,
 };
 use serde_json::Value;
 
@@ -132,6 +132,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             swap_fault_latency: LatencySummary::default(),
             reclaim_latency: LatencySummary::default(),
             active: ActiveMemory::default(),
+            pool: Some(PoolStats::default()),
         }),
         balloon: Some(BalloonStats {
             guest: Some(guest),
@@ -146,6 +147,10 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
         (
             "MemoryUpdate",
             serde_json::to_value(MemoryUpdate { limit: Some(1) }).unwrap(),
+        ),
+        (
+            "PoolUpdate",
+            serde_json::to_value(PoolUpdate { bytes: 1 }).unwrap(),
         ),
         (
             "BalloonUpdate",
@@ -167,7 +172,7 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 6);
+    assert_eq!(paths.len(), 7);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
@@ -202,6 +207,10 @@ fn server_matches_the_published_schema() {
         Some(r#"{"target": 8388608}"#),
     );
     assert_eq!(vm["balloon_target_bytes"], 8 << 20);
+    // This VM has no pool to resize.
+    let (status, v) = call_checked(&spec, &sock, "PUT", "/pool", Some(r#"{"bytes": 1048576}"#));
+    assert_eq!(status, 400);
+    assert!(v["error"].as_str().unwrap().contains("no pool"));
     // A running VM cannot be resumed.
     let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
     assert_eq!(status, 400);

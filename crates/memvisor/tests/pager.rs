@@ -787,3 +787,64 @@ fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
     );
     assert!(deflated > 0, "the guest never deflated on OOM");
 }
+
+/// The host-memory pool (MemFlex) under a moving limit: victims go to the pool, its least recent
+/// pages spill to the swap file, faults read from both, and raising the limit brings swapped
+/// pages back without faults (pooled ones first). The guest verifies every byte throughout.
+#[test]
+fn integrity_holds_while_pages_move_between_memory_pool_and_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let (vm, reader, _pid, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mem-limit",
+            "100M",
+            "--pool",
+            "32M",
+            "--disk",
+            &disk,
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=160 file_mb=8 rounds=3 secs=8",
+        ],
+    );
+    // Wait until the pool has spilled, then give memory back (proactive swap-in), then take
+    // it again, and shrink the pool itself.
+    let s = wait_for(&sock, "the pool to spill", |s| {
+        pager(s)
+            .pool
+            .is_some_and(|p| p.spilled_pages > 0 && p.hit_pages > 0)
+    });
+    assert!(pager(&s).pool.unwrap().used_bytes <= 32 * MIB);
+    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 400 * MIB));
+    let s = wait_for(&sock, "proactive swap-in", |s| {
+        pager(s)
+            .pool
+            .is_some_and(|p| p.proactive_pool_pages > 0 && p.proactive_disk_pages > 0)
+    });
+    assert!(
+        pager(&s).pages.swapped_pages < 1024,
+        "{:?}",
+        pager(&s).pages
+    );
+    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
+    put(&sock, "/pool", &format!("{{\"bytes\": {}}}", 8 * MIB));
+    wait_for(&sock, "the pool to shrink", |s| {
+        pager(s).pool.is_some_and(|p| p.used_bytes <= 8 * MIB)
+    });
+    integrity_passed(vm, reader);
+}
+
+#[test]
+fn a_pool_the_host_cannot_give_is_refused() {
+    let out = Command::new(MEMVISOR)
+        .args(["run", "--mem", "64M", "--pool", "64T"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--pool") && err.contains("available"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

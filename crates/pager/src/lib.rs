@@ -13,6 +13,8 @@
 //! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
+//! | `pool.rs` | the host-memory pool in front of the swap file (MemFlex) |
+//! | `swapin.rs` | the pool's flusher and proactive swap-in |
 //! | `sample.rs` | working-set sampling and its store |
 //! | `stats.rs` | counters, latencies and the API's snapshot |
 
@@ -20,6 +22,7 @@ mod facade;
 mod fault;
 pub mod image;
 mod pager;
+pub mod pool;
 pub mod preventer;
 mod ram_map;
 mod reclaim;
@@ -28,11 +31,14 @@ pub mod state;
 pub mod stats;
 pub mod store;
 pub mod swap;
+mod swapin;
 mod takeover;
 pub mod uffd;
 pub mod victim;
 
-pub use pager::{NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
+pub use pager::{
+    NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, PoolConfig, VcpuControl, MIN_LIMIT,
+};
 pub use preventer::CpuState;
 pub use state::Mechanisms;
 pub use stats::PagerSnapshot;

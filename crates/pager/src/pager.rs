@@ -5,7 +5,9 @@
 //! - `pager` reads fault events and resolves them (`fault.rs`), and runs working-set sampling
 //!   (`sample.rs`);
 //! - `reclaim` takes pages out while resident pages exceed the limit (`reclaim.rs`), in chunks,
-//!   writing each chunk without the page lock, so faults go on being served meanwhile.
+//!   writing each chunk without the page lock, so faults go on being served meanwhile; with a
+//!   pool and room under the limit, it brings swapped pages back proactively (`swapin.rs`);
+//! - `pool-flush`, with a pool, spills its least recent pages to the swap file (`pool.rs`).
 //!
 //! Devices reach guest memory through the [`GuestRam`] facade (`facade.rs`), which installs
 //! whole pages without reading them; vCPU threads come in only for the Preventer
@@ -18,6 +20,7 @@
 //! - `stopped`: the vCPUs the Preventer stopped (taken after `pages`, never before it).
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
 //! - `events`: the fault event buffer, used by the pager thread alone.
+//! - the pool's own lock (`pool.rs`), taken after `pages`, never before it.
 //!
 //! The limit is an atomic; the counters are atomics and the page census is kept as running
 //! counts, so the API reads them without a scan. Pausing and parking vCPUs belong to the VMM,
@@ -26,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -36,6 +39,7 @@ use thiserror::Error;
 use userfaultfd::EventBuffer;
 
 use crate::image::ImageFile;
+use crate::pool::{Pool, SwapStore};
 use crate::ram_map::RamMap;
 use crate::sample::{SampleStore, Sampling};
 use crate::state::{Mechanisms, PageIdx, PageTable};
@@ -68,6 +72,20 @@ pub struct PagerConfig {
     pub sample_pages: u32,
     /// How long a sampling period lasts.
     pub sample_period: std::time::Duration,
+    /// A host-memory pool in front of the swap file (`pool.rs`); `None`: victims go to the file.
+    pub pool: Option<PoolConfig>,
+}
+
+/// The host-memory tier (MemFlex §3.2–§3.4).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PoolConfig {
+    /// Most bytes of pool memory; changed at run time with [`Pager::set_pool`].
+    pub bytes: u64,
+    /// Fraction of the pool above which its least recent pages spill to the swap file.
+    pub spill_at: f64,
+    /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
+    /// batches, pooled ones first and most recent first, without waiting for faults.
+    pub proactive: bool,
 }
 
 #[derive(Debug, Error)]
@@ -84,6 +102,8 @@ pub enum PagerError {
     LimitAboveSize { limit: u64, size: u64 },
     #[error("a limit of {limit} bytes is below the {MIN_LIMIT}-byte minimum (the guest's own code, stacks and queues must stay resident)")]
     LimitTooSmall { limit: u64 },
+    #[error("this VM has no pool (start it with --pool SIZE)")]
+    NoPool,
     #[error("cannot start the pager thread")]
     Thread(#[source] std::io::Error),
 }
@@ -199,6 +219,10 @@ pub(crate) struct Shared {
     pub batch: u32,
     pub sample_pages: u32,
     pub sample_period: std::time::Duration,
+    /// Proactive swap-in when the limit leaves room (`PoolConfig::proactive`).
+    pub proactive: bool,
+    /// Set when the limit rises: the reclaim thread then swaps in proactively (`swapin.rs`).
+    pub swap_in_wanted: AtomicBool,
     /// Working-set sampling (`sample.rs`), taken before `pages`, never after it.
     pub sampling: Mutex<Sampling>,
     /// A zeroed source for installing fresh writable pages.
@@ -222,6 +246,11 @@ fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
         Some(l) if l < MIN_LIMIT => Err(PagerError::LimitTooSmall { limit: l }),
         Some(l) => Ok(u32::try_from(l / PAGE_SIZE).unwrap_or(u32::MAX)),
     }
+}
+
+/// Whole pages in `bytes` (saturating).
+fn bytes_to_pages(bytes: u64) -> u32 {
+    u32::try_from(bytes / PAGE_SIZE).unwrap_or(u32::MAX)
 }
 
 /// The inverse of [`limit_pages`].
@@ -272,7 +301,15 @@ impl Pager {
             map,
             uffd,
             pagemap: PageMap::open(),
-            stores: Stores::new(swap, SampleStore::new(config.sample_pages)),
+            stores: Stores::new(
+                SwapStore {
+                    file: swap,
+                    pool: config
+                        .pool
+                        .map(|p| Pool::new(bytes_to_pages(p.bytes), p.spill_at)),
+                },
+                SampleStore::new(config.sample_pages),
+            ),
             pages: Mutex::new(state),
             settled: Condvar::new(),
             reclaim_wanted: Mutex::new(false),
@@ -284,6 +321,8 @@ impl Pager {
             batch,
             sample_pages: config.sample_pages,
             sample_period: config.sample_period,
+            proactive: config.pool.is_some_and(|p| p.proactive),
+            swap_in_wanted: AtomicBool::new(false),
             sampling: Mutex::new(Sampling::new(config.sample_period)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
             counters: Counters::default(),
@@ -311,6 +350,21 @@ impl Pager {
                 }
             })
             .map_err(PagerError::Thread)?;
+        if shared.stores.swap.pool.is_some() {
+            let f = shared.clone();
+            std::thread::Builder::new()
+                .name("pool-flush".into())
+                .spawn(move || {
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.flush_thread()))
+                        .is_err()
+                    {
+                        f.pause(PagerFailure::Reclaim {
+                            error: "the pool's flusher panicked".into(),
+                        });
+                    }
+                })
+                .map_err(PagerError::Thread)?;
+        }
         let s = shared.clone();
         std::thread::Builder::new()
             .name("pager".into())
@@ -343,7 +397,8 @@ impl Pager {
     }
 
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,
-    /// while faults are served), growing lets pages back as they fault. The first limit
+    /// while faults are served), growing lets pages back as they fault, or at once with
+    /// proactive swap-in (`swapin.rs`). The first limit
     /// of a VM started without one takes guest RAM over (`takeover.rs`).
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
         let s = &self.shared;
@@ -351,9 +406,23 @@ impl Pager {
         if limit.is_some() {
             s.attach(&mut s.lock())?;
         }
-        s.limit.store(pages, Ordering::SeqCst);
+        if s.limit.swap(pages, Ordering::SeqCst) < pages {
+            s.swap_in_wanted.store(true, Ordering::SeqCst);
+        }
         s.want_reclaim();
         Ok(())
+    }
+
+    /// Resizes the pool (`PUT /pool`); a smaller pool spills down to its new size.
+    pub fn set_pool(&self, bytes: u64) -> Result<(), PagerError> {
+        match &self.shared.stores.swap.pool {
+            None => Err(PagerError::NoPool),
+            Some(p) => {
+                p.set_capacity(bytes_to_pages(bytes));
+                self.shared.want_reclaim();
+                Ok(())
+            }
+        }
     }
 
     /// The resident limit in bytes, if there is one.

@@ -128,6 +128,8 @@ impl Shared {
             }
             if self.lock().table.resident() > self.limit() {
                 self.reclaim_to_low_watermark(&mut buf);
+            } else {
+                self.swap_in_proactively();
             }
         }
     }

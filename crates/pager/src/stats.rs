@@ -12,6 +12,7 @@ use memvisor_api::{LatencySummary, PagerCounters};
 
 use crate::pager::{limit_to_bytes, Pager};
 use crate::store::{PageStore, StoreCounters};
+use memvisor_devices::ram::PAGE_SIZE;
 
 /// Counters of one pager; every field only grows.
 #[derive(Debug, Default)]
@@ -254,6 +255,23 @@ impl Pager {
             swap_fault_latency: s.swap_fault_latency.summary(),
             reclaim_latency: s.reclaim_latency.summary(),
             active,
+            pool: s.stores.swap.pool.as_ref().map(|p| {
+                let c = &p.counters;
+                let get = crate::pool::PoolCounters::get;
+                memvisor_api::PoolStats {
+                    capacity_bytes: u64::from(p.capacity()) * PAGE_SIZE,
+                    used_bytes: u64::from(p.used()) * PAGE_SIZE,
+                    mapped_bytes: p.mapped_bytes(),
+                    pooled_pages: get(&c.pooled),
+                    overflowed_pages: get(&c.overflowed),
+                    hit_pages: get(&c.hits),
+                    spilled_pages: get(&c.spilled),
+                    spill_writes: get(&c.spill_writes),
+                    purged_pages: get(&c.purged),
+                    proactive_pool_pages: get(&c.proactive_from_pool),
+                    proactive_disk_pages: get(&c.proactive_from_disk),
+                }
+            }),
         }
     }
 }

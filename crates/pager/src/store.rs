@@ -1,6 +1,7 @@
 //! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
-//! implementation per place (the swap file in `swap.rs`, the guest's disk images in
-//! `image.rs`), and [`Stores`], which finds the store a [`Slot`] names.
+//! implementation per place (the swap file in `swap.rs`, with the host-memory pool in front of
+//! it in `pool.rs`, the guest's disk images in `image.rs`, the working-set sample in
+//! `sample.rs`), and [`Stores`], which finds the store a [`Slot`] names.
 //!
 //! The fault path asks the page table for the slot of a faulting page and the run of
 //! neighbours whose slots follow it, then reads the run from the store with one call. It never
@@ -11,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::image::ImageFile;
+use crate::pool::SwapStore;
 use crate::sample::SampleStore;
 use crate::state::{Block, ImageBlock};
-use crate::swap::SwapFile;
 
 /// Which store a slot is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,14 +124,15 @@ pub const MAX_IMAGES: usize = 8;
 
 /// Every store of one pager.
 pub(crate) struct Stores {
-    pub swap: SwapFile,
+    /// The swap file, with the pool in front of it when there is one.
+    pub swap: SwapStore,
     pub sample: SampleStore,
     /// Attached once each, while the VM is built; read without a lock afterwards.
     images: [OnceLock<ImageFile>; MAX_IMAGES],
 }
 
 impl Stores {
-    pub fn new(swap: SwapFile, sample: SampleStore) -> Self {
+    pub fn new(swap: SwapStore, sample: SampleStore) -> Self {
         Stores {
             swap,
             sample,

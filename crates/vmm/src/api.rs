@@ -5,6 +5,7 @@
 //! | `GET /vm` | configuration and state (`running`, or `paused` with the reason) |
 //! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
+//! | `PUT /pool {"bytes": bytes}` | resizes the host-memory pool (`--pool`); shrinking spills |
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
 //! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
 //! | `PUT /vm/resume` | resumes a paused VM (asked for, or the pager's swap or image I/O failed); 400 if it runs |
@@ -21,7 +22,7 @@ use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
 use memvisor_api::server::{error, ok, parse};
 use memvisor_api::{
     BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestMemoryStats, MemoryUpdate,
-    PagerMode, VmInfo, VmState, VmStats,
+    PagerMode, PoolUpdate, VmInfo, VmState, VmStats,
 };
 use memvisor_devices::virtio::balloon::{BalloonControl, BalloonState};
 use memvisor_devices::virtio::block::BlockMetrics;
@@ -59,6 +60,16 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
                 },
             },
         },
+        ("PUT", "/pool") => match parse::<PoolUpdate>(body) {
+            Err(e) => e,
+            Ok(u) => match &c.lifecycle.pager {
+                None => error(400, "this VM runs without memvisor's pager (--pager off)"),
+                Some(p) => match p.set_pool(u.bytes) {
+                    Ok(()) => ok(&vm_info(c)),
+                    Err(e) => error(400, &e.to_string()),
+                },
+            },
+        },
         ("PUT", "/balloon") => match parse::<BalloonUpdate>(body) {
             Err(e) => e,
             Ok(u) => match &c.balloon {
@@ -81,7 +92,7 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
             false => error(400, "the VM is not paused"),
         },
         (_, "/vm" | "/stats") => error(405, "use GET"),
-        (_, "/memory" | "/balloon" | "/vm/pause" | "/vm/resume") => error(405, "use PUT"),
+        (_, "/memory" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume") => error(405, "use PUT"),
         _ => error(404, &format!("no such path {path}")),
     }
 }
