@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what memvisor needs on a Debian 12 host: QEMU (the peer every comparison runs
-# against), libclang (bindgen for the userfaultfd bindings), and checks the Rust toolchain and KVM.
+# against), libclang (bindgen for the userfaultfd bindings), Chromium (the live page's test),
+# and checks the Rust toolchain and KVM.
 set -euo pipefail
 
 need=()
@@ -12,6 +13,8 @@ command -v losetup >/dev/null || need+=(mount)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 # scripts/shrink-latency.sh reads GET /stats with jq.
 command -v jq >/dev/null || need+=(jq)
+# The host's live page is tested in a headless browser.
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

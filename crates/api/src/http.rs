@@ -101,12 +101,23 @@ fn reason(status: u16) -> &'static str {
 
 /// Writes a response with a JSON body (or none for 204).
 pub fn write_response(stream: &mut impl Write, status: u16, body: &str) -> std::io::Result<()> {
+    write_response_as(stream, status, "application/json", body.as_bytes())
+}
+
+/// Writes a response with a body of type `content_type`.
+pub fn write_response_as(
+    stream: &mut impl Write,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
     write!(
         stream,
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
         reason(status),
         body.len()
     )?;
+    stream.write_all(body)?;
     stream.flush()
 }
 

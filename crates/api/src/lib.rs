@@ -12,7 +12,8 @@ pub use host::{
     PolicyUpdate, VmSample,
 };
 pub use http::{
-    call, call_within, read_request, write_response, HttpError, Request, CALL_TIMEOUT, MAX_BODY,
+    call, call_within, read_request, write_response, write_response_as, HttpError, Request,
+    CALL_TIMEOUT, MAX_BODY,
 };
 pub use spec::{parse_duration, parse_size, DiskSpec, VmSpec};
 pub use stats::{

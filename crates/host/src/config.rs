@@ -28,6 +28,8 @@ pub struct HostConfig {
     pub swap: Option<u64>,
     /// Host memory each VMM is taken to need besides guest RAM.
     pub vm_overhead: u64,
+    /// Where the live web page is served; `None`: nowhere.
+    pub web_addr: Option<std::net::SocketAddr>,
     pub vms: Vec<VmSpec>,
 }
 
@@ -94,6 +96,8 @@ struct HostSection {
     swap: Option<u64>,
     #[serde(with = "size::option")]
     vm_overhead: Option<u64>,
+    #[serde(deserialize_with = "web_addr")]
+    web_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for HostSection {
@@ -108,6 +112,7 @@ impl Default for HostSection {
             state_dir: None,
             swap: None,
             vm_overhead: None,
+            web_addr: None,
         }
     }
 }
@@ -166,6 +171,21 @@ fn tick<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Duration::from_millis(50),
         Duration::from_secs(60),
     )
+}
+
+/// An address to serve the web page on: `127.0.0.1:8080`, or a port alone (`8080`) for the
+/// loopback address.
+fn web_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    let parsed = match s.parse::<u16>() {
+        Ok(port) => Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => s.parse::<std::net::SocketAddr>(),
+    };
+    parsed.map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "web_addr {s:?}: give an address and port like \"127.0.0.1:8080\", or a port for loopback"
+        ))
+    })
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -259,6 +279,7 @@ impl HostConfig {
             swap: h.swap,
             state_dir,
             vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
+            web_addr: h.web_addr,
             vms,
         })
     }
@@ -351,6 +372,7 @@ mem = 268435456
                 "second VM",
             ),
             ("[host\n", 1, "TOML"),
+            ("[host]\nweb_addr = \"everywhere\"\n", 2, "web_addr"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");

@@ -9,11 +9,13 @@
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
 //! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
 //! | `server.rs` | the host API on a Unix socket |
+//! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
 
 pub mod config;
 mod manager;
 mod process;
 mod server;
+mod web;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +43,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         sample_period: config.sample_period,
     };
     let tick = config.tick;
+    let web_addr = config.web_addr;
     eprintln!(
         "memvisor host: budget {} MiB, {} VMs in {}, API on {}",
         config.memory >> 20,
@@ -53,6 +56,11 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         eprintln!("memvisor host: {problem}");
     }
     server::serve(listener, host.clone()).map_err(|e| format!("cannot start the API: {e}"))?;
+    if let Some(addr) = web_addr {
+        let bound = web::serve(addr, host.clone())
+            .map_err(|e| format!("cannot serve the web page on {addr}: {e}"))?;
+        eprintln!("memvisor host: live page on http://{bound}/");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();

@@ -52,7 +52,7 @@ fn since(query: Option<&str>) -> Result<f64, (u16, String)> {
     }
 }
 
-fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+pub(crate) fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let (path, query) = match path.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (path, None),
