@@ -19,7 +19,7 @@ function stackedChart(el, layers, lines, yLabel) {
   const series = [{ label: "s" }];
   for (let i = layers.length - 1; i >= 0; i--) {
     const l = layers[i];
-    series.push({ label: l.label, stroke: l.color, fill: l.color + "cc", width: 1,
+    series.push({ label: l.label, stroke: l.color, fill: l.color, width: 1,
       value: (u, v, si, idx) => mib(u.raw && u.raw[i] ? u.raw[i][idx] : null) });
   }
   for (const l of lines) {
