@@ -35,6 +35,8 @@ pub struct HostInfo {
     pub idle_tax: f64,
     /// Host memory each VMM is taken to need besides guest RAM.
     pub vm_overhead_bytes: u64,
+    /// Memory of the budget set aside for the VMs' pools (MemFlex); 0: no pools.
+    pub pool_bytes: u64,
     /// Memory admission has reserved: `min` plus overhead of every admitted VM.
     pub memory_reserved_bytes: u64,
     /// Swap space for the VMs' pagers.
@@ -109,6 +111,10 @@ pub struct HostVm {
     pub limit_bytes: u64,
     /// Paused by the host because it is above its target in the low state.
     pub paused_by_host: bool,
+    /// Its share of the host's pool (0 without pools).
+    pub pool_bytes: u64,
+    /// Swapped memory its pool holds now.
+    pub pooled_bytes: u64,
     /// Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM).
     pub oom_deflated_pages: u64,
     /// Its VMM's API socket.
@@ -194,6 +200,8 @@ pub struct VmSample {
     pub on_disk_bytes: u64,
     /// Its pager's resident limit.
     pub limit_bytes: u64,
+    /// Swapped memory its pool held.
+    pub pooled_bytes: u64,
 }
 
 /// The host at one tick (`GET /history`).

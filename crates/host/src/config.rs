@@ -30,6 +30,8 @@ pub struct HostConfig {
     pub vm_overhead: u64,
     /// Where the live web page is served; `None`: nowhere.
     pub web_addr: Option<std::net::SocketAddr>,
+    /// Memory of the budget set aside for the VMs' pools (MemFlex); 0: none.
+    pub pool: u64,
     pub vms: Vec<VmSpec>,
 }
 
@@ -98,6 +100,8 @@ struct HostSection {
     vm_overhead: Option<u64>,
     #[serde(deserialize_with = "web_addr")]
     web_addr: Option<std::net::SocketAddr>,
+    #[serde(with = "size::option")]
+    pool: Option<u64>,
 }
 
 impl Default for HostSection {
@@ -113,6 +117,7 @@ impl Default for HostSection {
             swap: None,
             vm_overhead: None,
             web_addr: None,
+            pool: None,
         }
     }
 }
@@ -257,6 +262,13 @@ impl HostConfig {
             Some(m) => m,
             None => default_budget()?,
         };
+        if h.pool.unwrap_or(0) >= memory {
+            return Err(format!(
+                "{}: [host] pool {} leaves nothing of the memory budget {memory} to the VMs",
+                path.display(),
+                h.pool.unwrap_or(0)
+            ));
+        }
         let mut vms: Vec<VmSpec> = Vec::new();
         for s in file.vm {
             let line = line_of(text, s.span().start);
@@ -280,6 +292,7 @@ impl HostConfig {
             state_dir,
             vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
             web_addr: h.web_addr,
+            pool: h.pool.unwrap_or(0),
             vms,
         })
     }

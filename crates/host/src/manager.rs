@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use memvisor_api::{
     BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
-    HostVmState, MemoryUpdate, PolicyUpdate, VmInfo, VmSample, VmSpec, VmState, VmStats,
+    HostVmState, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSample, VmSpec, VmState,
+    VmStats,
 };
 use memvisor_policy::{
     admit, plan, release, AdmissionRefusal, FreeState, HostParams, Reservations, Thresholds,
@@ -45,6 +46,8 @@ struct Managed {
     stats: Option<VmStats>,
     info: Option<VmInfo>,
     paused_by_host: bool,
+    /// Its share of the host's pool.
+    pool: u64,
     /// The active fraction when the host paused it: a paused guest touches nothing, and
     /// sampling must not read that as idleness.
     active_at_pause: Option<f64>,
@@ -73,6 +76,24 @@ impl Managed {
                 .and_then(|s| s.pager.as_ref())
                 .map_or(1.0, |p| p.active.estimate)
         })
+    }
+
+    /// Memory its pool holds now.
+    fn pooled(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .and_then(|p| p.pool)
+            .map_or(0, |p| p.used_bytes)
+    }
+
+    /// Its pool's size now.
+    fn pool_capacity(&self) -> Option<u64> {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .and_then(|p| p.pool)
+            .map(|p| p.capacity_bytes)
     }
 
     fn oom_deflated(&self) -> u64 {
@@ -107,6 +128,8 @@ impl Managed {
             on_disk_bytes: pager.map_or(0, |p| p.pages.on_disk_pages * 4096),
             limit_bytes: pager.and_then(|p| p.limit_bytes).unwrap_or(self.max),
             paused_by_host: self.paused_by_host,
+            pool_bytes: self.pool_capacity().unwrap_or(0),
+            pooled_bytes: self.pooled(),
             oom_deflated_pages: self.oom_deflated(),
             api_sock: self.files.sock.display().to_string(),
             log: self.files.log.display().to_string(),
@@ -141,6 +164,7 @@ struct Order {
     index: usize,
     balloon: Option<u64>,
     limit: Option<u64>,
+    pool: Option<u64>,
     pause: Option<bool>,
 }
 
@@ -161,7 +185,8 @@ impl Host {
     pub fn new(config: HostConfig, launch: Launch) -> Host {
         Host {
             reservations: Reservations {
-                memory: config.memory,
+                // The pool is set aside first: admission reserves what is left.
+                memory: config.memory - config.pool,
                 swap: config.swap.unwrap_or(0),
                 ..Reservations::default()
             },
@@ -234,6 +259,7 @@ impl Host {
                     swapped_bytes: st.swapped_bytes,
                     on_disk_bytes: st.on_disk_bytes,
                     limit_bytes: st.limit_bytes,
+                    pooled_bytes: st.pooled_bytes,
                 }
             })
             .collect();
@@ -280,7 +306,11 @@ impl Host {
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let vmm = Vmm::spawn(&self.launch, &spec, &files, spec.mem).map_err(|e| {
+        let pool = (self.config.pool > 0).then(|| {
+            let live = self.vms.iter().filter(|v| v.live()).count() as u64;
+            self.config.pool / (live + 1)
+        });
+        let vmm = Vmm::spawn(&self.launch, &spec, &files, spec.mem, pool).map_err(|e| {
             Refused(
                 500,
                 format!("cannot start a VMM for vm '{}': {e}", spec.name),
@@ -306,6 +336,7 @@ impl Host {
             stats: None,
             info: None,
             paused_by_host: false,
+            pool: 0,
             active_at_pause: None,
             oom_demand: 0,
             oom_seen: 0,
@@ -334,6 +365,7 @@ impl Host {
             stats: None,
             info: None,
             paused_by_host: false,
+            pool: 0,
             active_at_pause: None,
             oom_demand: 0,
             oom_seen: 0,
@@ -386,6 +418,7 @@ impl Host {
             free_state: free_state_name(self.free_state),
             idle_tax: self.config.idle_tax,
             vm_overhead_bytes: self.config.vm_overhead,
+            pool_bytes: self.config.pool,
             memory_reserved_bytes: self.reservations.memory_reserved,
             swap_bytes: self.reservations.swap,
             swap_reserved_bytes: self.reservations.swap_reserved,
@@ -559,6 +592,7 @@ impl Host {
                     shares: v.spec.shares,
                     active: v.active(),
                     resident: v.resident(),
+                    pooled: v.pooled(),
                     overhead: self.config.vm_overhead,
                     balloon: if v.spec.balloon {
                         Some(
@@ -588,6 +622,7 @@ impl Host {
             budget: self.config.memory,
             idle_tax: self.config.idle_tax,
             thresholds: Thresholds::default(),
+            pool: self.config.pool,
         };
         let p = plan(&params, self.free_state, &obs, &oom);
         if p.state != self.free_state {
@@ -613,13 +648,24 @@ impl Host {
                 continue; // not answering yet: nothing to send
             }
             let limit = a.limit.max(MIN_LIMIT);
+            v.pool = a.pool;
+            // The pool moves in whole MiB: smaller changes are not worth a spill.
+            let pool = v
+                .pool_capacity()
+                .filter(|&now| now.abs_diff(a.pool) >= 1 << 20)
+                .map(|_| a.pool);
             let order = Order {
                 index: i,
                 balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
                 limit: (limit != o.limit).then_some(limit),
+                pool,
                 pause: (a.pause != v.paused_by_host).then_some(a.pause),
             };
-            if order.balloon.is_some() || order.limit.is_some() || order.pause.is_some() {
+            if order.balloon.is_some()
+                || order.limit.is_some()
+                || order.pool.is_some()
+                || order.pause.is_some()
+            {
                 orders.push(order);
             }
         }
@@ -684,6 +730,11 @@ pub fn tick(host: &Shared) {
             .unwrap_or_default();
         if let Some(b) = o.balloon {
             if let Err(e) = c.put("/balloon", Some(&BalloonUpdate { target: b })) {
+                tracing::warn!("vm {name}: {e}");
+            }
+        }
+        if let Some(bytes) = o.pool {
+            if let Err(e) = c.put("/pool", Some(&PoolUpdate { bytes })) {
                 tracing::warn!("vm {name}: {e}");
             }
         }

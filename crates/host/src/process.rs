@@ -61,6 +61,7 @@ impl Vmm {
         spec: &VmSpec,
         files: &VmmFiles,
         limit: u64,
+        pool: Option<u64>,
     ) -> std::io::Result<Vmm> {
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -82,6 +83,7 @@ impl Vmm {
             .arg(launch.sample_period.as_secs_f64().to_string())
             .arg("--mem-limit")
             .arg(limit.to_string())
+            .args(pool.map(|p| format!("--pool={}", p.max(4096))))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -14,6 +14,9 @@
 //!   above their targets are also paused, and stay paused until they are below them.
 //! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
 //!   has: for [`OOM_DEMAND_TICKS`] ticks it counts as fully active, whatever its sampled estimate.
+//! - The pool (MemFlex): `pool` bytes of the budget are set aside for swapped pages, so targets
+//!   divide what is left; the pool is shared among the VMs in proportion to what they are
+//!   denied (`max − target`), equally when none is, since that is what they will swap.
 //!
 //! Differences from ESX: ESX pages with its own swap daemon at the target; here the "pager limit"
 //! is the VMM's resident limit, which reclaims synchronously down to it. ESX does not treat
@@ -32,6 +35,8 @@ pub struct HostParams {
     /// The idle memory tax, 0 to 1.
     pub idle_tax: f64,
     pub thresholds: Thresholds,
+    /// Memory of the budget set aside for the VMs' pools (0: no pools).
+    pub pool: u64,
 }
 
 /// What is known of one VM at a tick (bytes).
@@ -44,6 +49,8 @@ pub struct VmObservation {
     pub active: f64,
     /// Guest pages resident on the host.
     pub resident: u64,
+    /// Memory its pool holds.
+    pub pooled: u64,
     /// Host memory its VMM needs besides guest RAM.
     pub overhead: u64,
     /// The balloon's size now asked for; `None` without a balloon device.
@@ -66,6 +73,8 @@ pub struct VmAction {
     pub limit: u64,
     /// Keep (or put) the VM paused.
     pub pause: bool,
+    /// Its share of the pool.
+    pub pool: u64,
     /// Ticks left of OOM demand, for the next observation.
     pub oom_demand: u32,
 }
@@ -89,7 +98,11 @@ pub fn plan(
 ) -> Plan {
     let held: u64 = vms
         .iter()
-        .map(|v| v.resident.saturating_add(v.overhead))
+        .map(|v| {
+            v.resident
+                .saturating_add(v.overhead)
+                .saturating_add(v.pooled)
+        })
         .fold(0, u64::saturating_add);
     let free = host.budget.saturating_sub(held);
     let state = state.next(free, host.budget, &host.thresholds);
@@ -101,7 +114,8 @@ pub fn plan(
     let usable = host
         .budget
         .saturating_sub(overheads)
-        .saturating_sub(reserve);
+        .saturating_sub(reserve)
+        .saturating_sub(host.pool);
     let oom: Vec<u32> = vms
         .iter()
         .enumerate()
@@ -124,11 +138,28 @@ pub fn plan(
         })
         .collect();
     let targets = targets(usable, &demands, host.idle_tax);
+    let denied: Vec<u64> = vms
+        .iter()
+        .zip(&targets)
+        .map(|(v, &t)| v.max.saturating_sub(t))
+        .collect();
+    let total_denied: u64 = denied.iter().sum();
+    let pools: Vec<u64> = denied
+        .iter()
+        .map(|&d| match (total_denied, vms.len() as u64) {
+            (_, 0) => 0,
+            (0, n) => host.pool / n,
+            (all, _) => {
+                u64::try_from(u128::from(host.pool) * u128::from(d) / u128::from(all)).unwrap_or(0)
+            }
+        })
+        .collect();
     let actions = vms
         .iter()
         .zip(targets)
         .zip(oom)
-        .map(|((v, target), oom_demand)| {
+        .zip(pools)
+        .map(|(((v, target), oom_demand), pool)| {
             let give_back = v.max.saturating_sub(target);
             let balloon = v.balloon.map(|now| {
                 if reclaim.balloon {
@@ -150,6 +181,7 @@ pub fn plan(
                 balloon,
                 limit,
                 pause,
+                pool,
                 oom_demand,
             }
         })
@@ -173,6 +205,7 @@ mod tests {
             budget,
             idle_tax: 0.75,
             thresholds: Thresholds::default(),
+            pool: 0,
         }
     }
 
@@ -183,6 +216,7 @@ mod tests {
             shares: 1000,
             active,
             resident,
+            pooled: 0,
             overhead: 16 * MIB,
             balloon: Some(0),
             limit: max,
@@ -263,6 +297,40 @@ mod tests {
         assert_eq!(p.actions[0].oom_demand, 0);
     }
 
+    #[test]
+    fn the_pool_is_set_aside_and_shared_by_what_each_vm_is_denied() {
+        let busy = vm(800 * MIB, 600 * MIB, 1.0);
+        let idle = vm(800 * MIB, 350 * MIB, 0.0);
+        let with = HostParams {
+            pool: 100 * MIB,
+            ..host(1000 * MIB)
+        };
+        let a = plan(
+            &host(1000 * MIB),
+            FreeState::High,
+            &[busy, idle],
+            &[false; 2],
+        );
+        let b = plan(&with, FreeState::High, &[busy, idle], &[false; 2]);
+        let sum = |p: &Plan| p.actions.iter().map(|a| a.target).sum::<u64>();
+        assert_eq!(sum(&a) - sum(&b), 100 * MIB, "targets give up the pool");
+        let pools: Vec<u64> = b.actions.iter().map(|a| a.pool).collect();
+        assert!(pools.iter().sum::<u64>() <= 100 * MIB && pools.iter().sum::<u64>() > 99 * MIB);
+        assert!(pools[1] > pools[0], "the idle VM is denied more: {pools:?}");
+        // Pooled memory is held memory.
+        let small = VmObservation {
+            resident: 300 * MIB,
+            ..busy
+        };
+        let pooled = VmObservation {
+            pooled: 50 * MIB,
+            ..small
+        };
+        let b = plan(&with, FreeState::High, &[small, idle], &[false; 2]);
+        let c = plan(&with, FreeState::High, &[pooled, idle], &[false; 2]);
+        assert_eq!(b.free - c.free, 50 * MIB);
+    }
+
     proptest! {
         #[test]
         fn plans_respect_min_max_and_never_shrink_without_pressure(
@@ -282,6 +350,7 @@ mod tests {
                         shares,
                         active,
                         resident: resident.min(max / MIB) * MIB,
+                        pooled: 0,
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 2),
                         limit: max / 2,
