@@ -23,7 +23,7 @@ use memvisor_guest_mm::{
 
 use crate::cmdline::Config;
 use crate::sync::SpinLock;
-use crate::virtio::balloon::Balloon;
+use crate::virtio::balloon::{Balloon, BalloonStats};
 use crate::virtio::blk::{BlkDevice, SECTOR_SIZE};
 use crate::virtio::{self, DEVICE_ID_BALLOON, DEVICE_ID_BLOCK};
 
@@ -38,6 +38,7 @@ pub const KEYS: &[&str] = &[
     "balloon",
     "report_order",
     "report",
+    "balloon_holdoff_ms",
     "stats",
     "hold_secs",
 ];
@@ -149,6 +150,8 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
     let report_order =
         num("report_order", 9, 0, 10).map_err(|_| "bad argument report_order= (0 to 10)")?;
     let report = num("report", 1, 0, 1).map_err(|_| "bad argument report= (0 or 1)")?;
+    let holdoff_ms = num("balloon_holdoff_ms", 1000, 0, 600_000)
+        .map_err(|_| "bad argument balloon_holdoff_ms= (0 to 600000, ms)")?;
     let data_id = cfg
         .arg("data_disk")
         .or(cfg.disk().and_then(|d| core::str::from_utf8(d).ok()));
@@ -169,6 +172,7 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
             match Balloon::init(
                 found.transport,
                 (report == 1).then_some(report_order as u32),
+                holdoff_ms,
             ) {
                 Ok(b) => balloon = Some(b),
                 Err(e) => println!("virtio-balloon: slot {}: {e}", found.slot),
@@ -393,6 +397,33 @@ pub fn file_create(name: &str, size: u64) -> Result<u32, MmError> {
 /// Seed of the data disk's deterministic content (0 if not mounted).
 pub fn fs_seed() -> u64 {
     with(|k| k.mm.superblock().map_or(0, |s| s.seed))
+}
+
+/// The balloon driver's counters (zeros without a balloon).
+pub fn balloon_stats() -> BalloonStats {
+    with(|k| k.balloon.as_ref().map(|b| b.stats)).unwrap_or_default()
+}
+
+/// Prints the balloon driver's counters as `balloon_...=value` words (for RESULT lines).
+pub struct BalloonWords(pub BalloonStats);
+
+impl core::fmt::Display for BalloonWords {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let b = &self.0;
+        write!(
+            f,
+            "balloon_inflated={} balloon_deflated={} balloon_oom_deflated={} \
+             balloon_oom_deflates={} balloon_holdoff_ms={} balloon_stats_sent={} \
+             balloon_reported_chunks={}",
+            b.inflated,
+            b.deflated,
+            b.oom_deflated,
+            b.oom_deflates,
+            b.holdoff_ms,
+            b.stats_sent,
+            b.reported_chunks
+        )
+    }
 }
 
 /// Prints the counters as `key=value` words (for RESULT lines).

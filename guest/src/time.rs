@@ -44,6 +44,11 @@ pub fn deadline_after_ms(ms: u64) -> u64 {
     rdtsc().saturating_add(ms.saturating_mul(khz().unwrap_or(FALLBACK_KHZ)))
 }
 
+/// Milliseconds since the TSC started (uses a 3 GHz guess if the frequency is unknown).
+pub fn now_ms() -> u64 {
+    rdtsc() / khz().unwrap_or(FALLBACK_KHZ)
+}
+
 /// Converts a cycle count to microseconds, if the frequency is known.
 pub fn cycles_to_us(cycles: u64) -> Option<u64> {
     khz().map(|khz| ((u128::from(cycles) * 1000) / u128::from(khz)) as u64)

@@ -256,6 +256,11 @@ pub struct BalloonStats {
     pub inflated_pages: u64,
     /// Pages the driver took back by deflating.
     pub deflated_pages: u64,
+    /// Of those, pages that took the balloon below the target: the guest deflated on its own
+    /// because it ran out of memory (deflate-on-OOM), so it needed them.
+    pub oom_deflated_pages: u64,
+    /// Deflate requests that took the balloon below the target.
+    pub oom_deflates: u64,
     /// Pages the driver reported free (free page reporting).
     pub reported_pages: u64,
     /// PFNs or ranges outside guest RAM, ignored.

@@ -1,4 +1,4 @@
-//! The guest kit's memory manager core: page frames, free and LRU lists, tasks' software page tables, the page cache with readahead and writeback, swap slots, reclaim and the on-disk file format — pure logic over frame indices, with the memory and the disks behind a [`Backend`].
+//! The guest kit's memory manager core: page frames, free and LRU lists, tasks' software page tables, the page cache with readahead and writeback, swap slots, reclaim, the balloon driver's inflation hold-off and the on-disk file format — pure logic over frame indices, with the memory and the disks behind a [`Backend`].
 //!
 //! It is `no_std` and allocates nothing: the caller hands in the metadata arrays (one
 //! [`Frame`] per managed page, the page-cache hash table, the swap bitmap) and a [`Backend`]
@@ -14,6 +14,7 @@
 
 pub mod format;
 pub mod hist;
+pub mod holdoff;
 
 use format::{Extent, FileEntry, Superblock, BLOCK_SIZE, ENTRIES_PER_BLOCK, ENTRY_SIZE};
 

@@ -97,7 +97,10 @@ impl Managed {
     }
 
     fn oom_deflated(&self) -> u64 {
-        0 // OOMDEFLATE: wired once BalloonStats counts deflate-on-OOM
+        self.stats
+            .as_ref()
+            .and_then(|s| s.balloon.as_ref())
+            .map_or(0, |b| b.oom_deflated_pages)
     }
 
     fn status(&self) -> HostVm {

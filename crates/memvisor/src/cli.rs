@@ -524,9 +524,10 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
 }
 
-/// The end-of-run summary: exits, the pager's census and main counters, each disk's I/O, as
-/// aligned `name  value unit` rows. Rows of mechanisms that did nothing (the balloon, the Swap
-/// Mapper, prefetch, pauses) are left out; every counter is in `--stats-json`.
+/// The end-of-run summary: exits, the pager's census and main counters, the balloon, each disk's
+/// I/O, as aligned `name  value unit` rows. Rows of mechanisms that did nothing (the balloon, the
+/// Swap Mapper, prefetch, pauses, deflates-on-OOM) are left out; every counter is in
+/// `--stats-json`.
 pub fn summary_table(s: &VmStats) -> String {
     let mut rows: Vec<(String, String, &str)> = Vec::new();
     let mut row = |name: &str, value: String, unit: &'static str| {
@@ -585,6 +586,32 @@ pub fn summary_table(s: &VmStats) -> String {
             if l.samples > 0 {
                 row(name, format!("{}/{}", l.p50_us, l.p99_us), "us");
             }
+        }
+    }
+    if let Some(b) = &s.balloon {
+        if b.inflated_pages > 0 || b.target_pages > 0 {
+            row(
+                "balloon target/actual",
+                format!("{}/{}", b.target_pages, b.actual_pages),
+                "pages",
+            );
+            row(
+                "balloon inflated/deflated",
+                format!("{}/{}", b.inflated_pages, b.deflated_pages),
+                "pages",
+            );
+        }
+        if b.oom_deflates > 0 {
+            row(
+                "balloon OOM deflates",
+                b.oom_deflates.to_string(),
+                "requests",
+            );
+            row(
+                "balloon OOM deflated",
+                b.oom_deflated_pages.to_string(),
+                "pages",
+            );
         }
     }
     for (id, d) in &s.disks {
@@ -678,6 +705,15 @@ mod tests {
                 ..Default::default()
             },
         );
+        s.balloon = Some(memvisor_api::BalloonStats {
+            target_pages: 1000,
+            actual_pages: 744,
+            inflated_pages: 1000,
+            deflated_pages: 256,
+            oom_deflated_pages: 256,
+            oom_deflates: 1,
+            ..Default::default()
+        });
         let t = summary_table(&s);
         let lines: Vec<&str> = t.lines().collect();
         let has = |name: &str, tail: &str| {
@@ -693,7 +729,14 @@ mod tests {
             "{t}"
         );
         assert!(has("disk data read/written", " 1.0/0.0 MiB"), "{t}");
+        assert!(has("balloon target/actual", " 1000/744 pages"), "{t}");
+        assert!(has("balloon inflated/deflated", " 1000/256 pages"), "{t}");
+        assert!(has("balloon OOM deflates", " 1 requests"), "{t}");
+        assert!(has("balloon OOM deflated", " 256 pages"), "{t}");
         assert!(!t.contains("mirrored") && !t.contains("latency"), "{t}");
+        // A balloon device that did nothing gets no rows.
+        s.balloon = Some(memvisor_api::BalloonStats::default());
+        assert!(!summary_table(&s).contains("balloon"));
         // Values are right-aligned in one column: the `exits` row (no unit) ends where every
         // value ends.
         let end = lines[0].len();

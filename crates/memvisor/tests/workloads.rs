@@ -436,6 +436,112 @@ fn integrity_holds_on_memvisor_while_its_balloon_inflates_and_deflates() {
     );
 }
 
+/// `alloc` rounds of `OOM_MB` MiB in a 64 MiB guest whose balloon target leaves it 8 MiB.
+const OOM_MB: u64 = 32;
+const OOM_CMDLINE: &str = "mb=32 rounds=40 balloon_holdoff_ms=60000";
+
+/// Spawns `memvisor run --balloon` with the `alloc` workload of [`OOM_CMDLINE`] and `extra`
+/// arguments; waits until `sock` exists.
+fn spawn_alloc_past_the_balloon(extra: &[String], sock: &Path) -> std::process::Child {
+    let mut args: Vec<String> = ["run", "--balloon", "--mem", "64M", "--workload", "alloc"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--cmdline".into(), OOM_CMDLINE.into()]);
+    args.extend(extra.iter().cloned());
+    let child = Command::new(MEMVISOR)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "no socket {}", sock.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+/// Checks the `alloc` run squeezed by the balloon: it completed with 0 mismatches, it deflated
+/// on OOM, and it did so only while the first rounds grew (the hold-off covers the whole run):
+/// at most one deflate-on-OOM (1 MiB) per MiB a round allocates, where re-inflating after each
+/// one made it a few dozen per round. Returns the `done` line.
+fn check_alloc_past_the_balloon(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "alloc did not succeed");
+    let line = done_ok(out, "alloc");
+    assert_eq!(field(&line, "mismatches"), 0, "{line}");
+    let events = field(&line, "balloon_oom_deflates");
+    assert!(events >= 1, "the balloon left too little: {line}");
+    assert!(
+        events <= OOM_MB + 1,
+        "{events} deflates-on-OOM for rounds of {OOM_MB} MiB: the driver re-inflated: {line}"
+    );
+    assert_eq!(
+        field(&line, "balloon_oom_deflated"),
+        field(&line, "balloon_deflated"),
+        "{line}"
+    );
+    assert_eq!(field(&line, "balloon_holdoff_ms"), 60000, "{line}");
+    line
+}
+
+#[test]
+fn alloc_past_the_balloon_target_deflates_on_oom_once_on_memvisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("api.sock");
+    let stats = dir.path().join("stats.json");
+    let extra = [
+        "--api-sock".to_owned(),
+        sock.display().to_string(),
+        "--stats-json".to_owned(),
+        stats.display().to_string(),
+    ];
+    let child = spawn_alloc_past_the_balloon(&extra, &sock);
+    ctl(&sock, &["balloon", "56M"]);
+    let out = child.wait_with_output().unwrap();
+    log(&["(memvisor alloc past the balloon)"], &out);
+    let line = check_alloc_past_the_balloon(&out);
+    // The device saw the same deflates as deflates-on-OOM: each took the balloon below its
+    // target.
+    let s: memvisor_api::VmStats =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let b = s.balloon.expect("balloon stats");
+    assert_eq!(b.target_pages, 14336, "{b:?}");
+    assert_eq!(
+        b.oom_deflates,
+        field(&line, "balloon_oom_deflates"),
+        "{b:?}"
+    );
+    assert_eq!(
+        b.oom_deflated_pages,
+        field(&line, "balloon_oom_deflated"),
+        "{b:?}"
+    );
+    assert_eq!(b.deflated_pages, b.oom_deflated_pages, "{b:?}");
+}
+
+#[test]
+fn alloc_past_the_balloon_target_deflates_on_oom_once_on_qemu() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("qmp.sock");
+    let extra = [
+        "--hypervisor".to_owned(),
+        "qemu".to_owned(),
+        "--qmp-sock".to_owned(),
+        sock.display().to_string(),
+    ];
+    let child = spawn_alloc_past_the_balloon(&extra, &sock);
+    let mut qmp = Qmp::connect(&sock);
+    qmp.cmd(&format!(
+        r#"{{"execute":"balloon","arguments":{{"value":{}}}}}"#,
+        8u64 << 20
+    ));
+    let out = child.wait_with_output().unwrap();
+    log(&["(qemu alloc past the balloon)"], &out);
+    check_alloc_past_the_balloon(&out);
+}
+
 fn seqread(hypervisor: &str) {
     let disks = Disks::new("seq:8M", "7");
     let out = run(hypervisor, "64M", "1", &disks, "seqread", "passes=2");

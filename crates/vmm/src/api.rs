@@ -152,6 +152,8 @@ pub(crate) fn balloon_stats(st: &BalloonState) -> BalloonStats {
         actual_pages: st.actual_pages.load(Ordering::SeqCst).into(),
         inflated_pages: m.inflated_pages.load(Ordering::Relaxed),
         deflated_pages: m.deflated_pages.load(Ordering::Relaxed),
+        oom_deflated_pages: m.oom_deflated_pages.load(Ordering::Relaxed),
+        oom_deflates: m.oom_deflates.load(Ordering::Relaxed),
         reported_pages: m.reported_pages.load(Ordering::Relaxed),
         invalid_pfns: m.invalid_pfns.load(Ordering::Relaxed),
         stats_updates: m.stats_updates.load(Ordering::Relaxed),

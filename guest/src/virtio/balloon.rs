@@ -14,11 +14,23 @@
 //!   and posted again;
 //! - with VIRTIO_BALLOON_F_DEFLATE_ON_OOM, an allocation that fails after
 //!   reclaim deflates 256 pages (1 MiB) and retries, like Linux's OOM notifier;
+//!   then `poll` does not inflate for a while (`Holdoff` in
+//!   `memvisor_guest_mm::holdoff`: `balloon_holdoff_ms`, default 1 s, restarted
+//!   by each deflate-on-OOM, doubled up to 60 s while they keep coming right
+//!   after inflation resumes, back to the base once inflation ran that long
+//!   without one). Without it the driver would inflate straight back towards
+//!   the target, the next allocation would fail again, and the guest would
+//!   spend its time moving the same pages in and out of the balloon. Linux's
+//!   driver moves towards the target only after the device signals a
+//!   configuration change, and its OOM notifier does not wake it; a polling
+//!   driver sees the target on every poll and needs the hold-off. Deflating
+//!   towards a lower target never waits;
 //! - free page reporting: every `REPORT_MS`, up to 16 naturally aligned free
 //!   chunks of `1 << order` pages that were not reported since they were last
 //!   allocated are taken off the free list, reported (device-writable buffers,
 //!   as Linux does) and put back at the tail of the free list.
 
+use memvisor_guest_mm::holdoff::Holdoff;
 use memvisor_guest_mm::{Mm, PAGE_SIZE};
 
 use super::STATUS_NEGOTIATED;
@@ -43,6 +55,9 @@ const PFNS_PER_REQUEST: usize = 256;
 const PAGES_PER_POLL: u32 = 4096;
 /// Pages given back per deflate-on-OOM event (Linux: 256).
 const OOM_PAGES: u32 = 256;
+/// Longest inflation hold-off after deflates-on-OOM, however often they come (unless the base
+/// is longer).
+const HOLDOFF_MAX_MS: u64 = 60_000;
 /// Time between free page reporting passes.
 const REPORT_MS: u64 = 100;
 /// Chunks per report request.
@@ -65,7 +80,12 @@ const STAT_SIZE: usize = 10;
 pub struct BalloonStats {
     pub inflated: u64,
     pub deflated: u64,
+    /// Pages given back by deflate-on-OOM.
     pub oom_deflated: u64,
+    /// Deflate-on-OOM events (each up to `OOM_PAGES` pages).
+    pub oom_deflates: u64,
+    /// Length of the last inflation hold-off, in milliseconds.
+    pub holdoff_ms: u64,
     pub stats_sent: u64,
     pub reported_chunks: u64,
     pub polls: u64,
@@ -79,6 +99,8 @@ pub struct Balloon {
     report_q: Option<(u32, SplitQueue)>,
     report_order: u32,
     deflate_on_oom: bool,
+    /// When inflation may resume after a deflate-on-OOM.
+    holdoff: Holdoff,
     /// Page holding the PFN array (first half) and the stats buffer (at 2048).
     buf: usize,
     held: u32,
@@ -94,8 +116,13 @@ fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static
 }
 
 impl Balloon {
-    /// `report_order`: the order of the free runs to report, or `None` to not report free pages.
-    pub fn init(transport: MmioTransport, report_order: Option<u32>) -> Result<Self, &'static str> {
+    /// `report_order`: the order of the free runs to report, or `None` to not report free pages;
+    /// `holdoff_ms`: how long inflation waits after a first deflate-on-OOM (0: not at all).
+    pub fn init(
+        transport: MmioTransport,
+        report_order: Option<u32>,
+        holdoff_ms: u64,
+    ) -> Result<Self, &'static str> {
         let reporting = if report_order.is_some() {
             F_REPORTING
         } else {
@@ -127,6 +154,7 @@ impl Balloon {
             report_q,
             report_order,
             deflate_on_oom: features & F_DEFLATE_ON_OOM != 0,
+            holdoff: Holdoff::new(holdoff_ms, HOLDOFF_MAX_MS),
             buf,
             held: 0,
             next_report: 0,
@@ -142,11 +170,12 @@ impl Balloon {
             b.transport.notify(*idx);
         }
         println!(
-            "virtio-balloon: stats={} deflate_on_oom={} reporting={} (order {})",
+            "virtio-balloon: stats={} deflate_on_oom={} reporting={} (order {}) holdoff={} ms",
             u8::from(b.stats_q.is_some()),
             u8::from(b.deflate_on_oom),
             u8::from(b.report_q.is_some()),
-            report_order
+            report_order,
+            holdoff_ms
         );
         Ok(b)
     }
@@ -185,14 +214,15 @@ impl Balloon {
         unsafe { &mut *(self.buf as *mut [u32; PFNS_PER_REQUEST]) }
     }
 
-    /// Follows the target, refills stats, reports free pages.
+    /// Follows the target (inflating only outside a hold-off), refills stats, reports free pages.
     pub fn poll(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
         self.stats.polls += 1;
         self.refill_stats(mm);
         let target = self.transport.config_read32(CONFIG_NUM_PAGES);
         let mut moved = 0;
         let held_before = self.held;
-        while self.held < target && moved < PAGES_PER_POLL {
+        let inflate = self.holdoff.allows_inflate(crate::time::now_ms());
+        while inflate && self.held < target && moved < PAGES_PER_POLL {
             let mut n = 0;
             while n < PFNS_PER_REQUEST && self.held + (n as u32) < target {
                 match mm.alloc_balloon(be) {
@@ -260,7 +290,8 @@ impl Balloon {
         n as u32
     }
 
-    /// Deflate-on-OOM: gives back `OOM_PAGES` pages if the device allows it.
+    /// Deflate-on-OOM: gives back `OOM_PAGES` pages if the device allows it, and holds
+    /// inflation off.
     pub fn deflate_on_oom(&mut self, mm: &mut Mm<'static>, _be: &mut GuestBackend) -> u32 {
         if !self.deflate_on_oom || self.held == 0 {
             return 0;
@@ -268,6 +299,8 @@ impl Balloon {
         let n = self.deflate(mm, OOM_PAGES);
         if n > 0 {
             self.stats.oom_deflated += u64::from(n);
+            self.stats.oom_deflates += 1;
+            self.stats.holdoff_ms = self.holdoff.on_oom(crate::time::now_ms());
             self.transport.config_write32(CONFIG_ACTUAL, self.held);
         }
         n

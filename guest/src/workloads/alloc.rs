@@ -13,7 +13,7 @@
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm::{self, BalloonWords, StatsWords};
 use crate::sync::SpinLock;
 
 use super::common::{self, Progress, ms_since, us_since};
@@ -45,11 +45,12 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     let mismatches = *MISMATCHES.lock();
     let ok = OK.lock()[..cpus as usize].iter().all(|&o| o) && mismatches == 0;
     println!(
-        "RESULT workload=alloc phase=done ok={} mismatches={mismatches} mb={} rounds={rounds} cpus={cpus} ms={} {}",
+        "RESULT workload=alloc phase=done ok={} mismatches={mismatches} mb={} rounds={rounds} cpus={cpus} ms={} {} {}",
         u8::from(ok),
         pages / 256,
         ms_since(t_all),
-        StatsWords(mm::stats())
+        StatsWords(mm::stats()),
+        BalloonWords(mm::balloon_stats())
     );
     if ok {
         ExitCode::Success

@@ -17,7 +17,7 @@ use memvisor_guest_mm::{Access, MmError};
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm::{self, BalloonWords, StatsWords};
 use crate::sync::SpinLock;
 
 use super::common::{self, Progress, ms_since};
@@ -125,19 +125,12 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         ok = false;
     }
     let ok = ok && total == 0;
-    let b = mm::with(|k| k.balloon.as_ref().map(|b| b.stats)).unwrap_or_default();
     println!(
-        "RESULT workload=integrity phase=done ok={} mismatches={total} cpus={cpus} ms={} {} \
-         balloon_inflated={} balloon_deflated={} balloon_oom_deflated={} balloon_stats_sent={} \
-         balloon_reported_chunks={}",
+        "RESULT workload=integrity phase=done ok={} mismatches={total} cpus={cpus} ms={} {} {}",
         u8::from(ok),
         ms_since(t0),
         StatsWords(mm::stats()),
-        b.inflated,
-        b.deflated,
-        b.oom_deflated,
-        b.stats_sent,
-        b.reported_chunks
+        BalloonWords(mm::balloon_stats())
     );
     if ok {
         ExitCode::Success

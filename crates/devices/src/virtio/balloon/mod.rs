@@ -7,6 +7,17 @@
 //! pager releases them and forgets their content); every PFN the guest sends is checked against
 //! guest RAM, and the bad ones are ignored and counted. The statistics buffer is held, as the
 //! specification asks, until the VMM wants fresh numbers ([`BalloonControl::request_stats`]).
+//!
+//! A deflate is either one the host asked for (the balloon held more than the target) or one the
+//! guest did on its own to get memory it could not find otherwise (VIRTIO_BALLOON_F_DEFLATE_ON_OOM:
+//! the deflate takes the balloon below the target). The device tells them apart by its own count of
+//! the pages the guest holds (inflated minus deflated since the driver last reset the device),
+//! not by `actual`, which a driver may write late (the guest kit writes it once per poll): the
+//! part of a deflate that takes that count below the target is counted in
+//! [`BalloonMetrics::oom_deflated_pages`], and a deflate with such a part in
+//! [`BalloonMetrics::oom_deflates`]. A host manager reads them as demand: the guest needed that
+//! memory. A guest that inflates the same page twice makes the count too high, and its own OOM
+//! deflates then look asked for; nothing but the counters depends on it.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +47,10 @@ const MAX_BUFFER: u32 = 64 << 10;
 pub struct BalloonMetrics {
     pub inflated_pages: AtomicU64,
     pub deflated_pages: AtomicU64,
+    /// Of those, pages that took the balloon below the target (the guest's deflate-on-OOM).
+    pub oom_deflated_pages: AtomicU64,
+    /// Deflate requests with such pages.
+    pub oom_deflates: AtomicU64,
     pub reported_pages: AtomicU64,
     /// PFNs or ranges outside guest RAM (ignored).
     pub invalid_pfns: AtomicU64,
@@ -74,6 +89,8 @@ pub struct Balloon {
     acked: u64,
     /// The statistics buffer the device holds until it wants new numbers.
     held_stats: Option<u16>,
+    /// Pages in the balloon by the device's count: inflated minus deflated since the last reset.
+    held_pages: u64,
 }
 
 impl Balloon {
@@ -83,6 +100,7 @@ impl Balloon {
             state: Arc::default(),
             acked: 0,
             held_stats: None,
+            held_pages: 0,
         }
     }
 
@@ -130,6 +148,23 @@ impl Balloon {
         pfns.sort_unstable();
         pfns.dedup();
         merge_pfns(&pfns)
+    }
+
+    /// Counts `pages` going back to the guest: the part that takes the balloon below the target
+    /// is a deflate-on-OOM.
+    fn count_deflate(&mut self, pages: u64) {
+        let target = u64::from(self.state.target_pages.load(Ordering::SeqCst));
+        // Pages never inflated (or inflated before a reset) do not leave the balloon.
+        let leaving = pages.min(self.held_pages);
+        let asked = leaving.min(self.held_pages.saturating_sub(target));
+        let oom = leaving - asked;
+        self.held_pages -= leaving;
+        let m = &self.state.metrics;
+        m.deflated_pages.fetch_add(pages, Ordering::Relaxed);
+        if oom > 0 {
+            m.oom_deflated_pages.fetch_add(oom, Ordering::Relaxed);
+            m.oom_deflates.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn read_stats(&self, mem: &GuestMem, addr: GuestAddress, len: u32) {
@@ -196,6 +231,8 @@ impl VirtioDevice for Balloon {
     fn reset(&mut self) {
         self.acked = 0;
         self.held_stats = None;
+        // The driver starts again with all of its memory.
+        self.held_pages = 0;
     }
 
     fn process_queue(&mut self, index: usize, queue: &mut Queue, mem: &GuestMem) -> bool {
@@ -217,16 +254,14 @@ impl VirtioDevice for Balloon {
                         if let Err(e) = self.ram.discard(&ranges, Discard::Balloon) {
                             tracing::warn!("balloon: releasing inflated pages failed: {e}");
                         }
+                        self.held_pages = self.held_pages.saturating_add(pages);
                         self.state
                             .metrics
                             .inflated_pages
                             .fetch_add(pages, Ordering::Relaxed);
                     } else {
                         self.ram.deflate(&ranges);
-                        self.state
-                            .metrics
-                            .deflated_pages
-                            .fetch_add(pages, Ordering::Relaxed);
+                        self.count_deflate(pages);
                     }
                 }
                 Role::Reporting => {
@@ -386,6 +421,48 @@ mod tests {
         let (_, used) = offer(&mut b, &mem, 1, 0x2000, 12, 0);
         assert!(used);
         assert_eq!(m.deflated_pages.load(Ordering::Relaxed), 3);
+    }
+
+    /// Sends `pfns` on queue `index` (0 inflate, 1 deflate) from a buffer at 0x2000.
+    fn send_pfns(b: &mut Balloon, mem: &GuestMem, index: usize, pfns: &[u32]) {
+        let raw: Vec<u8> = pfns.iter().flat_map(|p| p.to_le_bytes()).collect();
+        mem.write_slice(&raw, GuestAddress(0x2000)).unwrap();
+        assert!(offer(b, mem, index, 0x2000, raw.len() as u32, 0).1);
+    }
+
+    #[test]
+    fn deflates_below_the_target_count_as_oom_deflates() {
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1 | F_DEFLATE_ON_OOM);
+        let st = b.state();
+        let m = &st.metrics;
+        let oom = || {
+            (
+                m.oom_deflated_pages.load(Ordering::Relaxed),
+                m.oom_deflates.load(Ordering::Relaxed),
+            )
+        };
+        st.target_pages.store(6, Ordering::SeqCst);
+        send_pfns(&mut b, &mem, 0, &[0x100, 0x101, 0x102, 0x103, 0x104, 0x105]);
+        // At the target, the guest takes one page back on its own.
+        send_pfns(&mut b, &mem, 1, &[0x100]);
+        assert_eq!(oom(), (1, 1));
+        // The host asks for three back: held 5, target 2.
+        st.target_pages.store(2, Ordering::SeqCst);
+        send_pfns(&mut b, &mem, 1, &[0x101, 0x102]);
+        assert_eq!(oom(), (1, 1), "asked for: not an OOM deflate");
+        // One more asked for and one below the target in the same request.
+        send_pfns(&mut b, &mem, 1, &[0x103, 0x104]);
+        assert_eq!(oom(), (2, 2));
+        // The last page, then one the guest never inflated: only the first counts.
+        send_pfns(&mut b, &mem, 1, &[0x105, 0x106]);
+        assert_eq!(oom(), (3, 3));
+        assert_eq!(m.deflated_pages.load(Ordering::Relaxed), 7);
+        // Pages inflated before a reset are forgotten with it.
+        send_pfns(&mut b, &mem, 0, &[0x100, 0x101]);
+        b.reset();
+        b.activate(VIRTIO_F_VERSION_1 | F_DEFLATE_ON_OOM);
+        send_pfns(&mut b, &mem, 1, &[0x100]);
+        assert_eq!(oom(), (3, 3));
     }
 
     #[test]
