@@ -9,6 +9,14 @@ use std::process::Command;
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 
+/// Held by each test that compares the host's state before and after a benchmark: another
+/// benchmark running meanwhile would change it (swappiness, its cgroups).
+static HOST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn host_lock() -> std::sync::MutexGuard<'static, ()> {
+    HOST.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bench(args: &[&str]) -> std::process::Output {
     let out = Command::new(MEMVISOR)
         .arg("bench")
@@ -259,6 +267,7 @@ fn tiny(
 
 #[test]
 fn tiny_experiments_end_to_end() {
+    let _host = host_lock();
     let rows = tiny(
         "seqread",
         &[
@@ -310,6 +319,112 @@ fn tiny_experiments_end_to_end() {
     );
 }
 
+/// `bench workingset` (ESX Fig. 6), tiny: one memvisor VM whose working set follows a
+/// schedule, its API polled for the working-set estimate. The series is complete and
+/// consistent (bytes are the fractions of the memory sampled from, the estimate is the largest
+/// of its averages, every step of the schedule is there), the report measures each step and
+/// says there is no QEMU peer, and the host is left as it was.
+#[test]
+fn tiny_workingset_end_to_end() {
+    let _host = host_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let swap = format!(
+        "/var/tmp/memvisor-bench-test-ws-{}.swap",
+        std::process::id()
+    );
+    let before = host_state();
+    let o = bench(&[
+        "workingset",
+        "--scale",
+        "tiny",
+        "--out",
+        out.to_str().unwrap(),
+        "--swap-file",
+        &swap,
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench workingset failed");
+    assert!(!Path::new(&swap).exists());
+    assert_eq!(host_state(), before, "host state changed");
+    let rows = read_csv(&out.join("results.csv"));
+    assert!(!rows.is_empty(), "no answers recorded");
+    let num = |r: &Row, k: &str| -> f64 {
+        r[k].parse()
+            .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
+    };
+    let mut last_t = f64::MIN;
+    let mut last_periods = 0.0;
+    for r in &rows {
+        assert_eq!(
+            (
+                r["experiment"].as_str(),
+                r["config"].as_str(),
+                r["rep"].as_str()
+            ),
+            ("workingset", "memvisor-pager", "1")
+        );
+        assert_eq!(r["status"], "ok");
+        let t = num(r, "t_s");
+        assert!(t > last_t, "time goes forward");
+        last_t = t;
+        let touched = r["touched_bytes"].parse::<u64>().unwrap() >> 20;
+        let want = match r["step"].as_str() {
+            "" => 0,
+            "1" => 8,
+            "2" => 48,
+            "3" => 16,
+            other => panic!("step {other}"),
+        };
+        assert_eq!(touched, want, "{r:?}");
+        let from = num(r, "sampled_from_bytes");
+        assert!(from > 0.0 && from <= f64::from(128u32 << 20), "{r:?}");
+        let parts = ["slow", "fast", "current"].map(|k| num(r, k));
+        let est = num(r, "estimate");
+        assert!((0.0..=1.0).contains(&est), "{r:?}");
+        assert!((est - parts.iter().cloned().fold(0.0, f64::max)).abs() < 1e-6);
+        for k in ["estimate", "slow", "fast", "current"] {
+            let bytes = num(r, &format!("{k}_bytes"));
+            // The fraction is written with 6 decimals.
+            assert!(
+                (bytes - num(r, k) * from).abs() <= from * 1e-6 + 1.0,
+                "{k}: {r:?}"
+            );
+        }
+        let periods = num(r, "periods");
+        assert!(periods >= last_periods);
+        last_periods = periods;
+    }
+    for step in ["1", "2", "3"] {
+        assert!(
+            rows.iter().any(|r| r["step"] == step),
+            "no answer in step {step}"
+        );
+    }
+    assert!(last_periods > 0.0, "no sampling period completed");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), report.trim());
+    for want in [
+        "There is no QEMU peer",
+        "| memvisor-pager | 1 | 2 | 8 → 48 |",
+        "| memvisor-pager | 1 | 3 | 48 → 16 |",
+        "## Against ESX Fig. 6",
+        "| memvisor-pager | 1 | ok |",
+        "--sample-pages 200 --sample-period 0.25",
+    ] {
+        assert!(report.contains(want), "{want}");
+    }
+    let svg = std::fs::read_to_string(out.join("workingset.svg")).unwrap();
+    for want in [
+        "touched (schedule)",
+        "estimate (the largest)",
+        "slow average",
+    ] {
+        assert!(svg.contains(want), "{want}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -330,6 +445,20 @@ fn bad_input_is_one_line_and_status_2() {
             vec!["alloc", "--configs", "memvisor", "--out", out],
             "reference configuration 'qemu'",
         ),
+        // The working-set estimate is the pager's: no QEMU, no memvisor without a pager.
+        (
+            vec!["workingset", "--configs", "qemu", "--out", out],
+            "QEMU has no estimator",
+        ),
+        (
+            vec!["workingset", "--configs", "memvisor", "--out", out],
+            "'memvisor' has none",
+        ),
+        (
+            vec!["workingset", "--reference", "memvisor-pager", "--out", out],
+            "--reference memvisor-pager",
+        ),
+        (vec!["workingset", "--reps", "0", "--out", out], "--reps 0"),
     ] {
         let o = bench(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -166,6 +166,12 @@ impl Config {
         self.balloon || self.mechanisms.contains(&"--balloon")
     }
 
+    /// Whether memvisor's pager holds guest RAM under this configuration once the experiment has
+    /// a limit: what working-set sampling needs (without it nothing can fault).
+    pub fn pager_holds_ram(&self) -> bool {
+        self.hv == Hv::Memvisor && matches!(self.limit, Limit::Pager | Limit::PagerBaseline)
+    }
+
     /// Whether this configuration needs the host swap file.
     pub fn needs_host_swap(&self) -> bool {
         self.limit == Limit::HostSwap
@@ -294,5 +300,14 @@ mod tests {
             "--api-sock /s --pager full"
         );
         assert!(find("nope").is_none());
+        let holding: Vec<&str> = CONFIGS
+            .iter()
+            .filter(|c| c.pager_holds_ram())
+            .map(|c| c.name)
+            .collect();
+        assert!(holding.contains(&"memvisor-pager") && holding.contains(&"memvisor-baseline"));
+        for n in ["qemu", "qemu-hostswap", "memvisor", "memvisor-hostswap"] {
+            assert!(!holding.contains(&n), "{n}");
+        }
     }
 }

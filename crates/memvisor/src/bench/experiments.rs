@@ -1,6 +1,8 @@
 //! The experiments `memvisor bench` runs: which guest kit workloads, on what memory, disk and
 //! limit, under which configurations, and which configuration the others are compared with.
 
+use std::time::Duration;
+
 /// Full size (the papers' numbers) or tiny (the end-to-end test).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scale {
@@ -44,10 +46,50 @@ pub struct Experiment {
     pub configs: &'static [&'static str],
     /// The configuration every ratio is taken against.
     pub reference: &'static str,
+    /// Measured over time through the VM's API instead of per phase (`workingset`).
+    pub series: Option<Series>,
+}
+
+/// An experiment whose result is a time series of the VM's `GET /stats`: one VM runs the
+/// `toucher` workload along a schedule while the harness polls its API socket.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// How often the harness asks for `GET /stats`.
+    pub every: Duration,
+    /// The toucher's schedule: working-set MiB and seconds, step by step.
+    pub schedule: Vec<(u64, u64)>,
+    /// Pages sampled per period (`--sample-pages`).
+    pub sample_pages: u32,
+    /// The sampling period (`--sample-period`).
+    pub sample_period: Duration,
+}
+
+impl Series {
+    /// The `memvisor run` flags that set the sampling.
+    pub fn run_flags(&self) -> Vec<String> {
+        vec![
+            "--sample-pages".into(),
+            self.sample_pages.to_string(),
+            "--sample-period".into(),
+            format!("{}", self.sample_period.as_secs_f64()),
+        ]
+    }
+}
+
+impl Experiment {
+    /// Repetitions when `--reps` is not given: one for a time series (a run takes minutes and
+    /// is one curve), three otherwise (medians need more than one).
+    pub fn default_reps(&self) -> u32 {
+        if self.series.is_some() {
+            1
+        } else {
+            3
+        }
+    }
 }
 
 /// Names of the experiments, for error messages.
-pub const NAMES: &[&str] = &["seqread", "alloc", "overhead"];
+pub const NAMES: &[&str] = &["seqread", "alloc", "overhead", "workingset"];
 
 const LIMITED: &[&str] = &[
     "qemu",
@@ -99,6 +141,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 }],
                 configs: LIMITED,
                 reference: "qemu",
+                series: None,
             }
         }
         // VSwapper Fig. 10: a fresh process allocates and touches 200 MB. The guest kit boots
@@ -124,6 +167,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 }],
                 configs: LIMITED,
                 reference: "qemu",
+                series: None,
             }
         }
         // No limits: what running on memvisor costs against QEMU.
@@ -186,6 +230,52 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 ],
                 configs: &["qemu", "memvisor"],
                 reference: "qemu",
+                series: None,
+            }
+        }
+        // ESX §5.3, Fig. 6: the working-set estimate from sampled pages against a working set
+        // that grows and shrinks. The limit is the guest's size: the pager holds guest RAM
+        // (sampling needs it to) and never reclaims, so nothing but the sampling moves pages.
+        // The steps: first a step up onto memory the guest never touched, then down, then up
+        // again onto memory already resident, then down again after a shorter busy spell.
+        "workingset" => {
+            let (mem, schedule, every, pages, period) = if tiny {
+                (
+                    128,
+                    vec![(8, 2), (48, 3), (16, 3)],
+                    Duration::from_millis(250),
+                    200,
+                    Duration::from_millis(250),
+                )
+            } else {
+                (
+                    1024,
+                    vec![(64, 30), (512, 60), (128, 80), (512, 30), (64, 60)],
+                    Duration::from_secs(1),
+                    400,
+                    Duration::from_secs(2),
+                )
+            };
+            let spec: Vec<String> = schedule.iter().map(|(m, s)| format!("{m}:{s}")).collect();
+            Experiment {
+                name: "workingset",
+                about: "ESX §5.3 / Fig. 6: the working-set estimate from sampled pages while the guest's working set grows and shrinks",
+                mem: mib(mem),
+                limit: Some(mib(mem)),
+                steps: vec![Step {
+                    workload: "toucher",
+                    cmdline: format!("schedule={}", spec.join(",")),
+                    phases: phases("step", schedule.len() as u64),
+                    disk: None,
+                }],
+                configs: &["memvisor-pager"],
+                reference: "memvisor-pager",
+                series: Some(Series {
+                    every,
+                    schedule,
+                    sample_pages: pages,
+                    sample_period: period,
+                }),
             }
         }
         _ => return None,
@@ -223,10 +313,49 @@ mod tests {
         assert!(!d.writable && d.size_mb > 128);
         for name in NAMES {
             let e = find(name, Scale::Full).unwrap();
-            if e.limit.is_some() {
+            if e.limit.is_some() && e.series.is_none() {
                 assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
                 assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
             }
         }
+    }
+
+    /// `workingset` (ESX Fig. 6): the toucher's schedule goes up and down, every step lasts
+    /// several sampling periods, the pager holds guest RAM without pressure, and the guest is
+    /// told the same schedule the report measures against.
+    #[test]
+    fn workingset_steps_last_several_sampling_periods() {
+        for scale in [Scale::Full, Scale::Tiny] {
+            let e = find("workingset", scale).unwrap();
+            let s = e.series.as_ref().expect("a time series");
+            assert_eq!(e.limit, Some(e.mem), "{scale:?}");
+            assert_eq!(e.configs, &["memvisor-pager"][..]);
+            assert_eq!(e.default_reps(), 1);
+            let step = &e.steps[0];
+            assert_eq!((e.steps.len(), step.workload), (1, "toucher"));
+            let spec: Vec<String> = s.schedule.iter().map(|(m, t)| format!("{m}:{t}")).collect();
+            assert_eq!(step.cmdline, format!("schedule={}", spec.join(",")));
+            assert_eq!(step.phases, phases("step", s.schedule.len() as u64));
+            let sizes: Vec<u64> = s.schedule.iter().map(|x| x.0).collect();
+            assert!(sizes.windows(2).any(|w| w[1] > w[0]), "a step up");
+            assert!(sizes.windows(2).any(|w| w[1] < w[0]), "a step down");
+            for &(mb, secs) in &s.schedule {
+                assert!(
+                    Duration::from_secs(secs) >= s.sample_period * 8,
+                    "{scale:?}"
+                );
+                assert!(
+                    mb << 20 <= e.mem / 2,
+                    "{scale:?}: {mb} MiB leaves the guest room"
+                );
+            }
+            assert!(s.every <= s.sample_period * 4);
+        }
+        let full = find("workingset", Scale::Full).unwrap();
+        assert_eq!(
+            full.series.unwrap().run_flags(),
+            ["--sample-pages", "400", "--sample-period", "2"]
+        );
+        assert_eq!(find("seqread", Scale::Full).unwrap().default_reps(), 3);
     }
 }

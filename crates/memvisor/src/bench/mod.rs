@@ -11,7 +11,8 @@
 //!    passed to QEMU runs for their cgroup limit).
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
 //!    order rotated per repetition), so drift hits all configurations alike (`runner`).
-//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`report`, `plot`).
+//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`report`, `plot`; for the
+//!    time series of `workingset`, `workingset`).
 //! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
@@ -21,6 +22,7 @@ mod plot;
 mod report;
 mod runner;
 mod teardown;
+mod workingset;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,11 +35,12 @@ use experiments::Scale;
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10) or overhead (no limit).
+    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit) or
+    /// workingset (ESX Fig. 6).
     pub experiment: String,
-    /// Repetitions of every configuration (interleaved).
-    #[arg(long, default_value_t = 3)]
-    pub reps: u32,
+    /// Repetitions of every configuration, interleaved (default 3; 1 for workingset).
+    #[arg(long)]
+    pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
@@ -69,6 +72,7 @@ struct BadInput(String);
 
 struct Plan {
     exp: experiments::Experiment,
+    reps: u32,
     configs: Vec<&'static Config>,
     reference: &'static str,
     out: PathBuf,
@@ -82,7 +86,8 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             experiments::NAMES.join(", ")
         ))
     })?;
-    if a.reps == 0 {
+    let reps = a.reps.unwrap_or_else(|| exp.default_reps());
+    if reps == 0 {
         return Err(BadInput("--reps 0: give at least one repetition".into()));
     }
     let names: Vec<String> = if a.configs.is_empty() {
@@ -106,7 +111,33 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             configs.push(c);
         }
     }
-    let want = a.reference.as_deref().unwrap_or(exp.reference);
+    if exp.series.is_some() {
+        // The working-set estimate is the pager's: only configurations where it holds guest RAM
+        // have one, and nothing is compared, so there is no reference.
+        if let Some(c) = configs.iter().find(|c| !c.pager_holds_ram()) {
+            return Err(BadInput(format!(
+                "{} measures memvisor's working-set estimate, which only its pager makes; '{}' has none (QEMU has no estimator); give configurations where memvisor's pager holds guest RAM: {}",
+                exp.name,
+                c.name,
+                configs::CONFIGS
+                    .iter()
+                    .filter(|c| c.pager_holds_ram())
+                    .map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if let Some(r) = &a.reference {
+            return Err(BadInput(format!(
+                "--reference {r}: {} compares no configurations (no ratios); leave it out",
+                exp.name
+            )));
+        }
+    }
+    let want = match (&a.reference, exp.series.is_some(), configs.first()) {
+        (None, true, Some(c)) => c.name,
+        _ => a.reference.as_deref().unwrap_or(exp.reference),
+    };
     let reference = configs
         .iter()
         .find(|c| c.name == want)
@@ -134,6 +165,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     }
     Ok(Plan {
         exp,
+        reps,
         configs,
         reference,
         out,
@@ -266,11 +298,20 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
         notes.push("free page reporting configurations: the balloon device is present and never inflated; the guest kit's driver reports up to 16 free 2 MiB runs every 100 ms (its defaults report=1 report_order=9), and the pager drops them without writing them".into());
     }
 
-    let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * args.reps;
+    if let Some(s) = &exp.series {
+        notes.push(format!(
+            "working-set sampling: `memvisor run {}`; the harness polls `GET /stats` on the VM's API socket every {} s",
+            s.run_flags().join(" "),
+            s.every.as_secs_f64()
+        ));
+    }
+
+    let reps = plan.reps;
+    let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * reps;
     let mut records: Vec<report::Record> = Vec::new();
     let started = Instant::now();
     let mut n = 0;
-    'reps: for rep in 1..=args.reps {
+    'reps: for rep in 1..=reps {
         for (si, step) in exp.steps.iter().enumerate() {
             let k = plan.configs.len();
             for j in 0..k {
@@ -282,7 +323,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                 n += 1;
                 let label = format!(
                     "[{} {n}/{total} rep {rep}/{} {} {}]",
-                    exp.name, args.reps, c.name, step.workload
+                    exp.name, reps, c.name, step.workload
                 );
                 eprintln!(
                     "{label} starting ({:.0} s since the bench started)",
@@ -313,6 +354,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     qemu_overhead,
                     host_swap_file: &args.swap_file,
                     timeout: Duration::from_secs(args.timeout),
+                    series: exp.series.as_ref(),
                     label: label.clone(),
                 };
                 let result = runner::run(&spec)?;
@@ -340,20 +382,30 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     }
     let meta = report::Meta {
         experiment: exp,
-        reps: args.reps,
+        reps,
         reference: plan.reference,
         configs: &plan.configs,
         notes,
         env,
     };
     let csv = plan.out.join("results.csv");
-    std::fs::write(&csv, report::csv(exp, &records))
-        .map_err(|e| format!("{}: {e}", csv.display()))?;
-    let md = report::markdown(&meta, &records);
     let md_path = plan.out.join("report.md");
-    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     let svg = plan.out.join(format!("{}.svg", exp.name));
-    if let Err(e) = plot::write(&svg, exp, &plan.configs, &records) {
+    let (csv_text, md, drawn) = match &exp.series {
+        Some(s) => (
+            workingset::csv(exp.name, s, &records),
+            workingset::markdown(&meta, s, &records),
+            workingset::plot(&svg, exp.name, s, &records),
+        ),
+        None => (
+            report::csv(exp, &records),
+            report::markdown(&meta, &records),
+            plot::write(&svg, exp, &plan.configs, &records),
+        ),
+    };
+    std::fs::write(&csv, csv_text).map_err(|e| format!("{}: {e}", csv.display()))?;
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    if let Err(e) = drawn {
         eprintln!("memvisor bench: cannot draw {}: {e}", svg.display());
     }
     println!("{md}");

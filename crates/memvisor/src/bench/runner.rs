@@ -2,7 +2,9 @@
 //! runs. The guest's console is read line by line; at each `RESULT` line of a phase the host
 //! counters are read, so every phase gets its own deltas. Between lines the harness samples every
 //! [`TICK`]: the hypervisor process's I/O and peak RSS, the run's memory cgroup, the host swap
-//! file's use, and moves the balloon once the VM answers on its socket.
+//! file's use, and moves the balloon once the VM answers on its socket. For a time-series
+//! experiment it also asks the VM's API for `GET /stats` every [`Series::every`] and keeps the
+//! working-set estimate and page census of each answer.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -11,10 +13,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::VmStats;
+use memvisor_api::{ActiveMemory, VmStats};
 
 use super::configs::{Config, Hv, Limit, RunFiles};
-use super::experiments::Step;
+use super::experiments::{Series, Step};
 use super::host::{self, CgroupState, ProcIo, Vmstat};
 use super::teardown;
 
@@ -58,6 +60,8 @@ pub use memvisor_api::PagerCounters;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Phase {
     pub name: String,
+    /// Host time from the start of the run to this phase's line (for `wall`, to the exit).
+    pub at_ms: f64,
     /// The guest's own time for the phase (`ms=` of its `RESULT` line).
     pub guest_ms: Option<f64>,
     /// Host time from the previous phase's line (or the first console line) to this one's.
@@ -90,6 +94,45 @@ pub struct RunResult {
     pub elapsed_ms: f64,
     /// The pager's fault latency, median and 99th percentile in µs (memvisor's final stats).
     pub fault_latency_us: Option<(u64, u64)>,
+    /// For a time-series experiment, the VM's answers to `GET /stats`, in order.
+    pub series: Vec<StatsSample>,
+}
+
+/// One answer of the VM's API to `GET /stats`, as a time-series experiment keeps it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StatsSample {
+    /// Host time from the start of the run to the request.
+    pub at_ms: f64,
+    /// The working-set estimate (fractions of the pages sampled).
+    pub active: ActiveMemory,
+    /// Guest pages resident, and out of guest RAM for the period's sample: together, the pages
+    /// the period's sample was drawn from (give or take what changed since it was drawn).
+    pub resident_pages: u64,
+    pub sampled_pages: u64,
+}
+
+impl StatsSample {
+    /// The sample of a `GET /stats` answer sent `at_ms` after the start; `None` without a pager.
+    pub fn from_stats(at_ms: f64, stats: &VmStats) -> Option<StatsSample> {
+        let p = stats.pager.as_ref()?;
+        Some(StatsSample {
+            at_ms,
+            active: p.active,
+            resident_pages: p.pages.resident_pages,
+            sampled_pages: p.pages.sampled_pages,
+        })
+    }
+
+    /// Bytes of the memory the sample is drawn from: resident pages and those out for it.
+    pub fn base_bytes(&self) -> u64 {
+        self.resident_pages.saturating_add(self.sampled_pages) << 12
+    }
+
+    /// A fraction of the sampled pages (the estimate or one of its averages) in bytes.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn bytes(&self, fraction: f64) -> f64 {
+        fraction * self.base_bytes() as f64
+    }
 }
 
 /// `(p50, p99)` of the pager's fault latency in a finished run's stats, if it served faults.
@@ -121,6 +164,8 @@ pub struct RunSpec<'a> {
     pub qemu_overhead: Option<u64>,
     pub host_swap_file: &'a Path,
     pub timeout: Duration,
+    /// Poll the VM's API and keep the answers (memvisor configurations only).
+    pub series: Option<&'a Series>,
     /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
     pub label: String,
 }
@@ -235,6 +280,16 @@ fn api_stats(sock: &Path) -> Option<PagerCounters> {
     }
 }
 
+/// `GET /stats` as the API's type; `None` when the VM does not answer (yet, or any more).
+fn api_vm_stats(sock: &Path) -> Option<VmStats> {
+    match memvisor_api::call(sock, "GET", "/stats", None) {
+        Ok((200, body)) => serde_json::from_str(&body)
+            .map_err(|e| tracing::warn!("GET /stats answered what is not VmStats: {e}"))
+            .ok(),
+        _ => None,
+    }
+}
+
 /// Exited (without reaping it, so `/proc/PID/io` can still be read)?
 fn exited(pid: u32) -> bool {
     let id: libc::id_t = pid;
@@ -274,6 +329,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         .args(c.run_flags(spec.limit, &RunFiles { sock: &sock }))
         .args(["--workload", spec.step.workload])
         .args(["--cmdline", &spec.step.cmdline]);
+    let series = spec.series.filter(|_| c.hv == Hv::Memvisor);
+    if let Some(s) = series {
+        cmd.args(s.run_flags());
+    }
     if let Some((disk, writable)) = &spec.disk {
         let ro = if *writable { "" } else { ",ro" };
         cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
@@ -362,8 +421,11 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let mut last_progress = Instant::now();
     let mut current = "boot".to_owned();
     let mut guest_ok = None;
+    let mut samples: Vec<StatsSample> = Vec::new();
+    let mut next_poll = Instant::now();
     let delta = |name: &str, guest_ms: Option<f64>, a: &Snap, b: &Snap| Phase {
         name: name.to_owned(),
+        at_ms: b.at.duration_since(s0.at).as_secs_f64() * 1e3,
         guest_ms,
         host_ms: b.at.duration_since(a.at).as_secs_f64() * 1e3,
         swap_in: (b.vm.pswpin.saturating_sub(a.vm.pswpin)) << 12,
@@ -447,9 +509,35 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                 Err(e) => format!("balloon request failed at {at} ms: {e}"),
             });
         }
+        if let Some(s) = series {
+            let now = Instant::now();
+            if now >= next_poll && !eof && sock.exists() {
+                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
+                if let Some(x) = api_vm_stats(&sock)
+                    .as_ref()
+                    .and_then(|st| StatsSample::from_stats(at_ms, st))
+                {
+                    samples.push(x);
+                }
+                // The next poll one interval after this one was due, not after the answer:
+                // a slow answer does not shift the rest of the series.
+                while next_poll <= now {
+                    next_poll += s.every;
+                }
+            }
+        }
         if last_progress.elapsed() >= Duration::from_secs(10) {
+            let estimate = samples
+                .last()
+                .map(|x| {
+                    format!(
+                        ", working-set estimate {:.0} MiB",
+                        x.bytes(x.active.estimate) / f64::from(1u32 << 20)
+                    )
+                })
+                .unwrap_or_default();
             eprintln!(
-                "{} running, after {current} ({:.0} s elapsed)",
+                "{} running, after {current} ({:.0} s elapsed{estimate})",
                 spec.label,
                 s0.at.elapsed().as_secs_f64()
             );
@@ -603,6 +691,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         balloon,
         elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
         fault_latency_us: final_stats.as_ref().and_then(fault_latency),
+        series: samples,
     })
 }
 

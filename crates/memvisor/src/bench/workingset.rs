@@ -1,0 +1,724 @@
+//! The outputs of `memvisor bench workingset` (ESX §5.3, Fig. 6): the VM's working-set estimate
+//! over time against the working set the `toucher` workload's schedule says it touches, as
+//! `results.csv` (one row per `GET /stats` answer), `report.md` (how fast the estimate follows
+//! each step) and `workingset.svg`.
+//!
+//! The pager samples resident pages, so the estimate and the averages it is made of are
+//! fractions of the memory the sample is drawn from: resident pages plus the ones out for the
+//! period's sample. Each answer is turned into bytes with that answer's own census.
+//!
+//! The schedule is put on the run's clock by the guest's step lines: step `i` ends when its
+//! `RESULT ... phase=stepI` line reaches the harness, and step 1 began its `ms=` before that.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use memvisor_api::ActiveMemory;
+use plotters::prelude::*;
+
+use super::experiments::Series;
+use super::report::{Meta, Record};
+use super::runner::{RunResult, StatsSample, Status};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// How far a step's estimate has to go, from the old size to the new one, to count as there.
+pub const REACHED: f64 = 0.9;
+
+/// One step of the schedule on a run's clock (ms since the run started).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepSpan {
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// What the schedule says the toucher touches.
+    pub bytes: u64,
+}
+
+/// Where each step of `schedule` began and ended in `run`: measured for the steps whose line
+/// arrived, the schedule's length for the others (a run that died before them has no samples
+/// there anyway). Without a step 1 line the schedule is taken to start at the first console
+/// line.
+pub fn timeline(schedule: &[(u64, u64)], run: &RunResult) -> Vec<StepSpan> {
+    let phase = |i: usize| {
+        let name = format!("step{}", i + 1);
+        run.phases.iter().find(|p| p.name == name)
+    };
+    let mut start = match phase(0) {
+        Some(p) => p.at_ms - p.guest_ms.unwrap_or(0.0),
+        None => run
+            .phases
+            .iter()
+            .find(|p| p.name == "boot")
+            .map_or(0.0, |p| p.at_ms),
+    };
+    let mut spans = Vec::with_capacity(schedule.len());
+    for (i, &(mb, secs)) in schedule.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)]
+        let end = phase(i).map_or(start + secs as f64 * 1e3, |p| p.at_ms.max(start));
+        spans.push(StepSpan {
+            start_ms: start,
+            end_ms: end,
+            bytes: mb << 20,
+        });
+        start = end;
+    }
+    spans
+}
+
+/// One `GET /stats` answer placed on the schedule.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Seconds since the schedule started (negative while the guest boots).
+    pub t_s: f64,
+    /// The schedule's step under way (0-based); `None` before the first and after the last.
+    pub step: Option<usize>,
+    /// What the schedule says is touched: that step's size, 0 outside the schedule.
+    pub touched: u64,
+    pub sample: StatsSample,
+}
+
+impl Point {
+    pub fn estimate(&self) -> f64 {
+        self.sample.bytes(self.sample.active.estimate)
+    }
+}
+
+/// `run`'s samples on `spans`.
+pub fn points(spans: &[StepSpan], run: &RunResult) -> Vec<Point> {
+    let t0 = spans.first().map_or(0.0, |s| s.start_ms);
+    run.series
+        .iter()
+        .map(|s| {
+            let step = spans
+                .iter()
+                .position(|sp| sp.start_ms <= s.at_ms && s.at_ms < sp.end_ms);
+            Point {
+                t_s: (s.at_ms - t0) / 1e3,
+                step,
+                touched: step.map_or(0, |i| spans[i].bytes),
+                sample: *s,
+            }
+        })
+        .collect()
+}
+
+/// Which of its parts the estimate (their largest) is: `slow`, `fast`, or `current` (the fast
+/// average with the period under way counted in) when that is above the fast one.
+pub fn carried_by(a: &ActiveMemory) -> &'static str {
+    if a.slow >= a.fast && a.slow >= a.current {
+        "slow"
+    } else if a.current > a.fast {
+        "current"
+    } else {
+        "fast"
+    }
+}
+
+/// How the estimate followed one step of the schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    /// 1-based, as the guest's phases.
+    pub step: usize,
+    pub from: u64,
+    pub to: u64,
+    pub lasted_s: f64,
+    /// Seconds from the step's start to the first answer with the estimate 90 % of the way
+    /// from `from` to `to`; `None`: not within the step.
+    pub reached_s: Option<f64>,
+    /// Which average the estimate was when it got there.
+    pub carried_by: Option<&'static str>,
+    /// The estimate as a fraction and the memory sampled from: at the last answer before the
+    /// step, and when the estimate got there. A step onto memory the guest never touched is
+    /// followed by the memory sampled from growing; one onto resident memory by the fraction.
+    pub before: Option<(f64, u64)>,
+    pub then: Option<(f64, u64)>,
+    /// The estimate (bytes) and the memory sampled from (bytes) at the step's last answer.
+    pub at_end: Option<(f64, u64)>,
+}
+
+/// The responses to every step after the first (the first has no size to come from).
+pub fn responses(spans: &[StepSpan], points: &[Point]) -> Vec<Response> {
+    let mut out = Vec::new();
+    for i in 1..spans.len() {
+        let (from, to) = (spans[i - 1].bytes, spans[i].bytes);
+        #[allow(clippy::cast_precision_loss)]
+        let (f, t) = (from as f64, to as f64);
+        let mark = f + REACHED * (t - f);
+        let inside: Vec<&Point> = points.iter().filter(|p| p.step == Some(i)).collect();
+        let parts = |p: &Point| (p.sample.active.estimate, p.sample.base_bytes());
+        let before = points.iter().rfind(|p| p.step == Some(i - 1)).map(parts);
+        let hit = inside.iter().find(|p| {
+            let e = p.estimate();
+            if to >= from {
+                e >= mark
+            } else {
+                e <= mark
+            }
+        });
+        out.push(Response {
+            step: i + 1,
+            from,
+            to,
+            lasted_s: (spans[i].end_ms - spans[i].start_ms) / 1e3,
+            reached_s: hit.map(|p| p.t_s - (spans[i].start_ms - spans[0].start_ms) / 1e3),
+            carried_by: hit.map(|p| carried_by(&p.sample.active)),
+            before,
+            then: hit.map(|p| parts(p)),
+            at_end: inside.last().map(|p| (p.estimate(), p.sample.base_bytes())),
+        });
+    }
+    out
+}
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,step,touched_bytes,sampled_from_bytes,estimate_bytes,slow_bytes,fast_bytes,current_bytes,estimate,slow,fast,current,periods,last_touched_pages,last_sampled_pages";
+
+/// `results.csv`: one row per answer of every run.
+pub fn csv(name: &str, series: &Series, records: &[Record]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for r in records {
+        let spans = timeline(&series.schedule, &r.result);
+        for p in points(&spans, &r.result) {
+            let s = &p.sample;
+            let a = &s.active;
+            let _ = writeln!(
+                out,
+                "{name},{},{},{},{:.3},{},{},{},{:.0},{:.0},{:.0},{:.0},{:.6},{:.6},{:.6},{:.6},{},{},{}",
+                r.config.name,
+                r.rep,
+                r.result.status.as_str(),
+                p.t_s,
+                p.step.map_or(String::new(), |i| (i + 1).to_string()),
+                p.touched,
+                s.base_bytes(),
+                s.bytes(a.estimate),
+                s.bytes(a.slow),
+                s.bytes(a.fast),
+                s.bytes(a.current),
+                a.estimate,
+                a.slow,
+                a.fast,
+                a.current,
+                a.periods,
+                a.last_touched_pages,
+                a.last_sampled_pages,
+            );
+        }
+    }
+    out
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.0}", b / MIB)
+}
+
+/// `report.md`.
+pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String {
+    let exp = meta.experiment;
+    let period = series.sample_period.as_secs_f64();
+    let mut s = String::new();
+    let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
+    let _ = writeln!(s, "{}.\n", exp.about);
+    let sched: Vec<String> = series
+        .schedule
+        .iter()
+        .map(|(m, t)| format!("{m} MiB for {t} s"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Guest RAM {} MiB under memvisor's pager with a limit of {} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. \
+         The `{}` workload touches {}. The pager samples {} resident pages every {period} s (`--sample-pages {} --sample-period {period}`; ESX: 100 pages every 30 s), \
+         and the harness asks for `GET /stats` every {} s. {} run(s).\n",
+        exp.mem >> 20,
+        exp.limit.unwrap_or(exp.mem) >> 20,
+        exp.steps.first().map_or("toucher", |st| st.workload),
+        sched.join(", then "),
+        series.sample_pages,
+        series.sample_pages,
+        series.every.as_secs_f64(),
+        meta.reps
+    );
+    let _ = writeln!(
+        s,
+        "The estimate is a fraction of the pages sampled, which are drawn from the resident ones; in bytes it is that fraction of the memory sampled from (resident pages plus those out for the period's sample) at the moment of each answer. \
+         The averages are kept in sampling periods, so times are also given in periods ({period} s each; ESX's period is 30 s).\n"
+    );
+    let _ = writeln!(
+        s,
+        "There is no QEMU peer in this experiment: QEMU/KVM has no working-set estimator to measure against. \
+         The reference is the paper's Fig. 6 and its claim that the estimate follows a growing working set quickly and a shrinking one slowly.\n"
+    );
+    let _ = writeln!(s, "## How the estimate followed each step\n");
+    let _ = writeln!(
+        s,
+        "\"Reached\": the first answer with the estimate {:.0} % of the way from the old size to the new one, from the step's start; \"carried by\": which average the estimate (their largest) was then.\n",
+        REACHED * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "| configuration | rep | step | touched MiB | lasted s | reached after s | periods | carried by | estimate (fraction): before → then | sampled from MiB: before → then | estimate at the step's end MiB |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut ups = Vec::new();
+    let mut downs = Vec::new();
+    for r in records {
+        let spans = timeline(&series.schedule, &r.result);
+        let pts = points(&spans, &r.result);
+        for x in responses(&spans, &pts) {
+            if x.to > x.from {
+                ups.push(x.reached_s);
+            } else if x.to < x.from {
+                downs.push(x.reached_s);
+            }
+            let fraction =
+                |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{:.2}", x.0));
+            let from =
+                |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{}", x.1 >> 20));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} → {} | {:.0} | {} | {} | {} | {} → {} | {} → {} | {} |",
+                r.config.name,
+                r.rep,
+                x.step,
+                x.from >> 20,
+                x.to >> 20,
+                x.lasted_s,
+                x.reached_s
+                    .map_or_else(|| "not within the step".into(), |t| format!("{t:.1}")),
+                x.reached_s
+                    .map_or_else(|| "-".into(), |t| format!("{:.1}", t / period)),
+                x.carried_by.unwrap_or("-"),
+                fraction(x.before),
+                fraction(x.then),
+                from(x.before),
+                from(x.then),
+                x.at_end.map_or_else(|| "-".into(), |(e, _)| mib(e)),
+            );
+        }
+    }
+    let show = |v: &[Option<f64>]| {
+        let got: Vec<String> = v
+            .iter()
+            .map(|t| t.map_or_else(|| "never".into(), |t| format!("{t:.1} s")))
+            .collect();
+        if got.is_empty() {
+            "none".to_owned()
+        } else {
+            got.join(", ")
+        }
+    };
+    let _ = writeln!(s, "\n## Against ESX Fig. 6\n");
+    let _ = writeln!(
+        s,
+        "ESX's estimate \"responds quickly as more memory is touched, tracking the fast moving average, and more slowly as less memory is touched, tracking the slow moving average\". \
+         Here, with gains 0.5 (fast) and 0.1 (slow): steps up reached {:.0} % after {}; steps down after {}. \
+         The slow average alone needs ln 0.1 / ln 0.9 ≈ 22 periods ({:.0} s here, 11 minutes at ESX's 30 s) to come 90 % of the way down from a level it had settled at; \
+         the fast one, 3.3 periods up, fewer with the period under way counted in.\n",
+        REACHED * 100.0,
+        show(&ups),
+        show(&downs),
+        22.0 * period
+    );
+    let _ = writeln!(s, "## Runs\n");
+    let _ = writeln!(
+        s,
+        "| configuration | rep | status | answers | sampling periods | reason |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for r in records {
+        let res = &r.result;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.config.name,
+            r.rep,
+            res.status.as_str(),
+            res.series.len(),
+            res.series.last().map_or(0, |x| x.active.periods),
+            if res.reason.is_empty() {
+                "-".to_owned()
+            } else {
+                res.reason.replace('|', "/")
+            }
+        );
+    }
+    let _ = writeln!(s, "\n## Configurations, set-up and tunings\n");
+    for c in meta.configs {
+        let _ = writeln!(s, "- `{}`: {}", c.name, c.about);
+    }
+    for n in &meta.notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in &meta.env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+
+/// One line of the plot.
+struct Line {
+    name: String,
+    color: RGBColor,
+    width: u32,
+    dashed: bool,
+    pts: Vec<(f64, f64)>,
+}
+
+const LEGEND_W: i32 = 300;
+
+/// The schedule as a staircase, in seconds since it started and MiB.
+fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
+    let t0 = spans.first().map_or(0.0, |s| s.start_ms);
+    let mut v = Vec::new();
+    for s in spans {
+        #[allow(clippy::cast_precision_loss)]
+        let m = s.bytes as f64 / MIB;
+        v.push(((s.start_ms - t0) / 1e3, m));
+        v.push(((s.end_ms - t0) / 1e3, m));
+    }
+    v
+}
+
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    lines: &[Line],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let xs = || lines.iter().flat_map(|l| l.pts.iter().map(|p| p.0));
+    let xmin = xs().fold(0.0f64, f64::min);
+    let xmax = xs().fold(1.0f64, f64::max);
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.pts.iter().map(|p| p.1))
+        .fold(1.0f64, f64::max)
+        * 1.08;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .margin_right(LEGEND_W)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xmin..xmax, 0.0..ymax)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the schedule started")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    for l in lines {
+        let style = l.color.stroke_width(l.width);
+        if l.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(l.pts.clone(), 6, 4, style))
+                .map_err(e)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(l.pts.clone(), style))
+                .map_err(e)?;
+        }
+    }
+    let x0 = i32::try_from(area.dim_in_pixel().0).unwrap_or(0) - LEGEND_W + 16;
+    for (i, l) in lines.iter().enumerate() {
+        let y = 50 + 24 * i32::try_from(i).unwrap_or(0);
+        let style = l.color.stroke_width(l.width.max(2));
+        let seg = vec![(x0, y), (x0 + 30, y)];
+        if l.dashed {
+            area.draw(&plotters::element::DashedPathElement::new(seg, 6, 4, style))
+                .map_err(e)?;
+        } else {
+            area.draw(&PathElement::new(seg, style)).map_err(e)?;
+        }
+        area.draw(&Text::new(
+            l.name.clone(),
+            (x0 + 38, y - 8),
+            ("sans-serif", 15).into_font(),
+        ))
+        .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// Colours of the runs' estimates on the second panel.
+const RUNS: [RGBColor; 6] = [
+    RGBColor(202, 0, 32),
+    RGBColor(33, 102, 172),
+    RGBColor(27, 120, 55),
+    RGBColor(230, 97, 1),
+    RGBColor(94, 60, 153),
+    RGBColor(128, 128, 128),
+];
+
+/// `workingset.svg`: the first run's touched size, estimate and averages (ESX Fig. 6); below
+/// it, when there are more runs, every run's estimate.
+pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Result<(), String> {
+    let Some(first) = records.first() else {
+        return Err("no run to plot".into());
+    };
+    let panels = if records.len() > 1 { 2 } else { 1 };
+    let root = SVGBackend::new(path, (1200, 560 * panels)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let rows = root.split_evenly((panels as usize, 1));
+    let spans = timeline(&series.schedule, &first.result);
+    let pts = points(&spans, &first.result);
+    let curve = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
+        pts.iter().map(|p| (p.t_s, f(p) / MIB)).collect()
+    };
+    let touched = Line {
+        name: "touched (schedule)".into(),
+        color: BLACK,
+        width: 3,
+        dashed: false,
+        pts: staircase(&spans),
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let lines = vec![
+        Line {
+            name: "memory sampled from".into(),
+            color: RGBColor(170, 170, 170),
+            width: 1,
+            dashed: false,
+            pts: curve(&|p| p.sample.base_bytes() as f64),
+        },
+        Line {
+            name: touched.name.clone(),
+            color: touched.color,
+            width: touched.width,
+            dashed: false,
+            pts: touched.pts.clone(),
+        },
+        Line {
+            name: "estimate (the largest)".into(),
+            color: RGBColor(202, 0, 32),
+            width: 3,
+            dashed: false,
+            pts: curve(&Point::estimate),
+        },
+        Line {
+            name: "slow average (gain 0.1)".into(),
+            color: RGBColor(33, 102, 172),
+            width: 2,
+            dashed: true,
+            pts: curve(&|p| p.sample.bytes(p.sample.active.slow)),
+        },
+        Line {
+            name: "fast average (gain 0.5)".into(),
+            color: RGBColor(27, 120, 55),
+            width: 2,
+            dashed: true,
+            pts: curve(&|p| p.sample.bytes(p.sample.active.fast)),
+        },
+        Line {
+            name: "fast, period under way".into(),
+            color: RGBColor(230, 97, 1),
+            width: 1,
+            dashed: false,
+            pts: curve(&|p| p.sample.bytes(p.sample.active.current)),
+        },
+    ];
+    let status = if first.result.status == Status::Ok {
+        String::new()
+    } else {
+        format!(", {}", first.result.status.as_str())
+    };
+    panel(
+        &rows[0],
+        &format!(
+            "{name}: working set and its estimate, {} rep {}{status} ({} pages every {} s)",
+            first.config.name,
+            first.rep,
+            series.sample_pages,
+            series.sample_period.as_secs_f64()
+        ),
+        &lines,
+    )?;
+    if panels > 1 {
+        let mut all = vec![touched];
+        for (i, r) in records.iter().enumerate() {
+            let spans = timeline(&series.schedule, &r.result);
+            all.push(Line {
+                name: format!("{} rep {}", r.config.name, r.rep),
+                color: RUNS[i % RUNS.len()],
+                width: 2,
+                dashed: false,
+                pts: points(&spans, &r.result)
+                    .iter()
+                    .map(|p| (p.t_s, p.estimate() / MIB))
+                    .collect(),
+            });
+        }
+        panel(&rows[1], &format!("{name}: every run's estimate"), &all)?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::runner::Phase;
+
+    fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
+        Phase {
+            name: name.into(),
+            at_ms,
+            guest_ms,
+            host_ms: 0.0,
+            swap_in: 0,
+            swap_out: 0,
+            io: Default::default(),
+            pager: None,
+        }
+    }
+
+    fn run(phases: Vec<Phase>, series: Vec<StatsSample>) -> RunResult {
+        RunResult {
+            status: Status::Ok,
+            exit: "1".into(),
+            reason: String::new(),
+            phases,
+            peak_rss: 0,
+            host_swap_peak: 0,
+            cgroup: None,
+            balloon: None,
+            elapsed_ms: 0.0,
+            fault_latency_us: None,
+            series,
+        }
+    }
+
+    /// A sample at `at_ms` with 100 MiB sampled from and the given fractions.
+    fn sample(at_ms: f64, slow: f64, fast: f64, current: f64) -> StatsSample {
+        StatsSample {
+            at_ms,
+            active: ActiveMemory {
+                estimate: slow.max(fast).max(current),
+                slow,
+                fast,
+                current,
+                ..ActiveMemory::default()
+            },
+            resident_pages: 25_000,
+            sampled_pages: 600,
+        }
+    }
+
+    #[test]
+    fn the_schedule_is_placed_by_the_guest_lines() {
+        let r = run(
+            vec![
+                phase("boot", 500.0, None),
+                phase("step1", 3_100.0, Some(2_000.0)),
+                phase("step2", 6_200.0, Some(3_000.0)),
+            ],
+            vec![],
+        );
+        // Step 3's line never came: it gets the schedule's length.
+        let spans = timeline(&[(10, 2), (50, 3), (20, 4)], &r);
+        assert_eq!(
+            spans,
+            vec![
+                StepSpan {
+                    start_ms: 1_100.0,
+                    end_ms: 3_100.0,
+                    bytes: 10 << 20
+                },
+                StepSpan {
+                    start_ms: 3_100.0,
+                    end_ms: 6_200.0,
+                    bytes: 50 << 20
+                },
+                StepSpan {
+                    start_ms: 6_200.0,
+                    end_ms: 10_200.0,
+                    bytes: 20 << 20
+                },
+            ]
+        );
+        // No step line at all: the schedule starts at the first console line.
+        let r = run(vec![phase("boot", 500.0, None)], vec![]);
+        assert_eq!(timeline(&[(10, 2)], &r)[0].start_ms, 500.0);
+        assert!(timeline(&[], &r).is_empty());
+    }
+
+    #[test]
+    fn responses_measure_the_way_up_and_down() {
+        // 0–2 s at 10 MiB, 2–5 s at 90 MiB, 5–10 s at 10 MiB; 100 MiB sampled from.
+        let phases = vec![
+            phase("step1", 2_000.0, Some(2_000.0)),
+            phase("step2", 5_000.0, Some(3_000.0)),
+            phase("step3", 10_000.0, Some(5_000.0)),
+        ];
+        let series = vec![
+            sample(-500.0, 1.0, 1.0, 1.0),
+            sample(1_000.0, 0.2, 0.1, 0.1),
+            sample(2_500.0, 0.2, 0.1, 0.5),
+            // 90 % of the way up from 10 to 90 MiB is 82 MiB.
+            sample(3_500.0, 0.3, 0.5, 0.85),
+            sample(4_500.0, 0.4, 0.9, 0.9),
+            sample(6_000.0, 0.35, 0.5, 0.5),
+            // 90 % of the way down is 18 MiB.
+            sample(8_000.0, 0.25, 0.1, 0.1),
+            sample(9_500.0, 0.17, 0.1, 0.1),
+            sample(11_000.0, 0.1, 0.1, 0.1),
+        ];
+        let r = run(phases, series);
+        let spans = timeline(&[(10, 2), (90, 3), (10, 5)], &r);
+        let pts = points(&spans, &r);
+        assert_eq!(pts[0].step, None);
+        assert_eq!(pts[0].touched, 0);
+        assert!((pts[0].t_s + 0.5).abs() < 1e-9);
+        assert_eq!(pts[3].step, Some(1));
+        assert_eq!(pts[8].step, None, "after the schedule");
+        let base = 25_600.0 * 4096.0;
+        assert!((pts[3].estimate() - 0.85 * base).abs() < 1.0);
+        let rs = responses(&spans, &pts);
+        assert_eq!(rs.len(), 2);
+        assert_eq!((rs[0].step, rs[0].from, rs[0].to), (2, 10 << 20, 90 << 20));
+        assert!((rs[0].reached_s.unwrap() - 1.5).abs() < 1e-9, "{rs:?}");
+        assert_eq!(rs[0].carried_by, Some("current"));
+        assert!((rs[0].lasted_s - 3.0).abs() < 1e-9);
+        assert!((rs[1].reached_s.unwrap() - 4.5).abs() < 1e-9, "{rs:?}");
+        assert_eq!(rs[1].carried_by, Some("slow"));
+        let (end, b) = rs[1].at_end.unwrap();
+        assert!((end - 0.17 * base).abs() < 1.0);
+        assert_eq!(rs[0].before, Some((0.2, 25_600 * 4096)));
+        assert_eq!(rs[0].then, Some((0.85, 25_600 * 4096)));
+        assert_eq!(rs[1].before, Some((0.9, 25_600 * 4096)));
+        assert_eq!(b, 25_600 * 4096);
+        // An estimate that never gets there within its step.
+        let stuck = run(
+            vec![
+                phase("step1", 2_000.0, Some(2_000.0)),
+                phase("step2", 5_000.0, Some(3_000.0)),
+            ],
+            vec![sample(3_000.0, 1.0, 1.0, 1.0)],
+        );
+        let spans = timeline(&[(90, 2), (10, 3)], &stuck);
+        let rs = responses(&spans, &points(&spans, &stuck));
+        assert_eq!(rs[0].reached_s, None);
+        assert_eq!(rs[0].carried_by, None);
+        assert_eq!(rs[0].then, None);
+        assert_eq!(rs[0].before, None, "no answer in step 1");
+    }
+
+    #[test]
+    fn the_estimate_is_carried_by_its_largest_part() {
+        let a = |slow, fast, current| ActiveMemory {
+            slow,
+            fast,
+            current,
+            ..ActiveMemory::default()
+        };
+        assert_eq!(carried_by(&a(0.8, 0.3, 0.3)), "slow");
+        assert_eq!(carried_by(&a(0.2, 0.6, 0.6)), "fast");
+        assert_eq!(carried_by(&a(0.2, 0.3, 0.6)), "current");
+        assert_eq!(carried_by(&a(1.0, 1.0, 1.0)), "slow", "at the start");
+    }
+}
