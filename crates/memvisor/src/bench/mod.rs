@@ -16,6 +16,7 @@
 //! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
+mod consolidate;
 mod experiments;
 mod host;
 mod plot;
@@ -65,6 +66,9 @@ pub struct BenchArgs {
     /// End a run that takes longer than this many seconds (recorded as timeout).
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
+    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 1,2,3,4,6).
+    #[arg(long, value_delimiter = ',')]
+    pub vms: Vec<u32>,
 }
 
 /// A check of the flags that failed: one line, exit status 2.
@@ -81,7 +85,7 @@ struct Plan {
 fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
         BadInput(format!(
-            "unknown experiment '{}'; memvisor bench runs: {}",
+            "unknown experiment '{}'; memvisor bench runs: {}, consolidate",
             a.experiment,
             experiments::NAMES.join(", ")
         ))
@@ -194,6 +198,9 @@ fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), S
 
 /// `memvisor bench`.
 pub fn run(args: BenchArgs) -> ExitCode {
+    if args.experiment == "consolidate" {
+        return run_consolidate(&args);
+    }
     let plan = match plan(&args) {
         Ok(p) => p,
         Err(BadInput(m)) => {
@@ -212,6 +219,73 @@ pub fn run(args: BenchArgs) -> ExitCode {
             ExitCode::from(130)
         }
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memvisor bench: {e}");
+            ExitCode::from(status::VMM_FAILURE)
+        }
+    }
+}
+
+/// `memvisor bench consolidate`: many VMs under `memvisor host` (and QEMU with static
+/// balloons), see `consolidate.rs`.
+fn run_consolidate(args: &BenchArgs) -> ExitCode {
+    let bad = |m: String| {
+        eprintln!("memvisor bench: {m}");
+        ExitCode::from(status::BAD_INPUT)
+    };
+    let mut configs = Vec::new();
+    for name in &args.configs {
+        match consolidate::CONFIGS.iter().find(|(c, _)| *c == name.trim()) {
+            Some(&c) => configs.push(c),
+            None => {
+                return bad(format!(
+                    "unknown configuration '{name}' for consolidate; it runs: {}",
+                    consolidate::CONFIGS.map(|c| c.0).join(", ")
+                ))
+            }
+        }
+    }
+    if configs.is_empty() {
+        configs = consolidate::CONFIGS.to_vec();
+    }
+    let ns = if args.vms.is_empty() {
+        vec![1, 2, 3, 4, 6]
+    } else {
+        args.vms.clone()
+    };
+    if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
+        return bad(format!("--vms {n}: give 1 to 16 VMs"));
+    }
+    if args.reps == Some(0) {
+        return bad("--reps 0: give at least one repetition".into());
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return bad(format!("cannot find memvisor itself: {e}")),
+    };
+    let setup = consolidate::Setup {
+        exe,
+        out: args
+            .out
+            .clone()
+            .unwrap_or_else(|| Path::new("bench-out").join("consolidate")),
+        ns,
+        configs,
+        reps: args.reps.unwrap_or(1),
+    };
+    if let Err(e) = std::fs::create_dir_all(setup.out.join("logs")) {
+        return bad(format!("--out {}: {e}", setup.out.display()));
+    }
+    teardown::catch_signals();
+    match consolidate::run(&setup, &teardown::interrupted) {
+        Ok(()) if teardown::interrupted() => ExitCode::from(130),
+        Ok(()) => {
+            eprintln!(
+                "memvisor bench: consolidate done: {}",
+                setup.out.join("report.md").display()
+            );
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("memvisor bench: {e}");
             ExitCode::from(status::VMM_FAILURE)

@@ -244,7 +244,8 @@ pub fn parse_result(line: &str) -> Option<(String, Option<f64>, Option<String>)>
     Some((phase?, ms, ok))
 }
 
-fn qmp_balloon(sock: &Path, value: u64) -> Result<(), String> {
+/// Sets a QEMU VM's balloon through QMP (`value`: the guest memory to leave).
+pub(super) fn qmp_balloon(sock: &Path, value: u64) -> Result<(), String> {
     let s = std::os::unix::net::UnixStream::connect(sock).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
