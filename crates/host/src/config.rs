@@ -3,6 +3,7 @@
 //! `kernel` and `disks`) are relative to the directory of the config file. A file that does not
 //! parse, or a value out of range, is an error that names the file, the line and the key.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub struct HostConfig {
     pub swap: Option<u64>,
     /// Host memory each VMM is taken to need besides guest RAM.
     pub vm_overhead: u64,
+    /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
+    pub metrics_addr: Option<SocketAddr>,
     pub vms: Vec<VmSpec>,
 }
 
@@ -94,6 +97,8 @@ struct HostSection {
     swap: Option<u64>,
     #[serde(with = "size::option")]
     vm_overhead: Option<u64>,
+    #[serde(deserialize_with = "metrics_addr")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Default for HostSection {
@@ -108,6 +113,7 @@ impl Default for HostSection {
             state_dir: None,
             swap: None,
             vm_overhead: None,
+            metrics_addr: None,
         }
     }
 }
@@ -166,6 +172,54 @@ fn tick<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Duration::from_millis(50),
         Duration::from_secs(60),
     )
+}
+
+/// `metrics_addr`: where the host serves `GET /metrics` over TCP. A port alone (`"9464"` or
+/// `":9464"`) and `localhost:PORT` are the loopback address 127.0.0.1: reachable only from this
+/// machine. Any other address must be an IP address spelled out (`"0.0.0.0:9464"`,
+/// `"[::]:9464"`, `"10.0.0.5:9464"`), so the metrics (which have no authentication) reach
+/// another machine only when the config says so in so many words; host names other than
+/// `localhost` are refused rather than resolved.
+pub fn parse_metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let port = |p: &str| {
+        p.parse::<u16>().map_err(|_| {
+            format!("metrics_addr '{s}': '{p}' is not a port (0 to 65535); give e.g. \"127.0.0.1:9464\"")
+        })
+    };
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("metrics_addr is empty: give e.g. \"127.0.0.1:9464\", or leave the key out to serve no metrics port".into());
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(SocketAddr::new(loopback, port(s)?));
+    }
+    if let Some(p) = s.strip_prefix(':').filter(|p| !p.contains(':')) {
+        return Ok(SocketAddr::new(loopback, port(p)?));
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.rsplit_once(':') {
+        Some(("localhost", p)) => Ok(SocketAddr::new(loopback, port(p)?)),
+        Some((host, p)) if host.parse::<IpAddr>().is_ok() || host.starts_with('[') => {
+            port(p)?;
+            Err(format!("metrics_addr '{s}': not an address and port; an IPv6 address goes in brackets, e.g. \"[::1]:9464\""))
+        }
+        Some((host, _)) => Err(format!(
+            "metrics_addr '{s}': '{host}' is a host name; give an IP address (\"127.0.0.1:9464\" for this machine only, \"0.0.0.0:9464\" for every interface) or a port alone for loopback"
+        )),
+        None => Err(format!(
+            "metrics_addr '{s}': give an address and port, e.g. \"127.0.0.1:9464\", or a port alone for loopback"
+        )),
+    }
+}
+
+fn metrics_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_metrics_addr(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -259,6 +313,7 @@ impl HostConfig {
             swap: h.swap,
             state_dir,
             vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
+            metrics_addr: h.metrics_addr,
             vms,
         })
     }
@@ -332,6 +387,33 @@ mem = 268435456
     }
 
     #[test]
+    fn metrics_addr_is_loopback_unless_an_address_is_spelled_out() {
+        let ok = |s: &str| parse_metrics_addr(s).unwrap().to_string();
+        assert_eq!(ok("9464"), "127.0.0.1:9464");
+        assert_eq!(ok(":9464"), "127.0.0.1:9464");
+        assert_eq!(ok("localhost:9464"), "127.0.0.1:9464");
+        assert_eq!(ok("127.0.0.1:9464"), "127.0.0.1:9464");
+        assert_eq!(ok("0.0.0.0:9464"), "0.0.0.0:9464");
+        assert_eq!(ok("[::1]:9464"), "[::1]:9464");
+        assert_eq!(ok("10.1.2.3:80"), "10.1.2.3:80");
+        for (bad, words) in [
+            ("", "empty"),
+            ("prometheus.lan:9464", "host name"),
+            ("127.0.0.1", "address and port"),
+            ("127.0.0.1:70000", "not a port"),
+            (":x", "not a port"),
+            ("::1:9464", "brackets"),
+            ("99999", "not a port"),
+        ] {
+            let e = parse_metrics_addr(bad).unwrap_err();
+            assert!(e.contains(words), "{bad}: {e}");
+        }
+        let c = parse("[host]\nmetrics_addr = \":9100\"\n").unwrap();
+        assert_eq!(c.metrics_addr, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(parse("").unwrap().metrics_addr, None);
+    }
+
+    #[test]
     fn errors_name_the_file_the_line_and_the_key() {
         for (text, line, words) in [
             ("[host]\nmemory = \"12Q\"\n", 2, "not a size"),
@@ -351,6 +433,9 @@ mem = 268435456
                 "second VM",
             ),
             ("[host\n", 1, "TOML"),
+            ("[host]\nmetrics_addr = \"metrics.example:9464\"\n", 2, "host name"),
+            ("[host]\nmetrics_addr = \"127.0.0.1:http\"\n", 2, "not a port"),
+            ("[host]\nmetrics_addr = 9464\n", 2, "metrics_addr"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");
