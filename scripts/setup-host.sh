@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what memvisor needs on a Debian 12 host: QEMU (the peer every comparison runs
 # against), libclang (bindgen for the userfaultfd bindings), Chromium (the live page's test),
-# and checks the Rust toolchain and KVM.
+# Prometheus (a test scrapes a host's metrics with it), and checks the Rust toolchain and KVM.
 set -euo pipefail
 
 need=()
@@ -15,9 +15,18 @@ command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v jq >/dev/null || need+=(jq)
 # The host's live page is tested in a headless browser.
 command -v chromium >/dev/null || need+=(chromium)
+# crates/memvisor/tests/metrics.rs runs its own Prometheus server against a host.
+[ -x /usr/bin/prometheus ] || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Install without starting the packages' services (Debian's prometheus would start a server
+  # of its own on port 9090); the tests start what they need. Docker images already say so.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

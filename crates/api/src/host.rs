@@ -22,6 +22,11 @@ pub enum FreeStateName {
     Low,
 }
 
+impl FreeStateName {
+    /// Every state, from most free memory to least.
+    pub const ALL: [FreeStateName; 4] = [Self::High, Self::Soft, Self::Hard, Self::Low];
+}
+
 /// `GET /host`: the budget and how it is used.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostInfo {
@@ -65,6 +70,34 @@ pub enum HostVmState {
     Exited,
     /// Refused at start by admission control (`why` says which reservation failed).
     Refused,
+}
+
+impl HostVmState {
+    /// Every state, in the order of a VM's life.
+    pub const ALL: [HostVmState; 6] = [
+        Self::Starting,
+        Self::Running,
+        Self::Paused,
+        Self::Stopping,
+        Self::Exited,
+        Self::Refused,
+    ];
+}
+
+/// A new state fails to compile here until it is in `ALL` too (`GET /metrics` lists them).
+#[allow(dead_code)]
+fn every_state_is_in_all(s: HostVmState, f: FreeStateName) {
+    match s {
+        HostVmState::Starting
+        | HostVmState::Running
+        | HostVmState::Paused
+        | HostVmState::Stopping
+        | HostVmState::Exited
+        | HostVmState::Refused => {}
+    }
+    match f {
+        FreeStateName::High | FreeStateName::Soft | FreeStateName::Hard | FreeStateName::Low => {}
+    }
 }
 
 /// One VM as the host sees it (`GET /vms`, `GET /vms/NAME`).

@@ -1,5 +1,6 @@
-//! Just enough HTTP/1.1 for a local control socket: one request per connection, JSON bodies
-//! with a `Content-Length`, bounded sizes, clear errors.
+//! Just enough HTTP/1.1 for a control socket (and the host's metrics port): one request per
+//! connection, bodies with a `Content-Length` (JSON, or the metrics' text), bounded sizes, clear
+//! errors.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -121,6 +122,15 @@ pub fn write_response_as(
     stream.flush()
 }
 
+/// An answer as a client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    /// The `Content-Type` header, if the server sent one.
+    pub content_type: Option<String>,
+    pub body: String,
+}
+
 /// How long [`call`] waits for the server to take a request or answer it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -143,6 +153,17 @@ pub fn call_within(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<(u16, String), HttpError> {
+    exchange(sock, method, path, body, timeout).map(|r| (r.status, r.body))
+}
+
+/// [`call_within`], with the answer's content type.
+pub fn exchange(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<Response, HttpError> {
     let mut s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -157,6 +178,7 @@ pub fn call_within(
         .and_then(|c| c.parse().ok())
         .ok_or(HttpError::Malformed("bad status line"))?;
     let mut len = None;
+    let mut content_type = None;
     loop {
         let line = read_line(&mut r)?;
         if line.is_empty() {
@@ -165,6 +187,8 @@ pub fn call_within(
         if let Some((n, v)) = line.split_once(':') {
             if n.eq_ignore_ascii_case("content-length") {
                 len = v.trim().parse::<usize>().ok();
+            } else if n.eq_ignore_ascii_case("content-type") {
+                content_type = Some(v.trim().to_owned());
             }
         }
     }
@@ -178,7 +202,11 @@ pub fn call_within(
             r.read_to_end(&mut out)?;
         }
     }
-    Ok((status, String::from_utf8_lossy(&out).into_owned()))
+    Ok(Response {
+        status,
+        content_type,
+        body: String::from_utf8_lossy(&out).into_owned(),
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`) and the small HTTP/1.1-over-Unix-socket framing that both the server and `memvisor ctl` use.
+//! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`), their Prometheus exposition (`metrics`), and the small HTTP/1.1 framing that both the servers and `memvisor ctl` use.
 
 mod host;
 mod http;
+pub mod metrics;
 pub mod server;
 pub mod spec;
 mod stats;
@@ -12,8 +13,8 @@ pub use host::{
     PolicyUpdate, VmSample,
 };
 pub use http::{
-    call, call_within, read_request, write_response, write_response_as, HttpError, Request,
-    CALL_TIMEOUT, MAX_BODY,
+    call, call_within, exchange, read_request, write_response, write_response_as, HttpError,
+    Request, Response, CALL_TIMEOUT, MAX_BODY,
 };
 pub use spec::{parse_duration, parse_size, DiskSpec, VmSpec};
 pub use stats::{

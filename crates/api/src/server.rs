@@ -1,11 +1,14 @@
 //! The server side of a control socket, shared by the VMM's API and the host manager's: binding
 //! the Unix socket, one thread answering one request per connection, and JSON answers in the
-//! shape every client expects (a type of this crate, or [`ErrorBody`] with the status).
+//! shape every client expects (a type of this crate, or [`ErrorBody`] with the status). The
+//! host's metrics port is served the same way over TCP ([`serve_tcp`]).
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-use crate::{read_request, write_response, ErrorBody};
+use crate::{read_request, write_response_as, ErrorBody};
 
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -36,11 +39,62 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Answers the requests of `listener` on a thread named `name`: `handle(method, path, body)`
-/// gives the status and JSON body. A request that is not HTTP gets 400.
-pub fn serve<F>(listener: UnixListener, name: &str, handle: F) -> std::io::Result<()>
+/// An answer: its status, media type and body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// The media type of every answer but the metrics.
+pub const JSON: &str = "application/json";
+
+impl From<(u16, String)> for Reply {
+    /// A JSON answer.
+    fn from((status, body): (u16, String)) -> Reply {
+        Reply {
+            status,
+            content_type: JSON,
+            body,
+        }
+    }
+}
+
+impl Reply {
+    /// A 200 answer to `GET /metrics`.
+    pub fn metrics(text: String) -> Reply {
+        Reply {
+            status: 200,
+            content_type: crate::metrics::CONTENT_TYPE,
+            body: text,
+        }
+    }
+}
+
+/// Reads one request from `s` and answers it.
+fn answer<S, F, R>(s: &mut S, handle: &F)
 where
-    F: Fn(&str, &str, &[u8]) -> (u16, String) + Send + 'static,
+    S: Read + Write,
+    F: Fn(&str, &str, &[u8]) -> R,
+    R: Into<Reply>,
+{
+    let reply = match read_request(s) {
+        Ok(req) => handle(&req.method, &req.path, &req.body).into(),
+        Err(e) => error(400, &e.to_string()).into(),
+    };
+    if let Err(e) = write_response_as(s, reply.status, reply.content_type, reply.body.as_bytes()) {
+        tracing::debug!("api: cannot answer: {e}");
+    }
+}
+
+/// Answers the requests of `listener` on a thread named `name`: `handle(method, path, body)`
+/// gives the answer (a status and JSON body, or a [`Reply`]). A request that is not HTTP gets
+/// 400.
+pub fn serve<F, R>(listener: UnixListener, name: &str, handle: F) -> std::io::Result<()>
+where
+    F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
+    R: Into<Reply>,
 {
     std::thread::Builder::new()
         .name(name.into())
@@ -52,19 +106,47 @@ where
                         if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
                             tracing::warn!("api: cannot set a read timeout: {e}");
                         }
-                        let (status, body) = match read_request(&mut s) {
-                            Ok(req) => handle(&req.method, &req.path, &req.body),
-                            Err(e) => error(400, &e.to_string()),
-                        };
-                        if let Err(e) = write_response(&mut s, status, &body) {
-                            tracing::debug!("api: cannot answer: {e}");
-                        }
+                        answer(&mut s, &handle);
                     }
                     Err(e) => tracing::warn!("api: accept failed: {e}"),
                 }
             }
         })?;
     Ok(())
+}
+
+/// [`serve`] over TCP. A client also has [`READ_TIMEOUT`] to take its answer, so one that stops
+/// reading does not hold the port either.
+pub fn serve_tcp<F, R>(listener: TcpListener, name: &str, handle: F) -> std::io::Result<()>
+where
+    F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
+    R: Into<Reply>,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(mut s) => {
+                        let timeouts = s
+                            .set_read_timeout(Some(READ_TIMEOUT))
+                            .and_then(|()| s.set_write_timeout(Some(READ_TIMEOUT)));
+                        if let Err(e) = timeouts {
+                            tracing::warn!("cannot set timeouts on a connection: {e}");
+                            continue;
+                        }
+                        answer(&mut s, &handle);
+                    }
+                    Err(e) => tracing::warn!("{} accept failed: {e}", listener_name(&listener)),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn listener_name(l: &TcpListener) -> String {
+    l.local_addr()
+        .map_or_else(|_| "tcp".to_owned(), |a| a.to_string())
 }
 
 /// Removes the socket file when dropped.

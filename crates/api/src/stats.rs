@@ -168,6 +168,16 @@ macro_rules! pager_counters {
     };
 }
 
+impl PagerCounters {
+    /// Faults that brought a page in: zero pages (pages the balloon or a free page report had
+    /// taken included), swap-ins and image reads. First writes to clean pages are not counted.
+    pub fn faults(&self) -> u64 {
+        self.faults_zero
+            .saturating_add(self.faults_swap)
+            .saturating_add(self.faults_image)
+    }
+}
+
 pager_counters! {
     /// Faults answered with a zero page (first touch, or a page dropped as zero).
     faults_zero,

@@ -3,6 +3,7 @@
 //! `kernel` and `disks`) are relative to the directory of the config file. A file that does not
 //! parse, or a value out of range, is an error that names the file, the line and the key.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,9 +30,11 @@ pub struct HostConfig {
     /// Host memory each VMM is taken to need besides guest RAM.
     pub vm_overhead: u64,
     /// Where the live web page is served; `None`: nowhere.
-    pub web_addr: Option<std::net::SocketAddr>,
+    pub web_addr: Option<SocketAddr>,
     /// Memory of the budget set aside for the VMs' pools (MemFlex); 0: none.
     pub pool: u64,
+    /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
+    pub metrics_addr: Option<SocketAddr>,
     pub vms: Vec<VmSpec>,
 }
 
@@ -99,9 +102,11 @@ struct HostSection {
     #[serde(with = "size::option")]
     vm_overhead: Option<u64>,
     #[serde(deserialize_with = "web_addr")]
-    web_addr: Option<std::net::SocketAddr>,
+    web_addr: Option<SocketAddr>,
     #[serde(with = "size::option")]
     pool: Option<u64>,
+    #[serde(deserialize_with = "metrics_addr")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Default for HostSection {
@@ -118,6 +123,7 @@ impl Default for HostSection {
             vm_overhead: None,
             web_addr: None,
             pool: None,
+            metrics_addr: None,
         }
     }
 }
@@ -178,19 +184,61 @@ fn tick<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     )
 }
 
-/// An address to serve the web page on: `127.0.0.1:8080`, or a port alone (`8080`) for the
-/// loopback address.
-fn web_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
-    let s = String::deserialize(d)?;
-    let parsed = match s.parse::<u16>() {
-        Ok(port) => Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
-        Err(_) => s.parse::<std::net::SocketAddr>(),
+/// A TCP address to listen on (`metrics_addr`, `web_addr`). A port alone (`"9464"` or
+/// `":9464"`) and `localhost:PORT` are the loopback address 127.0.0.1: reachable only from this
+/// machine. Any other address must be an IP address spelled out (`"0.0.0.0:9464"`,
+/// `"[::]:9464"`, `"10.0.0.5:9464"`), so what is served there (without authentication) reaches
+/// another machine only when the config says so in so many words; host names other than
+/// `localhost` are refused rather than resolved.
+pub fn parse_listen_addr(key: &str, s: &str) -> Result<SocketAddr, String> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let port = |p: &str| {
+        p.parse::<u16>().map_err(|_| {
+            format!("{key} '{s}': '{p}' is not a port (0 to 65535); give e.g. \"127.0.0.1:9464\"")
+        })
     };
-    parsed.map(Some).map_err(|_| {
-        serde::de::Error::custom(format!(
-            "web_addr {s:?}: give an address and port like \"127.0.0.1:8080\", or a port for loopback"
-        ))
-    })
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(format!(
+            "{key} is empty: give e.g. \"127.0.0.1:9464\", or leave the key out"
+        ));
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(SocketAddr::new(loopback, port(s)?));
+    }
+    if let Some(p) = s.strip_prefix(':').filter(|p| !p.contains(':')) {
+        return Ok(SocketAddr::new(loopback, port(p)?));
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.rsplit_once(':') {
+        Some(("localhost", p)) => Ok(SocketAddr::new(loopback, port(p)?)),
+        Some((host, p)) if host.parse::<IpAddr>().is_ok() || host.starts_with('[') => {
+            port(p)?;
+            Err(format!("{key} '{s}': not an address and port; an IPv6 address goes in brackets, e.g. \"[::1]:9464\""))
+        }
+        Some((host, _)) => Err(format!(
+            "{key} '{s}': '{host}' is a host name; give an IP address (\"127.0.0.1:9464\" for this machine only, \"0.0.0.0:9464\" for every interface) or a port alone for loopback"
+        )),
+        None => Err(format!(
+            "{key} '{s}': give an address and port, e.g. \"127.0.0.1:9464\", or a port alone for loopback"
+        )),
+    }
+}
+
+fn metrics_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen_addr("metrics_addr", &s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn web_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen_addr("web_addr", &s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -293,6 +341,7 @@ impl HostConfig {
             vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
             web_addr: h.web_addr,
             pool: h.pool.unwrap_or(0),
+            metrics_addr: h.metrics_addr,
             vms,
         })
     }
@@ -366,6 +415,33 @@ mem = 268435456
     }
 
     #[test]
+    fn metrics_addr_is_loopback_unless_an_address_is_spelled_out() {
+        let ok = |s: &str| parse_listen_addr("metrics_addr", s).unwrap().to_string();
+        assert_eq!(ok("9464"), "127.0.0.1:9464");
+        assert_eq!(ok(":9464"), "127.0.0.1:9464");
+        assert_eq!(ok("localhost:9464"), "127.0.0.1:9464");
+        assert_eq!(ok("127.0.0.1:9464"), "127.0.0.1:9464");
+        assert_eq!(ok("0.0.0.0:9464"), "0.0.0.0:9464");
+        assert_eq!(ok("[::1]:9464"), "[::1]:9464");
+        assert_eq!(ok("10.1.2.3:80"), "10.1.2.3:80");
+        for (bad, words) in [
+            ("", "empty"),
+            ("prometheus.lan:9464", "host name"),
+            ("127.0.0.1", "address and port"),
+            ("127.0.0.1:70000", "not a port"),
+            (":x", "not a port"),
+            ("::1:9464", "brackets"),
+            ("99999", "not a port"),
+        ] {
+            let e = parse_listen_addr("metrics_addr", bad).unwrap_err();
+            assert!(e.contains(words), "{bad}: {e}");
+        }
+        let c = parse("[host]\nmetrics_addr = \":9100\"\n").unwrap();
+        assert_eq!(c.metrics_addr, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(parse("").unwrap().metrics_addr, None);
+    }
+
+    #[test]
     fn errors_name_the_file_the_line_and_the_key() {
         for (text, line, words) in [
             ("[host]\nmemory = \"12Q\"\n", 2, "not a size"),
@@ -386,6 +462,9 @@ mem = 268435456
             ),
             ("[host\n", 1, "TOML"),
             ("[host]\nweb_addr = \"everywhere\"\n", 2, "web_addr"),
+            ("[host]\nmetrics_addr = \"metrics.example:9464\"\n", 2, "host name"),
+            ("[host]\nmetrics_addr = \"127.0.0.1:http\"\n", 2, "not a port"),
+            ("[host]\nmetrics_addr = 9464\n", 2, "metrics_addr"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");

@@ -8,7 +8,7 @@
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
 //! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
-//! | `server.rs` | the host API on a Unix socket |
+//! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
 //! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
 
 pub mod config;
@@ -37,6 +37,17 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
     let listener = memvisor_api::server::bind(&config.api_sock)
         .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
     let _socket = memvisor_api::server::SocketFile(config.api_sock.clone());
+    let metrics = match config.metrics_addr {
+        None => None,
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .map_err(|e| format!("cannot serve metrics on {addr} (metrics_addr): {e}"))?;
+            let bound = l
+                .local_addr()
+                .map_err(|e| format!("cannot serve metrics on {addr} (metrics_addr): {e}"))?;
+            Some((l, bound))
+        }
+    };
     let launch = Launch {
         exe,
         sample_pages: config.sample_pages,
@@ -51,6 +62,14 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         config.path.display(),
         config.api_sock.display()
     );
+    if let Some((_, bound)) = &metrics {
+        let reach = if bound.ip().is_loopback() {
+            "this machine only"
+        } else {
+            "reachable from other machines, without authentication"
+        };
+        eprintln!("memvisor host: metrics on http://{bound}/metrics ({reach})");
+    }
     let host = Arc::new(Mutex::new(Host::new(config, launch)));
     for problem in manager::lock(&host).start_config() {
         eprintln!("memvisor host: {problem}");
@@ -60,6 +79,10 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         let bound = web::serve(addr, host.clone())
             .map_err(|e| format!("cannot serve the web page on {addr}: {e}"))?;
         eprintln!("memvisor host: live page on http://{bound}/");
+    }
+    if let Some((l, _)) = metrics {
+        server::serve_metrics(l, host.clone())
+            .map_err(|e| format!("cannot start the metrics server: {e}"))?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     {

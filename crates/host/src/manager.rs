@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
     BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
     HostVmState, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSample, VmSpec, VmState,
@@ -414,6 +415,17 @@ impl Host {
         self.vms.iter().map(Managed::status).collect()
     }
 
+    /// What `GET /metrics` shows: the host, and every VM with its VMM's last stats while the
+    /// VMM runs.
+    pub fn metrics_snapshot(&self) -> (HostInfo, Vec<(HostVm, Option<VmStats>)>) {
+        let vms = self
+            .vms
+            .iter()
+            .map(|v| (v.status(), v.stats.clone().filter(|_| v.live())))
+            .collect();
+        (self.info(), vms)
+    }
+
     pub fn info(&self) -> HostInfo {
         HostInfo {
             budget_bytes: self.config.memory,
@@ -695,6 +707,19 @@ impl Host {
             }
         }
     }
+}
+
+/// The host's `GET /metrics` answer (written without the lock).
+pub fn metrics(host: &Shared) -> String {
+    let (info, vms) = lock(host).metrics_snapshot();
+    let list: Vec<HostVmMetrics> = vms
+        .iter()
+        .map(|(vm, stats)| HostVmMetrics {
+            vm,
+            stats: stats.as_ref(),
+        })
+        .collect();
+    memvisor_api::metrics::host(&info, &list)
 }
 
 /// One tick: reap, observe (without the lock), plan, send (without the lock).

@@ -10,21 +10,43 @@
 //! | `GET /vms/NAME` | one VM |
 //! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`]) |
 //! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
+//! | `GET /metrics` | the host's and every VM's numbers in the OpenMetrics text format (docs/metrics.md); also on `metrics_addr` over TCP |
 //!
 //! A refused request gets 400 (404 for an unknown VM) with `{"error": ...}` and changes nothing.
 
+use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 
-use memvisor_api::server::{error, ok, parse, serve as serve_socket};
+use memvisor_api::server::{error, ok, parse, serve as serve_socket, serve_tcp, Reply};
 use memvisor_api::{PolicyUpdate, VmSpec};
 
 use crate::config::resolve_paths;
-use crate::manager::{lock, Refused, Shared};
+use crate::manager::{lock, metrics, Refused, Shared};
 
 /// Serves the host API on its own thread.
 pub fn serve(listener: UnixListener, host: Shared) -> std::io::Result<()> {
-    serve_socket(listener, "host-api", move |method, path, body| {
-        handle(&host, method, path, body)
+    serve_socket(listener, "host-api", move |method, path, body| -> Reply {
+        match (method, path) {
+            ("GET", "/metrics") => Reply::metrics(metrics(&host)),
+            (_, "/metrics") => error(405, "use GET").into(),
+            _ => handle(&host, method, path, body).into(),
+        }
+    })
+}
+
+/// Serves `GET /metrics` alone on `listener` (the `metrics_addr` of the config), on its own
+/// thread.
+pub fn serve_metrics(listener: TcpListener, host: Shared) -> std::io::Result<()> {
+    serve_tcp(listener, "metrics", move |method, path, _body| -> Reply {
+        match (method, path.split_once('?').map_or(path, |(p, _)| p)) {
+            ("GET", "/metrics") => Reply::metrics(metrics(&host)),
+            (_, "/metrics") => error(405, "use GET").into(),
+            _ => error(
+                404,
+                &format!("no such path {path}; metrics are at /metrics"),
+            )
+            .into(),
+        }
     })
 }
 

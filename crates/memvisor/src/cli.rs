@@ -42,6 +42,13 @@ pub enum Command {
     ///
     /// Exit status: 0 when the VM answered 200, 1 when it refused the request, 2 for bad input.
     Ctl(crate::ctl::CtlArgs),
+    /// Watch a host (`--host-sock PATH`): budget, free memory and its state, and per VM its
+    /// state, allocation, target, active memory, balloon, swapped memory and fault rate,
+    /// redrawn every second. q or Ctrl-C quits.
+    ///
+    /// Exit status: 0 when quit, 1 when the host answers outside its API, 2 when it cannot be
+    /// reached, 5 when the terminal cannot be set up.
+    Top(crate::top::TopArgs),
     /// Run a paper's experiment on memvisor and QEMU side by side: results.csv, report.md, a plot.
     ///
     /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),

@@ -8,6 +8,7 @@ mod disks;
 mod guest_kit;
 mod hostlimit;
 mod qemu;
+mod top;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         cli::Command::Mkdisk(args) => disks::run(args),
         cli::Command::Host(args) => cli::host(args),
         cli::Command::Ctl(args) => ctl::run(args),
+        cli::Command::Top(args) => top::run(args),
         cli::Command::Bench(args) => bench::run(args),
     }
 }

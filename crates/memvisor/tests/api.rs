@@ -172,7 +172,7 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 7);
+    assert_eq!(paths.len(), 8);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
@@ -189,6 +189,29 @@ fn server_matches_the_published_schema() {
     assert_eq!(pager.limit_bytes, Some(48 << 20));
     assert!(stats.balloon.is_some());
     assert!(stats.disks.contains_key("data"));
+    // The same numbers for Prometheus, as text.
+    let (status, text) = openapi::get_text_checked(&spec, &sock, "/metrics");
+    assert_eq!(status, 200);
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(text.contains("# TYPE memvisor_vm_resident_bytes gauge\n"));
+    let resident: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("memvisor_vm_resident_bytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no resident bytes in {text}"));
+    assert!(resident > 0);
+    assert!(
+        text.contains("\nmemvisor_vm_limit_bytes 50331648\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nmemvisor_vm_disk_reads_total{disk=\"data\"} "));
+    assert!(text.contains("\nmemvisor_vm_balloon_target_bytes 0\n"));
+    assert_eq!(
+        memvisor_api::call(&sock, "PUT", "/metrics", None)
+            .unwrap()
+            .0,
+        405
+    );
     let (_, vm) = call_checked(
         &spec,
         &sock,

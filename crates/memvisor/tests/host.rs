@@ -269,7 +269,7 @@ kernel = "{k}"
         ),
     );
     let sock = host.sock.clone();
-    assert_eq!(spec["paths"].as_object().unwrap().len(), 6);
+    assert_eq!(spec["paths"].as_object().unwrap().len(), 7);
     let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
@@ -291,6 +291,23 @@ kernel = "{k}"
     let (_, vms) = call_checked(&spec, &sock, "GET", "/vms", None);
     assert_eq!(vms.as_array().unwrap().len(), 2);
     call_checked(&spec, &sock, "GET", "/vms/a", None);
+    // The host's numbers and each VM's, for Prometheus: a refused VM has its state and policy
+    // but no VMM stats; a running one has both.
+    let (status, text) = openapi::get_text_checked(&spec, &sock, "/metrics");
+    assert_eq!(status, 200);
+    for want in [
+        "\nmemvisor_host_budget_bytes 268435456\n",
+        "\nmemvisor_host_memory_reserved_bytes 92274688\n",
+        "\nmemvisor_host_free_state{state=\"high\"} ",
+        "\nmemvisor_host_vm_state{vm=\"b\",state=\"refused\"} 1\n",
+        "\nmemvisor_host_vm_min_bytes{vm=\"b\"} 209715200\n",
+        "\nmemvisor_host_vm_state{vm=\"a\",state=\"running\"} 1\n",
+        "\nmemvisor_vm_pager_attached{vm=\"a\"} 1\n",
+        "\n# EOF\n",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    assert!(!text.contains("memvisor_vm_resident_bytes{vm=\"b\"}"));
 
     // Adding through the API: admission applies, and a refusal changes nothing.
     let add = |name: &str, mem: &str, min: &str| {
@@ -375,6 +392,12 @@ kernel = "{k}"
     );
     assert_eq!(
         memvisor_api::call(&sock, "DELETE", "/vms", None).unwrap().0,
+        405
+    );
+    assert_eq!(
+        memvisor_api::call(&sock, "POST", "/metrics", None)
+            .unwrap()
+            .0,
         405
     );
 

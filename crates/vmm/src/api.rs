@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `GET /vm` | configuration and state (`running`, or `paused` with the reason) |
 //! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits |
+//! | `GET /metrics` | the same numbers in the OpenMetrics text format (`memvisor_api::metrics`, docs/metrics.md) |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
 //! | `PUT /pool {"bytes": bytes}` | resizes the host-memory pool (`--pool`); shrinking spills |
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
@@ -19,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
-use memvisor_api::server::{error, ok, parse};
+use memvisor_api::server::{error, ok, parse, Reply};
 use memvisor_api::{
     BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestMemoryStats, MemoryUpdate,
     PagerMode, PoolUpdate, VmInfo, VmState, VmStats,
@@ -41,8 +42,11 @@ pub(crate) struct Control {
 
 /// Serves `listener` on its own thread.
 pub(crate) fn serve(listener: UnixListener, control: Arc<Control>) -> std::io::Result<()> {
-    memvisor_api::server::serve(listener, "api", move |method, path, body| {
-        handle(&control, method, path, body)
+    memvisor_api::server::serve(listener, "api", move |method, path, body| -> Reply {
+        match (method, path) {
+            ("GET", "/metrics") => Reply::metrics(memvisor_api::metrics::vm(&stats(&control))),
+            _ => handle(&control, method, path, body).into(),
+        }
     })
 }
 
@@ -91,7 +95,7 @@ fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
             true => ok(&vm_info(c)),
             false => error(400, "the VM is not paused"),
         },
-        (_, "/vm" | "/stats") => error(405, "use GET"),
+        (_, "/vm" | "/stats" | "/metrics") => error(405, "use GET"),
         (_, "/memory" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume") => error(405, "use PUT"),
         _ => error(404, &format!("no such path {path}")),
     }

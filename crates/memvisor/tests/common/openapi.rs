@@ -209,7 +209,13 @@ pub fn call_checked(
     path: &str,
     body: Option<&str>,
 ) -> (u16, Value) {
-    let (status, text) = memvisor_api::call(sock, method, path, body).unwrap();
+    let r = memvisor_api::exchange(sock, method, path, body, memvisor_api::CALL_TIMEOUT).unwrap();
+    let (status, text) = (r.status, r.body);
+    assert_eq!(
+        r.content_type.as_deref(),
+        Some("application/json"),
+        "{method} {path}"
+    );
     let v: Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
     let op = operation(spec, method, path);
@@ -233,6 +239,31 @@ pub fn call_checked(
         panic!("answer does not match the schema: {e}");
     }
     (status, v)
+}
+
+/// `GET path`, whose documented answer is text (not JSON): checks that the status is documented
+/// with exactly one media type, that the server's `Content-Type` is that type (its parameters
+/// aside), and that the schema is a string; returns the status and the text.
+pub fn get_text_checked(spec: &Value, sock: &Path, path: &str) -> (u16, String) {
+    let r = memvisor_api::exchange(sock, "GET", path, None, memvisor_api::CALL_TIMEOUT).unwrap();
+    let resp = &operation(spec, "GET", path)["responses"][r.status.to_string()];
+    assert!(
+        resp.is_object(),
+        "GET {path} answered {}, which the spec does not document: {}",
+        r.status,
+        r.body
+    );
+    let content = resp["content"].as_object().unwrap();
+    assert_eq!(content.len(), 1, "GET {path}: one media type");
+    let (media, schema) = content.iter().next().unwrap();
+    let sent = r.content_type.unwrap_or_default();
+    assert_eq!(
+        sent.split(';').next().unwrap().trim(),
+        media,
+        "GET {path}: the Content-Type sent ({sent}) is not the documented one"
+    );
+    assert_eq!(schema["schema"]["type"], "string", "GET {path}");
+    (r.status, r.body)
 }
 
 /// Whether the sample at `at` is a request body: its schema lists the fields a client must

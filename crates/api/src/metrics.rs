@@ -1,0 +1,1046 @@
+//! `GET /metrics`: the APIs' numbers in the Prometheus/OpenMetrics text format. A VMM exposes
+//! every number of its [`VmStats`]; the host exposes its [`HostInfo`] and, per VM and labelled
+//! `vm="NAME"`, every number of the VM's [`HostVm`] and of its VMM's last [`VmStats`].
+//!
+//! The three tables below are the one place that names metrics. A row names one field by its
+//! path in the type's JSON (the wire names of `docs/openapi.json` and `docs/host-openapi.json`;
+//! `*` stands for a map key, which becomes a label) and says how it is exported: a counter or a
+//! gauge with its name, unit, scale and help, an enum as one 0/1 gauge per variant, or not at
+//! all (and why). The exposition serializes the typed value once and walks its fields through
+//! the table; a test serializes every type with every optional part present and checks that
+//! every field has a row and every row a field, so a field added to the schema cannot be left
+//! out by accident. Names follow Prometheus's conventions: `memvisor_vm_` for what a VMM
+//! reports, `memvisor_host_` and `memvisor_host_vm_` for the host's own view; base units
+//! (bytes, seconds; page counts of memory are exported as bytes); counters end in `_total`.
+//! `docs/metrics.md` lists them all.
+//!
+//! The format is OpenMetrics 1.0 (`# HELP`, `# TYPE`, `# UNIT`, `# EOF`), written by the
+//! `prometheus-client` crate; Prometheus reads it by its content type, [`CONTENT_TYPE`].
+
+#![deny(missing_docs)]
+
+use std::collections::HashMap;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+
+use crate::{FreeStateName, HostInfo, HostVm, HostVmState, VmStats};
+
+/// The media type of a `GET /metrics` answer.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Bytes in a guest page: census and balloon fields count pages, metrics count bytes.
+const PAGE: f64 = 4096.0;
+
+/// Counter or gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only grows (restarts at 0 with a new VMM); exported with the suffix `_total`.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+/// The unit a metric's name ends in (OpenMetrics `# UNIT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A count of things.
+    None,
+    /// Bytes.
+    Bytes,
+    /// Seconds.
+    Seconds,
+    /// A fraction, 0 to 1.
+    Ratio,
+}
+
+impl Unit {
+    fn suffix(self) -> Option<&'static str> {
+        match self {
+            Unit::None => None,
+            Unit::Bytes => Some("bytes"),
+            Unit::Seconds => Some("seconds"),
+            Unit::Ratio => Some("ratio"),
+        }
+    }
+}
+
+/// What a field's value is multiplied by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scale {
+    One,
+    /// Pages to bytes.
+    Pages,
+    /// Microseconds or milliseconds to seconds.
+    By(f64),
+}
+
+/// How a field is exported.
+#[derive(Clone, Copy, Debug)]
+enum Export {
+    /// A number (a boolean as 0 or 1).
+    Number {
+        name: &'static str,
+        kind: Kind,
+        unit: Unit,
+        scale: Scale,
+        /// A label that tells apart fields exported under the same name.
+        label: Option<(&'static str, &'static str)>,
+        help: &'static str,
+    },
+    /// An enum: one gauge per variant, labelled `state`, 1 for the current one.
+    State {
+        name: &'static str,
+        variants: fn() -> Vec<String>,
+        help: &'static str,
+    },
+    /// Not a metric: the field (or every field under it) is text, a label, or exported under
+    /// another name; the reason is documentation.
+    Not(#[allow(dead_code)] &'static str),
+}
+
+/// One field of a type and how it is exported.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    path: &'static str,
+    export: Export,
+}
+
+const fn number(
+    path: &'static str,
+    name: &'static str,
+    kind: Kind,
+    unit: Unit,
+    help: &'static str,
+) -> Row {
+    Row {
+        path,
+        export: Export::Number {
+            name,
+            kind,
+            unit,
+            scale: Scale::One,
+            label: None,
+            help,
+        },
+    }
+}
+
+const fn gauge(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
+    number(path, name, Kind::Gauge, unit, help)
+}
+
+const fn counter(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
+    number(path, name, Kind::Counter, unit, help)
+}
+
+/// A count of pages, exported as bytes.
+const fn page_gauge(path: &'static str, name: &'static str, help: &'static str) -> Row {
+    gauge(path, name, Unit::Bytes, help).scaled(Scale::Pages)
+}
+
+const fn page_counter(path: &'static str, name: &'static str, help: &'static str) -> Row {
+    counter(path, name, Unit::Bytes, help).scaled(Scale::Pages)
+}
+
+const fn state(
+    path: &'static str,
+    name: &'static str,
+    variants: fn() -> Vec<String>,
+    help: &'static str,
+) -> Row {
+    Row {
+        path,
+        export: Export::State {
+            name,
+            variants,
+            help,
+        },
+    }
+}
+
+const fn not(path: &'static str, why: &'static str) -> Row {
+    Row {
+        path,
+        export: Export::Not(why),
+    }
+}
+
+impl Row {
+    const fn scaled(self, s: Scale) -> Row {
+        match self.export {
+            Export::Number {
+                name,
+                kind,
+                unit,
+                label,
+                help,
+                ..
+            } => Row {
+                path: self.path,
+                export: Export::Number {
+                    name,
+                    kind,
+                    unit,
+                    scale: s,
+                    label,
+                    help,
+                },
+            },
+            _ => self,
+        }
+    }
+
+    const fn labelled(self, key: &'static str, value: &'static str) -> Row {
+        match self.export {
+            Export::Number {
+                name,
+                kind,
+                unit,
+                scale,
+                help,
+                ..
+            } => Row {
+                path: self.path,
+                export: Export::Number {
+                    name,
+                    kind,
+                    unit,
+                    scale,
+                    label: Some((key, value)),
+                    help,
+                },
+            },
+            _ => self,
+        }
+    }
+}
+
+const US: Scale = Scale::By(1e-6);
+const MS: Scale = Scale::By(1e-3);
+
+/// Maps of a type whose keys become a label: (path, label name).
+const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
+
+const FAULTS_HELP: &str = "Faults the pager served by installing a page, by where the page came from: zero (a zero page, also for pages the balloon or a free page report had taken), swap (the swap file), image (a disk image, Swap Mapper).";
+const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper).";
+const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
+
+/// `VmStats` (a VMM's `GET /stats`): prefix `memvisor_vm_`.
+#[rustfmt::skip]
+const VM_ROWS: &[Row] = &[
+    gauge("pager.limit_bytes", "limit", Unit::Bytes, "The pager's resident limit (absent without one)."),
+    gauge("pager.attached", "pager_attached", Unit::None, "1 once guest RAM is under the pager (registered with userfaultfd)."),
+    page_gauge("pager.resident_pages", "resident", "Guest memory resident on the host."),
+    page_gauge("pager.zero_pages", "zero", "Guest memory never touched, or dropped as all-zero."),
+    page_gauge("pager.swapped_pages", "swapped", "Guest memory only in the pager's swap file."),
+    page_gauge("pager.ballooned_pages", "ballooned", "Guest memory the balloon took."),
+    page_gauge("pager.reported_pages", "reported", "Guest memory the guest reported free (content forgotten)."),
+    page_gauge("pager.on_disk_pages", "on_disk", "Clean guest memory dropped because a disk image block holds it (Swap Mapper)."),
+    page_gauge("pager.sampled_pages", "sampled", "Guest memory out of RAM for a working-set sample."),
+    page_gauge("pager.mirrored_pages", "mirrored", "Resident guest memory identical to the disk image block it was read from (Swap Mapper)."),
+    page_gauge("pager.swap_blocks_in_use", "swap_used", "Swap file space holding guest pages."),
+    counter("pager.faults_zero", "faults", Unit::None, FAULTS_HELP).labelled("source", "zero"),
+    counter("pager.faults_swap", "faults", Unit::None, FAULTS_HELP).labelled("source", "swap"),
+    counter("pager.faults_image", "faults", Unit::None, FAULTS_HELP).labelled("source", "image"),
+    counter("pager.faults_released", "released_faults", Unit::None, "Faults on pages the balloon or a free page report had taken (counted among the zero faults too)."),
+    counter("pager.false_reads_avoided", "false_reads_avoided", Unit::None, "Faults on pages the guest had reported free, answered with a zero page and no read (VSwapper's false reads, cooperative path)."),
+    counter("pager.preventer_attempts", "preventer_attempts", Unit::None, "vCPUs the False Reads Preventer stopped on a write to a swapped or on-disk page."),
+    counter("pager.preventer_completed", "preventer_completed", Unit::None, "Preventer attempts whose instruction overwrote the whole page, installed with no read."),
+    counter("pager.preventer_fallbacks", "preventer_fallbacks", Unit::None, "Preventer attempts whose instruction did not overwrite the whole page, so it was read in."),
+    counter("pager.preventer_timeouts", "preventer_timeouts", Unit::None, "Preventer attempts whose vCPU did not answer in time, so the pager read the page in itself."),
+    counter("pager.device_installs", "device_installs", Unit::None, "Whole pages a device wrote into place without reading their old content."),
+    counter("pager.write_faults", "write_faults", Unit::None, "First writes to clean, write-protected pages."),
+    counter("pager.reclaimed_zero", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "zero"),
+    counter("pager.reclaimed_clean", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "clean"),
+    counter("pager.reclaimed_written", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "written"),
+    counter("pager.reclaimed_mirrored", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "mirrored"),
+    counter("pager.image_bytes_read", "image_read", Unit::Bytes, "Bytes read from disk images by image faults and consistency refetches (Swap Mapper)."),
+    counter("pager.stale_reads_avoided", "stale_reads_avoided", Unit::None, "Pages a device read filled whole while their content was swapped or on disk (VSwapper's stale swap reads avoided)."),
+    counter("pager.mapper_refetches", "mapper_refetches", Unit::None, "Pages brought back from the image before the guest overwrote the block they relied on (Swap Mapper)."),
+    counter("pager.swap_bytes_read", "swap_read", Unit::Bytes, "Bytes read from the swap file."),
+    counter("pager.swap_bytes_written", "swap_written", Unit::Bytes, "Bytes written to the swap file."),
+    counter("pager.prefetched", "prefetched_pages", Unit::None, "Pages brought in next to a faulting page."),
+    counter("pager.prefetch_hits", "prefetch_hits", Unit::None, "Prefetched pages later written by the guest (a lower bound)."),
+    counter("pager.reclaim_batches", "reclaim_batches", Unit::None, "Reclaim batches run."),
+    page_counter("pager.ballooned", "balloon_released", "Memory released by balloon inflation."),
+    page_counter("pager.reported", "reporting_released", "Memory released by free page reporting."),
+    counter("pager.pauses", "io_failure_pauses", Unit::None, "Times the VM was paused because swap or image I/O failed."),
+    counter("pager.attaches", "pager_attaches", Unit::None, "Times guest RAM was taken over from plain memory by the pager."),
+    counter("pager.huge_pages_split", "huge_pages_split", Unit::None, "Huge pages split so that releasing part of one frees its memory."),
+    gauge("pager.fault_latency.samples", "fault_latency_samples", Unit::None, "Recent faults the fault latency percentiles are taken over (at most 16384)."),
+    gauge("pager.fault_latency.p50_us", "fault_latency_p50", Unit::Seconds, "Median time to serve a fault, over the recent ones.").scaled(US),
+    gauge("pager.fault_latency.p99_us", "fault_latency_p99", Unit::Seconds, "99th percentile time to serve a fault, over the recent ones.").scaled(US),
+    gauge("pager.fault_latency.max_us", "fault_latency_max", Unit::Seconds, "Longest time to serve a fault, over the recent ones.").scaled(US),
+    gauge("pager.swap_fault_latency.samples", "swap_fault_latency_samples", Unit::None, "Recent swap-in faults the swap fault latency percentiles are taken over."),
+    gauge("pager.swap_fault_latency.p50_us", "swap_fault_latency_p50", Unit::Seconds, "Median time to serve a fault on a swapped page, prefetch included.").scaled(US),
+    gauge("pager.swap_fault_latency.p99_us", "swap_fault_latency_p99", Unit::Seconds, "99th percentile time to serve a fault on a swapped page.").scaled(US),
+    gauge("pager.swap_fault_latency.max_us", "swap_fault_latency_max", Unit::Seconds, "Longest time to serve a fault on a swapped page.").scaled(US),
+    gauge("pager.reclaim_latency.samples", "reclaim_latency_samples", Unit::None, "Recent reclaim batches the reclaim latency percentiles are taken over."),
+    gauge("pager.reclaim_latency.p50_us", "reclaim_latency_p50", Unit::Seconds, "Median duration of a reclaim batch.").scaled(US),
+    gauge("pager.reclaim_latency.p99_us", "reclaim_latency_p99", Unit::Seconds, "99th percentile duration of a reclaim batch.").scaled(US),
+    gauge("pager.reclaim_latency.max_us", "reclaim_latency_max", Unit::Seconds, "Longest reclaim batch.").scaled(US),
+    gauge("pager.active.estimate", "active_estimate", Unit::Ratio, "Active-memory estimate: the largest of the slow, fast and current averages of the sampled touched fraction (ESX 5.3)."),
+    gauge("pager.active.slow", "active_slow", Unit::Ratio, "Slow moving average of the sampling periods' touched fractions."),
+    gauge("pager.active.fast", "active_fast", Unit::Ratio, "Fast moving average of the sampling periods' touched fractions."),
+    gauge("pager.active.current", "active_current", Unit::Ratio, "The fast average with the sampling period under way counted in."),
+    counter("pager.active.periods", "sampling_periods", Unit::None, "Working-set sampling periods completed."),
+    gauge("pager.active.last_sampled_pages", "sampling_last_sampled_pages", Unit::None, "Pages sampled in the last completed period."),
+    gauge("pager.active.last_touched_pages", "sampling_last_touched_pages", Unit::None, "Of those, the ones the guest touched."),
+    gauge("pager.active.sampled_pages", "sampling_sampled_pages", Unit::None, "Pages sampled in the period under way."),
+    gauge("pager.active.touched_pages", "sampling_touched_pages", Unit::None, "Of those, the ones touched so far."),
+    gauge("pager.pool.capacity_bytes", "pool_capacity", Unit::Bytes, "Most memory the host-memory pool may hold (absent without a pool)."),
+    gauge("pager.pool.used_bytes", "pool_used", Unit::Bytes, "Swapped guest memory the pool holds."),
+    gauge("pager.pool.mapped_bytes", "pool_mapped", Unit::Bytes, "Host memory mapped for the pool (whole 2 MiB chunks)."),
+    page_counter("pager.pool.pooled_pages", "pool_pooled", "Swapped guest memory reclaim put in the pool."),
+    page_counter("pager.pool.overflowed_pages", "pool_overflowed", "Swapped guest memory written to the swap file because the pool was full."),
+    page_counter("pager.pool.hit_pages", "pool_hits", "Guest memory read back from the pool (memory copies, no I/O)."),
+    page_counter("pager.pool.spilled_pages", "pool_spilled", "Memory the pool's flusher moved to the swap file."),
+    counter("pager.pool.spill_writes", "pool_spill_writes", Unit::None, "Flusher writes, each a run of consecutive blocks."),
+    page_counter("pager.pool.purged_pages", "pool_purged", "Pool memory dropped because the guest no longer needed its content."),
+    page_counter("pager.pool.proactive_pool_pages", "proactive_swapin_pool", "Guest memory brought back without a fault, from the pool."),
+    page_counter("pager.pool.proactive_disk_pages", "proactive_swapin_disk", "Guest memory brought back without a fault, from the swap file."),
+    page_gauge("balloon.target_pages", "balloon_target", "Memory the balloon device asks the guest's driver to hold."),
+    page_gauge("balloon.actual_pages", "balloon", "Memory the guest's balloon driver says it holds."),
+    page_counter("balloon.inflated_pages", "balloon_inflated", "Memory the balloon driver gave by inflating."),
+    page_counter("balloon.deflated_pages", "balloon_deflated", "Memory the balloon driver took back by deflating."),
+    page_counter("balloon.reported_pages", "balloon_reported", "Memory the guest reported free (free page reporting)."),
+    counter("balloon.invalid_pfns", "balloon_invalid_pfns", Unit::None, "Balloon PFNs or ranges outside guest RAM, ignored."),
+    counter("balloon.stats_updates", "balloon_stats_updates", Unit::None, "Statistics buffers the balloon driver sent."),
+    page_counter("balloon.oom_deflated_pages", "balloon_oom_deflated", "Memory the guest took back from the balloon on its own when out of memory (deflate-on-OOM)."),
+    counter("balloon.oom_deflates", "balloon_oom_deflates", Unit::None, "Deflate-on-OOM events."),
+    gauge("balloon.guest.age_ms", "guest_stats_age", Unit::Seconds, "How long ago the guest sent its memory statistics.").scaled(MS),
+    counter("balloon.guest.swap_in_bytes", "guest_swap_in", Unit::Bytes, "Memory the guest swapped in (its own statistics)."),
+    counter("balloon.guest.swap_out_bytes", "guest_swap_out", Unit::Bytes, "Memory the guest swapped out (its own statistics)."),
+    counter("balloon.guest.major_faults", "guest_major_faults", Unit::None, "The guest's major page faults (its own statistics)."),
+    counter("balloon.guest.minor_faults", "guest_minor_faults", Unit::None, "The guest's minor page faults (its own statistics)."),
+    gauge("balloon.guest.free_memory_bytes", "guest_free_memory", Unit::Bytes, "Memory the guest leaves unused (its own statistics)."),
+    gauge("balloon.guest.total_memory_bytes", "guest_total_memory", Unit::Bytes, "Memory the guest sees (its own statistics)."),
+    gauge("balloon.guest.available_memory_bytes", "guest_available_memory", Unit::Bytes, "Memory available to new work in the guest without swapping (its own statistics)."),
+    gauge("balloon.guest.disk_caches_bytes", "guest_disk_caches", Unit::Bytes, "The guest's page cache that can be freed (its own statistics)."),
+    counter("balloon.guest.hugetlb_allocations", "guest_hugetlb_allocations", Unit::None, "The guest's successful huge page allocations (its own statistics)."),
+    counter("balloon.guest.hugetlb_failures", "guest_hugetlb_failures", Unit::None, "The guest's failed huge page allocations (its own statistics)."),
+    counter("disks.*.reads", "disk_reads", Unit::None, "Read requests a virtio-blk disk served."),
+    counter("disks.*.writes", "disk_writes", Unit::None, "Write requests a virtio-blk disk served."),
+    counter("disks.*.flushes", "disk_flushes", Unit::None, "Flush requests a virtio-blk disk served."),
+    counter("disks.*.bytes_read", "disk_read", Unit::Bytes, "Bytes the guest read from a disk."),
+    counter("disks.*.bytes_written", "disk_written", Unit::Bytes, "Bytes the guest wrote to a disk."),
+    counter("disks.*.errors", "disk_errors", Unit::None, "Disk requests answered with an error, or dropped."),
+    counter("disks.*.notifies", "disk_notifies", Unit::None, "Queue notifications a disk processed, by either path."),
+    counter("disks.*.kernel_notifies", "disk_kernel_notifies", Unit::None, "Queue notifications a disk's thread took from an ioeventfd, with no exit to the VMM."),
+    counter("disks.*.ioevent_refusals", "disk_ioevent_refusals", Unit::None, "Queue ioeventfds KVM refused (those queues are served on the vCPU's exit)."),
+    counter("exits.io", "exits", Unit::None, EXITS_HELP).labelled("kind", "io"),
+    counter("exits.mmio", "exits", Unit::None, EXITS_HELP).labelled("kind", "mmio"),
+    counter("exits.other", "exits", Unit::None, EXITS_HELP).labelled("kind", "other"),
+];
+
+fn variants<T: serde::Serialize>(all: &[T]) -> Vec<String> {
+    all.iter()
+        .filter_map(|v| match serde_json::to_value(v) {
+            Ok(Value::String(s)) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn free_states() -> Vec<String> {
+    variants(&FreeStateName::ALL)
+}
+
+fn vm_states() -> Vec<String> {
+    variants(&HostVmState::ALL)
+}
+
+/// `HostInfo` (the host's `GET /host`): prefix `memvisor_host_`.
+#[rustfmt::skip]
+const HOST_ROWS: &[Row] = &[
+    gauge("budget_bytes", "budget", Unit::Bytes, "Memory for every VM together, their VMMs' overheads included."),
+    gauge("free_bytes", "free", Unit::Bytes, "The budget minus resident guest memory and VMM overheads, at the last tick."),
+    state("free_state", "free_state", free_states, "The free-memory state at the last tick (ESX 6.3): 1 for the current state."),
+    gauge("idle_tax", "idle_tax", Unit::Ratio, "The idle memory tax."),
+    gauge("vm_overhead_bytes", "overhead_per_vm", Unit::Bytes, "Host memory each VMM is taken to need besides guest RAM."),
+    gauge("pool_bytes", "pool", Unit::Bytes, "Memory of the budget set aside for the VMs' pools (MemFlex)."),
+    gauge("memory_reserved_bytes", "memory_reserved", Unit::Bytes, "Memory admission has reserved: min plus overhead of every admitted VM."),
+    gauge("swap_bytes", "swap", Unit::Bytes, "Swap space for the VMs' pagers."),
+    gauge("swap_reserved_bytes", "swap_reserved", Unit::Bytes, "Swap admission has reserved: mem minus min of every admitted VM."),
+    counter("ticks", "ticks", Unit::None, "Policy ticks done."),
+    gauge("tick_seconds", "tick_interval", Unit::Seconds, "Time between policy ticks."),
+];
+
+/// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
+#[rustfmt::skip]
+const HOST_VM_ROWS: &[Row] = &[
+    not("name", "the vm label"),
+    state("state", "state", vm_states, "Where the VM is in its life: 1 for the current state."),
+    not("why", "text"),
+    gauge("pid", "pid", Unit::None, "Its VMM's process id (absent before start and after exit)."),
+    gauge("exit_status", "exit_status", Unit::None, "Its VMM's exit status once exited (128 + N for signal N)."),
+    gauge("mem_bytes", "mem", Unit::Bytes, "Guest RAM."),
+    gauge("min_bytes", "min", Unit::Bytes, "Guaranteed host memory."),
+    gauge("max_bytes", "max", Unit::Bytes, "Most host memory the VM is given."),
+    gauge("shares", "shares", Unit::None, "Memory shares."),
+    gauge("target_bytes", "target", Unit::Bytes, "Its allocation target at the last tick."),
+    gauge("resident_bytes", "resident", Unit::Bytes, "Guest memory resident on the host (its allocation), as the host last read it."),
+    gauge("active_bytes", "active", Unit::Bytes, "Estimated active memory: the active fraction of its resident memory."),
+    gauge("active_fraction", "active", Unit::Ratio, "The active fraction the policy uses (frozen while the host pauses the VM)."),
+    not("active", "the VMM's own memvisor_vm_active_* and memvisor_vm_sampling_*"),
+    gauge("balloon_bytes", "balloon", Unit::Bytes, "Memory the balloon holds (absent without a balloon)."),
+    gauge("balloon_target_bytes", "balloon_target", Unit::Bytes, "Memory the host asks the balloon to hold (absent without a balloon)."),
+    gauge("swapped_bytes", "swapped", Unit::Bytes, "Guest memory in its pager's swap file."),
+    gauge("on_disk_bytes", "on_disk", Unit::Bytes, "Clean guest memory dropped because the disk image holds it (Swap Mapper)."),
+    gauge("limit_bytes", "limit", Unit::Bytes, "Its pager's resident limit."),
+    gauge("paused_by_host", "paused_by_host", Unit::None, "1 while the host pauses it (above its target with free memory low)."),
+    gauge("pool_bytes", "pool", Unit::Bytes, "Its share of the host's pool."),
+    gauge("pooled_bytes", "pooled", Unit::Bytes, "Swapped memory its pool holds."),
+    counter("oom_deflated_pages", "oom_deflated_pages", Unit::None, "Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM)."),
+    not("api_sock", "text"),
+    not("log", "text"),
+];
+
+/// A number as the format writes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Number {
+    U(u64),
+    I(i64),
+    F(f64),
+}
+
+#[derive(Debug)]
+struct Sample {
+    labels: Vec<(String, String)>,
+    value: Number,
+}
+
+/// One metric: its name without unit or `_total`, and its samples.
+#[derive(Debug)]
+struct Family {
+    /// Where its first row is: the table's place in the answer, then the row's in the table.
+    order: (usize, usize),
+    name: String,
+    kind: Kind,
+    unit: Unit,
+    help: &'static str,
+    samples: Vec<Sample>,
+}
+
+/// Families in the order they first appear.
+#[derive(Debug, Default)]
+struct Families {
+    list: Vec<Family>,
+    index: HashMap<String, usize>,
+}
+
+/// A field of a serialized value: its path (map keys as `*`), the labels its map keys give,
+/// and its value.
+struct Leaf<'a> {
+    path: String,
+    labels: Vec<(String, String)>,
+    value: &'a Value,
+}
+
+fn leaves<'a>(
+    v: &'a Value,
+    path: &str,
+    labels: &[(String, String)],
+    maps: &[(&str, &str)],
+    out: &mut Vec<Leaf<'a>>,
+) {
+    match v {
+        Value::Object(obj) => {
+            let map_label = maps.iter().find(|(p, _)| *p == path).map(|(_, l)| *l);
+            for (k, child) in obj {
+                let (sub, l) = match map_label {
+                    Some(label) => (
+                        format!("{path}.*"),
+                        [labels, &[(label.to_owned(), k.clone())]].concat(),
+                    ),
+                    None if path.is_empty() => (k.clone(), labels.to_vec()),
+                    None => (format!("{path}.{k}"), labels.to_vec()),
+                };
+                leaves(child, &sub, &l, maps, out);
+            }
+        }
+        // An absent optional part is no sample.
+        Value::Null => {}
+        _ => out.push(Leaf {
+            path: path.to_owned(),
+            labels: labels.to_vec(),
+            value: v,
+        }),
+    }
+}
+
+/// Whether `row` is the row of the field at `path`: it names that field, or it is a `Not` row
+/// naming a part that holds it.
+fn is_row_of(row: &Row, path: &str) -> bool {
+    row.path == path
+        || (matches!(row.export, Export::Not(_))
+            && path
+                .strip_prefix(row.path)
+                .is_some_and(|rest| rest.starts_with('.')))
+}
+
+/// The row of the field at `path`, and its place in `rows`.
+fn row_of<'r>(rows: &'r [Row], path: &str) -> Option<(usize, &'r Row)> {
+    rows.iter().enumerate().find(|(_, r)| is_row_of(r, path))
+}
+
+fn number_of(v: &Value) -> Option<Number> {
+    match v {
+        Value::Bool(b) => Some(Number::U(u64::from(*b))),
+        Value::Number(n) => n
+            .as_u64()
+            .map(Number::U)
+            .or_else(|| n.as_i64().map(Number::I))
+            .or_else(|| n.as_f64().map(Number::F)),
+        _ => None,
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn scale(n: Number, s: Scale) -> Number {
+    let f = match n {
+        Number::U(v) => v as f64,
+        Number::I(v) => v as f64,
+        Number::F(v) => v,
+    };
+    match (s, n) {
+        (Scale::One, _) => n,
+        (Scale::Pages, Number::U(v)) => Number::U(v.saturating_mul(4096)),
+        (Scale::Pages, _) => Number::F(f * PAGE),
+        (Scale::By(k), _) => Number::F(f * k),
+    }
+}
+
+impl Families {
+    fn push(
+        &mut self,
+        order: (usize, usize),
+        name: String,
+        kind: Kind,
+        unit: Unit,
+        help: &'static str,
+        sample: Sample,
+    ) {
+        let key = match unit.suffix() {
+            Some(u) => format!("{name}_{u}"),
+            None => name.clone(),
+        };
+        let i = *self.index.entry(key).or_insert_with(|| {
+            self.list.push(Family {
+                order,
+                name,
+                kind,
+                unit,
+                help,
+                samples: Vec::new(),
+            });
+            self.list.len() - 1
+        });
+        self.list[i].samples.push(sample);
+    }
+
+    /// Adds every field of `value` (a serialized API type) that `rows` exports, with `labels`
+    /// first on every sample. `table` orders the tables of one answer.
+    fn add(
+        &mut self,
+        table: usize,
+        prefix: &str,
+        rows: &[Row],
+        maps: &[(&str, &str)],
+        value: &Value,
+        labels: &[(String, String)],
+    ) {
+        let mut found = Vec::new();
+        leaves(value, "", labels, maps, &mut found);
+        for leaf in found {
+            let Some((i, row)) = row_of(rows, &leaf.path) else {
+                tracing::debug!("metrics: no metric for field {prefix}{}", leaf.path);
+                continue;
+            };
+            match row.export {
+                Export::Number {
+                    name,
+                    kind,
+                    unit,
+                    scale: s,
+                    label,
+                    help,
+                } => {
+                    let Some(n) = number_of(leaf.value) else {
+                        continue;
+                    };
+                    let mut labels = leaf.labels;
+                    if let Some((k, v)) = label {
+                        labels.push((k.to_owned(), v.to_owned()));
+                    }
+                    let sample = Sample {
+                        labels,
+                        value: scale(n, s),
+                    };
+                    self.push(
+                        (table, i),
+                        format!("{prefix}{name}"),
+                        kind,
+                        unit,
+                        help,
+                        sample,
+                    );
+                }
+                Export::State {
+                    name,
+                    variants,
+                    help,
+                } => {
+                    let Some(current) = leaf.value.as_str() else {
+                        continue;
+                    };
+                    for v in variants() {
+                        let mut labels = leaf.labels.clone();
+                        labels.push(("state".to_owned(), v.clone()));
+                        let sample = Sample {
+                            labels,
+                            value: Number::U(u64::from(v == current)),
+                        };
+                        self.push(
+                            (table, i),
+                            format!("{prefix}{name}"),
+                            Kind::Gauge,
+                            Unit::None,
+                            help,
+                            sample,
+                        );
+                    }
+                }
+                Export::Not(_) => {}
+            }
+        }
+    }
+
+    fn encode(mut self) -> String {
+        self.list.sort_by_key(|f| f.order);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Exposition(self.list)));
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+            // Writing to a String does not fail; should it, the answer is what was written.
+            tracing::warn!("metrics: cannot encode: {e}");
+        }
+        out
+    }
+}
+
+/// The families of one answer, handed to `prometheus-client` to write.
+#[derive(Debug)]
+struct Exposition(Vec<Family>);
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            let unit = match f.unit {
+                Unit::None => None,
+                Unit::Bytes => Some(prometheus_client::registry::Unit::Bytes),
+                Unit::Seconds => Some(prometheus_client::registry::Unit::Seconds),
+                Unit::Ratio => Some(prometheus_client::registry::Unit::Other("ratio".into())),
+            };
+            let kind = match f.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut metric = encoder.encode_descriptor(&f.name, f.help, unit.as_ref(), kind)?;
+            if let [only] = f.samples.as_slice() {
+                if only.labels.is_empty() {
+                    encode_value(metric, f.kind, only.value)?;
+                    continue;
+                }
+            }
+            for s in &f.samples {
+                encode_value(metric.encode_family(&s.labels)?, f.kind, s.value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(m: MetricEncoder, kind: Kind, value: Number) -> Result<(), std::fmt::Error> {
+    match (kind, value) {
+        (Kind::Counter, Number::U(v)) => ConstCounter::new(v).encode(m),
+        // A counter below zero is no counter: 0.
+        (Kind::Counter, Number::I(v)) => ConstCounter::new(u64::try_from(v).unwrap_or(0)).encode(m),
+        (Kind::Counter, Number::F(v)) => ConstCounter::new(v.max(0.0)).encode(m),
+        (Kind::Gauge, Number::U(v)) => ConstGauge::new(v).encode(m),
+        (Kind::Gauge, Number::I(v)) => ConstGauge::new(v).encode(m),
+        (Kind::Gauge, Number::F(v)) => ConstGauge::new(v).encode(m),
+    }
+}
+
+fn json(v: &impl serde::Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_else(|e| {
+        tracing::warn!("metrics: cannot serialize: {e}");
+        Value::Null
+    })
+}
+
+/// A VMM's `GET /metrics`: every number of its stats, unlabelled.
+pub fn vm(stats: &VmStats) -> String {
+    let mut f = Families::default();
+    f.add(0, "memvisor_vm_", VM_ROWS, VM_MAPS, &json(stats), &[]);
+    f.encode()
+}
+
+/// One VM of the host: what the host says of it, and its VMM's last stats (`None` before the
+/// first reading and once the VMM ended).
+pub struct HostVmMetrics<'a> {
+    /// The VM as `GET /vms` shows it.
+    pub vm: &'a HostVm,
+    /// Its VMM's last `GET /stats`.
+    pub stats: Option<&'a VmStats>,
+}
+
+/// The host's `GET /metrics`: its own numbers, then every VM's, labelled `vm`.
+pub fn host(info: &HostInfo, vms: &[HostVmMetrics]) -> String {
+    let mut f = Families::default();
+    f.add(0, "memvisor_host_", HOST_ROWS, &[], &json(info), &[]);
+    for v in vms {
+        let labels = [("vm".to_owned(), v.vm.name.clone())];
+        f.add(
+            1,
+            "memvisor_host_vm_",
+            HOST_VM_ROWS,
+            &[],
+            &json(v.vm),
+            &labels,
+        );
+    }
+    for v in vms {
+        if let Some(stats) = v.stats {
+            let labels = [("vm".to_owned(), v.vm.name.clone())];
+            f.add(2, "memvisor_vm_", VM_ROWS, VM_MAPS, &json(stats), &labels);
+        }
+    }
+    f.encode()
+}
+
+/// Every metric either exposition can hold: (the name a sample carries, kind, help), in table
+/// order. The name a sample carries is the name with its unit and, for a counter, `_total`.
+pub fn catalogue() -> Vec<(String, Kind, &'static str)> {
+    let mut out: Vec<(String, Kind, &'static str)> = Vec::new();
+    for (prefix, rows) in [
+        ("memvisor_vm_", VM_ROWS),
+        ("memvisor_host_", HOST_ROWS),
+        ("memvisor_host_vm_", HOST_VM_ROWS),
+    ] {
+        for r in rows {
+            let (name, kind, unit, help) = match r.export {
+                Export::Number {
+                    name,
+                    kind,
+                    unit,
+                    help,
+                    ..
+                } => (name, kind, unit, help),
+                Export::State { name, help, .. } => (name, Kind::Gauge, Unit::None, help),
+                Export::Not(_) => continue,
+            };
+            let mut full = format!("{prefix}{name}");
+            if let Some(u) = unit.suffix() {
+                full.push('_');
+                full.push_str(u);
+            }
+            if kind == Kind::Counter {
+                full.push_str("_total");
+            }
+            if !out.iter().any(|(n, _, _)| *n == full) {
+                out.push((full, kind, help));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::{ActiveMemory, BalloonStats, DiskStats, GuestMemoryStats, PagerStats};
+
+    /// Stats with every optional part present.
+    fn full_stats() -> VmStats {
+        let mut guest = GuestMemoryStats::default();
+        for tag in 0..=u16::MAX {
+            guest.set(tag, u64::from(tag) + 1);
+        }
+        VmStats {
+            pager: Some(PagerStats {
+                limit_bytes: Some(64 << 20),
+                pool: Some(crate::PoolStats::default()),
+                ..PagerStats::default()
+            }),
+            balloon: Some(BalloonStats {
+                actual_pages: 3,
+                guest: Some(guest),
+                ..BalloonStats::default()
+            }),
+            disks: [("data".to_owned(), DiskStats::default())].into(),
+            ..VmStats::default()
+        }
+    }
+
+    fn full_host() -> HostInfo {
+        HostInfo {
+            budget_bytes: 1 << 30,
+            free_bytes: 1 << 29,
+            free_state: FreeStateName::Soft,
+            idle_tax: 0.75,
+            vm_overhead_bytes: 24 << 20,
+            pool_bytes: 1,
+            memory_reserved_bytes: 1,
+            swap_bytes: 1,
+            swap_reserved_bytes: 1,
+            ticks: 7,
+            tick_seconds: 1.0,
+        }
+    }
+
+    fn full_vm(name: &str) -> HostVm {
+        HostVm {
+            name: name.into(),
+            state: HostVmState::Running,
+            why: Some("x".into()),
+            pid: Some(10),
+            exit_status: Some(-1),
+            mem_bytes: 1,
+            min_bytes: 1,
+            max_bytes: 1,
+            shares: 1000,
+            target_bytes: 1,
+            resident_bytes: 1,
+            active_bytes: 1,
+            active_fraction: 0.5,
+            active: ActiveMemory::default(),
+            balloon_bytes: Some(1),
+            balloon_target_bytes: Some(1),
+            swapped_bytes: 1,
+            on_disk_bytes: 1,
+            limit_bytes: 1,
+            paused_by_host: true,
+            pool_bytes: 1,
+            pooled_bytes: 1,
+            oom_deflated_pages: 1,
+            api_sock: "/s".into(),
+            log: "/l".into(),
+        }
+    }
+
+    /// Every field of the type is exported or left out by a row, and every row is a field.
+    fn rows_match_fields(what: &str, rows: &[Row], maps: &[(&str, &str)], v: &Value) {
+        let mut found = Vec::new();
+        leaves(v, "", &[], maps, &mut found);
+        let paths: Vec<&str> = found.iter().map(|l| l.path.as_str()).collect();
+        for p in &paths {
+            assert!(
+                row_of(rows, p).is_some(),
+                "{what}.{p} has no row in the metrics table: give it a metric (or a `not` row)"
+            );
+        }
+        for r in rows {
+            assert!(
+                paths.iter().any(|p| is_row_of(r, p)),
+                "the metrics row {what}.{} names no field",
+                r.path
+            );
+        }
+        let exact: BTreeSet<&str> = rows.iter().map(|r| r.path).collect();
+        assert_eq!(exact.len(), rows.len(), "{what}: a field with two rows");
+    }
+
+    #[test]
+    fn every_field_of_the_types_has_a_row() {
+        rows_match_fields("VmStats", VM_ROWS, VM_MAPS, &json(&full_stats()));
+        rows_match_fields("HostInfo", HOST_ROWS, &[], &json(&full_host()));
+        rows_match_fields("HostVm", HOST_VM_ROWS, &[], &json(&full_vm("a")));
+    }
+
+    #[test]
+    fn names_follow_the_conventions() {
+        let cat = catalogue();
+        for (name, kind, help) in &cat {
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{name}"
+            );
+            assert!(name.starts_with("memvisor_"), "{name}");
+            assert_eq!(*kind == Kind::Counter, name.ends_with("_total"), "{name}");
+            for unit in ["_us", "_ms", "_pages_bytes", "_bytes_bytes"] {
+                assert!(
+                    !name.contains(&format!("{unit}_")) && !name.ends_with(unit),
+                    "{name}"
+                );
+            }
+            assert!(!help.is_empty() && !help.contains('\n'), "{name}");
+        }
+        // One help and kind per name, whichever rows share it.
+        for rows in [VM_ROWS, HOST_ROWS, HOST_VM_ROWS] {
+            for a in rows {
+                for b in rows {
+                    if let (
+                        Export::Number {
+                            name: n1,
+                            kind: k1,
+                            unit: u1,
+                            help: h1,
+                            label: l1,
+                            ..
+                        },
+                        Export::Number {
+                            name: n2,
+                            kind: k2,
+                            unit: u2,
+                            help: h2,
+                            label: l2,
+                            ..
+                        },
+                    ) = (a.export, b.export)
+                    {
+                        if n1 == n2 && u1 == u2 && a.path != b.path {
+                            assert_eq!((k1, h1), (k2, h2), "{n1}");
+                            assert!(l1.is_some() && l2.is_some() && l1 != l2, "{n1}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_docs_list_every_metric() {
+        let doc = include_str!("../../../docs/metrics.md");
+        for (name, _, _) in catalogue() {
+            assert!(
+                doc.contains(&format!("`{name}`")),
+                "docs/metrics.md does not list {name}"
+            );
+        }
+    }
+
+    /// The samples of `text`: (name with labels, value).
+    fn samples(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_vm_exposition() {
+        let mut s = full_stats();
+        if let Some(p) = s.pager.as_mut() {
+            p.pages.resident_pages = 10;
+            p.counters.faults_zero = 5;
+            p.counters.swap_bytes_read = 8192;
+            p.fault_latency.p99_us = 1500;
+        }
+        s.exits.mmio = 4;
+        let text = vm(&s);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(text.contains("# TYPE memvisor_vm_resident_bytes gauge\n"));
+        assert!(text.contains("# HELP memvisor_vm_faults Faults the pager served"));
+        assert!(text.contains("# TYPE memvisor_vm_faults counter\n"));
+        let got = samples(&text);
+        let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
+        assert!(has("memvisor_vm_resident_bytes", "40960"), "{text}");
+        assert!(has("memvisor_vm_faults_total{source=\"zero\"}", "5"));
+        assert!(has("memvisor_vm_swap_read_bytes_total", "8192"));
+        assert!(has("memvisor_vm_fault_latency_p99_seconds", "0.0015"));
+        assert!(has("memvisor_vm_exits_total{kind=\"mmio\"}", "4"));
+        assert!(has("memvisor_vm_disk_reads_total{disk=\"data\"}", "0"));
+        assert!(has("memvisor_vm_pager_attached", "0"));
+        assert!(has("memvisor_vm_balloon_bytes", "12288"));
+        assert!(has("memvisor_vm_guest_stats_age_seconds", "0.0"));
+        // Every sample's name is in the catalogue.
+        let cat: Vec<String> = catalogue().into_iter().map(|(n, _, _)| n).collect();
+        for (k, _) in &got {
+            let name = k.split('{').next().unwrap();
+            assert!(
+                cat.iter().any(|c| c == name),
+                "{name} is not in the catalogue"
+            );
+        }
+        // Without a pager or balloon, their metrics are absent, not zero.
+        let text = vm(&VmStats::default());
+        assert!(!text.contains("memvisor_vm_resident_bytes"));
+        assert!(text.contains("memvisor_vm_exits_total{kind=\"io\"} 0"));
+    }
+
+    #[test]
+    fn a_host_exposition() {
+        let a = full_vm("a");
+        let mut b = full_vm("b\"q");
+        b.state = HostVmState::Exited;
+        b.pid = None;
+        let stats = full_stats();
+        let text = host(
+            &full_host(),
+            &[
+                HostVmMetrics {
+                    vm: &a,
+                    stats: Some(&stats),
+                },
+                HostVmMetrics {
+                    vm: &b,
+                    stats: None,
+                },
+            ],
+        );
+        let got = samples(&text);
+        let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
+        assert!(has("memvisor_host_budget_bytes", "1073741824"), "{text}");
+        assert!(has("memvisor_host_free_state{state=\"soft\"}", "1"));
+        assert!(has("memvisor_host_free_state{state=\"high\"}", "0"));
+        assert!(has("memvisor_host_ticks_total", "7"));
+        assert!(has("memvisor_host_idle_tax_ratio", "0.75"));
+        assert!(has(
+            "memvisor_host_vm_state{vm=\"a\",state=\"running\"}",
+            "1"
+        ));
+        assert!(has(
+            "memvisor_host_vm_state{vm=\"b\\\"q\",state=\"exited\"}",
+            "1"
+        ));
+        assert!(has("memvisor_host_vm_pid{vm=\"a\"}", "10"));
+        assert!(!text.contains("memvisor_host_vm_pid{vm=\"b"));
+        assert!(has("memvisor_host_vm_exit_status{vm=\"a\"}", "-1"));
+        assert!(has("memvisor_host_vm_active_ratio{vm=\"a\"}", "0.5"));
+        assert!(has("memvisor_host_vm_paused_by_host{vm=\"a\"}", "1"));
+        assert!(has(
+            "memvisor_vm_disk_reads_total{vm=\"a\",disk=\"data\"}",
+            "0"
+        ));
+        assert!(has(
+            "memvisor_vm_faults_total{vm=\"a\",source=\"swap\"}",
+            "0"
+        ));
+        assert!(!text.contains("memvisor_vm_resident_bytes{vm=\"b"));
+        // One HELP and TYPE per metric, whatever the number of VMs.
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let unique: BTreeSet<&&str> = types.iter().collect();
+        assert_eq!(types.len(), unique.len());
+    }
+
+    #[test]
+    fn every_state_is_listed() {
+        assert_eq!(free_states(), ["high", "soft", "hard", "low"]);
+        assert_eq!(vm_states().len(), HostVmState::ALL.len());
+        assert!(vm_states().contains(&"refused".to_owned()));
+    }
+}
