@@ -13,6 +13,8 @@ command -v losetup >/dev/null || need+=(mount)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 # scripts/shrink-latency.sh reads GET /stats with jq.
 command -v jq >/dev/null || need+=(jq)
+# The benchmarks' plots (SVG and PNG) measure and draw their text with this font.
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # The host's live page is tested in a headless browser.
 command -v chromium >/dev/null || need+=(chromium)
 # crates/memvisor/tests/metrics.rs runs its own Prometheus server against a host.

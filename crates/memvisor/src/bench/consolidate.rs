@@ -458,9 +458,24 @@ fn plot(
         .flat_map(|(c, _)| ns.iter().filter_map(|&n| mean(records, c, n).map(|m| m.0)))
         .fold(1.0f64, f64::max);
     let right = ns.iter().copied().max().unwrap_or(1);
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    super::plot::svg_and_png!(path, (800, 500), |root| draw(
+        root, records, configs, ns, top, right
+    ))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    records: &[Record],
+    configs: &[(&'static str, Kind)],
+    ns: &[u32],
+    top: f64,
+    right: u32,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(
             "consolidate: mean completion time against VMs",
             ("sans-serif", 20),
@@ -507,7 +522,7 @@ fn plot(
         .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]

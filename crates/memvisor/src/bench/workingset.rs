@@ -463,7 +463,22 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         return Err("no run to plot".into());
     };
     let panels = if records.len() > 1 { 2 } else { 1 };
-    let root = SVGBackend::new(path, (1200, 560 * panels)).into_drawing_area();
+    super::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
+        draw(root, panels, first, name, series, records)
+    })
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    panels: u32,
+    first: &Record,
+    name: &str,
+    series: &Series,
+    records: &[Record],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let rows = root.split_evenly((panels as usize, 1));
     let spans = timeline(&series.schedule, &first.result);
@@ -556,7 +571,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         }
         panel(&rows[1], &format!("{name}: every run's estimate"), &all)?;
     }
-    root.present().map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]
