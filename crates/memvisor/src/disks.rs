@@ -196,6 +196,14 @@ fn data(a: &DataArgs) -> Result<String, BadInput> {
         }
         w.write_all(&block).map_err(&err)?;
     }
+    let blocks: u64 = entries.iter().map(|e| e.extents[0].len).sum();
+    // Only a disk that takes a while to write (over 256 MiB of files) gets a bar.
+    let bar = if blocks * (BLOCK_SIZE as u64) > 256 << 20 {
+        crate::progress::bar(blocks, "blocks")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_message("writing files");
     for (i, e) in entries.iter().enumerate() {
         let id = u32::try_from(i).unwrap_or(u32::MAX);
         w.seek(SeekFrom::Start(e.extents[0].start * BLOCK_SIZE as u64))
@@ -206,8 +214,10 @@ fn data(a: &DataArgs) -> Result<String, BadInput> {
                 chunk.copy_from_slice(&file_word(a.seed, id, off).to_le_bytes());
             }
             w.write_all(&block).map_err(&err)?;
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     w.flush().map_err(&err)?;
     w.get_ref().sync_all().map_err(&err)?;
     let list: Vec<String> = files.iter().map(|(n, b)| format!("{n}={b}")).collect();

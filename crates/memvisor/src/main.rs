@@ -7,6 +7,7 @@ mod ctl;
 mod disks;
 mod guest_kit;
 mod hostlimit;
+mod progress;
 mod qemu;
 mod top;
 

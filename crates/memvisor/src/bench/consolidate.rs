@@ -133,6 +133,9 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
         }
     }
     let mut records = Vec::new();
+    let runs = u64::from(s.reps) * s.ns.len() as u64 * s.configs.len() as u64;
+    let bar = crate::progress::bar(runs, "runs");
+    bar.set_message("consolidate");
     for rep in 1..=s.reps {
         for &n in &s.ns {
             for &(name, kind) in &s.configs {
@@ -142,7 +145,10 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
                 let dir = s.out.join("logs").join(format!("{name}-n{n}-rep{rep}"));
                 let _ = std::fs::remove_dir_all(&dir);
                 std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                eprintln!("memvisor bench: consolidate {name}, {n} VMs, rep {rep}");
+                crate::progress::say(
+                    &bar,
+                    &format!("memvisor bench: consolidate {name}, {n} VMs, rep {rep}"),
+                );
                 let got = match kind {
                     Kind::Host { .. } => run_host(&s.exe, kind, n, &image, &dir),
                     Kind::QemuStaticBalloon => run_qemu(&s.exe, n, &image, &dir),
@@ -164,9 +170,11 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
                     });
                 }
                 write_outputs(&s.out, &records, &s.configs, &s.ns)?;
+                bar.inc(1);
             }
         }
     }
+    bar.finish_and_clear();
     Ok(())
 }
 

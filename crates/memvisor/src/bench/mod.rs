@@ -385,6 +385,8 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     let mut records: Vec<report::Record> = Vec::new();
     let started = Instant::now();
     let mut n = 0;
+    let bar = crate::progress::bar(u64::from(total), "runs");
+    bar.set_message(exp.name);
     'reps: for rep in 1..=reps {
         for (si, step) in exp.steps.iter().enumerate() {
             let k = plan.configs.len();
@@ -399,9 +401,12 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     "[{} {n}/{total} rep {rep}/{} {} {}]",
                     exp.name, reps, c.name, step.workload
                 );
-                eprintln!(
-                    "{label} starting ({:.0} s since the bench started)",
-                    started.elapsed().as_secs_f64()
+                crate::progress::say(
+                    &bar,
+                    &format!(
+                        "{label} starting ({:.0} s since the bench started)",
+                        started.elapsed().as_secs_f64()
+                    ),
                 );
                 let disk = match (&step.disk, &shared_disks[si]) {
                     (Some(_), Some(p)) => Some((p.clone(), false)),
@@ -451,9 +456,11 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     rep,
                     result,
                 });
+                bar.inc(1);
             }
         }
     }
+    bar.finish_and_clear();
     let meta = report::Meta {
         experiment: exp,
         reps,
