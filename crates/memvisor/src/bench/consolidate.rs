@@ -249,7 +249,8 @@ fn run_host(exe: &Path, kind: Kind, n: u32, image: &Path, dir: &Path) -> Result<
     std::fs::write(
         &config,
         format!(
-            "[host]\nmemory = {BUDGET}\nswap = \"16G\"\ntick = \"500ms\"\nsample_period = \"5s\"\nstate_dir = \"state\"\n"
+            // The live page on a free loopback port: its address is in host.log.
+            "[host]\nmemory = {BUDGET}\nswap = \"16G\"\ntick = \"500ms\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\n"
         ),
     )
     .map_err(|e| e.to_string())?;
