@@ -451,7 +451,7 @@ fn write_outputs(
         }
         md.push('\n');
     }
-    md.push_str("\nQEMU's guests get a static balloon at their share of the budget (less 24 MiB) when N VMs of their size do not fit; memvisor's are run by `memvisor host` with its defaults (idle tax 0.75, 5 s sampling). Logs of every VM are under `logs/`.\n");
+    md.push_str("\n![consolidate](consolidate.png)\n\nQEMU's guests get a static balloon at their share of the budget (less 24 MiB) when N VMs of their size do not fit; memvisor's are run by `memvisor host` with its defaults (idle tax 0.75, 5 s sampling). Logs of every VM are under `logs/`.\n");
     w("report.md", &md)?;
     plot(&out.join("consolidate.svg"), records, configs, ns)
 }

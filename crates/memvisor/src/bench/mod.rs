@@ -484,6 +484,11 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
             plot::write(&svg, exp, &plan.configs, &records),
         ),
     };
+    // The report shows its figure (the PNG beside it; the SVG is the same figure, scalable).
+    let md = match &drawn {
+        Ok(()) => format!("{md}\n![{0}]({0}.png)\n", exp.name),
+        Err(_) => md,
+    };
     std::fs::write(&csv, csv_text).map_err(|e| format!("{}: {e}", csv.display()))?;
     std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     if let Err(e) = drawn {
