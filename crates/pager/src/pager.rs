@@ -111,6 +111,11 @@ pub trait VcpuControl: Send + Sync {
     /// Whether the VM is paused because of a pager failure: reclaim waits for the resume
     /// (which retries). A pause for another reason does not stop reclaim.
     fn pager_paused(&self) -> bool;
+    /// How long the busiest vCPU has run in guest mode since it started (`None`: not known).
+    /// Working-set sampling counts its periods in it.
+    fn guest_time(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A [`VcpuControl`] for a pager that serves no vCPUs (tests, tools that drive guest memory
@@ -267,6 +272,7 @@ impl Pager {
             in_flight: Vec::new(),
             resident_after_chunk: 0,
         };
+        let guest_time = vcpus.guest_time();
         let shared = Arc::new(Shared {
             mem,
             map,
@@ -284,7 +290,7 @@ impl Pager {
             batch,
             sample_pages: config.sample_pages,
             sample_period: config.sample_period,
-            sampling: Mutex::new(Sampling::new(config.sample_period)),
+            sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
