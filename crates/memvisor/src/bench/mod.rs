@@ -17,6 +17,8 @@
 mod configs;
 mod experiments;
 mod host;
+mod hostexp;
+mod hostreport;
 mod plot;
 mod report;
 mod runner;
@@ -33,11 +35,12 @@ use experiments::Scale;
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10) or overhead (no limit).
+    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit), shares
+    /// (ESX §5.1 on memvisor host) or idletax (ESX §5.2, Fig. 7).
     pub experiment: String,
-    /// Repetitions of every configuration (interleaved).
-    #[arg(long, default_value_t = 3)]
-    pub reps: u32,
+    /// Repetitions of every configuration, interleaved (default 3; shares and idletax: 1).
+    #[arg(long)]
+    pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
@@ -69,6 +72,7 @@ struct BadInput(String);
 
 struct Plan {
     exp: experiments::Experiment,
+    reps: u32,
     configs: Vec<&'static Config>,
     reference: &'static str,
     out: PathBuf,
@@ -77,12 +81,13 @@ struct Plan {
 fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
         BadInput(format!(
-            "unknown experiment '{}'; memvisor bench runs: {}",
+            "unknown experiment '{}'; memvisor bench runs: {}, {}",
             a.experiment,
-            experiments::NAMES.join(", ")
+            experiments::NAMES.join(", "),
+            hostexp::NAMES.join(", ")
         ))
     })?;
-    if a.reps == 0 {
+    if a.reps == Some(0) {
         return Err(BadInput("--reps 0: give at least one repetition".into()));
     }
     let names: Vec<String> = if a.configs.is_empty() {
@@ -134,6 +139,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     }
     Ok(Plan {
         exp,
+        reps: a.reps.unwrap_or(3),
         configs,
         reference,
         out,
@@ -162,6 +168,9 @@ fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), S
 
 /// `memvisor bench`.
 pub fn run(args: BenchArgs) -> ExitCode {
+    if hostexp::NAMES.contains(&args.experiment.as_str()) {
+        return hostexp::run(&args);
+    }
     let plan = match plan(&args) {
         Ok(p) => p,
         Err(BadInput(m)) => {
@@ -266,11 +275,11 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
         notes.push("free page reporting configurations: the balloon device is present and never inflated; the guest kit's driver reports up to 16 free 2 MiB runs every 100 ms (its defaults report=1 report_order=9), and the pager drops them without writing them".into());
     }
 
-    let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * args.reps;
+    let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * plan.reps;
     let mut records: Vec<report::Record> = Vec::new();
     let started = Instant::now();
     let mut n = 0;
-    'reps: for rep in 1..=args.reps {
+    'reps: for rep in 1..=plan.reps {
         for (si, step) in exp.steps.iter().enumerate() {
             let k = plan.configs.len();
             for j in 0..k {
@@ -282,7 +291,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                 n += 1;
                 let label = format!(
                     "[{} {n}/{total} rep {rep}/{} {} {}]",
-                    exp.name, args.reps, c.name, step.workload
+                    exp.name, plan.reps, c.name, step.workload
                 );
                 eprintln!(
                     "{label} starting ({:.0} s since the bench started)",
@@ -340,7 +349,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     }
     let meta = report::Meta {
         experiment: exp,
-        reps: args.reps,
+        reps: plan.reps,
         reference: plan.reference,
         configs: &plan.configs,
         notes,
