@@ -179,6 +179,15 @@ pub struct PolicyUpdate {
     pub shares: Option<u64>,
 }
 
+/// `PATCH /host`: new host-wide policy values; absent ones are kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostUpdate {
+    /// The idle memory tax, from 0 up to (not including) 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_tax: Option<f64>,
+}
+
 /// What happened on the host (`GET /events`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,7 +9,7 @@ mod stats;
 mod vm;
 
 pub use host::{
-    FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm, HostVmState,
+    FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
     PolicyUpdate, VmSample,
 };
 pub use http::{

@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
-    BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
-    HostVmState, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSample, VmSpec, VmState,
+    BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate,
+    HostVm, HostVmState, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSample, VmSpec, VmState,
     VmStats,
 };
 use memvisor_policy::{
-    admit, plan, release, AdmissionRefusal, FreeState, HostParams, Reservations, Thresholds,
-    VmObservation,
+    admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Reservations,
+    Thresholds, VmObservation,
 };
 
 use crate::config::HostConfig;
@@ -310,11 +310,12 @@ impl Host {
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
+        let limit = self.start_limit(&spec);
         let pool = (self.config.pool > 0).then(|| {
             let live = self.vms.iter().filter(|v| v.live()).count() as u64;
             self.config.pool / (live + 1)
         });
-        let vmm = Vmm::spawn(&self.launch, &spec, &files, spec.mem, pool).map_err(|e| {
+        let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool).map_err(|e| {
             Refused(
                 500,
                 format!("cannot start a VMM for vm '{}': {e}", spec.name),
@@ -324,11 +325,15 @@ impl Host {
         self.event(
             HostEventKind::Admitted,
             Some(&spec.name),
-            format!("admitted; its VMM is pid {}", vmm.pid()),
+            format!(
+                "admitted; its VMM is pid {}, its limit {} MiB",
+                vmm.pid(),
+                limit >> 20
+            ),
         );
         self.vms.push(Managed {
             max: spec.mem,
-            target: spec.mem,
+            target: limit,
             spec,
             state: HostVmState::Starting,
             why: None,
@@ -482,6 +487,26 @@ impl Host {
         Ok(v.status())
     }
 
+    /// Changes the host-wide policy (the idle memory tax); refused, and nothing changed, when a
+    /// value is out of range. The next tick plans with it.
+    pub fn update_host(&mut self, u: &HostUpdate) -> Result<HostInfo, Refused> {
+        if let Some(t) = u.idle_tax {
+            if !(0.0..1.0).contains(&t) {
+                return Err(Refused(
+                    400,
+                    format!(
+                        "idle_tax {t}: give a fraction from 0 up to (not including) 1, e.g. 0.75"
+                    ),
+                ));
+            }
+            if t != self.config.idle_tax {
+                tracing::info!("idle memory tax {} -> {t}", self.config.idle_tax);
+            }
+            self.config.idle_tax = t;
+        }
+        Ok(self.info())
+    }
+
     /// Asks a VM's VMM to stop.
     pub fn stop(&mut self, name: &str) -> Result<HostVm, Refused> {
         let i = self.find(name)?;
@@ -567,6 +592,72 @@ impl Host {
             .collect()
     }
 
+    fn params(&self) -> HostParams {
+        HostParams {
+            budget: self.config.memory,
+            idle_tax: self.config.idle_tax,
+            thresholds: Thresholds::default(),
+            pool: self.config.pool,
+        }
+    }
+
+    /// What the policy sees of `v`, from its last observation.
+    fn observe(&self, v: &Managed) -> VmObservation {
+        VmObservation {
+            min: v.spec.min,
+            max: v.max,
+            shares: v.spec.shares,
+            active: v.active(),
+            resident: v.resident(),
+            pooled: v.pooled(),
+            overhead: self.config.vm_overhead,
+            balloon: if v.spec.balloon {
+                Some(
+                    v.info
+                        .as_ref()
+                        .and_then(|i| i.balloon_target_bytes)
+                        .unwrap_or(0),
+                )
+            } else {
+                None
+            },
+            limit: v
+                .info
+                .as_ref()
+                .and_then(|i| i.limit_bytes)
+                .unwrap_or(v.spec.mem),
+            paused: v.paused_by_host,
+            oom_demand: v.oom_demand,
+        }
+    }
+
+    /// The pager limit a VM of `spec` starts with: its share beside the running VMs
+    /// ([`start_limit`]), never below the pager's smallest limit.
+    fn start_limit(&self, spec: &VmSpec) -> u64 {
+        let running: Vec<VmObservation> = self
+            .vms
+            .iter()
+            .filter(|v| v.live() && !v.stop_asked)
+            .map(|v| self.observe(v))
+            .collect();
+        let new = VmObservation {
+            min: spec.min,
+            max: spec.mem,
+            shares: spec.shares,
+            active: 1.0,
+            resident: 0,
+            pooled: 0,
+            overhead: self.config.vm_overhead,
+            balloon: spec.balloon.then_some(0),
+            limit: spec.mem,
+            paused: false,
+            oom_demand: 0,
+        };
+        start_limit(&self.params(), &running, &new)
+            .max(MIN_LIMIT)
+            .min(spec.mem)
+    }
+
     /// Takes in what was observed and decides; returns the orders to send.
     fn decide(&mut self, seen: Vec<(usize, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
         for (i, obs) in seen {
@@ -597,49 +688,12 @@ impl Host {
         let live: Vec<usize> = (0..self.vms.len())
             .filter(|&i| self.vms[i].live() && !self.vms[i].stop_asked)
             .collect();
-        let obs: Vec<VmObservation> = live
-            .iter()
-            .map(|&i| {
-                let v = &self.vms[i];
-                VmObservation {
-                    min: v.spec.min,
-                    max: v.max,
-                    shares: v.spec.shares,
-                    active: v.active(),
-                    resident: v.resident(),
-                    pooled: v.pooled(),
-                    overhead: self.config.vm_overhead,
-                    balloon: if v.spec.balloon {
-                        Some(
-                            v.info
-                                .as_ref()
-                                .and_then(|i| i.balloon_target_bytes)
-                                .unwrap_or(0),
-                        )
-                    } else {
-                        None
-                    },
-                    limit: v
-                        .info
-                        .as_ref()
-                        .and_then(|i| i.limit_bytes)
-                        .unwrap_or(v.spec.mem),
-                    paused: v.paused_by_host,
-                    oom_demand: v.oom_demand,
-                }
-            })
-            .collect();
+        let obs: Vec<VmObservation> = live.iter().map(|&i| self.observe(&self.vms[i])).collect();
         let oom: Vec<bool> = live
             .iter()
             .map(|&i| self.vms[i].oom_deflated() > self.vms[i].oom_seen)
             .collect();
-        let params = HostParams {
-            budget: self.config.memory,
-            idle_tax: self.config.idle_tax,
-            thresholds: Thresholds::default(),
-            pool: self.config.pool,
-        };
-        let p = plan(&params, self.free_state, &obs, &oom);
+        let p = plan(&self.params(), self.free_state, &obs, &oom);
         if p.state != self.free_state {
             let msg = format!(
                 "free memory {} MiB of {} MiB: state {:?} -> {:?}",

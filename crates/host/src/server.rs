@@ -3,6 +3,7 @@
 //! | request | does |
 //! |---|---|
 //! | `GET /host` | the budget, free memory and state, reservations (`HostInfo`) |
+//! | `PATCH /host` | changes the idle memory tax ([`HostUpdate`]) |
 //! | `GET /events?since=S` | what happened after S seconds: admissions, refusals, pauses, exits, free-state changes |
 //! | `GET /history?since=S` | each tick after S seconds: free memory and state, each VM's target, resident, active, balloon, swapped, limit |
 //! | `GET /vms` | every VM: policy, target, allocation, active estimate, balloon, swap, state |
@@ -18,7 +19,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 
 use memvisor_api::server::{error, ok, parse, serve as serve_socket, serve_tcp, Reply};
-use memvisor_api::{PolicyUpdate, VmSpec};
+use memvisor_api::{HostUpdate, PolicyUpdate, VmSpec};
 
 use crate::config::resolve_paths;
 use crate::manager::{lock, metrics, Refused, Shared};
@@ -82,6 +83,10 @@ pub(crate) fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
         ("GET", ["host"]) => ok(&lock(host).info()),
+        ("PATCH", ["host"]) => match parse::<HostUpdate>(body) {
+            Err(e) => e,
+            Ok(u) => lock(host).update_host(&u).map_or_else(refused, |h| ok(&h)),
+        },
         ("GET", ["events"]) => match since(query) {
             Ok(t) => ok(&lock(host).events(t)),
             Err(e) => e,

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use memvisor_api::{
-    call, BalloonUpdate, HostInfo, HostVm, MemoryUpdate, PolicyUpdate, PoolUpdate, VmInfo, VmSpec,
-    VmStats,
+    call, BalloonUpdate, HostInfo, HostUpdate, HostVm, MemoryUpdate, PolicyUpdate, PoolUpdate,
+    VmInfo, VmSpec, VmStats,
 };
 
 use crate::cli::parse_size;
@@ -76,6 +76,11 @@ pub enum CtlRequest {
     },
     /// Host: stop a VM (PUT /vms/NAME/stop).
     Stop { name: String },
+    /// Host: set the idle memory tax, from 0 up to (not including) 1 (PATCH /host).
+    IdleTax {
+        #[arg(value_parser = parse_tax)]
+        tax: f64,
+    },
 }
 
 /// What a request's answer is, to read it back into its type.
@@ -184,7 +189,25 @@ fn request(
             host_only("stop")?;
             ("PUT", format!("/vms/{name}/stop"), None, Answer::HostVm)
         }
+        CtlRequest::IdleTax { tax } => {
+            host_only("idle-tax")?;
+            let body = json(&HostUpdate {
+                idle_tax: Some(tax),
+            });
+            ("PATCH", "/host".into(), Some(body), Answer::Host)
+        }
     })
+}
+
+/// An idle memory tax: a fraction from 0 up to (not including) 1.
+fn parse_tax(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| (0.0..1.0).contains(t))
+        .ok_or_else(|| {
+            format!("'{s}' is not a tax: give a fraction from 0 up to (not including) 1, e.g. 0.75")
+        })
 }
 
 /// A request type as JSON (they always serialize).

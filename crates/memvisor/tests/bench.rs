@@ -459,6 +459,15 @@ fn bad_input_is_one_line_and_status_2() {
             "--reference memvisor-pager",
         ),
         (vec!["workingset", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["shares", "--configs", "qemu", "--out", out],
+            "QEMU has no share-based allocator",
+        ),
+        (vec!["idletax", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["idletax", "--out", "/proc/no/such/dir"],
+            "cannot write there",
+        ),
     ] {
         let o = bench(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{
-    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostVm,
-    HostVmState, PolicyUpdate, VmSample, VmSpec,
+    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample,
+    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmSample, VmSpec,
 };
 use serde_json::Value;
 
@@ -195,6 +195,13 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
             ("VmSpec", serde_json::to_value(&spec_sample).unwrap()),
             ("PolicyUpdate", serde_json::to_value(&update).unwrap()),
             (
+                "HostUpdate",
+                serde_json::to_value(HostUpdate {
+                    idle_tax: Some(0.5),
+                })
+                .unwrap(),
+            ),
+            (
                 "ErrorBody",
                 serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
             ),
@@ -379,6 +386,23 @@ kernel = "{k}"
     assert_eq!(h.memory_reserved_bytes, (56 + 56) * MIB);
     // The target follows the new max within a few ticks.
     wait_vm(&sock, "a", 5, |v| v.target_bytes == 96 * MIB);
+
+    // The idle tax: in range it is taken (and planned with), out of range nothing changes.
+    for bad in [
+        r#"{"idle_tax": 1.0}"#,
+        r#"{"idle_tax": -0.1}"#,
+        r#"{"idle_tax": "high"}"#,
+        r#"{"tax": 0.5}"#,
+    ] {
+        let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(bad));
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+    assert_eq!(get::<HostInfo>(&sock, "/host").idle_tax, 0.75);
+    let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["idle_tax"], 0.0);
+    let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some("{}"));
+    assert_eq!((status, &v["idle_tax"]), (200, &Value::from(0.0)));
 
     // Unknown VMs and paths, wrong methods.
     assert_eq!(call_checked(&spec, &sock, "GET", "/vms/zz", None).0, 404);

@@ -131,6 +131,11 @@ pub trait VcpuControl: Send + Sync {
     /// Whether the VM is paused because of a pager failure: reclaim waits for the resume
     /// (which retries). A pause for another reason does not stop reclaim.
     fn pager_paused(&self) -> bool;
+    /// How long the busiest vCPU has run in guest mode since it started (`None`: not known).
+    /// Working-set sampling counts its periods in it.
+    fn guest_time(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A [`VcpuControl`] for a pager that serves no vCPUs (tests, tools that drive guest memory
@@ -296,6 +301,7 @@ impl Pager {
             in_flight: Vec::new(),
             resident_after_chunk: 0,
         };
+        let guest_time = vcpus.guest_time();
         let shared = Arc::new(Shared {
             mem,
             map,
@@ -323,7 +329,7 @@ impl Pager {
             sample_period: config.sample_period,
             proactive: config.pool.is_some_and(|p| p.proactive),
             swap_in_wanted: AtomicBool::new(false),
-            sampling: Mutex::new(Sampling::new(config.sample_period)),
+            sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
             counters: Counters::default(),
             fault_latency: Latency::default(),

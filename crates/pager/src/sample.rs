@@ -1,7 +1,8 @@
 //! Working-set sampling (ESX §5.3): how much of its memory a VM actively uses, measured without
 //! the guest's help.
 //!
-//! Each period (`sample_period`, 30 s by default) the pager thread:
+//! Each period (`sample_period`, 30 s by default, of the VM's execution time: see
+//! [`PeriodClock`]) the pager thread:
 //! 1. brings back the pages of the last period's sample that were not touched (no fault came for
 //!    them), counting how many were: a touch is a fault on a sampled page, which loads it from
 //!    the sample store like any other store;
@@ -15,6 +16,14 @@
 //! given up when it is taken out. Sampling runs once guest RAM is under the pager (a limit, the
 //! Swap Mapper or the Preventer); before that nothing can fault, and the estimate stays at its
 //! start (all active).
+//!
+//! A period is counted in the time the guest ran (ESX: "a configurable sampling period defined
+//! in units of VM execution time"), not on the wall clock. A page counts as active when the
+//! guest touches it within a period, so a wall-clock period would read a VM that runs slowly as
+//! idle: a VM that thrashes spends most of its time waiting for its own faults, sweeps its
+//! working set more slowly, touches fewer of its sampled pages per second, would be given
+//! less memory, and would thrash more. Counted in guest time, that feedback is gone, and
+//! neither a VM the host paused nor one the host did not run for a while looks idle.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -74,6 +83,66 @@ impl PageStore for SampleStore {
     }
 }
 
+/// A sampling period ends once the guest has run this many periods' worth of wall-clock time at
+/// the most, whether or not it ran: a guest whose vCPUs halt (or a VMM whose kernel does not
+/// report guest time) is still sampled, and reads as idle.
+pub const MAX_STRETCH: u32 = 10;
+
+/// Guest time is reported in clock ticks (10 ms): the shortest wait before looking again.
+const MIN_RECHECK: Duration = Duration::from_millis(20);
+
+/// When a sampling period ends: after `period` of the guest's execution time (the busiest vCPU's
+/// time in guest mode, [`VcpuControl::guest_time`](crate::VcpuControl::guest_time)), or after
+/// [`MAX_STRETCH`] periods of wall-clock time; after `period` of wall-clock time when guest time
+/// is not known. Guest time runs no faster than the wall clock, so the guest's time is read only
+/// when the period could be over, not at every fault.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeriodClock {
+    period: Duration,
+    started: Instant,
+    guest_at_start: Option<Duration>,
+    /// The period is not over before this.
+    check_at: Instant,
+}
+
+impl PeriodClock {
+    pub fn start(period: Duration, now: Instant, guest: Option<Duration>) -> Self {
+        PeriodClock {
+            period,
+            started: now,
+            guest_at_start: guest,
+            check_at: now + period,
+        }
+    }
+
+    /// `None` when the period is over; otherwise how long to wait before asking again.
+    /// `guest` reads the guest's execution time; it is called only when the period may be over.
+    pub fn remaining(
+        &mut self,
+        now: Instant,
+        guest: impl FnOnce() -> Option<Duration>,
+    ) -> Option<Duration> {
+        if now < self.check_at {
+            return Some(self.check_at - now);
+        }
+        let wall = now.saturating_duration_since(self.started);
+        let cap = self.period.saturating_mul(MAX_STRETCH);
+        if wall >= cap {
+            return None;
+        }
+        let ran = match (self.guest_at_start, guest()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => wall,
+        };
+        if ran >= self.period {
+            return None;
+        }
+        let wait = (self.period - ran).max(MIN_RECHECK).min(cap - wall);
+        self.check_at = now + wait;
+        Some(wait)
+    }
+}
+
 /// The sampling state of one VM.
 pub(crate) struct Sampling {
     pub estimate: ActiveEstimate,
@@ -82,7 +151,7 @@ pub(crate) struct Sampling {
     /// The sample store's fault count when this period began.
     faults_at_start: u64,
     /// When this period ends.
-    next: Instant,
+    clock: PeriodClock,
     /// Periods measured so far.
     pub periods: u64,
     /// The last period's sample: pages touched, pages sampled.
@@ -90,12 +159,12 @@ pub(crate) struct Sampling {
 }
 
 impl Sampling {
-    pub fn new(period: Duration) -> Self {
+    pub fn new(period: Duration, guest: Option<Duration>) -> Self {
         Sampling {
             estimate: ActiveEstimate::default(),
             out: Vec::new(),
             faults_at_start: 0,
-            next: Instant::now() + period,
+            clock: PeriodClock::start(period, Instant::now(), guest),
             periods: 0,
             last: (0, 0),
         }
@@ -121,10 +190,10 @@ impl Shared {
         }
         let mut sampling = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        if now < sampling.next {
-            return Some(sampling.next - now);
+        if let Some(wait) = sampling.clock.remaining(now, || self.vcpus.guest_time()) {
+            return Some(wait);
         }
-        sampling.next = now + self.sample_period;
+        sampling.clock = PeriodClock::start(self.sample_period, now, self.vcpus.guest_time());
         let mut pages = self.lock();
         if !pages.attached {
             return Some(self.sample_period);
@@ -189,5 +258,58 @@ impl Shared {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_period_is_counted_in_guest_time() {
+        let t0 = Instant::now();
+        let mut c = PeriodClock::start(S * 2, t0, Some(S * 100));
+        // Not before the wall clock could have reached it: guest time is not even read.
+        assert_eq!(c.remaining(t0 + S, || panic!("read too early")), Some(S));
+        // 2 s later the guest has run 0.5 s (it waited for its faults): 1.5 s to go.
+        assert_eq!(
+            c.remaining(t0 + S * 2, || Some(S * 100 + S / 2)),
+            Some(S * 3 / 2)
+        );
+        assert!(c
+            .remaining(t0 + S * 3, || panic!("read too early"))
+            .is_some());
+        assert_eq!(c.remaining(t0 + S * 7 / 2, || Some(S * 101)), Some(S));
+        assert_eq!(c.remaining(t0 + S * 9 / 2, || Some(S * 102)), None);
+    }
+
+    #[test]
+    fn a_guest_that_does_not_run_is_sampled_after_max_stretch_periods() {
+        let t0 = Instant::now();
+        let mut c = PeriodClock::start(S, t0, Some(S));
+        let mut now = t0;
+        let mut waited = Duration::ZERO;
+        while let Some(w) = c.remaining(now, || Some(S)) {
+            assert!(w >= MIN_RECHECK.min(S * MAX_STRETCH - waited), "{w:?}");
+            now += w;
+            waited += w;
+        }
+        assert_eq!(waited, S * MAX_STRETCH);
+    }
+
+    #[test]
+    fn without_guest_time_a_period_is_wall_clock_time() {
+        let t0 = Instant::now();
+        let mut c = PeriodClock::start(S, t0, None);
+        assert_eq!(c.remaining(t0 + S / 2, || None), Some(S / 2));
+        assert_eq!(c.remaining(t0 + S, || None), None);
+        // Guest time that appears only later is no use without its start.
+        let mut c = PeriodClock::start(S, t0, None);
+        assert_eq!(c.remaining(t0 + S, || Some(Duration::ZERO)), None);
+        // Guest time that went backwards (the busiest vCPU ended) counts as none run.
+        let mut c = PeriodClock::start(S, t0, Some(S * 5));
+        assert_eq!(c.remaining(t0 + S, || Some(S)), Some(S));
     }
 }

@@ -9,9 +9,11 @@
 //!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.
 //! - Growing is always allowed: a balloon deflates and a pager limit rises toward a higher target
 //!   in every state. Shrinking waits for pressure: in `soft` balloons inflate toward their
-//!   targets (`max − target` taken from the guest); in `hard` the pager limits are set at the
-//!   targets too (the hypervisor pages what the balloon has not freed yet); in `low` VMs still
-//!   above their targets are also paused, and stay paused until they are below them.
+//!   targets (`max − target` taken from the guest), and a VM without a balloon has its pager
+//!   limit set at its target (ESX: "resorts to paging only in cases where ballooning is not
+//!   possible"); in `hard` the pager limits are set at the targets for every VM (the hypervisor
+//!   pages what the balloon has not freed yet); in `low` VMs still above their targets are also
+//!   paused (more than [`PAUSE_SLACK`] above), and stay paused until they are below them.
 //! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
 //!   has: for [`OOM_DEMAND_TICKS`] ticks it counts as fully active, whatever its sampled estimate.
 //! - The pool (MemFlex): `pool` bytes of the budget are set aside for swapped pages, so targets
@@ -26,6 +28,13 @@ use crate::{targets, FreeState, Thresholds, VmDemand};
 
 /// Ticks during which a VM that deflated on OOM counts as fully active.
 pub const OOM_DEMAND_TICKS: u32 = 10;
+
+/// How far above its target a VM may be before the low state pauses it. A pager holding a VM at
+/// its limit lets it run past the limit by up to one reclaim chunk (256 pages) and one fault's
+/// install (32 pages) before reclaim catches up; such a VM is held at its target already, and
+/// pausing it would stop it for nothing. (Before this margin, a VM that had just joined with its
+/// limit at its target was paused in the low state for being 0.1 MiB over.)
+pub const PAUSE_SLACK: u64 = 2 << 20;
 
 /// The host-wide inputs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -88,6 +97,45 @@ pub struct Plan {
     pub actions: Vec<VmAction>,
 }
 
+/// What targets divide: the budget minus the VMMs' overheads and the high state's reserve.
+fn usable(host: &HostParams, vms: &[VmObservation]) -> u64 {
+    let overheads: u64 = vms.iter().map(|v| v.overhead).fold(0, u64::saturating_add);
+    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let reserve = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;
+    host.budget
+        .saturating_sub(overheads)
+        .saturating_sub(reserve)
+        .saturating_sub(host.pool)
+}
+
+/// The pager limit for a VM about to start beside `vms`: its target as if it were fully active
+/// (it has not been sampled yet), at most its `max`. Limits are not raised past targets and
+/// shrink only under pressure, so a VM started with no limit on a host short of memory would
+/// take more than its share before the next tick, and the host would go past its budget until
+/// reclaim caught up.
+pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation) -> u64 {
+    let mut all: Vec<VmObservation> = vms.to_vec();
+    all.push(VmObservation {
+        active: 1.0,
+        ..*new
+    });
+    let demands: Vec<VmDemand> = all
+        .iter()
+        .map(|v| VmDemand {
+            min: v.min,
+            max: v.max,
+            shares: v.shares,
+            active: if v.oom_demand > 0 { 1.0 } else { v.active },
+        })
+        .collect();
+    targets(usable(host, &all), &demands, host.idle_tax)
+        .last()
+        .copied()
+        .unwrap_or(new.max)
+        .min(new.max)
+}
+
 /// Decides one tick. `state` is the free-memory state the last tick left; `oom_deflated`
 /// says, per VM, whether it deflated its balloon on OOM since then.
 pub fn plan(
@@ -107,15 +155,7 @@ pub fn plan(
     let free = host.budget.saturating_sub(held);
     let state = state.next(free, host.budget, &host.thresholds);
     let reclaim = state.reclaim();
-    let overheads: u64 = vms.iter().map(|v| v.overhead).fold(0, u64::saturating_add);
-    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let reserve = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;
-    let usable = host
-        .budget
-        .saturating_sub(overheads)
-        .saturating_sub(reserve)
-        .saturating_sub(host.pool);
+    let usable = usable(host, vms);
     let oom: Vec<u32> = vms
         .iter()
         .enumerate()
@@ -168,13 +208,10 @@ pub fn plan(
                     now.min(give_back)
                 }
             });
-            let limit = if reclaim.page {
-                target
-            } else {
-                v.limit.max(target)
-            }
-            .min(v.max);
-            let above = v.resident > target;
+            // Soft pages only where there is no balloon to inflate.
+            let page = reclaim.page || (reclaim.balloon && v.balloon.is_none());
+            let limit = if page { target } else { v.limit.max(target) }.min(v.max);
+            let above = v.resident > target.saturating_add(PAUSE_SLACK);
             let pause = above && (reclaim.pause_above_target || v.paused);
             VmAction {
                 target,
@@ -269,6 +306,38 @@ mod tests {
         assert!(!p.actions[1].pause);
     }
 
+    /// A VM its pager holds at its target runs a little past it between reclaim chunks; the low
+    /// state pauses only VMs above their targets by more than that.
+    #[test]
+    fn the_low_state_does_not_pause_a_vm_its_pager_holds_at_its_target() {
+        let budget = 1000 * MIB;
+        let t = |p: &Plan, i: usize| p.actions[i].target;
+        // 1000 - (600 + 395 + 32) < 0: low.
+        let a = vm(800 * MIB, 600 * MIB, 1.0);
+        let b = vm(800 * MIB, 395 * MIB, 1.0);
+        let p = plan(&host(budget), FreeState::Low, &[a, b], &[false; 2]);
+        assert_eq!(p.state, FreeState::Low);
+        let (ta, tb) = (t(&p, 0), t(&p, 1));
+        let at = |resident: u64, target: u64| VmObservation {
+            resident,
+            limit: target,
+            ..vm(800 * MIB, resident, 1.0)
+        };
+        let over = |extra: u64| {
+            plan(
+                &host(budget),
+                FreeState::Low,
+                &[at(ta + extra, ta), at(600 * MIB, tb)],
+                &[false; 2],
+            )
+        };
+        let p = over(PAUSE_SLACK);
+        assert_eq!(p.state, FreeState::Low);
+        assert!(!p.actions[0].pause, "at its target, within the slack");
+        assert!(p.actions[1].pause, "far above its target");
+        assert!(over(PAUSE_SLACK + 4096).actions[0].pause);
+    }
+
     #[test]
     fn soft_balloons_but_leaves_limits() {
         // 1000 - (600 + 330 + 32) = 38 MiB: 3.8 %, soft.
@@ -282,6 +351,40 @@ mod tests {
         let i = p.actions[1];
         assert_eq!(i.balloon, Some(800 * MIB - i.target));
         assert_eq!(i.limit, 800 * MIB);
+    }
+
+    /// ESX §6.3: soft reclaims by ballooning, "and resorts to paging only in cases where
+    /// ballooning is not possible". A VM without a balloon above its target is paged in soft;
+    /// otherwise a host whose free memory stays between the hard and high thresholds would
+    /// never reclaim it.
+    #[test]
+    fn soft_pages_a_vm_that_has_no_balloon() {
+        let busy = vm(800 * MIB, 600 * MIB, 1.0);
+        let idle = VmObservation {
+            balloon: None,
+            ..vm(800 * MIB, 330 * MIB, 0.0)
+        };
+        let p = plan(
+            &host(1000 * MIB),
+            FreeState::High,
+            &[busy, idle],
+            &[false; 2],
+        );
+        assert_eq!(p.state, FreeState::Soft);
+        let i = p.actions[1];
+        assert!(i.target < 330 * MIB, "{i:?}");
+        assert_eq!((i.balloon, i.limit), (None, i.target));
+        assert!(!i.pause);
+        // The busy VM, under its target, keeps its limit.
+        assert_eq!(p.actions[0].limit, 800 * MIB);
+        // In high nothing shrinks, balloon or not.
+        let p = plan(
+            &host(4000 * MIB),
+            FreeState::High,
+            &[busy, idle],
+            &[false; 2],
+        );
+        assert_eq!((p.state, p.actions[1].limit), (FreeState::High, 800 * MIB));
     }
 
     #[test]
@@ -329,6 +432,26 @@ mod tests {
         let b = plan(&with, FreeState::High, &[small, idle], &[false; 2]);
         let c = plan(&with, FreeState::High, &[pooled, idle], &[false; 2]);
         assert_eq!(b.free - c.free, 50 * MIB);
+    }
+
+    #[test]
+    fn a_vm_starts_limited_to_its_share_when_memory_is_short() {
+        let budget = 700 * MIB;
+        // Alone, it gets everything it can use.
+        let new = VmObservation {
+            shares: 2000,
+            resident: 0,
+            ..vm(512 * MIB, 0, 0.0)
+        };
+        assert_eq!(start_limit(&host(budget), &[], &new), 512 * MIB);
+        // Beside a busy VM with half its shares: two thirds of what is left for the VMs.
+        let busy = vm(512 * MIB, 480 * MIB, 1.0);
+        let l = start_limit(&host(budget), &[busy], &new);
+        let usable = budget - 32 * MIB - budget * 6 / 100;
+        assert!(l.abs_diff(usable * 2 / 3) <= budget / 1024 + 1, "{l}");
+        // Beside an idle VM, with the tax, it gets all it can use.
+        let idle = vm(512 * MIB, 480 * MIB, 0.0);
+        assert_eq!(start_limit(&host(budget), &[idle], &new), 512 * MIB);
     }
 
     proptest! {

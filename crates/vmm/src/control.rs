@@ -14,6 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use memvisor_pager::{PagerFailure, VcpuControl};
 
@@ -167,13 +168,58 @@ impl VcpuControl for Vcpus {
     fn pager_paused(&self) -> bool {
         self.pager_failed.load(Ordering::SeqCst)
     }
+
+    /// The largest guest time of the vCPU threads, from `/proc/self/task/TID/stat`.
+    fn guest_time(&self) -> Option<Duration> {
+        let tids = self.lock().tids.clone();
+        tids.iter()
+            .filter_map(|tid| {
+                let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+                guest_ticks(&stat)
+            })
+            .max()
+            .map(ticks_to_duration)
+    }
+}
+
+/// Field 43 of a `/proc/PID/stat` line, `guest_time`: clock ticks this thread ran a vCPU in
+/// guest mode. Fields are counted after the command name, which may hold spaces and `)`.
+fn guest_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (the state).
+    rest.split_whitespace().nth(43 - 3)?.parse().ok()
+}
+
+fn ticks_to_duration(ticks: u64) -> Duration {
+    // SAFETY: sysconf takes no pointers.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)
+        .unwrap_or(100);
+    Duration::from_secs(ticks / hz) + Duration::from_nanos(ticks % hz * 1_000_000_000 / hz)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
+
+    #[test]
+    fn guest_time_is_read_from_the_thread_s_stat() {
+        let line = "4242 (vcpu 0) (x)) S 1 2 3 0 -1 4194560 10 0 0 0 64 137 0 0 20 0 7 0 \
+                    100 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 -1 1 0 0 0 50 0 0 0 0";
+        assert_eq!(guest_ticks(line), Some(50));
+        assert_eq!(guest_ticks("4242 (short) S 1 2"), None);
+        assert_eq!(guest_ticks("no parenthesis"), None);
+        assert_eq!(ticks_to_duration(0), Duration::ZERO);
+        // This thread runs no guest: its own stat line has the field, at 0.
+        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        assert_eq!(guest_ticks(&own), Some(0));
+        let v = Vcpus::default();
+        assert_eq!(v.guest_time(), None, "no vCPU threads");
+        v.register();
+        assert_eq!(v.guest_time(), Some(Duration::ZERO));
+    }
 
     #[test]
     fn a_parked_thread_waits_for_resume_and_a_pager_failure_outranks_a_request() {

@@ -19,6 +19,8 @@ mod configs;
 mod consolidate;
 mod experiments;
 mod host;
+mod hostexp;
+mod hostreport;
 mod plot;
 mod report;
 mod runner;
@@ -36,10 +38,12 @@ use experiments::Scale;
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit) or
-    /// workingset (ESX Fig. 6).
+    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
+    /// workingset (ESX Fig. 6), shares (ESX §5.1 on memvisor host), idletax (ESX §5.2, Fig. 7)
+    /// or consolidate (VSwapper Fig. 14).
     pub experiment: String,
-    /// Repetitions of every configuration, interleaved (default 3; 1 for workingset).
+    /// Repetitions of every configuration, interleaved (default 3; 1 for workingset, shares,
+    /// idletax and consolidate).
     #[arg(long)]
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list).
@@ -85,9 +89,10 @@ struct Plan {
 fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
         BadInput(format!(
-            "unknown experiment '{}'; memvisor bench runs: {}, consolidate",
+            "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate",
             a.experiment,
-            experiments::NAMES.join(", ")
+            experiments::NAMES.join(", "),
+            hostexp::NAMES.join(", ")
         ))
     })?;
     let reps = a.reps.unwrap_or_else(|| exp.default_reps());
@@ -200,6 +205,9 @@ fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), S
 pub fn run(args: BenchArgs) -> ExitCode {
     if args.experiment == "consolidate" {
         return run_consolidate(&args);
+    }
+    if hostexp::NAMES.contains(&args.experiment.as_str()) {
+        return hostexp::run(&args);
     }
     let plan = match plan(&args) {
         Ok(p) => p,
