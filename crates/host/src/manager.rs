@@ -58,6 +58,29 @@ struct Managed {
 }
 
 impl Managed {
+    /// A VM with no VMM yet, nothing reserved and nothing observed.
+    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> Managed {
+        Managed {
+            max: spec.mem,
+            target: 0,
+            spec,
+            state,
+            why,
+            vmm: None,
+            files,
+            exit_status: None,
+            reserved: false,
+            stop_asked: false,
+            stats: None,
+            info: None,
+            paused_by_host: false,
+            pool: 0,
+            active_at_pause: None,
+            oom_demand: 0,
+            oom_seen: 0,
+        }
+    }
+
     fn live(&self) -> bool {
         self.vmm.is_some()
     }
@@ -331,26 +354,13 @@ impl Host {
                 limit >> 20
             ),
         );
-        self.vms.push(Managed {
-            max: spec.mem,
-            target: limit,
-            spec,
-            state: HostVmState::Starting,
-            why: None,
-            vmm: Some(vmm),
-            files,
-            exit_status: None,
-            reserved: true,
-            stop_asked: false,
-            stats: None,
-            info: None,
-            paused_by_host: false,
-            pool: 0,
-            active_at_pause: None,
-            oom_demand: 0,
-            oom_seen: 0,
-        });
-        Ok(self.vms.last().map(Managed::status).expect("just pushed"))
+        let mut v = Managed::new(spec, files, HostVmState::Starting, None);
+        v.target = limit;
+        v.vmm = Some(vmm);
+        v.reserved = true;
+        let status = v.status();
+        self.vms.push(v);
+        Ok(status)
     }
 
     /// Records a VM of the config that admission refused at start.
@@ -360,25 +370,9 @@ impl Host {
             Some(&spec.name),
             format!("refused: {why}"),
         );
-        self.vms.push(Managed {
-            max: spec.mem,
-            target: 0,
-            files: VmmFiles::new(&self.config.state_dir, &spec.name),
-            spec,
-            state: HostVmState::Refused,
-            why: Some(why.to_string()),
-            vmm: None,
-            exit_status: None,
-            reserved: false,
-            stop_asked: false,
-            stats: None,
-            info: None,
-            paused_by_host: false,
-            pool: 0,
-            active_at_pause: None,
-            oom_demand: 0,
-            oom_seen: 0,
-        });
+        let files = VmmFiles::new(&self.config.state_dir, &spec.name);
+        let v = Managed::new(spec, files, HostVmState::Refused, Some(why.to_string()));
+        self.vms.push(v);
     }
 
     /// Starts every VM of the config, in order; those admission refuses are listed as refused.
