@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{HostVm, HostVmState, VmSpec};
+use memvisor_api::{HostSample, HostVm, HostVmState, VmSpec};
 use plotters::prelude::*;
 
 /// Guest RAM of each VM.
@@ -297,6 +297,23 @@ fn run_host(exe: &Path, kind: Kind, n: u32, image: &Path, dir: &Path) -> Result<
         }
         std::thread::sleep(Duration::from_millis(250));
     };
+    // Every tick of the run: each VM's allocation over time, as CSV and a plot in the run's
+    // directory.
+    match memvisor_api::call(&sock, "GET", "/history", None)
+        .map_err(|e| e.to_string())
+        .and_then(|(_, body)| {
+            serde_json::from_str::<Vec<HostSample>>(&body).map_err(|e| e.to_string())
+        }) {
+        Ok(history) => {
+            if let Err(e) = write_allocation(dir, &history) {
+                eprintln!(
+                    "memvisor bench: allocation over time in {}: {e}",
+                    dir.display()
+                );
+            }
+        }
+        Err(e) => eprintln!("memvisor bench: the host's history: {e}"),
+    }
     drop(host);
     Ok(vms
         .iter()
@@ -375,6 +392,109 @@ fn run_qemu(exe: &Path, n: u32, image: &Path, dir: &Path) -> Result<Outcome, Str
         drop(vm);
     }
     Ok(out)
+}
+
+/// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
+/// memory and target over the run) in a run's directory.
+fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String> {
+    let mut csv = String::from("seconds,vm,state,resident_bytes,target_bytes,balloon_bytes,swapped_bytes,limit_bytes,free_bytes,free_state\n");
+    let mut names: Vec<String> = Vec::new();
+    for t in history {
+        for v in &t.vms {
+            let _ = writeln!(
+                csv,
+                "{:.2},{},{:?},{},{},{},{},{},{},{:?}",
+                t.seconds,
+                v.name,
+                v.state,
+                v.resident_bytes,
+                v.target_bytes,
+                v.balloon_bytes,
+                v.swapped_bytes,
+                v.limit_bytes,
+                t.free_bytes,
+                t.free_state
+            );
+            if !names.contains(&v.name) {
+                names.push(v.name.clone());
+            }
+        }
+    }
+    std::fs::write(dir.join("allocation.csv"), csv).map_err(|e| e.to_string())?;
+    let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
+    super::plot::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
+        draw_allocation(root, history, &names, end)
+    })
+}
+
+fn draw_allocation<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    history: &[HostSample],
+    names: &[String],
+    end: f64,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    const MIB: f64 = 1048576.0;
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    #[allow(clippy::cast_precision_loss)]
+    let top = (MEM as f64 / MIB) * 1.1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "allocation over time: resident (solid) and target (dashed) per VM",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..end, 0f64..top)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("MiB")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, name) in names.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        #[allow(clippy::cast_precision_loss)]
+        let series = |f: &dyn Fn(&memvisor_api::VmSample) -> u64| -> Vec<(f64, f64)> {
+            history
+                .iter()
+                .filter_map(|t| {
+                    t.vms
+                        .iter()
+                        .find(|v| &v.name == name)
+                        .map(|v| (t.seconds, f(v) as f64 / MIB))
+                })
+                .collect()
+        };
+        chart
+            .draw_series(LineSeries::new(
+                series(&|v| v.resident_bytes),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(DashedLineSeries::new(
+                series(&|v| v.target_bytes),
+                6,
+                4,
+                color.into(),
+            ))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 /// Mean completion seconds of `config` with `n` VMs, over the VMs that finished, and how many
