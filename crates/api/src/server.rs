@@ -4,7 +4,7 @@
 //! host's metrics port is served the same way over TCP ([`serve_tcp`]).
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -96,23 +96,14 @@ where
     F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
     R: Into<Reply>,
 {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(mut s) => {
-                        // A client that connects and sends nothing must not hold the API.
-                        if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
-                            tracing::warn!("api: cannot set a read timeout: {e}");
-                        }
-                        answer(&mut s, &handle);
-                    }
-                    Err(e) => tracing::warn!("api: accept failed: {e}"),
-                }
-            }
-        })?;
-    Ok(())
+    let accept = move || listener.accept().map(|(s, _)| s);
+    serve_with(name, "api".to_owned(), accept, handle, |s: &UnixStream| {
+        // A client that connects and sends nothing must not hold the API.
+        if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
+            tracing::warn!("api: cannot set a read timeout: {e}");
+        }
+        true
+    })
 }
 
 /// [`serve`] over TCP. A client also has [`READ_TIMEOUT`] to take its answer, so one that stops
@@ -122,23 +113,45 @@ where
     F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
     R: Into<Reply>,
 {
+    let label = listener_name(&listener);
+    let accept = move || listener.accept().map(|(s, _)| s);
+    serve_with(name, label, accept, handle, |s: &TcpStream| {
+        let timeouts = s
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .and_then(|()| s.set_write_timeout(Some(READ_TIMEOUT)));
+        if let Err(e) = &timeouts {
+            tracing::warn!("cannot set timeouts on a connection: {e}");
+        }
+        timeouts.is_ok()
+    })
+}
+
+/// The serving thread of [`serve`] and [`serve_tcp`]: accepts connections for ever, `prepare`s
+/// each (false: drop it) and answers its one request.
+fn serve_with<S, A, P, F, R>(
+    name: &str,
+    label: String,
+    mut accept: A,
+    handle: F,
+    prepare: P,
+) -> std::io::Result<()>
+where
+    S: Read + Write,
+    A: FnMut() -> std::io::Result<S> + Send + 'static,
+    P: Fn(&S) -> bool + Send + 'static,
+    F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
+    R: Into<Reply>,
+{
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(mut s) => {
-                        let timeouts = s
-                            .set_read_timeout(Some(READ_TIMEOUT))
-                            .and_then(|()| s.set_write_timeout(Some(READ_TIMEOUT)));
-                        if let Err(e) = timeouts {
-                            tracing::warn!("cannot set timeouts on a connection: {e}");
-                            continue;
-                        }
+        .spawn(move || loop {
+            match accept() {
+                Ok(mut s) => {
+                    if prepare(&s) {
                         answer(&mut s, &handle);
                     }
-                    Err(e) => tracing::warn!("{} accept failed: {e}", listener_name(&listener)),
                 }
+                Err(e) => tracing::warn!("{label}: accept failed: {e}"),
             }
         })?;
     Ok(())

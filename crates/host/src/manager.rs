@@ -6,6 +6,7 @@
 //! lock is never held while a VMM is called, so the host API answers while a VMM is slow.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -21,7 +22,7 @@ use memvisor_policy::{
 };
 
 use crate::config::HostConfig;
-use crate::process::{describe_exit, Launch, Vmm, VmmFiles};
+use crate::process::{describe_exit, get, put, Launch, Vmm, VmmFiles};
 
 /// Events kept for `GET /events` (the oldest go first).
 const EVENTS_KEPT: usize = 10_000;
@@ -47,8 +48,6 @@ struct Managed {
     stats: Option<VmStats>,
     info: Option<VmInfo>,
     paused_by_host: bool,
-    /// Its share of the host's pool.
-    pool: u64,
     /// The active fraction when the host paused it: a paused guest touches nothing, and
     /// sampling must not read that as idleness.
     active_at_pause: Option<f64>,
@@ -74,7 +73,6 @@ impl Managed {
             stats: None,
             info: None,
             paused_by_host: false,
-            pool: 0,
             active_at_pause: None,
             oom_demand: 0,
             oom_seen: 0,
@@ -577,7 +575,7 @@ impl Host {
     }
 
     /// The VMMs to observe this tick: index and socket.
-    fn to_observe(&self) -> Vec<(usize, std::path::PathBuf)> {
+    fn to_observe(&self) -> Vec<(usize, PathBuf)> {
         self.vms
             .iter()
             .enumerate()
@@ -711,7 +709,6 @@ impl Host {
                 continue; // not answering yet: nothing to send
             }
             let limit = a.limit.max(MIN_LIMIT);
-            v.pool = a.pool;
             // The pool moves in whole MiB: smaller changes are not worth a spill.
             let pool = v
                 .pool_capacity()
@@ -772,75 +769,50 @@ pub fn metrics(host: &Shared) -> String {
 
 /// One tick: reap, observe (without the lock), plan, send (without the lock).
 pub fn tick(host: &Shared) {
-    let (targets, launch_files) = {
+    let socks = {
         let mut h = lock(host);
         h.reap();
-        let t = h.to_observe();
-        let files: Vec<VmmFiles> = t.iter().map(|&(i, _)| h.vms[i].files.clone()).collect();
-        (t, files)
+        h.to_observe()
     };
-    let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = targets
-        .iter()
-        .zip(&launch_files)
-        .map(|(&(i, _), files)| {
-            let c = Client(files);
-            (i, c.info().ok().zip(c.stats().ok()))
-        })
+    let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = socks
+        .into_iter()
+        .map(|(i, sock)| (i, get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok())))
         .collect();
-    let (orders, files): (Vec<Order>, Vec<VmmFiles>) = {
+    let orders: Vec<(Order, String, PathBuf)> = {
         let mut h = lock(host);
         let orders = h.decide(seen);
-        let files = orders
-            .iter()
-            .map(|o| h.vms[o.index].files.clone())
-            .collect();
-        (orders, files)
+        orders
+            .into_iter()
+            .map(|o| {
+                let v = &h.vms[o.index];
+                let (name, sock) = (v.spec.name.clone(), v.files.sock.clone());
+                (o, name, sock)
+            })
+            .collect()
     };
     let mut done = Vec::new();
-    for (o, files) in orders.iter().zip(&files) {
-        let c = Client(files);
-        let name = files
-            .sock
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some(b) = o.balloon {
-            if let Err(e) = c.put("/balloon", Some(&BalloonUpdate { target: b })) {
+    for (o, name, sock) in &orders {
+        let warn = |r: Result<(), String>| {
+            if let Err(e) = r {
                 tracing::warn!("vm {name}: {e}");
             }
+        };
+        if let Some(b) = o.balloon {
+            warn(put(sock, "/balloon", Some(&BalloonUpdate { target: b })));
         }
         if let Some(bytes) = o.pool {
-            if let Err(e) = c.put("/pool", Some(&PoolUpdate { bytes })) {
-                tracing::warn!("vm {name}: {e}");
-            }
+            warn(put(sock, "/pool", Some(&PoolUpdate { bytes })));
         }
         if let Some(l) = o.limit {
-            if let Err(e) = c.put("/memory", Some(&MemoryUpdate { limit: Some(l) })) {
-                tracing::warn!("vm {name}: {e}");
-            }
+            warn(put(sock, "/memory", Some(&MemoryUpdate { limit: Some(l) })));
         }
         if let Some(p) = o.pause {
             let path = if p { "/vm/pause" } else { "/vm/resume" };
-            match c.put(path, None::<&()>) {
+            match put(sock, path, None::<&()>) {
                 Ok(()) => done.push((o.index, Some(p))),
                 Err(e) => tracing::warn!("vm {name}: {e}"),
             }
         }
     }
     lock(host).sent(done);
-}
-
-/// Calls a VMM's API by its files alone (no process handle needed, so no lock).
-struct Client<'a>(&'a VmmFiles);
-
-impl Client<'_> {
-    fn info(&self) -> Result<VmInfo, String> {
-        crate::process::get(&self.0.sock, "/vm")
-    }
-    fn stats(&self) -> Result<VmStats, String> {
-        crate::process::get(&self.0.sock, "/stats")
-    }
-    fn put(&self, path: &str, body: Option<&impl serde::Serialize>) -> Result<(), String> {
-        crate::process::put(&self.0.sock, path, body)
-    }
 }

@@ -147,9 +147,16 @@ pub fn put(sock: &Path, path: &str, body: Option<&impl serde::Serialize>) -> Res
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill has no memory effects; the pid is our own child, not yet reaped.
-        unsafe { libc::kill(pid, sig) };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill has no memory effects; the pid is our own child, not yet reaped.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        // ESRCH: it has just exited (the next reap sees it); anything else is worth a word.
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            tracing::warn!("cannot send signal {sig} to VMM {pid}: {e}");
+        }
     }
 }
 

@@ -109,7 +109,12 @@ impl Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         // SAFETY: `ptr` is the mapping made in `map`, of this length, not used after this.
-        unsafe { libc::munmap(self.ptr.cast(), CHUNK_PAGES as usize * BLOCK) };
+        if unsafe { libc::munmap(self.ptr.cast(), CHUNK_PAGES as usize * BLOCK) } != 0 {
+            tracing::warn!(
+                "pager: cannot unmap a pool chunk: {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 
@@ -386,16 +391,21 @@ impl Pool {
         }
     }
 
-    /// One round of the flusher: drops the blocks `live` says are freed, and while the pool is
-    /// above its spill mark writes its least recent blocks (up to [`FLUSH_BATCH`], sorted by
-    /// block so runs are sequential) to `file` and frees their slots. Returns whether it spilled
-    /// anything (so there may be more to do).
-    pub(crate) fn flush_round(
+    /// A purge then a spill, as the flusher does after a wake-up.
+    #[cfg(test)]
+    fn flush_round(
         &self,
         file: &SwapFile,
         live: impl FnOnce(&[Block]) -> Vec<bool>,
         buf: &mut AlignedBuf,
     ) -> std::io::Result<bool> {
+        self.purge(live);
+        self.spill(file, buf)
+    }
+
+    /// Drops the pooled blocks `live` says the page table has freed (and not written again
+    /// since: a freed block may have been reused).
+    pub(crate) fn purge(&self, live: impl FnOnce(&[Block]) -> Vec<bool>) {
         let pooled: Vec<(Block, u64)> = self
             .lock()
             .entries
@@ -404,18 +414,21 @@ impl Pool {
             .collect();
         let blocks: Vec<Block> = pooled.iter().map(|&(b, _)| b).collect();
         let alive = live(&blocks);
-        {
-            let mut inner = self.lock();
-            let mut purged = 0;
-            for (&(b, seq), &keep) in pooled.iter().zip(&alive) {
-                // Only if not written again since: a freed block may have been reused.
-                if !keep && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
-                    inner.remove(b);
-                    purged += 1;
-                }
+        let mut inner = self.lock();
+        let mut purged = 0;
+        for (&(b, seq), &keep) in pooled.iter().zip(&alive) {
+            if !keep && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
+                inner.remove(b);
+                purged += 1;
             }
-            self.counters.purged.fetch_add(purged, Ordering::Relaxed);
         }
+        self.counters.purged.fetch_add(purged, Ordering::Relaxed);
+    }
+
+    /// While the pool is above its spill mark, writes its least recent blocks (up to
+    /// [`FLUSH_BATCH`], sorted by block so runs are sequential) to `file` and frees their slots.
+    /// Returns whether it spilled anything (so there may be more to do).
+    pub(crate) fn spill(&self, file: &SwapFile, buf: &mut AlignedBuf) -> std::io::Result<bool> {
         // Down to 90 % of the mark, so the flusher does not start again at once.
         let low = u32::try_from(u64::from(self.spill_mark()) * 9 / 10).unwrap_or(0);
         let mut batch: Vec<(Block, u64)> = {

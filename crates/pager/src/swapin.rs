@@ -2,8 +2,8 @@
 //! (MemFlex §3.3, hybrid swap-out) and proactive swap-in (§3.4).
 //!
 //! - **Flusher** (thread `pool-flush`): while the pool is above its spill mark, its least recent
-//!   blocks go to the swap file in sorted runs ([`crate::pool::Pool::flush_round`]); every second
-//!   it also drops blocks the page table has freed.
+//!   blocks go to the swap file in sorted runs ([`crate::pool::Pool::spill`]); on every wake-up
+//!   (at least once a second) it first drops blocks the page table has freed.
 //! - **Proactive swap-in** (on the reclaim thread): when the limit rises (or goes), swapped pages
 //!   come back in runs of up to [`RUN`] pages without waiting for their faults: pooled pages
 //!   first, most recently pooled first (MemFlex's order: the last swapped out is the likeliest
@@ -35,15 +35,17 @@ impl Shared {
         let mut buf = AlignedBuf::new(FLUSH_BATCH * PAGE);
         loop {
             pool.wait_for_work();
+            // Freed blocks are dropped once per wake-up (a scan of the whole pool), then the
+            // pool spills round by round down to its mark.
+            pool.purge(|blocks: &[Block]| {
+                let pages = self.lock();
+                blocks
+                    .iter()
+                    .map(|&b| pages.table.blocks.refs(b) > 0)
+                    .collect()
+            });
             loop {
-                let live = |blocks: &[Block]| {
-                    let pages = self.lock();
-                    blocks
-                        .iter()
-                        .map(|&b| pages.table.blocks.refs(b) > 0)
-                        .collect()
-                };
-                match pool.flush_round(&self.stores.swap.file, live, &mut buf) {
+                match pool.spill(&self.stores.swap.file, &mut buf) {
                     Ok(true) => {}
                     Ok(false) => break,
                     Err(e) => {
