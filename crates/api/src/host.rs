@@ -40,7 +40,10 @@ pub struct HostInfo {
     pub idle_tax: f64,
     /// Host memory each VMM is taken to need besides guest RAM.
     pub vm_overhead_bytes: u64,
-    /// Memory of the budget set aside for the VMs' pools (MemFlex); 0: no pools.
+    /// The most memory the VMs' pools may hold together (MemFlex); 0: no pools.
+    pub pool_max_bytes: u64,
+    /// The pools' size together at the last tick: what the VMs do not hold, less the high
+    /// state's reserve, at most `pool_max_bytes`.
     pub pool_bytes: u64,
     /// Memory admission has reserved: `min` plus overhead of every admitted VM.
     pub memory_reserved_bytes: u64,

@@ -43,16 +43,21 @@ pub struct HostConfig {
 /// guest minus its resident guest pages (docs/host.md).
 pub const DEFAULT_VM_OVERHEAD: u64 = 24 << 20;
 
-/// Host memory left out of the default budget: 10 % of RAM, at least 1 GiB.
-fn default_budget() -> Result<u64, String> {
+/// A field of `/proc/meminfo` (`MemTotal`, `MemAvailable`, ...) in bytes.
+pub fn meminfo(field: &str) -> Result<u64, String> {
     let meminfo = std::fs::read_to_string("/proc/meminfo")
-        .map_err(|e| format!("cannot read /proc/meminfo for the default memory budget: {e}"))?;
+        .map_err(|e| format!("cannot read /proc/meminfo: {e}"))?;
     let kib: u64 = meminfo
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or("no MemTotal in /proc/meminfo")?;
-    let total = kib * 1024;
+        .ok_or_else(|| format!("no {field} in /proc/meminfo"))?;
+    Ok(kib * 1024)
+}
+
+/// Host memory left out of the default budget: 10 % of RAM, at least 1 GiB.
+fn default_budget() -> Result<u64, String> {
+    let total = meminfo("MemTotal").map_err(|e| format!("default memory budget: {e}"))?;
     Ok(total.saturating_sub((total / 10).max(1 << 30)))
 }
 
@@ -317,6 +322,14 @@ impl HostConfig {
                 h.pool.unwrap_or(0)
             ));
         }
+        if let (Some(pool), Ok(avail)) = (h.pool, meminfo("MemAvailable")) {
+            if pool > avail {
+                return Err(format!(
+                    "{}: [host] pool {pool} is more than the {avail} bytes of memory this host has available",
+                    path.display()
+                ));
+            }
+        }
         let mut vms: Vec<VmSpec> = Vec::new();
         for s in file.vm {
             let line = line_of(text, s.span().start);
@@ -470,6 +483,27 @@ mem = 268435456
             assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");
             assert!(e.contains(&format!("line {line}")), "{text:?}: {e}");
             assert!(e.contains(words), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_pool_the_budget_or_the_host_cannot_give_is_refused_in_one_line() {
+        for (text, words) in [
+            (
+                "[host]\nmemory = \"1G\"\npool = \"1G\"\n",
+                "leaves nothing of the memory budget",
+            ),
+            (
+                "[host]\nmemory = \"200T\"\npool = \"100T\"\n",
+                "bytes of memory this host has available",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(
+                e.starts_with("/etc/memvisor/host.toml: [host] pool "),
+                "{e}"
+            );
+            assert!(e.contains(words) && !e.contains('\n'), "{text:?}: {e}");
         }
     }
 }

@@ -116,6 +116,8 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         left = h.vms().iter().filter(|v| v.pid.is_some()).count();
     }
     manager::lock(&host).kill_all();
+    let trash = manager::lock(&host).take_trash();
+    trash.iter().for_each(process::VmmFiles::clean);
     eprintln!("memvisor host: every VM stopped");
     Ok(())
 }

@@ -170,6 +170,12 @@ pub struct Host {
     vms: Vec<Managed>,
     free_state: FreeState,
     free: u64,
+    /// The pools' size together at the last tick.
+    pool: u64,
+    /// Files of ended VMMs, to remove once the lock is released ([`Host::take_trash`]): removing
+    /// a swap file can take seconds (ext4 with `discard` trims its blocks in `unlink`), and the
+    /// API must not wait for it.
+    trash: Vec<VmmFiles>,
     ticks: u64,
     started: Instant,
     events: VecDeque<HostEvent>,
@@ -220,6 +226,8 @@ impl Host {
             vms: Vec::new(),
             free_state: FreeState::High,
             free: 0,
+            pool: 0,
+            trash: Vec::new(),
             ticks: 0,
             started: Instant::now(),
             events: VecDeque::new(),
@@ -430,7 +438,8 @@ impl Host {
             free_state: free_state_name(self.free_state),
             idle_tax: self.config.idle_tax,
             vm_overhead_bytes: self.config.vm_overhead,
-            pool_bytes: self.config.pool,
+            pool_max_bytes: self.config.pool,
+            pool_bytes: self.pool,
             memory_reserved_bytes: self.reservations.memory_reserved,
             swap_bytes: self.reservations.swap,
             swap_reserved_bytes: self.reservations.swap_reserved,
@@ -542,7 +551,13 @@ impl Host {
         self.reap();
     }
 
-    /// Notes VMMs that ended: state, why, and their reservation back in the budget.
+    /// The files of VMMs that ended since the last call, to remove without the lock.
+    pub fn take_trash(&mut self) -> Vec<VmmFiles> {
+        std::mem::take(&mut self.trash)
+    }
+
+    /// Notes VMMs that ended: state, why, and their reservation back in the budget; their files
+    /// go to the trash.
     pub fn reap(&mut self) {
         let o = self.config.vm_overhead;
         let mut ended = Vec::new();
@@ -562,7 +577,7 @@ impl Host {
             v.vmm = None;
             v.paused_by_host = false;
             v.active_at_pause = None;
-            v.files.clean();
+            self.trash.push(v.files.clone());
             if v.reserved {
                 self.reservations = release(&self.reservations, v.spec.min, v.spec.mem, o);
                 v.reserved = false;
@@ -698,6 +713,7 @@ impl Host {
         }
         self.free_state = p.state;
         self.free = p.free;
+        self.pool = p.pool;
         self.ticks += 1;
         let mut orders = Vec::new();
         for ((&i, o), a) in live.iter().zip(&obs).zip(&p.actions) {
@@ -769,11 +785,12 @@ pub fn metrics(host: &Shared) -> String {
 
 /// One tick: reap, observe (without the lock), plan, send (without the lock).
 pub fn tick(host: &Shared) {
-    let socks = {
+    let (socks, trash) = {
         let mut h = lock(host);
         h.reap();
-        h.to_observe()
+        (h.to_observe(), h.take_trash())
     };
+    trash.iter().for_each(VmmFiles::clean);
     let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = socks
         .into_iter()
         .map(|(i, sock)| (i, get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok())))

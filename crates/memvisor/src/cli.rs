@@ -376,8 +376,8 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
         if pool < 4096 {
             return bad(format!("--pool {pool} is smaller than one page"));
         }
-        match host_available_memory() {
-            Some(avail) if pool > avail => {
+        match memvisor_host::config::meminfo("MemAvailable") {
+            Ok(avail) if pool > avail => {
                 return bad(format!(
                     "--pool {pool} is more than the {avail} bytes of memory this host has available"
                 ))
@@ -391,20 +391,6 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
         disks,
         cmdline,
     })
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn host_available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
 }
 
 fn error_line(e: &dyn std::error::Error) -> String {

@@ -467,6 +467,7 @@ mod tests {
                 free_state: FreeStateName::Soft,
                 idle_tax: 0.75,
                 vm_overhead_bytes: 24 << 20,
+                pool_max_bytes: 0,
                 pool_bytes: 0,
                 memory_reserved_bytes: 48 << 20,
                 swap_bytes: 0,

@@ -1,6 +1,7 @@
 //! `memvisor host`: its API against `docs/host-openapi.json`, admission refusals (at start and
 //! through the API), a VMM killed while the other VM runs to the end under memory pressure with
-//! every byte verified, a malformed config, and SIGTERM stopping every VM.
+//! every byte verified, pool memory passing from one VM to the next with no data crossing, a
+//! malformed config, and SIGTERM stopping every VM.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{
     ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample,
-    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmSample, VmSpec,
+    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmSample, VmSpec, VmStats,
 };
 use serde_json::Value;
 
@@ -132,6 +133,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         free_state: FreeStateName::Soft,
         idle_tax: 0.75,
         vm_overhead_bytes: 1,
+        pool_max_bytes: 1,
         pool_bytes: 1,
         memory_reserved_bytes: 1,
         swap_bytes: 1,
@@ -569,6 +571,67 @@ balloon = true
         .filter(|l| l.starts_with("RESULT workload=integrity phase=round"))
         .count();
     assert!(rounds >= 3, "{log}");
+}
+
+/// The pool's memory goes from one VM to the next: `a` pages into its pool and exits, then `b`
+/// is added and pages into the pool memory `a` gave back. `b` must read only its own data (the
+/// integrity workload checks every byte it wrote), never `a`'s.
+#[test]
+fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["a.img", "b.img"] {
+        let st = Command::new(MEMVISOR)
+            .args(["mkdisk", "data", "--size", "32M", "--out"])
+            .arg(dir.path().join(d))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    // One VM at a time in a 320 MiB budget with up to 96 MiB of pool: its target (320 − 24
+    // overhead − 6 % reserve − 96) is under the 232 MiB it touches, and the pool is what it
+    // does not hold, so its victims go to the pool.
+    let cmdline = "anon_mb=224 file_mb=8 rounds=3 secs=6 seed=";
+    let host = start_host(
+        dir.path(),
+        &format!(
+            "[host]\nmemory = \"320M\"\npool = \"96M\"\nswap = \"2G\"\ntick = \"200ms\"\n\n\
+             [[vm]]\nname = \"a\"\nmem = \"320M\"\nworkload = \"integrity\"\n\
+             cmdline = \"{cmdline}1\"\ndisks = [\"a.img,id=data\"]\n"
+        ),
+    );
+    let sock = host.sock.clone();
+    let intact = |name: &str| {
+        let v = wait_vm(&sock, name, 180, |v| v.state == HostVmState::Exited);
+        let log = std::fs::read_to_string(&v.log).unwrap();
+        let done = log
+            .lines()
+            .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
+            .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
+        assert!(
+            done.contains(" ok=1") && done.contains(" mismatches=0"),
+            "{name}: {done}"
+        );
+        // Its VMM's last counters: its pages went through its pool.
+        let path = dir.path().join(format!("host.state/{name}.stats.json"));
+        let stats: VmStats =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let pool = stats.pager.and_then(|p| p.pool).expect("a pool");
+        assert!(
+            pool.pooled_pages > 4096 && pool.hit_pages > 0,
+            "{name}: {pool:?}"
+        );
+    };
+    intact("a");
+    let h: HostInfo = get(&sock, "/host");
+    assert_eq!(h.pool_max_bytes, 96 * MIB);
+    let disk = dir.path().join("b.img");
+    let b = format!(
+        r#"{{"name": "b", "mem": "320M", "workload": "integrity", "cmdline": "{cmdline}2", "disks": ["{},id=data"]}}"#,
+        disk.display()
+    );
+    let (status, text) = memvisor_api::call(&sock, "POST", "/vms", Some(&b)).unwrap();
+    assert_eq!(status, 200, "{text}");
+    intact("b");
 }
 
 #[test]

@@ -16,9 +16,14 @@
 //!   paused (more than [`PAUSE_SLACK`] above), and stay paused until they are below them.
 //! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
 //!   has: for [`OOM_DEMAND_TICKS`] ticks it counts as fully active, whatever its sampled estimate.
-//! - The pool (MemFlex): `pool` bytes of the budget are set aside for swapped pages, so targets
-//!   divide what is left; the pool is shared among the VMs in proportion to what they are
-//!   denied (`max − target`), equally when none is, since that is what they will swap.
+//! - The pool (MemFlex): up to `pool` bytes of the budget are set aside for swapped pages, so
+//!   targets divide what is left. The pool is what the VMs do not hold: at most the budget minus
+//!   their resident pages, overheads and the high state's reserve ([`pool_size`]). Pooled pages
+//!   are not subtracted, so the pool's room above what it holds is exactly free memory above the
+//!   reserve: it grows in the high state and shrinks below what it holds (its least recent
+//!   pages spill to disk) as soon as free memory drops under the reserve. It is shared among
+//!   the VMs in proportion to what they are denied (`max − target`), equally when none is,
+//!   since that is what they will swap.
 //!
 //! Differences from ESX: ESX pages with its own swap daemon at the target; here the "pager limit"
 //! is the VMM's resident limit, which reclaims synchronously down to it. ESX does not treat
@@ -44,7 +49,7 @@ pub struct HostParams {
     /// The idle memory tax, 0 to 1.
     pub idle_tax: f64,
     pub thresholds: Thresholds,
-    /// Memory of the budget set aside for the VMs' pools (0: no pools).
+    /// The most memory the VMs' pools may hold together (0: no pools).
     pub pool: u64,
 }
 
@@ -94,19 +99,42 @@ pub struct Plan {
     pub state: FreeState,
     /// Free memory: the budget minus resident guest pages and overheads (0 when above it).
     pub free: u64,
+    /// The pools' size together this tick ([`pool_size`]).
+    pub pool: u64,
     pub actions: Vec<VmAction>,
 }
 
 /// What targets divide: the budget minus the VMMs' overheads and the high state's reserve.
 fn usable(host: &HostParams, vms: &[VmObservation]) -> u64 {
     let overheads: u64 = vms.iter().map(|v| v.overhead).fold(0, u64::saturating_add);
-    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let reserve = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;
     host.budget
         .saturating_sub(overheads)
-        .saturating_sub(reserve)
+        .saturating_sub(reserve(host))
         .saturating_sub(host.pool)
+}
+
+/// The high state's reserve: the part of the budget targets leave free.
+fn reserve(host: &HostParams) -> u64 {
+    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let r = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;
+    r
+}
+
+/// The pools' size together: what the VMs do not hold (the budget minus their resident pages
+/// and overheads, less the high state's reserve), at most `pool`. What the pools hold now is
+/// not subtracted, so a pool does not shrink itself by filling: `pool_size − pooled` is free
+/// memory minus the reserve, positive (room to grow) in the high state, negative (pooled pages
+/// to spill) once free memory is under the reserve.
+pub fn pool_size(host: &HostParams, vms: &[VmObservation]) -> u64 {
+    let held: u64 = vms
+        .iter()
+        .map(|v| v.resident.saturating_add(v.overhead))
+        .fold(0, u64::saturating_add);
+    host.budget
+        .saturating_sub(held)
+        .saturating_sub(reserve(host))
+        .min(host.pool)
 }
 
 /// The pager limit for a VM about to start beside `vms`: its target as if it were fully active
@@ -184,13 +212,14 @@ pub fn plan(
         .map(|(v, &t)| v.max.saturating_sub(t))
         .collect();
     let total_denied: u64 = denied.iter().sum();
+    let pool = pool_size(host, vms);
     let pools: Vec<u64> = denied
         .iter()
         .map(|&d| match (total_denied, vms.len() as u64) {
             (_, 0) => 0,
-            (0, n) => host.pool / n,
+            (0, n) => pool / n,
             (all, _) => {
-                u64::try_from(u128::from(host.pool) * u128::from(d) / u128::from(all)).unwrap_or(0)
+                u64::try_from(u128::from(pool) * u128::from(d) / u128::from(all)).unwrap_or(0)
             }
         })
         .collect();
@@ -226,6 +255,7 @@ pub fn plan(
     Plan {
         state,
         free,
+        pool,
         actions,
     }
 }
@@ -402,8 +432,8 @@ mod tests {
 
     #[test]
     fn the_pool_is_set_aside_and_shared_by_what_each_vm_is_denied() {
-        let busy = vm(800 * MIB, 600 * MIB, 1.0);
-        let idle = vm(800 * MIB, 350 * MIB, 0.0);
+        let busy = vm(800 * MIB, 400 * MIB, 1.0);
+        let idle = vm(800 * MIB, 200 * MIB, 0.0);
         let with = HostParams {
             pool: 100 * MIB,
             ..host(1000 * MIB)
@@ -417,21 +447,61 @@ mod tests {
         let b = plan(&with, FreeState::High, &[busy, idle], &[false; 2]);
         let sum = |p: &Plan| p.actions.iter().map(|a| a.target).sum::<u64>();
         assert_eq!(sum(&a) - sum(&b), 100 * MIB, "targets give up the pool");
+        assert_eq!(b.pool, 100 * MIB, "the VMs leave room for all of it");
         let pools: Vec<u64> = b.actions.iter().map(|a| a.pool).collect();
         assert!(pools.iter().sum::<u64>() <= 100 * MIB && pools.iter().sum::<u64>() > 99 * MIB);
         assert!(pools[1] > pools[0], "the idle VM is denied more: {pools:?}");
         // Pooled memory is held memory.
-        let small = VmObservation {
-            resident: 300 * MIB,
-            ..busy
-        };
         let pooled = VmObservation {
             pooled: 50 * MIB,
-            ..small
+            ..busy
         };
-        let b = plan(&with, FreeState::High, &[small, idle], &[false; 2]);
         let c = plan(&with, FreeState::High, &[pooled, idle], &[false; 2]);
         assert_eq!(b.free - c.free, 50 * MIB);
+        assert_eq!(c.pool, b.pool, "a pool does not shrink itself by filling");
+    }
+
+    #[test]
+    fn the_pool_gives_way_as_the_vms_grow_and_spills_once_free_memory_is_under_the_reserve() {
+        let with = HostParams {
+            pool: 200 * MIB,
+            ..host(1000 * MIB)
+        };
+        let reserve = 60 * MIB; // 6 % of the budget
+        let pooled = 100 * MIB;
+        let mut state = FreeState::High;
+        let mut last = u64::MAX;
+        for resident in (300..=480).step_by(30) {
+            let a = VmObservation {
+                pooled,
+                ..vm(800 * MIB, resident * MIB, 1.0)
+            };
+            let b = vm(800 * MIB, resident * MIB, 1.0);
+            let p = plan(&with, state, &[a, b], &[false; 2]);
+            state = p.state;
+            let held = 2 * (resident * MIB + 16 * MIB);
+            let want = (1000 * MIB).saturating_sub(held + reserve).min(200 * MIB);
+            assert_eq!(p.pool, want, "resident {resident} MiB each");
+            assert!(p.pool <= last, "the pool only shrinks as the VMs grow");
+            last = p.pool;
+            // Room above what the pools hold is free memory above the reserve (until either
+            // is 0).
+            if p.pool > 0 && p.free > 0 {
+                assert_eq!(
+                    i128::from(p.pool) - i128::from(pooled),
+                    (i128::from(p.free) - i128::from(reserve))
+                        .min(i128::from(200 * MIB) - i128::from(pooled)),
+                    "resident {resident} MiB each"
+                );
+            }
+            let shares: u64 = p.actions.iter().map(|a| a.pool).sum();
+            assert!(shares <= p.pool);
+        }
+        assert!(
+            last < pooled,
+            "under the reserve the pool is smaller than what it holds"
+        );
+        assert_ne!(state, FreeState::High);
     }
 
     #[test]
