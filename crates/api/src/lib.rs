@@ -16,7 +16,7 @@ pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,
     Request, Response, CALL_TIMEOUT, MAX_BODY,
 };
-pub use spec::{parse_duration, parse_size, DiskSpec, VmSpec};
+pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestMemoryStats, LatencySummary, PageCensus,
     PagerCounters, PagerStats, PoolStats, VmStats,

@@ -294,14 +294,22 @@ const VM_ROWS: &[Row] = &[
     gauge("pager.active.last_touched_pages", "sampling_last_touched_pages", Unit::None, "Of those, the ones the guest touched."),
     gauge("pager.active.sampled_pages", "sampling_sampled_pages", Unit::None, "Pages sampled in the period under way."),
     gauge("pager.active.touched_pages", "sampling_touched_pages", Unit::None, "Of those, the ones touched so far."),
-    gauge("pager.pool.capacity_bytes", "pool_capacity", Unit::Bytes, "Most memory the host-memory pool may hold (absent without a pool)."),
-    gauge("pager.pool.used_bytes", "pool_used", Unit::Bytes, "Swapped guest memory the pool holds."),
-    gauge("pager.pool.mapped_bytes", "pool_mapped", Unit::Bytes, "Host memory mapped for the pool (whole 2 MiB chunks)."),
+    state("pager.pool.compression", "pool_compression", pool_compressions, "How the pool keeps pages (--pool-compress): 1 for the current way."),
+    gauge("pager.pool.chunk_bytes", "pool_chunk", Unit::Bytes, "Size of one chunk of pool memory (--pool-chunk)."),
+    gauge("pager.pool.capacity_bytes", "pool_capacity", Unit::Bytes, "Most memory the host-memory pool's pages may occupy (absent without a pool)."),
+    gauge("pager.pool.used_bytes", "pool_used", Unit::Bytes, "Memory the pooled pages occupy (compressed or whole): what the capacity limits."),
+    gauge("pager.pool.stored_bytes", "pool_stored", Unit::Bytes, "Swapped guest memory the pool holds (4 KiB a page, whatever it occupies)."),
+    not("pager.pool.compression_ratio", "stored_bytes / used_bytes: a ratio of two exported gauges"),
+    gauge("pager.pool.chunks", "pool_chunks", Unit::None, "Chunks of memory mapped for the pool."),
+    gauge("pager.pool.mapped_bytes", "pool_mapped", Unit::Bytes, "Host memory mapped for the pool (whole chunks)."),
     page_counter("pager.pool.pooled_pages", "pool_pooled", "Swapped guest memory reclaim put in the pool."),
+    page_counter("pager.pool.compressed_pages", "pool_compressed", "Guest memory put in the pool compressed (as its size before compression)."),
+    page_counter("pager.pool.raw_pages", "pool_raw", "Guest memory put in the pool whole: without compression, or because it did not compress to 3/4 of a page."),
     page_counter("pager.pool.overflowed_pages", "pool_overflowed", "Swapped guest memory written to the swap file because the pool was full."),
     page_counter("pager.pool.hit_pages", "pool_hits", "Guest memory read back from the pool (memory copies, no I/O)."),
     page_counter("pager.pool.spilled_pages", "pool_spilled", "Memory the pool's flusher moved to the swap file."),
     counter("pager.pool.spill_writes", "pool_spill_writes", Unit::None, "Flusher writes, each a run of consecutive blocks."),
+    counter("pager.pool.spill_us", "pool_spill", Unit::Seconds, "Time the pool's flusher spent spilling (copying out, decompressing, writing): with the spilled bytes, the spill bandwidth.").scaled(US),
     page_counter("pager.pool.purged_pages", "pool_purged", "Pool memory dropped because the guest no longer needed its content."),
     page_counter("pager.pool.proactive_pool_pages", "proactive_swapin_pool", "Guest memory brought back without a fault, from the pool."),
     page_counter("pager.pool.proactive_disk_pages", "proactive_swapin_disk", "Guest memory brought back without a fault, from the swap file."),
@@ -350,6 +358,10 @@ fn variants<T: serde::Serialize>(all: &[T]) -> Vec<String> {
 
 fn free_states() -> Vec<String> {
     variants(&FreeStateName::ALL)
+}
+
+fn pool_compressions() -> Vec<String> {
+    variants(&crate::PoolCompress::ALL)
 }
 
 fn vm_states() -> Vec<String> {

@@ -34,6 +34,50 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// How the host-memory pool stores pages (`memvisor run --pool-compress`, `[host] pool_compress`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolCompress {
+    /// Whole pages.
+    #[default]
+    None,
+    /// Each page compressed with LZ4 (fastest).
+    Lz4,
+    /// Each page compressed with Zstandard at level 1 (smaller, slower).
+    Zstd,
+}
+
+impl PoolCompress {
+    /// Every way, in the order of the flag's help.
+    pub const ALL: [PoolCompress; 3] = [Self::None, Self::Lz4, Self::Zstd];
+
+    /// The name on the wire and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolCompress::None => "none",
+            PoolCompress::Lz4 => "lz4",
+            PoolCompress::Zstd => "zstd",
+        }
+    }
+}
+
+impl fmt::Display for PoolCompress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PoolCompress {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s.trim())
+            .ok_or_else(|| format!("'{s}' is not a pool compression; expected none, lz4 or zstd"))
+    }
+}
+
 /// Parses a duration: seconds (`30`, `0.5`) or a number with `ms`, `s`, `m` or `h`.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let err = || format!("'{s}' is not a duration; expected one like 30s, 500ms, 2m or 1.5");

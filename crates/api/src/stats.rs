@@ -56,17 +56,35 @@ pub struct PagerStats {
 }
 
 /// The host-memory pool (MemFlex): swapped pages kept in host memory until it is `spill_at`
-/// full, then the least recent spilled to the swap file.
+/// full, then the least recent spilled to the swap file. With compression, each page is kept in
+/// a slot of its compressed size (whole 256-byte granules), or whole when it does not compress
+/// to 3/4 of a page or less.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolStats {
-    /// Most memory the pool may hold.
+    /// How pages are stored (`--pool-compress`).
+    pub compression: crate::PoolCompress,
+    /// Size of one chunk of pool memory (`--pool-chunk`); each chunk holds slots of one size.
+    pub chunk_bytes: u64,
+    /// Most memory the pool's pages may occupy.
     pub capacity_bytes: u64,
-    /// Swapped pages held in the pool now (4 KiB each).
+    /// Memory the pooled pages occupy now (their slots): what the capacity limits.
     pub used_bytes: u64,
-    /// Host memory mapped for the pool now (whole 2 MiB chunks).
+    /// Guest memory the pool holds now (4 KiB per page, whatever it occupies).
+    pub stored_bytes: u64,
+    /// `stored_bytes / used_bytes`: how many times more guest memory the pool holds than it
+    /// occupies (1 without compression; 1 when empty).
+    pub compression_ratio: f64,
+    /// Chunks mapped now.
+    pub chunks: u64,
+    /// Host memory mapped for the pool now (`chunks` whole chunks).
     pub mapped_bytes: u64,
     /// Pages reclaim put in the pool.
     pub pooled_pages: u64,
+    /// Pages put in the pool compressed.
+    pub compressed_pages: u64,
+    /// Pages put in the pool whole: without compression, or because they did not compress
+    /// to 3/4 of a page.
+    pub raw_pages: u64,
     /// Pages reclaim wrote to the swap file because the pool was full.
     pub overflowed_pages: u64,
     /// Pages read back from the pool (faults and proactive swap-in): memory copies, no I/O.
@@ -75,6 +93,9 @@ pub struct PoolStats {
     pub spilled_pages: u64,
     /// Flusher writes (each a run of consecutive blocks).
     pub spill_writes: u64,
+    /// Time the flusher spent spilling (copying out, decompressing and writing), in
+    /// microseconds: with `spilled_pages`, the spill bandwidth.
+    pub spill_us: u64,
     /// Pages dropped from the pool because the guest no longer needed their content.
     pub purged_pages: u64,
     /// Pages brought back without a fault, from the pool.

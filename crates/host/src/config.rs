@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use memvisor_api::spec::{duration, size};
-use memvisor_api::{DiskSpec, VmSpec};
+use memvisor_api::{DiskSpec, PoolCompress, VmSpec};
 use serde::{Deserialize, Deserializer};
 
 /// The config, checked, with paths resolved and defaults filled in.
@@ -33,6 +33,10 @@ pub struct HostConfig {
     pub web_addr: Option<SocketAddr>,
     /// Memory of the budget set aside for the VMs' pools (MemFlex); 0: none.
     pub pool: u64,
+    /// How every VM's pool keeps pages (`memvisor run --pool-compress`).
+    pub pool_compress: PoolCompress,
+    /// Size of a chunk of pool memory (`memvisor run --pool-chunk`).
+    pub pool_chunk: u64,
     /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
     pub metrics_addr: Option<SocketAddr>,
     pub vms: Vec<VmSpec>,
@@ -110,6 +114,9 @@ struct HostSection {
     web_addr: Option<SocketAddr>,
     #[serde(with = "size::option")]
     pool: Option<u64>,
+    pool_compress: PoolCompress,
+    #[serde(with = "size::option")]
+    pool_chunk: Option<u64>,
     #[serde(deserialize_with = "metrics_addr")]
     metrics_addr: Option<SocketAddr>,
 }
@@ -128,6 +135,8 @@ impl Default for HostSection {
             vm_overhead: None,
             web_addr: None,
             pool: None,
+            pool_compress: PoolCompress::None,
+            pool_chunk: None,
             metrics_addr: None,
         }
     }
@@ -330,6 +339,16 @@ impl HostConfig {
                 ));
             }
         }
+        let pool_chunk = h
+            .pool_chunk
+            .unwrap_or(memvisor_pager::pool::DEFAULT_CHUNK_BYTES);
+        let chunk_ok = match h.pool {
+            Some(pool) if pool > 0 => memvisor_pager::pool::check_chunk(pool_chunk, pool),
+            _ => memvisor_pager::pool::check_chunk_size(pool_chunk),
+        };
+        if let Err(e) = chunk_ok {
+            return Err(format!("{}: [host] pool_chunk {e}", path.display()));
+        }
         let mut vms: Vec<VmSpec> = Vec::new();
         for s in file.vm {
             let line = line_of(text, s.span().start);
@@ -354,6 +373,8 @@ impl HostConfig {
             vm_overhead: h.vm_overhead.unwrap_or(DEFAULT_VM_OVERHEAD),
             web_addr: h.web_addr,
             pool: h.pool.unwrap_or(0),
+            pool_compress: h.pool_compress,
+            pool_chunk,
             metrics_addr: h.metrics_addr,
             vms,
         })
@@ -425,6 +446,37 @@ mem = 268435456
             (c.vms[1].mem, c.vms[1].shares, c.vms[1].min),
             (256 << 20, 1000, 0)
         );
+    }
+
+    #[test]
+    fn pool_compression_and_chunk_size() {
+        let c = parse("[host]\nmemory = \"4G\"\npool = \"256M\"\npool_compress = \"lz4\"\npool_chunk = \"64K\"\n")
+            .unwrap();
+        assert_eq!(
+            (c.pool_compress, c.pool_chunk),
+            (PoolCompress::Lz4, 64 << 10)
+        );
+        let c = parse("[host]\nmemory = \"4G\"\npool = \"256M\"\n").unwrap();
+        assert_eq!(
+            (c.pool_compress, c.pool_chunk),
+            (PoolCompress::None, 2 << 20)
+        );
+        for (text, words) in [
+            (
+                "pool = \"1M\"\npool_chunk = \"2M\"",
+                "larger than the 1048576-byte pool",
+            ),
+            (
+                "pool_chunk = \"6000\"",
+                "6000 is not a whole number of 4 KiB pages",
+            ),
+            ("pool_chunk = 0", "0 is not a size"),
+            ("pool_compress = \"lzma\"", "lzma"),
+        ] {
+            let e = parse(&format!("[host]\nmemory = \"4G\"\n{text}\n")).unwrap_err();
+            assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");
+            assert!(e.contains(words), "{text}: {e}");
+        }
     }
 
     #[test]

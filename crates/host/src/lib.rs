@@ -52,6 +52,8 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         exe,
         sample_pages: config.sample_pages,
         sample_period: config.sample_period,
+        pool_compress: config.pool_compress,
+        pool_chunk: config.pool_chunk,
     };
     let tick = config.tick;
     let web_addr = config.web_addr;

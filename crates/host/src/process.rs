@@ -47,6 +47,10 @@ pub struct Launch {
     pub exe: PathBuf,
     pub sample_pages: u32,
     pub sample_period: Duration,
+    /// How the VMs' pools keep pages (`[host] pool_compress`).
+    pub pool_compress: memvisor_api::PoolCompress,
+    /// Size of a chunk of their pool memory (`[host] pool_chunk`).
+    pub pool_chunk: u64,
 }
 
 /// A running (or ended) VMM process.
@@ -83,7 +87,16 @@ impl Vmm {
             .arg(launch.sample_period.as_secs_f64().to_string())
             .arg("--mem-limit")
             .arg(limit.to_string())
-            .args(pool.map(|p| format!("--pool={}", p.max(4096))))
+            .args(pool.into_iter().flat_map(|p| {
+                let p = p.max(4096);
+                // A share smaller than a chunk gets chunks of its own size (whole pages).
+                let chunk = launch.pool_chunk.min(p / 4096 * 4096);
+                [
+                    format!("--pool={p}"),
+                    format!("--pool-compress={}", launch.pool_compress),
+                    format!("--pool-chunk={chunk}"),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -183,6 +183,15 @@ pub struct RunArgs {
     /// Fraction of the pool above which its least recent pages spill to the swap file (0.1 to 1).
     #[arg(long, default_value_t = 0.8, value_parser = parse_fraction)]
     pub pool_spill_at: f64,
+    /// How the pool keeps pages: whole, or each compressed (zswap-like), kept at its compressed
+    /// size; a page that does not compress to 3/4 of a page is kept whole. The pool's size
+    /// counts the memory its pages occupy, so compression lets it hold more of them.
+    #[arg(long, value_enum, default_value_t = PoolCompressArg::None)]
+    pub pool_compress: PoolCompressArg,
+    /// Size of one chunk of pool memory, mapped when needed and unmapped when empty: a multiple
+    /// of 4K, at most the pool's size.
+    #[arg(long, default_value = "2M", value_parser = parse_size)]
+    pub pool_chunk: u64,
     /// With a pool: when the limit rises, bring swapped pages back `proactive`ly in batches
     /// (pooled first, most recent first), or only as the guest `faults` on them.
     #[arg(long, value_enum, default_value_t = SwapIn::Proactive)]
@@ -194,6 +203,26 @@ pub struct RunArgs {
     /// API's GET /stats (the `VmStats` type).
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PoolCompressArg {
+    /// Whole pages.
+    None,
+    /// LZ4: the fastest.
+    Lz4,
+    /// Zstandard, level 1: smaller, slower.
+    Zstd,
+}
+
+impl From<PoolCompressArg> for memvisor_api::PoolCompress {
+    fn from(a: PoolCompressArg) -> Self {
+        match a {
+            PoolCompressArg::None => memvisor_api::PoolCompress::None,
+            PoolCompressArg::Lz4 => memvisor_api::PoolCompress::Lz4,
+            PoolCompressArg::Zstd => memvisor_api::PoolCompress::Zstd,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -369,12 +398,18 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
     }
+    if let Err(e) = memvisor_pager::pool::check_chunk_size(args.pool_chunk) {
+        return bad(format!("--pool-chunk {e}"));
+    }
     if let Some(pool) = args.pool {
         if args.pager == PagerMode::Off || args.hypervisor == Hypervisor::Qemu {
             return bad("--pool is memvisor's pager's: it needs --pager full or baseline".into());
         }
         if pool < 4096 {
             return bad(format!("--pool {pool} is smaller than one page"));
+        }
+        if let Err(e) = memvisor_pager::pool::check_chunk(args.pool_chunk, pool) {
+            return bad(format!("--pool-chunk {e}"));
         }
         match memvisor_host::config::meminfo("MemAvailable") {
             Ok(avail) if pool > avail => {
@@ -443,6 +478,8 @@ pub fn run(args: RunArgs) -> ExitCode {
             bytes,
             spill_at: a.pool_spill_at,
             proactive: a.swap_in == SwapIn::Proactive,
+            compress: a.pool_compress.into(),
+            chunk_bytes: a.pool_chunk,
         }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {

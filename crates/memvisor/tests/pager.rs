@@ -793,8 +793,34 @@ fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
 /// pages back without faults (pooled ones first). The guest verifies every byte throughout.
 #[test]
 fn integrity_holds_while_pages_move_between_memory_pool_and_disk() {
+    let s = pool_integrity("none", 0);
+    assert_eq!(s.compressed_pages, 0);
+    assert_eq!(s.raw_pages, s.pooled_pages);
+}
+
+/// The same with the pool compressing with LZ4, on data half of which compresses: pages are
+/// kept compressed and whole, and read back exactly through faults, spills and proactive
+/// swap-in.
+#[test]
+fn integrity_holds_with_an_lz4_compressed_pool() {
+    let s = pool_integrity("lz4", 50);
+    assert!(s.compressed_pages > 0 && s.raw_pages > 0, "{s:?}");
+}
+
+/// And with zstd.
+#[test]
+fn integrity_holds_with_a_zstd_compressed_pool() {
+    let s = pool_integrity("zstd", 50);
+    assert!(s.compressed_pages > 0 && s.raw_pages > 0, "{s:?}");
+}
+
+/// Runs `integrity` (`compressible` % of its pages compressible) with a 32 MiB pool kept as
+/// `compress` says, while the limit goes 100 → 400 → 64 MiB and the pool shrinks to 8 MiB;
+/// returns the pool's counters at the end.
+fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats {
     let dir = tempfile::tempdir().unwrap();
     let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let cmdline = format!("anon_mb=160 file_mb=8 rounds=3 secs=8 compressible={compressible}");
     let (vm, reader, _pid, sock) = start_serving(
         dir.path(),
         &[
@@ -802,12 +828,16 @@ fn integrity_holds_while_pages_move_between_memory_pool_and_disk() {
             "100M",
             "--pool",
             "32M",
+            "--pool-compress",
+            compress,
+            "--pool-chunk",
+            "256K",
             "--disk",
             &disk,
             "--workload",
             "integrity",
             "--cmdline",
-            "anon_mb=160 file_mb=8 rounds=3 secs=8",
+            &cmdline,
         ],
     );
     // Wait until the pool has spilled, then give memory back (proactive swap-in), then take
@@ -817,7 +847,14 @@ fn integrity_holds_while_pages_move_between_memory_pool_and_disk() {
             .pool
             .is_some_and(|p| p.spilled_pages > 0 && p.hit_pages > 0)
     });
-    assert!(pager(&s).pool.unwrap().used_bytes <= 32 * MIB);
+    let p = pager(&s).pool.unwrap();
+    assert!(p.used_bytes <= 32 * MIB, "{p:?}");
+    assert_eq!(p.compression.as_str(), compress);
+    assert_eq!(p.chunk_bytes, 256 << 10);
+    assert!(p.mapped_bytes == p.chunks * p.chunk_bytes && p.mapped_bytes >= p.used_bytes);
+    if compressible > 0 {
+        assert!(p.compression_ratio > 1.0, "{p:?}");
+    }
     put(&sock, "/memory", &format!("{{\"limit\": {}}}", 400 * MIB));
     // Proactive swap-in from both tiers, until (almost) nothing is left swapped.
     wait_for(&sock, "proactive swap-in", |s| {
@@ -828,10 +865,14 @@ fn integrity_holds_while_pages_move_between_memory_pool_and_disk() {
     });
     put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
     put(&sock, "/pool", &format!("{{\"bytes\": {}}}", 8 * MIB));
-    wait_for(&sock, "the pool to shrink", |s| {
+    let s = wait_for(&sock, "the pool to shrink", |s| {
         pager(s).pool.is_some_and(|p| p.used_bytes <= 8 * MIB)
     });
     integrity_passed(vm, reader);
+    let p = pager(&s).pool.unwrap();
+    assert_eq!(p.compressed_pages + p.raw_pages, p.pooled_pages, "{p:?}");
+    assert!(p.spill_us > 0, "{p:?}");
+    p
 }
 
 #[test]
@@ -844,4 +885,34 @@ fn a_pool_the_host_cannot_give_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--pool") && err.contains("available"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_bad_pool_chunk_is_refused_in_one_line() {
+    for (chunk, words) in [
+        ("6000", "6000 is not a whole number of 4 KiB pages"),
+        ("0", "0 is not a size for a pool chunk"),
+        ("64M", "larger than the 33554432-byte pool"),
+        ("2Q", "not a size"),
+    ] {
+        let out = Command::new(MEMVISOR)
+            .args([
+                "run",
+                "--mem",
+                "64M",
+                "--pool",
+                "32M",
+                "--pool-chunk",
+                chunk,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{chunk}: {err}");
+        assert!(err.contains(words), "{chunk}: {err}");
+        if chunk != "2Q" {
+            assert!(err.contains("--pool-chunk"), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
 }

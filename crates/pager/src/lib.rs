@@ -13,7 +13,7 @@
 //! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
-//! | `pool.rs` | the host-memory pool in front of the swap file (MemFlex) |
+//! | `pool.rs` | the host-memory pool in front of the swap file (MemFlex), pages kept whole or compressed |
 //! | `swapin.rs` | the pool's flusher and proactive swap-in |
 //! | `sample.rs` | working-set sampling and its store |
 //! | `stats.rs` | counters, latencies and the API's snapshot |

@@ -39,7 +39,7 @@ use thiserror::Error;
 use userfaultfd::EventBuffer;
 
 use crate::image::ImageFile;
-use crate::pool::{Pool, SwapStore};
+use crate::pool::{Pool, PoolError, SwapStore};
 use crate::ram_map::RamMap;
 use crate::sample::{SampleStore, Sampling};
 use crate::state::{Mechanisms, PageIdx, PageTable};
@@ -86,6 +86,10 @@ pub struct PoolConfig {
     /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
     /// batches, pooled ones first and most recent first, without waiting for faults.
     pub proactive: bool,
+    /// How pages are kept in the pool: whole, or compressed (zswap-like).
+    pub compress: memvisor_api::PoolCompress,
+    /// Bytes of one chunk of pool memory (a multiple of 4 KiB).
+    pub chunk_bytes: u64,
 }
 
 #[derive(Debug, Error)]
@@ -104,6 +108,8 @@ pub enum PagerError {
     LimitTooSmall { limit: u64 },
     #[error("this VM has no pool (start it with --pool SIZE)")]
     NoPool,
+    #[error(transparent)]
+    Pool(#[from] PoolError),
     #[error("cannot start the pager thread")]
     Thread(#[source] std::io::Error),
 }
@@ -253,11 +259,6 @@ fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
     }
 }
 
-/// Whole pages in `bytes` (saturating).
-fn bytes_to_pages(bytes: u64) -> u32 {
-    u32::try_from(bytes / PAGE_SIZE).unwrap_or(u32::MAX)
-}
-
 /// The inverse of [`limit_pages`].
 pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
     (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE)
@@ -312,7 +313,8 @@ impl Pager {
                     file: swap,
                     pool: config
                         .pool
-                        .map(|p| Pool::new(bytes_to_pages(p.bytes), p.spill_at)),
+                        .map(|p| Pool::new(p.bytes, p.spill_at, p.compress, p.chunk_bytes))
+                        .transpose()?,
                 },
                 SampleStore::new(config.sample_pages),
             ),
@@ -424,7 +426,7 @@ impl Pager {
         match &self.shared.stores.swap.pool {
             None => Err(PagerError::NoPool),
             Some(p) => {
-                p.set_capacity(bytes_to_pages(bytes));
+                p.set_capacity(bytes);
                 self.shared.want_reclaim();
                 Ok(())
             }

@@ -2,43 +2,145 @@
 //! [`PageStore`] of swap blocks, and with a pool, a block's content lives in host memory until
 //! the pool is `spill_at` full; then the flusher thread writes the least recently pooled blocks
 //! to the swap file in long sequential runs, so the most recent victims stay in memory. A fault
-//! on a pooled block is a memory copy.
+//! on a pooled block is a memory copy (and a decompression, with compression).
 //!
 //! - The pool holds whole blocks, keyed by block number: the page table does not know which
 //!   tier a `Swapped(b)` page is in, so the fault path and reclaim are unchanged (a read of a
 //!   run takes the pooled blocks from memory and the others from the file; a write puts blocks
 //!   in the pool while it has room, the rest in the file).
-//! - Memory comes in chunks of [`CHUNK_PAGES`] pages (2 MiB), mapped when a slot is needed and
-//!   unmapped when their last slot is freed, so the pool holds only what it uses. The host
-//!   kernel zeroes a chunk before any process maps it again: no VM sees another's pages.
+//! - Compression (`--pool-compress lz4|zstd`, as zswap does in Linux): each page is compressed
+//!   on its way in, outside the pool lock, and kept at its compressed size; a page that does
+//!   not compress to [`MAX_COMPRESSED`] (3/4 of a page) or less is kept whole, since the little
+//!   it would save does not pay for decompressing it on every read. Reads (faults, proactive
+//!   swap-in) decompress under the pool lock, straight into the caller's buffer; the flusher
+//!   copies the compressed bytes out under the lock and decompresses them after it.
+//! - Slots: a page takes a slot of its size rounded up to [`GRANULE`] (256 bytes): 13 size
+//!   classes, 256 B to 3 KiB for compressed pages and 4 KiB for whole ones. Memory comes in
+//!   chunks (`--pool-chunk`, 2 MiB by default), each given to one class when it is mapped and
+//!   cut into slots of that size (as Linux's zbud and z3fold dedicate pages to a layout); a
+//!   class fills its lowest-numbered chunk with room first, so the highest ones empty out, and
+//!   a chunk whose last slot is freed is unmapped. The host kernel zeroes a chunk before any
+//!   process maps it again: no VM sees another's pages.
+//! - The capacity counts the bytes of the slots in use, so compression lets the pool hold
+//!   more pages; the memory mapped is also reported (`mapped_bytes`): the difference is the
+//!   free slots of partly used chunks, at most about one chunk per class.
+//! - A pooled block stays pooled until the flusher takes it out: a rewrite of it (the block
+//!   was freed and given to a new victim) replaces it in the pool even when the pool is full.
+//!   So the flusher, which takes a block out only if it was not rewritten while it was being
+//!   written to the file, never leaves the file's copy newer than the pool's, and a pooled
+//!   block always goes over the file's copy.
 //! - A block the page table has freed is dropped from the pool by the flusher (it asks the
 //!   page table which pooled blocks are still referenced) instead of being written out.
-//! - Ordering: the page lock is taken before the pool lock, never after it.
+//! - Ordering: the page lock is taken before the pool lock, never after it. The compressor's
+//!   lock (reclaim's) and the flusher's own state are taken before the pool lock.
 //!
 //! Differences from MemFlex: each VMM holds its own pool memory, sized at run time (`PUT
 //! /pool`), and the host manager divides its budget among the pools instead of sharing one
 //! memory region; blocks keep their swap-file numbers, so a pooled block's place on disk is
-//! fixed when it is first swapped out (MemFlex allocates disk space when it spills).
+//! fixed when it is first swapped out (MemFlex allocates disk space when it spills). MemFlex
+//! keeps pages whole; compression is beyond it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use memvisor_api::PoolCompress;
+use thiserror::Error;
 
 use crate::state::Block;
 use crate::store::{PageStore, StoreCounters};
 use crate::swap::{AlignedBuf, SwapFile, BLOCK};
 
-/// Pages per chunk of pool memory (2 MiB).
-pub const CHUNK_PAGES: u32 = 512;
+/// The default size of a chunk of pool memory (2 MiB).
+pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;
+/// The largest chunk (1 GiB).
+pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
+/// Every slot is a whole number of these bytes.
+pub const GRANULE: usize = 256;
+/// The most a compressed page may take; a page that does not compress to this is kept whole.
+pub const MAX_COMPRESSED: usize = 3 * BLOCK / 4;
+/// The size class of whole pages; classes below it hold compressed pages of
+/// `(class + 1) * GRANULE` bytes at most.
+const RAW: usize = MAX_COMPRESSED / GRANULE;
+const CLASSES: usize = RAW + 1;
+/// Where the compressor puts page `i` of a write: at `i * STRIDE` (LZ4 needs room for its
+/// worst case even when the result is small).
+const STRIDE: usize = lz4_flex::block::get_maximum_output_size(BLOCK);
+/// zstd's level: its fastest, as zswap's zstd uses by default.
+const ZSTD_LEVEL: i32 = 1;
 /// Blocks the flusher writes per round (4 MiB).
 pub(crate) const FLUSH_BATCH: usize = 1024;
+
+/// Bytes of a slot of `class`.
+fn slot_bytes(class: usize) -> usize {
+    if class == RAW {
+        BLOCK
+    } else {
+        (class + 1) * GRANULE
+    }
+}
+
+/// The class of a page kept in `len` bytes.
+fn class_of(len: usize) -> usize {
+    if len > MAX_COMPRESSED {
+        RAW
+    } else {
+        len.div_ceil(GRANULE).max(1) - 1
+    }
+}
+
+/// A chunk size that cannot be used.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ChunkSizeError {
+    #[error("0 is not a size for a pool chunk: give a multiple of 4 KiB, e.g. 64K or 2M")]
+    Zero,
+    #[error("{0} is not a whole number of 4 KiB pages: give a multiple of 4 KiB, e.g. 64K or 2M")]
+    NotPages(u64),
+    #[error("{0} is larger than the largest pool chunk, 1 GiB")]
+    TooLarge(u64),
+    #[error("{chunk} is larger than the {pool}-byte pool it would be a chunk of: give at most the pool's size")]
+    LargerThanPool { chunk: u64, pool: u64 },
+}
+
+/// Checks a chunk size on its own.
+pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
+    if chunk == 0 {
+        Err(ChunkSizeError::Zero)
+    } else if chunk % BLOCK as u64 != 0 {
+        Err(ChunkSizeError::NotPages(chunk))
+    } else if chunk > MAX_CHUNK_BYTES {
+        Err(ChunkSizeError::TooLarge(chunk))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a chunk size for a pool of `pool` bytes.
+pub fn check_chunk(chunk: u64, pool: u64) -> Result<(), ChunkSizeError> {
+    check_chunk_size(chunk)?;
+    if chunk > pool {
+        return Err(ChunkSizeError::LargerThanPool { chunk, pool });
+    }
+    Ok(())
+}
+
+/// Why a pool cannot be set up.
+#[derive(Debug, Error)]
+pub enum PoolError {
+    #[error("bad pool chunk size")]
+    Chunk(#[from] ChunkSizeError),
+    #[error("cannot set up the pool's compression")]
+    Codec(#[source] std::io::Error),
+}
 
 /// What the pool has done; every field only grows.
 #[derive(Debug, Default)]
 pub struct PoolCounters {
-    /// Blocks written into the pool (reclaim's victims that went to memory).
-    pub pooled: AtomicU64,
+    /// Blocks written into the pool kept compressed (all written: `compressed + raw`).
+    pub compressed: AtomicU64,
+    /// Blocks written into the pool kept whole (no compression, or incompressible).
+    pub raw: AtomicU64,
     /// Blocks that went to the swap file because the pool was full.
     pub overflowed: AtomicU64,
     /// Blocks read from the pool (faults and proactive swap-in).
@@ -47,6 +149,8 @@ pub struct PoolCounters {
     pub spilled: AtomicU64,
     /// Flusher writes (each a run of blocks).
     pub spill_writes: AtomicU64,
+    /// Time the flusher spent spilling, in microseconds.
+    pub spill_us: AtomicU64,
     /// Blocks dropped from the pool because the page table had freed them.
     pub purged: AtomicU64,
     /// Pages installed by proactive swap-in from the pool.
@@ -65,26 +169,140 @@ impl PoolCounters {
     }
 }
 
+fn corrupt(what: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what)
+}
+
+/// Compresses pages on their way into the pool (reclaim's side).
+struct Packer {
+    how: PoolCompress,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// Page `i` of the write under way, compressed, at `i * STRIDE`.
+    out: Vec<u8>,
+}
+
+impl Packer {
+    fn new(how: PoolCompress) -> std::io::Result<Packer> {
+        let zstd = match how {
+            PoolCompress::Zstd => Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+            _ => None,
+        };
+        Ok(Packer {
+            how,
+            zstd,
+            out: Vec::new(),
+        })
+    }
+
+    /// Compresses the pages of `data` into `out`; for each, its compressed length, or `None`
+    /// to keep it whole.
+    fn pack(&mut self, data: &[u8]) -> Vec<Option<usize>> {
+        let n = data.len() / BLOCK;
+        if self.how == PoolCompress::None {
+            return vec![None; n];
+        }
+        if self.out.len() < n * STRIDE {
+            self.out.resize(n * STRIDE, 0);
+        }
+        let mut lens = Vec::with_capacity(n);
+        for (i, page) in data.chunks_exact(BLOCK).enumerate() {
+            let out = &mut self.out[i * STRIDE..(i + 1) * STRIDE];
+            let len = match (&mut self.zstd, self.how) {
+                // Too big for `out` is an error, as is incompressible: either way, kept whole.
+                (Some(z), _) => z.compress_to_buffer(page, &mut out[..MAX_COMPRESSED]).ok(),
+                (None, PoolCompress::Lz4) => lz4_flex::block::compress_into(page, out).ok(),
+                (None, _) => None,
+            };
+            lens.push(len.filter(|&l| l > 0 && l <= MAX_COMPRESSED));
+        }
+        lens
+    }
+}
+
+/// Decompresses pages on their way out of the pool.
+struct Unpacker {
+    how: PoolCompress,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl Unpacker {
+    fn new(how: PoolCompress) -> std::io::Result<Unpacker> {
+        let zstd = match how {
+            PoolCompress::Zstd => Some(zstd::bulk::Decompressor::new()?),
+            _ => None,
+        };
+        Ok(Unpacker { how, zstd })
+    }
+
+    /// Writes the page kept as `src` (whole, or compressed) into `page`.
+    fn unpack(&mut self, src: &[u8], page: &mut [u8]) -> std::io::Result<()> {
+        if src.len() == BLOCK {
+            page.copy_from_slice(src);
+            return Ok(());
+        }
+        let n = match (&mut self.zstd, self.how) {
+            (Some(z), _) => z.decompress_to_buffer(src, page)?,
+            (None, PoolCompress::Lz4) => lz4_flex::block::decompress_into(src, page)
+                .map_err(|e| corrupt(format!("a pooled page does not decompress: {e}")))?,
+            (None, _) => {
+                return Err(corrupt(format!(
+                    "a pooled page of {} bytes in a pool without compression",
+                    src.len()
+                )))
+            }
+        };
+        if n != BLOCK {
+            return Err(corrupt(format!(
+                "a pooled page decompressed to {n} bytes, not {BLOCK}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where a pooled page is: a slot of a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    chunk: u32,
+    slot: u32,
+}
+
 /// One pooled block.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    slot: u32,
+    loc: Loc,
+    /// Bytes kept: `BLOCK` for a whole page, less for a compressed one.
+    len: u32,
     /// When it was last written (higher: more recent).
     seq: u64,
 }
 
-/// A mapped chunk of pool memory.
+impl Entry {
+    fn class(&self) -> usize {
+        class_of(self.len as usize)
+    }
+}
+
+/// A mapped chunk of pool memory, cut into slots of one class.
 struct Chunk {
     ptr: *mut u8,
+    len: usize,
+    class: usize,
+    /// Slots it has room for.
+    slots: u32,
+    /// Slots in use.
     used: u32,
+    /// Slots below this were handed out at least once; the rest never were.
+    fresh: u32,
+    /// Slots below `fresh` freed since.
+    freed: Vec<u32>,
 }
 
 // SAFETY: a chunk is plain memory owned by the pool and only reached under its lock.
 unsafe impl Send for Chunk {}
 
 impl Chunk {
-    fn map() -> std::io::Result<Chunk> {
-        let len = CHUNK_PAGES as usize * BLOCK;
+    fn map(len: usize, class: usize) -> std::io::Result<Chunk> {
         // SAFETY: an anonymous private mapping; no existing memory is affected.
         let ptr = unsafe {
             libc::mmap(
@@ -101,15 +319,46 @@ impl Chunk {
         }
         Ok(Chunk {
             ptr: ptr.cast(),
+            len,
+            class,
+            slots: u32::try_from(len / slot_bytes(class)).unwrap_or(u32::MAX),
             used: 0,
+            fresh: 0,
+            freed: Vec::new(),
         })
+    }
+
+    /// Takes a free slot, if there is one.
+    fn take(&mut self) -> Option<u32> {
+        let slot = match self.freed.pop() {
+            Some(s) => s,
+            None if self.fresh < self.slots => {
+                self.fresh += 1;
+                self.fresh - 1
+            }
+            None => return None,
+        };
+        self.used += 1;
+        Some(slot)
+    }
+
+    fn full(&self) -> bool {
+        self.used == self.slots
+    }
+
+    /// The memory of `slot`.
+    fn slot(&self, slot: u32) -> *mut u8 {
+        let off = slot as usize * slot_bytes(self.class);
+        debug_assert!(off + slot_bytes(self.class) <= self.len);
+        // SAFETY: `slot < slots`, so the offset is inside the mapping.
+        unsafe { self.ptr.add(off) }
     }
 }
 
 impl Drop for Chunk {
     fn drop(&mut self) {
         // SAFETY: `ptr` is the mapping made in `map`, of this length, not used after this.
-        if unsafe { libc::munmap(self.ptr.cast(), CHUNK_PAGES as usize * BLOCK) } != 0 {
+        if unsafe { libc::munmap(self.ptr.cast(), self.len) } != 0 {
             tracing::warn!(
                 "pager: cannot unmap a pool chunk: {}",
                 std::io::Error::last_os_error()
@@ -119,132 +368,214 @@ impl Drop for Chunk {
 }
 
 struct Inner {
+    chunk_bytes: usize,
     chunks: Vec<Option<Chunk>>,
-    /// Free slots of mapped chunks; the lowest is taken first, so chunks empty from the top.
-    free: BTreeSet<u32>,
+    /// For each class, its mapped chunks with a free slot; the lowest is filled first, so the
+    /// highest empty out.
+    partial: [BTreeSet<u32>; CLASSES],
     entries: HashMap<Block, Entry>,
     /// Pooled blocks by `seq`: the least recent first.
     order: BTreeMap<u64, Block>,
     next_seq: u64,
+    /// Bytes of the slots in use.
+    used_bytes: u64,
+    /// Decompresses for reads.
+    unpack: Unpacker,
+}
+
+/// The bytes kept for `e` (a live entry).
+fn kept<'a>(chunks: &'a [Option<Chunk>], e: &Entry) -> &'a [u8] {
+    let c = chunks[e.loc.chunk as usize]
+        .as_ref()
+        .expect("a slot in use is in a mapped chunk");
+    // SAFETY: the slot is live pool memory of at least `len` bytes (its class holds `len`),
+    // not written while the caller holds the pool lock (which `chunks` is borrowed from).
+    unsafe { std::slice::from_raw_parts(c.slot(e.loc.slot), e.len as usize) }
 }
 
 impl Inner {
-    fn page(&self, slot: u32) -> *mut u8 {
-        let c = self.chunks[(slot / CHUNK_PAGES) as usize]
-            .as_ref()
-            .expect("a slot in use is in a mapped chunk");
-        // SAFETY: the offset is inside the chunk's mapping.
-        unsafe { c.ptr.add((slot % CHUNK_PAGES) as usize * BLOCK) }
-    }
-
-    fn alloc(&mut self) -> std::io::Result<u32> {
-        let slot = match self.free.pop_first() {
-            Some(s) => s,
+    /// A free slot of `class`, mapping a chunk for it if none has room.
+    fn alloc(&mut self, class: usize) -> std::io::Result<Loc> {
+        if let Some(&c) = self.partial[class].first() {
+            let chunk = self.chunks[c as usize]
+                .as_mut()
+                .expect("a chunk with room is mapped");
+            let slot = chunk.take().expect("a chunk with room has a free slot");
+            if chunk.full() {
+                self.partial[class].remove(&c);
+            }
+            return Ok(Loc { chunk: c, slot });
+        }
+        let i = match self.chunks.iter().position(Option::is_none) {
+            Some(i) => i,
             None => {
-                let i = match self.chunks.iter().position(Option::is_none) {
-                    Some(i) => i,
-                    None => {
-                        self.chunks.push(None);
-                        self.chunks.len() - 1
-                    }
-                };
-                self.chunks[i] = Some(Chunk::map()?);
-                let base = u32::try_from(i).unwrap_or(u32::MAX) * CHUNK_PAGES;
-                self.free.extend(base + 1..base + CHUNK_PAGES);
-                base
+                self.chunks.push(None);
+                self.chunks.len() - 1
             }
         };
-        if let Some(c) = &mut self.chunks[(slot / CHUNK_PAGES) as usize] {
-            c.used += 1;
+        let c = u32::try_from(i).map_err(|_| std::io::Error::other("too many pool chunks"))?;
+        let mut chunk = Chunk::map(self.chunk_bytes, class)?;
+        let slot = chunk.take().expect("a new chunk has a free slot");
+        if !chunk.full() {
+            self.partial[class].insert(c);
         }
-        Ok(slot)
+        self.chunks[i] = Some(chunk);
+        Ok(Loc { chunk: c, slot })
     }
 
-    fn free_slot(&mut self, slot: u32) {
-        let i = (slot / CHUNK_PAGES) as usize;
+    fn free_loc(&mut self, loc: Loc) {
+        let i = loc.chunk as usize;
         let Some(c) = &mut self.chunks[i] else { return };
         c.used -= 1;
+        let class = c.class;
         if c.used == 0 {
+            self.partial[class].remove(&loc.chunk);
             self.chunks[i] = None;
-            let base = u32::try_from(i).unwrap_or(u32::MAX) * CHUNK_PAGES;
-            self.free.retain(|&s| s / CHUNK_PAGES != base / CHUNK_PAGES);
         } else {
-            self.free.insert(slot);
+            c.freed.push(loc.slot);
+            self.partial[class].insert(loc.chunk);
         }
     }
 
     fn remove(&mut self, b: Block) {
         if let Some(e) = self.entries.remove(&b) {
             self.order.remove(&e.seq);
-            self.free_slot(e.slot);
+            self.used_bytes -= slot_bytes(e.class()) as u64;
+            self.free_loc(e.loc);
         }
     }
 
-    fn used(&self) -> u32 {
-        u32::try_from(self.entries.len()).unwrap_or(u32::MAX)
+    /// Copies `src` (a page as kept: whole or compressed) into `loc`.
+    fn put(&self, loc: Loc, src: &[u8]) {
+        let c = self.chunks[loc.chunk as usize]
+            .as_ref()
+            .expect("a slot just taken is in a mapped chunk");
+        debug_assert!(src.len() <= slot_bytes(c.class));
+        // SAFETY: the slot is live pool memory of its class's size, at least `src.len()`
+        // bytes, ours under the lock.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), c.slot(loc.slot), src.len()) };
     }
+}
+
+/// How much the pool holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Bytes of the slots in use (what the capacity limits).
+    pub used_bytes: u64,
+    /// Pages held.
+    pub pages: u64,
+    /// Chunks mapped.
+    pub chunks: u64,
+}
+
+/// The flusher's own state: the compressed bytes of a round and its decompressor.
+struct SpillState {
+    staged: Vec<u8>,
+    unpack: Unpacker,
 }
 
 /// The pool of one pager.
 pub struct Pool {
     inner: Mutex<Inner>,
-    /// Most pages it may hold.
-    capacity: AtomicU32,
+    packer: Mutex<Packer>,
+    spill_state: Mutex<SpillState>,
+    how: PoolCompress,
+    chunk_bytes: u64,
+    /// Most bytes of slots in use.
+    capacity: AtomicU64,
     /// Fraction of the capacity above which the flusher spills, in thousandths.
-    spill_at_milli: u32,
+    spill_at_milli: u64,
     /// Wakes the flusher.
     wake: Condvar,
     pub counters: PoolCounters,
 }
 
 impl Pool {
-    pub fn new(capacity_pages: u32, spill_at: f64) -> Pool {
+    /// A pool of `capacity` bytes that spills above `spill_at` of it, keeping pages as `how`
+    /// says in chunks of `chunk_bytes`.
+    pub fn new(
+        capacity: u64,
+        spill_at: f64,
+        how: PoolCompress,
+        chunk_bytes: u64,
+    ) -> Result<Pool, PoolError> {
+        check_chunk_size(chunk_bytes)?;
         let milli = (spill_at.clamp(0.1, 1.0) * 1000.0).round();
-        Pool {
+        Ok(Pool {
             inner: Mutex::new(Inner {
+                // At most MAX_CHUNK_BYTES, checked above.
+                chunk_bytes: usize::try_from(chunk_bytes).unwrap_or(usize::MAX),
                 chunks: Vec::new(),
-                free: BTreeSet::new(),
+                partial: Default::default(),
                 entries: HashMap::new(),
                 order: BTreeMap::new(),
                 next_seq: 0,
+                used_bytes: 0,
+                unpack: Unpacker::new(how).map_err(PoolError::Codec)?,
             }),
-            capacity: AtomicU32::new(capacity_pages),
+            packer: Mutex::new(Packer::new(how).map_err(PoolError::Codec)?),
+            spill_state: Mutex::new(SpillState {
+                staged: Vec::new(),
+                unpack: Unpacker::new(how).map_err(PoolError::Codec)?,
+            }),
+            how,
+            chunk_bytes,
+            capacity: AtomicU64::new(capacity),
             // A fraction in 0.1..=1 scaled to 100..=1000.
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            spill_at_milli: milli as u32,
+            spill_at_milli: milli as u64,
             wake: Condvar::new(),
             counters: PoolCounters::default(),
-        }
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn capacity(&self) -> u32 {
+    /// How pages are kept.
+    pub fn compression(&self) -> PoolCompress {
+        self.how
+    }
+
+    /// Bytes of one chunk.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
+    }
+
+    /// Most bytes of slots in use.
+    pub fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Relaxed)
     }
 
     /// Changes the capacity; a smaller one is reached by spilling.
-    pub fn set_capacity(&self, pages: u32) {
-        self.capacity.store(pages, Ordering::Relaxed);
+    pub fn set_capacity(&self, bytes: u64) {
+        self.capacity.store(bytes, Ordering::Relaxed);
         self.wake.notify_all();
     }
 
+    /// What the pool holds now.
+    pub fn usage(&self) -> PoolUsage {
+        let inner = self.lock();
+        PoolUsage {
+            used_bytes: inner.used_bytes,
+            pages: inner.entries.len() as u64,
+            chunks: inner.chunks.iter().flatten().count() as u64,
+        }
+    }
+
     /// Blocks held now.
-    pub fn used(&self) -> u32 {
-        self.lock().used()
+    pub fn used(&self) -> u64 {
+        self.usage().pages
     }
 
     /// Memory mapped for the pool now (whole chunks).
     pub fn mapped_bytes(&self) -> u64 {
-        let n = self.lock().chunks.iter().flatten().count() as u64;
-        n * u64::from(CHUNK_PAGES) * BLOCK as u64
+        self.usage().chunks * self.chunk_bytes
     }
 
-    fn spill_mark(&self) -> u32 {
-        let cap = u64::from(self.capacity());
-        u32::try_from(cap * u64::from(self.spill_at_milli) / 1000).unwrap_or(u32::MAX)
+    fn spill_mark(&self) -> u64 {
+        self.capacity() * self.spill_at_milli / 1000
     }
 
     pub fn contains(&self, b: Block) -> bool {
@@ -260,21 +591,20 @@ impl Pool {
             .collect()
     }
 
-    /// Copies the pooled blocks of `first..` into `buf`; returns how many were pooled.
-    fn read_pooled(&self, first: Block, buf: &mut [u8]) -> u32 {
-        let inner = self.lock();
+    /// Copies the pooled blocks of `first..` into `buf` (decompressing them); returns how many
+    /// were pooled.
+    fn read_pooled(&self, first: Block, buf: &mut [u8]) -> std::io::Result<u32> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let mut hits = 0;
         for (i, page) in buf.chunks_exact_mut(BLOCK).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
             if let Some(e) = inner.entries.get(&b) {
-                // SAFETY: the slot is a live page of pool memory, not written while we hold
-                // the lock.
-                let src = unsafe { std::slice::from_raw_parts(inner.page(e.slot), BLOCK) };
-                page.copy_from_slice(src);
+                inner.unpack.unpack(kept(&inner.chunks, e), page)?;
                 hits += 1;
             }
         }
-        hits
+        Ok(hits)
     }
 
     /// Whether all of `first..first + n` are pooled.
@@ -283,38 +613,80 @@ impl Pool {
         (first..first + n).all(|b| inner.entries.contains_key(&b))
     }
 
-    /// Puts what fits of `data` (blocks from `first` on) into the pool; returns, for each
-    /// block, whether it went there.
+    /// Puts what fits of `data` (blocks from `first` on) into the pool, compressed as the pool
+    /// says; returns, for each block, whether it went there. A block already pooled is
+    /// replaced in the pool whatever the room (see the module doc); it fails only if no memory
+    /// can be mapped for it.
     fn write_pooled(&self, first: Block, data: &[u8]) -> std::io::Result<Vec<bool>> {
+        let mut packer = self.packer.lock().unwrap_or_else(|e| e.into_inner());
+        let lens = packer.pack(data);
         let cap = self.capacity();
         let mut inner = self.lock();
-        let mut placed = Vec::with_capacity(data.len() / BLOCK);
-        for (i, page) in data.chunks_exact(BLOCK).enumerate() {
+        let mut placed = Vec::with_capacity(lens.len());
+        let (mut compressed, mut raw) = (0, 0);
+        for (i, (page, len)) in data.chunks_exact(BLOCK).zip(lens).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            let slot = match inner.entries.get(&b) {
-                Some(e) => {
-                    let (slot, seq) = (e.slot, e.seq);
-                    inner.order.remove(&seq);
-                    Some(slot)
+            let src = match len {
+                Some(l) => &packer.out[i * STRIDE..i * STRIDE + l],
+                None => page,
+            };
+            let class = class_of(src.len());
+            let size = slot_bytes(class) as u64;
+            let loc = match inner.entries.get(&b).copied() {
+                Some(old) if old.class() == class => {
+                    inner.order.remove(&old.seq);
+                    inner.used_bytes -= size;
+                    old.loc
                 }
-                None if inner.used() < cap => Some(inner.alloc()?),
-                None => None,
+                Some(old) => {
+                    let loc = inner.alloc(class)?;
+                    inner.order.remove(&old.seq);
+                    inner.used_bytes -= slot_bytes(old.class()) as u64;
+                    inner.free_loc(old.loc);
+                    loc
+                }
+                None if inner.used_bytes + size <= cap => match inner.alloc(class) {
+                    Ok(loc) => loc,
+                    Err(e) => {
+                        tracing::warn!(
+                            "pager: cannot map pool memory ({e}); writing to the swap file"
+                        );
+                        placed.push(false);
+                        continue;
+                    }
+                },
+                None => {
+                    placed.push(false);
+                    continue;
+                }
             };
-            let Some(slot) = slot else {
-                placed.push(false);
-                continue;
-            };
+            inner.put(loc, src);
             let seq = inner.next_seq;
             inner.next_seq += 1;
-            // SAFETY: the slot is a live page of pool memory, ours under the lock.
-            unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), inner.page(slot), BLOCK) };
-            inner.entries.insert(b, Entry { slot, seq });
+            inner.used_bytes += size;
+            inner.entries.insert(
+                b,
+                Entry {
+                    loc,
+                    len: u32::try_from(src.len()).unwrap_or(u32::MAX),
+                    seq,
+                },
+            );
             inner.order.insert(seq, b);
+            if src.len() < BLOCK {
+                compressed += 1;
+            } else {
+                raw += 1;
+            }
             placed.push(true);
         }
-        if inner.used() > self.spill_mark() {
+        if inner.used_bytes > self.spill_mark() {
             self.wake.notify_all();
         }
+        self.counters
+            .compressed
+            .fetch_add(compressed, Ordering::Relaxed);
+        self.counters.raw.fetch_add(raw, Ordering::Relaxed);
         Ok(placed)
     }
 }
@@ -339,7 +711,7 @@ impl PageStore for SwapStore {
             self.file.read(first, buf)?;
         }
         // Pooled blocks are at least as new as the file's copy: they go over it.
-        let hits = pool.read_pooled(first, buf);
+        let hits = pool.read_pooled(first, buf)?;
         pool.counters
             .hits
             .fetch_add(u64::from(hits), Ordering::Relaxed);
@@ -367,7 +739,6 @@ impl PageStore for SwapStore {
         }
         let pooled = placed.iter().filter(|&&p| p).count() as u64;
         let c = &pool.counters;
-        c.pooled.fetch_add(pooled, Ordering::Relaxed);
         c.overflowed
             .fetch_add(placed.len() as u64 - pooled, Ordering::Relaxed);
         Ok(())
@@ -383,7 +754,7 @@ impl Pool {
     /// (time to drop freed blocks).
     pub(crate) fn wait_for_work(&self) {
         let inner = self.lock();
-        if inner.used() <= self.spill_mark() {
+        if inner.used_bytes <= self.spill_mark() {
             let _ = self
                 .wake
                 .wait_timeout(inner, Duration::from_secs(1))
@@ -427,40 +798,63 @@ impl Pool {
 
     /// While the pool is above its spill mark, writes its least recent blocks (up to
     /// [`FLUSH_BATCH`], sorted by block so runs are sequential) to `file` and frees their slots.
+    /// The blocks' bytes are copied out under the pool lock and decompressed after it.
     /// Returns whether it spilled anything (so there may be more to do).
     pub(crate) fn spill(&self, file: &SwapFile, buf: &mut AlignedBuf) -> std::io::Result<bool> {
+        let t0 = Instant::now();
         // Down to 90 % of the mark, so the flusher does not start again at once.
-        let low = u32::try_from(u64::from(self.spill_mark()) * 9 / 10).unwrap_or(0);
-        let mut batch: Vec<(Block, u64)> = {
+        let low = self.spill_mark() * 9 / 10;
+        let mut st = self.spill_state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *st;
+        // (block, seq, where its bytes are in `staged`, how many)
+        let mut batch: Vec<(Block, u64, usize, usize)> = {
             let inner = self.lock();
-            let over = inner.used().saturating_sub(low) as usize;
-            inner
-                .order
-                .iter()
-                .take(over.min(FLUSH_BATCH))
-                .map(|(&seq, &b)| (b, seq))
-                .collect()
+            let mut over = inner.used_bytes.saturating_sub(low);
+            let mut batch = Vec::new();
+            for (&seq, &b) in &inner.order {
+                if over == 0 || batch.len() == FLUSH_BATCH {
+                    break;
+                }
+                let size = inner.entries.get(&b).map_or(0, |e| slot_bytes(e.class()));
+                over = over.saturating_sub(size as u64);
+                batch.push((b, seq, 0, 0));
+            }
+            batch
         };
         if batch.is_empty() {
             return Ok(false);
         }
         batch.sort_unstable();
-        let data = buf.get(batch.len() * BLOCK);
+        st.staged.clear();
         {
             let inner = self.lock();
-            for (i, (b, _)) in batch.iter().enumerate() {
-                let Some(e) = inner.entries.get(b) else {
-                    continue;
-                };
-                // SAFETY: a live pool page, not written while we hold the lock.
-                let src = unsafe { std::slice::from_raw_parts(inner.page(e.slot), BLOCK) };
-                data[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(src);
+            for item in &mut batch {
+                // Only the flusher takes blocks out, so each is still there; one rewritten
+                // meanwhile is newer, and written as it is now.
+                if let Some(e) = inner.entries.get(&item.0) {
+                    item.2 = st.staged.len();
+                    st.staged.extend_from_slice(kept(&inner.chunks, e));
+                    item.3 = st.staged.len() - item.2;
+                }
+            }
+        }
+        let data = buf.get(batch.len() * BLOCK);
+        for (i, &(_, _, off, len)) in batch.iter().enumerate() {
+            if len > 0 {
+                st.unpack.unpack(
+                    &st.staged[off..off + len],
+                    &mut data[i * BLOCK..(i + 1) * BLOCK],
+                )?;
             }
         }
         let mut i = 0;
         while i < batch.len() {
+            if batch[i].3 == 0 {
+                i += 1;
+                continue;
+            }
             let mut j = i + 1;
-            while j < batch.len() && batch[j].0 == batch[j - 1].0 + 1 {
+            while j < batch.len() && batch[j].0 == batch[j - 1].0 + 1 && batch[j].3 > 0 {
                 j += 1;
             }
             crate::store::write(file, batch[i].0, &data[i * BLOCK..j * BLOCK])?;
@@ -469,14 +863,17 @@ impl Pool {
         }
         let mut inner = self.lock();
         let mut spilled = 0;
-        for (b, seq) in batch {
-            // Rewritten (or dropped) meanwhile: the pool's copy is newer; keep it.
-            if inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
+        for (b, seq, _, len) in batch {
+            // Rewritten meanwhile: the pool's copy is newer; keep it.
+            if len > 0 && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
                 inner.remove(b);
                 spilled += 1;
             }
         }
+        drop(inner);
         self.counters.spilled.fetch_add(spilled, Ordering::Relaxed);
+        let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters.spill_us.fetch_add(us, Ordering::Relaxed);
         Ok(true)
     }
 }
@@ -489,15 +886,46 @@ mod tests {
         vec![v; BLOCK]
     }
 
-    fn store(cap: u32) -> (tempfile::TempDir, SwapStore) {
+    /// A page of `kind`: 0 incompressible (random), 1 compressible (one random byte in each
+    /// 8), 2 all zero but one byte.
+    fn content(kind: u8, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut p = vec![0u8; BLOCK];
+        match kind {
+            0 => p
+                .chunks_exact_mut(8)
+                .for_each(|w| w.copy_from_slice(&next().to_le_bytes())),
+            1 => p
+                .chunks_exact_mut(8)
+                .for_each(|w| w[0] = next().to_le_bytes()[0]),
+            _ => p[usize::try_from(seed % 4096).unwrap()] = 1,
+        }
+        p
+    }
+
+    fn pool_store(cap: u64, how: PoolCompress, chunk: u64) -> (tempfile::TempDir, SwapStore) {
         let dir = tempfile::tempdir().unwrap();
         let file = SwapFile::create(&dir.path().join("swap"), 4096, true).unwrap();
         (
             dir,
             SwapStore {
                 file,
-                pool: Some(Pool::new(cap, 0.8)),
+                pool: Some(Pool::new(cap, 0.8, how, chunk).unwrap()),
             },
+        )
+    }
+
+    fn store(pages: u64) -> (tempfile::TempDir, SwapStore) {
+        pool_store(
+            pages * BLOCK as u64,
+            PoolCompress::None,
+            DEFAULT_CHUNK_BYTES,
         )
     }
 
@@ -507,12 +935,28 @@ mod tests {
         buf.get(n * BLOCK).to_vec()
     }
 
-    fn write(s: &SwapStore, b: Block, pages: &[u8]) {
-        let mut buf = AlignedBuf::new(pages.len() * BLOCK);
-        for (i, &v) in pages.iter().enumerate() {
-            buf.get(pages.len() * BLOCK)[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&page(v));
+    fn write_pages(s: &SwapStore, b: Block, pages: &[Vec<u8>]) {
+        let len = pages.len() * BLOCK;
+        let mut buf = AlignedBuf::new(len);
+        for (i, p) in pages.iter().enumerate() {
+            buf.get(len)[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(p);
         }
-        s.write(b, buf.get(pages.len() * BLOCK)).unwrap();
+        s.write(b, buf.get(len)).unwrap();
+    }
+
+    fn write(s: &SwapStore, b: Block, pages: &[u8]) {
+        let pages: Vec<Vec<u8>> = pages.iter().map(|&v| page(v)).collect();
+        write_pages(s, b, &pages);
+    }
+
+    fn drain(s: &SwapStore) {
+        let pool = s.pool.as_ref().unwrap();
+        pool.set_capacity(0);
+        let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
+        while pool
+            .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
+            .unwrap()
+        {}
     }
 
     #[test]
@@ -552,8 +996,8 @@ mod tests {
             .flush_round(&s.file, |bs| bs.iter().map(|&b| b != 3).collect(), &mut buf)
             .unwrap();
         assert!(spilled);
-        // The mark is 8, the flusher goes down to 7: after dropping block 3, 9 are left and
-        // the 2 least recent (0 and 1) are spilled.
+        // The mark is 8 pages, the flusher goes down to 7.2: after dropping block 3, 9 are
+        // left and the 2 least recent (0 and 1) are spilled.
         assert_eq!(pool.used(), 7);
         assert!(!pool.contains(0) && !pool.contains(1) && !pool.contains(3));
         assert!(pool.contains(9));
@@ -565,7 +1009,7 @@ mod tests {
             assert!(read(&s, b, 1).iter().all(|&x| x == v), "block {b}");
         }
         // A shrunk pool spills down to its new mark.
-        pool.set_capacity(2);
+        pool.set_capacity(2 * BLOCK as u64);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -579,23 +1023,201 @@ mod tests {
 
     #[test]
     fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
-        let (_d, s) = store(2 * CHUNK_PAGES);
+        let chunk_pages = DEFAULT_CHUNK_BYTES / BLOCK as u64;
+        let (_d, s) = store(2 * chunk_pages);
         let pool = s.pool.as_ref().unwrap();
         assert_eq!(pool.mapped_bytes(), 0);
-        let pages: Vec<u8> = vec![7; CHUNK_PAGES as usize + 1];
+        let pages: Vec<u8> = vec![7; usize::try_from(chunk_pages).unwrap() + 1];
         write(&s, 0, &pages);
-        assert_eq!(
-            pool.mapped_bytes(),
-            2 * u64::from(CHUNK_PAGES) * BLOCK as u64
-        );
-        pool.set_capacity(0);
-        let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
-        while pool
-            .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
-            .unwrap()
-        {}
+        assert_eq!(pool.mapped_bytes(), 2 * DEFAULT_CHUNK_BYTES);
+        drain(&s);
         assert_eq!(pool.used(), 0);
         assert_eq!(pool.mapped_bytes(), 0, "empty chunks go back to the host");
-        assert!(read(&s, CHUNK_PAGES, 1).iter().all(|&x| x == 7));
+        assert!(read(&s, u32::try_from(chunk_pages).unwrap(), 1)
+            .iter()
+            .all(|&x| x == 7));
+    }
+
+    /// Compressible, incompressible and nearly empty pages, alone and mixed in runs, read back
+    /// exactly from the pool, through a spill and from the file, with either compressor.
+    #[test]
+    fn compressed_incompressible_and_mixed_runs_read_back_exactly() {
+        for how in [PoolCompress::Lz4, PoolCompress::Zstd] {
+            let (_d, s) = pool_store(64 << 20, how, 64 << 10);
+            let pool = s.pool.as_ref().unwrap();
+            let kinds: [&[u8]; 4] = [&[1; 40], &[0; 40], &[2; 40], &[0, 1, 1, 2, 0, 1, 2, 2]];
+            let mut want: HashMap<Block, Vec<u8>> = HashMap::new();
+            let mut b = 0;
+            for (run, ks) in kinds.iter().enumerate() {
+                let pages: Vec<Vec<u8>> = ks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &k)| content(k, (run * 1000 + i) as u64 + 1))
+                    .collect();
+                write_pages(&s, b, &pages);
+                for (i, p) in pages.into_iter().enumerate() {
+                    want.insert(b + u32::try_from(i).unwrap(), p);
+                }
+                b += 64;
+            }
+            let c = &pool.counters;
+            let (compressed, raw) = (PoolCounters::get(&c.compressed), PoolCounters::get(&c.raw));
+            // Kind 0 is random: kept whole; the others compress.
+            assert_eq!(raw, 40 + 2, "{how}");
+            assert_eq!(compressed, 40 + 40 + 6, "{how}");
+            let u = pool.usage();
+            assert_eq!(u.pages, 128);
+            assert!(
+                u.used_bytes < u.pages * BLOCK as u64 * 2 / 3,
+                "{how}: {} bytes for {} pages",
+                u.used_bytes,
+                u.pages
+            );
+            let check = |s: &SwapStore| {
+                for (&b, p) in &want {
+                    assert!(read(s, b, 1) == *p, "{how}: block {b}");
+                }
+                // Whole runs too (one call, every page of it in the pool or not).
+                for first in [0, 64, 128, 192] {
+                    let n = kinds[usize::try_from(first / 64).unwrap()].len();
+                    let got = read(s, first, n);
+                    for i in 0..n {
+                        let b = first + u32::try_from(i).unwrap();
+                        assert!(
+                            got[i * BLOCK..(i + 1) * BLOCK] == want[&b][..],
+                            "{how}: {b}"
+                        );
+                    }
+                }
+            };
+            check(&s);
+            // Half spilled: runs read partly from the file, partly from the pool.
+            pool.set_capacity(u.used_bytes / 2);
+            let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
+            while pool
+                .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
+                .unwrap()
+            {}
+            assert!(pool.usage().pages > 0 && pool.usage().pages < 128, "{how}");
+            check(&s);
+            drain(&s);
+            assert_eq!(pool.usage(), PoolUsage::default(), "{how}");
+            check(&s);
+            assert!(PoolCounters::get(&c.spill_us) > 0);
+        }
+    }
+
+    /// The capacity counts bytes of slots: compressed pages fit more of them in, incompressible
+    /// ones no more than without compression.
+    #[test]
+    fn the_capacity_counts_bytes_so_compression_holds_more_pages() {
+        let cap = 16 * BLOCK as u64;
+        let (_d, s) = pool_store(cap, PoolCompress::Lz4, DEFAULT_CHUNK_BYTES);
+        let pool = s.pool.as_ref().unwrap();
+        let random: Vec<Vec<u8>> = (0..32).map(|i| content(0, i + 1)).collect();
+        write_pages(&s, 0, &random);
+        assert_eq!(
+            pool.used(),
+            16,
+            "whole pages: as many as without compression"
+        );
+        assert_eq!(pool.usage().used_bytes, cap);
+        drain(&s);
+        pool.set_capacity(cap);
+        let packed: Vec<Vec<u8>> = (0..64).map(|i| content(1, i + 100)).collect();
+        write_pages(&s, 100, &packed);
+        let u = pool.usage();
+        assert!(u.pages > 16, "only {} compressed pages held", u.pages);
+        assert!(u.used_bytes <= cap, "{} bytes used of {cap}", u.used_bytes);
+        assert_eq!(
+            PoolCounters::get(&pool.counters.overflowed),
+            32 - 16 + 64 - u.pages
+        );
+        for (i, p) in packed.iter().enumerate() {
+            assert!(read(&s, 100 + u32::try_from(i).unwrap(), 1) == *p, "{i}");
+        }
+    }
+
+    /// Each chunk holds one size class; a chunk is unmapped when its last slot goes, whatever
+    /// the others hold.
+    #[test]
+    fn a_chunk_is_freed_when_its_last_slot_is() {
+        let (_d, s) = pool_store(1 << 20, PoolCompress::Lz4, 8 << 10);
+        let pool = s.pool.as_ref().unwrap();
+        // 2 nearly empty pages (the smallest class, 32 to an 8 KiB chunk) and 3 random ones
+        // (whole, 2 to a chunk): 1 + 2 chunks.
+        write_pages(&s, 0, &[content(2, 1), content(2, 2)]);
+        write_pages(&s, 10, &[content(0, 1), content(0, 2), content(0, 3)]);
+        assert_eq!(pool.usage().chunks, 3);
+        // The page table frees the third whole page: its chunk goes.
+        pool.purge(|bs| bs.iter().map(|&b| b != 12).collect());
+        assert_eq!(pool.usage().chunks, 2);
+        assert_eq!(pool.mapped_bytes(), 2 * (8 << 10));
+        // Then the small ones: one page leaves its chunk in use, both free it.
+        pool.purge(|bs| bs.iter().map(|&b| b != 0).collect());
+        assert_eq!(pool.usage().chunks, 2);
+        pool.purge(|bs| bs.iter().map(|&b| b != 1).collect());
+        assert_eq!(pool.usage().chunks, 1);
+        assert!(read(&s, 10, 2) == [content(0, 1), content(0, 2)].concat());
+        drain(&s);
+        assert_eq!(pool.mapped_bytes(), 0);
+    }
+
+    /// A pooled block rewritten while the pool is full stays in the pool, in a slot of its new
+    /// size, so the flusher's copy in the file can never be newer than the pool's.
+    #[test]
+    fn a_rewrite_of_a_pooled_block_stays_in_the_pool_at_its_new_size() {
+        let (_d, s) = pool_store(2 * BLOCK as u64, PoolCompress::Zstd, 64 << 10);
+        let pool = s.pool.as_ref().unwrap();
+        write_pages(&s, 0, &[content(0, 1), content(0, 2)]);
+        assert_eq!(pool.usage().used_bytes, 2 * BLOCK as u64);
+        write_pages(&s, 1, &[content(1, 3)]);
+        assert!(pool.contains(1));
+        assert!(pool.usage().used_bytes < 2 * BLOCK as u64);
+        // Full, then a rewrite with a page that no longer compresses: over the capacity, in
+        // the pool all the same.
+        write_pages(&s, 2, &[content(0, 4)]);
+        write_pages(&s, 1, &[content(0, 5)]);
+        assert!(pool.contains(1) && !pool.contains(2));
+        assert!(read(&s, 0, 3) == [content(0, 1), content(0, 5), content(0, 4)].concat());
+    }
+
+    #[test]
+    fn bad_chunk_sizes_are_refused() {
+        assert_eq!(check_chunk(0, 1 << 20), Err(ChunkSizeError::Zero));
+        assert_eq!(
+            check_chunk(3000, 1 << 20),
+            Err(ChunkSizeError::NotPages(3000))
+        );
+        assert_eq!(
+            check_chunk(4 << 20, 2 << 20),
+            Err(ChunkSizeError::LargerThanPool {
+                chunk: 4 << 20,
+                pool: 2 << 20
+            })
+        );
+        assert_eq!(
+            check_chunk(2 << 30, 8 << 30),
+            Err(ChunkSizeError::TooLarge(2 << 30))
+        );
+        assert_eq!(check_chunk(4096, 4096), Ok(()));
+        assert_eq!(check_chunk(DEFAULT_CHUNK_BYTES, 256 << 20), Ok(()));
+        let e = check_chunk(5000, 1 << 20).unwrap_err().to_string();
+        assert!(e.starts_with("5000 ") && e.contains("4 KiB"), "{e}");
+        assert!(Pool::new(1 << 20, 0.8, PoolCompress::Lz4, 6000).is_err());
+        assert!(Pool::new(1 << 20, 0.8, PoolCompress::Lz4, 0).is_err());
+    }
+
+    #[test]
+    fn size_classes_cover_every_length() {
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(GRANULE), 0);
+        assert_eq!(class_of(GRANULE + 1), 1);
+        assert_eq!(class_of(MAX_COMPRESSED), RAW - 1);
+        assert_eq!(class_of(MAX_COMPRESSED + 1), RAW);
+        assert_eq!(class_of(BLOCK), RAW);
+        for len in 1..=BLOCK {
+            assert!(slot_bytes(class_of(len)) >= len);
+        }
     }
 }

@@ -258,15 +258,30 @@ impl Pager {
             pool: s.stores.swap.pool.as_ref().map(|p| {
                 let c = &p.counters;
                 let get = crate::pool::PoolCounters::get;
+                let usage = p.usage();
+                let stored_bytes = usage.pages * PAGE_SIZE;
+                let (compressed, raw) = (get(&c.compressed), get(&c.raw));
                 memvisor_api::PoolStats {
-                    capacity_bytes: u64::from(p.capacity()) * PAGE_SIZE,
-                    used_bytes: u64::from(p.used()) * PAGE_SIZE,
-                    mapped_bytes: p.mapped_bytes(),
-                    pooled_pages: get(&c.pooled),
+                    compression: p.compression(),
+                    chunk_bytes: p.chunk_bytes(),
+                    capacity_bytes: p.capacity(),
+                    used_bytes: usage.used_bytes,
+                    stored_bytes,
+                    compression_ratio: if usage.used_bytes == 0 {
+                        1.0
+                    } else {
+                        stored_bytes as f64 / usage.used_bytes as f64
+                    },
+                    chunks: usage.chunks,
+                    mapped_bytes: usage.chunks * p.chunk_bytes(),
+                    compressed_pages: compressed,
+                    raw_pages: raw,
+                    pooled_pages: compressed + raw,
                     overflowed_pages: get(&c.overflowed),
                     hit_pages: get(&c.hits),
                     spilled_pages: get(&c.spilled),
                     spill_writes: get(&c.spill_writes),
+                    spill_us: get(&c.spill_us),
                     purged_pages: get(&c.purged),
                     proactive_pool_pages: get(&c.proactive_from_pool),
                     proactive_disk_pages: get(&c.proactive_from_disk),
