@@ -425,6 +425,90 @@ fn tiny_workingset_end_to_end() {
     }
 }
 
+/// `bench recovery` (MemFlex Fig. 5), tiny, on memvisor's pager and the pool with proactive
+/// swap-in (no QEMU, so no calibration and no host swap): every run has a row per second of
+/// its run phase, the hog's start and the release are recorded on the run phase's clock (the
+/// release after the hog), the pager's census is polled, and the report, the figure and the
+/// goal's line are there.
+#[test]
+fn tiny_recovery_end_to_end() {
+    let _host = host_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let swap = format!(
+        "/var/tmp/memvisor-bench-test-rec-{}.swap",
+        std::process::id()
+    );
+    let before = host_state();
+    let configs = ["memvisor-pager", "memvisor-pool-proactive"];
+    let o = bench(&[
+        "recovery",
+        "--scale",
+        "tiny",
+        "--reps",
+        "1",
+        "--configs",
+        &configs.join(","),
+        "--out",
+        out.to_str().unwrap(),
+        "--swap-file",
+        &swap,
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench recovery failed");
+    assert!(!Path::new(&swap).exists());
+    assert_eq!(host_state(), before, "host state changed");
+    let rows = read_csv(&out.join("results.csv"));
+    for c in configs {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r["config"] == c).collect();
+        // 8 s of run phase: a line for each second but perhaps the last.
+        assert!(mine.len() >= 7, "{c}: {} rows", mine.len());
+        for (i, r) in mine.iter().enumerate() {
+            assert_eq!(r["status"], "ok", "{r:?}");
+            assert_eq!(r["t_s"], (i + 1).to_string(), "{r:?}");
+            let hog: f64 = r["hog_start_s"].parse().unwrap();
+            let rel: f64 = r["release_s"].parse().unwrap();
+            assert!((1.5..3.0).contains(&hog) && rel > hog, "{r:?}");
+            assert!(!r["before_hog_ops_s"].is_empty(), "{r:?}");
+        }
+        assert!(mine.iter().any(|r| r["period"] == "before"));
+        assert!(mine.iter().any(|r| r["period"] == "hog"));
+        assert!(mine.iter().any(|r| r["period"] == "released"));
+        // The pager was polled: the guest's pages are somewhere.
+        assert!(mine.iter().any(|r| !r["resident_bytes"].is_empty()));
+    }
+    let pool: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r["config"] == "memvisor-pool-proactive")
+        .collect();
+    assert!(pool.iter().any(|r| !r["pool_used_bytes"].is_empty()));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), report.trim());
+    for c in configs {
+        let row = table_row(&report, "## Recovery", c);
+        assert_eq!(row[1], "1/1", "{row:?}");
+        let row = table_row(&report, "## Runs", c);
+        assert!(row.iter().any(|x| x == "pager limit → 128 MiB"), "{row:?}");
+    }
+    for want in [
+        "17,813 to 7,049",
+        "## Goal",
+        "## memvisor's pager around the release",
+    ] {
+        assert!(report.contains(want), "{want}");
+    }
+    let svg = std::fs::read_to_string(out.join("recovery.svg")).unwrap();
+    for want in [
+        "hog starts",
+        "memory given back",
+        "memvisor-pool-proactive rep 1",
+    ] {
+        assert!(svg.contains(want), "{want}");
+    }
+    assert!(out.join("recovery.png").exists());
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -464,6 +548,11 @@ fn bad_input_is_one_line_and_status_2() {
             "QEMU has no share-based allocator",
         ),
         (vec!["idletax", "--reps", "0", "--out", out], "--reps 0"),
+        // Memory is given back by raising a limit.
+        (
+            vec!["recovery", "--configs", "memvisor", "--out", out],
+            "'memvisor' has no limit",
+        ),
         (
             vec!["idletax", "--out", "/proc/no/such/dir"],
             "cannot write there",

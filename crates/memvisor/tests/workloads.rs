@@ -687,6 +687,33 @@ fn gcchurn_and_kv(hv: &str) {
         assert_eq!(field(&l, "ops"), 4000, "{l}");
         assert_eq!(field(&l, "errors"), 0, "{l}");
     }
+    // A hog beside the store: its start is marked, every second has its line, and the hog's
+    // writes check out.
+    let out = run(
+        hv,
+        "48M",
+        "1",
+        &disks,
+        "kv",
+        "records=4000 secs=3 mix=c hog_mb=8 hog_at=1 hog_rate_mb_s=16",
+    );
+    done_ok(&out, "kv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let start = stdout
+        .lines()
+        .find(|l| l.starts_with("kv: hog_start "))
+        .expect("a hog_start line");
+    assert!(field(start, "t_ms") >= 1000, "{start}");
+    assert_eq!(field(start, "mb"), 8, "{start}");
+    assert!(stdout.lines().any(|l| l.starts_with("kv: hog_allocated ")));
+    for t in ["kv: t=1s ops_s=", "kv: t=2s ops_s="] {
+        assert!(stdout.lines().any(|l| l.starts_with(t)), "{t}");
+    }
+    let l = result(&out, "kv", "run");
+    assert_eq!(field(&l, "hog_mb"), 8, "{l}");
+    assert!(field(&l, "hog_touches") > 0, "{l}");
+    assert_eq!(field(&l, "hog_errors"), 0, "{l}");
+    assert_eq!(field(&l, "errors"), 0, "{l}");
 }
 
 #[test]

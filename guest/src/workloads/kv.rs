@@ -9,9 +9,20 @@
 //! d = 95 % read latest / 5 % insert, e = 95 % scan of 1..100 records / 5 %
 //! insert, f = 50 % read / 50 % read-modify-write) with zipfian keys
 //! (`theta`/100, default 0.99, scrambled as YCSB does), or for `secs` seconds
-//! if given. Ops per second are printed every second.
+//! if given. Ops per second are printed every second (`kv: t=Ns ops_s=N`, one
+//! line per second of the run phase, 0 for a second in which nothing finished).
 //!
-//! Keys: `records=50000 ops=200000 mix=a theta=99 secs=0`.
+//! A memory hog beside the store (MemFlex §4.1: a memory-intensive program
+//! starts in the VM that runs Redis): with `hog_mb=N`, `hog_at` seconds into
+//! the run phase a second task allocates N MiB (the store waits meanwhile, as
+//! it would for a CPU the allocation holds), then writes one word per page in
+//! sequential sweeps at `hog_rate_mb_s` MiB/s, interleaved with the store's
+//! operations (at most 1 MiB between two operations, never more than one
+//! second's worth behind). Lines `kv: hog_start t_ms=.. mb=.. rate_mb_s=..` and
+//! `kv: hog_allocated t_ms=.. ms=..` mark its start on the run phase's clock.
+//!
+//! Keys: `records=50000 ops=200000 mix=a theta=99 secs=0 hog_mb=0 hog_at=10
+//! hog_rate_mb_s=64`.
 
 use memvisor_guest_mm::format::splitmix64;
 
@@ -22,7 +33,16 @@ use crate::mm::{self, StatsWords};
 use super::common::{self, Rng, io_fail, ms_since, us_since};
 
 const NAME: &str = "kv";
-const KEYS: &[&str] = &["records", "ops", "mix", "theta", "secs"];
+const KEYS: &[&str] = &[
+    "records",
+    "ops",
+    "mix",
+    "theta",
+    "secs",
+    "hog_mb",
+    "hog_at",
+    "hog_rate_mb_s",
+];
 const RECORD_WORDS: usize = 128;
 const PER_PAGE: u64 = 4;
 
@@ -184,6 +204,77 @@ impl Store {
     }
 }
 
+/// Pages the hog writes at most between two of the store's operations (1 MiB).
+const HOG_BURST: u64 = 256;
+
+/// The memory hog: `pages` pages of its own task, swept one word per page at `rate` MiB/s.
+struct Hog {
+    task: u32,
+    pages: u64,
+    rate: u64,
+    /// When the sweeps began (TSC).
+    t0: u64,
+    touched: u64,
+    /// Pages the rate allowance skipped because the hog fell more than a second behind.
+    skipped: u64,
+    next: u64,
+    sweeps: u64,
+    errors: u64,
+}
+
+impl Hog {
+    /// Allocates the hog's pages (each written with its number, as `memhog` does).
+    fn start(pages: u64, rate: u64) -> Result<Hog, memvisor_guest_mm::MmError> {
+        let task = mm::task_create()?;
+        for p in 0..pages {
+            mm::anon(task, p, true)?.words()[0] = p;
+        }
+        Ok(Hog {
+            task,
+            pages,
+            rate,
+            t0: rdtsc(),
+            touched: 0,
+            skipped: 0,
+            next: 0,
+            sweeps: 0,
+            errors: 0,
+        })
+    }
+
+    /// Writes the pages the rate allows by now, up to [`HOG_BURST`]. A page holds its number
+    /// plus `pages` times the sweeps that wrote it, so every write also checks the last one.
+    fn step(&mut self) -> Result<(), memvisor_guest_mm::MmError> {
+        let allowed = self.rate * 256 * us_since(self.t0) / 1_000_000;
+        // A bounded rate: pages the hog could not write while the store waited on a fault
+        // are not made up for later beyond one second's worth.
+        let floor = allowed.saturating_sub(self.rate * 256);
+        let done = self.touched + self.skipped;
+        if done < floor {
+            self.skipped += floor - done;
+        }
+        let mut n = 0;
+        while self.touched + self.skipped < allowed && n < HOG_BURST {
+            let p = self.next;
+            let mut pg = mm::anon(self.task, p, true)?;
+            let w = pg.words();
+            if w[0] != p + self.sweeps * self.pages {
+                self.errors += 1;
+            }
+            w[0] = p + (self.sweeps + 1) * self.pages;
+            drop(pg);
+            self.touched += 1;
+            n += 1;
+            self.next += 1;
+            if self.next == self.pages {
+                self.next = 0;
+                self.sweeps += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
 pub fn run(cfg: &Config) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
         return code;
@@ -194,9 +285,12 @@ pub fn run(cfg: &Config) -> ExitCode {
             cfg.num("ops", 200_000, 1, 1 << 40)?,
             cfg.num("theta", 99, 1, 99)?,
             cfg.num("secs", 0, 0, 86400)?,
+            cfg.num("hog_mb", 0, 0, memvisor_guest_mm::TASK_PAGES / 256)?,
+            cfg.num("hog_at", 10, 0, 86400)?,
+            cfg.num("hog_rate_mb_s", 64, 1, 1 << 20)?,
         ))
     })();
-    let (records, ops, theta, secs) = match args {
+    let (records, ops, theta, secs, hog_mb, hog_at, hog_rate) = match args {
         Ok(a) => a,
         Err(e) => return common::bad_arg(NAME, e),
     };
@@ -244,6 +338,7 @@ pub fn run(cfg: &Config) -> ExitCode {
     let mut count = records;
     let t1 = rdtsc();
     let (mut done, mut last_done, mut next_sec) = (0u64, 0u64, 1u64);
+    let mut hog: Option<Hog> = None;
     let (mut n_read, mut n_update, mut n_insert, mut n_scan, mut n_rmw, mut missing) =
         (0, 0, 0, 0, 0, 0u64);
     loop {
@@ -255,10 +350,34 @@ pub fn run(cfg: &Config) -> ExitCode {
             break;
         }
         let el = us_since(t1);
-        if el >= next_sec * 1_000_000 {
+        // Every second gets its line, also those a long wait (a fault, the hog's allocation)
+        // went by without an operation.
+        while el >= next_sec * 1_000_000 {
             println!("kv: t={next_sec}s ops_s={}", done - last_done);
             last_done = done;
             next_sec += 1;
+        }
+        if hog_mb > 0 && hog.is_none() && el >= hog_at * 1_000_000 {
+            println!(
+                "kv: hog_start t_ms={} mb={hog_mb} rate_mb_s={hog_rate}",
+                el / 1000
+            );
+            match Hog::start(hog_mb * 256, hog_rate) {
+                Ok(h) => hog = Some(h),
+                Err(e) => return io_fail(NAME, e),
+            }
+            let now = us_since(t1);
+            println!(
+                "kv: hog_allocated t_ms={} ms={}",
+                now / 1000,
+                (now - el) / 1000
+            );
+            continue;
+        }
+        if let Some(h) = hog.as_mut() {
+            if let Err(e) = h.step() {
+                return io_fail(NAME, e);
+            }
         }
         let r = rng.below(100);
         // Scrambled zipfian: popular ranks are spread over the key space.
@@ -295,15 +414,25 @@ pub fn run(cfg: &Config) -> ExitCode {
     }
     let us = us_since(t1).max(1);
     mm::task_exit(task);
-    let ok = store.errors == 0 && missing == 0;
+    let (hog_touches, hog_sweeps, hog_skipped, hog_errors) = match &hog {
+        Some(h) => {
+            mm::task_exit(h.task);
+            (h.touched, h.sweeps, h.skipped, h.errors)
+        }
+        None => (0, 0, 0, 0),
+    };
+    let stats = mm::stats();
+    let ok = store.errors == 0 && missing == 0 && hog_errors == 0;
     println!(
         "RESULT workload=kv phase=run ok={} mix={mix} ops={done} ms={} ops_s={} reads={n_read} updates={n_update} \
-         inserts={n_insert} scans={n_scan} rmw={n_rmw} errors={} missing={missing} {}",
+         inserts={n_insert} scans={n_scan} rmw={n_rmw} errors={} missing={missing} hog_mb={} hog_touches={hog_touches} \
+         hog_sweeps={hog_sweeps} hog_skipped={hog_skipped} hog_errors={hog_errors} {}",
         u8::from(ok),
         ms_since(t1),
         done * 1_000_000 / us,
         store.errors,
-        StatsWords(mm::stats())
+        if hog.is_some() { hog_mb } else { 0 },
+        StatsWords(stats)
     );
     println!("RESULT workload=kv phase=done ok={}", u8::from(ok));
     if ok {

@@ -105,6 +105,25 @@ pub const CONFIGS: &[Config] = &[
         balloon: true,
         mechanisms: &[],
     },
+    // The pool (MemFlex §3.2–§3.4): 1 GiB, at least the guest RAM of the experiments that use
+    // it, so every swapped page fits and none spills. A variant of the pool (compression, a
+    // spill mark) is one more entry here with its flags in `mechanisms`.
+    Config {
+        name: "memvisor-pool",
+        about: "memvisor-pager with a 1 GiB host-memory pool in front of its swap file; swapped pages come back only on faults (--pool 1G --swap-in faults)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--pool", "1G", "--swap-in", "faults"],
+    },
+    Config {
+        name: "memvisor-pool-proactive",
+        about: "memvisor-pool, and when the limit rises the pager brings swapped pages back in batches without waiting for faults (--pool 1G --swap-in proactive)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--pool", "1G", "--swap-in", "proactive"],
+    },
     Config {
         name: "memvisor-mapper",
         about: "memvisor-pager with VSwapper's Swap Mapper (--mapper)",
@@ -298,6 +317,14 @@ mod tests {
                 .run_flags(None, &files)
                 .join(" "),
             "--api-sock /s --pager full"
+        );
+        assert_eq!(
+            f("memvisor-pool-proactive"),
+            "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in proactive"
+        );
+        assert_eq!(
+            f("memvisor-pool"),
+            "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in faults"
         );
         assert!(find("nope").is_none());
         let holding: Vec<&str> = CONFIGS

@@ -48,6 +48,27 @@ pub struct Experiment {
     pub reference: &'static str,
     /// Measured over time through the VM's API instead of per phase (`workingset`).
     pub series: Option<Series>,
+    /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
+    pub release: Option<Release>,
+}
+
+/// An experiment whose result is the guest's throughput second by second (`kv`'s `t=Ns
+/// ops_s=N` lines) while a hog inside the guest pushes it past its limit and the harness then
+/// gives the VM its memory back (MemFlex §4.1, Fig. 5).
+#[derive(Clone, Debug)]
+pub struct Release {
+    /// The guest phase whose `RESULT` line starts the clock: the run phase starts right after it.
+    pub after_phase: &'static str,
+    /// When the harness gives the memory back, on that clock.
+    pub at: Duration,
+    /// When the hog starts (the guest's `hog_at`), on the same clock.
+    pub hog_at: Duration,
+    /// How often the harness asks memvisor's API for `GET /stats` (the pager's census and the
+    /// pool's counters over time).
+    pub every: Duration,
+    /// A swap disk for the guest kit (MiB; `id=swap`): where a guest whose balloon is inflated
+    /// swaps, as Linux would to its own disk.
+    pub guest_swap_mb: u64,
 }
 
 /// An experiment whose result is a time series of the VM's `GET /stats`: one VM runs the
@@ -82,6 +103,8 @@ impl Experiment {
     pub fn default_reps(&self) -> u32 {
         if self.series.is_some() {
             1
+        } else if self.release.is_some() {
+            2
         } else {
             3
         }
@@ -89,7 +112,7 @@ impl Experiment {
 }
 
 /// Names of the experiments, for error messages.
-pub const NAMES: &[&str] = &["seqread", "alloc", "overhead", "workingset"];
+pub const NAMES: &[&str] = &["seqread", "alloc", "overhead", "workingset", "recovery"];
 
 const LIMITED: &[&str] = &[
     "qemu",
@@ -105,6 +128,17 @@ const LIMITED: &[&str] = &[
     "memvisor-fpr",
     "memvisor-vswapper-fpr",
     "memvisor-vswapper-balloon",
+];
+
+/// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
+/// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
+/// A pool variant is one more name here (and one entry of `CONFIGS`).
+pub const RECOVERY: &[&str] = &[
+    "memvisor-pager",
+    "memvisor-pool",
+    "memvisor-pool-proactive",
+    "qemu-hostswap",
+    "qemu-balloon",
 ];
 
 fn phases(prefix: &str, n: u64) -> Vec<String> {
@@ -142,6 +176,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 configs: LIMITED,
                 reference: "qemu",
                 series: None,
+                release: None,
             }
         }
         // VSwapper Fig. 10: a fresh process allocates and touches 200 MB. The guest kit boots
@@ -168,6 +203,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 configs: LIMITED,
                 reference: "qemu",
                 series: None,
+                release: None,
             }
         }
         // No limits: what running on memvisor costs against QEMU.
@@ -231,6 +267,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                 configs: &["qemu", "memvisor"],
                 reference: "qemu",
                 series: None,
+                release: None,
             }
         }
         // ESX §5.3, Fig. 6: the working-set estimate from sampled pages against a working set
@@ -276,6 +313,44 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                     sample_pages: pages,
                     sample_period: period,
                 }),
+                release: None,
+            }
+        }
+        // MemFlex §4.1, Fig. 5: a key-value store under a read-only YCSB load (the paper's
+        // Fig. 5(c)), a memory hog starting in the same VM 10 s into the run, the memory given
+        // back 20 s later. The store fits under the limit alone, not with the hog; given back,
+        // the limit is the guest's size, so everything fits.
+        "recovery" => {
+            // (guest MiB, limit MiB, kv records, hog MiB, hog MiB/s, hog at s, release at s,
+            // run s): the store's table is records / 512 MiB (1 KiB records, half-full slots).
+            let (mem, limit, records, hog, rate, hog_at, at, secs) = if tiny {
+                (128, 64, 20_000, 40, 40, 2, 4, 8)
+            } else {
+                (1024, 512, 180_000, 400, 100, 10, 30, 70)
+            };
+            Experiment {
+                name: "recovery",
+                about: "MemFlex §4.1 / Fig. 5: a key-value store's throughput while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
+                mem: mib(mem),
+                limit: Some(mib(limit)),
+                steps: vec![Step {
+                    workload: "kv",
+                    cmdline: format!(
+                        "records={records} mix=c secs={secs} hog_mb={hog} hog_at={hog_at} hog_rate_mb_s={rate}"
+                    ),
+                    phases: vec!["load".into(), "run".into()],
+                    disk: None,
+                }],
+                configs: RECOVERY,
+                reference: "memvisor-pager",
+                series: None,
+                release: Some(Release {
+                    after_phase: "load",
+                    at: Duration::from_secs(at),
+                    hog_at: Duration::from_secs(hog_at),
+                    every: Duration::from_secs(1),
+                    guest_swap_mb: mem,
+                }),
             }
         }
         _ => return None,
@@ -313,7 +388,7 @@ mod tests {
         assert!(!d.writable && d.size_mb > 128);
         for name in NAMES {
             let e = find(name, Scale::Full).unwrap();
-            if e.limit.is_some() && e.series.is_none() {
+            if e.limit.is_some() && e.series.is_none() && e.release.is_none() {
                 assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
                 assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
             }

@@ -12,7 +12,8 @@
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
 //!    order rotated per repetition), so drift hits all configurations alike (`runner`).
 //! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`report`, `plot`; for the
-//!    time series of `workingset`, `workingset`).
+//!    time series of `workingset`, `workingset`; for the throughput over time of `recovery`,
+//!    `recovery`).
 //! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
@@ -22,6 +23,7 @@ mod host;
 mod hostexp;
 mod hostreport;
 mod plot;
+mod recovery;
 mod report;
 mod runner;
 mod teardown;
@@ -39,11 +41,11 @@ use experiments::Scale;
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
-    /// workingset (ESX Fig. 6), shares (ESX §5.1 on memvisor host), idletax (ESX §5.2, Fig. 7)
-    /// or consolidate (VSwapper Fig. 14).
+    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), shares (ESX §5.1 on memvisor host),
+    /// idletax (ESX §5.2, Fig. 7) or consolidate (VSwapper Fig. 14).
     pub experiment: String,
-    /// Repetitions of every configuration, interleaved (default 3; 1 for workingset, shares,
-    /// idletax and consolidate).
+    /// Repetitions of every configuration, interleaved (default 3; 2 for recovery; 1 for
+    /// workingset, shares, idletax and consolidate).
     #[arg(long)]
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list).
@@ -143,8 +145,23 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             )));
         }
     }
-    let want = match (&a.reference, exp.series.is_some(), configs.first()) {
-        (None, true, Some(c)) => c.name,
+    if exp.release.is_some() {
+        // Memory is given back by raising a limit: a configuration without one has nothing
+        // to give back.
+        if let Some(c) = configs.iter().find(|c| c.limit == configs::Limit::None) {
+            return Err(BadInput(format!(
+                "{} gives memory back by raising the VM's limit; '{}' has no limit; give configurations with one, e.g. {}",
+                exp.name,
+                c.name,
+                experiments::RECOVERY.join(", ")
+            )));
+        }
+    }
+    let default_missing = !configs.iter().any(|c| c.name == exp.reference);
+    let want = match (&a.reference, configs.first()) {
+        (None, Some(c)) if exp.series.is_some() || (exp.release.is_some() && default_missing) => {
+            c.name
+        }
         _ => a.reference.as_deref().unwrap_or(exp.reference),
     };
     let reference = configs
@@ -198,6 +215,21 @@ fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), S
         Ok(())
     } else {
         Err(format!("mkdisk {} failed ({st})", path.display()))
+    }
+}
+
+fn mkswap(exe: &Path, path: &Path, mb: u64) -> Result<(), String> {
+    let st = std::process::Command::new(exe)
+        .args(["mkdisk", "swap", "--force", "--out"])
+        .arg(path)
+        .args(["--size", &format!("{mb}M")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("mkdisk swap {} failed ({st})", path.display()))
     }
 }
 
@@ -426,6 +458,16 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     }
                     _ => None,
                 };
+                // A fresh guest swap disk per run (sparse: only its header is written).
+                let guest_swap = match &exp.release {
+                    Some(r) => {
+                        let p = work.join(format!("guest-swap-{}.img", c.name));
+                        teardown::track_file(p.clone());
+                        mkswap(&exe, &p, r.guest_swap_mb)?;
+                        Some(p)
+                    }
+                    None => None,
+                };
                 let spec = runner::RunSpec {
                     exe: &exe,
                     config: c,
@@ -442,9 +484,14 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     host_swap_file: &args.swap_file,
                     timeout: Duration::from_secs(args.timeout),
                     series: exp.series.as_ref(),
+                    release: exp.release.as_ref(),
+                    guest_swap: guest_swap.clone(),
                     label: label.clone(),
                 };
                 let result = runner::run(&spec)?;
+                if let Some(p) = guest_swap {
+                    let _ = std::fs::remove_file(p);
+                }
                 if let Some((p, true)) = disk {
                     let _ = std::fs::remove_file(p);
                 }
@@ -480,13 +527,22 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     let csv = plan.out.join("results.csv");
     let md_path = plan.out.join("report.md");
     let svg = plan.out.join(format!("{}.svg", exp.name));
-    let (csv_text, md, drawn) = match &exp.series {
-        Some(s) => (
+    let runs = match &exp.release {
+        Some(_) => recovery::load(&plan.out, exp, &records),
+        None => Vec::new(),
+    };
+    let (csv_text, md, drawn) = match (&exp.series, &exp.release) {
+        (Some(s), _) => (
             workingset::csv(exp.name, s, &records),
             workingset::markdown(&meta, s, &records),
             workingset::plot(&svg, exp.name, s, &records),
         ),
-        None => (
+        (None, Some(r)) => (
+            recovery::csv(exp, r, &runs),
+            recovery::markdown(&meta, r, &runs),
+            recovery::plot(&svg, exp, r, &plan.configs, &runs),
+        ),
+        (None, None) => (
             report::csv(exp, &records),
             report::markdown(&meta, &records),
             plot::write(&svg, exp, &plan.configs, &records),

@@ -51,7 +51,7 @@ pub fn swap_written(p: &Phase) -> u64 {
     p.swap_out + p.io.write_bytes
 }
 
-fn csv_field(s: &str) -> String {
+pub(super) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
     } else {

@@ -4,7 +4,10 @@
 //! [`TICK`]: the hypervisor process's I/O and peak RSS, the run's memory cgroup, the host swap
 //! file's use, and moves the balloon once the VM answers on its socket. For a time-series
 //! experiment it also asks the VM's API for `GET /stats` every [`Series::every`] and keeps the
-//! working-set estimate and page census of each answer.
+//! working-set estimate and page census of each answer. For an experiment that gives memory
+//! back ([`Release`]), it starts a clock at the guest's line that begins the measured phase,
+//! gives the VM its memory back when the clock reaches the release time (raising the pager's
+//! limit, the cgroup's limit, deflating the balloon), and keeps memvisor's `GET /stats` answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -16,7 +19,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ActiveMemory, VmStats};
 
 use super::configs::{Config, Hv, Limit, RunFiles};
-use super::experiments::{Series, Step};
+use super::experiments::{Release, Series, Step};
 use super::host::{self, CgroupState, ProcIo, Vmstat};
 use super::teardown;
 
@@ -96,6 +99,32 @@ pub struct RunResult {
     pub fault_latency_us: Option<(u64, u64)>,
     /// For a time-series experiment, the VM's answers to `GET /stats`, in order.
     pub series: Vec<StatsSample>,
+    /// For an experiment that gives memory back: what was done and when.
+    pub release: Option<Released>,
+    /// For an experiment that gives memory back, memvisor's answers to `GET /stats` with the
+    /// host time (ms since the start of the run) each was asked at.
+    pub stats: Vec<(f64, VmStats)>,
+}
+
+/// The release of a run: when its clock started and when the memory was given back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Released {
+    /// Host time (ms since the start of the run) of the guest line that started the clock.
+    pub clock_ms: f64,
+    /// Host time (ms since the start of the run) the release began; `None`: the run ended
+    /// before (or the clock never started).
+    pub at_ms: Option<f64>,
+    /// How long the requests took.
+    pub took_ms: f64,
+    /// What was done, or why it failed.
+    pub what: Result<String, String>,
+}
+
+impl Released {
+    /// When the release began on the clock (seconds since the clock started).
+    pub fn on_clock_s(&self) -> Option<f64> {
+        self.at_ms.map(|a| (a - self.clock_ms) / 1e3)
+    }
 }
 
 /// One answer of the VM's API to `GET /stats`, as a time-series experiment keeps it.
@@ -166,6 +195,10 @@ pub struct RunSpec<'a> {
     pub timeout: Duration,
     /// Poll the VM's API and keep the answers (memvisor configurations only).
     pub series: Option<&'a Series>,
+    /// Give the VM its memory back during the run.
+    pub release: Option<&'a Release>,
+    /// A swap disk image for the guest kit (`id=swap`).
+    pub guest_swap: Option<PathBuf>,
     /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
     pub label: String,
 }
@@ -338,6 +371,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         let ro = if *writable { "" } else { ",ro" };
         cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
     }
+    if let Some(swap) = &spec.guest_swap {
+        cmd.args(["--disk", &format!("{},id=swap", swap.display())]);
+    }
     if c.hv == Hv::Memvisor {
         cmd.arg("--stats-json").arg(&stats_path);
     }
@@ -424,6 +460,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let mut guest_ok = None;
     let mut samples: Vec<StatsSample> = Vec::new();
     let mut next_poll = Instant::now();
+    let mut clock: Option<Instant> = None;
+    let mut released: Option<Released> = None;
+    let mut stats: Vec<(f64, VmStats)> = Vec::new();
     let delta = |name: &str, guest_ms: Option<f64>, a: &Snap, b: &Snap| Phase {
         name: name.to_owned(),
         at_ms: b.at.duration_since(s0.at).as_secs_f64() * 1e3,
@@ -463,6 +502,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                 if let Some((phase, ms, ok)) = parse_result(&line) {
                     if phase == "done" {
                         guest_ok = ok;
+                    }
+                    if spec.release.is_some_and(|r| r.after_phase == phase) && clock.is_none() {
+                        clock = Some(at);
                     }
                     if spec.step.phases.contains(&phase) && !phases.iter().any(|p| p.name == phase)
                     {
@@ -524,6 +566,34 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                 // a slow answer does not shift the rest of the series.
                 while next_poll <= now {
                     next_poll += s.every;
+                }
+            }
+        }
+        if let (Some(r), Some(t0)) = (spec.release, clock) {
+            let now = Instant::now();
+            if released.is_none() && now >= t0 + r.at && !eof {
+                let what = give_back(c, &sock, pid, spec.mem, spec.limit);
+                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
+                eprintln!(
+                    "{} memory given back {:.1} s into the run phase: {}",
+                    spec.label,
+                    now.duration_since(t0).as_secs_f64(),
+                    what.as_ref().unwrap_or_else(|e| e)
+                );
+                released = Some(Released {
+                    clock_ms: t0.duration_since(s0.at).as_secs_f64() * 1e3,
+                    at_ms: Some(at_ms),
+                    took_ms: now.elapsed().as_secs_f64() * 1e3,
+                    what,
+                });
+            }
+            if c.hv == Hv::Memvisor && now >= next_poll && !eof && sock.exists() {
+                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
+                if let Some(st) = api_vm_stats(&sock) {
+                    stats.push((at_ms, st));
+                }
+                while next_poll <= now {
+                    next_poll += r.every;
                 }
             }
         }
@@ -693,7 +763,68 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
         fault_latency_us: final_stats.as_ref().and_then(fault_latency),
         series: samples,
+        release: released.or_else(|| {
+            clock.map(|t0| Released {
+                clock_ms: t0.duration_since(s0.at).as_secs_f64() * 1e3,
+                at_ms: None,
+                took_ms: 0.0,
+                what: Err("the run ended before the release time".into()),
+            })
+        }),
+        stats,
     })
+}
+
+/// Gives a VM its memory back: the balloon deflated, the cgroup's limit raised by what the
+/// guest lacked (guest RAM minus the limit), the pager's limit raised to the guest's size. Says
+/// what it did, or the first request that failed.
+pub fn give_back(
+    c: &Config,
+    sock: &Path,
+    pid: u32,
+    mem: u64,
+    limit: Option<u64>,
+) -> Result<String, String> {
+    let mut done = Vec::new();
+    if c.limit == Limit::HostSwap {
+        let raise = mem.saturating_sub(limit.unwrap_or(mem));
+        let file = host::run_cgroup(pid).join("memory.limit_in_bytes");
+        let now: u64 = std::fs::read_to_string(&file)
+            .map_err(|e| format!("{}: {e}", file.display()))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let new = now.saturating_add(raise);
+        std::fs::write(&file, new.to_string()).map_err(|e| format!("{}: {e}", file.display()))?;
+        done.push(format!("cgroup limit {} → {} MiB", now >> 20, new >> 20));
+    }
+    if c.balloon {
+        match c.hv {
+            Hv::Qemu => qmp_balloon(sock, mem)?,
+            Hv::Memvisor => {
+                match memvisor_api::call(sock, "PUT", "/balloon", Some(r#"{"target": 0}"#)) {
+                    Ok((200, _)) => {}
+                    Ok((code, b)) => {
+                        return Err(format!("PUT /balloon: HTTP {code}: {}", b.trim()))
+                    }
+                    Err(e) => return Err(format!("PUT /balloon: {e}")),
+                }
+            }
+        }
+        done.push("balloon deflated".into());
+    }
+    if c.pager_holds_ram() {
+        let body = format!("{{\"limit\": {mem}}}");
+        match memvisor_api::call(sock, "PUT", "/memory", Some(&body)) {
+            Ok((200, _)) => done.push(format!("pager limit → {} MiB", mem >> 20)),
+            Ok((code, b)) => return Err(format!("PUT /memory: HTTP {code}: {}", b.trim())),
+            Err(e) => return Err(format!("PUT /memory: {e}")),
+        }
+    }
+    if done.is_empty() {
+        return Err(format!("{} has no limit to raise", c.name));
+    }
+    Ok(done.join(", "))
 }
 
 /// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS

@@ -605,6 +605,8 @@ mod tests {
             elapsed_ms: 0.0,
             fault_latency_us: None,
             series,
+            release: None,
+            stats: Vec::new(),
         }
     }
 
