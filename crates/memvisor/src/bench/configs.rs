@@ -125,6 +125,14 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &["--pool", "1G", "--swap-in", "proactive"],
     },
     Config {
+        name: "memvisor-pool-lz4",
+        about: "memvisor-pool-proactive with every pooled page compressed by lz4 (--pool-compress lz4)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--pool", "1G", "--swap-in", "proactive", "--pool-compress", "lz4"],
+    },
+    Config {
         name: "memvisor-mapper",
         about: "memvisor-pager with VSwapper's Swap Mapper (--mapper)",
         hv: Hv::Memvisor,

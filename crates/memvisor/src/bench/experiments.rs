@@ -137,6 +137,7 @@ pub const RECOVERY: &[&str] = &[
     "memvisor-pager",
     "memvisor-pool",
     "memvisor-pool-proactive",
+    "memvisor-pool-lz4",
     "qemu-hostswap",
     "qemu-balloon",
 ];
