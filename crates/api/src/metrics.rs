@@ -230,6 +230,8 @@ const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
 const FAULTS_HELP: &str = "Faults the pager served by installing a page, by where the page came from: zero (a zero page, also for pages the balloon or a free page report had taken), swap (the swap file), image (a disk image, Swap Mapper).";
 const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper).";
 const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
+const GUEST_ERRORS_HELP: &str = "What the guest did wrong, by kind (the fields of GET /stats guest_errors): unclaimed port and MMIO accesses, refused virtio FEATURES_OK and DRIVER_OK, ignored virtio-mmio register writes, rejected virtio-blk requests, used ring write failures, bad balloon PFNs and reports.";
+const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, which it can repeat at will, by kind: disk image I/O, balloon page releases, serial output.";
 
 /// `VmStats` (a VMM's `GET /stats`): prefix `memvisor_vm_`.
 #[rustfmt::skip]
@@ -345,6 +347,18 @@ const VM_ROWS: &[Row] = &[
     counter("exits.io", "exits", Unit::None, EXITS_HELP).labelled("kind", "io"),
     counter("exits.mmio", "exits", Unit::None, EXITS_HELP).labelled("kind", "mmio"),
     counter("exits.other", "exits", Unit::None, EXITS_HELP).labelled("kind", "other"),
+    counter("guest_errors.unclaimed_port_accesses", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "unclaimed_port_accesses"),
+    counter("guest_errors.unclaimed_mmio_accesses", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "unclaimed_mmio_accesses"),
+    counter("guest_errors.refused_features", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "refused_features"),
+    counter("guest_errors.refused_driver_ok", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "refused_driver_ok"),
+    counter("guest_errors.ignored_register_writes", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "ignored_register_writes"),
+    counter("guest_errors.bad_block_requests", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "bad_block_requests"),
+    counter("guest_errors.used_ring_errors", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "used_ring_errors"),
+    counter("guest_errors.bad_balloon_pages", "guest_errors", Unit::None, GUEST_ERRORS_HELP).labelled("kind", "bad_balloon_pages"),
+    counter("guest_errors.disk_io_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "disk_io"),
+    counter("guest_errors.balloon_release_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "balloon_release"),
+    counter("guest_errors.serial_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "serial"),
+    counter("guest_errors.suppressed_messages", "guest_log_suppressed_messages", Unit::None, "Log messages about guest errors and host faults that were only counted (each kind logs its first 5, then one summary line per 10 s)."),
 ];
 
 fn variants<T: serde::Serialize>(all: &[T]) -> Vec<String> {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// `GET /stats`: the pager, the balloon, the disks and the VM exits.
+/// `GET /stats`: the pager, the balloon, the disks, the VM exits and the guest's errors.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VmStats {
     /// memvisor's pager; `null` with `--pager off`.
@@ -22,6 +22,8 @@ pub struct VmStats {
     pub disks: BTreeMap<String, DiskStats>,
     /// VM exits the vCPUs took.
     pub exits: ExitStats,
+    /// What the guest did wrong, and host faults it can repeat at will.
+    pub guest_errors: GuestErrors,
 }
 
 /// The pager: its limit, where every guest page is, what it did, and how long it took.
@@ -393,6 +395,59 @@ impl ExitStats {
     }
 }
 
+/// What the guest did wrong, by kind, as the devices and the VMM counted it: every occurrence,
+/// whether its message was logged or not (each kind logs its first 5, then one summary line per
+/// 10 s). The last three count host faults the guest's requests met, which it can repeat at will.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestErrors {
+    /// Reads and writes of I/O ports no device claims.
+    pub unclaimed_port_accesses: u64,
+    /// Reads and writes of MMIO addresses no device claims.
+    pub unclaimed_mmio_accesses: u64,
+    /// Virtio FEATURES_OK refused: features the device did not offer, or not VERSION_1.
+    pub refused_features: u64,
+    /// Virtio DRIVER_OK refused (features not accepted, or a ready queue outside guest memory).
+    pub refused_driver_ok: u64,
+    /// Writes to virtio-mmio registers that take none at that point of the protocol, or of a
+    /// width other than 4 bytes.
+    pub ignored_register_writes: u64,
+    /// virtio-blk requests rejected (malformed, outside guest memory or the disk, a write to a
+    /// read-only disk) or of an unsupported type.
+    pub bad_block_requests: u64,
+    /// Used buffers a virtio device could not return (the used ring outside guest memory).
+    pub used_ring_errors: u64,
+    /// Balloon PFNs and free page reports outside guest RAM, or PFN arrays it could not read.
+    pub bad_balloon_pages: u64,
+    /// Host fault: disk image reads, writes and flushes that failed.
+    pub disk_io_errors: u64,
+    /// Host fault: releases of ballooned or reported pages that failed.
+    pub balloon_release_errors: u64,
+    /// Host fault: writes of the serial port's output that failed.
+    pub serial_errors: u64,
+    /// Messages about all of these that were not logged (only counted, and summarized).
+    pub suppressed_messages: u64,
+}
+
+impl GuestErrors {
+    /// Every counter as `(wire name, value)`, in declaration order.
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
+        [
+            ("unclaimed_port_accesses", self.unclaimed_port_accesses),
+            ("unclaimed_mmio_accesses", self.unclaimed_mmio_accesses),
+            ("refused_features", self.refused_features),
+            ("refused_driver_ok", self.refused_driver_ok),
+            ("ignored_register_writes", self.ignored_register_writes),
+            ("bad_block_requests", self.bad_block_requests),
+            ("used_ring_errors", self.used_ring_errors),
+            ("bad_balloon_pages", self.bad_balloon_pages),
+            ("disk_io_errors", self.disk_io_errors),
+            ("balloon_release_errors", self.balloon_release_errors),
+            ("serial_errors", self.serial_errors),
+            ("suppressed_messages", self.suppressed_messages),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +493,22 @@ mod tests {
         assert_eq!(v["fault_latency"]["p99_us"], 0);
         let back: PagerStats = serde_json::from_value(v).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn guest_errors_fields_are_the_wire_fields() {
+        let e = GuestErrors {
+            refused_driver_ok: 3,
+            suppressed_messages: 4,
+            ..GuestErrors::default()
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        let wire = v.as_object().unwrap();
+        let fields = e.fields();
+        assert_eq!(fields.len(), wire.len());
+        for (name, n) in fields {
+            assert_eq!(wire[name], n, "{name}");
+        }
     }
 
     #[test]

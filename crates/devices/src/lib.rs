@@ -1,10 +1,12 @@
 //! Emulated devices of a memvisor VM: the I/O buses, the 8250 serial port, the debug-exit port, and virtio-mmio devices.
 //!
 //! A device sees only offsets inside its own window and guest memory; it never touches KVM.
-//! The VMM routes a vCPU's port or MMIO exit to the [`Bus`] that owns the address.
+//! The VMM routes a vCPU's port or MMIO exit to the [`Bus`] that owns the address. What a guest
+//! does wrong is counted, and logged at a rate it cannot raise, in one place: [`guest_log`].
 
 pub mod bus;
 pub mod debug_exit;
+pub mod guest_log;
 pub mod ram;
 pub mod serial;
 pub mod virtio;

@@ -47,7 +47,8 @@ impl<W: Write + Send> BusDevice for Serial<W> {
     fn write(&mut self, offset: u64, data: &[u8]) {
         if let (Ok(off), [b]) = (u8::try_from(offset), data) {
             if let Err(e) = self.uart.write(off, *b) {
-                tracing::warn!("serial output failed: {e:?}");
+                // A host fault the guest repeats with every byte it writes: rate-limited.
+                crate::guest_error!(SerialError, "serial output failed: {e:?}");
             }
         }
     }

@@ -555,9 +555,9 @@ fn mib(bytes: u64) -> String {
 }
 
 /// The end-of-run summary: exits, the pager's census and main counters, the balloon, each disk's
-/// I/O, as aligned `name  value unit` rows. Rows of mechanisms that did nothing (the balloon, the
-/// Swap Mapper, prefetch, pauses, deflates-on-OOM) are left out; every counter is in
-/// `--stats-json`.
+/// I/O, what the guest did wrong, as aligned `name  value unit` rows. Rows of mechanisms that did
+/// nothing (the balloon, the Swap Mapper, prefetch, pauses, deflates-on-OOM, guest errors) are
+/// left out; every counter is in `--stats-json`.
 pub fn summary_table(s: &VmStats) -> String {
     let mut rows: Vec<(String, String, &str)> = Vec::new();
     let mut row = |name: &str, value: String, unit: &'static str| {
@@ -663,6 +663,16 @@ pub fn summary_table(s: &VmStats) -> String {
             );
         }
     }
+    // Only the kinds of guest error that happened, by their names in `GET /stats`.
+    for (name, n) in s.guest_errors.fields() {
+        if n > 0 {
+            row(
+                &format!("guest {}", name.replace('_', " ")),
+                n.to_string(),
+                "",
+            );
+        }
+    }
     let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let value_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let mut out = String::new();
@@ -764,6 +774,7 @@ mod tests {
         assert!(has("balloon OOM deflates", " 1 requests"), "{t}");
         assert!(has("balloon OOM deflated", " 256 pages"), "{t}");
         assert!(!t.contains("mirrored") && !t.contains("latency"), "{t}");
+        assert!(!t.contains("guest"), "no guest errors, no rows: {t}");
         // A balloon device that did nothing gets no rows.
         s.balloon = Some(memvisor_api::BalloonStats::default());
         assert!(!summary_table(&s).contains("balloon"));
@@ -777,6 +788,17 @@ mod tests {
                 "{t}"
             );
         }
+        // The kinds of guest error that happened get a row each.
+        s.guest_errors.unclaimed_port_accesses = 20_000;
+        s.guest_errors.suppressed_messages = 19_995;
+        let t = summary_table(&s);
+        let has = |name: &str, tail: &str| {
+            t.lines()
+                .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
+        };
+        assert!(has("guest unclaimed port accesses", " 20000"), "{t}");
+        assert!(has("guest suppressed messages", " 19995"), "{t}");
+        assert!(!t.contains("guest refused"), "{t}");
     }
 
     #[test]

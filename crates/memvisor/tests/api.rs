@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{
     ActiveMemory, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats,
-    GuestMemoryStats, LatencySummary, MemoryUpdate, PageCensus, PagerCounters, PagerMode,
-    PagerStats, PoolStats, PoolUpdate, VmInfo, VmState, VmStats,
+    GuestErrors, GuestMemoryStats, LatencySummary, MemoryUpdate, PageCensus, PagerCounters,
+    PagerMode, PagerStats, PoolStats, PoolUpdate, VmInfo, VmState, VmStats,
 };
 use serde_json::Value;
 
@@ -140,6 +140,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
         }),
         disks: [("data".to_owned(), DiskStats::default())].into(),
         exits: ExitStats::default(),
+        guest_errors: GuestErrors::default(),
     };
     let samples = [
         ("VmInfo", serde_json::to_value(&vm).unwrap()),

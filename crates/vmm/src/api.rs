@@ -3,7 +3,7 @@
 //! | request | does |
 //! |---|---|
 //! | `GET /vm` | configuration and state (`running`, or `paused` with the reason) |
-//! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits |
+//! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits, guest errors |
 //! | `GET /metrics` | the same numbers in the OpenMetrics text format (`memvisor_api::metrics`, docs/metrics.md) |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
 //! | `PUT /pool {"bytes": bytes}` | resizes the host-memory pool (`--pool`); shrinking spills |
@@ -22,9 +22,10 @@ use std::sync::Arc;
 use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
 use memvisor_api::server::{error, ok, parse, Reply};
 use memvisor_api::{
-    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestMemoryStats, MemoryUpdate,
-    PagerMode, PoolUpdate, VmInfo, VmState, VmStats,
+    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
+    MemoryUpdate, PagerMode, PoolUpdate, VmInfo, VmState, VmStats,
 };
+use memvisor_devices::guest_log::{GuestError, GuestLog};
 use memvisor_devices::virtio::balloon::{BalloonControl, BalloonState};
 use memvisor_devices::virtio::block::BlockMetrics;
 use memvisor_devices::virtio::mmio::TransportMetrics;
@@ -190,6 +191,25 @@ impl ExitCounters {
     }
 }
 
+/// The counts of `log` as the API reports them.
+pub fn guest_errors(log: &GuestLog) -> GuestErrors {
+    let n = |k| log.count(k);
+    GuestErrors {
+        unclaimed_port_accesses: n(GuestError::UnclaimedPort),
+        unclaimed_mmio_accesses: n(GuestError::UnclaimedMmio),
+        refused_features: n(GuestError::RefusedFeatures),
+        refused_driver_ok: n(GuestError::RefusedDriverOk),
+        ignored_register_writes: n(GuestError::IgnoredRegisterWrite),
+        bad_block_requests: n(GuestError::BadBlockRequest),
+        used_ring_errors: n(GuestError::UsedRingError),
+        bad_balloon_pages: n(GuestError::BadBalloonPage),
+        disk_io_errors: n(GuestError::DiskIoError),
+        balloon_release_errors: n(GuestError::BalloonReleaseError),
+        serial_errors: n(GuestError::SerialError),
+        suppressed_messages: log.suppressed(),
+    }
+}
+
 impl VmReport {
     /// The finished VM's counters in the schema of `GET /stats`.
     pub fn stats(&self) -> VmStats {
@@ -202,6 +222,7 @@ impl VmReport {
                 .map(|(id, m, t)| (id.clone(), disk_stats(m, t)))
                 .collect(),
             exits: self.exits.stats(),
+            guest_errors: self.guest_errors.clone(),
         }
     }
 }
@@ -223,5 +244,33 @@ fn stats(c: &Control) -> VmStats {
             .map(|(d, m, t)| (d.id.clone(), disk_stats(m, t)))
             .collect(),
         exits: c.exits.stats(),
+        guest_errors: guest_errors(memvisor_devices::guest_log::guest_log()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn every_guest_error_kind_has_its_own_counter() {
+        for kind in GuestError::ALL {
+            let log = GuestLog::new();
+            log.record_at(kind, Instant::now());
+            let v = serde_json::to_value(guest_errors(&log)).unwrap();
+            let counted: Vec<&String> = v
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(_, n)| n.as_u64() != Some(0))
+                .map(|(name, _)| name)
+                .collect();
+            assert_eq!(counted, [kind.name()], "{kind:?}");
+        }
+        let fields = serde_json::to_value(GuestErrors::default()).unwrap();
+        // One field per kind, and the suppressed messages.
+        assert_eq!(fields.as_object().unwrap().len(), GuestError::ALL.len() + 1);
     }
 }

@@ -15,7 +15,6 @@ mod memory;
 pub mod signals;
 mod vcpu;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -160,6 +159,9 @@ pub struct VmReport {
     pub balloon: Option<memvisor_api::BalloonStats>,
     pub exits: Arc<ExitCounters>,
     pub disks: Vec<(String, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
+    /// What the guest did wrong, counted by the process's guest log (one VM per process: a
+    /// process that runs several VMs gets their sum).
+    pub guest_errors: memvisor_api::GuestErrors,
 }
 
 /// Events from vCPU threads and devices to the thread that waits for the VM to end.
@@ -167,34 +169,6 @@ enum VmEvent {
     Exit(VmExit),
     PagerFailed(String),
     Crash { vcpu: u8, reason: String, rip: u64 },
-}
-
-/// Records the first access to each unclaimed port or MMIO address, so each is logged once.
-/// A guest scanning addresses is remembered up to [`UNKNOWN_KEPT`] of them, then not logged.
-#[derive(Default)]
-pub(crate) struct UnknownAccesses(Mutex<HashSet<(bool, u64)>>);
-
-const UNKNOWN_KEPT: usize = 1024;
-
-impl UnknownAccesses {
-    pub(crate) fn note(&self, mmio: bool, addr: u64, write: bool) {
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() >= UNKNOWN_KEPT {
-            return;
-        }
-        let first = seen.insert((mmio, addr));
-        if seen.len() == UNKNOWN_KEPT {
-            tracing::warn!("guest touched {UNKNOWN_KEPT} unclaimed addresses: no more are logged");
-        }
-        drop(seen);
-        if first {
-            let space = if mmio { "MMIO address" } else { "I/O port" };
-            let dir = if write { "write to" } else { "read from" };
-            tracing::warn!(
-                "guest {dir} unclaimed {space} {addr:#x} ignored (logged once per address)"
-            );
-        }
-    }
 }
 
 /// Returns the TSC frequency KVM gives guests on this host, in kHz.
@@ -450,14 +424,12 @@ impl Vm {
         };
         self.lifecycle.started.store(true, Ordering::SeqCst);
         let (pio, mmio) = (Arc::new(pio), Arc::new(mmio));
-        let unknown = Arc::new(UnknownAccesses::default());
         for (fd, id) in vcpu_fds.into_iter().zip(0u8..) {
             let ctx = vcpu::VcpuContext {
                 id,
                 pio: pio.clone(),
                 mmio: mmio.clone(),
                 exits: self.exits.clone(),
-                unknown: unknown.clone(),
                 vcpus: self.lifecycle.vcpus.clone(),
                 pager: self.lifecycle.pager.clone(),
                 _mem: self.mem.clone(),
@@ -557,6 +529,8 @@ impl Vm {
                 });
             }
         }
+        // One line for what the rate limits kept out of the log since each kind's last line.
+        memvisor_devices::guest_log::guest_log().finish();
         let exit = outcome?;
         let disks = disks
             .iter()
@@ -575,6 +549,7 @@ impl Vm {
             balloon: balloon.as_deref().map(api::balloon_stats),
             exits,
             disks,
+            guest_errors: api::guest_errors(memvisor_devices::guest_log::guest_log()),
         })
     }
 }

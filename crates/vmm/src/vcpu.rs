@@ -9,10 +9,10 @@ use kvm_bindings::{
 };
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use memvisor_boot::{BootData, BOOT_GDT, CODE_SELECTOR, DATA_SELECTOR, GDT_ADDR};
-use memvisor_devices::{Bus, GuestMem};
+use memvisor_devices::{guest_error, Bus, GuestMem};
 
 use crate::control::Vcpus;
-use crate::{kvm_err, signals, ExitCounters, UnknownAccesses, VmmError};
+use crate::{kvm_err, signals, ExitCounters, VmmError};
 
 /// What a vCPU thread needs to serve its exits.
 pub(crate) struct VcpuContext {
@@ -20,7 +20,6 @@ pub(crate) struct VcpuContext {
     pub pio: Arc<Bus>,
     pub mmio: Arc<Bus>,
     pub exits: Arc<ExitCounters>,
-    pub unknown: Arc<UnknownAccesses>,
     /// Pauses, parks and ends this vCPU with the others.
     pub vcpus: Arc<Vcpus>,
     /// The pager, which may stop this vCPU to look at a faulting write.
@@ -206,27 +205,39 @@ fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
             Ok(VcpuExit::IoOut(port, data)) => {
                 ctx.exits.io.fetch_add(1, Ordering::Relaxed);
                 if !ctx.pio.write(u64::from(port), data) {
-                    ctx.unknown.note(false, u64::from(port), true);
+                    guest_error!(
+                        UnclaimedPort,
+                        "guest write to unclaimed I/O port {port:#x} ignored"
+                    );
                 }
             }
             Ok(VcpuExit::IoIn(port, data)) => {
                 ctx.exits.io.fetch_add(1, Ordering::Relaxed);
                 if !ctx.pio.read(u64::from(port), data) {
                     data.fill(0xff);
-                    ctx.unknown.note(false, u64::from(port), false);
+                    guest_error!(
+                        UnclaimedPort,
+                        "guest read from unclaimed I/O port {port:#x}: all ones"
+                    );
                 }
             }
             Ok(VcpuExit::MmioWrite(addr, data)) => {
                 ctx.exits.mmio.fetch_add(1, Ordering::Relaxed);
                 if !ctx.mmio.write(addr, data) {
-                    ctx.unknown.note(true, addr, true);
+                    guest_error!(
+                        UnclaimedMmio,
+                        "guest write to unclaimed MMIO address {addr:#x} ignored"
+                    );
                 }
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
                 ctx.exits.mmio.fetch_add(1, Ordering::Relaxed);
                 if !ctx.mmio.read(addr, data) {
                     data.fill(0);
-                    ctx.unknown.note(true, addr, false);
+                    guest_error!(
+                        UnclaimedMmio,
+                        "guest read from unclaimed MMIO address {addr:#x}: zeros"
+                    );
                 }
             }
             Ok(exit) => {

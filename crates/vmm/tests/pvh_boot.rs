@@ -76,6 +76,10 @@ fn unknown_ports_and_mmio_are_ignored() {
     ];
     let report = run(&config(&code)).expect("the VM runs");
     assert_eq!(report.exit, VmExit::DebugExit(0));
+    // Counted by the process's guest log, which the other tests' VMs share: at least these.
+    let g = &report.guest_errors;
+    assert!(g.unclaimed_port_accesses >= 2, "{g:?}");
+    assert!(g.unclaimed_mmio_accesses >= 1, "{g:?}");
 }
 
 #[test]

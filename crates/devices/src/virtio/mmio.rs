@@ -13,6 +13,10 @@
 //!    QueueReady = 1 (queue registers are ignored while the queue is ready);
 //! 4. set DRIVER_OK; from then on a write to QueueNotify processes that queue.
 //!
+//! A driver that breaks the protocol (a refused FEATURES_OK or DRIVER_OK, a write to a register
+//! that takes none now) is counted and logged through [`crate::guest_log`], at a rate it cannot
+//! raise however often it tries.
+//!
 //! A QueueNotify write reaches the transport in one of two ways. With a [`NotifyThread`]
 //! attached, the hypervisor signals the queue's eventfd and the device thread calls
 //! [`MmioTransport::kernel_notify`] (see [`super::notify`] for the protocol); otherwise, and for
@@ -337,7 +341,8 @@ impl MmioTransport {
             let ok = self.driver_features & !dev.features() == 0
                 && self.driver_features & VIRTIO_F_VERSION_1 != 0;
             if !ok {
-                tracing::warn!(
+                crate::guest_error!(
+                    RefusedFeatures,
                     "virtio driver accepted features {:#x} of {:#x}: refusing FEATURES_OK",
                     self.driver_features,
                     dev.features()
@@ -352,7 +357,10 @@ impl MmioTransport {
                 .filter(|q| q.ready())
                 .all(|q| q.is_valid(self.mem.as_ref()));
             if value & status::FEATURES_OK == 0 || !valid {
-                tracing::warn!("virtio driver set DRIVER_OK without valid features and queues");
+                crate::guest_error!(
+                    RefusedDriverOk,
+                    "virtio driver set DRIVER_OK without valid features and queues"
+                );
                 value |= status::DEVICE_NEEDS_RESET;
             } else {
                 dev.activate(self.driver_features);
@@ -465,7 +473,10 @@ impl MmioTransport {
                     _ => {}
                 }
             }
-            _ => tracing::debug!("virtio-mmio: ignored write of {value:#x} to {offset:#x}"),
+            _ => crate::guest_error!(
+                IgnoredRegisterWrite,
+                "virtio-mmio: ignored write of {value:#x} to {offset:#x}"
+            ),
         }
     }
 }
@@ -493,11 +504,14 @@ impl BusDevice for MmioTransport {
             }
             return;
         }
-        let Ok(bytes) = <[u8; 4]>::try_from(data) else {
-            return;
-        };
-        if offset % 4 == 0 {
-            self.write_reg(offset, u32::from_le_bytes(bytes));
+        match <[u8; 4]>::try_from(data) {
+            Ok(bytes) if offset % 4 == 0 => self.write_reg(offset, u32::from_le_bytes(bytes)),
+            _ if self.device.is_none() => {}
+            _ => crate::guest_error!(
+                IgnoredRegisterWrite,
+                "virtio-mmio: ignored {}-byte write to {offset:#x}",
+                data.len()
+            ),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! statistics queue if VIRTIO_BALLOON_F_STATS_VQ was accepted, then the reporting queue if
 //! VIRTIO_BALLOON_F_REPORTING was. Inflated and reported pages go to [`GuestRam::discard`] (the
 //! pager releases them and forgets their content); every PFN the guest sends is checked against
-//! guest RAM, and the bad ones are ignored and counted. The statistics buffer is held, as the
+//! guest RAM, and the bad ones are ignored, counted, and logged through [`crate::guest_log`]. The statistics buffer is held, as the
 //! specification asks, until the VMM wants fresh numbers ([`BalloonControl::request_stats`]).
 //!
 //! A deflate is either one the host asked for (the balloon held more than the target) or one the
@@ -128,6 +128,11 @@ impl Balloon {
                 .metrics
                 .invalid_pfns
                 .fetch_add(1, Ordering::Relaxed);
+            crate::guest_error!(
+                BadBalloonPage,
+                "balloon: PFN array at {:#x} ({len} bytes) outside guest memory ignored",
+                addr.0
+            );
             return Vec::new();
         }
         let mut pfns: Vec<u64> = raw
@@ -141,6 +146,10 @@ impl Balloon {
                         .metrics
                         .invalid_pfns
                         .fetch_add(1, Ordering::Relaxed);
+                    crate::guest_error!(
+                        BadBalloonPage,
+                        "balloon: PFN {pfn:#x} outside guest RAM ignored"
+                    );
                 }
                 ok
             })
@@ -252,7 +261,10 @@ impl VirtioDevice for Balloon {
                     let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
                     if role == Role::Inflate {
                         if let Err(e) = self.ram.discard(&ranges, Discard::Balloon) {
-                            tracing::warn!("balloon: releasing inflated pages failed: {e}");
+                            crate::guest_error!(
+                                BalloonReleaseError,
+                                "balloon: releasing inflated pages failed: {e}"
+                            );
                         }
                         self.held_pages = self.held_pages.saturating_add(pages);
                         self.state
@@ -281,11 +293,21 @@ impl VirtioDevice for Balloon {
                                 .metrics
                                 .invalid_pfns
                                 .fetch_add(1, Ordering::Relaxed);
+                            crate::guest_error!(
+                                BadBalloonPage,
+                                "balloon: reported range {:#x}+{:#x} is not whole pages of \
+                                 guest RAM: ignored",
+                                r.addr,
+                                r.len
+                            );
                         }
                     }
                     let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
                     if let Err(e) = self.ram.discard(&ranges, Discard::Reported) {
-                        tracing::warn!("balloon: releasing reported pages failed: {e}");
+                        crate::guest_error!(
+                            BalloonReleaseError,
+                            "balloon: releasing reported pages failed: {e}"
+                        );
                     }
                     self.state
                         .metrics
@@ -310,7 +332,8 @@ impl VirtioDevice for Balloon {
                     continue;
                 }
             }
-            if queue.add_used(mem, head, 0).is_err() {
+            if let Err(e) = queue.add_used(mem, head, 0) {
+                crate::guest_error!(UsedRingError, "balloon: cannot return a used buffer: {e}");
                 break;
             }
             used = true;

@@ -320,8 +320,9 @@ impl Block {
     /// Carries out a validated request; returns the status byte and the bytes written to the guest.
     fn execute(&mut self, req: &Request, mem: &GuestMem) -> (u8, u32) {
         let m = self.metrics.clone();
+        // A host fault, but the guest can retry a failing request in a loop: rate-limited.
         let io = |r: std::io::Result<()>| {
-            r.map_err(|e| tracing::warn!("virtio-blk I/O failed: {e}"))
+            r.map_err(|e| crate::guest_error!(DiskIoError, "virtio-blk I/O failed: {e}"))
                 .is_ok()
         };
         match req.kind {
@@ -336,7 +337,12 @@ impl Block {
                     );
                 }
             }
-            RequestKind::Write { .. } if self.read_only => {}
+            RequestKind::Write { sector } if self.read_only => {
+                crate::guest_error!(
+                    BadBlockRequest,
+                    "virtio-blk: write to read-only disk at sector {sector} refused"
+                );
+            }
             RequestKind::Write { sector } => {
                 if io(self.transfer(req, sector, true)) {
                     m.writes.fetch_add(1, Ordering::Relaxed);
@@ -363,7 +369,7 @@ impl Block {
                 return (VIRTIO_BLK_S_OK, ID_BYTES.try_into().unwrap_or(0));
             }
             RequestKind::Unsupported(t) => {
-                tracing::debug!("virtio-blk: unsupported request type {t}");
+                crate::guest_error!(BadBlockRequest, "virtio-blk: unsupported request type {t}");
                 m.errors.fetch_add(1, Ordering::Relaxed);
                 return (VIRTIO_BLK_S_UNSUPP, 0);
             }
@@ -417,7 +423,11 @@ impl VirtioDevice for Block {
                     }
                 }
                 Err(e) => {
-                    tracing::debug!("virtio-blk: rejected request: {}", e.reason());
+                    crate::guest_error!(
+                        BadBlockRequest,
+                        "virtio-blk: rejected request: {}",
+                        e.reason()
+                    );
                     self.metrics.errors.fetch_add(1, Ordering::Relaxed);
                     match e {
                         RequestError::Invalid { status, .. }
@@ -430,7 +440,10 @@ impl VirtioDevice for Block {
                 }
             };
             if let Err(e) = queue.add_used(mem, head, used_len) {
-                tracing::warn!("virtio-blk: cannot return a used buffer: {e}");
+                crate::guest_error!(
+                    UsedRingError,
+                    "virtio-blk: cannot return a used buffer: {e}"
+                );
                 break;
             }
             used_any = true;
