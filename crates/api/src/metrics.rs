@@ -231,7 +231,7 @@ const FAULTS_HELP: &str = "Faults the pager served by installing a page, by wher
 const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper).";
 const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
 const GUEST_ERRORS_HELP: &str = "What the guest did wrong, by kind (the fields of GET /stats guest_errors): unclaimed port and MMIO accesses, refused virtio FEATURES_OK and DRIVER_OK, ignored virtio-mmio register writes, rejected virtio-blk requests, used ring write failures, bad balloon PFNs and reports.";
-const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, which it can repeat at will, by kind: disk image I/O, balloon page releases, serial output.";
+const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, which it can repeat at will, by kind: disk image I/O, balloon page releases, serial output, the pager's page installs and write protection for devices.";
 
 /// `VmStats` (a VMM's `GET /stats`): prefix `memvisor_vm_`.
 #[rustfmt::skip]
@@ -358,6 +358,7 @@ const VM_ROWS: &[Row] = &[
     counter("guest_errors.disk_io_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "disk_io"),
     counter("guest_errors.balloon_release_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "balloon_release"),
     counter("guest_errors.serial_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "serial"),
+    counter("guest_errors.pager_device_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "pager_device"),
     counter("guest_errors.suppressed_messages", "guest_log_suppressed_messages", Unit::None, "Log messages about guest errors and host faults that were only counted (each kind logs its first 5, then one summary line per 10 s)."),
 ];
 

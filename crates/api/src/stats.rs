@@ -397,7 +397,7 @@ impl ExitStats {
 
 /// What the guest did wrong, by kind, as the devices and the VMM counted it: every occurrence,
 /// whether its message was logged or not (each kind logs its first 5, then one summary line per
-/// 10 s). The last three count host faults the guest's requests met, which it can repeat at will.
+/// 10 s). The last four count host faults the guest's requests met, which it can repeat at will.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestErrors {
     /// Reads and writes of I/O ports no device claims.
@@ -424,13 +424,16 @@ pub struct GuestErrors {
     pub balloon_release_errors: u64,
     /// Host fault: writes of the serial port's output that failed.
     pub serial_errors: u64,
+    /// Host fault: guest pages the pager could not install or write-protect for a device
+    /// request (a userfaultfd call failed).
+    pub pager_device_errors: u64,
     /// Messages about all of these that were not logged (only counted, and summarized).
     pub suppressed_messages: u64,
 }
 
 impl GuestErrors {
     /// Every counter as `(wire name, value)`, in declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("unclaimed_port_accesses", self.unclaimed_port_accesses),
             ("unclaimed_mmio_accesses", self.unclaimed_mmio_accesses),
@@ -443,6 +446,7 @@ impl GuestErrors {
             ("disk_io_errors", self.disk_io_errors),
             ("balloon_release_errors", self.balloon_release_errors),
             ("serial_errors", self.serial_errors),
+            ("pager_device_errors", self.pager_device_errors),
             ("suppressed_messages", self.suppressed_messages),
         ]
     }

@@ -17,7 +17,8 @@
 //!
 //! So a kind logs at most `BURST` lines, then one per interval, however hard the guest tries.
 //! Host faults a guest can repeat at will (an I/O error on the disk image, which the guest can
-//! retry in a loop) go through here too, as kinds of their own. The VMM keeps one instance for
+//! retry in a loop; a userfaultfd call of the pager's that fails for each disk request) go
+//! through here too, as kinds of their own. The VMM keeps one instance for
 //! the process ([`guest_log`]: one VMM process runs one VM); tests make their own with
 //! [`GuestLog::new`] and their own clock ([`GuestLog::record_at`]).
 
@@ -59,6 +60,9 @@ pub enum GuestError {
     BalloonReleaseError,
     /// Host fault: writing the serial port's output failed.
     SerialError,
+    /// Host fault: the pager could not install or write-protect guest pages for a device
+    /// request (a userfaultfd call failed).
+    PagerDeviceError,
 }
 
 /// How loud a kind's messages are.
@@ -70,7 +74,7 @@ enum Level {
 
 impl GuestError {
     /// Every kind, in the order of [`GuestError::name`]'s fields.
-    pub const ALL: [GuestError; 11] = [
+    pub const ALL: [GuestError; 12] = [
         GuestError::UnclaimedPort,
         GuestError::UnclaimedMmio,
         GuestError::RefusedFeatures,
@@ -82,6 +86,7 @@ impl GuestError {
         GuestError::DiskIoError,
         GuestError::BalloonReleaseError,
         GuestError::SerialError,
+        GuestError::PagerDeviceError,
     ];
 
     /// The kind's counter in `GET /stats`'s `guest_errors`.
@@ -98,6 +103,7 @@ impl GuestError {
             GuestError::DiskIoError => "disk_io_errors",
             GuestError::BalloonReleaseError => "balloon_release_errors",
             GuestError::SerialError => "serial_errors",
+            GuestError::PagerDeviceError => "pager_device_errors",
         }
     }
 
@@ -115,6 +121,7 @@ impl GuestError {
             GuestError::DiskIoError => "disk image I/O errors",
             GuestError::BalloonReleaseError => "balloon release failures",
             GuestError::SerialError => "serial output failures",
+            GuestError::PagerDeviceError => "pager failures serving device I/O",
         }
     }
 

@@ -186,8 +186,13 @@ fn a_hostile_guest_is_counted_and_not_logged() {
         (0, 0, 0)
     );
     assert_eq!(
-        (g.disk_io_errors, g.balloon_release_errors, g.serial_errors),
-        (0, 0, 0)
+        (
+            g.disk_io_errors,
+            g.balloon_release_errors,
+            g.serial_errors,
+            g.pager_device_errors
+        ),
+        (0, 0, 0, 0)
     );
     // Each kind logs its first few messages; every other one is suppressed (counted in a
     // summary line instead).

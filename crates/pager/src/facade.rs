@@ -48,7 +48,11 @@ impl Shared {
         for (first, n) in runs(&order) {
             for (f, c) in self.map.split_by_region(first, n) {
                 if let Err(e) = self.uffd.write_protect(self.map.host(f), c as usize * PAGE) {
-                    tracing::warn!("pager: cannot protect pages {f}+{c}: {e}");
+                    // Once per disk request the guest makes: rate-limited.
+                    memvisor_devices::guest_error!(
+                        PagerDeviceError,
+                        "pager: cannot protect pages {f}+{c}: {e}"
+                    );
                     failed.push((f, c));
                 }
             }
@@ -106,7 +110,10 @@ impl Shared {
         // SAFETY: `data` holds at least `len` bytes (whole pages counted above), alive for the call.
         if let Err(e) = unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
             // Page by page then: a missing page faults in as for the guest.
-            tracing::warn!("pager: device install of pages {p}+{run} failed: {e}");
+            memvisor_devices::guest_error!(
+                PagerDeviceError,
+                "pager: device install of pages {p}+{run} failed: {e}"
+            );
             return 0;
         }
         for q in p..p + run {

@@ -206,6 +206,7 @@ pub fn guest_errors(log: &GuestLog) -> GuestErrors {
         disk_io_errors: n(GuestError::DiskIoError),
         balloon_release_errors: n(GuestError::BalloonReleaseError),
         serial_errors: n(GuestError::SerialError),
+        pager_device_errors: n(GuestError::PagerDeviceError),
         suppressed_messages: log.suppressed(),
     }
 }

@@ -426,6 +426,8 @@ mod tests {
     #[test]
     fn inflate_releases_valid_pages_and_counts_bad_pfns() {
         let (mem, mut b) = setup(VIRTIO_F_VERSION_1);
+        let log = crate::guest_log::guest_log();
+        let bad_before = log.count(crate::guest_log::GuestError::BadBalloonPage);
         mem.write_slice(&[9u8; 3 * 4096], GuestAddress(0x10_0000))
             .unwrap();
         let pfns: Vec<u8> = [0x100u32, 0x101, 0x102, 0xffff_ffff, 0x100_0000]
@@ -441,6 +443,9 @@ mod tests {
         let m = &b.state().metrics;
         assert_eq!(m.inflated_pages.load(Ordering::Relaxed), 3);
         assert_eq!(m.invalid_pfns.load(Ordering::Relaxed), 2);
+        // The process's guest log counted them too (other tests may add to it meanwhile).
+        let bad = log.count(crate::guest_log::GuestError::BadBalloonPage) - bad_before;
+        assert!(bad >= 2, "{bad}");
         let (_, used) = offer(&mut b, &mem, 1, 0x2000, 12, 0);
         assert!(used);
         assert_eq!(m.deflated_pages.load(Ordering::Relaxed), 3);

@@ -687,6 +687,8 @@ mod tests {
     fn hostile_requests_get_ioerr_and_leave_the_file_alone() {
         let img = image(2);
         let before = std::fs::read(img.path()).unwrap();
+        let log = crate::guest_log::guest_log();
+        let bad_before = log.count(crate::guest_log::GuestError::BadBlockRequest);
         let mem = mem();
         let mut dev = Block::new(img.path(), false, "x", ram_for(&mem), 0).unwrap();
         header(&mem, request::VIRTIO_BLK_T_OUT, 15); // one sector before the end, 4 KiB long
@@ -725,6 +727,9 @@ mod tests {
         );
         assert_eq!(std::fs::read(img.path()).unwrap(), before);
         assert_eq!(dev.metrics().errors.load(Ordering::Relaxed), 3);
+        // The process's guest log counted them too (other tests may add to it meanwhile).
+        let bad = log.count(crate::guest_log::GuestError::BadBlockRequest) - bad_before;
+        assert!(bad >= 3, "{bad}");
     }
 
     #[test]
