@@ -93,8 +93,9 @@ impl Shared {
     }
 
     /// Installs `data` (whole pages) at non-resident page `p` and the run after it that is not
-    /// resident either; returns the bytes installed (0: `p` is resident, or the copy failed and
-    /// the caller goes page by page).
+    /// resident either; returns the bytes installed (0: `p` is resident, or the copy failed at
+    /// once; after a copy that failed partway, what went in), and the caller goes on page by
+    /// page from there.
     fn install_for_device(&self, p: PageIdx, data: &[u8]) -> usize {
         let mut pages = self.lock_settled();
         if !pages.attached {
@@ -108,14 +109,21 @@ impl Shared {
         }
         let len = run as usize * PAGE;
         // SAFETY: `data` holds at least `len` bytes (whole pages counted above), alive for the call.
-        if let Err(e) = unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
-            // Page by page then: a missing page faults in as for the guest.
-            memvisor_devices::guest_error!(
-                PagerDeviceError,
-                "pager: device install of pages {p}+{run} failed: {e}"
-            );
+        let run = match unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
+            Ok(()) => run,
+            Err(e) => {
+                // Page by page then: a missing page faults in as for the guest.
+                memvisor_devices::guest_error!(
+                    PagerDeviceError,
+                    "pager: device install of pages {p}+{run} failed: {e}"
+                );
+                e.pages.min(run)
+            }
+        };
+        if run == 0 {
             return 0;
         }
+        let len = run as usize * PAGE;
         for q in p..p + run {
             if matches!(
                 pages.table.state(q),

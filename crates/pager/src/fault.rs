@@ -112,10 +112,15 @@ impl Shared {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
             // SAFETY: `zeros` is a live buffer of ZERO_WINDOW pages, at least `len` bytes.
-            unsafe {
+            if let Err(e) = unsafe {
                 self.uffd
                     .copy(self.zeros.as_ptr(), self.map.host(p), len, false)
-            }?;
+            } {
+                for q in p..p + e.pages.min(n) {
+                    pages.table.installed(q, FaultAction::Zero);
+                }
+                return Err(e.into());
+            }
         } else {
             self.uffd.zeropage(self.map.host(p), len)?;
         }
@@ -149,7 +154,11 @@ impl Shared {
         let source = self.stores.get(from.store)?;
         store::read(source, from.index - (p - lo), buf)?;
         // SAFETY: `buf` is the page lock's I/O buffer, `len` bytes long, alive for the call.
-        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(lo), len, keep) }?;
+        if let Err(e) = unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(lo), len, keep) } {
+            // What went in is in guest memory: the table must say so.
+            pages.table.install_run(lo, e.pages.min(n), keep);
+            return Err(e.into());
+        }
         pages.table.install_run(lo, n, keep);
         for q in lo..lo + n {
             // Prefetch hits are seen only as writes to protected pages.

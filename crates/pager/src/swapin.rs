@@ -149,9 +149,11 @@ impl Shared {
         let buf = pages.io.get(len);
         store::read(&self.stores.swap, b, buf)?;
         // SAFETY: `buf` is the page lock's I/O buffer (at least RUN pages), `len` bytes long, alive for the call.
-        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(p), len, true) }?;
-        pages.table.install_run(p, n, true);
-        PoolCounters::add(counter, n);
+        let copied = unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(p), len, true) };
+        let done = copied.as_ref().map_or_else(|e| e.pages.min(n), |()| n);
+        pages.table.install_run(p, done, true);
+        PoolCounters::add(counter, done);
+        copied?;
         Ok(())
     }
 }

@@ -15,6 +15,9 @@ use userfaultfd_sys::{
     UFFDIO_ZEROPAGE,
 };
 
+/// Bytes in a page: the unit of every fill.
+const PAGE_BYTES: usize = 4096;
+
 /// Why a userfaultfd call failed.
 #[derive(Debug, Error)]
 pub enum UffdError {
@@ -36,6 +39,22 @@ impl UffdError {
             Some(libc::ENOENT | libc::ESRCH) => UffdError::RangeGone,
             _ => UffdError::Io(e),
         }
+    }
+}
+
+/// A `UFFDIO_COPY` that stopped partway: the first `pages` pages of the range are in place
+/// (the caller must record them), the rest are not.
+#[derive(Debug, Error)]
+#[error("{error} (after {pages} pages of the run were installed)")]
+pub struct CopyError {
+    pub pages: u32,
+    #[source]
+    pub error: UffdError,
+}
+
+impl From<CopyError> for std::io::Error {
+    fn from(e: CopyError) -> Self {
+        std::io::Error::other(e)
     }
 }
 
@@ -102,7 +121,8 @@ impl Userfault {
     }
 
     /// Fills the missing pages at `dst` with `len` bytes from `src` (wakes their waiters);
-    /// write-protected if `write_protect`. A partial copy is continued until done.
+    /// write-protected if `write_protect`. A partial copy is continued until done; a copy that
+    /// fails after some pages went in says how many did, so the caller records them.
     ///
     /// # Safety
     /// `src..src + len` must be readable host memory for the whole call.
@@ -112,7 +132,7 @@ impl Userfault {
         dst: u64,
         len: usize,
         write_protect: bool,
-    ) -> Result<(), UffdError> {
+    ) -> Result<(), CopyError> {
         let mut done = 0usize;
         while done < len {
             let mut c = uffdio_copy {
@@ -126,16 +146,21 @@ impl Userfault {
                 },
                 copy: 0,
             };
-            match self.ioctl(UFFDIO_COPY, &mut c) {
+            let error = match self.ioctl(UFFDIO_COPY, &mut c) {
                 Ok(()) => return Ok(()),
-                Err(UffdError::Io(e)) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) if c.copy > 0 => {
-                        done += usize::try_from(c.copy).unwrap_or(0);
-                    }
-                    Some(libc::EINTR | libc::EAGAIN) => {}
-                    _ => return Err(UffdError::Io(e)),
-                },
-                Err(e) => return Err(e),
+                Err(e) => e,
+            };
+            // On failure `copy` holds the bytes copied before it (a negated errno when none).
+            done += usize::try_from(c.copy).unwrap_or(0);
+            match &error {
+                UffdError::Io(e)
+                    if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
+                _ => {
+                    return Err(CopyError {
+                        pages: u32::try_from(done / PAGE_BYTES).unwrap_or(u32::MAX),
+                        error,
+                    })
+                }
             }
         }
         Ok(())
