@@ -275,6 +275,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.pauses", "io_failure_pauses", Unit::None, "Times the VM was paused because swap or image I/O failed."),
     counter("pager.attaches", "pager_attaches", Unit::None, "Times guest RAM was taken over from plain memory by the pager."),
     counter("pager.huge_pages_split", "huge_pages_split", Unit::None, "Huge pages split so that releasing part of one frees its memory."),
+    page_counter("pager.proactive_swap_ins", "proactive_swapin", "Guest memory brought back without a fault because the limit rose (proactive swap-in), from the pool or the swap file."),
     gauge("pager.fault_latency.samples", "fault_latency_samples", Unit::None, "Recent faults the fault latency percentiles are taken over (at most 16384)."),
     gauge("pager.fault_latency.p50_us", "fault_latency_p50", Unit::Seconds, "Median time to serve a fault, over the recent ones.").scaled(US),
     gauge("pager.fault_latency.p99_us", "fault_latency_p99", Unit::Seconds, "99th percentile time to serve a fault, over the recent ones.").scaled(US),

@@ -263,6 +263,9 @@ pager_counters! {
     attaches,
     /// Huge pages split so that releasing part of one frees its memory.
     huge_pages_split,
+    /// Pages brought back from the swap store (pool or file) without a fault, because the limit
+    /// rose (proactive swap-in).
+    proactive_swap_ins,
 }
 
 /// A latency distribution over the most recent samples.
@@ -472,7 +475,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 28);
+        assert_eq!(f.len(), 29);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -192,10 +192,11 @@ pub struct RunArgs {
     /// of 4K, at most the pool's size.
     #[arg(long, default_value = "2M", value_parser = parse_size)]
     pub pool_chunk: u64,
-    /// With a pool: when the limit rises, bring swapped pages back `proactive`ly in batches
-    /// (pooled first, most recent first), or only as the guest `faults` on them.
-    #[arg(long, value_enum, default_value_t = SwapIn::Proactive)]
-    pub swap_in: SwapIn,
+    /// When the limit rises, bring swapped pages back `proactive`ly in batches (pooled first,
+    /// most recent first, then the swap file's in block order), or only as the guest `faults`
+    /// on them (default: proactive with a pool, faults without).
+    #[arg(long, value_enum)]
+    pub swap_in: Option<SwapIn>,
     /// The QEMU binary for --hypervisor qemu.
     #[arg(long, default_value = "qemu-system-x86_64")]
     pub qemu: PathBuf,
@@ -477,10 +478,14 @@ pub fn run(args: RunArgs) -> ExitCode {
         pool: a.pool.map(|bytes| memvisor_pager::PoolConfig {
             bytes,
             spill_at: a.pool_spill_at,
-            proactive: a.swap_in == SwapIn::Proactive,
             compress: a.pool_compress.into(),
             chunk_bytes: a.pool_chunk,
         }),
+        proactive: a.swap_in.unwrap_or(if a.pool.is_some() {
+            SwapIn::Proactive
+        } else {
+            SwapIn::Faults
+        }) == SwapIn::Proactive,
     });
     let _host_limit = match (a.pager, a.mem_limit) {
         (PagerMode::Off, Some(limit)) => {

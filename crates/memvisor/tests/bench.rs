@@ -509,6 +509,70 @@ fn tiny_recovery_end_to_end() {
     assert!(out.join("recovery.png").exists());
 }
 
+/// `bench swapin` (MemFlex Table 1, Fig. 7) at one small size: memory swapped out to the pool
+/// or the swap file comes back proactively or by the guest's faults, and results.csv, the
+/// report and the plot say so, with the pager's own counters agreeing.
+#[test]
+fn tiny_swapin_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = bench(&[
+        "swapin",
+        "--sizes",
+        "128M",
+        "--reps",
+        "1",
+        "--configs",
+        "pool-proactive,disk-proactive,pool-faults",
+        "--out",
+        out.to_str().unwrap(),
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench swapin failed");
+    let rows = read_csv(&out.join("results.csv"));
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let num = |r: &Row, k: &str| -> f64 {
+        r[k].parse()
+            .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
+    };
+    for r in &rows {
+        assert_eq!(r["status"], "ok", "{r:?}");
+        assert_eq!(r["size_bytes"], (128u64 << 20).to_string());
+        // Under a 64 MiB limit, at least the 64 MiB above it went out and came back.
+        assert!(num(r, "swapped_before_pages") >= 16_384.0, "{r:?}");
+        assert!(num(r, "back_pages") >= 16_384.0, "{r:?}");
+        assert!(num(r, "back_s") > 0.0 && num(r, "mib_s") > 0.0, "{r:?}");
+        assert!(num(r, "touch_after_ms") > 0.0, "{r:?}");
+        let proactive = r["mode"].ends_with("proactive");
+        if proactive {
+            // Every swapped page came back without a fault.
+            assert_eq!(r["proactive_pages"], r["swapped_before_pages"], "{r:?}");
+            assert_eq!(r["back_pages"], r["swapped_before_pages"], "{r:?}");
+            assert_eq!(num(r, "faults_swap"), 0.0, "{r:?}");
+            assert!(r["pager_timing"].contains("UFFDIO_COPY"), "{r:?}");
+        } else {
+            assert_eq!(num(r, "proactive_pages"), 0.0, "{r:?}");
+            assert!(num(r, "faults_swap") > 0.0, "{r:?}");
+            assert!(!r["host_s"].is_empty(), "{r:?}");
+        }
+        let pooled = r["mode"].starts_with("pool");
+        assert_eq!(num(r, "pool_hit_pages") > 0.0, pooled, "{r:?}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for mode in ["pool-proactive", "disk-proactive", "pool-faults"] {
+        assert!(
+            report.contains(&format!("| 128 MiB | {mode} | 1/1 |")),
+            "{report}"
+        );
+    }
+    assert!(report.contains("1 GB in 1.8 s"), "{report}");
+    for f in ["swapin.svg", "swapin.png"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    assert!(!out.join("work").exists(), "the work directory is removed");
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -555,6 +619,24 @@ fn bad_input_is_one_line_and_status_2() {
         ),
         (
             vec!["idletax", "--out", "/proc/no/such/dir"],
+            "cannot write there",
+        ),
+        (
+            vec!["swapin", "--configs", "pool", "--out", out],
+            "unknown mode 'pool'",
+        ),
+        (
+            vec!["swapin", "--sizes", "4G", "--out", out],
+            "--sizes 4096M",
+        ),
+        (vec!["swapin", "--sizes", "8M", "--out", out], "from 16M"),
+        (vec!["swapin", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["swapin", "--reference", "disk-faults", "--out", out],
+            "--reference disk-faults",
+        ),
+        (
+            vec!["swapin", "--out", "/proc/no/such/dir"],
             "cannot write there",
         ),
     ] {

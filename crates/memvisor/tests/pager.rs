@@ -863,6 +863,10 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
                 .pool
                 .is_some_and(|p| p.proactive_pool_pages > 0 && p.proactive_disk_pages > 0)
     });
+    // Pages brought back give up their blocks, so the flusher's next purge empties the pool.
+    wait_for(&sock, "the pool to give its memory back", |s| {
+        pager(s).pool.is_some_and(|p| p.used_bytes <= 4 * MIB)
+    });
     put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
     put(&sock, "/pool", &format!("{{\"bytes\": {}}}", 8 * MIB));
     let s = wait_for(&sock, "the pool to shrink", |s| {
@@ -873,6 +877,44 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
     assert_eq!(p.compressed_pages + p.raw_pages, p.pooled_pages, "{p:?}");
     assert!(p.spill_us > 0, "{p:?}");
     p
+}
+
+/// Proactive swap-in without a pool: raising the limit brings pages back from the swap file
+/// (read ahead off the page lock while the guest runs and faults), and the guest verifies every
+/// byte throughout.
+#[test]
+fn integrity_holds_while_pages_come_back_proactively_from_the_swap_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let (vm, reader, _pid, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mem-limit",
+            "64M",
+            "--swap-in",
+            "proactive",
+            "--disk",
+            &disk,
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=160 file_mb=8 rounds=3 secs=8",
+        ],
+    );
+    wait_for(&sock, "pages to be swapped out", |s| {
+        pager(s).pages.swapped_pages > 16 * 1024
+    });
+    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 400 * MIB));
+    let s = wait_for(&sock, "proactive swap-in", |s| {
+        pager(s).counters.proactive_swap_ins > 0 && pager(s).pages.swapped_pages < 1024
+    });
+    assert!(pager(&s).pool.is_none());
+    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
+    wait_for(&sock, "pages to be swapped out again", |s| {
+        pager(s).pages.swapped_pages > 16 * 1024
+    });
+    put(&sock, "/memory", "{\"limit\": null}");
+    integrity_passed(vm, reader);
 }
 
 #[test]

@@ -74,6 +74,10 @@ pub struct PagerConfig {
     pub sample_period: std::time::Duration,
     /// A host-memory pool in front of the swap file (`pool.rs`); `None`: victims go to the file.
     pub pool: Option<PoolConfig>,
+    /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
+    /// batches without waiting for faults: pooled ones first and most recent first, then those
+    /// in the swap file in block order (`swapin.rs`).
+    pub proactive: bool,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -83,9 +87,6 @@ pub struct PoolConfig {
     pub bytes: u64,
     /// Fraction of the pool above which its least recent pages spill to the swap file.
     pub spill_at: f64,
-    /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
-    /// batches, pooled ones first and most recent first, without waiting for faults.
-    pub proactive: bool,
     /// How pages are kept in the pool: whole, or compressed (zswap-like).
     pub compress: memvisor_api::PoolCompress,
     /// Bytes of one chunk of pool memory (a multiple of 4 KiB).
@@ -230,7 +231,7 @@ pub(crate) struct Shared {
     pub batch: u32,
     pub sample_pages: u32,
     pub sample_period: std::time::Duration,
-    /// Proactive swap-in when the limit leaves room (`PoolConfig::proactive`).
+    /// Proactive swap-in when the limit leaves room (`PagerConfig::proactive`).
     pub proactive: bool,
     /// Set when the limit rises: the reclaim thread then swaps in proactively (`swapin.rs`).
     pub swap_in_wanted: AtomicBool,
@@ -329,7 +330,7 @@ impl Pager {
             batch,
             sample_pages: config.sample_pages,
             sample_period: config.sample_period,
-            proactive: config.pool.is_some_and(|p| p.proactive),
+            proactive: config.proactive,
             swap_in_wanted: AtomicBool::new(false),
             sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],

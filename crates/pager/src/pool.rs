@@ -71,6 +71,8 @@ const STRIDE: usize = lz4_flex::block::get_maximum_output_size(BLOCK);
 const ZSTD_LEVEL: i32 = 1;
 /// Blocks the flusher writes per round (4 MiB).
 pub(crate) const FLUSH_BATCH: usize = 1024;
+/// Freed blocks the flusher drops per hold of the pool's lock.
+const PURGE_BATCH: usize = 4096;
 
 /// Bytes of a slot of `class`.
 fn slot_bytes(class: usize) -> usize {
@@ -582,35 +584,65 @@ impl Pool {
         self.lock().entries.contains_key(&b)
     }
 
-    /// Pooled blocks with their recency (higher: more recent).
-    pub fn recency(&self) -> HashMap<Block, u64> {
-        self.lock()
-            .entries
-            .iter()
-            .map(|(&b, e)| (b, e.seq))
-            .collect()
+    /// Pooled blocks, the most recently pooled first.
+    pub fn blocks_by_recency(&self) -> Vec<Block> {
+        self.lock().order.values().rev().copied().collect()
     }
 
-    /// Copies the pooled blocks of `first..` into `buf` (decompressing them); returns how many
+    /// Copies the pooled blocks of `first..` into `buf` (decompressing them); returns which
     /// were pooled.
-    fn read_pooled(&self, first: Block, buf: &mut [u8]) -> std::io::Result<u32> {
+    fn read_pooled(&self, first: Block, buf: &mut [u8]) -> std::io::Result<Vec<bool>> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let mut hits = 0;
+        let mut pooled = Vec::with_capacity(buf.len() / BLOCK);
         for (i, page) in buf.chunks_exact_mut(BLOCK).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            if let Some(e) = inner.entries.get(&b) {
-                inner.unpack.unpack(kept(&inner.chunks, e), page)?;
-                hits += 1;
+            match inner.entries.get(&b) {
+                Some(e) => {
+                    inner.unpack.unpack(kept(&inner.chunks, e), page)?;
+                    pooled.push(true);
+                }
+                None => pooled.push(false),
             }
         }
-        Ok(hits)
+        Ok(pooled)
     }
 
-    /// Whether all of `first..first + n` are pooled.
-    fn all_pooled(&self, first: Block, n: u32) -> bool {
+    /// Hands `copy` the pool memory of blocks `first..first + n` under the pool's lock, in
+    /// pieces of consecutive memory: `copy(source, offset in pages, pages)`. Calls nothing and
+    /// returns `Ok(false)` unless all of them are pooled whole (a compressed page needs its
+    /// decompression into a buffer first). Proactive swap-in installs pooled pages from here
+    /// with no copy into a buffer first.
+    pub(crate) fn copy_run<E>(
+        &self,
+        first: Block,
+        n: u32,
+        mut copy: impl FnMut(*const u8, u32, u32) -> Result<(), E>,
+    ) -> Result<bool, E> {
         let inner = self.lock();
-        (first..first + n).all(|b| inner.entries.contains_key(&b))
+        let mut src = Vec::with_capacity(n as usize);
+        for b in first..first + n {
+            match inner.entries.get(&b) {
+                Some(e) if e.len as usize == BLOCK => {
+                    src.push(kept(&inner.chunks, e).as_ptr());
+                }
+                _ => return Ok(false),
+            }
+        }
+        let mut i = 0;
+        while i < src.len() {
+            let mut j = i + 1;
+            while j < src.len() && src[j] == src[j - 1].wrapping_add(BLOCK) {
+                j += 1;
+            }
+            let (off, len) = (u32::try_from(i), u32::try_from(j - i));
+            copy(src[i], off.unwrap_or(u32::MAX), len.unwrap_or(0))?;
+            i = j;
+        }
+        self.counters
+            .hits
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Puts what fits of `data` (blocks from `first` on) into the pool, compressed as the pool
@@ -703,18 +735,30 @@ impl PageStore for SwapStore {
     }
 
     fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
-        let n = u32::try_from(buf.len() / BLOCK).unwrap_or(u32::MAX);
         let Some(pool) = &self.pool else {
             return self.file.read(first, buf);
         };
-        if !pool.all_pooled(first, n) {
-            self.file.read(first, buf)?;
+        // The pool first, then the file for the blocks it does not hold: the flusher writes a
+        // block to the file before it drops it from the pool, so a block missing from the pool
+        // here is in the file by the time it is read there. (The file first and the pool after
+        // could miss a block spilled in between and keep the file's older copy.)
+        let pooled = pool.read_pooled(first, buf)?;
+        let mut i = 0;
+        while i < pooled.len() {
+            if pooled[i] {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < pooled.len() && !pooled[j] {
+                j += 1;
+            }
+            let b = first + u32::try_from(i).unwrap_or(u32::MAX);
+            self.file.read(b, &mut buf[i * BLOCK..j * BLOCK])?;
+            i = j;
         }
-        // Pooled blocks are at least as new as the file's copy: they go over it.
-        let hits = pool.read_pooled(first, buf)?;
-        pool.counters
-            .hits
-            .fetch_add(u64::from(hits), Ordering::Relaxed);
+        let hits = pooled.iter().filter(|&&p| p).count() as u64;
+        pool.counters.hits.fetch_add(hits, Ordering::Relaxed);
         Ok(())
     }
 
@@ -785,15 +829,18 @@ impl Pool {
             .collect();
         let blocks: Vec<Block> = pooled.iter().map(|&(b, _)| b).collect();
         let alive = live(&blocks);
-        let mut inner = self.lock();
-        let mut purged = 0;
-        for (&(b, seq), &keep) in pooled.iter().zip(&alive) {
-            if !keep && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
-                inner.remove(b);
-                purged += 1;
+        // In batches, so faults reading the pool and `GET /stats` wait for one batch at most.
+        for (pooled, alive) in pooled.chunks(PURGE_BATCH).zip(alive.chunks(PURGE_BATCH)) {
+            let mut inner = self.lock();
+            let mut purged = 0;
+            for (&(b, seq), &keep) in pooled.iter().zip(alive) {
+                if !keep && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
+                    inner.remove(b);
+                    purged += 1;
+                }
             }
+            self.counters.purged.fetch_add(purged, Ordering::Relaxed);
         }
-        self.counters.purged.fetch_add(purged, Ordering::Relaxed);
     }
 
     /// While the pool is above its spill mark, writes its least recent blocks (up to
@@ -980,6 +1027,36 @@ mod tests {
         write(&s, 11, &[9]);
         assert!(read(&s, 11, 1).iter().all(|&x| x == 9));
         assert_eq!(pool.used(), 4);
+    }
+
+    #[test]
+    fn proactive_swap_in_sees_the_pool_by_recency_and_copies_runs_from_its_memory() {
+        let (_d, s) = store(8);
+        write(&s, 10, &[1, 2, 3]);
+        write(&s, 20, &[4]);
+        let pool = s.pool.as_ref().unwrap();
+        assert_eq!(pool.blocks_by_recency(), vec![20, 12, 11, 10]);
+        let mut got = Vec::new();
+        let all = pool
+            .copy_run(10, 3, |src, off, k| {
+                // SAFETY: `copy_run` hands out `k` live pages of pool memory.
+                let bytes = unsafe { std::slice::from_raw_parts(src, k as usize * BLOCK) };
+                got.push((off, k, bytes[0], bytes[(k as usize - 1) * BLOCK]));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        // Written in one run, the three blocks sit in consecutive slots: one piece.
+        assert!(all);
+        assert_eq!(got, vec![(0, 3, 1, 3)]);
+        assert_eq!(pool.counters.hits.load(Ordering::Relaxed), 3);
+        // A run not wholly pooled is not handed out at all.
+        let none = pool
+            .copy_run(19, 2, |_, _, _| -> Result<(), ()> {
+                panic!("block 19 is not pooled")
+            })
+            .unwrap();
+        assert!(!none);
+        assert_eq!(pool.counters.hits.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub struct Counters {
     pub attaches: AtomicU64,
     /// Huge pages split before reclaim released part of them.
     pub huge_pages_split: AtomicU64,
+    /// Pages brought back without a fault (proactive swap-in), from the pool or the file.
+    pub proactive_swap_ins: AtomicU64,
 }
 
 impl Counters {
@@ -104,6 +106,7 @@ impl Counters {
             pauses,
             attaches,
             huge_pages_split,
+            proactive_swap_ins,
         } = self;
         PagerCounters {
             faults_zero: get(faults_zero),
@@ -134,6 +137,7 @@ impl Counters {
             pauses: get(pauses),
             attaches: get(attaches),
             huge_pages_split: get(huge_pages_split),
+            proactive_swap_ins: get(proactive_swap_ins),
         }
     }
 }

@@ -100,6 +100,13 @@ fn failed(store: &dyn PageStore, what: &str, e: std::io::Error) -> std::io::Erro
 }
 
 /// Reads through `store` and counts the call.
+/// Counts `len` bytes read from `store` by other means than [`read`] (proactive swap-in's
+/// copies straight out of the pool).
+pub(crate) fn count_read(store: &dyn PageStore, len: usize) {
+    let c = store.counters();
+    StoreCounters::count(&c.reads, &c.bytes_read, len);
+}
+
 pub(crate) fn read(store: &dyn PageStore, index: u32, buf: &mut [u8]) -> std::io::Result<()> {
     store
         .read(index, buf)

@@ -52,6 +52,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         sample_pages: 0,
         sample_period: Duration::from_secs(30),
         pool: None,
+        proactive: false,
     };
     let vcpus = Arc::new(NoVcpus::default());
     let pager = Pager::start(mem.clone(), &config, vcpus.clone(), |why| {

@@ -3,6 +3,9 @@
 //! MiB of the task's memory are swept repeatedly (one word written per page)
 //! and the rest lies idle, so reclaim (or the hypervisor) can take it.
 //!
+//! When a step's first sweep of its MB is over, a `RESULT ... phase=sweepN ms=` line says how
+//! long that sweep took (a harness that brings memory back measures its refaults by it).
+//!
 //! With `lat=1` every touch is timed with the TSC; the touches slower than
 //! `lat_us` µs (default 2: a touch that took that long left the guest, i.e. the
 //! hypervisor served a fault, or the host did not run the vCPU) are counted in
@@ -130,6 +133,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         let before = mm::stats().counters;
         let t0 = rdtsc();
         let mut touched = 0u64;
+        let mut first_sweep = true;
         'step: loop {
             for p in 0..pages {
                 if p % 64 == 0 && us_since(t0) >= secs * 1_000_000 {
@@ -155,6 +159,14 @@ pub fn run(cfg: &Config) -> ExitCode {
                     }
                 }
                 touched += 1;
+            }
+            if first_sweep {
+                first_sweep = false;
+                println!(
+                    "RESULT workload=toucher phase=sweep{} ws_mb={mb} ms={}",
+                    i + 1,
+                    ms_since(t0)
+                );
             }
             stamp += 1;
         }

@@ -26,6 +26,7 @@ mod plot;
 mod recovery;
 mod report;
 mod runner;
+mod swapin;
 mod teardown;
 mod workingset;
 
@@ -42,13 +43,15 @@ use experiments::Scale;
 pub struct BenchArgs {
     /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
     /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), shares (ESX §5.1 on memvisor host),
-    /// idletax (ESX §5.2, Fig. 7) or consolidate (VSwapper Fig. 14).
+    /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14) or swapin (MemFlex Table 1,
+    /// Fig. 7).
     pub experiment: String,
-    /// Repetitions of every configuration, interleaved (default 3; 2 for recovery; 1 for
-    /// workingset, shares, idletax and consolidate).
+    /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
+    /// for workingset, shares, idletax and consolidate).
     #[arg(long)]
     pub reps: Option<u32>,
-    /// Configurations to run, comma-separated (default: the experiment's list).
+    /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
+    /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
@@ -75,6 +78,9 @@ pub struct BenchArgs {
     /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 1,2,3,4,6).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
+    /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::parse_size)]
+    pub sizes: Vec<u64>,
 }
 
 /// A check of the flags that failed: one line, exit status 2.
@@ -91,7 +97,7 @@ struct Plan {
 fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
         BadInput(format!(
-            "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate",
+            "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate, swapin",
             a.experiment,
             experiments::NAMES.join(", "),
             hostexp::NAMES.join(", ")
@@ -238,6 +244,9 @@ pub fn run(args: BenchArgs) -> ExitCode {
     if args.experiment == "consolidate" {
         return run_consolidate(&args);
     }
+    if args.experiment == "swapin" {
+        return run_swapin(&args);
+    }
     if hostexp::NAMES.contains(&args.experiment.as_str()) {
         return hostexp::run(&args);
     }
@@ -322,6 +331,100 @@ fn run_consolidate(args: &BenchArgs) -> ExitCode {
         Ok(()) => {
             eprintln!(
                 "memvisor bench: consolidate done: {}",
+                setup.out.join("report.md").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memvisor bench: {e}");
+            ExitCode::from(status::VMM_FAILURE)
+        }
+    }
+}
+
+/// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
+/// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `swapin.rs`.
+fn run_swapin(args: &BenchArgs) -> ExitCode {
+    let bad = |m: String| {
+        eprintln!("memvisor bench: {m}");
+        ExitCode::from(status::BAD_INPUT)
+    };
+    let mut modes = Vec::new();
+    for name in &args.configs {
+        match swapin::mode(name.trim()) {
+            Some(m) if !modes.contains(&m) => modes.push(m),
+            Some(_) => {}
+            None => {
+                return bad(format!(
+                    "unknown mode '{name}' for swapin; it runs: {}",
+                    swapin::MODES.map(|m| m.name).join(", ")
+                ))
+            }
+        }
+    }
+    if modes.is_empty() {
+        modes = swapin::MODES.iter().collect();
+    }
+    let mut sizes = Vec::new();
+    for &s in if args.sizes.is_empty() {
+        &swapin::DEFAULT_SIZES[..]
+    } else {
+        &args.sizes[..]
+    } {
+        match swapin::check_size(s) {
+            Ok(s) if !sizes.contains(&s) => sizes.push(s),
+            Ok(_) => {}
+            Err(m) => return bad(m),
+        }
+    }
+    if args.reps == Some(0) {
+        return bad("--reps 0: give at least one repetition".into());
+    }
+    if let Some(r) = &args.reference {
+        return bad(format!(
+            "--reference {r}: swapin compares its modes with MemFlex's figures, not with a reference configuration; leave it out"
+        ));
+    }
+    if args.timeout == 0 {
+        return bad("--timeout 0: give seconds, at least 1".into());
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return bad(format!("cannot find memvisor itself: {e}")),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join("swapin"));
+    if let Err(e) = std::fs::create_dir_all(out.join("logs"))
+        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
+        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
+    {
+        return bad(format!(
+            "--out {}: cannot write there ({e}); give a writable directory",
+            out.display()
+        ));
+    }
+    let setup = swapin::Setup {
+        exe,
+        out,
+        sizes,
+        modes,
+        reps: args.reps.unwrap_or(2),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    teardown::catch_signals();
+    let guard = teardown::Guard;
+    let outcome = swapin::run(&setup);
+    drop(guard);
+    match outcome {
+        Ok(_) if teardown::interrupted() => {
+            eprintln!("memvisor bench: interrupted; partial results written");
+            ExitCode::from(130)
+        }
+        Ok(_) => {
+            eprintln!(
+                "memvisor bench: swapin done: {}",
                 setup.out.join("report.md").display()
             );
             ExitCode::SUCCESS
