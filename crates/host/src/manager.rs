@@ -172,9 +172,9 @@ pub struct Host {
     free: u64,
     /// The pools' size together at the last tick.
     pool: u64,
-    /// Files of ended VMMs, to remove once the lock is released ([`Host::take_trash`]): removing
-    /// a swap file can take seconds (ext4 with `discard` trims its blocks in `unlink`), and the
-    /// API must not wait for it.
+    /// Files of ended VMMs, to remove on a thread of their own ([`Host::take_trash`]): removing
+    /// a swap file can take seconds (ext4 with `discard` trims its blocks in `unlink`; 23 s was
+    /// seen here), and neither the API nor the next tick may wait for it.
     trash: Vec<VmmFiles>,
     ticks: u64,
     started: Instant,
@@ -790,7 +790,15 @@ pub fn tick(host: &Shared) {
         h.reap();
         (h.to_observe(), h.take_trash())
     };
-    trash.iter().for_each(VmmFiles::clean);
+    if !trash.is_empty() {
+        // Off the tick too: the policy must not wait on a file system.
+        let spawned = std::thread::Builder::new()
+            .name("vmm-cleanup".into())
+            .spawn(move || trash.iter().for_each(VmmFiles::clean));
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread to remove ended VMMs' files: {e}");
+        }
+    }
     let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = socks
         .into_iter()
         .map(|(i, sock)| (i, get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok())))
