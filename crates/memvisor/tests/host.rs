@@ -99,6 +99,18 @@ fn wait_vm(sock: &Path, name: &str, secs: u64, done: impl Fn(&HostVm) -> bool) -
     }
 }
 
+/// Makes a 32 MiB data disk for the integrity workload at each of `names` in `dir`.
+fn data_disks(dir: &Path, names: &[&str]) {
+    for d in names {
+        let st = Command::new(MEMVISOR)
+            .args(["mkdisk", "data", "--size", "32M", "--out"])
+            .arg(dir.join(d))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
 fn spec() -> Value {
     openapi::load("host-openapi.json")
 }
@@ -502,14 +514,7 @@ kernel = "{k}"
 #[test]
 fn a_killed_vmm_is_reported_and_the_other_vm_finishes_intact() {
     let dir = tempfile::tempdir().unwrap();
-    for d in ["a.img", "b.img"] {
-        let st = Command::new(MEMVISOR)
-            .args(["mkdisk", "data", "--size", "32M", "--out"])
-            .arg(dir.path().join(d))
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
+    data_disks(dir.path(), &["a.img", "b.img"]);
     let vm_toml = |name: &str| {
         format!(
             r#"
@@ -579,14 +584,7 @@ balloon = true
 #[test]
 fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
     let dir = tempfile::tempdir().unwrap();
-    for d in ["a.img", "b.img"] {
-        let st = Command::new(MEMVISOR)
-            .args(["mkdisk", "data", "--size", "32M", "--out"])
-            .arg(dir.path().join(d))
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
+    data_disks(dir.path(), &["a.img", "b.img"]);
     // One VM at a time in a 320 MiB budget with up to 96 MiB of pool: its target (320 − 24
     // overhead − 6 % reserve − 96) is under the 232 MiB it touches, and the pool is what it
     // does not hold, so its victims go to the pool.

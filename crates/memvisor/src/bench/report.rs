@@ -389,21 +389,24 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                 .map(|b| format!("{} rep {}: {b}", r.config.name, r.rep))
         })
         .collect();
+    write_setup(&mut s, meta, &balloons);
+    s
+}
+
+/// A report's last sections: every configuration, the set-up notes and `extra` lines, then the
+/// environment.
+pub fn write_setup(s: &mut String, meta: &Meta, extra: &[String]) {
     let _ = writeln!(s, "## Configurations, set-up and tunings\n");
     for c in meta.configs {
         let _ = writeln!(s, "- `{}`: {}", c.name, c.about);
     }
-    for n in &meta.notes {
+    for n in meta.notes.iter().chain(extra) {
         let _ = writeln!(s, "- {n}");
-    }
-    for b in balloons {
-        let _ = writeln!(s, "- {b}");
     }
     let _ = writeln!(s, "\n## Environment\n");
     for (k, v) in &meta.env {
         let _ = writeln!(s, "- {k}: {v}");
     }
-    s
 }
 
 #[cfg(test)]

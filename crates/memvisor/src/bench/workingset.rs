@@ -343,17 +343,8 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
             }
         );
     }
-    let _ = writeln!(s, "\n## Configurations, set-up and tunings\n");
-    for c in meta.configs {
-        let _ = writeln!(s, "- `{}`: {}", c.name, c.about);
-    }
-    for n in &meta.notes {
-        let _ = writeln!(s, "- {n}");
-    }
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in &meta.env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    s.push('\n');
+    super::report::write_setup(&mut s, meta, &[]);
     s
 }
 
