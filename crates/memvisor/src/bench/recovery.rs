@@ -113,6 +113,10 @@ pub struct Measures {
     pub recovery: Option<Recovery>,
     /// Mean ops/s of the last 10 seconds of the run.
     pub last10: Option<f64>,
+    /// From the release to the first second at [`RECOVERED`] of `last10`: back at the level the
+    /// run settles at, the hog still running (the level before the hog, without it, can be
+    /// higher than any second after).
+    pub settled: Option<Recovery>,
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -138,7 +142,8 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
             .find(|&&(n, _)| end(n) - 1.0 <= r && r < end(n))
             .map(|x| x.1)
     });
-    let recovery = match (release_s, before) {
+    // From the release to the first second at RECOVERED of `level`.
+    let back_to = |level: Option<f64>| match (release_s, level) {
         (Some(r), Some(b)) if b > 0.0 => {
             #[allow(clippy::cast_precision_loss)]
             let hit = secs
@@ -152,13 +157,15 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
         _ => None,
     };
     let skip = secs.len().saturating_sub(10);
+    let last10 = mean(secs[skip..].iter().map(|x| x.1));
     Measures {
         before,
         dip_min: dip().min(),
         dip_mean: mean(dip()),
         at_release,
-        recovery,
-        last10: mean(secs[skip..].iter().map(|x| x.1)),
+        recovery: back_to(before),
+        last10,
+        settled: back_to(last10),
     }
 }
 
@@ -454,15 +461,16 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         s,
         "Before the hog: mean ops/s of the seconds before it started. Dip: the lowest second and the mean from the hog's start to the release. \
          Recovery: from the release to the end of the first second at ≥ {:.0} % of the throughput before the hog (per run; one-second resolution; \
-         \"> N\": not within the N seconds the run went on). Median over the runs that completed.\n",
+         \"> N\": not within the N seconds the run went on). Settled: the same against the mean of the run's last 10 s, the level it settles at \
+         with the hog still running. Median over the runs that completed.\n",
         RECOVERED * 100.0
     );
     let _ = writeln!(
         s,
-        "| configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | paper (Fig. 5(c)) |",
+        "| configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper (Fig. 5(c)) |",
         meta.reference
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     let groups = by_config(meta.configs, release, runs);
     let reference = groups
         .iter()
@@ -506,7 +514,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
-            "| {} | {ok}/{} | {} | {} | {} | {} | {} | {} | {ratio} | {} |",
+            "| {} | {ok}/{} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} |",
             c.name,
             ms.len(),
             ops(med(ms, &|m| m.before)),
@@ -519,6 +527,8 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
                 each.join(", ")
             },
             rec.map_or_else(|| "-".into(), Recovery::show),
+            median_recovery(&ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>())
+                .map_or_else(|| "-".into(), Recovery::show),
             paper_case(c),
         );
     }
@@ -962,6 +972,8 @@ mod tests {
             panic!("{m:?}")
         };
         assert!((r - 1.8).abs() < 1e-9, "{r}");
+        // The last 10 seconds (all 7 here) average 694.3: 90 % of it first in second 6 too.
+        assert_eq!(m.settled, m.recovery);
         // Without a release there is no recovery; the dip runs to the end.
         let m = measure(&t, 2.0, None);
         assert_eq!(
@@ -975,6 +987,8 @@ mod tests {
         };
         let m = measure(&slow, 2.0, Some(3.5));
         assert_eq!(m.recovery, Some(Recovery::Not(1.5)));
+        // Back at the level it settles at (62 on average, 90 %: 55.8) in second 5, though.
+        assert_eq!(m.settled, Some(Recovery::After(1.5)));
         // Back in the second the release fell in: what is left of that second.
         let fast = Trace {
             seconds: vec![(1, 100), (2, 100), (3, 10), (4, 95)],
