@@ -546,8 +546,10 @@ fn tiny_swapin_end_to_end() {
         assert!(num(r, "touch_after_ms") > 0.0, "{r:?}");
         let proactive = r["mode"].ends_with("proactive");
         if proactive {
-            // Every swapped page came back without a fault.
-            assert_eq!(r["proactive_pages"], r["swapped_before_pages"], "{r:?}");
+            // Every swapped page came back without a fault: what was swapped when the limit
+            // went, and at most the reclaim chunk that was being written then (256 pages).
+            let (back, before) = (num(r, "proactive_pages"), num(r, "swapped_before_pages"));
+            assert!((before..=before + 256.0).contains(&back), "{r:?}");
             assert_eq!(r["back_pages"], r["swapped_before_pages"], "{r:?}");
             assert_eq!(num(r, "faults_swap"), 0.0, "{r:?}");
             assert!(r["pager_timing"].contains("UFFDIO_COPY"), "{r:?}");
