@@ -1,14 +1,15 @@
 // The live page of `memvisor host`: polls the host API (read-only, under /api) every second and
 // draws, with uPlot, the free memory and its state, the budget split, and for each VM its
-// memory stacked by where it is (resident, balloon, swapped, on disk) with its target and its
-// active estimate. Each chart's section carries data-points (and each VM's data-state), so a
+// memory stacked by where it is (resident, balloon, swapped, on disk) with its target, its
+// active estimate and the host memory its pool holds (MemFlex); the budget split counts the
+// pools' memory too. Each chart's section carries data-points (and each VM's data-state), so a
 // headless browser can check what the page shows.
 "use strict";
 
 const MIB = 1 << 20;
 const STATES = ["high", "soft", "hard", "low"];
 const COLORS = ["#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e"];
-const host = { since: 0, eventsSince: 0, t: [], free: [], level: [], budget: 0, split: {}, charts: {} };
+const host = { since: 0, eventsSince: 0, t: [], free: [], level: [], pools: [], budget: 0, split: {}, charts: {} };
 const vms = new Map();
 
 const mib = (v) => v == null ? "-" : (v / MIB).toFixed(0) + " MiB";
@@ -58,8 +59,9 @@ function vmEntry(name) {
   ], [
     { label: "target", color: "#000000", dash: [6, 4] },
     { label: "active", color: "#c62828" },
+    { label: "pool (host memory)", color: "#00838f", dash: [2, 2] },
   ], "bytes");
-  v = { sec, chart, t: [], resident: [], balloon: [], swapped: [], ondisk: [], target: [], active: [] };
+  v = { sec, chart, t: [], resident: [], balloon: [], swapped: [], ondisk: [], target: [], active: [], pool: [] };
   vms.set(name, v);
   return v;
 }
@@ -67,7 +69,7 @@ function vmEntry(name) {
 function drawVm(v) {
   const raw = [v.resident, v.balloon, v.swapped, v.ondisk];
   v.chart.raw = raw;
-  v.chart.setData([v.t, ...stack(raw), v.target, v.active]);
+  v.chart.setData([v.t, ...stack(raw), v.target, v.active, v.pool]);
   v.sec.dataset.points = String(v.t.length);
 }
 
@@ -91,10 +93,10 @@ function drawHost() {
     const el = document.getElementById("host-split");
     el.innerHTML = "";
     host.charts.split = stackedChart(el, [...names.map((n, i) => ({ label: n, color: COLORS[i % COLORS.length] })),
-      { label: "free", color: "#9e9e9e" }], [], "bytes");
+      { label: "pools", color: "#00838f" }, { label: "free", color: "#9e9e9e" }], [], "bytes");
     host.charts.splitNames = names.join(",");
   }
-  const raw = [...names.map(n => host.split[n]), host.free];
+  const raw = [...names.map(n => host.split[n]), host.pools, host.free];
   host.charts.split.raw = raw;
   host.charts.split.setData([host.t, ...stack(raw)]);
   document.getElementById("split").dataset.points = String(host.t.length);
@@ -120,6 +122,7 @@ async function poll() {
       host.t.push(s.seconds);
       host.free.push(s.free_bytes);
       host.level.push(STATES.indexOf(s.free_state));
+      host.pools.push(s.vms.reduce((sum, m) => sum + (m.pooled_bytes || 0), 0));
       for (const name of Object.keys(host.split)) host.split[name].push(0);
       for (const m of s.vms) {
         if (!host.split[m.name]) host.split[m.name] = host.t.map(() => 0);
@@ -132,6 +135,7 @@ async function poll() {
         v.ondisk.push(m.on_disk_bytes);
         v.target.push(m.target_bytes);
         v.active.push(m.active_bytes);
+        v.pool.push(m.pooled_bytes);
       }
       host.since = s.seconds;
     }
