@@ -6,5 +6,13 @@ cd "$(dirname "$0")/.."
 scripts/setup-host.sh
 cargo fmt --all -- --check
 (cd guest && cargo fmt -- --check)
+(cd fuzz && cargo fmt -- --check)
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# A short fuzzing run of every target (scripts/fuzz.sh, docs/fuzzing.md): the build of the fuzz
+# crate, then 10 s each.
+if rustup toolchain list | grep -q '^nightly'; then
+    scripts/fuzz.sh 10
+else
+    echo "test.sh: fuzzing skipped: cargo-fuzz needs the nightly toolchain, and rustup has none (rustup toolchain install nightly)"
+fi

@@ -72,8 +72,10 @@ impl Reply {
     }
 }
 
-/// Reads one request from `s` and answers it.
-fn answer<S, F, R>(s: &mut S, handle: &F)
+/// Reads one request from `s` and answers it. Public only for the fuzz targets in `fuzz/`,
+/// which drive it with in-memory streams.
+#[doc(hidden)]
+pub fn answer<S, F, R>(s: &mut S, handle: &F)
 where
     S: Read + Write,
     F: Fn(&str, &str, &[u8]) -> R,
