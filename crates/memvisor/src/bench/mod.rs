@@ -326,12 +326,23 @@ fn run_consolidate(args: &BenchArgs) -> ExitCode {
         return bad(format!("--out {}: {e}", setup.out.display()));
     }
     teardown::catch_signals();
-    match consolidate::run(&setup, &teardown::interrupted) {
-        Ok(()) if teardown::interrupted() => ExitCode::from(130),
-        Ok(()) => {
+    let outcome = consolidate::run(&setup, &teardown::interrupted);
+    finished("consolidate", &setup.out, outcome)
+}
+
+/// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
+/// partial results written), the failure's status with its message, or success with where
+/// the report is.
+fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> ExitCode {
+    match outcome {
+        Ok(_) if teardown::interrupted() => {
+            eprintln!("memvisor bench: interrupted; partial results written");
+            ExitCode::from(130)
+        }
+        Ok(_) => {
             eprintln!(
-                "memvisor bench: consolidate done: {}",
-                setup.out.join("report.md").display()
+                "memvisor bench: {name} done: {}",
+                out.join("report.md").display()
             );
             ExitCode::SUCCESS
         }
@@ -417,23 +428,7 @@ fn run_swapin(args: &BenchArgs) -> ExitCode {
     let guard = teardown::Guard;
     let outcome = swapin::run(&setup);
     drop(guard);
-    match outcome {
-        Ok(_) if teardown::interrupted() => {
-            eprintln!("memvisor bench: interrupted; partial results written");
-            ExitCode::from(130)
-        }
-        Ok(_) => {
-            eprintln!(
-                "memvisor bench: swapin done: {}",
-                setup.out.join("report.md").display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("memvisor bench: {e}");
-            ExitCode::from(status::VMM_FAILURE)
-        }
-    }
+    finished("swapin", &setup.out, outcome)
 }
 
 fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {

@@ -251,9 +251,42 @@ struct Snap {
     pager: Option<PagerCounters>,
 }
 
-enum Msg {
+/// A console line with the time it arrived, or the console's end.
+pub(super) enum Msg {
     Line(String, Instant),
     Eof,
+}
+
+/// Copies a VMM's console (`stdout`), line by line, to the file `path` and to the returned
+/// channel, then sends [`Msg::Eof`]. Once the receiver is gone it keeps reading, so the VMM
+/// never blocks on a full pipe.
+pub(super) fn tee_console(
+    mut stdout: std::process::ChildStdout,
+    path: PathBuf,
+) -> (mpsc::Receiver<Msg>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut log = std::fs::File::create(path).ok();
+        let mut r = BufReader::new(&mut stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if let Some(f) = log.as_mut() {
+                        let _ = f.write_all(line.as_bytes());
+                    }
+                    if tx.send(Msg::Line(line.clone(), Instant::now())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = stdout.read_to_end(&mut Vec::new());
+        let _ = tx.send(Msg::Eof);
+    });
+    (rx, thread)
 }
 
 /// The pager's counters in a `GET /stats` answer; `None` without a pager.
@@ -409,29 +442,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     if c.limit == Limit::HostSwap {
         teardown::track_cgroup(cgroup_dir.clone());
     }
-    let (tx, rx) = mpsc::channel();
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let console_path = spec.log_prefix.with_extension("console");
-    let out_thread = std::thread::spawn(move || {
-        let mut log = std::fs::File::create(console_path).ok();
-        let mut r = BufReader::new(&mut stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match r.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if let Some(f) = log.as_mut() {
-                        let _ = f.write_all(line.as_bytes());
-                    }
-                    if tx.send(Msg::Line(line.clone(), Instant::now())).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = tx.send(Msg::Eof);
-    });
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (rx, out_thread) = tee_console(stdout, spec.log_prefix.with_extension("console"));
     let mut stderr = child.stderr.take().ok_or("no stderr")?;
     let err_thread = std::thread::spawn(move || {
         let mut s = String::new();

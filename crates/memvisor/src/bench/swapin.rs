@@ -22,7 +22,6 @@
 //! in MemFlex's measurement.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,6 +31,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{PagerStats, VmStats};
 use plotters::prelude::*;
 
+use super::runner::Msg;
 use super::{host, teardown};
 
 /// The limit memory is pushed out under.
@@ -196,11 +196,6 @@ pub struct Setup {
 pub fn schedule(size: u64) -> String {
     let mb = size >> 20;
     format!("{mb}:{},1:1,{mb}:3600", 3 + (mb * 4).div_ceil(1024))
-}
-
-enum Msg {
-    Line(String, Instant),
-    Eof,
 }
 
 /// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
@@ -369,30 +364,8 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
         .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
     teardown::track_pid(child.id());
     teardown::track_file(sock.clone());
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    let console = log.with_extension("console");
-    std::thread::spawn(move || {
-        let mut f = std::fs::File::create(console).ok();
-        let mut r = BufReader::new(&mut stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match r.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if let Some(f) = f.as_mut() {
-                        let _ = std::io::Write::write_all(f, line.as_bytes());
-                    }
-                    if tx.send(Msg::Line(line.clone(), Instant::now())).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = stdout.read_to_end(&mut Vec::new());
-        let _ = tx.send(Msg::Eof);
-    });
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (rx, _) = super::runner::tee_console(stdout, log.with_extension("console"));
     Ok(Vm {
         child,
         lines: rx,
