@@ -99,7 +99,6 @@ fn failed(store: &dyn PageStore, what: &str, e: std::io::Error) -> std::io::Erro
     std::io::Error::new(e.kind(), format!("{what} {} failed: {e}", store.describe()))
 }
 
-/// Reads through `store` and counts the call.
 /// Counts `len` bytes read from `store` by other means than [`read`] (proactive swap-in's
 /// copies straight out of the pool).
 pub(crate) fn count_read(store: &dyn PageStore, len: usize) {
@@ -107,6 +106,7 @@ pub(crate) fn count_read(store: &dyn PageStore, len: usize) {
     StoreCounters::count(&c.reads, &c.bytes_read, len);
 }
 
+/// Reads through `store` and counts the call.
 pub(crate) fn read(store: &dyn PageStore, index: u32, buf: &mut [u8]) -> std::io::Result<()> {
     store
         .read(index, buf)

@@ -15,9 +15,6 @@ use userfaultfd_sys::{
     UFFDIO_ZEROPAGE,
 };
 
-/// Bytes in a page: the unit of every fill.
-const PAGE_BYTES: usize = 4096;
-
 /// Why a userfaultfd call failed.
 #[derive(Debug, Error)]
 pub enum UffdError {
@@ -157,7 +154,7 @@ impl Userfault {
                     if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
                 _ => {
                     return Err(CopyError {
-                        pages: u32::try_from(done / PAGE_BYTES).unwrap_or(u32::MAX),
+                        pages: u32::try_from(done / crate::pager::PAGE).unwrap_or(u32::MAX),
                         error,
                     })
                 }

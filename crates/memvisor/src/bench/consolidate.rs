@@ -214,10 +214,7 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
             // SIGTERM first: the host stops its VMs cleanly.
-            if let Ok(pid) = i32::try_from(self.0.id()) {
-                // SAFETY: kill(2) of our own child, not yet reaped.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-            }
+            super::teardown::signal(self.0.id(), libc::SIGTERM);
             let t = Instant::now();
             while matches!(self.0.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(40) {
                 std::thread::sleep(Duration::from_millis(50));

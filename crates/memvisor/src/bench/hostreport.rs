@@ -423,104 +423,72 @@ fn summary_rows(e: &HostExperiment, run: &Run) -> Vec<(String, String)> {
 /// `results.csv`: for every run, a `sample` row per VM and tick, a `throughput` row per reading,
 /// an `event` row per host event, and the `summary` rows (metric, value).
 pub fn csv(e: &HostExperiment, runs: &[Run]) -> String {
+    let header: Vec<&str> = CSV_HEADER.split(',').collect();
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
-    let mut row = |cols: [String; 18]| {
-        let line: Vec<String> = cols.iter().map(|c| csv_field(c)).collect();
-        out.push_str(&line.join(","));
+    // One line from named columns; the others are left empty.
+    let mut row = |fields: &[(&str, String)]| {
+        let mut cols = vec![String::new(); header.len()];
+        for (name, value) in fields {
+            let i = header.iter().position(|h| h == name);
+            debug_assert!(i.is_some(), "no column {name} in the CSV header");
+            if let Some(i) = i {
+                cols[i] = csv_field(value);
+            }
+        }
+        out.push_str(&cols.join(","));
         out.push('\n');
     };
-    let none = String::new;
     for (i, run) in runs.iter().enumerate() {
         let rep = (i + 1).to_string();
+        let at = |kind: &str, seconds: f64| {
+            [
+                ("kind", kind.to_owned()),
+                ("experiment", e.name.to_owned()),
+                ("rep", rep.clone()),
+                ("seconds", format!("{seconds:.3}")),
+                ("idle_tax", tax_at(run, seconds).to_string()),
+            ]
+        };
         for s in &run.samples {
             for v in &s.vms {
-                row([
-                    "sample".into(),
-                    e.name.into(),
-                    rep.clone(),
-                    format!("{:.3}", s.seconds),
-                    v.name.clone(),
-                    format!("{:?}", v.state).to_lowercase(),
-                    tax_at(run, s.seconds).to_string(),
-                    s.free_bytes.to_string(),
-                    format!("{:?}", s.free_state).to_lowercase(),
-                    v.target_bytes.to_string(),
-                    v.resident_bytes.to_string(),
-                    format!("{:.4}", active_fraction(v)),
-                    v.balloon_bytes.to_string(),
-                    v.swapped_bytes.to_string(),
-                    v.limit_bytes.to_string(),
-                    none(),
-                    none(),
-                    none(),
+                let mut f = at("sample", s.seconds).to_vec();
+                f.extend([
+                    ("vm", v.name.clone()),
+                    ("state", format!("{:?}", v.state).to_lowercase()),
+                    ("free_bytes", s.free_bytes.to_string()),
+                    ("free_state", format!("{:?}", s.free_state).to_lowercase()),
+                    ("target_bytes", v.target_bytes.to_string()),
+                    ("resident_bytes", v.resident_bytes.to_string()),
+                    ("active_fraction", format!("{:.4}", active_fraction(v))),
+                    ("balloon_bytes", v.balloon_bytes.to_string()),
+                    ("swapped_bytes", v.swapped_bytes.to_string()),
+                    ("limit_bytes", v.limit_bytes.to_string()),
                 ]);
+                row(&f);
             }
         }
         for t in &run.throughput {
-            row([
-                "throughput".into(),
-                e.name.into(),
-                rep.clone(),
-                format!("{:.3}", t.seconds),
-                t.vm.clone(),
-                none(),
-                tax_at(run, t.seconds).to_string(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                format!("{:.1}", t.rate),
-                none(),
-                none(),
-            ]);
+            let mut f = at("throughput", t.seconds).to_vec();
+            f.extend([("vm", t.vm.clone()), ("rate", format!("{:.1}", t.rate))]);
+            row(&f);
         }
         for ev in &run.events {
-            row([
-                "event".into(),
-                e.name.into(),
-                rep.clone(),
-                format!("{:.3}", ev.seconds),
-                ev.vm.clone().unwrap_or_default(),
-                none(),
-                tax_at(run, ev.seconds).to_string(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                format!("{:?}", ev.kind).to_lowercase(),
-                ev.message.clone(),
+            let mut f = at("event", ev.seconds).to_vec();
+            f.extend([
+                ("vm", ev.vm.clone().unwrap_or_default()),
+                ("metric", format!("{:?}", ev.kind).to_lowercase()),
+                ("value", ev.message.clone()),
             ]);
+            row(&f);
         }
         for (metric, value) in summary_rows(e, run) {
-            row([
-                "summary".into(),
-                e.name.into(),
-                rep.clone(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                none(),
-                metric,
-                value,
+            row(&[
+                ("kind", "summary".into()),
+                ("experiment", e.name.into()),
+                ("rep", rep.clone()),
+                ("metric", metric),
+                ("value", value),
             ]);
         }
     }
@@ -753,6 +721,8 @@ type Line = (String, RGBColor, Vec<(f64, f64)>);
 /// Writes the plot: allocations over time (resident solid, target dashed, active dotted), with a
 /// vertical line where a VM joins or the tax changes, above each VM's throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
+    // The text is measured with a registered font; without one plotters fails the draw.
+    super::plot::font()?;
     let names: Vec<String> = e.vms.iter().map(|v| v.spec.name.clone()).collect();
     let series = |f: &dyn Fn(&VmSample) -> f64, name: &str| -> Vec<(f64, f64)> {
         run.samples
