@@ -6,8 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flaky_disk::FlakyDisk;
 use memvisor_api::{VmInfo, VmState, VmStats};
 use serde::de::DeserializeOwned;
+
+#[path = "../../pager/tests/common/flaky_disk.rs"]
+mod flaky_disk;
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 const MIB: u64 = 1 << 20;
@@ -607,76 +611,6 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
         "{completed} pages went in without a read"
     );
     assert!(read < 8 << 20, "only {read} bytes of swap were read");
-}
-
-/// A small file system on a loop device whose size the test shrinks to 1 MiB (every later I/O
-/// past it fails with EIO) and restores while a VM swaps to it; the backing file, and so every
-/// block written before, stays as it was.
-struct FlakyDisk {
-    lo: String,
-    mnt: PathBuf,
-}
-
-fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-impl FlakyDisk {
-    fn new(dir: &Path, mib: u64) -> FlakyDisk {
-        let backing = dir.join("backing.img");
-        std::fs::File::create(&backing)
-            .unwrap()
-            .set_len(mib * MIB)
-            .unwrap();
-        let lo = sh("losetup", &["-f", "--show", backing.to_str().unwrap()]);
-        let d = FlakyDisk {
-            lo,
-            mnt: dir.join("mnt"),
-        };
-        // No journal: a failed journal write would make the file system refuse writes for good.
-        sh("mkfs.ext4", &["-q", "-F", "-O", "^has_journal", &d.lo]);
-        std::fs::create_dir(&d.mnt).unwrap();
-        sh(
-            "mount",
-            &["-o", "errors=continue", &d.lo, d.mnt.to_str().unwrap()],
-        );
-        d
-    }
-
-    /// Every I/O past the first MiB fails (`false`) or works again (`true`).
-    fn set_working(&self, working: bool) {
-        const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
-        const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
-        // `struct loop_info64` is 232 bytes; `lo_sizelimit` is the u64 at offset 32.
-        let mut info = [0u8; 232];
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.lo)
-            .unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&dev);
-        // SAFETY: LOOP_GET_STATUS64 fills a loop_info64, which `info` is large enough to hold.
-        let rc = unsafe { libc::ioctl(fd, LOOP_GET_STATUS64, info.as_mut_ptr()) };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-        let limit: u64 = if working { 0 } else { MIB };
-        info[32..40].copy_from_slice(&limit.to_ne_bytes());
-        // SAFETY: LOOP_SET_STATUS64 reads the loop_info64 in `info`.
-        let rc = unsafe { libc::ioctl(fd, LOOP_SET_STATUS64, info.as_ptr()) };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-    }
-}
-
-impl Drop for FlakyDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        let _ = Command::new("losetup").args(["-d", &self.lo]).status();
-    }
 }
 
 /// A swap file whose disk starts failing mid-run: the VM is paused (never given a page the pager

@@ -37,10 +37,7 @@ impl Shared {
             self.fault(&mut pages, p, f.write, f.tid)
         };
         if let Err(e) = r {
-            self.pause(PagerFailure::Fault {
-                page: p,
-                error: e.to_string(),
-            });
+            self.unresolved(f, p, e);
         }
         drop(self.hold_to_cap(pages));
         let took = t0.elapsed();
@@ -48,6 +45,19 @@ impl Shared {
         if from_swap {
             self.swap_fault_latency.record(took);
         }
+    }
+
+    /// A fault that failed: its thread keeps waiting, the VM is paused, and the resume serves
+    /// it again. The retry goes straight to the fault path (not to the Preventer).
+    pub(crate) fn unresolved(&self, f: Fault, p: PageIdx, e: std::io::Error) {
+        self.unresolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Fault { tid: 0, ..f });
+        self.pause(PagerFailure::Fault {
+            page: p,
+            error: e.to_string(),
+        });
     }
 
     fn wake(&self, p: PageIdx) -> Result<(), UffdError> {

@@ -47,7 +47,7 @@ use crate::stats::{Counters, Latency};
 use crate::store::Stores;
 use crate::swap::{AlignedBuf, SwapError, SwapFile, BLOCK};
 use crate::takeover::PageMap;
-use crate::uffd::Userfault;
+use crate::uffd::{Fault, Userfault};
 use crate::victim::VictimPolicy;
 
 /// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
@@ -225,6 +225,10 @@ pub(crate) struct Shared {
     pub stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
     /// Fault events read by the pager thread.
     events: Mutex<EventBuffer>,
+    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
+    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
+    /// them again ([`Pager::retry`]).
+    pub unresolved: Mutex<Vec<Fault>>,
     /// Resident-page limit (the high watermark); `u32::MAX`: none.
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
@@ -325,6 +329,7 @@ impl Pager {
             reclaim_wake: Condvar::new(),
             stopped: Mutex::new(HashMap::new()),
             events: Mutex::new(EventBuffer::new(64)),
+            unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
@@ -439,9 +444,20 @@ impl Pager {
         limit_to_bytes(self.shared.limit.load(Ordering::SeqCst))
     }
 
-    /// After the VMM resumed a paused VM: reclaim is tried again (and pauses it again if the
-    /// I/O still fails).
+    /// After the VMM resumed a paused VM: the faults that could not be resolved are served
+    /// again, which wakes the threads waiting on them, and reclaim is tried again (either pauses
+    /// the VM again if its I/O still fails).
     pub fn retry(&self) {
+        let faults = std::mem::take(
+            &mut *self
+                .shared
+                .unresolved
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for f in faults {
+            self.shared.serve_fault(f);
+        }
         self.shared.want_reclaim();
         self.shared.settled.notify_all();
     }

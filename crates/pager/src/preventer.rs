@@ -30,6 +30,7 @@ use vm_memory::{Bytes, GuestAddress};
 use crate::pager::{current_tid, Pager, PagerFailure, Shared};
 use crate::state::PageIdx;
 use crate::stats::Counters;
+use crate::uffd::Fault;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
@@ -205,7 +206,13 @@ impl Shared {
             Counters::add(&self.counters.preventer_timeouts, 1);
             let mut pages = self.lock();
             if let Err(e) = self.missing_fault(&mut pages, p, true) {
-                tracing::error!("pager: resolving page {p} for a silent vCPU failed: {e}");
+                let f = Fault {
+                    addr: self.map.host(p),
+                    write: true,
+                    protected: false,
+                    tid: 0,
+                };
+                self.unresolved(f, p, e);
             }
         }
     }

@@ -1,0 +1,87 @@
+//! A disk that fails on demand, for fault-injection tests (shared by the pager's and the
+//! binary's tests with `#[path]`): a small ext4 file system on a loop device whose size the test
+//! shrinks to 1 MiB (every later I/O past it fails with EIO) and restores. The backing file, and
+//! so every block written before, stays as it was.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+pub struct FlakyDisk {
+    lo: String,
+    /// Where the file system is mounted.
+    pub mnt: PathBuf,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+impl FlakyDisk {
+    /// A file system of `mib` MiB on a loop device, mounted at `dir`/mnt.
+    pub fn new(dir: &Path, mib: u64) -> FlakyDisk {
+        let backing = dir.join("backing.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(mib * MIB)
+            .unwrap();
+        let lo = sh("losetup", &["-f", "--show", backing.to_str().unwrap()]);
+        let d = FlakyDisk {
+            lo,
+            mnt: dir.join("mnt"),
+        };
+        // No journal: a failed journal write would make the file system refuse writes for good.
+        sh("mkfs.ext4", &["-q", "-F", "-O", "^has_journal", &d.lo]);
+        std::fs::create_dir(&d.mnt).unwrap();
+        sh(
+            "mount",
+            &["-o", "errors=continue", &d.lo, d.mnt.to_str().unwrap()],
+        );
+        d
+    }
+
+    /// Every I/O past the first MiB fails (`false`) or works again (`true`).
+    pub fn set_working(&self, working: bool) {
+        self.try_set_working(working).unwrap();
+    }
+
+    fn try_set_working(&self, working: bool) -> std::io::Result<()> {
+        const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+        const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+        // `struct loop_info64` is 232 bytes; `lo_sizelimit` is the u64 at offset 32.
+        let mut info = [0u8; 232];
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.lo)?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&dev);
+        // SAFETY: LOOP_GET_STATUS64 fills a loop_info64, which `info` is large enough to hold.
+        if unsafe { libc::ioctl(fd, LOOP_GET_STATUS64, info.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let limit: u64 = if working { 0 } else { MIB };
+        info[32..40].copy_from_slice(&limit.to_ne_bytes());
+        // SAFETY: LOOP_SET_STATUS64 reads the loop_info64 in `info`.
+        if unsafe { libc::ioctl(fd, LOOP_SET_STATUS64, info.as_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FlakyDisk {
+    fn drop(&mut self) {
+        // A test that failed with the disk failing would otherwise leave the truncation of its
+        // unlinked files stuck on the device, and the loop device with it.
+        let _ = self.try_set_working(true);
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        let _ = Command::new("losetup").args(["-d", &self.lo]).status();
+    }
+}

@@ -1,0 +1,214 @@
+//! Faults in the middle of paging, with real userfaultfd and a real disk that fails on demand
+//! (no KVM: a thread of this test plays a device thread copying guest memory in the middle of a
+//! request, which waits in the kernel on a page the pager must bring in).
+//!
+//! Each case: memory is filled with known data, the pager moves it to a store, the store's disk
+//! starts failing, a device access needs a page from it. The pager pauses the VM with a reason
+//! and the access waits (it is neither given wrong data nor left to hang for good); once the disk
+//! works again, the resume serves the access, and every byte reads as written.
+
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flaky_disk::FlakyDisk;
+use memvisor_devices::ram::{DiskPage, GuestRam};
+use memvisor_devices::GuestMem;
+use memvisor_pager::{Mechanisms, NoVcpus, Pager, PagerConfig, VictimPolicy};
+use vm_memory::{Bytes, GuestAddress};
+
+#[path = "common/flaky_disk.rs"]
+mod flaky_disk;
+
+const MIB: u64 = 1 << 20;
+const PAGE: usize = 4096;
+const MEM: usize = 64 << 20;
+const PAGES: u64 = (MEM / PAGE) as u64;
+
+/// Page `p`'s known content: its number and the word's index in every word.
+fn page_of(p: u64) -> Vec<u8> {
+    (0..PAGE / 8)
+        .flat_map(|i| (p << 20 | i as u64 | 0x5a00_0000_0000_0000).to_le_bytes())
+        .collect()
+}
+
+fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
+    PagerConfig {
+        mech: Mechanisms {
+            mapper,
+            ..Mechanisms::DEFAULT
+        },
+        policy: VictimPolicy::Random,
+        limit: None,
+        swap_path: swap_dir.join("swap"),
+        temporary_swap: true,
+        batch: 256,
+        sample_pages: 0,
+        sample_period: Duration::from_secs(30),
+        pool: None,
+        proactive: false,
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reads all of guest memory from another thread, as a device thread copies a request's
+/// buffers; returns the thread.
+fn device_reads_everything(mem: &Arc<GuestMem>) -> std::thread::JoinHandle<Vec<u8>> {
+    let mem = mem.clone();
+    std::thread::spawn(move || {
+        let mut all = vec![0u8; MEM];
+        mem.read_slice(&mut all, GuestAddress(0)).unwrap();
+        all
+    })
+}
+
+/// The common end: the access waits while paused, the disk comes back, the resume serves it,
+/// and every page reads as written.
+fn resume_and_check(
+    disk: &FlakyDisk,
+    pager: &Pager,
+    vcpus: &NoVcpus,
+    reader: std::thread::JoinHandle<Vec<u8>>,
+    store: &str,
+) {
+    wait_until("the pager pauses the VM", || vcpus.paused().is_some());
+    let why = vcpus.paused().unwrap().to_string();
+    eprintln!("paused: {why}");
+    assert!(
+        why.contains("could not be resolved") && why.contains(store),
+        "{why}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !reader.is_finished(),
+        "the device access finished while its page could not be read"
+    );
+    assert!(pager.snapshot().counters.pauses >= 1);
+
+    // A resume while the disk still fails pauses again, and the access keeps waiting.
+    vcpus.resume();
+    pager.retry();
+    assert!(vcpus.paused().is_some(), "the retry failed: paused again");
+    assert!(!reader.is_finished());
+
+    disk.set_working(true);
+    vcpus.resume();
+    pager.retry();
+    wait_until("the device access completes after the resume", || {
+        reader.is_finished()
+    });
+    let all = reader.join().unwrap();
+    for (p, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
+        assert!(got == page_of(p).as_slice(), "page {p} differs");
+    }
+    assert_eq!(
+        vcpus.paused(),
+        None,
+        "nothing failed after the disk came back"
+    );
+}
+
+/// A device thread needs a page the pager swapped out, and the swap file's disk fails: paused,
+/// then served on resume.
+#[test]
+fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 160);
+    let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
+    for p in 0..PAGES {
+        mem.write_slice(&page_of(p), GuestAddress(p * PAGE as u64))
+            .unwrap();
+    }
+    let vcpus = Arc::new(NoVcpus::default());
+    let pager = Pager::start(
+        mem.clone(),
+        &config(&disk.mnt, false),
+        vcpus.clone(),
+        |why| panic!("the pager failed: {why}"),
+    )
+    .unwrap();
+    pager.set_limit(Some(16 * MIB)).unwrap();
+    // Reclaim has finished (down to its low watermark), so only the access below meets the disk.
+    wait_until("reclaim swaps out 48 MiB", || {
+        pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64
+    });
+
+    disk.set_working(false);
+    let reader = device_reads_everything(&mem);
+    resume_and_check(
+        &disk,
+        &pager,
+        &vcpus,
+        reader,
+        "reading the swap file failed",
+    );
+    assert!(pager.snapshot().counters.swap_bytes_read >= 40 * MIB);
+}
+
+/// The Swap Mapper dropped pages that mirror image blocks, and the image's disk fails when a
+/// device thread needs one of them back: paused, then served on resume.
+#[test]
+fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 160);
+    let image_path = disk.mnt.join("disk.img");
+    let image = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&image_path)
+        .unwrap();
+    let blocks = PAGES;
+    for b in 0..blocks {
+        image.write_all_at(&page_of(b), b * PAGE as u64).unwrap();
+    }
+    image.sync_all().unwrap();
+    let swap_dir = dir.path().join("swap");
+    std::fs::create_dir(&swap_dir).unwrap();
+    let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
+    let vcpus = Arc::new(NoVcpus::default());
+    let pager = Pager::start(
+        mem.clone(),
+        &config(&swap_dir, true),
+        vcpus.clone(),
+        |why| panic!("the pager failed: {why}"),
+    )
+    .unwrap();
+    // Read past the page cache, as the device's O_DIRECT handle does.
+    let direct = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&image_path)
+        .unwrap();
+    pager.attach_disk(0, direct);
+    // Take RAM over first, so the device reads below are tracked.
+    pager.set_limit(Some(PAGES * PAGE as u64)).unwrap();
+    // "Device reads": block b into page b, every page of RAM.
+    for b in 0..blocks {
+        let addr = GuestAddress(b * PAGE as u64);
+        pager.write(addr, &page_of(b)).unwrap();
+        pager.disk_read(0, &[DiskPage { block: b, addr }]);
+    }
+    pager.set_limit(Some(16 * MIB)).unwrap();
+    wait_until("the mapper drops 40 MiB of mirrors", || {
+        pager.snapshot().pages.on_disk_pages >= 40 * MIB / PAGE as u64
+    });
+    assert_eq!(
+        pager.snapshot().counters.swap_bytes_written,
+        0,
+        "mirrors are dropped, not written"
+    );
+
+    disk.set_working(false);
+    let reader = device_reads_everything(&mem);
+    resume_and_check(&disk, &pager, &vcpus, reader, "reading disk image 0 failed");
+}
