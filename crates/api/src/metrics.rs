@@ -342,6 +342,7 @@ const VM_ROWS: &[Row] = &[
     counter("disks.*.bytes_read", "disk_read", Unit::Bytes, "Bytes the guest read from a disk."),
     counter("disks.*.bytes_written", "disk_written", Unit::Bytes, "Bytes the guest wrote to a disk."),
     counter("disks.*.errors", "disk_errors", Unit::None, "Disk requests answered with an error, or dropped."),
+    counter("disks.*.full_pauses", "disk_full_pauses", Unit::None, "Times a disk's write or flush found its file system full and paused the VM until a resume."),
     counter("disks.*.notifies", "disk_notifies", Unit::None, "Queue notifications a disk processed, by either path."),
     counter("disks.*.kernel_notifies", "disk_kernel_notifies", Unit::None, "Queue notifications a disk's thread took from an ioeventfd, with no exit to the VMM."),
     counter("disks.*.ioevent_refusals", "disk_ioevent_refusals", Unit::None, "Queue ioeventfds KVM refused (those queues are served on the vCPU's exit)."),

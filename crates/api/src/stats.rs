@@ -371,6 +371,9 @@ pub struct DiskStats {
     pub bytes_written: u64,
     /// Requests answered with an error, or dropped.
     pub errors: u64,
+    /// Times a write or flush found the image's file system full and paused the VM until a
+    /// resume (the request is then tried again).
+    pub full_pauses: u64,
     /// Queue notifications the device processed, by either path.
     pub notifies: u64,
     /// Of those, the ones its thread took from an ioeventfd, with no exit to memvisor (several

@@ -15,3 +15,11 @@ pub use bus::{Bus, BusDevice, BusError};
 
 /// Guest RAM as the devices see it.
 pub type GuestMem = vm_memory::GuestMemoryMmap<()>;
+
+/// How a device stops the whole VM for a fault of the host's that the operator can mend (a disk
+/// image's file system out of space), as QEMU's `werror=enospc` does: the VMM implements it.
+pub trait PauseVm: Send + Sync {
+    /// Pauses the VM because `why` and returns once it is resumed (`true`: try again), or once
+    /// the VM is ending (`false`: give up).
+    fn pause_until_resumed(&self, why: String) -> bool;
+}

@@ -684,6 +684,103 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
     integrity_passed(vm, reader);
 }
 
+/// A tmpfs mounted at `dir`/full, `mib` MiB large; unmounted when dropped.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn new(dir: &Path, mib: u64) -> SmallFs {
+        let at = dir.join("full");
+        std::fs::create_dir(&at).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        SmallFs(at)
+    }
+
+    fn grow(&self, mib: u64) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A data disk whose file system fills up while the guest writes to it: the VM pauses with the
+/// disk's name and the reason (the guest never sees an error), and once the operator makes room
+/// and resumes, the write is tried again and the guest finishes with every byte intact.
+#[test]
+fn a_full_disk_pauses_the_vm_until_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = SmallFs::new(dir.path(), 6);
+    // Sparse: 64 MiB of image on 6 MiB of file system.
+    let img = mkdisk(&fs.0);
+    let sock = dir.path().join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "256M", "--disk"])
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .args([
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=8 file_mb=24 rounds=3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut vm, reader) = serving(child, &sock);
+    let t = Instant::now();
+    let paused = loop {
+        let v: VmInfo = api(&sock, "GET", "/vm", None);
+        if v.state == VmState::Paused {
+            break v;
+        }
+        assert!(
+            vm.0.try_wait().unwrap().is_none(),
+            "the VM ended instead of pausing"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the VM never paused on its full disk: {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let why = paused.paused_because.expect("a reason");
+    eprintln!("paused: {why}");
+    assert!(
+        why.contains("disk data") && why.contains("No space left on device"),
+        "{why}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let s = stats(&sock);
+    assert!(s.disks["data"].full_pauses >= 1);
+    assert_eq!(s.disks["data"].errors, 0, "the guest saw no error");
+    let v: VmInfo = api(&sock, "GET", "/vm", None);
+    assert_eq!(v.state, VmState::Paused, "still paused: nobody made room");
+
+    fs.grow(128);
+    let out = Command::new(MEMVISOR)
+        .args(["ctl", "--api-sock"])
+        .arg(&sock)
+        .arg("resume")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    integrity_passed(vm, reader);
+}
+
 /// Deflate-on-OOM: with the balloon holding 200 of 256 MiB, a guest task that needs 120 MiB
 /// (and has no swap) takes pages back from the balloon instead of failing; the device sees
 /// them deflated although nobody lowered the target, and every fresh page still reads zero.

@@ -176,6 +176,7 @@ fn disk_stats(m: &BlockMetrics, t: &TransportMetrics) -> DiskStats {
         flushes: m.flushes.load(Ordering::Relaxed),
         bytes_read: m.bytes_read.load(Ordering::Relaxed),
         bytes_written: m.bytes_written.load(Ordering::Relaxed),
+        full_pauses: m.full_pauses.load(Ordering::Relaxed),
         errors: m.errors.load(Ordering::Relaxed),
     }
 }

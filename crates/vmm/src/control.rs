@@ -29,6 +29,10 @@ pub enum PauseReason {
     /// Someone asked for it ([`crate::Vm::pause`]).
     #[error("requested")]
     Requested,
+    /// A disk image's file system is full: the write waits for the resume (QEMU's
+    /// `werror=enospc`).
+    #[error("{0}")]
+    DiskFull(String),
 }
 
 #[derive(Debug, Default)]
@@ -82,15 +86,15 @@ impl Vcpus {
     }
 
     /// Pauses the VM for `why`; returns whether it was running. The first reason is kept,
-    /// except that a pager failure replaces a requested pause (the failure is what a resume
-    /// must retry).
+    /// except that a failure replaces a requested pause (the failure is what the operator must
+    /// mend and a resume retries).
     pub fn pause_for(&self, why: PauseReason) -> bool {
         let mut state = self.lock();
         if let PauseReason::Pager(_) = why {
             self.pager_failed.store(true, Ordering::SeqCst);
         }
         if let Some(was) = &state.paused {
-            if *was == PauseReason::Requested && matches!(why, PauseReason::Pager(_)) {
+            if *was == PauseReason::Requested && why != PauseReason::Requested {
                 tracing::warn!("the paused VM stays paused: {why}");
                 state.paused = Some(why);
             }
@@ -149,6 +153,17 @@ impl Vcpus {
 
     pub(crate) fn ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
+    }
+}
+
+impl memvisor_devices::PauseVm for Vcpus {
+    fn pause_until_resumed(&self, why: String) -> bool {
+        self.pause_for(PauseReason::DiskFull(why));
+        let mut state = self.lock();
+        while state.paused.is_some() && !self.ended() {
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        !self.ended()
     }
 }
 

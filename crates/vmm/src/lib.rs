@@ -631,6 +631,7 @@ fn build_devices(
         Arc::new(Mutex::new(Serial::new(serial_irq, std::io::stdout()))),
     )?;
     let exit_events = Mutex::new(events);
+    let pause: Arc<dyn memvisor_devices::PauseVm> = vcpus.clone();
     let debug_exit = DebugExit::new(move |v| {
         // Like QEMU, the guest does not run on after the write: every vCPU stops now.
         vcpus.end();
@@ -666,7 +667,8 @@ fn build_devices(
         match device {
             Some(disk) => {
                 let index = u8::try_from(disks.len()).expect("at most 8 disks");
-                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?;
+                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?
+                    .pause_when_full(pause.clone());
                 if let Some(p) = pager {
                     p.attach_disk(index, block.image_reader().map_err(VmmError::Memory)?);
                 }

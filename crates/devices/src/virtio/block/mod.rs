@@ -23,7 +23,7 @@ use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
 use crate::ram::{DiskPage, GuestRam, PAGE_SIZE};
-use crate::GuestMem;
+use crate::{GuestMem, PauseVm};
 
 pub const VIRTIO_ID_BLOCK: u32 = 2;
 const VIRTIO_BLK_F_SIZE_MAX: u64 = 1 << 1;
@@ -66,6 +66,13 @@ pub struct BlockMetrics {
     pub bytes_written: AtomicU64,
     /// Requests answered with IOERR or UNSUPP, or dropped.
     pub errors: AtomicU64,
+    /// Times a write or flush found the image's file system full and paused the VM.
+    pub full_pauses: AtomicU64,
+}
+
+/// Whether `e` says the file system has no room (or the quota none left).
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// The image file: an `O_DIRECT` descriptor where possible, and a buffered one for the rest.
@@ -171,6 +178,8 @@ pub struct Block {
     /// This disk's index among the VM's disks (how guest RAM names it).
     index: u8,
     metrics: Arc<BlockMetrics>,
+    /// Pauses the VM when the image's file system is full (`None`: the guest gets IOERR).
+    pause: Option<Arc<dyn PauseVm>>,
 }
 
 impl Block {
@@ -206,7 +215,43 @@ impl Block {
             ram,
             index,
             metrics: Arc::default(),
+            pause: None,
         })
+    }
+
+    /// A write or flush that finds the image's file system full (`ENOSPC`, `EDQUOT`) pauses the
+    /// VM through `pause` and is tried again on resume, instead of failing in the guest: the
+    /// operator frees space and resumes, and the guest never sees the error.
+    #[must_use]
+    pub fn pause_when_full(mut self, pause: Arc<dyn PauseVm>) -> Self {
+        self.pause = Some(pause);
+        self
+    }
+
+    /// Runs `op` (a write or a flush) until it succeeds, fails for another reason than a full
+    /// file system, or the VM ends while paused for one.
+    fn until_not_full(
+        &mut self,
+        mut op: impl FnMut(&mut Self) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        loop {
+            let e = match op(self) {
+                Err(e) if is_full(&e) => e,
+                r => return r,
+            };
+            let Some(pause) = self.pause.clone() else {
+                return Err(e);
+            };
+            self.metrics.full_pauses.fetch_add(1, Ordering::Relaxed);
+            let id = String::from_utf8_lossy(&self.id);
+            let why = format!(
+                "disk {}: {e}: free space on its file system, then resume",
+                id.trim_end_matches('\0')
+            );
+            if !pause.pause_until_resumed(why) {
+                return Err(e);
+            }
+        }
     }
 
     pub fn metrics(&self) -> Arc<BlockMetrics> {
@@ -344,14 +389,14 @@ impl Block {
                 );
             }
             RequestKind::Write { sector } => {
-                if io(self.transfer(req, sector, true)) {
+                if io(self.until_not_full(|b| b.transfer(req, sector, true))) {
                     m.writes.fetch_add(1, Ordering::Relaxed);
                     m.bytes_written.fetch_add(req.data_len, Ordering::Relaxed);
                     return (VIRTIO_BLK_S_OK, 0);
                 }
             }
             RequestKind::Flush => {
-                if io(self.sync()) {
+                if io(self.until_not_full(|b| b.sync())) {
                     m.flushes.fetch_add(1, Ordering::Relaxed);
                     return (VIRTIO_BLK_S_OK, 0);
                 }
