@@ -23,7 +23,7 @@ use memvisor_guest_mm::{
 
 use crate::cmdline::Config;
 use crate::sync::SpinLock;
-use crate::virtio::balloon::{Balloon, BalloonStats};
+use crate::virtio::balloon::{Balloon, BalloonStats, ReportRace};
 use crate::virtio::blk::{BlkDevice, SECTOR_SIZE};
 use crate::virtio::{self, DEVICE_ID_BALLOON, DEVICE_ID_BLOCK};
 
@@ -38,6 +38,8 @@ pub const KEYS: &[&str] = &[
     "balloon",
     "report_order",
     "report",
+    "report_ms",
+    "report_race",
     "balloon_holdoff_ms",
     "stats",
     "hold_secs",
@@ -150,6 +152,14 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
     let report_order =
         num("report_order", 9, 0, 10).map_err(|_| "bad argument report_order= (0 to 10)")?;
     let report = num("report", 1, 0, 1).map_err(|_| "bad argument report= (0 or 1)")?;
+    let report_ms = num("report_ms", crate::virtio::balloon::REPORT_MS, 0, 60_000)
+        .map_err(|_| "bad argument report_ms= (0 to 60000, ms)")?;
+    let race = match cfg.arg("report_race").unwrap_or("off") {
+        "off" => ReportRace::Off,
+        "used" => ReportRace::AtUsed,
+        "inflight" => ReportRace::InFlight,
+        _ => return Err("bad argument report_race= (off, used or inflight)"),
+    };
     let holdoff_ms = num("balloon_holdoff_ms", 1000, 0, 600_000)
         .map_err(|_| "bad argument balloon_holdoff_ms= (0 to 600000, ms)")?;
     let data_id = cfg
@@ -172,6 +182,7 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
             match Balloon::init(
                 found.transport,
                 (report == 1).then_some(report_order as u32),
+                (report_ms, race),
                 holdoff_ms,
             ) {
                 Ok(b) => balloon = Some(b),
@@ -414,14 +425,19 @@ impl core::fmt::Display for BalloonWords {
             f,
             "balloon_inflated={} balloon_deflated={} balloon_oom_deflated={} \
              balloon_oom_deflates={} balloon_holdoff_ms={} balloon_stats_sent={} \
-             balloon_reported_chunks={}",
+             balloon_reported_chunks={} balloon_race_checked={} balloon_race_lost={} \
+             balloon_inflight_written={} balloon_inflight_lost={}",
             b.inflated,
             b.deflated,
             b.oom_deflated,
             b.oom_deflates,
             b.holdoff_ms,
             b.stats_sent,
-            b.reported_chunks
+            b.reported_chunks,
+            b.race_checked,
+            b.race_lost,
+            b.inflight_written,
+            b.inflight_lost
         )
     }
 }

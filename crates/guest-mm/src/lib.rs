@@ -590,13 +590,14 @@ impl<'a> Mm<'a> {
         None
     }
 
-    /// Puts a reported run back on the free list (at the tail, so it is reused last) marked reported.
-    pub fn report_done(&mut self, first: u32, order: u32) {
+    /// Puts a reported run back on the free list (at the tail, so it is reused last), marked
+    /// reported unless the caller `reused` it meanwhile (then it is reported again).
+    pub fn report_done(&mut self, first: u32, order: u32, reused: bool) {
         for g in first..first + (1 << order) {
             assert_eq!(self.frames[g as usize].kind, Kind::Reporting);
             let fr = &mut self.frames[g as usize];
             fr.kind = Kind::Free;
-            fr.flags = F_REPORTED;
+            fr.flags = if reused { 0 } else { F_REPORTED };
             self.push_back(L_FREE, g);
         }
     }

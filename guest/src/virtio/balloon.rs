@@ -28,10 +28,19 @@
 //! - free page reporting: every `REPORT_MS`, up to 16 naturally aligned free
 //!   chunks of `1 << order` pages that were not reported since they were last
 //!   allocated are taken off the free list, reported (device-writable buffers,
-//!   as Linux does) and put back at the tail of the free list.
+//!   as Linux does) and put back at the tail of the free list;
+//! - `report_race=` makes the driver race the device on purpose, to test the
+//!   hypervisor: `used` writes a pattern to every page of every chunk the
+//!   moment the device hands it back and reads it back (`balloon_race_lost`
+//!   counts words that did not keep what was written: a device that releases
+//!   pages after it says it is done loses them); `inflight` breaks the
+//!   protocol and writes the first page of each chunk while the device still
+//!   holds it (`balloon_inflight_lost` counts those pages that did not keep the
+//!   write: the virtio spec lets the device discard them). Either way the
+//!   chunks go back unreported, so they are reported, and raced, again.
 
 use memvisor_guest_mm::holdoff::Holdoff;
-use memvisor_guest_mm::{Mm, PAGE_SIZE};
+use memvisor_guest_mm::{Backend, Mm, PAGE_SIZE};
 
 use super::STATUS_NEGOTIATED;
 use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
@@ -58,8 +67,8 @@ const OOM_PAGES: u32 = 256;
 /// Longest inflation hold-off after deflates-on-OOM, however often they come (unless the base
 /// is longer).
 const HOLDOFF_MAX_MS: u64 = 60_000;
-/// Time between free page reporting passes.
-const REPORT_MS: u64 = 100;
+/// Time between free page reporting passes, unless `report_ms=` says otherwise.
+pub const REPORT_MS: u64 = 100;
 /// Chunks per report request.
 const REPORT_CHUNKS: usize = 16;
 const TIMEOUT_MS: u64 = 5_000;
@@ -89,6 +98,24 @@ pub struct BalloonStats {
     pub stats_sent: u64,
     pub reported_chunks: u64,
     pub polls: u64,
+    /// `report_race=used`: pages written and read back the moment they came back.
+    pub race_checked: u64,
+    /// Words of those pages that did not read what was written (must be 0).
+    pub race_lost: u64,
+    /// `report_race=inflight`: pages written while the device held them.
+    pub inflight_written: u64,
+    /// Of those, the ones that did not keep the write (allowed: the guest broke the protocol).
+    pub inflight_lost: u64,
+}
+
+/// How the driver races free page reporting on purpose (`report_race=`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ReportRace {
+    Off,
+    /// Reuse every reported page the moment the device returns it.
+    AtUsed,
+    /// Write to reported pages while the device holds them (a protocol violation).
+    InFlight,
 }
 
 pub struct Balloon {
@@ -98,6 +125,8 @@ pub struct Balloon {
     stats_q: Option<(u32, SplitQueue)>,
     report_q: Option<(u32, SplitQueue)>,
     report_order: u32,
+    report_ms: u64,
+    race: ReportRace,
     deflate_on_oom: bool,
     /// When inflation may resume after a deflate-on-OOM.
     holdoff: Holdoff,
@@ -116,11 +145,13 @@ fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static
 }
 
 impl Balloon {
-    /// `report_order`: the order of the free runs to report, or `None` to not report free pages;
-    /// `holdoff_ms`: how long inflation waits after a first deflate-on-OOM (0: not at all).
+    /// `report_order`: the order of the free runs to report, or `None` to not report free pages,
+    /// every `report_ms`, racing the device as `race` says; `holdoff_ms`: how long inflation
+    /// waits after a first deflate-on-OOM (0: not at all).
     pub fn init(
         transport: MmioTransport,
         report_order: Option<u32>,
+        (report_ms, race): (u64, ReportRace),
         holdoff_ms: u64,
     ) -> Result<Self, &'static str> {
         let reporting = if report_order.is_some() {
@@ -153,6 +184,8 @@ impl Balloon {
             stats_q,
             report_q,
             report_order,
+            report_ms,
+            race,
             deflate_on_oom: features & F_DEFLATE_ON_OOM != 0,
             holdoff: Holdoff::new(holdoff_ms, HOLDOFF_MAX_MS),
             buf,
@@ -260,8 +293,8 @@ impl Balloon {
             self.transport.config_write32(CONFIG_ACTUAL, self.held);
         }
         if self.report_q.is_some() && rdtsc() >= self.next_report {
-            self.report(mm);
-            self.next_report = crate::time::deadline_after_ms(REPORT_MS);
+            self.report(mm, be);
+            self.next_report = crate::time::deadline_after_ms(self.report_ms);
         }
     }
 
@@ -344,7 +377,7 @@ impl Balloon {
         self.stats.stats_sent += 1;
     }
 
-    fn report(&mut self, mm: &mut Mm<'static>) {
+    fn report(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
         let order = self.report_order;
         let mut chunks = [0u32; REPORT_CHUNKS];
         let mut n = 0;
@@ -375,10 +408,63 @@ impl Balloon {
         let (idx, q) = self.report_q.as_mut().expect("reporting negotiated");
         q.submit(&segs[..n]);
         self.transport.notify(*idx);
+        let seq = self.stats.reported_chunks;
+        if self.race == ReportRace::InFlight {
+            for &f in &chunks[..n] {
+                fill(be, f, seq);
+            }
+            self.stats.inflight_written += n as u64;
+        }
+        let (_, q) = self.report_q.as_mut().expect("reporting negotiated");
         Self::wait(q);
+        match self.race {
+            ReportRace::Off => {}
+            ReportRace::InFlight => {
+                for &f in &chunks[..n] {
+                    if differs(be, f, seq) > 0 {
+                        self.stats.inflight_lost += 1;
+                    }
+                }
+            }
+            ReportRace::AtUsed => {
+                let pages = 1u32 << order;
+                for &f in &chunks[..n] {
+                    for g in f..f + pages {
+                        fill(be, g, seq);
+                    }
+                }
+                for &f in &chunks[..n] {
+                    for g in f..f + pages {
+                        self.stats.race_lost += differs(be, g, seq);
+                    }
+                }
+                self.stats.race_checked += u64::from(pages) * n as u64;
+            }
+        }
         for &f in &chunks[..n] {
-            mm.report_done(f, order);
+            mm.report_done(f, order, self.race != ReportRace::Off);
         }
         self.stats.reported_chunks += n as u64;
     }
+}
+
+/// What `report_race=` writes to frame `f` in pass `seq`: a word per position that names both.
+fn race_word(f: u32, seq: u64, i: usize) -> u64 {
+    0xfb00_0000_0000_0000 ^ (u64::from(f) << 24) ^ (seq << 10) ^ i as u64
+}
+
+fn fill(be: &mut GuestBackend, f: u32, seq: u64) {
+    let page = be.page(f);
+    for (i, w) in page.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&race_word(f, seq, i).to_le_bytes());
+    }
+}
+
+/// Words of frame `f` that do not hold what [`fill`] wrote in pass `seq`.
+fn differs(be: &mut GuestBackend, f: u32, seq: u64) -> u64 {
+    let page = be.page(f);
+    page.chunks_exact(8)
+        .enumerate()
+        .filter(|&(i, w)| w != race_word(f, seq, i).to_le_bytes())
+        .count() as u64
 }
