@@ -9,6 +9,10 @@ cargo fmt --all -- --check
 (cd fuzz && cargo fmt -- --check)
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# A short soak (docs/soak.md): a host of 4 VMs at 2x overcommit with every mechanism on, running
+# the integrity workload and the papers' workloads in a loop for 2 minutes (then the last runs
+# finish): every run must pass with 0 mismatches, with no hang and no OOM kill.
+scripts/soak.sh 120 --vms 4 --out target/soak
 # A short fuzzing run of every target (scripts/fuzz.sh, docs/fuzzing.md): the build of the fuzz
 # crate, then 10 s each.
 if rustup toolchain list | grep -q '^nightly'; then
