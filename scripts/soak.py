@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -125,6 +126,8 @@ def main():
     out = os.path.abspath(a.out or tempfile.mkdtemp(prefix="memvisor-soak-"))
     os.makedirs(out, exist_ok=True)
     state = os.path.join(out, "state")
+    # A state directory left by an earlier soak in the same place would hold its sockets and logs.
+    shutil.rmtree(state, ignore_errors=True)
 
     # 2x overcommit: the budget holds half of the guests' memory, plus each VMM's overhead.
     budget = a.vms * VM_MEM // 2 + a.vms * OVERHEAD
