@@ -623,6 +623,58 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
     assert!(read < 8 << 20, "only {read} bytes of swap were read");
 }
 
+/// Starts `integrity` with `cmdline` on a 256 MiB VM with data disk `img` and an API socket at
+/// `sock`, and `args` besides.
+fn start_integrity(
+    img: &Path,
+    sock: &Path,
+    args: &[&str],
+    cmdline: &str,
+) -> (Vm, std::thread::JoinHandle<String>) {
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "256M", "--disk"])
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(sock)
+        .args(args)
+        .args(["--workload", "integrity", "--cmdline", cmdline])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    serving(child, sock)
+}
+
+/// Waits (`within`) for the VM to pause on `what`; returns why it says it paused.
+fn paused_on(vm: &mut Vm, sock: &Path, what: &str, within: Duration) -> String {
+    let t = Instant::now();
+    loop {
+        let v: VmInfo = api(sock, "GET", "/vm", None);
+        if v.state == VmState::Paused {
+            let why = v.paused_because.expect("a reason");
+            eprintln!("paused: {why}");
+            return why;
+        }
+        assert!(
+            vm.0.try_wait().unwrap().is_none(),
+            "the VM ended instead of pausing on {what}"
+        );
+        assert!(t.elapsed() < within, "the VM kept running on {what}: {v:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `memvisor ctl resume`; returns what it printed.
+fn ctl_resume(sock: &Path) -> VmInfo {
+    let out = Command::new(MEMVISOR)
+        .args(["ctl", "--api-sock"])
+        .arg(sock)
+        .arg("resume")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A swap file whose disk starts failing mid-run: the VM is paused (never given a page the pager
 /// could not write or read), `GET /vm` says why, and once the disk works again `memvisor ctl
 /// resume` lets the guest finish with every byte of its memory intact.
@@ -632,41 +684,23 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
     let disk = FlakyDisk::new(dir.path(), 320);
     let img = mkdisk(dir.path());
     let sock = dir.path().join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "256M", "--mem-limit", "48M", "--swap"])
-        .arg(disk.mnt.join("swap"))
-        .arg("--disk")
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=96 file_mb=4 rounds=3",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut vm, reader) = serving(child, &sock);
+    let swap = disk.mnt.join("swap");
+    let (mut vm, reader) = start_integrity(
+        &img,
+        &sock,
+        &["--mem-limit", "48M", "--swap", swap.to_str().unwrap()],
+        "anon_mb=96 file_mb=4 rounds=3",
+    );
     wait_for(&sock, "swapping", |s| {
         pager(s).counters.swap_bytes_written > 16 * MIB
     });
     disk.set_working(false);
-    let t = Instant::now();
-    let vm_state = loop {
-        let v: VmInfo = api(&sock, "GET", "/vm", None);
-        if v.state == VmState::Paused {
-            break v;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the VM kept running on a failing swap disk: {v:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let why = vm_state.paused_because.expect("a reason");
-    eprintln!("paused: {why}");
+    let why = paused_on(
+        &mut vm,
+        &sock,
+        "a failing swap disk",
+        Duration::from_secs(20),
+    );
     // The failed write is reported as the kernel gave it (EIO, or ENOMEM when ext4 cannot
     // convert the preallocated extent it wrote into).
     assert!(why.contains("swap"), "{why}");
@@ -682,15 +716,7 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
     assert!(pager(&s).counters.pauses >= 1);
 
     disk.set_working(true);
-    let out = Command::new(MEMVISOR)
-        .args(["ctl", "--api-sock"])
-        .arg(&sock)
-        .arg("resume")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let resumed: VmInfo = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(resumed.state, VmState::Running);
+    assert_eq!(ctl_resume(&sock).state, VmState::Running);
     integrity_passed(vm, reader);
 }
 
@@ -737,23 +763,12 @@ fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path());
     let sock = dir.path().join("api.sock");
-    let mut cmd = Command::new(MEMVISOR);
-    cmd.args(["run", "--mem", "256M", "--balloon", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
-            "--workload",
-            "integrity",
-            "--cmdline",
-            &format!(
-                "anon_mb=64 file_mb=8 rounds=2 secs=12 report_order=2 report_ms=0 \
-                 report_race={race}"
-            ),
-        ])
-        .stdout(Stdio::piped());
+    let cmdline = format!(
+        "anon_mb=64 file_mb=8 rounds=2 secs=12 report_order=2 report_ms=0 report_race={race}"
+    );
+    let mut args = vec!["--balloon"];
     if paged {
-        cmd.args([
+        args.extend([
             "--mem-limit",
             "96M",
             "--pool",
@@ -762,7 +777,7 @@ fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
             "proactive",
         ]);
     }
-    let (mut vm, reader) = serving(cmd.spawn().unwrap(), &sock);
+    let (mut vm, reader) = start_integrity(&img, &sock, &args, &cmdline);
     let mut last = None;
     let t = Instant::now();
     let mut high = false;
@@ -830,39 +845,8 @@ fn a_full_disk_pauses_the_vm_until_there_is_room() {
     // Sparse: 64 MiB of image on 6 MiB of file system.
     let img = mkdisk(&fs.0);
     let sock = dir.path().join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "256M", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=8 file_mb=24 rounds=3",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut vm, reader) = serving(child, &sock);
-    let t = Instant::now();
-    let paused = loop {
-        let v: VmInfo = api(&sock, "GET", "/vm", None);
-        if v.state == VmState::Paused {
-            break v;
-        }
-        assert!(
-            vm.0.try_wait().unwrap().is_none(),
-            "the VM ended instead of pausing"
-        );
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the VM never paused on its full disk: {v:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let why = paused.paused_because.expect("a reason");
-    eprintln!("paused: {why}");
+    let (mut vm, reader) = start_integrity(&img, &sock, &[], "anon_mb=8 file_mb=24 rounds=3");
+    let why = paused_on(&mut vm, &sock, "its full disk", Duration::from_secs(60));
     assert!(
         why.contains("disk data") && why.contains("No space left on device"),
         "{why}"
@@ -875,13 +859,7 @@ fn a_full_disk_pauses_the_vm_until_there_is_room() {
     assert_eq!(v.state, VmState::Paused, "still paused: nobody made room");
 
     fs.grow(128);
-    let out = Command::new(MEMVISOR)
-        .args(["ctl", "--api-sock"])
-        .arg(&sock)
-        .arg("resume")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ctl_resume(&sock).state, VmState::Running);
     integrity_passed(vm, reader);
 }
 

@@ -8,18 +8,16 @@
 //! works again, the resume serves the access, and every byte reads as written.
 
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flaky_disk::FlakyDisk;
+use common::{config, flaky_disk::FlakyDisk};
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
-use memvisor_pager::{Mechanisms, NoVcpus, Pager, PagerConfig, VictimPolicy};
+use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress};
 
-#[path = "common/flaky_disk.rs"]
-mod flaky_disk;
+mod common;
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -31,24 +29,6 @@ fn page_of(p: u64) -> Vec<u8> {
     (0..PAGE / 8)
         .flat_map(|i| (p << 20 | i as u64 | 0x5a00_0000_0000_0000).to_le_bytes())
         .collect()
-}
-
-fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
-    PagerConfig {
-        mech: Mechanisms {
-            mapper,
-            ..Mechanisms::DEFAULT
-        },
-        policy: VictimPolicy::Random,
-        limit: None,
-        swap_path: swap_dir.join("swap"),
-        temporary_swap: true,
-        batch: 256,
-        sample_pages: 0,
-        sample_period: Duration::from_secs(30),
-        pool: None,
-        proactive: false,
-    }
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

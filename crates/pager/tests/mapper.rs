@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
-use memvisor_pager::{Mechanisms, NoVcpus, Pager, PagerConfig, VictimPolicy};
+use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress};
+
+mod common;
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -39,21 +41,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         image.write_all_at(&word_page(b), b * PAGE as u64).unwrap();
     }
     let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap());
-    let config = PagerConfig {
-        mech: Mechanisms {
-            mapper: true,
-            ..Mechanisms::DEFAULT
-        },
-        policy: VictimPolicy::Random,
-        limit: None,
-        swap_path: dir.path().join("swap"),
-        temporary_swap: true,
-        batch: 256,
-        sample_pages: 0,
-        sample_period: Duration::from_secs(30),
-        pool: None,
-        proactive: false,
-    };
+    let config = common::config(dir.path(), true);
     let vcpus = Arc::new(NoVcpus::default());
     let pager = Pager::start(mem.clone(), &config, vcpus.clone(), |why| {
         panic!("the pager failed: {why}")
