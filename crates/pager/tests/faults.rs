@@ -7,7 +7,7 @@
 //! and the access waits (it is neither given wrong data nor left to hang for good); once the disk
 //! works again, the resume serves the access, and every byte reads as written.
 
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -140,17 +140,7 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let disk = FlakyDisk::new(dir.path(), 160);
     let image_path = disk.mnt.join("disk.img");
-    let image = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&image_path)
-        .unwrap();
-    let blocks = PAGES;
-    for b in 0..blocks {
-        image.write_all_at(&page_of(b), b * PAGE as u64).unwrap();
-    }
+    let image = common::image(&image_path, PAGES, page_of);
     image.sync_all().unwrap();
     let swap_dir = dir.path().join("swap");
     std::fs::create_dir(&swap_dir).unwrap();
@@ -173,7 +163,7 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
     // Take RAM over first, so the device reads below are tracked.
     pager.set_limit(Some(PAGES * PAGE as u64)).unwrap();
     // "Device reads": block b into page b, every page of RAM.
-    for b in 0..blocks {
+    for b in 0..PAGES {
         let addr = GuestAddress(b * PAGE as u64);
         pager.write(addr, &page_of(b)).unwrap();
         pager.disk_read(0, &[DiskPage { block: b, addr }]);

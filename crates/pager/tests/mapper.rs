@@ -30,16 +30,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
     let dir = tempfile::tempdir().unwrap();
     // The disk: 256 blocks, block b holding word_page(b).
     let image_path = dir.path().join("disk.img");
-    let image = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&image_path)
-        .unwrap();
-    for b in 0..256u64 {
-        image.write_all_at(&word_page(b), b * PAGE as u64).unwrap();
-    }
+    let image = common::image(&image_path, 256, word_page);
     let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap());
     let config = common::config(dir.path(), true);
     let vcpus = Arc::new(NoVcpus::default());

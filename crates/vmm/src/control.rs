@@ -136,10 +136,16 @@ impl Vcpus {
     pub(crate) fn park(&self) {
         let mut state = self.lock();
         state.parked += 1;
+        state = self.while_paused(state);
+        state.parked -= 1;
+    }
+
+    /// Waits on `state` while the VM is paused and not ended.
+    fn while_paused<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         while state.paused.is_some() && !self.ended() {
             state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        state.parked -= 1;
+        state
     }
 
     /// Stops every vCPU for good.
@@ -159,10 +165,7 @@ impl Vcpus {
 impl memvisor_devices::PauseVm for Vcpus {
     fn pause_until_resumed(&self, why: String) -> bool {
         self.pause_for(PauseReason::DiskFull(why));
-        let mut state = self.lock();
-        while state.paused.is_some() && !self.ended() {
-            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
+        drop(self.while_paused(self.lock()));
         !self.ended()
     }
 }

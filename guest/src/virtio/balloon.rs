@@ -47,6 +47,7 @@ use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
 use super::queue::{Segment, SplitQueue};
 use crate::cpu::{pause, rdtsc};
 use crate::mm::GuestBackend;
+use crate::workloads::pattern::word_at;
 
 const F_STATS_VQ: u64 = 1 << 1;
 const F_DEFLATE_ON_OOM: u64 = 1 << 2;
@@ -416,8 +417,10 @@ impl Balloon {
             self.stats.inflight_written += n as u64;
         }
         let (_, q) = self.report_q.as_mut().expect("reporting negotiated");
-        Self::wait(q);
+        let returned = Self::wait(q);
         match self.race {
+            // A run the device did not return is not raced: it may still be in its hands.
+            _ if !returned => {}
             ReportRace::Off => {}
             ReportRace::InFlight => {
                 for &f in &chunks[..n] {
@@ -448,9 +451,10 @@ impl Balloon {
     }
 }
 
-/// What `report_race=` writes to frame `f` in pass `seq`: a word per position that names both.
+/// What `report_race=` writes to word `i` of frame `f` in pass `seq`: the disk test pattern,
+/// seeded by the pass, at the frame's byte offset.
 fn race_word(f: u32, seq: u64, i: usize) -> u64 {
-    0xfb00_0000_0000_0000 ^ (u64::from(f) << 24) ^ (seq << 10) ^ i as u64
+    word_at(seq, u64::from(f) * PAGE_SIZE as u64 + 8 * i as u64)
 }
 
 fn fill(be: &mut GuestBackend, f: u32, seq: u64) {

@@ -3,6 +3,8 @@
 
 pub mod flaky_disk;
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,4 +28,20 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         pool: None,
         proactive: false,
     }
+}
+
+/// Creates the disk image at `path` with `blocks` blocks of 4 KiB, block `b` holding `page(b)`;
+/// returns it open for reading and writing.
+pub fn image(path: &Path, blocks: u64, page: impl Fn(u64) -> Vec<u8>) -> File {
+    let image = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    for b in 0..blocks {
+        image.write_all_at(&page(b), b * 4096).unwrap();
+    }
+    image
 }
