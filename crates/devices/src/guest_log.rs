@@ -52,7 +52,8 @@ pub enum GuestError {
     BadBlockRequest,
     /// A used ring the device could not write (outside guest memory).
     UsedRingError,
-    /// A balloon PFN or free page report outside guest RAM, or a buffer it could not read.
+    /// A balloon PFN or free page report outside guest RAM, a buffer it could not read, or PFNs
+    /// and ranges past what one request may carry.
     BadBalloonPage,
     /// Host fault: reading or writing the disk image failed.
     DiskIoError,

@@ -8,6 +8,11 @@
 //! guest RAM, and the bad ones are ignored, counted, and logged through [`crate::guest_log`]. The statistics buffer is held, as the
 //! specification asks, until the VMM wants fresh numbers ([`BalloonControl::request_stats`]).
 //!
+//! What one request costs the device is bounded whatever its chain holds (an indirect table of
+//! 65535 descriptors may name the same buffer in each): an inflate or deflate request is read
+//! up to 64 KiB of PFN arrays in all, a free page report up to 256 ranges, and the rest is
+//! ignored and logged.
+//!
 //! A deflate is either one the host asked for (the balloon held more than the target) or one the
 //! guest did on its own to get memory it could not find otherwise (VIRTIO_BALLOON_F_DEFLATE_ON_OOM:
 //! the deflate takes the balloon below the target). The device tells them apart by its own count of
@@ -39,8 +44,14 @@ pub const F_STATS_VQ: u64 = 1 << 1;
 pub const F_DEFLATE_ON_OOM: u64 = 1 << 2;
 pub const F_REPORTING: u64 = 1 << 5;
 const QUEUE_SIZE: u16 = 256;
-/// Largest buffer read from an inflate, deflate or stats descriptor.
+/// Most bytes of PFN arrays read from one inflate or deflate request (16384 PFNs; Linux sends
+/// at most 256 a request), and of statistics from one buffer. The bound is per request, not per
+/// descriptor: one chain may name the same buffer in an indirect table of 65535 descriptors,
+/// and a notification may pop 256 such chains.
 const MAX_BUFFER: u32 = 64 << 10;
+/// Most ranges read from one free page report (Linux reports at most 32 at a time, the guest
+/// kit 16); each costs an `madvise`.
+const MAX_REPORT_RANGES: usize = 256;
 
 /// Counters of the balloon device.
 #[derive(Debug, Default)]
@@ -255,8 +266,22 @@ impl VirtioDevice for Balloon {
             match role {
                 Role::Inflate | Role::Deflate => {
                     let mut ranges = Vec::new();
+                    let mut left = MAX_BUFFER;
+                    let mut ignored = 0u64;
                     for d in descs.iter().filter(|d| !d.is_write_only()) {
-                        ranges.extend(self.pfn_ranges(mem, d.addr(), d.len()));
+                        let len = d.len().min(left);
+                        ignored += u64::from(d.len() - len);
+                        if len > 0 || d.len() == 0 {
+                            ranges.extend(self.pfn_ranges(mem, d.addr(), len));
+                            left -= len;
+                        }
+                    }
+                    if ignored > 0 {
+                        crate::guest_error!(
+                            BadBalloonPage,
+                            "balloon: {ignored} bytes of PFN arrays past the first \
+                             {MAX_BUFFER} of a request ignored"
+                        );
                     }
                     let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
                     if role == Role::Inflate {
@@ -278,7 +303,15 @@ impl VirtioDevice for Balloon {
                 }
                 Role::Reporting => {
                     let mut ranges = Vec::new();
-                    for d in &descs {
+                    if descs.len() > MAX_REPORT_RANGES {
+                        crate::guest_error!(
+                            BadBalloonPage,
+                            "balloon: free page report of {} ranges: those past the first \
+                             {MAX_REPORT_RANGES} ignored",
+                            descs.len()
+                        );
+                    }
+                    for d in descs.iter().take(MAX_REPORT_RANGES) {
                         let r = GuestRange {
                             addr: d.addr().0,
                             len: u64::from(d.len()),
@@ -391,7 +424,9 @@ mod tests {
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
 
+    const DESC_F_NEXT: u16 = 1;
     const DESC_F_WRITE: u16 = 2;
+    const DESC_F_INDIRECT: u16 = 4;
     const MEM: u64 = 4 << 20;
 
     fn setup(features: u64) -> (Arc<GuestMem>, Balloon) {
@@ -527,6 +562,69 @@ mod tests {
         let mut queues = vec![Queue::new(16).unwrap(), Queue::new(16).unwrap(), q];
         assert!(b.on_request(&mut queues, &mem), "a request returns it");
         assert!(!b.on_request(&mut queues, &mem), "nothing is held any more");
+    }
+
+    /// Offers one chain of `descs` (`(addr, len, flags)`, linked in order) as queue `index`.
+    fn offer_chain(b: &mut Balloon, mem: &GuestMem, index: usize, descs: &[(u64, u32, u16)]) {
+        let vq = MockSplitQueue::new(mem, 16);
+        let raw: Vec<RawDescriptor> = descs
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, l, f))| {
+                let next = if i + 1 < descs.len() { DESC_F_NEXT } else { 0 };
+                RawDescriptor::from(SplitDescriptor::new(a, l, f | next, (i + 1) as u16))
+            })
+            .collect();
+        vq.add_desc_chains(&raw, 0).unwrap();
+        let mut q: Queue = vq.create_queue().unwrap();
+        assert!(b.process_queue(index, &mut q, mem));
+    }
+
+    #[test]
+    fn a_request_reads_at_most_64_kib_of_pfn_arrays() {
+        // The bound used to be per descriptor: a chain naming one 64 KiB array in each of an
+        // indirect table's 65535 descriptors made the device check a billion PFNs, and collect
+        // gigabytes of ranges, for one request.
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1);
+        let invalid: Vec<u8> = [0xffu8; 64 << 10].to_vec();
+        mem.write_slice(&invalid, GuestAddress(0x10_0000)).unwrap();
+        mem.write_slice(&0x100u32.to_le_bytes(), GuestAddress(0x2000))
+            .unwrap();
+        let array = (0x10_0000, 64 << 10, 0);
+        offer_chain(&mut b, &mem, 0, &[array, array, array, (0x2000, 4, 0)]);
+        let m = &b.state().metrics;
+        assert_eq!(m.invalid_pfns.load(Ordering::Relaxed), 16384);
+        assert_eq!(
+            m.inflated_pages.load(Ordering::Relaxed),
+            0,
+            "PFN past the bound"
+        );
+        // Within the bound, the arrays of several descriptors all count.
+        offer_chain(&mut b, &mem, 0, &[(0x2000, 4, 0), (0x2000, 4, 0)]);
+        assert_eq!(m.inflated_pages.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_report_reads_at_most_256_ranges() {
+        // Without a bound, one notification of 256 chains of 65535 ranges each made 16 million
+        // `madvise` calls.
+        let (mem, mut b) = setup(VIRTIO_F_VERSION_1 | F_REPORTING);
+        // An indirect table of 300 one-page ranges.
+        for i in 0..300u16 {
+            let (flags, next) = if i < 299 {
+                (DESC_F_WRITE | DESC_F_NEXT, i + 1)
+            } else {
+                (DESC_F_WRITE, 0)
+            };
+            let addr = 0x10_0000 + u64::from(i) * 4096;
+            let d = RawDescriptor::from(SplitDescriptor::new(addr, 4096, flags, next));
+            mem.write_obj(d, GuestAddress(0x30_0000 + u64::from(i) * 16))
+                .unwrap();
+        }
+        offer_chain(&mut b, &mem, 2, &[(0x30_0000, 300 * 16, DESC_F_INDIRECT)]);
+        let m = &b.state().metrics;
+        assert_eq!(m.reported_pages.load(Ordering::Relaxed), 256);
+        assert_eq!(m.invalid_pfns.load(Ordering::Relaxed), 0);
     }
 
     #[test]
