@@ -315,7 +315,9 @@ fn working_set_sampling_follows_the_touched_memory() {
             "--workload",
             "toucher",
             "--cmdline",
-            "schedule=200:5,16:6",
+            // The schedule runs on wall-clock time and sampling periods on guest time: a second
+            // phase of 12 s leaves room for 10 periods of 0.3 s when the cores are shared.
+            "schedule=200:5,16:12",
         ],
     );
     let mut busy = 0.0f64;
