@@ -47,31 +47,8 @@ use crate::Input;
 /// The most operations one input runs.
 pub const MAX_OPS: usize = 512;
 
-/// Register offsets of the virtio-mmio transport (virtio 1.2 §4.2.2).
-pub mod reg {
-    pub const MAGIC: u64 = 0x000;
-    pub const DEVICE_FEATURES: u64 = 0x010;
-    pub const DEVICE_FEATURES_SEL: u64 = 0x014;
-    pub const DRIVER_FEATURES: u64 = 0x020;
-    pub const DRIVER_FEATURES_SEL: u64 = 0x024;
-    pub const QUEUE_SEL: u64 = 0x030;
-    pub const QUEUE_NUM_MAX: u64 = 0x034;
-    pub const QUEUE_NUM: u64 = 0x038;
-    pub const QUEUE_READY: u64 = 0x044;
-    pub const QUEUE_NOTIFY: u64 = 0x050;
-    pub const INTERRUPT_STATUS: u64 = 0x060;
-    pub const INTERRUPT_ACK: u64 = 0x064;
-    pub const STATUS: u64 = 0x070;
-    pub const QUEUE_DESC_LOW: u64 = 0x080;
-    pub const QUEUE_DESC_HIGH: u64 = 0x084;
-    pub const QUEUE_DRIVER_LOW: u64 = 0x090;
-    pub const QUEUE_DRIVER_HIGH: u64 = 0x094;
-    pub const QUEUE_DEVICE_LOW: u64 = 0x0a0;
-    pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
-    pub const CONFIG: u64 = 0x100;
-}
-
-const MAGIC: u32 = 0x7472_6976;
+pub use memvisor_devices::virtio::mmio::reg;
+use memvisor_devices::virtio::mmio::MAGIC;
 
 /// Offsets the register operations reach: the device's slot and the empty one after it.
 const OFFSET_MASK: u16 = 0x3ff;

@@ -42,14 +42,15 @@ pub const MMIO_SLOT_SIZE: u64 = 0x200;
 pub const MMIO_SLOTS: usize = 8;
 pub const IRQ_BASE: u32 = 5;
 
-const MAGIC: u32 = 0x7472_6976; // "virt"
+/// What the MagicValue register reads: "virt".
+pub const MAGIC: u32 = 0x7472_6976;
 const VERSION: u32 = 2;
 const VENDOR_ID: u32 = 0x4d56_4d56; // "VMVM"
-const CONFIG_OFFSET: u64 = 0x100;
 /// Offset of the QueueNotify register in a slot: the address a device thread's eventfds watch.
 pub const QUEUE_NOTIFY_OFFSET: u64 = reg::QUEUE_NOTIFY;
 
-mod reg {
+/// Register offsets in a slot (virtio 1.2 §4.2.2).
+pub mod reg {
     pub const MAGIC: u64 = 0x000;
     pub const VERSION: u64 = 0x004;
     pub const DEVICE_ID: u64 = 0x008;
@@ -73,6 +74,8 @@ mod reg {
     pub const QUEUE_DEVICE_LOW: u64 = 0x0a0;
     pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
     pub const CONFIG_GENERATION: u64 = 0x0fc;
+    /// Where the device's configuration space starts.
+    pub const CONFIG: u64 = 0x100;
 }
 
 /// Interrupt-status bit: a used buffer was added.
@@ -483,9 +486,9 @@ impl MmioTransport {
 
 impl BusDevice for MmioTransport {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
-        if offset >= CONFIG_OFFSET {
+        if offset >= reg::CONFIG {
             match self.device.as_ref() {
-                Some(d) => d.read_config(offset - CONFIG_OFFSET, data),
+                Some(d) => d.read_config(offset - reg::CONFIG, data),
                 None => data.fill(0),
             }
             return;
@@ -498,9 +501,9 @@ impl BusDevice for MmioTransport {
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) {
-        if offset >= CONFIG_OFFSET {
+        if offset >= reg::CONFIG {
             if let Some(d) = self.device.as_mut() {
-                d.write_config(offset - CONFIG_OFFSET, data);
+                d.write_config(offset - reg::CONFIG, data);
             }
             return;
         }
