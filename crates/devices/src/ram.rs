@@ -131,28 +131,9 @@ impl GuestRam for PlainRam {
     }
 }
 
-/// Merges sorted page frame numbers into ranges (consecutive frames become one range).
-pub fn merge_pfns(pfns: &[u64]) -> Vec<GuestRange> {
-    let mut out: Vec<GuestRange> = Vec::new();
-    for &pfn in pfns {
-        let Some(addr) = pfn.checked_mul(PAGE_SIZE) else {
-            continue;
-        };
-        match out.last_mut() {
-            Some(last) if last.addr + last.len == addr => last.len += PAGE_SIZE,
-            _ => out.push(GuestRange {
-                addr,
-                len: PAGE_SIZE,
-            }),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn dontneed_zeroes_and_checks_bounds() {
@@ -197,21 +178,5 @@ mod tests {
             }
         )
         .is_err());
-    }
-
-    proptest! {
-        #[test]
-        fn merged_ranges_cover_exactly_the_pfns(mut pfns in proptest::collection::vec(0u64..64, 0..64)) {
-            pfns.sort_unstable();
-            pfns.dedup();
-            let ranges = merge_pfns(&pfns);
-            let mut back = Vec::new();
-            for r in &ranges {
-                prop_assert!(r.len > 0 && r.len % PAGE_SIZE == 0);
-                back.extend((r.addr / PAGE_SIZE)..(r.addr + r.len) / PAGE_SIZE);
-            }
-            prop_assert_eq!(back, pfns);
-            prop_assert!(ranges.windows(2).all(|w| w[0].addr + w[0].len < w[1].addr));
-        }
     }
 }

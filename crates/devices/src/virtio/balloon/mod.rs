@@ -29,12 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
-use crate::ram::{merge_pfns, Discard, GuestRam, GuestRange, PAGE_SIZE};
+use crate::ram::{Discard, GuestRam, GuestRange, PAGE_SIZE};
 
-const PAGE_BYTES: usize = 4096;
 /// The guest's last statistics and when they came.
 type GuestStats = (Instant, Vec<(u16, u64)>);
 use crate::GuestMem;
@@ -131,6 +130,8 @@ impl Balloon {
     }
 
     /// Reads the PFN array of one descriptor, keeps those inside RAM, and merges them into ranges.
+    /// The frames are sorted first, so the work per frame is a compare or two and RAM is checked
+    /// once per run of consecutive frames (a driver's arrays are mostly such runs).
     fn pfn_ranges(&self, mem: &GuestMem, addr: GuestAddress, len: u32) -> Vec<GuestRange> {
         let len = len.min(MAX_BUFFER) as usize & !3;
         let mut raw = vec![0u8; len];
@@ -149,25 +150,54 @@ impl Balloon {
         let mut pfns: Vec<u64> = raw
             .chunks_exact(4)
             .map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
-            .filter(|&pfn| {
-                let ok =
-                    GuestMemoryBackend::check_range(mem, GuestAddress(pfn * PAGE_SIZE), PAGE_BYTES);
-                if !ok {
-                    self.state
-                        .metrics
-                        .invalid_pfns
-                        .fetch_add(1, Ordering::Relaxed);
-                    crate::guest_error!(
-                        BadBalloonPage,
-                        "balloon: PFN {pfn:#x} outside guest RAM ignored"
-                    );
-                }
-                ok
-            })
             .collect();
         pfns.sort_unstable();
-        pfns.dedup();
-        merge_pfns(&pfns)
+        let mut out = Vec::new();
+        let mut rest = &pfns[..];
+        while let Some(&start) = rest.first() {
+            // A run: frames `start..end`, each given once or more.
+            let mut end = start + 1;
+            let mut n = 1;
+            while n < rest.len() && rest[n] <= end {
+                end = rest[n] + 1;
+                n += 1;
+            }
+            let (run, next) = rest.split_at(n);
+            self.keep_in_ram(mem, run, end, &mut out);
+            rest = next;
+        }
+        out
+    }
+
+    /// Adds the parts of the run of frames `run[0]..end` (sorted, consecutive, repeats allowed)
+    /// that lie in a RAM region to `out`, and counts the frames given outside RAM.
+    fn keep_in_ram(&self, mem: &GuestMem, run: &[u64], end: u64, out: &mut Vec<GuestRange>) {
+        let start = run[0];
+        let mut inside = 0;
+        for region in mem.iter() {
+            let first = region.start_addr().0.div_ceil(PAGE_SIZE);
+            let last = (region.start_addr().0 + region.len()) / PAGE_SIZE;
+            let (lo, hi) = (start.max(first), end.min(last));
+            if lo < hi {
+                out.push(GuestRange {
+                    addr: lo * PAGE_SIZE,
+                    len: (hi - lo) * PAGE_SIZE,
+                });
+                inside += run.partition_point(|&p| p < hi) - run.partition_point(|&p| p < lo);
+            }
+        }
+        let outside = run.len() - inside;
+        if outside > 0 {
+            self.state
+                .metrics
+                .invalid_pfns
+                .fetch_add(outside as u64, Ordering::Relaxed);
+            crate::guest_error!(
+                BadBalloonPage,
+                "balloon: {outside} PFNs in {start:#x}..={:#x} outside guest RAM ignored",
+                end - 1
+            );
+        }
     }
 
     /// Counts `pages` going back to the guest: the part that takes the balloon below the target
@@ -421,6 +451,7 @@ impl BalloonControl {
 mod tests {
     use super::*;
     use crate::ram::PlainRam;
+    use proptest::prelude::*;
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
 
@@ -638,5 +669,34 @@ mod tests {
         b.write_config(0, &1u32.to_le_bytes());
         assert_eq!(b.state().actual_pages.load(Ordering::SeqCst), 77);
         assert_eq!(b.state().target_pages.load(Ordering::SeqCst), 1234);
+    }
+
+    proptest! {
+        /// A PFN array, with repeats and frames on both sides of the end of RAM, becomes ranges
+        /// that cover exactly its distinct frames inside RAM, and every frame given outside RAM
+        /// is counted.
+        #[test]
+        fn pfn_ranges_cover_exactly_the_frames_inside_ram(
+            pfns in proptest::collection::vec(MEM / PAGE_SIZE - 40..MEM / PAGE_SIZE + 24, 0..64),
+            low in proptest::collection::vec(0u64..16, 0..16),
+        ) {
+            let (mem, b) = setup(VIRTIO_F_VERSION_1);
+            let given: Vec<u64> = pfns.iter().chain(&low).copied().collect();
+            let raw: Vec<u8> = given.iter().flat_map(|&p| (p as u32).to_le_bytes()).collect();
+            mem.write_slice(&raw, GuestAddress(0x2000)).unwrap();
+            let ranges = b.pfn_ranges(&mem, GuestAddress(0x2000), raw.len() as u32);
+            let mut back = Vec::new();
+            for r in &ranges {
+                prop_assert!(r.len > 0 && r.len % PAGE_SIZE == 0 && r.addr % PAGE_SIZE == 0);
+                back.extend((r.addr / PAGE_SIZE)..(r.addr + r.len) / PAGE_SIZE);
+            }
+            let mut want: Vec<u64> = given.iter().copied().filter(|&p| p < MEM / PAGE_SIZE).collect();
+            want.sort_unstable();
+            want.dedup();
+            prop_assert_eq!(back, want);
+            prop_assert!(ranges.windows(2).all(|w| w[0].addr + w[0].len < w[1].addr));
+            let outside = given.iter().filter(|&&p| p >= MEM / PAGE_SIZE).count() as u64;
+            prop_assert_eq!(b.state().metrics.invalid_pfns.load(Ordering::Relaxed), outside);
+        }
     }
 }
