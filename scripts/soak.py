@@ -118,6 +118,8 @@ def main():
     ap.add_argument("duration", nargs="?", type=duration, default=3600)
     ap.add_argument("--vms", type=int, default=6, help="VMs running at once (4-8; default 6)")
     ap.add_argument("--out", help="directory for the host's state and the report (default: a new one under /tmp)")
+    ap.add_argument("--keep", type=duration, default=600,
+                    help="the host's keep: how long it remembers ticks, events and exited VMs (default 10m)")
     ap.add_argument("--memvisor", default="target/release/memvisor")
     a = ap.parse_args()
     if not 1 <= a.vms <= 8:
@@ -145,7 +147,7 @@ def main():
     with open(config, "w") as f:
         f.write(
             f'[host]\nmemory = "{budget}"\nstate_dir = "{state}"\ntick = "1s"\n'
-            f'sample_period = "5s"\npool = "{pool}"\npool_compress = "lz4"\n'
+            f'sample_period = "5s"\npool = "{pool}"\npool_compress = "lz4"\nkeep = "{a.keep}s"\n'
         )
     print(f"soak: {a.vms} VMs of {VM_MEM // MIB} MiB, budget {budget // MIB} MiB "
           f"(pool {pool // MIB} MiB, lz4), {a.duration} s, in {out}", flush=True)
@@ -204,6 +206,10 @@ def main():
         runs.append({"name": name, "workload": wl, "seconds": round(time.time() - started, 1),
                      "exit_status": vm.get("exit_status"), "why": vm.get("why"),
                      "ok": ok, "mismatches": int(w.get("mismatches", 0)), "result": result})
+        # Done with it: the host may forget it (it would after `keep` anyway).
+        st, body = call(sock, "DELETE", f"/vms/{name}")
+        if st != 200:
+            problems.append(f"{name}: DELETE /vms/{name} answered {st}: {body}")
         mark = "ok" if ok else "FAILED"
         print(f"soak: {time.time() - t0:7.0f}s {name:8} {wl:10} {runs[-1]['seconds']:6.1f}s {mark}"
               + ("" if ok else f" (exit {vm.get('exit_status')}, {vm.get('why')}, {result})"), flush=True)
@@ -275,6 +281,13 @@ def main():
         return max(values[:k]), max(values[-k:])
 
     host_first, host_last = ends(r[1] for r in rss)
+    # The host's RSS once it holds `keep` of history and events (the first sample after the keep
+    # mark plus a tenth of the rest), against the end: what it holds no longer grows after that.
+    later = [r for r in rss if r[0] >= a.keep and r[1]]
+    k = max(1, len(later) // 10)
+    host_kept = max(r[1] for r in later[:k]) if later else None
+    # Every 10 minutes, for the report.
+    timeline = [(r[0], r[1], r[2]) for r in rss if r[0] % 600 < 5]
     vmm_first, vmm_last = ends(r[2] for r in rss)
     report = {
         "vms": a.vms, "duration_s": a.duration, "elapsed_s": round(time.time() - t0),
@@ -284,6 +297,7 @@ def main():
         "runs_by_workload": {w: sum(r["workload"] == w for r in runs) for w in sorted({r["workload"] for r in runs})},
         "totals": totals, "oom_kills": ooms,
         "host_rss_first_bytes": host_first, "host_rss_last_bytes": host_last,
+        "keep_s": a.keep, "host_rss_after_keep_bytes": host_kept, "rss_every_10_min": timeline,
         "vmm_own_rss_first_bytes": vmm_first, "vmm_own_rss_last_bytes": vmm_last,
         "rss_samples": rss, "problems": problems, "run_list": runs,
     }
@@ -300,6 +314,11 @@ def main():
     print(f"soak: faults {faults}, pauses {totals.get('pauses', 0)}, OOM kills {ooms}, "
           f"host RSS {mib(host_first)} -> {mib(host_last)} MiB, a VMM's own RSS (beyond guest "
           f"memory and pool) {mib(vmm_first)} -> {mib(vmm_last)} MiB (first and last tenth)")
+    if host_kept:
+        print(f"soak: host RSS once it holds {a.keep} s of history: {mib(host_kept)} MiB, "
+              f"at the end {mib(host_last)} MiB")
+    for t, h, v in timeline:
+        print(f"soak: at {t:5d} s host RSS {mib(h)} MiB, VMM own RSS {mib(v)} MiB")
     for p in problems:
         print(f"soak: PROBLEM: {p}")
     print(f"soak: report in {out}/soak.json")

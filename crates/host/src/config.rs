@@ -22,6 +22,9 @@ pub struct HostConfig {
     pub sample_pages: u32,
     pub sample_period: Duration,
     pub tick: Duration,
+    /// How long the host remembers: ticks (`GET /history`), events (`GET /events`) and VMs
+    /// that ended (`GET /vms`) older than this are forgotten.
+    pub keep: Duration,
     pub api_sock: PathBuf,
     pub state_dir: PathBuf,
     /// Swap space admission may reserve for the VMs' pagers; `None` until
@@ -104,6 +107,8 @@ struct HostSection {
     sample_period: Duration,
     #[serde(deserialize_with = "tick")]
     tick: Duration,
+    #[serde(deserialize_with = "keep")]
+    keep: Duration,
     api_sock: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     #[serde(with = "size::option")]
@@ -129,6 +134,7 @@ impl Default for HostSection {
             sample_pages: 100,
             sample_period: Duration::from_secs(30),
             tick: Duration::from_secs(1),
+            keep: Duration::from_secs(3600),
             api_sock: None,
             state_dir: None,
             swap: None,
@@ -186,6 +192,15 @@ fn sample_period<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> 
         "sample_period",
         Duration::from_millis(100),
         Duration::from_secs(3600),
+    )
+}
+
+fn keep<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    ranged(
+        d,
+        "keep",
+        Duration::from_secs(1),
+        Duration::from_secs(7 * 24 * 3600),
     )
 }
 
@@ -367,6 +382,7 @@ impl HostConfig {
             sample_pages: h.sample_pages,
             sample_period: h.sample_period,
             tick: h.tick,
+            keep: h.keep,
             api_sock,
             swap: h.swap,
             state_dir,
@@ -412,6 +428,7 @@ memory = "2G"
 idle_tax = 0.5
 sample_period = "5s"
 tick = "500ms"
+keep = "10m"
 state_dir = "run"
 swap = "4G"
 
@@ -434,6 +451,7 @@ mem = 268435456
         assert_eq!(c.idle_tax, 0.5);
         assert_eq!(c.sample_period, Duration::from_secs(5));
         assert_eq!(c.tick, Duration::from_millis(500));
+        assert_eq!(c.keep, Duration::from_secs(600));
         assert_eq!(c.state_dir, Path::new("/etc/memvisor/run"));
         assert_eq!(c.api_sock, Path::new("/etc/memvisor/run/host.sock"));
         assert_eq!(c.swap, Some(4 << 30));
@@ -512,6 +530,8 @@ mem = 268435456
             ("[host]\nmemory = \"12Q\"\n", 2, "not a size"),
             ("[host]\nidle_tax = 1.5\n", 2, "idle_tax"),
             ("[host]\ntick = \"1ms\"\n", 2, "tick"),
+            ("[host]\nkeep = \"30d\"\n", 2, "keep"),
+            ("[host]\nkeep = \"500ms\"\n", 2, "keep"),
             ("[host]\ncolour = 1\n", 2, "colour"),
             ("[[vm]]\nname = \"a\"\nmem = \"512M\"\nlimit = 3\n", 4, "limit"),
             ("[[vm]]\nname = \"a\"\n", 1, "mem"),

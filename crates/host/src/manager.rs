@@ -26,8 +26,6 @@ use crate::process::{describe_exit, get, put, Launch, Vmm, VmmFiles};
 
 /// Events kept for `GET /events` (the oldest go first).
 const EVENTS_KEPT: usize = 10_000;
-/// Ticks kept for `GET /history`: an hour at the default tick.
-const HISTORY_KEPT: usize = 3600;
 
 /// The pager's smallest limit (`memvisor run --mem-limit`): targets below it are not sent lower.
 const MIN_LIMIT: u64 = 16 << 20;
@@ -54,6 +52,8 @@ struct Managed {
     oom_demand: u32,
     /// `oom_deflated_pages` at the last tick.
     oom_seen: u64,
+    /// When its VMM ended or admission refused it: the host forgets it `keep` later.
+    ended: Option<Instant>,
 }
 
 impl Managed {
@@ -76,6 +76,7 @@ impl Managed {
             active_at_pause: None,
             oom_demand: 0,
             oom_seen: 0,
+            ended: (state == HostVmState::Refused).then(Instant::now),
         }
     }
 
@@ -296,15 +297,28 @@ impl Host {
                 }
             })
             .collect();
-        if self.history.len() == HISTORY_KEPT {
-            self.history.pop_front();
-        }
         self.history.push_back(HostSample {
             seconds: self.started.elapsed().as_secs_f64(),
             free_bytes: self.free,
             free_state: free_state_name(self.free_state),
             vms,
         });
+        self.forget_old();
+    }
+
+    /// Forgets what is older than `keep`: ticks, events, and VMs that ended. What the host holds
+    /// stays bounded however long it runs and however many VMs come and go.
+    fn forget_old(&mut self) {
+        let keep = self.config.keep;
+        let horizon = self.started.elapsed().as_secs_f64() - keep.as_secs_f64();
+        while self.history.front().is_some_and(|s| s.seconds < horizon) {
+            self.history.pop_front();
+        }
+        while self.events.front().is_some_and(|e| e.seconds < horizon) {
+            self.events.pop_front();
+        }
+        self.vms
+            .retain(|v| v.ended.is_none_or(|t| t.elapsed() < keep));
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -315,10 +329,7 @@ impl Host {
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some(i) = self.vms.iter().position(|v| v.spec.name == spec.name) {
-            if matches!(
-                self.vms[i].state,
-                HostVmState::Exited | HostVmState::Refused
-            ) {
+            if self.vms[i].ended.is_some() {
                 self.vms.remove(i);
             } else {
                 return Err(Refused(
@@ -414,6 +425,19 @@ impl Host {
 
     pub fn vm(&self, name: &str) -> Result<HostVm, Refused> {
         self.find(name).map(|i| self.vms[i].status())
+    }
+
+    /// Forgets a VM that ended or was refused (`DELETE /vms/NAME`); a live one must be stopped
+    /// first.
+    pub fn remove(&mut self, name: &str) -> Result<HostVm, Refused> {
+        let i = self.find(name)?;
+        if self.vms[i].ended.is_none() {
+            return Err(Refused(
+                409,
+                format!("vm '{name}' is still running; stop it first (PUT /vms/{name}/stop)"),
+            ));
+        }
+        Ok(self.vms.remove(i).status())
     }
 
     pub fn vms(&self) -> Vec<HostVm> {
@@ -574,6 +598,7 @@ impl Host {
                 why
             });
             v.state = HostVmState::Exited;
+            v.ended = Some(Instant::now());
             v.vmm = None;
             v.paused_by_host = false;
             v.active_at_pause = None;
@@ -589,13 +614,13 @@ impl Host {
         }
     }
 
-    /// The VMMs to observe this tick: index and socket.
-    fn to_observe(&self) -> Vec<(usize, PathBuf)> {
+    /// The VMMs to observe this tick: name and socket (by name, not index: the list may change
+    /// while the tick reads them without the lock).
+    fn to_observe(&self) -> Vec<(String, PathBuf)> {
         self.vms
             .iter()
-            .enumerate()
-            .filter(|(_, v)| v.live())
-            .map(|(i, v)| (i, v.files.sock.clone()))
+            .filter(|v| v.live())
+            .map(|v| (v.spec.name.clone(), v.files.sock.clone()))
             .collect()
     }
 
@@ -666,9 +691,9 @@ impl Host {
     }
 
     /// Takes in what was observed and decides; returns the orders to send.
-    fn decide(&mut self, seen: Vec<(usize, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
-        for (i, obs) in seen {
-            let Some(v) = self.vms.get_mut(i) else {
+    fn decide(&mut self, seen: Vec<(String, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
+        for (name, obs) in seen {
+            let Some(v) = self.vms.iter_mut().find(|v| v.spec.name == name) else {
                 continue;
             };
             if !v.live() {
@@ -750,12 +775,11 @@ impl Host {
     }
 
     /// After orders were sent: what the VMMs accepted.
-    fn sent(&mut self, done: Vec<(usize, Option<bool>)>) {
-        for (i, paused) in done {
-            if let (Some(v), Some(p)) = (self.vms.get_mut(i), paused) {
+    fn sent(&mut self, done: Vec<(String, bool)>) {
+        for (name, p) in done {
+            if let Some(v) = self.vms.iter_mut().find(|v| v.spec.name == name) {
                 v.active_at_pause = p.then(|| v.active());
                 v.paused_by_host = p;
-                let name = v.spec.name.clone();
                 let (kind, msg) = if p {
                     (
                         HostEventKind::Paused,
@@ -799,9 +823,12 @@ pub fn tick(host: &Shared) {
             tracing::warn!("cannot start a thread to remove ended VMMs' files: {e}");
         }
     }
-    let seen: Vec<(usize, Option<(VmInfo, VmStats)>)> = socks
+    let seen: Vec<(String, Option<(VmInfo, VmStats)>)> = socks
         .into_iter()
-        .map(|(i, sock)| (i, get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok())))
+        .map(|(name, sock)| {
+            let obs = get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok());
+            (name, obs)
+        })
         .collect();
     let orders: Vec<(Order, String, PathBuf)> = {
         let mut h = lock(host);
@@ -834,7 +861,7 @@ pub fn tick(host: &Shared) {
         if let Some(p) = o.pause {
             let path = if p { "/vm/pause" } else { "/vm/resume" };
             match put(sock, path, None::<&()>) {
-                Ok(()) => done.push((o.index, Some(p))),
+                Ok(()) => done.push((name.clone(), p)),
                 Err(e) => tracing::warn!("vm {name}: {e}"),
             }
         }

@@ -11,9 +11,11 @@
 //! | `GET /vms/NAME` | one VM |
 //! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`]) |
 //! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
+//! | `DELETE /vms/NAME` | forgets a VM that ended or was refused (409 while it runs) |
 //! | `GET /metrics` | the host's and every VM's numbers in the OpenMetrics text format (docs/metrics.md); also on `metrics_addr` over TCP |
 //!
-//! A refused request gets 400 (404 for an unknown VM) with `{"error": ...}` and changes nothing.
+//! A refused request gets 400 (404 for an unknown VM, 409 for removing a running one) with
+//! `{"error": ...}` and changes nothing.
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
@@ -119,6 +121,7 @@ pub(crate) fn handle(host: &Shared, method: &str, path: &str, body: &[u8]) -> (u
             Ok(u) => lock(host).update(name, &u).map_or_else(refused, |v| ok(&v)),
         },
         ("PUT", ["vms", name, "stop"]) => lock(host).stop(name).map_or_else(refused, |v| ok(&v)),
+        ("DELETE", ["vms", name]) => lock(host).remove(name).map_or_else(refused, |v| ok(&v)),
         (_, ["host"] | ["events"] | ["history"] | ["vms"] | ["vms", _] | ["vms", _, "stop"]) => {
             error(405, &format!("{method} is not allowed on {path}"))
         }

@@ -76,6 +76,8 @@ pub enum CtlRequest {
     },
     /// Host: stop a VM (PUT /vms/NAME/stop).
     Stop { name: String },
+    /// Host: forget a VM that ended or was refused (DELETE /vms/NAME).
+    Remove { name: String },
     /// Host: set the idle memory tax, from 0 up to (not including) 1 (PATCH /host).
     IdleTax {
         #[arg(value_parser = parse_tax)]
@@ -188,6 +190,10 @@ fn request(
         CtlRequest::Stop { name } => {
             host_only("stop")?;
             ("PUT", format!("/vms/{name}/stop"), None, Answer::HostVm)
+        }
+        CtlRequest::Remove { name } => {
+            host_only("remove")?;
+            ("DELETE", format!("/vms/{name}"), None, Answer::HostVm)
         }
         CtlRequest::IdleTax { tax } => {
             host_only("idle-tax")?;

@@ -453,6 +453,24 @@ kernel = "{k}"
     let h: HostInfo = get(&sock, "/host");
     assert_eq!(h.memory_reserved_bytes, 56 * MIB);
 
+    // Removing: not while a VM runs; an exited one is forgotten, and its name is free.
+    let (status, v) = call_checked(&spec, &sock, "DELETE", "/vms/a", None);
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("stop it first"),
+        "{v}"
+    );
+    assert_eq!(vm(&sock, "a").state, HostVmState::Running);
+    let (status, v) = call_checked(&spec, &sock, "DELETE", "/vms/c", None);
+    assert_eq!((status, &v["state"]), (200, &Value::from("exited")), "{v}");
+    assert_eq!(call_checked(&spec, &sock, "GET", "/vms/c", None).0, 404);
+    assert_eq!(call_checked(&spec, &sock, "DELETE", "/vms/c", None).0, 404);
+    let names: Vec<String> = get::<Vec<HostVm>>(&sock, "/vms")
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+
     // Events and history: what happened, in order, and the ticks with each running VM.
     let (_, events) = call_checked(&spec, &sock, "GET", "/events", None);
     let kinds: Vec<(&str, &str)> = events
@@ -505,6 +523,64 @@ kernel = "{k}"
             || std::fs::read_to_string(format!("/proc/{a_pid}/stat"))
                 .is_ok_and(|s| s.contains(") Z ")),
         "the VMM of a is gone"
+    );
+}
+
+/// `keep`: ticks, events and VMs that ended are forgotten once older than it, so a host that
+/// runs for ever holds a bounded amount; a VM that runs is never forgotten.
+#[test]
+fn the_host_forgets_what_is_older_than_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = spin_kernel(dir.path());
+    let k = kernel.display();
+    let host = start_host(
+        dir.path(),
+        &format!(
+            "[host]\nmemory = \"256M\"\nswap = \"1G\"\ntick = \"100ms\"\nkeep = \"2s\"\n\n\
+             [[vm]]\nname = \"stays\"\nmem = \"64M\"\nkernel = \"{k}\"\n\n\
+             [[vm]]\nname = \"goes\"\nmem = \"64M\"\nkernel = \"{k}\"\n"
+        ),
+    );
+    let sock = host.sock.clone();
+    wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Running);
+    let (status, text) = memvisor_api::call(&sock, "PUT", "/vms/goes/stop", None).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let exited = wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Exited);
+    assert!(exited.why.unwrap().starts_with("stopped"));
+    let t = Instant::now();
+    while get::<Vec<HostVm>>(&sock, "/vms").len() > 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the exited VM is still listed 10 s later"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(vm(&sock, "stays").state, HostVmState::Running);
+    // Everything older than 2 s is gone: the ticks since then are all that is left.
+    std::thread::sleep(Duration::from_secs(1));
+    let h: HostInfo = get(&sock, "/host");
+    let history: Vec<HostSample> = get(&sock, "/history");
+    let now = history.last().unwrap().seconds;
+    assert!(now > 3.0, "{now}");
+    assert!(
+        history[0].seconds >= now - 2.0 - 0.2,
+        "the oldest tick kept is {} s old",
+        now - history[0].seconds
+    );
+    assert!(
+        history.len() <= 25,
+        "{} ticks kept for 2 s of 100 ms ticks",
+        history.len()
+    );
+    assert!(h.ticks > history.len() as u64);
+    let events: Vec<HostEvent> = get(&sock, "/events");
+    assert!(
+        events.iter().all(|e| e.seconds >= now - 2.0 - 0.2),
+        "{events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| e.kind == HostEventKind::Admitted),
+        "the admissions at start are forgotten: {events:?}"
     );
 }
 
