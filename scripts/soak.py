@@ -286,6 +286,12 @@ def main():
     later = [r for r in rss if r[0] >= a.keep and r[1]]
     k = max(1, len(later) // 10)
     host_kept = max(r[1] for r in later[:k]) if later else None
+    # Flat means flat: a soak at least twice `keep` long fails if the host grew by more than
+    # 1 MiB after it held `keep` of history (an hour at the default `keep` of an earlier build
+    # grew 5.5 MiB; this one grows nothing measurable).
+    if host_kept and host_last and a.duration >= 2 * a.keep and host_last - host_kept > MIB:
+        problems.append(f"the host's RSS grew from {mib(host_kept)} to {mib(host_last)} MiB "
+                        f"after it held {a.keep} s of history")
     # Every 10 minutes, for the report.
     timeline = [(r[0], r[1], r[2]) for r in rss if r[0] % 600 < 5]
     vmm_first, vmm_last = ends(r[2] for r in rss)
