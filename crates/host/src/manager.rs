@@ -423,6 +423,12 @@ impl Host {
             .ok_or_else(|| Refused(404, format!("no VM named '{name}' on this host")))
     }
 
+    /// VM `name`, if the host still has it (the tick's phases find VMs again by name: the list
+    /// may change while it reads them without the lock).
+    fn named_mut(&mut self, name: &str) -> Option<&mut Managed> {
+        self.vms.iter_mut().find(|v| v.spec.name == name)
+    }
+
     pub fn vm(&self, name: &str) -> Result<HostVm, Refused> {
         self.find(name).map(|i| self.vms[i].status())
     }
@@ -693,7 +699,7 @@ impl Host {
     /// Takes in what was observed and decides; returns the orders to send.
     fn decide(&mut self, seen: Vec<(String, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
         for (name, obs) in seen {
-            let Some(v) = self.vms.iter_mut().find(|v| v.spec.name == name) else {
+            let Some(v) = self.named_mut(&name) else {
                 continue;
             };
             if !v.live() {
@@ -777,7 +783,7 @@ impl Host {
     /// After orders were sent: what the VMMs accepted.
     fn sent(&mut self, done: Vec<(String, bool)>) {
         for (name, p) in done {
-            if let Some(v) = self.vms.iter_mut().find(|v| v.spec.name == name) {
+            if let Some(v) = self.named_mut(&name) {
                 v.active_at_pause = p.then(|| v.active());
                 v.paused_by_host = p;
                 let (kind, msg) = if p {
