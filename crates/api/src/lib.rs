@@ -19,7 +19,7 @@ pub use http::{
 pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
-    LatencySummary, PageCensus, PagerCounters, PagerStats, PoolStats, VmStats,
+    IndirectionStats, LatencySummary, PageCensus, PagerCounters, PagerStats, PoolStats, VmStats,
 };
 pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};
 

@@ -316,6 +316,16 @@ const VM_ROWS: &[Row] = &[
     page_counter("pager.pool.purged_pages", "pool_purged", "Pool memory dropped because the guest no longer needed its content."),
     page_counter("pager.pool.proactive_pool_pages", "proactive_swapin_pool", "Guest memory brought back without a fault, from the pool."),
     page_counter("pager.pool.proactive_disk_pages", "proactive_swapin_disk", "Guest memory brought back without a fault, from the swap file."),
+    gauge("pager.indirections.live", "indirections", Unit::None, "Guest disk blocks that refer to a block of the swap file instead of holding their data (Tesseract)."),
+    gauge("pager.indirections.log_bytes", "indirection_log", Unit::Bytes, "Size of the disks' indirection logs."),
+    page_counter("pager.indirections.elided_pages", "double_paging_elided", "Guest disk writes of swapped memory that became indirections instead of swap-ins (double paging avoided)."),
+    counter("pager.indirections.ended", "indirections_ended", Unit::None, "Indirections ended because the guest wrote their block."),
+    counter("pager.indirections.split_reads", "split_reads", Unit::None, "Guest disk reads and Swap Mapper refaults split between the image and the swap file."),
+    counter("pager.indirections.blocks_read", "indirected_blocks_read", Unit::None, "Blocks those split reads took from the swap file."),
+    counter("pager.indirections.copied_back", "indirections_copied_back", Unit::None, "Indirected blocks copied back into the image because a guest write covered part of one."),
+    counter("pager.indirections.disentangled", "indirections_disentangled", Unit::None, "Indirected blocks copied back into the images at the VM's end."),
+    page_counter("pager.indirections.refused_pages", "indirections_refused", "Guest disk writes of swapped memory that stayed plain writes because the most indirections were live."),
+    counter("pager.indirections.log_compactions", "indirection_log_compactions", Unit::None, "Times an indirection log was rewritten to hold just its live indirections."),
     page_gauge("balloon.target_pages", "balloon_target", "Memory the balloon device asks the guest's driver to hold."),
     page_gauge("balloon.actual_pages", "balloon", "Memory the guest's balloon driver says it holds."),
     page_counter("balloon.inflated_pages", "balloon_inflated", "Memory the balloon driver gave by inflating."),
@@ -810,6 +820,7 @@ mod tests {
             pager: Some(PagerStats {
                 limit_bytes: Some(64 << 20),
                 pool: Some(crate::PoolStats::default()),
+                indirections: Some(crate::IndirectionStats::default()),
                 ..PagerStats::default()
             }),
             balloon: Some(BalloonStats {

@@ -55,6 +55,35 @@ pub struct PagerStats {
     pub active: ActiveMemory,
     /// The host-memory pool in front of the swap file; `null` without one (`--pool`).
     pub pool: Option<PoolStats>,
+    /// Tesseract's indirections; `null` without them (`--tesseract`).
+    pub indirections: Option<IndirectionStats>,
+}
+
+/// Tesseract's indirections, over all writable disks: guest disk blocks that refer to blocks of
+/// the pager's swap file instead of holding their data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndirectionStats {
+    /// Indirections live now.
+    pub live: u64,
+    /// Bytes of the disks' indirection logs.
+    pub log_bytes: u64,
+    /// Pages of guest disk writes that became indirections instead of being read back from the
+    /// swap file: double-paging swap-ins avoided.
+    pub elided_pages: u64,
+    /// Indirections ended because the guest wrote their block.
+    pub ended: u64,
+    /// Guest disk reads (and Swap Mapper refaults) split between the image and the swap file.
+    pub split_reads: u64,
+    /// Blocks those reads took from the swap file.
+    pub blocks_read: u64,
+    /// Indirected blocks copied back into the image because a guest write covered part of one.
+    pub copied_back: u64,
+    /// Blocks copied back into the images at the VM's end (disentangling).
+    pub disentangled: u64,
+    /// Pages of guest disk writes that stayed plain writes because the most indirections were live.
+    pub refused_pages: u64,
+    /// Times a log was rewritten to hold just its live indirections.
+    pub log_compactions: u64,
 }
 
 /// The host-memory pool (MemFlex): swapped pages kept in host memory until it is `spill_at`

@@ -38,9 +38,11 @@ pub struct DiskPage {
 /// Guest RAM as devices use it.
 ///
 /// Disk devices also report what they move (the `disk_*` calls, in this order for a write:
-/// `disk_write_begin`, `disk_write_sources`, the write, `disk_write_done`), so a pager can know
-/// which guest pages mirror which disk blocks (VSwapper's Swap Mapper). Without one they do
-/// nothing.
+/// `disk_write_begin`, then for each piece `disk_write_elide`, `disk_write_sources`, the write,
+/// `disk_write_done`, and last `disk_write_end`), so a pager can know which guest pages mirror
+/// which disk blocks (VSwapper's Swap Mapper) and which disk blocks refer to its swap file
+/// instead of holding their data (Tesseract's indirections); reads ask `disk_read_split` first.
+/// Without a pager they do nothing.
 pub trait GuestRam: Send + Sync {
     /// The guest memory map (for descriptor rings and small accesses).
     fn mem(&self) -> &GuestMem;
@@ -65,10 +67,36 @@ pub trait GuestRam: Send + Sync {
     /// A device read landed: each of `pages` now holds exactly its block of disk `disk`.
     fn disk_read(&self, _disk: u8, _pages: &[DiskPage]) {}
 
-    /// Blocks `first..first + count` of `disk` are about to be overwritten: whatever relies on
-    /// their old content must get it first.
-    fn disk_write_begin(&self, _disk: u8, _first: u64, _count: u64) -> std::io::Result<()> {
+    /// `len` bytes at byte `offset` of `disk` are about to be overwritten: whatever relies on
+    /// the old content of their blocks must get it first.
+    fn disk_write_begin(&self, _disk: u8, _offset: u64, _len: u64) -> std::io::Result<()> {
         Ok(())
+    }
+
+    /// Of `pages`, about to be written to their blocks, the blocks whose pages the pager holds
+    /// in its swap file: the device neither reads those pages nor writes those blocks, which
+    /// refer to the swap file once [`Self::disk_write_end`] succeeds.
+    fn disk_write_elide(&self, _disk: u8, _pages: &[DiskPage]) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// The write of `len` bytes at byte `offset` of `disk` ended; `landed`: all of it is in
+    /// the image (but the elided blocks). The guest may be told the write succeeded only if
+    /// this succeeds.
+    fn disk_write_end(
+        &self,
+        _disk: u8,
+        _offset: u64,
+        _len: u64,
+        _landed: bool,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` of `disk` if some of its blocks there refer to
+    /// the pager's swap file (a split read); `false`: none does, the device reads the image.
+    fn disk_read_split(&self, _disk: u8, _offset: u64, _buf: &mut [u8]) -> std::io::Result<bool> {
+        Ok(false)
     }
 
     /// `pages` are about to be copied out and written to their blocks.

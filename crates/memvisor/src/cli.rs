@@ -31,6 +31,12 @@ pub enum Command {
     ///
     /// Exit status: 0 on success, 2 for bad input.
     Mkdisk(crate::disks::MkdiskArgs),
+    /// Work on a disk image memvisor used: `disentangle` puts the blocks its indirection log
+    /// (IMAGE.indirections, from `--tesseract`) lists back into it, so it stands alone.
+    ///
+    /// Exit status: 0 when every image stands alone, 2 when one has no readable image or log,
+    /// 5 when one cannot be put back (its log stays, nothing is lost).
+    Disk(crate::disks::DiskArgs),
     /// Run a host: the VMs of a config file under one memory budget, ESX's allocation policy,
     /// an API socket (docs/host.md).
     ///
@@ -162,6 +168,21 @@ pub struct RunArgs {
     /// looked at first, and a `rep stos`/`rep movs` over the whole page installs it without a read.
     #[arg(long)]
     pub preventer: bool,
+    /// Tesseract's indirections (with `--pager full`): a guest disk write of pages the pager holds
+    /// in its swap file does not read them back; the disk blocks refer to the swap file's blocks,
+    /// logged in IMAGE.indirections beside each writable image and copied back into the image
+    /// when the VM ends. The swap file is then kept on disk until the end (a crash leaves it for
+    /// the next start, which puts the blocks back).
+    #[arg(long)]
+    pub tesseract: bool,
+    /// With --tesseract: most indirections live at once (the swap file grows by as many
+    /// blocks), e.g. 256M; default: the VM's memory size.
+    #[arg(long, value_parser = parse_size)]
+    pub tesseract_max: Option<u64>,
+    /// With --tesseract: at the end, leave the indirections in their logs (and the swap file)
+    /// instead of copying them back; the next start, or `memvisor disk disentangle`, does it.
+    #[arg(long)]
+    pub keep_indirections: bool,
     /// Pages brought in around a swap fault by the full pager (0 to 1024).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub prefetch: u32,
@@ -390,6 +411,22 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             "--mapper and --preventer are part of memvisor's full pager (--pager full)".into(),
         );
     }
+    if (args.tesseract || args.tesseract_max.is_some() || args.keep_indirections)
+        && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
+    {
+        return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
+    }
+    if (args.tesseract_max.is_some() || args.keep_indirections) && !args.tesseract {
+        return bad("--tesseract-max and --keep-indirections go with --tesseract".into());
+    }
+    if let Some(m) = args.tesseract_max {
+        if m < 4096 || m > args.mem.saturating_mul(4) {
+            return bad(format!(
+                "--tesseract-max {m}: give 4K to 4 times the VM's memory ({} bytes)",
+                args.mem.saturating_mul(4)
+            ));
+        }
+    }
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
@@ -486,6 +523,10 @@ pub fn run(args: RunArgs) -> ExitCode {
         } else {
             SwapIn::Faults
         }) == SwapIn::Proactive,
+        indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
+            max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
+            keep: a.keep_indirections,
+        }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {
         (PagerMode::Off, Some(limit)) => {

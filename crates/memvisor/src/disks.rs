@@ -1,5 +1,6 @@
 //! `memvisor mkdisk`: builds the guest kit's data disks (files with deterministic content in the
-//! format of `memvisor_guest_mm::format`) and swap disks.
+//! format of `memvisor_guest_mm::format`) and swap disks; `memvisor disk disentangle` puts an
+//! image's indirected blocks back into it (`memvisor_pager::indirect`).
 
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -14,6 +15,56 @@ use memvisor_guest_mm::format::{
 
 use crate::cli::parse_size;
 use crate::status;
+
+#[derive(Args, Debug)]
+pub struct DiskArgs {
+    #[command(subcommand)]
+    pub action: DiskAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DiskAction {
+    /// Copy every block an image's indirection log lists from the swap file the log names back
+    /// into the image, then delete the log (Tesseract §4.4.2). Give every image of a VM: the
+    /// swap file is left in place, and is not needed once they all stand alone.
+    Disentangle {
+        /// The disk images.
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+    },
+}
+
+/// `memvisor disk`.
+pub fn disk(args: DiskArgs) -> ExitCode {
+    let DiskAction::Disentangle { images } = args.action;
+    let mut worst = ExitCode::SUCCESS;
+    for image in &images {
+        if !image.is_file() {
+            eprintln!("memvisor: {}: not a disk image file", image.display());
+            worst = ExitCode::from(status::BAD_INPUT);
+            continue;
+        }
+        match memvisor_pager::indirect::recover(image) {
+            Ok(None) => println!("{}: no indirections; it stands alone", image.display()),
+            Ok(Some(d)) => println!(
+                "{}: {} blocks put back from {} ({} log records); it stands alone",
+                image.display(),
+                d.blocks,
+                d.store.display(),
+                d.records
+            ),
+            Err(e @ memvisor_pager::indirect::IndirectError::Corrupt { .. }) => {
+                eprintln!("memvisor: {e}");
+                worst = ExitCode::from(status::BAD_INPUT);
+            }
+            Err(e) => {
+                eprintln!("memvisor: {}: {e}", image.display());
+                worst = ExitCode::from(status::VMM_FAILURE);
+            }
+        }
+    }
+    worst
+}
 
 /// File-table blocks of a data disk: 64 files, as many as the guest kit keeps in memory.
 const TABLE_BLOCKS: u32 = 2;

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
     match args.command {
         cli::Command::Run(run) => cli::run(run),
         cli::Command::Mkdisk(args) => disks::run(args),
+        cli::Command::Disk(args) => disks::disk(args),
         cli::Command::Host(args) => cli::host(args),
         cli::Command::Ctl(args) => ctl::run(args),
         cli::Command::Top(args) => top::run(args),

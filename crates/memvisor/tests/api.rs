@@ -133,6 +133,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             reclaim_latency: LatencySummary::default(),
             active: ActiveMemory::default(),
             pool: Some(PoolStats::default()),
+            indirections: Some(memvisor_api::IndirectionStats::default()),
         }),
         balloon: Some(BalloonStats {
             guest: Some(guest),

@@ -6,6 +6,9 @@
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
 //!   page <-> block associations (`state.rs`).
+//! - With Tesseract's indirections (`indirect.rs`), a disk write's whole pages that are only in
+//!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
+//!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
 //! - The balloon and free page reporting discard ranges: released first, recorded after, so a
 //!   failed release leaves pages resident and recorded as such.
 
@@ -204,13 +207,17 @@ impl GuestRam for Pager {
             .mirror_resident(disk, pages, PageTable::read_from_disk);
     }
 
-    fn disk_write_begin(&self, disk: u8, first: u64, count: u64) -> std::io::Result<()> {
+    fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
         let s = &self.shared;
+        if let Some(ind) = s.stores.image(disk).and_then(|i| i.indirect.as_ref()) {
+            ind.partial_write_begins(offset, len)?;
+        }
         let mut state = s.lock_settled();
         if !state.table.mech.mapper {
             return Ok(());
         }
-        for block in first..first.saturating_add(count) {
+        let first = offset / PAGE_SIZE;
+        for block in first..(offset + len).div_ceil(PAGE_SIZE) {
             let Ok(block) = u32::try_from(block) else {
                 break;
             };
@@ -228,6 +235,66 @@ impl GuestRam for Pager {
         }
         drop(s.hold_to_cap(state));
         Ok(())
+    }
+
+    fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
+        let s = &self.shared;
+        let (Some(cfg), Some(ind)) = (
+            s.indirections,
+            s.stores.image(disk).and_then(|i| i.indirect.as_ref()),
+        ) else {
+            return Vec::new();
+        };
+        let mut state = s.lock_settled();
+        if !state.attached {
+            return Vec::new();
+        }
+        let pool = s.stores.swap.pool.as_ref();
+        let mut elided = Vec::new();
+        for (p, ib) in s.disk_pages(disk, pages) {
+            let PageState::Swapped(b) = state.table.state(p) else {
+                continue;
+            };
+            if state.indirections >= cfg.max {
+                Counters::add(&ind.counters.refused, 1);
+                continue;
+            }
+            // A pooled block would not survive a crash; reading it is a memory copy anyway.
+            if pool.is_some_and(|pool| pool.contains(b)) || !state.table.blocks.add_ref(b) {
+                continue;
+            }
+            state.indirections += 1;
+            ind.elide(ib.block, b);
+            elided.push(u64::from(ib.block));
+        }
+        elided.sort_unstable();
+        elided
+    }
+
+    fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
+        let s = &self.shared;
+        let Some(ind) = s.stores.image(disk).and_then(|i| i.indirect.as_ref()) else {
+            return Ok(());
+        };
+        let first = u32::try_from(offset / PAGE_SIZE).unwrap_or(u32::MAX);
+        let end = u32::try_from((offset + len).div_ceil(PAGE_SIZE)).unwrap_or(u32::MAX);
+        let (released, r) =
+            ind.write_ends(first, end, landed, || s.stores.swap.file.sync_if_written());
+        if !released.is_empty() {
+            let mut state = s.lock();
+            for b in released {
+                state.table.blocks.release(b);
+                state.indirections -= 1;
+            }
+        }
+        r
+    }
+
+    fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+        match self.shared.stores.image(disk) {
+            Some(image) => image.read_split(offset, buf),
+            None => Ok(false),
+        }
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {

@@ -13,6 +13,7 @@
 //! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
+//! | `indirect.rs` | Tesseract's indirections: disk blocks that refer to swap-file blocks, their log, disentangling |
 //! | `pool.rs` | the host-memory pool in front of the swap file (MemFlex), pages kept whole or compressed |
 //! | `swapin.rs` | the pool's flusher and proactive swap-in |
 //! | `sample.rs` | working-set sampling and its store |
@@ -21,6 +22,7 @@
 mod facade;
 mod fault;
 pub mod image;
+pub mod indirect;
 mod pager;
 pub mod pool;
 pub mod preventer;
@@ -37,7 +39,8 @@ pub mod uffd;
 pub mod victim;
 
 pub use pager::{
-    NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, PoolConfig, VcpuControl, MIN_LIMIT,
+    IndirectConfig, NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, PoolConfig, VcpuControl,
+    MIN_LIMIT,
 };
 pub use preventer::CpuState;
 pub use state::Mechanisms;

@@ -78,6 +78,19 @@ pub struct PagerConfig {
     /// batches without waiting for faults: pooled ones first and most recent first, then those
     /// in the swap file in block order (`swapin.rs`).
     pub proactive: bool,
+    /// Tesseract's indirections on writable disks (`indirect.rs`); `None`: off.
+    pub indirections: Option<IndirectConfig>,
+}
+
+/// Tesseract's indirections (`indirect.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndirectConfig {
+    /// Most indirections live at once, over all disks; the swap file has this many blocks
+    /// beyond one per guest page, so reclaim always finds room.
+    pub max: u32,
+    /// At exit, leave the indirections, their logs and the swap file for the next start (or
+    /// `memvisor disk disentangle`) instead of copying the blocks back into the images.
+    pub keep: bool,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -113,6 +126,8 @@ pub enum PagerError {
     Pool(#[from] PoolError),
     #[error("cannot start the pager thread")]
     Thread(#[source] std::io::Error),
+    #[error(transparent)]
+    Indirect(#[from] crate::indirect::IndirectError),
 }
 
 /// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must
@@ -205,6 +220,8 @@ pub(crate) struct Pages {
     /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
     /// first installs past the limit wait for the first chunk).
     pub resident_after_chunk: u32,
+    /// Indirections live or pending, over all disks (each holds a swap-block reference).
+    pub indirections: u32,
 }
 
 pub(crate) struct Shared {
@@ -247,6 +264,12 @@ pub(crate) struct Shared {
     pub fault_latency: Latency,
     pub swap_fault_latency: Latency,
     pub reclaim_latency: Latency,
+    /// `--tesseract`, and the swap file's path (which the indirection logs name).
+    pub indirections: Option<IndirectConfig>,
+    pub swap_path: PathBuf,
+    /// The swap file was made for this VM: deleted when the pager ends (with indirections it
+    /// is not unlinked at once, since a crash must leave it for recovery).
+    pub temporary_swap: bool,
 }
 
 /// The pager of one VM. Cloning shares it.
@@ -291,11 +314,17 @@ impl Pager {
         let map = RamMap::new(&mem);
         let pages = map.pages();
         let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE)?;
-        let swap = SwapFile::create(&config.swap_path, pages, config.temporary_swap)?;
+        let extra = config.indirections.map_or(0, |c| c.max);
+        let swap_blocks = pages.saturating_add(extra);
+        let swap = SwapFile::create(
+            &config.swap_path,
+            swap_blocks,
+            config.temporary_swap && config.indirections.is_none(),
+        )?;
         let batch = config.batch.max(1);
         let mech = config.mech;
         let state = Pages {
-            table: PageTable::new(pages, pages, mech, config.policy, 0x6d76_6d76),
+            table: PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76),
             // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX`
             // from an image (reclaim writes from its own buffer).
             io: AlignedBuf::new(
@@ -306,6 +335,7 @@ impl Pager {
             huge: HashSet::new(),
             in_flight: Vec::new(),
             resident_after_chunk: 0,
+            indirections: 0,
         };
         let guest_time = vcpus.guest_time();
         let shared = Arc::new(Shared {
@@ -343,6 +373,9 @@ impl Pager {
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
             reclaim_latency: Latency::default(),
+            indirections: config.indirections,
+            swap_path: config.swap_path.clone(),
+            temporary_swap: config.temporary_swap,
         });
         // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
         // for them takes RAM over from the start, as a limit does.
@@ -398,16 +431,65 @@ impl Pager {
     }
 
     /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages
-    /// dropped while mirroring it.
-    pub fn attach_disk(&self, disk: u8, image: std::fs::File) {
-        if self
-            .shared
+    /// dropped while mirroring it; with indirections, a `writable` disk (its image's path)
+    /// gets them, and its log is started.
+    pub fn attach_disk(
+        &self,
+        disk: u8,
+        image: std::fs::File,
+        writable: Option<&std::path::Path>,
+    ) -> Result<(), PagerError> {
+        let s = &self.shared;
+        let indirect = match (s.indirections, writable) {
+            (Some(_), Some(path)) => {
+                let store = std::fs::File::open(&s.swap_path).map_err(|e| {
+                    crate::indirect::IndirectError::Io {
+                        path: s.swap_path.clone(),
+                        source: e,
+                    }
+                })?;
+                Some(crate::indirect::Indirect::start(path, &s.swap_path, store)?)
+            }
+            _ => None,
+        };
+        if !s
             .stores
-            .attach_image(disk, ImageFile::new(disk, image))
-            .is_err()
+            .attach_image(disk, ImageFile::new(disk, image, indirect))
         {
             tracing::warn!("pager: disk {disk} cannot be attached (taken, or past the last slot)");
         }
+        Ok(())
+    }
+
+    /// At the VM's end: copies every indirected block back into its image and deletes the
+    /// logs (or, with `keep`, leaves them for the next start), then deletes a swap file made
+    /// for this VM that nothing needs any more. Returns the blocks copied back and kept.
+    pub fn end_indirections(&self) -> Result<(u64, u64), PagerError> {
+        let s = &self.shared;
+        let Some(cfg) = s.indirections else {
+            return Ok((0, 0));
+        };
+        let (mut copied, mut kept) = (0u64, 0u64);
+        for image in s.stores.images() {
+            let Some(ind) = &image.indirect else { continue };
+            if cfg.keep {
+                kept += ind.keep();
+                continue;
+            }
+            let released = ind.disentangle()?;
+            copied += released.len() as u64;
+            let mut pages = s.lock();
+            for b in released {
+                pages.table.blocks.release(b);
+                pages.indirections -= 1;
+            }
+        }
+        if s.temporary_swap && kept == 0 {
+            if let Err(e) = std::fs::remove_file(&s.swap_path) {
+                tracing::warn!("pager: cannot delete {}: {e}", s.swap_path.display());
+            }
+        }
+        Ok((copied, kept))
     }
 
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,

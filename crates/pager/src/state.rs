@@ -148,6 +148,17 @@ impl BlockMap {
         out
     }
 
+    /// Takes one more reference to block `b`, which is in use (a disk block now refers to it);
+    /// false if it has as many as it can count.
+    pub fn add_ref(&mut self, b: Block) -> bool {
+        let r = &mut self.refs[b as usize];
+        if *r == 0 || *r == u16::MAX {
+            return false;
+        }
+        *r += 1;
+        true
+    }
+
     /// Drops one reference to `b`; the block is free when none is left.
     pub fn release(&mut self, b: Block) {
         let r = &mut self.refs[b as usize];

@@ -291,6 +291,24 @@ impl Pager {
                     proactive_disk_pages: get(&c.proactive_from_disk),
                 }
             }),
+            indirections: s.indirections.map(|_| {
+                let mut t = memvisor_api::IndirectionStats::default();
+                for ind in s.stores.images().filter_map(|i| i.indirect.as_ref()) {
+                    let c = &ind.counters;
+                    let (live, log) = ind.usage();
+                    t.live += live;
+                    t.log_bytes += log;
+                    t.elided_pages += get(&c.elided);
+                    t.ended += get(&c.ended);
+                    t.split_reads += get(&c.split_reads);
+                    t.blocks_read += get(&c.blocks_read);
+                    t.copied_back += get(&c.copied_back);
+                    t.disentangled += get(&c.disentangled);
+                    t.refused_pages += get(&c.refused);
+                    t.log_compactions += get(&c.compactions);
+                }
+                t
+            }),
         }
     }
 }

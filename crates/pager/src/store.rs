@@ -147,12 +147,12 @@ impl Stores {
         }
     }
 
-    /// Attaches disk image `disk`; refused if that number is taken or out of range.
-    pub fn attach_image(&self, disk: u8, image: ImageFile) -> Result<(), ImageFile> {
-        match self.images.get(usize::from(disk)) {
-            Some(cell) => cell.set(image),
-            None => Err(image),
-        }
+    /// Attaches disk image `disk`; false (and `image` dropped) if that number is taken or out
+    /// of range.
+    pub fn attach_image(&self, disk: u8, image: ImageFile) -> bool {
+        self.images
+            .get(usize::from(disk))
+            .is_some_and(|cell| cell.set(image).is_ok())
     }
 
     pub fn get(&self, id: StoreId) -> std::io::Result<&dyn PageStore> {
@@ -166,6 +166,11 @@ impl Stores {
                 .map(|i| i as &dyn PageStore)
                 .ok_or_else(|| std::io::Error::other(format!("disk image {d} is not attached"))),
         }
+    }
+
+    /// Disk image `disk`, if attached.
+    pub fn image(&self, disk: u8) -> Option<&ImageFile> {
+        self.images.get(usize::from(disk)).and_then(OnceLock::get)
     }
 
     /// The attached disk images.

@@ -9,6 +9,8 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use thiserror::Error;
 
@@ -37,6 +39,9 @@ pub enum SwapError {
 pub struct SwapFile {
     file: File,
     counters: StoreCounters,
+    /// Write calls so far, and (under its lock) how many of them the last sync covered.
+    writes: AtomicU64,
+    synced: Mutex<u64>,
 }
 
 impl SwapFile {
@@ -93,7 +98,20 @@ impl SwapFile {
         Ok(SwapFile {
             file,
             counters: StoreCounters::default(),
+            writes: AtomicU64::new(0),
+            synced: Mutex::new(0),
         })
+    }
+
+    /// Makes every write so far durable (`fdatasync`), unless the last sync already did.
+    pub fn sync_if_written(&self) -> std::io::Result<()> {
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.writes.load(Ordering::SeqCst);
+        if now != *synced {
+            self.file.sync_data()?;
+            *synced = now;
+        }
+        Ok(())
     }
 }
 
@@ -111,7 +129,9 @@ impl PageStore for SwapFile {
     /// Writes `data` (whole blocks, from an aligned buffer) starting at block `first`.
     fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
         self.file
-            .write_all_at(data, u64::from(first) * BLOCK as u64)
+            .write_all_at(data, u64::from(first) * BLOCK as u64)?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     fn counters(&self) -> &StoreCounters {

@@ -159,7 +159,7 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
         .custom_flags(libc::O_DIRECT)
         .open(&image_path)
         .unwrap();
-    pager.attach_disk(0, direct);
+    pager.attach_disk(0, direct, None).unwrap();
     // Take RAM over first, so the device reads below are tracked.
     pager.set_limit(Some(PAGES * PAGE as u64)).unwrap();
     // "Device reads": block b into page b, every page of RAM.

@@ -38,7 +38,9 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         panic!("the pager failed: {why}")
     })
     .unwrap();
-    pager.attach_disk(0, std::fs::File::open(&image_path).unwrap());
+    pager
+        .attach_disk(0, std::fs::File::open(&image_path).unwrap(), None)
+        .unwrap();
 
     // "Device reads": blocks 0..128 into pages 0..128 (guest-physical 0..512 KiB).
     for b in 0..128u64 {
@@ -76,7 +78,9 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         let src = GuestAddress(8 * MIB + b * PAGE as u64);
         let new = word_page(1000 + b);
         mem.write_slice(&new, src).unwrap();
-        pager.disk_write_begin(0, b, 1).unwrap();
+        pager
+            .disk_write_begin(0, b * PAGE as u64, PAGE as u64)
+            .unwrap();
         let pages = [DiskPage {
             block: b,
             addr: src,

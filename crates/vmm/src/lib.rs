@@ -95,6 +95,8 @@ pub enum VmmError {
     Api(#[source] std::io::Error),
     #[error("cannot attach disk")]
     Disk(#[from] BlockError),
+    #[error("cannot put a disk's indirected blocks back into its image")]
+    Recover(#[from] memvisor_pager::indirect::IndirectError),
     #[error("{0} disks given; at most {MMIO_SLOTS} virtio devices fit")]
     TooManyDevices(usize),
     #[error("{0} vCPUs requested; a VM has 1 to {MAX_VCPUS}")]
@@ -253,6 +255,38 @@ struct Unstarted {
     api: Option<(std::os::unix::net::UnixListener, api::Control)>,
 }
 
+/// Before the VM starts: a disk whose image has an indirection log (memvisor stopped without
+/// disentangling it, e.g. it was killed) gets the logged blocks back from the swap file the log
+/// names. That swap file is then deleted, unless this VM uses it again: it belonged to this VM's
+/// last run, whose disks are all recovered now.
+fn recover_indirections(config: &VmConfig) -> Result<(), VmmError> {
+    let mut stores = Vec::new();
+    for disk in &config.disks {
+        if let Some(r) = memvisor_pager::indirect::recover(&disk.path)? {
+            tracing::warn!(
+                "disk {}: memvisor stopped without disentangling it; {} blocks put back from {} ({} log records)",
+                disk.id,
+                r.blocks,
+                r.store.display(),
+                r.records
+            );
+            stores.push(r.store);
+        }
+    }
+    let current = config
+        .pager
+        .as_ref()
+        .and_then(|p| std::path::absolute(&p.swap_path).ok());
+    stores.sort();
+    stores.dedup();
+    for store in stores.iter().filter(|s| Some(*s) != current.as_ref()) {
+        if let Err(e) = std::fs::remove_file(store) {
+            tracing::warn!("cannot delete the old swap file {}: {e}", store.display());
+        }
+    }
+    Ok(())
+}
+
 /// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
 pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mut vm = Vm::build(config)?;
@@ -295,6 +329,7 @@ impl Vm {
             })
             .map_err(VmmError::Thread)?;
         let vcpus = Arc::new(Vcpus::default());
+        recover_indirections(config)?;
         // The pager must own guest RAM before anything touches it, the boot data included.
         let pager = match &config.pager {
             Some(c) => {
@@ -529,6 +564,17 @@ impl Vm {
                 });
             }
         }
+        // Then the indirected blocks go back into the images (Tesseract), unless kept.
+        if let Some(p) = &lifecycle.pager {
+            match p.end_indirections() {
+                Ok((0, 0)) => {}
+                Ok((copied, 0)) => tracing::info!("disks: {copied} indirected blocks copied back into their images"),
+                Ok((_, kept)) => tracing::warn!("disks: {kept} indirections kept in their logs; the next start (or `memvisor disk disentangle`) puts them back"),
+                Err(e) => {
+                    tracing::error!("disks: putting indirected blocks back failed ({e}); their logs stay, and the next start puts them back");
+                }
+            }
+        }
         // One line for what the rate limits kept out of the log since each kind's last line.
         memvisor_devices::guest_log::guest_log().finish();
         let exit = outcome?;
@@ -670,7 +716,8 @@ fn build_devices(
                 let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?
                     .pause_when_full(pause.clone());
                 if let Some(p) = pager {
-                    p.attach_disk(index, block.image_reader().map_err(VmmError::Memory)?);
+                    let reader = block.image_reader().map_err(VmmError::Memory)?;
+                    p.attach_disk(index, reader, (!disk.read_only).then_some(&*disk.path))?;
                 }
                 let block_metrics = block.metrics();
                 let file = block.sync_handle().map_err(VmmError::Memory)?;

@@ -27,6 +27,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         sample_period: Duration::from_secs(30),
         pool: None,
         proactive: false,
+        indirections: None,
     }
 }
 

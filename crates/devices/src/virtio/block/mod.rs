@@ -148,6 +148,43 @@ fn whole_pages(pieces: &[(u64, u64, usize)]) -> Vec<DiskPage> {
     out
 }
 
+/// `pieces` less the bytes of the blocks in `blocks` (sorted).
+fn without_blocks(pieces: &[(u64, u64, usize)], blocks: &[u64]) -> Vec<(u64, u64, usize)> {
+    let mut out = Vec::new();
+    for &(addr, disk_off, len) in pieces {
+        for (from, to) in runs_without(disk_off, len, blocks) {
+            out.push((
+                addr + (from - disk_off),
+                from,
+                usize::try_from(to - from).unwrap_or(0),
+            ));
+        }
+    }
+    out
+}
+
+/// The byte ranges of `len` bytes at disk offset `start` outside the blocks in `blocks` (sorted).
+fn runs_without(start: u64, len: usize, blocks: &[u64]) -> Vec<(u64, u64)> {
+    let end = start + len as u64;
+    let mut out = Vec::new();
+    let mut pos = start;
+    let first = blocks.partition_point(|&b| (b + 1) * BLOCK_SIZE <= start);
+    for &b in &blocks[first..] {
+        let (bs, be) = (b * BLOCK_SIZE, (b + 1) * BLOCK_SIZE);
+        if bs >= end {
+            break;
+        }
+        if bs > pos {
+            out.push((pos, bs));
+        }
+        pos = pos.max(be);
+    }
+    if pos < end {
+        out.push((pos, end));
+    }
+    out
+}
+
 /// A page-aligned buffer, so `O_DIRECT` accepts it.
 struct Bounce {
     storage: Vec<u8>,
@@ -297,20 +334,30 @@ impl Block {
         c
     }
 
-    /// Moves the data of a read or write between the image and guest memory.
+    /// Moves the data of a read or write between the image and guest memory; a write is
+    /// bracketed by the guest RAM's `disk_write_begin` and `disk_write_end`.
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
+        let offset = sector * SECTOR_SIZE;
+        if !write {
+            return self.move_data(req, offset, false);
+        }
+        self.ram
+            .disk_write_begin(self.index, offset, req.data_len)?;
+        let moved = self.move_data(req, offset, true);
+        let ended = self
+            .ram
+            .disk_write_end(self.index, offset, req.data_len, moved.is_ok());
+        moved.and(ended)
+    }
+
+    fn move_data(&mut self, req: &Request, mut offset: u64, write: bool) -> std::io::Result<()> {
         // The request's bytes are one contiguous range of the disk however the guest scattered
         // them in memory: move them with one file I/O per bounce-buffer-full, and scatter or
         // gather between the bounce buffer and the descriptors' buffers. Whole, aligned pages
-        // are reported to guest RAM, which may remember them as mirrors of their blocks.
+        // are reported to guest RAM, which may remember them as mirrors of their blocks, or
+        // (writes) keep some out of the transfer as references to where it holds them.
         let short = || std::io::Error::other("descriptors shorter than the request");
-        let mut offset = sector * SECTOR_SIZE;
         let mut left = usize::try_from(req.data_len).map_err(std::io::Error::other)?;
-        if write {
-            let first = offset / BLOCK_SIZE;
-            let end = (offset + req.data_len).div_ceil(BLOCK_SIZE);
-            self.ram.disk_write_begin(self.index, first, end - first)?;
-        }
         let mut segments = req.data.iter().map(|&(a, l)| (a.0, l as usize));
         let mut current = (0u64, 0usize);
         while left > 0 {
@@ -328,17 +375,26 @@ impl Block {
                 pos += k;
                 current = (current.0 + k as u64, current.1 - k);
             }
-            let pages = whole_pages(&pieces);
+            let mut pages = whole_pages(&pieces);
+            let elided = if write {
+                self.ram.disk_write_elide(self.index, &pages)
+            } else {
+                Vec::new()
+            };
+            if !elided.is_empty() {
+                pages.retain(|p| elided.binary_search(&p.block).is_err());
+                pieces = without_blocks(&pieces, &elided);
+            }
             let file = self.disk.file_for(offset, n);
             let buf = self.bounce.get(n);
             if write {
                 self.ram.disk_write_sources(self.index, &pages);
-            } else {
+            } else if !self.ram.disk_read_split(self.index, offset, buf)? {
                 file.read_exact_at(buf, offset)?;
             }
-            let mut pos = 0;
-            for &(addr, _, k) in &pieces {
-                let piece = &mut buf[pos..pos + k];
+            for &(addr, disk_off, k) in &pieces {
+                let at = usize::try_from(disk_off - offset).map_err(std::io::Error::other)?;
+                let piece = &mut buf[at..at + k];
                 if write {
                     self.ram
                         .read(GuestAddress(addr), piece)
@@ -348,10 +404,19 @@ impl Block {
                         .write(GuestAddress(addr), piece)
                         .map_err(std::io::Error::other)?;
                 }
-                pos += k;
             }
             if write {
-                file.write_all_at(buf, offset)?;
+                if elided.is_empty() {
+                    file.write_all_at(buf, offset)?;
+                } else {
+                    for (from, to) in runs_without(offset, n, &elided) {
+                        let at = usize::try_from(from - offset).map_err(std::io::Error::other)?;
+                        let len = usize::try_from(to - from).map_err(std::io::Error::other)?;
+                        self.disk
+                            .file_for(from, len)
+                            .write_all_at(&buf[at..at + len], from)?;
+                    }
+                }
                 self.ram.disk_write_done(self.index, &pages);
             } else {
                 self.ram.disk_read(self.index, &pages);
@@ -500,6 +565,29 @@ impl VirtioDevice for Block {
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)] // test values are small by construction
 mod tests {
+    #[test]
+    fn elided_blocks_are_cut_out_of_pieces_and_writes() {
+        const B: u64 = BLOCK_SIZE;
+        // 4 blocks from block 10, two of them elided.
+        assert_eq!(
+            runs_without(10 * B, 4 * B as usize, &[3, 11, 13, 20]),
+            vec![(10 * B, 11 * B), (12 * B, 13 * B)]
+        );
+        assert_eq!(
+            runs_without(10 * B, 2 * B as usize, &[]),
+            vec![(10 * B, 12 * B)]
+        );
+        assert_eq!(runs_without(10 * B, 2 * B as usize, &[10, 11]), vec![]);
+        // A piece at guest address 0x10000 covering disk blocks 10..14.
+        assert_eq!(
+            without_blocks(&[(0x10000, 10 * B, 4 * B as usize)], &[11]),
+            vec![
+                (0x10000, 10 * B, B as usize),
+                (0x10000 + 2 * B, 12 * B, 2 * B as usize)
+            ]
+        );
+    }
+
     use super::*;
     use std::io::Write;
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};

@@ -1,0 +1,683 @@
+//! Tesseract's indirections (§3–§4.6): no double paging.
+//!
+//! When the guest writes a page to its own disk while the pager holds that page in the swap
+//! file, reading it back only so the guest can write it out is double paging. With
+//! indirections on (`--tesseract`), the device does not read such a page: the disk block
+//! becomes a reference to the swap-file block that already holds the content, and the block's
+//! reference count (`BlockMap`) keeps it alive as long as the page or any disk block uses it.
+//!
+//! - **The map** ([`Indirect`], one per writable disk): image block → swap-file block. A guest
+//!   read of an indirected block is served from the swap file, a request that mixes image and
+//!   indirected blocks is split into runs (split reads, §4.3.2). So is a refault of a page the
+//!   Swap Mapper dropped while it mirrored an indirected block: the disk as the guest sees it is
+//!   the image with the map laid over it.
+//! - **Ends**: a guest write of a block ends its indirection once the write landed; a write
+//!   covering part of an indirected block first copies the block back into the image (the rest
+//!   of it lives only in the swap file). A swap-file block is free when the last page and the
+//!   last disk block referring to it let go.
+//! - **Only the swap file**: a block in the host-memory pool is not indirected (it would not
+//!   survive a crash); the guest's write reads it from memory, which is not double paging's cost.
+//! - **The log** (§4.4.1): every change to the map is appended to `IMAGE.indirections` and synced
+//!   (with the swap file, if it was written since its last sync) before the guest's write is
+//!   acknowledged. The log's header names the swap file. At start, a VM whose image has a log
+//!   (memvisor was killed) copies every logged block from that swap file back into the image
+//!   first ([`recover`]), which is also what `memvisor disk disentangle IMAGE` does (§4.4.2);
+//!   a clean exit disentangles too, unless told to keep the indirections. The log is rewritten
+//!   to just the live map when it grows past four times what the map needs.
+//!
+//! Differences from Tesseract: the indirections do not outlive the VM (the paper's BSST keeps
+//! them across runs; here the next start puts them back into the image), and the guest's write
+//! skips the indirected blocks instead of writing dummy pages to them.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use thiserror::Error;
+
+use crate::state::Block;
+use crate::swap::{AlignedBuf, BLOCK};
+
+/// The log of `image`: beside it, named after it.
+pub fn log_path(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".indirections");
+    PathBuf::from(s)
+}
+
+const MAGIC: &[u8; 8] = b"MVINDIR1";
+/// The header: magic, store path length (u32 LE), store path; padded to a block.
+const HEADER: u64 = BLOCK as u64;
+const HEADER_BYTES: usize = BLOCK;
+const RECORD: usize = 12;
+/// A record whose target is this ends the block's indirection.
+const UNMAP: u32 = u32::MAX;
+
+#[derive(Debug, Error)]
+pub enum IndirectError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not an indirection log: {why}")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("{log} names the swap file {store}, which cannot be read ({source}); without it the blocks the log lists are lost: restore the file, then run `memvisor disk disentangle` again")]
+    StoreMissing {
+        log: PathBuf,
+        store: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{0} already has an indirection log; run `memvisor disk disentangle` on the image first"
+    )]
+    Exists(PathBuf),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IndirectError + '_ {
+    move |source| IndirectError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn record(block: u32, target: u32) -> [u8; RECORD] {
+    let mut r = [0u8; RECORD];
+    r[0..4].copy_from_slice(&block.to_le_bytes());
+    r[4..8].copy_from_slice(&target.to_le_bytes());
+    let crc = crc32fast::hash(&r[0..8]);
+    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    r
+}
+
+/// One disk's log file.
+pub struct Log {
+    file: File,
+    path: PathBuf,
+    /// Bytes in the file: the header and whole records.
+    len: u64,
+    store: PathBuf,
+}
+
+/// What a log held when it was read.
+pub struct Replayed {
+    pub log: Log,
+    pub map: BTreeMap<u32, Block>,
+    /// Records read (torn or unfinished ones at the end are not counted).
+    pub records: u64,
+}
+
+impl Log {
+    /// Starts the log of `image`, naming swap file `store`; refused if the image has one.
+    pub fn create(image: &Path, store: &Path) -> Result<Log, IndirectError> {
+        let path = log_path(image);
+        if path.exists() {
+            return Err(IndirectError::Exists(image.to_owned()));
+        }
+        let store = std::path::absolute(store).map_err(io_err(store))?;
+        Self::write_fresh(&path, &store, &BTreeMap::new())
+    }
+
+    /// Writes a log holding `map` at `path` (through a temporary file renamed over it, so a
+    /// crash leaves the old log or the new one).
+    fn write_fresh(
+        path: &Path,
+        store: &Path,
+        map: &BTreeMap<u32, Block>,
+    ) -> Result<Log, IndirectError> {
+        let tmp = path.with_extension("indirections-new");
+        let mut data = Vec::with_capacity(HEADER_BYTES + map.len() * RECORD);
+        data.extend_from_slice(MAGIC);
+        let name = store.as_os_str().as_encoded_bytes();
+        let n = u32::try_from(name.len())
+            .ok()
+            .filter(|&n| 12 + u64::from(n) <= HEADER)
+            .ok_or_else(|| IndirectError::Corrupt {
+                path: path.to_owned(),
+                why: format!("swap file path {} is too long", store.display()),
+            })?;
+        data.extend_from_slice(&n.to_le_bytes());
+        data.extend_from_slice(name);
+        data.resize(HEADER_BYTES, 0);
+        for (&b, &t) in map {
+            data.extend_from_slice(&record(b, t));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        file.write_all_at(&data, 0).map_err(io_err(&tmp))?;
+        file.sync_data().map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(io_err(path))?;
+        sync_dir(path);
+        Ok(Log {
+            file,
+            path: path.to_owned(),
+            len: data.len() as u64,
+            store: store.to_owned(),
+        })
+    }
+
+    /// Reads the log of `image`, if it has one.
+    pub fn open(image: &Path) -> Result<Option<Replayed>, IndirectError> {
+        let path = log_path(image);
+        let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let mut data = Vec::new();
+        file.read_to_end(&mut data).map_err(io_err(&path))?;
+        let corrupt = |why: &str| IndirectError::Corrupt {
+            path: path.clone(),
+            why: why.into(),
+        };
+        if data.len() < HEADER_BYTES || &data[0..8] != MAGIC {
+            return Err(corrupt("no header"));
+        }
+        let n = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default()) as usize;
+        let name = data
+            .get(12..12 + n)
+            .filter(|_| 12 + n <= HEADER_BYTES)
+            .ok_or_else(|| corrupt("the swap file's name does not fit its header"))?;
+        // SAFETY: the bytes were written from `as_encoded_bytes` of an OsStr on this platform;
+        // on Unix every byte string is a valid OsStr.
+        let store = PathBuf::from(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(name) });
+        let mut map = BTreeMap::new();
+        let mut records = 0u64;
+        let mut len = HEADER;
+        for r in data[HEADER_BYTES..].chunks_exact(RECORD) {
+            let block = u32::from_le_bytes(r[0..4].try_into().unwrap_or_default());
+            let target = u32::from_le_bytes(r[4..8].try_into().unwrap_or_default());
+            if record(block, target)[8..12] != r[8..12] {
+                // A record cut short by a crash: nothing after it was acknowledged.
+                break;
+            }
+            if target == UNMAP {
+                map.remove(&block);
+            } else {
+                map.insert(block, target);
+            }
+            records += 1;
+            len += RECORD as u64;
+        }
+        Ok(Some(Replayed {
+            log: Log {
+                file,
+                path,
+                len,
+                store,
+            },
+            map,
+            records,
+        }))
+    }
+
+    /// Appends `(block, target)` changes (`None`: the indirection ends) and syncs them.
+    fn append(&mut self, changes: &[(u32, Option<Block>)]) -> std::io::Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut data = Vec::with_capacity(changes.len() * RECORD);
+        for &(b, t) in changes {
+            data.extend_from_slice(&record(b, t.unwrap_or(UNMAP)));
+        }
+        self.file.write_all_at(&data, self.len)?;
+        self.file.sync_data()?;
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes of the log file.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len <= HEADER
+    }
+
+    /// The swap file the log's blocks are in.
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    /// Deletes the log: the image holds everything.
+    fn remove(self) -> std::io::Result<()> {
+        std::fs::remove_file(&self.path)?;
+        sync_dir(&self.path);
+        Ok(())
+    }
+}
+
+/// Makes a rename or unlink in `path`'s directory durable (best effort).
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+/// What putting indirected blocks back into an image did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disentangled {
+    /// Blocks copied from the swap file into the image.
+    pub blocks: u64,
+    /// The swap file they came from.
+    pub store: PathBuf,
+    /// Records the log held.
+    pub records: u64,
+}
+
+/// Copies the blocks of `map` from `store` into `image` (then syncs it).
+fn copy_back(image: &File, store: &File, map: &BTreeMap<u32, Block>) -> std::io::Result<u64> {
+    let mut buf = AlignedBuf::new(BLOCK);
+    for (&block, &target) in map {
+        let b = buf.get(BLOCK);
+        store.read_exact_at(b, u64::from(target) * BLOCK as u64)?;
+        image.write_all_at(b, u64::from(block) * BLOCK as u64)?;
+    }
+    image.sync_data()?;
+    Ok(map.len() as u64)
+}
+
+/// Puts every block `image`'s log lists back into the image and deletes the log, so the image
+/// stands alone (Tesseract §4.4.2); `None` if it has no log. The swap file is left as it is.
+pub fn recover(image: &Path) -> Result<Option<Disentangled>, IndirectError> {
+    let Some(r) = Log::open(image)? else {
+        return Ok(None);
+    };
+    let store = File::open(r.log.store()).map_err(|source| IndirectError::StoreMissing {
+        log: r.log.path.clone(),
+        store: r.log.store().to_owned(),
+        source,
+    })?;
+    let img = OpenOptions::new()
+        .write(true)
+        .open(image)
+        .map_err(io_err(image))?;
+    let blocks = copy_back(&img, &store, &r.map).map_err(io_err(image))?;
+    let store_path = r.log.store().to_owned();
+    let path = r.log.path.clone();
+    r.log.remove().map_err(io_err(&path))?;
+    Ok(Some(Disentangled {
+        blocks,
+        store: store_path,
+        records: r.records,
+    }))
+}
+
+/// What the indirections of one disk did; every field only grows.
+#[derive(Debug, Default)]
+pub struct IndirectCounters {
+    /// Pages of guest disk writes that became indirections instead of being read back from the
+    /// swap file (double paging avoided).
+    pub elided: AtomicU64,
+    /// Indirections ended by a guest write of their block.
+    pub ended: AtomicU64,
+    /// Guest reads (and Swap Mapper refaults) split between the image and the swap file.
+    pub split_reads: AtomicU64,
+    /// Blocks those reads took from the swap file.
+    pub blocks_read: AtomicU64,
+    /// Blocks copied back into the image because a guest write covered only part of them.
+    pub copied_back: AtomicU64,
+    /// Blocks copied back into the image at a clean exit.
+    pub disentangled: AtomicU64,
+    /// Pages of guest disk writes that stayed plain writes because the most indirections
+    /// (`IndirectConfig::max`) were live.
+    pub refused: AtomicU64,
+    /// Times the log was rewritten to just the live map.
+    pub compactions: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+struct State {
+    map: BTreeMap<u32, Block>,
+    log: Option<Log>,
+    /// Blocks of the write in progress that are to become indirections, and their targets
+    /// (each holds a reference taken when it was elided).
+    pending: Vec<(u32, Block)>,
+}
+
+/// The indirections of one writable disk.
+pub struct Indirect {
+    image: PathBuf,
+    /// The swap file, read directly: indirected blocks are never in the pool.
+    store: File,
+    /// The image, for copying blocks back.
+    writer: File,
+    state: Mutex<State>,
+    pub counters: IndirectCounters,
+}
+
+impl Indirect {
+    /// Starts the indirections of `image` over swap file `store_path` (open as `store`).
+    pub fn start(image: &Path, store_path: &Path, store: File) -> Result<Self, IndirectError> {
+        let log = Log::create(image, store_path)?;
+        let writer = OpenOptions::new()
+            .write(true)
+            .open(image)
+            .map_err(io_err(image))?;
+        Ok(Indirect {
+            image: image.to_owned(),
+            store,
+            writer,
+            state: Mutex::new(State {
+                map: BTreeMap::new(),
+                log: Some(log),
+                pending: Vec::new(),
+            }),
+            counters: IndirectCounters::default(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Live indirections and the log's size in bytes.
+    pub fn usage(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.map.len() as u64, s.log.as_ref().map_or(0, Log::len))
+    }
+
+    /// Whether `block` is indirected (or about to be, by the write in progress).
+    pub fn target(&self, block: u32) -> Option<Block> {
+        self.lock().map.get(&block).copied()
+    }
+
+    /// Records that `block` is to point at `target` once the write in progress lands (the
+    /// caller took a reference on `target`).
+    pub fn elide(&self, block: u32, target: Block) {
+        self.lock().pending.push((block, target));
+        add(&self.counters.elided, 1);
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` of the disk as the guest sees it from `image`
+    /// (a read handle, `O_DIRECT` where possible: then `buf` and `offset` must be aligned):
+    /// indirected blocks from the swap file, the rest from the image in runs. Returns false
+    /// without reading if no block in the range is indirected.
+    pub fn read(&self, image: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+        let first = u32::try_from(offset / BLOCK as u64).unwrap_or(u32::MAX);
+        let end =
+            u32::try_from((offset + buf.len() as u64).div_ceil(BLOCK as u64)).unwrap_or(u32::MAX);
+        let s = self.lock();
+        let hits: Vec<(u32, Block)> = s.map.range(first..end).map(|(&b, &t)| (b, t)).collect();
+        if hits.is_empty() {
+            return Ok(false);
+        }
+        let aligned = offset % BLOCK as u64 == 0 && buf.len() % BLOCK == 0;
+        let mut pos = offset;
+        let end_byte = offset + buf.len() as u64;
+        let mut tmp = AlignedBuf::new(BLOCK);
+        for hit in hits.iter().copied().map(Some).chain(std::iter::once(None)) {
+            let run_end = hit.map_or(end_byte, |(b, _)| (u64::from(b) * BLOCK as u64).max(pos));
+            if run_end > pos {
+                let at = usize::try_from(pos - offset).unwrap_or(usize::MAX);
+                let n = usize::try_from(run_end - pos).unwrap_or(usize::MAX);
+                if aligned {
+                    image.read_exact_at(&mut buf[at..at + n], pos)?;
+                } else {
+                    // An unaligned piece goes through whole blocks.
+                    let mut p = pos;
+                    while p < run_end {
+                        let t = tmp.get(BLOCK);
+                        image.read_exact_at(t, p / BLOCK as u64 * BLOCK as u64)?;
+                        let from = usize::try_from(p % BLOCK as u64).unwrap_or(0);
+                        let k = (BLOCK - from).min(usize::try_from(run_end - p).unwrap_or(0));
+                        let at = usize::try_from(p - offset).unwrap_or(0);
+                        buf[at..at + k].copy_from_slice(&t[from..from + k]);
+                        p += k as u64;
+                    }
+                }
+                pos = run_end;
+            }
+            let Some((b, target)) = hit else { break };
+            let blk_start = u64::from(b) * BLOCK as u64;
+            let blk_end = (blk_start + BLOCK as u64).min(end_byte);
+            let t = tmp.get(BLOCK);
+            self.store
+                .read_exact_at(t, u64::from(target) * BLOCK as u64)?;
+            let from = usize::try_from(pos - blk_start).unwrap_or(0);
+            let k = usize::try_from(blk_end - pos).unwrap_or(0);
+            let at = usize::try_from(pos - offset).unwrap_or(0);
+            buf[at..at + k].copy_from_slice(&t[from..from + k]);
+            pos = blk_end;
+        }
+        drop(s);
+        add(&self.counters.split_reads, 1);
+        add(&self.counters.blocks_read, hits.len() as u64);
+        Ok(true)
+    }
+
+    /// Before a guest write of `len` bytes at `offset`: an indirected block the write covers
+    /// only in part is copied back into the image (its indirection ends when the write lands).
+    pub fn partial_write_begins(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let s = self.lock();
+        let b = BLOCK as u64;
+        let mut edges = Vec::new();
+        if offset % b != 0 {
+            edges.push(offset / b);
+        }
+        if (offset + len) % b != 0 {
+            edges.push((offset + len) / b);
+        }
+        edges.dedup();
+        let mut tmp = AlignedBuf::new(BLOCK);
+        for blk in edges {
+            let Some(&t) = u32::try_from(blk).ok().and_then(|k| s.map.get(&k)) else {
+                continue;
+            };
+            let d = tmp.get(BLOCK);
+            self.store.read_exact_at(d, u64::from(t) * b)?;
+            self.writer.write_all_at(d, blk * b)?;
+            add(&self.counters.copied_back, 1);
+        }
+        Ok(())
+    }
+
+    /// The guest's write of blocks `first..end` ended (`landed`: its data is in the image):
+    /// logs and applies the new indirections and the ended ones, synced. Returns the swap-file
+    /// blocks whose references the caller must drop: the ended indirections' targets, and on
+    /// failure (or when the write did not land) the pending ones'.
+    pub fn write_ends(
+        &self,
+        first: u32,
+        end: u32,
+        landed: bool,
+        sync_store: impl FnOnce() -> std::io::Result<()>,
+    ) -> (Vec<Block>, std::io::Result<()>) {
+        let mut s = self.lock();
+        let pending = std::mem::take(&mut s.pending);
+        if !landed {
+            return (pending.iter().map(|&(_, t)| t).collect(), Ok(()));
+        }
+        // Every block of the range was written, directly or as a new indirection: the old
+        // indirections there all end, and each drops its reference.
+        let new: BTreeMap<u32, Block> = pending.iter().copied().collect();
+        let mut changes: Vec<(u32, Option<Block>)> = Vec::new();
+        let mut released = Vec::new();
+        for (&b, &t) in s.map.range(first..end) {
+            released.push(t);
+            if !new.contains_key(&b) {
+                changes.push((b, None));
+            }
+        }
+        // A block elided twice in one request keeps the last; the first's reference goes.
+        if new.len() < pending.len() {
+            let mut kept: Vec<(u32, Block)> = new.iter().map(|(&b, &t)| (b, t)).collect();
+            for &(b, t) in &pending {
+                if let Some(i) = kept.iter().position(|&k| k == (b, t)) {
+                    kept.swap_remove(i);
+                } else {
+                    released.push(t);
+                }
+            }
+        }
+        for (&b, &t) in &new {
+            changes.push((b, Some(t)));
+        }
+        if changes.is_empty() {
+            return (released, Ok(()));
+        }
+        let r = (|| {
+            if !new.is_empty() {
+                sync_store()?;
+            }
+            match s.log.as_mut() {
+                Some(l) => l.append(&changes),
+                None => Err(std::io::Error::other("the indirection log is closed")),
+            }
+        })();
+        if let Err(e) = r {
+            // Nothing changes: the guest gets an error, and the image blocks written stay
+            // shadowed by their old indirections, as the log says.
+            return (pending.iter().map(|&(_, t)| t).collect(), Err(e));
+        }
+        let ended = changes.iter().filter(|c| c.1.is_none()).count() as u64;
+        add(&self.counters.ended, ended);
+        for (b, t) in changes {
+            match t {
+                Some(t) => {
+                    s.map.insert(b, t);
+                }
+                None => {
+                    s.map.remove(&b);
+                }
+            }
+        }
+        let live = s.map.len() as u64;
+        let State { map, log, .. } = &mut *s;
+        if let Some(l) = log.as_mut() {
+            if l.len() > HEADER + 4 * (live + 1024) * RECORD as u64 {
+                match Log::write_fresh(&l.path, &l.store, map) {
+                    Ok(fresh) => {
+                        *l = fresh;
+                        add(&self.counters.compactions, 1);
+                    }
+                    Err(e) => tracing::warn!("indirection log: compaction failed: {e}"),
+                }
+            }
+        }
+        (released, Ok(()))
+    }
+
+    /// Copies every indirected block back into the image and deletes the log (a clean exit);
+    /// returns the swap-file blocks to release.
+    pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
+        let mut s = self.lock();
+        let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
+        add(&self.counters.disentangled, n);
+        let targets = std::mem::take(&mut s.map).into_values().collect();
+        if let Some(l) = s.log.take() {
+            let path = l.path.clone();
+            l.remove().map_err(io_err(&path))?;
+        }
+        Ok(targets)
+    }
+
+    /// Leaves the log for the next start (`--keep-indirections`).
+    pub fn keep(&self) -> u64 {
+        let mut s = self.lock();
+        s.log.take();
+        s.map.len() as u64
+    }
+
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_of(image: &Path) -> (BTreeMap<u32, Block>, u64) {
+        let r = Log::open(image).unwrap().unwrap();
+        (r.map, r.records)
+    }
+
+    #[test]
+    fn the_log_replays_its_records_and_stops_at_a_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        let mut log = Log::create(&image, Path::new("store")).unwrap();
+        assert!(
+            log.store().is_absolute(),
+            "the header names the store absolutely"
+        );
+        assert!(matches!(
+            Log::create(&image, Path::new("s")),
+            Err(IndirectError::Exists(_))
+        ));
+        log.append(&[(5, Some(50)), (6, Some(60)), (7, Some(70))])
+            .unwrap();
+        log.append(&[(6, None), (5, Some(51))]).unwrap();
+        let (map, n) = state_of(&image);
+        assert_eq!(n, 5);
+        assert_eq!(map, BTreeMap::from([(5, 51), (7, 70)]));
+        // A crash in the middle of the next append: half a record, then garbage.
+        let f = OpenOptions::new()
+            .write(true)
+            .open(log_path(&image))
+            .unwrap();
+        f.write_all_at(&record(9, 90)[..7], log.len()).unwrap();
+        let (map, n) = state_of(&image);
+        assert_eq!((map.len(), n), (2, 5), "the torn record is not applied");
+        f.write_all_at(&[0xff; RECORD], log.len()).unwrap();
+        assert_eq!(
+            state_of(&image).1,
+            5,
+            "a record failing its check ends the log"
+        );
+    }
+
+    #[test]
+    fn compaction_keeps_the_map_and_a_bad_header_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        let log = Log::create(&image, Path::new("/s")).unwrap();
+        let map = BTreeMap::from([(1, 10), (2, 20)]);
+        let fresh = Log::write_fresh(&log.path, &log.store, &map).unwrap();
+        assert_eq!(fresh.len(), HEADER + 2 * RECORD as u64);
+        assert_eq!(state_of(&image).0, map);
+        std::fs::write(log_path(&image), b"not a log").unwrap();
+        assert!(matches!(
+            Log::open(&image),
+            Err(IndirectError::Corrupt { .. })
+        ));
+        let e = recover(&image).err().unwrap().to_string();
+        assert!(e.contains("not an indirection log"), "{e}");
+    }
+
+    #[test]
+    fn recovery_without_the_store_says_what_is_missing_and_keeps_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        std::fs::write(&image, vec![0u8; 8192]).unwrap();
+        let mut log = Log::create(&image, &dir.path().join("gone.swap")).unwrap();
+        log.append(&[(1, Some(0))]).unwrap();
+        let e = recover(&image).err().unwrap();
+        assert!(matches!(e, IndirectError::StoreMissing { .. }));
+        assert!(e.to_string().contains("gone.swap"), "{e}");
+        assert!(log_path(&image).exists(), "nothing is lost: the log stays");
+    }
+}
