@@ -13,6 +13,10 @@ cargo test --workspace
 # the integrity workload and the papers' workloads in a loop for 2 minutes (then the last runs
 # finish): every run must pass with 0 mismatches, with no hang and no OOM kill.
 scripts/soak.sh 120 --vms 4 --out target/soak
+# A short crash test (docs/tesseract.md): memvisor with Tesseract's indirections killed with
+# SIGKILL at random moments while the guest writes; after each kill a fresh boot checks every
+# acknowledged write, and no indirection log or swap file may be left behind.
+scripts/crashtest.sh --kills 3 --out target/crashtest
 # A short fuzzing run of every target (scripts/fuzz.sh, docs/fuzzing.md): the build of the fuzz
 # crate, then 10 s each.
 if rustup toolchain list | grep -q '^nightly'; then

@@ -18,10 +18,11 @@ pub enum Workload {
     Memhog,
     Toucher,
     Integrity,
+    Crashwrite,
 }
 
 impl Workload {
-    pub const ALL: [(&'static str, Workload); 11] = [
+    pub const ALL: [(&'static str, Workload); 12] = [
         ("boot", Workload::Boot),
         ("selftest", Workload::Selftest),
         ("seqread", Workload::Seqread),
@@ -33,6 +34,7 @@ impl Workload {
         ("memhog", Workload::Memhog),
         ("toucher", Workload::Toucher),
         ("integrity", Workload::Integrity),
+        ("crashwrite", Workload::Crashwrite),
     ];
 }
 

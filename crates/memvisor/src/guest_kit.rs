@@ -21,6 +21,7 @@ pub const WORKLOADS: &[&str] = &[
     "memhog",
     "toucher",
     "integrity",
+    "crashwrite",
 ];
 
 /// The guest kit's command line: the workload and facts about the VM, then the user's extra words.

@@ -5,6 +5,7 @@ mod alloc;
 mod boot;
 mod common;
 mod compile;
+mod crashwrite;
 mod gcchurn;
 mod integrity;
 mod kv;
@@ -72,5 +73,6 @@ fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
         Workload::Gcchurn => gcchurn::run(cfg),
         Workload::Memhog => memhog::run(cfg),
         Workload::Toucher => toucher::run(cfg),
+        Workload::Crashwrite => crashwrite::run(cfg),
     }
 }

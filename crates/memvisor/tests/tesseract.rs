@@ -1,0 +1,224 @@
+//! Tesseract's indirections end to end (`--tesseract`, docs/tesseract.md): the guest kit swaps
+//! to its own swap disk while memvisor pages it, so the guest writes out pages memvisor holds in
+//! its swap file. Every byte must survive: the integrity workload with the Swap Mapper and the
+//! Preventer on too, and an image disentangled after the VM kept its indirections, which must
+//! then boot without the swap file and read the same bytes.
+
+use std::path::Path;
+
+mod common;
+use common::memvisor;
+
+fn mkdisks(dir: &Path, files: &str) -> (String, String) {
+    let data = dir.join("data.img").display().to_string();
+    let swap = dir.join("swap.img").display().to_string();
+    let mut args = vec![
+        "mkdisk", "data", "--out", &data, "--size", "64M", "--seed", "3",
+    ];
+    if !files.is_empty() {
+        args.extend(["--files", files]);
+    }
+    assert!(memvisor(&args).status.success());
+    assert!(
+        memvisor(&["mkdisk", "swap", "--out", &swap, "--size", "128M"])
+            .status
+            .success()
+    );
+    (data, swap)
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn result_field(text: &str, prefix: &str, key: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix}"));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+fn indirections(stats: &Path) -> serde_json::Value {
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(stats).unwrap()).unwrap();
+    s["pager"]["indirections"].clone()
+}
+
+#[test]
+fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, swap) = mkdisks(dir.path(), "");
+    let stats = dir.path().join("stats.json");
+    let out = memvisor(&[
+        "run",
+        "--mem",
+        "64M",
+        "--mem-limit",
+        "32M",
+        "--tesseract",
+        "--mapper",
+        "--preventer",
+        "--disk",
+        &format!("{data},id=data"),
+        "--disk",
+        &format!("{swap},id=swap"),
+        "--workload",
+        "integrity",
+        "--cmdline",
+        "anon_mb=96 file_mb=8 rounds=2 seed=9",
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "the guest succeeded");
+    let text = stdout(&out);
+    let done = "RESULT workload=integrity phase=done";
+    assert_eq!(result_field(&text, done, "mismatches"), 0);
+    assert!(
+        result_field(&text, done, "pswpout") > 10_000,
+        "the guest swapped"
+    );
+    let ind = indirections(&stats);
+    assert!(
+        ind["elided_pages"].as_u64().unwrap() > 1000,
+        "guest swap-outs of swapped pages became indirections: {ind}"
+    );
+    assert!(ind["split_reads"].as_u64().unwrap() > 0, "{ind}");
+    assert_eq!(ind["live"], 0, "all put back at the end: {ind}");
+    for img in [&data, &swap] {
+        assert!(
+            !Path::new(&format!("{img}.indirections")).exists(),
+            "no log left after a clean exit"
+        );
+    }
+}
+
+#[test]
+fn kept_indirections_disentangle_into_images_that_stand_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, swap) = mkdisks(dir.path(), "crash:16M");
+    let store = dir.path().join("store.swap");
+    let stats = dir.path().join("stats.json");
+    let disks = [
+        "--disk".to_owned(),
+        format!("{data},id=data"),
+        "--disk".to_owned(),
+        format!("{swap},id=swap"),
+    ];
+    let mut args: Vec<String> = [
+        "run",
+        "--mem",
+        "48M",
+        "--mem-limit",
+        "24M",
+        "--tesseract",
+        "--keep-indirections",
+        "--swap",
+        store.to_str().unwrap(),
+        "--workload",
+        "crashwrite",
+        "--cmdline",
+        "mb=16 anon_mb=48 batch=128 secs=5 seed=4",
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(disks.iter().cloned());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = memvisor(&refs);
+    assert_eq!(out.status.code(), Some(1));
+    let ind = indirections(&stats);
+    let live = ind["live"].as_u64().unwrap();
+    assert!(live > 0, "indirections were kept: {ind}");
+    let text = stdout(&out);
+    let ack = text.lines().rev().find(|l| l.starts_with("ACK ")).unwrap();
+    let acked: Vec<&str> = ack.split_whitespace().skip(1).collect();
+
+    // Without its swap file, a kept log cannot be put back: a clear error, and the log stays.
+    let away = dir.path().join("elsewhere.swap");
+    std::fs::rename(&store, &away).unwrap();
+    let mut check: Vec<String> = ["run", "--mem", "48M", "--workload", "crashwrite"]
+        .map(String::from)
+        .to_vec();
+    check.extend(disks.iter().cloned());
+    check.extend([
+        "--cmdline".to_owned(),
+        format!("mb=16 seed=4 check=1 {}", acked.join(" ")),
+    ]);
+    let refs: Vec<&str> = check.iter().map(String::as_str).collect();
+    let refused = memvisor(&refs);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("store.swap") && err.contains("cannot be read"),
+        "{err}"
+    );
+    assert!(Path::new(&format!("{swap}.indirections")).exists());
+
+    // With it, `memvisor disk disentangle` puts every block back.
+    std::fs::rename(&away, &store).unwrap();
+    let d = memvisor(&["disk", "disentangle", &data, &swap]);
+    assert!(d.status.success());
+    let said = stdout(&d);
+    let put_back: u64 = said
+        .lines()
+        .map(|l| {
+            l.split(": ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(put_back, live, "{said}");
+    let again = memvisor(&["disk", "disentangle", &data]);
+    assert!(stdout(&again).contains("no indirections"));
+
+    // The images stand alone: the swap file is gone and the guest reads every acknowledged page.
+    std::fs::remove_file(&store).unwrap();
+    let checked = memvisor(&refs);
+    assert_eq!(checked.status.code(), Some(1));
+    let text = stdout(&checked);
+    let line = "RESULT workload=crashwrite phase=check";
+    assert_eq!(result_field(&text, line, "ok"), 1);
+    assert_eq!(result_field(&text, line, "lost"), 0);
+}
+
+#[test]
+fn bad_tesseract_input_is_refused_clearly() {
+    for (args, says) in [
+        (
+            &["run", "--pager", "off", "--tesseract", "--workload", "boot"][..],
+            "--pager full",
+        ),
+        (
+            &["run", "--keep-indirections", "--workload", "boot"][..],
+            "go with --tesseract",
+        ),
+        (
+            &[
+                "run",
+                "--tesseract",
+                "--tesseract-max",
+                "1",
+                "--workload",
+                "boot",
+            ][..],
+            "--tesseract-max",
+        ),
+        (
+            &["disk", "disentangle", "/nonexistent.img"][..],
+            "not a disk image",
+        ),
+    ] {
+        let out = memvisor(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
