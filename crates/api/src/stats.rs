@@ -295,6 +295,9 @@ pager_counters! {
     /// Pages brought back from the swap store (pool or file) without a fault, because the limit
     /// rose (proactive swap-in).
     proactive_swap_ins,
+    /// Pages a guest disk write read while they were out of guest RAM: swapped in only to be
+    /// written to the guest's disk (double paging; Tesseract's indirections avoid them).
+    double_paging_swap_ins,
 }
 
 /// A latency distribution over the most recent samples.
@@ -403,6 +406,14 @@ pub struct DiskStats {
     /// Times a write or flush found the image's file system full and paused the VM until a
     /// resume (the request is then tried again).
     pub full_pauses: u64,
+    /// Time write requests spent before their data went to the image, in µs (all of them):
+    /// gathering the guest's pages, swapping in those that were out of guest RAM (double paging).
+    pub write_prepare_us: u64,
+    /// The longest of those, in µs.
+    pub write_prepare_max_us: u64,
+    /// Time write requests spent after their data reached the image (logging Tesseract's
+    /// indirections), in µs (all of them).
+    pub write_end_us: u64,
     /// Queue notifications the device processed, by either path.
     pub notifies: u64,
     /// Of those, the ones its thread took from an ioeventfd, with no exit to memvisor (several
@@ -507,7 +518,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 29);
+        assert_eq!(f.len(), 30);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -298,8 +298,25 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        self.shared
-            .mirror_resident(disk, pages, PageTable::disk_write_source);
+        let s = &self.shared;
+        {
+            // The pages the device is about to read that are not in guest RAM: each will be
+            // swapped in only to be written out (double paging).
+            let state = s.lock();
+            let out = s
+                .disk_pages(disk, pages)
+                .iter()
+                .filter(|&&(p, _)| {
+                    state.attached
+                        && matches!(
+                            state.table.state(p),
+                            PageState::Swapped(_) | PageState::OnDisk(_) | PageState::Sampled(_)
+                        )
+                })
+                .count();
+            Counters::add(&s.counters.double_paging_swap_ins, out as u64);
+        }
+        s.mirror_resident(disk, pages, PageTable::disk_write_source);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {

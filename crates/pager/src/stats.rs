@@ -69,6 +69,9 @@ pub struct Counters {
     pub huge_pages_split: AtomicU64,
     /// Pages brought back without a fault (proactive swap-in), from the pool or the file.
     pub proactive_swap_ins: AtomicU64,
+    /// Pages a guest disk write read while they were out of guest RAM: swapped in only to be
+    /// written to the guest's disk (double paging).
+    pub double_paging_swap_ins: AtomicU64,
 }
 
 impl Counters {
@@ -107,6 +110,7 @@ impl Counters {
             attaches,
             huge_pages_split,
             proactive_swap_ins,
+            double_paging_swap_ins,
         } = self;
         PagerCounters {
             faults_zero: get(faults_zero),
@@ -138,6 +142,7 @@ impl Counters {
             attaches: get(attaches),
             huge_pages_split: get(huge_pages_split),
             proactive_swap_ins: get(proactive_swap_ins),
+            double_paging_swap_ins: get(double_paging_swap_ins),
         }
     }
 }

@@ -177,6 +177,9 @@ fn disk_stats(m: &BlockMetrics, t: &TransportMetrics) -> DiskStats {
         bytes_read: m.bytes_read.load(Ordering::Relaxed),
         bytes_written: m.bytes_written.load(Ordering::Relaxed),
         full_pauses: m.full_pauses.load(Ordering::Relaxed),
+        write_prepare_us: m.write_prepare_us.load(Ordering::Relaxed),
+        write_prepare_max_us: m.write_prepare_max_us.load(Ordering::Relaxed),
+        write_end_us: m.write_end_us.load(Ordering::Relaxed),
         errors: m.errors.load(Ordering::Relaxed),
     }
 }

@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use virtio_queue::{Queue, QueueT};
@@ -68,6 +69,12 @@ pub struct BlockMetrics {
     pub errors: AtomicU64,
     /// Times a write or flush found the image's file system full and paused the VM.
     pub full_pauses: AtomicU64,
+    /// Time write requests spent before their data went to the image: gathering the guest's
+    /// pages (swapping in those out of guest RAM: double paging), in µs; and the longest.
+    pub write_prepare_us: AtomicU64,
+    pub write_prepare_max_us: AtomicU64,
+    /// Time write requests spent after their data reached the image (logging indirections).
+    pub write_end_us: AtomicU64,
 }
 
 /// Whether `e` says the file system has no room (or the quota none left).
@@ -339,18 +346,35 @@ impl Block {
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         let offset = sector * SECTOR_SIZE;
         if !write {
-            return self.move_data(req, offset, false);
+            return self.move_data(req, offset, false).map(drop);
         }
+        let t0 = Instant::now();
         self.ram
             .disk_write_begin(self.index, offset, req.data_len)?;
         let moved = self.move_data(req, offset, true);
+        let t1 = Instant::now();
         let ended = self
             .ram
             .disk_write_end(self.index, offset, req.data_len, moved.is_ok());
-        moved.and(ended)
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let m = &self.metrics;
+        let io = moved.as_ref().copied().unwrap_or(Duration::ZERO);
+        let prepare = us((t1 - t0).saturating_sub(io));
+        m.write_prepare_us.fetch_add(prepare, Ordering::Relaxed);
+        m.write_prepare_max_us.fetch_max(prepare, Ordering::Relaxed);
+        m.write_end_us
+            .fetch_add(us(t1.elapsed()), Ordering::Relaxed);
+        moved.and(ended).map(drop)
     }
 
-    fn move_data(&mut self, req: &Request, mut offset: u64, write: bool) -> std::io::Result<()> {
+    /// Moves a request's data; returns the time spent writing to the image (for a write).
+    fn move_data(
+        &mut self,
+        req: &Request,
+        mut offset: u64,
+        write: bool,
+    ) -> std::io::Result<Duration> {
+        let mut io_time = Duration::ZERO;
         // The request's bytes are one contiguous range of the disk however the guest scattered
         // them in memory: move them with one file I/O per bounce-buffer-full, and scatter or
         // gather between the bounce buffer and the descriptors' buffers. Whole, aligned pages
@@ -406,6 +430,7 @@ impl Block {
                 }
             }
             if write {
+                let t = Instant::now();
                 if elided.is_empty() {
                     file.write_all_at(buf, offset)?;
                 } else {
@@ -417,6 +442,7 @@ impl Block {
                             .write_all_at(&buf[at..at + len], from)?;
                     }
                 }
+                io_time += t.elapsed();
                 self.ram.disk_write_done(self.index, &pages);
             } else {
                 self.ram.disk_read(self.index, &pages);
@@ -424,7 +450,7 @@ impl Block {
             offset += n as u64;
             left -= n;
         }
-        Ok(())
+        Ok(io_time)
     }
 
     /// Carries out a validated request; returns the status byte and the bytes written to the guest.
