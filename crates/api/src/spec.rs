@@ -293,6 +293,9 @@ pub struct VmSpec {
     /// VSwapper's False Reads Preventer (`--preventer`).
     #[serde(default)]
     pub preventer: bool,
+    /// Tesseract's indirections on the VM's writable disks (`--tesseract`).
+    #[serde(default)]
+    pub tesseract: bool,
     /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
     #[serde(default)]
     pub victims: Option<String>,
@@ -357,6 +360,11 @@ impl VmSpec {
                 ))
             }
         }
+        if self.tesseract && self.pager.as_deref() == Some("baseline") {
+            return Err(format!(
+                "vm '{n}': tesseract is part of the full pager, not pager 'baseline'"
+            ));
+        }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
             Some(v) => return Err(format!("vm '{n}': victims '{v}': expected random or clock")),
@@ -389,6 +397,7 @@ impl VmSpec {
             (self.balloon, "--balloon"),
             (self.mapper, "--mapper"),
             (self.preventer, "--preventer"),
+            (self.tesseract, "--tesseract"),
         ] {
             if on {
                 a.push(flag.to_owned());

@@ -93,6 +93,12 @@ pub trait GuestRam: Send + Sync {
         Ok(())
     }
 
+    /// The guest flushed `disk`: what its writes' completion relied on outside the image (the
+    /// pager's indirection log and swap file) must be durable before the flush completes.
+    fn disk_flush(&self, _disk: u8) -> std::io::Result<()> {
+        Ok(())
+    }
+
     /// Reads `buf.len()` bytes at byte `offset` of `disk` if some of its blocks there refer to
     /// the pager's swap file (a split read); `false`: none does, the device reads the image.
     fn disk_read_split(&self, _disk: u8, _offset: u64, _buf: &mut [u8]) -> std::io::Result<bool> {

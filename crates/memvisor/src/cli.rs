@@ -179,6 +179,14 @@ pub struct RunArgs {
     /// blocks), e.g. 256M; default: the VM's memory size.
     #[arg(long, value_parser = parse_size)]
     pub tesseract_max: Option<u64>,
+    /// With --tesseract: when the indirection logs (and the swap file they refer to) are synced:
+    /// before each guest write that adds or ends indirections is acknowledged (`write`), or when
+    /// the guest flushes the disk (`flush`, as virtio-blk's write cache has it for the image's
+    /// own data). Either way a write's log records are written before it is acknowledged, so
+    /// killing memvisor loses none; `flush` leaves a power loss to lose what the guest did not
+    /// flush, as its image data.
+    #[arg(long, value_enum, default_value_t = LogSyncArg::Write)]
+    pub tesseract_sync: LogSyncArg,
     /// With --tesseract: at the end, leave the indirections in their logs (and the swap file)
     /// instead of copying them back; the next start, or `memvisor disk disentangle`, does it.
     #[arg(long)]
@@ -225,6 +233,14 @@ pub struct RunArgs {
     /// API's GET /stats (the `VmStats` type).
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogSyncArg {
+    /// Before each write that changes the indirections is acknowledged.
+    Write,
+    /// When the guest flushes the disk.
+    Flush,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -416,8 +432,14 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     {
         return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
     }
-    if (args.tesseract_max.is_some() || args.keep_indirections) && !args.tesseract {
-        return bad("--tesseract-max and --keep-indirections go with --tesseract".into());
+    if (args.tesseract_max.is_some()
+        || args.keep_indirections
+        || args.tesseract_sync != LogSyncArg::Write)
+        && !args.tesseract
+    {
+        return bad(
+            "--tesseract-max, --tesseract-sync and --keep-indirections go with --tesseract".into(),
+        );
     }
     if let Some(m) = args.tesseract_max {
         if m < 4096 || m > args.mem.saturating_mul(4) {
@@ -526,6 +548,10 @@ pub fn run(args: RunArgs) -> ExitCode {
         indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
             max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
             keep: a.keep_indirections,
+            sync: match a.tesseract_sync {
+                LogSyncArg::Write => memvisor_pager::indirect::LogSync::Write,
+                LogSyncArg::Flush => memvisor_pager::indirect::LogSync::Flush,
+            },
         }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {
@@ -751,6 +777,7 @@ mod tests {
             balloon: true,
             mapper: true,
             preventer: false,
+            tesseract: true,
             victims: Some("clock".into()),
             pager: Some("baseline".into()),
         };
@@ -766,7 +793,7 @@ mod tests {
         assert_eq!(r.disks.len(), 2);
         assert!(r.disks[0].read_only && r.disks[0].id.as_deref() == Some("data"));
         assert_eq!(r.disks[1].path, PathBuf::from("/x/s.img"));
-        assert!(r.balloon && r.mapper && !r.preventer);
+        assert!(r.balloon && r.mapper && !r.preventer && r.tesseract);
         assert_eq!(r.victims, VictimArg::Clock);
         assert_eq!(r.pager, PagerMode::Baseline);
     }

@@ -649,3 +649,75 @@ fn bad_input_is_one_line_and_status_2() {
         assert!(err.contains(want), "{err}");
     }
 }
+
+/// `bench doublepaging` (Tesseract §6), tiny, on the pager without and with Tesseract's
+/// indirections: the guest swaps pages the pager swapped, so without indirections its swap-disk
+/// writes swap pages in, and with them none does; the report's double-paging table says so.
+#[test]
+fn tiny_doublepaging_end_to_end() {
+    let _host = host_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = bench(&[
+        "doublepaging",
+        "--scale",
+        "tiny",
+        "--reps",
+        "1",
+        "--configs",
+        "memvisor-pager,memvisor-tesseract",
+        "--reference",
+        "memvisor-pager",
+        "--out",
+        out.to_str().unwrap(),
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench doublepaging failed");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let section = "### The guest's swap disk and double paging";
+    // configuration, writes, double-paging swap-ins, prepare mean, longest, completion mean,
+    // elided, split reads, blocks read
+    let pager = table_row(&report, section, "memvisor-pager");
+    let tess = table_row(&report, section, "memvisor-tesseract");
+    let n = |cells: &[String], i: usize| -> u64 { cells[i].parse().unwrap() };
+    assert!(
+        n(&pager, 1) > 0,
+        "the guest wrote to its swap disk: {pager:?}"
+    );
+    assert!(
+        n(&pager, 2) > 0,
+        "double paging without Tesseract: {pager:?}"
+    );
+    assert_eq!(n(&pager, 6), 0, "{pager:?}");
+    assert_eq!(n(&tess, 2), 0, "no double paging with Tesseract: {tess:?}");
+    assert!(n(&tess, 6) > 0, "writes became indirections: {tess:?}");
+    for c in ["memvisor-pager", "memvisor-tesseract"] {
+        let cells = table_row(&report, "### Guest time per phase", c);
+        assert_eq!(
+            cells.len(),
+            5,
+            "hog, run, pause_max, pause_total: {cells:?}"
+        );
+    }
+    let rows = read_csv(&out.join("results.csv"));
+    assert!(rows.iter().all(|r| r["status"] == "ok"));
+    let left: Vec<_> = walk(&out)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".indirections"))
+        .collect();
+    assert!(left.is_empty(), "no indirection log left: {left:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

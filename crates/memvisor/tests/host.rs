@@ -193,6 +193,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         balloon: true,
         mapper: true,
         preventer: true,
+        tesseract: false,
         victims: Some("clock".into()),
         pager: Some("baseline".into()),
     };

@@ -290,6 +290,14 @@ impl GuestRam for Pager {
         r
     }
 
+    fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
+        let s = &self.shared;
+        match s.stores.image(disk).and_then(|i| i.indirect.as_ref()) {
+            Some(ind) => ind.flush(|| s.stores.swap.file.sync_if_written()),
+            None => Ok(()),
+        }
+    }
+
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
         match self.shared.stores.image(disk) {
             Some(image) => image.read_split(offset, buf),

@@ -56,6 +56,9 @@ const HEADER_BYTES: usize = BLOCK;
 const RECORD: usize = 12;
 /// A record whose target is this ends the block's indirection.
 const UNMAP: u32 = u32::MAX;
+/// The log is written with zeros this far ahead of its records, so a sync after an append
+/// writes the records only, not a new file size (a zero record fails its check: the end).
+const AHEAD: u64 = 1 << 20;
 
 #[derive(Debug, Error)]
 pub enum IndirectError {
@@ -100,8 +103,10 @@ fn record(block: u32, target: u32) -> [u8; RECORD] {
 pub struct Log {
     file: File,
     path: PathBuf,
-    /// Bytes in the file: the header and whole records.
+    /// Bytes of the header and the records.
     len: u64,
+    /// Bytes of the file (zeros after the records).
+    allocated: u64,
     store: PathBuf,
 }
 
@@ -163,6 +168,7 @@ impl Log {
             file,
             path: path.to_owned(),
             len: data.len() as u64,
+            allocated: data.len() as u64,
             store: store.to_owned(),
         })
     }
@@ -210,11 +216,13 @@ impl Log {
             records += 1;
             len += RECORD as u64;
         }
+        let allocated = data.len() as u64;
         Ok(Some(Replayed {
             log: Log {
                 file,
                 path,
                 len,
+                allocated,
                 store,
             },
             map,
@@ -222,8 +230,10 @@ impl Log {
         }))
     }
 
-    /// Appends `(block, target)` changes (`None`: the indirection ends) and syncs them.
-    fn append(&mut self, changes: &[(u32, Option<Block>)]) -> std::io::Result<()> {
+    /// Appends `(block, target)` changes (`None`: the indirection ends), synced if `sync`.
+    /// Once `write` returns they survive the process being killed; once synced, the host
+    /// losing power too.
+    fn append(&mut self, changes: &[(u32, Option<Block>)], sync: bool) -> std::io::Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -231,13 +241,22 @@ impl Log {
         for &(b, t) in changes {
             data.extend_from_slice(&record(b, t.unwrap_or(UNMAP)));
         }
+        let end = self.len + data.len() as u64;
+        if end > self.allocated {
+            let more = (end - self.allocated).max(AHEAD);
+            let zeros = vec![0u8; usize::try_from(more).map_err(std::io::Error::other)?];
+            self.file.write_all_at(&zeros, self.allocated)?;
+            self.allocated += more;
+        }
         self.file.write_all_at(&data, self.len)?;
-        self.file.sync_data()?;
-        self.len += data.len() as u64;
+        if sync {
+            self.file.sync_data()?;
+        }
+        self.len = end;
         Ok(())
     }
 
-    /// Bytes of the log file.
+    /// Bytes of the header and the records (the file is larger: zeros follow them).
     pub fn len(&self) -> u64 {
         self.len
     }
@@ -357,9 +376,21 @@ struct State {
     pending: Vec<(u32, Block)>,
 }
 
+/// When an indirection log (and the swap file it refers to) is synced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogSync {
+    /// Before each guest write that changes the map is acknowledged.
+    Write,
+    /// When the guest flushes the disk (as its own data in the image is, under virtio-blk's
+    /// volatile write cache); each write's records are still written to the log before it is
+    /// acknowledged, so killing memvisor loses none.
+    Flush,
+}
+
 /// The indirections of one writable disk.
 pub struct Indirect {
     image: PathBuf,
+    sync: LogSync,
     /// The swap file, read directly: indirected blocks are never in the pool.
     store: File,
     /// The image, for copying blocks back.
@@ -370,7 +401,12 @@ pub struct Indirect {
 
 impl Indirect {
     /// Starts the indirections of `image` over swap file `store_path` (open as `store`).
-    pub fn start(image: &Path, store_path: &Path, store: File) -> Result<Self, IndirectError> {
+    pub fn start(
+        image: &Path,
+        store_path: &Path,
+        store: File,
+        sync: LogSync,
+    ) -> Result<Self, IndirectError> {
         let log = Log::create(image, store_path)?;
         let writer = OpenOptions::new()
             .write(true)
@@ -378,6 +414,7 @@ impl Indirect {
             .map_err(io_err(image))?;
         Ok(Indirect {
             image: image.to_owned(),
+            sync,
             store,
             writer,
             state: Mutex::new(State {
@@ -538,12 +575,13 @@ impl Indirect {
         if changes.is_empty() {
             return (released, Ok(()));
         }
+        let each = self.sync == LogSync::Write;
         let r = (|| {
-            if !new.is_empty() {
+            if each && !new.is_empty() {
                 sync_store()?;
             }
             match s.log.as_mut() {
-                Some(l) => l.append(&changes),
+                Some(l) => l.append(&changes, each),
                 None => Err(std::io::Error::other("the indirection log is closed")),
             }
         })();
@@ -580,6 +618,23 @@ impl Indirect {
         (released, Ok(()))
     }
 
+    /// The guest flushed the disk: with [`LogSync::Flush`], the swap file (`sync_store`) and
+    /// then the log are synced.
+    pub fn flush(&self, sync_store: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+        if self.sync != LogSync::Flush {
+            return Ok(());
+        }
+        let s = self.lock();
+        if s.map.is_empty() && s.log.as_ref().is_none_or(Log::is_empty) {
+            return Ok(());
+        }
+        sync_store()?;
+        match &s.log {
+            Some(l) => l.file.sync_data(),
+            None => Ok(()),
+        }
+    }
+
     /// Copies every indirected block back into the image and deletes the log (a clean exit);
     /// returns the swap-file blocks to release.
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
@@ -594,11 +649,13 @@ impl Indirect {
         Ok(targets)
     }
 
-    /// Leaves the log for the next start (`--keep-indirections`).
-    pub fn keep(&self) -> u64 {
+    /// Leaves the log, synced, for the next start (`--keep-indirections`).
+    pub fn keep(&self) -> std::io::Result<u64> {
         let mut s = self.lock();
-        s.log.take();
-        s.map.len() as u64
+        if let Some(l) = s.log.take() {
+            l.file.sync_data()?;
+        }
+        Ok(s.map.len() as u64)
     }
 
     pub fn image(&self) -> &Path {
@@ -628,9 +685,9 @@ mod tests {
             Log::create(&image, Path::new("s")),
             Err(IndirectError::Exists(_))
         ));
-        log.append(&[(5, Some(50)), (6, Some(60)), (7, Some(70))])
+        log.append(&[(5, Some(50)), (6, Some(60)), (7, Some(70))], true)
             .unwrap();
-        log.append(&[(6, None), (5, Some(51))]).unwrap();
+        log.append(&[(6, None), (5, Some(51))], false).unwrap();
         let (map, n) = state_of(&image);
         assert_eq!(n, 5);
         assert_eq!(map, BTreeMap::from([(5, 51), (7, 70)]));
@@ -674,7 +731,7 @@ mod tests {
         let image = dir.path().join("d.img");
         std::fs::write(&image, vec![0u8; 8192]).unwrap();
         let mut log = Log::create(&image, &dir.path().join("gone.swap")).unwrap();
-        log.append(&[(1, Some(0))]).unwrap();
+        log.append(&[(1, Some(0))], true).unwrap();
         let e = recover(&image).err().unwrap();
         assert!(matches!(e, IndirectError::StoreMissing { .. }));
         assert!(e.to_string().contains("gone.swap"), "{e}");

@@ -91,6 +91,8 @@ pub struct IndirectConfig {
     /// At exit, leave the indirections, their logs and the swap file for the next start (or
     /// `memvisor disk disentangle`) instead of copying the blocks back into the images.
     pub keep: bool,
+    /// When the logs are synced.
+    pub sync: crate::indirect::LogSync,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -441,14 +443,29 @@ impl Pager {
     ) -> Result<(), PagerError> {
         let s = &self.shared;
         let indirect = match (s.indirections, writable) {
-            (Some(_), Some(path)) => {
-                let store = std::fs::File::open(&s.swap_path).map_err(|e| {
+            (Some(cfg), Some(path)) => {
+                // Read as the pager writes it, with O_DIRECT where it can: no page cache copy
+                // to go stale when a freed block is written again.
+                let open = |direct: bool| {
+                    let mut o = std::fs::OpenOptions::new();
+                    o.read(true);
+                    if direct {
+                        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
+                    }
+                    o.open(&s.swap_path)
+                };
+                let store = open(true).or_else(|_| open(false)).map_err(|e| {
                     crate::indirect::IndirectError::Io {
                         path: s.swap_path.clone(),
                         source: e,
                     }
                 })?;
-                Some(crate::indirect::Indirect::start(path, &s.swap_path, store)?)
+                Some(crate::indirect::Indirect::start(
+                    path,
+                    &s.swap_path,
+                    store,
+                    cfg.sync,
+                )?)
             }
             _ => None,
         };
@@ -473,7 +490,12 @@ impl Pager {
         for image in s.stores.images() {
             let Some(ind) = &image.indirect else { continue };
             if cfg.keep {
-                kept += ind.keep();
+                kept += ind
+                    .keep()
+                    .map_err(|source| crate::indirect::IndirectError::Io {
+                        path: ind.image().to_owned(),
+                        source,
+                    })?;
                 continue;
             }
             let released = ind.disentangle()?;

@@ -92,6 +92,7 @@ fn setup() -> Setup {
     config.indirections = Some(IndirectConfig {
         max: 16384,
         keep: false,
+        sync: memvisor_pager::indirect::LogSync::Write,
     });
     let swap_path = config.swap_path.clone();
     let vcpus = Arc::new(NoVcpus::default());

@@ -172,6 +172,23 @@ pub const CONFIGS: &[Config] = &[
         balloon: true,
         mechanisms: &["--mapper", "--preventer"],
     },
+    // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.
+    Config {
+        name: "memvisor-tesseract",
+        about: "memvisor-pager with Tesseract's indirections, each write's log synced before it is acknowledged (--tesseract)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--tesseract"],
+    },
+    Config {
+        name: "memvisor-tesseract-flush",
+        about: "memvisor-tesseract with the log synced when the guest flushes the disk (--tesseract --tesseract-sync flush)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--tesseract", "--tesseract-sync", "flush"],
+    },
 ];
 
 /// The configuration called `name`.

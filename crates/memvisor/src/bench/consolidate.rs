@@ -200,6 +200,7 @@ fn spec(i: u32, kind: Kind, image: &Path) -> VmSpec {
         balloon,
         mapper: vswapper,
         preventer: vswapper,
+        tesseract: false,
         victims: None,
         pager: baseline.then(|| "baseline".into()),
     }

@@ -29,6 +29,9 @@ pub struct Step {
     /// The guest's `RESULT` phases this step reports, in order.
     pub phases: Vec<String>,
     pub disk: Option<DataDisk>,
+    /// A fresh swap disk for the guest kit per run (MiB; `id=swap`), where the guest swaps as
+    /// Linux would to its own disk.
+    pub guest_swap_mb: Option<u64>,
 }
 
 /// An experiment of `memvisor bench`.
@@ -66,9 +69,6 @@ pub struct Release {
     /// How often the harness asks memvisor's API for `GET /stats` (the pager's census and the
     /// pool's counters over time).
     pub every: Duration,
-    /// A swap disk for the guest kit (MiB; `id=swap`): where a guest whose balloon is inflated
-    /// swaps, as Linux would to its own disk.
-    pub guest_swap_mb: u64,
 }
 
 /// An experiment whose result is a time series of the VM's `GET /stats`: one VM runs the
@@ -112,7 +112,23 @@ impl Experiment {
 }
 
 /// Names of the experiments, for error messages.
-pub const NAMES: &[&str] = &["seqread", "alloc", "overhead", "workingset", "recovery"];
+pub const NAMES: &[&str] = &[
+    "seqread",
+    "alloc",
+    "overhead",
+    "workingset",
+    "recovery",
+    "doublepaging",
+];
+
+/// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
+/// with Tesseract's indirections.
+pub const DOUBLEPAGING: &[&str] = &[
+    "qemu-hostswap",
+    "memvisor-pager",
+    "memvisor-tesseract",
+    "memvisor-tesseract-flush",
+];
 
 const LIMITED: &[&str] = &[
     "qemu",
@@ -168,6 +184,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                     workload: "seqread",
                     cmdline: format!("file=seq passes={passes}"),
                     phases: phases("pass", passes),
+                    guest_swap_mb: None,
                     disk: Some(DataDisk {
                         size_mb: file + 56,
                         files: format!("seq:{file}M"),
@@ -199,6 +216,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                     workload: "alloc",
                     cmdline: format!("mb={mb} rounds={rounds}"),
                     phases: phases("round", rounds),
+                    guest_swap_mb: None,
                     disk: None,
                 }],
                 configs: LIMITED,
@@ -234,6 +252,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         workload: "compile",
                         cmdline: format!("jobs={jobs} src=src src_mb={src}"),
                         phases: vec!["build".into()],
+                        guest_swap_mb: None,
                         disk: Some(DataDisk {
                             size_mb: disk_mb,
                             files: format!("src:{src}M"),
@@ -244,6 +263,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         workload: "kv",
                         cmdline: format!("records={records} ops={ops}"),
                         phases: vec!["load".into(), "run".into()],
+                        guest_swap_mb: None,
                         disk: None,
                     },
                     Step {
@@ -251,12 +271,14 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         cmdline: format!("heap_mb={heap} gen_mb={gen} gens={gens} live_pct=10"),
                         // gcchurn reports one phase, its whole run.
                         phases: vec!["done".into()],
+                        guest_swap_mb: None,
                         disk: None,
                     },
                     Step {
                         workload: "mapreduce",
                         cmdline: format!("input=src input_mb={input} vocab={vocab} mappers=4"),
                         phases: vec!["map".into(), "reduce".into()],
+                        guest_swap_mb: None,
                         // Only read: one image for all runs.
                         disk: Some(DataDisk {
                             size_mb: input + 16,
@@ -304,6 +326,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                     workload: "toucher",
                     cmdline: format!("schedule={}", spec.join(",")),
                     phases: phases("step", schedule.len() as u64),
+                    guest_swap_mb: None,
                     disk: None,
                 }],
                 configs: &["memvisor-pager"],
@@ -340,6 +363,8 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                         "records={records} mix=c secs={secs} hog_mb={hog} hog_at={hog_at} hog_rate_mb_s={rate}"
                     ),
                     phases: vec!["load".into(), "run".into()],
+                    // Only a guest whose balloon is inflated uses it.
+                    guest_swap_mb: Some(mem),
                     disk: None,
                 }],
                 configs: RECOVERY,
@@ -350,8 +375,44 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
                     at: Duration::from_secs(at),
                     hog_at: Duration::from_secs(hog_at),
                     every: Duration::from_secs(1),
-                    guest_swap_mb: mem,
                 }),
+            }
+        }
+        // Tesseract §6.1: a hog fills memory and goes cold while the old space is swept hot, so
+        // the host swaps the hog out; then a generational collector's churn (SPECjbb's part)
+        // pushes the guest to swap its coldest pages, the hog's, to its own swap disk: each such
+        // write needs pages the host swapped (double paging). Pauses are the collections'.
+        "doublepaging" => {
+            // 12.5 % host overcommitment (the paper's 5–20 %); the heap and the hog together
+            // are larger than the guest, so the guest swaps part of the hog.
+            let (mem, limit, heap, young, gens, hog, hog_secs) = if tiny {
+                (128, 112, 88, 16, 20, 56, 2)
+            } else {
+                (256, 224, 176, 32, 100, 112, 5)
+            };
+            Experiment {
+                name: "doublepaging",
+                about: "Tesseract §6 / Figs. 10–12, Tables 1 and 4: a guest swapping to its own disk the pages its host has already swapped (double paging)",
+                mem: mib(mem),
+                limit: Some(mib(limit)),
+                steps: vec![Step {
+                    workload: "gcchurn",
+                    cmdline: format!(
+                        "heap_mb={heap} gen_mb={young} gens={gens} live_pct=10 hog_mb={hog} hog_secs={hog_secs}"
+                    ),
+                    phases: vec![
+                        "hog".into(),
+                        "run".into(),
+                        "pause_max".into(),
+                        "pause_total".into(),
+                    ],
+                    guest_swap_mb: Some(heap + hog + 64),
+                    disk: None,
+                }],
+                configs: DOUBLEPAGING,
+                reference: "qemu-hostswap",
+                series: None,
+                release: None,
             }
         }
         _ => return None,
@@ -387,13 +448,17 @@ mod tests {
         let d = m.disk.as_ref().unwrap();
         assert!(m.cmdline.contains("input=src input_mb=128") && d.files == "src:128M");
         assert!(!d.writable && d.size_mb > 128);
-        for name in NAMES {
+        // VSwapper's experiments also run the cooperative path (free page reporting).
+        for name in ["seqread", "alloc"] {
             let e = find(name, Scale::Full).unwrap();
-            if e.limit.is_some() && e.series.is_none() && e.release.is_none() {
-                assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
-                assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
-            }
+            assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
+            assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
         }
+        // Tesseract's runs the pager without and with its indirections, on a guest that swaps
+        // to its own disk.
+        let d = find("doublepaging", Scale::Full).unwrap();
+        assert!(d.configs.contains(&"memvisor-pager") && d.configs.contains(&"memvisor-tesseract"));
+        assert!(d.steps[0].guest_swap_mb.is_some() && d.steps[0].cmdline.contains("hog_mb="));
     }
 
     /// `workingset` (ESX Fig. 6): the toucher's schedule goes up and down, every step lasts

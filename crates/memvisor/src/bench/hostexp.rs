@@ -78,6 +78,7 @@ fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: String) -> 
         balloon: false,
         mapper: false,
         preventer: false,
+        tesseract: false,
         victims: None,
         pager: None,
     }

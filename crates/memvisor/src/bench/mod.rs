@@ -42,7 +42,7 @@ use experiments::Scale;
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
-    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), shares (ESX §5.1 on memvisor host),
+    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
     /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14) or swapin (MemFlex Table 1,
     /// Fig. 7).
     pub experiment: String,
@@ -557,11 +557,11 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     _ => None,
                 };
                 // A fresh guest swap disk per run (sparse: only its header is written).
-                let guest_swap = match &exp.release {
-                    Some(r) => {
+                let guest_swap = match step.guest_swap_mb {
+                    Some(mb) => {
                         let p = work.join(format!("guest-swap-{}.img", c.name));
                         teardown::track_file(p.clone());
-                        mkswap(&exe, &p, r.guest_swap_mb)?;
+                        mkswap(&exe, &p, mb)?;
                         Some(p)
                     }
                     None => None,
@@ -588,6 +588,8 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                 };
                 let result = runner::run(&spec)?;
                 if let Some(p) = guest_swap {
+                    // A run killed with indirections on leaves the image's log too.
+                    let _ = std::fs::remove_file(memvisor_pager::indirect::log_path(&p));
                     let _ = std::fs::remove_file(p);
                 }
                 if let Some((p, true)) = disk {

@@ -453,7 +453,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         release.after_phase,
         release.hog_at.as_secs(),
         release.at.as_secs(),
-        release.guest_swap_mb,
+        step.guest_swap_mb.unwrap_or(0),
         meta.reps
     );
     let _ = writeln!(s, "## Recovery\n");

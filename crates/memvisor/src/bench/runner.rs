@@ -95,8 +95,8 @@ pub struct RunResult {
     pub balloon: Option<String>,
     /// Host time from start to exit.
     pub elapsed_ms: f64,
-    /// The pager's fault latency, median and 99th percentile in µs (memvisor's final stats).
-    pub fault_latency_us: Option<(u64, u64)>,
+    /// memvisor's stats when its VM ended (`--stats-json`).
+    pub final_stats: Option<VmStats>,
     /// For a time-series experiment, the VM's answers to `GET /stats`, in order.
     pub series: Vec<StatsSample>,
     /// For an experiment that gives memory back: what was done and when.
@@ -773,7 +773,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         cgroup: cg,
         balloon,
         elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
-        fault_latency_us: final_stats.as_ref().and_then(fault_latency),
+        final_stats,
         series: samples,
         release: released.or_else(|| {
             clock.map(|t0| Released {

@@ -594,7 +594,7 @@ mod tests {
             cgroup: None,
             balloon: None,
             elapsed_ms: 0.0,
-            fault_latency_us: None,
+            final_stats: None,
             series,
             release: None,
             stats: Vec::new(),

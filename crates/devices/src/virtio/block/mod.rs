@@ -487,7 +487,9 @@ impl Block {
                 }
             }
             RequestKind::Flush => {
-                if io(self.until_not_full(|b| b.sync())) {
+                let index = self.index;
+                let ram = self.ram.clone();
+                if io(self.until_not_full(|b| b.sync().and_then(|()| ram.disk_flush(index)))) {
                     m.flushes.fetch_add(1, Ordering::Relaxed);
                     return (VIRTIO_BLK_S_OK, 0);
                 }
