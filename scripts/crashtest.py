@@ -32,7 +32,7 @@ import time
 
 VM = ["--mem", "48M", "--mem-limit", "24M", "--tesseract", "--mapper", "--preventer"]
 WRITE = "mb=16 anon_mb=48 batch=128"
-PUT_BACK = re.compile(r"disk (\w+): memvisor stopped without disentangling it; (\d+) blocks put back")
+PUT_BACK = re.compile(r"disk (\w+): (\d+) blocks put back")
 
 
 def stats(sock):

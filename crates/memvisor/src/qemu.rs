@@ -99,6 +99,11 @@ pub fn run(plan: &RunPlan) -> ExitCode {
             }
         },
     };
+    // An image memvisor left indirected (killed with --tesseract) is made whole first.
+    if let Err(e) = memvisor_vmm::recover_indirections(&plan.disks, None) {
+        eprintln!("memvisor: {e}");
+        return ExitCode::from(status::VMM_FAILURE);
+    }
     // A limit on QEMU is the host kernel's: this process enters a memory cgroup that QEMU
     // inherits, sized for the guest limit plus QEMU's own memory.
     let _host_limit = match plan.args.mem_limit {

@@ -15,7 +15,7 @@ mod memory;
 pub mod signals;
 mod vcpu;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -255,16 +255,19 @@ struct Unstarted {
     api: Option<(std::os::unix::net::UnixListener, api::Control)>,
 }
 
-/// Before the VM starts: a disk whose image has an indirection log (memvisor stopped without
-/// disentangling it, e.g. it was killed) gets the logged blocks back from the swap file the log
-/// names. That swap file is then deleted, unless this VM uses it again: it belonged to this VM's
-/// last run, whose disks are all recovered now.
-fn recover_indirections(config: &VmConfig) -> Result<(), VmmError> {
+/// Before a VM starts, on any hypervisor: a disk whose image has an indirection log (memvisor
+/// stopped without disentangling it, e.g. it was killed) gets the logged blocks back from the
+/// swap file the log names. That swap file is then deleted unless it is `swap` (this run's): it
+/// belonged to this VM's last run, whose disks are all recovered now.
+pub fn recover_indirections(
+    disks: &[DiskConfig],
+    swap: Option<&Path>,
+) -> Result<(), memvisor_pager::indirect::IndirectError> {
     let mut stores = Vec::new();
-    for disk in &config.disks {
+    for disk in disks {
         if let Some(r) = memvisor_pager::indirect::recover(&disk.path)? {
             tracing::warn!(
-                "disk {}: memvisor stopped without disentangling it; {} blocks put back from {} ({} log records)",
+                "disk {}: {} blocks put back from {} ({} log records): memvisor had left it indirected (killed, or --keep-indirections)",
                 disk.id,
                 r.blocks,
                 r.store.display(),
@@ -273,10 +276,7 @@ fn recover_indirections(config: &VmConfig) -> Result<(), VmmError> {
             stores.push(r.store);
         }
     }
-    let current = config
-        .pager
-        .as_ref()
-        .and_then(|p| std::path::absolute(&p.swap_path).ok());
+    let current = swap.and_then(|p| std::path::absolute(p).ok());
     stores.sort();
     stores.dedup();
     for store in stores.iter().filter(|s| Some(*s) != current.as_ref()) {
@@ -329,7 +329,10 @@ impl Vm {
             })
             .map_err(VmmError::Thread)?;
         let vcpus = Arc::new(Vcpus::default());
-        recover_indirections(config)?;
+        recover_indirections(
+            &config.disks,
+            config.pager.as_ref().map(|p| p.swap_path.as_path()),
+        )?;
         // The pager must own guest RAM before anything touches it, the boot data included.
         let pager = match &config.pager {
             Some(c) => {
