@@ -84,6 +84,10 @@ pub struct IndirectionStats {
     pub refused_pages: u64,
     /// Times a log was rewritten to hold just its live indirections.
     pub log_compactions: u64,
+    /// Blocks guest-disk defragmentation copied back into the images (`--tesseract-defrag`).
+    pub defragmented: u64,
+    /// Indirected blocks guest reads needed, which defragmentation then copied back first.
+    pub defrag_urgent: u64,
 }
 
 /// The host-memory pool (MemFlex): swapped pages kept in host memory until it is `spill_at`
@@ -414,6 +418,8 @@ pub struct DiskStats {
     /// Time write requests spent after their data reached the image (logging Tesseract's
     /// indirections), in µs (all of them).
     pub write_end_us: u64,
+    /// Time read requests took, in µs (all of them): with `bytes_read`, the read throughput.
+    pub read_us: u64,
     /// Queue notifications the device processed, by either path.
     pub notifies: u64,
     /// Of those, the ones its thread took from an ioeventfd, with no exit to memvisor (several

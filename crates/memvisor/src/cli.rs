@@ -187,6 +187,11 @@ pub struct RunArgs {
     /// flush, as its image data.
     #[arg(long, value_enum, default_value_t = LogSyncArg::Write)]
     pub tesseract_sync: LogSyncArg,
+    /// With --tesseract: guest-disk defragmentation (Tesseract §5.2): a thread copies indirected
+    /// blocks back into the images in the background, first those guest reads needed, so reads
+    /// stop being split between the image and the swap file.
+    #[arg(long)]
+    pub tesseract_defrag: bool,
     /// With --tesseract: at the end, leave the indirections in their logs (and the swap file)
     /// instead of copying them back; the next start, or `memvisor disk disentangle`, does it.
     #[arg(long)]
@@ -434,11 +439,12 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     }
     if (args.tesseract_max.is_some()
         || args.keep_indirections
+        || args.tesseract_defrag
         || args.tesseract_sync != LogSyncArg::Write)
         && !args.tesseract
     {
         return bad(
-            "--tesseract-max, --tesseract-sync and --keep-indirections go with --tesseract".into(),
+            "--tesseract-max, --tesseract-sync, --tesseract-defrag and --keep-indirections go with --tesseract".into(),
         );
     }
     if let Some(m) = args.tesseract_max {
@@ -552,6 +558,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 LogSyncArg::Write => memvisor_pager::indirect::LogSync::Write,
                 LogSyncArg::Flush => memvisor_pager::indirect::LogSync::Flush,
             },
+            defrag: a.tesseract_defrag,
         }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {

@@ -210,7 +210,7 @@ impl GuestRam for Pager {
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
         let s = &self.shared;
         if let Some(ind) = s.stores.image(disk).and_then(|i| i.indirect.as_ref()) {
-            ind.partial_write_begins(offset, len)?;
+            ind.write_begins(offset, len)?;
         }
         let mut state = s.lock_settled();
         if !state.table.mech.mapper {

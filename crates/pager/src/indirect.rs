@@ -59,6 +59,8 @@ const UNMAP: u32 = u32::MAX;
 /// The log is written with zeros this far ahead of its records, so a sync after an append
 /// writes the records only, not a new file size (a zero record fails its check: the end).
 const AHEAD: u64 = 1 << 20;
+/// Most blocks guest reads queue for defragmentation to copy back first.
+const URGENT_MAX: usize = 4096;
 
 #[derive(Debug, Error)]
 pub enum IndirectError {
@@ -362,6 +364,10 @@ pub struct IndirectCounters {
     pub refused: AtomicU64,
     /// Times the log was rewritten to just the live map.
     pub compactions: AtomicU64,
+    /// Blocks guest-disk defragmentation copied back into the image.
+    pub defragmented: AtomicU64,
+    /// Indirected blocks guest reads needed, which defragmentation then copied back first.
+    pub defrag_urgent: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -374,6 +380,13 @@ struct State {
     /// Blocks of the write in progress that are to become indirections, and their targets
     /// (each holds a reference taken when it was elided).
     pending: Vec<(u32, Block)>,
+    /// The blocks of the guest write in progress (`first..end`): defragmentation leaves them
+    /// alone, since the write may already have put newer data in the image.
+    writing: Option<(u32, u32)>,
+    /// Indirected blocks guest reads needed, copied back first by defragmentation.
+    urgent: std::collections::VecDeque<u32>,
+    /// Where defragmentation's walk through the map goes on from.
+    cursor: u32,
 }
 
 /// When an indirection log (and the swap file it refers to) is synced.
@@ -391,6 +404,8 @@ pub enum LogSync {
 pub struct Indirect {
     image: PathBuf,
     sync: LogSync,
+    /// Guest-disk defragmentation (§5.2) runs, so reads mark the blocks they needed.
+    defrag: bool,
     /// The swap file, read directly: indirected blocks are never in the pool.
     store: File,
     /// The image, for copying blocks back.
@@ -406,6 +421,7 @@ impl Indirect {
         store_path: &Path,
         store: File,
         sync: LogSync,
+        defrag: bool,
     ) -> Result<Self, IndirectError> {
         let log = Log::create(image, store_path)?;
         let writer = OpenOptions::new()
@@ -415,12 +431,16 @@ impl Indirect {
         Ok(Indirect {
             image: image.to_owned(),
             sync,
+            defrag,
             store,
             writer,
             state: Mutex::new(State {
                 map: BTreeMap::new(),
                 log: Some(log),
                 pending: Vec::new(),
+                writing: None,
+                urgent: std::collections::VecDeque::new(),
+                cursor: 0,
             }),
             counters: IndirectCounters::default(),
         })
@@ -499,17 +519,30 @@ impl Indirect {
             buf[at..at + k].copy_from_slice(&t[from..from + k]);
             pos = blk_end;
         }
-        drop(s);
+        if self.defrag {
+            let mut s = s;
+            for &(b, _) in &hits {
+                if s.urgent.len() < URGENT_MAX {
+                    s.urgent.push_back(b);
+                    add(&self.counters.defrag_urgent, 1);
+                }
+            }
+        } else {
+            drop(s);
+        }
         add(&self.counters.split_reads, 1);
         add(&self.counters.blocks_read, hits.len() as u64);
         Ok(true)
     }
 
-    /// Before a guest write of `len` bytes at `offset`: an indirected block the write covers
-    /// only in part is copied back into the image (its indirection ends when the write lands).
-    pub fn partial_write_begins(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        let s = self.lock();
+    /// Before a guest write of `len` bytes at `offset`: its blocks are marked as being written,
+    /// and an indirected block the write covers only in part is copied back into the image (its
+    /// indirection ends when the write lands).
+    pub fn write_begins(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let mut s = self.lock();
         let b = BLOCK as u64;
+        let block = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+        s.writing = Some((block(offset / b), block((offset + len).div_ceil(b))));
         let mut edges = Vec::new();
         if offset % b != 0 {
             edges.push(offset / b);
@@ -543,6 +576,7 @@ impl Indirect {
         sync_store: impl FnOnce() -> std::io::Result<()>,
     ) -> (Vec<Block>, std::io::Result<()>) {
         let mut s = self.lock();
+        s.writing = None;
         let pending = std::mem::take(&mut s.pending);
         if !landed {
             return (pending.iter().map(|&(_, t)| t).collect(), Ok(()));
@@ -633,6 +667,61 @@ impl Indirect {
             Some(l) => l.file.sync_data(),
             None => Ok(()),
         }
+    }
+
+    /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
+    /// into the image (first those guest reads needed, then the map in block order), skipping
+    /// the blocks of a guest write in progress, and ends their indirections in the log (the
+    /// image synced first when the log is synced per write). Returns the swap-file blocks whose
+    /// references the caller drops; empty when there is nothing to do.
+    pub fn defragment(&self, max: usize) -> std::io::Result<Vec<Block>> {
+        let mut s = self.lock();
+        if s.log.is_none() || s.map.is_empty() {
+            return Ok(Vec::new());
+        }
+        let busy = |s: &State, b: u32| s.writing.is_some_and(|(f, e)| (f..e).contains(&b));
+        let mut batch: Vec<(u32, Block)> = Vec::new();
+        while batch.len() < max {
+            let Some(b) = s.urgent.pop_front() else { break };
+            if let Some(&t) = s.map.get(&b) {
+                if !busy(&s, b) && !batch.iter().any(|x| x.0 == b) {
+                    batch.push((b, t));
+                }
+            }
+        }
+        let from = s.cursor;
+        let walk: Vec<(u32, Block)> = s
+            .map
+            .range(from..)
+            .chain(s.map.range(..from))
+            .map(|(&b, &t)| (b, t))
+            .filter(|&(b, _)| !busy(&s, b) && !batch.iter().any(|x| x.0 == b))
+            .take(max - batch.len())
+            .collect();
+        batch.extend(walk);
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tmp = AlignedBuf::new(BLOCK);
+        for &(b, t) in &batch {
+            let d = tmp.get(BLOCK);
+            self.store.read_exact_at(d, u64::from(t) * BLOCK as u64)?;
+            self.writer.write_all_at(d, u64::from(b) * BLOCK as u64)?;
+        }
+        let each = self.sync == LogSync::Write;
+        if each {
+            self.writer.sync_data()?;
+        }
+        let changes: Vec<(u32, Option<Block>)> = batch.iter().map(|&(b, _)| (b, None)).collect();
+        if let Some(l) = s.log.as_mut() {
+            l.append(&changes, each)?;
+        }
+        for &(b, _) in &batch {
+            s.map.remove(&b);
+        }
+        s.cursor = batch.last().map_or(0, |&(b, _)| b.saturating_add(1));
+        add(&self.counters.defragmented, batch.len() as u64);
+        Ok(batch.into_iter().map(|(_, t)| t).collect())
     }
 
     /// Copies every indirected block back into the image and deletes the log (a clean exit);

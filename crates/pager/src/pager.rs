@@ -93,6 +93,9 @@ pub struct IndirectConfig {
     pub keep: bool,
     /// When the logs are synced.
     pub sync: crate::indirect::LogSync,
+    /// Guest-disk defragmentation (Tesseract §5.2): a thread copies indirected blocks back into
+    /// the images in the background, first those guest reads needed.
+    pub defrag: bool,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -414,6 +417,13 @@ impl Pager {
                 })
                 .map_err(PagerError::Thread)?;
         }
+        if config.indirections.is_some_and(|c| c.defrag) {
+            let d = shared.clone();
+            std::thread::Builder::new()
+                .name("defrag".into())
+                .spawn(move || d.defrag_thread())
+                .map_err(PagerError::Thread)?;
+        }
         let s = shared.clone();
         std::thread::Builder::new()
             .name("pager".into())
@@ -465,6 +475,7 @@ impl Pager {
                     &s.swap_path,
                     store,
                     cfg.sync,
+                    cfg.defrag,
                 )?)
             }
             _ => None,
@@ -568,6 +579,36 @@ impl Pager {
 }
 
 impl Shared {
+    /// Guest-disk defragmentation: batches of indirected blocks copied back into the images,
+    /// with a pause between batches so the guest's own I/O goes first; a failed copy is logged
+    /// and tried again later (the indirection stays, so nothing is lost).
+    fn defrag_thread(&self) {
+        const BATCH: usize = 32;
+        loop {
+            let mut done = 0;
+            for image in self.stores.images() {
+                let Some(ind) = &image.indirect else { continue };
+                match ind.defragment(BATCH) {
+                    Ok(released) => {
+                        done += released.len();
+                        if !released.is_empty() {
+                            let mut pages = self.lock();
+                            for b in released {
+                                pages.table.blocks.release(b);
+                                pages.indirections -= 1;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("pager: defragmenting {} failed: {e}", ind.image().display())
+                    }
+                }
+            }
+            let pause = if done == 0 { 50 } else { 2 };
+            std::thread::sleep(std::time::Duration::from_millis(pause));
+        }
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Pages> {
         self.pages.lock().unwrap_or_else(|e| e.into_inner())
     }

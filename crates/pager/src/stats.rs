@@ -311,6 +311,8 @@ impl Pager {
                     t.disentangled += get(&c.disentangled);
                     t.refused_pages += get(&c.refused);
                     t.log_compactions += get(&c.compactions);
+                    t.defragmented += get(&c.defragmented);
+                    t.defrag_urgent += get(&c.defrag_urgent);
                 }
                 t
             }),

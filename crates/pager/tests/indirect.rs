@@ -84,6 +84,10 @@ struct Setup {
 /// A pager with indirections over a 4096-block image (block b holds word_page(b)), and guest
 /// pages 0..N holding word_page(10_000 + p), swapped out.
 fn setup() -> Setup {
+    setup_with(false)
+}
+
+fn setup_with(defrag: bool) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let image_path = dir.path().join("disk.img");
     let image = common::image(&image_path, 4096, word_page);
@@ -93,6 +97,7 @@ fn setup() -> Setup {
         max: 16384,
         keep: false,
         sync: memvisor_pager::indirect::LogSync::Write,
+        defrag,
     });
     let swap_path = config.swap_path.clone();
     let vcpus = Arc::new(NoVcpus::default());
@@ -199,16 +204,7 @@ fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
 
     // Overwrites end indirections: the first half of the blocks get new content from pages
     // at 32 MiB (resident, written plainly).
-    for chunk in 0..N / 64 {
-        let pages: Vec<(GuestAddress, u64)> = (chunk * 32..chunk * 32 + 32)
-            .map(|i| {
-                let addr = GuestAddress(32 * MIB + i * PAGE as u64);
-                s.mem.write_slice(&word_page(50_000 + i), addr).unwrap();
-                (addr, 1000 + i)
-            })
-            .collect();
-        device_write(&s.pager, &s.image, &pages);
-    }
+    overwrite_first_half(&s);
     // A partial write (one 512-byte sector) into an indirected block of the second half.
     let partial_block = (1000 + N / 2..1000 + N)
         .find(|&b| {
@@ -223,15 +219,11 @@ fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
     s.image.write_all_at(&sector, off).unwrap();
     s.pager.disk_write_end(0, off, 512, true).unwrap();
     let want = |b: u64| {
-        if (1000..1000 + N / 2).contains(&b) {
-            word_page(50_000 + b - 1000)
-        } else if b == partial_block {
-            let mut v = after_writes(b);
+        let mut v = after_overwrite(b);
+        if b == partial_block {
             v[1024..1536].copy_from_slice(&sector);
-            v
-        } else {
-            after_writes(b)
         }
+        v
     };
     check_disk(&s, want);
     let ind = s.pager.snapshot().indirections.unwrap();
@@ -300,4 +292,66 @@ fn a_crash_leaves_the_log_and_recovery_puts_every_acknowledged_block_back() {
         recover(&s.image_path).unwrap().is_none(),
         "nothing left to recover"
     );
+}
+
+#[test]
+fn defragmentation_copies_indirected_blocks_back_while_the_guest_overwrites_some() {
+    let s = setup_with(true);
+    let elided = write_all(&s);
+    assert!(elided > 0);
+    // The guest overwrites the first half while the defragmenter runs: whichever of the two
+    // gets to a block first, the newer data must win.
+    overwrite_first_half(&s);
+    let t = Instant::now();
+    while s.pager.snapshot().indirections.unwrap().live > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            s.pager.snapshot().indirections
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ind = s.pager.snapshot().indirections.unwrap();
+    assert!(ind.defragmented > 0, "{ind:?}");
+    assert_eq!(ind.defragmented + ind.ended, ind.elided_pages, "{ind:?}");
+    // The image alone holds every block now, and the log says nothing is indirected.
+    let mut disk = vec![0u8; PAGE];
+    for b in 0..4096u64 {
+        s.image.read_exact_at(&mut disk, b * PAGE as u64).unwrap();
+        assert!(
+            disk == after_overwrite(b),
+            "image block {b} after defragmentation"
+        );
+    }
+    let before = s.pager.snapshot().indirections.unwrap().split_reads;
+    check_disk(&s, after_overwrite);
+    assert_eq!(
+        s.pager.snapshot().indirections.unwrap().split_reads,
+        before,
+        "no read is split any more"
+    );
+    let r = recover(&s.image_path).unwrap().expect("the log");
+    assert_eq!(r.blocks, 0, "the log's map is empty");
+}
+
+/// Blocks 1000..1000 + N/2 get new content from resident pages at 32 MiB.
+fn overwrite_first_half(s: &Setup) {
+    for chunk in 0..N / 64 {
+        let pages: Vec<(GuestAddress, u64)> = (chunk * 32..chunk * 32 + 32)
+            .map(|i| {
+                let addr = GuestAddress(32 * MIB + i * PAGE as u64);
+                s.mem.write_slice(&word_page(50_000 + i), addr).unwrap();
+                (addr, 1000 + i)
+            })
+            .collect();
+        device_write(&s.pager, &s.image, &pages);
+    }
+}
+
+fn after_overwrite(b: u64) -> Vec<u8> {
+    if (1000..1000 + N / 2).contains(&b) {
+        word_page(50_000 + b - 1000)
+    } else {
+        after_writes(b)
+    }
 }

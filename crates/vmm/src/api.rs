@@ -180,6 +180,7 @@ fn disk_stats(m: &BlockMetrics, t: &TransportMetrics) -> DiskStats {
         write_prepare_us: m.write_prepare_us.load(Ordering::Relaxed),
         write_prepare_max_us: m.write_prepare_max_us.load(Ordering::Relaxed),
         write_end_us: m.write_end_us.load(Ordering::Relaxed),
+        read_us: m.read_us.load(Ordering::Relaxed),
         errors: m.errors.load(Ordering::Relaxed),
     }
 }

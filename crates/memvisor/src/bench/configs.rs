@@ -189,6 +189,14 @@ pub const CONFIGS: &[Config] = &[
         balloon: false,
         mechanisms: &["--tesseract", "--tesseract-sync", "flush"],
     },
+    Config {
+        name: "memvisor-tesseract-defrag",
+        about: "memvisor-tesseract-flush with guest-disk defragmentation: indirected blocks copied back into the image in the background (--tesseract-defrag)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag"],
+    },
 ];
 
 /// The configuration called `name`.

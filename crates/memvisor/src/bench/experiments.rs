@@ -128,6 +128,7 @@ pub const DOUBLEPAGING: &[&str] = &[
     "memvisor-pager",
     "memvisor-tesseract",
     "memvisor-tesseract-flush",
+    "memvisor-tesseract-defrag",
 ];
 
 const LIMITED: &[&str] = &[

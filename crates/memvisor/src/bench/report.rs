@@ -427,9 +427,9 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
     );
     let _ = writeln!(
         s,
-        "| configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file |"
+        "| configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | blocks defragmented | swap-disk reads MB/s |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for c in meta.configs {
         let finals: Vec<&memvisor_api::VmStats> = records
             .iter()
@@ -437,7 +437,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             .filter_map(|r| r.result.final_stats.as_ref())
             .collect();
         if finals.is_empty() {
-            let _ = writeln!(s, "| {} | - | - | - | - | - | - | - | - |", c.name);
+            let _ = writeln!(s, "| {} | - | - | - | - | - | - | - | - | - | - |", c.name);
             continue;
         }
         #[allow(clippy::cast_precision_loss)]
@@ -459,7 +459,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
         #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.name,
             med(&|x| disk(x).map(|d| d.writes as f64), 0),
             med(
@@ -475,6 +475,11 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             med(&|x| ind(x, |i| i.elided_pages), 0),
             med(&|x| ind(x, |i| i.split_reads), 0),
             med(&|x| ind(x, |i| i.blocks_read), 0),
+            med(&|x| ind(x, |i| i.defragmented), 0),
+            med(
+                &|x| disk(x).map(|d| d.bytes_read as f64 / d.read_us.max(1) as f64),
+                1
+            ),
         );
     }
     let _ = writeln!(

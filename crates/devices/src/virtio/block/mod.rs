@@ -75,6 +75,8 @@ pub struct BlockMetrics {
     pub write_prepare_max_us: AtomicU64,
     /// Time write requests spent after their data reached the image (logging indirections).
     pub write_end_us: AtomicU64,
+    /// Time read requests took, in µs (with `bytes_read`, the read throughput).
+    pub read_us: AtomicU64,
 }
 
 /// Whether `e` says the file system has no room (or the quota none left).
@@ -346,12 +348,17 @@ impl Block {
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         let offset = sector * SECTOR_SIZE;
         if !write {
-            return self.move_data(req, offset, false).map(drop);
+            let t0 = Instant::now();
+            let r = self.move_data(req, offset, false).map(drop);
+            let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.metrics.read_us.fetch_add(us, Ordering::Relaxed);
+            return r;
         }
         let t0 = Instant::now();
-        self.ram
-            .disk_write_begin(self.index, offset, req.data_len)?;
-        let moved = self.move_data(req, offset, true);
+        let moved = self
+            .ram
+            .disk_write_begin(self.index, offset, req.data_len)
+            .and_then(|()| self.move_data(req, offset, true));
         let t1 = Instant::now();
         let ended = self
             .ram
