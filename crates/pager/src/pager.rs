@@ -7,7 +7,9 @@
 //! - `reclaim` takes pages out while resident pages exceed the limit (`reclaim.rs`), in chunks,
 //!   writing each chunk without the page lock, so faults go on being served meanwhile; with a
 //!   pool and room under the limit, it brings swapped pages back proactively (`swapin.rs`);
-//! - `pool-flush`, with a pool, spills its least recent pages to the swap file (`pool.rs`).
+//! - `pool-flush`, with a pool, spills its least recent pages to the swap file (`pool.rs`);
+//! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
+//!   the images (`indirect.rs`).
 //!
 //! Devices reach guest memory through the [`GuestRam`] facade (`facade.rs`), which installs
 //! whole pages without reading them; vCPU threads come in only for the Preventer
@@ -21,6 +23,8 @@
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
 //! - `events`: the fault event buffer, used by the pager thread alone.
 //! - the pool's own lock (`pool.rs`), taken after `pages`, never before it.
+//! - each disk's indirection lock (`indirect.rs`), taken after `pages`, never before it (the
+//!   device and the defragmenter drop it before they take `pages` to release blocks).
 //!
 //! The limit is an atomic; the counters are atomics and the page census is kept as running
 //! counts, so the API reads them without a scan. Pausing and parking vCPUs belong to the VMM,
