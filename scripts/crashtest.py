@@ -6,7 +6,9 @@ on its disk.
 Run through scripts/crashtest.sh, which builds memvisor first:
     scripts/crashtest.sh [--kills N] [--out DIR] [--seed S]
 Each round: fresh data and swap disks; `memvisor run --tesseract` (with the Swap Mapper and the
-Preventer, under a limit that makes the pager swap) runs the guest kit's `crashwrite` workload,
+Preventer, under a limit that makes the pager swap; rounds take turns with the log synced per
+write or per flush, and without and with guest-disk defragmentation) runs the guest kit's
+`crashwrite` workload,
 which writes generations of sequence-numbered pages to a file on the data disk while its own
 memory churns through its swap disk, printing `ACK gen=G page=I` after each sync; at a random
 moment memvisor gets SIGKILL. Then a fresh boot of the same disks (which first puts the logged
@@ -58,7 +60,8 @@ def one_round(memvisor, work, k, seed, rng):
     shutil.copy(os.path.join(work, "swap.img"), swap)
     store, sock = os.path.join(d, "store.swap"), os.path.join(d, "api.sock")
     disks = ["--disk", f"{data},id=data", "--disk", f"{swap},id=swap"]
-    run = [memvisor, "run", *VM, "--swap", store, "--api-sock", sock, *disks,
+    mode = ["--tesseract-sync", ("write", "flush")[k % 2]] + (["--tesseract-defrag"] if k // 2 % 2 else [])
+    run = [memvisor, "run", *VM, *mode, "--swap", store, "--api-sock", sock, *disks,
            "--workload", "crashwrite", "--cmdline", f"{WRITE} seed={seed}"]
     p = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     acks = []
@@ -94,6 +97,7 @@ def one_round(memvisor, work, k, seed, rng):
     leaked = [f for f in os.listdir(d) if f.endswith(".indirections")] + ([store] if os.path.exists(store) else [])
     r = {
         "round": k,
+        "mode": " ".join(mode),
         "killed_after_s": round(delay, 2),
         "acks": len(acks),
         "acked": [gen, page],
@@ -136,7 +140,7 @@ def main():
     for k in range(a.kills):
         r = one_round(memvisor, work, k, a.seed + k, rng)
         rounds.append(r)
-        print(f"crashtest: round {k}: killed after {r['killed_after_s']} s, {r['acks']} acks (last gen {r['acked'][0]} page {r['acked'][1]}), "
+        print(f"crashtest: round {k} ({r['mode']}): killed after {r['killed_after_s']} s, {r['acks']} acks (last gen {r['acked'][0]} page {r['acked'][1]}), "
               f"{r['indirections_live_before_kill']} indirections live, put back {r['blocks_put_back']}, "
               f"lost {r['lost']}, torn {r['torn']}, leaked {len(r['leaked'])} -> {'ok' if r['pass'] else 'FAILED'}", flush=True)
         if not r["pass"]:

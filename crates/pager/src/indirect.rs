@@ -387,6 +387,9 @@ struct State {
     urgent: std::collections::VecDeque<u32>,
     /// Where defragmentation's walk through the map goes on from.
     cursor: u32,
+    /// The blocks defragmentation is copying back without the lock: a guest write of one of
+    /// them, and the end of the indirections, wait until the batch is done (`copied`).
+    defragging: Vec<u32>,
 }
 
 /// When an indirection log (and the swap file it refers to) is synced.
@@ -411,6 +414,8 @@ pub struct Indirect {
     /// The image, for copying blocks back.
     writer: File,
     state: Mutex<State>,
+    /// Signalled when a defragmentation batch is done.
+    copied: std::sync::Condvar,
     pub counters: IndirectCounters,
 }
 
@@ -441,13 +446,23 @@ impl Indirect {
                 writing: None,
                 urgent: std::collections::VecDeque::new(),
                 cursor: 0,
+                defragging: Vec::new(),
             }),
+            copied: std::sync::Condvar::new(),
             counters: IndirectCounters::default(),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lock, once no block of `first..end` is being defragmented.
+    fn lock_without_defrag(&self, first: u32, end: u32) -> MutexGuard<'_, State> {
+        let s = self.lock();
+        self.copied
+            .wait_while(s, |s| s.defragging.iter().any(|b| (first..end).contains(b)))
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Live indirections and the log's size in bytes.
@@ -539,10 +554,11 @@ impl Indirect {
     /// and an indirected block the write covers only in part is copied back into the image (its
     /// indirection ends when the write lands).
     pub fn write_begins(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        let mut s = self.lock();
         let b = BLOCK as u64;
         let block = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-        s.writing = Some((block(offset / b), block((offset + len).div_ceil(b))));
+        let (first, end) = (block(offset / b), block((offset + len).div_ceil(b)));
+        let mut s = self.lock_without_defrag(first, end);
+        s.writing = Some((first, end));
         let mut edges = Vec::new();
         if offset % b != 0 {
             edges.push(offset / b);
@@ -702,19 +718,36 @@ impl Indirect {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tmp = AlignedBuf::new(BLOCK);
-        for &(b, t) in &batch {
-            let d = tmp.get(BLOCK);
-            self.store.read_exact_at(d, u64::from(t) * BLOCK as u64)?;
-            self.writer.write_all_at(d, u64::from(b) * BLOCK as u64)?;
-        }
-        let each = self.sync == LogSync::Write;
-        if each {
-            self.writer.sync_data()?;
-        }
+        // The copies go without the lock, so guest reads (which read these blocks from the
+        // swap file meanwhile) do not wait for them; guest writes of them do.
+        s.defragging = batch.iter().map(|&(b, _)| b).collect();
+        drop(s);
+        let copy = || -> std::io::Result<()> {
+            let mut tmp = AlignedBuf::new(BLOCK);
+            for &(b, t) in &batch {
+                let d = tmp.get(BLOCK);
+                self.store.read_exact_at(d, u64::from(t) * BLOCK as u64)?;
+                self.writer.write_all_at(d, u64::from(b) * BLOCK as u64)?;
+            }
+            if self.sync == LogSync::Write {
+                self.writer.sync_data()?;
+            }
+            Ok(())
+        };
+        let copied = copy();
+        let mut s = self.lock();
+        s.defragging.clear();
+        self.copied.notify_all();
+        copied?;
+        // Nothing but this batch ends these indirections while they are copied.
+        let batch: Vec<(u32, Block)> = batch
+            .into_iter()
+            .filter(|&(b, t)| s.map.get(&b) == Some(&t))
+            .collect();
         let changes: Vec<(u32, Option<Block>)> = batch.iter().map(|&(b, _)| (b, None)).collect();
-        if let Some(l) = s.log.as_mut() {
-            l.append(&changes, each)?;
+        match s.log.as_mut() {
+            Some(l) => l.append(&changes, self.sync == LogSync::Write)?,
+            None => return Ok(Vec::new()),
         }
         for &(b, _) in &batch {
             s.map.remove(&b);
@@ -727,7 +760,7 @@ impl Indirect {
     /// Copies every indirected block back into the image and deletes the log (a clean exit);
     /// returns the swap-file blocks to release.
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
-        let mut s = self.lock();
+        let mut s = self.lock_without_defrag(0, u32::MAX);
         let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
         add(&self.counters.disentangled, n);
         let targets = std::mem::take(&mut s.map).into_values().collect();
@@ -740,7 +773,7 @@ impl Indirect {
 
     /// Leaves the log, synced, for the next start (`--keep-indirections`).
     pub fn keep(&self) -> std::io::Result<u64> {
-        let mut s = self.lock();
+        let mut s = self.lock_without_defrag(0, u32::MAX);
         if let Some(l) = s.log.take() {
             l.file.sync_data()?;
         }
