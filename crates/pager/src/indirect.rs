@@ -429,10 +429,18 @@ impl Indirect {
         defrag: bool,
     ) -> Result<Self, IndirectError> {
         let log = Log::create(image, store_path)?;
-        let writer = OpenOptions::new()
-            .write(true)
-            .open(image)
-            .map_err(io_err(image))?;
+        // O_DIRECT where the file system allows (every write here is whole aligned blocks), as
+        // the device's own writes: blocks copied back do not sit dirty in the page cache, where
+        // the device's next O_DIRECT read of them would have to write them out first.
+        let open = |direct: bool| {
+            let mut o = OpenOptions::new();
+            o.write(true);
+            if direct {
+                std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
+            }
+            o.open(image)
+        };
+        let writer = open(true).or_else(|_| open(false)).map_err(io_err(image))?;
         Ok(Indirect {
             image: image.to_owned(),
             sync,
