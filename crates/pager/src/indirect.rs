@@ -332,6 +332,23 @@ pub fn recover(image: &Path) -> Result<Option<Disentangled>, IndirectError> {
         .write(true)
         .open(image)
         .map_err(io_err(image))?;
+    // A log that names blocks past the end of either file is not one memvisor wrote: refuse it
+    // before anything is copied (it would read nothing, or grow the image).
+    let len = |f: &File, p: &Path| f.metadata().map(|m| m.len()).map_err(io_err(p));
+    let (image_len, store_len) = (len(&img, image)?, len(&store, r.log.store())?);
+    let end = |b: u32| (u64::from(b) + 1) * BLOCK as u64;
+    if let Some((&b, &t)) = r
+        .map
+        .iter()
+        .find(|&(&b, &t)| end(b) > image_len || end(t) > store_len)
+    {
+        return Err(IndirectError::Corrupt {
+            path: r.log.path.clone(),
+            why: format!(
+                "it maps block {b} to swap block {t}, past the end of the image ({image_len} bytes) or of the swap file ({store_len} bytes)"
+            ),
+        });
+    }
     let blocks = copy_back(&img, &store, &r.map).map_err(io_err(image))?;
     let store_path = r.log.store().to_owned();
     let path = r.log.path.clone();
@@ -853,6 +870,29 @@ mod tests {
         ));
         let e = recover(&image).err().unwrap().to_string();
         assert!(e.contains("not an indirection log"), "{e}");
+    }
+
+    #[test]
+    fn a_log_naming_blocks_past_either_file_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        let store = dir.path().join("s.swap");
+        std::fs::write(&image, vec![7u8; 4 * BLOCK]).unwrap();
+        std::fs::write(&store, vec![9u8; 2 * BLOCK]).unwrap();
+        for (block, target) in [(4, 0), (0, 2), (u32::MAX - 1, 0)] {
+            let mut log = Log::create(&image, &store).unwrap();
+            log.append(&[(block, Some(target))], true).unwrap();
+            let e = recover(&image).err().unwrap();
+            assert!(e.to_string().contains("past the end"), "{e}");
+            assert_eq!(std::fs::metadata(&image).unwrap().len(), 4 * BLOCK as u64);
+            std::fs::remove_file(log_path(&image)).unwrap();
+        }
+        let mut log = Log::create(&image, &store).unwrap();
+        log.append(&[(3, Some(1))], true).unwrap();
+        assert_eq!(recover(&image).unwrap().unwrap().blocks, 1);
+        let data = std::fs::read(&image).unwrap();
+        assert!(data[3 * BLOCK..].iter().all(|&x| x == 9));
+        assert!(data[..3 * BLOCK].iter().all(|&x| x == 7));
     }
 
     #[test]
