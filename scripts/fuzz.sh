@@ -37,7 +37,7 @@ else
     what="${secs}s"
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(api_request host_config elf_loader virtio_mmio virtio_blk virtio_balloon)
+[ ${#targets[@]} -gt 0 ] || targets=(api_request host_config elf_loader indirection_log virtio_mmio virtio_blk virtio_balloon)
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzz.sh: cargo-fuzz needs the nightly toolchain: rustup toolchain install nightly" >&2
     exit 2
