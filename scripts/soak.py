@@ -8,7 +8,7 @@ DURATION is seconds or 90s / 10m / 1h (default 1h). Each slot runs one VM at a t
 ends, its result is read (exit status, the guest's final RESULT line, the VMM's final stats) and
 the slot starts the next workload. Every 5 s the host and every VMM are sampled (RSS, state).
 When the time is up no new VM starts and the running ones finish. The report (stdout and
-OUT/soak.json) gives the runs, pages moved, faults, pauses, mismatches, hangs, OOM kills and
+OUT/soak.json) gives the runs, pages moved (Tesseract's indirections among them), faults, pauses, mismatches, hangs, OOM kills and
 memvisor's RSS over time; the exit status is 0 only if every run passed with 0 mismatches,
 nothing hung, nothing was OOM-killed and the host stayed up.
 """
@@ -176,7 +176,7 @@ def main():
         name = f"s{slot}g{g}"
         spec = {"name": name, "mem": VM_MEM, "workload": wl, "cmdline": cmd,
                 "disks": [f"{disks[slot]},id=data"], "balloon": True, "mapper": True,
-                "preventer": True}
+                "preventer": True, "tesseract": True}
         st, body = call(sock, "POST", "/vms", spec)
         if st != 200:
             problems.append(f"{name}: POST /vms answered {st}: {body}")
@@ -201,6 +201,9 @@ def main():
             totals[k] = totals.get(k, 0) + int(c.get(k) or 0)
         for k in ("pooled_pages", "hit_pages", "spilled_pages"):
             totals["pool_" + k] = totals.get("pool_" + k, 0) + int(pool_c.get(k) or 0)
+        ind_c = c.get("indirections") or {}
+        for k in ("elided_pages", "split_reads", "disentangled"):
+            totals["indirections_" + k] = totals.get("indirections_" + k, 0) + int(ind_c.get(k) or 0)
         w = words(result) if result else {}
         ok = vm.get("exit_status") == 1 and w.get("ok") == "1" and w.get("mismatches", "0") == "0"
         runs.append({"name": name, "workload": wl, "seconds": round(time.time() - started, 1),
@@ -316,7 +319,10 @@ def main():
     print(f"soak: pages moved: {moved // 4096} through the swap file, "
           f"{totals.get('pool_pooled_pages', 0)} into pools ({totals.get('pool_hit_pages', 0)} pool hits, "
           f"{totals.get('pool_spilled_pages', 0)} spilled), {totals.get('reclaimed_mirrored', 0)} dropped as mirrors, "
-          f"{totals.get('proactive_swap_ins', 0)} swapped in proactively")
+          f"{totals.get('proactive_swap_ins', 0)} swapped in proactively; Tesseract: "
+          f"{totals.get('indirections_elided_pages', 0)} pages of guest writes became indirections, "
+          f"{totals.get('indirections_split_reads', 0)} split reads, "
+          f"{totals.get('indirections_disentangled', 0)} blocks put back at the VMs' ends")
     print(f"soak: faults {faults}, pauses {totals.get('pauses', 0)}, OOM kills {ooms}, "
           f"host RSS {mib(host_first)} -> {mib(host_last)} MiB, a VMM's own RSS (beyond guest "
           f"memory and pool) {mib(vmm_first)} -> {mib(vmm_last)} MiB (first and last tenth)")
