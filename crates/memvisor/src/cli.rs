@@ -432,9 +432,7 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             "--mapper and --preventer are part of memvisor's full pager (--pager full)".into(),
         );
     }
-    if (args.tesseract || args.tesseract_max.is_some() || args.keep_indirections)
-        && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
-    {
+    if args.tesseract && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
         return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
     }
     if (args.tesseract_max.is_some()

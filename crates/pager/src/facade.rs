@@ -40,10 +40,8 @@ impl Shared {
     fn protect_resident(
         &self,
         state: &Pages,
-        disk: u8,
-        pages: &[DiskPage],
+        mut resident: Vec<(PageIdx, ImageBlock)>,
     ) -> Vec<(PageIdx, ImageBlock)> {
-        let mut resident = self.disk_pages(disk, pages);
         resident.retain(|&(p, _)| !state.table.device_can_install(p));
         resident.sort_unstable_by_key(|&(p, _)| p);
         let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
@@ -64,19 +62,18 @@ impl Shared {
         resident
     }
 
-    /// With the Swap Mapper: write-protects the resident pages of a disk request and records each
-    /// with `record` (a read that filled it, or a write about to copy it out).
+    /// With the Swap Mapper: write-protects the resident ones of a disk request's `pages` and
+    /// records each with `record` (a read that filled it, or a write about to copy it out).
     fn mirror_resident(
         &self,
-        disk: u8,
-        pages: &[DiskPage],
+        state: &mut Pages,
+        pages: Vec<(PageIdx, ImageBlock)>,
         record: fn(&mut PageTable, PageIdx, ImageBlock),
     ) {
-        let mut state = self.lock_settled();
         if !state.table.mech.mapper {
             return;
         }
-        for (p, ib) in self.protect_resident(&state, disk, pages) {
+        for (p, ib) in self.protect_resident(state, pages) {
             record(&mut state.table, p, ib);
         }
     }
@@ -203,13 +200,18 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         // Protected first, so the first guest write ends the mirroring.
-        self.shared
-            .mirror_resident(disk, pages, PageTable::read_from_disk);
+        let s = &self.shared;
+        let mut state = s.lock_settled();
+        s.mirror_resident(
+            &mut state,
+            s.disk_pages(disk, pages),
+            PageTable::read_from_disk,
+        );
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
         let s = &self.shared;
-        if let Some(ind) = s.stores.image(disk).and_then(|i| i.indirect.as_ref()) {
+        if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }
         let mut state = s.lock_settled();
@@ -239,10 +241,7 @@ impl GuestRam for Pager {
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
         let s = &self.shared;
-        let (Some(cfg), Some(ind)) = (
-            s.indirections,
-            s.stores.image(disk).and_then(|i| i.indirect.as_ref()),
-        ) else {
+        let (Some(cfg), Some(ind)) = (s.indirections, s.stores.indirect(disk)) else {
             return Vec::new();
         };
         let mut state = s.lock_settled();
@@ -273,26 +272,20 @@ impl GuestRam for Pager {
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
         let s = &self.shared;
-        let Some(ind) = s.stores.image(disk).and_then(|i| i.indirect.as_ref()) else {
+        let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
         let first = u32::try_from(offset / PAGE_SIZE).unwrap_or(u32::MAX);
         let end = u32::try_from((offset + len).div_ceil(PAGE_SIZE)).unwrap_or(u32::MAX);
         let (released, r) =
             ind.write_ends(first, end, landed, || s.stores.swap.file.sync_if_written());
-        if !released.is_empty() {
-            let mut state = s.lock();
-            for b in released {
-                state.table.blocks.release(b);
-                state.indirections -= 1;
-            }
-        }
+        s.release_indirections(released);
         r
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
         let s = &self.shared;
-        match s.stores.image(disk).and_then(|i| i.indirect.as_ref()) {
+        match s.stores.indirect(disk) {
             Some(ind) => ind.flush(|| s.stores.swap.file.sync_if_written()),
             None => Ok(()),
         }
@@ -307,24 +300,23 @@ impl GuestRam for Pager {
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
         let s = &self.shared;
-        {
+        let mut state = s.lock_settled();
+        let sources = s.disk_pages(disk, pages);
+        if state.attached {
             // The pages the device is about to read that are not in guest RAM: each will be
             // swapped in only to be written out (double paging).
-            let state = s.lock();
-            let out = s
-                .disk_pages(disk, pages)
+            let out = sources
                 .iter()
                 .filter(|&&(p, _)| {
-                    state.attached
-                        && matches!(
-                            state.table.state(p),
-                            PageState::Swapped(_) | PageState::OnDisk(_) | PageState::Sampled(_)
-                        )
+                    matches!(
+                        state.table.state(p),
+                        PageState::Swapped(_) | PageState::OnDisk(_) | PageState::Sampled(_)
+                    )
                 })
                 .count();
             Counters::add(&s.counters.double_paging_swap_ins, out as u64);
         }
-        s.mirror_resident(disk, pages, PageTable::disk_write_source);
+        s.mirror_resident(&mut state, sources, PageTable::disk_write_source);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {

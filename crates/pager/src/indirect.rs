@@ -32,15 +32,17 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
 use thiserror::Error;
 
 use crate::state::Block;
-use crate::swap::{AlignedBuf, BLOCK};
+use crate::stats::Counters;
+use crate::swap::{open_direct, AlignedBuf, BLOCK};
 
 /// The log of `image`: beside it, named after it.
 pub fn log_path(image: &Path) -> PathBuf {
@@ -51,8 +53,7 @@ pub fn log_path(image: &Path) -> PathBuf {
 
 const MAGIC: &[u8; 8] = b"MVINDIR1";
 /// The header: magic, store path length (u32 LE), store path; padded to a block.
-const HEADER: u64 = BLOCK as u64;
-const HEADER_BYTES: usize = BLOCK;
+const HEADER: usize = BLOCK;
 const RECORD: usize = 12;
 /// A record whose target is this ends the block's indirection.
 const UNMAP: u32 = u32::MAX;
@@ -139,19 +140,19 @@ impl Log {
         map: &BTreeMap<u32, Block>,
     ) -> Result<Log, IndirectError> {
         let tmp = path.with_extension("indirections-new");
-        let mut data = Vec::with_capacity(HEADER_BYTES + map.len() * RECORD);
+        let mut data = Vec::with_capacity(HEADER + map.len() * RECORD);
         data.extend_from_slice(MAGIC);
-        let name = store.as_os_str().as_encoded_bytes();
+        let name = store.as_os_str().as_bytes();
         let n = u32::try_from(name.len())
             .ok()
-            .filter(|&n| 12 + u64::from(n) <= HEADER)
+            .filter(|&n| 12 + n as usize <= HEADER)
             .ok_or_else(|| IndirectError::Corrupt {
                 path: path.to_owned(),
                 why: format!("swap file path {} is too long", store.display()),
             })?;
         data.extend_from_slice(&n.to_le_bytes());
         data.extend_from_slice(name);
-        data.resize(HEADER_BYTES, 0);
+        data.resize(HEADER, 0);
         for (&b, &t) in map {
             data.extend_from_slice(&record(b, t));
         }
@@ -189,21 +190,19 @@ impl Log {
             path: path.clone(),
             why: why.into(),
         };
-        if data.len() < HEADER_BYTES || &data[0..8] != MAGIC {
+        if data.len() < HEADER || &data[0..8] != MAGIC {
             return Err(corrupt("no header"));
         }
         let n = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default()) as usize;
         let name = data
             .get(12..12 + n)
-            .filter(|_| 12 + n <= HEADER_BYTES)
+            .filter(|_| 12 + n <= HEADER)
             .ok_or_else(|| corrupt("the swap file's name does not fit its header"))?;
-        // SAFETY: the bytes were written from `as_encoded_bytes` of an OsStr on this platform;
-        // on Unix every byte string is a valid OsStr.
-        let store = PathBuf::from(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(name) });
+        let store = PathBuf::from(std::ffi::OsStr::from_bytes(name));
         let mut map = BTreeMap::new();
         let mut records = 0u64;
-        let mut len = HEADER;
-        for r in data[HEADER_BYTES..].chunks_exact(RECORD) {
+        let mut len = HEADER as u64;
+        for r in data[HEADER..].chunks_exact(RECORD) {
             let block = u32::from_le_bytes(r[0..4].try_into().unwrap_or_default());
             let target = u32::from_le_bytes(r[4..8].try_into().unwrap_or_default());
             if record(block, target)[8..12] != r[8..12] {
@@ -264,7 +263,7 @@ impl Log {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len <= HEADER
+        self.len <= HEADER as u64
     }
 
     /// The swap file the log's blocks are in.
@@ -305,16 +304,29 @@ pub struct Disentangled {
     pub records: u64,
 }
 
-/// Copies the blocks of `map` from `store` into `image` (then syncs it).
-fn copy_back(image: &File, store: &File, map: &BTreeMap<u32, Block>) -> std::io::Result<u64> {
+/// Copies each `(image block, swap block)` from `store` into `image`, a block at a time through
+/// an aligned buffer (either file may be `O_DIRECT`); returns the blocks copied.
+fn copy_blocks(
+    image: &File,
+    store: &File,
+    blocks: impl IntoIterator<Item = (u32, Block)>,
+) -> std::io::Result<u64> {
     let mut buf = AlignedBuf::new(BLOCK);
-    for (&block, &target) in map {
+    let mut n = 0;
+    for (block, target) in blocks {
         let b = buf.get(BLOCK);
         store.read_exact_at(b, u64::from(target) * BLOCK as u64)?;
         image.write_all_at(b, u64::from(block) * BLOCK as u64)?;
+        n += 1;
     }
+    Ok(n)
+}
+
+/// Copies every block of `map` back into `image`, then syncs it.
+fn copy_back(image: &File, store: &File, map: &BTreeMap<u32, Block>) -> std::io::Result<u64> {
+    let n = copy_blocks(image, store, map.iter().map(|(&b, &t)| (b, t)))?;
     image.sync_data()?;
-    Ok(map.len() as u64)
+    Ok(n)
 }
 
 /// Puts every block `image`'s log lists back into the image and deletes the log, so the image
@@ -387,10 +399,6 @@ pub struct IndirectCounters {
     pub defrag_urgent: AtomicU64,
 }
 
-fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
-
 struct State {
     map: BTreeMap<u32, Block>,
     log: Option<Log>,
@@ -437,27 +445,21 @@ pub struct Indirect {
 }
 
 impl Indirect {
-    /// Starts the indirections of `image` over swap file `store_path` (open as `store`).
+    /// Starts the indirections of `image` over the swap file at `store_path`.
     pub fn start(
         image: &Path,
         store_path: &Path,
-        store: File,
         sync: LogSync,
         defrag: bool,
     ) -> Result<Self, IndirectError> {
+        // Both with O_DIRECT where the file system allows, as the pager and the device use them:
+        // the swap file has no page cache copy to go stale when a freed block is written again,
+        // and blocks copied back do not sit dirty in the page cache, where the device's next
+        // O_DIRECT read of them would have to write them out first.
+        let store =
+            open_direct(OpenOptions::new().read(true), store_path).map_err(io_err(store_path))?;
+        let writer = open_direct(OpenOptions::new().write(true), image).map_err(io_err(image))?;
         let log = Log::create(image, store_path)?;
-        // O_DIRECT where the file system allows (every write here is whole aligned blocks), as
-        // the device's own writes: blocks copied back do not sit dirty in the page cache, where
-        // the device's next O_DIRECT read of them would have to write them out first.
-        let open = |direct: bool| {
-            let mut o = OpenOptions::new();
-            o.write(true);
-            if direct {
-                std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
-            }
-            o.open(image)
-        };
-        let writer = open(true).or_else(|_| open(false)).map_err(io_err(image))?;
         Ok(Indirect {
             image: image.to_owned(),
             sync,
@@ -496,16 +498,11 @@ impl Indirect {
         (s.map.len() as u64, s.log.as_ref().map_or(0, Log::len))
     }
 
-    /// Whether `block` is indirected (or about to be, by the write in progress).
-    pub fn target(&self, block: u32) -> Option<Block> {
-        self.lock().map.get(&block).copied()
-    }
-
     /// Records that `block` is to point at `target` once the write in progress lands (the
     /// caller took a reference on `target`).
     pub fn elide(&self, block: u32, target: Block) {
         self.lock().pending.push((block, target));
-        add(&self.counters.elided, 1);
+        Counters::add(&self.counters.elided, 1);
     }
 
     /// Reads `buf.len()` bytes at byte `offset` of the disk as the guest sees it from `image`
@@ -564,14 +561,14 @@ impl Indirect {
             for &(b, _) in &hits {
                 if s.urgent.len() < URGENT_MAX {
                     s.urgent.push_back(b);
-                    add(&self.counters.defrag_urgent, 1);
+                    Counters::add(&self.counters.defrag_urgent, 1);
                 }
             }
         } else {
             drop(s);
         }
-        add(&self.counters.split_reads, 1);
-        add(&self.counters.blocks_read, hits.len() as u64);
+        Counters::add(&self.counters.split_reads, 1);
+        Counters::add(&self.counters.blocks_read, hits.len() as u64);
         Ok(true)
     }
 
@@ -592,16 +589,12 @@ impl Indirect {
             edges.push((offset + len) / b);
         }
         edges.dedup();
-        let mut tmp = AlignedBuf::new(BLOCK);
-        for blk in edges {
-            let Some(&t) = u32::try_from(blk).ok().and_then(|k| s.map.get(&k)) else {
-                continue;
-            };
-            let d = tmp.get(BLOCK);
-            self.store.read_exact_at(d, u64::from(t) * b)?;
-            self.writer.write_all_at(d, blk * b)?;
-            add(&self.counters.copied_back, 1);
-        }
+        let partial = edges
+            .into_iter()
+            .filter_map(|blk| u32::try_from(blk).ok())
+            .filter_map(|blk| s.map.get(&blk).map(|&t| (blk, t)));
+        let n = copy_blocks(&self.writer, &self.store, partial)?;
+        Counters::add(&self.counters.copied_back, n);
         Ok(())
     }
 
@@ -666,7 +659,7 @@ impl Indirect {
             return (pending.iter().map(|&(_, t)| t).collect(), Err(e));
         }
         let ended = changes.iter().filter(|c| c.1.is_none()).count() as u64;
-        add(&self.counters.ended, ended);
+        Counters::add(&self.counters.ended, ended);
         for (b, t) in changes {
             match t {
                 Some(t) => {
@@ -677,14 +670,14 @@ impl Indirect {
                 }
             }
         }
-        let live = s.map.len() as u64;
+        let live = s.map.len();
         let State { map, log, .. } = &mut *s;
         if let Some(l) = log.as_mut() {
-            if l.len() > HEADER + 4 * (live + 1024) * RECORD as u64 {
+            if l.len() > (HEADER + 4 * (live + 1024) * RECORD) as u64 {
                 match Log::write_fresh(&l.path, &l.store, map) {
                     Ok(fresh) => {
                         *l = fresh;
-                        add(&self.counters.compactions, 1);
+                        Counters::add(&self.counters.compactions, 1);
                     }
                     Err(e) => tracing::warn!("indirection log: compaction failed: {e}"),
                 }
@@ -747,19 +740,12 @@ impl Indirect {
         // swap file meanwhile) do not wait for them; guest writes of them do.
         s.defragging = batch.iter().map(|&(b, _)| b).collect();
         drop(s);
-        let copy = || -> std::io::Result<()> {
-            let mut tmp = AlignedBuf::new(BLOCK);
-            for &(b, t) in &batch {
-                let d = tmp.get(BLOCK);
-                self.store.read_exact_at(d, u64::from(t) * BLOCK as u64)?;
-                self.writer.write_all_at(d, u64::from(b) * BLOCK as u64)?;
-            }
+        let copied = copy_blocks(&self.writer, &self.store, batch.iter().copied()).and_then(|_| {
             if self.sync == LogSync::Write {
                 self.writer.sync_data()?;
             }
             Ok(())
-        };
-        let copied = copy();
+        });
         let mut s = self.lock();
         s.defragging.clear();
         self.copied.notify_all();
@@ -778,7 +764,7 @@ impl Indirect {
             s.map.remove(&b);
         }
         s.cursor = batch.last().map_or(0, |&(b, _)| b.saturating_add(1));
-        add(&self.counters.defragmented, batch.len() as u64);
+        Counters::add(&self.counters.defragmented, batch.len() as u64);
         Ok(batch.into_iter().map(|(_, t)| t).collect())
     }
 
@@ -787,7 +773,7 @@ impl Indirect {
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
         let mut s = self.lock_without_defrag(0, u32::MAX);
         let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
-        add(&self.counters.disentangled, n);
+        Counters::add(&self.counters.disentangled, n);
         let targets = std::mem::take(&mut s.map).into_values().collect();
         if let Some(l) = s.log.take() {
             let path = l.path.clone();
@@ -861,7 +847,7 @@ mod tests {
         let log = Log::create(&image, Path::new("/s")).unwrap();
         let map = BTreeMap::from([(1, 10), (2, 20)]);
         let fresh = Log::write_fresh(&log.path, &log.store, &map).unwrap();
-        assert_eq!(fresh.len(), HEADER + 2 * RECORD as u64);
+        assert_eq!(fresh.len(), (HEADER + 2 * RECORD) as u64);
         assert_eq!(state_of(&image).0, map);
         std::fs::write(log_path(&image), b"not a log").unwrap();
         assert!(matches!(

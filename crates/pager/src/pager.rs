@@ -457,31 +457,12 @@ impl Pager {
     ) -> Result<(), PagerError> {
         let s = &self.shared;
         let indirect = match (s.indirections, writable) {
-            (Some(cfg), Some(path)) => {
-                // Read as the pager writes it, with O_DIRECT where it can: no page cache copy
-                // to go stale when a freed block is written again.
-                let open = |direct: bool| {
-                    let mut o = std::fs::OpenOptions::new();
-                    o.read(true);
-                    if direct {
-                        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
-                    }
-                    o.open(&s.swap_path)
-                };
-                let store = open(true).or_else(|_| open(false)).map_err(|e| {
-                    crate::indirect::IndirectError::Io {
-                        path: s.swap_path.clone(),
-                        source: e,
-                    }
-                })?;
-                Some(crate::indirect::Indirect::start(
-                    path,
-                    &s.swap_path,
-                    store,
-                    cfg.sync,
-                    cfg.defrag,
-                )?)
-            }
+            (Some(cfg), Some(path)) => Some(crate::indirect::Indirect::start(
+                path,
+                &s.swap_path,
+                cfg.sync,
+                cfg.defrag,
+            )?),
             _ => None,
         };
         if !s
@@ -515,11 +496,7 @@ impl Pager {
             }
             let released = ind.disentangle()?;
             copied += released.len() as u64;
-            let mut pages = s.lock();
-            for b in released {
-                pages.table.blocks.release(b);
-                pages.indirections -= 1;
-            }
+            s.release_indirections(released);
         }
         if s.temporary_swap && kept == 0 {
             if let Err(e) = std::fs::remove_file(&s.swap_path) {
@@ -595,13 +572,7 @@ impl Shared {
                 match ind.defragment(BATCH) {
                     Ok(released) => {
                         done += released.len();
-                        if !released.is_empty() {
-                            let mut pages = self.lock();
-                            for b in released {
-                                pages.table.blocks.release(b);
-                                pages.indirections -= 1;
-                            }
-                        }
+                        self.release_indirections(released);
                     }
                     Err(e) => {
                         tracing::warn!("pager: defragmenting {} failed: {e}", ind.image().display())
@@ -610,6 +581,18 @@ impl Shared {
             }
             let pause = if done == 0 { 50 } else { 2 };
             std::thread::sleep(std::time::Duration::from_millis(pause));
+        }
+    }
+
+    /// Drops the swap-block references of indirections that ended (or never began).
+    pub(crate) fn release_indirections(&self, blocks: Vec<crate::state::Block>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let mut pages = self.lock();
+        for b in blocks {
+            pages.table.blocks.release(b);
+            pages.indirections -= 1;
         }
     }
 

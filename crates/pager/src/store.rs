@@ -173,6 +173,11 @@ impl Stores {
         self.images.get(usize::from(disk)).and_then(OnceLock::get)
     }
 
+    /// The indirections of disk `disk`, if it has them.
+    pub fn indirect(&self, disk: u8) -> Option<&crate::indirect::Indirect> {
+        self.image(disk).and_then(|i| i.indirect.as_ref())
+    }
+
     /// The attached disk images.
     pub fn images(&self) -> impl Iterator<Item = &ImageFile> {
         self.images.iter().filter_map(OnceLock::get)

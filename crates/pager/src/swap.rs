@@ -44,38 +44,34 @@ pub struct SwapFile {
     synced: Mutex<u64>,
 }
 
+/// Opens `path` with `options` and `O_DIRECT`, so its pages do not stay in the host's page cache,
+/// or without it where the file system refuses it (`EINVAL`, e.g. tmpfs), saying so once per
+/// file. Every I/O on the file must then be whole aligned blocks from aligned buffers.
+pub(crate) fn open_direct(options: &OpenOptions, path: &Path) -> std::io::Result<File> {
+    let mut direct = options.clone();
+    match direct.custom_flags(libc::O_DIRECT).open(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            tracing::warn!(
+                "{}: O_DIRECT unavailable; host page cache in use",
+                path.display()
+            );
+            options.open(path)
+        }
+        r => r,
+    }
+}
+
 impl SwapFile {
     /// Creates (or truncates) the swap file at `path` with room for `blocks` blocks. A
     /// `temporary` file is unlinked at once: it lives as long as the descriptor, so no exit,
     /// however abrupt, leaves it behind.
     pub fn create(path: &Path, blocks: u32, temporary: bool) -> Result<Self, SwapError> {
-        let create = |direct: bool| {
-            let mut o = OpenOptions::new();
-            o.read(true).write(true).create(true).truncate(true);
-            if direct {
-                o.custom_flags(libc::O_DIRECT);
-            }
-            o.open(path)
-        };
-        let file = match create(true) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                tracing::warn!(
-                    "swap file {}: O_DIRECT unavailable; host page cache in use",
-                    path.display()
-                );
-                create(false).map_err(|source| SwapError::Create {
-                    path: path.into(),
-                    source,
-                })?
-            }
-            Err(source) => {
-                return Err(SwapError::Create {
-                    path: path.into(),
-                    source,
-                })
-            }
-        };
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(true);
+        let file = open_direct(&options, path).map_err(|source| SwapError::Create {
+            path: path.into(),
+            source,
+        })?;
         let bytes = u64::from(blocks) * BLOCK as u64;
         let len = libc::off_t::try_from(bytes).unwrap_or(libc::off_t::MAX);
         // SAFETY: plain syscall on a descriptor we own.

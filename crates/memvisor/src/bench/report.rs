@@ -445,10 +445,12 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             let mut v: Vec<f64> = finals.iter().filter_map(|x| f(x)).collect();
             stats(&mut v).map_or("-".into(), |x| format!("{:.digits$}", x.0))
         };
-        let disk = |x: &memvisor_api::VmStats| x.disks.get("swap").cloned();
+        fn disk(x: &memvisor_api::VmStats) -> Option<&memvisor_api::DiskStats> {
+            x.disks.get("swap")
+        }
         #[allow(clippy::cast_precision_loss)]
         let per_write = |x: &memvisor_api::VmStats, us: fn(&memvisor_api::DiskStats) -> u64| {
-            disk(x).map(|d| us(&d) as f64 / d.writes.max(1) as f64)
+            disk(x).map(|d| us(d) as f64 / d.writes.max(1) as f64)
         };
         #[allow(clippy::cast_precision_loss)]
         let ind = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::IndirectionStats) -> u64| {

@@ -494,9 +494,7 @@ impl Block {
                 }
             }
             RequestKind::Flush => {
-                let index = self.index;
-                let ram = self.ram.clone();
-                if io(self.until_not_full(|b| b.sync().and_then(|()| ram.disk_flush(index)))) {
+                if io(self.until_not_full(|b| b.sync().and_then(|()| b.ram.disk_flush(b.index)))) {
                     m.flushes.fetch_add(1, Ordering::Relaxed);
                     return (VIRTIO_BLK_S_OK, 0);
                 }
@@ -600,6 +598,12 @@ impl VirtioDevice for Block {
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)] // test values are small by construction
 mod tests {
+    use super::*;
+    use std::io::Write;
+    use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+    use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::GuestAddress;
+
     #[test]
     fn elided_blocks_are_cut_out_of_pieces_and_writes() {
         const B: u64 = BLOCK_SIZE;
@@ -622,12 +626,6 @@ mod tests {
             ]
         );
     }
-
-    use super::*;
-    use std::io::Write;
-    use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
-    use virtio_queue::mock::MockSplitQueue;
-    use vm_memory::GuestAddress;
 
     const DESC_F_NEXT: u16 = 1;
     const DESC_F_WRITE: u16 = 2;
