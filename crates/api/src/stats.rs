@@ -88,6 +88,14 @@ pub struct IndirectionStats {
     pub defragmented: u64,
     /// Indirected blocks guest reads needed, which defragmentation then copied back first.
     pub defrag_urgent: u64,
+    /// Reads the split reads issued to the swap file: one per run of indirected blocks that lie
+    /// in order in both the image and the swap file.
+    pub store_reads: u64,
+    /// Indirected blocks swap-file defragmentation moved next to the other blocks of their
+    /// guest write (`--tesseract-defrag store`).
+    pub regrouped: u64,
+    /// Guest writes whose indirections swap-file defragmentation grouped.
+    pub regrouped_writes: u64,
 }
 
 /// The host-memory pool (MemFlex): swapped pages kept in host memory until it is `spill_at`

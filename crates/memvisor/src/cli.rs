@@ -187,11 +187,13 @@ pub struct RunArgs {
     /// flush, as its image data.
     #[arg(long, value_enum, default_value_t = LogSyncArg::Write)]
     pub tesseract_sync: LogSyncArg,
-    /// With --tesseract: guest-disk defragmentation (Tesseract §5.2): a thread copies indirected
-    /// blocks back into the images in the background, first those guest reads needed, so reads
-    /// stop being split between the image and the swap file.
-    #[arg(long)]
-    pub tesseract_defrag: bool,
+    /// With --tesseract: defragmentation in the background (Tesseract §5). `guest` (the
+    /// default when no value is given, §5.2): indirected blocks are copied back into the
+    /// images, first those guest reads needed, so reads stop being split between the image and
+    /// the swap file. `store` (§5.1): the blocks each guest write made indirections of are
+    /// moved next to each other in the swap file, so a split read takes them in one read.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "guest")]
+    pub tesseract_defrag: Option<DefragArg>,
     /// With --tesseract: at the end, leave the indirections in their logs (and the swap file)
     /// instead of copying them back; the next start, or `memvisor disk disentangle`, does it.
     #[arg(long)]
@@ -246,6 +248,14 @@ pub enum LogSyncArg {
     Write,
     /// When the guest flushes the disk.
     Flush,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DefragArg {
+    /// Indirected blocks copied back into the guest's images.
+    Guest,
+    /// Each write's indirected blocks grouped in the swap file.
+    Store,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -437,7 +447,7 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     }
     if (args.tesseract_max.is_some()
         || args.keep_indirections
-        || args.tesseract_defrag
+        || args.tesseract_defrag.is_some()
         || args.tesseract_sync != LogSyncArg::Write)
         && !args.tesseract
     {
@@ -556,7 +566,10 @@ pub fn run(args: RunArgs) -> ExitCode {
                 LogSyncArg::Write => memvisor_pager::indirect::LogSync::Write,
                 LogSyncArg::Flush => memvisor_pager::indirect::LogSync::Flush,
             },
-            defrag: a.tesseract_defrag,
+            defrag: a.tesseract_defrag.map(|d| match d {
+                DefragArg::Guest => memvisor_pager::indirect::Defrag::Guest,
+                DefragArg::Store => memvisor_pager::indirect::Defrag::Store,
+            }),
         }),
     });
     let _host_limit = match (a.pager, a.mem_limit) {

@@ -285,10 +285,12 @@ impl GuestRam for Pager {
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
         let s = &self.shared;
-        match s.stores.indirect(disk) {
-            Some(ind) => ind.flush(|| s.stores.swap.file.sync_if_written()),
-            None => Ok(()),
-        }
+        let Some(ind) = s.stores.indirect(disk) else {
+            return Ok(());
+        };
+        let released = ind.flush(|| s.stores.swap.file.sync_if_written())?;
+        s.release_indirections(released);
+        Ok(())
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {

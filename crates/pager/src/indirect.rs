@@ -62,6 +62,22 @@ const UNMAP: u32 = u32::MAX;
 const AHEAD: u64 = 1 << 20;
 /// Most blocks guest reads queue for defragmentation to copy back first.
 const URGENT_MAX: usize = 4096;
+/// Most swap-file blocks of ended indirections held until the log that ends them is synced.
+const UNSYNCED_ENDS_MAX: usize = 1024;
+/// Most writes whose indirections wait for swap-file defragmentation to group them.
+const GROUPS_MAX: usize = 4096;
+
+/// Which of Tesseract's defragmentations (§5) runs in the background.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defrag {
+    /// Guest-disk defragmentation (§5.2): indirected blocks are copied back into the image,
+    /// first those guest reads needed; reads stop being split.
+    Guest,
+    /// Swap-file (BSST) defragmentation (§5.1): the blocks one guest write made indirections
+    /// of are copied next to each other in the swap file, so a later read of them is split into
+    /// one swap-file read instead of one per block.
+    Store,
+}
 
 #[derive(Debug, Error)]
 pub enum IndirectError {
@@ -397,6 +413,13 @@ pub struct IndirectCounters {
     pub defragmented: AtomicU64,
     /// Indirected blocks guest reads needed, which defragmentation then copied back first.
     pub defrag_urgent: AtomicU64,
+    /// Reads split reads issued to the swap file (one per run of indirected blocks that lie
+    /// next to each other in both the image and the swap file).
+    pub store_reads: AtomicU64,
+    /// Blocks swap-file defragmentation moved next to the other blocks of their guest write.
+    pub regrouped: AtomicU64,
+    /// Guest writes whose indirections swap-file defragmentation grouped.
+    pub regrouped_writes: AtomicU64,
 }
 
 struct State {
@@ -412,9 +435,16 @@ struct State {
     urgent: std::collections::VecDeque<u32>,
     /// Where defragmentation's walk through the map goes on from.
     cursor: u32,
-    /// The blocks defragmentation is copying back without the lock: a guest write of one of
-    /// them, and the end of the indirections, wait until the batch is done (`copied`).
+    /// The blocks defragmentation is copying without the lock: a guest write of one of them,
+    /// and the end of the indirections, wait until the batch is done (`copied`).
     defragging: Vec<u32>,
+    /// The image blocks of guest writes that made indirections in scattered swap-file blocks,
+    /// oldest first: what swap-file defragmentation groups.
+    groups: std::collections::VecDeque<Vec<u32>>,
+    /// With [`LogSync::Flush`]: swap-file blocks of indirections that ended since the last
+    /// flush. Their references are dropped once the log that ends them is synced, so a power
+    /// loss never leaves a logged indirection to a block that was used again.
+    unsynced_ends: Vec<Block>,
 }
 
 /// When an indirection log (and the swap file it refers to) is synced.
@@ -432,9 +462,10 @@ pub enum LogSync {
 pub struct Indirect {
     image: PathBuf,
     sync: LogSync,
-    /// Guest-disk defragmentation (§5.2) runs, so reads mark the blocks they needed.
-    defrag: bool,
-    /// The swap file, read directly: indirected blocks are never in the pool.
+    /// The defragmentation that runs, if any.
+    defrag: Option<Defrag>,
+    /// The swap file, read directly (indirected blocks are never in the pool), and written by
+    /// swap-file defragmentation only.
     store: File,
     /// The image, for copying blocks back.
     writer: File,
@@ -450,14 +481,19 @@ impl Indirect {
         image: &Path,
         store_path: &Path,
         sync: LogSync,
-        defrag: bool,
+        defrag: Option<Defrag>,
     ) -> Result<Self, IndirectError> {
         // Both with O_DIRECT where the file system allows, as the pager and the device use them:
         // the swap file has no page cache copy to go stale when a freed block is written again,
         // and blocks copied back do not sit dirty in the page cache, where the device's next
         // O_DIRECT read of them would have to write them out first.
-        let store =
-            open_direct(OpenOptions::new().read(true), store_path).map_err(io_err(store_path))?;
+        let store = open_direct(
+            OpenOptions::new()
+                .read(true)
+                .write(defrag == Some(Defrag::Store)),
+            store_path,
+        )
+        .map_err(io_err(store_path))?;
         let writer = open_direct(OpenOptions::new().write(true), image).map_err(io_err(image))?;
         let log = Log::create(image, store_path)?;
         Ok(Indirect {
@@ -474,6 +510,8 @@ impl Indirect {
                 urgent: std::collections::VecDeque::new(),
                 cursor: 0,
                 defragging: Vec::new(),
+                groups: std::collections::VecDeque::new(),
+                unsynced_ends: Vec::new(),
             }),
             copied: std::sync::Condvar::new(),
             counters: IndirectCounters::default(),
@@ -507,23 +545,56 @@ impl Indirect {
 
     /// Reads `buf.len()` bytes at byte `offset` of the disk as the guest sees it from `image`
     /// (a read handle, `O_DIRECT` where possible: then `buf` and `offset` must be aligned):
-    /// indirected blocks from the swap file, the rest from the image in runs. Returns false
-    /// without reading if no block in the range is indirected.
+    /// indirected blocks from the swap file, one read per run of them that lies in order in
+    /// both files, and the rest from the image in runs. Returns false without reading if no
+    /// block in the range is indirected.
     pub fn read(&self, image: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
         let first = u32::try_from(offset / BLOCK as u64).unwrap_or(u32::MAX);
         let end =
             u32::try_from((offset + buf.len() as u64).div_ceil(BLOCK as u64)).unwrap_or(u32::MAX);
         let s = self.lock();
-        let hits: Vec<(u32, Block)> = s.map.range(first..end).map(|(&b, &t)| (b, t)).collect();
-        if hits.is_empty() {
+        // Holes: runs of indirected blocks in order in both files (first image block, first
+        // swap-file block, blocks).
+        let mut holes: Vec<(u32, Block, u32)> = Vec::new();
+        for (&b, &t) in s.map.range(first..end) {
+            match holes.last_mut() {
+                Some((hb, ht, n)) if *hb + *n == b && ht.checked_add(*n) == Some(t) => *n += 1,
+                _ => holes.push((b, t, 1)),
+            }
+        }
+        if holes.is_empty() {
             return Ok(false);
         }
+        // The swap file first: one read for each run of holes whose blocks follow each other
+        // there (whatever lies between them in the image), into `from_store` in hole order.
+        let total: usize = holes.iter().map(|h| h.2 as usize).sum();
+        let mut from_store = AlignedBuf::new(total * BLOCK);
+        let data = from_store.get(total * BLOCK);
+        let (mut reads, mut at, mut i) = (0u64, 0usize, 0usize);
+        while i < holes.len() {
+            let (mut j, mut n) = (i + 1, holes[i].2 as usize);
+            while j < holes.len()
+                && holes[j - 1].1.checked_add(holes[j - 1].2) == Some(holes[j].1)
+            {
+                n += holes[j].2 as usize;
+                j += 1;
+            }
+            self.store.read_exact_at(
+                &mut data[at * BLOCK..(at + n) * BLOCK],
+                u64::from(holes[i].1) * BLOCK as u64,
+            )?;
+            reads += 1;
+            at += n;
+            i = j;
+        }
+        // Then the image between the holes, and the holes' bytes laid in.
         let aligned = offset % BLOCK as u64 == 0 && buf.len() % BLOCK == 0;
         let mut pos = offset;
         let end_byte = offset + buf.len() as u64;
         let mut tmp = AlignedBuf::new(BLOCK);
-        for hit in hits.iter().copied().map(Some).chain(std::iter::once(None)) {
-            let run_end = hit.map_or(end_byte, |(b, _)| (u64::from(b) * BLOCK as u64).max(pos));
+        let mut hole_data = 0usize;
+        for hole in holes.iter().copied().map(Some).chain(std::iter::once(None)) {
+            let run_end = hole.map_or(end_byte, |(b, _, _)| (u64::from(b) * BLOCK as u64).max(pos));
             if run_end > pos {
                 let at = usize::try_from(pos - offset).unwrap_or(usize::MAX);
                 let n = usize::try_from(run_end - pos).unwrap_or(usize::MAX);
@@ -544,21 +615,20 @@ impl Indirect {
                 }
                 pos = run_end;
             }
-            let Some((b, target)) = hit else { break };
-            let blk_start = u64::from(b) * BLOCK as u64;
-            let blk_end = (blk_start + BLOCK as u64).min(end_byte);
-            let t = tmp.get(BLOCK);
-            self.store
-                .read_exact_at(t, u64::from(target) * BLOCK as u64)?;
-            let from = usize::try_from(pos - blk_start).unwrap_or(0);
-            let k = usize::try_from(blk_end - pos).unwrap_or(0);
+            let Some((b, _, n)) = hole else { break };
+            let hole_start = u64::from(b) * BLOCK as u64;
+            let hole_end = (hole_start + u64::from(n) * BLOCK as u64).min(end_byte);
+            let from = hole_data * BLOCK + usize::try_from(pos - hole_start).unwrap_or(0);
+            let k = usize::try_from(hole_end - pos).unwrap_or(0);
             let at = usize::try_from(pos - offset).unwrap_or(0);
-            buf[at..at + k].copy_from_slice(&t[from..from + k]);
-            pos = blk_end;
+            buf[at..at + k].copy_from_slice(&data[from..from + k]);
+            hole_data += n as usize;
+            pos = hole_end;
         }
-        if self.defrag {
+        let blocks = holes.iter().flat_map(|&(b, _, n)| b..b + n);
+        if self.defrag == Some(Defrag::Guest) {
             let mut s = s;
-            for &(b, _) in &hits {
+            for b in blocks.clone() {
                 if s.urgent.len() < URGENT_MAX {
                     s.urgent.push_back(b);
                     Counters::add(&self.counters.defrag_urgent, 1);
@@ -568,7 +638,8 @@ impl Indirect {
             drop(s);
         }
         Counters::add(&self.counters.split_reads, 1);
-        Counters::add(&self.counters.blocks_read, hits.len() as u64);
+        Counters::add(&self.counters.blocks_read, blocks.count() as u64);
+        Counters::add(&self.counters.store_reads, reads);
         Ok(true)
     }
 
@@ -660,6 +731,19 @@ impl Indirect {
         }
         let ended = changes.iter().filter(|c| c.1.is_none()).count() as u64;
         Counters::add(&self.counters.ended, ended);
+        if !each {
+            // Not yet synced: the ended indirections' blocks are released at the next flush,
+            // or once this many wait (a guest that seldom flushes would hold them all).
+            s.unsynced_ends.append(&mut released);
+            if s.unsynced_ends.len() >= UNSYNCED_ENDS_MAX
+                && s.log.as_ref().is_some_and(|l| l.file.sync_data().is_ok())
+            {
+                released = std::mem::take(&mut s.unsynced_ends);
+            }
+        }
+        if self.defrag == Some(Defrag::Store) && !in_order(&new) && s.groups.len() < GROUPS_MAX {
+            s.groups.push_back(new.keys().copied().collect());
+        }
         for (b, t) in changes {
             match t {
                 Some(t) => {
@@ -687,27 +771,32 @@ impl Indirect {
     }
 
     /// The guest flushed the disk: with [`LogSync::Flush`], the swap file (`sync_store`) and
-    /// then the log are synced.
-    pub fn flush(&self, sync_store: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+    /// then the log are synced. Returns the swap-file blocks of the indirections the synced log
+    /// ended, whose references the caller drops.
+    pub fn flush(
+        &self,
+        sync_store: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<Vec<Block>> {
         if self.sync != LogSync::Flush {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let s = self.lock();
+        let mut s = self.lock();
         if s.map.is_empty() && s.log.as_ref().is_none_or(Log::is_empty) {
-            return Ok(());
+            return Ok(std::mem::take(&mut s.unsynced_ends));
         }
         sync_store()?;
-        match &s.log {
-            Some(l) => l.file.sync_data(),
-            None => Ok(()),
+        if let Some(l) = &s.log {
+            l.file.sync_data()?;
         }
+        Ok(std::mem::take(&mut s.unsynced_ends))
     }
 
     /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
     /// into the image (first those guest reads needed, then the map in block order), skipping
-    /// the blocks of a guest write in progress, and ends their indirections in the log (the
-    /// image synced first when the log is synced per write). Returns the swap-file blocks whose
-    /// references the caller drops; empty when there is nothing to do.
+    /// the blocks of a guest write in progress, and ends their indirections in the log, the
+    /// image synced first and the log after, whatever `LogSync` says: the blocks are released
+    /// once no log can name them. Returns the swap-file blocks whose references the caller
+    /// drops; empty when there is nothing to do.
     pub fn defragment(&self, max: usize) -> std::io::Result<Vec<Block>> {
         let mut s = self.lock();
         if s.log.is_none() || s.map.is_empty() {
@@ -740,12 +829,8 @@ impl Indirect {
         // swap file meanwhile) do not wait for them; guest writes of them do.
         s.defragging = batch.iter().map(|&(b, _)| b).collect();
         drop(s);
-        let copied = copy_blocks(&self.writer, &self.store, batch.iter().copied()).and_then(|_| {
-            if self.sync == LogSync::Write {
-                self.writer.sync_data()?;
-            }
-            Ok(())
-        });
+        let copied = copy_blocks(&self.writer, &self.store, batch.iter().copied())
+            .and_then(|_| self.writer.sync_data());
         let mut s = self.lock();
         s.defragging.clear();
         self.copied.notify_all();
@@ -757,7 +842,7 @@ impl Indirect {
             .collect();
         let changes: Vec<(u32, Option<Block>)> = batch.iter().map(|&(b, _)| (b, None)).collect();
         match s.log.as_mut() {
-            Some(l) => l.append(&changes, self.sync == LogSync::Write)?,
+            Some(l) => l.append(&changes, true)?,
             None => return Ok(Vec::new()),
         }
         for &(b, _) in &batch {
@@ -768,13 +853,106 @@ impl Indirect {
         Ok(batch.into_iter().map(|(_, t)| t).collect())
     }
 
+    /// Swap-file defragmentation (§5.1), one guest write's worth: the indirections the oldest
+    /// queued write made, if they are still live and scattered in the swap file, are copied to
+    /// `alloc(n)`, a run of `n` free swap-file blocks the caller reserves (each with a reference
+    /// for its indirection), in image-block order; the swap file is synced, then the log of the
+    /// moves. Blocks a guest write touched meanwhile keep their old indirection. Returns the
+    /// swap-file blocks whose references the caller drops (the old targets, and the new blocks
+    /// not used, all of them on failure), and whether a group was moved (false: nothing to
+    /// group, or no room for the run).
+    pub fn regroup(
+        &self,
+        alloc: impl FnOnce(u32) -> Option<Block>,
+    ) -> (Vec<Block>, std::io::Result<bool>) {
+        let mut s = self.lock();
+        let busy = |s: &State, b: u32| s.writing.is_some_and(|(f, e)| (f..e).contains(&b));
+        let group: BTreeMap<u32, Block> = loop {
+            let Some(blocks) = s.groups.pop_front() else {
+                return (Vec::new(), Ok(false));
+            };
+            let live: BTreeMap<u32, Block> = blocks
+                .into_iter()
+                .filter(|&b| !busy(&s, b))
+                .filter_map(|b| s.map.get(&b).map(|&t| (b, t)))
+                .collect();
+            if !in_order(&live) {
+                break live;
+            }
+        };
+        let n = u32::try_from(group.len()).unwrap_or(u32::MAX);
+        s.defragging = group.keys().copied().collect();
+        drop(s);
+        let moved = alloc(n).map(|to| (to, self.move_blocks(&group, to)));
+        let mut s = self.lock();
+        s.defragging.clear();
+        self.copied.notify_all();
+        let Some((to, copied)) = moved else {
+            return (Vec::new(), Ok(false));
+        };
+        let fresh = (to..to + n).collect::<Vec<Block>>();
+        if let Err(e) = copied {
+            return (fresh, Err(e));
+        }
+        // Only a guest write changes these indirections meanwhile, and they waited for us.
+        let mut changes = Vec::new();
+        let mut release = Vec::new();
+        for ((&b, &old), new) in group.iter().zip(fresh) {
+            if s.map.get(&b) == Some(&old) {
+                changes.push((b, Some(new)));
+                release.push(old);
+            } else {
+                release.push(new);
+            }
+        }
+        let logged = match s.log.as_mut() {
+            Some(l) => l.append(&changes, true),
+            None => Err(std::io::Error::other("the indirection log is closed")),
+        };
+        if let Err(e) = logged {
+            // The log may hold some of the moves: their old blocks stay referenced, and so do
+            // the new ones (a crash then reads whichever the log names; both hold the data).
+            let unused = group
+                .iter()
+                .zip(to..to + n)
+                .filter(|&((&b, &old), _)| s.map.get(&b) != Some(&old))
+                .map(|(_, new)| new)
+                .collect();
+            return (unused, Err(e));
+        }
+        for &(b, t) in &changes {
+            if let Some(t) = t {
+                s.map.insert(b, t);
+            }
+        }
+        Counters::add(&self.counters.regrouped, changes.len() as u64);
+        Counters::add(&self.counters.regrouped_writes, 1);
+        (release, Ok(true))
+    }
+
+    /// Copies the swap-file blocks of `group` (in its order) to the run at `to`, in one write,
+    /// and syncs the swap file.
+    fn move_blocks(&self, group: &BTreeMap<u32, Block>, to: Block) -> std::io::Result<()> {
+        let mut buf = AlignedBuf::new(group.len() * BLOCK);
+        let data = buf.get(group.len() * BLOCK);
+        for (k, &t) in group.values().enumerate() {
+            self.store.read_exact_at(
+                &mut data[k * BLOCK..(k + 1) * BLOCK],
+                u64::from(t) * BLOCK as u64,
+            )?;
+        }
+        self.store.write_all_at(data, u64::from(to) * BLOCK as u64)?;
+        self.store.sync_data()
+    }
+
     /// Copies every indirected block back into the image and deletes the log (a clean exit);
     /// returns the swap-file blocks to release.
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
         let mut s = self.lock_without_defrag(0, u32::MAX);
         let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
         Counters::add(&self.counters.disentangled, n);
-        let targets = std::mem::take(&mut s.map).into_values().collect();
+        let mut targets: Vec<Block> = std::mem::take(&mut s.map).into_values().collect();
+        targets.append(&mut s.unsynced_ends);
         if let Some(l) = s.log.take() {
             let path = l.path.clone();
             l.remove().map_err(io_err(&path))?;
@@ -794,6 +972,14 @@ impl Indirect {
     pub fn image(&self) -> &Path {
         &self.image
     }
+}
+
+/// Whether the swap-file blocks of `map` follow each other in image-block order (a split read
+/// takes them in one read): grouping them would save nothing.
+fn in_order(map: &BTreeMap<u32, Block>) -> bool {
+    map.values()
+        .zip(map.values().skip(1))
+        .all(|(&t, &u)| t.checked_add(1) == Some(u))
 }
 
 #[cfg(test)]

@@ -97,9 +97,10 @@ pub struct IndirectConfig {
     pub keep: bool,
     /// When the logs are synced.
     pub sync: crate::indirect::LogSync,
-    /// Guest-disk defragmentation (Tesseract §5.2): a thread copies indirected blocks back into
-    /// the images in the background, first those guest reads needed.
-    pub defrag: bool,
+    /// Tesseract's defragmentation (§5), run by a `defrag` thread in the background: indirected
+    /// blocks copied back into the images (`Guest`), or grouped in the swap file by the write
+    /// that made them (`Store`).
+    pub defrag: Option<crate::indirect::Defrag>,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -421,7 +422,7 @@ impl Pager {
                 })
                 .map_err(PagerError::Thread)?;
         }
-        if config.indirections.is_some_and(|c| c.defrag) {
+        if config.indirections.is_some_and(|c| c.defrag.is_some()) {
             let d = shared.clone();
             std::thread::Builder::new()
                 .name("defrag".into())
@@ -560,28 +561,51 @@ impl Pager {
 }
 
 impl Shared {
-    /// Guest-disk defragmentation: batches of indirected blocks copied back into the images,
-    /// with a pause between batches so the guest's own I/O goes first; a failed copy is logged
-    /// and tried again later (the indirection stays, so nothing is lost).
+    /// Tesseract's defragmentation: batches of indirected blocks copied back into the images
+    /// (guest-disk), or one guest write's indirections at a time grouped in the swap file
+    /// (swap-file), with a pause between batches so the guest's own I/O goes first; a failed
+    /// copy is logged and tried again later (the indirection stays, so nothing is lost).
     fn defrag_thread(&self) {
         const BATCH: usize = 32;
+        let Some(Some(mode)) = self.indirections.map(|c| c.defrag) else {
+            return;
+        };
         loop {
             let mut done = 0;
             for image in self.stores.images() {
                 let Some(ind) = &image.indirect else { continue };
-                match ind.defragment(BATCH) {
-                    Ok(released) => {
-                        done += released.len();
-                        self.release_indirections(released);
+                let (released, r) = match mode {
+                    crate::indirect::Defrag::Guest => match ind.defragment(BATCH) {
+                        Ok(released) => (released, Ok(())),
+                        Err(e) => (Vec::new(), Err(e)),
+                    },
+                    crate::indirect::Defrag::Store => {
+                        let (released, r) = ind.regroup(|n| self.reserve_indirections(n));
+                        (released, r.map(|moved| done += usize::from(moved)))
                     }
-                    Err(e) => {
-                        tracing::warn!("pager: defragmenting {} failed: {e}", ind.image().display())
-                    }
+                };
+                done += released.len();
+                self.release_indirections(released);
+                if let Err(e) = r {
+                    tracing::warn!("pager: defragmenting {} failed: {e}", ind.image().display())
                 }
             }
             let pause = if done == 0 { 50 } else { 2 };
             std::thread::sleep(std::time::Duration::from_millis(pause));
         }
+    }
+
+    /// Takes a run of `n` free swap-file blocks for indirections, if the most indirections
+    /// allow it and the swap file has such a run.
+    fn reserve_indirections(&self, n: u32) -> Option<crate::state::Block> {
+        let max = self.indirections?.max;
+        let mut pages = self.lock();
+        if pages.indirections.saturating_add(n) > max {
+            return None;
+        }
+        let first = pages.table.blocks.alloc_run(n)?;
+        pages.indirections += n;
+        Some(first)
     }
 
     /// Drops the swap-block references of indirections that ended (or never began).

@@ -148,6 +148,42 @@ impl BlockMap {
         out
     }
 
+    /// Allocates `n` consecutive blocks, the first free run found from the cursor on (wrapping
+    /// once); returns the first, or `None` if no run that long is free.
+    pub fn alloc_run(&mut self, n: u32) -> Option<Block> {
+        let cap = self.capacity();
+        if n == 0 || n > cap {
+            return None;
+        }
+        let (mut start, mut len) = (self.cursor, 0u32);
+        let mut b = self.cursor;
+        for _ in 0..cap + n {
+            if b == cap {
+                // A run does not wrap around the end of the file.
+                b = 0;
+                len = 0;
+            }
+            if self.refs[b as usize] == 0 {
+                if len == 0 {
+                    start = b;
+                }
+                len += 1;
+                if len == n {
+                    for r in &mut self.refs[start as usize..(start + n) as usize] {
+                        *r = 1;
+                    }
+                    self.used += n;
+                    self.cursor = if start + n == cap { 0 } else { start + n };
+                    return Some(start);
+                }
+            } else {
+                len = 0;
+            }
+            b += 1;
+        }
+        None
+    }
+
     /// Takes one more reference to block `b`, which is in use (a disk block now refers to it);
     /// false if it has as many as it can count.
     pub fn add_ref(&mut self, b: Block) -> bool {

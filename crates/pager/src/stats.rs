@@ -313,6 +313,9 @@ impl Pager {
                     t.log_compactions += get(&c.compactions);
                     t.defragmented += get(&c.defragmented);
                     t.defrag_urgent += get(&c.defrag_urgent);
+                    t.store_reads += get(&c.store_reads);
+                    t.regrouped += get(&c.regrouped);
+                    t.regrouped_writes += get(&c.regrouped_writes);
                 }
                 t
             }),

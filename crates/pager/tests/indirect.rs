@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
-use memvisor_pager::indirect::{log_path, recover};
+use memvisor_pager::indirect::{log_path, recover, Defrag};
 use memvisor_pager::{IndirectConfig, NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress};
 
@@ -84,10 +84,10 @@ struct Setup {
 /// A pager with indirections over a 4096-block image (block b holds word_page(b)), and guest
 /// pages 0..N holding word_page(10_000 + p), swapped out.
 fn setup() -> Setup {
-    setup_with(false)
+    setup_with(None)
 }
 
-fn setup_with(defrag: bool) -> Setup {
+fn setup_with(defrag: Option<Defrag>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let image_path = dir.path().join("disk.img");
     let image = common::image(&image_path, 4096, word_page);
@@ -231,10 +231,15 @@ fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
     assert_eq!(ind.ended + ind.live, ind.elided_pages, "{ind:?}");
     assert!(ind.ended > 0 && ind.live > 0, "{ind:?}");
 
-    // A clean end: everything back in the image, the log gone, the blocks free.
+    end_cleanly(&s, ind.live, want);
+}
+
+/// A clean end with `live` indirections: everything back in the image (which then reads as
+/// `want`), the log gone, and every swap block free once the guest's pages are rewritten.
+fn end_cleanly(s: &Setup, live: u64, want: impl Fn(u64) -> Vec<u8>) {
     let (copied, kept) = s.pager.end_indirections().unwrap();
     assert_eq!(kept, 0);
-    assert_eq!(copied, ind.live);
+    assert_eq!(copied, live);
     assert!(!log_path(&s.image_path).exists(), "the log is gone");
     assert!(
         !s.swap_path.exists(),
@@ -296,7 +301,7 @@ fn a_crash_leaves_the_log_and_recovery_puts_every_acknowledged_block_back() {
 
 #[test]
 fn defragmentation_copies_indirected_blocks_back_while_the_guest_overwrites_some() {
-    let s = setup_with(true);
+    let s = setup_with(Some(Defrag::Guest));
     let elided = write_all(&s);
     assert!(elided > 0);
     // The guest overwrites the first half while the defragmenter runs: whichever of the two
@@ -332,6 +337,58 @@ fn defragmentation_copies_indirected_blocks_back_while_the_guest_overwrites_some
     );
     let r = recover(&s.image_path).unwrap().expect("the log");
     assert_eq!(r.blocks, 0, "the log's map is empty");
+}
+
+#[test]
+fn swap_file_defragmentation_puts_each_writes_blocks_together_while_the_guest_overwrites_some() {
+    let s = setup_with(Some(Defrag::Store));
+    let elided = write_all(&s);
+    assert!(elided > 0);
+    let ind = s.pager.snapshot().indirections.unwrap();
+    assert!(
+        ind.store_reads <= ind.blocks_read,
+        "a split read takes one swap read per hole at most: {ind:?}"
+    );
+    overwrite_first_half(&s);
+    // Each write of the second half (32 blocks) ends up read from the swap file in one read.
+    let store_reads = || s.pager.snapshot().indirections.unwrap().store_reads;
+    let t = Instant::now();
+    for first in (1000 + N / 2..1000 + N).step_by(32) {
+        loop {
+            let before = store_reads();
+            let got = device_read(&s.pager, &s.image, first, 32);
+            for b in first..first + 32 {
+                let at = usize::try_from(b - first).unwrap() * PAGE;
+                assert!(got[at..at + PAGE] == after_overwrite(b), "disk block {b}");
+            }
+            if store_reads() - before <= 1 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "blocks {first}+32 still scattered: {:?}",
+                s.pager.snapshot().indirections
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let ind = s.pager.snapshot().indirections.unwrap();
+    assert!(ind.regrouped > 0 && ind.regrouped_writes > 0, "{ind:?}");
+    check_disk(&s, after_overwrite);
+    // A crash now: the log names the moved blocks, and recovery of a copy puts them back.
+    let copy = s._dir.path().join("copy.img");
+    std::fs::copy(&s.image_path, &copy).unwrap();
+    std::fs::copy(log_path(&s.image_path), log_path(&copy)).unwrap();
+    let r = recover(&copy).unwrap().expect("a log to recover");
+    assert_eq!(r.blocks, ind.live);
+    let copy = std::fs::File::open(&copy).unwrap();
+    let mut disk = vec![0u8; PAGE];
+    for b in 0..4096u64 {
+        copy.read_exact_at(&mut disk, b * PAGE as u64).unwrap();
+        assert!(disk == after_overwrite(b), "recovered block {b}");
+    }
+    // The old blocks of moved indirections were released, the new ones are at the end.
+    end_cleanly(&s, ind.live, after_overwrite);
 }
 
 /// Blocks 1000..1000 + N/2 get new content from resident pages at 32 MiB.
