@@ -191,6 +191,9 @@ pub struct PageCensus {
     pub sampled_pages: u64,
     /// Resident and identical to the disk image block they were read from (Swap Mapper).
     pub mirrored_pages: u64,
+    /// Resident victims cooling down in the victim cache before they are written out
+    /// (`--victim-cache`; counted among the resident ones too).
+    pub cooling_pages: u64,
 }
 
 impl PageCensus {
@@ -310,6 +313,12 @@ pager_counters! {
     /// Pages a guest disk write read while they were out of guest RAM: swapped in only to be
     /// written to the guest's disk (double paging; Tesseract's indirections avoid them).
     double_paging_swap_ins,
+    /// Victims written by the guest (or a device) while they cooled in the victim cache: kept
+    /// resident, with no write and no fault back.
+    victim_cache_hits,
+    /// Victims the guest wrote to its own disk while they cooled, so they then left without a
+    /// write to the swap file (they mirrored the disk block; with the Swap Mapper).
+    victim_cache_caught,
 }
 
 /// A latency distribution over the most recent samples.
@@ -532,7 +541,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 30);
+        assert_eq!(f.len(), 32);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

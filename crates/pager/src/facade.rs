@@ -149,7 +149,7 @@ impl Shared {
             matches!(
                 pages.table.state(q),
                 PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
-            )
+            ) || pages.table.victims.is_cooling(q)
         });
         for q in p..p + run {
             pages.table.write_fault(q);

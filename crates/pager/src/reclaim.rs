@@ -190,18 +190,33 @@ impl Shared {
         buf: &mut AlignedBuf,
     ) -> std::io::Result<Option<Flight>> {
         let t0 = Instant::now();
-        let victims = pages.table.pick_victims(n);
+        let (cooled, victims) = pages.table.reclaim_victims(n);
+        // Victims that begin to cool are protected now, so a write takes them back out of the
+        // cache (`write_fault`).
+        for (first, n) in self.region_runs(&cooled) {
+            if let Err(e) = self
+                .uffd
+                .write_protect(self.map.host(first), n as usize * PAGE)
+            {
+                for p in first..first + n {
+                    pages.table.kept(p);
+                }
+                return Err(e.into());
+            }
+        }
         if victims.is_empty() {
             return Ok(None);
         }
-        let victim_runs: Vec<(PageIdx, u32)> = runs(&victims)
-            .into_iter()
-            .flat_map(|(first, n)| self.map.split_by_region(first, n))
-            .collect();
+        let victim_runs = self.region_runs(&victims);
         for &(first, n) in &victim_runs {
             // Nothing is decided yet: a page left protected costs its next write one fault.
-            self.uffd
-                .write_protect(self.map.host(first), n as usize * PAGE)?;
+            if let Err(e) = self
+                .uffd
+                .write_protect(self.map.host(first), n as usize * PAGE)
+            {
+                victims.iter().for_each(|&p| pages.table.kept(p));
+                return Err(e.into());
+            }
         }
         let mut to_write = Vec::new();
         let mut decided = Vec::with_capacity(victims.len());
@@ -220,6 +235,7 @@ impl Shared {
             blocks
                 .into_iter()
                 .for_each(|b| pages.table.blocks.release(b));
+            victims.iter().for_each(|&p| pages.table.kept(p));
             return Err(std::io::Error::other("the swap store is full"));
         }
         let out = buf.get(to_write.len() * PAGE);
@@ -236,6 +252,14 @@ impl Shared {
             decided,
             blocks,
         }))
+    }
+
+    /// Runs of consecutive pages among sorted `pages`, split where guest RAM's mappings end.
+    fn region_runs(&self, pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
+        runs(pages)
+            .into_iter()
+            .flat_map(|(first, n)| self.map.split_by_region(first, n))
+            .collect()
     }
 
     /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
@@ -278,7 +302,10 @@ impl Shared {
             }
             Ok(()) => self.release_chunk(pages, &victim_runs, decided, blocks),
         };
-        pages.in_flight.clear();
+        // Victims that stayed resident may be chosen again.
+        for p in std::mem::take(&mut pages.in_flight) {
+            pages.table.kept(p);
+        }
         pages.resident_after_chunk = pages.table.resident();
         // Writers that waited on a victim's protection try again: the page is gone (they fault
         // it back in) or, if it stayed, its protection is theirs to end.

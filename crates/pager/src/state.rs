@@ -444,6 +444,9 @@ impl PageTable {
     pub fn write_fault(&mut self, p: PageIdx) -> bool {
         // A page about to mirror what a device is writing out has just changed: it will not.
         self.pending.remove(&p);
+        if self.victims.warm(p) {
+            self.victims.cache_hits += 1;
+        }
         match self.state(p) {
             PageState::Mirrored(_) => {
                 self.set(p, PageState::Resident { clean: None });
@@ -585,6 +588,28 @@ impl PageTable {
         v
     }
 
+    /// The victims of one reclaim chunk of `n` pages: returns the pages that just began to cool
+    /// down in the victim cache (the caller write-protects them), and the chunk's victims (the
+    /// oldest cooling pages, or without a cache those [`Self::pick_victims`] chose). A victim
+    /// that stays resident after all goes back with [`Self::kept`].
+    pub fn reclaim_victims(&mut self, n: u32) -> (Vec<PageIdx>, Vec<PageIdx>) {
+        if self.victims.cache == 0 {
+            return (Vec::new(), self.pick_victims(n));
+        }
+        let fresh = (self.victims.cache.saturating_add(n)).saturating_sub(self.victims.cooling());
+        let cooled = self.pick_victims(fresh);
+        self.victims.cool(&cooled);
+        (cooled, self.victims.take_cooled(n))
+    }
+
+    /// A victim reclaim could not take stays resident, and may be chosen again.
+    pub fn kept(&mut self, p: PageIdx) {
+        if self.victims.warm(p) {
+            let named = matches!(self.state(p), PageState::Mirrored(_));
+            self.victims.set_named(p, named);
+        }
+    }
+
     /// Pages next to `p` that come in with its refault from the image: a run of pages dropped
     /// while mirroring consecutive blocks of the same disk (VSwapper: no decayed sequentiality).
     /// The window starts at `prefetch` pages and doubles, up to [`IMAGE_WINDOW_MAX`], for every
@@ -672,6 +697,9 @@ impl PageTable {
                 self.blocks.release(b);
             }
             self.set(p, PageState::Mirrored(ib));
+            if self.victims.is_cooling(p) {
+                self.victims.cache_caught += 1;
+            }
         }
     }
 
@@ -776,7 +804,10 @@ mod tests {
         }
 
         fn reclaim(&mut self, n: u32) {
-            let victims = self.t.pick_victims(n);
+            let (cooled, victims) = self.t.reclaim_victims(n);
+            for p in cooled {
+                self.ram.get_mut(&p).unwrap().1 = true; // write-protected while they cool
+            }
             let mut to_write = Vec::new();
             for &p in &victims {
                 self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
@@ -907,7 +938,13 @@ mod tests {
     }
 
     fn run(ops: &[Op], mech: Mechanisms) -> Sim {
+        run_cached(ops, mech, 0)
+    }
+
+    /// [`run`] with a victim cache of `cache` pages.
+    fn run_cached(ops: &[Op], mech: Mechanisms, cache: u32) -> Sim {
         let mut sim = Sim::new(PAGES, mech);
+        sim.t.victims.cache = cache;
         // The reference: what the guest last wrote to each page (0 after the balloon or a report).
         let mut model = vec![0u64; PAGES as usize];
         let mut disk_model = vec![0u64; BLOCKS as usize];
@@ -956,6 +993,8 @@ mod tests {
             run(&ops, Mechanisms::DEFAULT);
             run(&ops, Mechanisms::BASELINE);
             run(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT });
+            run_cached(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT }, 3);
+            run_cached(&ops, Mechanisms::DEFAULT, 1);
         }
     }
 

@@ -82,7 +82,13 @@ impl Counters {
     /// The counters now, as the API's [`PagerCounters`], with what the stores did (the swap
     /// file's, and all disk images' together). Each is read on its own (they are independent
     /// event counts, not a consistent cut).
-    pub fn load(&self, swap: &StoreCounters, images: &StoreTotals) -> PagerCounters {
+    /// `cache` is the victim cache's hits and catches.
+    pub fn load(
+        &self,
+        swap: &StoreCounters,
+        images: &StoreTotals,
+        cache: (u64, u64),
+    ) -> PagerCounters {
         // Destructured without `..`: a counter added here and not to the API type, or the other
         // way round, does not compile.
         let Counters {
@@ -143,6 +149,8 @@ impl Counters {
             huge_pages_split: get(huge_pages_split),
             proactive_swap_ins: get(proactive_swap_ins),
             double_paging_swap_ins: get(double_paging_swap_ins),
+            victim_cache_hits: cache.0,
+            victim_cache_caught: cache.1,
         }
     }
 }
@@ -243,6 +251,11 @@ impl Pager {
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
         let attached = pages.attached;
+        let victims = &pages.table.victims;
+        let (cooling, cache) = (
+            victims.cooling(),
+            (victims.cache_hits, victims.cache_caught),
+        );
         drop(pages);
         let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
         PagerSnapshot {
@@ -256,10 +269,11 @@ impl Pager {
                 reported_pages: census.reported.into(),
                 on_disk_pages: census.on_disk.into(),
                 mirrored_pages: census.mirrored.into(),
+                cooling_pages: cooling.into(),
                 sampled_pages: census.sampled.into(),
             },
             swap_blocks_in_use: in_use.into(),
-            counters: s.counters.load(s.stores.swap.counters(), &images),
+            counters: s.counters.load(s.stores.swap.counters(), &images, cache),
             fault_latency: s.fault_latency.summary(),
             swap_fault_latency: s.swap_fault_latency.summary(),
             reclaim_latency: s.reclaim_latency.summary(),
@@ -352,7 +366,7 @@ mod tests {
         swap.faults.fetch_add(3, Ordering::Relaxed);
         swap.bytes_written.fetch_add(8192, Ordering::Relaxed);
         Counters::add(&c.pauses, 1);
-        let p = c.load(&swap, &StoreTotals::default());
+        let p = c.load(&swap, &StoreTotals::default(), (0, 0));
         assert_eq!(
             (p.faults_swap, p.swap_bytes_written, p.pauses, p.faults_zero),
             (3, 8192, 1, 0)

@@ -6,6 +6,14 @@
 //! does see — a page's fault-in and its first write after a clean load — and cleared by the hand.
 //! That favours keeping pages that came in or were dirtied recently; reads of pages that stay
 //! resident are invisible to it.
+//!
+//! **The victim cache** (Tesseract §4.3, `--victim-cache`): chosen victims first *cool down*,
+//! resident and write-protected, in a FIFO of a set size; reclaim writes out the oldest. A
+//! victim the guest (or a device) writes while it cools leaves the cache and stays resident
+//! (a hit, no write and no fault back). One the guest writes out to its own disk meanwhile
+//! then mirrors that disk block (with the Swap Mapper on), so leaving the cache costs no write
+//! to the swap file at all (caught). As with clock, reads are invisible: a page the guest only
+//! reads while it cools is still written out.
 
 use crate::state::PageIdx;
 
@@ -37,6 +45,21 @@ pub struct Victims {
     /// brings its resident neighbours, so they are written to consecutive blocks and a later
     /// fault reads them back in one I/O.
     cluster: u32,
+    /// The victim cache: pages cooling down (resident, out of `list`), oldest first, each with
+    /// the number it was cooled under; an entry whose number is not the page's own any more is
+    /// stale (the page left, and maybe came back).
+    cooling: std::collections::VecDeque<(PageIdx, u32)>,
+    /// Per page: the number it cools under, or ABSENT when not cooling.
+    cooled_as: Vec<u32>,
+    cooled_next: u32,
+    /// Pages cooling now, and taken out of the cache for writing but not yet gone.
+    cool_len: u32,
+    /// Pages the victim cache holds before reclaim writes its oldest (0: no cache).
+    pub cache: u32,
+    /// Cooling victims written by the guest or a device: kept resident.
+    pub cache_hits: u64,
+    /// Cooling victims the guest wrote to its own disk, so they left without a swap write.
+    pub cache_caught: u64,
 }
 
 impl Victims {
@@ -51,20 +74,87 @@ impl Victims {
             hand: 0,
             rng: seed | 1,
             cluster: cluster.max(1).next_power_of_two(),
+            cooling: std::collections::VecDeque::new(),
+            cooled_as: vec![ABSENT; pages as usize],
+            cooled_next: 0,
+            cool_len: 0,
+            cache: 0,
+            cache_hits: 0,
+            cache_caught: 0,
         }
     }
 
+    /// Resident pages: those victims may be chosen from, and those cooling down.
     pub fn len(&self) -> u32 {
-        u32::try_from(self.list.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.list.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.cool_len)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.len() == 0
+    }
+
+    /// Resident pages victims may be chosen from (not cooling).
+    fn candidates(&self) -> u32 {
+        u32::try_from(self.list.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Pages in the victim cache now.
+    pub fn cooling(&self) -> u32 {
+        self.cool_len
+    }
+
+    pub fn is_cooling(&self, p: PageIdx) -> bool {
+        self.cooled_as[p as usize] != ABSENT
+    }
+
+    /// Moves `pages` (chosen by [`Self::pick`]) into the victim cache.
+    pub(crate) fn cool(&mut self, pages: &[PageIdx]) {
+        for &p in pages {
+            if self.is_cooling(p) || self.pos[p as usize] == ABSENT {
+                continue;
+            }
+            self.remove(p);
+            let n = self.cooled_next;
+            self.cooled_next = n.wrapping_add(1) % ABSENT;
+            self.cooled_as[p as usize] = n;
+            self.cooling.push_back((p, n));
+            self.cool_len += 1;
+        }
+    }
+
+    /// Takes up to `n` of the oldest cooling pages out of the cache, for reclaim to write out;
+    /// they still count as resident (and cooling) until they go, or [`Self::warm`] puts one
+    /// that stays back among the candidates. Sorted by page index.
+    pub(crate) fn take_cooled(&mut self, n: u32) -> Vec<PageIdx> {
+        let mut out = Vec::new();
+        while out.len() < n as usize {
+            let Some((p, k)) = self.cooling.pop_front() else {
+                break;
+            };
+            if self.cooled_as[p as usize] == k {
+                out.push(p);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// `p` stays resident: if it was cooling, it is a candidate again. Returns whether it was.
+    pub(crate) fn warm(&mut self, p: PageIdx) -> bool {
+        if !self.is_cooling(p) {
+            return false;
+        }
+        self.cooled_as[p as usize] = ABSENT;
+        self.cool_len -= 1;
+        self.insert(p);
+        true
     }
 
     pub(crate) fn insert(&mut self, p: PageIdx) {
-        if self.pos[p as usize] == ABSENT {
-            self.pos[p as usize] = self.len();
+        if self.pos[p as usize] == ABSENT && !self.is_cooling(p) {
+            self.pos[p as usize] = self.candidates();
             self.list.push(p);
         }
     }
@@ -91,6 +181,11 @@ impl Victims {
 
     pub(crate) fn remove(&mut self, p: PageIdx) {
         self.set_named(p, false);
+        if self.is_cooling(p) {
+            self.cooled_as[p as usize] = ABSENT;
+            self.cool_len -= 1;
+            return;
+        }
         let i = self.pos[p as usize];
         if i == ABSENT {
             return;
@@ -121,7 +216,7 @@ impl Victims {
     /// neighbours become contiguous writes and merged syscalls). They stay resident until the
     /// caller records their reclaim.
     pub fn pick(&mut self, n: u32) -> Vec<PageIdx> {
-        let n = n.min(self.len()) as usize;
+        let n = n.min(self.candidates()) as usize;
         let mut out = Vec::with_capacity(n + self.cluster as usize);
         let mut taken = std::collections::HashSet::with_capacity(n);
         // Pages that mirror disk blocks go first: they leave without a write and come back
@@ -173,7 +268,7 @@ impl Victims {
     /// Up to `n` distinct resident pages chosen uniformly at random (for working-set samples:
     /// no clusters, no preference), in no particular order.
     pub fn sample(&mut self, n: u32) -> Vec<PageIdx> {
-        let n = n.min(self.len()) as usize;
+        let n = n.min(self.candidates()) as usize;
         let mut taken = std::collections::HashSet::with_capacity(n);
         let mut out = Vec::with_capacity(n);
         while out.len() < n {

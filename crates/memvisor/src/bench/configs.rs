@@ -197,6 +197,22 @@ pub const CONFIGS: &[Config] = &[
         balloon: false,
         mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag"],
     },
+    Config {
+        name: "memvisor-tesseract-bsst",
+        about: "memvisor-tesseract-flush with swap-file (BSST) defragmentation: each guest write's indirected blocks moved next to each other in the swap file (--tesseract-defrag store)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag", "store"],
+    },
+    Config {
+        name: "memvisor-tesseract-victim",
+        about: "memvisor-tesseract-flush with the Swap Mapper and a victim cache of 10 % of the VM (Tesseract §4.3: --mapper --victim-cache 10)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--mapper", "--victim-cache", "10"],
+    },
 ];
 
 /// The configuration called `name`.

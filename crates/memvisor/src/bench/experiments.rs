@@ -129,6 +129,8 @@ pub const DOUBLEPAGING: &[&str] = &[
     "memvisor-tesseract",
     "memvisor-tesseract-flush",
     "memvisor-tesseract-defrag",
+    "memvisor-tesseract-bsst",
+    "memvisor-tesseract-victim",
 ];
 
 const LIMITED: &[&str] = &[

@@ -427,9 +427,12 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
     );
     let _ = writeln!(
         s,
-        "| configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | blocks defragmented | swap-disk reads MB/s |"
+        "| configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | reads of the swap file | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches | swap-disk reads MB/s |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for c in meta.configs {
         let finals: Vec<&memvisor_api::VmStats> = records
             .iter()
@@ -437,7 +440,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             .filter_map(|r| r.result.final_stats.as_ref())
             .collect();
         if finals.is_empty() {
-            let _ = writeln!(s, "| {} | - | - | - | - | - | - | - | - | - | - |", c.name);
+            let _ = writeln!(s, "| {} |{}", c.name, " - |".repeat(15));
             continue;
         }
         #[allow(clippy::cast_precision_loss)]
@@ -459,9 +462,13 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
                 .map(|p| p.indirections.as_ref().map_or(0.0, |i| f(i) as f64))
         };
         #[allow(clippy::cast_precision_loss)]
+        let counter = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::PagerCounters) -> u64| {
+            x.pager.as_ref().map(|p| f(&p.counters) as f64)
+        };
+        #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.name,
             med(&|x| disk(x).map(|d| d.writes as f64), 0),
             med(
@@ -477,7 +484,12 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             med(&|x| ind(x, |i| i.elided_pages), 0),
             med(&|x| ind(x, |i| i.split_reads), 0),
             med(&|x| ind(x, |i| i.blocks_read), 0),
+            med(&|x| ind(x, |i| i.store_reads), 0),
             med(&|x| ind(x, |i| i.defragmented), 0),
+            med(&|x| ind(x, |i| i.regrouped), 0),
+            med(&|x| counter(x, |c| c.reclaimed_written), 0),
+            med(&|x| counter(x, |c| c.victim_cache_hits), 0),
+            med(&|x| counter(x, |c| c.victim_cache_caught), 0),
             med(
                 &|x| disk(x).map(|d| d.bytes_read as f64 / d.read_us.max(1) as f64),
                 1

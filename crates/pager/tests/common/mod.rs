@@ -19,6 +19,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
             ..Mechanisms::DEFAULT
         },
         policy: VictimPolicy::Random,
+        victim_cache: 0,
         limit: None,
         swap_path: swap_dir.join("swap"),
         temporary_swap: true,
