@@ -49,12 +49,16 @@ fn indirections(stats: &Path) -> serde_json::Value {
     s["pager"]["indirections"].clone()
 }
 
-#[test]
-fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
+/// Runs the integrity workload (64M guest, 32M limit, the Swap Mapper and the Preventer on)
+/// with `--tesseract` and `extra`; checks every byte, and that the guest swapped and its
+/// swap-outs became indirections, all put back at the end. Returns the final stats.
+fn integrity_with(extra: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let (data, swap) = mkdisks(dir.path(), "");
     let stats = dir.path().join("stats.json");
-    let out = memvisor(&[
+    let data_disk = format!("{data},id=data");
+    let swap_disk = format!("{swap},id=swap");
+    let mut args = vec![
         "run",
         "--mem",
         "64M",
@@ -64,16 +68,18 @@ fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
         "--mapper",
         "--preventer",
         "--disk",
-        &format!("{data},id=data"),
+        &data_disk,
         "--disk",
-        &format!("{swap},id=swap"),
+        &swap_disk,
         "--workload",
         "integrity",
         "--cmdline",
         "anon_mb=96 file_mb=8 rounds=2 seed=9",
         "--stats-json",
         stats.to_str().unwrap(),
-    ]);
+    ];
+    args.extend(extra);
+    let out = memvisor(&args);
     assert_eq!(out.status.code(), Some(1), "the guest succeeded");
     let text = stdout(&out);
     let done = "RESULT workload=integrity phase=done";
@@ -82,6 +88,8 @@ fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
         result_field(&text, done, "pswpout") > 10_000,
         "the guest swapped"
     );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let ind = indirections(&stats);
     assert!(
         ind["elided_pages"].as_u64().unwrap() > 1000,
@@ -95,6 +103,39 @@ fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
             "no log left after a clean exit"
         );
     }
+    s["pager"].clone()
+}
+
+#[test]
+fn integrity_holds_with_indirections_the_mapper_and_the_preventer() {
+    integrity_with(&[]);
+}
+
+#[test]
+fn integrity_holds_with_swap_file_defragmentation_and_the_victim_cache() {
+    let pager = integrity_with(&[
+        "--tesseract-sync",
+        "flush",
+        "--tesseract-defrag",
+        "store",
+        "--victim-cache",
+        "10",
+    ]);
+    let ind = &pager["indirections"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    assert!(n(&ind["regrouped"]) > 0, "{ind}");
+    assert!(
+        n(&ind["store_reads"]) < n(&ind["blocks_read"]),
+        "split reads take runs of swap-file blocks in one read: {ind}"
+    );
+    assert!(
+        n(&pager["victim_cache_hits"]) > 0,
+        "the guest wrote cooling victims: {pager}"
+    );
+    assert!(
+        n(&pager["victim_cache_caught"]) > 0,
+        "the guest wrote cooling victims to its disk: {pager}"
+    );
 }
 
 #[test]
@@ -214,6 +255,18 @@ fn bad_tesseract_input_is_refused_clearly() {
         (
             &["disk", "disentangle", "/nonexistent.img"][..],
             "not a disk image",
+        ),
+        (
+            &["run", "--tesseract", "--tesseract-defrag", "both", "--workload", "boot"][..],
+            "--tesseract-defrag",
+        ),
+        (
+            &["run", "--victim-cache", "60", "--workload", "boot"][..],
+            "--victim-cache",
+        ),
+        (
+            &["run", "--pager", "off", "--victim-cache", "10", "--workload", "boot"][..],
+            "--pager full",
         ),
     ] {
         let out = memvisor(args);

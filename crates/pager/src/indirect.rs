@@ -857,7 +857,8 @@ impl Indirect {
     /// queued write made, if they are still live and scattered in the swap file, are copied to
     /// `alloc(n)`, a run of `n` free swap-file blocks the caller reserves (each with a reference
     /// for its indirection), in image-block order; the swap file is synced, then the log of the
-    /// moves. Blocks a guest write touched meanwhile keep their old indirection. Returns the
+    /// moves. Nothing waits for the copy; an indirection a guest write ended meanwhile stays
+    /// ended, and its new block is given back. Returns the
     /// swap-file blocks whose references the caller drops (the old targets, and the new blocks
     /// not used, all of them on failure), and whether a group was moved (false: nothing to
     /// group, or no room for the run).
@@ -881,12 +882,11 @@ impl Indirect {
             }
         };
         let n = u32::try_from(group.len()).unwrap_or(u32::MAX);
-        s.defragging = group.keys().copied().collect();
+        // Nothing waits for the copy: it writes only the new run, which nothing else uses, and
+        // the old blocks keep their references until the moves are logged.
         drop(s);
         let moved = alloc(n).map(|to| (to, self.move_blocks(&group, to)));
         let mut s = self.lock();
-        s.defragging.clear();
-        self.copied.notify_all();
         let Some((to, copied)) = moved else {
             return (Vec::new(), Ok(false));
         };
@@ -894,7 +894,7 @@ impl Indirect {
         if let Err(e) = copied {
             return (fresh, Err(e));
         }
-        // Only a guest write changes these indirections meanwhile, and they waited for us.
+        // A guest write (or the VM's end) may have ended some of these indirections meanwhile.
         let mut changes = Vec::new();
         let mut release = Vec::new();
         for ((&b, &old), new) in group.iter().zip(fresh) {
@@ -906,6 +906,7 @@ impl Indirect {
             }
         }
         let logged = match s.log.as_mut() {
+            _ if changes.is_empty() => Ok(()),
             Some(l) => l.append(&changes, true),
             None => Err(std::io::Error::other("the indirection log is closed")),
         };
