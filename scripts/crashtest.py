@@ -7,9 +7,8 @@ Run through scripts/crashtest.sh, which builds memvisor first:
     scripts/crashtest.sh [--kills N] [--out DIR] [--seed S]
 Each round: fresh data and swap disks; `memvisor run --tesseract` (with the Swap Mapper and the
 Preventer, under a limit that makes the pager swap; rounds take turns with the log synced per
-write or per flush, and without and with guest-disk defragmentation) runs the guest kit's
-`crashwrite` workload,
-which writes generations of sequence-numbered pages to a file on the data disk while its own
+write or per flush, no defragmentation, the guest disk's or the swap file's, and without and with
+a victim cache) runs the guest kit's `crashwrite` workload, which writes generations of sequence-numbered pages to a file on the data disk while its own
 memory churns through its swap disk, printing `ACK gen=G page=I` after each sync; at a random
 moment memvisor gets SIGKILL. Then a fresh boot of the same disks (which first puts the logged
 indirections back into the images, as every start does) runs `crashwrite check=1` with the last
@@ -60,7 +59,11 @@ def one_round(memvisor, work, k, seed, rng):
     shutil.copy(os.path.join(work, "swap.img"), swap)
     store, sock = os.path.join(d, "store.swap"), os.path.join(d, "api.sock")
     disks = ["--disk", f"{data},id=data", "--disk", f"{swap},id=swap"]
-    mode = ["--tesseract-sync", ("write", "flush")[k % 2]] + (["--tesseract-defrag"] if k // 2 % 2 else [])
+    # Every 12 rounds take every mix of log sync (write, flush), defragmentation (none, guest
+    # disk, swap file) and victim cache (off, 10 %).
+    mode = ["--tesseract-sync", ("write", "flush")[k % 2]]
+    mode += ([], ["--tesseract-defrag", "guest"], ["--tesseract-defrag", "store"])[k % 3]
+    mode += ["--victim-cache", "10"] if k % 4 in (1, 2) else []
     run = [memvisor, "run", *VM, *mode, "--swap", store, "--api-sock", sock, *disks,
            "--workload", "crashwrite", "--cmdline", f"{WRITE} seed={seed}"]
     p = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

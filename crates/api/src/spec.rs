@@ -296,6 +296,17 @@ pub struct VmSpec {
     /// Tesseract's indirections on the VM's writable disks (`--tesseract`).
     #[serde(default)]
     pub tesseract: bool,
+    /// With `tesseract`: when the indirection logs are synced, `write` or `flush`
+    /// (`--tesseract-sync`; default write).
+    #[serde(default)]
+    pub tesseract_sync: Option<String>,
+    /// With `tesseract`: background defragmentation, `guest` (copied back into the images) or
+    /// `store` (grouped in the swap file) (`--tesseract-defrag`; default none).
+    #[serde(default)]
+    pub tesseract_defrag: Option<String>,
+    /// The victim cache, in percent of `mem`, 0 to 50 (`--victim-cache`; default 0: none).
+    #[serde(default)]
+    pub victim_cache: u8,
     /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
     #[serde(default)]
     pub victims: Option<String>,
@@ -360,9 +371,36 @@ impl VmSpec {
                 ))
             }
         }
-        if self.tesseract && self.pager.as_deref() == Some("baseline") {
+        if (self.tesseract || self.victim_cache > 0) && self.pager.as_deref() == Some("baseline") {
             return Err(format!(
-                "vm '{n}': tesseract is part of the full pager, not pager 'baseline'"
+                "vm '{n}': tesseract and victim_cache are part of the full pager, not pager 'baseline'"
+            ));
+        }
+        if (self.tesseract_sync.is_some() || self.tesseract_defrag.is_some()) && !self.tesseract {
+            return Err(format!(
+                "vm '{n}': tesseract_sync and tesseract_defrag go with tesseract = true"
+            ));
+        }
+        match self.tesseract_sync.as_deref() {
+            None | Some("write" | "flush") => {}
+            Some(v) => {
+                return Err(format!(
+                    "vm '{n}': tesseract_sync '{v}': expected write or flush"
+                ))
+            }
+        }
+        match self.tesseract_defrag.as_deref() {
+            None | Some("guest" | "store") => {}
+            Some(v) => {
+                return Err(format!(
+                    "vm '{n}': tesseract_defrag '{v}': expected guest or store"
+                ))
+            }
+        }
+        if self.victim_cache > 50 {
+            return Err(format!(
+                "vm '{n}': victim_cache {}: give 0 to 50 (percent of mem)",
+                self.victim_cache
             ));
         }
         match self.victims.as_deref() {
@@ -403,8 +441,17 @@ impl VmSpec {
                 a.push(flag.to_owned());
             }
         }
-        if let Some(v) = &self.victims {
-            a.extend(["--victims".to_owned(), v.clone()]);
+        for (value, flag) in [
+            (&self.tesseract_sync, "--tesseract-sync"),
+            (&self.tesseract_defrag, "--tesseract-defrag"),
+            (&self.victims, "--victims"),
+        ] {
+            if let Some(v) = value {
+                a.extend([flag.to_owned(), v.clone()]);
+            }
+        }
+        if self.victim_cache > 0 {
+            a.extend(["--victim-cache".to_owned(), self.victim_cache.to_string()]);
         }
         if let Some(p) = &self.pager {
             a.extend(["--pager".to_owned(), p.clone()]);

@@ -804,8 +804,11 @@ mod tests {
             mapper: true,
             preventer: false,
             tesseract: true,
+            tesseract_sync: Some("flush".into()),
+            tesseract_defrag: Some("store".into()),
+            victim_cache: 10,
             victims: Some("clock".into()),
-            pager: Some("baseline".into()),
+            pager: Some("full".into()),
         };
         let argv = std::iter::once("memvisor".to_owned())
             .chain(std::iter::once("run".to_owned()))
@@ -820,8 +823,11 @@ mod tests {
         assert!(r.disks[0].read_only && r.disks[0].id.as_deref() == Some("data"));
         assert_eq!(r.disks[1].path, PathBuf::from("/x/s.img"));
         assert!(r.balloon && r.mapper && !r.preventer && r.tesseract);
+        assert_eq!(r.tesseract_sync, LogSyncArg::Flush);
+        assert_eq!(r.tesseract_defrag, Some(DefragArg::Store));
+        assert_eq!(r.victim_cache, 10);
         assert_eq!(r.victims, VictimArg::Clock);
-        assert_eq!(r.pager, PagerMode::Baseline);
+        assert_eq!(r.pager, PagerMode::Full);
     }
 
     #[test]

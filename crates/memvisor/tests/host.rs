@@ -194,6 +194,9 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         mapper: true,
         preventer: true,
         tesseract: false,
+        tesseract_sync: None,
+        tesseract_defrag: None,
+        victim_cache: 0,
         victims: Some("clock".into()),
         pager: Some("baseline".into()),
     };
