@@ -176,7 +176,11 @@ def main():
         name = f"s{slot}g{g}"
         spec = {"name": name, "mem": VM_MEM, "workload": wl, "cmdline": cmd,
                 "disks": [f"{disks[slot]},id=data"], "balloon": True, "mapper": True,
-                "preventer": True, "tesseract": True}
+                "preventer": True, "tesseract": True,
+                # Generations take turns through Tesseract's defragmentations and the victim
+                # cache, so every mix meets the balloon, the pool and the others' pressure.
+                "tesseract_defrag": (None, "guest", "store")[g % 3],
+                "victim_cache": (0, 10)[g // 3 % 2]}
         st, body = call(sock, "POST", "/vms", spec)
         if st != 200:
             problems.append(f"{name}: POST /vms answered {st}: {body}")
@@ -197,12 +201,13 @@ def main():
         for k in ("swap_bytes_written", "swap_bytes_read", "faults_zero", "faults_swap",
                   "faults_image", "faults_released", "write_faults", "reclaimed_written",
                   "reclaimed_clean", "reclaimed_zero", "reclaimed_mirrored", "pauses",
-                  "proactive_swap_ins", "preventer_completed", "ballooned", "reported"):
+                  "proactive_swap_ins", "preventer_completed", "ballooned", "reported",
+                  "victim_cache_hits", "victim_cache_caught"):
             totals[k] = totals.get(k, 0) + int(c.get(k) or 0)
         for k in ("pooled_pages", "hit_pages", "spilled_pages"):
             totals["pool_" + k] = totals.get("pool_" + k, 0) + int(pool_c.get(k) or 0)
         ind_c = c.get("indirections") or {}
-        for k in ("elided_pages", "split_reads", "disentangled"):
+        for k in ("elided_pages", "split_reads", "disentangled", "defragmented", "regrouped"):
             totals["indirections_" + k] = totals.get("indirections_" + k, 0) + int(ind_c.get(k) or 0)
         w = words(result) if result else {}
         ok = vm.get("exit_status") == 1 and w.get("ok") == "1" and w.get("mismatches", "0") == "0"
@@ -322,7 +327,10 @@ def main():
           f"{totals.get('proactive_swap_ins', 0)} swapped in proactively; Tesseract: "
           f"{totals.get('indirections_elided_pages', 0)} pages of guest writes became indirections, "
           f"{totals.get('indirections_split_reads', 0)} split reads, "
-          f"{totals.get('indirections_disentangled', 0)} blocks put back at the VMs' ends")
+          f"{totals.get('indirections_disentangled', 0)} blocks put back at the VMs' ends, "
+          f"{totals.get('indirections_defragmented', 0)} copied back and "
+          f"{totals.get('indirections_regrouped', 0)} regrouped by defragmentation; victim cache: "
+          f"{totals.get('victim_cache_hits', 0)} hits, {totals.get('victim_cache_caught', 0)} caught")
     print(f"soak: faults {faults}, pauses {totals.get('pauses', 0)}, OOM kills {ooms}, "
           f"host RSS {mib(host_first)} -> {mib(host_last)} MiB, a VMM's own RSS (beyond guest "
           f"memory and pool) {mib(vmm_first)} -> {mib(vmm_last)} MiB (first and last tenth)")

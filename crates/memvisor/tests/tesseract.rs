@@ -257,7 +257,14 @@ fn bad_tesseract_input_is_refused_clearly() {
             "not a disk image",
         ),
         (
-            &["run", "--tesseract", "--tesseract-defrag", "both", "--workload", "boot"][..],
+            &[
+                "run",
+                "--tesseract",
+                "--tesseract-defrag",
+                "both",
+                "--workload",
+                "boot",
+            ][..],
             "--tesseract-defrag",
         ),
         (
@@ -265,7 +272,15 @@ fn bad_tesseract_input_is_refused_clearly() {
             "--victim-cache",
         ),
         (
-            &["run", "--pager", "off", "--victim-cache", "10", "--workload", "boot"][..],
+            &[
+                "run",
+                "--pager",
+                "off",
+                "--victim-cache",
+                "10",
+                "--workload",
+                "boot",
+            ][..],
             "--pager full",
         ),
     ] {

@@ -573,8 +573,7 @@ impl Indirect {
         let (mut reads, mut at, mut i) = (0u64, 0usize, 0usize);
         while i < holes.len() {
             let (mut j, mut n) = (i + 1, holes[i].2 as usize);
-            while j < holes.len()
-                && holes[j - 1].1.checked_add(holes[j - 1].2) == Some(holes[j].1)
+            while j < holes.len() && holes[j - 1].1.checked_add(holes[j - 1].2) == Some(holes[j].1)
             {
                 n += holes[j].2 as usize;
                 j += 1;
@@ -942,7 +941,8 @@ impl Indirect {
                 u64::from(t) * BLOCK as u64,
             )?;
         }
-        self.store.write_all_at(data, u64::from(to) * BLOCK as u64)?;
+        self.store
+            .write_all_at(data, u64::from(to) * BLOCK as u64)?;
         self.store.sync_data()
     }
 
