@@ -185,6 +185,7 @@ impl Shared {
             // (reclaim wakes it), then faults the page back in.
             return Ok(());
         }
+        let cooling = pages.table.victims.is_cooling(p);
         if !pages.table.write_fault(p) {
             return Ok(self.wake(p)?);
         }
@@ -192,6 +193,22 @@ impl Shared {
         if std::mem::take(&mut pages.prefetched[p as usize]) {
             Counters::add(&self.counters.prefetch_hits, 1);
         }
-        Ok(self.uffd.unprotect(self.map.host(p), PAGE)?)
+        if !cooling {
+            return Ok(self.uffd.unprotect(self.map.host(p), PAGE)?);
+        }
+        // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
+        // per run.
+        let Pages {
+            table, in_flight, ..
+        } = pages;
+        let mut open = table.warm_cluster(p, |q| in_flight.binary_search(&q).is_ok());
+        open.push(p);
+        open.sort_unstable();
+        for (first, n) in crate::ram_map::runs(&open) {
+            for (f, c) in self.map.split_by_region(first, n) {
+                self.uffd.unprotect(self.map.host(f), c as usize * PAGE)?;
+            }
+        }
+        Ok(())
     }
 }

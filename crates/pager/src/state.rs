@@ -602,6 +602,34 @@ impl PageTable {
         (cooled, self.victims.take_cooled(n))
     }
 
+    /// After a write took cooling page `p` back: the other cooling pages of its aligned
+    /// cluster (chosen with it, and likely as hot) come back too, except those `in_flight`.
+    /// Returns the ones protected only for the cache (dirty), which the caller unprotects with
+    /// `p`, so the guest's next writes to them do not fault.
+    pub fn warm_cluster(
+        &mut self,
+        p: PageIdx,
+        in_flight: impl Fn(PageIdx) -> bool,
+    ) -> Vec<PageIdx> {
+        let c = self.mech.cluster.max(1).next_power_of_two();
+        let base = p & !(c - 1);
+        let mut dirty = Vec::new();
+        for q in base..base.saturating_add(c).min(self.len()) {
+            if q == p || !self.victims.is_cooling(q) || in_flight(q) {
+                continue;
+            }
+            self.kept(q);
+            self.victims.cache_hits += 1;
+            // A page a device is writing out keeps its protection: a write must still end that.
+            if self.state(q) == (PageState::Resident { clean: None })
+                && !self.pending.contains_key(&q)
+            {
+                dirty.push(q);
+            }
+        }
+        dirty
+    }
+
     /// A victim reclaim could not take stays resident, and may be chosen again.
     pub fn kept(&mut self, p: PageIdx) {
         if self.victims.warm(p) {
@@ -797,8 +825,14 @@ mod tests {
                 self.fault_in(p, true);
             }
             if self.ram[&p].1 {
+                let cooling = self.t.victims.is_cooling(p);
                 assert!(self.t.write_fault(p));
                 self.ram.get_mut(&p).unwrap().1 = false;
+                if cooling {
+                    for q in self.t.warm_cluster(p, |_| false) {
+                        self.ram.get_mut(&q).unwrap().1 = false;
+                    }
+                }
             }
             self.ram.get_mut(&p).unwrap().0 = v;
         }

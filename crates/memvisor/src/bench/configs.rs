@@ -207,11 +207,11 @@ pub const CONFIGS: &[Config] = &[
     },
     Config {
         name: "memvisor-tesseract-victim",
-        about: "memvisor-tesseract-flush with the Swap Mapper and a victim cache of 10 % of the VM (Tesseract §4.3: --mapper --victim-cache 10)",
+        about: "memvisor-tesseract-flush with a victim cache of 10 % of the VM (Tesseract §4.3: --victim-cache 10)",
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: false,
-        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--mapper", "--victim-cache", "10"],
+        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--victim-cache", "10"],
     },
 ];
 
