@@ -66,6 +66,8 @@ const URGENT_MAX: usize = 4096;
 const UNSYNCED_ENDS_MAX: usize = 1024;
 /// Most writes whose indirections wait for swap-file defragmentation to group them.
 const GROUPS_MAX: usize = 4096;
+/// Most blocks swap-file defragmentation moves at once (one swap-file write and sync).
+const REGROUP_MAX: usize = 256;
 
 /// Which of Tesseract's defragmentations (§5) runs in the background.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -867,26 +869,37 @@ impl Indirect {
     ) -> (Vec<Block>, std::io::Result<bool>) {
         let mut s = self.lock();
         let busy = |s: &State, b: u32| s.writing.is_some_and(|(f, e)| (f..e).contains(&b));
-        let group: BTreeMap<u32, Block> = loop {
+        // The queued writes' live, scattered indirections, write after write, each in image
+        // order, up to REGROUP_MAX blocks: they go to one run, so each write's blocks follow
+        // each other there.
+        let (mut batch, mut taken) = (Vec::new(), std::collections::HashSet::new());
+        let mut writes = 0u64;
+        while batch.len() < REGROUP_MAX {
             let Some(blocks) = s.groups.pop_front() else {
-                return (Vec::new(), Ok(false));
+                break;
             };
             let live: BTreeMap<u32, Block> = blocks
                 .into_iter()
-                .filter(|&b| !busy(&s, b))
+                .filter(|&b| !busy(&s, b) && !taken.contains(&b))
                 .filter_map(|b| s.map.get(&b).map(|&t| (b, t)))
                 .collect();
             if !in_order(&live) {
-                break live;
+                taken.extend(live.keys().copied());
+                batch.extend(live);
+                writes += 1;
             }
-        };
-        let n = u32::try_from(group.len()).unwrap_or(u32::MAX);
+        }
+        if batch.is_empty() {
+            return (Vec::new(), Ok(false));
+        }
+        let n = u32::try_from(batch.len()).unwrap_or(u32::MAX);
         // Nothing waits for the copy: it writes only the new run, which nothing else uses, and
         // the old blocks keep their references until the moves are logged.
         drop(s);
-        let moved = alloc(n).map(|to| (to, self.move_blocks(&group, to)));
+        let moved = alloc(n).map(|to| (to, self.move_blocks(&batch, to)));
         let mut s = self.lock();
         let Some((to, copied)) = moved else {
+            // No room in the swap file (or under the maximum): these stay as they are.
             return (Vec::new(), Ok(false));
         };
         let fresh = (to..to + n).collect::<Vec<Block>>();
@@ -896,7 +909,7 @@ impl Indirect {
         // A guest write (or the VM's end) may have ended some of these indirections meanwhile.
         let mut changes = Vec::new();
         let mut release = Vec::new();
-        for ((&b, &old), new) in group.iter().zip(fresh) {
+        for (&(b, old), new) in batch.iter().zip(fresh) {
             if s.map.get(&b) == Some(&old) {
                 changes.push((b, Some(new)));
                 release.push(old);
@@ -912,10 +925,10 @@ impl Indirect {
         if let Err(e) = logged {
             // The log may hold some of the moves: their old blocks stay referenced, and so do
             // the new ones (a crash then reads whichever the log names; both hold the data).
-            let unused = group
+            let unused = batch
                 .iter()
                 .zip(to..to + n)
-                .filter(|&((&b, &old), _)| s.map.get(&b) != Some(&old))
+                .filter(|&(&(b, old), _)| s.map.get(&b) != Some(&old))
                 .map(|(_, new)| new)
                 .collect();
             return (unused, Err(e));
@@ -926,20 +939,26 @@ impl Indirect {
             }
         }
         Counters::add(&self.counters.regrouped, changes.len() as u64);
-        Counters::add(&self.counters.regrouped_writes, 1);
+        Counters::add(&self.counters.regrouped_writes, writes);
         (release, Ok(true))
     }
 
-    /// Copies the swap-file blocks of `group` (in its order) to the run at `to`, in one write,
-    /// and syncs the swap file.
-    fn move_blocks(&self, group: &BTreeMap<u32, Block>, to: Block) -> std::io::Result<()> {
-        let mut buf = AlignedBuf::new(group.len() * BLOCK);
-        let data = buf.get(group.len() * BLOCK);
-        for (k, &t) in group.values().enumerate() {
+    /// Copies the swap-file blocks of `batch` (in its order) to the run at `to`: one read per
+    /// run of them that follow each other, one write, then a sync of the swap file.
+    fn move_blocks(&self, batch: &[(u32, Block)], to: Block) -> std::io::Result<()> {
+        let mut buf = AlignedBuf::new(batch.len() * BLOCK);
+        let data = buf.get(batch.len() * BLOCK);
+        let mut k = 0;
+        while k < batch.len() {
+            let mut n = 1;
+            while k + n < batch.len() && batch[k + n - 1].1.checked_add(1) == Some(batch[k + n].1) {
+                n += 1;
+            }
             self.store.read_exact_at(
-                &mut data[k * BLOCK..(k + 1) * BLOCK],
-                u64::from(t) * BLOCK as u64,
+                &mut data[k * BLOCK..(k + n) * BLOCK],
+                u64::from(batch[k].1) * BLOCK as u64,
             )?;
+            k += n;
         }
         self.store
             .write_all_at(data, u64::from(to) * BLOCK as u64)?;
