@@ -304,7 +304,8 @@ pub struct VmSpec {
     /// `store` (grouped in the swap file) (`--tesseract-defrag`; default none).
     #[serde(default)]
     pub tesseract_defrag: Option<String>,
-    /// The victim cache, in percent of `mem`, 0 to 50 (`--victim-cache`; default 0: none).
+    /// The victim cache, in percent of the VM's limit, 0 to 50 (`--victim-cache`; default 0:
+    /// none).
     #[serde(default)]
     pub victim_cache: u8,
     /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
@@ -399,7 +400,7 @@ impl VmSpec {
         }
         if self.victim_cache > 50 {
             return Err(format!(
-                "vm '{n}': victim_cache {}: give 0 to 50 (percent of mem)",
+                "vm '{n}': victim_cache {}: give 0 to 50 (percent of the VM's limit)",
                 self.victim_cache
             ));
         }

@@ -160,7 +160,7 @@ pub struct RunArgs {
     /// How the pager picks victims.
     #[arg(long, value_enum, default_value_t = VictimArg::Random)]
     pub victims: VictimArg,
-    /// The victim cache (Tesseract §4.3), in percent of the VM's memory (0 to 50): chosen
+    /// The victim cache (Tesseract §4.3), in percent of the VM's limit (0 to 50): chosen
     /// victims stay resident and write-protected while this many cool down, and reclaim writes
     /// out the oldest; one the guest writes meanwhile stays. Tesseract used 10.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=50))]
@@ -546,8 +546,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             VictimArg::Random => memvisor_pager::VictimPolicy::Random,
             VictimArg::Clock => memvisor_pager::VictimPolicy::Clock,
         },
-        victim_cache: u32::try_from(a.mem / 4096 * u64::from(a.victim_cache) / 100)
-            .unwrap_or(u32::MAX),
+        victim_cache: a.victim_cache,
         limit: a.mem_limit,
         swap_path: a.swap.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("memvisor-{}.swap", std::process::id()))

@@ -65,9 +65,9 @@ pub(crate) const ZERO_WINDOW: u32 = 32;
 pub struct PagerConfig {
     pub mech: Mechanisms,
     pub policy: VictimPolicy,
-    /// Pages of the victim cache (Tesseract §4.3, `victim.rs`): chosen victims cool down
-    /// this many at a time before reclaim writes the oldest (0: none).
-    pub victim_cache: u32,
+    /// The victim cache (Tesseract §4.3, `victim.rs`), in percent of the limit (0 to 50):
+    /// chosen victims cool down that many at a time before reclaim writes the oldest (0: none).
+    pub victim_cache: u8,
     /// Most bytes of guest RAM resident at once; `None`: no limit.
     pub limit: Option<u64>,
     pub swap_path: PathBuf,
@@ -337,7 +337,7 @@ impl Pager {
         let batch = config.batch.max(1);
         let mech = config.mech;
         let mut table = PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
-        table.victims.cache = config.victim_cache.min(pages / 2);
+        table.victims.cache_percent = config.victim_cache.min(50);
         let state = Pages {
             table,
             // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX`

@@ -190,7 +190,7 @@ impl Shared {
         buf: &mut AlignedBuf,
     ) -> std::io::Result<Option<Flight>> {
         let t0 = Instant::now();
-        let (cooled, victims) = pages.table.reclaim_victims(n);
+        let (cooled, victims) = pages.table.reclaim_victims(n, self.limit());
         // Victims that begin to cool are protected now, so a write takes them back out of the
         // cache (`write_fault`).
         for (first, n) in self.region_runs(&cooled) {

@@ -588,15 +588,18 @@ impl PageTable {
         v
     }
 
-    /// The victims of one reclaim chunk of `n` pages: returns the pages that just began to cool
-    /// down in the victim cache (the caller write-protects them), and the chunk's victims (the
-    /// oldest cooling pages, or without a cache those [`Self::pick_victims`] chose). A victim
-    /// that stays resident after all goes back with [`Self::kept`].
-    pub fn reclaim_victims(&mut self, n: u32) -> (Vec<PageIdx>, Vec<PageIdx>) {
-        if self.victims.cache == 0 {
+    /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
+    /// pages that just began to cool down in the victim cache (the caller write-protects them),
+    /// and the chunk's victims (the oldest cooling pages, or without a cache those
+    /// [`Self::pick_victims`] chose). A victim that stays resident after all goes back with
+    /// [`Self::kept`].
+    pub fn reclaim_victims(&mut self, n: u32, limit: u32) -> (Vec<PageIdx>, Vec<PageIdx>) {
+        if self.victims.cache_percent == 0 {
             return (Vec::new(), self.pick_victims(n));
         }
-        let fresh = (self.victims.cache.saturating_add(n)).saturating_sub(self.victims.cooling());
+        let cache = u64::from(limit) * u64::from(self.victims.cache_percent) / 100;
+        let cache = u32::try_from(cache).unwrap_or(u32::MAX);
+        let fresh = (cache.saturating_add(n)).saturating_sub(self.victims.cooling());
         let cooled = self.pick_victims(fresh);
         self.victims.cool(&cooled);
         (cooled, self.victims.take_cooled(n))
@@ -838,7 +841,7 @@ mod tests {
         }
 
         fn reclaim(&mut self, n: u32) {
-            let (cooled, victims) = self.t.reclaim_victims(n);
+            let (cooled, victims) = self.t.reclaim_victims(n, PAGES);
             for p in cooled {
                 self.ram.get_mut(&p).unwrap().1 = true; // write-protected while they cool
             }
@@ -975,10 +978,10 @@ mod tests {
         run_cached(ops, mech, 0)
     }
 
-    /// [`run`] with a victim cache of `cache` pages.
-    fn run_cached(ops: &[Op], mech: Mechanisms, cache: u32) -> Sim {
+    /// [`run`] with a victim cache of `percent` of the pages.
+    fn run_cached(ops: &[Op], mech: Mechanisms, percent: u8) -> Sim {
         let mut sim = Sim::new(PAGES, mech);
-        sim.t.victims.cache = cache;
+        sim.t.victims.cache_percent = percent;
         // The reference: what the guest last wrote to each page (0 after the balloon or a report).
         let mut model = vec![0u64; PAGES as usize];
         let mut disk_model = vec![0u64; BLOCKS as usize];
@@ -1027,8 +1030,8 @@ mod tests {
             run(&ops, Mechanisms::DEFAULT);
             run(&ops, Mechanisms::BASELINE);
             run(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT });
-            run_cached(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT }, 3);
-            run_cached(&ops, Mechanisms::DEFAULT, 1);
+            run_cached(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT }, 10);
+            run_cached(&ops, Mechanisms::DEFAULT, 3);
         }
     }
 

@@ -8,7 +8,8 @@
 //! resident are invisible to it.
 //!
 //! **The victim cache** (Tesseract §4.3, `--victim-cache`): chosen victims first *cool down*,
-//! resident and write-protected, in a FIFO of a set size; reclaim writes out the oldest. A
+//! resident and write-protected, in a FIFO of a share of the limit; reclaim writes out the
+//! oldest. A
 //! victim the guest (or a device) writes while it cools leaves the cache and stays resident
 //! (a hit, no write and no fault back). One the guest writes out to its own disk meanwhile
 //! then mirrors that disk block (with the Swap Mapper on), so leaving the cache costs no write
@@ -54,8 +55,9 @@ pub struct Victims {
     cooled_next: u32,
     /// Pages cooling now, and taken out of the cache for writing but not yet gone.
     cool_len: u32,
-    /// Pages the victim cache holds before reclaim writes its oldest (0: no cache).
-    pub cache: u32,
+    /// Percent of the limit the victim cache holds before reclaim writes its oldest (0: no
+    /// cache).
+    pub cache_percent: u8,
     /// Cooling victims written by the guest or a device: kept resident.
     pub cache_hits: u64,
     /// Cooling victims the guest wrote to its own disk, so they left without a swap write.
@@ -78,7 +80,7 @@ impl Victims {
             cooled_as: vec![ABSENT; pages as usize],
             cooled_next: 0,
             cool_len: 0,
-            cache: 0,
+            cache_percent: 0,
             cache_hits: 0,
             cache_caught: 0,
         }

@@ -207,7 +207,7 @@ pub const CONFIGS: &[Config] = &[
     },
     Config {
         name: "memvisor-tesseract-victim",
-        about: "memvisor-tesseract-flush with a victim cache of 10 % of the VM (Tesseract §4.3: --victim-cache 10)",
+        about: "memvisor-tesseract-flush with a victim cache of 10 % of the limit (Tesseract §4.3: --victim-cache 10)",
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: false,
