@@ -1041,6 +1041,21 @@ mod tests {
     };
 
     #[test]
+    fn a_run_of_free_blocks_is_found_without_wrapping_past_the_end() {
+        let mut m = BlockMap::new(10);
+        assert_eq!(m.alloc(3), vec![0, 1, 2]);
+        m.release(1);
+        // Block 1 alone is too short for 2; 3..5 is the first run from the cursor.
+        assert_eq!(m.alloc_run(2), Some(3));
+        assert_eq!(m.alloc_run(5), Some(5), "5..10 ends at the file's end");
+        assert_eq!(m.alloc_run(2), None, "only block 1 is free");
+        assert_eq!(m.alloc_run(1), Some(1));
+        assert_eq!(m.in_use(), 10);
+        assert_eq!(m.alloc_run(0), None);
+        assert_eq!(m.alloc_run(11), None);
+    }
+
+    #[test]
     fn mirrored_pages_leave_without_a_write_and_come_back_from_the_image() {
         let mut sim = Sim::new(8, MAPPER);
         for b in 0..4 {

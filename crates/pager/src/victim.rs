@@ -338,6 +338,42 @@ mod tests {
     }
 
     #[test]
+    fn cooling_pages_stay_resident_leave_the_candidates_and_go_oldest_first() {
+        let mut v = Victims::new(16, VictimPolicy::Random, 5, 1);
+        for p in 0..16 {
+            v.insert(p);
+        }
+        v.cool(&[3, 4, 5]);
+        v.cool(&[9, 10]);
+        assert_eq!(
+            (v.len(), v.cooling()),
+            (16, 5),
+            "cooling pages are resident"
+        );
+        assert!(v.pick(100).iter().all(|p| !v.is_cooling(*p)));
+        assert_eq!(v.pick(100).len(), 11, "only the others are candidates");
+        // A write takes 4 back; 5 leaves guest RAM (its reclaim or a balloon).
+        assert!(v.warm(4));
+        assert!(!v.warm(4), "once");
+        v.remove(5);
+        assert_eq!((v.len(), v.cooling()), (15, 3));
+        // 4 cools again: it is now the youngest, so its old place in the FIFO is stale.
+        v.cool(&[4]);
+        assert_eq!(v.take_cooled(2), vec![3, 9]);
+        assert_eq!(v.take_cooled(10), vec![4, 10]);
+        assert_eq!(
+            v.cooling(),
+            4,
+            "taken pages count until they go or are kept"
+        );
+        for p in [3, 9, 4, 10] {
+            assert!(v.warm(p));
+        }
+        assert_eq!((v.len(), v.cooling()), (15, 0));
+        assert_eq!(v.pick(100).len(), 15);
+    }
+
+    #[test]
     fn clusters_bring_resident_neighbours() {
         let mut v = Victims::new(64, VictimPolicy::Random, 3, 8);
         for p in (0..64).filter(|p| p % 8 != 5) {
