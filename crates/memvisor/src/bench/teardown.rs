@@ -223,9 +223,19 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Held by the running bench: `flock` on `SWAP_FILE.lock`, released by the kernel however the
-/// process ends.
+/// process ends. A bench that ends normally deletes the file (a killed one leaves it, empty and
+/// unlocked: the next bench takes it). No bench waits for the lock, so deleting it cannot hand
+/// one bench's lock to another that is about to take it.
 pub struct BenchLock {
+    /// Closed (which releases the lock) after `drop` deleted the file.
     _held: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl Drop for BenchLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Takes the lock of benches using `swap_file`, or says who holds it.
@@ -252,7 +262,7 @@ pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
             path.display()
         ));
     }
-    Ok(BenchLock { _held: f })
+    Ok(BenchLock { _held: f, path })
 }
 
 /// Cleans what an earlier run left (its swap file, `memvisor-*` cgroups of dead processes), or
