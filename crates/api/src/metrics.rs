@@ -331,7 +331,7 @@ const VM_ROWS: &[Row] = &[
     page_counter("pager.indirections.refused_pages", "indirections_refused", "Guest disk writes of swapped memory that stayed plain writes because the most indirections were live."),
     counter("pager.indirections.defragmented", "indirections_defragmented", Unit::None, "Indirected blocks guest-disk defragmentation copied back into the images."),
     counter("pager.indirections.defrag_urgent", "indirections_defrag_urgent", Unit::None, "Indirected blocks guest reads needed, which defragmentation copied back first."),
-    counter("pager.indirections.store_reads", "indirections_store_reads", Unit::None, "Reads split reads issued to the swap file, one per run of indirected blocks in order in both files."),
+    counter("pager.indirections.store_reads", "indirections_store_reads", Unit::None, "Reads split reads issued to the swap file, one per run of indirected blocks whose swap-file blocks follow each other."),
     counter("pager.indirections.regrouped", "indirections_regrouped", Unit::None, "Indirected blocks swap-file defragmentation moved next to the other blocks of their guest write."),
     counter("pager.indirections.regrouped_writes", "indirections_regrouped_writes", Unit::None, "Guest writes whose indirections swap-file defragmentation grouped."),
     counter("pager.indirections.log_compactions", "indirection_log_compactions", Unit::None, "Times an indirection log was rewritten to hold just its live indirections."),

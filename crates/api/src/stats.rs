@@ -88,8 +88,8 @@ pub struct IndirectionStats {
     pub defragmented: u64,
     /// Indirected blocks guest reads needed, which defragmentation then copied back first.
     pub defrag_urgent: u64,
-    /// Reads the split reads issued to the swap file: one per run of indirected blocks that lie
-    /// in order in both the image and the swap file.
+    /// Reads the split reads issued to the swap file: one per run of indirected blocks whose
+    /// swap-file blocks follow each other.
     pub store_reads: u64,
     /// Indirected blocks swap-file defragmentation moved next to the other blocks of their
     /// guest write (`--tesseract-defrag store`).

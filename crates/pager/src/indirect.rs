@@ -24,6 +24,12 @@
 //!   first ([`recover`]), which is also what `memvisor disk disentangle IMAGE` does (§4.4.2);
 //!   a clean exit disentangles too, unless told to keep the indirections. The log is rewritten
 //!   to just the live map when it grows past four times what the map needs.
+//!   With [`LogSync::Flush`] an ended indirection's swap-file block is released only once the
+//!   log that ends it is synced, so no log can name a block that was used again.
+//! - **Defragmentation** (§5, [`Defrag`]), on a background thread: guest-disk defragmentation
+//!   copies indirected blocks back into the image (first those reads needed), and swap-file
+//!   defragmentation moves each write's indirected blocks next to each other in the swap file.
+//!   Split reads take each run of swap-file blocks that follow each other in one read.
 //!
 //! Differences from Tesseract: the indirections do not outlive the VM (the paper's BSST keeps
 //! them across runs; here the next start puts them back into the image), and the guest's write
@@ -415,8 +421,8 @@ pub struct IndirectCounters {
     pub defragmented: AtomicU64,
     /// Indirected blocks guest reads needed, which defragmentation then copied back first.
     pub defrag_urgent: AtomicU64,
-    /// Reads split reads issued to the swap file (one per run of indirected blocks that lie
-    /// next to each other in both the image and the swap file).
+    /// Reads split reads issued to the swap file (one per run of indirected blocks whose
+    /// swap-file blocks follow each other).
     pub store_reads: AtomicU64,
     /// Blocks swap-file defragmentation moved next to the other blocks of their guest write.
     pub regrouped: AtomicU64,
