@@ -296,6 +296,10 @@ pub struct VmSpec {
     /// Tesseract's indirections on the VM's writable disks (`--tesseract`).
     #[serde(default)]
     pub tesseract: bool,
+    /// With `tesseract`: the most indirections live at once, 4K to 4 times `mem`
+    /// (`--tesseract-max`; default `mem`).
+    #[serde(with = "size::option", default)]
+    pub tesseract_max: Option<u64>,
     /// With `tesseract`: when the indirection logs are synced, `write` or `flush`
     /// (`--tesseract-sync`; default write).
     #[serde(default)]
@@ -377,10 +381,22 @@ impl VmSpec {
                 "vm '{n}': tesseract and victim_cache are part of the full pager, not pager 'baseline'"
             ));
         }
-        if (self.tesseract_sync.is_some() || self.tesseract_defrag.is_some()) && !self.tesseract {
+        if (self.tesseract_sync.is_some()
+            || self.tesseract_defrag.is_some()
+            || self.tesseract_max.is_some())
+            && !self.tesseract
+        {
             return Err(format!(
-                "vm '{n}': tesseract_sync and tesseract_defrag go with tesseract = true"
+                "vm '{n}': tesseract_sync, tesseract_defrag and tesseract_max go with tesseract = true"
             ));
+        }
+        if let Some(m) = self.tesseract_max {
+            if m < 4096 || m > self.mem.saturating_mul(4) {
+                return Err(format!(
+                    "vm '{n}': tesseract_max {m}: give 4K to 4 times mem ({} bytes)",
+                    self.mem.saturating_mul(4)
+                ));
+            }
         }
         match self.tesseract_sync.as_deref() {
             None | Some("write" | "flush") => {}
@@ -454,6 +470,9 @@ impl VmSpec {
         if self.victim_cache > 0 {
             a.extend(["--victim-cache".to_owned(), self.victim_cache.to_string()]);
         }
+        if let Some(m) = self.tesseract_max {
+            a.extend(["--tesseract-max".to_owned(), m.to_string()]);
+        }
         if let Some(p) = &self.pager {
             a.extend(["--pager".to_owned(), p.clone()]);
         }
@@ -516,6 +535,30 @@ mod tests {
             (r#"{"name":"a","mem":"512M","victims":"lru"}"#, "victims"),
             (r#"{"name":"a","mem":"512M","pager":"off"}"#, "pager"),
             (r#"{"name":"a","mem":"1000000"}"#, "whole number"),
+            (
+                r#"{"name":"a","mem":"512M","tesseract_max":"64M"}"#,
+                "go with tesseract",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","tesseract":true,"tesseract_max":"4G"}"#,
+                "tesseract_max",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","tesseract":true,"tesseract_defrag":"both"}"#,
+                "tesseract_defrag",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","tesseract":true,"tesseract_sync":"never"}"#,
+                "tesseract_sync",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","victim_cache":60}"#,
+                "victim_cache",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","pager":"baseline","victim_cache":10}"#,
+                "full pager",
+            ),
         ] {
             let s: VmSpec = serde_json::from_str(bad).unwrap();
             let e = s.check().unwrap_err();

@@ -803,6 +803,7 @@ mod tests {
             mapper: true,
             preventer: false,
             tesseract: true,
+            tesseract_max: Some(64 << 20),
             tesseract_sync: Some("flush".into()),
             tesseract_defrag: Some("store".into()),
             victim_cache: 10,
@@ -822,6 +823,7 @@ mod tests {
         assert!(r.disks[0].read_only && r.disks[0].id.as_deref() == Some("data"));
         assert_eq!(r.disks[1].path, PathBuf::from("/x/s.img"));
         assert!(r.balloon && r.mapper && !r.preventer && r.tesseract);
+        assert_eq!(r.tesseract_max, Some(64 << 20));
         assert_eq!(r.tesseract_sync, LogSyncArg::Flush);
         assert_eq!(r.tesseract_defrag, Some(DefragArg::Store));
         assert_eq!(r.victim_cache, 10);

@@ -194,6 +194,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         mapper: true,
         preventer: true,
         tesseract: false,
+        tesseract_max: None,
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,

@@ -201,6 +201,7 @@ fn spec(i: u32, kind: Kind, image: &Path) -> VmSpec {
         mapper: vswapper,
         preventer: vswapper,
         tesseract: false,
+        tesseract_max: None,
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,

@@ -79,6 +79,7 @@ fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: String) -> 
         mapper: false,
         preventer: false,
         tesseract: false,
+        tesseract_max: None,
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,
