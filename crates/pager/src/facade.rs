@@ -46,16 +46,14 @@ impl Shared {
         resident.sort_unstable_by_key(|&(p, _)| p);
         let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
         let mut failed = Vec::new();
-        for (first, n) in runs(&order) {
-            for (f, c) in self.map.split_by_region(first, n) {
-                if let Err(e) = self.uffd.write_protect(self.map.host(f), c as usize * PAGE) {
-                    // Once per disk request the guest makes: rate-limited.
-                    memvisor_devices::guest_error!(
-                        PagerDeviceError,
-                        "pager: cannot protect pages {f}+{c}: {e}"
-                    );
-                    failed.push((f, c));
-                }
+        for (f, c) in self.map.region_runs(&order) {
+            if let Err(e) = self.uffd.write_protect(self.map.host(f), c as usize * PAGE) {
+                // Once per disk request the guest makes: rate-limited.
+                memvisor_devices::guest_error!(
+                    PagerDeviceError,
+                    "pager: cannot protect pages {f}+{c}: {e}"
+                );
+                failed.push((f, c));
             }
         }
         resident.retain(|&(p, _)| !failed.iter().any(|&(f, c)| p >= f && p < f + c));

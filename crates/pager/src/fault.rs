@@ -204,10 +204,9 @@ impl Shared {
         let mut open = table.warm_cluster(p, |q| in_flight.binary_search(&q).is_ok());
         open.push(p);
         open.sort_unstable();
-        for (first, n) in crate::ram_map::runs(&open) {
-            for (f, c) in self.map.split_by_region(first, n) {
-                self.uffd.unprotect(self.map.host(f), c as usize * PAGE)?;
-            }
+        for (first, n) in self.map.region_runs(&open) {
+            self.uffd
+                .unprotect(self.map.host(first), n as usize * PAGE)?;
         }
         Ok(())
     }

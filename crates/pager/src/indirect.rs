@@ -455,6 +455,13 @@ struct State {
     unsynced_ends: Vec<Block>,
 }
 
+impl State {
+    /// Whether image block `b` belongs to the guest write in progress.
+    fn being_written(&self, b: u32) -> bool {
+        self.writing.is_some_and(|(f, e)| (f..e).contains(&b))
+    }
+}
+
 /// When an indirection log (and the swap file it refers to) is synced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogSync {
@@ -809,12 +816,11 @@ impl Indirect {
         if s.log.is_none() || s.map.is_empty() {
             return Ok(Vec::new());
         }
-        let busy = |s: &State, b: u32| s.writing.is_some_and(|(f, e)| (f..e).contains(&b));
         let mut batch: Vec<(u32, Block)> = Vec::new();
         while batch.len() < max {
             let Some(b) = s.urgent.pop_front() else { break };
             if let Some(&t) = s.map.get(&b) {
-                if !busy(&s, b) && !batch.iter().any(|x| x.0 == b) {
+                if !s.being_written(b) && !batch.iter().any(|x| x.0 == b) {
                     batch.push((b, t));
                 }
             }
@@ -825,7 +831,7 @@ impl Indirect {
             .range(from..)
             .chain(s.map.range(..from))
             .map(|(&b, &t)| (b, t))
-            .filter(|&(b, _)| !busy(&s, b) && !batch.iter().any(|x| x.0 == b))
+            .filter(|&(b, _)| !s.being_written(b) && !batch.iter().any(|x| x.0 == b))
             .take(max - batch.len())
             .collect();
         batch.extend(walk);
@@ -874,7 +880,6 @@ impl Indirect {
         alloc: impl FnOnce(u32) -> Option<Block>,
     ) -> (Vec<Block>, std::io::Result<bool>) {
         let mut s = self.lock();
-        let busy = |s: &State, b: u32| s.writing.is_some_and(|(f, e)| (f..e).contains(&b));
         // The queued writes' live, scattered indirections, write after write, each in image
         // order, up to REGROUP_MAX blocks: they go to one run, so each write's blocks follow
         // each other there.
@@ -886,7 +891,7 @@ impl Indirect {
             };
             let live: BTreeMap<u32, Block> = blocks
                 .into_iter()
-                .filter(|&b| !busy(&s, b) && !taken.contains(&b))
+                .filter(|&b| !s.being_written(b) && !taken.contains(&b))
                 .filter_map(|b| s.map.get(&b).map(|&t| (b, t)))
                 .collect();
             if !in_order(&live) {

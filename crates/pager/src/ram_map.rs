@@ -105,6 +105,15 @@ impl RamMap {
         }
         out
     }
+
+    /// Runs of consecutive pages among sorted `pages`, each inside one mapping: what one
+    /// syscall may cover.
+    pub fn region_runs(&self, pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
+        runs(pages)
+            .into_iter()
+            .flat_map(|(first, n)| self.split_by_region(first, n))
+            .collect()
+    }
 }
 
 /// Consecutive runs in a sorted list of pages: (first, count).

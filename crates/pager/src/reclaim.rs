@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
 
 use crate::pager::{PagerFailure, Pages, Shared, PAGE};
-use crate::ram_map::runs;
 use crate::state::{Block, Disposition, PageIdx, PageState};
 use crate::stats::Counters;
 use crate::store;
@@ -193,21 +192,19 @@ impl Shared {
         let (cooled, victims) = pages.table.reclaim_victims(n, self.limit());
         // Victims that begin to cool are protected now, so a write takes them back out of the
         // cache (`write_fault`).
-        for (first, n) in self.region_runs(&cooled) {
+        for (first, n) in self.map.region_runs(&cooled) {
             if let Err(e) = self
                 .uffd
                 .write_protect(self.map.host(first), n as usize * PAGE)
             {
-                for p in first..first + n {
-                    pages.table.kept(p);
-                }
+                cooled.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
             }
         }
         if victims.is_empty() {
             return Ok(None);
         }
-        let victim_runs = self.region_runs(&victims);
+        let victim_runs = self.map.region_runs(&victims);
         for &(first, n) in &victim_runs {
             // Nothing is decided yet: a page left protected costs its next write one fault.
             if let Err(e) = self
@@ -252,14 +249,6 @@ impl Shared {
             decided,
             blocks,
         }))
-    }
-
-    /// Runs of consecutive pages among sorted `pages`, split where guest RAM's mappings end.
-    fn region_runs(&self, pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
-        runs(pages)
-            .into_iter()
-            .flat_map(|(first, n)| self.map.split_by_region(first, n))
-            .collect()
     }
 
     /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
