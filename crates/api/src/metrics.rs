@@ -259,6 +259,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.preventer_timeouts", "preventer_timeouts", Unit::None, "Preventer attempts whose vCPU did not answer in time, so the pager read the page in itself."),
     counter("pager.device_installs", "device_installs", Unit::None, "Whole pages a device wrote into place without reading their old content."),
     counter("pager.write_faults", "write_faults", Unit::None, "First writes to clean, write-protected pages."),
+    counter("pager.fault_reads_redone", "fault_reads_redone", Unit::None, "Faults whose store read, done without the page lock, found the faulting page changed meanwhile, so they were served again under the lock."),
     counter("pager.reclaimed_zero", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "zero"),
     counter("pager.reclaimed_clean", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "clean"),
     counter("pager.reclaimed_written", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "written"),

@@ -267,6 +267,9 @@ pager_counters! {
     device_installs,
     /// First writes to clean, write-protected pages.
     write_faults,
+    /// Faults whose store read, done without the page lock, found the faulting page changed
+    /// meanwhile (a device wrote it, the balloon took it), so they were served again.
+    fault_reads_redone,
     /// Victims (pages) dropped as all-zero, with no write.
     reclaimed_zero,
     /// Clean victims (pages) dropped because their swap block still held them, with no write.

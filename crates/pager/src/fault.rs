@@ -4,7 +4,11 @@
 //!    zero page (with the following never-touched pages, in one `UFFDIO_ZEROPAGE`, or real
 //!    zeroed pages for a write), or a load from the page's store slot with the run of neighbours
 //!    whose slots follow it (one store read, one `UFFDIO_COPY`). Pages loaded for a read come in
-//!    clean and write-protected and keep their slot.
+//!    clean and write-protected and keep their slot. The pager thread reads the swap file or an
+//!    image without the page lock (a read the disk holds up must not hold up reclaim, devices
+//!    and `GET /stats`): the page table watches the run meanwhile, and only the pages that did
+//!    not change state are installed from what was read (see [`PageTable::watch`]); should the
+//!    faulting page itself have changed, its fault is served again under the lock.
 //! 2. **Write fault** on a write-protected page: the page is dirty from now on; its slot is
 //!    released and the protection removed, which wakes the writer.
 //! 3. A vCPU's write to a page whose content is in a store may go to the Preventer instead
@@ -13,12 +17,15 @@
 //! After each fault the page's installs are paid for by one bounded reclaim chunk when the VM
 //! is over its limit (`reclaim.rs`). A fault that cannot be resolved pauses the VM.
 
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use crate::pager::{PagerFailure, Pages, Shared, PAGE, ZERO_WINDOW};
+#[cfg(doc)]
+use crate::state::PageTable;
 use crate::state::{FaultAction, PageIdx, PageState};
 use crate::stats::Counters;
-use crate::store::{self, Slot};
+use crate::store::{self, Slot, StoreId};
 use crate::uffd::{Fault, UffdError};
 
 impl Shared {
@@ -34,7 +41,9 @@ impl Shared {
         let r = if f.protected {
             self.write_fault(&mut pages, p)
         } else {
-            self.fault(&mut pages, p, f.write, f.tid)
+            let r;
+            (pages, r) = self.fault(pages, p, f.write, f.tid);
+            r
         };
         if let Err(e) = r {
             self.unresolved(f, p, e);
@@ -66,8 +75,14 @@ impl Shared {
 
     /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
     /// goes to the Preventer (the vCPU is stopped and asked what it is writing); everything else
-    /// is resolved here.
-    fn fault(&self, pages: &mut Pages, p: PageIdx, write: bool, tid: i32) -> std::io::Result<()> {
+    /// is resolved here, a load from the swap file or an image without the page lock.
+    fn fault<'a>(
+        &'a self,
+        mut pages: MutexGuard<'a, Pages>,
+        p: PageIdx,
+        write: bool,
+        tid: i32,
+    ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
         let preventable = write
             && pages.table.mech.preventer
             && matches!(
@@ -76,9 +91,95 @@ impl Shared {
             )
             && self.vcpus.is_vcpu(tid);
         if preventable && self.stop_for_preventer(tid, p) {
-            return Ok(());
+            return (pages, Ok(()));
         }
-        self.missing_fault(pages, p, write)
+        match pages.table.fault(p, write) {
+            FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
+                self.load_unlocked(pages, p, write, from, keep)
+            }
+            _ => {
+                let r = self.missing_fault(&mut pages, p, write);
+                (pages, r)
+            }
+        }
+    }
+
+    /// Loads `p` and the run that comes with it from slot `from` of a disk store, reading
+    /// without the page lock (module doc). Falls back to [`Self::missing_fault`] under the lock
+    /// when another thread's load has the buffer, and when `p` changed state during the read.
+    fn load_unlocked<'a>(
+        &'a self,
+        mut pages: MutexGuard<'a, Pages>,
+        p: PageIdx,
+        write: bool,
+        from: Slot,
+        keep: bool,
+    ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
+        let Ok(mut io) = self.fault_io.try_lock() else {
+            let r = self.missing_fault(&mut pages, p, write);
+            return (pages, r);
+        };
+        let (lo, n) = self.region_run(p, pages.table.load_run(p));
+        let watch = pages.table.watch(lo, n);
+        drop(pages);
+        let buf = io.get(n as usize * PAGE);
+        let read = self
+            .stores
+            .get(from.store)
+            .and_then(|source| store::read(source, from.index - (p - lo), buf).map(|()| source));
+        let mut pages = self.lock();
+        let changed = pages.table.unwatch(watch);
+        let source = match read {
+            Ok(source) => source,
+            Err(e) => return (pages, Err(e)),
+        };
+        if changed.get((p - lo) as usize) != Some(&false) {
+            Counters::add(&self.counters.fault_reads_redone, 1);
+            let r = self.missing_fault(&mut pages, p, write);
+            return (pages, r);
+        }
+        // The unchanged pages, in runs, from where they lie in the buffer.
+        let mut installed = 0;
+        let mut i = 0;
+        while i < n {
+            if changed[i as usize] {
+                i += 1;
+                continue;
+            }
+            let mut k = 1;
+            while i + k < n && !changed[(i + k) as usize] {
+                k += 1;
+            }
+            let at = i as usize * PAGE;
+            let len = k as usize * PAGE;
+            // SAFETY: `buf` is this thread's fault buffer, `n` pages long, alive for the call.
+            if let Err(e) = unsafe {
+                self.uffd
+                    .copy(buf[at..].as_ptr(), self.map.host(lo + i), len, keep)
+            } {
+                pages.table.install_run(lo + i, e.pages.min(k), keep);
+                return (pages, Err(e.into()));
+            }
+            pages.table.install_run(lo + i, k, keep);
+            for q in lo + i..lo + i + k {
+                pages.prefetched[q as usize] = q != p && keep;
+            }
+            installed += k;
+            i += k;
+        }
+        Counters::add(&source.counters().faults, 1);
+        Counters::add(&self.counters.prefetched, u64::from(installed - 1));
+        (pages, Ok(()))
+    }
+
+    /// `run` (first page, count) around `p`, or `p` alone if the run crosses a mapping
+    /// boundary.
+    fn region_run(&self, p: PageIdx, (lo, n): (PageIdx, u32)) -> (PageIdx, u32) {
+        if self.map.same_region(lo, lo + n - 1) {
+            (lo, n)
+        } else {
+            (p, 1)
+        }
     }
 
     /// Installs missing page `p` (and the run that comes with it) as the table says.
@@ -154,11 +255,7 @@ impl Shared {
         keep: bool,
         from: Slot,
     ) -> std::io::Result<()> {
-        let (lo, n) = if self.map.same_region(lo, lo + n - 1) {
-            (lo, n)
-        } else {
-            (p, 1)
-        };
+        let (lo, n) = self.region_run(p, (lo, n));
         let len = n as usize * PAGE;
         let buf = pages.io.get(len);
         let source = self.stores.get(from.store)?;

@@ -246,6 +246,9 @@ pub(crate) struct Shared {
     pub pagemap: Option<PageMap>,
     pub stores: Stores,
     pub pages: Mutex<Pages>,
+    /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
+    /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
+    pub fault_io: Mutex<AlignedBuf>,
     /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
     pub settled: Condvar,
     /// Set to wake the reclaim thread, with `reclaim_wake`.
@@ -338,13 +341,12 @@ impl Pager {
         let mech = config.mech;
         let mut table = PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
+        // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
+        // image (reclaim writes from its own buffer).
+        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK;
         let state = Pages {
             table,
-            // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX`
-            // from an image (reclaim writes from its own buffer).
-            io: AlignedBuf::new(
-                mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK,
-            ),
+            io: AlignedBuf::new(io_len),
             prefetched: vec![false; pages as usize],
             attached: false,
             huge: HashSet::new(),
@@ -369,6 +371,7 @@ impl Pager {
                 SampleStore::new(config.sample_pages),
             ),
             pages: Mutex::new(state),
+            fault_io: Mutex::new(AlignedBuf::new(io_len)),
             settled: Condvar::new(),
             reclaim_wanted: Mutex::new(false),
             reclaim_wake: Condvar::new(),

@@ -227,6 +227,18 @@ pub struct PageTable {
     image_stream: Option<(ImageBlock, u32)>,
     /// Pages by state, kept as every change happens (see [`Census`]).
     census: Census,
+    /// Runs being read from their store without the page lock ([`Self::watch`]).
+    watched: Vec<Watch>,
+    next_watch: u64,
+}
+
+/// A run of pages whose slots are being read without the page lock, and which of them changed
+/// state meanwhile.
+#[derive(Debug)]
+struct Watch {
+    id: u64,
+    first: PageIdx,
+    changed: Vec<bool>,
 }
 
 /// How many guest pages are in each state, kept as running counts so reading them costs
@@ -295,6 +307,33 @@ impl PageTable {
                 zero: pages,
                 ..Census::default()
             },
+            watched: Vec::new(),
+            next_watch: 0,
+        }
+    }
+
+    /// Starts noting which pages of `first..first + n` change state, while their slots are read
+    /// without the page lock; [`Self::unwatch`] with the id returned tells which did. A page
+    /// that did not has the same slot, which nothing wrote meanwhile (a slot is written only
+    /// when it is given to a page, and it stays that page's until the page changes state), so
+    /// what was read is its content.
+    pub fn watch(&mut self, first: PageIdx, n: u32) -> u64 {
+        let id = self.next_watch;
+        self.next_watch += 1;
+        self.watched.push(Watch {
+            id,
+            first,
+            changed: vec![false; n as usize],
+        });
+        id
+    }
+
+    /// Ends watch `id`: for each page of its run, whether it changed state since
+    /// [`Self::watch`].
+    pub fn unwatch(&mut self, id: u64) -> Vec<bool> {
+        match self.watched.iter().position(|w| w.id == id) {
+            Some(i) => self.watched.swap_remove(i).changed,
+            None => Vec::new(),
         }
     }
 
@@ -331,6 +370,14 @@ impl PageTable {
         }
         self.pages[p as usize] = s;
         self.census.moved(old, s);
+        for w in &mut self.watched {
+            if let Some(c) = p
+                .checked_sub(w.first)
+                .and_then(|i| w.changed.get_mut(i as usize))
+            {
+                *c = true;
+            }
+        }
         if !is_resident(s) {
             // Its protection is gone with it: a refault may come back writable.
             self.pending.remove(&p);
@@ -1172,5 +1219,18 @@ mod tests {
             "32 sequential pages came in {} reads",
             sim.reads
         );
+    }
+
+    #[test]
+    fn a_watch_notes_which_pages_of_its_run_change_state() {
+        let mut t = PageTable::new(8, 8, Mechanisms::DEFAULT, VictimPolicy::Random, 7);
+        let run = t.watch(2, 3);
+        let other = t.watch(0, 1);
+        t.installed(3, FaultAction::Zero);
+        t.installed(6, FaultAction::Zero);
+        assert_eq!(t.unwatch(run), [false, true, false]);
+        assert_eq!(t.unwatch(other), [false]);
+        assert!(t.unwatch(run).is_empty(), "a watch ends once");
+        t.installed(2, FaultAction::Zero);
     }
 }

@@ -36,6 +36,9 @@ pub struct Counters {
     pub device_installs: AtomicU64,
     /// First writes to clean, write-protected pages.
     pub write_faults: AtomicU64,
+    /// Faults whose store read, done without the page lock, found the faulting page changed
+    /// meanwhile (a device wrote it, the balloon took it), so they were served again.
+    pub fault_reads_redone: AtomicU64,
     /// Victims dropped because they were all zero.
     pub reclaimed_zero: AtomicU64,
     /// Clean victims dropped because their swap block still held them.
@@ -101,6 +104,7 @@ impl Counters {
             preventer_timeouts,
             device_installs,
             write_faults,
+            fault_reads_redone,
             reclaimed_zero,
             reclaimed_clean,
             reclaimed_written,
@@ -129,6 +133,7 @@ impl Counters {
             preventer_timeouts: get(preventer_timeouts),
             device_installs: get(device_installs),
             write_faults: get(write_faults),
+            fault_reads_redone: get(fault_reads_redone),
             reclaimed_zero: get(reclaimed_zero),
             reclaimed_clean: get(reclaimed_clean),
             reclaimed_written: get(reclaimed_written),

@@ -1,11 +1,12 @@
-//! Faults in the middle of paging, with real userfaultfd and a real disk that fails on demand
-//! (no KVM: a thread of this test plays a device thread copying guest memory in the middle of a
-//! request, which waits in the kernel on a page the pager must bring in).
+//! Faults in the middle of paging, with real userfaultfd and a real disk that fails or slows on
+//! demand (no KVM: a thread of this test plays a device thread copying guest memory in the middle
+//! of a request, which waits in the kernel on a page the pager must bring in).
 //!
-//! Each case: memory is filled with known data, the pager moves it to a store, the store's disk
-//! starts failing, a device access needs a page from it. The pager pauses the VM with a reason
-//! and the access waits (it is neither given wrong data nor left to hang for good); once the disk
-//! works again, the resume serves the access, and every byte reads as written.
+//! Each failing case: memory is filled with known data, the pager moves it to a store, the
+//! store's disk starts failing, a device access needs a page from it. The pager pauses the VM
+//! with a reason and the access waits (it is neither given wrong data nor left to hang for good);
+//! once the disk works again, the resume serves the access, and every byte reads as written. The
+//! slow case checks what a fault's held-up read does not hold up.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use common::{config, flaky_disk::FlakyDisk};
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
-use vm_memory::{Bytes, GuestAddress};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 mod common;
 
@@ -183,4 +184,116 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
     disk.set_working(false);
     let reader = device_reads_everything(&mem);
     resume_and_check(&disk, &pager, &vcpus, reader, "reading disk image 0 failed");
+}
+
+/// Whether the host page behind `addr` is mapped (`/proc/self/pagemap`'s present bit).
+fn present(addr: *const u8) -> bool {
+    use std::os::unix::fs::FileExt;
+    let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let mut entry = [0u8; 8];
+    pagemap
+        .read_exact_at(&mut entry, addr as u64 / PAGE as u64 * 8)
+        .unwrap();
+    u64::from_le_bytes(entry) >> 63 == 1
+}
+
+/// Whether a thread of this process named `name` waits on the disk (state `D`).
+fn on_disk(name: &str) -> bool {
+    std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+        let t = t.unwrap().path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(t.join("stat")).unwrap_or_default();
+        // `pid (comm) S ...`: the state follows the last ')'.
+        let state = stat.rsplit_once(')').map(|(_, s)| s.trim_start());
+        comm.trim() == name && state.is_some_and(|s| s.starts_with('D'))
+    })
+}
+
+/// A fault's swap read that the disk holds up (reads throttled to 1 KiB/s: one 64 KiB run takes
+/// a minute) holds up neither `GET /stats` nor devices: the pager thread reads without the page
+/// lock. A device then overwrites the very page being read, which wakes the waiting access
+/// with the device's data; once the read lands, the pager finds the page changed and does not
+/// install what it read over it (`fault_reads_redone`). Every byte reads as written.
+#[test]
+fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 160);
+    let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
+    for p in 0..PAGES {
+        mem.write_slice(&page_of(p), GuestAddress(p * PAGE as u64))
+            .unwrap();
+    }
+    let vcpus = Arc::new(NoVcpus::default());
+    let pager = Pager::start(
+        mem.clone(),
+        &config(&disk.mnt, false),
+        vcpus.clone(),
+        |why| panic!("the pager failed: {why}"),
+    )
+    .unwrap();
+    pager.set_limit(Some(16 * MIB)).unwrap();
+    wait_until("reclaim swaps out 49 MiB", || {
+        pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
+    });
+    let host = |p: u64| mem.get_host_address(GuestAddress(p * PAGE as u64)).unwrap();
+    // A swapped page, and one far from it that a device will write meanwhile.
+    let p = (0..PAGES).find(|&p| !present(host(p))).unwrap();
+    let elsewhere = PAGES - 1;
+    let before = pager.snapshot().counters;
+
+    let slow = disk.slow_reads(1024);
+    let reader = {
+        let mem = mem.clone();
+        std::thread::spawn(move || {
+            let mut page = vec![0u8; PAGE];
+            mem.read_slice(&mut page, GuestAddress(p * PAGE as u64))
+                .unwrap();
+            page
+        })
+    };
+    wait_until("the pager thread waits on the swap read", || {
+        on_disk("pager")
+    });
+
+    // The read has not landed, and the pager answers anyway.
+    let during = pager.snapshot().counters;
+    assert_eq!(
+        during.faults_swap, before.faults_swap,
+        "the read landed already"
+    );
+    assert!(!reader.is_finished());
+    // A device writes a page elsewhere, then the page being read.
+    let new_elsewhere = page_of(elsewhere + PAGES);
+    pager
+        .write(GuestAddress(elsewhere * PAGE as u64), &new_elsewhere)
+        .unwrap();
+    let new_p = page_of(p + 2 * PAGES);
+    pager.write(GuestAddress(p * PAGE as u64), &new_p).unwrap();
+    assert!(
+        reader.join().unwrap() == new_p,
+        "the waiting access did not get the device's data"
+    );
+    assert_eq!(
+        pager.snapshot().counters.faults_swap,
+        before.faults_swap,
+        "the device writes waited for the read"
+    );
+
+    slow.lift();
+    wait_until("the held read lands and is redone", || {
+        pager.snapshot().counters.fault_reads_redone == before.fault_reads_redone + 1
+    });
+    drop(slow);
+    let all = device_reads_everything(&mem).join().unwrap();
+    for q in 0..PAGES {
+        let want = match q {
+            _ if q == p => new_p.clone(),
+            _ if q == elsewhere => new_elsewhere.clone(),
+            _ => page_of(q),
+        };
+        assert!(
+            all[q as usize * PAGE..(q as usize + 1) * PAGE] == want[..],
+            "page {q} differs"
+        );
+    }
 }

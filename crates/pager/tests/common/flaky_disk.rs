@@ -1,7 +1,8 @@
 //! A disk that fails on demand, for fault-injection tests (shared by the pager's and the
 //! binary's tests with `#[path]`): a small ext4 file system on a loop device whose size the test
 //! shrinks to 1 MiB (every later I/O past it fails with EIO) and restores. The backing file, and
-//! so every block written before, stays as it was.
+//! so every block written before, stays as it was. [`FlakyDisk::slow_reads`] makes its reads
+//! slow instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,6 +74,75 @@ impl FlakyDisk {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+/// Reads of a [`FlakyDisk`] by this process held to a few bytes a second (the blkio cgroup v1
+/// controller's `read_bps_device` throttle on the loop device), until lifted or dropped: a
+/// real disk that answers reads as slowly as a test needs.
+pub struct SlowReads {
+    /// The cgroup this process was moved into, and the one it came from.
+    cgroup: PathBuf,
+    home: PathBuf,
+    dev: String,
+}
+
+impl FlakyDisk {
+    /// Throttles this process's reads of the disk to `bytes_per_s`.
+    pub fn slow_reads(&self, bytes_per_s: u64) -> SlowReads {
+        let root = Path::new("/sys/fs/cgroup/blkio");
+        // This process's blkio cgroup now, from its `N:blkio:/path` line.
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = own
+            .lines()
+            .find_map(|l| l.split_once(":blkio:").map(|(_, p)| p.to_owned()))
+            .expect("a blkio cgroup (v1)");
+        let home = root.join(path.trim_start_matches('/'));
+        let cgroup = home.join(format!("memvisor-slow-{}", std::process::id()));
+        std::fs::create_dir_all(&cgroup).unwrap();
+        let name = Path::new(&self.lo).file_name().unwrap().to_str().unwrap();
+        let dev = std::fs::read_to_string(format!("/sys/block/{name}/dev")).unwrap();
+        let slow = SlowReads {
+            cgroup,
+            home,
+            dev: dev.trim().to_owned(),
+        };
+        slow.set(bytes_per_s);
+        std::fs::write(
+            slow.cgroup.join("cgroup.procs"),
+            std::process::id().to_string(),
+        )
+        .unwrap();
+        slow
+    }
+}
+
+impl SlowReads {
+    fn set(&self, bytes_per_s: u64) {
+        std::fs::write(
+            self.cgroup.join("blkio.throttle.read_bps_device"),
+            format!("{} {bytes_per_s}", self.dev),
+        )
+        .unwrap();
+    }
+
+    /// Reads go at the disk's speed again (a held read goes on at once).
+    pub fn lift(&self) {
+        self.set(0);
+    }
+}
+
+impl Drop for SlowReads {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            self.cgroup.join("blkio.throttle.read_bps_device"),
+            format!("{} 0", self.dev),
+        );
+        let _ = std::fs::write(
+            self.home.join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.cgroup);
     }
 }
 
