@@ -285,15 +285,12 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
     });
     drop(slow);
     let all = device_reads_everything(&mem).join().unwrap();
-    for q in 0..PAGES {
+    for (q, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
         let want = match q {
             _ if q == p => new_p.clone(),
             _ if q == elsewhere => new_elsewhere.clone(),
             _ => page_of(q),
         };
-        assert!(
-            all[q as usize * PAGE..(q as usize + 1) * PAGE] == want[..],
-            "page {q} differs"
-        );
+        assert!(got == want, "page {q} differs");
     }
 }
