@@ -3,6 +3,8 @@
 //! shrinks to 1 MiB (every later I/O past it fails with EIO) and restores. The backing file, and
 //! so every block written before, stays as it was. [`FlakyDisk::slow_reads`] makes its reads
 //! slow instead.
+// Each test crate that includes this uses part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
