@@ -46,6 +46,9 @@ struct Flight {
     blocks: Vec<Block>,
 }
 
+/// A chunk that takes this long says where its time went (at info).
+const SLOW_CHUNK: Duration = Duration::from_millis(100);
+
 impl Shared {
     /// The low watermark for `limit`: where a reclaim that started above the limit stops.
     fn low_watermark(&self, limit: u32) -> u32 {
@@ -152,11 +155,28 @@ impl Shared {
                 }
             };
             drop(pages);
+            let (t0, chosen) = (flight.t0, flight.decided.len());
+            let began = t0.elapsed();
             let written = self.write_flight(&flight, buf);
+            let wrote = t0.elapsed();
             let mut pages = self.lock();
+            let locked = t0.elapsed();
             let result = self.reclaim_end(&mut pages, flight, written);
             drop(pages);
             self.settled.notify_all();
+            let took = t0.elapsed();
+            if took >= SLOW_CHUNK {
+                tracing::info!(
+                    "pager: slow reclaim chunk of {chosen} pages, {} ms: choosing, protecting and \
+                     copying {} ms (page lock held), writing {} ms, waiting for the page lock {} \
+                     ms, releasing {} ms (page lock held)",
+                    took.as_millis(),
+                    began.as_millis(),
+                    (wrote - began).as_millis(),
+                    (locked - wrote).as_millis(),
+                    (took - locked).as_millis()
+                );
+            }
             if let Err(e) = result {
                 self.reclaim_failed(e);
                 return;
