@@ -442,19 +442,38 @@ impl core::fmt::Display for BalloonWords {
     }
 }
 
-/// Prints the counters as `key=value` words (for RESULT lines).
-pub struct StatsWords(pub Stats);
+/// The counters as `key=value` words (for RESULT lines), with how long the disks' requests
+/// took as the guest waited for them (`io_wait_us`, both disks), taken at the same time.
+pub struct StatsWords {
+    pub stats: Stats,
+    pub io_wait_us: u64,
+}
+
+/// The counters now, for a RESULT line.
+pub fn stats_words() -> StatsWords {
+    with(|k| {
+        let cycles: u64 = [&k.be.data, &k.be.swap]
+            .into_iter()
+            .flatten()
+            .map(|d| d.stats.wait_cycles)
+            .sum();
+        StatsWords {
+            stats: k.mm.stats(),
+            io_wait_us: crate::time::cycles_to_us(cycles).unwrap_or(0),
+        }
+    })
+}
 
 impl core::fmt::Display for StatsWords {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let s = &self.0;
+        let s = &self.stats;
         let c = &s.counters;
         write!(
             f,
             "free_kb={} cached_kb={} dirty_kb={} anon_kb={} swap_used_kb={} pswpin={} pswpout={} \
              pgmajfault={} pgfault={} pgscan={} pgsteal={} pgsteal_file={} pgsteal_anon={} \
              pgpgin={} pgpgout={} readahead={} swap_ra={} swap_ra_hits={} balloon_kb={} zeroed={} \
-             io_requests={}",
+             io_requests={} io_wait_us={}",
             s.free * 4,
             s.cached * 4,
             s.dirty * 4,
@@ -475,7 +494,8 @@ impl core::fmt::Display for StatsWords {
             c.swap_ra_hits,
             s.balloon * 4,
             c.zeroed,
-            c.io_requests
+            c.io_requests,
+            self.io_wait_us
         )
     }
 }

@@ -77,6 +77,8 @@ const SCRATCH_ID: usize = 32;
 pub struct BlkStats {
     pub requests: u64,
     pub notifies: u64,
+    /// TSC cycles spent from handing requests to the device until they completed.
+    pub wait_cycles: u64,
 }
 
 pub struct BlkDevice {
@@ -358,6 +360,7 @@ impl BlkDevice {
         };
         n += 1;
 
+        let submitted = rdtsc();
         let head = self.queue.submit(&segments[..n]);
         self.stats.requests += 1;
         if self.queue.needs_notify() {
@@ -375,6 +378,7 @@ impl BlkDevice {
             }
             pause();
         };
+        self.stats.wait_cycles += rdtsc().saturating_sub(submitted);
         if self.ack_interrupts {
             self.transport.ack_interrupts();
         }

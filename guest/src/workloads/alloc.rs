@@ -13,7 +13,7 @@
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, BalloonWords, StatsWords};
+use crate::mm::{self, BalloonWords};
 use crate::sync::SpinLock;
 
 use super::common::{self, Progress, ms_since, us_since};
@@ -49,7 +49,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         u8::from(ok),
         pages / 256,
         ms_since(t_all),
-        StatsWords(mm::stats()),
+        mm::stats_words(),
         BalloonWords(mm::balloon_stats())
     );
     if ok {

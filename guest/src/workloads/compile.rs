@@ -14,7 +14,7 @@ use memvisor_guest_mm::{Access, PAGE_SIZE};
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, io_fail, ms_since, us_since};
 
@@ -155,7 +155,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         "RESULT workload=compile phase=done ok={} jobs={jobs} mismatches={mismatches} ms={} {}",
         u8::from(ok),
         ms_since(t0),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success

@@ -23,7 +23,7 @@ use memvisor_guest_mm::format::{file_word, splitmix64};
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, io_fail, ms_since, us_since};
 
@@ -118,7 +118,7 @@ fn write(seed: u64, file: u32, pages: u64, anon: u64, batch: u64, secs: u64) -> 
     println!(
         "RESULT workload=crashwrite phase=done ok=1 ms={} pages_written={written} gen={g} {}",
         ms_since(t0),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     ExitCode::Success
 }

@@ -16,7 +16,7 @@
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, Rng, io_fail, ms_since, us_since};
 
@@ -165,7 +165,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         pause_sum / gens,
         (young * gens * 4096) / alloc_us.max(1),
         ms_since(t_all),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success

@@ -21,7 +21,7 @@ use memvisor_guest_mm::{Access, MmError};
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, BalloonWords, StatsWords};
+use crate::mm::{self, BalloonWords};
 use crate::sync::SpinLock;
 
 use super::common::{self, Progress, ms_since};
@@ -148,7 +148,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         "RESULT workload=integrity phase=done ok={} mismatches={total} cpus={cpus} ms={} {} {}",
         u8::from(ok),
         ms_since(t0),
-        StatsWords(mm::stats()),
+        mm::stats_words(),
         BalloonWords(mm::balloon_stats())
     );
     if ok {
@@ -260,7 +260,7 @@ fn work(cpu: u32, res: &mut CpuResult) -> Result<(), MmError> {
         println!(
             "RESULT workload=integrity phase=fill cpu={cpu} ms={} {}",
             ms_since(t),
-            StatsWords(mm::stats())
+            mm::stats_words()
         );
     }
     let mut r = 0;
@@ -300,7 +300,7 @@ fn work(cpu: u32, res: &mut CpuResult) -> Result<(), MmError> {
                 "RESULT workload=integrity phase=round{r} cpu={cpu} ms={} mismatches={} {}",
                 ms_since(t),
                 res.mismatches - before,
-                StatsWords(mm::stats())
+                mm::stats_words()
             );
         }
     }

@@ -28,7 +28,7 @@ use memvisor_guest_mm::format::splitmix64;
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, Rng, io_fail, ms_since, us_since};
 
@@ -421,7 +421,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         }
         None => (0, 0, 0, 0),
     };
-    let stats = mm::stats();
+    let stats = mm::stats_words();
     let ok = store.errors == 0 && missing == 0 && hog_errors == 0;
     println!(
         "RESULT workload=kv phase=run ok={} mix={mix} ops={done} ms={} ops_s={} reads={n_read} updates={n_update} \
@@ -432,7 +432,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         done * 1_000_000 / us,
         store.errors,
         if hog.is_some() { hog_mb } else { 0 },
-        StatsWords(stats)
+        stats
     );
     println!("RESULT workload=kv phase=done ok={}", u8::from(ok));
     if ok {

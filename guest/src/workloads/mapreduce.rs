@@ -11,7 +11,7 @@ use memvisor_guest_mm::{Access, MmError, PAGE_SIZE};
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, io_fail, ms_since};
 
@@ -163,7 +163,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         "RESULT workload=mapreduce phase=done ok={} words={words} ms={} {}",
         u8::from(ok),
         ms_since(t0),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success

@@ -6,7 +6,7 @@
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, io_fail, ms_since, us_since};
 
@@ -96,7 +96,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         u8::from(ok),
         pages / 256,
         touched / 256 / secs,
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success

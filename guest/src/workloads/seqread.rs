@@ -11,7 +11,7 @@ use memvisor_guest_mm::{Access, PAGE_SIZE};
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 
 use super::common::{self, Progress, io_fail, ms_since, us_since};
 
@@ -90,7 +90,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         u8::from(ok),
         pages / 256,
         ms_since(t_all),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success

@@ -21,7 +21,7 @@ use memvisor_guest_mm::hist::Histogram;
 
 use crate::cmdline::{Config, parse_u64};
 use crate::cpu::{ExitCode, rdtsc};
-use crate::mm::{self, StatsWords};
+use crate::mm;
 use crate::time;
 
 use super::common::{self, io_fail, ms_since, us_since};
@@ -192,7 +192,7 @@ pub fn run(cfg: &Config) -> ExitCode {
         u8::from(ok),
         ms_since(t_all),
         Slow(lat.then_some((&all, lat_us))),
-        StatsWords(mm::stats())
+        mm::stats_words()
     );
     if ok {
         ExitCode::Success
