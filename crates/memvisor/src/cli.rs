@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use memvisor_api::VmStats;
+use memvisor_vmm::affinity::CpuSet;
 use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
 
 use crate::{guest_kit, qemu, status};
@@ -149,6 +150,13 @@ pub struct RunArgs {
     /// With --hypervisor qemu: serve QEMU's QMP monitor on this Unix socket (e.g. to move the balloon).
     #[arg(long)]
     pub qmp_sock: Option<PathBuf>,
+    /// Run the vCPU threads on these host CPUs only, e.g. 0 or 2-3 (on QEMU too).
+    #[arg(long, value_parser = CpuSet::parse)]
+    pub vcpu_cpus: Option<CpuSet>,
+    /// Run the VMM's other threads (devices, pager, API; QEMU's main loop and I/O workers) on
+    /// these host CPUs only.
+    #[arg(long, value_parser = CpuSet::parse)]
+    pub vmm_cpus: Option<CpuSet>,
     /// Most guest RAM resident on the host at once, e.g. 100M. With --pager off (and on QEMU) a
     /// cgroup v1 memory limit with host swap enforces it instead of memvisor's pager.
     #[arg(long, value_parser = parse_size)]
@@ -351,6 +359,18 @@ pub struct RunPlan {
 
 fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
+    for (flag, cpus) in [("--vcpu-cpus", &args.vcpu_cpus), ("--vmm-cpus", &args.vmm_cpus)] {
+        let Some(cpus) = cpus else { continue };
+        match CpuSet::available() {
+            Ok(all) if !cpus.is_subset(&all) => {
+                return bad(format!(
+                    "{flag} {cpus}: this process may run on CPUs {all} only"
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return bad(format!("{flag}: cannot read this process's CPUs: {e}")),
+        }
+    }
     let kernel = match &args.kernel {
         Some(path) => {
             if args.workload.is_some() {
@@ -528,6 +548,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(status::BAD_INPUT);
         }
     };
+    // Before any thread starts: every thread started from here on inherits it (QEMU too).
+    if let Some(cpus) = &plan.args.vmm_cpus {
+        if let Err(e) = cpus.apply(0) {
+            eprintln!("memvisor: cannot run on CPUs {cpus}: {e}");
+            return ExitCode::from(status::VMM_FAILURE);
+        }
+    }
     if plan.args.hypervisor == Hypervisor::Qemu {
         return qemu::run(&plan);
     }
@@ -600,6 +627,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         pager,
         balloon: plan.args.balloon,
         api_sock: plan.args.api_sock.clone(),
+        vcpu_cpus: plan.args.vcpu_cpus.clone(),
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {

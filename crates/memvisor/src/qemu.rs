@@ -17,6 +17,9 @@
 
 use std::io::BufRead;
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use memvisor_vmm::affinity::CpuSet;
 
 use crate::cli::RunPlan;
 use crate::hostlimit::HostLimit;
@@ -48,6 +51,8 @@ pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
     .args(["-m", &format!("{}M", a.mem >> 20)])
     .args(["-smp", &a.vcpus.to_string()])
     .args(["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"])
+    // Threads named after what they do ("CPU 0/KVM"), so --vcpu-cpus can find the vCPUs.
+    .args(["-name", "memvisor-peer,debug-threads=on"])
     .args(["-serial", "stdio", "-monitor", "none"])
     .arg("-kernel")
     .arg(kernel)
@@ -150,6 +155,12 @@ pub fn run(plan: &RunPlan) -> ExitCode {
                 unsafe { libc::kill(i32::try_from(pid).unwrap_or(0), libc::SIGTERM) };
             });
     }
+    if let Some(cpus) = plan.args.vcpu_cpus.clone() {
+        let vcpus = usize::from(plan.args.vcpus);
+        let _ = std::thread::Builder::new()
+            .name("qemu-pin".into())
+            .spawn(move || pin_vcpus(pid, vcpus, &cpus));
+    }
     // QEMU's stderr goes on to ours line by line; its last line tells how QEMU ended.
     let stderr = child.stderr.take().map(|e| {
         std::thread::Builder::new()
@@ -167,6 +178,46 @@ pub fn run(plan: &RunPlan) -> ExitCode {
             eprintln!("memvisor: waiting for QEMU failed: {e}");
             ExitCode::from(status::VMM_FAILURE)
         }
+    }
+}
+
+/// Pins QEMU's vCPU threads (named `CPU N/KVM`) to `cpus` as they appear, waiting up to 10 s
+/// for all `vcpus` of them. QEMU's other threads keep the CPUs they inherited (`--vmm-cpus`).
+fn pin_vcpus(pid: u32, vcpus: usize, cpus: &CpuSet) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut pinned = std::collections::HashSet::new();
+    while pinned.len() < vcpus && Instant::now() < deadline {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return; // QEMU is gone.
+        };
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if !(comm.starts_with("CPU ") && comm.trim_end().ends_with("/KVM"))
+                || pinned.contains(&tid)
+            {
+                continue;
+            }
+            match cpus.apply(tid) {
+                Ok(()) => {
+                    tracing::info!("QEMU's {} pinned to CPUs {cpus}", comm.trim_end());
+                    pinned.insert(tid);
+                }
+                Err(e) => {
+                    tracing::warn!("cannot pin QEMU's {} to CPUs {cpus}: {e}", comm.trim_end());
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if pinned.len() < vcpus {
+        tracing::warn!(
+            "QEMU's vCPU threads did not all appear in 10 s: {} of {vcpus} pinned",
+            pinned.len()
+        );
     }
 }
 

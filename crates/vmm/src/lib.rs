@@ -8,6 +8,7 @@
 //! notifications do not exit: KVM signals an ioeventfd and the device's own thread processes
 //! the queue. Pausing and ending vCPUs is `control.rs`.
 
+pub mod affinity;
 mod api;
 mod control;
 mod ioevents;
@@ -71,6 +72,8 @@ pub struct VmConfig {
     pub balloon: bool,
     /// Serve the API on this Unix socket.
     pub api_sock: Option<PathBuf>,
+    /// Run the vCPU threads on these host CPUs only; `None`: wherever the scheduler puts them.
+    pub vcpu_cpus: Option<affinity::CpuSet>,
 }
 
 #[derive(Debug, Error)]
@@ -232,6 +235,7 @@ pub struct Vm {
     lifecycle: Arc<Lifecycle>,
     /// What [`Vm::start`] hands to the vCPU threads and the API; `None` once started.
     unstarted: Option<Unstarted>,
+    vcpu_cpus: Option<affinity::CpuSet>,
     threads: Vec<std::thread::JoinHandle<()>>,
     events_tx: mpsc::Sender<VmEvent>,
     events: mpsc::Receiver<VmEvent>,
@@ -436,6 +440,7 @@ impl Vm {
                 mmio,
                 api,
             }),
+            vcpu_cpus: config.vcpu_cpus.clone(),
             threads: Vec::new(),
             events_tx,
             events,
@@ -473,9 +478,17 @@ impl Vm {
                 _mem: self.mem.clone(),
             };
             let tx = self.events_tx.clone();
+            let cpus = self.vcpu_cpus.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("vcpu{id}"))
                 .spawn(move || {
+                    if let Some(cpus) = cpus {
+                        // Checked against the CPUs this process may use before the VM was
+                        // built, so a failure here is the host's doing: run unpinned.
+                        if let Err(e) = cpus.apply(0) {
+                            tracing::warn!("vcpu{id}: cannot pin to CPUs {cpus}: {e}");
+                        }
+                    }
                     let (reason, rip) = vcpu::run_loop(fd, &ctx);
                     let _ = tx.send(match reason {
                         // Whoever ended the VM has sent the event already.

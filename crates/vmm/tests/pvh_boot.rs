@@ -34,6 +34,7 @@ fn config(code: &[u8]) -> VmConfig {
         pager: None,
         balloon: false,
         api_sock: None,
+        vcpu_cpus: None,
     }
 }
 
