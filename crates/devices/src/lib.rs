@@ -7,6 +7,7 @@
 pub mod bus;
 pub mod debug_exit;
 pub mod guest_log;
+pub mod iobuf;
 pub mod ram;
 pub mod serial;
 pub mod virtio;

@@ -359,7 +359,10 @@ pub struct RunPlan {
 
 fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
-    for (flag, cpus) in [("--vcpu-cpus", &args.vcpu_cpus), ("--vmm-cpus", &args.vmm_cpus)] {
+    for (flag, cpus) in [
+        ("--vcpu-cpus", &args.vcpu_cpus),
+        ("--vmm-cpus", &args.vmm_cpus),
+    ] {
         let Some(cpus) = cpus else { continue };
         match CpuSet::available() {
             Ok(all) if !cpus.is_subset(&all) => {

@@ -283,3 +283,83 @@ fn bad_input_gets_one_line_and_status_2() {
         assert!(out.stdout.is_empty(), "{args:?} started a guest");
     }
 }
+
+/// The `Cpus_allowed_list` of every thread of `pid` and of its children, by thread name.
+fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut pids = vec![pid.to_string()];
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    pids.extend(
+        std::fs::read_to_string(children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned),
+    );
+    let mut out = Vec::new();
+    for p in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            if let Some(cpus) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            {
+                out.push((comm.trim().to_owned(), cpus.trim().to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// `--vcpu-cpus` and `--vmm-cpus` put the vCPU threads and every other thread where asked, on
+/// memvisor and on QEMU (whose vCPU threads are found by name); bad lists are refused.
+#[test]
+fn vcpu_and_vmm_threads_run_on_the_cpus_asked_for() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    // The vCPU on the first CPU, the rest on the last (the same one on a 1-CPU host).
+    let (vcpu, vmm) = ("0".to_owned(), (cpus - 1).to_string());
+    for hv in ["memvisor", "qemu"] {
+        let mut child = Command::new(MEMVISOR)
+            .args(["run", "--hypervisor", hv, "--mem", "128M"])
+            .args(["--vcpu-cpus", &vcpu, "--vmm-cpus", &vmm])
+            .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let vcpu_name = if hv == "qemu" { "CPU 0/KVM" } else { "vcpu0" };
+        let t0 = std::time::Instant::now();
+        let threads = loop {
+            let threads = thread_cpus(child.id());
+            if threads.iter().any(|(n, _)| n == vcpu_name)
+                || t0.elapsed() > std::time::Duration::from_secs(20)
+            {
+                break threads;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        // 1: the guest's debug exit with 0, its success.
+        assert_eq!(child.wait().unwrap().code(), Some(1), "{hv} failed");
+        eprintln!("{hv}: {threads:?}");
+        for (name, allowed) in &threads {
+            let want = if name == vcpu_name { &vcpu } else { &vmm };
+            // KVM's own worker thread is the kernel's to place.
+            if !name.starts_with("kvm-") {
+                assert_eq!(allowed, want, "{hv}: thread {name}");
+            }
+        }
+        assert!(
+            threads.iter().any(|(n, _)| n == vcpu_name),
+            "{hv}: no {vcpu_name} thread seen"
+        );
+    }
+    for (list, why) in [
+        ("0-x", "is not a CPU list"),
+        ("1023", "this process may run on CPUs"),
+    ] {
+        let out = memvisor(&["run", "--vcpu-cpus", list]);
+        assert_eq!(out.status.code(), Some(2), "{list}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{list}");
+    }
+}

@@ -48,7 +48,8 @@ use thiserror::Error;
 
 use crate::state::Block;
 use crate::stats::Counters;
-use crate::swap::{open_direct, AlignedBuf, BLOCK};
+use crate::swap::{open_direct, BLOCK};
+use memvisor_devices::iobuf::IoBuf;
 
 /// The log of `image`: beside it, named after it.
 pub fn log_path(image: &Path) -> PathBuf {
@@ -335,7 +336,7 @@ fn copy_blocks(
     store: &File,
     blocks: impl IntoIterator<Item = (u32, Block)>,
 ) -> std::io::Result<u64> {
-    let mut buf = AlignedBuf::new(BLOCK);
+    let mut buf = IoBuf::new(BLOCK);
     let mut n = 0;
     for (block, target) in blocks {
         let b = buf.get(BLOCK);
@@ -583,7 +584,7 @@ impl Indirect {
         // The swap file first: one read for each run of holes whose blocks follow each other
         // there (whatever lies between them in the image), into `from_store` in hole order.
         let total: usize = holes.iter().map(|h| h.2 as usize).sum();
-        let mut from_store = AlignedBuf::new(total * BLOCK);
+        let mut from_store = IoBuf::new(total * BLOCK);
         let data = from_store.get(total * BLOCK);
         let (mut reads, mut at, mut i) = (0u64, 0usize, 0usize);
         while i < holes.len() {
@@ -605,7 +606,7 @@ impl Indirect {
         let aligned = offset % BLOCK as u64 == 0 && buf.len() % BLOCK == 0;
         let mut pos = offset;
         let end_byte = offset + buf.len() as u64;
-        let mut tmp = AlignedBuf::new(BLOCK);
+        let mut tmp = IoBuf::new(BLOCK);
         let mut hole_data = 0usize;
         for hole in holes.iter().copied().map(Some).chain(std::iter::once(None)) {
             let run_end = hole.map_or(end_byte, |(b, _, _)| (u64::from(b) * BLOCK as u64).max(pos));
@@ -957,7 +958,7 @@ impl Indirect {
     /// Copies the swap-file blocks of `batch` (in its order) to the run at `to`: one read per
     /// run of them that follow each other, one write, then a sync of the swap file.
     fn move_blocks(&self, batch: &[(u32, Block)], to: Block) -> std::io::Result<()> {
-        let mut buf = AlignedBuf::new(batch.len() * BLOCK);
+        let mut buf = IoBuf::new(batch.len() * BLOCK);
         let data = buf.get(batch.len() * BLOCK);
         let mut k = 0;
         while k < batch.len() {

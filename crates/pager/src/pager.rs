@@ -49,10 +49,11 @@ use crate::sample::{SampleStore, Sampling};
 use crate::state::{Mechanisms, PageIdx, PageTable};
 use crate::stats::{Counters, Latency};
 use crate::store::Stores;
-use crate::swap::{AlignedBuf, SwapError, SwapFile, BLOCK};
+use crate::swap::{SwapError, SwapFile, BLOCK};
 use crate::takeover::PageMap;
 use crate::uffd::{Fault, Userfault};
 use crate::victim::VictimPolicy;
+use memvisor_devices::iobuf::IoBuf;
 
 /// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
 /// be paged out and in continuously.
@@ -219,7 +220,7 @@ impl VcpuControl for NoVcpus {
 pub(crate) struct Pages {
     pub table: PageTable,
     /// The aligned buffer every store read and write goes through.
-    pub io: AlignedBuf,
+    pub io: IoBuf,
     /// Pages installed by prefetch and not yet written.
     pub prefetched: Vec<bool>,
     /// Guest RAM is registered with userfaultfd (see `takeover.rs`); until then the guest and
@@ -248,7 +249,7 @@ pub(crate) struct Shared {
     pub pages: Mutex<Pages>,
     /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
     /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
-    pub fault_io: Mutex<AlignedBuf>,
+    pub fault_io: Mutex<IoBuf>,
     /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
     pub settled: Condvar,
     /// Set to wake the reclaim thread, with `reclaim_wake`.
@@ -346,7 +347,7 @@ impl Pager {
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK;
         let state = Pages {
             table,
-            io: AlignedBuf::new(io_len),
+            io: IoBuf::huge(io_len),
             prefetched: vec![false; pages as usize],
             attached: false,
             huge: HashSet::new(),
@@ -371,7 +372,7 @@ impl Pager {
                 SampleStore::new(config.sample_pages),
             ),
             pages: Mutex::new(state),
-            fault_io: Mutex::new(AlignedBuf::new(io_len)),
+            fault_io: Mutex::new(IoBuf::huge(io_len)),
             settled: Condvar::new(),
             reclaim_wanted: Mutex::new(false),
             reclaim_wake: Condvar::new(),

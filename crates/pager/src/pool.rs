@@ -50,7 +50,8 @@ use thiserror::Error;
 
 use crate::state::Block;
 use crate::store::{PageStore, StoreCounters};
-use crate::swap::{AlignedBuf, SwapFile, BLOCK};
+use crate::swap::{SwapFile, BLOCK};
+use memvisor_devices::iobuf::IoBuf;
 
 /// The default size of a chunk of pool memory (2 MiB).
 pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;
@@ -812,7 +813,7 @@ impl Pool {
         &self,
         file: &SwapFile,
         live: impl FnOnce(&[Block]) -> Vec<bool>,
-        buf: &mut AlignedBuf,
+        buf: &mut IoBuf,
     ) -> std::io::Result<bool> {
         self.purge(live);
         self.spill(file, buf)
@@ -847,7 +848,7 @@ impl Pool {
     /// [`FLUSH_BATCH`], sorted by block so runs are sequential) to `file` and frees their slots.
     /// The blocks' bytes are copied out under the pool lock and decompressed after it.
     /// Returns whether it spilled anything (so there may be more to do).
-    pub(crate) fn spill(&self, file: &SwapFile, buf: &mut AlignedBuf) -> std::io::Result<bool> {
+    pub(crate) fn spill(&self, file: &SwapFile, buf: &mut IoBuf) -> std::io::Result<bool> {
         let t0 = Instant::now();
         // Down to 90 % of the mark, so the flusher does not start again at once.
         let low = self.spill_mark() * 9 / 10;
@@ -977,14 +978,14 @@ mod tests {
     }
 
     fn read(s: &SwapStore, b: Block, n: usize) -> Vec<u8> {
-        let mut buf = AlignedBuf::new(n * BLOCK);
+        let mut buf = IoBuf::new(n * BLOCK);
         s.read(b, buf.get(n * BLOCK)).unwrap();
         buf.get(n * BLOCK).to_vec()
     }
 
     fn write_pages(s: &SwapStore, b: Block, pages: &[Vec<u8>]) {
         let len = pages.len() * BLOCK;
-        let mut buf = AlignedBuf::new(len);
+        let mut buf = IoBuf::new(len);
         for (i, p) in pages.iter().enumerate() {
             buf.get(len)[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(p);
         }
@@ -999,7 +1000,7 @@ mod tests {
     fn drain(s: &SwapStore) {
         let pool = s.pool.as_ref().unwrap();
         pool.set_capacity(0);
-        let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -1067,7 +1068,7 @@ mod tests {
             write(&s, b, &[u8::try_from(b).unwrap() + 1]);
         }
         assert_eq!(pool.used(), 10);
-        let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
         // Block 3 was freed by the page table: dropped, not written.
         let spilled = pool
             .flush_round(&s.file, |bs| bs.iter().map(|&b| b != 3).collect(), &mut buf)
@@ -1170,7 +1171,7 @@ mod tests {
             check(&s);
             // Half spilled: runs read partly from the file, partly from the pool.
             pool.set_capacity(u.used_bytes / 2);
-            let mut buf = AlignedBuf::new(FLUSH_BATCH * BLOCK);
+            let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
             while pool
                 .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
                 .unwrap()

@@ -35,7 +35,7 @@ use crate::pager::{PagerFailure, Pages, Shared, PAGE};
 use crate::state::{Block, Disposition, PageIdx, PageState};
 use crate::stats::Counters;
 use crate::store;
-use crate::swap::AlignedBuf;
+use memvisor_devices::iobuf::IoBuf;
 
 /// A chunk between its decisions and its release: what step 3 needs.
 struct Flight {
@@ -110,7 +110,7 @@ impl Shared {
     pub(crate) fn reclaim_thread(&self) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = self.lock().table.mech.cluster.max(1);
-        let mut buf = AlignedBuf::new((self.batch + cluster) as usize * PAGE);
+        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE);
         loop {
             {
                 // Woken when wanted, and every 100 ms anyway. The page lock is not taken while
@@ -136,7 +136,7 @@ impl Shared {
         }
     }
 
-    fn reclaim_to_low_watermark(&self, buf: &mut AlignedBuf) {
+    fn reclaim_to_low_watermark(&self, buf: &mut IoBuf) {
         loop {
             let mut pages = self.lock();
             let low = self.low_watermark(self.limit());
@@ -206,7 +206,7 @@ impl Shared {
         &self,
         pages: &mut Pages,
         n: u32,
-        buf: &mut AlignedBuf,
+        buf: &mut IoBuf,
     ) -> std::io::Result<Option<Flight>> {
         let t0 = Instant::now();
         let (cooled, victims) = pages.table.reclaim_victims(n, self.limit());
@@ -273,7 +273,7 @@ impl Shared {
 
     /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
     /// blocks.
-    fn write_flight(&self, flight: &Flight, buf: &mut AlignedBuf) -> std::io::Result<()> {
+    fn write_flight(&self, flight: &Flight, buf: &mut IoBuf) -> std::io::Result<()> {
         let blocks = &flight.blocks;
         let data = buf.get(blocks.len() * PAGE);
         let mut i = 0;

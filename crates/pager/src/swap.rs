@@ -135,37 +135,10 @@ impl PageStore for SwapFile {
     }
 }
 
-/// A page-aligned I/O buffer (for `O_DIRECT`).
-pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub fn new(len: usize) -> Self {
-        let storage = vec![0u8; len + BLOCK];
-        let start = storage.as_ptr().align_offset(BLOCK);
-        AlignedBuf {
-            storage,
-            start,
-            len,
-        }
-    }
-
-    pub fn get(&mut self, len: usize) -> &mut [u8] {
-        assert!(
-            len <= self.len,
-            "I/O of {len} bytes exceeds the {} byte buffer",
-            self.len
-        );
-        &mut self.storage[self.start..self.start + len]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memvisor_devices::iobuf::IoBuf;
 
     #[test]
     fn blocks_round_trip_and_temporary_files_leave_no_trace() {
@@ -173,13 +146,13 @@ mod tests {
         let path = dir.path().join("swap");
         let s = SwapFile::create(&path, 16, true).unwrap();
         assert_eq!(s.file.metadata().unwrap().len(), 16 * 4096);
-        let mut b = AlignedBuf::new(8192);
+        let mut b = IoBuf::new(8192);
         b.get(8192)
             .iter_mut()
             .enumerate()
             .for_each(|(i, x)| *x = u8::try_from(i % 251).unwrap());
         s.write(3, b.get(8192)).unwrap();
-        let mut r = AlignedBuf::new(8192);
+        let mut r = IoBuf::new(8192);
         s.read(3, r.get(8192)).unwrap();
         assert_eq!(r.get(8192), b.get(8192));
         assert!(!path.exists(), "a temporary swap file is unlinked at once");

@@ -45,8 +45,8 @@ use crate::pool::{Pool, PoolCounters, FLUSH_BATCH};
 use crate::state::{Block, PageIdx, PageState};
 use crate::stats::Counters;
 use crate::store;
-use crate::swap::AlignedBuf;
 use crate::uffd::CopyError;
+use memvisor_devices::iobuf::IoBuf;
 
 /// Pages read per step of proactive swap-in (4 MiB), without the page lock.
 const STEP: usize = 1024;
@@ -61,7 +61,7 @@ impl Shared {
         let Some(pool) = &self.stores.swap.pool else {
             return;
         };
-        let mut buf = AlignedBuf::new(FLUSH_BATCH * PAGE);
+        let mut buf = IoBuf::huge(FLUSH_BATCH * PAGE);
         loop {
             pool.wait_for_work();
             // Freed blocks are dropped once per wake-up (a scan of the whole pool), then the
@@ -172,7 +172,7 @@ impl Shared {
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {
         let mut steps = list.chunks(STEP);
-        let mut buf = AlignedBuf::new(STEP * PAGE);
+        let mut buf = IoBuf::huge(STEP * PAGE);
         if pooled {
             loop {
                 match self.swap_in_next(&mut steps, t) {
@@ -192,14 +192,14 @@ impl Shared {
             Next::Stop => return Ok(false),
         };
         t.read += self.swap_in_read(&todo, &mut buf)?;
-        let mut ahead = AlignedBuf::new(STEP * PAGE);
+        let mut ahead = IoBuf::huge(STEP * PAGE);
         std::thread::scope(|scope| loop {
             let next = self.swap_in_next(&mut steps, t);
             let end = matches!(next, Next::End);
             // The buffer goes to the reader and comes back with what it read.
             let reader = match next {
                 Next::Step(next) => {
-                    let mut into = std::mem::replace(&mut ahead, AlignedBuf::new(0));
+                    let mut into = std::mem::replace(&mut ahead, IoBuf::new(0));
                     Some(scope.spawn(move || {
                         let took = self.swap_in_read(&next, &mut into);
                         (next, into, took)
@@ -276,7 +276,7 @@ impl Shared {
     fn swap_in_read(
         &self,
         todo: &[(Block, PageIdx)],
-        buf: &mut AlignedBuf,
+        buf: &mut IoBuf,
     ) -> Result<Duration, (PageIdx, std::io::Error)> {
         let at = Instant::now();
         let data = buf.get(todo.len() * PAGE);
@@ -301,7 +301,7 @@ impl Shared {
         &self,
         todo: &[(Block, PageIdx)],
         pooled: bool,
-        buf: &mut AlignedBuf,
+        buf: &mut IoBuf,
         counter: Option<&AtomicU64>,
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {

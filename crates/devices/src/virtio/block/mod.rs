@@ -24,6 +24,7 @@ pub use request::{Desc, Request, RequestError, RequestKind};
 use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
+use crate::iobuf::IoBuf;
 use crate::ram::{DiskPage, GuestRam, PAGE_SIZE};
 use crate::{GuestMem, PauseVm};
 
@@ -36,7 +37,6 @@ const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
 
 /// Logical block size advertised to the guest.
 pub const BLOCK_SIZE: u64 = 4096;
-const BLOCK_BYTES: usize = 4096;
 const QUEUE_SIZE: u16 = 256;
 /// Largest single data segment the guest is told it may use.
 const SEGMENT_MAX: u32 = 1 << 20;
@@ -195,31 +195,14 @@ fn runs_without(start: u64, len: usize, blocks: &[u64]) -> Vec<(u64, u64)> {
     out
 }
 
-/// A page-aligned buffer, so `O_DIRECT` accepts it.
-struct Bounce {
-    storage: Vec<u8>,
-    start: usize,
-}
-
-impl Bounce {
-    fn new() -> Self {
-        let storage = vec![0u8; BOUNCE_SIZE + BLOCK_BYTES];
-        let start = storage.as_ptr().align_offset(BLOCK_BYTES);
-        Bounce { storage, start }
-    }
-
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + len]
-    }
-}
-
 /// A virtio-blk device backed by a raw image file.
 pub struct Block {
     disk: Disk,
     read_only: bool,
     id: [u8; ID_BYTES],
     features: u64,
-    bounce: Bounce,
+    /// On a huge page: one segment per request, as QEMU's writes from guest RAM (`iobuf.rs`).
+    bounce: IoBuf,
     /// Where request data goes to and comes from.
     ram: Arc<dyn GuestRam>,
     /// This disk's index among the VM's disks (how guest RAM names it).
@@ -258,7 +241,7 @@ impl Block {
             read_only,
             id: id_bytes,
             features,
-            bounce: Bounce::new(),
+            bounce: IoBuf::huge(BOUNCE_SIZE),
             ram,
             index,
             metrics: Arc::default(),
