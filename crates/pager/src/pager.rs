@@ -219,7 +219,8 @@ impl VcpuControl for NoVcpus {
 /// The page table and what goes with it, under the page lock.
 pub(crate) struct Pages {
     pub table: PageTable,
-    /// The aligned buffer every store read and write goes through.
+    /// The buffer of the store reads made under the page lock: a fault served again, a second
+    /// fault while `fault_io` is taken, the Swap Mapper's refetches.
     pub io: IoBuf,
     /// Pages installed by prefetch and not yet written.
     pub prefetched: Vec<bool>,
@@ -347,7 +348,9 @@ impl Pager {
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK;
         let state = Pages {
             table,
-            io: IoBuf::huge(io_len),
+            // Huge pages only for the hot paths' buffers (`fault_io`, reclaim's): this one
+            // serves the retries and the Swap Mapper's refetches.
+            io: IoBuf::new(io_len),
             prefetched: vec![false; pages as usize],
             attached: false,
             huge: HashSet::new(),

@@ -1,11 +1,12 @@
 //! virtio-blk: a raw disk image file as a guest block device (virtio 1.2 §5.2).
 //!
 //! The device advertises a 4 KiB logical block size so guest I/O is page aligned. Requests are
-//! served synchronously, by `pread`/`pwrite` through an aligned bounce buffer, on the device's
-//! own thread when the queue's notifications come through an ioeventfd (`notify.rs`), else on
-//! the vCPU thread that wrote QueueNotify. The image is opened with `O_DIRECT` when the file system allows it
-//! (the equivalent of QEMU's `cache=none`), so the host page cache does not hold a second copy
-//! of guest disk data; block-misaligned requests use a buffered descriptor of the same file.
+//! served synchronously, by `pread`/`pwrite` through a bounce buffer on a huge page
+//! (`iobuf.rs`), on the device's own thread when the queue's notifications come through an
+//! ioeventfd (`notify.rs`), else on the vCPU thread that wrote QueueNotify. The image is opened
+//! with `O_DIRECT` when the file system allows it (the equivalent of QEMU's `cache=none`), so
+//! the host page cache does not hold a second copy of guest disk data; block-misaligned
+//! requests use a buffered descriptor of the same file.
 
 mod request;
 
