@@ -97,12 +97,9 @@ fn resume_and_check(
     );
 }
 
-/// A device thread needs a page the pager swapped out, and the swap file's disk fails: paused,
-/// then served on resume.
-#[test]
-fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    let disk = FlakyDisk::new(dir.path(), 160);
+/// Memory filled with known pages, under a pager whose swap file is on `disk`, with all but
+/// 16 MiB of it swapped out: returns once reclaim has finished.
+fn swapped_out(disk: &FlakyDisk) -> (Arc<GuestMem>, Arc<NoVcpus>, Pager) {
     let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
     for p in 0..PAGES {
         mem.write_slice(&page_of(p), GuestAddress(p * PAGE as u64))
@@ -118,11 +115,21 @@ fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
     .unwrap();
     pager.set_limit(Some(16 * MIB)).unwrap();
     // Reclaim goes on below the limit to its low watermark (the limit less a 256-page chunk):
-    // once there it has finished, so only the access below meets the failing disk. (Waiting for
-    // the limit alone let reclaim's last chunk meet it first, now and then.)
+    // once there it has finished, so only what the test does next meets the disk. (Waiting for
+    // the limit alone let reclaim's last chunk meet a failing disk first, now and then.)
     wait_until("reclaim swaps out 49 MiB", || {
         pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
     });
+    (mem, vcpus, pager)
+}
+
+/// A device thread needs a page the pager swapped out, and the swap file's disk fails: paused,
+/// then served on resume.
+#[test]
+fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 160);
+    let (mem, vcpus, pager) = swapped_out(&disk);
 
     disk.set_working(false);
     let reader = device_reads_everything(&mem);
@@ -218,23 +225,7 @@ fn on_disk(name: &str) -> bool {
 fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
     let dir = tempfile::tempdir().unwrap();
     let disk = FlakyDisk::new(dir.path(), 160);
-    let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
-    for p in 0..PAGES {
-        mem.write_slice(&page_of(p), GuestAddress(p * PAGE as u64))
-            .unwrap();
-    }
-    let vcpus = Arc::new(NoVcpus::default());
-    let pager = Pager::start(
-        mem.clone(),
-        &config(&disk.mnt, false),
-        vcpus.clone(),
-        |why| panic!("the pager failed: {why}"),
-    )
-    .unwrap();
-    pager.set_limit(Some(16 * MIB)).unwrap();
-    wait_until("reclaim swaps out 49 MiB", || {
-        pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
-    });
+    let (mem, _vcpus, pager) = swapped_out(&disk);
     let host = |p: u64| mem.get_host_address(GuestAddress(p * PAGE as u64)).unwrap();
     // A swapped page, and one far from it that a device will write meanwhile.
     let p = (0..PAGES).find(|&p| !present(host(p))).unwrap();
