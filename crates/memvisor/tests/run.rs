@@ -330,9 +330,10 @@ fn vcpu_and_vmm_threads_run_on_the_cpus_asked_for() {
             .unwrap();
         let vcpu_name = if hv == "qemu" { "CPU 0/KVM" } else { "vcpu0" };
         let t0 = std::time::Instant::now();
+        // QEMU's vCPU threads are pinned by the launcher as they appear, so wait for that too.
         let threads = loop {
             let threads = thread_cpus(child.id());
-            if threads.iter().any(|(n, _)| n == vcpu_name)
+            if threads.iter().any(|(n, c)| n == vcpu_name && *c == vcpu)
                 || t0.elapsed() > std::time::Duration::from_secs(20)
             {
                 break threads;
