@@ -116,7 +116,13 @@ impl Drop for IoBuf {
     fn drop(&mut self) {
         // SAFETY: the mapping was made by `map` with this address and length, and nothing
         // refers to it once the IoBuf goes.
-        unsafe { libc::munmap(self.map.as_ptr().cast(), self.mapped) };
+        if unsafe { libc::munmap(self.map.as_ptr().cast(), self.mapped) } != 0 {
+            tracing::warn!(
+                "cannot unmap a {}-byte I/O buffer: {}",
+                self.mapped,
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 

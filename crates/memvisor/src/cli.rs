@@ -359,19 +359,20 @@ pub struct RunPlan {
 
 fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
-    for (flag, cpus) in [
-        ("--vcpu-cpus", &args.vcpu_cpus),
-        ("--vmm-cpus", &args.vmm_cpus),
-    ] {
-        let Some(cpus) = cpus else { continue };
-        match CpuSet::available() {
-            Ok(all) if !cpus.is_subset(&all) => {
+    if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
+        let all = match CpuSet::available() {
+            Ok(all) => all,
+            Err(e) => return bad(format!("cannot read the CPUs this process may use: {e}")),
+        };
+        for (flag, cpus) in [
+            ("--vcpu-cpus", &args.vcpu_cpus),
+            ("--vmm-cpus", &args.vmm_cpus),
+        ] {
+            if let Some(cpus) = cpus.as_ref().filter(|c| !c.is_subset(&all)) {
                 return bad(format!(
                     "{flag} {cpus}: this process may run on CPUs {all} only"
                 ));
             }
-            Ok(_) => {}
-            Err(e) => return bad(format!("{flag}: cannot read this process's CPUs: {e}")),
         }
     }
     let kernel = match &args.kernel {

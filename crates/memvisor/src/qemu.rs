@@ -157,9 +157,12 @@ pub fn run(plan: &RunPlan) -> ExitCode {
     }
     if let Some(cpus) = plan.args.vcpu_cpus.clone() {
         let vcpus = usize::from(plan.args.vcpus);
-        let _ = std::thread::Builder::new()
+        if let Err(e) = std::thread::Builder::new()
             .name("qemu-pin".into())
-            .spawn(move || pin_vcpus(pid, vcpus, &cpus));
+            .spawn(move || pin_vcpus(pid, vcpus, &cpus))
+        {
+            tracing::warn!("cannot start the thread that pins QEMU's vCPUs: {e}");
+        }
     }
     // QEMU's stderr goes on to ours line by line; its last line tells how QEMU ended.
     let stderr = child.stderr.take().map(|e| {
@@ -195,18 +198,17 @@ fn pin_vcpus(pid: u32, vcpus: usize, cpus: &CpuSet) {
                 continue;
             };
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            if !(comm.starts_with("CPU ") && comm.trim_end().ends_with("/KVM"))
-                || pinned.contains(&tid)
-            {
+            let name = comm.trim_end();
+            if !(name.starts_with("CPU ") && name.ends_with("/KVM")) || pinned.contains(&tid) {
                 continue;
             }
             match cpus.apply(tid) {
                 Ok(()) => {
-                    tracing::info!("QEMU's {} pinned to CPUs {cpus}", comm.trim_end());
+                    tracing::info!("QEMU's {name} pinned to CPUs {cpus}");
                     pinned.insert(tid);
                 }
                 Err(e) => {
-                    tracing::warn!("cannot pin QEMU's {} to CPUs {cpus}: {e}", comm.trim_end());
+                    tracing::warn!("cannot pin QEMU's {name} to CPUs {cpus}: {e}");
                     return;
                 }
             }

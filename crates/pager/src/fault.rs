@@ -17,16 +17,24 @@
 //! After each fault the page's installs are paid for by one bounded reclaim chunk when the VM
 //! is over its limit (`reclaim.rs`). A fault that cannot be resolved pauses the VM.
 
-use std::sync::MutexGuard;
+use std::sync::{MutexGuard, TryLockError};
 use std::time::Instant;
 
 use crate::pager::{PagerFailure, Pages, Shared, PAGE, ZERO_WINDOW};
-#[cfg(doc)]
-use crate::state::PageTable;
-use crate::state::{FaultAction, PageIdx, PageState};
+use crate::state::{FaultAction, PageIdx, PageState, PageTable};
 use crate::stats::Counters;
-use crate::store::{self, Slot, StoreId};
+use crate::store::{self, PageStore, Slot, StoreId};
 use crate::uffd::{Fault, UffdError};
+
+/// What a fault read from a store: the run from `lo` around faulting page `p`, to come in
+/// clean and write-protected if `keep`.
+struct Read<'a> {
+    p: PageIdx,
+    lo: PageIdx,
+    data: &'a [u8],
+    keep: bool,
+    source: &'a dyn PageStore,
+}
 
 impl Shared {
     /// Resolves one fault event and records its service time.
@@ -115,9 +123,13 @@ impl Shared {
         from: Slot,
         keep: bool,
     ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
-        let Ok(mut io) = self.fault_io.try_lock() else {
-            let r = self.missing_fault(&mut pages, p, write);
-            return (pages, r);
+        let mut io = match self.fault_io.try_lock() {
+            Ok(io) => io,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let r = self.missing_fault(&mut pages, p, write);
+                return (pages, r);
+            }
         };
         let (lo, n) = self.region_run(p, pages.table.load_run(p));
         let watch = pages.table.watch(lo, n);
@@ -138,38 +150,71 @@ impl Shared {
             let r = self.missing_fault(&mut pages, p, write);
             return (pages, r);
         }
-        // The unchanged pages, in runs, from where they lie in the buffer.
+        let Pages {
+            table, prefetched, ..
+        } = &mut *pages;
+        let read = Read {
+            p,
+            lo,
+            data: buf,
+            keep,
+            source,
+        };
+        let r = self.install_read(table, prefetched, &read, |i| !changed[i as usize]);
+        (pages, r)
+    }
+
+    /// Installs what `read` holds: the pages `i` (counted from its first) for which
+    /// `unchanged(i)` holds, one `UFFDIO_COPY` per run of them. Counts the fault and the pages
+    /// that came with it.
+    fn install_read(
+        &self,
+        table: &mut PageTable,
+        prefetched: &mut [bool],
+        read: &Read<'_>,
+        unchanged: impl Fn(u32) -> bool,
+    ) -> std::io::Result<()> {
+        let Read {
+            p,
+            lo,
+            data,
+            keep,
+            source,
+        } = *read;
+        let n = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
         let mut installed = 0;
         let mut i = 0;
         while i < n {
-            if changed[i as usize] {
+            if !unchanged(i) {
                 i += 1;
                 continue;
             }
             let mut k = 1;
-            while i + k < n && !changed[(i + k) as usize] {
+            while i + k < n && unchanged(i + k) {
                 k += 1;
             }
             let at = i as usize * PAGE;
             let len = k as usize * PAGE;
-            // SAFETY: `buf` is this thread's fault buffer, `n` pages long, alive for the call.
+            // SAFETY: `data[at..at + len]` is inside `data`, alive for the call.
             if let Err(e) = unsafe {
                 self.uffd
-                    .copy(buf[at..].as_ptr(), self.map.host(lo + i), len, keep)
+                    .copy(data[at..].as_ptr(), self.map.host(lo + i), len, keep)
             } {
-                pages.table.install_run(lo + i, e.pages.min(k), keep);
-                return (pages, Err(e.into()));
+                // What went in is in guest memory: the table must say so.
+                table.install_run(lo + i, e.pages.min(k), keep);
+                return Err(e.into());
             }
-            pages.table.install_run(lo + i, k, keep);
+            table.install_run(lo + i, k, keep);
             for q in lo + i..lo + i + k {
-                pages.prefetched[q as usize] = q != p && keep;
+                // Prefetch hits are seen only as writes to protected pages.
+                prefetched[q as usize] = q != p && keep;
             }
             installed += k;
             i += k;
         }
         Counters::add(&source.counters().faults, 1);
         Counters::add(&self.counters.prefetched, u64::from(installed - 1));
-        (pages, Ok(()))
+        Ok(())
     }
 
     /// `run` (first page, count) around `p`, or `p` alone if the run crosses a mapping
@@ -256,24 +301,23 @@ impl Shared {
         from: Slot,
     ) -> std::io::Result<()> {
         let (lo, n) = self.region_run(p, (lo, n));
-        let len = n as usize * PAGE;
-        let buf = pages.io.get(len);
+        let Pages {
+            table,
+            io,
+            prefetched,
+            ..
+        } = pages;
+        let buf = io.get(n as usize * PAGE);
         let source = self.stores.get(from.store)?;
         store::read(source, from.index - (p - lo), buf)?;
-        // SAFETY: `buf` is the page lock's I/O buffer, `len` bytes long, alive for the call.
-        if let Err(e) = unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(lo), len, keep) } {
-            // What went in is in guest memory: the table must say so.
-            pages.table.install_run(lo, e.pages.min(n), keep);
-            return Err(e.into());
-        }
-        pages.table.install_run(lo, n, keep);
-        for q in lo..lo + n {
-            // Prefetch hits are seen only as writes to protected pages.
-            pages.prefetched[q as usize] = q != p && keep;
-        }
-        Counters::add(&source.counters().faults, 1);
-        Counters::add(&self.counters.prefetched, u64::from(n - 1));
-        Ok(())
+        let read = Read {
+            p,
+            lo,
+            data: buf,
+            keep,
+            source,
+        };
+        self.install_read(table, prefetched, &read, |_| true)
     }
 
     fn write_fault(&self, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {

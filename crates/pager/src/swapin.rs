@@ -192,14 +192,15 @@ impl Shared {
             Next::Stop => return Ok(false),
         };
         t.read += self.swap_in_read(&todo, &mut buf)?;
-        let mut ahead = IoBuf::huge(STEP * PAGE);
+        // The read-ahead's buffer, while the reader does not have it.
+        let mut ahead = Some(IoBuf::huge(STEP * PAGE));
         std::thread::scope(|scope| loop {
             let next = self.swap_in_next(&mut steps, t);
             let end = matches!(next, Next::End);
             // The buffer goes to the reader and comes back with what it read.
             let reader = match next {
                 Next::Step(next) => {
-                    let mut into = std::mem::replace(&mut ahead, IoBuf::new(0));
+                    let mut into = ahead.take().expect("the reader gave its buffer back");
                     Some(scope.spawn(move || {
                         let took = self.swap_in_read(&next, &mut into);
                         (next, into, took)
@@ -217,7 +218,7 @@ impl Shared {
             };
             t.read += took?;
             todo = next_todo;
-            ahead = std::mem::replace(&mut buf, into);
+            ahead = Some(std::mem::replace(&mut buf, into));
         })
     }
 

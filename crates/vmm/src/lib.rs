@@ -235,7 +235,6 @@ pub struct Vm {
     lifecycle: Arc<Lifecycle>,
     /// What [`Vm::start`] hands to the vCPU threads and the API; `None` once started.
     unstarted: Option<Unstarted>,
-    vcpu_cpus: Option<affinity::CpuSet>,
     threads: Vec<std::thread::JoinHandle<()>>,
     events_tx: mpsc::Sender<VmEvent>,
     events: mpsc::Receiver<VmEvent>,
@@ -257,6 +256,8 @@ struct Unstarted {
     mmio: Bus,
     /// The API socket, bound, and what it serves.
     api: Option<(std::os::unix::net::UnixListener, api::Control)>,
+    /// Where the vCPU threads run (`VmConfig::vcpu_cpus`).
+    vcpu_cpus: Option<affinity::CpuSet>,
 }
 
 /// Before a VM starts, on any hypervisor: a disk whose image has an indirection log (memvisor
@@ -439,8 +440,8 @@ impl Vm {
                 pio,
                 mmio,
                 api,
+                vcpu_cpus: config.vcpu_cpus.clone(),
             }),
-            vcpu_cpus: config.vcpu_cpus.clone(),
             threads: Vec::new(),
             events_tx,
             events,
@@ -461,6 +462,7 @@ impl Vm {
             pio,
             mmio,
             api,
+            vcpu_cpus,
         }) = self.unstarted.take()
         else {
             return Ok(());
@@ -478,7 +480,7 @@ impl Vm {
                 _mem: self.mem.clone(),
             };
             let tx = self.events_tx.clone();
-            let cpus = self.vcpu_cpus.clone();
+            let cpus = vcpu_cpus.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("vcpu{id}"))
                 .spawn(move || {
