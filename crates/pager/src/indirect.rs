@@ -729,6 +729,9 @@ impl Indirect {
         if changes.is_empty() {
             return (released, Ok(()));
         }
+        // Every indirection released here ended with this write: those the write removed, those
+        // a new one replaced, and the first of a block elided twice.
+        let ended = released.len() as u64;
         let each = self.sync == LogSync::Write;
         let r = (|| {
             if each && !new.is_empty() {
@@ -744,7 +747,6 @@ impl Indirect {
             // shadowed by their old indirections, as the log says.
             return (pending.iter().map(|&(_, t)| t).collect(), Err(e));
         }
-        let ended = changes.iter().filter(|c| c.1.is_none()).count() as u64;
         Counters::add(&self.counters.ended, ended);
         if !each {
             // Not yet synced: the ended indirections' blocks are released at the next flush,
