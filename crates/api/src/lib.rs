@@ -1,5 +1,6 @@
 //! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`), their Prometheus exposition (`metrics`), and the small HTTP/1.1 framing that both the servers and `memvisor ctl` use.
 
+pub mod exit;
 mod host;
 mod http;
 pub mod metrics;
@@ -8,6 +9,7 @@ pub mod spec;
 mod stats;
 mod vm;
 
+pub use exit::VmExit;
 pub use host::{
     FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
     PolicyUpdate, VmSample,

@@ -159,6 +159,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         why: Some("x".into()),
         pid: Some(1),
         exit_status: Some(1),
+        exit: Some(memvisor_api::VmExit::GuestSuccess),
         mem_bytes: 1,
         min_bytes: 1,
         max_bytes: 1,
