@@ -425,12 +425,14 @@ impl HostConfig {
         }
     }
 
-    /// What stops the VMs of the config from starting, one line each: kernels and disk images
-    /// that do not exist, and VMs that admission control would refuse, in order, beside the
-    /// ones before them (ESX §6.2: `min` plus overhead in memory, `mem - min` in swap).
+    /// What stops a VM of the config from ever starting, one line each: kernels and disk
+    /// images that do not exist, and VMs that admission control (ESX §6.2: `min` plus overhead
+    /// in memory, `mem - min` in swap) would refuse even alone on this host. VMs that fit alone
+    /// but not beside the ones above them are no mistake of the file: the host refuses them at
+    /// start (state `refused`), as ESX refuses to power on a VM whose reservation does not fit.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let mut r = Reservations {
+        let empty = Reservations {
             memory: self.memory - self.pool,
             swap: self.swap.unwrap_or(0),
             ..Reservations::default()
@@ -448,25 +450,23 @@ impl HostConfig {
             for (key, e) in missing_files(spec) {
                 problems.push(at(key, &e));
             }
-            match admit(&r, spec.min, spec.mem, self.vm_overhead) {
-                Ok(next) => r = next,
-                Err(e) => {
-                    let key = match e {
-                        AdmissionRefusal::Memory { .. } if spec.min > 0 => "min",
-                        _ => "mem",
-                    };
-                    problems.push(at(
-                        key,
-                        &format!(
-                            "vm '{}' cannot be admitted after the VMs above it: {e} (budget: [host] memory {}, pool {}, swap {}, vm_overhead {})",
-                            spec.name,
-                            self.memory,
-                            self.pool,
-                            self.swap.unwrap_or(0),
-                            self.vm_overhead
-                        ),
-                    ));
-                }
+            if let Err(e) = admit(&empty, spec.min, spec.mem, self.vm_overhead) {
+                let key = match e {
+                    AdmissionRefusal::Memory { .. } if spec.min > 0 => "min",
+                    _ => "mem",
+                };
+                let budget = format!(
+                    "[host] memory {}, pool {}, swap {}, vm_overhead {}",
+                    self.memory,
+                    self.pool,
+                    self.swap.unwrap_or(0),
+                    self.vm_overhead
+                );
+                let e = format!(
+                    "vm '{}' can never be admitted on this host: {e} ({budget})",
+                    spec.name
+                );
+                problems.push(at(key, &e));
             }
         }
         problems
@@ -777,7 +777,7 @@ kernel = "no-such-kernel.elf"
 [[vm]]
 name = "big"
 mem = "2G"
-min = "1000M"
+min = "1010M"
 "#,
         )
         .unwrap();
@@ -802,7 +802,7 @@ min = "1000M"
         );
         assert!(
             lines[3].starts_with(&format!(
-                "{file}: line 22: [[vm]] min: vm 'big' cannot be admitted"
+                "{file}: line 22: [[vm]] min: vm 'big' can never be admitted"
             )),
             "{e}"
         );
