@@ -769,6 +769,16 @@ impl Host {
                 continue; // not answering yet: nothing to send
             }
             let limit = a.limit.max(MIN_LIMIT);
+            // A VM on plain memory goes under the pager the first time the host shrinks it,
+            // by its balloon or its limit: `PUT /memory` (at `mem` when only the balloon moves)
+            // takes its RAM over, so sampling starts and the limit can follow.
+            let attached = v
+                .stats
+                .as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .is_some_and(|p| p.attached);
+            let shrinking = limit < o.limit || a.balloon.unwrap_or(0) > o.balloon.unwrap_or(0);
+            let take_over = shrinking && !attached;
             // The pool moves in whole MiB: smaller changes are not worth a spill.
             let pool = v
                 .pool_capacity()
@@ -777,7 +787,7 @@ impl Host {
             let order = Order {
                 index: i,
                 balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
-                limit: (limit != o.limit).then_some(limit),
+                limit: (limit != o.limit || take_over).then_some(limit),
                 pool,
                 pause: (a.pause != v.paused_by_host).then_some(a.pause),
             };

@@ -59,7 +59,9 @@ pub struct Vmm {
 }
 
 impl Vmm {
-    /// Starts `memvisor run` for `spec` with its pager's limit at `limit`.
+    /// Starts `memvisor run` for `spec` with its pager's limit at `limit`. A VM started at its
+    /// whole `mem` gets no limit: its RAM stays plain memory on huge pages, as a VM of its own
+    /// (`memvisor run` without `--mem-limit`), until the host first shrinks it.
     pub fn spawn(
         launch: &Launch,
         spec: &VmSpec,
@@ -85,8 +87,7 @@ impl Vmm {
             .arg(launch.sample_pages.to_string())
             .arg("--sample-period")
             .arg(launch.sample_period.as_secs_f64().to_string())
-            .arg("--mem-limit")
-            .arg(limit.to_string())
+            .args((limit < spec.mem).then(|| format!("--mem-limit={limit}")))
             .args(pool.into_iter().flat_map(|p| {
                 let p = p.max(4096);
                 // A share smaller than a chunk gets chunks of its own size (whole pages).

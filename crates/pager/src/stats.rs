@@ -262,12 +262,19 @@ impl Pager {
             (victims.cache_hits, victims.cache_caught),
         );
         drop(pages);
+        // Before the pager has taken RAM over the page table does not follow what the guest
+        // touches: what the host holds is what the page map says is present.
+        let resident = if attached {
+            census.resident.into()
+        } else {
+            s.present_pages().unwrap_or(0)
+        };
         let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
         PagerSnapshot {
             limit_bytes: limit_to_bytes(s.limit()),
             attached,
             pages: memvisor_api::PageCensus {
-                resident_pages: census.resident.into(),
+                resident_pages: resident,
                 zero_pages: census.zero.into(),
                 swapped_pages: census.swapped.into(),
                 ballooned_pages: census.ballooned.into(),

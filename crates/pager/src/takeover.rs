@@ -114,6 +114,25 @@ impl PageMap {
 }
 
 impl Shared {
+    /// Guest pages the host holds before the pager has taken RAM over: present in the page
+    /// map, less mappings of the shared zero page (they hold no memory). `None` without
+    /// `PAGEMAP_SCAN` (then RAM was taken over at the start) or when a scan fails.
+    pub(crate) fn present_pages(&self) -> Option<u64> {
+        let pagemap = self.pagemap.as_ref()?;
+        let mut pages = 0u64;
+        for (host, len) in self.map.host_ranges() {
+            for r in pagemap
+                .scan(host, host + len as u64, PAGE_IS_PRESENT, PAGE_IS_PFNZERO)
+                .ok()?
+            {
+                if r.categories & PAGE_IS_PFNZERO == 0 {
+                    pages += (r.end - r.start) / PAGE as u64;
+                }
+            }
+        }
+        Some(pages)
+    }
+
     /// Registers guest RAM with userfaultfd and records what the guest has touched (see the
     /// module docs). Does nothing if RAM is registered already.
     pub(crate) fn attach(&self, pages: &mut Pages) -> Result<(), PagerError> {
