@@ -1,0 +1,159 @@
+//! Swap (Linux's `mm/swapfile.c`, `mm/swap_state.c` and `mm/page_io.c`): swap slots in a
+//! bitmap allocated next-fit, swap-in with cluster readahead into the swap cache, and swap-out
+//! of reclaim's victims in runs of consecutive slots.
+
+use crate::memory::PTE_SWAPPED;
+use crate::mm_types::{L_ANON_ACTIVE, NIL};
+use crate::{Backend, Dev, Mm, MmError};
+
+/// Page-cache owner of swap-cache pages (the file number is the slot's owner, the index its slot).
+pub(crate) const SWAP_OWNER: u32 = u32::MAX - 1;
+
+impl Mm<'_> {
+    /// Uses a swap disk of `slots` slots (`swap_map` must hold at least `slots` bits).
+    /// Only valid while no slot is in use.
+    pub fn set_swap(&mut self, slots: u32) {
+        assert_eq!(self.swap_used, 0);
+        let slots = slots.min((self.swap_map.len() * 64) as u32);
+        self.swap_map.fill(0);
+        self.swap_slots = slots;
+        self.swap_cursor = 0;
+    }
+
+    /// Allocates a swap slot, next-fit from the last one (so successive swap-outs land in
+    /// consecutive slots, like Linux's cluster allocator).
+    pub fn swap_alloc(&mut self) -> Option<u32> {
+        if self.swap_used >= self.swap_slots {
+            return None;
+        }
+        let mut s = self.swap_cursor;
+        for _ in 0..self.swap_slots {
+            if s >= self.swap_slots {
+                s = 0;
+            }
+            let (w, b) = ((s / 64) as usize, s % 64);
+            if self.swap_map[w] & (1 << b) == 0 {
+                self.swap_map[w] |= 1 << b;
+                self.swap_used += 1;
+                self.swap_cursor = s + 1;
+                return Some(s);
+            }
+            s += 1;
+        }
+        None
+    }
+
+    /// Frees a swap slot.
+    pub fn swap_free(&mut self, s: u32) {
+        let (w, b) = ((s / 64) as usize, s % 64);
+        assert!(
+            s < self.swap_slots && self.swap_map[w] & (1 << b) != 0,
+            "swap slot {s} is not in use"
+        );
+        self.swap_map[w] &= !(1 << b);
+        self.swap_used -= 1;
+        // A copy read ahead into the swap cache is stale from now on.
+        if let Some((_, f)) = self.cache_find(SWAP_OWNER, s) {
+            self.evict_file(f);
+        }
+    }
+
+    /// Reads swap slot `slot` into a new frame, with the other in-use slots of its aligned
+    /// cluster of `1 << page_cluster` slots (Linux's swap readahead), in one request per run
+    /// of consecutive slots. The neighbours go into the swap cache (clean, inactive), where the
+    /// fault that wants them finds them.
+    pub(crate) fn swap_in<B: Backend>(&mut self, be: &mut B, slot: u32) -> Result<u32, MmError> {
+        let window = 1u32 << self.params.page_cluster.min(6);
+        let start = slot & !(window - 1);
+        let mut frames = [NIL; 64];
+        frames[(slot - start) as usize] = self.get_free(be)?;
+        for s in start..(start + window).min(self.swap_slots) {
+            let k = (s - start) as usize;
+            let in_use = self.swap_map[(s / 64) as usize] & (1 << (s % 64)) != 0;
+            if s == slot || !in_use || self.cache_find(SWAP_OWNER, s).is_some() {
+                continue;
+            }
+            if self.free_pages() <= self.params.low_free {
+                break; // readahead must not cause reclaim
+            }
+            match self.get_free(be) {
+                Ok(f) => frames[k] = f,
+                Err(_) => break,
+            }
+        }
+        let n = window as usize;
+        let mut k = 0;
+        while k < n {
+            if frames[k] == NIL {
+                k += 1;
+                continue;
+            }
+            let mut run = 1;
+            while k + run < n && frames[k + run] != NIL {
+                run += 1;
+            }
+            self.counters.io_requests += 1;
+            if let Err(e) = be.read(
+                Dev::Swap,
+                1 + u64::from(start) + k as u64,
+                &frames[k..k + run],
+            ) {
+                for &f in frames[..n].iter().filter(|&&f| f != NIL) {
+                    self.put_free(f);
+                }
+                return Err(e.into());
+            }
+            k += run;
+        }
+        for (k, &f) in frames[..n].iter().enumerate() {
+            if f == NIL {
+                continue;
+            }
+            self.counters.pswpin += 1;
+            let s = start + k as u32;
+            if s != slot {
+                self.counters.swap_ra += 1;
+                self.add_to_cache(f, SWAP_OWNER, s);
+            }
+        }
+        Ok(frames[(slot - start) as usize])
+    }
+
+    /// Writes the victims to their slots (one request per run of consecutive slots), points
+    /// their PTEs at the slots and frees the frames.
+    pub(crate) fn swap_out<B: Backend>(
+        &mut self,
+        be: &mut B,
+        victims: &[u32],
+        slots: &[u32],
+    ) -> Result<u32, MmError> {
+        let mut k = 0;
+        while k < victims.len() {
+            let mut run = 1;
+            while k + run < victims.len() && slots[k + run] == slots[k] + run as u32 {
+                run += 1;
+            }
+            self.counters.io_requests += 1;
+            if let Err(e) = be.write(Dev::Swap, 1 + u64::from(slots[k]), &victims[k..k + run]) {
+                // Nothing from here on was swapped: put the pages back, free their slots.
+                for j in k..victims.len() {
+                    self.swap_free(slots[j]);
+                    self.push_front(L_ANON_ACTIVE, victims[j]);
+                }
+                return Err(e.into());
+            }
+            k += run;
+        }
+        for (&f, &slot) in victims.iter().zip(slots) {
+            let (pt, i, _) = self.anon_pte(be, f);
+            Self::set_pte(be, pt, i, (u64::from(slot) << 12) | PTE_SWAPPED);
+            self.anon -= 1;
+            self.put_free(f);
+        }
+        let n = victims.len() as u64;
+        self.counters.pswpout += n;
+        self.counters.pgsteal += n;
+        self.counters.pgsteal_anon += n;
+        Ok(victims.len() as u32)
+    }
+}
