@@ -32,3 +32,29 @@ impl Mm<'_> {
         self.put_free(f);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::setup;
+    use crate::Access;
+    use std::vec::Vec;
+
+    #[test]
+    fn balloon_takes_and_returns_pages_and_reclaims_for_them() {
+        let (mut mm, mut be) = setup(128, 600, 0);
+        let a = mm.file_create(&mut be, "f", 100 * 4096).unwrap();
+        for i in 0..100 {
+            mm.file_page(&mut be, a, i, Access::Read, false).unwrap();
+        }
+        let mut held = Vec::new();
+        while let Ok(f) = mm.alloc_balloon(&mut be) {
+            held.push(f);
+        }
+        assert!(held.len() > 90, "{}", held.len());
+        assert!(mm.free_pages() >= mm.params.min_free);
+        for f in held {
+            mm.free_balloon(f);
+        }
+        mm.verify().unwrap();
+    }
+}

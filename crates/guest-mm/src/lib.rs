@@ -20,6 +20,9 @@
 // the narrowing casts between them and u64/usize arithmetic cannot truncate.
 #![allow(clippy::cast_possible_truncation)]
 
+#[cfg(test)]
+extern crate std;
+
 mod balloon;
 mod debug;
 mod filemap;

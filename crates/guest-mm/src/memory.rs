@@ -210,3 +210,26 @@ impl Mm<'_> {
         (pt, i, Self::pte_ptr(be, pt, i))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::setup;
+
+    #[test]
+    fn first_touch_is_zeroed_unless_disabled() {
+        let (mut mm, mut be) = setup(64, 64, 64);
+        let t = mm.task_create().unwrap();
+        let f = mm.access(&mut be, t, 5, false, false).unwrap();
+        assert!(be.ram[f as usize].iter().all(|&b| b == 0));
+        assert_eq!(mm.stats().counters.pgfault, 1);
+        mm.params.zero_on_alloc = false;
+        let g = mm.access(&mut be, t, 6, false, false).unwrap();
+        assert!(be.ram[g as usize].iter().all(|&b| b == 0xaa));
+        // A second access is no fault.
+        assert_eq!(mm.access(&mut be, t, 5, true, false).unwrap(), f);
+        assert_eq!(mm.stats().counters.pgfault, 2);
+        mm.task_exit(&mut be, t);
+        assert_eq!(mm.free_pages(), 64);
+        mm.verify().unwrap();
+    }
+}

@@ -58,3 +58,45 @@ impl Mm<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::setup;
+    use std::vec;
+
+    #[test]
+    fn free_page_reporting_takes_aligned_free_runs_once() {
+        let (mut mm, mut be) = setup(64, 16, 0);
+        // base pfn 0x100 is 8-aligned; order 3 = 8 frames.
+        let f = mm.report_take(3, 64).unwrap();
+        assert_eq!(mm.pfn(f) % 8, 0);
+        assert_eq!(mm.free_pages(), 56);
+        mm.report_done(f, 3, false);
+        let mut seen = vec![f];
+        while let Some(g) = mm.report_take(3, 64) {
+            assert!(!seen.contains(&g));
+            seen.push(g);
+            mm.report_done(g, 3, false);
+        }
+        assert_eq!(seen.len(), 8, "every chunk reported once");
+        // Allocating takes unreported (here: none left, so reported) pages, clearing the flag.
+        let k = mm.alloc_kernel(&mut be).unwrap();
+        mm.free_kernel(k);
+        assert!(mm.report_take(3, 64).is_some());
+        mm.verify().unwrap();
+    }
+
+    #[test]
+    fn a_reported_run_the_driver_reused_is_reported_again() {
+        let (mut mm, _be) = setup(64, 16, 0);
+        let f = mm.report_take(3, 64).unwrap();
+        mm.report_done(f, 3, true);
+        let mut again = false;
+        while let Some(g) = mm.report_take(3, 64) {
+            again |= g == f;
+            mm.report_done(g, 3, false);
+        }
+        assert!(again, "a reused run is free and unreported");
+        mm.verify().unwrap();
+    }
+}

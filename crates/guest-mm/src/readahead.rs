@@ -53,3 +53,32 @@ impl Mm<'_> {
         Ok(batch[0])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{set_word, setup, word};
+    use crate::Access;
+
+    #[test]
+    fn readahead_reads_a_window_in_one_request_and_use_once_pages_go_first() {
+        let (mut mm, mut be) = setup(256, 600, 0);
+        let a = mm.file_create(&mut be, "a", 100 * 4096).unwrap();
+        let base = mm.file(a).unwrap().extents[0].start as usize;
+        for i in 0..100 {
+            set_word(&mut be.data[base + i], 0, 1000 + i as u64);
+        }
+        let r0 = be.reads;
+        for i in 0..100u64 {
+            let f = mm.file_page(&mut be, a, i, Access::Read, false).unwrap();
+            assert_eq!(word(&be.ram[f as usize], 0), 1000 + i);
+        }
+        assert_eq!(be.reads - r0, 4, "100 pages with 32-page readahead");
+        assert_eq!(mm.stats().counters.readahead, 96);
+        // Page 3 read a second time becomes active; a reclaim pass evicts inactive pages first.
+        mm.file_page(&mut be, a, 3, Access::Read, false).unwrap();
+        mm.file_page(&mut be, a, 3, Access::Read, false).unwrap();
+        mm.reclaim(&mut be, mm.free_pages() + 50).unwrap();
+        assert!(mm.cache_find(a, 3).is_some());
+        mm.verify().unwrap();
+    }
+}

@@ -157,3 +157,85 @@ impl Mm<'_> {
         Ok(victims.len() as u32)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{set_word, setup, word};
+    use std::vec::Vec;
+
+    #[test]
+    fn anon_pages_swap_out_and_back_with_their_content() {
+        let (mut mm, mut be) = setup(48, 16, 256);
+        let t = mm.task_create().unwrap();
+        for v in 0..100u64 {
+            let f = mm.access(&mut be, t, v, true, false).unwrap();
+            set_word(&mut be.ram[f as usize], 0, v * 7 + 1);
+        }
+        let s = mm.stats();
+        assert!(s.counters.pswpout > 50, "{s:?}");
+        assert!(
+            be.writes * 4 < s.counters.pswpout,
+            "swap-outs go in runs of consecutive slots: {} writes for {} pages",
+            be.writes,
+            s.counters.pswpout
+        );
+        for v in 0..100u64 {
+            let f = mm.access(&mut be, t, v, false, false).unwrap();
+            assert_eq!(word(&be.ram[f as usize], 0), v * 7 + 1);
+        }
+        let c = mm.stats().counters;
+        assert!(c.pgmajfault + c.swap_ra_hits >= 90, "{c:?}");
+        assert!(
+            c.swap_ra_hits > 30,
+            "sequential swap-ins hit the readahead: {c:?}"
+        );
+        mm.verify().unwrap();
+        mm.task_exit(&mut be, t);
+        assert_eq!(mm.stats().swap_used, 0);
+    }
+
+    #[test]
+    fn swap_readahead_reads_a_cluster_and_freed_slots_drop_their_copies() {
+        let (mut mm, mut be) = setup(64, 16, 256);
+        let t = mm.task_create().unwrap();
+        for v in 0..80u64 {
+            let f = mm.access(&mut be, t, v, true, false).unwrap();
+            set_word(&mut be.ram[f as usize], 0, v + 100);
+        }
+        // Make room: readahead never reclaims.
+        mm.reclaim(&mut be, 40).unwrap();
+        let swapped: Vec<u64> = (0..80)
+            .filter(|&v| mm.page_state(&mut be, t, v).1)
+            .collect();
+        assert!(swapped.len() >= 16, "{swapped:?}");
+        let r0 = be.reads;
+        let v0 = swapped[0];
+        mm.access(&mut be, t, v0, false, false).unwrap();
+        assert_eq!(be.reads - r0, 1, "the cluster comes in one request");
+        let c = mm.stats().counters;
+        assert!(c.swap_ra >= 7, "{c:?}");
+        // A neighbour is now a swap-cache hit without I/O, with the right content.
+        let v1 = swapped[1];
+        let f = mm.access(&mut be, t, v1, false, false).unwrap();
+        assert_eq!(be.reads - r0, 1);
+        assert_eq!(word(&be.ram[f as usize], 0), v1 + 100);
+        assert_eq!(mm.stats().counters.swap_ra_hits, 1);
+        // Exiting frees the slots and with them the read-ahead copies.
+        mm.task_exit(&mut be, t);
+        assert_eq!(mm.stats().cached, 0);
+        assert_eq!(mm.stats().swap_used, 0);
+        mm.verify().unwrap();
+    }
+
+    #[test]
+    fn swap_slots_are_next_fit_and_never_double_allocated() {
+        let (mut mm, _be) = setup(16, 16, 130);
+        let a: Vec<u32> = (0..130).map(|_| mm.swap_alloc().unwrap()).collect();
+        assert_eq!(a, (0..130).collect::<Vec<_>>());
+        assert_eq!(mm.swap_alloc(), None);
+        mm.swap_free(7);
+        mm.swap_free(100);
+        assert_eq!(mm.swap_alloc(), Some(7));
+        assert_eq!(mm.swap_alloc(), Some(100));
+    }
+}

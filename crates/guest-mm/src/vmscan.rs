@@ -126,3 +126,63 @@ impl Mm<'_> {
         slot
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::setup;
+    use crate::Access;
+
+    #[test]
+    fn referenced_anon_pages_survive_reclaim_longer() {
+        let (mut mm, mut be) = setup(64, 16, 256);
+        // No swap readahead: it would fill the swap cache, which reclaim takes first.
+        mm.params.page_cluster = 0;
+        let t = mm.task_create().unwrap();
+        for v in 0..40u64 {
+            mm.access(&mut be, t, v, true, false).unwrap();
+        }
+        // A first pass clears the accessed bits: it activates what it scans, refills the inactive
+        // list from the active tail and evicts the oldest pages (0..5), leaving 5..12 at the
+        // inactive tail. Those are touched again and must be passed over for younger pages.
+        mm.reclaim(&mut be, mm.free_pages() + 5).unwrap();
+        for v in 0..5u64 {
+            assert_eq!(mm.page_state(&mut be, t, v), (false, true));
+        }
+        for v in 5..12u64 {
+            mm.access(&mut be, t, v, false, false).unwrap();
+        }
+        let before = mm.stats().counters.pswpout;
+        mm.reclaim(&mut be, mm.free_pages() + 3).unwrap();
+        assert!(mm.stats().counters.pswpout >= before + 3);
+        for v in 5..12u64 {
+            assert_eq!(
+                mm.page_state(&mut be, t, v),
+                (true, false),
+                "hot page {v} evicted"
+            );
+        }
+    }
+
+    #[test]
+    fn swappiness_steers_reclaim() {
+        for (swappiness, expect_anon_first) in [(0, false), (200, true)] {
+            let (mut mm, mut be) = setup(200, 600, 400);
+            mm.params.swappiness = swappiness;
+            let t = mm.task_create().unwrap();
+            let a = mm.file_create(&mut be, "f", 80 * 4096).unwrap();
+            for i in 0..80 {
+                mm.file_page(&mut be, a, i, Access::Read, false).unwrap();
+                mm.access(&mut be, t, i, true, false).unwrap();
+            }
+            mm.reclaim(&mut be, mm.free_pages() + 40).unwrap();
+            let c = mm.stats();
+            if expect_anon_first {
+                assert_eq!(c.cached, 80, "{c:?}");
+                assert!(c.counters.pswpout >= 40);
+            } else {
+                assert_eq!(c.counters.pswpout, 0, "{c:?}");
+                assert!(c.cached <= 40);
+            }
+        }
+    }
+}

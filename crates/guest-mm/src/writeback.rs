@@ -62,3 +62,58 @@ impl Mm<'_> {
         self.writeback(be, 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{set_word, setup, word};
+    use crate::Access;
+
+    #[test]
+    fn dirty_pages_are_written_on_sync_and_drop_caches_empties_the_cache() {
+        let (mut mm, mut be) = setup(128, 600, 0);
+        let a = mm.file_create(&mut be, "out", 10 * 4096).unwrap();
+        for i in 0..10u64 {
+            let f = mm
+                .file_page(&mut be, a, i, Access::Overwrite, false)
+                .unwrap();
+            set_word(&mut be.ram[f as usize], 1, 77 + i);
+        }
+        assert_eq!(mm.stats().dirty, 10);
+        let w0 = be.writes;
+        mm.sync(&mut be).unwrap();
+        assert_eq!(be.writes - w0, 1, "one contiguous run, one request");
+        assert_eq!(mm.stats().dirty, 0);
+        assert_eq!(mm.drop_caches(&mut be).unwrap(), 10);
+        assert_eq!(mm.stats().cached, 0);
+        let base = mm.file(a).unwrap().extents[0].start as usize;
+        assert_eq!(word(&be.data[base + 4], 1), 81);
+        // Re-mount sees the file.
+        mm.sb = None;
+        mm.mount(&mut be).unwrap();
+        assert_eq!(mm.lookup("out"), Some(a));
+        mm.verify().unwrap();
+    }
+
+    #[test]
+    fn pinned_pages_are_neither_written_back_nor_dropped_while_pinned() {
+        let (mut mm, mut be) = setup(64, 600, 0);
+        let a = mm.file_create(&mut be, "w", 4 * 4096).unwrap();
+        // Another CPU is half-way through overwriting page 1.
+        let f = mm
+            .file_page(&mut be, a, 1, Access::Overwrite, true)
+            .unwrap();
+        set_word(&mut be.ram[f as usize], 0, 1);
+        mm.sync(&mut be).unwrap();
+        assert_eq!(mm.drop_caches(&mut be).unwrap(), 0);
+        assert_eq!(mm.stats().dirty, 1, "still dirty: its writer is not done");
+        set_word(&mut be.ram[f as usize], 1, 2);
+        mm.unpin(f);
+        mm.sync(&mut be).unwrap();
+        let base = mm.file(a).unwrap().extents[0].start as usize;
+        assert_eq!(
+            (word(&be.data[base + 1], 0), word(&be.data[base + 1], 1)),
+            (1, 2)
+        );
+        mm.verify().unwrap();
+    }
+}
