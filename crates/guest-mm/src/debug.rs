@@ -63,8 +63,7 @@ impl Mm<'_> {
         {
             return Err("page counts wrong");
         }
-        let used: u32 = self.swap_map.iter().map(|w| w.count_ones()).sum();
-        if used != self.swap_used {
+        if self.swap.count_used() != self.swap.used() {
             return Err("swap slot count wrong");
         }
         Ok(())

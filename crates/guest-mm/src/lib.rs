@@ -48,6 +48,7 @@ pub use vmstat::{Counters, Stats};
 use format::{FileEntry, Superblock};
 use memory::Task;
 use mm_types::{List, EMPTY_LIST, L_FREE, NR_LISTS};
+use swap::SwapInfo;
 
 /// Root entries of a task's software page table; each covers 512 pages (2 MiB).
 pub const ROOT_ENTRIES: usize = 1024;
@@ -174,10 +175,7 @@ pub struct Mm<'a> {
     lists: [List; NR_LISTS],
     cache: &'a mut [u32],
     cache_len: u32,
-    swap_map: &'a mut [u64],
-    swap_slots: u32,
-    swap_used: u32,
-    swap_cursor: u32,
+    swap: SwapInfo<'a>,
     tasks: [Task; MAX_TASKS],
     sb: Option<Superblock>,
     files: [FileEntry; MAX_FILES],
@@ -213,10 +211,7 @@ impl<'a> Mm<'a> {
             lists: [EMPTY_LIST; NR_LISTS],
             cache,
             cache_len: 0,
-            swap_map,
-            swap_slots: 0,
-            swap_used: 0,
-            swap_cursor: 0,
+            swap: SwapInfo::new(swap_map),
             tasks: [Task {
                 used: false,
                 root: NIL,

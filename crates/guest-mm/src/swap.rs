@@ -9,33 +9,71 @@ use crate::{Backend, Dev, Mm, MmError};
 /// Page-cache owner of swap-cache pages (the file number is the slot's owner, the index its slot).
 pub(crate) const SWAP_OWNER: u32 = u32::MAX - 1;
 
-impl Mm<'_> {
-    /// Uses a swap disk of `slots` slots (`swap_map` must hold at least `slots` bits).
-    /// Only valid while no slot is in use.
-    pub fn set_swap(&mut self, slots: u32) {
-        assert_eq!(self.swap_used, 0);
-        let slots = slots.min((self.swap_map.len() * 64) as u32);
-        self.swap_map.fill(0);
-        self.swap_slots = slots;
-        self.swap_cursor = 0;
+/// The swap disk's slots (Linux's `swap_info_struct`): one bit per slot in a bitmap the caller
+/// hands in, allocated next-fit from the last slot handed out.
+pub(crate) struct SwapInfo<'a> {
+    map: &'a mut [u64],
+    slots: u32,
+    used: u32,
+    cursor: u32,
+}
+
+impl<'a> SwapInfo<'a> {
+    /// No swap disk yet: no slots, over a bitmap of `map.len() * 64` bits.
+    pub(crate) fn new(map: &'a mut [u64]) -> Self {
+        SwapInfo {
+            map,
+            slots: 0,
+            used: 0,
+            cursor: 0,
+        }
     }
 
-    /// Allocates a swap slot, next-fit from the last one (so successive swap-outs land in
-    /// consecutive slots, like Linux's cluster allocator).
-    pub fn swap_alloc(&mut self) -> Option<u32> {
-        if self.swap_used >= self.swap_slots {
+    /// Slots of the swap disk.
+    pub(crate) fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Slots in use.
+    pub(crate) fn used(&self) -> u32 {
+        self.used
+    }
+
+    /// Whether slot `s` (below [`SwapInfo::slots`]) is in use.
+    pub(crate) fn in_use(&self, s: u32) -> bool {
+        self.map[(s / 64) as usize] & (1 << (s % 64)) != 0
+    }
+
+    /// Slots whose bit is set, counted in the bitmap (for [`Mm::verify`]).
+    pub(crate) fn count_used(&self) -> u32 {
+        self.map.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Uses a swap disk of `slots` slots (at most the bitmap's bits). Only valid while no slot
+    /// is in use.
+    fn set(&mut self, slots: u32) {
+        assert_eq!(self.used, 0);
+        let slots = slots.min((self.map.len() * 64) as u32);
+        self.map.fill(0);
+        self.slots = slots;
+        self.cursor = 0;
+    }
+
+    /// Allocates a slot, next-fit from the last one.
+    fn alloc(&mut self) -> Option<u32> {
+        if self.used >= self.slots {
             return None;
         }
-        let mut s = self.swap_cursor;
-        for _ in 0..self.swap_slots {
-            if s >= self.swap_slots {
+        let mut s = self.cursor;
+        for _ in 0..self.slots {
+            if s >= self.slots {
                 s = 0;
             }
             let (w, b) = ((s / 64) as usize, s % 64);
-            if self.swap_map[w] & (1 << b) == 0 {
-                self.swap_map[w] |= 1 << b;
-                self.swap_used += 1;
-                self.swap_cursor = s + 1;
+            if self.map[w] & (1 << b) == 0 {
+                self.map[w] |= 1 << b;
+                self.used += 1;
+                self.cursor = s + 1;
                 return Some(s);
             }
             s += 1;
@@ -43,15 +81,34 @@ impl Mm<'_> {
         None
     }
 
-    /// Frees a swap slot.
-    pub fn swap_free(&mut self, s: u32) {
+    /// Frees a slot in use.
+    fn free(&mut self, s: u32) {
         let (w, b) = ((s / 64) as usize, s % 64);
         assert!(
-            s < self.swap_slots && self.swap_map[w] & (1 << b) != 0,
+            s < self.slots && self.map[w] & (1 << b) != 0,
             "swap slot {s} is not in use"
         );
-        self.swap_map[w] &= !(1 << b);
-        self.swap_used -= 1;
+        self.map[w] &= !(1 << b);
+        self.used -= 1;
+    }
+}
+
+impl Mm<'_> {
+    /// Uses a swap disk of `slots` slots (`swap_map` must hold at least `slots` bits).
+    /// Only valid while no slot is in use.
+    pub fn set_swap(&mut self, slots: u32) {
+        self.swap.set(slots);
+    }
+
+    /// Allocates a swap slot, next-fit from the last one (so successive swap-outs land in
+    /// consecutive slots, like Linux's cluster allocator).
+    pub fn swap_alloc(&mut self) -> Option<u32> {
+        self.swap.alloc()
+    }
+
+    /// Frees a swap slot.
+    pub fn swap_free(&mut self, s: u32) {
+        self.swap.free(s);
         // A copy read ahead into the swap cache is stale from now on.
         if let Some((_, f)) = self.cache_find(SWAP_OWNER, s) {
             self.evict_file(f);
@@ -67,9 +124,9 @@ impl Mm<'_> {
         let start = slot & !(window - 1);
         let mut frames = [NIL; 64];
         frames[(slot - start) as usize] = self.get_free(be)?;
-        for s in start..(start + window).min(self.swap_slots) {
+        for s in start..(start + window).min(self.swap.slots()) {
             let k = (s - start) as usize;
-            let in_use = self.swap_map[(s / 64) as usize] & (1 << (s % 64)) != 0;
+            let in_use = self.swap.in_use(s);
             if s == slot || !in_use || self.cache_find(SWAP_OWNER, s).is_some() {
                 continue;
             }

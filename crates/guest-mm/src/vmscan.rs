@@ -19,7 +19,7 @@ impl Mm<'_> {
         let lru = self.anon + self.cached;
         let mut budget = 4 * u64::from(lru) + u64::from(BATCH);
         while self.free_pages() < target && budget > 0 {
-            let anon_ok = self.swap_used < self.swap_slots && self.anon > 0;
+            let anon_ok = self.swap.used() < self.swap.slots() && self.anon > 0;
             let file_ok = self.cached > 0;
             let (na, nf) = match (anon_ok, file_ok) {
                 (false, false) => break,

@@ -96,8 +96,8 @@ impl Mm<'_> {
             page_tables: self.page_tables,
             balloon: self.balloon,
             kernel: self.kernel,
-            swap_used: self.swap_used,
-            swap_total: self.swap_slots,
+            swap_used: self.swap.used(),
+            swap_total: self.swap.slots(),
             active: len(L_ANON_ACTIVE) + len(L_FILE_ACTIVE),
             inactive: len(L_ANON_INACTIVE) + len(L_FILE_INACTIVE),
         }
