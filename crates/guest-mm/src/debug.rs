@@ -56,7 +56,7 @@ impl Mm<'_> {
             .count() as u32;
         if by_kind[Kind::Anon as usize] != self.anon
             || by_kind[Kind::File as usize] != self.cached
-            || self.cache_len != self.cached
+            || self.cache.len() != self.cached
             || by_kind[Kind::PageTable as usize] != self.page_tables
             || by_kind[Kind::Balloon as usize] != self.balloon
             || dirty != self.dirty

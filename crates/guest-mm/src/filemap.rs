@@ -1,7 +1,7 @@
 //! The page cache (Linux's `mm/filemap.c`): a hash table keyed by (file, page index) over the
 //! frames, the lookup that reads a page on a miss, `mark_page_accessed`, and dropping pages.
 
-use crate::mm_types::{Kind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL};
+use crate::mm_types::{Frame, Kind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL};
 use crate::{Backend, Mm, MmError};
 
 /// How a page-cache page will be used.
@@ -20,16 +20,37 @@ fn hash(file: u32, index: u32) -> u32 {
     (x >> 32) as u32
 }
 
-impl Mm<'_> {
-    pub(crate) fn cache_find(&self, file: u32, index: u32) -> Option<(usize, u32)> {
-        let mask = self.cache.len() - 1;
+/// The page-cache index (Linux's per-file `i_pages`, here one table for all files): an
+/// open-addressing hash table of frame numbers keyed by the frames' (owner, index), with linear
+/// probing. Its slice is handed in by [`Mm::new`](crate::Mm::new): a power of two, at least
+/// twice the frames, so it never fills.
+pub(crate) struct CacheIndex<'a> {
+    slots: &'a mut [u32],
+    len: u32,
+}
+
+impl<'a> CacheIndex<'a> {
+    /// An empty index over `slots`.
+    pub(crate) fn new(slots: &'a mut [u32]) -> Self {
+        slots.fill(NIL);
+        CacheIndex { slots, len: 0 }
+    }
+
+    /// Entries in the index.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// The slot and frame of the page with key (`file`, `index`), if cached.
+    fn find(&self, frames: &[Frame], file: u32, index: u32) -> Option<(usize, u32)> {
+        let mask = self.slots.len() - 1;
         let mut s = hash(file, index) as usize & mask;
         loop {
-            let f = self.cache[s];
+            let f = self.slots[s];
             if f == NIL {
                 return None;
             }
-            let fr = &self.frames[f as usize];
+            let fr = &frames[f as usize];
             if fr.owner == file && fr.index == index {
                 return Some((s, f));
             }
@@ -37,30 +58,31 @@ impl Mm<'_> {
         }
     }
 
-    fn cache_insert(&mut self, f: u32) {
-        let mask = self.cache.len() - 1;
-        let fr = self.frames[f as usize];
+    /// Adds frame `f` under its (owner, index).
+    fn insert(&mut self, frames: &[Frame], f: u32) {
+        let mask = self.slots.len() - 1;
+        let fr = frames[f as usize];
         let mut s = hash(fr.owner, fr.index) as usize & mask;
-        while self.cache[s] != NIL {
+        while self.slots[s] != NIL {
             s = (s + 1) & mask;
         }
-        self.cache[s] = f;
-        self.cache_len += 1;
+        self.slots[s] = f;
+        self.len += 1;
     }
 
     /// Removes slot `s` with backward-shift deletion (linear probing, no tombstones).
-    pub(crate) fn cache_remove_slot(&mut self, mut s: usize) {
-        let mask = self.cache.len() - 1;
-        self.cache[s] = NIL;
-        self.cache_len -= 1;
+    fn remove_slot(&mut self, frames: &[Frame], mut s: usize) {
+        let mask = self.slots.len() - 1;
+        self.slots[s] = NIL;
+        self.len -= 1;
         let mut j = s;
         loop {
             j = (j + 1) & mask;
-            let f = self.cache[j];
+            let f = self.slots[j];
             if f == NIL {
                 return;
             }
-            let fr = &self.frames[f as usize];
+            let fr = &frames[f as usize];
             let home = hash(fr.owner, fr.index) as usize & mask;
             // Move the entry back if its home is not cyclically within (s, j].
             let between = if s <= j {
@@ -69,11 +91,27 @@ impl Mm<'_> {
                 s < home || home <= j
             };
             if !between {
-                self.cache[s] = f;
-                self.cache[j] = NIL;
+                self.slots[s] = f;
+                self.slots[j] = NIL;
                 s = j;
             }
         }
+    }
+}
+
+impl Mm<'_> {
+    /// The slot in the page-cache index and the frame of page `index` of `file`, if cached.
+    pub(crate) fn cache_find(&self, file: u32, index: u32) -> Option<(usize, u32)> {
+        self.cache.find(self.frames, file, index)
+    }
+
+    fn cache_insert(&mut self, f: u32) {
+        self.cache.insert(self.frames, f);
+    }
+
+    /// Removes slot `s` of the page-cache index.
+    pub(crate) fn cache_remove_slot(&mut self, s: usize) {
+        self.cache.remove_slot(self.frames, s);
     }
 
     /// Linux's `mark_page_accessed`: an inactive page referenced twice becomes active.

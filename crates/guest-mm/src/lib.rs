@@ -45,6 +45,7 @@ pub use filemap::Access;
 pub use mm_types::{Frame, Kind, NIL, PAGE_SIZE};
 pub use vmstat::{Counters, Stats};
 
+use filemap::CacheIndex;
 use format::{FileEntry, Superblock};
 use memory::Task;
 use mm_types::{List, EMPTY_LIST, L_FREE, NR_LISTS};
@@ -173,8 +174,7 @@ pub struct Mm<'a> {
     frames: &'a mut [Frame],
     base_pfn: u64,
     lists: [List; NR_LISTS],
-    cache: &'a mut [u32],
-    cache_len: u32,
+    cache: CacheIndex<'a>,
     swap: SwapInfo<'a>,
     tasks: [Task; MAX_TASKS],
     sb: Option<Superblock>,
@@ -204,13 +204,11 @@ impl<'a> Mm<'a> {
     ) -> Self {
         assert!(frames.len() < NIL as usize);
         assert!(cache.len().is_power_of_two() && cache.len() >= 2 * frames.len());
-        cache.fill(NIL);
         let mut mm = Mm {
             frames,
             base_pfn,
             lists: [EMPTY_LIST; NR_LISTS],
-            cache,
-            cache_len: 0,
+            cache: CacheIndex::new(cache),
             swap: SwapInfo::new(swap_map),
             tasks: [Task {
                 used: false,
