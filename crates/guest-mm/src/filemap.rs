@@ -219,3 +219,60 @@ impl Mm<'_> {
         self.put_free(f);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::vec;
+
+    use proptest::prelude::*;
+
+    use super::CacheIndex;
+    use crate::{Frame, NIL};
+
+    proptest! {
+        /// Inserts and removals in any order, with keys that collide in a small table: every
+        /// key is found at its frame while cached and not at all once removed.
+        #[test]
+        fn the_index_finds_exactly_the_cached_keys(
+            ops in proptest::collection::vec((any::<bool>(), 0u32..16, 0u32..8), 1..200),
+        ) {
+            const FRAMES: usize = 16;
+            let mut frames = vec![Frame::INIT; FRAMES];
+            let mut slots = vec![0u32; 2 * FRAMES];
+            let mut index = CacheIndex::new(&mut slots);
+            // Model: key -> frame, and which frames are in use.
+            let mut model: HashMap<(u32, u32), u32> = HashMap::new();
+            for (insert, file, page) in ops {
+                let key = (file % 4, page);
+                match (insert, model.get(&key).copied()) {
+                    (true, None) => {
+                        let Some(f) = (0..FRAMES as u32).find(|f| !model.values().any(|g| g == f))
+                        else {
+                            continue;
+                        };
+                        frames[f as usize].owner = key.0;
+                        frames[f as usize].index = key.1;
+                        index.insert(&frames, f);
+                        model.insert(key, f);
+                    }
+                    (false, Some(f)) => {
+                        let (s, g) = index.find(&frames, key.0, key.1).unwrap();
+                        prop_assert_eq!(g, f);
+                        index.remove_slot(&frames, s);
+                        model.remove(&key);
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(index.len() as usize, model.len());
+                for file in 0..4 {
+                    for page in 0..8 {
+                        let want = model.get(&(file, page)).copied();
+                        prop_assert_eq!(index.find(&frames, file, page).map(|(_, f)| f), want);
+                    }
+                }
+            }
+            prop_assert!(slots.iter().filter(|&&f| f != NIL).count() == model.len());
+        }
+    }
+}
