@@ -12,7 +12,8 @@
 //! `page_alloc`, tasks' page tables and faults in `memory`, the file system in `fs`, the page
 //! cache in `filemap` with `readahead` and `writeback`, swap in `swap`, reclaim in `vmscan`,
 //! the balloon's hooks in `balloon` and `page_reporting`, counters in `vmstat`, invariant
-//! checks in `debug`.
+//! checks in `debug`. Two parts own their state in a struct of their own that `Mm` holds: the
+//! page-cache hash table (`filemap::CacheIndex`) and the swap slot bitmap (`swap::SwapInfo`).
 #![no_std]
 // Frame numbers, swap slots, task-virtual and file page indices are u32 by design (the frame
 // count is asserted below u32::MAX in `Mm::new`, swap slots are capped at u32 in `set_swap`,
