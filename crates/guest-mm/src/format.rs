@@ -298,4 +298,11 @@ mod tests {
         encode_swap_header(&mut b, 9);
         assert_eq!(decode_swap_header(&b), Ok(9));
     }
+
+    #[test]
+    fn file_entry_extents_map_blocks() {
+        let mut e = FileEntry::new("x", 0);
+        e.extents[0] = Extent { start: 10, len: 2 };
+        assert_eq!(e.map(1), Some((11, 1)));
+    }
 }

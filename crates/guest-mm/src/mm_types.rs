@@ -1,0 +1,79 @@
+//! Basic types of the memory manager, a leaf module that imports nothing of its crate (Linux's
+//! `mm_types.h` and `page-flags.h`): the page size, the "no frame" index, per-frame metadata
+//! ([`Frame`], Linux's `struct page`) with its flags, and the heads of the intrusive frame lists.
+
+/// Page size (and block size of both disks).
+pub const PAGE_SIZE: usize = 4096;
+/// "No frame" in lists, tables and page directories.
+pub const NIL: u32 = u32::MAX;
+
+/// What a frame currently holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// On the free list.
+    Free,
+    /// Anonymous memory of a task (`owner` = task, `index` = virtual page).
+    Anon,
+    /// Page-cache page (`owner` = file, `index` = page of the file).
+    File,
+    /// A page of a task's software page table.
+    PageTable,
+    /// Held by the balloon driver.
+    Balloon,
+    /// Off the free list while the balloon device is told it is free.
+    Reporting,
+    /// Allocated to the kit for its own use.
+    Kernel,
+}
+
+pub(crate) const F_REFERENCED: u8 = 1;
+pub(crate) const F_DIRTY: u8 = 2;
+pub(crate) const F_REPORTED: u8 = 4;
+
+pub(crate) const L_NONE: u8 = 0;
+pub(crate) const L_FREE: u8 = 1;
+pub(crate) const L_ANON_INACTIVE: u8 = 2;
+pub(crate) const L_ANON_ACTIVE: u8 = 3;
+pub(crate) const L_FILE_INACTIVE: u8 = 4;
+pub(crate) const L_FILE_ACTIVE: u8 = 5;
+pub(crate) const NR_LISTS: usize = 6;
+
+/// Per-page metadata (Linux's `struct page`, 20 bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct Frame {
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
+    pub(crate) owner: u32,
+    pub(crate) index: u32,
+    pub(crate) kind: Kind,
+    pub(crate) list: u8,
+    pub(crate) flags: u8,
+    pub(crate) pins: u8,
+}
+
+impl Frame {
+    /// A frame before [`Mm::new`](crate::Mm::new) puts it on the free list.
+    pub const INIT: Frame = Frame {
+        prev: NIL,
+        next: NIL,
+        owner: 0,
+        index: 0,
+        kind: Kind::Kernel,
+        list: L_NONE,
+        flags: 0,
+        pins: 0,
+    };
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct List {
+    pub(crate) head: u32,
+    pub(crate) tail: u32,
+    pub(crate) len: u32,
+}
+
+pub(crate) const EMPTY_LIST: List = List {
+    head: NIL,
+    tail: NIL,
+    len: 0,
+};
