@@ -20,11 +20,12 @@
 use std::sync::{MutexGuard, TryLockError};
 use std::time::Instant;
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE, ZERO_WINDOW};
-use crate::state::{FaultAction, PageIdx, PageState, PageTable};
+use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
+use crate::pager::{PagerFailure, Pages, Shared, ZERO_WINDOW};
+use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
-use crate::store::{self, PageStore, Slot, StoreId};
-use crate::uffd::{Fault, UffdError};
+use crate::store::{self, PageStore};
+use crate::sys::uffd::{Fault, UffdError};
 
 /// What a fault read from a store: the run from `lo` around faulting page `p`, to come in
 /// clean and write-protected if `keep`.
@@ -78,7 +79,7 @@ impl Shared {
     }
 
     fn wake(&self, p: PageIdx) -> Result<(), UffdError> {
-        self.uffd.wake(self.map.host(p), PAGE)
+        self.uffd.wake(self.map.host(p), PAGE_SIZE)
     }
 
     /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
@@ -134,7 +135,7 @@ impl Shared {
         let (lo, n) = self.region_run(p, pages.table.load_run(p));
         let watch = pages.table.watch(lo, n);
         drop(pages);
-        let buf = io.get(n as usize * PAGE);
+        let buf = io.get(n as usize * PAGE_SIZE);
         let read = self
             .stores
             .get(from.store)
@@ -181,7 +182,7 @@ impl Shared {
             keep,
             source,
         } = *read;
-        let n = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+        let n = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
         let mut installed = 0;
         let mut i = 0;
         while i < n {
@@ -193,8 +194,8 @@ impl Shared {
             while i + k < n && unchanged(i + k) {
                 k += 1;
             }
-            let at = i as usize * PAGE;
-            let len = k as usize * PAGE;
+            let at = i as usize * PAGE_SIZE;
+            let len = k as usize * PAGE_SIZE;
             // SAFETY: `data[at..at + len]` is inside `data`, alive for the call.
             if let Err(e) = unsafe {
                 self.uffd
@@ -263,7 +264,7 @@ impl Shared {
         {
             n += 1;
         }
-        let len = n as usize * PAGE;
+        let len = n as usize * PAGE_SIZE;
         if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
@@ -307,7 +308,7 @@ impl Shared {
             prefetched,
             ..
         } = pages;
-        let buf = io.get(n as usize * PAGE);
+        let buf = io.get(n as usize * PAGE_SIZE);
         let source = self.stores.get(from.store)?;
         store::read(source, from.index - (p - lo), buf)?;
         let read = Read {
@@ -335,7 +336,7 @@ impl Shared {
             Counters::add(&self.counters.prefetch_hits, 1);
         }
         if !cooling {
-            return Ok(self.uffd.unprotect(self.map.host(p), PAGE)?);
+            return Ok(self.uffd.unprotect(self.map.host(p), PAGE_SIZE)?);
         }
         // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
         // per run.
@@ -347,7 +348,7 @@ impl Shared {
         open.sort_unstable();
         for (first, n) in self.map.region_runs(&open) {
             self.uffd
-                .unprotect(self.map.host(first), n as usize * PAGE)?;
+                .unprotect(self.map.host(first), n as usize * PAGE_SIZE)?;
         }
         Ok(())
     }

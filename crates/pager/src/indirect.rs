@@ -46,9 +46,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use thiserror::Error;
 
-use crate::state::Block;
+use crate::page::{Block, PAGE_SIZE};
 use crate::stats::Counters;
-use crate::swap::{open_direct, BLOCK};
+use crate::swap::open_direct;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The log of `image`: beside it, named after it.
@@ -60,7 +60,7 @@ pub fn log_path(image: &Path) -> PathBuf {
 
 const MAGIC: &[u8; 8] = b"MVINDIR1";
 /// The header: magic, store path length (u32 LE), store path; padded to a block.
-const HEADER: usize = BLOCK;
+const HEADER: usize = PAGE_SIZE;
 const RECORD: usize = 12;
 /// A record whose target is this ends the block's indirection.
 const UNMAP: u32 = u32::MAX;
@@ -336,12 +336,12 @@ fn copy_blocks(
     store: &File,
     blocks: impl IntoIterator<Item = (u32, Block)>,
 ) -> std::io::Result<u64> {
-    let mut buf = IoBuf::new(BLOCK);
+    let mut buf = IoBuf::new(PAGE_SIZE);
     let mut n = 0;
     for (block, target) in blocks {
-        let b = buf.get(BLOCK);
-        store.read_exact_at(b, u64::from(target) * BLOCK as u64)?;
-        image.write_all_at(b, u64::from(block) * BLOCK as u64)?;
+        let b = buf.get(PAGE_SIZE);
+        store.read_exact_at(b, u64::from(target) * PAGE_SIZE as u64)?;
+        image.write_all_at(b, u64::from(block) * PAGE_SIZE as u64)?;
         n += 1;
     }
     Ok(n)
@@ -373,7 +373,7 @@ pub fn recover(image: &Path) -> Result<Option<Disentangled>, IndirectError> {
     // before anything is copied (it would read nothing, or grow the image).
     let len = |f: &File, p: &Path| f.metadata().map(|m| m.len()).map_err(io_err(p));
     let (image_len, store_len) = (len(&img, image)?, len(&store, r.log.store())?);
-    let end = |b: u32| (u64::from(b) + 1) * BLOCK as u64;
+    let end = |b: u32| (u64::from(b) + 1) * PAGE_SIZE as u64;
     if let Some((&b, &t)) = r
         .map
         .iter()
@@ -565,9 +565,9 @@ impl Indirect {
     /// both files, and the rest from the image in runs. Returns false without reading if no
     /// block in the range is indirected.
     pub fn read(&self, image: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        let first = u32::try_from(offset / BLOCK as u64).unwrap_or(u32::MAX);
-        let end =
-            u32::try_from((offset + buf.len() as u64).div_ceil(BLOCK as u64)).unwrap_or(u32::MAX);
+        let first = u32::try_from(offset / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+        let end = u32::try_from((offset + buf.len() as u64).div_ceil(PAGE_SIZE as u64))
+            .unwrap_or(u32::MAX);
         let s = self.lock();
         // Holes: runs of indirected blocks in order in both files (first image block, first
         // swap-file block, blocks).
@@ -584,8 +584,8 @@ impl Indirect {
         // The swap file first: one read for each run of holes whose blocks follow each other
         // there (whatever lies between them in the image), into `from_store` in hole order.
         let total: usize = holes.iter().map(|h| h.2 as usize).sum();
-        let mut from_store = IoBuf::new(total * BLOCK);
-        let data = from_store.get(total * BLOCK);
+        let mut from_store = IoBuf::new(total * PAGE_SIZE);
+        let data = from_store.get(total * PAGE_SIZE);
         let (mut reads, mut at, mut i) = (0u64, 0usize, 0usize);
         while i < holes.len() {
             let (mut j, mut n) = (i + 1, holes[i].2 as usize);
@@ -595,21 +595,23 @@ impl Indirect {
                 j += 1;
             }
             self.store.read_exact_at(
-                &mut data[at * BLOCK..(at + n) * BLOCK],
-                u64::from(holes[i].1) * BLOCK as u64,
+                &mut data[at * PAGE_SIZE..(at + n) * PAGE_SIZE],
+                u64::from(holes[i].1) * PAGE_SIZE as u64,
             )?;
             reads += 1;
             at += n;
             i = j;
         }
         // Then the image between the holes, and the holes' bytes laid in.
-        let aligned = offset % BLOCK as u64 == 0 && buf.len() % BLOCK == 0;
+        let aligned = offset % PAGE_SIZE as u64 == 0 && buf.len() % PAGE_SIZE == 0;
         let mut pos = offset;
         let end_byte = offset + buf.len() as u64;
-        let mut tmp = IoBuf::new(BLOCK);
+        let mut tmp = IoBuf::new(PAGE_SIZE);
         let mut hole_data = 0usize;
         for hole in holes.iter().copied().map(Some).chain(std::iter::once(None)) {
-            let run_end = hole.map_or(end_byte, |(b, _, _)| (u64::from(b) * BLOCK as u64).max(pos));
+            let run_end = hole.map_or(end_byte, |(b, _, _)| {
+                (u64::from(b) * PAGE_SIZE as u64).max(pos)
+            });
             if run_end > pos {
                 let at = usize::try_from(pos - offset).unwrap_or(usize::MAX);
                 let n = usize::try_from(run_end - pos).unwrap_or(usize::MAX);
@@ -619,10 +621,10 @@ impl Indirect {
                     // An unaligned piece goes through whole blocks.
                     let mut p = pos;
                     while p < run_end {
-                        let t = tmp.get(BLOCK);
-                        image.read_exact_at(t, p / BLOCK as u64 * BLOCK as u64)?;
-                        let from = usize::try_from(p % BLOCK as u64).unwrap_or(0);
-                        let k = (BLOCK - from).min(usize::try_from(run_end - p).unwrap_or(0));
+                        let t = tmp.get(PAGE_SIZE);
+                        image.read_exact_at(t, p / PAGE_SIZE as u64 * PAGE_SIZE as u64)?;
+                        let from = usize::try_from(p % PAGE_SIZE as u64).unwrap_or(0);
+                        let k = (PAGE_SIZE - from).min(usize::try_from(run_end - p).unwrap_or(0));
                         let at = usize::try_from(p - offset).unwrap_or(0);
                         buf[at..at + k].copy_from_slice(&t[from..from + k]);
                         p += k as u64;
@@ -631,9 +633,9 @@ impl Indirect {
                 pos = run_end;
             }
             let Some((b, _, n)) = hole else { break };
-            let hole_start = u64::from(b) * BLOCK as u64;
-            let hole_end = (hole_start + u64::from(n) * BLOCK as u64).min(end_byte);
-            let from = hole_data * BLOCK + usize::try_from(pos - hole_start).unwrap_or(0);
+            let hole_start = u64::from(b) * PAGE_SIZE as u64;
+            let hole_end = (hole_start + u64::from(n) * PAGE_SIZE as u64).min(end_byte);
+            let from = hole_data * PAGE_SIZE + usize::try_from(pos - hole_start).unwrap_or(0);
             let k = usize::try_from(hole_end - pos).unwrap_or(0);
             let at = usize::try_from(pos - offset).unwrap_or(0);
             buf[at..at + k].copy_from_slice(&data[from..from + k]);
@@ -662,7 +664,7 @@ impl Indirect {
     /// and an indirected block the write covers only in part is copied back into the image (its
     /// indirection ends when the write lands).
     pub fn write_begins(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        let b = BLOCK as u64;
+        let b = PAGE_SIZE as u64;
         let block = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
         let (first, end) = (block(offset / b), block((offset + len).div_ceil(b)));
         let mut s = self.lock_without_defrag(first, end);
@@ -960,8 +962,8 @@ impl Indirect {
     /// Copies the swap-file blocks of `batch` (in its order) to the run at `to`: one read per
     /// run of them that follow each other, one write, then a sync of the swap file.
     fn move_blocks(&self, batch: &[(u32, Block)], to: Block) -> std::io::Result<()> {
-        let mut buf = IoBuf::new(batch.len() * BLOCK);
-        let data = buf.get(batch.len() * BLOCK);
+        let mut buf = IoBuf::new(batch.len() * PAGE_SIZE);
+        let data = buf.get(batch.len() * PAGE_SIZE);
         let mut k = 0;
         while k < batch.len() {
             let mut n = 1;
@@ -969,13 +971,13 @@ impl Indirect {
                 n += 1;
             }
             self.store.read_exact_at(
-                &mut data[k * BLOCK..(k + n) * BLOCK],
-                u64::from(batch[k].1) * BLOCK as u64,
+                &mut data[k * PAGE_SIZE..(k + n) * PAGE_SIZE],
+                u64::from(batch[k].1) * PAGE_SIZE as u64,
             )?;
             k += n;
         }
         self.store
-            .write_all_at(data, u64::from(to) * BLOCK as u64)?;
+            .write_all_at(data, u64::from(to) * PAGE_SIZE as u64)?;
         self.store.sync_data()
     }
 
@@ -1083,22 +1085,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("d.img");
         let store = dir.path().join("s.swap");
-        std::fs::write(&image, vec![7u8; 4 * BLOCK]).unwrap();
-        std::fs::write(&store, vec![9u8; 2 * BLOCK]).unwrap();
+        std::fs::write(&image, vec![7u8; 4 * PAGE_SIZE]).unwrap();
+        std::fs::write(&store, vec![9u8; 2 * PAGE_SIZE]).unwrap();
         for (block, target) in [(4, 0), (0, 2), (u32::MAX - 1, 0)] {
             let mut log = Log::create(&image, &store).unwrap();
             log.append(&[(block, Some(target))], true).unwrap();
             let e = recover(&image).err().unwrap();
             assert!(e.to_string().contains("past the end"), "{e}");
-            assert_eq!(std::fs::metadata(&image).unwrap().len(), 4 * BLOCK as u64);
+            assert_eq!(
+                std::fs::metadata(&image).unwrap().len(),
+                4 * PAGE_SIZE as u64
+            );
             std::fs::remove_file(log_path(&image)).unwrap();
         }
         let mut log = Log::create(&image, &store).unwrap();
         log.append(&[(3, Some(1))], true).unwrap();
         assert_eq!(recover(&image).unwrap().unwrap().blocks, 1);
         let data = std::fs::read(&image).unwrap();
-        assert!(data[3 * BLOCK..].iter().all(|&x| x == 9));
-        assert!(data[..3 * BLOCK].iter().all(|&x| x == 7));
+        assert!(data[3 * PAGE_SIZE..].iter().all(|&x| x == 9));
+        assert!(data[..3 * PAGE_SIZE].iter().all(|&x| x == 7));
     }
 
     #[test]

@@ -23,10 +23,10 @@ mod facade;
 mod fault;
 pub mod image;
 pub mod indirect;
+pub mod page;
 mod pager;
 pub mod pool;
 pub mod preventer;
-mod ram_map;
 mod reclaim;
 mod sample;
 pub mod state;
@@ -34,8 +34,8 @@ pub mod stats;
 pub mod store;
 pub mod swap;
 mod swapin;
+pub mod sys;
 mod takeover;
-pub mod uffd;
 pub mod victim;
 
 pub use pager::{
@@ -45,4 +45,5 @@ pub use pager::{
 pub use preventer::CpuState;
 pub use state::Mechanisms;
 pub use stats::PagerSnapshot;
+pub use sys::uffd;
 pub use victim::VictimPolicy;

@@ -37,28 +37,27 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use memvisor_devices::ram::PAGE_SIZE;
 use memvisor_devices::GuestMem;
 use thiserror::Error;
 use userfaultfd::EventBuffer;
 
 use crate::image::ImageFile;
+use crate::page::{PageIdx, PAGE_SIZE};
 use crate::pool::{Pool, PoolError, SwapStore};
-use crate::ram_map::RamMap;
 use crate::sample::{SampleStore, Sampling};
-use crate::state::{Mechanisms, PageIdx, PageTable};
+use crate::state::{Mechanisms, PageTable};
 use crate::stats::{Counters, Latency};
 use crate::store::Stores;
-use crate::swap::{SwapError, SwapFile, BLOCK};
-use crate::takeover::PageMap;
-use crate::uffd::{Fault, Userfault};
+use crate::swap::{SwapError, SwapFile};
+use crate::sys::pagemap::PageMap;
+use crate::sys::ram_map::RamMap;
+use crate::sys::uffd::{Fault, Userfault};
 use crate::victim::VictimPolicy;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
 /// be paged out and in continuously.
 pub const MIN_LIMIT: u64 = 16 << 20;
-pub(crate) const PAGE: usize = 4096;
 /// Never-touched pages installed with a faulting one (128 KiB).
 pub(crate) const ZERO_WINDOW: u32 = 32;
 
@@ -301,13 +300,13 @@ fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
         None => Ok(u32::MAX),
         Some(l) if l > size => Err(PagerError::LimitAboveSize { limit: l, size }),
         Some(l) if l < MIN_LIMIT => Err(PagerError::LimitTooSmall { limit: l }),
-        Some(l) => Ok(u32::try_from(l / PAGE_SIZE).unwrap_or(u32::MAX)),
+        Some(l) => Ok(u32::try_from(l / PAGE_SIZE as u64).unwrap_or(u32::MAX)),
     }
 }
 
 /// The inverse of [`limit_pages`].
 pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
-    (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE)
+    (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE as u64)
 }
 
 /// The calling thread's id.
@@ -331,7 +330,7 @@ impl Pager {
         let uffd = Userfault::new().map_err(PagerError::Uffd)?;
         let map = RamMap::new(&mem);
         let pages = map.pages();
-        let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE)?;
+        let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE as u64)?;
         let extra = config.indirections.map_or(0, |c| c.max);
         let swap_blocks = pages.saturating_add(extra);
         let swap = SwapFile::create(
@@ -345,7 +344,7 @@ impl Pager {
         table.victims.cache_percent = config.victim_cache.min(50);
         // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
         // image (reclaim writes from its own buffer).
-        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK;
+        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
         let state = Pages {
             table,
             // Huge pages only for the hot paths' buffers (`fault_io`, reclaim's): this one
@@ -390,7 +389,7 @@ impl Pager {
             proactive: config.proactive,
             swap_in_wanted: AtomicBool::new(false),
             sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
-            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
+            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
@@ -525,7 +524,7 @@ impl Pager {
     /// of a VM started without one takes guest RAM over (`takeover.rs`).
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
         let s = &self.shared;
-        let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE)?;
+        let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE as u64)?;
         if limit.is_some() {
             s.attach(&mut s.lock())?;
         }
@@ -609,7 +608,7 @@ impl Shared {
 
     /// Takes a run of `n` free swap-file blocks for indirections, if the most indirections
     /// allow it and the swap file has such a run.
-    fn reserve_indirections(&self, n: u32) -> Option<crate::state::Block> {
+    fn reserve_indirections(&self, n: u32) -> Option<crate::page::Block> {
         let max = self.indirections?.max;
         let mut pages = self.lock();
         if pages.indirections.saturating_add(n) > max {
@@ -621,7 +620,7 @@ impl Shared {
     }
 
     /// Drops the swap-block references of indirections that ended (or never began).
-    pub(crate) fn release_indirections(&self, blocks: Vec<crate::state::Block>) {
+    pub(crate) fn release_indirections(&self, blocks: Vec<crate::page::Block>) {
         if blocks.is_empty() {
             return;
         }

@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 use memvisor_api::PoolCompress;
 use thiserror::Error;
 
-use crate::state::Block;
+use crate::page::{Block, PAGE_SIZE};
 use crate::store::{PageStore, StoreCounters};
-use crate::swap::{SwapFile, BLOCK};
+use crate::swap::SwapFile;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The default size of a chunk of pool memory (2 MiB).
@@ -60,14 +60,14 @@ pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
 /// Every slot is a whole number of these bytes.
 pub const GRANULE: usize = 256;
 /// The most a compressed page may take; a page that does not compress to this is kept whole.
-pub const MAX_COMPRESSED: usize = 3 * BLOCK / 4;
+pub const MAX_COMPRESSED: usize = 3 * PAGE_SIZE / 4;
 /// The size class of whole pages; classes below it hold compressed pages of
 /// `(class + 1) * GRANULE` bytes at most.
 const RAW: usize = MAX_COMPRESSED / GRANULE;
 const CLASSES: usize = RAW + 1;
 /// Where the compressor puts page `i` of a write: at `i * STRIDE` (LZ4 needs room for its
 /// worst case even when the result is small).
-const STRIDE: usize = lz4_flex::block::get_maximum_output_size(BLOCK);
+const STRIDE: usize = lz4_flex::block::get_maximum_output_size(PAGE_SIZE);
 /// zstd's level: its fastest, as zswap's zstd uses by default.
 const ZSTD_LEVEL: i32 = 1;
 /// Blocks the flusher writes per round (4 MiB).
@@ -78,7 +78,7 @@ const PURGE_BATCH: usize = 4096;
 /// Bytes of a slot of `class`.
 fn slot_bytes(class: usize) -> usize {
     if class == RAW {
-        BLOCK
+        PAGE_SIZE
     } else {
         (class + 1) * GRANULE
     }
@@ -110,7 +110,7 @@ pub enum ChunkSizeError {
 pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
     if chunk == 0 {
         Err(ChunkSizeError::Zero)
-    } else if chunk % BLOCK as u64 != 0 {
+    } else if chunk % PAGE_SIZE as u64 != 0 {
         Err(ChunkSizeError::NotPages(chunk))
     } else if chunk > MAX_CHUNK_BYTES {
         Err(ChunkSizeError::TooLarge(chunk))
@@ -200,7 +200,7 @@ impl Packer {
     /// Compresses the pages of `data` into `out`; for each, its compressed length, or `None`
     /// to keep it whole.
     fn pack(&mut self, data: &[u8]) -> Vec<Option<usize>> {
-        let n = data.len() / BLOCK;
+        let n = data.len() / PAGE_SIZE;
         if self.how == PoolCompress::None {
             return vec![None; n];
         }
@@ -208,7 +208,7 @@ impl Packer {
             self.out.resize(n * STRIDE, 0);
         }
         let mut lens = Vec::with_capacity(n);
-        for (i, page) in data.chunks_exact(BLOCK).enumerate() {
+        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
             let out = &mut self.out[i * STRIDE..(i + 1) * STRIDE];
             let len = match (&mut self.zstd, self.how) {
                 // Too big for `out` is an error, as is incompressible: either way, kept whole.
@@ -239,7 +239,7 @@ impl Unpacker {
 
     /// Writes the page kept as `src` (whole, or compressed) into `page`.
     fn unpack(&mut self, src: &[u8], page: &mut [u8]) -> std::io::Result<()> {
-        if src.len() == BLOCK {
+        if src.len() == PAGE_SIZE {
             page.copy_from_slice(src);
             return Ok(());
         }
@@ -254,9 +254,9 @@ impl Unpacker {
                 )))
             }
         };
-        if n != BLOCK {
+        if n != PAGE_SIZE {
             return Err(corrupt(format!(
-                "a pooled page decompressed to {n} bytes, not {BLOCK}"
+                "a pooled page decompressed to {n} bytes, not {PAGE_SIZE}"
             )));
         }
         Ok(())
@@ -274,7 +274,7 @@ struct Loc {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     loc: Loc,
-    /// Bytes kept: `BLOCK` for a whole page, less for a compressed one.
+    /// Bytes kept: `PAGE_SIZE` for a whole page, less for a compressed one.
     len: u32,
     /// When it was last written (higher: more recent).
     seq: u64,
@@ -595,8 +595,8 @@ impl Pool {
     fn read_pooled(&self, first: Block, buf: &mut [u8]) -> std::io::Result<Vec<bool>> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let mut pooled = Vec::with_capacity(buf.len() / BLOCK);
-        for (i, page) in buf.chunks_exact_mut(BLOCK).enumerate() {
+        let mut pooled = Vec::with_capacity(buf.len() / PAGE_SIZE);
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
             match inner.entries.get(&b) {
                 Some(e) => {
@@ -624,7 +624,7 @@ impl Pool {
         let mut src = Vec::with_capacity(n as usize);
         for b in first..first + n {
             match inner.entries.get(&b) {
-                Some(e) if e.len as usize == BLOCK => {
+                Some(e) if e.len as usize == PAGE_SIZE => {
                     src.push(kept(&inner.chunks, e).as_ptr());
                 }
                 _ => return Ok(false),
@@ -633,7 +633,7 @@ impl Pool {
         let mut i = 0;
         while i < src.len() {
             let mut j = i + 1;
-            while j < src.len() && src[j] == src[j - 1].wrapping_add(BLOCK) {
+            while j < src.len() && src[j] == src[j - 1].wrapping_add(PAGE_SIZE) {
                 j += 1;
             }
             let (off, len) = (u32::try_from(i), u32::try_from(j - i));
@@ -657,7 +657,7 @@ impl Pool {
         let mut inner = self.lock();
         let mut placed = Vec::with_capacity(lens.len());
         let (mut compressed, mut raw) = (0, 0);
-        for (i, (page, len)) in data.chunks_exact(BLOCK).zip(lens).enumerate() {
+        for (i, (page, len)) in data.chunks_exact(PAGE_SIZE).zip(lens).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
             let src = match len {
                 Some(l) => &packer.out[i * STRIDE..i * STRIDE + l],
@@ -706,7 +706,7 @@ impl Pool {
                 },
             );
             inner.order.insert(seq, b);
-            if src.len() < BLOCK {
+            if src.len() < PAGE_SIZE {
                 compressed += 1;
             } else {
                 raw += 1;
@@ -755,7 +755,7 @@ impl PageStore for SwapStore {
                 j += 1;
             }
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            self.file.read(b, &mut buf[i * BLOCK..j * BLOCK])?;
+            self.file.read(b, &mut buf[i * PAGE_SIZE..j * PAGE_SIZE])?;
             i = j;
         }
         let hits = pooled.iter().filter(|&&p| p).count() as u64;
@@ -779,7 +779,7 @@ impl PageStore for SwapStore {
                 j += 1;
             }
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            self.file.write(b, &data[i * BLOCK..j * BLOCK])?;
+            self.file.write(b, &data[i * PAGE_SIZE..j * PAGE_SIZE])?;
             i = j;
         }
         let pooled = placed.iter().filter(|&&p| p).count() as u64;
@@ -886,12 +886,12 @@ impl Pool {
                 }
             }
         }
-        let data = buf.get(batch.len() * BLOCK);
+        let data = buf.get(batch.len() * PAGE_SIZE);
         for (i, &(_, _, off, len)) in batch.iter().enumerate() {
             if len > 0 {
                 st.unpack.unpack(
                     &st.staged[off..off + len],
-                    &mut data[i * BLOCK..(i + 1) * BLOCK],
+                    &mut data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
                 )?;
             }
         }
@@ -905,7 +905,7 @@ impl Pool {
             while j < batch.len() && batch[j].0 == batch[j - 1].0 + 1 && batch[j].3 > 0 {
                 j += 1;
             }
-            crate::store::write(file, batch[i].0, &data[i * BLOCK..j * BLOCK])?;
+            crate::store::write(file, batch[i].0, &data[i * PAGE_SIZE..j * PAGE_SIZE])?;
             self.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
             i = j;
         }
@@ -931,7 +931,7 @@ mod tests {
     use super::*;
 
     fn page(v: u8) -> Vec<u8> {
-        vec![v; BLOCK]
+        vec![v; PAGE_SIZE]
     }
 
     /// A page of `kind`: 0 incompressible (random), 1 compressible (one random byte in each
@@ -944,7 +944,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let mut p = vec![0u8; BLOCK];
+        let mut p = vec![0u8; PAGE_SIZE];
         match kind {
             0 => p
                 .chunks_exact_mut(8)
@@ -971,23 +971,23 @@ mod tests {
 
     fn store(pages: u64) -> (tempfile::TempDir, SwapStore) {
         pool_store(
-            pages * BLOCK as u64,
+            pages * PAGE_SIZE as u64,
             PoolCompress::None,
             DEFAULT_CHUNK_BYTES,
         )
     }
 
     fn read(s: &SwapStore, b: Block, n: usize) -> Vec<u8> {
-        let mut buf = IoBuf::new(n * BLOCK);
-        s.read(b, buf.get(n * BLOCK)).unwrap();
-        buf.get(n * BLOCK).to_vec()
+        let mut buf = IoBuf::new(n * PAGE_SIZE);
+        s.read(b, buf.get(n * PAGE_SIZE)).unwrap();
+        buf.get(n * PAGE_SIZE).to_vec()
     }
 
     fn write_pages(s: &SwapStore, b: Block, pages: &[Vec<u8>]) {
-        let len = pages.len() * BLOCK;
+        let len = pages.len() * PAGE_SIZE;
         let mut buf = IoBuf::new(len);
         for (i, p) in pages.iter().enumerate() {
-            buf.get(len)[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(p);
+            buf.get(len)[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].copy_from_slice(p);
         }
         s.write(b, buf.get(len)).unwrap();
     }
@@ -1000,7 +1000,7 @@ mod tests {
     fn drain(s: &SwapStore) {
         let pool = s.pool.as_ref().unwrap();
         pool.set_capacity(0);
-        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -1016,11 +1016,16 @@ mod tests {
         assert_eq!(pool.used(), 4, "the pool took what fitted");
         assert_eq!(pool.counters.overflowed.load(Ordering::Relaxed), 2);
         let got = read(&s, 10, 3);
-        assert!(got[..BLOCK].iter().all(|&x| x == 1) && got[2 * BLOCK..].iter().all(|&x| x == 3));
+        assert!(
+            got[..PAGE_SIZE].iter().all(|&x| x == 1)
+                && got[2 * PAGE_SIZE..].iter().all(|&x| x == 3)
+        );
         let got = read(&s, 20, 3);
         for (i, v) in [4u8, 5, 6].iter().enumerate() {
             assert!(
-                got[i * BLOCK..(i + 1) * BLOCK].iter().all(|x| x == v),
+                got[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]
+                    .iter()
+                    .all(|x| x == v),
                 "block {i}"
             );
         }
@@ -1041,8 +1046,8 @@ mod tests {
         let all = pool
             .copy_run(10, 3, |src, off, k| {
                 // SAFETY: `copy_run` hands out `k` live pages of pool memory.
-                let bytes = unsafe { std::slice::from_raw_parts(src, k as usize * BLOCK) };
-                got.push((off, k, bytes[0], bytes[(k as usize - 1) * BLOCK]));
+                let bytes = unsafe { std::slice::from_raw_parts(src, k as usize * PAGE_SIZE) };
+                got.push((off, k, bytes[0], bytes[(k as usize - 1) * PAGE_SIZE]));
                 Ok::<(), ()>(())
             })
             .unwrap();
@@ -1068,7 +1073,7 @@ mod tests {
             write(&s, b, &[u8::try_from(b).unwrap() + 1]);
         }
         assert_eq!(pool.used(), 10);
-        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
         // Block 3 was freed by the page table: dropped, not written.
         let spilled = pool
             .flush_round(&s.file, |bs| bs.iter().map(|&b| b != 3).collect(), &mut buf)
@@ -1087,7 +1092,7 @@ mod tests {
             assert!(read(&s, b, 1).iter().all(|&x| x == v), "block {b}");
         }
         // A shrunk pool spills down to its new mark.
-        pool.set_capacity(2 * BLOCK as u64);
+        pool.set_capacity(2 * PAGE_SIZE as u64);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -1101,7 +1106,7 @@ mod tests {
 
     #[test]
     fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
-        let chunk_pages = DEFAULT_CHUNK_BYTES / BLOCK as u64;
+        let chunk_pages = DEFAULT_CHUNK_BYTES / PAGE_SIZE as u64;
         let (_d, s) = store(2 * chunk_pages);
         let pool = s.pool.as_ref().unwrap();
         assert_eq!(pool.mapped_bytes(), 0);
@@ -1146,7 +1151,7 @@ mod tests {
             let u = pool.usage();
             assert_eq!(u.pages, 128);
             assert!(
-                u.used_bytes < u.pages * BLOCK as u64 * 2 / 3,
+                u.used_bytes < u.pages * PAGE_SIZE as u64 * 2 / 3,
                 "{how}: {} bytes for {} pages",
                 u.used_bytes,
                 u.pages
@@ -1162,7 +1167,7 @@ mod tests {
                     for i in 0..n {
                         let b = first + u32::try_from(i).unwrap();
                         assert!(
-                            got[i * BLOCK..(i + 1) * BLOCK] == want[&b][..],
+                            got[i * PAGE_SIZE..(i + 1) * PAGE_SIZE] == want[&b][..],
                             "{how}: {b}"
                         );
                     }
@@ -1171,7 +1176,7 @@ mod tests {
             check(&s);
             // Half spilled: runs read partly from the file, partly from the pool.
             pool.set_capacity(u.used_bytes / 2);
-            let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+            let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
             while pool
                 .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
                 .unwrap()
@@ -1189,7 +1194,7 @@ mod tests {
     /// ones no more than without compression.
     #[test]
     fn the_capacity_counts_bytes_so_compression_holds_more_pages() {
-        let cap = 16 * BLOCK as u64;
+        let cap = 16 * PAGE_SIZE as u64;
         let (_d, s) = pool_store(cap, PoolCompress::Lz4, DEFAULT_CHUNK_BYTES);
         let pool = s.pool.as_ref().unwrap();
         let random: Vec<Vec<u8>> = (0..32).map(|i| content(0, i + 1)).collect();
@@ -1245,13 +1250,13 @@ mod tests {
     /// size, so the flusher's copy in the file can never be newer than the pool's.
     #[test]
     fn a_rewrite_of_a_pooled_block_stays_in_the_pool_at_its_new_size() {
-        let (_d, s) = pool_store(2 * BLOCK as u64, PoolCompress::Zstd, 64 << 10);
+        let (_d, s) = pool_store(2 * PAGE_SIZE as u64, PoolCompress::Zstd, 64 << 10);
         let pool = s.pool.as_ref().unwrap();
         write_pages(&s, 0, &[content(0, 1), content(0, 2)]);
-        assert_eq!(pool.usage().used_bytes, 2 * BLOCK as u64);
+        assert_eq!(pool.usage().used_bytes, 2 * PAGE_SIZE as u64);
         write_pages(&s, 1, &[content(1, 3)]);
         assert!(pool.contains(1));
-        assert!(pool.usage().used_bytes < 2 * BLOCK as u64);
+        assert!(pool.usage().used_bytes < 2 * PAGE_SIZE as u64);
         // Full, then a rewrite with a page that no longer compresses: over the capacity, in
         // the pool all the same.
         write_pages(&s, 2, &[content(0, 4)]);
@@ -1293,8 +1298,8 @@ mod tests {
         assert_eq!(class_of(GRANULE + 1), 1);
         assert_eq!(class_of(MAX_COMPRESSED), RAW - 1);
         assert_eq!(class_of(MAX_COMPRESSED + 1), RAW);
-        assert_eq!(class_of(BLOCK), RAW);
-        for len in 1..=BLOCK {
+        assert_eq!(class_of(PAGE_SIZE), RAW);
+        for len in 1..=PAGE_SIZE {
             assert!(slot_bytes(class_of(len)) >= len);
         }
     }

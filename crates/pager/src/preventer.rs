@@ -27,17 +27,16 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
+use crate::page::{PageIdx, PAGE_SIZE};
 use crate::pager::{current_tid, Pager, PagerFailure, Shared};
-use crate::state::PageIdx;
 use crate::stats::Counters;
-use crate::uffd::Fault;
+use crate::sys::uffd::Fault;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
 /// How long the pager waits for an interrupted vCPU before swapping the page in itself.
 pub const TIMEOUT_MS: u64 = 10;
 
-const PAGE: u64 = 4096;
 const RFLAGS_DF: u64 = 1 << 10;
 
 /// The vCPU registers the Preventer reads.
@@ -130,8 +129,8 @@ pub fn plan(cpu: &CpuState, code: &[u8]) -> Option<Plan> {
     };
     let len = cpu.rcx.checked_mul(size)?;
     let end = cpu.rdi.checked_add(len)?;
-    let first_page = cpu.rdi.checked_add(PAGE - 1)? & !(PAGE - 1);
-    let last_page = end & !(PAGE - 1);
+    let first_page = cpu.rdi.checked_add(PAGE_SIZE as u64 - 1)? & !(PAGE_SIZE as u64 - 1);
+    let last_page = end & !(PAGE_SIZE as u64 - 1);
     if last_page <= first_page {
         return None;
     }
@@ -142,7 +141,7 @@ pub fn plan(cpu: &CpuState, code: &[u8]) -> Option<Plan> {
             return None;
         }
     }
-    let pages = ((last_page - first_page) / PAGE).min(MAX_PAGES);
+    let pages = ((last_page - first_page) / PAGE_SIZE as u64).min(MAX_PAGES);
     Some(Plan {
         first_page,
         pages,
@@ -254,7 +253,7 @@ impl Pager {
         while done < buf.len() {
             let at = va.checked_add(done as u64)?;
             let pa = translate(cr3, at, |a| mem.read_obj::<u64>(GuestAddress(a)).ok())?;
-            let n = usize::try_from(PAGE - at % PAGE)
+            let n = usize::try_from(PAGE_SIZE as u64 - at % PAGE_SIZE as u64)
                 .ok()?
                 .min(buf.len() - done);
             mem.read_slice(&mut buf[done..done + n], GuestAddress(pa))
@@ -275,7 +274,7 @@ impl Pager {
         let pte = |a: u64| mem.read_obj::<u64>(GuestAddress(a)).ok();
         let targets: Vec<(u64, u64)> = (0..plan.pages)
             .filter_map(|i| {
-                let va = plan.first_page + i * PAGE;
+                let va = plan.first_page + i * PAGE_SIZE as u64;
                 translate(cpu.cr3, va, pte).map(|pa| (va, pa))
             })
             .collect();

@@ -29,10 +29,11 @@
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, GuestRange};
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE};
-use crate::state::{Block, Disposition, PageIdx, PageState};
+use crate::page::{Block, PageIdx, PAGE_SIZE};
+use crate::pager::{PagerFailure, Pages, Shared};
+use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use memvisor_devices::iobuf::IoBuf;
@@ -110,7 +111,7 @@ impl Shared {
     pub(crate) fn reclaim_thread(&self) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = self.lock().table.mech.cluster.max(1);
-        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE);
+        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE_SIZE);
         loop {
             {
                 // Woken when wanted, and every 100 ms anyway. The page lock is not taken while
@@ -195,7 +196,7 @@ impl Shared {
         let host = self.map.host(p) as *const u64;
         // SAFETY: `p` is resident (the caller checked the table) and write-protected, so the page
         // is mapped and nobody changes it while we read; it lies in a live guest RAM mapping.
-        let words = unsafe { std::slice::from_raw_parts(host, PAGE / 8) };
+        let words = unsafe { std::slice::from_raw_parts(host, PAGE_SIZE / 8) };
         words.iter().all(|&w| w == 0)
     }
 
@@ -215,7 +216,7 @@ impl Shared {
         for (first, n) in self.map.region_runs(&cooled) {
             if let Err(e) = self
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE)
+                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
             {
                 cooled.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -229,7 +230,7 @@ impl Shared {
             // Nothing is decided yet: a page left protected costs its next write one fault.
             if let Err(e) = self
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE)
+                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
             {
                 victims.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -255,12 +256,12 @@ impl Shared {
             victims.iter().for_each(|&p| pages.table.kept(p));
             return Err(std::io::Error::other("the swap store is full"));
         }
-        let out = buf.get(to_write.len() * PAGE);
+        let out = buf.get(to_write.len() * PAGE_SIZE);
         for (k, &p) in to_write.iter().enumerate() {
             let src = self.map.host(p) as *const u8;
             // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
-            let page = unsafe { std::slice::from_raw_parts(src, PAGE) };
-            out[k * PAGE..(k + 1) * PAGE].copy_from_slice(page);
+            let page = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
+            out[k * PAGE_SIZE..(k + 1) * PAGE_SIZE].copy_from_slice(page);
         }
         pages.in_flight = victims;
         Ok(Some(Flight {
@@ -275,14 +276,18 @@ impl Shared {
     /// blocks.
     fn write_flight(&self, flight: &Flight, buf: &mut IoBuf) -> std::io::Result<()> {
         let blocks = &flight.blocks;
-        let data = buf.get(blocks.len() * PAGE);
+        let data = buf.get(blocks.len() * PAGE_SIZE);
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
             while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
                 j += 1;
             }
-            store::write(&self.stores.swap, blocks[i], &data[i * PAGE..j * PAGE])?;
+            store::write(
+                &self.stores.swap,
+                blocks[i],
+                &data[i * PAGE_SIZE..j * PAGE_SIZE],
+            )?;
             i = j;
         }
         Ok(())
@@ -319,7 +324,7 @@ impl Shared {
         // Writers that waited on a victim's protection try again: the page is gone (they fault
         // it back in) or, if it stayed, its protection is theirs to end.
         for &(first, n) in &victim_runs {
-            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE) {
+            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE_SIZE) {
                 tracing::debug!("pager: waking writers of pages {first}+{n} failed: {e}");
             }
         }
@@ -344,7 +349,7 @@ impl Shared {
             self.split_huge(pages, first, n);
             let range = GuestRange {
                 addr: self.map.gpa(first),
-                len: u64::from(n) * PAGE_SIZE,
+                len: u64::from(n) * PAGE_SIZE as u64,
             };
             if let Err(e) = dontneed(&self.mem, range) {
                 kept.push((first, n));

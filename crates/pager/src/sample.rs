@@ -28,11 +28,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, GuestRange};
 use memvisor_policy::ActiveEstimate;
 
-use crate::pager::{Pages, Shared, PAGE};
-use crate::state::{PageIdx, PageState};
+use crate::page::{PageIdx, PAGE_SIZE};
+use crate::pager::{Pages, Shared};
+use crate::state::PageState;
 use crate::store::{PageStore, StoreCounters};
 
 /// The pages out for a working-set sample, in host memory: slot `n` holds the content of the
@@ -45,7 +46,7 @@ pub struct SampleStore {
 impl SampleStore {
     pub fn new(slots: u32) -> Self {
         SampleStore {
-            slots: Mutex::new(vec![0; slots as usize * PAGE]),
+            slots: Mutex::new(vec![0; slots as usize * PAGE_SIZE]),
             counters: StoreCounters::default(),
         }
     }
@@ -53,7 +54,7 @@ impl SampleStore {
     /// The byte range of `len` bytes from slot `n`, if inside the store.
     fn range(slots: &[u8], n: u32, len: usize) -> std::io::Result<std::ops::Range<usize>> {
         let start = (n as usize)
-            .checked_mul(PAGE)
+            .checked_mul(PAGE_SIZE)
             .filter(|s| s.checked_add(len).is_some_and(|e| e <= slots.len()))
             .ok_or_else(|| std::io::Error::other(format!("sample slot {n} is out of range")))?;
         Ok(start..start + len)
@@ -219,10 +220,13 @@ impl Shared {
 
     /// Puts untouched sampled page `p` back from its slot (not counted as a touch).
     fn bring_back(&self, pages: &mut Pages, p: PageIdx, slot: u32) -> std::io::Result<()> {
-        let buf = pages.io.get(PAGE);
+        let buf = pages.io.get(PAGE_SIZE);
         self.stores.sample.read(slot, buf)?;
         // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
-        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(p), PAGE, false) }?;
+        unsafe {
+            self.uffd
+                .copy(buf.as_ptr(), self.map.host(p), PAGE_SIZE, false)
+        }?;
         pages.table.install_run(p, 1, false);
         Ok(())
     }
@@ -236,19 +240,19 @@ impl Shared {
             }
             let slot = u32::try_from(out.len()).unwrap_or(u32::MAX);
             let host = self.map.host(p);
-            if let Err(e) = self.uffd.write_protect(host, PAGE) {
+            if let Err(e) = self.uffd.write_protect(host, PAGE_SIZE) {
                 tracing::debug!("pager: cannot protect page {p} for a sample: {e}");
                 continue;
             }
             // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
-            let content = unsafe { std::slice::from_raw_parts(host as *const u8, PAGE) };
+            let content = unsafe { std::slice::from_raw_parts(host as *const u8, PAGE_SIZE) };
             if let Err(e) = self.stores.sample.write(slot, content) {
                 tracing::debug!("pager: cannot keep page {p} for a sample: {e}");
                 continue;
             }
             let range = GuestRange {
                 addr: self.map.gpa(p),
-                len: PAGE_SIZE,
+                len: PAGE_SIZE as u64,
             };
             // A page that cannot be released stays resident (and protected: its next write
             // just ends the protection).

@@ -2,20 +2,8 @@
 //! move it. Pure: no syscalls. The pager thread asks this table what to do and carries it out;
 //! the model test in this file carries the same decisions out on a simulated memory.
 
-use crate::store::Slot;
+use crate::page::{Block, ImageBlock, PageIdx, Slot};
 use crate::victim::{VictimPolicy, Victims};
-
-/// Index of a 4 KiB guest page, counted over all RAM regions.
-pub type PageIdx = u32;
-/// Index of a 4 KiB block of the swap store.
-pub type Block = u32;
-
-/// A 4 KiB block of a guest disk image: disk index (its virtio slot order) and block number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ImageBlock {
-    pub disk: u8,
-    pub block: u32,
-}
 
 /// Where one guest page's content is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

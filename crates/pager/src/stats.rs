@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use memvisor_api::{LatencySummary, PagerCounters};
 
+use crate::page::PAGE_SIZE;
 use crate::pager::{limit_to_bytes, Pager};
 use crate::store::{PageStore, StoreCounters};
-use memvisor_devices::ram::PAGE_SIZE;
 
 /// Counters of one pager; every field only grows.
 #[derive(Debug, Default)]
@@ -287,7 +287,7 @@ impl Pager {
                 let c = &p.counters;
                 let get = crate::pool::PoolCounters::get;
                 let usage = p.usage();
-                let stored_bytes = usage.pages * PAGE_SIZE;
+                let stored_bytes = usage.pages * PAGE_SIZE as u64;
                 let (compressed, raw) = (get(&c.compressed), get(&c.raw));
                 memvisor_api::PoolStats {
                     compression: p.compression(),

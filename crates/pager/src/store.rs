@@ -1,7 +1,7 @@
 //! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
 //! implementation per place (the swap file in `swap.rs`, with the host-memory pool in front of
 //! it in `pool.rs`, the guest's disk images in `image.rs`, the working-set sample in
-//! `sample.rs`), and [`Stores`], which finds the store a [`Slot`] names.
+//! `sample.rs`), and [`Stores`], which finds the store a [`Slot`](crate::page::Slot) names.
 //!
 //! The fault path asks the page table for the slot of a faulting page and the run of
 //! neighbours whose slots follow it, then reads the run from the store with one call. It never
@@ -12,50 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::image::ImageFile;
+use crate::page::StoreId;
 use crate::pool::SwapStore;
 use crate::sample::SampleStore;
-use crate::state::{Block, ImageBlock};
-
-/// Which store a slot is in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StoreId {
-    /// The pager's swap file.
-    Swap,
-    /// Guest disk image number `n` (its virtio slot order), read-only to the pager.
-    Image(u8),
-    /// The pages out for a working-set sample (`sample.rs`), in host memory.
-    Sample,
-}
-
-/// A page-sized slot of a store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Slot {
-    pub store: StoreId,
-    pub index: u32,
-}
-
-impl Slot {
-    pub fn swap(block: Block) -> Slot {
-        Slot {
-            store: StoreId::Swap,
-            index: block,
-        }
-    }
-
-    pub fn image(ib: ImageBlock) -> Slot {
-        Slot {
-            store: StoreId::Image(ib.disk),
-            index: ib.block,
-        }
-    }
-
-    pub fn sample(n: u32) -> Slot {
-        Slot {
-            store: StoreId::Sample,
-            index: n,
-        }
-    }
-}
 
 /// What one store has done; every field only grows.
 #[derive(Debug, Default)]

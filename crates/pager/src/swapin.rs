@@ -40,12 +40,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE};
+use crate::page::{Block, PageIdx, PAGE_SIZE};
+use crate::pager::{PagerFailure, Pages, Shared};
 use crate::pool::{Pool, PoolCounters, FLUSH_BATCH};
-use crate::state::{Block, PageIdx, PageState};
+use crate::state::PageState;
 use crate::stats::Counters;
 use crate::store;
-use crate::uffd::CopyError;
+use crate::sys::uffd::CopyError;
 use memvisor_devices::iobuf::IoBuf;
 
 /// Pages read per step of proactive swap-in (4 MiB), without the page lock.
@@ -61,7 +62,7 @@ impl Shared {
         let Some(pool) = &self.stores.swap.pool else {
             return;
         };
-        let mut buf = IoBuf::huge(FLUSH_BATCH * PAGE);
+        let mut buf = IoBuf::huge(FLUSH_BATCH * PAGE_SIZE);
         loop {
             pool.wait_for_work();
             // Freed blocks are dropped once per wake-up (a scan of the whole pool), then the
@@ -172,7 +173,7 @@ impl Shared {
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {
         let mut steps = list.chunks(STEP);
-        let mut buf = IoBuf::huge(STEP * PAGE);
+        let mut buf = IoBuf::huge(STEP * PAGE_SIZE);
         if pooled {
             loop {
                 match self.swap_in_next(&mut steps, t) {
@@ -193,7 +194,7 @@ impl Shared {
         };
         t.read += self.swap_in_read(&todo, &mut buf)?;
         // The read-ahead's buffer, while the reader does not have it.
-        let mut ahead = Some(IoBuf::huge(STEP * PAGE));
+        let mut ahead = Some(IoBuf::huge(STEP * PAGE_SIZE));
         std::thread::scope(|scope| loop {
             let next = self.swap_in_next(&mut steps, t);
             let end = matches!(next, Next::End);
@@ -280,15 +281,19 @@ impl Shared {
         buf: &mut IoBuf,
     ) -> Result<Duration, (PageIdx, std::io::Error)> {
         let at = Instant::now();
-        let data = buf.get(todo.len() * PAGE);
+        let data = buf.get(todo.len() * PAGE_SIZE);
         let mut i = 0;
         while i < todo.len() {
             let mut j = i + 1;
             while j < todo.len() && todo[j].0 == todo[j - 1].0 + 1 {
                 j += 1;
             }
-            store::read(&self.stores.swap, todo[i].0, &mut data[i * PAGE..j * PAGE])
-                .map_err(|e| (todo[i].1, e))?;
+            store::read(
+                &self.stores.swap,
+                todo[i].0,
+                &mut data[i * PAGE_SIZE..j * PAGE_SIZE],
+            )
+            .map_err(|e| (todo[i].1, e))?;
             i = j;
         }
         Ok(at.elapsed())
@@ -307,7 +312,7 @@ impl Shared {
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {
         let pool = self.stores.swap.pool.as_ref().filter(|_| pooled);
-        let data = buf.get(todo.len() * PAGE);
+        let data = buf.get(todo.len() * PAGE_SIZE);
         // Writable, their blocks given up: see the module doc.
         let installed = |pages: &mut Pages, p: PageIdx, n: u32| {
             pages.table.install_run(p, n, false);
@@ -341,7 +346,7 @@ impl Shared {
                 {
                     n += 1;
                 }
-                let len = n as usize * PAGE;
+                let len = n as usize * PAGE_SIZE;
                 let at = Instant::now();
                 let copied = match pool {
                     Some(pool) => pool.copy_run(b, n, |src, off, k| {
@@ -349,8 +354,12 @@ impl Shared {
                         // SAFETY: `src` is `k` pages of pool memory, kept mapped by the
                         // pool's lock, held for the call.
                         unsafe {
-                            self.uffd
-                                .copy(src, self.map.host(p + off), k as usize * PAGE, false)
+                            self.uffd.copy(
+                                src,
+                                self.map.host(p + off),
+                                k as usize * PAGE_SIZE,
+                                false,
+                            )
                         }
                         .map_err(|e| CopyError {
                             pages: off + e.pages,
@@ -370,7 +379,7 @@ impl Shared {
                 if copied {
                     store::count_read(&self.stores.swap, len);
                 } else {
-                    let src = &mut data[i * PAGE..i * PAGE + len];
+                    let src = &mut data[i * PAGE_SIZE..i * PAGE_SIZE + len];
                     if pooled {
                         // Kept compressed, or spilled to the file since the list was made:
                         // read (and decompress) it now.
