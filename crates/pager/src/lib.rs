@@ -21,18 +21,14 @@
 
 mod facade;
 mod fault;
-pub mod image;
-pub mod indirect;
 pub mod page;
 mod pager;
-pub mod pool;
 pub mod preventer;
 mod reclaim;
 mod sample;
 pub mod state;
 pub mod stats;
 pub mod store;
-pub mod swap;
 mod swapin;
 pub mod sys;
 mod takeover;
@@ -45,5 +41,6 @@ pub use pager::{
 pub use preventer::CpuState;
 pub use state::Mechanisms;
 pub use stats::PagerSnapshot;
+pub use store::{image, indirect, pool, swap};
 pub use sys::uffd;
 pub use victim::VictimPolicy;

@@ -41,14 +41,15 @@ use memvisor_devices::GuestMem;
 use thiserror::Error;
 use userfaultfd::EventBuffer;
 
-use crate::image::ImageFile;
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::pool::{Pool, PoolError, SwapStore};
-use crate::sample::{SampleStore, Sampling};
+use crate::sample::Sampling;
 use crate::state::{Mechanisms, PageTable};
 use crate::stats::{Counters, Latency};
+use crate::store::image::ImageFile;
+use crate::store::pool::{Pool, PoolError, SwapStore};
+use crate::store::sample::SampleStore;
+use crate::store::swap::{SwapError, SwapFile};
 use crate::store::Stores;
-use crate::swap::{SwapError, SwapFile};
 use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::{Fault, Userfault};
@@ -99,11 +100,11 @@ pub struct IndirectConfig {
     /// `memvisor disk disentangle`) instead of copying the blocks back into the images.
     pub keep: bool,
     /// When the logs are synced.
-    pub sync: crate::indirect::LogSync,
+    pub sync: crate::store::indirect::LogSync,
     /// Tesseract's defragmentation (§5), run by a `defrag` thread in the background: indirected
     /// blocks copied back into the images (`Guest`), or grouped in the swap file by the write
     /// that made them (`Store`).
-    pub defrag: Option<crate::indirect::Defrag>,
+    pub defrag: Option<crate::store::indirect::Defrag>,
 }
 
 /// The host-memory tier (MemFlex §3.2–§3.4).
@@ -140,7 +141,7 @@ pub enum PagerError {
     #[error("cannot start the pager thread")]
     Thread(#[source] std::io::Error),
     #[error(transparent)]
-    Indirect(#[from] crate::indirect::IndirectError),
+    Indirect(#[from] crate::store::indirect::IndirectError),
 }
 
 /// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must
@@ -469,7 +470,7 @@ impl Pager {
     ) -> Result<(), PagerError> {
         let s = &self.shared;
         let indirect = match (s.indirections, writable) {
-            (Some(cfg), Some(path)) => Some(crate::indirect::Indirect::start(
+            (Some(cfg), Some(path)) => Some(crate::store::indirect::Indirect::start(
                 path,
                 &s.swap_path,
                 cfg.sync,
@@ -500,7 +501,7 @@ impl Pager {
             if cfg.keep {
                 kept += ind
                     .keep()
-                    .map_err(|source| crate::indirect::IndirectError::Io {
+                    .map_err(|source| crate::store::indirect::IndirectError::Io {
                         path: ind.image().to_owned(),
                         source,
                     })?;
@@ -586,11 +587,11 @@ impl Shared {
             for image in self.stores.images() {
                 let Some(ind) = &image.indirect else { continue };
                 let (released, r) = match mode {
-                    crate::indirect::Defrag::Guest => match ind.defragment(BATCH) {
+                    crate::store::indirect::Defrag::Guest => match ind.defragment(BATCH) {
                         Ok(released) => (released, Ok(())),
                         Err(e) => (Vec::new(), Err(e)),
                     },
-                    crate::indirect::Defrag::Store => {
+                    crate::store::indirect::Defrag::Store => {
                         let (released, r) = ind.regroup(|n| self.reserve_indirections(n));
                         (released, r.map(|moved| done += usize::from(moved)))
                     }

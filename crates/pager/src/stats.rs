@@ -285,7 +285,7 @@ impl Pager {
             active,
             pool: s.stores.swap.pool.as_ref().map(|p| {
                 let c = &p.counters;
-                let get = crate::pool::PoolCounters::get;
+                let get = crate::store::pool::PoolCounters::get;
                 let usage = p.usage();
                 let stored_bytes = usage.pages * PAGE_SIZE as u64;
                 let (compressed, raw) = (get(&c.compressed), get(&c.raw));

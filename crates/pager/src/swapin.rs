@@ -2,7 +2,7 @@
 //! (MemFlex §3.3, hybrid swap-out) and proactive swap-in (§3.4).
 //!
 //! - **Flusher** (thread `pool-flush`): while the pool is above its spill mark, its least recent
-//!   blocks go to the swap file in sorted runs ([`crate::pool::Pool::spill`]); on every wake-up
+//!   blocks go to the swap file in sorted runs ([`crate::store::pool::Pool::spill`]); on every wake-up
 //!   (at least once a second) it first drops blocks the page table has freed.
 //! - **Proactive swap-in** (on the reclaim thread): when the limit rises (or goes), swapped pages
 //!   come back without waiting for their faults: pooled pages first, most recently pooled first
@@ -42,10 +42,10 @@ use std::time::{Duration, Instant};
 
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::pager::{PagerFailure, Pages, Shared};
-use crate::pool::{Pool, PoolCounters, FLUSH_BATCH};
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::store;
+use crate::store::pool::{Pool, PoolCounters, FLUSH_BATCH};
 use crate::sys::uffd::CopyError;
 use memvisor_devices::iobuf::IoBuf;
 

@@ -6,8 +6,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::indirect::Indirect;
 use crate::page::PAGE_SIZE;
+use crate::store::indirect::Indirect;
 use crate::store::{PageStore, StoreCounters};
 
 pub struct ImageFile {

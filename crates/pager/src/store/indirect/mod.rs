@@ -48,7 +48,7 @@ use thiserror::Error;
 
 use crate::page::{Block, PAGE_SIZE};
 use crate::stats::Counters;
-use crate::swap::open_direct;
+use crate::store::swap::open_direct;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The log of `image`: beside it, named after it.

@@ -8,13 +8,19 @@
 //! asks which mechanism put the page there: a new tier (a host-memory pool, a block store) is a
 //! new `PageStore` and a new [`StoreId`], not a new branch in the fault path.
 
+pub mod image;
+pub mod indirect;
+pub mod pool;
+pub mod sample;
+pub mod swap;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::image::ImageFile;
+use self::image::ImageFile;
+use self::pool::SwapStore;
+use self::sample::SampleStore;
 use crate::page::StoreId;
-use crate::pool::SwapStore;
-use crate::sample::SampleStore;
 
 /// What one store has done; every field only grows.
 #[derive(Debug, Default)]
@@ -133,7 +139,7 @@ impl Stores {
     }
 
     /// The indirections of disk `disk`, if it has them.
-    pub fn indirect(&self, disk: u8) -> Option<&crate::indirect::Indirect> {
+    pub fn indirect(&self, disk: u8) -> Option<&crate::store::indirect::Indirect> {
         self.image(disk).and_then(|i| i.indirect.as_ref())
     }
 
