@@ -19,6 +19,8 @@
 //! | `sample.rs` | working-set sampling and its store |
 //! | `stats.rs` | counters, latencies and the API's snapshot |
 
+mod blocks;
+mod config;
 mod facade;
 mod fault;
 pub mod page;
@@ -34,12 +36,9 @@ pub mod sys;
 mod takeover;
 pub mod victim;
 
-pub use pager::{
-    IndirectConfig, NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, PoolConfig, VcpuControl,
-    MIN_LIMIT,
-};
+pub use config::{IndirectConfig, Mechanisms, PagerConfig, PoolConfig};
+pub use pager::{NoVcpus, Pager, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
 pub use preventer::CpuState;
-pub use state::Mechanisms;
 pub use stats::PagerSnapshot;
 pub use store::{image, indirect, pool, swap};
 pub use sys::uffd;

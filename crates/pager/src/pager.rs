@@ -41,9 +41,10 @@ use memvisor_devices::GuestMem;
 use thiserror::Error;
 use userfaultfd::EventBuffer;
 
+use crate::config::{IndirectConfig, PagerConfig};
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::sample::Sampling;
-use crate::state::{Mechanisms, PageTable};
+use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, PoolError, SwapStore};
@@ -53,7 +54,6 @@ use crate::store::Stores;
 use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::{Fault, Userfault};
-use crate::victim::VictimPolicy;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
@@ -61,64 +61,6 @@ use memvisor_devices::iobuf::IoBuf;
 pub const MIN_LIMIT: u64 = 16 << 20;
 /// Never-touched pages installed with a faulting one (128 KiB).
 pub(crate) const ZERO_WINDOW: u32 = 32;
-
-#[derive(Clone, Debug)]
-pub struct PagerConfig {
-    pub mech: Mechanisms,
-    pub policy: VictimPolicy,
-    /// The victim cache (Tesseract §4.3, `victim.rs`), in percent of the limit (0 to 50):
-    /// chosen victims cool down that many at a time before reclaim writes the oldest (0: none).
-    pub victim_cache: u8,
-    /// Most bytes of guest RAM resident at once; `None`: no limit.
-    pub limit: Option<u64>,
-    pub swap_path: PathBuf,
-    /// The swap file was made for this VM: unlink it at once (it lives as long as the pager).
-    pub temporary_swap: bool,
-    /// Pages reclaimed per chunk: the most any fault waits for reclaim.
-    pub batch: u32,
-    /// Resident pages taken out each sampling period to measure the working set (0: none).
-    pub sample_pages: u32,
-    /// How long a sampling period lasts.
-    pub sample_period: std::time::Duration,
-    /// A host-memory pool in front of the swap file (`pool.rs`); `None`: victims go to the file.
-    pub pool: Option<PoolConfig>,
-    /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
-    /// batches without waiting for faults: pooled ones first and most recent first, then those
-    /// in the swap file in block order (`swapin.rs`).
-    pub proactive: bool,
-    /// Tesseract's indirections on writable disks (`indirect.rs`); `None`: off.
-    pub indirections: Option<IndirectConfig>,
-}
-
-/// Tesseract's indirections (`indirect.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IndirectConfig {
-    /// Most indirections live at once, over all disks; the swap file has this many blocks
-    /// beyond one per guest page, so reclaim always finds room.
-    pub max: u32,
-    /// At exit, leave the indirections, their logs and the swap file for the next start (or
-    /// `memvisor disk disentangle`) instead of copying the blocks back into the images.
-    pub keep: bool,
-    /// When the logs are synced.
-    pub sync: crate::store::indirect::LogSync,
-    /// Tesseract's defragmentation (§5), run by a `defrag` thread in the background: indirected
-    /// blocks copied back into the images (`Guest`), or grouped in the swap file by the write
-    /// that made them (`Store`).
-    pub defrag: Option<crate::store::indirect::Defrag>,
-}
-
-/// The host-memory tier (MemFlex §3.2–§3.4).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PoolConfig {
-    /// Most bytes of pool memory; changed at run time with [`Pager::set_pool`].
-    pub bytes: u64,
-    /// Fraction of the pool above which its least recent pages spill to the swap file.
-    pub spill_at: f64,
-    /// How pages are kept in the pool: whole, or compressed (zswap-like).
-    pub compress: memvisor_api::PoolCompress,
-    /// Bytes of one chunk of pool memory (a multiple of 4 KiB).
-    pub chunk_bytes: u64,
-}
 
 #[derive(Debug, Error)]
 pub enum PagerError {

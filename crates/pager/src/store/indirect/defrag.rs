@@ -12,18 +12,6 @@ use super::{Indirect, REGROUP_MAX};
 use crate::page::{Block, PAGE_SIZE};
 use crate::stats::Counters;
 
-/// Which of Tesseract's defragmentations (§5) runs in the background.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Defrag {
-    /// Guest-disk defragmentation (§5.2): indirected blocks are copied back into the image,
-    /// first those guest reads needed; reads stop being split.
-    Guest,
-    /// Swap-file (BSST) defragmentation (§5.1): the blocks one guest write made indirections
-    /// of are copied next to each other in the swap file, so a later read of them is split into
-    /// one swap-file read instead of one per block.
-    Store,
-}
-
 impl Indirect {
     /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
     /// into the image (first those guest reads needed, then the map in block order), skipping

@@ -13,8 +13,9 @@ use super::defrag::in_order;
 use super::log::{HEADER, RECORD};
 use super::recovery::{copy_back, copy_blocks};
 use super::{
-    io_err, Defrag, IndirectCounters, IndirectError, Log, GROUPS_MAX, UNSYNCED_ENDS_MAX, URGENT_MAX,
+    io_err, IndirectCounters, IndirectError, Log, GROUPS_MAX, UNSYNCED_ENDS_MAX, URGENT_MAX,
 };
+use crate::config::{Defrag, LogSync};
 use crate::page::{Block, PAGE_SIZE};
 use crate::stats::Counters;
 use crate::store::swap::open_direct;
@@ -49,17 +50,6 @@ impl State {
     pub(super) fn being_written(&self, b: u32) -> bool {
         self.writing.is_some_and(|(f, e)| (f..e).contains(&b))
     }
-}
-
-/// When an indirection log (and the swap file it refers to) is synced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogSync {
-    /// Before each guest write that changes the map is acknowledged.
-    Write,
-    /// When the guest flushes the disk (as its own data in the image is, under virtio-blk's
-    /// volatile write cache); each write's records are still written to the log before it is
-    /// acknowledged, so killing memvisor loses none.
-    Flush,
 }
 
 /// The indirections of one writable disk.

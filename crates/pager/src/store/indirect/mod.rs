@@ -45,9 +45,9 @@ mod log;
 mod map;
 mod recovery;
 
-pub use defrag::Defrag;
+pub use crate::config::{Defrag, LogSync};
 pub use log::{log_path, Log, Replayed};
-pub use map::{Indirect, LogSync};
+pub use map::Indirect;
 pub use recovery::{recover, Disentangled};
 
 /// Most blocks guest reads queue for defragmentation to copy back first.
