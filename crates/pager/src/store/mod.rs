@@ -14,37 +14,14 @@ pub mod pool;
 pub mod sample;
 pub mod swap;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+pub use crate::stats::StoreCounters;
 
 use self::image::ImageFile;
 use self::pool::SwapStore;
 use self::sample::SampleStore;
 use crate::page::StoreId;
-
-/// What one store has done; every field only grows.
-#[derive(Debug, Default)]
-pub struct StoreCounters {
-    /// Faults served by a read from this store (with the run that came along).
-    pub faults: AtomicU64,
-    /// Read calls (each a run of one or more pages).
-    pub reads: AtomicU64,
-    pub bytes_read: AtomicU64,
-    /// Write calls (each a run of one or more pages).
-    pub writes: AtomicU64,
-    pub bytes_written: AtomicU64,
-}
-
-impl StoreCounters {
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-
-    fn count(calls: &AtomicU64, bytes: &AtomicU64, len: usize) {
-        calls.fetch_add(1, Ordering::Relaxed);
-        bytes.fetch_add(len as u64, Ordering::Relaxed);
-    }
-}
 
 /// A place pages can be read back from. Buffers are whole pages, page-aligned (stores may use
 /// `O_DIRECT`); `index` is the slot of the buffer's first page, and the rest follow it.
