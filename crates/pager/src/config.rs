@@ -61,17 +61,17 @@ pub struct PagerConfig {
     pub sample_pages: u32,
     /// How long a sampling period lasts.
     pub sample_period: std::time::Duration,
-    /// A host-memory pool in front of the swap file (`pool.rs`); `None`: victims go to the file.
+    /// A host-memory pool in front of the swap file (`store/pool/`); `None`: victims go to the file.
     pub pool: Option<PoolConfig>,
     /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
     /// batches without waiting for faults: pooled ones first and most recent first, then those
     /// in the swap file in block order (`swapin.rs`).
     pub proactive: bool,
-    /// Tesseract's indirections on writable disks (`indirect.rs`); `None`: off.
+    /// Tesseract's indirections on writable disks (`store/indirect/`); `None`: off.
     pub indirections: Option<IndirectConfig>,
 }
 
-/// Tesseract's indirections (`indirect.rs`).
+/// Tesseract's indirections (`store/indirect/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndirectConfig {
     /// Most indirections live at once, over all disks; the swap file has this many blocks

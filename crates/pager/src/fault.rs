@@ -20,8 +20,8 @@
 use std::sync::{MutexGuard, TryLockError};
 use std::time::Instant;
 
+use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
-use crate::pager::{PagerFailure, Pages, Shared, ZERO_WINDOW};
 use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
@@ -37,7 +37,10 @@ struct Read<'a> {
     source: &'a dyn PageStore,
 }
 
-impl Shared {
+/// Never-touched pages installed with a faulting one (128 KiB).
+pub(crate) const ZERO_WINDOW: u32 = 32;
+
+impl PagerCore {
     /// Resolves one fault event and records its service time.
     pub(crate) fn serve_fault(&self, f: Fault) {
         let t0 = Instant::now();

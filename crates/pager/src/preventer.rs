@@ -27,8 +27,9 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
+use crate::core::{current_tid, PagerCore, PagerFailure};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::pager::{current_tid, Pager, PagerFailure, Shared};
+use crate::pager::Pager;
 use crate::stats::Counters;
 use crate::sys::uffd::Fault;
 
@@ -173,7 +174,7 @@ pub fn translate(cr3: u64, va: u64, read: impl Fn(u64) -> Option<u64>) -> Option
 
 // The Preventer's driving: stopping a vCPU on its write fault and deciding once it answers.
 
-impl Shared {
+impl PagerCore {
     /// Stops vCPU thread `tid`, whose write to page `p` faulted, so it can be asked what it is
     /// writing. Returns false if it cannot be stopped (already stopped, or the kick failed):
     /// the caller then swaps the page in.
@@ -223,7 +224,7 @@ impl Pager {
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        let s = &self.shared;
+        let s = &self.core;
         let Some((p, _)) = s.stopped().remove(&current_tid()) else {
             return;
         };
@@ -248,7 +249,7 @@ impl Pager {
 
     /// Reads guest-virtual memory through the vCPU's page tables.
     fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
-        let mem = &self.shared.mem;
+        let mem = &self.core.mem;
         let mut done = 0usize;
         while done < buf.len() {
             let at = va.checked_add(done as u64)?;
@@ -266,7 +267,7 @@ impl Pager {
     /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
     /// page `p` is one of them. Returns how many pages were written without a read.
     fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
-        let s = &self.shared;
+        let s = &self.core;
         let mut code = [0u8; 15];
         self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
         let plan = plan(cpu, &code)?;

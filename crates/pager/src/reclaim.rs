@@ -17,11 +17,11 @@
 //! While a chunk is in flight its victims are mapped and write-protected and their fate is
 //! decided, so nothing may change them: a guest write to one waits on the protection (the
 //! pager thread leaves the fault unresolved, and step 3 wakes it; it then faults the page back
-//! in from its new block), and every device access goes through [`Shared::lock_settled`], which
+//! in from its new block), and every device access goes through [`PagerCore::lock_settled`], which
 //! waits for the chunk to be recorded. No write is lost between checking and dropping.
 //!
 //! Installing threads (the pager thread after a fault, devices) wake the reclaim thread when
-//! they take the VM over its limit, and wait for its next chunk ([`Shared::hold_to_cap`]) only
+//! they take the VM over its limit, and wait for its next chunk ([`PagerCore::hold_to_cap`]) only
 //! once installs have added a chunk's worth of pages since the last chunk was recorded: a
 //! shrink goes on while faults are served, and installs cannot outrun reclaim when the disk is
 //! slow. A chunk that fails pauses the VM; nothing is reclaimed while it is paused.
@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{dontneed, GuestRange};
 
+use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
-use crate::pager::{PagerFailure, Pages, Shared};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
@@ -50,7 +50,7 @@ struct Flight {
 /// A chunk that takes this long says where its time went (at info).
 const SLOW_CHUNK: Duration = Duration::from_millis(100);
 
-impl Shared {
+impl PagerCore {
     /// The low watermark for `limit`: where a reclaim that started above the limit stops.
     fn low_watermark(&self, limit: u32) -> u32 {
         limit.saturating_sub(self.batch.max(limit / 64))

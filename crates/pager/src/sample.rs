@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use memvisor_devices::ram::{dontneed, GuestRange};
 use memvisor_policy::ActiveEstimate;
 
+use crate::core::{PagerCore, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::pager::{Pages, Shared};
 use crate::state::PageState;
 use crate::store::{PageStore, StoreCounters};
 
@@ -123,7 +123,7 @@ impl Sampling {
     }
 }
 
-impl Shared {
+impl PagerCore {
     fn sample_faults(&self) -> u64 {
         StoreCounters::get(&self.stores.sample.counters().faults)
     }

@@ -1,8 +1,9 @@
 //! The snapshot of a pager that the control API serves ([`PagerSnapshot`]), built from the
 //! counters (`stats.rs`), the stores, the page census and the working-set estimate.
 
+use crate::core::limit_to_bytes;
 use crate::page::PAGE_SIZE;
-use crate::pager::{limit_to_bytes, Pager};
+use crate::pager::Pager;
 use crate::stats::{get, StoreTotals};
 use crate::store::PageStore;
 
@@ -12,7 +13,7 @@ pub type PagerSnapshot = memvisor_api::PagerStats;
 
 impl Pager {
     pub fn snapshot(&self) -> PagerSnapshot {
-        let s = &self.shared;
+        let s = &self.core;
         let active = {
             let sampling = s.sampling.lock().unwrap_or_else(|e| e.into_inner());
             let (touched, sampled) = s.sampled_so_far(&sampling);

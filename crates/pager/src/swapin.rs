@@ -40,8 +40,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
-use crate::pager::{PagerFailure, Pages, Shared};
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::store;
@@ -56,7 +56,7 @@ const HOLD: usize = 256;
 /// No page (in the block-to-page map of a swap-in).
 const NONE: PageIdx = PageIdx::MAX;
 
-impl Shared {
+impl PagerCore {
     /// The pool's flusher thread.
     pub(crate) fn flush_thread(&self) {
         let Some(pool) = &self.stores.swap.pool else {

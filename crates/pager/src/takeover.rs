@@ -4,7 +4,7 @@
 //!
 //! (With the Swap Mapper or the Preventer on, RAM is taken over from the start: they learn from
 //! every disk read and fault.) Until then RAM is not registered with userfaultfd: no fault reaches the pager, devices write
-//! plain memory, and the page table only records what the balloon takes. [`Shared::attach`]
+//! plain memory, and the page table only records what the balloon takes. [`PagerCore::attach`]
 //! then, under the page lock:
 //! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT
 //!    modes: from here on a touch of an absent page faults to the pager (and waits for the lock);
@@ -18,18 +18,18 @@
 //! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
 //! the whole huge page goes, so before the first release inside a huge page reclaim splits it
 //! (`MADV_COLD` on one 4 KiB page of it splits the huge page into 4 KiB ones); see
-//! [`Shared::split_huge`].
+//! [`PagerCore::split_huge`].
 //!
 //! A kernel without `PAGEMAP_SCAN` (before Linux 6.7) gets the pager from the start instead.
 
+use crate::core::{PagerCore, PagerError, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::pager::{PagerError, Pages, Shared};
 use crate::stats::Counters;
 use crate::sys::pagemap::{PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 
 pub(crate) const HUGE_PAGE: u64 = 2 << 20;
 
-impl Shared {
+impl PagerCore {
     /// Registers guest RAM with userfaultfd and records what the guest has touched (see the
     /// module docs). Does nothing if RAM is registered already.
     pub(crate) fn attach(&self, pages: &mut Pages) -> Result<(), PagerError> {

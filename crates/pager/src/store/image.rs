@@ -1,6 +1,6 @@
 //! A guest disk image as a [`PageStore`]: pages dropped while they mirrored one of its blocks
 //! (VSwapper's Swap Mapper) are read back from it. The pager never writes an image; the guest's
-//! own writes go through the block device. With Tesseract's indirections (`indirect.rs`), the
+//! own writes go through the block device. With Tesseract's indirections (`store/indirect/`), the
 //! image is read with its indirected blocks laid over it from the swap file.
 
 use std::fs::File;

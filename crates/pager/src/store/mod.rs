@@ -1,7 +1,9 @@
 //! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
-//! implementation per place (the swap file in `swap.rs`, with the host-memory pool in front of
-//! it in `pool.rs`, the guest's disk images in `image.rs`, the working-set sample in
-//! `sample.rs`), and [`Stores`], which finds the store a [`Slot`](crate::page::Slot) names.
+//! implementation per place (the swap file in `swap.rs`, with the host-memory pool of `pool/`
+//! in front of it, the guest's disk images in `image.rs`, the working-set sample in
+//! `sample.rs`), and `Stores`, which finds the store a [`Slot`](crate::page::Slot) names.
+//! Tesseract's indirections (`indirect/`: disk blocks that refer to swap-file blocks) live here
+//! too, since disk images read through them.
 //!
 //! The fault path asks the page table for the slot of a faulting page and the run of
 //! neighbours whose slots follow it, then reads the run from the store with one call. It never

@@ -1,5 +1,5 @@
 //! The swap file: a [`PageStore`] of 4 KiB blocks. Block allocation and reference counts live
-//! in [`BlockMap`](crate::state::BlockMap); this is the file and its I/O.
+//! in `BlockMap` (`blocks.rs`); this is the file and its I/O.
 //!
 //! The file is preallocated (`fallocate`) to hold every guest page, so a full disk is found
 //! when the VM starts, never in the middle of a reclaim. It is opened `O_DIRECT` where the file

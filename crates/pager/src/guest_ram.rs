@@ -1,4 +1,4 @@
-//! The device facade: how devices reach guest RAM under the pager ([`GuestRam`]).
+//! How devices reach guest RAM under the pager: the pager's [`GuestRam`] implementation.
 //!
 //! - A device writing whole pages that are not resident installs them with one `UFFDIO_COPY`
 //!   per run, without reading their old content (VSwapper: no stale swap reads); whole pages that
@@ -6,7 +6,7 @@
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
 //!   page <-> block associations (`state.rs`).
-//! - With Tesseract's indirections (`indirect.rs`), a disk write's whole pages that are only in
+//! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
 //! - The balloon and free page reporting discard ranges: released first, recorded after, so a
@@ -16,14 +16,15 @@ use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
+use crate::core::{PagerCore, Pages};
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
-use crate::pager::{Pager, Pages, Shared};
+use crate::pager::Pager;
 use crate::state::{is_resident, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
 
-impl Shared {
+impl PagerCore {
     /// The guest pages and image blocks of a disk request's whole pages.
     fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
         pages
@@ -171,11 +172,11 @@ impl Shared {
 
 impl GuestRam for Pager {
     fn mem(&self) -> &GuestMem {
-        &self.shared.mem
+        &self.core.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        let s = &self.shared;
+        let s = &self.core;
         let mut off = 0usize;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
@@ -208,7 +209,7 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         // Protected first, so the first guest write ends the mirroring.
-        let s = &self.shared;
+        let s = &self.core;
         let mut state = s.lock_settled();
         s.mirror_resident(
             &mut state,
@@ -218,7 +219,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = &self.core;
         if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }
@@ -248,7 +249,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        let s = &self.shared;
+        let s = &self.core;
         let (Some(cfg), Some(ind)) = (s.indirections, s.stores.indirect(disk)) else {
             return Vec::new();
         };
@@ -279,7 +280,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = &self.core;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -292,7 +293,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = &self.core;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -302,14 +303,14 @@ impl GuestRam for Pager {
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        match self.shared.stores.image(disk) {
+        match self.core.stores.image(disk) {
             Some(image) => image.read_split(offset, buf),
             None => Ok(false),
         }
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
+        let s = &self.core;
         let mut state = s.lock_settled();
         let sources = s.disk_pages(disk, pages);
         if state.attached {
@@ -330,7 +331,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
+        let s = &self.core;
         let mut state = s.lock_settled();
         for (p, ib) in s.disk_pages(disk, pages) {
             state.table.disk_write_done(p, ib);
@@ -338,7 +339,7 @@ impl GuestRam for Pager {
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        let s = &self.shared;
+        let s = &self.core;
         let to = match why {
             Discard::Balloon => PageState::Ballooned,
             Discard::Reported => PageState::Reported,
@@ -386,7 +387,7 @@ impl GuestRam for Pager {
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        let s = &self.shared;
+        let s = &self.core;
         let mut state = s.lock_settled();
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {
