@@ -18,7 +18,6 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use crate::core::{PagerCore, Pages};
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
-use crate::pager::Pager;
 use crate::state::{is_resident, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self};
@@ -170,13 +169,13 @@ impl PagerCore {
     }
 }
 
-impl GuestRam for Pager {
+impl GuestRam for PagerCore {
     fn mem(&self) -> &GuestMem {
-        &self.core.mem
+        &self.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        let s = &self.core;
+        let s = self;
         let mut off = 0usize;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
@@ -209,7 +208,7 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         // Protected first, so the first guest write ends the mirroring.
-        let s = &self.core;
+        let s = self;
         let mut state = s.lock_settled();
         s.mirror_resident(
             &mut state,
@@ -219,7 +218,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        let s = &self.core;
+        let s = self;
         if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }
@@ -249,7 +248,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        let s = &self.core;
+        let s = self;
         let (Some(cfg), Some(ind)) = (s.indirections, s.stores.indirect(disk)) else {
             return Vec::new();
         };
@@ -280,7 +279,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        let s = &self.core;
+        let s = self;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -293,7 +292,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        let s = &self.core;
+        let s = self;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -303,14 +302,14 @@ impl GuestRam for Pager {
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        match self.core.stores.image(disk) {
+        match self.stores.image(disk) {
             Some(image) => image.read_split(offset, buf),
             None => Ok(false),
         }
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.core;
+        let s = self;
         let mut state = s.lock_settled();
         let sources = s.disk_pages(disk, pages);
         if state.attached {
@@ -331,7 +330,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.core;
+        let s = self;
         let mut state = s.lock_settled();
         for (p, ib) in s.disk_pages(disk, pages) {
             state.table.disk_write_done(p, ib);
@@ -339,7 +338,7 @@ impl GuestRam for Pager {
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        let s = &self.core;
+        let s = self;
         let to = match why {
             Discard::Balloon => PageState::Ballooned,
             Discard::Reported => PageState::Reported,
@@ -387,7 +386,7 @@ impl GuestRam for Pager {
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        let s = &self.core;
+        let s = self;
         let mut state = s.lock_settled();
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {

@@ -37,8 +37,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use userfaultfd::EventBuffer;
+use vm_memory::{GuestAddress, GuestMemoryError};
 
 use crate::config::PagerConfig;
 use crate::core::{
@@ -46,7 +48,9 @@ use crate::core::{
 };
 use crate::fault::ZERO_WINDOW;
 use crate::page::PAGE_SIZE;
+use crate::preventer::CpuState;
 use crate::sample::Sampling;
+use crate::snapshot::PagerSnapshot;
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::image::ImageFile;
@@ -318,6 +322,70 @@ impl Pager {
         }
         self.core.want_reclaim();
         self.core.settled.notify_all();
+    }
+
+    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
+    /// it on a write fault, the faulting page is put in place before this returns: filled from
+    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
+    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
+    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
+        self.core.vcpu_interrupted(registers);
+    }
+
+    /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
+    pub fn snapshot(&self) -> PagerSnapshot {
+        self.core.snapshot()
+    }
+}
+
+/// Devices reach guest RAM through the handle; the work is the core's (`guest_ram.rs`).
+impl GuestRam for Pager {
+    fn mem(&self) -> &GuestMem {
+        self.core.mem()
+    }
+
+    fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        self.core.write(addr, data)
+    }
+
+    fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_read(disk, pages);
+    }
+
+    fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
+        self.core.disk_write_begin(disk, offset, len)
+    }
+
+    fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
+        self.core.disk_write_elide(disk, pages)
+    }
+
+    fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
+        self.core.disk_write_end(disk, offset, len, landed)
+    }
+
+    fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
+        self.core.disk_flush(disk)
+    }
+
+    fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+        self.core.disk_read_split(disk, offset, buf)
+    }
+
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_write_sources(disk, pages);
+    }
+
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_write_done(disk, pages);
+    }
+
+    fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
+        self.core.discard(ranges, why)
+    }
+
+    fn deflate(&self, ranges: &[GuestRange]) {
+        self.core.deflate(ranges);
     }
 }
 

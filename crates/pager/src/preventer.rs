@@ -6,11 +6,12 @@
 //! 1. The pager thread gets a write fault, from a vCPU thread, on a swapped or on-disk page. Instead
 //!    of reading the page, it records the page as pending for that thread and sends the thread
 //!    `SIGUSR1`: `KVM_RUN` returns `EINTR` with RIP still at the faulting instruction.
-//! 2. The vCPU thread calls [`Pager::vcpu_interrupted`] with its registers. The pager walks
-//!    the guest page tables to read the instruction at RIP and decodes it ([`plan`]). A `REP STOS`
-//!    or `REP MOVS` (forward, 64-bit addressing) whose destination covers the whole faulting page
-//!    lets the pager install that page — and the other whole pages the instruction will write,
-//!    up to [`MAX_PAGES`] — with the content the instruction is about to store, with no read.
+//! 2. The vCPU thread calls [`Pager::vcpu_interrupted`](crate::Pager::vcpu_interrupted) with
+//!    its registers. The pager walks the guest page tables to read the instruction at RIP and
+//!    decodes it ([`plan`]). A `REP STOS` or `REP MOVS` (forward, 64-bit addressing) whose
+//!    destination covers the whole faulting page lets the pager install that page — and the
+//!    other whole pages the instruction will write, up to [`MAX_PAGES`] — with the content the
+//!    instruction is about to store, with no read.
 //! 3. Anything else falls back to the ordinary swap-in. Either way the page is in place before
 //!    the vCPU re-enters the guest, which then runs the instruction again over present pages.
 //! 4. If the vCPU does not answer within [`TIMEOUT_MS`], the pager thread swaps the page in itself.
@@ -29,7 +30,6 @@ use vm_memory::{Bytes, GuestAddress};
 
 use crate::core::{current_tid, PagerCore, PagerFailure};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::pager::Pager;
 use crate::stats::Counters;
 use crate::sys::uffd::Fault;
 
@@ -218,13 +218,10 @@ impl PagerCore {
     }
 }
 
-impl Pager {
-    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
-    /// it on a write fault, the faulting page is put in place before this returns: filled from
-    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
-    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
-    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        let s = &self.core;
+impl PagerCore {
+    /// A vCPU thread's `KVM_RUN` was interrupted (see [`crate::Pager::vcpu_interrupted`]).
+    pub(crate) fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
+        let s = self;
         let Some((p, _)) = s.stopped().remove(&current_tid()) else {
             return;
         };
@@ -249,7 +246,7 @@ impl Pager {
 
     /// Reads guest-virtual memory through the vCPU's page tables.
     fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
-        let mem = &self.core.mem;
+        let mem = &self.mem;
         let mut done = 0usize;
         while done < buf.len() {
             let at = va.checked_add(done as u64)?;
@@ -267,7 +264,7 @@ impl Pager {
     /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
     /// page `p` is one of them. Returns how many pages were written without a read.
     fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
-        let s = &self.core;
+        let s = self;
         let mut code = [0u8; 15];
         self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
         let plan = plan(cpu, &code)?;

@@ -1,19 +1,19 @@
 //! The snapshot of a pager that the control API serves ([`PagerSnapshot`]), built from the
 //! counters (`stats.rs`), the stores, the page census and the working-set estimate.
 
-use crate::core::limit_to_bytes;
+use crate::core::{limit_to_bytes, PagerCore};
 use crate::page::PAGE_SIZE;
-use crate::pager::Pager;
 use crate::stats::{get, StoreTotals};
 use crate::store::PageStore;
 
 /// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
-/// by [`Pager::snapshot`].
+/// by [`Pager::snapshot`](crate::Pager::snapshot).
 pub type PagerSnapshot = memvisor_api::PagerStats;
 
-impl Pager {
-    pub fn snapshot(&self) -> PagerSnapshot {
-        let s = &self.core;
+impl PagerCore {
+    /// Builds the snapshot [`Pager::snapshot`](crate::Pager::snapshot) returns.
+    pub(crate) fn snapshot(&self) -> PagerSnapshot {
+        let s = self;
         let active = {
             let sampling = s.sampling.lock().unwrap_or_else(|e| e.into_inner());
             let (touched, sampled) = s.sampled_so_far(&sampling);
