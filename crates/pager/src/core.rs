@@ -3,13 +3,16 @@
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
-//! The mechanisms (`fault.rs`, `reclaim.rs`, `swapin.rs`, `sample.rs`, `takeover.rs`,
-//! `preventer.rs`, `guest_ram.rs`) still extend `PagerCore` with `impl` blocks of their own,
-//! and `PagerCore` still holds the state of two of them (the Preventer's stopped vCPUs, the
-//! working-set sample): that is the one circle left between the core and the files above it
-//! (`sample.rs` defines the sampling state the core holds). It stays until each mechanism is a
-//! type owning its state and borrowing the core, which must keep every lock order described in
-//! `pager.rs`.
+//! Working-set sampling is an owner of its own (`Sampler`, in
+//! `sample.rs`): it holds its state and settings and is handed the core it works on; the
+//! [`Pager`](crate::Pager) handle holds both. The other mechanisms (`fault.rs`, `reclaim.rs`,
+//! `swapin.rs`, `takeover.rs`, `preventer.rs`, `guest_ram.rs`) still extend `PagerCore` with
+//! `impl` blocks of their own, and the core still holds their state (the Preventer's stopped
+//! vCPUs, reclaim's wake-up, proactive swap-in's flag, the fault buffer). No file imports from
+//! above it, but those `impl` blocks call one another through the core (the fault path stops
+//! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
+//! a type owning its state once the ones it calls are handed to it, keeping every lock order
+//! described in `pager.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -24,12 +27,11 @@ use userfaultfd::EventBuffer;
 
 use crate::config::IndirectConfig;
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::sample::Sampling;
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
+use crate::store::stores::Stores;
 use crate::store::swap::SwapError;
-use crate::store::Stores;
 use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::{Fault, Userfault};
@@ -186,14 +188,10 @@ pub(crate) struct PagerCore {
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
     pub batch: u32,
-    pub sample_pages: u32,
-    pub sample_period: std::time::Duration,
     /// Proactive swap-in when the limit leaves room (`PagerConfig::proactive`).
     pub proactive: bool,
     /// Set when the limit rises: the reclaim thread then swaps in proactively (`swapin.rs`).
     pub swap_in_wanted: AtomicBool,
-    /// Working-set sampling (`sample.rs`), taken before `pages`, never after it.
-    pub sampling: Mutex<Sampling>,
     /// A zeroed source for installing fresh writable pages.
     pub zeros: Vec<u8>,
     pub counters: Counters,

@@ -9,16 +9,16 @@
 //! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
 //! | `victim.rs` | victim selection (random, clock) and the victim cache |
 //! | `stats.rs` | counters (the pager's and each store's) and latencies |
-//! | `store/` | the [`store::PageStore`] trait (`mod.rs`) and its stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
+//! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path |
 //! | `reclaim.rs` | reclaim in bounded chunks |
 //! | `swapin.rs` | the pool's flusher thread and proactive swap-in |
-//! | `sample.rs` | working-set sampling |
+//! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
-//! | `pager.rs` | the [`Pager`] handle, its threads and its lock order |
+//! | `pager.rs` | the [`Pager`] handle (the core and the sampler), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
 mod blocks;

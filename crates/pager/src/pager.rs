@@ -49,15 +49,15 @@ use crate::core::{
 use crate::fault::ZERO_WINDOW;
 use crate::page::PAGE_SIZE;
 use crate::preventer::CpuState;
-use crate::sample::Sampling;
+use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, SwapStore};
 use crate::store::sample::SampleStore;
+use crate::store::stores::Stores;
 use crate::store::swap::SwapFile;
-use crate::store::Stores;
 use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::Userfault;
@@ -67,6 +67,8 @@ use memvisor_devices::iobuf::IoBuf;
 #[derive(Clone)]
 pub struct Pager {
     pub(crate) core: Arc<PagerCore>,
+    /// Working-set sampling, run by the pager thread.
+    sampler: Arc<Sampler>,
 }
 
 impl Pager {
@@ -111,7 +113,11 @@ impl Pager {
             resident_after_chunk: 0,
             indirections: 0,
         };
-        let guest_time = vcpus.guest_time();
+        let sampler = Arc::new(Sampler::new(
+            config.sample_pages,
+            config.sample_period,
+            vcpus.guest_time(),
+        ));
         let core = Arc::new(PagerCore {
             mem,
             map,
@@ -138,11 +144,8 @@ impl Pager {
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            sample_pages: config.sample_pages,
-            sample_period: config.sample_period,
             proactive: config.proactive,
             swap_in_wanted: AtomicBool::new(false),
-            sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
@@ -195,10 +198,12 @@ impl Pager {
                 .map_err(PagerError::Thread)?;
         }
         let s = core.clone();
+        let sampling = sampler.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run())) {
+                let run = || s.run(&sampling);
+                let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
                         let msg = p.downcast_ref::<&str>().map(|m| (*m).to_owned());
@@ -209,7 +214,7 @@ impl Pager {
                 on_failure(why);
             })
             .map_err(PagerError::Thread)?;
-        Ok(Pager { core })
+        Ok(Pager { core, sampler })
     }
 
     /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages
@@ -334,7 +339,7 @@ impl Pager {
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
     pub fn snapshot(&self) -> PagerSnapshot {
-        self.core.snapshot()
+        self.core.snapshot(&self.sampler)
     }
 }
 
@@ -439,8 +444,8 @@ impl PagerCore {
         Ok(())
     }
 
-    /// Serves faults until it cannot; returns why.
-    fn run(&self) -> String {
+    /// Serves faults and runs working-set sampling until it cannot; returns why.
+    fn run(&self, sampler: &Sampler) -> String {
         loop {
             let mut fd = libc::pollfd {
                 fd: self.uffd.as_raw_fd(),
@@ -450,7 +455,7 @@ impl PagerCore {
             // While a vCPU is stopped for the Preventer, wake up to take over if it does not
             // answer; otherwise when the sampling period ends.
             let timeout = if self.stopped().is_empty() {
-                self.sample_tick().map_or(-1, |d| {
+                sampler.tick(self).map_or(-1, |d| {
                     i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
                 })
             } else {

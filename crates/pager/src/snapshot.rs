@@ -3,6 +3,7 @@
 
 use crate::core::{limit_to_bytes, PagerCore};
 use crate::page::PAGE_SIZE;
+use crate::sample::Sampler;
 use crate::stats::{get, StoreTotals};
 use crate::store::PageStore;
 
@@ -12,11 +13,11 @@ pub type PagerSnapshot = memvisor_api::PagerStats;
 
 impl PagerCore {
     /// Builds the snapshot [`Pager::snapshot`](crate::Pager::snapshot) returns.
-    pub(crate) fn snapshot(&self) -> PagerSnapshot {
+    pub(crate) fn snapshot(&self, sampler: &Sampler) -> PagerSnapshot {
         let s = self;
         let active = {
-            let sampling = s.sampling.lock().unwrap_or_else(|e| e.into_inner());
-            let (touched, sampled) = s.sampled_so_far(&sampling);
+            let sampling = sampler.lock();
+            let (touched, sampled) = Sampler::sampled_so_far(s, &sampling);
             let mut estimate = sampling.estimate;
             estimate.period_so_far(touched, sampled);
             memvisor_api::ActiveMemory {

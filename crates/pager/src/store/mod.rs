@@ -1,29 +1,24 @@
 //! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
 //! implementation per place (the swap file in `swap.rs`, with the host-memory pool of `pool/`
 //! in front of it, the guest's disk images in `image.rs`, the working-set sample in
-//! `sample.rs`), and `Stores`, which finds the store a [`Slot`](crate::page::Slot) names.
-//! Tesseract's indirections (`indirect/`: disk blocks that refer to swap-file blocks) live here
-//! too, since disk images read through them.
+//! `sample.rs`), and `Stores` (`stores.rs`), which finds the store a
+//! [`Slot`](crate::page::Slot) names. Tesseract's indirections (`indirect/`: disk blocks that
+//! refer to swap-file blocks) live here too, since disk images read through them.
 //!
 //! The fault path asks the page table for the slot of a faulting page and the run of
 //! neighbours whose slots follow it, then reads the run from the store with one call. It never
 //! asks which mechanism put the page there: a new tier (a host-memory pool, a block store) is a
-//! new `PageStore` and a new [`StoreId`], not a new branch in the fault path.
+//! new `PageStore` and a new [`StoreId`](crate::page::StoreId), not a new branch in the fault
+//! path.
 
 pub mod image;
 pub mod indirect;
 pub mod pool;
 pub mod sample;
+pub(crate) mod stores;
 pub mod swap;
 
-use std::sync::OnceLock;
-
 pub use crate::stats::StoreCounters;
-
-use self::image::ImageFile;
-use self::pool::SwapStore;
-use self::sample::SampleStore;
-use crate::page::StoreId;
 
 /// A place pages can be read back from. Buffers are whole pages, page-aligned (stores may use
 /// `O_DIRECT`); `index` is the slot of the buffer's first page, and the rest follow it.
@@ -72,58 +67,3 @@ pub(crate) fn write(store: &dyn PageStore, index: u32, data: &[u8]) -> std::io::
 
 /// Most disk images a pager reads from (one per virtio-mmio slot).
 pub const MAX_IMAGES: usize = 8;
-
-/// Every store of one pager.
-pub(crate) struct Stores {
-    /// The swap file, with the pool in front of it when there is one.
-    pub swap: SwapStore,
-    pub sample: SampleStore,
-    /// Attached once each, while the VM is built; read without a lock afterwards.
-    images: [OnceLock<ImageFile>; MAX_IMAGES],
-}
-
-impl Stores {
-    pub fn new(swap: SwapStore, sample: SampleStore) -> Self {
-        Stores {
-            swap,
-            sample,
-            images: Default::default(),
-        }
-    }
-
-    /// Attaches disk image `disk`; false (and `image` dropped) if that number is taken or out
-    /// of range.
-    pub fn attach_image(&self, disk: u8, image: ImageFile) -> bool {
-        self.images
-            .get(usize::from(disk))
-            .is_some_and(|cell| cell.set(image).is_ok())
-    }
-
-    pub fn get(&self, id: StoreId) -> std::io::Result<&dyn PageStore> {
-        match id {
-            StoreId::Swap => Ok(&self.swap),
-            StoreId::Sample => Ok(&self.sample),
-            StoreId::Image(d) => self
-                .images
-                .get(usize::from(d))
-                .and_then(OnceLock::get)
-                .map(|i| i as &dyn PageStore)
-                .ok_or_else(|| std::io::Error::other(format!("disk image {d} is not attached"))),
-        }
-    }
-
-    /// Disk image `disk`, if attached.
-    pub fn image(&self, disk: u8) -> Option<&ImageFile> {
-        self.images.get(usize::from(disk)).and_then(OnceLock::get)
-    }
-
-    /// The indirections of disk `disk`, if it has them.
-    pub fn indirect(&self, disk: u8) -> Option<&crate::store::indirect::Indirect> {
-        self.image(disk).and_then(|i| i.indirect.as_ref())
-    }
-
-    /// The attached disk images.
-    pub fn images(&self) -> impl Iterator<Item = &ImageFile> {
-        self.images.iter().filter_map(OnceLock::get)
-    }
-}
