@@ -3,12 +3,13 @@
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
-//! Working-set sampling is an owner of its own (`Sampler`, in
-//! `sample.rs`): it holds its state and settings and is handed the core it works on; the
-//! [`Pager`](crate::Pager) handle holds both. The other mechanisms (`fault.rs`, `reclaim.rs`,
-//! `swapin.rs`, `takeover.rs`, `preventer.rs`, `guest_ram.rs`) still extend `PagerCore` with
-//! `impl` blocks of their own, and the core still holds their state (the Preventer's stopped
-//! vCPUs, reclaim's wake-up, proactive swap-in's flag, the fault buffer). No file imports from
+//! Working-set sampling (`Sampler`, in `sample.rs`) and proactive swap-in (`SwapIn`, in
+//! `swapin.rs`) are owners of their own: each holds its state and settings and is handed the
+//! core it works on; the [`Pager`](crate::Pager) handle holds them and the core. The other
+//! mechanisms (`fault.rs`, `reclaim.rs`, the pool's flusher in `swapin.rs`, `takeover.rs`,
+//! `preventer.rs`, `guest_ram.rs`) still extend `PagerCore` with `impl` blocks of their own,
+//! and the core still holds their state (the Preventer's stopped vCPUs, reclaim's wake-up,
+//! the fault buffer). No file imports from
 //! above it, but those `impl` blocks call one another through the core (the fault path stops
 //! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
 //! a type owning its state once the ones it calls are handed to it, keeping every lock order
@@ -16,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -188,10 +189,6 @@ pub(crate) struct PagerCore {
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
     pub batch: u32,
-    /// Proactive swap-in when the limit leaves room (`PagerConfig::proactive`).
-    pub proactive: bool,
-    /// Set when the limit rises: the reclaim thread then swaps in proactively (`swapin.rs`).
-    pub swap_in_wanted: AtomicBool,
     /// A zeroed source for installing fresh writable pages.
     pub zeros: Vec<u8>,
     pub counters: Counters,

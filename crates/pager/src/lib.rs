@@ -13,12 +13,12 @@
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path |
 //! | `reclaim.rs` | reclaim in bounded chunks |
-//! | `swapin.rs` | the pool's flusher thread and proactive swap-in |
+//! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
 //! | `preventer.rs` | VSwapper's False Reads Preventer |
 //! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
-//! | `pager.rs` | the [`Pager`] handle (the core and the sampler), its threads and its lock order |
+//! | `pager.rs` | the [`Pager`] handle (the core, the sampler, proactive swap-in), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
 mod blocks;

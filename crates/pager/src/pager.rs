@@ -34,7 +34,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
@@ -58,6 +58,7 @@ use crate::store::pool::{Pool, SwapStore};
 use crate::store::sample::SampleStore;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapFile;
+use crate::swapin::SwapIn;
 use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::Userfault;
@@ -69,6 +70,8 @@ pub struct Pager {
     pub(crate) core: Arc<PagerCore>,
     /// Working-set sampling, run by the pager thread.
     sampler: Arc<Sampler>,
+    /// Proactive swap-in, run by the reclaim thread.
+    swap_in: Arc<SwapIn>,
 }
 
 impl Pager {
@@ -118,6 +121,7 @@ impl Pager {
             config.sample_period,
             vcpus.guest_time(),
         ));
+        let swap_in = Arc::new(SwapIn::new(config.proactive));
         let core = Arc::new(PagerCore {
             mem,
             map,
@@ -144,8 +148,6 @@ impl Pager {
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            proactive: config.proactive,
-            swap_in_wanted: AtomicBool::new(false),
             zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
@@ -161,12 +163,12 @@ impl Pager {
             core.attach(&mut core.lock())?;
         }
         let r = core.clone();
+        let swapping = swap_in.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.reclaim_thread()))
-                    .is_err()
-                {
+                let run = || r.reclaim_thread(&swapping);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {
                         error: "the reclaim thread panicked".into(),
@@ -214,7 +216,11 @@ impl Pager {
                 on_failure(why);
             })
             .map_err(PagerError::Thread)?;
-        Ok(Pager { core, sampler })
+        Ok(Pager {
+            core,
+            sampler,
+            swap_in,
+        })
     }
 
     /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages
@@ -288,7 +294,7 @@ impl Pager {
             s.attach(&mut s.lock())?;
         }
         if s.limit.swap(pages, Ordering::SeqCst) < pages {
-            s.swap_in_wanted.store(true, Ordering::SeqCst);
+            self.swap_in.want();
         }
         s.want_reclaim();
         Ok(())

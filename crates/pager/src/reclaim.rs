@@ -36,6 +36,7 @@ use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
+use crate::swapin::SwapIn;
 use memvisor_devices::iobuf::IoBuf;
 
 /// A chunk between its decisions and its release: what step 3 needs.
@@ -108,7 +109,7 @@ impl PagerCore {
     }
 
     /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
-    pub(crate) fn reclaim_thread(&self) {
+    pub(crate) fn reclaim_thread(&self, swap_in: &SwapIn) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = self.lock().table.mech.cluster.max(1);
         let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE_SIZE);
@@ -132,7 +133,7 @@ impl PagerCore {
             if self.lock().table.resident() > self.limit() {
                 self.reclaim_to_low_watermark(&mut buf);
             } else {
-                self.swap_in_proactively();
+                swap_in.run(self);
             }
         }
     }
