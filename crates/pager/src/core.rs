@@ -3,23 +3,23 @@
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
-//! Working-set sampling (`Sampler`, in `sample.rs`) and proactive swap-in (`SwapIn`, in
-//! `swapin.rs`) are owners of their own: each holds its state and settings and is handed the
-//! core it works on; the [`Pager`](crate::Pager) handle holds them and the core. The other
+//! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
+//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) are owners of their own:
+//! each holds its state and is handed the core it works on (and the fault path is handed the
+//! Preventer); the [`Pager`](crate::Pager) handle holds them and the core. The other
 //! mechanisms (`fault.rs`, `reclaim.rs`, the pool's flusher in `swapin.rs`, `takeover.rs`,
-//! `preventer.rs`, `guest_ram.rs`) still extend `PagerCore` with `impl` blocks of their own,
-//! and the core still holds their state (the Preventer's stopped vCPUs, reclaim's wake-up,
-//! the fault buffer). No file imports from
+//! `guest_ram.rs`, and the Preventer's reading of guest memory) still extend `PagerCore` with
+//! `impl` blocks of their own, and the core still holds their state (reclaim's wake-up, the
+//! fault buffer, takeover's page map). No file imports from
 //! above it, but those `impl` blocks call one another through the core (the fault path stops
 //! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
 //! a type owning its state once the ones it calls are handed to it, keeping every lock order
 //! described in `pager.rs`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
 
 use memvisor_devices::iobuf::IoBuf;
 use memvisor_devices::GuestMem;
@@ -177,8 +177,6 @@ pub(crate) struct PagerCore {
     /// Set to wake the reclaim thread, with `reclaim_wake`.
     pub reclaim_wanted: Mutex<bool>,
     pub reclaim_wake: Condvar,
-    /// vCPU threads stopped by the Preventer: the page each faulted on, and since when.
-    pub stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
     /// Fault events read by the pager thread.
     pub events: Mutex<EventBuffer>,
     /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
@@ -226,10 +224,6 @@ pub(crate) fn current_tid() -> i32 {
 impl PagerCore {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Pages> {
         self.pages.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn stopped(&self) -> MutexGuard<'_, HashMap<i32, (PageIdx, Instant)>> {
-        self.stopped.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn limit(&self) -> u32 {

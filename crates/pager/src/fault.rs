@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
+use crate::preventer::Preventer;
 use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
@@ -42,7 +43,7 @@ pub(crate) const ZERO_WINDOW: u32 = 32;
 
 impl PagerCore {
     /// Resolves one fault event and records its service time.
-    pub(crate) fn serve_fault(&self, f: Fault) {
+    pub(crate) fn serve_fault(&self, preventer: &Preventer, f: Fault) {
         let t0 = Instant::now();
         let Some(p) = self.map.page_of_host(f.addr) else {
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
@@ -54,7 +55,7 @@ impl PagerCore {
             self.write_fault(&mut pages, p)
         } else {
             let r;
-            (pages, r) = self.fault(pages, p, f.write, f.tid);
+            (pages, r) = self.fault(pages, preventer, p, f.write, f.tid);
             r
         };
         if let Err(e) = r {
@@ -91,6 +92,7 @@ impl PagerCore {
     fn fault<'a>(
         &'a self,
         mut pages: MutexGuard<'a, Pages>,
+        preventer: &Preventer,
         p: PageIdx,
         write: bool,
         tid: i32,
@@ -102,7 +104,7 @@ impl PagerCore {
                 PageState::Swapped(_) | PageState::OnDisk(_)
             )
             && self.vcpus.is_vcpu(tid);
-        if preventable && self.stop_for_preventer(tid, p) {
+        if preventable && preventer.stop(self, tid, p) {
             return (pages, Ok(()));
         }
         match pages.table.fault(p, write) {

@@ -16,9 +16,9 @@
 //! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
-//! | `preventer.rs` | VSwapper's False Reads Preventer |
+//! | `preventer.rs` | VSwapper's False Reads Preventer: the `Preventer`, which owns the vCPUs it stopped and borrows the core |
 //! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
-//! | `pager.rs` | the [`Pager`] handle (the core, the sampler, proactive swap-in), its threads and its lock order |
+//! | `pager.rs` | the [`Pager`] handle (the core, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
 mod blocks;

@@ -21,7 +21,7 @@
 //! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
 //!   for one fault, one device access, or one step of a reclaim chunk; `settled` (with it) says
 //!   when a chunk has been recorded, for device accesses, which wait for that.
-//! - `stopped`: the vCPUs the Preventer stopped (taken after `pages`, never before it).
+//! - the Preventer's `stopped`: the vCPUs it stopped (taken after `pages`, never before it).
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
 //! - `events`: the fault event buffer, used by the pager thread alone.
 //! - the pool's own lock (`store/pool/`), taken after `pages`, never before it.
@@ -32,7 +32,7 @@
 //! counts, so the API reads them without a scan. Pausing and parking vCPUs belong to the VMM,
 //! reached through [`VcpuControl`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -48,7 +48,7 @@ use crate::core::{
 };
 use crate::fault::ZERO_WINDOW;
 use crate::page::PAGE_SIZE;
-use crate::preventer::CpuState;
+use crate::preventer::{CpuState, Preventer};
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
 use crate::state::PageTable;
@@ -72,6 +72,8 @@ pub struct Pager {
     sampler: Arc<Sampler>,
     /// Proactive swap-in, run by the reclaim thread.
     swap_in: Arc<SwapIn>,
+    /// The False Reads Preventer, which the pager thread's fault path and vCPU threads reach.
+    preventer: Arc<Preventer>,
 }
 
 impl Pager {
@@ -122,6 +124,7 @@ impl Pager {
             vcpus.guest_time(),
         ));
         let swap_in = Arc::new(SwapIn::new(config.proactive));
+        let preventer = Arc::new(Preventer::default());
         let core = Arc::new(PagerCore {
             mem,
             map,
@@ -142,7 +145,6 @@ impl Pager {
             settled: Condvar::new(),
             reclaim_wanted: Mutex::new(false),
             reclaim_wake: Condvar::new(),
-            stopped: Mutex::new(HashMap::new()),
             events: Mutex::new(EventBuffer::new(64)),
             unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
@@ -201,10 +203,11 @@ impl Pager {
         }
         let s = core.clone();
         let sampling = sampler.clone();
+        let preventing = preventer.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let run = || s.run(&sampling);
+                let run = || s.run(&sampling, &preventing);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
@@ -220,6 +223,7 @@ impl Pager {
             core,
             sampler,
             swap_in,
+            preventer,
         })
     }
 
@@ -329,7 +333,7 @@ impl Pager {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for f in faults {
-            self.core.serve_fault(f);
+            self.core.serve_fault(&self.preventer, f);
         }
         self.core.want_reclaim();
         self.core.settled.notify_all();
@@ -340,7 +344,7 @@ impl Pager {
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        self.core.vcpu_interrupted(registers);
+        self.preventer.vcpu_interrupted(&self.core, registers);
     }
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
@@ -437,7 +441,7 @@ impl PagerCore {
 
     /// Serves the fault events that are pending, without waiting for more. Returns why the
     /// pager cannot go on, if it cannot.
-    pub(crate) fn serve_pending_faults(&self) -> Result<(), String> {
+    pub(crate) fn serve_pending_faults(&self, preventer: &Preventer) -> Result<(), String> {
         let faults = {
             let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
             self.uffd
@@ -445,13 +449,13 @@ impl PagerCore {
                 .map_err(|e| format!("reading fault events failed: {e}"))?
         };
         for f in faults {
-            self.serve_fault(f);
+            self.serve_fault(preventer, f);
         }
         Ok(())
     }
 
     /// Serves faults and runs working-set sampling until it cannot; returns why.
-    fn run(&self, sampler: &Sampler) -> String {
+    fn run(&self, sampler: &Sampler, preventer: &Preventer) -> String {
         loop {
             let mut fd = libc::pollfd {
                 fd: self.uffd.as_raw_fd(),
@@ -460,7 +464,7 @@ impl PagerCore {
             };
             // While a vCPU is stopped for the Preventer, wake up to take over if it does not
             // answer; otherwise when the sampling period ends.
-            let timeout = if self.stopped().is_empty() {
+            let timeout = if !preventer.waiting() {
                 sampler.tick(self).map_or(-1, |d| {
                     i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
                 })
@@ -476,10 +480,10 @@ impl PagerCore {
                 }
                 return format!("poll on the userfaultfd failed: {e}");
             }
-            if let Err(why) = self.serve_pending_faults() {
+            if let Err(why) = self.serve_pending_faults(preventer) {
                 return why;
             }
-            self.expire_stopped();
+            preventer.expire(self);
         }
     }
 }

@@ -22,6 +22,8 @@
 //! guests clear freshly allocated pages: Linux's `clear_page_erms` is `rep stosb`) and falls back
 //! for the rest.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
@@ -174,22 +176,38 @@ pub fn translate(cr3: u64, va: u64, read: impl Fn(u64) -> Option<u64>) -> Option
 
 // The Preventer's driving: stopping a vCPU on its write fault and deciding once it answers.
 
-impl PagerCore {
+/// The Preventer's state: the vCPU threads it stopped, the page each faulted on, and since
+/// when. Taken after the page lock, never before it.
+#[derive(Default)]
+pub(crate) struct Preventer {
+    stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
+}
+
+impl Preventer {
+    fn stopped(&self) -> MutexGuard<'_, HashMap<i32, (PageIdx, Instant)>> {
+        self.stopped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a stopped vCPU has yet to answer.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.stopped().is_empty()
+    }
+
     /// Stops vCPU thread `tid`, whose write to page `p` faulted, so it can be asked what it is
     /// writing. Returns false if it cannot be stopped (already stopped, or the kick failed):
     /// the caller then swaps the page in.
-    pub(crate) fn stop_for_preventer(&self, tid: i32, p: PageIdx) -> bool {
+    pub(crate) fn stop(&self, core: &PagerCore, tid: i32, p: PageIdx) -> bool {
         let mut stopped = self.stopped();
-        if stopped.contains_key(&tid) || self.vcpus.kick(tid).is_err() {
+        if stopped.contains_key(&tid) || core.vcpus.kick(tid).is_err() {
             return false;
         }
         stopped.insert(tid, (p, Instant::now()));
-        Counters::add(&self.counters.preventer_attempts, 1);
+        Counters::add(&core.counters.preventer_attempts, 1);
         true
     }
 
     /// Swaps in the pages of stopped vCPUs that did not answer in time.
-    pub(crate) fn expire_stopped(&self) {
+    pub(crate) fn expire(&self, core: &PagerCore) {
         let late: Vec<(i32, PageIdx)> = {
             let mut stopped = self.stopped();
             let late: Vec<(i32, PageIdx)> = stopped
@@ -203,30 +221,32 @@ impl PagerCore {
             late
         };
         for (_, p) in late {
-            Counters::add(&self.counters.preventer_timeouts, 1);
-            let mut pages = self.lock();
-            if let Err(e) = self.missing_fault(&mut pages, p, true) {
+            Counters::add(&core.counters.preventer_timeouts, 1);
+            let mut pages = core.lock();
+            if let Err(e) = core.missing_fault(&mut pages, p, true) {
                 let f = Fault {
-                    addr: self.map.host(p),
+                    addr: core.map.host(p),
                     write: true,
                     protected: false,
                     tid: 0,
                 };
-                self.unresolved(f, p, e);
+                core.unresolved(f, p, e);
             }
         }
     }
-}
 
-impl PagerCore {
     /// A vCPU thread's `KVM_RUN` was interrupted (see [`crate::Pager::vcpu_interrupted`]).
-    pub(crate) fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        let s = self;
-        let Some((p, _)) = s.stopped().remove(&current_tid()) else {
+    pub(crate) fn vcpu_interrupted(
+        &self,
+        core: &PagerCore,
+        registers: impl FnOnce() -> Option<CpuState>,
+    ) {
+        let s = core;
+        let Some((p, _)) = self.stopped().remove(&current_tid()) else {
             return;
         };
         let installed = registers()
-            .and_then(|cpu| self.prevent(&cpu, p))
+            .and_then(|cpu| core.prevent(&cpu, p))
             .unwrap_or(0);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
@@ -243,7 +263,9 @@ impl PagerCore {
         }
         drop(s.hold_to_cap(pages));
     }
+}
 
+impl PagerCore {
     /// Reads guest-virtual memory through the vCPU's page tables.
     fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
         let mem = &self.mem;
