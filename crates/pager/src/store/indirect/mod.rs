@@ -40,6 +40,11 @@ use std::sync::atomic::AtomicU64;
 
 use thiserror::Error;
 
+// The indirections are one module to the rest of the crate, split in files: `map.rs` (the
+// map of one disk, `Indirect`), `log.rs`, `recovery.rs`, `defrag.rs`; this file holds their
+// error type, counters and limits, which they import from here, and re-exports their public
+// items: a circle inside the folder, which stays so that the crate's users keep one path
+// (`memvisor_pager::indirect::...`).
 mod defrag;
 mod log;
 mod map;
