@@ -55,7 +55,7 @@ use crate::store::{PageStore, StoreCounters};
 // slots), `compress.rs` (the compressor and decompressor), `spill.rs` (the flusher's side);
 // this file holds the `Pool` and the sizes its files share. They import those sizes from here
 // and this file uses their types: a circle inside the folder, which stays because the `Pool`
-// owns all three parts under its one lock and they share its size classes.
+// holds all three parts and they share its size classes.
 mod compress;
 mod slab;
 mod spill;
