@@ -12,7 +12,7 @@
 
 use std::ptr::NonNull;
 
-const PAGE: usize = 4096;
+use crate::ram::PAGE_SIZE;
 const HUGE_PAGE: usize = 2 << 20;
 
 /// A zeroed, page-aligned buffer of a fixed size, mapped for itself and unmapped when dropped.
@@ -43,14 +43,14 @@ impl IoBuf {
     }
 
     fn map(len: usize, huge: bool) -> IoBuf {
-        let len = len.max(1).next_multiple_of(PAGE);
+        let len = len.max(1).next_multiple_of(PAGE_SIZE);
         let (want, align) = if huge {
             (len.next_multiple_of(HUGE_PAGE), HUGE_PAGE)
         } else {
-            (len, PAGE)
+            (len, PAGE_SIZE)
         };
         // Room to align the start.
-        let mapped = want + align - PAGE;
+        let mapped = want + align - PAGE_SIZE;
         // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
         let p = unsafe {
             libc::mmap(
@@ -141,7 +141,7 @@ mod tests {
             assert!(b.len() >= len);
             let all = b.len();
             let s = b.get(all);
-            let align = if huge { HUGE_PAGE } else { PAGE };
+            let align = if huge { HUGE_PAGE } else { PAGE_SIZE };
             assert_eq!(s.as_ptr() as usize % align, 0, "{len} {huge}");
             assert!(s.iter().all(|&x| x == 0));
             s.fill(0x5a);

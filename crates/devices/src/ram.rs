@@ -10,7 +10,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, Guest
 
 use crate::GuestMem;
 
-pub const PAGE_SIZE: u64 = 4096;
+/// The size of a guest page, of a swap-file block and of a disk block the pager maps: the one
+/// definition of 4096 in the workspace.
+pub const PAGE_SIZE: usize = 4096;
 
 /// A guest-physical range, `len` bytes from `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +138,7 @@ pub fn dontneed(mem: &GuestMem, r: GuestRange) -> std::io::Result<()> {
         .addr
         .checked_add(r.len)
         .is_some_and(|end| end <= region.start_addr().0 + region.len());
-    if !fits || r.addr % PAGE_SIZE != 0 || r.len % PAGE_SIZE != 0 {
+    if !fits || r.addr % PAGE_SIZE as u64 != 0 || r.len % PAGE_SIZE as u64 != 0 {
         return Err(std::io::Error::other(
             "range is not whole pages of one RAM region",
         ));
@@ -159,7 +161,7 @@ impl GuestRam for PlainRam {
         let mut pages = 0;
         for r in ranges {
             dontneed(&self.mem, *r)?;
-            pages += r.len / PAGE_SIZE;
+            pages += r.len / PAGE_SIZE as u64;
         }
         Ok(pages)
     }

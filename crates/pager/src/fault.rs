@@ -20,11 +20,13 @@
 use std::sync::{MutexGuard, TryLockError};
 use std::time::Instant;
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE, ZERO_WINDOW};
-use crate::state::{FaultAction, PageIdx, PageState, PageTable};
+use crate::core::{PagerCore, PagerFailure, Pages};
+use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
+use crate::preventer::Preventer;
+use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
-use crate::store::{self, PageStore, Slot, StoreId};
-use crate::uffd::{Fault, UffdError};
+use crate::store::{self, PageStore};
+use crate::sys::uffd::{Fault, UffdError};
 
 /// What a fault read from a store: the run from `lo` around faulting page `p`, to come in
 /// clean and write-protected if `keep`.
@@ -36,9 +38,12 @@ struct Read<'a> {
     source: &'a dyn PageStore,
 }
 
-impl Shared {
+/// Never-touched pages installed with a faulting one (128 KiB).
+pub(crate) const ZERO_WINDOW: u32 = 32;
+
+impl PagerCore {
     /// Resolves one fault event and records its service time.
-    pub(crate) fn serve_fault(&self, f: Fault) {
+    pub(crate) fn serve_fault(&self, preventer: &Preventer, f: Fault) {
         let t0 = Instant::now();
         let Some(p) = self.map.page_of_host(f.addr) else {
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
@@ -50,7 +55,7 @@ impl Shared {
             self.write_fault(&mut pages, p)
         } else {
             let r;
-            (pages, r) = self.fault(pages, p, f.write, f.tid);
+            (pages, r) = self.fault(pages, preventer, p, f.write, f.tid);
             r
         };
         if let Err(e) = r {
@@ -78,7 +83,7 @@ impl Shared {
     }
 
     fn wake(&self, p: PageIdx) -> Result<(), UffdError> {
-        self.uffd.wake(self.map.host(p), PAGE)
+        self.uffd.wake(self.map.host(p), PAGE_SIZE)
     }
 
     /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
@@ -87,6 +92,7 @@ impl Shared {
     fn fault<'a>(
         &'a self,
         mut pages: MutexGuard<'a, Pages>,
+        preventer: &Preventer,
         p: PageIdx,
         write: bool,
         tid: i32,
@@ -98,7 +104,7 @@ impl Shared {
                 PageState::Swapped(_) | PageState::OnDisk(_)
             )
             && self.vcpus.is_vcpu(tid);
-        if preventable && self.stop_for_preventer(tid, p) {
+        if preventable && preventer.stop(self, tid, p) {
             return (pages, Ok(()));
         }
         match pages.table.fault(p, write) {
@@ -134,7 +140,7 @@ impl Shared {
         let (lo, n) = self.region_run(p, pages.table.load_run(p));
         let watch = pages.table.watch(lo, n);
         drop(pages);
-        let buf = io.get(n as usize * PAGE);
+        let buf = io.get(n as usize * PAGE_SIZE);
         let read = self
             .stores
             .get(from.store)
@@ -181,7 +187,7 @@ impl Shared {
             keep,
             source,
         } = *read;
-        let n = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+        let n = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
         let mut installed = 0;
         let mut i = 0;
         while i < n {
@@ -193,8 +199,8 @@ impl Shared {
             while i + k < n && unchanged(i + k) {
                 k += 1;
             }
-            let at = i as usize * PAGE;
-            let len = k as usize * PAGE;
+            let at = i as usize * PAGE_SIZE;
+            let len = k as usize * PAGE_SIZE;
             // SAFETY: `data[at..at + len]` is inside `data`, alive for the call.
             if let Err(e) = unsafe {
                 self.uffd
@@ -263,7 +269,7 @@ impl Shared {
         {
             n += 1;
         }
-        let len = n as usize * PAGE;
+        let len = n as usize * PAGE_SIZE;
         if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
@@ -307,7 +313,7 @@ impl Shared {
             prefetched,
             ..
         } = pages;
-        let buf = io.get(n as usize * PAGE);
+        let buf = io.get(n as usize * PAGE_SIZE);
         let source = self.stores.get(from.store)?;
         store::read(source, from.index - (p - lo), buf)?;
         let read = Read {
@@ -335,7 +341,7 @@ impl Shared {
             Counters::add(&self.counters.prefetch_hits, 1);
         }
         if !cooling {
-            return Ok(self.uffd.unprotect(self.map.host(p), PAGE)?);
+            return Ok(self.uffd.unprotect(self.map.host(p), PAGE_SIZE)?);
         }
         // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
         // per run.
@@ -347,7 +353,7 @@ impl Shared {
         open.sort_unstable();
         for (first, n) in self.map.region_runs(&open) {
             self.uffd
-                .unprotect(self.map.host(first), n as usize * PAGE)?;
+                .unprotect(self.map.host(first), n as usize * PAGE_SIZE)?;
         }
         Ok(())
     }

@@ -2,47 +2,49 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `pager.rs` | the [`Pager`] handle, its thread, its locks, the limit, [`VcpuControl`] |
-//! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
-//! | `ram_map.rs` | page numbers ↔ guest-physical and host addresses across RAM mappings |
-//! | `uffd.rs` | the userfaultfd calls, with typed errors |
+//! | `page.rs` | the basic types: page size, page index, blocks, slots, store ids (a leaf) |
+//! | `sys/` | the system calls: userfaultfd with typed errors (`uffd.rs`), page numbers ↔ guest-physical and host addresses (`ram_map.rs`), the page map scan (`pagemap.rs`) |
+//! | `config.rs` | every configuration type ([`PagerConfig`], [`Mechanisms`], [`PoolConfig`], [`IndirectConfig`]) |
 //! | `state.rs` | the page table of states and its decisions (pure, model-tested) |
-//! | `victim.rs` | victim selection (random, clock) |
+//! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
+//! | `victim.rs` | victim selection (random, clock) and the victim cache |
+//! | `stats.rs` | counters (the pager's and each store's) and latencies |
+//! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
+//! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path |
 //! | `reclaim.rs` | reclaim in bounded chunks |
-//! | `facade.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
-//! | `preventer.rs` | VSwapper's False Reads Preventer |
-//! | `store.rs`, `swap.rs`, `image.rs` | the [`store::PageStore`] trait and its stores |
-//! | `indirect.rs` | Tesseract's indirections: disk blocks that refer to swap-file blocks, their log, disentangling |
-//! | `pool.rs` | the host-memory pool in front of the swap file (MemFlex), pages kept whole or compressed |
-//! | `swapin.rs` | the pool's flusher and proactive swap-in |
-//! | `sample.rs` | working-set sampling and its store |
-//! | `stats.rs` | counters, latencies and the API's snapshot |
+//! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
+//! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
+//! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
+//! | `preventer.rs` | VSwapper's False Reads Preventer: the `Preventer`, which owns the vCPUs it stopped and borrows the core |
+//! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
+//! | `pager.rs` | the [`Pager`] handle (the core, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
+//! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
-mod facade;
+mod blocks;
+mod config;
+mod core;
 mod fault;
-pub mod image;
-pub mod indirect;
+mod guest_ram;
+pub mod page;
 mod pager;
-pub mod pool;
 pub mod preventer;
-mod ram_map;
 mod reclaim;
 mod sample;
+mod snapshot;
 pub mod state;
 pub mod stats;
 pub mod store;
-pub mod swap;
 mod swapin;
+pub mod sys;
 mod takeover;
-pub mod uffd;
 pub mod victim;
 
-pub use pager::{
-    IndirectConfig, NoVcpus, Pager, PagerConfig, PagerError, PagerFailure, PoolConfig, VcpuControl,
-    MIN_LIMIT,
-};
+pub use crate::core::{NoVcpus, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
+pub use config::{IndirectConfig, Mechanisms, PagerConfig, PoolConfig};
+pub use pager::Pager;
 pub use preventer::CpuState;
-pub use state::Mechanisms;
-pub use stats::PagerSnapshot;
+pub use snapshot::PagerSnapshot;
+pub use store::{image, indirect, pool, swap};
+pub use sys::uffd;
 pub use victim::VictimPolicy;

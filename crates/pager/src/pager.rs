@@ -1,319 +1,79 @@
 //! The pager of one VM: its construction, its threads, and the handle the VMM and devices hold.
+//! What the threads work on, [`PagerCore`], is in `core.rs`.
 //!
-//! Guest RAM is registered with userfaultfd (`uffd.rs`) when a limit first asks for it
+//! Guest RAM is registered with userfaultfd (`sys/uffd.rs`) when a limit first asks for it
 //! (`takeover.rs`). Two threads work on it:
 //! - `pager` reads fault events and resolves them (`fault.rs`), and runs working-set sampling
 //!   (`sample.rs`);
 //! - `reclaim` takes pages out while resident pages exceed the limit (`reclaim.rs`), in chunks,
 //!   writing each chunk without the page lock, so faults go on being served meanwhile; with a
 //!   pool and room under the limit, it brings swapped pages back proactively (`swapin.rs`);
-//! - `pool-flush`, with a pool, spills its least recent pages to the swap file (`pool.rs`);
+//! - `pool-flush`, with a pool, spills its least recent pages to the swap file
+//!   (`store/pool/spill.rs`);
 //! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
-//!   the images (`indirect.rs`).
+//!   the images (`store/indirect/defrag.rs`).
 //!
-//! Devices reach guest memory through the [`GuestRam`] facade (`facade.rs`), which installs
-//! whole pages without reading them; vCPU threads come in only for the Preventer
-//! (`preventer.rs`).
+//! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`),
+//! which installs whole pages without reading them; vCPU threads come in only for the
+//! Preventer (`preventer.rs`).
 //!
 //! Locks, each held briefly and never across disk writes or a whole shrink:
 //! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
 //!   for one fault, one device access, or one step of a reclaim chunk; `settled` (with it) says
 //!   when a chunk has been recorded, for device accesses, which wait for that.
-//! - `stopped`: the vCPUs the Preventer stopped (taken after `pages`, never before it).
+//! - the Preventer's `stopped`: the vCPUs it stopped (taken after `pages`, never before it).
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
 //! - `events`: the fault event buffer, used by the pager thread alone.
-//! - the pool's own lock (`pool.rs`), taken after `pages`, never before it.
-//! - each disk's indirection lock (`indirect.rs`), taken after `pages`, never before it (the
-//!   device and the defragmenter drop it before they take `pages` to release blocks).
+//! - the pool's own lock (`store/pool/`), taken after `pages`, never before it.
+//! - each disk's indirection lock (`store/indirect/map.rs`), taken after `pages`, never before
+//!   it (the device and the defragmenter drop it before they take `pages` to release blocks).
 //!
 //! The limit is an atomic; the counters are atomics and the page census is kept as running
 //! counts, so the API reads them without a scan. Pausing and parking vCPUs belong to the VMM,
 //! reached through [`VcpuControl`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
-use memvisor_devices::ram::PAGE_SIZE;
+use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
-use thiserror::Error;
 use userfaultfd::EventBuffer;
+use vm_memory::{GuestAddress, GuestMemoryError};
 
-use crate::image::ImageFile;
-use crate::pool::{Pool, PoolError, SwapStore};
-use crate::ram_map::RamMap;
-use crate::sample::{SampleStore, Sampling};
-use crate::state::{Mechanisms, PageIdx, PageTable};
+use crate::config::PagerConfig;
+use crate::core::{
+    limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
+};
+use crate::fault::ZERO_WINDOW;
+use crate::page::PAGE_SIZE;
+use crate::preventer::{CpuState, Preventer};
+use crate::sample::Sampler;
+use crate::snapshot::PagerSnapshot;
+use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
-use crate::store::Stores;
-use crate::swap::{SwapError, SwapFile, BLOCK};
-use crate::takeover::PageMap;
-use crate::uffd::{Fault, Userfault};
-use crate::victim::VictimPolicy;
+use crate::store::image::ImageFile;
+use crate::store::pool::{Pool, SwapStore};
+use crate::store::sample::SampleStore;
+use crate::store::stores::Stores;
+use crate::store::swap::SwapFile;
+use crate::swapin::SwapIn;
+use crate::sys::pagemap::PageMap;
+use crate::sys::ram_map::RamMap;
+use crate::sys::uffd::Userfault;
 use memvisor_devices::iobuf::IoBuf;
-
-/// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
-/// be paged out and in continuously.
-pub const MIN_LIMIT: u64 = 16 << 20;
-pub(crate) const PAGE: usize = 4096;
-/// Never-touched pages installed with a faulting one (128 KiB).
-pub(crate) const ZERO_WINDOW: u32 = 32;
-
-#[derive(Clone, Debug)]
-pub struct PagerConfig {
-    pub mech: Mechanisms,
-    pub policy: VictimPolicy,
-    /// The victim cache (Tesseract §4.3, `victim.rs`), in percent of the limit (0 to 50):
-    /// chosen victims cool down that many at a time before reclaim writes the oldest (0: none).
-    pub victim_cache: u8,
-    /// Most bytes of guest RAM resident at once; `None`: no limit.
-    pub limit: Option<u64>,
-    pub swap_path: PathBuf,
-    /// The swap file was made for this VM: unlink it at once (it lives as long as the pager).
-    pub temporary_swap: bool,
-    /// Pages reclaimed per chunk: the most any fault waits for reclaim.
-    pub batch: u32,
-    /// Resident pages taken out each sampling period to measure the working set (0: none).
-    pub sample_pages: u32,
-    /// How long a sampling period lasts.
-    pub sample_period: std::time::Duration,
-    /// A host-memory pool in front of the swap file (`pool.rs`); `None`: victims go to the file.
-    pub pool: Option<PoolConfig>,
-    /// When the VM may hold more pages (its limit rose), bring its swapped pages back in
-    /// batches without waiting for faults: pooled ones first and most recent first, then those
-    /// in the swap file in block order (`swapin.rs`).
-    pub proactive: bool,
-    /// Tesseract's indirections on writable disks (`indirect.rs`); `None`: off.
-    pub indirections: Option<IndirectConfig>,
-}
-
-/// Tesseract's indirections (`indirect.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IndirectConfig {
-    /// Most indirections live at once, over all disks; the swap file has this many blocks
-    /// beyond one per guest page, so reclaim always finds room.
-    pub max: u32,
-    /// At exit, leave the indirections, their logs and the swap file for the next start (or
-    /// `memvisor disk disentangle`) instead of copying the blocks back into the images.
-    pub keep: bool,
-    /// When the logs are synced.
-    pub sync: crate::indirect::LogSync,
-    /// Tesseract's defragmentation (§5), run by a `defrag` thread in the background: indirected
-    /// blocks copied back into the images (`Guest`), or grouped in the swap file by the write
-    /// that made them (`Store`).
-    pub defrag: Option<crate::indirect::Defrag>,
-}
-
-/// The host-memory tier (MemFlex §3.2–§3.4).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PoolConfig {
-    /// Most bytes of pool memory; changed at run time with [`Pager::set_pool`].
-    pub bytes: u64,
-    /// Fraction of the pool above which its least recent pages spill to the swap file.
-    pub spill_at: f64,
-    /// How pages are kept in the pool: whole, or compressed (zswap-like).
-    pub compress: memvisor_api::PoolCompress,
-    /// Bytes of one chunk of pool memory (a multiple of 4 KiB).
-    pub chunk_bytes: u64,
-}
-
-#[derive(Debug, Error)]
-pub enum PagerError {
-    #[error("userfaultfd is unavailable")]
-    Uffd(#[source] userfaultfd::Error),
-    #[error("cannot register guest RAM with userfaultfd")]
-    Register(#[source] userfaultfd::Error),
-    #[error("cannot take guest RAM over")]
-    Attach(#[source] std::io::Error),
-    #[error(transparent)]
-    Swap(#[from] SwapError),
-    #[error("a limit of {limit} bytes is above the VM's {size} bytes of RAM")]
-    LimitAboveSize { limit: u64, size: u64 },
-    #[error("a limit of {limit} bytes is below the {MIN_LIMIT}-byte minimum (the guest's own code, stacks and queues must stay resident)")]
-    LimitTooSmall { limit: u64 },
-    #[error("this VM has no pool (start it with --pool SIZE)")]
-    NoPool,
-    #[error(transparent)]
-    Pool(#[from] PoolError),
-    #[error("cannot start the pager thread")]
-    Thread(#[source] std::io::Error),
-    #[error(transparent)]
-    Indirect(#[from] crate::indirect::IndirectError),
-}
-
-/// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must
-/// not run on (nothing was dropped without its content safe, so nothing is lost).
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum PagerFailure {
-    #[error("a fault on guest page {page} could not be resolved: {error}")]
-    Fault { page: PageIdx, error: String },
-    #[error("reclaim stopped: {error}")]
-    Reclaim { error: String },
-}
-
-/// What the pager needs from the VMM's vCPUs: the Preventer stops single vCPUs, and a failed
-/// page move pauses them all.
-pub trait VcpuControl: Send + Sync {
-    /// Whether `tid` is a vCPU thread of this VM.
-    fn is_vcpu(&self, tid: i32) -> bool;
-    /// Makes vCPU thread `tid` leave `KVM_RUN` with `EINTR` (or not enter it); it then calls
-    /// [`Pager::vcpu_interrupted`].
-    fn kick(&self, tid: i32) -> std::io::Result<()>;
-    /// Stops every vCPU until the VMM resumes the VM (then it calls [`Pager::retry`]).
-    fn pause(&self, why: PagerFailure);
-    /// Whether the VM is paused because of a pager failure: reclaim waits for the resume
-    /// (which retries). A pause for another reason does not stop reclaim.
-    fn pager_paused(&self) -> bool;
-    /// How long the busiest vCPU has run in guest mode since it started (`None`: not known).
-    /// Working-set sampling counts its periods in it.
-    fn guest_time(&self) -> Option<std::time::Duration> {
-        None
-    }
-}
-
-/// A [`VcpuControl`] for a pager that serves no vCPUs (tests, tools that drive guest memory
-/// themselves): a pause is recorded until [`NoVcpus::resume`], and nobody is kicked.
-#[derive(Debug, Default)]
-pub struct NoVcpus {
-    paused: Mutex<Option<PagerFailure>>,
-}
-
-impl NoVcpus {
-    /// Why the pager paused, if it did.
-    pub fn paused(&self) -> Option<PagerFailure> {
-        self.paused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub fn resume(&self) -> Option<PagerFailure> {
-        self.paused.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-impl VcpuControl for NoVcpus {
-    fn is_vcpu(&self, _: i32) -> bool {
-        false
-    }
-
-    fn kick(&self, _: i32) -> std::io::Result<()> {
-        Err(std::io::Error::other("there are no vCPUs"))
-    }
-
-    fn pause(&self, why: PagerFailure) {
-        self.paused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(why);
-    }
-
-    fn pager_paused(&self) -> bool {
-        self.paused().is_some()
-    }
-}
-
-/// The page table and what goes with it, under the page lock.
-pub(crate) struct Pages {
-    pub table: PageTable,
-    /// The buffer of the store reads made under the page lock: a fault served again, a second
-    /// fault while `fault_io` is taken, the Swap Mapper's refetches.
-    pub io: IoBuf,
-    /// Pages installed by prefetch and not yet written.
-    pub prefetched: Vec<bool>,
-    /// Guest RAM is registered with userfaultfd (see `takeover.rs`); until then the guest and
-    /// devices use plain memory and no page is tracked but the balloon's.
-    pub attached: bool,
-    /// Host addresses of the huge pages not split yet (see `takeover.rs`).
-    pub huge: HashSet<u64>,
-    /// The victims of the reclaim chunk being written, sorted: mapped, write-protected and
-    /// decided, so nothing else may change them until the chunk is recorded (`reclaim.rs`).
-    pub in_flight: Vec<PageIdx>,
-    /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
-    /// first installs past the limit wait for the first chunk).
-    pub resident_after_chunk: u32,
-    /// Indirections live or pending, over all disks (each holds a swap-block reference).
-    pub indirections: u32,
-}
-
-pub(crate) struct Shared {
-    pub mem: Arc<GuestMem>,
-    pub map: RamMap,
-    pub uffd: Userfault,
-    /// How RAM is taken over at run time; `None`: this kernel cannot scan its page map, so RAM
-    /// is registered from the start.
-    pub pagemap: Option<PageMap>,
-    pub stores: Stores,
-    pub pages: Mutex<Pages>,
-    /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
-    /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
-    pub fault_io: Mutex<IoBuf>,
-    /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
-    pub settled: Condvar,
-    /// Set to wake the reclaim thread, with `reclaim_wake`.
-    pub reclaim_wanted: Mutex<bool>,
-    pub reclaim_wake: Condvar,
-    /// vCPU threads stopped by the Preventer: the page each faulted on, and since when.
-    pub stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
-    /// Fault events read by the pager thread.
-    events: Mutex<EventBuffer>,
-    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
-    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
-    /// them again ([`Pager::retry`]).
-    pub unresolved: Mutex<Vec<Fault>>,
-    /// Resident-page limit (the high watermark); `u32::MAX`: none.
-    pub limit: AtomicU32,
-    pub vcpus: Arc<dyn VcpuControl>,
-    pub batch: u32,
-    pub sample_pages: u32,
-    pub sample_period: std::time::Duration,
-    /// Proactive swap-in when the limit leaves room (`PagerConfig::proactive`).
-    pub proactive: bool,
-    /// Set when the limit rises: the reclaim thread then swaps in proactively (`swapin.rs`).
-    pub swap_in_wanted: AtomicBool,
-    /// Working-set sampling (`sample.rs`), taken before `pages`, never after it.
-    pub sampling: Mutex<Sampling>,
-    /// A zeroed source for installing fresh writable pages.
-    pub zeros: Vec<u8>,
-    pub counters: Counters,
-    pub fault_latency: Latency,
-    pub swap_fault_latency: Latency,
-    pub reclaim_latency: Latency,
-    /// `--tesseract`, and the swap file's path (which the indirection logs name).
-    pub indirections: Option<IndirectConfig>,
-    pub swap_path: PathBuf,
-    /// The swap file was made for this VM: deleted when the pager ends (with indirections it
-    /// is not unlinked at once, since a crash must leave it for recovery).
-    pub temporary_swap: bool,
-}
 
 /// The pager of one VM. Cloning shares it.
 #[derive(Clone)]
 pub struct Pager {
-    pub(crate) shared: Arc<Shared>,
-}
-
-fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
-    match limit {
-        None => Ok(u32::MAX),
-        Some(l) if l > size => Err(PagerError::LimitAboveSize { limit: l, size }),
-        Some(l) if l < MIN_LIMIT => Err(PagerError::LimitTooSmall { limit: l }),
-        Some(l) => Ok(u32::try_from(l / PAGE_SIZE).unwrap_or(u32::MAX)),
-    }
-}
-
-/// The inverse of [`limit_pages`].
-pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
-    (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE)
-}
-
-/// The calling thread's id.
-pub(crate) fn current_tid() -> i32 {
-    // SAFETY: gettid(2) has no arguments and cannot fail.
-    unsafe { libc::gettid() }
+    pub(crate) core: Arc<PagerCore>,
+    /// Working-set sampling, run by the pager thread.
+    sampler: Arc<Sampler>,
+    /// Proactive swap-in, run by the reclaim thread.
+    swap_in: Arc<SwapIn>,
+    /// The False Reads Preventer, which the pager thread's fault path and vCPU threads reach.
+    preventer: Arc<Preventer>,
 }
 
 impl Pager {
@@ -331,7 +91,7 @@ impl Pager {
         let uffd = Userfault::new().map_err(PagerError::Uffd)?;
         let map = RamMap::new(&mem);
         let pages = map.pages();
-        let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE)?;
+        let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE as u64)?;
         let extra = config.indirections.map_or(0, |c| c.max);
         let swap_blocks = pages.saturating_add(extra);
         let swap = SwapFile::create(
@@ -345,7 +105,7 @@ impl Pager {
         table.victims.cache_percent = config.victim_cache.min(50);
         // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
         // image (reclaim writes from its own buffer).
-        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * BLOCK;
+        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
         let state = Pages {
             table,
             // Huge pages only for the hot paths' buffers (`fault_io`, reclaim's): this one
@@ -358,8 +118,14 @@ impl Pager {
             resident_after_chunk: 0,
             indirections: 0,
         };
-        let guest_time = vcpus.guest_time();
-        let shared = Arc::new(Shared {
+        let sampler = Arc::new(Sampler::new(
+            config.sample_pages,
+            config.sample_period,
+            vcpus.guest_time(),
+        ));
+        let swap_in = Arc::new(SwapIn::new(config.proactive));
+        let preventer = Arc::new(Preventer::default());
+        let core = Arc::new(PagerCore {
             mem,
             map,
             uffd,
@@ -379,18 +145,12 @@ impl Pager {
             settled: Condvar::new(),
             reclaim_wanted: Mutex::new(false),
             reclaim_wake: Condvar::new(),
-            stopped: Mutex::new(HashMap::new()),
             events: Mutex::new(EventBuffer::new(64)),
             unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            sample_pages: config.sample_pages,
-            sample_period: config.sample_period,
-            proactive: config.proactive,
-            swap_in_wanted: AtomicBool::new(false),
-            sampling: Mutex::new(Sampling::new(config.sample_period, guest_time)),
-            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE],
+            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
@@ -401,16 +161,16 @@ impl Pager {
         });
         // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
         // for them takes RAM over from the start, as a limit does.
-        if config.limit.is_some() || mech.mapper || mech.preventer || shared.pagemap.is_none() {
-            shared.attach(&mut shared.lock())?;
+        if config.limit.is_some() || mech.mapper || mech.preventer || core.pagemap.is_none() {
+            core.attach(&mut core.lock())?;
         }
-        let r = shared.clone();
+        let r = core.clone();
+        let swapping = swap_in.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.reclaim_thread()))
-                    .is_err()
-                {
+                let run = || r.reclaim_thread(&swapping);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {
                         error: "the reclaim thread panicked".into(),
@@ -419,8 +179,8 @@ impl Pager {
                 }
             })
             .map_err(PagerError::Thread)?;
-        if shared.stores.swap.pool.is_some() {
-            let f = shared.clone();
+        if core.stores.swap.pool.is_some() {
+            let f = core.clone();
             std::thread::Builder::new()
                 .name("pool-flush".into())
                 .spawn(move || {
@@ -435,17 +195,20 @@ impl Pager {
                 .map_err(PagerError::Thread)?;
         }
         if config.indirections.is_some_and(|c| c.defrag.is_some()) {
-            let d = shared.clone();
+            let d = core.clone();
             std::thread::Builder::new()
                 .name("defrag".into())
                 .spawn(move || d.defrag_thread())
                 .map_err(PagerError::Thread)?;
         }
-        let s = shared.clone();
+        let s = core.clone();
+        let sampling = sampler.clone();
+        let preventing = preventer.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run())) {
+                let run = || s.run(&sampling, &preventing);
+                let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
                         let msg = p.downcast_ref::<&str>().map(|m| (*m).to_owned());
@@ -456,7 +219,12 @@ impl Pager {
                 on_failure(why);
             })
             .map_err(PagerError::Thread)?;
-        Ok(Pager { shared })
+        Ok(Pager {
+            core,
+            sampler,
+            swap_in,
+            preventer,
+        })
     }
 
     /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages
@@ -468,9 +236,9 @@ impl Pager {
         image: std::fs::File,
         writable: Option<&std::path::Path>,
     ) -> Result<(), PagerError> {
-        let s = &self.shared;
+        let s = &self.core;
         let indirect = match (s.indirections, writable) {
-            (Some(cfg), Some(path)) => Some(crate::indirect::Indirect::start(
+            (Some(cfg), Some(path)) => Some(crate::store::indirect::Indirect::start(
                 path,
                 &s.swap_path,
                 cfg.sync,
@@ -491,7 +259,7 @@ impl Pager {
     /// logs (or, with `keep`, leaves them for the next start), then deletes a swap file made
     /// for this VM that nothing needs any more. Returns the blocks copied back and kept.
     pub fn end_indirections(&self) -> Result<(u64, u64), PagerError> {
-        let s = &self.shared;
+        let s = &self.core;
         let Some(cfg) = s.indirections else {
             return Ok((0, 0));
         };
@@ -501,7 +269,7 @@ impl Pager {
             if cfg.keep {
                 kept += ind
                     .keep()
-                    .map_err(|source| crate::indirect::IndirectError::Io {
+                    .map_err(|source| crate::store::indirect::IndirectError::Io {
                         path: ind.image().to_owned(),
                         source,
                     })?;
@@ -524,13 +292,13 @@ impl Pager {
     /// proactive swap-in (`swapin.rs`). The first limit
     /// of a VM started without one takes guest RAM over (`takeover.rs`).
     pub fn set_limit(&self, limit: Option<u64>) -> Result<(), PagerError> {
-        let s = &self.shared;
-        let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE)?;
+        let s = &self.core;
+        let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE as u64)?;
         if limit.is_some() {
             s.attach(&mut s.lock())?;
         }
         if s.limit.swap(pages, Ordering::SeqCst) < pages {
-            s.swap_in_wanted.store(true, Ordering::SeqCst);
+            self.swap_in.want();
         }
         s.want_reclaim();
         Ok(())
@@ -538,11 +306,11 @@ impl Pager {
 
     /// Resizes the pool (`PUT /pool`); a smaller pool spills down to its new size.
     pub fn set_pool(&self, bytes: u64) -> Result<(), PagerError> {
-        match &self.shared.stores.swap.pool {
+        match &self.core.stores.swap.pool {
             None => Err(PagerError::NoPool),
             Some(p) => {
                 p.set_capacity(bytes);
-                self.shared.want_reclaim();
+                self.core.want_reclaim();
                 Ok(())
             }
         }
@@ -550,7 +318,7 @@ impl Pager {
 
     /// The resident limit in bytes, if there is one.
     pub fn limit_bytes(&self) -> Option<u64> {
-        limit_to_bytes(self.shared.limit.load(Ordering::SeqCst))
+        limit_to_bytes(self.core.limit.load(Ordering::SeqCst))
     }
 
     /// After the VMM resumed a paused VM: the faults that could not be resolved are served
@@ -559,20 +327,84 @@ impl Pager {
     pub fn retry(&self) {
         let faults = std::mem::take(
             &mut *self
-                .shared
+                .core
                 .unresolved
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for f in faults {
-            self.shared.serve_fault(f);
+            self.core.serve_fault(&self.preventer, f);
         }
-        self.shared.want_reclaim();
-        self.shared.settled.notify_all();
+        self.core.want_reclaim();
+        self.core.settled.notify_all();
+    }
+
+    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
+    /// it on a write fault, the faulting page is put in place before this returns: filled from
+    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
+    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
+    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
+        self.preventer.vcpu_interrupted(&self.core, registers);
+    }
+
+    /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
+    pub fn snapshot(&self) -> PagerSnapshot {
+        self.core.snapshot(&self.sampler)
     }
 }
 
-impl Shared {
+/// Devices reach guest RAM through the handle; the work is the core's (`guest_ram.rs`).
+impl GuestRam for Pager {
+    fn mem(&self) -> &GuestMem {
+        self.core.mem()
+    }
+
+    fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        self.core.write(addr, data)
+    }
+
+    fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_read(disk, pages);
+    }
+
+    fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
+        self.core.disk_write_begin(disk, offset, len)
+    }
+
+    fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
+        self.core.disk_write_elide(disk, pages)
+    }
+
+    fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
+        self.core.disk_write_end(disk, offset, len, landed)
+    }
+
+    fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
+        self.core.disk_flush(disk)
+    }
+
+    fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+        self.core.disk_read_split(disk, offset, buf)
+    }
+
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_write_sources(disk, pages);
+    }
+
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
+        self.core.disk_write_done(disk, pages);
+    }
+
+    fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
+        self.core.discard(ranges, why)
+    }
+
+    fn deflate(&self, ranges: &[GuestRange]) {
+        self.core.deflate(ranges);
+    }
+}
+
+impl PagerCore {
     /// Tesseract's defragmentation: batches of indirected blocks copied back into the images
     /// (guest-disk), or one guest write's indirections at a time grouped in the swap file
     /// (swap-file), with a pause between batches so the guest's own I/O goes first; a failed
@@ -587,11 +419,11 @@ impl Shared {
             for image in self.stores.images() {
                 let Some(ind) = &image.indirect else { continue };
                 let (released, r) = match mode {
-                    crate::indirect::Defrag::Guest => match ind.defragment(BATCH) {
+                    crate::store::indirect::Defrag::Guest => match ind.defragment(BATCH) {
                         Ok(released) => (released, Ok(())),
                         Err(e) => (Vec::new(), Err(e)),
                     },
-                    crate::indirect::Defrag::Store => {
+                    crate::store::indirect::Defrag::Store => {
                         let (released, r) = ind.regroup(|n| self.reserve_indirections(n));
                         (released, r.map(|moved| done += usize::from(moved)))
                     }
@@ -607,55 +439,9 @@ impl Shared {
         }
     }
 
-    /// Takes a run of `n` free swap-file blocks for indirections, if the most indirections
-    /// allow it and the swap file has such a run.
-    fn reserve_indirections(&self, n: u32) -> Option<crate::state::Block> {
-        let max = self.indirections?.max;
-        let mut pages = self.lock();
-        if pages.indirections.saturating_add(n) > max {
-            return None;
-        }
-        let first = pages.table.blocks.alloc_run(n)?;
-        pages.indirections += n;
-        Some(first)
-    }
-
-    /// Drops the swap-block references of indirections that ended (or never began).
-    pub(crate) fn release_indirections(&self, blocks: Vec<crate::state::Block>) {
-        if blocks.is_empty() {
-            return;
-        }
-        let mut pages = self.lock();
-        for b in blocks {
-            pages.table.blocks.release(b);
-            pages.indirections -= 1;
-        }
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Pages> {
-        self.pages.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn stopped(&self) -> MutexGuard<'_, HashMap<i32, (PageIdx, Instant)>> {
-        self.stopped.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn limit(&self) -> u32 {
-        self.limit.load(Ordering::Relaxed)
-    }
-
-    /// Asks the VMM to pause the VM because `why` (counted once per pause).
-    pub(crate) fn pause(&self, why: PagerFailure) {
-        if !self.vcpus.pager_paused() {
-            tracing::error!("pager: pausing the VM: {why}");
-            Counters::add(&self.counters.pauses, 1);
-        }
-        self.vcpus.pause(why);
-    }
-
     /// Serves the fault events that are pending, without waiting for more. Returns why the
     /// pager cannot go on, if it cannot.
-    pub(crate) fn serve_pending_faults(&self) -> Result<(), String> {
+    pub(crate) fn serve_pending_faults(&self, preventer: &Preventer) -> Result<(), String> {
         let faults = {
             let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
             self.uffd
@@ -663,13 +449,13 @@ impl Shared {
                 .map_err(|e| format!("reading fault events failed: {e}"))?
         };
         for f in faults {
-            self.serve_fault(f);
+            self.serve_fault(preventer, f);
         }
         Ok(())
     }
 
-    /// Serves faults until it cannot; returns why.
-    fn run(&self) -> String {
+    /// Serves faults and runs working-set sampling until it cannot; returns why.
+    fn run(&self, sampler: &Sampler, preventer: &Preventer) -> String {
         loop {
             let mut fd = libc::pollfd {
                 fd: self.uffd.as_raw_fd(),
@@ -678,8 +464,8 @@ impl Shared {
             };
             // While a vCPU is stopped for the Preventer, wake up to take over if it does not
             // answer; otherwise when the sampling period ends.
-            let timeout = if self.stopped().is_empty() {
-                self.sample_tick().map_or(-1, |d| {
+            let timeout = if !preventer.waiting() {
+                sampler.tick(self).map_or(-1, |d| {
                     i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
                 })
             } else {
@@ -694,10 +480,10 @@ impl Shared {
                 }
                 return format!("poll on the userfaultfd failed: {e}");
             }
-            if let Err(why) = self.serve_pending_faults() {
+            if let Err(why) = self.serve_pending_faults(preventer) {
                 return why;
             }
-            self.expire_stopped();
+            preventer.expire(self);
         }
     }
 }

@@ -6,11 +6,12 @@
 //! 1. The pager thread gets a write fault, from a vCPU thread, on a swapped or on-disk page. Instead
 //!    of reading the page, it records the page as pending for that thread and sends the thread
 //!    `SIGUSR1`: `KVM_RUN` returns `EINTR` with RIP still at the faulting instruction.
-//! 2. The vCPU thread calls [`Pager::vcpu_interrupted`] with its registers. The pager walks
-//!    the guest page tables to read the instruction at RIP and decodes it ([`plan`]). A `REP STOS`
-//!    or `REP MOVS` (forward, 64-bit addressing) whose destination covers the whole faulting page
-//!    lets the pager install that page — and the other whole pages the instruction will write,
-//!    up to [`MAX_PAGES`] — with the content the instruction is about to store, with no read.
+//! 2. The vCPU thread calls [`Pager::vcpu_interrupted`](crate::Pager::vcpu_interrupted) with
+//!    its registers. The pager walks the guest page tables to read the instruction at RIP and
+//!    decodes it ([`plan`]). A `REP STOS` or `REP MOVS` (forward, 64-bit addressing) whose
+//!    destination covers the whole faulting page lets the pager install that page — and the
+//!    other whole pages the instruction will write, up to [`MAX_PAGES`] — with the content the
+//!    instruction is about to store, with no read.
 //! 3. Anything else falls back to the ordinary swap-in. Either way the page is in place before
 //!    the vCPU re-enters the guest, which then runs the instruction again over present pages.
 //! 4. If the vCPU does not answer within [`TIMEOUT_MS`], the pager thread swaps the page in itself.
@@ -21,23 +22,24 @@
 //! guests clear freshly allocated pages: Linux's `clear_page_erms` is `rep stosb`) and falls back
 //! for the rest.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
-use crate::pager::{current_tid, Pager, PagerFailure, Shared};
-use crate::state::PageIdx;
+use crate::core::{current_tid, PagerCore, PagerFailure};
+use crate::page::{PageIdx, PAGE_SIZE};
 use crate::stats::Counters;
-use crate::uffd::Fault;
+use crate::sys::uffd::Fault;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
 /// How long the pager waits for an interrupted vCPU before swapping the page in itself.
 pub const TIMEOUT_MS: u64 = 10;
 
-const PAGE: u64 = 4096;
 const RFLAGS_DF: u64 = 1 << 10;
 
 /// The vCPU registers the Preventer reads.
@@ -130,8 +132,8 @@ pub fn plan(cpu: &CpuState, code: &[u8]) -> Option<Plan> {
     };
     let len = cpu.rcx.checked_mul(size)?;
     let end = cpu.rdi.checked_add(len)?;
-    let first_page = cpu.rdi.checked_add(PAGE - 1)? & !(PAGE - 1);
-    let last_page = end & !(PAGE - 1);
+    let first_page = cpu.rdi.checked_add(PAGE_SIZE as u64 - 1)? & !(PAGE_SIZE as u64 - 1);
+    let last_page = end & !(PAGE_SIZE as u64 - 1);
     if last_page <= first_page {
         return None;
     }
@@ -142,7 +144,7 @@ pub fn plan(cpu: &CpuState, code: &[u8]) -> Option<Plan> {
             return None;
         }
     }
-    let pages = ((last_page - first_page) / PAGE).min(MAX_PAGES);
+    let pages = ((last_page - first_page) / PAGE_SIZE as u64).min(MAX_PAGES);
     Some(Plan {
         first_page,
         pages,
@@ -174,22 +176,38 @@ pub fn translate(cr3: u64, va: u64, read: impl Fn(u64) -> Option<u64>) -> Option
 
 // The Preventer's driving: stopping a vCPU on its write fault and deciding once it answers.
 
-impl Shared {
+/// The Preventer's state: the vCPU threads it stopped, the page each faulted on, and since
+/// when. Taken after the page lock, never before it.
+#[derive(Default)]
+pub(crate) struct Preventer {
+    stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
+}
+
+impl Preventer {
+    fn stopped(&self) -> MutexGuard<'_, HashMap<i32, (PageIdx, Instant)>> {
+        self.stopped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a stopped vCPU has yet to answer.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.stopped().is_empty()
+    }
+
     /// Stops vCPU thread `tid`, whose write to page `p` faulted, so it can be asked what it is
     /// writing. Returns false if it cannot be stopped (already stopped, or the kick failed):
     /// the caller then swaps the page in.
-    pub(crate) fn stop_for_preventer(&self, tid: i32, p: PageIdx) -> bool {
+    pub(crate) fn stop(&self, core: &PagerCore, tid: i32, p: PageIdx) -> bool {
         let mut stopped = self.stopped();
-        if stopped.contains_key(&tid) || self.vcpus.kick(tid).is_err() {
+        if stopped.contains_key(&tid) || core.vcpus.kick(tid).is_err() {
             return false;
         }
         stopped.insert(tid, (p, Instant::now()));
-        Counters::add(&self.counters.preventer_attempts, 1);
+        Counters::add(&core.counters.preventer_attempts, 1);
         true
     }
 
     /// Swaps in the pages of stopped vCPUs that did not answer in time.
-    pub(crate) fn expire_stopped(&self) {
+    pub(crate) fn expire(&self, core: &PagerCore) {
         let late: Vec<(i32, PageIdx)> = {
             let mut stopped = self.stopped();
             let late: Vec<(i32, PageIdx)> = stopped
@@ -203,33 +221,32 @@ impl Shared {
             late
         };
         for (_, p) in late {
-            Counters::add(&self.counters.preventer_timeouts, 1);
-            let mut pages = self.lock();
-            if let Err(e) = self.missing_fault(&mut pages, p, true) {
+            Counters::add(&core.counters.preventer_timeouts, 1);
+            let mut pages = core.lock();
+            if let Err(e) = core.missing_fault(&mut pages, p, true) {
                 let f = Fault {
-                    addr: self.map.host(p),
+                    addr: core.map.host(p),
                     write: true,
                     protected: false,
                     tid: 0,
                 };
-                self.unresolved(f, p, e);
+                core.unresolved(f, p, e);
             }
         }
     }
-}
 
-impl Pager {
-    /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
-    /// it on a write fault, the faulting page is put in place before this returns: filled from
-    /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
-    /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
-    pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        let s = &self.shared;
-        let Some((p, _)) = s.stopped().remove(&current_tid()) else {
+    /// A vCPU thread's `KVM_RUN` was interrupted (see [`crate::Pager::vcpu_interrupted`]).
+    pub(crate) fn vcpu_interrupted(
+        &self,
+        core: &PagerCore,
+        registers: impl FnOnce() -> Option<CpuState>,
+    ) {
+        let s = core;
+        let Some((p, _)) = self.stopped().remove(&current_tid()) else {
             return;
         };
         let installed = registers()
-            .and_then(|cpu| self.prevent(&cpu, p))
+            .and_then(|cpu| core.prevent(&cpu, p))
             .unwrap_or(0);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
@@ -246,15 +263,17 @@ impl Pager {
         }
         drop(s.hold_to_cap(pages));
     }
+}
 
+impl PagerCore {
     /// Reads guest-virtual memory through the vCPU's page tables.
     fn read_virt(&self, cr3: u64, va: u64, buf: &mut [u8]) -> Option<()> {
-        let mem = &self.shared.mem;
+        let mem = &self.mem;
         let mut done = 0usize;
         while done < buf.len() {
             let at = va.checked_add(done as u64)?;
             let pa = translate(cr3, at, |a| mem.read_obj::<u64>(GuestAddress(a)).ok())?;
-            let n = usize::try_from(PAGE - at % PAGE)
+            let n = usize::try_from(PAGE_SIZE as u64 - at % PAGE_SIZE as u64)
                 .ok()?
                 .min(buf.len() - done);
             mem.read_slice(&mut buf[done..done + n], GuestAddress(pa))
@@ -267,7 +286,7 @@ impl Pager {
     /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
     /// page `p` is one of them. Returns how many pages were written without a read.
     fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
-        let s = &self.shared;
+        let s = self;
         let mut code = [0u8; 15];
         self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
         let plan = plan(cpu, &code)?;
@@ -275,7 +294,7 @@ impl Pager {
         let pte = |a: u64| mem.read_obj::<u64>(GuestAddress(a)).ok();
         let targets: Vec<(u64, u64)> = (0..plan.pages)
             .filter_map(|i| {
-                let va = plan.first_page + i * PAGE;
+                let va = plan.first_page + i * PAGE_SIZE as u64;
                 translate(cpu.cr3, va, pte).map(|pa| (va, pa))
             })
             .collect();

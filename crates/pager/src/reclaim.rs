@@ -17,11 +17,11 @@
 //! While a chunk is in flight its victims are mapped and write-protected and their fate is
 //! decided, so nothing may change them: a guest write to one waits on the protection (the
 //! pager thread leaves the fault unresolved, and step 3 wakes it; it then faults the page back
-//! in from its new block), and every device access goes through [`Shared::lock_settled`], which
+//! in from its new block), and every device access goes through [`PagerCore::lock_settled`], which
 //! waits for the chunk to be recorded. No write is lost between checking and dropping.
 //!
 //! Installing threads (the pager thread after a fault, devices) wake the reclaim thread when
-//! they take the VM over its limit, and wait for its next chunk ([`Shared::hold_to_cap`]) only
+//! they take the VM over its limit, and wait for its next chunk ([`PagerCore::hold_to_cap`]) only
 //! once installs have added a chunk's worth of pages since the last chunk was recorded: a
 //! shrink goes on while faults are served, and installs cannot outrun reclaim when the disk is
 //! slow. A chunk that fails pauses the VM; nothing is reclaimed while it is paused.
@@ -29,12 +29,14 @@
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, GuestRange};
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE};
-use crate::state::{Block, Disposition, PageIdx, PageState};
+use crate::core::{PagerCore, PagerFailure, Pages};
+use crate::page::{Block, PageIdx, PAGE_SIZE};
+use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
+use crate::swapin::SwapIn;
 use memvisor_devices::iobuf::IoBuf;
 
 /// A chunk between its decisions and its release: what step 3 needs.
@@ -49,7 +51,7 @@ struct Flight {
 /// A chunk that takes this long says where its time went (at info).
 const SLOW_CHUNK: Duration = Duration::from_millis(100);
 
-impl Shared {
+impl PagerCore {
     /// The low watermark for `limit`: where a reclaim that started above the limit stops.
     fn low_watermark(&self, limit: u32) -> u32 {
         limit.saturating_sub(self.batch.max(limit / 64))
@@ -107,10 +109,10 @@ impl Shared {
     }
 
     /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
-    pub(crate) fn reclaim_thread(&self) {
+    pub(crate) fn reclaim_thread(&self, swap_in: &SwapIn) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = self.lock().table.mech.cluster.max(1);
-        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE);
+        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE_SIZE);
         loop {
             {
                 // Woken when wanted, and every 100 ms anyway. The page lock is not taken while
@@ -131,7 +133,7 @@ impl Shared {
             if self.lock().table.resident() > self.limit() {
                 self.reclaim_to_low_watermark(&mut buf);
             } else {
-                self.swap_in_proactively();
+                swap_in.run(self);
             }
         }
     }
@@ -195,7 +197,7 @@ impl Shared {
         let host = self.map.host(p) as *const u64;
         // SAFETY: `p` is resident (the caller checked the table) and write-protected, so the page
         // is mapped and nobody changes it while we read; it lies in a live guest RAM mapping.
-        let words = unsafe { std::slice::from_raw_parts(host, PAGE / 8) };
+        let words = unsafe { std::slice::from_raw_parts(host, PAGE_SIZE / 8) };
         words.iter().all(|&w| w == 0)
     }
 
@@ -215,7 +217,7 @@ impl Shared {
         for (first, n) in self.map.region_runs(&cooled) {
             if let Err(e) = self
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE)
+                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
             {
                 cooled.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -229,7 +231,7 @@ impl Shared {
             // Nothing is decided yet: a page left protected costs its next write one fault.
             if let Err(e) = self
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE)
+                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
             {
                 victims.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -255,12 +257,12 @@ impl Shared {
             victims.iter().for_each(|&p| pages.table.kept(p));
             return Err(std::io::Error::other("the swap store is full"));
         }
-        let out = buf.get(to_write.len() * PAGE);
+        let out = buf.get(to_write.len() * PAGE_SIZE);
         for (k, &p) in to_write.iter().enumerate() {
             let src = self.map.host(p) as *const u8;
             // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
-            let page = unsafe { std::slice::from_raw_parts(src, PAGE) };
-            out[k * PAGE..(k + 1) * PAGE].copy_from_slice(page);
+            let page = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
+            out[k * PAGE_SIZE..(k + 1) * PAGE_SIZE].copy_from_slice(page);
         }
         pages.in_flight = victims;
         Ok(Some(Flight {
@@ -275,14 +277,18 @@ impl Shared {
     /// blocks.
     fn write_flight(&self, flight: &Flight, buf: &mut IoBuf) -> std::io::Result<()> {
         let blocks = &flight.blocks;
-        let data = buf.get(blocks.len() * PAGE);
+        let data = buf.get(blocks.len() * PAGE_SIZE);
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
             while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
                 j += 1;
             }
-            store::write(&self.stores.swap, blocks[i], &data[i * PAGE..j * PAGE])?;
+            store::write(
+                &self.stores.swap,
+                blocks[i],
+                &data[i * PAGE_SIZE..j * PAGE_SIZE],
+            )?;
             i = j;
         }
         Ok(())
@@ -319,7 +325,7 @@ impl Shared {
         // Writers that waited on a victim's protection try again: the page is gone (they fault
         // it back in) or, if it stayed, its protection is theirs to end.
         for &(first, n) in &victim_runs {
-            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE) {
+            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE_SIZE) {
                 tracing::debug!("pager: waking writers of pages {first}+{n} failed: {e}");
             }
         }
@@ -344,7 +350,7 @@ impl Shared {
             self.split_huge(pages, first, n);
             let range = GuestRange {
                 addr: self.map.gpa(first),
-                len: u64::from(n) * PAGE_SIZE,
+                len: u64::from(n) * PAGE_SIZE as u64,
             };
             if let Err(e) = dontneed(&self.mem, range) {
                 kept.push((first, n));

@@ -25,63 +25,16 @@
 //! less memory, and would thrash more. Counted in guest time, that feedback is gone, and
 //! neither a VM the host paused nor one the host did not run for a while looks idle.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use memvisor_devices::ram::{dontneed, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, GuestRange};
 use memvisor_policy::ActiveEstimate;
 
-use crate::pager::{Pages, Shared, PAGE};
-use crate::state::{PageIdx, PageState};
+use crate::core::{PagerCore, Pages};
+use crate::page::{PageIdx, PAGE_SIZE};
+use crate::state::PageState;
 use crate::store::{PageStore, StoreCounters};
-
-/// The pages out for a working-set sample, in host memory: slot `n` holds the content of the
-/// `n`-th page of the period's sample.
-pub struct SampleStore {
-    slots: Mutex<Vec<u8>>,
-    counters: StoreCounters,
-}
-
-impl SampleStore {
-    pub fn new(slots: u32) -> Self {
-        SampleStore {
-            slots: Mutex::new(vec![0; slots as usize * PAGE]),
-            counters: StoreCounters::default(),
-        }
-    }
-
-    /// The byte range of `len` bytes from slot `n`, if inside the store.
-    fn range(slots: &[u8], n: u32, len: usize) -> std::io::Result<std::ops::Range<usize>> {
-        let start = (n as usize)
-            .checked_mul(PAGE)
-            .filter(|s| s.checked_add(len).is_some_and(|e| e <= slots.len()))
-            .ok_or_else(|| std::io::Error::other(format!("sample slot {n} is out of range")))?;
-        Ok(start..start + len)
-    }
-}
-
-impl PageStore for SampleStore {
-    fn describe(&self) -> String {
-        "the sample store".into()
-    }
-
-    fn read(&self, n: u32, buf: &mut [u8]) -> std::io::Result<()> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        buf.copy_from_slice(&slots[Self::range(&slots, n, buf.len())?]);
-        Ok(())
-    }
-
-    fn write(&self, n: u32, data: &[u8]) -> std::io::Result<()> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let r = Self::range(&slots, n, data.len())?;
-        slots[r].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn counters(&self) -> &StoreCounters {
-        &self.counters
-    }
-}
 
 /// A sampling period ends once the guest has run this many periods' worth of wall-clock time at
 /// the most, whether or not it ran: a guest whose vCPUs halt (or a VMM whose kernel does not
@@ -171,38 +124,61 @@ impl Sampling {
     }
 }
 
-impl Shared {
-    fn sample_faults(&self) -> u64 {
-        StoreCounters::get(&self.stores.sample.counters().faults)
+/// Working-set sampling: the sampling state and settings, working on the core it is given.
+pub(crate) struct Sampler {
+    /// Resident pages taken out each period (0: sampling is off).
+    pages: u32,
+    /// How long a period lasts.
+    period: Duration,
+    /// Taken before the page lock, never after it.
+    state: Mutex<Sampling>,
+}
+
+impl Sampler {
+    pub fn new(pages: u32, period: Duration, guest: Option<Duration>) -> Self {
+        Sampler {
+            pages,
+            period,
+            state: Mutex::new(Sampling::new(period, guest)),
+        }
+    }
+
+    /// The sampling state (taken before the page lock, never after it).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Sampling> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn faults(core: &PagerCore) -> u64 {
+        StoreCounters::get(&core.stores.sample.counters().faults)
     }
 
     /// Sampled pages touched so far this period, and pages sampled.
-    pub(crate) fn sampled_so_far(&self, s: &Sampling) -> (u64, u64) {
+    pub(crate) fn sampled_so_far(core: &PagerCore, s: &Sampling) -> (u64, u64) {
         let n = s.out.len() as u64;
-        ((self.sample_faults() - s.faults_at_start).min(n), n)
+        ((Self::faults(core) - s.faults_at_start).min(n), n)
     }
 
     /// Pager thread: ends the sampling period if it is due and starts the next one. Returns how
     /// long until the next period ends (`None`: sampling is off).
-    pub(crate) fn sample_tick(&self) -> Option<Duration> {
-        if self.sample_pages == 0 {
+    pub(crate) fn tick(&self, core: &PagerCore) -> Option<Duration> {
+        if self.pages == 0 {
             return None;
         }
-        let mut sampling = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sampling = self.lock();
         let now = Instant::now();
-        if let Some(wait) = sampling.clock.remaining(now, || self.vcpus.guest_time()) {
+        if let Some(wait) = sampling.clock.remaining(now, || core.vcpus.guest_time()) {
             return Some(wait);
         }
-        sampling.clock = PeriodClock::start(self.sample_period, now, self.vcpus.guest_time());
-        let mut pages = self.lock();
+        sampling.clock = PeriodClock::start(self.period, now, core.vcpus.guest_time());
+        let mut pages = core.lock();
         if !pages.attached {
-            return Some(self.sample_period);
+            return Some(self.period);
         }
-        let (touched, n) = self.sampled_so_far(&sampling);
+        let (touched, n) = Self::sampled_so_far(core, &sampling);
         let out = std::mem::take(&mut sampling.out);
         for (slot, &p) in (0u32..).zip(&out) {
             if pages.table.state(p) == PageState::Sampled(slot) {
-                if let Err(e) = self.bring_back(&mut pages, p, slot) {
+                if let Err(e) = Self::bring_back(core, &mut pages, p, slot) {
                     tracing::warn!("pager: sampled page {p} could not be put back: {e}");
                 }
             }
@@ -212,47 +188,55 @@ impl Shared {
             sampling.periods += 1;
             sampling.last = (touched, n);
         }
-        sampling.out = self.take_sample(&mut pages);
-        sampling.faults_at_start = self.sample_faults();
-        Some(self.sample_period)
+        sampling.out = self.take_sample(core, &mut pages);
+        sampling.faults_at_start = Self::faults(core);
+        Some(self.period)
     }
 
     /// Puts untouched sampled page `p` back from its slot (not counted as a touch).
-    fn bring_back(&self, pages: &mut Pages, p: PageIdx, slot: u32) -> std::io::Result<()> {
-        let buf = pages.io.get(PAGE);
-        self.stores.sample.read(slot, buf)?;
+    fn bring_back(
+        core: &PagerCore,
+        pages: &mut Pages,
+        p: PageIdx,
+        slot: u32,
+    ) -> std::io::Result<()> {
+        let buf = pages.io.get(PAGE_SIZE);
+        core.stores.sample.read(slot, buf)?;
         // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
-        unsafe { self.uffd.copy(buf.as_ptr(), self.map.host(p), PAGE, false) }?;
+        unsafe {
+            core.uffd
+                .copy(buf.as_ptr(), core.map.host(p), PAGE_SIZE, false)
+        }?;
         pages.table.install_run(p, 1, false);
         Ok(())
     }
 
     /// Takes up to `sample_pages` random resident pages out of guest RAM into the sample store.
-    fn take_sample(&self, pages: &mut Pages) -> Vec<PageIdx> {
+    fn take_sample(&self, core: &PagerCore, pages: &mut Pages) -> Vec<PageIdx> {
         let mut out = Vec::new();
-        for p in pages.table.victims.sample(self.sample_pages) {
+        for p in pages.table.victims.sample(self.pages) {
             if pages.in_flight.binary_search(&p).is_ok() {
                 continue;
             }
             let slot = u32::try_from(out.len()).unwrap_or(u32::MAX);
-            let host = self.map.host(p);
-            if let Err(e) = self.uffd.write_protect(host, PAGE) {
+            let host = core.map.host(p);
+            if let Err(e) = core.uffd.write_protect(host, PAGE_SIZE) {
                 tracing::debug!("pager: cannot protect page {p} for a sample: {e}");
                 continue;
             }
             // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
-            let content = unsafe { std::slice::from_raw_parts(host as *const u8, PAGE) };
-            if let Err(e) = self.stores.sample.write(slot, content) {
+            let content = unsafe { std::slice::from_raw_parts(host as *const u8, PAGE_SIZE) };
+            if let Err(e) = core.stores.sample.write(slot, content) {
                 tracing::debug!("pager: cannot keep page {p} for a sample: {e}");
                 continue;
             }
             let range = GuestRange {
-                addr: self.map.gpa(p),
-                len: PAGE_SIZE,
+                addr: core.map.gpa(p),
+                len: PAGE_SIZE as u64,
             };
             // A page that cannot be released stays resident (and protected: its next write
             // just ends the protection).
-            if dontneed(&self.mem, range).is_ok() && pages.table.sample(p, slot) {
+            if dontneed(&core.mem, range).is_ok() && pages.table.sample(p, slot) {
                 pages.prefetched[p as usize] = false;
                 out.push(p);
             }

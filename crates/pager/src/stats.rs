@@ -1,18 +1,14 @@
-//! The pager's counters, named after what happened, latency distributions, and the snapshot
-//! the API serves. They leave the pager as the control API's types ([`PagerCounters`],
-//! [`LatencySummary`]), which the API serializes once; nothing parses them back out of text.
-//! The page census is kept by the page table as pages change state, so a snapshot costs the
-//! same however large the VM is.
+//! The pager's counters, named after what happened, each store's counters, and latency
+//! distributions; `snapshot.rs` builds the API's snapshot from them. They leave the pager as
+//! the control API's types ([`PagerCounters`], [`LatencySummary`]), which the API serializes
+//! once; nothing parses them back out of text. The page census is kept by the page table as
+//! pages change state, so a snapshot costs the same however large the VM is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use memvisor_api::{LatencySummary, PagerCounters};
-
-use crate::pager::{limit_to_bytes, Pager};
-use crate::store::{PageStore, StoreCounters};
-use memvisor_devices::ram::PAGE_SIZE;
 
 /// Counters of one pager; every field only grows.
 #[derive(Debug, Default)]
@@ -160,8 +156,32 @@ impl Counters {
     }
 }
 
-fn get(a: &AtomicU64) -> u64 {
+pub(crate) fn get(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
+}
+
+/// What one store has done; every field only grows.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    /// Faults served by a read from this store (with the run that came along).
+    pub faults: AtomicU64,
+    /// Read calls (each a run of one or more pages).
+    pub reads: AtomicU64,
+    pub bytes_read: AtomicU64,
+    /// Write calls (each a run of one or more pages).
+    pub writes: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+impl StoreCounters {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count(calls: &AtomicU64, bytes: &AtomicU64, len: usize) {
+        calls.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
 }
 
 /// What several stores did, added up.
@@ -224,127 +244,6 @@ impl Latency {
             p50_us: at(50),
             p99_us: at(99),
             max_us: at(100),
-        }
-    }
-}
-
-/// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
-/// by [`Pager::snapshot`].
-pub type PagerSnapshot = memvisor_api::PagerStats;
-
-impl Pager {
-    pub fn snapshot(&self) -> PagerSnapshot {
-        let s = &self.shared;
-        let active = {
-            let sampling = s.sampling.lock().unwrap_or_else(|e| e.into_inner());
-            let (touched, sampled) = s.sampled_so_far(&sampling);
-            let mut estimate = sampling.estimate;
-            estimate.period_so_far(touched, sampled);
-            memvisor_api::ActiveMemory {
-                estimate: estimate.estimate(),
-                slow: estimate.slow,
-                fast: estimate.fast,
-                current: estimate.current,
-                periods: sampling.periods,
-                last_touched_pages: sampling.last.0,
-                last_sampled_pages: sampling.last.1,
-                sampled_pages: sampled,
-                touched_pages: touched,
-            }
-        };
-        let pages = s.lock();
-        let census = pages.table.census();
-        let in_use = pages.table.blocks.in_use();
-        let attached = pages.attached;
-        let victims = &pages.table.victims;
-        let (cooling, cache) = (
-            victims.cooling(),
-            (victims.cache_hits, victims.cache_caught),
-        );
-        drop(pages);
-        // Before the pager has taken RAM over the page table does not follow what the guest
-        // touches: what the host holds is what the page map says is present.
-        let resident = if attached {
-            census.resident.into()
-        } else {
-            s.present_pages().unwrap_or(0)
-        };
-        let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
-        PagerSnapshot {
-            limit_bytes: limit_to_bytes(s.limit()),
-            attached,
-            pages: memvisor_api::PageCensus {
-                resident_pages: resident,
-                zero_pages: census.zero.into(),
-                swapped_pages: census.swapped.into(),
-                ballooned_pages: census.ballooned.into(),
-                reported_pages: census.reported.into(),
-                on_disk_pages: census.on_disk.into(),
-                mirrored_pages: census.mirrored.into(),
-                cooling_pages: cooling.into(),
-                sampled_pages: census.sampled.into(),
-            },
-            swap_blocks_in_use: in_use.into(),
-            counters: s.counters.load(s.stores.swap.counters(), &images, cache),
-            fault_latency: s.fault_latency.summary(),
-            swap_fault_latency: s.swap_fault_latency.summary(),
-            reclaim_latency: s.reclaim_latency.summary(),
-            active,
-            pool: s.stores.swap.pool.as_ref().map(|p| {
-                let c = &p.counters;
-                let get = crate::pool::PoolCounters::get;
-                let usage = p.usage();
-                let stored_bytes = usage.pages * PAGE_SIZE;
-                let (compressed, raw) = (get(&c.compressed), get(&c.raw));
-                memvisor_api::PoolStats {
-                    compression: p.compression(),
-                    chunk_bytes: p.chunk_bytes(),
-                    capacity_bytes: p.capacity(),
-                    used_bytes: usage.used_bytes,
-                    stored_bytes,
-                    compression_ratio: if usage.used_bytes == 0 {
-                        1.0
-                    } else {
-                        stored_bytes as f64 / usage.used_bytes as f64
-                    },
-                    chunks: usage.chunks,
-                    mapped_bytes: usage.chunks * p.chunk_bytes(),
-                    compressed_pages: compressed,
-                    raw_pages: raw,
-                    pooled_pages: compressed + raw,
-                    overflowed_pages: get(&c.overflowed),
-                    hit_pages: get(&c.hits),
-                    spilled_pages: get(&c.spilled),
-                    spill_writes: get(&c.spill_writes),
-                    spill_us: get(&c.spill_us),
-                    purged_pages: get(&c.purged),
-                    proactive_pool_pages: get(&c.proactive_from_pool),
-                    proactive_disk_pages: get(&c.proactive_from_disk),
-                }
-            }),
-            indirections: s.indirections.map(|_| {
-                let mut t = memvisor_api::IndirectionStats::default();
-                for ind in s.stores.images().filter_map(|i| i.indirect.as_ref()) {
-                    let c = &ind.counters;
-                    let (live, log) = ind.usage();
-                    t.live += live;
-                    t.log_bytes += log;
-                    t.elided_pages += get(&c.elided);
-                    t.ended += get(&c.ended);
-                    t.split_reads += get(&c.split_reads);
-                    t.blocks_read += get(&c.blocks_read);
-                    t.copied_back += get(&c.copied_back);
-                    t.disentangled += get(&c.disentangled);
-                    t.refused_pages += get(&c.refused);
-                    t.log_compactions += get(&c.compactions);
-                    t.defragmented += get(&c.defragmented);
-                    t.defrag_urgent += get(&c.defrag_urgent);
-                    t.store_reads += get(&c.store_reads);
-                    t.regrouped += get(&c.regrouped);
-                    t.regrouped_writes += get(&c.regrouped_writes);
-                }
-                t
-            }),
         }
     }
 }

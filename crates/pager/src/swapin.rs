@@ -2,7 +2,7 @@
 //! (MemFlex §3.3, hybrid swap-out) and proactive swap-in (§3.4).
 //!
 //! - **Flusher** (thread `pool-flush`): while the pool is above its spill mark, its least recent
-//!   blocks go to the swap file in sorted runs ([`crate::pool::Pool::spill`]); on every wake-up
+//!   blocks go to the swap file in sorted runs ([`crate::store::pool::Pool::spill`]); on every wake-up
 //!   (at least once a second) it first drops blocks the page table has freed.
 //! - **Proactive swap-in** (on the reclaim thread): when the limit rises (or goes), swapped pages
 //!   come back without waiting for their faults: pooled pages first, most recently pooled first
@@ -37,15 +37,16 @@
 //! the table scan, the ordering, the checks, the file's reads, the `UFFDIO_COPY`s and the
 //! waits for the page lock).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::pager::{PagerFailure, Pages, Shared, PAGE};
-use crate::pool::{Pool, PoolCounters, FLUSH_BATCH};
-use crate::state::{Block, PageIdx, PageState};
+use crate::core::{PagerCore, PagerFailure, Pages};
+use crate::page::{Block, PageIdx, PAGE_SIZE};
+use crate::state::PageState;
 use crate::stats::Counters;
 use crate::store;
-use crate::uffd::CopyError;
+use crate::store::pool::{Pool, PoolCounters, FLUSH_BATCH};
+use crate::sys::uffd::CopyError;
 use memvisor_devices::iobuf::IoBuf;
 
 /// Pages read per step of proactive swap-in (4 MiB), without the page lock.
@@ -55,13 +56,13 @@ const HOLD: usize = 256;
 /// No page (in the block-to-page map of a swap-in).
 const NONE: PageIdx = PageIdx::MAX;
 
-impl Shared {
+impl PagerCore {
     /// The pool's flusher thread.
     pub(crate) fn flush_thread(&self) {
         let Some(pool) = &self.stores.swap.pool else {
             return;
         };
-        let mut buf = IoBuf::huge(FLUSH_BATCH * PAGE);
+        let mut buf = IoBuf::huge(FLUSH_BATCH * PAGE_SIZE);
         loop {
             pool.wait_for_work();
             // Freed blocks are dropped once per wake-up (a scan of the whole pool), then the
@@ -88,26 +89,50 @@ impl Shared {
             }
         }
     }
+}
+
+/// Proactive swap-in (see the module doc): whether it is on, and whether the limit rose since it
+/// last ran; it works on the core it is handed, from the reclaim thread.
+pub(crate) struct SwapIn {
+    /// `PagerConfig::proactive`.
+    enabled: bool,
+    /// Set when the limit rises: the reclaim thread then swaps in proactively.
+    wanted: AtomicBool,
+}
+
+impl SwapIn {
+    pub fn new(enabled: bool) -> Self {
+        SwapIn {
+            enabled,
+            wanted: AtomicBool::new(false),
+        }
+    }
+
+    /// The limit rose: swap in at the reclaim thread's next round (if proactive swap-in is on).
+    pub(crate) fn want(&self) {
+        self.wanted.store(true, Ordering::SeqCst);
+    }
 
     /// Pages that may come in without taking the VM over its limit less one reclaim chunk.
-    fn room(&self, pages: &Pages) -> u32 {
-        self.limit()
-            .saturating_sub(self.batch)
+    fn room(core: &PagerCore, pages: &Pages) -> u32 {
+        core.limit()
+            .saturating_sub(core.batch)
             .saturating_sub(pages.table.resident())
     }
 
     /// Proactive swap-in, when asked for (the limit rose): see the module doc.
-    pub(crate) fn swap_in_proactively(&self) {
-        if !self.proactive || !self.swap_in_wanted.swap(false, Ordering::SeqCst) {
+    pub(crate) fn run(&self, core: &PagerCore) {
+        if !self.enabled || !self.wanted.swap(false, Ordering::SeqCst) {
             return;
         }
-        let pool = self.stores.swap.pool.as_ref();
+        let pool = core.stores.swap.pool.as_ref();
         let mut t = Timing::default();
         let started = Instant::now();
         // Which page each swapped block holds, from one pass over the table under the lock.
         let page_of: Vec<PageIdx> = {
-            let pages = self.lock();
-            if !pages.attached || pages.table.census().swapped == 0 || self.room(&pages) == 0 {
+            let pages = core.lock();
+            if !pages.attached || pages.table.census().swapped == 0 || Self::room(core, &pages) == 0
+            {
                 return;
             }
             let mut page_of = vec![NONE; pages.table.blocks.capacity() as usize];
@@ -143,15 +168,25 @@ impl Shared {
         t.order = started.elapsed() - t.scan;
         let c = pool.map(|p| &p.counters);
         let done = self
-            .swap_in_list(&pooled, true, c.map(|c| &c.proactive_from_pool), &mut t)
+            .swap_in_list(
+                core,
+                &pooled,
+                true,
+                c.map(|c| &c.proactive_from_pool),
+                &mut t,
+            )
             .and_then(|go_on| match go_on {
-                true => {
-                    self.swap_in_list(&on_disk, false, c.map(|c| &c.proactive_from_disk), &mut t)
-                }
+                true => self.swap_in_list(
+                    core,
+                    &on_disk,
+                    false,
+                    c.map(|c| &c.proactive_from_disk),
+                    &mut t,
+                ),
                 false => Ok(false),
             });
         if let Err((p, e)) = done {
-            self.pause(PagerFailure::Fault {
+            core.pause(PagerFailure::Fault {
                 page: p,
                 error: e.to_string(),
             });
@@ -166,18 +201,19 @@ impl Shared {
     /// Returns whether to go on (false: no room left, or the limit moved again).
     fn swap_in_list(
         &self,
+        core: &PagerCore,
         list: &[(Block, PageIdx)],
         pooled: bool,
         counter: Option<&AtomicU64>,
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {
         let mut steps = list.chunks(STEP);
-        let mut buf = IoBuf::huge(STEP * PAGE);
+        let mut buf = IoBuf::huge(STEP * PAGE_SIZE);
         if pooled {
             loop {
-                match self.swap_in_next(&mut steps, t) {
+                match self.swap_in_next(core, &mut steps, t) {
                     Next::Step(todo) => {
-                        if !self.swap_in_install(&todo, true, &mut buf, counter, t)? {
+                        if !self.swap_in_install(core, &todo, true, &mut buf, counter, t)? {
                             return Ok(false);
                         }
                     }
@@ -186,29 +222,29 @@ impl Shared {
                 }
             }
         }
-        let mut todo = match self.swap_in_next(&mut steps, t) {
+        let mut todo = match self.swap_in_next(core, &mut steps, t) {
             Next::Step(todo) => todo,
             Next::End => return Ok(true),
             Next::Stop => return Ok(false),
         };
-        t.read += self.swap_in_read(&todo, &mut buf)?;
+        t.read += self.swap_in_read(core, &todo, &mut buf)?;
         // The read-ahead's buffer, while the reader does not have it.
-        let mut ahead = Some(IoBuf::huge(STEP * PAGE));
+        let mut ahead = Some(IoBuf::huge(STEP * PAGE_SIZE));
         std::thread::scope(|scope| loop {
-            let next = self.swap_in_next(&mut steps, t);
+            let next = self.swap_in_next(core, &mut steps, t);
             let end = matches!(next, Next::End);
             // The buffer goes to the reader and comes back with what it read.
             let reader = match next {
                 Next::Step(next) => {
                     let mut into = ahead.take().expect("the reader gave its buffer back");
                     Some(scope.spawn(move || {
-                        let took = self.swap_in_read(&next, &mut into);
+                        let took = self.swap_in_read(core, &next, &mut into);
                         (next, into, took)
                     }))
                 }
                 Next::End | Next::Stop => None,
             };
-            let go_on = self.swap_in_install(&todo, false, &mut buf, counter, t);
+            let go_on = self.swap_in_install(core, &todo, false, &mut buf, counter, t);
             let read = reader.map(|r| r.join().expect("the read-ahead thread does not panic"));
             if !go_on? {
                 return Ok(false);
@@ -225,11 +261,12 @@ impl Shared {
     /// The next step of `steps` with pages to bring back.
     fn swap_in_next(
         &self,
+        core: &PagerCore,
         steps: &mut std::slice::Chunks<'_, (Block, PageIdx)>,
         t: &mut Timing,
     ) -> Next {
         for step in steps.by_ref() {
-            match self.swap_in_check(step, t) {
+            match self.swap_in_check(core, step, t) {
                 None => return Next::Stop,
                 Some(todo) if todo.is_empty() => {}
                 Some(todo) => return Next::Step(todo),
@@ -242,15 +279,16 @@ impl Shared {
     /// (checked under the lock); `None`: no room, or the limit moved again.
     fn swap_in_check(
         &self,
+        core: &PagerCore,
         step: &[(Block, PageIdx)],
         t: &mut Timing,
     ) -> Option<Vec<(Block, PageIdx)>> {
         let at = Instant::now();
         let mut todo: Vec<(Block, PageIdx)> = {
-            let pages = self.lock();
+            let pages = core.lock();
             t.lock_wait += at.elapsed();
-            let room = self.room(&pages) as usize;
-            if room == 0 || self.swap_in_wanted.load(Ordering::SeqCst) {
+            let room = Self::room(core, &pages) as usize;
+            if room == 0 || self.wanted.load(Ordering::SeqCst) {
                 // Full, or the limit moved again: start over from the new one.
                 return None;
             }
@@ -276,19 +314,24 @@ impl Shared {
     /// in the file before it leaves the pool.
     fn swap_in_read(
         &self,
+        core: &PagerCore,
         todo: &[(Block, PageIdx)],
         buf: &mut IoBuf,
     ) -> Result<Duration, (PageIdx, std::io::Error)> {
         let at = Instant::now();
-        let data = buf.get(todo.len() * PAGE);
+        let data = buf.get(todo.len() * PAGE_SIZE);
         let mut i = 0;
         while i < todo.len() {
             let mut j = i + 1;
             while j < todo.len() && todo[j].0 == todo[j - 1].0 + 1 {
                 j += 1;
             }
-            store::read(&self.stores.swap, todo[i].0, &mut data[i * PAGE..j * PAGE])
-                .map_err(|e| (todo[i].1, e))?;
+            store::read(
+                &core.stores.swap,
+                todo[i].0,
+                &mut data[i * PAGE_SIZE..j * PAGE_SIZE],
+            )
+            .map_err(|e| (todo[i].1, e))?;
             i = j;
         }
         Ok(at.elapsed())
@@ -300,31 +343,32 @@ impl Shared {
     /// whether to go on.
     fn swap_in_install(
         &self,
+        core: &PagerCore,
         todo: &[(Block, PageIdx)],
         pooled: bool,
         buf: &mut IoBuf,
         counter: Option<&AtomicU64>,
         t: &mut Timing,
     ) -> Result<bool, (PageIdx, std::io::Error)> {
-        let pool = self.stores.swap.pool.as_ref().filter(|_| pooled);
-        let data = buf.get(todo.len() * PAGE);
+        let pool = core.stores.swap.pool.as_ref().filter(|_| pooled);
+        let data = buf.get(todo.len() * PAGE_SIZE);
         // Writable, their blocks given up: see the module doc.
         let installed = |pages: &mut Pages, p: PageIdx, n: u32| {
             pages.table.install_run(p, n, false);
             if let Some(c) = counter {
                 PoolCounters::add(c, n);
             }
-            Counters::add(&self.counters.proactive_swap_ins, u64::from(n));
+            Counters::add(&core.counters.proactive_swap_ins, u64::from(n));
         };
         let mut i = 0;
         while i < todo.len() {
             let at = Instant::now();
-            let mut pages = self.lock();
+            let mut pages = core.lock();
             t.lock_wait += at.elapsed();
-            if self.swap_in_wanted.load(Ordering::SeqCst) {
+            if self.wanted.load(Ordering::SeqCst) {
                 return Ok(false);
             }
-            let mut room = self.room(&pages) as usize;
+            let mut room = Self::room(core, &pages) as usize;
             let end = (i + HOLD).min(todo.len());
             while i < end && room > 0 {
                 let (b, p) = todo[i];
@@ -336,12 +380,12 @@ impl Shared {
                 while i + (n as usize) < end
                     && (n as usize) < room
                     && todo[i + n as usize] == (b + n, p + n)
-                    && self.map.same_region(p, p + n)
+                    && core.map.same_region(p, p + n)
                     && pages.table.state(p + n) == PageState::Swapped(b + n)
                 {
                     n += 1;
                 }
-                let len = n as usize * PAGE;
+                let len = n as usize * PAGE_SIZE;
                 let at = Instant::now();
                 let copied = match pool {
                     Some(pool) => pool.copy_run(b, n, |src, off, k| {
@@ -349,8 +393,12 @@ impl Shared {
                         // SAFETY: `src` is `k` pages of pool memory, kept mapped by the
                         // pool's lock, held for the call.
                         unsafe {
-                            self.uffd
-                                .copy(src, self.map.host(p + off), k as usize * PAGE, false)
+                            core.uffd.copy(
+                                src,
+                                core.map.host(p + off),
+                                k as usize * PAGE_SIZE,
+                                false,
+                            )
                         }
                         .map_err(|e| CopyError {
                             pages: off + e.pages,
@@ -368,17 +416,17 @@ impl Shared {
                     }
                 };
                 if copied {
-                    store::count_read(&self.stores.swap, len);
+                    store::count_read(&core.stores.swap, len);
                 } else {
-                    let src = &mut data[i * PAGE..i * PAGE + len];
+                    let src = &mut data[i * PAGE_SIZE..i * PAGE_SIZE + len];
                     if pooled {
                         // Kept compressed, or spilled to the file since the list was made:
                         // read (and decompress) it now.
-                        store::read(&self.stores.swap, b, src).map_err(|e| (p, e))?;
+                        store::read(&core.stores.swap, b, src).map_err(|e| (p, e))?;
                     }
                     // SAFETY: `src` is `n` pages of this call's buffer, alive for the call.
                     let copy =
-                        unsafe { self.uffd.copy(src.as_ptr(), self.map.host(p), len, false) };
+                        unsafe { core.uffd.copy(src.as_ptr(), core.map.host(p), len, false) };
                     if let Err(e) = copy {
                         installed(&mut pages, p, e.pages.min(n));
                         return Err((p, e.into()));

@@ -4,7 +4,7 @@
 //!
 //! (With the Swap Mapper or the Preventer on, RAM is taken over from the start: they learn from
 //! every disk read and fault.) Until then RAM is not registered with userfaultfd: no fault reaches the pager, devices write
-//! plain memory, and the page table only records what the balloon takes. [`Shared::attach`]
+//! plain memory, and the page table only records what the balloon takes. [`PagerCore::attach`]
 //! then, under the page lock:
 //! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT
 //!    modes: from here on a touch of an absent page faults to the pager (and waits for the lock);
@@ -18,102 +18,18 @@
 //! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
 //! the whole huge page goes, so before the first release inside a huge page reclaim splits it
 //! (`MADV_COLD` on one 4 KiB page of it splits the huge page into 4 KiB ones); see
-//! [`Shared::split_huge`].
+//! [`PagerCore::split_huge`].
 //!
 //! A kernel without `PAGEMAP_SCAN` (before Linux 6.7) gets the pager from the start instead.
 
-use std::os::fd::AsRawFd;
-
-use crate::pager::{PagerError, Pages, Shared, PAGE};
-use crate::state::PageIdx;
+use crate::core::{PagerCore, PagerError, Pages};
+use crate::page::{PageIdx, PAGE_SIZE};
 use crate::stats::Counters;
+use crate::sys::pagemap::{PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 
-const PAGE_IS_PRESENT: u64 = 1 << 3;
-const PAGE_IS_PFNZERO: u64 = 1 << 5;
-const PAGE_IS_HUGE: u64 = 1 << 6;
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN: u64 = 0xc060_6610;
 pub(crate) const HUGE_PAGE: u64 = 2 << 20;
 
-/// `struct pm_scan_arg` (Linux `uapi/linux/fs.h`).
-#[repr(C)]
-#[derive(Default)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-/// `struct page_region`: `start..end` whose pages all have `categories`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PageRegion {
-    pub start: u64,
-    pub end: u64,
-    pub categories: u64,
-}
-
-/// This process's page map, scanned with `PAGEMAP_SCAN`.
-pub(crate) struct PageMap(std::fs::File);
-
-impl PageMap {
-    /// Opens the page map if the kernel can scan it; `None` if it cannot.
-    pub fn open() -> Option<PageMap> {
-        let map = PageMap(std::fs::File::open("/proc/self/pagemap").ok()?);
-        let probe = 0u64;
-        let at = std::ptr::addr_of!(probe) as u64 & !(PAGE as u64 - 1);
-        map.scan(at, at + PAGE as u64, PAGE_IS_PRESENT, 0)
-            .ok()
-            .map(|_| map)
-    }
-
-    /// The regions of `start..end` whose pages have every category of `all` (reported with
-    /// their categories among `report`, merged where those agree).
-    pub fn scan(
-        &self,
-        start: u64,
-        end: u64,
-        all: u64,
-        report: u64,
-    ) -> std::io::Result<Vec<PageRegion>> {
-        let mut out = Vec::new();
-        let mut buf = vec![PageRegion::default(); 512];
-        let mut at = start;
-        while at < end {
-            let mut arg = PmScanArg {
-                size: std::mem::size_of::<PmScanArg>() as u64,
-                start: at,
-                end,
-                vec: buf.as_mut_ptr() as u64,
-                vec_len: buf.len() as u64,
-                category_mask: all,
-                return_mask: report | all,
-                ..PmScanArg::default()
-            };
-            // SAFETY: `arg` is a valid pm_scan_arg whose `vec` points at `buf`, `vec_len`
-            // entries long, alive for the call; the kernel only reads this process's page map.
-            let n = unsafe { libc::ioctl(self.0.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
-            let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
-            out.extend_from_slice(&buf[..n.min(buf.len())]);
-            if arg.walk_end <= at {
-                break;
-            }
-            at = arg.walk_end;
-        }
-        Ok(out)
-    }
-}
-
-impl Shared {
+impl PagerCore {
     /// Guest pages the host holds before the pager has taken RAM over: present in the page
     /// map, less mappings of the shared zero page (they hold no memory). `None` without
     /// `PAGEMAP_SCAN` (then RAM was taken over at the start) or when a scan fails.
@@ -126,7 +42,7 @@ impl Shared {
                 .ok()?
             {
                 if r.categories & PAGE_IS_PFNZERO == 0 {
-                    pages += (r.end - r.start) / PAGE as u64;
+                    pages += (r.end - r.start) / PAGE_SIZE as u64;
                 }
             }
         }
@@ -193,14 +109,14 @@ impl Shared {
                 if unsafe { libc::madvise(r.start as *mut _, len, libc::MADV_DONTNEED) } != 0 {
                     return Err(PagerError::Attach(std::io::Error::last_os_error()));
                 }
-                dropped += (r.end - r.start) / PAGE as u64;
+                dropped += (r.end - r.start) / PAGE_SIZE as u64;
             }
         }
         let mut resident = 0u64;
         for &(host, len) in &ranges {
             for r in scan(host, host + len as u64, PAGE_IS_PRESENT, 0)? {
                 let first = self.map.page_of_host(r.start);
-                let n = (r.end - r.start) / PAGE as u64;
+                let n = (r.end - r.start) / PAGE_SIZE as u64;
                 if let Some(first) = first {
                     let n = PageIdx::try_from(n).unwrap_or(0);
                     for p in first..first + n {
@@ -226,7 +142,7 @@ impl Shared {
             return;
         }
         let start = self.map.host(first);
-        let end = start + u64::from(n) * PAGE as u64;
+        let end = start + u64::from(n) * PAGE_SIZE as u64;
         let mut b = start & !(HUGE_PAGE - 1);
         while b < end {
             if pages.huge.remove(&b) {
@@ -234,7 +150,7 @@ impl Shared {
                 let at = b.max(start);
                 // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
                 // only splits and deactivates, it never changes contents.
-                if unsafe { libc::madvise(at as *mut _, PAGE, libc::MADV_COLD) } == 0 {
+                if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
                     Counters::add(&self.counters.huge_pages_split, 1);
                 } else {
                     tracing::debug!(

@@ -16,7 +16,7 @@
 //! to the swap file at all (caught). As with clock, reads are invisible: a page the guest only
 //! reads while it cools is still written out.
 
-use crate::state::PageIdx;
+use crate::page::PageIdx;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VictimPolicy {

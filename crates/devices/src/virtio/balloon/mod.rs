@@ -175,13 +175,13 @@ impl Balloon {
         let start = run[0];
         let mut inside = 0;
         for region in mem.iter() {
-            let first = region.start_addr().0.div_ceil(PAGE_SIZE);
-            let last = (region.start_addr().0 + region.len()) / PAGE_SIZE;
+            let first = region.start_addr().0.div_ceil(PAGE_SIZE as u64);
+            let last = (region.start_addr().0 + region.len()) / PAGE_SIZE as u64;
             let (lo, hi) = (start.max(first), end.min(last));
             if lo < hi {
                 out.push(GuestRange {
-                    addr: lo * PAGE_SIZE,
-                    len: (hi - lo) * PAGE_SIZE,
+                    addr: lo * PAGE_SIZE as u64,
+                    len: (hi - lo) * PAGE_SIZE as u64,
                 });
                 inside += run.partition_point(|&p| p < hi) - run.partition_point(|&p| p < lo);
             }
@@ -313,7 +313,7 @@ impl VirtioDevice for Balloon {
                              {MAX_BUFFER} of a request ignored"
                         );
                     }
-                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
+                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE as u64).sum();
                     if role == Role::Inflate {
                         if let Err(e) = self.ram.discard(&ranges, Discard::Balloon) {
                             crate::guest_error!(
@@ -346,7 +346,9 @@ impl VirtioDevice for Balloon {
                             addr: d.addr().0,
                             len: u64::from(d.len()),
                         };
-                        let whole = r.addr % PAGE_SIZE == 0 && r.len % PAGE_SIZE == 0 && r.len > 0;
+                        let whole = r.addr % PAGE_SIZE as u64 == 0
+                            && r.len % PAGE_SIZE as u64 == 0
+                            && r.len > 0;
                         let inside = usize::try_from(r.len)
                             .is_ok_and(|l| GuestMemoryBackend::check_range(mem, d.addr(), l));
                         if whole && inside {
@@ -365,7 +367,7 @@ impl VirtioDevice for Balloon {
                             );
                         }
                     }
-                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE).sum();
+                    let pages: u64 = ranges.iter().map(|r| r.len / PAGE_SIZE as u64).sum();
                     if let Err(e) = self.ram.discard(&ranges, Discard::Reported) {
                         crate::guest_error!(
                             BalloonReleaseError,
@@ -677,7 +679,7 @@ mod tests {
         /// is counted.
         #[test]
         fn pfn_ranges_cover_exactly_the_frames_inside_ram(
-            pfns in proptest::collection::vec(MEM / PAGE_SIZE - 40..MEM / PAGE_SIZE + 24, 0..64),
+            pfns in proptest::collection::vec(MEM / PAGE_SIZE as u64 - 40..MEM / PAGE_SIZE as u64 + 24, 0..64),
             low in proptest::collection::vec(0u64..16, 0..16),
         ) {
             let (mem, b) = setup(VIRTIO_F_VERSION_1);
@@ -687,15 +689,15 @@ mod tests {
             let ranges = b.pfn_ranges(&mem, GuestAddress(0x2000), raw.len() as u32);
             let mut back = Vec::new();
             for r in &ranges {
-                prop_assert!(r.len > 0 && r.len % PAGE_SIZE == 0 && r.addr % PAGE_SIZE == 0);
-                back.extend((r.addr / PAGE_SIZE)..(r.addr + r.len) / PAGE_SIZE);
+                prop_assert!(r.len > 0 && r.len % PAGE_SIZE as u64 == 0 && r.addr % PAGE_SIZE as u64 == 0);
+                back.extend((r.addr / PAGE_SIZE as u64)..(r.addr + r.len) / PAGE_SIZE as u64);
             }
-            let mut want: Vec<u64> = given.iter().copied().filter(|&p| p < MEM / PAGE_SIZE).collect();
+            let mut want: Vec<u64> = given.iter().copied().filter(|&p| p < MEM / PAGE_SIZE as u64).collect();
             want.sort_unstable();
             want.dedup();
             prop_assert_eq!(back, want);
             prop_assert!(ranges.windows(2).all(|w| w[0].addr + w[0].len < w[1].addr));
-            let outside = given.iter().filter(|&&p| p >= MEM / PAGE_SIZE).count() as u64;
+            let outside = given.iter().filter(|&&p| p >= MEM / PAGE_SIZE as u64).count() as u64;
             prop_assert_eq!(b.state().metrics.invalid_pfns.load(Ordering::Relaxed), outside);
         }
     }

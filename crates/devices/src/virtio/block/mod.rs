@@ -36,8 +36,8 @@ const VIRTIO_BLK_F_RO: u64 = 1 << 5;
 const VIRTIO_BLK_F_BLK_SIZE: u64 = 1 << 6;
 const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
 
-/// Logical block size advertised to the guest.
-pub const BLOCK_SIZE: u64 = 4096;
+/// Logical block size advertised to the guest: one page, so a disk block maps onto a guest page.
+pub const BLOCK_SIZE: u64 = PAGE_SIZE as u64;
 const QUEUE_SIZE: u16 = 256;
 /// Largest single data segment the guest is told it may use.
 const SEGMENT_MAX: u32 = 1 << 20;
@@ -146,13 +146,13 @@ impl Disk {
 fn whole_pages(pieces: &[(u64, u64, usize)]) -> Vec<DiskPage> {
     let mut out = Vec::new();
     for &(addr, disk_off, len) in pieces {
-        if addr % PAGE_SIZE != 0 || disk_off % BLOCK_SIZE != 0 {
+        if addr % PAGE_SIZE as u64 != 0 || disk_off % BLOCK_SIZE != 0 {
             continue;
         }
-        for j in 0..len as u64 / PAGE_SIZE {
+        for j in 0..len as u64 / PAGE_SIZE as u64 {
             out.push(DiskPage {
                 block: disk_off / BLOCK_SIZE + j,
-                addr: GuestAddress(addr + j * PAGE_SIZE),
+                addr: GuestAddress(addr + j * PAGE_SIZE as u64),
             });
         }
     }

@@ -154,7 +154,7 @@ impl Userfault {
                     if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
                 _ => {
                     return Err(CopyError {
-                        pages: u32::try_from(done / crate::pager::PAGE).unwrap_or(u32::MAX),
+                        pages: u32::try_from(done / crate::page::PAGE_SIZE).unwrap_or(u32::MAX),
                         error,
                     })
                 }
@@ -247,13 +247,13 @@ impl AsRawFd for Userfault {
 #[allow(clippy::cast_possible_truncation)] // page numbers below 8
 mod tests {
     use super::*;
-    use crate::pager::PAGE;
+    use crate::page::PAGE_SIZE;
 
     /// A copy over a run with a page already mapped in its middle stops there and says how many
     /// pages went in before it; those hold the data, and the rest stay missing.
     #[test]
     fn a_copy_that_stops_partway_says_how_many_pages_went_in() {
-        let len = 8 * PAGE;
+        let len = 8 * PAGE_SIZE;
         // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
         let base = unsafe {
             libc::mmap(
@@ -269,23 +269,24 @@ mod tests {
         let host = base as u64;
         let uffd = Userfault::new().unwrap();
         uffd.register(host, len).unwrap();
-        uffd.zeropage(host + 3 * PAGE as u64, PAGE).unwrap();
-        let src: Vec<u8> = (0..len).map(|i| (i / PAGE + 1) as u8).collect();
+        uffd.zeropage(host + 3 * PAGE_SIZE as u64, PAGE_SIZE)
+            .unwrap();
+        let src: Vec<u8> = (0..len).map(|i| (i / PAGE_SIZE + 1) as u8).collect();
         // SAFETY: `src` is `len` readable bytes for the call.
         let e = unsafe { uffd.copy(src.as_ptr(), host, len, false) }.unwrap_err();
         assert_eq!(e.pages, 3, "{e}");
         assert!(matches!(e.error, UffdError::PageExists), "{e}");
         // SAFETY: pages 0..4 are mapped now (3 copied, 1 zero page); nothing else touches them.
-        let mapped = unsafe { std::slice::from_raw_parts(base as *const u8, 4 * PAGE) };
+        let mapped = unsafe { std::slice::from_raw_parts(base as *const u8, 4 * PAGE_SIZE) };
         for p in 0..3 {
-            assert!(mapped[p * PAGE..(p + 1) * PAGE]
+            assert!(mapped[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]
                 .iter()
                 .all(|&b| b == (p + 1) as u8));
         }
-        assert!(mapped[3 * PAGE..].iter().all(|&b| b == 0));
+        assert!(mapped[3 * PAGE_SIZE..].iter().all(|&b| b == 0));
         // Page 4 is still missing: a copy of it alone succeeds.
         // SAFETY: as above.
-        unsafe { uffd.copy(src.as_ptr(), host + 4 * PAGE as u64, PAGE, false) }.unwrap();
+        unsafe { uffd.copy(src.as_ptr(), host + 4 * PAGE_SIZE as u64, PAGE_SIZE, false) }.unwrap();
         drop(uffd);
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(base, len) };

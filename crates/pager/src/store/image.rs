@@ -1,14 +1,14 @@
 //! A guest disk image as a [`PageStore`]: pages dropped while they mirrored one of its blocks
 //! (VSwapper's Swap Mapper) are read back from it. The pager never writes an image; the guest's
-//! own writes go through the block device. With Tesseract's indirections (`indirect.rs`), the
+//! own writes go through the block device. With Tesseract's indirections (`store/indirect/`), the
 //! image is read with its indirected blocks laid over it from the swap file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::indirect::Indirect;
+use crate::page::PAGE_SIZE;
+use crate::store::indirect::Indirect;
 use crate::store::{PageStore, StoreCounters};
-use crate::swap::BLOCK;
 
 pub struct ImageFile {
     /// The disk's number (its virtio slot order).
@@ -47,7 +47,7 @@ impl PageStore for ImageFile {
     }
 
     fn read(&self, block: u32, buf: &mut [u8]) -> std::io::Result<()> {
-        let offset = u64::from(block) * BLOCK as u64;
+        let offset = u64::from(block) * PAGE_SIZE as u64;
         if self.read_split(offset, buf)? {
             return Ok(());
         }

@@ -40,18 +40,29 @@
 //! fixed when it is first swapped out (MemFlex allocates disk space when it spills). MemFlex
 //! keeps pages whole; compression is beyond it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use memvisor_api::PoolCompress;
 use thiserror::Error;
 
-use crate::state::Block;
+use crate::page::{Block, PAGE_SIZE};
+use crate::store::swap::SwapFile;
 use crate::store::{PageStore, StoreCounters};
-use crate::swap::{SwapFile, BLOCK};
-use memvisor_devices::iobuf::IoBuf;
+
+// The pool is one module to the rest of the crate, split in files: `slab.rs` (chunks and
+// slots), `compress.rs` (the compressor and decompressor), `spill.rs` (the flusher's side);
+// this file holds the `Pool` and the sizes its files share. They import those sizes from here
+// and this file uses their types: a circle inside the folder, which stays because the `Pool`
+// holds all three parts and they share its size classes.
+mod compress;
+mod slab;
+mod spill;
+
+use compress::{Packer, Unpacker, STRIDE};
+use slab::{class_of, kept, slot_bytes, Entry, Inner};
+use spill::SpillState;
 
 /// The default size of a chunk of pool memory (2 MiB).
 pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;
@@ -60,38 +71,11 @@ pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
 /// Every slot is a whole number of these bytes.
 pub const GRANULE: usize = 256;
 /// The most a compressed page may take; a page that does not compress to this is kept whole.
-pub const MAX_COMPRESSED: usize = 3 * BLOCK / 4;
-/// The size class of whole pages; classes below it hold compressed pages of
-/// `(class + 1) * GRANULE` bytes at most.
-const RAW: usize = MAX_COMPRESSED / GRANULE;
-const CLASSES: usize = RAW + 1;
-/// Where the compressor puts page `i` of a write: at `i * STRIDE` (LZ4 needs room for its
-/// worst case even when the result is small).
-const STRIDE: usize = lz4_flex::block::get_maximum_output_size(BLOCK);
-/// zstd's level: its fastest, as zswap's zstd uses by default.
-const ZSTD_LEVEL: i32 = 1;
+pub const MAX_COMPRESSED: usize = 3 * PAGE_SIZE / 4;
 /// Blocks the flusher writes per round (4 MiB).
 pub(crate) const FLUSH_BATCH: usize = 1024;
 /// Freed blocks the flusher drops per hold of the pool's lock.
 const PURGE_BATCH: usize = 4096;
-
-/// Bytes of a slot of `class`.
-fn slot_bytes(class: usize) -> usize {
-    if class == RAW {
-        BLOCK
-    } else {
-        (class + 1) * GRANULE
-    }
-}
-
-/// The class of a page kept in `len` bytes.
-fn class_of(len: usize) -> usize {
-    if len > MAX_COMPRESSED {
-        RAW
-    } else {
-        len.div_ceil(GRANULE).max(1) - 1
-    }
-}
 
 /// A chunk size that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -110,7 +94,7 @@ pub enum ChunkSizeError {
 pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
     if chunk == 0 {
         Err(ChunkSizeError::Zero)
-    } else if chunk % BLOCK as u64 != 0 {
+    } else if chunk % PAGE_SIZE as u64 != 0 {
         Err(ChunkSizeError::NotPages(chunk))
     } else if chunk > MAX_CHUNK_BYTES {
         Err(ChunkSizeError::TooLarge(chunk))
@@ -172,294 +156,6 @@ impl PoolCounters {
     }
 }
 
-fn corrupt(what: String) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, what)
-}
-
-/// Compresses pages on their way into the pool (reclaim's side).
-struct Packer {
-    how: PoolCompress,
-    zstd: Option<zstd::bulk::Compressor<'static>>,
-    /// Page `i` of the write under way, compressed, at `i * STRIDE`.
-    out: Vec<u8>,
-}
-
-impl Packer {
-    fn new(how: PoolCompress) -> std::io::Result<Packer> {
-        let zstd = match how {
-            PoolCompress::Zstd => Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
-            _ => None,
-        };
-        Ok(Packer {
-            how,
-            zstd,
-            out: Vec::new(),
-        })
-    }
-
-    /// Compresses the pages of `data` into `out`; for each, its compressed length, or `None`
-    /// to keep it whole.
-    fn pack(&mut self, data: &[u8]) -> Vec<Option<usize>> {
-        let n = data.len() / BLOCK;
-        if self.how == PoolCompress::None {
-            return vec![None; n];
-        }
-        if self.out.len() < n * STRIDE {
-            self.out.resize(n * STRIDE, 0);
-        }
-        let mut lens = Vec::with_capacity(n);
-        for (i, page) in data.chunks_exact(BLOCK).enumerate() {
-            let out = &mut self.out[i * STRIDE..(i + 1) * STRIDE];
-            let len = match (&mut self.zstd, self.how) {
-                // Too big for `out` is an error, as is incompressible: either way, kept whole.
-                (Some(z), _) => z.compress_to_buffer(page, &mut out[..MAX_COMPRESSED]).ok(),
-                (None, PoolCompress::Lz4) => lz4_flex::block::compress_into(page, out).ok(),
-                (None, _) => None,
-            };
-            lens.push(len.filter(|&l| l > 0 && l <= MAX_COMPRESSED));
-        }
-        lens
-    }
-}
-
-/// Decompresses pages on their way out of the pool.
-struct Unpacker {
-    how: PoolCompress,
-    zstd: Option<zstd::bulk::Decompressor<'static>>,
-}
-
-impl Unpacker {
-    fn new(how: PoolCompress) -> std::io::Result<Unpacker> {
-        let zstd = match how {
-            PoolCompress::Zstd => Some(zstd::bulk::Decompressor::new()?),
-            _ => None,
-        };
-        Ok(Unpacker { how, zstd })
-    }
-
-    /// Writes the page kept as `src` (whole, or compressed) into `page`.
-    fn unpack(&mut self, src: &[u8], page: &mut [u8]) -> std::io::Result<()> {
-        if src.len() == BLOCK {
-            page.copy_from_slice(src);
-            return Ok(());
-        }
-        let n = match (&mut self.zstd, self.how) {
-            (Some(z), _) => z.decompress_to_buffer(src, page)?,
-            (None, PoolCompress::Lz4) => lz4_flex::block::decompress_into(src, page)
-                .map_err(|e| corrupt(format!("a pooled page does not decompress: {e}")))?,
-            (None, _) => {
-                return Err(corrupt(format!(
-                    "a pooled page of {} bytes in a pool without compression",
-                    src.len()
-                )))
-            }
-        };
-        if n != BLOCK {
-            return Err(corrupt(format!(
-                "a pooled page decompressed to {n} bytes, not {BLOCK}"
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Where a pooled page is: a slot of a chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Loc {
-    chunk: u32,
-    slot: u32,
-}
-
-/// One pooled block.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    loc: Loc,
-    /// Bytes kept: `BLOCK` for a whole page, less for a compressed one.
-    len: u32,
-    /// When it was last written (higher: more recent).
-    seq: u64,
-}
-
-impl Entry {
-    fn class(&self) -> usize {
-        class_of(self.len as usize)
-    }
-}
-
-/// A mapped chunk of pool memory, cut into slots of one class.
-struct Chunk {
-    ptr: *mut u8,
-    len: usize,
-    class: usize,
-    /// Slots it has room for.
-    slots: u32,
-    /// Slots in use.
-    used: u32,
-    /// Slots below this were handed out at least once; the rest never were.
-    fresh: u32,
-    /// Slots below `fresh` freed since.
-    freed: Vec<u32>,
-}
-
-// SAFETY: a chunk is plain memory owned by the pool and only reached under its lock.
-unsafe impl Send for Chunk {}
-
-impl Chunk {
-    fn map(len: usize, class: usize) -> std::io::Result<Chunk> {
-        // SAFETY: an anonymous private mapping; no existing memory is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Chunk {
-            ptr: ptr.cast(),
-            len,
-            class,
-            slots: u32::try_from(len / slot_bytes(class)).unwrap_or(u32::MAX),
-            used: 0,
-            fresh: 0,
-            freed: Vec::new(),
-        })
-    }
-
-    /// Takes a free slot, if there is one.
-    fn take(&mut self) -> Option<u32> {
-        let slot = match self.freed.pop() {
-            Some(s) => s,
-            None if self.fresh < self.slots => {
-                self.fresh += 1;
-                self.fresh - 1
-            }
-            None => return None,
-        };
-        self.used += 1;
-        Some(slot)
-    }
-
-    fn full(&self) -> bool {
-        self.used == self.slots
-    }
-
-    /// The memory of `slot`.
-    fn slot(&self, slot: u32) -> *mut u8 {
-        let off = slot as usize * slot_bytes(self.class);
-        debug_assert!(off + slot_bytes(self.class) <= self.len);
-        // SAFETY: `slot < slots`, so the offset is inside the mapping.
-        unsafe { self.ptr.add(off) }
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` is the mapping made in `map`, of this length, not used after this.
-        if unsafe { libc::munmap(self.ptr.cast(), self.len) } != 0 {
-            tracing::warn!(
-                "pager: cannot unmap a pool chunk: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-}
-
-struct Inner {
-    chunk_bytes: usize,
-    chunks: Vec<Option<Chunk>>,
-    /// For each class, its mapped chunks with a free slot; the lowest is filled first, so the
-    /// highest empty out.
-    partial: [BTreeSet<u32>; CLASSES],
-    entries: HashMap<Block, Entry>,
-    /// Pooled blocks by `seq`: the least recent first.
-    order: BTreeMap<u64, Block>,
-    next_seq: u64,
-    /// Bytes of the slots in use.
-    used_bytes: u64,
-    /// Decompresses for reads.
-    unpack: Unpacker,
-}
-
-/// The bytes kept for `e` (a live entry).
-fn kept<'a>(chunks: &'a [Option<Chunk>], e: &Entry) -> &'a [u8] {
-    let c = chunks[e.loc.chunk as usize]
-        .as_ref()
-        .expect("a slot in use is in a mapped chunk");
-    // SAFETY: the slot is live pool memory of at least `len` bytes (its class holds `len`),
-    // not written while the caller holds the pool lock (which `chunks` is borrowed from).
-    unsafe { std::slice::from_raw_parts(c.slot(e.loc.slot), e.len as usize) }
-}
-
-impl Inner {
-    /// A free slot of `class`, mapping a chunk for it if none has room.
-    fn alloc(&mut self, class: usize) -> std::io::Result<Loc> {
-        if let Some(&c) = self.partial[class].first() {
-            let chunk = self.chunks[c as usize]
-                .as_mut()
-                .expect("a chunk with room is mapped");
-            let slot = chunk.take().expect("a chunk with room has a free slot");
-            if chunk.full() {
-                self.partial[class].remove(&c);
-            }
-            return Ok(Loc { chunk: c, slot });
-        }
-        let i = match self.chunks.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                self.chunks.push(None);
-                self.chunks.len() - 1
-            }
-        };
-        let c = u32::try_from(i).map_err(|_| std::io::Error::other("too many pool chunks"))?;
-        let mut chunk = Chunk::map(self.chunk_bytes, class)?;
-        let slot = chunk.take().expect("a new chunk has a free slot");
-        if !chunk.full() {
-            self.partial[class].insert(c);
-        }
-        self.chunks[i] = Some(chunk);
-        Ok(Loc { chunk: c, slot })
-    }
-
-    fn free_loc(&mut self, loc: Loc) {
-        let i = loc.chunk as usize;
-        let Some(c) = &mut self.chunks[i] else { return };
-        c.used -= 1;
-        let class = c.class;
-        if c.used == 0 {
-            self.partial[class].remove(&loc.chunk);
-            self.chunks[i] = None;
-        } else {
-            c.freed.push(loc.slot);
-            self.partial[class].insert(loc.chunk);
-        }
-    }
-
-    fn remove(&mut self, b: Block) {
-        if let Some(e) = self.entries.remove(&b) {
-            self.order.remove(&e.seq);
-            self.used_bytes -= slot_bytes(e.class()) as u64;
-            self.free_loc(e.loc);
-        }
-    }
-
-    /// Copies `src` (a page as kept: whole or compressed) into `loc`.
-    fn put(&self, loc: Loc, src: &[u8]) {
-        let c = self.chunks[loc.chunk as usize]
-            .as_ref()
-            .expect("a slot just taken is in a mapped chunk");
-        debug_assert!(src.len() <= slot_bytes(c.class));
-        // SAFETY: the slot is live pool memory of its class's size, at least `src.len()`
-        // bytes, ours under the lock.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), c.slot(loc.slot), src.len()) };
-    }
-}
-
 /// How much the pool holds now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolUsage {
@@ -469,12 +165,6 @@ pub struct PoolUsage {
     pub pages: u64,
     /// Chunks mapped.
     pub chunks: u64,
-}
-
-/// The flusher's own state: the compressed bytes of a round and its decompressor.
-struct SpillState {
-    staged: Vec<u8>,
-    unpack: Unpacker,
 }
 
 /// The pool of one pager.
@@ -595,8 +285,8 @@ impl Pool {
     fn read_pooled(&self, first: Block, buf: &mut [u8]) -> std::io::Result<Vec<bool>> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let mut pooled = Vec::with_capacity(buf.len() / BLOCK);
-        for (i, page) in buf.chunks_exact_mut(BLOCK).enumerate() {
+        let mut pooled = Vec::with_capacity(buf.len() / PAGE_SIZE);
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
             match inner.entries.get(&b) {
                 Some(e) => {
@@ -624,7 +314,7 @@ impl Pool {
         let mut src = Vec::with_capacity(n as usize);
         for b in first..first + n {
             match inner.entries.get(&b) {
-                Some(e) if e.len as usize == BLOCK => {
+                Some(e) if e.len as usize == PAGE_SIZE => {
                     src.push(kept(&inner.chunks, e).as_ptr());
                 }
                 _ => return Ok(false),
@@ -633,7 +323,7 @@ impl Pool {
         let mut i = 0;
         while i < src.len() {
             let mut j = i + 1;
-            while j < src.len() && src[j] == src[j - 1].wrapping_add(BLOCK) {
+            while j < src.len() && src[j] == src[j - 1].wrapping_add(PAGE_SIZE) {
                 j += 1;
             }
             let (off, len) = (u32::try_from(i), u32::try_from(j - i));
@@ -657,7 +347,7 @@ impl Pool {
         let mut inner = self.lock();
         let mut placed = Vec::with_capacity(lens.len());
         let (mut compressed, mut raw) = (0, 0);
-        for (i, (page, len)) in data.chunks_exact(BLOCK).zip(lens).enumerate() {
+        for (i, (page, len)) in data.chunks_exact(PAGE_SIZE).zip(lens).enumerate() {
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
             let src = match len {
                 Some(l) => &packer.out[i * STRIDE..i * STRIDE + l],
@@ -706,7 +396,7 @@ impl Pool {
                 },
             );
             inner.order.insert(seq, b);
-            if src.len() < BLOCK {
+            if src.len() < PAGE_SIZE {
                 compressed += 1;
             } else {
                 raw += 1;
@@ -755,7 +445,7 @@ impl PageStore for SwapStore {
                 j += 1;
             }
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            self.file.read(b, &mut buf[i * BLOCK..j * BLOCK])?;
+            self.file.read(b, &mut buf[i * PAGE_SIZE..j * PAGE_SIZE])?;
             i = j;
         }
         let hits = pooled.iter().filter(|&&p| p).count() as u64;
@@ -779,7 +469,7 @@ impl PageStore for SwapStore {
                 j += 1;
             }
             let b = first + u32::try_from(i).unwrap_or(u32::MAX);
-            self.file.write(b, &data[i * BLOCK..j * BLOCK])?;
+            self.file.write(b, &data[i * PAGE_SIZE..j * PAGE_SIZE])?;
             i = j;
         }
         let pooled = placed.iter().filter(|&&p| p).count() as u64;
@@ -794,144 +484,14 @@ impl PageStore for SwapStore {
     }
 }
 
-impl Pool {
-    /// Waits until the flusher has work (the pool is above its spill mark), or a second passed
-    /// (time to drop freed blocks).
-    pub(crate) fn wait_for_work(&self) {
-        let inner = self.lock();
-        if inner.used_bytes <= self.spill_mark() {
-            let _ = self
-                .wake
-                .wait_timeout(inner, Duration::from_secs(1))
-                .unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// A purge then a spill, as the flusher does after a wake-up.
-    #[cfg(test)]
-    fn flush_round(
-        &self,
-        file: &SwapFile,
-        live: impl FnOnce(&[Block]) -> Vec<bool>,
-        buf: &mut IoBuf,
-    ) -> std::io::Result<bool> {
-        self.purge(live);
-        self.spill(file, buf)
-    }
-
-    /// Drops the pooled blocks `live` says the page table has freed (and not written again
-    /// since: a freed block may have been reused).
-    pub(crate) fn purge(&self, live: impl FnOnce(&[Block]) -> Vec<bool>) {
-        let pooled: Vec<(Block, u64)> = self
-            .lock()
-            .entries
-            .iter()
-            .map(|(&b, e)| (b, e.seq))
-            .collect();
-        let blocks: Vec<Block> = pooled.iter().map(|&(b, _)| b).collect();
-        let alive = live(&blocks);
-        // In batches, so faults reading the pool and `GET /stats` wait for one batch at most.
-        for (pooled, alive) in pooled.chunks(PURGE_BATCH).zip(alive.chunks(PURGE_BATCH)) {
-            let mut inner = self.lock();
-            let mut purged = 0;
-            for (&(b, seq), &keep) in pooled.iter().zip(alive) {
-                if !keep && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
-                    inner.remove(b);
-                    purged += 1;
-                }
-            }
-            self.counters.purged.fetch_add(purged, Ordering::Relaxed);
-        }
-    }
-
-    /// While the pool is above its spill mark, writes its least recent blocks (up to
-    /// [`FLUSH_BATCH`], sorted by block so runs are sequential) to `file` and frees their slots.
-    /// The blocks' bytes are copied out under the pool lock and decompressed after it.
-    /// Returns whether it spilled anything (so there may be more to do).
-    pub(crate) fn spill(&self, file: &SwapFile, buf: &mut IoBuf) -> std::io::Result<bool> {
-        let t0 = Instant::now();
-        // Down to 90 % of the mark, so the flusher does not start again at once.
-        let low = self.spill_mark() * 9 / 10;
-        let mut st = self.spill_state.lock().unwrap_or_else(|e| e.into_inner());
-        let st = &mut *st;
-        // (block, seq, where its bytes are in `staged`, how many)
-        let mut batch: Vec<(Block, u64, usize, usize)> = {
-            let inner = self.lock();
-            let mut over = inner.used_bytes.saturating_sub(low);
-            let mut batch = Vec::new();
-            for (&seq, &b) in &inner.order {
-                if over == 0 || batch.len() == FLUSH_BATCH {
-                    break;
-                }
-                let size = inner.entries.get(&b).map_or(0, |e| slot_bytes(e.class()));
-                over = over.saturating_sub(size as u64);
-                batch.push((b, seq, 0, 0));
-            }
-            batch
-        };
-        if batch.is_empty() {
-            return Ok(false);
-        }
-        batch.sort_unstable();
-        st.staged.clear();
-        {
-            let inner = self.lock();
-            for item in &mut batch {
-                // Only the flusher takes blocks out, so each is still there; one rewritten
-                // meanwhile is newer, and written as it is now.
-                if let Some(e) = inner.entries.get(&item.0) {
-                    item.2 = st.staged.len();
-                    st.staged.extend_from_slice(kept(&inner.chunks, e));
-                    item.3 = st.staged.len() - item.2;
-                }
-            }
-        }
-        let data = buf.get(batch.len() * BLOCK);
-        for (i, &(_, _, off, len)) in batch.iter().enumerate() {
-            if len > 0 {
-                st.unpack.unpack(
-                    &st.staged[off..off + len],
-                    &mut data[i * BLOCK..(i + 1) * BLOCK],
-                )?;
-            }
-        }
-        let mut i = 0;
-        while i < batch.len() {
-            if batch[i].3 == 0 {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < batch.len() && batch[j].0 == batch[j - 1].0 + 1 && batch[j].3 > 0 {
-                j += 1;
-            }
-            crate::store::write(file, batch[i].0, &data[i * BLOCK..j * BLOCK])?;
-            self.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
-            i = j;
-        }
-        let mut inner = self.lock();
-        let mut spilled = 0;
-        for (b, seq, _, len) in batch {
-            // Rewritten meanwhile: the pool's copy is newer; keep it.
-            if len > 0 && inner.entries.get(&b).is_some_and(|e| e.seq == seq) {
-                inner.remove(b);
-                spilled += 1;
-            }
-        }
-        drop(inner);
-        self.counters.spilled.fetch_add(spilled, Ordering::Relaxed);
-        let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.counters.spill_us.fetch_add(us, Ordering::Relaxed);
-        Ok(true)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::slab::RAW;
     use super::*;
+    use memvisor_devices::iobuf::IoBuf;
 
     fn page(v: u8) -> Vec<u8> {
-        vec![v; BLOCK]
+        vec![v; PAGE_SIZE]
     }
 
     /// A page of `kind`: 0 incompressible (random), 1 compressible (one random byte in each
@@ -944,7 +504,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let mut p = vec![0u8; BLOCK];
+        let mut p = vec![0u8; PAGE_SIZE];
         match kind {
             0 => p
                 .chunks_exact_mut(8)
@@ -971,23 +531,23 @@ mod tests {
 
     fn store(pages: u64) -> (tempfile::TempDir, SwapStore) {
         pool_store(
-            pages * BLOCK as u64,
+            pages * PAGE_SIZE as u64,
             PoolCompress::None,
             DEFAULT_CHUNK_BYTES,
         )
     }
 
     fn read(s: &SwapStore, b: Block, n: usize) -> Vec<u8> {
-        let mut buf = IoBuf::new(n * BLOCK);
-        s.read(b, buf.get(n * BLOCK)).unwrap();
-        buf.get(n * BLOCK).to_vec()
+        let mut buf = IoBuf::new(n * PAGE_SIZE);
+        s.read(b, buf.get(n * PAGE_SIZE)).unwrap();
+        buf.get(n * PAGE_SIZE).to_vec()
     }
 
     fn write_pages(s: &SwapStore, b: Block, pages: &[Vec<u8>]) {
-        let len = pages.len() * BLOCK;
+        let len = pages.len() * PAGE_SIZE;
         let mut buf = IoBuf::new(len);
         for (i, p) in pages.iter().enumerate() {
-            buf.get(len)[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(p);
+            buf.get(len)[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].copy_from_slice(p);
         }
         s.write(b, buf.get(len)).unwrap();
     }
@@ -1000,7 +560,7 @@ mod tests {
     fn drain(s: &SwapStore) {
         let pool = s.pool.as_ref().unwrap();
         pool.set_capacity(0);
-        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -1016,11 +576,16 @@ mod tests {
         assert_eq!(pool.used(), 4, "the pool took what fitted");
         assert_eq!(pool.counters.overflowed.load(Ordering::Relaxed), 2);
         let got = read(&s, 10, 3);
-        assert!(got[..BLOCK].iter().all(|&x| x == 1) && got[2 * BLOCK..].iter().all(|&x| x == 3));
+        assert!(
+            got[..PAGE_SIZE].iter().all(|&x| x == 1)
+                && got[2 * PAGE_SIZE..].iter().all(|&x| x == 3)
+        );
         let got = read(&s, 20, 3);
         for (i, v) in [4u8, 5, 6].iter().enumerate() {
             assert!(
-                got[i * BLOCK..(i + 1) * BLOCK].iter().all(|x| x == v),
+                got[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]
+                    .iter()
+                    .all(|x| x == v),
                 "block {i}"
             );
         }
@@ -1041,8 +606,8 @@ mod tests {
         let all = pool
             .copy_run(10, 3, |src, off, k| {
                 // SAFETY: `copy_run` hands out `k` live pages of pool memory.
-                let bytes = unsafe { std::slice::from_raw_parts(src, k as usize * BLOCK) };
-                got.push((off, k, bytes[0], bytes[(k as usize - 1) * BLOCK]));
+                let bytes = unsafe { std::slice::from_raw_parts(src, k as usize * PAGE_SIZE) };
+                got.push((off, k, bytes[0], bytes[(k as usize - 1) * PAGE_SIZE]));
                 Ok::<(), ()>(())
             })
             .unwrap();
@@ -1068,7 +633,7 @@ mod tests {
             write(&s, b, &[u8::try_from(b).unwrap() + 1]);
         }
         assert_eq!(pool.used(), 10);
-        let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+        let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
         // Block 3 was freed by the page table: dropped, not written.
         let spilled = pool
             .flush_round(&s.file, |bs| bs.iter().map(|&b| b != 3).collect(), &mut buf)
@@ -1087,7 +652,7 @@ mod tests {
             assert!(read(&s, b, 1).iter().all(|&x| x == v), "block {b}");
         }
         // A shrunk pool spills down to its new mark.
-        pool.set_capacity(2 * BLOCK as u64);
+        pool.set_capacity(2 * PAGE_SIZE as u64);
         while pool
             .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
             .unwrap()
@@ -1101,7 +666,7 @@ mod tests {
 
     #[test]
     fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
-        let chunk_pages = DEFAULT_CHUNK_BYTES / BLOCK as u64;
+        let chunk_pages = DEFAULT_CHUNK_BYTES / PAGE_SIZE as u64;
         let (_d, s) = store(2 * chunk_pages);
         let pool = s.pool.as_ref().unwrap();
         assert_eq!(pool.mapped_bytes(), 0);
@@ -1146,7 +711,7 @@ mod tests {
             let u = pool.usage();
             assert_eq!(u.pages, 128);
             assert!(
-                u.used_bytes < u.pages * BLOCK as u64 * 2 / 3,
+                u.used_bytes < u.pages * PAGE_SIZE as u64 * 2 / 3,
                 "{how}: {} bytes for {} pages",
                 u.used_bytes,
                 u.pages
@@ -1162,7 +727,7 @@ mod tests {
                     for i in 0..n {
                         let b = first + u32::try_from(i).unwrap();
                         assert!(
-                            got[i * BLOCK..(i + 1) * BLOCK] == want[&b][..],
+                            got[i * PAGE_SIZE..(i + 1) * PAGE_SIZE] == want[&b][..],
                             "{how}: {b}"
                         );
                     }
@@ -1171,7 +736,7 @@ mod tests {
             check(&s);
             // Half spilled: runs read partly from the file, partly from the pool.
             pool.set_capacity(u.used_bytes / 2);
-            let mut buf = IoBuf::new(FLUSH_BATCH * BLOCK);
+            let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
             while pool
                 .flush_round(&s.file, |bs| vec![true; bs.len()], &mut buf)
                 .unwrap()
@@ -1189,7 +754,7 @@ mod tests {
     /// ones no more than without compression.
     #[test]
     fn the_capacity_counts_bytes_so_compression_holds_more_pages() {
-        let cap = 16 * BLOCK as u64;
+        let cap = 16 * PAGE_SIZE as u64;
         let (_d, s) = pool_store(cap, PoolCompress::Lz4, DEFAULT_CHUNK_BYTES);
         let pool = s.pool.as_ref().unwrap();
         let random: Vec<Vec<u8>> = (0..32).map(|i| content(0, i + 1)).collect();
@@ -1245,13 +810,13 @@ mod tests {
     /// size, so the flusher's copy in the file can never be newer than the pool's.
     #[test]
     fn a_rewrite_of_a_pooled_block_stays_in_the_pool_at_its_new_size() {
-        let (_d, s) = pool_store(2 * BLOCK as u64, PoolCompress::Zstd, 64 << 10);
+        let (_d, s) = pool_store(2 * PAGE_SIZE as u64, PoolCompress::Zstd, 64 << 10);
         let pool = s.pool.as_ref().unwrap();
         write_pages(&s, 0, &[content(0, 1), content(0, 2)]);
-        assert_eq!(pool.usage().used_bytes, 2 * BLOCK as u64);
+        assert_eq!(pool.usage().used_bytes, 2 * PAGE_SIZE as u64);
         write_pages(&s, 1, &[content(1, 3)]);
         assert!(pool.contains(1));
-        assert!(pool.usage().used_bytes < 2 * BLOCK as u64);
+        assert!(pool.usage().used_bytes < 2 * PAGE_SIZE as u64);
         // Full, then a rewrite with a page that no longer compresses: over the capacity, in
         // the pool all the same.
         write_pages(&s, 2, &[content(0, 4)]);
@@ -1293,8 +858,8 @@ mod tests {
         assert_eq!(class_of(GRANULE + 1), 1);
         assert_eq!(class_of(MAX_COMPRESSED), RAW - 1);
         assert_eq!(class_of(MAX_COMPRESSED + 1), RAW);
-        assert_eq!(class_of(BLOCK), RAW);
-        for len in 1..=BLOCK {
+        assert_eq!(class_of(PAGE_SIZE), RAW);
+        for len in 1..=PAGE_SIZE {
             assert!(slot_bytes(class_of(len)) >= len);
         }
     }

@@ -2,12 +2,9 @@
 //! mappings (low RAM, and RAM above 4 GiB), and pages are numbered across all of them.
 //! One syscall may cover a run of pages only inside one mapping, so the map also splits runs.
 
-use memvisor_devices::ram::PAGE_SIZE;
+use crate::page::{PageIdx, PAGE_SIZE};
 use memvisor_devices::GuestMem;
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
-
-use crate::pager::PAGE;
-use crate::state::PageIdx;
 
 /// One mapping of guest RAM.
 struct Region {
@@ -27,7 +24,7 @@ impl RamMap {
         let mut regions = Vec::new();
         let mut first = 0u32;
         for r in mem.iter() {
-            let pages = u32::try_from(r.len() / PAGE_SIZE).unwrap_or(u32::MAX);
+            let pages = u32::try_from(r.len() / PAGE_SIZE as u64).unwrap_or(u32::MAX);
             regions.push(Region {
                 gpa: r.start_addr().0,
                 host: r.as_ptr() as u64,
@@ -51,7 +48,7 @@ impl RamMap {
     pub fn host_ranges(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
         self.regions
             .iter()
-            .map(|r| (r.host, r.pages as usize * PAGE))
+            .map(|r| (r.host, r.pages as usize * PAGE_SIZE))
     }
 
     fn region_of(&self, p: PageIdx) -> &Region {
@@ -64,25 +61,25 @@ impl RamMap {
     /// Host address of page `p`.
     pub fn host(&self, p: PageIdx) -> u64 {
         let r = self.region_of(p);
-        r.host + u64::from(p - r.first) * PAGE_SIZE
+        r.host + u64::from(p - r.first) * PAGE_SIZE as u64
     }
 
     /// Guest-physical address of page `p`.
     pub fn gpa(&self, p: PageIdx) -> u64 {
         let r = self.region_of(p);
-        r.gpa + u64::from(p - r.first) * PAGE_SIZE
+        r.gpa + u64::from(p - r.first) * PAGE_SIZE as u64
     }
 
     pub fn page_of_host(&self, addr: u64) -> Option<PageIdx> {
         self.regions.iter().find_map(|r| {
-            let i = addr.checked_sub(r.host)? / PAGE_SIZE;
+            let i = addr.checked_sub(r.host)? / PAGE_SIZE as u64;
             (i < u64::from(r.pages)).then(|| r.first + u32::try_from(i).unwrap_or(0))
         })
     }
 
     pub fn page_of_gpa(&self, gpa: u64) -> Option<PageIdx> {
         self.regions.iter().find_map(|r| {
-            let i = gpa.checked_sub(r.gpa)? / PAGE_SIZE;
+            let i = gpa.checked_sub(r.gpa)? / PAGE_SIZE as u64;
             (i < u64::from(r.pages)).then(|| r.first + u32::try_from(i).unwrap_or(0))
         })
     }

@@ -1,4 +1,4 @@
-//! The device facade: how devices reach guest RAM under the pager ([`GuestRam`]).
+//! How devices reach guest RAM under the pager: the pager's [`GuestRam`] implementation.
 //!
 //! - A device writing whole pages that are not resident installs them with one `UFFDIO_COPY`
 //!   per run, without reading their old content (VSwapper: no stale swap reads); whole pages that
@@ -6,23 +6,24 @@
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
 //!   page <-> block associations (`state.rs`).
-//! - With Tesseract's indirections (`indirect.rs`), a disk write's whole pages that are only in
+//! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
 //! - The balloon and free page reporting discard ranges: released first, recorded after, so a
 //!   failed release leaves pages resident and recorded as such.
 
-use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange, PAGE_SIZE};
+use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
-use crate::pager::{Pager, Pages, Shared, PAGE};
-use crate::ram_map::runs;
-use crate::state::{is_resident, ImageBlock, PageIdx, PageState, PageTable};
+use crate::core::{PagerCore, Pages};
+use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
+use crate::state::{is_resident, PageState, PageTable};
 use crate::stats::Counters;
-use crate::store::{self, Slot};
+use crate::store::{self};
+use crate::sys::ram_map::runs;
 
-impl Shared {
+impl PagerCore {
     /// The guest pages and image blocks of a disk request's whole pages.
     fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
         pages
@@ -47,7 +48,10 @@ impl Shared {
         let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
         let mut failed = Vec::new();
         for (f, c) in self.map.region_runs(&order) {
-            if let Err(e) = self.uffd.write_protect(self.map.host(f), c as usize * PAGE) {
+            if let Err(e) = self
+                .uffd
+                .write_protect(self.map.host(f), c as usize * PAGE_SIZE)
+            {
                 // Once per disk request the guest makes: rate-limited.
                 memvisor_devices::guest_error!(
                     PagerDeviceError,
@@ -100,12 +104,12 @@ impl Shared {
             // Plain memory until the takeover: nothing to install.
             return 0;
         }
-        let whole = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+        let whole = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
         let run = self.run_from(p, whole, |q| pages.table.device_can_install(q));
         if run == 0 {
             return 0;
         }
-        let len = run as usize * PAGE;
+        let len = run as usize * PAGE_SIZE;
         // SAFETY: `data` holds at least `len` bytes (whole pages counted above), alive for the call.
         let run = match unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
             Ok(()) => run,
@@ -121,7 +125,7 @@ impl Shared {
         if run == 0 {
             return 0;
         }
-        let len = run as usize * PAGE;
+        let len = run as usize * PAGE_SIZE;
         for q in p..p + run {
             if matches!(
                 pages.table.state(q),
@@ -154,7 +158,10 @@ impl Shared {
             pages.prefetched[q as usize] = false;
         }
         if run > 0 {
-            if let Err(e) = self.uffd.unprotect(self.map.host(p), run as usize * PAGE) {
+            if let Err(e) = self
+                .uffd
+                .unprotect(self.map.host(p), run as usize * PAGE_SIZE)
+            {
                 tracing::debug!("pager: unprotecting pages {p}+{run} for a device failed: {e}");
             }
         }
@@ -162,28 +169,31 @@ impl Shared {
     }
 }
 
-impl GuestRam for Pager {
+impl GuestRam for PagerCore {
     fn mem(&self) -> &GuestMem {
-        &self.shared.mem
+        &self.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        let s = &self.shared;
+        let s = self;
         let mut off = 0usize;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
-            let in_page = PAGE - usize::try_from(gpa % PAGE_SIZE).unwrap_or(0);
+            let in_page = PAGE_SIZE - usize::try_from(gpa % PAGE_SIZE as u64).unwrap_or(0);
             let n = in_page.min(data.len() - off);
-            if let (true, Some(p)) = (gpa % PAGE_SIZE == 0 && n == PAGE, s.map.page_of_gpa(gpa)) {
+            if let (true, Some(p)) = (
+                gpa % PAGE_SIZE as u64 == 0 && n == PAGE_SIZE,
+                s.map.page_of_gpa(gpa),
+            ) {
                 let installed = s.install_for_device(p, &data[off..]);
                 if installed > 0 {
                     off += installed;
                     continue;
                 }
-                let whole = u32::try_from((data.len() - off) / PAGE).unwrap_or(u32::MAX);
+                let whole = u32::try_from((data.len() - off) / PAGE_SIZE).unwrap_or(u32::MAX);
                 let run = s.unprotect_for_device(p, whole);
                 if run > 0 {
-                    let len = run as usize * PAGE;
+                    let len = run as usize * PAGE_SIZE;
                     s.mem
                         .write_slice(&data[off..off + len], GuestAddress(gpa))?;
                     off += len;
@@ -198,7 +208,7 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         // Protected first, so the first guest write ends the mirroring.
-        let s = &self.shared;
+        let s = self;
         let mut state = s.lock_settled();
         s.mirror_resident(
             &mut state,
@@ -208,7 +218,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = self;
         if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }
@@ -216,8 +226,8 @@ impl GuestRam for Pager {
         if !state.table.mech.mapper {
             return Ok(());
         }
-        let first = offset / PAGE_SIZE;
-        for block in first..(offset + len).div_ceil(PAGE_SIZE) {
+        let first = offset / PAGE_SIZE as u64;
+        for block in first..(offset + len).div_ceil(PAGE_SIZE as u64) {
             let Ok(block) = u32::try_from(block) else {
                 break;
             };
@@ -225,10 +235,10 @@ impl GuestRam for Pager {
             for p in state.table.disk_write_begins(ib) {
                 // `p` was dropped relying on this block's old content: bring it back first.
                 let slot = Slot::image(ib);
-                let buf = state.io.get(PAGE);
+                let buf = state.io.get(PAGE_SIZE);
                 store::read(s.stores.get(slot.store)?, slot.index, buf)?;
                 // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
-                unsafe { s.uffd.copy(buf.as_ptr(), s.map.host(p), PAGE, false) }?;
+                unsafe { s.uffd.copy(buf.as_ptr(), s.map.host(p), PAGE_SIZE, false) }?;
                 Counters::add(&s.counters.mapper_refetches, 1);
                 state.table.refetched(p);
             }
@@ -238,7 +248,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        let s = &self.shared;
+        let s = self;
         let (Some(cfg), Some(ind)) = (s.indirections, s.stores.indirect(disk)) else {
             return Vec::new();
         };
@@ -269,12 +279,12 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = self;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
-        let first = u32::try_from(offset / PAGE_SIZE).unwrap_or(u32::MAX);
-        let end = u32::try_from((offset + len).div_ceil(PAGE_SIZE)).unwrap_or(u32::MAX);
+        let first = u32::try_from(offset / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+        let end = u32::try_from((offset + len).div_ceil(PAGE_SIZE as u64)).unwrap_or(u32::MAX);
         let (released, r) =
             ind.write_ends(first, end, landed, || s.stores.swap.file.sync_if_written());
         s.release_indirections(released);
@@ -282,7 +292,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        let s = &self.shared;
+        let s = self;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -292,14 +302,14 @@ impl GuestRam for Pager {
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        match self.shared.stores.image(disk) {
+        match self.stores.image(disk) {
             Some(image) => image.read_split(offset, buf),
             None => Ok(false),
         }
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
+        let s = self;
         let mut state = s.lock_settled();
         let sources = s.disk_pages(disk, pages);
         if state.attached {
@@ -320,7 +330,7 @@ impl GuestRam for Pager {
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        let s = &self.shared;
+        let s = self;
         let mut state = s.lock_settled();
         for (p, ib) in s.disk_pages(disk, pages) {
             state.table.disk_write_done(p, ib);
@@ -328,7 +338,7 @@ impl GuestRam for Pager {
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        let s = &self.shared;
+        let s = self;
         let to = match why {
             Discard::Balloon => PageState::Ballooned,
             Discard::Reported => PageState::Reported,
@@ -339,7 +349,7 @@ impl GuestRam for Pager {
             let (Some(first), true) = (s.map.page_of_gpa(r.addr), r.len > 0) else {
                 continue;
             };
-            let n = u32::try_from(r.len / PAGE_SIZE).unwrap_or(0);
+            let n = u32::try_from(r.len / PAGE_SIZE as u64).unwrap_or(0);
             // Released first; the table changes only for what was released, so a failure
             // leaves pages resident and recorded as such.
             let mut mapped = Vec::new();
@@ -356,7 +366,7 @@ impl GuestRam for Pager {
                     &s.mem,
                     GuestRange {
                         addr: s.map.gpa(f),
-                        len: u64::from(c) * PAGE_SIZE,
+                        len: u64::from(c) * PAGE_SIZE as u64,
                     },
                 )?;
                 for p in f..f + c {
@@ -376,11 +386,11 @@ impl GuestRam for Pager {
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        let s = &self.shared;
+        let s = self;
         let mut state = s.lock_settled();
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {
-                for p in first..first + u32::try_from(r.len / PAGE_SIZE).unwrap_or(0) {
+                for p in first..first + u32::try_from(r.len / PAGE_SIZE as u64).unwrap_or(0) {
                     state.table.deflate(p);
                 }
             }

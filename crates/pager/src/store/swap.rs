@@ -1,5 +1,5 @@
 //! The swap file: a [`PageStore`] of 4 KiB blocks. Block allocation and reference counts live
-//! in [`BlockMap`](crate::state::BlockMap); this is the file and its I/O.
+//! in `BlockMap` (`blocks.rs`); this is the file and its I/O.
 //!
 //! The file is preallocated (`fallocate`) to hold every guest page, so a full disk is found
 //! when the VM starts, never in the middle of a reclaim. It is opened `O_DIRECT` where the file
@@ -14,10 +14,8 @@ use std::sync::Mutex;
 
 use thiserror::Error;
 
-use crate::state::Block;
+use crate::page::{Block, PAGE_SIZE};
 use crate::store::{PageStore, StoreCounters};
-
-pub const BLOCK: usize = 4096;
 
 #[derive(Debug, Error)]
 pub enum SwapError {
@@ -72,7 +70,7 @@ impl SwapFile {
             path: path.into(),
             source,
         })?;
-        let bytes = u64::from(blocks) * BLOCK as u64;
+        let bytes = u64::from(blocks) * PAGE_SIZE as u64;
         let len = libc::off_t::try_from(bytes).unwrap_or(libc::off_t::MAX);
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
@@ -119,13 +117,13 @@ impl PageStore for SwapFile {
     /// Reads whole blocks starting at `first` into `buf` (aligned).
     fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
         self.file
-            .read_exact_at(buf, u64::from(first) * BLOCK as u64)
+            .read_exact_at(buf, u64::from(first) * PAGE_SIZE as u64)
     }
 
     /// Writes `data` (whole blocks, from an aligned buffer) starting at block `first`.
     fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
         self.file
-            .write_all_at(data, u64::from(first) * BLOCK as u64)?;
+            .write_all_at(data, u64::from(first) * PAGE_SIZE as u64)?;
         self.writes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -1,0 +1,130 @@
+//! The swap file's block allocator: which blocks are free, and how many references (a page, a
+//! disk block's indirection) each used block has. Pure: the page table owns one.
+
+use crate::page::Block;
+
+/// Free-block bitmap and reference counts of the swap store.
+#[derive(Debug)]
+pub struct BlockMap {
+    refs: Vec<u16>,
+    used: u32,
+    /// Where the next cluster search starts, so writes advance through the file.
+    cursor: u32,
+}
+
+impl BlockMap {
+    pub fn new(blocks: u32) -> Self {
+        BlockMap {
+            refs: vec![0; blocks as usize],
+            used: 0,
+            cursor: 0,
+        }
+    }
+
+    pub fn in_use(&self) -> u32 {
+        self.used
+    }
+
+    pub fn capacity(&self) -> u32 {
+        u32::try_from(self.refs.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Allocates up to `n` blocks as few contiguous runs as it can; returns them in order.
+    pub fn alloc(&mut self, n: u32) -> Vec<Block> {
+        let cap = self.capacity();
+        let mut out = Vec::with_capacity(n as usize);
+        let mut scanned = 0;
+        while out.len() < n as usize && scanned < cap {
+            let b = self.cursor;
+            self.cursor = if b + 1 == cap { 0 } else { b + 1 };
+            scanned += 1;
+            if self.refs[b as usize] == 0 {
+                self.refs[b as usize] = 1;
+                self.used += 1;
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    /// Allocates `n` consecutive blocks, the first free run found from the cursor on (wrapping
+    /// once); returns the first, or `None` if no run that long is free.
+    pub fn alloc_run(&mut self, n: u32) -> Option<Block> {
+        let cap = self.capacity();
+        if n == 0 || n > cap {
+            return None;
+        }
+        let (mut start, mut len) = (self.cursor, 0u32);
+        let mut b = self.cursor;
+        for _ in 0..cap + n {
+            if b == cap {
+                // A run does not wrap around the end of the file.
+                b = 0;
+                len = 0;
+            }
+            if self.refs[b as usize] == 0 {
+                if len == 0 {
+                    start = b;
+                }
+                len += 1;
+                if len == n {
+                    for r in &mut self.refs[start as usize..(start + n) as usize] {
+                        *r = 1;
+                    }
+                    self.used += n;
+                    self.cursor = if start + n == cap { 0 } else { start + n };
+                    return Some(start);
+                }
+            } else {
+                len = 0;
+            }
+            b += 1;
+        }
+        None
+    }
+
+    /// Takes one more reference to block `b`, which is in use (a disk block now refers to it);
+    /// false if it has as many as it can count.
+    pub fn add_ref(&mut self, b: Block) -> bool {
+        let r = &mut self.refs[b as usize];
+        if *r == 0 || *r == u16::MAX {
+            return false;
+        }
+        *r += 1;
+        true
+    }
+
+    /// Drops one reference to `b`; the block is free when none is left.
+    pub fn release(&mut self, b: Block) {
+        let r = &mut self.refs[b as usize];
+        assert!(*r > 0, "swap block {b} released more often than referenced");
+        *r -= 1;
+        if *r == 0 {
+            self.used -= 1;
+        }
+    }
+
+    pub fn refs(&self, b: Block) -> u16 {
+        self.refs[b as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_free_blocks_is_found_without_wrapping_past_the_end() {
+        let mut m = BlockMap::new(10);
+        assert_eq!(m.alloc(3), vec![0, 1, 2]);
+        m.release(1);
+        // Block 1 alone is too short for 2; 3..5 is the first run from the cursor.
+        assert_eq!(m.alloc_run(2), Some(3));
+        assert_eq!(m.alloc_run(5), Some(5), "5..10 ends at the file's end");
+        assert_eq!(m.alloc_run(2), None, "only block 1 is free");
+        assert_eq!(m.alloc_run(1), Some(1));
+        assert_eq!(m.in_use(), 10);
+        assert_eq!(m.alloc_run(0), None);
+        assert_eq!(m.alloc_run(11), None);
+    }
+}

@@ -1,0 +1,266 @@
+//! The pager's core: what every mechanism works on. [`PagerCore`] holds guest memory, the RAM
+//! map, the userfaultfd, the page table (under the page lock, with what goes with it in
+//! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
+//! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
+//!
+//! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
+//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) are owners of their own:
+//! each holds its state and is handed the core it works on (and the fault path is handed the
+//! Preventer); the [`Pager`](crate::Pager) handle holds them and the core. The other
+//! mechanisms (`fault.rs`, `reclaim.rs`, the pool's flusher in `swapin.rs`, `takeover.rs`,
+//! `guest_ram.rs`, and the Preventer's reading of guest memory) still extend `PagerCore` with
+//! `impl` blocks of their own, and the core still holds their state (reclaim's wake-up, the
+//! fault buffer, takeover's page map). No file imports from
+//! above it, but those `impl` blocks call one another through the core (the fault path stops
+//! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
+//! a type owning its state once the ones it calls are handed to it, keeping every lock order
+//! described in `pager.rs`.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use memvisor_devices::iobuf::IoBuf;
+use memvisor_devices::GuestMem;
+use thiserror::Error;
+use userfaultfd::EventBuffer;
+
+use crate::config::IndirectConfig;
+use crate::page::{PageIdx, PAGE_SIZE};
+use crate::state::PageTable;
+use crate::stats::{Counters, Latency};
+use crate::store::pool::PoolError;
+use crate::store::stores::Stores;
+use crate::store::swap::SwapError;
+use crate::sys::pagemap::PageMap;
+use crate::sys::ram_map::RamMap;
+use crate::sys::uffd::{Fault, Userfault};
+
+/// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
+/// be paged out and in continuously.
+pub const MIN_LIMIT: u64 = 16 << 20;
+
+#[derive(Debug, Error)]
+pub enum PagerError {
+    #[error("userfaultfd is unavailable")]
+    Uffd(#[source] userfaultfd::Error),
+    #[error("cannot register guest RAM with userfaultfd")]
+    Register(#[source] userfaultfd::Error),
+    #[error("cannot take guest RAM over")]
+    Attach(#[source] std::io::Error),
+    #[error(transparent)]
+    Swap(#[from] SwapError),
+    #[error("a limit of {limit} bytes is above the VM's {size} bytes of RAM")]
+    LimitAboveSize { limit: u64, size: u64 },
+    #[error("a limit of {limit} bytes is below the {MIN_LIMIT}-byte minimum (the guest's own code, stacks and queues must stay resident)")]
+    LimitTooSmall { limit: u64 },
+    #[error("this VM has no pool (start it with --pool SIZE)")]
+    NoPool,
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error("cannot start the pager thread")]
+    Thread(#[source] std::io::Error),
+    #[error(transparent)]
+    Indirect(#[from] crate::store::indirect::IndirectError),
+}
+
+/// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must
+/// not run on (nothing was dropped without its content safe, so nothing is lost).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum PagerFailure {
+    #[error("a fault on guest page {page} could not be resolved: {error}")]
+    Fault { page: PageIdx, error: String },
+    #[error("reclaim stopped: {error}")]
+    Reclaim { error: String },
+}
+
+/// What the pager needs from the VMM's vCPUs: the Preventer stops single vCPUs, and a failed
+/// page move pauses them all.
+pub trait VcpuControl: Send + Sync {
+    /// Whether `tid` is a vCPU thread of this VM.
+    fn is_vcpu(&self, tid: i32) -> bool;
+    /// Makes vCPU thread `tid` leave `KVM_RUN` with `EINTR` (or not enter it); it then calls
+    /// [`Pager::vcpu_interrupted`](crate::Pager::vcpu_interrupted).
+    fn kick(&self, tid: i32) -> std::io::Result<()>;
+    /// Stops every vCPU until the VMM resumes the VM (then it calls [`Pager::retry`](crate::Pager::retry)).
+    fn pause(&self, why: PagerFailure);
+    /// Whether the VM is paused because of a pager failure: reclaim waits for the resume
+    /// (which retries). A pause for another reason does not stop reclaim.
+    fn pager_paused(&self) -> bool;
+    /// How long the busiest vCPU has run in guest mode since it started (`None`: not known).
+    /// Working-set sampling counts its periods in it.
+    fn guest_time(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// A [`VcpuControl`] for a pager that serves no vCPUs (tests, tools that drive guest memory
+/// themselves): a pause is recorded until [`NoVcpus::resume`], and nobody is kicked.
+#[derive(Debug, Default)]
+pub struct NoVcpus {
+    paused: Mutex<Option<PagerFailure>>,
+}
+
+impl NoVcpus {
+    /// Why the pager paused, if it did.
+    pub fn paused(&self) -> Option<PagerFailure> {
+        self.paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn resume(&self) -> Option<PagerFailure> {
+        self.paused.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl VcpuControl for NoVcpus {
+    fn is_vcpu(&self, _: i32) -> bool {
+        false
+    }
+
+    fn kick(&self, _: i32) -> std::io::Result<()> {
+        Err(std::io::Error::other("there are no vCPUs"))
+    }
+
+    fn pause(&self, why: PagerFailure) {
+        self.paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
+    }
+
+    fn pager_paused(&self) -> bool {
+        self.paused().is_some()
+    }
+}
+
+/// The page table and what goes with it, under the page lock.
+pub(crate) struct Pages {
+    pub table: PageTable,
+    /// The buffer of the store reads made under the page lock: a fault served again, a second
+    /// fault while `fault_io` is taken, the Swap Mapper's refetches.
+    pub io: IoBuf,
+    /// Pages installed by prefetch and not yet written.
+    pub prefetched: Vec<bool>,
+    /// Guest RAM is registered with userfaultfd (see `takeover.rs`); until then the guest and
+    /// devices use plain memory and no page is tracked but the balloon's.
+    pub attached: bool,
+    /// Host addresses of the huge pages not split yet (see `takeover.rs`).
+    pub huge: HashSet<u64>,
+    /// The victims of the reclaim chunk being written, sorted: mapped, write-protected and
+    /// decided, so nothing else may change them until the chunk is recorded (`reclaim.rs`).
+    pub in_flight: Vec<PageIdx>,
+    /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
+    /// first installs past the limit wait for the first chunk).
+    pub resident_after_chunk: u32,
+    /// Indirections live or pending, over all disks (each holds a swap-block reference).
+    pub indirections: u32,
+}
+
+pub(crate) struct PagerCore {
+    pub mem: Arc<GuestMem>,
+    pub map: RamMap,
+    pub uffd: Userfault,
+    /// How RAM is taken over at run time; `None`: this kernel cannot scan its page map, so RAM
+    /// is registered from the start.
+    pub pagemap: Option<PageMap>,
+    pub stores: Stores,
+    pub pages: Mutex<Pages>,
+    /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
+    /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
+    pub fault_io: Mutex<IoBuf>,
+    /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
+    pub settled: Condvar,
+    /// Set to wake the reclaim thread, with `reclaim_wake`.
+    pub reclaim_wanted: Mutex<bool>,
+    pub reclaim_wake: Condvar,
+    /// Fault events read by the pager thread.
+    pub events: Mutex<EventBuffer>,
+    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
+    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
+    /// them again ([`Pager::retry`](crate::Pager::retry)).
+    pub unresolved: Mutex<Vec<Fault>>,
+    /// Resident-page limit (the high watermark); `u32::MAX`: none.
+    pub limit: AtomicU32,
+    pub vcpus: Arc<dyn VcpuControl>,
+    pub batch: u32,
+    /// A zeroed source for installing fresh writable pages.
+    pub zeros: Vec<u8>,
+    pub counters: Counters,
+    pub fault_latency: Latency,
+    pub swap_fault_latency: Latency,
+    pub reclaim_latency: Latency,
+    /// `--tesseract`, and the swap file's path (which the indirection logs name).
+    pub indirections: Option<IndirectConfig>,
+    pub swap_path: PathBuf,
+    /// The swap file was made for this VM: deleted when the pager ends (with indirections it
+    /// is not unlinked at once, since a crash must leave it for recovery).
+    pub temporary_swap: bool,
+}
+
+pub(crate) fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {
+    match limit {
+        None => Ok(u32::MAX),
+        Some(l) if l > size => Err(PagerError::LimitAboveSize { limit: l, size }),
+        Some(l) if l < MIN_LIMIT => Err(PagerError::LimitTooSmall { limit: l }),
+        Some(l) => Ok(u32::try_from(l / PAGE_SIZE as u64).unwrap_or(u32::MAX)),
+    }
+}
+
+/// The inverse of [`limit_pages`].
+pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
+    (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE as u64)
+}
+
+/// The calling thread's id.
+pub(crate) fn current_tid() -> i32 {
+    // SAFETY: gettid(2) has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+impl PagerCore {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Pages> {
+        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Asks the VMM to pause the VM because `why` (counted once per pause).
+    pub(crate) fn pause(&self, why: PagerFailure) {
+        if !self.vcpus.pager_paused() {
+            tracing::error!("pager: pausing the VM: {why}");
+            Counters::add(&self.counters.pauses, 1);
+        }
+        self.vcpus.pause(why);
+    }
+
+    /// Takes a run of `n` free swap-file blocks for indirections, if the most indirections
+    /// allow it and the swap file has such a run.
+    pub(crate) fn reserve_indirections(&self, n: u32) -> Option<crate::page::Block> {
+        let max = self.indirections?.max;
+        let mut pages = self.lock();
+        if pages.indirections.saturating_add(n) > max {
+            return None;
+        }
+        let first = pages.table.blocks.alloc_run(n)?;
+        pages.indirections += n;
+        Some(first)
+    }
+
+    /// Drops the swap-block references of indirections that ended (or never began).
+    pub(crate) fn release_indirections(&self, blocks: Vec<crate::page::Block>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let mut pages = self.lock();
+        for b in blocks {
+            pages.table.blocks.release(b);
+            pages.indirections -= 1;
+        }
+    }
+}

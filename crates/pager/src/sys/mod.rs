@@ -1,0 +1,8 @@
+//! The system calls the pager makes, each behind a small typed wrapper: userfaultfd
+//! (`uffd.rs`), the map between page numbers and guest-physical and host addresses
+//! (`ram_map.rs`), and the page map scan (`pagemap.rs`). They import nothing of the crate but
+//! its basic types (`page.rs`).
+
+pub(crate) mod pagemap;
+pub(crate) mod ram_map;
+pub mod uffd;
