@@ -23,12 +23,10 @@ use memvisor_policy::{
 
 use crate::config::HostConfig;
 use crate::process::{describe_exit, get, put, Launch, Vmm, VmmFiles};
+use memvisor_api::spec::MIN_LIMIT;
 
 /// Events kept for `GET /events` (the oldest go first).
 const EVENTS_KEPT: usize = 10_000;
-
-/// The pager's smallest limit (`memvisor run --mem-limit`): targets below it are not sent lower.
-const MIN_LIMIT: u64 = 16 << 20;
 
 /// One VM of the host.
 struct Managed {

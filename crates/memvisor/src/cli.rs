@@ -457,10 +457,10 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
                 args.mem
             ));
         }
-        if limit < memvisor_pager::MIN_LIMIT {
+        if limit < memvisor_api::spec::MIN_LIMIT {
             return bad(format!(
                 "--mem-limit {limit} is below {} MiB: the guest's own code, stacks and queues must stay resident",
-                memvisor_pager::MIN_LIMIT >> 20
+                memvisor_api::spec::MIN_LIMIT >> 20
             ));
         }
     }
@@ -502,7 +502,7 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
     }
-    if let Err(e) = memvisor_pager::pool::check_chunk_size(args.pool_chunk) {
+    if let Err(e) = memvisor_api::spec::check_chunk_size(args.pool_chunk) {
         return bad(format!("--pool-chunk {e}"));
     }
     if let Some(pool) = args.pool {
@@ -512,7 +512,7 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
         if pool < 4096 {
             return bad(format!("--pool {pool} is smaller than one page"));
         }
-        if let Err(e) = memvisor_pager::pool::check_chunk(args.pool_chunk, pool) {
+        if let Err(e) = memvisor_api::spec::check_chunk(args.pool_chunk, pool) {
             return bad(format!("--pool-chunk {e}"));
         }
         match memvisor_host::config::meminfo("MemAvailable") {

@@ -329,7 +329,7 @@ impl Drop for Screen {
 /// SIGINT, SIGTERM and SIGHUP, blocked and read from a descriptor, so the view ends through
 /// its own loop (and [`Screen`]'s drop) rather than dying with the terminal left raw.
 fn signal_fd() -> std::io::Result<libc::c_int> {
-    memvisor_vmm::signals::block()?;
+    memvisor_host::signals::block()?;
     // SAFETY: sigemptyset initialises the set we pass; sigaddset adds valid signal numbers.
     let set = unsafe {
         let mut s: libc::sigset_t = std::mem::zeroed();

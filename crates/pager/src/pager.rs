@@ -55,9 +55,7 @@ use crate::uffd::{Fault, Userfault};
 use crate::victim::VictimPolicy;
 use memvisor_devices::iobuf::IoBuf;
 
-/// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
-/// be paged out and in continuously.
-pub const MIN_LIMIT: u64 = 16 << 20;
+pub use memvisor_api::spec::MIN_LIMIT;
 pub(crate) const PAGE: usize = 4096;
 /// Never-touched pages installed with a faulting one (128 KiB).
 pub(crate) const ZERO_WINDOW: u32 = 32;
