@@ -2,7 +2,9 @@
 
 mod host;
 mod http;
+#[cfg(feature = "server")]
 pub mod metrics;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod spec;
 mod stats;
