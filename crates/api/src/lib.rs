@@ -4,6 +4,7 @@ mod host;
 mod http;
 #[cfg(feature = "server")]
 pub mod metrics;
+mod request;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod spec;
@@ -18,6 +19,7 @@ pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,
     Request, Response, CALL_TIMEOUT, MAX_BODY,
 };
+pub use request::{parse_body, parse_metrics_request, HostRequest, RequestError, VmRequest};
 pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
