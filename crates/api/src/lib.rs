@@ -1,5 +1,6 @@
-//! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`), their Prometheus exposition (`metrics`), and the small HTTP/1.1 framing that both the servers and `memvisor ctl` use.
+//! The control APIs of the VMM and of the host manager: one serde schema for requests and answers (published in `docs/openapi.json` and `docs/host-openapi.json`), every request parsed into one enum (`VmRequest`, `HostRequest`), typed clients (`VmClient`, `HostClient`) with errors for an operator, and the small HTTP/1.1 framing; with the `server` feature, the server side both APIs share and their Prometheus exposition (`metrics`).
 
+mod client;
 mod host;
 mod http;
 #[cfg(feature = "server")]
@@ -11,6 +12,7 @@ pub mod spec;
 mod stats;
 mod vm;
 
+pub use client::{Api, ClientError, HostClient, VmClient};
 pub use host::{
     FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
     PolicyUpdate, VmSample,
