@@ -115,7 +115,7 @@ fn api<T: DeserializeOwned>(sock: &Path, method: &str, path: &str, body: Option<
 
 /// `GET /stats`.
 fn stats(sock: &Path) -> VmStats {
-    api(sock, "GET", "/stats", None)
+    memvisor_api::VmClient::new(sock).stats().unwrap()
 }
 
 /// The pager's part of `s`, which must be there.
@@ -323,10 +323,13 @@ fn working_set_sampling_follows_the_touched_memory() {
     let mut busy = 0.0f64;
     let mut last = None;
     while vm.0.try_wait().unwrap().is_none() {
-        let Ok((200, body)) = memvisor_api::call(&sock, "GET", "/stats", None) else {
-            break;
+        let s = match memvisor_api::VmClient::new(&sock).stats() {
+            Ok(s) => s,
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => break,
         };
-        let s: VmStats = serde_json::from_str(&body).unwrap();
         let a = pager(&s).active;
         if a.last_sampled_pages > 0 {
             let f = a.last_touched_pages as f64 / a.last_sampled_pages as f64;
@@ -795,9 +798,12 @@ fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
                 high = up;
             }
         }
-        if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
-            let s: VmStats = serde_json::from_str(&text).unwrap();
-            last = s.pager;
+        match memvisor_api::VmClient::new(&sock).stats() {
+            Ok(s) => last = s.pager,
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -884,8 +890,13 @@ fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
     put(&sock, "/balloon", &format!("{{\"target\": {target}}}"));
     let mut deflated = 0;
     while vm.0.try_wait().unwrap().is_none() {
-        if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
-            let s: VmStats = serde_json::from_str(&text).unwrap();
+        if let Some(s) = match memvisor_api::VmClient::new(&sock).stats() {
+            Ok(s) => Some(s),
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => None,
+        } {
             assert_eq!(balloon(&s).target_pages, target / 4096);
             deflated = deflated.max(balloon(&s).deflated_pages);
         }

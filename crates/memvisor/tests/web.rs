@@ -113,11 +113,16 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     }
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("running"));
 
-    let (status, body) = memvisor_api::call(&sock, "PUT", "/vms/a/stop", None).unwrap();
-    assert_eq!(status, 200, "{body}");
+    let client = memvisor_api::HostClient::new(&sock);
+    if let Err(e) = client.stop("a") {
+        panic!("{e}");
+    }
     let t = Instant::now();
     loop {
-        let (_, v) = memvisor_api::call(&sock, "GET", "/vms/a", None).unwrap();
+        let v = client
+            .send(&memvisor_api::HostRequest::Vm("a".into()))
+            .unwrap()
+            .body;
         if v.contains("\"state\":\"exited\"") {
             break;
         }
