@@ -93,7 +93,11 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     // A few ticks of history first.
     let t = Instant::now();
     loop {
-        let (_, h) = memvisor_api::call(&sock, "GET", "/history", None).unwrap();
+        let history = memvisor_api::HostRequest::History { since: 0.0 };
+        let h = memvisor_api::HostClient::new(&sock)
+            .send(&history)
+            .unwrap()
+            .body;
         let n = serde_json::from_str::<Vec<serde_json::Value>>(&h)
             .unwrap()
             .len();
