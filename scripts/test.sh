@@ -13,6 +13,9 @@ cargo test --workspace
 # the integrity workload and the papers' workloads in a loop for 2 minutes (then the last runs
 # finish): every run must pass with 0 mismatches, with no hang and no OOM kill.
 scripts/soak.sh 120 --vms 4 --out target/soak
+# What a new user runs first (scripts/examples.sh): the README's host quickstart as it is
+# written, and every config in examples/ as it is, each checked for VMs that fail.
+scripts/examples.sh
 # A short crash test (docs/tesseract.md): memvisor with Tesseract's indirections killed with
 # SIGKILL at random moments while the guest writes; after each kill a fresh boot checks every
 # acknowledged write, and no indirection log or swap file may be left behind.

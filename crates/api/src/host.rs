@@ -116,6 +116,8 @@ pub struct HostVm {
     pub pid: Option<u32>,
     /// Its VMM's exit status once exited (`128 + N` for signal N); `null` before.
     pub exit_status: Option<i32>,
+    /// What that exit means (`why` says it in words); `null` before.
+    pub exit: Option<crate::VmExit>,
     /// Guest RAM.
     pub mem_bytes: u64,
     /// Guaranteed host memory.

@@ -1,6 +1,7 @@
 //! The control APIs of the VMM and of the host manager: one serde schema for requests and answers (published in `docs/openapi.json` and `docs/host-openapi.json`), every request parsed into one enum (`VmRequest`, `HostRequest`), typed clients (`VmClient`, `HostClient`) with errors for an operator, and the small HTTP/1.1 framing; with the `server` feature, the server side both APIs share and their Prometheus exposition (`metrics`).
 
 mod client;
+pub mod exit;
 mod host;
 mod http;
 #[cfg(feature = "server")]
@@ -13,6 +14,7 @@ mod stats;
 mod vm;
 
 pub use client::{Api, ClientError, HostClient, VmClient};
+pub use exit::VmExit;
 pub use host::{
     FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
     PolicyUpdate, VmSample,

@@ -871,6 +871,7 @@ mod tests {
             why: Some("x".into()),
             pid: Some(10),
             exit_status: Some(-1),
+            exit: None,
             mem_bytes: 1,
             min_bytes: 1,
             max_bytes: 1,

@@ -3,12 +3,14 @@
 //! `kernel` and `disks`) are relative to the directory of the config file. A file that does not
 //! parse, or a value out of range, is an error that names the file, the line and the key.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use memvisor_api::spec::{duration, size};
 use memvisor_api::{DiskSpec, PoolCompress, VmSpec};
+use memvisor_policy::{admit, AdmissionRefusal, Reservations};
 use serde::{Deserialize, Deserializer};
 
 /// The config, checked, with paths resolved and defaults filled in.
@@ -43,6 +45,9 @@ pub struct HostConfig {
     /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
     pub metrics_addr: Option<SocketAddr>,
     pub vms: Vec<VmSpec>,
+    /// For each VM of `vms`, the line of each of its keys in the file (and `[[vm]]`, the line
+    /// of its table header), so that a problem found after parsing names its line.
+    pub vm_lines: Vec<BTreeMap<String, usize>>,
 }
 
 /// Host memory a memvisor VMM takes besides its guest's RAM: code, thread stacks, the pager's
@@ -275,6 +280,102 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
+/// For each `[[vm]]` table of `text`, in order, the line of each of its keys. A file that does
+/// not parse gives none (its parse error already names the line).
+fn vm_key_lines(text: &str) -> Vec<BTreeMap<String, usize>> {
+    #[derive(Deserialize)]
+    struct Tables {
+        #[serde(default)]
+        vm: Vec<BTreeMap<String, toml::Spanned<toml::Value>>>,
+    }
+    let Ok(t) = toml::from_str::<Tables>(text) else {
+        return Vec::new();
+    };
+    t.vm.into_iter()
+        .map(|keys| {
+            keys.into_iter()
+                .map(|(k, v)| (k, line_of(text, v.span().start)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The `[[vm]]` key a message of [`VmSpec::check`] is about, for its line; `[[vm]]` (the
+/// table's header line) when no key is named.
+fn problem_key(message: &str) -> &'static str {
+    let about = message.split_once("': ").map_or(message, |(_, m)| m);
+    const KEYS: [&str; 16] = [
+        "mem",
+        "min",
+        "max",
+        "shares",
+        "pager",
+        "tesseract_sync",
+        "tesseract_defrag",
+        "tesseract_max",
+        "tesseract",
+        "victim_cache",
+        "victims",
+        "workload",
+        "kernel",
+        "cmdline",
+        "mapper",
+        "preventer",
+    ];
+    if message.starts_with("VM name") {
+        return "name";
+    }
+    if about.starts_with("disk") {
+        return "disks";
+    }
+    if about.contains("vCPUs") {
+        return "vcpus";
+    }
+    if about.starts_with("give a workload") {
+        return "workload";
+    }
+    let word = about.split([' ', ',', ':']).next().unwrap_or("");
+    KEYS.into_iter().find(|k| *k == word).unwrap_or("[[vm]]")
+}
+
+/// Problems with the files a VM needs: a kernel or a disk image that does not exist or is not a
+/// regular file, as (the `[[vm]]` key, a sentence). Paths are taken as they are (resolve them
+/// first).
+pub fn missing_files(spec: &VmSpec) -> Vec<(&'static str, String)> {
+    let n = &spec.name;
+    let mut problems = Vec::new();
+    let check = |what: &str, p: &str| match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => None,
+        Ok(_) => Some(format!("vm '{n}': {what} {p} is not a file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "vm '{n}': {what} {p} does not exist{}",
+            if what == "disk" {
+                " (make one with `memvisor mkdisk data --out FILE --size SIZE`, or `truncate -s SIZE FILE` for an empty one)"
+            } else {
+                ""
+            }
+        )),
+        Err(e) => Some(format!("vm '{n}': {what} {p}: {e}")),
+    };
+    if let Some(k) = &spec.kernel {
+        problems.extend(check("kernel", k).map(|e| ("kernel", e)));
+    }
+    for d in &spec.disks {
+        if let Ok(d) = DiskSpec::parse(d) {
+            problems.extend(check("disk", &d.path).map(|e| ("disks", e)));
+        }
+    }
+    problems
+}
+
+/// The nearest directory at or above `dir` that exists (the state directory is only made when
+/// the host starts).
+fn nearest_existing(dir: &Path) -> &Path {
+    dir.ancestors()
+        .find(|d| d.is_dir())
+        .unwrap_or(Path::new("/"))
+}
+
 /// `p` made absolute against `base` when relative.
 fn resolve(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
@@ -306,15 +407,84 @@ pub fn resolve_paths(mut spec: VmSpec, base: &Path) -> Result<VmSpec, String> {
 }
 
 impl HostConfig {
-    /// Reads and checks the config at `path`.
+    /// Reads and checks the config at `path`: its syntax and values ([`HostConfig::parse`]),
+    /// then what needs the machine ([`HostConfig::problems`]). Every problem is one line of the
+    /// error, naming the file, the line and the key.
     pub fn load(path: &Path) -> Result<HostConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Self::parse(path, &text)
+        let (mut config, mut problems) = Self::parse_all(path, &text)?;
+        if config.swap.is_none() {
+            config.swap = Some(free_space(nearest_existing(&config.state_dir))?);
+        }
+        problems.extend(config.problems());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
+    /// What stops a VM of the config from ever starting, one line each: kernels and disk
+    /// images that do not exist, and VMs that admission control (ESX §6.2: `min` plus overhead
+    /// in memory, `mem - min` in swap) would refuse even alone on this host. VMs that fit alone
+    /// but not beside the ones above them are no mistake of the file: the host refuses them at
+    /// start (state `refused`), as ESX refuses to power on a VM whose reservation does not fit.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let empty = Reservations {
+            memory: self.memory - self.pool,
+            swap: self.swap.unwrap_or(0),
+            ..Reservations::default()
+        };
+        for (i, spec) in self.vms.iter().enumerate() {
+            let keys = self.vm_lines.get(i);
+            let at = |key: &str, e: &str| match keys.and_then(|k| k.get(key)) {
+                Some(line) => format!("{}: line {line}: [[vm]] {key}: {e}", self.path.display()),
+                None => format!(
+                    "{}: line {}: [[vm]]: {e}",
+                    self.path.display(),
+                    keys.and_then(|k| k.get("[[vm]]")).copied().unwrap_or(0)
+                ),
+            };
+            for (key, e) in missing_files(spec) {
+                problems.push(at(key, &e));
+            }
+            if let Err(e) = admit(&empty, spec.min, spec.mem, self.vm_overhead) {
+                let key = match e {
+                    AdmissionRefusal::Memory { .. } if spec.min > 0 => "min",
+                    _ => "mem",
+                };
+                let budget = format!(
+                    "[host] memory {}, pool {}, swap {}, vm_overhead {}",
+                    self.memory,
+                    self.pool,
+                    self.swap.unwrap_or(0),
+                    self.vm_overhead
+                );
+                let e = format!(
+                    "vm '{}' can never be admitted on this host: {e} ({budget})",
+                    spec.name
+                );
+                problems.push(at(key, &e));
+            }
+        }
+        problems
     }
 
     /// Checks `text`, the content of the config at `path`.
     pub fn parse(path: &Path, text: &str) -> Result<HostConfig, String> {
+        let (config, problems) = Self::parse_all(path, text)?;
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
+    /// Checks `text`: an error for a file that cannot be read as a config at all, else the
+    /// config of the VMs that passed with one line for each VM that did not.
+    fn parse_all(path: &Path, text: &str) -> Result<(HostConfig, Vec<String>), String> {
         let file: File = toml::from_str(text)
             .map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
         let base = path
@@ -364,18 +534,37 @@ impl HostConfig {
         if let Err(e) = chunk_ok {
             return Err(format!("{}: [host] pool_chunk {e}", path.display()));
         }
+        let lines = vm_key_lines(text);
         let mut vms: Vec<VmSpec> = Vec::new();
-        for s in file.vm {
-            let line = line_of(text, s.span().start);
-            let at = |e: String| format!("{}: line {line}: [[vm]]: {e}", path.display());
+        let mut vm_lines = Vec::new();
+        let mut problems = Vec::new();
+        for (i, s) in file.vm.into_iter().enumerate() {
+            let table = line_of(text, s.span().start);
+            let keys = lines.get(i).cloned().unwrap_or_default();
             let spec = s.into_inner();
-            spec.check().map_err(at)?;
-            if vms.iter().any(|v| v.name == spec.name) {
-                return Err(at(format!("a second VM named '{}'", spec.name)));
+            let at = |key: &str, e: String| match keys.get(key) {
+                Some(line) => format!("{}: line {line}: [[vm]] {key}: {e}", path.display()),
+                None => format!("{}: line {table}: [[vm]]: {e}", path.display()),
+            };
+            if let Err(e) = spec.check() {
+                problems.push(at(problem_key(&e), e));
+                continue;
             }
-            vms.push(resolve_paths(spec, &base).map_err(at)?);
+            if vms.iter().any(|v| v.name == spec.name) {
+                problems.push(at("name", format!("a second VM named '{}'", spec.name)));
+                continue;
+            }
+            match resolve_paths(spec, &base) {
+                Ok(spec) => {
+                    let mut keys = keys.clone();
+                    keys.insert("[[vm]]".into(), table);
+                    vms.push(spec);
+                    vm_lines.push(keys);
+                }
+                Err(e) => problems.push(at("disks", e)),
+            }
         }
-        Ok(HostConfig {
+        let config = HostConfig {
             path: path.to_owned(),
             memory,
             idle_tax: h.idle_tax,
@@ -393,7 +582,9 @@ impl HostConfig {
             pool_chunk,
             metrics_addr: h.metrics_addr,
             vms,
-        })
+            vm_lines,
+        };
+        Ok((config, problems))
     }
 
     /// Creates the state directory and, when `swap` was not given, measures its free space.
@@ -537,12 +728,12 @@ mem = 268435456
             ("[[vm]]\nname = \"a\"\n", 1, "mem"),
             (
                 "[host]\nmemory=\"1G\"\n\n[[vm]]\nname = \"a\"\nmem = \"512M\"\nmin = \"1G\"\n",
-                4,
+                7,
                 "min",
             ),
             (
                 "[host]\nmemory=\"1G\"\n[[vm]]\nname=\"a\"\nmem=\"64M\"\n[[vm]]\nname=\"a\"\nmem=\"64M\"\n",
-                6,
+                7,
                 "second VM",
             ),
             ("[host\n", 1, "TOML"),
@@ -556,6 +747,68 @@ mem = 268435456
             assert!(e.contains(&format!("line {line}")), "{text:?}: {e}");
             assert!(e.contains(words), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn load_lists_every_problem_with_its_line_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("here.img"), [0u8; 4096]).unwrap();
+        let config = dir.path().join("host.toml");
+        std::fs::write(
+            &config,
+            r#"[host]
+memory = "1G"
+swap = "10G"
+
+[[vm]]
+name = "a"
+mem = "256M"
+disks = ["here.img,id=data", "gone.img,id=swap"]
+
+[[vm]]
+name = "a"
+mem = "64M"
+
+[[vm]]
+name = "k"
+mem = "64M"
+kernel = "no-such-kernel.elf"
+
+[[vm]]
+name = "big"
+mem = "2G"
+min = "1010M"
+"#,
+        )
+        .unwrap();
+        let e = HostConfig::load(&config).unwrap_err();
+        let lines: Vec<&str> = e.lines().collect();
+        let file = config.display().to_string();
+        assert_eq!(lines.len(), 4, "{e}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "{file}: line 11: [[vm]] name: a second VM named 'a'"
+            )),
+            "{e}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("{file}: line 8: [[vm]] disks: vm 'a': disk ")),
+            "{e}"
+        );
+        assert!(lines[1].contains("gone.img does not exist"), "{e}");
+        assert!(
+            lines[2].starts_with(&format!("{file}: line 17: [[vm]] kernel: vm 'k': kernel ")),
+            "{e}"
+        );
+        assert!(
+            lines[3].starts_with(&format!(
+                "{file}: line 22: [[vm]] min: vm 'big' can never be admitted"
+            )),
+            "{e}"
+        );
+        assert!(lines[3].contains("bytes short"), "{e}");
+        // Nothing was made: not even the state directory.
+        assert!(!dir.path().join("host.state").exists());
     }
 
     #[test]

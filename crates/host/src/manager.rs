@@ -13,7 +13,7 @@ use std::time::Instant;
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
     ClientError, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm,
-    HostVmState, PolicyUpdate, VmInfo, VmSample, VmSpec, VmState, VmStats,
+    HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::{
     admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Reservations,
@@ -36,6 +36,7 @@ struct Managed {
     vmm: Option<Vmm>,
     files: VmmFiles,
     exit_status: Option<i32>,
+    exit: Option<VmExit>,
     /// Its `min` and `max` are in the reservations.
     reserved: bool,
     stop_asked: bool,
@@ -65,6 +66,7 @@ impl Managed {
             vmm: None,
             files,
             exit_status: None,
+            exit: None,
             reserved: false,
             stop_asked: false,
             stats: None,
@@ -134,6 +136,7 @@ impl Managed {
             why: self.why.clone(),
             pid: self.vmm.as_ref().map(Vmm::pid),
             exit_status: self.exit_status,
+            exit: self.exit,
             mem_bytes: self.spec.mem,
             min_bytes: self.spec.min,
             max_bytes: self.max,
@@ -237,7 +240,13 @@ impl Host {
     fn event(&mut self, kind: HostEventKind, vm: Option<&str>, message: String) {
         match (kind, vm) {
             (HostEventKind::Exited | HostEventKind::Refused, Some(name))
-                if !message.starts_with("stopped") && !message.ends_with("status 1") =>
+                if ![
+                    "stopped",
+                    "the guest reported success",
+                    "the guest shut down",
+                ]
+                .iter()
+                .any(|fine| message.starts_with(fine)) =>
             {
                 tracing::warn!("vm {name}: {message}");
             }
@@ -325,6 +334,9 @@ impl Host {
     /// Admits and starts `spec`; a refusal says which reservation failed.
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
+        if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
+            return Err(Refused(400, e));
+        }
         if let Some(i) = self.vms.iter().position(|v| v.spec.name == spec.name) {
             if self.vms[i].ended.is_some() {
                 self.vms.remove(i);
@@ -593,9 +605,10 @@ impl Host {
             let Some(status) = vmm.try_wait() else {
                 continue;
             };
-            let (code, why) = describe_exit(status, &v.files.log);
+            let (code, kind, why) = describe_exit(status, &v.files.log);
             v.exit_status = Some(code);
-            v.why = Some(if v.stop_asked {
+            v.exit = Some(kind);
+            v.why = Some(if v.stop_asked && kind != VmExit::Signal {
                 format!("stopped: {why}")
             } else {
                 why

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use memvisor_api::{VmClient, VmSpec};
+use memvisor_api::{VmClient, VmExit, VmSpec};
 
 /// How long a call to a VMM's API may take before the VMM counts as not answering.
 const API_TIMEOUT: Duration = Duration::from_secs(2);
@@ -154,21 +154,22 @@ fn signal(pid: u32, sig: libc::c_int) {
     }
 }
 
-/// What an exit status says, with the VMM's last message from its log when it failed.
-pub fn describe_exit(status: ExitStatus, log: &Path) -> (i32, String) {
+/// What an exit status says ([`memvisor_api::exit::describe`]): the code (`128 + N` for signal
+/// N), its kind and its words, with the VMM's last message from its log when something failed.
+pub fn describe_exit(status: ExitStatus, log: &Path) -> (i32, VmExit, String) {
     use std::os::unix::process::ExitStatusExt;
     let code = status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(-1);
-    let how = match (status.code(), status.signal()) {
-        (Some(c), _) => format!("its VMM exited with status {c}"),
-        (None, Some(s)) => format!("its VMM was killed by signal {s}"),
-        _ => "its VMM ended".to_owned(),
-    };
+    let (kind, how) = memvisor_api::exit::describe(status.code(), status.signal());
+    let failed = matches!(
+        kind,
+        VmExit::GuestCrashed | VmExit::BadInput | VmExit::VmmFailed | VmExit::Other
+    );
     match last_message(log) {
-        Some(m) if code != 0 && code != 1 => (code, format!("{how}: {m}")),
-        _ => (code, how),
+        Some(m) if failed => (code, kind, format!("{how}: {m}")),
+        _ => (code, kind, how),
     }
 }
 

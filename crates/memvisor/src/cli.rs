@@ -74,7 +74,10 @@ pub fn host(args: HostArgs) -> ExitCode {
     let config = match memvisor_host::HostConfig::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("memvisor: {e}");
+            for problem in e.lines() {
+                eprintln!("memvisor: {problem}");
+            }
+            eprintln!("memvisor: nothing was started");
             return ExitCode::from(status::BAD_INPUT);
         }
     };

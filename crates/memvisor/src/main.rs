@@ -17,16 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// Process exit statuses besides the guest's own debug-exit status `(value << 1) | 1`.
-pub mod status {
-    /// The guest shut down normally.
-    pub const SHUTDOWN: u8 = 0;
-    /// Bad input: a flag, a file or a size that cannot be used.
-    pub const BAD_INPUT: u8 = 2;
-    /// The guest crashed (triple fault, failed entry, KVM internal error).
-    pub const GUEST_CRASH: u8 = 4;
-    /// memvisor itself failed (a KVM call, a thread, the host), or QEMU did under `--hypervisor qemu`.
-    pub const VMM_FAILURE: u8 = 5;
-}
+pub use memvisor_api::exit::status;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -39,6 +39,7 @@ pub struct TopArgs {
 }
 
 /// What one refresh read.
+#[derive(Clone)]
 struct Reading {
     at: Instant,
     host: HostInfo,
@@ -166,6 +167,16 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
+    }
+    // Why a VM is paused, exited or refused, in words ("the guest reported success").
+    let whys: Vec<String> = now
+        .vms
+        .iter()
+        .filter_map(|v| Some(format!("{}: {}\n", v.name, v.why.as_deref()?)))
+        .collect();
+    if !whys.is_empty() {
+        out.push('\n');
+        whys.iter().for_each(|w| out.push_str(w));
     }
     out
 }
@@ -409,6 +420,7 @@ mod tests {
             why: None,
             pid: (state == HostVmState::Running).then_some(1),
             exit_status: None,
+            exit: None,
             mem_bytes: 256 << 20,
             min_bytes: 0,
             max_bytes: 256 << 20,
@@ -485,6 +497,12 @@ mod tests {
             lines[5]
         );
         assert_eq!(lines.len(), 6);
+        // Why a VM is not running, in words, under the table.
+        let mut exited = now.clone();
+        exited.vms[1].why = Some("the guest reported success".into());
+        let f = frame(&exited, Some(&before));
+        let lines: Vec<&str> = f.lines().collect();
+        assert_eq!(lines[6..], ["", "b: the guest reported success"]);
         // Without an earlier reading there is no rate yet.
         assert!(frame(&now, None).lines().nth(4).unwrap().ends_with(" -"));
     }

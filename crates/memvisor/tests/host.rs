@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{
     ActiveMemory, ClientError, ErrorBody, FreeStateName, HostClient, HostEvent, HostEventKind,
-    HostInfo, HostRequest, HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmSample,
-    VmSpec, VmStats,
+    HostInfo, HostRequest, HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit,
+    VmSample, VmSpec, VmStats,
 };
 use serde_json::Value;
 
@@ -164,6 +164,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         why: Some("x".into()),
         pid: Some(1),
         exit_status: Some(1),
+        exit: Some(memvisor_api::VmExit::GuestSuccess),
         mem_bytes: 1,
         min_bytes: 1,
         max_bytes: 1,
@@ -723,6 +724,10 @@ balloon = true
     let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Exited);
     assert_eq!(a.exit_status, Some(128 + libc::SIGKILL));
     assert!(a.why.as_deref().unwrap().contains("signal 9"), "{a:?}");
+    assert_eq!(
+        (a.exit, a.why.as_deref()),
+        (Some(VmExit::Signal), Some("killed by signal 9"))
+    );
     let after: HostInfo = ok(client(&sock).info());
     assert_eq!(
         before.memory_reserved_bytes - after.memory_reserved_bytes,
@@ -735,6 +740,21 @@ balloon = true
     );
     let b = wait_vm(&sock, "b", 120, |v| v.state == HostVmState::Exited);
     assert_eq!(b.exit_status, Some(1), "{b:?}");
+    // What the exit means, in the VM's entry and in the host's events.
+    assert_eq!(
+        (b.exit, b.why.as_deref()),
+        (
+            Some(VmExit::GuestSuccess),
+            Some("the guest reported success")
+        )
+    );
+    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+    assert!(
+        events.iter().any(|e| e.kind == HostEventKind::Exited
+            && e.vm.as_deref() == Some("b")
+            && e.message == "the guest reported success"),
+        "{events:?}"
+    );
     let log = std::fs::read_to_string(&b.log).unwrap();
     let done = log
         .lines()
@@ -834,4 +854,72 @@ fn a_malformed_config_names_the_file_the_line_and_the_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
+
+#[test]
+fn a_config_is_checked_whole_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = spin_kernel(dir.path());
+    std::fs::write(dir.path().join("here.img"), [0u8; 4096]).unwrap();
+    let path = dir.path().join("host.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[host]
+memory = "512M"
+swap = "2G"
+
+[[vm]]
+name = "a"
+mem = "64M"
+kernel = "{}"
+disks = ["here.img", "gone.img,id=data"]
+
+[[vm]]
+name = "a"
+mem = "64M"
+
+[[vm]]
+name = "k"
+mem = "64M"
+kernel = "nowhere/guest.elf"
+
+[[vm]]
+name = "huge"
+mem = "1G"
+min = "600M"
+"#,
+            kernel.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(MEMVISOR)
+        .args(["host", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let file = path.display().to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    for (i, (line, key, words)) in [
+        (12, "name", "a second VM named 'a'"),
+        (9, "disks", "gone.img does not exist"),
+        (18, "kernel", "nowhere/guest.elf does not exist"),
+        (23, "min", "vm 'huge' can never be admitted on this host"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let want = format!("memvisor: {file}: line {line}: [[vm]] {key}: ");
+        assert!(
+            lines[i].starts_with(&want) && lines[i].contains(words),
+            "line {i}: want {want}...{words}\n{err}"
+        );
+    }
+    assert_eq!(lines[4..], ["memvisor: nothing was started"], "{err}");
+    assert!(
+        !dir.path().join("host.state").exists(),
+        "no state directory, no socket, no VMM"
+    );
 }

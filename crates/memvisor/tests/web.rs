@@ -137,6 +137,10 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("exited"));
     assert_eq!(attr(&page, "vm-b", "data-state"), Some("running"));
     assert!(page.contains("asked to stop"), "the event is listed");
+    assert!(
+        page.contains("stopped by signal 15"),
+        "what the exit means, in words"
+    );
 
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-web.png");
     let st = Command::new("chromium")
