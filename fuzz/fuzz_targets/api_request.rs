@@ -1,14 +1,14 @@
 //! The control API's HTTP framing and JSON bodies: arbitrary bytes arrive on a connection,
-//! `memvisor_api::server::answer` reads one request and answers it, and the handler reads the
-//! body as the request type of its route, as the VMM's and the host's APIs do.
+//! `memvisor_api::server::answer` reads one request and answers it, and the handler parses it
+//! with `VmRequest::parse` and `HostRequest::parse`, as the VMM's and the host's APIs do.
 
 #![no_main]
 
 use std::io::{Cursor, Read, Write};
 
 use libfuzzer_sys::fuzz_target;
-use memvisor_api::server::{answer, error, ok, parse};
-use memvisor_api::{BalloonUpdate, HostUpdate, MemoryUpdate, PolicyUpdate, PoolUpdate, VmSpec};
+use memvisor_api::server::{answer, error, ok, refuse};
+use memvisor_api::{HostRequest, VmRequest};
 
 /// A connection held in memory: reads come from the input, writes go to `out`.
 struct Conn<'a> {
@@ -32,30 +32,26 @@ impl Write for Conn<'_> {
     }
 }
 
-/// A body read as a `T` and written back, as the APIs answer with the state they set.
-fn echo<T: serde::de::DeserializeOwned + serde::Serialize>(body: &[u8]) -> (u16, String) {
-    match parse::<T>(body) {
-        Ok(v) => ok(&v),
-        Err(e) => e,
-    }
-}
-
-/// The routes of the VMM's and the host's APIs that take a body.
+/// The request parsed as the VMM's API parses it, then as the host's, with the parsed body
+/// written back, as the APIs answer with the state they set.
 fn route(method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    match (method, path) {
-        ("PUT", "/memory") => echo::<MemoryUpdate>(body),
-        ("PUT", "/pool") => echo::<PoolUpdate>(body),
-        ("PUT", "/balloon") => echo::<BalloonUpdate>(body),
-        ("PATCH", "/host") => echo::<HostUpdate>(body),
-        ("POST", "/vms") => match parse::<VmSpec>(body) {
-            Ok(spec) => match spec.check() {
-                Ok(()) => ok(&spec),
-                Err(e) => error(400, &e),
-            },
-            Err(e) => e,
+    let vm = match VmRequest::parse(method, path, body) {
+        Ok(VmRequest::SetLimit(u)) => return ok(&u),
+        Ok(VmRequest::SetPool(u)) => return ok(&u),
+        Ok(VmRequest::SetBalloon(u)) => return ok(&u),
+        Ok(r) => return ok(&r.path()),
+        Err(e) => e,
+    };
+    match HostRequest::parse(method, path, body) {
+        Ok(HostRequest::Update(u)) => ok(&u),
+        Ok(HostRequest::Add(spec)) => match spec.check() {
+            Ok(()) => ok(&spec),
+            Err(e) => error(400, &e),
         },
-        ("PATCH", p) if p.starts_with("/vms/") => echo::<PolicyUpdate>(body),
-        _ => error(404, "no such route"),
+        Ok(HostRequest::UpdateVm(_, u)) => ok(&u),
+        Ok(r) => ok(&r.path()),
+        Err(e) if e.status == 404 => refuse(&vm),
+        Err(e) => refuse(&e),
     }
 }
 

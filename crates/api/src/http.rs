@@ -164,9 +164,24 @@ pub fn exchange(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Response, HttpError> {
-    let mut s = UnixStream::connect(sock)?;
+    exchange_on(connect(sock, timeout)?, method, path, body)
+}
+
+/// A connection to the socket at `sock` that gives up after `timeout` without progress.
+pub(crate) fn connect(sock: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    let s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
+    Ok(s)
+}
+
+/// Sends one request on `s` and reads the answer.
+pub(crate) fn exchange_on(
+    mut s: UnixStream,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<Response, HttpError> {
     let body = body.unwrap_or("");
     write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
     s.flush()?;

@@ -1,14 +1,19 @@
-//! The control APIs of the VMM and of the host manager: request and response types (one serde schema, published in `docs/openapi.json`), their Prometheus exposition (`metrics`), and the small HTTP/1.1 framing that both the servers and `memvisor ctl` use.
+//! The control APIs of the VMM and of the host manager: one serde schema for requests and answers (published in `docs/openapi.json` and `docs/host-openapi.json`), every request parsed into one enum (`VmRequest`, `HostRequest`), typed clients (`VmClient`, `HostClient`) with errors for an operator, and the small HTTP/1.1 framing; with the `server` feature, the server side both APIs share and their Prometheus exposition (`metrics`).
 
+mod client;
 pub mod exit;
 mod host;
 mod http;
+#[cfg(feature = "server")]
 pub mod metrics;
+mod request;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod spec;
 mod stats;
 mod vm;
 
+pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;
 pub use host::{
     FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
@@ -18,6 +23,7 @@ pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,
     Request, Response, CALL_TIMEOUT, MAX_BODY,
 };
+pub use request::{parse_body, parse_metrics_request, HostRequest, RequestError, VmRequest};
 pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,

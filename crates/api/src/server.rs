@@ -192,7 +192,7 @@ pub fn ok(v: &impl serde::Serialize) -> (u16, String) {
     }
 }
 
-/// A request body read as a `T`, or the 400 answer that says why not.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, (u16, String)> {
-    serde_json::from_slice(body).map_err(|e| error(400, &format!("bad JSON body: {e}")))
+/// The answer to a request that did not parse: its status with `{"error": ...}`.
+pub fn refuse(e: &crate::RequestError) -> (u16, String) {
+    error(e.status, &e.message)
 }

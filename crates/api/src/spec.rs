@@ -254,6 +254,61 @@ fn default_vcpus() -> u8 {
 /// Most vCPUs a VM has (as `memvisor run --vcpus`).
 pub const MAX_VCPUS: u8 = 64;
 
+/// The smallest resident-memory limit a VM may have (16 MiB): the guest's own code, stacks and
+/// queues must stay resident. The pager refuses less; the host never sets less.
+pub const MIN_LIMIT: u64 = 16 << 20;
+
+/// The default size of a chunk of pool memory (2 MiB).
+pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;
+/// The largest chunk (1 GiB).
+pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
+/// A pool chunk is a whole number of these pages.
+const PAGE: u64 = 4096;
+
+/// A chunk size that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ChunkSizeError {
+    /// A chunk of no bytes.
+    #[error("0 is not a size for a pool chunk: give a multiple of 4 KiB, e.g. 64K or 2M")]
+    Zero,
+    /// A chunk that is not whole pages (its size in bytes).
+    #[error("{0} is not a whole number of 4 KiB pages: give a multiple of 4 KiB, e.g. 64K or 2M")]
+    NotPages(u64),
+    /// A chunk above [`MAX_CHUNK_BYTES`] (its size in bytes).
+    #[error("{0} is larger than the largest pool chunk, 1 GiB")]
+    TooLarge(u64),
+    /// A chunk larger than its pool.
+    #[error("{chunk} is larger than the {pool}-byte pool it would be a chunk of: give at most the pool's size")]
+    LargerThanPool {
+        /// The chunk's size in bytes.
+        chunk: u64,
+        /// The pool's size in bytes.
+        pool: u64,
+    },
+}
+
+/// Checks a pool chunk size on its own.
+pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
+    if chunk == 0 {
+        Err(ChunkSizeError::Zero)
+    } else if chunk % PAGE != 0 {
+        Err(ChunkSizeError::NotPages(chunk))
+    } else if chunk > MAX_CHUNK_BYTES {
+        Err(ChunkSizeError::TooLarge(chunk))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a chunk size for a pool of `pool` bytes.
+pub fn check_chunk(chunk: u64, pool: u64) -> Result<(), ChunkSizeError> {
+    check_chunk_size(chunk)?;
+    if chunk > pool {
+        return Err(ChunkSizeError::LargerThanPool { chunk, pool });
+    }
+    Ok(())
+}
+
 /// One VM of a host: `[[vm]]` in the config file, the body of `POST /vms`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -526,10 +526,10 @@ impl HostConfig {
         }
         let pool_chunk = h
             .pool_chunk
-            .unwrap_or(memvisor_pager::pool::DEFAULT_CHUNK_BYTES);
+            .unwrap_or(memvisor_api::spec::DEFAULT_CHUNK_BYTES);
         let chunk_ok = match h.pool {
-            Some(pool) if pool > 0 => memvisor_pager::pool::check_chunk(pool_chunk, pool),
-            _ => memvisor_pager::pool::check_chunk_size(pool_chunk),
+            Some(pool) if pool > 0 => memvisor_api::spec::check_chunk(pool_chunk, pool),
+            _ => memvisor_api::spec::check_chunk_size(pool_chunk),
         };
         if let Err(e) = chunk_ok {
             return Err(format!("{}: [host] pool_chunk {e}", path.display()));

@@ -9,12 +9,14 @@
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
 //! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
+//! | `signals.rs` | the termination signals, taken by a thread |
 //! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
 
 pub mod config;
 mod manager;
 mod process;
 mod server;
+pub mod signals;
 mod web;
 
 use std::path::PathBuf;
@@ -32,7 +34,7 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 /// Runs the host of `config` until SIGTERM, SIGINT or SIGHUP; then stops every VM.
 /// `exe` is the memvisor binary that runs each VMM.
 pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
-    memvisor_vmm::signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     config.prepare_state_dir()?;
     let listener = memvisor_api::server::bind(&config.api_sock)
         .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
@@ -92,7 +94,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
-                let sig = memvisor_vmm::signals::wait();
+                let sig = signals::wait();
                 tracing::info!("signal {sig}: stopping every VM");
                 stop.store(true, Ordering::SeqCst);
             })

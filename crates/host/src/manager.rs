@@ -12,9 +12,8 @@ use std::time::Instant;
 
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
-    BalloonUpdate, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate,
-    HostVm, HostVmState, MemoryUpdate, PolicyUpdate, PoolUpdate, VmExit, VmInfo, VmSample, VmSpec,
-    VmState, VmStats,
+    ClientError, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm,
+    HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::{
     admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Reservations,
@@ -22,13 +21,11 @@ use memvisor_policy::{
 };
 
 use crate::config::HostConfig;
-use crate::process::{describe_exit, get, put, Launch, Vmm, VmmFiles};
+use crate::process::{client, describe_exit, Launch, Vmm, VmmFiles};
+use memvisor_api::spec::MIN_LIMIT;
 
 /// Events kept for `GET /events` (the oldest go first).
 const EVENTS_KEPT: usize = 10_000;
-
-/// The pager's smallest limit (`memvisor run --mem-limit`): targets below it are not sent lower.
-const MIN_LIMIT: u64 = 16 << 20;
 
 /// One VM of the host.
 struct Managed {
@@ -855,7 +852,8 @@ pub fn tick(host: &Shared) {
     let seen: Vec<(String, Option<(VmInfo, VmStats)>)> = socks
         .into_iter()
         .map(|(name, sock)| {
-            let obs = get(&sock, "/vm").ok().zip(get(&sock, "/stats").ok());
+            let vmm = client(&sock);
+            let obs = vmm.info().ok().zip(vmm.stats().ok());
             (name, obs)
         })
         .collect();
@@ -873,24 +871,24 @@ pub fn tick(host: &Shared) {
     };
     let mut done = Vec::new();
     for (o, name, sock) in &orders {
-        let warn = |r: Result<(), String>| {
+        let vmm = client(sock);
+        let warn = |r: Result<VmInfo, ClientError>| {
             if let Err(e) = r {
                 tracing::warn!("vm {name}: {e}");
             }
         };
         if let Some(b) = o.balloon {
-            warn(put(sock, "/balloon", Some(&BalloonUpdate { target: b })));
+            warn(vmm.set_balloon(b));
         }
         if let Some(bytes) = o.pool {
-            warn(put(sock, "/pool", Some(&PoolUpdate { bytes })));
+            warn(vmm.set_pool(bytes));
         }
         if let Some(l) = o.limit {
-            warn(put(sock, "/memory", Some(&MemoryUpdate { limit: Some(l) })));
+            warn(vmm.set_limit(Some(l)));
         }
         if let Some(p) = o.pause {
-            let path = if p { "/vm/pause" } else { "/vm/resume" };
-            match put(sock, path, None::<&()>) {
-                Ok(()) => done.push((name.clone(), p)),
+            match if p { vmm.pause() } else { vmm.resume() } {
+                Ok(_) => done.push((name.clone(), p)),
                 Err(e) => tracing::warn!("vm {name}: {e}"),
             }
         }

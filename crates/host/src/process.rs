@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use memvisor_api::{call_within, VmExit, VmSpec};
+use memvisor_api::{VmClient, VmExit, VmSpec};
 
 /// How long a call to a VMM's API may take before the VMM counts as not answering.
 const API_TIMEOUT: Duration = Duration::from_secs(2);
@@ -136,28 +136,9 @@ impl Vmm {
     }
 }
 
-/// `GET path` from the VMM at `sock`, read into its API type.
-pub fn get<T: serde::de::DeserializeOwned>(sock: &Path, path: &str) -> Result<T, String> {
-    match call_within(sock, "GET", path, None, API_TIMEOUT) {
-        Ok((200, body)) => serde_json::from_str(&body)
-            .map_err(|e| format!("GET {path}: an answer outside the schema: {e}")),
-        Ok((code, body)) => Err(format!("GET {path}: {code} {body}")),
-        Err(e) => Err(format!("GET {path}: {e}")),
-    }
-}
-
-/// `PUT path` to the VMM at `sock`, with a JSON body or none; an error says what it answered.
-pub fn put(sock: &Path, path: &str, body: Option<&impl serde::Serialize>) -> Result<(), String> {
-    let body = body
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let shown = body.as_deref().unwrap_or("");
-    match call_within(sock, "PUT", path, body.as_deref(), API_TIMEOUT) {
-        Ok((200, _)) => Ok(()),
-        Ok((code, answer)) => Err(format!("PUT {path} {shown}: {code} {answer}")),
-        Err(e) => Err(format!("PUT {path} {shown}: {e}")),
-    }
+/// A client of the VMM whose API socket is `sock`, which gives up after [`API_TIMEOUT`].
+pub fn client(sock: &Path) -> VmClient {
+    VmClient::new(sock).with_timeout(API_TIMEOUT)
 }
 
 fn signal(pid: u32, sig: libc::c_int) {

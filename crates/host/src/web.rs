@@ -6,7 +6,8 @@
 
 use std::net::{SocketAddr, TcpListener};
 
-use memvisor_api::server::{serve_tcp, Reply};
+use memvisor_api::server::{refuse, serve_tcp, Reply};
+use memvisor_api::HostRequest;
 
 use crate::manager::Shared;
 
@@ -43,14 +44,13 @@ fn answer(host: &Shared, method: &str, path: &str) -> Reply {
         "/app.js" => text(200, "text/javascript; charset=utf-8", APP),
         "/uplot.js" => text(200, "text/javascript; charset=utf-8", UPLOT_JS),
         "/uplot.css" => text(200, "text/css; charset=utf-8", UPLOT_CSS),
-        _ => match path.strip_prefix("/api") {
-            Some(api)
-                if ["/host", "/vms", "/history", "/events"]
-                    .iter()
-                    .any(|p| api == *p || api.starts_with(&format!("{p}?"))) =>
-            {
-                crate::server::handle(host, "GET", api, &[]).into()
-            }
+        _ => match path
+            .strip_prefix("/api")
+            .map(|api| HostRequest::parse("GET", api, &[]))
+        {
+            Some(Ok(request)) if request.is_page_read() => crate::server::handle(host, request),
+            // A read with a query that does not parse.
+            Some(Err(e)) if e.status == 400 => refuse(&e).into(),
             _ => text(404, "text/plain", &format!("no such page {path}")),
         },
     }

@@ -1,15 +1,12 @@
 //! `memvisor ctl`: a client of a VM's API socket (`--api-sock`) or of a host manager's
-//! (`--host-sock`).
+//! (`--host-sock`), through `memvisor_api`'s typed clients.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use memvisor_api::{
-    call, BalloonUpdate, HostInfo, HostUpdate, HostVm, MemoryUpdate, PolicyUpdate, PoolUpdate,
-    VmInfo, VmSpec, VmStats,
-};
+use memvisor_api::{ClientError, HostClient, HostUpdate, PolicyUpdate, VmClient, VmSpec};
 
 use crate::cli::parse_size;
 use crate::status;
@@ -85,16 +82,6 @@ pub enum CtlRequest {
     },
 }
 
-/// What a request's answer is, to read it back into its type.
-#[derive(Clone, Copy)]
-enum Answer {
-    Vm,
-    Stats,
-    Host,
-    HostVm,
-    HostVms,
-}
-
 #[derive(Clone, Copy, Debug)]
 pub struct Limit(Option<u64>);
 
@@ -105,104 +92,61 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
     parse_size(s).map(|b| Limit(Some(b)))
 }
 
-/// The method, path, body and answer type of a request; an error for a request sent to the
-/// wrong kind of socket or a spec file that cannot be read.
-fn request(
-    r: CtlRequest,
-    host: bool,
-) -> Result<(&'static str, String, Option<String>, Answer), String> {
-    let vm_only = |what: &str| {
+/// Sends request `r` to `sock` through the typed client of its API and returns the answer as
+/// indented JSON; the outer error is for a request sent to the wrong kind of socket or a spec
+/// file that cannot be read.
+fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientError>, String> {
+    let vm = |what: &str| {
         if host {
             Err(format!("`{what}` is a VM's request: give --api-sock"))
         } else {
-            Ok(())
+            Ok(VmClient::new(sock))
         }
     };
-    let host_only = |what: &str| {
+    let host = |what: &str| {
         if host {
-            Ok(())
+            Ok(HostClient::new(sock))
         } else {
             Err(format!("`{what}` is a host's request: give --host-sock"))
         }
     };
     Ok(match r {
-        CtlRequest::Vm => {
-            vm_only("vm")?;
-            ("GET", "/vm".into(), None, Answer::Vm)
-        }
-        CtlRequest::Stats => {
-            vm_only("stats")?;
-            ("GET", "/stats".into(), None, Answer::Stats)
-        }
-        CtlRequest::Pause => {
-            vm_only("pause")?;
-            ("PUT", "/vm/pause".into(), None, Answer::Vm)
-        }
-        CtlRequest::Resume => {
-            vm_only("resume")?;
-            ("PUT", "/vm/resume".into(), None, Answer::Vm)
-        }
-        CtlRequest::Limit { limit } => {
-            vm_only("limit")?;
-            let body = json(&MemoryUpdate { limit: limit.0 });
-            ("PUT", "/memory".into(), Some(body), Answer::Vm)
-        }
-        CtlRequest::Pool { bytes } => {
-            vm_only("pool")?;
-            let body = json(&PoolUpdate { bytes });
-            ("PUT", "/pool".into(), Some(body), Answer::Vm)
-        }
-        CtlRequest::Balloon { target } => {
-            vm_only("balloon")?;
-            let body = json(&BalloonUpdate { target });
-            ("PUT", "/balloon".into(), Some(body), Answer::Vm)
-        }
-        CtlRequest::Host => {
-            host_only("host")?;
-            ("GET", "/host".into(), None, Answer::Host)
-        }
-        CtlRequest::Vms => {
-            host_only("vms")?;
-            ("GET", "/vms".into(), None, Answer::HostVms)
-        }
-        CtlRequest::Show { name } => {
-            host_only("show")?;
-            ("GET", format!("/vms/{name}"), None, Answer::HostVm)
-        }
+        CtlRequest::Vm => show(vm("vm")?.info()),
+        CtlRequest::Stats => show(vm("stats")?.stats()),
+        CtlRequest::Pause => show(vm("pause")?.pause()),
+        CtlRequest::Resume => show(vm("resume")?.resume()),
+        CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
+        CtlRequest::Pool { bytes } => show(vm("pool")?.set_pool(bytes)),
+        CtlRequest::Balloon { target } => show(vm("balloon")?.set_balloon(target)),
+        CtlRequest::Host => show(host("host")?.info()),
+        CtlRequest::Vms => show(host("vms")?.vms()),
+        CtlRequest::Show { name } => show(host("show")?.vm(&name)),
         CtlRequest::Add { spec } => {
-            host_only("add")?;
+            let client = host("add")?;
             let text = std::fs::read_to_string(&spec)
                 .map_err(|e| format!("cannot read {}: {e}", spec.display()))?;
             let vm: VmSpec = toml::from_str(&text)
                 .map_err(|e| format!("{}: {}", spec.display(), e.to_string().trim_end()))?;
-            ("POST", "/vms".into(), Some(json(&vm)), Answer::HostVm)
+            show(client.add(&vm))
         }
         CtlRequest::Set {
             name,
             min,
             max,
             shares,
-        } => {
-            host_only("set")?;
-            let body = json(&PolicyUpdate { min, max, shares });
-            ("PATCH", format!("/vms/{name}"), Some(body), Answer::HostVm)
-        }
-        CtlRequest::Stop { name } => {
-            host_only("stop")?;
-            ("PUT", format!("/vms/{name}/stop"), None, Answer::HostVm)
-        }
-        CtlRequest::Remove { name } => {
-            host_only("remove")?;
-            ("DELETE", format!("/vms/{name}"), None, Answer::HostVm)
-        }
-        CtlRequest::IdleTax { tax } => {
-            host_only("idle-tax")?;
-            let body = json(&HostUpdate {
-                idle_tax: Some(tax),
-            });
-            ("PATCH", "/host".into(), Some(body), Answer::Host)
-        }
+        } => show(host("set")?.update_vm(&name, PolicyUpdate { min, max, shares })),
+        CtlRequest::Stop { name } => show(host("stop")?.stop(&name)),
+        CtlRequest::Remove { name } => show(host("remove")?.remove(&name)),
+        CtlRequest::IdleTax { tax } => show(host("idle-tax")?.update(HostUpdate {
+            idle_tax: Some(tax),
+        })),
     })
+}
+
+/// An answer, already read into its API type (so one off the schema is an error rather than a
+/// surprise to whoever reads the output), written back as indented JSON.
+fn show<T: serde::Serialize>(answer: Result<T, ClientError>) -> Result<String, ClientError> {
+    answer.map(|v| serde_json::to_string_pretty(&v).expect("API types serialize"))
 }
 
 /// An idle memory tax: a fraction from 0 up to (not including) 1.
@@ -216,61 +160,33 @@ fn parse_tax(s: &str) -> Result<f64, String> {
         })
 }
 
-/// A request type as JSON (they always serialize).
-fn json(v: &impl serde::Serialize) -> String {
-    serde_json::to_string(v).expect("request types serialize")
-}
-
 pub fn run(args: CtlArgs) -> ExitCode {
     let (sock, host) = match (&args.api_sock, &args.host_sock) {
         (Some(s), _) => (s.clone(), false),
         (None, Some(s)) => (s.clone(), true),
         (None, None) => unreachable!("clap requires one of the sockets"),
     };
-    let (method, path, body, answer) = match request(args.request, host) {
+    let answer = match call(args.request, &sock, host) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("memvisor: {e}");
             return ExitCode::from(status::BAD_INPUT);
         }
     };
-    match call(&sock, method, &path, body.as_deref()) {
-        Ok((200, out)) => {
-            // Read into the API's own types, so an answer that does not follow the schema is
-            // an error here rather than a surprise to whoever reads the output.
-            let typed = match answer {
-                Answer::Vm => pretty::<VmInfo>(&out),
-                Answer::Stats => pretty::<VmStats>(&out),
-                Answer::Host => pretty::<HostInfo>(&out),
-                Answer::HostVm => pretty::<HostVm>(&out),
-                Answer::HostVms => pretty::<Vec<HostVm>>(&out),
-            };
-            match typed {
-                Ok(text) => {
-                    // A reader that goes away early (`| head`) is not an error.
-                    let _ = writeln!(std::io::stdout(), "{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("memvisor: the answer to {method} {path} does not follow the API schema ({e}): {out}");
-                    ExitCode::from(1)
-                }
-            }
+    match answer {
+        Ok(text) => {
+            // A reader that goes away early (`| head`) is not an error.
+            let _ = writeln!(std::io::stdout(), "{text}");
+            ExitCode::SUCCESS
         }
-        Ok((code, out)) => {
-            eprintln!("memvisor: {method} {path} refused ({code}): {out}");
-            ExitCode::from(1)
-        }
-        Err(e) => {
-            eprintln!("memvisor: cannot reach {}: {e}", sock.display());
+        // One line saying what to check; a socket that cannot be reached is bad input.
+        Err(e) if e.is_unreachable() => {
+            eprintln!("memvisor: {e}");
             ExitCode::from(status::BAD_INPUT)
         }
+        Err(e) => {
+            eprintln!("memvisor: {e}");
+            ExitCode::from(1)
+        }
     }
-}
-
-/// `body` read as a `T` and written back as indented JSON.
-fn pretty<T: serde::Serialize + serde::de::DeserializeOwned>(
-    body: &str,
-) -> Result<String, serde_json::Error> {
-    serde_json::to_string_pretty(&serde_json::from_str::<T>(body)?)
 }

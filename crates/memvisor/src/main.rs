@@ -9,6 +9,7 @@ mod guest_kit;
 mod hostlimit;
 mod progress;
 mod qemu;
+mod run;
 mod top;
 
 use std::process::ExitCode;
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
         .init();
     let args = cli::Cli::parse();
     match args.command {
-        cli::Command::Run(run) => cli::run(run),
+        cli::Command::Run(args) => run::run(args),
         cli::Command::Mkdisk(args) => disks::run(args),
         cli::Command::Disk(args) => disks::disk(args),
         cli::Command::Host(args) => cli::host(args),

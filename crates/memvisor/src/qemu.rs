@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use memvisor_vmm::affinity::CpuSet;
 
-use crate::cli::RunPlan;
 use crate::hostlimit::HostLimit;
+use crate::run::RunPlan;
 use crate::{guest_kit, status};
 
 /// QEMU's own resident memory besides guest RAM: 33 MiB measured for an idle microvm with

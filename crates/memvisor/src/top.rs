@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use memvisor_api::{call_within, HostInfo, HostVm, VmStats};
+use memvisor_api::{ClientError, HostClient, HostInfo, HostVm, VmClient};
 
 use crate::status;
 
@@ -48,53 +48,27 @@ struct Reading {
     faults: HashMap<String, u64>,
 }
 
-/// Why a reading failed: the host cannot be reached (exit status 2), or it answered with
-/// something else than its API's types (1).
-enum ReadError {
-    Unreachable(String),
-    Refused(String),
-}
+/// Why a reading failed: the host cannot be reached (exit status 2), or it refused a request
+/// or answered with something else than its API's types (1). Either way the message is one line.
+struct ReadError(ClientError);
 
 impl ReadError {
-    fn message(&self) -> &str {
-        match self {
-            ReadError::Unreachable(m) | ReadError::Refused(m) => m,
-        }
-    }
-}
-
-fn get<T: serde::de::DeserializeOwned>(
-    sock: &Path,
-    path: &str,
-    timeout: Duration,
-) -> Result<T, ReadError> {
-    match call_within(sock, "GET", path, None, timeout) {
-        Ok((200, body)) => serde_json::from_str(&body).map_err(|e| {
-            ReadError::Refused(format!(
-                "the answer to GET {path} on {} is not the API's ({e})",
-                sock.display()
-            ))
-        }),
-        Ok((code, body)) => Err(ReadError::Refused(format!(
-            "GET {path} on {} refused ({code}): {body}",
-            sock.display()
-        ))),
-        Err(e) => Err(ReadError::Unreachable(format!(
-            "cannot reach {}: {e}",
-            sock.display()
-        ))),
+    fn message(&self) -> String {
+        self.0.to_string()
     }
 }
 
 fn read(sock: &Path) -> Result<Reading, ReadError> {
-    let host: HostInfo = get(sock, "/host", HOST_TIMEOUT)?;
-    let vms: Vec<HostVm> = get(sock, "/vms", HOST_TIMEOUT)?;
+    let client = HostClient::new(sock).with_timeout(HOST_TIMEOUT);
+    let host = client.info().map_err(ReadError)?;
+    let vms = client.vms().map_err(ReadError)?;
     let faults = vms
         .iter()
         .filter(|v| v.pid.is_some())
         .filter_map(|v| {
             // A VMM that is starting, stopping or slow only loses its fault rate this time.
-            let stats: VmStats = get(Path::new(&v.api_sock), "/stats", VMM_TIMEOUT).ok()?;
+            let vmm = VmClient::new(&v.api_sock).with_timeout(VMM_TIMEOUT);
+            let stats = vmm.stats().ok()?;
             Some((v.name.clone(), stats.pager?.counters.faults()))
         })
         .collect();
@@ -227,9 +201,9 @@ pub fn run(args: TopArgs) -> ExitCode {
 
 fn failed(e: &ReadError) -> ExitCode {
     eprintln!("memvisor: {}", e.message());
-    match e {
-        ReadError::Unreachable(_) => ExitCode::from(status::BAD_INPUT),
-        ReadError::Refused(_) => ExitCode::from(1),
+    match e.0.is_unreachable() {
+        true => ExitCode::from(status::BAD_INPUT),
+        false => ExitCode::from(1),
     }
 }
 
@@ -340,7 +314,7 @@ impl Drop for Screen {
 /// SIGINT, SIGTERM and SIGHUP, blocked and read from a descriptor, so the view ends through
 /// its own loop (and [`Screen`]'s drop) rather than dying with the terminal left raw.
 fn signal_fd() -> std::io::Result<libc::c_int> {
-    memvisor_vmm::signals::block()?;
+    memvisor_host::signals::block()?;
     // SAFETY: sigemptyset initialises the set we pass; sigaddset adds valid signal numbers.
     let set = unsafe {
         let mut s: libc::sigset_t = std::mem::zeroed();

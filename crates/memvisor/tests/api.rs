@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{
     ActiveMemory, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats,
     GuestErrors, GuestMemoryStats, LatencySummary, MemoryUpdate, PageCensus, PagerCounters,
-    PagerMode, PagerStats, PoolStats, PoolUpdate, VmInfo, VmState, VmStats,
+    PagerMode, PagerStats, PoolStats, PoolUpdate, VmInfo, VmRequest, VmState, VmStats,
 };
 use serde_json::Value;
 
@@ -80,8 +80,9 @@ fn call_checked(
 ) -> (u16, Value) {
     let (status, v) = openapi::call_checked(spec, sock, method, path, body);
     let at = format!("{method} {path} {status}");
-    match (status, path) {
-        (200, "/stats") => drop(typed::<VmStats>(&v, &at)),
+    let request = VmRequest::parse(method, path, body.unwrap_or("").as_bytes());
+    match (status, request) {
+        (200, Ok(VmRequest::Stats)) => drop(typed::<VmStats>(&v, &at)),
         (200, _) => drop(typed::<VmInfo>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
@@ -183,7 +184,7 @@ fn server_matches_the_published_schema() {
     assert_eq!(vm.limit_bytes, Some(48 << 20));
     assert_eq!(vm.pager, PagerMode::Full);
     assert_eq!(vm.disks[0].id, "data");
-    let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
+    let (_, stats) = call_checked(&spec, &sock, "GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     let pager = stats.pager.expect("a pager");
     assert!(pager.pages.resident_pages > 0);
@@ -314,7 +315,7 @@ fn without_a_pager_the_limit_cannot_be_changed() {
     assert!(v["error"].as_str().unwrap().contains("pager"));
     let (status, _) = call_checked(&spec, &sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
     assert_eq!(status, 400);
-    let (_, stats) = call_checked(&spec, &sock, "GET", "/stats", None);
+    let (_, stats) = call_checked(&spec, &sock, "GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     assert_eq!(stats.pager, None);
     assert_eq!(stats.balloon, None);

@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{
-    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample,
-    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit, VmSample, VmSpec, VmStats,
+    ActiveMemory, ClientError, ErrorBody, FreeStateName, HostClient, HostEvent, HostEventKind,
+    HostInfo, HostRequest, HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit,
+    VmSample, VmSpec, VmStats,
 };
 use serde_json::Value;
 
@@ -73,14 +74,17 @@ fn spin_kernel(dir: &Path) -> PathBuf {
     path
 }
 
-fn get<T: serde::de::DeserializeOwned>(sock: &Path, path: &str) -> T {
-    let (status, text) = memvisor_api::call(sock, "GET", path, None).unwrap();
-    assert_eq!(status, 200, "GET {path}: {text}");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+/// A typed answer of the host at `sock`, which must answer 200 with the API's type.
+fn ok<T>(answer: Result<T, ClientError>) -> T {
+    answer.unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn client(sock: &Path) -> HostClient {
+    HostClient::new(sock)
 }
 
 fn vm(sock: &Path, name: &str) -> HostVm {
-    get(sock, &format!("/vms/{name}"))
+    ok(client(sock).vm(name))
 }
 
 /// Polls VM `name` until `done` holds (at most `secs` seconds).
@@ -125,11 +129,12 @@ fn call_checked(
 ) -> (u16, Value) {
     let (status, v) = openapi::call_checked(spec, sock, method, path, body);
     let at = format!("{method} {path} {status}");
-    match (status, path) {
-        (200, "/host") => drop(typed::<HostInfo>(&v, &at)),
-        (200, p) if p.starts_with("/events") => drop(typed::<Vec<HostEvent>>(&v, &at)),
-        (200, p) if p.starts_with("/history") => drop(typed::<Vec<HostSample>>(&v, &at)),
-        (200, "/vms") if method == "GET" => drop(typed::<Vec<HostVm>>(&v, &at)),
+    let request = HostRequest::parse(method, path, body.unwrap_or("").as_bytes());
+    match (status, request) {
+        (200, Ok(HostRequest::Info | HostRequest::Update(_))) => drop(typed::<HostInfo>(&v, &at)),
+        (200, Ok(HostRequest::Events { .. })) => drop(typed::<Vec<HostEvent>>(&v, &at)),
+        (200, Ok(HostRequest::History { .. })) => drop(typed::<Vec<HostSample>>(&v, &at)),
+        (200, Ok(HostRequest::Vms)) => drop(typed::<Vec<HostVm>>(&v, &at)),
         (200, _) => drop(typed::<HostVm>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
@@ -315,9 +320,15 @@ kernel = "{k}"
     assert_eq!(h.budget_bytes, 256 * MIB);
     assert_eq!(h.memory_reserved_bytes, 88 * MIB);
     assert_eq!(h.swap_reserved_bytes, 64 * MIB);
-    let (_, vms) = call_checked(&spec, &sock, "GET", "/vms", None);
+    let (_, vms) = call_checked(&spec, &sock, "GET", &HostRequest::Vms.path(), None);
     assert_eq!(vms.as_array().unwrap().len(), 2);
-    call_checked(&spec, &sock, "GET", "/vms/a", None);
+    call_checked(
+        &spec,
+        &sock,
+        "GET",
+        &HostRequest::Vm("a".into()).path(),
+        None,
+    );
     // The host's numbers and each VM's, for Prometheus: a refused VM has its state and policy
     // but no VMM stats; a running one has both.
     let (status, text) = openapi::get_text_checked(&spec, &sock, "/metrics");
@@ -346,15 +357,27 @@ kernel = "{k}"
         &spec,
         &sock,
         "POST",
-        "/vms",
+        &HostRequest::Vms.path(),
         Some(&add("c", "256M", "160M")),
     );
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("bytes short"), "{v}");
-    let (status, v) = call_checked(&spec, &sock, "POST", "/vms", Some(&add("c", "64M", "32M")));
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "POST",
+        &HostRequest::Vms.path(),
+        Some(&add("c", "64M", "32M")),
+    );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["state"], "starting");
-    let (status, _) = call_checked(&spec, &sock, "POST", "/vms", Some(&add("c", "64M", "0")));
+    let (status, _) = call_checked(
+        &spec,
+        &sock,
+        "POST",
+        &HostRequest::Vms.path(),
+        Some(&add("c", "64M", "0")),
+    );
     assert_eq!(status, 400, "a name in use");
     for bad in [
         "{",
@@ -365,10 +388,10 @@ kernel = "{k}"
         r#"{"name": "d", "mem": "64M", "min": "128M"}"#,
         r#"{"name": "d", "mem": "64M", "disks": ["x,bad"]}"#,
     ] {
-        let (status, v) = call_checked(&spec, &sock, "POST", "/vms", Some(bad));
+        let (status, v) = call_checked(&spec, &sock, "POST", &HostRequest::Vms.path(), Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
-    let h: HostInfo = get(&sock, "/host");
+    let h: HostInfo = ok(client(&sock).info());
     assert_eq!(
         h.memory_reserved_bytes,
         (88 + 56) * MIB,
@@ -383,7 +406,13 @@ kernel = "{k}"
         r#"{"shares": 0}"#,
         r#"{"weight": 3}"#,
     ] {
-        let (status, v) = call_checked(&spec, &sock, "PATCH", "/vms/a", Some(bad));
+        let (status, v) = call_checked(
+            &spec,
+            &sock,
+            "PATCH",
+            &HostRequest::Vm("a".into()).path(),
+            Some(bad),
+        );
         assert_eq!(status, 400, "{bad}: {v}");
     }
     let a = vm(&sock, "a");
@@ -395,7 +424,7 @@ kernel = "{k}"
         &spec,
         &sock,
         "PATCH",
-        "/vms/a",
+        &HostRequest::Vm("a".into()).path(),
         Some(r#"{"min": "32M", "max": "96M", "shares": 2000}"#),
     );
     assert_eq!(status, 200, "{v}");
@@ -404,7 +433,7 @@ kernel = "{k}"
         (a.min_bytes, a.max_bytes, a.shares),
         (32 * MIB, 96 * MIB, 2000)
     );
-    let h: HostInfo = get(&sock, "/host");
+    let h: HostInfo = ok(client(&sock).info());
     assert_eq!(h.memory_reserved_bytes, (56 + 56) * MIB);
     // The target follows the new max within a few ticks.
     wait_vm(&sock, "a", 5, |v| v.target_bytes == 96 * MIB);
@@ -419,7 +448,7 @@ kernel = "{k}"
         let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
-    assert_eq!(get::<HostInfo>(&sock, "/host").idle_tax, 0.75);
+    assert_eq!(ok(client(&sock).info()).idle_tax, 0.75);
     let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["idle_tax"], 0.0);
@@ -427,9 +456,26 @@ kernel = "{k}"
     assert_eq!((status, &v["idle_tax"]), (200, &Value::from(0.0)));
 
     // Unknown VMs and paths, wrong methods.
-    assert_eq!(call_checked(&spec, &sock, "GET", "/vms/zz", None).0, 404);
     assert_eq!(
-        call_checked(&spec, &sock, "PUT", "/vms/zz/stop", None).0,
+        call_checked(
+            &spec,
+            &sock,
+            "GET",
+            &HostRequest::Vm("zz".into()).path(),
+            None
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call_checked(
+            &spec,
+            &sock,
+            "PUT",
+            &HostRequest::Stop("zz".into()).path(),
+            None
+        )
+        .0,
         404
     );
     assert_eq!(
@@ -437,7 +483,9 @@ kernel = "{k}"
         404
     );
     assert_eq!(
-        memvisor_api::call(&sock, "DELETE", "/vms", None).unwrap().0,
+        memvisor_api::call(&sock, "DELETE", &HostRequest::Vms.path(), None)
+            .unwrap()
+            .0,
         405
     );
     assert_eq!(
@@ -449,31 +497,76 @@ kernel = "{k}"
 
     // Stopping one VM: it exits, its reservation returns, it stays listed.
     wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Running);
-    let (status, _) = call_checked(&spec, &sock, "PUT", "/vms/c/stop", None);
+    let (status, _) = call_checked(
+        &spec,
+        &sock,
+        "PUT",
+        &HostRequest::Stop("c".into()).path(),
+        None,
+    );
     assert_eq!(status, 200);
     let c = wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Exited);
     assert!(c.why.unwrap().starts_with("stopped"));
     assert_eq!(c.exit_status, Some(128 + libc::SIGTERM));
     assert_eq!(
-        call_checked(&spec, &sock, "PUT", "/vms/c/stop", None).0,
+        call_checked(
+            &spec,
+            &sock,
+            "PUT",
+            &HostRequest::Stop("c".into()).path(),
+            None
+        )
+        .0,
         400
     );
-    let h: HostInfo = get(&sock, "/host");
+    let h: HostInfo = ok(client(&sock).info());
     assert_eq!(h.memory_reserved_bytes, 56 * MIB);
 
     // Removing: not while a VM runs; an exited one is forgotten, and its name is free.
-    let (status, v) = call_checked(&spec, &sock, "DELETE", "/vms/a", None);
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "DELETE",
+        &HostRequest::Vm("a".into()).path(),
+        None,
+    );
     assert_eq!(status, 409, "{v}");
     assert!(
         v["error"].as_str().unwrap().contains("stop it first"),
         "{v}"
     );
     assert_eq!(vm(&sock, "a").state, HostVmState::Running);
-    let (status, v) = call_checked(&spec, &sock, "DELETE", "/vms/c", None);
+    let (status, v) = call_checked(
+        &spec,
+        &sock,
+        "DELETE",
+        &HostRequest::Vm("c".into()).path(),
+        None,
+    );
     assert_eq!((status, &v["state"]), (200, &Value::from("exited")), "{v}");
-    assert_eq!(call_checked(&spec, &sock, "GET", "/vms/c", None).0, 404);
-    assert_eq!(call_checked(&spec, &sock, "DELETE", "/vms/c", None).0, 404);
-    let names: Vec<String> = get::<Vec<HostVm>>(&sock, "/vms")
+    assert_eq!(
+        call_checked(
+            &spec,
+            &sock,
+            "GET",
+            &HostRequest::Vm("c".into()).path(),
+            None
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call_checked(
+            &spec,
+            &sock,
+            "DELETE",
+            &HostRequest::Vm("c".into()).path(),
+            None
+        )
+        .0,
+        404
+    );
+    let names: Vec<String> = ok(client(&sock).vms())
         .into_iter()
         .map(|v| v.name)
         .collect();
@@ -551,12 +644,11 @@ fn the_host_forgets_what_is_older_than_keep() {
     );
     let sock = host.sock.clone();
     wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Running);
-    let (status, text) = memvisor_api::call(&sock, "PUT", "/vms/goes/stop", None).unwrap();
-    assert_eq!(status, 200, "{text}");
+    ok(client(&sock).stop("goes"));
     let exited = wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Exited);
     assert!(exited.why.unwrap().starts_with("stopped"));
     let t = Instant::now();
-    while get::<Vec<HostVm>>(&sock, "/vms").len() > 1 {
+    while ok(client(&sock).vms()).len() > 1 {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "the exited VM is still listed 10 s later"
@@ -566,8 +658,8 @@ fn the_host_forgets_what_is_older_than_keep() {
     assert_eq!(vm(&sock, "stays").state, HostVmState::Running);
     // Everything older than 2 s is gone: the ticks since then are all that is left.
     std::thread::sleep(Duration::from_secs(1));
-    let h: HostInfo = get(&sock, "/host");
-    let history: Vec<HostSample> = get(&sock, "/history");
+    let h: HostInfo = ok(client(&sock).info());
+    let history: Vec<HostSample> = ok(client(&sock).history(0.0));
     let now = history.last().unwrap().seconds;
     assert!(now > 3.0, "{now}");
     assert!(
@@ -581,7 +673,7 @@ fn the_host_forgets_what_is_older_than_keep() {
         history.len()
     );
     assert!(h.ticks > history.len() as u64);
-    let events: Vec<HostEvent> = get(&sock, "/events");
+    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
     assert!(
         events.iter().all(|e| e.seconds >= now - 2.0 - 0.2),
         "{events:?}"
@@ -629,7 +721,7 @@ balloon = true
     wait_vm(&sock, "b", 20, |v| {
         v.limit_bytes < 128 * MIB && v.swapped_bytes > 0
     });
-    let before: HostInfo = get(&sock, "/host");
+    let before: HostInfo = ok(client(&sock).info());
     signal(a.pid.unwrap(), libc::SIGKILL);
     let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Exited);
     assert_eq!(a.exit_status, Some(128 + libc::SIGKILL));
@@ -638,7 +730,7 @@ balloon = true
         (a.exit, a.why.as_deref()),
         (Some(VmExit::Signal), Some("killed by signal 9"))
     );
-    let after: HostInfo = get(&sock, "/host");
+    let after: HostInfo = ok(client(&sock).info());
     assert_eq!(
         before.memory_reserved_bytes - after.memory_reserved_bytes,
         24 * MIB,
@@ -658,7 +750,7 @@ balloon = true
             Some("the guest reported success")
         )
     );
-    let events: Vec<HostEvent> = get(&sock, "/events");
+    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
     assert!(
         events.iter().any(|e| e.kind == HostEventKind::Exited
             && e.vm.as_deref() == Some("b")
@@ -723,15 +815,15 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
         );
     };
     intact("a");
-    let h: HostInfo = get(&sock, "/host");
+    let h: HostInfo = ok(client(&sock).info());
     assert_eq!(h.pool_max_bytes, 96 * MIB);
     let disk = dir.path().join("b.img");
     let b = format!(
         r#"{{"name": "b", "mem": "320M", "workload": "integrity", "cmdline": "{cmdline}2", "disks": ["{},id=data"]}}"#,
         disk.display()
     );
-    let (status, text) = memvisor_api::call(&sock, "POST", "/vms", Some(&b)).unwrap();
-    assert_eq!(status, 200, "{text}");
+    let b: VmSpec = serde_json::from_str(&b).unwrap();
+    ok(client(&sock).add(&b));
     intact("b");
 }
 

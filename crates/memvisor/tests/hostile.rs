@@ -124,9 +124,9 @@ impl Drop for Vmm {
 }
 
 fn stats(sock: &Path) -> VmStats {
-    let (status, text) = memvisor_api::call(sock, "GET", "/stats", None).unwrap();
-    assert_eq!(status, 200, "GET /stats: {text}");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET /stats: {e}: {text}"))
+    memvisor_api::VmClient::new(sock)
+        .stats()
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -7,8 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flaky_disk::FlakyDisk;
-use memvisor_api::{VmInfo, VmState, VmStats};
-use serde::de::DeserializeOwned;
+use memvisor_api::{ClientError, VmClient, VmInfo, VmState, VmStats};
 
 #[path = "../../pager/tests/common/flaky_disk.rs"]
 mod flaky_disk;
@@ -106,16 +105,19 @@ fn guest_smaps(pid: u32, size: u64, field: &str) -> Option<u64> {
     None
 }
 
-/// Calls the API, which must answer 200, and reads the answer as the API type `T`.
-fn api<T: DeserializeOwned>(sock: &Path, method: &str, path: &str, body: Option<&str>) -> T {
-    let (status, text) = memvisor_api::call(sock, method, path, body).unwrap();
-    assert_eq!(status, 200, "{method} {path}: {text}");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+/// A client of the VM at `sock`.
+fn client(sock: &Path) -> VmClient {
+    VmClient::new(sock)
+}
+
+/// An answer of the API, which must be 200 with the API's type.
+fn ok<T>(answer: Result<T, ClientError>) -> T {
+    answer.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `GET /stats`.
 fn stats(sock: &Path) -> VmStats {
-    api(sock, "GET", "/stats", None)
+    ok(client(sock).stats())
 }
 
 /// The pager's part of `s`, which must be there.
@@ -126,11 +128,6 @@ fn pager(s: &VmStats) -> &memvisor_api::PagerStats {
 /// The balloon's part of `s`, which must be there.
 fn balloon(s: &VmStats) -> &memvisor_api::BalloonStats {
     s.balloon.as_ref().expect("the VM has a balloon")
-}
-
-/// A `PUT`, answered with the VM.
-fn put(sock: &Path, path: &str, body: &str) -> VmInfo {
-    api(sock, "PUT", path, Some(body))
 }
 
 #[test]
@@ -164,7 +161,7 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
     while vm.0.try_wait().unwrap().is_none() {
         if next < schedule.len() && t0.elapsed() >= schedule[next].0 {
             let (_, l) = schedule[next];
-            put(&sock, "/memory", &format!("{{\"limit\": {l}}}"));
+            ok(client(&sock).set_limit(Some(l)));
             if l < limit {
                 // The pager reclaims down in chunks, serving the guest's faults in between: wait
                 // until RSS is inside the new limit (within 10 s), then hold it to that limit.
@@ -255,12 +252,7 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
             "only {huge} bytes of huge pages before the limit"
         );
     }
-    let _: VmInfo = api(
-        &sock,
-        "PUT",
-        "/memory",
-        Some(&format!("{{\"limit\": {}}}", 64 * MIB)),
-    );
+    ok(client(&sock).set_limit(Some(64 * MIB)));
     let t1 = Instant::now();
     loop {
         let rss = guest_rss(pid, 512 * MIB).unwrap();
@@ -323,10 +315,13 @@ fn working_set_sampling_follows_the_touched_memory() {
     let mut busy = 0.0f64;
     let mut last = None;
     while vm.0.try_wait().unwrap().is_none() {
-        let Ok((200, body)) = memvisor_api::call(&sock, "GET", "/stats", None) else {
-            break;
+        let s = match client(&sock).stats() {
+            Ok(s) => s,
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => break,
         };
-        let s: VmStats = serde_json::from_str(&body).unwrap();
         let a = pager(&s).active;
         if a.last_sampled_pages > 0 {
             let f = a.last_touched_pages as f64 / a.last_sampled_pages as f64;
@@ -466,7 +461,7 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
         "the guest's freed pages are still resident ({before})"
     );
     let target = 256 * MIB;
-    put(&sock, "/balloon", &format!("{{\"target\": {target}}}"));
+    ok(client(&sock).set_balloon(target));
     let s = wait_for(&sock, "the balloon", |s| {
         balloon(s).actual_pages == target / 4096
     });
@@ -482,7 +477,7 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     );
     assert_eq!(pager(&s).pages.ballooned_pages, target / 4096);
     // Deflate: the pages are the guest's again.
-    put(&sock, "/balloon", "{\"target\": 0}");
+    ok(client(&sock).set_balloon(0));
     let s = wait_for(&sock, "the deflation", |s| balloon(s).actual_pages == 0);
     assert_eq!(balloon(&s).deflated_pages, target / 4096);
     drop(vm);
@@ -650,7 +645,7 @@ fn start_integrity(
 fn paused_on(vm: &mut Vm, sock: &Path, what: &str, within: Duration) -> String {
     let t = Instant::now();
     loop {
-        let v: VmInfo = api(sock, "GET", "/vm", None);
+        let v: VmInfo = ok(client(sock).info());
         if v.state == VmState::Paused {
             let why = v.paused_because.expect("a reason");
             eprintln!("paused: {why}");
@@ -790,14 +785,16 @@ fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
             if up != high {
                 let limit = if up { 240 * MIB } else { 96 * MIB };
                 // The VM may end between the check above and this call.
-                let body = format!("{{\"limit\": {limit}}}");
-                let _ = memvisor_api::call(&sock, "PUT", "/memory", Some(&body));
+                let _ = client(&sock).set_limit(Some(limit));
                 high = up;
             }
         }
-        if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
-            let s: VmStats = serde_json::from_str(&text).unwrap();
-            last = s.pager;
+        match client(&sock).stats() {
+            Ok(s) => last = s.pager,
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -857,7 +854,7 @@ fn a_full_disk_pauses_the_vm_until_there_is_room() {
     let s = stats(&sock);
     assert!(s.disks["data"].full_pauses >= 1);
     assert_eq!(s.disks["data"].errors, 0, "the guest saw no error");
-    let v: VmInfo = api(&sock, "GET", "/vm", None);
+    let v: VmInfo = ok(client(&sock).info());
     assert_eq!(v.state, VmState::Paused, "still paused: nobody made room");
 
     fs.grow(128);
@@ -881,11 +878,16 @@ fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
         .unwrap();
     let (mut vm, reader) = serving(child, &sock);
     let target = 200 * MIB;
-    put(&sock, "/balloon", &format!("{{\"target\": {target}}}"));
+    ok(client(&sock).set_balloon(target));
     let mut deflated = 0;
     while vm.0.try_wait().unwrap().is_none() {
-        if let Ok((200, text)) = memvisor_api::call(&sock, "GET", "/stats", None) {
-            let s: VmStats = serde_json::from_str(&text).unwrap();
+        if let Some(s) = match client(&sock).stats() {
+            Ok(s) => Some(s),
+            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
+                panic!("{error}: {body}")
+            }
+            Err(_) => None,
+        } {
             assert_eq!(balloon(&s).target_pages, target / 4096);
             deflated = deflated.max(balloon(&s).deflated_pages);
         }
@@ -970,7 +972,7 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
     if compressible > 0 {
         assert!(p.compression_ratio > 1.0, "{p:?}");
     }
-    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 400 * MIB));
+    ok(client(&sock).set_limit(Some(400 * MIB)));
     // Proactive swap-in from both tiers, until (almost) nothing is left swapped.
     wait_for(&sock, "proactive swap-in", |s| {
         pager(s).pages.swapped_pages < 1024
@@ -982,8 +984,8 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
     wait_for(&sock, "the pool to give its memory back", |s| {
         pager(s).pool.is_some_and(|p| p.used_bytes <= 4 * MIB)
     });
-    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
-    put(&sock, "/pool", &format!("{{\"bytes\": {}}}", 8 * MIB));
+    ok(client(&sock).set_limit(Some(64 * MIB)));
+    ok(client(&sock).set_pool(8 * MIB));
     let s = wait_for(&sock, "the pool to shrink", |s| {
         pager(s).pool.is_some_and(|p| p.used_bytes <= 8 * MIB)
     });
@@ -1019,16 +1021,16 @@ fn integrity_holds_while_pages_come_back_proactively_from_the_swap_file() {
     wait_for(&sock, "pages to be swapped out", |s| {
         pager(s).pages.swapped_pages > 16 * 1024
     });
-    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 400 * MIB));
+    ok(client(&sock).set_limit(Some(400 * MIB)));
     let s = wait_for(&sock, "proactive swap-in", |s| {
         pager(s).counters.proactive_swap_ins > 0 && pager(s).pages.swapped_pages < 1024
     });
     assert!(pager(&s).pool.is_none());
-    put(&sock, "/memory", &format!("{{\"limit\": {}}}", 64 * MIB));
+    ok(client(&sock).set_limit(Some(64 * MIB)));
     wait_for(&sock, "pages to be swapped out again", |s| {
         pager(s).pages.swapped_pages > 16 * 1024
     });
-    put(&sock, "/memory", "{\"limit\": null}");
+    ok(client(&sock).set_limit(None));
     integrity_passed(vm, reader);
 }
 

@@ -93,7 +93,11 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     // A few ticks of history first.
     let t = Instant::now();
     loop {
-        let (_, h) = memvisor_api::call(&sock, "GET", "/history", None).unwrap();
+        let history = memvisor_api::HostRequest::History { since: 0.0 };
+        let h = memvisor_api::HostClient::new(&sock)
+            .send(&history)
+            .unwrap()
+            .body;
         let n = serde_json::from_str::<Vec<serde_json::Value>>(&h)
             .unwrap()
             .len();
@@ -113,11 +117,16 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     }
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("running"));
 
-    let (status, body) = memvisor_api::call(&sock, "PUT", "/vms/a/stop", None).unwrap();
-    assert_eq!(status, 200, "{body}");
+    let client = memvisor_api::HostClient::new(&sock);
+    if let Err(e) = client.stop("a") {
+        panic!("{e}");
+    }
     let t = Instant::now();
     loop {
-        let (_, v) = memvisor_api::call(&sock, "GET", "/vms/a", None).unwrap();
+        let v = client
+            .send(&memvisor_api::HostRequest::Vm("a".into()))
+            .unwrap()
+            .body;
         if v.contains("\"state\":\"exited\"") {
             break;
         }

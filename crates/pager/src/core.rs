@@ -37,9 +37,7 @@ use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::{Fault, Userfault};
 
-/// The smallest limit the pager accepts: below it the guest's own code, stacks and queues would
-/// be paged out and in continuously.
-pub const MIN_LIMIT: u64 = 16 << 20;
+pub use memvisor_api::spec::MIN_LIMIT;
 
 #[derive(Debug, Error)]
 pub enum PagerError {

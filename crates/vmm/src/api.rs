@@ -11,6 +11,7 @@
 //! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
 //! | `PUT /vm/resume` | resumes a paused VM (asked for, or the pager's swap or image I/O failed); 400 if it runs |
 //!
+//! Requests are parsed into a [`VmRequest`] by `memvisor_api` and handled here with one `match`.
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
 //! `{"error": "..."}` and change nothing. Every answer is a `memvisor_api` type ([`VmInfo`],
 //! [`VmStats`], [`ErrorBody`]) built here and serialized once; the schema is `docs/openapi.json`.
@@ -20,10 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
-use memvisor_api::server::{error, ok, parse, Reply};
+use memvisor_api::server::{error, ok, refuse, Reply};
 use memvisor_api::{
-    BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
-    MemoryUpdate, PagerMode, PoolUpdate, VmInfo, VmState, VmStats,
+    BalloonStats, DiskInfo, DiskStats, ExitStats, GuestErrors, GuestMemoryStats, PagerMode, VmInfo,
+    VmRequest, VmState, VmStats,
 };
 use memvisor_devices::guest_log::{GuestError, GuestLog};
 use memvisor_devices::virtio::balloon::{BalloonControl, BalloonState};
@@ -44,62 +45,56 @@ pub(crate) struct Control {
 /// Serves `listener` on its own thread.
 pub(crate) fn serve(listener: UnixListener, control: Arc<Control>) -> std::io::Result<()> {
     memvisor_api::server::serve(listener, "api", move |method, path, body| -> Reply {
-        match (method, path) {
-            ("GET", "/metrics") => Reply::metrics(memvisor_api::metrics::vm(&stats(&control))),
-            _ => handle(&control, method, path, body).into(),
+        match VmRequest::parse(method, path, body) {
+            Ok(request) => handle(&control, request),
+            Err(e) => refuse(&e).into(),
         }
     })
 }
 
-fn handle(c: &Control, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    match (method, path) {
-        ("GET", "/vm") => ok(&vm_info(c)),
-        ("GET", "/stats") => ok(&stats(c)),
-        ("PUT", "/memory") => match parse::<MemoryUpdate>(body) {
-            Err(e) => e,
-            Ok(u) => match &c.lifecycle.pager {
-                None => error(400, "this VM runs without memvisor's pager (--pager off): its limit belongs to the host cgroup"),
-                Some(p) => match p.set_limit(u.limit) {
-                    Ok(()) => ok(&vm_info(c)),
-                    Err(e) => error(400, &e.to_string()),
-                },
+fn handle(c: &Control, request: VmRequest) -> Reply {
+    match request {
+        VmRequest::Metrics => return Reply::metrics(memvisor_api::metrics::vm(&stats(c))),
+        VmRequest::Info => ok(&vm_info(c)),
+        VmRequest::Stats => ok(&stats(c)),
+        VmRequest::SetLimit(u) => match &c.lifecycle.pager {
+            None => error(400, "this VM runs without memvisor's pager (--pager off): its limit belongs to the host cgroup"),
+            Some(p) => match p.set_limit(u.limit) {
+                Ok(()) => ok(&vm_info(c)),
+                Err(e) => error(400, &e.to_string()),
             },
         },
-        ("PUT", "/pool") => match parse::<PoolUpdate>(body) {
-            Err(e) => e,
-            Ok(u) => match &c.lifecycle.pager {
-                None => error(400, "this VM runs without memvisor's pager (--pager off)"),
-                Some(p) => match p.set_pool(u.bytes) {
-                    Ok(()) => ok(&vm_info(c)),
-                    Err(e) => error(400, &e.to_string()),
-                },
+        VmRequest::SetPool(u) => match &c.lifecycle.pager {
+            None => error(400, "this VM runs without memvisor's pager (--pager off)"),
+            Some(p) => match p.set_pool(u.bytes) {
+                Ok(()) => ok(&vm_info(c)),
+                Err(e) => error(400, &e.to_string()),
             },
         },
-        ("PUT", "/balloon") => match parse::<BalloonUpdate>(body) {
-            Err(e) => e,
-            Ok(u) => match &c.balloon {
-                None => error(400, "this VM has no balloon device (start it with --balloon)"),
-                Some(_) if u.target > c.mem_size => {
-                    error(400, &format!("a balloon of {} bytes is larger than the VM's {} bytes", u.target, c.mem_size))
-                }
-                Some(b) => {
-                    b.set_target(u32::try_from(u.target / 4096).unwrap_or(u32::MAX));
-                    ok(&vm_info(c))
-                }
-            },
+        VmRequest::SetBalloon(u) => match &c.balloon {
+            None => error(400, "this VM has no balloon device (start it with --balloon)"),
+            Some(_) if u.target > c.mem_size => error(
+                400,
+                &format!(
+                    "a balloon of {} bytes is larger than the VM's {} bytes",
+                    u.target, c.mem_size
+                ),
+            ),
+            Some(b) => {
+                b.set_target(u32::try_from(u.target / 4096).unwrap_or(u32::MAX));
+                ok(&vm_info(c))
+            }
         },
-        ("PUT", "/vm/pause") => match c.lifecycle.pause() {
+        VmRequest::Pause => match c.lifecycle.pause() {
             true => ok(&vm_info(c)),
             false => error(400, "the VM is already paused"),
         },
-        ("PUT", "/vm/resume") => match c.lifecycle.resume() {
+        VmRequest::Resume => match c.lifecycle.resume() {
             true => ok(&vm_info(c)),
             false => error(400, "the VM is not paused"),
         },
-        (_, "/vm" | "/stats" | "/metrics") => error(405, "use GET"),
-        (_, "/memory" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume") => error(405, "use PUT"),
-        _ => error(404, &format!("no such path {path}")),
     }
+    .into()
 }
 
 fn vm_info(c: &Control) -> VmInfo {

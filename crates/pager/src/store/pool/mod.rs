@@ -64,10 +64,9 @@ use compress::{Packer, Unpacker, STRIDE};
 use slab::{class_of, kept, slot_bytes, Entry, Inner};
 use spill::SpillState;
 
-/// The default size of a chunk of pool memory (2 MiB).
-pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;
-/// The largest chunk (1 GiB).
-pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
+pub use memvisor_api::spec::{
+    check_chunk, check_chunk_size, ChunkSizeError, DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES,
+};
 /// Every slot is a whole number of these bytes.
 pub const GRANULE: usize = 256;
 /// The most a compressed page may take; a page that does not compress to this is kept whole.
@@ -76,41 +75,6 @@ pub const MAX_COMPRESSED: usize = 3 * PAGE_SIZE / 4;
 pub(crate) const FLUSH_BATCH: usize = 1024;
 /// Freed blocks the flusher drops per hold of the pool's lock.
 const PURGE_BATCH: usize = 4096;
-
-/// A chunk size that cannot be used.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum ChunkSizeError {
-    #[error("0 is not a size for a pool chunk: give a multiple of 4 KiB, e.g. 64K or 2M")]
-    Zero,
-    #[error("{0} is not a whole number of 4 KiB pages: give a multiple of 4 KiB, e.g. 64K or 2M")]
-    NotPages(u64),
-    #[error("{0} is larger than the largest pool chunk, 1 GiB")]
-    TooLarge(u64),
-    #[error("{chunk} is larger than the {pool}-byte pool it would be a chunk of: give at most the pool's size")]
-    LargerThanPool { chunk: u64, pool: u64 },
-}
-
-/// Checks a chunk size on its own.
-pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
-    if chunk == 0 {
-        Err(ChunkSizeError::Zero)
-    } else if chunk % PAGE_SIZE as u64 != 0 {
-        Err(ChunkSizeError::NotPages(chunk))
-    } else if chunk > MAX_CHUNK_BYTES {
-        Err(ChunkSizeError::TooLarge(chunk))
-    } else {
-        Ok(())
-    }
-}
-
-/// Checks a chunk size for a pool of `pool` bytes.
-pub fn check_chunk(chunk: u64, pool: u64) -> Result<(), ChunkSizeError> {
-    check_chunk_size(chunk)?;
-    if chunk > pool {
-        return Err(ChunkSizeError::LargerThanPool { chunk, pool });
-    }
-    Ok(())
-}
 
 /// Why a pool cannot be set up.
 #[derive(Debug, Error)]

@@ -1,0 +1,562 @@
+//! `memvisor run`: its flags checked and turned into a plan (`plan`: the kernel, disks, guest
+//! command line, pager and host limits), then the VM run on memvisor's VMM or QEMU, its exit
+//! status mapped to the process's, and its counters written out (`--stats-json`) and summed up.
+
+use std::process::ExitCode;
+
+use memvisor_api::VmStats;
+use memvisor_vmm::affinity::CpuSet;
+use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
+
+use crate::cli::{DefragArg, Hypervisor, LogSyncArg, PagerMode, RunArgs, SwapIn, VictimArg};
+use crate::{guest_kit, qemu, status};
+
+/// A check of the flags that failed: reported as one line, exit status 2.
+struct BadInput(String);
+
+/// What `memvisor run` needs once its flags are checked.
+pub struct RunPlan {
+    pub args: RunArgs,
+    pub kernel: Vec<u8>,
+    pub disks: Vec<DiskConfig>,
+    /// The whole guest command line.
+    pub cmdline: String,
+}
+
+fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
+    let bad = |m: String| Err(BadInput(m));
+    if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
+        let all = match CpuSet::available() {
+            Ok(all) => all,
+            Err(e) => return bad(format!("cannot read the CPUs this process may use: {e}")),
+        };
+        for (flag, cpus) in [
+            ("--vcpu-cpus", &args.vcpu_cpus),
+            ("--vmm-cpus", &args.vmm_cpus),
+        ] {
+            if let Some(cpus) = cpus.as_ref().filter(|c| !c.is_subset(&all)) {
+                return bad(format!(
+                    "{flag} {cpus}: this process may run on CPUs {all} only"
+                ));
+            }
+        }
+    }
+    let kernel = match &args.kernel {
+        Some(path) => {
+            if args.workload.is_some() {
+                return bad("--workload picks a guest kit workload; with --kernel give the guest's command line with --cmdline".into());
+            }
+            std::fs::read(path)
+                .map_err(|e| BadInput(format!("cannot read kernel {}: {e}", path.display())))?
+        }
+        None => guest_kit::ELF.to_vec(),
+    };
+    if let Err(e) = memvisor_boot::PvhImage::parse(&kernel) {
+        let name = args
+            .kernel
+            .as_ref()
+            .map_or("the guest kit".into(), |p| p.display().to_string());
+        return bad(format!("cannot boot {name}: {e}"));
+    }
+    let mut disks = Vec::new();
+    for (i, d) in args.disks.iter().enumerate() {
+        match std::fs::metadata(&d.path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return bad(format!("disk {} is not a regular file", d.path.display())),
+            Err(e) => return bad(format!("disk {}: {e}", d.path.display())),
+        }
+        let id = d.id.clone().unwrap_or_else(|| format!("disk{i}"));
+        if disks.iter().any(|x: &DiskConfig| x.id == id) {
+            return bad(format!(
+                "two disks have the id '{id}'; give each its own id=NAME"
+            ));
+        }
+        disks.push(DiskConfig {
+            path: d.path.clone(),
+            read_only: d.read_only,
+            id,
+        });
+    }
+    if disks.len() > memvisor_vmm::MAX_DISKS {
+        return bad(format!(
+            "{} disks given; at most {} fit",
+            disks.len(),
+            memvisor_vmm::MAX_DISKS
+        ));
+    }
+    let cmdline = if args.kernel.is_some() {
+        args.cmdline.clone()
+    } else {
+        if args.mem < guest_kit::MIN_MEM {
+            return bad(format!(
+                "--mem {} is below the {} MiB the guest kit needs",
+                args.mem,
+                guest_kit::MIN_MEM >> 20
+            ));
+        }
+        let workload = args.workload.as_deref().unwrap_or("boot");
+        if !guest_kit::WORKLOADS.contains(&workload) {
+            return bad(format!(
+                "unknown workload '{workload}'; the guest kit runs: {}",
+                guest_kit::WORKLOADS.join(", ")
+            ));
+        }
+        let tsc_khz = memvisor_vmm::host_tsc_khz()
+            .map_err(|e| {
+                tracing::warn!("cannot read the TSC frequency, guest times will be in cycles: {e}")
+            })
+            .ok();
+        guest_kit::cmdline(workload, args.vcpus, tsc_khz, &args.cmdline)
+    };
+    if memvisor_boot::RamLayout::new(args.mem).is_err()
+        || (args.hypervisor == Hypervisor::Qemu && args.mem % (1 << 20) != 0)
+    {
+        return bad(format!(
+            "--mem {} is not usable: give a whole number of MiB, at least 16M",
+            args.mem
+        ));
+    }
+    if let Some(limit) = args.mem_limit {
+        if limit > args.mem {
+            return bad(format!(
+                "--mem-limit {limit} is above --mem {}: a limit caps the VM's own RAM",
+                args.mem
+            ));
+        }
+        if limit < memvisor_api::spec::MIN_LIMIT {
+            return bad(format!(
+                "--mem-limit {limit} is below {} MiB: the guest's own code, stacks and queues must stay resident",
+                memvisor_api::spec::MIN_LIMIT >> 20
+            ));
+        }
+    }
+    if (args.mapper || args.preventer || args.victim_cache > 0)
+        && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
+    {
+        return bad(
+            "--mapper, --preventer and --victim-cache are part of memvisor's full pager (--pager full)"
+                .into(),
+        );
+    }
+    if args.tesseract && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
+        return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
+    }
+    if (args.tesseract_max.is_some()
+        || args.keep_indirections
+        || args.tesseract_defrag.is_some()
+        || args.tesseract_sync != LogSyncArg::Write)
+        && !args.tesseract
+    {
+        return bad(
+            "--tesseract-max, --tesseract-sync, --tesseract-defrag and --keep-indirections go with --tesseract".into(),
+        );
+    }
+    if let Some(m) = args.tesseract_max {
+        if m < 4096 || m > args.mem.saturating_mul(4) {
+            return bad(format!(
+                "--tesseract-max {m}: give 4K to 4 times the VM's memory ({} bytes)",
+                args.mem.saturating_mul(4)
+            ));
+        }
+    }
+    if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
+        return bad("--qmp-sock is for --hypervisor qemu".into());
+    }
+    if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
+    }
+    if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
+    }
+    if let Err(e) = memvisor_api::spec::check_chunk_size(args.pool_chunk) {
+        return bad(format!("--pool-chunk {e}"));
+    }
+    if let Some(pool) = args.pool {
+        if args.pager == PagerMode::Off || args.hypervisor == Hypervisor::Qemu {
+            return bad("--pool is memvisor's pager's: it needs --pager full or baseline".into());
+        }
+        if pool < 4096 {
+            return bad(format!("--pool {pool} is smaller than one page"));
+        }
+        if let Err(e) = memvisor_api::spec::check_chunk(args.pool_chunk, pool) {
+            return bad(format!("--pool-chunk {e}"));
+        }
+        match memvisor_host::config::meminfo("MemAvailable") {
+            Ok(avail) if pool > avail => {
+                return bad(format!(
+                    "--pool {pool} is more than the {avail} bytes of memory this host has available"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(RunPlan {
+        args,
+        kernel,
+        disks,
+        cmdline,
+    })
+}
+
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        line.push_str(": ");
+        line.push_str(&s.to_string());
+        src = s.source();
+    }
+    line
+}
+
+/// `memvisor run`.
+pub fn run(args: RunArgs) -> ExitCode {
+    let plan = match plan(args) {
+        Ok(p) => p,
+        Err(BadInput(m)) => {
+            eprintln!("memvisor: {m}");
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    };
+    // Before any thread starts: every thread started from here on inherits it (QEMU too).
+    if let Some(cpus) = &plan.args.vmm_cpus {
+        if let Err(e) = cpus.apply(0) {
+            eprintln!("memvisor: cannot run on CPUs {cpus}: {e}");
+            return ExitCode::from(status::VMM_FAILURE);
+        }
+    }
+    if plan.args.hypervisor == Hypervisor::Qemu {
+        return qemu::run(&plan);
+    }
+    let a = &plan.args;
+    let pager = (a.pager != PagerMode::Off).then(|| memvisor_pager::PagerConfig {
+        mech: match a.pager {
+            PagerMode::Baseline => memvisor_pager::Mechanisms::BASELINE,
+            _ => memvisor_pager::Mechanisms {
+                prefetch: a.prefetch,
+                mapper: a.mapper,
+                preventer: a.preventer,
+                ..memvisor_pager::Mechanisms::DEFAULT
+            },
+        },
+        policy: match a.victims {
+            VictimArg::Random => memvisor_pager::VictimPolicy::Random,
+            VictimArg::Clock => memvisor_pager::VictimPolicy::Clock,
+        },
+        victim_cache: a.victim_cache,
+        limit: a.mem_limit,
+        swap_path: a.swap.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("memvisor-{}.swap", std::process::id()))
+        }),
+        temporary_swap: a.swap.is_none(),
+        batch: 256,
+        sample_pages: a.sample_pages,
+        sample_period: std::time::Duration::from_secs_f64(a.sample_period),
+        pool: a.pool.map(|bytes| memvisor_pager::PoolConfig {
+            bytes,
+            spill_at: a.pool_spill_at,
+            compress: a.pool_compress.into(),
+            chunk_bytes: a.pool_chunk,
+        }),
+        proactive: a.swap_in.unwrap_or(if a.pool.is_some() {
+            SwapIn::Proactive
+        } else {
+            SwapIn::Faults
+        }) == SwapIn::Proactive,
+        indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
+            max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
+            keep: a.keep_indirections,
+            sync: match a.tesseract_sync {
+                LogSyncArg::Write => memvisor_pager::indirect::LogSync::Write,
+                LogSyncArg::Flush => memvisor_pager::indirect::LogSync::Flush,
+            },
+            defrag: a.tesseract_defrag.map(|d| match d {
+                DefragArg::Guest => memvisor_pager::indirect::Defrag::Guest,
+                DefragArg::Store => memvisor_pager::indirect::Defrag::Store,
+            }),
+        }),
+    });
+    let _host_limit = match (a.pager, a.mem_limit) {
+        (PagerMode::Off, Some(limit)) => {
+            match crate::hostlimit::HostLimit::enter(std::process::id(), limit, 0) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    eprintln!("memvisor: cannot enforce --mem-limit with the host kernel: {e}");
+                    return ExitCode::from(status::VMM_FAILURE);
+                }
+            }
+        }
+        _ => None,
+    };
+    let config = VmConfig {
+        kernel: plan.kernel,
+        cmdline: plan.cmdline,
+        mem_size: plan.args.mem,
+        vcpus: plan.args.vcpus,
+        disks: plan.disks,
+        pager,
+        balloon: plan.args.balloon,
+        api_sock: plan.args.api_sock.clone(),
+        vcpu_cpus: plan.args.vcpu_cpus.clone(),
+    };
+    match memvisor_vmm::run(&config) {
+        Ok(report) => {
+            let stats = report.stats();
+            tracing::info!("end of run:\n{}", summary_table(&stats));
+            if let Some(path) = &plan.args.stats_json {
+                if let Err(e) = write_stats(path, &stats) {
+                    eprintln!(
+                        "memvisor: cannot write --stats-json {}: {e}",
+                        path.display()
+                    );
+                    return ExitCode::from(status::VMM_FAILURE);
+                }
+            }
+            match report.exit {
+                VmExit::DebugExit(v) => {
+                    ExitCode::from(memvisor_devices::debug_exit::exit_status(v))
+                }
+                VmExit::Shutdown | VmExit::Stopped => ExitCode::from(status::SHUTDOWN),
+                VmExit::Signal(sig) => {
+                    eprintln!("memvisor: stopped by signal {sig}");
+                    ExitCode::from(u8::try_from(128 + sig).unwrap_or(status::VMM_FAILURE))
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("memvisor: {}", error_line(&e));
+            ExitCode::from(match e {
+                VmmError::Boot(_)
+                | VmmError::Pager(memvisor_pager::PagerError::Swap(_))
+                | VmmError::Disk(_)
+                | VmmError::BadVcpuCount(_)
+                | VmmError::TooManyDevices(_) => status::BAD_INPUT,
+                VmmError::GuestCrash { .. } => status::GUEST_CRASH,
+                _ => status::VMM_FAILURE,
+            })
+        }
+    }
+}
+
+/// Writes `stats` to `path` as one line of JSON.
+fn write_stats(path: &std::path::Path, stats: &VmStats) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(stats).map_err(std::io::Error::other)?;
+    line.push('\n');
+    std::fs::write(path, line)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// The end-of-run summary: exits, the pager's census and main counters, the balloon, each disk's
+/// I/O, what the guest did wrong, as aligned `name  value unit` rows. Rows of mechanisms that did
+/// nothing (the balloon, the Swap Mapper, prefetch, pauses, deflates-on-OOM, guest errors) are
+/// left out; every counter is in `--stats-json`.
+pub fn summary_table(s: &VmStats) -> String {
+    let mut rows: Vec<(String, String, &str)> = Vec::new();
+    let mut row = |name: &str, value: String, unit: &'static str| {
+        rows.push((name.to_owned(), value, unit));
+    };
+    let e = &s.exits;
+    row(
+        "exits io/mmio/other",
+        format!("{}/{}/{}", e.io, e.mmio, e.other),
+        "",
+    );
+    if let Some(p) = &s.pager {
+        match p.limit_bytes {
+            Some(l) => row("pager limit", mib(l), "MiB"),
+            None => row("pager limit", "none".into(), ""),
+        }
+        let g = &p.pages;
+        let c = &p.counters;
+        // (name, value, unit, always shown)
+        let counts = [
+            ("pages resident", g.resident_pages, "pages", true),
+            ("pages zero", g.zero_pages, "pages", true),
+            ("pages swapped", g.swapped_pages, "pages", true),
+            ("pages ballooned", g.ballooned_pages, "pages", false),
+            ("pages reported", g.reported_pages, "pages", false),
+            ("pages on disk", g.on_disk_pages, "pages", false),
+            ("pages mirrored", g.mirrored_pages, "pages", false),
+            ("faults zero", c.faults_zero, "faults", true),
+            ("faults swap", c.faults_swap, "faults", true),
+            ("faults image", c.faults_image, "faults", false),
+            ("faults released", c.faults_released, "faults", false),
+            ("write faults", c.write_faults, "faults", false),
+            ("reclaimed zero", c.reclaimed_zero, "pages", true),
+            ("reclaimed clean", c.reclaimed_clean, "pages", true),
+            ("reclaimed written", c.reclaimed_written, "pages", true),
+            ("reclaimed mirrored", c.reclaimed_mirrored, "pages", false),
+            ("prefetched", c.prefetched, "pages", false),
+            ("prefetch hits", c.prefetch_hits, "pages", false),
+            ("pauses", c.pauses, "", false),
+        ];
+        for (name, n, unit, always) in counts {
+            if always || n > 0 {
+                row(name, n.to_string(), unit);
+            }
+        }
+        row("swap read", mib(c.swap_bytes_read), "MiB");
+        row("swap written", mib(c.swap_bytes_written), "MiB");
+        if c.image_bytes_read > 0 {
+            row("image read", mib(c.image_bytes_read), "MiB");
+        }
+        for (name, l) in [
+            ("fault latency p50/p99", p.fault_latency),
+            ("swap fault latency p50/p99", p.swap_fault_latency),
+            ("reclaim latency p50/p99", p.reclaim_latency),
+        ] {
+            if l.samples > 0 {
+                row(name, format!("{}/{}", l.p50_us, l.p99_us), "us");
+            }
+        }
+    }
+    if let Some(b) = &s.balloon {
+        if b.inflated_pages > 0 || b.target_pages > 0 {
+            row(
+                "balloon target/actual",
+                format!("{}/{}", b.target_pages, b.actual_pages),
+                "pages",
+            );
+            row(
+                "balloon inflated/deflated",
+                format!("{}/{}", b.inflated_pages, b.deflated_pages),
+                "pages",
+            );
+        }
+        if b.oom_deflates > 0 {
+            row(
+                "balloon OOM deflates",
+                b.oom_deflates.to_string(),
+                "requests",
+            );
+            row(
+                "balloon OOM deflated",
+                b.oom_deflated_pages.to_string(),
+                "pages",
+            );
+        }
+    }
+    for (id, d) in &s.disks {
+        row(
+            &format!("disk {id} read/written"),
+            format!("{}/{}", mib(d.bytes_read), mib(d.bytes_written)),
+            "MiB",
+        );
+        row(
+            &format!("disk {id} reads/writes/flushes"),
+            format!("{}/{}/{}", d.reads, d.writes, d.flushes),
+            "requests",
+        );
+        if d.errors > 0 {
+            row(
+                &format!("disk {id} errors"),
+                d.errors.to_string(),
+                "requests",
+            );
+        }
+    }
+    // Only the kinds of guest error that happened, by their names in `GET /stats`.
+    for (name, n) in s.guest_errors.fields() {
+        if n > 0 {
+            row(
+                &format!("guest {}", name.replace('_', " ")),
+                n.to_string(),
+                "",
+            );
+        }
+    }
+    let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let value_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, value, unit) in rows {
+        let line = format!("  {name:<name_w$}  {value:>value_w$} {unit}");
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_is_an_aligned_table() {
+        let mut s = VmStats::default();
+        s.exits.io = 12;
+        s.pager = Some(memvisor_api::PagerStats {
+            limit_bytes: Some(100 << 20),
+            counters: memvisor_api::PagerCounters {
+                swap_bytes_written: 3 << 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        s.disks.insert(
+            "data".into(),
+            memvisor_api::DiskStats {
+                reads: 4,
+                bytes_read: 1 << 20,
+                ..Default::default()
+            },
+        );
+        s.balloon = Some(memvisor_api::BalloonStats {
+            target_pages: 1000,
+            actual_pages: 744,
+            inflated_pages: 1000,
+            deflated_pages: 256,
+            oom_deflated_pages: 256,
+            oom_deflates: 1,
+            ..Default::default()
+        });
+        let t = summary_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        let has = |name: &str, tail: &str| {
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
+        };
+        assert!(has("exits io/mmio/other", " 12/0/0"), "{t}");
+        assert!(has("pager limit", " 100.0 MiB"), "{t}");
+        assert!(has("swap written", " 3.0 MiB"), "{t}");
+        assert!(
+            has("disk data reads/writes/flushes", " 4/0/0 requests"),
+            "{t}"
+        );
+        assert!(has("disk data read/written", " 1.0/0.0 MiB"), "{t}");
+        assert!(has("balloon target/actual", " 1000/744 pages"), "{t}");
+        assert!(has("balloon inflated/deflated", " 1000/256 pages"), "{t}");
+        assert!(has("balloon OOM deflates", " 1 requests"), "{t}");
+        assert!(has("balloon OOM deflated", " 256 pages"), "{t}");
+        assert!(!t.contains("mirrored") && !t.contains("latency"), "{t}");
+        assert!(!t.contains("guest"), "no guest errors, no rows: {t}");
+        // A balloon device that did nothing gets no rows.
+        s.balloon = Some(memvisor_api::BalloonStats::default());
+        assert!(!summary_table(&s).contains("balloon"));
+        // Values are right-aligned in one column: the `exits` row (no unit) ends where every
+        // value ends.
+        let end = lines[0].len();
+        for l in &lines {
+            let b = l.as_bytes();
+            assert!(
+                b[end - 1] != b' ' && (b.len() == end || b[end] == b' '),
+                "{t}"
+            );
+        }
+        // The kinds of guest error that happened get a row each.
+        s.guest_errors.unclaimed_port_accesses = 20_000;
+        s.guest_errors.suppressed_messages = 19_995;
+        let t = summary_table(&s);
+        let has = |name: &str, tail: &str| {
+            t.lines()
+                .any(|l| l.starts_with(&format!("  {name} ")) && l.ends_with(tail))
+        };
+        assert!(has("guest unclaimed port accesses", " 20000"), "{t}");
+        assert!(has("guest suppressed messages", " 19995"), "{t}");
+        assert!(!t.contains("guest refused"), "{t}");
+    }
+}
