@@ -568,7 +568,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::runner::Phase;
+    use crate::runner::Phase;
 
     fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
         Phase {

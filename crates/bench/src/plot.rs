@@ -218,7 +218,7 @@ macro_rules! svg_and_png {
     ($path:expr, $size:expr, $draw:expr) => {{
         let path: &std::path::Path = $path;
         let size: (u32, u32) = $size;
-        $crate::bench::plot::font()?;
+        $crate::plot::font()?;
         {
             let root = plotters::prelude::SVGBackend::new(path, size).into_drawing_area();
             $draw(&root)?;
@@ -293,7 +293,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::experiments::{find, Scale, NAMES};
+    use crate::experiments::{find, Scale, NAMES};
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {

@@ -1,9 +1,12 @@
-//! `memvisor bench EXPERIMENT`: the papers' experiments on memvisor and on QEMU/KVM side by side,
-//! in one run, on the same guest kit ELF, disks and memory sizes.
+//! `memvisor bench`: the papers' experiments on memvisor and QEMU, their runs, CSV, reports and plots.
+//!
+//! Every experiment runs in one go on the same guest kit ELF, disks and memory sizes, with
+//! memvisor (the binary that calls [`run`], found as the current executable) and QEMU as child
+//! processes.
 //!
 //! How a benchmark goes:
 //! 1. Check the input (experiment, configurations, repetitions, output directory): bad input is
-//!    one line and exit status 2.
+//!    one line and [`Outcome::BadInput`] (exit status 2).
 //! 2. Clean what an earlier run left (its host swap file, `memvisor-*` cgroups of dead
 //!    processes), or refuse to start saying what is left and why it cannot go.
 //! 3. Set up: data disks (`memvisor mkdisk`), the host swap file and `vm.swappiness` if a
@@ -23,6 +26,7 @@ mod host;
 mod hostexp;
 mod hostreport;
 mod plot;
+pub mod progress;
 mod recovery;
 mod report;
 mod runner;
@@ -31,10 +35,8 @@ mod teardown;
 mod workingset;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::status;
 use configs::Config;
 use experiments::Scale;
 
@@ -67,7 +69,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "/var/tmp/memvisor-bench.swap")]
     pub swap_file: PathBuf,
     /// Size of the host swap file.
-    #[arg(long, default_value = "2G", value_parser = crate::cli::parse_size)]
+    #[arg(long, default_value = "2G", value_parser = memvisor_api::parse_size)]
     pub swap_size: u64,
     /// vm.swappiness during the run (host-swap configurations' cgroups inherit it; restored after).
     #[arg(long, default_value_t = 100)]
@@ -79,8 +81,21 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
     /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
-    #[arg(long, value_delimiter = ',', value_parser = crate::cli::parse_size)]
+    #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]
     pub sizes: Vec<u64>,
+}
+
+/// How `memvisor bench` ended; the binary turns it into its exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The benchmark ran (runs killed by the host are recorded, not errors).
+    Done,
+    /// Ctrl-C or SIGTERM: partial results written, the host cleaned up.
+    Interrupted,
+    /// Bad input, reported as one line.
+    BadInput,
+    /// The benchmark could not run (a command, a file, the host), reported as one line.
+    Failed,
 }
 
 /// A check of the flags that failed: one line, exit status 2.
@@ -240,7 +255,7 @@ fn mkswap(exe: &Path, path: &Path, mb: u64) -> Result<(), String> {
 }
 
 /// `memvisor bench`.
-pub fn run(args: BenchArgs) -> ExitCode {
+pub fn run(args: BenchArgs) -> Outcome {
     if args.experiment == "consolidate" {
         return run_consolidate(&args);
     }
@@ -254,7 +269,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         Ok(p) => p,
         Err(BadInput(m)) => {
             eprintln!("memvisor bench: {m}");
-            return ExitCode::from(status::BAD_INPUT);
+            return Outcome::BadInput;
         }
     };
     teardown::catch_signals();
@@ -265,22 +280,22 @@ pub fn run(args: BenchArgs) -> ExitCode {
     match outcome {
         Ok(()) if teardown::interrupted() => {
             eprintln!("memvisor bench: interrupted; partial results written, host cleaned up");
-            ExitCode::from(130)
+            Outcome::Interrupted
         }
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Outcome::Done,
         Err(e) => {
             eprintln!("memvisor bench: {e}");
-            ExitCode::from(status::VMM_FAILURE)
+            Outcome::Failed
         }
     }
 }
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` (and QEMU with static
 /// balloons), see `consolidate.rs`.
-fn run_consolidate(args: &BenchArgs) -> ExitCode {
+fn run_consolidate(args: &BenchArgs) -> Outcome {
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");
-        ExitCode::from(status::BAD_INPUT)
+        Outcome::BadInput
     };
     let mut configs = Vec::new();
     for name in &args.configs {
@@ -333,32 +348,32 @@ fn run_consolidate(args: &BenchArgs) -> ExitCode {
 /// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
 /// partial results written), the failure's status with its message, or success with where
 /// the report is.
-fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> ExitCode {
+fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> Outcome {
     match outcome {
         Ok(_) if teardown::interrupted() => {
             eprintln!("memvisor bench: interrupted; partial results written");
-            ExitCode::from(130)
+            Outcome::Interrupted
         }
         Ok(_) => {
             eprintln!(
                 "memvisor bench: {name} done: {}",
                 out.join("report.md").display()
             );
-            ExitCode::SUCCESS
+            Outcome::Done
         }
         Err(e) => {
             eprintln!("memvisor bench: {e}");
-            ExitCode::from(status::VMM_FAILURE)
+            Outcome::Failed
         }
     }
 }
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
 /// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `swapin.rs`.
-fn run_swapin(args: &BenchArgs) -> ExitCode {
+fn run_swapin(args: &BenchArgs) -> Outcome {
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");
-        ExitCode::from(status::BAD_INPUT)
+        Outcome::BadInput
     };
     let mut modes = Vec::new();
     for name in &args.configs {

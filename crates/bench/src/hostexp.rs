@@ -16,15 +16,14 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{HostEvent, HostSample, HostUpdate, VmSpec};
 
 use super::experiments::Scale;
 use super::hostreport::{self, Kind, Run, Throughput};
-use super::{host, teardown, BenchArgs};
-use crate::status;
+use super::{host, teardown, BenchArgs, Outcome};
 
 /// The host experiments.
 pub const NAMES: &[&str] = &["shares", "idletax"];
@@ -519,14 +518,14 @@ fn check_flags(a: &BenchArgs) -> Result<(), String> {
 }
 
 /// `memvisor bench shares|idletax`.
-pub fn run(a: &BenchArgs) -> ExitCode {
+pub fn run(a: &BenchArgs) -> Outcome {
     let Some(e) = find(&a.experiment, a.scale) else {
         eprintln!("memvisor bench: unknown experiment '{}'", a.experiment);
-        return ExitCode::from(status::BAD_INPUT);
+        return Outcome::BadInput;
     };
     if let Err(m) = check_flags(a) {
         eprintln!("memvisor bench: {m}");
-        return ExitCode::from(status::BAD_INPUT);
+        return Outcome::BadInput;
     }
     let out = a
         .out
@@ -540,7 +539,7 @@ pub fn run(a: &BenchArgs) -> ExitCode {
             "memvisor bench: --out {}: cannot write there ({err}); give a writable directory",
             out.display()
         );
-        return ExitCode::from(status::BAD_INPUT);
+        return Outcome::BadInput;
     }
     teardown::catch_signals();
     let guard = teardown::Guard;
@@ -549,12 +548,12 @@ pub fn run(a: &BenchArgs) -> ExitCode {
     match outcome {
         Ok(()) if teardown::interrupted() => {
             eprintln!("memvisor bench: interrupted; partial results written, host cleaned up");
-            ExitCode::from(130)
+            Outcome::Interrupted
         }
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Outcome::Done,
         Err(err) => {
             eprintln!("memvisor bench: {err}");
-            ExitCode::from(status::VMM_FAILURE)
+            Outcome::Failed
         }
     }
 }
