@@ -20,25 +20,18 @@
 //! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
-mod consolidate;
 mod experiments;
-mod host;
-mod hostexp;
-mod hostreport;
-mod plot;
+mod output;
 pub mod progress;
-mod recovery;
-mod report;
-mod runner;
-mod swapin;
-mod teardown;
-mod workingset;
+mod run;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use configs::Config;
 use experiments::Scale;
+use output::{plot, recovery, report, workingset};
+use run::{consolidate, host, hostexp, swapin, teardown, vm};
 
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
@@ -498,7 +491,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
         .any(|c| c.hv == configs::Hv::Qemu && c.needs_host_swap());
     let qemu_overhead = if qemu_limited {
         eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-        let o = runner::measure_qemu_overhead(&exe, exp.mem)?;
+        let o = vm::measure_qemu_overhead(&exe, exp.mem)?;
         eprintln!(
             "memvisor bench: QEMU overhead measured: {:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack",
             o as f64 / f64::from(1u32 << 20)
@@ -581,7 +574,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     }
                     None => None,
                 };
-                let spec = runner::RunSpec {
+                let spec = vm::RunSpec {
                     exe: &exe,
                     config: c,
                     step,
@@ -601,7 +594,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     guest_swap: guest_swap.clone(),
                     label: label.clone(),
                 };
-                let result = runner::run(&spec)?;
+                let result = vm::run(&spec)?;
                 if let Some(p) = guest_swap {
                     // A run killed with indirections on leaves the image's log too.
                     let _ = std::fs::remove_file(memvisor_pager::indirect::log_path(&p));

@@ -10,7 +10,8 @@ use std::path::Path;
 use memvisor_api::{HostEvent, HostEventKind, HostSample, VmSample};
 use plotters::prelude::*;
 
-use super::hostexp::HostExperiment;
+use crate::output::csv;
+use crate::run::hostexp::HostExperiment;
 
 /// What an experiment measures, and with which VMs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -341,14 +342,6 @@ pub fn headline(e: &HostExperiment, run: &Run) -> String {
 /// The CSV header: every row has every column; `kind` says which are filled.
 pub const CSV_HEADER: &str = "kind,experiment,rep,seconds,vm,state,idle_tax,free_bytes,free_state,target_bytes,resident_bytes,active_fraction,balloon_bytes,swapped_bytes,limit_bytes,rate,metric,value";
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        s.to_owned()
-    }
-}
-
 fn tax_at(run: &Run, t: f64) -> f64 {
     run.taxes
         .iter()
@@ -433,7 +426,7 @@ pub fn csv(e: &HostExperiment, runs: &[Run]) -> String {
             let i = header.iter().position(|h| h == name);
             debug_assert!(i.is_some(), "no column {name} in the CSV header");
             if let Some(i) = i {
-                cols[i] = csv_field(value);
+                cols[i] = csv::field(value);
             }
         }
         out.push_str(&cols.join(","));
@@ -722,7 +715,7 @@ type Line = (String, RGBColor, Vec<(f64, f64)>);
 /// vertical line where a VM joins or the tax changes, above each VM's throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
     // The text is measured with a registered font; without one plotters fails the draw.
-    super::plot::font()?;
+    crate::output::plot::font()?;
     let names: Vec<String> = e.vms.iter().map(|v| v.spec.name.clone()).collect();
     let series = |f: &dyn Fn(&VmSample) -> f64, name: &str| -> Vec<(f64, f64)> {
         run.samples
@@ -1123,9 +1116,8 @@ mod tests {
 
     #[test]
     fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
-        for name in super::super::hostexp::NAMES {
-            let e =
-                super::super::hostexp::find(name, super::super::experiments::Scale::Full).unwrap();
+        for name in crate::hostexp::NAMES {
+            let e = crate::hostexp::find(name, crate::experiments::Scale::Full).unwrap();
             let run = match e.kind {
                 Kind::Shares { .. } => shares_run(),
                 Kind::IdleTax { .. } => idletax_run(),

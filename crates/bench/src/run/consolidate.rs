@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use memvisor_api::{HostSample, HostVm, HostVmState, VmSpec};
 use plotters::prelude::*;
 
+use crate::output::csv;
+
 /// Guest RAM of each VM.
 pub const MEM: u64 = 320 << 20;
 /// The host's budget for every VM together.
@@ -219,7 +221,7 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
             // SIGTERM first: the host stops its VMs cleanly.
-            super::teardown::signal(self.0.id(), libc::SIGTERM);
+            crate::run::teardown::signal(self.0.id(), libc::SIGTERM);
             let t = Instant::now();
             while matches!(self.0.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(40) {
                 std::thread::sleep(Duration::from_millis(50));
@@ -366,7 +368,7 @@ fn run_qemu(exe: &Path, n: u32, image: &Path, dir: &Path) -> Result<Outcome, Str
             while !qmp.exists() && t.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            super::runner::qmp_balloon(&qmp, share)?;
+            crate::run::vm::qmp_balloon(&qmp, share)?;
         }
         vms.push((vm, t0));
         if i < n {
@@ -424,7 +426,7 @@ fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String> {
     }
     std::fs::write(dir.join("allocation.csv"), csv).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
-    super::plot::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
+    crate::output::plot::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
         draw_allocation(root, history, &names, end)
     })
 }
@@ -525,14 +527,14 @@ fn write_outputs(
     for r in records {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},\"{}\"",
+            "{},{},{},{},{},{},{}",
             r.config,
             r.n,
             r.rep,
             r.vm,
             r.secs.map_or(String::new(), |s| format!("{s:.2}")),
             u8::from(r.ok),
-            r.note.replace('"', "'")
+            csv::quoted(&r.note.replace('"', "'"))
         );
     }
     let w = |name: &str, text: &str| {
@@ -589,7 +591,7 @@ fn plot(
         .flat_map(|(c, _)| ns.iter().filter_map(|&n| mean(records, c, n).map(|m| m.0)))
         .fold(1.0f64, f64::max);
     let right = ns.iter().copied().max().unwrap_or(1);
-    super::plot::svg_and_png!(path, (800, 500), |root| draw(
+    crate::output::plot::svg_and_png!(path, (800, 500), |root| draw(
         root, records, configs, ns, top, right
     ))
 }

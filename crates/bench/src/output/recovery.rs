@@ -24,10 +24,11 @@ use std::path::Path;
 use memvisor_api::VmStats;
 use plotters::prelude::*;
 
-use super::configs::{Config, Hv};
-use super::experiments::{Experiment, Release};
-use super::report::{csv_field, stats, Meta, Record};
-use super::runner::Status;
+use crate::configs::{Config, Hv};
+use crate::experiments::{Experiment, Release};
+use crate::output::csv;
+use crate::output::report::{stats, Meta, Record};
+use crate::run::vm::Status;
 
 /// The fraction of the throughput before the hog that counts as recovered.
 pub const RECOVERED: f64 = 0.9;
@@ -283,7 +284,7 @@ pub fn csv(exp: &Experiment, release: &Release, runs: &[Run<'_>]) -> String {
             run.rec.rep,
             r.status.as_str()
         );
-        let reason = csv_field(&r.reason);
+        let reason = csv::field(&r.reason);
         if run.trace.seconds.is_empty() {
             let _ = writeln!(
                 out,
@@ -607,7 +608,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         );
     }
     s.push('\n');
-    super::report::write_setup(&mut s, meta, &[]);
+    crate::output::report::write_setup(&mut s, meta, &[]);
     s
 }
 
@@ -723,7 +724,7 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    super::plot::svg_and_png!(path, (1300, 1100), |root| {
+    crate::output::plot::svg_and_png!(path, (1300, 1100), |root| {
         draw(root, exp, release, configs, runs)
     })
 }

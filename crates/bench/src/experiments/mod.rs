@@ -433,7 +433,7 @@ mod tests {
                 let e = find(name, scale).unwrap();
                 assert!(e.configs.contains(&e.reference));
                 for c in e.configs {
-                    assert!(super::super::configs::find(c).is_some(), "{c}");
+                    assert!(crate::configs::find(c).is_some(), "{c}");
                 }
                 assert!(e.steps.iter().all(|s| !s.phases.is_empty()));
             }

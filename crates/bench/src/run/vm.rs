@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{ActiveMemory, VmStats};
 
-use super::configs::{Config, Hv, Limit, RunFiles};
-use super::experiments::{Release, Series, Step};
-use super::host::{self, CgroupState, ProcIo, Vmstat};
 use super::teardown;
+use crate::configs::{Config, Hv, Limit, RunFiles};
+use crate::experiments::{Release, Series, Step};
+use crate::run::host::{self, CgroupState, ProcIo, Vmstat};
 
 /// How often a running VM is sampled.
 pub const TICK: Duration = Duration::from_millis(50);

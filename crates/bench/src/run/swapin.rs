@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use memvisor_api::{PagerStats, VmStats};
 use plotters::prelude::*;
 
-use super::runner::Msg;
-use super::{host, teardown};
+use crate::output::csv;
+use crate::run::vm::Msg;
+use crate::run::{host, teardown};
 
 /// The limit memory is pushed out under.
 pub const LIMIT: u64 = 64 << 20;
@@ -200,7 +201,7 @@ pub fn schedule(size: u64) -> String {
 
 /// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
 pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
-    let (p, ms, _) = super::runner::parse_result(line)?;
+    let (p, ms, _) = crate::run::vm::parse_result(line)?;
     if p == phase {
         ms
     } else {
@@ -365,7 +366,7 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
     teardown::track_pid(child.id());
     teardown::track_file(sock.clone());
     let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (rx, _) = super::runner::tee_console(stdout, log.with_extension("console"));
+    let (rx, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
     Ok(Vm {
         child,
         lines: rx,
@@ -536,7 +537,7 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "swapin,{},{},{},{},{:.3},{},{:.4},{},{},{},{},{},{},{},{},{},{},{},\"{}\",\"{}\"",
+            "swapin,{},{},{},{},{:.3},{},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             p.mode,
             p.size,
             p.rep,
@@ -555,8 +556,8 @@ pub fn csv(points: &[Point]) -> String {
             p.swap_bytes_read,
             p.pool_hits,
             p.polls,
-            p.pager_timing.replace('"', "\"\""),
-            p.error.replace('"', "\"\"")
+            csv::quoted(&p.pager_timing),
+            csv::quoted(&p.error)
         );
     }
     s
@@ -766,7 +767,7 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[Point]) -> Result<()
     if !points.iter().any(Point::ok) {
         return Err("no run completed".into());
     }
-    super::plot::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
+    crate::output::plot::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
 }
 
 fn draw<DB: DrawingBackend>(

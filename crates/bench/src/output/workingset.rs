@@ -16,9 +16,9 @@ use std::path::Path;
 use memvisor_api::ActiveMemory;
 use plotters::prelude::*;
 
-use super::experiments::Series;
-use super::report::{Meta, Record};
-use super::runner::{RunResult, StatsSample, Status};
+use crate::experiments::Series;
+use crate::output::report::{Meta, Record};
+use crate::run::vm::{RunResult, StatsSample, Status};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -344,7 +344,7 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
         );
     }
     s.push('\n');
-    super::report::write_setup(&mut s, meta, &[]);
+    crate::output::report::write_setup(&mut s, meta, &[]);
     s
 }
 
@@ -454,7 +454,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         return Err("no run to plot".into());
     };
     let panels = if records.len() > 1 { 2 } else { 1 };
-    super::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
+    crate::output::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
         draw(root, panels, first, name, series, records)
     })
 }
@@ -568,7 +568,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::Phase;
+    use crate::run::vm::Phase;
 
     fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
         Phase {

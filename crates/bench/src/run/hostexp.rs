@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostEvent, HostSample, HostUpdate, VmSpec};
 
-use super::experiments::Scale;
-use super::hostreport::{self, Kind, Run, Throughput};
-use super::{host, teardown, BenchArgs, Outcome};
+use crate::experiments::Scale;
+use crate::output::host::{self as hostreport, Kind, Run, Throughput};
+use crate::run::{host, teardown};
+use crate::{BenchArgs, Outcome};
 
 /// The host experiments.
 pub const NAMES: &[&str] = &["shares", "idletax"];

@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::configs::Config;
-use super::experiments::{Experiment, Step};
-use super::runner::{Phase, RunResult, Status};
+use crate::configs::Config;
+use crate::experiments::{Experiment, Step};
+use crate::output::csv;
+use crate::run::vm::{Phase, RunResult, Status};
 
 /// One run of one configuration.
 pub struct Record {
@@ -49,14 +50,6 @@ pub fn phase_ms(p: &Phase) -> f64 {
 /// own writes (memvisor's pager swap file; the data disks are read-only or untouched).
 pub fn swap_written(p: &Phase) -> u64 {
     p.swap_out + p.io.write_bytes
-}
-
-pub(super) fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        s.to_owned()
-    }
 }
 
 /// `results.csv`.
@@ -106,7 +99,7 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
             cols.push(failcnt.clone());
             cols.push(ooms.clone());
             cols.push(res.reason.clone());
-            let line: Vec<String> = cols.iter().map(|c| csv_field(c)).collect();
+            let line: Vec<String> = cols.iter().map(|c| csv::field(c)).collect();
             out.push_str(&line.join(","));
             out.push('\n');
         }
@@ -313,7 +306,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                     .collect();
                 stats(&mut v).map_or("-".into(), |x| mib(x.0))
             };
-            let pager = |f: &dyn Fn(&super::runner::PagerCounters) -> u64| {
+            let pager = |f: &dyn Fn(&crate::run::vm::PagerCounters) -> u64| {
                 let mut v: Vec<f64> = records
                     .iter()
                     .filter(|r| r.step == si && r.config.name == c.name)
@@ -330,7 +323,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
                         r.result
                             .final_stats
                             .as_ref()
-                            .and_then(super::runner::fault_latency)
+                            .and_then(crate::run::vm::fault_latency)
                     })
                     .collect();
                 let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
@@ -512,7 +505,7 @@ mod tests {
         assert_eq!(stats(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
         assert_eq!(stats(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
         assert_eq!(stats(&mut []), None);
-        assert_eq!(csv_field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
+        assert_eq!(csv::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
         assert_eq!(ratio(None, Some(2.0)), "-");
     }
