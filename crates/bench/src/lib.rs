@@ -136,7 +136,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             configs.push(c);
         }
     }
-    if exp.series.is_some() {
+    if let experiments::Kind::Series(_) = exp.kind {
         // The working-set estimate is the pager's: only configurations where it holds guest RAM
         // have one, and nothing is compared, so there is no reference.
         if let Some(c) = configs.iter().find(|c| !c.pager_holds_ram()) {
@@ -159,7 +159,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             )));
         }
     }
-    if exp.release.is_some() {
+    if let experiments::Kind::Release(_) = exp.kind {
         // Memory is given back by raising a limit: a configuration without one has nothing
         // to give back.
         if let Some(c) = configs.iter().find(|c| c.limit == configs::Limit::None) {
@@ -173,7 +173,13 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     }
     let default_missing = !configs.iter().any(|c| c.name == exp.reference);
     let want = match (&a.reference, configs.first()) {
-        (None, Some(c)) if exp.series.is_some() || (exp.release.is_some() && default_missing) => {
+        (None, Some(c))
+            if match exp.kind {
+                experiments::Kind::Series(_) => true,
+                experiments::Kind::Release(_) => default_missing,
+                experiments::Kind::Phases => false,
+            } =>
+        {
             c.name
         }
         _ => a.reference.as_deref().unwrap_or(exp.reference),
@@ -518,7 +524,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
         notes.push("free page reporting configurations: the balloon device is present and never inflated; the guest kit's driver reports up to 16 free 2 MiB runs every 100 ms (its defaults report=1 report_order=9), and the pager drops them without writing them".into());
     }
 
-    if let Some(s) = &exp.series {
+    if let experiments::Kind::Series(s) = &exp.kind {
         notes.push(format!(
             "working-set sampling: `memvisor run {}`; the harness polls `GET /stats` on the VM's API socket every {} s",
             s.run_flags().join(" "),
@@ -589,8 +595,7 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
                     qemu_overhead,
                     host_swap_file: &args.swap_file,
                     timeout: Duration::from_secs(args.timeout),
-                    series: exp.series.as_ref(),
-                    release: exp.release.as_ref(),
+                    kind: &exp.kind,
                     guest_swap: guest_swap.clone(),
                     label: label.clone(),
                 };
@@ -635,22 +640,21 @@ fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
     let csv = plan.out.join("results.csv");
     let md_path = plan.out.join("report.md");
     let svg = plan.out.join(format!("{}.svg", exp.name));
-    let runs = match &exp.release {
-        Some(_) => recovery::load(&plan.out, exp, &records),
-        None => Vec::new(),
-    };
-    let (csv_text, md, drawn) = match (&exp.series, &exp.release) {
-        (Some(s), _) => (
+    let (csv_text, md, drawn) = match &exp.kind {
+        experiments::Kind::Series(s) => (
             workingset::csv(exp.name, s, &records),
             workingset::markdown(&meta, s, &records),
             workingset::plot(&svg, exp.name, s, &records),
         ),
-        (None, Some(r)) => (
-            recovery::csv(exp, r, &runs),
-            recovery::markdown(&meta, r, &runs),
-            recovery::plot(&svg, exp, r, &plan.configs, &runs),
-        ),
-        (None, None) => (
+        experiments::Kind::Release(r) => {
+            let runs = recovery::load(&plan.out, exp, &records);
+            (
+                recovery::csv(exp, r, &runs),
+                recovery::markdown(&meta, r, &runs),
+                recovery::plot(&svg, exp, r, &plan.configs, &runs),
+            )
+        }
+        experiments::Kind::Phases => (
             report::csv(exp, &records),
             report::markdown(&meta, &records),
             plot::write(&svg, exp, &plan.configs, &records),

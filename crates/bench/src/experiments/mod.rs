@@ -1,7 +1,16 @@
 //! The experiments `memvisor bench` runs: which guest kit workloads, on what memory, disk and
 //! limit, under which configurations, and which configuration the others are compared with.
 
+mod alloc;
+mod doublepaging;
+mod overhead;
+mod recovery;
+mod seqread;
+mod workingset;
+
 use std::time::Duration;
+
+pub use recovery::CONFIGS as RECOVERY;
 
 /// Full size (the papers' numbers) or tiny (the end-to-end test).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,10 +58,39 @@ pub struct Experiment {
     pub configs: &'static [&'static str],
     /// The configuration every ratio is taken against.
     pub reference: &'static str,
+    /// What is measured, and so how runs are driven and reported.
+    pub kind: Kind,
+}
+
+/// The kinds of experiment `memvisor bench` runs on memvisor and QEMU (the host experiments,
+/// `consolidate` and `swapin` have their own runs).
+#[derive(Clone, Debug)]
+pub enum Kind {
+    /// The time of each of the guest's `RESULT` phases, with the host's counters per phase,
+    /// compared against a reference configuration.
+    Phases,
     /// Measured over time through the VM's API instead of per phase (`workingset`).
-    pub series: Option<Series>,
+    Series(Series),
     /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
-    pub release: Option<Release>,
+    Release(Release),
+}
+
+impl Kind {
+    /// The time series polled from the VM's API, for [`Kind::Series`].
+    pub fn series(&self) -> Option<&Series> {
+        match self {
+            Kind::Series(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// When and how memory is given back, for [`Kind::Release`].
+    pub fn release(&self) -> Option<&Release> {
+        match self {
+            Kind::Release(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// An experiment whose result is the guest's throughput second by second (`kv`'s `t=Ns
@@ -101,12 +139,10 @@ impl Experiment {
     /// Repetitions when `--reps` is not given: one for a time series (a run takes minutes and
     /// is one curve), three otherwise (medians need more than one).
     pub fn default_reps(&self) -> u32 {
-        if self.series.is_some() {
-            1
-        } else if self.release.is_some() {
-            2
-        } else {
-            3
+        match self.kind {
+            Kind::Series(_) => 1,
+            Kind::Release(_) => 2,
+            Kind::Phases => 3,
         }
     }
 }
@@ -119,18 +155,6 @@ pub const NAMES: &[&str] = &[
     "workingset",
     "recovery",
     "doublepaging",
-];
-
-/// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
-/// with Tesseract's indirections.
-pub const DOUBLEPAGING: &[&str] = &[
-    "qemu-hostswap",
-    "memvisor-pager",
-    "memvisor-tesseract",
-    "memvisor-tesseract-flush",
-    "memvisor-tesseract-defrag",
-    "memvisor-tesseract-bsst",
-    "memvisor-tesseract-victim",
 ];
 
 const LIMITED: &[&str] = &[
@@ -149,17 +173,10 @@ const LIMITED: &[&str] = &[
     "memvisor-vswapper-balloon",
 ];
 
-/// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
-/// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
-/// A pool variant is one more name here (and one entry of `CONFIGS`).
-pub const RECOVERY: &[&str] = &[
-    "memvisor-pager",
-    "memvisor-pool",
-    "memvisor-pool-proactive",
-    "memvisor-pool-lz4",
-    "qemu-hostswap",
-    "qemu-balloon",
-];
+/// `n` MiB in bytes.
+fn mib(n: u64) -> u64 {
+    n << 20
+}
 
 fn phases(prefix: &str, n: u64) -> Vec<String> {
     (1..=n).map(|i| format!("{prefix}{i}")).collect()
@@ -167,257 +184,13 @@ fn phases(prefix: &str, n: u64) -> Vec<String> {
 
 /// The experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
-    let tiny = scale == Scale::Tiny;
-    let mib = |n: u64| n << 20;
     Some(match name {
-        // VSwapper §3.1, Fig. 9: the guest believes it has 512 MB, has 100 MB, and reads a
-        // 200 MB file sequentially 8 times.
-        "seqread" => {
-            let (mem, limit, file, passes) = if tiny {
-                (128, 32, 96, 2)
-            } else {
-                (512, 100, 200, 8)
-            };
-            Experiment {
-                name: "seqread",
-                about: "VSwapper §3.1 / Fig. 9: sequential reads of a file larger than the memory the host gives the guest",
-                mem: mib(mem),
-                limit: Some(mib(limit)),
-                steps: vec![Step {
-                    workload: "seqread",
-                    cmdline: format!("file=seq passes={passes}"),
-                    phases: phases("pass", passes),
-                    guest_swap_mb: None,
-                    disk: Some(DataDisk {
-                        size_mb: file + 56,
-                        files: format!("seq:{file}M"),
-                        writable: false,
-                    }),
-                }],
-                configs: LIMITED,
-                reference: "qemu",
-                series: None,
-                release: None,
-            }
-        }
-        // VSwapper Fig. 10: a fresh process allocates and touches 200 MB. The guest kit boots
-        // one workload, so round 1 leaves the guest's free pages used (and swapped out by the
-        // host) and rounds 2 and 3 allocate over them, as the paper's process does after the
-        // Sysbench run.
-        "alloc" => {
-            let (mem, limit, mb, rounds) = if tiny {
-                (128, 32, 96, 2)
-            } else {
-                (512, 100, 200, 3)
-            };
-            Experiment {
-                name: "alloc",
-                about: "VSwapper Fig. 10: a process allocating and touching memory the guest used before (false swap reads)",
-                mem: mib(mem),
-                limit: Some(mib(limit)),
-                steps: vec![Step {
-                    workload: "alloc",
-                    cmdline: format!("mb={mb} rounds={rounds}"),
-                    phases: phases("round", rounds),
-                    guest_swap_mb: None,
-                    disk: None,
-                }],
-                configs: LIMITED,
-                reference: "qemu",
-                series: None,
-                release: None,
-            }
-        }
-        // No limits: what running on memvisor costs against QEMU.
-        "overhead" => {
-            // (jobs, source MiB, disk MiB, kv records, kv operations): the object file grows
-            // with the jobs, so the disk does too.
-            let (jobs, src, disk_mb, records, ops) = if tiny {
-                (20, 4, 48, 5000, 20_000)
-            } else {
-                (1000, 16, 256, 200_000, 2_000_000)
-            };
-            // (gcchurn heap MiB, generation MiB, generations; mapreduce input MiB, vocabulary):
-            // a few seconds each. The vocabulary makes each mapper's table 16 MiB, so the map
-            // phase's random accesses span far more memory than the TLB covers.
-            let (heap, gen, gens, input, vocab) = if tiny {
-                (32, 4, 10, 4, 50_000)
-            } else {
-                (256, 32, 500, 128, 500_000)
-            };
-            Experiment {
-                name: "overhead",
-                about: "no limit: memvisor against QEMU on a kernbench-like build, a YCSB-like key-value store, a generational collector's churn and a word count",
-                mem: mib(512),
-                limit: None,
-                steps: vec![
-                    Step {
-                        workload: "compile",
-                        cmdline: format!("jobs={jobs} src=src src_mb={src}"),
-                        phases: vec!["build".into()],
-                        guest_swap_mb: None,
-                        disk: Some(DataDisk {
-                            size_mb: disk_mb,
-                            files: format!("src:{src}M"),
-                            writable: true,
-                        }),
-                    },
-                    Step {
-                        workload: "kv",
-                        cmdline: format!("records={records} ops={ops}"),
-                        phases: vec!["load".into(), "run".into()],
-                        guest_swap_mb: None,
-                        disk: None,
-                    },
-                    Step {
-                        workload: "gcchurn",
-                        cmdline: format!("heap_mb={heap} gen_mb={gen} gens={gens} live_pct=10"),
-                        // gcchurn reports one phase, its whole run.
-                        phases: vec!["done".into()],
-                        guest_swap_mb: None,
-                        disk: None,
-                    },
-                    Step {
-                        workload: "mapreduce",
-                        cmdline: format!("input=src input_mb={input} vocab={vocab} mappers=4"),
-                        phases: vec!["map".into(), "reduce".into()],
-                        guest_swap_mb: None,
-                        // Only read: one image for all runs.
-                        disk: Some(DataDisk {
-                            size_mb: input + 16,
-                            files: format!("src:{input}M"),
-                            writable: false,
-                        }),
-                    },
-                ],
-                configs: &["qemu", "memvisor"],
-                reference: "qemu",
-                series: None,
-                release: None,
-            }
-        }
-        // ESX §5.3, Fig. 6: the working-set estimate from sampled pages against a working set
-        // that grows and shrinks. The limit is the guest's size: the pager holds guest RAM
-        // (sampling needs it to) and never reclaims, so nothing but the sampling moves pages.
-        // The steps: first a step up onto memory the guest never touched, then down, then up
-        // again onto memory already resident, then down again after a shorter busy spell.
-        "workingset" => {
-            let (mem, schedule, every, pages, period) = if tiny {
-                (
-                    128,
-                    vec![(8, 2), (48, 3), (16, 3)],
-                    Duration::from_millis(250),
-                    200,
-                    Duration::from_millis(250),
-                )
-            } else {
-                (
-                    1024,
-                    vec![(64, 30), (512, 60), (128, 80), (512, 30), (64, 60)],
-                    Duration::from_secs(1),
-                    400,
-                    Duration::from_secs(2),
-                )
-            };
-            let spec: Vec<String> = schedule.iter().map(|(m, s)| format!("{m}:{s}")).collect();
-            Experiment {
-                name: "workingset",
-                about: "ESX §5.3 / Fig. 6: the working-set estimate from sampled pages while the guest's working set grows and shrinks",
-                mem: mib(mem),
-                limit: Some(mib(mem)),
-                steps: vec![Step {
-                    workload: "toucher",
-                    cmdline: format!("schedule={}", spec.join(",")),
-                    phases: phases("step", schedule.len() as u64),
-                    guest_swap_mb: None,
-                    disk: None,
-                }],
-                configs: &["memvisor-pager"],
-                reference: "memvisor-pager",
-                series: Some(Series {
-                    every,
-                    schedule,
-                    sample_pages: pages,
-                    sample_period: period,
-                }),
-                release: None,
-            }
-        }
-        // MemFlex §4.1, Fig. 5: a key-value store under a read-only YCSB load (the paper's
-        // Fig. 5(c)), a memory hog starting in the same VM 10 s into the run, the memory given
-        // back 20 s later. The store fits under the limit alone, not with the hog; given back,
-        // the limit is the guest's size, so everything fits.
-        "recovery" => {
-            // (guest MiB, limit MiB, kv records, hog MiB, hog MiB/s, hog at s, release at s,
-            // run s): the store's table is records / 512 MiB (1 KiB records, half-full slots).
-            let (mem, limit, records, hog, rate, hog_at, at, secs) = if tiny {
-                (128, 64, 20_000, 40, 40, 2, 4, 8)
-            } else {
-                (1024, 512, 180_000, 400, 100, 10, 30, 70)
-            };
-            Experiment {
-                name: "recovery",
-                about: "MemFlex §4.1 / Fig. 5: a key-value store's throughput while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
-                mem: mib(mem),
-                limit: Some(mib(limit)),
-                steps: vec![Step {
-                    workload: "kv",
-                    cmdline: format!(
-                        "records={records} mix=c secs={secs} hog_mb={hog} hog_at={hog_at} hog_rate_mb_s={rate}"
-                    ),
-                    phases: vec!["load".into(), "run".into()],
-                    // Only a guest whose balloon is inflated uses it.
-                    guest_swap_mb: Some(mem),
-                    disk: None,
-                }],
-                configs: RECOVERY,
-                reference: "memvisor-pager",
-                series: None,
-                release: Some(Release {
-                    after_phase: "load",
-                    at: Duration::from_secs(at),
-                    hog_at: Duration::from_secs(hog_at),
-                    every: Duration::from_secs(1),
-                }),
-            }
-        }
-        // Tesseract §6.1: a hog fills memory and goes cold while the old space is swept hot, so
-        // the host swaps the hog out; then a generational collector's churn (SPECjbb's part)
-        // pushes the guest to swap its coldest pages, the hog's, to its own swap disk: each such
-        // write needs pages the host swapped (double paging). Pauses are the collections'.
-        "doublepaging" => {
-            // 12.5 % host overcommitment (the paper's 5–20 %); the heap and the hog together
-            // are larger than the guest, so the guest swaps part of the hog.
-            let (mem, limit, heap, young, gens, hog, hog_secs) = if tiny {
-                (128, 112, 88, 16, 20, 56, 2)
-            } else {
-                (256, 224, 176, 32, 100, 112, 5)
-            };
-            Experiment {
-                name: "doublepaging",
-                about: "Tesseract §6 / Figs. 10–12, Tables 1 and 4: a guest swapping to its own disk the pages its host has already swapped (double paging)",
-                mem: mib(mem),
-                limit: Some(mib(limit)),
-                steps: vec![Step {
-                    workload: "gcchurn",
-                    cmdline: format!(
-                        "heap_mb={heap} gen_mb={young} gens={gens} live_pct=10 hog_mb={hog} hog_secs={hog_secs}"
-                    ),
-                    phases: vec![
-                        "hog".into(),
-                        "run".into(),
-                        "pause_max".into(),
-                        "pause_total".into(),
-                    ],
-                    guest_swap_mb: Some(heap + hog + 64),
-                    disk: None,
-                }],
-                configs: DOUBLEPAGING,
-                reference: "qemu-hostswap",
-                series: None,
-                release: None,
-            }
-        }
+        "seqread" => seqread::experiment(scale),
+        "alloc" => alloc::experiment(scale),
+        "overhead" => overhead::experiment(scale),
+        "workingset" => workingset::experiment(scale),
+        "recovery" => recovery::experiment(scale),
+        "doublepaging" => doublepaging::experiment(scale),
         _ => return None,
     })
 }
@@ -471,7 +244,7 @@ mod tests {
     fn workingset_steps_last_several_sampling_periods() {
         for scale in [Scale::Full, Scale::Tiny] {
             let e = find("workingset", scale).unwrap();
-            let s = e.series.as_ref().expect("a time series");
+            let s = e.kind.series().expect("a time series");
             assert_eq!(e.limit, Some(e.mem), "{scale:?}");
             assert_eq!(e.configs, &["memvisor-pager"][..]);
             assert_eq!(e.default_reps(), 1);
@@ -497,7 +270,7 @@ mod tests {
         }
         let full = find("workingset", Scale::Full).unwrap();
         assert_eq!(
-            full.series.unwrap().run_flags(),
+            full.kind.series().unwrap().run_flags(),
             ["--sample-pages", "400", "--sample-period", "2"]
         );
         assert_eq!(find("seqread", Scale::Full).unwrap().default_reps(), 3);

@@ -20,7 +20,7 @@ use memvisor_api::{ActiveMemory, VmStats};
 
 use super::teardown;
 use crate::configs::{Config, Hv, Limit, RunFiles};
-use crate::experiments::{Release, Series, Step};
+use crate::experiments::{Kind, Step};
 use crate::run::host::{self, CgroupState, ProcIo, Vmstat};
 
 /// How often a running VM is sampled.
@@ -193,10 +193,10 @@ pub struct RunSpec<'a> {
     pub qemu_overhead: Option<u64>,
     pub host_swap_file: &'a Path,
     pub timeout: Duration,
-    /// Poll the VM's API and keep the answers (memvisor configurations only).
-    pub series: Option<&'a Series>,
-    /// Give the VM its memory back during the run.
-    pub release: Option<&'a Release>,
+    /// What the experiment measures: with a time series the VM's API is polled and the answers
+    /// kept (memvisor configurations only); with a release the VM gets its memory back during
+    /// the run.
+    pub kind: &'a Kind,
     /// A swap disk image for the guest kit (`id=swap`).
     pub guest_swap: Option<PathBuf>,
     /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
@@ -396,7 +396,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         .args(c.run_flags(spec.limit, &RunFiles { sock: &sock }))
         .args(["--workload", spec.step.workload])
         .args(["--cmdline", &spec.step.cmdline]);
-    let series = spec.series.filter(|_| c.hv == Hv::Memvisor);
+    let series = spec.kind.series().filter(|_| c.hv == Hv::Memvisor);
     if let Some(s) = series {
         cmd.args(s.run_flags());
     }
@@ -515,7 +515,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                     if phase == "done" {
                         guest_ok = ok;
                     }
-                    if spec.release.is_some_and(|r| r.after_phase == phase) && clock.is_none() {
+                    if spec.kind.release().is_some_and(|r| r.after_phase == phase)
+                        && clock.is_none()
+                    {
                         clock = Some(at);
                     }
                     if spec.step.phases.contains(&phase) && !phases.iter().any(|p| p.name == phase)
@@ -581,7 +583,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
                 }
             }
         }
-        if let (Some(r), Some(t0)) = (spec.release, clock) {
+        if let (Some(r), Some(t0)) = (spec.kind.release(), clock) {
             let now = Instant::now();
             if released.is_none() && now >= t0 + r.at && !eof {
                 let what = give_back(c, &sock, pid, spec.mem, spec.limit);
