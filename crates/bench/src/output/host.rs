@@ -1,4 +1,4 @@
-//! What a host experiment (`hostexp`) measured, and its outputs: the numbers the goals are
+//! The outputs of a host experiment (`shares`, `idletax`) from what `run::hostexp` measured: the numbers the goals are
 //! judged by (steady-state allocations and their ratio, how long memory took to move, the busy
 //! VM's throughput before and after), `results.csv` (the time series and a summary),
 //! `report.md` and the plot (allocations over time per VM, as ESX's Fig. 7, above each VM's
@@ -7,59 +7,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use memvisor_api::{HostEvent, HostEventKind, HostSample, VmSample};
+use memvisor_api::{HostEventKind, HostSample, VmSample};
 use plotters::prelude::*;
 
+use crate::experiments::host::{HostExperiment, Kind};
 use crate::output::csv;
-use crate::run::hostexp::HostExperiment;
-
-/// What an experiment measures, and with which VMs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind {
-    /// Two VMs that both want more than they get: their allocations should follow their shares.
-    Shares {
-        big: &'static str,
-        small: &'static str,
-        /// The shares ratio, big over small.
-        ratio: f64,
-    },
-    /// One idle and one busy VM with equal shares; the idle tax goes from 0 to 0.75 at `switch`.
-    IdleTax {
-        idle: &'static str,
-        busy: &'static str,
-        switch: f64,
-    },
-}
-
-/// One throughput reading of a VM: operations (or touches) per second, when the harness read it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Throughput {
-    pub seconds: f64,
-    pub vm: String,
-    pub rate: f64,
-}
-
-/// Everything one run measured. Times are seconds since the host started.
-#[derive(Clone, Debug, Default)]
-pub struct Run {
-    /// The host's ticks (`GET /history`).
-    pub samples: Vec<HostSample>,
-    pub events: Vec<HostEvent>,
-    pub throughput: Vec<Throughput>,
-    /// The idle tax from each time on, the first at 0.
-    pub taxes: Vec<(f64, f64)>,
-    /// When each VM joined.
-    pub joined: Vec<(String, f64)>,
-    /// What went wrong on the way, one line each.
-    pub notes: Vec<String>,
-}
-
-/// A VM's sampled active fraction at a tick (0 with nothing resident).
-pub fn active_fraction(v: &VmSample) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
-    let f = v.active_bytes as f64 / v.resident_bytes.max(1) as f64;
-    f.clamp(0.0, 1.0)
-}
+use crate::run::hostexp::{active_fraction, Run};
 
 fn mib(bytes: u64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
@@ -950,6 +903,8 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::hostexp::Throughput;
+    use memvisor_api::HostEvent;
     use memvisor_api::{FreeStateName, HostVmState};
 
     const M: u64 = 1 << 20;
@@ -1116,8 +1071,8 @@ mod tests {
 
     #[test]
     fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
-        for name in crate::hostexp::NAMES {
-            let e = crate::hostexp::find(name, crate::experiments::Scale::Full).unwrap();
+        for name in crate::experiments::host::NAMES {
+            let e = crate::experiments::host::find(name, crate::experiments::Scale::Full).unwrap();
             let run = match e.kind {
                 Kind::Shares { .. } => shares_run(),
                 Kind::IdleTax { .. } => idletax_run(),

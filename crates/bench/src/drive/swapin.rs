@@ -1,0 +1,87 @@
+//! `memvisor bench swapin`: the flags checked, every size and mode run (`run::swapin`), then the
+//! outputs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::finished;
+use crate::run::{swapin, teardown};
+use crate::{BenchArgs, Outcome};
+
+/// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
+/// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `swapin.rs`.
+pub fn run(args: &BenchArgs) -> Outcome {
+    let bad = |m: String| {
+        eprintln!("memvisor bench: {m}");
+        Outcome::BadInput
+    };
+    let mut modes = Vec::new();
+    for name in &args.configs {
+        match swapin::mode(name.trim()) {
+            Some(m) if !modes.contains(&m) => modes.push(m),
+            Some(_) => {}
+            None => {
+                return bad(format!(
+                    "unknown mode '{name}' for swapin; it runs: {}",
+                    swapin::MODES.map(|m| m.name).join(", ")
+                ))
+            }
+        }
+    }
+    if modes.is_empty() {
+        modes = swapin::MODES.iter().collect();
+    }
+    let mut sizes = Vec::new();
+    for &s in if args.sizes.is_empty() {
+        &swapin::DEFAULT_SIZES[..]
+    } else {
+        &args.sizes[..]
+    } {
+        match swapin::check_size(s) {
+            Ok(s) if !sizes.contains(&s) => sizes.push(s),
+            Ok(_) => {}
+            Err(m) => return bad(m),
+        }
+    }
+    if args.reps == Some(0) {
+        return bad("--reps 0: give at least one repetition".into());
+    }
+    if let Some(r) = &args.reference {
+        return bad(format!(
+            "--reference {r}: swapin compares its modes with MemFlex's figures, not with a reference configuration; leave it out"
+        ));
+    }
+    if args.timeout == 0 {
+        return bad("--timeout 0: give seconds, at least 1".into());
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return bad(format!("cannot find memvisor itself: {e}")),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join("swapin"));
+    if let Err(e) = std::fs::create_dir_all(out.join("logs"))
+        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
+        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
+    {
+        return bad(format!(
+            "--out {}: cannot write there ({e}); give a writable directory",
+            out.display()
+        ));
+    }
+    let setup = swapin::Setup {
+        exe,
+        out,
+        sizes,
+        modes,
+        reps: args.reps.unwrap_or(2),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    teardown::catch_signals();
+    let guard = teardown::Guard;
+    let outcome = swapin::run(&setup);
+    drop(guard);
+    finished("swapin", &setup.out, outcome)
+}
