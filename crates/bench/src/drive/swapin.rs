@@ -5,7 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::finished;
-use crate::run::{swapin, teardown};
+use crate::experiments::swapin as experiment;
+use crate::output;
+use crate::run::{host, swapin, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
@@ -17,27 +19,27 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     let mut modes = Vec::new();
     for name in &args.configs {
-        match swapin::mode(name.trim()) {
+        match experiment::mode(name.trim()) {
             Some(m) if !modes.contains(&m) => modes.push(m),
             Some(_) => {}
             None => {
                 return bad(format!(
                     "unknown mode '{name}' for swapin; it runs: {}",
-                    swapin::MODES.map(|m| m.name).join(", ")
+                    experiment::MODES.map(|m| m.name).join(", ")
                 ))
             }
         }
     }
     if modes.is_empty() {
-        modes = swapin::MODES.iter().collect();
+        modes = experiment::MODES.iter().collect();
     }
     let mut sizes = Vec::new();
     for &s in if args.sizes.is_empty() {
-        &swapin::DEFAULT_SIZES[..]
+        &experiment::DEFAULT_SIZES[..]
     } else {
         &args.sizes[..]
     } {
-        match swapin::check_size(s) {
+        match experiment::check_size(s) {
             Ok(s) if !sizes.contains(&s) => sizes.push(s),
             Ok(_) => {}
             Err(m) => return bad(m),
@@ -81,7 +83,9 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     teardown::catch_signals();
     let guard = teardown::Guard;
-    let outcome = swapin::run(&setup);
+    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let outcome =
+        swapin::run(&setup).and_then(|points| output::swapin::write(&setup, &points, &env));
     drop(guard);
     finished("swapin", &setup.out, outcome)
 }

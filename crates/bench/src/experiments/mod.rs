@@ -9,6 +9,7 @@ mod overhead;
 mod recovery;
 mod seqread;
 mod shares;
+pub mod swapin;
 mod workingset;
 
 use std::time::Duration;

@@ -5,4 +5,5 @@ pub mod host;
 pub mod plot;
 pub mod recovery;
 pub mod report;
+pub mod swapin;
 pub mod workingset;
