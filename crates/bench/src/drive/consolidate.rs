@@ -4,7 +4,12 @@
 use std::path::Path;
 
 use super::finished;
-use crate::run::{consolidate, teardown};
+use memvisor_api::HostSample;
+
+use crate::experiments::consolidate::{self as experiment, Kind};
+use crate::output::consolidate as output;
+use crate::run::consolidate::{self, Record, Sink};
+use crate::run::teardown;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` (and QEMU with static
@@ -16,18 +21,18 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     let mut configs = Vec::new();
     for name in &args.configs {
-        match consolidate::CONFIGS.iter().find(|(c, _)| *c == name.trim()) {
+        match experiment::CONFIGS.iter().find(|(c, _)| *c == name.trim()) {
             Some(&c) => configs.push(c),
             None => {
                 return bad(format!(
                     "unknown configuration '{name}' for consolidate; it runs: {}",
-                    consolidate::CONFIGS.map(|c| c.0).join(", ")
+                    experiment::CONFIGS.map(|c| c.0).join(", ")
                 ))
             }
         }
     }
     if configs.is_empty() {
-        configs = consolidate::CONFIGS.to_vec();
+        configs = experiment::CONFIGS.to_vec();
     }
     let ns = if args.vms.is_empty() {
         vec![1, 2, 3, 4, 6]
@@ -58,6 +63,28 @@ pub fn run(args: &BenchArgs) -> Outcome {
         return bad(format!("--out {}: {e}", setup.out.display()));
     }
     teardown::catch_signals();
-    let outcome = consolidate::run(&setup, &teardown::interrupted);
+    let mut sink = Outputs {
+        out: &setup.out,
+        configs: &setup.configs,
+        ns: &setup.ns,
+    };
+    let outcome = consolidate::run(&setup, &teardown::interrupted, &mut sink);
     finished("consolidate", &setup.out, outcome)
+}
+
+/// The outputs, written as the runs hand over what they measured.
+struct Outputs<'a> {
+    out: &'a Path,
+    configs: &'a [(&'static str, Kind)],
+    ns: &'a [u32],
+}
+
+impl Sink for Outputs<'_> {
+    fn records(&mut self, records: &[Record]) -> Result<(), String> {
+        output::write_outputs(self.out, records, self.configs, self.ns)
+    }
+
+    fn history(&self, dir: &Path, history: &[HostSample]) -> Result<(), String> {
+        output::write_allocation(dir, history)
+    }
 }

@@ -2,6 +2,7 @@
 //! limit, under which configurations, and which configuration the others are compared with.
 
 mod alloc;
+pub mod consolidate;
 mod doublepaging;
 pub mod host;
 mod idletax;

@@ -1,5 +1,6 @@
 //! What a benchmark writes: `results.csv`, `report.md` and the figures (SVG and PNG).
 
+pub mod consolidate;
 pub mod csv;
 pub mod host;
 pub mod plot;
