@@ -4,6 +4,13 @@
 //! memvisor (the binary that calls [`run`], found as the current executable) and QEMU as child
 //! processes.
 //!
+//! The crate is layered, each layer importing only those below it:
+//! - `experiments` (and `configs`): what each experiment runs, as data, one file per experiment;
+//! - `run`: running a configuration (memvisor or QEMU child processes, `memvisor host`), what
+//!   the host measures meanwhile (`run::host`), and undoing it all (`run::teardown`);
+//! - `output`: `results.csv` (one quoting rule, `output::csv`), `report.md` and the figures;
+//! - `drive`: each family of experiments from its flags to its outputs.
+//!
 //! How a benchmark goes:
 //! 1. Check the input (experiment, configurations, repetitions, output directory): bad input is
 //!    one line and [`Outcome::BadInput`] (exit status 2).
@@ -13,11 +20,11 @@
 //!    configuration needs host swap, QEMU's overhead measured by a calibration run (printed, and
 //!    passed to QEMU runs for their cgroup limit).
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
-//!    order rotated per repetition), so drift hits all configurations alike (`runner`).
-//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`report`, `plot`; for the
-//!    time series of `workingset`, `workingset`; for the throughput over time of `recovery`,
-//!    `recovery`).
-//! 6. Tear down (`teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
+//!    order rotated per repetition), so drift hits all configurations alike (`run::vm`).
+//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`output::report`, `output::plot`;
+//!    for the time series of `workingset`, `output::workingset`; for the throughput over time of
+//!    `recovery`, `output::recovery`).
+//! 6. Tear down (`run::teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
 mod drive;

@@ -13,7 +13,7 @@ use crate::run::teardown;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` (and QEMU with static
-/// balloons), see `consolidate.rs`.
+/// balloons), see `experiments::consolidate`.
 pub fn run(args: &BenchArgs) -> Outcome {
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");

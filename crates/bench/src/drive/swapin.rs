@@ -11,7 +11,7 @@ use crate::run::{host, swapin, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
-/// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `swapin.rs`.
+/// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `run::swapin`.
 pub fn run(args: &BenchArgs) -> Outcome {
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");
