@@ -158,6 +158,39 @@ fn run_host(
     dir: &Path,
     sink: &dyn Sink,
 ) -> Result<Outcome, String> {
+    let (host, sock) = start_host(exe, dir)?;
+    for i in 1..=n {
+        let body = serde_json::to_string(&spec(i, kind, image)).map_err(|e| e.to_string())?;
+        match memvisor_api::call(&sock, "POST", "/vms", Some(&body)) {
+            Ok((200, _)) => {}
+            Ok((code, e)) => return Err(format!("POST /vms refused ({code}): {e}")),
+            Err(e) => return Err(format!("POST /vms: {e}")),
+        }
+        if i < n {
+            std::thread::sleep(INTERVAL);
+        }
+    }
+    let vms = wait_for_exits(&sock)?;
+    hand_history(&sock, dir, sink);
+    drop(host);
+    Ok(vms
+        .iter()
+        .map(|v| {
+            let secs = guest_secs(&dir.join("state").join(format!("{}.log", v.name)));
+            let ok = v.exit_status == Some(1) && secs.is_some();
+            let note = if ok {
+                String::new()
+            } else {
+                v.why.clone().unwrap_or_else(|| format!("{:?}", v.state))
+            };
+            (secs.filter(|_| ok), ok, note)
+        })
+        .collect())
+}
+
+/// Starts `memvisor host` with the budget and no VM, its files in `dir`; returns it with its
+/// socket once the socket is there.
+fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
     let config = dir.join("host.toml");
     std::fs::write(
         &config,
@@ -186,33 +219,29 @@ fn run_host(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for i in 1..=n {
-        let body = serde_json::to_string(&spec(i, kind, image)).map_err(|e| e.to_string())?;
-        match memvisor_api::call(&sock, "POST", "/vms", Some(&body)) {
-            Ok((200, _)) => {}
-            Ok((code, e)) => return Err(format!("POST /vms refused ({code}): {e}")),
-            Err(e) => return Err(format!("POST /vms: {e}")),
-        }
-        if i < n {
-            std::thread::sleep(INTERVAL);
-        }
-    }
+    Ok((host, sock))
+}
+
+/// The host's VMs once every one has exited, or as they are at [`RUN_TIMEOUT`].
+fn wait_for_exits(sock: &Path) -> Result<Vec<HostVm>, String> {
     let t = Instant::now();
-    let vms: Vec<HostVm> = loop {
-        let (_, body) =
-            memvisor_api::call(&sock, "GET", "/vms", None).map_err(|e| e.to_string())?;
+    loop {
+        let (_, body) = memvisor_api::call(sock, "GET", "/vms", None).map_err(|e| e.to_string())?;
         let vms: Vec<HostVm> = serde_json::from_str(&body).map_err(|e| e.to_string())?;
         if vms.iter().all(|v| v.state == HostVmState::Exited) {
-            break vms;
+            return Ok(vms);
         }
         if t.elapsed() > RUN_TIMEOUT {
-            break vms;
+            return Ok(vms);
         }
         std::thread::sleep(Duration::from_millis(250));
-    };
-    // Every tick of the run: each VM's allocation over time, as CSV and a plot in the run's
-    // directory.
-    match memvisor_api::call(&sock, "GET", "/history", None)
+    }
+}
+
+/// Every tick of the run, each VM's allocation over time, handed to the sink for the run's
+/// directory; a failure is said, not fatal.
+fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
+    match memvisor_api::call(sock, "GET", "/history", None)
         .map_err(|e| e.to_string())
         .and_then(|(_, body)| {
             serde_json::from_str::<Vec<HostSample>>(&body).map_err(|e| e.to_string())
@@ -227,20 +256,6 @@ fn run_host(
         }
         Err(e) => eprintln!("memvisor bench: the host's history: {e}"),
     }
-    drop(host);
-    Ok(vms
-        .iter()
-        .map(|v| {
-            let secs = guest_secs(&dir.join("state").join(format!("{}.log", v.name)));
-            let ok = v.exit_status == Some(1) && secs.is_some();
-            let note = if ok {
-                String::new()
-            } else {
-                v.why.clone().unwrap_or_else(|| format!("{:?}", v.state))
-            };
-            (secs.filter(|_| ok), ok, note)
-        })
-        .collect())
 }
 
 fn run_qemu(exe: &Path, n: u32, image: &Path, dir: &Path) -> Result<Outcome, String> {

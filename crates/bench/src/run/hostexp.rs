@@ -189,20 +189,7 @@ fn drive(
     label: &str,
 ) -> Result<Run, String> {
     let now = || started.elapsed().as_secs_f64();
-    while !sock.exists() {
-        if now() > 20.0 {
-            return Err(format!(
-                "the host did not open {} within 20 s",
-                sock.display()
-            ));
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!(
-                "memvisor host ended at once ({st}); see logs/host.log"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_socket(sock, child, &now)?;
     let mut run = Run {
         samples: Vec::new(),
         events: Vec::new(),
@@ -238,35 +225,8 @@ fn drive(
                 .push(format!("the host ended on its own at {t:.1} s ({st})"));
             break;
         }
-        pending_vms.retain(|v| {
-            if t < v.at {
-                return true;
-            }
-            let body = serde_json::to_string(&v.spec).unwrap_or_default();
-            match host_send(sock, "POST", "/vms", &body) {
-                Ok(()) => run.joined.push((v.spec.name.clone(), now())),
-                Err(err) => run
-                    .notes
-                    .push(format!("adding {} failed: {err}", v.spec.name)),
-            }
-            false
-        });
-        pending_tax.retain(|&(at, tax)| {
-            if t < at {
-                return true;
-            }
-            let body = serde_json::to_string(&HostUpdate {
-                idle_tax: Some(tax),
-            })
-            .unwrap_or_default();
-            match host_send(sock, "PATCH", "/host", &body) {
-                Ok(()) => run.taxes.push((now(), tax)),
-                Err(err) => run
-                    .notes
-                    .push(format!("setting the idle tax failed: {err}")),
-            }
-            false
-        });
+        add_due_vms(sock, &mut pending_vms, t, &now, &mut run);
+        change_due_taxes(sock, &mut pending_tax, t, &now, &mut run);
         match host_get::<Vec<HostSample>>(sock, &format!("/history?since={since}")) {
             Ok(new) => {
                 if let Some(last) = new.last() {
@@ -276,18 +236,7 @@ fn drive(
             }
             Err(err) => tracing::debug!("{err}"),
         }
-        let read_at = now();
-        for (name, tail) in &mut tails {
-            for line in tail.lines() {
-                if let Some(rate) = throughput_of(line.trim()) {
-                    run.throughput.push(Throughput {
-                        seconds: read_at,
-                        vm: name.clone(),
-                        rate,
-                    });
-                }
-            }
-        }
+        read_throughput(&mut tails, now(), &mut run);
         if t >= next_progress {
             next_progress += 10.0;
             eprintln!("{label} {}", progress(&run, e.duration));
@@ -304,6 +253,89 @@ fn drive(
             .push(format!("the host's events could not be read: {err}")),
     }
     Ok(run)
+}
+
+/// Waits up to 20 s for the host's socket; an error if it does not come or the host ends.
+fn wait_for_socket(sock: &Path, child: &mut Child, now: &dyn Fn() -> f64) -> Result<(), String> {
+    while !sock.exists() {
+        if now() > 20.0 {
+            return Err(format!(
+                "the host did not open {} within 20 s",
+                sock.display()
+            ));
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!(
+                "memvisor host ended at once ({st}); see logs/host.log"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Adds the VMs whose time `t` has reached (`POST /vms`), noting when each joined.
+fn add_due_vms(
+    sock: &Path,
+    pending: &mut Vec<&PlannedVm>,
+    t: f64,
+    now: &dyn Fn() -> f64,
+    run: &mut Run,
+) {
+    pending.retain(|v| {
+        if t < v.at {
+            return true;
+        }
+        let body = serde_json::to_string(&v.spec).unwrap_or_default();
+        match host_send(sock, "POST", "/vms", &body) {
+            Ok(()) => run.joined.push((v.spec.name.clone(), now())),
+            Err(err) => run
+                .notes
+                .push(format!("adding {} failed: {err}", v.spec.name)),
+        }
+        false
+    });
+}
+
+/// Sets the idle taxes whose time `t` has reached (`PATCH /host`), noting when each took effect.
+fn change_due_taxes(
+    sock: &Path,
+    pending: &mut Vec<(f64, f64)>,
+    t: f64,
+    now: &dyn Fn() -> f64,
+    run: &mut Run,
+) {
+    pending.retain(|&(at, tax)| {
+        if t < at {
+            return true;
+        }
+        let body = serde_json::to_string(&HostUpdate {
+            idle_tax: Some(tax),
+        })
+        .unwrap_or_default();
+        match host_send(sock, "PATCH", "/host", &body) {
+            Ok(()) => run.taxes.push((now(), tax)),
+            Err(err) => run
+                .notes
+                .push(format!("setting the idle tax failed: {err}")),
+        }
+        false
+    });
+}
+
+/// The throughput lines the VMs' consoles printed since the last read, timed `read_at`.
+fn read_throughput(tails: &mut [(String, Tail)], read_at: f64, run: &mut Run) {
+    for (name, tail) in tails {
+        for line in tail.lines() {
+            if let Some(rate) = throughput_of(line.trim()) {
+                run.throughput.push(Throughput {
+                    seconds: read_at,
+                    vm: name.clone(),
+                    rate,
+                });
+            }
+        }
+    }
 }
 
 /// A progress line: each VM's allocation and target, and the free state.
