@@ -1,5 +1,8 @@
-//! The experiments `memvisor bench` runs: which guest kit workloads, on what memory, disk and
-//! limit, under which configurations, and which configuration the others are compared with.
+//! The experiments `memvisor bench` runs, as data, one file each: which guest kit workloads, on
+//! what memory, disk and limit, under which configurations, and which configuration the others
+//! are compared with (`seqread`, `alloc`, `overhead`, `workingset`, `recovery`, `doublepaging`,
+//! found by [`find`]); the host experiments on `memvisor host` (`host`, with `shares` and
+//! `idletax`); many VMs (`consolidate`); bringing swapped memory back (`swapin`).
 
 mod alloc;
 pub mod consolidate;
