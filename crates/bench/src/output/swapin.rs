@@ -94,6 +94,20 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         POLL.as_millis(),
         setup.reps
     );
+    time_back(&mut s, setup, points);
+    against_memflex(&mut s, setup, points);
+    incomplete_runs(&mut s, points);
+    per_run(&mut s, points);
+    pager_time(&mut s, points);
+    modes(&mut s, setup);
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+/// The time to bring the memory back per size and mode.
+fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
     let _ = writeln!(s, "## Time to bring the memory back\n");
     let _ = writeln!(
         s,
@@ -130,6 +144,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
+}
+
+/// The times beside MemFlex's figures.
+fn against_memflex(s: &mut String, setup: &Setup, points: &[Point]) {
     let _ = writeln!(s, "\n## Against MemFlex\n");
     let _ = writeln!(
         s,
@@ -169,6 +187,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
+}
+
+/// The runs that did not complete, with why.
+fn incomplete_runs(s: &mut String, points: &[Point]) {
     let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\n## Runs that did not complete\n");
@@ -183,6 +205,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
+}
+
+/// Every completed run's numbers.
+fn per_run(s: &mut String, points: &[Point]) {
     let _ = writeln!(s, "\n## Per run\n");
     let _ = writeln!(s, "| mode | size | rep | back (s) | MiB/s | host (s) | proactive pages | swap faults | read from the swap store (MiB) | of it from the pool (MiB) | polls |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
@@ -203,6 +229,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             p.polls
         );
     }
+}
+
+/// Where the pager's proactive swap-ins spent their time, from each run's log.
+fn pager_time(s: &mut String, points: &[Point]) {
     let timed: Vec<&Point> = points
         .iter()
         .filter(|p| !p.pager_timing.is_empty())
@@ -227,6 +257,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
+}
+
+/// The modes run, and how every run is started.
+fn modes(s: &mut String, setup: &Setup) {
     let _ = writeln!(s, "\n## Modes\n");
     for m in &setup.modes {
         let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
@@ -236,11 +270,6 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         "- every run: `memvisor run --mem SIZE+{}M --sample-pages 0 --workload toucher --cmdline schedule=…`, the pager's swap file in the output directory's `work/` (on its disk)",
         HEADROOM >> 20
     );
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
-    s
 }
 
 const COLORS: [RGBColor; 4] = [
