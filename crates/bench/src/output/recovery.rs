@@ -350,6 +350,9 @@ fn ops(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// The configurations' runs with their measures, in the order of the configurations.
+type Groups<'a> = [(&'static Config, Vec<(&'a Run<'a>, Measures)>)];
+
 /// Per configuration: the runs' measures.
 fn by_config<'a>(
     configs: &[&'static Config],
@@ -457,6 +460,18 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         step.guest_swap_mb.unwrap_or(0),
         meta.reps
     );
+    let groups = by_config(meta.configs, release, runs);
+    recovery_table(&mut s, meta, &groups);
+    goal_section(&mut s, &groups);
+    pager_section(&mut s, release, runs);
+    runs_table(&mut s, runs);
+    s.push('\n');
+    crate::output::report::write_setup(&mut s, meta, &[]);
+    s
+}
+/// The recovery table: per configuration, the throughput before the hog, the dip, the time to
+/// recover and to settle, against the reference and the paper.
+fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
     let _ = writeln!(s, "## Recovery\n");
     let _ = writeln!(
         s,
@@ -472,7 +487,6 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         meta.reference
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-    let groups = by_config(meta.configs, release, runs);
     let reference = groups
         .iter()
         .find(|(c, _)| c.name == meta.reference)
@@ -485,7 +499,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             .collect();
         stats(&mut v).map(|x| x.0)
     };
-    for (c, ms) in &groups {
+    for (c, ms) in groups {
         let ok = ms
             .iter()
             .filter(|(r, _)| r.rec.result.status == Status::Ok)
@@ -538,6 +552,11 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         "\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in {} with MemFlex, {} with a ramdisk, {} with an HDD.\n",
         PAPER[0].1, PAPER[1].1, PAPER[2].1
     );
+}
+
+/// Whether the goal was met: the pool with proactive swap-in recovers at least 10× sooner than
+/// fault-driven swap-in from the file, and sooner than every QEMU configuration.
+fn goal_section(s: &mut String, groups: &Groups<'_>) {
     let find = |n: &str| {
         groups
             .iter()
@@ -569,7 +588,10 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             );
         }
     }
-    pager_section(&mut s, release, runs);
+}
+
+/// Every run: the hog, the release, what was done and why a run ended badly.
+fn runs_table(s: &mut String, runs: &[Run<'_>]) {
     let _ = writeln!(s, "## Runs\n");
     let _ = writeln!(
         s,
@@ -607,9 +629,6 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             }
         );
     }
-    s.push('\n');
-    crate::output::report::write_setup(&mut s, meta, &[]);
-    s
 }
 
 /// What memvisor's pager and pool did around the release, from its `GET /stats` answers: where
