@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::finished;
+use super::{finished, memvisor_exe};
 use memvisor_api::HostSample;
 
 use crate::experiments::consolidate::{self as experiment, Kind};
@@ -45,9 +45,9 @@ pub fn run(args: &BenchArgs) -> Outcome {
     if args.reps == Some(0) {
         return bad("--reps 0: give at least one repetition".into());
     }
-    let exe = match std::env::current_exe() {
+    let exe = match memvisor_exe() {
         Ok(e) => e,
-        Err(e) => return bad(format!("cannot find memvisor itself: {e}")),
+        Err(e) => return bad(e),
     };
     let setup = consolidate::Setup {
         exe,

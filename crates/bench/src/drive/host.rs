@@ -64,8 +64,7 @@ pub fn run(a: &BenchArgs) -> Outcome {
 }
 
 fn bench(a: &BenchArgs, e: &HostExperiment, out: &Path) -> Result<(), String> {
-    let exe =
-        std::env::current_exe().map_err(|err| format!("cannot find memvisor itself: {err}"))?;
+    let exe = super::memvisor_exe()?;
     // Held until the end: another benchmark on the same machine would skew this one.
     let _only_bench = teardown::lock(&a.swap_file)?;
     let env = host::environment(out, "qemu-system-x86_64");

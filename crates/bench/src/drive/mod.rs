@@ -6,7 +6,7 @@ pub mod host;
 pub mod phases;
 pub mod swapin;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::run::teardown;
 use crate::Outcome;
@@ -32,4 +32,11 @@ pub fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> Outcom
             Outcome::Failed
         }
     }
+}
+
+/// The memvisor binary every run starts as a child process (`memvisor run`, `memvisor host`,
+/// `memvisor mkdisk`): the executable that called [`crate::run`], that is `memvisor bench`
+/// itself, so a benchmark measures the build it came with.
+fn memvisor_exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
 }

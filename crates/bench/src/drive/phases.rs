@@ -239,7 +239,7 @@ fn mkswap(exe: &Path, path: &Path, mb: u64) -> Result<(), String> {
 
 /// A benchmark of phases, a time series or a release: set up, every run, the outputs.
 fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))?;
+    let exe = super::memvisor_exe()?;
     // Held until the bench ends: a second bench must not clean up this one's swap file.
     let _only_bench = teardown::lock(&args.swap_file)?;
     for line in teardown::preflight(&args.swap_file)? {

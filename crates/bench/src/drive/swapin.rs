@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::finished;
+use super::{finished, memvisor_exe};
 use crate::experiments::swapin as experiment;
 use crate::output;
 use crate::run::{host, swapin, teardown};
@@ -56,9 +56,9 @@ pub fn run(args: &BenchArgs) -> Outcome {
     if args.timeout == 0 {
         return bad("--timeout 0: give seconds, at least 1".into());
     }
-    let exe = match std::env::current_exe() {
+    let exe = match memvisor_exe() {
         Ok(e) => e,
-        Err(e) => return bad(format!("cannot find memvisor itself: {e}")),
+        Err(e) => return bad(e),
     };
     let out = args
         .out
