@@ -59,7 +59,7 @@ pub enum Command {
     ///
     /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),
     /// 2 for bad input, 5 when it could not run, 130 on Ctrl-C (after cleaning up).
-    Bench(crate::bench::BenchArgs),
+    Bench(memvisor_bench::BenchArgs),
 }
 
 #[derive(Args, Debug)]

@@ -1,13 +1,11 @@
 //! `memvisor`: the command-line front end. `memvisor run` boots a guest on memvisor's own VMM or,
 //! with `--hypervisor qemu`, on QEMU microvm with the same guest, disks and memory size.
 
-mod bench;
 mod cli;
 mod ctl;
 mod disks;
 mod guest_kit;
 mod hostlimit;
-mod progress;
 mod qemu;
 mod run;
 mod top;
@@ -15,9 +13,20 @@ mod top;
 use std::process::ExitCode;
 
 use clap::Parser;
+use memvisor_bench::progress;
 
 /// Process exit statuses besides the guest's own debug-exit status `(value << 1) | 1`.
 pub use memvisor_api::exit::status;
+
+/// The exit status of `memvisor bench`.
+fn bench_exit(outcome: memvisor_bench::Outcome) -> ExitCode {
+    match outcome {
+        memvisor_bench::Outcome::Done => ExitCode::SUCCESS,
+        memvisor_bench::Outcome::Interrupted => ExitCode::from(130),
+        memvisor_bench::Outcome::BadInput => ExitCode::from(status::BAD_INPUT),
+        memvisor_bench::Outcome::Failed => ExitCode::from(status::VMM_FAILURE),
+    }
+}
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -36,6 +45,6 @@ fn main() -> ExitCode {
         cli::Command::Host(args) => cli::host(args),
         cli::Command::Ctl(args) => ctl::run(args),
         cli::Command::Top(args) => top::run(args),
-        cli::Command::Bench(args) => bench::run(args),
+        cli::Command::Bench(args) => bench_exit(memvisor_bench::run(args)),
     }
 }

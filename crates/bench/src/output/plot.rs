@@ -9,9 +9,9 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::configs::Config;
-use super::experiments::Experiment;
-use super::report::{phase_ms, stats, swap_written, values, Record};
+use crate::configs::Config;
+use crate::experiments::Experiment;
+use crate::output::report::{phase_ms, stats, swap_written, values, Record};
 
 /// One colour per configuration for the longest list (the 13 of `seqread` and `alloc`), so no
 /// two lines of the default plot share one.
@@ -42,7 +42,7 @@ fn series(
     configs: &[&'static Config],
     records: &[Record],
     step: usize,
-    f: &dyn Fn(&super::runner::Phase) -> f64,
+    f: &dyn Fn(&crate::run::vm::Phase) -> f64,
 ) -> Series {
     configs
         .iter()
@@ -64,7 +64,7 @@ fn series(
                 .collect();
             let ok = runs
                 .iter()
-                .filter(|r| r.result.status == super::runner::Status::Ok)
+                .filter(|r| r.result.status == crate::run::vm::Status::Ok)
                 .count();
             let name = if ok == runs.len() {
                 c.name.to_owned()
@@ -218,7 +218,7 @@ macro_rules! svg_and_png {
     ($path:expr, $size:expr, $draw:expr) => {{
         let path: &std::path::Path = $path;
         let size: (u32, u32) = $size;
-        $crate::bench::plot::font()?;
+        $crate::output::plot::font()?;
         {
             let root = plotters::prelude::SVGBackend::new(path, size).into_drawing_area();
             $draw(&root)?;
@@ -293,7 +293,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::experiments::{find, Scale, NAMES};
+    use crate::experiments::{find, Scale, NAMES};
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {

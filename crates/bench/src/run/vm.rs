@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{ActiveMemory, VmStats};
 
-use super::configs::{Config, Hv, Limit, RunFiles};
-use super::experiments::{Release, Series, Step};
-use super::host::{self, CgroupState, ProcIo, Vmstat};
 use super::teardown;
+use crate::configs::{Config, Hv, Limit, RunFiles};
+use crate::experiments::{Kind, Series, Step};
+use crate::run::host::{self, CgroupState, ProcIo, Vmstat};
 
 /// How often a running VM is sampled.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -193,10 +193,10 @@ pub struct RunSpec<'a> {
     pub qemu_overhead: Option<u64>,
     pub host_swap_file: &'a Path,
     pub timeout: Duration,
-    /// Poll the VM's API and keep the answers (memvisor configurations only).
-    pub series: Option<&'a Series>,
-    /// Give the VM its memory back during the run.
-    pub release: Option<&'a Release>,
+    /// What the experiment measures: with a time series the VM's API is polled and the answers
+    /// kept (memvisor configurations only); with a release the VM gets its memory back during
+    /// the run.
+    pub kind: &'a Kind,
     /// A swap disk image for the guest kit (`id=swap`).
     pub guest_swap: Option<PathBuf>,
     /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
@@ -390,39 +390,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let _ = std::fs::remove_file(&sock);
     let stats_path = spec.work.join(format!("{}.stats.json", c.name));
     let _ = std::fs::remove_file(&stats_path);
-    let mut cmd = Command::new(spec.exe);
-    cmd.arg("run")
-        .args(["--mem", &spec.mem.to_string()])
-        .args(c.run_flags(spec.limit, &RunFiles { sock: &sock }))
-        .args(["--workload", spec.step.workload])
-        .args(["--cmdline", &spec.step.cmdline]);
-    let series = spec.series.filter(|_| c.hv == Hv::Memvisor);
-    if let Some(s) = series {
-        cmd.args(s.run_flags());
-    }
-    if let Some((disk, writable)) = &spec.disk {
-        let ro = if *writable { "" } else { ",ro" };
-        cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
-    }
-    if let Some(swap) = &spec.guest_swap {
-        cmd.args(["--disk", &format!("{},id=swap", swap.display())]);
-    }
-    if c.hv == Hv::Memvisor {
-        cmd.arg("--stats-json").arg(&stats_path);
-    }
-    // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
-    // (a tmpfs $TMPDIR would make its "swap" host memory).
-    cmd.env("MEMVISOR_LOG", "info")
-        .env("TMPDIR", spec.work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: a Ctrl-C at the terminal reaches the harness only, which then
-        // ends the run by PID and cleans up after it.
-        .process_group(0);
-    if let Some(o) = spec.qemu_overhead {
-        cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
-    }
+    let mut cmd = command(spec, &sock, &stats_path);
     // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
     // so counting lines would not do).
     let dmesg_last = host::dmesg().pop();
@@ -451,33 +419,82 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         s
     });
 
-    let mut sm = Sampler {
-        pid,
-        hv_pid: (c.hv == Hv::Memvisor).then_some(pid),
-        cgroup_dir: (c.limit == Limit::HostSwap).then(|| cgroup_dir.clone()),
-        host_swap_file: spec.host_swap_file,
-        last_io: ProcIo::default(),
-        peak_rss: 0,
-        host_swap_peak: 0,
-        cg: None,
+    let mut w = Watch::new(spec, &sock, pid, s0, &cgroup_dir);
+    w.follow(&rx);
+    let exit = child
+        .wait()
+        .map_err(|e| format!("cannot wait for run: {e}"))?;
+    teardown::forget_pid(pid);
+    if let Some(h) = w.sm.hv_pid {
+        teardown::forget_pid(h);
+    }
+    let end = Snap {
+        at: Instant::now(),
+        vm: host::vmstat(),
+        io: w.sm.last_io,
+        pager: None,
     };
-    let mut balloon: Option<String> = None;
-    let mut phases: Vec<Phase> = Vec::new();
-    let mut prev = s0;
-    let mut eof = false;
-    let mut forced: Option<Status> = None;
-    let mut forced_at: Option<Instant> = None;
-    let mut last_progress = Instant::now();
-    let mut current = "boot".to_owned();
-    let mut guest_ok = None;
-    let mut samples: Vec<StatsSample> = Vec::new();
-    let mut next_poll = Instant::now();
-    let mut clock: Option<Instant> = None;
-    let mut released: Option<Released> = None;
-    let mut stats: Vec<(f64, VmStats)> = Vec::new();
-    let delta = |name: &str, guest_ms: Option<f64>, a: &Snap, b: &Snap| Phase {
+    let _ = out_thread.join();
+    let stderr = err_thread.join().unwrap_or_default();
+    let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
+    if let Some(s) = host::cgroup_state(&cgroup_dir) {
+        w.sm.cg = Some(s);
+    }
+    if c.limit == Limit::HostSwap {
+        // A killed `memvisor run` could not remove its cgroup.
+        let _ = teardown::remove_cgroup(&cgroup_dir);
+    }
+    let _ = std::fs::remove_file(&sock);
+    let final_stats = read_final_stats(&stats_path);
+    let _ = std::fs::remove_file(&stats_path);
+    let (status, reason) = w.verdict(exit, &stderr, dmesg_last.as_ref());
+    Ok(w.result(status, reason, exit, &end, final_stats))
+}
+
+/// The `memvisor run` command of a run: the configuration's flags, the step's workload, its
+/// disks, sampling for a time series, the stats file, and the environment.
+fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
+    let c = spec.config;
+    let mut cmd = Command::new(spec.exe);
+    cmd.arg("run")
+        .args(["--mem", &spec.mem.to_string()])
+        .args(c.run_flags(spec.limit, &RunFiles { sock }))
+        .args(["--workload", spec.step.workload])
+        .args(["--cmdline", &spec.step.cmdline]);
+    if let Some(s) = spec.kind.series().filter(|_| c.hv == Hv::Memvisor) {
+        cmd.args(s.run_flags());
+    }
+    if let Some((disk, writable)) = &spec.disk {
+        let ro = if *writable { "" } else { ",ro" };
+        cmd.args(["--disk", &format!("{},id=data{ro}", disk.display())]);
+    }
+    if let Some(swap) = &spec.guest_swap {
+        cmd.args(["--disk", &format!("{},id=swap", swap.display())]);
+    }
+    if c.hv == Hv::Memvisor {
+        cmd.arg("--stats-json").arg(stats_path);
+    }
+    // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
+    // (a tmpfs $TMPDIR would make its "swap" host memory).
+    cmd.env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", spec.work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal reaches the harness only, which then
+        // ends the run by PID and cleans up after it.
+        .process_group(0);
+    if let Some(o) = spec.qemu_overhead {
+        cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
+    }
+    cmd
+}
+
+/// What happened between snapshots `a` and `b` of a run that started at `start`: one phase.
+fn phase_between(name: &str, guest_ms: Option<f64>, start: Instant, a: &Snap, b: &Snap) -> Phase {
+    Phase {
         name: name.to_owned(),
-        at_ms: b.at.duration_since(s0.at).as_secs_f64() * 1e3,
+        at_ms: b.at.duration_since(start).as_secs_f64() * 1e3,
         guest_ms,
         host_ms: b.at.duration_since(a.at).as_secs_f64() * 1e3,
         swap_in: (b.vm.pswpin.saturating_sub(a.vm.pswpin)) << 12,
@@ -490,301 +507,432 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
             (Some(x), Some(y)) => Some(y.since(&x)),
             _ => None,
         },
-    };
-    loop {
-        match rx.recv_timeout(TICK) {
-            Ok(Msg::Line(line, at)) => {
-                sm.sample();
-                let prev_pager = prev.pager;
-                let snap = |pager_now: bool| Snap {
-                    at,
-                    vm: host::vmstat(),
-                    io: sm.last_io,
-                    pager: if pager_now && c.hv == Hv::Memvisor {
-                        api_stats(&sock).or(prev_pager)
-                    } else {
-                        prev_pager
-                    },
-                };
-                if phases.is_empty() {
-                    let s = snap(true);
-                    phases.push(delta("boot", None, &s0, &s));
-                    prev = s;
-                }
-                if let Some((phase, ms, ok)) = parse_result(&line) {
-                    if phase == "done" {
-                        guest_ok = ok;
-                    }
-                    if spec.release.is_some_and(|r| r.after_phase == phase) && clock.is_none() {
-                        clock = Some(at);
-                    }
-                    if spec.step.phases.contains(&phase) && !phases.iter().any(|p| p.name == phase)
-                    {
-                        let s = snap(true);
-                        phases.push(delta(&phase, ms, &prev, &s));
-                        prev = s;
-                        eprintln!(
-                            "{} {phase} done: guest {} ms ({:.1} s elapsed)",
-                            spec.label,
-                            ms.map_or("?".into(), |m| format!("{m:.0}")),
-                            s0.at.elapsed().as_secs_f64()
-                        );
-                        current = phase;
-                        last_progress = Instant::now();
-                    }
+    }
+}
+
+/// A run while it is alive: what has been measured so far and what the harness did to it.
+struct Watch<'a> {
+    spec: &'a RunSpec<'a>,
+    sock: &'a Path,
+    pid: u32,
+    /// The host before the run started.
+    s0: Snap,
+    sm: Sampler<'a>,
+    /// The time series polled from the API (memvisor configurations only).
+    series: Option<&'a Series>,
+    /// What was done with the balloon, once done.
+    balloon: Option<String>,
+    phases: Vec<Phase>,
+    /// The host at the end of the last phase.
+    prev: Snap,
+    /// The console has ended.
+    eof: bool,
+    /// Ended by the harness: interrupted or timed out.
+    forced: Option<Status>,
+    /// When the harness asked it to end (SIGTERM); SIGKILL follows 3 s later.
+    forced_at: Option<Instant>,
+    last_progress: Instant,
+    /// The last phase done.
+    current: String,
+    /// The guest's `ok=` on its `done` line.
+    guest_ok: Option<String>,
+    samples: Vec<StatsSample>,
+    next_poll: Instant,
+    /// The release experiment's clock: when its `after_phase` ended.
+    clock: Option<Instant>,
+    released: Option<Released>,
+    stats: Vec<(f64, VmStats)>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(
+        spec: &'a RunSpec<'a>,
+        sock: &'a Path,
+        pid: u32,
+        s0: Snap,
+        cgroup_dir: &Path,
+    ) -> Watch<'a> {
+        let c = spec.config;
+        Watch {
+            spec,
+            sock,
+            pid,
+            s0,
+            sm: Sampler {
+                pid,
+                hv_pid: (c.hv == Hv::Memvisor).then_some(pid),
+                cgroup_dir: (c.limit == Limit::HostSwap).then(|| cgroup_dir.to_path_buf()),
+                host_swap_file: spec.host_swap_file,
+                last_io: ProcIo::default(),
+                peak_rss: 0,
+                host_swap_peak: 0,
+                cg: None,
+            },
+            series: spec.kind.series().filter(|_| c.hv == Hv::Memvisor),
+            balloon: None,
+            phases: Vec::new(),
+            prev: s0,
+            eof: false,
+            forced: None,
+            forced_at: None,
+            last_progress: Instant::now(),
+            current: "boot".to_owned(),
+            guest_ok: None,
+            samples: Vec::new(),
+            next_poll: Instant::now(),
+            clock: None,
+            released: None,
+            stats: Vec::new(),
+        }
+    }
+
+    /// Follows the run tick by tick until its console has ended and its process exited.
+    fn follow(&mut self, rx: &mpsc::Receiver<Msg>) {
+        loop {
+            match rx.recv_timeout(TICK) {
+                Ok(Msg::Line(line, at)) => self.line(&line, at),
+                Ok(Msg::Eof) => self.eof = true,
+                Err(mpsc::RecvTimeoutError::Timeout) => self.sm.sample(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.eof = true;
+                    std::thread::sleep(TICK);
+                    self.sm.sample();
                 }
             }
-            Ok(Msg::Eof) => eof = true,
-            Err(mpsc::RecvTimeoutError::Timeout) => sm.sample(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                eof = true;
-                std::thread::sleep(TICK);
-                sm.sample();
+            self.set_balloon();
+            self.poll_series();
+            self.release();
+            self.say_progress();
+            self.end_when_due();
+            if self.eof && exited(self.pid) {
+                if self.spec.config.hv == Hv::Memvisor {
+                    if let Some(io) = host::proc_io(self.pid) {
+                        self.sm.last_io = io;
+                    }
+                }
+                return;
             }
         }
-        if c.balloon && balloon.is_none() && sock.exists() {
-            let target = spec.limit.unwrap_or(spec.mem);
-            let r = match c.hv {
-                Hv::Qemu => qmp_balloon(&sock, target),
-                Hv::Memvisor => {
-                    let body = format!("{{\"target\": {}}}", spec.mem - target);
-                    match memvisor_api::call(&sock, "PUT", "/balloon", Some(&body)) {
-                        Ok((200, _)) => Ok(()),
-                        Ok((code, b)) => Err(format!("HTTP {code}: {}", b.trim())),
-                        Err(e) => Err(e.to_string()),
-                    }
+    }
+
+    /// A console line: the boot phase ends at the first, a guest phase at its `RESULT` line.
+    fn line(&mut self, line: &str, at: Instant) {
+        self.sm.sample();
+        let prev_pager = self.prev.pager;
+        let snap = |sm: &Sampler<'_>| Snap {
+            at,
+            vm: host::vmstat(),
+            io: sm.last_io,
+            pager: if self.spec.config.hv == Hv::Memvisor {
+                api_stats(self.sock).or(prev_pager)
+            } else {
+                prev_pager
+            },
+        };
+        if self.phases.is_empty() {
+            let s = snap(&self.sm);
+            let boot = phase_between("boot", None, self.s0.at, &self.s0, &s);
+            self.phases.push(boot);
+            self.prev = s;
+        }
+        let Some((phase, ms, ok)) = parse_result(line) else {
+            return;
+        };
+        if phase == "done" {
+            self.guest_ok = ok;
+        }
+        if self
+            .spec
+            .kind
+            .release()
+            .is_some_and(|r| r.after_phase == phase)
+            && self.clock.is_none()
+        {
+            self.clock = Some(at);
+        }
+        if self.spec.step.phases.contains(&phase) && !self.phases.iter().any(|p| p.name == phase) {
+            let s = snap(&self.sm);
+            let done = phase_between(&phase, ms, self.s0.at, &self.prev, &s);
+            self.phases.push(done);
+            self.prev = s;
+            eprintln!(
+                "{} {phase} done: guest {} ms ({:.1} s elapsed)",
+                self.spec.label,
+                ms.map_or("?".into(), |m| format!("{m:.0}")),
+                self.s0.at.elapsed().as_secs_f64()
+            );
+            self.current = phase;
+            self.last_progress = Instant::now();
+        }
+    }
+
+    /// Sets the balloon target of a balloon configuration once its socket is there.
+    fn set_balloon(&mut self) {
+        let (c, spec) = (self.spec.config, self.spec);
+        if !c.balloon || self.balloon.is_some() || !self.sock.exists() {
+            return;
+        }
+        let target = spec.limit.unwrap_or(spec.mem);
+        let r = match c.hv {
+            Hv::Qemu => qmp_balloon(self.sock, target),
+            Hv::Memvisor => {
+                let body = format!("{{\"target\": {}}}", spec.mem - target);
+                match memvisor_api::call(self.sock, "PUT", "/balloon", Some(&body)) {
+                    Ok((200, _)) => Ok(()),
+                    Ok((code, b)) => Err(format!("HTTP {code}: {}", b.trim())),
+                    Err(e) => Err(e.to_string()),
                 }
-            };
-            let at = s0.at.elapsed().as_millis();
-            balloon = Some(match r {
-                Ok(()) => format!(
-                    "balloon set to {} MiB at {at} ms (phase {current})",
-                    (spec.mem - target) >> 20
-                ),
-                Err(e) => format!("balloon request failed at {at} ms: {e}"),
+            }
+        };
+        let at = self.s0.at.elapsed().as_millis();
+        self.balloon = Some(match r {
+            Ok(()) => format!(
+                "balloon set to {} MiB at {at} ms (phase {})",
+                (spec.mem - target) >> 20,
+                self.current
+            ),
+            Err(e) => format!("balloon request failed at {at} ms: {e}"),
+        });
+    }
+
+    /// A time series: `GET /stats` when the next poll is due.
+    fn poll_series(&mut self) {
+        let Some(s) = self.series else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= self.next_poll && !self.eof && self.sock.exists() {
+            let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
+            if let Some(x) = api_vm_stats(self.sock)
+                .as_ref()
+                .and_then(|st| StatsSample::from_stats(at_ms, st))
+            {
+                self.samples.push(x);
+            }
+            // The next poll one interval after this one was due, not after the answer:
+            // a slow answer does not shift the rest of the series.
+            while self.next_poll <= now {
+                self.next_poll += s.every;
+            }
+        }
+    }
+
+    /// A release: the memory given back when its time on the clock comes, and memvisor's
+    /// `GET /stats` polled once the clock runs.
+    fn release(&mut self) {
+        let (Some(r), Some(t0)) = (self.spec.kind.release(), self.clock) else {
+            return;
+        };
+        let (c, spec) = (self.spec.config, self.spec);
+        let now = Instant::now();
+        if self.released.is_none() && now >= t0 + r.at && !self.eof {
+            let what = give_back(c, self.sock, self.pid, spec.mem, spec.limit);
+            let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
+            eprintln!(
+                "{} memory given back {:.1} s into the run phase: {}",
+                spec.label,
+                now.duration_since(t0).as_secs_f64(),
+                what.as_ref().unwrap_or_else(|e| e)
+            );
+            self.released = Some(Released {
+                clock_ms: t0.duration_since(self.s0.at).as_secs_f64() * 1e3,
+                at_ms: Some(at_ms),
+                took_ms: now.elapsed().as_secs_f64() * 1e3,
+                what,
             });
         }
-        if let Some(s) = series {
-            let now = Instant::now();
-            if now >= next_poll && !eof && sock.exists() {
-                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
-                if let Some(x) = api_vm_stats(&sock)
-                    .as_ref()
-                    .and_then(|st| StatsSample::from_stats(at_ms, st))
-                {
-                    samples.push(x);
-                }
-                // The next poll one interval after this one was due, not after the answer:
-                // a slow answer does not shift the rest of the series.
-                while next_poll <= now {
-                    next_poll += s.every;
-                }
+        if c.hv == Hv::Memvisor && now >= self.next_poll && !self.eof && self.sock.exists() {
+            let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
+            if let Some(st) = api_vm_stats(self.sock) {
+                self.stats.push((at_ms, st));
+            }
+            while self.next_poll <= now {
+                self.next_poll += r.every;
             }
         }
-        if let (Some(r), Some(t0)) = (spec.release, clock) {
-            let now = Instant::now();
-            if released.is_none() && now >= t0 + r.at && !eof {
-                let what = give_back(c, &sock, pid, spec.mem, spec.limit);
-                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
-                eprintln!(
-                    "{} memory given back {:.1} s into the run phase: {}",
-                    spec.label,
-                    now.duration_since(t0).as_secs_f64(),
-                    what.as_ref().unwrap_or_else(|e| e)
-                );
-                released = Some(Released {
-                    clock_ms: t0.duration_since(s0.at).as_secs_f64() * 1e3,
-                    at_ms: Some(at_ms),
-                    took_ms: now.elapsed().as_secs_f64() * 1e3,
-                    what,
-                });
-            }
-            if c.hv == Hv::Memvisor && now >= next_poll && !eof && sock.exists() {
-                let at_ms = now.duration_since(s0.at).as_secs_f64() * 1e3;
-                if let Some(st) = api_vm_stats(&sock) {
-                    stats.push((at_ms, st));
-                }
-                while next_poll <= now {
-                    next_poll += r.every;
-                }
-            }
+    }
+
+    /// A line every 10 s without a phase done, so a person sees the run is alive.
+    fn say_progress(&mut self) {
+        if self.last_progress.elapsed() < Duration::from_secs(10) {
+            return;
         }
-        if last_progress.elapsed() >= Duration::from_secs(10) {
-            let estimate = samples
-                .last()
-                .map(|x| {
-                    format!(
-                        ", working-set estimate {:.0} MiB",
-                        x.bytes(x.active.estimate) / f64::from(1u32 << 20)
-                    )
-                })
-                .unwrap_or_default();
-            eprintln!(
-                "{} running, after {current} ({:.0} s elapsed{estimate})",
-                spec.label,
-                s0.at.elapsed().as_secs_f64()
-            );
-            last_progress = Instant::now();
-        }
-        if forced.is_none() {
+        let estimate = self
+            .samples
+            .last()
+            .map(|x| {
+                format!(
+                    ", working-set estimate {:.0} MiB",
+                    x.bytes(x.active.estimate) / f64::from(1u32 << 20)
+                )
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "{} running, after {} ({:.0} s elapsed{estimate})",
+            self.spec.label,
+            self.current,
+            self.s0.at.elapsed().as_secs_f64()
+        );
+        self.last_progress = Instant::now();
+    }
+
+    /// Ends the run on Ctrl-C or at its timeout: SIGTERM, then SIGKILL 3 s later.
+    fn end_when_due(&mut self) {
+        let pid = self.pid;
+        if self.forced.is_none() {
             if teardown::interrupted() {
-                forced = Some(Status::Interrupted);
-            } else if s0.at.elapsed() > spec.timeout {
-                forced = Some(Status::Timeout);
+                self.forced = Some(Status::Interrupted);
+            } else if self.s0.at.elapsed() > self.spec.timeout {
+                self.forced = Some(Status::Timeout);
             }
-            if forced.is_some() {
+            if self.forced.is_some() {
                 // SIGTERM first: `memvisor run` then stops QEMU and removes its cgroup itself.
                 teardown::signal(pid, libc::SIGTERM);
-                forced_at = Some(Instant::now());
+                self.forced_at = Some(Instant::now());
             }
         }
-        if forced_at.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
-            for p in [Some(pid), sm.hv_pid.filter(|&h| h != pid)]
+        if self
+            .forced_at
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(3))
+        {
+            for p in [Some(pid), self.sm.hv_pid.filter(|&h| h != pid)]
                 .into_iter()
                 .flatten()
             {
                 teardown::kill(p);
             }
-            forced_at = None;
-        }
-        if eof && exited(pid) {
-            if c.hv == Hv::Memvisor {
-                if let Some(io) = host::proc_io(pid) {
-                    sm.last_io = io;
-                }
-            }
-            break;
+            self.forced_at = None;
         }
     }
-    let exit = child
-        .wait()
-        .map_err(|e| format!("cannot wait for run: {e}"))?;
-    teardown::forget_pid(pid);
-    if let Some(h) = sm.hv_pid {
-        teardown::forget_pid(h);
-    }
-    let end = Snap {
-        at: Instant::now(),
-        vm: host::vmstat(),
-        io: sm.last_io,
-        pager: None,
-    };
-    let _ = out_thread.join();
-    let stderr = err_thread.join().unwrap_or_default();
-    let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
-    if let Some(s) = host::cgroup_state(&cgroup_dir) {
-        sm.cg = Some(s);
-    }
-    let cg = sm.cg;
-    if c.limit == Limit::HostSwap {
-        // A killed `memvisor run` could not remove its cgroup.
-        let _ = teardown::remove_cgroup(&cgroup_dir);
-    }
-    let _ = std::fs::remove_file(&sock);
-    let final_stats = read_final_stats(&stats_path);
-    let _ = std::fs::remove_file(&stats_path);
 
-    let killed = exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
-    let last_err = stderr
-        .lines()
-        .rev()
-        .find(|l| l.contains("memvisor:") || l.contains("qemu"))
-        .map(|l| l.trim().to_owned())
-        .unwrap_or_default();
-    let (status, reason) = match (forced, exit.code()) {
-        (Some(f), _) => (
-            f,
-            match f {
-                Status::Timeout => format!(
-                    "ended by the harness after --timeout {} s",
-                    spec.timeout.as_secs()
-                ),
-                _ => "ended by the harness on Ctrl-C".into(),
-            },
-        ),
-        (None, Some(1)) if guest_ok.as_deref() != Some("0") => (Status::Ok, String::new()),
-        (None, _) if killed => {
-            let all = host::dmesg();
-            let from = dmesg_last
-                .as_ref()
-                .and_then(|l| all.iter().rposition(|x| x == l))
-                .map_or(0, |i| i + 1);
-            let new = &all[from..];
-            let lines = host::oom_lines(new, pid, &[pid, sm.hv_pid.unwrap_or(pid)]);
-            let oom = cg.is_some_and(|s| s.oom_kills > 0)
-                || lines.iter().any(|l| l.contains("out of memory"));
-            let mut why = if oom {
-                "memory cgroup OOM kill".to_owned()
-            } else {
-                "SIGKILL from outside the harness, no OOM kill recorded".to_owned()
-            };
-            if let Some(s) = cg {
-                why.push_str(&format!(
-                    " (cgroup last seen: oom_kill={}, failcnt={}, peak usage {} MiB of limit {} MiB)",
-                    s.oom_kills,
-                    s.failcnt,
-                    s.max_usage >> 20,
-                    s.limit >> 20
-                ));
-            }
-            if let Some(l) = lines
-                .iter()
-                .find(|l| l.contains("Killed process"))
-                .or(lines.first())
-            {
-                why.push_str("; kernel: ");
-                why.push_str(l);
-            }
-            if let Some(m) = host::memcg_oom_summary(new, pid) {
-                why.push_str("; kernel's memcg report: ");
-                why.push_str(&m);
-            }
-            (Status::Killed, why)
-        }
-        (None, Some(4)) => (Status::Crashed, format!("guest crash: {last_err}")),
-        (None, _) => (
-            Status::Failed,
-            format!(
-                "exit {}: {}",
-                fmt_exit(exit),
-                if last_err.is_empty() {
-                    "guest reported failure"
-                } else {
-                    &last_err
-                }
+    /// How the run ended, and why in words when it did not end well.
+    fn verdict(
+        &self,
+        exit: std::process::ExitStatus,
+        stderr: &str,
+        dmesg_last: Option<&String>,
+    ) -> (Status, String) {
+        let killed =
+            exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
+        let last_err = stderr
+            .lines()
+            .rev()
+            .find(|l| l.contains("memvisor:") || l.contains("qemu"))
+            .map(|l| l.trim().to_owned())
+            .unwrap_or_default();
+        match (self.forced, exit.code()) {
+            (Some(f), _) => (
+                f,
+                match f {
+                    Status::Timeout => format!(
+                        "ended by the harness after --timeout {} s",
+                        self.spec.timeout.as_secs()
+                    ),
+                    _ => "ended by the harness on Ctrl-C".into(),
+                },
             ),
-        ),
-    };
-    if status == Status::Ok {
-        let mut whole = delta("wall", None, &s0, &end);
-        whole.pager = final_stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .map(|p| p.counters);
-        phases.push(whole);
+            (None, Some(1)) if self.guest_ok.as_deref() != Some("0") => (Status::Ok, String::new()),
+            (None, _) if killed => (Status::Killed, self.why_killed(dmesg_last)),
+            (None, Some(4)) => (Status::Crashed, format!("guest crash: {last_err}")),
+            (None, _) => (
+                Status::Failed,
+                format!(
+                    "exit {}: {}",
+                    fmt_exit(exit),
+                    if last_err.is_empty() {
+                        "guest reported failure"
+                    } else {
+                        &last_err
+                    }
+                ),
+            ),
+        }
     }
-    Ok(RunResult {
-        status,
-        exit: fmt_exit(exit),
-        reason,
-        phases,
-        peak_rss: sm.peak_rss,
-        host_swap_peak: sm.host_swap_peak,
-        cgroup: cg,
-        balloon,
-        elapsed_ms: end.at.duration_since(s0.at).as_secs_f64() * 1e3,
-        final_stats,
-        series: samples,
-        release: released.or_else(|| {
-            clock.map(|t0| Released {
-                clock_ms: t0.duration_since(s0.at).as_secs_f64() * 1e3,
-                at_ms: None,
-                took_ms: 0.0,
-                what: Err("the run ended before the release time".into()),
-            })
-        }),
-        stats,
-    })
+
+    /// Why a run was SIGKILLed: an OOM kill of its memory cgroup, with the cgroup's state and
+    /// the kernel's lines about it, or a kill from outside.
+    fn why_killed(&self, dmesg_last: Option<&String>) -> String {
+        let pid = self.pid;
+        let cg = self.sm.cg;
+        let all = host::dmesg();
+        let from = dmesg_last
+            .and_then(|l| all.iter().rposition(|x| x == l))
+            .map_or(0, |i| i + 1);
+        let new = &all[from..];
+        let lines = host::oom_lines(new, pid, &[pid, self.sm.hv_pid.unwrap_or(pid)]);
+        let oom = cg.is_some_and(|s| s.oom_kills > 0)
+            || lines.iter().any(|l| l.contains("out of memory"));
+        let mut why = if oom {
+            "memory cgroup OOM kill".to_owned()
+        } else {
+            "SIGKILL from outside the harness, no OOM kill recorded".to_owned()
+        };
+        if let Some(s) = cg {
+            why.push_str(&format!(
+                " (cgroup last seen: oom_kill={}, failcnt={}, peak usage {} MiB of limit {} MiB)",
+                s.oom_kills,
+                s.failcnt,
+                s.max_usage >> 20,
+                s.limit >> 20
+            ));
+        }
+        if let Some(l) = lines
+            .iter()
+            .find(|l| l.contains("Killed process"))
+            .or(lines.first())
+        {
+            why.push_str("; kernel: ");
+            why.push_str(l);
+        }
+        if let Some(m) = host::memcg_oom_summary(new, pid) {
+            why.push_str("; kernel's memcg report: ");
+            why.push_str(&m);
+        }
+        why
+    }
+
+    /// The run's result; a run that went well gets its whole run as one more phase, `wall`.
+    fn result(
+        self,
+        status: Status,
+        reason: String,
+        exit: std::process::ExitStatus,
+        end: &Snap,
+        final_stats: Option<VmStats>,
+    ) -> RunResult {
+        let start = self.s0.at;
+        let mut phases = self.phases;
+        if status == Status::Ok {
+            let mut whole = phase_between("wall", None, start, &self.s0, end);
+            whole.pager = final_stats
+                .as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .map(|p| p.counters);
+            phases.push(whole);
+        }
+        RunResult {
+            status,
+            exit: fmt_exit(exit),
+            reason,
+            phases,
+            peak_rss: self.sm.peak_rss,
+            host_swap_peak: self.sm.host_swap_peak,
+            cgroup: self.sm.cg,
+            balloon: self.balloon,
+            elapsed_ms: end.at.duration_since(start).as_secs_f64() * 1e3,
+            final_stats,
+            series: self.samples,
+            release: self.released.or_else(|| {
+                self.clock.map(|t0| Released {
+                    clock_ms: t0.duration_since(start).as_secs_f64() * 1e3,
+                    at_ms: None,
+                    took_ms: 0.0,
+                    what: Err("the run ended before the release time".into()),
+                })
+            }),
+            stats: self.stats,
+        }
+    }
 }
 
 /// Gives a VM its memory back: the balloon deflated, the cgroup's limit raised by what the

@@ -16,9 +16,9 @@ use std::path::Path;
 use memvisor_api::ActiveMemory;
 use plotters::prelude::*;
 
-use super::experiments::Series;
-use super::report::{Meta, Record};
-use super::runner::{RunResult, StatsSample, Status};
+use crate::experiments::Series;
+use crate::output::report::{Meta, Record};
+use crate::run::vm::{RunResult, StatsSample, Status};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -249,6 +249,21 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
         "There is no QEMU peer in this experiment: QEMU/KVM has no working-set estimator to measure against. \
          The reference is the paper's Fig. 6 and its claim that the estimate follows a growing working set quickly and a shrinking one slowly.\n"
     );
+    let (ups, downs) = step_responses(&mut s, series, records);
+    against_esx(&mut s, series, &ups, &downs);
+    runs_table(&mut s, records);
+    s.push('\n');
+    crate::output::report::write_setup(&mut s, meta, &[]);
+    s
+}
+/// How the estimate followed each step of each run; returns when each step up and each step
+/// down was reached (`None`: not within the step).
+fn step_responses(
+    s: &mut String,
+    series: &Series,
+    records: &[Record],
+) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
+    let period = series.sample_period.as_secs_f64();
     let _ = writeln!(s, "## How the estimate followed each step\n");
     let _ = writeln!(
         s,
@@ -297,6 +312,12 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
             );
         }
     }
+    (ups, downs)
+}
+
+/// The steps' times against what ESX's Fig. 6 shows.
+fn against_esx(s: &mut String, series: &Series, ups: &[Option<f64>], downs: &[Option<f64>]) {
+    let period = series.sample_period.as_secs_f64();
     let show = |v: &[Option<f64>]| {
         let got: Vec<String> = v
             .iter()
@@ -316,10 +337,14 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
          The slow average alone needs ln 0.1 / ln 0.9 ≈ 22 periods ({:.0} s here, 11 minutes at ESX's 30 s) to come 90 % of the way down from a level it had settled at; \
          the fast one, 3.3 periods up, fewer with the period under way counted in.\n",
         REACHED * 100.0,
-        show(&ups),
-        show(&downs),
+        show(ups),
+        show(downs),
         22.0 * period
     );
+}
+
+/// Every run: its status, how many answers and sampling periods, why it ended badly.
+fn runs_table(s: &mut String, records: &[Record]) {
     let _ = writeln!(s, "## Runs\n");
     let _ = writeln!(
         s,
@@ -343,9 +368,6 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
             }
         );
     }
-    s.push('\n');
-    super::report::write_setup(&mut s, meta, &[]);
-    s
 }
 
 /// One line of the plot.
@@ -454,7 +476,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         return Err("no run to plot".into());
     };
     let panels = if records.len() > 1 { 2 } else { 1 };
-    super::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
+    crate::output::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
         draw(root, panels, first, name, series, records)
     })
 }
@@ -568,7 +590,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::runner::Phase;
+    use crate::run::vm::Phase;
 
     fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
         Phase {

@@ -1,4 +1,4 @@
-//! What a host experiment (`hostexp`) measured, and its outputs: the numbers the goals are
+//! The outputs of a host experiment (`shares`, `idletax`) from what `run::hostexp` measured: the numbers the goals are
 //! judged by (steady-state allocations and their ratio, how long memory took to move, the busy
 //! VM's throughput before and after), `results.csv` (the time series and a summary),
 //! `report.md` and the plot (allocations over time per VM, as ESX's Fig. 7, above each VM's
@@ -7,58 +7,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use memvisor_api::{HostEvent, HostEventKind, HostSample, VmSample};
+use memvisor_api::{HostEventKind, HostSample, VmSample};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::hostexp::HostExperiment;
-
-/// What an experiment measures, and with which VMs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind {
-    /// Two VMs that both want more than they get: their allocations should follow their shares.
-    Shares {
-        big: &'static str,
-        small: &'static str,
-        /// The shares ratio, big over small.
-        ratio: f64,
-    },
-    /// One idle and one busy VM with equal shares; the idle tax goes from 0 to 0.75 at `switch`.
-    IdleTax {
-        idle: &'static str,
-        busy: &'static str,
-        switch: f64,
-    },
-}
-
-/// One throughput reading of a VM: operations (or touches) per second, when the harness read it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Throughput {
-    pub seconds: f64,
-    pub vm: String,
-    pub rate: f64,
-}
-
-/// Everything one run measured. Times are seconds since the host started.
-#[derive(Clone, Debug, Default)]
-pub struct Run {
-    /// The host's ticks (`GET /history`).
-    pub samples: Vec<HostSample>,
-    pub events: Vec<HostEvent>,
-    pub throughput: Vec<Throughput>,
-    /// The idle tax from each time on, the first at 0.
-    pub taxes: Vec<(f64, f64)>,
-    /// When each VM joined.
-    pub joined: Vec<(String, f64)>,
-    /// What went wrong on the way, one line each.
-    pub notes: Vec<String>,
-}
-
-/// A VM's sampled active fraction at a tick (0 with nothing resident).
-pub fn active_fraction(v: &VmSample) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
-    let f = v.active_bytes as f64 / v.resident_bytes.max(1) as f64;
-    f.clamp(0.0, 1.0)
-}
+use crate::experiments::host::{HostExperiment, Kind};
+use crate::output::csv;
+use crate::run::hostexp::{active_fraction, Run};
 
 fn mib(bytes: u64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
@@ -341,14 +296,6 @@ pub fn headline(e: &HostExperiment, run: &Run) -> String {
 /// The CSV header: every row has every column; `kind` says which are filled.
 pub const CSV_HEADER: &str = "kind,experiment,rep,seconds,vm,state,idle_tax,free_bytes,free_state,target_bytes,resident_bytes,active_fraction,balloon_bytes,swapped_bytes,limit_bytes,rate,metric,value";
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        s.to_owned()
-    }
-}
-
 fn tax_at(run: &Run, t: f64) -> f64 {
     run.taxes
         .iter()
@@ -433,7 +380,7 @@ pub fn csv(e: &HostExperiment, runs: &[Run]) -> String {
             let i = header.iter().position(|h| h == name);
             debug_assert!(i.is_some(), "no column {name} in the CSV header");
             if let Some(i) = i {
-                cols[i] = csv_field(value);
+                cols[i] = csv::field(value);
             }
         }
         out.push_str(&cols.join(","));
@@ -722,7 +669,36 @@ type Line = (String, RGBColor, Vec<(f64, f64)>);
 /// vertical line where a VM joins or the tax changes, above each VM's throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
     // The text is measured with a registered font; without one plotters fails the draw.
-    super::plot::font()?;
+    crate::output::plot::font()?;
+    let fig = figure(e, run);
+    let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
+    root.fill(&WHITE).map_err(|err| err.to_string())?;
+    let (top, bottom) = root.split_vertically(560);
+    memory_panel(&top, e, &fig)?;
+    memory_legend(&top, &fig)?;
+    rates_panel(&bottom, e, &fig)?;
+    root.present().map_err(|x| x.to_string())
+}
+
+/// What the figure of a host experiment draws.
+struct Figure {
+    names: Vec<String>,
+    resident: Vec<Line>,
+    target: Vec<Line>,
+    active: Vec<Line>,
+    /// The measured VMs' throughput.
+    rates: Vec<Line>,
+    t_max: f64,
+    y_max: f64,
+    /// Vertical marks: a VM joining, the idle tax changing.
+    marks: Vec<(f64, String)>,
+}
+
+/// Where the legends start, in the figure's right margin.
+const LEGEND_X: i32 = 1100 - 230 + 10;
+
+/// The figure's lines and marks from a run.
+fn figure(e: &HostExperiment, run: &Run) -> Figure {
     let names: Vec<String> = e.vms.iter().map(|v| v.spec.name.clone()).collect();
     let series = |f: &dyn Fn(&VmSample) -> f64, name: &str| -> Vec<(f64, f64)> {
         run.samples
@@ -780,60 +756,79 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
             .skip(1)
             .map(|(t, x)| (*t, format!("tax {x}"))),
     );
-    let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
-    root.fill(&WHITE).map_err(|err| err.to_string())?;
-    let (top, bottom) = root.split_vertically(560);
-    let err = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
-    {
-        let mut chart = ChartBuilder::on(&top)
-            .caption(
-                format!("{}: memory per VM over time (MiB)", e.name),
-                ("sans-serif", 22),
-            )
-            .margin(12)
-            .margin_right(230)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
-            .map_err(|x| x.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the host started")
-            .y_desc("MiB")
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(|x| x.to_string())?;
-        for (t, _) in &marks {
-            chart
-                .draw_series(LineSeries::new(
-                    vec![(*t, 0.0), (*t, y_max)],
-                    RGBColor(150, 150, 150).stroke_width(1),
-                ))
-                .map_err(|x| x.to_string())?;
-        }
-        for (_, c, pts) in &target {
-            chart
-                .draw_series(DashedLineSeries::new(pts.clone(), 8, 6, c.stroke_width(1)))
-                .map_err(|x| x.to_string())?;
-        }
-        for (_, c, pts) in &active {
-            let c = *c;
-            chart
-                .draw_series(DottedLineSeries::new(pts.clone(), 0, 6, move |p| {
-                    Circle::new(p, 1, c.filled())
-                }))
-                .map_err(|x| x.to_string())?;
-        }
-        for (_, c, pts) in &resident {
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(|x| x.to_string())?;
-        }
+    Figure {
+        names,
+        resident,
+        target,
+        active,
+        rates,
+        t_max,
+        y_max,
+        marks,
     }
-    // Labels of the vertical marks, and the legend, in the right margin.
-    let x0 = 1100 - 230 + 10;
+}
+
+/// The top panel: each VM's allocation, target and active memory over time.
+fn memory_panel(
+    top: &DrawingArea<SVGBackend<'_>, Shift>,
+    e: &HostExperiment,
+    fig: &Figure,
+) -> Result<(), String> {
+    let (t_max, y_max, marks) = (fig.t_max, fig.y_max, &fig.marks);
+    let (target, active, resident) = (&fig.target, &fig.active, &fig.resident);
+    let mut chart = ChartBuilder::on(top)
+        .caption(
+            format!("{}: memory per VM over time (MiB)", e.name),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .margin_right(230)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(|x| x.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the host started")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|x| x.to_string())?;
+    for (t, _) in marks {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(*t, 0.0), (*t, y_max)],
+                RGBColor(150, 150, 150).stroke_width(1),
+            ))
+            .map_err(|x| x.to_string())?;
+    }
+    for (_, c, pts) in target {
+        chart
+            .draw_series(DashedLineSeries::new(pts.clone(), 8, 6, c.stroke_width(1)))
+            .map_err(|x| x.to_string())?;
+    }
+    for (_, c, pts) in active {
+        let c = *c;
+        chart
+            .draw_series(DottedLineSeries::new(pts.clone(), 0, 6, move |p| {
+                Circle::new(p, 1, c.filled())
+            }))
+            .map_err(|x| x.to_string())?;
+    }
+    for (_, c, pts) in resident {
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(|x| x.to_string())?;
+    }
+    Ok(())
+}
+
+/// The top panel's legend and the labels of its vertical marks, in the right margin.
+fn memory_legend(top: &DrawingArea<SVGBackend<'_>, Shift>, fig: &Figure) -> Result<(), String> {
+    let err = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
+    let x0 = LEGEND_X;
     let mut y = 50;
-    for (i, n) in names.iter().enumerate() {
+    for (i, n) in fig.names.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         for (style, what) in [(0, "allocation"), (1, "target"), (2, "active (estimate)")] {
             let path = vec![(x0, y), (x0 + 26, y)];
@@ -853,7 +848,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
         }
         y += 6;
     }
-    for (t, label) in &marks {
+    for (t, label) in &fig.marks {
         top.draw(&Text::new(
             format!("{t:.1} s: {label}"),
             (x0, y),
@@ -862,6 +857,19 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
         .map_err(err)?;
         y += 20;
     }
+    Ok(())
+}
+
+/// The bottom panel: the measured VMs' throughput over time (log scale when it spans orders of
+/// magnitude), with its legend.
+fn rates_panel(
+    bottom: &DrawingArea<SVGBackend<'_>, Shift>,
+    e: &HostExperiment,
+    fig: &Figure,
+) -> Result<(), String> {
+    let (t_max, marks, rates) = (fig.t_max, &fig.marks, &fig.rates);
+    let err = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
+    let x0 = LEGEND_X;
     let all_rates = || rates.iter().flat_map(|(_, _, p)| p.iter().map(|q| q.1));
     let r_max = all_rates().fold(1.0, f64::max) * 1.1;
     let r_min = all_rates().filter(|&r| r > 0.0).fold(r_max, f64::min) * 0.8;
@@ -880,7 +888,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
             format!("{v:.0}")
         }
     };
-    let mut builder = ChartBuilder::on(&bottom);
+    let mut builder = ChartBuilder::on(bottom);
     builder
         .caption(
             format!("{}: {what}{}", e.name, if log { ", log scale" } else { "" }),
@@ -900,7 +908,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
                 .label_style(("sans-serif", 15))
                 .draw()
                 .map_err(|x| x.to_string())?;
-            for (t, _) in &marks {
+            for (t, _) in marks {
                 chart
                     .draw_series(LineSeries::new(
                         vec![(*t, $low), (*t, r_max)],
@@ -908,7 +916,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
                     ))
                     .map_err(|x| x.to_string())?;
             }
-            for (_, c, pts) in &rates {
+            for (_, c, pts) in rates {
                 let c = *c;
                 chart
                     .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
@@ -935,7 +943,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
         );
     }
     let mut y = 50;
-    for (n, c, _) in &rates {
+    for (n, c, _) in rates {
         bottom
             .draw(&PathElement::new(
                 vec![(x0, y), (x0 + 26, y)],
@@ -951,12 +959,14 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
             .map_err(err)?;
         y += 22;
     }
-    root.present().map_err(|x| x.to_string())
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::hostexp::Throughput;
+    use memvisor_api::HostEvent;
     use memvisor_api::{FreeStateName, HostVmState};
 
     const M: u64 = 1 << 20;
@@ -1123,9 +1133,8 @@ mod tests {
 
     #[test]
     fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
-        for name in super::super::hostexp::NAMES {
-            let e =
-                super::super::hostexp::find(name, super::super::experiments::Scale::Full).unwrap();
+        for name in crate::experiments::host::NAMES {
+            let e = crate::experiments::host::find(name, crate::experiments::Scale::Full).unwrap();
             let run = match e.kind {
                 Kind::Shares { .. } => shares_run(),
                 Kind::IdleTax { .. } => idletax_run(),

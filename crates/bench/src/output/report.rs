@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::configs::Config;
-use super::experiments::{Experiment, Step};
-use super::runner::{Phase, RunResult, Status};
+use crate::configs::Config;
+use crate::experiments::{Experiment, Step};
+use crate::output::csv;
+use crate::run::vm::{Phase, RunResult, Status};
 
 /// One run of one configuration.
 pub struct Record {
@@ -49,14 +50,6 @@ pub fn phase_ms(p: &Phase) -> f64 {
 /// own writes (memvisor's pager swap file; the data disks are read-only or untouched).
 pub fn swap_written(p: &Phase) -> u64 {
     p.swap_out + p.io.write_bytes
-}
-
-pub(super) fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        s.to_owned()
-    }
 }
 
 /// `results.csv`.
@@ -106,7 +99,7 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
             cols.push(failcnt.clone());
             cols.push(ooms.clone());
             cols.push(res.reason.clone());
-            let line: Vec<String> = cols.iter().map(|c| csv_field(c)).collect();
+            let line: Vec<String> = cols.iter().map(|c| csv::field(c)).collect();
             out.push_str(&line.join(","));
             out.push('\n');
         }
@@ -193,173 +186,222 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(
-            s,
-            "## Whole run{title} (`{}` `{}`)\n",
-            step.workload, step.cmdline
-        );
-        let _ = writeln!(
-            s,
-            "| configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference} |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
-        let ref_wall = median_ms(records, si, reference, "wall");
-        let ref_boot = median_ms(records, si, reference, "boot");
-        for c in meta.configs {
-            let runs: Vec<&Record> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c.name)
-                .collect();
-            let ok = runs
-                .iter()
-                .filter(|r| r.result.status == Status::Ok)
-                .count();
-            let killed = runs
-                .iter()
-                .filter(|r| r.result.status == Status::Killed)
-                .count();
-            let wall = stats(&mut values(records, si, c.name, "wall", phase_ms));
-            let boot = median_ms(records, si, c.name, "boot");
-            let _ = writeln!(
-                s,
-                "| {} | {ok}/{} | {killed} | {} | {} | {} | {} | {} |",
-                c.name,
-                runs.len(),
-                wall.map_or("-".into(), |w| format!("{:.2}", w.0 / 1e3)),
-                wall.map_or("-".into(), |w| format!("{:.2}–{:.2}", w.1 / 1e3, w.2 / 1e3)),
-                ratio(wall.map(|w| w.0), ref_wall),
-                boot.map_or("-".into(), |b| format!("{b:.0}")),
-                ratio(boot, ref_boot),
-            );
-        }
-        // The papers compare against more than one baseline: the wall-time ratio against each
-        // peer configuration that ran (`-` where the peer completed no run).
-        let peers: Vec<&str> = PEERS
-            .iter()
-            .copied()
-            .filter(|p| *p != reference && meta.configs.iter().any(|c| c.name == *p))
-            .collect();
-        if !peers.is_empty() {
-            let _ = writeln!(
-                s,
-                "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
-            );
-            let _ = writeln!(s, "| configuration | vs {} |", peers.join(" | vs "));
-            let _ = writeln!(s, "|---|{}", "---|".repeat(peers.len()));
-            for c in meta.configs {
-                let wall = median_ms(records, si, c.name, "wall");
-                let mut row = format!("| {} |", c.name);
-                for p in &peers {
-                    let _ = write!(row, " {} |", ratio(wall, median_ms(records, si, p, "wall")));
-                }
-                let _ = writeln!(s, "{row}");
-            }
-        }
-        let _ = writeln!(
-            s,
-            "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n"
-        );
-        let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
-        let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
-        for c in meta.configs {
-            let mut row = format!("| {} |", c.name);
-            for ph in &step.phases {
-                let st = stats(&mut values(records, si, c.name, ph, phase_ms));
-                let r = ratio(st.map(|x| x.0), median_ms(records, si, reference, ph));
-                let _ = write!(
-                    row,
-                    " {} |",
-                    st.map_or("-".into(), |(m, lo, hi, _)| format!(
-                        "{m:.0} ({lo:.0}–{hi:.0}) ×{r}"
-                    ))
-                );
-            }
-            let _ = writeln!(s, "{row}");
-        }
-        let _ = writeln!(
-            s,
-            "\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n"
-        );
-        let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
-        let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
-        for c in meta.configs {
-            let mut row = format!("| {} |", c.name);
-            for ph in &step.phases {
-                #[allow(clippy::cast_precision_loss)]
-                let st = stats(&mut values(records, si, c.name, ph, |p| {
-                    swap_written(p) as f64
-                }));
-                let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
-            }
-            let _ = writeln!(s, "{row}");
-        }
-        let _ = writeln!(
-            s,
-            "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
-        );
-        let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-        #[allow(clippy::cast_precision_loss)]
-        for c in meta.configs {
-            let med = |f: &dyn Fn(&Phase) -> f64| {
-                stats(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
-            };
-            let run_med = |f: &dyn Fn(&RunResult) -> f64| {
-                let mut v: Vec<f64> = records
-                    .iter()
-                    .filter(|r| r.step == si && r.config.name == c.name)
-                    .filter(|r| r.result.status == Status::Ok)
-                    .map(|r| f(&r.result))
-                    .collect();
-                stats(&mut v).map_or("-".into(), |x| mib(x.0))
-            };
-            let pager = |f: &dyn Fn(&super::runner::PagerCounters) -> u64| {
-                let mut v: Vec<f64> = records
-                    .iter()
-                    .filter(|r| r.step == si && r.config.name == c.name)
-                    .filter_map(|r| r.result.phases.iter().find(|p| p.name == "wall"))
-                    .filter_map(|p| p.pager.map(|pc| f(&pc) as f64))
-                    .collect();
-                stats(&mut v)
-            };
-            let lat = {
-                let ok: Vec<(u64, u64)> = records
-                    .iter()
-                    .filter(|r| r.step == si && r.config.name == c.name)
-                    .filter_map(|r| {
-                        r.result
-                            .final_stats
-                            .as_ref()
-                            .and_then(super::runner::fault_latency)
-                    })
-                    .collect();
-                let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
-                let mut p99: Vec<f64> = ok.iter().map(|l| l.1 as f64).collect();
-                match (stats(&mut p50), stats(&mut p99)) {
-                    (Some(a), Some(b)) => format!("{:.0}/{:.0}", a.0, b.0),
-                    _ => "-".into(),
-                }
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {lat} |",
-                c.name,
-                med(&|p| p.swap_in as f64),
-                med(&|p| p.swap_out as f64),
-                med(&|p| p.io.read_bytes as f64),
-                med(&|p| p.io.write_bytes as f64),
-                run_med(&|r| r.peak_rss as f64),
-                run_med(&|r| r.host_swap_peak as f64),
-                pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib(x.0)),
-                pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib(x.0)),
-                pager(&|p| p.faults_swap).map_or("-".into(), |x| format!("{:.0}", x.0)),
-            );
-        }
+        whole_run(&mut s, meta, records, si, &title);
+        against_peers(&mut s, meta, records, si, &title);
+        phase_times(&mut s, meta, records, si, &title);
+        swap_per_phase(&mut s, meta, records, si, &title);
+        host_measurements(&mut s, meta, records, si, &title);
         if step.guest_swap_mb.is_some() {
             double_paging(&mut s, meta, records, si, &title);
         }
         s.push('\n');
     }
+    incomplete_runs(&mut s, meta, records);
+    let balloons: Vec<String> = records
+        .iter()
+        .filter_map(|r| {
+            r.result
+                .balloon
+                .as_ref()
+                .map(|b| format!("{} rep {}: {b}", r.config.name, r.rep))
+        })
+        .collect();
+    write_setup(&mut s, meta, &balloons);
+    s
+}
+/// The whole run per configuration: how many completed or were killed, the wall time and boot
+/// time against the reference.
+fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let reference = meta.reference;
+    let step = &meta.experiment.steps[si];
+    let _ = writeln!(
+        s,
+        "## Whole run{title} (`{}` `{}`)\n",
+        step.workload, step.cmdline
+    );
+    let _ = writeln!(
+        s,
+        "| configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference} |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let ref_wall = median_ms(records, si, reference, "wall");
+    let ref_boot = median_ms(records, si, reference, "boot");
+    for c in meta.configs {
+        let runs: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.step == si && r.config.name == c.name)
+            .collect();
+        let ok = runs
+            .iter()
+            .filter(|r| r.result.status == Status::Ok)
+            .count();
+        let killed = runs
+            .iter()
+            .filter(|r| r.result.status == Status::Killed)
+            .count();
+        let wall = stats(&mut values(records, si, c.name, "wall", phase_ms));
+        let boot = median_ms(records, si, c.name, "boot");
+        let _ = writeln!(
+            s,
+            "| {} | {ok}/{} | {killed} | {} | {} | {} | {} | {} |",
+            c.name,
+            runs.len(),
+            wall.map_or("-".into(), |w| format!("{:.2}", w.0 / 1e3)),
+            wall.map_or("-".into(), |w| format!("{:.2}–{:.2}", w.1 / 1e3, w.2 / 1e3)),
+            ratio(wall.map(|w| w.0), ref_wall),
+            boot.map_or("-".into(), |b| format!("{b:.0}")),
+            ratio(boot, ref_boot),
+        );
+    }
+}
+
+/// The wall-time ratio against each of the papers' baselines that ran (`-` where the peer
+/// completed no run).
+fn against_peers(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let reference = meta.reference;
+    // The papers compare against more than one baseline: the wall-time ratio against each
+    // peer configuration that ran (`-` where the peer completed no run).
+    let peers: Vec<&str> = PEERS
+        .iter()
+        .copied()
+        .filter(|p| *p != reference && meta.configs.iter().any(|c| c.name == *p))
+        .collect();
+    if !peers.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
+        );
+        let _ = writeln!(s, "| configuration | vs {} |", peers.join(" | vs "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(peers.len()));
+        for c in meta.configs {
+            let wall = median_ms(records, si, c.name, "wall");
+            let mut row = format!("| {} |", c.name);
+            for p in &peers {
+                let _ = write!(row, " {} |", ratio(wall, median_ms(records, si, p, "wall")));
+            }
+            let _ = writeln!(s, "{row}");
+        }
+    }
+}
+
+/// The guest's time per phase: median, min–max and the ratio against the reference.
+fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let reference = meta.reference;
+    let step = &meta.experiment.steps[si];
+    let _ = writeln!(
+        s,
+        "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n"
+    );
+    let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
+    for c in meta.configs {
+        let mut row = format!("| {} |", c.name);
+        for ph in &step.phases {
+            let st = stats(&mut values(records, si, c.name, ph, phase_ms));
+            let r = ratio(st.map(|x| x.0), median_ms(records, si, reference, ph));
+            let _ = write!(
+                row,
+                " {} |",
+                st.map_or("-".into(), |(m, lo, hi, _)| format!(
+                    "{m:.0} ({lo:.0}–{hi:.0}) ×{r}"
+                ))
+            );
+        }
+        let _ = writeln!(s, "{row}");
+    }
+}
+
+/// What was written to swap per phase: host swap-outs and the hypervisor process's writes.
+fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let step = &meta.experiment.steps[si];
+    let _ = writeln!(
+        s,
+        "\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n"
+    );
+    let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
+    for c in meta.configs {
+        let mut row = format!("| {} |", c.name);
+        for ph in &step.phases {
+            #[allow(clippy::cast_precision_loss)]
+            let st = stats(&mut values(records, si, c.name, ph, |p| {
+                swap_written(p) as f64
+            }));
+            let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
+        }
+        let _ = writeln!(s, "{row}");
+    }
+}
+
+/// The host's measurements over the whole run, medians of the completed runs.
+fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let _ = writeln!(
+        s,
+        "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
+    );
+    let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    #[allow(clippy::cast_precision_loss)]
+    for c in meta.configs {
+        let med = |f: &dyn Fn(&Phase) -> f64| {
+            stats(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
+        };
+        let run_med = |f: &dyn Fn(&RunResult) -> f64| {
+            let mut v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c.name)
+                .filter(|r| r.result.status == Status::Ok)
+                .map(|r| f(&r.result))
+                .collect();
+            stats(&mut v).map_or("-".into(), |x| mib(x.0))
+        };
+        let pager = |f: &dyn Fn(&crate::run::vm::PagerCounters) -> u64| {
+            let mut v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c.name)
+                .filter_map(|r| r.result.phases.iter().find(|p| p.name == "wall"))
+                .filter_map(|p| p.pager.map(|pc| f(&pc) as f64))
+                .collect();
+            stats(&mut v)
+        };
+        let lat = {
+            let ok: Vec<(u64, u64)> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c.name)
+                .filter_map(|r| {
+                    r.result
+                        .final_stats
+                        .as_ref()
+                        .and_then(crate::run::vm::fault_latency)
+                })
+                .collect();
+            let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
+            let mut p99: Vec<f64> = ok.iter().map(|l| l.1 as f64).collect();
+            match (stats(&mut p50), stats(&mut p99)) {
+                (Some(a), Some(b)) => format!("{:.0}/{:.0}", a.0, b.0),
+                _ => "-".into(),
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {lat} |",
+            c.name,
+            med(&|p| p.swap_in as f64),
+            med(&|p| p.swap_out as f64),
+            med(&|p| p.io.read_bytes as f64),
+            med(&|p| p.io.write_bytes as f64),
+            run_med(&|r| r.peak_rss as f64),
+            run_med(&|r| r.host_swap_peak as f64),
+            pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib(x.0)),
+            pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib(x.0)),
+            pager(&|p| p.faults_swap).map_or("-".into(), |x| format!("{:.0}", x.0)),
+        );
+    }
+}
+
+/// The runs that did not complete, with why.
+fn incomplete_runs(s: &mut String, meta: &Meta<'_>, records: &[Record]) {
+    let exp = meta.experiment;
     let bad: Vec<&Record> = records
         .iter()
         .filter(|r| r.result.status != Status::Ok)
@@ -388,17 +430,6 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         }
         s.push('\n');
     }
-    let balloons: Vec<String> = records
-        .iter()
-        .filter_map(|r| {
-            r.result
-                .balloon
-                .as_ref()
-                .map(|b| format!("{} rep {}: {b}", r.config.name, r.rep))
-        })
-        .collect();
-    write_setup(&mut s, meta, &balloons);
-    s
 }
 
 /// A report's last sections: every configuration, the set-up notes and `extra` lines, then the
@@ -512,7 +543,7 @@ mod tests {
         assert_eq!(stats(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
         assert_eq!(stats(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
         assert_eq!(stats(&mut []), None);
-        assert_eq!(csv_field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
+        assert_eq!(csv::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
         assert_eq!(ratio(None, Some(2.0)), "-");
     }

@@ -24,10 +24,11 @@ use std::path::Path;
 use memvisor_api::VmStats;
 use plotters::prelude::*;
 
-use super::configs::{Config, Hv};
-use super::experiments::{Experiment, Release};
-use super::report::{csv_field, stats, Meta, Record};
-use super::runner::Status;
+use crate::configs::{Config, Hv};
+use crate::experiments::{Experiment, Release};
+use crate::output::csv;
+use crate::output::report::{stats, Meta, Record};
+use crate::run::vm::Status;
 
 /// The fraction of the throughput before the hog that counts as recovered.
 pub const RECOVERED: f64 = 0.9;
@@ -283,7 +284,7 @@ pub fn csv(exp: &Experiment, release: &Release, runs: &[Run<'_>]) -> String {
             run.rec.rep,
             r.status.as_str()
         );
-        let reason = csv_field(&r.reason);
+        let reason = csv::field(&r.reason);
         if run.trace.seconds.is_empty() {
             let _ = writeln!(
                 out,
@@ -348,6 +349,9 @@ fn paper_case(c: &Config) -> &'static str {
 fn ops(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
+
+/// The configurations' runs with their measures, in the order of the configurations.
+type Groups<'a> = [(&'static Config, Vec<(&'a Run<'a>, Measures)>)];
 
 /// Per configuration: the runs' measures.
 fn by_config<'a>(
@@ -456,6 +460,18 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         step.guest_swap_mb.unwrap_or(0),
         meta.reps
     );
+    let groups = by_config(meta.configs, release, runs);
+    recovery_table(&mut s, meta, &groups);
+    goal_section(&mut s, &groups);
+    pager_section(&mut s, release, runs);
+    runs_table(&mut s, runs);
+    s.push('\n');
+    crate::output::report::write_setup(&mut s, meta, &[]);
+    s
+}
+/// The recovery table: per configuration, the throughput before the hog, the dip, the time to
+/// recover and to settle, against the reference and the paper.
+fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
     let _ = writeln!(s, "## Recovery\n");
     let _ = writeln!(
         s,
@@ -471,7 +487,6 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         meta.reference
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-    let groups = by_config(meta.configs, release, runs);
     let reference = groups
         .iter()
         .find(|(c, _)| c.name == meta.reference)
@@ -484,7 +499,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             .collect();
         stats(&mut v).map(|x| x.0)
     };
-    for (c, ms) in &groups {
+    for (c, ms) in groups {
         let ok = ms
             .iter()
             .filter(|(r, _)| r.rec.result.status == Status::Ok)
@@ -537,6 +552,11 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         "\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in {} with MemFlex, {} with a ramdisk, {} with an HDD.\n",
         PAPER[0].1, PAPER[1].1, PAPER[2].1
     );
+}
+
+/// Whether the goal was met: the pool with proactive swap-in recovers at least 10× sooner than
+/// fault-driven swap-in from the file, and sooner than every QEMU configuration.
+fn goal_section(s: &mut String, groups: &Groups<'_>) {
     let find = |n: &str| {
         groups
             .iter()
@@ -568,7 +588,10 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             );
         }
     }
-    pager_section(&mut s, release, runs);
+}
+
+/// Every run: the hog, the release, what was done and why a run ended badly.
+fn runs_table(s: &mut String, runs: &[Run<'_>]) {
     let _ = writeln!(s, "## Runs\n");
     let _ = writeln!(
         s,
@@ -606,9 +629,6 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
             }
         );
     }
-    s.push('\n');
-    super::report::write_setup(&mut s, meta, &[]);
-    s
 }
 
 /// What memvisor's pager and pool did around the release, from its `GET /stats` answers: where
@@ -723,7 +743,7 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    super::plot::svg_and_png!(path, (1300, 1100), |root| {
+    crate::output::plot::svg_and_png!(path, (1300, 1100), |root| {
         draw(root, exp, release, configs, runs)
     })
 }

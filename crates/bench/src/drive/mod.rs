@@ -1,0 +1,42 @@
+//! Each family of experiments from its flags to its outputs: check the flags (bad input is one
+//! line), set up, run every repetition (`run`), write the outputs (`output`), tear down.
+
+pub mod consolidate;
+pub mod host;
+pub mod phases;
+pub mod swapin;
+
+use std::path::{Path, PathBuf};
+
+use crate::run::teardown;
+use crate::Outcome;
+
+/// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
+/// partial results written), the failure's status with its message, or success with where
+/// the report is.
+pub fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> Outcome {
+    match outcome {
+        Ok(_) if teardown::interrupted() => {
+            eprintln!("memvisor bench: interrupted; partial results written");
+            Outcome::Interrupted
+        }
+        Ok(_) => {
+            eprintln!(
+                "memvisor bench: {name} done: {}",
+                out.join("report.md").display()
+            );
+            Outcome::Done
+        }
+        Err(e) => {
+            eprintln!("memvisor bench: {e}");
+            Outcome::Failed
+        }
+    }
+}
+
+/// The memvisor binary every run starts as a child process (`memvisor run`, `memvisor host`,
+/// `memvisor mkdisk`): the executable that called [`crate::run`], that is `memvisor bench`
+/// itself, so a benchmark measures the build it came with.
+fn memvisor_exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
+}

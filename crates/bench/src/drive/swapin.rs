@@ -1,0 +1,91 @@
+//! `memvisor bench swapin`: the flags checked, every size and mode run (`run::swapin`), then the
+//! outputs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{finished, memvisor_exe};
+use crate::experiments::swapin as experiment;
+use crate::output;
+use crate::run::{host, swapin, teardown};
+use crate::{BenchArgs, Outcome};
+
+/// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
+/// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `run::swapin`.
+pub fn run(args: &BenchArgs) -> Outcome {
+    let bad = |m: String| {
+        eprintln!("memvisor bench: {m}");
+        Outcome::BadInput
+    };
+    let mut modes = Vec::new();
+    for name in &args.configs {
+        match experiment::mode(name.trim()) {
+            Some(m) if !modes.contains(&m) => modes.push(m),
+            Some(_) => {}
+            None => {
+                return bad(format!(
+                    "unknown mode '{name}' for swapin; it runs: {}",
+                    experiment::MODES.map(|m| m.name).join(", ")
+                ))
+            }
+        }
+    }
+    if modes.is_empty() {
+        modes = experiment::MODES.iter().collect();
+    }
+    let mut sizes = Vec::new();
+    for &s in if args.sizes.is_empty() {
+        &experiment::DEFAULT_SIZES[..]
+    } else {
+        &args.sizes[..]
+    } {
+        match experiment::check_size(s) {
+            Ok(s) if !sizes.contains(&s) => sizes.push(s),
+            Ok(_) => {}
+            Err(m) => return bad(m),
+        }
+    }
+    if args.reps == Some(0) {
+        return bad("--reps 0: give at least one repetition".into());
+    }
+    if let Some(r) = &args.reference {
+        return bad(format!(
+            "--reference {r}: swapin compares its modes with MemFlex's figures, not with a reference configuration; leave it out"
+        ));
+    }
+    if args.timeout == 0 {
+        return bad("--timeout 0: give seconds, at least 1".into());
+    }
+    let exe = match memvisor_exe() {
+        Ok(e) => e,
+        Err(e) => return bad(e),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join("swapin"));
+    if let Err(e) = std::fs::create_dir_all(out.join("logs"))
+        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
+        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
+    {
+        return bad(format!(
+            "--out {}: cannot write there ({e}); give a writable directory",
+            out.display()
+        ));
+    }
+    let setup = swapin::Setup {
+        exe,
+        out,
+        sizes,
+        modes,
+        reps: args.reps.unwrap_or(2),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    teardown::catch_signals();
+    let guard = teardown::Guard;
+    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let outcome =
+        swapin::run(&setup).and_then(|points| output::swapin::write(&setup, &points, &env));
+    drop(guard);
+    finished("swapin", &setup.out, outcome)
+}

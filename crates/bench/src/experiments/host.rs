@@ -1,0 +1,192 @@
+//! The host experiments' common form: VMs that join a running `memvisor host` at given times,
+//! its budget, idle tax and sampling, and what each measures (`shares`, `idletax`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use memvisor_api::VmSpec;
+
+use super::Scale;
+
+/// The host experiments.
+pub const NAMES: &[&str] = &["shares", "idletax"];
+
+/// One VM of an experiment and when it joins the host.
+#[derive(Clone, Debug)]
+pub struct PlannedVm {
+    pub spec: VmSpec,
+    /// Seconds after the host starts; 0: in the config file.
+    pub at: f64,
+}
+
+/// A host experiment.
+#[derive(Clone, Debug)]
+pub struct HostExperiment {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// The host's budget in bytes.
+    pub memory: u64,
+    /// The idle tax the host starts with.
+    pub idle_tax: f64,
+    pub sample_pages: u32,
+    pub sample_period: Duration,
+    pub tick: Duration,
+    pub vms: Vec<PlannedVm>,
+    /// `(seconds after the host starts, new idle tax)`.
+    pub tax_changes: Vec<(f64, f64)>,
+    /// Seconds from the host's start to its stop.
+    pub duration: f64,
+    pub kind: Kind,
+    /// Why the configuration is what it is, one line each, for the report.
+    pub why: Vec<String>,
+}
+
+pub(super) fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: String) -> VmSpec {
+    VmSpec {
+        name: name.into(),
+        mem: mem_mb << 20,
+        min: 0,
+        shares,
+        vcpus: 1,
+        workload: Some(workload.into()),
+        kernel: None,
+        cmdline,
+        disks: Vec::new(),
+        balloon: false,
+        mapper: false,
+        preventer: false,
+        tesseract: false,
+        tesseract_max: None,
+        tesseract_sync: None,
+        tesseract_defrag: None,
+        victim_cache: 0,
+        victims: None,
+        pager: None,
+    }
+}
+
+/// The budget that leaves `usable` bytes to divide among `n` VMs: targets divide the budget
+/// minus each VMM's overhead and the high state's 6 % reserve.
+pub(super) fn budget_for(usable_mb: u64, n: u64) -> u64 {
+    let overhead = memvisor_host::config::DEFAULT_VM_OVERHEAD >> 20;
+    // budget - n * overhead - 0.06 * budget = usable
+    ((usable_mb + n * overhead) * 100).div_ceil(94) << 20
+}
+
+/// What an experiment measures, and with which VMs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    /// Two VMs that both want more than they get: their allocations should follow their shares.
+    Shares {
+        big: &'static str,
+        small: &'static str,
+        /// The shares ratio, big over small.
+        ratio: f64,
+    },
+    /// One idle and one busy VM with equal shares; the idle tax goes from 0 to 0.75 at `switch`.
+    IdleTax {
+        idle: &'static str,
+        busy: &'static str,
+        switch: f64,
+    },
+}
+
+/// The host experiment called `name` at `scale`.
+pub fn find(name: &str, scale: Scale) -> Option<HostExperiment> {
+    Some(match name {
+        "shares" => super::shares::experiment(scale),
+        "idletax" => super::idletax::experiment(scale),
+        _ => return None,
+    })
+}
+
+/// The config file's text for the VMs that start with the host.
+pub fn config_text(e: &HostExperiment, state_dir: &Path) -> String {
+    let mut s = format!(
+        "[host]\nmemory = {}\nidle_tax = {}\nsample_pages = {}\nsample_period = \"{}ms\"\ntick = \"{}ms\"\nstate_dir = \"{}\"\n",
+        e.memory,
+        e.idle_tax,
+        e.sample_pages,
+        e.sample_period.as_millis(),
+        e.tick.as_millis(),
+        state_dir.display()
+    );
+    for v in e.vms.iter().filter(|v| v.at <= 0.0) {
+        s.push_str(&format!(
+            "\n[[vm]]\nname = \"{}\"\nmem = {}\nshares = {}\nworkload = \"{}\"\ncmdline = \"{}\"\n",
+            v.spec.name,
+            v.spec.mem,
+            v.spec.shares,
+            v.spec.workload.as_deref().unwrap_or("boot"),
+            v.spec.cmdline
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_host_experiment_is_consistent() {
+        for name in NAMES {
+            for scale in [Scale::Full, Scale::Tiny] {
+                let e = find(name, scale).unwrap();
+                assert_eq!(e.name, *name);
+                let names: Vec<&str> = e.vms.iter().map(|v| v.spec.name.as_str()).collect();
+                match e.kind {
+                    Kind::Shares { big, small, ratio } => {
+                        assert!(names.contains(&big) && names.contains(&small));
+                        let s = |n: &str| e.vms.iter().find(|v| v.spec.name == n).unwrap();
+                        #[allow(clippy::cast_precision_loss)]
+                        let r = s(big).spec.shares as f64 / s(small).spec.shares as f64;
+                        assert!((r - ratio).abs() < 1e-9);
+                        // Both want more than the budget can give them together.
+                        let usable = e.memory - 2 * (24 << 20) - e.memory * 6 / 100;
+                        assert!(e.vms.iter().all(|v| v.spec.mem > usable / 2));
+                    }
+                    Kind::IdleTax { idle, busy, switch } => {
+                        assert!(names.contains(&idle) && names.contains(&busy));
+                        assert_eq!(e.idle_tax, 0.0);
+                        assert_eq!(e.tax_changes, vec![(switch, 0.75)]);
+                        assert!(e.vms.iter().all(|v| v.at < switch) && switch < e.duration);
+                        assert!(e.vms[0].spec.shares == e.vms[1].spec.shares);
+                    }
+                }
+                for v in &e.vms {
+                    v.spec.check().unwrap();
+                    assert!(v.at < e.duration);
+                }
+                // The config the host reads parses, with the VMs that start at once.
+                let dir = Path::new("/tmp/state");
+                let text = config_text(&e, dir);
+                let c =
+                    memvisor_host::HostConfig::parse(Path::new("/tmp/host.toml"), &text).unwrap();
+                assert_eq!(c.memory, e.memory);
+                assert_eq!(c.idle_tax, e.idle_tax);
+                assert_eq!(c.sample_period, e.sample_period);
+                assert_eq!(c.tick, e.tick);
+                assert_eq!(c.state_dir, dir);
+                let at_start: Vec<&VmSpec> = e
+                    .vms
+                    .iter()
+                    .filter(|v| v.at <= 0.0)
+                    .map(|v| &v.spec)
+                    .collect();
+                assert_eq!(c.vms.len(), at_start.len());
+                for (got, want) in c.vms.iter().zip(at_start) {
+                    assert_eq!(got, want);
+                }
+            }
+        }
+        assert!(find("seqread", Scale::Full).is_none());
+    }
+
+    #[test]
+    fn the_budget_leaves_what_the_targets_divide() {
+        let b = budget_for(360, 2);
+        let usable = (b >> 20) - 48 - (b >> 20) * 6 / 100;
+        assert!((359..=361).contains(&usable), "{b} {usable}");
+    }
+}

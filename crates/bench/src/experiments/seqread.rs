@@ -1,0 +1,34 @@
+//! `memvisor bench seqread`: VSwapper §3.1, Fig. 9: the guest believes it has 512 MB, has 100 MB,
+//! and reads a 200 MB file sequentially 8 times.
+
+use super::{mib, phases, DataDisk, Experiment, Kind, Scale, Step, LIMITED};
+
+/// `memvisor bench seqread` at `scale`.
+pub fn experiment(scale: Scale) -> Experiment {
+    let tiny = scale == Scale::Tiny;
+    let (mem, limit, file, passes) = if tiny {
+        (128, 32, 96, 2)
+    } else {
+        (512, 100, 200, 8)
+    };
+    Experiment {
+        name: "seqread",
+        about: "VSwapper §3.1 / Fig. 9: sequential reads of a file larger than the memory the host gives the guest",
+        mem: mib(mem),
+        limit: Some(mib(limit)),
+        steps: vec![Step {
+            workload: "seqread",
+            cmdline: format!("file=seq passes={passes}"),
+            phases: phases("pass", passes),
+            guest_swap_mb: None,
+            disk: Some(DataDisk {
+                size_mb: file + 56,
+                files: format!("seq:{file}M"),
+                writable: false,
+            }),
+        }],
+        configs: LIMITED,
+        reference: "qemu",
+        kind: Kind::Phases,
+    }
+}

@@ -1,0 +1,10 @@
+//! What a benchmark writes: `results.csv`, `report.md` and the figures (SVG and PNG).
+
+pub mod consolidate;
+pub mod csv;
+pub mod host;
+pub mod plot;
+pub mod recovery;
+pub mod report;
+pub mod swapin;
+pub mod workingset;

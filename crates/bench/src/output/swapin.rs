@@ -1,0 +1,475 @@
+//! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
+//! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::experiments::swapin::{Mode, HEADROOM, LIMIT, POLL};
+use crate::output::csv;
+use crate::run::swapin::{Point, Setup};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or(String::new(), |x| format!("{x:.digits$}"))
+}
+
+/// `results.csv`: one row per run.
+pub fn csv(points: &[Point]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    for p in points {
+        let _ = writeln!(
+            s,
+            "swapin,{},{},{},{},{:.3},{},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.mode,
+            p.size,
+            p.rep,
+            if p.ok() { "ok" } else { "failed" },
+            p.out_s,
+            p.swapped_before,
+            p.back_s,
+            p.back_pages,
+            opt(p.mib_s(), 1),
+            opt(p.ns_per_page(), 0),
+            opt(p.host_s, 4),
+            opt(p.first_touch_ms, 0),
+            opt(p.touch_after_ms, 0),
+            p.proactive_pages,
+            p.faults_swap,
+            p.swap_bytes_read,
+            p.pool_hits,
+            p.polls,
+            csv::quoted(&p.pager_timing),
+            csv::quoted(&p.error)
+        );
+    }
+    s
+}
+
+/// Median, min and max of `v` (`None` when empty).
+pub fn spread(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((med, v[0], v[n - 1]))
+}
+
+/// The measured points of one size and mode.
+fn cell<'a>(points: &'a [Point], size: u64, mode: &str) -> Vec<&'a Point> {
+    points
+        .iter()
+        .filter(|p| p.size == size && p.mode == mode)
+        .collect()
+}
+
+fn show(s: Option<(f64, f64, f64)>, digits: usize) -> String {
+    match s {
+        None => "–".into(),
+        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => format!("{m:.digits$}"),
+        Some((m, lo, hi)) => format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})"),
+    }
+}
+
+/// `report.md`.
+pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+    let mut s = String::from("# memvisor bench swapin\n\n");
+    let _ = writeln!(
+        s,
+        "MemFlex §4 (Table 1, Fig. 7): the time to bring back memory the pager swapped out. A guest of the size + {} MiB touches the size (`toucher`), is paused, gets a {} MiB limit, and once everything is out the limit is removed: proactive modes are timed on the host from that request until `GET /stats` (asked every {} ms) shows no page swapped; fault modes by the guest's own first sweep of the size after it resumes. {} repetition(s), modes interleaved.\n",
+        HEADROOM >> 20,
+        LIMIT >> 20,
+        POLL.as_millis(),
+        setup.reps
+    );
+    time_back(&mut s, setup, points);
+    against_memflex(&mut s, setup, points);
+    incomplete_runs(&mut s, points);
+    per_run(&mut s, points);
+    pager_time(&mut s, points);
+    modes(&mut s, setup);
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+/// The time to bring the memory back per size and mode.
+fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
+    let _ = writeln!(s, "## Time to bring the memory back\n");
+    let _ = writeln!(
+        s,
+        "Median (min–max) over the runs that completed; MiB/s counts the pages that came back (proactive: every swapped page, a few MiB of the guest kit's own besides the size)."
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "\"Pager's own\": proactive modes, the time the pager's log gives for the swap-in (from the limit's removal reaching it to its last install); the harness's time adds the wait for the `GET /stats` answer that shows it done. \"Guest's next sweep\": the guest's first sweep of the size once it runs again (in the fault modes, that is the measurement).\n"
+    );
+    let _ = writeln!(s, "| size | mode | runs ok | seconds | MiB/s | pager's own s | pager's own MiB/s | ns per page | out (s) | guest's next sweep (ms) |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    for &size in &setup.sizes {
+        for m in &setup.modes {
+            let c = cell(points, size, m.name);
+            let ok: Vec<&&Point> = c.iter().filter(|p| p.ok()).collect();
+            let col = |f: &dyn Fn(&Point) -> Option<f64>| {
+                spread(ok.iter().filter_map(|p| f(p)).collect())
+            };
+            let _ = writeln!(
+                s,
+                "| {} MiB | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
+                size >> 20,
+                m.name,
+                ok.len(),
+                c.len(),
+                show(col(&|p| Some(p.back_s)), 3),
+                show(col(&Point::mib_s), 0),
+                show(col(&Point::pager_s), 3),
+                show(col(&Point::pager_mib_s), 0),
+                show(col(&Point::ns_per_page), 0),
+                show(col(&|p| Some(p.out_s)), 2),
+                show(col(&|p| p.touch_after_ms), 0),
+            );
+        }
+    }
+}
+
+/// The times beside MemFlex's figures.
+fn against_memflex(s: &mut String, setup: &Setup, points: &[Point]) {
+    let _ = writeln!(s, "\n## Against MemFlex\n");
+    let _ = writeln!(
+        s,
+        "MemFlex (Fig. 7a, Table 1; a 6 GB Redis VM, 2 GB swapped, HDD swap): proactive swap-in from its shared-memory pool brought back 1 GB in 1.8 s and 8 GB in 6.5 s, 2 GB in 3.46 s (6,045 ns per page); without the optimisation, 286,984.8 ns per page (PTE update 277,498 ns of it, 416 ns with the optimisation), and from the HDD 401,021.8 ns per page (212.96 s for 2 GB).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| size | mode | seconds here | ns per page here | MemFlex |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let paper = |size: u64, m: &Mode| -> &'static str {
+        match (size, m.pool, m.proactive) {
+            (0x4000_0000, true, true) => "1.8 s (w/ opt, Fig. 7a)",
+            (0x8000_0000, true, true) => "3.46 s, 6,045 ns/page (w/ opt, Table 1)",
+            (0x8000_0000, true, false) => "150.19 s, 286,984.8 ns/page (w/o opt, Table 1)",
+            (0x8000_0000, false, false) => "212.96 s, 401,021.8 ns/page (HDD, Table 1)",
+            _ => "–",
+        }
+    };
+    for &size in &setup.sizes {
+        for m in &setup.modes {
+            let ok: Vec<&Point> = cell(points, size, m.name)
+                .into_iter()
+                .filter(|p| p.ok())
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} MiB | {} | {} | {} | {} |",
+                size >> 20,
+                m.name,
+                show(spread(ok.iter().map(|p| p.back_s).collect()), 3),
+                show(
+                    spread(ok.iter().filter_map(|p| p.ns_per_page()).collect()),
+                    0
+                ),
+                paper(size, m)
+            );
+        }
+    }
+}
+
+/// The runs that did not complete, with why.
+fn incomplete_runs(s: &mut String, points: &[Point]) {
+    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\n## Runs that did not complete\n");
+        for p in failed {
+            let _ = writeln!(
+                s,
+                "- {} {} MiB rep {}: {}",
+                p.mode,
+                p.size >> 20,
+                p.rep,
+                p.error
+            );
+        }
+    }
+}
+
+/// Every completed run's numbers.
+fn per_run(s: &mut String, points: &[Point]) {
+    let _ = writeln!(s, "\n## Per run\n");
+    let _ = writeln!(s, "| mode | size | rep | back (s) | MiB/s | host (s) | proactive pages | swap faults | read from the swap store (MiB) | of it from the pool (MiB) | polls |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for p in points.iter().filter(|p| p.ok()) {
+        let _ = writeln!(
+            s,
+            "| {} | {} MiB | {} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
+            p.mode,
+            p.size >> 20,
+            p.rep,
+            p.back_s,
+            opt(p.mib_s(), 0),
+            opt(p.host_s, 3),
+            p.proactive_pages,
+            p.faults_swap,
+            p.swap_bytes_read >> 20,
+            p.pool_hits >> 8,
+            p.polls
+        );
+    }
+}
+
+/// Where the pager's proactive swap-ins spent their time, from each run's log.
+fn pager_time(s: &mut String, points: &[Point]) {
+    let timed: Vec<&Point> = points
+        .iter()
+        .filter(|p| !p.pager_timing.is_empty())
+        .collect();
+    if !timed.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Where the pager's proactive swap-ins spent their time\n"
+        );
+        let _ = writeln!(
+            s,
+            "From each run's log (`pager: proactive swap-in: ...`): the table scan and the checks are under the page lock, the ordering and the file's reads off it (the reads on a read-ahead thread, overlapping the installs), the `UFFDIO_COPY`s under it (256 pages per hold at most).\n"
+        );
+        for p in timed {
+            let _ = writeln!(
+                s,
+                "- {} {} MiB rep {}: {}",
+                p.mode,
+                p.size >> 20,
+                p.rep,
+                p.pager_timing
+            );
+        }
+    }
+}
+
+/// The modes run, and how every run is started.
+fn modes(s: &mut String, setup: &Setup) {
+    let _ = writeln!(s, "\n## Modes\n");
+    for m in &setup.modes {
+        let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
+    }
+    let _ = writeln!(
+        s,
+        "- every run: `memvisor run --mem SIZE+{}M --sample-pages 0 --workload toucher --cmdline schedule=…`, the pager's swap file in the output directory's `work/` (on its disk)",
+        HEADROOM >> 20
+    );
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(202, 0, 32),
+    RGBColor(244, 165, 130),
+    RGBColor(33, 102, 172),
+    RGBColor(146, 197, 222),
+];
+
+/// `swapin.svg` and `.png` (MemFlex Fig. 7a): seconds to bring memory back against its size,
+/// one line per mode (the median of the runs), every run as a small mark; log scale.
+pub fn plot(path: &Path, modes: &[&'static Mode], points: &[Point]) -> Result<(), String> {
+    if !points.iter().any(Point::ok) {
+        return Err("no run completed".into());
+    }
+    crate::output::plot::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    modes: &[&'static Mode],
+    points: &[Point],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let ok: Vec<&Point> = points.iter().filter(|p| p.ok()).collect();
+    #[allow(clippy::cast_precision_loss)]
+    let gib = |p: &Point| p.size as f64 / 1024.0 / MIB;
+    let xmax = ok.iter().map(|p| gib(p)).fold(0.0f64, f64::max) * 1.1;
+    let ymax = ok.iter().map(|p| p.back_s).fold(0.0f64, f64::max) * 2.0;
+    let ymin = ok
+        .iter()
+        .map(|p| p.back_s)
+        .filter(|&v| v > 0.0)
+        .fold(ymax, f64::min)
+        / 2.0;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "swapin: time to bring swapped memory back (MemFlex Fig. 7a)",
+            ("sans-serif", 22),
+        )
+        .margin(14)
+        .margin_right(30)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..xmax, (ymin.max(1e-3)..ymax.max(1e-2)).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("GiB brought back")
+        .y_desc("seconds (log scale)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    for (i, m) in modes.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mut sizes: Vec<u64> = ok
+            .iter()
+            .filter(|p| p.mode == m.name)
+            .map(|p| p.size)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let line: Vec<(f64, f64)> = sizes
+            .iter()
+            .filter_map(|&sz| {
+                let v: Vec<&Point> = ok
+                    .iter()
+                    .copied()
+                    .filter(|p| p.mode == m.name && p.size == sz)
+                    .collect();
+                let med = spread(v.iter().map(|p| p.back_s).collect())?.0;
+                Some((gib(v[0]), med))
+            })
+            .collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(3)))
+            .map_err(e)?
+            .label(m.name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(
+                ok.iter()
+                    .filter(|p| p.mode == m.name)
+                    .map(|p| Cross::new((gib(p), p.back_s), 4, color.stroke_width(1))),
+            )
+            .map_err(e)?;
+        chart
+            .draw_series(line.iter().map(|&q| Circle::new(q, 5, color.filled())))
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .margin(10)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+/// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `setup.out`, and prints
+/// the report.
+pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+    let csv_path = setup.out.join("results.csv");
+    std::fs::write(&csv_path, csv(points)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let svg = setup.out.join("swapin.svg");
+    let drawn = plot(&svg, &setup.modes, points);
+    let mut md = markdown(setup, points, env);
+    match &drawn {
+        Ok(()) => md.push_str("\n![swapin](swapin.png)\n"),
+        Err(e) => eprintln!("memvisor bench: cannot draw {}: {e}", svg.display()),
+    }
+    let md_path = setup.out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("{md}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::experiments::swapin::mode;
+    use crate::run::swapin::pager_seconds;
+
+    fn pt(mode: &'static str, size: u64, back_s: f64, pages: u64) -> Point {
+        Point {
+            mode,
+            size,
+            rep: 1,
+            back_s,
+            back_pages: pages,
+            ..Point::default()
+        }
+    }
+
+    #[test]
+    fn rates_medians_and_the_report() {
+        // 1 GiB in 0.5 s: 2048 MiB/s, 1907 ns per page.
+        let p = pt("pool-proactive", 1 << 30, 0.5, 262_144);
+        assert!((p.mib_s().unwrap() - 2048.0).abs() < 1e-9);
+        assert!((p.ns_per_page().unwrap() - 1907.3486).abs() < 1e-3);
+        let failed = Point {
+            error: "timed out".into(),
+            ..p.clone()
+        };
+        assert_eq!(failed.mib_s(), None);
+        assert_eq!(spread(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(spread(vec![4.0, 1.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(vec![]), None);
+
+        let timed = Point {
+            pager_timing: "262144 pages in 400.0 ms (2560 MiB/s): table scan 1.0 ms".into(),
+            ..p.clone()
+        };
+        assert_eq!(timed.pager_s(), Some(0.4));
+        assert!((timed.pager_mib_s().unwrap() - 2560.0).abs() < 1e-9);
+        assert_eq!(pager_seconds("garbage"), None);
+        assert_eq!(p.pager_s(), None);
+        let points = vec![
+            timed,
+            pt("pool-proactive", 1 << 30, 0.7, 262_144),
+            failed,
+            pt("disk-faults", 1 << 30, 4.0, 262_144),
+        ];
+        let setup = Setup {
+            exe: PathBuf::new(),
+            out: PathBuf::new(),
+            sizes: vec![1 << 30],
+            modes: vec![
+                mode("pool-proactive").unwrap(),
+                mode("disk-faults").unwrap(),
+            ],
+            reps: 3,
+            timeout: Duration::from_secs(1),
+        };
+        let md = markdown(&setup, &points, &[]);
+        assert!(md.contains("| 1024 MiB | pool-proactive | 2/3 | 0.600 (0.500–0.700) | 1755 (1463–2048) | 0.400 | 2560 |"), "{md}");
+        assert!(
+            md.contains("| 1024 MiB | disk-faults | 1/1 | 4.000 | 256 | – | – |"),
+            "{md}"
+        );
+        assert!(md.contains("1.8 s (w/ opt, Fig. 7a)"));
+        assert!(md.contains("- pool-proactive 1024 MiB rep 1: timed out"));
+        let csv = csv(&points);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 5);
+        let cols = CSV_HEADER.split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == cols), "{csv}");
+        assert!(lines[1].starts_with("swapin,pool-proactive,1073741824,1,ok,"));
+        assert!(lines[3].contains(",failed,") && lines[3].ends_with("\"timed out\""));
+    }
+}

@@ -1,0 +1,9 @@
+//! Running a configuration: memvisor or QEMU as child processes, `memvisor host` for the host
+//! experiments, what the host measures meanwhile, and undoing everything afterwards.
+
+pub mod consolidate;
+pub mod host;
+pub mod hostexp;
+pub mod swapin;
+pub mod teardown;
+pub mod vm;

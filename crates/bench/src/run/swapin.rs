@@ -1,0 +1,467 @@
+//! `memvisor bench swapin` (MemFlex §4, Table 1 and Fig. 7): how long it takes to bring back
+//! memory the pager swapped out, from the pool or from the swap file, proactively or by the
+//! guest's faults.
+//!
+//! One run is one size in one mode:
+//! 1. `memvisor run` boots a guest of the size plus [`HEADROOM`] with the `toucher` workload:
+//!    step 1 touches the size (its first sweep also writes every page), step 2 touches 1 MiB,
+//!    step 3 touches the size again.
+//! 2. When step 1's line arrives the harness pauses the VM (`PUT /vm/pause`), sets a limit of
+//!    [`LIMIT`] (`PUT /memory`) and waits until the pager has swapped the rest out (to the
+//!    pool, or to the swap file without one).
+//! 3. It removes the limit (`PUT /memory` with `null`). Proactive modes: the pager brings the
+//!    pages back by itself and the harness asks `GET /stats` every [`POLL`] until no page is
+//!    swapped; the time is from the request to that answer. Fault modes: nothing comes back
+//!    until the guest touches it; the harness resumes the VM (step 2 has run out meanwhile, so
+//!    step 3 starts at once) and the time is the guest's own for its first sweep of step 3
+//!    (`sweep3`), which faults every page back.
+//! 4. The VM is resumed (proactive modes) and its `sweep3` line read, then stopped.
+//!
+//! The VM is paused while its memory goes out and, in the proactive modes, while it comes
+//! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
+//! in MemFlex's measurement.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use memvisor_api::{PagerStats, VmStats};
+
+use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
+use crate::run::teardown;
+use crate::run::vm::Msg;
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Point {
+    pub mode: &'static str,
+    pub size: u64,
+    pub rep: u32,
+    /// Empty when the run measured what it should; otherwise why not.
+    pub error: String,
+    /// Seconds from the lower limit to everything out.
+    pub out_s: f64,
+    /// Pages swapped when the limit went.
+    pub swapped_before: u64,
+    /// Proactive modes: seconds from removing the limit to no page swapped (host clock).
+    /// Fault modes: the guest's first sweep of the size after it resumed (its clock).
+    pub back_s: f64,
+    /// Pages that came back in that time (proactive: all that were swapped; faults: those
+    /// the sweep faulted in).
+    pub back_pages: u64,
+    /// Fault modes: host seconds from the resume to the sweep's line.
+    pub host_s: Option<f64>,
+    /// The guest's first sweep of step 1 (fresh memory) and of step 3 (after the swap-in).
+    pub first_touch_ms: Option<f64>,
+    pub touch_after_ms: Option<f64>,
+    /// The pager's counters across the swap-in: pages brought back proactively, faults served
+    /// from the swap store, bytes read from the swap file, pool hits.
+    pub proactive_pages: u64,
+    pub faults_swap: u64,
+    pub swap_bytes_read: u64,
+    pub pool_hits: u64,
+    pub polls: u64,
+    /// Proactive modes: where the pager says its swap-in spent the time (its log line).
+    pub pager_timing: String,
+}
+
+/// The pager's own time for a proactive swap-in, in seconds, from its log line's `in X ms`.
+pub fn pager_seconds(timing: &str) -> Option<f64> {
+    let (_, rest) = timing.split_once(" pages in ")?;
+    let (ms, _) = rest.split_once(" ms")?;
+    ms.parse::<f64>().ok().map(|ms| ms / 1e3)
+}
+
+impl Point {
+    pub fn ok(&self) -> bool {
+        self.error.is_empty()
+    }
+
+    /// MiB per second brought back.
+    pub fn mib_s(&self) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)]
+        let mib = (self.back_pages << 12) as f64 / MIB;
+        (self.ok() && self.back_s > 0.0).then(|| mib / self.back_s)
+    }
+
+    /// The pager's own seconds (proactive modes), and MiB per second by them.
+    pub fn pager_s(&self) -> Option<f64> {
+        pager_seconds(&self.pager_timing).filter(|_| self.ok())
+    }
+
+    pub fn pager_mib_s(&self) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)]
+        let mib = (self.back_pages << 12) as f64 / MIB;
+        self.pager_s().filter(|&s| s > 0.0).map(|s| mib / s)
+    }
+
+    /// Nanoseconds per page brought back (MemFlex Table 1's "Total" per page).
+    pub fn ns_per_page(&self) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)]
+        (self.ok() && self.back_pages > 0).then(|| self.back_s * 1e9 / self.back_pages as f64)
+    }
+}
+
+/// What a run needs.
+pub struct Setup {
+    pub exe: PathBuf,
+    pub out: PathBuf,
+    pub sizes: Vec<u64>,
+    pub modes: Vec<&'static Mode>,
+    pub reps: u32,
+    pub timeout: Duration,
+}
+
+/// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
+pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
+    let (p, ms, _) = crate::run::vm::parse_result(line)?;
+    if p == phase {
+        ms
+    } else {
+        None
+    }
+}
+
+fn stats(sock: &Path) -> Result<PagerStats, String> {
+    match memvisor_api::call(sock, "GET", "/stats", None) {
+        Ok((200, body)) => serde_json::from_str::<VmStats>(&body)
+            .map_err(|e| format!("GET /stats answered what is not VmStats: {e}"))?
+            .pager
+            .ok_or_else(|| "the VM has no pager".to_owned()),
+        Ok((code, body)) => Err(format!("GET /stats: HTTP {code}: {}", body.trim())),
+        Err(e) => Err(format!("GET /stats: {e}")),
+    }
+}
+
+fn put(sock: &Path, path: &str, body: &str) -> Result<(), String> {
+    match memvisor_api::call(sock, "PUT", path, Some(body)) {
+        Ok((200, _)) => Ok(()),
+        Ok((code, b)) => Err(format!("PUT {path}: HTTP {code}: {}", b.trim())),
+        Err(e) => Err(format!("PUT {path}: {e}")),
+    }
+}
+
+/// A running VM: its process, console lines and socket.
+struct Vm {
+    child: Child,
+    lines: mpsc::Receiver<Msg>,
+    sock: PathBuf,
+    deadline: Instant,
+}
+
+impl Vm {
+    /// Waits for the guest's `phase` line; its `ms=` and when it arrived.
+    fn wait_phase(&self, phase: &str) -> Result<(f64, Instant), String> {
+        loop {
+            if teardown::interrupted() {
+                return Err("interrupted".into());
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("timed out waiting for the guest's {phase}"));
+            }
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                Ok(Msg::Line(l, at)) => {
+                    if let Some(ms) = phase_ms(&l, phase) {
+                        return Ok((ms, at));
+                    }
+                    if l.contains("phase=done") {
+                        return Err(format!("the guest ended before its {phase}: {}", l.trim()));
+                    }
+                }
+                Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(format!("the VM ended before the guest's {phase}"));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Polls `GET /stats` until `done` holds; fails when the census stops moving for 30 s.
+    fn poll_until(
+        &self,
+        what: &str,
+        done: impl Fn(&PagerStats) -> bool,
+    ) -> Result<(PagerStats, Instant, u64), String> {
+        let mut last = (u64::MAX, u64::MAX);
+        let mut moved = Instant::now();
+        let mut polls = 0;
+        loop {
+            let s = stats(&self.sock)?;
+            let at = Instant::now();
+            polls += 1;
+            if done(&s) {
+                return Ok((s, at, polls));
+            }
+            let now = (s.pages.swapped_pages, s.pages.resident_pages);
+            if now != last {
+                last = now;
+                moved = at;
+            } else if moved.elapsed() > Duration::from_secs(30) {
+                return Err(format!(
+                    "{what}: nothing moved for 30 s ({} pages resident, {} swapped)",
+                    now.1, now.0
+                ));
+            }
+            if teardown::interrupted() {
+                return Err("interrupted".into());
+            }
+            if at >= self.deadline {
+                return Err(format!("{what}: timed out"));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Stops the VM (SIGTERM, then SIGKILL after 5 s) and reaps it.
+    fn stop(mut self) {
+        let pid = self.child.id();
+        teardown::signal(pid, libc::SIGTERM);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                teardown::forget_pid(pid);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        teardown::kill(pid);
+        let _ = self.child.wait();
+        teardown::forget_pid(pid);
+    }
+}
+
+fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
+    let work = setup.out.join("work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let sock = work.join(format!("{}-{}M.sock", mode.name, size >> 20));
+    let _ = std::fs::remove_file(&sock);
+    let mem = size + HEADROOM;
+    let mut cmd = Command::new(&setup.exe);
+    cmd.arg("run")
+        .args(["--mem", &mem.to_string()])
+        .arg("--api-sock")
+        .arg(&sock)
+        .args([
+            "--swap-in",
+            if mode.proactive {
+                "proactive"
+            } else {
+                "faults"
+            },
+        ])
+        .args(["--sample-pages", "0"])
+        .args(["--workload", "toucher"])
+        .args(["--cmdline", &format!("schedule={}", schedule(size))]);
+    if mode.pool {
+        cmd.args(["--pool", &mem.to_string(), "--pool-spill-at", "1"]);
+    }
+    let log = setup
+        .out
+        .join("logs")
+        .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
+    let stderr = std::fs::File::create(log.with_extension("stderr"))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    // The pager's swap file goes in the work directory, on the disk under --out (a tmpfs
+    // $TMPDIR would make its "disk" host memory).
+    cmd.env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
+    teardown::track_pid(child.id());
+    teardown::track_file(sock.clone());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (rx, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
+    Ok(Vm {
+        child,
+        lines: rx,
+        sock,
+        deadline: Instant::now() + setup.timeout,
+    })
+}
+
+/// One run: see the module doc.
+pub fn measure(setup: &Setup, mode: &'static Mode, size: u64, rep: u32) -> Point {
+    let mut p = Point {
+        mode: mode.name,
+        size,
+        rep,
+        ..Point::default()
+    };
+    let vm = match start(setup, mode, size, rep) {
+        Ok(vm) => vm,
+        Err(e) => {
+            p.error = e;
+            return p;
+        }
+    };
+    if let Err(e) = steps(&vm, mode, size, &mut p) {
+        p.error = e;
+    }
+    vm.stop();
+    let log = setup
+        .out
+        .join("logs")
+        .join(format!("{}-{}M-rep{rep}.stderr", mode.name, size >> 20));
+    p.pager_timing = pager_timing(&std::fs::read_to_string(log).unwrap_or_default());
+    p
+}
+
+/// What follows `proactive swap-in: ` in the pager's last such log line (empty without one).
+pub fn pager_timing(log: &str) -> String {
+    log.lines()
+        .rev()
+        .find_map(|l| l.split_once("pager: proactive swap-in: "))
+        .map(|(_, t)| t.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
+    let (ms, _) = vm.wait_phase("sweep1")?;
+    p.first_touch_ms = Some(ms);
+    let (_, step1_at) = vm.wait_phase("step1")?;
+    put(&vm.sock, "/vm/pause", "")?;
+    // Out: everything above the limit goes to the pool or the file.
+    let t = Instant::now();
+    put(&vm.sock, "/memory", &format!("{{\"limit\": {LIMIT}}}"))?;
+    let limit_pages = LIMIT >> 12;
+    let want_out = (size >> 12).saturating_sub(limit_pages);
+    let (s0, at, _) = vm.poll_until("swapping out", |s| {
+        s.pages.resident_pages <= limit_pages && s.pages.swapped_pages >= want_out
+    })?;
+    p.out_s = at.duration_since(t).as_secs_f64();
+    p.swapped_before = s0.pages.swapped_pages;
+    // Step 2 (one second) runs out while the VM is paused, so step 3 starts at the resume.
+    if let Some(wait) = Duration::from_millis(1500).checked_sub(step1_at.elapsed()) {
+        std::thread::sleep(wait);
+    }
+    let c0 = s0.counters;
+    let hits0 = s0.pool.map_or(0, |x| x.hit_pages);
+    let t = Instant::now();
+    put(&vm.sock, "/memory", "{\"limit\": null}")?;
+    let s1 = if mode.proactive {
+        let (s1, at, polls) = vm.poll_until("swapping in", |s| s.pages.swapped_pages == 0)?;
+        p.back_s = at.duration_since(t).as_secs_f64();
+        p.back_pages = p.swapped_before - s1.pages.swapped_pages;
+        p.polls = polls;
+        put(&vm.sock, "/vm/resume", "")?;
+        let (ms, _) = vm.wait_phase("sweep3")?;
+        p.touch_after_ms = Some(ms);
+        s1
+    } else {
+        let t = Instant::now();
+        put(&vm.sock, "/vm/resume", "")?;
+        let (ms, at) = vm.wait_phase("sweep3")?;
+        let s1 = stats(&vm.sock)?;
+        p.back_s = ms / 1e3;
+        p.host_s = Some(at.duration_since(t).as_secs_f64());
+        p.touch_after_ms = Some(ms);
+        p.back_pages = p.swapped_before.saturating_sub(s1.pages.swapped_pages);
+        s1
+    };
+    let c = s1.counters.since(&c0);
+    p.proactive_pages = c.proactive_swap_ins;
+    p.faults_swap = c.faults_swap;
+    p.swap_bytes_read = c.swap_bytes_read;
+    p.pool_hits = s1.pool.map_or(0, |x| x.hit_pages).saturating_sub(hits0);
+    Ok(())
+}
+
+/// Runs every size × mode × repetition, repetition by repetition (the modes' order rotated
+/// each time). Returns the points.
+pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
+    let mut points = Vec::new();
+    let total = setup.sizes.len() * setup.modes.len() * setup.reps as usize;
+    let started = Instant::now();
+    'reps: for rep in 1..=setup.reps {
+        for &size in &setup.sizes {
+            let k = setup.modes.len();
+            for j in 0..k {
+                if teardown::interrupted() {
+                    break 'reps;
+                }
+                let mode = setup.modes[(j + rep as usize - 1) % k];
+                eprintln!(
+                    "[swapin {}/{total} rep {rep}/{} {} {} MiB] starting ({:.0} s since the bench started)",
+                    points.len() + 1,
+                    setup.reps,
+                    mode.name,
+                    size >> 20,
+                    started.elapsed().as_secs_f64()
+                );
+                let pt = measure(setup, mode, size, rep);
+                if pt.ok() {
+                    eprintln!(
+                        "[swapin rep {rep} {} {} MiB] out in {:.2} s, back in {:.3} s ({:.0} MiB/s)",
+                        mode.name,
+                        size >> 20,
+                        pt.out_s,
+                        pt.back_s,
+                        pt.mib_s().unwrap_or(0.0)
+                    );
+                } else {
+                    eprintln!(
+                        "[swapin rep {rep} {} {} MiB] failed: {}",
+                        mode.name,
+                        size >> 20,
+                        pt.error
+                    );
+                }
+                points.push(pt);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(setup.out.join("work"));
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::swapin::{check_size, mode};
+
+    #[test]
+    fn sizes_are_checked_and_schedules_fit_them() {
+        assert_eq!(check_size(256 << 20), Ok(256 << 20));
+        assert_eq!(check_size(2 << 30), Ok(2 << 30));
+        assert!(check_size((2 << 30) + (1 << 20))
+            .unwrap_err()
+            .contains("2048M"));
+        assert!(check_size(8 << 20).unwrap_err().contains("from 16M"));
+        assert!(check_size((64 << 20) + 5)
+            .unwrap_err()
+            .contains("whole MiB"));
+        assert_eq!(schedule(256 << 20), "256:4,1:1,256:3600");
+        assert_eq!(schedule(2 << 30), "2048:11,1:1,2048:3600");
+        assert_eq!(
+            mode("disk-faults").map(|m| (m.pool, m.proactive)),
+            Some((false, false))
+        );
+        assert!(mode("pool").is_none());
+        assert_eq!(
+            phase_ms(
+                "RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5",
+                "sweep3"
+            ),
+            Some(812.5)
+        );
+        assert_eq!(
+            phase_ms("RESULT workload=toucher phase=step3 ms=9", "sweep3"),
+            None
+        );
+        let log = "x INFO pager: proactive swap-in: 10 pages in 1.0 ms (39 MiB/s): table scan 0.1 ms\nother\ny INFO pager: proactive swap-in: 20 pages in 2.0 ms\n";
+        assert_eq!(pager_timing(log), "20 pages in 2.0 ms");
+        assert_eq!(pager_timing("nothing"), "");
+    }
+}
