@@ -53,7 +53,7 @@ impl Api {
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// The socket file does not exist.
-    #[error("cannot reach {} at {}: no such file: {}", .api.what(), .sock.display(), .api.start())]
+    #[error("no {} is listening at {}: there is no such file: {}", .api.what().trim_start_matches("a "), .sock.display(), .api.start())]
     NoSocket {
         /// The API the socket should serve.
         api: Api,
@@ -61,7 +61,7 @@ pub enum ClientError {
         sock: PathBuf,
     },
     /// The socket file exists, but nothing listens on it (connection refused).
-    #[error("cannot reach {} at {}: a socket file is there but nothing is listening on it (a {} that exited leaves it behind): {}", .api.what(), .sock.display(), .api.what().trim_start_matches("a memvisor "), .api.start())]
+    #[error("no {} is listening at {}: the socket file is there but nothing answers on it (a {} that exited leaves it behind): {}", .api.what().trim_start_matches("a "), .sock.display(), .api.what().trim_start_matches("a memvisor "), .api.start())]
     NotListening {
         /// The API the socket should serve.
         api: Api,
@@ -69,7 +69,7 @@ pub enum ClientError {
         sock: PathBuf,
     },
     /// This user may not open the socket.
-    #[error("cannot reach {} at {}: permission denied: run as a user who may open it", .api.what(), .sock.display())]
+    #[error("cannot open {} (the socket of {}): permission denied: run as a user who may open it", .sock.display(), .api.what())]
     PermissionDenied {
         /// The API the socket should serve.
         api: Api,
@@ -427,7 +427,7 @@ mod tests {
         assert!(matches!(e, ClientError::NotListening { .. }), "{e:?}");
         let m = e.to_string();
         assert!(
-            m.contains("nothing is listening") && m.contains("a VM that exited"),
+            m.contains("nothing answers") && m.contains("a VM that exited"),
             "{m}"
         );
         let e = HostClient::new(&sock).vms().unwrap_err();

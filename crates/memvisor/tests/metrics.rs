@@ -291,7 +291,7 @@ fn top_without_a_host_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("cannot reach") && err.contains("none.sock"),
+        err.contains("no memvisor host is listening at") && err.contains("none.sock"),
         "{err}"
     );
 }

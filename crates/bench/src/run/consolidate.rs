@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{HostSample, HostVm, HostVmState};
+use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use crate::experiments::consolidate::{
     spec, Kind, BUDGET, CMDLINE, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
@@ -160,12 +160,9 @@ fn run_host(
 ) -> Result<Outcome, String> {
     let (host, sock) = start_host(exe, dir)?;
     for i in 1..=n {
-        let body = serde_json::to_string(&spec(i, kind, image)).map_err(|e| e.to_string())?;
-        match memvisor_api::call(&sock, "POST", "/vms", Some(&body)) {
-            Ok((200, _)) => {}
-            Ok((code, e)) => return Err(format!("POST /vms refused ({code}): {e}")),
-            Err(e) => return Err(format!("POST /vms: {e}")),
-        }
+        HostClient::new(&sock)
+            .add(&spec(i, kind, image))
+            .map_err(|e| e.to_string())?;
         if i < n {
             std::thread::sleep(INTERVAL);
         }
@@ -226,8 +223,7 @@ fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
 fn wait_for_exits(sock: &Path) -> Result<Vec<HostVm>, String> {
     let t = Instant::now();
     loop {
-        let (_, body) = memvisor_api::call(sock, "GET", "/vms", None).map_err(|e| e.to_string())?;
-        let vms: Vec<HostVm> = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let vms = HostClient::new(sock).vms().map_err(|e| e.to_string())?;
         if vms.iter().all(|v| v.state == HostVmState::Exited) {
             return Ok(vms);
         }
@@ -241,11 +237,7 @@ fn wait_for_exits(sock: &Path) -> Result<Vec<HostVm>, String> {
 /// Every tick of the run, each VM's allocation over time, handed to the sink for the run's
 /// directory; a failure is said, not fatal.
 fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
-    match memvisor_api::call(sock, "GET", "/history", None)
-        .map_err(|e| e.to_string())
-        .and_then(|(_, body)| {
-            serde_json::from_str::<Vec<HostSample>>(&body).map_err(|e| e.to_string())
-        }) {
+    match HostClient::new(sock).history(0.0) {
         Ok(history) => {
             if let Err(e) = sink.history(dir, &history) {
                 eprintln!(

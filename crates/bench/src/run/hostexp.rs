@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{HostEvent, HostSample, HostUpdate, VmSample};
+use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
 
 use crate::experiments::host::{config_text, HostExperiment, PlannedVm};
 use crate::run::teardown;
@@ -108,23 +108,6 @@ impl Tail {
         let mut out: Vec<String> = self.partial.split('\n').map(str::to_owned).collect();
         self.partial = out.pop().unwrap_or_default();
         out
-    }
-}
-
-fn host_get<T: serde::de::DeserializeOwned>(sock: &Path, path: &str) -> Result<T, String> {
-    match memvisor_api::call(sock, "GET", path, None) {
-        Ok((200, body)) => serde_json::from_str(&body)
-            .map_err(|e| format!("GET {path}: not the host's schema: {e}")),
-        Ok((code, body)) => Err(format!("GET {path}: {code} {body}")),
-        Err(e) => Err(format!("GET {path}: {e}")),
-    }
-}
-
-fn host_send(sock: &Path, method: &str, path: &str, body: &str) -> Result<(), String> {
-    match memvisor_api::call(sock, method, path, Some(body)) {
-        Ok((200, _)) => Ok(()),
-        Ok((code, answer)) => Err(format!("{method} {path} {body}: {code} {answer}")),
-        Err(e) => Err(format!("{method} {path} {body}: {e}")),
     }
 }
 
@@ -227,7 +210,7 @@ fn drive(
         }
         add_due_vms(sock, &mut pending_vms, t, &now, &mut run);
         change_due_taxes(sock, &mut pending_tax, t, &now, &mut run);
-        match host_get::<Vec<HostSample>>(sock, &format!("/history?since={since}")) {
+        match HostClient::new(sock).history(since) {
             Ok(new) => {
                 if let Some(last) = new.last() {
                     since = last.seconds;
@@ -243,10 +226,10 @@ fn drive(
         }
         std::thread::sleep(POLL);
     }
-    if let Ok(new) = host_get::<Vec<HostSample>>(sock, &format!("/history?since={since}")) {
+    if let Ok(new) = HostClient::new(sock).history(since) {
         run.samples.extend(new);
     }
-    match host_get::<Vec<HostEvent>>(sock, "/events") {
+    match HostClient::new(sock).events(0.0) {
         Ok(ev) => run.events = ev,
         Err(err) => run
             .notes
@@ -286,9 +269,8 @@ fn add_due_vms(
         if t < v.at {
             return true;
         }
-        let body = serde_json::to_string(&v.spec).unwrap_or_default();
-        match host_send(sock, "POST", "/vms", &body) {
-            Ok(()) => run.joined.push((v.spec.name.clone(), now())),
+        match HostClient::new(sock).add(&v.spec) {
+            Ok(_) => run.joined.push((v.spec.name.clone(), now())),
             Err(err) => run
                 .notes
                 .push(format!("adding {} failed: {err}", v.spec.name)),
@@ -309,12 +291,11 @@ fn change_due_taxes(
         if t < at {
             return true;
         }
-        let body = serde_json::to_string(&HostUpdate {
+        let update = HostUpdate {
             idle_tax: Some(tax),
-        })
-        .unwrap_or_default();
-        match host_send(sock, "PATCH", "/host", &body) {
-            Ok(()) => run.taxes.push((now(), tax)),
+        };
+        match HostClient::new(sock).update(update) {
+            Ok(_) => run.taxes.push((now(), tax)),
             Err(err) => run
                 .notes
                 .push(format!("setting the idle tax failed: {err}")),

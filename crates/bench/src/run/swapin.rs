@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{PagerStats, VmStats};
+use memvisor_api::{PagerStats, VmClient};
 
 use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
 use crate::run::teardown;
@@ -126,22 +126,11 @@ pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
 }
 
 fn stats(sock: &Path) -> Result<PagerStats, String> {
-    match memvisor_api::call(sock, "GET", "/stats", None) {
-        Ok((200, body)) => serde_json::from_str::<VmStats>(&body)
-            .map_err(|e| format!("GET /stats answered what is not VmStats: {e}"))?
-            .pager
-            .ok_or_else(|| "the VM has no pager".to_owned()),
-        Ok((code, body)) => Err(format!("GET /stats: HTTP {code}: {}", body.trim())),
-        Err(e) => Err(format!("GET /stats: {e}")),
-    }
-}
-
-fn put(sock: &Path, path: &str, body: &str) -> Result<(), String> {
-    match memvisor_api::call(sock, "PUT", path, Some(body)) {
-        Ok((200, _)) => Ok(()),
-        Ok((code, b)) => Err(format!("PUT {path}: HTTP {code}: {}", b.trim())),
-        Err(e) => Err(format!("PUT {path}: {e}")),
-    }
+    VmClient::new(sock)
+        .stats()
+        .map_err(|e| e.to_string())?
+        .pager
+        .ok_or_else(|| "the VM has no pager".to_owned())
 }
 
 /// A running VM: its process, console lines and socket.
@@ -331,10 +320,12 @@ fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
     let (ms, _) = vm.wait_phase("sweep1")?;
     p.first_touch_ms = Some(ms);
     let (_, step1_at) = vm.wait_phase("step1")?;
-    put(&vm.sock, "/vm/pause", "")?;
+    VmClient::new(&vm.sock).pause().map_err(|e| e.to_string())?;
     // Out: everything above the limit goes to the pool or the file.
     let t = Instant::now();
-    put(&vm.sock, "/memory", &format!("{{\"limit\": {LIMIT}}}"))?;
+    VmClient::new(&vm.sock)
+        .set_limit(Some(LIMIT))
+        .map_err(|e| e.to_string())?;
     let limit_pages = LIMIT >> 12;
     let want_out = (size >> 12).saturating_sub(limit_pages);
     let (s0, at, _) = vm.poll_until("swapping out", |s| {
@@ -349,19 +340,25 @@ fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
     let c0 = s0.counters;
     let hits0 = s0.pool.map_or(0, |x| x.hit_pages);
     let t = Instant::now();
-    put(&vm.sock, "/memory", "{\"limit\": null}")?;
+    VmClient::new(&vm.sock)
+        .set_limit(None)
+        .map_err(|e| e.to_string())?;
     let s1 = if mode.proactive {
         let (s1, at, polls) = vm.poll_until("swapping in", |s| s.pages.swapped_pages == 0)?;
         p.back_s = at.duration_since(t).as_secs_f64();
         p.back_pages = p.swapped_before - s1.pages.swapped_pages;
         p.polls = polls;
-        put(&vm.sock, "/vm/resume", "")?;
+        VmClient::new(&vm.sock)
+            .resume()
+            .map_err(|e| e.to_string())?;
         let (ms, _) = vm.wait_phase("sweep3")?;
         p.touch_after_ms = Some(ms);
         s1
     } else {
         let t = Instant::now();
-        put(&vm.sock, "/vm/resume", "")?;
+        VmClient::new(&vm.sock)
+            .resume()
+            .map_err(|e| e.to_string())?;
         let (ms, at) = vm.wait_phase("sweep3")?;
         let s1 = stats(&vm.sock)?;
         p.back_s = ms / 1e3;

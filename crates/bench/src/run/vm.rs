@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{ActiveMemory, VmStats};
+use memvisor_api::{ActiveMemory, ClientError, VmClient, VmStats};
 
 use super::teardown;
 use crate::configs::{Config, Hv, Limit, RunFiles};
@@ -289,12 +289,6 @@ pub(super) fn tee_console(
     (rx, thread)
 }
 
-/// The pager's counters in a `GET /stats` answer; `None` without a pager.
-fn pager_from_json(body: &str) -> Option<PagerCounters> {
-    let stats: VmStats = serde_json::from_str(body).ok()?;
-    stats.pager.map(|p| p.counters)
-}
-
 /// `(phase, ms)` of a guest `RESULT` line.
 pub fn parse_result(line: &str) -> Option<(String, Option<f64>, Option<String>)> {
     let rest = line.trim().strip_prefix("RESULT ")?;
@@ -341,19 +335,18 @@ pub(super) fn qmp_balloon(sock: &Path, value: u64) -> Result<(), String> {
 }
 
 fn api_stats(sock: &Path) -> Option<PagerCounters> {
-    match memvisor_api::call(sock, "GET", "/stats", None) {
-        Ok((200, body)) => pager_from_json(&body),
-        _ => None,
-    }
+    api_vm_stats(sock)?.pager.map(|p| p.counters)
 }
 
 /// `GET /stats` as the API's type; `None` when the VM does not answer (yet, or any more).
 fn api_vm_stats(sock: &Path) -> Option<VmStats> {
-    match memvisor_api::call(sock, "GET", "/stats", None) {
-        Ok((200, body)) => serde_json::from_str(&body)
-            .map_err(|e| tracing::warn!("GET /stats answered what is not VmStats: {e}"))
-            .ok(),
-        _ => None,
+    match VmClient::new(sock).stats() {
+        Ok(stats) => Some(stats),
+        Err(e @ ClientError::Schema { .. }) => {
+            tracing::warn!("{e}");
+            None
+        }
+        Err(_) => None,
     }
 }
 
@@ -675,14 +668,10 @@ impl<'a> Watch<'a> {
         let target = spec.limit.unwrap_or(spec.mem);
         let r = match c.hv {
             Hv::Qemu => qmp_balloon(self.sock, target),
-            Hv::Memvisor => {
-                let body = format!("{{\"target\": {}}}", spec.mem - target);
-                match memvisor_api::call(self.sock, "PUT", "/balloon", Some(&body)) {
-                    Ok((200, _)) => Ok(()),
-                    Ok((code, b)) => Err(format!("HTTP {code}: {}", b.trim())),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
+            Hv::Memvisor => VmClient::new(self.sock)
+                .set_balloon(spec.mem - target)
+                .map(drop)
+                .map_err(|e| e.to_string()),
         };
         let at = self.s0.at.elapsed().as_millis();
         self.balloon = Some(match r {
@@ -962,24 +951,18 @@ pub fn give_back(
         match c.hv {
             Hv::Qemu => qmp_balloon(sock, mem)?,
             Hv::Memvisor => {
-                match memvisor_api::call(sock, "PUT", "/balloon", Some(r#"{"target": 0}"#)) {
-                    Ok((200, _)) => {}
-                    Ok((code, b)) => {
-                        return Err(format!("PUT /balloon: HTTP {code}: {}", b.trim()))
-                    }
-                    Err(e) => return Err(format!("PUT /balloon: {e}")),
-                }
+                VmClient::new(sock)
+                    .set_balloon(0)
+                    .map_err(|e| e.to_string())?;
             }
         }
         done.push("balloon deflated".into());
     }
     if c.pager_holds_ram() {
-        let body = format!("{{\"limit\": {mem}}}");
-        match memvisor_api::call(sock, "PUT", "/memory", Some(&body)) {
-            Ok((200, _)) => done.push(format!("pager limit → {} MiB", mem >> 20)),
-            Ok((code, b)) => return Err(format!("PUT /memory: HTTP {code}: {}", b.trim())),
-            Err(e) => return Err(format!("PUT /memory: {e}")),
-        }
+        VmClient::new(sock)
+            .set_limit(Some(mem))
+            .map_err(|e| e.to_string())?;
+        done.push(format!("pager limit → {} MiB", mem >> 20));
     }
     if done.is_empty() {
         return Err(format!("{} has no limit to raise", c.name));
@@ -1065,22 +1048,8 @@ mod tests {
             ..VmStats::default()
         };
         let body = serde_json::to_string(&stats).unwrap();
-        assert_eq!(
-            pager_from_json(&body),
-            Some(PagerCounters {
-                swap_bytes_written: 7,
-                faults_swap: 2,
-                ..PagerCounters::default()
-            })
-        );
         assert_eq!(fault_latency(&stats), Some((2, 3)));
         assert_eq!(fault_latency(&VmStats::default()), None);
-        let none = serde_json::to_string(&VmStats::default()).unwrap();
-        assert_eq!(pager_from_json(&none), None);
-        assert_eq!(
-            pager_from_json(r#"{"pager": {"swap_bytes_written": 7}}"#),
-            None
-        );
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.json");
