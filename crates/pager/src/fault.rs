@@ -250,7 +250,9 @@ impl PagerCore {
         }
     }
 
-    /// Installs zero pages at `p` and the never-touched pages after it (up to [`ZERO_WINDOW`]).
+    /// Installs zero pages at `p` and the pages after it whose content is nothing (never
+    /// touched, or reported free by the guest), up to [`ZERO_WINDOW`], in one call: a guest
+    /// that reuses memory it reported free takes it back a window at a time, not a page.
     fn install_zero(&self, pages: &mut Pages, p: PageIdx, write: bool) -> std::io::Result<()> {
         match pages.table.state(p) {
             PageState::Ballooned => Counters::add(&self.counters.faults_released, 1),
@@ -262,13 +264,20 @@ impl PagerCore {
             _ => {}
         }
         let mut n = 1;
+        let mut reported = 0;
         while n < ZERO_WINDOW
             && p + n < pages.table.len()
             && self.map.same_region(p, p + n)
-            && pages.table.state(p + n) == PageState::Zero
+            && matches!(
+                pages.table.state(p + n),
+                PageState::Zero | PageState::Reported
+            )
         {
+            reported += u64::from(pages.table.state(p + n) == PageState::Reported);
             n += 1;
         }
+        // Reported pages taken back with this one: their old content is not read either.
+        Counters::add(&self.counters.false_reads_avoided, reported);
         let len = n as usize * PAGE_SIZE;
         if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per

@@ -403,10 +403,15 @@ impl PageTable {
     }
 
     /// Forgets `p`'s content (balloon inflate or free page report). Returns whether it was mapped
-    /// (the caller releases the memory).
+    /// (the caller releases the memory). A report of a page the guest never touched changes
+    /// nothing: it holds no memory and no content, and as `Zero` its next fault is served with
+    /// its never-touched neighbours in one window.
     pub fn discard(&mut self, p: PageIdx, to: PageState) -> bool {
         debug_assert!(matches!(to, PageState::Ballooned | PageState::Reported));
         let was = self.state(p);
+        if was == PageState::Zero && to == PageState::Reported {
+            return false;
+        }
         match was {
             PageState::Swapped(b) | PageState::Resident { clean: Some(b) } => {
                 self.blocks.release(b)
