@@ -651,7 +651,10 @@ balloon = true
     // What the exit means, in the VM's entry and in the host's events.
     assert_eq!(
         (b.exit, b.why.as_deref()),
-        (Some(VmExit::GuestSuccess), Some("the guest reported success"))
+        (
+            Some(VmExit::GuestSuccess),
+            Some("the guest reported success")
+        )
     );
     let events: Vec<HostEvent> = get(&sock, "/events");
     assert!(

@@ -1,0 +1,166 @@
+//! `memvisor sim SCENARIO [--out DIR]` and `memvisor sim --scale N`.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::report::{summary, write_all};
+use crate::scenario::Scenario;
+use crate::sim::Sim;
+use crate::vm::SimVm;
+
+/// Simulate a host of many VMs under the policy: a scenario file in, CSVs, a summary and plots
+/// out (docs/sim.md).
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// The scenario (TOML).
+    #[arg(required_unless_present = "scale")]
+    pub scenario: Option<PathBuf>,
+    /// Where to write vms.csv, host.csv, summary.md and the plots (default: sim-out/NAME).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Instead of a scenario: time the ticks of a host of N VMs (1.5x overcommit, a mix of
+    /// workloads) and print the time per tick and the memory per VM.
+    #[arg(long, conflicts_with = "scenario")]
+    pub scale: Option<u32>,
+    /// Ticks to time with --scale.
+    #[arg(long, default_value_t = 100)]
+    pub ticks: u32,
+}
+
+/// Runs the subcommand. Exit status: 0 when the run was written, 2 for bad input, 5 when the
+/// output cannot be written.
+pub fn run(args: SimArgs) -> ExitCode {
+    if let Some(n) = args.scale {
+        return scale(n, args.ticks);
+    }
+    let Some(path) = args.scenario else {
+        return ExitCode::from(2);
+    };
+    let sc = match Scenario::load(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let name = path
+        .file_stem()
+        .map_or_else(|| "sim".to_owned(), |s| s.to_string_lossy().into_owned());
+    let dir = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("sim-out").join(&name));
+    match write_run(sc, &dir, &name) {
+        Ok(text) => {
+            print!("{text}");
+            println!("\nwritten to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", dir.display());
+            ExitCode::from(5)
+        }
+    }
+}
+
+/// Runs a scenario into `dir`; returns the summary's text.
+pub fn write_run(sc: Scenario, dir: &std::path::Path, name: &str) -> std::io::Result<String> {
+    std::fs::create_dir_all(dir)?;
+    let mut csv = BufWriter::new(std::fs::File::create(dir.join("vms.csv"))?);
+    let mut sim = Sim::new(sc);
+    sim.run(Some(&mut csv))?;
+    csv.flush()?;
+    write_all(&sim, dir, name)?;
+    std::fs::read_to_string(dir.join("summary.md"))
+}
+
+/// A host of `n` VMs for the scale measurement: four groups (stepping, idle, hot set, bursts)
+/// of 1 GiB each, 1.5x overcommitted.
+pub fn scale_scenario(n: u32, ticks: u32) -> Scenario {
+    let q = n / 4;
+    let counts = [n - 3 * q, q, q, q];
+    let budget = (u64::from(n) << 30) * 2 / 3;
+    let text = format!(
+        r#"
+seed = 1
+duration = {ticks}
+[host]
+budget = {budget}
+[[group]]
+name = "step"
+count = {}
+mem = "1G"
+workload = {{ kind = "step", steps = [[0, "256M"], [20, "768M"], [60, "384M"]], rate = "40M", jitter = 30 }}
+[[group]]
+name = "idle"
+count = {}
+mem = "1G"
+workload = {{ kind = "idle" }}
+[[group]]
+name = "kv"
+count = {}
+mem = "1G"
+shares = 2000
+workload = {{ kind = "hot", hot = "300M", cold = "500M", rate = "80M" }}
+[[group]]
+name = "burst"
+count = {}
+mem = "1G"
+balloon = false
+workload = {{ kind = "burst", base = "128M", peak = "900M", period = 120, duty = 0.25, rate = "60M" }}
+"#,
+        counts[0], counts[1], counts[2], counts[3]
+    );
+    Scenario::parse("--scale", &text).expect("the scale scenario parses")
+}
+
+fn scale(n: u32, ticks: u32) -> ExitCode {
+    if n == 0 || ticks == 0 {
+        eprintln!("--scale {n} --ticks {ticks}: give 1 or more of each");
+        return ExitCode::from(2);
+    }
+    let sc = scale_scenario(n, ticks);
+    let t0 = Instant::now();
+    let mut sim = Sim::new(sc);
+    let start = t0.elapsed();
+    let (mut plan_s, mut total) = (0.0, 0.0);
+    for _ in 0..ticks {
+        let t = Instant::now();
+        let (obs, oom) = sim.observations();
+        let p = Instant::now();
+        let _ = sim.decide(&obs, &oom);
+        plan_s += p.elapsed().as_secs_f64();
+        // The step decides again: the decision is timed on its own above.
+        if let Err(e) = sim.step(None) {
+            eprintln!("{e}");
+            return ExitCode::from(5);
+        }
+        total += t.elapsed().as_secs_f64();
+    }
+    let tick_s = (total - plan_s) / f64::from(ticks);
+    let plan_per = plan_s / f64::from(ticks);
+    let per_vm = std::mem::size_of::<SimVm>()
+        + sim.vms.first().map_or(0, SimVm::heap_bytes)
+        + std::mem::size_of::<crate::stats::VmStats>()
+        + std::mem::size_of::<memvisor_policy::VmObservation>()
+        + std::mem::size_of::<memvisor_policy::VmAction>();
+    let s = summary(&sim);
+    println!(
+        "{n} VMs, {ticks} ticks: start (admission and start limits) {:.3} s; per tick {:.3} ms ({:.3} ms in the policy's plan, {:.3} ms the rest); {:.1} µs per VM per tick; memory per VM {} bytes; an hour of 1 s ticks: {:.1} s",
+        start.as_secs_f64(),
+        tick_s * 1e3,
+        plan_per * 1e3,
+        (tick_s - plan_per) * 1e3,
+        tick_s / f64::from(n) * 1e6,
+        per_vm,
+        tick_s * 3600.0
+    );
+    println!(
+        "(mean slowdown {:.3}, p99 {:.3}, pauses {})",
+        s.mean_slowdown, s.p99_slowdown, s.pauses
+    );
+    ExitCode::SUCCESS
+}
