@@ -16,16 +16,25 @@ use crate::vm::SimVm;
 /// out (docs/sim.md).
 #[derive(Args, Debug)]
 pub struct SimArgs {
-    /// The scenario (TOML).
-    #[arg(required_unless_present = "scale")]
-    pub scenario: Option<PathBuf>,
-    /// Where to write vms.csv, host.csv, summary.md and the plots (default: sim-out/NAME).
+    /// The scenario (TOML); with several, each runs in turn and a comparison table follows.
+    #[arg(required_unless_present_any = ["scale", "replay"])]
+    pub scenarios: Vec<PathBuf>,
+    /// Where to write vms.csv, host.csv, summary.md and the plots (default: sim-out/NAME; with
+    /// several scenarios, DIR/NAME for each and DIR/comparison.md).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Instead of a scenario: time the ticks of a host of N VMs (1.5x overcommit, a mix of
     /// workloads) and print the time per tick and the memory per VM.
-    #[arg(long, conflicts_with = "scenario")]
+    #[arg(long, conflicts_with = "scenarios")]
     pub scale: Option<u32>,
+    /// Also write trace.jsonl: every tick's observations and plan (memvisor's policy only), the
+    /// format --replay reads.
+    #[arg(long)]
+    pub trace: bool,
+    /// Instead of a scenario: replay a trace (JSON lines, docs/sim.md) through the policy and
+    /// report every tick whose decisions differ from the recorded ones.
+    #[arg(long, conflicts_with_all = ["scenarios", "scale"])]
+    pub replay: Option<PathBuf>,
     /// Ticks to time with --scale.
     #[arg(long, default_value_t = 100)]
     pub ticks: u32,
@@ -37,44 +46,126 @@ pub fn run(args: SimArgs) -> ExitCode {
     if let Some(n) = args.scale {
         return scale(n, args.ticks);
     }
-    let Some(path) = args.scenario else {
-        return ExitCode::from(2);
-    };
-    let sc = match Scenario::load(&path) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let name = path
-        .file_stem()
-        .map_or_else(|| "sim".to_owned(), |s| s.to_string_lossy().into_owned());
-    let dir = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("sim-out").join(&name));
-    match write_run(sc, &dir, &name) {
-        Ok(text) => {
-            print!("{text}");
-            println!("\nwritten to {}", dir.display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{}: {e}", dir.display());
-            ExitCode::from(5)
+    if let Some(path) = args.replay {
+        return replay(&path);
+    }
+    // Every file is checked before anything runs.
+    let mut runs = Vec::new();
+    for path in &args.scenarios {
+        match Scenario::load(path) {
+            Ok(s) => runs.push((path, s)),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
         }
     }
+    let several = runs.len() > 1;
+    let mut table = String::from(COMPARISON_HEADER);
+    for (path, sc) in runs {
+        let name = path
+            .file_stem()
+            .map_or_else(|| "sim".to_owned(), |s| s.to_string_lossy().into_owned());
+        let dir = match (&args.out, several) {
+            (Some(d), false) => d.clone(),
+            (Some(d), true) => d.join(&name),
+            (None, _) => PathBuf::from("sim-out").join(&name),
+        };
+        match write_run(sc, &dir, &name, args.trace) {
+            Ok((text, row)) => {
+                if several {
+                    table.push_str(&row);
+                } else {
+                    print!("{text}");
+                }
+                println!("{name}: written to {}", dir.display());
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", dir.display());
+                return ExitCode::from(5);
+            }
+        }
+    }
+    if several {
+        let dir = args.out.unwrap_or_else(|| PathBuf::from("sim-out"));
+        print!("\n{table}");
+        if let Err(e) = std::fs::write(dir.join("comparison.md"), &table) {
+            eprintln!("{}: {e}", dir.display());
+            return ExitCode::from(5);
+        }
+    }
+    ExitCode::SUCCESS
 }
 
-/// Runs a scenario into `dir`; returns the summary's text.
-pub fn write_run(sc: Scenario, dir: &std::path::Path, name: &str) -> std::io::Result<String> {
+const COMPARISON_HEADER: &str = "| scenario | overcommit | policy | mean slowdown | p99 slowdown | fairness | pauses | completed | move mean / p99 s | ticks over budget |\n|---|---|---|---|---|---|---|---|---|---|\n";
+
+/// Runs a scenario into `dir` (with its trace if `trace`); returns the summary's text and its row of a comparison table.
+pub fn write_run(
+    sc: Scenario,
+    dir: &std::path::Path,
+    name: &str,
+    trace: bool,
+) -> std::io::Result<(String, String)> {
     std::fs::create_dir_all(dir)?;
     let mut csv = BufWriter::new(std::fs::File::create(dir.join("vms.csv"))?);
     let mut sim = Sim::new(sc);
+    if trace {
+        sim.trace = Some(Box::new(BufWriter::new(std::fs::File::create(
+            dir.join("trace.jsonl"),
+        )?)));
+    }
     sim.run(Some(&mut csv))?;
     csv.flush()?;
     write_all(&sim, dir, name)?;
-    std::fs::read_to_string(dir.join("summary.md"))
+    let s = summary(&sim);
+    let maxes: u64 = sim.vms.iter().map(|v| v.cfg.max).sum();
+    let h = &sim.scenario.host;
+    let policy = match h.policy {
+        crate::scenario::PolicyKind::Esx => format!("esx, tax {}", h.idle_tax),
+        crate::scenario::PolicyKind::Static => "static (baseline)".into(),
+        crate::scenario::PolicyKind::Threshold => "threshold (baseline)".into(),
+    };
+    let row = format!(
+        "| {name} | {:.2}x | {policy} | {:.3} | {:.3} | {:.3} | {} | {} of {} | {:.1} / {:.1} | {} |\n",
+        maxes as f64 / h.budget.0 as f64,
+        s.mean_slowdown,
+        s.p99_slowdown,
+        s.fairness,
+        s.pauses,
+        s.completed,
+        sim.vms.iter().filter(|v| v.cfg.work.is_some()).count(),
+        s.move_mean_s,
+        s.move_p99_s,
+        s.ticks_over_budget
+    );
+    Ok((std::fs::read_to_string(dir.join("summary.md"))?, row))
+}
+
+fn replay(path: &std::path::Path) -> ExitCode {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    match crate::trace::replay(std::io::BufReader::new(f)) {
+        Ok((n, bad)) => {
+            for m in bad.iter().take(50) {
+                println!("{}: line {}: {}", path.display(), m.line, m.what);
+            }
+            println!("{} ticks replayed, {} decisions differ", n, bad.len());
+            if bad.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// A host of `n` VMs for the scale measurement: four groups (stepping, idle, hot set, bursts)

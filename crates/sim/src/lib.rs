@@ -12,6 +12,7 @@
 //! | `sim.rs` | the run: admission, start limits, ticks |
 //! | `stats.rs`, `report.rs` | summaries, CSVs, markdown and SVG plots |
 //! | `trace.rs` | replaying a recorded host's trace through `plan` |
+//! | `trace.rs` | traces of ticks as JSON lines, and their replay through `plan` |
 //! | `cli.rs` | `memvisor sim` |
 
 pub mod baseline;
@@ -22,6 +23,7 @@ pub mod rng;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
+pub mod trace;
 pub mod units;
 pub mod vm;
 pub mod workload;

@@ -10,6 +10,7 @@ use crate::baseline::{decide, static_shares, Extra};
 use crate::rng::Rng;
 use crate::scenario::{PolicyKind, Scenario};
 use crate::stats::{Histogram, VmStats};
+use crate::trace::{write_line, TraceTick};
 use crate::vm::{bytes, HostModel, SimVm, VmConfig};
 
 /// One tick of the host, for the plots and the summary.
@@ -43,6 +44,9 @@ pub struct Sim {
     /// Per tick, per group: mean resident MiB, mean target MiB, mean slowdown of those working.
     pub groups: Vec<Vec<[f32; 3]>>,
     static_share: Vec<u64>,
+    /// Where to write each tick's observations and plan as a trace line (trace.rs); only
+    /// written under memvisor's policy.
+    pub trace: Option<Box<dyn Write>>,
 }
 
 /// Column names of the per-VM CSV.
@@ -116,6 +120,7 @@ impl Sim {
             moves: Vec::new(),
             groups: Vec::new(),
             static_share,
+            trace: None,
         }
     }
 
@@ -155,6 +160,10 @@ impl Sim {
         let t = self.tick as f64 * dt;
         let (obs, oom) = self.observations();
         let p = self.decide(&obs, &oom);
+        if let (Some(w), PolicyKind::Esx) = (self.trace.as_mut(), s.host.policy) {
+            let line = TraceTick::new(t, &s.params(), self.state, &self.names, &obs, &oom, &p);
+            write_line(w, &line)?;
+        }
         self.state = p.state;
         let min_limit = s.host.min_limit.0;
         for (v, a) in self.vms.iter_mut().zip(&p.actions) {
@@ -269,6 +278,9 @@ impl Sim {
         for _ in 0..self.scenario.ticks() {
             self.step(csv.as_deref_mut())?;
         }
+        if let Some(w) = self.trace.as_mut() {
+            w.flush()?;
+        }
         Ok(())
     }
 }
@@ -357,6 +369,44 @@ workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0
             }
         }
         assert!(pressure, "the scenario never left the high state");
+    }
+
+    /// A trace the simulator writes replays through `plan` with no difference; a changed
+    /// decision is found and named.
+    #[test]
+    fn a_written_trace_replays_with_the_same_decisions() {
+        use std::sync::{Arc, Mutex};
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let mut s =
+            Sim::new(Scenario::parse("t.toml", &SCENARIO.replace("\"10m\"", "\"4m\"")).unwrap());
+        s.trace = Some(Box::new(Shared(buf.clone())));
+        s.run(None).unwrap();
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let (n, bad) = crate::trace::replay(text.as_bytes()).unwrap();
+        assert_eq!(n, 240);
+        assert!(bad.is_empty(), "{bad:?}");
+        // One VM's recorded limit changed on line 200: replay finds it.
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let mut t: crate::trace::TraceTick = serde_json::from_str(&lines[199]).unwrap();
+        t.plan.actions[1].limit += 4096;
+        lines[199] = serde_json::to_string(&t).unwrap();
+        let (_, bad) = crate::trace::replay(lines.join("\n").as_bytes()).unwrap();
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(bad[0].line, 200);
+        assert!(bad[0].what.starts_with("steps-1:"), "{bad:?}");
+        assert!(crate::trace::replay("{".as_bytes())
+            .unwrap_err()
+            .starts_with("line 1:"));
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub struct SimVm {
     /// This period's draws, sorted, and seconds into it.
     draws: Vec<f32>,
     period_elapsed: f64,
+    /// Bytes of new data the guest has filled its memory with so far.
+    loaded: f64,
     pub done_work: f64,
     pub completed_at: Option<f64>,
     pub rng: Rng,
@@ -112,6 +114,7 @@ impl SimVm {
             active_at_pause: None,
             draws: Vec::new(),
             period_elapsed: 0.0,
+            loaded: 0.0,
             done_work: 0.0,
             completed_at: None,
             rng,
@@ -227,9 +230,15 @@ impl SimVm {
         let max = self.cfg.max as f64;
         let room = (max - self.balloon).max(0.0);
         let limit = (self.limit as f64).min(room);
-        // Growth: new pages toward what the guest touches, at its touch rate.
-        let want = d.touch.min(room);
-        let grow = (want - self.footprint()).clamp(0.0, d.rate * dt);
+        // Growth, at its fill rate: new data toward what the guest touches (once: data its
+        // balloon took is not read again unless it is in the working set), and working-set
+        // pages it no longer holds.
+        let fp = self.footprint();
+        let grow = (d.touch - self.loaded)
+            .max(d.ws.min(max) - fp)
+            .min(room - fp)
+            .clamp(0.0, d.fill * dt);
+        self.loaded += grow;
         let first_touch = grow / PAGE * costs.first_touch_s;
         let fits = (limit - self.resident).clamp(0.0, grow);
         self.resident += fits;

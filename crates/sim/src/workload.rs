@@ -30,6 +30,8 @@ pub struct Demand {
     pub touch: f64,
     /// Bytes it touches per second.
     pub rate: f64,
+    /// Bytes per second at which it fills new memory (toward `touch`).
+    pub fill: f64,
     pub access: Access,
 }
 
@@ -52,8 +54,15 @@ pub enum Workload {
         #[serde(default)]
         jitter: Secs,
     },
-    /// A hot set reused at random inside a store of `hot + cold` the guest loads at start.
-    Hot { hot: Size, cold: Size, rate: Size },
+    /// A hot set reused at random inside a store of `hot + cold` the guest loads at start at
+    /// `load` bytes per second.
+    Hot {
+        hot: Size,
+        cold: Size,
+        rate: Size,
+        #[serde(default = "hot_load")]
+        load: Size,
+    },
     /// A file read once at `rate`: the page cache fills the guest; `window` is reused.
     Stream {
         rate: Size,
@@ -78,6 +87,9 @@ fn idle_ws() -> Size {
 fn idle_rate() -> Size {
     Size(1 << 20)
 }
+fn hot_load() -> Size {
+    Size(200 << 20)
+}
 fn stream_window() -> Size {
     Size(64 << 20)
 }
@@ -89,6 +101,7 @@ impl Workload {
             ws,
             touch: ws,
             rate: rate as f64,
+            fill: rate as f64,
             access,
         };
         match self {
@@ -106,16 +119,23 @@ impl Workload {
                     .map_or(0, |(_, s)| s.0);
                 set(ws as f64, rate.0, Access::Random)
             }
-            Workload::Hot { hot, cold, rate } => Demand {
+            Workload::Hot {
+                hot,
+                cold,
+                rate,
+                load,
+            } => Demand {
                 ws: hot.0 as f64,
                 touch: (hot.0 + cold.0) as f64,
                 rate: rate.0 as f64,
+                fill: load.0.max(rate.0) as f64,
                 access: Access::Random,
             },
             Workload::Stream { rate, window } => Demand {
                 ws: window.0 as f64,
                 touch: f64::INFINITY,
                 rate: rate.0 as f64,
+                fill: rate.0 as f64,
                 access: Access::Stream,
             },
             Workload::Loop { size, rate } => set(size.0 as f64, rate.0, Access::Loop),
