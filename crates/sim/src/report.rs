@@ -33,8 +33,6 @@ pub fn summary(sim: &Sim) -> Summary {
         .map(|(v, st)| st.mean_resident() / v.cfg.shares as f64)
         .collect();
     let mut moves = sim.moves.clone();
-    let budget = sim.scenario.host.budget.0;
-    let overheads = sim.scenario.host.overhead.0 * sim.vms.len() as u64;
     Summary {
         vms: sim.vms.len(),
         refused: sim.refused.len(),
@@ -49,11 +47,7 @@ pub fn summary(sim: &Sim) -> Summary {
             moves.iter().map(|&x| f64::from(x)).sum::<f64>() / moves.len() as f64
         },
         move_p99_s: quantile(&mut moves, 0.99),
-        ticks_over_budget: sim
-            .host
-            .iter()
-            .filter(|h| h.resident + h.pooled + overheads > budget)
-            .count() as u64,
+        ticks_over_budget: sim.host.iter().filter(|h| h.over > 0).count() as u64,
     }
 }
 
@@ -179,7 +173,7 @@ pub fn markdown(sim: &Sim, title: &str) -> String {
 /// `host.csv`: one row per tick.
 pub fn host_csv(sim: &Sim) -> String {
     let mut o =
-        String::from("t,state,free,resident,pooled,swapped,balloons,paused,mean_slowdown\n");
+        String::from("t,state,free,resident,pooled,swapped,balloons,paused,mean_slowdown,over\n");
     for h in &sim.host {
         let _ = writeln!(
             o,

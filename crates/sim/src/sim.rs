@@ -25,6 +25,8 @@ pub struct HostTick {
     pub balloons: u64,
     pub paused: u32,
     pub mean_slowdown: f64,
+    /// Bytes the VMs held past the budget before the host's kernel swapped them out.
+    pub over: u64,
 }
 
 /// A simulated host.
@@ -54,8 +56,16 @@ pub const VM_CSV_HEADER: &str =
     "t,vm,target,resident,balloon,limit,pooled,swapped,active,slowdown,paused";
 
 impl Sim {
-    /// Admits and starts the scenario's VMs in order.
+    /// Admits and starts the scenario's VMs in order, each with its start limit, as
+    /// `memvisor host` starts them.
     pub fn new(scenario: Scenario) -> Sim {
+        Sim::start(scenario, true)
+    }
+
+    /// As [`Sim::new`]; without `start_limits` every VM starts with its limit at its `max`
+    /// (one `start_limit` costs a `targets` over every VM before it, so starting n VMs one by
+    /// one is cubic: the scale measurement skips it past a few thousand VMs).
+    pub fn start(scenario: Scenario, start_limits: bool) -> Sim {
         let host = scenario.params();
         let mut r = Reservations {
             memory: host.budget,
@@ -91,9 +101,13 @@ impl Sim {
                     phase: rng.unit(),
                 };
                 let fresh = SimVm::new(cfg, g.mem.0, rng);
-                let limit = start_limit(&host, &running, &fresh.observe())
-                    .max(scenario.host.min_limit.0)
-                    .min(g.mem.0);
+                let limit = if start_limits {
+                    start_limit(&host, &running, &fresh.observe())
+                        .max(scenario.host.min_limit.0)
+                        .min(g.mem.0)
+                } else {
+                    g.mem.0
+                };
                 let mut vm = fresh;
                 vm.limit = limit;
                 running.push(vm.observe());
@@ -244,6 +258,19 @@ impl Sim {
                     out.slowdown,
                     u8::from(v.paused)
                 )?;
+            }
+        }
+        // Past the budget, the host's kernel swaps (the budget is what the host has): the excess
+        // leaves every VM in proportion to its resident pages, whatever the policy asked.
+        let overheads = s.host.overhead.0 * self.vms.len() as u64;
+        let held = h.resident + h.pooled + overheads;
+        h.over = held.saturating_sub(s.host.budget.0);
+        if h.over > 0 && h.resident > 0 {
+            let f = h.over as f64 / h.resident as f64;
+            for v in &mut self.vms {
+                let x = (v.resident * f).min(v.resident);
+                v.resident -= x;
+                v.swapped += x;
             }
         }
         h.mean_slowdown = if slow_n > 0 {
