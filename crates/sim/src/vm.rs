@@ -335,3 +335,119 @@ pub fn bytes(x: f64) -> u64 {
     let pages = (x.max(0.0) / PAGE).round() as u64;
     pages * 4096
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{Secs, Size};
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn workload(k: u8, a: u64, b: u64) -> Workload {
+        let (a, b) = (Size(a * MIB), Size(b * MIB));
+        let rate = Size(50 * MIB);
+        match k % 5 {
+            0 => Workload::Step {
+                steps: vec![(Secs(0.0), a), (Secs(20.0), b)],
+                rate,
+                jitter: Secs(0.0),
+            },
+            1 => Workload::Hot {
+                hot: a,
+                cold: b,
+                rate,
+                load: Size(200 * MIB),
+            },
+            2 => Workload::Stream { rate, window: a },
+            3 => Workload::Loop { size: a, rate },
+            _ => Workload::Idle { ws: a, rate },
+        }
+    }
+
+    proptest! {
+        /// Whatever is asked, the model keeps its books: nothing negative, the guest's memory
+        /// and its balloon within its RAM, the pool within its share, the limit reached at the
+        /// reclaim rate, and a VM that works is never faster than with all its memory.
+        #[test]
+        fn the_memory_model_keeps_its_books(
+            kind in 0u8..5,
+            a in 1u64..1500,
+            b in 1u64..1500,
+            lru in any::<bool>(),
+            asks in proptest::collection::vec((0u64..2048, 16u64..2048, 0u64..256, any::<bool>()), 1..60),
+        ) {
+            let max = 2048 * MIB;
+            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3 };
+            let mut v = SimVm::new(cfg, max, crate::rng::Rng::new(5));
+            let w = workload(kind, a, b);
+            let h = HostModel {
+                dt: 1.0,
+                costs: Costs::default(),
+                victim: if lru { Victim::Lru } else { Victim::Random },
+                sample_pages: 100,
+                sample_period: 5.0,
+            };
+            for (i, (balloon, limit, pool, pause)) in asks.into_iter().enumerate() {
+                let action = VmAction { target: limit * MIB, balloon: Some(balloon * MIB), limit: limit * MIB, pause, pool: pool * MIB, oom_demand: 0 };
+                v.apply(&action, 16 * MIB);
+                let before = v.resident;
+                let out = v.step(&w, i as f64, &h);
+                let eps = 1.0;
+                prop_assert!(v.resident >= 0.0 && v.pooled >= 0.0 && v.swapped >= 0.0 && v.balloon >= 0.0);
+                prop_assert!(v.footprint() + v.balloon <= max as f64 + eps, "{:?}", v);
+                prop_assert!(v.pooled <= v.pool_share as f64 + eps);
+                prop_assert!(v.resident <= (v.limit as f64).max(before) + eps);
+                if v.resident > v.limit as f64 + eps {
+                    prop_assert!(before - v.resident >= h.costs.reclaim_bytes_s - eps);
+                }
+                if out.useful > 0.0 {
+                    prop_assert!(out.slowdown >= 1.0 - 1e-9);
+                    prop_assert!(!v.paused);
+                } else {
+                    prop_assert!(v.paused || out.slowdown == 0.0);
+                }
+                let e = v.active();
+                prop_assert!((0.0..=1.0).contains(&e));
+            }
+        }
+    }
+
+    /// A loop larger than what LRU keeps misses on every page; a random victim order misses
+    /// only on what is not resident (HyperDealer2's case for treating loops apart).
+    #[test]
+    fn a_loop_larger_than_its_limit_thrashes_under_lru_only() {
+        let run = |victim| {
+            let cfg = VmConfig {
+                group: 0,
+                min: 0,
+                max: 1024 * MIB,
+                shares: 1000,
+                balloon: false,
+                overhead: 0,
+                work: None,
+                phase: 0.0,
+            };
+            let mut v = SimVm::new(cfg, 512 * MIB, crate::rng::Rng::new(1));
+            let w = Workload::Loop {
+                size: Size(600 * MIB),
+                rate: Size(100 * MIB),
+            };
+            let h = HostModel {
+                dt: 1.0,
+                costs: Costs::default(),
+                victim,
+                sample_pages: 0,
+                sample_period: 30.0,
+            };
+            let mut last = TickOutcome::default();
+            for i in 0..60 {
+                last = v.step(&w, f64::from(i), &h);
+            }
+            last.slowdown
+        };
+        let (lru, random) = (run(Victim::Lru), run(Victim::Random));
+        assert!(lru - 1.0 > 3.0 * (random - 1.0), "lru {lru} random {random}");
+        assert!(random > 1.0);
+    }
+}
