@@ -272,3 +272,57 @@ fn scale(n: u32, ticks: u32) -> ExitCode {
     );
     ExitCode::SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(scenarios: Vec<PathBuf>, out: Option<PathBuf>) -> SimArgs {
+        SimArgs {
+            scenarios,
+            out,
+            scale: None,
+            trace: true,
+            replay: None,
+            ticks: 100,
+        }
+    }
+
+    #[test]
+    fn a_run_writes_its_files_and_bad_input_exits_2() {
+        let dir = std::env::temp_dir().join(format!("memvisor-sim-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "duration = 10\n[host]\nbudget = -1\n").unwrap();
+        assert_eq!(run(args(vec![bad], None)), ExitCode::from(2));
+        let good = dir.join("good.toml");
+        std::fs::write(
+            &good,
+            "duration = 30\n[host]\nbudget = \"1G\"\n[[group]]\nname = \"a\"\ncount = 2\nmem = \"768M\"\nworkload = { kind = \"idle\" }\n",
+        )
+        .unwrap();
+        let out = dir.join("out");
+        assert_eq!(run(args(vec![good], Some(out.clone()))), ExitCode::SUCCESS);
+        for f in [
+            "vms.csv",
+            "host.csv",
+            "summary.md",
+            "host.svg",
+            "groups.svg",
+            "slowdown.svg",
+            "trace.jsonl",
+        ] {
+            assert!(out.join(f).metadata().unwrap().len() > 0, "{f}");
+        }
+        let csv = std::fs::read_to_string(out.join("vms.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + 30 * 2);
+        assert!(csv.starts_with(crate::sim::VM_CSV_HEADER));
+        let replay = SimArgs {
+            replay: Some(out.join("trace.jsonl")),
+            ..args(Vec::new(), None)
+        };
+        assert_eq!(run(replay), ExitCode::SUCCESS);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

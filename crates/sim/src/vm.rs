@@ -447,7 +447,10 @@ mod tests {
             last.slowdown
         };
         let (lru, random) = (run(Victim::Lru), run(Victim::Random));
-        assert!(lru - 1.0 > 3.0 * (random - 1.0), "lru {lru} random {random}");
+        assert!(
+            lru - 1.0 > 3.0 * (random - 1.0),
+            "lru {lru} random {random}"
+        );
         assert!(random > 1.0);
     }
 }
