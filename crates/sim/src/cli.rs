@@ -288,6 +288,29 @@ mod tests {
         }
     }
 
+    fn parse(argv: &[&str]) -> Result<SimArgs, clap::Error> {
+        use clap::{Args as _, FromArgMatches as _};
+        let cmd = SimArgs::augment_args(clap::Command::new("sim"));
+        cmd.clone().debug_assert();
+        SimArgs::from_arg_matches(&cmd.try_get_matches_from(argv)?)
+    }
+
+    #[test]
+    fn the_flags_parse_and_conflict_as_documented() {
+        let a = parse(&["sim", "a.toml", "b.toml", "--out", "d"]).unwrap();
+        assert_eq!(a.scenarios.len(), 2);
+        assert_eq!(
+            parse(&["sim", "--scale", "1000"]).unwrap().scale,
+            Some(1000)
+        );
+        assert!(parse(&["sim", "--replay", "t.jsonl"])
+            .unwrap()
+            .replay
+            .is_some());
+        assert!(parse(&["sim"]).is_err(), "a scenario, --scale or --replay");
+        assert!(parse(&["sim", "a.toml", "--scale", "10"]).is_err());
+    }
+
     #[test]
     fn a_run_writes_its_files_and_bad_input_exits_2() {
         let dir = std::env::temp_dir().join(format!("memvisor-sim-test-{}", std::process::id()));
