@@ -225,7 +225,7 @@ pub fn svg_lines(title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)
             h - b + 16.0,
             f * x1
         );
-        let _ = writeln!(o, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3}</text><line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/>", l - 4.0, sy(f * y1) + 4.0, sy(f * y1), w - r, sy(f * y1), f * y1);
+        let _ = writeln!(o, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.3}</text><line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/>", l - 4.0, sy(f * y1) + 4.0, f * y1, sy(f * y1), w - r, sy(f * y1));
     }
     let _ = writeln!(
         o,

@@ -43,7 +43,8 @@ pub struct Sim {
     pub slowdowns: Histogram,
     /// Seconds from a VM's allocation leaving its target to reaching it again.
     pub moves: Vec<f32>,
-    /// Per tick, per group: mean resident MiB, mean target MiB, mean slowdown of those working.
+    /// Per tick, per group: mean resident MiB, mean target MiB, mean slowdown of those working
+    /// (NaN when none worked).
     pub groups: Vec<Vec<[f32; 3]>>,
     static_share: Vec<u64>,
     /// Where to write each tick's observations and plan as a trace line (trace.rs); only
@@ -288,7 +289,11 @@ impl Sim {
                     [
                         (x[0] / n / 1048576.0) as f32,
                         (x[1] / n / 1048576.0) as f32,
-                        (x[3] / x[4].max(1.0)) as f32,
+                        if x[4] > 0.0 {
+                            (x[3] / x[4]) as f32
+                        } else {
+                            f32::NAN // none working: no point on the plot
+                        },
                     ]
                 })
                 .collect(),
