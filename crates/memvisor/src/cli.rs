@@ -60,6 +60,11 @@ pub enum Command {
     /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),
     /// 2 for bad input, 5 when it could not run, 130 on Ctrl-C (after cleaning up).
     Bench(memvisor_bench::BenchArgs),
+    /// Simulate a host of many VMs under the policy: a scenario in; CSVs, a summary and plots
+    /// out (docs/sim.md).
+    ///
+    /// Exit status: 0 when the run was written, 2 for bad input, 5 when it cannot be written.
+    Sim(memvisor_sim::cli::SimArgs),
 }
 
 #[derive(Args, Debug)]

@@ -46,5 +46,6 @@ fn main() -> ExitCode {
         cli::Command::Ctl(args) => ctl::run(args),
         cli::Command::Top(args) => top::run(args),
         cli::Command::Bench(args) => bench_exit(memvisor_bench::run(args)),
+        cli::Command::Sim(args) => memvisor_sim::cli::run(args),
     }
 }

@@ -1,0 +1,67 @@
+//! What each mechanism costs, as parameters of the memory model. The defaults are the values
+//! measured on this project's machines; docs/sim.md says where each comes from.
+
+use serde::Deserialize;
+
+/// Costs in seconds per page or bytes per second.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Costs {
+    /// A userfaultfd fault's round trip from a vCPU (DESIGN.md, "Costs on these machines": 38 µs).
+    pub fault_s: f64,
+    /// A 4 KiB random read from the swap disk (DESIGN.md: 113 µs).
+    pub swap_read_s: f64,
+    /// Sequential reads from the swap disk, bytes per second (DESIGN.md: 600 MB/s).
+    pub swap_seq_bytes_s: f64,
+    /// Installing one page from the pool (DESIGN.md: `UFFDIO_COPY` of one page, 18 µs).
+    pub pool_copy_s: f64,
+    /// First touch of fresh host memory, per page (DESIGN.md: 22 µs).
+    pub first_touch_s: f64,
+    /// How fast a pager limit below resident memory is reached, bytes per second (writes in
+    /// batches, sequential on the disk: DESIGN.md's 600 MB/s).
+    pub reclaim_bytes_s: f64,
+    /// How fast a balloon inflates, bytes per second (not measured yet; an assumption).
+    pub inflate_bytes_s: f64,
+    /// How fast a balloon deflates, bytes per second (not measured yet; an assumption).
+    pub deflate_bytes_s: f64,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Costs {
+            fault_s: 38e-6,
+            swap_read_s: 113e-6,
+            swap_seq_bytes_s: 600e6,
+            pool_copy_s: 18e-6,
+            first_touch_s: 22e-6,
+            reclaim_bytes_s: 600e6,
+            inflate_bytes_s: 1e9,
+            deflate_bytes_s: 1e9,
+        }
+    }
+}
+
+impl Costs {
+    /// A fault on a page in the swap file, random or sequential access.
+    pub fn swap_fault(&self, sequential: bool) -> f64 {
+        if sequential {
+            self.fault_s + 4096.0 / self.swap_seq_bytes_s
+        } else {
+            self.fault_s + self.swap_read_s
+        }
+    }
+
+    /// A fault on a page in the pool.
+    pub fn pool_fault(&self) -> f64 {
+        self.fault_s + self.pool_copy_s
+    }
+
+    /// A page the guest swaps itself (its balloon left it short): a disk read, no uffd trip.
+    pub fn guest_swap(&self, sequential: bool) -> f64 {
+        if sequential {
+            4096.0 / self.swap_seq_bytes_s
+        } else {
+            self.swap_read_s
+        }
+    }
+}

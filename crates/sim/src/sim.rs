@@ -1,0 +1,476 @@
+//! The run: VMs admitted and started as `memvisor host` starts them (`admit`, `start_limit`),
+//! then every tick their observations, one plan, its actions carried out, the model stepped,
+//! and what happened recorded.
+
+use std::io::Write;
+
+use memvisor_policy::{admit, start_limit, FreeState, Plan, Reservations, VmObservation};
+
+use crate::baseline::{decide, static_shares, Extra};
+use crate::rng::Rng;
+use crate::scenario::{PolicyKind, Scenario};
+use crate::stats::{Histogram, VmStats};
+use crate::trace::{write_line, TraceTick};
+use crate::vm::{bytes, HostModel, SimVm, VmConfig};
+
+/// One tick of the host, for the plots and the summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostTick {
+    pub t: f64,
+    pub state: u8,
+    pub free: u64,
+    pub resident: u64,
+    pub pooled: u64,
+    pub swapped: u64,
+    pub balloons: u64,
+    pub paused: u32,
+    pub mean_slowdown: f64,
+    /// Bytes the VMs held past the budget before the host's kernel swapped them out.
+    pub over: u64,
+}
+
+/// A simulated host.
+pub struct Sim {
+    pub scenario: Scenario,
+    pub vms: Vec<SimVm>,
+    pub names: Vec<String>,
+    /// VMs admission refused: name and why.
+    pub refused: Vec<(String, String)>,
+    pub state: FreeState,
+    pub tick: u64,
+    pub host: Vec<HostTick>,
+    pub stats: Vec<VmStats>,
+    pub slowdowns: Histogram,
+    /// Seconds from a VM's allocation leaving its target to reaching it again.
+    pub moves: Vec<f32>,
+    /// Per tick, per group: mean resident MiB, mean target MiB, mean slowdown of those working
+    /// (NaN when none worked).
+    pub groups: Vec<Vec<[f32; 3]>>,
+    static_share: Vec<u64>,
+    /// Where to write each tick's observations and plan as a trace line (trace.rs); only
+    /// written under memvisor's policy.
+    pub trace: Option<Box<dyn Write>>,
+}
+
+/// Column names of the per-VM CSV.
+pub const VM_CSV_HEADER: &str =
+    "t,vm,target,resident,balloon,limit,pooled,swapped,active,slowdown,paused";
+
+impl Sim {
+    /// Admits and starts the scenario's VMs in order, each with its start limit, as
+    /// `memvisor host` starts them.
+    pub fn new(scenario: Scenario) -> Sim {
+        Sim::start(scenario, true)
+    }
+
+    /// As [`Sim::new`]; without `start_limits` every VM starts with its limit at its `max`
+    /// (one `start_limit` costs a `targets` over every VM before it, so starting n VMs one by
+    /// one is cubic: the scale measurement skips it past a few thousand VMs).
+    pub fn start(scenario: Scenario, start_limits: bool) -> Sim {
+        let host = scenario.params();
+        let mut r = Reservations {
+            memory: host.budget,
+            swap: scenario.host.swap.map_or(u64::MAX, |s| s.0),
+            ..Reservations::default()
+        };
+        let overhead = scenario.host.overhead.0;
+        let mut vms: Vec<SimVm> = Vec::new();
+        let mut names = Vec::new();
+        let mut refused = Vec::new();
+        let mut running: Vec<VmObservation> = Vec::new();
+        let mut n = 0u64;
+        for (gi, g) in scenario.groups.iter().enumerate() {
+            for k in 0..g.count {
+                let name = format!("{}-{k}", g.name);
+                let mut rng = Rng::stream(scenario.seed, n);
+                n += 1;
+                match admit(&r, g.min.0, g.mem.0, overhead) {
+                    Ok(next) => r = next,
+                    Err(e) => {
+                        refused.push((name, e.to_string()));
+                        continue;
+                    }
+                }
+                let cfg = VmConfig {
+                    group: gi,
+                    min: g.min.0,
+                    max: g.mem.0,
+                    shares: g.shares,
+                    balloon: g.balloon,
+                    overhead,
+                    work: g.work.map(|w| w.0),
+                    phase: rng.unit(),
+                };
+                let fresh = SimVm::new(cfg, g.mem.0, rng);
+                let limit = if start_limits {
+                    start_limit(&host, &running, &fresh.observe())
+                        .max(scenario.host.min_limit.0)
+                        .min(g.mem.0)
+                } else {
+                    g.mem.0
+                };
+                let mut vm = fresh;
+                vm.limit = limit;
+                running.push(vm.observe());
+                vms.push(vm);
+                names.push(name);
+            }
+        }
+        let static_share = if scenario.host.policy == PolicyKind::Static {
+            static_shares(&host, &running)
+        } else {
+            Vec::new()
+        };
+        let stats = vec![VmStats::default(); vms.len()];
+        Sim {
+            scenario,
+            vms,
+            names,
+            refused,
+            state: FreeState::High,
+            tick: 0,
+            host: Vec::new(),
+            stats,
+            slowdowns: Histogram::default(),
+            moves: Vec::new(),
+            groups: Vec::new(),
+            static_share,
+            trace: None,
+        }
+    }
+
+    /// What the host sees this tick, and which VMs deflated on OOM since the last.
+    pub fn observations(&self) -> (Vec<VmObservation>, Vec<bool>) {
+        let obs = self.vms.iter().map(SimVm::observe).collect();
+        let oom = self.vms.iter().map(|v| v.oom_deflated).collect();
+        (obs, oom)
+    }
+
+    /// Decides one tick from the VMs' observations (the decision only; nothing is applied).
+    pub fn decide(&self, obs: &[VmObservation], oom: &[bool]) -> Plan {
+        let guest_free: Vec<u64> = self
+            .vms
+            .iter()
+            .map(|v| {
+                let used = v.resident + v.pooled + v.swapped + v.balloon;
+                bytes(v.cfg.max as f64 - used)
+            })
+            .collect();
+        decide(
+            &self.scenario,
+            self.state,
+            obs,
+            oom,
+            &Extra {
+                guest_free: &guest_free,
+                static_share: &self.static_share,
+            },
+        )
+    }
+
+    /// Runs one tick; writes the per-VM CSV rows to `csv` when given.
+    pub fn step(&mut self, csv: Option<&mut (dyn Write + '_)>) -> std::io::Result<()> {
+        let s = &self.scenario;
+        let dt = s.host.tick.0;
+        let t = self.tick as f64 * dt;
+        let (obs, oom) = self.observations();
+        let p = self.decide(&obs, &oom);
+        if let (Some(w), PolicyKind::Esx) = (self.trace.as_mut(), s.host.policy) {
+            let line = TraceTick::new(t, &s.params(), self.state, &self.names, &obs, &oom, &p);
+            write_line(w, &line)?;
+        }
+        self.state = p.state;
+        let min_limit = s.host.min_limit.0;
+        for (v, a) in self.vms.iter_mut().zip(&p.actions) {
+            v.apply(a, min_limit);
+        }
+        let model = HostModel {
+            dt,
+            costs: s.costs,
+            victim: s.host.victim,
+            sample_pages: s.host.sample_pages,
+            sample_period: s.host.sample_period.0,
+        };
+        let mut h = HostTick {
+            t,
+            state: p.state as u8,
+            free: p.free,
+            ..HostTick::default()
+        };
+        let (mut slow_sum, mut slow_n) = (0.0, 0u32);
+        let write_every = u64::from(s.output.every);
+        let write_vms = s.output.vms.map_or(usize::MAX, |n| n as usize);
+        let mut g = vec![[0f64; 5]; s.groups.len()];
+        let mut csv = csv.filter(|_| self.tick % write_every == 0);
+        for (i, v) in self.vms.iter_mut().enumerate() {
+            let w = &s.groups[v.cfg.group].workload;
+            let was_paused = v.paused;
+            let out = v.step(w, t, &model);
+            let st = &mut self.stats[i];
+            if let (Some(work), None) = (v.cfg.work, v.completed_at) {
+                if v.done_work >= work {
+                    v.completed_at = Some(t + dt);
+                }
+            }
+            st.record(v, &out, was_paused, dt);
+            if out.useful > 0.0 {
+                self.slowdowns.add(out.slowdown);
+                slow_sum += out.slowdown;
+                slow_n += 1;
+            }
+            let tol = (4u64 << 20).max(v.cfg.max / 50) as f64;
+            let off = (v.resident - v.target as f64).abs() > tol && v.resident > v.target as f64;
+            match (st.gap_since, off) {
+                (None, true) => st.gap_since = Some(t),
+                (Some(since), false) => {
+                    // Durations of at most a few hours: f32 keeps a millisecond.
+                    #[allow(clippy::cast_possible_truncation)]
+                    self.moves.push((t + dt - since) as f32);
+                    st.gap_since = None;
+                }
+                _ => {}
+            }
+            let gs = &mut g[v.cfg.group];
+            gs[0] += v.resident;
+            gs[1] += v.target as f64;
+            gs[2] += 1.0;
+            if out.useful > 0.0 {
+                gs[3] += out.slowdown;
+                gs[4] += 1.0;
+            }
+            h.resident += bytes(v.resident);
+            h.pooled += bytes(v.pooled);
+            h.swapped += bytes(v.swapped);
+            h.balloons += bytes(v.balloon);
+            h.paused += u32::from(v.paused);
+            if let Some(f) = csv.as_deref_mut().filter(|_| i < write_vms) {
+                writeln!(
+                    f,
+                    "{:.3},{},{},{},{},{},{},{},{:.4},{:.4},{}",
+                    t + dt,
+                    self.names[i],
+                    v.target,
+                    bytes(v.resident),
+                    bytes(v.balloon),
+                    v.limit,
+                    bytes(v.pooled),
+                    bytes(v.swapped),
+                    v.active(),
+                    out.slowdown,
+                    u8::from(v.paused)
+                )?;
+            }
+        }
+        // Past the budget, the host's kernel swaps (the budget is what the host has): the excess
+        // leaves every VM in proportion to its resident pages, whatever the policy asked.
+        let overheads = s.host.overhead.0 * self.vms.len() as u64;
+        let held = h.resident + h.pooled + overheads;
+        h.over = held.saturating_sub(s.host.budget.0);
+        if h.over > 0 && h.resident > 0 {
+            let f = h.over as f64 / h.resident as f64;
+            for v in &mut self.vms {
+                let x = (v.resident * f).min(v.resident);
+                v.resident -= x;
+                v.swapped += x;
+            }
+        }
+        h.mean_slowdown = if slow_n > 0 {
+            slow_sum / f64::from(slow_n)
+        } else {
+            0.0
+        };
+        self.host.push(h);
+        // Means of MiB and slowdowns: f32 is plenty for a plot.
+        #[allow(clippy::cast_possible_truncation)]
+        self.groups.push(
+            g.iter()
+                .map(|x| {
+                    let n = x[2].max(1.0);
+                    [
+                        (x[0] / n / 1048576.0) as f32,
+                        (x[1] / n / 1048576.0) as f32,
+                        if x[4] > 0.0 {
+                            (x[3] / x[4]) as f32
+                        } else {
+                            f32::NAN // none working: no point on the plot
+                        },
+                    ]
+                })
+                .collect(),
+        );
+        self.tick += 1;
+        Ok(())
+    }
+
+    /// Runs the whole scenario.
+    pub fn run<'w>(&mut self, mut csv: Option<&mut (dyn Write + 'w)>) -> std::io::Result<()> {
+        if let Some(f) = csv.as_deref_mut() {
+            writeln!(f, "{VM_CSV_HEADER}")?;
+        }
+        for _ in 0..self.scenario.ticks() {
+            self.step(csv.as_deref_mut())?;
+        }
+        if let Some(w) = self.trace.as_mut() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memvisor_policy::plan;
+
+    const SCENARIO: &str = r#"
+seed = 9
+duration = "10m"
+[host]
+budget = "5G"
+pool = "256M"
+[[group]]
+name = "steps"
+count = 3
+mem = "2G"
+workload = { kind = "step", steps = [[0, "200M"], [120, "1500M"], [400, "300M"]], rate = "80M", jitter = 60 }
+[[group]]
+name = "idle"
+count = 2
+mem = "2G"
+workload = { kind = "hot", hot = "16M", cold = "1G", rate = "1M" }
+[[group]]
+name = "nob"
+mem = "1G"
+balloon = false
+workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0.5, rate = "50M" }
+"#;
+
+    fn sim() -> Sim {
+        Sim::new(Scenario::parse("t.toml", SCENARIO).unwrap())
+    }
+
+    fn run_to_bytes() -> Vec<u8> {
+        let mut s = sim();
+        let mut out = Vec::new();
+        s.run(Some(&mut out)).unwrap();
+        out.extend(crate::report::markdown(&s, "t").into_bytes());
+        out.extend(crate::report::host_csv(&s).into_bytes());
+        out
+    }
+
+    #[test]
+    fn a_seed_and_a_scenario_determine_the_run_byte_for_byte() {
+        let a = run_to_bytes();
+        assert!(a.len() > 10_000);
+        assert_eq!(a, run_to_bytes());
+        let mut other = Sim::new(
+            Scenario::parse("t.toml", &SCENARIO.replace("seed = 9", "seed = 10")).unwrap(),
+        );
+        let mut b = Vec::new();
+        other.run(Some(&mut b)).unwrap();
+        assert_ne!(a[..b.len().min(a.len())], b[..b.len().min(a.len())]);
+    }
+
+    /// The simulator's decision is `plan`'s, called with the same observations: at every tick
+    /// of a run under pressure, the actions it carries out are those `plan` returns for what it
+    /// observed.
+    #[test]
+    fn the_simulators_decisions_are_plans_for_the_same_observations() {
+        let mut s = sim();
+        let host = s.scenario.params();
+        let mut pressure = false;
+        for _ in 0..s.scenario.ticks() {
+            let (obs, oom) = s.observations();
+            let expected = plan(&host, s.state, &obs, &oom);
+            let got = s.decide(&obs, &oom);
+            assert_eq!(got, expected);
+            s.step(None).unwrap();
+            pressure |= expected.state != FreeState::High;
+            // What the VMs now carry out is what the plan asked (limits at least the pager's
+            // smallest).
+            for (v, a) in s.vms.iter().zip(&expected.actions) {
+                assert_eq!(v.target, a.target);
+                assert_eq!(
+                    v.limit,
+                    a.limit.max(s.scenario.host.min_limit.0).min(v.cfg.max)
+                );
+                assert_eq!(v.paused, a.pause);
+                if let Some(b) = a.balloon {
+                    assert_eq!(v.balloon_asked, b);
+                }
+            }
+        }
+        assert!(pressure, "the scenario never left the high state");
+    }
+
+    /// A trace the simulator writes replays through `plan` with no difference; a changed
+    /// decision is found and named.
+    #[test]
+    fn a_written_trace_replays_with_the_same_decisions() {
+        use std::sync::{Arc, Mutex};
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let mut s =
+            Sim::new(Scenario::parse("t.toml", &SCENARIO.replace("\"10m\"", "\"4m\"")).unwrap());
+        s.trace = Some(Box::new(Shared(buf.clone())));
+        s.run(None).unwrap();
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let (n, bad) = crate::trace::replay(text.as_bytes()).unwrap();
+        assert_eq!(n, 240);
+        assert!(bad.is_empty(), "{bad:?}");
+        // One VM's recorded limit changed on line 200: replay finds it.
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let mut t: crate::trace::TraceTick = serde_json::from_str(&lines[199]).unwrap();
+        t.plan.actions[1].limit += 4096;
+        lines[199] = serde_json::to_string(&t).unwrap();
+        let (_, bad) = crate::trace::replay(lines.join("\n").as_bytes()).unwrap();
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(bad[0].line, 200);
+        assert!(bad[0].what.starts_with("steps-1:"), "{bad:?}");
+        assert!(crate::trace::replay("{".as_bytes())
+            .unwrap_err()
+            .starts_with("line 1:"));
+    }
+
+    #[test]
+    fn admission_refuses_what_does_not_fit_and_start_limits_come_from_the_policy() {
+        let text = SCENARIO.replace("budget = \"5G\"", "budget = \"5G\"\nswap = \"5G\"");
+        let s = Sim::new(Scenario::parse("t.toml", &text).unwrap());
+        // Each VM reserves max − min of swap: two of 2 GiB fit, then only the 1 GiB one.
+        assert_eq!(s.names, ["steps-0", "steps-1", "nob-0"]);
+        assert_eq!(s.refused.len(), 3);
+        assert!(s.refused[0].1.contains("swap"), "{:?}", s.refused);
+        let s = sim();
+        let host = s.scenario.params();
+        let mut before = Vec::new();
+        for v in &s.vms {
+            let fresh = SimVm::new(v.cfg.clone(), v.cfg.max, crate::rng::Rng::new(0));
+            let want = start_limit(&host, &before, &fresh.observe())
+                .max(s.scenario.host.min_limit.0)
+                .min(v.cfg.max);
+            assert_eq!(v.limit, want);
+            before.push(fresh.observe());
+            before.last_mut().unwrap().limit = want;
+        }
+    }
+
+    #[test]
+    fn memory_moves_to_the_busy_vms_and_the_host_keeps_near_its_budget() {
+        let mut s = sim();
+        s.run(None).unwrap();
+        let sum = crate::report::summary(&s);
+        assert!(sum.mean_slowdown >= 1.0);
+        // Idle VMs end up with less than the busy ones at the working-set peak.
+        let at = |t: usize, i: usize| s.groups[t][i][0];
+        assert!(at(300, 1) < at(300, 0), "{:?}", s.groups[300]);
+    }
+}

@@ -1,0 +1,266 @@
+//! Traces of a host's ticks as JSON lines, and their replay: each line holds the host's
+//! parameters, the free-memory state the tick started in, every VM's observation and whether it
+//! deflated on OOM, and the plan the host carried out. Replaying re-runs
+//! `memvisor_policy::plan` on each line's observations and reports every tick whose decisions
+//! differ from the recorded ones. The simulator writes its own runs in this format
+//! (`trace.jsonl`); `memvisor host` recording the same lines is what validation against real
+//! runs needs (docs/sim.md).
+
+use std::io::{BufRead, Write};
+
+use memvisor_policy::{plan, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
+use serde::{Deserialize, Serialize};
+
+/// One tick.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceTick {
+    /// Seconds since the host started.
+    pub t: f64,
+    pub host: TraceHost,
+    /// The free-memory state the tick started in.
+    pub state: String,
+    pub vms: Vec<TraceVm>,
+    pub plan: TracePlan,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceHost {
+    pub budget: u64,
+    pub idle_tax: f64,
+    pub pool: u64,
+    pub thresholds: [f64; 4],
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceVm {
+    pub name: String,
+    pub min: u64,
+    pub max: u64,
+    pub shares: u64,
+    pub active: f64,
+    pub resident: u64,
+    pub pooled: u64,
+    pub overhead: u64,
+    pub balloon: Option<u64>,
+    pub limit: u64,
+    pub paused: bool,
+    pub oom_demand: u32,
+    pub oom_deflated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TracePlan {
+    pub state: String,
+    pub free: u64,
+    pub pool: u64,
+    pub actions: Vec<TraceAction>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceAction {
+    pub target: u64,
+    pub balloon: Option<u64>,
+    pub limit: u64,
+    pub pause: bool,
+    pub pool: u64,
+    pub oom_demand: u32,
+}
+
+fn state_name(s: FreeState) -> &'static str {
+    match s {
+        FreeState::High => "high",
+        FreeState::Soft => "soft",
+        FreeState::Hard => "hard",
+        FreeState::Low => "low",
+    }
+}
+
+fn state_of(s: &str) -> Option<FreeState> {
+    Some(match s {
+        "high" => FreeState::High,
+        "soft" => FreeState::Soft,
+        "hard" => FreeState::Hard,
+        "low" => FreeState::Low,
+        _ => return None,
+    })
+}
+
+impl TraceTick {
+    /// The line for a tick decided from `obs` in `state`.
+    pub fn new(
+        t: f64,
+        host: &HostParams,
+        state: FreeState,
+        names: &[String],
+        obs: &[VmObservation],
+        oom: &[bool],
+        p: &Plan,
+    ) -> TraceTick {
+        let th = host.thresholds;
+        TraceTick {
+            t,
+            host: TraceHost {
+                budget: host.budget,
+                idle_tax: host.idle_tax,
+                pool: host.pool,
+                thresholds: [th.high, th.soft, th.hard, th.low],
+            },
+            state: state_name(state).into(),
+            vms: obs
+                .iter()
+                .zip(names)
+                .zip(oom)
+                .map(|((o, n), &d)| TraceVm {
+                    name: n.clone(),
+                    min: o.min,
+                    max: o.max,
+                    shares: o.shares,
+                    active: o.active,
+                    resident: o.resident,
+                    pooled: o.pooled,
+                    overhead: o.overhead,
+                    balloon: o.balloon,
+                    limit: o.limit,
+                    paused: o.paused,
+                    oom_demand: o.oom_demand,
+                    oom_deflated: d,
+                })
+                .collect(),
+            plan: TracePlan {
+                state: state_name(p.state).into(),
+                free: p.free,
+                pool: p.pool,
+                actions: p
+                    .actions
+                    .iter()
+                    .map(|a| TraceAction {
+                        target: a.target,
+                        balloon: a.balloon,
+                        limit: a.limit,
+                        pause: a.pause,
+                        pool: a.pool,
+                        oom_demand: a.oom_demand,
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    /// The policy's inputs recorded on this line.
+    pub fn inputs(&self) -> Option<(HostParams, FreeState, Vec<VmObservation>, Vec<bool>)> {
+        let [high, soft, hard, low] = self.host.thresholds;
+        let host = HostParams {
+            budget: self.host.budget,
+            idle_tax: self.host.idle_tax,
+            thresholds: Thresholds {
+                high,
+                soft,
+                hard,
+                low,
+            },
+            pool: self.host.pool,
+        };
+        let obs = self
+            .vms
+            .iter()
+            .map(|v| VmObservation {
+                min: v.min,
+                max: v.max,
+                shares: v.shares,
+                active: v.active,
+                resident: v.resident,
+                pooled: v.pooled,
+                overhead: v.overhead,
+                balloon: v.balloon,
+                limit: v.limit,
+                paused: v.paused,
+                oom_demand: v.oom_demand,
+            })
+            .collect();
+        let oom = self.vms.iter().map(|v| v.oom_deflated).collect();
+        Some((host, state_of(&self.state)?, obs, oom))
+    }
+}
+
+/// A tick whose replayed decision differs from the recorded one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mismatch {
+    pub line: usize,
+    pub what: String,
+}
+
+/// Replays a trace: `plan` on each line's inputs, compared with the line's plan. Returns the
+/// number of ticks replayed and the mismatches; a line that does not parse is an error naming it.
+pub fn replay(r: impl BufRead) -> Result<(usize, Vec<Mismatch>), String> {
+    let mut n = 0;
+    let mut bad = Vec::new();
+    for (i, line) in r.lines().enumerate() {
+        let line = line.map_err(|e| format!("line {}: {e}", i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let tick: TraceTick =
+            serde_json::from_str(&line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let (host, state, obs, oom) = tick
+            .inputs()
+            .ok_or_else(|| format!("line {}: state '{}' is not a state", i + 1, tick.state))?;
+        let p = plan(&host, state, &obs, &oom);
+        let again = TraceTick::new(tick.t, &host, state, &[], &[], &[], &p).plan;
+        n += 1;
+        if again.state != tick.plan.state
+            || again.free != tick.plan.free
+            || again.pool != tick.plan.pool
+        {
+            bad.push(Mismatch {
+                line: i + 1,
+                what: format!(
+                    "host: replayed {} free {} pool {}, recorded {} free {} pool {}",
+                    again.state,
+                    again.free,
+                    again.pool,
+                    tick.plan.state,
+                    tick.plan.free,
+                    tick.plan.pool
+                ),
+            });
+        }
+        for (k, (a, b)) in again.actions.iter().zip(&tick.plan.actions).enumerate() {
+            if a != b {
+                let name = tick.vms.get(k).map_or("?", |v| v.name.as_str());
+                bad.push(Mismatch {
+                    line: i + 1,
+                    what: format!("{name}: replayed {a:?}, recorded {b:?}"),
+                });
+            }
+        }
+        if again.actions.len() != tick.plan.actions.len() {
+            bad.push(Mismatch {
+                line: i + 1,
+                what: format!(
+                    "replayed {} actions, recorded {}",
+                    again.actions.len(),
+                    tick.plan.actions.len()
+                ),
+            });
+        }
+    }
+    Ok((n, bad))
+}
+
+/// Writes one line.
+pub fn write_line(w: &mut dyn Write, tick: &TraceTick) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *w, tick)?;
+    w.write_all(b"\n")
+}
+
+/// Converts a recorded action back (for a caller that wants the policy's type).
+pub fn action(a: &TraceAction) -> VmAction {
+    VmAction {
+        target: a.target,
+        balloon: a.balloon,
+        limit: a.limit,
+        pause: a.pause,
+        pool: a.pool,
+        oom_demand: a.oom_demand,
+    }
+}

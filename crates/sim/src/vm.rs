@@ -1,0 +1,456 @@
+//! One simulated VM: the memory model that turns its allocation (resident pages, pool, swap,
+//! balloon, pager limit, pause) and its generator's demand into faults, slowdown and the
+//! sampled active estimate the VMM would report.
+//!
+//! Each tick of `dt` seconds, in order:
+//! 1. the balloon moves toward the size asked, at the inflate or deflate rate; inflating takes
+//!    the guest's free and cold pages (swapped, then pooled, then resident ones); a guest whose
+//!    working set no longer fits deflates on OOM;
+//! 2. a pager limit under the resident pages is reached at the reclaim rate; reclaimed pages go
+//!    to the pool while the VM's share of it has room, to swap otherwise; a pool above its share
+//!    spills to swap;
+//! 3. unless paused, the guest runs: new pages (its footprint growing toward what it touches)
+//!    cost a first touch each; a working-set page that is not resident costs a fault from the
+//!    pool or from swap (random or sequential), one the guest's own memory lacks (its balloon
+//!    left it short) a guest swap read. With `r` pages touched per second and `m` the miss
+//!    fraction, a second of work takes `1 + r·m·c` seconds: that factor is the slowdown.
+//!    Faulted pages stay while the limit leaves room; at the limit each evicts another;
+//! 4. sampling: `sample_pages` pages are picked at the start of each period with a uniform draw
+//!    each; a page counts as touched once the fraction of resident pages touched so far passes
+//!    its draw, so the count is binomial with the true fraction, grows through the period, and
+//!    feeds [`ActiveEstimate`] exactly as the VMM's sampler does (`period_so_far` every tick,
+//!    `period_done` at the end).
+
+use memvisor_policy::{ActiveEstimate, VmAction, VmObservation};
+
+use crate::costs::Costs;
+use crate::rng::Rng;
+use crate::scenario::Victim;
+use crate::workload::{Access, Demand, Workload};
+
+const PAGE: f64 = 4096.0;
+
+/// A VM's configuration.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    pub group: usize,
+    pub min: u64,
+    pub max: u64,
+    pub shares: u64,
+    pub balloon: bool,
+    pub overhead: u64,
+    pub work: Option<f64>,
+    pub phase: f64,
+}
+
+/// What the host is like for every VM: the tick, the costs, the victim order, sampling.
+#[derive(Clone, Copy, Debug)]
+pub struct HostModel {
+    pub dt: f64,
+    pub costs: Costs,
+    pub victim: Victim,
+    pub sample_pages: u32,
+    pub sample_period: f64,
+}
+
+/// What one tick did to a VM.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TickOutcome {
+    /// Seconds of useful work done.
+    pub useful: f64,
+    /// Wall seconds per second of work this tick (1 when nothing is missing; 0 when paused or
+    /// done, which did no work).
+    pub slowdown: f64,
+    pub faults: f64,
+}
+
+/// One simulated VM.
+#[derive(Clone, Debug)]
+pub struct SimVm {
+    pub cfg: VmConfig,
+    /// Guest pages on the host, bytes (a whole number of pages as f64 keeps the model smooth).
+    pub resident: f64,
+    pub pooled: f64,
+    pub swapped: f64,
+    /// Balloon size now and asked for.
+    pub balloon: f64,
+    pub balloon_asked: u64,
+    pub limit: u64,
+    pub pool_share: u64,
+    pub paused: bool,
+    pub oom_demand: u32,
+    /// Deflated on OOM since the last tick.
+    pub oom_deflated: bool,
+    pub target: u64,
+    pub est: ActiveEstimate,
+    /// The estimate when the host paused it (what the host reports while paused).
+    active_at_pause: Option<f64>,
+    /// This period's draws, sorted, and seconds into it.
+    draws: Vec<f32>,
+    period_elapsed: f64,
+    /// Bytes of new data the guest has filled its memory with so far.
+    loaded: f64,
+    pub done_work: f64,
+    pub completed_at: Option<f64>,
+    pub rng: Rng,
+}
+
+impl SimVm {
+    pub fn new(cfg: VmConfig, limit: u64, rng: Rng) -> SimVm {
+        SimVm {
+            balloon_asked: 0,
+            limit,
+            target: cfg.max,
+            cfg,
+            resident: 0.0,
+            pooled: 0.0,
+            swapped: 0.0,
+            balloon: 0.0,
+            pool_share: 0,
+            paused: false,
+            oom_demand: 0,
+            oom_deflated: false,
+            est: ActiveEstimate::default(),
+            active_at_pause: None,
+            draws: Vec::new(),
+            period_elapsed: 0.0,
+            loaded: 0.0,
+            done_work: 0.0,
+            completed_at: None,
+            rng,
+        }
+    }
+
+    /// Whether it has finished its work.
+    pub fn done(&self) -> bool {
+        self.completed_at.is_some()
+    }
+
+    /// The sampled active fraction the VMM reports (as at the pause while paused).
+    pub fn active(&self) -> f64 {
+        self.active_at_pause.unwrap_or_else(|| self.est.estimate())
+    }
+
+    /// What the host sees of it, as `memvisor host` builds it (crates/host manager `observe`).
+    pub fn observe(&self) -> VmObservation {
+        VmObservation {
+            min: self.cfg.min,
+            max: self.cfg.max,
+            shares: self.cfg.shares,
+            active: self.active(),
+            resident: bytes(self.resident),
+            pooled: bytes(self.pooled),
+            overhead: self.cfg.overhead,
+            balloon: self.cfg.balloon.then_some(self.balloon_asked),
+            limit: self.limit,
+            paused: self.paused,
+            oom_demand: self.oom_demand,
+        }
+    }
+
+    /// Carries out a plan's action as the host does (crates/host manager `decide` and `sent`):
+    /// the balloon asked, the limit (never below the pager's smallest), the pool share, pause.
+    pub fn apply(&mut self, a: &VmAction, min_limit: u64) {
+        self.target = a.target;
+        self.oom_demand = a.oom_demand;
+        self.oom_deflated = false;
+        if let (true, Some(b)) = (self.cfg.balloon, a.balloon) {
+            self.balloon_asked = b;
+        }
+        self.limit = a.limit.max(min_limit).min(self.cfg.max);
+        self.pool_share = a.pool;
+        if a.pause != self.paused {
+            self.active_at_pause = a.pause.then(|| self.est.estimate());
+            self.paused = a.pause;
+        }
+    }
+
+    fn footprint(&self) -> f64 {
+        self.resident + self.pooled + self.swapped
+    }
+
+    /// Runs one tick of `h.dt` seconds at time `t`.
+    pub fn step(&mut self, w: &Workload, t: f64, h: &HostModel) -> TickOutcome {
+        let (dt, costs) = (h.dt, &h.costs);
+        let d = w.at(t, self.cfg.phase);
+        let max = self.cfg.max as f64;
+        let running = !self.paused && !self.done();
+        // 1. The balloon.
+        if self.cfg.balloon {
+            let asked = self.balloon_asked as f64;
+            if asked > self.balloon {
+                self.balloon = asked.min(self.balloon + costs.inflate_bytes_s * dt);
+            } else {
+                self.balloon = asked.max(self.balloon - costs.deflate_bytes_s * dt);
+            }
+            // Deflate on OOM: the guest takes back what its working set needs.
+            let room = max - self.balloon;
+            if running && d.ws > room && self.balloon > 0.0 {
+                self.balloon = (max - d.ws).max(0.0);
+                self.oom_deflated = true;
+            }
+            let over = self.footprint() - (max - self.balloon);
+            if over > 0.0 {
+                self.release(over);
+            }
+        }
+        // 2. The pager limit and the pool share.
+        let limit = self.limit as f64;
+        if self.resident > limit {
+            let take = (self.resident - limit).min(costs.reclaim_bytes_s * dt);
+            self.resident -= take;
+            let to_pool = take.min((self.pool_share as f64 - self.pooled).max(0.0));
+            self.pooled += to_pool;
+            self.swapped += take - to_pool;
+        }
+        if self.pooled > self.pool_share as f64 {
+            let spill = self.pooled - self.pool_share as f64;
+            self.pooled -= spill;
+            self.swapped += spill;
+        }
+        let mut out = TickOutcome::default();
+        if running {
+            out = self.run(&d, dt, costs, h.victim);
+        }
+        // 4. Sampling.
+        self.sample(&d, dt, running, h.sample_pages, h.sample_period);
+        out
+    }
+
+    /// Gives up `bytes` of the guest's memory to the balloon: cold pages first.
+    fn release(&mut self, mut bytes: f64) {
+        for part in [&mut self.swapped, &mut self.pooled, &mut self.resident] {
+            let x = bytes.min(*part);
+            *part -= x;
+            bytes -= x;
+        }
+    }
+
+    fn run(&mut self, d: &Demand, dt: f64, costs: &Costs, victim: Victim) -> TickOutcome {
+        let max = self.cfg.max as f64;
+        let room = (max - self.balloon).max(0.0);
+        let limit = (self.limit as f64).min(room);
+        // Growth, at its fill rate: new data toward what the guest touches (once: data its
+        // balloon took is not read again unless it is in the working set), and working-set
+        // pages it no longer holds.
+        let fp = self.footprint();
+        let grow = (d.touch - self.loaded)
+            .max(d.ws.min(max) - fp)
+            .min(room - fp)
+            .clamp(0.0, d.fill * dt);
+        self.loaded += grow;
+        let first_touch = grow / PAGE * costs.first_touch_s;
+        let fits = (limit - self.resident).clamp(0.0, grow);
+        self.resident += fits;
+        self.swapped += grow - fits;
+        // Misses on the working set.
+        let ws = d.ws.min(max);
+        let fp = self.footprint().max(1.0);
+        let ws_resident = match victim {
+            Victim::Lru => ws.min(self.resident),
+            Victim::Random => ws * (self.resident / fp).min(1.0),
+        };
+        let guest_short = (ws - room).max(0.0);
+        let host_missing = (ws.min(room) - ws_resident).max(0.0);
+        let (m_host, m_guest) = if ws <= 0.0 {
+            (0.0, 0.0)
+        } else if d.access == Access::Loop && victim == Victim::Lru && host_missing > 0.0 {
+            // A loop larger than what LRU keeps misses on every page.
+            (1.0 - guest_short / ws, guest_short / ws)
+        } else {
+            (host_missing / ws, guest_short / ws)
+        };
+        let sequential = d.access != Access::Random;
+        let out_of_ram = (self.pooled + self.swapped).max(1.0);
+        let c_host = (self.pooled * costs.pool_fault()
+            + self.swapped * costs.swap_fault(sequential))
+            / out_of_ram;
+        let rate = d.rate / PAGE;
+        let factor = 1.0 + rate * (m_host * c_host + m_guest * costs.guest_swap(sequential));
+        let useful = ((dt - first_touch).max(0.0)) / factor;
+        let faults = rate * useful * m_host;
+        // Faulted pages stay while the limit has room.
+        let install = (faults * PAGE)
+            .min(host_missing)
+            .min((limit - self.resident).max(0.0));
+        let from_pool = install * self.pooled / out_of_ram;
+        self.pooled = (self.pooled - from_pool).max(0.0);
+        self.swapped = (self.swapped - (install - from_pool)).max(0.0);
+        self.resident += install;
+        self.done_work += useful;
+        TickOutcome {
+            useful,
+            slowdown: if useful > 0.0 { dt / useful } else { 0.0 },
+            faults,
+        }
+    }
+
+    fn sample(&mut self, d: &Demand, dt: f64, running: bool, n: u32, period: f64) {
+        if n == 0 {
+            return;
+        }
+        if self.draws.is_empty() {
+            self.new_period(n);
+        }
+        if running {
+            self.period_elapsed += dt;
+        }
+        let seen = if running {
+            Workload::distinct(d, self.period_elapsed)
+        } else {
+            0.0
+        };
+        let f = (seen / self.resident.max(PAGE)).clamp(0.0, 1.0);
+        let touched = self.draws.partition_point(|&u| f64::from(u) < f) as u64;
+        let sampled = u64::from(n);
+        if self.period_elapsed + 1e-9 >= period {
+            self.est.period_done(touched, sampled);
+            self.new_period(n);
+        } else if running {
+            self.est.period_so_far(touched, sampled);
+        }
+    }
+
+    fn new_period(&mut self, n: u32) {
+        self.draws.clear();
+        for _ in 0..n {
+            // f32 draws keep 100 samples in 400 bytes; the rounding does not matter here.
+            #[allow(clippy::cast_possible_truncation)]
+            self.draws.push(self.rng.unit() as f32);
+        }
+        self.draws.sort_by(f32::total_cmp);
+        self.period_elapsed = 0.0;
+    }
+
+    /// Heap bytes it holds beside its struct.
+    pub fn heap_bytes(&self) -> usize {
+        self.draws.capacity() * std::mem::size_of::<f32>()
+    }
+}
+
+/// A byte count from the model's smooth quantity, in whole pages.
+pub fn bytes(x: f64) -> u64 {
+    // Non-negative and far below 2^63 for any VM.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let pages = (x.max(0.0) / PAGE).round() as u64;
+    pages * 4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{Secs, Size};
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn workload(k: u8, a: u64, b: u64) -> Workload {
+        let (a, b) = (Size(a * MIB), Size(b * MIB));
+        let rate = Size(50 * MIB);
+        match k % 5 {
+            0 => Workload::Step {
+                steps: vec![(Secs(0.0), a), (Secs(20.0), b)],
+                rate,
+                jitter: Secs(0.0),
+            },
+            1 => Workload::Hot {
+                hot: a,
+                cold: b,
+                rate,
+                load: Size(200 * MIB),
+            },
+            2 => Workload::Stream { rate, window: a },
+            3 => Workload::Loop { size: a, rate },
+            _ => Workload::Idle { ws: a, rate },
+        }
+    }
+
+    proptest! {
+        /// Whatever is asked, the model keeps its books: nothing negative, the guest's memory
+        /// and its balloon within its RAM, the pool within its share, the limit reached at the
+        /// reclaim rate, and a VM that works is never faster than with all its memory.
+        #[test]
+        fn the_memory_model_keeps_its_books(
+            kind in 0u8..5,
+            a in 1u64..1500,
+            b in 1u64..1500,
+            lru in any::<bool>(),
+            asks in proptest::collection::vec((0u64..2048, 16u64..2048, 0u64..256, any::<bool>()), 1..60),
+        ) {
+            let max = 2048 * MIB;
+            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3 };
+            let mut v = SimVm::new(cfg, max, crate::rng::Rng::new(5));
+            let w = workload(kind, a, b);
+            let h = HostModel {
+                dt: 1.0,
+                costs: Costs::default(),
+                victim: if lru { Victim::Lru } else { Victim::Random },
+                sample_pages: 100,
+                sample_period: 5.0,
+            };
+            for (i, (balloon, limit, pool, pause)) in asks.into_iter().enumerate() {
+                let action = VmAction { target: limit * MIB, balloon: Some(balloon * MIB), limit: limit * MIB, pause, pool: pool * MIB, oom_demand: 0 };
+                v.apply(&action, 16 * MIB);
+                let before = v.resident;
+                let out = v.step(&w, i as f64, &h);
+                let eps = 1.0;
+                prop_assert!(v.resident >= 0.0 && v.pooled >= 0.0 && v.swapped >= 0.0 && v.balloon >= 0.0);
+                prop_assert!(v.footprint() + v.balloon <= max as f64 + eps, "{:?}", v);
+                prop_assert!(v.pooled <= v.pool_share as f64 + eps);
+                prop_assert!(v.resident <= (v.limit as f64).max(before) + eps);
+                if v.resident > v.limit as f64 + eps {
+                    prop_assert!(before - v.resident >= h.costs.reclaim_bytes_s - eps);
+                }
+                if out.useful > 0.0 {
+                    prop_assert!(out.slowdown >= 1.0 - 1e-9);
+                    prop_assert!(!v.paused);
+                } else {
+                    prop_assert!(v.paused || out.slowdown == 0.0);
+                }
+                let e = v.active();
+                prop_assert!((0.0..=1.0).contains(&e));
+            }
+        }
+    }
+
+    /// A loop larger than what LRU keeps misses on every page; a random victim order misses
+    /// only on what is not resident (HyperDealer2's case for treating loops apart).
+    #[test]
+    fn a_loop_larger_than_its_limit_thrashes_under_lru_only() {
+        let run = |victim| {
+            let cfg = VmConfig {
+                group: 0,
+                min: 0,
+                max: 1024 * MIB,
+                shares: 1000,
+                balloon: false,
+                overhead: 0,
+                work: None,
+                phase: 0.0,
+            };
+            let mut v = SimVm::new(cfg, 512 * MIB, crate::rng::Rng::new(1));
+            let w = Workload::Loop {
+                size: Size(600 * MIB),
+                rate: Size(100 * MIB),
+            };
+            let h = HostModel {
+                dt: 1.0,
+                costs: Costs::default(),
+                victim,
+                sample_pages: 0,
+                sample_period: 30.0,
+            };
+            let mut last = TickOutcome::default();
+            for i in 0..60 {
+                last = v.step(&w, f64::from(i), &h);
+            }
+            last.slowdown
+        };
+        let (lru, random) = (run(Victim::Lru), run(Victim::Random));
+        assert!(
+            lru - 1.0 > 3.0 * (random - 1.0),
+            "lru {lru} random {random}"
+        );
+        assert!(random > 1.0);
+    }
+}
