@@ -44,6 +44,9 @@ pub struct HostConfig {
     pub pool_chunk: u64,
     /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where every tick's observations and plan are written as JSON lines
+    /// (`memvisor_policy::trace`, for `memvisor sim --replay`); `None`: nowhere.
+    pub trace: Option<PathBuf>,
     pub vms: Vec<VmSpec>,
     /// For each VM of `vms`, the line of each of its keys in the file (and `[[vm]]`, the line
     /// of its table header), so that a problem found after parsing names its line.
@@ -129,6 +132,7 @@ struct HostSection {
     pool_chunk: Option<u64>,
     #[serde(deserialize_with = "metrics_addr")]
     metrics_addr: Option<SocketAddr>,
+    trace: Option<PathBuf>,
 }
 
 impl Default for HostSection {
@@ -149,6 +153,7 @@ impl Default for HostSection {
             pool_compress: PoolCompress::None,
             pool_chunk: None,
             metrics_addr: None,
+            trace: None,
         }
     }
 }
@@ -581,6 +586,7 @@ impl HostConfig {
             pool_compress: h.pool_compress,
             pool_chunk,
             metrics_addr: h.metrics_addr,
+            trace: h.trace.as_deref().map(|t| resolve(&base, t)),
             vms,
             vm_lines,
         };

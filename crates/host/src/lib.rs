@@ -74,7 +74,25 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         };
         eprintln!("memvisor host: metrics on http://{bound}/metrics ({reach})");
     }
-    let host = Arc::new(Mutex::new(Host::new(config, launch)));
+    let trace = match &config.trace {
+        None => None,
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| {
+                format!(
+                    "cannot write the trace {} ([host] trace): {e}",
+                    path.display()
+                )
+            })?;
+            eprintln!(
+                "memvisor host: every tick's observations and plan go to {}",
+                path.display()
+            );
+            Some(std::io::BufWriter::new(f))
+        }
+    };
+    let mut host = Host::new(config, launch);
+    host.trace = trace;
+    let host = Arc::new(Mutex::new(host));
     for problem in manager::lock(&host).start_config() {
         eprintln!("memvisor host: {problem}");
     }

@@ -15,8 +15,9 @@ use memvisor_api::{
     ClientError, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm,
     HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
+use memvisor_policy::trace::{self, TraceTick};
 use memvisor_policy::{
-    admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Reservations,
+    admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Plan, Reservations,
     Thresholds, VmObservation,
 };
 
@@ -181,6 +182,8 @@ pub struct Host {
     started: Instant,
     events: VecDeque<HostEvent>,
     history: VecDeque<HostSample>,
+    /// Where each tick's observations and plan are written (`[host] trace`).
+    pub trace: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -233,6 +236,7 @@ impl Host {
             started: Instant::now(),
             events: VecDeque::new(),
             history: VecDeque::new(),
+            trace: None,
         }
     }
 
@@ -742,6 +746,7 @@ impl Host {
             .map(|&i| self.vms[i].oom_deflated() > self.vms[i].oom_seen)
             .collect();
         let p = plan(&self.params(), self.free_state, &obs, &oom);
+        self.write_trace(&live, &obs, &oom, &p);
         if p.state != self.free_state {
             let msg = format!(
                 "free memory {} MiB of {} MiB: state {:?} -> {:?}",
@@ -798,6 +803,32 @@ impl Host {
         }
         self.record_tick();
         orders
+    }
+
+    /// Writes this tick's inputs and plan to the trace, if there is one; a failed write ends the
+    /// trace (with a warning) rather than the host.
+    fn write_trace(&mut self, live: &[usize], obs: &[VmObservation], oom: &[bool], p: &Plan) {
+        if self.trace.is_none() {
+            return;
+        }
+        let names: Vec<String> = live
+            .iter()
+            .map(|&i| self.vms[i].spec.name.clone())
+            .collect();
+        let line = TraceTick::new(
+            self.started.elapsed().as_secs_f64(),
+            &self.params(),
+            self.free_state,
+            &names,
+            obs,
+            oom,
+            p,
+        );
+        let Some(w) = &mut self.trace else { return };
+        if let Err(e) = trace::write_line(w, &line).and_then(|()| std::io::Write::flush(w)) {
+            tracing::warn!("the trace stops: cannot write it: {e}");
+            self.trace = None;
+        }
     }
 
     /// After orders were sent: what the VMMs accepted.

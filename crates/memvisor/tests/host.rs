@@ -709,7 +709,7 @@ balloon = true
     let host = start_host(
         dir.path(),
         &format!(
-            "[host]\nmemory = \"240M\"\nswap = \"2G\"\ntick = \"200ms\"\nsample_period = \"1s\"\nvm_overhead = \"24M\"\n{}{}",
+            "[host]\nmemory = \"240M\"\nswap = \"2G\"\ntick = \"200ms\"\nsample_period = \"1s\"\nvm_overhead = \"24M\"\ntrace = \"trace.jsonl\"\n{}{}",
             vm_toml("a"),
             vm_toml("b")
         ),
@@ -771,6 +771,39 @@ balloon = true
         .filter(|l| l.starts_with("RESULT workload=integrity phase=round"))
         .count();
     assert!(rounds >= 3, "{log}");
+
+    // The simulator's replay of the host's own trace: the same policy code reaches the same
+    // decisions from the same observations, tick for tick, pressure, a death and all.
+    let trace = dir.path().join("trace.jsonl");
+    let out = Command::new(MEMVISOR)
+        .args(["sim", "--replay"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let ticks: u64 = said
+        .split(" ticks replayed, 0 decisions differ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(ticks > 20, "{said}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let held = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|t| {
+            t["vms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["limit"].as_u64() < v["max"].as_u64())
+        })
+        .count();
+    assert!(
+        held > 10,
+        "the trace holds ticks with VMs held below their memory"
+    );
 }
 
 /// The pool's memory goes from one VM to the next: `a` pages into its pool and exits, then `b`

@@ -7,12 +7,14 @@
 //! | `free_state.rs` | the free-memory state (high / soft / hard / low) with hysteresis, and what each state does | ESX §6.3 |
 //! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
+//! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
 
 pub mod active;
 pub mod admission;
 pub mod allocation;
 pub mod free_state;
 pub mod plan;
+pub mod trace;
 
 pub use active::ActiveEstimate;
 pub use admission::{admit, release, AdmissionRefusal, Reservations};

@@ -23,7 +23,7 @@ pub mod rng;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
-pub mod trace;
+pub use memvisor_policy::trace;
 pub mod units;
 pub mod vm;
 pub mod workload;

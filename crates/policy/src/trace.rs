@@ -1,14 +1,13 @@
 //! Traces of a host's ticks as JSON lines, and their replay: each line holds the host's
 //! parameters, the free-memory state the tick started in, every VM's observation and whether it
-//! deflated on OOM, and the plan the host carried out. Replaying re-runs
-//! `memvisor_policy::plan` on each line's observations and reports every tick whose decisions
-//! differ from the recorded ones. The simulator writes its own runs in this format
-//! (`trace.jsonl`); `memvisor host` recording the same lines is what validation against real
-//! runs needs (docs/sim.md).
+//! deflated on OOM, and the plan the host carried out. Replaying re-runs [`plan`] on each
+//! line's observations and reports every tick whose decisions differ from the recorded ones.
+//! `memvisor host` records its ticks in this format (`[host] trace`), and so does the simulator
+//! (`memvisor sim --trace`); `memvisor sim --replay` replays either (docs/sim.md).
 
 use std::io::{BufRead, Write};
 
-use memvisor_policy::{plan, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
+use crate::{plan, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
 use serde::{Deserialize, Serialize};
 
 /// One tick.
