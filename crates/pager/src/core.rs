@@ -4,13 +4,13 @@
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
 //! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
-//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) are owners of their own:
-//! each holds its state and is handed the core it works on (and the fault path is handed the
-//! Preventer); the [`Pager`](crate::Pager) handle holds them and the core. The other
-//! mechanisms (`fault.rs`, `reclaim.rs`, the pool's flusher in `swapin.rs`, `takeover.rs`,
-//! `guest_ram.rs`, and the Preventer's reading of guest memory) still extend `PagerCore` with
-//! `impl` blocks of their own, and the core still holds their state (reclaim's wake-up, the
-//! fault buffer, takeover's page map). No file imports from
+//! `swapin.rs`), the Preventer (`Preventer`, in `preventer.rs`) and the takeover (`Takeover`, in
+//! `takeover.rs`) are owners of their own: each holds its state and is handed the core it works
+//! on (and the fault path is handed the Preventer, reclaim the takeover); the
+//! [`Pager`](crate::Pager) handle holds them and the core. The other mechanisms (`fault.rs`,
+//! `reclaim.rs`, the pool's flusher in `swapin.rs`, `guest_ram.rs`, and the Preventer's reading
+//! of guest memory) still extend `PagerCore` with `impl` blocks of their own, and the core
+//! still holds their state (reclaim's wake-up, the fault buffer). No file imports from
 //! above it, but those `impl` blocks call one another through the core (the fault path stops
 //! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
 //! a type owning its state once the ones it calls are handed to it, keeping every lock order
@@ -33,7 +33,6 @@ use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapError;
-use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::{Fault, Userfault};
 
@@ -162,9 +161,6 @@ pub(crate) struct PagerCore {
     pub mem: Arc<GuestMem>,
     pub map: RamMap,
     pub uffd: Userfault,
-    /// How RAM is taken over at run time; `None`: this kernel cannot scan its page map, so RAM
-    /// is registered from the start.
-    pub pagemap: Option<PageMap>,
     pub stores: Stores,
     pub pages: Mutex<Pages>,
     /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken

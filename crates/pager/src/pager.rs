@@ -59,9 +59,9 @@ use crate::store::sample::SampleStore;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapFile;
 use crate::swapin::SwapIn;
-use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::Userfault;
+use crate::takeover::Takeover;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The pager of one VM. Cloning shares it.
@@ -74,6 +74,9 @@ pub struct Pager {
     swap_in: Arc<SwapIn>,
     /// The False Reads Preventer, which the pager thread's fault path and vCPU threads reach.
     preventer: Arc<Preventer>,
+    /// Taking RAM over, at the start or when a limit first arrives; reclaim splits its huge
+    /// pages.
+    takeover: Arc<Takeover>,
 }
 
 impl Pager {
@@ -125,11 +128,11 @@ impl Pager {
         ));
         let swap_in = Arc::new(SwapIn::new(config.proactive));
         let preventer = Arc::new(Preventer::default());
+        let takeover = Arc::new(Takeover::new());
         let core = Arc::new(PagerCore {
             mem,
             map,
             uffd,
-            pagemap: PageMap::open(),
             stores: Stores::new(
                 SwapStore {
                     file: swap,
@@ -161,15 +164,16 @@ impl Pager {
         });
         // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
         // for them takes RAM over from the start, as a limit does.
-        if config.limit.is_some() || mech.mapper || mech.preventer || core.pagemap.is_none() {
-            core.attach(&mut core.lock())?;
+        if config.limit.is_some() || mech.mapper || mech.preventer || !takeover.at_run_time() {
+            takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();
         let swapping = swap_in.clone();
+        let splitting = takeover.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                let run = || r.reclaim_thread(&swapping);
+                let run = || r.reclaim_thread(&splitting, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {
@@ -224,6 +228,7 @@ impl Pager {
             sampler,
             swap_in,
             preventer,
+            takeover,
         })
     }
 
@@ -295,7 +300,7 @@ impl Pager {
         let s = &self.core;
         let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE as u64)?;
         if limit.is_some() {
-            s.attach(&mut s.lock())?;
+            self.takeover.attach(s, &mut s.lock())?;
         }
         if s.limit.swap(pages, Ordering::SeqCst) < pages {
             self.swap_in.want();
@@ -349,7 +354,7 @@ impl Pager {
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
     pub fn snapshot(&self) -> PagerSnapshot {
-        self.core.snapshot(&self.sampler)
+        self.core.snapshot(&self.sampler, &self.takeover)
     }
 }
 

@@ -37,6 +37,7 @@ use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use crate::swapin::SwapIn;
+use crate::takeover::Takeover;
 use memvisor_devices::iobuf::IoBuf;
 
 /// A chunk between its decisions and its release: what step 3 needs.
@@ -109,7 +110,7 @@ impl PagerCore {
     }
 
     /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
-    pub(crate) fn reclaim_thread(&self, swap_in: &SwapIn) {
+    pub(crate) fn reclaim_thread(&self, takeover: &Takeover, swap_in: &SwapIn) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = self.lock().table.mech.cluster.max(1);
         let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE_SIZE);
@@ -131,14 +132,14 @@ impl PagerCore {
                 *wanted = false;
             }
             if self.lock().table.resident() > self.limit() {
-                self.reclaim_to_low_watermark(&mut buf);
+                self.reclaim_to_low_watermark(takeover, &mut buf);
             } else {
                 swap_in.run(self);
             }
         }
     }
 
-    fn reclaim_to_low_watermark(&self, buf: &mut IoBuf) {
+    fn reclaim_to_low_watermark(&self, takeover: &Takeover, buf: &mut IoBuf) {
         loop {
             let mut pages = self.lock();
             let low = self.low_watermark(self.limit());
@@ -163,7 +164,7 @@ impl PagerCore {
             let wrote = t0.elapsed();
             let mut pages = self.lock();
             let locked = t0.elapsed();
-            let result = self.reclaim_end(&mut pages, flight, written);
+            let result = self.reclaim_end(takeover, &mut pages, flight, written);
             drop(pages);
             self.settled.notify_all();
             let took = t0.elapsed();
@@ -298,6 +299,7 @@ impl PagerCore {
     /// leaves its pages resident), ends the flight and wakes the victims' waiters.
     fn reclaim_end(
         &self,
+        takeover: &Takeover,
         pages: &mut Pages,
         flight: Flight,
         written: std::io::Result<()>,
@@ -315,7 +317,7 @@ impl PagerCore {
                     .for_each(|b| pages.table.blocks.release(b));
                 Err(e)
             }
-            Ok(()) => self.release_chunk(pages, &victim_runs, decided, blocks),
+            Ok(()) => self.release_chunk(takeover, pages, &victim_runs, decided, blocks),
         };
         // Victims that stayed resident may be chosen again.
         for p in std::mem::take(&mut pages.in_flight) {
@@ -339,6 +341,7 @@ impl PagerCore {
     /// once the rest is recorded.
     fn release_chunk(
         &self,
+        takeover: &Takeover,
         pages: &mut Pages,
         victim_runs: &[(PageIdx, u32)],
         decided: Vec<(PageIdx, Disposition)>,
@@ -347,7 +350,7 @@ impl PagerCore {
         let mut kept: Vec<(PageIdx, u32)> = Vec::new();
         let mut release_error = None;
         for &(first, n) in victim_runs {
-            self.split_huge(pages, first, n);
+            takeover.split_huge(self, pages, first, n);
             let range = GuestRange {
                 addr: self.map.gpa(first),
                 len: u64::from(n) * PAGE_SIZE as u64,
