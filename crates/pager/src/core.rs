@@ -4,22 +4,20 @@
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
 //! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
-//! `swapin.rs`), the Preventer (`Preventer`, in `preventer.rs`) and the takeover (`Takeover`, in
-//! `takeover.rs`) are owners of their own: each holds its state and is handed the core it works
-//! on (and the fault path is handed the Preventer, reclaim the takeover); the
-//! [`Pager`](crate::Pager) handle holds them and the core. The other mechanisms (`fault.rs`,
-//! `reclaim.rs`, the pool's flusher in `swapin.rs`, `guest_ram.rs`, and the Preventer's reading
-//! of guest memory) still extend `PagerCore` with `impl` blocks of their own, and the core
-//! still holds their state (reclaim's wake-up, the fault buffer). No file imports from
-//! above it, but those `impl` blocks call one another through the core (the fault path stops
-//! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
-//! a type owning its state once the ones it calls are handed to it, keeping every lock order
-//! described in `pager.rs`.
+//! `swapin.rs`), the Preventer (`Preventer`, in `preventer.rs`), the takeover (`Takeover`, in
+//! `takeover.rs`) and reclaim (`Reclaimer`, in `reclaim.rs`) are owners of their own: each
+//! holds its state and is handed the core it works on, and the owners it calls (the fault path
+//! is handed the Preventer and the `Reclaimer`, reclaim the `Takeover`, device accesses the
+//! `Reclaimer`); the [`Pager`](crate::Pager) handle holds them and the core. The fault path
+//! (`fault.rs`), the pool's flusher (`swapin.rs`) and the Preventer's reading of guest memory
+//! still extend `PagerCore` with `impl` blocks of their own, and the core still holds the
+//! fault path's state (its read buffer, the event buffer, the unresolved faults). No file
+//! imports from above it, and every lock order is the one described in `pager.rs`.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use memvisor_devices::iobuf::IoBuf;
 use memvisor_devices::GuestMem;
@@ -166,11 +164,6 @@ pub(crate) struct PagerCore {
     /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
     /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
     pub fault_io: Mutex<IoBuf>,
-    /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
-    pub settled: Condvar,
-    /// Set to wake the reclaim thread, with `reclaim_wake`.
-    pub reclaim_wanted: Mutex<bool>,
-    pub reclaim_wake: Condvar,
     /// Fault events read by the pager thread.
     pub events: Mutex<EventBuffer>,
     /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the

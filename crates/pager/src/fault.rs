@@ -23,6 +23,7 @@ use std::time::Instant;
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
 use crate::preventer::Preventer;
+use crate::reclaim::Reclaimer;
 use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
@@ -43,7 +44,7 @@ pub(crate) const ZERO_WINDOW: u32 = 32;
 
 impl PagerCore {
     /// Resolves one fault event and records its service time.
-    pub(crate) fn serve_fault(&self, preventer: &Preventer, f: Fault) {
+    pub(crate) fn serve_fault(&self, preventer: &Preventer, reclaim: &Reclaimer, f: Fault) {
         let t0 = Instant::now();
         let Some(p) = self.map.page_of_host(f.addr) else {
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
@@ -61,7 +62,7 @@ impl PagerCore {
         if let Err(e) = r {
             self.unresolved(f, p, e);
         }
-        drop(self.hold_to_cap(pages));
+        drop(reclaim.hold_to_cap(self, pages));
         let took = t0.elapsed();
         self.fault_latency.record(took);
         if from_swap {

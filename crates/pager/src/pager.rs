@@ -35,7 +35,7 @@
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
@@ -47,8 +47,10 @@ use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
 use crate::fault::ZERO_WINDOW;
+use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;
 use crate::preventer::{CpuState, Preventer};
+use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
 use crate::state::PageTable;
@@ -77,6 +79,8 @@ pub struct Pager {
     /// Taking RAM over, at the start or when a limit first arrives; reclaim splits its huge
     /// pages.
     takeover: Arc<Takeover>,
+    /// Reclaim, run by the reclaim thread; installing threads wake it and wait for its chunks.
+    reclaimer: Arc<Reclaimer>,
 }
 
 impl Pager {
@@ -129,6 +133,7 @@ impl Pager {
         let swap_in = Arc::new(SwapIn::new(config.proactive));
         let preventer = Arc::new(Preventer::default());
         let takeover = Arc::new(Takeover::new());
+        let reclaimer = Arc::new(Reclaimer::new());
         let core = Arc::new(PagerCore {
             mem,
             map,
@@ -145,9 +150,6 @@ impl Pager {
             ),
             pages: Mutex::new(state),
             fault_io: Mutex::new(IoBuf::huge(io_len)),
-            settled: Condvar::new(),
-            reclaim_wanted: Mutex::new(false),
-            reclaim_wake: Condvar::new(),
             events: Mutex::new(EventBuffer::new(64)),
             unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
@@ -170,16 +172,17 @@ impl Pager {
         let r = core.clone();
         let swapping = swap_in.clone();
         let splitting = takeover.clone();
+        let reclaiming = reclaimer.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                let run = || r.reclaim_thread(&splitting, &swapping);
+                let run = || reclaiming.run(&r, &splitting, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {
                         error: "the reclaim thread panicked".into(),
                     });
-                    r.settled.notify_all();
+                    reclaiming.notify_settled();
                 }
             })
             .map_err(PagerError::Thread)?;
@@ -208,10 +211,11 @@ impl Pager {
         let s = core.clone();
         let sampling = sampler.clone();
         let preventing = preventer.clone();
+        let reclaiming = reclaimer.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let run = || s.run(&sampling, &preventing);
+                let run = || s.run(&sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
@@ -229,6 +233,7 @@ impl Pager {
             swap_in,
             preventer,
             takeover,
+            reclaimer,
         })
     }
 
@@ -305,7 +310,7 @@ impl Pager {
         if s.limit.swap(pages, Ordering::SeqCst) < pages {
             self.swap_in.want();
         }
-        s.want_reclaim();
+        self.reclaimer.want_reclaim();
         Ok(())
     }
 
@@ -315,7 +320,7 @@ impl Pager {
             None => Err(PagerError::NoPool),
             Some(p) => {
                 p.set_capacity(bytes);
-                self.core.want_reclaim();
+                self.reclaimer.want_reclaim();
                 Ok(())
             }
         }
@@ -338,10 +343,10 @@ impl Pager {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for f in faults {
-            self.core.serve_fault(&self.preventer, f);
+            self.core.serve_fault(&self.preventer, &self.reclaimer, f);
         }
-        self.core.want_reclaim();
-        self.core.settled.notify_all();
+        self.reclaimer.want_reclaim();
+        self.reclaimer.notify_settled();
     }
 
     /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
@@ -349,7 +354,8 @@ impl Pager {
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        self.preventer.vcpu_interrupted(&self.core, registers);
+        self.preventer
+            .vcpu_interrupted(&self.core, &self.reclaimer, registers);
     }
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
@@ -358,54 +364,65 @@ impl Pager {
     }
 }
 
-/// Devices reach guest RAM through the handle; the work is the core's (`guest_ram.rs`).
+impl Pager {
+    /// What device accesses work through: the core and reclaim.
+    fn devices(&self) -> DeviceAccess<'_> {
+        DeviceAccess {
+            core: &self.core,
+            reclaim: &self.reclaimer,
+        }
+    }
+}
+
+/// Devices reach guest RAM through the handle; the work is [`DeviceAccess`]'s (`guest_ram.rs`),
+/// on the core, with reclaim.
 impl GuestRam for Pager {
     fn mem(&self) -> &GuestMem {
-        self.core.mem()
+        &self.core.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        self.core.write(addr, data)
+        self.devices().write(addr, data)
     }
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_read(disk, pages);
+        self.devices().disk_read(disk, pages);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        self.core.disk_write_begin(disk, offset, len)
+        self.devices().disk_write_begin(disk, offset, len)
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        self.core.disk_write_elide(disk, pages)
+        self.devices().disk_write_elide(disk, pages)
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        self.core.disk_write_end(disk, offset, len, landed)
+        self.devices().disk_write_end(disk, offset, len, landed)
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        self.core.disk_flush(disk)
+        self.devices().disk_flush(disk)
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        self.core.disk_read_split(disk, offset, buf)
+        self.devices().disk_read_split(disk, offset, buf)
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_write_sources(disk, pages);
+        self.devices().disk_write_sources(disk, pages);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_write_done(disk, pages);
+        self.devices().disk_write_done(disk, pages);
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        self.core.discard(ranges, why)
+        self.devices().discard(ranges, why)
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        self.core.deflate(ranges);
+        self.devices().deflate(ranges);
     }
 }
 
@@ -446,7 +463,11 @@ impl PagerCore {
 
     /// Serves the fault events that are pending, without waiting for more. Returns why the
     /// pager cannot go on, if it cannot.
-    pub(crate) fn serve_pending_faults(&self, preventer: &Preventer) -> Result<(), String> {
+    pub(crate) fn serve_pending_faults(
+        &self,
+        preventer: &Preventer,
+        reclaim: &Reclaimer,
+    ) -> Result<(), String> {
         let faults = {
             let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
             self.uffd
@@ -454,13 +475,13 @@ impl PagerCore {
                 .map_err(|e| format!("reading fault events failed: {e}"))?
         };
         for f in faults {
-            self.serve_fault(preventer, f);
+            self.serve_fault(preventer, reclaim, f);
         }
         Ok(())
     }
 
     /// Serves faults and runs working-set sampling until it cannot; returns why.
-    fn run(&self, sampler: &Sampler, preventer: &Preventer) -> String {
+    fn run(&self, sampler: &Sampler, preventer: &Preventer, reclaim: &Reclaimer) -> String {
         loop {
             let mut fd = libc::pollfd {
                 fd: self.uffd.as_raw_fd(),
@@ -485,7 +506,7 @@ impl PagerCore {
                 }
                 return format!("poll on the userfaultfd failed: {e}");
             }
-            if let Err(why) = self.serve_pending_faults(preventer) {
+            if let Err(why) = self.serve_pending_faults(preventer, reclaim) {
                 return why;
             }
             preventer.expire(self);

@@ -31,7 +31,9 @@ use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
 use crate::core::{current_tid, PagerCore, PagerFailure};
+use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
+use crate::reclaim::Reclaimer;
 use crate::stats::Counters;
 use crate::sys::uffd::Fault;
 
@@ -239,6 +241,7 @@ impl Preventer {
     pub(crate) fn vcpu_interrupted(
         &self,
         core: &PagerCore,
+        reclaim: &Reclaimer,
         registers: impl FnOnce() -> Option<CpuState>,
     ) {
         let s = core;
@@ -246,7 +249,7 @@ impl Preventer {
             return;
         };
         let installed = registers()
-            .and_then(|cpu| core.prevent(&cpu, p))
+            .and_then(|cpu| core.prevent(reclaim, &cpu, p))
             .unwrap_or(0);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
@@ -261,7 +264,7 @@ impl Preventer {
                 error: e.to_string(),
             });
         }
-        drop(s.hold_to_cap(pages));
+        drop(reclaim.hold_to_cap(s, pages));
     }
 }
 
@@ -285,7 +288,7 @@ impl PagerCore {
 
     /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
     /// page `p` is one of them. Returns how many pages were written without a read.
-    fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
+    fn prevent(&self, reclaim: &Reclaimer, cpu: &CpuState, p: PageIdx) -> Option<u64> {
         let s = self;
         let mut code = [0u8; 15];
         self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
@@ -320,7 +323,11 @@ impl PagerCore {
             }
             // A whole non-resident page goes in with one copy and no read; a resident one gets
             // the same bytes the instruction is about to store.
-            self.write(GuestAddress(pa), &page).ok()?;
+            let device = DeviceAccess {
+                core: self,
+                reclaim,
+            };
+            device.write(GuestAddress(pa), &page).ok()?;
             count += 1;
         }
         Some(count)
