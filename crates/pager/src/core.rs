@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use memvisor_devices::iobuf::IoBuf;
 use memvisor_devices::GuestMem;
 use thiserror::Error;
-use userfaultfd::EventBuffer;
 
 use crate::config::IndirectConfig;
 use crate::page::{PageIdx, PAGE_SIZE};
@@ -32,7 +31,7 @@ use crate::store::pool::PoolError;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapError;
 use crate::sys::ram_map::RamMap;
-use crate::sys::uffd::{Fault, Userfault};
+use crate::sys::uffd::Userfault;
 
 pub use memvisor_api::spec::MIN_LIMIT;
 
@@ -161,21 +160,10 @@ pub(crate) struct PagerCore {
     pub uffd: Userfault,
     pub stores: Stores,
     pub pages: Mutex<Pages>,
-    /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
-    /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
-    pub fault_io: Mutex<IoBuf>,
-    /// Fault events read by the pager thread.
-    pub events: Mutex<EventBuffer>,
-    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
-    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
-    /// them again ([`Pager::retry`](crate::Pager::retry)).
-    pub unresolved: Mutex<Vec<Fault>>,
     /// Resident-page limit (the high watermark); `u32::MAX`: none.
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
     pub batch: u32,
-    /// A zeroed source for installing fresh writable pages.
-    pub zeros: Vec<u8>,
     pub counters: Counters,
     pub fault_latency: Latency,
     pub swap_fault_latency: Latency,

@@ -39,14 +39,13 @@ use std::sync::{Arc, Mutex};
 
 use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
-use userfaultfd::EventBuffer;
 use vm_memory::{GuestAddress, GuestMemoryError};
 
 use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
-use crate::fault::ZERO_WINDOW;
+use crate::fault::FaultHandler;
 use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;
 use crate::preventer::{CpuState, Preventer};
@@ -81,6 +80,8 @@ pub struct Pager {
     takeover: Arc<Takeover>,
     /// Reclaim, run by the reclaim thread; installing threads wake it and wait for its chunks.
     reclaimer: Arc<Reclaimer>,
+    /// The fault path, run by the pager thread; a resume serves its unresolved faults again.
+    faults: Arc<FaultHandler>,
 }
 
 impl Pager {
@@ -115,7 +116,7 @@ impl Pager {
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
         let state = Pages {
             table,
-            // Huge pages only for the hot paths' buffers (`fault_io`, reclaim's): this one
+            // Huge pages only for the hot paths' buffers (the fault path's, reclaim's): this one
             // serves the retries and the Swap Mapper's refetches.
             io: IoBuf::new(io_len),
             prefetched: vec![false; pages as usize],
@@ -134,6 +135,7 @@ impl Pager {
         let preventer = Arc::new(Preventer::default());
         let takeover = Arc::new(Takeover::new());
         let reclaimer = Arc::new(Reclaimer::new());
+        let faults = Arc::new(FaultHandler::new(io_len));
         let core = Arc::new(PagerCore {
             mem,
             map,
@@ -149,13 +151,9 @@ impl Pager {
                 SampleStore::new(config.sample_pages),
             ),
             pages: Mutex::new(state),
-            fault_io: Mutex::new(IoBuf::huge(io_len)),
-            events: Mutex::new(EventBuffer::new(64)),
-            unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
@@ -212,10 +210,11 @@ impl Pager {
         let sampling = sampler.clone();
         let preventing = preventer.clone();
         let reclaiming = reclaimer.clone();
+        let faulting = faults.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let run = || s.run(&sampling, &preventing, &reclaiming);
+                let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
@@ -234,6 +233,7 @@ impl Pager {
             preventer,
             takeover,
             reclaimer,
+            faults,
         })
     }
 
@@ -335,16 +335,8 @@ impl Pager {
     /// again, which wakes the threads waiting on them, and reclaim is tried again (either pauses
     /// the VM again if its I/O still fails).
     pub fn retry(&self) {
-        let faults = std::mem::take(
-            &mut *self
-                .core
-                .unresolved
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        for f in faults {
-            self.core.serve_fault(&self.preventer, &self.reclaimer, f);
-        }
+        self.faults
+            .retry(&self.core, &self.preventer, &self.reclaimer);
         self.reclaimer.want_reclaim();
         self.reclaimer.notify_settled();
     }
@@ -355,7 +347,7 @@ impl Pager {
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
         self.preventer
-            .vcpu_interrupted(&self.core, &self.reclaimer, registers);
+            .vcpu_interrupted(&self.core, &self.faults, &self.reclaimer, registers);
     }
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
@@ -460,57 +452,44 @@ impl PagerCore {
             std::thread::sleep(std::time::Duration::from_millis(pause));
         }
     }
+}
 
-    /// Serves the fault events that are pending, without waiting for more. Returns why the
-    /// pager cannot go on, if it cannot.
-    pub(crate) fn serve_pending_faults(
-        &self,
-        preventer: &Preventer,
-        reclaim: &Reclaimer,
-    ) -> Result<(), String> {
-        let faults = {
-            let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            self.uffd
-                .read_faults(&mut buf)
-                .map_err(|e| format!("reading fault events failed: {e}"))?
+/// Serves faults and runs working-set sampling until it cannot; returns why.
+fn pager_thread(
+    core: &PagerCore,
+    faults: &FaultHandler,
+    sampler: &Sampler,
+    preventer: &Preventer,
+    reclaim: &Reclaimer,
+) -> String {
+    loop {
+        let mut fd = libc::pollfd {
+            fd: core.uffd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
         };
-        for f in faults {
-            self.serve_fault(preventer, reclaim, f);
-        }
-        Ok(())
-    }
-
-    /// Serves faults and runs working-set sampling until it cannot; returns why.
-    fn run(&self, sampler: &Sampler, preventer: &Preventer, reclaim: &Reclaimer) -> String {
-        loop {
-            let mut fd = libc::pollfd {
-                fd: self.uffd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // While a vCPU is stopped for the Preventer, wake up to take over if it does not
-            // answer; otherwise when the sampling period ends.
-            let timeout = if !preventer.waiting() {
-                sampler.tick(self).map_or(-1, |d| {
-                    i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
-                })
-            } else {
-                1
-            };
-            // SAFETY: `fd` is a valid pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
-            if rc < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return format!("poll on the userfaultfd failed: {e}");
+        // While a vCPU is stopped for the Preventer, wake up to take over if it does not
+        // answer; otherwise when the sampling period ends.
+        let timeout = if !preventer.waiting() {
+            sampler.tick(core).map_or(-1, |d| {
+                i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
+            })
+        } else {
+            1
+        };
+        // SAFETY: `fd` is a valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
             }
-            if let Err(why) = self.serve_pending_faults(preventer, reclaim) {
-                return why;
-            }
-            preventer.expire(self);
+            return format!("poll on the userfaultfd failed: {e}");
         }
+        if let Err(why) = faults.serve_pending(core, preventer, reclaim) {
+            return why;
+        }
+        preventer.expire(core, faults);
     }
 }
 

@@ -31,6 +31,7 @@ use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
 use crate::core::{current_tid, PagerCore, PagerFailure};
+use crate::fault::FaultHandler;
 use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
@@ -209,7 +210,7 @@ impl Preventer {
     }
 
     /// Swaps in the pages of stopped vCPUs that did not answer in time.
-    pub(crate) fn expire(&self, core: &PagerCore) {
+    pub(crate) fn expire(&self, core: &PagerCore, faults: &FaultHandler) {
         let late: Vec<(i32, PageIdx)> = {
             let mut stopped = self.stopped();
             let late: Vec<(i32, PageIdx)> = stopped
@@ -225,14 +226,14 @@ impl Preventer {
         for (_, p) in late {
             Counters::add(&core.counters.preventer_timeouts, 1);
             let mut pages = core.lock();
-            if let Err(e) = core.missing_fault(&mut pages, p, true) {
+            if let Err(e) = faults.missing_fault(core, &mut pages, p, true) {
                 let f = Fault {
                     addr: core.map.host(p),
                     write: true,
                     protected: false,
                     tid: 0,
                 };
-                core.unresolved(f, p, e);
+                faults.unresolved(core, f, p, e);
             }
         }
     }
@@ -241,6 +242,7 @@ impl Preventer {
     pub(crate) fn vcpu_interrupted(
         &self,
         core: &PagerCore,
+        faults: &FaultHandler,
         reclaim: &Reclaimer,
         registers: impl FnOnce() -> Option<CpuState>,
     ) {
@@ -258,7 +260,7 @@ impl Preventer {
         }
         Counters::add(&s.counters.preventer_fallbacks, 1);
         let mut pages = s.lock();
-        if let Err(e) = s.missing_fault(&mut pages, p, true) {
+        if let Err(e) = faults.missing_fault(s, &mut pages, p, true) {
             s.pause(PagerFailure::Fault {
                 page: p,
                 error: e.to_string(),
