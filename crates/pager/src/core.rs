@@ -3,16 +3,23 @@
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
-//! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
-//! `swapin.rs`), the Preventer (`Preventer`, in `preventer.rs`), the takeover (`Takeover`, in
-//! `takeover.rs`) and reclaim (`Reclaimer`, in `reclaim.rs`) are owners of their own: each
-//! holds its state and is handed the core it works on, and the owners it calls (the fault path
-//! is handed the Preventer and the `Reclaimer`, reclaim the `Takeover`, device accesses the
-//! `Reclaimer`); the [`Pager`](crate::Pager) handle holds them and the core. The fault path
-//! (`fault.rs`), the pool's flusher (`swapin.rs`) and the Preventer's reading of guest memory
-//! still extend `PagerCore` with `impl` blocks of their own, and the core still holds the
-//! fault path's state (its read buffer, the event buffer, the unresolved faults). No file
-//! imports from above it, and every lock order is the one described in `pager.rs`.
+//! Every mechanism is an owner of its own: the fault path (`FaultHandler`, in `fault.rs`),
+//! reclaim (`Reclaimer`, in `reclaim.rs`), the takeover (`Takeover`, in `takeover.rs`),
+//! working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
+//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) each hold their state and
+//! are handed the core they work on, and the owners they call: the fault path is handed the
+//! Preventer and the `Reclaimer` (whose `want_reclaim`, `hold_to_cap` and `lock_settled` it
+//! uses), reclaim the `Takeover` (whose `split_huge` it uses), device accesses (`DeviceAccess`,
+//! in `guest_ram.rs`) and the Preventer's writes the `Reclaimer`; the pages the Preventer gives
+//! up on it returns, and the fault path swaps them in, so the files still draw a ladder
+//! (`takeover.rs`, `swapin.rs` < `reclaim.rs` < `guest_ram.rs` < `preventer.rs` < `fault.rs`).
+//! The [`Pager`](crate::Pager) handle holds them and the core, and starts their threads. What
+//! must change under the page lock stays in [`Pages`], whoever changes it (takeover's
+//! `attached` and `huge`, reclaim's `in_flight` and `resident_after_chunk`). Left as `impl`
+//! blocks of the core, holding no state of their own: the pool's flusher (`swapin.rs`), the
+//! defragmenter (`pager.rs`), the Preventer's reading of guest memory (`preventer.rs`) and the
+//! snapshot (`snapshot.rs`). No file imports from above it, and every lock order is the one
+//! described in `pager.rs`.
 
 use std::collections::HashSet;
 use std::path::PathBuf;

@@ -106,6 +106,36 @@ impl FaultHandler {
         }
     }
 
+    /// Swaps in the pages of vCPUs the Preventer stopped that did not answer in time
+    /// ([`Preventer::expire`]); a page that cannot be installed is a fault left unresolved.
+    pub(crate) fn swap_in_expired(&self, core: &PagerCore, late: Vec<PageIdx>) {
+        for p in late {
+            let mut pages = core.lock();
+            if let Err(e) = self.missing_fault(core, &mut pages, p, true) {
+                let f = Fault {
+                    addr: core.map.host(p),
+                    write: true,
+                    protected: false,
+                    tid: 0,
+                };
+                self.unresolved(core, f, p, e);
+            }
+        }
+    }
+
+    /// Swaps in page `p` for a vCPU the Preventer stopped and could not serve
+    /// ([`Preventer::vcpu_interrupted`]), on the vCPU's thread; a failure pauses the VM.
+    pub(crate) fn preventer_fallback(&self, core: &PagerCore, reclaim: &Reclaimer, p: PageIdx) {
+        let mut pages = core.lock();
+        if let Err(e) = self.missing_fault(core, &mut pages, p, true) {
+            core.pause(PagerFailure::Fault {
+                page: p,
+                error: e.to_string(),
+            });
+        }
+        drop(reclaim.hold_to_cap(core, pages));
+    }
+
     /// Resolves one fault event and records its service time.
     pub(crate) fn serve_fault(
         &self,

@@ -1,5 +1,6 @@
 //! The pager of one VM: its construction, its threads, and the handle the VMM and devices hold.
-//! What the threads work on, [`PagerCore`], is in `core.rs`.
+//! What the threads work on, [`PagerCore`], is in `core.rs`; each mechanism is an owner the
+//! handle holds next to it (`core.rs` lists them) and hands the owners it calls.
 //!
 //! Guest RAM is registered with userfaultfd (`sys/uffd.rs`) when a limit first asks for it
 //! (`takeover.rs`). Two threads work on it:
@@ -13,17 +14,19 @@
 //! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
 //!   the images (`store/indirect/defrag.rs`).
 //!
-//! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`),
+//! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`'s
+//! `DeviceAccess`),
 //! which installs whole pages without reading them; vCPU threads come in only for the
 //! Preventer (`preventer.rs`).
 //!
 //! Locks, each held briefly and never across disk writes or a whole shrink:
 //! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
-//!   for one fault, one device access, or one step of a reclaim chunk; `settled` (with it) says
-//!   when a chunk has been recorded, for device accesses, which wait for that.
+//!   for one fault, one device access, or one step of a reclaim chunk; the `Reclaimer`'s
+//!   `settled` (with it) says when a chunk has been recorded, for device accesses, which wait for
+//!   that.
 //! - the Preventer's `stopped`: the vCPUs it stopped (taken after `pages`, never before it).
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
-//! - `events`: the fault event buffer, used by the pager thread alone.
+//! - the `FaultHandler`'s `events`: the fault event buffer, used by the pager thread alone.
 //! - the pool's own lock (`store/pool/`), taken after `pages`, never before it.
 //! - each disk's indirection lock (`store/indirect/map.rs`), taken after `pages`, never before
 //!   it (the device and the defragmenter drop it before they take `pages` to release blocks).
@@ -346,8 +349,13 @@ impl Pager {
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        self.preventer
-            .vcpu_interrupted(&self.core, &self.faults, &self.reclaimer, registers);
+        let fallback = self
+            .preventer
+            .vcpu_interrupted(&self.core, &self.reclaimer, registers);
+        if let Some(p) = fallback {
+            self.faults
+                .preventer_fallback(&self.core, &self.reclaimer, p);
+        }
     }
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
@@ -366,7 +374,7 @@ impl Pager {
     }
 }
 
-/// Devices reach guest RAM through the handle; the work is [`DeviceAccess`]'s (`guest_ram.rs`),
+/// Devices reach guest RAM through the handle; the work is `DeviceAccess`'s (`guest_ram.rs`),
 /// on the core, with reclaim.
 impl GuestRam for Pager {
     fn mem(&self) -> &GuestMem {
@@ -489,7 +497,7 @@ fn pager_thread(
         if let Err(why) = faults.serve_pending(core, preventer, reclaim) {
             return why;
         }
-        preventer.expire(core, faults);
+        faults.swap_in_expired(core, preventer.expire(core));
     }
 }
 
