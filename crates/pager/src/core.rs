@@ -3,28 +3,32 @@
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
-//! Working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
-//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) are owners of their own:
-//! each holds its state and is handed the core it works on (and the fault path is handed the
-//! Preventer); the [`Pager`](crate::Pager) handle holds them and the core. The other
-//! mechanisms (`fault.rs`, `reclaim.rs`, the pool's flusher in `swapin.rs`, `takeover.rs`,
-//! `guest_ram.rs`, and the Preventer's reading of guest memory) still extend `PagerCore` with
-//! `impl` blocks of their own, and the core still holds their state (reclaim's wake-up, the
-//! fault buffer, takeover's page map). No file imports from
-//! above it, but those `impl` blocks call one another through the core (the fault path stops
-//! vCPUs for the Preventer and wakes reclaim; devices go through the fault path): each becomes
-//! a type owning its state once the ones it calls are handed to it, keeping every lock order
+//! Every mechanism is an owner of its own: the fault path (`FaultHandler`, in `fault.rs`),
+//! reclaim (`Reclaimer`, in `reclaim.rs`), the takeover (`Takeover`, in `takeover.rs`),
+//! working-set sampling (`Sampler`, in `sample.rs`), proactive swap-in (`SwapIn`, in
+//! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) each hold their state and
+//! are handed the core they work on, and the owners they call: the fault path is handed the
+//! Preventer and the `Reclaimer` (whose `want_reclaim`, `hold_to_cap` and `lock_settled` it
+//! uses), reclaim the `Takeover` (whose `split_huge` it uses), device accesses (`DeviceAccess`,
+//! in `guest_ram.rs`) and the Preventer's writes the `Reclaimer`; the pages the Preventer gives
+//! up on it returns, and the fault path swaps them in, so the files still draw a ladder
+//! (`takeover.rs`, `swapin.rs` < `reclaim.rs` < `guest_ram.rs` < `preventer.rs` < `fault.rs`).
+//! The [`Pager`](crate::Pager) handle holds them and the core, and starts their threads. What
+//! must change under the page lock stays in [`Pages`], whoever changes it (takeover's
+//! `attached` and `huge`, reclaim's `in_flight` and `resident_after_chunk`). Left as `impl`
+//! blocks of the core, holding no state of their own: the pool's flusher (`swapin.rs`), the
+//! defragmenter (`pager.rs`), the Preventer's reading of guest memory (`preventer.rs`) and the
+//! snapshot (`snapshot.rs`). No file imports from above it, and every lock order is the one
 //! described in `pager.rs`.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use memvisor_devices::iobuf::IoBuf;
 use memvisor_devices::GuestMem;
 use thiserror::Error;
-use userfaultfd::EventBuffer;
 
 use crate::config::IndirectConfig;
 use crate::page::{PageIdx, PAGE_SIZE};
@@ -33,9 +37,8 @@ use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapError;
-use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
-use crate::sys::uffd::{Fault, Userfault};
+use crate::sys::uffd::Userfault;
 
 pub use memvisor_api::spec::MIN_LIMIT;
 
@@ -162,31 +165,12 @@ pub(crate) struct PagerCore {
     pub mem: Arc<GuestMem>,
     pub map: RamMap,
     pub uffd: Userfault,
-    /// How RAM is taken over at run time; `None`: this kernel cannot scan its page map, so RAM
-    /// is registered from the start.
-    pub pagemap: Option<PageMap>,
     pub stores: Stores,
     pub pages: Mutex<Pages>,
-    /// The buffer a fault's store read goes into without the page lock (`fault.rs`); taken
-    /// only with `try_lock`, so a second fault meanwhile reads under the page lock instead.
-    pub fault_io: Mutex<IoBuf>,
-    /// Signalled (with `pages`) when a reclaim chunk has been recorded or reclaim gave up.
-    pub settled: Condvar,
-    /// Set to wake the reclaim thread, with `reclaim_wake`.
-    pub reclaim_wanted: Mutex<bool>,
-    pub reclaim_wake: Condvar,
-    /// Fault events read by the pager thread.
-    pub events: Mutex<EventBuffer>,
-    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
-    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
-    /// them again ([`Pager::retry`](crate::Pager::retry)).
-    pub unresolved: Mutex<Vec<Fault>>,
     /// Resident-page limit (the high watermark); `u32::MAX`: none.
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
     pub batch: u32,
-    /// A zeroed source for installing fresh writable pages.
-    pub zeros: Vec<u8>,
     pub counters: Counters,
     pub fault_latency: Latency,
     pub swap_fault_latency: Latency,

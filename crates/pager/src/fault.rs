@@ -17,12 +17,16 @@
 //! After each fault the page's installs are paid for by one bounded reclaim chunk when the VM
 //! is over its limit (`reclaim.rs`). A fault that cannot be resolved pauses the VM.
 
-use std::sync::{MutexGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
+
+use memvisor_devices::iobuf::IoBuf;
+use userfaultfd::EventBuffer;
 
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
 use crate::preventer::Preventer;
+use crate::reclaim::Reclaimer;
 use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
@@ -39,58 +43,155 @@ struct Read<'a> {
 }
 
 /// Never-touched pages installed with a faulting one (128 KiB).
-pub(crate) const ZERO_WINDOW: u32 = 32;
+const ZERO_WINDOW: u32 = 32;
 
-impl PagerCore {
+/// The fault path (see the module doc): the buffers it reads into and the faults it could not
+/// resolve; it works on the core it is handed, from the pager thread (and, for retries and the
+/// Preventer's fallbacks, from the threads that call it).
+pub(crate) struct FaultHandler {
+    /// The buffer a fault's store read goes into without the page lock; taken only with
+    /// `try_lock`, so a second fault meanwhile reads under the page lock instead (into
+    /// [`Pages::io`]).
+    fault_io: Mutex<IoBuf>,
+    /// Fault events read by the pager thread.
+    events: Mutex<EventBuffer>,
+    /// Faults that could not be resolved: their threads (a vCPU, or a device thread in the
+    /// middle of a request) wait in the kernel until the page is installed, so a resume serves
+    /// them again ([`Pager::retry`](crate::Pager::retry)).
+    unresolved: Mutex<Vec<Fault>>,
+    /// A zeroed source for installing fresh writable pages.
+    zeros: Vec<u8>,
+}
+
+impl FaultHandler {
+    /// A fault path whose lock-free reads take up to `io_len` bytes.
+    pub fn new(io_len: usize) -> Self {
+        FaultHandler {
+            // Huge pages for the hot path's buffer; the page lock's (`Pages::io`) serves the
+            // retries and the Swap Mapper's refetches.
+            fault_io: Mutex::new(IoBuf::huge(io_len)),
+            events: Mutex::new(EventBuffer::new(64)),
+            unresolved: Mutex::new(Vec::new()),
+            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
+        }
+    }
+
+    /// Serves the fault events that are pending, without waiting for more. Returns why the
+    /// pager cannot go on, if it cannot.
+    pub(crate) fn serve_pending(
+        &self,
+        core: &PagerCore,
+        preventer: &Preventer,
+        reclaim: &Reclaimer,
+    ) -> Result<(), String> {
+        let faults = {
+            let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            core.uffd
+                .read_faults(&mut buf)
+                .map_err(|e| format!("reading fault events failed: {e}"))?
+        };
+        for f in faults {
+            self.serve_fault(core, preventer, reclaim, f);
+        }
+        Ok(())
+    }
+
+    /// After a resume: serves again the faults that could not be resolved, which wakes the
+    /// threads waiting on them.
+    pub(crate) fn retry(&self, core: &PagerCore, preventer: &Preventer, reclaim: &Reclaimer) {
+        let faults =
+            std::mem::take(&mut *self.unresolved.lock().unwrap_or_else(|e| e.into_inner()));
+        for f in faults {
+            self.serve_fault(core, preventer, reclaim, f);
+        }
+    }
+
+    /// Swaps in the pages of vCPUs the Preventer stopped that did not answer in time
+    /// ([`Preventer::expire`]); a page that cannot be installed is a fault left unresolved.
+    pub(crate) fn swap_in_expired(&self, core: &PagerCore, late: Vec<PageIdx>) {
+        for p in late {
+            let mut pages = core.lock();
+            if let Err(e) = self.missing_fault(core, &mut pages, p, true) {
+                let f = Fault {
+                    addr: core.map.host(p),
+                    write: true,
+                    protected: false,
+                    tid: 0,
+                };
+                self.unresolved(core, f, p, e);
+            }
+        }
+    }
+
+    /// Swaps in page `p` for a vCPU the Preventer stopped and could not serve
+    /// ([`Preventer::vcpu_interrupted`]), on the vCPU's thread; a failure pauses the VM.
+    pub(crate) fn preventer_fallback(&self, core: &PagerCore, reclaim: &Reclaimer, p: PageIdx) {
+        let mut pages = core.lock();
+        if let Err(e) = self.missing_fault(core, &mut pages, p, true) {
+            core.pause(PagerFailure::Fault {
+                page: p,
+                error: e.to_string(),
+            });
+        }
+        drop(reclaim.hold_to_cap(core, pages));
+    }
+
     /// Resolves one fault event and records its service time.
-    pub(crate) fn serve_fault(&self, preventer: &Preventer, f: Fault) {
+    pub(crate) fn serve_fault(
+        &self,
+        core: &PagerCore,
+        preventer: &Preventer,
+        reclaim: &Reclaimer,
+        f: Fault,
+    ) {
         let t0 = Instant::now();
-        let Some(p) = self.map.page_of_host(f.addr) else {
+        let Some(p) = core.map.page_of_host(f.addr) else {
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
             return;
         };
-        let mut pages = self.lock();
+        let mut pages = core.lock();
         let from_swap = !f.protected && matches!(pages.table.state(p), PageState::Swapped(_));
         let r = if f.protected {
-            self.write_fault(&mut pages, p)
+            self.write_fault(core, &mut pages, p)
         } else {
             let r;
-            (pages, r) = self.fault(pages, preventer, p, f.write, f.tid);
+            (pages, r) = self.fault(core, pages, preventer, p, f.write, f.tid);
             r
         };
         if let Err(e) = r {
-            self.unresolved(f, p, e);
+            self.unresolved(core, f, p, e);
         }
-        drop(self.hold_to_cap(pages));
+        drop(reclaim.hold_to_cap(core, pages));
         let took = t0.elapsed();
-        self.fault_latency.record(took);
+        core.fault_latency.record(took);
         if from_swap {
-            self.swap_fault_latency.record(took);
+            core.swap_fault_latency.record(took);
         }
     }
 
     /// A fault that failed: its thread keeps waiting, the VM is paused, and the resume serves
     /// it again. The retry goes straight to the fault path (not to the Preventer).
-    pub(crate) fn unresolved(&self, f: Fault, p: PageIdx, e: std::io::Error) {
+    pub(crate) fn unresolved(&self, core: &PagerCore, f: Fault, p: PageIdx, e: std::io::Error) {
         self.unresolved
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Fault { tid: 0, ..f });
-        self.pause(PagerFailure::Fault {
+        core.pause(PagerFailure::Fault {
             page: p,
             error: e.to_string(),
         });
     }
 
-    fn wake(&self, p: PageIdx) -> Result<(), UffdError> {
-        self.uffd.wake(self.map.host(p), PAGE_SIZE)
+    fn wake(&self, core: &PagerCore, p: PageIdx) -> Result<(), UffdError> {
+        core.uffd.wake(core.map.host(p), PAGE_SIZE)
     }
 
     /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
     /// goes to the Preventer (the vCPU is stopped and asked what it is writing); everything else
     /// is resolved here, a load from the swap file or an image without the page lock.
     fn fault<'a>(
-        &'a self,
+        &self,
+        core: &'a PagerCore,
         mut pages: MutexGuard<'a, Pages>,
         preventer: &Preventer,
         p: PageIdx,
@@ -103,16 +204,16 @@ impl PagerCore {
                 pages.table.state(p),
                 PageState::Swapped(_) | PageState::OnDisk(_)
             )
-            && self.vcpus.is_vcpu(tid);
-        if preventable && preventer.stop(self, tid, p) {
+            && core.vcpus.is_vcpu(tid);
+        if preventable && preventer.stop(core, tid, p) {
             return (pages, Ok(()));
         }
         match pages.table.fault(p, write) {
             FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
-                self.load_unlocked(pages, p, write, from, keep)
+                self.load_unlocked(core, pages, p, write, from, keep)
             }
             _ => {
-                let r = self.missing_fault(&mut pages, p, write);
+                let r = self.missing_fault(core, &mut pages, p, write);
                 (pages, r)
             }
         }
@@ -122,7 +223,8 @@ impl PagerCore {
     /// without the page lock (module doc). Falls back to [`Self::missing_fault`] under the lock
     /// when another thread's load has the buffer, and when `p` changed state during the read.
     fn load_unlocked<'a>(
-        &'a self,
+        &self,
+        core: &'a PagerCore,
         mut pages: MutexGuard<'a, Pages>,
         p: PageIdx,
         write: bool,
@@ -133,27 +235,27 @@ impl PagerCore {
             Ok(io) => io,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                let r = self.missing_fault(&mut pages, p, write);
+                let r = self.missing_fault(core, &mut pages, p, write);
                 return (pages, r);
             }
         };
-        let (lo, n) = self.region_run(p, pages.table.load_run(p));
+        let (lo, n) = self.region_run(core, p, pages.table.load_run(p));
         let watch = pages.table.watch(lo, n);
         drop(pages);
         let buf = io.get(n as usize * PAGE_SIZE);
-        let read = self
+        let read = core
             .stores
             .get(from.store)
             .and_then(|source| store::read(source, from.index - (p - lo), buf).map(|()| source));
-        let mut pages = self.lock();
+        let mut pages = core.lock();
         let changed = pages.table.unwatch(watch);
         let source = match read {
             Ok(source) => source,
             Err(e) => return (pages, Err(e)),
         };
         if changed.get((p - lo) as usize) != Some(&false) {
-            Counters::add(&self.counters.fault_reads_redone, 1);
-            let r = self.missing_fault(&mut pages, p, write);
+            Counters::add(&core.counters.fault_reads_redone, 1);
+            let r = self.missing_fault(core, &mut pages, p, write);
             return (pages, r);
         }
         let Pages {
@@ -166,7 +268,7 @@ impl PagerCore {
             keep,
             source,
         };
-        let r = self.install_read(table, prefetched, &read, |i| !changed[i as usize]);
+        let r = self.install_read(core, table, prefetched, &read, |i| !changed[i as usize]);
         (pages, r)
     }
 
@@ -175,6 +277,7 @@ impl PagerCore {
     /// that came with it.
     fn install_read(
         &self,
+        core: &PagerCore,
         table: &mut PageTable,
         prefetched: &mut [bool],
         read: &Read<'_>,
@@ -203,8 +306,8 @@ impl PagerCore {
             let len = k as usize * PAGE_SIZE;
             // SAFETY: `data[at..at + len]` is inside `data`, alive for the call.
             if let Err(e) = unsafe {
-                self.uffd
-                    .copy(data[at..].as_ptr(), self.map.host(lo + i), len, keep)
+                core.uffd
+                    .copy(data[at..].as_ptr(), core.map.host(lo + i), len, keep)
             } {
                 // What went in is in guest memory: the table must say so.
                 table.install_run(lo + i, e.pages.min(k), keep);
@@ -219,14 +322,14 @@ impl PagerCore {
             i += k;
         }
         Counters::add(&source.counters().faults, 1);
-        Counters::add(&self.counters.prefetched, u64::from(installed - 1));
+        Counters::add(&core.counters.prefetched, u64::from(installed - 1));
         Ok(())
     }
 
     /// `run` (first page, count) around `p`, or `p` alone if the run crosses a mapping
     /// boundary.
-    fn region_run(&self, p: PageIdx, (lo, n): (PageIdx, u32)) -> (PageIdx, u32) {
-        if self.map.same_region(lo, lo + n - 1) {
+    fn region_run(&self, core: &PagerCore, p: PageIdx, (lo, n): (PageIdx, u32)) -> (PageIdx, u32) {
+        if core.map.same_region(lo, lo + n - 1) {
             (lo, n)
         } else {
             (p, 1)
@@ -236,16 +339,17 @@ impl PagerCore {
     /// Installs missing page `p` (and the run that comes with it) as the table says.
     pub(crate) fn missing_fault(
         &self,
+        core: &PagerCore,
         pages: &mut Pages,
         p: PageIdx,
         write: bool,
     ) -> std::io::Result<()> {
         match pages.table.fault(p, write) {
-            FaultAction::Wake => Ok(self.wake(p)?),
-            FaultAction::Zero => self.install_zero(pages, p, write),
+            FaultAction::Wake => Ok(self.wake(core, p)?),
+            FaultAction::Zero => self.install_zero(core, pages, p, write),
             FaultAction::Load { from, keep } => {
                 let run = pages.table.load_run(p);
-                self.bring_run(pages, p, run, keep, from)
+                self.bring_run(core, pages, p, run, keep, from)
             }
         }
     }
@@ -253,13 +357,19 @@ impl PagerCore {
     /// Installs zero pages at `p` and the pages after it whose content is nothing (never
     /// touched, or reported free by the guest), up to [`ZERO_WINDOW`], in one call: a guest
     /// that reuses memory it reported free takes it back a window at a time, not a page.
-    fn install_zero(&self, pages: &mut Pages, p: PageIdx, write: bool) -> std::io::Result<()> {
+    fn install_zero(
+        &self,
+        core: &PagerCore,
+        pages: &mut Pages,
+        p: PageIdx,
+        write: bool,
+    ) -> std::io::Result<()> {
         match pages.table.state(p) {
-            PageState::Ballooned => Counters::add(&self.counters.faults_released, 1),
+            PageState::Ballooned => Counters::add(&core.counters.faults_released, 1),
             PageState::Reported => {
                 // The guest said the page was free: its old content is not read back.
-                Counters::add(&self.counters.faults_released, 1);
-                Counters::add(&self.counters.false_reads_avoided, 1);
+                Counters::add(&core.counters.faults_released, 1);
+                Counters::add(&core.counters.false_reads_avoided, 1);
             }
             _ => {}
         }
@@ -267,7 +377,7 @@ impl PagerCore {
         let mut reported = 0;
         while n < ZERO_WINDOW
             && p + n < pages.table.len()
-            && self.map.same_region(p, p + n)
+            && core.map.same_region(p, p + n)
             && matches!(
                 pages.table.state(p + n),
                 PageState::Zero | PageState::Reported
@@ -277,15 +387,15 @@ impl PagerCore {
             n += 1;
         }
         // Reported pages taken back with this one: their old content is not read either.
-        Counters::add(&self.counters.false_reads_avoided, reported);
+        Counters::add(&core.counters.false_reads_avoided, reported);
         let len = n as usize * PAGE_SIZE;
         if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
             // SAFETY: `zeros` is a live buffer of ZERO_WINDOW pages, at least `len` bytes.
             if let Err(e) = unsafe {
-                self.uffd
-                    .copy(self.zeros.as_ptr(), self.map.host(p), len, false)
+                core.uffd
+                    .copy(self.zeros.as_ptr(), core.map.host(p), len, false)
             } {
                 for q in p..p + e.pages.min(n) {
                     pages.table.installed(q, FaultAction::Zero);
@@ -293,12 +403,12 @@ impl PagerCore {
                 return Err(e.into());
             }
         } else {
-            self.uffd.zeropage(self.map.host(p), len)?;
+            core.uffd.zeropage(core.map.host(p), len)?;
         }
         for q in p..p + n {
             pages.table.installed(q, FaultAction::Zero);
         }
-        Counters::add(&self.counters.faults_zero, 1);
+        Counters::add(&core.counters.faults_zero, 1);
         Ok(())
     }
 
@@ -309,13 +419,14 @@ impl PagerCore {
     /// would cost a write fault).
     fn bring_run(
         &self,
+        core: &PagerCore,
         pages: &mut Pages,
         p: PageIdx,
         (lo, n): (PageIdx, u32),
         keep: bool,
         from: Slot,
     ) -> std::io::Result<()> {
-        let (lo, n) = self.region_run(p, (lo, n));
+        let (lo, n) = self.region_run(core, p, (lo, n));
         let Pages {
             table,
             io,
@@ -323,7 +434,7 @@ impl PagerCore {
             ..
         } = pages;
         let buf = io.get(n as usize * PAGE_SIZE);
-        let source = self.stores.get(from.store)?;
+        let source = core.stores.get(from.store)?;
         store::read(source, from.index - (p - lo), buf)?;
         let read = Read {
             p,
@@ -332,10 +443,10 @@ impl PagerCore {
             keep,
             source,
         };
-        self.install_read(table, prefetched, &read, |_| true)
+        self.install_read(core, table, prefetched, &read, |_| true)
     }
 
-    fn write_fault(&self, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
+    fn write_fault(&self, core: &PagerCore, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
         if pages.in_flight.binary_search(&p).is_ok() {
             // Reclaim is writing this page out: the writer waits until the chunk is recorded
             // (reclaim wakes it), then faults the page back in.
@@ -343,14 +454,14 @@ impl PagerCore {
         }
         let cooling = pages.table.victims.is_cooling(p);
         if !pages.table.write_fault(p) {
-            return Ok(self.wake(p)?);
+            return Ok(self.wake(core, p)?);
         }
-        Counters::add(&self.counters.write_faults, 1);
+        Counters::add(&core.counters.write_faults, 1);
         if std::mem::take(&mut pages.prefetched[p as usize]) {
-            Counters::add(&self.counters.prefetch_hits, 1);
+            Counters::add(&core.counters.prefetch_hits, 1);
         }
         if !cooling {
-            return Ok(self.uffd.unprotect(self.map.host(p), PAGE_SIZE)?);
+            return Ok(core.uffd.unprotect(core.map.host(p), PAGE_SIZE)?);
         }
         // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
         // per run.
@@ -360,9 +471,9 @@ impl PagerCore {
         let mut open = table.warm_cluster(p, |q| in_flight.binary_search(&q).is_ok());
         open.push(p);
         open.sort_unstable();
-        for (first, n) in self.map.region_runs(&open) {
-            self.uffd
-                .unprotect(self.map.host(first), n as usize * PAGE_SIZE)?;
+        for (first, n) in core.map.region_runs(&open) {
+            core.uffd
+                .unprotect(core.map.host(first), n as usize * PAGE_SIZE)?;
         }
         Ok(())
     }

@@ -18,18 +18,26 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use crate::core::{PagerCore, Pages};
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
+use crate::reclaim::Reclaimer;
 use crate::state::{is_resident, PageState, PageTable};
 use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
 
-impl PagerCore {
+/// A device's access to guest RAM: the core it works on, and reclaim, whose chunks in flight
+/// it waits for and which it wakes when its installs take the VM over its limit.
+pub(crate) struct DeviceAccess<'a> {
+    pub core: &'a PagerCore,
+    pub reclaim: &'a Reclaimer,
+}
+
+impl DeviceAccess<'_> {
     /// The guest pages and image blocks of a disk request's whole pages.
     fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
         pages
             .iter()
             .filter_map(|dp| {
-                let p = self.map.page_of_gpa(dp.addr.0)?;
+                let p = self.core.map.page_of_gpa(dp.addr.0)?;
                 let block = u32::try_from(dp.block).ok()?;
                 Some((p, ImageBlock { disk, block }))
             })
@@ -47,10 +55,11 @@ impl PagerCore {
         resident.sort_unstable_by_key(|&(p, _)| p);
         let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
         let mut failed = Vec::new();
-        for (f, c) in self.map.region_runs(&order) {
+        for (f, c) in self.core.map.region_runs(&order) {
             if let Err(e) = self
+                .core
                 .uffd
-                .write_protect(self.map.host(f), c as usize * PAGE_SIZE)
+                .write_protect(self.core.map.host(f), c as usize * PAGE_SIZE)
             {
                 // Once per disk request the guest makes: rate-limited.
                 memvisor_devices::guest_error!(
@@ -85,8 +94,8 @@ impl PagerCore {
     fn run_from(&self, p: PageIdx, max: u32, fits: impl Fn(PageIdx) -> bool) -> u32 {
         let mut run = 0;
         while run < max
-            && p + run < self.map.pages()
-            && self.map.same_region(p, p + run)
+            && p + run < self.core.map.pages()
+            && self.core.map.same_region(p, p + run)
             && fits(p + run)
         {
             run += 1;
@@ -99,7 +108,7 @@ impl PagerCore {
     /// once; after a copy that failed partway, what went in), and the caller goes on page by
     /// page from there.
     fn install_for_device(&self, p: PageIdx, data: &[u8]) -> usize {
-        let mut pages = self.lock_settled();
+        let mut pages = self.reclaim.lock_settled(self.core);
         if !pages.attached {
             // Plain memory until the takeover: nothing to install.
             return 0;
@@ -111,7 +120,11 @@ impl PagerCore {
         }
         let len = run as usize * PAGE_SIZE;
         // SAFETY: `data` holds at least `len` bytes (whole pages counted above), alive for the call.
-        let run = match unsafe { self.uffd.copy(data.as_ptr(), self.map.host(p), len, false) } {
+        let run = match unsafe {
+            self.core
+                .uffd
+                .copy(data.as_ptr(), self.core.map.host(p), len, false)
+        } {
             Ok(()) => run,
             Err(e) => {
                 // Page by page then: a missing page faults in as for the guest.
@@ -131,14 +144,14 @@ impl PagerCore {
                 pages.table.state(q),
                 PageState::Swapped(_) | PageState::OnDisk(_)
             ) {
-                Counters::add(&self.counters.stale_reads_avoided, 1);
+                Counters::add(&self.core.counters.stale_reads_avoided, 1);
             }
             pages.table.device_installed(q);
             pages.prefetched[q as usize] = false;
         }
-        Counters::add(&self.counters.device_installs, u64::from(run));
+        Counters::add(&self.core.counters.device_installs, u64::from(run));
         // The device's thread waits for reclaim if it took the VM well past its limit.
-        drop(self.hold_to_cap(pages));
+        drop(self.reclaim.hold_to_cap(self.core, pages));
         len
     }
 
@@ -146,7 +159,7 @@ impl PagerCore {
     /// (`max` pages at most), one ioctl per run, instead of through write faults the device's
     /// thread would wait on. Returns the pages it covers.
     fn unprotect_for_device(&self, p: PageIdx, max: u32) -> u32 {
-        let mut pages = self.lock_settled();
+        let mut pages = self.reclaim.lock_settled(self.core);
         let run = self.run_from(p, max, |q| {
             matches!(
                 pages.table.state(q),
@@ -159,8 +172,9 @@ impl PagerCore {
         }
         if run > 0 {
             if let Err(e) = self
+                .core
                 .uffd
-                .unprotect(self.map.host(p), run as usize * PAGE_SIZE)
+                .unprotect(self.core.map.host(p), run as usize * PAGE_SIZE)
             {
                 tracing::debug!("pager: unprotecting pages {p}+{run} for a device failed: {e}");
             }
@@ -169,13 +183,13 @@ impl PagerCore {
     }
 }
 
-impl GuestRam for PagerCore {
+impl GuestRam for DeviceAccess<'_> {
     fn mem(&self) -> &GuestMem {
-        &self.mem
+        &self.core.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        let s = self;
+        let s = self.core;
         let mut off = 0usize;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
@@ -185,13 +199,13 @@ impl GuestRam for PagerCore {
                 gpa % PAGE_SIZE as u64 == 0 && n == PAGE_SIZE,
                 s.map.page_of_gpa(gpa),
             ) {
-                let installed = s.install_for_device(p, &data[off..]);
+                let installed = self.install_for_device(p, &data[off..]);
                 if installed > 0 {
                     off += installed;
                     continue;
                 }
                 let whole = u32::try_from((data.len() - off) / PAGE_SIZE).unwrap_or(u32::MAX);
-                let run = s.unprotect_for_device(p, whole);
+                let run = self.unprotect_for_device(p, whole);
                 if run > 0 {
                     let len = run as usize * PAGE_SIZE;
                     s.mem
@@ -208,21 +222,21 @@ impl GuestRam for PagerCore {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         // Protected first, so the first guest write ends the mirroring.
-        let s = self;
-        let mut state = s.lock_settled();
-        s.mirror_resident(
+        let s = self.core;
+        let mut state = self.reclaim.lock_settled(s);
+        self.mirror_resident(
             &mut state,
-            s.disk_pages(disk, pages),
+            self.disk_pages(disk, pages),
             PageTable::read_from_disk,
         );
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        let s = self;
+        let s = self.core;
         if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }
-        let mut state = s.lock_settled();
+        let mut state = self.reclaim.lock_settled(s);
         if !state.table.mech.mapper {
             return Ok(());
         }
@@ -243,22 +257,22 @@ impl GuestRam for PagerCore {
                 state.table.refetched(p);
             }
         }
-        drop(s.hold_to_cap(state));
+        drop(self.reclaim.hold_to_cap(s, state));
         Ok(())
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        let s = self;
+        let s = self.core;
         let (Some(cfg), Some(ind)) = (s.indirections, s.stores.indirect(disk)) else {
             return Vec::new();
         };
-        let mut state = s.lock_settled();
+        let mut state = self.reclaim.lock_settled(s);
         if !state.attached {
             return Vec::new();
         }
         let pool = s.stores.swap.pool.as_ref();
         let mut elided = Vec::new();
-        for (p, ib) in s.disk_pages(disk, pages) {
+        for (p, ib) in self.disk_pages(disk, pages) {
             let PageState::Swapped(b) = state.table.state(p) else {
                 continue;
             };
@@ -279,7 +293,7 @@ impl GuestRam for PagerCore {
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        let s = self;
+        let s = self.core;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -292,7 +306,7 @@ impl GuestRam for PagerCore {
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        let s = self;
+        let s = self.core;
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
@@ -302,16 +316,16 @@ impl GuestRam for PagerCore {
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        match self.stores.image(disk) {
+        match self.core.stores.image(disk) {
             Some(image) => image.read_split(offset, buf),
             None => Ok(false),
         }
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        let s = self;
-        let mut state = s.lock_settled();
-        let sources = s.disk_pages(disk, pages);
+        let s = self.core;
+        let mut state = self.reclaim.lock_settled(s);
+        let sources = self.disk_pages(disk, pages);
         if state.attached {
             // The pages the device is about to read that are not in guest RAM: each will be
             // swapped in only to be written out (double paging).
@@ -326,24 +340,24 @@ impl GuestRam for PagerCore {
                 .count();
             Counters::add(&s.counters.double_paging_swap_ins, out as u64);
         }
-        s.mirror_resident(&mut state, sources, PageTable::disk_write_source);
+        self.mirror_resident(&mut state, sources, PageTable::disk_write_source);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        let s = self;
-        let mut state = s.lock_settled();
-        for (p, ib) in s.disk_pages(disk, pages) {
+        let s = self.core;
+        let mut state = self.reclaim.lock_settled(s);
+        for (p, ib) in self.disk_pages(disk, pages) {
             state.table.disk_write_done(p, ib);
         }
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        let s = self;
+        let s = self.core;
         let to = match why {
             Discard::Balloon => PageState::Ballooned,
             Discard::Reported => PageState::Reported,
         };
-        let mut state = s.lock_settled();
+        let mut state = self.reclaim.lock_settled(s);
         let mut released = 0u64;
         for r in ranges {
             let (Some(first), true) = (s.map.page_of_gpa(r.addr), r.len > 0) else {
@@ -386,8 +400,8 @@ impl GuestRam for PagerCore {
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        let s = self;
-        let mut state = s.lock_settled();
+        let s = self.core;
+        let mut state = self.reclaim.lock_settled(s);
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {
                 for p in first..first + u32::try_from(r.len / PAGE_SIZE as u64).unwrap_or(0) {

@@ -11,14 +11,14 @@
 //! | `stats.rs` | counters (the pager's and each store's) and latencies |
 //! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
-//! | `fault.rs` | the fault path |
-//! | `reclaim.rs` | reclaim in bounded chunks |
+//! | `fault.rs` | the fault path: the `FaultHandler`, which owns its buffers and unresolved faults and borrows the core |
+//! | `reclaim.rs` | reclaim in bounded chunks: the `Reclaimer`, which owns its wake-up and the signal that a chunk was recorded and borrows the core |
 //! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
-//! | `takeover.rs` | taking RAM over at run time from transparent huge pages |
+//! | `takeover.rs` | taking RAM over at run time from transparent huge pages: the `Takeover`, which owns the page map and borrows the core |
 //! | `preventer.rs` | VSwapper's False Reads Preventer: the `Preventer`, which owns the vCPUs it stopped and borrows the core |
-//! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]) |
-//! | `pager.rs` | the [`Pager`] handle (the core, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
+//! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]): `DeviceAccess`, the core with the `Reclaimer` |
+//! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
 mod blocks;

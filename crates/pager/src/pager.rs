@@ -1,5 +1,6 @@
 //! The pager of one VM: its construction, its threads, and the handle the VMM and devices hold.
-//! What the threads work on, [`PagerCore`], is in `core.rs`.
+//! What the threads work on, [`PagerCore`], is in `core.rs`; each mechanism is an owner the
+//! handle holds next to it (`core.rs` lists them) and hands the owners it calls.
 //!
 //! Guest RAM is registered with userfaultfd (`sys/uffd.rs`) when a limit first asks for it
 //! (`takeover.rs`). Two threads work on it:
@@ -13,17 +14,19 @@
 //! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
 //!   the images (`store/indirect/defrag.rs`).
 //!
-//! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`),
+//! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`'s
+//! `DeviceAccess`),
 //! which installs whole pages without reading them; vCPU threads come in only for the
 //! Preventer (`preventer.rs`).
 //!
 //! Locks, each held briefly and never across disk writes or a whole shrink:
 //! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
-//!   for one fault, one device access, or one step of a reclaim chunk; `settled` (with it) says
-//!   when a chunk has been recorded, for device accesses, which wait for that.
+//!   for one fault, one device access, or one step of a reclaim chunk; the `Reclaimer`'s
+//!   `settled` (with it) says when a chunk has been recorded, for device accesses, which wait for
+//!   that.
 //! - the Preventer's `stopped`: the vCPUs it stopped (taken after `pages`, never before it).
 //! - `sampling`: the working-set sample (taken before `pages`, never after it).
-//! - `events`: the fault event buffer, used by the pager thread alone.
+//! - the `FaultHandler`'s `events`: the fault event buffer, used by the pager thread alone.
 //! - the pool's own lock (`store/pool/`), taken after `pages`, never before it.
 //! - each disk's indirection lock (`store/indirect/map.rs`), taken after `pages`, never before
 //!   it (the device and the defragmenter drop it before they take `pages` to release blocks).
@@ -35,20 +38,21 @@
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
-use userfaultfd::EventBuffer;
 use vm_memory::{GuestAddress, GuestMemoryError};
 
 use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
-use crate::fault::ZERO_WINDOW;
+use crate::fault::FaultHandler;
+use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;
 use crate::preventer::{CpuState, Preventer};
+use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
 use crate::state::PageTable;
@@ -59,9 +63,9 @@ use crate::store::sample::SampleStore;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapFile;
 use crate::swapin::SwapIn;
-use crate::sys::pagemap::PageMap;
 use crate::sys::ram_map::RamMap;
 use crate::sys::uffd::Userfault;
+use crate::takeover::Takeover;
 use memvisor_devices::iobuf::IoBuf;
 
 /// The pager of one VM. Cloning shares it.
@@ -74,6 +78,13 @@ pub struct Pager {
     swap_in: Arc<SwapIn>,
     /// The False Reads Preventer, which the pager thread's fault path and vCPU threads reach.
     preventer: Arc<Preventer>,
+    /// Taking RAM over, at the start or when a limit first arrives; reclaim splits its huge
+    /// pages.
+    takeover: Arc<Takeover>,
+    /// Reclaim, run by the reclaim thread; installing threads wake it and wait for its chunks.
+    reclaimer: Arc<Reclaimer>,
+    /// The fault path, run by the pager thread; a resume serves its unresolved faults again.
+    faults: Arc<FaultHandler>,
 }
 
 impl Pager {
@@ -108,7 +119,7 @@ impl Pager {
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
         let state = Pages {
             table,
-            // Huge pages only for the hot paths' buffers (`fault_io`, reclaim's): this one
+            // Huge pages only for the hot paths' buffers (the fault path's, reclaim's): this one
             // serves the retries and the Swap Mapper's refetches.
             io: IoBuf::new(io_len),
             prefetched: vec![false; pages as usize],
@@ -125,11 +136,13 @@ impl Pager {
         ));
         let swap_in = Arc::new(SwapIn::new(config.proactive));
         let preventer = Arc::new(Preventer::default());
+        let takeover = Arc::new(Takeover::new());
+        let reclaimer = Arc::new(Reclaimer::new());
+        let faults = Arc::new(FaultHandler::new(io_len));
         let core = Arc::new(PagerCore {
             mem,
             map,
             uffd,
-            pagemap: PageMap::open(),
             stores: Stores::new(
                 SwapStore {
                     file: swap,
@@ -141,16 +154,9 @@ impl Pager {
                 SampleStore::new(config.sample_pages),
             ),
             pages: Mutex::new(state),
-            fault_io: Mutex::new(IoBuf::huge(io_len)),
-            settled: Condvar::new(),
-            reclaim_wanted: Mutex::new(false),
-            reclaim_wake: Condvar::new(),
-            events: Mutex::new(EventBuffer::new(64)),
-            unresolved: Mutex::new(Vec::new()),
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
             counters: Counters::default(),
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
@@ -161,21 +167,23 @@ impl Pager {
         });
         // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
         // for them takes RAM over from the start, as a limit does.
-        if config.limit.is_some() || mech.mapper || mech.preventer || core.pagemap.is_none() {
-            core.attach(&mut core.lock())?;
+        if config.limit.is_some() || mech.mapper || mech.preventer || !takeover.at_run_time() {
+            takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();
         let swapping = swap_in.clone();
+        let splitting = takeover.clone();
+        let reclaiming = reclaimer.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                let run = || r.reclaim_thread(&swapping);
+                let run = || reclaiming.run(&r, &splitting, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {
                         error: "the reclaim thread panicked".into(),
                     });
-                    r.settled.notify_all();
+                    reclaiming.notify_settled();
                 }
             })
             .map_err(PagerError::Thread)?;
@@ -204,10 +212,12 @@ impl Pager {
         let s = core.clone();
         let sampling = sampler.clone();
         let preventing = preventer.clone();
+        let reclaiming = reclaimer.clone();
+        let faulting = faults.clone();
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                let run = || s.run(&sampling, &preventing);
+                let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
@@ -224,6 +234,9 @@ impl Pager {
             sampler,
             swap_in,
             preventer,
+            takeover,
+            reclaimer,
+            faults,
         })
     }
 
@@ -295,12 +308,12 @@ impl Pager {
         let s = &self.core;
         let pages = limit_pages(limit, u64::from(s.map.pages()) * PAGE_SIZE as u64)?;
         if limit.is_some() {
-            s.attach(&mut s.lock())?;
+            self.takeover.attach(s, &mut s.lock())?;
         }
         if s.limit.swap(pages, Ordering::SeqCst) < pages {
             self.swap_in.want();
         }
-        s.want_reclaim();
+        self.reclaimer.want_reclaim();
         Ok(())
     }
 
@@ -310,7 +323,7 @@ impl Pager {
             None => Err(PagerError::NoPool),
             Some(p) => {
                 p.set_capacity(bytes);
-                self.core.want_reclaim();
+                self.reclaimer.want_reclaim();
                 Ok(())
             }
         }
@@ -325,18 +338,10 @@ impl Pager {
     /// again, which wakes the threads waiting on them, and reclaim is tried again (either pauses
     /// the VM again if its I/O still fails).
     pub fn retry(&self) {
-        let faults = std::mem::take(
-            &mut *self
-                .core
-                .unresolved
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        for f in faults {
-            self.core.serve_fault(&self.preventer, f);
-        }
-        self.core.want_reclaim();
-        self.core.settled.notify_all();
+        self.faults
+            .retry(&self.core, &self.preventer, &self.reclaimer);
+        self.reclaimer.want_reclaim();
+        self.reclaimer.notify_settled();
     }
 
     /// Called by a vCPU thread whose `KVM_RUN` was interrupted (`EINTR`). If the Preventer stopped
@@ -344,63 +349,80 @@ impl Pager {
     /// the instruction being executed when it overwrites the whole page, swapped in otherwise.
     /// `registers` reads the vCPU's registers; it is called only if the pager stopped this vCPU.
     pub fn vcpu_interrupted(&self, registers: impl FnOnce() -> Option<CpuState>) {
-        self.preventer.vcpu_interrupted(&self.core, registers);
+        let fallback = self
+            .preventer
+            .vcpu_interrupted(&self.core, &self.reclaimer, registers);
+        if let Some(p) = fallback {
+            self.faults
+                .preventer_fallback(&self.core, &self.reclaimer, p);
+        }
     }
 
     /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
     pub fn snapshot(&self) -> PagerSnapshot {
-        self.core.snapshot(&self.sampler)
+        self.core.snapshot(&self.sampler, &self.takeover)
     }
 }
 
-/// Devices reach guest RAM through the handle; the work is the core's (`guest_ram.rs`).
+impl Pager {
+    /// What device accesses work through: the core and reclaim.
+    fn devices(&self) -> DeviceAccess<'_> {
+        DeviceAccess {
+            core: &self.core,
+            reclaim: &self.reclaimer,
+        }
+    }
+}
+
+/// Devices reach guest RAM through the handle; the work is `DeviceAccess`'s (`guest_ram.rs`),
+/// on the core, with reclaim.
 impl GuestRam for Pager {
     fn mem(&self) -> &GuestMem {
-        self.core.mem()
+        &self.core.mem
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
-        self.core.write(addr, data)
+        self.devices().write(addr, data)
     }
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_read(disk, pages);
+        self.devices().disk_read(disk, pages);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
-        self.core.disk_write_begin(disk, offset, len)
+        self.devices().disk_write_begin(disk, offset, len)
     }
 
     fn disk_write_elide(&self, disk: u8, pages: &[DiskPage]) -> Vec<u64> {
-        self.core.disk_write_elide(disk, pages)
+        self.devices().disk_write_elide(disk, pages)
     }
 
     fn disk_write_end(&self, disk: u8, offset: u64, len: u64, landed: bool) -> std::io::Result<()> {
-        self.core.disk_write_end(disk, offset, len, landed)
+        self.devices().disk_write_end(disk, offset, len, landed)
     }
 
     fn disk_flush(&self, disk: u8) -> std::io::Result<()> {
-        self.core.disk_flush(disk)
+        self.devices().disk_flush(disk)
     }
 
     fn disk_read_split(&self, disk: u8, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
-        self.core.disk_read_split(disk, offset, buf)
+        self.devices().disk_read_split(disk, offset, buf)
     }
 
     fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_write_sources(disk, pages);
+        self.devices().disk_write_sources(disk, pages);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        self.core.disk_write_done(disk, pages);
+        self.devices().disk_write_done(disk, pages);
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {
-        self.core.discard(ranges, why)
+        self.devices().discard(ranges, why)
     }
 
     fn deflate(&self, ranges: &[GuestRange]) {
-        self.core.deflate(ranges);
+        self.devices().deflate(ranges);
     }
 }
 
@@ -438,53 +460,44 @@ impl PagerCore {
             std::thread::sleep(std::time::Duration::from_millis(pause));
         }
     }
+}
 
-    /// Serves the fault events that are pending, without waiting for more. Returns why the
-    /// pager cannot go on, if it cannot.
-    pub(crate) fn serve_pending_faults(&self, preventer: &Preventer) -> Result<(), String> {
-        let faults = {
-            let mut buf = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            self.uffd
-                .read_faults(&mut buf)
-                .map_err(|e| format!("reading fault events failed: {e}"))?
+/// Serves faults and runs working-set sampling until it cannot; returns why.
+fn pager_thread(
+    core: &PagerCore,
+    faults: &FaultHandler,
+    sampler: &Sampler,
+    preventer: &Preventer,
+    reclaim: &Reclaimer,
+) -> String {
+    loop {
+        let mut fd = libc::pollfd {
+            fd: core.uffd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
         };
-        for f in faults {
-            self.serve_fault(preventer, f);
-        }
-        Ok(())
-    }
-
-    /// Serves faults and runs working-set sampling until it cannot; returns why.
-    fn run(&self, sampler: &Sampler, preventer: &Preventer) -> String {
-        loop {
-            let mut fd = libc::pollfd {
-                fd: self.uffd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // While a vCPU is stopped for the Preventer, wake up to take over if it does not
-            // answer; otherwise when the sampling period ends.
-            let timeout = if !preventer.waiting() {
-                sampler.tick(self).map_or(-1, |d| {
-                    i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
-                })
-            } else {
-                1
-            };
-            // SAFETY: `fd` is a valid pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
-            if rc < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return format!("poll on the userfaultfd failed: {e}");
+        // While a vCPU is stopped for the Preventer, wake up to take over if it does not
+        // answer; otherwise when the sampling period ends.
+        let timeout = if !preventer.waiting() {
+            sampler.tick(core).map_or(-1, |d| {
+                i32::try_from(d.as_millis().saturating_add(1)).unwrap_or(i32::MAX)
+            })
+        } else {
+            1
+        };
+        // SAFETY: `fd` is a valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
             }
-            if let Err(why) = self.serve_pending_faults(preventer) {
-                return why;
-            }
-            preventer.expire(self);
+            return format!("poll on the userfaultfd failed: {e}");
         }
+        if let Err(why) = faults.serve_pending(core, preventer, reclaim) {
+            return why;
+        }
+        faults.swap_in_expired(core, preventer.expire(core));
     }
 }
 

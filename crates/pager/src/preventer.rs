@@ -30,10 +30,11 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
-use crate::core::{current_tid, PagerCore, PagerFailure};
+use crate::core::{current_tid, PagerCore};
+use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
+use crate::reclaim::Reclaimer;
 use crate::stats::Counters;
-use crate::sys::uffd::Fault;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
@@ -206,8 +207,11 @@ impl Preventer {
         true
     }
 
-    /// Swaps in the pages of stopped vCPUs that did not answer in time.
-    pub(crate) fn expire(&self, core: &PagerCore) {
+    /// Gives up on the stopped vCPUs that did not answer in time: returns the pages they
+    /// faulted on, which the pager thread then swaps in ([`FaultHandler::swap_in_expired`]).
+    ///
+    /// [`FaultHandler::swap_in_expired`]: crate::fault::FaultHandler::swap_in_expired
+    pub(crate) fn expire(&self, core: &PagerCore) -> Vec<PageIdx> {
         let late: Vec<(i32, PageIdx)> = {
             let mut stopped = self.stopped();
             let late: Vec<(i32, PageIdx)> = stopped
@@ -220,48 +224,33 @@ impl Preventer {
             }
             late
         };
-        for (_, p) in late {
-            Counters::add(&core.counters.preventer_timeouts, 1);
-            let mut pages = core.lock();
-            if let Err(e) = core.missing_fault(&mut pages, p, true) {
-                let f = Fault {
-                    addr: core.map.host(p),
-                    write: true,
-                    protected: false,
-                    tid: 0,
-                };
-                core.unresolved(f, p, e);
-            }
-        }
+        Counters::add(&core.counters.preventer_timeouts, late.len() as u64);
+        late.into_iter().map(|(_, p)| p).collect()
     }
 
     /// A vCPU thread's `KVM_RUN` was interrupted (see [`crate::Pager::vcpu_interrupted`]).
+    /// Returns the page to swap in if this vCPU was stopped and its page could not be filled
+    /// from the instruction ([`FaultHandler::preventer_fallback`] does that).
+    ///
+    /// [`FaultHandler::preventer_fallback`]: crate::fault::FaultHandler::preventer_fallback
     pub(crate) fn vcpu_interrupted(
         &self,
         core: &PagerCore,
+        reclaim: &Reclaimer,
         registers: impl FnOnce() -> Option<CpuState>,
-    ) {
+    ) -> Option<PageIdx> {
         let s = core;
-        let Some((p, _)) = self.stopped().remove(&current_tid()) else {
-            return;
-        };
+        let (p, _) = self.stopped().remove(&current_tid())?;
         let installed = registers()
-            .and_then(|cpu| core.prevent(&cpu, p))
+            .and_then(|cpu| core.prevent(reclaim, &cpu, p))
             .unwrap_or(0);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
             Counters::add(&s.counters.false_reads_avoided, installed);
-            return;
+            return None;
         }
         Counters::add(&s.counters.preventer_fallbacks, 1);
-        let mut pages = s.lock();
-        if let Err(e) = s.missing_fault(&mut pages, p, true) {
-            s.pause(PagerFailure::Fault {
-                page: p,
-                error: e.to_string(),
-            });
-        }
-        drop(s.hold_to_cap(pages));
+        Some(p)
     }
 }
 
@@ -285,7 +274,7 @@ impl PagerCore {
 
     /// Installs the whole pages the instruction at RIP is about to overwrite, if the faulting
     /// page `p` is one of them. Returns how many pages were written without a read.
-    fn prevent(&self, cpu: &CpuState, p: PageIdx) -> Option<u64> {
+    fn prevent(&self, reclaim: &Reclaimer, cpu: &CpuState, p: PageIdx) -> Option<u64> {
         let s = self;
         let mut code = [0u8; 15];
         self.read_virt(cpu.cr3, cpu.rip, &mut code)?;
@@ -320,7 +309,11 @@ impl PagerCore {
             }
             // A whole non-resident page goes in with one copy and no read; a resident one gets
             // the same bytes the instruction is about to store.
-            self.write(GuestAddress(pa), &page).ok()?;
+            let device = DeviceAccess {
+                core: self,
+                reclaim,
+            };
+            device.write(GuestAddress(pa), &page).ok()?;
             count += 1;
         }
         Some(count)

@@ -17,16 +17,16 @@
 //! While a chunk is in flight its victims are mapped and write-protected and their fate is
 //! decided, so nothing may change them: a guest write to one waits on the protection (the
 //! pager thread leaves the fault unresolved, and step 3 wakes it; it then faults the page back
-//! in from its new block), and every device access goes through [`PagerCore::lock_settled`], which
+//! in from its new block), and every device access goes through [`Reclaimer::lock_settled`], which
 //! waits for the chunk to be recorded. No write is lost between checking and dropping.
 //!
 //! Installing threads (the pager thread after a fault, devices) wake the reclaim thread when
-//! they take the VM over its limit, and wait for its next chunk ([`PagerCore::hold_to_cap`]) only
+//! they take the VM over its limit, and wait for its next chunk ([`Reclaimer::hold_to_cap`]) only
 //! once installs have added a chunk's worth of pages since the last chunk was recorded: a
 //! shrink goes on while faults are served, and installs cannot outrun reclaim when the disk is
 //! slow. A chunk that fails pauses the VM; nothing is reclaimed while it is paused.
 
-use std::sync::MutexGuard;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use memvisor_devices::ram::{dontneed, GuestRange};
@@ -37,6 +37,7 @@ use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use crate::swapin::SwapIn;
+use crate::takeover::Takeover;
 use memvisor_devices::iobuf::IoBuf;
 
 /// A chunk between its decisions and its release: what step 3 needs.
@@ -51,16 +52,40 @@ struct Flight {
 /// A chunk that takes this long says where its time went (at info).
 const SLOW_CHUNK: Duration = Duration::from_millis(100);
 
-impl PagerCore {
+/// Reclaim (see the module doc): how its thread is woken, and how the threads that wait for a
+/// chunk to be recorded are told; it works on the core it is handed, on its own thread.
+pub(crate) struct Reclaimer {
+    /// Signalled (with the page lock) when a reclaim chunk has been recorded or reclaim gave up.
+    settled: Condvar,
+    /// Set to wake the reclaim thread, with `wake`.
+    wanted: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Reclaimer {
+    pub fn new() -> Self {
+        Reclaimer {
+            settled: Condvar::new(),
+            wanted: Mutex::new(false),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Wakes the threads waiting for a chunk to be recorded (after a resume, or when the reclaim
+    /// thread is gone).
+    pub(crate) fn notify_settled(&self) {
+        self.settled.notify_all();
+    }
+
     /// The low watermark for `limit`: where a reclaim that started above the limit stops.
-    fn low_watermark(&self, limit: u32) -> u32 {
-        limit.saturating_sub(self.batch.max(limit / 64))
+    fn low_watermark(&self, core: &PagerCore, limit: u32) -> u32 {
+        limit.saturating_sub(core.batch.max(limit / 64))
     }
 
     /// The page lock, once no reclaim chunk is in flight (for everything but the pager thread's
     /// fault path and the reclaim thread itself).
-    pub(crate) fn lock_settled(&self) -> MutexGuard<'_, Pages> {
-        let mut pages = self.lock();
+    pub(crate) fn lock_settled<'a>(&self, core: &'a PagerCore) -> MutexGuard<'a, Pages> {
+        let mut pages = core.lock();
         while !pages.in_flight.is_empty() {
             pages = self.settled.wait(pages).unwrap_or_else(|e| e.into_inner());
         }
@@ -69,12 +94,9 @@ impl PagerCore {
 
     /// Wakes the reclaim thread.
     pub(crate) fn want_reclaim(&self) {
-        let mut wanted = self
-            .reclaim_wanted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
         *wanted = true;
-        self.reclaim_wake.notify_one();
+        self.wake.notify_one();
     }
 
     /// After an install: wakes the reclaim thread if the VM is over its limit, and, if installs
@@ -82,18 +104,19 @@ impl PagerCore {
     /// (for 10 s at most: a reclaim thread held up that long by its disk is reported, and the
     /// guest goes on past its limit rather than hang).
     pub(crate) fn hold_to_cap<'a>(
-        &'a self,
+        &self,
+        core: &'a PagerCore,
         mut pages: MutexGuard<'a, Pages>,
     ) -> MutexGuard<'a, Pages> {
-        let limit = self.limit();
-        if pages.table.resident() <= limit || self.vcpus.pager_paused() {
+        let limit = core.limit();
+        if pages.table.resident() <= limit || core.vcpus.pager_paused() {
             return pages;
         }
         self.want_reclaim();
         let t0 = Instant::now();
         while pages.table.resident() > limit
-            && pages.table.resident() > pages.resident_after_chunk.saturating_add(self.batch)
-            && !self.vcpus.pager_paused()
+            && pages.table.resident() > pages.resident_after_chunk.saturating_add(core.batch)
+            && !core.vcpus.pager_paused()
         {
             if t0.elapsed() >= Duration::from_secs(10) {
                 tracing::warn!("pager: reclaim made no progress for 10 s; going on past the limit");
@@ -109,61 +132,58 @@ impl PagerCore {
     }
 
     /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
-    pub(crate) fn reclaim_thread(&self, swap_in: &SwapIn) {
+    pub(crate) fn run(&self, core: &PagerCore, takeover: &Takeover, swap_in: &SwapIn) {
         // A chunk writes at most a batch plus one cluster less a page.
-        let cluster = self.lock().table.mech.cluster.max(1);
-        let mut buf = IoBuf::huge((self.batch + cluster) as usize * PAGE_SIZE);
+        let cluster = core.lock().table.mech.cluster.max(1);
+        let mut buf = IoBuf::huge((core.batch + cluster) as usize * PAGE_SIZE);
         loop {
             {
                 // Woken when wanted, and every 100 ms anyway. The page lock is not taken while
                 // this one is held: threads holding the page lock take this one to wake us.
-                let mut wanted = self
-                    .reclaim_wanted
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
                 if !*wanted {
                     wanted = self
-                        .reclaim_wake
+                        .wake
                         .wait_timeout(wanted, Duration::from_millis(100))
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }
                 *wanted = false;
             }
-            if self.lock().table.resident() > self.limit() {
-                self.reclaim_to_low_watermark(&mut buf);
+            if core.lock().table.resident() > core.limit() {
+                self.reclaim_to_low_watermark(core, takeover, &mut buf);
             } else {
-                swap_in.run(self);
+                swap_in.run(core);
             }
         }
     }
 
-    fn reclaim_to_low_watermark(&self, buf: &mut IoBuf) {
+    fn reclaim_to_low_watermark(&self, core: &PagerCore, takeover: &Takeover, buf: &mut IoBuf) {
         loop {
-            let mut pages = self.lock();
-            let low = self.low_watermark(self.limit());
+            let mut pages = core.lock();
+            let low = self.low_watermark(core, core.limit());
             let resident = pages.table.resident();
-            if resident <= low || self.vcpus.pager_paused() {
+            if resident <= low || core.vcpus.pager_paused() {
                 return;
             }
-            let n = (resident - low).min(self.batch);
-            let flight = match self.reclaim_begin(&mut pages, n, buf) {
+            let n = (resident - low).min(core.batch);
+            let flight = match self.reclaim_begin(core, &mut pages, n, buf) {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
                 Err(e) => {
                     drop(pages);
-                    self.reclaim_failed(e);
+                    self.reclaim_failed(core, e);
                     return;
                 }
             };
             drop(pages);
             let (t0, chosen) = (flight.t0, flight.decided.len());
             let began = t0.elapsed();
-            let written = self.write_flight(&flight, buf);
+            let written = self.write_flight(core, &flight, buf);
             let wrote = t0.elapsed();
-            let mut pages = self.lock();
+            let mut pages = core.lock();
             let locked = t0.elapsed();
-            let result = self.reclaim_end(&mut pages, flight, written);
+            let result = self.reclaim_end(core, takeover, &mut pages, flight, written);
             drop(pages);
             self.settled.notify_all();
             let took = t0.elapsed();
@@ -180,21 +200,21 @@ impl PagerCore {
                 );
             }
             if let Err(e) = result {
-                self.reclaim_failed(e);
+                self.reclaim_failed(core, e);
                 return;
             }
         }
     }
 
-    fn reclaim_failed(&self, e: std::io::Error) {
-        self.pause(PagerFailure::Reclaim {
+    fn reclaim_failed(&self, core: &PagerCore, e: std::io::Error) {
+        core.pause(PagerFailure::Reclaim {
             error: e.to_string(),
         });
         self.settled.notify_all();
     }
 
-    fn page_is_zero(&self, p: PageIdx) -> bool {
-        let host = self.map.host(p) as *const u64;
+    fn page_is_zero(&self, core: &PagerCore, p: PageIdx) -> bool {
+        let host = core.map.host(p) as *const u64;
         // SAFETY: `p` is resident (the caller checked the table) and write-protected, so the page
         // is mapped and nobody changes it while we read; it lies in a live guest RAM mapping.
         let words = unsafe { std::slice::from_raw_parts(host, PAGE_SIZE / 8) };
@@ -206,18 +226,19 @@ impl PagerCore {
     /// victim.
     fn reclaim_begin(
         &self,
+        core: &PagerCore,
         pages: &mut Pages,
         n: u32,
         buf: &mut IoBuf,
     ) -> std::io::Result<Option<Flight>> {
         let t0 = Instant::now();
-        let (cooled, victims) = pages.table.reclaim_victims(n, self.limit());
+        let (cooled, victims) = pages.table.reclaim_victims(n, core.limit());
         // Victims that begin to cool are protected now, so a write takes them back out of the
         // cache (`write_fault`).
-        for (first, n) in self.map.region_runs(&cooled) {
-            if let Err(e) = self
+        for (first, n) in core.map.region_runs(&cooled) {
+            if let Err(e) = core
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
+                .write_protect(core.map.host(first), n as usize * PAGE_SIZE)
             {
                 cooled.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -226,12 +247,12 @@ impl PagerCore {
         if victims.is_empty() {
             return Ok(None);
         }
-        let victim_runs = self.map.region_runs(&victims);
+        let victim_runs = core.map.region_runs(&victims);
         for &(first, n) in &victim_runs {
             // Nothing is decided yet: a page left protected costs its next write one fault.
-            if let Err(e) = self
+            if let Err(e) = core
                 .uffd
-                .write_protect(self.map.host(first), n as usize * PAGE_SIZE)
+                .write_protect(core.map.host(first), n as usize * PAGE_SIZE)
             {
                 victims.iter().for_each(|&p| pages.table.kept(p));
                 return Err(e.into());
@@ -241,7 +262,7 @@ impl PagerCore {
         let mut decided = Vec::with_capacity(victims.len());
         for &p in &victims {
             let dirty = matches!(pages.table.state(p), PageState::Resident { clean: None });
-            let is_zero = pages.table.mech.zero_detection && dirty && self.page_is_zero(p);
+            let is_zero = pages.table.mech.zero_detection && dirty && self.page_is_zero(core, p);
             let d = pages.table.disposition(p, is_zero);
             if d == Disposition::Write {
                 to_write.push(p);
@@ -259,7 +280,7 @@ impl PagerCore {
         }
         let out = buf.get(to_write.len() * PAGE_SIZE);
         for (k, &p) in to_write.iter().enumerate() {
-            let src = self.map.host(p) as *const u8;
+            let src = core.map.host(p) as *const u8;
             // SAFETY: `p` is resident and write-protected: mapped, and unchanged while we copy.
             let page = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
             out[k * PAGE_SIZE..(k + 1) * PAGE_SIZE].copy_from_slice(page);
@@ -275,7 +296,12 @@ impl PagerCore {
 
     /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
     /// blocks.
-    fn write_flight(&self, flight: &Flight, buf: &mut IoBuf) -> std::io::Result<()> {
+    fn write_flight(
+        &self,
+        core: &PagerCore,
+        flight: &Flight,
+        buf: &mut IoBuf,
+    ) -> std::io::Result<()> {
         let blocks = &flight.blocks;
         let data = buf.get(blocks.len() * PAGE_SIZE);
         let mut i = 0;
@@ -285,7 +311,7 @@ impl PagerCore {
                 j += 1;
             }
             store::write(
-                &self.stores.swap,
+                &core.stores.swap,
                 blocks[i],
                 &data[i * PAGE_SIZE..j * PAGE_SIZE],
             )?;
@@ -298,6 +324,8 @@ impl PagerCore {
     /// leaves its pages resident), ends the flight and wakes the victims' waiters.
     fn reclaim_end(
         &self,
+        core: &PagerCore,
+        takeover: &Takeover,
         pages: &mut Pages,
         flight: Flight,
         written: std::io::Result<()>,
@@ -315,7 +343,7 @@ impl PagerCore {
                     .for_each(|b| pages.table.blocks.release(b));
                 Err(e)
             }
-            Ok(()) => self.release_chunk(pages, &victim_runs, decided, blocks),
+            Ok(()) => self.release_chunk(core, takeover, pages, &victim_runs, decided, blocks),
         };
         // Victims that stayed resident may be chosen again.
         for p in std::mem::take(&mut pages.in_flight) {
@@ -325,12 +353,12 @@ impl PagerCore {
         // Writers that waited on a victim's protection try again: the page is gone (they fault
         // it back in) or, if it stayed, its protection is theirs to end.
         for &(first, n) in &victim_runs {
-            if let Err(e) = self.uffd.wake(self.map.host(first), n as usize * PAGE_SIZE) {
+            if let Err(e) = core.uffd.wake(core.map.host(first), n as usize * PAGE_SIZE) {
                 tracing::debug!("pager: waking writers of pages {first}+{n} failed: {e}");
             }
         }
-        Counters::add(&self.counters.reclaim_batches, 1);
-        self.reclaim_latency.record(t0.elapsed());
+        Counters::add(&core.counters.reclaim_batches, 1);
+        core.reclaim_latency.record(t0.elapsed());
         result
     }
 
@@ -339,6 +367,8 @@ impl PagerCore {
     /// once the rest is recorded.
     fn release_chunk(
         &self,
+        core: &PagerCore,
+        takeover: &Takeover,
         pages: &mut Pages,
         victim_runs: &[(PageIdx, u32)],
         decided: Vec<(PageIdx, Disposition)>,
@@ -347,12 +377,12 @@ impl PagerCore {
         let mut kept: Vec<(PageIdx, u32)> = Vec::new();
         let mut release_error = None;
         for &(first, n) in victim_runs {
-            self.split_huge(pages, first, n);
+            takeover.split_huge(core, pages, first, n);
             let range = GuestRange {
-                addr: self.map.gpa(first),
+                addr: core.map.gpa(first),
                 len: u64::from(n) * PAGE_SIZE as u64,
             };
-            if let Err(e) = dontneed(&self.mem, range) {
+            if let Err(e) = dontneed(&core.mem, range) {
                 kept.push((first, n));
                 release_error = Some(std::io::Error::other(format!(
                     "releasing guest pages failed: {e}"
@@ -376,10 +406,10 @@ impl PagerCore {
             pages.prefetched[p as usize] = false;
             pages.table.reclaimed(p, d, block);
             let c = match d {
-                Disposition::DropZero => &self.counters.reclaimed_zero,
-                Disposition::DropClean(_) => &self.counters.reclaimed_clean,
-                Disposition::Write => &self.counters.reclaimed_written,
-                Disposition::DropMirrored(_) => &self.counters.reclaimed_mirrored,
+                Disposition::DropZero => &core.counters.reclaimed_zero,
+                Disposition::DropClean(_) => &core.counters.reclaimed_clean,
+                Disposition::Write => &core.counters.reclaimed_written,
+                Disposition::DropMirrored(_) => &core.counters.reclaimed_mirrored,
             };
             Counters::add(c, 1);
         }

@@ -6,6 +6,7 @@ use crate::page::PAGE_SIZE;
 use crate::sample::Sampler;
 use crate::stats::{get, StoreTotals};
 use crate::store::PageStore;
+use crate::takeover::Takeover;
 
 /// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
 /// by [`Pager::snapshot`](crate::Pager::snapshot).
@@ -13,7 +14,7 @@ pub type PagerSnapshot = memvisor_api::PagerStats;
 
 impl PagerCore {
     /// Builds the snapshot [`Pager::snapshot`](crate::Pager::snapshot) returns.
-    pub(crate) fn snapshot(&self, sampler: &Sampler) -> PagerSnapshot {
+    pub(crate) fn snapshot(&self, sampler: &Sampler, takeover: &Takeover) -> PagerSnapshot {
         let s = self;
         let active = {
             let sampling = sampler.lock();
@@ -47,7 +48,7 @@ impl PagerCore {
         let resident = if attached {
             census.resident.into()
         } else {
-            s.present_pages().unwrap_or(0)
+            takeover.present_pages(s).unwrap_or(0)
         };
         let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
         PagerSnapshot {

@@ -4,7 +4,7 @@
 //!
 //! (With the Swap Mapper or the Preventer on, RAM is taken over from the start: they learn from
 //! every disk read and fault.) Until then RAM is not registered with userfaultfd: no fault reaches the pager, devices write
-//! plain memory, and the page table only records what the balloon takes. [`PagerCore::attach`]
+//! plain memory, and the page table only records what the balloon takes. [`Takeover::attach`]
 //! then, under the page lock:
 //! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT
 //!    modes: from here on a touch of an absent page faults to the pager (and waits for the lock);
@@ -18,25 +18,49 @@
 //! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
 //! the whole huge page goes, so before the first release inside a huge page reclaim splits it
 //! (`MADV_COLD` on one 4 KiB page of it splits the huge page into 4 KiB ones); see
-//! [`PagerCore::split_huge`].
+//! [`Takeover::split_huge`], which reclaim calls with the [`Takeover`] it is handed.
 //!
 //! A kernel without `PAGEMAP_SCAN` (before Linux 6.7) gets the pager from the start instead.
+//!
+//! The [`Takeover`] owns the page map it scans and borrows the core; what it records (whether
+//! RAM is registered, and the huge pages not split yet) changes only under the page lock, so it
+//! stays in [`Pages`].
 
 use crate::core::{PagerCore, PagerError, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::stats::Counters;
-use crate::sys::pagemap::{PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
+use crate::sys::pagemap::{PageMap, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 
 pub(crate) const HUGE_PAGE: u64 = 2 << 20;
 
-impl PagerCore {
+/// Taking guest RAM over at run time (see the module doc): the page map it scans; it works on
+/// the core it is handed.
+pub(crate) struct Takeover {
+    /// How RAM is taken over at run time; `None`: this kernel cannot scan its page map, so RAM
+    /// is registered from the start.
+    pagemap: Option<PageMap>,
+}
+
+impl Takeover {
+    pub fn new() -> Self {
+        Takeover {
+            pagemap: PageMap::open(),
+        }
+    }
+
+    /// Whether RAM can be taken over at run time (the kernel scans its page map); if not, it
+    /// is registered from the start.
+    pub(crate) fn at_run_time(&self) -> bool {
+        self.pagemap.is_some()
+    }
+
     /// Guest pages the host holds before the pager has taken RAM over: present in the page
     /// map, less mappings of the shared zero page (they hold no memory). `None` without
     /// `PAGEMAP_SCAN` (then RAM was taken over at the start) or when a scan fails.
-    pub(crate) fn present_pages(&self) -> Option<u64> {
+    pub(crate) fn present_pages(&self, core: &PagerCore) -> Option<u64> {
         let pagemap = self.pagemap.as_ref()?;
         let mut pages = 0u64;
-        for (host, len) in self.map.host_ranges() {
+        for (host, len) in core.map.host_ranges() {
             for r in pagemap
                 .scan(host, host + len as u64, PAGE_IS_PRESENT, PAGE_IS_PFNZERO)
                 .ok()?
@@ -51,19 +75,19 @@ impl PagerCore {
 
     /// Registers guest RAM with userfaultfd and records what the guest has touched (see the
     /// module docs). Does nothing if RAM is registered already.
-    pub(crate) fn attach(&self, pages: &mut Pages) -> Result<(), PagerError> {
+    pub(crate) fn attach(&self, core: &PagerCore, pages: &mut Pages) -> Result<(), PagerError> {
         if pages.attached {
             return Ok(());
         }
         let t0 = std::time::Instant::now();
-        let ranges: Vec<(u64, usize)> = self.map.host_ranges().collect();
+        let ranges: Vec<(u64, usize)> = core.map.host_ranges().collect();
         for &(host, len) in &ranges {
             // SAFETY: `host..host + len` is one live guest RAM mapping; the advice only changes
             // how the kernel backs it, never its contents.
             if unsafe { libc::madvise(host as *mut _, len, libc::MADV_NOHUGEPAGE) } != 0 {
                 return Err(PagerError::Attach(std::io::Error::last_os_error()));
             }
-            self.uffd
+            core.uffd
                 .register(host, len)
                 .map_err(PagerError::Register)?;
         }
@@ -99,7 +123,7 @@ impl PagerCore {
         let mut dropped = 0u64;
         for z in &zero {
             let len = usize::try_from(z.end - z.start).unwrap_or(usize::MAX);
-            self.uffd
+            core.uffd
                 .write_protect(z.start, len)
                 .map_err(|e| PagerError::Attach(e.into()))?;
             for r in scan(z.start, z.end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
@@ -115,7 +139,7 @@ impl PagerCore {
         let mut resident = 0u64;
         for &(host, len) in &ranges {
             for r in scan(host, host + len as u64, PAGE_IS_PRESENT, 0)? {
-                let first = self.map.page_of_host(r.start);
+                let first = core.map.page_of_host(r.start);
                 let n = (r.end - r.start) / PAGE_SIZE as u64;
                 if let Some(first) = first {
                     let n = PageIdx::try_from(n).unwrap_or(0);
@@ -126,7 +150,7 @@ impl PagerCore {
                 }
             }
         }
-        Counters::add(&self.counters.attaches, 1);
+        Counters::add(&core.counters.attaches, 1);
         tracing::info!(
             "pager: took over guest RAM in {:.1} ms: {resident} pages resident ({} huge pages), {dropped} zero-page mappings dropped",
             t0.elapsed().as_secs_f64() * 1e3,
@@ -137,11 +161,11 @@ impl PagerCore {
 
     /// Splits the huge pages that the run `first..first + n` (one mapping) lies in, if they
     /// are still whole, so releasing part of one frees its memory.
-    pub(crate) fn split_huge(&self, pages: &mut Pages, first: PageIdx, n: u32) {
+    pub(crate) fn split_huge(&self, core: &PagerCore, pages: &mut Pages, first: PageIdx, n: u32) {
         if pages.huge.is_empty() {
             return;
         }
-        let start = self.map.host(first);
+        let start = core.map.host(first);
         let end = start + u64::from(n) * PAGE_SIZE as u64;
         let mut b = start & !(HUGE_PAGE - 1);
         while b < end {
@@ -151,7 +175,7 @@ impl PagerCore {
                 // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
                 // only splits and deactivates, it never changes contents.
                 if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
-                    Counters::add(&self.counters.huge_pages_split, 1);
+                    Counters::add(&core.counters.huge_pages_split, 1);
                 } else {
                     tracing::debug!(
                         "pager: cannot split the huge page at {b:#x}: {}",
