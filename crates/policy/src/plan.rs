@@ -54,7 +54,7 @@ pub struct HostParams {
 }
 
 /// What is known of one VM at a tick (bytes).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VmObservation {
     pub min: u64,
     pub max: u64,
@@ -78,7 +78,7 @@ pub struct VmObservation {
 }
 
 /// What to ask of one VM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VmAction {
     pub target: u64,
     /// The balloon size to ask for; `None` without a balloon device.

@@ -30,20 +30,13 @@ pub struct TraceHost {
     pub thresholds: [f64; 4],
 }
 
+/// One VM's observation, as `plan` got it, with its name and whether it deflated on OOM since
+/// the last tick.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceVm {
     pub name: String,
-    pub min: u64,
-    pub max: u64,
-    pub shares: u64,
-    pub active: f64,
-    pub resident: u64,
-    pub pooled: u64,
-    pub overhead: u64,
-    pub balloon: Option<u64>,
-    pub limit: u64,
-    pub paused: bool,
-    pub oom_demand: u32,
+    #[serde(flatten)]
+    pub obs: VmObservation,
     pub oom_deflated: bool,
 }
 
@@ -52,17 +45,7 @@ pub struct TracePlan {
     pub state: String,
     pub free: u64,
     pub pool: u64,
-    pub actions: Vec<TraceAction>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TraceAction {
-    pub target: u64,
-    pub balloon: Option<u64>,
-    pub limit: u64,
-    pub pause: bool,
-    pub pool: u64,
-    pub oom_demand: u32,
+    pub actions: Vec<VmAction>,
 }
 
 fn state_name(s: FreeState) -> &'static str {
@@ -109,38 +92,17 @@ impl TraceTick {
                 .iter()
                 .zip(names)
                 .zip(oom)
-                .map(|((o, n), &d)| TraceVm {
+                .map(|((&obs, n), &oom_deflated)| TraceVm {
                     name: n.clone(),
-                    min: o.min,
-                    max: o.max,
-                    shares: o.shares,
-                    active: o.active,
-                    resident: o.resident,
-                    pooled: o.pooled,
-                    overhead: o.overhead,
-                    balloon: o.balloon,
-                    limit: o.limit,
-                    paused: o.paused,
-                    oom_demand: o.oom_demand,
-                    oom_deflated: d,
+                    obs,
+                    oom_deflated,
                 })
                 .collect(),
             plan: TracePlan {
                 state: state_name(p.state).into(),
                 free: p.free,
                 pool: p.pool,
-                actions: p
-                    .actions
-                    .iter()
-                    .map(|a| TraceAction {
-                        target: a.target,
-                        balloon: a.balloon,
-                        limit: a.limit,
-                        pause: a.pause,
-                        pool: a.pool,
-                        oom_demand: a.oom_demand,
-                    })
-                    .collect(),
+                actions: p.actions.clone(),
             },
         }
     }
@@ -159,23 +121,7 @@ impl TraceTick {
             },
             pool: self.host.pool,
         };
-        let obs = self
-            .vms
-            .iter()
-            .map(|v| VmObservation {
-                min: v.min,
-                max: v.max,
-                shares: v.shares,
-                active: v.active,
-                resident: v.resident,
-                pooled: v.pooled,
-                overhead: v.overhead,
-                balloon: v.balloon,
-                limit: v.limit,
-                paused: v.paused,
-                oom_demand: v.oom_demand,
-            })
-            .collect();
+        let obs = self.vms.iter().map(|v| v.obs).collect();
         let oom = self.vms.iter().map(|v| v.oom_deflated).collect();
         Some((host, state_of(&self.state)?, obs, oom))
     }
@@ -250,16 +196,4 @@ pub fn replay(r: impl BufRead) -> Result<(usize, Vec<Mismatch>), String> {
 pub fn write_line(w: &mut dyn Write, tick: &TraceTick) -> std::io::Result<()> {
     serde_json::to_writer(&mut *w, tick)?;
     w.write_all(b"\n")
-}
-
-/// Converts a recorded action back (for a caller that wants the policy's type).
-pub fn action(a: &TraceAction) -> VmAction {
-    VmAction {
-        target: a.target,
-        balloon: a.balloon,
-        limit: a.limit,
-        pause: a.pause,
-        pool: a.pool,
-        oom_demand: a.oom_demand,
-    }
 }
