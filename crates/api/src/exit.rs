@@ -56,26 +56,21 @@ pub fn describe(code: Option<i32>, signal: Option<i32>) -> (VmExit, String) {
         };
     };
     let base = i32::from(status::SIGNAL_BASE);
-    match c {
-        0 => (VmExit::GuestShutdown, "the guest shut down".to_owned()),
-        1 => (
-            VmExit::GuestSuccess,
-            "the guest reported success".to_owned(),
-        ),
-        2 => (
-            VmExit::BadInput,
-            "its VMM refused its flags or files".to_owned(),
-        ),
-        4 => (VmExit::GuestCrashed, "the guest crashed".to_owned()),
-        5 => (VmExit::VmmFailed, "its VMM failed".to_owned()),
-        c if c > base && c <= base + MAX_SIGNAL => {
+    let words = |kind, w: &str| (kind, w.to_owned());
+    match u8::try_from(c) {
+        Ok(status::SHUTDOWN) => words(VmExit::GuestShutdown, "the guest shut down"),
+        Ok(status::GUEST_SUCCESS) => words(VmExit::GuestSuccess, "the guest reported success"),
+        Ok(status::BAD_INPUT) => words(VmExit::BadInput, "its VMM refused its flags or files"),
+        Ok(status::GUEST_CRASH) => words(VmExit::GuestCrashed, "the guest crashed"),
+        Ok(status::VMM_FAILURE) => words(VmExit::VmmFailed, "its VMM failed"),
+        _ if c > base && c <= base + MAX_SIGNAL => {
             (VmExit::Signal, format!("stopped by signal {}", c - base))
         }
-        c if c > 0 && c % 2 == 1 => (
+        Ok(code) if code % 2 == 1 => (
             VmExit::GuestFailure,
-            format!("the guest reported failure (status {})", c >> 1),
+            format!("the guest reported failure (status {})", code >> 1),
         ),
-        c => (VmExit::Other, format!("its VMM exited with status {c}")),
+        _ => (VmExit::Other, format!("its VMM exited with status {c}")),
     }
 }
 

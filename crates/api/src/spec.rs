@@ -380,6 +380,11 @@ impl VmSpec {
     /// Checks what can be checked without the host: the name, `min <= mem`, shares, vCPUs,
     /// the disk syntax, the victim policy, and that `workload` and `kernel` are not both given.
     pub fn check(&self) -> Result<(), String> {
+        self.check_key().map_err(|(_, e)| e)
+    }
+
+    /// [`VmSpec::check`], with the key (as the config file spells it) that the problem is about.
+    pub fn check_key(&self) -> Result<(), (&'static str, String)> {
         let n = &self.name;
         if n.is_empty()
             || n.len() > 32
@@ -387,97 +392,118 @@ impl VmSpec {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
-            return Err(format!(
-                "VM name '{n}': give 1 to 32 letters, digits, '-' or '_'"
+            return Err((
+                "name",
+                format!("VM name '{n}': give 1 to 32 letters, digits, '-' or '_'"),
             ));
         }
         if self.mem < 16 << 20 || self.mem % (1 << 20) != 0 {
-            return Err(format!(
-                "vm '{n}': mem {} is not usable: give a whole number of MiB, at least 16M",
-                self.mem
+            return Err((
+                "mem",
+                format!(
+                    "vm '{n}': mem {} is not usable: give a whole number of MiB, at least 16M",
+                    self.mem
+                ),
             ));
         }
         if self.min > self.mem {
-            return Err(format!(
-                "vm '{n}': min {} is above mem {}",
-                self.min, self.mem
+            return Err((
+                "min",
+                format!("vm '{n}': min {} is above mem {}", self.min, self.mem),
             ));
         }
         if self.shares == 0 || self.shares > 1_000_000 {
-            return Err(format!(
-                "vm '{n}': shares {} must be 1 to 1000000",
-                self.shares
+            return Err((
+                "shares",
+                format!("vm '{n}': shares {} must be 1 to 1000000", self.shares),
             ));
         }
         if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
-            return Err(format!(
-                "vm '{n}': {} vCPUs: a VM has 1 to {MAX_VCPUS}",
-                self.vcpus
+            return Err((
+                "vcpus",
+                format!("vm '{n}': {} vCPUs: a VM has 1 to {MAX_VCPUS}", self.vcpus),
             ));
         }
         if self.workload.is_some() && self.kernel.is_some() {
-            return Err(format!(
-                "vm '{n}': give a workload (the guest kit's) or a kernel, not both"
+            return Err((
+                "workload",
+                format!("vm '{n}': give a workload (the guest kit's) or a kernel, not both"),
             ));
         }
         for d in &self.disks {
-            DiskSpec::parse(d).map_err(|e| format!("vm '{n}': disk '{d}': {e}"))?;
+            DiskSpec::parse(d).map_err(|e| ("disks", format!("vm '{n}': disk '{d}': {e}")))?;
         }
         match self.pager.as_deref() {
             None | Some("full" | "baseline") => {}
             Some(p) => {
-                return Err(format!(
-                    "vm '{n}': pager '{p}': expected full or baseline (a host needs the pager)"
+                return Err((
+                    "pager",
+                    format!(
+                        "vm '{n}': pager '{p}': expected full or baseline (a host needs the pager)"
+                    ),
                 ))
             }
         }
         if (self.tesseract || self.victim_cache > 0) && self.pager.as_deref() == Some("baseline") {
-            return Err(format!(
+            return Err(("tesseract", format!(
                 "vm '{n}': tesseract and victim_cache are part of the full pager, not pager 'baseline'"
-            ));
+            )));
         }
         if (self.tesseract_sync.is_some()
             || self.tesseract_defrag.is_some()
             || self.tesseract_max.is_some())
             && !self.tesseract
         {
-            return Err(format!(
+            return Err(("tesseract", format!(
                 "vm '{n}': tesseract_sync, tesseract_defrag and tesseract_max go with tesseract = true"
-            ));
+            )));
         }
         if let Some(m) = self.tesseract_max {
             if m < 4096 || m > self.mem.saturating_mul(4) {
-                return Err(format!(
-                    "vm '{n}': tesseract_max {m}: give 4K to 4 times mem ({} bytes)",
-                    self.mem.saturating_mul(4)
+                return Err((
+                    "tesseract_max",
+                    format!(
+                        "vm '{n}': tesseract_max {m}: give 4K to 4 times mem ({} bytes)",
+                        self.mem.saturating_mul(4)
+                    ),
                 ));
             }
         }
         match self.tesseract_sync.as_deref() {
             None | Some("write" | "flush") => {}
             Some(v) => {
-                return Err(format!(
-                    "vm '{n}': tesseract_sync '{v}': expected write or flush"
+                return Err((
+                    "tesseract_sync",
+                    format!("vm '{n}': tesseract_sync '{v}': expected write or flush"),
                 ))
             }
         }
         match self.tesseract_defrag.as_deref() {
             None | Some("guest" | "store") => {}
             Some(v) => {
-                return Err(format!(
-                    "vm '{n}': tesseract_defrag '{v}': expected guest or store"
+                return Err((
+                    "tesseract_defrag",
+                    format!("vm '{n}': tesseract_defrag '{v}': expected guest or store"),
                 ))
             }
         }
         if self.victim_cache > 50 {
-            return Err(format!(
-                "vm '{n}': victim_cache {}: give 0 to 50 (percent of the VM's limit)",
-                self.victim_cache
+            return Err((
+                "victim_cache",
+                format!(
+                    "vm '{n}': victim_cache {}: give 0 to 50 (percent of the VM's limit)",
+                    self.victim_cache
+                ),
             ));
         }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
-            Some(v) => return Err(format!("vm '{n}': victims '{v}': expected random or clock")),
+            Some(v) => {
+                return Err((
+                    "victims",
+                    format!("vm '{n}': victims '{v}': expected random or clock"),
+                ))
+            }
         }
         Ok(())
     }

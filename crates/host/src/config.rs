@@ -305,44 +305,6 @@ fn vm_key_lines(text: &str) -> Vec<BTreeMap<String, usize>> {
         .collect()
 }
 
-/// The `[[vm]]` key a message of [`VmSpec::check`] is about, for its line; `[[vm]]` (the
-/// table's header line) when no key is named.
-fn problem_key(message: &str) -> &'static str {
-    let about = message.split_once("': ").map_or(message, |(_, m)| m);
-    const KEYS: [&str; 16] = [
-        "mem",
-        "min",
-        "max",
-        "shares",
-        "pager",
-        "tesseract_sync",
-        "tesseract_defrag",
-        "tesseract_max",
-        "tesseract",
-        "victim_cache",
-        "victims",
-        "workload",
-        "kernel",
-        "cmdline",
-        "mapper",
-        "preventer",
-    ];
-    if message.starts_with("VM name") {
-        return "name";
-    }
-    if about.starts_with("disk") {
-        return "disks";
-    }
-    if about.contains("vCPUs") {
-        return "vcpus";
-    }
-    if about.starts_with("give a workload") {
-        return "workload";
-    }
-    let word = about.split([' ', ',', ':']).next().unwrap_or("");
-    KEYS.into_iter().find(|k| *k == word).unwrap_or("[[vm]]")
-}
-
 /// Problems with the files a VM needs: a kernel or a disk image that does not exist or is not a
 /// regular file, as (the `[[vm]]` key, a sentence). Paths are taken as they are (resolve them
 /// first).
@@ -551,8 +513,8 @@ impl HostConfig {
                 Some(line) => format!("{}: line {line}: [[vm]] {key}: {e}", path.display()),
                 None => format!("{}: line {table}: [[vm]]: {e}", path.display()),
             };
-            if let Err(e) = spec.check() {
-                problems.push(at(problem_key(&e), e));
+            if let Err((key, e)) = spec.check_key() {
+                problems.push(at(key, e));
                 continue;
             }
             if vms.iter().any(|v| v.name == spec.name) {

@@ -808,9 +808,9 @@ impl Host {
     /// Writes this tick's inputs and plan to the trace, if there is one; a failed write ends the
     /// trace (with a warning) rather than the host.
     fn write_trace(&mut self, live: &[usize], obs: &[VmObservation], oom: &[bool], p: &Plan) {
-        if self.trace.is_none() {
+        let Some(mut w) = self.trace.take() else {
             return;
-        }
+        };
         let names: Vec<String> = live
             .iter()
             .map(|&i| self.vms[i].spec.name.clone())
@@ -824,10 +824,9 @@ impl Host {
             oom,
             p,
         );
-        let Some(w) = &mut self.trace else { return };
-        if let Err(e) = trace::write_line(w, &line).and_then(|()| std::io::Write::flush(w)) {
-            tracing::warn!("the trace stops: cannot write it: {e}");
-            self.trace = None;
+        match trace::write_line(&mut w, &line).and_then(|()| std::io::Write::flush(&mut w)) {
+            Ok(()) => self.trace = Some(w),
+            Err(e) => tracing::warn!("the trace stops: cannot write it: {e}"),
         }
     }
 

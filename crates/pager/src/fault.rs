@@ -375,15 +375,12 @@ impl FaultHandler {
         }
         let mut n = 1;
         let mut reported = 0;
-        while n < ZERO_WINDOW
-            && p + n < pages.table.len()
-            && core.map.same_region(p, p + n)
-            && matches!(
-                pages.table.state(p + n),
-                PageState::Zero | PageState::Reported
-            )
-        {
-            reported += u64::from(pages.table.state(p + n) == PageState::Reported);
+        while n < ZERO_WINDOW && p + n < pages.table.len() && core.map.same_region(p, p + n) {
+            match pages.table.state(p + n) {
+                PageState::Zero => {}
+                PageState::Reported => reported += 1,
+                _ => break,
+            }
             n += 1;
         }
         // Reported pages taken back with this one: their old content is not read either.
