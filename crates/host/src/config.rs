@@ -142,7 +142,7 @@ impl Default for HostSection {
             idle_tax: 0.75,
             sample_pages: 100,
             sample_period: Duration::from_secs(30),
-            tick: Duration::from_secs(1),
+            tick: Duration::from_millis(250),
             keep: Duration::from_secs(3600),
             api_sock: None,
             state_dir: None,

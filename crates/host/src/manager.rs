@@ -17,8 +17,8 @@ use memvisor_api::{
 };
 use memvisor_policy::trace::{self, TraceTick};
 use memvisor_policy::{
-    admit, plan, release, start_limit, AdmissionRefusal, FreeState, HostParams, Plan, Reservations,
-    Thresholds, VmObservation,
+    admit, plan, release, start_limit, AdmissionRefusal, Before, FreeState, HostParams, Plan,
+    Reservations, Thresholds, VmObservation,
 };
 
 use crate::config::HostConfig;
@@ -172,6 +172,8 @@ pub struct Host {
     vms: Vec<Managed>,
     free_state: FreeState,
     free: u64,
+    /// What the VMs held at the last tick (`None` before the first).
+    held: Option<u64>,
     /// The pools' size together at the last tick.
     pool: u64,
     /// Files of ended VMMs, to remove on a thread of their own ([`Host::take_trash`]): removing
@@ -230,6 +232,7 @@ impl Host {
             vms: Vec::new(),
             free_state: FreeState::High,
             free: 0,
+            held: None,
             pool: 0,
             trash: Vec::new(),
             ticks: 0,
@@ -644,12 +647,21 @@ impl Host {
             .collect()
     }
 
+    /// What the last tick left, for the next plan.
+    fn before(&self) -> Before {
+        Before {
+            state: self.free_state,
+            held: self.held,
+        }
+    }
+
     fn params(&self) -> HostParams {
         HostParams {
             budget: self.config.memory,
             idle_tax: self.config.idle_tax,
             thresholds: Thresholds::default(),
             pool: self.config.pool,
+            oom_demand_ticks: HostParams::oom_demand_ticks(self.config.tick.as_secs_f64()),
         }
     }
 
@@ -745,11 +757,17 @@ impl Host {
             .iter()
             .map(|&i| self.vms[i].oom_deflated() > self.vms[i].oom_seen)
             .collect();
-        let p = plan(&self.params(), self.free_state, &obs, &oom);
+        let before = self.before();
+        let p = plan(&self.params(), before, &obs, &oom);
         self.write_trace(&live, &obs, &oom, &p);
         if p.state != self.free_state {
+            let growing = if p.growth > 0 {
+                format!(", {} MiB more held than a tick ago", p.growth >> 20)
+            } else {
+                String::new()
+            };
             let msg = format!(
-                "free memory {} MiB of {} MiB: state {:?} -> {:?}",
+                "free memory {} MiB of {} MiB{growing}: state {:?} -> {:?}",
                 p.free >> 20,
                 self.config.memory >> 20,
                 self.free_state,
@@ -759,6 +777,7 @@ impl Host {
         }
         self.free_state = p.state;
         self.free = p.free;
+        self.held = Some(p.held);
         self.pool = p.pool;
         self.ticks += 1;
         let mut orders = Vec::new();
@@ -818,7 +837,7 @@ impl Host {
         let line = TraceTick::new(
             self.started.elapsed().as_secs_f64(),
             &self.params(),
-            self.free_state,
+            self.before(),
             &names,
             obs,
             oom,

@@ -20,4 +20,4 @@ pub use active::ActiveEstimate;
 pub use admission::{admit, release, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
 pub use free_state::{FreeState, Reclaim, Thresholds};
-pub use plan::{plan, start_limit, HostParams, Plan, VmAction, VmObservation};
+pub use plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};

@@ -3,7 +3,10 @@
 //! put together.
 //!
 //! - Free memory is the budget minus what the VMs hold (resident guest pages plus each VMM's
-//!   overhead). It moves the free-memory state ([`FreeState::next`]).
+//!   overhead and pool). The state moves on free memory as it will be by the next tick: free
+//!   memory minus what the VMs grew by since the last one ([`Before::held`]), so a host whose
+//!   VMs grow fast starts ballooning a tick before it crosses a threshold, not after
+//!   ([`FreeState::next`] on the projection).
 //! - Targets divide the budget minus overheads minus the high state's 6 % reserve by
 //!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
 //!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.
@@ -14,8 +17,15 @@
 //!   possible"); in `hard` the pager limits are set at the targets for every VM (the hypervisor
 //!   pages what the balloon has not freed yet); in `low` VMs still above their targets are also
 //!   paused (more than [`PAUSE_SLACK`] above), and stay paused until they are below them.
+//! - In `high`, memory above the reserve (and above the growth expected by the next tick) is not
+//!   left idle behind limits: VMs pressed against their pager limits share it in proportion to
+//!   their shares, their limits raised toward `max` ([`headroom`]). A VM's limit is otherwise
+//!   only its target, which is what it started with beside busy VMs; ESX has no limit in `high`
+//!   at all. When another VM exits, targets rise at the next tick, so balloons deflate and
+//!   limits rise at once.
 //! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
-//!   has: for [`OOM_DEMAND_TICKS`] ticks it counts as fully active, whatever its sampled estimate.
+//!   has: for [`HostParams::oom_demand_ticks`] ticks it counts as fully active, whatever its
+//!   sampled estimate.
 //! - The pool (MemFlex): up to `pool` bytes of the budget are set aside for swapped pages, so
 //!   targets divide what is left. The pool is what the VMs do not hold: at most the budget minus
 //!   their resident pages, overheads and the high state's reserve ([`pool_size`]). Pooled pages
@@ -31,8 +41,9 @@
 
 use crate::{targets, FreeState, Thresholds, VmDemand};
 
-/// Ticks during which a VM that deflated on OOM counts as fully active.
-pub const OOM_DEMAND_TICKS: u32 = 10;
+/// How long a VM that deflated on OOM counts as fully active, in seconds; the host turns it into
+/// ticks ([`HostParams::oom_demand_ticks`]).
+pub const OOM_DEMAND_SECONDS: f64 = 10.0;
 
 /// How far above its target a VM may be before the low state pauses it. A pager holding a VM at
 /// its limit lets it run past the limit by up to one reclaim chunk (256 pages) and one fault's
@@ -51,6 +62,36 @@ pub struct HostParams {
     pub thresholds: Thresholds,
     /// The most memory the VMs' pools may hold together (0: no pools).
     pub pool: u64,
+    /// Ticks during which a VM that deflated on OOM counts as fully active
+    /// ([`OOM_DEMAND_SECONDS`] of the host's ticks).
+    pub oom_demand_ticks: u32,
+}
+
+impl HostParams {
+    /// Ticks of `tick` seconds that last [`OOM_DEMAND_SECONDS`] (at least one).
+    #[must_use]
+    pub fn oom_demand_ticks(tick: f64) -> u32 {
+        // Finite and positive, so the quotient is a small positive number.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = (OOM_DEMAND_SECONDS / tick.max(1e-3)).ceil().clamp(1.0, 1e6) as u32;
+        n
+    }
+}
+
+/// What the tick before left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Before {
+    /// Its free-memory state.
+    pub state: FreeState,
+    /// What the VMs held then ([`Plan::held`]); `None` at the first tick.
+    pub held: Option<u64>,
+}
+
+impl From<FreeState> for Before {
+    /// A tick with no tick before it in `state`.
+    fn from(state: FreeState) -> Before {
+        Before { state, held: None }
+    }
 }
 
 /// What is known of one VM at a tick (bytes).
@@ -99,6 +140,11 @@ pub struct Plan {
     pub state: FreeState,
     /// Free memory: the budget minus resident guest pages and overheads (0 when above it).
     pub free: u64,
+    /// What the VMs hold: resident guest pages, overheads and pools.
+    pub held: u64,
+    /// What they grew by since the tick before, at most the room under their limits: the
+    /// growth the state anticipated.
+    pub growth: u64,
     /// The pools' size together this tick ([`pool_size`]).
     pub pool: u64,
     pub actions: Vec<VmAction>,
@@ -164,11 +210,11 @@ pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation
         .min(new.max)
 }
 
-/// Decides one tick. `state` is the free-memory state the last tick left; `oom_deflated`
-/// says, per VM, whether it deflated its balloon on OOM since then.
+/// Decides one tick. `before` is what the last tick left; `oom_deflated` says, per VM, whether
+/// it deflated its balloon on OOM since then.
 pub fn plan(
     host: &HostParams,
-    state: FreeState,
+    before: Before,
     vms: &[VmObservation],
     oom_deflated: &[bool],
 ) -> Plan {
@@ -181,7 +227,16 @@ pub fn plan(
         })
         .fold(0, u64::saturating_add);
     let free = host.budget.saturating_sub(held);
-    let state = state.next(free, host.budget, &host.thresholds);
+    // Growth since the last tick, as much of it as the VMs' limits leave room for: a VM at its
+    // limit cannot grow until a plan raises it.
+    let room: u64 = vms
+        .iter()
+        .map(|v| v.limit.saturating_sub(v.resident))
+        .fold(0, u64::saturating_add);
+    let growth = before.held.map_or(0, |b| held.saturating_sub(b)).min(room);
+    let state = before
+        .state
+        .next(free.saturating_sub(growth), host.budget, &host.thresholds);
     let reclaim = state.reclaim();
     let usable = usable(host, vms);
     let oom: Vec<u32> = vms
@@ -189,7 +244,7 @@ pub fn plan(
         .enumerate()
         .map(|(i, v)| {
             if oom_deflated.get(i).copied().unwrap_or(false) {
-                OOM_DEMAND_TICKS
+                host.oom_demand_ticks
             } else {
                 v.oom_demand.saturating_sub(1)
             }
@@ -223,12 +278,19 @@ pub fn plan(
             }
         })
         .collect();
+    let spare = if state == FreeState::High {
+        free.saturating_sub(reserve(host)).saturating_sub(growth)
+    } else {
+        0
+    };
+    let extra = headroom(spare, vms, &targets);
     let actions = vms
         .iter()
         .zip(targets)
         .zip(oom)
         .zip(pools)
-        .map(|(((v, target), oom_demand), pool)| {
+        .zip(extra)
+        .map(|((((v, target), oom_demand), pool), extra)| {
             let give_back = v.max.saturating_sub(target);
             let balloon = v.balloon.map(|now| {
                 if reclaim.balloon {
@@ -239,7 +301,12 @@ pub fn plan(
             });
             // Soft pages only where there is no balloon to inflate.
             let page = reclaim.page || (reclaim.balloon && v.balloon.is_none());
-            let limit = if page { target } else { v.limit.max(target) }.min(v.max);
+            let limit = if page {
+                target
+            } else {
+                v.limit.max(target).saturating_add(extra)
+            }
+            .min(v.max);
             let above = v.resident > target.saturating_add(PAUSE_SLACK);
             let pause = above && (reclaim.pause_above_target || v.paused);
             VmAction {
@@ -255,9 +322,41 @@ pub fn plan(
     Plan {
         state,
         free,
+        held,
+        growth,
         pool,
         actions,
     }
+}
+
+/// Shares `spare` bytes among the VMs pressed against their pager limits (resident within
+/// [`PAUSE_SLACK`] of a limit below `max`), in proportion to their shares: how much each one's
+/// limit may rise above `max(limit, target)` this tick. Others get 0.
+fn headroom(spare: u64, vms: &[VmObservation], targets: &[u64]) -> Vec<u64> {
+    let pressed: Vec<bool> = vms
+        .iter()
+        .zip(targets)
+        .map(|(v, &t)| {
+            let limit = v.limit.max(t);
+            limit < v.max && v.resident.saturating_add(PAUSE_SLACK) >= limit
+        })
+        .collect();
+    let shares: u64 = vms
+        .iter()
+        .zip(&pressed)
+        .filter(|(_, &p)| p)
+        .map(|(v, _)| v.shares.max(1))
+        .fold(0, u64::saturating_add);
+    vms.iter()
+        .zip(&pressed)
+        .map(|(v, &p)| {
+            if !p || shares == 0 {
+                return 0;
+            }
+            let part = u128::from(spare) * u128::from(v.shares.max(1)) / u128::from(shares);
+            u64::try_from(part).unwrap_or(u64::MAX)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -273,6 +372,7 @@ mod tests {
             idle_tax: 0.75,
             thresholds: Thresholds::default(),
             pool: 0,
+            oom_demand_ticks: 10,
         }
     }
 
@@ -295,7 +395,12 @@ mod tests {
     #[test]
     fn plenty_of_memory_asks_nothing() {
         let vms = [vm(512 * MIB, 100 * MIB, 1.0), vm(512 * MIB, 300 * MIB, 0.2)];
-        let p = plan(&host(4096 * MIB), FreeState::High, &vms, &[false, false]);
+        let p = plan(
+            &host(4096 * MIB),
+            FreeState::High.into(),
+            &vms,
+            &[false, false],
+        );
         assert_eq!(p.state, FreeState::High);
         for (a, v) in p.actions.iter().zip(&vms) {
             assert_eq!(a.target, v.max);
@@ -311,7 +416,12 @@ mod tests {
         let busy = vm(800 * MIB, 600 * MIB, 1.0);
         let idle = vm(800 * MIB, 350 * MIB, 0.0);
         // 1000 - (600 + 350 + 32) = 18 MiB free: 1.8 %, hard.
-        let p = plan(&host(budget), FreeState::High, &[busy, idle], &[false; 2]);
+        let p = plan(
+            &host(budget),
+            FreeState::High.into(),
+            &[busy, idle],
+            &[false; 2],
+        );
         assert_eq!(p.state, FreeState::Hard);
         let (b, i) = (p.actions[0], p.actions[1]);
         assert!(b.target > i.target, "{b:?} {i:?}");
@@ -323,7 +433,7 @@ mod tests {
             resident: 363 * MIB,
             ..idle
         };
-        let p = plan(&host(budget), p.state, &[busy, idle], &[false; 2]);
+        let p = plan(&host(budget), p.state.into(), &[busy, idle], &[false; 2]);
         assert_eq!(p.state, FreeState::Low);
         assert!(p.actions[1].pause);
         // Back in high, it stays paused until it is under its target.
@@ -332,7 +442,12 @@ mod tests {
             paused: true,
             ..idle
         };
-        let p = plan(&host(budget), FreeState::High, &[busy, idle], &[false; 2]);
+        let p = plan(
+            &host(budget),
+            FreeState::High.into(),
+            &[busy, idle],
+            &[false; 2],
+        );
         assert!(!p.actions[1].pause);
     }
 
@@ -345,7 +460,7 @@ mod tests {
         // 1000 - (600 + 395 + 32) < 0: low.
         let a = vm(800 * MIB, 600 * MIB, 1.0);
         let b = vm(800 * MIB, 395 * MIB, 1.0);
-        let p = plan(&host(budget), FreeState::Low, &[a, b], &[false; 2]);
+        let p = plan(&host(budget), FreeState::Low.into(), &[a, b], &[false; 2]);
         assert_eq!(p.state, FreeState::Low);
         let (ta, tb) = (t(&p, 0), t(&p, 1));
         let at = |resident: u64, target: u64| VmObservation {
@@ -356,7 +471,7 @@ mod tests {
         let over = |extra: u64| {
             plan(
                 &host(budget),
-                FreeState::Low,
+                FreeState::Low.into(),
                 &[at(ta + extra, ta), at(600 * MIB, tb)],
                 &[false; 2],
             )
@@ -373,7 +488,7 @@ mod tests {
         // 1000 - (600 + 330 + 32) = 38 MiB: 3.8 %, soft.
         let p = plan(
             &host(1000 * MIB),
-            FreeState::High,
+            FreeState::High.into(),
             &[vm(800 * MIB, 600 * MIB, 1.0), vm(800 * MIB, 330 * MIB, 0.0)],
             &[false; 2],
         );
@@ -396,7 +511,7 @@ mod tests {
         };
         let p = plan(
             &host(1000 * MIB),
-            FreeState::High,
+            FreeState::High.into(),
             &[busy, idle],
             &[false; 2],
         );
@@ -410,11 +525,119 @@ mod tests {
         // In high nothing shrinks, balloon or not.
         let p = plan(
             &host(4000 * MIB),
-            FreeState::High,
+            FreeState::High.into(),
             &[busy, idle],
             &[false; 2],
         );
         assert_eq!((p.state, p.actions[1].limit), (FreeState::High, 800 * MIB));
+    }
+
+    /// Free memory at 5 % is `high`; if the VMs grew by 2 % of the budget since the last tick
+    /// and have room to grow as much again, it will be under 4 % by the next: ballooning starts
+    /// now. VMs at their limits cannot grow, whatever they did before.
+    #[test]
+    fn growth_since_the_last_tick_brings_reclaim_forward() {
+        let budget = 1000 * MIB;
+        // 1000 - (2 * 459 + 32) = 50 MiB free: 5 %.
+        let a = vm(800 * MIB, 459 * MIB, 1.0);
+        let b = vm(800 * MIB, 459 * MIB, 0.5);
+        let steady = Before {
+            state: FreeState::High,
+            held: Some(950 * MIB),
+        };
+        let p = plan(&host(budget), steady, &[a, b], &[false; 2]);
+        assert_eq!((p.state, p.growth), (FreeState::High, 0));
+        let growing = Before {
+            held: Some(930 * MIB),
+            ..steady
+        };
+        let p = plan(&host(budget), growing, &[a, b], &[false; 2]);
+        assert_eq!(
+            (p.state, p.growth, p.free),
+            (FreeState::Soft, 20 * MIB, 50 * MIB)
+        );
+        assert!(p.actions[1].balloon > Some(0), "{:?}", p.actions[1]);
+        let at_limits = |v: VmObservation| VmObservation {
+            limit: v.resident,
+            ..v
+        };
+        let p = plan(
+            &host(budget),
+            growing,
+            &[at_limits(a), at_limits(b)],
+            &[false; 2],
+        );
+        assert_eq!((p.state, p.growth), (FreeState::High, 0));
+    }
+
+    /// In `high`, free memory above the reserve goes to the VMs pressed against their limits,
+    /// by shares; a VM under its limit gets none, and nothing goes past `max`.
+    #[test]
+    fn spare_memory_raises_the_limits_of_vms_pressed_against_them() {
+        let budget = 1200 * MIB;
+        let with = |shares: u64, resident: u64, active: f64| VmObservation {
+            shares,
+            ..vm(800 * MIB, resident, active)
+        };
+        let idle = with(1000, 50 * MIB, 0.0);
+        // Where the targets are with the idle VM holding little.
+        let first = plan(
+            &host(budget),
+            FreeState::High.into(),
+            &[with(1000, 0, 1.0), with(3000, 0, 1.0), idle],
+            &[false; 3],
+        );
+        let t: Vec<u64> = first.actions.iter().map(|x| x.target).collect();
+        assert!(t[0] < t[1] && t[1] < 800 * MIB, "{t:?}");
+        // Both busy VMs are at limits at their targets, which leave memory free.
+        let at = |i: usize, shares: u64| VmObservation {
+            limit: t[i],
+            ..with(shares, t[i], 1.0)
+        };
+        let (a, b) = (at(0, 1000), at(1, 3000));
+        let p = plan(
+            &host(budget),
+            FreeState::High.into(),
+            &[a, b, idle],
+            &[false; 3],
+        );
+        assert_eq!(p.state, FreeState::High);
+        let spare = p.free - budget * 6 / 100;
+        let extra: Vec<u64> = (0..2).map(|i| p.actions[i].limit - t[i]).collect();
+        assert!(
+            extra[0] > 0 && extra[0] + extra[1] <= spare,
+            "{extra:?} of {spare}"
+        );
+        assert!(
+            p.actions[1].limit == 800 * MIB || extra[1].abs_diff(3 * extra[0]) <= 4,
+            "by shares: {extra:?}"
+        );
+        assert!(p.actions.iter().all(|x| x.limit <= 800 * MIB));
+        assert_eq!(p.actions[2].limit, idle.limit, "the idle VM is not pressed");
+    }
+
+    /// When a VM exits, the others' targets rise at the next tick: balloons deflate and limits
+    /// rise at once, in whatever state.
+    #[test]
+    fn memory_goes_back_to_the_others_when_a_vm_exits() {
+        let budget = 1000 * MIB;
+        let squeezed = |resident: u64| VmObservation {
+            balloon: Some(400 * MIB),
+            limit: 400 * MIB,
+            ..vm(800 * MIB, resident, 1.0)
+        };
+        let (a, b) = (squeezed(390 * MIB), squeezed(390 * MIB));
+        let p = plan(&host(budget), FreeState::Soft.into(), &[a, b], &[false; 2]);
+        assert!(
+            p.actions[0].balloon >= Some(300 * MIB),
+            "{:?}",
+            p.actions[0]
+        );
+        let p = plan(&host(budget), p.state.into(), &[a], &[false]);
+        let x = p.actions[0];
+        assert!(x.target > 700 * MIB, "{x:?}");
+        assert_eq!(x.balloon, Some(800 * MIB - x.target));
+        assert!(x.limit >= x.target);
     }
 
     #[test]
@@ -422,11 +645,16 @@ mod tests {
         let budget = 1000 * MIB;
         let a = vm(800 * MIB, 480 * MIB, 0.0);
         let b = vm(800 * MIB, 480 * MIB, 0.0);
-        let p = plan(&host(budget), FreeState::High, &[a, b], &[true, false]);
+        let p = plan(
+            &host(budget),
+            FreeState::High.into(),
+            &[a, b],
+            &[true, false],
+        );
         assert!(p.actions[0].target > p.actions[1].target);
-        assert_eq!(p.actions[0].oom_demand, OOM_DEMAND_TICKS);
+        assert_eq!(p.actions[0].oom_demand, 10);
         let a = VmObservation { oom_demand: 1, ..a };
-        let p = plan(&host(budget), p.state, &[a, b], &[false; 2]);
+        let p = plan(&host(budget), p.state.into(), &[a, b], &[false; 2]);
         assert_eq!(p.actions[0].oom_demand, 0);
     }
 
@@ -440,11 +668,11 @@ mod tests {
         };
         let a = plan(
             &host(1000 * MIB),
-            FreeState::High,
+            FreeState::High.into(),
             &[busy, idle],
             &[false; 2],
         );
-        let b = plan(&with, FreeState::High, &[busy, idle], &[false; 2]);
+        let b = plan(&with, FreeState::High.into(), &[busy, idle], &[false; 2]);
         let sum = |p: &Plan| p.actions.iter().map(|a| a.target).sum::<u64>();
         assert_eq!(sum(&a) - sum(&b), 100 * MIB, "targets give up the pool");
         assert_eq!(b.pool, 100 * MIB, "the VMs leave room for all of it");
@@ -456,7 +684,7 @@ mod tests {
             pooled: 50 * MIB,
             ..busy
         };
-        let c = plan(&with, FreeState::High, &[pooled, idle], &[false; 2]);
+        let c = plan(&with, FreeState::High.into(), &[pooled, idle], &[false; 2]);
         assert_eq!(b.free - c.free, 50 * MIB);
         assert_eq!(c.pool, b.pool, "a pool does not shrink itself by filling");
     }
@@ -477,7 +705,7 @@ mod tests {
                 ..vm(800 * MIB, resident * MIB, 1.0)
             };
             let b = vm(800 * MIB, resident * MIB, 1.0);
-            let p = plan(&with, state, &[a, b], &[false; 2]);
+            let p = plan(&with, state.into(), &[a, b], &[false; 2]);
             state = p.state;
             let held = 2 * (resident * MIB + 16 * MIB);
             let want = (1000 * MIB).saturating_sub(held + reserve).min(200 * MIB);
@@ -553,7 +781,7 @@ mod tests {
                 })
                 .collect();
             let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
-            let p = plan(&host(budget * MIB), state, &obs, &[]);
+            let p = plan(&host(budget * MIB), state.into(), &obs, &[]);
             prop_assert_eq!(p.actions.len(), obs.len());
             for (a, v) in p.actions.iter().zip(&obs) {
                 prop_assert!(a.target >= v.min && a.target <= v.max);
@@ -562,13 +790,16 @@ mod tests {
                 if let Some(b) = a.balloon {
                     prop_assert!(b <= v.max - v.min);
                 }
+                if p.state != FreeState::High {
+                    prop_assert!(a.limit <= v.limit.max(a.target), "nothing handed out");
+                }
                 if p.state == FreeState::High {
                     prop_assert!(a.limit >= v.limit, "no shrinking in high");
                     prop_assert!(a.balloon <= v.balloon, "no inflating in high");
                     prop_assert!(!a.pause);
                 }
             }
-            prop_assert_eq!(&p, &plan(&host(budget * MIB), state, &obs, &[]));
+            prop_assert_eq!(&p, &plan(&host(budget * MIB), state.into(), &obs, &[]));
         }
     }
 }

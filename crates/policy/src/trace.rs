@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, Write};
 
-use crate::{plan, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
+use crate::{plan, Before, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
 use serde::{Deserialize, Serialize};
 
 /// One tick.
@@ -18,6 +18,10 @@ pub struct TraceTick {
     pub host: TraceHost,
     /// The free-memory state the tick started in.
     pub state: String,
+    /// What the VMs held at the tick before (absent at the first tick, and in traces written
+    /// before the state anticipated growth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_before: Option<u64>,
     pub vms: Vec<TraceVm>,
     pub plan: TracePlan,
 }
@@ -28,6 +32,13 @@ pub struct TraceHost {
     pub idle_tax: f64,
     pub pool: u64,
     pub thresholds: [f64; 4],
+    /// Ticks a deflate-on-OOM counts as demand (10 in traces written before it was recorded).
+    #[serde(default = "ten")]
+    pub oom_demand_ticks: u32,
+}
+
+fn ten() -> u32 {
+    10
 }
 
 /// One VM's observation, as `plan` got it, with its name and whether it deflated on OOM since
@@ -44,6 +55,9 @@ pub struct TraceVm {
 pub struct TracePlan {
     pub state: String,
     pub free: u64,
+    /// The growth the state anticipated (not compared on replay: derived from the inputs).
+    #[serde(default)]
+    pub growth: u64,
     pub pool: u64,
     pub actions: Vec<VmAction>,
 }
@@ -72,7 +86,7 @@ impl TraceTick {
     pub fn new(
         t: f64,
         host: &HostParams,
-        state: FreeState,
+        before: Before,
         names: &[String],
         obs: &[VmObservation],
         oom: &[bool],
@@ -86,8 +100,10 @@ impl TraceTick {
                 idle_tax: host.idle_tax,
                 pool: host.pool,
                 thresholds: [th.high, th.soft, th.hard, th.low],
+                oom_demand_ticks: host.oom_demand_ticks,
             },
-            state: state_name(state).into(),
+            state: state_name(before.state).into(),
+            held_before: before.held,
             vms: obs
                 .iter()
                 .zip(names)
@@ -101,6 +117,7 @@ impl TraceTick {
             plan: TracePlan {
                 state: state_name(p.state).into(),
                 free: p.free,
+                growth: p.growth,
                 pool: p.pool,
                 actions: p.actions.clone(),
             },
@@ -108,7 +125,7 @@ impl TraceTick {
     }
 
     /// The policy's inputs recorded on this line.
-    pub fn inputs(&self) -> Option<(HostParams, FreeState, Vec<VmObservation>, Vec<bool>)> {
+    pub fn inputs(&self) -> Option<(HostParams, Before, Vec<VmObservation>, Vec<bool>)> {
         let [high, soft, hard, low] = self.host.thresholds;
         let host = HostParams {
             budget: self.host.budget,
@@ -120,10 +137,15 @@ impl TraceTick {
                 low,
             },
             pool: self.host.pool,
+            oom_demand_ticks: self.host.oom_demand_ticks,
+        };
+        let before = Before {
+            state: state_of(&self.state)?,
+            held: self.held_before,
         };
         let obs = self.vms.iter().map(|v| v.obs).collect();
         let oom = self.vms.iter().map(|v| v.oom_deflated).collect();
-        Some((host, state_of(&self.state)?, obs, oom))
+        Some((host, before, obs, oom))
     }
 }
 
@@ -146,11 +168,11 @@ pub fn replay(r: impl BufRead) -> Result<(usize, Vec<Mismatch>), String> {
         }
         let tick: TraceTick =
             serde_json::from_str(&line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        let (host, state, obs, oom) = tick
+        let (host, before, obs, oom) = tick
             .inputs()
             .ok_or_else(|| format!("line {}: state '{}' is not a state", i + 1, tick.state))?;
-        let p = plan(&host, state, &obs, &oom);
-        let again = TraceTick::new(tick.t, &host, state, &[], &[], &[], &p).plan;
+        let p = plan(&host, before, &obs, &oom);
+        let again = TraceTick::new(tick.t, &host, before, &[], &[], &[], &p).plan;
         n += 1;
         if again.state != tick.plan.state
             || again.free != tick.plan.free

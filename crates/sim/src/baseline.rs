@@ -3,7 +3,7 @@
 //! are simple rules written here to measure it against, returning the same [`VmAction`]s so the
 //! simulated VMs carry them out the same way.
 
-use memvisor_policy::{plan, FreeState, HostParams, Plan, VmAction, VmObservation};
+use memvisor_policy::{plan, Before, FreeState, HostParams, Plan, VmAction, VmObservation};
 
 use crate::scenario::{PolicyKind, Scenario};
 
@@ -17,22 +17,23 @@ pub struct Extra<'a> {
 /// One tick's decisions.
 pub fn decide(
     s: &Scenario,
-    state: FreeState,
+    before: Before,
     obs: &[VmObservation],
     oom: &[bool],
     extra: &Extra<'_>,
 ) -> Plan {
     let host = s.params();
     match s.host.policy {
-        PolicyKind::Esx => plan(&host, state, obs, oom),
-        PolicyKind::Static => fixed(&host, state, obs, extra.static_share),
-        PolicyKind::Threshold => threshold(s, &host, state, obs, extra.guest_free),
+        PolicyKind::Esx => plan(&host, before, obs, oom),
+        PolicyKind::Static => fixed(&host, before.state, obs, extra.static_share),
+        PolicyKind::Threshold => threshold(s, &host, before.state, obs, extra.guest_free),
     }
 }
 
-fn free_of(host: &HostParams, obs: &[VmObservation]) -> u64 {
+/// What the VMs hold, and the free memory that leaves.
+fn held_free(host: &HostParams, obs: &[VmObservation]) -> (u64, u64) {
     let held: u64 = obs.iter().map(|v| v.resident + v.overhead + v.pooled).sum();
-    host.budget.saturating_sub(held)
+    (held, host.budget.saturating_sub(held))
 }
 
 /// Each VM's share of the budget by shares (less overheads), at most its `max`: the static
@@ -54,7 +55,7 @@ pub fn static_shares(host: &HostParams, obs: &[VmObservation]) -> Vec<u64> {
 /// Static balloons: a balloon leaves each VM its fixed share from the start; a VM without a
 /// balloon has its pager limit there. Nothing moves after.
 fn fixed(host: &HostParams, state: FreeState, obs: &[VmObservation], share: &[u64]) -> Plan {
-    let free = free_of(host, obs);
+    let (held, free) = held_free(host, obs);
     let actions = obs
         .iter()
         .zip(share)
@@ -70,6 +71,8 @@ fn fixed(host: &HostParams, state: FreeState, obs: &[VmObservation], share: &[u6
     Plan {
         state: state.next(free, host.budget, &host.thresholds),
         free,
+        held,
+        growth: 0,
         pool: 0,
         actions,
     }
@@ -85,7 +88,7 @@ fn threshold(
     obs: &[VmObservation],
     guest_free: &[u64],
 ) -> Plan {
-    let free = free_of(host, obs);
+    let (held, free) = held_free(host, obs);
     let frac = free as f64 / host.budget as f64;
     let actions = obs
         .iter()
@@ -113,6 +116,8 @@ fn threshold(
     Plan {
         state: state.next(free, host.budget, &host.thresholds),
         free,
+        held,
+        growth: 0,
         pool: 0,
         actions,
     }

@@ -324,6 +324,7 @@ impl Scenario {
                 low: t.low,
             },
             pool: self.host.pool.0,
+            oom_demand_ticks: HostParams::oom_demand_ticks(self.host.tick.0),
         }
     }
 

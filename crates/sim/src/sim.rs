@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use memvisor_policy::{admit, start_limit, FreeState, Plan, Reservations, VmObservation};
+use memvisor_policy::{admit, start_limit, Before, FreeState, Plan, Reservations, VmObservation};
 
 use crate::baseline::{decide, static_shares, Extra};
 use crate::rng::Rng;
@@ -37,6 +37,8 @@ pub struct Sim {
     /// VMs admission refused: name and why.
     pub refused: Vec<(String, String)>,
     pub state: FreeState,
+    /// What the VMs held at the last tick.
+    pub held: Option<u64>,
     pub tick: u64,
     pub host: Vec<HostTick>,
     pub stats: Vec<VmStats>,
@@ -128,6 +130,7 @@ impl Sim {
             names,
             refused,
             state: FreeState::High,
+            held: None,
             tick: 0,
             host: Vec::new(),
             stats,
@@ -136,6 +139,14 @@ impl Sim {
             groups: Vec::new(),
             static_share,
             trace: None,
+        }
+    }
+
+    /// What the last tick left, for the next plan.
+    pub fn before(&self) -> Before {
+        Before {
+            state: self.state,
+            held: self.held,
         }
     }
 
@@ -158,7 +169,7 @@ impl Sim {
             .collect();
         decide(
             &self.scenario,
-            self.state,
+            self.before(),
             obs,
             oom,
             &Extra {
@@ -175,11 +186,13 @@ impl Sim {
         let t = self.tick as f64 * dt;
         let (obs, oom) = self.observations();
         let p = self.decide(&obs, &oom);
+        let before = self.before();
         if let (Some(w), PolicyKind::Esx) = (self.trace.as_mut(), s.host.policy) {
-            let line = TraceTick::new(t, &s.params(), self.state, &self.names, &obs, &oom, &p);
+            let line = TraceTick::new(t, &s.params(), before, &self.names, &obs, &oom, &p);
             write_line(w, &line)?;
         }
         self.state = p.state;
+        self.held = Some(p.held);
         let min_limit = s.host.min_limit.0;
         for (v, a) in self.vms.iter_mut().zip(&p.actions) {
             v.apply(a, min_limit);
@@ -381,7 +394,7 @@ workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0
         let mut pressure = false;
         for _ in 0..s.scenario.ticks() {
             let (obs, oom) = s.observations();
-            let expected = plan(&host, s.state, &obs, &oom);
+            let expected = plan(&host, s.before(), &obs, &oom);
             let got = s.decide(&obs, &oom);
             assert_eq!(got, expected);
             s.step(None).unwrap();
