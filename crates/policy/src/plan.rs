@@ -17,8 +17,8 @@
 //!   possible"); in `hard` the pager limits are set at the targets for every VM (the hypervisor
 //!   pages what the balloon has not freed yet); in `low` VMs still above their targets are also
 //!   paused (more than [`PAUSE_SLACK`] above), and stay paused until they are below them.
-//! - In `high`, memory above the reserve (and above the growth expected by the next tick) is not
-//!   left idle behind limits: VMs pressed against their pager limits share it in proportion to
+//! - In `high`, memory above the reserve (less the growth expected by the next tick and the
+//!   pool's room to grow) is not left idle behind limits: VMs pressed against their pager limits share it in proportion to
 //!   their shares, their limits raised toward `max` ([`headroom`]). A VM's limit is otherwise
 //!   only its target, which is what it started with beside busy VMs; ESX has no limit in `high`
 //!   at all. When another VM exits, targets rise at the next tick, so balloons deflate and
@@ -278,8 +278,13 @@ pub fn plan(
             }
         })
         .collect();
+    // Free memory above the reserve, less the growth expected and the pool's room to grow
+    // (set aside for swapped pages, as targets set it aside).
+    let pooled: u64 = vms.iter().map(|v| v.pooled).fold(0, u64::saturating_add);
     let spare = if state == FreeState::High {
-        free.saturating_sub(reserve(host)).saturating_sub(growth)
+        free.saturating_sub(reserve(host))
+            .saturating_sub(growth)
+            .saturating_sub(host.pool.saturating_sub(pooled))
     } else {
         0
     };
