@@ -12,8 +12,9 @@ use std::time::Instant;
 
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
-    ClientError, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm,
-    HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
+    ClientError, FreeStateName, GuestMemoryStats, HostEvent, HostEventKind, HostInfo, HostSample,
+    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState,
+    VmStats,
 };
 use memvisor_policy::trace::{self, TraceTick};
 use memvisor_policy::{
@@ -91,13 +92,22 @@ impl Managed {
             .map_or(0, |p| p.pages.resident_pages * 4096)
     }
 
-    /// The sampled active fraction (1 until sampled), as it was when the host paused it.
+    /// The active fraction, as it was when the host paused it. Once the pager has taken guest
+    /// RAM over, its sampled estimate; before, no page can be sampled (RAM is plain memory), so
+    /// the guest's own statistics say it when it has a balloon ([`guest_active`]), and 1
+    /// otherwise.
     fn active(&self) -> f64 {
         self.active_at_pause.unwrap_or_else(|| {
-            self.stats
-                .as_ref()
-                .and_then(|s| s.pager.as_ref())
-                .map_or(1.0, |p| p.active.estimate)
+            let stats = self.stats.as_ref();
+            let pager = stats.and_then(|s| s.pager.as_ref());
+            match pager {
+                Some(p) if p.attached => p.active.estimate,
+                _ => stats
+                    .and_then(|s| s.balloon.as_ref())
+                    .and_then(|b| b.guest.as_ref())
+                    .and_then(|g| guest_active(g, self.resident()))
+                    .unwrap_or_else(|| pager.map_or(1.0, |p| p.active.estimate)),
+            }
         })
     }
 
@@ -162,6 +172,22 @@ impl Managed {
             log: self.files.log.display().to_string(),
         }
     }
+}
+
+/// The active fraction a guest's own balloon statistics give for `resident` bytes of its RAM:
+/// what it holds that it could not give up without swapping (its total less what it counts as
+/// available: free pages and clean page cache), as a fraction of what it holds; `None` without
+/// those statistics or resident memory. ESX samples instead; before the pager has taken RAM
+/// over, a page cannot be sampled, and the idle tax then falls on what the guest itself says is
+/// free or cache.
+pub fn guest_active(g: &GuestMemoryStats, resident: u64) -> Option<f64> {
+    let total = g.total_memory_bytes?;
+    let available = g.available_memory_bytes.or(g.free_memory_bytes)?;
+    if resident == 0 {
+        return None;
+    }
+    let used = total.saturating_sub(available);
+    Some((used as f64 / resident as f64).clamp(0.0, 1.0))
 }
 
 /// Everything the host knows, behind one lock.
@@ -943,4 +969,33 @@ pub fn tick(host: &Shared) {
         }
     }
     lock(host).sent(done);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_guests_statistics_give_its_active_fraction_before_the_pager_runs() {
+        let g = GuestMemoryStats {
+            total_memory_bytes: Some(512 * MIB),
+            free_memory_bytes: Some(300 * MIB),
+            available_memory_bytes: Some(400 * MIB),
+            ..GuestMemoryStats::default()
+        };
+        // 112 MiB it could not give up, of 224 MiB it holds.
+        assert_eq!(guest_active(&g, 224 * MIB), Some(0.5));
+        // Without "available", free memory is what it could give.
+        let no_avail = GuestMemoryStats {
+            available_memory_bytes: None,
+            ..g.clone()
+        };
+        assert_eq!(guest_active(&no_avail, 212 * MIB), Some(1.0));
+        assert_eq!(guest_active(&g, 0), None);
+        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
+        // Never above 1, whatever the guest says.
+        assert_eq!(guest_active(&g, MIB), Some(1.0));
+    }
 }
