@@ -318,7 +318,7 @@ impl SimVm {
             #[allow(clippy::cast_possible_truncation)]
             self.draws.push(self.rng.unit() as f32);
         }
-        self.draws.sort_by(f32::total_cmp);
+        self.draws.sort_unstable_by(f32::total_cmp);
         self.period_elapsed = 0.0;
     }
 
