@@ -88,6 +88,15 @@ impl Histogram {
         self.count
     }
 
+    /// Adds every value `other` holds.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+    }
+
     pub fn mean(&self) -> f64 {
         if self.count == 0 {
             0.0
