@@ -10,14 +10,15 @@
 //! | `scenario.rs` | the scenario file and its checks |
 //! | `baseline.rs` | what decides: `plan`, or the simulator's own baselines |
 //! | `sim.rs` | the run: admission, start limits, ticks |
+//! | `fleet.rs` | several hosts, and an orchestrator placing VMs on them by what each host's API says |
 //! | `stats.rs`, `report.rs` | summaries, CSVs, markdown and SVG plots |
-//! | `trace.rs` | replaying a recorded host's trace through `plan` |
 //! | `trace.rs` | traces of ticks as JSON lines, and their replay through `plan` |
 //! | `cli.rs` | `memvisor sim` |
 
 pub mod baseline;
 pub mod cli;
 pub mod costs;
+pub mod fleet;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -177,7 +177,7 @@ pub fn host_csv(sim: &Sim) -> String {
     for h in &sim.host {
         let _ = writeln!(
             o,
-            "{:.3},{},{},{},{},{},{},{},{:.4}",
+            "{:.3},{},{},{},{},{},{},{},{:.4},{}",
             h.t,
             h.state,
             h.free,
@@ -186,7 +186,8 @@ pub fn host_csv(sim: &Sim) -> String {
             h.swapped,
             h.balloons,
             h.paused,
-            h.mean_slowdown
+            h.mean_slowdown,
+            h.over
         );
     }
     o

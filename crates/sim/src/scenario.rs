@@ -190,6 +190,58 @@ pub struct Scenario {
     pub output: Output,
     #[serde(rename = "group", default)]
     pub groups: Vec<Group>,
+    /// Several hosts alike, the VMs placed on them by an orchestrator (fleet.rs).
+    pub fleet: Option<FleetSection>,
+}
+
+/// How the orchestrator picks a host for a VM, from what each host's API tells it: whether
+/// admission would take the VM (`admit`) and the host's free memory (`GET /host`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// The first host, in order, whose admission takes it.
+    #[default]
+    First,
+    /// Of the hosts whose admission takes it, the one with the most free memory.
+    Spread,
+    /// Of the hosts whose admission takes it and that have `need` of its RAM free, the one
+    /// with the least free memory (best fit).
+    Pack,
+    /// Of the hosts whose admission takes it, the one whose VMs actively use the least memory
+    /// (the sum of each VM's active fraction times its resident memory, as `GET /vms` reports
+    /// `active` bytes).
+    LeastActive,
+}
+
+impl Placement {
+    /// As a scenario writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::First => "first",
+            Placement::Spread => "spread",
+            Placement::Pack => "pack",
+            Placement::LeastActive => "least_active",
+        }
+    }
+}
+
+/// `[fleet]`: `hosts` hosts of the `[host]` section; the scenario's VMs arrive one by one,
+/// `arrival` seconds apart, in an order drawn from the seed, and each is placed by `placement`.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    pub hosts: u32,
+    #[serde(default)]
+    pub placement: Placement,
+    #[serde(default)]
+    pub arrival: Secs,
+    /// `pack` only: the fraction of a VM's RAM a host must have free to take it.
+    #[serde(default = "need")]
+    pub need: f64,
+}
+
+fn need() -> f64 {
+    0.5
 }
 
 fn seed() -> u64 {
@@ -282,6 +334,23 @@ impl Scenario {
                 "group",
                 "no VMs: add a [[group]] with count 1 or more".into(),
             );
+        }
+        if let Some(f) = &self.fleet {
+            if f.hosts == 0 || f.hosts > 10_000 {
+                return bad("fleet.hosts", format!("{} is not in 1 to 10000", f.hosts));
+            }
+            if f.arrival.0 < 0.0 {
+                return bad("fleet.arrival", "must be 0 or more".into());
+            }
+            if !(0.0..=1.0).contains(&f.need) {
+                return bad("fleet.need", format!("{} is not in 0 to 1", f.need));
+            }
+            if h.policy != PolicyKind::Esx {
+                return bad(
+                    "host.policy",
+                    "a fleet runs memvisor's policy (esx) only".into(),
+                );
+            }
         }
         for (i, g) in self.groups.iter().enumerate() {
             let f = |k: &str| format!("group[{i}] ({}).{k}", g.name);

@@ -52,6 +52,7 @@ pub struct Sim {
     /// Where to write each tick's observations and plan as a trace line (trace.rs); only
     /// written under memvisor's policy.
     pub trace: Option<Box<dyn Write>>,
+    reservations: Reservations,
 }
 
 /// Column names of the per-VM CSV.
@@ -69,76 +70,46 @@ impl Sim {
     /// (one `start_limit` costs a `targets` over every VM before it, so starting n VMs one by
     /// one is cubic: the scale measurement skips it past a few thousand VMs).
     pub fn start(scenario: Scenario, start_limits: bool) -> Sim {
-        let host = scenario.params();
-        let mut r = Reservations {
-            memory: host.budget,
+        let mut sim = Sim::empty(scenario);
+        let mut n = 0u64;
+        for gi in 0..sim.scenario.groups.len() {
+            for k in 0..sim.scenario.groups[gi].count {
+                let name = format!("{}-{k}", sim.scenario.groups[gi].name);
+                // Refused or not, it admits under its own error: the summary lists it.
+                let _ = sim.add_vm(gi, name, n, start_limits, 0.0);
+                n += 1;
+            }
+        }
+        if sim.scenario.host.policy == PolicyKind::Static {
+            let (running, _) = sim.observations();
+            sim.static_share = static_shares(&sim.scenario.params(), &running);
+        }
+        sim
+    }
+
+    /// A host with no VMs yet: [`Sim::add_vm`] admits them, at the start or while it runs.
+    pub fn empty(scenario: Scenario) -> Sim {
+        let reservations = Reservations {
+            memory: scenario.host.budget.0,
             swap: scenario.host.swap.map_or(u64::MAX, |s| s.0),
             ..Reservations::default()
         };
-        let overhead = scenario.host.overhead.0;
-        let mut vms: Vec<SimVm> = Vec::new();
-        let mut names = Vec::new();
-        let mut refused = Vec::new();
-        let mut running: Vec<VmObservation> = Vec::new();
-        let mut n = 0u64;
-        for (gi, g) in scenario.groups.iter().enumerate() {
-            for k in 0..g.count {
-                let name = format!("{}-{k}", g.name);
-                let mut rng = Rng::stream(scenario.seed, n);
-                n += 1;
-                match admit(&r, g.min.0, g.mem.0, overhead) {
-                    Ok(next) => r = next,
-                    Err(e) => {
-                        refused.push((name, e.to_string()));
-                        continue;
-                    }
-                }
-                let cfg = VmConfig {
-                    group: gi,
-                    min: g.min.0,
-                    max: g.mem.0,
-                    shares: g.shares,
-                    balloon: g.balloon,
-                    overhead,
-                    work: g.work.map(|w| w.0),
-                    phase: rng.unit(),
-                };
-                let fresh = SimVm::new(cfg, g.mem.0, rng);
-                let limit = if start_limits {
-                    start_limit(&host, &running, &fresh.observe())
-                        .max(scenario.host.min_limit.0)
-                        .min(g.mem.0)
-                } else {
-                    g.mem.0
-                };
-                let mut vm = fresh;
-                vm.limit = limit;
-                running.push(vm.observe());
-                vms.push(vm);
-                names.push(name);
-            }
-        }
-        let static_share = if scenario.host.policy == PolicyKind::Static {
-            static_shares(&host, &running)
-        } else {
-            Vec::new()
-        };
-        let stats = vec![VmStats::default(); vms.len()];
         Sim {
             scenario,
-            vms,
-            names,
-            refused,
+            vms: Vec::new(),
+            names: Vec::new(),
+            refused: Vec::new(),
             state: FreeState::High,
             held: None,
             tick: 0,
             host: Vec::new(),
-            stats,
+            stats: Vec::new(),
             slowdowns: Histogram::default(),
             moves: Vec::new(),
             groups: Vec::new(),
-            static_share,
+            static_share: Vec::new(),
             trace: None,
+            reservations,
         }
     }
 
@@ -148,6 +119,59 @@ impl Sim {
             state: self.state,
             held: self.held,
         }
+    }
+
+    /// Admits one VM of group `group` as `memvisor host` admits one (`admit`, then its start
+    /// limit beside the VMs running, when `start_limits`), starting at `start` seconds with the
+    /// random stream `stream`; a refusal is listed in `refused` and returned.
+    pub fn add_vm(
+        &mut self,
+        group: usize,
+        name: String,
+        stream: u64,
+        start_limits: bool,
+        start: f64,
+    ) -> Result<(), String> {
+        let g = &self.scenario.groups[group];
+        let overhead = self.scenario.host.overhead.0;
+        let mut rng = Rng::stream(self.scenario.seed, stream);
+        match admit(&self.reservations, g.min.0, g.mem.0, overhead) {
+            Ok(next) => self.reservations = next,
+            Err(e) => {
+                let why = e.to_string();
+                self.refused.push((name, why.clone()));
+                return Err(why);
+            }
+        }
+        let cfg = VmConfig {
+            group,
+            min: g.min.0,
+            max: g.mem.0,
+            shares: g.shares,
+            balloon: g.balloon,
+            overhead,
+            work: g.work.map(|w| w.0),
+            phase: rng.unit(),
+            start,
+        };
+        let (max, min_limit) = (g.mem.0, self.scenario.host.min_limit.0);
+        let mut vm = SimVm::new(cfg, max, rng);
+        if start_limits {
+            let (running, _) = self.observations();
+            vm.limit = start_limit(&self.scenario.params(), &running, &vm.observe())
+                .max(min_limit)
+                .min(max);
+        }
+        self.vms.push(vm);
+        self.names.push(name);
+        self.stats.push(VmStats::default());
+        Ok(())
+    }
+
+    /// What admission has reserved so far (what an orchestrator asks a host before placing a
+    /// VM on it).
+    pub fn reservations(&self) -> Reservations {
+        self.reservations
     }
 
     /// What the host sees this tick, and which VMs deflated on OOM since the last.
@@ -218,7 +242,7 @@ impl Sim {
         for (i, v) in self.vms.iter_mut().enumerate() {
             let w = &s.groups[v.cfg.group].workload;
             let was_paused = v.paused;
-            let out = v.step(w, t, &model);
+            let out = v.step(w, t - v.cfg.start, &model);
             let st = &mut self.stats[i];
             if let (Some(work), None) = (v.cfg.work, v.completed_at) {
                 if v.done_work >= work {

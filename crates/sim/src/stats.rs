@@ -88,6 +88,15 @@ impl Histogram {
         self.count
     }
 
+    /// Adds every value `other` holds.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+    }
+
     pub fn mean(&self) -> f64 {
         if self.count == 0 {
             0.0
@@ -115,7 +124,7 @@ pub fn quantile(xs: &mut [f32], q: f64) -> f64 {
     if xs.is_empty() {
         return 0.0;
     }
-    xs.sort_by(f32::total_cmp);
+    xs.sort_unstable_by(f32::total_cmp);
     // q in 0..=1: an index in range.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let i = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len()) - 1;

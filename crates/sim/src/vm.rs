@@ -41,6 +41,8 @@ pub struct VmConfig {
     pub overhead: u64,
     pub work: Option<f64>,
     pub phase: f64,
+    /// Seconds into the run it started: its workload's clock starts there.
+    pub start: f64,
 }
 
 /// What the host is like for every VM: the tick, the costs, the victim order, sampling.
@@ -318,7 +320,7 @@ impl SimVm {
             #[allow(clippy::cast_possible_truncation)]
             self.draws.push(self.rng.unit() as f32);
         }
-        self.draws.sort_by(f32::total_cmp);
+        self.draws.sort_unstable_by(f32::total_cmp);
         self.period_elapsed = 0.0;
     }
 
@@ -378,7 +380,7 @@ mod tests {
             asks in proptest::collection::vec((0u64..2048, 16u64..2048, 0u64..256, any::<bool>()), 1..60),
         ) {
             let max = 2048 * MIB;
-            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3 };
+            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3, start: 0.0 };
             let mut v = SimVm::new(cfg, max, crate::rng::Rng::new(5));
             let w = workload(kind, a, b);
             let h = HostModel {
@@ -427,6 +429,7 @@ mod tests {
                 overhead: 0,
                 work: None,
                 phase: 0.0,
+                start: 0.0,
             };
             let mut v = SimVm::new(cfg, 512 * MIB, crate::rng::Rng::new(1));
             let w = Workload::Loop {
