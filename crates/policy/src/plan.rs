@@ -6,7 +6,8 @@
 //!   overhead and pool). The state moves on free memory as it will be by the next tick: free
 //!   memory minus what the VMs grew by since the last one ([`Before::held`]), so a host whose
 //!   VMs grow fast starts ballooning a tick before it crosses a threshold, not after
-//!   ([`FreeState::next`] on the projection).
+//!   ([`FreeState::next`] on the projection). The projection goes as far as `hard`; `low`,
+//!   which pauses VMs, waits for free memory that is really under its threshold.
 //! - Targets divide the budget minus overheads minus the high state's 6 % reserve by
 //!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
 //!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.
@@ -234,9 +235,14 @@ pub fn plan(
         .map(|v| v.limit.saturating_sub(v.resident))
         .fold(0, u64::saturating_add);
     let growth = before.held.map_or(0, |b| held.saturating_sub(b)).min(room);
+    // Balloons and paging start on the projection; pausing, the last resort, waits for free
+    // memory to be really low.
+    let t = &host.thresholds;
     let state = before
         .state
-        .next(free.saturating_sub(growth), host.budget, &host.thresholds);
+        .next(free.saturating_sub(growth), host.budget, t)
+        .min(FreeState::Hard)
+        .max(before.state.next(free, host.budget, t));
     let reclaim = state.reclaim();
     let usable = usable(host, vms);
     let oom: Vec<u32> = vms
@@ -573,6 +579,15 @@ mod tests {
             &[false; 2],
         );
         assert_eq!((p.state, p.growth), (FreeState::High, 0));
+        // Growth that would take free memory under 1 % brings paging forward, not pausing.
+        let fast = Before {
+            held: Some(900 * MIB),
+            ..steady
+        };
+        let p = plan(&host(budget), fast, &[a, b], &[false; 2]);
+        assert_eq!((p.state, p.growth), (FreeState::Hard, 50 * MIB));
+        assert!(p.actions.iter().all(|x| !x.pause));
+        assert!(p.actions[1].limit < b.resident, "{:?}", p.actions[1]);
     }
 
     /// In `high`, free memory above the reserve goes to the VMs pressed against their limits,
