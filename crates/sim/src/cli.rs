@@ -35,6 +35,11 @@ pub struct SimArgs {
     /// report every tick whose decisions differ from the recorded ones.
     #[arg(long, conflicts_with_all = ["scenarios", "scale"])]
     pub replay: Option<PathBuf>,
+    /// Set a real host's trace (`[host] trace`) beside the simulated run of the one scenario
+    /// given (one group per VM, named as the host's VMs): per VM the RMS error of its resident
+    /// memory over time and when each stopped; writes calibration.md, .csv and .svg to --out.
+    #[arg(long, conflicts_with_all = ["scale", "replay"], requires = "scenarios")]
+    pub calibrate: Option<PathBuf>,
     /// Ticks to time with --scale.
     #[arg(long, default_value_t = 100)]
     pub ticks: u32,
@@ -48,6 +53,9 @@ pub fn run(args: SimArgs) -> ExitCode {
     }
     if let Some(path) = args.replay {
         return replay(&path);
+    }
+    if let Some(trace) = args.calibrate {
+        return calibrate(&trace, &args.scenarios, args.out);
     }
     // Every file is checked before anything runs.
     let mut runs = Vec::new();
@@ -177,6 +185,32 @@ pub fn write_fleet_run(
         s.ticks_over_budget
     );
     Ok((std::fs::read_to_string(dir.join("fleet.md"))?, row))
+}
+
+fn calibrate(trace: &std::path::Path, scenarios: &[PathBuf], out: Option<PathBuf>) -> ExitCode {
+    let [path] = scenarios else {
+        eprintln!("--calibrate: give one scenario");
+        return ExitCode::from(2);
+    };
+    let sc = match Scenario::load(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = out.unwrap_or_else(|| PathBuf::from("sim-out").join("calibration"));
+    match crate::calibrate::run(trace, sc, &path.display().to_string(), &dir) {
+        Ok(md) => {
+            print!("{md}");
+            println!("written to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn replay(path: &std::path::Path) -> ExitCode {
@@ -323,6 +357,7 @@ mod tests {
             scale: None,
             trace: true,
             replay: None,
+            calibrate: None,
             ticks: 100,
         }
     }

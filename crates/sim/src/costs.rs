@@ -24,6 +24,10 @@ pub struct Costs {
     pub inflate_bytes_s: f64,
     /// How fast a balloon deflates, bytes per second (not measured yet; an assumption).
     pub deflate_bytes_s: f64,
+    /// How fast a guest reads its own virtio-blk disk sequentially, bytes per second: what a
+    /// page-cache refill costs it (the guest kit's seqread, first pass: 22 MB/s on a host with
+    /// room, 29–32 MB/s under pressure; docs/sim.md, "Calibration").
+    pub guest_read_bytes_s: f64,
 }
 
 impl Default for Costs {
@@ -37,6 +41,7 @@ impl Default for Costs {
             reclaim_bytes_s: 600e6,
             inflate_bytes_s: 1e9,
             deflate_bytes_s: 1e9,
+            guest_read_bytes_s: 26e6,
         }
     }
 }
@@ -56,10 +61,11 @@ impl Costs {
         self.fault_s + self.pool_copy_s
     }
 
-    /// A page the guest swaps itself (its balloon left it short): a disk read, no uffd trip.
+    /// A page the guest lacks (its balloon left it short): a read of its own disk, no uffd
+    /// trip; sequential reads are page-cache refills through its virtio-blk disk.
     pub fn guest_swap(&self, sequential: bool) -> f64 {
         if sequential {
-            4096.0 / self.swap_seq_bytes_s
+            4096.0 / self.guest_read_bytes_s
         } else {
             self.swap_read_s
         }

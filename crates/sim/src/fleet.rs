@@ -376,7 +376,11 @@ pub fn write_fleet(f: &Fleet, dir: &Path, title: &str) -> std::io::Result<()> {
     for k in 0..ticks {
         for (i, h) in f.hosts.iter().enumerate() {
             let t = &h.host[k];
-            let vms = h.vms.iter().filter(|v| v.cfg.start <= t.t).count();
+            let vms = h
+                .vms
+                .iter()
+                .filter(|v| v.cfg.start <= t.t && v.stopped_at.is_none_or(|s| s > t.t))
+                .count();
             writeln!(
                 out,
                 "{:.3},{i},{vms},{},{},{},{},{},{:.4},{}",

@@ -13,9 +13,11 @@
 //! | `fleet.rs` | several hosts, and an orchestrator placing VMs on them by what each host's API says |
 //! | `stats.rs`, `report.rs` | summaries, CSVs, markdown and SVG plots |
 //! | `trace.rs` | traces of ticks as JSON lines, and their replay through `plan` |
+//! | `calibrate.rs` | a real host's trace beside the simulated run of the same VMs, with the error |
 //! | `cli.rs` | `memvisor sim` |
 
 pub mod baseline;
+pub mod calibrate;
 pub mod cli;
 pub mod costs;
 pub mod fleet;

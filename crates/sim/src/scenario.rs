@@ -155,6 +155,13 @@ pub struct Group {
     /// Seconds of work at full speed; the VM completes when it has done them. Without it the
     /// VM runs for the whole scenario.
     pub work: Option<Secs>,
+    /// The VM stops once its work is done (a guest kit workload's VM exits), and its memory
+    /// returns to the host.
+    #[serde(default)]
+    pub exit: bool,
+    /// The VM stops this long after it started, whatever its work (a workload that runs for a
+    /// set time).
+    pub lifetime: Option<Secs>,
     pub workload: Workload,
 }
 
@@ -366,6 +373,17 @@ impl Scenario {
             if let Some(w) = g.work {
                 if w.0 <= 0.0 {
                     return Err((f("work"), "must be above 0".into()));
+                }
+            }
+            if g.exit && g.work.is_none() {
+                return Err((
+                    f("exit"),
+                    "needs work (the VM exits once it is done)".into(),
+                ));
+            }
+            if let Some(l) = g.lifetime {
+                if l.0 <= 0.0 {
+                    return Err((f("lifetime"), "must be above 0".into()));
                 }
             }
             if let Workload::Burst { duty, period, .. } = &g.workload {

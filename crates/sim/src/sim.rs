@@ -153,6 +153,8 @@ impl Sim {
             work: g.work.map(|w| w.0),
             phase: rng.unit(),
             start,
+            exit: g.exit,
+            lifetime: g.lifetime.map(|l| l.0),
         };
         let (max, min_limit) = (g.mem.0, self.scenario.host.min_limit.0);
         let mut vm = SimVm::new(cfg, max, rng);
@@ -174,22 +176,36 @@ impl Sim {
         self.reservations
     }
 
-    /// What the host sees this tick, and which VMs deflated on OOM since the last.
+    /// The VMs that have not stopped, in order: those the host sees.
+    pub fn live(&self) -> Vec<usize> {
+        (0..self.vms.len())
+            .filter(|&i| !self.vms[i].exited())
+            .collect()
+    }
+
+    /// What the host sees this tick (of the VMs that have not stopped), and which VMs deflated
+    /// on OOM since the last.
     pub fn observations(&self) -> (Vec<VmObservation>, Vec<bool>) {
-        let obs = self.vms.iter().map(SimVm::observe).collect();
-        let oom = self.vms.iter().map(|v| v.oom_deflated).collect();
+        let live = self.live();
+        let obs = live.iter().map(|&i| self.vms[i].observe()).collect();
+        let oom = live.iter().map(|&i| self.vms[i].oom_deflated).collect();
         (obs, oom)
     }
 
     /// Decides one tick from the VMs' observations (the decision only; nothing is applied).
     pub fn decide(&self, obs: &[VmObservation], oom: &[bool]) -> Plan {
-        let guest_free: Vec<u64> = self
-            .vms
+        let live = self.live();
+        let guest_free: Vec<u64> = live
             .iter()
-            .map(|v| {
+            .map(|&i| {
+                let v = &self.vms[i];
                 let used = v.resident + v.pooled + v.swapped + v.balloon;
                 bytes(v.cfg.max as f64 - used)
             })
+            .collect();
+        let static_share: Vec<u64> = live
+            .iter()
+            .filter_map(|&i| self.static_share.get(i).copied())
             .collect();
         decide(
             &self.scenario,
@@ -198,7 +214,7 @@ impl Sim {
             oom,
             &Extra {
                 guest_free: &guest_free,
-                static_share: &self.static_share,
+                static_share: &static_share,
             },
         )
     }
@@ -208,18 +224,20 @@ impl Sim {
         let s = &self.scenario;
         let dt = s.host.tick.0;
         let t = self.tick as f64 * dt;
+        let live = self.live();
         let (obs, oom) = self.observations();
         let p = self.decide(&obs, &oom);
         let before = self.before();
         if let (Some(w), PolicyKind::Esx) = (self.trace.as_mut(), s.host.policy) {
-            let line = TraceTick::new(t, &s.params(), before, &self.names, &obs, &oom, &p);
+            let names: Vec<String> = live.iter().map(|&i| self.names[i].clone()).collect();
+            let line = TraceTick::new(t, &s.params(), before, &names, &obs, &oom, &p);
             write_line(w, &line)?;
         }
         self.state = p.state;
         self.held = Some(p.held);
         let min_limit = s.host.min_limit.0;
-        for (v, a) in self.vms.iter_mut().zip(&p.actions) {
-            v.apply(a, min_limit);
+        for (&i, a) in live.iter().zip(&p.actions) {
+            self.vms[i].apply(a, min_limit);
         }
         let model = HostModel {
             dt,
@@ -240,6 +258,9 @@ impl Sim {
         let mut g = vec![[0f64; 5]; s.groups.len()];
         let mut csv = csv.filter(|_| self.tick % write_every == 0);
         for (i, v) in self.vms.iter_mut().enumerate() {
+            if v.exited() {
+                continue;
+            }
             let w = &s.groups[v.cfg.group].workload;
             let was_paused = v.paused;
             let out = v.step(w, t - v.cfg.start, &model);
@@ -248,6 +269,18 @@ impl Sim {
                 if v.done_work >= work {
                     v.completed_at = Some(t + dt);
                 }
+            }
+            let over = v
+                .cfg
+                .lifetime
+                .is_some_and(|l| t + dt - v.cfg.start >= l - 1e-9);
+            if over || (v.cfg.exit && v.done()) {
+                // It stops: its memory goes back to the host.
+                v.stopped_at = Some(t + dt);
+                v.resident = 0.0;
+                v.pooled = 0.0;
+                v.swapped = 0.0;
+                v.balloon = 0.0;
             }
             st.record(v, &out, was_paused, dt);
             if out.useful > 0.0 {
@@ -300,7 +333,8 @@ impl Sim {
         }
         // Past the budget, the host's kernel swaps (the budget is what the host has): the excess
         // leaves every VM in proportion to its resident pages, whatever the policy asked.
-        let overheads = s.host.overhead.0 * self.vms.len() as u64;
+        let running = self.vms.iter().filter(|v| !v.exited()).count() as u64;
+        let overheads = s.host.overhead.0 * running;
         let held = h.resident + h.pooled + overheads;
         h.over = held.saturating_sub(s.host.budget.0);
         if h.over > 0 && h.resident > 0 {
@@ -509,5 +543,53 @@ workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0
         // Idle VMs end up with less than the busy ones at the working-set peak.
         let at = |t: usize, i: usize| s.groups[t][i][0];
         assert!(at(300, 1) < at(300, 0), "{:?}", s.groups[300]);
+    }
+
+    /// A VM that exits when its work is done, or at the end of its lifetime, holds no memory
+    /// after and the host no longer sees it.
+    #[test]
+    fn a_vm_that_stops_gives_its_memory_back_and_leaves_the_host() {
+        let text = r#"
+seed = 1
+duration = "40s"
+[host]
+budget = "2G"
+[[group]]
+name = "job"
+mem = "512M"
+work = "10s"
+exit = true
+workload = { kind = "hot", hot = "100M", cold = "0", rate = "10M" }
+[[group]]
+name = "timed"
+mem = "512M"
+lifetime = "20s"
+workload = { kind = "hot", hot = "100M", cold = "0", rate = "10M" }
+[[group]]
+name = "stays"
+mem = "512M"
+workload = { kind = "idle" }
+"#;
+        let mut s = Sim::new(Scenario::parse("t.toml", text).unwrap());
+        s.run(None).unwrap();
+        let job = &s.vms[0];
+        let done = job.completed_at.unwrap();
+        assert_eq!(job.stopped_at, Some(done));
+        assert!((10.0..20.0).contains(&done), "{done}");
+        assert_eq!(s.vms[1].stopped_at, Some(20.0));
+        assert!(s.vms[1].completed_at.is_none());
+        assert!(s.vms[2].stopped_at.is_none());
+        for v in &s.vms[..2] {
+            assert_eq!(v.resident + v.pooled + v.swapped + v.balloon, 0.0);
+        }
+        assert_eq!(s.live(), [2]);
+        let (obs, _) = s.observations();
+        assert_eq!(obs.len(), 1);
+        assert_eq!(s.decide(&obs, &[false]).actions.len(), 1);
+        // The last tick's resident memory is the one VM left's.
+        assert_eq!(s.host.last().unwrap().resident, bytes(s.vms[2].resident));
+        let bad = text.replace("work = \"10s\"\n", "");
+        let e = Scenario::parse("t.toml", &bad).unwrap_err();
+        assert_eq!(e.field, "group[0] (job).exit", "{e}");
     }
 }

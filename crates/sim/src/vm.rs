@@ -43,6 +43,10 @@ pub struct VmConfig {
     pub phase: f64,
     /// Seconds into the run it started: its workload's clock starts there.
     pub start: f64,
+    /// It stops once its work is done.
+    pub exit: bool,
+    /// It stops this many seconds after it started.
+    pub lifetime: Option<f64>,
 }
 
 /// What the host is like for every VM: the tick, the costs, the victim order, sampling.
@@ -94,6 +98,8 @@ pub struct SimVm {
     loaded: f64,
     pub done_work: f64,
     pub completed_at: Option<f64>,
+    /// When it stopped (see [`SimVm::exited`]).
+    pub stopped_at: Option<f64>,
     pub rng: Rng,
 }
 
@@ -119,8 +125,15 @@ impl SimVm {
             loaded: 0.0,
             done_work: 0.0,
             completed_at: None,
+            stopped_at: None,
             rng,
         }
+    }
+
+    /// Whether it has stopped (its work done with `exit`, or its lifetime over): it holds no
+    /// memory and the host no longer sees it.
+    pub fn exited(&self) -> bool {
+        self.stopped_at.is_some()
     }
 
     /// Whether it has finished its work.
@@ -180,16 +193,20 @@ impl SimVm {
         // 1. The balloon.
         if self.cfg.balloon {
             let asked = self.balloon_asked as f64;
+            let before = self.balloon;
             if asked > self.balloon {
                 self.balloon = asked.min(self.balloon + costs.inflate_bytes_s * dt);
             } else {
                 self.balloon = asked.max(self.balloon - costs.deflate_bytes_s * dt);
             }
-            // Deflate on OOM: the guest takes back what its working set needs.
-            let room = max - self.balloon;
-            if running && d.ws > room && self.balloon > 0.0 {
+            // A working set of anonymous memory that no longer fits beside the balloon: if it
+            // grew into the balloon the guest deflates on OOM and takes back what it needs; if
+            // the balloon grew into it, inflation stalls there (the guest's balloon driver
+            // gets no more pages). Page cache (loops, streams) is dropped instead.
+            let anon = d.access == Access::Random;
+            if running && anon && d.ws > max - self.balloon && self.balloon > 0.0 {
+                self.oom_deflated |= d.ws > max - before;
                 self.balloon = (max - d.ws).max(0.0);
-                self.oom_deflated = true;
             }
             let over = self.footprint() - (max - self.balloon);
             if over > 0.0 {
@@ -256,6 +273,10 @@ impl SimVm {
         let host_missing = (ws.min(room) - ws_resident).max(0.0);
         let (m_host, m_guest) = if ws <= 0.0 {
             (0.0, 0.0)
+        } else if d.access == Access::Loop && guest_short > 0.0 {
+            // The guest's page cache, LRU-like, is smaller than the loop: it misses on every
+            // page and reads it from its own disk.
+            (0.0, 1.0)
         } else if d.access == Access::Loop && victim == Victim::Lru && host_missing > 0.0 {
             // A loop larger than what LRU keeps misses on every page.
             (1.0 - guest_short / ws, guest_short / ws)
@@ -271,9 +292,11 @@ impl SimVm {
         let factor = 1.0 + rate * (m_host * c_host + m_guest * costs.guest_swap(sequential));
         let useful = ((dt - first_touch).max(0.0)) / factor;
         let faults = rate * useful * m_host;
-        // Faulted pages stay while the limit has room.
+        // Faulted pages stay while the limit has room. Only pages out of RAM come back this
+        // way: those never loaded arrive at the fill rate above.
         let install = (faults * PAGE)
             .min(host_missing)
+            .min(self.pooled + self.swapped)
             .min((limit - self.resident).max(0.0));
         let from_pool = install * self.pooled / out_of_ram;
         self.pooled = (self.pooled - from_pool).max(0.0);
@@ -362,7 +385,11 @@ mod tests {
                 load: Size(200 * MIB),
             },
             2 => Workload::Stream { rate, window: a },
-            3 => Workload::Loop { size: a, rate },
+            3 => Workload::Loop {
+                size: a,
+                rate,
+                fill: None,
+            },
             _ => Workload::Idle { ws: a, rate },
         }
     }
@@ -380,7 +407,7 @@ mod tests {
             asks in proptest::collection::vec((0u64..2048, 16u64..2048, 0u64..256, any::<bool>()), 1..60),
         ) {
             let max = 2048 * MIB;
-            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3, start: 0.0 };
+            let cfg = VmConfig { group: 0, min: 0, max, shares: 1000, balloon: true, overhead: 0, work: None, phase: 0.3, start: 0.0, exit: false, lifetime: None };
             let mut v = SimVm::new(cfg, max, crate::rng::Rng::new(5));
             let w = workload(kind, a, b);
             let h = HostModel {
@@ -430,11 +457,14 @@ mod tests {
                 work: None,
                 phase: 0.0,
                 start: 0.0,
+                exit: false,
+                lifetime: None,
             };
             let mut v = SimVm::new(cfg, 512 * MIB, crate::rng::Rng::new(1));
             let w = Workload::Loop {
                 size: Size(600 * MIB),
                 rate: Size(100 * MIB),
+                fill: None,
             };
             let h = HostModel {
                 dt: 1.0,
@@ -455,5 +485,111 @@ mod tests {
             "lru {lru} random {random}"
         );
         assert!(random > 1.0);
+    }
+
+    fn ballooned(balloon: bool) -> SimVm {
+        let cfg = VmConfig {
+            group: 0,
+            min: 0,
+            max: 384 * MIB,
+            shares: 1000,
+            balloon,
+            overhead: 0,
+            work: None,
+            phase: 0.0,
+            start: 0.0,
+            exit: false,
+            lifetime: None,
+        };
+        SimVm::new(cfg, 384 * MIB, crate::rng::Rng::new(1))
+    }
+
+    fn host() -> HostModel {
+        HostModel {
+            dt: 1.0,
+            costs: Costs::default(),
+            victim: Victim::Lru,
+            sample_pages: 0,
+            sample_period: 30.0,
+        }
+    }
+
+    fn ask_balloon(v: &mut SimVm, mib: u64) {
+        let a = VmAction {
+            target: 0,
+            balloon: Some(mib * MIB),
+            limit: 384 * MIB,
+            pause: false,
+            pool: 0,
+            oom_demand: 0,
+        };
+        v.apply(&a, 16 * MIB);
+    }
+
+    /// A balloon inflating into a working set of anonymous memory stalls beside it (the guest
+    /// gives no more); a working set growing into the balloon deflates it on OOM. Page cache
+    /// (a loop) is dropped for the balloon instead.
+    #[test]
+    fn a_balloon_stalls_at_a_working_set_and_a_growing_one_deflates_it() {
+        let h = host();
+        let hot = |mib| Workload::Hot {
+            hot: Size(mib * MIB),
+            cold: Size(0),
+            rate: Size(100 * MIB),
+            load: Size(400 * MIB),
+        };
+        let mut v = ballooned(true);
+        v.step(&hot(200), 0.0, &h);
+        ask_balloon(&mut v, 300);
+        v.step(&hot(200), 1.0, &h);
+        assert_eq!(
+            bytes(v.balloon),
+            184 * MIB,
+            "stalled at RAM minus the working set"
+        );
+        assert!(!v.oom_deflated);
+        assert_eq!(bytes(v.resident), 200 * MIB, "the working set stays");
+        v.step(&hot(250), 2.0, &h);
+        assert!(v.oom_deflated, "the working set grew into the balloon");
+        assert_eq!(bytes(v.balloon), 134 * MIB);
+        let looped = Workload::Loop {
+            size: Size(200 * MIB),
+            rate: Size(100 * MIB),
+            fill: Some(Size(400 * MIB)),
+        };
+        let mut v = ballooned(true);
+        v.step(&looped, 0.0, &h);
+        ask_balloon(&mut v, 300);
+        let out = v.step(&looped, 1.0, &h);
+        assert_eq!(bytes(v.balloon), 300 * MIB, "the page cache gave way");
+        assert!(!v.oom_deflated);
+        // Every page of the loop is now read from the guest's disk.
+        let per_page = 4096.0 / h.costs.guest_read_bytes_s;
+        let want = 1.0 + 100.0 * 256.0 * per_page;
+        assert!(
+            (out.slowdown - want).abs() < 1e-6,
+            "{} {want}",
+            out.slowdown
+        );
+    }
+
+    /// A working set that is not resident because it was never loaded arrives at the fill
+    /// rate, not through faults.
+    #[test]
+    fn pages_never_loaded_arrive_at_the_fill_rate() {
+        let h = host();
+        let w = Workload::Loop {
+            size: Size(160 * MIB),
+            rate: Size(290 * MIB),
+            fill: Some(Size(20 * MIB)),
+        };
+        let mut v = ballooned(false);
+        for i in 0..3 {
+            v.step(&w, f64::from(i), &h);
+            assert_eq!(
+                bytes(v.resident),
+                20 * MIB * (u64::try_from(i).unwrap() + 1)
+            );
+        }
     }
 }

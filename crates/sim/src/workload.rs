@@ -70,7 +70,12 @@ pub enum Workload {
         window: Size,
     },
     /// A file of `size` read round and round at `rate`.
-    Loop { size: Size, rate: Size },
+    Loop {
+        size: Size,
+        rate: Size,
+        /// The first pass's rate, when the file is read from disk (default `rate`).
+        fill: Option<Size>,
+    },
     /// `peak` for `duty` of every `period`, `base` otherwise; each VM at its own phase.
     Burst {
         base: Size,
@@ -128,7 +133,7 @@ impl Workload {
                 ws: hot.0 as f64,
                 touch: (hot.0 + cold.0) as f64,
                 rate: rate.0 as f64,
-                fill: load.0.max(rate.0) as f64,
+                fill: load.0 as f64,
                 access: Access::Random,
             },
             Workload::Stream { rate, window } => Demand {
@@ -138,7 +143,10 @@ impl Workload {
                 fill: rate.0 as f64,
                 access: Access::Stream,
             },
-            Workload::Loop { size, rate } => set(size.0 as f64, rate.0, Access::Loop),
+            Workload::Loop { size, rate, fill } => Demand {
+                fill: fill.map_or(rate.0, |f| f.0) as f64,
+                ..set(size.0 as f64, rate.0, Access::Loop)
+            },
             Workload::Burst {
                 base,
                 peak,
