@@ -288,6 +288,11 @@ pager_counters! {
     stale_reads_avoided,
     /// Pages brought back from the image before the guest overwrote the block they relied on.
     mapper_refetches,
+    /// Victims (pages) a guest disk read had left writable as mirrors, whose digest reclaim
+    /// compared with their block's (Swap Mapper).
+    mirrors_checked,
+    /// ... and found changed: the guest had written them, so they were not dropped as mirrors.
+    mirrors_changed,
     /// Bytes read from the swap store.
     swap_bytes_read,
     /// Bytes written to the swap store.

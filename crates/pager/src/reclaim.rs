@@ -221,6 +221,13 @@ impl Reclaimer {
         words.iter().all(|&w| w == 0)
     }
 
+    /// Victim `p`'s bytes.
+    fn page<'a>(&self, core: &'a PagerCore, p: PageIdx) -> &'a [u8] {
+        // SAFETY: as in `page_is_zero`: `p` is a resident, write-protected victim, mapped and
+        // unchanged while the page lock is held.
+        unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) }
+    }
+
     /// Step 1: chooses up to about `n` victims, protects and classifies them, copies the ones to
     /// write into `buf` and allocates their blocks, and marks them all in flight. `None`: no
     /// victim.
@@ -261,6 +268,15 @@ impl Reclaimer {
         let mut to_write = Vec::new();
         let mut decided = Vec::with_capacity(victims.len());
         for &p in &victims {
+            if let Some(want) = pages.table.mirror_digest(p) {
+                // A mirror a disk read left writable: protected now, so what is compared is what
+                // would be dropped.
+                Counters::add(&core.counters.mirrors_checked, 1);
+                if core.digest.page(self.page(core, p)) != want {
+                    Counters::add(&core.counters.mirrors_changed, 1);
+                    pages.table.mirror_changed(p);
+                }
+            }
             let dirty = matches!(pages.table.state(p), PageState::Resident { clean: None });
             let is_zero = pages.table.mech.zero_detection && dirty && self.page_is_zero(core, p);
             let d = pages.table.disposition(p, is_zero);
