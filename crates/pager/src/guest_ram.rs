@@ -242,9 +242,8 @@ impl GuestRam for DeviceAccess<'_> {
             .map(|(p, ib)| {
                 // SAFETY: `p` is resident and the page lock is held, so it stays mapped while
                 // it is read; it lies in a live guest RAM mapping.
-                let page = unsafe {
-                    std::slice::from_raw_parts(s.map.host(p) as *const u8, PAGE_SIZE)
-                };
+                let page =
+                    unsafe { std::slice::from_raw_parts(s.map.host(p) as *const u8, PAGE_SIZE) };
                 (p, ib, s.digest.page(page))
             })
             .collect();

@@ -24,8 +24,8 @@
 
 mod blocks;
 mod config;
-mod digest;
 mod core;
+mod digest;
 mod fault;
 mod guest_ram;
 pub mod page;

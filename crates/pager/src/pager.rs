@@ -44,11 +44,11 @@ use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use vm_memory::{GuestAddress, GuestMemoryError};
 
-use crate::digest::DigestKey;
 use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
+use crate::digest::DigestKey;
 use crate::fault::FaultHandler;
 use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;

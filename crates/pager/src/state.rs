@@ -784,7 +784,7 @@ mod tests {
             let mut to_write = Vec::new();
             for &p in &victims {
                 self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
-                // Then a mirror left writable is checked against its digest.
+                                                        // Then a mirror left writable is checked against its digest.
                 if let Some(d) = self.t.mirror_digest(p) {
                     if d != u128::from(self.ram[&p].0) {
                         self.t.mirror_changed(p);
@@ -1038,7 +1038,10 @@ mod tests {
         sim.write(3, 0);
         assert!(matches!(sim.t.state(1), PageState::Mirrored(_)));
         sim.reclaim(8);
-        assert_eq!(sim.writes, 1, "the changed page was written, the zeroed one dropped");
+        assert_eq!(
+            sim.writes, 1,
+            "the changed page was written, the zeroed one dropped"
+        );
         assert!(matches!(sim.t.state(1), PageState::Swapped(_)));
         assert_eq!(sim.t.state(3), PageState::Zero);
         assert!(matches!(sim.t.state(0), PageState::OnDisk(_)));

@@ -122,6 +122,11 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
     assert_eq!(vcpus.paused(), None, "no page move failed");
 }
 
+/// `n` as an index.
+fn ix(n: u64) -> usize {
+    usize::try_from(n).unwrap()
+}
+
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
 
@@ -159,14 +164,14 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
         .unwrap();
     pager.set_limit(Some(16 * MIB)).unwrap();
     let addr = |p: u64| GuestAddress(p * PAGE as u64);
-    let mut expect: Vec<Vec<u8>> = vec![vec![0u8; PAGE]; PAGES as usize];
+    let mut expect: Vec<Vec<u8>> = vec![vec![0u8; PAGE]; ix(PAGES)];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(victim_cache));
     let mut raced = 0;
     for round in 0..4u64 {
         // Device reads: each page filled from a block (blocks land in other pages each round).
         for p in 0..PAGES {
             let b = (p * 5 + round * 977) % BLOCKS;
-            let data = disk[b as usize].clone();
+            let data = disk[ix(b)].clone();
             pager.write(addr(p), &data).unwrap();
             let mut now = data.clone();
             let how = rng.next() % 16;
@@ -176,7 +181,7 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
                 let w = rng.next() % (PAGE as u64 / 8);
                 let v = rng.next() | 1;
                 mem.write_obj(v, GuestAddress(addr(p).0 + w * 8)).unwrap();
-                now[w as usize * 8..w as usize * 8 + 8].copy_from_slice(&v.to_le_bytes());
+                now[ix(w) * 8..ix(w) * 8 + 8].copy_from_slice(&v.to_le_bytes());
                 raced += 1;
             }
             let pages = [DiskPage {
@@ -189,19 +194,18 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
             } else {
                 pager.disk_read_data(0, &pages, b * PAGE as u64, &data);
             }
-            expect[p as usize] = now;
+            expect[ix(p)] = now;
             // Guest writes after the read, before any reclaim could take the page.
             match rng.next() % 8 {
                 0 | 1 => {
                     let w = rng.next() % (PAGE as u64 / 8);
                     let v = rng.next();
                     mem.write_obj(v, GuestAddress(addr(p).0 + w * 8)).unwrap();
-                    expect[p as usize][w as usize * 8..w as usize * 8 + 8]
-                        .copy_from_slice(&v.to_le_bytes());
+                    expect[ix(p)][ix(w) * 8..ix(w) * 8 + 8].copy_from_slice(&v.to_le_bytes());
                 }
                 2 => {
                     mem.write_slice(&[0u8; PAGE], addr(p)).unwrap();
-                    expect[p as usize] = vec![0u8; PAGE];
+                    expect[ix(p)] = vec![0u8; PAGE];
                 }
                 _ => {}
             }
@@ -222,21 +226,21 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
             pager.read(addr(p), &mut out).unwrap();
             image.write_all_at(&out, b * PAGE as u64).unwrap();
             pager.disk_write_done(0, &pages);
-            disk[b as usize] = out;
+            disk[ix(b)] = out;
         }
         // Every byte of every page, and of every block.
         for p in 0..PAGES {
             let mut got = vec![0u8; PAGE];
             mem.read_slice(&mut got, addr(p)).unwrap();
             assert!(
-                got == expect[p as usize],
+                got == expect[ix(p)],
                 "round {round}: page {p} does not hold what was last written to it"
             );
         }
         for b in 0..BLOCKS {
             let mut got = vec![0u8; PAGE];
             image.read_exact_at(&mut got, b * PAGE as u64).unwrap();
-            assert!(got == disk[b as usize], "round {round}: block {b}");
+            assert!(got == disk[ix(b)], "round {round}: block {b}");
         }
     }
     let c = pager.snapshot().counters;
