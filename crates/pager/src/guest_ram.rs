@@ -5,7 +5,9 @@
 //!   are resident but write-protected lose their protection first, one ioctl per run. Anything
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
-//!   page <-> block associations (`state.rs`).
+//!   page <-> block associations (`state.rs`): a read's pages stay writable, recorded with the
+//!   keyed digest of the bytes read (`digest.rs`), which reclaim checks; a write's sources are
+//!   write-protected until the write lands.
 //! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
