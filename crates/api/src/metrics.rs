@@ -267,6 +267,8 @@ const VM_ROWS: &[Row] = &[
     counter("pager.image_bytes_read", "image_read", Unit::Bytes, "Bytes read from disk images by image faults and consistency refetches (Swap Mapper)."),
     counter("pager.stale_reads_avoided", "stale_reads_avoided", Unit::None, "Pages a device read filled whole while their content was swapped or on disk (VSwapper's stale swap reads avoided)."),
     counter("pager.mapper_refetches", "mapper_refetches", Unit::None, "Pages brought back from the image before the guest overwrote the block they relied on (Swap Mapper)."),
+    counter("pager.mirrors_checked", "mirrors_checked", Unit::None, "Victims a guest disk read had left writable as mirrors, whose digest reclaim compared with their block's (Swap Mapper)."),
+    counter("pager.mirrors_changed", "mirrors_changed", Unit::None, "Mirrors reclaim found changed by guest writes, so not dropped as mirrors (Swap Mapper)."),
     counter("pager.swap_bytes_read", "swap_read", Unit::Bytes, "Bytes read from the swap file."),
     counter("pager.swap_bytes_written", "swap_written", Unit::Bytes, "Bytes written to the swap file."),
     counter("pager.prefetched", "prefetched_pages", Unit::None, "Pages brought in next to a faulting page."),

@@ -288,6 +288,11 @@ pager_counters! {
     stale_reads_avoided,
     /// Pages brought back from the image before the guest overwrote the block they relied on.
     mapper_refetches,
+    /// Victims (pages) a guest disk read had left writable as mirrors, whose digest reclaim
+    /// compared with their block's (Swap Mapper).
+    mirrors_checked,
+    /// ... and found changed: the guest had written them, so they were not dropped as mirrors.
+    mirrors_changed,
     /// Bytes read from the swap store.
     swap_bytes_read,
     /// Bytes written to the swap store.
@@ -544,7 +549,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 33);
+        assert_eq!(f.len(), 35);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -69,6 +69,14 @@ pub trait GuestRam: Send + Sync {
     /// A device read landed: each of `pages` now holds exactly its block of disk `disk`.
     fn disk_read(&self, _disk: u8, _pages: &[DiskPage]) {}
 
+    /// [`Self::disk_read`] with the bytes the device read: `data` holds `disk` from byte
+    /// `offset` on, so each of `pages` was filled from its block's part of it. A pager can learn
+    /// from these what the block holds, whatever happened to the page since. By default, only
+    /// [`Self::disk_read`].
+    fn disk_read_data(&self, disk: u8, pages: &[DiskPage], _offset: u64, _data: &[u8]) {
+        self.disk_read(disk, pages);
+    }
+
     /// `len` bytes at byte `offset` of `disk` are about to be overwritten: whatever relies on
     /// the old content of their blocks must get it first.
     fn disk_write_begin(&self, _disk: u8, _offset: u64, _len: u64) -> std::io::Result<()> {

@@ -30,7 +30,8 @@ use memvisor_devices::iobuf::IoBuf;
 use memvisor_devices::GuestMem;
 use thiserror::Error;
 
-use crate::config::IndirectConfig;
+use crate::config::{IndirectConfig, Mechanisms};
+use crate::digest::DigestKey;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
@@ -56,6 +57,8 @@ pub enum PagerError {
     LimitAboveSize { limit: u64, size: u64 },
     #[error("a limit of {limit} bytes is below the {MIN_LIMIT}-byte minimum (the guest's own code, stacks and queues must stay resident)")]
     LimitTooSmall { limit: u64 },
+    #[error("cannot draw a key for page digests from the host's random source")]
+    DigestKey(#[source] std::io::Error),
     #[error("this VM has no pool (start it with --pool SIZE)")]
     NoPool,
     #[error(transparent)]
@@ -181,6 +184,10 @@ pub(crate) struct PagerCore {
     /// The swap file was made for this VM: deleted when the pager ends (with indirections it
     /// is not unlinked at once, since a crash must leave it for recovery).
     pub temporary_swap: bool,
+    /// The mechanisms (also in the page table; here to be read without the page lock).
+    pub mech: Mechanisms,
+    /// The key of the Swap Mapper's page digests, drawn when the pager starts.
+    pub digest: DigestKey,
 }
 
 pub(crate) fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {

@@ -5,7 +5,9 @@
 //!   are resident but write-protected lose their protection first, one ioctl per run. Anything
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
-//!   page <-> block associations (`state.rs`).
+//!   page <-> block associations (`state.rs`): a read's pages stay writable, recorded with the
+//!   keyed digest of the bytes read (`digest.rs`), which reclaim checks; a write's sources are
+//!   write-protected until the write lands.
 //! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
@@ -17,9 +19,10 @@ use memvisor_devices::GuestMem;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use crate::core::{PagerCore, Pages};
+use crate::digest::Digest;
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
-use crate::state::{is_resident, PageState, PageTable};
+use crate::state::{is_resident, PageState};
 use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
@@ -73,19 +76,22 @@ impl DeviceAccess<'_> {
         resident
     }
 
-    /// With the Swap Mapper: write-protects the resident ones of a disk request's `pages` and
-    /// records each with `record` (a read that filled it, or a write about to copy it out).
-    fn mirror_resident(
-        &self,
-        state: &mut Pages,
-        pages: Vec<(PageIdx, ImageBlock)>,
-        record: fn(&mut PageTable, PageIdx, ImageBlock),
-    ) {
+    /// With the Swap Mapper: write-protects the resident ones of a disk write's source `pages`
+    /// and records each as about to be copied out.
+    fn protect_sources(&self, state: &mut Pages, pages: Vec<(PageIdx, ImageBlock)>) {
         if !state.table.mech.mapper {
             return;
         }
         for (p, ib) in self.protect_resident(state, pages) {
-            record(&mut state.table, p, ib);
+            state.table.disk_write_source(p, ib);
+        }
+    }
+
+    /// With the Swap Mapper: records that each of `read` (page, image block, digest of the
+    /// block's content) now mirrors its block, if it is resident. The pages stay writable.
+    fn record_reads(&self, state: &mut Pages, read: Vec<(PageIdx, ImageBlock, Digest)>) {
+        for (p, ib, d) in read {
+            state.table.read_from_disk(p, ib, d);
         }
     }
 
@@ -157,7 +163,8 @@ impl DeviceAccess<'_> {
 
     /// Ends the write protection of the protected pages from `p` that a device overwrites whole
     /// (`max` pages at most), one ioctl per run, instead of through write faults the device's
-    /// thread would wait on. Returns the pages it covers.
+    /// thread would wait on; mirrors left writable in the run only stop mirroring (no ioctl,
+    /// which would also make kvm_pvm drop their shadow mappings). Returns the pages it covers.
     fn unprotect_for_device(&self, p: PageIdx, max: u32) -> u32 {
         let mut pages = self.reclaim.lock_settled(self.core);
         let run = self.run_from(p, max, |q| {
@@ -166,11 +173,14 @@ impl DeviceAccess<'_> {
                 PageState::Mirrored(_) | PageState::Resident { clean: Some(_) }
             ) || pages.table.victims.is_cooling(q)
         });
+        let mut protected = false;
         for q in p..p + run {
+            protected |=
+                pages.table.mirror_digest(q).is_none() || pages.table.victims.is_cooling(q);
             pages.table.write_fault(q);
             pages.prefetched[q as usize] = false;
         }
-        if run > 0 {
+        if run > 0 && protected {
             if let Err(e) = self
                 .core
                 .uffd
@@ -221,14 +231,46 @@ impl GuestRam for DeviceAccess<'_> {
     }
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
-        // Protected first, so the first guest write ends the mirroring.
+        // Without the bytes read: the digests are of the pages as they are now.
         let s = self.core;
         let mut state = self.reclaim.lock_settled(s);
-        self.mirror_resident(
-            &mut state,
-            self.disk_pages(disk, pages),
-            PageTable::read_from_disk,
-        );
+        if !state.table.mech.mapper {
+            return;
+        }
+        let read = self
+            .disk_pages(disk, pages)
+            .into_iter()
+            .filter(|&(p, _)| is_resident(state.table.state(p)))
+            .map(|(p, ib)| {
+                // SAFETY: `p` is resident and the page lock is held, so it stays mapped while
+                // it is read; it lies in a live guest RAM mapping.
+                let page =
+                    unsafe { std::slice::from_raw_parts(s.map.host(p) as *const u8, PAGE_SIZE) };
+                (p, ib, s.digest.page(page))
+            })
+            .collect();
+        self.record_reads(&mut state, read);
+    }
+
+    fn disk_read_data(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
+        // The digests are of what the disk holds, taken before the page lock: a guest write to
+        // a page since it was filled makes it differ, and reclaim then writes it out.
+        let s = self.core;
+        if !s.mech.mapper {
+            return;
+        }
+        let read: Vec<_> = self
+            .disk_pages(disk, pages)
+            .into_iter()
+            .filter_map(|(p, ib)| {
+                let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
+                let at = usize::try_from(at).ok()?;
+                let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
+                Some((p, ib, s.digest.page(block)))
+            })
+            .collect();
+        let mut state = self.reclaim.lock_settled(s);
+        self.record_reads(&mut state, read);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
@@ -340,7 +382,7 @@ impl GuestRam for DeviceAccess<'_> {
                 .count();
             Counters::add(&s.counters.double_paging_swap_ins, out as u64);
         }
-        self.mirror_resident(&mut state, sources, PageTable::disk_write_source);
+        self.protect_sources(&mut state, sources);
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {

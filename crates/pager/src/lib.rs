@@ -5,6 +5,7 @@
 //! | `page.rs` | the basic types: page size, page index, blocks, slots, store ids (a leaf) |
 //! | `sys/` | the system calls: userfaultfd with typed errors (`uffd.rs`), page numbers ↔ guest-physical and host addresses (`ram_map.rs`), the page map scan (`pagemap.rs`) |
 //! | `config.rs` | every configuration type ([`PagerConfig`], [`Mechanisms`], [`PoolConfig`], [`IndirectConfig`]) |
+//! | `digest.rs` | the keyed page digest (SipHash-1-3, 128-bit output, a random key per pager) the Swap Mapper checks mirrors with |
 //! | `state.rs` | the page table of states and its decisions (pure, model-tested) |
 //! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
 //! | `victim.rs` | victim selection (random, clock) and the victim cache |
@@ -24,6 +25,7 @@
 mod blocks;
 mod config;
 mod core;
+mod digest;
 mod fault;
 mod guest_ram;
 pub mod page;

@@ -48,6 +48,7 @@ use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
+use crate::digest::DigestKey;
 use crate::fault::FaultHandler;
 use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;
@@ -164,6 +165,8 @@ impl Pager {
             indirections: config.indirections,
             swap_path: config.swap_path.clone(),
             temporary_swap: config.temporary_swap,
+            mech,
+            digest: DigestKey::random().map_err(PagerError::DigestKey)?,
         });
         // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
         // for them takes RAM over from the start, as a limit does.
@@ -387,6 +390,10 @@ impl GuestRam for Pager {
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
         self.devices().disk_read(disk, pages);
+    }
+
+    fn disk_read_data(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
+        self.devices().disk_read_data(disk, pages, offset, data);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {

@@ -221,6 +221,13 @@ impl Reclaimer {
         words.iter().all(|&w| w == 0)
     }
 
+    /// Victim `p`'s bytes.
+    fn page<'a>(&self, core: &'a PagerCore, p: PageIdx) -> &'a [u8] {
+        // SAFETY: as in `page_is_zero`: `p` is a resident, write-protected victim, mapped and
+        // unchanged while the page lock is held.
+        unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) }
+    }
+
     /// Step 1: chooses up to about `n` victims, protects and classifies them, copies the ones to
     /// write into `buf` and allocates their blocks, and marks them all in flight. `None`: no
     /// victim.
@@ -260,15 +267,41 @@ impl Reclaimer {
         }
         let mut to_write = Vec::new();
         let mut decided = Vec::with_capacity(victims.len());
+        // The mirrors a victim brings from its image cluster may turn out changed, so there may
+        // be more to write than the buffer holds: those beyond it stay resident this time.
+        let room = buf.len() / PAGE_SIZE;
+        let mut stay = Vec::new();
         for &p in &victims {
+            if let Some(want) = pages.table.mirror_digest(p) {
+                // A mirror a disk read left writable: protected now, so what is compared is what
+                // would be dropped.
+                Counters::add(&core.counters.mirrors_checked, 1);
+                if core.digest.page(self.page(core, p)) != want {
+                    Counters::add(&core.counters.mirrors_changed, 1);
+                    pages.table.mirror_changed(p);
+                }
+            }
             let dirty = matches!(pages.table.state(p), PageState::Resident { clean: None });
             let is_zero = pages.table.mech.zero_detection && dirty && self.page_is_zero(core, p);
             let d = pages.table.disposition(p, is_zero);
             if d == Disposition::Write {
+                if to_write.len() == room {
+                    stay.push(p);
+                    continue;
+                }
                 to_write.push(p);
             }
             decided.push((p, d));
         }
+        let (victims, victim_runs) = if stay.is_empty() {
+            (victims, victim_runs)
+        } else {
+            // Still protected: a write to one costs one fault, as for any kept victim.
+            stay.iter().for_each(|&p| pages.table.kept(p));
+            let victims: Vec<PageIdx> = decided.iter().map(|&(p, _)| p).collect();
+            let runs = core.map.region_runs(&victims);
+            (victims, runs)
+        };
         let want = u32::try_from(to_write.len()).unwrap_or(u32::MAX);
         let blocks = pages.table.blocks.alloc(want);
         if blocks.len() < to_write.len() {

@@ -4,6 +4,7 @@
 
 use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
+use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
 use crate::victim::{VictimPolicy, Victims};
 
@@ -17,8 +18,11 @@ pub enum PageState {
     Resident { clean: Option<Block> },
     /// Only in the swap store.
     Swapped(Block),
-    /// Mapped in guest RAM, write-protected, and identical to this disk image block: the guest
-    /// read it from there and has not written it since (VSwapper's Swap Mapper).
+    /// Mapped in guest RAM and identical to this disk image block (VSwapper's Swap Mapper):
+    /// either write-protected since it came to hold the block (a refault from the image, a disk
+    /// write from it), or, filled by a guest disk read, left writable with the digest of the
+    /// block's content recorded ([`PageTable::mirror_digest`]), which reclaim checks the
+    /// write-protected page against before it drops it.
     Mirrored(ImageBlock),
     /// Dropped while it mirrored this image block: it refaults from the image.
     OnDisk(ImageBlock),
@@ -66,6 +70,9 @@ pub struct PageTable {
     /// Pages a device is writing to disk, protected, that will mirror the blocks once the
     /// write lands unless the guest writes them first.
     pending: std::collections::HashMap<PageIdx, ImageBlock>,
+    /// Mirrored pages a guest disk read filled, left writable: the digest of the block's
+    /// content. Such a page mirrors its block only if its content still has this digest.
+    digests: std::collections::HashMap<PageIdx, Digest>,
     pub blocks: BlockMap,
     pub victims: Victims,
     pub mech: Mechanisms,
@@ -146,6 +153,7 @@ impl PageTable {
             pages: vec![PageState::Zero; pages as usize],
             by_block: std::collections::HashMap::new(),
             pending: std::collections::HashMap::new(),
+            digests: std::collections::HashMap::new(),
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
             mech,
@@ -217,6 +225,8 @@ impl PageTable {
         }
         self.pages[p as usize] = s;
         self.census.moved(old, s);
+        // A digest is set after the state, by the one caller that records one.
+        self.digests.remove(&p);
         for w in &mut self.watched {
             if let Some(c) = p
                 .checked_sub(w.first)
@@ -506,8 +516,9 @@ impl PageTable {
 
     /// After a write took cooling page `p` back: the other cooling pages of its aligned
     /// cluster (chosen with it, and likely as hot) come back too, except those `in_flight`.
-    /// Returns the ones protected only for the cache (dirty), which the caller unprotects with
-    /// `p`, so the guest's next writes to them do not fault.
+    /// Returns the ones protected only for the cache (dirty, or mirrors checked by their
+    /// digest), which the caller unprotects with `p`, so the guest's next writes to them do not
+    /// fault.
     pub fn warm_cluster(
         &mut self,
         p: PageIdx,
@@ -523,9 +534,10 @@ impl PageTable {
             self.kept(q);
             self.victims.cache_hits += 1;
             // A page a device is writing out keeps its protection: a write must still end that.
-            if self.state(q) == (PageState::Resident { clean: None })
-                && !self.pending.contains_key(&q)
-            {
+            // A mirror checked by its digest was writable before it cooled, and is again.
+            let writable = self.state(q) == (PageState::Resident { clean: None })
+                || self.digests.contains_key(&q);
+            if writable && !self.pending.contains_key(&q) {
                 dirty.push(q);
             }
         }
@@ -575,16 +587,36 @@ impl PageTable {
         (lo, n)
     }
 
-    /// A device read `ib` into the whole of resident page `p`, which the caller has
-    /// write-protected: with the mapper, `p` now mirrors `ib`.
-    pub fn read_from_disk(&mut self, p: PageIdx, ib: ImageBlock) {
+    /// A device read `ib`, whose content has digest `digest`, into the whole of resident page
+    /// `p`: with the mapper, `p` now mirrors `ib` as long as its content keeps that digest. The
+    /// page is not write-protected for it: reclaim protects it and compares digests before it
+    /// relies on the mirror ([`Self::mirror_digest`], [`Self::mirror_changed`]).
+    pub fn read_from_disk(&mut self, p: PageIdx, ib: ImageBlock, digest: Digest) {
         if !self.mech.mapper || !is_resident(self.state(p)) {
             return;
         }
         if let PageState::Resident { clean: Some(b) } = self.state(p) {
             self.blocks.release(b);
         }
+        // A page about to mirror what a device is writing out from it holds other content now.
+        self.pending.remove(&p);
         self.set(p, PageState::Mirrored(ib));
+        self.digests.insert(p, digest);
+    }
+
+    /// The digest mirrored page `p` must still have to mirror its block, if it was left
+    /// writable when a guest disk read filled it (`None`: not such a page, so not writable
+    /// behind the table's back).
+    pub fn mirror_digest(&self, p: PageIdx) -> Option<Digest> {
+        self.digests.get(&p).copied()
+    }
+
+    /// Reclaim found mirrored page `p` (write-protected now) changed since the read that filled
+    /// it: the guest wrote it without a fault. It is an ordinary dirty page.
+    pub fn mirror_changed(&mut self, p: PageIdx) {
+        if let PageState::Mirrored(_) = self.state(p) {
+            self.set(p, PageState::Resident { clean: None });
+        }
     }
 
     /// Before a device overwrites `ib`: pages that mirror it stop mirroring (their content
@@ -609,8 +641,13 @@ impl PageTable {
     }
 
     /// Resident page `p` (write-protected by the caller) is being written to `ib` by a device.
+    /// A mirror that was writable until now may hold anything: it is dirty, and mirrors `ib`
+    /// once the write lands.
     pub fn disk_write_source(&mut self, p: PageIdx, ib: ImageBlock) {
         if self.mech.mapper && is_resident(self.state(p)) {
+            if self.digests.contains_key(&p) {
+                self.set(p, PageState::Resident { clean: None });
+            }
             self.pending.insert(p, ib);
         }
     }
@@ -747,6 +784,12 @@ mod tests {
             let mut to_write = Vec::new();
             for &p in &victims {
                 self.ram.get_mut(&p).unwrap().1 = true; // write-protect first
+                                                        // Then a mirror left writable is checked against its digest.
+                if let Some(d) = self.t.mirror_digest(p) {
+                    if d != u128::from(self.ram[&p].0) {
+                        self.t.mirror_changed(p);
+                    }
+                }
                 let d = self.t.disposition(p, self.ram[&p].0 == 0);
                 if d == Disposition::Write {
                     to_write.push(p);
@@ -773,13 +816,15 @@ mod tests {
             }
         }
 
-        /// A device reads disk block `b` into page `p`, as virtio-blk and the pager do it.
+        /// A device reads disk block `b` into page `p`, as virtio-blk and the pager do it: the
+        /// page stays writable, and its digest is the block's content (here the value itself, a
+        /// digest without collisions).
         fn disk_read(&mut self, p: PageIdx, b: u32) {
             let v = self.disk.get(&b).copied().unwrap_or(0);
             self.device_write(p, v);
             if !self.t.device_can_install(p) {
-                self.ram.get_mut(&p).unwrap().1 = true;
-                self.t.read_from_disk(p, ImageBlock { disk: 0, block: b });
+                self.t
+                    .read_from_disk(p, ImageBlock { disk: 0, block: b }, u128::from(v));
             }
         }
 
@@ -832,6 +877,17 @@ mod tests {
             assert_eq!(u32::try_from(refs.len()).unwrap(), self.t.blocks.in_use());
             for (b, n) in refs {
                 assert_eq!(self.t.blocks.refs(b), n);
+            }
+            // A mirror is its block: protected since it came to be, or writable with the
+            // block's digest, which reclaim checks.
+            for p in 0..self.t.len() {
+                if let PageState::Mirrored(ib) = self.t.state(p) {
+                    let block = self.disk.get(&ib.block).copied().unwrap_or(0);
+                    match self.t.mirror_digest(p) {
+                        Some(d) => assert_eq!(d, u128::from(block), "page {p}'s digest"),
+                        None => assert_eq!(self.ram[&p], (block, true), "page {p}"),
+                    }
+                }
             }
             assert_eq!(self.t.resident() as usize, self.ram.len());
             assert_eq!(self.t.census(), self.t.census_by_scan());
@@ -964,6 +1020,36 @@ mod tests {
         // A write ends the mirroring: the page is anonymous again.
         sim.write(3, 7);
         assert_eq!(sim.t.state(3), PageState::Resident { clean: None });
+    }
+
+    #[test]
+    fn a_mirror_written_without_a_fault_is_written_out_at_reclaim_and_an_unchanged_one_is_not() {
+        let mut sim = Sim::new(8, MAPPER);
+        for b in 0..4 {
+            sim.disk.insert(b, 100 + u64::from(b));
+            sim.disk_read(b, b);
+        }
+        assert!(
+            (0..4).all(|p| !sim.ram[&p].1),
+            "a disk read leaves its pages writable"
+        );
+        // The guest writes two of them: no fault, the table still says they mirror.
+        sim.write(1, 7);
+        sim.write(3, 0);
+        assert!(matches!(sim.t.state(1), PageState::Mirrored(_)));
+        sim.reclaim(8);
+        assert_eq!(
+            sim.writes, 1,
+            "the changed page was written, the zeroed one dropped"
+        );
+        assert!(matches!(sim.t.state(1), PageState::Swapped(_)));
+        assert_eq!(sim.t.state(3), PageState::Zero);
+        assert!(matches!(sim.t.state(0), PageState::OnDisk(_)));
+        assert!(matches!(sim.t.state(2), PageState::OnDisk(_)));
+        assert_eq!(
+            (0..4).map(|p| sim.read(p)).collect::<Vec<_>>(),
+            vec![100, 7, 102, 0]
+        );
     }
 
     #[test]

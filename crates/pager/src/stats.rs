@@ -50,6 +50,10 @@ pub struct Counters {
     /// Pages whose content was brought back from the image before the guest overwrote the
     /// block they relied on (the Mapper's write consistency).
     pub mapper_refetches: AtomicU64,
+    /// Victims left writable as mirrors by a disk read whose digest reclaim compared.
+    pub mirrors_checked: AtomicU64,
+    /// ... and found changed (the guest had written them).
+    pub mirrors_changed: AtomicU64,
     /// Pages brought in next to a faulting page.
     pub prefetched: AtomicU64,
     /// Prefetched pages later written by the guest (a lower bound on prefetch hits: reads of
@@ -107,6 +111,8 @@ impl Counters {
             reclaimed_mirrored,
             stale_reads_avoided,
             mapper_refetches,
+            mirrors_checked,
+            mirrors_changed,
             prefetched,
             prefetch_hits,
             reclaim_batches,
@@ -138,6 +144,8 @@ impl Counters {
             image_bytes_read: images.bytes_read,
             stale_reads_avoided: get(stale_reads_avoided),
             mapper_refetches: get(mapper_refetches),
+            mirrors_checked: get(mirrors_checked),
+            mirrors_changed: get(mirrors_changed),
             swap_bytes_read: get(&swap.bytes_read),
             swap_bytes_written: get(&swap.bytes_written),
             prefetched: get(prefetched),

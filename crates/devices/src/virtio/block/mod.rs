@@ -437,7 +437,7 @@ impl Block {
                 io_time += t.elapsed();
                 self.ram.disk_write_done(self.index, &pages);
             } else {
-                self.ram.disk_read(self.index, &pages);
+                self.ram.disk_read_data(self.index, &pages, offset, buf);
             }
             offset += n as u64;
             left -= n;
