@@ -447,6 +447,10 @@ impl core::fmt::Display for BalloonWords {
 pub struct StatsWords {
     pub stats: Stats,
     pub io_wait_us: u64,
+    /// The balloon driver's: how long the vCPU waited for the device, and the configuration
+    /// reads (each one MMIO exit).
+    pub balloon_wait_us: u64,
+    pub balloon_config_reads: u64,
 }
 
 /// The counters now, for a RESULT line.
@@ -457,9 +461,12 @@ pub fn stats_words() -> StatsWords {
             .flatten()
             .map(|d| d.stats.wait_cycles)
             .sum();
+        let b = k.balloon.as_ref().map(|b| b.stats).unwrap_or_default();
         StatsWords {
             stats: k.mm.stats(),
             io_wait_us: crate::time::cycles_to_us(cycles).unwrap_or(0),
+            balloon_wait_us: crate::time::cycles_to_us(b.wait_cycles).unwrap_or(0),
+            balloon_config_reads: b.config_reads,
         }
     })
 }
@@ -473,7 +480,7 @@ impl core::fmt::Display for StatsWords {
             "free_kb={} cached_kb={} dirty_kb={} anon_kb={} swap_used_kb={} pswpin={} pswpout={} \
              pgmajfault={} pgfault={} pgscan={} pgsteal={} pgsteal_file={} pgsteal_anon={} \
              pgpgin={} pgpgout={} readahead={} swap_ra={} swap_ra_hits={} balloon_kb={} zeroed={} \
-             io_requests={} io_wait_us={}",
+             io_requests={} io_wait_us={} balloon_wait_us={} balloon_config_reads={}",
             s.free * 4,
             s.cached * 4,
             s.dirty * 4,
@@ -495,7 +502,9 @@ impl core::fmt::Display for StatsWords {
             s.balloon * 4,
             c.zeroed,
             c.io_requests,
-            self.io_wait_us
+            self.io_wait_us,
+            self.balloon_wait_us,
+            self.balloon_config_reads
         )
     }
 }

@@ -50,6 +50,14 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &[],
     },
     Config {
+        name: "qemu-fpr",
+        about: "QEMU microvm, no limit, with its virtio-balloon (statistics, deflate-on-OOM, free page reporting) never inflated: the guest reports its free pages",
+        hv: Hv::Qemu,
+        limit: Limit::None,
+        balloon: false,
+        mechanisms: &["--balloon"],
+    },
+    Config {
         name: "qemu-hostswap",
         about: "QEMU in a cgroup v1 memory cgroup (limit + QEMU's measured overhead), host swap file",
         hv: Hv::Qemu,
@@ -72,6 +80,14 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         mechanisms: &[],
+    },
+    Config {
+        name: "memvisor-nolimit-fpr",
+        about: "memvisor, no limit (plain huge-page memory), with its virtio-balloon never inflated: the guest reports its free pages (--balloon)",
+        hv: Hv::Memvisor,
+        limit: Limit::None,
+        balloon: false,
+        mechanisms: &["--balloon"],
     },
     Config {
         name: "memvisor-hostswap",
@@ -234,6 +250,21 @@ impl Config {
         self.balloon || self.mechanisms.contains(&"--balloon")
     }
 
+    /// The same VM without the balloon device, for a configuration that only adds one (never
+    /// inflated: what the device costs by its presence and free page reporting).
+    pub fn without_balloon(&self) -> Option<&'static Config> {
+        if self.balloon || !self.balloon_device() {
+            return None;
+        }
+        CONFIGS.iter().find(|c| {
+            c.hv == self.hv
+                && c.limit == self.limit
+                && !c.balloon_device()
+                && c.mechanisms.len() + 1 == self.mechanisms.len()
+                && c.mechanisms.iter().all(|m| self.mechanisms.contains(m))
+        })
+    }
+
     /// Whether memvisor's pager holds guest RAM under this configuration once the experiment has
     /// a limit: what working-set sampling needs (without it nothing can fault).
     pub fn pager_holds_ram(&self) -> bool {
@@ -272,6 +303,13 @@ impl Config {
                 if self.hv == Hv::Memvisor {
                     push("--pager");
                     push("full");
+                }
+                // A configuration made for no limit keeps its devices; one made for a limit
+                // is plain memvisor without one.
+                if self.limit == Limit::None {
+                    for m in self.mechanisms {
+                        push(m);
+                    }
                 }
                 return a;
             }
@@ -376,6 +414,26 @@ mod tests {
             "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in faults"
         );
         assert!(find("nope").is_none());
+        // The balloon rows of `overhead`: each against the same VM without the device.
+        assert_eq!(
+            find("qemu-fpr").unwrap().run_flags(None, &files).join(" "),
+            "--hypervisor qemu --balloon"
+        );
+        assert_eq!(
+            find("memvisor-nolimit-fpr")
+                .unwrap()
+                .run_flags(Some(100 << 20), &files)
+                .join(" "),
+            "--api-sock /s --pager full --balloon"
+        );
+        let twin = |n| find(n).unwrap().without_balloon().map(|c| c.name);
+        assert_eq!(twin("qemu-fpr"), Some("qemu"));
+        assert_eq!(twin("memvisor-nolimit-fpr"), Some("memvisor"));
+        assert_eq!(twin("memvisor-fpr"), Some("memvisor-pager"));
+        assert_eq!(twin("memvisor-vswapper-fpr"), Some("memvisor-vswapper"));
+        for n in ["memvisor-balloon", "memvisor-pager", "qemu", "qemu-balloon"] {
+            assert_eq!(twin(n), None, "{n}");
+        }
         let holding: Vec<&str> = CONFIGS
             .iter()
             .filter(|c| c.pager_holds_ram())

@@ -100,7 +100,7 @@ fn tiny(
     phases: &[&str],
     steps: &[&str],
     swap_size: &str,
-) -> Vec<Row> {
+) -> (Vec<Row>, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let swap = format!("/var/tmp/memvisor-bench-test-{}.swap", std::process::id());
@@ -262,13 +262,13 @@ fn tiny(
     ] {
         assert!(report.contains(want), "{want}");
     }
-    rows
+    (rows, report)
 }
 
 #[test]
 fn tiny_experiments_end_to_end() {
     let _host = host_lock();
-    let rows = tiny(
+    let (rows, _) = tiny(
         "seqread",
         &[
             "qemu",
@@ -285,7 +285,7 @@ fn tiny_experiments_end_to_end() {
     assert!(rows.iter().any(|r| r["config"] == "qemu-hostswap"));
     // A 4 MiB host swap file cannot hold what a 32 MiB limit pushes out of a guest caching a
     // 48 MB file: the memory cgroup's OOM killer ends the run, and the harness says so.
-    let rows = tiny(
+    let (rows, _) = tiny(
         "seqread",
         &["qemu", "memvisor-hostswap"],
         &["pass1", "pass2"],
@@ -310,13 +310,41 @@ fn tiny_experiments_end_to_end() {
         &["alloc"],
         "256M",
     );
-    tiny(
+    let configs = [
+        "qemu",
+        "qemu-fpr",
+        "memvisor",
+        "memvisor-nolimit-fpr",
+        "memvisor-pager",
+        "memvisor-fpr",
+    ];
+    let (rows, report) = tiny(
         "overhead",
-        &["qemu", "memvisor"],
+        &configs,
         &["build", "load", "run", "done", "map", "reduce"],
         &["compile", "kv", "gcchurn", "mapreduce"],
         "256M",
     );
+    // Every run completed, and each configuration with a balloon device is set against the
+    // same VM without it, phase by phase and in CPU time.
+    assert!(rows.iter().all(|r| r["status"] == "ok"));
+    for w in ["compile", "kv", "gcchurn", "mapreduce"] {
+        let section = format!("### The balloon device — {w}");
+        assert!(report.contains(&section), "{section}");
+        for (with, without) in [
+            ("qemu-fpr", "qemu"),
+            ("memvisor-nolimit-fpr", "memvisor"),
+            ("memvisor-fpr", "memvisor-pager"),
+        ] {
+            let cells = table_row(&report, &section, with);
+            assert_eq!(cells[1], without, "{cells:?}");
+            // with, without, the phases, CPU: each a ratio and its pairs.
+            assert!(
+                cells[2..].iter().all(|c| c.contains("(pairs ")),
+                "{cells:?}"
+            );
+        }
+    }
 }
 
 /// `bench workingset` (ESX Fig. 6), tiny: one memvisor VM whose working set follows a

@@ -4,11 +4,14 @@
 //! - queues in the order the features make them exist: inflate 0, deflate 1,
 //!   stats 2 (with VIRTIO_BALLOON_F_STATS_VQ), then free page reporting (with
 //!   VIRTIO_BALLOON_F_REPORTING); each is used at depth 1;
-//! - `poll` (from the mm tick, at most every few ms; one config read, one MMIO
-//!   exit) compares `num_pages` with the pages held and inflates (pages taken
-//!   from the allocator, which reclaims if needed) or deflates (pages returned
-//!   after the device is told), up to 4096 pages per poll in arrays of 256
-//!   4 KiB PFNs, then writes `actual`;
+//! - `poll` (from the mm tick, at most every few ms) compares `num_pages` with
+//!   the pages held and inflates (pages taken from the allocator, which
+//!   reclaims if needed) or deflates (pages returned after the device is
+//!   told), up to 4096 pages per poll in arrays of 256 4 KiB PFNs, then writes
+//!   `actual`. Reading `num_pages` is an MMIO exit, so while the balloon holds
+//!   its target it is read every `CONFIG_POLL_MS` (Linux reads it only when
+//!   the device signals a configuration change), and on every poll while the
+//!   balloon moves;
 //! - the stats buffer stays with the device; when the device returns it, it is
 //!   refilled (swap in/out, major/minor faults, free, total, available, caches)
 //!   and posted again;
@@ -28,7 +31,12 @@
 //! - free page reporting: every `REPORT_MS`, up to 16 naturally aligned free
 //!   chunks of `1 << order` pages that were not reported since they were last
 //!   allocated are taken off the free list, reported (device-writable buffers,
-//!   as Linux does) and put back at the tail of the free list;
+//!   as Linux does) and put back at the tail of the free list once the device
+//!   returns them. The vCPU does not wait for the device: the workload goes
+//!   on, and a later poll puts the chunks back (as Linux's reporting worker
+//!   sleeps while the device works and its tasks run). An allocation that
+//!   finds no memory first waits for a report in flight, whose chunks are
+//!   free memory;
 //! - `report_race=` makes the driver race the device on purpose, to test the
 //!   hypervisor: `used` writes a pattern to every page of every chunk the
 //!   moment the device hands it back and reads it back (`balloon_race_lost`
@@ -72,6 +80,8 @@ const HOLDOFF_MAX_MS: u64 = 60_000;
 pub const REPORT_MS: u64 = 100;
 /// Chunks per report request.
 const REPORT_CHUNKS: usize = 16;
+/// Time between two reads of the target while the balloon holds it.
+const CONFIG_POLL_MS: u64 = 50;
 const TIMEOUT_MS: u64 = 5_000;
 
 const S_SWAP_IN: u16 = 0;
@@ -98,6 +108,10 @@ pub struct BalloonStats {
     pub holdoff_ms: u64,
     pub stats_sent: u64,
     pub reported_chunks: u64,
+    /// TSC cycles the vCPU spent waiting for the device to complete a request.
+    pub wait_cycles: u64,
+    /// Reads of the target (`num_pages`), each an MMIO exit.
+    pub config_reads: u64,
     pub polls: u64,
     /// `report_race=used`: pages written and read back the moment they came back.
     pub race_checked: u64,
@@ -135,6 +149,11 @@ pub struct Balloon {
     buf: usize,
     held: u32,
     next_report: u64,
+    /// The target when last read, and when to read it again while the balloon holds it.
+    target: u32,
+    next_config: u64,
+    /// The chunks of a report the device has not returned yet (outside `report_race=`).
+    in_flight: Option<([u32; REPORT_CHUNKS], usize)>,
     pub stats: BalloonStats,
 }
 
@@ -192,6 +211,9 @@ impl Balloon {
             buf,
             held: 0,
             next_report: 0,
+            target: 0,
+            next_config: 0,
+            in_flight: None,
             stats: BalloonStats::default(),
         };
         // The first stats buffer goes to the device at once (zeros until it asks again).
@@ -214,16 +236,21 @@ impl Balloon {
         Ok(b)
     }
 
-    fn wait(q: &mut SplitQueue) -> bool {
+    /// Waits for the device to return the request in flight on `q`; counts the time in `stats`.
+    fn wait(q: &mut SplitQueue, stats: &mut BalloonStats) -> bool {
+        let start = rdtsc();
         let deadline = crate::time::deadline_after_ms(TIMEOUT_MS);
+        let mut done = true;
         while q.poll_used().is_none() {
             if rdtsc() > deadline {
                 println!("virtio-balloon: device did not complete a request");
-                return false;
+                done = false;
+                break;
             }
             pause();
         }
-        true
+        stats.wait_cycles += rdtsc().saturating_sub(start);
+        done
     }
 
     fn send_pfns(&mut self, inflate: bool, n: usize) -> bool {
@@ -239,7 +266,7 @@ impl Balloon {
         };
         q.submit(&seg);
         self.transport.notify(idx);
-        Self::wait(q)
+        Self::wait(q, &mut self.stats)
     }
 
     fn pfns(&mut self) -> &mut [u32; PFNS_PER_REQUEST] {
@@ -252,7 +279,13 @@ impl Balloon {
     pub fn poll(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
         self.stats.polls += 1;
         self.refill_stats(mm);
-        let target = self.transport.config_read32(CONFIG_NUM_PAGES);
+        let now = rdtsc();
+        if self.held != self.target || now >= self.next_config {
+            self.target = self.transport.config_read32(CONFIG_NUM_PAGES);
+            self.stats.config_reads += 1;
+            self.next_config = crate::time::deadline_after_ms(CONFIG_POLL_MS);
+        }
+        let target = self.target;
         let mut moved = 0;
         let held_before = self.held;
         let inflate = self.holdoff.allows_inflate(crate::time::now_ms());
@@ -293,10 +326,39 @@ impl Balloon {
         if self.held != held_before {
             self.transport.config_write32(CONFIG_ACTUAL, self.held);
         }
-        if self.report_q.is_some() && rdtsc() >= self.next_report {
-            self.report(mm, be);
-            self.next_report = crate::time::deadline_after_ms(self.report_ms);
+        if self.report_q.is_some() {
+            self.complete_report(mm, false);
+            if self.in_flight.is_none() && rdtsc() >= self.next_report {
+                self.report(mm, be);
+                self.next_report = crate::time::deadline_after_ms(self.report_ms);
+            }
         }
+    }
+
+    /// Puts the chunks of the report in flight back on the free list if the device returned
+    /// them (with `wait`, after waiting for it). Returns the pages put back.
+    fn complete_report(&mut self, mm: &mut Mm<'static>, wait: bool) -> u32 {
+        let Some((chunks, n)) = self.in_flight else {
+            return 0;
+        };
+        let Some((_, q)) = self.report_q.as_mut() else {
+            return 0;
+        };
+        let returned = if wait {
+            Self::wait(q, &mut self.stats)
+        } else {
+            q.poll_used().is_some()
+        };
+        if !returned {
+            return 0;
+        }
+        self.in_flight = None;
+        let order = self.report_order;
+        for &f in &chunks[..n] {
+            mm.report_done(f, order, false);
+        }
+        self.stats.reported_chunks += n as u64;
+        (n as u32) << order
     }
 
     /// Tells the device, then frees up to `count` balloon pages. Returns the pages freed.
@@ -327,6 +389,11 @@ impl Balloon {
     /// Deflate-on-OOM: gives back `OOM_PAGES` pages if the device allows it, and holds
     /// inflation off.
     pub fn deflate_on_oom(&mut self, mm: &mut Mm<'static>, _be: &mut GuestBackend) -> u32 {
+        // A report in flight holds free memory: have it back before taking the balloon's.
+        let back = self.complete_report(mm, true);
+        if back > 0 {
+            return back;
+        }
         if !self.deflate_on_oom || self.held == 0 {
             return 0;
         }
@@ -409,6 +476,11 @@ impl Balloon {
         let (idx, q) = self.report_q.as_mut().expect("reporting negotiated");
         q.submit(&segs[..n]);
         self.transport.notify(*idx);
+        if self.race == ReportRace::Off {
+            // The device works while the workload goes on; a later poll takes the chunks back.
+            self.in_flight = Some((chunks, n));
+            return;
+        }
         let seq = self.stats.reported_chunks;
         if self.race == ReportRace::InFlight {
             for &f in &chunks[..n] {
@@ -417,7 +489,7 @@ impl Balloon {
             self.stats.inflight_written += n as u64;
         }
         let (_, q) = self.report_q.as_mut().expect("reporting negotiated");
-        let returned = Self::wait(q);
+        let returned = Self::wait(q, &mut self.stats);
         match self.race {
             // A run the device did not return is not raced: it may still be in its hands.
             _ if !returned => {}

@@ -226,7 +226,21 @@ mod tests {
         let o = find("overhead", Scale::Full).unwrap();
         let w: Vec<_> = o.steps.iter().map(|s| s.workload).collect();
         assert_eq!(w, ["compile", "kv", "gcchurn", "mapreduce"]);
-        assert_eq!((o.limit, o.configs), (None, &["qemu", "memvisor"][..]));
+        assert_eq!(o.limit, Some(o.mem));
+        // Each hypervisor with and without a balloon device, standalone and on the pager.
+        for c in o.configs {
+            let c = crate::configs::find(c).unwrap();
+            let twin = c.without_balloon().map(|t| t.name);
+            assert!(!c.balloon, "{}: never inflated", c.name);
+            assert!(
+                !c.balloon_device() || twin.is_some_and(|t| o.configs.contains(&t)),
+                "{}",
+                c.name
+            );
+        }
+        for c in ["qemu-fpr", "memvisor-nolimit-fpr", "memvisor-fpr"] {
+            assert!(o.configs.contains(&c), "{c}");
+        }
         // mapreduce reads the file mkdisk wrote, and the disk has room for it.
         let m = &o.steps[3];
         let d = m.disk.as_ref().unwrap();

@@ -189,6 +189,8 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         whole_run(&mut s, meta, records, si, &title);
         against_peers(&mut s, meta, records, si, &title);
         phase_times(&mut s, meta, records, si, &title);
+        against_no_balloon(&mut s, meta, records, si, &title);
+        balloon_counters(&mut s, meta, records, si, &title);
         swap_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
         if step.guest_swap_mb.is_some() {
@@ -308,6 +310,152 @@ fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, t
             );
         }
         let _ = writeln!(s, "{row}");
+    }
+}
+
+/// Each configuration that only adds a balloon device against the same VM without it, per
+/// phase: the ratio of the medians, and the median and min–max of the repetitions' own ratios
+/// (repetition k of one against repetition k of the other: the runs are interleaved, so a pair
+/// shares the machine's state more than two medians do).
+fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let pairs: Vec<(&str, &str)> = meta
+        .configs
+        .iter()
+        .filter_map(|c| {
+            let t = c.without_balloon()?;
+            meta.configs
+                .iter()
+                .any(|o| o.name == t.name)
+                .then_some((c.name, t.name))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let step = &meta.experiment.steps[si];
+    let _ = writeln!(
+        s,
+        "\n### The balloon device{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| with | without | {} | CPU, whole run |",
+        step.phases.join(" | ")
+    );
+    let _ = writeln!(s, "|---|---|{}", "---|".repeat(step.phases.len() + 1));
+    let cell = |med: String, mut per_rep: Vec<f64>| {
+        format!(
+            " {med} {} |",
+            stats(&mut per_rep).map_or("-".into(), |(m, lo, hi, n)| format!(
+                "(pairs {m:.2}, {lo:.2}–{hi:.2}, n={n})"
+            ))
+        )
+    };
+    for (with, without) in pairs {
+        let mut row = format!("| {with} | {without} |");
+        for ph in &step.phases {
+            let time = |r: &RunResult| r.phases.iter().find(|p| p.name == *ph).map(phase_ms);
+            row.push_str(&cell(
+                ratio(
+                    median_ms(records, si, with, ph),
+                    median_ms(records, si, without, ph),
+                ),
+                pair_ratios(records, si, with, without, time),
+            ));
+        }
+        let cpu = |c: &str| {
+            let mut v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c && r.result.status == Status::Ok)
+                .filter_map(|r| r.result.cpu_ms)
+                .collect();
+            stats(&mut v).map(|x| x.0)
+        };
+        row.push_str(&cell(
+            ratio(cpu(with), cpu(without)),
+            pair_ratios(records, si, with, without, |r: &RunResult| {
+                r.cpu_ms.filter(|_| r.status == Status::Ok)
+            }),
+        ));
+        let _ = writeln!(s, "{row}");
+    }
+}
+
+/// The ratio of `f` of `a`'s run to `f` of `b`'s in each repetition where both have it.
+fn pair_ratios(
+    records: &[Record],
+    si: usize,
+    a: &str,
+    b: &str,
+    f: impl Fn(&RunResult) -> Option<f64>,
+) -> Vec<f64> {
+    let value = |config: &str, rep: u32| {
+        records
+            .iter()
+            .find(|r| r.step == si && r.config.name == config && r.rep == rep)
+            .and_then(|r| f(&r.result))
+    };
+    records
+        .iter()
+        .filter(|r| r.step == si && r.config.name == a)
+        .filter_map(|r| match (value(a, r.rep), value(b, r.rep)) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a balloon device's configuration did, from memvisor's counters at the end of each run
+/// (medians): pages reported, zero-page faults and faults on released pages with the reported
+/// pages they took back, and the vCPUs' MMIO and port exits (QEMU's are inside KVM: `-`).
+fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let shown: Vec<&Config> = meta
+        .configs
+        .iter()
+        .copied()
+        .filter(|c| {
+            (c.balloon_device()
+                || meta
+                    .configs
+                    .iter()
+                    .any(|o| o.without_balloon().is_some_and(|t| t.name == c.name)))
+                && c.hv == crate::configs::Hv::Memvisor
+        })
+        .collect();
+    if shown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n### Balloon counters{title}: medians over the runs (memvisor's `GET /stats` at the end)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| configuration | reported pages | zero faults | faults on released pages | reported pages taken back | MMIO exits | port exits |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    #[allow(clippy::cast_precision_loss)]
+    for c in shown {
+        let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<u64>| {
+            let mut v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.step == si && r.config.name == c.name)
+                .filter_map(|r| r.result.final_stats.as_ref().and_then(f))
+                .map(|x| x as f64)
+                .collect();
+            stats(&mut v).map_or("-".into(), |m| format!("{:.0}", m.0))
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.name,
+            med(&|v| v.balloon.as_ref().map(|b| b.reported_pages)),
+            med(&|v| v.pager.as_ref().map(|p| p.counters.faults_zero)),
+            med(&|v| v.pager.as_ref().map(|p| p.counters.faults_released)),
+            med(&|v| v.pager.as_ref().map(|p| p.counters.false_reads_avoided)),
+            med(&|v| Some(v.exits.mmio)),
+            med(&|v| Some(v.exits.io)),
+        );
     }
 }
 
@@ -546,5 +694,84 @@ mod tests {
         assert_eq!(csv::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
         assert_eq!(ratio(None, Some(2.0)), "-");
+    }
+
+    fn run(config: &str, rep: u32, guest_ms: f64, cpu_ms: f64) -> Record {
+        Record {
+            step: 0,
+            config: crate::configs::find(config).unwrap(),
+            rep,
+            result: RunResult {
+                status: Status::Ok,
+                exit: "1".into(),
+                reason: String::new(),
+                phases: vec![Phase {
+                    name: "build".into(),
+                    at_ms: 0.0,
+                    guest_ms: Some(guest_ms),
+                    host_ms: 0.0,
+                    swap_in: 0,
+                    swap_out: 0,
+                    io: Default::default(),
+                    pager: None,
+                }],
+                peak_rss: 0,
+                host_swap_peak: 0,
+                cgroup: None,
+                balloon: None,
+                elapsed_ms: 0.0,
+                cpu_ms: Some(cpu_ms),
+                final_stats: None,
+                series: Vec::new(),
+                release: None,
+                stats: Vec::new(),
+            },
+        }
+    }
+
+    /// A balloon row is the configuration with the device against the same VM without it,
+    /// repetition by repetition.
+    #[test]
+    fn balloon_rows_pair_each_repetition_with_the_same_vm_without_the_device() {
+        let records = vec![
+            run("memvisor", 1, 100.0, 1000.0),
+            run("memvisor-nolimit-fpr", 1, 110.0, 1010.0),
+            run("memvisor", 2, 200.0, 1000.0),
+            run("memvisor-nolimit-fpr", 2, 200.0, 1030.0),
+            // No pair: repetition 3 of the one without the device did not run.
+            run("memvisor-nolimit-fpr", 3, 900.0, 5000.0),
+        ];
+        let time = |r: &RunResult| r.phases[0].guest_ms;
+        let mut v = pair_ratios(&records, 0, "memvisor-nolimit-fpr", "memvisor", time);
+        assert_eq!(stats(&mut v), Some((1.05, 1.0, 1.1, 2)));
+        assert!(pair_ratios(&records, 0, "memvisor-nolimit-fpr", "qemu", time).is_empty());
+        let exp = crate::experiments::find("overhead", crate::experiments::Scale::Tiny).unwrap();
+        let configs: Vec<&'static Config> = ["memvisor", "memvisor-nolimit-fpr"]
+            .iter()
+            .map(|n| crate::configs::find(n).unwrap())
+            .collect();
+        let meta = Meta {
+            experiment: &exp,
+            reps: 3,
+            reference: "memvisor",
+            configs: &configs,
+            notes: Vec::new(),
+            env: Vec::new(),
+        };
+        let mut s = String::new();
+        against_no_balloon(&mut s, &meta, &records, 0, "");
+        let row = s
+            .lines()
+            .find(|l| l.starts_with("| memvisor-nolimit-fpr | memvisor |"))
+            .expect("a row");
+        // build: medians 200 and 150; CPU: medians 1030 and 1000, pairs 1.01 and 1.03.
+        assert!(
+            row.contains(" 1.33 (pairs 1.05, 1.00–1.10, n=2) |"),
+            "{row}"
+        );
+        assert!(
+            row.contains(" 1.03 (pairs 1.02, 1.01–1.03, n=2) |"),
+            "{row}"
+        );
     }
 }

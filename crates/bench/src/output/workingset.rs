@@ -616,6 +616,7 @@ mod tests {
             cgroup: None,
             balloon: None,
             elapsed_ms: 0.0,
+            cpu_ms: None,
             final_stats: None,
             series,
             release: None,

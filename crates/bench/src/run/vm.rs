@@ -95,6 +95,11 @@ pub struct RunResult {
     pub balloon: Option<String>,
     /// Host time from start to exit.
     pub elapsed_ms: f64,
+    /// CPU time (user and system, every thread) of the run's process and the processes it
+    /// waited for (QEMU under `memvisor run --hypervisor qemu`), from start to exit; `None` when
+    /// it could not be read. On a loaded host the guest's own times include waiting for a CPU;
+    /// this counts only the work.
+    pub cpu_ms: Option<f64>,
     /// memvisor's stats when its VM ended (`--stats-json`).
     pub final_stats: Option<VmStats>,
     /// For a time-series experiment, the VM's answers to `GET /stats`, in order.
@@ -393,6 +398,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         io: ProcIo::default(),
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
     };
+    let cpu0 = children_cpu_ms();
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", spec.exe.display()))?;
@@ -417,6 +423,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let exit = child
         .wait()
         .map_err(|e| format!("cannot wait for run: {e}"))?;
+    let cpu_ms = match (cpu0, children_cpu_ms()) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
     teardown::forget_pid(pid);
     if let Some(h) = w.sm.hv_pid {
         teardown::forget_pid(h);
@@ -441,7 +451,22 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let final_stats = read_final_stats(&stats_path);
     let _ = std::fs::remove_file(&stats_path);
     let (status, reason) = w.verdict(exit, &stderr, dmesg_last.as_ref());
-    Ok(w.result(status, reason, exit, &end, final_stats))
+    let mut r = w.result(status, reason, exit, &end, final_stats);
+    r.cpu_ms = cpu_ms;
+    Ok(r)
+}
+
+/// User and system CPU time of this process's children that ended and were waited for, in ms.
+fn children_cpu_ms() -> Option<f64> {
+    // SAFETY: rusage is plain data that getrusage fills; zeroed is a valid initial value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only to `ru`.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Some(ms(ru.ru_utime) + ms(ru.ru_stime))
 }
 
 /// The `memvisor run` command of a run: the configuration's flags, the step's workload, its
@@ -909,6 +934,7 @@ impl<'a> Watch<'a> {
             cgroup: self.sm.cg,
             balloon: self.balloon,
             elapsed_ms: end.at.duration_since(start).as_secs_f64() * 1e3,
+            cpu_ms: None,
             final_stats,
             series: self.samples,
             release: self.released.or_else(|| {
