@@ -83,7 +83,10 @@ impl Vm {
             .unwrap();
         let t0 = Instant::now();
         while !sock.exists() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "{name} has no socket");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{name} has no socket"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         Vm { child, sock }
@@ -164,7 +167,10 @@ fn a_vm_with_sharing_off_is_never_merged_with_identical_vms() {
     let sa = a.stats().expect("a answers");
     let sharing = sa.sharing.expect("a sharing VM reports what KSM merged");
     eprintln!("merged: a {} b {} ({sharing:?})", seen.0, seen.1);
-    assert!(sharing.merging_pages > 0 && sharing.saved_pages > 0, "{sharing:?}");
+    assert!(
+        sharing.merging_pages > 0 && sharing.saved_pages > 0,
+        "{sharing:?}"
+    );
     let so = off.stats().expect("off answers");
     assert!(so.sharing.is_none(), "{:?}", so.sharing);
     assert_eq!(ksm_stat(off.pid(), "ksm_merging_pages"), 0);
@@ -226,7 +232,10 @@ fn guests_writing_merged_pages_under_a_limit_with_the_mapper_lose_nothing() {
     }
     // Merges happen while they run (read from the kernel while both are alive).
     let mut most = 0;
-    while vms.iter_mut().all(|v| v.child.try_wait().ok().flatten().is_none()) {
+    while vms
+        .iter_mut()
+        .all(|v| v.child.try_wait().ok().flatten().is_none())
+    {
         let now: u64 = vms
             .iter()
             .map(|v| ksm_stat(v.pid(), "ksm_merging_pages"))
