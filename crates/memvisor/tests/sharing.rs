@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{VmClient, VmStats};
+use memvisor_api::{HostClient, VmClient, VmStats};
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 const KSM: &str = "/sys/kernel/mm/ksm";
@@ -23,26 +23,47 @@ static KSM_LOCK: Mutex<()> = Mutex::new(());
 /// KSM's knobs as they were, put back on drop.
 struct Knobs(Vec<(&'static str, String)>);
 
+const KNOBS: [&str; 4] = ["use_zero_pages", "pages_to_scan", "sleep_millisecs", "run"];
+
 impl Knobs {
-    /// KSM on, scanning fast, zero pages merged; `None` without KSM or the right to drive it.
-    fn fast() -> Option<Knobs> {
+    /// KSM's knobs set to `values` (in [`KNOBS`]' order); `None` without KSM or the right to
+    /// drive it.
+    fn set(values: [&str; 4]) -> Option<Knobs> {
         let mut saved = Vec::new();
-        for n in ["run", "pages_to_scan", "sleep_millisecs", "use_zero_pages"] {
+        for n in KNOBS {
             saved.push((n, std::fs::read_to_string(format!("{KSM}/{n}")).ok()?));
         }
         let knobs = Knobs(saved);
         let set = |n: &str, v: &str| std::fs::write(format!("{KSM}/{n}"), v).is_ok();
-        (set("use_zero_pages", "1")
-            && set("pages_to_scan", "4000")
-            && set("sleep_millisecs", "10")
-            && set("run", "1"))
-        .then_some(knobs)
+        KNOBS
+            .iter()
+            .zip(values)
+            .all(|(n, v)| set(n, v))
+            .then_some(knobs)
     }
+
+    /// KSM on, scanning fast, zero pages merged.
+    fn fast() -> Option<Knobs> {
+        Knobs::set(["1", "4000", "10", "1"])
+    }
+}
+
+/// KSM's knobs now, in [`KNOBS`]' order.
+fn knobs_now() -> Vec<String> {
+    KNOBS
+        .iter()
+        .map(|n| {
+            std::fs::read_to_string(format!("{KSM}/{n}"))
+                .unwrap()
+                .trim()
+                .to_owned()
+        })
+        .collect()
 }
 
 impl Drop for Knobs {
     fn drop(&mut self) {
-        for (n, v) in self.0.iter().rev() {
+        for (n, v) in &self.0 {
             let _ = std::fs::write(format!("{KSM}/{n}"), v.trim());
         }
     }
@@ -249,4 +270,96 @@ fn guests_writing_merged_pages_under_a_limit_with_the_mapper_lose_nothing() {
     }
     eprintln!("most pages merged at once: {most}");
     assert!(most > 0, "KSM merged nothing: the test tested nothing");
+}
+
+/// `memvisor host` drives KSM: with two VMs of identical memory sharing and a third not, it
+/// takes the scanner over from the state it found (off, 123 pages every 17 ms, no zero pages),
+/// runs it at a rate inside MOM's bounds, counts what each VM saves (the one with sharing off:
+/// nothing) and counts it as free memory, and puts every knob back when it exits.
+#[test]
+fn the_host_drives_ksm_counts_what_sharing_saves_and_puts_ksm_back() {
+    let _one = KSM_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_knobs) = Knobs::set(["0", "123", "17", "0"]) else {
+        eprintln!("skipped: no KSM on this host, or not allowed to drive it");
+        return;
+    };
+    let found = knobs_now();
+    let dir = tempfile::tempdir().unwrap();
+    let vm = |name: &str, sharing: &str| {
+        format!(
+            "[[vm]]\nname = \"{name}\"\nmem = \"128M\"\nworkload = \"memhog\"\n\
+             cmdline = \"mb=64 secs=40 rate_mb_s=1\"\nsharing = \"{sharing}\"\n"
+        )
+    };
+    let config = format!(
+        "[host]\nmemory = \"1G\"\ntick = \"500ms\"\n\n{}{}{}",
+        vm("a", "host"),
+        vm("b", "host"),
+        vm("c", "off")
+    );
+    let path = dir.path().join("host.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut host = Command::new(MEMVISOR)
+        .args(["host", "--config"])
+        .arg(&path)
+        .spawn()
+        .unwrap();
+    let guard = scopeguard(&mut host);
+    let sock = dir.path().join("host.state/host.sock");
+    let client = HostClient::new(&sock);
+    let t0 = Instant::now();
+    let (info, vms) = loop {
+        assert!(t0.elapsed() < Duration::from_secs(35), "nothing was saved");
+        std::thread::sleep(Duration::from_millis(250));
+        let (Ok(info), Ok(vms)) = (client.info(), client.vms()) else {
+            continue;
+        };
+        if vms.len() == 3
+            && vms[..2]
+                .iter()
+                .all(|v| v.shared_saved_bytes > 16 << 20 && v.pid.is_some())
+        {
+            break (info, vms);
+        }
+    };
+    let ksm = info.ksm.expect("the host shows KSM while VMs share");
+    eprintln!("{ksm:?}");
+    assert!(ksm.running);
+    assert!((64..=1250).contains(&ksm.pages_to_scan), "{ksm:?}");
+    assert!(ksm.sharing_pages > 0, "{ksm:?}");
+    assert_eq!(vms[2].shared_saved_bytes, 0, "{:?}", vms[2]);
+    // Free memory counts what sharing saves: more than the budget less every VM's whole
+    // resident memory and overhead.
+    let held: u64 = vms
+        .iter()
+        .map(|v| v.resident_bytes + info.vm_overhead_bytes)
+        .sum();
+    let saved: u64 = vms.iter().map(|v| v.shared_saved_bytes).sum();
+    eprintln!(
+        "free {} MiB, resident with overheads {} MiB, saved {} MiB",
+        info.free_bytes >> 20,
+        held >> 20,
+        saved >> 20
+    );
+    assert!(
+        info.free_bytes > info.budget_bytes.saturating_sub(held) + (16 << 20),
+        "free {} budget {} held {held} saved {saved}",
+        info.free_bytes,
+        info.budget_bytes
+    );
+    drop(guard);
+    assert_eq!(knobs_now(), found, "the host left KSM as it found it");
+}
+
+/// Stops the host with SIGTERM (it stops its VMs and puts KSM back) when dropped, and waits.
+fn scopeguard(host: &mut Child) -> impl Drop + '_ {
+    struct Stop<'a>(&'a mut Child);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            // SAFETY: plain kill(2) of the host process this test started.
+            unsafe { libc::kill(i32::try_from(self.0.id()).unwrap(), libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+    Stop(host)
 }

@@ -39,18 +39,20 @@ pub(crate) fn create(vm: &VmFd, layout: &RamLayout, sharing: bool) -> Result<Gue
         if rc != 0 {
             return Err(VmmError::Memory(std::io::Error::last_os_error()));
         }
-        // SAFETY: as above; MADV_MERGEABLE lets KSM merge identical pages copy-on-write, which
-        // never changes what the guest reads. KSM splits a huge page before merging inside it.
-        if sharing
-            && unsafe {
+        if sharing {
+            // SAFETY: as above; MADV_MERGEABLE lets KSM merge identical pages copy-on-write,
+            // which never changes what the guest reads. KSM splits a huge page before merging
+            // inside it.
+            let rc = unsafe {
                 libc::madvise(
                     host.cast(),
                     usize::try_from(size).unwrap_or(usize::MAX),
                     libc::MADV_MERGEABLE,
                 )
-            } != 0
-        {
-            return Err(VmmError::Memory(std::io::Error::last_os_error()));
+            };
+            if rc != 0 {
+                return Err(VmmError::Memory(std::io::Error::last_os_error()));
+            }
         }
         let slot_region = kvm_userspace_memory_region {
             slot: u32::try_from(slot).expect("a few slots"),
