@@ -5,16 +5,19 @@ For N = 1..MAX_VMS identical VMs (each `memhog mb=MB`: every page numbered the s
 swept at 1 MiB/s so most pages stay put), run on memvisor with `--sharing off`, memvisor with
 `--sharing host` and QEMU with `mem-merge=on` (`--hypervisor qemu --sharing host`), one after
 the other, with KSM at one fixed scan budget for all (pages_to_scan 1250, sleep 10 ms,
-use_zero_pages 1; the knobs found are put back at the end). Every second: the VMs' resident
-memory (VmRSS), their merged and zero pages (/proc/PID/ksm_stat), the host's pages_sharing and
-ksmd's CPU. Prints, per run, the time series' end: memory shared (pages mapping a merged or zero
-page) and reclaimed (pages_sharing + zero pages) as a share of the VMs' resident memory at steady
-state (mean of the last 10 s), when reclaimed first passed half its steady value, ksmd's CPU, and
-memvisor's reclaimed against QEMU's. Needs root. Asserts nothing.
+use_zero_pages 1; the knobs found are put back at the end). Every 2 s, over the guest RAM
+mapping of each VM's process (memvisor's VMM, or QEMU itself): its present pages, those mapping
+a KSM page (/proc/PID/pagemap and /proc/kpageflags) and its zero pages (/proc/PID/ksm_stat);
+and ksmd's CPU. Memory *shared* is the pages mapping a KSM or zero page; *reclaimed* is shared
+less the distinct KSM pages they map (each kept once), counted over these VMs only, so other
+processes' mergeable memory on the host does not enter. Prints, per run, the steady state (mean
+of the last 10 s) as a share of the VMs' present guest memory, when reclaimed first passed half
+its steady value, ksmd's CPU, and memvisor's reclaimed against QEMU's. Needs root. Asserts
+nothing.
 
 Usage: scripts/measure-sharing.py [MEMVISOR] (env: MAX_VMS=3 MB=160 SECS=60 MEM=256M)
 """
-import os, subprocess, sys, tempfile, time
+import os, signal, struct, subprocess, sys, time
 
 MEMVISOR = sys.argv[1] if len(sys.argv) > 1 else "target/release/memvisor"
 MAX_VMS = int(os.environ.get("MAX_VMS", "3"))
@@ -59,6 +62,68 @@ def rss_pages(pid):
     return 0
 
 
+KPF_KSM = 1 << 21
+PAGE = 4096
+
+
+def ram_mapping(pid):
+    """The largest anonymous mapping of `pid` (guest RAM), as (start, end)."""
+    best = None
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5:  # named: a file, the heap, a stack
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if best is None or hi - lo > best[1] - best[0]:
+                    best = (lo, hi)
+    except OSError:
+        pass
+    return best
+
+
+def ksm_frames(pid, kpf):
+    """(present pages, KSM-mapped pages, the set of their page frames) of `pid`'s guest RAM."""
+    m = ram_mapping(pid)
+    if m is None:
+        return 0, 0, set()
+    present, ksm, frames = 0, 0, set()
+    try:
+        fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+    except OSError:
+        return 0, 0, set()
+    try:
+        lo, hi = m
+        chunk = 512 * 64
+        for start in range(lo, hi, chunk * PAGE):
+            n = min(chunk, (hi - start) // PAGE)
+            data = os.pread(fd, n * 8, (start // PAGE) * 8)
+            for (e,) in struct.iter_unpack("<Q", data):
+                if e >> 63 & 1:
+                    present += 1
+                    pfn = e & ((1 << 55) - 1)
+                    flags = os.pread(kpf, 8, pfn * 8)
+                    if len(flags) == 8 and struct.unpack("<Q", flags)[0] & KPF_KSM:
+                        ksm += 1
+                        frames.add(pfn)
+    finally:
+        os.close(fd)
+    return present, ksm, frames
+
+
+def vm_pid(p, hv):
+    """The process holding guest RAM: memvisor's VMM itself, or the QEMU it runs."""
+    if hv != "qemu":
+        return p.pid
+    try:
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    except OSError:
+        return None
+
+
 def ksmd_ticks():
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -91,20 +156,28 @@ def run(mode, n):
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     t0, cpu0 = time.time(), ksmd_ticks()
     samples = []
+    kpf = os.open("/proc/kpageflags", os.O_RDONLY)
     while any(p.poll() is None for p in procs):
-        time.sleep(1)
-        rss = sum(rss_pages(p.pid) for p in procs)
-        st = [ksm_stat(p.pid) for p in procs]
-        merging = sum(s.get("ksm_merging_pages", 0) for s in st)
-        zero = sum(s.get("ksm_zero_pages", 0) for s in st)
-        saved = int(knob("pages_sharing")) + zero
+        time.sleep(2)
+        pids = [vm_pid(p, hv) for p in procs]
+        present, ksm, frames, zero = 0, 0, set(), 0
+        for pid in pids:
+            if pid is None:
+                continue
+            a, b, f = ksm_frames(pid, kpf)
+            present += a
+            ksm += b
+            frames |= f
+            zero += ksm_stat(pid).get("ksm_zero_pages", 0)
         cpu = (ksmd_ticks() - cpu0) / TICK
-        samples.append((time.time() - t0, rss, merging + zero, saved, cpu))
+        samples.append((time.time() - t0, present + zero, ksm + zero, ksm - len(frames) + zero, cpu))
+    os.close(kpf)
     results = [p.stdout.read().strip().splitlines()[-1:] for p in procs]
     return samples, results
 
 
 def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     saved_knobs = {k: knob(k) for k in KNOBS}
     rows = []
     try:
@@ -119,14 +192,14 @@ def main():
                 cpu = samples[-1][4] / max(samples[-1][0], 1e-9) if samples else 0.0
                 ok = all(r and " ok=1" in r[0] and " errors=0" in r[0] for r in results)
                 rows.append((n, mode, rss, shared, saved, half, cpu, ok))
-                print(f"n={n} {mode}: rss {rss * 4 / 1024:.0f} MiB shared {shared * 4 / 1024:.0f} MiB "
+                print(f"n={n} {mode}: guest memory {rss * 4 / 1024:.0f} MiB shared {shared * 4 / 1024:.0f} MiB "
                       f"reclaimed {saved * 4 / 1024:.0f} MiB half at {half} s ksmd {cpu * 100:.1f} % ok={ok}",
                       file=sys.stderr, flush=True)
     finally:
         knob("run", "2")
         for k in ("use_zero_pages", "pages_to_scan", "sleep_millisecs", "run"):
             knob(k, saved_knobs[k])
-    print(f"| VMs | run | resident (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | reclaimed vs QEMU | guests ok |")
+    print(f"| VMs | run | guest memory present (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | reclaimed vs QEMU | guests ok |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, mode, rss, shared, saved, half, cpu, ok in rows:
         qemu = next((r[4] for r in rows if r[0] == n and r[1] == "qemu-merge"), 0)
