@@ -280,6 +280,9 @@ pub struct VmSample {
     pub limit_bytes: u64,
     /// Swapped memory its pool held.
     pub pooled_bytes: u64,
+    /// Host memory its page sharing saved (KSM), not counted in what it held.
+    #[serde(default)]
+    pub shared_saved_bytes: u64,
 }
 
 /// The host at one tick (`GET /history`).

@@ -320,6 +320,7 @@ impl Host {
                     on_disk_bytes: st.on_disk_bytes,
                     limit_bytes: st.limit_bytes,
                     pooled_bytes: st.pooled_bytes,
+                    shared_saved_bytes: st.shared_saved_bytes,
                 }
             })
             .collect();

@@ -260,6 +260,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                         on_disk_bytes: 1,
                         limit_bytes: 1,
                         pooled_bytes: 1,
+                        shared_saved_bytes: 1,
                     }],
                 })
                 .unwrap(),
