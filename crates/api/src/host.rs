@@ -55,6 +55,33 @@ pub struct HostInfo {
     pub ticks: u64,
     /// Seconds between ticks.
     pub tick_seconds: f64,
+    /// The host kernel's KSM as the host drives it; `null` while no VM shares (`sharing =
+    /// "host"`), when the host leaves KSM as it found it.
+    #[serde(default)]
+    pub ksm: Option<HostKsm>,
+}
+
+/// KSM, the kernel's page-merging scanner, as the host drives it (docs/sharing.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostKsm {
+    /// The scanner runs (`/sys/kernel/mm/ksm/run` 1).
+    pub running: bool,
+    /// Pages it scans each time it wakes (`pages_to_scan`), as the host set it this tick.
+    pub pages_to_scan: u64,
+    /// How long it sleeps between scans (`sleep_millisecs`).
+    pub sleep_ms: u64,
+    /// Merged pages kept, one per distinct content (`pages_shared`), every process's.
+    pub shared_pages: u64,
+    /// Pages mapping one of them besides it, i.e. saved (`pages_sharing`).
+    pub sharing_pages: u64,
+    /// Pages merged with the kernel's zero page (`ksm_zero_pages`), also saved.
+    pub zero_pages: u64,
+    /// Full passes of the scanner over mergeable memory (`full_scans`).
+    pub full_scans: u64,
+    /// CPU time the scanner thread (`ksmd`) used since the host took KSM over.
+    pub cpu_ms: u64,
+    /// Its share of one CPU over the last tick, 0 to 1.
+    pub cpu_fraction: f64,
 }
 
 /// Where a VM of the host is in its life.
@@ -155,6 +182,10 @@ pub struct HostVm {
     pub pooled_bytes: u64,
     /// Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM).
     pub oom_deflated_pages: u64,
+    /// Host memory its page sharing saves (KSM, `sharing = "host"`): not counted in the
+    /// memory it holds. 0 with sharing off.
+    #[serde(default)]
+    pub shared_saved_bytes: u64,
     /// Its VMM's API socket.
     pub api_sock: String,
     /// Its VMM's log (console and messages).
@@ -249,6 +280,9 @@ pub struct VmSample {
     pub limit_bytes: u64,
     /// Swapped memory its pool held.
     pub pooled_bytes: u64,
+    /// Host memory its page sharing saved (KSM), not counted in what it held.
+    #[serde(default)]
+    pub shared_saved_bytes: u64,
 }
 
 /// The host at one tick (`GET /history`).

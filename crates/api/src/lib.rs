@@ -16,8 +16,8 @@ mod vm;
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;
 pub use host::{
-    FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
-    PolicyUpdate, VmSample,
+    FreeStateName, HostEvent, HostEventKind, HostInfo, HostKsm, HostSample, HostUpdate, HostVm,
+    HostVmState, PolicyUpdate, VmSample,
 };
 pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,
@@ -27,7 +27,8 @@ pub use request::{parse_body, parse_metrics_request, HostRequest, RequestError, 
 pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
-    IndirectionStats, LatencySummary, PageCensus, PagerCounters, PagerStats, PoolStats, VmStats,
+    IndirectionStats, LatencySummary, PageCensus, PagerCounters, PagerStats, PoolStats,
+    SharingStats, VmStats,
 };
 pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};
 

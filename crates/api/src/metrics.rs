@@ -387,6 +387,10 @@ const VM_ROWS: &[Row] = &[
     counter("guest_errors.balloon_release_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "balloon_release"),
     counter("guest_errors.serial_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "serial"),
     counter("guest_errors.pager_device_errors", "guest_host_faults", Unit::None, GUEST_HOST_FAULTS_HELP).labelled("kind", "pager_device"),
+    page_gauge("sharing.merging_pages", "sharing_merging", "Guest memory mapping a page KSM merged (sharing host)."),
+    page_gauge("sharing.zero_pages", "sharing_zero", "Guest memory KSM merged with the kernel's zero page (sharing host)."),
+    page_gauge("sharing.saved_pages", "sharing_saved", "Host memory the VM's page sharing saves: its zero pages and its share of the merged pages' duplicates."),
+    gauge("sharing.profit_bytes", "sharing_profit", Unit::Bytes, "The kernel's KSM profit for the VMM: merged and zero pages less KSM's metadata."),
     counter("guest_errors.suppressed_messages", "guest_log_suppressed_messages", Unit::None, "Log messages about guest errors and host faults that were only counted (each kind logs its first 5, then one summary line per 10 s)."),
 ];
 
@@ -426,6 +430,15 @@ const HOST_ROWS: &[Row] = &[
     gauge("swap_reserved_bytes", "swap_reserved", Unit::Bytes, "Swap admission has reserved: mem minus min of every admitted VM."),
     counter("ticks", "ticks", Unit::None, "Policy ticks done."),
     gauge("tick_seconds", "tick_interval", Unit::Seconds, "Time between policy ticks."),
+    gauge("ksm.running", "ksm_running", Unit::None, "1 while KSM's scanner runs (absent while no VM shares)."),
+    gauge("ksm.pages_to_scan", "ksm_pages_to_scan", Unit::None, "Pages KSM's scanner scans each time it wakes, as the host set it."),
+    gauge("ksm.sleep_ms", "ksm_sleep", Unit::Seconds, "How long KSM's scanner sleeps between scans.").scaled(MS),
+    page_gauge("ksm.shared_pages", "ksm_shared", "Merged pages KSM keeps, one per distinct content, every process's."),
+    page_gauge("ksm.sharing_pages", "ksm_sharing", "Pages mapping a merged page besides the one kept: memory KSM saves."),
+    page_gauge("ksm.zero_pages", "ksm_zero", "Pages KSM merged with the kernel's zero page."),
+    counter("ksm.full_scans", "ksm_full_scans", Unit::None, "Full passes of KSM's scanner over mergeable memory."),
+    counter("ksm.cpu_ms", "ksm_cpu", Unit::Seconds, "CPU time KSM's scanner (ksmd) used since the host took KSM over.").scaled(MS),
+    gauge("ksm.cpu_fraction", "ksm_cpu", Unit::Ratio, "KSM's scanner's share of one CPU over the last tick."),
 ];
 
 /// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
@@ -454,6 +467,7 @@ const HOST_VM_ROWS: &[Row] = &[
     gauge("pool_bytes", "pool", Unit::Bytes, "Its share of the host's pool."),
     gauge("pooled_bytes", "pooled", Unit::Bytes, "Swapped memory its pool holds."),
     counter("oom_deflated_pages", "oom_deflated_pages", Unit::None, "Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM)."),
+    gauge("shared_saved_bytes", "shared_saved", Unit::Bytes, "Host memory its page sharing saves, not counted in what it holds."),
     not("api_sock", "text"),
     not("log", "text"),
 ];
@@ -845,6 +859,7 @@ mod tests {
                 ..BalloonStats::default()
             }),
             disks: [("data".to_owned(), DiskStats::default())].into(),
+            sharing: Some(crate::SharingStats::default()),
             ..VmStats::default()
         }
     }
@@ -863,6 +878,7 @@ mod tests {
             swap_reserved_bytes: 1,
             ticks: 7,
             tick_seconds: 1.0,
+            ksm: Some(crate::HostKsm::default()),
         }
     }
 
@@ -892,6 +908,7 @@ mod tests {
             pool_bytes: 1,
             pooled_bytes: 1,
             oom_deflated_pages: 1,
+            shared_saved_bytes: 1,
             api_sock: "/s".into(),
             log: "/l".into(),
         }

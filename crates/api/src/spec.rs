@@ -374,6 +374,11 @@ pub struct VmSpec {
     /// pager, so `off` is not offered.
     #[serde(default)]
     pub pager: Option<String>,
+    /// Content-based page sharing (`--sharing`): `off` (default: never merged with anything,
+    /// so no other VM can time its writes against shared pages) or `host` (identical pages
+    /// merged with every other VM of the host that has `host`, through the kernel's KSM).
+    #[serde(default)]
+    pub sharing: Option<String>,
 }
 
 impl VmSpec {
@@ -505,6 +510,15 @@ impl VmSpec {
                 ))
             }
         }
+        match self.sharing.as_deref() {
+            None | Some("off" | "host") => {}
+            Some(v) => {
+                return Err((
+                    "sharing",
+                    format!("vm '{n}': sharing '{v}': expected off or host"),
+                ))
+            }
+        }
         Ok(())
     }
 
@@ -543,6 +557,7 @@ impl VmSpec {
             (&self.tesseract_sync, "--tesseract-sync"),
             (&self.tesseract_defrag, "--tesseract-defrag"),
             (&self.victims, "--victims"),
+            (&self.sharing, "--sharing"),
         ] {
             if let Some(v) = value {
                 a.extend([flag.to_owned(), v.clone()]);
@@ -614,6 +629,7 @@ mod tests {
             (r#"{"name":"a","mem":"512M","vcpus":65}"#, "vCPUs"),
             (r#"{"name":"a","mem":"512M","disks":["x,zz"]}"#, "disk"),
             (r#"{"name":"a","mem":"512M","victims":"lru"}"#, "victims"),
+            (r#"{"name":"a","mem":"512M","sharing":"all"}"#, "sharing"),
             (r#"{"name":"a","mem":"512M","pager":"off"}"#, "pager"),
             (r#"{"name":"a","mem":"1000000"}"#, "whole number"),
             (

@@ -24,6 +24,28 @@ pub struct VmStats {
     pub exits: ExitStats,
     /// What the guest did wrong, and host faults it can repeat at will.
     pub guest_errors: GuestErrors,
+    /// Content-based page sharing through the host kernel's KSM (`--sharing host`); `null`
+    /// with sharing off.
+    #[serde(default)]
+    pub sharing: Option<SharingStats>,
+}
+
+/// What KSM merged of this VMM's memory (the kernel's `/proc/PID/ksm_stat`, docs/sharing.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharingStats {
+    /// Pages of this VMM mapping a page KSM merged (shared with this VM's other pages or any
+    /// other process's): `ksm_merging_pages`.
+    pub merging_pages: u64,
+    /// Pages of this VMM KSM replaced with the kernel's zero page (`use_zero_pages`):
+    /// `ksm_zero_pages`. They hold no memory.
+    pub zero_pages: u64,
+    /// Host pages its sharing saves: every zero page, and of its merging pages the fraction
+    /// that is not the one copy kept (host-wide `pages_sharing / (pages_sharing +
+    /// pages_shared)`); the host counts the VM's resident memory less this.
+    pub saved_pages: u64,
+    /// The kernel's profit for this process: merged and zero pages less KSM's own metadata
+    /// (`ksm_process_profit`, bytes; negative when the metadata costs more).
+    pub profit_bytes: i64,
 }
 
 /// The pager: its limit, where every guest page is, what it did, and how long it took.

@@ -305,9 +305,9 @@ fn vm_key_lines(text: &str) -> Vec<BTreeMap<String, usize>> {
         .collect()
 }
 
-/// Problems with the files a VM needs: a kernel or a disk image that does not exist or is not a
-/// regular file, as (the `[[vm]]` key, a sentence). Paths are taken as they are (resolve them
-/// first).
+/// Problems with what a VM needs of this host: a kernel or a disk image that does not exist or
+/// is not a regular file, sharing on a kernel without KSM, as (the `[[vm]]` key, a sentence).
+/// Paths are taken as they are (resolve them first).
 pub fn missing_files(spec: &VmSpec) -> Vec<(&'static str, String)> {
     let n = &spec.name;
     let mut problems = Vec::new();
@@ -331,6 +331,15 @@ pub fn missing_files(spec: &VmSpec) -> Vec<(&'static str, String)> {
         if let Ok(d) = DiskSpec::parse(d) {
             problems.extend(check("disk", &d.path).map(|e| ("disks", e)));
         }
+    }
+    if spec.sharing.as_deref() == Some("host") && !crate::ksm::available() {
+        problems.push((
+            "sharing",
+            format!(
+                "vm '{n}': sharing \"host\" needs the kernel's KSM, and this host has none ({} is missing)",
+                crate::ksm::KSM_DIR
+            ),
+        ));
     }
     problems
 }

@@ -11,8 +11,10 @@
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
 //! | `signals.rs` | the termination signals, taken by a thread |
 //! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
+//! | `ksm.rs` | the kernel's KSM while a VM shares: the scan rate from free memory, ksmd's CPU, the knobs put back |
 
 pub mod config;
+pub mod ksm;
 mod manager;
 mod process;
 mod server;
@@ -138,6 +140,8 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         left = h.vms().iter().filter(|v| v.pid.is_some()).count();
     }
     manager::lock(&host).kill_all();
+    // KSM's knobs go back as the host found them.
+    manager::lock(&host).let_ksm_go();
     let trash = manager::lock(&host).take_trash();
     trash.iter().for_each(process::VmmFiles::clean);
     eprintln!("memvisor host: every VM stopped");

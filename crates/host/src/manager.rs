@@ -129,6 +129,18 @@ impl Managed {
             .map(|p| p.capacity_bytes)
     }
 
+    /// Host memory its page sharing saves (KSM), by its VMM's last count.
+    fn shared_saved(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.sharing.as_ref())
+            .map_or(0, |s| s.saved_pages * 4096)
+    }
+
+    fn shares_pages(&self) -> bool {
+        self.spec.sharing.as_deref() == Some("host")
+    }
+
     fn oom_deflated(&self) -> u64 {
         self.stats
             .as_ref()
@@ -168,6 +180,7 @@ impl Managed {
             pool_bytes: self.pool_capacity().unwrap_or(0),
             pooled_bytes: self.pooled(),
             oom_deflated_pages: self.oom_deflated(),
+            shared_saved_bytes: self.shared_saved(),
             api_sock: self.files.sock.display().to_string(),
             log: self.files.log.display().to_string(),
         }
@@ -210,6 +223,8 @@ pub struct Host {
     started: Instant,
     events: VecDeque<HostEvent>,
     history: VecDeque<HostSample>,
+    /// The kernel's KSM while a running VM shares; dropped (its knobs put back) when none does.
+    ksm: Option<crate::ksm::Ksm>,
     /// Where each tick's observations and plan are written (`[host] trace`).
     pub trace: Option<std::io::BufWriter<std::fs::File>>,
 }
@@ -265,6 +280,7 @@ impl Host {
             started: Instant::now(),
             events: VecDeque::new(),
             history: VecDeque::new(),
+            ksm: None,
             trace: None,
         }
     }
@@ -333,6 +349,7 @@ impl Host {
                     on_disk_bytes: st.on_disk_bytes,
                     limit_bytes: st.limit_bytes,
                     pooled_bytes: st.pooled_bytes,
+                    shared_saved_bytes: st.shared_saved_bytes,
                 }
             })
             .collect();
@@ -517,6 +534,7 @@ impl Host {
             swap_reserved_bytes: self.reservations.swap_reserved,
             ticks: self.ticks,
             tick_seconds: self.config.tick.as_secs_f64(),
+            ksm: self.ksm.as_ref().map(crate::ksm::Ksm::info),
         }
     }
 
@@ -698,7 +716,9 @@ impl Host {
             max: v.max,
             shares: v.spec.shares,
             active: v.active(),
-            resident: v.resident(),
+            // What it really holds: a page KSM merged is held once for all who map it, and
+            // the memory that frees is free for the policy to hand out (docs/sharing.md).
+            resident: v.resident().saturating_sub(v.shared_saved()),
             pooled: v.pooled(),
             overhead: self.config.vm_overhead,
             balloon: if v.spec.balloon {
@@ -804,6 +824,7 @@ impl Host {
         self.free_state = p.state;
         self.free = p.free;
         self.held = Some(p.held);
+        self.drive_ksm(&live, p.state, p.free);
         self.pool = p.pool;
         self.ticks += 1;
         let mut orders = Vec::new();
@@ -848,6 +869,31 @@ impl Host {
         }
         self.record_tick();
         orders
+    }
+
+    /// Puts KSM's knobs back as the host found them (the host is ending).
+    pub fn let_ksm_go(&mut self) {
+        self.ksm = None;
+    }
+
+    /// Takes KSM over while a running VM shares and lets it go when none does; sets its scan
+    /// rate from this tick's free memory.
+    fn drive_ksm(&mut self, live: &[usize], state: FreeState, free: u64) {
+        let sharing = live.iter().any(|&i| self.vms[i].shares_pages());
+        match (&mut self.ksm, sharing) {
+            (None, true) => {
+                let total = crate::config::meminfo("MemTotal").unwrap_or(self.config.memory);
+                match crate::ksm::Ksm::take(total) {
+                    Ok(k) => self.ksm = Some(k),
+                    Err(e) => tracing::warn!("KSM: cannot drive the scanner: {e}"),
+                }
+            }
+            (Some(_), false) => self.ksm = None,
+            _ => {}
+        }
+        if let Some(k) = &mut self.ksm {
+            k.tick(state, free, self.config.memory);
+        }
     }
 
     /// Writes this tick's inputs and plan to the trace, if there is one; a failed write ends the

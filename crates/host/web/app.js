@@ -2,7 +2,8 @@
 // draws, with uPlot, the free memory and its state, the budget split, and for each VM its
 // memory stacked by where it is (resident, balloon, swapped, on disk) with its target, its
 // active estimate and the host memory its pool holds (MemFlex); the budget split counts the
-// pools' memory too. Each chart's section carries data-points (and each VM's data-state), so a
+// pools' memory too, and each VM's share of it is what it really holds: its resident memory less
+// what its page sharing (KSM) saves, drawn as its own line. Each chart's section carries data-points (and each VM's data-state), so a
 // headless browser can check what the page shows.
 "use strict";
 
@@ -60,8 +61,9 @@ function vmEntry(name) {
     { label: "target", color: "#000000", dash: [6, 4] },
     { label: "active", color: "#c62828" },
     { label: "pool (host memory)", color: "#00838f", dash: [2, 2] },
+    { label: "saved by sharing", color: "#6a1b9a", dash: [8, 3] },
   ], "bytes");
-  v = { sec, chart, t: [], resident: [], balloon: [], swapped: [], ondisk: [], target: [], active: [], pool: [] };
+  v = { sec, chart, t: [], resident: [], balloon: [], swapped: [], ondisk: [], target: [], active: [], pool: [], shared: [] };
   vms.set(name, v);
   return v;
 }
@@ -69,7 +71,7 @@ function vmEntry(name) {
 function drawVm(v) {
   const raw = [v.resident, v.balloon, v.swapped, v.ondisk];
   v.chart.raw = raw;
-  v.chart.setData([v.t, ...stack(raw), v.target, v.active, v.pool]);
+  v.chart.setData([v.t, ...stack(raw), v.target, v.active, v.pool, v.shared]);
   v.sec.dataset.points = String(v.t.length);
 }
 
@@ -117,6 +119,9 @@ async function poll() {
     const fs = document.getElementById("free-state");
     fs.textContent = info.free_state;
     fs.className = "state " + info.free_state;
+    document.getElementById("ksm").textContent = info.ksm
+      ? `KSM ${info.ksm.pages_to_scan} pages / ${info.ksm.sleep_ms} ms, saved ${mib((info.ksm.sharing_pages + info.ksm.zero_pages) * 4096)}, ksmd ${(info.ksm.cpu_fraction * 100).toFixed(1)} %`
+      : "";
     for (const s of history) {
       const i = host.t.length;
       host.t.push(s.seconds);
@@ -126,7 +131,7 @@ async function poll() {
       for (const name of Object.keys(host.split)) host.split[name].push(0);
       for (const m of s.vms) {
         if (!host.split[m.name]) host.split[m.name] = host.t.map(() => 0);
-        host.split[m.name][i] = m.resident_bytes;
+        host.split[m.name][i] = m.resident_bytes - (m.shared_saved_bytes || 0);
         const v = vmEntry(m.name);
         v.t.push(s.seconds);
         v.resident.push(m.resident_bytes);
@@ -136,6 +141,7 @@ async function poll() {
         v.target.push(m.target_bytes);
         v.active.push(m.active_bytes);
         v.pool.push(m.pooled_bytes);
+        v.shared.push(m.shared_saved_bytes || 0);
       }
       host.since = s.seconds;
     }

@@ -125,6 +125,15 @@ pub enum VictimArg {
     Clock,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SharingArg {
+    /// Never merged with anything: no other VM can time its writes against pages it shares.
+    Off,
+    /// Identical pages merged with every other process that shares (the host's KSM), zero
+    /// pages with the kernel's zero page; QEMU: `-machine mem-merge=on`.
+    Host,
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Guest RAM: a size like 512M, 2G or 1048576 (bytes).
@@ -175,6 +184,11 @@ pub struct RunArgs {
     /// How the pager picks victims.
     #[arg(long, value_enum, default_value_t = VictimArg::Random)]
     pub victims: VictimArg,
+    /// Content-based page sharing through the host kernel's KSM (ESX §4; docs/sharing.md).
+    /// `off` by default: pages shared between VMs let one VM time another's memory (the
+    /// cache-timing attack that made VMware turn sharing across VMs off).
+    #[arg(long, value_enum, default_value_t = SharingArg::Off)]
+    pub sharing: SharingArg,
     /// The victim cache (Tesseract §4.3), in percent of the VM's limit (0 to 50): chosen
     /// victims stay resident and write-protected while this many cool down, and reclaim writes
     /// out the oldest; one the guest writes meanwhile stays. Tesseract used 10.
@@ -379,6 +393,7 @@ mod tests {
             victim_cache: 10,
             victims: Some("clock".into()),
             pager: Some("full".into()),
+            sharing: Some("host".into()),
         };
         let argv = std::iter::once("memvisor".to_owned())
             .chain(std::iter::once("run".to_owned()))
@@ -399,6 +414,7 @@ mod tests {
         assert_eq!(r.victim_cache, 10);
         assert_eq!(r.victims, VictimArg::Clock);
         assert_eq!(r.pager, PagerMode::Full);
+        assert_eq!(r.sharing, SharingArg::Host);
     }
 
     #[test]

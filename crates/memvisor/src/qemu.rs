@@ -45,7 +45,12 @@ pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
     cmd.args([
         "-enable-kvm",
         "-machine",
-        "microvm,acpi=off,pit=off,pic=off,rtc=off,auto-kernel-cmdline=off",
+        // mem-merge (QEMU's default is on) follows --sharing, so both hypervisors share alike.
+        if a.sharing == crate::cli::SharingArg::Host {
+            "microvm,acpi=off,pit=off,pic=off,rtc=off,auto-kernel-cmdline=off,mem-merge=on"
+        } else {
+            "microvm,acpi=off,pit=off,pic=off,rtc=off,auto-kernel-cmdline=off,mem-merge=off"
+        },
     ])
     .args(["-cpu", "host,-arch-capabilities"])
     .args(["-m", &format!("{}M", a.mem >> 20)])

@@ -8,7 +8,9 @@ use memvisor_api::VmStats;
 use memvisor_vmm::affinity::CpuSet;
 use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
 
-use crate::cli::{DefragArg, Hypervisor, LogSyncArg, PagerMode, RunArgs, SwapIn, VictimArg};
+use crate::cli::{
+    DefragArg, Hypervisor, LogSyncArg, PagerMode, RunArgs, SharingArg, SwapIn, VictimArg,
+};
 use crate::{guest_kit, qemu, status};
 
 /// A check of the flags that failed: reported as one line, exit status 2.
@@ -159,6 +161,12 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             ));
         }
     }
+    if args.sharing == SharingArg::Host && !memvisor_host::ksm::available() {
+        return bad(format!(
+            "--sharing host needs the kernel's KSM, and this host has none ({} is missing: a kernel built with CONFIG_KSM)",
+            memvisor_host::ksm::KSM_DIR
+        ));
+    }
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
@@ -263,6 +271,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         } else {
             SwapIn::Faults
         }) == SwapIn::Proactive,
+        sharing: a.sharing == SharingArg::Host,
         indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
             max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
             keep: a.keep_indirections,
@@ -298,6 +307,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         balloon: plan.args.balloon,
         api_sock: plan.args.api_sock.clone(),
         vcpu_cpus: plan.args.vcpu_cpus.clone(),
+        sharing: plan.args.sharing == SharingArg::Host,
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {

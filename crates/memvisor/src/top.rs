@@ -1,6 +1,7 @@
 //! `memvisor top --host-sock PATH`: a terminal view of a host, redrawn every second. A header
 //! line with the budget, free memory and the free-memory state; one row per VM with its state,
-//! allocation (resident), target, active memory, balloon, swapped memory and fault rate.
+//! allocation (resident), target, active memory, balloon, swapped memory, memory its page
+//! sharing saves and fault rate; with a VM sharing, a line for KSM (scan rate, saved, ksmd CPU).
 //!
 //! Lines longer than the terminal is wide are cut.
 //!
@@ -136,6 +137,20 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
         now.vms.len(),
         h.ticks,
     );
+    if let Some(k) = &h.ksm {
+        // Page sharing (KSM), as the host drives it: what it saves and what it costs.
+        out.insert_str(
+            out.len() - 1,
+            &format!(
+                "KSM {}  scan {} pages / {} ms  saved {}  ksmd CPU {:.1} %\n",
+                if k.running { "on" } else { "off" },
+                k.pages_to_scan,
+                k.sleep_ms,
+                size((k.sharing_pages + k.zero_pages) * 4096),
+                k.cpu_fraction * 100.0
+            ),
+        );
+    }
     let name_w = now
         .vms
         .iter()
@@ -144,7 +159,7 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
         .unwrap_or(0)
         .max(2);
     let titles = [
-        "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "FAULTS/S",
+        "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "SHARED", "FAULTS/S",
     ];
     let mut line = format!("{:<name_w$}  {:<8}", "VM", titles[0]);
     for t in &titles[1..] {
@@ -159,6 +174,7 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
             size(v.active_bytes),
             v.balloon_bytes.map_or_else(|| "-".into(), size),
             size(v.swapped_bytes),
+            size(v.shared_saved_bytes),
             rate(&v.name, now, before),
         ];
         let mut line = format!("{:<name_w$}  {:<8}", v.name, serde_name(&v.state));
@@ -439,6 +455,7 @@ mod tests {
             pool_bytes: 0,
             pooled_bytes: 0,
             oom_deflated_pages: 0,
+            shared_saved_bytes: 0,
             api_sock: "/x".into(),
             log: "/y".into(),
         }
@@ -460,6 +477,7 @@ mod tests {
                 swap_reserved_bytes: 0,
                 ticks: 42,
                 tick_seconds: 1.0,
+                ksm: None,
             },
             vms: vec![
                 vm("web", HostVmState::Running, Some(4 << 20)),
@@ -484,15 +502,18 @@ mod tests {
         let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
         assert_eq!(
             cols(lines[3]),
-            ["VM", "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "FAULTS/S"]
+            [
+                "VM", "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "SHARED",
+                "FAULTS/S"
+            ]
         );
         assert_eq!(
             lines[4],
-            "web  running    70.0 MiB  200.0 MiB   35.0 MiB    4.0 MiB        0 B        100"
+            "web  running    70.0 MiB  200.0 MiB   35.0 MiB    4.0 MiB        0 B        0 B        100"
         );
         assert!(lines[5].starts_with("b    exited "), "{}", lines[5]);
         assert!(
-            lines[5].ends_with("   -        0 B          -"),
+            lines[5].ends_with("   -        0 B        0 B          -"),
             "{}",
             lines[5]
         );

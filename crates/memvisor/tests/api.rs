@@ -136,6 +136,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             pool: Some(PoolStats::default()),
             indirections: Some(memvisor_api::IndirectionStats::default()),
         }),
+        sharing: Some(memvisor_api::SharingStats::default()),
         balloon: Some(BalloonStats {
             guest: Some(guest),
             ..BalloonStats::default()

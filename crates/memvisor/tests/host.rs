@@ -157,6 +157,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         swap_reserved_bytes: 1,
         ticks: 1,
         tick_seconds: 1.0,
+        ksm: Some(memvisor_api::HostKsm::default()),
     };
     let vm = HostVm {
         name: "a".into(),
@@ -183,6 +184,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         pool_bytes: 1,
         pooled_bytes: 1,
         oom_deflated_pages: 1,
+        shared_saved_bytes: 1,
         api_sock: "/s".into(),
         log: "/l".into(),
     };
@@ -206,6 +208,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         victim_cache: 0,
         victims: Some("clock".into()),
         pager: Some("baseline".into()),
+        sharing: None,
     };
     let update = PolicyUpdate {
         min: Some(1),
@@ -257,6 +260,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                         on_disk_bytes: 1,
                         limit_bytes: 1,
                         pooled_bytes: 1,
+                        shared_saved_bytes: 1,
                     }],
                 })
                 .unwrap(),

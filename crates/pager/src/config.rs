@@ -69,6 +69,9 @@ pub struct PagerConfig {
     pub proactive: bool,
     /// Tesseract's indirections on writable disks (`store/indirect/`); `None`: off.
     pub indirections: Option<IndirectConfig>,
+    /// Guest RAM is mergeable by KSM (`--sharing host`): the pager keeps the pages it protects
+    /// out of KSM, whose merges drop userfaultfd write protection (`sys/uffd.rs`).
+    pub sharing: bool,
 }
 
 /// Tesseract's indirections (`store/indirect/`).

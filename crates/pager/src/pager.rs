@@ -100,7 +100,7 @@ impl Pager {
         vcpus: Arc<dyn VcpuControl>,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Pager, PagerError> {
-        let uffd = Userfault::new().map_err(PagerError::Uffd)?;
+        let uffd = Userfault::new(config.sharing).map_err(PagerError::Uffd)?;
         let map = RamMap::new(&mem);
         let pages = map.pages();
         let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE as u64)?;

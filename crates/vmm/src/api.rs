@@ -40,6 +40,8 @@ pub(crate) struct Control {
     pub lifecycle: Arc<Lifecycle>,
     pub balloon: Option<BalloonControl>,
     pub exits: Arc<ExitCounters>,
+    /// Guest RAM is mergeable by KSM (`--sharing host`).
+    pub sharing: bool,
 }
 
 /// Serves `listener` on its own thread.
@@ -224,6 +226,7 @@ impl VmReport {
                 .collect(),
             exits: self.exits.stats(),
             guest_errors: self.guest_errors.clone(),
+            sharing: self.sharing.clone(),
         }
     }
 }
@@ -236,8 +239,10 @@ fn stats(c: &Control) -> VmStats {
         b.request_stats();
         balloon_stats(&b.state)
     });
+    let pager = c.lifecycle.pager.as_ref().map(|p| p.snapshot());
+    let attached = pager.as_ref().is_some_and(|p| p.attached);
     VmStats {
-        pager: c.lifecycle.pager.as_ref().map(|p| p.snapshot()),
+        pager,
         balloon,
         disks: c
             .disks
@@ -246,6 +251,7 @@ fn stats(c: &Control) -> VmStats {
             .collect(),
         exits: c.exits.stats(),
         guest_errors: guest_errors(memvisor_devices::guest_log::guest_log()),
+        sharing: c.sharing.then(|| crate::sharing::stats(attached)).flatten(),
     }
 }
 

@@ -13,6 +13,7 @@ mod api;
 mod control;
 mod ioevents;
 mod memory;
+mod sharing;
 pub mod signals;
 mod vcpu;
 
@@ -74,6 +75,8 @@ pub struct VmConfig {
     pub api_sock: Option<PathBuf>,
     /// Run the vCPU threads on these host CPUs only; `None`: wherever the scheduler puts them.
     pub vcpu_cpus: Option<affinity::CpuSet>,
+    /// Guest RAM is mergeable by the host kernel's KSM (`--sharing host`, docs/sharing.md).
+    pub sharing: bool,
 }
 
 #[derive(Debug, Error)]
@@ -167,6 +170,8 @@ pub struct VmReport {
     /// What the guest did wrong, counted by the process's guest log (one VM per process: a
     /// process that runs several VMs gets their sum).
     pub guest_errors: memvisor_api::GuestErrors,
+    /// What KSM had merged of its memory at the end (`--sharing host`).
+    pub sharing: Option<memvisor_api::SharingStats>,
 }
 
 /// Events from vCPU threads and devices to the thread that waits for the VM to end.
@@ -246,6 +251,8 @@ pub struct Vm {
     /// The API socket's file, removed when the VM goes.
     _socket_file: Option<memvisor_api::server::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
+    /// Guest RAM is mergeable by KSM (`--sharing host`).
+    sharing: bool,
     _vm: VmFd,
 }
 
@@ -320,7 +327,7 @@ impl Vm {
         }
         vm.create_irq_chip()
             .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
-        let mem = Arc::new(memory::create(&vm, &layout)?);
+        let mem = Arc::new(memory::create(&vm, &layout, config.sharing)?);
         let (events_tx, events) = mpsc::channel();
         // Every thread started from here on inherits the blocked mask; this one takes the signals.
         signals::block().map_err(VmmError::Thread)?;
@@ -410,6 +417,7 @@ impl Vm {
                         lifecycle: lifecycle.clone(),
                         balloon,
                         exits: exits.clone(),
+                        sharing: config.sharing,
                     },
                 )),
                 Some(memvisor_api::server::SocketFile(path.clone())),
@@ -451,6 +459,7 @@ impl Vm {
             exits,
             _socket_file: socket_file,
             mem,
+            sharing: config.sharing,
             _vm: vm,
         })
     }
@@ -614,6 +623,16 @@ impl Vm {
             exits,
             disks,
             guest_errors: api::guest_errors(memvisor_devices::guest_log::guest_log()),
+            sharing: self
+                .sharing
+                .then(|| {
+                    let attached = lifecycle
+                        .pager
+                        .as_ref()
+                        .is_some_and(|p| p.snapshot().attached);
+                    sharing::stats(attached)
+                })
+                .flatten(),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Guest RAM: anonymous private host mappings backed by transparent huge pages (as QEMU does;
-//! the pager turns them off when it takes RAM over), one KVM memory slot each.
+//! the pager turns them off when it takes RAM over), one KVM memory slot each; mergeable by
+//! the host kernel's KSM with `--sharing host` (as QEMU's `mem-merge=on`; docs/sharing.md).
 
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::VmFd;
@@ -9,8 +10,8 @@ use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
 use crate::VmmError;
 
-/// Maps the RAM of `layout` and registers it with KVM.
-pub(crate) fn create(vm: &VmFd, layout: &RamLayout) -> Result<GuestMem, VmmError> {
+/// Maps the RAM of `layout` and registers it with KVM; `sharing`: KSM may merge it.
+pub(crate) fn create(vm: &VmFd, layout: &RamLayout, sharing: bool) -> Result<GuestMem, VmmError> {
     let ranges: Vec<(GuestAddress, usize)> = layout
         .regions()
         .iter()
@@ -37,6 +38,21 @@ pub(crate) fn create(vm: &VmFd, layout: &RamLayout) -> Result<GuestMem, VmmError
         };
         if rc != 0 {
             return Err(VmmError::Memory(std::io::Error::last_os_error()));
+        }
+        if sharing {
+            // SAFETY: as above; MADV_MERGEABLE lets KSM merge identical pages copy-on-write,
+            // which never changes what the guest reads. KSM splits a huge page before merging
+            // inside it.
+            let rc = unsafe {
+                libc::madvise(
+                    host.cast(),
+                    usize::try_from(size).unwrap_or(usize::MAX),
+                    libc::MADV_MERGEABLE,
+                )
+            };
+            if rc != 0 {
+                return Err(VmmError::Memory(std::io::Error::last_os_error()));
+            }
         }
         let slot_region = kvm_userspace_memory_region {
             slot: u32::try_from(slot).expect("a few slots"),

@@ -35,6 +35,7 @@ fn config(code: &[u8]) -> VmConfig {
         balloon: false,
         api_sock: None,
         vcpu_cpus: None,
+        sharing: false,
     }
 }
 

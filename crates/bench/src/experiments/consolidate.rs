@@ -117,6 +117,7 @@ pub fn spec(i: u32, kind: Kind, image: &Path) -> VmSpec {
         victim_cache: 0,
         victims: None,
         pager: baseline.then(|| "baseline".into()),
+        sharing: None,
     }
 }
 

@@ -62,6 +62,7 @@ pub(super) fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: 
         victim_cache: 0,
         victims: None,
         pager: None,
+        sharing: None,
     }
 }
 

@@ -990,6 +990,7 @@ mod tests {
                     on_disk_bytes: 0,
                     limit_bytes: target * M,
                     pooled_bytes: 0,
+                    shared_saved_bytes: 0,
                 })
                 .collect(),
         }

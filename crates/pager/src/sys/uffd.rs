@@ -4,6 +4,15 @@
 //! (KVM's faults, and `pread` into guest memory, are kernel-mode). Only the pager thread reads
 //! fault events; any thread may install pages. Every call that fills or protects a range takes
 //! a run of whole pages inside one RAM mapping.
+//!
+//! **Sharing** (`--sharing host`, [docs/sharing.md]): on this kernel a KSM merge replaces a page
+//! table entry without its uffd-wp bit (`crates/pager/tests/ksm.rs` shows it), so a guest write
+//! to a page merged while the pager protected it would break the copy-on-write without a fault,
+//! behind the pager's back. When RAM is shared, every call here keeps one rule: **a page the
+//! pager protects is never in a mergeable range.** A range is made unmergeable
+//! (`MADV_UNMERGEABLE`, which also un-merges it) before it is protected or filled protected, and
+//! mergeable again once it is filled or unprotected without protection. Every protect and
+//! unprotect runs under the page lock, so two of them never interleave on one page.
 
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -80,18 +89,40 @@ pub(crate) struct Fault {
 /// The pager's userfaultfd.
 pub(crate) struct Userfault {
     uffd: Uffd,
+    /// Guest RAM is mergeable by KSM: protected ranges are taken out of it (module docs).
+    sharing: bool,
 }
 
 impl Userfault {
     /// A non-blocking userfaultfd that reports kernel-mode faults and the faulting thread.
-    pub fn new() -> Result<Self, userfaultfd::Error> {
+    pub fn new(sharing: bool) -> Result<Self, userfaultfd::Error> {
         let uffd = UffdBuilder::new()
             .close_on_exec(true)
             .non_blocking(true)
             .user_mode_only(false)
             .require_features(userfaultfd::FeatureFlags::THREAD_ID)
             .create()?;
-        Ok(Userfault { uffd })
+        Ok(Userfault { uffd, sharing })
+    }
+
+    /// With sharing on, marks `len` bytes at `start` mergeable or not (`MADV_MERGEABLE`,
+    /// `MADV_UNMERGEABLE`; the latter un-merges the range's merged pages first).
+    fn mergeable(&self, start: u64, len: usize, yes: bool) -> Result<(), UffdError> {
+        if !self.sharing {
+            return Ok(());
+        }
+        let advice = if yes {
+            libc::MADV_MERGEABLE
+        } else {
+            libc::MADV_UNMERGEABLE
+        };
+        // SAFETY: `start..start + len` lies in one guest RAM mapping (every caller's contract);
+        // the advice changes whether KSM may merge it, never its contents.
+        if unsafe { libc::madvise(start as *mut _, len, advice) } == 0 {
+            Ok(())
+        } else {
+            Err(UffdError::Io(std::io::Error::last_os_error()))
+        }
     }
 
     /// Registers `len` bytes at `host` in MISSING and WRITE_PROTECT modes.
@@ -130,6 +161,10 @@ impl Userfault {
         len: usize,
         write_protect: bool,
     ) -> Result<(), CopyError> {
+        if write_protect {
+            self.mergeable(dst, len, false)
+                .map_err(|error| CopyError { pages: 0, error })?;
+        }
         let mut done = 0usize;
         while done < len {
             let mut c = uffdio_copy {
@@ -144,7 +179,7 @@ impl Userfault {
                 copy: 0,
             };
             let error = match self.ioctl(UFFDIO_COPY, &mut c) {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 Err(e) => e,
             };
             // On failure `copy` holds the bytes copied before it (a negated errno when none).
@@ -160,7 +195,18 @@ impl Userfault {
                 }
             }
         }
+        if !write_protect {
+            self.may_merge(dst, len);
+        }
         Ok(())
+    }
+
+    /// With sharing on, lets KSM merge `len` bytes at `start` again (none of it is protected).
+    /// A failure only costs sharing: logged, not returned.
+    fn may_merge(&self, start: u64, len: usize) {
+        if let Err(e) = self.mergeable(start, len, true) {
+            tracing::debug!("pager: cannot make {len} bytes at {start:#x} mergeable again: {e}");
+        }
     }
 
     /// Maps the shared zero page at the `len` missing bytes at `dst` and wakes their waiters.
@@ -178,12 +224,15 @@ impl Userfault {
 
     /// Write-protects the mapped pages of `len` bytes at `start`.
     pub fn write_protect(&self, start: u64, len: usize) -> Result<(), UffdError> {
+        self.mergeable(start, len, false)?;
         self.protection(start, len, UFFDIO_WRITEPROTECT_MODE_WP)
     }
 
     /// Removes the write protection of `len` bytes at `start` and wakes the writers waiting on it.
     pub fn unprotect(&self, start: u64, len: usize) -> Result<(), UffdError> {
-        self.protection(start, len, 0)
+        self.protection(start, len, 0)?;
+        self.may_merge(start, len);
+        Ok(())
     }
 
     fn protection(&self, start: u64, len: usize, mode: u64) -> Result<(), UffdError> {
@@ -267,7 +316,7 @@ mod tests {
         };
         assert_ne!(base, libc::MAP_FAILED);
         let host = base as u64;
-        let uffd = Userfault::new().unwrap();
+        let uffd = Userfault::new(false).unwrap();
         uffd.register(host, len).unwrap();
         uffd.zeropage(host + 3 * PAGE_SIZE as u64, PAGE_SIZE)
             .unwrap();

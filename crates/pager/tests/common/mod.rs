@@ -29,6 +29,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         pool: None,
         proactive: false,
         indirections: None,
+        sharing: false,
     }
 }
 
