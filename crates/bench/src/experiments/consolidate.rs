@@ -71,10 +71,10 @@ impl Scenario {
 /// A word count over the shared 128 MiB input (read through the page cache) into four hash
 /// tables of a million words.
 const MAPREDUCE: &str = "input=src input_mb=128 vocab=1000000 mappers=4";
-/// The same 128 MiB file read whole 30 times: a page-cache stream that fits in the guest.
-const SEQREAD: &str = "file=src passes=30";
+/// The same 128 MiB file read whole 70 times: a page-cache stream that fits in the guest.
+const SEQREAD: &str = "file=src passes=70";
 /// A 117 MiB key-value table, YCSB A (50 % reads, 50 % updates) on zipfian keys: a hot set.
-const KV: &str = "records=60000 ops=6000000 mix=a";
+const KV: &str = "records=60000 ops=5000000 mix=a";
 
 /// The workload and command line of VM `i` (1-based) in `scenario`.
 pub fn job(scenario: Scenario, i: u32) -> (&'static str, &'static str) {
