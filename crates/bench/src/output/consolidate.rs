@@ -234,11 +234,12 @@ pub fn write_outputs(
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,failcnt,oom_kills,swap_peak_mib,note\n");
+    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,note\n");
     for r in records {
-        let (limit, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
+        let (limit, usage, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
             (
                 mib(c.limit),
+                mib(c.max_usage),
                 c.failcnt.to_string(),
                 c.oom_kills.to_string(),
                 mib(c.swap_peak),
@@ -246,7 +247,7 @@ pub fn write_outputs(
         });
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{limit},{failcnt},{ooms},{swap},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{limit},{usage},{failcnt},{ooms},{swap},{}",
             r.config,
             r.scenario.name(),
             r.n,
@@ -429,18 +430,19 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
     }
     let limited: Vec<&Record> = records.iter().filter(|r| r.cgroup.is_some()).collect();
     if !limited.is_empty() {
-        md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n| scenario | VMs | rep | VM | workload | limit MiB | failcnt | OOM kills | swap peak MiB | finished |\n|---|---|---|---|---|---|---|---|---|---|\n");
+        md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, its highest usage (`memory.max_usage_in_bytes`), `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n| scenario | VMs | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in limited {
             let c = r.cgroup.unwrap_or_default();
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.scenario.name(),
                 r.n,
                 r.rep,
                 r.vm,
                 r.workload,
                 mib(c.limit),
+                mib(c.max_usage),
                 c.failcnt,
                 c.oom_kills,
                 mib(c.swap_peak),
@@ -682,6 +684,7 @@ mod tests {
         ];
         records[4].cgroup = Some(CgroupSeen {
             limit: 300 << 20,
+            max_usage: 299 << 20,
             failcnt: 7,
             oom_kills: 1,
             swap_peak: 20 << 20,
@@ -720,7 +723,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| mapreduce | 4 | 1 | 1 | mapreduce | 300 | 7 | 1 | 20 | no: exited with signal 9 |"),
+            md.contains("| mapreduce | 4 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |"),
             "{md}"
         );
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();

@@ -35,6 +35,8 @@ pub trait Sink {
 pub struct CgroupSeen {
     /// `memory.limit_in_bytes`.
     pub limit: u64,
+    /// The cgroup's highest usage (`memory.max_usage_in_bytes`).
+    pub max_usage: u64,
     /// Times usage hit the limit.
     pub failcnt: u64,
     /// Processes the kernel's OOM killer killed in it.
@@ -320,6 +322,7 @@ impl Watch {
         for (dir, seen) in self.cgroups.iter_mut().flatten() {
             if let Some(c) = host::cgroup_state(dir) {
                 seen.limit = c.limit;
+                seen.max_usage = c.max_usage;
                 seen.failcnt = c.failcnt;
                 seen.oom_kills = c.oom_kills;
             }
