@@ -512,7 +512,17 @@ fn run_qemu(
             while !qmp.exists() && t.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            crate::run::vm::qmp_balloon(&qmp, share)?;
+            // QEMU creates its QMP socket before it listens on it: retry while it refuses.
+            let t = Instant::now();
+            loop {
+                match crate::run::vm::qmp_balloon(&qmp, share) {
+                    Ok(()) => break,
+                    Err(e) if t.elapsed() > Duration::from_secs(10) => {
+                        return Err(format!("setting vm{i}'s balloon: {e}"))
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
         }
         if i < plan.n {
             let p = pids.clone();
