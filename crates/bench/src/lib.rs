@@ -74,9 +74,13 @@ pub struct BenchArgs {
     /// End a run that takes longer than this many seconds (recorded as timeout).
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
-    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 1,2,3,4,6).
+    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
+    /// many VMs as the host has cores pin each VMM to a core of its own).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
+    /// consolidate: the scenarios, `mapreduce` and/or `mixed` (default both).
+    #[arg(long, value_delimiter = ',')]
+    pub scenario: Vec<String>,
     /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
     #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]
     pub sizes: Vec<u64>,

@@ -1,19 +1,21 @@
-//! `memvisor bench consolidate`: the flags checked, then every configuration and number of VMs
-//! run (`run::consolidate`), the outputs written after each run.
+//! `memvisor bench consolidate`: the flags checked, the host set up (the bench lock, what an
+//! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
+//! overhead measured), then every scenario, number of VMs and configuration run
+//! (`run::consolidate`), the outputs written after each run, and the host torn down.
 
 use std::path::Path;
 
 use super::{finished, memvisor_exe};
 use memvisor_api::HostSample;
 
-use crate::experiments::consolidate::{self as experiment, Kind};
+use crate::experiments::consolidate::{self as experiment, Kind, Scenario, MEM};
 use crate::output::consolidate as output;
-use crate::run::consolidate::{self, Record, Sink};
-use crate::run::teardown;
+use crate::run::consolidate::{self, Record, RunTrace, Sink};
+use crate::run::{host, teardown, vm};
 use crate::{BenchArgs, Outcome};
 
-/// `memvisor bench consolidate`: many VMs under `memvisor host` (and QEMU with static
-/// balloons), see `experiments::consolidate`.
+/// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
+/// `experiments::consolidate`.
 pub fn run(args: &BenchArgs) -> Outcome {
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");
@@ -34,8 +36,19 @@ pub fn run(args: &BenchArgs) -> Outcome {
     if configs.is_empty() {
         configs = experiment::CONFIGS.to_vec();
     }
+    let mut scenarios = Vec::new();
+    for s in &args.scenario {
+        match Scenario::parse(s) {
+            Ok(s) if !scenarios.contains(&s) => scenarios.push(s),
+            Ok(_) => {}
+            Err(e) => return bad(format!("--scenario: {e}")),
+        }
+    }
+    if scenarios.is_empty() {
+        scenarios = Scenario::ALL.to_vec();
+    }
     let ns = if args.vms.is_empty() {
-        vec![1, 2, 3, 4, 6]
+        vec![2, 4, 6]
     } else {
         args.vms.clone()
     };
@@ -49,39 +62,102 @@ pub fn run(args: &BenchArgs) -> Outcome {
         Ok(e) => e,
         Err(e) => return bad(e),
     };
-    let setup = consolidate::Setup {
-        exe,
-        out: args
-            .out
-            .clone()
-            .unwrap_or_else(|| Path::new("bench-out").join("consolidate")),
-        ns,
-        configs,
-        reps: args.reps.unwrap_or(1),
-    };
-    if let Err(e) = std::fs::create_dir_all(setup.out.join("logs")) {
-        return bad(format!("--out {}: {e}", setup.out.display()));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join("consolidate"));
+    if let Err(e) = std::fs::create_dir_all(out.join("logs")) {
+        return bad(format!("--out {}: {e}", out.display()));
     }
     teardown::catch_signals();
-    let mut sink = Outputs {
-        out: &setup.out,
-        configs: &setup.configs,
-        ns: &setup.ns,
+    let guard = teardown::Guard;
+    let outcome = bench(args, exe, out.clone(), ns, scenarios, configs);
+    drop(guard);
+    finished("consolidate", &out, outcome)
+}
+
+fn bench(
+    args: &BenchArgs,
+    exe: std::path::PathBuf,
+    out: std::path::PathBuf,
+    ns: Vec<u32>,
+    scenarios: Vec<Scenario>,
+    configs: Vec<(&'static str, Kind)>,
+) -> Result<(), String> {
+    // Held until the end: another benchmark on the same machine would skew this one.
+    let _only_bench = teardown::lock(&args.swap_file)?;
+    let mut notes = Vec::new();
+    for line in teardown::preflight(&args.swap_file)? {
+        eprintln!("memvisor bench: {line}");
+    }
+    let limited = configs.iter().any(|c| c.1 == Kind::QemuStatic);
+    let mut qemu_overhead = 0;
+    if limited {
+        let others = host::swap_areas();
+        if !others.is_empty() {
+            notes.push(format!(
+                "swap already enabled on the host before the run, also usable: {}",
+                others.join(", ")
+            ));
+        }
+        teardown::enable_swap_file(&args.swap_file, args.swap_size)?;
+        teardown::set_swappiness(args.swappiness)?;
+        notes.push(format!(
+            "host swap for `qemu-static`: {} ({} MiB) created, enabled and removed by the harness; vm.swappiness={} during the run",
+            args.swap_file.display(),
+            args.swap_size >> 20,
+            args.swappiness
+        ));
+        eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
+        qemu_overhead = vm::measure_qemu_overhead(&exe, MEM)?;
+        notes.push(format!(
+            "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, peak over a short guest kit run): {:.1} MiB",
+            qemu_overhead as f64 / 1048576.0
+        ));
+        eprintln!(
+            "memvisor bench: {}",
+            notes.last().map_or("", String::as_str)
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let setup = consolidate::Setup {
+        exe,
+        out,
+        ns,
+        scenarios,
+        configs,
+        reps: args.reps.unwrap_or(1),
+        cores,
+        qemu_overhead,
     };
-    let outcome = consolidate::run(&setup, &teardown::interrupted, &mut sink);
-    finished("consolidate", &setup.out, outcome)
+    let mut sink = Outputs {
+        setup: &setup,
+        notes: &notes,
+    };
+    consolidate::run(&setup, &teardown::interrupted, &mut sink)
 }
 
 /// The outputs, written as the runs hand over what they measured.
 struct Outputs<'a> {
-    out: &'a Path,
-    configs: &'a [(&'static str, Kind)],
-    ns: &'a [u32],
+    setup: &'a consolidate::Setup,
+    notes: &'a [String],
 }
 
 impl Sink for Outputs<'_> {
-    fn records(&mut self, records: &[Record]) -> Result<(), String> {
-        output::write_outputs(self.out, records, self.configs, self.ns)
+    fn records(&mut self, records: &[Record], runs: &[RunTrace]) -> Result<(), String> {
+        output::write_outputs(
+            &self.setup.out,
+            records,
+            runs,
+            &output::Shape {
+                configs: &self.setup.configs,
+                ns: &self.setup.ns,
+                scenarios: &self.setup.scenarios,
+                cores: self.setup.cores,
+                qemu_overhead: self.setup.qemu_overhead,
+                notes: self.notes,
+            },
+        )
     }
 
     fn history(&self, dir: &Path, history: &[HostSample]) -> Result<(), String> {

@@ -1,7 +1,9 @@
 //! The outputs of `memvisor bench consolidate`: `results.csv` (one row per VM and run),
-//! `report.md` (mean completion time against N per configuration, with ratios to the paper's
-//! reference), `consolidate.svg`, and per run of `memvisor host` each VM's allocation over time
-//! (`allocation.csv`, `allocation.svg`).
+//! `runs.csv` (one row per run: its overlap and its VMMs' summed RSS against the budget),
+//! `rss.csv` (that sum every tick), `report.md` (each configuration's mean job time against N as
+//! a ratio to `qemu-nolimit`, the overlap, the RSS, what happened to each limited QEMU VM),
+//! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
+//! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -9,9 +11,11 @@ use std::path::Path;
 use memvisor_api::HostSample;
 use plotters::prelude::*;
 
-use crate::experiments::consolidate::{Kind, BUDGET, CMDLINE, INTERVAL, MEM, REFERENCE};
+use crate::experiments::consolidate::{
+    job, qemu_share, rss_summary, Kind, Scenario, BUDGET, INTERVAL, MEM, REFERENCE,
+};
 use crate::output::csv;
-use crate::run::consolidate::Record;
+use crate::run::consolidate::{Record, RunTrace};
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
@@ -116,52 +120,101 @@ where
         .map_err(|e| e.to_string())
 }
 
-/// Mean completion seconds of `config` with `n` VMs, over the VMs that finished, and how many
-/// did not.
-fn mean(records: &[Record], config: &str, n: u32) -> Option<(f64, usize)> {
-    let mine: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.config == config && r.n == n)
-        .collect();
-    let done: Vec<f64> = mine.iter().filter_map(|r| r.secs).collect();
-    if done.is_empty() {
-        return None;
-    }
-    #[allow(clippy::cast_precision_loss)]
-    let m = done.iter().sum::<f64>() / done.len() as f64;
-    Some((m, mine.len() - done.len()))
+const MIB: f64 = 1048576.0;
+
+/// What the report is about besides the records.
+pub struct Shape<'a> {
+    pub configs: &'a [(&'static str, Kind)],
+    pub ns: &'a [u32],
+    pub scenarios: &'a [Scenario],
+    pub cores: usize,
+    pub qemu_overhead: u64,
+    pub notes: &'a [String],
 }
 
-pub fn write_outputs(
-    out: &Path,
-    records: &[Record],
-    configs: &[(&'static str, Kind)],
-    ns: &[u32],
-) -> Result<(), String> {
-    let mut csv = String::from("config,vms,rep,vm,seconds,ok,note\n");
-    for r in records {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{}",
-            r.config,
-            r.n,
-            r.rep,
-            r.vm,
-            r.secs.map_or(String::new(), |s| format!("{s:.2}")),
-            u8::from(r.ok),
-            csv::quoted(&r.note.replace('"', "'"))
-        );
+/// One configuration, scenario and N over its repetitions: the median, least and most of each
+/// repetition's mean job time (over the VMs that finished), and the VMs that did not finish.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cell {
+    pub median: Option<f64>,
+    pub min: f64,
+    pub max: f64,
+    pub reps: usize,
+    pub failed: usize,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
     }
-    let w = |name: &str, text: &str| {
-        std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
-    };
-    w("results.csv", &csv)?;
-    let mut md = format!(
-        "# consolidate (VSwapper §5.2, Fig. 14)\n\nN VMs of {} MiB each run `mapreduce {CMDLINE}`, started {} s apart, in a {} MiB budget. Mean completion time in seconds (the guest's own time for the whole job) over the VMs that finished; in brackets the ratio to `{REFERENCE}` (the paper: balloon only, baseline and VSwapper are 0.96–1.84x, 0.96–1.79x and 0.97–1.11x the combination); `n failed` counts VMs that did not finish.\n\n| VMs |",
-        MEM >> 20,
-        INTERVAL.as_secs(),
-        BUDGET >> 20
-    );
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+/// The [`Cell`] of `config` in `scenario` with `n` VMs, `None` if it has not run.
+pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Option<Cell> {
+    let mine: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.config == config && r.scenario == scenario && r.n == n)
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
+    reps.sort_unstable();
+    reps.dedup();
+    let means: Vec<f64> = reps
+        .iter()
+        .filter_map(|&rep| {
+            let done: Vec<f64> = mine
+                .iter()
+                .filter(|r| r.rep == rep)
+                .filter_map(|r| r.secs)
+                .collect();
+            #[allow(clippy::cast_precision_loss)]
+            (!done.is_empty()).then(|| done.iter().sum::<f64>() / done.len() as f64)
+        })
+        .collect();
+    Some(Cell {
+        min: means.iter().copied().fold(f64::INFINITY, f64::min),
+        max: means.iter().copied().fold(0.0, f64::max),
+        median: median(means),
+        reps: reps.len(),
+        failed: mine.iter().filter(|r| !r.ok).count(),
+    })
+}
+
+fn traces<'a>(
+    runs: &'a [RunTrace],
+    config: &'a str,
+    scenario: Scenario,
+    n: u32,
+) -> impl Iterator<Item = &'a RunTrace> + 'a {
+    runs.iter()
+        .filter(move |r| r.config == config && r.scenario == scenario && r.n == n)
+}
+
+fn label(n: u32, cores: usize) -> String {
+    if n as usize <= cores {
+        format!("{n}, pinned")
+    } else {
+        n.to_string()
+    }
+}
+
+fn mib(b: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let m = b as f64 / MIB;
+    format!("{m:.0}")
+}
+
+fn table_head(md: &mut String, configs: &[(&'static str, Kind)]) {
+    md.push_str("| VMs |");
     for (c, _) in configs {
         let _ = write!(md, " {c} |");
     }
@@ -170,145 +223,517 @@ pub fn write_outputs(
         md.push_str("---|");
     }
     md.push('\n');
-    for &n in ns {
-        let _ = write!(md, "| {n} |");
-        let reference = mean(records, REFERENCE, n).map(|m| m.0);
-        for (c, _) in configs {
-            match mean(records, c, n) {
-                None => md.push_str(" – |"),
-                Some((m, failed)) => {
-                    let _ = write!(md, " {m:.1}");
-                    if let Some(r) = reference.filter(|_| *c != REFERENCE) {
-                        let _ = write!(md, " ({:.2}x)", m / r);
+}
+
+pub fn write_outputs(
+    out: &Path,
+    records: &[Record],
+    runs: &[RunTrace],
+    shape: &Shape<'_>,
+) -> Result<(), String> {
+    let w = |name: &str, text: &str| {
+        std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,note\n");
+    for r in records {
+        let (limit, usage, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
+            (
+                mib(c.limit),
+                mib(c.max_usage),
+                c.failcnt.to_string(),
+                c.oom_kills.to_string(),
+                mib(c.swap_peak),
+            )
+        });
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{limit},{usage},{failcnt},{ooms},{swap},{}",
+            r.config,
+            r.scenario.name(),
+            r.n,
+            u8::from(r.pinned),
+            r.rep,
+            r.vm,
+            r.workload,
+            r.secs.map_or(String::new(), |s| format!("{s:.2}")),
+            r.interval.map_or(String::new(), |i| format!("{:.2}", i.0)),
+            r.interval.map_or(String::new(), |i| format!("{:.2}", i.1)),
+            u8::from(r.ok),
+            csv::quoted(&r.note.replace('"', "'"))
+        );
+    }
+    w("results.csv", &csv)?;
+    let mut runs_csv = String::from("config,scenario,vms,pinned,rep,wall_s,overlap,rss_peak_mib,budget_mib,rss_over_budget_s,rss_over_budget_samples,samples\n");
+    let mut rss_csv = String::from("config,scenario,vms,rep,seconds,rss_bytes\n");
+    for r in runs {
+        let s = rss_summary(&r.rss, BUDGET);
+        let _ = writeln!(
+            runs_csv,
+            "{},{},{},{},{},{:.1},{},{},{},{:.1},{},{}",
+            r.config,
+            r.scenario.name(),
+            r.n,
+            u8::from(r.pinned),
+            r.rep,
+            r.wall_secs,
+            r.overlap.map_or(String::new(), |o| format!("{o:.3}")),
+            mib(s.peak),
+            BUDGET >> 20,
+            s.over_secs,
+            s.over_samples,
+            r.rss.len()
+        );
+        for &(t, b) in &r.rss {
+            let _ = writeln!(
+                rss_csv,
+                "{},{},{},{},{t:.2},{b}",
+                r.config,
+                r.scenario.name(),
+                r.n,
+                r.rep
+            );
+        }
+    }
+    w("runs.csv", &runs_csv)?;
+    w("rss.csv", &rss_csv)?;
+    w("report.md", &report(records, runs, shape))?;
+    for &scenario in shape.scenarios {
+        plot(
+            &out.join(format!("consolidate-{}.svg", scenario.name())),
+            records,
+            shape,
+            scenario,
+        )?;
+        for &n in shape.ns {
+            if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
+                plot_rss(
+                    &out.join(format!("rss-{}-n{n}.svg", scenario.name())),
+                    runs,
+                    shape.configs,
+                    scenario,
+                    n,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
+    let mut md = format!(
+        "# consolidate (VSwapper §5.2, Fig. 14; HyperDealer2 Table 4)\n\n\
+         N VMs of {} MiB, one vCPU each, started {} ms apart in a {} MiB budget, on {} cores; runs of at most {} VMs pin each VMM's threads to a core of its own. \
+         Scenario `mapreduce`: every VM runs `{}`. Scenario `mixed`: VM 1, 4, ... `seqread {}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {}`. \
+         `qemu-static`: QEMU, a balloon at the VM's share (the budget / N, at most its RAM: {} MiB at N = 4) set while it boots, deflate-on-OOM on, \
+         a memory cgroup v1 at the share plus QEMU's measured overhead ({} MiB) plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n",
+        MEM >> 20,
+        INTERVAL.as_millis(),
+        BUDGET >> 20,
+        shape.cores,
+        shape.cores,
+        job(Scenario::Mapreduce, 1).1,
+        job(Scenario::Mixed, 1).1,
+        job(Scenario::Mixed, 3).1,
+        qemu_share(BUDGET, 4, MEM) >> 20,
+        mib(shape.qemu_overhead),
+    );
+    for &scenario in shape.scenarios {
+        let _ = writeln!(md, "## scenario `{}`\n", scenario.name());
+        md.push_str("Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `qemu-nolimit`; `n failed` counts VMs that did not finish.\n\n");
+        table_head(&mut md, shape.configs);
+        for &n in shape.ns {
+            let _ = write!(md, "| {} |", label(n, shape.cores));
+            let reference = cell(records, REFERENCE, scenario, n).and_then(|c| c.median);
+            for (c, _) in shape.configs {
+                match cell(records, c, scenario, n) {
+                    None => md.push_str(" – |"),
+                    Some(cell) => {
+                        match cell.median {
+                            Some(m) => {
+                                let _ = write!(md, " {m:.1}");
+                                if cell.reps > 1 {
+                                    let _ = write!(md, " [{:.1}–{:.1}]", cell.min, cell.max);
+                                }
+                                if let Some(r) = reference.filter(|_| *c != REFERENCE) {
+                                    let _ = write!(md, " ({:.2}x)", m / r);
+                                }
+                            }
+                            None => md.push_str(" none finished"),
+                        }
+                        if cell.failed > 0 {
+                            let _ = write!(md, ", {} failed", cell.failed);
+                        }
+                        md.push_str(" |");
                     }
-                    if failed > 0 {
-                        let _ = write!(md, ", {failed} failed");
-                    }
-                    md.push_str(" |");
                 }
+            }
+            md.push('\n');
+        }
+        let _ = writeln!(
+            md,
+            "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
+            scenario.name()
+        );
+        table_head(&mut md, shape.configs);
+        for &n in shape.ns {
+            let _ = write!(md, "| {} |", label(n, shape.cores));
+            for (c, _) in shape.configs {
+                let o: Vec<f64> = traces(runs, c, scenario, n)
+                    .filter_map(|r| r.overlap)
+                    .collect();
+                match median(o) {
+                    Some(o) => {
+                        let _ = write!(md, " {:.0} % |", o * 100.0);
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            md.push('\n');
+        }
+        let _ = writeln!(
+            md,
+            "\nThe summed RSS of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), sampled every 200 ms, against the {} MiB budget: the highest sum in MiB over the repetitions, and **over** with the seconds it spent above the budget:\n",
+            BUDGET >> 20
+        );
+        table_head(&mut md, shape.configs);
+        for &n in shape.ns {
+            let _ = write!(md, "| {} |", label(n, shape.cores));
+            for (c, _) in shape.configs {
+                let mine: Vec<_> = traces(runs, c, scenario, n)
+                    .map(|r| rss_summary(&r.rss, BUDGET))
+                    .collect();
+                if mine.is_empty() {
+                    md.push_str(" – |");
+                    continue;
+                }
+                let peak = mine.iter().map(|s| s.peak).max().unwrap_or(0);
+                let over: f64 = mine.iter().map(|s| s.over_secs).sum();
+                let n_over: usize = mine.iter().map(|s| s.over_samples).sum();
+                if n_over > 0 {
+                    let _ = write!(md, " {} **over** {over:.1} s |", mib(peak));
+                } else {
+                    let _ = write!(md, " {} |", mib(peak));
+                }
+            }
+            md.push('\n');
+        }
+        for &n in shape.ns {
+            if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
+                let _ = writeln!(
+                    md,
+                    "\n![summed RSS, {0}, {n} VMs](rss-{0}-n{n}.png)",
+                    scenario.name()
+                );
             }
         }
         md.push('\n');
     }
-    md.push_str("\n![consolidate](consolidate.png)\n\nQEMU's guests get a static balloon at their share of the budget (less 24 MiB) when N VMs of their size do not fit; memvisor's are run by `memvisor host` with its defaults (idle tax 0.75, 5 s sampling). Logs of every VM are under `logs/`.\n");
-    w("report.md", &md)?;
-    plot(&out.join("consolidate.svg"), records, configs, ns)
+    let limited: Vec<&Record> = records.iter().filter(|r| r.cgroup.is_some()).collect();
+    if !limited.is_empty() {
+        md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, its highest usage (`memory.max_usage_in_bytes`), `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n| scenario | VMs | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in limited {
+            let c = r.cgroup.unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.scenario.name(),
+                r.n,
+                r.rep,
+                r.vm,
+                r.workload,
+                mib(c.limit),
+                mib(c.max_usage),
+                c.failcnt,
+                c.oom_kills,
+                mib(c.swap_peak),
+                if r.ok {
+                    "yes".to_owned()
+                } else {
+                    format!("no: {}", r.note)
+                }
+            );
+        }
+        md.push('\n');
+    }
+    if !shape.notes.is_empty() {
+        md.push_str("## Setup\n\n");
+        for n in shape.notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        md.push('\n');
+    }
+    md.push_str("memvisor's VMs run under `memvisor host` with its defaults (idle tax 0.75) and the bench's tick of 500 ms and sampling period of 5 s. Every VM's console is under `logs/`; `results.csv` has each VM's job interval, `runs.csv` each run's overlap and RSS, `rss.csv` the sums.\n");
+    md
 }
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(230, 97, 1),
+    RGBColor(94, 60, 153),
+    RGBColor(27, 120, 55),
+    RGBColor(0, 0, 0),
+    RGBColor(33, 102, 172),
+    RGBColor(178, 24, 43),
+];
 
 fn plot(
     path: &Path,
     records: &[Record],
-    configs: &[(&'static str, Kind)],
-    ns: &[u32],
+    shape: &Shape<'_>,
+    scenario: Scenario,
 ) -> Result<(), String> {
-    let top = configs
+    let points: Vec<(&str, Vec<(u32, f64)>)> = shape
+        .configs
         .iter()
-        .flat_map(|(c, _)| ns.iter().filter_map(|&n| mean(records, c, n).map(|m| m.0)))
+        .map(|(c, _)| {
+            let pts = shape
+                .ns
+                .iter()
+                .filter_map(|&n| cell(records, c, scenario, n)?.median.map(|m| (n, m)))
+                .collect();
+            (*c, pts)
+        })
+        .collect();
+    let top = points
+        .iter()
+        .flat_map(|p| p.1.iter().map(|x| x.1))
         .fold(1.0f64, f64::max);
-    let right = ns.iter().copied().max().unwrap_or(1);
-    crate::output::plot::svg_and_png!(path, (800, 500), |root| draw(
-        root, records, configs, ns, top, right
-    ))
+    let right = shape.ns.iter().copied().max().unwrap_or(1);
+    crate::output::plot::svg_and_png!(path, (800, 500), |root: &DrawingArea<_, _>| {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "consolidate, {}: mean job time against VMs",
+                    scenario.name()
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0u32..right + 1, 0f64..top * 1.15)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("VMs")
+            .y_desc("seconds")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, (c, pts)) in points.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(*c)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| e.to_string())
+    })
 }
 
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    records: &[Record],
+/// Each configuration's summed VMM RSS over its first repetition's run, with the budget.
+fn plot_rss(
+    path: &Path,
+    runs: &[RunTrace],
     configs: &[(&'static str, Kind)],
-    ns: &[u32],
-    top: f64,
-    right: u32,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "consolidate: mean completion time against VMs",
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0u32..right + 1, 0f64..top * 1.15)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("VMs")
-        .y_desc("seconds")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let colors = [
-        RGBColor(230, 97, 1),
-        RGBColor(94, 60, 153),
-        RGBColor(27, 120, 55),
-        RGBColor(0, 0, 0),
-        RGBColor(33, 102, 172),
-    ];
-    for (i, (c, _)) in configs.iter().enumerate() {
-        let color = colors[i % colors.len()];
-        let pts: Vec<(u32, f64)> = ns
-            .iter()
-            .filter_map(|&n| mean(records, c, n).map(|m| (n, m.0)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(*c)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+    scenario: Scenario,
+    n: u32,
+) -> Result<(), String> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = configs
+        .iter()
+        .filter_map(|(c, _)| {
+            let r = traces(runs, c, scenario, n).next()?;
+            #[allow(clippy::cast_precision_loss)]
+            let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB)).collect();
+            Some((*c, pts))
+        })
+        .collect();
+    let end = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(1.0f64, f64::max);
+    #[allow(clippy::cast_precision_loss)]
+    let budget = BUDGET as f64 / MIB;
+    let top = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(budget, f64::max)
+        * 1.1;
+    crate::output::plot::svg_and_png!(path, (900, 450), |root: &DrawingArea<_, _>| {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "summed VMM RSS, {}, {n} VMs (budget dashed)",
+                    scenario.name()
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(35)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0f64..end, 0f64..top)
             .map_err(|e| e.to_string())?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    Ok(())
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("MiB")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, budget), (end, budget)],
+                8,
+                4,
+                RED.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        for (i, (c, pts)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(*c)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|e| e.to_string())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::experiments::consolidate::CONFIGS;
+    use crate::run::consolidate::CgroupSeen;
 
-    fn rec(config: &str, n: u32, secs: Option<f64>) -> Record {
+    fn rec(config: &str, n: u32, rep: u32, secs: Option<f64>) -> Record {
         Record {
             config: config.into(),
+            scenario: Scenario::Mapreduce,
             n,
-            rep: 1,
+            pinned: false,
+            rep,
             vm: 1,
+            workload: "mapreduce",
             secs,
+            interval: secs.map(|s| (0.0, s)),
             ok: secs.is_some(),
             note: String::new(),
+            cgroup: None,
+        }
+    }
+
+    fn trace(config: &str, n: u32, rss: Vec<(f64, u64)>) -> RunTrace {
+        RunTrace {
+            config: config.into(),
+            scenario: Scenario::Mapreduce,
+            n,
+            pinned: false,
+            rep: 1,
+            wall_secs: 3.0,
+            overlap: Some(0.8),
+            rss,
         }
     }
 
     #[test]
-    fn means_ratios_and_failures_reach_the_report() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_cell_is_the_median_of_repetition_means() {
         let records = vec![
-            rec("vswapper-balloon", 2, Some(10.0)),
-            rec("vswapper-balloon", 2, Some(12.0)),
-            rec("pager", 2, Some(22.0)),
-            rec("pager", 2, None),
+            rec("pager", 4, 1, Some(10.0)),
+            rec("pager", 4, 1, Some(14.0)),
+            rec("pager", 4, 2, Some(30.0)),
+            rec("pager", 4, 3, Some(11.0)),
+            rec("pager", 4, 3, None),
+        ];
+        let c = cell(&records, "pager", Scenario::Mapreduce, 4).unwrap();
+        assert_eq!(c.median, Some(12.0));
+        assert_eq!((c.min, c.max, c.reps, c.failed), (11.0, 30.0, 3, 1));
+        assert_eq!(cell(&records, "pager", Scenario::Mixed, 4), None);
+        assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn ratios_failures_rss_and_cgroups_reach_the_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut records = vec![
+            rec("qemu-nolimit", 4, 1, Some(10.0)),
+            rec("qemu-nolimit", 4, 1, Some(12.0)),
+            rec("pager", 4, 1, Some(22.0)),
+            rec("pager", 4, 1, None),
+            rec("qemu-static", 4, 1, None),
+        ];
+        records[4].cgroup = Some(CgroupSeen {
+            limit: 300 << 20,
+            max_usage: 299 << 20,
+            failcnt: 7,
+            oom_kills: 1,
+            swap_peak: 20 << 20,
+        });
+        records[4].note = "exited with signal 9".into();
+        let runs = vec![
+            trace(
+                "pager",
+                4,
+                vec![(0.0, 900 << 20), (0.2, 1100 << 20), (0.4, 1000 << 20)],
+            ),
+            trace("qemu-nolimit", 4, vec![(0.0, 1300 << 20)]),
         ];
         let configs: Vec<_> = CONFIGS
             .iter()
-            .filter(|(c, _)| *c == "pager" || *c == REFERENCE)
+            .filter(|(c, _)| ["pager", "qemu-static", REFERENCE].contains(c))
             .copied()
             .collect();
-        write_outputs(dir.path(), &records, &configs, &[2]).unwrap();
+        let shape = Shape {
+            configs: &configs,
+            ns: &[4],
+            scenarios: &[Scenario::Mapreduce],
+            cores: 2,
+            qemu_overhead: 30 << 20,
+            notes: &[],
+        };
+        write_outputs(dir.path(), &records, &runs, &shape).unwrap();
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
-        assert!(md.contains("| 2 | 22.0 (2.00x), 1 failed | 11.0 |"), "{md}");
+        assert!(
+            md.contains("| 4 | 22.0 (2.00x), 1 failed | none finished, 1 failed | 11.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 4 | 80 % | – | 80 % |"), "{md}");
+        assert!(
+            md.contains("| 4 | 1100 **over** 0.2 s | – | 1300 **over** 0.0 s |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| mapreduce | 4 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |"),
+            "{md}"
+        );
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 5);
-        assert!(dir.path().join("consolidate.svg").exists());
+        assert_eq!(csv.lines().count(), 6);
+        let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
+        assert!(
+            runs_csv.contains("pager,mapreduce,4,0,1,3.0,0.800,1100,1024,0.2,1,3"),
+            "{runs_csv}"
+        );
+        assert!(dir.path().join("consolidate-mapreduce.svg").exists());
+        assert!(dir.path().join("rss-mapreduce-n4.svg").exists());
     }
 }

@@ -1,7 +1,10 @@
 //! `memvisor bench consolidate`'s runs: N VMs started [`INTERVAL`] apart under `memvisor host`
-//! (one VM a configuration's way, [`spec`]) or as QEMU processes with static balloons, each
-//! VM's completion time read from its console, and what was measured handed to a [`Sink`] as it
-//! comes. The configurations are in `experiments::consolidate`.
+//! (one VM a configuration's way, [`spec`]) or as QEMU processes (a static balloon and a memory
+//! cgroup, or no limit), watched every [`TICK`] until all have ended ([`Watch`]): when each job
+//! ended, the summed resident memory of every VMM process, each QEMU cgroup's failures, OOM kills
+//! and swap, and (with N <= the cores) every VMM's threads pinned to a core of their own. What
+//! was measured is handed to a [`Sink`] after each run. The configurations and scenarios are in
+//! `experiments::consolidate`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,30 +12,74 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
+use super::host;
 use crate::experiments::consolidate::{
-    spec, Kind, BUDGET, CMDLINE, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    job, job_secs, overlap_fraction, qemu_share, rss_summary, spec, Kind, Scenario, BUDGET,
+    INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
+
+/// Between two looks at the VMs.
+pub const TICK: Duration = Duration::from_millis(200);
 
 /// Where the runs hand what they measured, as they go: so the outputs are written after each
 /// run and an interrupted bench leaves what it measured.
 pub trait Sink {
-    /// Every record so far, after each run.
-    fn records(&mut self, records: &[Record]) -> Result<(), String>;
+    /// Every VM's record and every run's summary so far, after each run.
+    fn records(&mut self, records: &[Record], runs: &[RunTrace]) -> Result<(), String>;
     /// The host's ticks over one run of `memvisor host`, whose files are in `dir`.
     fn history(&self, dir: &Path, history: &[HostSample]) -> Result<(), String>;
+}
+
+/// What one QEMU VM's memory cgroup said, last seen before QEMU ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupSeen {
+    /// `memory.limit_in_bytes`.
+    pub limit: u64,
+    /// The cgroup's highest usage (`memory.max_usage_in_bytes`).
+    pub max_usage: u64,
+    /// Times usage hit the limit.
+    pub failcnt: u64,
+    /// Processes the kernel's OOM killer killed in it.
+    pub oom_kills: u64,
+    /// The most of its memory in host swap at once.
+    pub swap_peak: u64,
 }
 
 /// One VM of one run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     pub config: String,
+    pub scenario: Scenario,
     pub n: u32,
+    pub pinned: bool,
     pub rep: u32,
     pub vm: u32,
+    pub workload: &'static str,
     /// The guest's own time for the job; `None` if it did not finish.
     pub secs: Option<f64>,
+    /// When the job ran, in seconds from the run's start: its end as the harness saw the done
+    /// line, less the guest's own time.
+    pub interval: Option<(f64, f64)>,
     pub ok: bool,
     pub note: String,
+    /// A limited QEMU VM's cgroup.
+    pub cgroup: Option<CgroupSeen>,
+}
+
+/// One run as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunTrace {
+    pub config: String,
+    pub scenario: Scenario,
+    pub n: u32,
+    pub pinned: bool,
+    pub rep: u32,
+    /// From the first VM's start to the last one's end.
+    pub wall_secs: f64,
+    /// The fraction of the run during which all N jobs ran.
+    pub overlap: Option<f64>,
+    /// (seconds, summed RSS of every VMM process), every [`TICK`].
+    pub rss: Vec<(f64, u64)>,
 }
 
 /// What to run.
@@ -40,13 +87,26 @@ pub struct Setup {
     pub exe: PathBuf,
     pub out: PathBuf,
     pub ns: Vec<u32>,
+    pub scenarios: Vec<Scenario>,
     pub configs: Vec<(&'static str, Kind)>,
     pub reps: u32,
+    /// CPUs of the host: runs of at most this many VMs pin each VMM to its own.
+    pub cores: usize,
+    /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
+    pub qemu_overhead: u64,
 }
 
-/// Runs every configuration for every N, repetitions interleaved; writes `results.csv`,
-/// `report.md` and `consolidate.svg` to `out` after each run (so an interrupted bench leaves
-/// what it measured).
+/// One run to do.
+#[derive(Clone, Copy)]
+struct Plan {
+    kind: Kind,
+    scenario: Scenario,
+    n: u32,
+    pinned: Option<usize>,
+}
+
+/// Runs every scenario, N and configuration, repetitions interleaved (the configurations'
+/// order rotated per repetition); hands the records to `sink` after each run.
 pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Result<(), String> {
     let work = s.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
@@ -69,44 +129,113 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
         }
     }
     let mut records = Vec::new();
-    let runs = u64::from(s.reps) * s.ns.len() as u64 * s.configs.len() as u64;
+    let mut traces = Vec::new();
+    let runs = u64::from(s.reps) * (s.ns.len() * s.scenarios.len() * s.configs.len()) as u64;
     let bar = crate::progress::bar(runs, "runs");
     bar.set_message("consolidate");
     for rep in 1..=s.reps {
-        for &n in &s.ns {
-            for &(name, kind) in &s.configs {
-                if interrupted() {
-                    return Ok(());
-                }
-                let dir = s.out.join("logs").join(format!("{name}-n{n}-rep{rep}"));
-                let _ = std::fs::remove_dir_all(&dir);
-                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                crate::progress::say(
-                    &bar,
-                    &format!("memvisor bench: consolidate {name}, {n} VMs, rep {rep}"),
-                );
-                let got = match kind {
-                    Kind::Host { .. } => run_host(&s.exe, kind, n, &image, &dir, sink),
-                    Kind::QemuStaticBalloon => run_qemu(&s.exe, n, &image, &dir),
-                };
-                let got = got.unwrap_or_else(|e| {
-                    (0..n)
-                        .map(|_| (None, false, format!("the run failed: {e}")))
-                        .collect()
-                });
-                for (vm, (secs, ok, note)) in got.into_iter().enumerate() {
-                    records.push(Record {
-                        config: name.to_owned(),
+        for &scenario in &s.scenarios {
+            for &n in &s.ns {
+                let k = s.configs.len();
+                for j in 0..k {
+                    let (name, kind) = s.configs[(j + rep as usize - 1) % k];
+                    if interrupted() {
+                        return Ok(());
+                    }
+                    let pinned = (n as usize <= s.cores).then_some(s.cores);
+                    let plan = Plan {
+                        kind,
+                        scenario,
                         n,
-                        rep,
-                        vm: u32::try_from(vm).unwrap_or(u32::MAX) + 1,
-                        secs,
-                        ok,
-                        note,
+                        pinned,
+                    };
+                    let tag = format!(
+                        "{name}-{}-n{n}{}-rep{rep}",
+                        scenario.name(),
+                        if pinned.is_some() { "-pinned" } else { "" }
+                    );
+                    let dir = s.out.join("logs").join(&tag);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
+                    let got = match kind {
+                        Kind::Host { .. } => run_host(&s.exe, &plan, &image, &dir, sink),
+                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, &image, &dir),
+                    };
+                    let (vms, watch) = got.unwrap_or_else(|e| {
+                        let vms = (0..n)
+                            .map(|_| Outcome {
+                                ok: false,
+                                secs: None,
+                                note: format!("the run failed: {e}"),
+                                cgroup: None,
+                            })
+                            .collect();
+                        (vms, Watch::new(plan.scenario, Vec::new(), None))
                     });
+                    let mut intervals = Vec::new();
+                    for (i, v) in vms.into_iter().enumerate() {
+                        let end = watch.ends.get(i).copied().flatten();
+                        let interval = v
+                            .secs
+                            .zip(end)
+                            .map(|(secs, end)| ((end - secs).max(0.0), end));
+                        intervals.push(interval);
+                        let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+                        records.push(Record {
+                            config: name.to_owned(),
+                            scenario,
+                            n,
+                            pinned: pinned.is_some(),
+                            rep,
+                            vm,
+                            workload: job(scenario, vm).0,
+                            secs: v.secs,
+                            interval,
+                            ok: v.ok,
+                            note: v.note,
+                            cgroup: v.cgroup,
+                        });
+                    }
+                    let trace = RunTrace {
+                        config: name.to_owned(),
+                        scenario,
+                        n,
+                        pinned: pinned.is_some(),
+                        rep,
+                        wall_secs: watch.t0.elapsed().as_secs_f64(),
+                        overlap: overlap_fraction(&intervals),
+                        rss: watch.rss,
+                    };
+                    crate::progress::say(
+                        &bar,
+                        &format!(
+                            "memvisor bench: {tag}: {:.0} s, all {n} jobs at once for {}",
+                            trace.wall_secs,
+                            trace
+                                .overlap
+                                .map_or("? (a job did not finish)".into(), |o| format!(
+                                    "{:.0} % of the run",
+                                    o * 100.0
+                                ))
+                        ),
+                    );
+                    let rss = rss_summary(&trace.rss, BUDGET);
+                    if matches!(kind, Kind::Host { .. }) && rss.over_samples > 0 {
+                        crate::progress::say(
+                            &bar,
+                            &format!(
+                                "memvisor bench: {tag}: the VMMs' summed RSS was above the {} MiB budget for {:.1} s (peak {} MiB)",
+                                BUDGET >> 20,
+                                rss.over_secs,
+                                rss.peak >> 20
+                            ),
+                        );
+                    }
+                    traces.push(trace);
+                    sink.records(&records, &traces)?;
+                    bar.inc(1);
                 }
-                sink.records(&records)?;
-                bar.inc(1);
             }
         }
     }
@@ -114,15 +243,21 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
     Ok(())
 }
 
-/// Completion of each VM: (seconds, finished with the guest's success, what went wrong).
-type Outcome = Vec<(Option<f64>, bool, String)>;
+/// How one VM ended.
+struct Outcome {
+    ok: bool,
+    secs: Option<f64>,
+    note: String,
+    cgroup: Option<CgroupSeen>,
+}
 
 struct Reaped(Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
-            // SIGTERM first: the host stops its VMs cleanly.
+            // SIGTERM first: the host stops its VMs cleanly, `memvisor run` stops QEMU and
+            // removes its cgroup.
             crate::run::teardown::signal(self.0.id(), libc::SIGTERM);
             let t = Instant::now();
             while matches!(self.0.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(40) {
@@ -131,58 +266,136 @@ impl Drop for Reaped {
             let _ = self.0.kill();
         }
         let _ = self.0.wait();
+        crate::run::teardown::forget_pid(self.0.id());
     }
 }
 
-/// The guest's own time for the whole job (`RESULT ... phase=done ok=1 ... ms=`), in seconds:
-/// what the guest measured from its start to its end, the same for every hypervisor (no VMM
-/// start-up, no polling delay).
-fn guest_secs(log: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let done = text
-        .lines()
-        .find(|x| x.starts_with("RESULT workload=mapreduce phase=done ok=1"))?;
-    let ms = done
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ms="))?
-        .parse::<f64>()
-        .ok()?;
-    Some(ms / 1e3)
+/// What the harness sees of a run while it goes.
+struct Watch {
+    t0: Instant,
+    scenario: Scenario,
+    /// Each VM's console.
+    logs: Vec<PathBuf>,
+    /// When the harness first saw each VM's done line, in seconds from `t0`.
+    ends: Vec<Option<f64>>,
+    /// Pin VMM k to CPU k mod this.
+    pinned: Option<usize>,
+    rss: Vec<(f64, u64)>,
+    /// Each QEMU VM's cgroup and what it last said.
+    cgroups: Vec<Option<(PathBuf, CgroupSeen)>>,
+}
+
+impl Watch {
+    fn new(scenario: Scenario, logs: Vec<PathBuf>, pinned: Option<usize>) -> Watch {
+        Watch {
+            t0: Instant::now(),
+            scenario,
+            ends: vec![None; logs.len()],
+            logs,
+            pinned,
+            rss: Vec::new(),
+            cgroups: Vec::new(),
+        }
+    }
+
+    /// One look: jobs that ended, the VMMs' summed RSS (`vmms` in VM order), pinning, cgroups.
+    fn tick(&mut self, vmms: &[u32]) {
+        let now = self.t0.elapsed().as_secs_f64();
+        for (i, log) in self.logs.iter().enumerate() {
+            if self.ends[i].is_none() {
+                let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+                let (workload, _) = job(self.scenario, vm);
+                let done = format!("RESULT workload={workload} phase=done");
+                if std::fs::read_to_string(log).is_ok_and(|t| t.contains(&done)) {
+                    self.ends[i] = Some(now);
+                }
+            }
+        }
+        let mut sum = 0;
+        for (k, &pid) in vmms.iter().enumerate() {
+            sum += host::rss(pid).unwrap_or(0);
+            if let Some(cores) = self.pinned {
+                host::pin(pid, k % cores.max(1));
+            }
+        }
+        self.rss.push((now, sum));
+        for (dir, seen) in self.cgroups.iter_mut().flatten() {
+            if let Some(c) = host::cgroup_state(dir) {
+                seen.limit = c.limit;
+                seen.max_usage = c.max_usage;
+                seen.failcnt = c.failcnt;
+                seen.oom_kills = c.oom_kills;
+            }
+            if let Some(swap) = host::cgroup_swap(dir) {
+                seen.swap_peak = seen.swap_peak.max(swap);
+            }
+        }
+    }
+
+    /// Waits `d`, looking every [`TICK`].
+    fn wait(&mut self, d: Duration, vmms: &dyn Fn() -> Vec<u32>) {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::thread::sleep(TICK.min(d.saturating_sub(t.elapsed())));
+            self.tick(&vmms());
+        }
+    }
 }
 
 fn run_host(
     exe: &Path,
-    kind: Kind,
-    n: u32,
+    plan: &Plan,
     image: &Path,
     dir: &Path,
     sink: &dyn Sink,
-) -> Result<Outcome, String> {
+) -> Result<(Vec<Outcome>, Watch), String> {
     let (host, sock) = start_host(exe, dir)?;
-    for i in 1..=n {
+    let host_pid = host.0.id();
+    let vmms = || host::children(host_pid);
+    let logs = (1..=plan.n)
+        .map(|i| dir.join("state").join(format!("vm{i}.log")))
+        .collect();
+    let mut watch = Watch::new(plan.scenario, logs, plan.pinned);
+    for i in 1..=plan.n {
         HostClient::new(&sock)
-            .add(&spec(i, kind, image))
+            .add(&spec(i, plan.kind, plan.scenario, image))
             .map_err(|e| e.to_string())?;
-        if i < n {
-            std::thread::sleep(INTERVAL);
+        if i < plan.n {
+            watch.wait(INTERVAL, &vmms);
         }
     }
-    let vms = wait_for_exits(&sock)?;
+    let vms = loop {
+        let vms = HostClient::new(&sock).vms().map_err(|e| e.to_string())?;
+        if vms.iter().all(|v| v.state == HostVmState::Exited) || watch.t0.elapsed() > RUN_TIMEOUT {
+            break vms;
+        }
+        watch.wait(TICK, &vmms);
+    };
+    watch.tick(&[]);
     hand_history(&sock, dir, sink);
     drop(host);
-    Ok(vms
-        .iter()
-        .map(|v| {
-            let secs = guest_secs(&dir.join("state").join(format!("{}.log", v.name)));
-            let ok = v.exit_status == Some(1) && secs.is_some();
-            let note = if ok {
-                String::new()
-            } else {
-                v.why.clone().unwrap_or_else(|| format!("{:?}", v.state))
-            };
-            (secs.filter(|_| ok), ok, note)
-        })
-        .collect())
+    let mut out = Vec::new();
+    for i in 1..=plan.n {
+        let name = format!("vm{i}");
+        let v: Option<&HostVm> = vms.iter().find(|v| v.name == name);
+        let (workload, _) = job(plan.scenario, i);
+        let secs = std::fs::read_to_string(dir.join("state").join(format!("{name}.log")))
+            .ok()
+            .and_then(|t| job_secs(&t, workload));
+        let ok = v.is_some_and(|v| v.exit_status == Some(1)) && secs.is_some();
+        let note = match v {
+            _ if ok => String::new(),
+            Some(v) => v.why.clone().unwrap_or_else(|| format!("{:?}", v.state)),
+            None => "the host does not list it".into(),
+        };
+        out.push(Outcome {
+            ok,
+            secs: secs.filter(|_| ok),
+            note,
+            cgroup: None,
+        });
+    }
+    Ok((out, watch))
 }
 
 /// Starts `memvisor host` with the budget and no VM, its files in `dir`; returns it with its
@@ -193,7 +406,8 @@ fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
         &config,
         format!(
             // The live page on a free loopback port: its address is in host.log.
-            "[host]\nmemory = {BUDGET}\nswap = \"16G\"\ntick = \"500ms\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\n"
+            "[host]\nmemory = {}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\n",
+            BUDGET
         ),
     )
     .map_err(|e| e.to_string())?;
@@ -208,6 +422,7 @@ fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
             .spawn()
             .map_err(|e| format!("cannot start memvisor host: {e}"))?,
     );
+    crate::run::teardown::track_pid(host.0.id());
     let sock = dir.join("state/host.sock");
     let t = Instant::now();
     while !sock.exists() {
@@ -217,21 +432,6 @@ fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((host, sock))
-}
-
-/// The host's VMs once every one has exited, or as they are at [`RUN_TIMEOUT`].
-fn wait_for_exits(sock: &Path) -> Result<Vec<HostVm>, String> {
-    let t = Instant::now();
-    loop {
-        let vms = HostClient::new(sock).vms().map_err(|e| e.to_string())?;
-        if vms.iter().all(|v| v.state == HostVmState::Exited) {
-            return Ok(vms);
-        }
-        if t.elapsed() > RUN_TIMEOUT {
-            return Ok(vms);
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// Every tick of the run, each VM's allocation over time, handed to the sink for the run's
@@ -250,66 +450,123 @@ fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
     }
 }
 
-fn run_qemu(exe: &Path, n: u32, image: &Path, dir: &Path) -> Result<Outcome, String> {
-    // Each guest gets its share of the budget (less what a QEMU process needs besides guest
-    // RAM, taken as memvisor's default VMM overhead), never more than its RAM.
-    let share = (BUDGET / u64::from(n)).saturating_sub(24 << 20).min(MEM);
-    let mut vms = Vec::new();
-    for i in 1..=n {
+/// The QEMU processes of `launchers` (each `memvisor run --hypervisor qemu`), in VM order.
+fn qemus(launchers: &[u32]) -> Vec<u32> {
+    launchers
+        .iter()
+        .filter_map(|&l| host::child_named(l, "qemu"))
+        .collect()
+}
+
+fn run_qemu(
+    s: &Setup,
+    plan: &Plan,
+    image: &Path,
+    dir: &Path,
+) -> Result<(Vec<Outcome>, Watch), String> {
+    let limited = plan.kind == Kind::QemuStatic;
+    let share = qemu_share(BUDGET, plan.n, MEM);
+    let logs = (1..=plan.n)
+        .map(|i| dir.join(format!("vm{i}.log")))
+        .collect();
+    let mut watch = Watch::new(plan.scenario, logs, plan.pinned);
+    let mut vms: Vec<Reaped> = Vec::new();
+    let mut pids: Vec<u32> = Vec::new();
+    for i in 1..=plan.n {
+        let (workload, cmdline) = job(plan.scenario, i);
         let log =
             std::fs::File::create(dir.join(format!("vm{i}.log"))).map_err(|e| e.to_string())?;
         let qmp = dir.join(format!("vm{i}.qmp"));
-        let t0 = Instant::now();
-        let child = Command::new(exe)
-            .args([
-                "run",
-                "--hypervisor",
-                "qemu",
-                "--balloon",
-                "--mem",
-                &MEM.to_string(),
-            ])
-            .arg("--qmp-sock")
-            .arg(&qmp)
+        let mut cmd = Command::new(&s.exe);
+        cmd.args(["run", "--hypervisor", "qemu", "--mem", &MEM.to_string()]);
+        if limited {
+            // The cgroup's limit: the share, plus QEMU's measured overhead, plus the launcher's
+            // RSS and 16 MiB slack (`memvisor run`'s host limit).
+            cmd.args(["--balloon", "--mem-limit", &share.to_string()])
+                .env("MEMVISOR_QEMU_OVERHEAD", s.qemu_overhead.to_string())
+                .arg("--qmp-sock")
+                .arg(&qmp);
+        }
+        let child = cmd
             .arg("--disk")
             .arg(format!("{},ro,id=data", image.display()))
-            .args(["--workload", "mapreduce", "--cmdline", CMDLINE])
+            .args(["--workload", workload, "--cmdline", cmdline])
+            .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
-        let vm = Reaped(child);
-        if share < MEM {
+        let pid = child.id();
+        crate::run::teardown::track_pid(pid);
+        vms.push(Reaped(child));
+        pids.push(pid);
+        let cg = host::run_cgroup(pid);
+        if limited {
+            crate::run::teardown::track_cgroup(cg.clone());
+            watch.cgroups.push(Some((cg, CgroupSeen::default())));
+        } else {
+            watch.cgroups.push(None);
+        }
+        if limited && share < MEM {
             let t = Instant::now();
             while !qmp.exists() && t.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            crate::run::vm::qmp_balloon(&qmp, share)?;
+            // QEMU creates its QMP socket before it listens on it: retry while it refuses.
+            let t = Instant::now();
+            loop {
+                match crate::run::vm::qmp_balloon(&qmp, share) {
+                    Ok(()) => break,
+                    Err(e) if t.elapsed() > Duration::from_secs(10) => {
+                        return Err(format!("setting vm{i}'s balloon: {e}"))
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
         }
-        vms.push((vm, t0));
-        if i < n {
-            std::thread::sleep(INTERVAL);
+        if i < plan.n {
+            let p = pids.clone();
+            watch.wait(INTERVAL, &|| qemus(&p));
         }
     }
+    let mut status = vec![None; vms.len()];
+    loop {
+        for (st, vm) in status.iter_mut().zip(vms.iter_mut()) {
+            if st.is_none() {
+                *st = vm.0.try_wait().ok().flatten();
+            }
+        }
+        if status.iter().all(Option::is_some) || watch.t0.elapsed() > RUN_TIMEOUT {
+            break;
+        }
+        let p = pids.clone();
+        watch.wait(TICK, &|| qemus(&p));
+    }
+    watch.tick(&[]);
     let mut out = Vec::new();
-    for (i, (mut vm, t0)) in vms.into_iter().enumerate() {
-        let mut status = None;
-        while t0.elapsed() < RUN_TIMEOUT {
-            if let Ok(Some(st)) = vm.0.try_wait() {
-                status = Some(st);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let log = dir.join(format!("vm{}.log", i + 1));
-        match (status, guest_secs(&log)) {
-            (Some(st), Some(secs)) if st.code() == Some(1) => {
-                out.push((Some(secs), true, String::new()));
-            }
-            (Some(st), _) => out.push((None, false, format!("exited with {st}"))),
-            (None, _) => out.push((None, false, "timed out".into())),
-        }
-        drop(vm);
+    for (i, st) in status.into_iter().enumerate() {
+        let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+        let (workload, _) = job(plan.scenario, vm);
+        let secs = std::fs::read_to_string(dir.join(format!("vm{vm}.log")))
+            .ok()
+            .and_then(|t| job_secs(&t, workload));
+        let cgroup = watch.cgroups[i].as_ref().map(|c| c.1);
+        let (ok, note) = match (st, secs) {
+            (Some(st), Some(_)) if st.code() == Some(1) => (true, String::new()),
+            (Some(st), _) => (false, format!("exited with {st}")),
+            (None, _) => (false, "timed out".into()),
+        };
+        let note = match cgroup {
+            Some(c) if c.oom_kills > 0 => format!("{note} (cgroup OOM kills: {})", c.oom_kills),
+            _ => note,
+        };
+        out.push(Outcome {
+            ok,
+            secs: secs.filter(|_| ok),
+            note,
+            cgroup,
+        });
     }
-    Ok(out)
+    drop(vms);
+    Ok((out, watch))
 }

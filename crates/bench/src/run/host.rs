@@ -57,6 +57,68 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
     field(&t, "VmHWM").map(|kb| kb << 10)
 }
 
+/// Resident memory (`VmRSS`: anonymous, file and shared) of a process in bytes.
+pub fn rss(pid: u32) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    field(&t, "VmRSS").map(|kb| kb << 10)
+}
+
+/// The processes whose parent is `pid`, in process id order.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(cpid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{cpid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|c| stat[c + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(cpid);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Pins every thread of process `pid` to CPU `cpu` (`sched_setaffinity` per thread, as
+/// `taskset -a -p` does); threads started later are pinned by the next call.
+pub fn pin(pid: u32, cpu: usize) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for t in tasks.flatten() {
+        let Some(tid) = t
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it; the call
+        // reads the set we own. A thread that has exited makes it fail, which is fine.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// Bytes of a memory cgroup's processes in swap (`swap` of `memory.stat`).
+pub fn cgroup_swap(dir: &Path) -> Option<u64> {
+    let t = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
+    field(&t, "swap")
+}
+
 /// Resident memory of a process outside its guest RAM mapping (the largest mapping of exactly
 /// `mem` bytes), from `/proc/PID/smaps`: the hypervisor's own overhead.
 pub fn rss_outside_guest(pid: u32, mem: u64) -> Option<u64> {
