@@ -258,19 +258,27 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
     let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     assert_eq!(
         cols(lines[3]),
-        ["VM", "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "FAULTS/S"],
+        [
+            "VM", "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "SHARED",
+            "FAULTS/S"
+        ],
         "{text}"
     );
     for (line, name) in lines[4..].iter().zip(["a", "b"]) {
         let c = cols(line);
         // A size is a number and a unit: name, state, resident, target, active, `-` (no
-        // balloon), swapped, the fault rate.
-        assert_eq!(c.len(), 12, "{text}");
+        // balloon), swapped, shared (saved by page sharing), the fault rate.
+        assert_eq!(c.len(), 14, "{text}");
         assert_eq!((c[0].as_str(), c[1].as_str()), (name, "running"), "{text}");
         assert!(c[2].parse::<f64>().unwrap() > 0.0, "{text}");
         assert!(c[3] == "MiB" || c[3] == "KiB", "{text}");
         assert_eq!(c[8], "-", "no balloon: {text}");
-        assert!(c[11].parse::<f64>().is_ok(), "a fault rate: {text}");
+        assert_eq!(
+            (c[11].as_str(), c[12].as_str()),
+            ("0", "B"),
+            "nothing shared: {text}"
+        );
+        assert!(c[13].parse::<f64>().is_ok(), "a fault rate: {text}");
     }
     assert_eq!(lines.len(), 6, "{text}");
 
