@@ -11,7 +11,7 @@ use memvisor_api::HostSample;
 use crate::experiments::consolidate::{self as experiment, Kind, Scenario, MEM};
 use crate::output::consolidate as output;
 use crate::run::consolidate::{self, Record, RunTrace, Sink};
-use crate::run::{host, teardown, vm};
+use crate::run::{teardown, vm};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
@@ -93,21 +93,7 @@ fn bench(
     let limited = configs.iter().any(|c| c.1 == Kind::QemuStatic);
     let mut qemu_overhead = 0;
     if limited {
-        let others = host::swap_areas();
-        if !others.is_empty() {
-            notes.push(format!(
-                "swap already enabled on the host before the run, also usable: {}",
-                others.join(", ")
-            ));
-        }
-        teardown::enable_swap_file(&args.swap_file, args.swap_size)?;
-        teardown::set_swappiness(args.swappiness)?;
-        notes.push(format!(
-            "host swap for `qemu-static`: {} ({} MiB) created, enabled and removed by the harness; vm.swappiness={} during the run",
-            args.swap_file.display(),
-            args.swap_size >> 20,
-            args.swappiness
-        ));
+        notes.extend(super::phases::host_swap(args)?);
         eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
         qemu_overhead = vm::measure_qemu_overhead(&exe, MEM)?;
         notes.push(format!(

@@ -329,7 +329,7 @@ fn shared_disks(
 }
 
 /// The host swap file and `vm.swappiness` for the runs; what the report says about them.
-fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
+pub(super) fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let others = host::swap_areas();
     if !others.is_empty() {
