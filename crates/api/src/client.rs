@@ -16,8 +16,8 @@ use thiserror::Error;
 use crate::http::{connect, exchange_on, HttpError};
 use crate::{
     BalloonUpdate, ErrorBody, HostEvent, HostInfo, HostRequest, HostSample, HostUpdate, HostVm,
-    MemoryUpdate, PolicyUpdate, PoolUpdate, Response, VmInfo, VmRequest, VmSpec, VmStats,
-    CALL_TIMEOUT,
+    MemoryUpdate, PolicyUpdate, PoolUpdate, ReleaseRequest, ReleaseResult, Response, VmInfo,
+    VmRequest, VmSpec, VmStats, CALL_TIMEOUT,
 };
 
 /// Which API a socket serves, for what an error tells the operator to check.
@@ -274,6 +274,11 @@ impl VmClient {
     /// `PUT /memory`: sets the resident-memory limit (`None` removes it).
     pub fn set_limit(&self, limit: Option<u64>) -> Result<VmInfo, ClientError> {
         self.call(&VmRequest::SetLimit(MemoryUpdate { limit }))
+    }
+
+    /// `PUT /memory/release`: releases up to `pages` clean pages now, without the guest's vCPUs.
+    pub fn release(&self, pages: u64) -> Result<ReleaseResult, ClientError> {
+        self.call(&VmRequest::Release(ReleaseRequest { pages }))
     }
 
     /// `PUT /pool`: resizes the host-memory pool.

@@ -27,8 +27,8 @@ pub use request::{parse_body, parse_metrics_request, HostRequest, RequestError, 
 pub use spec::{parse_duration, parse_size, DiskSpec, PoolCompress, VmSpec};
 pub use stats::{
     ActiveMemory, BalloonStats, DiskStats, ExitStats, GuestErrors, GuestMemoryStats,
-    IndirectionStats, LatencySummary, PageCensus, PagerCounters, PagerStats, PoolStats,
-    SharingStats, VmStats,
+    IndirectionStats, LatencySummary, PageCensus, PagerCounters, PagerStats, PatternStats,
+    PoolStats, SharingStats, VmStats,
 };
 pub use vm::{DiskInfo, PagerMode, VmInfo, VmState};
 
@@ -55,6 +55,31 @@ pub struct BalloonUpdate {
 #[serde(deny_unknown_fields)]
 pub struct PoolUpdate {
     pub bytes: u64,
+}
+
+/// `PUT /memory/release`: release up to `pages` clean guest pages now, without the guest's
+/// vCPUs (HyperDealer2's instant reclamation, docs/hd2.md): pages that mirror disk blocks (Swap
+/// Mapper), chosen by the VM's victim order, dropped after their digest is checked; the limit
+/// falls by what was released. `pages` is in 4 KiB pages, 1 to the VM's page count.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub pages: u64,
+}
+
+/// The answer to `PUT /memory/release`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResult {
+    /// Pages asked for.
+    pub asked_pages: u64,
+    /// Pages released: out of guest RAM, their memory back with the host.
+    pub released_pages: u64,
+    /// Candidates found changed by the guest when checked, so kept (not released).
+    pub changed_pages: u64,
+    /// From the request's arrival at the pager to the last page released, in microseconds.
+    pub micros: u64,
+    /// The limit after the release; `null`: none.
+    pub limit_bytes: Option<u64>,
 }
 
 /// An error answer.

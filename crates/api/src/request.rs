@@ -9,7 +9,9 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{BalloonUpdate, HostUpdate, MemoryUpdate, PolicyUpdate, PoolUpdate, VmSpec};
+use crate::{
+    BalloonUpdate, HostUpdate, MemoryUpdate, PolicyUpdate, PoolUpdate, ReleaseRequest, VmSpec,
+};
 
 /// A request that names no route, uses the wrong method, or carries a body or query that does
 /// not parse: the status to answer with (400, 404 or 405) and why.
@@ -52,6 +54,8 @@ pub enum VmRequest {
     Metrics,
     /// `PUT /memory`: the resident-memory limit.
     SetLimit(MemoryUpdate),
+    /// `PUT /memory/release`: release clean pages now ([`ReleaseResult`](crate::ReleaseResult)).
+    Release(ReleaseRequest),
     /// `PUT /pool`: the host-memory pool's size.
     SetPool(PoolUpdate),
     /// `PUT /balloon`: the balloon's size.
@@ -70,14 +74,16 @@ impl VmRequest {
             ("GET", "/stats") => VmRequest::Stats,
             ("GET", "/metrics") => VmRequest::Metrics,
             ("PUT", "/memory") => VmRequest::SetLimit(parse_body(body)?),
+            ("PUT", "/memory/release") => VmRequest::Release(parse_body(body)?),
             ("PUT", "/pool") => VmRequest::SetPool(parse_body(body)?),
             ("PUT", "/balloon") => VmRequest::SetBalloon(parse_body(body)?),
             ("PUT", "/vm/pause") => VmRequest::Pause,
             ("PUT", "/vm/resume") => VmRequest::Resume,
             (_, "/vm" | "/stats" | "/metrics") => return Err(RequestError::new(405, "use GET")),
-            (_, "/memory" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume") => {
-                return Err(RequestError::new(405, "use PUT"))
-            }
+            (
+                _,
+                "/memory" | "/memory/release" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume",
+            ) => return Err(RequestError::new(405, "use PUT")),
             _ => return Err(RequestError::new(404, format!("no such path {path}"))),
         })
     }
@@ -97,6 +103,7 @@ impl VmRequest {
             VmRequest::Stats => "/stats",
             VmRequest::Metrics => "/metrics",
             VmRequest::SetLimit(_) => "/memory",
+            VmRequest::Release(_) => "/memory/release",
             VmRequest::SetPool(_) => "/pool",
             VmRequest::SetBalloon(_) => "/balloon",
             VmRequest::Pause => "/vm/pause",
@@ -109,6 +116,7 @@ impl VmRequest {
     pub fn body(&self) -> Option<String> {
         match self {
             VmRequest::SetLimit(u) => json(u),
+            VmRequest::Release(u) => json(u),
             VmRequest::SetPool(u) => json(u),
             VmRequest::SetBalloon(u) => json(u),
             _ => None,
@@ -298,6 +306,7 @@ mod tests {
             }),
             VmRequest::SetPool(PoolUpdate { bytes: 1 << 20 }),
             VmRequest::SetBalloon(BalloonUpdate { target: 4096 }),
+            VmRequest::Release(ReleaseRequest { pages: 10_000 }),
             VmRequest::Pause,
             VmRequest::Resume,
         ] {

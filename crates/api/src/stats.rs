@@ -79,6 +79,46 @@ pub struct PagerStats {
     pub pool: Option<PoolStats>,
     /// Tesseract's indirections; `null` without them (`--tesseract`).
     pub indirections: Option<IndirectionStats>,
+    /// The guest's page cache as guest disk reads show it (HyperDealer2, docs/hd2.md):
+    /// reference patterns, the reclamation cache and the ghost cache; `null` without the Swap
+    /// Mapper.
+    #[serde(default)]
+    pub patterns: Option<PatternStats>,
+}
+
+/// The guest's page cache as the pager sees it through guest disk reads (HyperDealer2 §4.4–§4.6,
+/// §5.3): the sequences its reads form, the reclamation cache, and the ghost cache of blocks
+/// that left guest RAM. Gauges, except the histograms, which only grow.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatternStats {
+    /// Sequential sequences live now: runs of blocks read front to back, once.
+    pub sequential: u64,
+    /// Resident pages in them.
+    pub sequential_pages: u64,
+    /// Loop sequences live now: sequential sequences read again.
+    pub loops: u64,
+    /// Resident pages in them.
+    pub loop_pages: u64,
+    /// Resident pages that mirror a disk block and belong to no sequence.
+    pub unclassified_pages: u64,
+    /// Pages whose content the reclamation cache holds now (released pages kept in host memory
+    /// until the cache needs the room, so a mistaken release costs a copy, not a disk read).
+    pub reclamation_cache_pages: u64,
+    /// Blocks the ghost cache remembers now: blocks whose pages left guest RAM (released,
+    /// dropped by reclaim, or evicted by the guest, seen when it reads another block into the
+    /// same page).
+    pub ghost_entries: u64,
+    /// Pages per bucket of `ghost_hits`.
+    pub ghost_bucket_pages: u64,
+    /// Guest disk reads of a block the ghost cache held, by stack distance: element `i` counts
+    /// those found between `i * ghost_bucket_pages` and `(i + 1) * ghost_bucket_pages` from the
+    /// most recent end (Mattson): reads that that many more pages of cache would have saved.
+    pub ghost_hits: Vec<u64>,
+    /// Guest disk reads of a block the ghost cache did not hold.
+    pub ghost_misses: u64,
+    /// Released pages that came back (a fault or a guest disk read), by how long they stayed
+    /// out: element `i` counts dwell times in `[2^i, 2^(i+1))` ms (element 0 also below 1 ms).
+    pub dwell_ms_log2: Vec<u64>,
 }
 
 /// Tesseract's indirections, over all writable disks: guest disk blocks that refer to blocks of
@@ -349,6 +389,22 @@ pager_counters! {
     /// Victims the guest wrote to its own disk while they cooled, so they then left without a
     /// write to the swap file (they mirrored the disk block; with the Swap Mapper).
     victim_cache_caught,
+    /// Sequential sequences detected in guest disk reads (HyperDealer2 §4.4).
+    sequences_detected,
+    /// Sequences read again, so they became loops.
+    loops_detected,
+    /// `PUT /memory/release` requests served (HyperDealer2's instant reclamation).
+    releases,
+    /// Pages they released.
+    released_pages,
+    /// Candidates they found changed by the guest, so kept.
+    release_changed,
+    /// Time they took, in microseconds.
+    release_us,
+    /// Released pages that came back: a fault, or a guest disk read of their block.
+    released_refaults,
+    /// Refaults served from the reclamation cache, with no disk read.
+    reclamation_cache_hits,
 }
 
 /// A latency distribution over the most recent samples.
@@ -571,7 +627,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 35);
+        assert_eq!(f.len(), 43);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

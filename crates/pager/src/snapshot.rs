@@ -126,6 +126,7 @@ impl PagerCore {
                 }
                 t
             }),
+            patterns: None,
         }
     }
 }

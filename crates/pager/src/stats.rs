@@ -75,6 +75,22 @@ pub struct Counters {
     /// Pages a guest disk write read while they were out of guest RAM: swapped in only to be
     /// written to the guest's disk (double paging).
     pub double_paging_swap_ins: AtomicU64,
+    /// Sequential sequences detected in guest disk reads.
+    pub sequences_detected: AtomicU64,
+    /// Sequences read again, so they became loops.
+    pub loops_detected: AtomicU64,
+    /// Instant releases served (`PUT /memory/release`).
+    pub releases: AtomicU64,
+    /// Pages they released.
+    pub released_pages: AtomicU64,
+    /// Candidates they found changed by the guest, so kept.
+    pub release_changed: AtomicU64,
+    /// Time they took, in microseconds.
+    pub release_us: AtomicU64,
+    /// Released pages that came back.
+    pub released_refaults: AtomicU64,
+    /// Refaults of released pages served from the reclamation cache.
+    pub reclamation_cache_hits: AtomicU64,
 }
 
 impl Counters {
@@ -123,6 +139,14 @@ impl Counters {
             huge_pages_split,
             proactive_swap_ins,
             double_paging_swap_ins,
+            sequences_detected,
+            loops_detected,
+            releases,
+            released_pages,
+            release_changed,
+            release_us,
+            released_refaults,
+            reclamation_cache_hits,
         } = self;
         PagerCounters {
             faults_zero: get(faults_zero),
@@ -160,6 +184,14 @@ impl Counters {
             double_paging_swap_ins: get(double_paging_swap_ins),
             victim_cache_hits: cache.0,
             victim_cache_caught: cache.1,
+            sequences_detected: get(sequences_detected),
+            loops_detected: get(loops_detected),
+            releases: get(releases),
+            released_pages: get(released_pages),
+            release_changed: get(release_changed),
+            release_us: get(release_us),
+            released_refaults: get(released_refaults),
+            reclamation_cache_hits: get(reclamation_cache_hits),
         }
     }
 }

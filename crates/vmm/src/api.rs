@@ -66,6 +66,7 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
                 Err(e) => error(400, &e.to_string()),
             },
         },
+        VmRequest::Release(_) => error(501, "instant release is not built yet"),
         VmRequest::SetPool(u) => match &c.lifecycle.pager {
             None => error(400, "this VM runs without memvisor's pager (--pager off)"),
             Some(p) => match p.set_pool(u.bytes) {
