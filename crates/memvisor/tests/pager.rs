@@ -272,6 +272,64 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
     integrity_passed(vm, reader);
 }
 
+/// The Swap Mapper runs on plain memory until the first limit: a VM with `--mapper` and no
+/// limit is not under the pager, yet records the pages its disk reads fill as mirrors; the
+/// first limit takes RAM over keeping them, reclaim drops them without a write, and the guest
+/// verifies every byte while it keeps rewriting its files.
+#[test]
+fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let (vm, reader, _pid, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mapper",
+            "--disk",
+            &disk,
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=150 file_mb=40 rounds=3 secs=8",
+        ],
+    );
+    let t0 = Instant::now();
+    let before = loop {
+        let s = stats(&sock);
+        if pager(&s).pages.mirrored_pages > 2000 {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the guest's disk reads made no mirrors"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!pager(&before).attached, "no limit, no takeover");
+    assert_eq!(pager(&before).counters.attaches, 0);
+    ok(client(&sock).set_limit(Some(64 * MIB)));
+    let t1 = Instant::now();
+    let after = loop {
+        let s = stats(&sock);
+        if pager(&s).counters.reclaimed_mirrored > 1000 {
+            break s;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(20),
+            "reclaim dropped no mirrors after the takeover"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(pager(&after).attached);
+    assert_eq!(pager(&after).counters.attaches, 1);
+    eprintln!(
+        "mirrors before the takeover {}; dropped {}, changed {}",
+        pager(&before).pages.mirrored_pages,
+        pager(&after).counters.reclaimed_mirrored,
+        pager(&after).counters.mirrors_changed
+    );
+    integrity_passed(vm, reader);
+}
+
 /// Starts `memvisor run --mem 512M ARGS` with an API socket in `dir` and the guest's console
 /// piped; returns it once the socket answers, with its pid and socket.
 fn start_serving(dir: &Path, args: &[&str]) -> (Vm, std::thread::JoinHandle<String>, u32, PathBuf) {

@@ -78,8 +78,11 @@ impl DeviceAccess<'_> {
 
     /// With the Swap Mapper: write-protects the resident ones of a disk write's source `pages`
     /// and records each as about to be copied out.
+    ///
+    /// Before the takeover nothing is protected or recorded: RAM is not registered, so a page
+    /// written to the disk does not become a mirror (only pages a disk read fills do).
     fn protect_sources(&self, state: &mut Pages, pages: Vec<(PageIdx, ImageBlock)>) {
-        if !state.table.mech.mapper {
+        if !state.table.mech.mapper || !state.attached {
             return;
         }
         for (p, ib) in self.protect_resident(state, pages) {
@@ -89,8 +92,13 @@ impl DeviceAccess<'_> {
 
     /// With the Swap Mapper: records that each of `read` (page, image block, digest of the
     /// block's content) now mirrors its block, if it is resident. The pages stay writable.
+    /// Before the takeover every page a device filled is in plain memory, so it is recorded as
+    /// resident first; the takeover keeps what the table says of pages it finds present.
     fn record_reads(&self, state: &mut Pages, read: Vec<(PageIdx, ImageBlock, Digest)>) {
         for (p, ib, d) in read {
+            if !state.attached {
+                state.table.seed_resident(p);
+            }
             state.table.read_from_disk(p, ib, d);
         }
     }
@@ -240,7 +248,7 @@ impl GuestRam for DeviceAccess<'_> {
         let read = self
             .disk_pages(disk, pages)
             .into_iter()
-            .filter(|&(p, _)| is_resident(state.table.state(p)))
+            .filter(|&(p, _)| !state.attached || is_resident(state.table.state(p)))
             .map(|(p, ib)| {
                 // SAFETY: `p` is resident and the page lock is held, so it stays mapped while
                 // it is read; it lies in a live guest RAM mapping.

@@ -168,9 +168,10 @@ impl Pager {
             mech,
             digest: DigestKey::random().map_err(PagerError::DigestKey)?,
         });
-        // The Swap Mapper and the Preventer learn from every disk read and fault, so asking
-        // for them takes RAM over from the start, as a limit does.
-        if config.limit.is_some() || mech.mapper || mech.preventer || !takeover.at_run_time() {
+        // The Preventer learns from faults, so asking for it takes RAM over from the start, as
+        // a limit does. The Swap Mapper does not: it learns from disk reads, which it sees on
+        // plain memory too, and its mirrors are checked by digest when reclaim picks them.
+        if config.limit.is_some() || mech.preventer || !takeover.at_run_time() {
             takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();

@@ -2,9 +2,10 @@
 //! transparent huge pages, as fast as under QEMU, and the pager still takes over the moment a
 //! limit arrives.
 //!
-//! (With the Swap Mapper or the Preventer on, RAM is taken over from the start: they learn from
-//! every disk read and fault.) Until then RAM is not registered with userfaultfd: no fault reaches the pager, devices write
-//! plain memory, and the page table only records what the balloon takes. [`Takeover::attach`]
+//! (With the Preventer on, RAM is taken over from the start: it learns from faults.) Until then
+//! RAM is not registered with userfaultfd: no fault reaches the pager, devices write plain
+//! memory, and the page table only records what the balloon takes and, with the Swap Mapper,
+//! the pages guest disk reads filled (resident mirrors, writable, with their digests). [`Takeover::attach`]
 //! then, under the page lock:
 //! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT
 //!    modes: from here on a touch of an absent page faults to the pager (and waits for the lock);
@@ -13,7 +14,8 @@
 //!    fault, behind the pager's back. They are write-protected first, scanned again, and only
 //!    those still mapping the zero page are dropped, so a write that raced the first scan is kept
 //!    (and its page, now write-protected, counts as resident; its next write unprotects it);
-//! 4. records every present page as resident, and every huge page for reclaim.
+//! 4. records every present page as resident (a mirror stays a mirror), and every huge page for
+//!    reclaim.
 //!
 //! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
 //! the whole huge page goes, so before the first release inside a huge page reclaim splits it
