@@ -462,7 +462,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
         }
         md.push('\n');
     }
-    md.push_str("memvisor's VMs run under `memvisor host` with its defaults (idle tax 0.75) and the bench's tick of 500 ms and sampling period of 5 s. Every VM's console is under `logs/`; `results.csv` has each VM's job interval, `runs.csv` each run's overlap and RSS, `rss.csv` the sums.\n");
+    md.push_str("memvisor's VMs run under `memvisor host` with its defaults (idle tax 0.75, a tick of 250 ms) and the bench's sampling period of 5 s. Every VM's console is under `logs/`; `results.csv` has each VM's job interval, `runs.csv` each run's overlap and RSS, `rss.csv` the sums.\n");
     md
 }
 
