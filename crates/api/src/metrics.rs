@@ -228,7 +228,7 @@ const MS: Scale = Scale::By(1e-3);
 const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
 
 const FAULTS_HELP: &str = "Faults the pager served by installing a page, by where the page came from: zero (a zero page, also for pages the balloon or a free page report had taken), swap (the swap file), image (a disk image, Swap Mapper).";
-const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper).";
+const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper), shared (dropped, a pooled block already held exactly its content: share before swap).";
 const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
 const GUEST_ERRORS_HELP: &str = "What the guest did wrong, by kind (the fields of GET /stats guest_errors): unclaimed port and MMIO accesses, refused virtio FEATURES_OK and DRIVER_OK, ignored virtio-mmio register writes, rejected virtio-blk requests, used ring write failures, bad balloon PFNs and reports.";
 const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, which it can repeat at will, by kind: disk image I/O, balloon page releases, serial output, the pager's page installs and write protection for devices.";
@@ -264,6 +264,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.reclaimed_clean", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "clean"),
     counter("pager.reclaimed_written", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "written"),
     counter("pager.reclaimed_mirrored", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "mirrored"),
+    counter("pager.reclaimed_shared", "reclaimed_pages", Unit::None, RECLAIMED_HELP).labelled("how", "shared"),
     counter("pager.image_bytes_read", "image_read", Unit::Bytes, "Bytes read from disk images by image faults and consistency refetches (Swap Mapper)."),
     counter("pager.stale_reads_avoided", "stale_reads_avoided", Unit::None, "Pages a device read filled whole while their content was swapped or on disk (VSwapper's stale swap reads avoided)."),
     counter("pager.mapper_refetches", "mapper_refetches", Unit::None, "Pages brought back from the image before the guest overwrote the block they relied on (Swap Mapper)."),

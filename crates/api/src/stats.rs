@@ -341,6 +341,9 @@ pager_counters! {
     /// Victims (pages) dropped because they mirrored a disk block: VSwapper's silent swap
     /// writes avoided.
     reclaimed_mirrored,
+    /// Victims (pages) dropped because a block of the pool already held exactly their content
+    /// (share before swap, compared in full): writes of 4 KiB avoided, and the block shared.
+    reclaimed_shared,
     /// Faults answered from the disk image (Swap Mapper).
     faults_image,
     /// Bytes read from disk images by those faults and by consistency refetches.
@@ -627,7 +630,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 43);
+        assert_eq!(f.len(), 44);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

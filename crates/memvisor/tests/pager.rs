@@ -1023,6 +1023,31 @@ fn integrity_holds_with_a_zstd_compressed_pool() {
     assert!(s.compressed_pages > 0 && s.raw_pages > 0, "{s:?}");
 }
 
+/// Share before swap: half of the guest's pages hold one of a few contents (per generation),
+/// so reclaim finds most victims' content already in a pooled block and refers to it instead
+/// of writing it again; the rounds then rewrite those pages, so shared blocks are faulted back
+/// by one page and rewritten while other pages still refer to them. Every byte is checked, with
+/// the pool kept whole and compressed.
+#[test]
+fn share_before_swap_refers_to_pooled_copies_and_loses_nothing() {
+    for compress in ["none", "lz4"] {
+        let c = integrity_checked(
+            &["--pool", "64M", "--pool-compress", compress],
+            "anon_mb=120 file_mb=8 rounds=3 duplicate=50",
+        )
+        .counters;
+        eprintln!(
+            "{compress}: shared {}, written {}",
+            c.reclaimed_shared, c.reclaimed_written
+        );
+        assert!(
+            c.reclaimed_shared > 2000,
+            "{compress}: only {} victims shared a pooled copy",
+            c.reclaimed_shared
+        );
+    }
+}
+
 /// Runs `integrity` (`compressible` % of its pages compressible) with a 32 MiB pool kept as
 /// `compress` says, while the limit goes 100 → 400 → 64 MiB and the pool shrinks to 8 MiB;
 /// returns the pool's counters at the end.

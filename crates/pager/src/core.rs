@@ -21,7 +21,7 @@
 //! snapshot (`snapshot.rs`). No file imports from above it, and every lock order is the one
 //! described in `pager.rs`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,8 +31,8 @@ use memvisor_devices::GuestMem;
 use thiserror::Error;
 
 use crate::config::{IndirectConfig, Mechanisms};
-use crate::digest::DigestKey;
-use crate::page::{PageIdx, PAGE_SIZE};
+use crate::digest::{Digest, DigestKey};
+use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
@@ -162,6 +162,10 @@ pub(crate) struct Pages {
     pub resident_after_chunk: u32,
     /// Indirections live or pending, over all disks (each holds a swap-block reference).
     pub indirections: u32,
+    /// Share before swap: the digest of each page reclaim wrote, and its block, so a later
+    /// victim with the same content refers to that block instead (`reclaim.rs`). Entries are
+    /// checked in full against the pool when used; stale ones are dropped then, or pruned.
+    pub written: HashMap<Digest, Block>,
 }
 
 pub(crate) struct PagerCore {

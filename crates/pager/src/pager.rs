@@ -129,6 +129,7 @@ impl Pager {
             in_flight: Vec::new(),
             resident_after_chunk: 0,
             indirections: 0,
+            written: std::collections::HashMap::new(),
         };
         let sampler = Arc::new(Sampler::new(
             config.sample_pages,

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use memvisor_devices::ram::{dontneed, GuestRange};
 
 use crate::core::{PagerCore, PagerFailure, Pages};
+use crate::digest::Digest;
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
@@ -47,6 +48,8 @@ struct Flight {
     decided: Vec<(PageIdx, Disposition)>,
     /// New blocks for the pages written, in `decided` order.
     blocks: Vec<Block>,
+    /// With share before swap, the digest of each page written, in the same order.
+    digests: Vec<Digest>,
 }
 
 /// A chunk that takes this long says where its time went (at info).
@@ -266,6 +269,7 @@ impl Reclaimer {
             }
         }
         let mut to_write = Vec::new();
+        let mut digests = Vec::new();
         let mut decided = Vec::with_capacity(victims.len());
         // The mirrors a victim brings from its image cluster may turn out changed, so there may
         // be more to write than the buffer holds: those beyond it stay resident this time.
@@ -283,13 +287,19 @@ impl Reclaimer {
             }
             let dirty = matches!(pages.table.state(p), PageState::Resident { clean: None });
             let is_zero = pages.table.mech.zero_detection && dirty && self.page_is_zero(core, p);
-            let d = pages.table.disposition(p, is_zero);
+            let mut d = pages.table.disposition(p, is_zero);
             if d == Disposition::Write {
-                if to_write.len() == room {
-                    stay.push(p);
-                    continue;
+                match self.shared_copy(core, pages, p) {
+                    Ok(b) => d = Disposition::DropShared(b),
+                    Err(digest) => {
+                        if to_write.len() == room {
+                            stay.push(p);
+                            continue;
+                        }
+                        to_write.push(p);
+                        digests.extend(digest);
+                    }
                 }
-                to_write.push(p);
             }
             decided.push((p, d));
         }
@@ -308,6 +318,7 @@ impl Reclaimer {
             blocks
                 .into_iter()
                 .for_each(|b| pages.table.blocks.release(b));
+            drop_shares(pages, &decided);
             victims.iter().for_each(|&p| pages.table.kept(p));
             return Err(std::io::Error::other("the swap store is full"));
         }
@@ -324,7 +335,39 @@ impl Reclaimer {
             victim_runs,
             decided,
             blocks,
+            digests,
         }))
+    }
+
+    /// Share before swap (ESX §4.2): a block of the pool that holds exactly what victim `p`
+    /// (dirty, to be written, protected) holds, now with one more reference, so `p` is dropped
+    /// referring to it instead of being written again. `Err` with `p`'s digest (to remember once
+    /// it is written) when there is none; `Err(None)` when share before swap is off: without a
+    /// pool (a block on disk would need a read to compare in full) or with the baseline pager.
+    fn shared_copy(
+        &self,
+        core: &PagerCore,
+        pages: &mut Pages,
+        p: PageIdx,
+    ) -> Result<Block, Option<Digest>> {
+        let Some(pool) = core.stores.swap.pool.as_ref() else {
+            return Err(None);
+        };
+        if !pages.table.mech.zero_detection {
+            return Err(None);
+        }
+        let page = self.page(core, p);
+        let digest = core.digest.page(page);
+        let Some(&b) = pages.written.get(&digest) else {
+            return Err(Some(digest));
+        };
+        if pages.table.blocks.refs(b) > 0 && pool.holds(b, page) && pages.table.blocks.add_ref(b) {
+            Counters::add(&core.counters.reclaimed_shared, 1);
+            return Ok(b);
+        }
+        // Freed, spilled or reused since: forget it; this page's write takes its place.
+        pages.written.remove(&digest);
+        Err(Some(digest))
     }
 
     /// Step 2: writes the copies in `buf` to their blocks, one write per run of consecutive
@@ -368,15 +411,20 @@ impl Reclaimer {
             victim_runs,
             decided,
             blocks,
+            digests,
         } = flight;
         let result = match written {
             Err(e) => {
                 blocks
                     .into_iter()
                     .for_each(|b| pages.table.blocks.release(b));
+                drop_shares(pages, &decided);
                 Err(e)
             }
-            Ok(()) => self.release_chunk(core, takeover, pages, &victim_runs, decided, blocks),
+            Ok(()) => {
+                remember_written(core, pages, &digests, &blocks);
+                self.release_chunk(core, takeover, pages, &victim_runs, decided, blocks)
+            }
         };
         // Victims that stayed resident may be chosen again.
         for p in std::mem::take(&mut pages.in_flight) {
@@ -434,6 +482,7 @@ impl Reclaimer {
                 if let Some(b) = block {
                     pages.table.blocks.release(b);
                 }
+                drop_shares(pages, &[(p, d)]);
                 continue;
             }
             pages.prefetched[p as usize] = false;
@@ -443,6 +492,8 @@ impl Reclaimer {
                 Disposition::DropClean(_) => &core.counters.reclaimed_clean,
                 Disposition::Write => &core.counters.reclaimed_written,
                 Disposition::DropMirrored(_) => &core.counters.reclaimed_mirrored,
+                // Counted when decided (`shared_copy`).
+                Disposition::DropShared(_) => continue,
             };
             Counters::add(c, 1);
         }
@@ -450,5 +501,32 @@ impl Reclaimer {
             Some(e) => Err(e),
             None => Ok(count),
         }
+    }
+}
+
+/// Gives back the references share before swap took for `decided` victims that stay resident.
+fn drop_shares(pages: &mut Pages, decided: &[(PageIdx, Disposition)]) {
+    for &(_, d) in decided {
+        if let Disposition::DropShared(b) = d {
+            pages.table.blocks.release(b);
+        }
+    }
+}
+
+/// Remembers the digest of each page just written with its block (share before swap), and
+/// prunes entries whose blocks are free or out of the pool once they are twice the blocks in use.
+fn remember_written(core: &PagerCore, pages: &mut Pages, digests: &[Digest], blocks: &[Block]) {
+    let Some(pool) = core.stores.swap.pool.as_ref() else {
+        return;
+    };
+    for (&d, &b) in digests.iter().zip(blocks) {
+        pages.written.insert(d, b);
+    }
+    let most = 2 * pages.table.blocks.in_use().max(1024) as usize;
+    if pages.written.len() > most {
+        let table = &pages.table;
+        pages
+            .written
+            .retain(|_, b| table.blocks.refs(*b) > 0 && pool.contains(*b));
     }
 }

@@ -59,6 +59,9 @@ pub enum Disposition {
     Write,
     /// It mirrors an image block: drop it, it refaults from the image (no write).
     DropMirrored(ImageBlock),
+    /// Its content is already in this swap block (share before swap: reclaim compared them
+    /// and took a reference): drop it, no write.
+    DropShared(Block),
 }
 
 /// The state of every guest page, the resident set and the swap blocks.
@@ -390,7 +393,7 @@ impl PageTable {
         }
         let s = match (d, written) {
             (Disposition::DropZero, _) => PageState::Zero,
-            (Disposition::DropClean(b), _) => PageState::Swapped(b),
+            (Disposition::DropClean(b) | Disposition::DropShared(b), _) => PageState::Swapped(b),
             (Disposition::DropMirrored(ib), _) => PageState::OnDisk(ib),
             (Disposition::Write, Some(b)) => PageState::Swapped(b),
             (Disposition::Write, None) => unreachable!("a written page has a block"),

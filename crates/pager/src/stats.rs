@@ -44,6 +44,8 @@ pub struct Counters {
     /// Victims dropped because they mirrored a disk image block (VSwapper: silent swap writes
     /// avoided).
     pub reclaimed_mirrored: AtomicU64,
+    /// Victims dropped because a pooled block held exactly their content (share before swap).
+    pub reclaimed_shared: AtomicU64,
     /// Device reads that landed in non-resident pages without reading their old content
     /// (VSwapper: stale swap reads avoided).
     pub stale_reads_avoided: AtomicU64,
@@ -125,6 +127,7 @@ impl Counters {
             reclaimed_clean,
             reclaimed_written,
             reclaimed_mirrored,
+            reclaimed_shared,
             stale_reads_avoided,
             mapper_refetches,
             mirrors_checked,
@@ -164,6 +167,7 @@ impl Counters {
             reclaimed_clean: get(reclaimed_clean),
             reclaimed_written: get(reclaimed_written),
             reclaimed_mirrored: get(reclaimed_mirrored),
+            reclaimed_shared: get(reclaimed_shared),
             faults_image: images.faults,
             image_bytes_read: images.bytes_read,
             stale_reads_avoided: get(stale_reads_avoided),

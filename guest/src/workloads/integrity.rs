@@ -13,7 +13,13 @@
 //! hold words with one random byte in eight and zeros elsewhere: data a compressor halves or
 //! better, where the rest is random and does not compress at all.
 //!
-//! Keys: `anon_mb=64 file_mb=32 rounds=3 secs=0 compressible=0 seed=1` (sizes per vCPU).
+//! With `duplicate=P`, P % of the pages (chosen by page) hold the same content as every other
+//! such page with the same page number modulo 8 and the same generation: identical pages for
+//! share before swap (`docs/pager.md`) to find, which then differ again as the rounds rewrite
+//! them. Their words are keyed by that shared number instead of their own page number.
+//!
+//! Keys: `anon_mb=64 file_mb=32 rounds=3 secs=0 compressible=0 duplicate=0 seed=1` (sizes per
+//! vCPU).
 
 use memvisor_guest_mm::format::splitmix64;
 use memvisor_guest_mm::{Access, MmError};
@@ -27,7 +33,14 @@ use crate::sync::SpinLock;
 use super::common::{self, Progress, ms_since};
 
 const NAME: &str = "integrity";
-pub const KEYS: &[&str] = &["anon_mb", "file_mb", "rounds", "secs", "compressible"];
+pub const KEYS: &[&str] = &[
+    "anon_mb",
+    "file_mb",
+    "rounds",
+    "secs",
+    "compressible",
+    "duplicate",
+];
 const MAX_REPORTED: u64 = 5;
 
 #[derive(Clone, Copy)]
@@ -38,6 +51,8 @@ struct Args {
     secs: u64,
     /// Percent of the pages whose words are compressible.
     compressible: u64,
+    /// Percent of the pages that hold one of 8 shared contents (per generation).
+    duplicate: u64,
     seed: u64,
 }
 
@@ -56,6 +71,7 @@ static ARGS: SpinLock<Args> = SpinLock::new(Args {
     rounds: 0,
     secs: 0,
     compressible: 0,
+    duplicate: 0,
     seed: 0,
 });
 static RESULTS: SpinLock<[CpuResult; MAX_CPUS]> = SpinLock::new(
@@ -73,10 +89,25 @@ fn word(a: &Args, file: bool, cpu: u32, page: u64, i: usize, generation: u64) ->
         a.seed
             ^ (u64::from(file) << 62)
             ^ (u64::from(cpu) << 54)
-            ^ (page << 12)
+            ^ (content_key(a, file, cpu, page) << 12)
             ^ ((i as u64) << 3)
             ^ generation.wrapping_mul(0x9E37_79B9_7F4A_7C15),
     )
+}
+
+/// The number `page`'s words are keyed by: its own, or on a duplicate page one of 8 numbers
+/// past any page's, shared by every duplicate page of the same class.
+fn content_key(a: &Args, file: bool, cpu: u32, page: u64) -> u64 {
+    if a.duplicate == 0 {
+        return page;
+    }
+    let h =
+        splitmix64(a.seed ^ 0x6475_7065 ^ (u64::from(file) << 62) ^ (u64::from(cpu) << 54) ^ page);
+    if h % 100 < a.duplicate {
+        (1 << 40) | (page % 8)
+    } else {
+        page
+    }
 }
 
 /// What the words of `page` are masked with: one byte of eight kept on a compressible page.
@@ -109,6 +140,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
             rounds: cfg.num("rounds", 3, 1, 1000)?,
             secs: cfg.num("secs", 0, 0, 86400)?,
             compressible: cfg.num("compressible", 0, 0, 100)?,
+            duplicate: cfg.num("duplicate", 0, 0, 100)?,
             seed: cfg.seed,
         })
     })();

@@ -239,6 +239,22 @@ impl Pool {
         self.lock().entries.contains_key(&b)
     }
 
+    /// Whether block `b` is pooled and holds exactly `page` (share before swap compares a
+    /// victim with it in full before it refers to it instead of writing it).
+    pub fn holds(&self, b: Block, page: &[u8]) -> bool {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(e) = inner.entries.get(&b) else {
+            return false;
+        };
+        let k = kept(&inner.chunks, e);
+        if e.len as usize == PAGE_SIZE {
+            return k == page;
+        }
+        let mut whole = [0u8; PAGE_SIZE];
+        inner.unpack.unpack(k, &mut whole).is_ok() && whole[..] == page[..]
+    }
+
     /// Pooled blocks, the most recently pooled first.
     pub fn blocks_by_recency(&self) -> Vec<Block> {
         self.lock().order.values().rev().copied().collect()
