@@ -39,6 +39,10 @@ pub const SEQ_MIN_BLOCKS: u32 = 3;
 pub const MAX_SEQUENCES: usize = 4096;
 /// Pages a whole-sequence pick takes beyond what was asked (the paper's Fig. 13: 64).
 pub const WHOLE_SEQ_MAX: usize = 64;
+/// Blocks behind where a sequence's pass has reached that a refault may come from and still be
+/// of that pass (at most half the sequence): pages the guest read ahead and had not used yet
+/// when the host dropped them. A refault further back begins a new pass.
+pub const READAHEAD_SLACK: u32 = 64;
 /// Pages of a stream's reads kept before it becomes a sequence.
 const MAX_PENDING: usize = 4096;
 
@@ -309,15 +313,21 @@ impl Patterns {
         (self.seqs[&id].end > start).then_some(id)
     }
 
-    /// Sequence `id` is referenced again at `start..end`: a reference before where its current
-    /// pass is begins a new pass, and a sequential sequence becomes a loop.
-    fn reread(&mut self, id: u32, start: u32, end: u32) {
+    /// Sequence `id` is referenced again at `start..end` (by a refault if `refault`): a
+    /// reference before where its current pass is (for a refault, more than the read-ahead
+    /// slack before) begins a new pass, and a sequential sequence becomes a loop.
+    fn reread(&mut self, id: u32, start: u32, end: u32, refault: bool) {
         let now = self.now;
         let Some(s) = self.seqs.get_mut(&id) else {
             return;
         };
+        let slack = if refault {
+            READAHEAD_SLACK.min((s.end - s.start) / 2)
+        } else {
+            0
+        };
         let mut became_loop = false;
-        if start < s.cursor {
+        if start < s.cursor.saturating_sub(slack) {
             s.period = Some(now - s.pass_start);
             s.pass_start = now;
             s.cursor = end;
@@ -351,7 +361,7 @@ impl Patterns {
         let now = self.now;
         // Blocks of a sequence read again.
         if let Some(id) = self.overlapping(disk, start, end) {
-            self.reread(id, start, end);
+            self.reread(id, start, end, false);
             let first = match self.seqs.get_mut(&id) {
                 Some(s) => {
                     s.end = s.end.max(end);
@@ -531,7 +541,7 @@ impl Patterns {
         let Some(id) = self.overlapping(disk, start, end) else {
             return;
         };
-        self.reread(id, start, end);
+        self.reread(id, start, end, true);
         let (lo, hi) = (self.seqs[&id].start, self.seqs[&id].end);
         for &(p, b) in pages {
             if (lo..hi).contains(&b) {
@@ -687,6 +697,17 @@ mod tests {
         t.t.refault(0, 0, 4, &[(0, 0), (1, 1), (2, 2), (3, 3)]);
         let c = t.t.counts();
         assert_eq!((c.loops, c.loop_pages, c.unclassified_pages), (1, 8, 0));
+        // A refault just behind where a pass is comes from pages read ahead and not used yet:
+        // the same pass.
+        for b in (100..400).step_by(100) {
+            t.t.read(0, b, b + 100, &[]);
+        }
+        let long = t.t.overlapping(0, 100, 101).unwrap();
+        assert_eq!(t.t.seqs[&long].end, 400);
+        t.t.refault(0, 400 - READAHEAD_SLACK, 400 - READAHEAD_SLACK + 8, &[]);
+        assert_eq!(t.t.seqs[&long].kind, Kind::Sequential);
+        t.t.refault(0, 399 - READAHEAD_SLACK, 400 - READAHEAD_SLACK, &[]);
+        assert_eq!(t.t.seqs[&long].kind, Kind::Loop, "further back: a new pass");
         // A refault outside every sequence leaves the pages unclassified.
         t.t.mirrored(40);
         t.t.refault(0, 40, 41, &[(40, 40)]);
@@ -784,7 +805,7 @@ mod tests {
         assert_eq!(t.t.counts().sequential, MAX_SEQUENCES as u64);
         // The oldest went.
         assert!(t.t.overlapping(0, 0, 4).is_none());
-        assert!(t.t.streams[&0].len() <= STREAMS_PER_DISK);
+        assert!(t.t.streams[&0u8].len() <= STREAMS_PER_DISK);
     }
 
     /// The gauges and orders, recomputed from the sequences and pages.
