@@ -685,7 +685,10 @@ mod tests {
             ))
             .unwrap();
             assert!(s.check().is_ok(), "{good}");
-            assert!(s.run_args().join(" ").contains(&format!("--victims {good}")));
+            assert!(s
+                .run_args()
+                .join(" ")
+                .contains(&format!("--victims {good}")));
         }
     }
 

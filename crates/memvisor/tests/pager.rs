@@ -1120,7 +1120,9 @@ fn hd2_victims_follow_the_sequences_of_a_sequential_reader() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("seq.img");
     let st = Command::new(MEMVISOR)
-        .args(["mkdisk", "data", "--size", "160M", "--files", "seq:96M", "--seed", "7"])
+        .args([
+            "mkdisk", "data", "--size", "160M", "--files", "seq:96M", "--seed", "7",
+        ])
         .arg("--out")
         .arg(&img)
         .status()
@@ -1157,7 +1159,10 @@ fn hd2_victims_follow_the_sequences_of_a_sequential_reader() {
     );
     assert!(c.sequences_detected > 0, "the reads formed sequences");
     assert!(p.sequential + p.loops > 0, "and the table holds them");
-    assert!(c.reclaimed_mirrored > 10_000, "file pages left without a write");
+    assert!(
+        c.reclaimed_mirrored > 10_000,
+        "file pages left without a write"
+    );
     assert!(c.faults_image > 0, "and came back from the image");
     assert!(c.loops_detected > 0, "the second pass made loops");
 }
@@ -1175,7 +1180,10 @@ fn integrity_holds_under_hd2_whole_victims() {
         "sequences {}, loops {}, mirrored dropped {}, written {}",
         c.sequences_detected, c.loops_detected, c.reclaimed_mirrored, c.reclaimed_written
     );
-    assert!(c.reclaimed_mirrored > 1000, "file pages left without a write");
+    assert!(
+        c.reclaimed_mirrored > 1000,
+        "file pages left without a write"
+    );
     assert!(c.reclaimed_written > 0, "and anonymous ones were written");
 }
 
@@ -1188,7 +1196,10 @@ fn hd2_victims_without_the_swap_mapper_are_refused_in_one_line() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains("--victims hd2") && err.contains("--mapper"), "{err}");
+        assert!(
+            err.contains("--victims hd2") && err.contains("--mapper"),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }

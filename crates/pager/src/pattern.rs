@@ -556,11 +556,7 @@ impl Patterns {
     pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
         let mut out = Vec::with_capacity(n);
         let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
-        let ids = self
-            .sequential
-            .values()
-            .rev()
-            .chain(self.loops.values());
+        let ids = self.sequential.values().rev().chain(self.loops.values());
         for id in ids {
             if out.len() >= n {
                 break;
@@ -635,7 +631,10 @@ mod tests {
         assert_eq!(t.t.take_detected(), (1, 0));
         t.read(4, 4);
         let s = t.t.sequence_of(7).unwrap();
-        assert_eq!((s.start, s.end, s.kind, s.pages()), (0, 8, Kind::Sequential, 8));
+        assert_eq!(
+            (s.start, s.end, s.kind, s.pages()),
+            (0, 8, Kind::Sequential, 8)
+        );
         assert_eq!(s.period, None);
         assert_eq!(t.t.take_detected(), (0, 0), "lengthened, not a new one");
         // Two one-block reads cover two blocks only: no sequence.
@@ -665,13 +664,20 @@ mod tests {
         // The second pass reads the same blocks into other pages.
         t.read_into(16, 0, 4);
         let s = t.t.sequence_of(16).unwrap();
-        assert_eq!((s.kind, s.period), (Kind::Loop, Some(6)), "created at read 2, read again at 8");
+        assert_eq!(
+            (s.kind, s.period),
+            (Kind::Loop, Some(6)),
+            "created at read 2, read again at 8"
+        );
         assert_eq!(t.t.take_detected(), (1, 1));
         t.read_into(20, 4, 4);
         let c = t.t.counts();
         assert_eq!((c.sequential, c.loops), (0, 1));
         // Pages 0..8 held its blocks before: unclassified now.
-        assert!(t.t.sequence_of(3).is_none(), "block 3 is held by page 19 now");
+        assert!(
+            t.t.sequence_of(3).is_none(),
+            "block 3 is held by page 19 now"
+        );
         assert!(t.t.is_unclassified(3));
         assert_eq!(c.loop_pages, 8);
         // A third pass: the period is measured again, still one loop.
@@ -794,7 +800,7 @@ mod tests {
     #[test]
     fn the_table_keeps_at_most_max_sequences() {
         let mut t = T::new(8);
-        for i in 0..(MAX_SEQUENCES as u32 + 10) {
+        for i in 0..(u32::try_from(MAX_SEQUENCES).unwrap() + 10) {
             let b = i * 10;
             t.t.read(0, b, b + 2, &[]);
             t.t.read(0, b + 2, b + 4, &[]);
@@ -836,7 +842,10 @@ mod tests {
         assert_eq!(t.counts(), c);
         for (p, &s) in t.seq.iter().enumerate() {
             if s != NONE && s != UNCLASSIFIED {
-                assert_eq!(t.seqs[&s].frames.get(&t.key[p]), Some(&(p as u32)));
+                assert_eq!(
+                    t.seqs[&s].frames.get(&t.key[p]),
+                    Some(&u32::try_from(p).unwrap())
+                );
             }
         }
         // Every mirrored page is a candidate exactly once.

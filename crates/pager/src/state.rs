@@ -345,9 +345,7 @@ impl PageTable {
         let mut pages: Vec<(PageIdx, u32)> = read
             .iter()
             .copied()
-            .filter(|&(p, block)| {
-                self.state(p) == PageState::Mirrored(ImageBlock { disk, block })
-            })
+            .filter(|&(p, block)| self.state(p) == PageState::Mirrored(ImageBlock { disk, block }))
             .collect();
         pages.sort_unstable_by_key(|&(_, b)| b);
         self.patterns
@@ -571,11 +569,10 @@ impl PageTable {
             return self.victims.pick_named(n);
         }
         let victims = &self.victims;
-        self.patterns.pick(
-            n as usize,
-            policy == VictimPolicy::Hd2Whole,
-            |p| victims.is_candidate(p),
-        )
+        self.patterns
+            .pick(n as usize, policy == VictimPolicy::Hd2Whole, |p| {
+                victims.is_candidate(p)
+            })
     }
 
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
@@ -1315,8 +1312,15 @@ mod tests {
         assert_eq!(sim.writes, 0);
         // The guest uses them again: they refault from the image, and the sequence is a loop.
         assert_eq!(sim.read(17), 117);
-        let s = sim.t.patterns.sequence_of(17).expect("back in its sequence");
-        assert_eq!((s.kind, s.start, s.end), (crate::pattern::Kind::Loop, 16, 24));
+        let s = sim
+            .t
+            .patterns
+            .sequence_of(17)
+            .expect("back in its sequence");
+        assert_eq!(
+            (s.kind, s.start, s.end),
+            (crate::pattern::Kind::Loop, 16, 24)
+        );
         assert_eq!(sim.t.patterns.counts().sequential, 0);
         assert_eq!(sim.t.patterns.take_detected(), (2, 2));
     }
