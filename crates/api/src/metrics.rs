@@ -347,6 +347,12 @@ const VM_ROWS: &[Row] = &[
     counter("pager.indirections.regrouped", "indirections_regrouped", Unit::None, "Indirected blocks swap-file defragmentation moved next to the other blocks of their guest write."),
     counter("pager.indirections.regrouped_writes", "indirections_regrouped_writes", Unit::None, "Guest writes whose indirections swap-file defragmentation grouped."),
     counter("pager.indirections.log_compactions", "indirection_log_compactions", Unit::None, "Times an indirection log was rewritten to hold just its live indirections."),
+    gauge("pager.patterns.sequential", "pattern_sequential_sequences", Unit::None, "Sequential sequences the pager knows now: runs of disk blocks the guest read front to back, once (HyperDealer2 4.4)."),
+    page_gauge("pager.patterns.sequential_pages", "pattern_sequential", "Guest memory that mirrors blocks of sequential sequences."),
+    gauge("pager.patterns.loops", "pattern_loop_sequences", Unit::None, "Loop sequences the pager knows now: sequential sequences the guest read again."),
+    page_gauge("pager.patterns.loop_pages", "pattern_loop", "Guest memory that mirrors blocks of loop sequences."),
+    page_gauge("pager.patterns.unclassified_pages", "pattern_unclassified", "Guest memory that mirrors disk blocks in no sequence."),
+    not("pager.patterns", "the page-cache statistics not exported yet"),
     page_gauge("balloon.target_pages", "balloon_target", "Memory the balloon device asks the guest's driver to hold."),
     page_gauge("balloon.actual_pages", "balloon", "Memory the guest's balloon driver says it holds."),
     page_counter("balloon.inflated_pages", "balloon_inflated", "Memory the balloon driver gave by inflating."),
@@ -860,6 +866,7 @@ mod tests {
                 limit_bytes: Some(64 << 20),
                 pool: Some(crate::PoolStats::default()),
                 indirections: Some(crate::IndirectionStats::default()),
+                patterns: Some(crate::PatternStats::default()),
                 ..PagerStats::default()
             }),
             balloon: Some(BalloonStats {

@@ -367,7 +367,8 @@ pub struct VmSpec {
     /// none).
     #[serde(default)]
     pub victim_cache: u8,
-    /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
+    /// How the pager picks victims, `random`, `clock`, `hd2` or `hd2-whole` (`--victims`;
+    /// default random); the `hd2` ones need `mapper`.
     #[serde(default)]
     pub victims: Option<String>,
     /// The pager's mode, `full` or `baseline` (`--pager`; default full). A host needs the
@@ -503,10 +504,19 @@ impl VmSpec {
         }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
+            Some("hd2" | "hd2-whole") if !self.mapper => {
+                return Err((
+                    "victims",
+                    format!(
+                        "vm '{n}': victims 'hd2' orders the pages that mirror disk blocks: it needs mapper = true"
+                    ),
+                ))
+            }
+            Some("hd2" | "hd2-whole") => {}
             Some(v) => {
                 return Err((
                     "victims",
-                    format!("vm '{n}': victims '{v}': expected random or clock"),
+                    format!("vm '{n}': victims '{v}': expected random, clock, hd2 or hd2-whole"),
                 ))
             }
         }
@@ -656,10 +666,29 @@ mod tests {
                 r#"{"name":"a","mem":"512M","pager":"baseline","victim_cache":10}"#,
                 "full pager",
             ),
+            (
+                r#"{"name":"a","mem":"512M","victims":"hd2-whole"}"#,
+                "needs mapper = true",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","victims":"hd3","mapper":true}"#,
+                "expected random, clock, hd2 or hd2-whole",
+            ),
         ] {
             let s: VmSpec = serde_json::from_str(bad).unwrap();
             let e = s.check().unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
+        }
+        for good in ["hd2", "hd2-whole"] {
+            let s: VmSpec = serde_json::from_str(&format!(
+                r#"{{"name":"a","mem":"512M","victims":"{good}","mapper":true}}"#
+            ))
+            .unwrap();
+            assert!(s.check().is_ok(), "{good}");
+            assert!(s
+                .run_args()
+                .join(" ")
+                .contains(&format!("--victims {good}")));
         }
     }
 

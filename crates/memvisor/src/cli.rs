@@ -123,6 +123,13 @@ pub enum VictimArg {
     Random,
     /// Second chance, with reference bits from the faults the pager sees.
     Clock,
+    /// HyperDealer2 (§4.5; needs --mapper): pages that mirror disk blocks by the reference
+    /// pattern of the guest's disk reads (sequential runs most recent first, then loops least
+    /// recent first, then the rest least recent first), then the others by clock.
+    Hd2,
+    /// `hd2`, taking a sequence whole (up to 64 pages more than asked) once one of its pages
+    /// is taken (the paper's WHOLE_SEQ).
+    Hd2Whole,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -140,6 +140,12 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
                 .into(),
         );
     }
+    if matches!(args.victims, VictimArg::Hd2 | VictimArg::Hd2Whole) && !args.mapper {
+        return bad(
+            "--victims hd2 orders the pages that mirror disk blocks: it needs the Swap Mapper (--mapper)"
+                .into(),
+        );
+    }
     if args.tesseract && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
         return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
     }
@@ -250,6 +256,8 @@ pub fn run(args: RunArgs) -> ExitCode {
         policy: match a.victims {
             VictimArg::Random => memvisor_pager::VictimPolicy::Random,
             VictimArg::Clock => memvisor_pager::VictimPolicy::Clock,
+            VictimArg::Hd2 => memvisor_pager::VictimPolicy::Hd2,
+            VictimArg::Hd2Whole => memvisor_pager::VictimPolicy::Hd2Whole,
         },
         victim_cache: a.victim_cache,
         limit: a.mem_limit,

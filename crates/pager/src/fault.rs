@@ -323,6 +323,7 @@ impl FaultHandler {
         }
         Counters::add(&source.counters().faults, 1);
         Counters::add(&core.counters.prefetched, u64::from(installed - 1));
+        core.counters.add_patterns(table);
         Ok(())
     }
 

@@ -94,13 +94,17 @@ impl DeviceAccess<'_> {
     /// block's content) now mirrors its block, if it is resident. The pages stay writable.
     /// Before the takeover every page a device filled is in plain memory, so it is recorded as
     /// resident first; the takeover keeps what the table says of pages it finds present.
-    fn record_reads(&self, state: &mut Pages, read: Vec<(PageIdx, ImageBlock, Digest)>) {
+    /// The request is one observation of the reference patterns (`pattern.rs`).
+    fn record_reads(&self, state: &mut Pages, disk: u8, read: Vec<(PageIdx, ImageBlock, Digest)>) {
+        let seen: Vec<(PageIdx, u32)> = read.iter().map(|&(p, ib, _)| (p, ib.block)).collect();
         for (p, ib, d) in read {
             if !state.attached {
                 state.table.seed_resident(p);
             }
             state.table.read_from_disk(p, ib, d);
         }
+        state.table.disk_read_seen(disk, &seen);
+        self.core.counters.add_patterns(&mut state.table);
     }
 
     /// The run of pages from `p`, at most `max` long and inside one mapping, for which `fits`
@@ -257,7 +261,7 @@ impl GuestRam for DeviceAccess<'_> {
                 (p, ib, s.digest.page(page))
             })
             .collect();
-        self.record_reads(&mut state, read);
+        self.record_reads(&mut state, disk, read);
     }
 
     fn disk_read_data(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
@@ -278,7 +282,7 @@ impl GuestRam for DeviceAccess<'_> {
             })
             .collect();
         let mut state = self.reclaim.lock_settled(s);
-        self.record_reads(&mut state, read);
+        self.record_reads(&mut state, disk, read);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {

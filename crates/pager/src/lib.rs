@@ -8,7 +8,8 @@
 //! | `digest.rs` | the keyed page digest (SipHash-1-3, 128-bit output, a random key per pager) the Swap Mapper checks mirrors with |
 //! | `state.rs` | the page table of states and its decisions (pure, model-tested) |
 //! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
-//! | `victim.rs` | victim selection (random, clock) and the victim cache |
+//! | `pattern.rs` | HyperDealer2's reference patterns (§4.4–§4.5): sequential and loop sequences detected from guest disk reads and image refaults, and the victim order of mirrored pages built on them (pure) |
+//! | `victim.rs` | victim selection (random, clock, hd2) and the victim cache |
 //! | `stats.rs` | counters (the pager's and each store's) and latencies |
 //! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
@@ -30,6 +31,7 @@ mod fault;
 mod guest_ram;
 pub mod page;
 mod pager;
+pub mod pattern;
 pub mod preventer;
 mod reclaim;
 mod sample;

@@ -37,6 +37,7 @@ impl PagerCore {
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
         let attached = pages.attached;
+        let patterns = s.mech.mapper.then(|| pages.table.patterns.counts());
         let victims = &pages.table.victims;
         let (cooling, cache) = (
             victims.cooling(),
@@ -126,7 +127,14 @@ impl PagerCore {
                 }
                 t
             }),
-            patterns: None,
+            patterns: patterns.map(|c| memvisor_api::PatternStats {
+                sequential: c.sequential,
+                sequential_pages: c.sequential_pages,
+                loops: c.loops,
+                loop_pages: c.loop_pages,
+                unclassified_pages: c.unclassified_pages,
+                ..Default::default()
+            }),
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
 use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
+use crate::pattern::Patterns;
 use crate::victim::{VictimPolicy, Victims};
 
 /// Where one guest page's content is.
@@ -78,6 +79,9 @@ pub struct PageTable {
     digests: std::collections::HashMap<PageIdx, Digest>,
     pub blocks: BlockMap,
     pub victims: Victims,
+    /// HyperDealer2's reference patterns of the mirrored pages (`pattern.rs`), kept with the
+    /// Swap Mapper on (empty without).
+    pub patterns: Patterns,
     pub mech: Mechanisms,
     /// The refault stream from the image: the block a refault continuing it would fault on, and
     /// the window the last refault used.
@@ -159,6 +163,7 @@ impl PageTable {
             digests: std::collections::HashMap::new(),
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
+            patterns: Patterns::new(if mech.mapper { pages } else { 0 }),
             mech,
             image_stream: None,
             census: Census {
@@ -249,6 +254,13 @@ impl PageTable {
         }
         self.victims
             .set_named(p, matches!(s, PageState::Mirrored(_)));
+        if self.mech.mapper {
+            if matches!(s, PageState::Mirrored(_)) {
+                self.patterns.mirrored(p);
+            } else if matches!(old, PageState::Mirrored(_)) {
+                self.patterns.left(p);
+            }
+        }
     }
 
     /// A fault on page `p` (a write if `write`): what to install. The caller installs it, then
@@ -304,10 +316,43 @@ impl PageTable {
     /// Records that the run `lo..lo + n` of swapped or on-disk pages came in, kept clean and
     /// protected if `keep`.
     pub fn install_run(&mut self, lo: PageIdx, n: u32, keep: bool) {
+        let mut refault: Vec<(PageIdx, ImageBlock)> = Vec::new();
         for q in lo..lo + n {
+            if let (PageState::OnDisk(ib), true) = (self.state(q), keep && self.mech.mapper) {
+                refault.push((q, ib));
+            }
             self.loaded(q, keep);
             self.victims.touch(q);
         }
+        // A run from the image is of one disk's consecutive blocks.
+        if let (Some(&(_, first)), Some(&(_, last))) = (refault.first(), refault.last()) {
+            let pages: Vec<(PageIdx, u32)> = refault.iter().map(|&(q, ib)| (q, ib.block)).collect();
+            let (start, end) = (first.block.min(last.block), first.block.max(last.block) + 1);
+            self.patterns.refault(first.disk, start, end, &pages);
+        }
+    }
+
+    /// One guest disk read of `disk` landed, its whole pages `read` (each with its block) filled
+    /// and recorded ([`Self::read_from_disk`]): with the Swap Mapper, the reference patterns see
+    /// it as one read (`pattern.rs`) of the blocks from its first to its last.
+    pub fn disk_read_seen(&mut self, disk: u8, read: &[(PageIdx, u32)]) {
+        if !self.mech.mapper {
+            return;
+        }
+        let (Some(start), Some(last)) = (
+            read.iter().map(|&(_, b)| b).min(),
+            read.iter().map(|&(_, b)| b).max(),
+        ) else {
+            return;
+        };
+        let mut pages: Vec<(PageIdx, u32)> = read
+            .iter()
+            .copied()
+            .filter(|&(p, block)| self.state(p) == PageState::Mirrored(ImageBlock { disk, block }))
+            .collect();
+        pages.sort_unstable_by_key(|&(_, b)| b);
+        self.patterns
+            .read(disk, start, last.saturating_add(1), &pages);
     }
 
     /// The run of pages that comes in with a load of `p` from its slot: `(first page, count)`,
@@ -470,7 +515,21 @@ impl PageTable {
     /// Chooses up to about `n` victims (see [`Victims::pick`]). A page that mirrors an image
     /// block brings the resident pages mirroring the rest of its aligned cluster of blocks, so a
     /// later refault reads them back in one I/O however the guest scattered them in memory.
+    /// With [`VictimPolicy::Hd2`] and [`VictimPolicy::Hd2Whole`] the mirrored pages come in
+    /// the reference patterns' order ([`Self::pick_clean`]) instead, without clusters, and the
+    /// rest by clock.
     pub fn pick_victims(&mut self, n: u32) -> Vec<PageIdx> {
+        if self.victims.policy().is_hd2() {
+            let mut v = self.pick_clean(n);
+            let rest = n.saturating_sub(u32::try_from(v.len()).unwrap_or(u32::MAX));
+            if rest > 0 {
+                let more = self.victims.pick_excluding(rest, &v);
+                v.extend(more);
+            }
+            v.sort_unstable();
+            v.dedup();
+            return v;
+        }
         let mut v = self.victims.pick(n);
         if self.mech.mapper {
             let c = self.mech.cluster.max(1).next_power_of_two();
@@ -498,6 +557,25 @@ impl PageTable {
             v.dedup();
         }
         v
+    }
+
+    /// Up to about `n` resident pages that mirror disk blocks (dropping them costs no write),
+    /// none of them cooling in the victim cache, in the VM's victim order, first choice first:
+    /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, then loops least
+    /// recent first, each from its first block, then unclassified mirrored pages least recent
+    /// first (`pattern.rs`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
+    /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random or clock, mirrored
+    /// pages at random. They stay resident until the caller records what it did with them.
+    pub fn pick_clean(&mut self, n: u32) -> Vec<PageIdx> {
+        let policy = self.victims.policy();
+        if !policy.is_hd2() || !self.mech.mapper {
+            return self.victims.pick_named(n);
+        }
+        let victims = &self.victims;
+        self.patterns
+            .pick(n as usize, policy == VictimPolicy::Hd2Whole, |p| {
+                victims.is_candidate(p)
+            })
     }
 
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
@@ -717,8 +795,12 @@ mod tests {
 
     impl Sim {
         fn new(pages: u32, mech: Mechanisms) -> Self {
+            Self::with_policy(pages, mech, VictimPolicy::Random)
+        }
+
+        fn with_policy(pages: u32, mech: Mechanisms, policy: VictimPolicy) -> Self {
             Sim {
-                t: PageTable::new(pages, pages, mech, VictimPolicy::Random, 7),
+                t: PageTable::new(pages, pages, mech, policy, 7),
                 ram: HashMap::new(),
                 swap: HashMap::new(),
                 disk: HashMap::new(),
@@ -829,6 +911,25 @@ mod tests {
                 self.t
                     .read_from_disk(p, ImageBlock { disk: 0, block: b }, u128::from(v));
             }
+            self.t.disk_read_seen(0, &[(p, b)]);
+        }
+
+        /// One guest disk read of blocks `b..b + n` into pages `p..p + n`.
+        fn disk_read_run(&mut self, p: PageIdx, b: u32, n: u32) {
+            for i in 0..n {
+                let v = self.disk.get(&(b + i)).copied().unwrap_or(0);
+                self.device_write(p + i, v);
+                self.t.read_from_disk(
+                    p + i,
+                    ImageBlock {
+                        disk: 0,
+                        block: b + i,
+                    },
+                    u128::from(v),
+                );
+            }
+            let read: Vec<(PageIdx, u32)> = (0..n).map(|i| (p + i, b + i)).collect();
+            self.t.disk_read_seen(0, &read);
         }
 
         /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it.
@@ -893,6 +994,20 @@ mod tests {
                 }
             }
             assert_eq!(self.t.resident() as usize, self.ram.len());
+            // The reference patterns hold exactly the mirrored pages, each once.
+            if self.t.mech.mapper {
+                for p in 0..self.t.len() {
+                    let placed = self.t.patterns.sequence_of(p).is_some()
+                        || self.t.patterns.is_unclassified(p);
+                    let mirrored = matches!(self.t.state(p), PageState::Mirrored(_));
+                    assert_eq!(placed, mirrored, "page {p}");
+                }
+                let c = self.t.patterns.counts();
+                assert_eq!(
+                    c.sequential_pages + c.loop_pages + c.unclassified_pages,
+                    u64::from(self.t.census().mirrored)
+                );
+            }
             assert_eq!(self.t.census(), self.t.census_by_scan());
             assert_eq!(self.t.census().resident, self.t.resident());
         }
@@ -909,6 +1024,8 @@ mod tests {
         Report(u32),
         Sample(u32),
         DiskRead(u32, u32),
+        /// One read of `n` blocks from block `b` into pages from `p`.
+        DiskReadRun(u32, u32, u32),
         DiskWrite(u32, u32),
     }
 
@@ -928,6 +1045,8 @@ mod tests {
             1 => p.clone().prop_map(Op::Report),
             1 => p.clone().prop_map(Op::Sample),
             2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskRead(p, b)),
+            2 => (0..PAGES - 4, 0..BLOCKS - 4, 1u32..5)
+                .prop_map(|(p, b, n)| Op::DiskReadRun(p, b, n)),
             2 => (p, 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
         ]
     }
@@ -938,7 +1057,12 @@ mod tests {
 
     /// [`run`] with a victim cache of `percent` of the pages.
     fn run_cached(ops: &[Op], mech: Mechanisms, percent: u8) -> Sim {
-        let mut sim = Sim::new(PAGES, mech);
+        run_with(ops, mech, percent, VictimPolicy::Random)
+    }
+
+    /// [`run_cached`] with victim policy `policy`.
+    fn run_with(ops: &[Op], mech: Mechanisms, percent: u8, policy: VictimPolicy) -> Sim {
+        let mut sim = Sim::with_policy(PAGES, mech, policy);
         sim.t.victims.cache_percent = percent;
         // The reference: what the guest last wrote to each page (0 after the balloon or a report).
         let mut model = vec![0u64; PAGES as usize];
@@ -969,6 +1093,12 @@ mod tests {
                     sim.disk_read(p, b);
                     model[p as usize] = disk_model[b as usize];
                 }
+                Op::DiskReadRun(p, b, n) => {
+                    sim.disk_read_run(p, b, n);
+                    for i in 0..n {
+                        model[(p + i) as usize] = disk_model[(b + i) as usize];
+                    }
+                }
                 Op::DiskWrite(p, b) => {
                     sim.disk_write(p, b);
                     disk_model[b as usize] = model[p as usize];
@@ -990,6 +1120,9 @@ mod tests {
             run(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT });
             run_cached(&ops, Mechanisms { mapper: true, ..Mechanisms::DEFAULT }, 10);
             run_cached(&ops, Mechanisms::DEFAULT, 3);
+            let mapper = Mechanisms { mapper: true, ..Mechanisms::DEFAULT };
+            run_with(&ops, mapper, 0, VictimPolicy::Hd2);
+            run_with(&ops, mapper, 10, VictimPolicy::Hd2Whole);
         }
     }
 
@@ -1145,6 +1278,65 @@ mod tests {
             "32 sequential pages came in {} reads",
             sim.reads
         );
+    }
+
+    #[test]
+    fn hd2_victims_take_sequential_runs_first_then_loops_then_the_rest() {
+        let mut sim = Sim::with_policy(64, MAPPER, VictimPolicy::Hd2);
+        for b in 0..32 {
+            sim.disk.insert(b, 100 + u64::from(b));
+        }
+        sim.write(60, 7);
+        // Blocks 0..8, read front to back into pages 0..8, then read again: a loop.
+        sim.disk_read_run(0, 0, 4);
+        sim.disk_read_run(4, 4, 4);
+        // Blocks 16..24 read front to back into pages 16..24: sequential.
+        sim.disk_read_run(16, 16, 4);
+        sim.disk_read_run(20, 20, 4);
+        sim.disk_read_run(0, 0, 8);
+        // Block 30 alone into page 40: unclassified.
+        sim.disk_read_run(40, 30, 1);
+        let c = sim.t.patterns.counts();
+        assert_eq!(
+            (c.sequential, c.loops, c.unclassified_pages),
+            (1, 1, 1),
+            "{c:?}"
+        );
+        let want: Vec<PageIdx> = [16..24, 0..8, 40..41].into_iter().flatten().collect();
+        assert_eq!(sim.t.pick_clean(64), want);
+        assert_eq!(sim.t.pick_clean(3), vec![16, 17, 18]);
+        // The anonymous page only once every mirrored one is taken.
+        assert!(!sim.t.pick_victims(17).contains(&60));
+        assert!(sim.t.pick_victims(18).contains(&60));
+        // Reclaim drops the sequential run first, without a write.
+        sim.reclaim(8);
+        assert!((16..24).all(|p| matches!(sim.t.state(p), PageState::OnDisk(_))));
+        assert!((0..8).all(|p| matches!(sim.t.state(p), PageState::Mirrored(_))));
+        assert_eq!(sim.writes, 0);
+        // The guest uses them again: they refault from the image, and the sequence is a loop.
+        assert_eq!(sim.read(17), 117);
+        let s = sim
+            .t
+            .patterns
+            .sequence_of(17)
+            .expect("back in its sequence");
+        assert_eq!(
+            (s.kind, s.start, s.end),
+            (crate::pattern::Kind::Loop, 16, 24)
+        );
+        assert_eq!(sim.t.patterns.counts().sequential, 0);
+        assert_eq!(sim.t.patterns.take_detected(), (2, 2));
+    }
+
+    #[test]
+    fn random_and_clock_give_mirrored_pages_as_clean_picks() {
+        let mut sim = Sim::new(16, MAPPER);
+        sim.write(9, 1);
+        sim.disk_read_run(0, 0, 4);
+        let mut v = sim.t.pick_clean(16);
+        v.sort_unstable();
+        assert_eq!(v, vec![0, 1, 2, 3]);
+        assert_eq!(sim.t.pick_clean(2).len(), 2);
     }
 
     #[test]

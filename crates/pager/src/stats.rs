@@ -100,6 +100,18 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts the sequences and loops the page table's reference patterns detected since this
+    /// was last called (after each guest disk read and image refault).
+    pub(crate) fn add_patterns(&self, table: &mut crate::state::PageTable) {
+        let (sequences, loops) = table.patterns.take_detected();
+        if sequences > 0 {
+            Counters::add(&self.sequences_detected, sequences);
+        }
+        if loops > 0 {
+            Counters::add(&self.loops_detected, loops);
+        }
+    }
+
     /// The counters now, as the API's [`PagerCounters`], with what the stores did (the swap
     /// file's, and all disk images' together). Each is read on its own (they are independent
     /// event counts, not a consistent cut).

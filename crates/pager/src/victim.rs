@@ -1,4 +1,7 @@
-//! Victim selection among resident pages: `random` (ESX §3.3) or `clock` (second chance).
+//! Victim selection among resident pages: `random` (ESX §3.3), `clock` (second chance), or
+//! HyperDealer2's reference-pattern order for the pages that mirror disk blocks (`hd2`,
+//! `hd2-whole`: §4.5, the order itself in `pattern.rs`, applied by
+//! [`PageTable::pick_victims`](crate::state::PageTable::pick_victims)) with clock for the rest.
 //!
 //! What "recently used" can mean here: the host cannot read the guest's accessed bits (KVM keeps
 //! them in its own page tables, and this kernel has no idle page tracking), and testing a page by
@@ -22,6 +25,17 @@ use crate::page::PageIdx;
 pub enum VictimPolicy {
     Random,
     Clock,
+    /// HyperDealer2 (§4.5): mirrored pages by reference pattern, then the others by clock.
+    Hd2,
+    /// [`Self::Hd2`] taking a sequence whole once one of its pages is taken (WHOLE_SEQ).
+    Hd2Whole,
+}
+
+impl VictimPolicy {
+    /// Whether mirrored pages go in the reference patterns' order.
+    pub fn is_hd2(self) -> bool {
+        matches!(self, VictimPolicy::Hd2 | VictimPolicy::Hd2Whole)
+    }
 }
 
 const ABSENT: u32 = u32::MAX;
@@ -100,6 +114,15 @@ impl Victims {
     /// Resident pages victims may be chosen from (not cooling).
     fn candidates(&self) -> u32 {
         u32::try_from(self.list.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn policy(&self) -> VictimPolicy {
+        self.policy
+    }
+
+    /// Whether `p` is resident and may be chosen (not cooling).
+    pub fn is_candidate(&self, p: PageIdx) -> bool {
+        self.pos.get(p as usize).is_some_and(|&i| i != ABSENT)
     }
 
     /// Pages in the victim cache now.
@@ -218,20 +241,54 @@ impl Victims {
     /// neighbours become contiguous writes and merged syscalls). They stay resident until the
     /// caller records their reclaim.
     pub fn pick(&mut self, n: u32) -> Vec<PageIdx> {
-        let n = n.min(self.candidates()) as usize;
-        let mut out = Vec::with_capacity(n + self.cluster as usize);
-        let mut taken = std::collections::HashSet::with_capacity(n);
-        // Pages that mirror disk blocks go first: they leave without a write and come back
-        // from the image (VSwapper: no false page anonymity). They go singly: their neighbours
-        // on the image, not in memory, are what a refault reads with them.
-        let mut named_left = self.named.len().min(n);
-        while out.len() < n && named_left > 0 {
+        self.pick_excluding(n, &[])
+    }
+
+    /// Up to `n` distinct pages that mirror disk blocks, at random, in the order chosen.
+    pub fn pick_named(&mut self, n: u32) -> Vec<PageIdx> {
+        let mut out = Vec::new();
+        self.take_named(n as usize, &mut std::collections::HashSet::new(), &mut out);
+        out
+    }
+
+    /// Adds up to `n` named pages not `taken` to `out`, at random.
+    fn take_named(
+        &mut self,
+        n: usize,
+        taken: &mut std::collections::HashSet<PageIdx>,
+        out: &mut Vec<PageIdx>,
+    ) {
+        let free = if taken.is_empty() {
+            self.named.len()
+        } else {
+            self.named.iter().filter(|p| !taken.contains(p)).count()
+        };
+        let mut named_left = free.min(n);
+        while named_left > 0 {
             let i = usize::try_from(self.next_random() % self.named.len() as u64).unwrap_or(0);
             let p = self.named[i];
             if taken.insert(p) {
                 out.push(p);
                 named_left -= 1;
             }
+        }
+    }
+
+    /// [`Self::pick`] leaving out the pages of `exclude` (already chosen); with the HD2
+    /// policies the named pages are not preferred (they come in pattern order, chosen by the
+    /// caller) and the rest goes by clock.
+    pub fn pick_excluding(&mut self, n: u32, exclude: &[PageIdx]) -> Vec<PageIdx> {
+        let mut taken: std::collections::HashSet<PageIdx> = exclude.iter().copied().collect();
+        let left = self
+            .candidates()
+            .saturating_sub(u32::try_from(exclude.len()).unwrap_or(u32::MAX));
+        let n = n.min(left) as usize;
+        let mut out = Vec::with_capacity(n + self.cluster as usize);
+        // Pages that mirror disk blocks go first: they leave without a write and come back
+        // from the image (VSwapper: no false page anonymity). They go singly: their neighbours
+        // on the image, not in memory, are what a refault reads with them.
+        if !self.policy.is_hd2() {
+            self.take_named(n, &mut taken, &mut out);
         }
         match self.policy {
             VictimPolicy::Random => {
@@ -244,7 +301,7 @@ impl Victims {
                     }
                 }
             }
-            VictimPolicy::Clock => {
+            VictimPolicy::Clock | VictimPolicy::Hd2 | VictimPolicy::Hd2Whole => {
                 // Two sweeps at most: the first clears reference bits.
                 let mut steps = 2 * self.list.len();
                 while out.len() < n && steps > 0 {
