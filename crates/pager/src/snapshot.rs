@@ -42,6 +42,18 @@ impl PagerCore {
             victims.cooling(),
             (victims.cache_hits, victims.cache_caught),
         );
+        // The page-cache statistics of HyperDealer2, with the Swap Mapper (which sees the
+        // guest's disk reads and the pages that mirror its blocks).
+        let patterns = pages.table.mech.mapper.then(|| {
+            let ghost = &pages.table.ghost;
+            memvisor_api::PatternStats {
+                ghost_entries: ghost.len() as u64,
+                ghost_bucket_pages: ghost.bucket_pages(),
+                ghost_hits: ghost.hits().to_vec(),
+                ghost_misses: ghost.misses(),
+                ..memvisor_api::PatternStats::default()
+            }
+        });
         drop(pages);
         // Before the pager has taken RAM over the page table does not follow what the guest
         // touches: what the host holds is what the page map says is present.
@@ -126,7 +138,7 @@ impl PagerCore {
                 }
                 t
             }),
-            patterns: None,
+            patterns,
         }
     }
 }
