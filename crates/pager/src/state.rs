@@ -442,13 +442,16 @@ impl PageTable {
         }
     }
 
-    /// A fault on `p` is about to bring it in: if it was dropped while mirroring an image
-    /// block, the guest missed that block in RAM, a lookup in the ghost cache as for a guest
-    /// disk read. (The pages that come in with it from the image leave the ghost cache
-    /// uncounted: nobody asked for them yet.)
-    pub fn image_refault(&mut self, p: PageIdx) {
-        if let PageState::OnDisk(ib) = self.state(p) {
-            if self.mech.mapper {
+    /// A fault is about to bring in the run `lo..lo + n` from its store: each page of it dropped
+    /// while mirroring an image block is a block read from the image because guest RAM lacked
+    /// it, a lookup in the ghost cache as for a guest disk read. (A sequential reader touches
+    /// the whole run; a random one may not, and the run is then counted a little ahead.)
+    pub fn image_refault(&mut self, lo: PageIdx, n: u32) {
+        if !self.mech.mapper {
+            return;
+        }
+        for q in lo..lo.saturating_add(n).min(self.len()) {
+            if let PageState::OnDisk(ib) = self.state(q) {
                 self.ghost.access(&ib);
             }
         }
@@ -828,7 +831,7 @@ mod tests {
                         };
                         self.ram.insert(q, (v, keep));
                     }
-                    self.t.image_refault(p);
+                    self.t.image_refault(lo, n);
                     self.t.install_run(lo, n, keep);
                 }
             }
@@ -1233,6 +1236,9 @@ mod tests {
             }
         }
         starts.push(n);
+        // Every block the refaults read had left guest RAM: each one a ghost hit.
+        assert_eq!(sim.t.ghost.hits().iter().sum::<u64>(), u64::from(n));
+        assert!(sim.t.ghost.is_empty());
         let runs: Vec<u32> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         let w = Mechanisms::DEFAULT.prefetch;
         assert_eq!(&runs[..4], &[w, 2 * w, 4 * w, 8 * w]);
