@@ -135,6 +135,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             active: ActiveMemory::default(),
             pool: Some(PoolStats::default()),
             indirections: Some(memvisor_api::IndirectionStats::default()),
+            patterns: Some(memvisor_api::PatternStats::default()),
         }),
         sharing: Some(memvisor_api::SharingStats::default()),
         balloon: Some(BalloonStats {
