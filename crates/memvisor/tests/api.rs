@@ -135,7 +135,11 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             active: ActiveMemory::default(),
             pool: Some(PoolStats::default()),
             indirections: Some(memvisor_api::IndirectionStats::default()),
-            patterns: Some(memvisor_api::PatternStats::default()),
+            patterns: Some(memvisor_api::PatternStats {
+                ghost_hits: vec![1],
+                dwell_ms_log2: vec![1],
+                ..memvisor_api::PatternStats::default()
+            }),
         }),
         sharing: Some(memvisor_api::SharingStats::default()),
         balloon: Some(BalloonStats {
@@ -158,6 +162,18 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             serde_json::to_value(PoolUpdate { bytes: 1 }).unwrap(),
         ),
         (
+            "ReleaseRequest",
+            serde_json::to_value(memvisor_api::ReleaseRequest { pages: 1 }).unwrap(),
+        ),
+        (
+            "ReleaseResult",
+            serde_json::to_value(memvisor_api::ReleaseResult {
+                limit_bytes: Some(1),
+                ..memvisor_api::ReleaseResult::default()
+            })
+            .unwrap(),
+        ),
+        (
             "BalloonUpdate",
             serde_json::to_value(BalloonUpdate { target: 1 }).unwrap(),
         ),
@@ -177,7 +193,7 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 8);
+    assert_eq!(paths.len(), 9);
     let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
