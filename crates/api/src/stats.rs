@@ -110,11 +110,14 @@ pub struct PatternStats {
     pub ghost_entries: u64,
     /// Pages per bucket of `ghost_hits`.
     pub ghost_bucket_pages: u64,
-    /// Guest disk reads of a block the ghost cache held, by stack distance: element `i` counts
-    /// those found between `i * ghost_bucket_pages` and `(i + 1) * ghost_bucket_pages` from the
-    /// most recent end (Mattson): reads that that many more pages of cache would have saved.
+    /// Block reads that missed guest RAM (guest disk reads, and the blocks of refaults from the
+    /// image of pages the pager dropped) of a block the ghost cache held, by stack distance:
+    /// element `i` counts those found between `i * ghost_bucket_pages` and
+    /// `(i + 1) * ghost_bucket_pages` from the most recent end (Mattson): reads that that many
+    /// more pages of memory would have saved.
     pub ghost_hits: Vec<u64>,
-    /// Guest disk reads of a block the ghost cache did not hold.
+    /// Block reads that missed guest RAM (as for `ghost_hits`) of a block the ghost cache did
+    /// not hold.
     pub ghost_misses: u64,
     /// Released pages that came back (a fault or a guest disk read), by how long they stayed
     /// out: element `i` counts dwell times in `[2^i, 2^(i+1))` ms (element 0 also below 1 ms).

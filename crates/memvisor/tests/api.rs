@@ -162,6 +162,18 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             serde_json::to_value(PoolUpdate { bytes: 1 }).unwrap(),
         ),
         (
+            "ReleaseRequest",
+            serde_json::to_value(memvisor_api::ReleaseRequest { pages: 1 }).unwrap(),
+        ),
+        (
+            "ReleaseResult",
+            serde_json::to_value(memvisor_api::ReleaseResult {
+                limit_bytes: Some(1),
+                ..memvisor_api::ReleaseResult::default()
+            })
+            .unwrap(),
+        ),
+        (
             "BalloonUpdate",
             serde_json::to_value(BalloonUpdate { target: 1 }).unwrap(),
         ),

@@ -676,6 +676,112 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     assert!(c.faults_image > 0, "and came back from the image");
 }
 
+/// Runs `seqread passes=3` over a 96 MiB file in a VM of `mem` limited to `limit`, with the
+/// Swap Mapper; returns its page-cache statistics and pager counters.
+fn ghost_run(mem: &str, limit: &str) -> (memvisor_api::PatternStats, memvisor_api::PagerCounters) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("data.img");
+    let st = Command::new(MEMVISOR)
+        .args([
+            "mkdisk", "data", "--size", "128M", "--files", "seq:96M", "--seed", "3",
+        ])
+        .arg("--out")
+        .arg(&img)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let disk = format!("{},id=data", img.display());
+    let p = run_checked(
+        &[
+            "--mem",
+            mem,
+            "--mem-limit",
+            limit,
+            "--mapper",
+            "--disk",
+            &disk,
+            "--workload",
+            "seqread",
+            "--cmdline",
+            "passes=3",
+        ],
+        "seqread",
+    );
+    let g = p
+        .patterns
+        .expect("page-cache statistics with the Swap Mapper");
+    eprintln!(
+        "{mem} limited to {limit}: ghost {} entries, {} pages a bucket, hits {:?} ({}), misses {}; mirrored dropped {}, image faults {}",
+        g.ghost_entries,
+        g.ghost_bucket_pages,
+        g.ghost_hits,
+        g.ghost_hits.iter().sum::<u64>(),
+        g.ghost_misses,
+        p.counters.reclaimed_mirrored,
+        p.counters.faults_image
+    );
+    assert_eq!(g.ghost_hits.len(), 32);
+    assert!(g.ghost_entries <= 32 * g.ghost_bucket_pages);
+    // Pass 1 reads every block once (24,576 of them) with an empty ghost cache.
+    assert!(g.ghost_misses >= 24_576, "{}", g.ghost_misses);
+    (g, p.counters)
+}
+
+/// What the demand estimator asks for a VM with ghost hits `g` against an idle one.
+fn demand_against_idle(g: &memvisor_api::PatternStats) -> Vec<u64> {
+    let observed = memvisor_policy::DemandInput {
+        bucket_pages: g.ghost_bucket_pages,
+        hits: g.ghost_hits.clone(),
+        swap_pages: None,
+    };
+    let idle = memvisor_policy::DemandInput {
+        bucket_pages: g.ghost_bucket_pages,
+        hits: vec![0; g.ghost_hits.len()],
+        swap_pages: None,
+    };
+    let wanted = memvisor_policy::estimate(&[observed, idle], &Default::default());
+    eprintln!("demand: {wanted:?} pages");
+    wanted
+}
+
+/// The ghost cache (HyperDealer2 §5.3), with the pages leaving through the host: a guest reads
+/// a 96 MiB file three times in a 128 MiB VM limited to 48 MiB. The file fits the guest's page
+/// cache, so reclaim drops its pages, and passes 2 and 3 refault them from the image: each
+/// block found in the ghost cache about as deep as the part of the file that did not fit, and
+/// the demand estimator asks for about that many pages against an idle VM.
+#[test]
+fn the_ghost_cache_finds_refaults_of_file_pages_reclaim_dropped() {
+    let (g, c) = ghost_run("128M", "48M");
+    assert_eq!(g.ghost_bucket_pages, (128 * MIB / 4096).div_ceil(32));
+    let hits: u64 = g.ghost_hits.iter().sum();
+    assert!(c.faults_image > 0);
+    // Passes 2 and 3 reread what left: most of the file, twice.
+    assert!(hits > 20_000, "{hits} rereads found in the ghost cache");
+    // Each reread block had about the rest of the file above it (24,576 pages less the
+    // ~12,000 of the limit): most hits are past 8,192 pages.
+    let deep: u64 = g.ghost_hits[8..].iter().sum();
+    assert!(deep * 2 > hits, "{:?}", g.ghost_hits);
+    let wanted = demand_against_idle(&g);
+    assert!(
+        wanted[0] >= 8 * g.ghost_bucket_pages && wanted[1] == 0,
+        "{wanted:?}"
+    );
+}
+
+/// The ghost cache with the pages leaving through the guest: the same reads in a 64 MiB VM
+/// limited to 48 MiB, whose page cache cannot hold the file. The guest evicts its pages and
+/// reads other blocks into them, which the pager sees; its rereads are guest disk reads found
+/// in the ghost cache.
+#[test]
+fn the_ghost_cache_finds_rereads_of_file_pages_the_guest_evicted() {
+    let (g, _) = ghost_run("64M", "48M");
+    let hits: u64 = g.ghost_hits.iter().sum();
+    // Passes 2 and 3 read all 49,152 blocks again (all were found when this was written).
+    assert!(hits > 40_000, "{hits} rereads found in the ghost cache");
+    let wanted = demand_against_idle(&g);
+    assert!(wanted[0] > 0 && wanted[1] == 0, "{wanted:?}");
+}
+
 /// The False Reads Preventer: a guest that zeroes fresh pages (`rep stosb`) whose old content
 /// is in the swap store gets them without a single read of that content, and every word of
 /// every fresh page reads zero.

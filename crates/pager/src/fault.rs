@@ -291,6 +291,8 @@ impl FaultHandler {
             source,
         } = *read;
         let n = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
+        // A refault from the image reads blocks that missed guest RAM: the ghost cache's lookups.
+        table.image_refault(lo, n);
         let mut installed = 0;
         let mut i = 0;
         while i < n {

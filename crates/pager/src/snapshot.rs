@@ -37,12 +37,29 @@ impl PagerCore {
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
         let attached = pages.attached;
-        let patterns = s.mech.mapper.then(|| pages.table.patterns.counts());
         let victims = &pages.table.victims;
         let (cooling, cache) = (
             victims.cooling(),
             (victims.cache_hits, victims.cache_caught),
         );
+        // The page-cache statistics of HyperDealer2, with the Swap Mapper (which sees the
+        // guest's disk reads and the pages that mirror its blocks).
+        let patterns = pages.table.mech.mapper.then(|| {
+            let ghost = &pages.table.ghost;
+            let c = pages.table.patterns.counts();
+            memvisor_api::PatternStats {
+                sequential: c.sequential,
+                sequential_pages: c.sequential_pages,
+                loops: c.loops,
+                loop_pages: c.loop_pages,
+                unclassified_pages: c.unclassified_pages,
+                ghost_entries: ghost.len() as u64,
+                ghost_bucket_pages: ghost.bucket_pages(),
+                ghost_hits: ghost.hits().to_vec(),
+                ghost_misses: ghost.misses(),
+                ..memvisor_api::PatternStats::default()
+            }
+        });
         drop(pages);
         // Before the pager has taken RAM over the page table does not follow what the guest
         // touches: what the host holds is what the page map says is present.
@@ -127,14 +144,7 @@ impl PagerCore {
                 }
                 t
             }),
-            patterns: patterns.map(|c| memvisor_api::PatternStats {
-                sequential: c.sequential,
-                sequential_pages: c.sequential_pages,
-                loops: c.loops,
-                loop_pages: c.loop_pages,
-                unclassified_pages: c.unclassified_pages,
-                ..Default::default()
-            }),
+            patterns,
         }
     }
 }

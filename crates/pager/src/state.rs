@@ -8,6 +8,7 @@ use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
 use crate::pattern::Patterns;
 use crate::victim::{VictimPolicy, Victims};
+use memvisor_policy::ghost::{Ghost, GHOST_BUCKETS};
 
 /// Where one guest page's content is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +92,14 @@ pub struct PageTable {
     /// Runs being read from their store without the page lock ([`Self::watch`]).
     watched: Vec<Watch>,
     next_watch: u64,
+    /// The ghost cache (HyperDealer2 §5.3) of image blocks whose pages left guest RAM, with the
+    /// Swap Mapper: see [`Self::left_ram`] for what enters, [`Self::read_from_disk`] and
+    /// [`Self::image_refault`] for the lookups.
+    pub ghost: Ghost<ImageBlock>,
+    /// The image block each page mirrored last, kept from the moment the association ended
+    /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
+    /// a guest disk read into the page then tells the guest evicted that block.
+    ended: std::collections::HashMap<PageIdx, ImageBlock>,
 }
 
 /// A run of pages whose slots are being read without the page lock, and which of them changed
@@ -172,6 +181,11 @@ impl PageTable {
             },
             watched: Vec::new(),
             next_watch: 0,
+            // As many entries as the VM has pages: the guest's page cache cannot grow past its
+            // RAM, so no extra demand is larger.
+            ghost: Ghost::new(pages.max(1) as usize, GHOST_BUCKETS)
+                .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
+            ended: std::collections::HashMap::new(),
         }
     }
 
@@ -230,6 +244,13 @@ impl PageTable {
         }
         if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = s {
             self.by_block.entry(ib).or_default().push(p);
+            self.ended.remove(&p);
+        } else if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
+            self.ended.insert(p, ib);
+        }
+        if let PageState::Mirrored(ib) = s {
+            // Its block is in guest RAM again.
+            self.ghost.remove(&ib);
         }
         self.pages[p as usize] = s;
         self.census.moved(old, s);
@@ -307,7 +328,11 @@ impl PageTable {
                 }
             }
             PageState::OnDisk(ib) if keep => PageState::Mirrored(ib),
-            PageState::OnDisk(_) | PageState::Sampled(_) => PageState::Resident { clean: None },
+            PageState::OnDisk(ib) => {
+                self.ghost.remove(&ib);
+                PageState::Resident { clean: None }
+            }
+            PageState::Sampled(_) => PageState::Resident { clean: None },
             s => unreachable!("only pages swapped, on disk or sampled are loaded, not {s:?}"),
         };
         self.set(p, s);
@@ -444,6 +469,40 @@ impl PageTable {
             (Disposition::Write, None) => unreachable!("a written page has a block"),
         };
         self.set(p, s);
+        if let Disposition::DropMirrored(ib) = d {
+            self.left_ram(ib);
+        }
+    }
+
+    /// The page holding image block `ib` left guest RAM (reclaim dropped it, the guest
+    /// evicted it, a release took it): with the Swap Mapper, `ib` enters the ghost cache at
+    /// its most recent end, unless another resident page still mirrors it.
+    pub fn left_ram(&mut self, ib: ImageBlock) {
+        if !self.mech.mapper {
+            return;
+        }
+        let in_ram = self.by_block.get(&ib).is_some_and(|v| {
+            v.iter()
+                .any(|&q| self.pages[q as usize] == PageState::Mirrored(ib))
+        });
+        if !in_ram {
+            self.ghost.insert(ib);
+        }
+    }
+
+    /// A fault is about to bring in the run `lo..lo + n` from its store: each page of it dropped
+    /// while mirroring an image block is a block read from the image because guest RAM lacked
+    /// it, a lookup in the ghost cache as for a guest disk read. (A sequential reader touches
+    /// the whole run; a random one may not, and the run is then counted a little ahead.)
+    pub fn image_refault(&mut self, lo: PageIdx, n: u32) {
+        if !self.mech.mapper {
+            return;
+        }
+        for q in lo..lo.saturating_add(n).min(self.len()) {
+            if let PageState::OnDisk(ib) = self.state(q) {
+                self.ghost.access(&ib);
+            }
+        }
     }
 
     /// Whether a device may install `p` whole without reading it (it is not mapped).
@@ -477,6 +536,10 @@ impl PageTable {
             _ => {}
         }
         self.set(p, to);
+        // The guest freed the page: the block it held left its page cache.
+        if let Some(ib) = self.ended.remove(&p) {
+            self.left_ram(ib);
+        }
         is_resident(was)
     }
 
@@ -672,8 +735,29 @@ impl PageTable {
     /// `p`: with the mapper, `p` now mirrors `ib` as long as its content keeps that digest. The
     /// page is not write-protected for it: reclaim protects it and compares digests before it
     /// relies on the mirror ([`Self::mirror_digest`], [`Self::mirror_changed`]).
+    ///
+    /// For the ghost cache: the block `p` held before (mirrored, or dropped while mirroring)
+    /// left the guest's page cache, since the guest reused its page for `ib`; and the read of
+    /// `ib` missed the guest's page cache, a lookup.
     pub fn read_from_disk(&mut self, p: PageIdx, ib: ImageBlock, digest: Digest) {
-        if !self.mech.mapper || !is_resident(self.state(p)) {
+        if !self.mech.mapper {
+            return;
+        }
+        let before = match self.state(p) {
+            PageState::Mirrored(b) | PageState::OnDisk(b) => Some(b),
+            _ => self.ended.remove(&p),
+        };
+        if let Some(b) = before {
+            // It leaves before the read that replaced it is looked up; the page that held it
+            // no longer counts as holding it.
+            if let PageState::Mirrored(_) = self.state(p) {
+                self.set(p, PageState::Resident { clean: None });
+                self.ended.remove(&p);
+            }
+            self.left_ram(b);
+        }
+        self.ghost.access(&ib);
+        if !is_resident(self.state(p)) {
             return;
         }
         if let PageState::Resident { clean: Some(b) } = self.state(p) {
@@ -832,6 +916,7 @@ mod tests {
                         };
                         self.ram.insert(q, (v, keep));
                     }
+                    self.t.image_refault(lo, n);
                     self.t.install_run(lo, n, keep);
                 }
             }
@@ -993,6 +1078,13 @@ mod tests {
                     }
                 }
             }
+            // The ghost cache holds only blocks out of guest RAM.
+            for p in 0..self.t.len() {
+                if let PageState::Mirrored(ib) = self.t.state(p) {
+                    assert!(!self.t.ghost.contains(&ib), "page {p} holds {ib:?}");
+                }
+            }
+            assert!(self.t.ghost.len() <= self.t.ghost.capacity());
             assert_eq!(self.t.resident() as usize, self.ram.len());
             // The reference patterns hold exactly the mirrored pages, each once.
             if self.t.mech.mapper {
@@ -1158,6 +1250,78 @@ mod tests {
         assert_eq!(sim.t.state(3), PageState::Resident { clean: None });
     }
 
+    /// Hits by distance, up to the last non-zero bucket.
+    fn ghost_hits(t: &PageTable) -> Vec<u64> {
+        let h = t.ghost.hits();
+        let end = h.iter().rposition(|&x| x > 0).map_or(0, |i| i + 1);
+        h[..end].to_vec()
+    }
+
+    #[test]
+    fn pages_reclaim_drops_enter_the_ghost_cache_and_refaults_hit_at_their_distance() {
+        let mut sim = Sim::new(16, MAPPER);
+        assert_eq!(sim.t.ghost.bucket_pages(), 1);
+        // Blocks far apart: each refault brings its page alone.
+        for p in 0..8 {
+            sim.disk.insert(10 * p, 100 + u64::from(p));
+            sim.disk_read(p, 10 * p);
+        }
+        assert_eq!(sim.t.ghost.misses(), 8, "every guest disk read is a lookup");
+        assert!(sim.t.ghost.is_empty());
+        sim.reclaim(16);
+        assert_eq!(
+            sim.t.ghost.len(),
+            8,
+            "the dropped mirrors, pages 0..8 in order"
+        );
+        assert_eq!(sim.read(5), 105);
+        assert_eq!(sim.read(0), 100);
+        // Page 5's block had 6 and 7 above it; page 0's then 1..=4, 6 and 7.
+        assert_eq!(ghost_hits(&sim.t), [0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(sim.t.ghost.len(), 6);
+        // Dropped again, block 50 goes back in at the top.
+        sim.reclaim(16);
+        assert_eq!(sim.t.ghost.len(), 8);
+        assert_eq!(sim.read(7), 107);
+        assert_eq!(
+            ghost_hits(&sim.t),
+            [0, 0, 2, 0, 0, 0, 1],
+            "7 was under 0 and 5"
+        );
+        assert_eq!(sim.t.ghost.misses(), 8);
+    }
+
+    #[test]
+    fn a_guest_disk_read_into_a_page_that_held_another_block_evicts_that_block() {
+        let mut sim = Sim::new(16, MAPPER);
+        for b in [10, 20, 30, 40, 50] {
+            sim.disk.insert(b, u64::from(b));
+        }
+        sim.disk_read(0, 10);
+        sim.disk_read(1, 20);
+        sim.disk_read(2, 30);
+        // The guest evicts block 10 and reads 40 into its page (the table still says mirrored).
+        sim.disk_read(0, 40);
+        // A device overwriting a page ends its mirroring first, as the pager does for a
+        // write-protected one; the block it held is remembered until the read is recorded.
+        assert!(sim.t.write_fault(1));
+        sim.disk_read(1, 50);
+        assert_eq!(sim.t.ghost.len(), 2, "blocks 10 and 20");
+        assert_eq!(sim.t.ghost.misses(), 5);
+        // Page 2's block 30 leaves for 10, which had 20 and 30 above it.
+        sim.disk_read(2, 10);
+        // Page 0's block 40 leaves for 30, which had 40 above it.
+        sim.disk_read(0, 30);
+        assert_eq!(ghost_hits(&sim.t), [0, 1, 1]);
+        assert_eq!(sim.t.ghost.len(), 2, "blocks 20 and 40");
+        assert_eq!(sim.t.ghost.misses(), 5);
+        // A block another page still mirrors does not leave RAM with this one.
+        sim.disk_read(3, 50);
+        sim.disk_read(3, 10);
+        assert!(!sim.t.ghost.contains(&ImageBlock { disk: 0, block: 50 }));
+        assert_eq!(sim.read(3), 10);
+    }
+
     #[test]
     fn a_mirror_written_without_a_fault_is_written_out_at_reclaim_and_an_unchanged_one_is_not() {
         let mut sim = Sim::new(8, MAPPER);
@@ -1208,6 +1372,9 @@ mod tests {
             }
         }
         starts.push(n);
+        // Every block the refaults read had left guest RAM: each one a ghost hit.
+        assert_eq!(sim.t.ghost.hits().iter().sum::<u64>(), u64::from(n));
+        assert!(sim.t.ghost.is_empty());
         let runs: Vec<u32> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         let w = Mechanisms::DEFAULT.prefetch;
         assert_eq!(&runs[..4], &[w, 2 * w, 4 * w, 8 * w]);

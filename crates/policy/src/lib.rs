@@ -1,4 +1,4 @@
-//! Memory allocation decisions for a host of VMs, as pure functions of observations: ESX's share-based allocation with the idle memory tax, active-memory estimates, free-memory states and admission control. No syscalls and no clocks, so the host manager and a simulator get the same answers from the same inputs.
+//! Memory allocation decisions for a host of VMs, as pure functions of observations: ESX's share-based allocation with the idle memory tax, active-memory estimates, free-memory states and admission control; HyperDealer2's ghost cache and demand estimate. No syscalls and no clocks, so the host manager and a simulator get the same answers from the same inputs.
 //!
 //! | file | decides | paper |
 //! |---|---|---|
@@ -6,18 +6,24 @@
 //! | `active.rs` | the active-memory estimate from sampled pages: fast and slow EWMAs and the current period | ESX §5.3 |
 //! | `free_state.rs` | the free-memory state (high / soft / hard / low) with hysteresis, and what each state does | ESX §6.3 |
 //! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
+//! | `ghost.rs` | the ghost cache: Mattson stack distances of blocks that left a VM's memory | HD2 §5.3 |
+//! | `demand.rs` | which VMs need memory and how much, from ghost hits and swap activity | HD2 §4.6 |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
 //! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
 
 pub mod active;
 pub mod admission;
 pub mod allocation;
+pub mod demand;
 pub mod free_state;
+pub mod ghost;
 pub mod plan;
 pub mod trace;
 
 pub use active::ActiveEstimate;
 pub use admission::{admit, release, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
+pub use demand::{assess, estimate, Demand, DemandInput, DemandParams, Observation};
 pub use free_state::{FreeState, Reclaim, Thresholds};
+pub use ghost::{Ghost, GhostError, GHOST_BUCKETS};
 pub use plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};
