@@ -7,11 +7,13 @@
 //! | `free_state.rs` | the free-memory state (high / soft / hard / low) with hysteresis, and what each state does | ESX §6.3 |
 //! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
+//! | `balance.rs` | on top of a tick's plan: demand, beneficiaries, instant releases of victims' clean pages handed to them in the same tick, and the capacity gap reducer | HyperDealer2 §4.3, §4.6, §4.7 |
 //! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
 
 pub mod active;
 pub mod admission;
 pub mod allocation;
+pub mod balance;
 pub mod free_state;
 pub mod plan;
 pub mod trace;
@@ -19,5 +21,6 @@ pub mod trace;
 pub use active::ActiveEstimate;
 pub use admission::{admit, release, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
+pub use balance::{BalanceObservation, BalanceParams, Decision, Settled, VmBalance};
 pub use free_state::{FreeState, Reclaim, Thresholds};
 pub use plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};
