@@ -16,8 +16,8 @@ mod vm;
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;
 pub use host::{
-    FreeStateName, HostEvent, HostEventKind, HostInfo, HostKsm, HostSample, HostUpdate, HostVm,
-    HostVmState, PolicyUpdate, VmSample,
+    Balancing, FreeStateName, HostEvent, HostEventKind, HostInfo, HostKsm, HostSample, HostUpdate,
+    HostVm, HostVmState, PolicyUpdate, VmSample,
 };
 pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,

@@ -139,6 +139,7 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Remove { name } => show(host("remove")?.remove(&name)),
         CtlRequest::IdleTax { tax } => show(host("idle-tax")?.update(HostUpdate {
             idle_tax: Some(tax),
+            ..HostUpdate::default()
         })),
     })
 }

@@ -158,6 +158,10 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         ticks: 1,
         tick_seconds: 1.0,
         ksm: Some(memvisor_api::HostKsm::default()),
+        balancing: memvisor_api::Balancing::Hd2,
+        released_pages: 1,
+        reallocations: 1,
+        gap_closed_pages: 1,
     };
     let vm = HostVm {
         name: "a".into(),
@@ -226,6 +230,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                 "HostUpdate",
                 serde_json::to_value(HostUpdate {
                     idle_tax: Some(0.5),
+                    balancing: Some(memvisor_api::Balancing::Hd2),
                 })
                 .unwrap(),
             ),
@@ -960,5 +965,133 @@ min = "600M"
     assert!(
         !dir.path().join("host.state").exists(),
         "no state directory, no socket, no VMM"
+    );
+}
+
+/// HyperDealer2 balancing (`balancing = "hd2"`): `cache` reads a file into its page cache (the
+/// Swap Mapper sees every page of it mirror a disk block) and goes idle; `needy` then grows past
+/// what the host gives it. The host takes `cache`'s clean pages at once (`PUT
+/// /memory/release`) and hands them to `needy` in the same tick: a `reallocated` event, the
+/// host's counters, and the trace, which the simulator replays to the same decisions. A VMM
+/// that cannot release (one built before `PUT /memory/release` was, which answers 501) must
+/// leave its VM to the balloon: one `balloon_fallback` event, and the balloon takes the memory.
+#[test]
+fn hd2_balancing_moves_clean_pages_to_a_vm_that_needs_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new(MEMVISOR)
+        .args(["mkdisk", "data", "--size", "128M", "--out"])
+        .arg(dir.path().join("cache.img"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // 320 MiB less two 24 MiB overheads and the 6 % reserve leaves 253 MiB for the VMs: `needy`
+    // touching 200 MiB beside `cache` holding its 64 MiB file does not fit.
+    let host = start_host(
+        dir.path(),
+        r#"[host]
+memory = "320M"
+swap = "2G"
+tick = "250ms"
+sample_period = "1s"
+balancing = "hd2"
+gap_idle = "2s"
+trace = "trace.jsonl"
+
+[[vm]]
+name = "cache"
+mem = "256M"
+workload = "seqread"
+cmdline = "file=seq file_mb=64 passes=1 hold_secs=90"
+disks = ["cache.img,id=data"]
+mapper = true
+balloon = true
+
+[[vm]]
+name = "needy"
+mem = "256M"
+workload = "toucher"
+cmdline = "schedule=16:10,200:40"
+balloon = true
+"#,
+    );
+    let sock = host.sock.clone();
+    let cache = wait_vm(&sock, "cache", 20, |v| v.state == HostVmState::Running);
+    wait_vm(&sock, "needy", 20, |v| v.state == HostVmState::Running);
+    // Does this VMM release? (A release of one page is harmless: the guest refaults it.)
+    let vmm = memvisor_api::VmClient::new(Path::new(&cache.api_sock));
+    let releases = match vmm.release(1) {
+        Ok(_) => true,
+        Err(ClientError::Refused { status: 501, .. }) => false,
+        Err(e) => panic!("{e}"),
+    };
+    let want = if releases {
+        HostEventKind::Reallocated
+    } else {
+        HostEventKind::BalloonFallback
+    };
+    let t = Instant::now();
+    let events = loop {
+        let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+        if events.iter().any(|e| e.kind == want) {
+            break events;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "no {want:?} event in 90 s: {events:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let info: HostInfo = ok(client(&sock).info());
+    assert_eq!(info.balancing, memvisor_api::Balancing::Hd2);
+    if releases {
+        let e = events
+            .iter()
+            .find(|e| e.kind == HostEventKind::Reallocated)
+            .unwrap();
+        assert_eq!(e.vm.as_deref(), Some("needy"), "{e:?}");
+        assert!(e.message.contains("from cache ("), "{e:?}");
+        assert!(
+            info.released_pages > 0 && info.reallocations > 0,
+            "{info:?}"
+        );
+    } else {
+        // Once, not every tick; and the balloon does the work instead.
+        let fallbacks: Vec<&HostEvent> = events
+            .iter()
+            .filter(|e| e.kind == HostEventKind::BalloonFallback)
+            .collect();
+        assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+        assert_eq!(fallbacks[0].vm.as_deref(), Some("cache"));
+        assert!(fallbacks[0].message.contains("501"), "{fallbacks:?}");
+        assert_eq!(info.released_pages, 0);
+        wait_vm(&sock, "cache", 60, |v| v.balloon_bytes > Some(8 * MIB));
+    }
+    // The trace holds every tick's balancing, and the simulator's policy code replays it to the
+    // same decisions.
+    let trace = dir.path().join("trace.jsonl");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let balanced = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|t| {
+            t["plan"]["balance"]["vms"]
+                .as_array()
+                .is_some_and(|v| v.len() == 2)
+        })
+        .count();
+    assert!(
+        balanced > 10,
+        "{balanced} ticks with balancing in the trace"
+    );
+    let out = Command::new(MEMVISOR)
+        .args(["sim", "--replay"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(" ticks replayed, 0 decisions differ"),
+        "{said}"
     );
 }
