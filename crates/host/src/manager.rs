@@ -65,8 +65,12 @@ struct Managed {
     gap: u64,
     /// Ticks it has been out of balancing, or idle.
     quiet: u32,
-    /// Its VMM failed a release: from then on only its balloon and limit balance it.
+    /// Its VMM refused a release: from then on only its balloon and limit balance it.
     release_failed: bool,
+    /// A release of its VMM failed without an answer (a timeout): warned once.
+    release_warned: bool,
+    /// What it held at the last tick (for its growth since).
+    last_resident: Option<u64>,
 }
 
 impl Managed {
@@ -94,6 +98,8 @@ impl Managed {
             gap: 0,
             quiet: 0,
             release_failed: false,
+            release_warned: false,
+            last_resident: None,
         }
     }
 
@@ -949,6 +955,9 @@ impl Host {
             // plan.
             demand: None,
             oom: v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
+            grown: v
+                .last_resident
+                .map_or(0, |last| o.resident.saturating_sub(last)),
             gap: v.gap,
             quiet: v.quiet,
         }
@@ -1002,6 +1011,16 @@ impl Host {
                     micros = micros.max(r.micros);
                     self.released_pages += r.released_pages;
                 }
+                Err(e) if !matches!(e, ClientError::Refused { .. }) => {
+                    // No answer (a timeout, a VMM going away): the pages may be released all
+                    // the same, but nothing is handed over on that account; tried again at the
+                    // next tick.
+                    let v = &mut self.vms[live[k]];
+                    if !v.release_warned {
+                        v.release_warned = true;
+                        tracing::warn!("vm {name}: a release got no answer: {e}");
+                    }
+                }
                 Err(e) => {
                     let v = &mut self.vms[live[k]];
                     if !v.release_failed {
@@ -1036,7 +1055,8 @@ impl Host {
                             pages
                         )
                     } else {
-                        "capacity gap dropped: its balloon has no room to close it".to_owned()
+                        "capacity gap dropped: its balloon already asks for all it may hold"
+                            .to_owned()
                     };
                     self.event(HostEventKind::GapClosed, Some(&name), msg);
                 }
@@ -1065,6 +1085,7 @@ impl Host {
             }
             let v = &mut self.vms[i];
             v.target = a.target;
+            v.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
             if v.info.is_none() {

@@ -9,8 +9,9 @@
 //!
 //! - **Demand** ([`demand`], §4.6): the estimator's figure when there is one
 //!   ([`BalanceObservation::demand`]); otherwise what the plan knows: a VM pressed against what
-//!   it may hold (its pager limit, or what its balloon leaves its guest) needs its target minus
-//!   what it holds, and a VM that deflated on OOM since the last tick needs what it deflated.
+//!   it may hold (its pager limit, or what its balloon leaves its guest), or growing, needs its
+//!   target minus what it holds, and a VM that deflated on OOM since the last tick needs what it
+//!   deflated.
 //! - **Beneficiaries** (§4.6): VMs whose demand is above the average demand of all the VMs and
 //!   above a trigger ([`TRIGGER_PAGES`], the paper's 32 pages). Each wants its demand, at most
 //!   the room it may grow into this tick: up to `max` in the high state (where limits do not
@@ -51,6 +52,15 @@ pub const GAP_IDLE_SECONDS: f64 = 10.0;
 /// An active fraction below this is idle, for the capacity gap reducer.
 pub const IDLE_ACTIVE: f64 = 0.05;
 
+/// The most one victim releases in one tick (8192 pages, 32 MiB): a release holds the VM's
+/// page lock and the host's tick waits for its answer, so a larger need is met over several
+/// ticks (or by the plan's balloon and limit meanwhile).
+pub const MAX_RELEASE: u64 = 8192 * PAGE;
+
+/// Growth in one tick above which a VM counts as growing, for [`demand`]: more than the few
+/// pages a steady VM's resident count moves by between ticks.
+pub const GROWING: u64 = 1 << 20;
+
 /// The balancer's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BalanceParams {
@@ -60,6 +70,13 @@ pub struct BalanceParams {
     pub gap_idle_ticks: u32,
     /// An active fraction below this is idle.
     pub idle_active: f64,
+    /// The most one victim releases in one tick (bytes).
+    #[serde(default = "max_release")]
+    pub max_release: u64,
+}
+
+fn max_release() -> u64 {
+    MAX_RELEASE
 }
 
 impl BalanceParams {
@@ -74,6 +91,7 @@ impl BalanceParams {
             trigger: TRIGGER_PAGES * PAGE,
             gap_idle_ticks: ticks,
             idle_active: IDLE_ACTIVE,
+            max_release: MAX_RELEASE,
         }
     }
 }
@@ -92,6 +110,8 @@ pub struct BalanceObservation {
     pub demand: Option<u64>,
     /// Memory its balloon deflated on OOM since the last tick.
     pub oom: u64,
+    /// What it grew by since the last tick (resident memory).
+    pub grown: u64,
     /// Its capacity gap: released without its guest knowing, less what its balloon took since.
     pub gap: u64,
     /// Ticks it has been out of balancing, or idle.
@@ -111,6 +131,10 @@ pub struct VmBalance {
     pub release: u64,
     /// Its capacity gap after this tick's balloon, before this tick's release is added.
     pub gap: u64,
+    /// What the plan's balloon takes back this tick beyond the gap it had: it covers as much of
+    /// this tick's release.
+    #[serde(default)]
+    pub taken: u64,
     /// Ticks out of balancing or idle, for the next observation.
     pub quiet: u32,
     /// What its balloon inflates by this tick to close its capacity gap.
@@ -134,7 +158,8 @@ pub struct Decision {
 pub struct Settled {
     /// What each VM got of what was released.
     pub gives: Vec<u64>,
-    /// Each VM's capacity gap, this tick's release included.
+    /// Each VM's capacity gap, this tick's release included (less what the plan's balloon
+    /// takes back in the same tick).
     pub gaps: Vec<u64>,
     /// What to ask of each VM.
     pub actions: Vec<VmAction>,
@@ -147,14 +172,14 @@ fn allowed(o: &VmObservation) -> u64 {
 
 /// How much more memory a VM needs (§4.6): the estimator's figure when there is one; otherwise
 /// its `target` minus what it holds if it is pressed against what it may hold (within
-/// [`PAUSE_SLACK`]), plus what it deflated on OOM since the last tick. At most what it could
-/// still grow to (`max`).
+/// [`PAUSE_SLACK`]) or growing (by more than [`GROWING`] since the last tick), plus what it
+/// deflated on OOM since the last tick. At most what it could still grow to (`max`).
 #[must_use]
 pub fn demand(o: &VmObservation, b: &BalanceObservation, target: u64) -> u64 {
     let d = b.demand.unwrap_or_else(|| {
         let room = allowed(o);
         let pressed = room < o.max && o.resident.saturating_add(PAUSE_SLACK) >= room;
-        let short = if pressed {
+        let short = if pressed || b.grown > GROWING {
             target.saturating_sub(o.resident)
         } else {
             0
@@ -223,7 +248,8 @@ pub fn decide(
         .filter(|&i| !vms[i].beneficiary && b(i).releasable)
         .map(|i| {
             let above = obs[i].resident.saturating_sub(p.actions[i].target);
-            (i, above.min(b(i).clean) / PAGE * PAGE)
+            let most = above.min(b(i).clean).min(params.max_release);
+            (i, most / PAGE * PAGE)
         })
         .filter(|&(_, s)| s > 0)
         .collect();
@@ -240,6 +266,7 @@ pub fn decide(
         // What its balloon takes back this tick closes that much of the gap.
         let taken = a.balloon.unwrap_or(0).saturating_sub(before);
         v.gap = b(i).gap.saturating_sub(taken);
+        v.taken = taken.saturating_sub(b(i).gap);
         let involved = v.beneficiary || v.release > 0;
         let idle = o.active < params.idle_active;
         v.quiet = if involved && !idle {
@@ -308,7 +335,11 @@ pub fn settle(d: &Decision, obs: &[VmObservation], released: &[u64]) -> Settled 
         }
     }
     let gaps = (0..n)
-        .map(|i| d.vms[i].gap.saturating_add(got(i)))
+        .map(|i| {
+            d.vms[i]
+                .gap
+                .saturating_add(got(i).saturating_sub(d.vms[i].taken))
+        })
         .collect();
     Settled {
         gives,
@@ -408,6 +439,32 @@ mod tests {
         assert_eq!(settle(&d, &obs, &[0, 0]).actions, p.actions);
     }
 
+    /// A VM growing toward a target its limit already allows needs the rest of it; one that
+    /// holds still below its target needs nothing.
+    #[test]
+    fn a_growing_vm_needs_the_rest_of_its_target() {
+        let o = vm(512 * MIB, 300 * MIB, 1.0, 450 * MIB);
+        let b = |grown: u64| BalanceObservation {
+            grown,
+            ..BalanceObservation::default()
+        };
+        assert_eq!(demand(&o, &b(0), 450 * MIB), 0);
+        assert_eq!(
+            demand(&o, &b(GROWING), 450 * MIB),
+            0,
+            "a steady VM's jitter"
+        );
+        assert_eq!(demand(&o, &b(8 * MIB), 450 * MIB), 150 * MIB);
+        // Pressed against its limit, it needs its target less what it holds, growing or not.
+        let pressed = VmObservation {
+            resident: 449 * MIB,
+            ..o
+        };
+        assert_eq!(demand(&pressed, &b(0), 480 * MIB), 31 * MIB);
+        // Never past max.
+        assert_eq!(demand(&pressed, &b(0), 900 * MIB), 63 * MIB);
+    }
+
     /// Outside high the beneficiary may grow up to the plan's limit, and no free memory pays.
     #[test]
     fn under_pressure_every_byte_wanted_is_released() {
@@ -428,6 +485,14 @@ mod tests {
             want > 0 && want <= p.actions[1].limit - busy.resident,
             "{d:?}"
         );
+        // 42 MiB wanted: 32 MiB this tick, the most one victim releases at once.
+        assert_eq!(d.vms[0].release, want.min(MAX_RELEASE));
+        assert_eq!(d.vms[0].release, MAX_RELEASE);
+        let unlimited = BalanceParams {
+            max_release: u64::MAX,
+            ..params()
+        };
+        let d = decide(&h, &unlimited, &p, &obs, &bal);
         assert!(d.vms[0].release >= want && d.vms[0].release < want + PAGE);
     }
 
@@ -525,10 +590,14 @@ mod tests {
                 any::<bool>(),
             ),
             (any::<bool>(), 0u64..1024, proptest::option::of(0u64..1024)),
-            (0u64..64, 0u64..256, 0u32..50),
+            (0u64..64, 0u64..256, 0u32..50, 0u64..8),
         )
             .prop_map(
-                |((max, res, active, lim, balloon), (rel, clean, dem), (oom, gap, quiet))| {
+                |(
+                    (max, res, active, lim, balloon),
+                    (rel, clean, dem),
+                    (oom, gap, quiet, grown),
+                )| {
                     let max = max * MIB;
                     let resident = (res * MIB).min(max);
                     let o = VmObservation {
@@ -549,6 +618,7 @@ mod tests {
                         clean: (clean * MIB).min(resident),
                         demand: dem.map(|d| d * MIB),
                         oom: oom * MIB,
+                        grown: grown * MIB,
                         gap: gap * MIB,
                         quiet,
                     };
@@ -577,6 +647,7 @@ mod tests {
             for ((v, o), (b, a)) in d.vms.iter().zip(&obs).zip(bal.iter().zip(&p.actions)) {
                 // Never more than a victim's clean pages, nor than it holds above its target.
                 prop_assert!(v.release <= b.clean);
+                prop_assert!(v.release <= MAX_RELEASE);
                 prop_assert!(v.release <= o.resident.saturating_sub(a.target));
                 prop_assert_eq!(v.release % PAGE, 0);
                 prop_assert!(v.release == 0 || (b.releasable && !v.beneficiary));
