@@ -67,8 +67,7 @@ impl Guest {
         let dir = tempfile::tempdir().unwrap();
         let image_path = dir.path().join("disk.img");
         let image = common::image(&image_path, BLOCKS, word_page);
-        let mem =
-            Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), ix(PAGES) * PAGE)]).unwrap());
+        let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), ix(PAGES) * PAGE)]).unwrap());
         let mut config = common::config(dir.path(), true);
         config.release_cache = release_cache;
         let vcpus = Arc::new(NoVcpus::default());
