@@ -158,6 +158,11 @@ impl ReclamationCache {
         }
         let used = u32::try_from(self.owner.len()).unwrap_or(u32::MAX);
         if used < self.cap {
+            if self.data.capacity() == 0 {
+                // Address space for every slot at once, so growing never copies; the memory
+                // itself is touched (and counts) as slots are first used.
+                self.data.reserve_exact(self.cap as usize * PAGE_SIZE);
+            }
             self.owner.push((None, 0));
             self.data.resize((used as usize + 1) * PAGE_SIZE, 0);
             return Some(used);
