@@ -200,7 +200,7 @@ impl FaultHandler {
         write: bool,
         tid: i32,
     ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
-        if let Some(r) = self.from_release_cache(core, &mut pages, p, write) {
+        if let Some(r) = self.install_from_release_cache(core, &mut pages, p, write) {
             return (pages, r);
         }
         let preventable = write
@@ -353,7 +353,7 @@ impl FaultHandler {
             FaultAction::Wake => Ok(self.wake(core, p)?),
             FaultAction::Zero => self.install_zero(core, pages, p, write),
             FaultAction::Load { .. } if pages.table.released.cached(p).is_some() => self
-                .from_release_cache(core, pages, p, write)
+                .install_from_release_cache(core, pages, p, write)
                 .unwrap_or(Ok(())),
             FaultAction::Load { from, keep } => {
                 let run = pages.table.load_run(p);
@@ -365,7 +365,7 @@ impl FaultHandler {
     /// A page instant release took whose copy the reclamation cache still holds
     /// (`released.rs`) comes back from the copy, under the page lock, with no disk read: alone,
     /// clean and write-protected after a read, as from its block. `None`: not such a page.
-    fn from_release_cache(
+    fn install_from_release_cache(
         &self,
         core: &PagerCore,
         pages: &mut Pages,

@@ -158,6 +158,11 @@ impl ReclamationCache {
         }
         let used = u32::try_from(self.owner.len()).unwrap_or(u32::MAX);
         if used < self.cap {
+            if self.data.capacity() == 0 {
+                // Address space for every slot at once, so growing never copies; the memory
+                // itself is touched (and counts) as slots are first used.
+                self.data.reserve_exact(self.cap as usize * PAGE_SIZE);
+            }
             self.owner.push((None, 0));
             self.data.resize((used as usize + 1) * PAGE_SIZE, 0);
             return Some(used);
@@ -249,14 +254,18 @@ mod tests {
         let mut r = Released::new(3);
         let now = Instant::now();
         for p in 0..5u32 {
-            r.cache_put(p, &page(p as u8 + 1));
+            r.cache_put(p, &page(u8::try_from(p).unwrap() + 1));
             r.left(p, now);
         }
         assert_eq!(r.cache_pages(), 3);
         assert_eq!(r.cached(0), None, "the oldest went first");
         assert_eq!(r.cached(1), None);
         for p in 2..5u32 {
-            assert_eq!(r.cached(p), Some(&page(p as u8 + 1)[..]), "page {p}");
+            assert_eq!(
+                r.cached(p),
+                Some(&page(u8::try_from(p).unwrap() + 1)[..]),
+                "page {p}"
+            );
         }
         // Page 3 comes back (a hit), page 2 goes to the balloon: both copies go.
         r.state_changed(3, true);
