@@ -27,6 +27,24 @@ impl FreeStateName {
     pub const ALL: [FreeStateName; 4] = [Self::High, Self::Soft, Self::Hard, Self::Low];
 }
 
+/// How the host moves memory between VMs (`[host] balancing`, `PATCH /host`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancing {
+    /// ESX's policy alone: balloons and pager limits move VMs toward their targets under
+    /// pressure.
+    #[default]
+    Balloon,
+    /// HyperDealer2 on top: victims' clean page-cache pages are released at once and handed to
+    /// the VMs that need memory in the same tick (VMs with the Swap Mapper; docs/hd2.md).
+    Hd2,
+}
+
+impl Balancing {
+    /// Every way, the default first.
+    pub const ALL: [Balancing; 2] = [Self::Balloon, Self::Hd2];
+}
+
 /// `GET /host`: the budget and how it is used.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostInfo {
@@ -59,6 +77,18 @@ pub struct HostInfo {
     /// "host"`), when the host leaves KSM as it found it.
     #[serde(default)]
     pub ksm: Option<HostKsm>,
+    /// How the host moves memory between VMs.
+    #[serde(default)]
+    pub balancing: Balancing,
+    /// Pages the VMs' VMMs released at the host's request (HyperDealer2 balancing).
+    #[serde(default)]
+    pub released_pages: u64,
+    /// Ticks that moved released memory to a VM that needed it.
+    #[serde(default)]
+    pub reallocations: u64,
+    /// Pages of capacity gap closed by inflating a victim's balloon (HyperDealer2 §4.7).
+    #[serde(default)]
+    pub gap_closed_pages: u64,
 }
 
 /// KSM, the kernel's page-merging scanner, as the host drives it (docs/sharing.md).
@@ -222,6 +252,9 @@ pub struct HostUpdate {
     /// The idle memory tax, from 0 up to (not including) 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_tax: Option<f64>,
+    /// How the host moves memory between VMs: `balloon` or `hd2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancing: Option<Balancing>,
 }
 
 /// What happened on the host (`GET /events`).
@@ -242,6 +275,13 @@ pub enum HostEventKind {
     Exited,
     /// The free-memory state changed.
     FreeState,
+    /// Memory moved in one tick: clean pages released from victims, handed to a VM that needed
+    /// it (HyperDealer2 balancing).
+    Reallocated,
+    /// A VM's balloon inflated by its capacity gap, so its guest knows what it really has.
+    GapClosed,
+    /// A VM's VMM cannot release pages: it is balanced by its balloon and limit only.
+    BalloonFallback,
 }
 
 /// One event (`GET /events`).

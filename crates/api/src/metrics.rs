@@ -426,6 +426,10 @@ fn pool_compressions() -> Vec<String> {
     variants(&crate::PoolCompress::ALL)
 }
 
+fn balancings() -> Vec<String> {
+    variants(&crate::Balancing::ALL)
+}
+
 fn vm_states() -> Vec<String> {
     variants(&HostVmState::ALL)
 }
@@ -454,6 +458,10 @@ const HOST_ROWS: &[Row] = &[
     counter("ksm.full_scans", "ksm_full_scans", Unit::None, "Full passes of KSM's scanner over mergeable memory."),
     counter("ksm.cpu_ms", "ksm_cpu", Unit::Seconds, "CPU time KSM's scanner (ksmd) used since the host took KSM over.").scaled(MS),
     gauge("ksm.cpu_fraction", "ksm_cpu", Unit::Ratio, "KSM's scanner's share of one CPU over the last tick."),
+    state("balancing", "balancing", balancings, "How the host moves memory between VMs (balloon, or hd2: HyperDealer2 instant balancing): 1 for the current way."),
+    counter("released_pages", "released_pages", Unit::None, "Pages the VMs' VMMs released at the host's request (HyperDealer2 balancing)."),
+    counter("reallocations", "reallocations", Unit::None, "Ticks that moved released memory to a VM that needed it."),
+    counter("gap_closed_pages", "gap_closed_pages", Unit::None, "Pages of capacity gap closed by inflating a victim's balloon (HyperDealer2 4.7)."),
 ];
 
 /// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
@@ -895,6 +903,10 @@ mod tests {
             ticks: 7,
             tick_seconds: 1.0,
             ksm: Some(crate::HostKsm::default()),
+            balancing: crate::Balancing::Hd2,
+            released_pages: 1,
+            reallocations: 1,
+            gap_closed_pages: 1,
         }
     }
 

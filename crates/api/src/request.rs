@@ -324,6 +324,11 @@ mod tests {
             HostRequest::Info,
             HostRequest::Update(HostUpdate {
                 idle_tax: Some(0.5),
+                balancing: None,
+            }),
+            HostRequest::Update(HostUpdate {
+                idle_tax: None,
+                balancing: Some(crate::Balancing::Hd2),
             }),
             HostRequest::Events { since: 0.0 },
             HostRequest::History { since: 12.5 },

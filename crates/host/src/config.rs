@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use memvisor_api::spec::{duration, size};
-use memvisor_api::{DiskSpec, PoolCompress, VmSpec};
+use memvisor_api::{Balancing, DiskSpec, PoolCompress, VmSpec};
 use memvisor_policy::{admit, AdmissionRefusal, Reservations};
 use serde::{Deserialize, Deserializer};
 
@@ -47,6 +47,11 @@ pub struct HostConfig {
     /// Where every tick's observations and plan are written as JSON lines
     /// (`memvisor_policy::trace`, for `memvisor sim --replay`); `None`: nowhere.
     pub trace: Option<PathBuf>,
+    /// How memory moves between VMs: ESX's balloons and limits alone, or HyperDealer2's
+    /// instant releases on top (docs/hd2.md).
+    pub balancing: Balancing,
+    /// How long a VM is out of balancing (or idle) before its capacity gap is closed.
+    pub gap_idle: Duration,
     pub vms: Vec<VmSpec>,
     /// For each VM of `vms`, the line of each of its keys in the file (and `[[vm]]`, the line
     /// of its table header), so that a problem found after parsing names its line.
@@ -133,6 +138,10 @@ struct HostSection {
     #[serde(deserialize_with = "metrics_addr")]
     metrics_addr: Option<SocketAddr>,
     trace: Option<PathBuf>,
+    #[serde(deserialize_with = "balancing")]
+    balancing: Balancing,
+    #[serde(deserialize_with = "gap_idle")]
+    gap_idle: Duration,
 }
 
 impl Default for HostSection {
@@ -154,8 +163,30 @@ impl Default for HostSection {
             pool_chunk: None,
             metrics_addr: None,
             trace: None,
+            balancing: Balancing::Balloon,
+            gap_idle: Duration::from_secs(10),
         }
     }
+}
+
+fn balancing<'de, D: Deserializer<'de>>(d: D) -> Result<Balancing, D::Error> {
+    let v = String::deserialize(d)?;
+    match v.as_str() {
+        "balloon" => Ok(Balancing::Balloon),
+        "hd2" => Ok(Balancing::Hd2),
+        _ => Err(serde::de::Error::custom(format!(
+            "balancing '{v}': give \"balloon\" (ESX's balloons and limits) or \"hd2\" (HyperDealer2's instant releases on top)"
+        ))),
+    }
+}
+
+fn gap_idle<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    ranged(
+        d,
+        "gap_idle",
+        Duration::from_millis(100),
+        Duration::from_secs(3600),
+    )
 }
 
 fn tax<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -558,6 +589,8 @@ impl HostConfig {
             pool_chunk,
             metrics_addr: h.metrics_addr,
             trace: h.trace.as_deref().map(|t| resolve(&base, t)),
+            balancing: h.balancing,
+            gap_idle: h.gap_idle,
             vms,
             vm_lines,
         };
@@ -631,6 +664,20 @@ mem = 268435456
         assert_eq!(
             (c.vms[1].mem, c.vms[1].shares, c.vms[1].min),
             (256 << 20, 1000, 0)
+        );
+    }
+
+    #[test]
+    fn balancing_is_the_balloon_unless_hd2_is_asked_for() {
+        let c = parse("[host]\nmemory = \"4G\"\n").unwrap();
+        assert_eq!(
+            (c.balancing, c.gap_idle),
+            (Balancing::Balloon, Duration::from_secs(10))
+        );
+        let c = parse("[host]\nmemory = \"4G\"\nbalancing = \"hd2\"\ngap_idle = \"3s\"\n").unwrap();
+        assert_eq!(
+            (c.balancing, c.gap_idle),
+            (Balancing::Hd2, Duration::from_secs(3))
         );
     }
 
@@ -718,6 +765,8 @@ mem = 268435456
             ("[host]\nmetrics_addr = \"metrics.example:9464\"\n", 2, "host name"),
             ("[host]\nmetrics_addr = \"127.0.0.1:http\"\n", 2, "not a port"),
             ("[host]\nmetrics_addr = 9464\n", 2, "metrics_addr"),
+            ("[host]\nmemory = \"1G\"\nbalancing = \"fast\"\n", 3, "balancing 'fast'"),
+            ("[host]\ngap_idle = \"5h\"\n", 2, "gap_idle"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.starts_with("/etc/memvisor/host.toml: "), "{e}");

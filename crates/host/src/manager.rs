@@ -4,6 +4,11 @@
 //! and `GET /stats`, hands the observations to [`memvisor_policy::plan`], and sends each VMM
 //! what changed: `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The state
 //! lock is never held while a VMM is called, so the host API answers while a VMM is slow.
+//!
+//! With `[host] balancing = "hd2"` (HyperDealer2, docs/hd2.md) the balancer
+//! ([`memvisor_policy::balance`]) decides on top of the plan: the victims' VMMs are asked to
+//! release clean pages first (`PUT /memory/release`, one request per victim), and once they have
+//! answered, what they released is handed to the VMs that need it with the tick's other orders.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -12,14 +17,16 @@ use std::time::Instant;
 
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
-    ClientError, FreeStateName, GuestMemoryStats, HostEvent, HostEventKind, HostInfo, HostSample,
-    HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit, VmInfo, VmSample, VmSpec, VmState,
-    VmStats,
+    Balancing, ClientError, FreeStateName, GuestMemoryStats, HostEvent, HostEventKind, HostInfo,
+    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, ReleaseResult, VmExit, VmInfo,
+    VmSample, VmSpec, VmState, VmStats,
 };
-use memvisor_policy::trace::{self, TraceTick};
+use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
+use memvisor_policy::demand::{self, DemandInput, DemandParams};
+use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 use memvisor_policy::{
     admit, plan, release, start_limit, AdmissionRefusal, Before, FreeState, HostParams, Plan,
-    Reservations, Thresholds, VmObservation,
+    Reservations, Thresholds, VmAction, VmObservation,
 };
 
 use crate::config::HostConfig;
@@ -54,6 +61,20 @@ struct Managed {
     oom_seen: u64,
     /// When its VMM ended or admission refused it: the host forgets it `keep` later.
     ended: Option<Instant>,
+    /// Its capacity gap (HyperDealer2 §4.7): bytes released without its guest knowing, less
+    /// what its balloon has taken since.
+    gap: u64,
+    /// Ticks it has been out of balancing, or idle.
+    quiet: u32,
+    /// Its VMM refused a release: from then on only its balloon and limit balance it.
+    release_failed: bool,
+    /// A release of its VMM failed without an answer (a timeout): warned once.
+    release_warned: bool,
+    /// What it held at the last tick (for its growth since).
+    last_resident: Option<u64>,
+    /// Its ghost-cache histogram and the guest's swap counters at the last tick, for the
+    /// demand estimator (HD2 balancing).
+    ghost_seen: Option<demand::Observation>,
 }
 
 impl Managed {
@@ -78,6 +99,12 @@ impl Managed {
             oom_demand: 0,
             oom_seen: 0,
             ended: (state == HostVmState::Refused).then(Instant::now),
+            gap: 0,
+            quiet: 0,
+            release_failed: false,
+            release_warned: false,
+            last_resident: None,
+            ghost_seen: None,
         }
     }
 
@@ -139,6 +166,14 @@ impl Managed {
 
     fn shares_pages(&self) -> bool {
         self.spec.sharing.as_deref() == Some("host")
+    }
+
+    /// Resident pages that mirror a disk block (Swap Mapper): what a release can take.
+    fn clean(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .map_or(0, |p| p.pages.mirrored_pages * 4096)
     }
 
     fn oom_deflated(&self) -> u64 {
@@ -227,6 +262,34 @@ pub struct Host {
     ksm: Option<crate::ksm::Ksm>,
     /// Where each tick's observations and plan are written (`[host] trace`).
     pub trace: Option<std::io::BufWriter<std::fs::File>>,
+    /// The tick decided but not yet carried out (between [`Host::decide`] and
+    /// [`Host::settle`]).
+    pending: Option<Pending>,
+    /// Pages the VMMs released at the host's request.
+    released_pages: u64,
+    /// Ticks that handed released memory to a VM that needed it.
+    reallocations: u64,
+    /// Pages of capacity gap closed by a balloon.
+    gap_closed_pages: u64,
+}
+
+/// A tick between its decision and its orders: the releases go out first, without the lock.
+struct Pending {
+    /// The VMs planned for, by index into `vms` and by name (the list may change meanwhile).
+    live: Vec<(usize, String)>,
+    obs: Vec<VmObservation>,
+    oom: Vec<bool>,
+    before: Before,
+    plan: Plan,
+    /// With HD2 balancing: what the balancer knew and decided.
+    balance: Option<(BalanceParams, Vec<BalanceObservation>, Decision)>,
+}
+
+/// A release the tick asks of a victim's VMM before its other orders.
+pub struct ReleaseOrder {
+    pub name: String,
+    pub sock: PathBuf,
+    pub pages: u64,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -282,10 +345,15 @@ impl Host {
             history: VecDeque::new(),
             ksm: None,
             trace: None,
+            pending: None,
+            released_pages: 0,
+            reallocations: 0,
+            gap_closed_pages: 0,
         }
     }
 
-    /// Records an event (and logs it: warnings for exits that were not asked for).
+    /// Records an event (and logs it: warnings for exits that were not asked for and for a VMM
+    /// that cannot release).
     fn event(&mut self, kind: HostEventKind, vm: Option<&str>, message: String) {
         match (kind, vm) {
             (HostEventKind::Exited | HostEventKind::Refused, Some(name))
@@ -299,6 +367,7 @@ impl Host {
             {
                 tracing::warn!("vm {name}: {message}");
             }
+            (HostEventKind::BalloonFallback, Some(name)) => tracing::warn!("vm {name}: {message}"),
             (_, Some(name)) => tracing::info!("vm {name}: {message}"),
             (_, None) => tracing::info!("{message}"),
         }
@@ -535,6 +604,10 @@ impl Host {
             ticks: self.ticks,
             tick_seconds: self.config.tick.as_secs_f64(),
             ksm: self.ksm.as_ref().map(crate::ksm::Ksm::info),
+            balancing: self.config.balancing,
+            released_pages: self.released_pages,
+            reallocations: self.reallocations,
+            gap_closed_pages: self.gap_closed_pages,
         }
     }
 
@@ -578,8 +651,8 @@ impl Host {
         Ok(v.status())
     }
 
-    /// Changes the host-wide policy (the idle memory tax); refused, and nothing changed, when a
-    /// value is out of range. The next tick plans with it.
+    /// Changes the host-wide policy (the idle memory tax, the balancing); refused, and nothing
+    /// changed, when a value is out of range. The next tick plans with it.
     pub fn update_host(&mut self, u: &HostUpdate) -> Result<HostInfo, Refused> {
         if let Some(t) = u.idle_tax {
             if !(0.0..1.0).contains(&t) {
@@ -594,6 +667,12 @@ impl Host {
                 tracing::info!("idle memory tax {} -> {t}", self.config.idle_tax);
             }
             self.config.idle_tax = t;
+        }
+        if let Some(b) = u.balancing {
+            if b != self.config.balancing {
+                tracing::info!("balancing {:?} -> {b:?}", self.config.balancing);
+            }
+            self.config.balancing = b;
         }
         Ok(self.info())
     }
@@ -768,8 +847,9 @@ impl Host {
             .min(spec.mem)
     }
 
-    /// Takes in what was observed and decides; returns the orders to send.
-    fn decide(&mut self, seen: Vec<(String, Option<(VmInfo, VmStats)>)>) -> Vec<Order> {
+    /// Takes in what was observed and decides; returns the releases to ask for before the
+    /// tick's other orders ([`Host::settle`] gives those).
+    fn decide(&mut self, seen: Vec<(String, Option<(VmInfo, VmStats)>)>) -> Vec<ReleaseOrder> {
         for (name, obs) in seen {
             let Some(v) = self.named_mut(&name) else {
                 continue;
@@ -805,7 +885,6 @@ impl Host {
             .collect();
         let before = self.before();
         let p = plan(&self.params(), before, &obs, &oom);
-        self.write_trace(&live, &obs, &oom, &p);
         if p.state != self.free_state {
             let growing = if p.growth > 0 {
                 format!(", {} MiB more held than a tick ago", p.growth >> 20)
@@ -827,16 +906,241 @@ impl Host {
         self.drive_ksm(&live, p.state, p.free);
         self.pool = p.pool;
         self.ticks += 1;
+        let balance = (self.config.balancing == Balancing::Hd2).then(|| {
+            let params = BalanceParams::new(
+                self.config.tick.as_secs_f64(),
+                self.config.gap_idle.as_secs_f64(),
+            );
+            let estimated = self.estimate_demand(&live);
+            let bal: Vec<BalanceObservation> = live
+                .iter()
+                .zip(&obs)
+                .zip(&estimated)
+                .map(|((&i, o), &d)| BalanceObservation {
+                    demand: d,
+                    ..self.balance_observation(&self.vms[i], o)
+                })
+                .collect();
+            let d = balance::decide(&self.params(), &params, &p, &obs, &bal);
+            (params, bal, d)
+        });
+        let releases = match &balance {
+            Some((_, _, d)) => live
+                .iter()
+                .zip(&d.vms)
+                .filter(|(_, b)| b.release > 0)
+                .map(|(&i, b)| ReleaseOrder {
+                    name: self.vms[i].spec.name.clone(),
+                    sock: self.vms[i].files.sock.clone(),
+                    pages: b.release / balance::PAGE,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        self.pending = Some(Pending {
+            live: live
+                .iter()
+                .map(|&i| (i, self.vms[i].spec.name.clone()))
+                .collect(),
+            obs,
+            oom,
+            before,
+            plan: p,
+            balance,
+        });
+        releases
+    }
+
+    /// What the balancer knows of `v` besides `o`.
+    /// The demand estimator's figure for each of `live` (HyperDealer2 §4.6, `demand.rs`), in
+    /// bytes, from what its ghost cache and its guest's swapping did since the last tick;
+    /// `None` for a VM without the Swap Mapper's statistics.
+    fn estimate_demand(&mut self, live: &[usize]) -> Vec<Option<u64>> {
+        let mut inputs = Vec::with_capacity(live.len());
+        let mut has = Vec::with_capacity(live.len());
+        for &i in live {
+            let v = &mut self.vms[i];
+            let stats = v.stats.as_ref();
+            let now = stats
+                .and_then(|s| s.pager.as_ref())
+                .and_then(|p| p.patterns.as_ref())
+                .map(|pat| {
+                    let guest = stats
+                        .and_then(|s| s.balloon.as_ref())
+                        .and_then(|b| b.guest.as_ref());
+                    demand::Observation {
+                        bucket_pages: pat.ghost_bucket_pages,
+                        hits: pat.ghost_hits.clone(),
+                        swap_in_bytes: guest.and_then(|g| g.swap_in_bytes),
+                        swap_out_bytes: guest.and_then(|g| g.swap_out_bytes),
+                    }
+                });
+            let input = match (&v.ghost_seen, &now) {
+                (Some(before), Some(after)) => DemandInput::between(before, after),
+                _ => DemandInput::default(),
+            };
+            has.push(now.is_some());
+            v.ghost_seen = now;
+            inputs.push(input);
+        }
+        demand::estimate(&inputs, &DemandParams::default())
+            .into_iter()
+            .zip(has)
+            .map(|(pages, has)| has.then_some(pages.saturating_mul(4096)))
+            .collect()
+    }
+
+    fn balance_observation(&self, v: &Managed, o: &VmObservation) -> BalanceObservation {
+        let attached = v
+            .stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .is_some_and(|p| p.attached);
+        BalanceObservation {
+            releasable: v.spec.mapper && attached && !v.release_failed && !o.paused,
+            clean: v.clean(),
+            // Filled in by the caller from `estimate_demand`.
+            demand: None,
+            oom: v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
+            grown: v
+                .last_resident
+                .map_or(0, |last| o.resident.saturating_sub(last)),
+            gap: v.gap,
+            quiet: v.quiet,
+        }
+    }
+
+    /// Takes in what the victims' VMMs released (by name), hands it out, and returns the tick's
+    /// orders.
+    fn settle(
+        &mut self,
+        released: Vec<(String, Result<ReleaseResult, ClientError>)>,
+    ) -> Vec<Order> {
+        let Some(Pending {
+            live,
+            obs,
+            oom,
+            before,
+            plan: p,
+            balance,
+        }) = self.pending.take()
+        else {
+            return Vec::new();
+        };
+        // The list may have changed between the decision and now: find each VM again by name
+        // (`usize::MAX` for one that is gone).
+        let live: Vec<usize> = live
+            .into_iter()
+            .map(|(i, name)| match self.vms.get(i) {
+                Some(v) if v.spec.name == name => i,
+                _ => self
+                    .vms
+                    .iter()
+                    .position(|v| v.spec.name == name)
+                    .unwrap_or(usize::MAX),
+            })
+            .collect();
+        let mut got = vec![0u64; live.len()];
+        // The limit each victim's VMM has after its release.
+        let mut limit_now: Vec<Option<u64>> = vec![None; live.len()];
+        let mut micros = 0u64;
+        for (name, r) in released {
+            let Some(k) = live
+                .iter()
+                .position(|&i| i != usize::MAX && self.vms[i].spec.name == name)
+            else {
+                continue;
+            };
+            match r {
+                Ok(r) => {
+                    got[k] = r.released_pages * balance::PAGE;
+                    limit_now[k] = Some(r.limit_bytes.unwrap_or(self.vms[live[k]].spec.mem));
+                    micros = micros.max(r.micros);
+                    self.released_pages += r.released_pages;
+                }
+                Err(e) if !matches!(e, ClientError::Refused { .. }) => {
+                    // No answer (a timeout, a VMM going away): the pages may be released all
+                    // the same, but nothing is handed over on that account; tried again at the
+                    // next tick.
+                    let v = &mut self.vms[live[k]];
+                    if !v.release_warned {
+                        v.release_warned = true;
+                        tracing::warn!("vm {name}: a release got no answer: {e}");
+                    }
+                }
+                Err(e) => {
+                    let v = &mut self.vms[live[k]];
+                    if !v.release_failed {
+                        v.release_failed = true;
+                        let msg = format!(
+                            "cannot release pages ({e}): balanced by its balloon and limit only"
+                        );
+                        self.event(HostEventKind::BalloonFallback, Some(&name), msg);
+                    }
+                }
+            }
+        }
+        let mut actions: Vec<VmAction> = p.actions.clone();
+        if let Some((params, bal, d)) = &balance {
+            let s = balance::settle(d, &obs, &got);
+            actions.clone_from(&s.actions);
+            self.reallocated(&live, d, &got, &s.gives, micros);
+            for (k, &i) in live.iter().enumerate() {
+                if i == usize::MAX {
+                    continue;
+                }
+                let v = &mut self.vms[i];
+                v.gap = s.gaps[k];
+                v.quiet = d.vms[k].quiet;
+                if d.vms[k].closed {
+                    let pages = d.vms[k].inflate / balance::PAGE;
+                    self.gap_closed_pages += pages;
+                    let name = self.vms[i].spec.name.clone();
+                    let msg = if pages > 0 {
+                        format!(
+                            "capacity gap closed: its balloon inflates by {} pages, so its guest knows what it has",
+                            pages
+                        )
+                    } else {
+                        "capacity gap dropped: its balloon already asks for all it may hold"
+                            .to_owned()
+                    };
+                    self.event(HostEventKind::GapClosed, Some(&name), msg);
+                }
+            }
+            self.write_trace(
+                &live,
+                &obs,
+                &oom,
+                before,
+                &p,
+                Some(&BalanceRecord {
+                    params,
+                    obs: bal,
+                    decision: d,
+                    released: &got,
+                    settled: &s,
+                }),
+            );
+        } else {
+            self.write_trace(&live, &obs, &oom, before, &p, None);
+        }
         let mut orders = Vec::new();
-        for ((&i, o), a) in live.iter().zip(&obs).zip(&p.actions) {
+        for (k, ((&i, o), a)) in live.iter().zip(&obs).zip(&actions).enumerate() {
+            if i == usize::MAX {
+                continue;
+            }
             let v = &mut self.vms[i];
             v.target = a.target;
+            v.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
             if v.info.is_none() {
                 continue; // not answering yet: nothing to send
             }
             let limit = a.limit.max(MIN_LIMIT);
+            // What its VMM's limit is now: after a release, what the release left.
+            let limit_before = limit_now[k].unwrap_or(o.limit);
             // A VM on plain memory goes under the pager the first time the host shrinks it,
             // by its balloon or its limit: `PUT /memory` (at `mem` when only the balloon moves)
             // takes its RAM over, so sampling starts and the limit can follow.
@@ -855,7 +1159,7 @@ impl Host {
             let order = Order {
                 index: i,
                 balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
-                limit: (limit != o.limit || take_over).then_some(limit),
+                limit: (limit != limit_before || take_over).then_some(limit),
                 pool,
                 pause: (a.pause != v.paused_by_host).then_some(a.pause),
             };
@@ -869,6 +1173,53 @@ impl Host {
         }
         self.record_tick();
         orders
+    }
+
+    /// Records a tick that moved released memory: the counters, and one event per VM given some.
+    fn reallocated(
+        &mut self,
+        live: &[usize],
+        d: &Decision,
+        got: &[u64],
+        gives: &[u64],
+        micros: u64,
+    ) {
+        let given: u64 = gives.iter().sum();
+        if given == 0 {
+            return;
+        }
+        self.reallocations += 1;
+        let name = |i: usize| {
+            self.vms
+                .get(i)
+                .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
+        };
+        let victims: Vec<String> = live
+            .iter()
+            .zip(got)
+            .filter(|(_, &g)| g > 0)
+            .map(|(&i, &g)| format!("{} ({} pages)", name(i), g / balance::PAGE))
+            .collect();
+        let events: Vec<(String, String)> = live
+            .iter()
+            .zip(gives)
+            .zip(&d.vms)
+            .filter(|((_, &g), _)| g > 0)
+            .map(|((&i, &g), b)| {
+                (
+                    name(i),
+                    format!(
+                        "reallocated {} pages from {} in {micros} us (its demand {} pages)",
+                        g / balance::PAGE,
+                        victims.join(", "),
+                        b.demand / balance::PAGE
+                    ),
+                )
+            })
+            .collect();
+        for (vm, msg) in events {
+            self.event(HostEventKind::Reallocated, Some(&vm), msg);
+        }
     }
 
     /// Puts KSM's knobs back as the host found them (the host is ending).
@@ -896,25 +1247,40 @@ impl Host {
         }
     }
 
-    /// Writes this tick's inputs and plan to the trace, if there is one; a failed write ends the
-    /// trace (with a warning) rather than the host.
-    fn write_trace(&mut self, live: &[usize], obs: &[VmObservation], oom: &[bool], p: &Plan) {
+    /// Writes this tick's inputs and plan (and its balancing) to the trace, if there is one; a
+    /// failed write ends the trace (with a warning) rather than the host.
+    fn write_trace(
+        &mut self,
+        live: &[usize],
+        obs: &[VmObservation],
+        oom: &[bool],
+        before: Before,
+        p: &Plan,
+        balance: Option<&BalanceRecord<'_>>,
+    ) {
         let Some(mut w) = self.trace.take() else {
             return;
         };
         let names: Vec<String> = live
             .iter()
-            .map(|&i| self.vms[i].spec.name.clone())
+            .map(|&i| {
+                self.vms
+                    .get(i)
+                    .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
+            })
             .collect();
-        let line = TraceTick::new(
+        let mut line = TraceTick::new(
             self.started.elapsed().as_secs_f64(),
             &self.params(),
-            self.before(),
+            before,
             &names,
             obs,
             oom,
             p,
         );
+        if let Some(b) = balance {
+            line = line.with_balance(b);
+        }
         match trace::write_line(&mut w, &line).and_then(|()| std::io::Write::flush(&mut w)) {
             Ok(()) => self.trace = Some(w),
             Err(e) => tracing::warn!("the trace stops: cannot write it: {e}"),
@@ -978,9 +1344,22 @@ pub fn tick(host: &Shared) {
             (name, obs)
         })
         .collect();
+    let releases = lock(host).decide(seen);
+    // HD2: the victims' releases first, each VMM on its own (without the lock), so the memory
+    // is free before the beneficiaries' orders go out.
+    let released: Vec<(String, Result<ReleaseResult, ClientError>)> = releases
+        .into_iter()
+        .map(|r| {
+            let result = client(&r.sock).release(r.pages);
+            if let Err(e) = &result {
+                tracing::debug!("vm {}: release of {} pages: {e}", r.name, r.pages);
+            }
+            (r.name, result)
+        })
+        .collect();
     let orders: Vec<(Order, String, PathBuf)> = {
         let mut h = lock(host);
-        let orders = h.decide(seen);
+        let orders = h.settle(released);
         orders
             .into_iter()
             .map(|o| {

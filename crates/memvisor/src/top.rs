@@ -478,6 +478,10 @@ mod tests {
                 ticks: 42,
                 tick_seconds: 1.0,
                 ksm: None,
+                balancing: memvisor_api::Balancing::Hd2,
+                released_pages: 1,
+                reallocations: 1,
+                gap_closed_pages: 1,
             },
             vms: vec![
                 vm("web", HostVmState::Running, Some(4 << 20)),

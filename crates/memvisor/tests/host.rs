@@ -158,6 +158,10 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         ticks: 1,
         tick_seconds: 1.0,
         ksm: Some(memvisor_api::HostKsm::default()),
+        balancing: memvisor_api::Balancing::Hd2,
+        released_pages: 1,
+        reallocations: 1,
+        gap_closed_pages: 1,
     };
     let vm = HostVm {
         name: "a".into(),
@@ -206,6 +210,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,
+        release_cache: None,
         victims: Some("clock".into()),
         pager: Some("baseline".into()),
         sharing: None,
@@ -226,6 +231,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                 "HostUpdate",
                 serde_json::to_value(HostUpdate {
                     idle_tax: Some(0.5),
+                    balancing: Some(memvisor_api::Balancing::Hd2),
                 })
                 .unwrap(),
             ),
@@ -960,5 +966,237 @@ min = "600M"
     assert!(
         !dir.path().join("host.state").exists(),
         "no state directory, no socket, no VMM"
+    );
+}
+
+/// Waits until `name`'s VMM counts at least `pages` pages that mirror a disk block.
+fn wait_mirrored(vm: &HostVm, pages: u64) {
+    let vmm = memvisor_api::VmClient::new(Path::new(&vm.api_sock));
+    let t = Instant::now();
+    while ok(vmm.stats()).pager.map_or(0, |p| p.pages.mirrored_pages) < pages {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{}: no page cache",
+            vm.name
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Writes a 128 MiB data disk `cache.img` in `dir`.
+fn cache_disk(dir: &Path) {
+    let st = Command::new(MEMVISOR)
+        .args(["mkdisk", "data", "--size", "128M", "--out"])
+        .arg(dir.join("cache.img"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// HyperDealer2 balancing (`balancing = "hd2"`): `cache` reads a file into its page cache (the
+/// Swap Mapper sees every page of it mirror a disk block) and goes idle, above the target its
+/// few shares give it (the high state takes nothing from it); then `needy`, with eight times
+/// the shares, grows from 16 MiB to 200 MiB. The host takes `cache`'s clean pages at once (`PUT
+/// /memory/release`) and hands them to `needy` in the same tick: a `reallocated` event and the
+/// host's counters; `cache`, out of balancing for `gap_idle`, then has its capacity gap closed
+/// (`gap_closed`); and the trace holds every tick's balancing, which the simulator's replay
+/// reaches again decision for decision.
+#[test]
+fn hd2_balancing_moves_clean_pages_to_a_vm_that_needs_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    cache_disk(dir.path());
+    // 320 MiB less two 24 MiB overheads and the 6 % reserve leaves 253 MiB for the VMs:
+    // `needy` touching 200 MiB beside `cache` holding its 64 MiB file does not fit.
+    let host = start_host(
+        dir.path(),
+        r#"[host]
+memory = "320M"
+swap = "2G"
+tick = "250ms"
+sample_period = "1s"
+balancing = "hd2"
+gap_idle = "2s"
+trace = "trace.jsonl"
+
+[[vm]]
+name = "cache"
+mem = "256M"
+workload = "seqread"
+cmdline = "file=seq file_mb=64 passes=1 hold_secs=90"
+disks = ["cache.img,id=data"]
+mapper = true
+balloon = true
+
+[[vm]]
+name = "needy"
+mem = "256M"
+shares = 8000
+workload = "toucher"
+cmdline = "schedule=16:12,200:60"
+balloon = true
+"#,
+    );
+    let sock = host.sock.clone();
+    let cache = wait_vm(&sock, "cache", 30, |v| v.state == HostVmState::Running);
+    wait_mirrored(&cache, 12_000);
+    // Reallocations (a few pages may already move while both boot); then `cache`'s capacity
+    // gap is closed: by the gap reducer once it has been out of balancing for `gap_idle`
+    // (`gap_closed`), or by the plan's own balloon if the host's state fell meanwhile.
+    let trace = dir.path().join("trace.jsonl");
+    let cache_at = |t: &Value| {
+        t["vms"]
+            .as_array()
+            .and_then(|v| v.iter().position(|v| v["name"] == "cache"))
+    };
+    let t = Instant::now();
+    let (events, ticks) = loop {
+        let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+        let info: HostInfo = ok(client(&sock).info());
+        let last = events
+            .iter()
+            .filter(|e| e.kind == HostEventKind::Reallocated)
+            .map(|e| e.seconds)
+            .fold(f64::NAN, f64::max);
+        let ticks: Vec<Value> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect();
+        // The gap `cache` carries into the latest tick, `gap_idle` and more after the last
+        // reallocation.
+        let settled = ticks.last().is_some_and(|t| {
+            t["t"].as_f64() > Some(last + 2.5)
+                && cache_at(t).is_some_and(|i| t["vms"][i]["balance"]["gap"].as_u64() == Some(0))
+        });
+        if info.released_pages > 2048 && settled {
+            break (events, ticks);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "no reallocation of over 2048 pages and gap closed after it in 90 s: {info:?} {events:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let info: HostInfo = ok(client(&sock).info());
+    assert_eq!(info.balancing, memvisor_api::Balancing::Hd2);
+    let e = events
+        .iter()
+        .find(|e| e.kind == HostEventKind::Reallocated)
+        .unwrap();
+    eprintln!("{e:?}\n{info:?}");
+    assert_eq!(e.vm.as_deref(), Some("needy"), "{e:?}");
+    assert!(e.message.contains("from cache ("), "{e:?}");
+    assert!(
+        info.released_pages > 256 && info.reallocations > 0,
+        "{info:?}"
+    );
+    // Closed by the reducer, or taken back by the plan's balloon in a tick after a release.
+    let reducer = events
+        .iter()
+        .any(|e| e.kind == HostEventKind::GapClosed && e.vm.as_deref() == Some("cache"));
+    let balloon = ticks.iter().any(|t| {
+        cache_at(t).is_some_and(|i| {
+            t["plan"]["balance"]["vms"][i]["taken"].as_u64() > Some(0)
+                || (t["vms"][i]["balance"]["gap"].as_u64() > Some(0)
+                    && t["plan"]["balance"]["vms"][i]["gap"].as_u64() == Some(0)
+                    && t["plan"]["balance"]["vms"][i]["closed"] == false)
+        })
+    });
+    eprintln!("gap closed by the reducer: {reducer}, by the plan's balloon: {balloon}");
+    assert!(reducer || balloon, "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.kind == HostEventKind::BalloonFallback),
+        "{events:?}"
+    );
+    // The trace holds every tick's balancing, and the simulator's policy code replays it to the
+    // same decisions.
+    let released = ticks
+        .iter()
+        .filter(|t| {
+            t["plan"]["balance"]["released"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|x| x.as_u64() > Some(0)))
+        })
+        .count();
+    assert!(released > 0, "no tick of the trace released a page");
+    let out = Command::new(MEMVISOR)
+        .args(["sim", "--replay"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(" ticks replayed, 0 decisions differ"),
+        "{said}"
+    );
+}
+
+/// HD2 balancing takes pages from a VM that is still using them: `cache` reads a 64 MiB file
+/// over and over, checking every word, and `needy`, with eight times the shares, grows from 16
+/// MiB to 200 MiB: what it needs is released from `cache`'s clean file pages under the running
+/// workload. Every word `cache` reads back, from the image or from
+/// the reclamation cache, must be right.
+#[test]
+fn hd2_releases_under_a_busy_victim_keep_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    cache_disk(dir.path());
+    let host = start_host(
+        dir.path(),
+        r#"[host]
+memory = "320M"
+swap = "2G"
+tick = "250ms"
+sample_period = "1s"
+balancing = "hd2"
+
+[[vm]]
+name = "cache"
+mem = "256M"
+workload = "seqread"
+cmdline = "file=seq file_mb=64 passes=150"
+disks = ["cache.img,id=data"]
+mapper = true
+balloon = true
+
+[[vm]]
+name = "needy"
+mem = "256M"
+shares = 8000
+workload = "toucher"
+cmdline = "schedule=16:12,200:60"
+balloon = true
+"#,
+    );
+    let sock = host.sock.clone();
+    // `cache` holds its file in its page cache, every page of it mirroring a disk block.
+    let cache = wait_vm(&sock, "cache", 30, |v| v.state == HostVmState::Running);
+    wait_mirrored(&cache, 12_000);
+    let cache = wait_vm(&sock, "cache", 300, |v| v.state == HostVmState::Exited);
+    let log = std::fs::read_to_string(&cache.log).unwrap();
+    let done = log
+        .lines()
+        .find(|l| l.starts_with("RESULT workload=seqread phase=done"))
+        .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    assert_eq!(cache.exit_status, Some(1), "{cache:?}");
+    let info: HostInfo = ok(client(&sock).info());
+    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+    let moved: Vec<&HostEvent> = events
+        .iter()
+        .filter(|e| e.kind == HostEventKind::Reallocated)
+        .collect();
+    eprintln!(
+        "released {} pages in {} reallocations: {moved:?}",
+        info.released_pages, info.reallocations
+    );
+    assert!(
+        info.released_pages > 256 && !moved.is_empty(),
+        "{info:?} {events:?}"
     );
 }

@@ -7,6 +7,7 @@ use crate::config::Mechanisms;
 use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
 use crate::pattern::Patterns;
+use crate::released::Released;
 use crate::victim::{VictimPolicy, Victims};
 use memvisor_policy::ghost::{Ghost, GHOST_BUCKETS};
 
@@ -100,6 +101,9 @@ pub struct PageTable {
     /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
     /// a guest disk read into the page then tells the guest evicted that block.
     ended: std::collections::HashMap<PageIdx, ImageBlock>,
+    /// The pages instant release took, while they are out, their dwell times, and the
+    /// reclamation cache (`released.rs`).
+    pub released: Released,
 }
 
 /// A run of pages whose slots are being read without the page lock, and which of them changed
@@ -186,6 +190,7 @@ impl PageTable {
             ghost: Ghost::new(pages.max(1) as usize, GHOST_BUCKETS)
                 .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
             ended: std::collections::HashMap::new(),
+            released: Released::new(0),
         }
     }
 
@@ -234,6 +239,10 @@ impl PageTable {
     /// and the image-block links in step.
     fn set(&mut self, p: PageIdx, s: PageState) {
         let old = self.pages[p as usize];
+        if let PageState::OnDisk(_) = old {
+            // A released page is out as `OnDisk` until it changes state.
+            self.released.state_changed(p, is_resident(s));
+        }
         if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
             if let Some(v) = self.by_block.get_mut(&ib) {
                 v.retain(|&q| q != p);

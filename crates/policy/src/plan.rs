@@ -161,7 +161,7 @@ fn usable(host: &HostParams, vms: &[VmObservation]) -> u64 {
 }
 
 /// The high state's reserve: the part of the budget targets leave free.
-fn reserve(host: &HostParams) -> u64 {
+pub(crate) fn reserve(host: &HostParams) -> u64 {
     // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let r = (host.budget as f64 * host.thresholds.high.clamp(0.0, 1.0)) as u64;

@@ -7,6 +7,7 @@
 
 use std::io::{BufRead, Write};
 
+use crate::balance::{self, BalanceObservation, BalanceParams, Decision, VmBalance};
 use crate::{plan, Before, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,10 @@ pub struct TraceHost {
     /// Ticks a deflate-on-OOM counts as demand (10 in traces written before it was recorded).
     #[serde(default = "ten")]
     pub oom_demand_ticks: u32,
+    /// HyperDealer2 balancing's settings; absent with balancing off (`[host] balancing =
+    /// "balloon"`) and in traces written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BalanceParams>,
 }
 
 fn ten() -> u32 {
@@ -49,6 +54,9 @@ pub struct TraceVm {
     #[serde(flatten)]
     pub obs: VmObservation,
     pub oom_deflated: bool,
+    /// What the balancer knew of it; absent with balancing off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BalanceObservation>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,7 +67,34 @@ pub struct TracePlan {
     #[serde(default)]
     pub growth: u64,
     pub pool: u64,
+    /// The plan's actions (before the balancer's changes).
     pub actions: Vec<VmAction>,
+    /// What the balancer decided and what came of it; absent with balancing off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<TraceBalance>,
+}
+
+/// One tick of HyperDealer2 balancing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceBalance {
+    /// Per VM, what [`balance::decide`] decided.
+    pub vms: Vec<VmBalance>,
+    /// Per VM, what its VMM released (bytes).
+    pub released: Vec<u64>,
+    /// Per VM, what it was given of that.
+    pub gives: Vec<u64>,
+    /// What was asked of each VM after balancing.
+    pub actions: Vec<VmAction>,
+}
+
+/// A tick's balancing, as the trace records it.
+#[derive(Clone, Copy, Debug)]
+pub struct BalanceRecord<'a> {
+    pub params: &'a BalanceParams,
+    pub obs: &'a [BalanceObservation],
+    pub decision: &'a Decision,
+    pub released: &'a [u64],
+    pub settled: &'a balance::Settled,
 }
 
 fn state_name(s: FreeState) -> &'static str {
@@ -101,6 +136,7 @@ impl TraceTick {
                 pool: host.pool,
                 thresholds: [th.high, th.soft, th.hard, th.low],
                 oom_demand_ticks: host.oom_demand_ticks,
+                balance: None,
             },
             state: state_name(before.state).into(),
             held_before: before.held,
@@ -112,6 +148,7 @@ impl TraceTick {
                     name: n.clone(),
                     obs,
                     oom_deflated,
+                    balance: None,
                 })
                 .collect(),
             plan: TracePlan {
@@ -120,8 +157,25 @@ impl TraceTick {
                 growth: p.growth,
                 pool: p.pool,
                 actions: p.actions.clone(),
+                balance: None,
             },
         }
+    }
+
+    /// The same line with the tick's balancing.
+    #[must_use]
+    pub fn with_balance(mut self, b: &BalanceRecord<'_>) -> TraceTick {
+        self.host.balance = Some(*b.params);
+        for (v, o) in self.vms.iter_mut().zip(b.obs) {
+            v.balance = Some(*o);
+        }
+        self.plan.balance = Some(TraceBalance {
+            vms: b.decision.vms.clone(),
+            released: b.released.to_vec(),
+            gives: b.settled.gives.clone(),
+            actions: b.settled.actions.clone(),
+        });
+        self
     }
 
     /// The policy's inputs recorded on this line.
@@ -174,6 +228,24 @@ pub fn replay(r: impl BufRead) -> Result<(usize, Vec<Mismatch>), String> {
         let p = plan(&host, before, &obs, &oom);
         let again = TraceTick::new(tick.t, &host, before, &[], &[], &[], &p).plan;
         n += 1;
+        if let (Some(params), Some(recorded)) = (&tick.host.balance, &tick.plan.balance) {
+            let bal: Vec<BalanceObservation> = tick
+                .vms
+                .iter()
+                .map(|v| v.balance.unwrap_or_default())
+                .collect();
+            let d = balance::decide(&host, params, &p, &obs, &bal);
+            let s = balance::settle(&d, &obs, &recorded.released);
+            if d.vms != recorded.vms || s.gives != recorded.gives || s.actions != recorded.actions {
+                bad.push(Mismatch {
+                    line: i + 1,
+                    what: format!(
+                        "balancing: replayed {:?} gives {:?}, recorded {:?} gives {:?}",
+                        d.vms, s.gives, recorded.vms, recorded.gives
+                    ),
+                });
+            }
+        }
         if again.state != tick.plan.state
             || again.free != tick.plan.free
             || again.pool != tick.plan.pool

@@ -293,6 +293,7 @@ fn change_due_taxes(
         }
         let update = HostUpdate {
             idle_tax: Some(tax),
+            ..HostUpdate::default()
         };
         match HostClient::new(sock).update(update) {
             Ok(_) => run.taxes.push((now(), tax)),
