@@ -55,9 +55,10 @@ pub struct SharingStats {
 pub struct PagerStats {
     /// Most guest RAM resident on the host; `null`: no limit.
     pub limit_bytes: Option<u64>,
-    /// Guest RAM is under the pager (registered with userfaultfd). Until a limit (or the Swap
-    /// Mapper or the Preventer) asks for it, RAM is plain memory on transparent huge pages and
-    /// the census counts only what the balloon took: every other page shows as zero.
+    /// Guest RAM is under the pager (registered with userfaultfd). Until a limit, a release or
+    /// the Preventer asks for it, RAM is plain memory on transparent huge pages and the census
+    /// counts only what the balloon took and, with the Swap Mapper, the pages disk reads
+    /// filled: every other page shows as zero.
     pub attached: bool,
     /// Guest pages by state.
     #[serde(flatten)]
@@ -379,7 +380,7 @@ pager_counters! {
     /// Times the VM was paused because swap or image I/O failed.
     pauses,
     /// Times guest RAM was taken over from plain memory (registered with userfaultfd): at start
-    /// with a limit, the Swap Mapper or the Preventer, or when the first limit arrived.
+    /// with a limit or the Preventer, or when the first limit or release arrived.
     attaches,
     /// Huge pages split so that releasing part of one frees its memory.
     huge_pages_split,

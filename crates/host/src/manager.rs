@@ -991,13 +991,10 @@ impl Host {
     }
 
     fn balance_observation(&self, v: &Managed, o: &VmObservation) -> BalanceObservation {
-        let attached = v
-            .stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .is_some_and(|p| p.attached);
+        // A VM with the Swap Mapper may be on plain memory still: its first release takes its
+        // RAM over, keeping the mirrors it recorded.
         BalanceObservation {
-            releasable: v.spec.mapper && attached && !v.release_failed && !o.paused,
+            releasable: v.spec.mapper && !v.release_failed && !o.paused,
             clean: v.clean(),
             // Filled in by the caller from `estimate_demand`.
             demand: None,

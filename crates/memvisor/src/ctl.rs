@@ -41,10 +41,7 @@ pub enum CtlRequest {
     /// Release up to PAGES pages that mirror disk blocks now, without the vCPUs (PUT
     /// /memory/release; HyperDealer2's instant reclamation, with `--mapper`): prints how many
     /// were released and kept as changed, how long it took and the new limit.
-    Release {
-        #[arg(value_parser = clap::value_parser!(u64).range(1..))]
-        pages: u64,
-    },
+    Release { pages: u64 },
     /// Resize the host-memory pool, e.g. 256M (PUT /pool; the VM must have `--pool`).
     Pool {
         #[arg(value_parser = parse_size)]

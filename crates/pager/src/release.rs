@@ -20,6 +20,9 @@
 //! 6. the limit falls by the number released (a VM without a limit gets one at its resident
 //!    pages after the release).
 //!
+//! A VM still on plain memory (no limit yet) is taken over first, as by a first limit: its
+//! mirrors were recorded all along, and the takeover keeps them.
+//!
 //! Without a mirror digest a mirrored page has been write-protected since it came to hold its
 //! block, so it needs no check. Nothing is written anywhere: a release does no I/O, and a
 //! device access waiting for the page lock meanwhile finds the released pages not resident and
@@ -30,6 +33,7 @@ use std::time::Instant;
 use memvisor_devices::ram::{dontneed, GuestRange};
 
 use crate::core::{limit_to_bytes, PagerCore, PagerError, MIN_LIMIT};
+use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
@@ -46,6 +50,23 @@ struct Times {
     check: u64,
     cache: u64,
     drop: u64,
+}
+
+/// The pages of `to_check` (resident and write-protected, under the page lock held by the
+/// caller; sorted) whose content no longer has the digest given with each, sorted.
+fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<PageIdx> {
+    to_check
+        .iter()
+        .filter(|&&(p, want)| {
+            // SAFETY: `p` is resident and write-protected, and the caller holds the page lock:
+            // it is mapped and nothing changes it while it is read; it lies in a live guest RAM
+            // mapping.
+            let page =
+                unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) };
+            core.digest.page(page) != want
+        })
+        .map(|&(p, _)| p)
+        .collect()
 }
 
 /// Releases up to `n` clean pages (see the module doc). `n` must be 1 to the VM's page count;
@@ -77,10 +98,13 @@ pub(crate) fn release_clean(
     };
     let mut pages = core.lock();
     Counters::add(&core.counters.releases, 1);
-    if !pages.attached || !core.mech.mapper {
+    if !core.mech.mapper {
         out.limit_bytes = limit_to_bytes(core.limit());
         return Ok(out);
     }
+    // The Swap Mapper keeps its mirrors on plain memory too; the first release, like the first
+    // limit, takes guest RAM over (`takeover.rs`), keeping them.
+    takeover.attach(core, &mut pages)?;
     let min = u32::try_from(MIN_LIMIT / PAGE_SIZE as u64).unwrap_or(u32::MAX);
     let limit = core.limit();
     let base = if limit == u32::MAX {
@@ -113,26 +137,21 @@ pub(crate) fn release_clean(
     }
     split(&mut times.protect);
     // 3. Checked: a mirror left writable must still hold its block.
-    let mut drop_list = Vec::with_capacity(chosen.len());
-    for p in chosen {
-        if unprotected.iter().any(|&(f, k)| p >= f && p < f + k) {
-            continue;
-        }
-        if let Some(want) = pages.table.mirror_digest(p) {
-            Counters::add(&core.counters.mirrors_checked, 1);
-            // SAFETY: `p` is resident and write-protected, and the page lock is held: it is
-            // mapped and nothing changes it while it is read; it lies in a live guest RAM
-            // mapping.
-            let page =
-                unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) };
-            if core.digest.page(page) != want {
-                Counters::add(&core.counters.mirrors_changed, 1);
-                pages.table.mirror_changed(p);
-                out.changed_pages += 1;
-                continue;
-            }
-        }
-        drop_list.push(p);
+    chosen.retain(|&p| !unprotected.iter().any(|&(f, k)| p >= f && p < f + k));
+    let to_check: Vec<(PageIdx, Digest)> = chosen
+        .iter()
+        .filter_map(|&p| Some((p, pages.table.mirror_digest(p)?)))
+        .collect();
+    let changed = changed_mirrors(core, &to_check);
+    Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
+    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
+    for &p in &changed {
+        pages.table.mirror_changed(p);
+    }
+    out.changed_pages = changed.len() as u64;
+    let mut drop_list = chosen;
+    if !changed.is_empty() {
+        drop_list.retain(|p| changed.binary_search(p).is_err());
     }
     split(&mut times.check);
     // 4. The most recent ones (the last of the list: it holds as many as the cache) copied into
