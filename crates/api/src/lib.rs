@@ -60,7 +60,9 @@ pub struct PoolUpdate {
 /// `PUT /memory/release`: release up to `pages` clean guest pages now, without the guest's
 /// vCPUs (HyperDealer2's instant reclamation, docs/hd2.md): pages that mirror disk blocks (Swap
 /// Mapper), chosen by the VM's victim order, dropped after their digest is checked; the limit
-/// falls by what was released. `pages` is in 4 KiB pages, 1 to the VM's page count.
+/// falls by what was released (a VM without a limit gets one at its resident memory after the
+/// release; never below [`spec::MIN_LIMIT`]: near it, fewer are released). `pages` is in 4 KiB
+/// pages, 1 to the VM's page count.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {

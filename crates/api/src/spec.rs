@@ -300,6 +300,23 @@ pub fn check_chunk_size(chunk: u64) -> Result<(), ChunkSizeError> {
     }
 }
 
+/// The reclamation cache's size when none is given (`--release-cache`, `release_cache`).
+pub const DEFAULT_RELEASE_CACHE: u64 = 4 << 20;
+
+/// Checks the size of a VM's reclamation cache (HyperDealer2 §4.2, docs/hd2.md) for a VM of
+/// `mem` bytes: whole 4 KiB pages, at most the VM's memory (0: no cache).
+pub fn check_release_cache(bytes: u64, mem: u64) -> Result<(), String> {
+    if bytes % PAGE != 0 {
+        return Err(format!("{bytes} is not a whole number of 4 KiB pages"));
+    }
+    if bytes > mem {
+        return Err(format!(
+            "{bytes} is more than the VM's {mem} bytes of memory (the cache holds released guest pages)"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a chunk size for a pool of `pool` bytes.
 pub fn check_chunk(chunk: u64, pool: u64) -> Result<(), ChunkSizeError> {
     check_chunk_size(chunk)?;
@@ -370,6 +387,11 @@ pub struct VmSpec {
     /// How the pager picks victims, `random` or `clock` (`--victims`; default random).
     #[serde(default)]
     pub victims: Option<String>,
+    /// The reclamation cache of instant release (HyperDealer2 §4.2): bytes of released pages'
+    /// contents kept in host memory, whole 4 KiB pages up to `mem` (`--release-cache`; default
+    /// 4M; 0: none).
+    #[serde(with = "size::option", default)]
+    pub release_cache: Option<u64>,
     /// The pager's mode, `full` or `baseline` (`--pager`; default full). A host needs the
     /// pager, so `off` is not offered.
     #[serde(default)]
@@ -501,6 +523,10 @@ impl VmSpec {
                 ),
             ));
         }
+        if let Some(c) = self.release_cache {
+            check_release_cache(c, self.mem)
+                .map_err(|e| ("release_cache", format!("vm '{n}': release_cache {e}")))?;
+        }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
             Some(v) => {
@@ -568,6 +594,9 @@ impl VmSpec {
         }
         if let Some(m) = self.tesseract_max {
             a.extend(["--tesseract-max".to_owned(), m.to_string()]);
+        }
+        if let Some(c) = self.release_cache {
+            a.extend(["--release-cache".to_owned(), c.to_string()]);
         }
         if let Some(p) = &self.pager {
             a.extend(["--pager".to_owned(), p.clone()]);
@@ -655,6 +684,14 @@ mod tests {
             (
                 r#"{"name":"a","mem":"512M","pager":"baseline","victim_cache":10}"#,
                 "full pager",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","release_cache":"1G"}"#,
+                "release_cache 1073741824 is more than the VM's",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","release_cache":4097}"#,
+                "release_cache 4097 is not a whole number of 4 KiB pages",
             ),
         ] {
             let s: VmSpec = serde_json::from_str(bad).unwrap();

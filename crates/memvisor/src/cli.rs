@@ -262,6 +262,12 @@ pub struct RunArgs {
     /// of 4K, at most the pool's size.
     #[arg(long, default_value = "2M", value_parser = parse_size)]
     pub pool_chunk: u64,
+    /// The reclamation cache of instant release (HyperDealer2 §4.2, `memvisor ctl release`):
+    /// the contents of the pages released most recently, kept in host memory (and counted in
+    /// the VMM's own) so a refault of one is a copy, not a disk read. Whole 4K pages, at most
+    /// --mem; 0: none.
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    pub release_cache: u64,
     /// When the limit rises, bring swapped pages back `proactive`ly in batches (pooled first,
     /// most recent first, then the swap file's in block order), or only as the guest `faults`
     /// on them (default: proactive with a pool, faults without).
@@ -392,6 +398,7 @@ mod tests {
             tesseract_defrag: Some("store".into()),
             victim_cache: 10,
             victims: Some("clock".into()),
+            release_cache: Some(8 << 20),
             pager: Some("full".into()),
             sharing: Some("host".into()),
         };
@@ -413,6 +420,7 @@ mod tests {
         assert_eq!(r.tesseract_defrag, Some(DefragArg::Store));
         assert_eq!(r.victim_cache, 10);
         assert_eq!(r.victims, VictimArg::Clock);
+        assert_eq!(r.release_cache, 8 << 20);
         assert_eq!(r.pager, PagerMode::Full);
         assert_eq!(r.sharing, SharingArg::Host);
     }

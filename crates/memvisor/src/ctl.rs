@@ -38,6 +38,13 @@ pub enum CtlRequest {
         #[arg(value_parser = parse_limit)]
         limit: Limit,
     },
+    /// Release up to PAGES pages that mirror disk blocks now, without the vCPUs (PUT
+    /// /memory/release; HyperDealer2's instant reclamation, with `--mapper`): prints how many
+    /// were released and kept as changed, how long it took and the new limit.
+    Release {
+        #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+        pages: u64,
+    },
     /// Resize the host-memory pool, e.g. 256M (PUT /pool; the VM must have `--pool`).
     Pool {
         #[arg(value_parser = parse_size)]
@@ -116,6 +123,7 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Pause => show(vm("pause")?.pause()),
         CtlRequest::Resume => show(vm("resume")?.resume()),
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
+        CtlRequest::Release { pages } => show(vm("release")?.release(pages)),
         CtlRequest::Pool { bytes } => show(vm("pool")?.set_pool(bytes)),
         CtlRequest::Balloon { target } => show(vm("balloon")?.set_balloon(target)),
         CtlRequest::Host => show(host("host")?.info()),

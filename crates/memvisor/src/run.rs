@@ -176,6 +176,9 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
     }
+    if let Err(e) = memvisor_api::spec::check_release_cache(args.release_cache, args.mem) {
+        return bad(format!("--release-cache {e}"));
+    }
     if let Err(e) = memvisor_api::spec::check_chunk_size(args.pool_chunk) {
         return bad(format!("--pool-chunk {e}"));
     }
@@ -272,6 +275,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             SwapIn::Faults
         }) == SwapIn::Proactive,
         sharing: a.sharing == SharingArg::Host,
+        release_cache: a.release_cache,
         indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
             max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
             keep: a.keep_indirections,

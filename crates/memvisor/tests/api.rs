@@ -135,6 +135,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             active: ActiveMemory::default(),
             pool: Some(PoolStats::default()),
             indirections: Some(memvisor_api::IndirectionStats::default()),
+            patterns: Some(memvisor_api::PatternStats::default()),
         }),
         sharing: Some(memvisor_api::SharingStats::default()),
         balloon: Some(BalloonStats {
@@ -163,6 +164,18 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
         (
             "ErrorBody",
             serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
+        ),
+        (
+            "ReleaseRequest",
+            serde_json::to_value(memvisor_api::ReleaseRequest { pages: 1 }).unwrap(),
+        ),
+        (
+            "ReleaseResult",
+            serde_json::to_value(memvisor_api::ReleaseResult {
+                limit_bytes: Some(1),
+                ..memvisor_api::ReleaseResult::default()
+            })
+            .unwrap(),
         ),
     ];
     openapi::same_fields_as_schemas(&spec, &samples);
@@ -226,6 +239,20 @@ fn server_matches_the_published_schema() {
     assert_eq!(vm["limit_bytes"], 32 << 20);
     let (_, vm) = call_checked(&spec, &sock, "PUT", "/memory", Some(r#"{"limit": null}"#));
     assert!(vm["limit_bytes"].is_null());
+    // Without the Swap Mapper no page is known to mirror a block: nothing to release.
+    let (status, r) = call_checked(
+        &spec,
+        &sock,
+        "PUT",
+        "/memory/release",
+        Some(r#"{"pages": 100}"#),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        (r["asked_pages"].as_u64(), r["released_pages"].as_u64()),
+        (Some(100), Some(0))
+    );
+    assert!(r["limit_bytes"].is_null(), "{r}");
     let (_, vm) = call_checked(
         &spec,
         &sock,
@@ -265,6 +292,10 @@ fn server_matches_the_published_schema() {
         ("/balloon", r#"{"target": 1099511627776}"#),
         ("/balloon", r#"{"target": 1.5}"#),
         ("/balloon", "[]"),
+        ("/memory/release", r#"{"pages": 0}"#),
+        ("/memory/release", r#"{"pages": 16385}"#),
+        ("/memory/release", r#"{"pages": -1}"#),
+        ("/memory/release", r#"{}"#),
     ] {
         let (status, v) = call_checked(&spec, &sock, "PUT", path, Some(body));
         assert_eq!(status, 400, "PUT {path} {body}");

@@ -72,7 +72,14 @@ pub struct PagerConfig {
     /// Guest RAM is mergeable by KSM (`--sharing host`): the pager keeps the pages it protects
     /// out of KSM, whose merges drop userfaultfd write protection (`sys/uffd.rs`).
     pub sharing: bool,
+    /// Bytes of the reclamation cache (HyperDealer2 §4.2, `released.rs`): the contents of the
+    /// pages instant release took most recently, kept in host memory so their refaults are
+    /// copies (0: none). Rounded down to whole pages.
+    pub release_cache: u64,
 }
+
+/// The reclamation cache's size when none is given (4 MiB: 1,024 pages).
+pub use memvisor_api::spec::DEFAULT_RELEASE_CACHE;
 
 /// Tesseract's indirections (`store/indirect/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

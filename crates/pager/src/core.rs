@@ -61,6 +61,10 @@ pub enum PagerError {
     DigestKey(#[source] std::io::Error),
     #[error("this VM has no pool (start it with --pool SIZE)")]
     NoPool,
+    #[error("a release of 0 pages: give 1 to the VM's page count")]
+    ReleaseNothing,
+    #[error("a release of {asked} pages is more than the VM's {size} pages")]
+    ReleaseTooMany { asked: u64, size: u32 },
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error("cannot start the pager thread")]

@@ -13,6 +13,8 @@
 //!    released and the protection removed, which wakes the writer.
 //! 3. A vCPU's write to a page whose content is in a store may go to the Preventer instead
 //!    (`preventer.rs`).
+//! 4. A page instant release took (`release.rs`) whose content the reclamation cache still
+//!    holds comes back from that copy, under the page lock, with no read (`released.rs`).
 //!
 //! After each fault the page's installs are paid for by one bounded reclaim chunk when the VM
 //! is over its limit (`reclaim.rs`). A fault that cannot be resolved pauses the VM.
@@ -198,6 +200,9 @@ impl FaultHandler {
         write: bool,
         tid: i32,
     ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
+        if let Some(r) = self.from_release_cache(core, &mut pages, p, write) {
+            return (pages, r);
+        }
         let preventable = write
             && pages.table.mech.preventer
             && matches!(
@@ -347,11 +352,46 @@ impl FaultHandler {
         match pages.table.fault(p, write) {
             FaultAction::Wake => Ok(self.wake(core, p)?),
             FaultAction::Zero => self.install_zero(core, pages, p, write),
+            FaultAction::Load { .. } if pages.table.released.cached(p).is_some() => self
+                .from_release_cache(core, pages, p, write)
+                .unwrap_or(Ok(())),
             FaultAction::Load { from, keep } => {
                 let run = pages.table.load_run(p);
                 self.bring_run(core, pages, p, run, keep, from)
             }
         }
+    }
+
+    /// A page instant release took whose copy the reclamation cache still holds
+    /// (`released.rs`) comes back from the copy, under the page lock, with no disk read: alone,
+    /// clean and write-protected after a read, as from its block. `None`: not such a page.
+    fn from_release_cache(
+        &self,
+        core: &PagerCore,
+        pages: &mut Pages,
+        p: PageIdx,
+        write: bool,
+    ) -> Option<std::io::Result<()>> {
+        if !matches!(pages.table.state(p), PageState::OnDisk(_)) {
+            return None;
+        }
+        let keep = !write;
+        let data = pages.table.released.cached(p)?;
+        // SAFETY: `data` is one page of the reclamation cache, alive (the page lock is held)
+        // for the call.
+        if let Err(e) = unsafe {
+            core.uffd
+                .copy(data.as_ptr(), core.map.host(p), PAGE_SIZE, keep)
+        } {
+            if e.pages > 0 {
+                pages.table.install_run(p, 1, keep);
+            }
+            return Some(Err(e.into()));
+        }
+        pages.table.install_run(p, 1, keep);
+        pages.prefetched[p as usize] = false;
+        Counters::add(&core.counters.reclamation_cache_hits, 1);
+        Some(Ok(()))
     }
 
     /// Installs zero pages at `p` and the pages after it whose content is nothing (never

@@ -14,6 +14,8 @@
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path: the `FaultHandler`, which owns its buffers and unresolved faults and borrows the core |
 //! | `reclaim.rs` | reclaim in bounded chunks: the `Reclaimer`, which owns its wake-up and the signal that a chunk was recorded and borrows the core |
+//! | `release.rs` | instant release of pages that mirror disk blocks (HyperDealer2 §4.3, `PUT /memory/release`), on the calling thread, on the core |
+//! | `released.rs` | what the page table keeps of released pages: when each left (dwell times) and the reclamation cache of their contents (HyperDealer2 §4.2; pure) |
 //! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages: the `Takeover`, which owns the page map and borrows the core |
@@ -32,6 +34,8 @@ pub mod page;
 mod pager;
 pub mod preventer;
 mod reclaim;
+mod release;
+pub mod released;
 mod sample;
 mod snapshot;
 pub mod state;
@@ -43,8 +47,9 @@ mod takeover;
 pub mod victim;
 
 pub use crate::core::{NoVcpus, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
-pub use config::{IndirectConfig, Mechanisms, PagerConfig, PoolConfig};
+pub use config::{IndirectConfig, Mechanisms, PagerConfig, PoolConfig, DEFAULT_RELEASE_CACHE};
 pub use pager::Pager;
+pub use release::ReleaseOutcome;
 pub use preventer::CpuState;
 pub use snapshot::PagerSnapshot;
 pub use store::{image, indirect, pool, swap};

@@ -14,6 +14,9 @@
 //! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
 //!   the images (`store/indirect/defrag.rs`).
 //!
+//! An instant release (`release.rs`, `PUT /memory/release`) runs on the thread that asks for
+//! it, in one hold of the page lock.
+//!
 //! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`'s
 //! `DeviceAccess`),
 //! which installs whole pages without reading them; vCPU threads come in only for the
@@ -115,6 +118,9 @@ impl Pager {
         let mech = config.mech;
         let mut table = PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
+        table.released = crate::released::Released::new(
+            u32::try_from(config.release_cache / PAGE_SIZE as u64).unwrap_or(u32::MAX),
+        );
         // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
         // image (reclaim writes from its own buffer).
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
@@ -330,6 +336,17 @@ impl Pager {
                 Ok(())
             }
         }
+    }
+
+    /// Instant release (HyperDealer2 §4.3, `release.rs`): takes up to `pages` pages that mirror
+    /// disk blocks out of guest RAM now, on the calling thread, without the guest's vCPUs and
+    /// without waiting for the reclaim thread, and lowers the limit by the number released (a
+    /// VM without a limit gets one at its resident pages after the release; never below
+    /// [`MIN_LIMIT`](crate::MIN_LIMIT): then fewer are released). A paused VM releases too.
+    /// `pages` must be 1 to the VM's page count. A pager that has not taken guest RAM over, or
+    /// runs without the Swap Mapper, releases nothing (and says so: 0 released).
+    pub fn release_clean(&self, pages: u64) -> Result<crate::ReleaseOutcome, PagerError> {
+        crate::release::release_clean(&self.core, &self.takeover, pages)
     }
 
     /// The resident limit in bytes, if there is one.

@@ -4,7 +4,7 @@
 use crate::core::{limit_to_bytes, PagerCore};
 use crate::page::PAGE_SIZE;
 use crate::sample::Sampler;
-use crate::stats::{get, StoreTotals};
+use crate::stats::{get, Counters, StoreTotals};
 use crate::store::PageStore;
 use crate::takeover::Takeover;
 
@@ -33,7 +33,14 @@ impl PagerCore {
                 touched_pages: touched,
             }
         };
-        let pages = s.lock();
+        let mut pages = s.lock();
+        // Released pages that came back are counted by the page table as they change state.
+        let back = pages.table.released.take_refaults();
+        Counters::add(&s.counters.released_refaults, back);
+        let released = (
+            pages.table.released.cache_pages(),
+            pages.table.released.dwell_ms_log2,
+        );
         let census = pages.table.census();
         let in_use = pages.table.blocks.in_use();
         let attached = pages.attached;
@@ -126,7 +133,11 @@ impl PagerCore {
                 }
                 t
             }),
-            patterns: None,
+            patterns: s.mech.mapper.then(|| memvisor_api::PatternStats {
+                reclamation_cache_pages: released.0.into(),
+                dwell_ms_log2: released.1.to_vec(),
+                ..memvisor_api::PatternStats::default()
+            }),
         }
     }
 }

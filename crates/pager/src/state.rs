@@ -6,6 +6,7 @@ use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
 use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
+use crate::released::Released;
 use crate::victim::{VictimPolicy, Victims};
 
 /// Where one guest page's content is.
@@ -84,6 +85,9 @@ pub struct PageTable {
     /// Runs being read from their store without the page lock ([`Self::watch`]).
     watched: Vec<Watch>,
     next_watch: u64,
+    /// The pages instant release took, while they are out, their dwell times, and the
+    /// reclamation cache (`released.rs`).
+    pub released: Released,
 }
 
 /// A run of pages whose slots are being read without the page lock, and which of them changed
@@ -164,6 +168,7 @@ impl PageTable {
             },
             watched: Vec::new(),
             next_watch: 0,
+            released: Released::new(0),
         }
     }
 
@@ -212,6 +217,10 @@ impl PageTable {
     /// and the image-block links in step.
     fn set(&mut self, p: PageIdx, s: PageState) {
         let old = self.pages[p as usize];
+        if let PageState::OnDisk(_) = old {
+            // A released page is out as `OnDisk` until it changes state.
+            self.released.state_changed(p, is_resident(s));
+        }
         if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
             if let Some(v) = self.by_block.get_mut(&ib) {
                 v.retain(|&q| q != p);
@@ -495,6 +504,14 @@ impl PageTable {
             v.dedup();
         }
         v
+    }
+
+    /// Up to `n` resident pages that mirror disk blocks, which instant release may drop
+    /// without a write (`release.rs`), in the order it takes them: for now the victim order's
+    /// order among such pages (chosen at random, [`Victims::pick_named`]). Pages cooling in the
+    /// victim cache are not among them. Nothing changes until the caller records what it did.
+    pub fn pick_clean(&mut self, n: u32) -> Vec<PageIdx> {
+        self.victims.pick_named(n)
     }
 
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the

@@ -267,6 +267,34 @@ impl Victims {
         out
     }
 
+    /// Up to `n` distinct resident pages that mirror disk blocks (not cooling), chosen
+    /// uniformly at random, in the order chosen.
+    pub fn pick_named(&mut self, n: u32) -> Vec<PageIdx> {
+        let len = self.named.len();
+        let n = (n as usize).min(len);
+        if n * 2 <= len {
+            // Few of them: draws, a repeat drawn again.
+            let mut taken = std::collections::HashSet::with_capacity(n);
+            let mut out = Vec::with_capacity(n);
+            while out.len() < n {
+                let i = usize::try_from(self.next_random() % len as u64).unwrap_or(0);
+                if taken.insert(self.named[i]) {
+                    out.push(self.named[i]);
+                }
+            }
+            return out;
+        }
+        // Most of them: the first `n` of a partial shuffle.
+        let mut all = self.named.clone();
+        for i in 0..n {
+            let left = (len - i) as u64;
+            let j = i + usize::try_from(self.next_random() % left).unwrap_or(0);
+            all.swap(i, j);
+        }
+        all.truncate(n);
+        all
+    }
+
     /// Up to `n` distinct resident pages chosen uniformly at random (for working-set samples:
     /// no clusters, no preference), in no particular order.
     pub fn sample(&mut self, n: u32) -> Vec<PageIdx> {
@@ -321,6 +349,24 @@ mod tests {
         assert!(picked.windows(2).all(|w| w[0] < w[1]));
         assert!(picked.iter().all(|p| p % 2 == 0 && *p != 10));
         assert_eq!(v.pick(1000).len(), 49);
+    }
+
+    #[test]
+    fn named_picks_are_distinct_named_pages() {
+        let mut v = Victims::new(100, VictimPolicy::Random, 9, 1);
+        for p in 0..100 {
+            v.insert(p);
+            v.set_named(p, p % 3 == 0);
+        }
+        v.cool(&[30]);
+        for n in [1, 5, 20, 33, 34, 1000] {
+            let mut got = v.pick_named(n);
+            assert_eq!(got.len(), (n as usize).min(33), "{n}");
+            assert!(got.iter().all(|p| p % 3 == 0 && *p != 30));
+            got.sort_unstable();
+            got.dedup();
+            assert_eq!(got.len(), (n as usize).min(33), "distinct");
+        }
     }
 
     #[test]

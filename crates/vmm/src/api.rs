@@ -6,6 +6,7 @@
 //! | `GET /stats` | every counter: pager, balloon (with the guest's statistics), disks, exits, guest errors |
 //! | `GET /metrics` | the same numbers in the OpenMetrics text format (`memvisor_api::metrics`, docs/metrics.md) |
 //! | `PUT /memory {"limit": bytes\|null}` | changes the resident limit; shrinking reclaims down to it |
+//! | `PUT /memory/release {"pages": n}` | releases up to `n` pages that mirror disk blocks now, without the vCPUs (HyperDealer2 §4.3, docs/hd2.md); the limit falls by what was released; a paused VM releases too |
 //! | `PUT /pool {"bytes": bytes}` | resizes the host-memory pool (`--pool`); shrinking spills |
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
 //! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
@@ -66,7 +67,13 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
                 Err(e) => error(400, &e.to_string()),
             },
         },
-        VmRequest::Release(_) => error(501, "instant release is not built yet"),
+        VmRequest::Release(r) => match &c.lifecycle.pager {
+            None => error(400, "this VM runs without memvisor's pager (--pager off): it has no pages to release"),
+            Some(p) => match p.release_clean(r.pages) {
+                Ok(done) => ok(&done),
+                Err(e) => error(400, &e.to_string()),
+            },
+        },
         VmRequest::SetPool(u) => match &c.lifecycle.pager {
             None => error(400, "this VM runs without memvisor's pager (--pager off)"),
             Some(p) => match p.set_pool(u.bytes) {

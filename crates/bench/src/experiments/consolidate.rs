@@ -244,6 +244,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,
+        release_cache: None,
         victims: None,
         pager: baseline.then(|| "baseline".into()),
         sharing: None,

@@ -60,6 +60,7 @@ pub(super) fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: 
         tesseract_sync: None,
         tesseract_defrag: None,
         victim_cache: 0,
+        release_cache: None,
         victims: None,
         pager: None,
         sharing: None,

@@ -30,6 +30,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         proactive: false,
         indirections: None,
         sharing: false,
+        release_cache: memvisor_pager::DEFAULT_RELEASE_CACHE,
     }
 }
 

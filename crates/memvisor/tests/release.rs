@@ -1,0 +1,377 @@
+//! Instant release end to end (`PUT /memory/release`, HyperDealer2 §4.3, docs/hd2.md): guest kit
+//! VMs with the Swap Mapper whose page cache holds files of known content have their clean
+//! pages released through the API, over and over, while they read and check every word of
+//! those files, and while they rewrite them; a paused VM releases too; bad requests change
+//! nothing. The release times of 100, 1,000 and 10,000 pages from a paused VM are printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use memvisor_api::{ClientError, ReleaseResult, VmClient, VmState, VmStats};
+
+const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+
+struct Vm(Child);
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Vm {
+    fn running(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+/// A data disk of `mb` MiB (files are made by the workload).
+fn mkdisk(dir: &Path, mb: u64) -> PathBuf {
+    let img = dir.join("data.img");
+    let st = Command::new(MEMVISOR)
+        .args(["mkdisk", "data", "--size", &format!("{mb}M"), "--out"])
+        .arg(&img)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    img
+}
+
+/// Starts `memvisor run --mem 256M --mapper` with the data disk `img`, an API socket in `dir`,
+/// its final counters to `dir/stats.json`, `workload` with `cmdline`, and `args` besides;
+/// returns it with a thread collecting its console once its API socket exists.
+fn start(
+    dir: &Path,
+    img: &Path,
+    args: &[&str],
+    workload: &str,
+    cmdline: &str,
+) -> (Vm, std::thread::JoinHandle<String>, PathBuf) {
+    let sock = dir.join("api.sock");
+    let child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "256M", "--disk"])
+        .arg(format!("{},id=data", img.display()))
+        .arg("--api-sock")
+        .arg(&sock)
+        .arg("--stats-json")
+        .arg(dir.join("stats.json"))
+        .args(args)
+        .args(["--workload", workload, "--cmdline", cmdline])
+        .env("MEMVISOR_LOG", "warn,memvisor_pager::release=debug")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut vm = Vm(child);
+    let mut pipe = vm.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
+        s
+    });
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (vm, reader, sock)
+}
+
+/// Waits for the VM to end; checks its workload's final RESULT line says ok with no
+/// mismatches; returns that line and the VM's final counters.
+fn passed(
+    mut vm: Vm,
+    reader: std::thread::JoinHandle<String>,
+    dir: &Path,
+    workload: &str,
+) -> (String, VmStats) {
+    let status = vm.0.wait().unwrap();
+    let console = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{console}");
+    let prefix = format!("RESULT workload={workload} phase=done");
+    let done = console
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no final RESULT line: {console}"));
+    assert!(
+        done.contains(" ok=1") && done.contains(" mismatches=0"),
+        "{done}"
+    );
+    let text = std::fs::read_to_string(dir.join("stats.json")).unwrap();
+    (done.to_owned(), serde_json::from_str(&text).unwrap())
+}
+
+fn stats(sock: &Path) -> VmStats {
+    VmClient::new(sock)
+        .stats()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn mirrored(sock: &Path) -> u64 {
+    stats(sock).pager.expect("the pager").pages.mirrored_pages
+}
+
+/// Waits (60 s at most) until at least `n` pages mirror disk blocks; false if the VM ended.
+fn wait_mirrored(vm: &mut Vm, sock: &Path, n: u64) -> bool {
+    let t0 = Instant::now();
+    while vm.running() {
+        if mirrored(sock) >= n {
+            return true;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "only {} pages mirror the disk",
+            mirrored(sock)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The status and error sentence of a refused request.
+fn refused(r: Result<ReleaseResult, ClientError>) -> (u16, String) {
+    match r {
+        Err(ClientError::Refused { status, body, .. }) => (status, body),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+/// Releases `pages` at a time until the VM ends, `pause` between releases, the limit lifted
+/// every fourth time so each release finds room; returns the releases made, the pages they
+/// released and those they found changed.
+fn release_until_the_end(vm: &mut Vm, sock: &Path, pages: u64, pause: Duration) -> (u64, u64, u64) {
+    let c = VmClient::new(sock);
+    let (mut n, mut released, mut changed) = (0, 0, 0);
+    while vm.running() {
+        match c.release(pages) {
+            Ok(r) => {
+                assert_eq!(r.asked_pages, pages);
+                assert!(r.released_pages + r.changed_pages <= pages, "{r:?}");
+                n += 1;
+                released += r.released_pages;
+                changed += r.changed_pages;
+            }
+            // The VM ended between the check and the request.
+            Err(e) if !vm.running() => {
+                eprintln!("the VM ended: {e}");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if n % 4 == 0 && vm.running() {
+            let _ = c.set_limit(None);
+        }
+        std::thread::sleep(pause);
+    }
+    (n, released, changed)
+}
+
+/// A guest reading a 48 MiB file again and again, checking every word, while its page cache is
+/// released under it hundreds of times; bad requests are refused first and change nothing; a
+/// release while the VM is paused takes pages too.
+#[test]
+fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 64);
+    let (mut vm, reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--mapper"],
+        "seqread",
+        "file_mb=48 passes=12",
+    );
+    let c = VmClient::new(&sock);
+    // Bad input: 400, one sentence, nothing changed.
+    let before = c.info().unwrap();
+    assert_eq!(before.limit_bytes, None);
+    let (status, body) = refused(c.release(0));
+    assert_eq!(status, 400);
+    assert!(body.contains("a release of 0 pages"), "{body}");
+    let (status, body) = refused(c.release(65537));
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("a release of 65537 pages is more than the VM's 65536 pages"),
+        "{body}"
+    );
+    assert_eq!(
+        c.info().unwrap().limit_bytes,
+        None,
+        "the limit did not move"
+    );
+    let s = stats(&sock);
+    let p = s.pager.as_ref().unwrap();
+    assert_eq!((p.counters.releases, p.counters.released_pages), (0, 0));
+
+    // A paused VM releases: no vCPU is needed.
+    assert!(wait_mirrored(&mut vm, &sock, 4096), "the VM ended early");
+    c.pause().unwrap();
+    let r = c.release(2000).unwrap();
+    eprintln!("paused: {r:?}");
+    assert_eq!(c.info().unwrap().state, VmState::Paused);
+    assert!(r.released_pages > 1000, "{r:?}");
+    assert_eq!(
+        r.limit_bytes,
+        c.info().unwrap().limit_bytes,
+        "the answer says the new limit"
+    );
+    assert!(r.limit_bytes.is_some(), "a VM without a limit gets one");
+    c.set_limit(None).unwrap();
+    c.resume().unwrap();
+
+    let (n, released, changed) =
+        release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(5));
+    eprintln!("{n} releases while it read: {released} pages released, {changed} changed");
+    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    eprintln!("{done}");
+    let p = s.pager.unwrap();
+    let k = &p.counters;
+    eprintln!(
+        "releases {}, released {}, refaults {}, cache hits {}, image faults {}, dwell {:?}",
+        k.releases,
+        k.released_pages,
+        k.released_refaults,
+        k.reclamation_cache_hits,
+        k.faults_image,
+        p.patterns.as_ref().map(|x| &x.dwell_ms_log2)
+    );
+    assert!(n >= 20, "only {n} releases before the guest finished");
+    assert_eq!(k.releases, n + 1);
+    assert_eq!(k.released_pages, released + r.released_pages);
+    assert!(
+        released > 10_000,
+        "only {released} pages released while it read"
+    );
+    assert!(k.released_refaults > 1000, "the guest read them back");
+    assert!(k.faults_image > 0 && k.reclamation_cache_hits > 0);
+    let dwell = &p.patterns.unwrap().dwell_ms_log2;
+    assert_eq!(dwell.iter().sum::<u64>(), k.released_refaults);
+}
+
+/// A guest that rewrites a third of its file pages each round, syncs and drops its caches every
+/// other round, while its pages are released under it: a page it wrote since it read it is
+/// never dropped for its block (the digest catches it), a block rewritten after its page was
+/// released gives that page back its old content first, and every word the guest checks is
+/// right.
+#[test]
+fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 64);
+    let (mut vm, reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--mapper"],
+        "integrity",
+        "anon_mb=16 file_mb=40 rounds=8",
+    );
+    let (n, released, changed) =
+        release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(5));
+    eprintln!("{n} releases: {released} pages released, {changed} found changed");
+    let (done, s) = passed(vm, reader, dir.path(), "integrity");
+    eprintln!("{done}");
+    let k = s.pager.unwrap().counters;
+    eprintln!(
+        "released {}, changed {}, refaults {}, refetches {}, cache hits {}",
+        k.released_pages,
+        k.release_changed,
+        k.released_refaults,
+        k.mapper_refetches,
+        k.reclamation_cache_hits
+    );
+    assert!(n >= 20, "only {n} releases before the guest finished");
+    assert!(released > 5000, "only {released} pages released");
+    assert_eq!(k.released_pages, released);
+}
+
+/// A VM without memvisor's pager has nothing to release: 400.
+#[test]
+fn a_vm_without_the_pager_refuses_a_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 64);
+    let (_vm, _reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--pager", "off", "--release-cache", "0"],
+        "seqread",
+        "file_mb=8 passes=1000",
+    );
+    let (status, body) = refused(VmClient::new(&sock).release(100));
+    assert_eq!(status, 400);
+    assert!(body.contains("--pager off"), "{body}");
+}
+
+/// A reclamation cache that is not whole pages, or larger than the VM, is refused at start.
+#[test]
+fn a_bad_release_cache_is_refused_in_one_line() {
+    for (size, why) in [
+        (
+            "5000",
+            "--release-cache 5000 is not a whole number of 4 KiB pages",
+        ),
+        ("1G", "is more than the VM's"),
+    ] {
+        let out = Command::new(MEMVISOR)
+            .args(["run", "--mem", "256M", "--mapper", "--release-cache", size])
+            .args(["--workload", "boot"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
+/// The release time of 100, 1,000 and 10,000 pages from a paused (idle) guest whose page cache
+/// holds a 64 MiB file, three rounds: the first of pages a guest disk read filled (each checked
+/// by its digest), the later ones of pages that came back from the image (write-protected since,
+/// so not checked). Printed, with the reclamation cache on; the guest then reads the file once
+/// more and checks every word.
+#[test]
+fn release_times_of_100_1000_and_10000_pages_from_an_idle_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 128);
+    let (mut vm, reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--mapper"],
+        "seqread",
+        "file_mb=64 passes=8",
+    );
+    let c = VmClient::new(&sock);
+    let mut rounds = 0;
+    for round in 1..=3 {
+        if !wait_mirrored(&mut vm, &sock, 12_000) {
+            break;
+        }
+        c.pause().unwrap();
+        for n in [100, 1000, 10_000] {
+            c.set_limit(None).unwrap();
+            let r = c.release(n).unwrap();
+            println!(
+                "RELEASE round={round} pages={n} released={} changed={} micros={} us_per_page={:.2}",
+                r.released_pages,
+                r.changed_pages,
+                r.micros,
+                r.micros as f64 / r.released_pages.max(1) as f64
+            );
+            assert_eq!(r.released_pages + r.changed_pages, n, "{r:?}");
+        }
+        c.set_limit(None).unwrap();
+        c.resume().unwrap();
+        rounds += 1;
+        // Let the guest read the file back in before the next round.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        rounds >= 1,
+        "the guest ended before its page cache was warm"
+    );
+    let (_, s) = passed(vm, reader, dir.path(), "seqread");
+    let k = s.pager.unwrap().counters;
+    assert_eq!(k.releases, 3 * rounds);
+    eprintln!(
+        "{rounds} rounds: {} us over {} pages",
+        k.release_us, k.released_pages
+    );
+}

@@ -1,0 +1,216 @@
+//! Instant release (HyperDealer2 §4.3, `PUT /memory/release`): up to N guest pages that mirror
+//! disk blocks taken out of guest RAM at once, by the thread that asks, without the guest's
+//! vCPUs and without the reclaim thread. Under the page lock, in one hold:
+//!
+//! 1. the candidates: resident pages that mirror a disk block ([`PageTable::pick_clean`], in
+//!    the victim order), less the victims of a reclaim chunk in flight (reclaim has decided
+//!    their fate; see `reclaim.rs`), at most as many as keep the limit at or above
+//!    [`MIN_LIMIT`];
+//! 2. they are write-protected, one ioctl per run of neighbours, so what is checked next is
+//!    what is dropped: a guest (or device) write from now on faults and waits for the page
+//!    lock;
+//! 3. a candidate a guest disk read left writable has its keyed digest compared with the
+//!    block's (`digest.rs`); one that differs was written by the guest, is an ordinary dirty
+//!    page from now on and stays (its next write costs one fault);
+//! 4. the most recent of the unchanged ones, as many as the reclamation cache holds, are copied
+//!    into it (`released.rs`);
+//! 5. they are dropped with `MADV_DONTNEED`, one call per run, and recorded `OnDisk`: each
+//!    refaults from its block (or from the reclamation cache), and the time it left is noted
+//!    for its dwell time;
+//! 6. the limit falls by the number released (a VM without a limit gets one at its resident
+//!    pages after the release).
+//!
+//! Without a mirror digest a mirrored page has been write-protected since it came to hold its
+//! block, so it needs no check. Nothing is written anywhere: a release does no I/O, and a
+//! device access waiting for the page lock meanwhile finds the released pages not resident and
+//! installs or refaults them as it would after reclaim.
+
+use std::time::Instant;
+
+use memvisor_devices::ram::{dontneed, GuestRange};
+
+use crate::core::{limit_to_bytes, PagerCore, PagerError, MIN_LIMIT};
+use crate::page::{PageIdx, PAGE_SIZE};
+use crate::state::{Disposition, PageState};
+use crate::stats::Counters;
+use crate::takeover::Takeover;
+
+/// What a release did: the API's [`ReleaseResult`](memvisor_api::ReleaseResult).
+pub type ReleaseOutcome = memvisor_api::ReleaseResult;
+
+/// Where a release's time went, for the log (microseconds).
+#[derive(Debug, Default)]
+struct Times {
+    pick: u64,
+    protect: u64,
+    check: u64,
+    cache: u64,
+    drop: u64,
+}
+
+/// Releases up to `n` clean pages (see the module doc). `n` must be 1 to the VM's page count;
+/// a pager that has not taken guest RAM over, or runs without the Swap Mapper, knows no page
+/// that mirrors a block and releases none.
+pub(crate) fn release_clean(
+    core: &PagerCore,
+    takeover: &Takeover,
+    n: u64,
+) -> Result<ReleaseOutcome, PagerError> {
+    let t0 = Instant::now();
+    let size = core.map.pages();
+    if n == 0 {
+        return Err(PagerError::ReleaseNothing);
+    }
+    if n > u64::from(size) {
+        return Err(PagerError::ReleaseTooMany { asked: n, size });
+    }
+    let mut out = ReleaseOutcome {
+        asked_pages: n,
+        ..ReleaseOutcome::default()
+    };
+    let mut times = Times::default();
+    let mut lap = Instant::now();
+    let mut split = |t: &mut u64| {
+        let now = Instant::now();
+        *t = u64::try_from((now - lap).as_micros()).unwrap_or(u64::MAX);
+        lap = now;
+    };
+    let mut pages = core.lock();
+    Counters::add(&core.counters.releases, 1);
+    if !pages.attached || !core.mech.mapper {
+        out.limit_bytes = limit_to_bytes(core.limit());
+        return Ok(out);
+    }
+    let min = u32::try_from(MIN_LIMIT / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+    let limit = core.limit();
+    let base = if limit == u32::MAX {
+        pages.table.resident()
+    } else {
+        limit
+    };
+    let want = u32::try_from(n)
+        .unwrap_or(u32::MAX)
+        .min(base.saturating_sub(min));
+    // 1. The candidates, less a reclaim chunk's victims.
+    let busy = u32::try_from(pages.in_flight.len()).unwrap_or(u32::MAX);
+    let mut chosen = pages.table.pick_clean(want.saturating_add(busy));
+    if busy > 0 {
+        chosen.retain(|p| pages.in_flight.binary_search(p).is_err());
+    }
+    chosen.truncate(want as usize);
+    chosen.sort_unstable();
+    split(&mut times.pick);
+    // 2. Protected, so what is checked is what is dropped.
+    let mut unprotected: Vec<(PageIdx, u32)> = Vec::new();
+    for (first, k) in core.map.region_runs(&chosen) {
+        if let Err(e) = core
+            .uffd
+            .write_protect(core.map.host(first), k as usize * PAGE_SIZE)
+        {
+            tracing::warn!("pager: release cannot protect pages {first}+{k}: {e}");
+            unprotected.push((first, k));
+        }
+    }
+    split(&mut times.protect);
+    // 3. Checked: a mirror left writable must still hold its block.
+    let mut drop_list = Vec::with_capacity(chosen.len());
+    for p in chosen {
+        if unprotected.iter().any(|&(f, k)| p >= f && p < f + k) {
+            continue;
+        }
+        if let Some(want) = pages.table.mirror_digest(p) {
+            Counters::add(&core.counters.mirrors_checked, 1);
+            // SAFETY: `p` is resident and write-protected, and the page lock is held: it is
+            // mapped and nothing changes it while it is read; it lies in a live guest RAM
+            // mapping.
+            let page =
+                unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) };
+            if core.digest.page(page) != want {
+                Counters::add(&core.counters.mirrors_changed, 1);
+                pages.table.mirror_changed(p);
+                out.changed_pages += 1;
+                continue;
+            }
+        }
+        drop_list.push(p);
+    }
+    split(&mut times.check);
+    // 4. The most recent ones (the last of the list: it holds as many as the cache) copied into
+    //    the reclamation cache.
+    let room = pages.table.released.cache_capacity() as usize;
+    for &p in drop_list.iter().skip(drop_list.len().saturating_sub(room)) {
+        // SAFETY: as above: resident, protected and unchanged while the page lock is held.
+        let page = unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) };
+        pages.table.released.cache_put(p, page);
+    }
+    split(&mut times.cache);
+    // 5. Dropped, one call per run; a run that cannot be stays resident (and protected).
+    let mut failed: Vec<(PageIdx, u32)> = Vec::new();
+    for (first, k) in core.map.region_runs(&drop_list) {
+        takeover.split_huge(core, &mut pages, first, k);
+        let range = GuestRange {
+            addr: core.map.gpa(first),
+            len: u64::from(k) * PAGE_SIZE as u64,
+        };
+        if let Err(e) = dontneed(&core.mem, range) {
+            tracing::warn!("pager: release cannot drop pages {first}+{k}: {e}");
+            failed.push((first, k));
+        }
+    }
+    split(&mut times.drop);
+    out.micros = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let now = Instant::now();
+    for p in drop_list {
+        if failed.iter().any(|&(f, k)| p >= f && p < f + k) {
+            pages.table.released.cache_remove(p);
+            continue;
+        }
+        let PageState::Mirrored(ib) = pages.table.state(p) else {
+            unreachable!("a page picked clean and checked unchanged mirrors its block");
+        };
+        pages
+            .table
+            .reclaimed(p, Disposition::DropMirrored(ib), None);
+        pages.table.released.left(p, now);
+        pages.prefetched[p as usize] = false;
+        out.released_pages += 1;
+    }
+    // 6. The limit falls by what was released.
+    let released = u32::try_from(out.released_pages).unwrap_or(u32::MAX);
+    if released > 0 {
+        let resident = pages.table.resident();
+        let _ = core.limit.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |l| {
+                Some(if l == u32::MAX {
+                    resident.max(min)
+                } else {
+                    l.saturating_sub(released).max(min)
+                })
+            },
+        );
+    }
+    Counters::add(
+        &core.counters.released_refaults,
+        pages.table.released.take_refaults(),
+    );
+    drop(pages);
+    out.limit_bytes = limit_to_bytes(core.limit());
+    Counters::add(&core.counters.released_pages, out.released_pages);
+    Counters::add(&core.counters.release_changed, out.changed_pages);
+    Counters::add(&core.counters.release_us, out.micros);
+    tracing::debug!(
+        "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting {} \
+         us, checking {} us, copying to the reclamation cache {} us, dropping {} us",
+        out.released_pages,
+        out.changed_pages,
+        out.micros,
+        times.pick,
+        times.protect,
+        times.check,
+        times.cache,
+        times.drop
+    );
+    Ok(out)
+}

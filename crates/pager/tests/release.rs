@@ -1,0 +1,387 @@
+//! Instant release (`Pager::release_clean`, HyperDealer2 §4.3) and the reclamation cache with
+//! real userfaultfd, a real image file and real guest memory (no KVM: this thread plays the
+//! guest, the `GuestRam` calls play virtio-blk). Every byte of every page is checked after the
+//! pages it released come back, from the cache or the image, while the "guest" writes pages
+//! behind the pager's back and rewrites the blocks released pages relied on.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memvisor_devices::ram::{DiskPage, GuestRam};
+use memvisor_devices::GuestMem;
+use memvisor_pager::{NoVcpus, Pager, PagerError};
+use vm_memory::{Bytes, GuestAddress};
+
+mod common;
+
+const MIB: u64 = 1 << 20;
+const PAGE: usize = 4096;
+/// Guest RAM: 64 MiB.
+const PAGES: u64 = 16384;
+/// The disk: 32 MiB.
+const BLOCKS: u64 = 8192;
+
+fn word_page(tag: u64) -> Vec<u8> {
+    (0..PAGE / 8)
+        .flat_map(|i| (tag << 20 | i as u64).to_le_bytes())
+        .collect()
+}
+
+fn addr(p: u64) -> GuestAddress {
+    GuestAddress(p * PAGE as u64)
+}
+
+fn ix(n: u64) -> usize {
+    usize::try_from(n).unwrap()
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// A guest of 64 MiB and its 32 MiB disk (block `b` holding `word_page(b)`).
+struct Guest {
+    _dir: tempfile::TempDir,
+    image: std::fs::File,
+    mem: Arc<GuestMem>,
+    pager: Pager,
+    vcpus: Arc<NoVcpus>,
+    /// What each page must read.
+    expect: Vec<Vec<u8>>,
+    /// What each block holds.
+    disk: Vec<Vec<u8>>,
+}
+
+impl Guest {
+    fn new(release_cache: u64) -> Guest {
+        let dir = tempfile::tempdir().unwrap();
+        let image_path = dir.path().join("disk.img");
+        let image = common::image(&image_path, BLOCKS, word_page);
+        let mem =
+            Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), ix(PAGES) * PAGE)]).unwrap());
+        let mut config = common::config(dir.path(), true);
+        config.release_cache = release_cache;
+        let vcpus = Arc::new(NoVcpus::default());
+        let pager = Pager::start(mem.clone(), &config, vcpus.clone(), |why| {
+            panic!("the pager failed: {why}")
+        })
+        .unwrap();
+        pager
+            .attach_disk(0, std::fs::File::open(&image_path).unwrap(), None)
+            .unwrap();
+        Guest {
+            _dir: dir,
+            image,
+            mem,
+            pager,
+            vcpus,
+            expect: vec![vec![0u8; PAGE]; ix(PAGES)],
+            disk: (0..BLOCKS).map(word_page).collect(),
+        }
+    }
+
+    /// A device read of block `b` into page `p`, as virtio-blk does it.
+    fn disk_read(&mut self, p: u64, b: u64) {
+        let data = self.disk[ix(b)].clone();
+        self.pager.write(addr(p), &data).unwrap();
+        self.pager.disk_read_data(
+            0,
+            &[DiskPage {
+                block: b,
+                addr: addr(p),
+            }],
+            b * PAGE as u64,
+            &data,
+        );
+        self.expect[ix(p)] = data;
+    }
+
+    /// The guest writes word `w` of page `p` (no fault if the page is writable).
+    fn write_word(&mut self, p: u64, w: u64, v: u64) {
+        self.mem
+            .write_obj(v, GuestAddress(addr(p).0 + w * 8))
+            .unwrap();
+        self.expect[ix(p)][ix(w) * 8..ix(w) * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// A device write of page `p` to block `b`, as virtio-blk does it.
+    fn disk_write(&mut self, p: u64, b: u64) {
+        self.pager
+            .disk_write_begin(0, b * PAGE as u64, PAGE as u64)
+            .unwrap();
+        let pages = [DiskPage {
+            block: b,
+            addr: addr(p),
+        }];
+        self.pager.disk_write_sources(0, &pages);
+        let mut out = vec![0u8; PAGE];
+        self.pager.read(addr(p), &mut out).unwrap();
+        self.image.write_all_at(&out, b * PAGE as u64).unwrap();
+        self.pager.disk_write_done(0, &pages);
+        self.disk[ix(b)] = out;
+    }
+
+    /// Every byte of page `p`.
+    fn check(&self, p: u64) {
+        let mut got = vec![0u8; PAGE];
+        self.mem.read_slice(&mut got, addr(p)).unwrap();
+        assert!(got == self.expect[ix(p)], "page {p} differs");
+    }
+
+    fn check_all(&self) {
+        for p in 0..PAGES {
+            self.check(p);
+        }
+    }
+}
+
+/// The first half of guest RAM holds the disk, page `p` read from block `p`; one page in 16 is
+/// then written by the guest without a fault; with `anon`, the next 16 MiB are anonymous.
+fn filled_with(release_cache: u64, anon: bool) -> (Guest, u64) {
+    let mut g = Guest::new(release_cache);
+    let mut changed = 0;
+    for p in 0..BLOCKS {
+        g.disk_read(p, p);
+        if p % 16 == 5 {
+            g.write_word(p, p % 512, 0xdead_0000 | p);
+            changed += 1;
+        }
+    }
+    if anon {
+        for p in BLOCKS..BLOCKS + 4096 {
+            g.write_word(p, 0, p + 1);
+        }
+    }
+    (g, changed)
+}
+
+fn filled(release_cache: u64) -> (Guest, u64) {
+    filled_with(release_cache, true)
+}
+
+#[test]
+fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
+    let (g, changed) = filled(4 * MIB);
+    let s = g.pager.snapshot();
+    assert_eq!(s.pages.mirrored_pages, BLOCKS);
+    assert_eq!(s.limit_bytes, None);
+
+    // Bad input changes nothing.
+    assert!(matches!(
+        g.pager.release_clean(0),
+        Err(PagerError::ReleaseNothing)
+    ));
+    let e = g.pager.release_clean(PAGES + 1).unwrap_err();
+    assert!(
+        e.to_string().contains("more than the VM's 16384 pages"),
+        "{e}"
+    );
+    let after = g.pager.snapshot();
+    assert_eq!(after.limit_bytes, None);
+    assert_eq!(after.pages, s.pages);
+    assert_eq!(after.counters.released_pages, 0);
+
+    // Every mirror is a candidate: the ones the guest wrote are found changed and stay.
+    let r = g.pager.release_clean(BLOCKS).unwrap();
+    eprintln!("{r:?}");
+    assert_eq!(r.asked_pages, BLOCKS);
+    assert_eq!(r.changed_pages, changed, "every written mirror was caught");
+    assert_eq!(r.released_pages, BLOCKS - changed);
+    let s = g.pager.snapshot();
+    assert_eq!(s.pages.on_disk_pages, r.released_pages);
+    assert_eq!(s.pages.mirrored_pages, 0);
+    let resident = s.pages.resident_pages;
+    assert_eq!(
+        r.limit_bytes,
+        Some(resident * PAGE as u64),
+        "a VM without a limit gets one at its resident pages"
+    );
+    assert_eq!(s.limit_bytes, r.limit_bytes);
+    let c = &s.counters;
+    assert_eq!(
+        (c.releases, c.released_pages, c.release_changed),
+        (1, r.released_pages, changed),
+        "the refused ones are not counted"
+    );
+    assert_eq!(c.reclaimed_written, 0, "a release writes nothing");
+    let patterns = s.patterns.as_ref().expect("the Swap Mapper's patterns");
+    assert_eq!(patterns.reclamation_cache_pages, 1024, "4 MiB of cache");
+    assert_eq!(patterns.dwell_ms_log2.len(), 24);
+    // Host memory went back: the guest RAM's resident set shrank by the pages released.
+
+    // Nothing left to release: the mirrors are gone.
+    let r2 = g.pager.release_clean(100).unwrap();
+    assert_eq!(r2.released_pages, 0);
+    assert_eq!(
+        r2.limit_bytes, r.limit_bytes,
+        "the limit moves by what is released"
+    );
+
+    std::thread::sleep(Duration::from_millis(20));
+    // Every page comes back with what it held: from the cache or the image.
+    g.check_all();
+    let s = g.pager.snapshot();
+    let c = &s.counters;
+    eprintln!(
+        "cache hits {}, image faults {}, refaults {}, dwell {:?}",
+        c.reclamation_cache_hits,
+        c.faults_image,
+        c.released_refaults,
+        s.patterns.as_ref().unwrap().dwell_ms_log2
+    );
+    assert!(
+        c.reclamation_cache_hits > 0,
+        "some came back from the cache"
+    );
+    assert!(c.faults_image > 0, "and some from the image");
+    assert_eq!(
+        c.released_refaults, r.released_pages,
+        "every released page came back"
+    );
+    let dwell = &s.patterns.as_ref().unwrap().dwell_ms_log2;
+    assert_eq!(dwell.iter().sum::<u64>(), r.released_pages);
+    assert_eq!(
+        dwell[..4].iter().sum::<u64>(),
+        0,
+        "they stayed out at least 16 ms"
+    );
+    assert_eq!(s.patterns.as_ref().unwrap().reclamation_cache_pages, 0);
+    assert_eq!(g.vcpus.paused(), None);
+}
+
+#[test]
+fn without_a_cache_every_refault_reads_the_image() {
+    let (g, changed) = filled(0);
+    let r = g.pager.release_clean(BLOCKS).unwrap();
+    assert_eq!(r.released_pages, BLOCKS - changed);
+    g.check_all();
+    let s = g.pager.snapshot();
+    assert_eq!(s.counters.reclamation_cache_hits, 0);
+    assert_eq!(s.patterns.unwrap().reclamation_cache_pages, 0);
+    assert_eq!(s.counters.released_refaults, r.released_pages);
+}
+
+#[test]
+fn a_release_never_takes_the_limit_below_the_minimum() {
+    // 32 MiB resident, no limit: 16 MiB above the 16 MiB minimum, so 4096 pages may go.
+    let (g, _) = filled_with(4 * MIB, false);
+    let r = g.pager.release_clean(BLOCKS).unwrap();
+    assert_eq!(r.released_pages + r.changed_pages, 4096);
+    assert_eq!(
+        r.limit_bytes,
+        Some(32 * MIB - r.released_pages * PAGE as u64)
+    );
+    // Each release then takes the limit down by what it released, until the minimum.
+    let mut limit = r.limit_bytes.unwrap();
+    for _ in 0..10 {
+        let r = g.pager.release_clean(BLOCKS).unwrap();
+        assert_eq!(r.limit_bytes, Some(limit - r.released_pages * PAGE as u64));
+        limit = r.limit_bytes.unwrap();
+        assert!(limit >= 16 * MIB);
+    }
+    assert_eq!(limit, 16 * MIB);
+    let r = g.pager.release_clean(1000).unwrap();
+    assert_eq!((r.released_pages, r.changed_pages), (0, 0));
+    assert_eq!(r.limit_bytes, Some(16 * MIB));
+    g.check_all();
+}
+
+#[test]
+fn blocks_rewritten_and_reread_after_a_release_keep_every_page_right() {
+    let (mut g, _) = filled(4 * MIB);
+    let r = g.pager.release_clean(BLOCKS).unwrap();
+    assert!(r.released_pages > 7000);
+    // The guest writes new content to blocks 0..512 from pages of its anonymous memory: the
+    // released pages that relied on them get their old content back first.
+    for b in 0..512 {
+        let p = BLOCKS + b;
+        g.write_word(p, 1, 0xbeef_0000 | b);
+        g.disk_write(p, b);
+    }
+    // Blocks 512..1024 are read again into the pages that were released from them: the device
+    // writes them whole (the guest's disk read lands on released pages).
+    for b in 512..1024 {
+        g.disk_read(b, b);
+    }
+    g.check_all();
+    let s = g.pager.snapshot();
+    assert!(s.counters.mapper_refetches >= 480, "{:?}", s.counters);
+    assert!(s.counters.released_refaults >= 960);
+    // And the blocks hold what was written.
+    for b in 0..BLOCKS {
+        let mut got = vec![0u8; PAGE];
+        g.image.read_exact_at(&mut got, b * PAGE as u64).unwrap();
+        assert!(got == g.disk[ix(b)], "block {b}");
+    }
+}
+
+/// Releases of a few hundred pages at a time, thousands of them, from another thread, while
+/// the guest reads and writes its pages, rereads blocks into them and rewrites blocks from
+/// them: every read sees the last write.
+#[test]
+fn releases_racing_the_guest_lose_nothing() {
+    const RELEASES: u64 = 2000;
+    let (mut g, _) = filled(MIB);
+    let done = Arc::new(AtomicBool::new(false));
+    let pager = g.pager.clone();
+    let finished = done.clone();
+    let releaser = std::thread::spawn(move || {
+        let (mut released, mut changed) = (0u64, 0u64);
+        for n in 1..=RELEASES {
+            let r = pager.release_clean(300).unwrap();
+            released += r.released_pages;
+            changed += r.changed_pages;
+            if n % 8 == 0 {
+                // Room to release again.
+                pager.set_limit(None).unwrap();
+            }
+        }
+        finished.store(true, Ordering::Relaxed);
+        (released, changed)
+    });
+    let mut rng = Rng(0x5eed);
+    let mut i = 0u64;
+    while i < 60_000 || !done.load(Ordering::Relaxed) {
+        i += 1;
+        let p = rng.next() % (BLOCKS + 4096);
+        match rng.next() % 16 {
+            0..=7 => g.check(p),
+            8..=11 => g.write_word(p, rng.next() % 512, rng.next() | 1),
+            12 | 13 => g.disk_read(p, rng.next() % BLOCKS),
+            14 => g.disk_write(p, rng.next() % BLOCKS),
+            _ => {
+                // A page read back whole, as a device reads it for a disk write.
+                let mut got = vec![0u8; PAGE];
+                g.pager.read(addr(p), &mut got).unwrap();
+                assert!(got == g.expect[ix(p)], "page {p} read by a device, op {i}");
+            }
+        }
+    }
+    let (released, changed) = releaser.join().unwrap();
+    g.check_all();
+    let s = g.pager.snapshot();
+    eprintln!(
+        "{RELEASES} releases during {i} guest operations: {released} pages released, {changed} \
+         found changed; refaults {}, cache hits {}",
+        s.counters.released_refaults, s.counters.reclamation_cache_hits
+    );
+    assert_eq!(s.counters.releases, RELEASES);
+    assert!(released > 1000, "only {released} pages released");
+    assert!(changed > 0, "the guest's writes were caught");
+    assert_eq!(
+        s.counters.released_refaults, released,
+        "every page released came back once"
+    );
+    assert!(s.counters.reclamation_cache_hits > 0);
+    assert_eq!(g.vcpus.paused(), None);
+}
