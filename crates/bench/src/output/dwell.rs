@@ -138,12 +138,13 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             passes.replace(';', ", ")
         );
     }
+    // Up to the longest dwell any policy saw (the pager's histogram has room for hours).
     let longest = setup
         .policies
         .iter()
-        .map(|p| merged(points, p).len())
+        .filter_map(|p| merged(points, p).iter().rposition(|&c| c > 0))
         .max()
-        .unwrap_or(0);
+        .map_or(0, |i| i + 1);
     if longest > 0 {
         let _ = writeln!(s, "\n## Distribution\n");
         let _ = writeln!(
@@ -225,7 +226,11 @@ where
         .map(|(i, p)| (i, merged(points, p)))
         .filter(|(_, h)| h.iter().sum::<u64>() > 0)
         .collect();
-    let n = hs.iter().map(|(_, h)| h.len()).max().unwrap_or(1).max(2);
+    let n = hs
+        .iter()
+        .filter_map(|(_, h)| h.iter().rposition(|&c| c > 0))
+        .max()
+        .map_or(2, |i| i + 2);
     #[allow(clippy::cast_precision_loss)]
     let xmax = n as f64;
     let mut chart = ChartBuilder::on(root)
@@ -260,6 +265,7 @@ where
         #[allow(clippy::cast_precision_loss)]
         let pts: Vec<(f64, f64)> = h
             .iter()
+            .take(n)
             .enumerate()
             .map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64))
             .collect();
@@ -337,7 +343,7 @@ mod tests {
         };
         let points = vec![
             pt("clock", 1, vec![2, 2, 0, 0]),
-            pt("clock", 2, vec![0, 0, 0, 4]),
+            pt("clock", 2, vec![0, 0, 0, 4, 0, 0]),
             Point {
                 status: Status::NotAvailable,
                 error: "memvisor run refused --victims hd2".into(),
@@ -355,6 +361,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 8 ms–16 ms | 50.0 % | – |"), "{md}");
+        assert!(
+            !md.contains("| 16 ms–32 ms |"),
+            "empty buckets at the end left out: {md}"
+        );
         let csv = csv(&points);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 4);
