@@ -41,6 +41,7 @@ pub const KEYS: &[&str] = &[
     "report_ms",
     "report_race",
     "balloon_holdoff_ms",
+    "balloon_poll_ms",
     "stats",
     "hold_secs",
 ];
@@ -162,6 +163,13 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
     };
     let holdoff_ms = num("balloon_holdoff_ms", 1000, 0, 600_000)
         .map_err(|_| "bad argument balloon_holdoff_ms= (0 to 600000, ms)")?;
+    let poll_ms = num(
+        "balloon_poll_ms",
+        crate::virtio::balloon::CONFIG_POLL_MS,
+        0,
+        60_000,
+    )
+    .map_err(|_| "bad argument balloon_poll_ms= (0 to 60000, ms)")?;
     let data_id = cfg
         .arg("data_disk")
         .or(cfg.disk().and_then(|d| core::str::from_utf8(d).ok()));
@@ -183,7 +191,7 @@ pub fn init(cfg: &Config) -> Result<(), &'static str> {
                 found.transport,
                 (report == 1).then_some(report_order as u32),
                 (report_ms, race),
-                holdoff_ms,
+                (holdoff_ms, poll_ms),
             ) {
                 Ok(b) => balloon = Some(b),
                 Err(e) => println!("virtio-balloon: slot {}: {e}", found.slot),

@@ -42,15 +42,17 @@ use experiments::Scale;
 pub struct BenchArgs {
     /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
     /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
-    /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14) or swapin (MemFlex Table 1,
-    /// Fig. 7).
+    /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14), swapin (MemFlex Table 1,
+    /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12) or dwell (HyperDealer2 Fig. 14).
     pub experiment: String,
     /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
     /// for workingset, shares, idletax and consolidate).
     #[arg(long)]
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
-    /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults).
+    /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults; for reclaimdelay its
+    /// methods: hd2, balloon, qemu-balloon; for dwell the victim policies of memvisor run
+    /// --victims: clock, random, hd2, hd2-whole).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
@@ -75,10 +77,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
     /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
-    /// many VMs as the host has cores pin each VMM to a core of its own).
+    /// many VMs as the host has cores pin each VMM to a core of its own). reclaimdelay: the
+    /// numbers of victims (1 to 8; default 1,2,4).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
-    /// consolidate: the scenarios, `mapreduce` and/or `mixed` (default both).
+    /// consolidate: the scenarios, `mapreduce` and/or `mixed` (default both). reclaimdelay: the
+    /// victims' states, `idle`, `busy-cpu` and/or `busy-dirty` (default all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
     /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
@@ -104,6 +108,8 @@ pub fn run(args: BenchArgs) -> Outcome {
     match args.experiment.as_str() {
         "consolidate" => drive::consolidate::run(&args),
         "swapin" => drive::swapin::run(&args),
+        "reclaimdelay" => drive::reclaimdelay::run(&args),
+        "dwell" => drive::dwell::run(&args),
         name if experiments::host::NAMES.contains(&name) => drive::host::run(&args),
         _ => drive::phases::run(&args),
     }

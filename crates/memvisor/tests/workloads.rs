@@ -575,6 +575,53 @@ fn seqread_on_qemu() {
     seqread("qemu");
 }
 
+/// `seqread then=STATE`: after its pass the guest stays idle, computes, or overwrites a file
+/// bigger than its memory (so it writes dirty pages back to make room), and the file reads back
+/// from the disk as last written, byte for byte.
+#[test]
+fn seqread_then_stays_in_a_state() {
+    let disks = Disks::new("seq:8M,dirty:40M", "11");
+    for then in ["idle", "spin", "write"] {
+        let out = run(
+            "memvisor",
+            "32M",
+            "1",
+            &disks,
+            "seqread",
+            &format!("passes=1 then={then} then_secs=2 write_mb=40"),
+        );
+        done_ok(&out, "seqread");
+        let l = result(&out, "seqread", "then");
+        assert!(l.contains(&format!("state={then}")), "{l}");
+        assert_eq!(field(&l, "ok"), 1, "{l}");
+        assert!(field(&l, "ms") >= 2000, "{l}");
+        assert!(field(&l, "steps") > 0, "{l}");
+        if then == "write" {
+            // Written back (to make room in a 32 MiB guest, and at the final sync), and
+            // every page read back as its last round wrote it.
+            assert!(field(&l, "written_pages") > 0, "{l}");
+            assert!(field(&l, "pgpgout") > 0, "{l}");
+            assert_eq!(field(&l, "mismatches"), 0, "{l}");
+        } else {
+            assert_eq!(field(&l, "written_pages"), 0, "{l}");
+        }
+    }
+    let out = memvisor(&[
+        "run",
+        "--mem",
+        "32M",
+        "--disk",
+        &disks.args()[1],
+        "--workload",
+        "seqread",
+        "--cmdline",
+        "passes=1 then=sleep",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("bad argument then=sleep: expected idle, spin or write"));
+}
+
 fn alloc(hypervisor: &str) {
     let disks = Disks::new("", "1");
     let out = run(hypervisor, "64M", "1", &disks, "alloc", "mb=16 rounds=2");

@@ -9,7 +9,7 @@
 //!   reclaims if needed) or deflates (pages returned after the device is
 //!   told), up to 4096 pages per poll in arrays of 256 4 KiB PFNs, then writes
 //!   `actual`. Reading `num_pages` is an MMIO exit, so while the balloon holds
-//!   its target it is read every `CONFIG_POLL_MS` (Linux reads it only when
+//!   its target it is read every `balloon_poll_ms=` (default `CONFIG_POLL_MS`; Linux reads it only when
 //!   the device signals a configuration change), and on every poll while the
 //!   balloon moves;
 //! - the stats buffer stays with the device; when the device returns it, it is
@@ -80,8 +80,9 @@ const HOLDOFF_MAX_MS: u64 = 60_000;
 pub const REPORT_MS: u64 = 100;
 /// Chunks per report request.
 const REPORT_CHUNKS: usize = 16;
-/// Time between two reads of the target while the balloon holds it.
-const CONFIG_POLL_MS: u64 = 50;
+/// Time between two reads of the target while the balloon holds it, unless `balloon_poll_ms=`
+/// says otherwise.
+pub const CONFIG_POLL_MS: u64 = 50;
 const TIMEOUT_MS: u64 = 5_000;
 
 const S_SWAP_IN: u16 = 0;
@@ -141,6 +142,8 @@ pub struct Balloon {
     report_q: Option<(u32, SplitQueue)>,
     report_order: u32,
     report_ms: u64,
+    /// Time between two reads of the target while the balloon holds it.
+    poll_ms: u64,
     race: ReportRace,
     deflate_on_oom: bool,
     /// When inflation may resume after a deflate-on-OOM.
@@ -167,12 +170,13 @@ fn new_queue(transport: &MmioTransport, idx: u32) -> Result<SplitQueue, &'static
 impl Balloon {
     /// `report_order`: the order of the free runs to report, or `None` to not report free pages,
     /// every `report_ms`, racing the device as `race` says; `holdoff_ms`: how long inflation
-    /// waits after a first deflate-on-OOM (0: not at all).
+    /// waits after a first deflate-on-OOM (0: not at all); `poll_ms`: how often the target is
+    /// read while the balloon holds it.
     pub fn init(
         transport: MmioTransport,
         report_order: Option<u32>,
         (report_ms, race): (u64, ReportRace),
-        holdoff_ms: u64,
+        (holdoff_ms, poll_ms): (u64, u64),
     ) -> Result<Self, &'static str> {
         let reporting = if report_order.is_some() {
             F_REPORTING
@@ -205,6 +209,7 @@ impl Balloon {
             report_q,
             report_order,
             report_ms,
+            poll_ms,
             race,
             deflate_on_oom: features & F_DEFLATE_ON_OOM != 0,
             holdoff: Holdoff::new(holdoff_ms, HOLDOFF_MAX_MS),
@@ -283,7 +288,7 @@ impl Balloon {
         if self.held != self.target || now >= self.next_config {
             self.target = self.transport.config_read32(CONFIG_NUM_PAGES);
             self.stats.config_reads += 1;
-            self.next_config = crate::time::deadline_after_ms(CONFIG_POLL_MS);
+            self.next_config = crate::time::deadline_after_ms(self.poll_ms);
         }
         let target = self.target;
         let mut moved = 0;

@@ -4,7 +4,16 @@
 //! `file_mb=` MiB (default 64) of mkdisk's deterministic content. Every word read
 //! is checked against that content.
 //!
-//! Keys: `file=seq file_mb=64 passes=3`.
+//! `then=idle|spin|write` keeps the guest in a state for `then_secs` seconds after the passes,
+//! its page cache warm, so the host can take memory from a guest in that state (HyperDealer2
+//! §6.2, Table 2): `idle` does nothing but serve the balloon; `spin` computes (a CPU-bound loop
+//! that lets the balloon driver run between its steps, as a scheduler would); `write` overwrites
+//! the file `write_file=` (default `dirty`, created with `write_mb=` MiB if absent) front to
+//! back, again and again, with new content each round, so the page cache fills with dirty
+//! pages the guest writes back as it needs the memory. Its `RESULT ... phase=then` line says
+//! what it did.
+//!
+//! Keys: `file=seq file_mb=64 passes=3 then= then_secs=60 write_file=dirty write_mb=64`.
 
 use memvisor_guest_mm::format::file_word;
 use memvisor_guest_mm::{Access, PAGE_SIZE};
@@ -16,7 +25,42 @@ use crate::mm;
 use super::common::{self, Progress, io_fail, ms_since, us_since};
 
 const NAME: &str = "seqread";
-const KEYS: &[&str] = &["file", "file_mb", "passes"];
+const KEYS: &[&str] = &[
+    "file",
+    "file_mb",
+    "passes",
+    "then",
+    "then_secs",
+    "write_file",
+    "write_mb",
+];
+
+/// What the guest does after its passes (`then=`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Idle,
+    Spin,
+    Write,
+}
+
+impl Then {
+    fn parse(s: &str) -> Option<Then> {
+        match s {
+            "idle" => Some(Then::Idle),
+            "spin" => Some(Then::Spin),
+            "write" => Some(Then::Write),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Then::Idle => "idle",
+            Then::Spin => "spin",
+            Then::Write => "write",
+        }
+    }
+}
 
 pub fn run(cfg: &Config) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
@@ -27,6 +71,25 @@ pub fn run(cfg: &Config) -> ExitCode {
         cfg.num("passes", 3, 1, 1000),
     ) {
         (Ok(f), Ok(p)) => (f, p),
+        (Err(e), _) | (_, Err(e)) => return common::bad_arg(NAME, e),
+    };
+    let then = match cfg.arg("then") {
+        None => None,
+        Some(t) => match Then::parse(t) {
+            Some(t) => Some(t),
+            None => {
+                return common::fail(
+                    NAME,
+                    format_args!("bad argument then={t}: expected idle, spin or write"),
+                );
+            }
+        },
+    };
+    let (then_secs, write_pages) = match (
+        cfg.num("then_secs", 60, 1, 86_400),
+        common::mb_arg(cfg, "write_mb", 64),
+    ) {
+        (Ok(t), Ok(w)) => (t, w),
         (Err(e), _) | (_, Err(e)) => return common::bad_arg(NAME, e),
     };
     let name = cfg.arg("file").unwrap_or("seq");
@@ -84,6 +147,13 @@ pub fn run(cfg: &Config) -> ExitCode {
             after.io_requests - before.io_requests
         );
     }
+    if let Some(then) = then {
+        let write_name = cfg.arg("write_file").unwrap_or("dirty");
+        match stay(then, then_secs, write_name, write_pages) {
+            Ok(m) => mismatches += m,
+            Err(code) => return code,
+        }
+    }
     let ok = mismatches == 0;
     println!(
         "RESULT workload=seqread phase=done ok={} passes={passes} mib={} mismatches={mismatches} ms={} {}",
@@ -97,4 +167,91 @@ pub fn run(cfg: &Config) -> ExitCode {
     } else {
         ExitCode::Failure
     }
+}
+
+/// Stays in state `then` for `secs` seconds, then prints the `then` RESULT line; returns the
+/// words of the written file that did not read back as written.
+fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64, ExitCode> {
+    let write = match then {
+        Then::Write => Some(common::data_file(
+            NAME,
+            write_name,
+            write_pages * PAGE_SIZE as u64,
+        )?),
+        _ => None,
+    };
+    let write_len = write.map_or(0, |id| mm::file_pages(id).min(write_pages));
+    println!("seqread: then={} for {secs} s", then.name());
+    let before = mm::stats().counters;
+    let seed = mm::fs_seed();
+    let t0 = rdtsc();
+    let end = crate::time::deadline_after_ms(secs * 1000);
+    let (mut steps, mut written, mut rounds) = (0u64, 0u64, 0u64);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    while rdtsc() < end {
+        match write {
+            None if then == Then::Idle => {
+                mm::tick();
+                core::hint::spin_loop();
+            }
+            None => {
+                // About a microsecond of arithmetic per step, then the balloon's turn.
+                for _ in 0..256 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                }
+                x = core::hint::black_box(x);
+                mm::tick();
+            }
+            Some(id) => {
+                let p = written % write_len.max(1);
+                if p == 0 {
+                    rounds += 1;
+                }
+                let mut page = mm::file_page(id, p, Access::Overwrite).map_err(|e| io_fail(NAME, e))?;
+                let base = p * PAGE_SIZE as u64;
+                for (i, w) in page.words().iter_mut().enumerate() {
+                    *w = file_word(seed, id, base + 8 * i as u64) ^ rounds;
+                }
+                written += 1;
+            }
+        }
+        steps += 1;
+    }
+    let ms = ms_since(t0);
+    let mut after = mm::stats().counters;
+    // Every page written has its last round's content on disk once synced and read back.
+    let mut mismatches = 0u64;
+    if let Some(id) = write {
+        let pages = write_len;
+        mm::sync().map_err(|e| io_fail(NAME, e))?;
+        after = mm::stats().counters;
+        mm::drop_caches().map_err(|e| io_fail(NAME, e))?;
+        for p in 0..pages {
+            let round = if written > p {
+                (written - 1 - p) / pages + 1
+            } else {
+                0
+            };
+            let mut page = mm::file_page(id, p, Access::Read).map_err(|e| io_fail(NAME, e))?;
+            let base = p * PAGE_SIZE as u64;
+            for (i, &w) in page.words().iter().enumerate() {
+                if w != file_word(seed, id, base + 8 * i as u64) ^ round {
+                    if mismatches < 5 {
+                        println!("seqread: MISMATCH in {write_name} page={p} word={i}");
+                    }
+                    mismatches += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "RESULT workload=seqread phase=then state={} ms={ms} ok={} steps={steps} written_pages={written} rounds={rounds} mismatches={mismatches} pgpgout={} misses={}",
+        then.name(),
+        u8::from(mismatches == 0),
+        after.pgpgout - before.pgpgout,
+        after.cache_misses - before.cache_misses
+    );
+    Ok(mismatches)
 }

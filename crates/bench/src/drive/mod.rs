@@ -2,8 +2,10 @@
 //! line), set up, run every repetition (`run`), write the outputs (`output`), tear down.
 
 pub mod consolidate;
+pub mod dwell;
 pub mod host;
 pub mod phases;
+pub mod reclaimdelay;
 pub mod swapin;
 
 use std::path::{Path, PathBuf};

@@ -2,14 +2,17 @@
 //! what memory, disk and limit, under which configurations, and which configuration the others
 //! are compared with (`seqread`, `alloc`, `overhead`, `workingset`, `recovery`, `doublepaging`,
 //! found by [`find`]); the host experiments on `memvisor host` (`host`, with `shares` and
-//! `idletax`); many VMs (`consolidate`); bringing swapped memory back (`swapin`).
+//! `idletax`); many VMs (`consolidate`); bringing swapped memory back (`swapin`); taking pages
+//! from victim VMs (`reclaimdelay`).
 
 mod alloc;
 pub mod consolidate;
 mod doublepaging;
+pub mod dwell;
 pub mod host;
 mod idletax;
 mod overhead;
+pub mod reclaimdelay;
 mod recovery;
 mod seqread;
 mod shares;

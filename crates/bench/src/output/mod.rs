@@ -2,8 +2,10 @@
 
 pub mod consolidate;
 pub mod csv;
+pub mod dwell;
 pub mod host;
 pub mod plot;
+pub mod reclaimdelay;
 pub mod recovery;
 pub mod report;
 pub mod swapin;

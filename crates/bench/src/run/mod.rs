@@ -2,8 +2,10 @@
 //! experiments, what the host measures meanwhile, and undoing everything afterwards.
 
 pub mod consolidate;
+pub mod dwell;
 pub mod host;
 pub mod hostexp;
+pub mod reclaimdelay;
 pub mod swapin;
 pub mod teardown;
 pub mod vm;

@@ -1,0 +1,377 @@
+//! The outputs of `memvisor bench dwell`: `results.csv` (one row per run), `report.md` (the
+//! distribution of dwell times and its median per victim policy) and `dwell.svg`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::experiments::dwell::median_ms;
+use crate::output::csv;
+use crate::run::dwell::{Point, Setup, Status};
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,policy,rep,status,pass_ms,release_calls,release_available,released_pages,released_refaults,came_back,median_dwell_ms,dwell_ms_log2,reason";
+
+fn joined<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(";")
+}
+
+/// `results.csv`: one row per run.
+pub fn csv(points: &[Point]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    for p in points {
+        let _ = writeln!(
+            s,
+            "dwell,{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv::field(&p.policy),
+            p.rep,
+            p.status.name(),
+            joined(
+                &p.pass_ms
+                    .iter()
+                    .map(|m| format!("{m:.0}"))
+                    .collect::<Vec<_>>()
+            ),
+            p.calls,
+            u8::from(!p.no_release),
+            p.released_pages,
+            p.refaults,
+            p.hist.iter().sum::<u64>(),
+            median_ms(&p.hist).map_or(String::new(), |m| format!("{m:.1}")),
+            joined(&p.hist),
+            csv::quoted(&p.error)
+        );
+    }
+    s
+}
+
+/// The histograms of a policy's completed runs, added up.
+fn merged(points: &[Point], policy: &str) -> Vec<u64> {
+    let mut h: Vec<u64> = Vec::new();
+    for p in points.iter().filter(|p| p.ok() && p.policy == policy) {
+        if h.len() < p.hist.len() {
+            h.resize(p.hist.len(), 0);
+        }
+        for (a, b) in h.iter_mut().zip(&p.hist) {
+            *a += b;
+        }
+    }
+    h
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn bucket(i: usize) -> String {
+    let ms = |j: usize| -> String {
+        let v = 1u64 << j.min(62);
+        if v >= 1000 {
+            format!("{:.1} s", v as f64 / 1e3)
+        } else {
+            format!("{v} ms")
+        }
+    };
+    if i == 0 {
+        "< 2 ms".into()
+    } else {
+        format!("{}–{}", ms(i), ms(i + 1))
+    }
+}
+
+/// `report.md`.
+pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+    let z = &setup.sizes;
+    let mut s = String::from("# memvisor bench dwell\n\n");
+    let _ = writeln!(
+        s,
+        "HyperDealer2 §6.4 (Fig. 14): how long pages the host released stay out before the guest needs them again, per victim policy. One VM of {} MiB under a {} MiB limit with the Swap Mapper reads a {} MiB file {} times (`seqread`: a sequential stream, then a loop); from its first pass on, the harness releases {} pages every {} ms (`PUT /memory/release`) and puts the limit back. The dwell times are the pager's (`patterns.dwell_ms_log2`: released pages that came back, in power-of-two buckets of ms). {} repetition(s).\n",
+        z.mem >> 20,
+        z.limit >> 20,
+        z.file_mb,
+        z.passes,
+        z.release_pages,
+        z.every.as_millis(),
+        setup.reps
+    );
+    if points.iter().any(|p| p.no_release) {
+        let _ = writeln!(
+            s,
+            "**Instant release is not available in this build** (the VMM answered 501): no page was released, so there are no dwell times.\n"
+        );
+    } else if points.iter().any(|p| p.ok() && p.hist.is_empty()) {
+        let _ = writeln!(
+            s,
+            "**This build does not report dwell times** (`patterns.dwell_ms_log2` empty or absent).\n"
+        );
+    }
+    let _ = writeln!(s, "## Per policy\n");
+    let _ = writeln!(
+        s,
+        "| policy | runs ok | released pages | came back | median dwell (bucket middle) | guest's passes, ms (median run) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for policy in &setup.policies {
+        let all: Vec<&Point> = points.iter().filter(|p| &p.policy == policy).collect();
+        let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
+        let na = all.iter().any(|p| p.status == Status::NotAvailable);
+        let h = merged(points, policy);
+        let released: u64 = ok.iter().map(|p| p.released_pages).sum();
+        let back: u64 = h.iter().sum();
+        let passes = ok
+            .first()
+            .map(|p| {
+                joined(
+                    &p.pass_ms
+                        .iter()
+                        .map(|m| format!("{m:.0}"))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| {policy} | {}/{}{} | {released} | {back} | {} | {} |",
+            ok.len(),
+            all.len(),
+            if na { " (not available)" } else { "" },
+            median_ms(&h).map_or("–".into(), |m| format!("{m:.0} ms")),
+            passes.replace(';', ", ")
+        );
+    }
+    // Up to the longest dwell any policy saw (the pager's histogram has room for hours).
+    let longest = setup
+        .policies
+        .iter()
+        .filter_map(|p| merged(points, p).iter().rposition(|&c| c > 0))
+        .max()
+        .map_or(0, |i| i + 1);
+    if longest > 0 {
+        let _ = writeln!(s, "\n## Distribution\n");
+        let _ = writeln!(
+            s,
+            "Share of the released pages that came back, by dwell time.\n"
+        );
+        let mut head = String::from("| dwell |");
+        let mut rule = String::from("|---|");
+        for p in &setup.policies {
+            let _ = write!(head, " {p} |");
+            rule.push_str("---|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        let hs: Vec<Vec<u64>> = setup.policies.iter().map(|p| merged(points, p)).collect();
+        for i in 0..longest {
+            let mut line = format!("| {} |", bucket(i));
+            for h in &hs {
+                let total: u64 = h.iter().sum();
+                let c = h.get(i).copied().unwrap_or(0);
+                if total == 0 {
+                    line.push_str(" – |");
+                } else {
+                    #[allow(clippy::cast_precision_loss)]
+                    let pct = c as f64 * 100.0 / total as f64;
+                    let _ = write!(line, " {pct:.1} % |");
+                }
+            }
+            let _ = writeln!(s, "{line}");
+        }
+    }
+    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\n## Runs that did not complete\n");
+        for p in failed {
+            let _ = writeln!(
+                s,
+                "- {} rep {}: {}: {}",
+                p.policy,
+                p.rep,
+                p.status.name(),
+                p.error
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(202, 0, 32),
+    RGBColor(33, 102, 172),
+    RGBColor(77, 146, 33),
+    RGBColor(118, 42, 131),
+];
+
+/// `dwell.svg` and `.png` (Fig. 14): the share of released pages per dwell bucket, one line
+/// per policy. Without any dwell time, a figure that says so.
+pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
+    crate::output::plot::svg_and_png!(path, (900, 560), |root| draw(root, setup, points))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    setup: &Setup,
+    points: &[Point],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let hs: Vec<(usize, Vec<u64>)> = setup
+        .policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, merged(points, p)))
+        .filter(|(_, h)| h.iter().sum::<u64>() > 0)
+        .collect();
+    let n = hs
+        .iter()
+        .filter_map(|(_, h)| h.iter().rposition(|&c| c > 0))
+        .max()
+        .map_or(2, |i| i + 2);
+    #[allow(clippy::cast_precision_loss)]
+    let xmax = n as f64;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "dwell: released pages by time out before coming back (HD2 Fig. 14)",
+            ("sans-serif", 20),
+        )
+        .margin(14)
+        .margin_right(30)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..xmax, 0.0..100.0)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("dwell time, log2 of ms (bucket i: 2^i to 2^(i+1) ms)")
+        .y_desc("% of the pages that came back")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(e)?;
+    if hs.is_empty() {
+        root.draw(&Text::new(
+            "no dwell times: the VMM released nothing or does not report them",
+            (120, 280),
+            ("sans-serif", 18),
+        ))
+        .map_err(e)?;
+    }
+    for (i, h) in &hs {
+        let color = COLORS[i % COLORS.len()];
+        let total: u64 = h.iter().sum();
+        #[allow(clippy::cast_precision_loss)]
+        let pts: Vec<(f64, f64)> = h
+            .iter()
+            .take(n)
+            .enumerate()
+            .map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
+            .map_err(e)?
+            .label(setup.policies[*i].clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(pts.iter().map(|&q| Circle::new(q, 4, color.filled())))
+            .map_err(e)?;
+    }
+    if !hs.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .margin(8)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints
+/// the report.
+pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+    let csv_path = setup.out.join("results.csv");
+    std::fs::write(&csv_path, csv(points)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let svg = setup.out.join("dwell.svg");
+    let drawn = plot(&svg, setup, points);
+    let mut md = markdown(setup, points, env);
+    match &drawn {
+        Ok(()) => md.push_str("\n![dwell](dwell.png)\n"),
+        Err(e) => eprintln!("memvisor bench: cannot draw {}: {e}", svg.display()),
+    }
+    let md_path = setup.out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("{md}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::experiments::dwell::Sizes;
+    use crate::experiments::Scale;
+
+    #[test]
+    fn medians_distribution_and_csv() {
+        let setup = Setup {
+            exe: PathBuf::new(),
+            out: PathBuf::new(),
+            policies: vec!["clock".into(), "hd2".into()],
+            sizes: Sizes::of(Scale::Tiny),
+            reps: 2,
+            timeout: Duration::from_secs(1),
+        };
+        let pt = |policy: &str, rep, hist: Vec<u64>| Point {
+            policy: policy.into(),
+            rep,
+            pass_ms: vec![900.0, 400.0],
+            calls: 10,
+            released_pages: 2560,
+            refaults: hist.iter().sum(),
+            hist,
+            ..Point::default()
+        };
+        let points = vec![
+            pt("clock", 1, vec![2, 2, 0, 0]),
+            pt("clock", 2, vec![0, 0, 0, 4, 0, 0]),
+            Point {
+                status: Status::NotAvailable,
+                error: "memvisor run refused --victims hd2".into(),
+                ..pt("hd2", 1, vec![])
+            },
+        ];
+        let md = markdown(&setup, &points, &[]);
+        // 8 pages: 2 below 2 ms, 2 in 2–4 ms, 4 in 8–16 ms; the 4th and 5th are in 2–4 ms.
+        assert!(
+            md.contains("| clock | 2/2 | 5120 | 8 | 3 ms | 900, 400 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hd2 | 0/1 (not available) | 0 | 0 | – |"),
+            "{md}"
+        );
+        assert!(md.contains("| 8 ms–16 ms | 50.0 % | – |"), "{md}");
+        assert!(
+            !md.contains("| 16 ms–32 ms |"),
+            "empty buckets at the end left out: {md}"
+        );
+        let csv = csv(&points);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(
+            lines[1].starts_with("dwell,clock,1,ok,900;400,10,1,2560,4,4,1.0,2;2;0;0,"),
+            "{csv}"
+        );
+        assert!(lines[3].starts_with("dwell,hd2,1,not-available,"), "{csv}");
+    }
+}

@@ -1,0 +1,558 @@
+//! The outputs of `memvisor bench reclaimdelay`: `results.csv` (one row per amount taken),
+//! `report.md` (HyperDealer2's Table 2 beside this run, the ratios against QEMU's balloon, the
+//! several-victims figure) and `reclaimdelay.svg`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::experiments::reclaimdelay::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
+use crate::output::csv;
+use crate::output::swapin::spread;
+use crate::run::reclaimdelay::{Point, Setup, Status};
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
+
+/// `results.csv`: one row per amount taken from a group of victims.
+pub fn csv(points: &[Point]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    for p in points {
+        let measured = p.ok();
+        let _ = writeln!(
+            s,
+            "reclaimdelay,{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.method,
+            p.state,
+            p.victims,
+            p.pages,
+            p.rep,
+            p.status.name(),
+            if measured {
+                format!("{:.3}", p.ms)
+            } else {
+                String::new()
+            },
+            p.vmm_us.map_or(String::new(), |u| u.to_string()),
+            if measured {
+                p.obtained.to_string()
+            } else {
+                String::new()
+            },
+            p.changed,
+            p.polls,
+            csv::quoted(&p.error)
+        );
+    }
+    s
+}
+
+fn cell<'a>(points: &'a [Point], m: &str, st: &str, n: u32, pages: u64) -> Vec<&'a Point> {
+    points
+        .iter()
+        .filter(|p| p.method == m && p.state == st && p.victims == n && p.pages == pages)
+        .collect()
+}
+
+/// Median (min–max) of the completed runs' milliseconds; "n/a" when the VMM had no release.
+fn ms_cell(c: &[&Point]) -> String {
+    let ok: Vec<f64> = c.iter().filter(|p| p.ok()).map(|p| p.ms).collect();
+    if ok.is_empty() && c.iter().any(|p| p.status == Status::NotAvailable) {
+        return "n/a".into();
+    }
+    show(spread(ok))
+}
+
+fn median(c: &[&Point]) -> Option<f64> {
+    spread(c.iter().filter(|p| p.ok()).map(|p| p.ms).collect()).map(|s| s.0)
+}
+
+fn digits(v: f64) -> usize {
+    if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else if v >= 1.0 {
+        2
+    } else {
+        3
+    }
+}
+
+fn show(s: Option<(f64, f64, f64)>) -> String {
+    match s {
+        None => "–".into(),
+        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => format!("{m:.*}", digits(m)),
+        Some((m, lo, hi)) => format!(
+            "{m:.*} ({lo:.*}–{hi:.*})",
+            digits(m),
+            digits(lo),
+            digits(hi)
+        ),
+    }
+}
+
+/// `report.md`.
+pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+    let mut s = String::from("# memvisor bench reclaimdelay\n\n");
+    let z = &setup.sizes;
+    let _ = writeln!(
+        s,
+        "HyperDealer2 §6.2 (Table 2, Figs. 11–12): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {} MiB of guest RAM, one pass over a {} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {} s after the last victim's pass, the harness takes {} pages in turn ({} ms apart), split over the victims; balloons polled every {} ms. {} repetition(s), the methods' order rotated each time.\n",
+        z.mem >> 20,
+        z.read_mb,
+        SETTLE.as_secs_f64(),
+        z.pages
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        BETWEEN.as_millis(),
+        POLL.as_millis(),
+        setup.reps
+    );
+    if points.iter().any(|p| p.status == Status::NotAvailable) {
+        let _ = writeln!(
+            s,
+            "**Instant release is not available in this build** (the VMM answered `PUT /memory/release` with 501): the hd2 rows are \"n/a\", not failures.\n"
+        );
+    }
+    table2(&mut s, setup, points);
+    ratios(&mut s, setup, points);
+    victims(&mut s, setup, points);
+    release_detail(&mut s, points);
+    incomplete(&mut s, points);
+    let _ = writeln!(s, "\n## Methods and states\n");
+    for m in &setup.methods {
+        let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
+    }
+    for st in &setup.states {
+        let _ = writeln!(
+            s,
+            "- `{}`: {} (`seqread then={}`)",
+            st.name, st.about, st.then
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- every victim: `--cmdline \"{}\"` on a data disk of its own with `{}`",
+        z.cmdline(setup.states[0]),
+        z.files()
+    );
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+
+/// One victim: milliseconds per amount, beside the paper's Table 2.
+fn table2(s: &mut String, setup: &Setup, points: &[Point]) {
+    let _ = writeln!(s, "## One victim, beside HyperDealer2's Table 2\n");
+    let _ = writeln!(
+        s,
+        "Milliseconds from the request to having every page: median (min–max) of the completed runs; the paper's figure after the slash (Table 2 gives HD2 one row for every state, and the balloon rows for an idle victim and for one whose pages are all dirty).\n"
+    );
+    let mut head = String::from("| method | state |");
+    let mut rule = String::from("|---|---|");
+    for pages in &setup.sizes.pages {
+        let _ = write!(head, " {pages} pages (ms) |");
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head} runs ok |\n{rule}---|");
+    for m in &setup.methods {
+        for st in &setup.states {
+            let mut line = format!("| {} | {} |", m.name, st.name);
+            let (mut ok, mut all) = (0, 0);
+            for &pages in &setup.sizes.pages {
+                let c = cell(points, m.name, st.name, 1, pages);
+                ok += c.iter().filter(|p| p.ok()).count();
+                all += c.len();
+                let paper = paper_ms(m, st, pages).map_or("–".into(), |v| format!("{v}"));
+                let _ = write!(line, " {} / {paper} |", ms_cell(&c));
+            }
+            let _ = writeln!(s, "{line} {ok}/{all} |");
+        }
+    }
+}
+
+/// The ratios of the medians in this run: against QEMU's balloon, and HD2 against memvisor's
+/// balloon.
+fn ratios(s: &mut String, setup: &Setup, points: &[Point]) {
+    let pairs: Vec<(&Method, &Method)> = {
+        let mut v = Vec::new();
+        let find = |n: &str| setup.methods.iter().copied().find(|m| m.name == n);
+        if let Some(q) = find("qemu-balloon") {
+            for m in setup.methods.iter().copied().filter(|m| !m.qemu) {
+                v.push((m, q));
+            }
+        }
+        if let (Some(h), Some(b)) = (find("hd2"), find("balloon")) {
+            v.push((h, b));
+        }
+        v
+    };
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Ratios in this run (one victim)\n");
+    let _ = writeln!(
+        s,
+        "The ratio of the medians above: below 1, the first method obtained the pages sooner. The machine is shared, so only large ratios say anything.\n"
+    );
+    let mut head = String::from("| ratio | state |");
+    let mut rule = String::from("|---|---|");
+    for pages in &setup.sizes.pages {
+        let _ = write!(head, " {pages} pages |");
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for (a, b) in pairs {
+        for st in &setup.states {
+            let mut line = format!("| {} / {} | {} |", a.name, b.name, st.name);
+            for &pages in &setup.sizes.pages {
+                let x = median(&cell(points, a.name, st.name, 1, pages));
+                let y = median(&cell(points, b.name, st.name, 1, pages));
+                let r = match (x, y) {
+                    (Some(x), Some(y)) if y > 0.0 => format!("{:.3}", x / y),
+                    _ => "–".into(),
+                };
+                let _ = write!(line, " {r} |");
+            }
+            let _ = writeln!(s, "{line}");
+        }
+    }
+}
+
+/// Several victims (Fig. 11): the same total from 1..N victims.
+fn victims(s: &mut String, setup: &Setup, points: &[Point]) {
+    if setup.sizes.victims.len() < 2 {
+        return;
+    }
+    let _ = writeln!(s, "\n## Several victims (Fig. 11)\n");
+    let _ = writeln!(
+        s,
+        "The same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n"
+    );
+    let mut head = String::from("| method | state | pages |");
+    let mut rule = String::from("|---|---|---|");
+    for n in &setup.sizes.victims {
+        let _ = write!(head, " {n} victim(s) |");
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for m in &setup.methods {
+        for st in &setup.states {
+            for &pages in &setup.sizes.pages {
+                let mut line = format!("| {} | {} | {pages} |", m.name, st.name);
+                for &n in &setup.sizes.victims {
+                    let _ = write!(
+                        line,
+                        " {} |",
+                        ms_cell(&cell(points, m.name, st.name, n, pages))
+                    );
+                }
+                let _ = writeln!(s, "{line}");
+            }
+        }
+    }
+}
+
+/// What the releases did: the VMM's own time, the pages obtained and kept.
+fn release_detail(s: &mut String, points: &[Point]) {
+    let rel: Vec<&Point> = points.iter().filter(|p| p.vmm_us.is_some()).collect();
+    if rel.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## The releases\n");
+    let _ = writeln!(
+        s,
+        "Per run: the harness's wall time of the calls, the VMMs' own `micros` (summed over the victims), pages asked, released and found changed by the guest (so kept).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| state | victims | pages | rep | wall ms | VMM µs | released | changed |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for p in rel {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.3} | {} | {} | {} |",
+            p.state,
+            p.victims,
+            p.pages,
+            p.rep,
+            p.ms,
+            p.vmm_us.unwrap_or(0),
+            p.obtained,
+            p.changed
+        );
+    }
+}
+
+fn incomplete(s: &mut String, points: &[Point]) {
+    let failed: Vec<&Point> = points
+        .iter()
+        .filter(|p| p.status == Status::Failed)
+        .collect();
+    if failed.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Runs that did not complete\n");
+    for p in failed {
+        let _ = writeln!(
+            s,
+            "- {} {} {} victim(s) {} pages rep {}: {}",
+            p.method, p.state, p.victims, p.pages, p.rep, p.error
+        );
+    }
+}
+
+const COLORS: [RGBColor; 3] = [
+    RGBColor(202, 0, 32),
+    RGBColor(33, 102, 172),
+    RGBColor(77, 146, 33),
+];
+
+/// The line of `method` in `state` against `x`, medians of the completed runs.
+fn line(points: &[Point], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
+    xs.iter()
+        .filter_map(|&(x, n, pages)| {
+            median(&cell(points, m.name, st.name, n, pages)).map(|y| (x, y.max(1e-3)))
+        })
+        .collect()
+}
+
+/// `reclaimdelay.svg` and `.png`: left, one victim, milliseconds against pages (Table 2);
+/// right, the largest amount against the number of victims (Fig. 11). One colour per method,
+/// one dash per state; log scales.
+pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
+    if !points.iter().any(Point::ok) {
+        return Err("no run completed".into());
+    }
+    crate::output::plot::svg_and_png!(path, (1400, 620), |root| draw(root, setup, points))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    setup: &Setup,
+    points: &[Point],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((1, 2));
+    let ok: Vec<f64> = points
+        .iter()
+        .filter(|p| p.ok())
+        .map(|p| p.ms.max(1e-3))
+        .collect();
+    let ymax = ok.iter().copied().fold(0.0f64, f64::max) * 2.0;
+    let ymin = ok.iter().copied().fold(ymax, f64::min) / 2.0;
+    let largest = setup.sizes.pages.iter().copied().max().unwrap_or(1);
+    #[allow(clippy::cast_precision_loss)]
+    let by_pages: Vec<(f64, u32, u64)> = setup
+        .sizes
+        .pages
+        .iter()
+        .map(|&p| (p as f64, 1, p))
+        .collect();
+    let by_victims: Vec<(f64, u32, u64)> = setup
+        .sizes
+        .victims
+        .iter()
+        .map(|&n| (f64::from(n), n, largest))
+        .collect();
+    #[allow(clippy::cast_precision_loss)]
+    let (pmin, pmax) = (
+        setup.sizes.pages.iter().copied().min().unwrap_or(1) as f64,
+        largest as f64,
+    );
+    let vmax = f64::from(setup.sizes.victims.iter().copied().max().unwrap_or(1));
+    let specs = [
+        (
+            "one victim: ms to obtain N pages (HD2 Table 2)",
+            "pages",
+            (pmin / 2.0, pmax * 2.0),
+            &by_pages,
+        ),
+        (
+            "the largest amount from several victims (Fig. 11)",
+            "victims",
+            (0.5, vmax + 0.5),
+            &by_victims,
+        ),
+    ];
+    for (i, (title, xdesc, (x0, x1), xs)) in specs.into_iter().enumerate() {
+        let mut b = ChartBuilder::on(&panels[i]);
+        b.caption(title, ("sans-serif", 20))
+            .margin(14)
+            .margin_right(24)
+            .x_label_area_size(45)
+            .y_label_area_size(70);
+        let yr = (ymin.max(1e-3)..ymax.max(1e-2)).log_scale();
+        macro_rules! series {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .x_desc(xdesc)
+                    .y_desc("milliseconds (log scale)")
+                    .label_style(("sans-serif", 14))
+                    .draw()
+                    .map_err(e)?;
+                for (mi, m) in setup.methods.iter().enumerate() {
+                    let color = COLORS[mi % COLORS.len()];
+                    for (si, st) in setup.states.iter().enumerate() {
+                        let pts = line(points, m, st, xs);
+                        if pts.is_empty() {
+                            continue;
+                        }
+                        let (width, alpha) = match si {
+                            0 => (3, 1.0),
+                            1 => (2, 0.7),
+                            _ => (1, 0.45),
+                        };
+                        let style = color.mix(alpha).stroke_width(width);
+                        chart
+                            .draw_series(LineSeries::new(pts.clone(), style))
+                            .map_err(e)?
+                            .label(format!("{} {}", m.name, st.name))
+                            .legend(move |(x, y)| {
+                                PathElement::new(vec![(x, y), (x + 24, y)], style)
+                            });
+                        chart
+                            .draw_series(pts.iter().map(|&q| Circle::new(q, 4, color.filled())))
+                            .map_err(e)?;
+                    }
+                }
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .margin(8)
+                    .border_style(BLACK)
+                    .background_style(WHITE.mix(0.9))
+                    .label_font(("sans-serif", 13))
+                    .draw()
+                    .map_err(e)?;
+            }};
+        }
+        if i == 0 {
+            series!(b.build_cartesian_2d((x0..x1).log_scale(), yr).map_err(e)?);
+        } else {
+            series!(b.build_cartesian_2d(x0..x1, yr).map_err(e)?);
+        }
+    }
+    Ok(())
+}
+
+/// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `setup.out`, and
+/// prints the report.
+pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+    let csv_path = setup.out.join("results.csv");
+    std::fs::write(&csv_path, csv(points)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let svg = setup.out.join("reclaimdelay.svg");
+    let drawn = plot(&svg, setup, points);
+    let mut md = markdown(setup, points, env);
+    match &drawn {
+        Ok(()) => md.push_str("\n![reclaimdelay](reclaimdelay.png)\n"),
+        Err(e) => eprintln!("memvisor bench: cannot draw {}: {e}", svg.display()),
+    }
+    let md_path = setup.out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("{md}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::experiments::reclaimdelay::{method, state, Sizes};
+    use crate::experiments::Scale;
+
+    fn pt(m: &'static str, st: &'static str, n: u32, pages: u64, ms: f64) -> Point {
+        Point {
+            method: m,
+            state: st,
+            victims: n,
+            pages,
+            rep: 1,
+            ms,
+            obtained: pages,
+            ..Point::default()
+        }
+    }
+
+    #[test]
+    fn table_ratios_and_csv() {
+        let setup = Setup {
+            exe: PathBuf::new(),
+            out: PathBuf::new(),
+            methods: vec![
+                method("hd2").unwrap(),
+                method("balloon").unwrap(),
+                method("qemu-balloon").unwrap(),
+            ],
+            states: vec![state("idle").unwrap()],
+            sizes: Sizes::of(Scale::Tiny),
+            reps: 2,
+            timeout: Duration::from_secs(1),
+        };
+        let na = Point {
+            status: Status::NotAvailable,
+            error: "the VMM has no instant release (501)".into(),
+            ..pt("hd2", "idle", 1, 100, 0.0)
+        };
+        let points = vec![
+            na.clone(),
+            Point { pages: 1_000, ..na },
+            pt("balloon", "idle", 1, 100, 20.0),
+            pt("balloon", "idle", 1, 100, 40.0),
+            pt("qemu-balloon", "idle", 1, 100, 10.0),
+            Point {
+                status: Status::Failed,
+                error: "timed out".into(),
+                ..pt("qemu-balloon", "idle", 1, 1_000, 0.0)
+            },
+            pt("balloon", "idle", 2, 100, 8.0),
+        ];
+        let md = markdown(&setup, &points, &[]);
+        assert!(md.contains("not available in this build"), "{md}");
+        assert!(
+            md.contains("| hd2 | idle | n/a / 0.1 | n/a / 0.7 | 0/2 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| balloon | idle | 30.0 (20.0–40.0) / 9.4 | – / 12.6 | 2/2 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| balloon / qemu-balloon | idle | 3.000 | – |"),
+            "{md}"
+        );
+        assert!(md.contains("| hd2 / balloon | idle | – | – |"), "{md}");
+        assert!(
+            md.contains("| balloon | idle | 100 | 30.0 (20.0–40.0) | 8.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("- qemu-balloon idle 1 victim(s) 1000 pages rep 1: timed out"));
+        let csv = csv(&points);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), points.len() + 1);
+        assert!(
+            lines[1].starts_with("reclaimdelay,hd2,idle,1,100,1,not-available,,,"),
+            "{csv}"
+        );
+        assert!(
+            lines[3].starts_with("reclaimdelay,balloon,idle,1,100,1,ok,20.000,,100,"),
+            "{csv}"
+        );
+    }
+}

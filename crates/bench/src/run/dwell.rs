@@ -1,0 +1,294 @@
+//! `memvisor bench dwell` (HyperDealer2 §6.4, Fig. 14): the dwell time of released pages — how
+//! long a page the host released stays out before the guest touches or reads it again — per
+//! victim policy.
+//!
+//! One run is one policy in one repetition:
+//! 1. `memvisor run --mapper --victims POLICY --mem-limit LIMIT` boots a guest whose memory
+//!    holds the file but whose limit does not, with `seqread passes=N hold_secs=20`: a
+//!    sequential stream (the first pass) and a loop (the passes after it).
+//! 2. From the guest's `pass1` line to its `done` line, the harness releases
+//!    [`Sizes::release_pages`] pages every [`Sizes::every`] (`PUT /memory/release`), as a host
+//!    balancing would, and puts the limit back where it was (the released pages come back when
+//!    the guest needs them); a VMM without the endpoint answers 501, and the run goes on
+//!    without.
+//! 3. After `done` (the guest stays up `hold_secs`), `GET /stats`: the pager's
+//!    `patterns.dwell_ms_log2` (released pages that came back, by how long they stayed out) and
+//!    its release counters. The VM is stopped.
+//!
+//! A policy `memvisor run` does not know (it exits at once, status 2) is "not available".
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use memvisor_api::{ClientError, VmClient};
+
+use crate::experiments::dwell::Sizes;
+use crate::run::teardown;
+use crate::run::vm::Msg;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Status {
+    #[default]
+    Ok,
+    /// The VMM does not know the policy.
+    NotAvailable,
+    Failed,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::NotAvailable => "not-available",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Point {
+    pub policy: String,
+    pub rep: u32,
+    pub status: Status,
+    pub error: String,
+    /// The guest's passes, ms.
+    pub pass_ms: Vec<f64>,
+    /// Release calls answered, and whether the VMM answered 501 (it has no release).
+    pub calls: u64,
+    pub no_release: bool,
+    /// The pager's counters at the end: releases, pages released, released pages that came
+    /// back.
+    pub released_pages: u64,
+    pub refaults: u64,
+    /// `dwell_ms_log2`; empty when the VMM does not report it.
+    pub hist: Vec<u64>,
+}
+
+impl Point {
+    pub fn ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+pub struct Setup {
+    pub exe: PathBuf,
+    pub out: PathBuf,
+    pub policies: Vec<String>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
+}
+
+/// One run (see the module doc).
+fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
+    let mut p = Point {
+        policy: policy.to_owned(),
+        rep,
+        ..Point::default()
+    };
+    let work = setup.out.join("work");
+    let sock = work.join(format!("{policy}.sock"));
+    let _ = std::fs::remove_file(&sock);
+    let z = &setup.sizes;
+    let log = setup.out.join("logs").join(format!("{policy}-rep{rep}"));
+    let stderr = match std::fs::File::create(log.with_extension("stderr")) {
+        Ok(f) => f,
+        Err(e) => {
+            p.status = Status::Failed;
+            p.error = format!("{}: {e}", log.display());
+            return p;
+        }
+    };
+    let mut cmd = Command::new(&setup.exe);
+    cmd.arg("run")
+        .args([
+            "--mem",
+            &z.mem.to_string(),
+            "--mem-limit",
+            &z.limit.to_string(),
+        ])
+        .args([
+            "--mapper",
+            "--victims",
+            policy,
+            "--sample-pages",
+            "0",
+            "--api-sock",
+        ])
+        .arg(&sock)
+        .args([
+            "--disk",
+            &format!("{},id=data,ro", work.join("data.img").display()),
+        ])
+        .args(["--workload", "seqread", "--cmdline", &z.cmdline()])
+        .env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            p.status = Status::Failed;
+            p.error = format!("cannot start {}: {e}", setup.exe.display());
+            return p;
+        }
+    };
+    teardown::track_pid(child.id());
+    teardown::track_file(sock.clone());
+    let Some(stdout) = child.stdout.take() else {
+        p.status = Status::Failed;
+        p.error = "no stdout".into();
+        return p;
+    };
+    let (lines, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
+    if let Err(e) = follow(setup, &lines, &sock, &mut p) {
+        p.status = Status::Failed;
+        p.error = e;
+    }
+    let pid = child.id();
+    teardown::signal(pid, libc::SIGTERM);
+    let t = Instant::now();
+    let mut code = None;
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(st)) = child.try_wait() {
+            code = st.code();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if code.is_none() {
+        teardown::kill(pid);
+        code = child.wait().ok().and_then(|s| s.code());
+    }
+    teardown::forget_pid(pid);
+    if code == Some(2) && p.pass_ms.is_empty() {
+        let why = std::fs::read_to_string(log.with_extension("stderr")).unwrap_or_default();
+        p.status = Status::NotAvailable;
+        p.error = format!(
+            "memvisor run refused --victims {policy}: {}",
+            why.lines()
+                .find(|l| l.contains("error"))
+                .or_else(|| why.lines().last())
+                .unwrap_or("")
+                .trim()
+        );
+    }
+    p
+}
+
+/// Follows the guest's passes, releasing pages meanwhile, then reads the statistics.
+fn follow(
+    setup: &Setup,
+    lines: &mpsc::Receiver<Msg>,
+    sock: &std::path::Path,
+    p: &mut Point,
+) -> Result<(), String> {
+    let z = &setup.sizes;
+    let deadline = Instant::now() + setup.timeout;
+    let mut next = None;
+    loop {
+        if teardown::interrupted() {
+            return Err("interrupted".into());
+        }
+        if Instant::now() >= deadline {
+            return Err("timed out before the guest's done".into());
+        }
+        let wait = next.map_or(Duration::from_millis(200), |n: Instant| {
+            n.saturating_duration_since(Instant::now())
+        });
+        match lines.recv_timeout(wait.min(Duration::from_millis(200))) {
+            Ok(Msg::Line(l, _)) => {
+                if let Some((phase, ms, ok)) = crate::run::vm::parse_result(&l) {
+                    if phase.starts_with("pass") {
+                        p.pass_ms.push(ms.unwrap_or(0.0));
+                        next.get_or_insert_with(Instant::now);
+                    } else if phase == "done" {
+                        if ok.as_deref() != Some("1") {
+                            return Err(format!("the guest failed: {}", l.trim()));
+                        }
+                        break;
+                    }
+                }
+            }
+            Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the VM ended before the guest's done".into());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(n) = next {
+            if Instant::now() >= n && !p.no_release {
+                match VmClient::new(sock).release(z.release_pages) {
+                    Ok(r) => {
+                        p.calls += 1;
+                        // The limit stays where it was: the pages come back when the guest
+                        // needs them, without pushing others out.
+                        if r.limit_bytes != Some(z.limit) {
+                            VmClient::new(sock)
+                                .set_limit(Some(z.limit))
+                                .map_err(|e| format!("restoring the limit: {e}"))?;
+                        }
+                    }
+                    Err(ClientError::Refused { status: 501, .. }) => p.no_release = true,
+                    Err(e) => return Err(format!("release: {e}")),
+                }
+                next = Some(n + z.every);
+            }
+        }
+    }
+    let s = VmClient::new(sock)
+        .stats()
+        .map_err(|e| e.to_string())?
+        .pager
+        .ok_or("the VM has no pager")?;
+    p.released_pages = s.counters.released_pages;
+    p.refaults = s.counters.released_refaults;
+    p.hist = s.patterns.map(|x| x.dwell_ms_log2).unwrap_or_default();
+    Ok(())
+}
+
+/// Runs every policy, repetition by repetition (the order rotated each time).
+pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
+    let work = setup.out.join("work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let img = work.join("data.img");
+    let st = Command::new(&setup.exe)
+        .args(["mkdisk", "data", "--force", "--out"])
+        .arg(&img)
+        .args(["--size", &format!("{}M", setup.sizes.file_mb + 8)])
+        .args(["--files", &setup.sizes.files()])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+    if !st.success() {
+        return Err(format!("mkdisk {} failed ({st})", img.display()));
+    }
+    let mut points = Vec::new();
+    let k = setup.policies.len();
+    'reps: for rep in 1..=setup.reps {
+        for j in 0..k {
+            if teardown::interrupted() {
+                break 'reps;
+            }
+            let policy = &setup.policies[(j + rep as usize - 1) % k];
+            eprintln!("[dwell rep {rep}/{} {policy}] starting", setup.reps);
+            let pt = measure(setup, policy, rep);
+            eprintln!(
+                "[dwell rep {rep} {policy}] {}: {} releases, {} pages came back {}",
+                pt.status.name(),
+                pt.calls,
+                pt.hist.iter().sum::<u64>(),
+                pt.error
+            );
+            points.push(pt);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(points)
+}

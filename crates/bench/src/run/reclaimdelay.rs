@@ -1,0 +1,575 @@
+//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Figs. 11–12): the time the host
+//! takes to obtain pages from victim VMs, by the balloon and by instant release.
+//!
+//! One group is one method, one victim state and one number of victims, in one repetition:
+//! 1. Each victim boots (`memvisor run --mapper --balloon --mem-limit MEM`, the pager holding
+//!    guest RAM with the Swap Mapper on, nothing reclaimed; or QEMU microvm with its balloon)
+//!    with `seqread file=seq passes=1 then=STATE`: it reads a file bigger than its memory, so
+//!    its page cache fills guest RAM with clean pages that mirror disk blocks, then stays in the
+//!    state (`then=idle|spin|write`) until it is stopped.
+//! 2. Once every victim's `pass1` line is in, the harness waits [`SETTLE`] and takes each
+//!    amount of [`Sizes::pages`] in turn (the total split over the victims), [`BETWEEN`] apart:
+//!    - balloon: `PUT /balloon` (QMP `balloon`) to what each balloon holds + its share, on every
+//!      victim at once (one thread each), then `GET /stats` (QMP `query-balloon`) every
+//!      [`POLL`] until the driver holds it; the time is from the first request to the last
+//!      victim's answer that shows its share;
+//!    - hd2: `PUT /memory/release` of its share on each victim, one after another, as a host
+//!      balancing does; the time is the calls' wall time, and the VMM's own `micros` summed.
+//! 3. The victims are stopped.
+//!
+//! A VMM without the endpoint answers 501: the hd2 rows are then "not available", not failures.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Barrier};
+use std::time::{Duration, Instant};
+
+use memvisor_api::{ClientError, VmClient};
+
+use crate::experiments::reclaimdelay::{Method, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
+use crate::run::teardown;
+use crate::run::vm::Msg;
+
+const PAGE: u64 = 4096;
+
+/// How a measurement ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Status {
+    #[default]
+    Ok,
+    /// The VMM answered 501: it has no instant release.
+    NotAvailable,
+    Failed,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::NotAvailable => "not-available",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// One amount of pages taken from a group of victims.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Point {
+    pub method: &'static str,
+    pub state: &'static str,
+    pub victims: u32,
+    pub pages: u64,
+    pub rep: u32,
+    pub status: Status,
+    /// Why the status is not ok.
+    pub error: String,
+    /// Milliseconds from the (first) request to having every page (host clock).
+    pub ms: f64,
+    /// hd2: the VMMs' own time for their releases (`micros`, summed over the victims).
+    pub vmm_us: Option<u64>,
+    /// Pages obtained: the balloons' growth, or the pages released.
+    pub obtained: u64,
+    /// hd2: candidates found changed by the guest, so kept.
+    pub changed: u64,
+    /// Answers asked for while waiting (balloon).
+    pub polls: u64,
+}
+
+impl Point {
+    pub fn ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+}
+
+/// What the runs need.
+pub struct Setup {
+    pub exe: PathBuf,
+    pub out: PathBuf,
+    pub methods: Vec<&'static Method>,
+    pub states: Vec<&'static State>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
+}
+
+/// A running victim.
+struct Victim {
+    child: Child,
+    lines: mpsc::Receiver<Msg>,
+    /// memvisor's API socket, or QEMU's QMP socket.
+    sock: PathBuf,
+}
+
+fn start(
+    setup: &Setup,
+    m: &Method,
+    st: &State,
+    slot: u32,
+    rep: u32,
+    n: u32,
+) -> Result<Victim, String> {
+    let work = setup.out.join("work");
+    let disk = work.join(format!("victim{slot}.img"));
+    let sock = work.join(format!("victim{slot}.sock"));
+    let _ = std::fs::remove_file(&sock);
+    let mem = setup.sizes.mem.to_string();
+    let mut cmd = Command::new(&setup.exe);
+    cmd.arg("run").args(["--mem", &mem]);
+    if m.qemu {
+        cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
+            .arg(&sock);
+    } else {
+        cmd.args(["--mem-limit", &mem, "--mapper", "--balloon"])
+            .args(["--sample-pages", "0", "--api-sock"])
+            .arg(&sock);
+    }
+    cmd.args(["--disk", &format!("{},id=data", disk.display())])
+        .args(["--workload", "seqread"])
+        .args(["--cmdline", &setup.sizes.cmdline(st)]);
+    let log = setup.out.join("logs").join(format!(
+        "{}-{}-{n}vm-rep{rep}-victim{slot}",
+        m.name, st.name
+    ));
+    let stderr = std::fs::File::create(log.with_extension("stderr"))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    // The pager's swap file goes in the work directory, on the disk under --out.
+    cmd.env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
+    teardown::track_pid(child.id());
+    teardown::track_file(sock.clone());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (lines, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
+    Ok(Victim { child, lines, sock })
+}
+
+impl Victim {
+    /// Waits for the guest's `pass1` line (its cache warm, the state starting).
+    fn wait_warm(&self, deadline: Instant) -> Result<(), String> {
+        loop {
+            if teardown::interrupted() {
+                return Err("interrupted".into());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("timed out waiting for the guest's pass1".into());
+            }
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                Ok(Msg::Line(l, _)) => {
+                    if let Some((phase, _, ok)) = crate::run::vm::parse_result(&l) {
+                        if phase == "pass1" {
+                            return Ok(());
+                        }
+                        if phase == "done" || ok.as_deref() == Some("0") {
+                            return Err(format!("the guest ended before its pass1: {}", l.trim()));
+                        }
+                    }
+                }
+                Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("the VM ended before the guest's pass1".into());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Stops the VM (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.
+    fn stop(mut self) {
+        let pid = self.child.id();
+        teardown::signal(pid, libc::SIGTERM);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                teardown::forget_pid(pid);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Ok(pg) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill(2) takes no pointers; the group is the one this VM was started in
+            // (`process_group(0)`), not yet reaped.
+            unsafe {
+                libc::kill(-pg, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.wait();
+        teardown::forget_pid(pid);
+    }
+}
+
+/// A QMP connection, one command at a time.
+pub struct Qmp {
+    w: std::os::unix::net::UnixStream,
+    r: BufReader<std::os::unix::net::UnixStream>,
+}
+
+impl Qmp {
+    pub fn connect(sock: &Path) -> Result<Qmp, String> {
+        let s = std::os::unix::net::UnixStream::connect(sock)
+            .map_err(|e| format!("QMP {}: {e}", sock.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        let mut q = Qmp {
+            r: BufReader::new(s.try_clone().map_err(|e| e.to_string())?),
+            w: s,
+        };
+        let mut greeting = String::new();
+        q.r.read_line(&mut greeting).map_err(|e| e.to_string())?;
+        q.cmd(r#"{"execute":"qmp_capabilities"}"#)?;
+        Ok(q)
+    }
+
+    /// Sends `json`; the `return` line (events before it skipped).
+    pub fn cmd(&mut self, json: &str) -> Result<String, String> {
+        writeln!(self.w, "{json}").map_err(|e| format!("QMP: {e}"))?;
+        loop {
+            let mut line = String::new();
+            if self
+                .r
+                .read_line(&mut line)
+                .map_err(|e| format!("QMP: {e}"))?
+                == 0
+            {
+                return Err("QMP closed the connection".into());
+            }
+            if line.contains("\"error\"") {
+                return Err(format!("QMP refused {json}: {}", line.trim()));
+            }
+            if line.contains("\"return\"") {
+                return Ok(line);
+            }
+        }
+    }
+
+    /// `query-balloon`'s `actual`: the guest's memory outside the balloon, in bytes.
+    pub fn actual(&mut self) -> Result<u64, String> {
+        let line = self.cmd(r#"{"execute":"query-balloon"}"#)?;
+        balloon_actual(&line).ok_or_else(|| format!("no actual in {}", line.trim()))
+    }
+}
+
+/// `actual` of a `query-balloon` answer.
+pub fn balloon_actual(line: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    v.get("return")?.get("actual")?.as_u64()
+}
+
+/// The pages the balloon holds on a memvisor victim (`GET /stats`).
+fn held(c: &VmClient) -> Result<u64, String> {
+    c.stats()
+        .map_err(|e| e.to_string())?
+        .balloon
+        .map(|b| b.actual_pages)
+        .ok_or_else(|| "the VM has no balloon".to_owned())
+}
+
+/// What one victim's balloon did for one amount: when it was asked, when it had the pages,
+/// pages obtained, polls.
+struct Inflated {
+    asked: Instant,
+    done: Instant,
+    obtained: u64,
+    polls: u64,
+}
+
+/// Inflates one victim's balloon by `n` pages once `start` lets every victim go, and waits
+/// until it holds them. Every caller passes `start` once, also when it failed before.
+fn inflate(sock: &Path, qemu: bool, n: u64, start: &Barrier) -> Result<Inflated, String> {
+    let mut polls = 0;
+    if qemu {
+        let prepared = Qmp::connect(sock).and_then(|mut q| q.actual().map(|a| (q, a)));
+        start.wait();
+        let (mut q, before) = prepared?;
+        let want = before.saturating_sub(n * PAGE);
+        let asked = Instant::now();
+        q.cmd(&format!(
+            r#"{{"execute":"balloon","arguments":{{"value":{want}}}}}"#
+        ))?;
+        loop {
+            let a = q.actual()?;
+            polls += 1;
+            if a <= want {
+                return Ok(Inflated {
+                    asked,
+                    done: Instant::now(),
+                    obtained: before.saturating_sub(a) / PAGE,
+                    polls,
+                });
+            }
+            if asked.elapsed() > STEP_TIMEOUT {
+                return Err(format!(
+                    "QEMU's balloon at {} of {n} pages after {} s",
+                    before.saturating_sub(a) / PAGE,
+                    STEP_TIMEOUT.as_secs()
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+    let c = VmClient::new(sock);
+    let before = held(&c);
+    start.wait();
+    let before = before?;
+    let asked = Instant::now();
+    c.set_balloon((before + n) * PAGE)
+        .map_err(|e| e.to_string())?;
+    loop {
+        let h = held(&c)?;
+        polls += 1;
+        if h >= before + n {
+            return Ok(Inflated {
+                asked,
+                done: Instant::now(),
+                obtained: h - before,
+                polls,
+            });
+        }
+        if asked.elapsed() > STEP_TIMEOUT {
+            return Err(format!(
+                "the balloon at {} of {n} pages after {} s",
+                h.saturating_sub(before),
+                STEP_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Takes `pages` from `victims` by their balloons, all at once.
+fn by_balloon(p: &mut Point, socks: &[PathBuf], qemu: bool) {
+    let n = u32::try_from(socks.len()).unwrap_or(u32::MAX);
+    let start = Barrier::new(socks.len());
+    let pages = p.pages;
+    let results: Vec<Result<Inflated, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = socks
+            .iter()
+            .enumerate()
+            .map(|(i, sock)| {
+                let share = Sizes::share(pages, n, u32::try_from(i).unwrap_or(0));
+                let start = &start;
+                s.spawn(move || inflate(sock, qemu, share, start))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a poller panicked".into())))
+            .collect()
+    });
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    for r in results {
+        match r {
+            Ok(i) => {
+                first = Some(first.map_or(i.asked, |f| f.min(i.asked)));
+                last = Some(last.map_or(i.done, |l| l.max(i.done)));
+                p.obtained += i.obtained;
+                p.polls += i.polls;
+            }
+            Err(e) => {
+                p.status = Status::Failed;
+                if p.error.is_empty() {
+                    p.error = e;
+                }
+            }
+        }
+    }
+    if let (Some(f), Some(l)) = (first, last) {
+        p.ms = l.duration_since(f).as_secs_f64() * 1e3;
+    }
+}
+
+/// Takes `pages` from `victims` by instant release, one after another.
+fn by_release(p: &mut Point, socks: &[PathBuf]) {
+    let n = u32::try_from(socks.len()).unwrap_or(u32::MAX);
+    let clients: Vec<VmClient> = socks.iter().map(VmClient::new).collect();
+    let mut us = 0;
+    let t = Instant::now();
+    for (i, c) in clients.iter().enumerate() {
+        let share = Sizes::share(p.pages, n, u32::try_from(i).unwrap_or(0));
+        match c.release(share) {
+            Ok(r) => {
+                p.obtained += r.released_pages;
+                p.changed += r.changed_pages;
+                us += r.micros;
+            }
+            Err(ClientError::Refused {
+                status: 501, body, ..
+            }) => {
+                p.status = Status::NotAvailable;
+                p.error = format!("the VMM has no instant release (501): {}", body.trim());
+                return;
+            }
+            Err(e) => {
+                p.status = Status::Failed;
+                p.error = e.to_string();
+                return;
+            }
+        }
+    }
+    p.ms = t.elapsed().as_secs_f64() * 1e3;
+    p.vmm_us = Some(us);
+}
+
+/// One group (see the module doc): its points, one per amount.
+fn group(setup: &Setup, m: &'static Method, st: &'static State, n: u32, rep: u32) -> Vec<Point> {
+    let mut points: Vec<Point> = setup
+        .sizes
+        .pages
+        .iter()
+        .map(|&pages| Point {
+            method: m.name,
+            state: st.name,
+            victims: n,
+            pages,
+            rep,
+            ..Point::default()
+        })
+        .collect();
+    let fail_all = |points: &mut [Point], e: String| {
+        for p in points.iter_mut() {
+            p.status = Status::Failed;
+            p.error.clone_from(&e);
+        }
+    };
+    let mut victims = Vec::new();
+    for slot in 0..n {
+        match start(setup, m, st, slot, rep, n) {
+            Ok(v) => victims.push(v),
+            Err(e) => {
+                fail_all(&mut points, e);
+                break;
+            }
+        }
+    }
+    if victims.len() == n as usize {
+        let deadline = Instant::now() + setup.timeout;
+        let warm = victims.iter().try_for_each(|v| v.wait_warm(deadline));
+        match warm {
+            Err(e) => fail_all(&mut points, e),
+            Ok(()) => {
+                std::thread::sleep(SETTLE);
+                let socks: Vec<PathBuf> = victims.iter().map(|v| v.sock.clone()).collect();
+                for (i, p) in points.iter_mut().enumerate() {
+                    if teardown::interrupted() {
+                        p.status = Status::Failed;
+                        p.error = "interrupted".into();
+                        continue;
+                    }
+                    if i > 0 {
+                        std::thread::sleep(BETWEEN);
+                    }
+                    if m.release {
+                        by_release(p, &socks);
+                    } else {
+                        by_balloon(p, &socks, m.qemu);
+                    }
+                }
+            }
+        }
+    }
+    for v in victims {
+        v.stop();
+    }
+    points
+}
+
+/// Makes each victim slot's data disk (`memvisor mkdisk data`), once for the whole benchmark.
+fn disks(setup: &Setup) -> Result<(), String> {
+    let work = setup.out.join("work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
+    for slot in 0..most {
+        let path = work.join(format!("victim{slot}.img"));
+        let st = Command::new(&setup.exe)
+            .args(["mkdisk", "data", "--force", "--out"])
+            .arg(&path)
+            .args(["--size", &format!("{}M", setup.sizes.disk_mb())])
+            .args(["--files", &setup.sizes.files()])
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+        if !st.success() {
+            return Err(format!("mkdisk {} failed ({st})", path.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs every group, repetition by repetition (the methods' order rotated each time); returns
+/// the points.
+pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
+    disks(setup)?;
+    let mut points = Vec::new();
+    let groups = setup.sizes.victims.len() * setup.states.len() * setup.methods.len();
+    let total = groups * setup.reps as usize;
+    let started = Instant::now();
+    let mut k = 0;
+    'reps: for rep in 1..=setup.reps {
+        for &n in &setup.sizes.victims {
+            for &st in &setup.states {
+                let nm = setup.methods.len();
+                for j in 0..nm {
+                    if teardown::interrupted() {
+                        break 'reps;
+                    }
+                    let m = setup.methods[(j + rep as usize - 1) % nm];
+                    k += 1;
+                    eprintln!(
+                        "[reclaimdelay {k}/{total} rep {rep}/{} {} {} {n} victim(s)] starting ({:.0} s since the bench started)",
+                        setup.reps,
+                        m.name,
+                        st.name,
+                        started.elapsed().as_secs_f64()
+                    );
+                    for p in group(setup, m, st, n, rep) {
+                        if p.ok() {
+                            eprintln!(
+                                "[reclaimdelay rep {rep} {} {} {n} victim(s)] {} pages in {:.2} ms ({} obtained)",
+                                m.name, st.name, p.pages, p.ms, p.obtained
+                            );
+                        } else {
+                            eprintln!(
+                                "[reclaimdelay rep {rep} {} {} {n} victim(s)] {} pages: {}: {}",
+                                m.name,
+                                st.name,
+                                p.pages,
+                                p.status.name(),
+                                p.error
+                            );
+                        }
+                        points.push(p);
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(setup.out.join("work"));
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qmp_balloon_answers_are_read() {
+        assert_eq!(
+            balloon_actual(r#"{"return": {"actual": 100663296}}"#),
+            Some(100_663_296)
+        );
+        assert_eq!(balloon_actual(r#"{"return": {}}"#), None);
+        assert_eq!(balloon_actual("garbage"), None);
+        assert_eq!(Status::NotAvailable.name(), "not-available");
+    }
+}
