@@ -175,10 +175,11 @@ impl Pager {
             mech,
             digest: DigestKey::random().map_err(PagerError::DigestKey)?,
         });
-        // The Preventer learns from faults, so asking for it takes RAM over from the start, as
-        // a limit does. The Swap Mapper does not: it learns from disk reads, which it sees on
-        // plain memory too, and its mirrors are checked by digest when reclaim picks them.
-        if config.limit.is_some() || mech.preventer || !takeover.at_run_time() {
+        // Neither the Swap Mapper nor the Preventer needs RAM taken over before the first limit
+        // or release: the Mapper learns from disk reads, which it sees on plain memory too (its
+        // mirrors are checked by digest when reclaim picks them), and the Preventer acts on
+        // writes to swapped and dropped pages, of which there are none before.
+        if config.limit.is_some() || !takeover.at_run_time() {
             takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();

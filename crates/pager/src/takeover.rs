@@ -2,8 +2,7 @@
 //! transparent huge pages, as fast as under QEMU, and the pager still takes over the moment a
 //! limit arrives.
 //!
-//! (With the Preventer on, RAM is taken over from the start: it learns from faults.) Until then
-//! RAM is not registered with userfaultfd: no fault reaches the pager, devices write plain
+//! Until then (or a release, `release.rs`) RAM is not registered with userfaultfd: no fault reaches the pager, devices write plain
 //! memory, and the page table only records what the balloon takes and, with the Swap Mapper,
 //! the pages guest disk reads filled (resident mirrors, writable, with their digests). [`Takeover::attach`]
 //! then, under the page lock:

@@ -14,6 +14,7 @@
 //! | `pager` | `memvisor host`, no balloon: the pager's limits alone |
 //! | `vswapper` | `memvisor host`, no balloon, the pager with VSwapper's Mapper and Preventer |
 //! | `vswapper-balloon` | both (the paper's combination) |
+//! | `hd2` | `vswapper-balloon` with HyperDealer2: `hd2` victims and the host's `balancing = "hd2"` (instant release of clean page-cache pages handed to the VMs that need memory in the same tick) |
 //! | `qemu-static` | QEMU, a static balloon at the VM's share, a memory cgroup at the share plus QEMU's measured overhead, host swap on |
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
 //!
@@ -92,6 +93,8 @@ pub enum Kind {
         balloon: bool,
         vswapper: bool,
         baseline: bool,
+        /// HyperDealer2: `hd2` victims, and the host balancing by instant release.
+        hd2: bool,
     },
     /// QEMU with a static balloon at the share and a memory cgroup, host swap on.
     QemuStatic,
@@ -99,13 +102,14 @@ pub enum Kind {
     QemuNoLimit,
 }
 
-pub const CONFIGS: [(&str, Kind); 6] = [
+pub const CONFIGS: [(&str, Kind); 7] = [
     (
         "balloon",
         Kind::Host {
             balloon: true,
             vswapper: false,
             baseline: true,
+            hd2: false,
         },
     ),
     (
@@ -114,6 +118,7 @@ pub const CONFIGS: [(&str, Kind); 6] = [
             balloon: false,
             vswapper: false,
             baseline: false,
+            hd2: false,
         },
     ),
     (
@@ -122,6 +127,7 @@ pub const CONFIGS: [(&str, Kind); 6] = [
             balloon: false,
             vswapper: true,
             baseline: false,
+            hd2: false,
         },
     ),
     (
@@ -130,6 +136,16 @@ pub const CONFIGS: [(&str, Kind); 6] = [
             balloon: true,
             vswapper: true,
             baseline: false,
+            hd2: false,
+        },
+    ),
+    (
+        "hd2",
+        Kind::Host {
+            balloon: true,
+            vswapper: true,
+            baseline: false,
+            hd2: true,
         },
     ),
     ("qemu-static", Kind::QemuStatic),
@@ -221,6 +237,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         balloon,
         vswapper,
         baseline,
+        hd2,
     } = kind
     else {
         unreachable!("a host configuration");
@@ -245,7 +262,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         tesseract_defrag: None,
         victim_cache: 0,
         release_cache: None,
-        victims: None,
+        victims: hd2.then(|| "hd2".into()),
         pager: baseline.then(|| "baseline".into()),
         sharing: None,
     }

@@ -349,7 +349,8 @@ fn run_host(
     dir: &Path,
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, Watch), String> {
-    let (host, sock) = start_host(exe, dir)?;
+    let hd2 = matches!(plan.kind, Kind::Host { hd2: true, .. });
+    let (host, sock) = start_host(exe, dir, hd2)?;
     let host_pid = host.0.id();
     let vmms = || host::children(host_pid);
     let logs = (1..=plan.n)
@@ -398,16 +399,17 @@ fn run_host(
     Ok((out, watch))
 }
 
-/// Starts `memvisor host` with the budget and no VM, its files in `dir`; returns it with its
-/// socket once the socket is there.
-fn start_host(exe: &Path, dir: &Path) -> Result<(Reaped, PathBuf), String> {
+/// Starts `memvisor host` with the budget and no VM (balancing by HyperDealer2 if `hd2`), its
+/// files in `dir`; returns it with its socket once the socket is there.
+fn start_host(exe: &Path, dir: &Path, hd2: bool) -> Result<(Reaped, PathBuf), String> {
     let config = dir.join("host.toml");
     std::fs::write(
         &config,
         format!(
             // The live page on a free loopback port: its address is in host.log.
-            "[host]\nmemory = {}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\n",
-            BUDGET
+            "[host]\nmemory = {}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\nbalancing = \"{}\"\n",
+            BUDGET,
+            if hd2 { "hd2" } else { "balloon" }
         ),
     )
     .map_err(|e| e.to_string())?;
