@@ -121,7 +121,9 @@ fn start(
         cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
             .arg(&sock);
     } else {
-        cmd.args(["--mem-limit", &mem, "--mapper", "--balloon"])
+        // HyperDealer2's victim order: a sequence is taken from its start, so its pages are
+        // released in runs (random mirrored pages cost a protection and a drop each).
+        cmd.args(["--mem-limit", &mem, "--mapper", "--balloon", "--victims", "hd2"])
             .args(["--sample-pages", "0", "--api-sock"])
             .arg(&sock);
     }
