@@ -1,9 +1,8 @@
 //! `memvisor bench dwell`: the flags checked, every policy run (`run::dwell`), then the outputs.
 
-use std::path::Path;
 use std::time::Duration;
 
-use super::{finished, memvisor_exe};
+use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::dwell::{Sizes, POLICIES};
 use crate::output;
 use crate::run::{dwell, host, teardown};
@@ -47,19 +46,10 @@ pub fn run(args: &BenchArgs) -> Outcome {
         Ok(e) => e,
         Err(e) => return bad(e),
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join("dwell"));
-    if let Err(e) = std::fs::create_dir_all(out.join("logs"))
-        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
-        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
-    {
-        return bad(format!(
-            "--out {}: cannot write there ({e}); give a writable directory",
-            out.display()
-        ));
-    }
+    let out = match out_dir(args, "dwell") {
+        Ok(o) => o,
+        Err(e) => return bad(e),
+    };
     let setup = dwell::Setup {
         exe,
         out,

@@ -32,20 +32,13 @@ pub fn run(a: &BenchArgs) -> Outcome {
         eprintln!("memvisor bench: {m}");
         return Outcome::BadInput;
     }
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join(e.name));
-    if let Err(err) = std::fs::create_dir_all(out.join("logs"))
-        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
-        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
-    {
-        eprintln!(
-            "memvisor bench: --out {}: cannot write there ({err}); give a writable directory",
-            out.display()
-        );
-        return Outcome::BadInput;
-    }
+    let out = match super::out_dir(a, e.name) {
+        Ok(o) => o,
+        Err(m) => {
+            eprintln!("memvisor bench: {m}");
+            return Outcome::BadInput;
+        }
+    };
     teardown::catch_signals();
     let guard = teardown::Guard;
     let outcome = bench(a, &e, &out);

@@ -11,7 +11,7 @@ pub mod swapin;
 use std::path::{Path, PathBuf};
 
 use crate::run::teardown;
-use crate::Outcome;
+use crate::{BenchArgs, Outcome};
 
 /// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
 /// partial results written), the failure's status with its message, or success with where
@@ -41,4 +41,23 @@ pub fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> Outcom
 /// itself, so a benchmark measures the build it came with.
 fn memvisor_exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
+}
+
+/// `--out`, or `bench-out/NAME`, with its `logs` directory, checked writable; the one line of
+/// bad input when it is not.
+fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("bench-out").join(name));
+    std::fs::create_dir_all(out.join("logs"))
+        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
+        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
+        .map_err(|e| {
+            format!(
+                "--out {}: cannot write there ({e}); give a writable directory",
+                out.display()
+            )
+        })?;
+    Ok(out)
 }

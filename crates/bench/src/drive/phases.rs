@@ -67,7 +67,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let configs = configs_of(a, &exp)?;
     check_kind(a, &exp, &configs)?;
     let reference = reference_of(a, &exp, &configs)?;
-    let out = out_dir(a, &exp)?;
+    let out = super::out_dir(a, exp.name).map_err(BadInput)?;
     if a.timeout == 0 {
         return Err(BadInput("--timeout 0: give seconds, at least 1".into()));
     }
@@ -182,24 +182,6 @@ fn reference_of(
                 "the reference configuration '{want}' is not among those run; add it to --configs or pick --reference"
             ))
         })
-}
-
-/// `--out`, or `bench-out/EXPERIMENT`, with its `logs` directory, checked writable.
-fn out_dir(a: &BenchArgs, exp: &experiments::Experiment) -> Result<PathBuf, BadInput> {
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join(exp.name));
-    std::fs::create_dir_all(out.join("logs"))
-        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
-        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
-        .map_err(|e| {
-            BadInput(format!(
-                "--out {}: cannot write there ({e}); give a writable directory",
-                out.display()
-            ))
-        })?;
-    Ok(out)
 }
 
 fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {

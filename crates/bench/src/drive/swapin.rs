@@ -1,10 +1,9 @@
 //! `memvisor bench swapin`: the flags checked, every size and mode run (`run::swapin`), then the
 //! outputs.
 
-use std::path::Path;
 use std::time::Duration;
 
-use super::{finished, memvisor_exe};
+use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::swapin as experiment;
 use crate::output;
 use crate::run::{host, swapin, teardown};
@@ -60,19 +59,10 @@ pub fn run(args: &BenchArgs) -> Outcome {
         Ok(e) => e,
         Err(e) => return bad(e),
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join("swapin"));
-    if let Err(e) = std::fs::create_dir_all(out.join("logs"))
-        .and_then(|()| std::fs::write(out.join(".write-test"), b""))
-        .and_then(|()| std::fs::remove_file(out.join(".write-test")))
-    {
-        return bad(format!(
-            "--out {}: cannot write there ({e}); give a writable directory",
-            out.display()
-        ));
-    }
+    let out = match out_dir(args, "swapin") {
+        Ok(o) => o,
+        Err(e) => return bad(e),
+    };
     let setup = swapin::Setup {
         exe,
         out,

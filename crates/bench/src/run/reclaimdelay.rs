@@ -123,9 +123,16 @@ fn start(
     } else {
         // HyperDealer2's victim order: a sequence is taken from its start, so its pages are
         // released in runs (random mirrored pages cost a protection and a drop each).
-        cmd.args(["--mem-limit", &mem, "--mapper", "--balloon", "--victims", "hd2"])
-            .args(["--sample-pages", "0", "--api-sock"])
-            .arg(&sock);
+        cmd.args([
+            "--mem-limit",
+            &mem,
+            "--mapper",
+            "--balloon",
+            "--victims",
+            "hd2",
+        ])
+        .args(["--sample-pages", "0", "--api-sock"])
+        .arg(&sock);
     }
     cmd.args(["--disk", &format!("{},id=data", disk.display())])
         .args(["--workload", "seqread"])
