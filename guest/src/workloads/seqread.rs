@@ -209,7 +209,8 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
                 if p == 0 {
                     rounds += 1;
                 }
-                let mut page = mm::file_page(id, p, Access::Overwrite).map_err(|e| io_fail(NAME, e))?;
+                let mut page =
+                    mm::file_page(id, p, Access::Overwrite).map_err(|e| io_fail(NAME, e))?;
                 let base = p * PAGE_SIZE as u64;
                 for (i, w) in page.words().iter_mut().enumerate() {
                     *w = file_word(seed, id, base + 8 * i as u64) ^ rounds;
