@@ -128,22 +128,27 @@ impl SwapIn {
         let pool = core.stores.swap.pool.as_ref();
         let mut t = Timing::default();
         let started = Instant::now();
-        // Which page each swapped block holds, from one pass over the table under the lock.
-        let page_of: Vec<PageIdx> = {
+        // Which page each swapped block holds, from one pass over the table under the lock;
+        // the other pages of a block several pages share (share before swap, `reclaim.rs`)
+        // apart.
+        let (page_of, sharers): (Vec<PageIdx>, Vec<(Block, PageIdx)>) = {
             let pages = core.lock();
             if !pages.attached || pages.table.census().swapped == 0 || Self::room(core, &pages) == 0
             {
                 return;
             }
             let mut page_of = vec![NONE; pages.table.blocks.capacity() as usize];
+            let mut sharers = Vec::new();
             for p in 0..pages.table.len() {
                 if let PageState::Swapped(b) = pages.table.state(p) {
-                    if let Some(x) = page_of.get_mut(b as usize) {
-                        *x = p;
+                    match page_of.get_mut(b as usize) {
+                        Some(x) if *x == NONE => *x = p,
+                        Some(_) => sharers.push((b, p)),
+                        None => {}
                     }
                 }
             }
-            page_of
+            (page_of, sharers)
         };
         t.scan = started.elapsed();
         // Pooled blocks most recent first (the pool's own order), then the file's in block
@@ -159,11 +164,19 @@ impl SwapIn {
                 (p != NONE).then_some((b, p))
             })
             .collect();
-        let on_disk: Vec<(Block, PageIdx)> = (0..)
+        let mut on_disk: Vec<(Block, PageIdx)> = (0..)
             .zip(page_of.iter().zip(&in_pool))
             .filter(|&(_, (&p, &pooled))| p != NONE && !pooled)
             .map(|(b, (&p, _))| (b, p))
             .collect();
+        let mut pooled = pooled;
+        for (b, p) in sharers {
+            if in_pool.get(b as usize).copied().unwrap_or(false) {
+                pooled.push((b, p));
+            } else {
+                on_disk.push((b, p));
+            }
+        }
         drop((page_of, in_pool));
         t.order = started.elapsed() - t.scan;
         let c = pool.map(|p| &p.counters);
