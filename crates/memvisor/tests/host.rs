@@ -1032,7 +1032,7 @@ name = "needy"
 mem = "256M"
 shares = 8000
 workload = "toucher"
-cmdline = "schedule=16:12,200:60"
+cmdline = "schedule=16:4,200:60"
 balloon = true
 "#,
     );
@@ -1156,7 +1156,7 @@ balancing = "hd2"
 name = "cache"
 mem = "256M"
 workload = "seqread"
-cmdline = "file=seq file_mb=64 passes=150"
+cmdline = "file=seq file_mb=64 passes=1000"
 disks = ["cache.img,id=data"]
 mapper = true
 balloon = true
@@ -1166,7 +1166,7 @@ name = "needy"
 mem = "256M"
 shares = 8000
 workload = "toucher"
-cmdline = "schedule=16:12,200:60"
+cmdline = "schedule=16:4,200:60"
 balloon = true
 "#,
     );
