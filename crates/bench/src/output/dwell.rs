@@ -297,19 +297,13 @@ where
 /// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints
 /// the report.
 pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
-    let csv_path = setup.out.join("results.csv");
-    std::fs::write(&csv_path, csv(points)).map_err(|e| format!("{}: {e}", csv_path.display()))?;
-    let svg = setup.out.join("dwell.svg");
-    let drawn = plot(&svg, setup, points);
-    let mut md = markdown(setup, points, env);
-    match &drawn {
-        Ok(()) => md.push_str("\n![dwell](dwell.png)\n"),
-        Err(e) => eprintln!("memvisor bench: cannot draw {}: {e}", svg.display()),
-    }
-    let md_path = setup.out.join("report.md");
-    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
-    println!("{md}");
-    Ok(())
+    super::write_report(
+        &setup.out,
+        "dwell",
+        csv(points),
+        |svg| plot(svg, setup, points),
+        markdown(setup, points, env),
+    )
 }
 
 #[cfg(test)]
