@@ -19,10 +19,11 @@ pub enum Workload {
     Toucher,
     Integrity,
     Crashwrite,
+    Probe,
 }
 
 impl Workload {
-    pub const ALL: [(&'static str, Workload); 12] = [
+    pub const ALL: [(&'static str, Workload); 13] = [
         ("boot", Workload::Boot),
         ("selftest", Workload::Selftest),
         ("seqread", Workload::Seqread),
@@ -35,6 +36,7 @@ impl Workload {
         ("toucher", Workload::Toucher),
         ("integrity", Workload::Integrity),
         ("crashwrite", Workload::Crashwrite),
+        ("probe", Workload::Probe),
     ];
 }
 

@@ -43,7 +43,8 @@ pub struct BenchArgs {
     /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
     /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
     /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14), swapin (MemFlex Table 1,
-    /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12) or dwell (HyperDealer2 Fig. 14).
+    /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12), dwell (HyperDealer2 Fig. 14),
+    /// sharing (ESX Fig. 4, with the guest timing probe) or zeroboot (ESX §6.3).
     pub experiment: String,
     /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
     /// for workingset, shares, idletax and consolidate).
@@ -52,7 +53,8 @@ pub struct BenchArgs {
     /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
     /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults; for reclaimdelay its
     /// methods: hd2, balloon, qemu-balloon; for dwell the victim policies of memvisor run
-    /// --victims: clock, random, hd2, hd2-whole).
+    /// --victims: clock, random, hd2, hd2-whole; for sharing memvisor-off, memvisor-host,
+    /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
@@ -78,7 +80,8 @@ pub struct BenchArgs {
     pub timeout: u64,
     /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
     /// many VMs as the host has cores pin each VMM to a core of its own). reclaimdelay: the
-    /// numbers of victims (1 to 8; default 1,2,4).
+    /// numbers of victims (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
+    /// zeroboot: VMs that zero their memory (default 5).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
     /// consolidate: the scenarios, `mapreduce` and/or `mixed` (default both). reclaimdelay: the
@@ -110,6 +113,8 @@ pub fn run(args: BenchArgs) -> Outcome {
         "swapin" => drive::swapin::run(&args),
         "reclaimdelay" => drive::reclaimdelay::run(&args),
         "dwell" => drive::dwell::run(&args),
+        "sharing" => drive::sharing::run(&args, "sharing"),
+        "zeroboot" => drive::sharing::run(&args, "zeroboot"),
         name if experiments::host::NAMES.contains(&name) => drive::host::run(&args),
         _ => drive::phases::run(&args),
     }

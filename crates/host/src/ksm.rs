@@ -132,6 +132,35 @@ impl Ksm {
         Ok(ksm)
     }
 
+    /// Takes KSM over at a fixed scan rate (a benchmark's one budget for every hypervisor).
+    pub fn fixed(pages: u64, sleep_ms: u64) -> Result<Ksm, String> {
+        let mut ksm = Ksm::take(16 << 30)?;
+        ksm.pages = pages;
+        ksm.sleep_ms = sleep_ms;
+        ksm.apply()?;
+        Ok(ksm)
+    }
+
+    /// Unmerges every merged page of the machine (`run` 2, which returns once they are all
+    /// private again) and starts the scanner afresh at the same rate, so a run starts from
+    /// nothing merged.
+    pub fn restart(&self) -> Result<(), String> {
+        write("run", "2")?;
+        // With nothing merged, zero-page merging can be turned on if taking KSM could not.
+        write("use_zero_pages", "1")?;
+        self.apply()
+    }
+
+    /// The scanner's CPU time since KSM was taken, read now (ms).
+    pub fn cpu_ms_now(&self) -> u64 {
+        let now = self
+            .ksmd
+            .as_deref()
+            .and_then(cpu_ticks)
+            .unwrap_or(self.last.1);
+        now.saturating_sub(self.cpu_start) * 1000 / ticks_per_second()
+    }
+
     fn apply(&self) -> Result<(), String> {
         write("pages_to_scan", &self.pages.to_string())?;
         write("sleep_millisecs", &self.sleep_ms.to_string())?;

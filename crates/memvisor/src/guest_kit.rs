@@ -22,6 +22,7 @@ pub const WORKLOADS: &[&str] = &[
     "toucher",
     "integrity",
     "crashwrite",
+    "probe",
 ];
 
 /// The guest kit's command line: the workload and facts about the VM, then the user's extra words.

@@ -2,7 +2,12 @@
 //! `secs` seconds, writing one word per page in a sequential sweep at
 //! `rate_mb_s` MiB/s (0 = as fast as possible). Prints progress every second.
 //!
-//! Keys: `mb=64 secs=5 rate_mb_s=0`.
+//! With `zero_mb=Z` it first zeroes Z MiB and frees them, as an OS that zeroes
+//! its free memory at boot does (ESX §6.3): a task touches Z MiB (every first
+//! touch zeroes a page) and exits, leaving the frames free in the guest and
+//! all-zero in the host (`RESULT workload=memhog phase=zero ms=.. mb=Z`).
+//!
+//! Keys: `mb=64 secs=5 rate_mb_s=0 zero_mb=0`.
 
 use crate::cmdline::Config;
 use crate::cpu::{ExitCode, rdtsc};
@@ -11,7 +16,7 @@ use crate::mm;
 use super::common::{self, io_fail, ms_since, us_since};
 
 const NAME: &str = "memhog";
-const KEYS: &[&str] = &["mb", "secs", "rate_mb_s"];
+const KEYS: &[&str] = &["mb", "secs", "rate_mb_s", "zero_mb"];
 
 pub fn run(cfg: &Config) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
@@ -22,12 +27,31 @@ pub fn run(cfg: &Config) -> ExitCode {
             common::mb_arg(cfg, "mb", 64)?,
             cfg.num("secs", 5, 1, 86400)?,
             cfg.num("rate_mb_s", 0, 0, 1 << 20)?,
+            cfg.num("zero_mb", 0, 0, memvisor_guest_mm::TASK_PAGES / 256)? * 256,
         ))
     })();
-    let (pages, secs, rate) = match args {
+    let (pages, secs, rate, zero_pages) = match args {
         Ok(a) => a,
         Err(e) => return common::bad_arg(NAME, e),
     };
+    if zero_pages > 0 {
+        let t0 = rdtsc();
+        let zeroer = match mm::task_create() {
+            Ok(t) => t,
+            Err(e) => return io_fail(NAME, e),
+        };
+        for p in 0..zero_pages {
+            if let Err(e) = mm::anon(zeroer, p, true) {
+                return io_fail(NAME, e);
+            }
+        }
+        mm::task_exit(zeroer);
+        println!(
+            "RESULT workload=memhog phase=zero ms={} mb={}",
+            ms_since(t0),
+            zero_pages / 256
+        );
+    }
     let task = match mm::task_create() {
         Ok(t) => t,
         Err(e) => return io_fail(NAME, e),

@@ -12,6 +12,7 @@ mod kv;
 mod mapreduce;
 mod memhog;
 pub mod pattern;
+mod probe;
 mod selftest;
 mod seqread;
 mod toucher;
@@ -74,5 +75,6 @@ fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
         Workload::Memhog => memhog::run(cfg),
         Workload::Toucher => toucher::run(cfg),
         Workload::Crashwrite => crashwrite::run(cfg),
+        Workload::Probe => probe::run(cfg),
     }
 }

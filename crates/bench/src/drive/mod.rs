@@ -6,6 +6,7 @@ pub mod dwell;
 pub mod host;
 pub mod phases;
 pub mod reclaimdelay;
+pub mod sharing;
 pub mod swapin;
 
 use std::path::{Path, PathBuf};

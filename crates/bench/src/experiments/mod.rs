@@ -3,7 +3,7 @@
 //! are compared with (`seqread`, `alloc`, `overhead`, `workingset`, `recovery`, `doublepaging`,
 //! found by [`find`]); the host experiments on `memvisor host` (`host`, with `shares` and
 //! `idletax`); many VMs (`consolidate`); bringing swapped memory back (`swapin`); taking pages
-//! from victim VMs (`reclaimdelay`).
+//! from victim VMs (`reclaimdelay`); page sharing through KSM (`sharing`, `zeroboot`).
 
 mod alloc;
 pub mod consolidate;
@@ -16,6 +16,7 @@ pub mod reclaimdelay;
 mod recovery;
 mod seqread;
 mod shares;
+pub mod sharing;
 pub mod swapin;
 mod workingset;
 

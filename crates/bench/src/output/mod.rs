@@ -8,6 +8,7 @@ pub mod plot;
 pub mod reclaimdelay;
 pub mod recovery;
 pub mod report;
+pub mod sharing;
 pub mod swapin;
 pub mod workingset;
 

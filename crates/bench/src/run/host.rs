@@ -12,6 +12,9 @@ pub const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
 pub struct Vmstat {
     pub pswpin: u64,
     pub pswpout: u64,
+    /// Pages swapped out that were all zero: the kernel (6.12 on) marks them in the swap map
+    /// and writes nothing.
+    pub swpout_zero: u64,
 }
 
 fn field(text: &str, key: &str) -> Option<u64> {
@@ -30,6 +33,7 @@ pub fn vmstat() -> Vmstat {
     Vmstat {
         pswpin: field(&t, "pswpin").unwrap_or(0),
         pswpout: field(&t, "pswpout").unwrap_or(0),
+        swpout_zero: field(&t, "swpout_zero").unwrap_or(0),
     }
 }
 

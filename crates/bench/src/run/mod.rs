@@ -6,6 +6,7 @@ pub mod dwell;
 pub mod host;
 pub mod hostexp;
 pub mod reclaimdelay;
+pub mod sharing;
 pub mod swapin;
 pub mod teardown;
 pub mod vm;

@@ -1,0 +1,599 @@
+//! The outputs of `memvisor bench sharing` and `zeroboot`: `results.csv` (one row per run),
+//! `series.csv` (every reading of the page maps), `report.md` and `<experiment>.svg` (memory
+//! reclaimed over time for the most VMs, one line per mode).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::experiments::sharing::{half_time, steady};
+use crate::output::csv;
+use crate::output::report::stats;
+use crate::run::sharing::{Point, Setup};
+
+/// A run's figures at steady state.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Pages, means over the steady window.
+    pub present: f64,
+    pub shared: f64,
+    pub reclaimed: f64,
+    /// When reclaimed first reached half its steady value (s).
+    pub half_s: Option<f64>,
+    /// ksmd's CPU over the run, as a fraction of one CPU.
+    pub ksmd: f64,
+    /// The VMs' throughput summed (ops/s; each VM's mean over its last seconds).
+    pub ops_s: f64,
+    /// Most pages merged with the zero page at once.
+    pub zero_max: u64,
+}
+
+/// The steady state of `p`: the samples in the `window` seconds before the first VM ended (or
+/// before the last sample).
+#[allow(clippy::cast_precision_loss)]
+pub fn summary(p: &Point, window: std::time::Duration) -> Summary {
+    let end = p
+        .first_exit_s
+        .or_else(|| p.samples.last().map(|s| s.t_s))
+        .unwrap_or(0.0);
+    let upto: Vec<_> = p.samples.iter().filter(|s| s.t_s < end).collect();
+    let from = end - window.as_secs_f64();
+    let series = |f: &dyn Fn(&crate::run::sharing::Sample) -> u64| -> Vec<(f64, f64)> {
+        upto.iter().map(|s| (s.t_s, f(s) as f64)).collect()
+    };
+    let reclaimed = series(&|s| s.census.reclaimed);
+    let r = steady(&reclaimed, from).unwrap_or(0.0);
+    let secs = usize::try_from(window.as_secs().max(1)).unwrap_or(1);
+    Summary {
+        present: steady(&series(&|s| s.census.present), from).unwrap_or(0.0),
+        shared: steady(&series(&|s| s.census.shared), from).unwrap_or(0.0),
+        reclaimed: r,
+        half_s: half_time(&reclaimed, r),
+        ksmd: p.samples.last().map_or(0.0, |s| {
+            if s.t_s > 0.0 {
+                s.ksmd_ms as f64 / 1e3 / s.t_s
+            } else {
+                0.0
+            }
+        }),
+        ops_s: p
+            .ops
+            .iter()
+            .map(|v| {
+                let last = &v[v.len().saturating_sub(secs)..];
+                if last.is_empty() {
+                    0.0
+                } else {
+                    last.iter().sum::<u64>() as f64 / last.len() as f64
+                }
+            })
+            .sum(),
+        zero_max: p.samples.iter().map(|s| s.zero).max().unwrap_or(0),
+    }
+}
+
+/// The CSV header.
+pub const CSV_HEADER: &str = "experiment,mode,vms,rep,probe,status,seconds,present_pages,shared_pages,reclaimed_pages,half_s,ksmd_cpu,ops_s,guests_ok,zeroed_pages,ksm_zero_max,reclaimed_zero,reclaimed_written,swap_out,swap_out_zero,probe_common_ns,probe_private_ns,probe_common_slow,probe_private_slow,probe_pages,error";
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.1}"))
+}
+
+/// `results.csv`: one row per run.
+pub fn csv(setup: &Setup, points: &[Point]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    let w = setup.sizes.steady;
+    for p in points {
+        let m = summary(p, w);
+        let pr = |f: fn(&crate::run::sharing::ProbeRound) -> u64| -> u64 {
+            p.probe_rounds.iter().map(f).sum()
+        };
+        let n = p.probe_rounds.len().max(1) as u64;
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{:.1},{:.0},{:.0},{:.0},{},{:.4},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            setup.experiment,
+            csv::field(&p.mode),
+            p.vms,
+            p.rep,
+            u8::from(p.probe),
+            if p.ok() { "ok" } else { "failed" },
+            p.seconds,
+            m.present,
+            m.shared,
+            m.reclaimed,
+            opt(m.half_s),
+            m.ksmd,
+            m.ops_s,
+            p.guests_ok,
+            p.zeroed,
+            m.zero_max,
+            p.reclaimed_zero,
+            p.reclaimed_written,
+            p.swap_out,
+            p.swap_out_zero,
+            pr(|r| r.common_ns) / n,
+            pr(|r| r.private_ns) / n,
+            pr(|r| r.common_slow),
+            pr(|r| r.private_slow),
+            pr(|r| r.pages),
+            csv::quoted(&p.error)
+        );
+    }
+    s
+}
+
+/// `series.csv`: every reading of the page maps.
+pub fn series_csv(points: &[Point]) -> String {
+    let mut s = String::from(
+        "mode,vms,rep,probe,t_s,present_pages,shared_pages,reclaimed_pages,zero_pages,ksmd_ms\n",
+    );
+    for p in points {
+        for x in &p.samples {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{:.1},{},{},{},{},{}",
+                csv::field(&p.mode),
+                p.vms,
+                p.rep,
+                u8::from(p.probe),
+                x.t_s,
+                x.census.present,
+                x.census.shared,
+                x.census.reclaimed,
+                x.zero,
+                x.ksmd_ms
+            );
+        }
+    }
+    s
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mib(pages: f64) -> String {
+    format!("{:.0}", pages * 4096.0 / f64::from(1u32 << 20))
+}
+
+/// `median (min–max)` of `v`, formatted by `f`; `–` when empty.
+fn spread(mut v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
+    match stats(&mut v) {
+        None => "–".into(),
+        Some((m, _, _, 1)) => f(m),
+        Some((m, lo, hi, _)) => format!("{} ({}–{})", f(m), f(lo), f(hi)),
+    }
+}
+
+fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
+    let w = setup.sizes.steady;
+    let runs: Vec<&Point> = points.iter().filter(|p| !p.probe).collect();
+    let _ = writeln!(s, "## Memory shared and reclaimed at steady state\n");
+    let _ = writeln!(
+        s,
+        "Medians over the repetitions (min–max when more than one). *Shared*: guest pages mapping a KSM page or the zero page; *reclaimed*: what that frees (shared less the distinct KSM pages, each kept once); both as a share of the VMs' guest memory present, the mean over the last {} s before the first VM ended. *Throughput*: the stores' ops/s summed over the VMs (each VM's mean over the same seconds), and against `memvisor-off` with the same VMs in the same repetition.\n",
+        setup.sizes.steady.as_secs()
+    );
+    let _ = writeln!(
+        s,
+        "| VMs | mode | runs ok | guest memory present (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | throughput (ops/s) | throughput vs sharing off | reclaimed vs QEMU |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for &n in &setup.sizes.vms {
+        for mode in &setup.modes {
+            let all: Vec<&&Point> = runs
+                .iter()
+                .filter(|p| p.vms == n && p.mode == mode.name)
+                .collect();
+            let ok: Vec<&&Point> = all.iter().copied().filter(|p| p.ok()).collect();
+            let sm: Vec<Summary> = ok.iter().map(|p| summary(p, w)).collect();
+            let col = |f: &dyn Fn(&Summary) -> f64| sm.iter().map(f).collect::<Vec<f64>>();
+            // Ratios within one repetition.
+            let against = |other: &str, f: &dyn Fn(&Summary) -> f64| -> Vec<f64> {
+                ok.iter()
+                    .filter_map(|p| {
+                        let q = runs
+                            .iter()
+                            .find(|q| q.ok() && q.vms == n && q.rep == p.rep && q.mode == other)?;
+                        let (a, b) = (f(&summary(p, w)), f(&summary(q, w)));
+                        (b > 0.0).then(|| a / b)
+                    })
+                    .collect()
+            };
+            let ratio = |x: f64| format!("{x:.2}");
+            let _ = writeln!(
+                s,
+                "| {n} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                mode.name,
+                ok.len(),
+                all.len(),
+                spread(col(&|m| m.present), &mib),
+                spread(
+                    sm.iter()
+                        .map(|m| if m.present > 0.0 {
+                            100.0 * m.shared / m.present
+                        } else {
+                            0.0
+                        })
+                        .collect(),
+                    &|x| format!("{x:.0} %")
+                ),
+                spread(
+                    sm.iter()
+                        .map(|m| if m.present > 0.0 {
+                            100.0 * m.reclaimed / m.present
+                        } else {
+                            0.0
+                        })
+                        .collect(),
+                    &|x| format!("{x:.0} %")
+                ),
+                spread(sm.iter().filter_map(|m| m.half_s).collect(), &|x| format!(
+                    "{x:.0} s"
+                )),
+                spread(col(&|m| 100.0 * m.ksmd), &|x| format!("{x:.1} %")),
+                spread(col(&|m| m.ops_s), &|x| format!("{x:.0}")),
+                if mode.name == "memvisor-off" {
+                    "–".into()
+                } else {
+                    spread(against("memvisor-off", &|m| m.ops_s), &ratio)
+                },
+                if mode.qemu {
+                    "–".into()
+                } else {
+                    spread(against("qemu-merge", &|m| m.reclaimed), &ratio)
+                }
+            );
+        }
+    }
+    let probes: Vec<&Point> = points.iter().filter(|p| p.probe).collect();
+    if probes.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Timing probe\n");
+    let _ = writeln!(
+        s,
+        "Two VMs per mode run `probe {}`: each holds pages whose content is the same in both VMs (*common*) and pages only it holds (*private*), waits, then times the first write to each. A write to a page the host shares traps to the host for a copy; *went to the host* counts first writes slower than 2 µs. Summed over both VMs and all rounds.\n",
+        setup.sizes.probe.as_deref().unwrap_or("")
+    );
+    let _ = writeln!(
+        s,
+        "| mode | runs ok | pages timed (each kind) | first write to a common page: mean ns | to a private page | common writes that went to the host | private writes that did |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for mode in &setup.modes {
+        let all: Vec<&&Point> = probes.iter().filter(|p| p.mode == mode.name).collect();
+        let rounds: Vec<_> = all
+            .iter()
+            .filter(|p| p.ok())
+            .flat_map(|p| p.probe_rounds.iter())
+            .collect();
+        let pages: u64 = rounds.iter().map(|r| r.pages).sum();
+        let mean = |f: fn(&crate::run::sharing::ProbeRound) -> u64| -> String {
+            if pages == 0 {
+                return "–".into();
+            }
+            // Each round's mean weighed by its pages.
+            let total: u64 = rounds.iter().map(|r| f(r) * r.pages).sum();
+            format!("{}", total / pages)
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {}/{} | {pages} | {} | {} | {} | {} |",
+            mode.name,
+            all.iter().filter(|p| p.ok()).count(),
+            all.len(),
+            mean(|r| r.common_ns),
+            mean(|r| r.private_ns),
+            rounds.iter().map(|r| r.common_slow).sum::<u64>(),
+            rounds.iter().map(|r| r.private_slow).sum::<u64>(),
+        );
+    }
+}
+
+fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
+    let w = setup.sizes.steady;
+    let _ = writeln!(s, "## Zero pages and what was written\n");
+    let _ = writeln!(
+        s,
+        "Per run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| mode | runs ok | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for mode in &setup.modes {
+        let all: Vec<&Point> = points.iter().filter(|p| p.mode == mode.name).collect();
+        let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
+        #[allow(clippy::cast_precision_loss)]
+        let col = |f: &dyn Fn(&Point) -> u64| -> String {
+            spread(ok.iter().map(|p| f(p) as f64).collect(), &|x| {
+                format!("{x:.0}")
+            })
+        };
+        let written = |p: &Point| p.reclaimed_written + p.swap_out;
+        #[allow(clippy::cast_precision_loss)]
+        let never: Vec<f64> = ok
+            .iter()
+            .filter(|p| p.zeroed > 0)
+            .map(|p| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64)
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {}/{} | {} | {} | {} | {} | {} | {} |",
+            mode.name,
+            ok.len(),
+            all.len(),
+            col(&|p| p.zeroed),
+            col(&|p| summary(p, w).zero_max),
+            col(&|p| p.reclaimed_zero),
+            col(&|p| p.swap_out_zero),
+            col(&written),
+            spread(never, &|x| format!("{x:.1} %"))
+        );
+    }
+}
+
+/// `report.md`.
+pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+    let z = &setup.sizes;
+    let mut s = format!("# memvisor bench {}\n\n", setup.experiment);
+    let limit = z.limit.map_or(String::new(), |l| {
+        format!(
+            ", each under a {} MiB limit (memvisor's pager; QEMU: its memory cgroup limited to that plus its own memory, measured in this run: {}, with host swap)",
+            l >> 20,
+            setup
+                .qemu_overhead
+                .map_or("not measured".into(), |o| format!("{:.1} MiB", o as f64 / f64::from(1u32 << 20)))
+        )
+    });
+    let what = if setup.experiment == "zeroboot" {
+        "ESX §6.3: VMs that zero their memory at boot on an overcommitted host. Zero pages kept once (or dropped) cost nothing; written to a store they cost a write and later a read."
+    } else {
+        "ESX §4.3, Fig. 4: identical VMs share their identical pages through the host kernel's KSM on both hypervisors; how much memory that frees, how fast, what it costs in throughput and scanner CPU, and what a guest can learn from it."
+    };
+    let _ = writeln!(
+        s,
+        "{what} VMs of {} MiB running `{} {}`{limit}, all started at once; KSM scanning {} pages every {} ms for every mode (zero pages merged with the zero page), everything merged before a run unmerged first. Memory is read from the VMs' own page maps (`/proc/PID/pagemap`, `/proc/kpageflags`, `/proc/PID/ksm_stat`) every {} s, so no other process on the host enters. {} repetition(s), modes in a rotated order.\n",
+        z.mem >> 20,
+        z.workload,
+        z.cmdline,
+        crate::experiments::sharing::SCAN_PAGES,
+        crate::experiments::sharing::SCAN_SLEEP_MS,
+        z.every.as_secs(),
+        setup.reps
+    );
+    if setup.experiment == "zeroboot" {
+        zeroboot_table(&mut s, setup, points);
+    } else {
+        sharing_tables(&mut s, setup, points);
+    }
+    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\n## Runs that did not complete\n");
+        for p in failed {
+            let _ = writeln!(
+                s,
+                "- {} x{}{} rep {}: {}",
+                p.mode,
+                p.vms,
+                if p.probe { " (probe)" } else { "" },
+                p.rep,
+                p.error
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Environment\n");
+    for (k, v) in env {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(0, 0, 0),
+    RGBColor(202, 0, 32),
+    RGBColor(33, 102, 172),
+    RGBColor(77, 146, 33),
+];
+
+/// The figure: memory reclaimed (and shared, dashed) over time with the most VMs, first
+/// repetition, one colour per mode.
+pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
+    crate::output::plot::svg_and_png!(path, (1000, 560), |root| draw(root, setup, points))
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    setup: &Setup,
+    points: &[Point],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let n = setup.sizes.vms.iter().copied().max().unwrap_or(1);
+    let runs: Vec<&Point> = setup
+        .modes
+        .iter()
+        .filter_map(|m| {
+            points
+                .iter()
+                .find(|p| !p.probe && p.vms == n && p.mode == m.name && !p.samples.is_empty())
+        })
+        .collect();
+    let to_mib = |pages: u64| pages as f64 * 4096.0 / f64::from(1u32 << 20);
+    let tmax = runs
+        .iter()
+        .flat_map(|p| p.samples.iter().map(|s| s.t_s))
+        .fold(1.0, f64::max);
+    let ymax = runs
+        .iter()
+        .flat_map(|p| p.samples.iter().map(|s| to_mib(s.census.present)))
+        .fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!(
+                "{}: {n} VMs, guest memory shared (dashed) and reclaimed (solid)",
+                setup.experiment
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(14)
+        .margin_right(30)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..tmax, 0.0..ymax * 1.05)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the VMs started")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(e)?;
+    for (i, p) in runs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let reclaimed: Vec<(f64, f64)> = p
+            .samples
+            .iter()
+            .map(|s| (s.t_s, to_mib(s.census.reclaimed)))
+            .collect();
+        let shared: Vec<(f64, f64)> = p
+            .samples
+            .iter()
+            .map(|s| (s.t_s, to_mib(s.census.shared)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(reclaimed, color.stroke_width(3)))
+            .map_err(e)?
+            .label(p.mode.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(DashedLineSeries::new(shared, 6, 4, color.stroke_width(1)))
+            .map_err(e)?;
+    }
+    if !runs.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .margin(8)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// Writes `results.csv`, `series.csv`, the figure and `report.md` into `setup.out`, and prints
+/// the report.
+pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+    let series = setup.out.join("series.csv");
+    std::fs::write(&series, series_csv(points))
+        .map_err(|e| format!("{}: {e}", series.display()))?;
+    super::write_report(
+        &setup.out,
+        setup.experiment,
+        csv(setup, points),
+        |svg| plot(svg, setup, points),
+        markdown(setup, points, env),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::experiments::sharing::{modes, Census, Sizes};
+    use crate::experiments::Scale;
+    use crate::run::sharing::{ProbeRound, Sample};
+
+    fn point(mode: &str, rep: u32, reclaimed: u64, ops: u64) -> Point {
+        Point {
+            mode: mode.into(),
+            vms: 2,
+            rep,
+            samples: (0u32..10)
+                .map(|i| Sample {
+                    t_s: f64::from(i),
+                    census: Census {
+                        present: 1000,
+                        shared: 2 * reclaimed * u64::from(i) / 9,
+                        reclaimed: reclaimed * u64::from(i) / 9,
+                    },
+                    zero: 3,
+                    ksmd_ms: 100 * u64::from(i),
+                })
+                .collect(),
+            ops: vec![vec![ops; 10], vec![ops; 10]],
+            guests_ok: 2,
+            first_exit_s: Some(9.5),
+            ..Point::default()
+        }
+    }
+
+    #[test]
+    fn steady_state_ratios_and_report() {
+        let setup = Setup {
+            exe: PathBuf::new(),
+            out: PathBuf::new(),
+            experiment: "sharing",
+            modes: modes("sharing").to_vec(),
+            sizes: Sizes {
+                vms: vec![2],
+                steady: Duration::from_secs(3),
+                ..Sizes::of("sharing", Scale::Tiny)
+            },
+            reps: 1,
+            timeout: Duration::from_secs(1),
+            qemu_overhead: None,
+        };
+        let m = summary(&point("x", 1, 450, 100), Duration::from_secs(3));
+        // Samples at 7, 8 and 9 s: 350, 400 and 450 reclaimed.
+        assert!((m.reclaimed - 400.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.half_s, Some(4.0));
+        assert!((m.ops_s - 200.0).abs() < 1e-9 && (m.ksmd - 0.1).abs() < 1e-9);
+        let mut probe = point("memvisor-host", 1, 0, 0);
+        probe.probe = true;
+        probe.probe_rounds = vec![ProbeRound {
+            pages: 10,
+            common_ns: 30_000,
+            private_ns: 100,
+            common_slow: 10,
+            private_slow: 0,
+        }];
+        let mut failed = point("qemu-merge", 1, 0, 0);
+        failed.error = "timed out".into();
+        let pts = vec![
+            point("memvisor-off", 1, 0, 100),
+            point("memvisor-host", 1, 450, 99),
+            failed,
+            probe,
+        ];
+        let md = markdown(&setup, &pts, &[]);
+        assert!(md.contains("| 2 | memvisor-host | 1/1 |"), "{md}");
+        assert!(md.contains("| 0.99 |"), "{md}");
+        assert!(
+            md.contains("| memvisor-host | 1/1 | 10 | 30000 | 100 | 10 | 0 |"),
+            "{md}"
+        );
+        assert!(md.contains("qemu-merge x2 rep 1: timed out"), "{md}");
+        let c = csv(&setup, &pts);
+        assert_eq!(c.lines().count(), 5);
+        assert!(
+            c.lines()
+                .all(|l| l.split(',').count() == CSV_HEADER.split(',').count()),
+            "{c}"
+        );
+        assert_eq!(series_csv(&pts).lines().count(), 1 + 40);
+    }
+}

@@ -1,0 +1,465 @@
+//! `memvisor bench sharing` and `zeroboot`: N identical VMs per mode, KSM at one fixed scan
+//! budget for all (`experiments::sharing::SCAN_PAGES`), and what the harness reads meanwhile.
+//!
+//! One run is one mode with N VMs in one repetition:
+//! 1. Everything KSM merged before is unmerged (`run` 2) and the scanner starts afresh.
+//! 2. N `memvisor run` processes start at once (`--hypervisor qemu` runs QEMU under each), all
+//!    with the same workload and command line, so their memory is the same.
+//! 3. Every `every`, over the guest RAM mapping of each VM's process (memvisor's VMM, or QEMU):
+//!    present pages and those mapping a KSM page (`/proc/PID/pagemap`, `/proc/kpageflags`), the
+//!    distinct KSM pages among them, and the pages merged with the zero page
+//!    (`/proc/PID/ksm_stat`); and ksmd's CPU. Only these VMs' pages enter, whatever else on the
+//!    host is mergeable.
+//! 4. From the consoles: the store's ops per second (`kv: t=Ns ops_s=N`), the probe's rounds,
+//!    what memhog zeroed, and every guest's `done` line. From memvisor's `--stats-json` at exit,
+//!    the pager's `reclaimed_zero` and `reclaimed_written`; from `/proc/vmstat` over the run,
+//!    host swap-outs (`pswpout`) and zero pages the kernel's swap kept without a write
+//!    (`swpout_zero`).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use memvisor_host::ksm::Ksm;
+
+use crate::experiments::sharing::{Census, Mode, Sizes};
+use crate::run::vm::{read_final_stats, tee_console, Msg};
+use crate::run::{host, teardown};
+
+pub struct Setup {
+    pub exe: PathBuf,
+    pub out: PathBuf,
+    /// `sharing` or `zeroboot`.
+    pub experiment: &'static str,
+    pub modes: Vec<Mode>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
+    /// QEMU's own memory besides guest RAM, measured, for its cgroup limit
+    /// (`MEMVISOR_QEMU_OVERHEAD`).
+    pub qemu_overhead: Option<u64>,
+}
+
+/// One reading of the VMs' page maps.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Seconds since the VMs started.
+    pub t_s: f64,
+    pub census: Census,
+    /// Pages merged with the zero page (part of the census).
+    pub zero: u64,
+    /// ksmd's CPU since the run started, ms.
+    pub ksmd_ms: u64,
+}
+
+/// One round of the timing probe in one VM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeRound {
+    pub pages: u64,
+    pub common_ns: u64,
+    pub private_ns: u64,
+    pub common_slow: u64,
+    pub private_slow: u64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Point {
+    pub mode: String,
+    pub vms: u32,
+    pub rep: u32,
+    /// The timing probe rather than the experiment's workload.
+    pub probe: bool,
+    /// Why the run failed; empty when every guest finished.
+    pub error: String,
+    pub samples: Vec<Sample>,
+    /// The store's ops per second, per VM, each second of its run phase.
+    pub ops: Vec<Vec<u64>>,
+    pub probe_rounds: Vec<ProbeRound>,
+    /// Guests that printed `done ok=1`.
+    pub guests_ok: u32,
+    /// Pages the guests zeroed (memhog's `zero` phase).
+    pub zeroed: u64,
+    /// memvisor's pager, summed over the VMs: victims dropped as zero, victims written.
+    pub reclaimed_zero: u64,
+    pub reclaimed_written: u64,
+    /// Host swap over the run: pages written, zero pages kept without a write.
+    pub swap_out: u64,
+    pub swap_out_zero: u64,
+    pub seconds: f64,
+    /// When the first VM ended (seconds since they started): the steady state is read before.
+    pub first_exit_s: Option<f64>,
+}
+
+impl Point {
+    pub fn ok(&self) -> bool {
+        self.error.is_empty()
+    }
+}
+
+/// A `key=N` word of a console line.
+pub fn word(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Reads one console line into the run's point (VM `vm`).
+fn read_line(line: &str, vm: usize, p: &mut Point) {
+    if let Some(rest) = line.strip_prefix("kv: t=") {
+        if let Some(ops) = word(rest, "ops_s") {
+            p.ops[vm].push(ops);
+        }
+    } else if line.starts_with("RESULT ") {
+        if line.contains(" phase=done ") || line.trim_end().ends_with(" phase=done") {
+            p.guests_ok += u32::from(line.contains(" ok=1"));
+        } else if line.contains("workload=memhog phase=zero ") {
+            p.zeroed += word(line, "mb").unwrap_or(0) * 256;
+        } else if line.contains("workload=probe phase=round") {
+            p.probe_rounds.push(ProbeRound {
+                pages: word(line, "pages").unwrap_or(0),
+                common_ns: word(line, "common_ns").unwrap_or(0),
+                private_ns: word(line, "private_ns").unwrap_or(0),
+                common_slow: word(line, "common_slow").unwrap_or(0),
+                private_slow: word(line, "private_slow").unwrap_or(0),
+            });
+        }
+    }
+}
+
+/// The largest anonymous mapping of `pid` (its guest RAM), as a range of addresses.
+fn ram_mapping(pid: u32) -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines()
+        // Named mappings (a file, the heap, a stack) have a sixth field.
+        .filter(|l| l.split_whitespace().count() <= 5)
+        .filter_map(|l| {
+            let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+            ))
+        })
+        .max_by_key(|(lo, hi)| hi - lo)
+}
+
+const PAGE: u64 = 4096;
+const PM_PRESENT: u64 = 1 << 63;
+const PM_PFN: u64 = (1 << 55) - 1;
+const KPF_KSM: u64 = 1 << 21;
+
+/// Present pages of `pid`'s guest RAM, and the KSM frames among them (one per page mapping
+/// one, so a frame twice in the same VM counts twice).
+fn ram_pages(pid: u32, kpageflags: &File, ksm: &mut Vec<u64>) -> u64 {
+    let Some((lo, hi)) = ram_mapping(pid) else {
+        return 0;
+    };
+    let Ok(pagemap) = File::open(format!("/proc/{pid}/pagemap")) else {
+        return 0;
+    };
+    let mut present = 0;
+    let mut buf = vec![0u8; 8 * 32_768];
+    let mut flags = [0u8; 8];
+    let mut addr = lo;
+    while addr < hi {
+        let n = ((hi - addr) / PAGE).min(32_768) as usize;
+        let Ok(got) = pagemap.read_at(&mut buf[..n * 8], addr / PAGE * 8) else {
+            break;
+        };
+        for e in buf[..got].chunks_exact(8) {
+            let e = u64::from_le_bytes(e.try_into().unwrap_or_default());
+            if e & PM_PRESENT == 0 {
+                continue;
+            }
+            present += 1;
+            let pfn = e & PM_PFN;
+            if kpageflags.read_at(&mut flags, pfn * 8).ok() == Some(8)
+                && u64::from_le_bytes(flags) & KPF_KSM != 0
+            {
+                ksm.push(pfn);
+            }
+        }
+        addr += n as u64 * PAGE;
+        if got < n * 8 {
+            break;
+        }
+    }
+    present
+}
+
+/// Pages of `pid` merged with the zero page.
+fn zero_pages(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/ksm_stat"))
+        .ok()
+        .and_then(|s| word(&s.replace(' ', "="), "ksm_zero_pages"))
+        .unwrap_or(0)
+}
+
+/// The census of the VMs whose guest RAM is in processes `pids`.
+fn census(pids: &[u32], kpageflags: &File) -> (Census, u64) {
+    let mut ksm = Vec::new();
+    let (mut present, mut zero) = (0, 0);
+    for &pid in pids {
+        present += ram_pages(pid, kpageflags, &mut ksm);
+        zero += zero_pages(pid);
+    }
+    let distinct = ksm.iter().collect::<HashSet<_>>().len() as u64;
+    (Census::of(present, ksm.len() as u64, distinct, zero), zero)
+}
+
+struct Vm {
+    child: Child,
+    lines: mpsc::Receiver<Msg>,
+    stats: PathBuf,
+    done: bool,
+}
+
+fn start_vm(setup: &Setup, mode: &Mode, name: &str, probe: bool) -> Result<Vm, String> {
+    let z = &setup.sizes;
+    let work = setup.out.join("work");
+    let log = setup.out.join("logs").join(name);
+    let stats = work.join(format!("{name}.stats.json"));
+    let _ = std::fs::remove_file(&stats);
+    let stderr = File::create(log.with_extension("stderr"))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = Command::new(&setup.exe);
+    cmd.arg("run")
+        .args(["--hypervisor", if mode.qemu { "qemu" } else { "memvisor" }])
+        .args(["--sharing", if mode.sharing { "host" } else { "off" }])
+        .args(["--mem", &z.mem.to_string()]);
+    if let (Some(l), false) = (z.limit, probe) {
+        cmd.args(["--mem-limit", &l.to_string()]);
+    }
+    if !mode.qemu {
+        cmd.arg("--stats-json").arg(&stats);
+    }
+    let (workload, cmdline) = match (&z.probe, probe) {
+        (Some(c), true) => ("probe", c.as_str()),
+        _ => (z.workload, z.cmdline.as_str()),
+    };
+    cmd.args(["--workload", workload, "--cmdline", cmdline])
+        .env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", &work)
+        .envs(
+            setup
+                .qemu_overhead
+                .map(|o| ("MEMVISOR_QEMU_OVERHEAD", o.to_string())),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
+    teardown::track_pid(child.id());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (lines, _) = tee_console(stdout, log.with_extension("console"));
+    Ok(Vm {
+        child,
+        lines,
+        stats,
+        done: false,
+    })
+}
+
+/// The process holding `vm`'s guest RAM: the VMM, or the QEMU it started.
+fn ram_pid(vm: &Vm, qemu: bool) -> Option<u32> {
+    let pid = vm.child.id();
+    if qemu {
+        host::child_named(pid, "qemu")
+    } else {
+        Some(pid)
+    }
+}
+
+/// One run (see the module doc).
+fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool) -> Point {
+    let mut p = Point {
+        mode: mode.name.to_owned(),
+        vms: n,
+        rep,
+        probe,
+        ops: vec![Vec::new(); n as usize],
+        ..Point::default()
+    };
+    if let Err(e) = ksm.restart() {
+        p.error = e;
+        return p;
+    }
+    let what = if probe { "probe" } else { setup.experiment };
+    let swap0 = host::vmstat();
+    let cpu0 = ksm.cpu_ms_now();
+    let t0 = Instant::now();
+    let mut vms = Vec::new();
+    for i in 0..n {
+        match start_vm(
+            setup,
+            mode,
+            &format!("{what}-{}-n{n}-rep{rep}-vm{i}", mode.name),
+            probe,
+        ) {
+            Ok(vm) => vms.push(vm),
+            Err(e) => {
+                p.error = e;
+                break;
+            }
+        }
+    }
+    let kpageflags = File::open("/proc/kpageflags");
+    let mut next = t0 + setup.sizes.every;
+    while p.error.is_empty() && vms.iter().any(|v| !v.done) {
+        if teardown::interrupted() {
+            p.error = "interrupted".into();
+            break;
+        }
+        if t0.elapsed() > setup.timeout {
+            p.error = format!("timed out after {} s", setup.timeout.as_secs());
+            break;
+        }
+        for (i, vm) in vms.iter_mut().enumerate() {
+            while let Ok(m) = vm.lines.try_recv() {
+                match m {
+                    Msg::Line(l, _) => read_line(&l, i, &mut p),
+                    Msg::Eof => {
+                        vm.done = true;
+                        p.first_exit_s.get_or_insert(t0.elapsed().as_secs_f64());
+                    }
+                }
+            }
+        }
+        if Instant::now() >= next {
+            next += setup.sizes.every;
+            if let Ok(kpf) = &kpageflags {
+                let pids: Vec<u32> = vms.iter().filter_map(|v| ram_pid(v, mode.qemu)).collect();
+                let (c, zero) = census(&pids, kpf);
+                p.samples.push(Sample {
+                    t_s: t0.elapsed().as_secs_f64(),
+                    census: c,
+                    zero,
+                    ksmd_ms: ksm.cpu_ms_now().saturating_sub(cpu0),
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p.seconds = t0.elapsed().as_secs_f64();
+    for vm in &mut vms {
+        let pid = vm.child.id();
+        if !vm.done {
+            teardown::kill(pid);
+        }
+        let _ = vm.child.wait();
+        teardown::forget_pid(pid);
+        if let Some(c) = read_final_stats(&vm.stats).and_then(|s| s.pager) {
+            p.reclaimed_zero += c.counters.reclaimed_zero;
+            p.reclaimed_written += c.counters.reclaimed_written;
+        }
+        let _ = std::fs::remove_file(&vm.stats);
+    }
+    let swap1 = host::vmstat();
+    p.swap_out = swap1.pswpout.saturating_sub(swap0.pswpout);
+    p.swap_out_zero = swap1.swpout_zero.saturating_sub(swap0.swpout_zero);
+    if let Err(e) = kpageflags {
+        p.error = format!("/proc/kpageflags: {e}");
+    }
+    if p.error.is_empty() && p.guests_ok < n {
+        p.error = format!("{} of {n} guests did not finish with ok=1", n - p.guests_ok);
+    }
+    p
+}
+
+/// Runs every number of VMs and mode, repetition by repetition (the modes' order rotated each
+/// time), then the timing probe per mode; KSM is the harness's meanwhile.
+pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
+    let work = setup.out.join("work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let ksm = Ksm::fixed(
+        crate::experiments::sharing::SCAN_PAGES,
+        crate::experiments::sharing::SCAN_SLEEP_MS,
+    )?;
+    let mut points = Vec::new();
+    let k = setup.modes.len();
+    'reps: for rep in 1..=setup.reps {
+        let mut runs: Vec<(u32, bool)> = setup.sizes.vms.iter().map(|&n| (n, false)).collect();
+        if setup.sizes.probe.is_some() {
+            runs.push((2, true));
+        }
+        for (n, probe) in runs {
+            for j in 0..k {
+                if teardown::interrupted() {
+                    break 'reps;
+                }
+                let mode = &setup.modes[(j + rep as usize - 1) % k];
+                let what = if probe { "probe" } else { setup.experiment };
+                eprintln!(
+                    "[{what} rep {rep}/{} {} x{n}] starting",
+                    setup.reps, mode.name
+                );
+                let pt = measure(setup, &ksm, mode, n, rep, probe);
+                let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
+                eprintln!(
+                    "[{what} rep {rep} {} x{n}] {} in {:.0} s: {} of {} pages shared, {} reclaimed",
+                    mode.name,
+                    if pt.ok() { "ok" } else { pt.error.as_str() },
+                    pt.seconds,
+                    last.shared,
+                    last.present,
+                    last.reclaimed
+                );
+                points.push(pt);
+            }
+        }
+    }
+    drop(ksm);
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_lines_are_read_into_the_point() {
+        let mut p = Point {
+            ops: vec![Vec::new(); 2],
+            ..Point::default()
+        };
+        read_line("kv: t=3s ops_s=123456", 1, &mut p);
+        read_line("kv: run 50%", 1, &mut p);
+        read_line("RESULT workload=memhog phase=zero ms=1.5 mb=200", 0, &mut p);
+        read_line("RESULT workload=probe phase=round1 ms=1 pages=64 common_ns=40000 private_ns=150 ratio=266.66 common_slow=60 private_slow=0", 0, &mut p);
+        read_line("RESULT workload=kv phase=done ok=1 ops=5", 0, &mut p);
+        read_line("RESULT workload=kv phase=done ok=0", 1, &mut p);
+        assert_eq!(p.ops, vec![vec![], vec![123_456]]);
+        assert_eq!(p.zeroed, 200 * 256);
+        assert_eq!(p.guests_ok, 1);
+        assert_eq!(
+            p.probe_rounds,
+            vec![ProbeRound {
+                pages: 64,
+                common_ns: 40_000,
+                private_ns: 150,
+                common_slow: 60,
+                private_slow: 0
+            }]
+        );
+        assert_eq!(word("ksm_zero_pages=17", "ksm_zero_pages"), Some(17));
+        assert_eq!(word("a=1 ab=2", "ab"), Some(2));
+    }
+
+    #[test]
+    fn guest_ram_is_the_largest_anonymous_mapping() {
+        // This test process: its largest anonymous mapping exists and is inside its address
+        // space; a process that does not exist has none.
+        let me = std::process::id();
+        let (lo, hi) = ram_mapping(me).unwrap();
+        assert!(hi > lo);
+        assert_eq!(ram_mapping(u32::MAX), None);
+    }
+}
