@@ -188,6 +188,15 @@ pub const CONFIGS: &[Config] = &[
         balloon: true,
         mechanisms: &["--mapper", "--preventer"],
     },
+    // HyperDealer2 (§4.4–§4.5): reference patterns detected from the guest's disk reads.
+    Config {
+        name: "memvisor-hd2",
+        about: "memvisor-pager with the Swap Mapper and HyperDealer2's reference-pattern detection choosing victims (--mapper --victims hd2)",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        mechanisms: &["--mapper", "--victims", "hd2"],
+    },
     // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.
     Config {
         name: "memvisor-tesseract",

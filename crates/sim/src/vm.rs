@@ -12,7 +12,8 @@
 //! 3. unless paused, the guest runs: new pages (its footprint growing toward what it touches)
 //!    cost a first touch each; a working-set page that is not resident costs a fault from the
 //!    pool or from swap (random or sequential), one the guest's own memory lacks (its balloon
-//!    left it short) a guest swap read. With `r` pages touched per second and `m` the miss
+//!    left it short) a guest swap read; a loop's first pass, a read from the guest's disk at its
+//!    fill rate in any case, has no misses. With `r` pages touched per second and `m` the miss
 //!    fraction, a second of work takes `1 + r·m·c` seconds: that factor is the slowdown.
 //!    Faulted pages stay while the limit leaves room; at the limit each evicts another;
 //! 4. sampling: `sample_pages` pages are picked at the start of each period with a uniform draw
@@ -253,12 +254,28 @@ impl SimVm {
         // balloon took is not read again unless it is in the working set), and working-set
         // pages it no longer holds.
         let fp = self.footprint();
+        // A loop's first pass reads its file from the guest's disk at the fill rate whether or
+        // not memory is short: that time is part of its work at full speed, so the pass is not
+        // slowed by misses; they cost from the second pass on.
+        let first_pass = d.access == Access::Loop && self.loaded < d.touch.min(max);
         let grow = (d.touch - self.loaded)
             .max(d.ws.min(max) - fp)
             .min(room - fp)
             .clamp(0.0, d.fill * dt);
-        self.loaded += grow;
-        let first_touch = grow / PAGE * costs.first_touch_s;
+        // The first pass reads on at the fill rate even when the guest has no room left for
+        // it (its page cache drops what it read before).
+        self.loaded += if first_pass {
+            grow.max((d.fill * dt).min(d.touch.min(max) - self.loaded))
+        } else {
+            grow
+        };
+        // The fill rate of a first pass is measured from the guest's reads, first touches
+        // included; elsewhere each new page costs one.
+        let first_touch = if first_pass {
+            0.0
+        } else {
+            grow / PAGE * costs.first_touch_s
+        };
         let fits = (limit - self.resident).clamp(0.0, grow);
         self.resident += fits;
         self.swapped += grow - fits;
@@ -271,7 +288,7 @@ impl SimVm {
         };
         let guest_short = (ws - room).max(0.0);
         let host_missing = (ws.min(room) - ws_resident).max(0.0);
-        let (m_host, m_guest) = if ws <= 0.0 {
+        let (m_host, m_guest) = if ws <= 0.0 || first_pass {
             (0.0, 0.0)
         } else if d.access == Access::Loop && guest_short > 0.0 {
             // The guest's page cache, LRU-like, is smaller than the loop: it misses on every
@@ -570,6 +587,34 @@ mod tests {
             (out.slowdown - want).abs() < 1e-6,
             "{} {want}",
             out.slowdown
+        );
+    }
+
+    /// A loop's first pass is read from the guest's disk at the fill rate with or without
+    /// memory, so a guest too small for the loop runs it at full speed; the second pass misses
+    /// on every page.
+    #[test]
+    fn a_loops_first_pass_is_not_slowed_by_a_short_guest() {
+        let h = host();
+        let w = Workload::Loop {
+            size: Size(200 * MIB),
+            rate: Size(100 * MIB),
+            fill: Some(Size(100 * MIB)),
+        };
+        let mut v = ballooned(true);
+        ask_balloon(&mut v, 300);
+        let first = v.step(&w, 0.0, &h);
+        assert_eq!(bytes(v.balloon), 300 * MIB);
+        assert!((first.slowdown - 1.0).abs() < 1e-6, "{}", first.slowdown);
+        // The second 100 MiB of the pass: read on, dropped, not slowed.
+        let second = v.step(&w, 1.0, &h);
+        assert!((second.slowdown - 1.0).abs() < 1e-6, "{}", second.slowdown);
+        let later = v.step(&w, 2.0, &h);
+        let per_page = 4096.0 / h.costs.guest_read_bytes_s;
+        assert!(
+            (later.slowdown - (1.0 + 100.0 * 256.0 * per_page)).abs() < 1e-6,
+            "{}",
+            later.slowdown
         );
     }
 

@@ -77,6 +77,7 @@ pub fn experiment(scale: Scale) -> Experiment {
             "memvisor-nolimit-fpr",
             "memvisor-pager",
             "memvisor-fpr",
+            "memvisor-hd2",
         ],
         reference: "qemu",
         kind: Kind::Phases,

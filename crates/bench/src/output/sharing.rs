@@ -300,9 +300,9 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
     );
     let _ = writeln!(
         s,
-        "| mode | runs ok | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least) |"
+        "| mode | runs ok | VMs OOM-killed | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least) |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for mode in &setup.modes {
         let all: Vec<&Point> = points.iter().filter(|p| p.mode == mode.name).collect();
         let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
@@ -321,10 +321,11 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {}/{} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
             mode.name,
             ok.len(),
             all.len(),
+            all.iter().map(|p| p.oom_kills).sum::<u32>(),
             col(&|p| p.zeroed),
             col(&|p| summary(p, w).zero_max),
             col(&|p| p.reclaimed_zero),

@@ -94,6 +94,8 @@ pub struct Point {
     pub seconds: f64,
     /// When the first VM ended (seconds since they started): the steady state is read before.
     pub first_exit_s: Option<f64>,
+    /// VMs the kernel's OOM killer ended (QEMU in its memory cgroup), from the kernel log.
+    pub oom_kills: u32,
 }
 
 impl Point {
@@ -293,6 +295,7 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     }
     let what = if probe { "probe" } else { setup.experiment };
     let swap0 = host::vmstat();
+    let log0 = host::dmesg().len();
     let cpu0 = ksm.cpu_ms_now();
     let t0 = Instant::now();
     let mut vms = Vec::new();
@@ -348,8 +351,14 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
         std::thread::sleep(Duration::from_millis(50));
     }
     p.seconds = t0.elapsed().as_secs_f64();
+    let log = host::dmesg();
+    let new = log.get(log0..).unwrap_or(&[]);
     for vm in &mut vms {
         let pid = vm.child.id();
+        let killed = host::oom_lines(new, pid, &[])
+            .iter()
+            .any(|l| l.contains("Killed process"));
+        p.oom_kills += u32::from(killed);
         if !vm.done {
             teardown::kill(pid);
         }
@@ -369,6 +378,12 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     }
     if p.error.is_empty() && p.guests_ok < n {
         p.error = format!("{} of {n} guests did not finish with ok=1", n - p.guests_ok);
+        if p.oom_kills > 0 {
+            p.error += &format!(
+                " ({} killed by the OOM killer of their memory cgroup)",
+                p.oom_kills
+            );
+        }
     }
     p
 }
