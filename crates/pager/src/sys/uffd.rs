@@ -165,12 +165,12 @@ impl Userfault {
             self.mergeable(dst, len, false)
                 .map_err(|error| CopyError { pages: 0, error })?;
         }
-        let mut done = 0usize;
-        while done < len {
+        self.fill(dst, len, |at, n| {
+            let off = at - dst;
             let mut c = uffdio_copy {
-                dst: dst + done as u64,
-                src: src as u64 + done as u64,
-                len: (len - done) as u64,
+                dst: at,
+                src: src as u64 + off,
+                len: n as u64,
                 mode: if write_protect {
                     UFFDIO_COPY_MODE_WP
                 } else {
@@ -178,23 +178,14 @@ impl Userfault {
                 },
                 copy: 0,
             };
-            let error = match self.ioctl(UFFDIO_COPY, &mut c) {
-                Ok(()) => break,
-                Err(e) => e,
-            };
             // On failure `copy` holds the bytes copied before it (a negated errno when none).
-            done += usize::try_from(c.copy).unwrap_or(0);
-            match &error {
-                UffdError::Io(e)
-                    if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
-                _ => {
-                    return Err(CopyError {
-                        pages: u32::try_from(done / crate::page::PAGE_SIZE).unwrap_or(u32::MAX),
-                        error,
-                    })
-                }
-            }
-        }
+            self.ioctl(UFFDIO_COPY, &mut c)
+                .map_err(|e| (usize::try_from(c.copy).unwrap_or(0), e))
+        })
+        .map_err(|(done, error)| CopyError {
+            pages: u32::try_from(done / crate::page::PAGE_SIZE).unwrap_or(u32::MAX),
+            error,
+        })?;
         if !write_protect {
             self.may_merge(dst, len);
         }
@@ -211,15 +202,53 @@ impl Userfault {
 
     /// Maps the shared zero page at the `len` missing bytes at `dst` and wakes their waiters.
     pub fn zeropage(&self, dst: u64, len: usize) -> Result<(), UffdError> {
-        let mut z = uffdio_zeropage {
-            range: uffdio_range {
-                start: dst,
-                len: len as u64,
-            },
-            mode: 0,
-            zeropage: 0,
-        };
-        self.ioctl(UFFDIO_ZEROPAGE, &mut z)
+        self.fill(dst, len, |at, n| {
+            let mut z = uffdio_zeropage {
+                range: uffdio_range {
+                    start: at,
+                    len: n as u64,
+                },
+                mode: 0,
+                zeropage: 0,
+            };
+            // On failure `zeropage` holds the bytes mapped before it (a negated errno when none).
+            self.ioctl(UFFDIO_ZEROPAGE, &mut z)
+                .map_err(|e| (usize::try_from(z.zeropage).unwrap_or(0), e))
+        })
+        .map_err(|(_, e)| e)
+    }
+
+    /// Runs a filling call (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`) over `len` bytes at `dst`: `call(at,
+    /// n)` fills `n` bytes at `at`, or fails after some bytes with an error. A call that is
+    /// interrupted goes on from where it stopped. One call fills only inside one mapping (VMA),
+    /// and guest RAM is one mapping until something splits it: with sharing on, every protected
+    /// run is split off as unmergeable. A run that crosses such a boundary is refused whole
+    /// (`ENOENT`), so it is filled again page by page. On failure: the bytes filled, and why.
+    fn fill(
+        &self,
+        dst: u64,
+        len: usize,
+        mut call: impl FnMut(u64, usize) -> Result<(), (usize, UffdError)>,
+    ) -> Result<(), (usize, UffdError)> {
+        let page = crate::page::PAGE_SIZE;
+        let mut done = 0usize;
+        let mut step = len;
+        while done < len {
+            let n = (len - done).min(step);
+            match call(dst + done as u64, n) {
+                Ok(()) => done += n,
+                Err((got, error)) => {
+                    done += got;
+                    match &error {
+                        UffdError::Io(e)
+                            if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
+                        UffdError::RangeGone if got == 0 && n > page => step = page,
+                        _ => return Err((done, error)),
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Write-protects the mapped pages of `len` bytes at `start`.
@@ -336,6 +365,61 @@ mod tests {
         // Page 4 is still missing: a copy of it alone succeeds.
         // SAFETY: as above.
         unsafe { uffd.copy(src.as_ptr(), host + 4 * PAGE_SIZE as u64, PAGE_SIZE, false) }.unwrap();
+        drop(uffd);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(base, len) };
+    }
+
+    /// A run that crosses mapping boundaries (as sharing makes, splitting protected runs off
+    /// as unmergeable) is filled whole, by a copy or with zero pages.
+    #[test]
+    fn a_run_across_split_mappings_is_filled_whole() {
+        let len = 8 * PAGE_SIZE;
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let host = base as u64;
+        let uffd = Userfault::new(true).unwrap();
+        uffd.register(host, len).unwrap();
+        let at = |p: usize| host + (p * PAGE_SIZE) as u64;
+        // Mergeable all over but pages 2 and 5, still missing: five mappings.
+        if uffd.mergeable(host, len, true).is_err() {
+            eprintln!("no KSM on this kernel: nothing splits the mapping, nothing to check");
+            return;
+        }
+        uffd.mergeable(at(2), PAGE_SIZE, false).unwrap();
+        uffd.mergeable(at(5), PAGE_SIZE, false).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let starts_inside = maps
+            .lines()
+            .filter_map(|l| {
+                let (lo, _) = l.split_whitespace().next()?.split_once('-')?;
+                u64::from_str_radix(lo, 16).ok()
+            })
+            .filter(|&lo| lo > host && lo < host + len as u64)
+            .count();
+        assert_eq!(starts_inside, 4, "{maps}");
+        let src: Vec<u8> = (0..len).map(|i| (i / PAGE_SIZE + 1) as u8).collect();
+        // SAFETY: `src` is readable for the call.
+        unsafe { uffd.copy(src.as_ptr(), at(0), 4 * PAGE_SIZE, false) }.unwrap();
+        uffd.zeropage(at(4), 4 * PAGE_SIZE).unwrap();
+        // SAFETY: all 8 pages are mapped now.
+        let mapped = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+        for p in 0..4 {
+            assert!(mapped[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]
+                .iter()
+                .all(|&b| b == (p + 1) as u8));
+        }
+        assert!(mapped[4 * PAGE_SIZE..].iter().all(|&b| b == 0));
         drop(uffd);
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(base, len) };
