@@ -15,6 +15,7 @@
 //! | `vswapper` | `memvisor host`, no balloon, the pager with VSwapper's Mapper and Preventer |
 //! | `vswapper-balloon` | both (the paper's combination) |
 //! | `hd2` | `vswapper-balloon` with HyperDealer2: `hd2` victims and the host's `balancing = "hd2"` (instant release of clean page-cache pages handed to the VMs that need memory in the same tick) |
+//! | `sharing` | `vswapper-balloon` with page sharing: every VM `sharing = "host"`, KSM's scan rate set by the host from its free memory (docs/sharing.md) |
 //! | `qemu-static` | QEMU, a static balloon at the VM's share, a memory cgroup at the share plus QEMU's measured overhead, host swap on |
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
 //!
@@ -95,6 +96,8 @@ pub enum Kind {
         baseline: bool,
         /// HyperDealer2: `hd2` victims, and the host balancing by instant release.
         hd2: bool,
+        /// Page sharing through KSM (`sharing = "host"`), the scanner driven by the host.
+        sharing: bool,
     },
     /// QEMU with a static balloon at the share and a memory cgroup, host swap on.
     QemuStatic,
@@ -102,7 +105,7 @@ pub enum Kind {
     QemuNoLimit,
 }
 
-pub const CONFIGS: [(&str, Kind); 7] = [
+pub const CONFIGS: [(&str, Kind); 8] = [
     (
         "balloon",
         Kind::Host {
@@ -110,6 +113,7 @@ pub const CONFIGS: [(&str, Kind); 7] = [
             vswapper: false,
             baseline: true,
             hd2: false,
+            sharing: false,
         },
     ),
     (
@@ -119,6 +123,7 @@ pub const CONFIGS: [(&str, Kind); 7] = [
             vswapper: false,
             baseline: false,
             hd2: false,
+            sharing: false,
         },
     ),
     (
@@ -128,6 +133,7 @@ pub const CONFIGS: [(&str, Kind); 7] = [
             vswapper: true,
             baseline: false,
             hd2: false,
+            sharing: false,
         },
     ),
     (
@@ -137,6 +143,7 @@ pub const CONFIGS: [(&str, Kind); 7] = [
             vswapper: true,
             baseline: false,
             hd2: false,
+            sharing: false,
         },
     ),
     (
@@ -146,6 +153,17 @@ pub const CONFIGS: [(&str, Kind); 7] = [
             vswapper: true,
             baseline: false,
             hd2: true,
+            sharing: false,
+        },
+    ),
+    (
+        "sharing",
+        Kind::Host {
+            balloon: true,
+            vswapper: true,
+            baseline: false,
+            hd2: false,
+            sharing: true,
         },
     ),
     ("qemu-static", Kind::QemuStatic),
@@ -238,6 +256,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         vswapper,
         baseline,
         hd2,
+        sharing,
     } = kind
     else {
         unreachable!("a host configuration");
@@ -264,7 +283,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         release_cache: None,
         victims: hd2.then(|| "hd2".into()),
         pager: baseline.then(|| "baseline".into()),
-        sharing: None,
+        sharing: sharing.then(|| "host".into()),
     }
 }
 

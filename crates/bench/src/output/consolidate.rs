@@ -466,13 +466,16 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
     md
 }
 
-const COLORS: [RGBColor; 6] = [
+/// One colour per configuration (`experiments::consolidate::CONFIGS`).
+const COLORS: [RGBColor; 8] = [
     RGBColor(230, 97, 1),
     RGBColor(94, 60, 153),
     RGBColor(27, 120, 55),
     RGBColor(0, 0, 0),
     RGBColor(33, 102, 172),
     RGBColor(178, 24, 43),
+    RGBColor(1, 133, 113),
+    RGBColor(197, 27, 125),
 ];
 
 fn plot(

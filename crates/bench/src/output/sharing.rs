@@ -296,7 +296,7 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
     let _ = writeln!(s, "## Zero pages and what was written\n");
     let _ = writeln!(
         s,
-        "Per run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written).\n"
+        "Per run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written). A run in which the OOM killer ended some VMs counts what the others did.\n"
     );
     let _ = writeln!(
         s,
@@ -305,25 +305,27 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for mode in &setup.modes {
         let all: Vec<&Point> = points.iter().filter(|p| p.mode == mode.name).collect();
-        let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
+        let ok = all.iter().filter(|p| p.ok()).count();
+        // Runs in which some VMs were killed still say what happened to the zero pages of the
+        // others (the kills have their own column).
+        let measured: Vec<&&Point> = all.iter().filter(|p| p.zeroed > 0).collect();
         #[allow(clippy::cast_precision_loss)]
         let col = |f: &dyn Fn(&Point) -> u64| -> String {
-            spread(ok.iter().map(|p| f(p) as f64).collect(), &|x| {
+            spread(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
                 format!("{x:.0}")
             })
         };
         let written = |p: &Point| p.reclaimed_written + p.swap_out;
         #[allow(clippy::cast_precision_loss)]
-        let never: Vec<f64> = ok
+        let never: Vec<f64> = measured
             .iter()
-            .filter(|p| p.zeroed > 0)
             .map(|p| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64)
             .collect();
         let _ = writeln!(
             s,
             "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
             mode.name,
-            ok.len(),
+            ok,
             all.len(),
             all.iter().map(|p| p.oom_kills).sum::<u32>(),
             col(&|p| p.zeroed),
