@@ -816,6 +816,16 @@ fn bad_input_is_one_line_and_status_2() {
             "--configs 'no such'",
         ),
         (vec!["dwell", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["sharing", "--configs", "qemu", "--out", out],
+            "--configs 'qemu': sharing runs memvisor-off, memvisor-host, qemu-merge",
+        ),
+        (vec!["sharing", "--vms", "0", "--out", out], "--vms 0"),
+        (vec!["zeroboot", "--reps", "0", "--out", out], "--reps 0"),
+        (
+            vec!["zeroboot", "--scenario", "mixed", "--out", out],
+            "zeroboot takes no --scenario",
+        ),
     ] {
         let o = bench(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -882,6 +892,84 @@ fn tiny_doublepaging_end_to_end() {
         .filter(|p| p.to_string_lossy().ends_with(".indirections"))
         .collect();
     assert!(left.is_empty(), "no indirection log left: {left:?}");
+}
+
+/// `bench sharing` and `bench zeroboot` (ESX Fig. 4, §6.3), tiny, memvisor only: identical VMs
+/// that share through KSM get pages merged and memory reclaimed, VMs that do not share get
+/// none; the probe's rounds are recorded; VMs that zero their memory under a limit write almost
+/// none of it anywhere. Needs root and KSM (the harness drives KSM and puts it back).
+#[test]
+fn tiny_sharing_and_zeroboot_end_to_end() {
+    if !Path::new("/sys/kernel/mm/ksm/run").exists() {
+        eprintln!("no KSM on this kernel: skipped");
+        return;
+    }
+    let _host = host_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sharing");
+    let o = bench(&[
+        "sharing",
+        "--scale",
+        "tiny",
+        "--vms",
+        "2",
+        "--configs",
+        "memvisor-off,memvisor-host",
+        "--out",
+        out.to_str().unwrap(),
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench sharing failed");
+    let rows = read_csv(&out.join("results.csv"));
+    assert_eq!(rows.len(), 4, "2 runs and 2 probes: {rows:?}");
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+    let run = |mode: &str, probe: &str| {
+        rows.iter()
+            .find(|r| r["mode"] == mode && r["probe"] == probe)
+            .unwrap()
+    };
+    let n = |r: &Row, k: &str| -> f64 { r[k].parse().unwrap() };
+    let (off, host) = (run("memvisor-off", "0"), run("memvisor-host", "0"));
+    assert!(n(off, "present_pages") > 1000.0, "{off:?}");
+    assert_eq!(n(off, "shared_pages"), 0.0, "{off:?}");
+    assert!(
+        n(host, "reclaimed_pages") > n(host, "present_pages") / 4.0,
+        "two identical VMs reclaim up to half their memory: {host:?}"
+    );
+    assert!(n(host, "ops_s") > 0.0 && n(off, "ops_s") > 0.0);
+    for mode in ["memvisor-off", "memvisor-host"] {
+        assert!(n(run(mode, "1"), "probe_pages") > 0.0, "{mode}");
+    }
+    assert!(out.join("series.csv").exists() && out.join("sharing.svg").exists());
+    let out = dir.path().join("zeroboot");
+    let o = bench(&[
+        "zeroboot",
+        "--scale",
+        "tiny",
+        "--configs",
+        "memvisor,memvisor-ksm",
+        "--out",
+        out.to_str().unwrap(),
+        "--timeout",
+        "120",
+    ]);
+    assert!(o.status.success(), "memvisor bench zeroboot failed");
+    let rows = read_csv(&out.join("results.csv"));
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["status"], "ok", "{r:?}");
+        let zeroed = n(r, "zeroed_pages");
+        assert!(zeroed > 0.0, "{r:?}");
+        assert!(
+            n(r, "reclaimed_zero") + n(r, "ksm_zero_max") > 0.0,
+            "zero pages dropped or merged: {r:?}"
+        );
+        assert!(
+            n(r, "reclaimed_written") + n(r, "swap_out") < zeroed / 20.0,
+            "at least 95 % of the zero pages never written: {r:?}"
+        );
+    }
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
