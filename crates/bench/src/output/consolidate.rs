@@ -112,12 +112,7 @@ where
             ))
             .map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())
+    crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 const MIB: f64 = 1048576.0;
@@ -535,13 +530,7 @@ fn plot(
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| e.to_string())
+        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
 }
 
@@ -612,13 +601,7 @@ fn plot_rss(
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(|e| e.to_string())
+        crate::output::plot::legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 

@@ -189,10 +189,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(&mut s, env);
     s
 }
 
@@ -281,15 +278,7 @@ where
             .map_err(e)?;
     }
     if !hs.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .margin(8)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.9))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     Ok(())
 }

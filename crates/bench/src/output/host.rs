@@ -539,10 +539,7 @@ pub fn markdown(e: &HostExperiment, runs: &[Run], env: &[(String, String)]) -> S
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(&mut s, env);
     s
 }
 

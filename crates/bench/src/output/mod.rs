@@ -12,6 +12,14 @@ pub mod sharing;
 pub mod swapin;
 pub mod workingset;
 
+/// Appends the report's `## Environment` section: one line per fact of the run's host.
+pub fn environment(s: &mut String, env: &[(String, String)]) {
+    s.push_str("\n## Environment\n\n");
+    for (k, v) in env {
+        s.push_str(&format!("- {k}: {v}\n"));
+    }
+}
+
 /// Writes `results.csv` (`csv`), the figure `NAME.svg` (and `.png`) drawn by `plot`, and
 /// `report.md` (`md`, with the figure linked when it was drawn) into `out`, and prints the
 /// report. A figure that cannot be drawn is reported and left out; the rest is still written.

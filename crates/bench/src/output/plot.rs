@@ -235,6 +235,26 @@ macro_rules! svg_and_png {
 }
 pub(crate) use svg_and_png;
 
+/// Draws the legend of `chart`'s labelled series at `position`, in the one style of every
+/// figure.
+pub fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .margin(8)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// Writes `<out>/<experiment>.svg` and `.png`.
 pub fn write(
     path: &Path,

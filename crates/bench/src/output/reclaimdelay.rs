@@ -141,10 +141,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         z.cmdline(setup.states[0]),
         z.files()
     );
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(&mut s, env);
     s
 }
 
@@ -430,15 +427,7 @@ where
                             .map_err(e)?;
                     }
                 }
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .margin(8)
-                    .border_style(BLACK)
-                    .background_style(WHITE.mix(0.9))
-                    .label_font(("sans-serif", 13))
-                    .draw()
-                    .map_err(e)?;
+                crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
             }};
         }
         if i == 0 {

@@ -590,10 +590,7 @@ pub fn write_setup(s: &mut String, meta: &Meta, extra: &[String]) {
     for n in meta.notes.iter().chain(extra) {
         let _ = writeln!(s, "- {n}");
     }
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in &meta.env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(s, &meta.env);
 }
 
 /// The guest's swap disk (`id=swap`) and double paging, from memvisor's final stats: how many

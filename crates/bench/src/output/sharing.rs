@@ -387,10 +387,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(&mut s, env);
     s
 }
 
@@ -482,15 +479,7 @@ where
             .map_err(e)?;
     }
     if !runs.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .margin(8)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.9))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     Ok(())
 }

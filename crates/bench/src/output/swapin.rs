@@ -100,10 +100,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     per_run(&mut s, points);
     pager_time(&mut s, points);
     modes(&mut s, setup);
-    let _ = writeln!(s, "\n## Environment\n");
-    for (k, v) in env {
-        let _ = writeln!(s, "- {k}: {v}");
-    }
+    super::environment(&mut s, env);
     s
 }
 /// The time to bring the memory back per size and mode.
@@ -366,15 +363,7 @@ where
             .draw_series(line.iter().map(|&q| Circle::new(q, 5, color.filled())))
             .map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .margin(10)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    crate::output::plot::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
