@@ -17,7 +17,6 @@
 //!
 //! A policy `memvisor run` does not know (it exits at once, status 2) is "not available".
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -96,14 +95,6 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
     let _ = std::fs::remove_file(&sock);
     let z = &setup.sizes;
     let log = setup.out.join("logs").join(format!("{policy}-rep{rep}"));
-    let stderr = match std::fs::File::create(log.with_extension("stderr")) {
-        Ok(f) => f,
-        Err(e) => {
-            p.status = Status::Failed;
-            p.error = format!("{}: {e}", log.display());
-            return p;
-        }
-    };
     let mut cmd = Command::new(&setup.exe);
     cmd.arg("run")
         .args([
@@ -125,29 +116,16 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
             "--disk",
             &format!("{},id=data,ro", work.join("data.img").display()),
         ])
-        .args(["--workload", "seqread", "--cmdline", &z.cmdline()])
-        .env("MEMVISOR_LOG", "info")
-        .env("TMPDIR", &work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .process_group(0);
-    let mut child = match cmd.spawn() {
+        .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
+    let (mut child, lines) = match crate::run::vm::spawn_logged(cmd, &work, &log) {
         Ok(c) => c,
         Err(e) => {
             p.status = Status::Failed;
-            p.error = format!("cannot start {}: {e}", setup.exe.display());
+            p.error = e;
             return p;
         }
     };
-    teardown::track_pid(child.id());
     teardown::track_file(sock.clone());
-    let Some(stdout) = child.stdout.take() else {
-        p.status = Status::Failed;
-        p.error = "no stdout".into();
-        return p;
-    };
-    let (lines, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
     if let Err(e) = follow(setup, &lines, &sock, &mut p) {
         p.status = Status::Failed;
         p.error = e;

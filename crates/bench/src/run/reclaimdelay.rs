@@ -20,7 +20,6 @@
 //! A VMM without the endpoint answers 501: the hd2 rows are then "not available", not failures.
 
 use std::io::{BufRead, BufReader, Write as _};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Barrier};
@@ -141,22 +140,8 @@ fn start(
         "{}-{}-{n}vm-rep{rep}-victim{slot}",
         m.name, st.name
     ));
-    let stderr = std::fs::File::create(log.with_extension("stderr"))
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    // The pager's swap file goes in the work directory, on the disk under --out.
-    cmd.env("MEMVISOR_LOG", "info")
-        .env("TMPDIR", &work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
-    teardown::track_pid(child.id());
+    let (child, lines) = crate::run::vm::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (lines, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
     Ok(Victim { child, lines, sock })
 }
 

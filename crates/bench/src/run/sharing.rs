@@ -19,16 +19,15 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use memvisor_host::ksm::Ksm;
 
 use crate::experiments::sharing::{Census, Mode, Sizes};
-use crate::run::vm::{read_final_stats, tee_console, Msg};
+use crate::run::vm::{read_final_stats, spawn_logged, Msg};
 use crate::run::{host, teardown};
 
 pub struct Setup {
@@ -226,8 +225,6 @@ fn start_vm(setup: &Setup, mode: &Mode, name: &str, probe: bool) -> Result<Vm, S
     let log = setup.out.join("logs").join(name);
     let stats = work.join(format!("{name}.stats.json"));
     let _ = std::fs::remove_file(&stats);
-    let stderr = File::create(log.with_extension("stderr"))
-        .map_err(|e| format!("{}: {e}", log.display()))?;
     let mut cmd = Command::new(&setup.exe);
     cmd.arg("run")
         .args(["--hypervisor", if mode.qemu { "qemu" } else { "memvisor" }])
@@ -243,24 +240,11 @@ fn start_vm(setup: &Setup, mode: &Mode, name: &str, probe: bool) -> Result<Vm, S
         (Some(c), true) => ("probe", c.as_str()),
         _ => (z.workload, z.cmdline.as_str()),
     };
-    cmd.args(["--workload", workload, "--cmdline", cmdline])
-        .env("MEMVISOR_LOG", "info")
-        .env("TMPDIR", &work)
-        .envs(
-            setup
-                .qemu_overhead
-                .map(|o| ("MEMVISOR_QEMU_OVERHEAD", o.to_string())),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
-    teardown::track_pid(child.id());
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (lines, _) = tee_console(stdout, log.with_extension("console"));
+    cmd.args(["--workload", workload, "--cmdline", cmdline]);
+    if let Some(o) = setup.qemu_overhead {
+        cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
+    }
+    let (child, lines) = spawn_logged(cmd, &work, &log)?;
     Ok(Vm {
         child,
         lines,

@@ -21,9 +21,8 @@
 //! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
 //! in MemFlex's measurement.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -255,26 +254,11 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
         .out
         .join("logs")
         .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
-    let stderr = std::fs::File::create(log.with_extension("stderr"))
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    // The pager's swap file goes in the work directory, on the disk under --out (a tmpfs
-    // $TMPDIR would make its "disk" host memory).
-    cmd.env("MEMVISOR_LOG", "info")
-        .env("TMPDIR", &work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", setup.exe.display()))?;
-    teardown::track_pid(child.id());
+    let (child, lines) = crate::run::vm::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (rx, _) = crate::run::vm::tee_console(stdout, log.with_extension("console"));
     Ok(Vm {
         child,
-        lines: rx,
+        lines,
         sock,
         deadline: Instant::now() + setup.timeout,
     })

@@ -256,6 +256,36 @@ struct Snap {
     pager: Option<PagerCounters>,
 }
 
+/// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,
+/// `TMPDIR` the run's `work` directory (the pager's unnamed swap file lands on the disk under
+/// --out, not on a tmpfs), stdin closed, stderr to `LOG.stderr`, its own process group (a Ctrl-C
+/// at the terminal reaches the harness only), its pid tracked for teardown, and its console
+/// copied to `LOG.console` and returned line by line.
+pub(super) fn spawn_logged(
+    mut cmd: Command,
+    work: &Path,
+    log: &Path,
+) -> Result<(std::process::Child, mpsc::Receiver<Msg>), String> {
+    let stderr = std::fs::File::create(log.with_extension("stderr"))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    cmd.env("MEMVISOR_LOG", "info")
+        .env("TMPDIR", work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start {}: {e}",
+            Path::new(cmd.get_program()).display()
+        )
+    })?;
+    teardown::track_pid(child.id());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (lines, _) = tee_console(stdout, log.with_extension("console"));
+    Ok((child, lines))
+}
+
 /// A console line with the time it arrived, or the console's end.
 pub(super) enum Msg {
     Line(String, Instant),

@@ -327,24 +327,41 @@ mod tests {
     use super::*;
     use crate::page::PAGE_SIZE;
 
+    /// A private anonymous mapping of the tests' own, unmapped when dropped.
+    struct Mapping(*mut libc::c_void, usize);
+
+    impl Mapping {
+        fn new(len: usize) -> Self {
+            // SAFETY: a fresh private anonymous mapping that nothing else refers to.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(base, libc::MAP_FAILED);
+            Mapping(base, len)
+        }
+    }
+
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // SAFETY: the mapping `new` made; the test that owned it is done with it.
+            unsafe { libc::munmap(self.0, self.1) };
+        }
+    }
+
     /// A copy over a run with a page already mapped in its middle stops there and says how many
     /// pages went in before it; those hold the data, and the rest stay missing.
     #[test]
     fn a_copy_that_stops_partway_says_how_many_pages_went_in() {
         let len = 8 * PAGE_SIZE;
-        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        let host = base as u64;
+        let map = Mapping::new(len);
+        let (base, host) = (map.0, map.0 as u64);
         let uffd = Userfault::new(false).unwrap();
         uffd.register(host, len).unwrap();
         uffd.zeropage(host + 3 * PAGE_SIZE as u64, PAGE_SIZE)
@@ -365,9 +382,6 @@ mod tests {
         // Page 4 is still missing: a copy of it alone succeeds.
         // SAFETY: as above.
         unsafe { uffd.copy(src.as_ptr(), host + 4 * PAGE_SIZE as u64, PAGE_SIZE, false) }.unwrap();
-        drop(uffd);
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(base, len) };
     }
 
     /// A run that crosses mapping boundaries (as sharing makes, splitting protected runs off
@@ -375,19 +389,8 @@ mod tests {
     #[test]
     fn a_run_across_split_mappings_is_filled_whole() {
         let len = 8 * PAGE_SIZE;
-        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        let host = base as u64;
+        let map = Mapping::new(len);
+        let (base, host) = (map.0, map.0 as u64);
         let uffd = Userfault::new(true).unwrap();
         uffd.register(host, len).unwrap();
         let at = |p: usize| host + (p * PAGE_SIZE) as u64;
@@ -420,8 +423,5 @@ mod tests {
                 .all(|&b| b == (p + 1) as u8));
         }
         assert!(mapped[4 * PAGE_SIZE..].iter().all(|&b| b == 0));
-        drop(uffd);
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(base, len) };
     }
 }
