@@ -10,7 +10,8 @@
 //!    to the pool while the VM's share of it has room, to swap otherwise; a pool above its share
 //!    spills to swap;
 //! 3. unless paused, the guest runs: new pages (its footprint growing toward what it touches)
-//!    cost a first touch each; a working-set page that is not resident costs a fault from the
+//!    cost a first touch each (a hot set's load and a loop's first pass are rates that hold
+//!    them); a working-set page that is not resident costs a fault from the
 //!    pool or from swap (random or sequential), one the guest's own memory lacks (its balloon
 //!    left it short) a guest swap read; a loop's first pass, a read from the guest's disk at its
 //!    fill rate in any case, has no misses. With `r` pages touched per second and `m` the miss
@@ -257,7 +258,8 @@ impl SimVm {
         // A loop's first pass reads its file from the guest's disk at the fill rate whether or
         // not memory is short: that time is part of its work at full speed, so the pass is not
         // slowed by misses; they cost from the second pass on.
-        let first_pass = d.access == Access::Loop && self.loaded < d.touch.min(max);
+        let loading = d.measured_fill && self.loaded < d.touch.min(max);
+        let first_pass = loading && d.access == Access::Loop;
         let grow = (d.touch - self.loaded)
             .max(d.ws.min(max) - fp)
             .min(room - fp)
@@ -269,9 +271,9 @@ impl SimVm {
         } else {
             grow
         };
-        // The fill rate of a first pass is measured from the guest's reads, first touches
-        // included; elsewhere each new page costs one.
-        let first_touch = if first_pass {
+        // A load rate (a loop's first pass from the guest's reads, a hot set's load) holds the
+        // first touches; elsewhere each new page costs one.
+        let first_touch = if loading {
             0.0
         } else {
             grow / PAGE * costs.first_touch_s

@@ -32,6 +32,10 @@ pub struct Demand {
     pub rate: f64,
     /// Bytes per second at which it fills new memory (toward `touch`).
     pub fill: f64,
+    /// Whether `fill` is a load rate (a hot set's `load`, a loop's first pass read from the
+    /// guest's disk) whose time already holds the guest's first touches while it loads;
+    /// otherwise each new page costs one.
+    pub measured_fill: bool,
     pub access: Access,
 }
 
@@ -107,6 +111,7 @@ impl Workload {
             touch: ws,
             rate: rate as f64,
             fill: rate as f64,
+            measured_fill: false,
             access,
         };
         match self {
@@ -134,6 +139,7 @@ impl Workload {
                 touch: (hot.0 + cold.0) as f64,
                 rate: rate.0 as f64,
                 fill: load.0 as f64,
+                measured_fill: true,
                 access: Access::Random,
             },
             Workload::Stream { rate, window } => Demand {
@@ -141,10 +147,12 @@ impl Workload {
                 touch: f64::INFINITY,
                 rate: rate.0 as f64,
                 fill: rate.0 as f64,
+                measured_fill: false,
                 access: Access::Stream,
             },
             Workload::Loop { size, rate, fill } => Demand {
                 fill: fill.map_or(rate.0, |f| f.0) as f64,
+                measured_fill: true,
                 ..set(size.0 as f64, rate.0, Access::Loop)
             },
             Workload::Burst {
