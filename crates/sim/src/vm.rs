@@ -639,4 +639,31 @@ mod tests {
             );
         }
     }
+
+    /// A hot set's load rate was measured with the guest's first touches in it: the load is
+    /// work at full speed, and a page that comes back after it costs a first touch.
+    #[test]
+    fn a_hot_sets_load_holds_its_first_touches() {
+        let h = host();
+        let w = Workload::Hot {
+            hot: Size(100 * MIB),
+            cold: Size(0),
+            rate: Size(10 * MIB),
+            load: Size(50 * MIB),
+        };
+        let mut v = ballooned(false);
+        for i in 0..2 {
+            let out = v.step(&w, f64::from(i), &h);
+            assert!((out.useful - 1.0).abs() < 1e-9, "tick {i}: {}", out.useful);
+        }
+        assert_eq!(bytes(v.resident), 100 * MIB);
+        // Ten pages leave (a balloon took them, say) and come back at a first touch each.
+        v.release(40960.0);
+        let out = v.step(&w, 2.0, &h);
+        assert!(
+            (out.useful - (1.0 - 10.0 * h.costs.first_touch_s)).abs() < 1e-9,
+            "{}",
+            out.useful
+        );
+    }
 }
