@@ -169,6 +169,15 @@ impl Managed {
     }
 
     /// Resident pages that mirror a disk block (Swap Mapper): what a release can take.
+    /// Resident pages in sequential streams, from its Swap Mapper's pattern table (0 without).
+    fn sequential(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .and_then(|p| p.patterns.as_ref())
+            .map_or(0, |pat| pat.sequential_pages * 4096)
+    }
+
     fn clean(&self) -> u64 {
         self.stats
             .as_ref()
@@ -790,14 +799,20 @@ impl Host {
 
     /// What the policy sees of `v`, from its last observation.
     fn observe(&self, v: &Managed) -> VmObservation {
+        // What it really holds: a page KSM merged is held once for all who map it, and the
+        // memory that frees is free for the policy to hand out (docs/sharing.md).
+        let resident = v.resident().saturating_sub(v.shared_saved());
+        let active = if self.config.balancing == Balancing::Hd2 {
+            balance::active_outside_streams(v.active(), resident, v.sequential())
+        } else {
+            v.active()
+        };
         VmObservation {
             min: v.spec.min,
             max: v.max,
             shares: v.spec.shares,
-            active: v.active(),
-            // What it really holds: a page KSM merged is held once for all who map it, and
-            // the memory that frees is free for the policy to hand out (docs/sharing.md).
-            resident: v.resident().saturating_sub(v.shared_saved()),
+            active,
+            resident,
             pooled: v.pooled(),
             overhead: self.config.vm_overhead,
             balloon: if v.spec.balloon {

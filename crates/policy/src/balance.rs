@@ -190,6 +190,22 @@ pub fn demand(o: &VmObservation, b: &BalanceObservation, target: u64) -> u64 {
     d.min(o.max.saturating_sub(o.resident))
 }
 
+/// HyperDealer2's reference patterns (§4.4) applied to ESX's idle memory tax: a page of a
+/// sequential stream was read once and will not be read again, so it is idle whatever the
+/// sampler saw. The sampler counts a page touched in its period as active, and a stream touches
+/// each of its pages once, so a VM whose memory is a page-cache stream looks fully active and
+/// the tax cannot take the stream's cache. With balancing, the active fraction the plan sees is
+/// at most the share of resident memory outside sequential streams. A stream that finished
+/// long ago was already seen idle by the sampler; the cap changes nothing for it.
+#[must_use]
+pub fn active_outside_streams(active: f64, resident: u64, sequential: u64) -> f64 {
+    if resident == 0 {
+        return active;
+    }
+    let outside = 1.0 - (sequential.min(resident) as f64 / resident as f64);
+    active.min(outside).max(0.0)
+}
+
 /// Decides the tick's releases and the capacity gap reducer's balloons, on top of `p`, the plan
 /// of the same tick for `obs` (so `p.actions` and `obs` and `bal` are in the same order and of
 /// the same length; missing entries count as VMs that cannot release and have no gap).
@@ -626,6 +642,20 @@ mod tests {
                     (o, b)
                 },
             )
+    }
+
+    #[test]
+    fn a_stream_is_idle_and_the_rest_is_as_sampled() {
+        // All of it a stream: idle, however active it looked.
+        assert_eq!(active_outside_streams(1.0, 100 * MIB, 100 * MIB), 0.0);
+        // A quarter outside streams: at most a quarter active.
+        assert!((active_outside_streams(0.9, 100 * MIB, 75 * MIB) - 0.25).abs() < 1e-12);
+        // What the sampler saw when that is less; no streams, no change.
+        assert!((active_outside_streams(0.1, 100 * MIB, 75 * MIB) - 0.1).abs() < 1e-12);
+        assert!((active_outside_streams(0.7, 100 * MIB, 0) - 0.7).abs() < 1e-12);
+        // Nothing resident, or a count above it (stats from two moments): no panic, in range.
+        assert!((active_outside_streams(0.5, 0, 10) - 0.5).abs() < 1e-12);
+        assert_eq!(active_outside_streams(0.5, MIB, 2 * MIB), 0.0);
     }
 
     proptest! {

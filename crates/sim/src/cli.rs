@@ -134,6 +134,9 @@ pub fn write_run(
     let maxes: u64 = sim.vms.iter().map(|v| v.cfg.max).sum();
     let h = &sim.scenario.host;
     let policy = match h.policy {
+        crate::scenario::PolicyKind::Esx if h.balancing == crate::scenario::Balancing::Hd2 => {
+            format!("esx + hd2, tax {}", h.idle_tax)
+        }
         crate::scenario::PolicyKind::Esx => format!("esx, tax {}", h.idle_tax),
         crate::scenario::PolicyKind::Static => "static (baseline)".into(),
         crate::scenario::PolicyKind::Threshold => "threshold (baseline)".into(),

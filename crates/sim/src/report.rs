@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::scenario::PolicyKind;
+use crate::scenario::{Balancing, PolicyKind};
 use crate::sim::Sim;
 use crate::stats::{jain, quantile};
 
@@ -59,6 +59,10 @@ pub fn markdown(sim: &Sim, title: &str) -> String {
     let sum = summary(sim);
     let mut o = String::new();
     let policy = match s.host.policy {
+        PolicyKind::Esx if s.host.balancing == Balancing::Hd2 => format!(
+            "memvisor's policy (ESX) with HyperDealer2's balancing, idle tax {}",
+            s.host.idle_tax
+        ),
         PolicyKind::Esx => format!("memvisor's policy (ESX), idle tax {}", s.host.idle_tax),
         PolicyKind::Static => "static balloons (the simulator's baseline: fixed shares)".into(),
         PolicyKind::Threshold => "MOM-like threshold balloons (the simulator's baseline)".into(),
@@ -104,6 +108,14 @@ pub fn markdown(sim: &Sim, title: &str) -> String {
         "| ticks with the host over its budget | {} |",
         sum.ticks_over_budget
     );
+    if s.host.balancing == Balancing::Hd2 {
+        let _ = writeln!(
+            o,
+            "| released by HyperDealer2's balancer (clean page cache) | {} MiB in {} ticks |",
+            sim.released >> 20,
+            sim.reallocations
+        );
+    }
     let _ = writeln!(o, "\n## Per group\n");
     let _ = writeln!(
         o,

@@ -34,6 +34,18 @@ pub enum PolicyKind {
     Threshold,
 }
 
+/// How memory moves between VMs under memvisor's policy (`[host] balancing`, as on the host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancing {
+    /// ESX's balloons and pager limits only.
+    #[default]
+    Balloon,
+    /// HyperDealer2's instant releases of clean page cache on top (`memvisor_policy::balance`),
+    /// every VM with the Swap Mapper.
+    Hd2,
+}
+
 /// Which pages a pager limit takes first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -92,6 +104,12 @@ pub struct HostSection {
     pub thresholds: ThresholdsSection,
     #[serde(default)]
     pub victim: Victim,
+    #[serde(default)]
+    pub balancing: Balancing,
+    /// With `hd2`: how long a VM is out of balancing, or idle, before its capacity gap is
+    /// closed (the host's `gap_idle`).
+    #[serde(default = "gap_idle")]
+    pub gap_idle: Secs,
     /// The pager's smallest limit (the host's `MIN_LIMIT`, 16 MiB).
     #[serde(default = "min_limit")]
     pub min_limit: Size,
@@ -117,6 +135,9 @@ fn sample_pages() -> u32 {
 }
 fn sample_period() -> Secs {
     Secs(30.0)
+}
+fn gap_idle() -> Secs {
+    Secs(memvisor_policy::balance::GAP_IDLE_SECONDS)
 }
 fn min_limit() -> Size {
     Size(16 << 20)
@@ -332,6 +353,15 @@ impl Scenario {
         }
         if !(0.0..1.0).contains(&h.mom_low) || h.mom_high < h.mom_low {
             return bad("host.mom_low", "need 0 <= mom_low <= mom_high".into());
+        }
+        if h.balancing == Balancing::Hd2 && h.policy != PolicyKind::Esx {
+            return bad(
+                "host.balancing",
+                "hd2 balances on top of memvisor's policy (esx) only".into(),
+            );
+        }
+        if h.gap_idle.0 <= 0.0 {
+            return bad("host.gap_idle", "must be above 0".into());
         }
         if self.output.every == 0 {
             return bad("output.every", "must be 1 or more".into());

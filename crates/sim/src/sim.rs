@@ -4,11 +4,14 @@
 
 use std::io::Write;
 
-use memvisor_policy::{admit, start_limit, Before, FreeState, Plan, Reservations, VmObservation};
+use memvisor_policy::balance::{self, BalanceParams};
+use memvisor_policy::{
+    admit, start_limit, Before, FreeState, Plan, Reservations, VmAction, VmObservation,
+};
 
 use crate::baseline::{decide, static_shares, Extra};
 use crate::rng::Rng;
-use crate::scenario::{PolicyKind, Scenario};
+use crate::scenario::{Balancing, PolicyKind, Scenario};
 use crate::stats::{Histogram, VmStats};
 use crate::trace::{write_line, TraceTick};
 use crate::vm::{bytes, HostModel, SimVm, VmConfig};
@@ -53,6 +56,9 @@ pub struct Sim {
     /// written under memvisor's policy.
     pub trace: Option<Box<dyn Write>>,
     reservations: Reservations,
+    /// With HyperDealer2's balancing: ticks that moved memory by a release, and bytes released.
+    pub reallocations: u64,
+    pub released: u64,
 }
 
 /// Column names of the per-VM CSV.
@@ -110,6 +116,8 @@ impl Sim {
             static_share: Vec::new(),
             trace: None,
             reservations,
+            reallocations: 0,
+            released: 0,
         }
     }
 
@@ -185,9 +193,25 @@ impl Sim {
 
     /// What the host sees this tick (of the VMs that have not stopped), and which VMs deflated
     /// on OOM since the last.
+    /// With HyperDealer2's balancing the host caps each VM's active fraction by what its
+    /// streams hold (`balance::active_outside_streams`), and so does this.
     pub fn observations(&self) -> (Vec<VmObservation>, Vec<bool>) {
         let live = self.live();
-        let obs = live.iter().map(|&i| self.vms[i].observe()).collect();
+        let hd2 = self.scenario.host.balancing == Balancing::Hd2;
+        let t = self.tick as f64 * self.scenario.host.tick.0;
+        let obs = live
+            .iter()
+            .map(|&i| {
+                let v = &self.vms[i];
+                let mut o = v.observe();
+                if hd2 {
+                    let w = &self.scenario.groups[v.cfg.group].workload;
+                    let seq = v.sequential(w, t - v.cfg.start);
+                    o.active = balance::active_outside_streams(o.active, o.resident, seq);
+                }
+                o
+            })
+            .collect();
         let oom = live.iter().map(|&i| self.vms[i].oom_deflated).collect();
         (obs, oom)
     }
@@ -219,14 +243,59 @@ impl Sim {
         )
     }
 
+    /// HyperDealer2's balancing on top of plan `p` (as the host's manager does it, in one
+    /// tick): the balancer decides, the victims release their clean pages at once, and what
+    /// they released is handed to the beneficiaries' limits. Returns the tick's actions.
+    fn balance(
+        &mut self,
+        t: f64,
+        live: &[usize],
+        obs: &[VmObservation],
+        p: &Plan,
+    ) -> Vec<VmAction> {
+        let h = &self.scenario.host;
+        let params = BalanceParams::new(h.tick.0, h.gap_idle.0);
+        let bal: Vec<_> = live
+            .iter()
+            .map(|&i| {
+                let v = &self.vms[i];
+                let w = &self.scenario.groups[v.cfg.group].workload;
+                v.balance_observation(w, t - v.cfg.start)
+            })
+            .collect();
+        let d = balance::decide(&self.scenario.params(), &params, p, obs, &bal);
+        let mut released = Vec::with_capacity(live.len());
+        for (&i, b) in live.iter().zip(&d.vms) {
+            let v = &mut self.vms[i];
+            v.last_resident = Some(bytes(v.resident));
+            released.push(bytes(v.release_clean(b.release as f64)));
+        }
+        let s = balance::settle(&d, obs, &released);
+        for (k, &i) in live.iter().enumerate() {
+            self.vms[i].gap = s.gaps[k];
+            self.vms[i].quiet = d.vms[k].quiet;
+        }
+        let total: u64 = released.iter().sum();
+        if total > 0 {
+            self.reallocations += 1;
+            self.released += total;
+        }
+        s.actions
+    }
+
     /// Runs one tick; writes the per-VM CSV rows to `csv` when given.
     pub fn step(&mut self, csv: Option<&mut (dyn Write + '_)>) -> std::io::Result<()> {
-        let s = &self.scenario;
-        let dt = s.host.tick.0;
+        let dt = self.scenario.host.tick.0;
         let t = self.tick as f64 * dt;
         let live = self.live();
         let (obs, oom) = self.observations();
         let p = self.decide(&obs, &oom);
+        let actions = if self.scenario.host.balancing == Balancing::Hd2 {
+            self.balance(t, &live, &obs, &p)
+        } else {
+            p.actions.clone()
+        };
+        let s = &self.scenario;
         let before = self.before();
         if let (Some(w), PolicyKind::Esx) = (self.trace.as_mut(), s.host.policy) {
             let names: Vec<String> = live.iter().map(|&i| self.names[i].clone()).collect();
@@ -236,7 +305,7 @@ impl Sim {
         self.state = p.state;
         self.held = Some(p.held);
         let min_limit = s.host.min_limit.0;
-        for (&i, a) in live.iter().zip(&p.actions) {
+        for (&i, a) in live.iter().zip(&actions) {
             self.vms[i].apply(a, min_limit);
         }
         let model = HostModel {
@@ -510,6 +579,61 @@ workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0
         assert!(crate::trace::replay("{".as_bytes())
             .unwrap_err()
             .starts_with("line 1:"));
+    }
+
+    /// With HyperDealer2's balancing, a stream's page cache counts as idle for the tax and is
+    /// released at once: the loops that miss in their guests get the memory, the stream keeps
+    /// its speed, and nothing is over the budget; the balancer's releases are carried out.
+    #[test]
+    fn hd2_balancing_takes_a_streams_cache_for_the_loops() {
+        let text = r#"
+seed = 7
+duration = "5m"
+[host]
+budget = "3G"
+tick = "1s"
+[[group]]
+name = "stream"
+mem = "2G"
+workload = { kind = "stream", rate = "100M", window = "64M" }
+[[group]]
+name = "loop"
+count = 2
+mem = "2G"
+workload = { kind = "loop", size = "1200M", rate = "100M" }
+"#;
+        let run = |t: &str| {
+            let mut s = Sim::new(Scenario::parse("t.toml", t).unwrap());
+            s.run(None).unwrap();
+            s
+        };
+        let esx = run(text);
+        let hd2 = run(&text.replace("tick = \"1s\"", "tick = \"1s\"\nbalancing = \"hd2\""));
+        let mean = |s: &Sim, i: usize| s.stats[i].mean_resident() / 1048576.0;
+        let slow = |s: &Sim, i: usize| s.stats[i].slowdown();
+        assert!(
+            mean(&hd2, 0) < 0.7 * mean(&esx, 0),
+            "stream {} vs {}",
+            mean(&hd2, 0),
+            mean(&esx, 0)
+        );
+        for i in 1..3 {
+            assert!(mean(&hd2, i) > mean(&esx, i) + 100.0, "loop {i}");
+            assert!(
+                slow(&hd2, i) < 0.5 * slow(&esx, i),
+                "loop {i}: {} vs {}",
+                slow(&hd2, i),
+                slow(&esx, i)
+            );
+        }
+        assert!(
+            slow(&hd2, 0) < 1.1,
+            "the stream is not slowed: {}",
+            slow(&hd2, 0)
+        );
+        assert!(hd2.released > 0 && hd2.reallocations > 0);
+        assert_eq!(esx.released, 0);
+        assert!(hd2.host.iter().all(|h| h.over == 0));
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //!    feeds [`ActiveEstimate`] exactly as the VMM's sampler does (`period_so_far` every tick,
 //!    `period_done` at the end).
 
+use memvisor_policy::balance::BalanceObservation;
 use memvisor_policy::{ActiveEstimate, VmAction, VmObservation};
 
 use crate::costs::Costs;
@@ -103,6 +104,12 @@ pub struct SimVm {
     /// When it stopped (see [`SimVm::exited`]).
     pub stopped_at: Option<f64>,
     pub rng: Rng,
+    /// HyperDealer2's balancing (`[host] balancing = "hd2"`): its capacity gap, ticks out of
+    /// balancing, resident bytes at the last tick, and bytes released from it in all.
+    pub gap: u64,
+    pub quiet: u32,
+    pub last_resident: Option<u64>,
+    pub released: f64,
 }
 
 impl SimVm {
@@ -129,6 +136,10 @@ impl SimVm {
             completed_at: None,
             stopped_at: None,
             rng,
+            gap: 0,
+            quiet: 0,
+            last_resident: None,
+            released: 0.0,
         }
     }
 
@@ -163,6 +174,67 @@ impl SimVm {
             paused: self.paused,
             oom_demand: self.oom_demand,
         }
+    }
+
+    /// What HyperDealer2's balancer knows of it (`memvisor_policy::balance`) at `t` seconds into
+    /// its workload, every VM running the Swap Mapper as under `balancing = "hd2"` on the host:
+    /// - clean pages: its page cache (a loop's or a stream's resident pages; this model has no
+    ///   dirty page cache), which its VMM releases without a write;
+    /// - demand: what the host's estimator would find (§4.6): a loop past its first pass wants
+    ///   the pages of it that are not resident (a ghost cache over the pages it lost counts a
+    ///   hit for each at the next pass), a working set of anonymous memory wants what its
+    ///   guest swaps (what its balloon leaves it short); a stream reuses nothing.
+    pub fn balance_observation(&self, w: &Workload, t: f64) -> BalanceObservation {
+        let d = w.at(t, self.cfg.phase);
+        let max = self.cfg.max as f64;
+        let room = (max - self.balloon).max(0.0);
+        let ws = d.ws.min(max);
+        let demand = match d.access {
+            Access::Loop if self.loaded >= d.touch.min(max) => (ws - self.resident).max(0.0),
+            Access::Random => (ws - room).max(0.0),
+            _ => 0.0,
+        };
+        let resident = bytes(self.resident);
+        BalanceObservation {
+            releasable: !self.paused,
+            clean: if d.access == Access::Random {
+                0
+            } else {
+                resident
+            },
+            demand: Some(bytes(demand)),
+            // The plan's OOM flags carry deflates; the model does not count their bytes.
+            oom: 0,
+            grown: self
+                .last_resident
+                .map_or(0, |last| resident.saturating_sub(last)),
+            gap: self.gap,
+            quiet: self.quiet,
+        }
+    }
+
+    /// Its resident bytes in sequential streams, as the Swap Mapper's pattern table counts
+    /// them: a stream's page cache, and a loop's until it is read a second time.
+    pub fn sequential(&self, w: &Workload, t: f64) -> u64 {
+        let d = w.at(t, self.cfg.phase);
+        let first_pass = d.access == Access::Loop && self.loaded < d.touch.min(self.cfg.max as f64);
+        if d.access == Access::Stream || first_pass {
+            bytes(self.resident)
+        } else {
+            0
+        }
+    }
+
+    /// Releases up to `bytes` of its clean page cache at once, as its VMM does for a release
+    /// order: the pages leave RAM without a write, and a later use brings them back from the
+    /// disk image (the model's swap costs; its guest still counts them as its own). Returns
+    /// what was released.
+    pub fn release_clean(&mut self, bytes: f64) -> f64 {
+        let x = bytes.min(self.resident).max(0.0);
+        self.resident -= x;
+        self.swapped += x;
+        self.released += x;
+        x
     }
 
     /// Carries out a plan's action as the host does (crates/host manager `decide` and `sent`):
