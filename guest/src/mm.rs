@@ -44,6 +44,7 @@ pub const KEYS: &[&str] = &[
     "balloon_poll_ms",
     "stats",
     "hold_secs",
+    "warm_mb",
 ];
 
 /// Minimum time between two ticks.

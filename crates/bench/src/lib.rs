@@ -44,10 +44,11 @@ pub struct BenchArgs {
     /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
     /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14), swapin (MemFlex Table 1,
     /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12), dwell (HyperDealer2 Fig. 14),
-    /// sharing (ESX Fig. 4, with the guest timing probe) or zeroboot (ESX §6.3).
+    /// balance (HyperDealer2 Tables 3–4), sharing (ESX Fig. 4, with the guest timing probe) or
+    /// zeroboot (ESX §6.3).
     pub experiment: String,
     /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
-    /// for workingset, shares, idletax and consolidate).
+    /// for workingset, shares, idletax, consolidate and balance).
     #[arg(long)]
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
@@ -79,12 +80,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
     /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
-    /// many VMs as the host has cores pin each VMM to a core of its own). reclaimdelay: the
+    /// many VMs as the host has cores pin each VMM to a core of its own); balance: default 6.
+    /// reclaimdelay: the
     /// numbers of victims (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
     /// zeroboot: VMs that zero their memory (default 5).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
-    /// consolidate: the scenarios, `mapreduce` and/or `mixed` (default both). reclaimdelay: the
+    /// consolidate: the scenarios, `mapreduce`, `mixed` and/or `balance` (default the first
+    /// two). reclaimdelay: the
     /// victims' states, `idle`, `busy-cpu` and/or `busy-dirty` (default all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
@@ -110,6 +113,7 @@ pub enum Outcome {
 pub fn run(args: BenchArgs) -> Outcome {
     match args.experiment.as_str() {
         "consolidate" => drive::consolidate::run(&args),
+        "balance" => drive::consolidate::run_balance(&args),
         "swapin" => drive::swapin::run(&args),
         "reclaimdelay" => drive::reclaimdelay::run(&args),
         "dwell" => drive::dwell::run(&args),

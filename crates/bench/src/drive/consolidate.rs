@@ -1,4 +1,5 @@
-//! `memvisor bench consolidate`: the flags checked, the host set up (the bench lock, what an
+//! `memvisor bench consolidate` and `memvisor bench balance` (its `balance` scenario with
+//! HyperDealer2's configurations): the flags checked, the host set up (the bench lock, what an
 //! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
 //! overhead measured), then every scenario, number of VMs and configuration run
 //! (`run::consolidate`), the outputs written after each run, and the host torn down.
@@ -17,6 +18,17 @@ use crate::{BenchArgs, Outcome};
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
 /// `experiments::consolidate`.
 pub fn run(args: &BenchArgs) -> Outcome {
+    run_as(args, "consolidate")
+}
+
+/// `memvisor bench balance` (HyperDealer2 Tables 3–4): consolidate's `balance` scenario, its
+/// VMs' page caches warmed, under ballooning and HyperDealer2 with each victim order.
+pub fn run_balance(args: &BenchArgs) -> Outcome {
+    run_as(args, "balance")
+}
+
+fn run_as(args: &BenchArgs, experiment_name: &str) -> Outcome {
+    let balance = experiment_name == "balance";
     let bad = |m: String| {
         eprintln!("memvisor bench: {m}");
         Outcome::BadInput
@@ -27,14 +39,25 @@ pub fn run(args: &BenchArgs) -> Outcome {
             Some(&c) => configs.push(c),
             None => {
                 return bad(format!(
-                    "unknown configuration '{name}' for consolidate; it runs: {}",
+                    "unknown configuration '{name}' for {experiment_name}; it runs: {}",
                     experiment::CONFIGS.map(|c| c.0).join(", ")
                 ))
             }
         }
     }
     if configs.is_empty() {
-        configs = experiment::CONFIGS.to_vec();
+        configs = if balance {
+            experiment::CONFIGS
+                .iter()
+                .copied()
+                .filter(|(c, _)| experiment::BALANCE_CONFIGS.contains(c))
+                .collect()
+        } else {
+            experiment::consolidate_configs()
+        };
+    }
+    if balance && !args.scenario.is_empty() {
+        return bad("--scenario: balance runs its own scenario; see bench consolidate".into());
     }
     let mut scenarios = Vec::new();
     for s in &args.scenario {
@@ -45,12 +68,16 @@ pub fn run(args: &BenchArgs) -> Outcome {
         }
     }
     if scenarios.is_empty() {
-        scenarios = Scenario::ALL.to_vec();
+        scenarios = if balance {
+            vec![Scenario::Balance]
+        } else {
+            Scenario::CONSOLIDATE.to_vec()
+        };
     }
-    let ns = if args.vms.is_empty() {
-        vec![2, 4, 6]
-    } else {
-        args.vms.clone()
+    let ns = match (args.vms.is_empty(), balance) {
+        (false, _) => args.vms.clone(),
+        (true, true) => vec![experiment::BALANCE_VMS],
+        (true, false) => vec![2, 4, 6],
     };
     if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
         return bad(format!("--vms {n}: give 1 to 16 VMs"));
@@ -65,7 +92,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join("consolidate"));
+        .unwrap_or_else(|| Path::new("bench-out").join(experiment_name));
     if let Err(e) = std::fs::create_dir_all(out.join("logs")) {
         return bad(format!("--out {}: {e}", out.display()));
     }
@@ -73,7 +100,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
     let guard = teardown::Guard;
     let outcome = bench(args, exe, out.clone(), ns, scenarios, configs);
     drop(guard);
-    finished("consolidate", &out, outcome)
+    finished(experiment_name, &out, outcome)
 }
 
 fn bench(

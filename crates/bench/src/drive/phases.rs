@@ -54,7 +54,7 @@ struct Plan {
 fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let exp = experiments::find(&a.experiment, a.scale).ok_or_else(|| {
         BadInput(format!(
-            "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate, swapin, reclaimdelay, dwell",
+            "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate, balance, swapin, reclaimdelay, dwell, sharing, zeroboot",
             a.experiment,
             experiments::NAMES.join(", "),
             experiments::host::NAMES.join(", ")

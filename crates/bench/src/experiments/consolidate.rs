@@ -4,9 +4,12 @@
 //! all the memory they want), the fraction of the run during which all N jobs ran, and the
 //! summed resident memory of every VMM process against the budget.
 //!
-//! Two scenarios ([`Scenario`]): every VM runs `mapreduce` (VSwapper Fig. 14), or VMs with
+//! Three scenarios ([`Scenario`]): every VM runs `mapreduce` (VSwapper Fig. 14); VMs with
 //! different needs side by side (HyperDealer2 Table 4: page-cache streams, hash tables, a hot
-//! set), VM i running `seqread`, `mapreduce` and `kv` in turn ([`job`]).
+//! set), VM i running `seqread`, `mapreduce` and `kv` in turn ([`job`]); and `balance`
+//! (HyperDealer2 §6.5, Tables 3–4, run by `memvisor bench balance`): memory-intensive VMs beside
+//! CPU-bound ones, each guest's page cache warmed first with clean and dirty pages 1:1, so the
+//! memory the memory-intensive VMs need is in the others' page cache.
 //!
 //! | configuration | what |
 //! |---|---|
@@ -15,6 +18,8 @@
 //! | `vswapper` | `memvisor host`, no balloon, the pager with VSwapper's Mapper and Preventer |
 //! | `vswapper-balloon` | both (the paper's combination) |
 //! | `hd2` | `vswapper-balloon` with HyperDealer2: `hd2` victims and the host's `balancing = "hd2"` (instant release of clean page-cache pages handed to the VMs that need memory in the same tick) |
+//! | `hd2-lru` | `hd2` with the pager's clock victims instead (the paper's "HD2 w/ LRU policy") |
+//! | `hd2-whole` | `hd2` with `hd2-whole` victims (whole sequences, the paper's `WHOLE_SEQ`) |
 //! | `sharing` | `vswapper-balloon` with page sharing: every VM `sharing = "host"`, KSM's scan rate set by the host from its free memory (docs/sharing.md) |
 //! | `qemu-static` | QEMU, a static balloon at the VM's share, a memory cgroup at the share plus QEMU's measured overhead, host swap on |
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
@@ -50,15 +55,23 @@ pub enum Scenario {
     Mapreduce,
     /// VMs with different needs (HyperDealer2 Table 4): `seqread`, `mapreduce`, `kv` in turn.
     Mixed,
+    /// HyperDealer2 §6.5 (Tables 3–4): memory-intensive `gcchurn` VMs and CPU-bound `kv` VMs in
+    /// turn, each guest's page cache warmed first (`warm_mb`, clean:dirty 1:1), each VM with a
+    /// disk of its own for that.
+    Balance,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 2] = [Scenario::Mapreduce, Scenario::Mixed];
+    pub const ALL: [Scenario; 3] = [Scenario::Mapreduce, Scenario::Mixed, Scenario::Balance];
+
+    /// What `memvisor bench consolidate` runs when not told.
+    pub const CONSOLIDATE: [Scenario; 2] = [Scenario::Mapreduce, Scenario::Mixed];
 
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Mapreduce => "mapreduce",
             Scenario::Mixed => "mixed",
+            Scenario::Balance => "balance",
         }
     }
 
@@ -66,7 +79,22 @@ impl Scenario {
         Scenario::ALL
             .into_iter()
             .find(|c| c.name() == s.trim())
-            .ok_or_else(|| format!("unknown scenario '{s}'; give mapreduce or mixed"))
+            .ok_or_else(|| format!("unknown scenario '{s}'; give mapreduce, mixed or balance"))
+    }
+
+    /// The configuration its ratios are taken to: `qemu-nolimit` (the limit of overcommit), and
+    /// for `balance` ballooning (`vswapper-balloon`), as HyperDealer2's Table 4 normalizes.
+    pub fn reference(self) -> &'static str {
+        match self {
+            Scenario::Balance => "vswapper-balloon",
+            _ => REFERENCE,
+        }
+    }
+
+    /// Whether each VM has a writable disk of its own ([`BALANCE_FILES`]) rather than the shared
+    /// read-only input.
+    pub fn own_disks(self) -> bool {
+        self == Scenario::Balance
     }
 }
 
@@ -77,13 +105,47 @@ const MAPREDUCE: &str = "input=src input_mb=128 vocab=1000000 mappers=4";
 const SEQREAD: &str = "file=src passes=70";
 /// A 117 MiB key-value table, YCSB A (50 % reads, 50 % updates) on zipfian keys: a hot set.
 const KV: &str = "records=60000 ops=5000000 mix=a";
+/// `balance`'s memory-intensive job: a generational collector over a 208 MiB heap (anonymous
+/// memory), after 32 MiB of warmed page cache.
+const GC_WARM: &str = "heap_mb=208 gen_mb=32 gens=1800 live_pct=10 warm_mb=32";
+/// `balance`'s CPU-bound job: reads of a 10 MiB key-value table, after 192 MiB of warmed page
+/// cache: the memory the memory-intensive VMs lack is there.
+const KV_CPU_WARM: &str = "records=5000 ops=14000000 mix=c warm_mb=192";
+/// The files of each `balance` VM's own disk: what `warm_mb=192` reads and overwrites (a
+/// smaller `warm_mb` uses the start of each).
+pub const BALANCE_FILES: &str = "warm:96M,warm_dirty:96M";
+/// That disk's size.
+pub const BALANCE_DISK_MB: u64 = 200;
 
 /// The workload and command line of VM `i` (1-based) in `scenario`.
 pub fn job(scenario: Scenario, i: u32) -> (&'static str, &'static str) {
-    match (scenario, i % 3) {
+    match (scenario, turn(scenario, i)) {
         (Scenario::Mapreduce, _) | (Scenario::Mixed, 2) => ("mapreduce", MAPREDUCE),
         (Scenario::Mixed, 1) => ("seqread", SEQREAD),
         (Scenario::Mixed, _) => ("kv", KV),
+        (Scenario::Balance, 1) => ("gcchurn", GC_WARM),
+        (Scenario::Balance, _) => ("kv", KV_CPU_WARM),
+    }
+}
+
+/// The modulus of [`job`]'s turn: `balance` alternates two jobs, `mixed` three.
+fn turn(scenario: Scenario, i: u32) -> u32 {
+    match scenario {
+        Scenario::Balance => i % 2,
+        _ => i % 3,
+    }
+}
+
+/// VM `i`'s disk (a `--disk` value): the shared read-only input in `work`, or in `balance` its
+/// own writable disk there, copied from the template before each run.
+pub fn disk(scenario: Scenario, i: u32, work: &Path) -> String {
+    if scenario.own_disks() {
+        format!(
+            "{},id=data",
+            work.join(format!("balance-vm{i}.img")).display()
+        )
+    } else {
+        format!("{},ro,id=data", work.join("src.img").display())
     }
 }
 
@@ -94,8 +156,8 @@ pub enum Kind {
         balloon: bool,
         vswapper: bool,
         baseline: bool,
-        /// HyperDealer2: `hd2` victims, and the host balancing by instant release.
-        hd2: bool,
+        /// HyperDealer2: the host balancing by instant release, with this victim order.
+        hd2: Option<&'static str>,
         /// Page sharing through KSM (`sharing = "host"`), the scanner driven by the host.
         sharing: bool,
     },
@@ -105,14 +167,14 @@ pub enum Kind {
     QemuNoLimit,
 }
 
-pub const CONFIGS: [(&str, Kind); 8] = [
+pub const CONFIGS: [(&str, Kind); 10] = [
     (
         "balloon",
         Kind::Host {
             balloon: true,
             vswapper: false,
             baseline: true,
-            hd2: false,
+            hd2: None,
             sharing: false,
         },
     ),
@@ -122,7 +184,7 @@ pub const CONFIGS: [(&str, Kind); 8] = [
             balloon: false,
             vswapper: false,
             baseline: false,
-            hd2: false,
+            hd2: None,
             sharing: false,
         },
     ),
@@ -132,7 +194,7 @@ pub const CONFIGS: [(&str, Kind); 8] = [
             balloon: false,
             vswapper: true,
             baseline: false,
-            hd2: false,
+            hd2: None,
             sharing: false,
         },
     ),
@@ -142,7 +204,7 @@ pub const CONFIGS: [(&str, Kind); 8] = [
             balloon: true,
             vswapper: true,
             baseline: false,
-            hd2: false,
+            hd2: None,
             sharing: false,
         },
     ),
@@ -152,7 +214,27 @@ pub const CONFIGS: [(&str, Kind); 8] = [
             balloon: true,
             vswapper: true,
             baseline: false,
-            hd2: true,
+            hd2: Some("hd2"),
+            sharing: false,
+        },
+    ),
+    (
+        "hd2-lru",
+        Kind::Host {
+            balloon: true,
+            vswapper: true,
+            baseline: false,
+            hd2: Some("clock"),
+            sharing: false,
+        },
+    ),
+    (
+        "hd2-whole",
+        Kind::Host {
+            balloon: true,
+            vswapper: true,
+            baseline: false,
+            hd2: Some("hd2-whole"),
             sharing: false,
         },
     ),
@@ -162,7 +244,7 @@ pub const CONFIGS: [(&str, Kind); 8] = [
             balloon: true,
             vswapper: true,
             baseline: false,
-            hd2: false,
+            hd2: None,
             sharing: true,
         },
     ),
@@ -170,8 +252,26 @@ pub const CONFIGS: [(&str, Kind); 8] = [
     ("qemu-nolimit", Kind::QemuNoLimit),
 ];
 
-/// What every ratio is taken to.
+/// What every ratio is taken to, but in `balance` ([`Scenario::reference`]).
 pub const REFERENCE: &str = "qemu-nolimit";
+
+/// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
+/// variants, which `balance` compares.
+pub fn consolidate_configs() -> Vec<(&'static str, Kind)> {
+    CONFIGS
+        .iter()
+        .copied()
+        .filter(|(c, _)| !["hd2-lru", "hd2-whole"].contains(c))
+        .collect()
+}
+
+/// What `memvisor bench balance` runs when not told: ballooning (its reference), HyperDealer2
+/// with LRU, with its own order and whole sequences, and the limit (`qemu-nolimit`).
+pub const BALANCE_CONFIGS: [&str; 5] =
+    ["vswapper-balloon", "hd2-lru", "hd2", "hd2-whole", REFERENCE];
+
+/// `balance`'s number of VMs when not told: three memory-intensive and three CPU-bound.
+pub const BALANCE_VMS: u32 = 6;
 
 /// The guest memory a `qemu-static` VM gets of `budget` when `n` VMs share it: an equal share,
 /// never more than its RAM `mem`. Its balloon leaves the guest this much, and its cgroup's limit
@@ -250,7 +350,7 @@ pub fn job_secs(console: &str, workload: &str) -> Option<f64> {
     Some((phase("load")? + phase("run")?) / 1e3)
 }
 
-pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
+pub fn spec(i: u32, kind: Kind, scenario: Scenario, disk: &str) -> VmSpec {
     let Kind::Host {
         balloon,
         vswapper,
@@ -271,7 +371,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         workload: Some(workload.into()),
         kernel: None,
         cmdline: cmdline.into(),
-        disks: vec![format!("{},ro,id=data", image.display())],
+        disks: vec![disk.to_owned()],
         balloon,
         mapper: vswapper,
         preventer: vswapper,
@@ -281,7 +381,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, image: &Path) -> VmSpec {
         tesseract_defrag: None,
         victim_cache: 0,
         release_cache: None,
-        victims: hd2.then(|| "hd2".into()),
+        victims: hd2.map(Into::into),
         pager: baseline.then(|| "baseline".into()),
         sharing: sharing.then(|| "host".into()),
     }
@@ -293,7 +393,9 @@ mod tests {
 
     #[test]
     fn host_configurations_spell_their_mechanisms() {
-        let image = Path::new("/x/src.img");
+        let work = Path::new("/x");
+        let image = &disk(Scenario::Mapreduce, 3, work);
+        assert_eq!(image, "/x/src.img,ro,id=data");
         let find = |name: &str| CONFIGS.iter().find(|(c, _)| *c == name).unwrap().1;
         let s = spec(3, find("vswapper-balloon"), Scenario::Mapreduce, image);
         assert!(s.balloon && s.mapper && s.preventer && s.pager.is_none());
@@ -303,6 +405,17 @@ mod tests {
         assert!(s.balloon && !s.mapper && s.pager.as_deref() == Some("baseline"));
         assert_eq!(s.workload.as_deref(), Some("seqread"));
         assert!(s.check().is_ok());
+        for (name, victims) in [
+            ("hd2", "hd2"),
+            ("hd2-lru", "clock"),
+            ("hd2-whole", "hd2-whole"),
+        ] {
+            let own = disk(Scenario::Balance, 2, work);
+            let s = spec(2, find(name), Scenario::Balance, &own);
+            assert_eq!(s.victims.as_deref(), Some(victims), "{name}");
+            assert_eq!(s.disks, ["/x/balance-vm2.img,id=data"]);
+            assert!(s.check().is_ok(), "{name}");
+        }
     }
 
     #[test]
@@ -316,7 +429,12 @@ mod tests {
         assert_eq!(Scenario::parse(" mixed").unwrap(), Scenario::Mixed);
         assert!(Scenario::parse("kv")
             .unwrap_err()
-            .contains("mapreduce or mixed"));
+            .contains("mapreduce, mixed or balance"));
+        let w: Vec<&str> = (1..=4).map(|i| job(Scenario::Balance, i).0).collect();
+        assert_eq!(w, ["gcchurn", "kv", "gcchurn", "kv"]);
+        assert!((1..=4).all(|i| job(Scenario::Balance, i).1.contains("warm_mb=")));
+        assert_eq!(Scenario::Balance.reference(), "vswapper-balloon");
+        assert_eq!(Scenario::Mixed.reference(), "qemu-nolimit");
     }
 
     #[test]

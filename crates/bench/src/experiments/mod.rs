@@ -3,7 +3,8 @@
 //! are compared with (`seqread`, `alloc`, `overhead`, `workingset`, `recovery`, `doublepaging`,
 //! found by [`find`]); the host experiments on `memvisor host` (`host`, with `shares` and
 //! `idletax`); many VMs (`consolidate`); bringing swapped memory back (`swapin`); taking pages
-//! from victim VMs (`reclaimdelay`); page sharing through KSM (`sharing`, `zeroboot`).
+//! from victim VMs (`reclaimdelay`); balancing page cache between VMs (`balance`, a scenario of
+//! `consolidate`); page sharing through KSM (`sharing`, `zeroboot`).
 
 mod alloc;
 pub mod consolidate;

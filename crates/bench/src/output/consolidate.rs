@@ -12,7 +12,7 @@ use memvisor_api::HostSample;
 use plotters::prelude::*;
 
 use crate::experiments::consolidate::{
-    job, qemu_share, rss_summary, Kind, Scenario, BUDGET, INTERVAL, MEM, REFERENCE,
+    job, qemu_share, rss_summary, Kind, Scenario, BUDGET, INTERVAL, MEM,
 };
 use crate::output::csv;
 use crate::run::consolidate::{Record, RunTrace};
@@ -332,13 +332,25 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
         qemu_share(BUDGET, 4, MEM) >> 20,
         mib(shape.qemu_overhead),
     );
+    if shape.scenarios.contains(&Scenario::Balance) {
+        let _ = write!(
+            md,
+            "Scenario `balance` (HyperDealer2 §6.5, Tables 3–4; `memvisor bench balance`): VM 1, 3, ... `gcchurn {}` (memory-intensive), VM 2, 4, ... `kv {}` (CPU-bound); \
+             `warm_mb` first fills each guest's page cache, half read and half written and left dirty, from a disk of its own, so the memory the memory-intensive VMs need is in the CPU-bound VMs' page cache. \
+             Ratios are to ballooning (`vswapper-balloon`), as the paper's Table 4 normalizes. \
+             `hd2-lru`, `hd2`, `hd2-whole`: HyperDealer2's balancing with the pager's clock victims, with its reference-pattern order, and with whole sequences.\n\n",
+            job(Scenario::Balance, 1).1,
+            job(Scenario::Balance, 2).1,
+        );
+    }
     for &scenario in shape.scenarios {
+        let reference_name = scenario.reference();
         let _ = writeln!(md, "## scenario `{}`\n", scenario.name());
-        md.push_str("Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `qemu-nolimit`; `n failed` counts VMs that did not finish.\n\n");
+        let _ = writeln!(md, "Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `{reference_name}`; `n failed` counts VMs that did not finish.\n");
         table_head(&mut md, shape.configs);
         for &n in shape.ns {
             let _ = write!(md, "| {} |", label(n, shape.cores));
-            let reference = cell(records, REFERENCE, scenario, n).and_then(|c| c.median);
+            let reference = cell(records, reference_name, scenario, n).and_then(|c| c.median);
             for (c, _) in shape.configs {
                 match cell(records, c, scenario, n) {
                     None => md.push_str(" – |"),
@@ -349,7 +361,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
                                 if cell.reps > 1 {
                                     let _ = write!(md, " [{:.1}–{:.1}]", cell.min, cell.max);
                                 }
-                                if let Some(r) = reference.filter(|_| *c != REFERENCE) {
+                                if let Some(r) = reference.filter(|_| *c != reference_name) {
                                     let _ = write!(md, " ({:.2}x)", m / r);
                                 }
                             }
@@ -364,6 +376,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             }
             md.push('\n');
         }
+        by_workload(&mut md, records, shape, scenario);
         let _ = writeln!(
             md,
             "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
@@ -461,8 +474,83 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
     md
 }
 
+/// Per workload of `scenario`, for each N: the mean job time of that workload's VMs (median over
+/// repetitions) and its ratio to the scenario's reference.
+fn by_workload(md: &mut String, records: &[Record], shape: &Shape<'_>, scenario: Scenario) {
+    let mut workloads: Vec<&str> = records
+        .iter()
+        .filter(|r| r.scenario == scenario)
+        .map(|r| r.workload)
+        .collect();
+    workloads.sort_unstable();
+    workloads.dedup();
+    if workloads.len() < 2 {
+        return;
+    }
+    let reference = scenario.reference();
+    let _ = writeln!(
+        md,
+        "\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n"
+    );
+    md.push_str("| VMs | workload |");
+    for (c, _) in shape.configs {
+        let _ = write!(md, " {c} |");
+    }
+    md.push_str("\n|---|---|");
+    for _ in shape.configs {
+        md.push_str("---|");
+    }
+    md.push('\n');
+    for &n in shape.ns {
+        for w in &workloads {
+            let mine = |config: &str| -> Option<f64> {
+                let mut reps: Vec<u32> = records
+                    .iter()
+                    .filter(|r| r.config == config && r.scenario == scenario && r.n == n)
+                    .map(|r| r.rep)
+                    .collect();
+                reps.sort_unstable();
+                reps.dedup();
+                let means: Vec<f64> = reps
+                    .iter()
+                    .filter_map(|&rep| {
+                        let s: Vec<f64> = records
+                            .iter()
+                            .filter(|r| {
+                                r.config == config
+                                    && r.scenario == scenario
+                                    && r.n == n
+                                    && r.rep == rep
+                                    && r.workload == *w
+                            })
+                            .filter_map(|r| r.secs)
+                            .collect();
+                        #[allow(clippy::cast_precision_loss)]
+                        (!s.is_empty()).then(|| s.iter().sum::<f64>() / s.len() as f64)
+                    })
+                    .collect();
+                median(means)
+            };
+            let r = mine(reference);
+            let _ = write!(md, "| {} | {w} |", label(n, shape.cores));
+            for (c, _) in shape.configs {
+                match (mine(c), r) {
+                    (Some(m), Some(r)) if *c != reference => {
+                        let _ = write!(md, " {m:.1} ({:.2}x) |", m / r);
+                    }
+                    (Some(m), _) => {
+                        let _ = write!(md, " {m:.1} |");
+                    }
+                    (None, _) => md.push_str(" – |"),
+                }
+            }
+            md.push('\n');
+        }
+    }
+}
+
 /// One colour per configuration (`experiments::consolidate::CONFIGS`).
-const COLORS: [RGBColor; 8] = [
+const COLORS: [RGBColor; 10] = [
     RGBColor(230, 97, 1),
     RGBColor(94, 60, 153),
     RGBColor(27, 120, 55),
@@ -471,6 +559,8 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(178, 24, 43),
     RGBColor(1, 133, 113),
     RGBColor(197, 27, 125),
+    RGBColor(140, 81, 10),
+    RGBColor(128, 128, 128),
 ];
 
 fn plot(
@@ -608,7 +698,7 @@ fn plot_rss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::consolidate::CONFIGS;
+    use crate::experiments::consolidate::{CONFIGS, REFERENCE};
     use crate::run::consolidate::CgroupSeen;
 
     fn rec(config: &str, n: u32, rep: u32, secs: Option<f64>) -> Record {

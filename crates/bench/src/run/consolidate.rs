@@ -14,8 +14,8 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use super::host;
 use crate::experiments::consolidate::{
-    job, job_secs, overlap_fraction, qemu_share, rss_summary, spec, Kind, Scenario, BUDGET,
-    INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    disk, job, job_secs, overlap_fraction, qemu_share, rss_summary, spec, Kind, Scenario,
+    BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 
 /// Between two looks at the VMs.
@@ -110,23 +110,21 @@ struct Plan {
 pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Result<(), String> {
     let work = s.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let image = work.join("src.img");
-    if !image.exists() {
-        let st = Command::new(&s.exe)
-            .args(["mkdisk", "data", "--force", "--out"])
-            .arg(&image)
-            .args([
-                "--size",
-                &format!("{}M", INPUT_MB + 16),
-                "--files",
-                &format!("src:{INPUT_MB}M"),
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|e| format!("mkdisk: {e}"))?;
-        if !st.success() {
-            return Err("mkdisk failed".into());
-        }
+    if s.scenarios.iter().any(|sc| !sc.own_disks()) {
+        mkdisk(
+            &s.exe,
+            &work.join("src.img"),
+            INPUT_MB + 16,
+            &format!("src:{INPUT_MB}M"),
+        )?;
+    }
+    if s.scenarios.iter().any(|sc| sc.own_disks()) {
+        mkdisk(
+            &s.exe,
+            &work.join("balance.img"),
+            BALANCE_DISK_MB,
+            BALANCE_FILES,
+        )?;
     }
     let mut records = Vec::new();
     let mut traces = Vec::new();
@@ -158,10 +156,10 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
                     let _ = std::fs::remove_dir_all(&dir);
                     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                     crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
-                    let got = match kind {
-                        Kind::Host { .. } => run_host(&s.exe, &plan, &image, &dir, sink),
-                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, &image, &dir),
-                    };
+                    let got = fresh_disks(&work, scenario, n).and_then(|()| match kind {
+                        Kind::Host { .. } => run_host(&s.exe, &plan, &work, &dir, sink),
+                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, &work, &dir),
+                    });
                     let (vms, watch) = got.unwrap_or_else(|e| {
                         let vms = (0..n)
                             .map(|_| Outcome {
@@ -240,6 +238,38 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
         }
     }
     bar.finish_and_clear();
+    Ok(())
+}
+
+/// Makes `out` with `memvisor mkdisk data` (`size_mb`, `files`) unless it is there.
+fn mkdisk(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), String> {
+    if out.exists() {
+        return Ok(());
+    }
+    let st = Command::new(exe)
+        .args(["mkdisk", "data", "--force", "--out"])
+        .arg(out)
+        .args(["--size", &format!("{size_mb}M"), "--files", files])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("mkdisk: {e}"))?;
+    if !st.success() {
+        return Err(format!("mkdisk {} failed", out.display()));
+    }
+    Ok(())
+}
+
+/// In a scenario whose VMs have disks of their own, each of the `n` VMs gets a fresh copy of the
+/// template, so every run starts from the same files (the last one's guests wrote to theirs).
+fn fresh_disks(work: &Path, scenario: Scenario, n: u32) -> Result<(), String> {
+    if !scenario.own_disks() {
+        return Ok(());
+    }
+    let template = work.join("balance.img");
+    for i in 1..=n {
+        let to = work.join(format!("balance-vm{i}.img"));
+        std::fs::copy(&template, &to).map_err(|e| format!("{}: {e}", to.display()))?;
+    }
     Ok(())
 }
 
@@ -345,11 +375,11 @@ impl Watch {
 fn run_host(
     exe: &Path,
     plan: &Plan,
-    image: &Path,
+    work: &Path,
     dir: &Path,
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, Watch), String> {
-    let hd2 = matches!(plan.kind, Kind::Host { hd2: true, .. });
+    let hd2 = matches!(plan.kind, Kind::Host { hd2: Some(_), .. });
     let (host, sock) = start_host(exe, dir, hd2)?;
     let host_pid = host.0.id();
     let vmms = || host::children(host_pid);
@@ -359,7 +389,12 @@ fn run_host(
     let mut watch = Watch::new(plan.scenario, logs, plan.pinned);
     for i in 1..=plan.n {
         HostClient::new(&sock)
-            .add(&spec(i, plan.kind, plan.scenario, image))
+            .add(&spec(
+                i,
+                plan.kind,
+                plan.scenario,
+                &disk(plan.scenario, i, work),
+            ))
             .map_err(|e| e.to_string())?;
         if i < plan.n {
             watch.wait(INTERVAL, &vmms);
@@ -463,7 +498,7 @@ fn qemus(launchers: &[u32]) -> Vec<u32> {
 fn run_qemu(
     s: &Setup,
     plan: &Plan,
-    image: &Path,
+    work: &Path,
     dir: &Path,
 ) -> Result<(Vec<Outcome>, Watch), String> {
     let limited = plan.kind == Kind::QemuStatic;
@@ -491,7 +526,7 @@ fn run_qemu(
         }
         let child = cmd
             .arg("--disk")
-            .arg(format!("{},ro,id=data", image.display()))
+            .arg(disk(plan.scenario, i, work))
             .args(["--workload", workload, "--cmdline", cmdline])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
