@@ -1,5 +1,6 @@
 //! The 16550A UART at port 0x3f8 (`vm-superio`, which reports FIFOs in IIR, so drivers send
-//! 16 bytes per status check), its output copied to a host stream (the VMM's stdout).
+//! 16 bytes per status check), its output copied to a host stream (the VMM's stdout) a whole
+//! line at a time ([`Lines`]).
 
 use std::io::Write;
 
@@ -23,15 +24,77 @@ impl Trigger for IrqTrigger {
     }
 }
 
-/// An 8250 whose transmitted bytes go to `W`.
+/// How long a partial line may grow before it is passed on without its newline, in bytes.
+pub const MAX_LINE: usize = 4096;
+
+/// A writer that passes on whole lines, each with one `write_all`, and ignores flushes between
+/// them. The UART flushes after every byte it transmits; written through as they come, the
+/// guest's console lines would cost a system call a byte and be cut by whatever else writes to
+/// the same file (the VMM's log lines, when both go to one file as under `memvisor host`). A
+/// partial line waits for its newline, for [`MAX_LINE`] bytes, or for the writer's end.
+pub struct Lines<W: Write> {
+    out: W,
+    line: Vec<u8>,
+}
+
+impl<W: Write> Lines<W> {
+    pub fn new(out: W) -> Self {
+        Lines {
+            out,
+            line: Vec::new(),
+        }
+    }
+
+    /// What was passed on so far.
+    pub fn inner(&self) -> &W {
+        &self.out
+    }
+
+    fn pass_on(&mut self) -> std::io::Result<()> {
+        if self.line.is_empty() {
+            return Ok(());
+        }
+        let r = self
+            .out
+            .write_all(&self.line)
+            .and_then(|()| self.out.flush());
+        self.line.clear();
+        r
+    }
+}
+
+impl<W: Write> Write for Lines<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for chunk in buf.split_inclusive(|&b| b == b'\n') {
+            self.line.extend_from_slice(chunk);
+            if chunk.ends_with(b"\n") || self.line.len() >= MAX_LINE {
+                self.pass_on()?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Write> Drop for Lines<W> {
+    fn drop(&mut self) {
+        // The VMM is going away: what the guest wrote last is not lost.
+        let _ = self.pass_on();
+    }
+}
+
+/// An 8250 whose transmitted bytes go to `W`, line by line.
 pub struct Serial<W: Write + Send> {
-    uart: Uart<IrqTrigger, vm_superio::serial::NoEvents, W>,
+    uart: Uart<IrqTrigger, vm_superio::serial::NoEvents, Lines<W>>,
 }
 
 impl<W: Write + Send> Serial<W> {
     pub fn new(irq: EventFd, out: W) -> Self {
         Serial {
-            uart: Uart::new(IrqTrigger(irq), out),
+            uart: Uart::new(IrqTrigger(irq), Lines::new(out)),
         }
     }
 }
@@ -74,6 +137,45 @@ mod tests {
         let mut wide = [0u8; 2];
         s.read(0, &mut wide);
         assert_eq!(wide, [0, 0]);
-        assert_eq!(s.uart.writer(), b"ok\n");
+        assert_eq!(s.uart.writer().inner(), b"ok\n");
+    }
+
+    /// Each line reaches the host stream in one write, whole, however the UART feeds it; a
+    /// partial line waits for its newline, a very long one is passed on at the bound, and the
+    /// rest is not lost when the writer ends.
+    #[test]
+    fn the_console_is_passed_on_whole_lines_at_a_time() {
+        struct Writes(std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>);
+        impl Write for Writes {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.borrow_mut().push(b.to_vec());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut l = Lines::new(Writes(seen.clone()));
+        for b in b"RESULT workload=kv" {
+            l.write_all(&[*b]).unwrap();
+            l.flush().unwrap();
+        }
+        assert!(seen.borrow().is_empty(), "no partial line passed on");
+        l.write_all(b" ok=1\nnext\nhalf").unwrap();
+        assert_eq!(
+            *seen.borrow(),
+            [b"RESULT workload=kv ok=1\n".to_vec(), b"next\n".to_vec()]
+        );
+        l.write_all(&vec![b'x'; MAX_LINE]).unwrap();
+        assert_eq!(seen.borrow().len(), 3);
+        assert_eq!(
+            seen.borrow()[2].len(),
+            4 + MAX_LINE,
+            "\"half\" and the long run"
+        );
+        l.write_all(b"tail").unwrap();
+        drop(l);
+        assert_eq!(seen.borrow().last().unwrap(), b"tail");
     }
 }
