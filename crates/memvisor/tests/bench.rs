@@ -826,6 +826,23 @@ fn bad_input_is_one_line_and_status_2() {
             vec!["zeroboot", "--scenario", "mixed", "--out", out],
             "zeroboot takes no --scenario",
         ),
+        (
+            vec!["balance", "--scenario", "mixed", "--out", out],
+            "balance runs its own scenario",
+        ),
+        (
+            vec!["balance", "--configs", "hd2,nope", "--out", out],
+            "unknown configuration 'nope' for balance",
+        ),
+        (vec!["balance", "--vms", "0", "--out", out], "--vms 0"),
+        (
+            vec!["balance", "--reference", "hd2", "--out", out],
+            "--reference: balance takes its ratios to vswapper-balloon",
+        ),
+        (
+            vec!["consolidate", "--scenario", "kv", "--out", out],
+            "give mapreduce, mixed or balance",
+        ),
     ] {
         let o = bench(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

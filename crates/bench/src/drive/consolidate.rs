@@ -56,6 +56,16 @@ fn run_as(args: &BenchArgs, experiment_name: &str) -> Outcome {
             experiment::consolidate_configs()
         };
     }
+    if args.reference.is_some() {
+        return bad(format!(
+            "--reference: {experiment_name} takes its ratios to {}",
+            if balance {
+                "vswapper-balloon (ballooning, as HyperDealer2's Table 4)"
+            } else {
+                "qemu-nolimit (balance's scenario: vswapper-balloon)"
+            }
+        ));
+    }
     if balance && !args.scenario.is_empty() {
         return bad("--scenario: balance runs its own scenario; see bench consolidate".into());
     }
