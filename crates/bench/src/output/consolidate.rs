@@ -151,6 +151,25 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
+/// The mean job time of each repetition among `mine` (one run's records), over the VMs that
+/// finished; a repetition where none did has none.
+fn rep_means(mine: &[&Record]) -> Vec<f64> {
+    let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
+    reps.sort_unstable();
+    reps.dedup();
+    reps.iter()
+        .filter_map(|&rep| {
+            let done: Vec<f64> = mine
+                .iter()
+                .filter(|r| r.rep == rep)
+                .filter_map(|r| r.secs)
+                .collect();
+            #[allow(clippy::cast_precision_loss)]
+            (!done.is_empty()).then(|| done.iter().sum::<f64>() / done.len() as f64)
+        })
+        .collect()
+}
+
 /// The [`Cell`] of `config` in `scenario` with `n` VMs, `None` if it has not run.
 pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Option<Cell> {
     let mine: Vec<&Record> = records
@@ -163,18 +182,7 @@ pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Opt
     let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
     reps.sort_unstable();
     reps.dedup();
-    let means: Vec<f64> = reps
-        .iter()
-        .filter_map(|&rep| {
-            let done: Vec<f64> = mine
-                .iter()
-                .filter(|r| r.rep == rep)
-                .filter_map(|r| r.secs)
-                .collect();
-            #[allow(clippy::cast_precision_loss)]
-            (!done.is_empty()).then(|| done.iter().sum::<f64>() / done.len() as f64)
-        })
-        .collect();
+    let means = rep_means(&mine);
     Some(Cell {
         min: means.iter().copied().fold(f64::INFINITY, f64::min),
         max: means.iter().copied().fold(0.0, f64::max),
@@ -504,32 +512,13 @@ fn by_workload(md: &mut String, records: &[Record], shape: &Shape<'_>, scenario:
     for &n in shape.ns {
         for w in &workloads {
             let mine = |config: &str| -> Option<f64> {
-                let mut reps: Vec<u32> = records
+                let mine: Vec<&Record> = records
                     .iter()
-                    .filter(|r| r.config == config && r.scenario == scenario && r.n == n)
-                    .map(|r| r.rep)
-                    .collect();
-                reps.sort_unstable();
-                reps.dedup();
-                let means: Vec<f64> = reps
-                    .iter()
-                    .filter_map(|&rep| {
-                        let s: Vec<f64> = records
-                            .iter()
-                            .filter(|r| {
-                                r.config == config
-                                    && r.scenario == scenario
-                                    && r.n == n
-                                    && r.rep == rep
-                                    && r.workload == *w
-                            })
-                            .filter_map(|r| r.secs)
-                            .collect();
-                        #[allow(clippy::cast_precision_loss)]
-                        (!s.is_empty()).then(|| s.iter().sum::<f64>() / s.len() as f64)
+                    .filter(|r| {
+                        r.config == config && r.scenario == scenario && r.n == n && r.workload == *w
                     })
                     .collect();
-                median(means)
+                median(rep_means(&mine))
             };
             let r = mine(reference);
             let _ = write!(md, "| {} | {w} |", label(n, shape.cores));
@@ -746,6 +735,48 @@ mod tests {
         assert_eq!(cell(&records, "pager", Scenario::Mixed, 4), None);
         assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    /// `balance`'s ratios are to ballooning, and each workload has its own row, the median of
+    /// its VMs' per-repetition means.
+    #[test]
+    fn balance_has_rows_per_workload_against_ballooning() {
+        let at = |config: &str, rep: u32, workload: &'static str, secs: f64| Record {
+            scenario: Scenario::Balance,
+            workload,
+            ..rec(config, 2, rep, Some(secs))
+        };
+        let records = vec![
+            at("vswapper-balloon", 1, "gcchurn", 40.0),
+            at("vswapper-balloon", 1, "kv", 20.0),
+            at("vswapper-balloon", 2, "gcchurn", 44.0),
+            at("vswapper-balloon", 2, "kv", 20.0),
+            at("hd2", 1, "gcchurn", 20.0),
+            at("hd2", 1, "kv", 21.0),
+            at("hd2", 2, "gcchurn", 22.0),
+            at("hd2", 2, "kv", 21.0),
+        ];
+        let configs: Vec<_> = CONFIGS
+            .iter()
+            .filter(|(c, _)| ["vswapper-balloon", "hd2"].contains(c))
+            .copied()
+            .collect();
+        let shape = Shape {
+            configs: &configs,
+            ns: &[2],
+            scenarios: &[Scenario::Balance],
+            cores: 1,
+            qemu_overhead: 0,
+            notes: &[],
+        };
+        let md = report(&records, &[], &shape);
+        assert!(md.contains("ratio to `vswapper-balloon`"), "{md}");
+        assert!(
+            md.contains("| 2 | 31.0 [30.0–32.0] | 21.0 [20.5–21.5] (0.68x) |"),
+            "{md}"
+        );
+        assert!(md.contains("| 2 | gcchurn | 42.0 | 21.0 (0.50x) |"), "{md}");
+        assert!(md.contains("| 2 | kv | 20.0 | 21.0 (1.05x) |"), "{md}");
     }
 
     #[test]
