@@ -185,23 +185,7 @@ fn reference_of(
 }
 
 fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {
-    let st = std::process::Command::new(exe)
-        .args(["mkdisk", "data", "--force", "--out"])
-        .arg(path)
-        .args([
-            "--size",
-            &format!("{}M", disk.size_mb),
-            "--files",
-            &disk.files,
-        ])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(format!("mkdisk {} failed ({st})", path.display()))
-    }
+    crate::run::vm::mkdisk_data(exe, path, disk.size_mb, &disk.files)
 }
 
 fn mkswap(exe: &Path, path: &Path, mb: u64) -> Result<(), String> {

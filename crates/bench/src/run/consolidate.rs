@@ -111,7 +111,7 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
     let work = s.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
-        mkdisk(
+        mkdisk_once(
             &s.exe,
             &work.join("src.img"),
             INPUT_MB + 16,
@@ -119,7 +119,7 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
         )?;
     }
     if s.scenarios.iter().any(|sc| sc.own_disks()) {
-        mkdisk(
+        mkdisk_once(
             &s.exe,
             &work.join("balance.img"),
             BALANCE_DISK_MB,
@@ -242,21 +242,11 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
 }
 
 /// Makes `out` with `memvisor mkdisk data` (`size_mb`, `files`) unless it is there.
-fn mkdisk(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), String> {
+fn mkdisk_once(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), String> {
     if out.exists() {
         return Ok(());
     }
-    let st = Command::new(exe)
-        .args(["mkdisk", "data", "--force", "--out"])
-        .arg(out)
-        .args(["--size", &format!("{size_mb}M"), "--files", files])
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| format!("mkdisk: {e}"))?;
-    if !st.success() {
-        return Err(format!("mkdisk {} failed", out.display()));
-    }
-    Ok(())
+    super::vm::mkdisk_data(exe, out, size_mb, files)
 }
 
 /// In a scenario whose VMs have disks of their own, each of the `n` VMs gets a fresh copy of the

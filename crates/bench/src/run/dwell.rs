@@ -18,7 +18,7 @@
 //! A policy `memvisor run` does not know (it exits at once, status 2) is "not available".
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -236,17 +236,12 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let img = work.join("data.img");
-    let st = Command::new(&setup.exe)
-        .args(["mkdisk", "data", "--force", "--out"])
-        .arg(&img)
-        .args(["--size", &format!("{}M", setup.sizes.file_mb + 8)])
-        .args(["--files", &setup.sizes.files()])
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
-    if !st.success() {
-        return Err(format!("mkdisk {} failed ({st})", img.display()));
-    }
+    crate::run::vm::mkdisk_data(
+        &setup.exe,
+        &img,
+        setup.sizes.file_mb + 8,
+        &setup.sizes.files(),
+    )?;
     let mut points = Vec::new();
     let k = setup.policies.len();
     'reps: for rep in 1..=setup.reps {

@@ -21,7 +21,7 @@
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -485,17 +485,12 @@ fn disks(setup: &Setup) -> Result<(), String> {
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = work.join(format!("victim{slot}.img"));
-        let st = Command::new(&setup.exe)
-            .args(["mkdisk", "data", "--force", "--out"])
-            .arg(&path)
-            .args(["--size", &format!("{}M", setup.sizes.disk_mb())])
-            .args(["--files", &setup.sizes.files()])
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|e| format!("cannot run mkdisk: {e}"))?;
-        if !st.success() {
-            return Err(format!("mkdisk {} failed ({st})", path.display()));
-        }
+        crate::run::vm::mkdisk_data(
+            &setup.exe,
+            &path,
+            setup.sizes.disk_mb(),
+            &setup.sizes.files(),
+        )?;
     }
     Ok(())
 }

@@ -1026,6 +1026,23 @@ pub fn give_back(
     Ok(done.join(", "))
 }
 
+/// Makes a guest kit data disk at `path` with `memvisor mkdisk data`: `size_mb` MiB holding
+/// `files` (as `--files` takes them), replacing what is there.
+pub fn mkdisk_data(exe: &Path, path: &Path, size_mb: u64, files: &str) -> Result<(), String> {
+    let st = Command::new(exe)
+        .args(["mkdisk", "data", "--force", "--out"])
+        .arg(path)
+        .args(["--size", &format!("{size_mb}M"), "--files", files])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("mkdisk {} failed ({st})", path.display()))
+    }
+}
+
 /// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS
 /// outside the guest RAM mapping sampled from `/proc/PID/smaps`, the largest value seen.
 pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
