@@ -814,9 +814,9 @@ impl PageTable {
         self.victims.touch(p);
     }
 
-    /// Resident page `p` is being written to `ib` by a device. A mirror that was writable until
-    /// now may hold anything: it is dirty, and mirrors `ib` once the write lands if it still
-    /// holds what was written ([`Self::disk_write_done`]).
+    /// Resident page `p` (write-protected by the caller) is being written to `ib` by a device.
+    /// A mirror that was writable until now may hold anything: it is dirty, and mirrors `ib`
+    /// once the write lands.
     pub fn disk_write_source(&mut self, p: PageIdx, ib: ImageBlock) {
         if self.mech.mapper && is_resident(self.state(p)) {
             if self.digests.contains_key(&p) {
@@ -826,30 +826,18 @@ impl PageTable {
         }
     }
 
-    /// Whether `p` is recorded as being written to `ib` by a device.
-    pub fn write_pending(&self, p: PageIdx, ib: ImageBlock) -> bool {
-        self.pending.get(&p) == Some(&ib)
-    }
-
-    /// The device's write of `ib` from `p` landed, `written` the digest of what it wrote and
-    /// `now` that of what `p` holds now: if they are equal (the guest did not change `p` in
-    /// between, or changed it back), `p` mirrors `ib` from now on (VSwapper: write, wait, then
-    /// map), writable, as long as it keeps that digest ([`Self::mirror_digest`]). A write fault
-    /// on a protected source in between ended it already.
-    pub fn disk_write_done(&mut self, p: PageIdx, ib: ImageBlock, written: Digest, now: Digest) {
+    /// The device's write of `ib` from `p` landed: if the guest did not write `p` meanwhile,
+    /// `p` mirrors `ib` now (VSwapper: write, wait, then map).
+    pub fn disk_write_done(&mut self, p: PageIdx, ib: ImageBlock) {
         if self.pending.get(&p) != Some(&ib) {
             return;
         }
         self.pending.remove(&p);
-        if written != now {
-            return;
-        }
         if let PageState::Resident { clean } = self.state(p) {
             if let Some(b) = clean {
                 self.blocks.release(b);
             }
             self.set(p, PageState::Mirrored(ib));
-            self.digests.insert(p, written);
             if self.victims.is_cooling(p) {
                 self.victims.cache_caught += 1;
             }
@@ -1038,10 +1026,8 @@ mod tests {
             self.t.disk_read_seen(0, &read);
         }
 
-        /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it; with
-        /// `race`, the guest writes that value to `p` after the device copied it out and before
-        /// the write landed.
-        fn disk_write(&mut self, p: PageIdx, b: u32, race: Option<u64>) {
+        /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it.
+        fn disk_write(&mut self, p: PageIdx, b: u32) {
             let ib = ImageBlock { disk: 0, block: b };
             for q in self.t.disk_write_begins(ib) {
                 let v = self.disk.get(&b).copied().unwrap_or(0);
@@ -1049,16 +1035,12 @@ mod tests {
                 self.t.refetched(q);
             }
             if !self.t.device_can_install(p) {
+                self.ram.get_mut(&p).unwrap().1 = true;
                 self.t.disk_write_source(p, ib);
             }
             let v = self.read(p);
             self.disk.insert(b, v);
-            if let Some(x) = race {
-                self.write(p, x);
-            }
-            let now = self.ram.get(&p).map_or(0, |&(v, _)| v);
-            self.t
-                .disk_write_done(p, ib, u128::from(v), u128::from(now));
+            self.t.disk_write_done(p, ib);
         }
 
         /// Takes resident `p` out for a working-set sample, as the pager does: its content goes to
@@ -1146,8 +1128,6 @@ mod tests {
         /// One read of `n` blocks from block `b` into pages from `p`.
         DiskReadRun(u32, u32, u32),
         DiskWrite(u32, u32),
-        /// A disk write of page `p` to block `b` while the guest writes `v` to `p`.
-        DiskWriteRaced(u32, u32, u64),
     }
 
     const PAGES: u32 = 48;
@@ -1168,8 +1148,7 @@ mod tests {
             2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskRead(p, b)),
             2 => (0..PAGES - 4, 0..BLOCKS - 4, 1u32..5)
                 .prop_map(|(p, b, n)| Op::DiskReadRun(p, b, n)),
-            2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
-            1 => (p, 0..BLOCKS, 1u64..5).prop_map(|(p, b, v)| Op::DiskWriteRaced(p, b, v)),
+            2 => (p, 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
         ]
     }
 
@@ -1222,13 +1201,8 @@ mod tests {
                     }
                 }
                 Op::DiskWrite(p, b) => {
-                    sim.disk_write(p, b, None);
+                    sim.disk_write(p, b);
                     disk_model[b as usize] = model[p as usize];
-                }
-                Op::DiskWriteRaced(p, b, v) => {
-                    sim.disk_write(p, b, Some(v));
-                    disk_model[b as usize] = model[p as usize];
-                    model[p as usize] = v;
                 }
             }
             sim.check_blocks();
@@ -1432,7 +1406,7 @@ mod tests {
         );
         // The guest writes page 1's content to block 5: page 0 must keep the old content.
         sim.write(1, 99);
-        sim.disk_write(1, 5, None);
+        sim.disk_write(1, 5);
         assert_eq!(sim.disk[&5], 99);
         assert_eq!(sim.read(0), 55, "page 0 still holds what it read");
         // Page 1 mirrors block 5 now (written, then mapped).

@@ -126,7 +126,7 @@ impl Guest {
         let mut out = vec![0u8; PAGE];
         self.pager.read(addr(p), &mut out).unwrap();
         self.image.write_all_at(&out, b * PAGE as u64).unwrap();
-        self.pager.disk_write_done(0, &pages, b * PAGE as u64, &out);
+        self.pager.disk_write_done(0, &pages);
         self.disk[ix(b)] = out;
     }
 
