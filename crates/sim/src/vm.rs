@@ -105,11 +105,10 @@ pub struct SimVm {
     pub stopped_at: Option<f64>,
     pub rng: Rng,
     /// HyperDealer2's balancing (`[host] balancing = "hd2"`): its capacity gap, ticks out of
-    /// balancing, resident bytes at the last tick, and bytes released from it in all.
+    /// balancing, and resident bytes at the last tick.
     pub gap: u64,
     pub quiet: u32,
     pub last_resident: Option<u64>,
-    pub released: f64,
 }
 
 impl SimVm {
@@ -139,7 +138,6 @@ impl SimVm {
             gap: 0,
             quiet: 0,
             last_resident: None,
-            released: 0.0,
         }
     }
 
@@ -176,6 +174,12 @@ impl SimVm {
         }
     }
 
+    /// Whether it has not yet filled all it touches of demand `d` (a loop's first pass, a hot
+    /// set's load).
+    fn loading(&self, d: &Demand) -> bool {
+        self.loaded < d.touch.min(self.cfg.max as f64)
+    }
+
     /// What HyperDealer2's balancer knows of it (`memvisor_policy::balance`) at `t` seconds into
     /// its workload, every VM running the Swap Mapper as under `balancing = "hd2"` on the host:
     /// - clean pages: its page cache (a loop's or a stream's resident pages; this model has no
@@ -190,7 +194,7 @@ impl SimVm {
         let room = (max - self.balloon).max(0.0);
         let ws = d.ws.min(max);
         let demand = match d.access {
-            Access::Loop if self.loaded >= d.touch.min(max) => (ws - self.resident).max(0.0),
+            Access::Loop if !self.loading(&d) => (ws - self.resident).max(0.0),
             Access::Random => (ws - room).max(0.0),
             _ => 0.0,
         };
@@ -217,7 +221,7 @@ impl SimVm {
     /// them: a stream's page cache, and a loop's until it is read a second time.
     pub fn sequential(&self, w: &Workload, t: f64) -> u64 {
         let d = w.at(t, self.cfg.phase);
-        let first_pass = d.access == Access::Loop && self.loaded < d.touch.min(self.cfg.max as f64);
+        let first_pass = d.access == Access::Loop && self.loading(&d);
         if d.access == Access::Stream || first_pass {
             bytes(self.resident)
         } else {
@@ -233,7 +237,6 @@ impl SimVm {
         let x = bytes.min(self.resident).max(0.0);
         self.resident -= x;
         self.swapped += x;
-        self.released += x;
         x
     }
 
@@ -330,7 +333,7 @@ impl SimVm {
         // A loop's first pass reads its file from the guest's disk at the fill rate whether or
         // not memory is short: that time is part of its work at full speed, so the pass is not
         // slowed by misses; they cost from the second pass on.
-        let loading = d.measured_fill && self.loaded < d.touch.min(max);
+        let loading = d.measured_fill && self.loading(d);
         let first_pass = loading && d.access == Access::Loop;
         let grow = (d.touch - self.loaded)
             .max(d.ws.min(max) - fp)

@@ -185,22 +185,7 @@ fn reference_of(
 }
 
 fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {
-    crate::run::vm::mkdisk_data(exe, path, disk.size_mb, &disk.files)
-}
-
-fn mkswap(exe: &Path, path: &Path, mb: u64) -> Result<(), String> {
-    let st = std::process::Command::new(exe)
-        .args(["mkdisk", "swap", "--force", "--out"])
-        .arg(path)
-        .args(["--size", &format!("{mb}M")])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(format!("mkdisk swap {} failed ({st})", path.display()))
-    }
+    crate::run::vm::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
 }
 
 /// A benchmark of phases, a time series or a release: set up, every run, the outputs.
@@ -445,7 +430,7 @@ impl Bench<'_> {
             Some(mb) => {
                 let p = work.join(format!("guest-swap-{}.img", c.name));
                 teardown::track_file(p.clone());
-                mkswap(exe, &p, mb)?;
+                crate::run::vm::mkdisk(exe, &p, mb, None)?;
                 Some(p)
             }
             None => None,

@@ -136,14 +136,16 @@ fn turn(scenario: Scenario, i: u32) -> u32 {
     }
 }
 
+/// Where VM `i`'s own disk is in `work`, in a scenario whose VMs have one.
+pub fn own_disk(work: &Path, i: u32) -> std::path::PathBuf {
+    work.join(format!("balance-vm{i}.img"))
+}
+
 /// VM `i`'s disk (a `--disk` value): the shared read-only input in `work`, or in `balance` its
-/// own writable disk there, copied from the template before each run.
+/// own writable disk there ([`own_disk`]), copied from the template before each run.
 pub fn disk(scenario: Scenario, i: u32, work: &Path) -> String {
     if scenario.own_disks() {
-        format!(
-            "{},id=data",
-            work.join(format!("balance-vm{i}.img")).display()
-        )
+        format!("{},id=data", own_disk(work, i).display())
     } else {
         format!("{},ro,id=data", work.join("src.img").display())
     }

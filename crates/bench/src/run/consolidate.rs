@@ -14,7 +14,7 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use super::host;
 use crate::experiments::consolidate::{
-    disk, job, job_secs, overlap_fraction, qemu_share, rss_summary, spec, Kind, Scenario,
+    disk, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec, Kind, Scenario,
     BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 
@@ -246,7 +246,7 @@ fn mkdisk_once(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), 
     if out.exists() {
         return Ok(());
     }
-    super::vm::mkdisk_data(exe, out, size_mb, files)
+    super::vm::mkdisk(exe, out, size_mb, Some(files))
 }
 
 /// In a scenario whose VMs have disks of their own, each of the `n` VMs gets a fresh copy of the
@@ -257,7 +257,7 @@ fn fresh_disks(work: &Path, scenario: Scenario, n: u32) -> Result<(), String> {
     }
     let template = work.join("balance.img");
     for i in 1..=n {
-        let to = work.join(format!("balance-vm{i}.img"));
+        let to = own_disk(work, i);
         std::fs::copy(&template, &to).map_err(|e| format!("{}: {e}", to.display()))?;
     }
     Ok(())

@@ -236,11 +236,11 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let img = work.join("data.img");
-    crate::run::vm::mkdisk_data(
+    crate::run::vm::mkdisk(
         &setup.exe,
         &img,
         setup.sizes.file_mb + 8,
-        &setup.sizes.files(),
+        Some(&setup.sizes.files()),
     )?;
     let mut points = Vec::new();
     let k = setup.policies.len();

@@ -485,11 +485,11 @@ fn disks(setup: &Setup) -> Result<(), String> {
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = work.join(format!("victim{slot}.img"));
-        crate::run::vm::mkdisk_data(
+        crate::run::vm::mkdisk(
             &setup.exe,
             &path,
             setup.sizes.disk_mb(),
-            &setup.sizes.files(),
+            Some(&setup.sizes.files()),
         )?;
     }
     Ok(())

@@ -1026,20 +1026,25 @@ pub fn give_back(
     Ok(done.join(", "))
 }
 
-/// Makes a guest kit data disk at `path` with `memvisor mkdisk data`: `size_mb` MiB holding
-/// `files` (as `--files` takes them), replacing what is there.
-pub fn mkdisk_data(exe: &Path, path: &Path, size_mb: u64, files: &str) -> Result<(), String> {
-    let st = Command::new(exe)
-        .args(["mkdisk", "data", "--force", "--out"])
+/// Makes a guest kit disk of `size_mb` MiB at `path` with `memvisor mkdisk`, replacing what is
+/// there: a data disk holding `files` (as `--files` takes them), or without them a swap disk.
+pub fn mkdisk(exe: &Path, path: &Path, size_mb: u64, files: Option<&str>) -> Result<(), String> {
+    let kind = if files.is_some() { "data" } else { "swap" };
+    let mut cmd = Command::new(exe);
+    cmd.args(["mkdisk", kind, "--force", "--out"])
         .arg(path)
-        .args(["--size", &format!("{size_mb}M"), "--files", files])
+        .args(["--size", &format!("{size_mb}M")]);
+    if let Some(f) = files {
+        cmd.args(["--files", f]);
+    }
+    let st = cmd
         .stdout(Stdio::null())
         .status()
         .map_err(|e| format!("cannot run mkdisk: {e}"))?;
     if st.success() {
         Ok(())
     } else {
-        Err(format!("mkdisk {} failed ({st})", path.display()))
+        Err(format!("mkdisk {kind} {} failed ({st})", path.display()))
     }
 }
 
