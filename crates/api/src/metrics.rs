@@ -270,6 +270,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.mapper_refetches", "mapper_refetches", Unit::None, "Pages brought back from the image before the guest overwrote the block they relied on (Swap Mapper)."),
     counter("pager.mirrors_checked", "mirrors_checked", Unit::None, "Victims a guest disk read had left writable as mirrors, whose digest reclaim compared with their block's (Swap Mapper)."),
     counter("pager.mirrors_changed", "mirrors_changed", Unit::None, "Mirrors reclaim found changed by guest writes, so not dropped as mirrors (Swap Mapper)."),
+    counter("pager.mirror_digests_reused", "mirror_digests_reused", Unit::None, "Pages a guest disk read filled whose block's digest was known from an earlier read of the block, not written since (Swap Mapper)."),
     counter("pager.swap_bytes_read", "swap_read", Unit::Bytes, "Bytes read from the swap file."),
     counter("pager.swap_bytes_written", "swap_written", Unit::Bytes, "Bytes written to the swap file."),
     counter("pager.prefetched", "prefetched_pages", Unit::None, "Pages brought in next to a faulting page."),

@@ -362,6 +362,9 @@ pager_counters! {
     mirrors_checked,
     /// ... and found changed: the guest had written them, so they were not dropped as mirrors.
     mirrors_changed,
+    /// Pages a guest disk read filled whose block's digest was known from an earlier read of the
+    /// block, not written since, so it was not taken again (Swap Mapper).
+    mirror_digests_reused,
     /// Bytes read from the swap store.
     swap_bytes_read,
     /// Bytes written to the swap store.
@@ -634,7 +637,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 44);
+        assert_eq!(f.len(), 45);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

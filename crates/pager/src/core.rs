@@ -31,7 +31,7 @@ use memvisor_devices::GuestMem;
 use thiserror::Error;
 
 use crate::config::{IndirectConfig, Mechanisms};
-use crate::digest::{Digest, DigestKey};
+use crate::digest::{BlockDigests, Digest, DigestKey};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::PageTable;
 use crate::stats::{Counters, Latency};
@@ -196,6 +196,9 @@ pub(crate) struct PagerCore {
     pub mech: Mechanisms,
     /// The key of the Swap Mapper's page digests, drawn when the pager starts.
     pub digest: DigestKey,
+    /// The digests of blocks guest reads brought in lately (with the Swap Mapper), taken by
+    /// the disks' threads outside the page lock.
+    pub block_digests: Mutex<BlockDigests>,
 }
 
 pub(crate) fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {

@@ -13,6 +13,25 @@ use crate::page::PAGE_SIZE;
 /// A digest of one page.
 pub type Digest = u128;
 
+/// Fills `bytes` from the host's random source (`getrandom`).
+pub(crate) fn random_bytes(bytes: &mut [u8]) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < bytes.len() {
+        let rest = &mut bytes[got..];
+        // SAFETY: `rest` is a live buffer of `rest.len()` writable bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += usize::try_from(n).unwrap_or(0);
+    }
+    Ok(())
+}
+
 /// The key of the page digests of one pager.
 #[derive(Clone, Copy)]
 pub struct DigestKey {
@@ -31,20 +50,7 @@ impl DigestKey {
     /// A key from the host's random source (`getrandom`).
     pub fn random() -> std::io::Result<Self> {
         let mut bytes = [0u8; 16];
-        let mut got = 0;
-        while got < bytes.len() {
-            let rest = &mut bytes[got..];
-            // SAFETY: `rest` is a live buffer of `rest.len()` writable bytes.
-            let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            got += usize::try_from(n).unwrap_or(0);
-        }
+        random_bytes(&mut bytes)?;
         let (a, b) = bytes.split_at(8);
         Ok(DigestKey {
             k0: u64::from_le_bytes(a.try_into().unwrap_or_default()),
@@ -63,6 +69,80 @@ impl DigestKey {
     pub fn page(&self, page: &[u8]) -> Digest {
         debug_assert_eq!(page.len(), PAGE_SIZE);
         siphash::<1, 3>(self.k0, self.k1, page)
+    }
+}
+
+/// The digests of the disk blocks guest reads brought in lately, so that a block read again (a
+/// loop over a file the guest's page cache cannot hold) is not digested again: the Swap Mapper
+/// takes a digest of every block a read lands, and on a stream through the page cache that was
+/// the largest part of its cost per page. Direct-mapped by block number, so a run of
+/// consecutive blocks up to the table's size never evicts itself; an entry goes when its block
+/// is written ([`Self::forget`]) or another block takes its slot. The table's memory is
+/// allocated zeroed and touched as it is used.
+pub struct BlockDigests {
+    /// Per slot: `(disk << 32 | block) + 1` (0: empty) and the block's digest.
+    slots: Vec<(u64, Digest)>,
+    /// Digests answered from the table, and taken afresh.
+    pub reused: u64,
+    pub taken: u64,
+}
+
+impl BlockDigests {
+    /// A table of `slots` entries (rounded up to a power of two, at least 1).
+    pub fn new(slots: usize) -> Self {
+        BlockDigests {
+            slots: vec![(0, 0); slots.max(1).next_power_of_two()],
+            reused: 0,
+            taken: 0,
+        }
+    }
+
+    fn tag(disk: u8, block: u32) -> u64 {
+        (u64::from(disk) << 32 | u64::from(block)) + 1
+    }
+
+    fn slot(&self, disk: u8, block: u32) -> usize {
+        // Disks apart by a large odd stride, blocks of one disk side by side.
+        let i = u64::from(block).wrapping_add(u64::from(disk).wrapping_mul(0x9e37_79b1));
+        usize::try_from(i).unwrap_or(0) & (self.slots.len() - 1)
+    }
+
+    /// The digest of block `block` of disk `disk`, whose content `data` (one page) a guest read
+    /// has just brought from the disk: from the table if the block was digested since it was
+    /// last written, else taken under `key` and kept.
+    pub fn of_block(&mut self, key: &DigestKey, disk: u8, block: u32, data: &[u8]) -> Digest {
+        let (tag, i) = (Self::tag(disk, block), self.slot(disk, block));
+        if self.slots[i].0 == tag {
+            self.reused += 1;
+            return self.slots[i].1;
+        }
+        let d = key.page(data);
+        self.slots[i] = (tag, d);
+        self.taken += 1;
+        d
+    }
+
+    /// Blocks `first..end` of disk `disk` are being written: their digests are forgotten.
+    pub fn forget(&mut self, disk: u8, first: u64, end: u64) {
+        let (first, end) = (
+            u32::try_from(first).unwrap_or(u32::MAX),
+            u32::try_from(end).unwrap_or(u32::MAX),
+        );
+        if u64::from(end - first.min(end)) >= self.slots.len() as u64 {
+            // A write longer than the table: every entry of the disk may be in the range.
+            for s in &mut self.slots {
+                if s.0 != 0 && (s.0 - 1) >> 32 == u64::from(disk) {
+                    *s = (0, 0);
+                }
+            }
+            return;
+        }
+        for b in first..end {
+            let i = self.slot(disk, b);
+            if self.slots[i].0 == Self::tag(disk, b) {
+                self.slots[i] = (0, 0);
+            }
+        }
     }
 }
 
@@ -155,6 +235,38 @@ mod tests {
     /// The reference implementation's 128-bit output bytes, as a number read little-endian.
     fn le(bytes: [u8; 16]) -> u128 {
         u128::from_le_bytes(bytes)
+    }
+
+    #[test]
+    fn a_block_digest_is_reused_until_the_block_is_written() {
+        let key = DigestKey::from_parts(7, 9);
+        let a = vec![1u8; PAGE_SIZE];
+        let b = vec![2u8; PAGE_SIZE];
+        let mut t = BlockDigests::new(8);
+        assert_eq!(t.of_block(&key, 0, 5, &a), key.page(&a));
+        // Read again: the table answers, even for other bytes (it trusts the disk).
+        assert_eq!(t.of_block(&key, 0, 5, &b), key.page(&a));
+        assert_eq!((t.taken, t.reused), (1, 1));
+        // Another disk's block 5 is another entry; written blocks are digested afresh.
+        assert_eq!(t.of_block(&key, 1, 5, &b), key.page(&b));
+        t.forget(0, 4, 6);
+        assert_eq!(t.of_block(&key, 0, 5, &b), key.page(&b));
+        // A run as long as the table keeps every block; the next one takes a slot.
+        let mut t = BlockDigests::new(8);
+        for blk in 100..108 {
+            t.of_block(&key, 0, blk, &a);
+        }
+        for blk in 100..108 {
+            t.of_block(&key, 0, blk, &a);
+        }
+        assert_eq!((t.taken, t.reused), (8, 8));
+        t.of_block(&key, 0, 108, &a);
+        assert_eq!(t.of_block(&key, 0, 100, &b), key.page(&b));
+        // A write longer than the table forgets the disk's entries, not the other disk's.
+        t.of_block(&key, 1, 3, &a);
+        t.forget(0, 0, 1 << 20);
+        assert_eq!(t.of_block(&key, 0, 101, &b), key.page(&b));
+        assert_eq!(t.of_block(&key, 1, 3, &b), key.page(&a));
     }
 
     #[test]

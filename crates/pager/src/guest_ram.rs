@@ -267,26 +267,43 @@ impl GuestRam for DeviceAccess<'_> {
     fn disk_read_data(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
         // The digests are of what the disk holds, taken before the page lock: a guest write to
         // a page since it was filled makes it differ, and reclaim then writes it out.
+        // A block read before and not written since keeps its digest (`BlockDigests`).
         let s = self.core;
         if !s.mech.mapper {
             return;
         }
-        let read: Vec<_> = self
-            .disk_pages(disk, pages)
-            .into_iter()
-            .filter_map(|(p, ib)| {
-                let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
-                let at = usize::try_from(at).ok()?;
-                let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
-                Some((p, ib, s.digest.page(block)))
-            })
-            .collect();
+        let read: Vec<_> = {
+            let mut known = s.block_digests.lock().unwrap_or_else(|e| e.into_inner());
+            let before = known.reused;
+            let read = self
+                .disk_pages(disk, pages)
+                .into_iter()
+                .filter_map(|(p, ib)| {
+                    let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
+                    let at = usize::try_from(at).ok()?;
+                    let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
+                    Some((p, ib, known.of_block(&s.digest, disk, ib.block, block)))
+                })
+                .collect();
+            Counters::add(&s.counters.mirror_digests_reused, known.reused - before);
+            read
+        };
         let mut state = self.reclaim.lock_settled(s);
         self.record_reads(&mut state, disk, read);
     }
 
     fn disk_write_begin(&self, disk: u8, offset: u64, len: u64) -> std::io::Result<()> {
         let s = self.core;
+        if s.mech.mapper {
+            s.block_digests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget(
+                    disk,
+                    offset / PAGE_SIZE as u64,
+                    (offset + len).div_ceil(PAGE_SIZE as u64),
+                );
+        }
         if let Some(ind) = s.stores.indirect(disk) {
             ind.write_begins(offset, len)?;
         }

@@ -31,6 +31,7 @@ mod core;
 mod digest;
 mod fault;
 mod guest_ram;
+pub mod keyed_hash;
 pub mod page;
 mod pager;
 pub mod pattern;

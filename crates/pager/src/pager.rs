@@ -51,7 +51,7 @@ use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
 };
-use crate::digest::DigestKey;
+use crate::digest::{BlockDigests, DigestKey};
 use crate::fault::FaultHandler;
 use crate::guest_ram::DeviceAccess;
 use crate::page::PAGE_SIZE;
@@ -174,6 +174,13 @@ impl Pager {
             temporary_swap: config.temporary_swap,
             mech,
             digest: DigestKey::random().map_err(PagerError::DigestKey)?,
+            // Half a slot per guest page (32 bytes each, touched as used): a file read again and
+            // again finds its digests while it is up to half the guest's RAM.
+            block_digests: Mutex::new(BlockDigests::new(if mech.mapper {
+                pages as usize / 2
+            } else {
+                1
+            })),
         });
         // Neither the Swap Mapper nor the Preventer needs RAM taken over before the first limit
         // or release: the Mapper learns from disk reads, which it sees on plain memory too (its

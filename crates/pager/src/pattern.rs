@@ -25,8 +25,9 @@
 //! Every page event costs O(log n); the table holds at most [`MAX_SEQUENCES`] sequences (the
 //! least recently read go first) and [`STREAMS_PER_DISK`] streams per disk.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
+use crate::keyed_hash::KeyedMap;
 use crate::page::PageIdx;
 
 /// Open streams remembered per disk.
@@ -119,7 +120,7 @@ pub struct Patterns {
     seq: Vec<u32>,
     /// Per page: its block when in a sequence, its tick when unclassified.
     key: Vec<u32>,
-    seqs: HashMap<u32, Sequence>,
+    seqs: KeyedMap<u32, Sequence>,
     next_id: u32,
     /// Sequences by (disk, first block).
     by_start: BTreeMap<(u8, u32), u32>,
@@ -133,7 +134,7 @@ pub struct Patterns {
     unclassified: VecDeque<(PageIdx, u32)>,
     unclassified_live: u64,
     tick: u32,
-    streams: HashMap<u8, Vec<Stream>>,
+    streams: KeyedMap<u8, Vec<Stream>>,
     /// Observations so far (reads and refault runs): the clock of stamps and periods.
     now: u64,
     counts: PatternCounts,
@@ -146,7 +147,7 @@ impl Patterns {
         Patterns {
             seq: vec![NONE; pages as usize],
             key: vec![0; pages as usize],
-            seqs: HashMap::new(),
+            seqs: KeyedMap::default(),
             next_id: 0,
             by_start: BTreeMap::new(),
             sequential: BTreeMap::new(),
@@ -155,7 +156,7 @@ impl Patterns {
             unclassified: VecDeque::new(),
             unclassified_live: 0,
             tick: 0,
-            streams: HashMap::new(),
+            streams: KeyedMap::default(),
             now: 0,
             counts: PatternCounts::default(),
             detected: (0, 0),

@@ -5,6 +5,7 @@
 use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
 use crate::digest::Digest;
+use crate::keyed_hash::{KeyedMap, KeyedState};
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
 use crate::pattern::Patterns;
 use crate::released::Released;
@@ -72,13 +73,13 @@ pub enum Disposition {
 pub struct PageTable {
     pages: Vec<PageState>,
     /// For each image block, the pages that mirror it or were dropped relying on it.
-    by_block: std::collections::HashMap<ImageBlock, Vec<PageIdx>>,
+    by_block: KeyedMap<ImageBlock, smallvec::SmallVec<[PageIdx; 2]>>,
     /// Pages a device is writing to disk, protected, that will mirror the blocks once the
     /// write lands unless the guest writes them first.
-    pending: std::collections::HashMap<PageIdx, ImageBlock>,
+    pending: KeyedMap<PageIdx, ImageBlock>,
     /// Mirrored pages a guest disk read filled, left writable: the digest of the block's
     /// content. Such a page mirrors its block only if its content still has this digest.
-    digests: std::collections::HashMap<PageIdx, Digest>,
+    digests: KeyedMap<PageIdx, Digest>,
     pub blocks: BlockMap,
     pub victims: Victims,
     /// HyperDealer2's reference patterns of the mirrored pages (`pattern.rs`), kept with the
@@ -96,11 +97,11 @@ pub struct PageTable {
     /// The ghost cache (HyperDealer2 §5.3) of image blocks whose pages left guest RAM, with the
     /// Swap Mapper: see [`Self::left_ram`] for what enters, [`Self::read_from_disk`] and
     /// [`Self::image_refault`] for the lookups.
-    pub ghost: Ghost<ImageBlock>,
+    pub ghost: Ghost<ImageBlock, KeyedState>,
     /// The image block each page mirrored last, kept from the moment the association ended
     /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
     /// a guest disk read into the page then tells the guest evicted that block.
-    ended: std::collections::HashMap<PageIdx, ImageBlock>,
+    ended: KeyedMap<PageIdx, ImageBlock>,
     /// The pages instant release took, while they are out, their dwell times, and the
     /// reclamation cache (`released.rs`).
     pub released: Released,
@@ -171,9 +172,9 @@ impl PageTable {
     ) -> Self {
         PageTable {
             pages: vec![PageState::Zero; pages as usize],
-            by_block: std::collections::HashMap::new(),
-            pending: std::collections::HashMap::new(),
-            digests: std::collections::HashMap::new(),
+            by_block: KeyedMap::default(),
+            pending: KeyedMap::default(),
+            digests: KeyedMap::default(),
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
             patterns: Patterns::new(if mech.mapper { pages } else { 0 }),
@@ -189,7 +190,7 @@ impl PageTable {
             // RAM, so no extra demand is larger.
             ghost: Ghost::new(pages.max(1) as usize, GHOST_BUCKETS)
                 .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
-            ended: std::collections::HashMap::new(),
+            ended: KeyedMap::default(),
             released: Released::new(0),
         }
     }
@@ -245,7 +246,7 @@ impl PageTable {
         }
         if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
             if let Some(v) = self.by_block.get_mut(&ib) {
-                v.retain(|&q| q != p);
+                v.retain(|q| *q != p);
                 if v.is_empty() {
                     self.by_block.remove(&ib);
                 }

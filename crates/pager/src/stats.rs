@@ -56,6 +56,8 @@ pub struct Counters {
     pub mirrors_checked: AtomicU64,
     /// ... and found changed (the guest had written them).
     pub mirrors_changed: AtomicU64,
+    /// Pages a guest disk read filled whose block's digest was known from an earlier read.
+    pub mirror_digests_reused: AtomicU64,
     /// Pages brought in next to a faulting page.
     pub prefetched: AtomicU64,
     /// Prefetched pages later written by the guest (a lower bound on prefetch hits: reads of
@@ -144,6 +146,7 @@ impl Counters {
             mapper_refetches,
             mirrors_checked,
             mirrors_changed,
+            mirror_digests_reused,
             prefetched,
             prefetch_hits,
             reclaim_batches,
@@ -186,6 +189,7 @@ impl Counters {
             mapper_refetches: get(mapper_refetches),
             mirrors_checked: get(mirrors_checked),
             mirrors_changed: get(mirrors_changed),
+            mirror_digests_reused: get(mirror_digests_reused),
             swap_bytes_read: get(&swap.bytes_read),
             swap_bytes_written: get(&swap.bytes_written),
             prefetched: get(prefetched),

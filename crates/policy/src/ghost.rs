@@ -17,8 +17,9 @@
 //!
 //! Pure: no syscalls, no clocks.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 use thiserror::Error;
 
@@ -33,12 +34,12 @@ pub enum GhostError {
     NoBuckets,
 }
 
-/// A ghost cache of keys `K` (for the pager, a disk and block).
+/// A ghost cache of keys `K` (for the pager, a disk and block), hashed by `S`.
 #[derive(Clone, Debug)]
-pub struct Ghost<K> {
+pub struct Ghost<K, S = RandomState> {
     capacity: usize,
     /// Stamp of each live key.
-    stamps: HashMap<K, usize>,
+    stamps: HashMap<K, usize, S>,
     /// The key at each stamp, `None` where it left.
     slots: Vec<Option<K>>,
     /// Fenwick tree over `slots`: 1 per live key.
@@ -52,7 +53,7 @@ pub struct Ghost<K> {
     misses: u64,
 }
 
-impl<K: Copy + Eq + Hash> Ghost<K> {
+impl<K: Copy + Eq + Hash, S: BuildHasher + Default> Ghost<K, S> {
     /// A ghost cache of at most `capacity` entries whose hit histogram has `buckets` buckets
     /// covering the whole capacity: each is `ceil(capacity / buckets)` distances wide.
     pub fn new(capacity: usize, buckets: usize) -> Result<Self, GhostError> {
@@ -66,7 +67,7 @@ impl<K: Copy + Eq + Hash> Ghost<K> {
         let capacity = capacity.min(u32::MAX as usize / 2);
         Ok(Ghost {
             capacity,
-            stamps: HashMap::new(),
+            stamps: HashMap::default(),
             slots: Vec::new(),
             tree: Vec::new(),
             next: 0,
@@ -266,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_hit_is_at_the_number_of_entries_more_recent_and_leaves() {
-        let mut g = Ghost::new(8, 4).unwrap();
+        let mut g = Ghost::<u32>::new(8, 4).unwrap();
         for k in 0..5u32 {
             g.insert(k);
         }
@@ -286,7 +287,7 @@ mod tests {
 
     #[test]
     fn the_least_recent_entry_falls_off_when_full() {
-        let mut g = Ghost::new(3, 1).unwrap();
+        let mut g = Ghost::<u32>::new(3, 1).unwrap();
         for k in 0..5u32 {
             g.insert(k);
         }
@@ -304,7 +305,7 @@ mod tests {
     #[test]
     fn distances_survive_many_renumberings() {
         // Far more insertions than stamps: compaction renumbers again and again.
-        let mut g = Ghost::new(100, 10).unwrap();
+        let mut g = Ghost::<u32>::new(100, 10).unwrap();
         for k in 0..100_000u32 {
             g.insert(k % 150);
         }
@@ -320,7 +321,7 @@ mod tests {
             capacity in 1usize..40,
             ops in proptest::collection::vec(op(60), 0..400),
         ) {
-            let mut g = Ghost::new(capacity, 4).unwrap();
+            let mut g = Ghost::<u32>::new(capacity, 4).unwrap();
             let mut n = Naive { stack: Vec::new(), capacity };
             let (mut hits, mut misses) = (0u64, 0u64);
             for o in &ops {
@@ -356,7 +357,7 @@ mod tests {
             buckets in 1usize..40,
             keys in proptest::collection::vec(0u32..300, 0..600),
         ) {
-            let mut g = Ghost::new(capacity, buckets).unwrap();
+            let mut g = Ghost::<u32>::new(capacity, buckets).unwrap();
             let mut expect = vec![0u64; buckets];
             for (i, &k) in keys.iter().enumerate() {
                 if i % 3 == 2 {
