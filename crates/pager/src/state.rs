@@ -777,6 +777,8 @@ impl PageTable {
         self.pending.remove(&p);
         self.set(p, PageState::Mirrored(ib));
         self.digests.insert(p, digest);
+        // A read landing in it is a use the pager sees, as a fault-in is (for clock).
+        self.victims.touch(p);
     }
 
     /// The digest mirrored page `p` must still have to mirror its block, if it was left

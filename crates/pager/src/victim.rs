@@ -56,6 +56,8 @@ pub struct Victims {
     /// positions in that list.
     named: Vec<PageIdx>,
     named_pos: Vec<u32>,
+    /// The clock hand over `named` (with [`VictimPolicy::Clock`]).
+    named_hand: usize,
     /// Victims are taken in aligned clusters of this many pages (a power of two): a chosen page
     /// brings its resident neighbours, so they are written to consecutive blocks and a later
     /// fault reads them back in one I/O.
@@ -87,6 +89,7 @@ impl Victims {
             referenced: vec![false; pages as usize],
             named: Vec::new(),
             named_pos: vec![ABSENT; pages as usize],
+            named_hand: 0,
             hand: 0,
             rng: seed | 1,
             cluster: cluster.max(1).next_power_of_two(),
@@ -244,7 +247,9 @@ impl Victims {
         self.pick_excluding(n, &[])
     }
 
-    /// Adds up to `n` named pages not `taken` to `out`, at random.
+    /// Adds up to `n` named pages not `taken` to `out`: with [`VictimPolicy::Clock`] in the
+    /// order of a second-chance sweep over the named pages (one used since the hand last passed
+    /// is spared once), otherwise at random.
     fn take_named(
         &mut self,
         n: usize,
@@ -257,6 +262,26 @@ impl Victims {
             self.named.iter().filter(|p| !taken.contains(p)).count()
         };
         let mut named_left = free.min(n);
+        if self.policy == VictimPolicy::Clock {
+            // Two sweeps at most: the first clears reference bits.
+            let mut steps = 2 * self.named.len();
+            while named_left > 0 && steps > 0 {
+                steps -= 1;
+                if self.named_hand >= self.named.len() {
+                    self.named_hand = 0;
+                }
+                let p = self.named[self.named_hand];
+                self.named_hand += 1;
+                if std::mem::take(&mut self.referenced[p as usize]) {
+                    continue;
+                }
+                if taken.insert(p) {
+                    out.push(p);
+                    named_left -= 1;
+                }
+            }
+            return;
+        }
         while named_left > 0 {
             let i = usize::try_from(self.next_random() % self.named.len() as u64).unwrap_or(0);
             let p = self.named[i];
@@ -317,21 +342,16 @@ impl Victims {
         out
     }
 
-    /// Up to `n` distinct resident pages that mirror disk blocks (not cooling), chosen
-    /// uniformly at random, in the order chosen.
+    /// Up to `n` distinct resident pages that mirror disk blocks (not cooling), in the order
+    /// chosen: by clock with [`VictimPolicy::Clock`], otherwise uniformly at random.
     pub fn pick_named(&mut self, n: u32) -> Vec<PageIdx> {
         let len = self.named.len();
         let n = (n as usize).min(len);
-        if n * 2 <= len {
-            // Few of them: draws, a repeat drawn again.
+        if n * 2 <= len || self.policy == VictimPolicy::Clock {
+            // Few of them (or by clock): drawn one by one, a repeat drawn again.
             let mut taken = std::collections::HashSet::with_capacity(n);
             let mut out = Vec::with_capacity(n);
-            while out.len() < n {
-                let i = usize::try_from(self.next_random() % len as u64).unwrap_or(0);
-                if taken.insert(self.named[i]) {
-                    out.push(self.named[i]);
-                }
-            }
+            self.take_named(n, &mut taken, &mut out);
             return out;
         }
         // Most of them: the first `n` of a partial shuffle.
@@ -417,6 +437,28 @@ mod tests {
             got.dedup();
             assert_eq!(got.len(), (n as usize).min(33), "distinct");
         }
+    }
+
+    #[test]
+    fn clock_takes_named_pages_not_used_since_the_hand_passed() {
+        let mut v = Victims::new(16, VictimPolicy::Clock, 1, 1);
+        for p in 0..16 {
+            v.insert(p);
+            v.set_named(p, p % 2 == 0);
+        }
+        // Pages 0..8 were used lately (a fault, a read landing): the others go first.
+        for p in 0..8 {
+            v.touch(p);
+        }
+        assert_eq!(v.pick_named(4), vec![8, 10, 12, 14]);
+        // The sweep cleared the bits it passed: now those go, from where the hand is.
+        let mut next = v.pick_named(3);
+        next.sort_unstable();
+        assert_eq!(next, vec![0, 2, 4]);
+        // Reclaim's named victims go by the same hand.
+        v.touch(6);
+        let picked = v.pick(2);
+        assert!(picked.iter().all(|p| p % 2 == 0 && *p != 6), "{picked:?}");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! times after the page cache is dropped; each pass is timed. The file is
 //! `file=` (default `seq`, e.g. made by mkdisk) or, if absent, created with
 //! `file_mb=` MiB (default 64) of mkdisk's deterministic content. Every word read
-//! is checked against that content.
+//! is checked against that content. `file=a,b,c` reads several files one after
+//! another in every pass, in that order (a stream of files, as HyperDealer2 §6.4's
+//! sequential reader).
 //!
 //! `then=idle|spin|write` keeps the guest in a state for `then_secs` seconds after the passes,
 //! its page cache warm, so the host can take memory from a guest in that state (HyperDealer2
@@ -25,6 +27,8 @@ use crate::mm;
 use super::common::{self, Progress, io_fail, ms_since, us_since};
 
 const NAME: &str = "seqread";
+/// Files one `file=` may list.
+const MAX_FILES: usize = 64;
 const KEYS: &[&str] = &[
     "file",
     "file_mb",
@@ -92,47 +96,69 @@ pub fn run(cfg: &Config) -> ExitCode {
         (Ok(t), Ok(w)) => (t, w),
         (Err(e), _) | (_, Err(e)) => return common::bad_arg(NAME, e),
     };
-    let name = cfg.arg("file").unwrap_or("seq");
+    // `file=a,b,c`: the files are read one after another, in that order, in every pass.
+    let names = cfg.arg("file").unwrap_or("seq");
     let explicit = cfg.arg("file_mb").is_some();
-    let id = match mm::lookup(name) {
-        Some(id) => id,
-        None => match common::data_file(NAME, name, file_pages * PAGE_SIZE as u64) {
-            Ok(id) => id,
-            Err(code) => return code,
-        },
-    };
-    let pages = if explicit {
-        file_pages.min(mm::file_pages(id))
-    } else {
-        mm::file_pages(id)
-    };
+    let mut list = [(0u32, 0u64); MAX_FILES];
+    let mut count = 0;
+    for name in names.split(',') {
+        if count == MAX_FILES {
+            return common::fail(
+                NAME,
+                format_args!("bad argument file={names}: at most {MAX_FILES} files"),
+            );
+        }
+        let id = match mm::lookup(name) {
+            Some(id) => id,
+            None => match common::data_file(NAME, name, file_pages * PAGE_SIZE as u64) {
+                Ok(id) => id,
+                Err(code) => return code,
+            },
+        };
+        let n = if explicit {
+            file_pages.min(mm::file_pages(id))
+        } else {
+            mm::file_pages(id)
+        };
+        list[count] = (id, n);
+        count += 1;
+    }
+    let files = &list[..count];
+    let pages: u64 = files.iter().map(|&(_, n)| n).sum();
     let seed = mm::fs_seed();
     if let Err(e) = mm::drop_caches() {
         return io_fail(NAME, e);
     }
-    println!("seqread: file {name}: {} MiB, {passes} passes", pages / 256);
+    println!(
+        "seqread: file {names}: {} MiB, {passes} passes",
+        pages / 256
+    );
     let mut mismatches = 0u64;
     let t_all = rdtsc();
     for pass in 1..=passes {
         let before = mm::stats().counters;
         let t0 = rdtsc();
         let mut progress = Progress::new(NAME, "pass", pages);
-        for p in 0..pages {
-            let mut page = match mm::file_page(id, p, Access::Read) {
-                Ok(pg) => pg,
-                Err(e) => return io_fail(NAME, e),
-            };
-            let base = p * PAGE_SIZE as u64;
-            for (i, &w) in page.words().iter().enumerate() {
-                if w != file_word(seed, id, base + 8 * i as u64) {
-                    if mismatches < 5 {
-                        println!("seqread: MISMATCH page={p} word={i}");
+        let mut done = 0u64;
+        for &(id, n) in files {
+            for p in 0..n {
+                let mut page = match mm::file_page(id, p, Access::Read) {
+                    Ok(pg) => pg,
+                    Err(e) => return io_fail(NAME, e),
+                };
+                let base = p * PAGE_SIZE as u64;
+                for (i, &w) in page.words().iter().enumerate() {
+                    if w != file_word(seed, id, base + 8 * i as u64) {
+                        if mismatches < 5 {
+                            println!("seqread: MISMATCH file={id} page={p} word={i}");
+                        }
+                        mismatches += 1;
                     }
-                    mismatches += 1;
                 }
-            }
-            if pass == 1 {
-                progress.update(p + 1);
+                done += 1;
+                if pass == 1 {
+                    progress.update(done);
+                }
             }
         }
         let us = us_since(t0).max(1);

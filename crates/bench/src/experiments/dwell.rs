@@ -1,5 +1,6 @@
 //! `memvisor bench dwell` (HyperDealer2 §6.4, Fig. 14): how long pages the host released stay
-//! out before the guest needs them again, per victim policy. How a run goes is in `run::dwell`.
+//! out before the guest needs them again, per victim policy, under a guest streaming through
+//! more files than its memory holds. How a run goes is in `run::dwell`.
 
 use std::time::Duration;
 
@@ -11,16 +12,17 @@ pub const POLICIES: [&str; 4] = ["clock", "random", "hd2", "hd2-whole"];
 /// The sizes of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sizes {
-    /// Guest RAM: the guest's page cache holds the whole file.
+    /// Guest RAM, and the host's limit: as much (a release is the only way a page leaves).
     pub mem: u64,
-    /// The host's limit: the file does not fit under it.
     pub limit: u64,
-    /// The file read again and again (MiB), and how often.
+    /// Files the guest streams through once, one after another, and the size of each (MiB):
+    /// together more than its memory, so its page cache turns over.
+    pub files: u32,
     pub file_mb: u64,
-    pub passes: u64,
-    /// Pages released every `every`, from the end of the first pass on.
+    /// Pages released every `every`, from `start_after` the guest began reading to its end.
     pub release_pages: u64,
     pub every: Duration,
+    pub start_after: Duration,
 }
 
 impl Sizes {
@@ -28,31 +30,53 @@ impl Sizes {
         match scale {
             Scale::Full => Sizes {
                 mem: 256 << 20,
-                limit: 96 << 20,
-                file_mb: 200,
-                passes: 8,
-                release_pages: 1_000,
-                every: Duration::from_millis(500),
+                limit: 256 << 20,
+                files: 32,
+                file_mb: 32,
+                release_pages: 256,
+                every: Duration::from_millis(50),
+                start_after: Duration::from_millis(1000),
             },
             Scale::Tiny => Sizes {
                 mem: 128 << 20,
-                limit: 48 << 20,
-                file_mb: 64,
-                passes: 3,
-                release_pages: 256,
-                every: Duration::from_millis(200),
+                limit: 128 << 20,
+                files: 14,
+                file_mb: 16,
+                release_pages: 128,
+                every: Duration::from_millis(50),
+                start_after: Duration::from_millis(500),
             },
         }
     }
 
-    /// The guest's command line: the passes, then a few seconds up so the harness can read the
-    /// VM's statistics.
-    pub fn cmdline(&self) -> String {
-        format!("file=seq passes={} hold_secs=20", self.passes)
+    /// The files' names in the order the guest reads them: every other one, then the rest, so
+    /// that no file begins on disk where the one read before it ended and each is a stream of
+    /// its own (files lie on the disk in the order they were made).
+    fn read_order(&self) -> Vec<String> {
+        (0..self.files)
+            .step_by(2)
+            .chain((1..self.files).step_by(2))
+            .map(|i| format!("f{i}"))
+            .collect()
     }
 
-    pub fn files(&self) -> String {
-        format!("seq:{}M", self.file_mb)
+    /// The guest's command line: one pass over the files, then a few seconds up so the harness
+    /// can read the VM's statistics.
+    pub fn cmdline(&self) -> String {
+        format!("file={} passes=1 hold_secs=20", self.read_order().join(","))
+    }
+
+    /// The data disk's files (mkdisk's `--files`).
+    pub fn disk_files(&self) -> String {
+        (0..self.files)
+            .map(|i| format!("f{i}:{}M", self.file_mb))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The data disk's size (MiB).
+    pub fn disk_mb(&self) -> u64 {
+        u64::from(self.files) * self.file_mb + 8
     }
 }
 
@@ -83,11 +107,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_file_fits_the_guest_not_the_limit_and_medians_come_from_buckets() {
+    fn the_files_outgrow_the_guest_and_medians_come_from_buckets() {
         for scale in [Scale::Full, Scale::Tiny] {
             let s = Sizes::of(scale);
-            assert!(s.file_mb << 20 < s.mem * 9 / 10 && s.file_mb << 20 > s.limit);
-            assert!(s.passes >= 2 && s.cmdline().contains("hold_secs="));
+            assert!(u64::from(s.files) * s.file_mb << 20 > s.mem * 3 / 2);
+            assert!(s.limit <= s.mem && s.cmdline().contains("hold_secs="));
+            // Every file once, none right after its neighbour on disk.
+            let order = s.read_order();
+            assert_eq!(order.len(), s.files as usize);
+            let idx: Vec<u32> = order.iter().map(|f| f[1..].parse().unwrap()).collect();
+            assert!(idx.windows(2).all(|w| w[1] != w[0] + 1));
+            let mut sorted = idx.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..s.files).collect::<Vec<_>>());
+            assert_eq!(s.disk_files().split(',').count(), s.files as usize);
         }
         assert_eq!(median_ms(&[]), None);
         assert_eq!(median_ms(&[0, 0]), None);

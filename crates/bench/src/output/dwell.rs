@@ -84,11 +84,12 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     let mut s = String::from("# memvisor bench dwell\n\n");
     let _ = writeln!(
         s,
-        "HyperDealer2 §6.4 (Fig. 14): how long pages the host released stay out before the guest needs them again, per victim policy. One VM of {} MiB under a {} MiB limit with the Swap Mapper reads a {} MiB file {} times (`seqread`: a sequential stream, then a loop); from its first pass on, the harness releases {} pages every {} ms (`PUT /memory/release`) and puts the limit back. The dwell times are the pager's (`patterns.dwell_ms_log2`: released pages that came back, in power-of-two buckets of ms). {} repetition(s).\n",
+        "HyperDealer2 §6.4 (Fig. 14): how long pages the host released stay out before the guest needs them again, per victim policy. One VM of {} MiB (limit {} MiB: only releases take pages out) with the Swap Mapper reads {} files of {} MiB once, one after another (`seqread`, each file a sequential stream, together more than its memory, so its page cache turns over); from {} ms after it began reading, the harness releases {} pages every {} ms (`PUT /memory/release`) and puts the limit back. A released page comes back when the guest reads it or reuses its frame for another block. The dwell times are the pager's (`patterns.dwell_ms_log2`: released pages that came back, in power-of-two buckets of ms); pages still out when the guest finished are counted apart. {} repetition(s).\n",
         z.mem >> 20,
         z.limit >> 20,
+        z.files,
         z.file_mb,
-        z.passes,
+        z.start_after.as_millis(),
         z.release_pages,
         z.every.as_millis(),
         setup.reps
@@ -107,9 +108,9 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     let _ = writeln!(s, "## Per policy\n");
     let _ = writeln!(
         s,
-        "| policy | runs ok | released pages | came back | median dwell (bucket middle) | guest's passes, ms (median run) |"
+        "| policy | runs ok | released pages | came back | still out at the end | median dwell of those back (bucket middle) | guest's read, ms (first run) |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for policy in &setup.policies {
         let all: Vec<&Point> = points.iter().filter(|p| &p.policy == policy).collect();
         let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
@@ -130,10 +131,11 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "| {policy} | {}/{}{} | {released} | {back} | {} | {} |",
+            "| {policy} | {}/{}{} | {released} | {back} | {} | {} | {} |",
             ok.len(),
             all.len(),
             if na { " (not available)" } else { "" },
+            released.saturating_sub(back),
             median_ms(&h).map_or("–".into(), |m| format!("{m:.0} ms")),
             passes.replace(';', ", ")
         );
@@ -336,11 +338,11 @@ mod tests {
         let md = markdown(&setup, &points, &[]);
         // 8 pages: 2 below 2 ms, 2 in 2–4 ms, 4 in 8–16 ms; the 4th and 5th are in 2–4 ms.
         assert!(
-            md.contains("| clock | 2/2 | 5120 | 8 | 3 ms | 900, 400 |"),
+            md.contains("| clock | 2/2 | 5120 | 8 | 5112 | 3 ms | 900, 400 |"),
             "{md}"
         );
         assert!(
-            md.contains("| hd2 | 0/1 (not available) | 0 | 0 | – |"),
+            md.contains("| hd2 | 0/1 (not available) | 0 | 0 | 0 | – |"),
             "{md}"
         );
         assert!(md.contains("| 8 ms–16 ms | 50.0 % | – |"), "{md}");

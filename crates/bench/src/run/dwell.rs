@@ -3,14 +3,15 @@
 //! victim policy.
 //!
 //! One run is one policy in one repetition:
-//! 1. `memvisor run --mapper --victims POLICY --mem-limit LIMIT` boots a guest whose memory
-//!    holds the file but whose limit does not, with `seqread passes=N hold_secs=20`: a
-//!    sequential stream (the first pass) and a loop (the passes after it).
-//! 2. From the guest's `pass1` line to its `done` line, the harness releases
-//!    [`Sizes::release_pages`] pages every [`Sizes::every`] (`PUT /memory/release`), as a host
-//!    balancing would, and puts the limit back where it was (the released pages come back when
-//!    the guest needs them); a VMM without the endpoint answers 501, and the run goes on
-//!    without.
+//! 1. `memvisor run --mapper --victims POLICY --mem-limit LIMIT` (the limit is guest RAM: only a
+//!    release takes pages out) boots a guest that reads [`Sizes::files`] files once, one after
+//!    another (`seqread file=f0,f2,...,f1,f3,... passes=1`): together more than its memory, so
+//!    its page cache turns over, each file a sequential stream of its own.
+//! 2. From [`Sizes::start_after`] after the guest began reading (its cache full by then) to its
+//!    `done` line, the harness releases [`Sizes::release_pages`] pages every [`Sizes::every`]
+//!    (`PUT /memory/release`), as a host balancing would, and puts the limit back where it was
+//!    (a released page comes back when the guest needs it: it reads it, or reuses its frame for
+//!    another block); a VMM without the endpoint answers 501, and the run goes on without.
 //! 3. After `done` (the guest stays up `hold_secs`), `GET /stats`: the pager's
 //!    `patterns.dwell_ms_log2` (released pages that came back, by how long they stayed out) and
 //!    its release counters. The VM is stopped.
@@ -183,10 +184,12 @@ fn follow(
         });
         match lines.recv_timeout(wait.min(Duration::from_millis(200))) {
             Ok(Msg::Line(l, _)) => {
+                if l.contains("seqread: file ") {
+                    next.get_or_insert_with(|| Instant::now() + z.start_after);
+                }
                 if let Some((phase, ms, ok)) = crate::run::vm::parse_result(&l) {
                     if phase.starts_with("pass") {
                         p.pass_ms.push(ms.unwrap_or(0.0));
-                        next.get_or_insert_with(Instant::now);
                     } else if phase == "done" {
                         if ok.as_deref() != Some("1") {
                             return Err(format!("the guest failed: {}", l.trim()));
@@ -239,8 +242,8 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     crate::run::vm::mkdisk(
         &setup.exe,
         &img,
-        setup.sizes.file_mb + 8,
-        Some(&setup.sizes.files()),
+        setup.sizes.disk_mb(),
+        Some(&setup.sizes.disk_files()),
     )?;
     let mut points = Vec::new();
     let k = setup.policies.len();
