@@ -56,8 +56,12 @@ pub struct Victims {
     /// positions in that list.
     named: Vec<PageIdx>,
     named_pos: Vec<u32>,
-    /// The clock hand over `named` (with [`VictimPolicy::Clock`]).
-    named_hand: usize,
+    /// With [`VictimPolicy::Clock`]: the named pages, least recently used first (filled by a
+    /// disk read, faulted in, written), each with the stamp of that use; an entry whose stamp
+    /// is not the page's own any more is stale.
+    named_order: std::collections::VecDeque<(PageIdx, u32)>,
+    named_used: Vec<u32>,
+    named_next: u32,
     /// Victims are taken in aligned clusters of this many pages (a power of two): a chosen page
     /// brings its resident neighbours, so they are written to consecutive blocks and a later
     /// fault reads them back in one I/O.
@@ -89,7 +93,13 @@ impl Victims {
             referenced: vec![false; pages as usize],
             named: Vec::new(),
             named_pos: vec![ABSENT; pages as usize],
-            named_hand: 0,
+            named_order: std::collections::VecDeque::new(),
+            named_used: if policy == VictimPolicy::Clock {
+                vec![ABSENT; pages as usize]
+            } else {
+                Vec::new()
+            },
+            named_next: 0,
             hand: 0,
             rng: seed | 1,
             cluster: cluster.max(1).next_power_of_two(),
@@ -194,6 +204,7 @@ impl Victims {
             (true, false) => {
                 self.named_pos[p as usize] = u32::try_from(self.named.len()).unwrap_or(ABSENT);
                 self.named.push(p);
+                self.named_use(p);
             }
             (false, true) => {
                 let last = self.named.pop().expect("a named page is listed");
@@ -202,8 +213,26 @@ impl Victims {
                     self.named_pos[last as usize] = i;
                 }
                 self.named_pos[p as usize] = ABSENT;
+                if let Some(u) = self.named_used.get_mut(p as usize) {
+                    *u = ABSENT;
+                }
             }
             _ => {}
+        }
+    }
+
+    /// Named page `p` was used: it goes to the most recent end of `named_order` (clock only).
+    fn named_use(&mut self, p: PageIdx) {
+        if self.named_used.is_empty() || self.named_pos[p as usize] == ABSENT {
+            return;
+        }
+        let k = self.named_next;
+        self.named_next = k.wrapping_add(1) % ABSENT;
+        self.named_used[p as usize] = k;
+        self.named_order.push_back((p, k));
+        if self.named_order.len() > 2 * self.named.len() + 1024 {
+            let used = &self.named_used;
+            self.named_order.retain(|&(q, k)| used[q as usize] == k);
         }
     }
 
@@ -230,6 +259,7 @@ impl Victims {
     /// Notes a use of `p` the pager saw.
     pub(crate) fn touch(&mut self, p: PageIdx) {
         self.referenced[p as usize] = true;
+        self.named_use(p);
     }
 
     fn next_random(&mut self) -> u64 {
@@ -247,9 +277,9 @@ impl Victims {
         self.pick_excluding(n, &[])
     }
 
-    /// Adds up to `n` named pages not `taken` to `out`: with [`VictimPolicy::Clock`] in the
-    /// order of a second-chance sweep over the named pages (one used since the hand last passed
-    /// is spared once), otherwise at random.
+    /// Adds up to `n` named pages not `taken` to `out`: with [`VictimPolicy::Clock`] least
+    /// recently used first (exactly, by the uses the pager sees: they are few enough to keep
+    /// in order), otherwise at random.
     fn take_named(
         &mut self,
         n: usize,
@@ -263,20 +293,18 @@ impl Victims {
         };
         let mut named_left = free.min(n);
         if self.policy == VictimPolicy::Clock {
-            // Two sweeps at most: the first clears reference bits.
-            let mut steps = 2 * self.named.len();
-            while named_left > 0 && steps > 0 {
-                steps -= 1;
-                if self.named_hand >= self.named.len() {
-                    self.named_hand = 0;
+            while let Some(&(q, k)) = self.named_order.front() {
+                if self.named_used[q as usize] == k {
+                    break;
                 }
-                let p = self.named[self.named_hand];
-                self.named_hand += 1;
-                if std::mem::take(&mut self.referenced[p as usize]) {
-                    continue;
+                self.named_order.pop_front();
+            }
+            for &(q, k) in &self.named_order {
+                if named_left == 0 {
+                    break;
                 }
-                if taken.insert(p) {
-                    out.push(p);
+                if self.named_used[q as usize] == k && taken.insert(q) {
+                    out.push(q);
                     named_left -= 1;
                 }
             }
@@ -343,7 +371,8 @@ impl Victims {
     }
 
     /// Up to `n` distinct resident pages that mirror disk blocks (not cooling), in the order
-    /// chosen: by clock with [`VictimPolicy::Clock`], otherwise uniformly at random.
+    /// chosen: least recently used first with [`VictimPolicy::Clock`], otherwise uniformly at
+    /// random.
     pub fn pick_named(&mut self, n: u32) -> Vec<PageIdx> {
         let len = self.named.len();
         let n = (n as usize).min(len);
@@ -440,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn clock_takes_named_pages_not_used_since_the_hand_passed() {
+    fn clock_takes_the_least_recently_used_named_pages_first() {
         let mut v = Victims::new(16, VictimPolicy::Clock, 1, 1);
         for p in 0..16 {
             v.insert(p);
@@ -451,10 +480,12 @@ mod tests {
             v.touch(p);
         }
         assert_eq!(v.pick_named(4), vec![8, 10, 12, 14]);
-        // The sweep cleared the bits it passed: now those go, from where the hand is.
-        let mut next = v.pick_named(3);
-        next.sort_unstable();
-        assert_eq!(next, vec![0, 2, 4]);
+        assert_eq!(v.pick_named(7), vec![8, 10, 12, 14, 0, 2, 4]);
+        // A page that stops mirroring leaves the order; one named again is the most recent.
+        v.set_named(8, false);
+        v.set_named(8, true);
+        assert_eq!(v.pick_named(5), vec![10, 12, 14, 0, 2]);
+        assert_eq!(v.pick_named(8).last(), Some(&8));
         // Reclaim's named victims go by the same hand.
         v.touch(6);
         let picked = v.pick(2);
