@@ -637,8 +637,9 @@ impl PageTable {
     /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, then loops least
     /// recent first, each from its first block, then unclassified mirrored pages least recent
     /// first (`pattern.rs`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
-    /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random or clock, mirrored
-    /// pages at random. They stay resident until the caller records what it did with them.
+    /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random, mirrored pages at
+    /// random; with clock, mirrored pages least recently used first. They stay resident
+    /// until the caller records what it did with them.
     pub fn pick_clean(&mut self, n: u32) -> Vec<PageIdx> {
         let policy = self.victims.policy();
         if !policy.is_hd2() || !self.mech.mapper {

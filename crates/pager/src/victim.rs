@@ -6,9 +6,13 @@
 //! What "recently used" can mean here: the host cannot read the guest's accessed bits (KVM keeps
 //! them in its own page tables, and this kernel has no idle page tracking), and testing a page by
 //! unmapping it costs a whole fault. So `clock`'s reference bit is set by the events the pager
-//! does see — a page's fault-in and its first write after a clean load — and cleared by the hand.
-//! That favours keeping pages that came in or were dirtied recently; reads of pages that stay
-//! resident are invisible to it.
+//! does see — a page's fault-in, its first write after a clean load, a guest disk read landing
+//! in it — and cleared by the hand. That favours keeping pages that came in or were dirtied
+//! recently; reads of pages that stay resident are invisible to it. The pages that mirror disk
+//! blocks (the first victims) `clock` takes least recently used first by those same events, in
+//! an exact order kept for them: a second-chance hand turning much slower than a guest refills
+//! its page cache would pick among them almost at random (HyperDealer2's LRU baseline, §6.4,
+//! is the order the guest's own reclaim follows).
 //!
 //! **The victim cache** (Tesseract §4.3, `--victim-cache`): chosen victims first *cool down*,
 //! resident and write-protected, in a FIFO of a share of the limit; reclaim writes out the

@@ -110,7 +110,7 @@ mod tests {
     fn the_files_outgrow_the_guest_and_medians_come_from_buckets() {
         for scale in [Scale::Full, Scale::Tiny] {
             let s = Sizes::of(scale);
-            assert!(u64::from(s.files) * s.file_mb << 20 > s.mem * 3 / 2);
+            assert!((u64::from(s.files) * s.file_mb) << 20 > s.mem * 3 / 2);
             assert!(s.limit <= s.mem && s.cmdline().contains("hold_secs="));
             // Every file once, none right after its neighbour on disk.
             let order = s.read_order();
