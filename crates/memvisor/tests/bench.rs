@@ -680,9 +680,9 @@ fn tiny_reclaimdelay_end_to_end() {
     assert!(!out.join("work").exists(), "the work directory is removed");
 }
 
-/// `bench dwell` (HyperDealer2 Fig. 14), tiny: one VM per victim policy under a limit reading
-/// a file again and again while the harness releases pages; every policy has its row, the
-/// guest's passes are in, and a policy or a release the VMM does not have is reported as not
+/// `bench dwell` (HyperDealer2 Fig. 14), tiny: one VM per victim policy streaming through more
+/// files than its memory while the harness releases pages; every policy has its row, the
+/// guest's read is in, and a policy or a release the VMM does not have is reported as not
 /// available rather than failing the benchmark.
 #[test]
 fn tiny_dwell_end_to_end() {
@@ -711,7 +711,7 @@ fn tiny_dwell_end_to_end() {
             continue;
         }
         assert_eq!(r["status"], "ok", "{r:?}");
-        assert_eq!(r["pass_ms"].split(';').count(), 3, "{r:?}");
+        assert_eq!(r["pass_ms"].split(';').count(), 1, "{r:?}");
         let released: u64 = r["released_pages"].parse().unwrap();
         if r["release_available"] == "1" {
             assert!(released > 0, "{r:?}");
