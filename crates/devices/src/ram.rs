@@ -118,8 +118,9 @@ pub trait GuestRam: Send + Sync {
     /// `pages` are about to be copied out and written to their blocks.
     fn disk_write_sources(&self, _disk: u8, _pages: &[DiskPage]) {}
 
-    /// The write of `pages` to their blocks landed.
-    fn disk_write_done(&self, _disk: u8, _pages: &[DiskPage]) {}
+    /// The write of `pages` to their blocks landed; `data` is what was written, `disk` from byte
+    /// `offset` on (each of `pages` was copied into its block's part of it).
+    fn disk_write_done(&self, _disk: u8, _pages: &[DiskPage], _offset: u64, _data: &[u8]) {}
 }
 
 /// Guest RAM without a pager: plain anonymous memory, released with `MADV_DONTNEED`.

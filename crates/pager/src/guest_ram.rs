@@ -6,8 +6,10 @@
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
 //!   page <-> block associations (`state.rs`): a read's pages stay writable, recorded with the
-//!   keyed digest of the bytes read (`digest.rs`), which reclaim checks; a write's sources are
-//!   write-protected until the write lands.
+//!   keyed digest of the bytes read (`digest.rs`), which reclaim checks; a write's source pages
+//!   are not protected either: once the write lands, each that still holds what the device wrote
+//!   (the digests of its buffer and of the page agree) mirrors its block, writable, with that
+//!   digest.
 //! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
@@ -47,46 +49,21 @@ impl DeviceAccess<'_> {
             .collect()
     }
 
-    /// Write-protects the resident pages among a disk request's `pages`, one ioctl per run of
-    /// neighbours; returns those now protected, with their image blocks.
-    fn protect_resident(
-        &self,
-        state: &Pages,
-        mut resident: Vec<(PageIdx, ImageBlock)>,
-    ) -> Vec<(PageIdx, ImageBlock)> {
-        resident.retain(|&(p, _)| !state.table.device_can_install(p));
-        resident.sort_unstable_by_key(|&(p, _)| p);
-        let order: Vec<PageIdx> = resident.iter().map(|&(p, _)| p).collect();
-        let mut failed = Vec::new();
-        for (f, c) in self.core.map.region_runs(&order) {
-            if let Err(e) = self
-                .core
-                .uffd
-                .write_protect(self.core.map.host(f), c as usize * PAGE_SIZE)
-            {
-                // Once per disk request the guest makes: rate-limited.
-                memvisor_devices::guest_error!(
-                    PagerDeviceError,
-                    "pager: cannot protect pages {f}+{c}: {e}"
-                );
-                failed.push((f, c));
-            }
-        }
-        resident.retain(|&(p, _)| !failed.iter().any(|&(f, c)| p >= f && p < f + c));
-        resident
-    }
-
-    /// With the Swap Mapper: write-protects the resident ones of a disk write's source `pages`
-    /// and records each as about to be copied out.
+    /// With the Swap Mapper: records each resident one of a disk write's source `pages` as about
+    /// to be copied out. They are not write-protected (each protection change costs the guest a
+    /// shadow page-table flush on kvm_pvm): [`GuestRam::disk_write_done`] compares what each
+    /// holds then with what the device wrote.
     ///
-    /// Before the takeover nothing is protected or recorded: RAM is not registered, so a page
-    /// written to the disk does not become a mirror (only pages a disk read fills do).
-    fn protect_sources(&self, state: &mut Pages, pages: Vec<(PageIdx, ImageBlock)>) {
+    /// Before the takeover nothing is recorded: RAM is not registered, so a page written to the
+    /// disk does not become a mirror (only pages a disk read fills do).
+    fn record_sources(&self, state: &mut Pages, pages: Vec<(PageIdx, ImageBlock)>) {
         if !state.table.mech.mapper || !state.attached {
             return;
         }
-        for (p, ib) in self.protect_resident(state, pages) {
-            state.table.disk_write_source(p, ib);
+        for (p, ib) in pages {
+            if !state.table.device_can_install(p) {
+                state.table.disk_write_source(p, ib);
+            }
         }
     }
 
@@ -411,14 +388,36 @@ impl GuestRam for DeviceAccess<'_> {
                 .count();
             Counters::add(&s.counters.double_paging_swap_ins, out as u64);
         }
-        self.protect_sources(&mut state, sources);
+        self.record_sources(&mut state, sources);
     }
 
-    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
         let s = self.core;
+        if !s.mech.mapper {
+            return;
+        }
+        // The digests of what the device wrote, from its buffer, before the page lock.
+        let written: Vec<_> = self
+            .disk_pages(disk, pages)
+            .into_iter()
+            .filter_map(|(p, ib)| {
+                let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
+                let at = usize::try_from(at).ok()?;
+                let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
+                Some((p, ib, s.digest.page(block)))
+            })
+            .collect();
         let mut state = self.reclaim.lock_settled(s);
-        for (p, ib) in self.disk_pages(disk, pages) {
-            state.table.disk_write_done(p, ib);
+        for (p, ib, w) in written {
+            if !state.table.write_pending(p, ib) || !is_resident(state.table.state(p)) {
+                continue;
+            }
+            // SAFETY: `p` is resident and the page lock is held, so it stays mapped while it is
+            // read; it lies in a live guest RAM mapping. A guest write racing the read makes
+            // the digests differ (no mirror) or is caught by the digest at reclaim.
+            let page = unsafe { std::slice::from_raw_parts(s.map.host(p) as *const u8, PAGE_SIZE) };
+            let now = s.digest.page(page);
+            state.table.disk_write_done(p, ib, w, now);
         }
     }
 

@@ -447,8 +447,8 @@ impl GuestRam for Pager {
         self.devices().disk_write_sources(disk, pages);
     }
 
-    fn disk_write_done(&self, disk: u8, pages: &[DiskPage]) {
-        self.devices().disk_write_done(disk, pages);
+    fn disk_write_done(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
+        self.devices().disk_write_done(disk, pages, offset, data);
     }
 
     fn discard(&self, ranges: &[GuestRange], why: Discard) -> std::io::Result<u64> {

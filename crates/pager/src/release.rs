@@ -9,9 +9,12 @@
 //! 2. they are write-protected, one ioctl per run of neighbours, so what is checked next is
 //!    what is dropped: a guest (or device) write from now on faults and waits for the page
 //!    lock;
-//! 3. a candidate a guest disk read left writable has its keyed digest compared with the
-//!    block's (`digest.rs`); one that differs was written by the guest, is an ordinary dirty
-//!    page from now on and stays (its next write costs one fault);
+//! 3. a candidate a guest disk read (or write) left writable has its keyed digest compared with
+//!    the block's (`digest.rs`); one that differs was written by the guest, is an ordinary dirty
+//!    page from now on and stays (its next write costs one fault). If some differed, steps 1–3
+//!    run again for as many others (at most [`RELEASE_ROUNDS`] rounds): a guest that keeps
+//!    rewriting its files leaves many such candidates, and a release should still obtain what
+//!    it asked;
 //! 4. the most recent of the unchanged ones, as many as the reclamation cache holds, are copied
 //!    into it (`released.rs`);
 //! 5. they are dropped with `MADV_DONTNEED`, one call per run, and recorded `OnDisk`: each
@@ -38,6 +41,11 @@ use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::takeover::Takeover;
+
+/// Rounds of choosing, protecting and checking candidates one release makes at most: a round
+/// that finds some candidates changed (a guest rewrote them since they came to mirror their
+/// blocks) is followed by one that chooses others in their place.
+const RELEASE_ROUNDS: usize = 8;
 
 /// What a release did: the API's [`ReleaseResult`](memvisor_api::ReleaseResult).
 pub type ReleaseOutcome = memvisor_api::ReleaseResult;
@@ -93,7 +101,7 @@ pub(crate) fn release_clean(
     let mut lap = Instant::now();
     let mut split = |t: &mut u64| {
         let now = Instant::now();
-        *t = u64::try_from((now - lap).as_micros()).unwrap_or(u64::MAX);
+        *t += u64::try_from((now - lap).as_micros()).unwrap_or(u64::MAX);
         lap = now;
     };
     let mut pages = core.lock();
@@ -115,45 +123,70 @@ pub(crate) fn release_clean(
     let want = u32::try_from(n)
         .unwrap_or(u32::MAX)
         .min(base.saturating_sub(min));
-    // 1. The candidates, less a reclaim chunk's victims.
-    let busy = u32::try_from(pages.in_flight.len()).unwrap_or(u32::MAX);
-    let mut chosen = pages.table.pick_clean(want.saturating_add(busy));
-    if busy > 0 {
-        chosen.retain(|p| pages.in_flight.binary_search(p).is_err());
-    }
-    chosen.truncate(want as usize);
-    chosen.sort_unstable();
-    split(&mut times.pick);
-    // 2. Protected, so what is checked is what is dropped.
-    let mut unprotected: Vec<(PageIdx, u32)> = Vec::new();
-    for (first, k) in core.map.region_runs(&chosen) {
-        if let Err(e) = core
-            .uffd
-            .write_protect(core.map.host(first), k as usize * PAGE_SIZE)
-        {
-            tracing::warn!("pager: release cannot protect pages {first}+{k}: {e}");
-            unprotected.push((first, k));
+    // 1.–3. in rounds: candidates found changed stop mirroring, so the next round's are others.
+    let busy = pages.in_flight.len();
+    let mut drop_list: Vec<PageIdx> = Vec::new();
+    let mut passed_over: Vec<PageIdx> = Vec::new();
+    for _ in 0..RELEASE_ROUNDS {
+        let need = (want as usize).saturating_sub(drop_list.len());
+        if need == 0 {
+            break;
+        }
+        // 1. The candidates, less a reclaim chunk's victims and those taken or passed over.
+        let asked = need + busy + drop_list.len() + passed_over.len();
+        let mut chosen = pages
+            .table
+            .pick_clean(u32::try_from(asked).unwrap_or(u32::MAX));
+        chosen.retain(|p| {
+            pages.in_flight.binary_search(p).is_err()
+                && drop_list.binary_search(p).is_err()
+                && passed_over.binary_search(p).is_err()
+        });
+        chosen.truncate(need);
+        if chosen.is_empty() {
+            break;
+        }
+        chosen.sort_unstable();
+        split(&mut times.pick);
+        // 2. Protected, so what is checked is what is dropped.
+        let mut unprotected: Vec<(PageIdx, u32)> = Vec::new();
+        for (first, k) in core.map.region_runs(&chosen) {
+            if let Err(e) = core
+                .uffd
+                .write_protect(core.map.host(first), k as usize * PAGE_SIZE)
+            {
+                tracing::warn!("pager: release cannot protect pages {first}+{k}: {e}");
+                unprotected.push((first, k));
+            }
+        }
+        split(&mut times.protect);
+        // 3. Checked: a mirror left writable must still hold its block.
+        let (kept, failed): (Vec<PageIdx>, Vec<PageIdx>) = chosen
+            .into_iter()
+            .partition(|&p| !unprotected.iter().any(|&(f, k)| p >= f && p < f + k));
+        let to_check: Vec<(PageIdx, Digest)> = kept
+            .iter()
+            .filter_map(|&p| Some((p, pages.table.mirror_digest(p)?)))
+            .collect();
+        let changed = changed_mirrors(core, &to_check);
+        Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
+        Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
+        for &p in &changed {
+            pages.table.mirror_changed(p);
+        }
+        out.changed_pages += changed.len() as u64;
+        drop_list.extend(
+            kept.into_iter()
+                .filter(|p| changed.binary_search(p).is_err()),
+        );
+        drop_list.sort_unstable();
+        passed_over.extend(failed);
+        passed_over.sort_unstable();
+        split(&mut times.check);
+        if changed.is_empty() {
+            break;
         }
     }
-    split(&mut times.protect);
-    // 3. Checked: a mirror left writable must still hold its block.
-    chosen.retain(|&p| !unprotected.iter().any(|&(f, k)| p >= f && p < f + k));
-    let to_check: Vec<(PageIdx, Digest)> = chosen
-        .iter()
-        .filter_map(|&p| Some((p, pages.table.mirror_digest(p)?)))
-        .collect();
-    let changed = changed_mirrors(core, &to_check);
-    Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
-    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
-    for &p in &changed {
-        pages.table.mirror_changed(p);
-    }
-    out.changed_pages = changed.len() as u64;
-    let mut drop_list = chosen;
-    if !changed.is_empty() {
-        drop_list.retain(|p| changed.binary_search(p).is_err());
-    }
-    split(&mut times.check);
     // 4. The most recent ones (the last of the list: it holds as many as the cache) copied into
     //    the reclamation cache.
     let room = pages.table.released.cache_capacity() as usize;

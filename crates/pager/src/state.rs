@@ -818,9 +818,9 @@ impl PageTable {
         self.victims.touch(p);
     }
 
-    /// Resident page `p` (write-protected by the caller) is being written to `ib` by a device.
-    /// A mirror that was writable until now may hold anything: it is dirty, and mirrors `ib`
-    /// once the write lands.
+    /// Resident page `p` is being written to `ib` by a device. A mirror that was writable until
+    /// now may hold anything: it is dirty, and mirrors `ib` once the write lands if it still
+    /// holds what was written ([`Self::disk_write_done`]).
     pub fn disk_write_source(&mut self, p: PageIdx, ib: ImageBlock) {
         if self.mech.mapper && is_resident(self.state(p)) {
             if self.digests.contains_key(&p) {
@@ -830,18 +830,30 @@ impl PageTable {
         }
     }
 
-    /// The device's write of `ib` from `p` landed: if the guest did not write `p` meanwhile,
-    /// `p` mirrors `ib` now (VSwapper: write, wait, then map).
-    pub fn disk_write_done(&mut self, p: PageIdx, ib: ImageBlock) {
+    /// Whether `p` is recorded as being written to `ib` by a device.
+    pub fn write_pending(&self, p: PageIdx, ib: ImageBlock) -> bool {
+        self.pending.get(&p) == Some(&ib)
+    }
+
+    /// The device's write of `ib` from `p` landed, `written` the digest of what it wrote and
+    /// `now` that of what `p` holds now: if they are equal (the guest did not change `p` in
+    /// between, or changed it back), `p` mirrors `ib` from now on (VSwapper: write, wait, then
+    /// map), writable, as long as it keeps that digest ([`Self::mirror_digest`]). A write fault
+    /// on a protected source in between ended it already.
+    pub fn disk_write_done(&mut self, p: PageIdx, ib: ImageBlock, written: Digest, now: Digest) {
         if self.pending.get(&p) != Some(&ib) {
             return;
         }
         self.pending.remove(&p);
+        if written != now {
+            return;
+        }
         if let PageState::Resident { clean } = self.state(p) {
             if let Some(b) = clean {
                 self.blocks.release(b);
             }
             self.set(p, PageState::Mirrored(ib));
+            self.digests.insert(p, written);
             if self.victims.is_cooling(p) {
                 self.victims.cache_caught += 1;
             }
@@ -1030,8 +1042,10 @@ mod tests {
             self.t.disk_read_seen(0, &read);
         }
 
-        /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it.
-        fn disk_write(&mut self, p: PageIdx, b: u32) {
+        /// A device writes page `p` to disk block `b`, as virtio-blk and the pager do it; with
+        /// `race`, the guest writes that value to `p` after the device copied it out and before
+        /// the write landed.
+        fn disk_write(&mut self, p: PageIdx, b: u32, race: Option<u64>) {
             let ib = ImageBlock { disk: 0, block: b };
             for q in self.t.disk_write_begins(ib) {
                 let v = self.disk.get(&b).copied().unwrap_or(0);
@@ -1039,12 +1053,16 @@ mod tests {
                 self.t.refetched(q);
             }
             if !self.t.device_can_install(p) {
-                self.ram.get_mut(&p).unwrap().1 = true;
                 self.t.disk_write_source(p, ib);
             }
             let v = self.read(p);
             self.disk.insert(b, v);
-            self.t.disk_write_done(p, ib);
+            if let Some(x) = race {
+                self.write(p, x);
+            }
+            let now = self.ram.get(&p).map_or(0, |&(v, _)| v);
+            self.t
+                .disk_write_done(p, ib, u128::from(v), u128::from(now));
         }
 
         /// Takes resident `p` out for a working-set sample, as the pager does: its content goes to
@@ -1132,6 +1150,8 @@ mod tests {
         /// One read of `n` blocks from block `b` into pages from `p`.
         DiskReadRun(u32, u32, u32),
         DiskWrite(u32, u32),
+        /// A disk write of page `p` to block `b` while the guest writes `v` to `p`.
+        DiskWriteRaced(u32, u32, u64),
     }
 
     const PAGES: u32 = 48;
@@ -1152,7 +1172,8 @@ mod tests {
             2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskRead(p, b)),
             2 => (0..PAGES - 4, 0..BLOCKS - 4, 1u32..5)
                 .prop_map(|(p, b, n)| Op::DiskReadRun(p, b, n)),
-            2 => (p, 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
+            2 => (p.clone(), 0..BLOCKS).prop_map(|(p, b)| Op::DiskWrite(p, b)),
+            1 => (p, 0..BLOCKS, 1u64..5).prop_map(|(p, b, v)| Op::DiskWriteRaced(p, b, v)),
         ]
     }
 
@@ -1205,8 +1226,13 @@ mod tests {
                     }
                 }
                 Op::DiskWrite(p, b) => {
-                    sim.disk_write(p, b);
+                    sim.disk_write(p, b, None);
                     disk_model[b as usize] = model[p as usize];
+                }
+                Op::DiskWriteRaced(p, b, v) => {
+                    sim.disk_write(p, b, Some(v));
+                    disk_model[b as usize] = model[p as usize];
+                    model[p as usize] = v;
                 }
             }
             sim.check_blocks();
@@ -1410,7 +1436,7 @@ mod tests {
         );
         // The guest writes page 1's content to block 5: page 0 must keep the old content.
         sim.write(1, 99);
-        sim.disk_write(1, 5);
+        sim.disk_write(1, 5, None);
         assert_eq!(sim.disk[&5], 99);
         assert_eq!(sim.read(0), 55, "page 0 still holds what it read");
         // Page 1 mirrors block 5 now (written, then mapped).

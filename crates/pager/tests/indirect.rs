@@ -52,8 +52,8 @@ fn device_write(pager: &Pager, image: &std::fs::File, pages: &[(GuestAddress, u6
         let mut out = vec![0u8; PAGE];
         pager.read(d.addr, &mut out).unwrap();
         image.write_all_at(&out, d.block * PAGE as u64).unwrap();
+        pager.disk_write_done(0, std::slice::from_ref(d), d.block * PAGE as u64, &out);
     }
-    pager.disk_write_done(0, &rest);
     pager
         .disk_write_end(0, first * PAGE as u64, len, true)
         .unwrap();

@@ -89,7 +89,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         let mut out = vec![0u8; PAGE];
         pager.read(src, &mut out).unwrap();
         image.write_all_at(&out, b * PAGE as u64).unwrap();
-        pager.disk_write_done(0, &pages);
+        pager.disk_write_done(0, &pages, b * PAGE as u64, &out);
     }
     let refetches = pager.snapshot().counters.mapper_refetches;
     assert_eq!(
@@ -225,7 +225,7 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
             let mut out = vec![0u8; PAGE];
             pager.read(addr(p), &mut out).unwrap();
             image.write_all_at(&out, b * PAGE as u64).unwrap();
-            pager.disk_write_done(0, &pages);
+            pager.disk_write_done(0, &pages, b * PAGE as u64, &out);
             disk[ix(b)] = out;
         }
         // Every byte of every page, and of every block.

@@ -126,7 +126,7 @@ impl Guest {
         let mut out = vec![0u8; PAGE];
         self.pager.read(addr(p), &mut out).unwrap();
         self.image.write_all_at(&out, b * PAGE as u64).unwrap();
-        self.pager.disk_write_done(0, &pages);
+        self.pager.disk_write_done(0, &pages, b * PAGE as u64, &out);
         self.disk[ix(b)] = out;
     }
 
@@ -275,7 +275,9 @@ fn a_release_never_takes_the_limit_below_the_minimum() {
     // 32 MiB resident, no limit: 16 MiB above the 16 MiB minimum, so 4096 pages may go.
     let (g, _) = filled_with(4 * MIB, false);
     let r = g.pager.release_clean(BLOCKS).unwrap();
-    assert_eq!(r.released_pages + r.changed_pages, 4096);
+    // Candidates found changed are replaced by others: the release obtains all it may.
+    assert!(r.changed_pages > 0, "{r:?}");
+    assert_eq!(r.released_pages, 4096);
     assert_eq!(
         r.limit_bytes,
         Some(32 * MIB - r.released_pages * PAGE as u64)

@@ -435,7 +435,7 @@ impl Block {
                     }
                 }
                 io_time += t.elapsed();
-                self.ram.disk_write_done(self.index, &pages);
+                self.ram.disk_write_done(self.index, &pages, offset, buf);
             } else {
                 self.ram.disk_read_data(self.index, &pages, offset, buf);
             }
