@@ -12,9 +12,9 @@
 //! 3. a candidate a guest disk read (or write) left writable has its keyed digest compared with
 //!    the block's (`digest.rs`); one that differs was written by the guest, is an ordinary dirty
 //!    page from now on and stays (its next write costs one fault). If some differed, steps 1–3
-//!    run again for as many others (at most [`RELEASE_ROUNDS`] rounds): a guest that keeps
-//!    rewriting its files leaves many such candidates, and a release should still obtain what
-//!    it asked;
+//!    run again with others, each round checking at least as many as the rounds before it: a
+//!    guest that keeps rewriting its files leaves many such candidates (the pages its disk
+//!    writes made mirrors), and a release should still obtain what it asked;
 //! 4. the most recent of the unchanged ones, as many as the reclamation cache holds, are copied
 //!    into it (`released.rs`);
 //! 5. they are dropped with `MADV_DONTNEED`, one call per run, and recorded `OnDisk`: each
@@ -41,11 +41,6 @@ use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::takeover::Takeover;
-
-/// Rounds of choosing, protecting and checking candidates one release makes at most: a round
-/// that finds some candidates changed (a guest rewrote them since they came to mirror their
-/// blocks) is followed by one that chooses others in their place.
-const RELEASE_ROUNDS: usize = 8;
 
 /// What a release did: the API's [`ReleaseResult`](memvisor_api::ReleaseResult).
 pub type ReleaseOutcome = memvisor_api::ReleaseResult;
@@ -123,17 +118,22 @@ pub(crate) fn release_clean(
     let want = u32::try_from(n)
         .unwrap_or(u32::MAX)
         .min(base.saturating_sub(min));
-    // 1.–3. in rounds: candidates found changed stop mirroring, so the next round's are others.
+    // 1.–3. in rounds: candidates found changed stop mirroring, so the next round's are others;
+    // each round checks at least as many as all before it, so a release that meets many
+    // changed candidates (a guest rewriting its files) makes few rounds. Every round that goes
+    // on found a page changed (it leaves the mirrors) or passed one over: the rounds end.
     let busy = pages.in_flight.len();
     let mut drop_list: Vec<PageIdx> = Vec::new();
     let mut passed_over: Vec<PageIdx> = Vec::new();
-    for _ in 0..RELEASE_ROUNDS {
+    let mut checked = 0usize;
+    loop {
         let need = (want as usize).saturating_sub(drop_list.len());
         if need == 0 {
             break;
         }
+        let take = need.max(checked);
         // 1. The candidates, less a reclaim chunk's victims and those taken or passed over.
-        let asked = need + busy + drop_list.len() + passed_over.len();
+        let asked = take + busy + drop_list.len() + passed_over.len();
         let mut chosen = pages
             .table
             .pick_clean(u32::try_from(asked).unwrap_or(u32::MAX));
@@ -142,10 +142,11 @@ pub(crate) fn release_clean(
                 && drop_list.binary_search(p).is_err()
                 && passed_over.binary_search(p).is_err()
         });
-        chosen.truncate(need);
+        chosen.truncate(take);
         if chosen.is_empty() {
             break;
         }
+        checked += chosen.len();
         chosen.sort_unstable();
         split(&mut times.pick);
         // 2. Protected, so what is checked is what is dropped.
@@ -175,10 +176,16 @@ pub(crate) fn release_clean(
             pages.table.mirror_changed(p);
         }
         out.changed_pages += changed.len() as u64;
-        drop_list.extend(
-            kept.into_iter()
-                .filter(|p| changed.binary_search(p).is_err()),
-        );
+        let mut fine: Vec<PageIdx> = kept
+            .into_iter()
+            .filter(|p| changed.binary_search(p).is_err())
+            .collect();
+        // Beyond `need`, the unchanged ones stay: protected mirrors now, needing no digest.
+        for &p in fine.iter().skip(need) {
+            pages.table.mirror_protected(p);
+        }
+        fine.truncate(need);
+        drop_list.extend(fine);
         drop_list.sort_unstable();
         passed_over.extend(failed);
         passed_over.sort_unstable();

@@ -789,6 +789,15 @@ impl PageTable {
         self.digests.get(&p).copied()
     }
 
+    /// Mirrored page `p`, left writable with a digest, was write-protected and found unchanged
+    /// (and stays): it is a protected mirror now, as one refaulted from its block, with no
+    /// digest to check.
+    pub fn mirror_protected(&mut self, p: PageIdx) {
+        if let PageState::Mirrored(_) = self.state(p) {
+            self.digests.remove(&p);
+        }
+    }
+
     /// Reclaim found mirrored page `p` (write-protected now) changed since the read that filled
     /// it: the guest wrote it without a fault. It is an ordinary dirty page.
     pub fn mirror_changed(&mut self, p: PageIdx) {
