@@ -197,6 +197,14 @@ pub const CONFIGS: &[Config] = &[
         balloon: false,
         mechanisms: &["--mapper", "--victims", "hd2"],
     },
+    Config {
+        name: "memvisor-nolimit-hd2",
+        about: "memvisor, no limit (plain huge-page memory), with the Swap Mapper and HyperDealer2's reference-pattern detection recording every disk read (--mapper --victims hd2): what a VM under memvisor host runs until the host first needs its memory",
+        hv: Hv::Memvisor,
+        limit: Limit::None,
+        balloon: false,
+        mechanisms: &["--mapper", "--victims", "hd2"],
+    },
     // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.
     Config {
         name: "memvisor-tesseract",
@@ -436,6 +444,13 @@ mod tests {
             "--api-sock /s --pager full --balloon"
         );
         let twin = |n| find(n).unwrap().without_balloon().map(|c| c.name);
+        assert_eq!(
+            find("memvisor-nolimit-hd2")
+                .unwrap()
+                .run_flags(Some(100 << 20), &files)
+                .join(" "),
+            "--api-sock /s --pager full --mapper --victims hd2"
+        );
         assert_eq!(twin("qemu-fpr"), Some("qemu"));
         assert_eq!(twin("memvisor-nolimit-fpr"), Some("memvisor"));
         assert_eq!(twin("memvisor-fpr"), Some("memvisor-pager"));

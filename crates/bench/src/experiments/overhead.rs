@@ -78,6 +78,7 @@ pub fn experiment(scale: Scale) -> Experiment {
             "memvisor-pager",
             "memvisor-fpr",
             "memvisor-hd2",
+            "memvisor-nolimit-hd2",
         ],
         reference: "qemu",
         kind: Kind::Phases,
