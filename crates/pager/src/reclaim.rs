@@ -41,6 +41,16 @@ use crate::swapin::SwapIn;
 use crate::takeover::Takeover;
 use memvisor_devices::iobuf::IoBuf;
 
+/// How choosing a reclaim chunk's victims ended.
+enum Begin {
+    /// The chunk, to write.
+    Flight(Flight),
+    /// No victim to take.
+    Nothing,
+    /// Every victim was a mirror the guest had changed, kept this time: choose again.
+    Again,
+}
+
 /// A chunk between its decisions and its release: what step 3 needs.
 struct Flight {
     t0: Instant,
@@ -171,8 +181,10 @@ impl Reclaimer {
             }
             let n = (resident - low).min(core.batch);
             let flight = match self.reclaim_begin(core, &mut pages, n, buf) {
-                Ok(Some(f)) => f,
-                Ok(None) => return,
+                Ok(Begin::Flight(f)) => f,
+                // Every victim was a mirror the guest had changed: they are not any more.
+                Ok(Begin::Again) => continue,
+                Ok(Begin::Nothing) => return,
                 Err(e) => {
                     drop(pages);
                     self.reclaim_failed(core, e);
@@ -240,7 +252,7 @@ impl Reclaimer {
         pages: &mut Pages,
         n: u32,
         buf: &mut IoBuf,
-    ) -> std::io::Result<Option<Flight>> {
+    ) -> std::io::Result<Begin> {
         let t0 = Instant::now();
         let (cooled, victims) = pages.table.reclaim_victims(n, core.limit());
         // Victims that begin to cool are protected now, so a write takes them back out of the
@@ -255,7 +267,7 @@ impl Reclaimer {
             }
         }
         if victims.is_empty() {
-            return Ok(None);
+            return Ok(Begin::Nothing);
         }
         let victim_runs = core.map.region_runs(&victims);
         for &(first, n) in &victim_runs {
@@ -281,8 +293,13 @@ impl Reclaimer {
                 // would be dropped.
                 Counters::add(&core.counters.mirrors_checked, 1);
                 if core.digest.page(self.page(core, p)) != want {
+                    // The guest wrote it since (often a frame its page cache gave up, reused for
+                    // other data): in use, so it stays this time, an ordinary dirty page now and
+                    // protected, and another victim is taken in its place.
                     Counters::add(&core.counters.mirrors_changed, 1);
                     pages.table.mirror_changed(p);
+                    stay.push(p);
+                    continue;
                 }
             }
             let dirty = matches!(pages.table.state(p), PageState::Resident { clean: None });
@@ -302,6 +319,10 @@ impl Reclaimer {
                 }
             }
             decided.push((p, d));
+        }
+        if decided.is_empty() {
+            stay.iter().for_each(|&p| pages.table.kept(p));
+            return Ok(Begin::Again);
         }
         let (victims, victim_runs) = if stay.is_empty() {
             (victims, victim_runs)
@@ -330,7 +351,7 @@ impl Reclaimer {
             out[k * PAGE_SIZE..(k + 1) * PAGE_SIZE].copy_from_slice(page);
         }
         pages.in_flight = victims;
-        Ok(Some(Flight {
+        Ok(Begin::Flight(Flight {
             t0,
             victim_runs,
             decided,

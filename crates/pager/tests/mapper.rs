@@ -249,9 +249,10 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
         c.mirrors_checked > 0 && c.mirrors_changed > 0,
         "reclaim checked mirrors and found changed ones: {c:?}"
     );
+    // Changed ones stay resident when reclaim finds them (in use), so unchanged ones go first.
     assert!(
-        c.reclaimed_mirrored > 0 && c.faults_image > 0 && c.reclaimed_written > 0,
-        "unchanged mirrors were dropped and refaulted, changed ones written: {c:?}"
+        c.reclaimed_mirrored > 0 && c.faults_image > 0,
+        "unchanged mirrors were dropped and refaulted: {c:?}"
     );
     assert_eq!(vcpus.paused(), None, "no page move failed");
 }
