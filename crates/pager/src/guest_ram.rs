@@ -182,6 +182,14 @@ impl DeviceAccess<'_> {
     }
 }
 
+/// The bytes of block `ib` in `data`, which holds its disk from byte `offset` on, if they are
+/// there whole.
+fn block_bytes(ib: ImageBlock, offset: u64, data: &[u8]) -> Option<&[u8]> {
+    let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
+    let at = usize::try_from(at).ok()?;
+    data.get(at..at.checked_add(PAGE_SIZE)?)
+}
+
 impl GuestRam for DeviceAccess<'_> {
     fn mem(&self) -> &GuestMem {
         &self.core.mem
@@ -243,7 +251,7 @@ impl GuestRam for DeviceAccess<'_> {
 
     fn disk_read_data(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {
         // The digests are of what the disk holds, taken before the page lock: a guest write to
-        // a page since it was filled makes it differ, and reclaim then writes it out.
+        // a page since it was filled makes it differ, and reclaim then finds it changed.
         // A block read before and not written since keeps its digest (`BlockDigests`).
         let s = self.core;
         if !s.mech.mapper {
@@ -256,9 +264,7 @@ impl GuestRam for DeviceAccess<'_> {
                 .disk_pages(disk, pages)
                 .into_iter()
                 .filter_map(|(p, ib)| {
-                    let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
-                    let at = usize::try_from(at).ok()?;
-                    let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
+                    let block = block_bytes(ib, offset, data)?;
                     Some((p, ib, known.of_block(&s.digest, disk, ib.block, block)))
                 })
                 .collect();
@@ -400,12 +406,7 @@ impl GuestRam for DeviceAccess<'_> {
         let written: Vec<_> = self
             .disk_pages(disk, pages)
             .into_iter()
-            .filter_map(|(p, ib)| {
-                let at = (u64::from(ib.block) * PAGE_SIZE as u64).checked_sub(offset)?;
-                let at = usize::try_from(at).ok()?;
-                let block = data.get(at..at.checked_add(PAGE_SIZE)?)?;
-                Some((p, ib, s.digest.page(block)))
-            })
+            .filter_map(|(p, ib)| Some((p, ib, s.digest.page(block_bytes(ib, offset, data)?))))
             .collect();
         let mut state = self.reclaim.lock_settled(s);
         for (p, ib, w) in written {
