@@ -164,12 +164,37 @@ fn listener_name(l: &TcpListener) -> String {
         .map_or_else(|_| "tcp".to_owned(), |a| a.to_string())
 }
 
-/// Removes the socket file when dropped.
-pub struct SocketFile(pub PathBuf);
+/// The socket file a server bound, removed when dropped if the path still names that socket:
+/// another server may have found it stale and bound its own there since (a VMM still shutting
+/// down while a new one starts on the same path), and that one must keep its socket.
+pub struct SocketFile {
+    path: PathBuf,
+    /// The bound socket's device, inode and change time (an inode number may be reused at once
+    /// when a file is replaced; two sockets bound on one path within a tick of the file clock
+    /// on a reused inode look the same, and the older one's end removes the newer).
+    id: Option<(u64, u64, i64, i64)>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+impl SocketFile {
+    /// The socket just bound at `path` ([`bind`]).
+    pub fn new(path: PathBuf) -> SocketFile {
+        let id = file_id(&path);
+        SocketFile { path, id }
+    }
+}
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -195,4 +220,29 @@ pub fn ok(v: &impl serde::Serialize) -> (u16, String) {
 /// The answer to a request that did not parse: its status with `{"error": ...}`.
 pub fn refuse(e: &crate::RequestError) -> (u16, String) {
     error(e.status, &e.message)
+}
+
+#[cfg(test)]
+mod socket_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_file_removes_only_its_own_socket() {
+        let dir = std::env::temp_dir().join(format!("memvisor-sockfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("api.sock");
+        let first = bind(&path).unwrap();
+        let owner = SocketFile::new(path.clone());
+        // The first server stops listening; a second finds the file stale and binds its own
+        // (a clock tick later: file times are coarse, and the inode number may be reused).
+        drop(first);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let _second = bind(&path).unwrap();
+        let newer = SocketFile::new(path.clone());
+        drop(owner);
+        assert!(path.exists(), "the second server's socket stays");
+        drop(newer);
+        assert!(!path.exists(), "and goes with it");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -40,7 +40,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
     config.prepare_state_dir()?;
     let listener = memvisor_api::server::bind(&config.api_sock)
         .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
-    let _socket = memvisor_api::server::SocketFile(config.api_sock.clone());
+    let _socket = memvisor_api::server::SocketFile::new(config.api_sock.clone());
     let metrics = match config.metrics_addr {
         None => None,
         Some(addr) => {

@@ -420,7 +420,7 @@ impl Vm {
                         sharing: config.sharing,
                     },
                 )),
-                Some(memvisor_api::server::SocketFile(path.clone())),
+                Some(memvisor_api::server::SocketFile::new(path.clone())),
             ),
             None => (None, None),
         };
