@@ -969,11 +969,17 @@ min = "600M"
     );
 }
 
-/// Waits until `name`'s VMM counts at least `pages` pages that mirror a disk block.
+/// Waits until `name`'s VMM has counted at least `pages` pages that mirror a disk block: those
+/// mirroring now and those already released (on a loaded machine the other VM may grow, and
+/// the host balance, before the guest has read all its file).
 fn wait_mirrored(vm: &HostVm, pages: u64) {
     let vmm = memvisor_api::VmClient::new(Path::new(&vm.api_sock));
     let t = Instant::now();
-    while ok(vmm.stats()).pager.map_or(0, |p| p.pages.mirrored_pages) < pages {
+    while ok(vmm.stats())
+        .pager
+        .map_or(0, |p| p.pages.mirrored_pages + p.counters.released_pages)
+        < pages
+    {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "{}: no page cache",
