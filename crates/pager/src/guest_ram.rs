@@ -402,23 +402,22 @@ impl GuestRam for DeviceAccess<'_> {
         if !s.mech.mapper {
             return;
         }
-        // The digests of what the device wrote, from its buffer, before the page lock.
-        let written: Vec<_> = self
-            .disk_pages(disk, pages)
-            .into_iter()
-            .filter_map(|(p, ib)| Some((p, ib, s.digest.page(block_bytes(ib, offset, data)?))))
-            .collect();
         let mut state = self.reclaim.lock_settled(s);
-        for (p, ib, w) in written {
+        for (p, ib) in self.disk_pages(disk, pages) {
+            // Only the sources recorded as pending (none before the takeover) are digested:
+            // what the device wrote, from its buffer, and what the page holds now.
             if !state.table.write_pending(p, ib) || !is_resident(state.table.state(p)) {
                 continue;
             }
+            let Some(block) = block_bytes(ib, offset, data) else {
+                continue;
+            };
             // SAFETY: `p` is resident and the page lock is held, so it stays mapped while it is
             // read; it lies in a live guest RAM mapping. A guest write racing the read makes
             // the digests differ (no mirror) or is caught by the digest at reclaim.
             let page = unsafe { std::slice::from_raw_parts(s.map.host(p) as *const u8, PAGE_SIZE) };
-            let now = s.digest.page(page);
-            state.table.disk_write_done(p, ib, w, now);
+            let (written, now) = (s.digest.page(block), s.digest.page(page));
+            state.table.disk_write_done(p, ib, written, now);
         }
     }
 

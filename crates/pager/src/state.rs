@@ -74,11 +74,12 @@ pub struct PageTable {
     pages: Vec<PageState>,
     /// For each image block, the pages that mirror it or were dropped relying on it.
     by_block: KeyedMap<ImageBlock, smallvec::SmallVec<[PageIdx; 2]>>,
-    /// Pages a device is writing to disk, protected, that will mirror the blocks once the
-    /// write lands unless the guest writes them first.
+    /// Pages a device is writing to disk, left writable, that will mirror the blocks once the
+    /// write lands if they still hold what was written.
     pending: KeyedMap<PageIdx, ImageBlock>,
-    /// Mirrored pages a guest disk read filled, left writable: the digest of the block's
-    /// content. Such a page mirrors its block only if its content still has this digest.
+    /// Mirrored pages a guest disk read filled or a guest disk write was made from, left
+    /// writable: the digest of the block's content. Such a page mirrors its block only if its
+    /// content still has this digest.
     digests: KeyedMap<PageIdx, Digest>,
     pub blocks: BlockMap,
     pub victims: Victims,
