@@ -306,12 +306,23 @@ pub const DEFAULT_RELEASE_CACHE: u64 = 4 << 20;
 /// Checks the size of a VM's reclamation cache (HyperDealer2 §4.2, docs/hd2.md) for a VM of
 /// `mem` bytes: whole 4 KiB pages, at most the VM's memory (0: no cache).
 pub fn check_release_cache(bytes: u64, mem: u64) -> Result<(), String> {
+    check_guest_pages(bytes, mem, "the cache holds released guest pages")
+}
+
+/// Checks how much of a VM of `mem` bytes is kept ready for instant release (`--release-ready`,
+/// `release_ready`, docs/hd2.md): whole 4 KiB pages, at most the VM's memory (0: none).
+pub fn check_release_ready(bytes: u64, mem: u64) -> Result<(), String> {
+    check_guest_pages(bytes, mem, "those are guest pages")
+}
+
+/// `bytes` is whole 4 KiB pages, at most `mem`; `why` says what the pages are.
+fn check_guest_pages(bytes: u64, mem: u64, why: &str) -> Result<(), String> {
     if bytes % PAGE != 0 {
         return Err(format!("{bytes} is not a whole number of 4 KiB pages"));
     }
     if bytes > mem {
         return Err(format!(
-            "{bytes} is more than the VM's {mem} bytes of memory (the cache holds released guest pages)"
+            "{bytes} is more than the VM's {mem} bytes of memory ({why})"
         ));
     }
     Ok(())
@@ -393,6 +404,11 @@ pub struct VmSpec {
     /// 4M; 0: none).
     #[serde(with = "size::option", default)]
     pub release_cache: Option<u64>,
+    /// Bytes of the first release candidates kept write-protected and checked in the
+    /// background, so an instant release only drops them (`--release-ready`; needs `mapper`;
+    /// default 0: none).
+    #[serde(with = "size::option", default)]
+    pub release_ready: Option<u64>,
     /// The pager's mode, `full` or `baseline` (`--pager`; default full). A host needs the
     /// pager, so `off` is not offered.
     #[serde(default)]
@@ -528,6 +544,18 @@ impl VmSpec {
             check_release_cache(c, self.mem)
                 .map_err(|e| ("release_cache", format!("vm '{n}': release_cache {e}")))?;
         }
+        if let Some(r) = self.release_ready {
+            check_release_ready(r, self.mem)
+                .map_err(|e| ("release_ready", format!("vm '{n}': release_ready {e}")))?;
+            if r > 0 && !self.mapper {
+                return Err((
+                    "release_ready",
+                    format!(
+                        "vm '{n}': release_ready keeps pages that mirror disk blocks ready: it needs mapper = true"
+                    ),
+                ));
+            }
+        }
         match self.victims.as_deref() {
             None | Some("random" | "clock") => {}
             Some("hd2" | "hd2-whole") if !self.mapper => {
@@ -607,6 +635,9 @@ impl VmSpec {
         }
         if let Some(c) = self.release_cache {
             a.extend(["--release-cache".to_owned(), c.to_string()]);
+        }
+        if let Some(r) = self.release_ready {
+            a.extend(["--release-ready".to_owned(), r.to_string()]);
         }
         if let Some(p) = &self.pager {
             a.extend(["--pager".to_owned(), p.clone()]);

@@ -413,6 +413,9 @@ pager_counters! {
     release_us,
     /// Released pages that came back: a fault, or a guest disk read of their block.
     released_refaults,
+    /// Candidates checked ahead of a release (`--release-ready`): write-protected and compared
+    /// with their digests in the background, so a release only drops them.
+    release_ready_checked,
     /// Refaults served from the reclamation cache, with no disk read.
     reclamation_cache_hits,
 }

@@ -275,6 +275,11 @@ pub struct RunArgs {
     /// --mem; 0: none.
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     pub release_cache: u64,
+    /// Keep this much of the first release candidates (in --victims order) write-protected and
+    /// checked in the background, so an instant release only drops them (needs --mapper). A
+    /// guest write to such a page costs one fault. Whole 4K pages, at most --mem; 0: none.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub release_ready: u64,
     /// When the limit rises, bring swapped pages back `proactive`ly in batches (pooled first,
     /// most recent first, then the swap file's in block order), or only as the guest `faults`
     /// on them (default: proactive with a pool, faults without).
@@ -406,6 +411,7 @@ mod tests {
             victim_cache: 10,
             victims: Some("clock".into()),
             release_cache: Some(8 << 20),
+            release_ready: Some(40 << 20),
             pager: Some("full".into()),
             sharing: Some("host".into()),
         };
@@ -428,6 +434,7 @@ mod tests {
         assert_eq!(r.victim_cache, 10);
         assert_eq!(r.victims, VictimArg::Clock);
         assert_eq!(r.release_cache, 8 << 20);
+        assert_eq!(r.release_ready, 40 << 20);
         assert_eq!(r.pager, PagerMode::Full);
         assert_eq!(r.sharing, SharingArg::Host);
     }

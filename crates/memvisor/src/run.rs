@@ -185,6 +185,15 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
     if let Err(e) = memvisor_api::spec::check_release_cache(args.release_cache, args.mem) {
         return bad(format!("--release-cache {e}"));
     }
+    if let Err(e) = memvisor_api::spec::check_release_ready(args.release_ready, args.mem) {
+        return bad(format!("--release-ready {e}"));
+    }
+    if args.release_ready > 0 && !args.mapper {
+        return bad(
+            "--release-ready keeps pages that mirror disk blocks ready: it needs the Swap Mapper (--mapper)"
+                .into(),
+        );
+    }
     if let Err(e) = memvisor_api::spec::check_chunk_size(args.pool_chunk) {
         return bad(format!("--pool-chunk {e}"));
     }
@@ -284,6 +293,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         }) == SwapIn::Proactive,
         sharing: a.sharing == SharingArg::Host,
         release_cache: a.release_cache,
+        release_ready: a.release_ready,
         indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
             max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
             keep: a.keep_indirections,

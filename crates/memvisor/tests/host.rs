@@ -211,6 +211,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         tesseract_defrag: None,
         victim_cache: 0,
         release_cache: None,
+        release_ready: None,
         victims: Some("clock".into()),
         pager: Some("baseline".into()),
         sharing: None,

@@ -76,6 +76,10 @@ pub struct PagerConfig {
     /// pages instant release took most recently, kept in host memory so their refaults are
     /// copies (0: none). Rounded down to whole pages.
     pub release_cache: u64,
+    /// Bytes of the first release candidates kept write-protected and checked by a
+    /// `release-ready` thread, so a release only drops them (`release.rs`; 0: none; needs the
+    /// Swap Mapper). Rounded down to whole pages.
+    pub release_ready: u64,
 }
 
 /// The reclamation cache's size when none is given (4 MiB: 1,024 pages).

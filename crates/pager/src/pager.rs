@@ -221,6 +221,14 @@ impl Pager {
                 })
                 .map_err(PagerError::Thread)?;
         }
+        let ready = u32::try_from(config.release_ready / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+        if ready > 0 && mech.mapper {
+            let c = core.clone();
+            std::thread::Builder::new()
+                .name("release-ready".into())
+                .spawn(move || c.ready_thread(ready))
+                .map_err(PagerError::Thread)?;
+        }
         if config.indirections.is_some_and(|c| c.defrag.is_some()) {
             let d = core.clone();
             std::thread::Builder::new()
@@ -461,6 +469,21 @@ impl GuestRam for Pager {
 }
 
 impl PagerCore {
+    /// Release readiness (`release.rs`, [`crate::release::make_ready`]): every
+    /// [`READY_PERIOD`](crate::release::READY_PERIOD), the first `ready` candidates checked
+    /// ahead of a release. A panic ends only this thread (releases then check for themselves).
+    fn ready_thread(&self, ready: u32) {
+        let mut generation = u64::MAX;
+        loop {
+            std::thread::sleep(crate::release::READY_PERIOD);
+            let run = || crate::release::make_ready(self, ready, &mut generation);
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+                tracing::error!("pager: the release-ready thread panicked; releases check for themselves");
+                return;
+            }
+        }
+    }
+
     /// Tesseract's defragmentation: batches of indirected blocks copied back into the images
     /// (guest-disk), or one guest write's indirections at a time grouped in the swap file
     /// (swap-file), with a pause between batches so the guest's own I/O goes first; a failed

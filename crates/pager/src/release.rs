@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use memvisor_devices::ram::{dontneed, GuestRange};
 
-use crate::core::{limit_to_bytes, PagerCore, PagerError, MIN_LIMIT};
+use crate::core::{limit_to_bytes, Pages, PagerCore, PagerError, MIN_LIMIT};
 use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
@@ -49,7 +49,6 @@ pub type ReleaseOutcome = memvisor_api::ReleaseResult;
 #[derive(Debug, Default)]
 struct Times {
     pick: u64,
-    protect: u64,
     check: u64,
     cache: u64,
     drop: u64,
@@ -70,6 +69,62 @@ fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<Page
         })
         .map(|&(p, _)| p)
         .collect()
+}
+
+/// What [`protect_and_check`] found.
+struct Checked {
+    /// Protected and unchanged: protected mirrors now, with no digest left to check.
+    unchanged: Vec<PageIdx>,
+    /// Found changed by the guest: ordinary dirty pages now (still protected).
+    changed: usize,
+    /// Could not be protected, so not checked; as they were.
+    unprotected: Vec<PageIdx>,
+}
+
+/// Steps 2–3 for `chosen` (sorted; resident mirrors, none in a reclaim chunk in flight), under
+/// the page lock held by the caller: those a guest disk read or write left writable (they carry
+/// a digest) are write-protected, one ioctl per run of neighbours, then compared with their
+/// digests; the others have been protected since they came to hold their blocks. From then on a
+/// guest or device write to an unchanged one faults and ends the mirror.
+fn protect_and_check(core: &PagerCore, pages: &mut Pages, chosen: Vec<PageIdx>) -> Checked {
+    let (to_check, mut unchanged): (Vec<PageIdx>, Vec<PageIdx>) = chosen
+        .into_iter()
+        .partition(|&p| pages.table.mirror_digest(p).is_some());
+    let mut failed: Vec<(PageIdx, u32)> = Vec::new();
+    for (first, k) in core.map.region_runs(&to_check) {
+        if let Err(e) = core
+            .uffd
+            .write_protect(core.map.host(first), k as usize * PAGE_SIZE)
+        {
+            tracing::warn!("pager: cannot protect mirrors {first}+{k}: {e}");
+            failed.push((first, k));
+        }
+    }
+    let (to_check, unprotected): (Vec<PageIdx>, Vec<PageIdx>) = to_check
+        .into_iter()
+        .partition(|&p| !failed.iter().any(|&(f, k)| p >= f && p < f + k));
+    let to_check: Vec<(PageIdx, Digest)> = to_check
+        .into_iter()
+        .filter_map(|p| Some((p, pages.table.mirror_digest(p)?)))
+        .collect();
+    let changed = changed_mirrors(core, &to_check);
+    Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
+    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
+    for &p in &changed {
+        pages.table.mirror_changed(p);
+    }
+    for &(p, _) in &to_check {
+        if changed.binary_search(&p).is_err() {
+            pages.table.mirror_protected(p);
+            unchanged.push(p);
+        }
+    }
+    unchanged.sort_unstable();
+    Checked {
+        unchanged,
+        changed: changed.len(),
+        unprotected,
+    }
 }
 
 /// Releases up to `n` clean pages (see the module doc). `n` must be 1 to the VM's page count;
@@ -149,48 +204,20 @@ pub(crate) fn release_clean(
         checked += chosen.len();
         chosen.sort_unstable();
         split(&mut times.pick);
-        // 2. Protected, so what is checked is what is dropped.
-        let mut unprotected: Vec<(PageIdx, u32)> = Vec::new();
-        for (first, k) in core.map.region_runs(&chosen) {
-            if let Err(e) = core
-                .uffd
-                .write_protect(core.map.host(first), k as usize * PAGE_SIZE)
-            {
-                tracing::warn!("pager: release cannot protect pages {first}+{k}: {e}");
-                unprotected.push((first, k));
-            }
-        }
-        split(&mut times.protect);
-        // 3. Checked: a mirror left writable must still hold its block.
-        let (kept, failed): (Vec<PageIdx>, Vec<PageIdx>) = chosen
-            .into_iter()
-            .partition(|&p| !unprotected.iter().any(|&(f, k)| p >= f && p < f + k));
-        let to_check: Vec<(PageIdx, Digest)> = kept
-            .iter()
-            .filter_map(|&p| Some((p, pages.table.mirror_digest(p)?)))
-            .collect();
-        let changed = changed_mirrors(core, &to_check);
-        Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
-        Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
-        for &p in &changed {
-            pages.table.mirror_changed(p);
-        }
-        out.changed_pages += changed.len() as u64;
-        let mut fine: Vec<PageIdx> = kept
-            .into_iter()
-            .filter(|p| changed.binary_search(p).is_err())
-            .collect();
-        // Beyond `need`, the unchanged ones stay: protected mirrors now, needing no digest.
-        for &p in fine.iter().skip(need) {
-            pages.table.mirror_protected(p);
-        }
+        // 2.–3. Protected, so what is checked is what is dropped; checked.
+        let checked_now = protect_and_check(core, &mut pages, chosen);
+        out.changed_pages += checked_now.changed as u64;
+        let mut fine = checked_now.unchanged;
+        let failed = checked_now.unprotected;
+        let changed = checked_now.changed;
+        // Beyond `need`, the unchanged ones stay, protected mirrors now.
         fine.truncate(need);
         drop_list.extend(fine);
         drop_list.sort_unstable();
         passed_over.extend(failed);
         passed_over.sort_unstable();
         split(&mut times.check);
-        if changed.is_empty() {
+        if changed == 0 {
             break;
         }
     }
@@ -260,16 +287,64 @@ pub(crate) fn release_clean(
     Counters::add(&core.counters.release_changed, out.changed_pages);
     Counters::add(&core.counters.release_us, out.micros);
     tracing::debug!(
-        "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting {} \
-         us, checking {} us, copying to the reclamation cache {} us, dropping {} us",
+        "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting \
+         and checking {} us, copying to the reclamation cache {} us, dropping {} us",
         out.released_pages,
         out.changed_pages,
         out.micros,
         times.pick,
-        times.protect,
         times.check,
         times.cache,
         times.drop
     );
     Ok(out)
+}
+
+/// Pages made ready in one hold of the page lock, so a guest fault waits at most that long.
+const READY_CHUNK: usize = 256;
+
+/// How often [`make_ready`] looks for new candidates.
+pub(crate) const READY_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Release readiness (`--release-ready`): steps 1–3 done ahead of a release, so that the
+/// release itself only copies and drops (steps 4–6). Of the first `ready` candidates in the
+/// victim order, those a guest disk read or write left writable are write-protected and
+/// checked now, [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock; each
+/// is checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
+/// victim cache), since the lock was let go in between. Nothing is done while no mirror has
+/// been recorded or has left since the last call (`generation`, updated). Returns the pages
+/// checked.
+///
+/// The price: a guest write to a page made ready faults once (and ends the mirror), as every
+/// write to a mirrored page refaulted from its block does.
+pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> u64 {
+    let todo: Vec<PageIdx> = {
+        let mut pages = core.lock();
+        let now = pages.table.mirror_generation();
+        if !core.mech.mapper || !pages.attached || now == *generation {
+            return 0;
+        }
+        *generation = now;
+        let mut v = pages.table.pick_clean(ready);
+        v.retain(|&p| pages.table.mirror_digest(p).is_some());
+        v.sort_unstable();
+        v
+    };
+    let mut checked = 0;
+    for chunk in todo.chunks(READY_CHUNK) {
+        let mut pages = core.lock();
+        let chosen: Vec<PageIdx> = chunk
+            .iter()
+            .copied()
+            .filter(|&p| {
+                pages.table.mirror_digest(p).is_some()
+                    && pages.table.victims.is_candidate(p)
+                    && pages.in_flight.binary_search(&p).is_err()
+            })
+            .collect();
+        checked += chosen.len() as u64;
+        protect_and_check(core, &mut pages, chosen);
+    }
+    Counters::add(&core.counters.release_ready_checked, checked);
+    checked
 }

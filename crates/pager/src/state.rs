@@ -81,6 +81,9 @@ pub struct PageTable {
     /// writable: the digest of the block's content. Such a page mirrors its block only if its
     /// content still has this digest.
     digests: KeyedMap<PageIdx, Digest>,
+    /// Changes of the mirrors: one more for each page that comes to mirror a block, stops
+    /// mirroring, or gets a digest ([`Self::mirror_generation`]).
+    mirror_generation: u64,
     pub blocks: BlockMap,
     pub victims: Victims,
     /// HyperDealer2's reference patterns of the mirrored pages (`pattern.rs`), kept with the
@@ -176,6 +179,7 @@ impl PageTable {
             by_block: KeyedMap::default(),
             pending: KeyedMap::default(),
             digests: KeyedMap::default(),
+            mirror_generation: 0,
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
             patterns: Patterns::new(if mech.mapper { pages } else { 0 }),
@@ -265,6 +269,9 @@ impl PageTable {
         }
         self.pages[p as usize] = s;
         self.census.moved(old, s);
+        if matches!(old, PageState::Mirrored(_)) || matches!(s, PageState::Mirrored(_)) {
+            self.mirror_generation += 1;
+        }
         // A digest is set after the state, by the one caller that records one.
         self.digests.remove(&p);
         for w in &mut self.watched {
@@ -779,8 +786,16 @@ impl PageTable {
         self.pending.remove(&p);
         self.set(p, PageState::Mirrored(ib));
         self.digests.insert(p, digest);
+        self.mirror_generation += 1;
         // A read landing in it is a use the pager sees, as a fault-in is (for clock).
         self.victims.touch(p);
+    }
+
+    /// A number that changes whenever a page comes to mirror a block, stops mirroring, or is
+    /// left writable with a digest: what release readiness (`release.rs`) looks at to know
+    /// whether there may be new candidates to check.
+    pub fn mirror_generation(&self) -> u64 {
+        self.mirror_generation
     }
 
     /// The digest mirrored page `p` must still have to mirror its block, if it was left
@@ -864,6 +879,7 @@ impl PageTable {
             }
             self.set(p, PageState::Mirrored(ib));
             self.digests.insert(p, written);
+            self.mirror_generation += 1;
             if self.victims.is_cooling(p) {
                 self.victims.cache_caught += 1;
             }

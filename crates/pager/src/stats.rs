@@ -93,6 +93,8 @@ pub struct Counters {
     pub release_us: AtomicU64,
     /// Released pages that came back.
     pub released_refaults: AtomicU64,
+    /// Candidates protected and checked ahead of a release (`--release-ready`).
+    pub release_ready_checked: AtomicU64,
     /// Refaults of released pages served from the reclamation cache.
     pub reclamation_cache_hits: AtomicU64,
 }
@@ -164,6 +166,7 @@ impl Counters {
             release_changed,
             release_us,
             released_refaults,
+            release_ready_checked,
             reclamation_cache_hits,
         } = self;
         PagerCounters {
@@ -211,6 +214,7 @@ impl Counters {
             release_changed: get(release_changed),
             release_us: get(release_us),
             released_refaults: get(released_refaults),
+            release_ready_checked: get(release_ready_checked),
             reclamation_cache_hits: get(reclamation_cache_hits),
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
-use memvisor_pager::{NoVcpus, Pager, PagerError};
+use memvisor_pager::{NoVcpus, Pager, PagerConfig, PagerError, VictimPolicy};
 use vm_memory::{Bytes, GuestAddress};
 
 mod common;
@@ -64,12 +64,17 @@ struct Guest {
 
 impl Guest {
     fn new(release_cache: u64) -> Guest {
+        Guest::with(|c| c.release_cache = release_cache)
+    }
+
+    /// A guest whose pager has `common::config` with `set` applied.
+    fn with(set: impl FnOnce(&mut PagerConfig)) -> Guest {
         let dir = tempfile::tempdir().unwrap();
         let image_path = dir.path().join("disk.img");
         let image = common::image(&image_path, BLOCKS, word_page);
         let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), ix(PAGES) * PAGE)]).unwrap());
         let mut config = common::config(dir.path(), true);
-        config.release_cache = release_cache;
+        set(&mut config);
         let vcpus = Arc::new(NoVcpus::default());
         let pager = Pager::start(mem.clone(), &config, vcpus.clone(), |why| {
             panic!("the pager failed: {why}")
@@ -385,4 +390,69 @@ fn releases_racing_the_guest_lose_nothing() {
     );
     assert!(s.counters.reclamation_cache_hits > 0);
     assert_eq!(g.vcpus.paused(), None);
+}
+
+/// The pager's counters once its release-ready thread has had nothing new to check for three
+/// of its periods (at most 20 s).
+fn ready_settled(g: &Guest) -> memvisor_api::PagerCounters {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = (u64::MAX, std::time::Instant::now());
+    loop {
+        let k = g.pager.snapshot().counters;
+        if k.release_ready_checked != last.0 {
+            last = (k.release_ready_checked, std::time::Instant::now());
+        } else if k.release_ready_checked > 0 && last.1.elapsed() > Duration::from_millis(300) {
+            return k;
+        }
+        assert!(std::time::Instant::now() < deadline, "not made ready: {k:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mirror() {
+    // Taken over from the start (a limit), clock victims, 16 MiB (4,096 pages) kept ready.
+    let mut g = Guest::with(|c| {
+        c.limit = Some(PAGES * PAGE as u64);
+        c.policy = VictimPolicy::Clock;
+        c.release_ready = 16 * MIB;
+    });
+    for p in 0..BLOCKS {
+        g.disk_read(p, p);
+        if p % 16 == 5 {
+            g.write_word(p, p % 512, 0xdead_0000 | p);
+        }
+    }
+    // The first 4,096 unchanged mirrors of the clock order (the first pages read) are checked
+    // in the background, and each one found changed is replaced by the next: the first m pages
+    // are checked, m - m/16 = 4,096.
+    let ready = ready_settled(&g);
+    let m = (0..BLOCKS).find(|m| m - (m + 10) / 16 == 4096).unwrap();
+    let written = (m + 10) / 16;
+    assert_eq!(ready.release_ready_checked, m, "{ready:?}");
+    assert_eq!(ready.mirrors_checked, m);
+    assert_eq!(ready.mirrors_changed, written, "the guest's writes were found");
+    assert_eq!(g.pager.snapshot().pages.mirrored_pages, BLOCKS - written);
+
+    // A write to a page made ready faults once and ends its mirror; the guest sees its write.
+    g.write_word(7, 3, 0xfeed);
+    g.check(7);
+    let s = g.pager.snapshot();
+    assert!(s.counters.write_faults >= 1, "{:?}", s.counters);
+    assert!(s.pages.mirrored_pages < BLOCKS - written);
+
+    // A release of what is ready checks nothing: it only drops. (The thread goes on topping
+    // up what is ready, each check counted as done ahead.)
+    let r = g.pager.release_clean(3000).unwrap();
+    assert_eq!((r.released_pages, r.changed_pages), (3000, 0), "{r:?}");
+    let k = ready_settled(&g);
+    assert_eq!(
+        k.mirrors_checked, k.release_ready_checked,
+        "every digest was compared ahead of the release"
+    );
+    assert!(k.release_ready_checked > ready.release_ready_checked, "topped up: {k:?}");
+
+    // Everything comes back byte for byte, from the reclamation cache or the image.
+    g.check_all();
+    assert_eq!(g.pager.snapshot().counters.released_refaults, 3000);
 }

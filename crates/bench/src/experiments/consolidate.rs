@@ -383,6 +383,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, disk: &str) -> VmSpec {
         tesseract_defrag: None,
         victim_cache: 0,
         release_cache: None,
+        release_ready: None,
         victims: hd2.map(Into::into),
         pager: baseline.then(|| "baseline".into()),
         sharing: sharing.then(|| "host".into()),

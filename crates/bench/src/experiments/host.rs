@@ -61,6 +61,7 @@ pub(super) fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: 
         tesseract_defrag: None,
         victim_cache: 0,
         release_cache: None,
+        release_ready: None,
         victims: None,
         pager: None,
         sharing: None,

@@ -26,27 +26,39 @@ pub struct Method {
     pub qemu: bool,
     /// `VmClient::release` (HyperDealer2); otherwise the balloon.
     pub release: bool,
+    /// The victims keep as many candidates ready as the largest amount (`--release-ready`).
+    pub ready: bool,
     pub about: &'static str,
 }
 
 /// The methods, in the order of the report.
-pub const METHODS: [Method; 3] = [
+pub const METHODS: [Method; 4] = [
     Method {
         name: "hd2",
         qemu: false,
         release: true,
-        about: "memvisor with the Swap Mapper, `PUT /memory/release` of N pages: the pager drops clean page-cache pages that mirror disk blocks, without the guest (HyperDealer2's instant release); on several victims, one after another, as the host does",
+        ready: false,
+        about: "memvisor with the Swap Mapper, `PUT /memory/release` of N pages: the pager drops clean page-cache pages that mirror disk blocks, without the guest (HyperDealer2's instant release), protecting and checking them first; on several victims, one after another, as the host does",
+    },
+    Method {
+        name: "hd2-ready",
+        qemu: false,
+        release: true,
+        ready: true,
+        about: "as hd2, with `--release-ready` as large as the largest amount: each victim's pager protects and checks its first candidates in the background, so a release only copies and drops them",
     },
     Method {
         name: "balloon",
         qemu: false,
         release: false,
+        ready: false,
         about: "memvisor with the Swap Mapper, its virtio-balloon: `PUT /balloon` to what it holds + N pages, timed until `GET /stats` shows the driver holding them; on several victims, all at once",
     },
     Method {
         name: "qemu-balloon",
         qemu: true,
         release: false,
+        ready: false,
         about: "QEMU microvm's `virtio-balloon-device`: QMP `balloon` to guest RAM − (held + N pages), timed until `query-balloon` shows it; on several victims, all at once (QEMU has no instant release)",
     },
 ];

@@ -186,8 +186,10 @@ fn ratios(s: &mut String, setup: &Setup, points: &[Point]) {
                 v.push((m, q));
             }
         }
-        if let (Some(h), Some(b)) = (find("hd2"), find("balloon")) {
-            v.push((h, b));
+        if let Some(b) = find("balloon") {
+            for h in setup.methods.iter().copied().filter(|m| m.release) {
+                v.push((h, b));
+            }
         }
         v
     };

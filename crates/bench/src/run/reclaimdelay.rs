@@ -132,6 +132,10 @@ fn start(
         ])
         .args(["--sample-pages", "0", "--api-sock"])
         .arg(&sock);
+        if m.ready {
+            let most = setup.sizes.pages.iter().copied().max().unwrap_or(0);
+            cmd.args(["--release-ready", &(most * 4096).to_string()]);
+        }
     }
     cmd.args(["--disk", &format!("{},id=data", disk.display())])
         .args(["--workload", "seqread"])

@@ -31,6 +31,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         indirections: None,
         sharing: false,
         release_cache: memvisor_pager::DEFAULT_RELEASE_CACHE,
+        release_ready: 0,
     }
 }
 
