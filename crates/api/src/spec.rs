@@ -742,6 +742,14 @@ mod tests {
                 r#"{"name":"a","mem":"512M","release_cache":4097}"#,
                 "release_cache 4097 is not a whole number of 4 KiB pages",
             ),
+            (
+                r#"{"name":"a","mem":"512M","mapper":true,"release_ready":"1G"}"#,
+                "release_ready 1073741824 is more than the VM's",
+            ),
+            (
+                r#"{"name":"a","mem":"512M","release_ready":"40M"}"#,
+                "release_ready keeps pages that mirror disk blocks ready: it needs mapper = true",
+            ),
         ] {
             let s: VmSpec = serde_json::from_str(bad).unwrap();
             let e = s.check().unwrap_err();

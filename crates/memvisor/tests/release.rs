@@ -322,16 +322,28 @@ fn a_vm_without_the_pager_refuses_a_release() {
 
 /// A reclamation cache that is not whole pages, or larger than the VM, is refused at start.
 #[test]
-fn a_bad_release_cache_is_refused_in_one_line() {
-    for (size, why) in [
+fn a_bad_release_cache_or_readiness_is_refused_in_one_line() {
+    for (args, why) in [
         (
-            "5000",
+            ["--mapper", "--release-cache", "5000"],
             "--release-cache 5000 is not a whole number of 4 KiB pages",
         ),
-        ("1G", "is more than the VM's"),
+        (
+            ["--mapper", "--release-cache", "1G"],
+            "is more than the VM's",
+        ),
+        (
+            ["--mapper", "--release-ready", "1G"],
+            "--release-ready 1073741824 is more than the VM's",
+        ),
+        (
+            ["--balloon", "--release-ready", "40M"],
+            "--release-ready keeps pages that mirror disk blocks ready: it needs the Swap Mapper",
+        ),
     ] {
         let out = Command::new(MEMVISOR)
-            .args(["run", "--mem", "256M", "--mapper", "--release-cache", size])
+            .args(["run", "--mem", "256M"])
+            .args(args)
             .args(["--workload", "boot"])
             .output()
             .unwrap();

@@ -49,6 +49,12 @@ pub enum PagerError {
     Uffd(#[source] userfaultfd::Error),
     #[error("cannot register guest RAM with userfaultfd")]
     Register(#[source] userfaultfd::Error),
+    #[error("cannot map or register the reclamation cache's {bytes} bytes")]
+    ReleaseCache {
+        bytes: u64,
+        #[source]
+        error: std::io::Error,
+    },
     #[error("cannot take guest RAM over")]
     Attach(#[source] std::io::Error),
     #[error(transparent)]
@@ -199,6 +205,9 @@ pub(crate) struct PagerCore {
     /// The digests of blocks guest reads brought in lately (with the Swap Mapper), taken by
     /// the disks' threads outside the page lock.
     pub block_digests: Mutex<BlockDigests>,
+    /// The reclamation cache's slots, which released pages move into (`release.rs`); `None`
+    /// without a cache or the Swap Mapper.
+    pub release_slots: Option<crate::sys::slots::Slots>,
 }
 
 pub(crate) fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {

@@ -148,6 +148,21 @@ impl FaultHandler {
     ) {
         let t0 = Instant::now();
         let Some(p) = core.map.page_of_host(f.addr) else {
+            if core
+                .release_slots
+                .as_ref()
+                .is_some_and(|s| s.contains(f.addr))
+            {
+                // Nothing reads an empty slot of the reclamation cache; if something did, it
+                // gets zeros rather than waiting for ever.
+                tracing::warn!(
+                    "pager: fault at {:#x} on an empty reclamation cache slot",
+                    f.addr
+                );
+                let page = f.addr & !(PAGE_SIZE as u64 - 1);
+                let _ = core.uffd.zeropage(page, PAGE_SIZE);
+                return;
+            }
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
             return;
         };
@@ -355,7 +370,7 @@ impl FaultHandler {
         match pages.table.fault(p, write) {
             FaultAction::Wake => Ok(self.wake(core, p)?),
             FaultAction::Zero => self.install_zero(core, pages, p, write),
-            FaultAction::Load { .. } if pages.table.released.cached(p).is_some() => self
+            FaultAction::Load { .. } if pages.table.released.cached_slot(p).is_some() => self
                 .install_from_release_cache(core, pages, p, write)
                 .unwrap_or(Ok(())),
             FaultAction::Load { from, keep } => {
@@ -365,9 +380,10 @@ impl FaultHandler {
         }
     }
 
-    /// A page instant release took whose copy the reclamation cache still holds
-    /// (`released.rs`) comes back from the copy, under the page lock, with no disk read: alone,
-    /// clean and write-protected after a read, as from its block. `None`: not such a page.
+    /// A page instant release took whose content the reclamation cache still holds
+    /// (`released.rs`) comes back as a copy of its slot, under the page lock, with no disk read:
+    /// alone, clean and write-protected after a read, as from its block. `None`: not such a
+    /// page. (The slot keeps its memory until the cache's ring comes round to it.)
     fn install_from_release_cache(
         &self,
         core: &PagerCore,
@@ -379,13 +395,11 @@ impl FaultHandler {
             return None;
         }
         let keep = !write;
-        let data = pages.table.released.cached(p)?;
-        // SAFETY: `data` is one page of the reclamation cache, alive (the page lock is held)
-        // for the call.
-        if let Err(e) = unsafe {
-            core.uffd
-                .copy(data.as_ptr(), core.map.host(p), PAGE_SIZE, keep)
-        } {
+        let slot = pages.table.released.cached_slot(p)?;
+        let src = core.release_slots.as_ref()?.addr(slot) as *const u8;
+        // SAFETY: the slot holds `p`'s page (moved in by its release), mapped for the call: only
+        // a release empties slots, and it holds the page lock, as the caller does.
+        if let Err(e) = unsafe { core.uffd.copy(src, core.map.host(p), PAGE_SIZE, keep) } {
             if e.pages > 0 {
                 pages.table.install_run(p, 1, keep);
             }

@@ -118,9 +118,9 @@ impl Pager {
         let mech = config.mech;
         let mut table = PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
-        table.released = crate::released::Released::new(
-            u32::try_from(config.release_cache / PAGE_SIZE as u64).unwrap_or(u32::MAX),
-        );
+        let release_slots = release_slots(&uffd, config)?;
+        table.released =
+            crate::released::Released::new(release_slots.as_ref().map_or(0, |s| s.slots()));
         // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
         // image (reclaim writes from its own buffer).
         let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
@@ -176,6 +176,7 @@ impl Pager {
             digest: DigestKey::random().map_err(PagerError::DigestKey)?,
             // Half a slot per guest page (32 bytes each, touched as used): a file read again and
             // again finds its digests while it is up to half the guest's RAM.
+            release_slots,
             block_digests: Mutex::new(BlockDigests::new(if mech.mapper {
                 pages as usize / 2
             } else {
@@ -478,7 +479,9 @@ impl PagerCore {
             std::thread::sleep(crate::release::READY_PERIOD);
             let run = || crate::release::make_ready(self, ready, &mut generation);
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
-                tracing::error!("pager: the release-ready thread panicked; releases check for themselves");
+                tracing::error!(
+                    "pager: the release-ready thread panicked; releases check for themselves"
+                );
                 return;
             }
         }
@@ -517,6 +520,28 @@ impl PagerCore {
             std::thread::sleep(std::time::Duration::from_millis(pause));
         }
     }
+}
+
+/// The reclamation cache's slots (HyperDealer2 §4.2, `released.rs`), registered with the
+/// pager's userfaultfd so released pages can move into them; none without the Swap Mapper
+/// (nothing is released) or with a cache of 0.
+fn release_slots(
+    uffd: &Userfault,
+    config: &PagerConfig,
+) -> Result<Option<crate::sys::slots::Slots>, PagerError> {
+    let n = u32::try_from(config.release_cache / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+    if n == 0 || !config.mech.mapper {
+        return Ok(None);
+    }
+    let bytes = u64::from(n) * PAGE_SIZE as u64;
+    let slots = crate::sys::slots::Slots::new(n)
+        .map_err(|error| PagerError::ReleaseCache { bytes, error })?;
+    uffd.register_missing(slots.addr(0), slots.len())
+        .map_err(|e| PagerError::ReleaseCache {
+            bytes,
+            error: std::io::Error::other(e),
+        })?;
+    Ok(Some(slots))
 }
 
 /// Serves faults and runs working-set sampling until it cannot; returns why.

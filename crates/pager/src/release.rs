@@ -6,36 +6,41 @@
 //!    the victim order), less the victims of a reclaim chunk in flight (reclaim has decided
 //!    their fate; see `reclaim.rs`), at most as many as keep the limit at or above
 //!    [`MIN_LIMIT`];
-//! 2. they are write-protected, one ioctl per run of neighbours, so what is checked next is
-//!    what is dropped: a guest (or device) write from now on faults and waits for the page
-//!    lock;
-//! 3. a candidate a guest disk read (or write) left writable has its keyed digest compared with
-//!    the block's (`digest.rs`); one that differs was written by the guest, is an ordinary dirty
-//!    page from now on and stays (its next write costs one fault). If some differed, steps 1–3
+//! 2. those a guest disk read (or write) left writable are write-protected, one ioctl per run
+//!    of neighbours, so what is checked next is what is dropped: a guest (or device) write from
+//!    now on faults and waits for the page lock (the others have been protected since they came
+//!    to hold their blocks);
+//! 3. each of those has its keyed digest compared with the block's (`digest.rs`); one that
+//!    differs was written by the guest, is an ordinary dirty page from now on and stays (its
+//!    next write costs one fault); the others are protected mirrors. If some differed, steps 1–3
 //!    run again with others, each round checking at least as many as the rounds before it: a
 //!    guest that keeps rewriting its files leaves many such candidates (the pages its disk
 //!    writes made mirrors), and a release should still obtain what it asked;
-//! 4. the most recent of the unchanged ones, as many as the reclamation cache holds, are copied
-//!    into it (`released.rs`);
-//! 5. they are dropped with `MADV_DONTNEED`, one call per run, and recorded `OnDisk`: each
+//! 4. the last of the unchanged ones, as many as the reclamation cache holds, are moved into it
+//!    (`UFFDIO_MOVE`, one call per run: their page table entries change hands, nothing is
+//!    copied; `released.rs`, `sys/slots.rs`); a page that cannot move (KSM-merged, say) is
+//!    dropped instead;
+//! 5. the rest are dropped with `MADV_DONTNEED`, one call per run, and all recorded `OnDisk`: each
 //!    refaults from its block (or from the reclamation cache), and the time it left is noted
 //!    for its dwell time;
 //! 6. the limit falls by the number released (a VM without a limit gets one at its resident
 //!    pages after the release).
 //!
+//! With release readiness (`--release-ready`, [`make_ready`]) a `release-ready` thread does
+//! steps 2–3 ahead for the first candidates, so a release finds them protected and checked.
+//!
 //! A VM still on plain memory (no limit yet) is taken over first, as by a first limit: its
 //! mirrors were recorded all along, and the takeover keeps them.
 //!
-//! Without a mirror digest a mirrored page has been write-protected since it came to hold its
-//! block, so it needs no check. Nothing is written anywhere: a release does no I/O, and a
-//! device access waiting for the page lock meanwhile finds the released pages not resident and
-//! installs or refaults them as it would after reclaim.
+//! Nothing is written anywhere: a release does no I/O, and a device access waiting for the
+//! page lock meanwhile finds the released pages not resident and installs or refaults them as
+//! it would after reclaim.
 
 use std::time::Instant;
 
 use memvisor_devices::ram::{dontneed, GuestRange};
 
-use crate::core::{limit_to_bytes, Pages, PagerCore, PagerError, MIN_LIMIT};
+use crate::core::{limit_to_bytes, PagerCore, PagerError, Pages, MIN_LIMIT};
 use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::{Disposition, PageState};
@@ -52,6 +57,7 @@ struct Times {
     check: u64,
     cache: u64,
     drop: u64,
+    record: u64,
 }
 
 /// The pages of `to_check` (resident and write-protected, under the page lock held by the
@@ -221,13 +227,39 @@ pub(crate) fn release_clean(
             break;
         }
     }
-    // 4. The most recent ones (the last of the list: it holds as many as the cache) copied into
-    //    the reclamation cache.
+    // 4. The last of the list, as many as the reclamation cache holds, moved into it.
     let room = pages.table.released.cache_capacity() as usize;
-    for &p in drop_list.iter().skip(drop_list.len().saturating_sub(room)) {
-        // SAFETY: as above: resident, protected and unchanged while the page lock is held.
-        let page = unsafe { std::slice::from_raw_parts(core.map.host(p) as *const u8, PAGE_SIZE) };
-        pages.table.released.cache_put(p, page);
+    if let Some(slots) = &core.release_slots {
+        let tail = &drop_list[drop_list.len().saturating_sub(room)..];
+        for (first, k) in core.map.region_runs(tail) {
+            takeover.split_huge(core, &mut pages, first, k);
+            for at in pages.table.released.cache_place(first, k) {
+                let len = at.n as usize * PAGE_SIZE;
+                let moved = if at.empty_first {
+                    slots
+                        .empty(at.slot, at.n)
+                        .map_err(|e| (0, crate::sys::uffd::UffdError::Io(e)))
+                } else {
+                    Ok(())
+                }
+                .and_then(|()| {
+                    core.uffd
+                        .move_pages(core.map.host(at.page), slots.addr(at.slot), len)
+                });
+                if let Err((done, e)) = moved {
+                    tracing::debug!(
+                        "pager: release cannot move pages {}+{} into the reclamation cache \
+                         ({e}); {done} bytes moved, the rest dropped",
+                        at.page,
+                        at.n
+                    );
+                    let done = u32::try_from(done / PAGE_SIZE).unwrap_or(at.n);
+                    for q in at.page + done..at.page + at.n {
+                        pages.table.released.cache_remove(q);
+                    }
+                }
+            }
+        }
     }
     split(&mut times.cache);
     // 5. Dropped, one call per run; a run that cannot be stays resident (and protected).
@@ -261,6 +293,7 @@ pub(crate) fn release_clean(
         pages.prefetched[p as usize] = false;
         out.released_pages += 1;
     }
+    split(&mut times.record);
     // 6. The limit falls by what was released.
     let released = u32::try_from(out.released_pages).unwrap_or(u32::MAX);
     if released > 0 {
@@ -288,14 +321,16 @@ pub(crate) fn release_clean(
     Counters::add(&core.counters.release_us, out.micros);
     tracing::debug!(
         "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting \
-         and checking {} us, copying to the reclamation cache {} us, dropping {} us",
+         and checking {} us, moving into the reclamation cache {} us, dropping {} us; then \
+         recording them {} us",
         out.released_pages,
         out.changed_pages,
         out.micros,
         times.pick,
         times.check,
         times.cache,
-        times.drop
+        times.drop,
+        times.record
     );
     Ok(out)
 }

@@ -1,16 +1,17 @@
 //! What the page table remembers of the pages instant release took (HyperDealer2 §4.2, §6.4;
 //! `release.rs` does the release): when each left, so its dwell time is known when it comes
-//! back, and the reclamation cache, a fixed number of released pages' contents kept in host
-//! memory so that a refault of a page released recently is a copy rather than a disk read.
-//! Pure: no system calls. The page table calls [`Released::state_changed`] on every change of
+//! back, and the reclamation cache, a fixed number of released pages kept in host memory so
+//! that a refault of a page released recently is a copy rather than a disk read. Pure: no
+//! system calls (the cache here says which slot holds which page; the slots' memory is
+//! `sys/slots.rs`, and `release.rs` moves the pages into it). The page table calls [`Released::state_changed`] on every change of
 //! state of a page, so a released page that comes back by any path (a fault, a device writing
 //! it whole, a guest disk read landing on it, a refetch before its block is overwritten) ends
 //! its dwell, and its cached copy goes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::page::{PageIdx, PAGE_SIZE};
+use crate::page::PageIdx;
 
 /// Buckets of the dwell histogram: element `i` counts dwell times in `[2^i, 2^(i+1))` ms
 /// (element 0 also those below 1 ms, the last also those longer).
@@ -77,24 +78,27 @@ impl Released {
         std::mem::take(&mut self.refaults)
     }
 
-    /// Keeps a copy of `page` (one page) for `p`, about to be released, in the reclamation
-    /// cache, evicting the least recently released page if the cache is full. No-op without a
-    /// cache.
-    pub fn cache_put(&mut self, p: PageIdx, page: &[u8]) {
-        self.cache.put(p, page);
+    /// Slots for the run of `k` pages from `p`, about to be released, in the reclamation
+    /// cache: the next slots in ring order, so the least recently filled are reused first and
+    /// the run gets neighbouring slots (two runs of them where the ring wraps). The pages they
+    /// held are forgotten. At most as many pages as the cache holds, the last ones of the run;
+    /// none without a cache. The caller moves each part in and calls [`Self::cache_remove`]
+    /// for the pages that did not make it.
+    pub fn cache_place(&mut self, p: PageIdx, k: u32) -> Vec<Placement> {
+        self.cache.place(p, k)
     }
 
-    /// Forgets `p`'s copy (its release did not happen after all).
+    /// Forgets `p`'s copy (its release did not happen after all, or it could not move in).
     pub fn cache_remove(&mut self, p: PageIdx) {
         self.cache.remove(p);
     }
 
-    /// The cached content of released page `p`, if the cache still holds it.
-    pub fn cached(&self, p: PageIdx) -> Option<&[u8]> {
+    /// The slot holding the content of released page `p`, if the cache still holds it.
+    pub fn cached_slot(&self, p: PageIdx) -> Option<u32> {
         if !self.out.contains_key(&p) {
             return None;
         }
-        self.cache.get(p)
+        self.cache.slot_of.get(&p).copied()
     }
 
     /// Pages the reclamation cache holds now.
@@ -108,35 +112,41 @@ impl Released {
     }
 }
 
-/// A fixed number of page-sized slots in host memory, used least recently released first
-/// (a hit takes its page out, so released order is use order). Its memory is allocated as
-/// slots are first used, and counts in the VMM's resident memory.
+/// Where part of a run of released pages goes in the reclamation cache: pages `page..page + n`
+/// into slots `slot..slot + n`, which must be emptied first if `empty_first` (some held a page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub page: PageIdx,
+    pub slot: u32,
+    pub n: u32,
+    pub empty_first: bool,
+}
+
+/// A fixed number of page-sized slots, filled in ring order: the least recently filled slot is
+/// reused first, so the least recently released page is evicted first. A hit takes its page
+/// out and leaves its slot free until the ring comes round.
 #[derive(Debug)]
 struct ReclamationCache {
     cap: u32,
-    /// `slots in use so far * PAGE_SIZE` bytes, at most `cap` slots.
-    data: Vec<u8>,
+    /// The next slot to fill.
+    next: u32,
+    /// Per slot: the page it holds for the cache.
+    owner: Vec<Option<PageIdx>>,
+    /// Per slot: its memory may hold a page (held, or left by a hit or a failed move), so it
+    /// must be emptied before a page moves in.
+    occupied: Vec<bool>,
     /// The slot holding each cached page.
     slot_of: HashMap<PageIdx, u32>,
-    /// Per slot: the page it holds, and the number of its current use.
-    owner: Vec<(Option<PageIdx>, u64)>,
-    /// Slots in the order they were filled (with the number of that use; an entry whose number
-    /// is not the slot's current one is stale).
-    order: VecDeque<(u32, u64)>,
-    free: Vec<u32>,
-    uses: u64,
 }
 
 impl ReclamationCache {
     fn new(cap: u32) -> Self {
         ReclamationCache {
             cap,
-            data: Vec::new(),
+            next: 0,
+            owner: vec![None; cap as usize],
+            occupied: vec![false; cap as usize],
             slot_of: HashMap::new(),
-            owner: Vec::new(),
-            order: VecDeque::new(),
-            free: Vec::new(),
-            uses: 0,
         }
     }
 
@@ -146,65 +156,41 @@ impl ReclamationCache {
 
     fn remove(&mut self, p: PageIdx) {
         if let Some(s) = self.slot_of.remove(&p) {
-            self.owner[s as usize].0 = None;
-            self.free.push(s);
+            self.owner[s as usize] = None;
         }
     }
 
-    /// A slot for a new page: a free one, a new one, or the least recently filled one.
-    fn slot(&mut self) -> Option<u32> {
-        if let Some(s) = self.free.pop() {
-            return Some(s);
-        }
-        let used = u32::try_from(self.owner.len()).unwrap_or(u32::MAX);
-        if used < self.cap {
-            if self.data.capacity() == 0 {
-                // Address space for every slot at once, so growing never copies; the memory
-                // itself is touched (and counts) as slots are first used.
-                self.data.reserve_exact(self.cap as usize * PAGE_SIZE);
-            }
-            self.owner.push((None, 0));
-            self.data.resize((used as usize + 1) * PAGE_SIZE, 0);
-            return Some(used);
-        }
-        while let Some((s, n)) = self.order.pop_front() {
-            if let (Some(q), m) = self.owner[s as usize] {
-                if m == n {
+    fn place(&mut self, p: PageIdx, k: u32) -> Vec<Placement> {
+        let n = k.min(self.cap);
+        let mut page = p + (k - n);
+        let mut left = n;
+        let mut out = Vec::new();
+        while left > 0 {
+            let slot = self.next;
+            let n = left.min(self.cap - slot);
+            let mut empty_first = false;
+            for i in 0..n {
+                let s = (slot + i) as usize;
+                if let Some(q) = self.owner[s].take() {
                     self.slot_of.remove(&q);
-                    self.owner[s as usize].0 = None;
-                    return Some(s);
                 }
+                empty_first |= self.occupied[s];
+                self.occupied[s] = true;
+                self.remove(page + i);
+                self.owner[s] = Some(page + i);
+                self.slot_of.insert(page + i, slot + i);
             }
+            out.push(Placement {
+                page,
+                slot,
+                n,
+                empty_first,
+            });
+            self.next = (slot + n) % self.cap;
+            page += n;
+            left -= n;
         }
-        None
-    }
-
-    fn put(&mut self, p: PageIdx, page: &[u8]) {
-        if self.cap == 0 || page.len() != PAGE_SIZE {
-            return;
-        }
-        self.remove(p);
-        let Some(s) = self.slot() else {
-            return;
-        };
-        let at = s as usize * PAGE_SIZE;
-        self.data[at..at + PAGE_SIZE].copy_from_slice(page);
-        self.uses += 1;
-        self.owner[s as usize] = (Some(p), self.uses);
-        self.slot_of.insert(p, s);
-        self.order.push_back((s, self.uses));
-        // Entries of slots freed by hits stay until eviction reaches them: drop them once they
-        // outnumber the live ones, so the queue stays within twice the cache.
-        if self.order.len() > 2 * self.cap as usize {
-            let owner = &self.owner;
-            self.order
-                .retain(|&(s, n)| matches!(owner[s as usize], (Some(_), m) if m == n));
-        }
-    }
-
-    fn get(&self, p: PageIdx) -> Option<&[u8]> {
-        let s = *self.slot_of.get(&p)? as usize;
-        self.data.get(s * PAGE_SIZE..(s + 1) * PAGE_SIZE)
+        out
     }
 }
 
@@ -212,10 +198,6 @@ impl ReclamationCache {
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    fn page(v: u8) -> Vec<u8> {
-        vec![v; PAGE_SIZE]
-    }
 
     #[test]
     fn dwell_buckets_are_powers_of_two_of_milliseconds() {
@@ -249,45 +231,63 @@ mod tests {
         assert!(!r.is_out(1) && !r.is_out(2) && r.is_out(3));
     }
 
+    fn pl(page: PageIdx, slot: u32, n: u32, empty_first: bool) -> Placement {
+        Placement {
+            page,
+            slot,
+            n,
+            empty_first,
+        }
+    }
+
     #[test]
-    fn the_cache_keeps_the_most_recently_released_pages_and_drops_them_when_they_change() {
-        let mut r = Released::new(3);
+    fn the_cache_fills_its_slots_in_ring_order_and_evicts_the_least_recently_released() {
+        let mut r = Released::new(4);
         let now = Instant::now();
-        for p in 0..5u32 {
-            r.cache_put(p, &page(u8::try_from(p).unwrap() + 1));
+        // A run of 3 gets slots 0..3; the next run of 3 gets slot 3 and, round the ring, 0..2,
+        // whose pages (10, 11) are evicted; the slots held pages, so they are emptied first.
+        assert_eq!(r.cache_place(10, 3), [pl(10, 0, 3, false)]);
+        assert_eq!(
+            r.cache_place(20, 3),
+            [pl(20, 3, 1, false), pl(21, 0, 2, true)]
+        );
+        for p in [10, 11, 12, 20, 21, 22] {
             r.left(p, now);
         }
-        assert_eq!(r.cache_pages(), 3);
-        assert_eq!(r.cached(0), None, "the oldest went first");
-        assert_eq!(r.cached(1), None);
-        for p in 2..5u32 {
-            assert_eq!(
-                r.cached(p),
-                Some(&page(u8::try_from(p).unwrap() + 1)[..]),
-                "page {p}"
-            );
+        assert_eq!(r.cache_pages(), 4);
+        assert_eq!((r.cached_slot(10), r.cached_slot(11)), (None, None));
+        assert_eq!(r.cached_slot(12), Some(2));
+        assert_eq!(r.cached_slot(20), Some(3));
+        assert_eq!((r.cached_slot(21), r.cached_slot(22)), (Some(0), Some(1)));
+        // A run longer than the cache: only its last pages.
+        assert_eq!(
+            r.cache_place(100, 6),
+            [pl(102, 2, 2, true), pl(104, 0, 2, true)]
+        );
+        assert_eq!(r.cache_pages(), 4);
+    }
+
+    #[test]
+    fn a_page_back_or_gone_leaves_the_cache_and_only_released_pages_are_served() {
+        let mut r = Released::new(3);
+        let now = Instant::now();
+        r.cache_place(1, 3);
+        for p in 1..=3 {
+            r.left(p, now);
         }
-        // Page 3 comes back (a hit), page 2 goes to the balloon: both copies go.
-        r.state_changed(3, true);
-        r.state_changed(2, false);
-        assert_eq!((r.cached(3), r.cached(2)), (None, None));
+        // Page 2 comes back (a hit), page 3 goes to the balloon: both leave the cache.
+        r.state_changed(2, true);
+        r.state_changed(3, false);
+        assert_eq!((r.cached_slot(2), r.cached_slot(3)), (None, None));
+        assert_eq!(r.cached_slot(1), Some(0));
         assert_eq!(r.cache_pages(), 1);
-        // Their slots are reused before page 4, now the oldest, is evicted.
-        r.cache_put(7, &page(70));
-        r.left(7, now);
-        r.cache_put(8, &page(80));
-        r.left(8, now);
-        assert_eq!(r.cached(4), Some(&page(5)[..]));
-        r.cache_put(9, &page(90));
-        r.left(9, now);
-        assert_eq!(r.cached(4), None);
-        assert_eq!(r.cached(9), Some(&page(90)[..]));
-        assert_eq!(r.cache_pages(), 3);
-        // A copy whose release did not happen is not served.
-        r.cache_put(10, &page(100));
-        assert_eq!(r.cached(10), None, "not out");
-        r.cache_remove(10);
-        assert_eq!(r.cache_pages(), 2);
+        // A page placed whose release did not happen is not served, and can be forgotten.
+        assert_eq!(r.cache_place(7, 1), [pl(7, 0, 1, true)]);
+        assert_eq!(r.cached_slot(7), None, "not out");
+        r.cache_remove(7);
+        assert_eq!(r.cache_pages(), 0);
+        // Slots a hit freed are refilled when the ring comes round, emptied first.
+        assert_eq!(r.cache_place(8, 2), [pl(8, 1, 2, true)]);
     }
 
     #[test]
@@ -295,22 +295,21 @@ mod tests {
         let mut r = Released::new(4);
         let now = Instant::now();
         for p in 0..10_000u32 {
-            r.cache_put(p, &page(1));
+            r.cache_place(p, 1);
             r.left(p, now);
             r.state_changed(p, true);
         }
         assert_eq!(r.cache_pages(), 0);
-        assert!(r.cache.order.len() <= 8);
-        assert_eq!(r.cache.data.len(), PAGE_SIZE);
+        assert!(r.cache.slot_of.is_empty());
         assert_eq!(r.take_refaults(), 10_000);
     }
 
     #[test]
     fn no_cache_holds_nothing() {
         let mut r = Released::new(0);
-        r.cache_put(1, &page(1));
+        assert!(r.cache_place(1, 1).is_empty());
         r.left(1, Instant::now());
-        assert_eq!(r.cached(1), None);
+        assert_eq!(r.cached_slot(1), None);
         assert_eq!(r.cache_pages(), 0);
     }
 }

@@ -249,18 +249,27 @@ impl PageTable {
             // A released page is out as `OnDisk` until it changes state.
             self.released.state_changed(p, is_resident(s));
         }
-        if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
-            if let Some(v) = self.by_block.get_mut(&ib) {
-                v.retain(|q| *q != p);
-                if v.is_empty() {
-                    self.by_block.remove(&ib);
+        let block = |s: PageState| match s {
+            PageState::Mirrored(ib) | PageState::OnDisk(ib) => Some(ib),
+            _ => None,
+        };
+        // A page that goes on relying on the same block (a mirror dropped, say) keeps its link.
+        if block(old) != block(s) {
+            if let Some(ib) = block(old) {
+                if let Some(v) = self.by_block.get_mut(&ib) {
+                    v.retain(|q| *q != p);
+                    if v.is_empty() {
+                        self.by_block.remove(&ib);
+                    }
                 }
             }
+            if let Some(ib) = block(s) {
+                self.by_block.entry(ib).or_default().push(p);
+            }
         }
-        if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = s {
-            self.by_block.entry(ib).or_default().push(p);
+        if block(s).is_some() {
             self.ended.remove(&p);
-        } else if let PageState::Mirrored(ib) | PageState::OnDisk(ib) = old {
+        } else if let Some(ib) = block(old) {
             self.ended.insert(p, ib);
         }
         if let PageState::Mirrored(ib) = s {

@@ -404,7 +404,10 @@ fn ready_settled(g: &Guest) -> memvisor_api::PagerCounters {
         } else if k.release_ready_checked > 0 && last.1.elapsed() > Duration::from_millis(300) {
             return k;
         }
-        assert!(std::time::Instant::now() < deadline, "not made ready: {k:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not made ready: {k:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -431,7 +434,10 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
     let written = (m + 10) / 16;
     assert_eq!(ready.release_ready_checked, m, "{ready:?}");
     assert_eq!(ready.mirrors_checked, m);
-    assert_eq!(ready.mirrors_changed, written, "the guest's writes were found");
+    assert_eq!(
+        ready.mirrors_changed, written,
+        "the guest's writes were found"
+    );
     assert_eq!(g.pager.snapshot().pages.mirrored_pages, BLOCKS - written);
 
     // A write to a page made ready faults once and ends its mirror; the guest sees its write.
@@ -450,7 +456,10 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
         k.mirrors_checked, k.release_ready_checked,
         "every digest was compared ahead of the release"
     );
-    assert!(k.release_ready_checked > ready.release_ready_checked, "topped up: {k:?}");
+    assert!(
+        k.release_ready_checked > ready.release_ready_checked,
+        "topped up: {k:?}"
+    );
 
     // Everything comes back byte for byte, from the reclamation cache or the image.
     g.check_all();

@@ -24,6 +24,20 @@ use userfaultfd_sys::{
     UFFDIO_ZEROPAGE,
 };
 
+/// `struct uffdio_move` (Linux 6.8; not in `userfaultfd-sys`).
+#[repr(C)]
+struct UffdioMove {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    /// Bytes moved (a negated errno when none).
+    moved: i64,
+}
+
+/// `UFFDIO_MOVE`: `_IOWR(0xAA, 0x05, struct uffdio_move)`.
+const UFFDIO_MOVE: u32 = 0xC028_AA05;
+
 /// Why a userfaultfd call failed.
 #[derive(Debug, Error)]
 pub enum UffdError {
@@ -136,6 +150,34 @@ impl Userfault {
             .map(|_| ())
     }
 
+    /// Registers `len` bytes at `host` in MISSING mode only: memory the pager moves pages into
+    /// ([`Self::move_pages`] needs its destination registered), never filled on a fault.
+    pub fn register_missing(&self, host: u64, len: usize) -> Result<(), userfaultfd::Error> {
+        self.uffd
+            .register_with_mode(host as *mut _, len, RegisterMode::MISSING)
+            .map(|_| ())
+    }
+
+    /// Moves the `len` bytes of mapped pages at `src` to the empty, registered range at `dst`
+    /// (`UFFDIO_MOVE`): their page table entries change hands, nothing is copied, and `src`
+    /// is missing afterwards. Refused for a page the process does not hold alone (KSM-merged,
+    /// pinned) and across mappings; then the caller keeps what moved and leaves the rest. On
+    /// failure: the bytes moved, and why.
+    pub fn move_pages(&self, src: u64, dst: u64, len: usize) -> Result<(), (usize, UffdError)> {
+        self.fill(dst, len, |at, n| {
+            let off = at - dst;
+            let mut m = UffdioMove {
+                dst: at,
+                src: src + off,
+                len: n as u64,
+                mode: 0,
+                moved: 0,
+            };
+            self.ioctl(UFFDIO_MOVE, &mut m)
+                .map_err(|e| (usize::try_from(m.moved).unwrap_or(0), e))
+        })
+    }
+
     /// Runs one userfaultfd ioctl on `arg`.
     fn ioctl<T>(&self, request: u32, arg: &mut T) -> Result<(), UffdError> {
         // SAFETY: every caller passes the argument struct that `request` is defined with; the
@@ -218,7 +260,7 @@ impl Userfault {
         .map_err(|(_, e)| e)
     }
 
-    /// Runs a filling call (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`) over `len` bytes at `dst`: `call(at,
+    /// Runs a filling call (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`, `UFFDIO_MOVE`) over `len` bytes at `dst`: `call(at,
     /// n)` fills `n` bytes at `at`, or fails after some bytes with an error. A call that is
     /// interrupted goes on from where it stopped. One call fills only inside one mapping (VMA),
     /// and guest RAM is one mapping until something splits it: with sharing on, every protected
