@@ -369,6 +369,13 @@ impl Pager {
     }
 
     /// The resident limit in bytes, if there is one.
+    /// From now on instant release copies pages into the reclamation cache instead of moving
+    /// them, as on a kernel without `UFFDIO_MOVE` (for tests of that path).
+    #[doc(hidden)]
+    pub fn without_page_moves(&self) {
+        self.core.uffd.without_moves();
+    }
+
     pub fn limit_bytes(&self) -> Option<u64> {
         limit_to_bytes(self.core.limit.load(Ordering::SeqCst))
     }

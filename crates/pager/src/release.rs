@@ -18,8 +18,8 @@
 //!    writes made mirrors), and a release should still obtain what it asked;
 //! 4. the last of the unchanged ones, as many as the reclamation cache holds, are moved into it
 //!    (`UFFDIO_MOVE`, one call per run: their page table entries change hands, nothing is
-//!    copied; `released.rs`, `sys/slots.rs`); a page that cannot move (KSM-merged, say) is
-//!    dropped instead;
+//!    copied; `released.rs`, `sys/slots.rs`); a page that cannot move (KSM-merged, say, or on a
+//!    kernel before 6.8) is copied into its slot instead (`UFFDIO_COPY`);
 //! 5. the rest are dropped with `MADV_DONTNEED`, one call per run, and all recorded `OnDisk`: each
 //!    refaults from its block (or from the reclamation cache), and the time it left is noted
 //!    for its dwell time;
@@ -246,17 +246,39 @@ pub(crate) fn release_clean(
                     core.uffd
                         .move_pages(core.map.host(at.page), slots.addr(at.slot), len)
                 });
-                if let Err((done, e)) = moved {
-                    tracing::debug!(
-                        "pager: release cannot move pages {}+{} into the reclamation cache \
-                         ({e}); {done} bytes moved, the rest dropped",
-                        at.page,
-                        at.n
-                    );
-                    let done = u32::try_from(done / PAGE_SIZE).unwrap_or(at.n);
-                    for q in at.page + done..at.page + at.n {
-                        pages.table.released.cache_remove(q);
+                let Err((done, e)) = moved else { continue };
+                // A kernel without `UFFDIO_MOVE` (before 6.8), or a page the process does not
+                // hold alone: the rest are copied into their slots instead.
+                let done = u32::try_from(done / PAGE_SIZE).unwrap_or(at.n).min(at.n);
+                let rest = at.n - done;
+                // SAFETY: the rest of the run is resident, protected and unchanged while the
+                // page lock is held, so it is readable for the call.
+                let copied = match unsafe {
+                    core.uffd.copy(
+                        core.map.host(at.page + done) as *const u8,
+                        slots.addr(at.slot + done),
+                        rest as usize * PAGE_SIZE,
+                        false,
+                    )
+                } {
+                    Ok(()) => {
+                        Counters::add(&core.counters.release_cache_copies, u64::from(rest));
+                        rest
                     }
+                    Err(c) => {
+                        tracing::debug!(
+                            "pager: release can neither move ({e}) nor copy ({c}) pages {}+{} \
+                             into the reclamation cache; they are dropped",
+                            at.page + done,
+                            rest
+                        );
+                        let copied = c.pages.min(rest);
+                        Counters::add(&core.counters.release_cache_copies, u64::from(copied));
+                        copied
+                    }
+                };
+                for q in at.page + done + copied..at.page + at.n {
+                    pages.table.released.cache_remove(q);
                 }
             }
         }

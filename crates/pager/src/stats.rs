@@ -95,6 +95,8 @@ pub struct Counters {
     pub released_refaults: AtomicU64,
     /// Candidates protected and checked ahead of a release (`--release-ready`).
     pub release_ready_checked: AtomicU64,
+    /// Released pages copied into the reclamation cache because they could not be moved.
+    pub release_cache_copies: AtomicU64,
     /// Refaults of released pages served from the reclamation cache.
     pub reclamation_cache_hits: AtomicU64,
 }
@@ -167,6 +169,7 @@ impl Counters {
             release_us,
             released_refaults,
             release_ready_checked,
+            release_cache_copies,
             reclamation_cache_hits,
         } = self;
         PagerCounters {
@@ -215,6 +218,7 @@ impl Counters {
             release_us: get(release_us),
             released_refaults: get(released_refaults),
             release_ready_checked: get(release_ready_checked),
+            release_cache_copies: get(release_cache_copies),
             reclamation_cache_hits: get(reclamation_cache_hits),
         }
     }

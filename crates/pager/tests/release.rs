@@ -392,6 +392,28 @@ fn releases_racing_the_guest_lose_nothing() {
     assert_eq!(g.vcpus.paused(), None);
 }
 
+#[test]
+fn released_pages_move_into_the_cache_or_are_copied_there_and_come_back_byte_for_byte() {
+    for moves in [true, false] {
+        let (g, changed) = filled(4 * MIB);
+        if !moves {
+            // As on a kernel without UFFDIO_MOVE.
+            g.pager.without_page_moves();
+        }
+        let r = g.pager.release_clean(BLOCKS).unwrap();
+        assert_eq!(r.released_pages, BLOCKS - changed, "{r:?}");
+        let s = g.pager.snapshot();
+        assert_eq!(s.patterns.as_ref().unwrap().reclamation_cache_pages, 1024);
+        let copies = s.counters.release_cache_copies;
+        assert_eq!(copies, if moves { 0 } else { 1024 }, "moves {moves}");
+        // The cached pages come back from their slots, byte for byte; the rest from the image.
+        g.check_all();
+        let k = g.pager.snapshot().counters;
+        assert!(k.reclamation_cache_hits > 0, "moves {moves}: {k:?}");
+        assert_eq!(k.released_refaults, r.released_pages);
+    }
+}
+
 /// The pager's counters once its release-ready thread has had nothing new to check for three
 /// of its periods (at most 20 s).
 fn ready_settled(g: &Guest) -> memvisor_api::PagerCounters {

@@ -103,6 +103,8 @@ pub(crate) struct Fault {
 /// The pager's userfaultfd.
 pub(crate) struct Userfault {
     uffd: Uffd,
+    /// `UFFDIO_MOVE` is tried (off only to try the copies a kernel before 6.8 gets).
+    moves: std::sync::atomic::AtomicBool,
     /// Guest RAM is mergeable by KSM: protected ranges are taken out of it (module docs).
     sharing: bool,
 }
@@ -116,7 +118,11 @@ impl Userfault {
             .user_mode_only(false)
             .require_features(userfaultfd::FeatureFlags::THREAD_ID)
             .create()?;
-        Ok(Userfault { uffd, sharing })
+        Ok(Userfault {
+            uffd,
+            moves: std::sync::atomic::AtomicBool::new(true),
+            sharing,
+        })
     }
 
     /// With sharing on, marks `len` bytes at `start` mergeable or not (`MADV_MERGEABLE`,
@@ -164,6 +170,10 @@ impl Userfault {
     /// pinned) and across mappings; then the caller keeps what moved and leaves the rest. On
     /// failure: the bytes moved, and why.
     pub fn move_pages(&self, src: u64, dst: u64, len: usize) -> Result<(), (usize, UffdError)> {
+        if !self.moves.load(std::sync::atomic::Ordering::Relaxed) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOTTY);
+            return Err((0, UffdError::Io(e)));
+        }
         self.fill(dst, len, |at, n| {
             let off = at - dst;
             let mut m = UffdioMove {
@@ -176,6 +186,12 @@ impl Userfault {
             self.ioctl(UFFDIO_MOVE, &mut m)
                 .map_err(|e| (usize::try_from(m.moved).unwrap_or(0), e))
         })
+    }
+
+    /// From now on [`Self::move_pages`] fails as on a kernel without `UFFDIO_MOVE`.
+    pub fn without_moves(&self) {
+        self.moves
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs one userfaultfd ioctl on `arg`.
