@@ -293,6 +293,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.release_us", "release_time", Unit::Seconds, "Time instant releases took.").scaled(US),
     counter("pager.released_refaults", "released_refaults", Unit::None, "Released pages that came back (a fault or a guest disk read of their block)."),
     counter("pager.release_cache_copies", "release_cache_copies", Unit::None, "Released pages copied into the reclamation cache because they could not be moved (a kernel before 6.8, or a page shared by KSM)."),
+    counter("pager.release_ready_lost", "release_ready_lost", Unit::None, "Pages made ready for release that guest writes took back, each with a write fault (--release-ready)."),
     counter("pager.release_ready_checked", "release_ready_checked", Unit::None, "Candidates write-protected and checked ahead of a release, so that the release only drops them (--release-ready)."),
     counter("pager.reclamation_cache_hits", "reclamation_cache_hits", Unit::None, "Refaults of released pages served from the reclamation cache, with no disk read."),
     gauge("pager.fault_latency.samples", "fault_latency_samples", Unit::None, "Recent faults the fault latency percentiles are taken over (at most 16384)."),

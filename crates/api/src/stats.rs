@@ -416,6 +416,9 @@ pager_counters! {
     /// Candidates checked ahead of a release (`--release-ready`): write-protected and compared
     /// with their digests in the background, so a release only drops them.
     release_ready_checked,
+    /// Pages made ready for release that guest writes then took back (each cost the guest a
+    /// write fault; the readiness thread slows down while this is most of what it makes ready).
+    release_ready_lost,
     /// Released pages copied into the reclamation cache because they could not be moved there
     /// (a kernel before 6.8, or a page shared by KSM).
     release_cache_copies,
@@ -643,7 +646,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 47);
+        assert_eq!(f.len(), 48);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

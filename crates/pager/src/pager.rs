@@ -478,18 +478,23 @@ impl GuestRam for Pager {
 
 impl PagerCore {
     /// Release readiness (`release.rs`, [`crate::release::make_ready`]): every
-    /// [`READY_PERIOD`](crate::release::READY_PERIOD), the first `ready` candidates checked
-    /// ahead of a release. A panic ends only this thread (releases then check for themselves).
+    /// [`READY_PERIOD`](crate::release::READY_PERIOD) or longer ([`crate::release::ReadyPace`]),
+    /// the first `ready` candidates checked ahead of a release. A panic ends only this thread (releases then check for themselves).
     fn ready_thread(&self, ready: u32) {
         let mut generation = u64::MAX;
+        let mut pace = crate::release::ReadyPace::new();
+        let mut wait = crate::release::READY_PERIOD;
         loop {
-            std::thread::sleep(crate::release::READY_PERIOD);
+            std::thread::sleep(wait);
             let run = || crate::release::make_ready(self, ready, &mut generation);
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
-                tracing::error!(
-                    "pager: the release-ready thread panicked; releases check for themselves"
-                );
-                return;
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                Ok(pass) => wait = pace.next(pass),
+                Err(_) => {
+                    tracing::error!(
+                        "pager: the release-ready thread panicked; releases check for themselves"
+                    );
+                    return;
+                }
             }
         }
     }

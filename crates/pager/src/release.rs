@@ -360,8 +360,52 @@ pub(crate) fn release_clean(
 /// Pages made ready in one hold of the page lock, so a guest fault waits at most that long.
 const READY_CHUNK: usize = 256;
 
-/// How often [`make_ready`] looks for new candidates.
+/// How often [`make_ready`] looks for new candidates, at most and at least ([`ReadyPace`]).
 pub(crate) const READY_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const READY_PERIOD_MAX: std::time::Duration = std::time::Duration::from_millis(3200);
+
+/// What one pass of [`make_ready`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReadyPass {
+    /// Candidates protected and checked.
+    pub checked: u64,
+    /// Of them, found unchanged and so made ready.
+    pub made: u64,
+    /// Pages made ready (by earlier passes) that guest writes took back since the last pass.
+    pub lost: u64,
+}
+
+/// The period of release readiness. A guest that writes the frames at the head of the victim
+/// order (its page cache reusing its oldest pages, which are HyperDealer2's first candidates)
+/// takes back what is made ready, paying a write fault for each: while it took back more than
+/// half of what the passes since the last one made ready, the period doubles, up to
+/// [`READY_PERIOD_MAX`]; once it takes back less than an eighth, it halves again.
+#[derive(Debug)]
+pub(crate) struct ReadyPace {
+    period: std::time::Duration,
+    made: u64,
+}
+
+impl ReadyPace {
+    pub fn new() -> Self {
+        ReadyPace {
+            period: READY_PERIOD,
+            made: 0,
+        }
+    }
+
+    /// The wait before the next pass, after `pass`.
+    pub fn next(&mut self, pass: ReadyPass) -> std::time::Duration {
+        if self.made > 0 && pass.lost * 2 > self.made {
+            self.period = (self.period * 2).min(READY_PERIOD_MAX);
+        } else if pass.lost * 8 < self.made.max(1) {
+            self.period = (self.period / 2).max(READY_PERIOD);
+        }
+        // What the guest may take back before the next pass: what is ready now.
+        self.made = self.made.saturating_sub(pass.lost) + pass.made;
+        self.period
+    }
+}
 
 /// Release readiness (`--release-ready`): steps 1–3 done ahead of a release, so that the
 /// release itself only copies and drops (steps 4–6). Of the first `ready` candidates in the
@@ -369,17 +413,19 @@ pub(crate) const READY_PERIOD: std::time::Duration = std::time::Duration::from_m
 /// checked now, [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock; each
 /// is checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
 /// victim cache), since the lock was let go in between. Nothing is done while no mirror has
-/// been recorded or has left since the last call (`generation`, updated). Returns the pages
-/// checked.
+/// been recorded or has left since the last call (`generation`, updated).
 ///
 /// The price: a guest write to a page made ready faults once (and ends the mirror), as every
-/// write to a mirrored page refaulted from its block does.
-pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> u64 {
+/// write to a mirrored page refaulted from its block does ([`ReadyPace`] keeps it down).
+pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> ReadyPass {
+    let mut pass = ReadyPass::default();
     let todo: Vec<PageIdx> = {
         let mut pages = core.lock();
+        pass.lost = pages.table.take_ready_lost();
+        Counters::add(&core.counters.release_ready_lost, pass.lost);
         let now = pages.table.mirror_generation();
         if !core.mech.mapper || !pages.attached || now == *generation {
-            return 0;
+            return pass;
         }
         *generation = now;
         let mut v = pages.table.pick_clean(ready);
@@ -387,7 +433,6 @@ pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> 
         v.sort_unstable();
         v
     };
-    let mut checked = 0;
     for chunk in todo.chunks(READY_CHUNK) {
         let mut pages = core.lock();
         let chosen: Vec<PageIdx> = chunk
@@ -399,9 +444,46 @@ pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> 
                     && pages.in_flight.binary_search(&p).is_err()
             })
             .collect();
-        checked += chosen.len() as u64;
-        protect_and_check(core, &mut pages, chosen);
+        pass.checked += chosen.len() as u64;
+        let checked = protect_and_check(core, &mut pages, chosen);
+        for &p in &checked.unchanged {
+            pages.table.made_ready(p);
+        }
+        pass.made += checked.unchanged.len() as u64;
     }
-    Counters::add(&core.counters.release_ready_checked, checked);
-    checked
+    Counters::add(&core.counters.release_ready_checked, pass.checked);
+    pass
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(made: u64, lost: u64) -> ReadyPass {
+        ReadyPass {
+            checked: made,
+            made,
+            lost,
+        }
+    }
+
+    #[test]
+    fn readiness_slows_down_while_the_guest_takes_back_what_it_makes_ready() {
+        let mut pace = ReadyPace::new();
+        // An idle guest: 10,000 made ready once, none taken back.
+        assert_eq!(pace.next(pass(10_000, 0)), READY_PERIOD);
+        assert_eq!(pace.next(pass(0, 0)), READY_PERIOD);
+        // A guest that writes most of them: each pass makes ready what it took back.
+        let periods: Vec<u64> = (0..8)
+            .map(|_| pace.next(pass(6_000, 6_000)).as_millis() as u64)
+            .collect();
+        assert_eq!(periods, [200, 400, 800, 1600, 3200, 3200, 3200, 3200]);
+        // Taking back a few is no reason to wait longer, nor to hurry.
+        assert_eq!(pace.next(pass(500, 2_000)), READY_PERIOD_MAX);
+        // It stops: back to the shortest period, halving.
+        let periods: Vec<u64> = (0..6)
+            .map(|_| pace.next(pass(0, 0)).as_millis() as u64)
+            .collect();
+        assert_eq!(periods, [1600, 800, 400, 200, 100, 100]);
+    }
 }

@@ -72,6 +72,12 @@ pub enum Disposition {
 #[derive(Debug)]
 pub struct PageTable {
     pages: Vec<PageState>,
+    /// Per page: a mirror release readiness protected and checked (`release.rs`), until it
+    /// stops mirroring.
+    ready: Vec<bool>,
+    /// Pages made ready that the guest then wrote, so they stopped mirroring
+    /// ([`Self::take_ready_lost`]).
+    ready_lost: u64,
     /// For each image block, the pages that mirror it or were dropped relying on it.
     by_block: KeyedMap<ImageBlock, smallvec::SmallVec<[PageIdx; 2]>>,
     /// Pages a device is writing to disk, left writable, that will mirror the blocks once the
@@ -176,6 +182,8 @@ impl PageTable {
     ) -> Self {
         PageTable {
             pages: vec![PageState::Zero; pages as usize],
+            ready: vec![false; pages as usize],
+            ready_lost: 0,
             by_block: KeyedMap::default(),
             pending: KeyedMap::default(),
             digests: KeyedMap::default(),
@@ -277,6 +285,7 @@ impl PageTable {
             self.ghost.remove(&ib);
         }
         self.pages[p as usize] = s;
+        self.ready[p as usize] = false;
         self.census.moved(old, s);
         if matches!(old, PageState::Mirrored(_)) || matches!(s, PageState::Mirrored(_)) {
             self.mirror_generation += 1;
@@ -453,6 +462,9 @@ impl PageTable {
         }
         match self.state(p) {
             PageState::Mirrored(_) => {
+                if self.ready[p as usize] {
+                    self.ready_lost += 1;
+                }
                 self.set(p, PageState::Resident { clean: None });
                 self.victims.touch(p);
                 true
@@ -821,6 +833,20 @@ impl PageTable {
         if let PageState::Mirrored(_) = self.state(p) {
             self.digests.remove(&p);
         }
+    }
+
+    /// Release readiness protected and checked mirrored page `p` (after
+    /// [`Self::mirror_protected`]): a guest write that ends its mirror counts in
+    /// [`Self::take_ready_lost`].
+    pub fn made_ready(&mut self, p: PageIdx) {
+        if let PageState::Mirrored(_) = self.state(p) {
+            self.ready[p as usize] = true;
+        }
+    }
+
+    /// Pages made ready that guest writes took back since the last call.
+    pub fn take_ready_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.ready_lost)
     }
 
     /// Reclaim found mirrored page `p` (write-protected now) changed since the read that filled

@@ -97,6 +97,8 @@ pub struct Counters {
     pub release_ready_checked: AtomicU64,
     /// Released pages copied into the reclamation cache because they could not be moved.
     pub release_cache_copies: AtomicU64,
+    /// Pages made ready for release that guest writes took back.
+    pub release_ready_lost: AtomicU64,
     /// Refaults of released pages served from the reclamation cache.
     pub reclamation_cache_hits: AtomicU64,
 }
@@ -170,6 +172,7 @@ impl Counters {
             released_refaults,
             release_ready_checked,
             release_cache_copies,
+            release_ready_lost,
             reclamation_cache_hits,
         } = self;
         PagerCounters {
@@ -219,6 +222,7 @@ impl Counters {
             released_refaults: get(released_refaults),
             release_ready_checked: get(release_ready_checked),
             release_cache_copies: get(release_cache_copies),
+            release_ready_lost: get(release_ready_lost),
             reclamation_cache_hits: get(reclamation_cache_hits),
         }
     }

@@ -478,6 +478,7 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
         k.mirrors_checked, k.release_ready_checked,
         "every digest was compared ahead of the release"
     );
+    assert_eq!(k.release_ready_lost, 1, "the write to page 7 took one back");
     assert!(
         k.release_ready_checked > ready.release_ready_checked,
         "topped up: {k:?}"
