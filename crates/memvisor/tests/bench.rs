@@ -604,7 +604,8 @@ fn tiny_swapin_end_to_end() {
 }
 
 /// `bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11), tiny: pages taken from one and two
-/// victims, idle and writing, by memvisor's balloon, QEMU's and instant release; every amount
+/// victims, idle and writing, by memvisor's balloon, QEMU's and instant release (with and
+/// without release readiness); every amount
 /// has its row, the balloons obtained every page asked for, and instant release either did or
 /// is reported as not available (a VMM without the endpoint answers 501).
 #[test]
@@ -626,13 +627,13 @@ fn tiny_reclaimdelay_end_to_end() {
     ]);
     assert!(o.status.success(), "memvisor bench reclaimdelay failed");
     let rows = read_csv(&out.join("results.csv"));
-    // 3 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages.
-    assert_eq!(rows.len(), 24, "{rows:?}");
+    // 4 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages.
+    assert_eq!(rows.len(), 32, "{rows:?}");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
             .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
     };
-    for method in ["hd2", "balloon", "qemu-balloon"] {
+    for method in ["hd2", "hd2-ready", "balloon", "qemu-balloon"] {
         for state in ["idle", "busy-dirty"] {
             for victims in ["1", "2"] {
                 for pages in ["100", "1000"] {
@@ -646,13 +647,14 @@ fn tiny_reclaimdelay_end_to_end() {
                         })
                         .unwrap_or_else(|| panic!("{method} {state} {victims} {pages}"));
                     let asked: f64 = pages.parse().unwrap();
-                    if method == "hd2" && r["status"] == "not-available" {
+                    let release = method.starts_with("hd2");
+                    if release && r["status"] == "not-available" {
                         assert!(r["reason"].contains("501"), "{r:?}");
                         continue;
                     }
                     assert_eq!(r["status"], "ok", "{r:?}");
                     assert!(num(r, "ms") > 0.0, "{r:?}");
-                    if method == "hd2" {
+                    if release {
                         assert!(!r["vmm_us"].is_empty(), "{r:?}");
                         let got = num(r, "obtained_pages");
                         assert!(got > 0.0 && got <= asked, "{r:?}");
@@ -671,6 +673,10 @@ fn tiny_reclaimdelay_end_to_end() {
     );
     assert!(
         report.contains("| balloon / qemu-balloon | idle |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| hd2-ready / balloon | idle |"),
         "{report}"
     );
     assert!(report.contains("## Several victims (Fig. 11)"), "{report}");

@@ -474,16 +474,14 @@ mod tests {
         assert_eq!(pace.next(pass(10_000, 0)), READY_PERIOD);
         assert_eq!(pace.next(pass(0, 0)), READY_PERIOD);
         // A guest that writes most of them: each pass makes ready what it took back.
-        let periods: Vec<u64> = (0..8)
-            .map(|_| pace.next(pass(6_000, 6_000)).as_millis() as u64)
+        let periods: Vec<u128> = (0..8)
+            .map(|_| pace.next(pass(6_000, 6_000)).as_millis())
             .collect();
         assert_eq!(periods, [200, 400, 800, 1600, 3200, 3200, 3200, 3200]);
         // Taking back a few is no reason to wait longer, nor to hurry.
         assert_eq!(pace.next(pass(500, 2_000)), READY_PERIOD_MAX);
         // It stops: back to the shortest period, halving.
-        let periods: Vec<u64> = (0..6)
-            .map(|_| pace.next(pass(0, 0)).as_millis() as u64)
-            .collect();
+        let periods: Vec<u128> = (0..6).map(|_| pace.next(pass(0, 0)).as_millis()).collect();
         assert_eq!(periods, [1600, 800, 400, 200, 100, 100]);
     }
 }
