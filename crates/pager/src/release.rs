@@ -377,32 +377,29 @@ pub(crate) struct ReadyPass {
 
 /// The period of release readiness. A guest that writes the frames at the head of the victim
 /// order (its page cache reusing its oldest pages, which are HyperDealer2's first candidates)
-/// takes back what is made ready, paying a write fault for each: while it took back more than
-/// half of what the passes since the last one made ready, the period doubles, up to
-/// [`READY_PERIOD_MAX`]; once it takes back less than an eighth, it halves again.
+/// takes back what is made ready, paying a write fault for each, and each pass then mostly
+/// replaces what it took back: while what a pass makes ready is no more than twice what the
+/// guest took back since the last one, the period doubles, up to [`READY_PERIOD_MAX`]; when the
+/// guest took back none, or less than an eighth of what the pass made ready, it halves again.
 #[derive(Debug)]
 pub(crate) struct ReadyPace {
     period: std::time::Duration,
-    made: u64,
 }
 
 impl ReadyPace {
     pub fn new() -> Self {
         ReadyPace {
             period: READY_PERIOD,
-            made: 0,
         }
     }
 
     /// The wait before the next pass, after `pass`.
     pub fn next(&mut self, pass: ReadyPass) -> std::time::Duration {
-        if self.made > 0 && pass.lost * 2 > self.made {
+        if pass.lost > 0 && pass.lost * 2 >= pass.made {
             self.period = (self.period * 2).min(READY_PERIOD_MAX);
-        } else if pass.lost * 8 < self.made.max(1) {
+        } else if pass.lost * 8 < pass.made || pass.lost == 0 {
             self.period = (self.period / 2).max(READY_PERIOD);
         }
-        // What the guest may take back before the next pass: what is ready now.
-        self.made = self.made.saturating_sub(pass.lost) + pass.made;
         self.period
     }
 }
@@ -470,16 +467,18 @@ mod tests {
     #[test]
     fn readiness_slows_down_while_the_guest_takes_back_what_it_makes_ready() {
         let mut pace = ReadyPace::new();
-        // An idle guest: 10,000 made ready once, none taken back.
+        // An idle guest: 10,000 made ready once, none taken back, nothing more to do.
         assert_eq!(pace.next(pass(10_000, 0)), READY_PERIOD);
         assert_eq!(pace.next(pass(0, 0)), READY_PERIOD);
-        // A guest that writes most of them: each pass makes ready what it took back.
-        let periods: Vec<u128> = (0..8)
-            .map(|_| pace.next(pass(6_000, 6_000)).as_millis())
+        // A guest reading new files: new candidates made ready, a few taken back.
+        assert_eq!(pace.next(pass(2_000, 100)), READY_PERIOD);
+        // A guest that writes them: each pass makes ready what it took back.
+        let periods: Vec<u128> = (0..7)
+            .map(|_| pace.next(pass(600, 600)).as_millis())
             .collect();
-        assert_eq!(periods, [200, 400, 800, 1600, 3200, 3200, 3200, 3200]);
-        // Taking back a few is no reason to wait longer, nor to hurry.
-        assert_eq!(pace.next(pass(500, 2_000)), READY_PERIOD_MAX);
+        assert_eq!(periods, [200, 400, 800, 1600, 3200, 3200, 3200]);
+        // Between the two: the period stays.
+        assert_eq!(pace.next(pass(4_000, 1_000)), READY_PERIOD_MAX);
         // It stops: back to the shortest period, halving.
         let periods: Vec<u128> = (0..6).map(|_| pace.next(pass(0, 0)).as_millis()).collect();
         assert_eq!(periods, [1600, 800, 400, 200, 100, 100]);
