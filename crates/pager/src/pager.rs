@@ -482,11 +482,12 @@ impl PagerCore {
     /// the first `ready` candidates checked ahead of a release. A panic ends only this thread (releases then check for themselves).
     fn ready_thread(&self, ready: u32) {
         let mut generation = u64::MAX;
+        let mut releases = 0;
         let mut pace = crate::release::ReadyPace::new();
         let mut wait = crate::release::READY_PERIOD;
         loop {
             std::thread::sleep(wait);
-            let run = || crate::release::make_ready(self, ready, &mut generation);
+            let run = || crate::release::make_ready(self, ready, &mut generation, &mut releases);
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                 Ok(pass) => wait = pace.next(pass),
                 Err(_) => {

@@ -373,6 +373,8 @@ pub(crate) struct ReadyPass {
     pub made: u64,
     /// Pages made ready (by earlier passes) that guest writes took back since the last pass.
     pub lost: u64,
+    /// A release was served since the last pass.
+    pub released: bool,
 }
 
 /// The period of release readiness. A guest that writes the frames at the head of the victim
@@ -381,6 +383,8 @@ pub(crate) struct ReadyPass {
 /// replaces what it took back: while what a pass makes ready is no more than twice what the
 /// guest took back since the last one, the period doubles, up to [`READY_PERIOD_MAX`]; when the
 /// guest took back none, or less than an eighth of what the pass made ready, it halves again.
+/// While the host takes memory from the VM (a release since the last pass), readiness is what
+/// it is for: the period is the shortest whatever the guest takes back.
 #[derive(Debug)]
 pub(crate) struct ReadyPace {
     period: std::time::Duration,
@@ -395,7 +399,9 @@ impl ReadyPace {
 
     /// The wait before the next pass, after `pass`.
     pub fn next(&mut self, pass: ReadyPass) -> std::time::Duration {
-        if pass.lost > 0 && pass.lost * 2 >= pass.made {
+        if pass.released {
+            self.period = READY_PERIOD;
+        } else if pass.lost > 0 && pass.lost * 2 >= pass.made {
             self.period = (self.period * 2).min(READY_PERIOD_MAX);
         } else if pass.lost * 8 < pass.made || pass.lost == 0 {
             self.period = (self.period / 2).max(READY_PERIOD);
@@ -410,12 +416,23 @@ impl ReadyPace {
 /// checked now, [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock; each
 /// is checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
 /// victim cache), since the lock was let go in between. Nothing is done while no mirror has
-/// been recorded or has left since the last call (`generation`, updated).
+/// been recorded or has left since the last call (`generation`, updated); `releases`, the
+/// releases served by the last call, is updated too.
 ///
 /// The price: a guest write to a page made ready faults once (and ends the mirror), as every
 /// write to a mirrored page refaulted from its block does ([`ReadyPace`] keeps it down).
-pub(crate) fn make_ready(core: &PagerCore, ready: u32, generation: &mut u64) -> ReadyPass {
-    let mut pass = ReadyPass::default();
+pub(crate) fn make_ready(
+    core: &PagerCore,
+    ready: u32,
+    generation: &mut u64,
+    releases: &mut u64,
+) -> ReadyPass {
+    let served = crate::stats::get(&core.counters.releases);
+    let mut pass = ReadyPass {
+        released: served != *releases,
+        ..ReadyPass::default()
+    };
+    *releases = served;
     let todo: Vec<PageIdx> = {
         let mut pages = core.lock();
         pass.lost = pages.table.take_ready_lost();
@@ -461,6 +478,7 @@ mod tests {
             checked: made,
             made,
             lost,
+            released: false,
         }
     }
 
@@ -482,5 +500,13 @@ mod tests {
         // It stops: back to the shortest period, halving.
         let periods: Vec<u128> = (0..6).map(|_| pace.next(pass(0, 0)).as_millis()).collect();
         assert_eq!(periods, [1600, 800, 400, 200, 100, 100]);
+        // The host takes memory from the VM: the shortest period, then slowing down again.
+        let released = ReadyPass {
+            released: true,
+            ..pass(600, 600)
+        };
+        assert_eq!(pace.next(released), READY_PERIOD);
+        assert_eq!(pace.next(pass(600, 600)).as_millis(), 200);
+        assert_eq!(pace.next(released), READY_PERIOD);
     }
 }
