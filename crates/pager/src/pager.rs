@@ -479,14 +479,20 @@ impl GuestRam for Pager {
 impl PagerCore {
     /// Release readiness (`release.rs`, [`crate::release::make_ready`]): every
     /// [`READY_PERIOD`](crate::release::READY_PERIOD) or longer ([`crate::release::ReadyPace`]),
-    /// the first `ready` candidates checked ahead of a release. A panic ends only this thread (releases then check for themselves).
+    /// or within one period of a release, the first `ready` candidates checked ahead of a
+    /// release. A panic ends only this thread (releases then check for themselves).
     fn ready_thread(&self, ready: u32) {
         let mut generation = u64::MAX;
         let mut releases = 0;
         let mut pace = crate::release::ReadyPace::new();
         let mut wait = crate::release::READY_PERIOD;
         loop {
-            std::thread::sleep(wait);
+            // A release ends the wait early: the host is taking memory from this VM.
+            let mut slept = std::time::Duration::ZERO;
+            while slept < wait && crate::stats::get(&self.counters.releases) == releases {
+                std::thread::sleep(crate::release::READY_PERIOD);
+                slept += crate::release::READY_PERIOD;
+            }
             let run = || crate::release::make_ready(self, ready, &mut generation, &mut releases);
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                 Ok(pass) => wait = pace.next(pass),

@@ -362,7 +362,7 @@ const READY_CHUNK: usize = 256;
 
 /// How often [`make_ready`] looks for new candidates, at most and at least ([`ReadyPace`]).
 pub(crate) const READY_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
-pub(crate) const READY_PERIOD_MAX: std::time::Duration = std::time::Duration::from_millis(3200);
+pub(crate) const READY_PERIOD_MAX: std::time::Duration = std::time::Duration::from_millis(25_600);
 
 /// What one pass of [`make_ready`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -491,15 +491,18 @@ mod tests {
         // A guest reading new files: new candidates made ready, a few taken back.
         assert_eq!(pace.next(pass(2_000, 100)), READY_PERIOD);
         // A guest that writes them: each pass makes ready what it took back.
-        let periods: Vec<u128> = (0..7)
+        let periods: Vec<u128> = (0..10)
             .map(|_| pace.next(pass(600, 600)).as_millis())
             .collect();
-        assert_eq!(periods, [200, 400, 800, 1600, 3200, 3200, 3200]);
+        assert_eq!(
+            periods,
+            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 25600, 25600]
+        );
         // Between the two: the period stays.
         assert_eq!(pace.next(pass(4_000, 1_000)), READY_PERIOD_MAX);
         // It stops: back to the shortest period, halving.
-        let periods: Vec<u128> = (0..6).map(|_| pace.next(pass(0, 0)).as_millis()).collect();
-        assert_eq!(periods, [1600, 800, 400, 200, 100, 100]);
+        let periods: Vec<u128> = (0..9).map(|_| pace.next(pass(0, 0)).as_millis()).collect();
+        assert_eq!(periods, [12800, 6400, 3200, 1600, 800, 400, 200, 100, 100]);
         // The host takes memory from the VM: the shortest period, then slowing down again.
         let released = ReadyPass {
             released: true,
