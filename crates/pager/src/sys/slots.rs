@@ -16,21 +16,7 @@ pub(crate) struct Slots {
 impl Slots {
     /// Maps `slots` pages of address space (no memory until pages move in).
     pub fn new(slots: u32) -> std::io::Result<Slots> {
-        let len = slots as usize * PAGE_SIZE;
-        // SAFETY: a new anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let p = super::map_anonymous(slots as usize * PAGE_SIZE)?;
         Ok(Slots {
             addr: p as u64,
             slots,

@@ -74,22 +74,9 @@ unsafe impl Send for Chunk {}
 
 impl Chunk {
     pub(super) fn map(len: usize, class: usize) -> std::io::Result<Chunk> {
-        // SAFETY: an anonymous private mapping; no existing memory is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let ptr = crate::sys::map_anonymous(len)?;
         Ok(Chunk {
-            ptr: ptr.cast(),
+            ptr,
             len,
             class,
             slots: u32::try_from(len / slot_bytes(class)).unwrap_or(u32::MAX),
