@@ -411,8 +411,8 @@ impl ReadyPace {
 }
 
 /// Release readiness (`--release-ready`): steps 1–3 done ahead of a release, so that the
-/// release itself only copies and drops (steps 4–6). Of the first `ready` candidates in the
-/// victim order, those a guest disk read or write left writable are write-protected and
+/// release itself only moves, drops and records (steps 4–6). Of the first `ready` candidates in
+/// the victim order, those a guest disk read or write left writable are write-protected and
 /// checked now, [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock; each
 /// is checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
 /// victim cache), since the lock was let go in between. Nothing is done while no mirror has
