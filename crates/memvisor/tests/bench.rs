@@ -604,8 +604,8 @@ fn tiny_swapin_end_to_end() {
 }
 
 /// `bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11), tiny: pages taken from one and two
-/// victims, idle and writing, by memvisor's balloon, QEMU's and instant release (with and
-/// without release readiness); every amount
+/// victims, idle and writing, by memvisor's balloon, QEMU's and instant release (with release
+/// readiness); every amount
 /// has its row, the balloons obtained every page asked for, and instant release either did or
 /// is reported as not available (a VMM without the endpoint answers 501).
 #[test]
@@ -620,6 +620,8 @@ fn tiny_reclaimdelay_end_to_end() {
         "1",
         "--scenario",
         "idle,busy-dirty",
+        "--configs",
+        "hd2-ready,balloon,qemu-balloon",
         "--out",
         out.to_str().unwrap(),
         "--timeout",
@@ -627,13 +629,15 @@ fn tiny_reclaimdelay_end_to_end() {
     ]);
     assert!(o.status.success(), "memvisor bench reclaimdelay failed");
     let rows = read_csv(&out.join("results.csv"));
-    // 4 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages.
-    assert_eq!(rows.len(), 32, "{rows:?}");
+    // 3 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages (`hd2` is `hd2-ready`
+    // without the flag; left out to keep this test light beside the others of this binary,
+    // which run at the same time).
+    assert_eq!(rows.len(), 24, "{rows:?}");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
             .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
     };
-    for method in ["hd2", "hd2-ready", "balloon", "qemu-balloon"] {
+    for method in ["hd2-ready", "balloon", "qemu-balloon"] {
         for state in ["idle", "busy-dirty"] {
             for victims in ["1", "2"] {
                 for pages in ["100", "1000"] {
