@@ -160,7 +160,9 @@ impl FaultHandler {
                     f.addr
                 );
                 let page = f.addr & !(PAGE_SIZE as u64 - 1);
-                let _ = core.uffd.zeropage(page, PAGE_SIZE);
+                if let Err(e) = core.uffd.zeropage(page, PAGE_SIZE) {
+                    tracing::warn!("pager: cannot fill the empty slot at {page:#x}: {e}");
+                }
                 return;
             }
             tracing::warn!("pager: fault at {:#x} outside guest RAM", f.addr);
