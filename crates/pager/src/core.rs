@@ -224,6 +224,21 @@ pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
     (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE as u64)
 }
 
+/// Records the pages a release took and left to record (`PageTable::record_released`): the
+/// ghost cache and the dwell clock learn that they left. Run by the first holder of the page
+/// lock after the release, [`PagerCore::lock`] or a waiter woken inside it.
+pub(crate) fn record_released(pages: &mut Pages) {
+    if !pages.table.has_unrecorded() {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let n = pages.table.record_released();
+    tracing::debug!(
+        "pager: recorded {n} released pages in {} us",
+        t0.elapsed().as_micros()
+    );
+}
+
 /// The calling thread's id.
 pub(crate) fn current_tid() -> i32 {
     // SAFETY: gettid(2) has no arguments and cannot fail.
@@ -231,8 +246,12 @@ pub(crate) fn current_tid() -> i32 {
 }
 
 impl PagerCore {
+    /// The page lock. What a release left to record is recorded first ([`record_released`]),
+    /// so whoever holds the lock sees the table whole.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Pages> {
-        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        record_released(&mut pages);
+        pages
     }
 
     pub(crate) fn limit(&self) -> u32 {

@@ -101,6 +101,7 @@ impl Reclaimer {
         let mut pages = core.lock();
         while !pages.in_flight.is_empty() {
             pages = self.settled.wait(pages).unwrap_or_else(|e| e.into_inner());
+            crate::core::record_released(&mut pages);
         }
         pages
     }
@@ -140,6 +141,7 @@ impl Reclaimer {
                 .wait_timeout(pages, Duration::from_millis(10))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            crate::core::record_released(&mut pages);
         }
         pages
     }

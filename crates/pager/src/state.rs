@@ -115,6 +115,9 @@ pub struct PageTable {
     /// The pages instant release took, while they are out, their dwell times, and the
     /// reclamation cache (`released.rs`).
     pub released: Released,
+    /// Pages a release took, and when, whose leaving the ghost cache and the dwell clock have
+    /// not been told yet ([`Self::release`]).
+    unrecorded: Vec<(PageIdx, std::time::Instant)>,
 }
 
 /// A run of pages whose slots are being read without the page lock, and which of them changed
@@ -205,6 +208,7 @@ impl PageTable {
                 .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
             ended: KeyedMap::default(),
             released: Released::new(0),
+            unrecorded: Vec::new(),
         }
     }
 
@@ -511,6 +515,38 @@ impl PageTable {
         if let Disposition::DropMirrored(ib) = d {
             self.left_ram(ib);
         }
+    }
+
+    /// Records that a release dropped `p`, which mirrored `ib`, at `at`: it is `OnDisk` now.
+    /// Telling the ghost cache and the dwell clock waits for [`Self::record_released`], so that
+    /// a release answers before that bookkeeping; the page lock runs it before anyone else
+    /// reads the table (`PagerCore::lock`), so no one sees the difference.
+    pub fn release(&mut self, p: PageIdx, ib: ImageBlock, at: std::time::Instant) {
+        self.set(p, PageState::OnDisk(ib));
+        self.unrecorded.push((p, at));
+    }
+
+    /// Whether [`Self::release`] left pages to record.
+    pub fn has_unrecorded(&self) -> bool {
+        !self.unrecorded.is_empty()
+    }
+
+    /// Tells the ghost cache and the dwell clock of the pages [`Self::release`] took, as
+    /// [`Self::reclaimed`] does at once for the pages reclaim drops; returns how many. A page
+    /// that is no longer `OnDisk` came back before it was recorded (a waiter that was woken
+    /// inside the page lock ran first) and is passed over: its block is in guest RAM again.
+    pub fn record_released(&mut self) -> usize {
+        let mut list = std::mem::take(&mut self.unrecorded);
+        for &(p, at) in &list {
+            if let PageState::OnDisk(ib) = self.state(p) {
+                self.left_ram(ib);
+                self.released.left(p, at);
+            }
+        }
+        let n = list.len();
+        list.clear();
+        self.unrecorded = list;
+        n
     }
 
     /// The page holding image block `ib` left guest RAM (reclaim dropped it, the guest
@@ -1389,6 +1425,39 @@ mod tests {
             "7 was under 0 and 5"
         );
         assert_eq!(sim.t.ghost.misses(), 8);
+    }
+
+    #[test]
+    fn released_pages_reach_the_ghost_cache_and_the_dwell_clock_when_recorded() {
+        let mut sim = Sim::new(16, MAPPER);
+        for p in 0..4 {
+            sim.disk.insert(10 * p, 100 + u64::from(p));
+            sim.disk_read(p, 10 * p);
+        }
+        let at = std::time::Instant::now();
+        for p in 0..4 {
+            let PageState::Mirrored(ib) = sim.t.state(p) else {
+                panic!("page {p} mirrors its block")
+            };
+            sim.t.release(p, ib, at);
+            sim.ram.remove(&p);
+            assert_eq!(sim.t.state(p), PageState::OnDisk(ib), "out at once");
+        }
+        assert!(sim.t.has_unrecorded());
+        assert!(sim.t.ghost.is_empty(), "not told yet");
+        assert!(!sim.t.released.is_out(0));
+        // Page 1 comes back before the recording (a waiter woken inside the page lock ran
+        // first): it is passed over, its block being in guest RAM again.
+        assert_eq!(sim.read(1), 101);
+        assert_eq!(sim.t.record_released(), 4);
+        assert!(!sim.t.has_unrecorded());
+        assert_eq!(sim.t.ghost.len(), 3);
+        assert!(sim.t.released.is_out(0) && sim.t.released.is_out(3));
+        assert!(!sim.t.released.is_out(1));
+        assert_eq!(sim.t.record_released(), 0, "nothing twice");
+        // The others refault from their blocks, as hits at their distance.
+        assert_eq!(sim.read(0), 100);
+        assert_eq!(ghost_hits(&sim.t), [0, 0, 1]);
     }
 
     #[test]

@@ -443,7 +443,7 @@ fn start_host(exe: &Path, dir: &Path, hd2: bool) -> Result<(Reaped, PathBuf), St
         Command::new(exe)
             .args(["host", "--config"])
             .arg(&config)
-            .env("MEMVISOR_LOG", "info")
+            .env("MEMVISOR_LOG", super::log_filter())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -268,7 +268,7 @@ pub(super) fn spawn_logged(
 ) -> Result<(std::process::Child, mpsc::Receiver<Msg>), String> {
     let stderr = std::fs::File::create(log.with_extension("stderr"))
         .map_err(|e| format!("{}: {e}", log.display()))?;
-    cmd.env("MEMVISOR_LOG", "info")
+    cmd.env("MEMVISOR_LOG", super::log_filter())
         .env("TMPDIR", work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -524,7 +524,7 @@ fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     }
     // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
     // (a tmpfs $TMPDIR would make its "swap" host memory).
-    cmd.env("MEMVISOR_LOG", "info")
+    cmd.env("MEMVISOR_LOG", super::log_filter())
         .env("TMPDIR", spec.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
