@@ -28,7 +28,7 @@
 //! What the released pages' leaving tells the ghost cache (their blocks enter it) and the
 //! dwell clock (the time each left) is recorded after the answer, by the next holder of the
 //! page lock (`PageTable::record_released`), before it reads anything: that bookkeeping cost
-//! 0.4–1.8 µs a page here, as long as the rest of a release of 10,000 ready pages together,
+//! 0.3–1.2 µs a page here, as long as the rest of a release of 10,000 ready pages together,
 //! and the host does not wait for it.
 //!
 //! With release readiness (`--release-ready`, [`make_ready`]) a `release-ready` thread does
