@@ -120,15 +120,17 @@ impl Managed {
     }
 
     /// The active fraction, as it was when the host paused it. Once the pager has taken guest
-    /// RAM over, its sampled estimate; before, no page can be sampled (RAM is plain memory), so
-    /// the guest's own statistics say it when it has a balloon ([`guest_active`]), and 1
-    /// otherwise.
+    /// RAM over and ended a sampling period, its sampled estimate; before, no page has been
+    /// sampled (RAM is plain memory, or the first period is under way), so the guest's own
+    /// statistics say it when it has a balloon ([`guest_active`]), and 1 otherwise. (Switching
+    /// at the takeover, a VM the guest's statistics put at 0.3 jumped to 1, the sampler's
+    /// assumption before its first period.)
     fn active(&self) -> f64 {
         self.active_at_pause.unwrap_or_else(|| {
             let stats = self.stats.as_ref();
             let pager = stats.and_then(|s| s.pager.as_ref());
             match pager {
-                Some(p) if p.attached => p.active.estimate,
+                Some(p) if p.attached && p.active.periods > 0 => p.active.estimate,
                 _ => stats
                     .and_then(|s| s.balloon.as_ref())
                     .and_then(|b| b.guest.as_ref())
