@@ -75,6 +75,8 @@ struct Managed {
     /// Its ghost-cache histogram and the guest's swap counters at the last tick, for the
     /// demand estimator (HD2 balancing).
     ghost_seen: Option<demand::Observation>,
+    /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
+    vmm_rss: Option<u64>,
 }
 
 impl Managed {
@@ -105,6 +107,7 @@ impl Managed {
             release_warned: false,
             last_resident: None,
             ghost_seen: None,
+            vmm_rss: None,
         }
     }
 
@@ -231,6 +234,15 @@ impl Managed {
             log: self.files.log.display().to_string(),
         }
     }
+}
+
+/// The overhead the policy charges a VMM: `configured` (`vm_overhead`), or what the process
+/// holds besides guest pages and its pool when that is more (`rss` less `guest`). A VMM's own
+/// memory grows with what it runs: the reclamation cache, its I/O buffers, the page table's
+/// maps; charged at the configured figure alone, seven VMMs of HyperDealer2's balancing held
+/// 1,031 MiB of a 1,024 MiB budget while the policy counted 37 MiB free (`bench consolidate`).
+pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
+    rss.map_or(configured, |r| configured.max(r.saturating_sub(guest)))
 }
 
 /// The active fraction a guest's own balloon statistics give for `resident` bytes of its RAM:
@@ -816,7 +828,11 @@ impl Host {
             active,
             resident,
             pooled: v.pooled(),
-            overhead: self.config.vm_overhead,
+            overhead: charged_overhead(
+                self.config.vm_overhead,
+                v.vmm_rss,
+                v.resident().saturating_add(v.pooled()),
+            ),
             balloon: if v.spec.balloon {
                 Some(
                     v.info
@@ -890,6 +906,7 @@ impl Host {
                 };
                 v.info = Some(info);
                 v.stats = Some(stats);
+                v.vmm_rss = v.vmm.as_ref().and_then(Vmm::rss);
             }
         }
         let live: Vec<usize> = (0..self.vms.len())
@@ -1436,5 +1453,18 @@ mod tests {
         assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
         // Never above 1, whatever the guest says.
         assert_eq!(guest_active(&g, MIB), Some(1.0));
+    }
+
+    #[test]
+    fn a_vmm_is_charged_what_it_holds_besides_guest_pages_when_that_is_more() {
+        let o = 24 * MIB;
+        assert_eq!(charged_overhead(o, None, 100 * MIB), o, "not measured yet");
+        assert_eq!(charged_overhead(o, Some(110 * MIB), 100 * MIB), o);
+        assert_eq!(charged_overhead(o, Some(131 * MIB), 100 * MIB), 31 * MIB);
+        assert_eq!(
+            charged_overhead(o, Some(50 * MIB), 100 * MIB),
+            o,
+            "guest pages counted twice"
+        );
     }
 }

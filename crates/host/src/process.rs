@@ -119,6 +119,15 @@ impl Vmm {
         self.child.id()
     }
 
+    /// The process's resident memory in bytes (`/proc/PID/statm`), `None` once it is gone.
+    pub fn rss(&self) -> Option<u64> {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf has no memory effects.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        Some(pages * page)
+    }
+
     /// The exit status, once the process has ended.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()

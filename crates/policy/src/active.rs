@@ -117,13 +117,19 @@ mod tests {
         e.period_so_far(3, 100);
         assert_eq!(e.estimate(), 1.0);
         e.period_done(0, 0);
-        assert!(!e.measured() && e.estimate() == 1.0, "a period with no samples measures nothing");
+        assert!(
+            !e.measured() && e.estimate() == 1.0,
+            "a period with no samples measures nothing"
+        );
         e.period_done(5, 100);
         assert!(e.measured());
         assert!((e.estimate() - 0.05).abs() < 1e-9, "{e:?}");
         // From then on, the averages move by their gains: up at once, down slowly.
         e.period_done(85, 100);
-        assert!((e.fast - 0.45).abs() < 1e-9 && (e.slow - 0.13).abs() < 1e-9, "{e:?}");
+        assert!(
+            (e.fast - 0.45).abs() < 1e-9 && (e.slow - 0.13).abs() < 1e-9,
+            "{e:?}"
+        );
         e.period_done(5, 100);
         assert!(e.estimate() > 0.2, "{e:?}");
     }

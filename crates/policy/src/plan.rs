@@ -301,7 +301,11 @@ pub fn plan(
     let extra = headroom(spare, vms, &targets);
     let cuts = if state == FreeState::Hard {
         let hard = fraction_of(host.budget, t.hard);
-        backstop(hard.saturating_sub(free.saturating_sub(growth)), vms, &targets)
+        backstop(
+            hard.saturating_sub(free.saturating_sub(growth)),
+            vms,
+            &targets,
+        )
     } else {
         vec![0; vms.len()]
     };
@@ -500,7 +504,13 @@ mod tests {
         let p = plan(
             &host(budget),
             FreeState::High.into(),
-            &[busy, VmObservation { balloon: None, ..idle }],
+            &[
+                busy,
+                VmObservation {
+                    balloon: None,
+                    ..idle
+                },
+            ],
             &[false; 2],
         );
         assert_eq!(p.actions[1].limit, p.actions[1].target);
