@@ -446,6 +446,7 @@ impl GuestRam for DeviceAccess<'_> {
                 }
             }
             for (f, c) in runs(&mapped) {
+                crate::takeover::split_huge(s, &mut state, f, c);
                 dontneed(
                     &s.mem,
                     GuestRange {

@@ -82,8 +82,7 @@ pub struct Pager {
     swap_in: Arc<SwapIn>,
     /// The False Reads Preventer, which the pager thread's fault path and vCPU threads reach.
     preventer: Arc<Preventer>,
-    /// Taking RAM over, at the start or when a limit first arrives; reclaim splits its huge
-    /// pages.
+    /// Taking RAM over, at the start or when a limit first arrives.
     takeover: Arc<Takeover>,
     /// Reclaim, run by the reclaim thread; installing threads wake it and wait for its chunks.
     reclaimer: Arc<Reclaimer>,
@@ -192,12 +191,11 @@ impl Pager {
         }
         let r = core.clone();
         let swapping = swap_in.clone();
-        let splitting = takeover.clone();
         let reclaiming = reclaimer.clone();
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
-                let run = || reclaiming.run(&r, &splitting, &swapping);
+                let run = || reclaiming.run(&r, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
                     r.pause(PagerFailure::Reclaim {

@@ -38,7 +38,7 @@ use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use crate::swapin::SwapIn;
-use crate::takeover::Takeover;
+use crate::takeover::split_huge;
 use memvisor_devices::iobuf::IoBuf;
 
 /// How choosing a reclaim chunk's victims ended.
@@ -147,7 +147,7 @@ impl Reclaimer {
     }
 
     /// The reclaim thread: reclaims down to the low watermark whenever woken over the limit.
-    pub(crate) fn run(&self, core: &PagerCore, takeover: &Takeover, swap_in: &SwapIn) {
+    pub(crate) fn run(&self, core: &PagerCore, swap_in: &SwapIn) {
         // A chunk writes at most a batch plus one cluster less a page.
         let cluster = core.lock().table.mech.cluster.max(1);
         let mut buf = IoBuf::huge((core.batch + cluster) as usize * PAGE_SIZE);
@@ -166,14 +166,14 @@ impl Reclaimer {
                 *wanted = false;
             }
             if core.lock().table.resident() > core.limit() {
-                self.reclaim_to_low_watermark(core, takeover, &mut buf);
+                self.reclaim_to_low_watermark(core, &mut buf);
             } else {
                 swap_in.run(core);
             }
         }
     }
 
-    fn reclaim_to_low_watermark(&self, core: &PagerCore, takeover: &Takeover, buf: &mut IoBuf) {
+    fn reclaim_to_low_watermark(&self, core: &PagerCore, buf: &mut IoBuf) {
         loop {
             let mut pages = core.lock();
             let low = self.low_watermark(core, core.limit());
@@ -200,7 +200,7 @@ impl Reclaimer {
             let wrote = t0.elapsed();
             let mut pages = core.lock();
             let locked = t0.elapsed();
-            let result = self.reclaim_end(core, takeover, &mut pages, flight, written);
+            let result = self.reclaim_end(core, &mut pages, flight, written);
             drop(pages);
             self.settled.notify_all();
             let took = t0.elapsed();
@@ -424,7 +424,6 @@ impl Reclaimer {
     fn reclaim_end(
         &self,
         core: &PagerCore,
-        takeover: &Takeover,
         pages: &mut Pages,
         flight: Flight,
         written: std::io::Result<()>,
@@ -446,7 +445,7 @@ impl Reclaimer {
             }
             Ok(()) => {
                 remember_written(core, pages, &digests, &blocks);
-                self.release_chunk(core, takeover, pages, &victim_runs, decided, blocks)
+                self.release_chunk(core, pages, &victim_runs, decided, blocks)
             }
         };
         // Victims that stayed resident may be chosen again.
@@ -472,7 +471,6 @@ impl Reclaimer {
     fn release_chunk(
         &self,
         core: &PagerCore,
-        takeover: &Takeover,
         pages: &mut Pages,
         victim_runs: &[(PageIdx, u32)],
         decided: Vec<(PageIdx, Disposition)>,
@@ -481,7 +479,7 @@ impl Reclaimer {
         let mut kept: Vec<(PageIdx, u32)> = Vec::new();
         let mut release_error = None;
         for &(first, n) in victim_runs {
-            takeover.split_huge(core, pages, first, n);
+            split_huge(core, pages, first, n);
             let range = GuestRange {
                 addr: core.map.gpa(first),
                 len: u64::from(n) * PAGE_SIZE as u64,

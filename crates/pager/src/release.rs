@@ -238,7 +238,7 @@ pub(crate) fn release_clean(
     if let Some(slots) = &core.release_slots {
         let tail = &drop_list[drop_list.len().saturating_sub(room)..];
         for (first, k) in core.map.region_runs(tail) {
-            takeover.split_huge(core, &mut pages, first, k);
+            crate::takeover::split_huge(core, &mut pages, first, k);
             for at in pages.table.released.cache_place(first, k) {
                 let len = at.n as usize * PAGE_SIZE;
                 let moved = if at.empty_first {
@@ -293,7 +293,7 @@ pub(crate) fn release_clean(
     // 5. Dropped, one call per run; a run that cannot be stays resident (and protected).
     let mut failed: Vec<(PageIdx, u32)> = Vec::new();
     for (first, k) in core.map.region_runs(&drop_list) {
-        takeover.split_huge(core, &mut pages, first, k);
+        crate::takeover::split_huge(core, &mut pages, first, k);
         let range = GuestRange {
             addr: core.map.gpa(first),
             len: u64::from(k) * PAGE_SIZE as u64,

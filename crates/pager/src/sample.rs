@@ -236,6 +236,7 @@ impl Sampler {
             };
             // A page that cannot be released stays resident (and protected: its next write
             // just ends the protection).
+            crate::takeover::split_huge(core, pages, p, 1);
             if dontneed(&core.mem, range).is_ok() && pages.table.sample(p, slot) {
                 pages.prefetched[p as usize] = false;
                 out.push(p);

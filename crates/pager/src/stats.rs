@@ -72,7 +72,7 @@ pub struct Counters {
     /// Times guest RAM was taken over (registered with userfaultfd): at start with a limit, or
     /// when the first limit arrived.
     pub attaches: AtomicU64,
-    /// Huge pages split before reclaim released part of them.
+    /// Huge pages split before a release took part of them.
     pub huge_pages_split: AtomicU64,
     /// Pages brought back without a fault (proactive swap-in), from the pool or the file.
     pub proactive_swap_ins: AtomicU64,

@@ -16,10 +16,11 @@
 //! 4. records every present page as resident (a mirror stays a mirror), and every huge page for
 //!    reclaim.
 //!
-//! Reclaim releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing until
-//! the whole huge page goes, so before the first release inside a huge page reclaim splits it
-//! (`MADV_COLD` on one 4 KiB page of it splits the huge page into 4 KiB ones); see
-//! [`Takeover::split_huge`], which reclaim calls with the [`Takeover`] it is handed.
+//! The pager releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing
+//! until the whole huge page goes (the kernel splits it only when memory runs short), so before
+//! the first release inside a huge page every release splits it (`MADV_COLD` on one 4 KiB page
+//! of it splits the huge page into 4 KiB ones): see [`split_huge`], which reclaim, instant
+//! release, the balloon, free page reporting and sampling call.
 //!
 //! A kernel without `PAGEMAP_SCAN` (before Linux 6.7) gets the pager from the start instead.
 //!
@@ -159,32 +160,35 @@ impl Takeover {
         );
         Ok(())
     }
+}
 
-    /// Splits the huge pages that the run `first..first + n` (one mapping) lies in, if they
-    /// are still whole, so releasing part of one frees its memory.
-    pub(crate) fn split_huge(&self, core: &PagerCore, pages: &mut Pages, first: PageIdx, n: u32) {
-        if pages.huge.is_empty() {
-            return;
-        }
-        let start = core.map.host(first);
-        let end = start + u64::from(n) * PAGE_SIZE as u64;
-        let mut b = start & !(HUGE_PAGE - 1);
-        while b < end {
-            if pages.huge.remove(&b) {
-                // One 4 KiB page of the run inside this huge page.
-                let at = b.max(start);
-                // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
-                // only splits and deactivates, it never changes contents.
-                if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
-                    Counters::add(&core.counters.huge_pages_split, 1);
-                } else {
-                    tracing::debug!(
-                        "pager: cannot split the huge page at {b:#x}: {}",
-                        std::io::Error::last_os_error()
-                    );
-                }
+/// Splits the huge pages that the run `first..first + n` (one mapping) lies in but does not
+/// cover, if they are still whole, so releasing part of one frees its memory; a huge page the
+/// run covers is freed whole by the release and only forgotten. Every release of guest pages
+/// after the takeover calls it first: reclaim, instant release, the balloon, free page
+/// reporting and working-set samples.
+pub(crate) fn split_huge(core: &PagerCore, pages: &mut Pages, first: PageIdx, n: u32) {
+    if pages.huge.is_empty() {
+        return;
+    }
+    let start = core.map.host(first);
+    let end = start + u64::from(n) * PAGE_SIZE as u64;
+    let mut b = start & !(HUGE_PAGE - 1);
+    while b < end {
+        if pages.huge.remove(&b) && (b < start || b + HUGE_PAGE > end) {
+            // One 4 KiB page of the run inside this huge page.
+            let at = b.max(start);
+            // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
+            // only splits and deactivates, it never changes contents.
+            if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
+                Counters::add(&core.counters.huge_pages_split, 1);
+            } else {
+                tracing::debug!(
+                    "pager: cannot split the huge page at {b:#x}: {}",
+                    std::io::Error::last_os_error()
+                );
             }
-            b += HUGE_PAGE;
         }
+        b += HUGE_PAGE;
     }
 }
