@@ -10,15 +10,18 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{config, flaky_disk::FlakyDisk};
+use common::{config, flaky_disk::FlakyDisk, wait_until};
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 mod common;
+
+/// The longest a test waits for the pager.
+const WAIT: Duration = Duration::from_secs(20);
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -30,14 +33,6 @@ fn page_of(p: u64) -> Vec<u8> {
     (0..PAGE / 8)
         .flat_map(|i| (p << 20 | i as u64 | 0x5a00_0000_0000_0000).to_le_bytes())
         .collect()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Reads all of guest memory from another thread, as a device thread copies a request's
@@ -60,7 +55,7 @@ fn resume_and_check(
     reader: std::thread::JoinHandle<Vec<u8>>,
     store: &str,
 ) {
-    wait_until("the pager pauses the VM", || vcpus.paused().is_some());
+    wait_until("the pager pauses the VM", WAIT, || vcpus.paused().is_some());
     let why = vcpus.paused().unwrap().to_string();
     eprintln!("paused: {why}");
     assert!(
@@ -83,7 +78,7 @@ fn resume_and_check(
     disk.set_working(true);
     vcpus.resume();
     pager.retry();
-    wait_until("the device access completes after the resume", || {
+    wait_until("the device access completes after the resume", WAIT, || {
         reader.is_finished()
     });
     let all = reader.join().unwrap();
@@ -117,7 +112,7 @@ fn swapped_out(disk: &FlakyDisk) -> (Arc<GuestMem>, Arc<NoVcpus>, Pager) {
     // Reclaim goes on below the limit to its low watermark (the limit less a 256-page chunk):
     // once there it has finished, so only what the test does next meets the disk. (Waiting for
     // the limit alone let reclaim's last chunk meet a failing disk first, now and then.)
-    wait_until("reclaim swaps out 49 MiB", || {
+    wait_until("reclaim swaps out 49 MiB", WAIT, || {
         pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
     });
     (mem, vcpus, pager)
@@ -179,7 +174,7 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
         pager.disk_read(0, &[DiskPage { block: b, addr }]);
     }
     pager.set_limit(Some(16 * MIB)).unwrap();
-    wait_until("the mapper drops 40 MiB of mirrors", || {
+    wait_until("the mapper drops 40 MiB of mirrors", WAIT, || {
         pager.snapshot().pages.on_disk_pages >= 40 * MIB / PAGE as u64
     });
     assert_eq!(
@@ -242,7 +237,7 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
             page
         })
     };
-    wait_until("the pager thread waits on the swap read", || {
+    wait_until("the pager thread waits on the swap read", WAIT, || {
         on_disk("pager")
     });
 
@@ -271,7 +266,7 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
     );
 
     slow.lift();
-    wait_until("the held read lands and is redone", || {
+    wait_until("the held read lands and is redone", WAIT, || {
         pager.snapshot().counters.fault_reads_redone == before.fault_reads_redone + 1
     });
     drop(slow);

@@ -7,15 +7,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::config;
+use common::{config, wait_until};
 use memvisor_devices::ram::{Discard, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 mod common;
+
+/// The longest a test waits for the pager.
+const WAIT: Duration = Duration::from_secs(30);
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -28,14 +31,6 @@ fn page_of(p: u64) -> Vec<u8> {
     (0..PAGE / 8)
         .flat_map(|i| (p << 20 | i as u64 | 0x0a00_0000_0000_0000).to_le_bytes())
         .collect()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < Duration::from_secs(30), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A counter of /proc/vmstat.
@@ -164,7 +159,7 @@ fn every_release_splits_the_huge_pages_it_takes_part_of_and_keeps_every_byte() {
         })
     };
     pager.set_limit(Some(16 * MIB)).unwrap();
-    wait_until("reclaim takes guest memory down to its limit", || {
+    wait_until("reclaim takes guest memory down to its limit", WAIT, || {
         pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64
     });
     std::thread::sleep(Duration::from_millis(500));

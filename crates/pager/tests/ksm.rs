@@ -17,7 +17,14 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::wait_until;
+
+mod common;
+
+/// The longest a test waits for KSM.
+const WAIT: Duration = Duration::from_secs(60);
 
 use userfaultfd::{Event, RegisterMode, UffdBuilder};
 
@@ -123,14 +130,6 @@ impl Drop for Area {
 }
 
 /// Waits (KSM scans in its own time) until `done`; fails after a minute.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < Duration::from_secs(60), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Writes one byte to page `p` of `area` from another thread and says whether that write
 /// faulted to `uffd` as a write-protect fault (then the fault is resolved by unprotecting the
 /// page) or went through without one.
@@ -197,7 +196,7 @@ fn a_merge_drops_userfaultfd_write_protection() {
     uffd.write_protect(area.page(12).cast(), PAGE).unwrap();
     area.mergeable();
 
-    wait_until("KSM merges the registered pages", || {
+    wait_until("KSM merges the registered pages", WAIT, || {
         ksm_stat("ksm_merging_pages") >= 8 && ksm_stat("ksm_zero_pages") >= 4
     });
     eprintln!(

@@ -35,6 +35,15 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
     }
 }
 
+/// Polls `done` every 10 ms until it holds; fails the test, naming `what`, after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() {
+        assert!(t.elapsed() < limit, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Creates the disk image at `path` with `blocks` blocks of 4 KiB, block `b` holding `page(b)`;
 /// returns it open for reading and writing.
 pub fn image(path: &Path, blocks: u64, page: impl Fn(u64) -> Vec<u8>) -> File {
