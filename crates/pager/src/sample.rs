@@ -234,9 +234,9 @@ impl Sampler {
                 addr: core.map.gpa(p),
                 len: PAGE_SIZE as u64,
             };
+            crate::takeover::split_huge(core, pages, p, 1);
             // A page that cannot be released stays resident (and protected: its next write
             // just ends the protection).
-            crate::takeover::split_huge(core, pages, p, 1);
             if dontneed(&core.mem, range).is_ok() && pages.table.sample(p, slot) {
                 pages.prefetched[p as usize] = false;
                 out.push(p);

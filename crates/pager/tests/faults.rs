@@ -28,11 +28,9 @@ const PAGE: usize = 4096;
 const MEM: usize = 64 << 20;
 const PAGES: u64 = (MEM / PAGE) as u64;
 
-/// Page `p`'s known content: its number and the word's index in every word.
+/// Page `p`'s known content.
 fn page_of(p: u64) -> Vec<u8> {
-    (0..PAGE / 8)
-        .flat_map(|i| (p << 20 | i as u64 | 0x5a00_0000_0000_0000).to_le_bytes())
-        .collect()
+    common::known_page(p, 0x5a00_0000_0000_0000)
 }
 
 /// Reads all of guest memory from another thread, as a device thread copies a request's

@@ -26,11 +26,9 @@ const HUGE: u64 = 2 << 20;
 const MEM: usize = 64 << 20;
 const PAGES: u64 = (MEM / PAGE) as u64;
 
-/// Page `p`'s known content: its number and the word's index in every word.
+/// Page `p`'s known content.
 fn page_of(p: u64) -> Vec<u8> {
-    (0..PAGE / 8)
-        .flat_map(|i| (p << 20 | i as u64 | 0x0a00_0000_0000_0000).to_le_bytes())
-        .collect()
+    common::known_page(p, 0x0a00_0000_0000_0000)
 }
 
 /// A counter of /proc/vmstat.
@@ -100,8 +98,9 @@ fn every_release_splits_the_huge_pages_it_takes_part_of_and_keeps_every_byte() {
     let kernel_split = vmstat("thp_split_page");
     // One page inflated into the balloon in every other huge page of the first 20, eight
     // reported free in the others; the rest stay whole for reclaim.
-    let parts = 19u64;
-    for (i, &r) in regions.iter().enumerate().skip(1).take(19) {
+    const PARTS: usize = 19;
+    let parts = PARTS as u64;
+    for (i, &r) in regions.iter().enumerate().skip(1).take(PARTS) {
         let (why, n) = if i % 2 == 0 {
             (Discard::Balloon, 1)
         } else {

@@ -20,13 +20,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::wait_until;
+use userfaultfd::{Event, RegisterMode, UffdBuilder};
 
 mod common;
 
-/// The longest a test waits for KSM.
+/// The longest a test waits for KSM, which scans in its own time.
 const WAIT: Duration = Duration::from_secs(60);
-
-use userfaultfd::{Event, RegisterMode, UffdBuilder};
 
 const PAGE: usize = 4096;
 const KSM: &str = "/sys/kernel/mm/ksm";
@@ -129,7 +128,6 @@ impl Drop for Area {
     }
 }
 
-/// Waits (KSM scans in its own time) until `done`; fails after a minute.
 /// Writes one byte to page `p` of `area` from another thread and says whether that write
 /// faulted to `uffd` as a write-protect fault (then the fault is resolved by unprotecting the
 /// page) or went through without one.

@@ -35,6 +35,13 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
     }
 }
 
+/// Page `p`'s known content: `tag`, the page's number and the word's index in every word.
+pub fn known_page(p: u64, tag: u64) -> Vec<u8> {
+    (0..4096u64 / 8)
+        .flat_map(|i| (p << 20 | i | tag).to_le_bytes())
+        .collect()
+}
+
 /// Polls `done` every 10 ms until it holds; fails the test, naming `what`, after `limit`.
 pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let t = std::time::Instant::now();
