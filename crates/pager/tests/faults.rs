@@ -9,7 +9,7 @@
 //! slow case checks what a fault's held-up read does not hold up.
 
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::{config, flaky_disk::FlakyDisk, wait_until};
@@ -22,6 +22,14 @@ mod common;
 
 /// The longest a test waits for the pager.
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Held by each test while it runs: the slow case tells its pager thread waiting on the disk by
+/// the thread's name, and another test's pager on its own disk would pass for it.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -120,6 +128,7 @@ fn swapped_out(disk: &FlakyDisk) -> (Arc<GuestMem>, Arc<NoVcpus>, Pager) {
 /// then served on resume.
 #[test]
 fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let disk = FlakyDisk::new(dir.path(), 160);
     let (mem, vcpus, pager) = swapped_out(&disk);
@@ -140,6 +149,7 @@ fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
 /// device thread needs one of them back: paused, then served on resume.
 #[test]
 fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let disk = FlakyDisk::new(dir.path(), 160);
     let image_path = disk.mnt.join("disk.img");
@@ -216,6 +226,7 @@ fn on_disk(name: &str) -> bool {
 /// install what it read over it (`fault_reads_redone`). Every byte reads as written.
 #[test]
 fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let disk = FlakyDisk::new(dir.path(), 160);
     let (mem, _vcpus, pager) = swapped_out(&disk);
