@@ -21,6 +21,7 @@
 //! | `hd2-lru` | `hd2` with the pager's clock victims instead (the paper's "HD2 w/ LRU policy") |
 //! | `hd2-whole` | `hd2` with `hd2-whole` victims (whole sequences, the paper's `WHOLE_SEQ`) |
 //! | `sharing` | `vswapper-balloon` with page sharing: every VM `sharing = "host"`, KSM's scan rate set by the host from its free memory (docs/sharing.md) |
+//! | `hd2-nolimit` | `hd2` with a budget that holds every VM whole: what memvisor and its mechanisms cost when nothing is overcommitted, beside `qemu-nolimit` |
 //! | `qemu-static` | QEMU, a static balloon at the VM's share, a memory cgroup at the share plus QEMU's measured overhead, host swap on |
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
 //!
@@ -162,6 +163,8 @@ pub enum Kind {
         hd2: Option<&'static str>,
         /// Page sharing through KSM (`sharing = "host"`), the scanner driven by the host.
         sharing: bool,
+        /// The host's budget holds every VM whole ([`host_budget`]): nothing is overcommitted.
+        nolimit: bool,
     },
     /// QEMU with a static balloon at the share and a memory cgroup, host swap on.
     QemuStatic,
@@ -169,7 +172,7 @@ pub enum Kind {
     QemuNoLimit,
 }
 
-pub const CONFIGS: [(&str, Kind); 10] = [
+pub const CONFIGS: [(&str, Kind); 11] = [
     (
         "balloon",
         Kind::Host {
@@ -178,6 +181,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: true,
             hd2: None,
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -188,6 +192,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: None,
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -198,6 +203,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: None,
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -208,6 +214,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: None,
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -218,6 +225,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: Some("hd2"),
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -228,6 +236,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: Some("clock"),
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -238,6 +247,7 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: Some("hd2-whole"),
             sharing: false,
+            nolimit: false,
         },
     ),
     (
@@ -248,6 +258,18 @@ pub const CONFIGS: [(&str, Kind); 10] = [
             baseline: false,
             hd2: None,
             sharing: true,
+            nolimit: false,
+        },
+    ),
+    (
+        "hd2-nolimit",
+        Kind::Host {
+            balloon: true,
+            vswapper: true,
+            baseline: false,
+            hd2: Some("hd2"),
+            sharing: false,
+            nolimit: true,
         },
     ),
     ("qemu-static", Kind::QemuStatic),
@@ -274,6 +296,16 @@ pub const BALANCE_CONFIGS: [&str; 5] =
 
 /// `balance`'s number of VMs when not told: three memory-intensive and three CPU-bound.
 pub const BALANCE_VMS: u32 = 6;
+
+/// The budget of a host configuration's `memvisor host` for `n` VMs: [`BUDGET`], or with
+/// `nolimit` twice every VM's RAM, so that every VM fits whole with its VMM's overhead and the
+/// host stays in its high state.
+pub fn host_budget(kind: Kind, n: u32) -> u64 {
+    match kind {
+        Kind::Host { nolimit: true, .. } => 2 * u64::from(n) * MEM,
+        _ => BUDGET,
+    }
+}
 
 /// The guest memory a `qemu-static` VM gets of `budget` when `n` VMs share it: an equal share,
 /// never more than its RAM `mem`. Its balloon leaves the guest this much, and its cgroup's limit
@@ -359,6 +391,7 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, disk: &str) -> VmSpec {
         baseline,
         hd2,
         sharing,
+        ..
     } = kind
     else {
         unreachable!("a host configuration");
@@ -418,6 +451,25 @@ mod tests {
             assert_eq!(s.victims.as_deref(), Some(victims), "{name}");
             assert_eq!(s.disks, ["/x/balance-vm2.img,id=data"]);
             assert!(s.check().is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn only_the_nolimit_host_gets_a_budget_that_holds_every_vm_whole() {
+        let find = |name: &str| CONFIGS.iter().find(|(c, _)| *c == name).unwrap().1;
+        let (hd2, nolimit) = (find("hd2"), find("hd2-nolimit"));
+        let work = Path::new("/x");
+        let image = &disk(Scenario::Mapreduce, 1, work);
+        assert_eq!(
+            spec(1, hd2, Scenario::Mapreduce, image),
+            spec(1, nolimit, Scenario::Mapreduce, image),
+            "the same VMs"
+        );
+        for n in [1, 6, 12] {
+            assert_eq!(host_budget(hd2, n), BUDGET);
+            // Each VM whole, with its VMM's overhead, and the high state's 6 % free to spare.
+            let whole = u64::from(n) * (MEM + (64 << 20));
+            assert!(host_budget(nolimit, n) as f64 * 0.94 >= whole as f64, "{n} VMs");
         }
     }
 

@@ -14,8 +14,8 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use super::host;
 use crate::experiments::consolidate::{
-    disk, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec, Kind, Scenario,
-    BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
+    Kind, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 
 /// Between two looks at the VMs.
@@ -219,7 +219,7 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
                         ),
                     );
                     let rss = rss_summary(&trace.rss, BUDGET);
-                    if matches!(kind, Kind::Host { .. }) && rss.over_samples > 0 {
+                    if matches!(kind, Kind::Host { nolimit: false, .. }) && rss.over_samples > 0 {
                         crate::progress::say(
                             &bar,
                             &format!(
@@ -370,7 +370,7 @@ fn run_host(
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, Watch), String> {
     let hd2 = matches!(plan.kind, Kind::Host { hd2: Some(_), .. });
-    let (host, sock) = start_host(exe, dir, hd2)?;
+    let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
     let host_pid = host.0.id();
     let vmms = || host::children(host_pid);
     let logs = (1..=plan.n)
@@ -424,16 +424,16 @@ fn run_host(
     Ok((out, watch))
 }
 
-/// Starts `memvisor host` with the budget and no VM (balancing by HyperDealer2 if `hd2`), its
+/// Starts `memvisor host` with `budget` and no VM (balancing by HyperDealer2 if `hd2`), its
 /// files in `dir`; returns it with its socket once the socket is there.
-fn start_host(exe: &Path, dir: &Path, hd2: bool) -> Result<(Reaped, PathBuf), String> {
+fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped, PathBuf), String> {
     let config = dir.join("host.toml");
     std::fs::write(
         &config,
         format!(
             // The live page on a free loopback port: its address is in host.log.
             "[host]\nmemory = {}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\nbalancing = \"{}\"\n",
-            BUDGET,
+            budget,
             if hd2 { "hd2" } else { "balloon" }
         ),
     )
