@@ -116,19 +116,19 @@ impl Reclaimer {
     /// After an install: wakes the reclaim thread if the VM is over its limit, and, if installs
     /// have added more than a chunk since the last chunk was recorded, waits for the next one
     /// (for 10 s at most: a reclaim thread held up that long by its disk is reported, and the
-    /// guest goes on past its limit rather than hang).
+    /// guest goes on past its limit rather than hang). The limit is read again at every look:
+    /// one raised meanwhile ends the wait, since reclaim does not act below it.
     pub(crate) fn hold_to_cap<'a>(
         &self,
         core: &'a PagerCore,
         mut pages: MutexGuard<'a, Pages>,
     ) -> MutexGuard<'a, Pages> {
-        let limit = core.limit();
-        if pages.table.resident() <= limit || core.vcpus.pager_paused() {
+        if pages.table.resident() <= core.limit() || core.vcpus.pager_paused() {
             return pages;
         }
         self.want_reclaim();
         let t0 = Instant::now();
-        while pages.table.resident() > limit
+        while pages.table.resident() > core.limit()
             && pages.table.resident() > pages.resident_after_chunk.saturating_add(core.batch)
             && !core.vcpus.pager_paused()
         {
@@ -186,7 +186,13 @@ impl Reclaimer {
                 Ok(Begin::Flight(f)) => f,
                 // Every victim was a mirror the guest had changed: they are not any more.
                 Ok(Begin::Again) => continue,
-                Ok(Begin::Nothing) => return,
+                Ok(Begin::Nothing) => {
+                    // No chunk is coming: those waiting for one go on.
+                    pages.resident_after_chunk = resident;
+                    drop(pages);
+                    self.settled.notify_all();
+                    return;
+                }
                 Err(e) => {
                     drop(pages);
                     self.reclaim_failed(core, e);

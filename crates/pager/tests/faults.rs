@@ -289,3 +289,72 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
         assert!(got == want, "page {q} differs");
     }
 }
+
+/// Reads `pages` one by one from another thread, as a vCPU faults them in, and checks each.
+fn read_back(mem: &Arc<GuestMem>, pages: &[u64]) -> std::thread::JoinHandle<()> {
+    let mem = mem.clone();
+    let pages = pages.to_vec();
+    std::thread::spawn(move || {
+        for p in pages {
+            let mut page = vec![0u8; PAGE];
+            mem.read_slice(&mut page, GuestAddress(p * PAGE as u64))
+                .unwrap();
+            assert!(page == page_of(p), "page {p} differs");
+        }
+    })
+}
+
+/// A fault that takes the VM a chunk over its limit waits for reclaim's next chunk; when the
+/// limit is raised meanwhile, the fault goes on at once: reclaim does not act below the new
+/// limit, so the chunk the fault waited for is not coming. (The wait used to keep the limit it
+/// started with, and held every fault of the VM for its full 10 s.) Here the chunk cannot come
+/// anyway: reclaim's swap writes are throttled to 1 KiB/s. Every byte reads as written.
+#[test]
+fn a_raised_limit_ends_a_fault_s_wait_for_reclaim() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = FlakyDisk::new(dir.path(), 160);
+    let (mem, _vcpus, pager) = swapped_out(&disk);
+    let host = |p: u64| mem.get_host_address(GuestAddress(p * PAGE as u64)).unwrap();
+    let swapped: Vec<u64> = (0..PAGES).filter(|&p| !present(host(p))).collect();
+    assert!(swapped.len() as u64 >= 40 * MIB / PAGE as u64);
+
+    // 16 MiB more brought back under a 32 MiB limit; then the limit falls to 16 MiB again, and
+    // reclaim's first chunk meets a disk that writes 1 KiB a second.
+    pager.set_limit(Some(32 * MIB)).unwrap();
+    let back = 16 * MIB as usize / PAGE;
+    read_back(&mem, &swapped[..back]).join().unwrap();
+    let slow = disk.slow_writes(1024);
+    pager.set_limit(Some(16 * MIB)).unwrap();
+    wait_until("reclaim waits on its chunk's write", WAIT, || {
+        on_disk("reclaim")
+    });
+    // The guest brings swapped pages back, a 4 KiB fault at a time, until a fault takes it a
+    // chunk past the limit and waits for reclaim.
+    let reader = read_back(&mem, &swapped[back..back + 2048]);
+    let mut seen = (u64::MAX, std::time::Instant::now());
+    wait_until("a fault waits for reclaim", WAIT, || {
+        let faults = pager.snapshot().counters.faults_swap;
+        if faults != seen.0 {
+            seen = (faults, std::time::Instant::now());
+        }
+        seen.1.elapsed() > Duration::from_millis(500)
+    });
+    assert!(!reader.is_finished(), "no fault waited");
+
+    pager.set_limit(Some(MEM as u64)).unwrap();
+    let raised = std::time::Instant::now();
+    wait_until("the faults go on", WAIT, || reader.is_finished());
+    assert!(
+        raised.elapsed() < Duration::from_secs(5),
+        "the faults went on only after {:?}: the wait kept its old limit",
+        raised.elapsed()
+    );
+    reader.join().unwrap();
+    slow.lift();
+    drop(slow);
+    let all = device_reads_everything(&mem).join().unwrap();
+    for (q, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
+        assert!(got == page_of(q), "page {q} differs");
+    }
+}

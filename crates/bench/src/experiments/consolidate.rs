@@ -469,7 +469,10 @@ mod tests {
             assert_eq!(host_budget(hd2, n), BUDGET);
             // Each VM whole, with its VMM's overhead, and the high state's 6 % free to spare.
             let whole = u64::from(n) * (MEM + (64 << 20));
-            assert!(host_budget(nolimit, n) as f64 * 0.94 >= whole as f64, "{n} VMs");
+            assert!(
+                host_budget(nolimit, n) as f64 * 0.94 >= whole as f64,
+                "{n} VMs"
+            );
         }
     }
 

@@ -1,8 +1,8 @@
 //! A disk that fails on demand, for fault-injection tests (shared by the pager's and the
 //! binary's tests with `#[path]`): a small ext4 file system on a loop device whose size the test
 //! shrinks to 1 MiB (every later I/O past it fails with EIO) and restores. The backing file, and
-//! so every block written before, stays as it was. [`FlakyDisk::slow_reads`] makes its reads
-//! slow instead.
+//! so every block written before, stays as it was. [`FlakyDisk::slow_reads`] and
+//! [`FlakyDisk::slow_writes`] make its reads or writes slow instead.
 // Each test crate that includes this uses part of it.
 #![allow(dead_code)]
 
@@ -79,19 +79,31 @@ impl FlakyDisk {
     }
 }
 
-/// Reads of a [`FlakyDisk`] by this process held to a few bytes a second (the blkio cgroup v1
-/// controller's `read_bps_device` throttle on the loop device), until lifted or dropped: a
-/// real disk that answers reads as slowly as a test needs.
-pub struct SlowReads {
+/// Reads or writes of a [`FlakyDisk`] by this process held to a few bytes a second (the blkio
+/// cgroup v1 controller's `read_bps_device` or `write_bps_device` throttle on the loop device),
+/// until lifted or dropped: a real disk that answers as slowly as a test needs.
+pub struct Throttled {
     /// The cgroup this process was moved into, and the one it came from.
     cgroup: PathBuf,
     home: PathBuf,
     dev: String,
+    /// The cgroup's throttle file.
+    knob: &'static str,
 }
 
 impl FlakyDisk {
     /// Throttles this process's reads of the disk to `bytes_per_s`.
-    pub fn slow_reads(&self, bytes_per_s: u64) -> SlowReads {
+    pub fn slow_reads(&self, bytes_per_s: u64) -> Throttled {
+        self.throttle("blkio.throttle.read_bps_device", bytes_per_s)
+    }
+
+    /// Throttles this process's writes to the disk (its direct I/O: the pager's swap file) to
+    /// `bytes_per_s`.
+    pub fn slow_writes(&self, bytes_per_s: u64) -> Throttled {
+        self.throttle("blkio.throttle.write_bps_device", bytes_per_s)
+    }
+
+    fn throttle(&self, knob: &'static str, bytes_per_s: u64) -> Throttled {
         let root = Path::new("/sys/fs/cgroup/blkio");
         // This process's blkio cgroup now, from its `N:blkio:/path` line.
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
@@ -104,10 +116,11 @@ impl FlakyDisk {
         std::fs::create_dir_all(&cgroup).unwrap();
         let name = Path::new(&self.lo).file_name().unwrap().to_str().unwrap();
         let dev = std::fs::read_to_string(format!("/sys/block/{name}/dev")).unwrap();
-        let slow = SlowReads {
+        let slow = Throttled {
             cgroup,
             home,
             dev: dev.trim().to_owned(),
+            knob,
         };
         slow.set(bytes_per_s);
         std::fs::write(
@@ -119,27 +132,24 @@ impl FlakyDisk {
     }
 }
 
-impl SlowReads {
+impl Throttled {
     fn set(&self, bytes_per_s: u64) {
         std::fs::write(
-            self.cgroup.join("blkio.throttle.read_bps_device"),
+            self.cgroup.join(self.knob),
             format!("{} {bytes_per_s}", self.dev),
         )
         .unwrap();
     }
 
-    /// Reads go at the disk's speed again (a held read goes on at once).
+    /// I/O goes at the disk's speed again (a held request goes on at once).
     pub fn lift(&self) {
         self.set(0);
     }
 }
 
-impl Drop for SlowReads {
+impl Drop for Throttled {
     fn drop(&mut self) {
-        let _ = std::fs::write(
-            self.cgroup.join("blkio.throttle.read_bps_device"),
-            format!("{} 0", self.dev),
-        );
+        let _ = std::fs::write(self.cgroup.join(self.knob), format!("{} 0", self.dev));
         let _ = std::fs::write(
             self.home.join("cgroup.procs"),
             std::process::id().to_string(),
