@@ -322,7 +322,7 @@ fn a_raised_limit_ends_a_fault_s_wait_for_reclaim() {
     // 16 MiB more brought back under a 32 MiB limit; then the limit falls to 16 MiB again, and
     // reclaim's first chunk meets a disk that writes 1 KiB a second.
     pager.set_limit(Some(32 * MIB)).unwrap();
-    let back = 16 * MIB as usize / PAGE;
+    let back = (16 << 20) / PAGE;
     read_back(&mem, &swapped[..back]).join().unwrap();
     let slow = disk.slow_writes(1024);
     pager.set_limit(Some(16 * MIB)).unwrap();
