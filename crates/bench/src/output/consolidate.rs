@@ -237,7 +237,7 @@ pub fn write_outputs(
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,note\n");
+    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note\n");
     for r in records {
         let (limit, usage, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
             (
@@ -250,7 +250,7 @@ pub fn write_outputs(
         });
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{limit},{usage},{failcnt},{ooms},{swap},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{limit},{usage},{failcnt},{ooms},{swap},{},{}",
             r.config,
             r.scenario.name(),
             r.n,
@@ -262,6 +262,8 @@ pub fn write_outputs(
             r.interval.map_or(String::new(), |i| format!("{:.2}", i.0)),
             r.interval.map_or(String::new(), |i| format!("{:.2}", i.1)),
             u8::from(r.ok),
+            r.longest_fault_us
+                .map_or(String::new(), |us| format!("{:.1}", us as f64 / 1e3)),
             csv::quoted(&r.note.replace('"', "'"))
         );
     }
@@ -441,6 +443,25 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
                     scenario.name()
                 );
             }
+        }
+        md.push_str("\nThe longest a single fault took to serve in any memvisor VM (its pager's `fault_latency.max_us`, over its last 16,384 faults), in ms, the most over the repetitions: a VM held up behind one fault shows here.\n\n");
+        table_head(&mut md, shape.configs);
+        for &n in shape.ns {
+            let _ = write!(md, "| {} |", label(n, shape.cores));
+            for (c, _) in shape.configs {
+                let longest = records
+                    .iter()
+                    .filter(|r| r.config == *c && r.scenario == scenario && r.n == n)
+                    .filter_map(|r| r.longest_fault_us)
+                    .max();
+                match longest {
+                    Some(us) => {
+                        let _ = write!(md, " {:.1} |", us as f64 / 1e3);
+                    }
+                    None => md.push_str(" – |"),
+                }
+            }
+            md.push('\n');
         }
         md.push('\n');
     }
@@ -704,6 +725,7 @@ mod tests {
             ok: secs.is_some(),
             note: String::new(),
             cgroup: None,
+            longest_fault_us: None,
         }
     }
 
@@ -797,6 +819,8 @@ mod tests {
             swap_peak: 20 << 20,
         });
         records[4].note = "exited with signal 9".into();
+        records[2].longest_fault_us = Some(1_500);
+        records[3].longest_fault_us = Some(10_001_663);
         let runs = vec![
             trace(
                 "pager",
@@ -833,8 +857,10 @@ mod tests {
             md.contains("| mapreduce | 4 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |"),
             "{md}"
         );
+        assert!(md.contains("| 4 | 10001.7 | – | – |"), "{md}");
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
         assert_eq!(csv.lines().count(), 6);
+        assert!(csv.contains(",1.5,\"\""), "{csv}");
         let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
         assert!(
             runs_csv.contains("pager,mapreduce,4,0,1,3.0,0.800,1100,1024,0.2,1,3"),

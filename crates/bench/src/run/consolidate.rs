@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use super::host;
+use super::vm::read_final_stats;
 use crate::experiments::consolidate::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
     Kind, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
@@ -64,6 +65,9 @@ pub struct Record {
     pub note: String,
     /// A limited QEMU VM's cgroup.
     pub cgroup: Option<CgroupSeen>,
+    /// A memvisor VM's longest fault among its last 16,384 (its pager's
+    /// `fault_latency.max_us` when it ended), in microseconds.
+    pub longest_fault_us: Option<u64>,
 }
 
 /// One run as a whole.
@@ -167,6 +171,7 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
                                 secs: None,
                                 note: format!("the run failed: {e}"),
                                 cgroup: None,
+                                longest_fault_us: None,
                             })
                             .collect();
                         (vms, Watch::new(plan.scenario, Vec::new(), None))
@@ -193,6 +198,7 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
                             ok: v.ok,
                             note: v.note,
                             cgroup: v.cgroup,
+                            longest_fault_us: v.longest_fault_us,
                         });
                     }
                     let trace = RunTrace {
@@ -269,6 +275,7 @@ struct Outcome {
     secs: Option<f64>,
     note: String,
     cgroup: Option<CgroupSeen>,
+    longest_fault_us: Option<u64>,
 }
 
 struct Reaped(Child);
@@ -414,11 +421,13 @@ fn run_host(
             Some(v) => v.why.clone().unwrap_or_else(|| format!("{:?}", v.state)),
             None => "the host does not list it".into(),
         };
+        let stats = read_final_stats(&dir.join("state").join(format!("{name}.stats.json")));
         out.push(Outcome {
             ok,
             secs: secs.filter(|_| ok),
             note,
             cgroup: None,
+            longest_fault_us: stats.and_then(|s| s.pager).map(|p| p.fault_latency.max_us),
         });
     }
     Ok((out, watch))
@@ -592,6 +601,7 @@ fn run_qemu(
             secs: secs.filter(|_| ok),
             note,
             cgroup,
+            longest_fault_us: None,
         });
     }
     drop(vms);
