@@ -10,7 +10,7 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{config, flaky_disk::FlakyDisk, wait_until};
 use memvisor_devices::ram::{DiskPage, GuestRam};
@@ -52,6 +52,13 @@ fn device_reads_everything(mem: &Arc<GuestMem>) -> std::thread::JoinHandle<Vec<u
     })
 }
 
+/// Checks that `all` (guest memory as read whole) holds `want(p)` in every page `p`.
+fn every_page_is(all: &[u8], want: impl Fn(u64) -> Vec<u8>) {
+    for (p, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
+        assert!(got == want(p).as_slice(), "page {p} differs");
+    }
+}
+
 /// The common end: the access waits while paused, the disk comes back, the resume serves it,
 /// and every page reads as written.
 fn resume_and_check(
@@ -87,10 +94,7 @@ fn resume_and_check(
     wait_until("the device access completes after the resume", WAIT, || {
         reader.is_finished()
     });
-    let all = reader.join().unwrap();
-    for (p, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
-        assert!(got == page_of(p).as_slice(), "page {p} differs");
-    }
+    every_page_is(&reader.join().unwrap(), page_of);
     assert_eq!(
         vcpus.paused(),
         None,
@@ -279,15 +283,14 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
         pager.snapshot().counters.fault_reads_redone == before.fault_reads_redone + 1
     });
     drop(slow);
-    let all = device_reads_everything(&mem).join().unwrap();
-    for (q, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
-        let want = match q {
+    every_page_is(
+        &device_reads_everything(&mem).join().unwrap(),
+        |q| match q {
             _ if q == p => new_p.clone(),
             _ if q == elsewhere => new_elsewhere.clone(),
             _ => page_of(q),
-        };
-        assert!(got == want, "page {q} differs");
-    }
+        },
+    );
 }
 
 /// Reads `pages` one by one from another thread, as a vCPU faults them in, and checks each.
@@ -332,18 +335,18 @@ fn a_raised_limit_ends_a_fault_s_wait_for_reclaim() {
     // The guest brings swapped pages back, a 4 KiB fault at a time, until a fault takes it a
     // chunk past the limit and waits for reclaim.
     let reader = read_back(&mem, &swapped[back..back + 2048]);
-    let mut seen = (u64::MAX, std::time::Instant::now());
+    let mut seen = (u64::MAX, Instant::now());
     wait_until("a fault waits for reclaim", WAIT, || {
         let faults = pager.snapshot().counters.faults_swap;
         if faults != seen.0 {
-            seen = (faults, std::time::Instant::now());
+            seen = (faults, Instant::now());
         }
         seen.1.elapsed() > Duration::from_millis(500)
     });
     assert!(!reader.is_finished(), "no fault waited");
 
     pager.set_limit(Some(MEM as u64)).unwrap();
-    let raised = std::time::Instant::now();
+    let raised = Instant::now();
     wait_until("the faults go on", WAIT, || reader.is_finished());
     assert!(
         raised.elapsed() < Duration::from_secs(5),
@@ -351,10 +354,7 @@ fn a_raised_limit_ends_a_fault_s_wait_for_reclaim() {
         raised.elapsed()
     );
     reader.join().unwrap();
-    slow.lift();
+    // Writes go at the disk's speed again, and reclaim's chunk lands.
     drop(slow);
-    let all = device_reads_everything(&mem).join().unwrap();
-    for (q, got) in (0..PAGES).zip(all.chunks_exact(PAGE)) {
-        assert!(got == page_of(q), "page {q} differs");
-    }
+    every_page_is(&device_reads_everything(&mem).join().unwrap(), page_of);
 }

@@ -210,6 +210,11 @@ fn label(n: u32, cores: usize) -> String {
     }
 }
 
+/// Microseconds as milliseconds, one decimal.
+fn ms(us: u64) -> String {
+    format!("{:.1}", us as f64 / 1e3)
+}
+
 fn mib(b: u64) -> String {
     #[allow(clippy::cast_precision_loss)]
     let m = b as f64 / MIB;
@@ -262,8 +267,7 @@ pub fn write_outputs(
             r.interval.map_or(String::new(), |i| format!("{:.2}", i.0)),
             r.interval.map_or(String::new(), |i| format!("{:.2}", i.1)),
             u8::from(r.ok),
-            r.longest_fault_us
-                .map_or(String::new(), |us| format!("{:.1}", us as f64 / 1e3)),
+            r.longest_fault_us.map_or(String::new(), ms),
             csv::quoted(&r.note.replace('"', "'"))
         );
     }
@@ -456,7 +460,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
                     .max();
                 match longest {
                     Some(us) => {
-                        let _ = write!(md, " {:.1} |", us as f64 / 1e3);
+                        let _ = write!(md, " {} |", ms(us));
                     }
                     None => md.push_str(" – |"),
                 }
