@@ -8,6 +8,7 @@ pub mod bus;
 pub mod debug_exit;
 pub mod guest_log;
 pub mod iobuf;
+pub mod priority;
 pub mod ram;
 pub mod serial;
 pub mod virtio;

@@ -180,6 +180,12 @@ pub struct RunArgs {
     /// these host CPUs only.
     #[arg(long, value_parser = CpuSet::parse)]
     pub vmm_cpus: Option<CpuSet>,
+    /// The nice value (-20 to 19) of the threads the guest waits on: its virtio devices' threads
+    /// and the pager's fault thread, so that on CPUs shared by more vCPUs than they are a
+    /// request's answer does not queue behind busy vCPUs; 0 leaves them at the VMM's own
+    /// priority. A value below the VMM's needs CAP_SYS_NICE (without it, a warning). memvisor only.
+    #[arg(long, default_value_t = memvisor_devices::priority::SERVING_NICE, value_parser = parse_nice, allow_hyphen_values = true)]
+    pub serving_nice: i32,
     /// Most guest RAM resident on the host at once, e.g. 100M. With --pager off (and on QEMU) a
     /// cgroup v1 memory limit with host swap enforces it instead of memvisor's pager.
     #[arg(long, value_parser = parse_size)]
@@ -365,6 +371,21 @@ pub struct DiskArg {
 
 pub use memvisor_api::parse_size;
 
+fn parse_nice(s: &str) -> Result<i32, String> {
+    let range = memvisor_devices::priority::NICE_RANGE;
+    s.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            format!(
+                "'{s}' is not a nice value: give a whole number from {} to {}",
+                range.start(),
+                range.end()
+            )
+        })
+}
+
 fn parse_vcpus(s: &str) -> Result<u8, String> {
     match s.parse::<u8>() {
         Ok(n) if (1..=memvisor_vmm::MAX_VCPUS).contains(&n) => Ok(n),
@@ -474,6 +495,15 @@ mod tests {
         assert!(parse_disk("a.img,rw").is_err());
         assert!(parse_disk("a.img,id=").is_err());
         assert!(parse_disk("a.img,id=abcdefghijklmnopqrstuvwxyz").is_err());
+    }
+
+    #[test]
+    fn nice_values() {
+        assert_eq!(parse_nice("-10"), Ok(-10));
+        assert_eq!(parse_nice("19"), Ok(19));
+        for bad in ["-21", "20", "", "x", "1.5"] {
+            assert!(parse_nice(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -364,3 +364,71 @@ fn vcpu_and_vmm_threads_run_on_the_cpus_asked_for() {
         assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{list}");
     }
 }
+
+/// The nice value of every thread of `pid`, by thread name.
+fn thread_nice(pid: u32) -> Vec<(String, i32)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the name, which ends at the last ')': state is field 3, nice field 19.
+        let nice = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(16))
+            .and_then(|n| n.parse().ok());
+        if let Some(nice) = nice {
+            out.push((comm.trim().to_owned(), nice));
+        }
+    }
+    out
+}
+
+/// `--serving-nice` puts the threads a guest waits on (its devices' and the pager's fault
+/// thread) at the value asked, and leaves the vCPU and the rest at the VMM's; a value outside
+/// -20..19 is refused.
+#[test]
+fn the_threads_a_guest_waits_on_run_at_the_serving_nice_value() {
+    let image = disk(16 << 20);
+    let path = image.path().to_str().unwrap();
+    let mut child = Command::new(MEMVISOR)
+        .args(["run", "--mem", "128M", "--balloon", "--serving-nice", "-4"])
+        .args(["--disk", &format!("{path},id=d")])
+        .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let wanted = ["blk-d", "balloon", "pager", "vcpu0"];
+    let threads = loop {
+        let threads = thread_nice(child.id());
+        if wanted.iter().all(|w| threads.iter().any(|(n, _)| n == w))
+            || t0.elapsed() > std::time::Duration::from_secs(20)
+        {
+            break threads;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(child.wait().unwrap().code(), Some(1), "the guest failed");
+    eprintln!("{threads:?}");
+    // SAFETY: no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    for (name, nice) in &threads {
+        let serving = ["blk-d", "balloon", "pager"].contains(&name.as_str());
+        let want = if serving && root { -4 } else { 0 };
+        if !name.starts_with("kvm-") {
+            assert_eq!(*nice, want, "thread {name}");
+        }
+    }
+    for w in wanted {
+        assert!(threads.iter().any(|(n, _)| n == w), "no {w} thread seen");
+    }
+    for bad in ["-21", "20", "x"] {
+        let out = memvisor(&["run", "--serving-nice", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is not a nice value"), "{bad}: {err}");
+    }
+}

@@ -80,6 +80,9 @@ pub struct PagerConfig {
     /// `release-ready` thread, so a release only drops them (`release.rs`; 0: none; needs the
     /// Swap Mapper). Rounded down to whole pages.
     pub release_ready: u64,
+    /// The nice value of the pager's fault thread, which faulting vCPUs wait on (0: the VMM's
+    /// own; `memvisor_devices::priority`).
+    pub serving_nice: i32,
 }
 
 /// The reclamation cache's size when none is given (4 MiB: 1,024 pages).

@@ -240,9 +240,11 @@ impl Pager {
         let preventing = preventer.clone();
         let reclaiming = reclaimer.clone();
         let faulting = faults.clone();
+        let nice = config.serving_nice;
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
+                memvisor_devices::priority::serve_at(nice, "pager");
                 let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,

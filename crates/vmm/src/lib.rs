@@ -77,6 +77,9 @@ pub struct VmConfig {
     pub vcpu_cpus: Option<affinity::CpuSet>,
     /// Guest RAM is mergeable by the host kernel's KSM (`--sharing host`, docs/sharing.md).
     pub sharing: bool,
+    /// The nice value of the virtio devices' threads, which the guest waits on (0: the VMM's
+    /// own; `memvisor_devices::priority`).
+    pub serving_nice: i32,
 }
 
 #[derive(Debug, Error)]
@@ -679,6 +682,7 @@ fn start_notifier(
     transport: &Arc<Mutex<MmioTransport>>,
     ioevents: &Arc<dyn IoEvents>,
     base: u64,
+    nice: i32,
 ) -> Result<NotifyThread, VmmError> {
     // Thread names are at most 15 bytes on Linux, printable here.
     let name: String = name
@@ -691,6 +695,7 @@ fn start_notifier(
         transport.clone(),
         ioevents.clone(),
         base + QUEUE_NOTIFY_OFFSET,
+        nice,
     )
     .map_err(|e| VmmError::DeviceThread(name, e))
 }
@@ -763,7 +768,13 @@ fn build_devices(
                 let transport = Arc::new(Mutex::new(transport));
                 mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
                 let name = format!("blk-{}", disk.id);
-                notifiers.push(start_notifier(name, &transport, &ioevents, base)?);
+                notifiers.push(start_notifier(
+                    name,
+                    &transport,
+                    &ioevents,
+                    base,
+                    config.serving_nice,
+                )?);
                 let attached = AttachedDisk {
                     block_metrics,
                     transport_metrics,
@@ -781,7 +792,13 @@ fn build_devices(
                 )));
                 mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
                 let name = "balloon".to_owned();
-                notifiers.push(start_notifier(name, &transport, &ioevents, base)?);
+                notifiers.push(start_notifier(
+                    name,
+                    &transport,
+                    &ioevents,
+                    base,
+                    config.serving_nice,
+                )?);
                 balloon = Some(BalloonControl { state, transport });
             }
         }

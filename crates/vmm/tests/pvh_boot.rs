@@ -36,6 +36,7 @@ fn config(code: &[u8]) -> VmConfig {
         api_sock: None,
         vcpu_cpus: None,
         sharing: false,
+        serving_nice: 0,
     }
 }
 

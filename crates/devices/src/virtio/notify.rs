@@ -74,21 +74,25 @@ pub struct NotifyThread {
 impl NotifyThread {
     /// Starts the thread `name` for `transport`, whose `QueueNotify` register is at the
     /// guest-physical address `notify_addr`, and gives the transport `events` to register its
-    /// eventfds with once the driver is ready. Returns after the thread is ready.
+    /// eventfds with once the driver is ready. Returns after the thread is ready. The thread
+    /// runs at `nice` (0: the VMM's own priority; [`crate::priority`]).
     pub fn start(
         name: &str,
         transport: Arc<Mutex<MmioTransport>>,
         events: Arc<dyn IoEvents>,
         notify_addr: u64,
+        nice: i32,
     ) -> io::Result<Self> {
         let stop = EventFd::new(libc::EFD_NONBLOCK)?;
         let thread_stop = stop.try_clone()?;
         let queues = lock(&transport).attach_ioevents(events, notify_addr)?;
         let (ready_tx, ended) = mpsc::sync_channel(1);
         let thread_transport = transport.clone();
+        let thread_name = name.to_owned();
         let spawned = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
+                crate::priority::serve_at(nice, &thread_name);
                 let _ = ready_tx.send(());
                 if let Err(why) = serve(&thread_transport, &queues, &thread_stop) {
                     fall_back(&thread_transport, &why);
@@ -343,7 +347,7 @@ mod tests {
         let processed = Arc::new(AtomicU32::new(0));
         let t = transport(&processed);
         let events = Arc::new(FakeEvents::default());
-        let thread = NotifyThread::start("test-dev", t.clone(), events.clone(), NOTIFY_ADDR)
+        let thread = NotifyThread::start("test-dev", t.clone(), events.clone(), NOTIFY_ADDR, 0)
             .expect("the device thread starts");
         assert!(
             !events.guest_write(NOTIFY_ADDR, 0),
@@ -386,7 +390,7 @@ mod tests {
             refuse: true,
             ..FakeEvents::default()
         });
-        let _thread = NotifyThread::start("test-dev", t.clone(), events, NOTIFY_ADDR)
+        let _thread = NotifyThread::start("test-dev", t.clone(), events, NOTIFY_ADDR, 0)
             .expect("the device thread starts");
         driver_ok(&t);
         let metrics = t.lock().unwrap().metrics();

@@ -32,6 +32,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         sharing: false,
         release_cache: memvisor_pager::DEFAULT_RELEASE_CACHE,
         release_ready: 0,
+        serving_nice: 0,
     }
 }
 
