@@ -752,7 +752,7 @@ fn build_devices(
         };
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
         vm.register_irqfd(&irq, gsi).map_err(kvm_err("KVM_IRQFD"))?;
-        match device {
+        let (name, transport) = match device {
             Some(disk) => {
                 let index = u8::try_from(disks.len()).expect("at most 8 disks");
                 let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?
@@ -767,20 +767,13 @@ fn build_devices(
                 let transport_metrics = transport.metrics();
                 let transport = Arc::new(Mutex::new(transport));
                 mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
-                let name = format!("blk-{}", disk.id);
-                notifiers.push(start_notifier(
-                    name,
-                    &transport,
-                    &ioevents,
-                    base,
-                    config.serving_nice,
-                )?);
                 let attached = AttachedDisk {
                     block_metrics,
                     transport_metrics,
                     file,
                 };
                 disks.push(((*disk).clone(), Mutex::new(attached)));
+                (format!("blk-{}", disk.id), transport)
             }
             None => {
                 let device = Balloon::new(ram.clone());
@@ -791,17 +784,15 @@ fn build_devices(
                     Some(irq),
                 )));
                 mmio.insert(base, MMIO_SLOT_SIZE, transport.clone())?;
-                let name = "balloon".to_owned();
-                notifiers.push(start_notifier(
-                    name,
-                    &transport,
-                    &ioevents,
-                    base,
-                    config.serving_nice,
-                )?);
-                balloon = Some(BalloonControl { state, transport });
+                balloon = Some(BalloonControl {
+                    state,
+                    transport: transport.clone(),
+                });
+                ("balloon".to_owned(), transport)
             }
-        }
+        };
+        let nice = config.serving_nice;
+        notifiers.push(start_notifier(name, &transport, &ioevents, base, nice)?);
     }
     Ok(Devices {
         pio,
