@@ -30,27 +30,15 @@ pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
     }
 }
 
-/// The calling thread's nice value.
-pub fn thread_nice() -> std::io::Result<i32> {
-    // getpriority may return -1 as a value: errno tells an error from it.
-    // SAFETY: `__errno_location` is the calling thread's errno; no memory is passed otherwise.
-    unsafe { *libc::__errno_location() = 0 };
-    // SAFETY: as in `set_thread_nice`.
-    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-    let e = std::io::Error::last_os_error();
-    if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
-        return Err(e);
-    }
-    Ok(n)
-}
-
-/// Runs the calling thread, `name`, at `nice` if that is not 0. A refusal (no `CAP_SYS_NICE`)
-/// is logged, and the thread goes on at the VMM's priority.
-pub fn serve_at(nice: i32, name: &str) {
+/// Runs the calling thread at `nice` if that is not 0. A refusal (no `CAP_SYS_NICE`) is logged
+/// under the thread's name, and the thread goes on at the VMM's priority.
+pub fn serve_at(nice: i32) {
     if nice == 0 {
         return;
     }
     if let Err(e) = set_thread_nice(nice) {
+        let me = std::thread::current();
+        let name = me.name().unwrap_or("unnamed");
         tracing::warn!(
             "thread {name}: cannot run at nice {nice} ({e}); it runs at the VMM's priority"
         );
@@ -61,12 +49,26 @@ pub fn serve_at(nice: i32, name: &str) {
 mod tests {
     use super::*;
 
+    /// The calling thread's nice value.
+    fn thread_nice() -> std::io::Result<i32> {
+        // getpriority may return -1 as a value: errno tells an error from it.
+        // SAFETY: `__errno_location` is the calling thread's errno; nothing else is touched.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: no memory is passed; for PRIO_PROCESS, `who` 0 is the calling thread.
+        let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let e = std::io::Error::last_os_error();
+        if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
+            return Err(e);
+        }
+        Ok(n)
+    }
+
     #[test]
     fn a_thread_s_nice_value_is_its_own() {
         let before = thread_nice().unwrap();
         let want = (before + 3).min(*NICE_RANGE.end());
         let inside = std::thread::spawn(move || {
-            serve_at(want, "test");
+            serve_at(want);
             thread_nice().unwrap()
         })
         .join()
@@ -79,7 +81,7 @@ mod tests {
         );
         // 0 leaves the thread as it is.
         let same = std::thread::spawn(|| {
-            serve_at(0, "test");
+            serve_at(0);
             thread_nice().unwrap()
         })
         .join()

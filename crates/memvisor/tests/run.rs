@@ -284,8 +284,9 @@ fn bad_input_gets_one_line_and_status_2() {
     }
 }
 
-/// The `Cpus_allowed_list` of every thread of `pid` and of its children, by thread name.
-fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+/// What `read` finds in the `/proc` directory of every thread of `pid` and of its children, by
+/// thread name (threads it finds nothing for are left out).
+fn per_thread<T>(pid: u32, read: impl Fn(&Path) -> Option<T>) -> Vec<(String, T)> {
     let mut pids = vec![pid.to_string()];
     let children = format!("/proc/{pid}/task/{pid}/children");
     pids.extend(
@@ -301,16 +302,23 @@ fn thread_cpus(pid: u32) -> Vec<(String, String)> {
         };
         for t in tasks.flatten() {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-            if let Some(cpus) = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            {
-                out.push((comm.trim().to_owned(), cpus.trim().to_owned()));
+            if let Some(v) = read(&t.path()) {
+                out.push((comm.trim().to_owned(), v));
             }
         }
     }
     out
+}
+
+/// The `Cpus_allowed_list` of every thread of `pid` and of its children, by thread name.
+fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+    per_thread(pid, |t| {
+        let status = std::fs::read_to_string(t.join("status")).ok()?;
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        Some(cpus.trim().to_owned())
+    })
 }
 
 /// `--vcpu-cpus` and `--vmm-cpus` put the vCPU threads and every other thread where asked, on
@@ -365,25 +373,14 @@ fn vcpu_and_vmm_threads_run_on_the_cpus_asked_for() {
     }
 }
 
-/// The nice value of every thread of `pid`, by thread name.
+/// The nice value of every thread of `pid` and of its children, by thread name.
 fn thread_nice(pid: u32) -> Vec<(String, i32)> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for t in tasks.flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+    per_thread(pid, |t| {
+        let stat = std::fs::read_to_string(t.join("stat")).ok()?;
         // Fields after the name, which ends at the last ')': state is field 3, nice field 19.
-        let nice = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(16))
-            .and_then(|n| n.parse().ok());
-        if let Some(nice) = nice {
-            out.push((comm.trim().to_owned(), nice));
-        }
-    }
-    out
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(16)?.parse().ok()
+    })
 }
 
 /// `--serving-nice` puts the threads a guest waits on (its devices' and the pager's fault

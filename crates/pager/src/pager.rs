@@ -244,7 +244,7 @@ impl Pager {
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
-                memvisor_devices::priority::serve_at(nice, "pager");
+                memvisor_devices::priority::serve_at(nice);
                 let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,

@@ -88,11 +88,10 @@ impl NotifyThread {
         let queues = lock(&transport).attach_ioevents(events, notify_addr)?;
         let (ready_tx, ended) = mpsc::sync_channel(1);
         let thread_transport = transport.clone();
-        let thread_name = name.to_owned();
         let spawned = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                crate::priority::serve_at(nice, &thread_name);
+                crate::priority::serve_at(nice);
                 let _ = ready_tx.send(());
                 if let Err(why) = serve(&thread_transport, &queues, &thread_stop) {
                     fall_back(&thread_transport, &why);
