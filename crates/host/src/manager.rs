@@ -77,12 +77,21 @@ struct Managed {
     ghost_seen: Option<demand::Observation>,
     /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
     vmm_rss: Option<u64>,
+    /// Whether the guest's page cache counts as idle before sampling ([`guest_active`]).
+    cache_idle: bool,
 }
 
 impl Managed {
     /// A VM with no VMM yet, nothing reserved and nothing observed.
-    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> Managed {
+    fn new(
+        spec: VmSpec,
+        files: VmmFiles,
+        state: HostVmState,
+        why: Option<String>,
+        balancing: Balancing,
+    ) -> Managed {
         Managed {
+            cache_idle: balancing == Balancing::Hd2,
             max: spec.mem,
             target: 0,
             spec,
@@ -137,7 +146,7 @@ impl Managed {
                 _ => stats
                     .and_then(|s| s.balloon.as_ref())
                     .and_then(|b| b.guest.as_ref())
-                    .and_then(|g| guest_active(g, self.resident()))
+                    .and_then(|g| guest_active(g, self.resident(), self.cache_idle))
                     .unwrap_or_else(|| pager.map_or(1.0, |p| p.active.estimate)),
             }
         })
@@ -246,18 +255,26 @@ pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
 }
 
 /// The active fraction a guest's own balloon statistics give for `resident` bytes of its RAM:
-/// what it holds that it could not give up without swapping (its total less what it counts as
-/// available: free pages and clean page cache), as a fraction of what it holds; `None` without
-/// those statistics or resident memory. ESX samples instead; before the pager has taken RAM
-/// over, a page cannot be sampled, and the idle tax then falls on what the guest itself says is
-/// free or cache.
-pub fn guest_active(g: &GuestMemoryStats, resident: u64) -> Option<f64> {
+/// what it holds that is in use, as a fraction of what it holds; `None` without those
+/// statistics or resident memory. ESX samples instead; before the pager has taken RAM over, a
+/// page cannot be sampled, and the guest can only say what is free and what is clean page
+/// cache, not what it will read again. So the cache counts as idle (in use is total less
+/// available) only when `cache_idle`: under HyperDealer2's balancing, where the host takes
+/// clean page cache itself, in its own order (finished streams first, loops last). With
+/// balloons alone a low target makes the guest drop its cache, a VM reading one file over and
+/// over included, so there it counts as in use (total less free; docs/host.md).
+pub fn guest_active(g: &GuestMemoryStats, resident: u64, cache_idle: bool) -> Option<f64> {
     let total = g.total_memory_bytes?;
-    let available = g.available_memory_bytes.or(g.free_memory_bytes)?;
+    let free = g.free_memory_bytes?;
+    let idle = if cache_idle {
+        g.available_memory_bytes.unwrap_or(free)
+    } else {
+        free
+    };
     if resident == 0 {
         return None;
     }
-    let used = total.saturating_sub(available);
+    let used = total.saturating_sub(idle);
     Some((used as f64 / resident as f64).clamp(0.0, 1.0))
 }
 
@@ -522,7 +539,13 @@ impl Host {
                 limit >> 20
             ),
         );
-        let mut v = Managed::new(spec, files, HostVmState::Starting, None);
+        let mut v = Managed::new(
+            spec,
+            files,
+            HostVmState::Starting,
+            None,
+            self.config.balancing,
+        );
         v.target = limit;
         v.vmm = Some(vmm);
         v.reserved = true;
@@ -539,7 +562,13 @@ impl Host {
             format!("refused: {why}"),
         );
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let v = Managed::new(spec, files, HostVmState::Refused, Some(why.to_string()));
+        let v = Managed::new(
+            spec,
+            files,
+            HostVmState::Refused,
+            Some(why.to_string()),
+            self.config.balancing,
+        );
         self.vms.push(v);
     }
 
@@ -1437,22 +1466,31 @@ mod tests {
     fn a_guests_statistics_give_its_active_fraction_before_the_pager_runs() {
         let g = GuestMemoryStats {
             total_memory_bytes: Some(512 * MIB),
-            free_memory_bytes: Some(300 * MIB),
-            available_memory_bytes: Some(400 * MIB),
+            free_memory_bytes: Some(400 * MIB),
+            available_memory_bytes: Some(456 * MIB),
+            disk_caches_bytes: Some(56 * MIB),
             ..GuestMemoryStats::default()
         };
-        // 112 MiB it could not give up, of 224 MiB it holds.
-        assert_eq!(guest_active(&g, 224 * MIB), Some(0.5));
-        // Without "available", free memory is what it could give.
+        // 112 MiB not free (56 of them page cache), of 224 MiB it holds.
+        assert_eq!(guest_active(&g, 224 * MIB, false), Some(0.5));
+        // Under HyperDealer2's balancing the cache counts as idle: 56 MiB in use.
+        assert_eq!(guest_active(&g, 224 * MIB, true), Some(0.25));
+        // Without "available", free memory is all that is idle.
         let no_avail = GuestMemoryStats {
             available_memory_bytes: None,
             ..g.clone()
         };
-        assert_eq!(guest_active(&no_avail, 212 * MIB), Some(1.0));
-        assert_eq!(guest_active(&g, 0), None);
-        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
+        assert_eq!(guest_active(&no_avail, 224 * MIB, true), Some(0.5));
+        // Without free memory in the statistics, nothing is known.
+        let no_free = GuestMemoryStats {
+            free_memory_bytes: None,
+            ..g.clone()
+        };
+        assert_eq!(guest_active(&no_free, 224 * MIB, false), None);
+        assert_eq!(guest_active(&g, 0, false), None);
+        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB, true), None);
         // Never above 1, whatever the guest says.
-        assert_eq!(guest_active(&g, MIB), Some(1.0));
+        assert_eq!(guest_active(&g, MIB, false), Some(1.0));
     }
 
     #[test]
