@@ -251,7 +251,7 @@ pub struct Vm {
     disks: Vec<(DiskConfig, Mutex<AttachedDisk>)>,
     balloon: Option<Arc<memvisor_devices::virtio::balloon::BalloonState>>,
     exits: Arc<ExitCounters>,
-    /// The API socket's file, removed when the VM goes.
+    /// The API socket's file, removed as soon as the VM ends ([`Vm::wait`]).
     _socket_file: Option<memvisor_api::server::SocketFile>,
     mem: Arc<memvisor_devices::GuestMem>,
     /// Guest RAM is mergeable by KSM (`--sharing host`).
@@ -561,6 +561,7 @@ impl Vm {
             disks,
             balloon,
             exits,
+            _socket_file: socket_file,
             ..
         } = self;
         drop(events_tx);
@@ -572,6 +573,10 @@ impl Vm {
             Ok(VmEvent::PagerFailed(why)) => Err(VmmError::PagerFailed(why)),
             Err(_) => unreachable!("the signal thread holds a sender for the life of the process"),
         };
+        // The API socket goes first: a VM that has ended takes no more requests, so the final
+        // counters (the report, `--stats-json`) hold every request it answered, and a client
+        // refused a connection knows the VM is on its way out.
+        drop(socket_file);
         lifecycle.vcpus.end();
         // With the pager gone, a vCPU may wait forever in a fault nobody serves: leave it.
         if !matches!(outcome, Err(VmmError::PagerFailed(_))) {
