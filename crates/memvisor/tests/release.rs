@@ -159,7 +159,9 @@ fn release_until_the_end(vm: &mut Vm, sock: &Path, pages: u64, pause: Duration) 
         match c.release(pages) {
             Ok(r) => {
                 assert_eq!(r.asked_pages, pages);
-                assert!(r.released_pages + r.changed_pages <= pages, "{r:?}");
+                // Changed pages are not released; a release that found some checks others in
+                // their place, so only the released ones are bounded by what was asked.
+                assert!(r.released_pages <= pages, "{r:?}");
                 n += 1;
                 released += r.released_pages;
                 changed += r.changed_pages;
