@@ -278,7 +278,15 @@ impl VmClient {
 
     /// `PUT /memory/release`: releases up to `pages` clean pages now, without the guest's vCPUs.
     pub fn release(&self, pages: u64) -> Result<ReleaseResult, ClientError> {
-        self.call(&VmRequest::Release(ReleaseRequest { pages }))
+        self.release_with(ReleaseRequest {
+            pages,
+            cold_only: false,
+        })
+    }
+
+    /// `PUT /memory/release` with every field of the request.
+    pub fn release_with(&self, r: ReleaseRequest) -> Result<ReleaseResult, ClientError> {
+        self.call(&VmRequest::Release(r))
     }
 
     /// `PUT /pool`: resizes the host-memory pool.

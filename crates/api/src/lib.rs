@@ -62,11 +62,16 @@ pub struct PoolUpdate {
 /// Mapper), chosen by the VM's victim order, dropped after their digest is checked; the limit
 /// falls by what was released (a VM without a limit gets one at its resident memory after the
 /// release; never below [`spec::MIN_LIMIT`]: near it, fewer are released). `pages` is in 4 KiB
-/// pages, 1 to the VM's page count.
+/// pages, 1 to the VM's page count. With `cold_only`, only pages of sequential streams the guest
+/// has left cold (behind a stream still being read, or untouched since a probe), and a few
+/// pages of each other stream as a probe (with the `hd2` victim orders; with another order,
+/// none): what a host takes when memory is not short.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
     pub pages: u64,
+    #[serde(default)]
+    pub cold_only: bool,
 }
 
 /// The answer to `PUT /memory/release`.

@@ -287,6 +287,7 @@ const VM_ROWS: &[Row] = &[
     page_counter("pager.double_paging_swap_ins", "double_paging_swap_ins", "Guest memory a guest disk write read while it was out of guest RAM: swapped in only to be written to the guest's disk (double paging)."),
     counter("pager.sequences_detected", "sequences_detected", Unit::None, "Sequential sequences detected in guest disk reads (HyperDealer2 4.4)."),
     counter("pager.loops_detected", "loops_detected", Unit::None, "Sequences read again, so they became loops."),
+    counter("pager.sequences_probed", "sequences_probed", Unit::None, "Sequential sequences probed by a cold-only release."),
     counter("pager.releases", "releases", Unit::None, "Instant releases served (PUT /memory/release, HyperDealer2 4.3)."),
     page_counter("pager.released_pages", "released", "Guest memory instant releases took out of guest RAM."),
     counter("pager.release_changed", "release_changed_pages", Unit::None, "Release candidates found changed by the guest, so kept."),

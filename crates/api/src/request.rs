@@ -306,7 +306,14 @@ mod tests {
             }),
             VmRequest::SetPool(PoolUpdate { bytes: 1 << 20 }),
             VmRequest::SetBalloon(BalloonUpdate { target: 4096 }),
-            VmRequest::Release(ReleaseRequest { pages: 10_000 }),
+            VmRequest::Release(ReleaseRequest {
+                pages: 10_000,
+                cold_only: false,
+            }),
+            VmRequest::Release(ReleaseRequest {
+                pages: 1,
+                cold_only: true,
+            }),
             VmRequest::Pause,
             VmRequest::Resume,
         ] {

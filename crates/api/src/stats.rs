@@ -403,6 +403,9 @@ pager_counters! {
     sequences_detected,
     /// Sequences read again, so they became loops.
     loops_detected,
+    /// Sequential sequences probed by a cold-only release: a few of their pages released to see
+    /// whether the guest still reads them (docs/hd2.md).
+    sequences_probed,
     /// `PUT /memory/release` requests served (HyperDealer2's instant reclamation).
     releases,
     /// Pages they released.
@@ -646,7 +649,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 48);
+        assert_eq!(f.len(), 49);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

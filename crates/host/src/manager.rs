@@ -18,8 +18,8 @@ use std::time::Instant;
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
     Balancing, ClientError, FreeStateName, GuestMemoryStats, HostEvent, HostEventKind, HostInfo,
-    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, ReleaseResult, VmExit, VmInfo,
-    VmSample, VmSpec, VmState, VmStats,
+    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, ReleaseRequest, ReleaseResult,
+    VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
 use memvisor_policy::demand::{self, DemandInput, DemandParams};
@@ -330,6 +330,8 @@ pub struct ReleaseOrder {
     pub name: String,
     pub sock: PathBuf,
     pub pages: u64,
+    /// Only what the guest has left cold (the high state: nothing is short).
+    pub cold_only: bool,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -996,6 +998,7 @@ impl Host {
                     name: self.vms[i].spec.name.clone(),
                     sock: self.vms[i].files.sock.clone(),
                     pages: b.release / balance::PAGE,
+                    cold_only: d.cold_only,
                 })
                 .collect(),
             None => Vec::new(),
@@ -1410,7 +1413,10 @@ pub fn tick(host: &Shared) {
     let released: Vec<(String, Result<ReleaseResult, ClientError>)> = releases
         .into_iter()
         .map(|r| {
-            let result = client(&r.sock).release(r.pages);
+            let result = client(&r.sock).release_with(ReleaseRequest {
+                pages: r.pages,
+                cold_only: r.cold_only,
+            });
             if let Err(e) = &result {
                 tracing::debug!("vm {}: release of {} pages: {e}", r.name, r.pages);
             }

@@ -41,7 +41,14 @@ pub enum CtlRequest {
     /// Release up to PAGES pages that mirror disk blocks now, without the vCPUs (PUT
     /// /memory/release; HyperDealer2's instant reclamation, with `--mapper`): prints how many
     /// were released and kept as changed, how long it took and the new limit.
-    Release { pages: u64 },
+    Release {
+        pages: u64,
+        /// Only pages of sequential streams the guest has left cold (behind a stream still being
+        /// read, or untouched since a probe), and a probe of each other stream (with `--victims
+        /// hd2` or `hd2-whole`), as the host releases while memory is plentiful.
+        #[arg(long)]
+        cold_only: bool,
+    },
     /// Resize the host-memory pool, e.g. 256M (PUT /pool; the VM must have `--pool`).
     Pool {
         #[arg(value_parser = parse_size)]
@@ -120,7 +127,9 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Pause => show(vm("pause")?.pause()),
         CtlRequest::Resume => show(vm("resume")?.resume()),
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
-        CtlRequest::Release { pages } => show(vm("release")?.release(pages)),
+        CtlRequest::Release { pages, cold_only } => {
+            show(vm("release")?.release_with(memvisor_api::ReleaseRequest { pages, cold_only }))
+        }
         CtlRequest::Pool { bytes } => show(vm("pool")?.set_pool(bytes)),
         CtlRequest::Balloon { target } => show(vm("balloon")?.set_balloon(target)),
         CtlRequest::Host => show(host("host")?.info()),

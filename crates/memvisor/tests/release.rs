@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{ClientError, ReleaseResult, VmClient, VmState, VmStats};
+use memvisor_api::{ClientError, ReleaseRequest, ReleaseResult, VmClient, VmState, VmStats};
 
 const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 
@@ -303,6 +303,99 @@ fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() 
     assert!(n >= 20, "only {n} releases before the guest finished");
     assert!(released > 5000, "only {released} pages released");
     assert!(k.released_pages <= released);
+}
+
+/// Cold-only releases (`cold_only`, as the host asks while memory is plentiful) until the VM
+/// ends or `enough` pages were released, `pause` between them, the limit lifted after each;
+/// returns the pages released.
+fn release_cold(vm: &mut Vm, sock: &Path, pause: Duration, enough: u64) -> u64 {
+    let c = VmClient::new(sock);
+    let mut released = 0;
+    while vm.running() && released < enough {
+        let asked = ReleaseRequest {
+            pages: 4000,
+            cold_only: true,
+        };
+        match c.release_with(asked) {
+            Ok(r) => released += r.released_pages,
+            Err(e) if e.is_unreachable() && vm.ends_within(Duration::from_secs(10)) => break,
+            Err(e) => panic!("{e}"),
+        }
+        if vm.running() {
+            let _ = c.set_limit(None);
+        }
+        std::thread::sleep(pause);
+    }
+    released
+}
+
+/// A file the guest reads again and again from its own page cache is a loop the host cannot
+/// see (its cache hits never reach the disk): once the file is cached, cold-only releases take
+/// only their probe of it, the probe comes back at the next pass and makes it a loop, and
+/// nothing more is taken; every word the guest checks is right.
+#[test]
+fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 64);
+    let (mut vm, reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--mapper", "--victims", "hd2"],
+        "seqread",
+        "file_mb=16 passes=150",
+    );
+    // Its first pass from disk done: from now on it reads the file from its own cache, and once
+    // the stream's last disk read is older than the probe's wait, its file is probed, not taken
+    // as a stream still being read.
+    assert!(wait_mirrored(&mut vm, &sock, 4000), "the VM ended early");
+    std::thread::sleep(Duration::from_millis(600));
+    let released = release_cold(&mut vm, &sock, Duration::from_millis(50), u64::MAX);
+    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    eprintln!("{done}");
+    let k = s.pager.unwrap().counters;
+    eprintln!(
+        "released {released}: probed {}, sequences {}, loops {}, refaults {}",
+        k.sequences_probed, k.sequences_detected, k.loops_detected, k.released_refaults
+    );
+    assert!(k.sequences_probed > 0, "the stream was probed");
+    assert!(k.loops_detected > 0, "its probes came back: a loop");
+    assert!(
+        k.released_pages <= k.sequences_probed * 16,
+        "{} released: more than the probes",
+        k.released_pages
+    );
+    assert!(
+        k.released_pages < 4096 / 4,
+        "{} of the file's 4096 pages released",
+        k.released_pages
+    );
+}
+
+/// A file read once and then left alone is cold: after its probe's wait, cold-only releases take
+/// it, down to the 16 MiB a release leaves resident.
+#[test]
+fn a_cold_only_release_takes_a_file_read_once_and_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkdisk(dir.path(), 64);
+    let (mut vm, reader, sock) = start(
+        dir.path(),
+        &img,
+        &["--mapper", "--victims", "hd2"],
+        "seqread",
+        "file_mb=32 passes=1 then=idle then_secs=6",
+    );
+    assert!(wait_mirrored(&mut vm, &sock, 8000), "the VM ended early");
+    // Left alone for longer than the probe's wait: probed first, then taken.
+    std::thread::sleep(Duration::from_millis(600));
+    let t0 = Instant::now();
+    let released = release_cold(&mut vm, &sock, Duration::from_millis(100), 4000);
+    eprintln!("{released} pages in {:?}", t0.elapsed());
+    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    eprintln!("{done}");
+    let k = s.pager.unwrap().counters;
+    assert!(k.sequences_probed > 0);
+    assert!(released >= 4000, "only {released} of 8192 pages released");
+    assert_eq!(k.loops_detected, 0, "{k:?}");
 }
 
 /// A VM without memvisor's pager has nothing to release: 400.

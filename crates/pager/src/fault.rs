@@ -410,6 +410,7 @@ impl FaultHandler {
         pages.table.install_run(p, 1, keep);
         pages.prefetched[p as usize] = false;
         Counters::add(&core.counters.reclamation_cache_hits, 1);
+        core.counters.add_patterns(&mut pages.table);
         Some(Ok(()))
     }
 

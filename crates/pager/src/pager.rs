@@ -363,9 +363,15 @@ impl Pager {
     /// VM without a limit gets one at its resident pages after the release; never below
     /// [`MIN_LIMIT`](crate::MIN_LIMIT): then fewer are released). A paused VM releases too.
     /// `pages` must be 1 to the VM's page count. A pager that has not taken guest RAM over, or
-    /// runs without the Swap Mapper, releases nothing (and says so: 0 released).
-    pub fn release_clean(&self, pages: u64) -> Result<crate::ReleaseOutcome, PagerError> {
-        crate::release::release_clean(&self.core, &self.takeover, pages)
+    /// runs without the Swap Mapper, releases nothing (and says so: 0 released). With
+    /// `cold_only`, only pages of cold sequential sequences and the probes of the others
+    /// ([`crate::pattern::Patterns::pick_cold`]).
+    pub fn release_clean(
+        &self,
+        pages: u64,
+        cold_only: bool,
+    ) -> Result<crate::ReleaseOutcome, PagerError> {
+        crate::release::release_clean(&self.core, &self.takeover, pages, cold_only)
     }
 
     /// The resident limit in bytes, if there is one.

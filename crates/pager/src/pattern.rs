@@ -21,11 +21,22 @@
 //!   from its first block; then unclassified pages, least recent first. With `whole` (the paper's
 //!   WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages more than
 //!   asked.
+//! - **Cold sequences** ([`Patterns::pick_cold`]). The paper's guest reports page-cache hits, so
+//!   a file read again from the guest's cache is a loop at once. Here those hits never reach the
+//!   host: a file the guest keeps re-reading from its own cache stays a sequential sequence after
+//!   its one pass from disk, and looks just like an input read once and done with. A probe tells
+//!   them apart. A sequence its stream is still reading (a disk read within [`PROBE_WAIT`]) is
+//!   *cold* behind its reader: what the stream read, the guest has used. One its stream left
+//!   longer ago is probed: its first [`PROBE_PAGES`] pages are released, and if it is still
+//!   sequential [`PROBE_WAIT`] later (a guest re-reading it would have touched the probe pages,
+//!   and their refault made it a loop), it is cold. A cold-only pick takes cold sequences (most
+//!   recent first) and the probes of the others, nothing else.
 //!
 //! Every page event costs O(log n); the table holds at most [`MAX_SEQUENCES`] sequences (the
 //! least recently read go first) and [`STREAMS_PER_DISK`] streams per disk.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use crate::keyed_hash::KeyedMap;
 use crate::page::PageIdx;
@@ -44,6 +55,14 @@ pub const WHOLE_SEQ_MAX: usize = 64;
 /// of that pass (at most half the sequence): pages the guest read ahead and had not used yet
 /// when the host dropped them. A refault further back begins a new pass.
 pub const READAHEAD_SLACK: u32 = 64;
+/// Pages of a sequential sequence released to probe it (see [`Patterns::pick_cold`]).
+pub const PROBE_PAGES: usize = 16;
+/// How long after its probe a sequence still sequential is cold (a few passes of a file the
+/// guest re-reads from its cache: one pass of 128 MiB takes 0.1–0.3 s here), and how recent a
+/// disk read of a sequence must be for it to count as still being read. A loop in its first
+/// pass from disk is taken as a stream; its next pass refaults what was taken, and makes it a
+/// loop.
+pub const PROBE_WAIT: Duration = Duration::from_millis(500);
 /// Pages of a stream's reads kept before it becomes a sequence.
 const MAX_PENDING: usize = 4096;
 
@@ -80,6 +99,10 @@ pub struct Sequence {
     stamp: u64,
     /// Its pages, by block.
     frames: BTreeMap<u32, PageIdx>,
+    /// When a guest disk read last created, lengthened or read it.
+    read_at: Instant,
+    /// When its probe was taken.
+    probed: Option<Instant>,
 }
 
 impl Sequence {
@@ -140,6 +163,8 @@ pub struct Patterns {
     counts: PatternCounts,
     /// Sequences detected and loops detected, not yet taken by [`Self::take_detected`].
     detected: (u64, u64),
+    /// Sequences probed, not yet taken by [`Self::take_probes`].
+    probes: u64,
 }
 
 impl Patterns {
@@ -160,6 +185,7 @@ impl Patterns {
             now: 0,
             counts: PatternCounts::default(),
             detected: (0, 0),
+            probes: 0,
         }
     }
 
@@ -354,7 +380,8 @@ impl Patterns {
 
     /// One guest disk read of blocks `start..end` of `disk`, which filled `pages` (each with
     /// its block; pages that mirror their block now, the others left out).
-    pub fn read(&mut self, disk: u8, start: u32, end: u32, pages: &[(PageIdx, u32)]) {
+    /// `at` is when it landed.
+    pub fn read(&mut self, disk: u8, start: u32, end: u32, pages: &[(PageIdx, u32)], at: Instant) {
         if start >= end {
             return;
         }
@@ -366,6 +393,7 @@ impl Patterns {
             let first = match self.seqs.get_mut(&id) {
                 Some(s) => {
                     s.end = s.end.max(end);
+                    s.read_at = at;
                     s.start
                 }
                 None => return,
@@ -421,6 +449,7 @@ impl Patterns {
                 if let Some(s) = self.seqs.get_mut(&id) {
                     s.end = s.end.max(end);
                     s.cursor = s.cursor.max(end);
+                    s.read_at = at;
                 }
                 for &(p, b) in pages {
                     self.join(p, id, b);
@@ -435,7 +464,7 @@ impl Patterns {
                     return;
                 }
                 let pending = std::mem::take(&mut st.pending);
-                let id = self.create(disk, first, end);
+                let id = self.create(disk, first, end, at);
                 if let Some(st) = self
                     .streams
                     .get_mut(&disk)
@@ -479,7 +508,7 @@ impl Patterns {
 
     /// A new sequential sequence of blocks `start..end` of `disk`; the least recently read
     /// sequence goes if the table is full.
-    fn create(&mut self, disk: u8, start: u32, end: u32) -> u32 {
+    fn create(&mut self, disk: u8, start: u32, end: u32, at: Instant) -> u32 {
         if let Some(old) = self.by_start.get(&(disk, start)).copied() {
             self.drop_sequence(old);
         }
@@ -503,6 +532,8 @@ impl Patterns {
                 cursor: end,
                 stamp: self.now,
                 frames: BTreeMap::new(),
+                read_at: at,
+                probed: None,
             },
         );
         self.by_start.insert((disk, start), id);
@@ -556,21 +587,12 @@ impl Patterns {
     /// beyond `n`. In the order chosen.
     pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
         let mut out = Vec::with_capacity(n);
-        let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
         let ids = self.sequential.values().rev().chain(self.loops.values());
         for id in ids {
             if out.len() >= n {
                 break;
             }
-            let s = &self.seqs[id];
-            for &p in s.frames.values() {
-                if out.len() >= cap || (!whole && out.len() >= n) {
-                    break;
-                }
-                if eligible(p) {
-                    out.push(p);
-                }
-            }
+            take_from(&self.seqs[id], &mut out, n, whole, &eligible);
         }
         for &(p, t) in &self.unclassified {
             if out.len() >= n {
@@ -581,6 +603,72 @@ impl Patterns {
             }
         }
         out
+    }
+
+    /// Up to `n` mirrored pages of cold sequences (see the module doc) for which `eligible`
+    /// holds, most recent sequence first, each from its first block (whole, with `whole`, as in
+    /// [`Self::pick`]); and the probes, [`PROBE_PAGES`] pages from the start of each sequential
+    /// sequence neither still being read nor probed yet, counted in `n`. A sequence whose probe is out gives nothing
+    /// until it is cold. Loops and unclassified pages are never taken. `now` is the time of the
+    /// pick. Picking again before the probes are released probes nothing new.
+    pub fn pick_cold(
+        &mut self,
+        n: usize,
+        whole: bool,
+        now: Instant,
+        eligible: impl Fn(PageIdx) -> bool,
+    ) -> Vec<PageIdx> {
+        let mut out = Vec::with_capacity(n);
+        let ids: Vec<u32> = self.sequential.values().rev().copied().collect();
+        for id in ids {
+            if out.len() >= n {
+                break;
+            }
+            let Some(s) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            let streaming = now.saturating_duration_since(s.read_at) < PROBE_WAIT;
+            match s.probed {
+                _ if streaming => take_from(s, &mut out, n, whole, &eligible),
+                Some(when) => {
+                    if now.saturating_duration_since(when) >= PROBE_WAIT {
+                        take_from(s, &mut out, n, whole, &eligible);
+                    }
+                }
+                None => {
+                    s.probed = Some(now);
+                    self.probes += 1;
+                    let most = (out.len() + PROBE_PAGES).min(n);
+                    take_from(s, &mut out, most, false, &eligible);
+                }
+            }
+        }
+        out
+    }
+
+    /// Sequences probed since the last call.
+    pub fn take_probes(&mut self) -> u64 {
+        std::mem::take(&mut self.probes)
+    }
+}
+
+/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block, until `out`
+/// holds `n` (with `whole`, the sequence goes on to [`WHOLE_SEQ_MAX`] pages beyond `n`).
+fn take_from(
+    s: &Sequence,
+    out: &mut Vec<PageIdx>,
+    n: usize,
+    whole: bool,
+    eligible: &impl Fn(PageIdx) -> bool,
+) {
+    let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
+    for &p in s.frames.values() {
+        if out.len() >= cap {
+            break;
+        }
+        if eligible(p) {
+            out.push(p);
+        }
     }
 }
 
@@ -603,11 +691,16 @@ mod tests {
 
         /// A guest read of blocks `b..b + n` into pages `at..at + n`.
         fn read_into(&mut self, at: PageIdx, b: u32, n: u32) {
+            self.read_when(at, b, n, Instant::now());
+        }
+
+        /// [`Self::read_into`], landed at `when`.
+        fn read_when(&mut self, at: PageIdx, b: u32, n: u32, when: Instant) {
             let pages: Vec<(PageIdx, u32)> = (0..n).map(|i| (at + i, b + i)).collect();
             for &(p, _) in &pages {
                 self.t.mirrored(p);
             }
-            self.t.read(0, b, b + n, &pages);
+            self.t.read(0, b, b + n, &pages, when);
         }
 
         fn read(&mut self, b: u32, n: u32) {
@@ -707,7 +800,7 @@ mod tests {
         // A refault just behind where a pass is comes from pages read ahead and not used yet:
         // the same pass.
         for b in (100..400).step_by(100) {
-            t.t.read(0, b, b + 100, &[]);
+            t.t.read(0, b, b + 100, &[], Instant::now());
         }
         let long = t.t.overlapping(0, 100, 101).unwrap();
         assert_eq!(t.t.seqs[&long].end, 400);
@@ -781,6 +874,80 @@ mod tests {
     }
 
     #[test]
+    fn a_cold_pick_probes_each_stream_left_and_takes_those_not_read_again() {
+        let mut t = T::new(256);
+        // Streams A (0..40) and B (100..140), B the more recent, both read a while ago.
+        for b in (0..40).step_by(4) {
+            t.read(b, 4);
+        }
+        for b in (100..140).step_by(4) {
+            t.read(b, 4);
+        }
+        let t0 = Instant::now() + PROBE_WAIT;
+        let all = |_: PageIdx| true;
+        // First pick: a probe from the start of each, most recent first, nothing more.
+        let v = t.t.pick_cold(100, false, t0, all);
+        let probes: Vec<PageIdx> = (100..116).chain(0..16).collect();
+        assert_eq!(v, probes);
+        assert_eq!(t.t.take_probes(), 2);
+        // Picked again (a release's next round, or the next tick): nothing new is probed, and
+        // nothing is cold yet.
+        assert!(t
+            .t
+            .pick_cold(100, false, t0 + PROBE_WAIT / 2, all)
+            .is_empty());
+        assert_eq!(t.t.take_probes(), 0);
+        // The probes are released; A's start comes back from the image (the guest reads it
+        // again from its cache): a loop, never taken by a cold pick. B stays untouched: cold.
+        for p in probes {
+            t.t.left(p);
+        }
+        let back: Vec<(PageIdx, u32)> = (0..4).map(|b| (b, b)).collect();
+        for &(p, _) in &back {
+            t.t.mirrored(p);
+        }
+        t.t.refault(0, 0, 4, &back);
+        assert_eq!(t.t.sequence_of(20).unwrap().kind, Kind::Loop);
+        let later = t0 + PROBE_WAIT;
+        assert_eq!(
+            t.t.pick_cold(100, false, later, all),
+            (116..140).collect::<Vec<_>>()
+        );
+        // Fewer asked than a probe holds: the probe is cut to what was asked.
+        let mut u = T::new(64);
+        u.read(0, 20);
+        u.read(20, 20);
+        let v = u.t.pick_cold(5, false, Instant::now() + PROBE_WAIT, all);
+        assert_eq!(v, (0..5).collect::<Vec<_>>());
+        assert_eq!(u.t.take_probes(), 1);
+    }
+
+    #[test]
+    fn a_stream_still_being_read_is_taken_behind_its_reader_without_a_probe() {
+        let mut t = T::new(256);
+        let t0 = Instant::now();
+        t.read_when(0, 0, 20, t0);
+        t.read_when(20, 20, 20, t0);
+        let all = |_: PageIdx| true;
+        // Read within the wait: taken from its start, no probe.
+        let v = t.t.pick_cold(10, false, t0 + PROBE_WAIT / 2, all);
+        assert_eq!(v, (0..10).collect::<Vec<_>>());
+        assert_eq!(t.t.take_probes(), 0);
+        // Its stream stopped: probed once the wait has passed since its last read...
+        let v = t.t.pick_cold(100, false, t0 + PROBE_WAIT, all);
+        assert_eq!(v, (0..16).collect::<Vec<_>>());
+        assert_eq!(t.t.take_probes(), 1);
+        for p in 0..16 {
+            t.t.left(p);
+        }
+        // ... but a read that lengthens it makes it a stream being read again.
+        let t1 = t0 + PROBE_WAIT + PROBE_WAIT / 4;
+        t.read_when(40, 40, 20, t1);
+        let v = t.t.pick_cold(100, false, t1 + PROBE_WAIT / 4, all);
+        assert_eq!(v, (16..60).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_whole_sequence_pick_takes_the_sequence_up_to_the_cap() {
         let mut t = T::new(1024);
         t.read(0, 100);
@@ -803,8 +970,8 @@ mod tests {
         let mut t = T::new(8);
         for i in 0..(u32::try_from(MAX_SEQUENCES).unwrap() + 10) {
             let b = i * 10;
-            t.t.read(0, b, b + 2, &[]);
-            t.t.read(0, b + 2, b + 4, &[]);
+            t.t.read(0, b, b + 2, &[], Instant::now());
+            t.t.read(0, b + 2, b + 4, &[], Instant::now());
         }
         assert_eq!(t.t.seqs.len(), MAX_SEQUENCES);
         assert_eq!(t.t.by_start.len(), MAX_SEQUENCES);
@@ -865,6 +1032,8 @@ mod tests {
         Read(u32, u32, u32),
         Left(u32),
         Refault(u32, u32),
+        /// A cold pick of up to `n` pages, this many milliseconds after the start.
+        Cold(usize, u64),
     }
 
     const PAGES: u32 = 40;
@@ -874,6 +1043,7 @@ mod tests {
             4 => (0..PAGES, 0u32..48, 1u32..6).prop_map(|(p, b, n)| Op::Read(p, b, n)),
             2 => (0..PAGES).prop_map(Op::Left),
             1 => (0..PAGES, 0u32..48).prop_map(|(p, b)| Op::Refault(p, b)),
+            1 => (1usize..30, 0u64..2000).prop_map(|(n, ms)| Op::Cold(n, ms)),
         ]
     }
 
@@ -881,6 +1051,7 @@ mod tests {
         #[test]
         fn the_table_stays_consistent(ops in proptest::collection::vec(op(), 1..300)) {
             let mut t = Patterns::new(PAGES);
+            let t0 = Instant::now();
             for op in ops {
                 match op {
                     Op::Read(p, b, n) => {
@@ -889,12 +1060,24 @@ mod tests {
                         for &(q, _) in &pages {
                             t.mirrored(q);
                         }
-                        t.read(1, b, b + n, &pages);
+                        t.read(1, b, b + n, &pages, t0);
                     }
                     Op::Left(p) => t.left(p),
                     Op::Refault(p, b) => {
                         t.mirrored(p);
                         t.refault(1, b, b + 1, &[(p, b)]);
+                    }
+                    Op::Cold(n, ms) => {
+                        let v = t.pick_cold(n, false, t0 + Duration::from_millis(ms), |_| true);
+                        prop_assert!(v.len() <= n);
+                        let mut sorted = v.clone();
+                        sorted.sort_unstable();
+                        sorted.dedup();
+                        prop_assert_eq!(sorted.len(), v.len(), "no page twice");
+                        for p in v {
+                            let kind = t.sequence_of(p).map(|s| s.kind);
+                            prop_assert_eq!(kind, Some(Kind::Sequential), "page {} taken", p);
+                        }
                     }
                 }
                 check(&t);

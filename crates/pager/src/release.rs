@@ -3,9 +3,10 @@
 //! vCPUs and without the reclaim thread. Under the page lock, in one hold:
 //!
 //! 1. the candidates: resident pages that mirror a disk block ([`PageTable::pick_clean`], in
-//!    the victim order), less the victims of a reclaim chunk in flight (reclaim has decided
-//!    their fate; see `reclaim.rs`), at most as many as keep the limit at or above
-//!    [`MIN_LIMIT`];
+//!    the victim order; for a cold-only release, [`PageTable::pick_cold`]: pages of sequential
+//!    streams the guest has left cold, and probes of the others), less the victims of a reclaim
+//!    chunk in flight (reclaim has decided their fate; see `reclaim.rs`), at most as many as
+//!    keep the limit at or above [`MIN_LIMIT`];
 //! 2. those a guest disk read (or write) left writable are write-protected, one ioctl per run
 //!    of neighbours, so what is checked next is what is dropped: a guest (or device) write from
 //!    now on faults and waits for the page lock (the others have been protected since they came
@@ -146,6 +147,7 @@ pub(crate) fn release_clean(
     core: &PagerCore,
     takeover: &Takeover,
     n: u64,
+    cold_only: bool,
 ) -> Result<ReleaseOutcome, PagerError> {
     let t0 = Instant::now();
     let size = core.map.pages();
@@ -201,9 +203,12 @@ pub(crate) fn release_clean(
         let take = need.max(checked);
         // 1. The candidates, less a reclaim chunk's victims and those taken or passed over.
         let asked = take + busy + drop_list.len() + passed_over.len();
-        let mut chosen = pages
-            .table
-            .pick_clean(u32::try_from(asked).unwrap_or(u32::MAX));
+        let asked = u32::try_from(asked).unwrap_or(u32::MAX);
+        let mut chosen = if cold_only {
+            pages.table.pick_cold(asked, t0)
+        } else {
+            pages.table.pick_clean(asked)
+        };
         chosen.retain(|p| {
             pages.in_flight.binary_search(p).is_err()
                 && drop_list.binary_search(p).is_err()
@@ -233,6 +238,7 @@ pub(crate) fn release_clean(
             break;
         }
     }
+    core.counters.add_patterns(&mut pages.table);
     // 4. The last of the list, as many as the reclamation cache holds, moved into it.
     let room = pages.table.released.cache_capacity() as usize;
     if let Some(slots) = &core.release_slots {

@@ -416,8 +416,13 @@ impl PageTable {
             .filter(|&(p, block)| self.state(p) == PageState::Mirrored(ImageBlock { disk, block }))
             .collect();
         pages.sort_unstable_by_key(|&(_, b)| b);
-        self.patterns
-            .read(disk, start, last.saturating_add(1), &pages);
+        self.patterns.read(
+            disk,
+            start,
+            last.saturating_add(1),
+            &pages,
+            std::time::Instant::now(),
+        );
     }
 
     /// The run of pages that comes in with a load of `p` from its slot: `(first page, count)`,
@@ -713,6 +718,23 @@ impl PageTable {
         let victims = &self.victims;
         self.patterns
             .pick(n as usize, policy == VictimPolicy::Hd2Whole, |p| {
+                victims.is_candidate(p)
+            })
+    }
+
+    /// Up to about `n` pages of cold sequential sequences and the probes of the others
+    /// (`pattern.rs`, [`Patterns::pick_cold`](crate::pattern::Patterns::pick_cold)) at `now`,
+    /// none of them cooling in the victim cache: what a release takes when memory is not short.
+    /// Only the `hd2` victim orders know sequences: with another, or without the Swap Mapper,
+    /// none.
+    pub fn pick_cold(&mut self, n: u32, now: std::time::Instant) -> Vec<PageIdx> {
+        let policy = self.victims.policy();
+        if !policy.is_hd2() || !self.mech.mapper {
+            return Vec::new();
+        }
+        let victims = &self.victims;
+        self.patterns
+            .pick_cold(n as usize, policy == VictimPolicy::Hd2Whole, now, |p| {
                 victims.is_candidate(p)
             })
     }

@@ -83,6 +83,9 @@ pub struct Counters {
     pub sequences_detected: AtomicU64,
     /// Sequences read again, so they became loops.
     pub loops_detected: AtomicU64,
+    /// Sequential sequences probed by a cold-only release (some pages released to see whether
+    /// the guest still uses them).
+    pub sequences_probed: AtomicU64,
     /// Instant releases served (`PUT /memory/release`).
     pub releases: AtomicU64,
     /// Pages they released.
@@ -108,9 +111,14 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Counts the sequences and loops the page table's reference patterns detected since this
-    /// was last called (after each guest disk read and image refault).
+    /// Counts the sequences and loops the page table's reference patterns detected, and the
+    /// sequences probed, since this was last called (after each guest disk read, image refault
+    /// and release).
     pub(crate) fn add_patterns(&self, table: &mut crate::state::PageTable) {
+        let probed = table.patterns.take_probes();
+        if probed > 0 {
+            Counters::add(&self.sequences_probed, probed);
+        }
         let (sequences, loops) = table.patterns.take_detected();
         if sequences > 0 {
             Counters::add(&self.sequences_detected, sequences);
@@ -165,6 +173,7 @@ impl Counters {
             double_paging_swap_ins,
             sequences_detected,
             loops_detected,
+            sequences_probed,
             releases,
             released_pages,
             release_changed,
@@ -215,6 +224,7 @@ impl Counters {
             victim_cache_caught: cache.1,
             sequences_detected: get(sequences_detected),
             loops_detected: get(loops_detected),
+            sequences_probed: get(sequences_probed),
             releases: get(releases),
             released_pages: get(released_pages),
             release_changed: get(release_changed),

@@ -182,10 +182,10 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
 
     // Bad input changes nothing.
     assert!(matches!(
-        g.pager.release_clean(0),
+        g.pager.release_clean(0, false),
         Err(PagerError::ReleaseNothing)
     ));
-    let e = g.pager.release_clean(PAGES + 1).unwrap_err();
+    let e = g.pager.release_clean(PAGES + 1, false).unwrap_err();
     assert!(
         e.to_string().contains("more than the VM's 16384 pages"),
         "{e}"
@@ -196,7 +196,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
     assert_eq!(after.counters.released_pages, 0);
 
     // Every mirror is a candidate: the ones the guest wrote are found changed and stay.
-    let r = g.pager.release_clean(BLOCKS).unwrap();
+    let r = g.pager.release_clean(BLOCKS, false).unwrap();
     eprintln!("{r:?}");
     assert_eq!(r.asked_pages, BLOCKS);
     assert_eq!(r.changed_pages, changed, "every written mirror was caught");
@@ -224,7 +224,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
     // Host memory went back: the guest RAM's resident set shrank by the pages released.
 
     // Nothing left to release: the mirrors are gone.
-    let r2 = g.pager.release_clean(100).unwrap();
+    let r2 = g.pager.release_clean(100, false).unwrap();
     assert_eq!(r2.released_pages, 0);
     assert_eq!(
         r2.limit_bytes, r.limit_bytes,
@@ -266,7 +266,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
 #[test]
 fn without_a_cache_every_refault_reads_the_image() {
     let (g, changed) = filled(0);
-    let r = g.pager.release_clean(BLOCKS).unwrap();
+    let r = g.pager.release_clean(BLOCKS, false).unwrap();
     assert_eq!(r.released_pages, BLOCKS - changed);
     g.check_all();
     let s = g.pager.snapshot();
@@ -279,7 +279,7 @@ fn without_a_cache_every_refault_reads_the_image() {
 fn a_release_never_takes_the_limit_below_the_minimum() {
     // 32 MiB resident, no limit: 16 MiB above the 16 MiB minimum, so 4096 pages may go.
     let (g, _) = filled_with(4 * MIB, false);
-    let r = g.pager.release_clean(BLOCKS).unwrap();
+    let r = g.pager.release_clean(BLOCKS, false).unwrap();
     // Candidates found changed are replaced by others: the release obtains all it may.
     assert!(r.changed_pages > 0, "{r:?}");
     assert_eq!(r.released_pages, 4096);
@@ -290,13 +290,13 @@ fn a_release_never_takes_the_limit_below_the_minimum() {
     // Each release then takes the limit down by what it released, until the minimum.
     let mut limit = r.limit_bytes.unwrap();
     for _ in 0..10 {
-        let r = g.pager.release_clean(BLOCKS).unwrap();
+        let r = g.pager.release_clean(BLOCKS, false).unwrap();
         assert_eq!(r.limit_bytes, Some(limit - r.released_pages * PAGE as u64));
         limit = r.limit_bytes.unwrap();
         assert!(limit >= 16 * MIB);
     }
     assert_eq!(limit, 16 * MIB);
-    let r = g.pager.release_clean(1000).unwrap();
+    let r = g.pager.release_clean(1000, false).unwrap();
     assert_eq!((r.released_pages, r.changed_pages), (0, 0));
     assert_eq!(r.limit_bytes, Some(16 * MIB));
     g.check_all();
@@ -305,7 +305,7 @@ fn a_release_never_takes_the_limit_below_the_minimum() {
 #[test]
 fn blocks_rewritten_and_reread_after_a_release_keep_every_page_right() {
     let (mut g, _) = filled(4 * MIB);
-    let r = g.pager.release_clean(BLOCKS).unwrap();
+    let r = g.pager.release_clean(BLOCKS, false).unwrap();
     assert!(r.released_pages > 7000);
     // The guest writes new content to blocks 0..512 from pages of its anonymous memory: the
     // released pages that relied on them get their old content back first.
@@ -344,7 +344,7 @@ fn releases_racing_the_guest_lose_nothing() {
     let releaser = std::thread::spawn(move || {
         let (mut released, mut changed) = (0u64, 0u64);
         for n in 1..=RELEASES {
-            let r = pager.release_clean(300).unwrap();
+            let r = pager.release_clean(300, false).unwrap();
             released += r.released_pages;
             changed += r.changed_pages;
             if n % 8 == 0 {
@@ -400,7 +400,7 @@ fn released_pages_move_into_the_cache_or_are_copied_there_and_come_back_byte_for
             // As on a kernel without UFFDIO_MOVE.
             g.pager.without_page_moves();
         }
-        let r = g.pager.release_clean(BLOCKS).unwrap();
+        let r = g.pager.release_clean(BLOCKS, false).unwrap();
         assert_eq!(r.released_pages, BLOCKS - changed, "{r:?}");
         let s = g.pager.snapshot();
         assert_eq!(s.patterns.as_ref().unwrap().reclamation_cache_pages, 1024);
@@ -471,7 +471,7 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
 
     // A release of what is ready checks nothing: it only drops. (The thread goes on topping
     // up what is ready, each check counted as done ahead.)
-    let r = g.pager.release_clean(3000).unwrap();
+    let r = g.pager.release_clean(3000, false).unwrap();
     assert_eq!((r.released_pages, r.changed_pages), (3000, 0), "{r:?}");
     let k = ready_settled(&g);
     assert_eq!(
@@ -487,4 +487,96 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
     // Everything comes back byte for byte, from the reclamation cache or the image.
     g.check_all();
     assert_eq!(g.pager.snapshot().counters.released_refaults, 3000);
+}
+
+/// Cold-only releases in the `hd2` victim order (`pattern.rs`): two streams the guest read and
+/// left give their probes only; the guest reads one of them again (its probe comes back: a loop),
+/// and the next cold-only release takes the other, never a page of the loop; a stream being read
+/// is taken behind its reader without a probe. Every byte of every page is right afterwards.
+#[test]
+fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
+    let mut g = Guest::with(|c| c.policy = VictimPolicy::Hd2);
+    // Stream A, blocks 0..3000 into pages 0..3000; stream B, blocks 4000..7000 into pages
+    // 8000..11000; the guest then writes one page in 16 of each without a fault.
+    for b in 0..3000 {
+        g.disk_read(b, b);
+    }
+    for b in 4000..7000 {
+        g.disk_read(b + 4000, b);
+    }
+    let written = |p: u64| p % 16 == 5;
+    for p in (0..3000).chain(8000..11000).filter(|&p| written(p)) {
+        g.write_word(p, 1, 0xdead_0000 | p);
+    }
+    // Anonymous memory besides, so the releases stay clear of the smallest limit.
+    for p in 12400..PAGES {
+        g.write_word(p, 0, p + 1);
+    }
+    // Both left alone for longer than the probe's wait.
+    std::thread::sleep(Duration::from_millis(600));
+    let r = g.pager.release_clean(BLOCKS, true).unwrap();
+    // 16 pages from the start of each, one of them written (and so kept).
+    assert_eq!((r.released_pages, r.changed_pages), (30, 2), "{r:?}");
+    let s = g.pager.snapshot();
+    assert_eq!(s.counters.sequences_probed, 2);
+    // Nothing more until the probes have waited.
+    assert_eq!(
+        g.pager.release_clean(BLOCKS, true).unwrap().released_pages,
+        0
+    );
+    // The limit the release set is lifted: what leaves from now on is the releases' alone.
+    g.pager.set_limit(None).unwrap();
+
+    // The guest reads A from its start again: its probe comes back, and A is a loop.
+    for p in 0..16 {
+        g.check(p);
+    }
+    let s = g.pager.snapshot();
+    assert_eq!(s.counters.released_refaults, 15);
+    assert_eq!(s.counters.loops_detected, 1);
+    g.pager.set_limit(None).unwrap();
+    eprintln!(
+        "DEBUG {:?} {:?}",
+        g.pager.snapshot().patterns,
+        g.pager.snapshot().pages
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let r = g.pager.release_clean(BLOCKS, true).unwrap();
+    let b_left = (8016..11000).filter(|&p| !written(p)).count() as u64;
+    let b_written = (8016..11000).filter(|&p| written(p)).count() as u64;
+    assert_eq!(
+        (r.released_pages, r.changed_pages),
+        (b_left, b_written),
+        "B whole, nothing of A: {r:?}"
+    );
+    assert_eq!(
+        g.pager.snapshot().pages.on_disk_pages,
+        b_left + 15,
+        "B is out with its probe; A's probe came back"
+    );
+
+    // A stream being read now (C, blocks 7100..7400 into pages 12000..12300) is taken behind
+    // its reader at once, from its start, with no probe.
+    g.pager.set_limit(None).unwrap();
+    for b in 7100..7400 {
+        g.disk_read(b + 4900, b);
+    }
+    let read = std::time::Instant::now();
+    let r = g.pager.release_clean(100, true).unwrap();
+    let s = g.pager.snapshot();
+    // (Only if the release came within the probe's wait of the last read, as it does unless
+    // this machine stalled the test for half a second: then C was probed instead.)
+    if read.elapsed() < Duration::from_millis(400) {
+        assert_eq!(r.released_pages, 100, "{r:?}");
+        assert_eq!(
+            s.counters.sequences_probed, 2,
+            "no probe for a stream being read"
+        );
+        assert_eq!(s.pages.on_disk_pages, b_left + 15 + 100);
+    }
+
+    g.pager.set_limit(None).unwrap();
+    g.check_all();
+    let s = g.pager.snapshot();
+    assert_eq!(s.counters.reclaimed_written, 0, "a release writes nothing");
 }

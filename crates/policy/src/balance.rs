@@ -25,6 +25,13 @@
 //!   the candidates, it uses a ballooning scheme"). What the beneficiaries want is first taken
 //!   from free memory above the high state's reserve, and only the rest released, largest
 //!   supply first.
+//! - **Cold first** (memvisor's own): while free memory is in the high state nothing is short,
+//!   and a release there may take only what the victim's guest has left cold: pages of
+//!   sequential streams behind a reader still reading them, or untouched since a probe
+//!   ([`Decision::cold_only`]; `pattern.rs` in the pager). The paper's guest reports hits in its page cache, so a file it re-reads from
+//!   its cache is known as a loop; here those hits are invisible, and a file re-read from the
+//!   cache looked like a stream finished with, was taken first and read back from disk at once.
+//!   Once free memory is below high, the paper's whole victim order applies.
 //! - **Handing over** ([`settle`]): once the VMMs have answered, what they released is divided
 //!   among the beneficiaries by what they want (never more than was released) and their pager
 //!   limits raised by it; each victim's limit falls to what it holds after the release, so it
@@ -150,6 +157,10 @@ pub struct VmBalance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     pub vms: Vec<VmBalance>,
+    /// The releases take only what their guests have left cold (`PUT /memory/release` with
+    /// `cold_only`): in the high state, where no memory is short.
+    #[serde(default)]
+    pub cold_only: bool,
     /// The plan's actions with the capacity gap reducer's balloons.
     pub actions: Vec<VmAction>,
 }
@@ -309,7 +320,11 @@ pub fn decide(
             v.closed = true;
         }
     }
-    Decision { vms, actions }
+    Decision {
+        vms,
+        actions,
+        cold_only: p.state == FreeState::High,
+    }
 }
 
 /// Hands out what was released: `released[i]` bytes came out of VM `i` (at most what
@@ -440,6 +455,10 @@ mod tests {
             "released {r} of {expect}"
         );
         assert_eq!(d.vms[1].release, 0);
+        assert!(
+            d.cold_only,
+            "in high, a release takes only what its guest left cold"
+        );
         // Its VMM released all but 10 pages: the beneficiary gets what was released.
         let s = settle(&d, &obs, &[r - 10 * PAGE, 0]);
         assert_eq!(s.gives, vec![0, r - 10 * PAGE]);
@@ -502,8 +521,10 @@ mod tests {
             want > 0 && want <= p.actions[1].limit - busy.resident,
             "{d:?}"
         );
-        // 42 MiB wanted: 32 MiB this tick, the most one victim releases at once.
+        // 42 MiB wanted: 32 MiB this tick, the most one victim releases at once, in the whole
+        // victim order.
         assert_eq!(d.vms[0].release, want.min(MAX_RELEASE));
+        assert!(!d.cold_only);
         assert_eq!(d.vms[0].release, MAX_RELEASE);
         let unlimited = BalanceParams {
             max_release: u64::MAX,

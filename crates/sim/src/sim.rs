@@ -267,8 +267,10 @@ impl Sim {
         let mut released = Vec::with_capacity(live.len());
         for (&i, b) in live.iter().zip(&d.vms) {
             let v = &mut self.vms[i];
+            let w = &self.scenario.groups[v.cfg.group].workload;
             v.last_resident = Some(bytes(v.resident));
-            released.push(bytes(v.release_clean(b.release as f64)));
+            let r = v.release_clean(b.release as f64, d.cold_only, w, t - v.cfg.start);
+            released.push(bytes(r));
         }
         let s = balance::settle(&d, obs, &released);
         for (k, &i) in live.iter().enumerate() {

@@ -231,9 +231,14 @@ impl SimVm {
 
     /// Releases up to `bytes` of its clean page cache at once, as its VMM does for a release
     /// order: the pages leave RAM without a write, and a later use brings them back from the
-    /// disk image (the model's swap costs; its guest still counts them as its own). Returns
-    /// what was released.
-    pub fn release_clean(&mut self, bytes: f64) -> f64 {
+    /// disk image (the model's swap costs; its guest still counts them as its own). A
+    /// `cold_only` release takes only a stream's page cache (read once, so its probe finds it
+    /// cold); a loop's, in its first pass too, stays (its probe is read again). Returns what was
+    /// released.
+    pub fn release_clean(&mut self, bytes: f64, cold_only: bool, w: &Workload, t: f64) -> f64 {
+        if cold_only && w.at(t, self.cfg.phase).access != Access::Stream {
+            return 0.0;
+        }
         let x = bytes.min(self.resident).max(0.0);
         self.resident -= x;
         self.swapped += x;

@@ -69,7 +69,7 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
         },
         VmRequest::Release(r) => match &c.lifecycle.pager {
             None => error(400, "this VM runs without memvisor's pager (--pager off): it has no pages to release"),
-            Some(p) => match p.release_clean(r.pages) {
+            Some(p) => match p.release_clean(r.pages, r.cold_only) {
                 Ok(done) => ok(&done),
                 Err(e) => error(400, &e.to_string()),
             },
