@@ -379,8 +379,7 @@ impl Patterns {
     }
 
     /// One guest disk read of blocks `start..end` of `disk`, which filled `pages` (each with
-    /// its block; pages that mirror their block now, the others left out).
-    /// `at` is when it landed.
+    /// its block; pages that mirror their block now, the others left out), landed at `at`.
     pub fn read(&mut self, disk: u8, start: u32, end: u32, pages: &[(PageIdx, u32)], at: Instant) {
         if start >= end {
             return;
@@ -608,9 +607,10 @@ impl Patterns {
     /// Up to `n` mirrored pages of cold sequences (see the module doc) for which `eligible`
     /// holds, most recent sequence first, each from its first block (whole, with `whole`, as in
     /// [`Self::pick`]); and the probes, [`PROBE_PAGES`] pages from the start of each sequential
-    /// sequence neither still being read nor probed yet, counted in `n`. A sequence whose probe is out gives nothing
-    /// until it is cold. Loops and unclassified pages are never taken. `now` is the time of the
-    /// pick. Picking again before the probes are released probes nothing new.
+    /// sequence neither still being read nor probed yet, counted in `n`. A sequence whose probe
+    /// is out gives nothing until it is cold. Loops and unclassified pages are never taken.
+    /// `now` is the time of the pick. Picking again before the probes are released probes
+    /// nothing new.
     pub fn pick_cold(
         &mut self,
         n: usize,

@@ -28,10 +28,11 @@
 //! - **Cold first** (memvisor's own): while free memory is in the high state nothing is short,
 //!   and a release there may take only what the victim's guest has left cold: pages of
 //!   sequential streams behind a reader still reading them, or untouched since a probe
-//!   ([`Decision::cold_only`]; `pattern.rs` in the pager). The paper's guest reports hits in its page cache, so a file it re-reads from
-//!   its cache is known as a loop; here those hits are invisible, and a file re-read from the
-//!   cache looked like a stream finished with, was taken first and read back from disk at once.
-//!   Once free memory is below high, the paper's whole victim order applies.
+//!   ([`Decision::cold_only`]; `pattern.rs` in the pager). The paper's guest reports hits in
+//!   its page cache, so a file it re-reads from its cache is known as a loop; here those hits
+//!   are invisible, and a file re-read from the cache looked like a stream finished with, was
+//!   taken first and read back from disk at once. Once free memory is below high, the paper's
+//!   whole victim order applies.
 //! - **Handing over** ([`settle`]): once the VMMs have answered, what they released is divided
 //!   among the beneficiaries by what they want (never more than was released) and their pager
 //!   limits raised by it; each victim's limit falls to what it holds after the release, so it

@@ -232,11 +232,14 @@ impl SimVm {
     /// Releases up to `bytes` of its clean page cache at once, as its VMM does for a release
     /// order: the pages leave RAM without a write, and a later use brings them back from the
     /// disk image (the model's swap costs; its guest still counts them as its own). A
-    /// `cold_only` release takes only a stream's page cache (read once, so its probe finds it
-    /// cold); a loop's, in its first pass too, stays (its probe is read again). Returns what was
-    /// released.
+    /// `cold_only` release takes a stream's page cache (read once, so behind its reader or found
+    /// unused by its probe) and a loop's in its first pass (still being read from disk, it looks
+    /// like a stream), but none of a loop's after that (its probe is read again). Returns what
+    /// was released.
     pub fn release_clean(&mut self, bytes: f64, cold_only: bool, w: &Workload, t: f64) -> f64 {
-        if cold_only && w.at(t, self.cfg.phase).access != Access::Stream {
+        let d = w.at(t, self.cfg.phase);
+        let first_pass = d.access == Access::Loop && self.loading(&d);
+        if cold_only && d.access != Access::Stream && !first_pass {
             return 0.0;
         }
         let x = bytes.min(self.resident).max(0.0);
@@ -698,6 +701,33 @@ mod tests {
             "{}",
             later.slowdown
         );
+    }
+
+    /// A cold-only release (the high state) takes a stream's cache and a loop's while its
+    /// first pass is read from disk, nothing of a loop after that or of anonymous memory; an
+    /// ordinary release takes any page cache.
+    #[test]
+    fn a_cold_only_release_takes_streams_and_first_passes_only() {
+        let h = host();
+        let looped = Workload::Loop {
+            size: Size(200 * MIB),
+            rate: Size(100 * MIB),
+            fill: Some(Size(100 * MIB)),
+        };
+        let mut v = ballooned(false);
+        v.step(&looped, 0.0, &h);
+        assert_eq!(v.release_clean(MIB as f64, true, &looped, 0.5), MIB as f64);
+        v.step(&looped, 1.0, &h);
+        v.step(&looped, 2.0, &h);
+        assert_eq!(v.release_clean(MIB as f64, true, &looped, 2.5), 0.0);
+        assert_eq!(v.release_clean(MIB as f64, false, &looped, 2.5), MIB as f64);
+        let stream = Workload::Stream {
+            rate: Size(50 * MIB),
+            window: Size(64 * MIB),
+        };
+        let mut v = ballooned(false);
+        v.step(&stream, 0.0, &h);
+        assert_eq!(v.release_clean(MIB as f64, true, &stream, 0.5), MIB as f64);
     }
 
     /// A working set that is not resident because it was never loaded arrives at the fill
