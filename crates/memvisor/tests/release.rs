@@ -329,6 +329,30 @@ fn release_cold(vm: &mut Vm, sock: &Path, pause: Duration, enough: u64) -> u64 {
     released
 }
 
+/// Starts a `seqread` VM with `cmdline` (`--mapper --victims hd2`), waits until `mirrored`
+/// pages hold its file (its first pass from disk is done), then for longer than the probe's
+/// wait, so its stream is no longer being read and a cold-only release probes it first.
+fn read_and_left(
+    dir: &Path,
+    cmdline: &str,
+    mirrored: u64,
+) -> (Vm, std::thread::JoinHandle<String>, PathBuf) {
+    let img = mkdisk(dir, 64);
+    let (mut vm, reader, sock) = start(
+        dir,
+        &img,
+        &["--mapper", "--victims", "hd2"],
+        "seqread",
+        cmdline,
+    );
+    assert!(
+        wait_mirrored(&mut vm, &sock, mirrored),
+        "the VM ended early"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    (vm, reader, sock)
+}
+
 /// A file the guest reads again and again from its own page cache is a loop the host cannot
 /// see (its cache hits never reach the disk): once the file is cached, cold-only releases take
 /// only their probe of it, the probe comes back at the next pass and makes it a loop, and
@@ -336,19 +360,8 @@ fn release_cold(vm: &mut Vm, sock: &Path, pause: Duration, enough: u64) -> u64 {
 #[test]
 fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path(), 64);
-    let (mut vm, reader, sock) = start(
-        dir.path(),
-        &img,
-        &["--mapper", "--victims", "hd2"],
-        "seqread",
-        "file_mb=16 passes=150",
-    );
-    // Its first pass from disk done: from now on it reads the file from its own cache, and once
-    // the stream's last disk read is older than the probe's wait, its file is probed, not taken
-    // as a stream still being read.
-    assert!(wait_mirrored(&mut vm, &sock, 4000), "the VM ended early");
-    std::thread::sleep(Duration::from_millis(600));
+    // From now on it reads the file from its own cache.
+    let (mut vm, reader, sock) = read_and_left(dir.path(), "file_mb=16 passes=150", 4000);
     let released = release_cold(&mut vm, &sock, Duration::from_millis(50), u64::MAX);
     let (done, s) = passed(vm, reader, dir.path(), "seqread");
     eprintln!("{done}");
@@ -376,17 +389,11 @@ fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
 #[test]
 fn a_cold_only_release_takes_a_file_read_once_and_left() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkdisk(dir.path(), 64);
-    let (mut vm, reader, sock) = start(
+    let (mut vm, reader, sock) = read_and_left(
         dir.path(),
-        &img,
-        &["--mapper", "--victims", "hd2"],
-        "seqread",
         "file_mb=32 passes=1 then=idle then_secs=6",
+        8000,
     );
-    assert!(wait_mirrored(&mut vm, &sock, 8000), "the VM ended early");
-    // Left alone for longer than the probe's wait: probed first, then taken.
-    std::thread::sleep(Duration::from_millis(600));
     let t0 = Instant::now();
     let released = release_cold(&mut vm, &sock, Duration::from_millis(100), 4000);
     eprintln!("{released} pages in {:?}", t0.elapsed());
