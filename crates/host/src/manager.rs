@@ -329,9 +329,9 @@ struct Pending {
 pub struct ReleaseOrder {
     pub name: String,
     pub sock: PathBuf,
-    pub pages: u64,
-    /// Only what the guest has left cold (the high state: nothing is short).
-    pub cold_only: bool,
+    /// What to ask: how many pages, and whether only what its guest has left cold (the high
+    /// state: nothing is short).
+    pub ask: ReleaseRequest,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -997,8 +997,10 @@ impl Host {
                 .map(|(&i, b)| ReleaseOrder {
                     name: self.vms[i].spec.name.clone(),
                     sock: self.vms[i].files.sock.clone(),
-                    pages: b.release / balance::PAGE,
-                    cold_only: d.cold_only,
+                    ask: ReleaseRequest {
+                        pages: b.release / balance::PAGE,
+                        cold_only: d.cold_only,
+                    },
                 })
                 .collect(),
             None => Vec::new(),
@@ -1413,12 +1415,10 @@ pub fn tick(host: &Shared) {
     let released: Vec<(String, Result<ReleaseResult, ClientError>)> = releases
         .into_iter()
         .map(|r| {
-            let result = client(&r.sock).release_with(ReleaseRequest {
-                pages: r.pages,
-                cold_only: r.cold_only,
-            });
+            let pages = r.ask.pages;
+            let result = client(&r.sock).release_with(r.ask);
             if let Err(e) = &result {
-                tracing::debug!("vm {}: release of {} pages: {e}", r.name, r.pages);
+                tracing::debug!("vm {}: release of {pages} pages: {e}", r.name);
             }
             (r.name, result)
         })

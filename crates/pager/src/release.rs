@@ -3,8 +3,8 @@
 //! vCPUs and without the reclaim thread. Under the page lock, in one hold:
 //!
 //! 1. the candidates: resident pages that mirror a disk block ([`PageTable::pick_clean`], in
-//!    the victim order; for a cold-only release, [`PageTable::pick_cold`]: pages of sequential
-//!    streams the guest has left cold, and probes of the others), less the victims of a reclaim
+//!    the victim order; for a cold-only release, only pages of sequential streams the guest has
+//!    left cold, and probes of the others), less the victims of a reclaim
 //!    chunk in flight (reclaim has decided their fate; see `reclaim.rs`), at most as many as
 //!    keep the limit at or above [`MIN_LIMIT`];
 //! 2. those a guest disk read (or write) left writable are write-protected, one ioctl per run
@@ -203,12 +203,10 @@ pub(crate) fn release_clean(
         let take = need.max(checked);
         // 1. The candidates, less a reclaim chunk's victims and those taken or passed over.
         let asked = take + busy + drop_list.len() + passed_over.len();
-        let asked = u32::try_from(asked).unwrap_or(u32::MAX);
-        let mut chosen = if cold_only {
-            pages.table.pick_cold(asked, t0)
-        } else {
-            pages.table.pick_clean(asked)
-        };
+        let mut chosen = pages.table.pick_clean(
+            u32::try_from(asked).unwrap_or(u32::MAX),
+            cold_only.then_some(t0),
+        );
         chosen.retain(|p| {
             pages.in_flight.binary_search(p).is_err()
                 && drop_list.binary_search(p).is_err()
@@ -454,7 +452,7 @@ pub(crate) fn make_ready(
             return pass;
         }
         *generation = now;
-        let mut v = pages.table.pick_clean(ready);
+        let mut v = pages.table.pick_clean(ready, None);
         v.retain(|&p| pages.table.mirror_digest(p).is_some());
         v.sort_unstable();
         v

@@ -663,7 +663,7 @@ impl PageTable {
     /// rest by clock.
     pub fn pick_victims(&mut self, n: u32) -> Vec<PageIdx> {
         if self.victims.policy().is_hd2() {
-            let mut v = self.pick_clean(n);
+            let mut v = self.pick_clean(n, None);
             let rest = n.saturating_sub(u32::try_from(v.len()).unwrap_or(u32::MAX));
             if rest > 0 {
                 let more = self.victims.pick_excluding(rest, &v);
@@ -708,35 +708,26 @@ impl PageTable {
     /// recent first, each from its first block, then unclassified mirrored pages least recent
     /// first (`pattern.rs`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
     /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random, mirrored pages at
-    /// random; with clock, mirrored pages least recently used first. They stay resident
-    /// until the caller records what it did with them.
-    pub fn pick_clean(&mut self, n: u32) -> Vec<PageIdx> {
+    /// random; with clock, mirrored pages least recently used first. With `cold_at`, only pages
+    /// of sequences cold at that time and the probes of the others
+    /// ([`Patterns::pick_cold`](crate::pattern::Patterns::pick_cold)): what a release takes when
+    /// memory is not short, which only the `hd2` orders know (with another, or without the
+    /// Swap Mapper, none). They stay resident until the caller records what it did with them.
+    pub fn pick_clean(&mut self, n: u32, cold_at: Option<std::time::Instant>) -> Vec<PageIdx> {
         let policy = self.victims.policy();
         if !policy.is_hd2() || !self.mech.mapper {
-            return self.victims.pick_named(n);
+            return match cold_at {
+                Some(_) => Vec::new(),
+                None => self.victims.pick_named(n),
+            };
         }
+        let whole = policy == VictimPolicy::Hd2Whole;
         let victims = &self.victims;
-        self.patterns
-            .pick(n as usize, policy == VictimPolicy::Hd2Whole, |p| {
-                victims.is_candidate(p)
-            })
-    }
-
-    /// Up to about `n` pages of cold sequential sequences and the probes of the others
-    /// (`pattern.rs`, [`Patterns::pick_cold`](crate::pattern::Patterns::pick_cold)) at `now`,
-    /// none of them cooling in the victim cache: what a release takes when memory is not short.
-    /// Only the `hd2` victim orders know sequences: with another, or without the Swap Mapper,
-    /// none.
-    pub fn pick_cold(&mut self, n: u32, now: std::time::Instant) -> Vec<PageIdx> {
-        let policy = self.victims.policy();
-        if !policy.is_hd2() || !self.mech.mapper {
-            return Vec::new();
+        let eligible = |p| victims.is_candidate(p);
+        match cold_at {
+            Some(now) => self.patterns.pick_cold(n as usize, whole, now, eligible),
+            None => self.patterns.pick(n as usize, whole, eligible),
         }
-        let victims = &self.victims;
-        self.patterns
-            .pick_cold(n as usize, policy == VictimPolicy::Hd2Whole, now, |p| {
-                victims.is_candidate(p)
-            })
     }
 
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
@@ -1661,8 +1652,8 @@ mod tests {
             "{c:?}"
         );
         let want: Vec<PageIdx> = [16..24, 0..8, 40..41].into_iter().flatten().collect();
-        assert_eq!(sim.t.pick_clean(64), want);
-        assert_eq!(sim.t.pick_clean(3), vec![16, 17, 18]);
+        assert_eq!(sim.t.pick_clean(64, None), want);
+        assert_eq!(sim.t.pick_clean(3, None), vec![16, 17, 18]);
         // The anonymous page only once every mirrored one is taken.
         assert!(!sim.t.pick_victims(17).contains(&60));
         assert!(sim.t.pick_victims(18).contains(&60));
@@ -1691,10 +1682,10 @@ mod tests {
         let mut sim = Sim::new(16, MAPPER);
         sim.write(9, 1);
         sim.disk_read_run(0, 0, 4);
-        let mut v = sim.t.pick_clean(16);
+        let mut v = sim.t.pick_clean(16, None);
         v.sort_unstable();
         assert_eq!(v, vec![0, 1, 2, 3]);
-        assert_eq!(sim.t.pick_clean(2).len(), 2);
+        assert_eq!(sim.t.pick_clean(2, None).len(), 2);
     }
 
     #[test]
