@@ -18,7 +18,7 @@ pub enum FreeStateName {
     Soft,
     /// Below 2 %: pager limits enforce the targets too.
     Hard,
-    /// Below 1 %: VMs above their targets are also paused until they are under them.
+    /// Below 1 %: VMs above their targets are also paused while it lasts.
     Low,
 }
 

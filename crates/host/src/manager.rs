@@ -1364,7 +1364,7 @@ impl Host {
                         "paused: above its target with free memory low",
                     )
                 } else {
-                    (HostEventKind::Resumed, "resumed: under its target")
+                    (HostEventKind::Resumed, "resumed: free memory no longer low")
                 };
                 self.event(kind, Some(&name), msg.to_owned());
             }

@@ -13,7 +13,7 @@ pub enum FreeState {
     Soft,
     /// The pager's limits enforce targets as well.
     Hard,
-    /// As hard, and VMs above their targets are paused until they are below them.
+    /// As hard, and VMs above their targets are paused while it lasts.
     Low,
 }
 
@@ -44,7 +44,7 @@ pub struct Reclaim {
     pub balloon: bool,
     /// Set pager limits at the allocation targets.
     pub page: bool,
-    /// Pause VMs above their targets until they are under them.
+    /// Pause VMs above their targets (and resume them once the state is left).
     pub pause_above_target: bool,
 }
 
