@@ -110,10 +110,22 @@ struct Plan {
 }
 
 /// Runs every scenario, N and configuration, repetitions interleaved (the configurations'
-/// order rotated per repetition); hands the records to `sink` after each run.
+/// order rotated per repetition); hands the records to `sink` after each run. The disk images
+/// in `work` are removed at the end, also after an error or an interruption.
 pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Result<(), String> {
     let work = s.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let done = run_in(s, &work, interrupted, sink);
+    let _ = std::fs::remove_dir_all(&work);
+    done
+}
+
+fn run_in(
+    s: &Setup,
+    work: &Path,
+    interrupted: &dyn Fn() -> bool,
+    sink: &mut dyn Sink,
+) -> Result<(), String> {
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
         mkdisk_once(
             &s.exe,
@@ -160,9 +172,9 @@ pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Re
                     let _ = std::fs::remove_dir_all(&dir);
                     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                     crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
-                    let got = fresh_disks(&work, scenario, n).and_then(|()| match kind {
-                        Kind::Host { .. } => run_host(&s.exe, &plan, &work, &dir, sink),
-                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, &work, &dir),
+                    let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
+                        Kind::Host { .. } => run_host(&s.exe, &plan, work, &dir, sink),
+                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, work, &dir),
                     });
                     let (vms, watch) = got.unwrap_or_else(|e| {
                         let vms = (0..n)
