@@ -619,28 +619,22 @@ impl Patterns {
         eligible: impl Fn(PageIdx) -> bool,
     ) -> Vec<PageIdx> {
         let mut out = Vec::with_capacity(n);
-        let ids: Vec<u32> = self.sequential.values().rev().copied().collect();
-        for id in ids {
+        let waited = |since: Instant| now.saturating_duration_since(since) >= PROBE_WAIT;
+        for id in self.sequential.values().rev() {
             if out.len() >= n {
                 break;
             }
-            let Some(s) = self.seqs.get_mut(&id) else {
+            let Some(s) = self.seqs.get_mut(id) else {
                 continue;
             };
-            let streaming = now.saturating_duration_since(s.read_at) < PROBE_WAIT;
-            match s.probed {
-                _ if streaming => take_from(s, &mut out, n, whole, &eligible),
-                Some(when) => {
-                    if now.saturating_duration_since(when) >= PROBE_WAIT {
-                        take_from(s, &mut out, n, whole, &eligible);
-                    }
-                }
-                None => {
-                    s.probed = Some(now);
-                    self.probes += 1;
-                    let most = (out.len() + PROBE_PAGES).min(n);
-                    take_from(s, &mut out, most, false, &eligible);
-                }
+            let streaming = !waited(s.read_at);
+            if streaming || s.probed.is_some_and(waited) {
+                take_from(s, &mut out, n, whole, &eligible);
+            } else if s.probed.is_none() {
+                s.probed = Some(now);
+                self.probes += 1;
+                let most = (out.len() + PROBE_PAGES).min(n);
+                take_from(s, &mut out, most, false, &eligible);
             }
         }
         out
