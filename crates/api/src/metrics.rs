@@ -354,6 +354,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.indirections.log_compactions", "indirection_log_compactions", Unit::None, "Times an indirection log was rewritten to hold just its live indirections."),
     gauge("pager.patterns.sequential", "pattern_sequential_sequences", Unit::None, "Sequential sequences the pager knows now: runs of disk blocks the guest read front to back, once (HyperDealer2 4.4)."),
     page_gauge("pager.patterns.sequential_pages", "pattern_sequential", "Guest memory that mirrors blocks of sequential sequences."),
+    page_gauge("pager.patterns.streaming_pages", "pattern_streaming", "Guest memory that mirrors blocks of sequential sequences the guest is still reading from its disk (a read within 0.5 s)."),
     gauge("pager.patterns.loops", "pattern_loop_sequences", Unit::None, "Loop sequences the pager knows now: sequential sequences the guest read again."),
     page_gauge("pager.patterns.loop_pages", "pattern_loop", "Guest memory that mirrors blocks of loop sequences."),
     page_gauge("pager.patterns.unclassified_pages", "pattern_unclassified", "Guest memory that mirrors disk blocks in no sequence."),

@@ -96,6 +96,10 @@ pub struct PatternStats {
     pub sequential: u64,
     /// Resident pages in them.
     pub sequential_pages: u64,
+    /// Of those, the pages of sequences the guest's streams are still reading from the disk (a
+    /// read of the sequence within the last 0.5 s): cache read once, just now. The host's idle
+    /// memory tax counts them idle with HyperDealer2's balancing.
+    pub streaming_pages: u64,
     /// Loop sequences live now: sequential sequences read again.
     pub loops: u64,
     /// Resident pages in them.

@@ -77,21 +77,12 @@ struct Managed {
     ghost_seen: Option<demand::Observation>,
     /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
     vmm_rss: Option<u64>,
-    /// Whether the guest's page cache counts as idle before sampling ([`guest_active`]).
-    cache_idle: bool,
 }
 
 impl Managed {
     /// A VM with no VMM yet, nothing reserved and nothing observed.
-    fn new(
-        spec: VmSpec,
-        files: VmmFiles,
-        state: HostVmState,
-        why: Option<String>,
-        balancing: Balancing,
-    ) -> Managed {
+    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> Managed {
         Managed {
-            cache_idle: balancing == Balancing::Hd2,
             max: spec.mem,
             target: 0,
             spec,
@@ -146,7 +137,7 @@ impl Managed {
                 _ => stats
                     .and_then(|s| s.balloon.as_ref())
                     .and_then(|b| b.guest.as_ref())
-                    .and_then(|g| guest_active(g, self.resident(), self.cache_idle))
+                    .and_then(|g| guest_active(g, self.resident()))
                     .unwrap_or_else(|| pager.map_or(1.0, |p| p.active.estimate)),
             }
         })
@@ -182,16 +173,17 @@ impl Managed {
         self.spec.sharing.as_deref() == Some("host")
     }
 
-    /// Resident pages that mirror a disk block (Swap Mapper): what a release can take.
-    /// Resident pages in sequential streams, from its Swap Mapper's pattern table (0 without).
-    fn sequential(&self) -> u64 {
+    /// Resident memory in sequential sequences its guest is still reading from disk, from its
+    /// Swap Mapper's pattern table (0 without).
+    fn streaming(&self) -> u64 {
         self.stats
             .as_ref()
             .and_then(|s| s.pager.as_ref())
             .and_then(|p| p.patterns.as_ref())
-            .map_or(0, |pat| pat.sequential_pages * 4096)
+            .map_or(0, |pat| pat.streaming_pages * 4096)
     }
 
+    /// Resident memory that mirrors a disk block (Swap Mapper): what a release can take.
     fn clean(&self) -> u64 {
         self.stats
             .as_ref()
@@ -258,23 +250,17 @@ pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
 /// what it holds that is in use, as a fraction of what it holds; `None` without those
 /// statistics or resident memory. ESX samples instead; before the pager has taken RAM over, a
 /// page cannot be sampled, and the guest can only say what is free and what is clean page
-/// cache, not what it will read again. So the cache counts as idle (in use is total less
-/// available) only when `cache_idle`: under HyperDealer2's balancing, where the host takes
-/// clean page cache itself, in its own order (finished streams first, loops last). With
-/// balloons alone a low target makes the guest drop its cache, a VM reading one file over and
-/// over included, so there it counts as in use (total less free; docs/host.md).
-pub fn guest_active(g: &GuestMemoryStats, resident: u64, cache_idle: bool) -> Option<f64> {
+/// cache, not what it will read again. So the cache counts as in use (total less free): a low
+/// target makes the guest drop its cache, a VM reading one file over and over included
+/// (docs/host.md). Under HyperDealer2's balancing a stream the guest is reading from its disk
+/// is idle all the same: the plan caps the fraction ([`balance::active_outside_streams`]).
+pub fn guest_active(g: &GuestMemoryStats, resident: u64) -> Option<f64> {
     let total = g.total_memory_bytes?;
     let free = g.free_memory_bytes?;
-    let idle = if cache_idle {
-        g.available_memory_bytes.unwrap_or(free)
-    } else {
-        free
-    };
     if resident == 0 {
         return None;
     }
-    let used = total.saturating_sub(idle);
+    let used = total.saturating_sub(free);
     Some((used as f64 / resident as f64).clamp(0.0, 1.0))
 }
 
@@ -541,13 +527,7 @@ impl Host {
                 limit >> 20
             ),
         );
-        let mut v = Managed::new(
-            spec,
-            files,
-            HostVmState::Starting,
-            None,
-            self.config.balancing,
-        );
+        let mut v = Managed::new(spec, files, HostVmState::Starting, None);
         v.target = limit;
         v.vmm = Some(vmm);
         v.reserved = true;
@@ -564,13 +544,7 @@ impl Host {
             format!("refused: {why}"),
         );
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let v = Managed::new(
-            spec,
-            files,
-            HostVmState::Refused,
-            Some(why.to_string()),
-            self.config.balancing,
-        );
+        let v = Managed::new(spec, files, HostVmState::Refused, Some(why.to_string()));
         self.vms.push(v);
     }
 
@@ -848,7 +822,7 @@ impl Host {
         // memory that frees is free for the policy to hand out (docs/sharing.md).
         let resident = v.resident().saturating_sub(v.shared_saved());
         let active = if self.config.balancing == Balancing::Hd2 {
-            balance::active_outside_streams(v.active(), resident, v.sequential())
+            balance::active_outside_streams(v.active(), resident, v.streaming())
         } else {
             v.active()
         };
@@ -1477,26 +1451,18 @@ mod tests {
             disk_caches_bytes: Some(56 * MIB),
             ..GuestMemoryStats::default()
         };
-        // 112 MiB not free (56 of them page cache), of 224 MiB it holds.
-        assert_eq!(guest_active(&g, 224 * MIB, false), Some(0.5));
-        // Under HyperDealer2's balancing the cache counts as idle: 56 MiB in use.
-        assert_eq!(guest_active(&g, 224 * MIB, true), Some(0.25));
-        // Without "available", free memory is all that is idle.
-        let no_avail = GuestMemoryStats {
-            available_memory_bytes: None,
-            ..g.clone()
-        };
-        assert_eq!(guest_active(&no_avail, 224 * MIB, true), Some(0.5));
+        // 112 MiB not free (56 of them page cache, in use too), of 224 MiB it holds.
+        assert_eq!(guest_active(&g, 224 * MIB), Some(0.5));
         // Without free memory in the statistics, nothing is known.
         let no_free = GuestMemoryStats {
             free_memory_bytes: None,
             ..g.clone()
         };
-        assert_eq!(guest_active(&no_free, 224 * MIB, false), None);
-        assert_eq!(guest_active(&g, 0, false), None);
-        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB, true), None);
+        assert_eq!(guest_active(&no_free, 224 * MIB), None);
+        assert_eq!(guest_active(&g, 0), None);
+        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
         // Never above 1, whatever the guest says.
-        assert_eq!(guest_active(&g, MIB, false), Some(1.0));
+        assert_eq!(guest_active(&g, MIB), Some(1.0));
     }
 
     #[test]

@@ -110,6 +110,12 @@ impl Sequence {
     pub fn pages(&self) -> usize {
         self.frames.len()
     }
+
+    /// Whether its stream is still reading it: a guest disk read of it within [`PROBE_WAIT`]
+    /// before `now`.
+    fn streaming(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.read_at) < PROBE_WAIT
+    }
 }
 
 /// A stream of reads of one disk not (yet) known to be a sequence, or the one that made one.
@@ -195,6 +201,18 @@ impl Patterns {
             unclassified_pages: self.unclassified_live,
             ..self.counts
         }
+    }
+
+    /// Pages of the sequential sequences their streams are still reading (a disk read within
+    /// [`PROBE_WAIT`] of `now`): cache the guest has just read once. A sequence read longer ago
+    /// may be one the guest keeps re-reading from its own cache, which the host cannot see.
+    pub fn streaming_pages(&self, now: Instant) -> u64 {
+        self.sequential
+            .values()
+            .filter_map(|id| self.seqs.get(id))
+            .filter(|s| s.streaming(now))
+            .map(|s| s.frames.len() as u64)
+            .sum()
     }
 
     /// Sequences and loops detected since the last call.
@@ -627,8 +645,7 @@ impl Patterns {
             let Some(s) = self.seqs.get_mut(id) else {
                 continue;
             };
-            let streaming = !waited(s.read_at);
-            if streaming || s.probed.is_some_and(waited) {
+            if s.streaming(now) || s.probed.is_some_and(waited) {
                 take_from(s, &mut out, n, whole, &eligible);
             } else if s.probed.is_none() {
                 s.probed = Some(now);
@@ -939,6 +956,28 @@ mod tests {
         t.read_when(40, 40, 20, t1);
         let v = t.t.pick_cold(100, false, t1 + PROBE_WAIT / 4, all);
         assert_eq!(v, (16..60).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn only_sequences_still_being_read_count_as_streaming() {
+        let mut t = T::new(256);
+        let t0 = Instant::now();
+        // Two streams: one read at t0, one lengthened half a wait later.
+        t.read_when(0, 0, 20, t0);
+        t.read_when(20, 20, 20, t0);
+        t.read_when(100, 100, 10, t0);
+        t.read_when(110, 110, 10, t0 + PROBE_WAIT / 2);
+        assert_eq!(t.t.counts().sequential_pages, 60);
+        assert_eq!(t.t.streaming_pages(t0), 60);
+        assert_eq!(t.t.streaming_pages(t0 + PROBE_WAIT), 20);
+        assert_eq!(t.t.streaming_pages(t0 + PROBE_WAIT * 2), 0);
+        // Still sequential (nothing read it again from disk), no longer streaming.
+        assert_eq!(t.t.counts().sequential_pages, 60);
+        // A loop is not a stream, however recently it was read.
+        let t1 = t0 + PROBE_WAIT * 2;
+        t.read_when(0, 0, 20, t1);
+        assert_eq!(t.t.counts().loop_pages, 40);
+        assert_eq!(t.t.streaming_pages(t1), 0);
     }
 
     #[test]

@@ -57,6 +57,10 @@ impl PagerCore {
             memvisor_api::PatternStats {
                 sequential: c.sequential,
                 sequential_pages: c.sequential_pages,
+                streaming_pages: pages
+                    .table
+                    .patterns
+                    .streaming_pages(std::time::Instant::now()),
                 loops: c.loops,
                 loop_pages: c.loop_pages,
                 unclassified_pages: c.unclassified_pages,

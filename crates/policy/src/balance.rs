@@ -207,14 +207,16 @@ pub fn demand(o: &VmObservation, b: &BalanceObservation, target: u64) -> u64 {
 /// sampler saw. The sampler counts a page touched in its period as active, and a stream touches
 /// each of its pages once, so a VM whose memory is a page-cache stream looks fully active and
 /// the tax cannot take the stream's cache. With balancing, the active fraction the plan sees is
-/// at most the share of resident memory outside sequential streams. A stream that finished
-/// long ago was already seen idle by the sampler; the cap changes nothing for it.
+/// at most the share of resident memory outside `streaming`, the sequences the guest is still
+/// reading from its disk. Only those: once a stream stops, the host cannot tell a file read once
+/// and done with from one the guest goes on re-reading from its own cache (those hits never
+/// reach it), and the sampler, which sees the re-reads as touches, decides.
 #[must_use]
-pub fn active_outside_streams(active: f64, resident: u64, sequential: u64) -> f64 {
+pub fn active_outside_streams(active: f64, resident: u64, streaming: u64) -> f64 {
     if resident == 0 {
         return active;
     }
-    let outside = 1.0 - (sequential.min(resident) as f64 / resident as f64);
+    let outside = 1.0 - (streaming.min(resident) as f64 / resident as f64);
     active.min(outside).max(0.0)
 }
 

@@ -194,7 +194,8 @@ impl Sim {
     /// What the host sees this tick (of the VMs that have not stopped), and which VMs deflated
     /// on OOM since the last.
     /// With HyperDealer2's balancing the host caps each VM's active fraction by what its
-    /// streams hold (`balance::active_outside_streams`), and so does this.
+    /// streams still being read from disk hold (`balance::active_outside_streams`), and so does
+    /// this.
     pub fn observations(&self) -> (Vec<VmObservation>, Vec<bool>) {
         let live = self.live();
         let hd2 = self.scenario.host.balancing == Balancing::Hd2;
@@ -206,7 +207,7 @@ impl Sim {
                 let mut o = v.observe();
                 if hd2 {
                     let w = &self.scenario.groups[v.cfg.group].workload;
-                    let seq = v.sequential(w, t - v.cfg.start);
+                    let seq = v.streaming(w, t - v.cfg.start);
                     o.active = balance::active_outside_streams(o.active, o.resident, seq);
                 }
                 o

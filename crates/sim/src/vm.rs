@@ -217,9 +217,10 @@ impl SimVm {
         }
     }
 
-    /// Its resident bytes in sequential streams, as the Swap Mapper's pattern table counts
-    /// them: a stream's page cache, and a loop's until it is read a second time.
-    pub fn sequential(&self, w: &Workload, t: f64) -> u64 {
+    /// Its resident bytes in sequential streams still being read from disk, as the Swap
+    /// Mapper's pattern table counts them: a stream's page cache, and a loop's in its first pass
+    /// (the next passes hit the guest's cache, or refault what was taken and make it a loop).
+    pub fn streaming(&self, w: &Workload, t: f64) -> u64 {
         let d = w.at(t, self.cfg.phase);
         let first_pass = d.access == Access::Loop && self.loading(&d);
         if d.access == Access::Stream || first_pass {
