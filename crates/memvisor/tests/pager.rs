@@ -407,6 +407,49 @@ fn working_set_sampling_follows_the_touched_memory() {
     assert!(a.estimate > f, "the estimate comes down slowly: {a:?}");
 }
 
+/// The first sampling period is short: with a 30 s period, a VM sweeping 200 MiB under the
+/// pager has its first estimate within its 8 s run (at most 1 s of guest time after the
+/// takeover), and that estimate says it is busy. The toucher checks every touch (`errors=0`).
+#[test]
+fn the_first_estimate_comes_before_a_long_period_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut vm, reader, _, sock) = start_serving(
+        dir.path(),
+        &[
+            "--mem-limit",
+            "480M",
+            "--sample-pages",
+            "1000",
+            "--sample-period",
+            "30",
+            "--workload",
+            "toucher",
+            "--cmdline",
+            "schedule=200:8",
+        ],
+    );
+    let mut first = None;
+    while vm.0.try_wait().unwrap().is_none() {
+        let Ok(s) = client(&sock).stats() else {
+            break;
+        };
+        let a = pager(&s).active;
+        if a.periods > 0 && first.is_none() {
+            first = Some(a);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = vm.0.wait().unwrap();
+    let console = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{console}");
+    assert!(console.contains(" errors=0"), "{console}");
+    let a = first.expect("a period measured before the 30 s period could end");
+    assert_eq!(a.periods, 1, "{a:?}");
+    let f = a.last_touched_pages as f64 / a.last_sampled_pages.max(1) as f64;
+    assert!(f > 0.6, "sweeping 200 MiB touched only {f:.2} of the sample: {a:?}");
+    assert!(a.estimate > 0.6, "{a:?}");
+}
+
 /// Sampling takes pages out and puts them back while the pager pages under a limit: the
 /// integrity workload verifies every byte.
 #[test]

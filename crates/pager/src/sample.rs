@@ -24,6 +24,15 @@
 //! working set more slowly, touches fewer of its sampled pages per second, would be given
 //! less memory, and would thrash more. Counted in guest time, that feedback is gone, and
 //! neither a VM the host paused nor one the host did not run for a while looks idle.
+//!
+//! Until a period has been measured, a period lasts at most [`FIRST_PERIOD`] (ESX does not say
+//! how its first estimate is made). The estimate starts at all active, and a host that shrinks
+//! VMs by their estimates cannot tell them apart until one is measured: with a 5 s period and
+//! six VMs on two cores, the first sample was taken up to a period after the takeover and
+//! measured a period later, about 20 s of wall-clock time, while the host held busy VMs and
+//! ones with idle page cache at the same target (`bench consolidate --scenario balance`,
+//! docs/bench.md). A short first period is noisier, and the next periods correct it: the fast
+//! average within a period or two, the slow one more slowly.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -35,6 +44,11 @@ use crate::core::{PagerCore, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::PageState;
 use crate::store::{PageStore, StoreCounters};
+
+/// The longest the first measured period lasts, in the guest's execution time: a VM's first
+/// estimate comes within about this much of the pager taking RAM over, not a whole period
+/// later (see the module doc).
+pub const FIRST_PERIOD: Duration = Duration::from_secs(1);
 
 /// A sampling period ends once the guest has run this many periods' worth of wall-clock time at
 /// the most, whether or not it ran: a guest whose vCPUs halt (or a VMM whose kernel does not
@@ -139,7 +153,7 @@ impl Sampler {
         Sampler {
             pages,
             period,
-            state: Mutex::new(Sampling::new(period, guest)),
+            state: Mutex::new(Sampling::new(period.min(FIRST_PERIOD), guest)),
         }
     }
 
@@ -169,10 +183,12 @@ impl Sampler {
         if let Some(wait) = sampling.clock.remaining(now, || core.vcpus.guest_time()) {
             return Some(wait);
         }
-        sampling.clock = PeriodClock::start(self.period, now, core.vcpus.guest_time());
+        let guest = core.vcpus.guest_time();
         let mut pages = core.lock();
         if !pages.attached {
-            return Some(self.period);
+            let period = self.next_period(&sampling.estimate);
+            sampling.clock = PeriodClock::start(period, now, guest);
+            return Some(period);
         }
         let (touched, n) = Self::sampled_so_far(core, &sampling);
         let out = std::mem::take(&mut sampling.out);
@@ -190,7 +206,18 @@ impl Sampler {
         }
         sampling.out = self.take_sample(core, &mut pages);
         sampling.faults_at_start = Self::faults(core);
-        Some(self.period)
+        let period = self.next_period(&sampling.estimate);
+        sampling.clock = PeriodClock::start(period, now, guest);
+        Some(period)
+    }
+
+    /// How long the next period lasts: [`FIRST_PERIOD`] at most until one has been measured.
+    fn next_period(&self, estimate: &ActiveEstimate) -> Duration {
+        if estimate.measured() {
+            self.period
+        } else {
+            self.period.min(FIRST_PERIOD)
+        }
     }
 
     /// Puts untouched sampled page `p` back from its slot (not counted as a touch).
