@@ -446,7 +446,10 @@ fn the_first_estimate_comes_before_a_long_period_ends() {
     let a = first.expect("a period measured before the 30 s period could end");
     assert_eq!(a.periods, 1, "{a:?}");
     let f = a.last_touched_pages as f64 / a.last_sampled_pages.max(1) as f64;
-    assert!(f > 0.6, "sweeping 200 MiB touched only {f:.2} of the sample: {a:?}");
+    assert!(
+        f > 0.6,
+        "sweeping 200 MiB touched only {f:.2} of the sample: {a:?}"
+    );
     assert!(a.estimate > 0.6, "{a:?}");
 }
 
