@@ -284,7 +284,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.victim_cache_hits", "victim_cache_hits", Unit::None, "Victims written by the guest or a device while they cooled in the victim cache: kept resident."),
     counter("pager.victim_cache_caught", "victim_cache_caught", Unit::None, "Victims the guest wrote to its own disk while they cooled, which then left without a swap-file write."),
     page_counter("pager.proactive_swap_ins", "proactive_swapin", "Guest memory brought back without a fault because the limit rose (proactive swap-in), from the pool or the swap file."),
-    page_counter("pager.double_paging_swap_ins", "double_paging_swap_ins", "Guest memory a guest disk write read while it was out of guest RAM: swapped in only to be written to the guest's disk (double paging)."),
+    page_counter("pager.double_paging_swap_ins", "double_paging_swap_ins", "Guest memory a guest disk write read while it was swapped out: swapped in only to be written to the guest's disk (double paging)."),
     counter("pager.sequences_detected", "sequences_detected", Unit::None, "Sequential sequences detected in guest disk reads (HyperDealer2 4.4)."),
     counter("pager.loops_detected", "loops_detected", Unit::None, "Sequences read again, so they became loops."),
     counter("pager.sequences_probed", "sequences_probed", Unit::None, "Sequential sequences probed by a cold-only release."),

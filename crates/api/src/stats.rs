@@ -394,8 +394,10 @@ pager_counters! {
     /// Pages brought back from the swap store (pool or file) without a fault, because the limit
     /// rose (proactive swap-in).
     proactive_swap_ins,
-    /// Pages a guest disk write read while they were out of guest RAM: swapped in only to be
-    /// written to the guest's disk (double paging; Tesseract's indirections avoid them).
+    /// Pages a guest disk write read while they were swapped out (to the swap file or the pool,
+    /// or dropped for the disk image): swapped in only to be written to the guest's disk (double
+    /// paging; Tesseract's indirections avoid them). A page out for a working-set sample comes
+    /// back from host memory and is not counted.
     double_paging_swap_ins,
     /// Victims written by the guest (or a device) while they cooled in the victim cache: kept
     /// resident, with no write and no fault back.

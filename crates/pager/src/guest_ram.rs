@@ -381,14 +381,15 @@ impl GuestRam for DeviceAccess<'_> {
         let mut state = self.reclaim.lock_settled(s);
         let sources = self.disk_pages(disk, pages);
         if state.attached {
-            // The pages the device is about to read that are not in guest RAM: each will be
-            // swapped in only to be written out (double paging).
+            // The pages the device is about to read that are swapped out: each will be swapped
+            // in only to be written out (double paging). A sampled page comes back from the
+            // sample store, in host memory.
             let out = sources
                 .iter()
                 .filter(|&&(p, _)| {
                     matches!(
                         state.table.state(p),
-                        PageState::Swapped(_) | PageState::OnDisk(_) | PageState::Sampled(_)
+                        PageState::Swapped(_) | PageState::OnDisk(_)
                     )
                 })
                 .count();
