@@ -853,7 +853,6 @@ impl Host {
                 .as_ref()
                 .and_then(|i| i.limit_bytes)
                 .unwrap_or(v.spec.mem),
-            paused: v.paused_by_host,
             oom_demand: v.oom_demand,
         }
     }
@@ -877,7 +876,6 @@ impl Host {
             overhead: self.config.vm_overhead,
             balloon: spec.balloon.then_some(0),
             limit: spec.mem,
-            paused: false,
             oom_demand: 0,
         };
         start_limit(&self.params(), &running, &new)
@@ -1036,7 +1034,7 @@ impl Host {
         // A VM with the Swap Mapper may be on plain memory still: its first release takes its
         // RAM over, keeping the mirrors it recorded.
         BalanceObservation {
-            releasable: v.spec.mapper && !v.release_failed && !o.paused,
+            releasable: v.spec.mapper && !v.release_failed && !v.paused_by_host,
             clean: v.clean(),
             // Filled in by the caller from `estimate_demand`.
             demand: None,

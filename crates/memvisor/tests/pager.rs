@@ -346,32 +346,15 @@ fn start_serving(dir: &Path, args: &[&str]) -> (Vm, std::thread::JoinHandle<Stri
     (vm, reader, pid, sock)
 }
 
-/// Working-set sampling (ESX §5.3) follows what the guest touches: while it sweeps 200 MiB,
-/// most sampled pages are touched; once it sweeps 16 MiB, few are, and the estimate comes down
-/// more slowly than the samples do. The pages taken out and put back lose nothing: the
-/// toucher's every touch is checked (`errors=0`).
-#[test]
-fn working_set_sampling_follows_the_touched_memory() {
+/// Runs the toucher under `args` (its `schedule` given), calls `each` with the pager's
+/// working-set figures every 100 ms while it runs, and checks that it ended well: exit status
+/// 1 and every touch checked right (`errors=0`).
+fn toucher(args: &[&str], schedule: &str, mut each: impl FnMut(&memvisor_api::ActiveMemory)) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut vm, reader, _, sock) = start_serving(
-        dir.path(),
-        &[
-            "--mem-limit",
-            "480M",
-            "--sample-pages",
-            "1000",
-            "--sample-period",
-            "0.3",
-            "--workload",
-            "toucher",
-            "--cmdline",
-            // The schedule runs on wall-clock time and sampling periods on guest time: a second
-            // phase of 12 s leaves room for 10 periods of 0.3 s when the cores are shared.
-            "schedule=200:5,16:12",
-        ],
-    );
-    let mut busy = 0.0f64;
-    let mut last = None;
+    let cmdline = format!("schedule={schedule}");
+    let mut all = args.to_vec();
+    all.extend(["--workload", "toucher", "--cmdline", &cmdline]);
+    let (mut vm, reader, _, sock) = start_serving(dir.path(), &all);
     while vm.0.try_wait().unwrap().is_none() {
         let s = match client(&sock).stats() {
             Ok(s) => s,
@@ -380,12 +363,7 @@ fn working_set_sampling_follows_the_touched_memory() {
             }
             Err(_) => break,
         };
-        let a = pager(&s).active;
-        if a.last_sampled_pages > 0 {
-            let f = a.last_touched_pages as f64 / a.last_sampled_pages as f64;
-            busy = busy.max(f);
-            last = Some((f, a));
-        }
+        each(&pager(&s).active);
         std::thread::sleep(Duration::from_millis(100));
     }
     let status = vm.0.wait().unwrap();
@@ -396,6 +374,36 @@ fn working_set_sampling_follows_the_touched_memory() {
         .find(|l| l.starts_with("RESULT workload=toucher phase=done"))
         .expect("a final RESULT line");
     assert!(done.contains(" errors=0"), "{done}");
+}
+
+/// Working-set sampling (ESX §5.3) follows what the guest touches: while it sweeps 200 MiB,
+/// most sampled pages are touched; once it sweeps 16 MiB, few are, and the estimate comes down
+/// more slowly than the samples do. The pages taken out and put back lose nothing: the
+/// toucher's every touch is checked (`errors=0`).
+#[test]
+fn working_set_sampling_follows_the_touched_memory() {
+    let mut busy = 0.0f64;
+    let mut last = None;
+    toucher(
+        &[
+            "--mem-limit",
+            "480M",
+            "--sample-pages",
+            "1000",
+            "--sample-period",
+            "0.3",
+        ],
+        // The schedule runs on wall-clock time and sampling periods on guest time: a second
+        // phase of 12 s leaves room for 10 periods of 0.3 s when the cores are shared.
+        "200:5,16:12",
+        |a| {
+            if a.last_sampled_pages > 0 {
+                let f = a.last_touched_pages as f64 / a.last_sampled_pages as f64;
+                busy = busy.max(f);
+                last = Some((f, *a));
+            }
+        },
+    );
     let (f, a) = last.expect("sampling periods completed");
     eprintln!("busiest period {busy:.2} touched; last period {f:.2}; {a:?}");
     assert!(
@@ -412,9 +420,8 @@ fn working_set_sampling_follows_the_touched_memory() {
 /// takeover), and that estimate says it is busy. The toucher checks every touch (`errors=0`).
 #[test]
 fn the_first_estimate_comes_before_a_long_period_ends() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut vm, reader, _, sock) = start_serving(
-        dir.path(),
+    let mut first = None;
+    toucher(
         &[
             "--mem-limit",
             "480M",
@@ -422,31 +429,14 @@ fn the_first_estimate_comes_before_a_long_period_ends() {
             "1000",
             "--sample-period",
             "30",
-            "--workload",
-            "toucher",
-            "--cmdline",
-            "schedule=200:8",
         ],
+        "200:8",
+        |a| {
+            if a.periods > 0 && first.is_none() {
+                first = Some(*a);
+            }
+        },
     );
-    let mut first = None;
-    while vm.0.try_wait().unwrap().is_none() {
-        let Ok(s) = client(&sock).stats() else {
-            break;
-        };
-        let a = pager(&s).active;
-        if a.periods > 0 && first.is_none() {
-            first = Some(a);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let status = vm.0.wait().unwrap();
-    let console = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{console}");
-    let done = console
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=toucher phase=done"))
-        .expect("a final RESULT line");
-    assert!(done.contains(" errors=0"), "{done}");
     let a = first.expect("a period measured before the 30 s period could end");
     assert_eq!(a.periods, 1, "{a:?}");
     let f = a.last_touched_pages as f64 / a.last_sampled_pages.max(1) as f64;

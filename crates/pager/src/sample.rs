@@ -50,6 +50,16 @@ use crate::store::{PageStore, StoreCounters};
 /// later (see the module doc).
 pub const FIRST_PERIOD: Duration = Duration::from_secs(1);
 
+/// How long a period of a sampler set to `period` lasts: [`FIRST_PERIOD`] at most until one has
+/// been `measured`.
+fn period_for(period: Duration, measured: bool) -> Duration {
+    if measured {
+        period
+    } else {
+        period.min(FIRST_PERIOD)
+    }
+}
+
 /// A sampling period ends once the guest has run this many periods' worth of wall-clock time at
 /// the most, whether or not it ran: a guest whose vCPUs halt (or a VMM whose kernel does not
 /// report guest time) is still sampled, and reads as idle.
@@ -153,7 +163,7 @@ impl Sampler {
         Sampler {
             pages,
             period,
-            state: Mutex::new(Sampling::new(period.min(FIRST_PERIOD), guest)),
+            state: Mutex::new(Sampling::new(period_for(period, false), guest)),
         }
     }
 
@@ -186,7 +196,7 @@ impl Sampler {
         let guest = core.vcpus.guest_time();
         let mut pages = core.lock();
         if !pages.attached {
-            let period = self.next_period(&sampling.estimate);
+            let period = period_for(self.period, sampling.estimate.measured());
             sampling.clock = PeriodClock::start(period, now, guest);
             return Some(period);
         }
@@ -206,18 +216,9 @@ impl Sampler {
         }
         sampling.out = self.take_sample(core, &mut pages);
         sampling.faults_at_start = Self::faults(core);
-        let period = self.next_period(&sampling.estimate);
+        let period = period_for(self.period, sampling.estimate.measured());
         sampling.clock = PeriodClock::start(period, now, guest);
         Some(period)
-    }
-
-    /// How long the next period lasts: [`FIRST_PERIOD`] at most until one has been measured.
-    fn next_period(&self, estimate: &ActiveEstimate) -> Duration {
-        if estimate.measured() {
-            self.period
-        } else {
-            self.period.min(FIRST_PERIOD)
-        }
     }
 
     /// Puts untouched sampled page `p` back from its slot (not counted as a touch).

@@ -412,7 +412,6 @@ mod tests {
             overhead: 16 * MIB,
             balloon: None,
             limit,
-            paused: false,
             oom_demand: 0,
         }
     }
@@ -651,7 +650,6 @@ mod tests {
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 4),
                         limit: (lim * MIB).clamp(resident.min(max), max),
-                        paused: false,
                         oom_demand: 0,
                     };
                     let b = BalanceObservation {

@@ -126,8 +126,6 @@ pub struct VmObservation {
     pub balloon: Option<u64>,
     /// The pager's resident limit now.
     pub limit: u64,
-    /// Paused by an earlier plan (not by its own pager).
-    pub paused: bool,
     /// Ticks left during which it counts as fully active after a deflate-on-OOM.
     pub oom_demand: u32,
 }
@@ -457,7 +455,6 @@ mod tests {
             overhead: 16 * MIB,
             balloon: Some(0),
             limit: max,
-            paused: false,
             oom_demand: 0,
         }
     }
@@ -538,7 +535,6 @@ mod tests {
         let idle = VmObservation {
             resident: 340 * MIB,
             limit: i.limit,
-            paused: true,
             ..idle
         };
         let busy = VmObservation {
@@ -887,8 +883,7 @@ mod tests {
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 2),
                         limit: max / 2,
-                        paused: false,
-                        oom_demand: 0,
+                                    oom_demand: 0,
                     }
                 })
                 .collect();

@@ -169,7 +169,6 @@ impl SimVm {
             overhead: self.cfg.overhead,
             balloon: self.cfg.balloon.then_some(self.balloon_asked),
             limit: self.limit,
-            paused: self.paused,
             oom_demand: self.oom_demand,
         }
     }
