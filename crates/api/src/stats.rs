@@ -375,9 +375,14 @@ pager_counters! {
     swap_bytes_written,
     /// Pages brought in next to a faulting page.
     prefetched,
-    /// Prefetched pages later written by the guest (a lower bound: reads of resident pages are
-    /// invisible to the host).
+    /// Prefetched pages brought in clean and later written by the guest (a lower bound: reads
+    /// of resident pages are invisible to the host, and so are writes to pages brought in
+    /// writable).
     prefetch_hits,
+    /// Pages a read fault brought in from swap writable, their swap blocks freed, because the
+    /// guest had been writing nearly every page it swapped in, so keeping them clean cost a
+    /// write fault each and saved nothing.
+    swapped_in_writable,
     /// Reclaim batches run.
     reclaim_batches,
     /// Pages released by balloon inflation.
@@ -655,7 +660,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 49);
+        assert_eq!(f.len(), 50);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -425,6 +425,7 @@ pub fn summary_table(s: &VmStats) -> String {
             ("reclaimed mirrored", c.reclaimed_mirrored, "pages", false),
             ("prefetched", c.prefetched, "pages", false),
             ("prefetch hits", c.prefetch_hits, "pages", false),
+            ("swapped in writable", c.swapped_in_writable, "pages", false),
             ("pauses", c.pauses, "", false),
         ];
         for (name, n, unit, always) in counts {

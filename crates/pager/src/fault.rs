@@ -41,7 +41,16 @@ struct Read<'a> {
     lo: PageIdx,
     data: &'a [u8],
     keep: bool,
+    /// A read fault that brings swapped pages in writable, because keeping them clean has not
+    /// been paying ([`crate::state::CleanReuse`]): counted in `swapped_in_writable`.
+    writable_read: bool,
     source: &'a dyn PageStore,
+}
+
+/// Whether a fault (a write if `write`) loading from `from` as `keep` says brings swapped pages
+/// in writable although it is a read.
+fn writable_read(table: &PageTable, from: Slot, write: bool, keep: bool) -> bool {
+    from.store == StoreId::Swap && table.mech.reuse_clean && !write && !keep
 }
 
 /// Never-touched pages installed with a faulting one (128 KiB).
@@ -288,6 +297,7 @@ impl FaultHandler {
             lo,
             data: buf,
             keep,
+            writable_read: writable_read(table, from, write, keep),
             source,
         };
         let r = self.install_read(core, table, prefetched, &read, |i| !changed[i as usize]);
@@ -310,6 +320,7 @@ impl FaultHandler {
             lo,
             data,
             keep,
+            writable_read,
             source,
         } = *read;
         let n = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
@@ -347,6 +358,9 @@ impl FaultHandler {
         }
         Counters::add(&source.counters().faults, 1);
         Counters::add(&core.counters.prefetched, u64::from(installed - 1));
+        if writable_read {
+            Counters::add(&core.counters.swapped_in_writable, u64::from(installed));
+        }
         core.counters.add_patterns(table);
         Ok(())
     }
@@ -377,7 +391,7 @@ impl FaultHandler {
                 .unwrap_or(Ok(())),
             FaultAction::Load { from, keep } => {
                 let run = pages.table.load_run(p);
-                self.bring_run(core, pages, p, run, keep, from)
+                self.bring_run(core, pages, p, run, (write, keep), from)
             }
         }
     }
@@ -480,7 +494,7 @@ impl FaultHandler {
         pages: &mut Pages,
         p: PageIdx,
         (lo, n): (PageIdx, u32),
-        keep: bool,
+        (write, keep): (bool, bool),
         from: Slot,
     ) -> std::io::Result<()> {
         let (lo, n) = self.region_run(core, p, (lo, n));
@@ -498,6 +512,7 @@ impl FaultHandler {
             lo,
             data: buf,
             keep,
+            writable_read: writable_read(table, from, write, keep),
             source,
         };
         self.install_read(core, table, prefetched, &read, |_| true)

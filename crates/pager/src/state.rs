@@ -118,6 +118,50 @@ pub struct PageTable {
     /// Pages a release took, and when, whose leaving the ghost cache and the dwell clock have
     /// not been told yet ([`Self::release`]).
     unrecorded: Vec<(PageIdx, std::time::Instant)>,
+    /// Whether swapped-in pages kept clean are worth keeping so (`reuse_clean`).
+    pub clean_reuse: CleanReuse,
+}
+
+/// What became of the swapped-in pages kept clean, write-protected with their blocks
+/// (`reuse_clean`): a guest write costs a write fault and frees the block; reclaim dropping
+/// one unwritten saves a write. When the guest writes nearly every page it swaps in (a
+/// collector's heap), keeping them costs a fault each and saves nothing, so loads from swap
+/// bring pages in writable, but in one cluster of every [`Self::SAMPLE`], which keeps them
+/// clean to go on telling which way it goes. The counts halve every [`Self::WINDOW`] outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanReuse {
+    /// Kept pages the guest wrote.
+    pub written: u32,
+    /// Kept pages reclaim dropped unwritten.
+    pub dropped: u32,
+}
+
+impl CleanReuse {
+    const WINDOW: u32 = 4096;
+    const SAMPLE: u32 = 8;
+    /// Pages of a cluster that decides together (the pager's default cluster).
+    const CLUSTER: u32 = 16;
+
+    fn count(&mut self, written: bool) {
+        if written {
+            self.written += 1;
+        } else {
+            self.dropped += 1;
+        }
+        if self.written + self.dropped >= Self::WINDOW {
+            self.written /= 2;
+            self.dropped /= 2;
+        }
+    }
+
+    /// Whether a load of `p` from swap for a read keeps it clean: unless more than 7 in 8 of
+    /// the recent outcomes (at least 128 of them) were writes, and always in the sampled
+    /// clusters.
+    pub fn keep(&self, p: PageIdx) -> bool {
+        self.written + self.dropped < Self::SAMPLE * Self::CLUSTER
+            || self.written <= 7 * self.dropped
+            || (p / Self::CLUSTER) % Self::SAMPLE == 0
+    }
 }
 
 /// A run of pages whose slots are being read without the page lock, and which of them changed
@@ -209,6 +253,7 @@ impl PageTable {
             ended: KeyedMap::default(),
             released: Released::new(0),
             unrecorded: Vec::new(),
+            clean_reuse: CleanReuse::default(),
         }
     }
 
@@ -336,7 +381,7 @@ impl PageTable {
             },
             PageState::Swapped(block) => FaultAction::Load {
                 from: Slot::swap(block),
-                keep: self.mech.reuse_clean && !write,
+                keep: self.mech.reuse_clean && !write && self.clean_reuse.keep(p),
             },
             PageState::Sampled(n) => FaultAction::Load {
                 from: Slot::sample(n),
@@ -481,6 +526,7 @@ impl PageTable {
             PageState::Resident { clean } => {
                 if let Some(b) = clean {
                     self.blocks.release(b);
+                    self.clean_reuse.count(true);
                 }
                 self.set(p, PageState::Resident { clean: None });
                 self.victims.touch(p);
@@ -505,7 +551,9 @@ impl PageTable {
     /// Records that reclaim dropped `p` as `d` (`written` is the new block for [`Disposition::Write`]).
     pub fn reclaimed(&mut self, p: PageIdx, d: Disposition, written: Option<Block>) {
         if let PageState::Resident { clean: Some(b) } = self.state(p) {
-            if d != Disposition::DropClean(b) {
+            if d == Disposition::DropClean(b) {
+                self.clean_reuse.count(false);
+            } else {
                 self.blocks.release(b);
             }
         }
@@ -1686,6 +1734,52 @@ mod tests {
         v.sort_unstable();
         assert_eq!(v, vec![0, 1, 2, 3]);
         assert_eq!(sim.t.pick_clean(2, None).len(), 2);
+    }
+
+    /// A guest that writes every page it swaps in gets them writable, but in the sampled
+    /// clusters; once it only reads them, and reclaim drops them unwritten, they come in clean
+    /// again. Every byte reads back as written throughout.
+    #[test]
+    fn loads_from_swap_come_in_writable_while_the_guest_writes_what_it_swaps_in() {
+        const N: u32 = 512;
+        let mut sim = Sim::new(N, Mechanisms::DEFAULT);
+        let kept =
+            |sim: &Sim, p| matches!(sim.t.fault(p, false), FaultAction::Load { keep: true, .. });
+        for p in 0..N {
+            sim.write(p, u64::from(p) + 1);
+        }
+        for round in 1..=3u64 {
+            sim.reclaim(N);
+            assert!(kept(&sim, 0) && kept(&sim, 128), "sampled clusters keep");
+            for p in 0..N {
+                assert_eq!(sim.read(p), u64::from(p) + round);
+                sim.write(p, u64::from(p) + round + 1);
+            }
+        }
+        sim.reclaim(N);
+        let writable = (0..N).filter(|&p| !kept(&sim, p)).count();
+        assert_eq!(
+            writable,
+            7 * 512 / 8,
+            "all but the sampled clusters: {:?}",
+            sim.t.clean_reuse
+        );
+        for _ in 0..6 {
+            for p in 0..N {
+                assert_eq!(sim.read(p), u64::from(p) + 4);
+            }
+            sim.reclaim(N);
+        }
+        assert!((0..N).all(|p| kept(&sim, p)), "{:?}", sim.t.clean_reuse);
+        let writes = sim.writes;
+        for p in 0..N {
+            assert_eq!(sim.read(p), u64::from(p) + 4);
+        }
+        sim.reclaim(N);
+        assert_eq!(
+            sim.writes, writes,
+            "pages kept clean go out without a write"
+        );
     }
 
     #[test]

@@ -60,9 +60,13 @@ pub struct Counters {
     pub mirror_digests_reused: AtomicU64,
     /// Pages brought in next to a faulting page.
     pub prefetched: AtomicU64,
-    /// Prefetched pages later written by the guest (a lower bound on prefetch hits: reads of
-    /// resident pages are invisible to the host).
+    /// Prefetched pages brought in clean and later written by the guest (a lower bound on
+    /// prefetch hits: reads of resident pages are invisible to the host, and so are writes to
+    /// pages brought in writable).
     pub prefetch_hits: AtomicU64,
+    /// Pages a read fault brought in from swap writable, their blocks freed, because the guest
+    /// had been writing nearly every page it swapped in (`CleanReuse`).
+    pub swapped_in_writable: AtomicU64,
     pub reclaim_batches: AtomicU64,
     /// Pages released by the balloon and by free page reporting.
     pub ballooned: AtomicU64,
@@ -163,6 +167,7 @@ impl Counters {
             mirror_digests_reused,
             prefetched,
             prefetch_hits,
+            swapped_in_writable,
             reclaim_batches,
             ballooned,
             reported,
@@ -212,6 +217,7 @@ impl Counters {
             swap_bytes_written: get(&swap.bytes_written),
             prefetched: get(prefetched),
             prefetch_hits: get(prefetch_hits),
+            swapped_in_writable: get(swapped_in_writable),
             reclaim_batches: get(reclaim_batches),
             ballooned: get(ballooned),
             reported: get(reported),
