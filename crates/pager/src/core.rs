@@ -170,6 +170,9 @@ pub(crate) struct Pages {
     /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
     /// first installs past the limit wait for the first chunk).
     pub resident_after_chunk: u32,
+    /// The zero fault a guest filling memory in order would take next: the page after the
+    /// last zero run installed, and that run's window (`fault.rs`).
+    pub zero_stream: (PageIdx, u32),
     /// Indirections live or pending, over all disks (each holds a swap-block reference).
     pub indirections: u32,
     /// Share before swap: the digest of each page reclaim wrote, and its block, so a later

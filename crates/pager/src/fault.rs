@@ -53,8 +53,13 @@ fn writable_read(table: &PageTable, from: Slot, write: bool, keep: bool) -> bool
     from.store == StoreId::Swap && table.mech.reuse_clean && !write && !keep
 }
 
-/// Never-touched pages installed with a faulting one (128 KiB).
+/// Pages that hold nothing (never touched, or reported free) installed with a faulting one
+/// (128 KiB) ...
 const ZERO_WINDOW: u32 = 32;
+/// ... doubling, up to 1 MiB, while each zero fault lands on the page after the last run
+/// installed: a guest filling memory in order, or taking back the 2 MiB chunks it reported
+/// free, takes a few faults per chunk rather than 16.
+const ZERO_WINDOW_MAX: u32 = 256;
 
 /// The fault path (see the module doc): the buffers it reads into and the faults it could not
 /// resolve; it works on the core it is handed, from the pager thread (and, for retries and the
@@ -83,7 +88,7 @@ impl FaultHandler {
             fault_io: Mutex::new(IoBuf::huge(io_len)),
             events: Mutex::new(EventBuffer::new(64)),
             unresolved: Mutex::new(Vec::new()),
-            zeros: vec![0u8; ZERO_WINDOW as usize * PAGE_SIZE],
+            zeros: vec![0u8; ZERO_WINDOW_MAX as usize * PAGE_SIZE],
         }
     }
 
@@ -429,8 +434,9 @@ impl FaultHandler {
     }
 
     /// Installs zero pages at `p` and the pages after it whose content is nothing (never
-    /// touched, or reported free by the guest), up to [`ZERO_WINDOW`], in one call: a guest
-    /// that reuses memory it reported free takes it back a window at a time, not a page.
+    /// touched, or reported free by the guest), up to a window ([`ZERO_WINDOW`], doubled while
+    /// the faults follow each other, [`ZERO_WINDOW_MAX`]), in one call: a guest that reuses
+    /// memory it reported free takes it back a window at a time, not a page.
     fn install_zero(
         &self,
         core: &PagerCore,
@@ -447,9 +453,19 @@ impl FaultHandler {
             }
             _ => {}
         }
+        // Beyond the base window, only into room under the limit: a grown window must not
+        // take the VM further past it than a fault always could.
+        let room = core.limit().saturating_sub(pages.table.resident());
+        let window = match pages.zero_stream {
+            (next, last) if next == p => last
+                .saturating_mul(2)
+                .clamp(ZERO_WINDOW, ZERO_WINDOW_MAX)
+                .min(room.max(ZERO_WINDOW)),
+            _ => ZERO_WINDOW,
+        };
         let mut n = 1;
         let mut reported = 0;
-        while n < ZERO_WINDOW && p + n < pages.table.len() && core.map.same_region(p, p + n) {
+        while n < window && p + n < pages.table.len() && core.map.same_region(p, p + n) {
             match pages.table.state(p + n) {
                 PageState::Zero => {}
                 PageState::Reported => reported += 1,
@@ -463,7 +479,7 @@ impl FaultHandler {
         if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
-            // SAFETY: `zeros` is a live buffer of ZERO_WINDOW pages, at least `len` bytes.
+            // SAFETY: `zeros` is a live buffer of ZERO_WINDOW_MAX pages, at least `len` bytes.
             if let Err(e) = unsafe {
                 core.uffd
                     .copy(self.zeros.as_ptr(), core.map.host(p), len, false)
@@ -479,6 +495,7 @@ impl FaultHandler {
         for q in p..p + n {
             pages.table.installed(q, FaultAction::Zero);
         }
+        pages.zero_stream = (p + n, window);
         Counters::add(&core.counters.faults_zero, 1);
         Ok(())
     }
