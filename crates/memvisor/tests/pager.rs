@@ -360,15 +360,26 @@ fn start_serving(dir: &Path, args: &[&str]) -> (Vm, std::thread::JoinHandle<Stri
     (vm, reader, pid, sock)
 }
 
-/// Runs the toucher under `args` (its `schedule` given), calls `each` with the pager's
-/// working-set figures every 100 ms while it runs, and checks that it ended well: exit status
-/// 1 and every touch checked right (`errors=0`).
-fn toucher(args: &[&str], schedule: &str, mut each: impl FnMut(&memvisor_api::ActiveMemory)) {
+/// Runs the toucher (its `schedule` given) under a 480 MiB limit, sampling 1000 pages every
+/// `period` seconds of guest time, calls `each` with the pager's working-set figures every
+/// 100 ms while it runs, and checks that it ended well: exit status 1 and every touch checked
+/// right (`errors=0`).
+fn toucher(period: &str, schedule: &str, mut each: impl FnMut(&memvisor_api::ActiveMemory)) {
     let dir = tempfile::tempdir().unwrap();
     let cmdline = format!("schedule={schedule}");
-    let mut all = args.to_vec();
-    all.extend(["--workload", "toucher", "--cmdline", &cmdline]);
-    let (mut vm, reader, _, sock) = start_serving(dir.path(), &all);
+    let args = [
+        "--mem-limit",
+        "480M",
+        "--sample-pages",
+        "1000",
+        "--sample-period",
+        period,
+        "--workload",
+        "toucher",
+        "--cmdline",
+        &cmdline,
+    ];
+    let (mut vm, reader, _, sock) = start_serving(dir.path(), &args);
     while vm.0.try_wait().unwrap().is_none() {
         let s = match client(&sock).stats() {
             Ok(s) => s,
@@ -399,14 +410,7 @@ fn working_set_sampling_follows_the_touched_memory() {
     let mut busy = 0.0f64;
     let mut last = None;
     toucher(
-        &[
-            "--mem-limit",
-            "480M",
-            "--sample-pages",
-            "1000",
-            "--sample-period",
-            "0.3",
-        ],
+        "0.3",
         // The schedule runs on wall-clock time and sampling periods on guest time: a second
         // phase of 12 s leaves room for 10 periods of 0.3 s when the cores are shared.
         "200:5,16:12",
@@ -435,22 +439,11 @@ fn working_set_sampling_follows_the_touched_memory() {
 #[test]
 fn the_first_estimate_comes_before_a_long_period_ends() {
     let mut first = None;
-    toucher(
-        &[
-            "--mem-limit",
-            "480M",
-            "--sample-pages",
-            "1000",
-            "--sample-period",
-            "30",
-        ],
-        "200:8",
-        |a| {
-            if a.periods > 0 && first.is_none() {
-                first = Some(*a);
-            }
-        },
-    );
+    toucher("30", "200:8", |a| {
+        if a.periods > 0 && first.is_none() {
+            first = Some(*a);
+        }
+    });
     let a = first.expect("a period measured before the 30 s period could end");
     assert_eq!(a.periods, 1, "{a:?}");
     let f = a.last_touched_pages as f64 / a.last_sampled_pages.max(1) as f64;

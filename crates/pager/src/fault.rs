@@ -453,14 +453,15 @@ impl FaultHandler {
             }
             _ => {}
         }
-        // Beyond the base window, only into room under the limit: a grown window must not
-        // take the VM further past it than a fault always could.
-        let room = core.limit().saturating_sub(pages.table.resident());
         let window = match pages.zero_stream {
-            (next, last) if next == p => last
-                .saturating_mul(2)
-                .clamp(ZERO_WINDOW, ZERO_WINDOW_MAX)
-                .min(room.max(ZERO_WINDOW)),
+            (next, last) if next == p => {
+                // Beyond the base window, only into room under the limit: a grown window must
+                // not take the VM further past it than a fault always could.
+                let room = core.limit().saturating_sub(pages.table.resident());
+                last.saturating_mul(2)
+                    .clamp(ZERO_WINDOW, ZERO_WINDOW_MAX)
+                    .min(room.max(ZERO_WINDOW))
+            }
             _ => ZERO_WINDOW,
         };
         let mut n = 1;
