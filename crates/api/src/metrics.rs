@@ -279,6 +279,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.reclaim_batches", "reclaim_batches", Unit::None, "Reclaim batches run."),
     page_counter("pager.ballooned", "balloon_released", "Memory released by balloon inflation."),
     page_counter("pager.reported", "reporting_released", "Memory released by free page reporting."),
+    counter("pager.deflated_mapped", "deflated_mapped", Unit::None, "Pages a balloon deflate gave back that were mapped at once to the zero page, so the guest's first touch is no fault round trip."),
     counter("pager.pauses", "io_failure_pauses", Unit::None, "Times the VM was paused because swap or image I/O failed."),
     counter("pager.attaches", "pager_attaches", Unit::None, "Times guest RAM was taken over from plain memory by the pager."),
     counter("pager.huge_pages_split", "huge_pages_split", Unit::None, "Huge pages split so that releasing part of one frees its memory."),

@@ -389,6 +389,9 @@ pager_counters! {
     ballooned,
     /// Pages released by free page reporting.
     reported,
+    /// Pages a balloon deflate gave back that were mapped at once to the zero page, so that the
+    /// guest's first touch of each is no fault round trip through the pager.
+    deflated_mapped,
     /// Times the VM was paused because swap or image I/O failed.
     pauses,
     /// Times guest RAM was taken over from plain memory (registered with userfaultfd): at start
@@ -660,7 +663,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 50);
+        assert_eq!(f.len(), 51);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -426,6 +426,12 @@ pub fn summary_table(s: &VmStats) -> String {
             ("prefetched", c.prefetched, "pages", false),
             ("prefetch hits", c.prefetch_hits, "pages", false),
             ("swapped in writable", c.swapped_in_writable, "pages", false),
+            (
+                "deflated, mapped at once",
+                c.deflated_mapped,
+                "pages",
+                false,
+            ),
             ("pauses", c.pauses, "", false),
         ];
         for (name, n, unit, always) in counts {

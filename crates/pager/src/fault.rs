@@ -477,21 +477,22 @@ impl FaultHandler {
         // Reported pages taken back with this one: their old content is not read either.
         Counters::add(&core.counters.false_reads_avoided, reported);
         let len = n as usize * PAGE_SIZE;
-        if write {
+        let r = if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
             // page): install real zeroed pages, writable, in one copy.
             // SAFETY: `zeros` is a live buffer of ZERO_WINDOW_MAX pages, at least `len` bytes.
-            if let Err(e) = unsafe {
+            unsafe {
                 core.uffd
                     .copy(self.zeros.as_ptr(), core.map.host(p), len, false)
-            } {
-                for q in p..p + e.pages.min(n) {
-                    pages.table.installed(q, FaultAction::Zero);
-                }
-                return Err(e.into());
             }
         } else {
-            core.uffd.zeropage(core.map.host(p), len)?;
+            core.uffd.zeropage(core.map.host(p), len)
+        };
+        if let Err(e) = r {
+            for q in p..p + e.pages.min(n) {
+                pages.table.installed(q, FaultAction::Zero);
+            }
+            return Err(e.into());
         }
         for q in p..p + n {
             pages.table.installed(q, FaultAction::Zero);

@@ -24,7 +24,7 @@ use crate::core::{PagerCore, Pages};
 use crate::digest::Digest;
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
-use crate::state::{is_resident, PageState};
+use crate::state::{is_resident, FaultAction, PageState};
 use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
@@ -471,15 +471,49 @@ impl GuestRam for DeviceAccess<'_> {
         Ok(released)
     }
 
+    /// The deflated pages are the guest's again. After the takeover they are mapped at once to
+    /// the shared zero page, as far as there is room under the limit: the guest takes them back
+    /// in the order its allocator hands them out, scattered, and each first touch would
+    /// otherwise be a fault round trip through the pager for one page. Mapped, a read costs
+    /// nothing and a write copies the zero page in the kernel, as it would with no pager; no
+    /// memory is taken until the guest writes.
     fn deflate(&self, ranges: &[GuestRange]) {
         let s = self.core;
         let mut state = self.reclaim.lock_settled(s);
+        let mut back = Vec::new();
         for r in ranges {
             if let Some(first) = s.map.page_of_gpa(r.addr) {
                 for p in first..first + u32::try_from(r.len / PAGE_SIZE as u64).unwrap_or(0) {
-                    state.table.deflate(p);
+                    if state.table.deflate(p) {
+                        back.push(p);
+                    }
                 }
             }
         }
+        if !state.attached || back.is_empty() {
+            return;
+        }
+        back.sort_unstable();
+        let mut room = s.limit().saturating_sub(state.table.resident());
+        let mut mapped = 0u64;
+        for (first, n) in s.map.region_runs(&back) {
+            let n = n.min(room);
+            if n == 0 {
+                break;
+            }
+            let r = s.uffd.zeropage(s.map.host(first), n as usize * PAGE_SIZE);
+            let done = r.as_ref().map_or_else(|e| e.pages.min(n), |()| n);
+            for p in first..first + done {
+                state.table.installed(p, FaultAction::Zero);
+            }
+            mapped += u64::from(done);
+            room -= done;
+            if let Err(e) = r {
+                // The rest stay zero pages to be faulted in: nothing is lost.
+                tracing::debug!("pager: cannot map deflated pages at {first}: {e}");
+                break;
+            }
+        }
+        Counters::add(&s.counters.deflated_mapped, mapped);
     }
 }

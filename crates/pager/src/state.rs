@@ -696,11 +696,14 @@ impl PageTable {
         true
     }
 
-    /// Balloon deflate: `p` is the guest's again; it refaults as a zero page.
-    pub fn deflate(&mut self, p: PageIdx) {
-        if self.state(p) == PageState::Ballooned {
+    /// Balloon deflate: `p` is the guest's again, as a zero page. Returns whether it was in the
+    /// balloon.
+    pub fn deflate(&mut self, p: PageIdx) -> bool {
+        let was = self.state(p) == PageState::Ballooned;
+        if was {
             self.set(p, PageState::Zero);
         }
+        was
     }
 
     /// Chooses up to about `n` victims (see [`Victims::pick`]). A page that mirrors an image
@@ -1367,7 +1370,9 @@ mod tests {
                     sim.discard(p, PageState::Ballooned);
                     model[p as usize] = 0;
                 }
-                Op::Deflate(p) => sim.t.deflate(p),
+                Op::Deflate(p) => {
+                    sim.t.deflate(p);
+                }
                 Op::Report(p) => {
                     sim.discard(p, PageState::Reported);
                     model[p as usize] = 0;

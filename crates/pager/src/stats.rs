@@ -71,6 +71,9 @@ pub struct Counters {
     /// Pages released by the balloon and by free page reporting.
     pub ballooned: AtomicU64,
     pub reported: AtomicU64,
+    /// Pages a balloon deflate gave back that were mapped at once to the zero page, so that
+    /// the guest's first touch of each is no fault round trip.
+    pub deflated_mapped: AtomicU64,
     /// Times the VM was paused because swap or image I/O failed.
     pub pauses: AtomicU64,
     /// Times guest RAM was taken over (registered with userfaultfd): at start with a limit, or
@@ -171,6 +174,7 @@ impl Counters {
             reclaim_batches,
             ballooned,
             reported,
+            deflated_mapped,
             pauses,
             attaches,
             huge_pages_split,
@@ -221,6 +225,7 @@ impl Counters {
             reclaim_batches: get(reclaim_batches),
             ballooned: get(ballooned),
             reported: get(reported),
+            deflated_mapped: get(deflated_mapped),
             pauses: get(pauses),
             attaches: get(attaches),
             huge_pages_split: get(huge_pages_split),

@@ -1,10 +1,12 @@
-//! Never-touched memory taken by a guest, with real userfaultfd (no KVM: the test's own thread
-//! plays the guest): the zero window grows while the faults follow each other, stays at its
-//! base for scattered touches, and every page holds what was written.
+//! Never-touched memory taken by a guest, and memory a balloon deflate gave back, with real
+//! userfaultfd (no KVM: the test's own thread plays the guest): the zero window grows while the
+//! faults follow each other, stays at its base for scattered touches; deflated pages are mapped
+//! at once as far as the limit has room; and every page holds what was written.
 
 use std::sync::Arc;
 
 use common::{config, known_page};
+use memvisor_devices::ram::{Discard, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress};
@@ -79,4 +81,116 @@ fn scattered_touches_take_the_base_window_each() {
             "the rest of a touched page is zero"
         );
     }
+}
+
+/// Every page of the memory written with `tag`, through the pager.
+fn fill(mem: &GuestMem, tag: u64) {
+    for p in 0..PAGES {
+        mem.write_slice(&known_page(p, tag), GuestAddress(p * PAGE))
+            .unwrap();
+    }
+}
+
+/// The pages an inflate takes: 8 of every 16, as runs of 8 pages.
+fn balloon_pages() -> Vec<u64> {
+    (0..PAGES).filter(|p| p % 16 >= 8).collect()
+}
+
+fn ranges(pages: &[u64]) -> Vec<GuestRange> {
+    pages
+        .chunks(8)
+        .map(|c| GuestRange {
+            addr: c[0] * PAGE,
+            len: c.len() as u64 * PAGE,
+        })
+        .collect()
+}
+
+/// The balloon pages given back in scattered order, as a guest allocator hands them out.
+fn deflate_scattered(pager: &Pager, pages: &[u64]) {
+    let mut r = ranges(pages);
+    // A fixed shuffle: every 7th range of the rest, round and round.
+    let mut order = Vec::new();
+    while !r.is_empty() {
+        let i = (order.len() * 7) % r.len();
+        order.push(r.swap_remove(i));
+    }
+    for chunk in order.chunks(32) {
+        pager.deflate(chunk);
+    }
+}
+
+/// Checks every page: `new` written on `changed`, `old` on the rest.
+fn check(mem: &GuestMem, changed: &[u64], (old, new): (u64, u64)) {
+    let mut got = [0u8; 4096];
+    for p in 0..PAGES {
+        let tag = if changed.binary_search(&p).is_ok() {
+            new
+        } else {
+            old
+        };
+        mem.read_slice(&mut got, GuestAddress(p * PAGE)).unwrap();
+        assert!(got[..] == known_page(p, tag)[..], "page {p} differs");
+    }
+}
+
+#[test]
+fn deflated_pages_come_back_without_a_fault() {
+    const NEW: u64 = 0x2f00_0000_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let (mem, pager) = pager_over_fresh_memory(dir.path());
+    fill(&mem, TAG);
+    let gone = balloon_pages();
+    let released = pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    assert_eq!(released, gone.len() as u64);
+    let before = pager.snapshot();
+    deflate_scattered(&pager, &gone);
+    let after = pager.snapshot();
+    assert_eq!(
+        after.counters.deflated_mapped,
+        gone.len() as u64,
+        "the limit has room for every deflated page"
+    );
+    // The guest reads each page it got back (zero), then writes it: no fault reaches the pager.
+    for &p in &gone {
+        assert_eq!(mem.read_obj::<u64>(GuestAddress(p * PAGE + 64)).unwrap(), 0);
+        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
+            .unwrap();
+    }
+    let done = pager.snapshot();
+    assert_eq!(
+        done.counters.faults_zero, before.counters.faults_zero,
+        "faults on deflated pages"
+    );
+    assert_eq!(done.pages.resident_pages, PAGES);
+    check(&mem, &gone, (TAG, NEW));
+}
+
+#[test]
+fn deflated_pages_are_mapped_only_into_room_under_the_limit() {
+    const NEW: u64 = 0x3000_0000_0000_0000;
+    const ROOM: u64 = 700;
+    let dir = tempfile::tempdir().unwrap();
+    let (mem, pager) = pager_over_fresh_memory(dir.path());
+    fill(&mem, TAG);
+    let gone = balloon_pages();
+    pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    let resident = PAGES - gone.len() as u64;
+    pager.set_limit(Some((resident + ROOM) * PAGE)).unwrap();
+    deflate_scattered(&pager, &gone);
+    let s = pager.snapshot();
+    assert_eq!(s.counters.deflated_mapped, ROOM);
+    assert_eq!(s.pages.resident_pages, resident + ROOM);
+    // The guest takes all of them back: the rest fault in, and reclaim makes room for them.
+    for &p in &gone {
+        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
+            .unwrap();
+    }
+    let s = pager.snapshot();
+    assert!(
+        s.counters.faults_zero > 0,
+        "the pages past the room faulted"
+    );
+    assert!(s.counters.swap_bytes_written > 0, "reclaim made room");
+    check(&mem, &gone, (TAG, NEW));
 }

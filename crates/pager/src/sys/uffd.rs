@@ -62,7 +62,8 @@ impl UffdError {
     }
 }
 
-/// A `UFFDIO_COPY` that stopped partway: the first `pages` pages of the range are in place
+/// A `UFFDIO_COPY` or `UFFDIO_ZEROPAGE` that stopped partway: the first `pages` pages of the
+/// range are in place
 /// (the caller must record them), the rest are not.
 #[derive(Debug, Error)]
 #[error("{error} (after {pages} pages of the run were installed)")]
@@ -258,8 +259,9 @@ impl Userfault {
         }
     }
 
-    /// Maps the shared zero page at the `len` missing bytes at `dst` and wakes their waiters.
-    pub fn zeropage(&self, dst: u64, len: usize) -> Result<(), UffdError> {
+    /// Maps the shared zero page at the `len` missing bytes at `dst` and wakes their waiters. A
+    /// call that fails after some pages were mapped says how many were, as [`Self::copy`] does.
+    pub fn zeropage(&self, dst: u64, len: usize) -> Result<(), CopyError> {
         self.fill(dst, len, |at, n| {
             let mut z = uffdio_zeropage {
                 range: uffdio_range {
@@ -273,7 +275,10 @@ impl Userfault {
             self.ioctl(UFFDIO_ZEROPAGE, &mut z)
                 .map_err(|e| (usize::try_from(z.zeropage).unwrap_or(0), e))
         })
-        .map_err(|(_, e)| e)
+        .map_err(|(done, error)| CopyError {
+            pages: u32::try_from(done / crate::page::PAGE_SIZE).unwrap_or(u32::MAX),
+            error,
+        })
     }
 
     /// Runs a filling call (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`, `UFFDIO_MOVE`) over `len` bytes at `dst`: `call(at,
