@@ -173,6 +173,10 @@ pub(crate) struct Pages {
     /// The zero fault a guest filling memory in order would take next: the page after the
     /// last zero run installed, and that run's window (`fault.rs`).
     pub zero_stream: (PageIdx, u32),
+    /// Pages a balloon deflate mapped to the shared zero page, oldest first, some since written
+    /// by the guest or gone: resident to the table though they hold no memory until written, so
+    /// reclaim drops the ones still unwritten before it takes any other victim (`reclaim.rs`).
+    pub deflated: Vec<PageIdx>,
     /// Indirections live or pending, over all disks (each holds a swap-block reference).
     pub indirections: u32,
     /// Share before swap: the digest of each page reclaim wrote, and its block, so a later

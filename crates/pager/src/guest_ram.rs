@@ -490,7 +490,7 @@ impl GuestRam for DeviceAccess<'_> {
                 }
             }
         }
-        if !state.attached || back.is_empty() {
+        if !state.attached || back.is_empty() || !self.reclaim.sees_zero_mappings() {
             return;
         }
         back.sort_unstable();
@@ -505,6 +505,7 @@ impl GuestRam for DeviceAccess<'_> {
             let done = r.as_ref().map_or_else(|e| e.pages.min(n), |()| n);
             for p in first..first + done {
                 state.table.installed(p, FaultAction::Zero);
+                state.deflated.push(p);
             }
             mapped += u64::from(done);
             room -= done;
@@ -515,5 +516,16 @@ impl GuestRam for DeviceAccess<'_> {
             }
         }
         Counters::add(&s.counters.deflated_mapped, mapped);
+        if state.deflated.len() > state.table.len() as usize {
+            // A balloon that keeps moving lists pages again and again; keep those that may
+            // still map the zero page, once each.
+            let Pages {
+                table, deflated, ..
+            } = &mut *state;
+            let mut seen = std::collections::HashSet::new();
+            deflated.retain(|&p| {
+                table.state(p) == PageState::Resident { clean: None } && seen.insert(p)
+            });
+        }
     }
 }

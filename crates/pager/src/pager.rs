@@ -134,6 +134,7 @@ impl Pager {
             in_flight: Vec::new(),
             resident_after_chunk: 0,
             zero_stream: (0, 0),
+            deflated: Vec::new(),
             indirections: 0,
             written: std::collections::HashMap::new(),
         };

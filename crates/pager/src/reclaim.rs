@@ -38,6 +38,7 @@ use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use crate::swapin::SwapIn;
+use crate::sys::pagemap::{PageMap, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 use crate::takeover::split_huge;
 use memvisor_devices::iobuf::IoBuf;
 
@@ -68,6 +69,9 @@ const SLOW_CHUNK: Duration = Duration::from_millis(100);
 /// Reclaim (see the module doc): how its thread is woken, and how the threads that wait for a
 /// chunk to be recorded are told; it works on the core it is handed, on its own thread.
 pub(crate) struct Reclaimer {
+    /// This process's page map, to tell which pages a deflate mapped still map the shared zero
+    /// page; without it (a kernel before 6.7) a deflate maps nothing.
+    pagemap: Option<PageMap>,
     /// Signalled (with the page lock) when a reclaim chunk has been recorded or reclaim gave up.
     settled: Condvar,
     /// Set to wake the reclaim thread, with `wake`.
@@ -78,6 +82,7 @@ pub(crate) struct Reclaimer {
 impl Reclaimer {
     pub fn new() -> Self {
         Reclaimer {
+            pagemap: PageMap::open(),
             settled: Condvar::new(),
             wanted: Mutex::new(false),
             wake: Condvar::new(),
@@ -182,6 +187,17 @@ impl Reclaimer {
                 return;
             }
             let n = (resident - low).min(core.batch);
+            if !pages.deflated.is_empty() {
+                match self.drop_unwritten_deflated(core, &mut pages, n) {
+                    Ok(0) => {}
+                    Ok(_) => continue,
+                    Err(e) => {
+                        drop(pages);
+                        self.reclaim_failed(core, e);
+                        return;
+                    }
+                }
+            }
             let flight = match self.reclaim_begin(core, &mut pages, n, buf) {
                 Ok(Begin::Flight(f)) => f,
                 // Every victim was a mirror the guest had changed: they are not any more.
@@ -227,6 +243,99 @@ impl Reclaimer {
                 return;
             }
         }
+    }
+
+    /// Whether a deflate may map the pages it gives back to the zero page: only if reclaim can
+    /// tell the ones the guest has not written since.
+    pub(crate) fn sees_zero_mappings(&self) -> bool {
+        self.pagemap.is_some()
+    }
+
+    /// Drops up to `n` of the pages a deflate mapped to the shared zero page that still map it,
+    /// oldest first: they hold no memory and nothing to write, so they go before any victim.
+    /// Each is write-protected before it is checked again and released, so a guest write meanwhile
+    /// either came first (the page is the guest's, and stays) or waits and then finds the page
+    /// gone and faults in a zero page. Returns how many were dropped.
+    fn drop_unwritten_deflated(
+        &self,
+        core: &PagerCore,
+        pages: &mut Pages,
+        n: u32,
+    ) -> std::io::Result<u32> {
+        let Some(pagemap) = &self.pagemap else {
+            pages.deflated.clear();
+            return Ok(0);
+        };
+        let listed = std::mem::take(&mut pages.deflated);
+        let mut candidates: Vec<PageIdx> = listed
+            .iter()
+            .copied()
+            .filter(|&p| {
+                pages.table.state(p) == PageState::Resident { clean: None }
+                    && !pages.table.victims.is_cooling(p)
+            })
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        let zero_in = |runs: &[(PageIdx, u32)]| -> std::io::Result<Vec<PageIdx>> {
+            let mut zero = Vec::new();
+            for &(first, c) in runs {
+                let start = core.map.host(first);
+                let end = start + u64::from(c) * PAGE_SIZE as u64;
+                for r in pagemap.scan(start, end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
+                    let Some(q) = core.map.page_of_host(r.start) else {
+                        continue;
+                    };
+                    let k = PageIdx::try_from((r.end - r.start) / PAGE_SIZE as u64).unwrap_or(0);
+                    zero.extend(q..q + k);
+                }
+            }
+            Ok(zero)
+        };
+        let zero = zero_in(&core.map.region_runs(&candidates))?;
+        // The oldest first, in the order they were deflated; the rest stay listed.
+        let mut chosen = Vec::new();
+        for &p in &listed {
+            if zero.binary_search(&p).is_ok() {
+                if chosen.len() < n as usize {
+                    chosen.push(p);
+                } else {
+                    pages.deflated.push(p);
+                }
+            }
+        }
+        chosen.sort_unstable();
+        chosen.dedup();
+        let runs = core.map.region_runs(&chosen);
+        for &(first, c) in &runs {
+            core.uffd
+                .write_protect(core.map.host(first), c as usize * PAGE_SIZE)?;
+        }
+        let still = zero_in(&runs)?;
+        let mut dropped = 0u32;
+        for (first, c) in core.map.region_runs(&still) {
+            let range = GuestRange {
+                addr: core.map.gpa(first),
+                len: u64::from(c) * PAGE_SIZE as u64,
+            };
+            dontneed(&core.mem, range)
+                .map_err(|e| std::io::Error::other(format!("releasing guest pages failed: {e}")))?;
+            for p in first..first + c {
+                pages.prefetched[p as usize] = false;
+                pages.table.reclaimed(p, Disposition::DropZero, None);
+            }
+            dropped += c;
+        }
+        // Pages written between the two scans stay, protected: their next write costs one fault.
+        // Writers waiting on a dropped page fault it back in as a zero page.
+        for &(first, c) in &runs {
+            if let Err(e) = core.uffd.wake(core.map.host(first), c as usize * PAGE_SIZE) {
+                tracing::debug!("pager: waking writers of pages {first}+{c} failed: {e}");
+            }
+        }
+        Counters::add(&core.counters.reclaimed_zero, u64::from(dropped));
+        pages.resident_after_chunk = pages.table.resident();
+        Ok(dropped)
     }
 
     fn reclaim_failed(&self, core: &PagerCore, e: std::io::Error) {

@@ -1,11 +1,12 @@
 //! Never-touched memory taken by a guest, and memory a balloon deflate gave back, with real
 //! userfaultfd (no KVM: the test's own thread plays the guest): the zero window grows while the
 //! faults follow each other, stays at its base for scattered touches; deflated pages are mapped
-//! at once as far as the limit has room; and every page holds what was written.
+//! at once as far as the limit has room, and those the guest leaves unwritten are the first
+//! reclaim drops; and every page holds what was written.
 
 use std::sync::Arc;
 
-use common::{config, known_page};
+use common::{config, known_page, wait_until};
 use memvisor_devices::ram::{Discard, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
@@ -193,4 +194,48 @@ fn deflated_pages_are_mapped_only_into_room_under_the_limit() {
     );
     assert!(s.counters.swap_bytes_written > 0, "reclaim made room");
     check(&mem, &gone, (TAG, NEW));
+}
+
+#[test]
+fn reclaim_drops_deflated_pages_the_guest_left_unwritten_first() {
+    const NEW: u64 = 0x3100_0000_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let (mem, pager) = pager_over_fresh_memory(dir.path());
+    fill(&mem, TAG);
+    let gone = balloon_pages();
+    pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    deflate_scattered(&pager, &gone);
+    // The guest writes half of what it got back, and leaves the rest on the zero page.
+    let written: Vec<u64> = gone.iter().copied().filter(|p| p % 16 >= 12).collect();
+    for &p in &written {
+        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
+            .unwrap();
+    }
+    let unwritten = (gone.len() - written.len()) as u64;
+    assert_eq!(pager.snapshot().pages.resident_pages, PAGES);
+    // A limit that leaves room for every page holding data: reclaim drops 3,840 of the 4,096
+    // unwritten ones (down to the low watermark, 256 pages under the limit) and writes nothing.
+    let limit = PAGES - unwritten + 512;
+    pager.set_limit(Some(limit * PAGE)).unwrap();
+    wait_until(
+        "reclaim under the limit",
+        std::time::Duration::from_secs(10),
+        || pager.snapshot().pages.resident_pages <= limit - 256,
+    );
+    let s = pager.snapshot();
+    assert_eq!(s.counters.swap_bytes_written, 0, "a page was written out");
+    assert!(s.counters.reclaimed_zero >= unwritten - 256);
+    // Every page holds what it held: the unwritten deflated ones zero, the rest their data.
+    let mut got = [0u8; 4096];
+    for p in 0..PAGES {
+        mem.read_slice(&mut got, GuestAddress(p * PAGE)).unwrap();
+        let want = if written.binary_search(&p).is_ok() {
+            known_page(p, NEW)
+        } else if gone.binary_search(&p).is_ok() {
+            vec![0; 4096]
+        } else {
+            known_page(p, TAG)
+        };
+        assert!(got[..] == want[..], "page {p} differs");
+    }
 }
