@@ -3,7 +3,9 @@
 //!
 //! The limit is the high watermark; once above it, reclaim goes down to a low watermark
 //! (`batch` or 1/64 of the limit below it, whichever is more) so it does not run on every
-//! fault. It works in chunks of at most `batch` pages:
+//! fault. Pages a balloon deflate mapped to the shared zero page that the guest has not written
+//! since go first, with no write ([`Reclaimer::drop_unwritten_deflated`]); then it works in
+//! chunks of at most `batch` pages:
 //!
 //! 1. under the page lock, victims are chosen (`victim.rs`, through the page table) and
 //!    write-protected; each is classified (dropped as zero, dropped because a store slot still
@@ -253,6 +255,7 @@ impl Reclaimer {
 
     /// Drops up to `n` of the pages a deflate mapped to the shared zero page that still map it,
     /// oldest first: they hold no memory and nothing to write, so they go before any victim.
+    /// Those the guest has written since count as used now (`clock` saw no fault for them).
     /// Each is write-protected before it is checked again and released, so a guest write meanwhile
     /// either came first (the page is the guest's, and stays) or waits and then finds the page
     /// gone and faults in a zero page. Returns how many were dropped.
@@ -293,6 +296,13 @@ impl Reclaimer {
             Ok(zero)
         };
         let zero = zero_in(&core.map.region_runs(&candidates))?;
+        // The others the guest has written since they were deflated: a use the fault path would
+        // have seen had they not been mapped, and told the victim order, so it is told now.
+        for &p in &candidates {
+            if zero.binary_search(&p).is_err() {
+                pages.table.victims.touch(p);
+            }
+        }
         // The oldest first, in the order they were deflated; the rest stay listed.
         let mut chosen = Vec::new();
         for &p in &listed {
