@@ -280,9 +280,14 @@ impl Reclaimer {
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
-        let zero_in = |runs: &[(PageIdx, u32)]| -> std::io::Result<Vec<PageIdx>> {
+        // Which of `list` (sorted) map the zero page: one walk over their span in each mapping,
+        // however scattered they are, not a call per run.
+        let zero_in = |list: &[PageIdx]| -> std::io::Result<Vec<PageIdx>> {
             let mut zero = Vec::new();
-            for &(first, c) in runs {
+            let (Some(&lo), Some(&hi)) = (list.first(), list.last()) else {
+                return Ok(zero);
+            };
+            for (first, c) in core.map.split_by_region(lo, hi - lo + 1) {
                 let start = core.map.host(first);
                 let end = start + u64::from(c) * PAGE_SIZE as u64;
                 for r in pagemap.scan(start, end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
@@ -290,12 +295,12 @@ impl Reclaimer {
                         continue;
                     };
                     let k = PageIdx::try_from((r.end - r.start) / PAGE_SIZE as u64).unwrap_or(0);
-                    zero.extend(q..q + k);
+                    zero.extend((q..q + k).filter(|p| list.binary_search(p).is_ok()));
                 }
             }
             Ok(zero)
         };
-        let zero = zero_in(&core.map.region_runs(&candidates))?;
+        let zero = zero_in(&candidates)?;
         // The others the guest has written since they were deflated: a use the fault path would
         // have seen had they not been mapped, and told the victim order, so it is told now.
         for &p in &candidates {
@@ -321,7 +326,7 @@ impl Reclaimer {
             core.uffd
                 .write_protect(core.map.host(first), c as usize * PAGE_SIZE)?;
         }
-        let still = zero_in(&runs)?;
+        let still = zero_in(&chosen)?;
         let mut dropped = 0u32;
         for (first, c) in core.map.region_runs(&still) {
             let range = GuestRange {
