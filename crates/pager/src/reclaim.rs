@@ -40,8 +40,8 @@ use crate::state::{Disposition, PageState};
 use crate::stats::Counters;
 use crate::store;
 use crate::swapin::SwapIn;
-use crate::sys::pagemap::{PageMap, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
-use crate::takeover::split_huge;
+use crate::sys::pagemap::{PageMap, PageRegion, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
+use crate::takeover::{drop_zero_mappings, split_huge};
 use memvisor_devices::iobuf::IoBuf;
 
 /// How choosing a reclaim chunk's victims ended.
@@ -192,7 +192,11 @@ impl Reclaimer {
             if !pages.deflated.is_empty() {
                 match self.drop_unwritten_deflated(core, &mut pages, n) {
                     Ok(0) => {}
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        // Installers waiting for a chunk need not wait for one now.
+                        self.settled.notify_all();
+                        continue;
+                    }
                     Err(e) => {
                         drop(pages);
                         self.reclaim_failed(core, e);
@@ -280,27 +284,20 @@ impl Reclaimer {
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
-        // Which of `list` (sorted) map the zero page: one walk over their span in each mapping,
-        // however scattered they are, not a call per run.
-        let zero_in = |list: &[PageIdx]| -> std::io::Result<Vec<PageIdx>> {
-            let mut zero = Vec::new();
-            let (Some(&lo), Some(&hi)) = (list.first(), list.last()) else {
-                return Ok(zero);
-            };
+        // Those that map the zero page: one walk over their span in each mapping, however
+        // scattered they are, not a call per run.
+        let mut zero = Vec::new();
+        if let (Some(&lo), Some(&hi)) = (candidates.first(), candidates.last()) {
             for (first, c) in core.map.split_by_region(lo, hi - lo + 1) {
                 let start = core.map.host(first);
                 let end = start + u64::from(c) * PAGE_SIZE as u64;
                 for r in pagemap.scan(start, end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
-                    let Some(q) = core.map.page_of_host(r.start) else {
-                        continue;
-                    };
-                    let k = PageIdx::try_from((r.end - r.start) / PAGE_SIZE as u64).unwrap_or(0);
-                    zero.extend((q..q + k).filter(|p| list.binary_search(p).is_ok()));
+                    zero.extend(
+                        region_pages(core, &r).filter(|p| candidates.binary_search(p).is_ok()),
+                    );
                 }
             }
-            Ok(zero)
-        };
-        let zero = zero_in(&candidates)?;
+        }
         // The others the guest has written since they were deflated: a use the fault path would
         // have seen had they not been mapped, and told the victim order, so it is told now.
         for &p in &candidates {
@@ -322,27 +319,20 @@ impl Reclaimer {
         chosen.sort_unstable();
         chosen.dedup();
         let runs = core.map.region_runs(&chosen);
-        for &(first, c) in &runs {
-            core.uffd
-                .write_protect(core.map.host(first), c as usize * PAGE_SIZE)?;
-        }
-        let still = zero_in(&chosen)?;
         let mut dropped = 0u32;
-        for (first, c) in core.map.region_runs(&still) {
-            let range = GuestRange {
-                addr: core.map.gpa(first),
-                len: u64::from(c) * PAGE_SIZE as u64,
-            };
-            dontneed(&core.mem, range)
-                .map_err(|e| std::io::Error::other(format!("releasing guest pages failed: {e}")))?;
-            for p in first..first + c {
-                pages.prefetched[p as usize] = false;
-                pages.table.reclaimed(p, Disposition::DropZero, None);
+        for &(first, c) in &runs {
+            let start = core.map.host(first);
+            let end = start + u64::from(c) * PAGE_SIZE as u64;
+            for r in drop_zero_mappings(core, pagemap, start, end)? {
+                for p in region_pages(core, &r) {
+                    pages.prefetched[p as usize] = false;
+                    pages.table.reclaimed(p, Disposition::DropZero, None);
+                    dropped += 1;
+                }
             }
-            dropped += c;
         }
-        // Pages written between the two scans stay, protected: their next write costs one fault.
-        // Writers waiting on a dropped page fault it back in as a zero page.
+        // Writers waiting on a dropped page fault it back in as a zero page; those whose write
+        // came first go on.
         for &(first, c) in &runs {
             if let Err(e) = core.uffd.wake(core.map.host(first), c as usize * PAGE_SIZE) {
                 tracing::debug!("pager: waking writers of pages {first}+{c} failed: {e}");
@@ -653,6 +643,14 @@ impl Reclaimer {
             None => Ok(count),
         }
     }
+}
+
+/// The guest pages of page-map region `r` (none if it is not in guest RAM).
+fn region_pages(core: &PagerCore, r: &PageRegion) -> std::ops::Range<PageIdx> {
+    let Some(first) = core.map.page_of_host(r.start) else {
+        return 0..0;
+    };
+    first..first + PageIdx::try_from((r.end - r.start) / PAGE_SIZE as u64).unwrap_or(0)
 }
 
 /// Gives back the references share before swap took for `decided` victims that stay resident.

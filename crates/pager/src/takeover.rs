@@ -31,7 +31,7 @@
 use crate::core::{PagerCore, PagerError, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::stats::Counters;
-use crate::sys::pagemap::{PageMap, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
+use crate::sys::pagemap::{PageMap, PageRegion, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 
 pub(crate) const HUGE_PAGE: u64 = 2 << 20;
 
@@ -124,17 +124,9 @@ impl Takeover {
         }
         let mut dropped = 0u64;
         for z in &zero {
-            let len = usize::try_from(z.end - z.start).unwrap_or(usize::MAX);
-            core.uffd
-                .write_protect(z.start, len)
-                .map_err(|e| PagerError::Attach(e.into()))?;
-            for r in scan(z.start, z.end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)? {
-                let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
-                // SAFETY: `r` lies in a guest RAM mapping and maps only the shared zero page
-                // (write-protected, so it still does): dropping it loses nothing.
-                if unsafe { libc::madvise(r.start as *mut _, len, libc::MADV_DONTNEED) } != 0 {
-                    return Err(PagerError::Attach(std::io::Error::last_os_error()));
-                }
+            for r in
+                drop_zero_mappings(core, pagemap, z.start, z.end).map_err(PagerError::Attach)?
+            {
                 dropped += (r.end - r.start) / PAGE_SIZE as u64;
             }
         }
@@ -160,6 +152,32 @@ impl Takeover {
         );
         Ok(())
     }
+}
+
+/// Drops the mappings of the shared zero page in guest RAM's `start..end` (host addresses, in
+/// one mapping) and returns the regions dropped. The range is write-protected first and scanned
+/// again, and only what still maps the zero page is dropped, so a guest write that came first
+/// is kept (its page stays, write-protected: its next write unprotects it) and one that comes
+/// later waits on the protection and then faults into a hole. The caller holds the page lock
+/// and wakes the writers.
+pub(crate) fn drop_zero_mappings(
+    core: &PagerCore,
+    pagemap: &PageMap,
+    start: u64,
+    end: u64,
+) -> std::io::Result<Vec<PageRegion>> {
+    let len = usize::try_from(end - start).unwrap_or(usize::MAX);
+    core.uffd.write_protect(start, len)?;
+    let zero = pagemap.scan(start, end, PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 0)?;
+    for r in &zero {
+        let len = usize::try_from(r.end - r.start).unwrap_or(usize::MAX);
+        // SAFETY: `r` lies in a guest RAM mapping and maps only the shared zero page
+        // (write-protected, so it still does): dropping it loses nothing.
+        if unsafe { libc::madvise(r.start as *mut _, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(zero)
 }
 
 /// Splits the huge pages that the run `first..first + n` (one mapping) lies in but does not

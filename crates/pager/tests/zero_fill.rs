@@ -84,14 +84,6 @@ fn scattered_touches_take_the_base_window_each() {
     }
 }
 
-/// Every page of the memory written with `tag`, through the pager.
-fn fill(mem: &GuestMem, tag: u64) {
-    for p in 0..PAGES {
-        mem.write_slice(&known_page(p, tag), GuestAddress(p * PAGE))
-            .unwrap();
-    }
-}
-
 /// The pages an inflate takes: 8 of every 16, as runs of 8 pages.
 fn balloon_pages() -> Vec<u64> {
     (0..PAGES).filter(|p| p % 16 >= 8).collect()
@@ -121,17 +113,44 @@ fn deflate_scattered(pager: &Pager, pages: &[u64]) {
     }
 }
 
-/// Checks every page: `new` written on `changed`, `old` on the rest.
-fn check(mem: &GuestMem, changed: &[u64], (old, new): (u64, u64)) {
+/// The guest writes `pages` with `tag`.
+fn write(mem: &GuestMem, pages: &[u64], tag: u64) {
+    for &p in pages {
+        mem.write_slice(&known_page(p, tag), GuestAddress(p * PAGE))
+            .unwrap();
+    }
+}
+
+/// Fresh memory under a pager, filled with [`TAG`], with the [`balloon_pages`] ballooned.
+fn ballooned_memory(dir: &std::path::Path) -> (Arc<GuestMem>, Pager, Vec<u64>) {
+    let (mem, pager) = pager_over_fresh_memory(dir);
+    write(&mem, &(0..PAGES).collect::<Vec<_>>(), TAG);
+    let gone = balloon_pages();
+    let released = pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    assert_eq!(released, gone.len() as u64);
+    (mem, pager, gone)
+}
+
+/// Checks every page against `want(p)`.
+fn check(mem: &GuestMem, want: impl Fn(u64) -> Vec<u8>) {
     let mut got = [0u8; 4096];
     for p in 0..PAGES {
-        let tag = if changed.binary_search(&p).is_ok() {
-            new
-        } else {
-            old
-        };
         mem.read_slice(&mut got, GuestAddress(p * PAGE)).unwrap();
-        assert!(got[..] == known_page(p, tag)[..], "page {p} differs");
+        assert!(got[..] == want(p)[..], "page {p} differs");
+    }
+}
+
+/// `new` written on `changed` (sorted), [`TAG`] on the rest.
+fn tagged(changed: &[u64], new: u64) -> impl Fn(u64) -> Vec<u8> + '_ {
+    move |p| {
+        known_page(
+            p,
+            if changed.binary_search(&p).is_ok() {
+                new
+            } else {
+                TAG
+            },
+        )
     }
 }
 
@@ -139,11 +158,7 @@ fn check(mem: &GuestMem, changed: &[u64], (old, new): (u64, u64)) {
 fn deflated_pages_come_back_without_a_fault() {
     const NEW: u64 = 0x2f00_0000_0000_0000;
     let dir = tempfile::tempdir().unwrap();
-    let (mem, pager) = pager_over_fresh_memory(dir.path());
-    fill(&mem, TAG);
-    let gone = balloon_pages();
-    let released = pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
-    assert_eq!(released, gone.len() as u64);
+    let (mem, pager, gone) = ballooned_memory(dir.path());
     let before = pager.snapshot();
     deflate_scattered(&pager, &gone);
     let after = pager.snapshot();
@@ -155,16 +170,15 @@ fn deflated_pages_come_back_without_a_fault() {
     // The guest reads each page it got back (zero), then writes it: no fault reaches the pager.
     for &p in &gone {
         assert_eq!(mem.read_obj::<u64>(GuestAddress(p * PAGE + 64)).unwrap(), 0);
-        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
-            .unwrap();
     }
+    write(&mem, &gone, NEW);
     let done = pager.snapshot();
     assert_eq!(
         done.counters.faults_zero, before.counters.faults_zero,
         "faults on deflated pages"
     );
     assert_eq!(done.pages.resident_pages, PAGES);
-    check(&mem, &gone, (TAG, NEW));
+    check(&mem, tagged(&gone, NEW));
 }
 
 #[test]
@@ -172,10 +186,7 @@ fn deflated_pages_are_mapped_only_into_room_under_the_limit() {
     const NEW: u64 = 0x3000_0000_0000_0000;
     const ROOM: u64 = 700;
     let dir = tempfile::tempdir().unwrap();
-    let (mem, pager) = pager_over_fresh_memory(dir.path());
-    fill(&mem, TAG);
-    let gone = balloon_pages();
-    pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    let (mem, pager, gone) = ballooned_memory(dir.path());
     let resident = PAGES - gone.len() as u64;
     pager.set_limit(Some((resident + ROOM) * PAGE)).unwrap();
     deflate_scattered(&pager, &gone);
@@ -183,34 +194,25 @@ fn deflated_pages_are_mapped_only_into_room_under_the_limit() {
     assert_eq!(s.counters.deflated_mapped, ROOM);
     assert_eq!(s.pages.resident_pages, resident + ROOM);
     // The guest takes all of them back: the rest fault in, and reclaim makes room for them.
-    for &p in &gone {
-        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
-            .unwrap();
-    }
+    write(&mem, &gone, NEW);
     let s = pager.snapshot();
     assert!(
         s.counters.faults_zero > 0,
         "the pages past the room faulted"
     );
     assert!(s.counters.swap_bytes_written > 0, "reclaim made room");
-    check(&mem, &gone, (TAG, NEW));
+    check(&mem, tagged(&gone, NEW));
 }
 
 #[test]
 fn reclaim_drops_deflated_pages_the_guest_left_unwritten_first() {
     const NEW: u64 = 0x3100_0000_0000_0000;
     let dir = tempfile::tempdir().unwrap();
-    let (mem, pager) = pager_over_fresh_memory(dir.path());
-    fill(&mem, TAG);
-    let gone = balloon_pages();
-    pager.discard(&ranges(&gone), Discard::Balloon).unwrap();
+    let (mem, pager, gone) = ballooned_memory(dir.path());
     deflate_scattered(&pager, &gone);
     // The guest writes half of what it got back, and leaves the rest on the zero page.
     let written: Vec<u64> = gone.iter().copied().filter(|p| p % 16 >= 12).collect();
-    for &p in &written {
-        mem.write_slice(&known_page(p, NEW), GuestAddress(p * PAGE))
-            .unwrap();
-    }
+    write(&mem, &written, NEW);
     let unwritten = (gone.len() - written.len()) as u64;
     assert_eq!(pager.snapshot().pages.resident_pages, PAGES);
     // A limit that leaves room for every page holding data: reclaim drops 3,840 of the 4,096
@@ -226,16 +228,12 @@ fn reclaim_drops_deflated_pages_the_guest_left_unwritten_first() {
     assert_eq!(s.counters.swap_bytes_written, 0, "a page was written out");
     assert!(s.counters.reclaimed_zero >= unwritten - 256);
     // Every page holds what it held: the unwritten deflated ones zero, the rest their data.
-    let mut got = [0u8; 4096];
-    for p in 0..PAGES {
-        mem.read_slice(&mut got, GuestAddress(p * PAGE)).unwrap();
-        let want = if written.binary_search(&p).is_ok() {
-            known_page(p, NEW)
-        } else if gone.binary_search(&p).is_ok() {
+    let data = tagged(&written, NEW);
+    check(&mem, |p| {
+        if gone.binary_search(&p).is_ok() && written.binary_search(&p).is_err() {
             vec![0; 4096]
         } else {
-            known_page(p, TAG)
-        };
-        assert!(got[..] == want[..], "page {p} differs");
-    }
+            data(p)
+        }
+    });
 }
