@@ -158,8 +158,8 @@ impl Takeover {
 /// one mapping) and returns the regions dropped. The range is write-protected first and scanned
 /// again, and only what still maps the zero page is dropped, so a guest write that came first
 /// is kept (its page stays, write-protected: its next write unprotects it) and one that comes
-/// later waits on the protection and then faults into a hole. The caller holds the page lock
-/// and wakes the writers.
+/// later waits on the protection, is woken when its fault is served (or by the caller), and
+/// faults into the hole. The caller holds the page lock.
 pub(crate) fn drop_zero_mappings(
     core: &PagerCore,
     pagemap: &PageMap,

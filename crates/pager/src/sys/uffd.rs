@@ -63,8 +63,7 @@ impl UffdError {
 }
 
 /// A `UFFDIO_COPY` or `UFFDIO_ZEROPAGE` that stopped partway: the first `pages` pages of the
-/// range are in place
-/// (the caller must record them), the rest are not.
+/// range are in place (the caller must record them), the rest are not.
 #[derive(Debug, Error)]
 #[error("{error} (after {pages} pages of the run were installed)")]
 pub struct CopyError {
