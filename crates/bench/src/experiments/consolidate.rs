@@ -22,7 +22,7 @@
 //! | `hd2-whole` | `hd2` with `hd2-whole` victims (whole sequences, the paper's `WHOLE_SEQ`) |
 //! | `sharing` | `vswapper-balloon` with page sharing: every VM `sharing = "host"`, KSM's scan rate set by the host from its free memory (docs/sharing.md) |
 //! | `hd2-nolimit` | `hd2` with a budget that holds every VM whole: what memvisor and its mechanisms cost when nothing is overcommitted, beside `qemu-nolimit` |
-//! | `qemu-static` | QEMU, a static balloon at the VM's share, a memory cgroup at the share plus QEMU's measured overhead, host swap on |
+//! | `qemu-static` | QEMU, a static balloon at the VM's share of the budget less QEMU's measured overhead, a memory cgroup at that plus the overhead, host swap on |
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
 //!
 //! The paper's guests have 2 GB and use about 1 GB, in an 8 GB host; here each guest has
@@ -307,12 +307,14 @@ pub fn host_budget(kind: Kind, n: u32) -> u64 {
     }
 }
 
-/// The guest memory a `qemu-static` VM gets of `budget` when `n` VMs share it: an equal share,
-/// never more than its RAM `mem`. Its balloon leaves the guest this much, and its cgroup's limit
-/// is this plus QEMU's measured overhead (so QEMU's overhead is not charged to the budget, as
-/// memvisor's is: the summed RSS shows by how much QEMU goes over).
-pub fn qemu_share(budget: u64, n: u32, mem: u64) -> u64 {
-    (budget / u64::from(n.max(1))).min(mem)
+/// The guest memory a `qemu-static` VM gets of `budget` when `n` VMs share it: an equal share
+/// less QEMU's own `overhead`, never more than its RAM `mem`. Its balloon leaves the guest this
+/// much, and its cgroup's limit is this plus the overhead, so that QEMU is charged its overhead
+/// in the budget as memvisor's VMMs are (the summed RSS shows how close it keeps to it).
+pub fn qemu_share(budget: u64, n: u32, mem: u64, overhead: u64) -> u64 {
+    (budget / u64::from(n.max(1)))
+        .saturating_sub(overhead)
+        .min(mem)
 }
 
 /// The fraction of a run during which all its jobs ran at once: the time from the last job's
@@ -496,11 +498,15 @@ mod tests {
     }
 
     #[test]
-    fn a_qemu_share_is_an_equal_part_of_the_budget_capped_at_its_ram() {
-        assert_eq!(qemu_share(1024 << 20, 2, 320 << 20), 320 << 20);
-        assert_eq!(qemu_share(1024 << 20, 4, 320 << 20), 256 << 20);
-        assert_eq!(qemu_share(1024 << 20, 6, 320 << 20), (1024 << 20) / 6);
-        assert_eq!(qemu_share(1024 << 20, 0, 320 << 20), 320 << 20);
+    fn a_qemu_share_is_an_equal_part_of_the_budget_less_qemus_overhead_capped_at_its_ram() {
+        assert_eq!(qemu_share(1024 << 20, 2, 320 << 20, 0), 320 << 20);
+        assert_eq!(qemu_share(1024 << 20, 4, 320 << 20, 0), 256 << 20);
+        assert_eq!(qemu_share(1024 << 20, 6, 320 << 20, 0), (1024 << 20) / 6);
+        assert_eq!(qemu_share(1024 << 20, 0, 320 << 20, 0), 320 << 20);
+        // QEMU's overhead comes out of its share of the budget.
+        assert_eq!(qemu_share(1024 << 20, 4, 320 << 20, 31 << 20), 225 << 20);
+        assert_eq!(qemu_share(1024 << 20, 2, 320 << 20, 31 << 20), 320 << 20);
+        assert_eq!(qemu_share(64 << 20, 4, 320 << 20, 31 << 20), 0);
     }
 
     #[test]

@@ -513,7 +513,7 @@ fn run_qemu(
     dir: &Path,
 ) -> Result<(Vec<Outcome>, Watch), String> {
     let limited = plan.kind == Kind::QemuStatic;
-    let share = qemu_share(BUDGET, plan.n, MEM);
+    let share = qemu_share(BUDGET, plan.n, MEM, s.qemu_overhead);
     let logs = (1..=plan.n)
         .map(|i| dir.join(format!("vm{i}.log")))
         .collect();
@@ -528,8 +528,9 @@ fn run_qemu(
         let mut cmd = Command::new(&s.exe);
         cmd.args(["run", "--hypervisor", "qemu", "--mem", &MEM.to_string()]);
         if limited {
-            // The cgroup's limit: the share, plus QEMU's measured overhead, plus the launcher's
-            // RSS and 16 MiB slack (`memvisor run`'s host limit).
+            // The cgroup's limit: the guest's share, plus QEMU's measured overhead (which the
+            // share already left room for in the budget), plus the launcher's RSS and 16 MiB
+            // slack (`memvisor run`'s host limit).
             cmd.args(["--balloon", "--mem-limit", &share.to_string()])
                 .env("MEMVISOR_QEMU_OVERHEAD", s.qemu_overhead.to_string())
                 .arg("--qmp-sock")
