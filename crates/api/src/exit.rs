@@ -21,6 +21,11 @@ pub mod status {
     pub const SIGNAL_BASE: u8 = 128;
 }
 
+/// What `memvisor run --hypervisor qemu` prints on stderr when the kernel's OOM killer ended
+/// QEMU in the memory cgroup of its `--mem-limit` (QEMU then dies of SIGKILL, status 137, as if
+/// anything else had killed it).
+pub const QEMU_OOM_KILLED: &str = "QEMU was OOM-killed in its memory cgroup";
+
 /// The highest signal number: statuses `128 + 1` to `128 + 64` are signals, not guest values.
 const MAX_SIGNAL: i32 = 64;
 

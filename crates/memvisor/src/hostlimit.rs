@@ -66,6 +66,34 @@ impl HostLimit {
     }
 }
 
+impl HostLimit {
+    /// The cgroup's limit in bytes, if it can be read.
+    pub fn limit(&self) -> Option<u64> {
+        std::fs::read_to_string(self.dir.join("memory.limit_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Processes the kernel's OOM killer has killed in the cgroup (`oom_kill` of
+    /// `memory.oom_control`; 0 if the kernel does not count them).
+    pub fn oom_kills(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("memory.oom_control"))
+            .ok()
+            .and_then(|t| oom_kill_count(&t))
+            .unwrap_or(0)
+    }
+}
+
+/// The `oom_kill` count of a cgroup v1 `memory.oom_control`.
+fn oom_kill_count(oom_control: &str) -> Option<u64> {
+    oom_control
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 impl Drop for HostLimit {
     fn drop(&mut self) {
         let _ = std::fs::write(Path::new(ROOT).join("cgroup.procs"), self.pid.to_string());
@@ -77,5 +105,18 @@ impl Drop for HostLimit {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         tracing::warn!("could not remove cgroup {}", self.dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oom_kill_count_is_read_from_oom_control() {
+        let t = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        assert_eq!(oom_kill_count(t), Some(2));
+        assert_eq!(oom_kill_count("oom_kill_disable 0\nunder_oom 0\n"), None);
+        assert_eq!(oom_kill_count("oom_kill x\n"), None);
     }
 }

@@ -116,7 +116,7 @@ pub fn run(plan: &RunPlan) -> ExitCode {
     }
     // A limit on QEMU is the host kernel's: this process enters a memory cgroup that QEMU
     // inherits, sized for the guest limit plus QEMU's own memory.
-    let _host_limit = match plan.args.mem_limit {
+    let host_limit = match plan.args.mem_limit {
         Some(limit) => match HostLimit::enter(std::process::id(), limit, overhead()) {
             Ok(h) => Some(h),
             Err(e) => {
@@ -180,6 +180,18 @@ pub fn run(plan: &RunPlan) -> ExitCode {
         Some(Ok(t)) => t.join().unwrap_or_default(),
         _ => None,
     };
+    // A QEMU the cgroup's OOM killer ended dies of SIGKILL like any other: say which it was,
+    // before the cgroup (and its count) goes.
+    if let Some(h) = &host_limit {
+        let kills = h.oom_kills();
+        if kills > 0 {
+            eprintln!(
+                "memvisor: {} (oom_kill {kills}, limit {} MiB): the guest and QEMU needed more than the limit, and host swap (if any) did not make room in time",
+                memvisor_api::exit::QEMU_OOM_KILLED,
+                h.limit().unwrap_or(0) >> 20
+            );
+        }
+    }
     match waited {
         Ok(s) => ExitCode::from(status_of(s, last_line.as_deref())),
         Err(e) => {

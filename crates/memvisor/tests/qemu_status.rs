@@ -50,3 +50,34 @@ fn qemu_failing_is_not_guest_success() {
     );
     assert!(err.contains("QEMU failed"), "{err}");
 }
+
+/// A guest that needs far more than its `--mem-limit` on a host without swap: the cgroup's OOM
+/// killer ends QEMU (status 137, as any SIGKILL), and the launcher says that it was the OOM
+/// killer, and at which limit.
+#[test]
+fn an_oom_kill_in_qemus_cgroup_is_named() {
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    if swaps.lines().count() > 1 {
+        eprintln!("skipped: host swap is on here, so the guest would swap rather than be killed");
+        return;
+    }
+    let out = memvisor(&[
+        "run",
+        "--hypervisor",
+        "qemu",
+        "--mem",
+        "256M",
+        "--mem-limit",
+        "16M",
+        "--workload",
+        "memhog",
+        "--cmdline",
+        "mb=160 secs=2",
+    ]);
+    assert_eq!(out.status.code(), Some(137));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(memvisor_api::exit::QEMU_OOM_KILLED) && err.contains("limit "),
+        "{err}"
+    );
+}

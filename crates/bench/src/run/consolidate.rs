@@ -596,10 +596,16 @@ fn run_qemu(
     for (i, st) in status.into_iter().enumerate() {
         let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
         let (workload, _) = job(plan.scenario, vm);
-        let secs = std::fs::read_to_string(dir.join(format!("vm{vm}.log")))
-            .ok()
-            .and_then(|t| job_secs(&t, workload));
-        let cgroup = watch.cgroups[i].as_ref().map(|c| c.1);
+        let log = std::fs::read_to_string(dir.join(format!("vm{vm}.log"))).unwrap_or_default();
+        let secs = job_secs(&log, workload);
+        let mut cgroup = watch.cgroups[i].as_ref().map(|c| c.1);
+        // The cgroup goes with its launcher, often before a sample saw the kill: the launcher
+        // says so in the log.
+        if let Some(c) = cgroup.as_mut() {
+            if log.contains(memvisor_api::exit::QEMU_OOM_KILLED) {
+                c.oom_kills = c.oom_kills.max(1);
+            }
+        }
         let (ok, note) = match (st, secs) {
             (Some(st), Some(_)) if st.code() == Some(1) => (true, String::new()),
             (Some(st), _) => (false, format!("exited with {st}")),
