@@ -409,6 +409,7 @@ impl Reclaimer {
         // be more to write than the buffer holds: those beyond it stay resident this time.
         let room = buf.len() / PAGE_SIZE;
         let mut stay = Vec::new();
+        let mut changed = Vec::new();
         for &p in &victims {
             if let Some(want) = pages.table.mirror_digest(p) {
                 // A mirror a disk read left writable: protected now, so what is compared is what
@@ -417,10 +418,10 @@ impl Reclaimer {
                 if core.digest.page(self.page(core, p)) != want {
                     // The guest wrote it since (often a frame its page cache gave up, reused for
                     // other data): in use, so it stays this time, an ordinary dirty page now and
-                    // protected, and another victim is taken in its place.
+                    // writable again, and another victim is taken in its place.
                     Counters::add(&core.counters.mirrors_changed, 1);
                     pages.table.mirror_changed(p);
-                    stay.push(p);
+                    changed.push(p);
                     continue;
                 }
             }
@@ -442,6 +443,9 @@ impl Reclaimer {
             }
             decided.push((p, d));
         }
+        changed.sort_unstable();
+        crate::release::unprotect_changed(core, &changed);
+        stay.extend(changed);
         if decided.is_empty() {
             stay.iter().for_each(|&p| pages.table.kept(p));
             return Ok(Begin::Again);
@@ -449,7 +453,8 @@ impl Reclaimer {
         let (victims, victim_runs) = if stay.is_empty() {
             (victims, victim_runs)
         } else {
-            // Still protected: a write to one costs one fault, as for any kept victim.
+            // Those not found changed are still protected: a write to one costs one fault, as
+            // for any kept victim.
             stay.iter().for_each(|&p| pages.table.kept(p));
             let victims: Vec<PageIdx> = decided.iter().map(|&(p, _)| p).collect();
             let runs = core.map.region_runs(&victims);

@@ -949,11 +949,13 @@ impl PageTable {
         std::mem::take(&mut self.ready_lost)
     }
 
-    /// Reclaim found mirrored page `p` (write-protected now) changed since the read that filled
-    /// it: the guest wrote it without a fault. It is an ordinary dirty page.
+    /// A check found mirrored page `p` changed since the read that filled it: the guest wrote
+    /// it without a fault. It is an ordinary dirty page, and used, as its write fault would have
+    /// told; the caller makes it writable again.
     pub fn mirror_changed(&mut self, p: PageIdx) {
         if let PageState::Mirrored(_) = self.state(p) {
             self.set(p, PageState::Resident { clean: None });
+            self.victims.touch(p);
         }
     }
 

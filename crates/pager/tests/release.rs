@@ -275,6 +275,61 @@ fn without_a_cache_every_refault_reads_the_image() {
     assert_eq!(s.counters.released_refaults, r.released_pages);
 }
 
+/// Mirrors a release finds changed are left writable: the guest, which wrote them since their
+/// reads, writes them again without a fault; and every byte is right.
+#[test]
+fn mirrors_a_release_finds_changed_take_no_write_fault_after() {
+    let (mut g, written) = filled(4 * MIB);
+    let r = g.pager.release_clean(BLOCKS, false).unwrap();
+    assert_eq!(r.changed_pages, written, "{r:?}");
+    let before = g.pager.snapshot().counters.write_faults;
+    for p in (0..BLOCKS).filter(|p| p % 16 == 5) {
+        g.write_word(p, (p + 1) % 512, 0xbeef_0000 | p);
+    }
+    assert_eq!(
+        g.pager.snapshot().counters.write_faults,
+        before,
+        "a write to a changed mirror faulted"
+    );
+    g.check_all();
+}
+
+/// The same for mirrors reclaim finds changed when a limit falls: they stay, writable.
+#[test]
+fn mirrors_reclaim_finds_changed_take_no_write_fault_after() {
+    let mut g = Guest::with(|c| c.victim_cache = 0);
+    for p in 0..BLOCKS {
+        g.disk_read(p, p);
+        if p % 16 == 5 {
+            g.write_word(p, p % 512, 0xdead_0000 | p);
+        }
+    }
+    // 32 MiB resident: reclaim takes 8 MiB, checking mirrors in its order.
+    g.pager.set_limit(Some(24 * MIB)).unwrap();
+    let t = std::time::Instant::now();
+    while g.pager.snapshot().pages.resident_pages * PAGE as u64 > 24 * MIB {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "reclaim did not reach the limit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let c = g.pager.snapshot().counters;
+    assert!(
+        c.mirrors_changed > 0 && c.reclaimed_mirrored > 0,
+        "reclaim checked mirrors and found changed ones: {c:?}"
+    );
+    for p in (0..BLOCKS).filter(|p| p % 16 == 5) {
+        g.write_word(p, (p + 1) % 512, 0xbeef_0000 | p);
+    }
+    assert_eq!(
+        g.pager.snapshot().counters.write_faults,
+        c.write_faults,
+        "a write to a changed mirror faulted"
+    );
+    g.check_all();
+}
+
 #[test]
 fn a_release_never_takes_the_limit_below_the_minimum() {
     // 32 MiB resident, no limit: 16 MiB above the 16 MiB minimum, so 4096 pages may go.
