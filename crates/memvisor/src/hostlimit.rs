@@ -64,9 +64,7 @@ impl HostLimit {
         }
         Ok(me)
     }
-}
 
-impl HostLimit {
     /// The cgroup's limit in bytes, if it can be read.
     pub fn limit(&self) -> Option<u64> {
         std::fs::read_to_string(self.dir.join("memory.limit_in_bytes"))
