@@ -13,6 +13,8 @@ const SLACK: u64 = 16 << 20;
 pub struct HostLimit {
     dir: PathBuf,
     pid: u32,
+    /// The cgroup's limit in bytes.
+    limit: u64,
 }
 
 fn rss_bytes(pid: u32) -> std::io::Result<u64> {
@@ -46,15 +48,16 @@ impl HostLimit {
         let dir = root.join(format!("memvisor-{pid}"));
         std::fs::create_dir(&dir)
             .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.display())))?;
-        let me = HostLimit { dir, pid };
-        std::fs::write(
-            me.dir.join("memory.limit_in_bytes"),
-            (guest_limit + overhead).to_string(),
-        )?;
+        let me = HostLimit {
+            dir,
+            pid,
+            limit: guest_limit + overhead,
+        };
+        std::fs::write(me.dir.join("memory.limit_in_bytes"), me.limit.to_string())?;
         std::fs::write(me.dir.join("cgroup.procs"), pid.to_string())?;
         tracing::info!(
             "host memory limit: {} bytes = guest limit {guest_limit} + VMM overhead {overhead} (cgroup {})",
-            guest_limit + overhead,
+            me.limit,
             me.dir.display()
         );
         if !host_swap_enabled() {
@@ -65,13 +68,9 @@ impl HostLimit {
         Ok(me)
     }
 
-    /// The cgroup's limit in bytes, if it can be read.
-    pub fn limit(&self) -> Option<u64> {
-        std::fs::read_to_string(self.dir.join("memory.limit_in_bytes"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+    /// The cgroup's limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
     }
 
     /// Processes the kernel's OOM killer has killed in the cgroup (`oom_kill` of

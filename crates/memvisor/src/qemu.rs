@@ -188,7 +188,7 @@ pub fn run(plan: &RunPlan) -> ExitCode {
             eprintln!(
                 "memvisor: {} (oom_kill {kills}, limit {} MiB): the guest and QEMU needed more than the limit, and host swap (if any) did not make room in time",
                 memvisor_api::exit::QEMU_OOM_KILLED,
-                h.limit().unwrap_or(0) >> 20
+                h.limit() >> 20
             );
         }
     }

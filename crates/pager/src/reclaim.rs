@@ -419,8 +419,6 @@ impl Reclaimer {
                     // The guest wrote it since (often a frame its page cache gave up, reused for
                     // other data): in use, so it stays this time, an ordinary dirty page now and
                     // writable again, and another victim is taken in its place.
-                    Counters::add(&core.counters.mirrors_changed, 1);
-                    pages.table.mirror_changed(p);
                     changed.push(p);
                     continue;
                 }
@@ -444,7 +442,7 @@ impl Reclaimer {
             decided.push((p, d));
         }
         changed.sort_unstable();
-        crate::release::unprotect_changed(core, &changed);
+        crate::release::mirrors_found_changed(core, &mut pages.table, &changed);
         stay.extend(changed);
         if decided.is_empty() {
             stay.iter().for_each(|&p| pages.table.kept(p));

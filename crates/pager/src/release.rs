@@ -49,7 +49,7 @@ use memvisor_devices::ram::{dontneed, GuestRange};
 use crate::core::{limit_to_bytes, PagerCore, PagerError, Pages, MIN_LIMIT};
 use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::state::PageState;
+use crate::state::{PageState, PageTable};
 use crate::stats::Counters;
 use crate::takeover::Takeover;
 
@@ -84,13 +84,18 @@ fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<Page
         .collect()
 }
 
-/// Makes `changed` (sorted), mirrors a check found written since their reads, writable
-/// again, one ioctl per run: the guest wrote them, so it is likely to write them again, and
-/// each would otherwise cost it a write fault that tells the pager nothing new. (In
-/// `bench consolidate`'s `mapreduce`, whose guests reuse the frames of the input they read
-/// once, 12,000–32,000 of those faults a run followed the releases.) A page left protected
-/// when the ioctl fails is made writable by its write fault.
-pub(crate) fn unprotect_changed(core: &PagerCore, changed: &[PageIdx]) {
+/// Records `changed` (sorted, write-protected for the check), mirrors a check found written
+/// since their reads: counted, ordinary dirty pages and used from now on
+/// ([`PageTable::mirror_changed`]), and writable again, one ioctl per run. The guest wrote them,
+/// so it is likely to write them again, and each would otherwise cost it a write fault that
+/// tells the pager nothing new. (In `bench consolidate`'s `mapreduce`, whose guests reuse the
+/// frames of the input they read once, 12,000–32,000 of those faults a run followed the
+/// releases.) A page left protected when the ioctl fails is made writable by its write fault.
+pub(crate) fn mirrors_found_changed(core: &PagerCore, table: &mut PageTable, changed: &[PageIdx]) {
+    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
+    for &p in changed {
+        table.mirror_changed(p);
+    }
     for (first, k) in core.map.region_runs(changed) {
         if let Err(e) = core
             .uffd
@@ -139,11 +144,7 @@ fn protect_and_check(core: &PagerCore, pages: &mut Pages, chosen: Vec<PageIdx>) 
         .collect();
     let changed = changed_mirrors(core, &to_check);
     Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
-    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
-    for &p in &changed {
-        pages.table.mirror_changed(p);
-    }
-    unprotect_changed(core, &changed);
+    mirrors_found_changed(core, &mut pages.table, &changed);
     for &(p, _) in &to_check {
         if changed.binary_search(&p).is_err() {
             pages.table.mirror_protected(p);
