@@ -26,7 +26,8 @@
 //! neither a VM the host paused nor one the host did not run for a while looks idle.
 //!
 //! Until a period has been measured, a period lasts at most [`FIRST_PERIOD`] (ESX does not say
-//! how its first estimate is made). The estimate starts at all active, and a host that shrinks
+//! how its first estimate is made), and until the takeover the pager thread looks for it every
+//! [`ATTACH_LOOK`] of wall-clock time, so the first sample is taken as the takeover ends. The estimate starts at all active, and a host that shrinks
 //! VMs by their estimates cannot tell them apart until one is measured: with a 5 s period and
 //! six VMs on two cores, the first sample was taken up to a period after the takeover and
 //! measured a period later, about 20 s of wall-clock time, while the host held busy VMs and
@@ -48,7 +49,11 @@ use crate::store::{PageStore, StoreCounters};
 /// The longest the first measured period lasts, in the guest's execution time: a VM's first
 /// estimate comes within about this much of the pager taking RAM over, not a whole period
 /// later (see the module doc).
-pub const FIRST_PERIOD: Duration = Duration::from_secs(1);
+pub const FIRST_PERIOD: Duration = Duration::from_millis(500);
+
+/// How often the pager thread looks whether the takeover has happened, on the wall clock, until
+/// it has: the first sample is taken within this much of it.
+pub const ATTACH_LOOK: Duration = Duration::from_millis(100);
 
 /// How long a period of a sampler set to `period` lasts: [`FIRST_PERIOD`] at most until one has
 /// been `measured`.
@@ -196,9 +201,8 @@ impl Sampler {
         let guest = core.vcpus.guest_time();
         let mut pages = core.lock();
         if !pages.attached {
-            let period = period_for(self.period, sampling.estimate.measured());
-            sampling.clock = PeriodClock::start(period, now, guest);
-            return Some(period);
+            sampling.clock = PeriodClock::start(ATTACH_LOOK, now, None);
+            return Some(ATTACH_LOOK);
         }
         let (touched, n) = Self::sampled_so_far(core, &sampling);
         let out = std::mem::take(&mut sampling.out);
