@@ -630,7 +630,11 @@ mod tests {
         // Its balloon still inflates toward its target; its limit takes what is above 4 %.
         assert_eq!(x.balloon, Some(800 * MIB - x.target));
         assert_eq!(x.limit, a.limit + 14 * MIB);
-        assert_eq!(y.limit, y.target.max(b.limit), "not pressed: nothing handed out");
+        assert_eq!(
+            y.limit,
+            y.target.max(b.limit),
+            "not pressed: nothing handed out"
+        );
         // The growth expected by the next tick comes out of it first.
         let p = plan(&host(1000 * MIB), at(10 * MIB), &[a, b], &[false; 2]);
         assert_eq!((p.state, p.growth), (FreeState::Soft, 10 * MIB));
