@@ -27,13 +27,14 @@
 //!
 //! Until a period has been measured, a period lasts at most [`FIRST_PERIOD`] (ESX does not say
 //! how its first estimate is made), and until the takeover the pager thread looks for it every
-//! [`ATTACH_LOOK`] of wall-clock time, so the first sample is taken as the takeover ends. The estimate starts at all active, and a host that shrinks
-//! VMs by their estimates cannot tell them apart until one is measured: with a 5 s period and
-//! six VMs on two cores, the first sample was taken up to a period after the takeover and
-//! measured a period later, about 20 s of wall-clock time, while the host held busy VMs and
-//! ones with idle page cache at the same target (`bench consolidate --scenario balance`,
-//! docs/bench.md). A short first period is noisier, and the next periods correct it: the fast
-//! average within a period or two, the slow one more slowly.
+//! [`ATTACH_LOOK`] of wall-clock time, so the first sample is taken as the takeover ends. The
+//! estimate starts at all active, and a host that shrinks VMs by their estimates cannot tell
+//! them apart until one is measured: with a 5 s period and six VMs on two cores, the first
+//! sample was taken up to a period after the takeover and measured a period later, about 20 s of
+//! wall-clock time, while the host held busy VMs and ones with idle page cache at the same
+//! target (`bench consolidate --scenario balance`, docs/bench.md). A short first period is
+//! noisier, and the next periods correct it: the fast average within a period or two, the slow
+//! one more slowly.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
