@@ -27,8 +27,8 @@
 //!   their pager limits share it in proportion to their shares, their limits raised toward
 //!   `max` ([`headroom`]). A VM's limit is otherwise only its target, which is what it started
 //!   with beside busy VMs; ESX has no limit before `hard` at all, and hands free pages to
-//!   whoever touches them. When another VM exits, targets rise at the next tick, so balloons deflate and
-//!   limits rise at once.
+//!   whoever touches them. When another VM exits, targets rise at the next tick, so balloons
+//!   deflate and limits rise at once.
 //! - A VM that deflated its balloon on its own (deflate-on-OOM) just showed it needs more than it
 //!   has: for [`HostParams::oom_demand_ticks`] ticks it counts as fully active, whatever its
 //!   sampled estimate.
