@@ -738,6 +738,29 @@ fn tiny_dwell_end_to_end() {
     assert!(!out.join("work").exists(), "the work directory is removed");
 }
 
+/// `consolidate` with a relative `--out`, as a user types it: the host it starts reads its VMs'
+/// disks from paths under that directory, so they must not be taken relative to the host's own
+/// config.
+#[test]
+fn tiny_consolidate_with_a_relative_out() {
+    let _host = host_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(MEMVISOR)
+        .current_dir(dir.path())
+        .args(["bench", "consolidate", "--scale", "tiny", "--vms", "2"])
+        .args(["--scenario", "mapreduce", "--configs", "hd2", "--reps", "1"])
+        .args(["--out", "rel/out", "--timeout", "120"])
+        .output()
+        .expect("memvisor runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let rows = read_csv(&dir.path().join("rel/out/results.csv"));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["ok"], "1", "{r:?}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();

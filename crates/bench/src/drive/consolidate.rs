@@ -99,13 +99,10 @@ fn run_as(args: &BenchArgs, experiment_name: &str) -> Outcome {
         Ok(e) => e,
         Err(e) => return bad(e),
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join(experiment_name));
-    if let Err(e) = std::fs::create_dir_all(out.join("logs")) {
-        return bad(format!("--out {}: {e}", out.display()));
-    }
+    let out = match super::out_dir(args, experiment_name) {
+        Ok(o) => o,
+        Err(e) => return bad(e),
+    };
     teardown::catch_signals();
     let guard = teardown::Guard;
     let outcome = bench(args, exe, out.clone(), ns, scenarios, configs);

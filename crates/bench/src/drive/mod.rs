@@ -44,13 +44,17 @@ fn memvisor_exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
 }
 
-/// `--out`, or `bench-out/NAME`, with its `logs` directory, checked writable; the one line of
-/// bad input when it is not.
+/// `--out`, or `bench-out/NAME`, made absolute, with its `logs` directory, checked writable; the
+/// one line of bad input when it is not. Absolute because the runs hand paths under it to
+/// children that resolve a relative path from elsewhere (`memvisor host` from its config's
+/// directory).
 fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
-    let out = args
+    let given = args
         .out
         .clone()
         .unwrap_or_else(|| Path::new("bench-out").join(name));
+    let out = std::path::absolute(&given)
+        .map_err(|e| format!("--out {}: {e}; give a directory", given.display()))?;
     std::fs::create_dir_all(out.join("logs"))
         .and_then(|()| std::fs::write(out.join(".write-test"), b""))
         .and_then(|()| std::fs::remove_file(out.join(".write-test")))
