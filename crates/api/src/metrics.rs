@@ -257,6 +257,7 @@ const VM_ROWS: &[Row] = &[
     counter("pager.preventer_completed", "preventer_completed", Unit::None, "Preventer attempts whose instruction overwrote the whole page, installed with no read."),
     counter("pager.preventer_fallbacks", "preventer_fallbacks", Unit::None, "Preventer attempts whose instruction did not overwrite the whole page, so it was read in."),
     counter("pager.preventer_timeouts", "preventer_timeouts", Unit::None, "Preventer attempts whose vCPU did not answer in time, so the pager read the page in itself."),
+    counter("pager.preventer_passed", "preventer_passed", Unit::None, "Write faults on swapped or on-disk pages the Preventer left to an ordinary read, because a read has cost less per page than a prevention on this host."),
     counter("pager.device_installs", "device_installs", Unit::None, "Whole pages a device wrote into place without reading their old content."),
     counter("pager.write_faults", "write_faults", Unit::None, "First writes to clean, write-protected pages."),
     counter("pager.fault_reads_redone", "fault_reads_redone", Unit::None, "Faults whose store read, done without the page lock, found the faulting page changed meanwhile, so they were served again under the lock."),

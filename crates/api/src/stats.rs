@@ -333,6 +333,9 @@ pager_counters! {
     preventer_fallbacks,
     /// ... that did not answer in time, so the pager swapped the page in itself.
     preventer_timeouts,
+    /// Write faults on swapped or on-disk pages the Preventer left to an ordinary read, because
+    /// a read has cost less per page than a prevention on this host.
+    preventer_passed,
     /// Whole pages a device wrote into place without reading their old content.
     device_installs,
     /// First writes to clean, write-protected pages.

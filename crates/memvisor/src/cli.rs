@@ -118,6 +118,14 @@ pub enum PagerMode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PreventerArg {
+    /// While a prevention costs less per page than a read, as measured.
+    Measured,
+    /// On every write to a swapped or on-disk page.
+    Always,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum VictimArg {
     /// Uniformly random resident pages (ESX §3.3).
     Random,
@@ -213,8 +221,17 @@ pub struct RunArgs {
     pub mapper: bool,
     /// VSwapper's False Reads Preventer (with `--pager full`): a vCPU's write to a swapped page is
     /// looked at first, and a `rep stos`/`rep movs` over the whole page installs it without a read.
-    #[arg(long)]
-    pub preventer: bool,
+    /// `--preventer` (`=measured`) does so while a prevention has cost less per page than a read
+    /// on this host, as the pager measures them; `--preventer=always` on every such write, as
+    /// VSwapper does.
+    #[arg(
+        long,
+        value_enum,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "measured"
+    )]
+    pub preventer: Option<PreventerArg>,
     /// Tesseract's indirections (with `--pager full`): a guest disk write of pages the pager holds
     /// in its swap file does not read them back; the disk blocks refer to the swap file's blocks,
     /// logged in IMAGE.indirections beside each writable image and copied back into the image
@@ -448,7 +465,7 @@ mod tests {
         assert_eq!(r.disks.len(), 2);
         assert!(r.disks[0].read_only && r.disks[0].id.as_deref() == Some("data"));
         assert_eq!(r.disks[1].path, PathBuf::from("/x/s.img"));
-        assert!(r.balloon && r.mapper && !r.preventer && r.tesseract);
+        assert!(r.balloon && r.mapper && r.preventer.is_none() && r.tesseract);
         assert_eq!(r.tesseract_max, Some(64 << 20));
         assert_eq!(r.tesseract_sync, LogSyncArg::Flush);
         assert_eq!(r.tesseract_defrag, Some(DefragArg::Store));
@@ -458,6 +475,32 @@ mod tests {
         assert_eq!(r.release_ready, 40 << 20);
         assert_eq!(r.pager, PagerMode::Full);
         assert_eq!(r.sharing, SharingArg::Host);
+    }
+
+    #[test]
+    fn the_preventer_is_measured_unless_told_always() {
+        let parse = |extra: &[&str]| {
+            let argv = ["memvisor", "run", "--pager", "full", "--mapper"]
+                .iter()
+                .chain(extra);
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::Run(r)) => Ok(r.preventer),
+                Ok(_) => panic!("not run"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        assert_eq!(parse(&[]), Ok(None));
+        assert_eq!(parse(&["--preventer"]), Ok(Some(PreventerArg::Measured)));
+        assert_eq!(
+            parse(&["--preventer", "--prefetch", "0"]),
+            Ok(Some(PreventerArg::Measured))
+        );
+        assert_eq!(
+            parse(&["--preventer=always"]),
+            Ok(Some(PreventerArg::Always))
+        );
+        let bad = parse(&["--preventer=sometimes"]).unwrap_err();
+        assert!(bad.contains("measured, always"), "{bad}");
     }
 
     #[test]

@@ -9,7 +9,8 @@ use memvisor_vmm::affinity::CpuSet;
 use memvisor_vmm::{DiskConfig, VmConfig, VmExit, VmmError};
 
 use crate::cli::{
-    DefragArg, Hypervisor, LogSyncArg, PagerMode, RunArgs, SharingArg, SwapIn, VictimArg,
+    DefragArg, Hypervisor, LogSyncArg, PagerMode, PreventerArg, RunArgs, SharingArg, SwapIn,
+    VictimArg,
 };
 use crate::{guest_kit, qemu, status};
 
@@ -132,7 +133,7 @@ fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             ));
         }
     }
-    if (args.mapper || args.preventer || args.victim_cache > 0)
+    if (args.mapper || args.preventer.is_some() || args.victim_cache > 0)
         && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
     {
         return bad(
@@ -261,7 +262,11 @@ pub fn run(args: RunArgs) -> ExitCode {
             _ => memvisor_pager::Mechanisms {
                 prefetch: a.prefetch,
                 mapper: a.mapper,
-                preventer: a.preventer,
+                preventer: match a.preventer {
+                    None => memvisor_pager::Preventing::Off,
+                    Some(PreventerArg::Measured) => memvisor_pager::Preventing::Measured,
+                    Some(PreventerArg::Always) => memvisor_pager::Preventing::Always,
+                },
                 ..memvisor_pager::Mechanisms::DEFAULT
             },
         },
@@ -426,6 +431,9 @@ pub fn summary_table(s: &VmStats) -> String {
             ("prefetched", c.prefetched, "pages", false),
             ("prefetch hits", c.prefetch_hits, "pages", false),
             ("swapped in writable", c.swapped_in_writable, "pages", false),
+            ("preventions", c.preventer_completed, "", false),
+            ("preventer fallbacks", c.preventer_fallbacks, "", false),
+            ("preventer passed", c.preventer_passed, "faults", false),
             (
                 "deflated, mapped at once",
                 c.deflated_mapped,

@@ -25,9 +25,10 @@ use std::time::Instant;
 use memvisor_devices::iobuf::IoBuf;
 use userfaultfd::EventBuffer;
 
+use crate::config::Preventing;
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
-use crate::preventer::Preventer;
+use crate::preventer::{Preventer, ReadFrom};
 use crate::reclaim::Reclaimer;
 use crate::state::{FaultAction, PageState, PageTable};
 use crate::stats::Counters;
@@ -234,19 +235,29 @@ impl FaultHandler {
         if let Some(r) = self.install_from_release_cache(core, &mut pages, p, write) {
             return (pages, r);
         }
-        let preventable = write
-            && pages.table.mech.preventer
-            && matches!(
-                pages.table.state(p),
-                PageState::Swapped(_) | PageState::OnDisk(_)
-            )
-            && core.vcpus.is_vcpu(tid);
-        if preventable && preventer.stop(core, tid, p) {
-            return (pages, Ok(()));
+        let stored = match pages.table.state(p) {
+            PageState::Swapped(_) => Some(ReadFrom::Swap),
+            PageState::OnDisk(_) => Some(ReadFrom::Image),
+            _ => None,
+        };
+        let mode = pages.table.mech.preventer;
+        if let Some(from) = stored {
+            if write
+                && mode != Preventing::Off
+                && core.vcpus.is_vcpu(tid)
+                && preventer.stop(core, tid, p, from, mode)
+            {
+                return (pages, Ok(()));
+            }
         }
         match pages.table.fault(p, write) {
             FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
-                self.load_unlocked(core, pages, p, write, from, keep)
+                let t0 = Instant::now();
+                let (pages, r) = self.load_unlocked(core, pages, p, write, from, keep);
+                if let (Ok(Some(n)), Some(kind)) = (&r, stored) {
+                    preventer.read_took(kind, t0.elapsed(), u64::from(*n));
+                }
+                (pages, r.map(|_| ()))
             }
             _ => {
                 let r = self.missing_fault(core, &mut pages, p, write);
@@ -258,6 +269,7 @@ impl FaultHandler {
     /// Loads `p` and the run that comes with it from slot `from` of a disk store, reading
     /// without the page lock (module doc). Falls back to [`Self::missing_fault`] under the lock
     /// when another thread's load has the buffer, and when `p` changed state during the read.
+    /// Says how many pages the read brought, or `None` after a fallback.
     fn load_unlocked<'a>(
         &self,
         core: &'a PagerCore,
@@ -266,13 +278,13 @@ impl FaultHandler {
         write: bool,
         from: Slot,
         keep: bool,
-    ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
+    ) -> (MutexGuard<'a, Pages>, std::io::Result<Option<u32>>) {
         let mut io = match self.fault_io.try_lock() {
             Ok(io) => io,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => {
                 let r = self.missing_fault(core, &mut pages, p, write);
-                return (pages, r);
+                return (pages, r.map(|()| None));
             }
         };
         let (lo, n) = self.region_run(core, p, pages.table.load_run(p));
@@ -292,7 +304,7 @@ impl FaultHandler {
         if changed.get((p - lo) as usize) != Some(&false) {
             Counters::add(&core.counters.fault_reads_redone, 1);
             let r = self.missing_fault(core, &mut pages, p, write);
-            return (pages, r);
+            return (pages, r.map(|()| None));
         }
         let Pages {
             table, prefetched, ..
@@ -306,7 +318,7 @@ impl FaultHandler {
             source,
         };
         let r = self.install_read(core, table, prefetched, &read, |i| !changed[i as usize]);
-        (pages, r)
+        (pages, r.map(|()| Some(n)))
     }
 
     /// Installs what `read` holds: the pages `i` (counted from its first) for which

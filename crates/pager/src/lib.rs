@@ -50,7 +50,9 @@ mod takeover;
 pub mod victim;
 
 pub use crate::core::{NoVcpus, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
-pub use config::{IndirectConfig, Mechanisms, PagerConfig, PoolConfig, DEFAULT_RELEASE_CACHE};
+pub use config::{
+    IndirectConfig, Mechanisms, PagerConfig, PoolConfig, Preventing, DEFAULT_RELEASE_CACHE,
+};
 pub use pager::Pager;
 pub use preventer::CpuState;
 pub use release::ReleaseOutcome;

@@ -16,6 +16,16 @@
 //!    the vCPU re-enters the guest, which then runs the instruction again over present pages.
 //! 4. If the vCPU does not answer within [`TIMEOUT_MS`], the pager thread swaps the page in itself.
 //!
+//! A prevention is only worth it when it costs less than the read it saves. On a host where
+//! stopping a vCPU is slow (about 137 µs on kvm_pvm: the signal, the exit from `KVM_RUN`, the
+//! register reads, the page walk) and a read brings a run of up to 16 pages from a fast disk, it
+//! does not. So the Preventer measures both as the pager goes, in time per page brought in: a
+//! prevention from the stop to the install (an attempt that falls back or times out brings none),
+//! a read from the swap file or an image from its start to the install of its run, apart for the
+//! two kinds of store ([`Costs`]). While reads of the faulting page's kind cost less, a write
+//! fault goes to the read (`preventer_passed`), and one in [`RETRY_EVERY`] is tried anyway, so
+//! the Preventer's own cost stays measured as the guest and the disk change.
+//!
 //! What differs from the paper: VSwapper emulates any run of stores into a buffer for up to 1 ms
 //! and 32 pages. Emulating arbitrary stores from user space would mean re-implementing the
 //! instruction set; memvisor handles the string instructions that zero and copy whole pages (how
@@ -24,12 +34,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
 use memvisor_devices::ram::GuestRam;
 use vm_memory::{Bytes, GuestAddress};
 
+use crate::config::Preventing;
 use crate::core::{current_tid, PagerCore};
 use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
@@ -40,6 +51,10 @@ use crate::stats::Counters;
 pub const MAX_PAGES: u64 = 32;
 /// How long the pager waits for an interrupted vCPU before swapping the page in itself.
 pub const TIMEOUT_MS: u64 = 10;
+/// While reads cost less per page, one write fault in this many is still given to the Preventer.
+pub const RETRY_EVERY: u32 = 64;
+/// The samples a cost estimate remembers: each new one weighs `1 / COST_MEMORY`.
+const COST_MEMORY: f64 = 32.0;
 
 const RFLAGS_DF: u64 = 1 << 10;
 
@@ -175,13 +190,87 @@ pub fn translate(cr3: u64, va: u64, read: impl Fn(u64) -> Option<u64>) -> Option
     None
 }
 
+/// The time one way of bringing pages in has taken per page: decayed sums of the time and of
+/// the pages, so an attempt that brought none raises the cost without a division by zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cost {
+    micros: f64,
+    pages: f64,
+}
+
+impl Cost {
+    /// Adds one sample: `took` for `pages` pages.
+    pub fn add(&mut self, took: Duration, pages: u64) {
+        let keep = 1.0 - 1.0 / COST_MEMORY;
+        // Pages of one sample: at most a run or `MAX_PAGES`, exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        let n = pages as f64;
+        self.micros = self.micros * keep + took.as_secs_f64() * 1e6;
+        self.pages = self.pages * keep + n;
+    }
+
+    /// Microseconds per page brought in; `None` before any sample, infinite when time was
+    /// spent and no page came of it.
+    #[must_use]
+    pub fn per_page(&self) -> Option<f64> {
+        if self.micros == 0.0 && self.pages == 0.0 {
+            None
+        } else if self.pages <= f64::EPSILON {
+            Some(f64::INFINITY)
+        } else {
+            Some(self.micros / self.pages)
+        }
+    }
+}
+
+/// Where the page a read would bring comes from: the two cost differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    Swap,
+    Image,
+}
+
+/// What the Preventer has measured, and how many write faults it passed over since it last
+/// tried.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Costs {
+    pub prevent: Cost,
+    pub swap: Cost,
+    pub image: Cost,
+    passed: u32,
+}
+
+impl Costs {
+    /// Whether a write fault on a page read from `from` goes to the Preventer: unless both are
+    /// measured and the read costs less per page, and then one in [`RETRY_EVERY`].
+    pub fn try_prevent(&mut self, from: ReadFrom) -> bool {
+        let read = match from {
+            ReadFrom::Swap => self.swap,
+            ReadFrom::Image => self.image,
+        };
+        match (self.prevent.per_page(), read.per_page()) {
+            (Some(prevent), Some(read)) if prevent > read => {
+                self.passed += 1;
+                if self.passed >= RETRY_EVERY {
+                    self.passed = 0;
+                    return true;
+                }
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
 // The Preventer's driving: stopping a vCPU on its write fault and deciding once it answers.
 
 /// The Preventer's state: the vCPU threads it stopped, the page each faulted on, and since
-/// when. Taken after the page lock, never before it.
+/// when; and what preventions and reads have cost. Each lock is taken after the page lock,
+/// never before it, and neither is held while taking the other.
 #[derive(Default)]
 pub(crate) struct Preventer {
     stopped: Mutex<HashMap<i32, (PageIdx, Instant)>>,
+    costs: Mutex<Costs>,
 }
 
 impl Preventer {
@@ -189,15 +278,41 @@ impl Preventer {
         self.stopped.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn costs(&self) -> MutexGuard<'_, Costs> {
+        self.costs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A read from a store installed `pages` pages in `took`.
+    pub(crate) fn read_took(&self, from: ReadFrom, took: Duration, pages: u64) {
+        let mut c = self.costs();
+        match from {
+            ReadFrom::Swap => c.swap.add(took, pages),
+            ReadFrom::Image => c.image.add(took, pages),
+        }
+    }
+
     /// Whether a stopped vCPU has yet to answer.
     pub(crate) fn waiting(&self) -> bool {
         !self.stopped().is_empty()
     }
 
-    /// Stops vCPU thread `tid`, whose write to page `p` faulted, so it can be asked what it is
-    /// writing. Returns false if it cannot be stopped (already stopped, or the kick failed):
-    /// the caller then swaps the page in.
-    pub(crate) fn stop(&self, core: &PagerCore, tid: i32, p: PageIdx) -> bool {
+    /// Stops vCPU thread `tid`, whose write to page `p` (to be read from `from` otherwise)
+    /// faulted, so it can be asked what it is writing. Returns false if `mode` is
+    /// [`Preventing::Measured`] and a read costs less here ([`Costs::try_prevent`]), or if the
+    /// vCPU cannot be stopped (already stopped, or the kick failed): the caller then reads the
+    /// page in.
+    pub(crate) fn stop(
+        &self,
+        core: &PagerCore,
+        tid: i32,
+        p: PageIdx,
+        from: ReadFrom,
+        mode: Preventing,
+    ) -> bool {
+        if mode == Preventing::Measured && !self.costs().try_prevent(from) {
+            Counters::add(&core.counters.preventer_passed, 1);
+            return false;
+        }
         let mut stopped = self.stopped();
         if stopped.contains_key(&tid) || core.vcpus.kick(tid).is_err() {
             return false;
@@ -224,6 +339,11 @@ impl Preventer {
             }
             late
         };
+        for _ in &late {
+            self.costs()
+                .prevent
+                .add(Duration::from_millis(TIMEOUT_MS), 0);
+        }
         Counters::add(&core.counters.preventer_timeouts, late.len() as u64);
         late.into_iter().map(|(_, p)| p).collect()
     }
@@ -240,10 +360,11 @@ impl Preventer {
         registers: impl FnOnce() -> Option<CpuState>,
     ) -> Option<PageIdx> {
         let s = core;
-        let (p, _) = self.stopped().remove(&current_tid())?;
+        let (p, since) = self.stopped().remove(&current_tid())?;
         let installed = registers()
             .and_then(|cpu| core.prevent(reclaim, &cpu, p))
             .unwrap_or(0);
+        self.costs().prevent.add(since.elapsed(), installed);
         if installed > 0 {
             Counters::add(&s.counters.preventer_completed, 1);
             Counters::add(&s.counters.false_reads_avoided, installed);
@@ -408,5 +529,49 @@ mod tests {
         assert_eq!(translate(0x1000, 0x40_2123, read), Some(0x9123));
         assert_eq!(translate(0x1000, 0x4000_1234, read), Some(0x60_1234));
         assert_eq!(translate(0x1000, 0x40_3000, read), None);
+    }
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn a_prevention_is_tried_until_reads_are_measured_cheaper() {
+        let mut c = Costs::default();
+        // Nothing measured: the Preventer tries.
+        assert!(c.try_prevent(ReadFrom::Swap));
+        c.prevent.add(140 * US, 1);
+        assert!(c.try_prevent(ReadFrom::Swap), "reads not measured yet");
+        // A 16-page read in 200 µs: 12.5 µs a page, against 140.
+        c.swap.add(200 * US, 16);
+        let tried = (0..RETRY_EVERY * 3)
+            .filter(|_| c.try_prevent(ReadFrom::Swap))
+            .count();
+        assert_eq!(tried, 3, "one in {RETRY_EVERY} is still tried");
+        // The image's reads are measured apart: none yet, so the Preventer goes on there.
+        assert!(c.try_prevent(ReadFrom::Image));
+        c.image.add(900 * US, 1);
+        assert!(c.try_prevent(ReadFrom::Image), "image reads cost more");
+    }
+
+    #[test]
+    fn a_cost_follows_what_the_host_does_now() {
+        let mut c = Costs::default();
+        c.prevent.add(140 * US, 1);
+        c.swap.add(200 * US, 16);
+        assert!(c.prevent.per_page() > c.swap.per_page());
+        // The disk slows down: single-page reads of 2 ms each.
+        for _ in 0..8 {
+            c.swap.add(2000 * US, 1);
+        }
+        assert!(c.prevent.per_page() < c.swap.per_page());
+        assert!(c.try_prevent(ReadFrom::Swap));
+        // Attempts that bring no page (fallbacks, timeouts) make preventing dear.
+        for _ in 0..64 {
+            c.prevent.add(140 * US, 0);
+        }
+        assert!(c.prevent.per_page().unwrap() > 1000.0, "{:?}", c.prevent);
+        assert_eq!(Cost::default().per_page(), None);
+        let mut none = Cost::default();
+        none.add(10 * US, 0);
+        assert_eq!(none.per_page(), Some(f64::INFINITY));
     }
 }

@@ -28,6 +28,9 @@ pub struct Counters {
     pub preventer_fallbacks: AtomicU64,
     /// ... that did not answer in time, so the pager swapped the page in itself.
     pub preventer_timeouts: AtomicU64,
+    /// Write faults on swapped or on-disk pages the Preventer left to an ordinary read, because
+    /// a read has cost less per page than a prevention on this host.
+    pub preventer_passed: AtomicU64,
     /// Whole pages a device wrote into place without reading their old content.
     pub device_installs: AtomicU64,
     /// First writes to clean, write-protected pages.
@@ -155,6 +158,7 @@ impl Counters {
             preventer_completed,
             preventer_fallbacks,
             preventer_timeouts,
+            preventer_passed,
             device_installs,
             write_faults,
             fault_reads_redone,
@@ -202,6 +206,7 @@ impl Counters {
             preventer_completed: get(preventer_completed),
             preventer_fallbacks: get(preventer_fallbacks),
             preventer_timeouts: get(preventer_timeouts),
+            preventer_passed: get(preventer_passed),
             device_installs: get(device_installs),
             write_faults: get(write_faults),
             fault_reads_redone: get(fault_reads_redone),

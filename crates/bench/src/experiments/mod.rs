@@ -181,6 +181,7 @@ const LIMITED: &[&str] = &[
     "memvisor-balloon",
     "memvisor-mapper",
     "memvisor-vswapper",
+    "memvisor-vswapper-always",
     "memvisor-fpr",
     "memvisor-vswapper-fpr",
     "memvisor-vswapper-balloon",
