@@ -141,14 +141,35 @@ impl FaultHandler {
     }
 
     /// Swaps in page `p` for a vCPU the Preventer stopped and could not serve
-    /// ([`Preventer::vcpu_interrupted`]), on the vCPU's thread; a failure pauses the VM.
-    pub(crate) fn preventer_fallback(&self, core: &PagerCore, reclaim: &Reclaimer, p: PageIdx) {
+    /// ([`Preventer::vcpu_interrupted`]), on the vCPU's thread; a failure pauses the VM. The
+    /// read is timed for the Preventer's comparison: where every attempt falls back, it is the
+    /// only read of its kind there is.
+    pub(crate) fn preventer_fallback(
+        &self,
+        core: &PagerCore,
+        reclaim: &Reclaimer,
+        preventer: &Preventer,
+        p: PageIdx,
+    ) {
         let mut pages = core.lock();
-        if let Err(e) = self.missing_fault(core, &mut pages, p, true) {
-            core.pause(PagerFailure::Fault {
+        let from = match pages.table.state(p) {
+            PageState::Swapped(_) => Some(ReadFrom::Swap),
+            PageState::OnDisk(_) => Some(ReadFrom::Image),
+            _ => None,
+        };
+        let before = pages.table.resident();
+        let t0 = Instant::now();
+        match self.missing_fault(core, &mut pages, p, true) {
+            Ok(()) => {
+                if let Some(kind) = from {
+                    let brought = pages.table.resident().saturating_sub(before).max(1);
+                    preventer.read_took(kind, t0.elapsed(), u64::from(brought));
+                }
+            }
+            Err(e) => core.pause(PagerFailure::Fault {
                 page: p,
                 error: e.to_string(),
-            });
+            }),
         }
         drop(reclaim.hold_to_cap(core, pages));
     }

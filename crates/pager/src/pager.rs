@@ -408,7 +408,7 @@ impl Pager {
             .vcpu_interrupted(&self.core, &self.reclaimer, registers);
         if let Some(p) = fallback {
             self.faults
-                .preventer_fallback(&self.core, &self.reclaimer, p);
+                .preventer_fallback(&self.core, &self.reclaimer, &self.preventer, p);
         }
     }
 

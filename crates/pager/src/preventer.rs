@@ -21,8 +21,8 @@
 //! register reads, the page walk) and a read brings a run of up to 16 pages from a fast disk, it
 //! does not. So the Preventer measures both as the pager goes, in time per page brought in: a
 //! prevention from the stop to the install (an attempt that falls back or times out brings none),
-//! a read from the swap file or an image from its start to the install of its run, apart for the
-//! two kinds of store ([`Costs`]). While reads of the faulting page's kind cost less, a write
+//! a read from the swap file or an image from its start to the install of its run (a fallback's
+//! read too), apart for the two kinds of store ([`Costs`]). While reads of the faulting page's kind cost less, a write
 //! fault goes to the read (`preventer_passed`), and one in [`RETRY_EVERY`] is tried anyway, so
 //! the Preventer's own cost stays measured as the guest and the disk change.
 //!
