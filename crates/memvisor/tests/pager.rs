@@ -702,9 +702,9 @@ fn integrity_holds_while_free_page_reports_complete_behind_the_guest() {
     assert!(c.reported > 5_000, "the guest reported its free pages");
 }
 
-/// The Swap Mapper (with the Preventer on every write): a guest whose page cache mirrors its disk, under a
-/// limit, verifies every byte while its file pages leave without swap writes and refault from
-/// the image, and while it keeps rewriting its files.
+/// The Swap Mapper (with the Preventer on every write): a guest whose page cache mirrors its
+/// disk, under a limit, verifies every byte while its file pages leave without swap writes and
+/// refault from the image, and while it keeps rewriting its files.
 #[test]
 fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
     let c = integrity_checked(
@@ -829,29 +829,22 @@ fn the_ghost_cache_finds_rereads_of_file_pages_the_guest_evicted() {
     assert!(wanted[0] > 0 && wanted[1] == 0, "{wanted:?}");
 }
 
+/// `alloc` of 120 MiB twice in a 256 MiB VM limited to 48 MiB, with `args` besides: round 2
+/// zeroes fresh pages whose old content is in the swap store, and checks every word of them.
+fn alloc_over_swapped_pages(args: &[&str]) -> memvisor_api::PagerCounters {
+    let mut all = vec!["--mem", "256M", "--mem-limit", "48M"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--workload", "alloc", "--cmdline", "mb=120 rounds=2"]);
+    run_checked(&all, "alloc").counters
+}
+
 /// The False Reads Preventer, stopping the vCPU on every write (`--preventer=always`, as
 /// VSwapper does): a guest that zeroes fresh pages (`rep stosb`) whose old content is in the
 /// swap store gets them without a single read of that content, and every word of every fresh
 /// page reads zero.
 #[test]
 fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
-    let c = run_checked(
-        &[
-            "--mem",
-            "256M",
-            "--mem-limit",
-            "48M",
-            "--preventer=always",
-            "--prefetch",
-            "0",
-            "--workload",
-            "alloc",
-            "--cmdline",
-            "mb=120 rounds=2",
-        ],
-        "alloc",
-    )
-    .counters;
+    let c = alloc_over_swapped_pages(&["--preventer=always", "--prefetch", "0"]);
     let (completed, attempts, read) = (
         c.preventer_completed,
         c.preventer_attempts,
@@ -872,21 +865,7 @@ fn preventer_installs_pages_the_guest_overwrites_without_reading_them() {
 /// every fresh page reads zero either way.
 #[test]
 fn measured_preventer_tries_or_passes_every_write_and_loses_nothing() {
-    let c = run_checked(
-        &[
-            "--mem",
-            "256M",
-            "--mem-limit",
-            "48M",
-            "--preventer",
-            "--workload",
-            "alloc",
-            "--cmdline",
-            "mb=120 rounds=2",
-        ],
-        "alloc",
-    )
-    .counters;
+    let c = alloc_over_swapped_pages(&["--preventer"]);
     eprintln!(
         "preventer: {} attempts, {} completed, {} passed to a read",
         c.preventer_attempts, c.preventer_completed, c.preventer_passed

@@ -152,16 +152,12 @@ impl FaultHandler {
         p: PageIdx,
     ) {
         let mut pages = core.lock();
-        let from = match pages.table.state(p) {
-            PageState::Swapped(_) => Some(ReadFrom::Swap),
-            PageState::OnDisk(_) => Some(ReadFrom::Image),
-            _ => None,
-        };
+        let from = ReadFrom::of(pages.table.state(p));
         let before = pages.table.resident();
         let t0 = Instant::now();
         match self.missing_fault(core, &mut pages, p, true) {
             Ok(()) => {
-                if let Some(kind) = from {
+                if let (Some(kind), Preventing::Measured) = (from, pages.table.mech.preventer) {
                     let brought = pages.table.resident().saturating_sub(before).max(1);
                     preventer.read_took(kind, t0.elapsed(), u64::from(brought));
                 }
@@ -256,11 +252,7 @@ impl FaultHandler {
         if let Some(r) = self.install_from_release_cache(core, &mut pages, p, write) {
             return (pages, r);
         }
-        let stored = match pages.table.state(p) {
-            PageState::Swapped(_) => Some(ReadFrom::Swap),
-            PageState::OnDisk(_) => Some(ReadFrom::Image),
-            _ => None,
-        };
+        let stored = ReadFrom::of(pages.table.state(p));
         let mode = pages.table.mech.preventer;
         if let Some(from) = stored {
             if write
@@ -275,7 +267,7 @@ impl FaultHandler {
             FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
                 let t0 = Instant::now();
                 let (pages, r) = self.load_unlocked(core, pages, p, write, from, keep);
-                if let (Ok(Some(n)), Some(kind)) = (&r, stored) {
+                if let (Ok(Some(n)), Some(kind), Preventing::Measured) = (&r, stored, mode) {
                     preventer.read_took(kind, t0.elapsed(), u64::from(*n));
                 }
                 (pages, r.map(|_| ()))

@@ -45,6 +45,7 @@ use crate::core::{current_tid, PagerCore};
 use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
+use crate::state::PageState;
 use crate::stats::Counters;
 
 /// Most pages one decision installs.
@@ -228,6 +229,18 @@ impl Cost {
 pub enum ReadFrom {
     Swap,
     Image,
+}
+
+impl ReadFrom {
+    /// Where a page in `state` is read from; `None` when it is not in a store.
+    #[must_use]
+    pub fn of(state: PageState) -> Option<ReadFrom> {
+        match state {
+            PageState::Swapped(_) => Some(ReadFrom::Swap),
+            PageState::OnDisk(_) => Some(ReadFrom::Image),
+            _ => None,
+        }
+    }
 }
 
 /// What the Preventer has measured, and how many write faults it passed over since it last
