@@ -265,9 +265,11 @@ impl FaultHandler {
         }
         match pages.table.fault(p, write) {
             FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
-                let t0 = Instant::now();
+                // Timed only for a Preventer that compares reads with preventions.
+                let timed = stored.filter(|_| mode == Preventing::Measured);
+                let t0 = timed.map(|kind| (kind, Instant::now()));
                 let (pages, r) = self.load_unlocked(core, pages, p, write, from, keep);
-                if let (Ok(Some(n)), Some(kind), Preventing::Measured) = (&r, stored, mode) {
+                if let (Ok(Some(n)), Some((kind, t0))) = (&r, t0) {
                     preventer.read_took(kind, t0.elapsed(), u64::from(*n));
                 }
                 (pages, r.map(|_| ()))

@@ -22,9 +22,10 @@
 //! does not. So the Preventer measures both as the pager goes, in time per page brought in: a
 //! prevention from the stop to the install (an attempt that falls back or times out brings none),
 //! a read from the swap file or an image from its start to the install of its run (a fallback's
-//! read too), apart for the two kinds of store ([`Costs`]). While reads of the faulting page's kind cost less, a write
-//! fault goes to the read (`preventer_passed`), and one in [`RETRY_EVERY`] is tried anyway, so
-//! the Preventer's own cost stays measured as the guest and the disk change.
+//! read too), apart for the two kinds of store ([`Costs`]). While reads of the faulting page's
+//! kind cost less, a write fault goes to the read (`preventer_passed`), and one in
+//! [`RETRY_EVERY`] is tried anyway, so the Preventer's own cost stays measured as the guest and
+//! the disk change.
 //!
 //! What differs from the paper: VSwapper emulates any run of stores into a buffer for up to 1 ms
 //! and 32 pages. Emulating arbitrary stores from user space would mean re-implementing the
@@ -352,10 +353,11 @@ impl Preventer {
             }
             late
         };
-        for _ in &late {
-            self.costs()
-                .prevent
-                .add(Duration::from_millis(TIMEOUT_MS), 0);
+        if !late.is_empty() {
+            let mut costs = self.costs();
+            for _ in &late {
+                costs.prevent.add(Duration::from_millis(TIMEOUT_MS), 0);
+            }
         }
         Counters::add(&core.counters.preventer_timeouts, late.len() as u64);
         late.into_iter().map(|(_, p)| p).collect()
