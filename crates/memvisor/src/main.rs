@@ -6,6 +6,7 @@ mod ctl;
 mod disks;
 mod guest_kit;
 mod hostlimit;
+mod huge_heap;
 mod qemu;
 mod run;
 mod top;
@@ -38,6 +39,11 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     let args = cli::Cli::parse();
+    if let cli::Command::Run(run) = &args.command {
+        if run.hypervisor == cli::Hypervisor::Memvisor {
+            huge_heap::ensure();
+        }
+    }
     match args.command {
         cli::Command::Run(args) => run::run(args),
         cli::Command::Mkdisk(args) => disks::run(args),

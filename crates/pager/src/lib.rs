@@ -25,6 +25,7 @@
 //! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 
+mod block_links;
 mod blocks;
 mod config;
 mod core;
@@ -33,6 +34,7 @@ mod fault;
 mod guest_ram;
 pub mod keyed_hash;
 pub mod page;
+mod page_map;
 mod pager;
 pub mod pattern;
 pub mod preventer;

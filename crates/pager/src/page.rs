@@ -11,7 +11,7 @@ pub type PageIdx = u32;
 pub type Block = u32;
 
 /// A 4 KiB block of a guest disk image: disk index (its virtio slot order) and block number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ImageBlock {
     pub disk: u8,
     pub block: u32,

@@ -2,11 +2,13 @@
 //! move it. Pure: no syscalls. The pager thread asks this table what to do and carries it out;
 //! the model test in this file carries the same decisions out on a simulated memory.
 
+use crate::block_links::BlockLinks;
 use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
 use crate::digest::Digest;
 use crate::keyed_hash::{KeyedMap, KeyedState};
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
+use crate::page_map::PageMap;
 use crate::pattern::Patterns;
 use crate::released::Released;
 use crate::victim::{VictimPolicy, Victims};
@@ -79,14 +81,14 @@ pub struct PageTable {
     /// ([`Self::take_ready_lost`]).
     ready_lost: u64,
     /// For each image block, the pages that mirror it or were dropped relying on it.
-    by_block: KeyedMap<ImageBlock, smallvec::SmallVec<[PageIdx; 2]>>,
+    by_block: BlockLinks,
     /// Pages a device is writing to disk, left writable, that will mirror the blocks once the
     /// write lands if they still hold what was written.
     pending: KeyedMap<PageIdx, ImageBlock>,
     /// Mirrored pages a guest disk read filled or a guest disk write was made from, left
     /// writable: the digest of the block's content. Such a page mirrors its block only if its
     /// content still has this digest.
-    digests: KeyedMap<PageIdx, Digest>,
+    digests: PageMap<Digest>,
     /// Changes of the mirrors: one more for each page that comes to mirror a block, stops
     /// mirroring, or gets a digest ([`Self::mirror_generation`]).
     mirror_generation: u64,
@@ -111,7 +113,7 @@ pub struct PageTable {
     /// The image block each page mirrored last, kept from the moment the association ended
     /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
     /// a guest disk read into the page then tells the guest evicted that block.
-    ended: KeyedMap<PageIdx, ImageBlock>,
+    ended: PageMap<ImageBlock>,
     /// The pages instant release took, while they are out, their dwell times, and the
     /// reclamation cache (`released.rs`).
     pub released: Released,
@@ -231,9 +233,9 @@ impl PageTable {
             pages: vec![PageState::Zero; pages as usize],
             ready: vec![false; pages as usize],
             ready_lost: 0,
-            by_block: KeyedMap::default(),
+            by_block: BlockLinks::default(),
             pending: KeyedMap::default(),
-            digests: KeyedMap::default(),
+            digests: PageMap::new(pages),
             mirror_generation: 0,
             blocks: BlockMap::new(swap_blocks),
             victims: Victims::new(pages, policy, seed, mech.cluster),
@@ -250,7 +252,7 @@ impl PageTable {
             // RAM, so no extra demand is larger.
             ghost: Ghost::new(pages.max(1) as usize, GHOST_BUCKETS)
                 .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
-            ended: KeyedMap::default(),
+            ended: PageMap::new(pages),
             released: Released::new(0),
             unrecorded: Vec::new(),
             clean_reuse: CleanReuse::default(),
@@ -313,25 +315,16 @@ impl PageTable {
         // A page that goes on relying on the same block (a mirror dropped, say) keeps its link.
         if block(old) != block(s) {
             if let Some(ib) = block(old) {
-                if let Some(v) = self.by_block.get_mut(&ib) {
-                    v.retain(|q| *q != p);
-                    if v.is_empty() {
-                        self.by_block.remove(&ib);
-                    }
-                }
+                self.by_block.unlink(ib, p);
             }
             if let Some(ib) = block(s) {
-                self.by_block.entry(ib).or_default().push(p);
+                self.by_block.link(ib, p);
             }
         }
         if block(s).is_some() {
-            self.ended.remove(&p);
+            self.ended.remove(p);
         } else if let Some(ib) = block(old) {
             self.ended.insert(p, ib);
-        }
-        if let PageState::Mirrored(ib) = s {
-            // Its block is in guest RAM again.
-            self.ghost.remove(&ib);
         }
         self.pages[p as usize] = s;
         self.ready[p as usize] = false;
@@ -340,7 +333,7 @@ impl PageTable {
             self.mirror_generation += 1;
         }
         // A digest is set after the state, by the one caller that records one.
-        self.digests.remove(&p);
+        self.digests.remove(p);
         for w in &mut self.watched {
             if let Some(c) = p
                 .checked_sub(w.first)
@@ -412,10 +405,14 @@ impl PageTable {
                     clean: keep.then_some(block),
                 }
             }
-            PageState::OnDisk(ib) if keep => PageState::Mirrored(ib),
             PageState::OnDisk(ib) => {
+                // Its block is in guest RAM again.
                 self.ghost.remove(&ib);
-                PageState::Resident { clean: None }
+                if keep {
+                    PageState::Mirrored(ib)
+                } else {
+                    PageState::Resident { clean: None }
+                }
             }
             PageState::Sampled(_) => PageState::Resident { clean: None },
             s => unreachable!("only pages swapped, on disk or sampled are loaded, not {s:?}"),
@@ -609,10 +606,11 @@ impl PageTable {
         if !self.mech.mapper {
             return;
         }
-        let in_ram = self.by_block.get(&ib).is_some_and(|v| {
-            v.iter()
-                .any(|&q| self.pages[q as usize] == PageState::Mirrored(ib))
-        });
+        let in_ram = self
+            .by_block
+            .pages(ib)
+            .iter()
+            .any(|&q| self.pages[q as usize] == PageState::Mirrored(ib));
         if !in_ram {
             self.ghost.insert(ib);
         }
@@ -665,7 +663,7 @@ impl PageTable {
         }
         self.set(p, to);
         // The guest freed the page: the block it held left its page cache.
-        if let Some(ib) = self.ended.remove(&p) {
+        if let Some(ib) = self.ended.remove(p) {
             self.left_ram(ib);
         }
         is_resident(was)
@@ -732,15 +730,13 @@ impl PageTable {
                 if let PageState::Mirrored(ib) = self.state(p) {
                     let base = ib.block & !(c - 1);
                     for block in base..base.saturating_add(c) {
-                        let mates = self.by_block.get(&ImageBlock {
+                        let mates = self.by_block.pages(ImageBlock {
                             disk: ib.disk,
                             block,
                         });
                         extra.extend(
                             mates
                                 .into_iter()
-                                .flatten()
-                                .copied()
                                 .filter(|&q| matches!(self.state(q), PageState::Mirrored(_))),
                         );
                     }
@@ -820,7 +816,7 @@ impl PageTable {
             // A page a device is writing out keeps its protection: a write must still end that.
             // A mirror checked by its digest was writable before it cooled, and is again.
             let writable = self.state(q) == (PageState::Resident { clean: None })
-                || self.digests.contains_key(&q);
+                || self.digests.contains_key(q);
             if writable && !self.pending.contains_key(&q) {
                 dirty.push(q);
             }
@@ -885,14 +881,14 @@ impl PageTable {
         }
         let before = match self.state(p) {
             PageState::Mirrored(b) | PageState::OnDisk(b) => Some(b),
-            _ => self.ended.remove(&p),
+            _ => self.ended.remove(p),
         };
         if let Some(b) = before {
             // It leaves before the read that replaced it is looked up; the page that held it
             // no longer counts as holding it.
             if let PageState::Mirrored(_) = self.state(p) {
                 self.set(p, PageState::Resident { clean: None });
-                self.ended.remove(&p);
+                self.ended.remove(p);
             }
             self.left_ram(b);
         }
@@ -923,7 +919,7 @@ impl PageTable {
     /// writable when a guest disk read filled it (`None`: not such a page, so not writable
     /// behind the table's back).
     pub fn mirror_digest(&self, p: PageIdx) -> Option<Digest> {
-        self.digests.get(&p).copied()
+        self.digests.get(p)
     }
 
     /// Mirrored page `p`, left writable with a digest, was write-protected and found unchanged
@@ -931,7 +927,7 @@ impl PageTable {
     /// digest to check.
     pub fn mirror_protected(&mut self, p: PageIdx) {
         if let PageState::Mirrored(_) = self.state(p) {
-            self.digests.remove(&p);
+            self.digests.remove(p);
         }
     }
 
@@ -964,7 +960,7 @@ impl PageTable {
     /// content back from the image (and call [`Self::refetched`]) before the write.
     pub fn disk_write_begins(&mut self, ib: ImageBlock) -> Vec<PageIdx> {
         let mut refetch = Vec::new();
-        for p in self.by_block.get(&ib).cloned().unwrap_or_default() {
+        for p in self.by_block.pages(ib) {
             match self.state(p) {
                 PageState::Mirrored(_) => self.set(p, PageState::Resident { clean: None }),
                 PageState::OnDisk(_) => refetch.push(p),
@@ -985,7 +981,7 @@ impl PageTable {
     /// holds what was written ([`Self::disk_write_done`]).
     pub fn disk_write_source(&mut self, p: PageIdx, ib: ImageBlock) {
         if self.mech.mapper && is_resident(self.state(p)) {
-            if self.digests.contains_key(&p) {
+            if self.digests.contains_key(p) {
                 self.set(p, PageState::Resident { clean: None });
             }
             self.pending.insert(p, ib);
@@ -1015,6 +1011,8 @@ impl PageTable {
                 self.blocks.release(b);
             }
             self.set(p, PageState::Mirrored(ib));
+            // Its block is in guest RAM: it cannot have left it.
+            self.ghost.remove(&ib);
             self.digests.insert(p, written);
             self.mirror_generation += 1;
             if self.victims.is_cooling(p) {

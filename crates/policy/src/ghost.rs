@@ -114,18 +114,22 @@ impl<K: Copy + Eq + Hash, S: BuildHasher + Default> Ghost<K, S> {
     /// `key` left memory: it goes in at the most recent end (moved there if it was in). The
     /// least recent entry falls off if the cache is full.
     pub fn insert(&mut self, key: K) {
-        self.take(&key);
-        if self.len() == self.capacity {
-            self.evict_oldest();
-        }
         if self.next == self.slots.len() {
             self.compact();
         }
         let s = self.next;
         self.next += 1;
+        // One lookup of `key`, which is seldom in already (every lookup is a cache miss in a
+        // table as large as the page cache).
+        if let Some(old) = self.stamps.insert(key, s) {
+            self.slots[old] = None;
+            self.add(old, -1);
+        }
         self.slots[s] = Some(key);
         self.add(s, 1);
-        self.stamps.insert(key, s);
+        if self.len() > self.capacity {
+            self.evict_oldest();
+        }
     }
 
     /// A read of `key` missed the guest's memory: if the cache holds it, a hit at the returned
