@@ -39,12 +39,13 @@ pub fn ensure() {
         return;
     }
     let now = std::env::var_os(VAR);
-    let Some(value) = tunables(now.as_ref().and_then(|v| v.to_str())) else {
+    let now = match now.as_deref().map(std::ffi::OsStr::to_str) {
+        Some(None) => return, // not text: left alone
+        now => now.flatten(),
+    };
+    let Some(value) = tunables(now) else {
         return;
     };
-    if now.as_ref().is_some_and(|v| v.to_str().is_none()) {
-        return; // not text: leave it alone
-    }
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_default();
     // `exec` returns only on failure, and then this process carries on as it is.
