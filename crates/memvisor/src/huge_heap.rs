@@ -6,7 +6,7 @@
 //! TLB, and on a host that is itself virtualized a miss walks two levels of page tables: in
 //! `bench seqread` with the Swap Mapper, the probes of the image-block links were a fifth of the
 //! disk thread's bookkeeping. With the heap on 2 MiB pages that bookkeeping took a quarter less
-//! CPU, for about 1 MiB more resident memory per VMM.
+//! CPU, for 0–2 MiB more resident memory per VMM.
 //!
 //! glibc puts its heaps on huge pages when its `glibc.malloc.hugetlb` tunable is 1 (glibc 2.35
 //! on; older versions ignore it), and reads tunables only as the process starts. So the process

@@ -108,7 +108,10 @@ pub struct PageTable {
     next_watch: u64,
     /// The ghost cache (HyperDealer2 §5.3) of image blocks whose pages left guest RAM, with the
     /// Swap Mapper: see [`Self::left_ram`] for what enters, [`Self::read_from_disk`] and
-    /// [`Self::image_refault`] for the lookups.
+    /// [`Self::image_refault`] for the lookups. A block leaves it when a page comes to mirror it
+    /// again, in each of the three ways that happens: a guest disk read (whose own lookup takes
+    /// it out), a refault from the image (`loaded`) and a landed disk write
+    /// ([`Self::disk_write_done`]).
     pub ghost: Ghost<ImageBlock, KeyedState>,
     /// The image block each page mirrored last, kept from the moment the association ended
     /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
@@ -1011,7 +1014,7 @@ impl PageTable {
                 self.blocks.release(b);
             }
             self.set(p, PageState::Mirrored(ib));
-            // Its block is in guest RAM: it cannot have left it.
+            // Its block is in guest RAM again: out of the ghost cache.
             self.ghost.remove(&ib);
             self.digests.insert(p, written);
             self.mirror_generation += 1;
