@@ -6,7 +6,9 @@
 //!    the victim order; for a cold-only release, only pages of sequential streams the guest has
 //!    left cold, and probes of the others), less the victims of a reclaim
 //!    chunk in flight (reclaim has decided their fate; see `reclaim.rs`), at most as many as
-//!    keep the limit at or above [`MIN_LIMIT`];
+//!    keep the limit at or above [`MIN_LIMIT`]. Those already protected come first, in the
+//!    same order ([`PageTable::pick_protected`]; not for a cold-only release): they need
+//!    neither step 2 nor 3;
 //! 2. those a guest disk read (or write) left writable are write-protected, one ioctl per run
 //!    of neighbours, so what is checked next is what is dropped: a guest (or device) write from
 //!    now on faults and waits for the page lock (the others have been protected since they came
@@ -65,6 +67,8 @@ struct Times {
     drop: u64,
     mark: u64,
     unlock: u64,
+    /// Runs of neighbours dropped (one `madvise` each).
+    runs: u64,
 }
 
 /// The pages of `to_check` (resident and write-protected, under the page lock held by the
@@ -211,7 +215,23 @@ pub(crate) fn release_clean(
     // changed candidates (a guest rewriting its files) makes few rounds. Every round that goes
     // on found a page changed (it leaves the mirrors) or passed one over: the rounds end.
     let busy = pages.in_flight.len();
-    let mut drop_list: Vec<PageIdx> = Vec::new();
+    // 0. Protected mirrors first, in the victim order: they need no check (release readiness
+    // checked them, or they came back from their blocks), where a writable candidate costs a
+    // protection change and a digest. A guest that writes its page cache puts new writable
+    // mirrors at the head of the order faster than readiness, which paces itself then, checks
+    // them; those come after. A cold-only release keeps the order as it is: it probes sequences.
+    let mut drop_list: Vec<PageIdx> = if cold_only {
+        Vec::new()
+    } else {
+        let mut v = pages
+            .table
+            .pick_protected(want.saturating_add(u32::try_from(busy).unwrap_or(u32::MAX)));
+        v.retain(|p| pages.in_flight.binary_search(p).is_err());
+        v.truncate(want as usize);
+        v.sort_unstable();
+        v
+    };
+    split(&mut times.pick);
     let mut passed_over: Vec<PageIdx> = Vec::new();
     let mut checked = 0usize;
     loop {
@@ -316,6 +336,7 @@ pub(crate) fn release_clean(
     // 5. Dropped, one call per run; a run that cannot be stays resident (and protected).
     let mut failed: Vec<(PageIdx, u32)> = Vec::new();
     for (first, k) in core.map.region_runs(&drop_list) {
+        times.runs += 1;
         crate::takeover::split_huge(core, &mut pages, first, k);
         let range = GuestRange {
             addr: core.map.gpa(first),
@@ -370,7 +391,7 @@ pub(crate) fn release_clean(
     Counters::add(&core.counters.release_us, out.micros);
     tracing::debug!(
         "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting \
-         and checking {} us, moving into the reclamation cache {} us, dropping {} us, \
+         and checking {} us, moving into the reclamation cache {} us, dropping {} us in {} runs, \
          marking them out {} us, \
          handing the page lock on {} us",
         out.released_pages,
@@ -380,6 +401,7 @@ pub(crate) fn release_clean(
         times.check,
         times.cache,
         times.drop,
+        times.runs,
         times.mark,
         times.unlock
     );

@@ -780,6 +780,21 @@ impl PageTable {
         }
     }
 
+    /// Up to about `n` of [`Self::pick_clean`]'s candidates (no `cold_at`) that are protected
+    /// mirrors already: refaulted from their blocks, or checked by their digests since their
+    /// reads (release readiness), so a release takes them without a check. In the same order;
+    /// with an order other than the `hd2` ones, or without the Swap Mapper, none.
+    pub fn pick_protected(&mut self, n: u32) -> Vec<PageIdx> {
+        let policy = self.victims.policy();
+        if !policy.is_hd2() || !self.mech.mapper {
+            return Vec::new();
+        }
+        let whole = policy == VictimPolicy::Hd2Whole;
+        let (victims, digests) = (&self.victims, &self.digests);
+        let protected = |p| victims.is_candidate(p) && !digests.contains_key(p);
+        self.patterns.pick(n as usize, whole, protected)
+    }
+
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
     /// pages that just began to cool down in the victim cache (the caller write-protects them),
     /// and the chunk's victims (the oldest cooling pages, or without a cache those
@@ -1731,6 +1746,39 @@ mod tests {
         );
         assert_eq!(sim.t.patterns.counts().sequential, 0);
         assert_eq!(sim.t.patterns.take_detected(), (2, 2));
+    }
+
+    #[test]
+    fn protected_candidates_are_picked_in_the_victim_order_without_the_writable_ones() {
+        let mut sim = Sim::with_policy(64, MAPPER, VictimPolicy::Hd2);
+        for b in 0..32 {
+            sim.disk.insert(b, 100 + u64::from(b));
+        }
+        // An older sequential stream into pages 0..8, a newer one into 16..24: the newer is
+        // taken first. Disk reads leave them writable, with digests.
+        sim.disk_read_run(0, 0, 4);
+        sim.disk_read_run(4, 4, 4);
+        sim.disk_read_run(16, 16, 4);
+        sim.disk_read_run(20, 20, 4);
+        assert_eq!(sim.t.pick_protected(64), Vec::<PageIdx>::new());
+        // Some checked and protected (as readiness leaves them), in both streams.
+        for p in [2, 3, 5, 17, 22] {
+            sim.ram.get_mut(&p).unwrap().1 = true;
+            sim.t.mirror_protected(p);
+        }
+        assert_eq!(sim.t.pick_protected(64), vec![17, 22, 2, 3, 5]);
+        assert_eq!(sim.t.pick_protected(3), vec![17, 22, 2]);
+        // One the guest writes is no candidate at all.
+        sim.write(22, 9);
+        assert_eq!(sim.t.pick_protected(64), vec![17, 2, 3, 5]);
+        // The order of every candidate is unchanged.
+        let want: Vec<PageIdx> = [16..22, 23..24, 0..8].into_iter().flatten().collect();
+        assert_eq!(sim.t.pick_clean(64, None), want);
+        // Other victim orders have no protected-first pick.
+        let mut clock = Sim::with_policy(16, MAPPER, VictimPolicy::Clock);
+        clock.disk_read_run(0, 0, 4);
+        clock.t.mirror_protected(1);
+        assert_eq!(clock.t.pick_protected(16), Vec::<PageIdx>::new());
     }
 
     #[test]

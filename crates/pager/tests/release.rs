@@ -544,6 +544,53 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
     assert_eq!(g.pager.snapshot().counters.released_refaults, 3000);
 }
 
+/// A release takes the candidates already protected first (here refaulted from the image), in
+/// the victim order, though writable mirrors come before them in that order; it checks only
+/// what it needs beyond them, and keeps those the guest wrote. Every byte is right afterwards.
+#[test]
+fn a_release_takes_protected_mirrors_first_and_checks_only_what_it_needs_beyond_them() {
+    let mut g = Guest::with(|c| {
+        c.limit = Some(PAGES * PAGE as u64);
+        c.policy = VictimPolicy::Hd2;
+    });
+    // Stream A, blocks 0..2000 into pages 0..2000, released and read again: it refaults from
+    // the image into protected mirrors.
+    for b in 0..2000 {
+        g.disk_read(b, b);
+    }
+    let r = g.pager.release_clean(2000, false).unwrap();
+    assert_eq!(r.released_pages, 2000, "{r:?}");
+    for p in 0..2000 {
+        g.check(p);
+    }
+    // Stream B, newer and so first in the victim order, blocks 4000..7000 into pages
+    // 8000..11000: writable mirrors with digests; the guest writes one page in 16 of it.
+    let mut written = 0;
+    for b in 4000..7000 {
+        g.disk_read(b + 4000, b);
+        if b % 16 == 5 {
+            g.write_word(b + 4000, 1, 0xbeef_0000 | b);
+            written += 1;
+        }
+    }
+    let before = g.pager.snapshot().counters;
+    let r = g.pager.release_clean(1500, false).unwrap();
+    assert_eq!((r.released_pages, r.changed_pages), (1500, 0), "{r:?}");
+    let k = g.pager.snapshot().counters;
+    assert_eq!(
+        k.mirrors_checked, before.mirrors_checked,
+        "only protected mirrors were taken: nothing checked"
+    );
+    // 500 protected ones left: the rest is B's, checked, and the written ones stay.
+    let r = g.pager.release_clean(3000, false).unwrap();
+    assert_eq!(r.released_pages, 3000, "{r:?}");
+    assert_eq!(r.changed_pages, written, "{r:?}");
+    let k2 = g.pager.snapshot().counters;
+    // The first round checks 2,500 of B; finding some changed, the next checks B's last 500.
+    assert_eq!(k2.mirrors_checked - k.mirrors_checked, 3000);
+    g.check_all();
+}
+
 /// Cold-only releases in the `hd2` victim order (`pattern.rs`): two streams the guest read and
 /// left give their probes only; the guest reads one of them again (its probe comes back: a loop),
 /// and the next cold-only release takes the other, never a page of the loop; a stream being read
