@@ -170,9 +170,10 @@ pub(crate) struct Pages {
     /// Resident pages when the last reclaim chunk was recorded (0 before the first, so the
     /// first installs past the limit wait for the first chunk).
     pub resident_after_chunk: u32,
-    /// The zero fault a guest filling memory in order would take next: the page after the
-    /// last zero run installed, and that run's window (`fault.rs`).
-    pub zero_stream: (PageIdx, u32),
+    /// The last zero run installed, its first page and the page after it, and its window: a
+    /// guest filling memory in order (or from the top down) takes its next zero fault just
+    /// after it (or just before it) (`fault.rs`).
+    pub zero_stream: (PageIdx, PageIdx, u32),
     /// Pages a balloon deflate mapped to the shared zero page, oldest first, some since written
     /// by the guest or gone: resident to the table though they hold no memory until written, so
     /// reclaim drops the ones still unwritten before it takes any other victim (`reclaim.rs`).

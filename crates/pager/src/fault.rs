@@ -58,8 +58,8 @@ fn writable_read(table: &PageTable, from: Slot, write: bool, keep: bool) -> bool
 /// (128 KiB) ...
 const ZERO_WINDOW: u32 = 32;
 /// ... doubling, up to 1 MiB, while each zero fault lands on the page after the last run
-/// installed: a guest filling memory in order, or taking back the 2 MiB chunks it reported
-/// free, takes a few faults per chunk rather than 16.
+/// installed (or the page before it): a guest filling memory in order, or taking back the 2 MiB
+/// chunks it reported free, takes a few faults per chunk rather than 16.
 const ZERO_WINDOW_MAX: u32 = 256;
 
 /// The fault path (see the module doc): the buffers it reads into and the faults it could not
@@ -460,10 +460,13 @@ impl FaultHandler {
         Some(Ok(()))
     }
 
-    /// Installs zero pages at `p` and the pages after it whose content is nothing (never
-    /// touched, or reported free by the guest), up to a window ([`ZERO_WINDOW`], doubled while
-    /// the faults follow each other, [`ZERO_WINDOW_MAX`]), in one call: a guest that reuses
-    /// memory it reported free takes it back a window at a time, not a page.
+    /// Installs zero pages at `p` and its neighbours whose content is nothing (never touched,
+    /// or reported free or given back by the balloon), up to a window ([`ZERO_WINDOW`], doubled
+    /// while the faults follow each other, [`ZERO_WINDOW_MAX`]), in one call: a guest that
+    /// reuses memory it reported free takes it back a window at a time, not a page. The window
+    /// runs on from `p` the way the last one was followed (after it, or before it) and then the
+    /// other way: a guest allocator hands out pages it freed last first, and a run freed in
+    /// address order is taken back from its top down.
     fn install_zero(
         &self,
         core: &PagerCore,
@@ -480,29 +483,48 @@ impl FaultHandler {
             }
             _ => {}
         }
-        let window = match pages.zero_stream {
-            (next, last) if next == p => {
-                // Beyond the base window, only into room under the limit: a grown window must
-                // not take the VM further past it than a fault always could.
-                let room = core.limit().saturating_sub(pages.table.resident());
-                last.saturating_mul(2)
-                    .clamp(ZERO_WINDOW, ZERO_WINDOW_MAX)
-                    .min(room.max(ZERO_WINDOW))
-            }
-            _ => ZERO_WINDOW,
+        let (last_lo, last_hi, last) = pages.zero_stream;
+        let down = last_lo > 0 && p == last_lo - 1;
+        let window = if p == last_hi || down {
+            // Beyond the base window, only into room under the limit: a grown window must
+            // not take the VM further past it than a fault always could.
+            let room = core.limit().saturating_sub(pages.table.resident());
+            last.saturating_mul(2)
+                .clamp(ZERO_WINDOW, ZERO_WINDOW_MAX)
+                .min(room.max(ZERO_WINDOW))
+        } else {
+            ZERO_WINDOW
         };
-        let mut n = 1;
+        let table = &pages.table;
         let mut reported = 0;
-        while n < window && p + n < pages.table.len() && core.map.same_region(p, p + n) {
-            match pages.table.state(p + n) {
-                PageState::Zero => {}
-                PageState::Reported => reported += 1,
-                _ => break,
+        let mut nothing = |q: PageIdx| {
+            if !core.map.same_region(p, q) {
+                return false;
             }
-            n += 1;
+            match table.state(q) {
+                PageState::Zero => true,
+                PageState::Reported => {
+                    reported += 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        let (mut lo, mut hi) = (p, p + 1);
+        for up in [!down, down] {
+            if up {
+                while hi - lo < window && hi < table.len() && nothing(hi) {
+                    hi += 1;
+                }
+            } else {
+                while hi - lo < window && lo > 0 && nothing(lo - 1) {
+                    lo -= 1;
+                }
+            }
         }
         // Reported pages taken back with this one: their old content is not read either.
         Counters::add(&core.counters.false_reads_avoided, reported);
+        let n = hi - lo;
         let len = n as usize * PAGE_SIZE;
         let r = if write {
             // A write would at once copy a shared zero page in the kernel (a second fault per
@@ -510,21 +532,21 @@ impl FaultHandler {
             // SAFETY: `zeros` is a live buffer of ZERO_WINDOW_MAX pages, at least `len` bytes.
             unsafe {
                 core.uffd
-                    .copy(self.zeros.as_ptr(), core.map.host(p), len, false)
+                    .copy(self.zeros.as_ptr(), core.map.host(lo), len, false)
             }
         } else {
-            core.uffd.zeropage(core.map.host(p), len)
+            core.uffd.zeropage(core.map.host(lo), len)
         };
         if let Err(e) = r {
-            for q in p..p + e.pages.min(n) {
+            for q in lo..lo + e.pages.min(n) {
                 pages.table.installed(q, FaultAction::Zero);
             }
             return Err(e.into());
         }
-        for q in p..p + n {
+        for q in lo..hi {
             pages.table.installed(q, FaultAction::Zero);
         }
-        pages.zero_stream = (p + n, window);
+        pages.zero_stream = (lo, hi, window);
         Counters::add(&core.counters.faults_zero, 1);
         Ok(())
     }

@@ -133,7 +133,7 @@ impl Pager {
             huge: HashSet::new(),
             in_flight: Vec::new(),
             resident_after_chunk: 0,
-            zero_stream: (0, 0),
+            zero_stream: (0, 0, 0),
             deflated: Vec::new(),
             indirections: 0,
             written: std::collections::HashMap::new(),
