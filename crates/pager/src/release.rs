@@ -217,8 +217,8 @@ pub(crate) fn release_clean(
     let busy = pages.in_flight.len();
     // 0. Protected mirrors first, in the victim order: they need no check (release readiness
     // checked them, or they came back from their blocks), where a writable candidate costs a
-    // protection change and a digest. A guest that writes its page cache puts new writable
-    // mirrors at the head of the order faster than readiness, which paces itself then, checks
+    // protection change and a digest. A guest that writes its page cache makes new writable
+    // mirrors at the head of the order faster than readiness (which paces itself then) checks
     // them; those come after. A cold-only release keeps the order as it is: it probes sequences.
     let mut drop_list: Vec<PageIdx> = if cold_only {
         Vec::new()

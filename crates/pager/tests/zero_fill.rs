@@ -1,8 +1,8 @@
 //! Never-touched memory taken by a guest, and memory a balloon deflate gave back, with real
 //! userfaultfd (no KVM: the test's own thread plays the guest): the zero window grows while the
-//! faults follow each other, upwards or downwards, stays at its base for scattered touches; deflated pages are mapped
-//! at once as far as the limit has room, and those the guest leaves unwritten are the first
-//! reclaim drops; and every page holds what was written.
+//! faults follow each other, upwards or downwards, and stays at its base for scattered touches;
+//! deflated pages are mapped at once as far as the limit has room, and those the guest leaves
+//! unwritten are the first reclaim drops; and every page holds what was written.
 
 use std::sync::Arc;
 
