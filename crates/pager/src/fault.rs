@@ -484,7 +484,7 @@ impl FaultHandler {
             _ => {}
         }
         let (last_lo, last_hi, last) = pages.zero_stream;
-        let down = last_lo > 0 && p == last_lo - 1;
+        let down = p + 1 == last_lo;
         let window = if p == last_hi || down {
             // Beyond the base window, only into room under the limit: a grown window must
             // not take the VM further past it than a fault always could.

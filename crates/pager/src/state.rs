@@ -764,14 +764,12 @@ impl PageTable {
     /// memory is not short, which only the `hd2` orders know (with another, or without the
     /// Swap Mapper, none). They stay resident until the caller records what it did with them.
     pub fn pick_clean(&mut self, n: u32, cold_at: Option<std::time::Instant>) -> Vec<PageIdx> {
-        let policy = self.victims.policy();
-        if !policy.is_hd2() || !self.mech.mapper {
+        let Some(whole) = self.hd2_order() else {
             return match cold_at {
                 Some(_) => Vec::new(),
                 None => self.victims.pick_named(n),
             };
-        }
-        let whole = policy == VictimPolicy::Hd2Whole;
+        };
         let victims = &self.victims;
         let eligible = |p| victims.is_candidate(p);
         match cold_at {
@@ -784,15 +782,21 @@ impl PageTable {
     /// mirrors already: refaulted from their blocks, or checked by their digests since their
     /// reads (release readiness), so a release takes them without a check. In the same order;
     /// with an order other than the `hd2` ones, or without the Swap Mapper, none.
-    pub fn pick_protected(&mut self, n: u32) -> Vec<PageIdx> {
-        let policy = self.victims.policy();
-        if !policy.is_hd2() || !self.mech.mapper {
+    pub fn pick_protected(&self, n: u32) -> Vec<PageIdx> {
+        let Some(whole) = self.hd2_order() else {
             return Vec::new();
-        }
-        let whole = policy == VictimPolicy::Hd2Whole;
+        };
         let (victims, digests) = (&self.victims, &self.digests);
         let protected = |p| victims.is_candidate(p) && !digests.contains_key(p);
         self.patterns.pick(n as usize, whole, protected)
+    }
+
+    /// With an `hd2` victim order and the Swap Mapper, whether the order takes whole
+    /// sequences ([`VictimPolicy::Hd2Whole`]); otherwise `None`: the reference patterns do not
+    /// choose.
+    fn hd2_order(&self) -> Option<bool> {
+        let policy = self.victims.policy();
+        (policy.is_hd2() && self.mech.mapper).then_some(policy == VictimPolicy::Hd2Whole)
     }
 
     /// The victims of one reclaim chunk of `n` pages under a limit of `limit` pages: returns the
