@@ -20,7 +20,8 @@
 //!    configuration needs host swap, QEMU's overhead measured by a calibration run (printed, and
 //!    passed to QEMU runs for their cgroup limit).
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
-//!    order rotated per repetition), so drift hits all configurations alike (`run::vm`).
+//!    order that changes per repetition, `run::order`), so drift and what one run leaves the
+//!    next hit all configurations alike (`run::vm`).
 //! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`output::report`, `output::plot`;
 //!    for the time series of `workingset`, `output::workingset`; for the throughput over time of
 //!    `recovery`, `output::recovery`).

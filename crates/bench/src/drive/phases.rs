@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::configs::{self, Config};
 use crate::experiments;
 use crate::output::{plot, recovery, report, workingset};
-use crate::run::{host, teardown, vm};
+use crate::run::{host, order, teardown, vm};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench EXPERIMENT` for the experiments of `experiments::find`.
@@ -347,8 +347,8 @@ struct Bench<'a> {
 
 impl Bench<'_> {
     /// Every configuration and step, repetition by repetition, each repetition running every
-    /// configuration once (in an order rotated per repetition, so no configuration always runs
-    /// first), until all ran or the bench is interrupted.
+    /// configuration once (in the order of `order::of_rep`: every configuration runs in every
+    /// position and after every other), until all ran or the bench is interrupted.
     fn run_all(&self, started: Instant) -> Result<Vec<report::Record>, String> {
         let (exp, plan) = (&self.plan.exp, self.plan);
         let reps = plan.reps;
@@ -359,10 +359,8 @@ impl Bench<'_> {
         bar.set_message(exp.name);
         'reps: for rep in 1..=reps {
             for (si, step) in exp.steps.iter().enumerate() {
-                let k = plan.configs.len();
-                for j in 0..k {
-                    // Rotate the order per repetition so no configuration always runs first.
-                    let c = plan.configs[(j + usize::try_from(rep - 1).unwrap_or(0)) % k];
+                for j in order::of_rep(plan.configs.len(), rep) {
+                    let c = plan.configs[j];
                     if teardown::interrupted() {
                         break 'reps;
                     }

@@ -358,7 +358,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     };
     let _ = writeln!(
         s,
-        "{what} VMs of {} MiB running `{} {}`{limit}, all started at once; KSM scanning {} pages every {} ms for every mode (zero pages merged with the zero page), everything merged before a run unmerged first. Memory is read from the VMs' own page maps (`/proc/PID/pagemap`, `/proc/kpageflags`, `/proc/PID/ksm_stat`) every {} s, so no other process on the host enters. {} repetition(s), modes in a rotated order.\n",
+        "{what} VMs of {} MiB running `{} {}`{limit}, all started at once; KSM scanning {} pages every {} ms for every mode (zero pages merged with the zero page), everything merged before a run unmerged first. Memory is read from the VMs' own page maps (`/proc/PID/pagemap`, `/proc/kpageflags`, `/proc/PID/ksm_stat`) every {} s, so no other process on the host enters. {} repetition(s), modes in an order that changes per repetition.\n",
         z.mem >> 20,
         z.workload,
         z.cmdline,

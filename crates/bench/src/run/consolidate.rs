@@ -109,8 +109,8 @@ struct Plan {
     pinned: Option<usize>,
 }
 
-/// Runs every scenario, N and configuration, repetitions interleaved (the configurations'
-/// order rotated per repetition); hands the records to `sink` after each run. The disk images
+/// Runs every scenario, N and configuration, repetitions interleaved (the configurations
+/// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
 /// in `work` are removed at the end, also after an error or an interruption.
 pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Result<(), String> {
     let work = s.out.join("work");
@@ -150,9 +150,8 @@ fn run_in(
     for rep in 1..=s.reps {
         for &scenario in &s.scenarios {
             for &n in &s.ns {
-                let k = s.configs.len();
-                for j in 0..k {
-                    let (name, kind) = s.configs[(j + rep as usize - 1) % k];
+                for j in super::order::of_rep(s.configs.len(), rep) {
+                    let (name, kind) = s.configs[j];
                     if interrupted() {
                         return Ok(());
                     }

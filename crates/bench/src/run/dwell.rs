@@ -234,7 +234,7 @@ fn follow(
     Ok(())
 }
 
-/// Runs every policy, repetition by repetition (the order rotated each time).
+/// Runs every policy, repetition by repetition (in `order::of_rep`'s order).
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
@@ -246,13 +246,12 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
         Some(&setup.sizes.disk_files()),
     )?;
     let mut points = Vec::new();
-    let k = setup.policies.len();
     'reps: for rep in 1..=setup.reps {
-        for j in 0..k {
+        for j in super::order::of_rep(setup.policies.len(), rep) {
             if teardown::interrupted() {
                 break 'reps;
             }
-            let policy = &setup.policies[(j + rep as usize - 1) % k];
+            let policy = &setup.policies[j];
             eprintln!("[dwell rep {rep}/{} {policy}] starting", setup.reps);
             let pt = measure(setup, policy, rep);
             eprintln!(

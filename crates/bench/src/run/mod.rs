@@ -5,6 +5,7 @@ pub mod consolidate;
 pub mod dwell;
 pub mod host;
 pub mod hostexp;
+pub mod order;
 pub mod reclaimdelay;
 pub mod sharing;
 pub mod swapin;

@@ -499,7 +499,8 @@ fn disks(setup: &Setup) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every group, repetition by repetition (the methods' order rotated each time); returns
+/// Runs every group, repetition by repetition (the methods in `order::of_rep`'s
+/// order); returns
 /// the points.
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     disks(setup)?;
@@ -511,12 +512,11 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     'reps: for rep in 1..=setup.reps {
         for &n in &setup.sizes.victims {
             for &st in &setup.states {
-                let nm = setup.methods.len();
-                for j in 0..nm {
+                for j in super::order::of_rep(setup.methods.len(), rep) {
                     if teardown::interrupted() {
                         break 'reps;
                     }
-                    let m = setup.methods[(j + rep as usize - 1) % nm];
+                    let m = setup.methods[j];
                     k += 1;
                     eprintln!(
                         "[reclaimdelay {k}/{total} rep {rep}/{} {} {} {n} victim(s)] starting ({:.0} s since the bench started)",

@@ -377,8 +377,8 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     p
 }
 
-/// Runs every number of VMs and mode, repetition by repetition (the modes' order rotated each
-/// time), then (in the first repetition) the timing probe per mode; KSM is the harness's
+/// Runs every number of VMs and mode, repetition by repetition (the modes in
+/// `order::of_rep`'s order), then (in the first repetition) the timing probe per mode; KSM is the harness's
 /// meanwhile.
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
@@ -396,11 +396,11 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
             runs.push((2, true));
         }
         for (n, probe) in runs {
-            for j in 0..k {
+            for j in super::order::of_rep(k, rep) {
                 if teardown::interrupted() {
                     break 'reps;
                 }
-                let mode = &setup.modes[(j + rep as usize - 1) % k];
+                let mode = &setup.modes[j];
                 let what = if probe { "probe" } else { setup.experiment };
                 eprintln!(
                     "[{what} rep {rep}/{} {} x{n}] starting",

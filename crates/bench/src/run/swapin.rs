@@ -359,20 +359,19 @@ fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every size × mode × repetition, repetition by repetition (the modes' order rotated
-/// each time). Returns the points.
+/// Runs every size × mode × repetition, repetition by repetition (the modes in
+/// `order::of_rep`'s order). Returns the points.
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let mut points = Vec::new();
     let total = setup.sizes.len() * setup.modes.len() * setup.reps as usize;
     let started = Instant::now();
     'reps: for rep in 1..=setup.reps {
         for &size in &setup.sizes {
-            let k = setup.modes.len();
-            for j in 0..k {
+            for j in super::order::of_rep(setup.modes.len(), rep) {
                 if teardown::interrupted() {
                     break 'reps;
                 }
-                let mode = setup.modes[(j + rep as usize - 1) % k];
+                let mode = setup.modes[j];
                 eprintln!(
                     "[swapin {}/{total} rep {rep}/{} {} {} MiB] starting ({:.0} s since the bench started)",
                     points.len() + 1,
