@@ -1412,7 +1412,7 @@ pub fn tick(host: &Shared) {
         let vmm = client(sock);
         let warn = |r: Result<VmInfo, ClientError>| {
             if let Err(e) = r {
-                tracing::warn!("vm {name}: {e}");
+                order_failed(name, &e);
             }
         };
         if let Some(b) = o.balloon {
@@ -1427,11 +1427,23 @@ pub fn tick(host: &Shared) {
         if let Some(p) = o.pause {
             match if p { vmm.pause() } else { vmm.resume() } {
                 Ok(_) => done.push((name.clone(), p)),
-                Err(e) => tracing::warn!("vm {name}: {e}"),
+                Err(e) => order_failed(name, &e),
             }
         }
     }
     lock(host).sent(done);
+}
+
+/// Logs an order a VMM did not take. A VMM whose socket is gone has exited between the tick's
+/// decision and its order (a job that just ended): the host records that exit when it reaps
+/// the process, so this is no warning.
+fn order_failed(name: &str, e: &ClientError) {
+    match e {
+        ClientError::NoSocket { .. } | ClientError::NotListening { .. } => {
+            tracing::debug!("vm {name}: an order found its VMM gone: {e}");
+        }
+        _ => tracing::warn!("vm {name}: {e}"),
+    }
 }
 
 #[cfg(test)]
