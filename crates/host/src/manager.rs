@@ -1410,19 +1410,19 @@ pub fn tick(host: &Shared) {
     let mut done = Vec::new();
     for (o, name, sock) in &orders {
         let vmm = client(sock);
-        let warn = |r: Result<VmInfo, ClientError>| {
+        let taken = |r: Result<VmInfo, ClientError>| {
             if let Err(e) = r {
                 order_failed(name, &e);
             }
         };
         if let Some(b) = o.balloon {
-            warn(vmm.set_balloon(b));
+            taken(vmm.set_balloon(b));
         }
         if let Some(bytes) = o.pool {
-            warn(vmm.set_pool(bytes));
+            taken(vmm.set_pool(bytes));
         }
         if let Some(l) = o.limit {
-            warn(vmm.set_limit(Some(l)));
+            taken(vmm.set_limit(Some(l)));
         }
         if let Some(p) = o.pause {
             match if p { vmm.pause() } else { vmm.resume() } {

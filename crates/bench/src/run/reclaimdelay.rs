@@ -499,8 +499,7 @@ fn disks(setup: &Setup) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every group, repetition by repetition (the methods in `order::of_rep`'s
-/// order); returns
+/// Runs every group, repetition by repetition (the methods in `order::of_rep`'s order); returns
 /// the points.
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     disks(setup)?;

@@ -377,8 +377,8 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     p
 }
 
-/// Runs every number of VMs and mode, repetition by repetition (the modes in
-/// `order::of_rep`'s order), then (in the first repetition) the timing probe per mode; KSM is the harness's
+/// Runs every number of VMs and mode, repetition by repetition (the modes in `order::of_rep`'s
+/// order), then (in the first repetition) the timing probe per mode; KSM is the harness's
 /// meanwhile.
 pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
