@@ -23,9 +23,18 @@ pub fn of_rep(k: usize, rep: u32) -> Vec<usize> {
     for (pos, &c) in first.iter().enumerate() {
         name[c] = pos;
     }
-    let period = if k % 2 == 0 { k } else { 2 * k };
-    let row = (rep.max(1) as usize - 1) % period;
+    let row = (rep.max(1) as usize - 1) % cycle(k);
     williams_row(k, row).into_iter().map(|c| name[c]).collect()
+}
+
+/// The repetitions after which the order repeats: k for an even number of configurations, 2k
+/// for an odd one.
+fn cycle(k: usize) -> usize {
+    if k % 2 == 0 {
+        k
+    } else {
+        2 * k
+    }
 }
 
 /// Row `row` of the Williams design for `k` treatments: row 0 is 0, 1, k-1, 2, k-2, …; row i
@@ -53,14 +62,6 @@ fn williams_row(k: usize, row: usize) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    fn period(k: u32) -> u32 {
-        if k % 2 == 0 {
-            k
-        } else {
-            2 * k
-        }
-    }
-
     #[test]
     fn the_first_repetition_keeps_the_given_order() {
         for k in 0..=9 {
@@ -71,9 +72,8 @@ mod tests {
     #[test]
     fn over_a_cycle_every_configuration_runs_once_in_every_position_and_after_every_other_equally_often(
     ) {
-        for k32 in 1..=9u32 {
-            let k = k32 as usize;
-            let p = period(k32);
+        for k in 1..=9usize {
+            let p = u32::try_from(cycle(k)).unwrap();
             let mut at = vec![vec![0u32; k]; k];
             let mut after = vec![vec![0u32; k]; k];
             for rep in 1..=p {
@@ -88,7 +88,7 @@ mod tests {
                     after[w[0]][w[1]] += 1;
                 }
             }
-            let each = p / k32;
+            let each = p / u32::try_from(k).unwrap();
             for c in 0..k {
                 assert!(at[c].iter().all(|&n| n == each), "k={k}: positions {at:?}");
                 for d in 0..k {
