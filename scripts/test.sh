@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-host.sh
+# The commit convention (CONTRIBUTING.md) on every commit since it began.
+scripts/check-commits.sh
 cargo fmt --all -- --check
 (cd guest && cargo fmt -- --check)
 (cd fuzz && cargo fmt -- --check)
