@@ -33,7 +33,7 @@ use thiserror::Error;
 use crate::config::{IndirectConfig, Mechanisms};
 use crate::digest::{BlockDigests, Digest, DigestKey};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
-use crate::state::PageTable;
+use crate::state::table::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
 use crate::store::stores::Stores;

@@ -30,7 +30,8 @@ use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
 use crate::preventer::{Preventer, ReadFrom};
 use crate::reclaim::Reclaimer;
-use crate::state::{FaultAction, PageState, PageTable};
+use crate::state::page_state::PageState;
+use crate::state::table::{FaultAction, PageTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
 use crate::sys::uffd::{Fault, UffdError};
@@ -43,7 +44,7 @@ struct Read<'a> {
     data: &'a [u8],
     keep: bool,
     /// A read fault that brings swapped pages in writable, because keeping them clean has not
-    /// been paying ([`crate::state::CleanReuse`]): counted in `swapped_in_writable`.
+    /// been paying ([`crate::state::clean_reuse::CleanReuse`]): counted in `swapped_in_writable`.
     writable_read: bool,
     source: &'a dyn PageStore,
 }

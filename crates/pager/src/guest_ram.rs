@@ -5,7 +5,7 @@
 //!   are resident but write-protected lose their protection first, one ioctl per run. Anything
 //!   else is a plain access that faults like the guest's.
 //! - Disk devices report what they move (the `disk_*` calls), which the Swap Mapper turns into
-//!   page <-> block associations (`state.rs`): a read's pages stay writable, recorded with the
+//!   page <-> block associations (`state/`): a read's pages stay writable, recorded with the
 //!   keyed digest of the bytes read (`digest.rs`), which reclaim checks; a write's source pages
 //!   are not protected either: once the write lands, each that still holds what the device wrote
 //!   (the digests of its buffer and of the page agree) mirrors its block, writable, with that
@@ -24,7 +24,8 @@ use crate::core::{PagerCore, Pages};
 use crate::digest::Digest;
 use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
-use crate::state::{is_resident, FaultAction, PageState};
+use crate::state::page_state::{is_resident, PageState};
+use crate::state::table::FaultAction;
 use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;

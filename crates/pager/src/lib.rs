@@ -6,7 +6,7 @@
 //! | `sys/` | the system calls: userfaultfd with typed errors (`uffd.rs`), page numbers ↔ guest-physical and host addresses (`ram_map.rs`), the page map scan (`pagemap.rs`) |
 //! | `config.rs` | every configuration type ([`PagerConfig`], [`Mechanisms`], [`PoolConfig`], [`IndirectConfig`]) |
 //! | `digest.rs` | the keyed page digest (SipHash-1-3, 128-bit output, a random key per pager) the Swap Mapper checks mirrors with |
-//! | `state.rs` | the page table of states and its decisions (pure, model-tested) |
+//! | `state/` | the page table of states and its decisions (`table.rs`; pure, model-tested in `tests.rs`), its parts each owning its state: the states (`page_state.rs`), the Swap Mapper's mirrors, their digests and the ghost cache of the blocks that left guest RAM (`mirrors.rs`), the census of pages by state (`census.rs`), whether swapped-in pages are worth keeping clean (`clean_reuse.rs`), and the reads in flight without the page lock (`in_flight.rs`) |
 //! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
 //! | `pattern.rs` | HyperDealer2's reference patterns (§4.4–§4.5): sequential and loop sequences detected from guest disk reads and image refaults, and the victim order of mirrored pages built on them (pure) |
 //! | `victim.rs` | victim selection (random, clock, hd2) and the victim cache |

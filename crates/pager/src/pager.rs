@@ -59,7 +59,7 @@ use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
-use crate::state::PageTable;
+use crate::state::table::PageTable;
 use crate::stats::{Counters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, SwapStore};
@@ -122,7 +122,11 @@ impl Pager {
             crate::released::Released::new(release_slots.as_ref().map_or(0, |s| s.slots()));
         // A refault reads up to `prefetch` pages from swap, or up to `IMAGE_WINDOW_MAX` from an
         // image (reclaim writes from its own buffer).
-        let io_len = mech.prefetch.max(crate::state::IMAGE_WINDOW_MAX).max(1) as usize * PAGE_SIZE;
+        let io_len = mech
+            .prefetch
+            .max(crate::state::mirrors::IMAGE_WINDOW_MAX)
+            .max(1) as usize
+            * PAGE_SIZE;
         let state = Pages {
             table,
             // Huge pages only for the hot paths' buffers (the fault path's, reclaim's): this one

@@ -46,7 +46,7 @@ use crate::core::{current_tid, PagerCore};
 use crate::guest_ram::DeviceAccess;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
-use crate::state::PageState;
+use crate::state::page_state::PageState;
 use crate::stats::Counters;
 
 /// Most pages one decision installs.

@@ -51,7 +51,8 @@ use memvisor_devices::ram::{dontneed, GuestRange};
 use crate::core::{limit_to_bytes, PagerCore, PagerError, Pages, MIN_LIMIT};
 use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::state::{PageState, PageTable};
+use crate::state::page_state::PageState;
+use crate::state::table::PageTable;
 use crate::stats::Counters;
 use crate::takeover::Takeover;
 

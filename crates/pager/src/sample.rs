@@ -44,7 +44,7 @@ use memvisor_policy::ActiveEstimate;
 
 use crate::core::{PagerCore, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::state::PageState;
+use crate::state::page_state::PageState;
 use crate::store::{PageStore, StoreCounters};
 
 /// The longest the first measured period lasts, in the guest's execution time: a VM's first

@@ -52,7 +52,7 @@ impl PagerCore {
         // The page-cache statistics of HyperDealer2, with the Swap Mapper (which sees the
         // guest's disk reads and the pages that mirror its blocks).
         let patterns = pages.table.mech.mapper.then(|| {
-            let ghost = &pages.table.ghost;
+            let ghost = &pages.table.mirrors.ghost;
             let c = pages.table.patterns.counts();
             memvisor_api::PatternStats {
                 sequential: c.sequential,

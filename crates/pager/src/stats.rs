@@ -124,7 +124,7 @@ impl Counters {
     /// Counts the sequences and loops the page table's reference patterns detected, and the
     /// sequences probed, since this was last called (after each guest disk read, image refault
     /// and release).
-    pub(crate) fn add_patterns(&self, table: &mut crate::state::PageTable) {
+    pub(crate) fn add_patterns(&self, table: &mut crate::state::table::PageTable) {
         let probed = table.patterns.take_probes();
         if probed > 0 {
             Counters::add(&self.sequences_probed, probed);

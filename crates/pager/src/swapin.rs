@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
-use crate::state::PageState;
+use crate::state::page_state::PageState;
 use crate::stats::Counters;
 use crate::store;
 use crate::store::pool::{Pool, PoolCounters, FLUSH_BATCH};

@@ -1,0 +1,46 @@
+//! Whether swapped-in pages kept clean are worth keeping so: the outcomes of the last of them.
+
+use crate::page::PageIdx;
+
+/// What became of the swapped-in pages kept clean, write-protected with their blocks
+/// (`reuse_clean`): a guest write costs a write fault and frees the block; reclaim dropping
+/// one unwritten saves a write. When the guest writes nearly every page it swaps in (a
+/// collector's heap), keeping them costs a fault each and saves nothing, so loads from swap
+/// bring pages in writable, but in one cluster of every [`Self::SAMPLE`], which keeps them
+/// clean to go on telling which way it goes. The counts halve every [`Self::WINDOW`] outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanReuse {
+    /// Kept pages the guest wrote.
+    pub written: u32,
+    /// Kept pages reclaim dropped unwritten.
+    pub dropped: u32,
+}
+
+impl CleanReuse {
+    const WINDOW: u32 = 4096;
+    const SAMPLE: u32 = 8;
+    /// Pages of a cluster that decides together (the pager's default cluster).
+    const CLUSTER: u32 = 16;
+
+    /// Counts one outcome of a page kept clean: written by the guest, or dropped unwritten.
+    pub fn count(&mut self, written: bool) {
+        if written {
+            self.written += 1;
+        } else {
+            self.dropped += 1;
+        }
+        if self.written + self.dropped >= Self::WINDOW {
+            self.written /= 2;
+            self.dropped /= 2;
+        }
+    }
+
+    /// Whether a load of `p` from swap for a read keeps it clean: unless more than 7 in 8 of
+    /// the recent outcomes (at least 128 of them) were writes, and always in the sampled
+    /// clusters.
+    pub fn keep(&self, p: PageIdx) -> bool {
+        self.written + self.dropped < Self::SAMPLE * Self::CLUSTER
+            || self.written <= 7 * self.dropped
+            || (p / Self::CLUSTER) % Self::SAMPLE == 0
+    }
+}
