@@ -72,7 +72,7 @@ impl DeviceAccess<'_> {
     /// block's content) now mirrors its block, if it is resident. The pages stay writable.
     /// Before the takeover every page a device filled is in plain memory, so it is recorded as
     /// resident first; the takeover keeps what the table says of pages it finds present.
-    /// The request is one observation of the reference patterns (`pattern.rs`).
+    /// The request is one observation of the reference patterns (`pattern/`).
     fn record_reads(&self, state: &mut Pages, disk: u8, read: Vec<(PageIdx, ImageBlock, Digest)>) {
         let seen: Vec<(PageIdx, u32)> = read.iter().map(|&(p, ib, _)| (p, ib.block)).collect();
         for (p, ib, d) in read {

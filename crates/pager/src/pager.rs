@@ -371,7 +371,7 @@ impl Pager {
     /// `pages` must be 1 to the VM's page count. A pager that has not taken guest RAM over, or
     /// runs without the Swap Mapper, releases nothing (and says so: 0 released). With
     /// `cold_only`, only pages of cold sequential sequences and the probes of the others
-    /// ([`crate::pattern::Patterns::pick_cold`], through `PageTable::pick_clean`).
+    /// ([`crate::pattern::table::Patterns::pick_cold`], through `PageTable::pick_clean`).
     pub fn release_clean(
         &self,
         pages: u64,

@@ -11,7 +11,7 @@ use crate::blocks::BlockMap;
 use crate::config::Mechanisms;
 use crate::digest::Digest;
 use crate::page::{Block, ImageBlock, PageIdx, Slot};
-use crate::pattern::Patterns;
+use crate::pattern::table::Patterns;
 use crate::released::Released;
 use crate::victim::{VictimPolicy, Victims};
 
@@ -53,7 +53,7 @@ pub struct PageTable {
     pub mirrors: Mirrors,
     pub blocks: BlockMap,
     pub victims: Victims,
-    /// HyperDealer2's reference patterns of the mirrored pages (`pattern.rs`), kept with the
+    /// HyperDealer2's reference patterns of the mirrored pages (`pattern/`), kept with the
     /// Swap Mapper on (empty without).
     pub patterns: Patterns,
     pub mech: Mechanisms,
@@ -235,7 +235,7 @@ impl PageTable {
 
     /// One guest disk read of `disk` landed, its whole pages `read` (each with its block) filled
     /// and recorded ([`Self::read_from_disk`]): with the Swap Mapper, the reference patterns see
-    /// it as one read (`pattern.rs`) of the blocks from its first to its last.
+    /// it as one read (`pattern/`) of the blocks from its first to its last.
     pub fn disk_read_seen(&mut self, disk: u8, read: &[(PageIdx, u32)]) {
         if !self.mech.mapper {
             return;
@@ -545,11 +545,11 @@ impl PageTable {
     /// none of them cooling in the victim cache, in the VM's victim order, first choice first:
     /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, then loops least
     /// recent first, each from its first block, then unclassified mirrored pages least recent
-    /// first (`pattern.rs`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
+    /// first (`pattern/`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
     /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random, mirrored pages at
     /// random; with clock, mirrored pages least recently used first. With `cold_at`, only pages
     /// of sequences cold at that time and the probes of the others
-    /// ([`Patterns::pick_cold`](crate::pattern::Patterns::pick_cold)): what a release takes when
+    /// ([`Patterns::pick_cold`](crate::pattern::table::Patterns::pick_cold)): what a release takes when
     /// memory is not short, which only the `hd2` orders know (with another, or without the
     /// Swap Mapper, none). They stay resident until the caller records what it did with them.
     pub fn pick_clean(&mut self, n: u32, cold_at: Option<std::time::Instant>) -> Vec<PageIdx> {

@@ -1,136 +1,20 @@
-//! HyperDealer2's reference patterns (§4.4–§4.5), detected from guest disk reads, and the victim
-//! order built on them. Pure: the page table feeds it page events and the pager's reads and
-//! refaults; it answers which mirrored pages to give up first.
-//!
-//! - **Streams.** The paper tells file streams apart by (task, file descriptor) through
-//!   hypercalls; here a stream is a run of blocks of one disk read front to back: a guest disk
-//!   read that starts at the block where one of the disk's [`STREAMS_PER_DISK`] open streams
-//!   ended continues it (least recently continued streams are forgotten first).
-//! - **Sequential.** A stream continued by consecutive reads, [`SEQ_MIN_READS`] of them over
-//!   [`SEQ_MIN_BLOCKS`] blocks or more, becomes a sequence: its disk, first and end block, and the
-//!   guest pages (frames) that hold its blocks now. Later reads of the stream lengthen it.
-//! - **Loop.** A read that lands on blocks of a sequence already detected reads it again, and so
-//!   does a refault from the image of a page dropped from it: a sequential sequence becomes a
-//!   loop, with the period (in observations: reads and refault runs) between its passes.
-//! - A page belongs to one pattern at most: the last that read it (it moves). A page that stops
-//!   mirroring its block (written, ballooned, dropped by reclaim) leaves its sequence; the
-//!   sequence's blocks are remembered, so its refaults are still recognised. Mirrored pages in no
-//!   sequence are *unclassified*, in the order they came to mirror (least recent first).
-//! - **Victim order** ([`Patterns::pick`]): sequential sequences, most recently created or
-//!   lengthened first, each from its first block; then loops, least recently read first, each
-//!   from its first block; then unclassified pages, least recent first. With `whole` (the paper's
-//!   WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages more than
-//!   asked.
-//! - **Cold sequences** ([`Patterns::pick_cold`]). The paper's guest reports page-cache hits, so
-//!   a file read again from the guest's cache is a loop at once. Here those hits never reach the
-//!   host: a file the guest keeps re-reading from its own cache stays a sequential sequence after
-//!   its one pass from disk, and looks just like an input read once and done with. A probe tells
-//!   them apart. A sequence its stream is still reading (a disk read within [`PROBE_WAIT`]) is
-//!   *cold* behind its reader: what the stream read, the guest has used. One its stream left
-//!   longer ago is probed: its first [`PROBE_PAGES`] pages are released, and if it is still
-//!   sequential [`PROBE_WAIT`] later (a guest re-reading it would have touched the probe pages,
-//!   and their refault made it a loop), it is cold. A cold-only pick takes cold sequences (most
-//!   recent first) and the probes of the others, nothing else.
-//!
-//! Every page event costs O(log n); the table holds at most [`MAX_SEQUENCES`] sequences (the
-//! least recently read go first) and [`STREAMS_PER_DISK`] streams per disk.
+//! The reference-pattern table: which pattern each mirrored page belongs to, the orders of the
+//! sequences, and the sequences detected from the guest's disk reads and image refaults.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::sequence::{Kind, Sequence, Stream};
+use super::{
+    MAX_PENDING, MAX_SEQUENCES, READAHEAD_SLACK, SEQ_MIN_BLOCKS, SEQ_MIN_READS, STREAMS_PER_DISK,
+};
 use crate::keyed_hash::KeyedMap;
 use crate::page::PageIdx;
-
-/// Open streams remembered per disk.
-pub const STREAMS_PER_DISK: usize = 16;
-/// Consecutive reads of a stream before it is a sequential sequence (the paper: two or more).
-pub const SEQ_MIN_READS: u32 = 2;
-/// Blocks those reads cover at least (the paper: more than two).
-pub const SEQ_MIN_BLOCKS: u32 = 3;
-/// Sequences kept at once.
-pub const MAX_SEQUENCES: usize = 4096;
-/// Pages a whole-sequence pick takes beyond what was asked (the paper's Fig. 13: 64).
-pub const WHOLE_SEQ_MAX: usize = 64;
-/// Blocks behind where a sequence's pass has reached that a refault may come from and still be
-/// of that pass (at most half the sequence): pages the guest read ahead and had not used yet
-/// when the host dropped them. A refault further back begins a new pass.
-pub const READAHEAD_SLACK: u32 = 64;
-/// Pages of a sequential sequence released to probe it (see [`Patterns::pick_cold`]).
-pub const PROBE_PAGES: usize = 16;
-/// How long after its probe a sequence still sequential is cold (a few passes of a file the
-/// guest re-reads from its cache: one pass of 128 MiB takes 0.1–0.3 s here), and how recent a
-/// disk read of a sequence must be for it to count as still being read. A loop in its first
-/// pass from disk is taken as a stream; its next pass refaults what was taken, and makes it a
-/// loop.
-pub const PROBE_WAIT: Duration = Duration::from_millis(500);
-/// Pages of a stream's reads kept before it becomes a sequence.
-const MAX_PENDING: usize = 4096;
 
 /// Not a mirrored page.
 const NONE: u32 = u32::MAX;
 /// A mirrored page in no sequence.
 const UNCLASSIFIED: u32 = u32::MAX - 1;
-
-/// A sequence's category.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Read front to back once.
-    Sequential,
-    /// Read again.
-    Loop,
-}
-
-/// One sequence: a run of blocks of one disk read front to back, and the pages holding them.
-#[derive(Debug)]
-pub struct Sequence {
-    pub disk: u8,
-    /// First block.
-    pub start: u32,
-    /// The block after the last.
-    pub end: u32,
-    pub kind: Kind,
-    /// Observations between the starts of its last two passes (`None`: read once).
-    pub period: Option<u64>,
-    /// When its current pass began.
-    pass_start: u64,
-    /// Where its current pass is: a re-reference before it begins a new pass.
-    cursor: u32,
-    /// When it was last created, lengthened or read: its place in its category's order.
-    stamp: u64,
-    /// Its pages, by block.
-    frames: BTreeMap<u32, PageIdx>,
-    /// When a guest disk read last created, lengthened or read it.
-    read_at: Instant,
-    /// When its probe was taken.
-    probed: Option<Instant>,
-}
-
-impl Sequence {
-    /// Pages that hold its blocks now.
-    pub fn pages(&self) -> usize {
-        self.frames.len()
-    }
-
-    /// Whether its stream is still reading it: a guest disk read of it within [`PROBE_WAIT`]
-    /// before `now`.
-    fn streaming(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.read_at) < PROBE_WAIT
-    }
-}
-
-/// A stream of reads of one disk not (yet) known to be a sequence, or the one that made one.
-#[derive(Debug)]
-struct Stream {
-    start: u32,
-    /// The block a read continuing it starts at.
-    next: u32,
-    reads: u32,
-    /// The sequence it made.
-    seq: Option<u32>,
-    /// The pages its reads filled before it was a sequence, with the ticks they mirrored under.
-    pending: Vec<(PageIdx, u32, u32)>,
-    used: u64,
-}
 
 /// The gauges of [`Patterns`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -149,18 +33,18 @@ pub struct Patterns {
     seq: Vec<u32>,
     /// Per page: its block when in a sequence, its tick when unclassified.
     key: Vec<u32>,
-    seqs: KeyedMap<u32, Sequence>,
+    pub(super) seqs: KeyedMap<u32, Sequence>,
     next_id: u32,
     /// Sequences by (disk, first block).
     by_start: BTreeMap<(u8, u32), u32>,
     /// Sequences holding pages, by category, in stamp order.
-    sequential: BTreeMap<u64, u32>,
-    loops: BTreeMap<u64, u32>,
+    pub(super) sequential: BTreeMap<u64, u32>,
+    pub(super) loops: BTreeMap<u64, u32>,
     /// Every sequence in stamp order (the least recent is dropped first).
     lru: BTreeMap<u64, u32>,
     /// Unclassified pages, least recent first, with the tick each was listed under (an entry
     /// whose tick is not its page's any more is stale).
-    unclassified: VecDeque<(PageIdx, u32)>,
+    pub(super) unclassified: VecDeque<(PageIdx, u32)>,
     unclassified_live: u64,
     tick: u32,
     streams: KeyedMap<u8, Vec<Stream>>,
@@ -170,7 +54,7 @@ pub struct Patterns {
     /// Sequences detected and loops detected, not yet taken by [`Self::take_detected`].
     detected: (u64, u64),
     /// Sequences probed, not yet taken by [`Self::take_probes`].
-    probes: u64,
+    pub(super) probes: u64,
 }
 
 impl Patterns {
@@ -204,7 +88,7 @@ impl Patterns {
     }
 
     /// Pages of the sequential sequences their streams are still reading (a disk read within
-    /// [`PROBE_WAIT`] of `now`): cache the guest has just read once. A sequence read longer ago
+    /// [`PROBE_WAIT`](super::PROBE_WAIT) of `now`): cache the guest has just read once. A sequence read longer ago
     /// may be one the guest keeps re-reading from its own cache, which the host cannot see.
     pub fn streaming_pages(&self, now: Instant) -> u64 {
         self.sequential
@@ -289,7 +173,7 @@ impl Patterns {
         }
     }
 
-    fn is_listed(&self, p: PageIdx, t: u32) -> bool {
+    pub(super) fn is_listed(&self, p: PageIdx, t: u32) -> bool {
         self.seq[p as usize] == UNCLASSIFIED && self.key[p as usize] == t
     }
 
@@ -598,115 +482,34 @@ impl Patterns {
             }
         }
     }
-
-    /// Up to `n` mirrored pages for which `eligible` holds, in the victim order of the module
-    /// doc; with `whole`, a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages
-    /// beyond `n`. In the order chosen.
-    pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
-        let mut out = Vec::with_capacity(n);
-        let ids = self.sequential.values().rev().chain(self.loops.values());
-        for id in ids {
-            if out.len() >= n {
-                break;
-            }
-            take_from(&self.seqs[id], &mut out, n, whole, &eligible);
-        }
-        for &(p, t) in &self.unclassified {
-            if out.len() >= n {
-                break;
-            }
-            if self.is_listed(p, t) && eligible(p) {
-                out.push(p);
-            }
-        }
-        out
-    }
-
-    /// Up to `n` mirrored pages of cold sequences (see the module doc) for which `eligible`
-    /// holds, most recent sequence first, each from its first block (whole, with `whole`, as in
-    /// [`Self::pick`]); and the probes, [`PROBE_PAGES`] pages from the start of each sequential
-    /// sequence neither still being read nor probed yet, counted in `n`. A sequence whose probe
-    /// is out gives nothing until it is cold. Loops and unclassified pages are never taken.
-    /// `now` is the time of the pick. Picking again before the probes are released probes
-    /// nothing new.
-    pub fn pick_cold(
-        &mut self,
-        n: usize,
-        whole: bool,
-        now: Instant,
-        eligible: impl Fn(PageIdx) -> bool,
-    ) -> Vec<PageIdx> {
-        let mut out = Vec::with_capacity(n);
-        let waited = |since: Instant| now.saturating_duration_since(since) >= PROBE_WAIT;
-        for id in self.sequential.values().rev() {
-            if out.len() >= n {
-                break;
-            }
-            let Some(s) = self.seqs.get_mut(id) else {
-                continue;
-            };
-            if s.streaming(now) || s.probed.is_some_and(waited) {
-                take_from(s, &mut out, n, whole, &eligible);
-            } else if s.probed.is_none() {
-                s.probed = Some(now);
-                self.probes += 1;
-                let most = (out.len() + PROBE_PAGES).min(n);
-                take_from(s, &mut out, most, false, &eligible);
-            }
-        }
-        out
-    }
-
-    /// Sequences probed since the last call.
-    pub fn take_probes(&mut self) -> u64 {
-        std::mem::take(&mut self.probes)
-    }
-}
-
-/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block, until `out`
-/// holds `n` (with `whole`, the sequence goes on to [`WHOLE_SEQ_MAX`] pages beyond `n`).
-fn take_from(
-    s: &Sequence,
-    out: &mut Vec<PageIdx>,
-    n: usize,
-    whole: bool,
-    eligible: &impl Fn(PageIdx) -> bool,
-) {
-    let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
-    for &p in s.frames.values() {
-        if out.len() >= cap {
-            break;
-        }
-        if eligible(p) {
-            out.push(p);
-        }
-    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::pattern::PROBE_WAIT;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     /// A table over `pages` pages where page `p` holds block `p` of disk 0 when read.
-    struct T {
-        t: Patterns,
+    pub(crate) struct T {
+        pub t: Patterns,
     }
 
     impl T {
-        fn new(pages: u32) -> Self {
+        pub fn new(pages: u32) -> Self {
             T {
                 t: Patterns::new(pages),
             }
         }
 
         /// A guest read of blocks `b..b + n` into pages `at..at + n`.
-        fn read_into(&mut self, at: PageIdx, b: u32, n: u32) {
+        pub fn read_into(&mut self, at: PageIdx, b: u32, n: u32) {
             self.read_when(at, b, n, Instant::now());
         }
 
         /// [`Self::read_into`], landed at `when`.
-        fn read_when(&mut self, at: PageIdx, b: u32, n: u32, when: Instant) {
+        pub fn read_when(&mut self, at: PageIdx, b: u32, n: u32, when: Instant) {
             let pages: Vec<(PageIdx, u32)> = (0..n).map(|i| (at + i, b + i)).collect();
             for &(p, _) in &pages {
                 self.t.mirrored(p);
@@ -714,11 +517,11 @@ mod tests {
             self.t.read(0, b, b + n, &pages, when);
         }
 
-        fn read(&mut self, b: u32, n: u32) {
+        pub fn read(&mut self, b: u32, n: u32) {
             self.read_into(b, b, n);
         }
 
-        fn pick(&self, n: usize) -> Vec<PageIdx> {
+        pub fn pick(&self, n: usize) -> Vec<PageIdx> {
             self.t.pick(n, false, |_| true)
         }
     }
@@ -857,108 +660,6 @@ mod tests {
     }
 
     #[test]
-    fn victims_go_sequential_mru_first_then_loops_lru_then_unclassified() {
-        let mut t = T::new(128);
-        // Sequences A (0..4), B (10..14), C (20..24), D (30..34), in that order.
-        for base in [0, 10, 20, 30] {
-            t.read(base, 2);
-            t.read(base + 2, 2);
-        }
-        // A, then C, are read again: loops, C the most recent.
-        t.read(0, 4);
-        t.read(20, 4);
-        // B is lengthened: the most recent sequential one.
-        t.read(14, 2);
-        // Unclassified pages, 60 before 50.
-        t.read(60, 1);
-        t.read(50, 1);
-        let order = t.pick(128);
-        let want: Vec<PageIdx> = [10..16, 30..34, 0..4, 20..24, 60..61, 50..51]
-            .into_iter()
-            .flatten()
-            .collect();
-        assert_eq!(order, want);
-        // Fewer than a sequence holds: from its start.
-        assert_eq!(t.pick(3), vec![10, 11, 12]);
-        // Pages that may not be chosen (cooling) are skipped.
-        assert_eq!(t.t.pick(3, false, |p| p % 2 == 1), vec![11, 13, 15]);
-    }
-
-    #[test]
-    fn a_cold_pick_probes_each_stream_left_and_takes_those_not_read_again() {
-        let mut t = T::new(256);
-        // Streams A (0..40) and B (100..140), B the more recent, both read a while ago.
-        for b in (0..40).step_by(4) {
-            t.read(b, 4);
-        }
-        for b in (100..140).step_by(4) {
-            t.read(b, 4);
-        }
-        let t0 = Instant::now() + PROBE_WAIT;
-        let all = |_: PageIdx| true;
-        // First pick: a probe from the start of each, most recent first, nothing more.
-        let v = t.t.pick_cold(100, false, t0, all);
-        let probes: Vec<PageIdx> = (100..116).chain(0..16).collect();
-        assert_eq!(v, probes);
-        assert_eq!(t.t.take_probes(), 2);
-        // Picked again (a release's next round, or the next tick): nothing new is probed, and
-        // nothing is cold yet.
-        assert!(t
-            .t
-            .pick_cold(100, false, t0 + PROBE_WAIT / 2, all)
-            .is_empty());
-        assert_eq!(t.t.take_probes(), 0);
-        // The probes are released; A's start comes back from the image (the guest reads it
-        // again from its cache): a loop, never taken by a cold pick. B stays untouched: cold.
-        for p in probes {
-            t.t.left(p);
-        }
-        let back: Vec<(PageIdx, u32)> = (0..4).map(|b| (b, b)).collect();
-        for &(p, _) in &back {
-            t.t.mirrored(p);
-        }
-        t.t.refault(0, 0, 4, &back);
-        assert_eq!(t.t.sequence_of(20).unwrap().kind, Kind::Loop);
-        let later = t0 + PROBE_WAIT;
-        assert_eq!(
-            t.t.pick_cold(100, false, later, all),
-            (116..140).collect::<Vec<_>>()
-        );
-        // Fewer asked than a probe holds: the probe is cut to what was asked.
-        let mut u = T::new(64);
-        u.read(0, 20);
-        u.read(20, 20);
-        let v = u.t.pick_cold(5, false, Instant::now() + PROBE_WAIT, all);
-        assert_eq!(v, (0..5).collect::<Vec<_>>());
-        assert_eq!(u.t.take_probes(), 1);
-    }
-
-    #[test]
-    fn a_stream_still_being_read_is_taken_behind_its_reader_without_a_probe() {
-        let mut t = T::new(256);
-        let t0 = Instant::now();
-        t.read_when(0, 0, 20, t0);
-        t.read_when(20, 20, 20, t0);
-        let all = |_: PageIdx| true;
-        // Read within the wait: taken from its start, no probe.
-        let v = t.t.pick_cold(10, false, t0 + PROBE_WAIT / 2, all);
-        assert_eq!(v, (0..10).collect::<Vec<_>>());
-        assert_eq!(t.t.take_probes(), 0);
-        // Its stream stopped: probed once the wait has passed since its last read...
-        let v = t.t.pick_cold(100, false, t0 + PROBE_WAIT, all);
-        assert_eq!(v, (0..16).collect::<Vec<_>>());
-        assert_eq!(t.t.take_probes(), 1);
-        for p in 0..16 {
-            t.t.left(p);
-        }
-        // ... but a read that lengthens it makes it a stream being read again.
-        let t1 = t0 + PROBE_WAIT + PROBE_WAIT / 4;
-        t.read_when(40, 40, 20, t1);
-        let v = t.t.pick_cold(100, false, t1 + PROBE_WAIT / 4, all);
-        assert_eq!(v, (16..60).collect::<Vec<_>>());
-    }
-
-    #[test]
     fn only_sequences_still_being_read_count_as_streaming() {
         let mut t = T::new(256);
         let t0 = Instant::now();
@@ -978,24 +679,6 @@ mod tests {
         t.read_when(0, 0, 20, t1);
         assert_eq!(t.t.counts().loop_pages, 40);
         assert_eq!(t.t.streaming_pages(t1), 0);
-    }
-
-    #[test]
-    fn a_whole_sequence_pick_takes_the_sequence_up_to_the_cap() {
-        let mut t = T::new(1024);
-        t.read(0, 100);
-        t.read(100, 100);
-        t.read(500, 10);
-        t.read(510, 10);
-        // The most recent (500..520) first, whole; the next begun and taken to the cap.
-        let v = t.t.pick(1, true, |_| true);
-        assert_eq!(v, (500..520).collect::<Vec<_>>());
-        let v = t.t.pick(30, true, |_| true);
-        assert_eq!(v.len(), 30 + WHOLE_SEQ_MAX);
-        assert_eq!(&v[..20], &(500..520).collect::<Vec<_>>()[..]);
-        assert_eq!(&v[20..], &(0..74).collect::<Vec<_>>()[..]);
-        // Without whole: what was asked.
-        assert_eq!(t.t.pick(30, false, |_| true).len(), 30);
     }
 
     #[test]

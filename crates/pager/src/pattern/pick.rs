@@ -1,0 +1,220 @@
+//! The victim order of the mirrored pages: the picks of the reference-pattern table.
+
+use std::time::Instant;
+
+use super::sequence::Sequence;
+use super::table::Patterns;
+use super::{PROBE_PAGES, PROBE_WAIT, WHOLE_SEQ_MAX};
+use crate::page::PageIdx;
+
+impl Patterns {
+    /// Up to `n` mirrored pages for which `eligible` holds, in the victim order of the module
+    /// doc; with `whole`, a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages
+    /// beyond `n`. In the order chosen.
+    pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
+        let mut out = Vec::with_capacity(n);
+        let ids = self.sequential.values().rev().chain(self.loops.values());
+        for id in ids {
+            if out.len() >= n {
+                break;
+            }
+            take_from(&self.seqs[id], &mut out, n, whole, &eligible);
+        }
+        for &(p, t) in &self.unclassified {
+            if out.len() >= n {
+                break;
+            }
+            if self.is_listed(p, t) && eligible(p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Up to `n` mirrored pages of cold sequences (see the module doc) for which `eligible`
+    /// holds, most recent sequence first, each from its first block (whole, with `whole`, as in
+    /// [`Self::pick`]); and the probes, [`PROBE_PAGES`] pages from the start of each sequential
+    /// sequence neither still being read nor probed yet, counted in `n`. A sequence whose probe
+    /// is out gives nothing until it is cold. Loops and unclassified pages are never taken.
+    /// `now` is the time of the pick. Picking again before the probes are released probes
+    /// nothing new.
+    pub fn pick_cold(
+        &mut self,
+        n: usize,
+        whole: bool,
+        now: Instant,
+        eligible: impl Fn(PageIdx) -> bool,
+    ) -> Vec<PageIdx> {
+        let mut out = Vec::with_capacity(n);
+        let waited = |since: Instant| now.saturating_duration_since(since) >= PROBE_WAIT;
+        for id in self.sequential.values().rev() {
+            if out.len() >= n {
+                break;
+            }
+            let Some(s) = self.seqs.get_mut(id) else {
+                continue;
+            };
+            if s.streaming(now) || s.probed.is_some_and(waited) {
+                take_from(s, &mut out, n, whole, &eligible);
+            } else if s.probed.is_none() {
+                s.probed = Some(now);
+                self.probes += 1;
+                let most = (out.len() + PROBE_PAGES).min(n);
+                take_from(s, &mut out, most, false, &eligible);
+            }
+        }
+        out
+    }
+
+    /// Sequences probed since the last call.
+    pub fn take_probes(&mut self) -> u64 {
+        std::mem::take(&mut self.probes)
+    }
+}
+
+/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block, until `out`
+/// holds `n` (with `whole`, the sequence goes on to [`WHOLE_SEQ_MAX`] pages beyond `n`).
+fn take_from(
+    s: &Sequence,
+    out: &mut Vec<PageIdx>,
+    n: usize,
+    whole: bool,
+    eligible: &impl Fn(PageIdx) -> bool,
+) {
+    let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
+    for &p in s.frames.values() {
+        if out.len() >= cap {
+            break;
+        }
+        if eligible(p) {
+            out.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::sequence::Kind;
+    use crate::pattern::table::tests::T;
+
+    #[test]
+    fn victims_go_sequential_mru_first_then_loops_lru_then_unclassified() {
+        let mut t = T::new(128);
+        // Sequences A (0..4), B (10..14), C (20..24), D (30..34), in that order.
+        for base in [0, 10, 20, 30] {
+            t.read(base, 2);
+            t.read(base + 2, 2);
+        }
+        // A, then C, are read again: loops, C the most recent.
+        t.read(0, 4);
+        t.read(20, 4);
+        // B is lengthened: the most recent sequential one.
+        t.read(14, 2);
+        // Unclassified pages, 60 before 50.
+        t.read(60, 1);
+        t.read(50, 1);
+        let order = t.pick(128);
+        let want: Vec<PageIdx> = [10..16, 30..34, 0..4, 20..24, 60..61, 50..51]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(order, want);
+        // Fewer than a sequence holds: from its start.
+        assert_eq!(t.pick(3), vec![10, 11, 12]);
+        // Pages that may not be chosen (cooling) are skipped.
+        assert_eq!(t.t.pick(3, false, |p| p % 2 == 1), vec![11, 13, 15]);
+    }
+
+    #[test]
+    fn a_cold_pick_probes_each_stream_left_and_takes_those_not_read_again() {
+        let mut t = T::new(256);
+        // Streams A (0..40) and B (100..140), B the more recent, both read a while ago.
+        for b in (0..40).step_by(4) {
+            t.read(b, 4);
+        }
+        for b in (100..140).step_by(4) {
+            t.read(b, 4);
+        }
+        let t0 = Instant::now() + PROBE_WAIT;
+        let all = |_: PageIdx| true;
+        // First pick: a probe from the start of each, most recent first, nothing more.
+        let v = t.t.pick_cold(100, false, t0, all);
+        let probes: Vec<PageIdx> = (100..116).chain(0..16).collect();
+        assert_eq!(v, probes);
+        assert_eq!(t.t.take_probes(), 2);
+        // Picked again (a release's next round, or the next tick): nothing new is probed, and
+        // nothing is cold yet.
+        assert!(t
+            .t
+            .pick_cold(100, false, t0 + PROBE_WAIT / 2, all)
+            .is_empty());
+        assert_eq!(t.t.take_probes(), 0);
+        // The probes are released; A's start comes back from the image (the guest reads it
+        // again from its cache): a loop, never taken by a cold pick. B stays untouched: cold.
+        for p in probes {
+            t.t.left(p);
+        }
+        let back: Vec<(PageIdx, u32)> = (0..4).map(|b| (b, b)).collect();
+        for &(p, _) in &back {
+            t.t.mirrored(p);
+        }
+        t.t.refault(0, 0, 4, &back);
+        assert_eq!(t.t.sequence_of(20).unwrap().kind, Kind::Loop);
+        let later = t0 + PROBE_WAIT;
+        assert_eq!(
+            t.t.pick_cold(100, false, later, all),
+            (116..140).collect::<Vec<_>>()
+        );
+        // Fewer asked than a probe holds: the probe is cut to what was asked.
+        let mut u = T::new(64);
+        u.read(0, 20);
+        u.read(20, 20);
+        let v = u.t.pick_cold(5, false, Instant::now() + PROBE_WAIT, all);
+        assert_eq!(v, (0..5).collect::<Vec<_>>());
+        assert_eq!(u.t.take_probes(), 1);
+    }
+
+    #[test]
+    fn a_stream_still_being_read_is_taken_behind_its_reader_without_a_probe() {
+        let mut t = T::new(256);
+        let t0 = Instant::now();
+        t.read_when(0, 0, 20, t0);
+        t.read_when(20, 20, 20, t0);
+        let all = |_: PageIdx| true;
+        // Read within the wait: taken from its start, no probe.
+        let v = t.t.pick_cold(10, false, t0 + PROBE_WAIT / 2, all);
+        assert_eq!(v, (0..10).collect::<Vec<_>>());
+        assert_eq!(t.t.take_probes(), 0);
+        // Its stream stopped: probed once the wait has passed since its last read...
+        let v = t.t.pick_cold(100, false, t0 + PROBE_WAIT, all);
+        assert_eq!(v, (0..16).collect::<Vec<_>>());
+        assert_eq!(t.t.take_probes(), 1);
+        for p in 0..16 {
+            t.t.left(p);
+        }
+        // ... but a read that lengthens it makes it a stream being read again.
+        let t1 = t0 + PROBE_WAIT + PROBE_WAIT / 4;
+        t.read_when(40, 40, 20, t1);
+        let v = t.t.pick_cold(100, false, t1 + PROBE_WAIT / 4, all);
+        assert_eq!(v, (16..60).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_whole_sequence_pick_takes_the_sequence_up_to_the_cap() {
+        let mut t = T::new(1024);
+        t.read(0, 100);
+        t.read(100, 100);
+        t.read(500, 10);
+        t.read(510, 10);
+        // The most recent (500..520) first, whole; the next begun and taken to the cap.
+        let v = t.t.pick(1, true, |_| true);
+        assert_eq!(v, (500..520).collect::<Vec<_>>());
+        let v = t.t.pick(30, true, |_| true);
+        assert_eq!(v.len(), 30 + WHOLE_SEQ_MAX);
+        assert_eq!(&v[..20], &(500..520).collect::<Vec<_>>()[..]);
+        assert_eq!(&v[20..], &(0..74).collect::<Vec<_>>()[..]);
+        // Without whole: what was asked.
+        assert_eq!(t.t.pick(30, false, |_| true).len(), 30);
+    }
+}
