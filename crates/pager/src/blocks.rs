@@ -1,5 +1,5 @@
 //! The swap file's block allocator: which blocks are free, and how many references (a page, a
-//! disk block's indirection) each used block has. Pure: the page table owns one.
+//! disk block's indirection) each used block has. Pure: the state table owns one.
 
 use crate::page::Block;
 

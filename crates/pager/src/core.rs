@@ -1,5 +1,5 @@
 //! The pager's core: what every mechanism works on. [`PagerCore`] holds guest memory, the RAM
-//! map, the userfaultfd, the page table (under the page lock, with what goes with it in
+//! map, the userfaultfd, the state table (under the page lock, with what goes with it in
 //! [`Pages`]), the stores, the counters, the limit and vCPU control; the errors and the
 //! [`VcpuControl`] trait are defined here too, since every mechanism reports through them.
 //!
@@ -33,7 +33,7 @@ use thiserror::Error;
 use crate::config::{IndirectConfig, Mechanisms};
 use crate::digest::{BlockDigests, Digest, DigestKey};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
-use crate::state::table::PageTable;
+use crate::state::table::StateTable;
 use crate::stats::{Counters, Latency};
 use crate::store::pool::PoolError;
 use crate::store::stores::Stores;
@@ -151,9 +151,9 @@ impl VcpuControl for NoVcpus {
     }
 }
 
-/// The page table and what goes with it, under the page lock.
+/// The state table and what goes with it, under the page lock.
 pub(crate) struct Pages {
-    pub table: PageTable,
+    pub table: StateTable,
     /// The buffer of the store reads made under the page lock: a fault served again, a second
     /// fault while `fault_io` is taken, the Swap Mapper's refetches.
     pub io: IoBuf,
@@ -206,7 +206,7 @@ pub(crate) struct PagerCore {
     /// The swap file was made for this VM: deleted when the pager ends (with indirections it
     /// is not unlinked at once, since a crash must leave it for recovery).
     pub temporary_swap: bool,
-    /// The mechanisms (also in the page table; here to be read without the page lock).
+    /// The mechanisms (also in the state table; here to be read without the page lock).
     pub mech: Mechanisms,
     /// The key of the Swap Mapper's page digests, drawn when the pager starts.
     pub digest: DigestKey,
@@ -232,7 +232,7 @@ pub(crate) fn limit_to_bytes(pages: u32) -> Option<u64> {
     (pages != u32::MAX).then(|| u64::from(pages) * PAGE_SIZE as u64)
 }
 
-/// Records the pages a release took and left to record (`PageTable::record_released`): the
+/// Records the pages a release took and left to record (`StateTable::record_released`): the
 /// ghost cache and the dwell clock learn that they left. Run by the first holder of the page
 /// lock after the release, [`PagerCore::lock`] or a waiter woken inside it.
 pub(crate) fn record_released(pages: &mut Pages) {

@@ -1,13 +1,13 @@
 //! The fault path: what the pager thread does with one fault event.
 //!
-//! 1. **Missing fault** on a page that is not mapped: the page table says what to install — a
+//! 1. **Missing fault** on a page that is not mapped: the state table says what to install — a
 //!    zero page (with the following never-touched pages, in one `UFFDIO_ZEROPAGE`, or real
 //!    zeroed pages for a write), or a load from the page's store slot with the run of neighbours
 //!    whose slots follow it (one store read, one `UFFDIO_COPY`). Pages loaded for a read come in
 //!    clean and write-protected and keep their slot. The pager thread reads the swap file or an
 //!    image without the page lock (a read the disk holds up must not hold up reclaim, devices
-//!    and `GET /stats`): the page table watches the run meanwhile, and only the pages that did
-//!    not change state are installed from what was read (see [`PageTable::watch`]); should the
+//!    and `GET /stats`): the state table watches the run meanwhile, and only the pages that did
+//!    not change state are installed from what was read (see [`StateTable::watch`]); should the
 //!    faulting page itself have changed, its fault is served again under the lock.
 //! 2. **Write fault** on a write-protected page: the page is dirty from now on; its slot is
 //!    released and the protection removed, which wakes the writer.
@@ -31,7 +31,7 @@ use crate::page::{PageIdx, Slot, StoreId, PAGE_SIZE};
 use crate::preventer::{Preventer, ReadFrom};
 use crate::reclaim::Reclaimer;
 use crate::state::page_state::PageState;
-use crate::state::table::{FaultAction, PageTable};
+use crate::state::table::{FaultAction, StateTable};
 use crate::stats::Counters;
 use crate::store::{self, PageStore};
 use crate::sys::uffd::{Fault, UffdError};
@@ -51,7 +51,7 @@ struct Read<'a> {
 
 /// Whether a fault (a write if `write`) loading from `from` as `keep` says brings swapped pages
 /// in writable although it is a read.
-fn writable_read(table: &PageTable, from: Slot, write: bool, keep: bool) -> bool {
+fn writable_read(table: &StateTable, from: Slot, write: bool, keep: bool) -> bool {
     from.store == StoreId::Swap && table.mech.reuse_clean && !write && !keep
 }
 
@@ -343,7 +343,7 @@ impl FaultHandler {
     fn install_read(
         &self,
         core: &PagerCore,
-        table: &mut PageTable,
+        table: &mut StateTable,
         prefetched: &mut [bool],
         read: &Read<'_>,
         unchanged: impl Fn(u32) -> bool,

@@ -1,4 +1,4 @@
-//! A fast keyed hash for the page table's maps, whose keys (page indices, disk blocks) come
+//! A fast keyed hash for the state table's maps, whose keys (page indices, disk blocks) come
 //! from the guest: std's SipHash cost more than the rest of a page's bookkeeping on every page a
 //! guest disk read fills, and an unkeyed fast hash would let a guest pick keys that collide.
 //! Each process draws one key from the host's random source; the mixing is FxHash's (rotate,

@@ -6,17 +6,17 @@
 //! | `sys/` | the system calls: userfaultfd with typed errors (`uffd.rs`), page numbers ↔ guest-physical and host addresses (`ram_map.rs`), the page map scan (`pagemap.rs`) |
 //! | `config.rs` | every configuration type ([`PagerConfig`], [`Mechanisms`], [`PoolConfig`], [`IndirectConfig`]) |
 //! | `digest.rs` | the keyed page digest (SipHash-1-3, 128-bit output, a random key per pager) the Swap Mapper checks mirrors with |
-//! | `state/` | the page table of states and its decisions (`table.rs`; pure, model-tested in `tests.rs`), its parts each owning its state: the states (`page_state.rs`), the Swap Mapper's mirrors, their digests and the ghost cache of the blocks that left guest RAM (`mirrors.rs`), the census of pages by state (`census.rs`), whether swapped-in pages are worth keeping clean (`clean_reuse.rs`), and the reads in flight without the page lock (`in_flight.rs`) |
+//! | `state/` | the state table (`StateTable`: every page's state) and its decisions (`table.rs`; pure, model-tested in `tests.rs`), its parts each owning its state: the states (`page_state.rs`), the Swap Mapper's mirrors, their digests and the ghost cache of the blocks that left guest RAM (`mirrors.rs`), the census of pages by state (`census.rs`), whether swapped-in pages are worth keeping clean (`clean_reuse.rs`), and the reads in flight without the page lock (`in_flight.rs`) |
 //! | `blocks.rs` | the swap file's block allocator and reference counts (pure) |
 //! | `pattern/` | HyperDealer2's reference patterns (§4.4–§4.5; pure): the tuning constants (`mod.rs`), the sequences and the streams of reads that make them (`sequence.rs`), the table of which pattern each mirrored page belongs to, with the sequential and loop sequences detected from guest disk reads and image refaults (`table.rs`), and the victim order of mirrored pages built on them (`pick.rs`) |
 //! | `victim.rs` | victim selection (random, clock, hd2) and the victim cache |
 //! | `stats.rs` | counters (the pager's and each store's) and latencies |
 //! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`: the pool, its slab allocator, compression, the flusher's spills; MemFlex), the disk images (`image.rs`), the working-set sample (`sample.rs`), and Tesseract's indirections (`indirect/`: the map, its log, recovery, defragmentation) |
-//! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the page table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
+//! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the state table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path: the `FaultHandler`, which owns its buffers and unresolved faults and borrows the core |
 //! | `reclaim.rs` | reclaim in bounded chunks: the `Reclaimer`, which owns its wake-up and the signal that a chunk was recorded and borrows the core |
 //! | `release.rs` | instant release of pages that mirror disk blocks (HyperDealer2 §4.3, `PUT /memory/release`), on the calling thread, on the core |
-//! | `released.rs` | what the page table keeps of released pages: when each left (dwell times) and the reclamation cache of their contents (HyperDealer2 §4.2; pure) |
+//! | `released.rs` | what the state table keeps of released pages: when each left (dwell times) and the reclamation cache of their contents (HyperDealer2 §4.2; pure) |
 //! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages: the `Takeover`, which owns the page map and borrows the core |

@@ -1,6 +1,6 @@
 //! [`PageMap`]: a map from guest page to a value, stored densely, one slot per page.
 //!
-//! The page table notes a few things about some pages: the digest a mirror left writable must keep,
+//! The state table notes a few things about some pages: the digest a mirror left writable must keep,
 //! the block a page mirrored last. A guest disk read changes them for every page it fills, and the
 //! digest is looked up again for every page a device overwrites. In hash maps each of those was a
 //! probe at a random place in a table as large as the page cache: in `bench seqread` with the Swap

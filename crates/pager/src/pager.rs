@@ -23,7 +23,7 @@
 //! Preventer (`preventer.rs`).
 //!
 //! Locks, each held briefly and never across disk writes or a whole shrink:
-//! - `pages`: the page table, the prefetch marks, the I/O buffer and the chunk in flight. Held
+//! - `pages`: the state table, the prefetch marks, the I/O buffer and the chunk in flight. Held
 //!   for one fault, one device access, or one step of a reclaim chunk; the `Reclaimer`'s
 //!   `settled` (with it) says when a chunk has been recorded, for device accesses, which wait for
 //!   that.
@@ -59,7 +59,7 @@ use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
-use crate::state::table::PageTable;
+use crate::state::table::StateTable;
 use crate::stats::{Counters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, SwapStore};
@@ -115,7 +115,7 @@ impl Pager {
         )?;
         let batch = config.batch.max(1);
         let mech = config.mech;
-        let mut table = PageTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
+        let mut table = StateTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
         let release_slots = release_slots(&uffd, config)?;
         table.released =
@@ -371,7 +371,7 @@ impl Pager {
     /// `pages` must be 1 to the VM's page count. A pager that has not taken guest RAM over, or
     /// runs without the Swap Mapper, releases nothing (and says so: 0 released). With
     /// `cold_only`, only pages of cold sequential sequences and the probes of the others
-    /// ([`crate::pattern::table::Patterns::pick_cold`], through `PageTable::pick_clean`).
+    /// ([`crate::pattern::table::Patterns::pick_cold`], through `StateTable::pick_clean`).
     pub fn release_clean(
         &self,
         pages: u64,

@@ -7,7 +7,7 @@
 //! since go first, with no write ([`Reclaimer::drop_unwritten_deflated`]); then it works in
 //! chunks of at most `batch` pages:
 //!
-//! 1. under the page lock, victims are chosen (`victim.rs`, through the page table) and
+//! 1. under the page lock, victims are chosen (`victim.rs`, through the state table) and
 //!    write-protected; each is classified (dropped as zero, dropped because a store slot still
 //!    holds it, or to be written to new swap blocks), the pages to write are copied out to the
 //!    reclaim thread's buffer, and the chunk's victims are marked *in flight*;

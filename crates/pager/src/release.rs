@@ -2,12 +2,12 @@
 //! disk blocks taken out of guest RAM at once, by the thread that asks, without the guest's
 //! vCPUs and without the reclaim thread. Under the page lock, in one hold:
 //!
-//! 1. the candidates: resident pages that mirror a disk block ([`PageTable::pick_clean`], in
+//! 1. the candidates: resident pages that mirror a disk block ([`StateTable::pick_clean`], in
 //!    the victim order; for a cold-only release, only pages of sequential streams the guest has
 //!    left cold, and probes of the others), less the victims of a reclaim
 //!    chunk in flight (reclaim has decided their fate; see `reclaim.rs`), at most as many as
 //!    keep the limit at or above [`MIN_LIMIT`]. Those already protected come first, in the
-//!    same order ([`PageTable::pick_protected`]; not for a cold-only release): they need
+//!    same order ([`StateTable::pick_protected`]; not for a cold-only release): they need
 //!    neither step 2 nor 3;
 //! 2. those a guest disk read (or write) left writable are write-protected, one ioctl per run
 //!    of neighbours, so what is checked next is what is dropped: a guest (or device) write from
@@ -30,7 +30,7 @@
 //!
 //! What the released pages' leaving tells the ghost cache (their blocks enter it) and the
 //! dwell clock (the time each left) is recorded after the answer, by the next holder of the
-//! page lock (`PageTable::record_released`), before it reads anything: that bookkeeping cost
+//! page lock (`StateTable::record_released`), before it reads anything: that bookkeeping cost
 //! 0.3–1.2 µs a page here, as long as the rest of a release of 10,000 ready pages together,
 //! and the host does not wait for it.
 //!
@@ -52,7 +52,7 @@ use crate::core::{limit_to_bytes, PagerCore, PagerError, Pages, MIN_LIMIT};
 use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::page_state::PageState;
-use crate::state::table::PageTable;
+use crate::state::table::StateTable;
 use crate::stats::Counters;
 use crate::takeover::Takeover;
 
@@ -91,12 +91,12 @@ fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<Page
 
 /// Records `changed` (sorted, write-protected for the check), mirrors a check found written
 /// since their reads: counted, ordinary dirty pages and used from now on
-/// ([`PageTable::mirror_changed`]), and writable again, one ioctl per run. The guest wrote them,
+/// ([`StateTable::mirror_changed`]), and writable again, one ioctl per run. The guest wrote them,
 /// so it is likely to write them again, and each would otherwise cost it a write fault that
 /// tells the pager nothing new. (In `bench consolidate`'s `mapreduce`, whose guests reuse the
 /// frames of the input they read once, 12,000–32,000 of those faults a run followed the
 /// releases.) A page left protected when the ioctl fails is made writable by its write fault.
-pub(crate) fn mirrors_found_changed(core: &PagerCore, table: &mut PageTable, changed: &[PageIdx]) {
+pub(crate) fn mirrors_found_changed(core: &PagerCore, table: &mut StateTable, changed: &[PageIdx]) {
     Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
     for &p in changed {
         table.mirror_changed(p);

@@ -34,7 +34,7 @@ impl PagerCore {
             }
         };
         let mut pages = s.lock();
-        // Released pages that came back are counted by the page table as they change state.
+        // Released pages that came back are counted by the state table as they change state.
         let back = pages.table.released.take_refaults();
         Counters::add(&s.counters.released_refaults, back);
         let released = (
@@ -73,7 +73,7 @@ impl PagerCore {
             }
         });
         drop(pages);
-        // Before the pager has taken RAM over the page table does not follow what the guest
+        // Before the pager has taken RAM over the state table does not follow what the guest
         // touches: what the host holds is what the page map says is present.
         let resident = if attached {
             census.resident.into()

@@ -1,7 +1,7 @@
 //! The pager's counters, named after what happened, each store's counters, and latency
 //! distributions; `snapshot.rs` builds the API's snapshot from them. They leave the pager as
 //! the control API's types ([`PagerCounters`], [`LatencySummary`]), which the API serializes
-//! once; nothing parses them back out of text. The page census is kept by the page table as
+//! once; nothing parses them back out of text. The page census is kept by the state table as
 //! pages change state, so a snapshot costs the same however large the VM is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,10 +121,10 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Counts the sequences and loops the page table's reference patterns detected, and the
+    /// Counts the sequences and loops the state table's reference patterns detected, and the
     /// sequences probed, since this was last called (after each guest disk read, image refault
     /// and release).
-    pub(crate) fn add_patterns(&self, table: &mut crate::state::table::PageTable) {
+    pub(crate) fn add_patterns(&self, table: &mut crate::state::table::StateTable) {
         let probed = table.patterns.take_probes();
         if probed > 0 {
             Counters::add(&self.sequences_probed, probed);

@@ -3,14 +3,14 @@
 //!
 //! - **Flusher** (thread `pool-flush`): while the pool is above its spill mark, its least recent
 //!   blocks go to the swap file in sorted runs ([`crate::store::pool::Pool::spill`]); on every wake-up
-//!   (at least once a second) it first drops blocks the page table has freed.
+//!   (at least once a second) it first drops blocks the state table has freed.
 //! - **Proactive swap-in** (on the reclaim thread): when the limit rises (or goes), swapped pages
 //!   come back without waiting for their faults: pooled pages first, most recently pooled first
 //!   (MemFlex's order: the last swapped out is the likeliest to be used), then pages in the
 //!   swap file in block order (long sequential reads).
 //!
 //! How a proactive swap-in goes:
-//! 1. Under the page lock, one pass over the page table maps each swapped block to its page.
+//! 1. Under the page lock, one pass over the state table maps each swapped block to its page.
 //!    Off the lock, the pool's blocks are listed in its own recency order and the rest in
 //!    block order (a walk of that map: nothing is sorted).
 //! 2. The lists go in steps of [`STEP`] pages. Each step takes the lock briefly to keep the
@@ -474,7 +474,7 @@ enum Next {
 /// Where one proactive swap-in spent its time, logged when it ends (`tracing` at info).
 #[derive(Debug, Default)]
 struct Timing {
-    /// The pass over the page table, under the lock.
+    /// The pass over the state table, under the lock.
     scan: Duration,
     /// Splitting the pages by tier and ordering them, off the lock.
     order: Duration,

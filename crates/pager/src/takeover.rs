@@ -3,7 +3,7 @@
 //! limit arrives.
 //!
 //! Until then (or a release, `release.rs`) RAM is not registered with userfaultfd: no fault reaches the pager, devices write plain
-//! memory, and the page table only records what the balloon takes and, with the Swap Mapper,
+//! memory, and the state table only records what the balloon takes and, with the Swap Mapper,
 //! the pages guest disk reads filled (resident mirrors, writable, with their digests). [`Takeover::attach`]
 //! then, under the page lock:
 //! 1. stops new huge pages (`MADV_NOHUGEPAGE`) and registers RAM in MISSING and WRITE_PROTECT

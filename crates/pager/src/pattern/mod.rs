@@ -1,5 +1,5 @@
 //! HyperDealer2's reference patterns (§4.4–§4.5), detected from guest disk reads, and the victim
-//! order built on them. Pure: the page table feeds it page events and the pager's reads and
+//! order built on them. Pure: the state table feeds it page events and the pager's reads and
 //! refaults; it answers which mirrored pages to give up first.
 //!
 //! - **Streams.** The paper tells file streams apart by (task, file descriptor) through

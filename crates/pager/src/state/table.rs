@@ -22,7 +22,7 @@ pub enum FaultAction {
     Wake,
     /// Install a zero page.
     Zero,
-    /// Read the page from the store slot `from` (with the run [`PageTable::load_run`] gives)
+    /// Read the page from the store slot `from` (with the run [`StateTable::load_run`] gives)
     /// and install it; if `keep`, write-protected and still backed by that slot (a clean swap
     /// block kept for reuse, or an image block it mirrors).
     Load { from: Slot, keep: bool },
@@ -46,7 +46,7 @@ pub enum Disposition {
 
 /// The state of every guest page, the resident set and the swap blocks.
 #[derive(Debug)]
-pub struct PageTable {
+pub struct StateTable {
     pages: Vec<PageState>,
     /// The Swap Mapper's mirrors of disk image blocks, their links and digests, and the ghost
     /// cache of the blocks that left guest RAM (`mirrors.rs`).
@@ -71,7 +71,7 @@ pub struct PageTable {
     pub clean_reuse: CleanReuse,
 }
 
-impl PageTable {
+impl StateTable {
     pub fn new(
         pages: u32,
         swap_blocks: u32,
@@ -79,7 +79,7 @@ impl PageTable {
         policy: VictimPolicy,
         seed: u64,
     ) -> Self {
-        PageTable {
+        StateTable {
             pages: vec![PageState::Zero; pages as usize],
             mirrors: Mirrors::new(pages),
             blocks: BlockMap::new(swap_blocks),

@@ -4,7 +4,7 @@
 
 use super::mirrors::IMAGE_WINDOW_MAX;
 use super::page_state::PageState;
-use super::table::{Disposition, FaultAction, PageTable};
+use super::table::{Disposition, FaultAction, StateTable};
 use crate::config::Mechanisms;
 use crate::page::{Block, ImageBlock, PageIdx};
 use crate::victim::VictimPolicy;
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 /// A simulated guest RAM and swap store on which the test carries out the table's decisions
 /// the way the pager does with syscalls.
 struct Sim {
-    t: PageTable,
+    t: StateTable,
     /// Mapped pages: content and write protection.
     ram: HashMap<PageIdx, (u64, bool)>,
     swap: HashMap<Block, u64>,
@@ -33,7 +33,7 @@ impl Sim {
 
     fn with_policy(pages: u32, mech: Mechanisms, policy: VictimPolicy) -> Self {
         Sim {
-            t: PageTable::new(pages, pages, mech, policy, 7),
+            t: StateTable::new(pages, pages, mech, policy, 7),
             ram: HashMap::new(),
             swap: HashMap::new(),
             disk: HashMap::new(),
@@ -416,7 +416,7 @@ fn mirrored_pages_leave_without_a_write_and_come_back_from_the_image() {
 }
 
 /// Hits by distance, up to the last non-zero bucket.
-fn ghost_hits(t: &PageTable) -> Vec<u64> {
+fn ghost_hits(t: &StateTable) -> Vec<u64> {
     let h = t.mirrors.ghost.hits();
     let end = h.iter().rposition(|&x| x > 0).map_or(0, |i| i + 1);
     h[..end].to_vec()
@@ -792,7 +792,7 @@ fn loads_from_swap_come_in_writable_while_the_guest_writes_what_it_swaps_in() {
 
 #[test]
 fn a_watch_notes_which_pages_of_its_run_change_state() {
-    let mut t = PageTable::new(8, 8, Mechanisms::DEFAULT, VictimPolicy::Random, 7);
+    let mut t = StateTable::new(8, 8, Mechanisms::DEFAULT, VictimPolicy::Random, 7);
     let run = t.watch(2, 3);
     let other = t.watch(0, 1);
     t.installed(3, FaultAction::Zero);

@@ -5,7 +5,7 @@
 //! [`Slot`](crate::page::Slot) names. Tesseract's indirections (`indirect/`: disk blocks that
 //! refer to swap-file blocks) live here too, since disk images read through them.
 //!
-//! The fault path asks the page table for the slot of a faulting page and the run of
+//! The fault path asks the state table for the slot of a faulting page and the run of
 //! neighbours whose slots follow it, then reads the run from the store with one call. It never
 //! asks which mechanism put the page there: a new tier (a host-memory pool, a block store) is a
 //! new `PageStore` and a new [`StoreId`](crate::page::StoreId), not a new branch in the fault

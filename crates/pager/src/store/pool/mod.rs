@@ -4,7 +4,7 @@
 //! to the swap file in long sequential runs, so the most recent victims stay in memory. A fault
 //! on a pooled block is a memory copy (and a decompression, with compression).
 //!
-//! - The pool holds whole blocks, keyed by block number: the page table does not know which
+//! - The pool holds whole blocks, keyed by block number: the state table does not know which
 //!   tier a `Swapped(b)` page is in, so the fault path and reclaim are unchanged (a read of a
 //!   run takes the pooled blocks from memory and the others from the file; a write puts blocks
 //!   in the pool while it has room, the rest in the file).
@@ -29,7 +29,7 @@
 //!   So the flusher, which takes a block out only if it was not rewritten while it was being
 //!   written to the file, never leaves the file's copy newer than the pool's, and a pooled
 //!   block always goes over the file's copy.
-//! - A block the page table has freed is dropped from the pool by the flusher (it asks the
+//! - A block the state table has freed is dropped from the pool by the flusher (it asks the
 //!   page table which pooled blocks are still referenced) instead of being written out.
 //! - Ordering: the page lock is taken before the pool lock, never after it. The compressor's
 //!   lock (reclaim's) and the flusher's own state are taken before the pool lock.
@@ -102,7 +102,7 @@ pub struct PoolCounters {
     pub spill_writes: AtomicU64,
     /// Time the flusher spent spilling, in microseconds.
     pub spill_us: AtomicU64,
-    /// Blocks dropped from the pool because the page table had freed them.
+    /// Blocks dropped from the pool because the state table had freed them.
     pub purged: AtomicU64,
     /// Pages installed by proactive swap-in from the pool.
     pub proactive_from_pool: AtomicU64,
@@ -614,7 +614,7 @@ mod tests {
         }
         assert_eq!(pool.used(), 10);
         let mut buf = IoBuf::new(FLUSH_BATCH * PAGE_SIZE);
-        // Block 3 was freed by the page table: dropped, not written.
+        // Block 3 was freed by the state table: dropped, not written.
         let spilled = pool
             .flush_round(&s.file, |bs| bs.iter().map(|&b| b != 3).collect(), &mut buf)
             .unwrap();
@@ -772,7 +772,7 @@ mod tests {
         write_pages(&s, 0, &[content(2, 1), content(2, 2)]);
         write_pages(&s, 10, &[content(0, 1), content(0, 2), content(0, 3)]);
         assert_eq!(pool.usage().chunks, 3);
-        // The page table frees the third whole page: its chunk goes.
+        // The state table frees the third whole page: its chunk goes.
         pool.purge(|bs| bs.iter().map(|&b| b != 12).collect());
         assert_eq!(pool.usage().chunks, 2);
         assert_eq!(pool.mapped_bytes(), 2 * (8 << 10));

@@ -1,5 +1,5 @@
 //! The flusher's side of the pool: waiting for work, writing the least recently pooled blocks
-//! to the swap file in long runs (spilling), and dropping blocks the page table has freed.
+//! to the swap file in long runs (spilling), and dropping blocks the state table has freed.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ impl Pool {
         self.spill(file, buf)
     }
 
-    /// Drops the pooled blocks `live` says the page table has freed (and not written again
+    /// Drops the pooled blocks `live` says the state table has freed (and not written again
     /// since: a freed block may have been reused).
     pub(crate) fn purge(&self, live: impl FnOnce(&[Block]) -> Vec<bool>) {
         let pooled: Vec<(Block, u64)> = self
