@@ -6,9 +6,10 @@
 //!    whose slots follow it (one store read, one `UFFDIO_COPY`). Pages loaded for a read come in
 //!    clean and write-protected and keep their slot. The pager thread reads the swap file or an
 //!    image without the page lock (a read the disk holds up must not hold up reclaim, devices
-//!    and `GET /stats`): the state table watches the run meanwhile, and only the pages that did
-//!    not change state are installed from what was read (see [`StateTable::watch`]); should the
-//!    faulting page itself have changed, its fault is served again under the lock.
+//!    and `GET /stats`): the state table notes the run as a read in flight, and only the pages
+//!    that did not change state are installed from what was read (see
+//!    [`StateTable::begin_read`]); should the faulting page itself have changed, its fault is
+//!    served again under the lock.
 //! 2. **Write fault** on a write-protected page: the page is dirty from now on; its slot is
 //!    released and the protection removed, which wakes the writer.
 //! 3. A vCPU's write to a page whose content is in a store may go to the Preventer instead
@@ -304,7 +305,7 @@ impl FaultHandler {
             }
         };
         let (lo, n) = self.region_run(core, p, pages.table.load_run(p));
-        let watch = pages.table.watch(lo, n);
+        let in_flight = pages.table.begin_read(lo, n);
         drop(pages);
         let buf = io.get(n as usize * PAGE_SIZE);
         let read = core
@@ -312,7 +313,7 @@ impl FaultHandler {
             .get(from.store)
             .and_then(|source| store::read(source, from.index - (p - lo), buf).map(|()| source));
         let mut pages = core.lock();
-        let changed = pages.table.unwatch(watch);
+        let changed = pages.table.end_read(in_flight);
         let source = match read {
             Ok(source) => source,
             Err(e) => return (pages, Err(e)),

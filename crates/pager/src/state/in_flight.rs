@@ -6,7 +6,7 @@ use crate::page::PageIdx;
 /// A run of pages whose slots are being read without the page lock, and which of them changed
 /// state meanwhile.
 #[derive(Debug)]
-struct Watch {
+struct ReadInFlight {
     id: u64,
     first: PageIdx,
     changed: Vec<bool>,
@@ -15,17 +15,17 @@ struct Watch {
 /// The runs being read from their stores without the page lock.
 #[derive(Debug, Default)]
 pub struct ReadsInFlight {
-    watched: Vec<Watch>,
-    next_watch: u64,
+    reads: Vec<ReadInFlight>,
+    next_id: u64,
 }
 
 impl ReadsInFlight {
-    /// Starts noting which pages of `first..first + n` change state; [`Self::unwatch`] with the
-    /// id returned tells which did.
-    pub fn watch(&mut self, first: PageIdx, n: u32) -> u64 {
-        let id = self.next_watch;
-        self.next_watch += 1;
-        self.watched.push(Watch {
+    /// Starts noting which pages of `first..first + n` change state; [`Self::end`] with the id
+    /// returned tells which did.
+    pub fn begin(&mut self, first: PageIdx, n: u32) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.reads.push(ReadInFlight {
             id,
             first,
             changed: vec![false; n as usize],
@@ -33,21 +33,21 @@ impl ReadsInFlight {
         id
     }
 
-    /// Ends watch `id`: for each page of its run, whether it changed state since
-    /// [`Self::watch`].
-    pub fn unwatch(&mut self, id: u64) -> Vec<bool> {
-        match self.watched.iter().position(|w| w.id == id) {
-            Some(i) => self.watched.swap_remove(i).changed,
+    /// Ends read `id`: for each page of its run, whether it changed state since
+    /// [`Self::begin`].
+    pub fn end(&mut self, id: u64) -> Vec<bool> {
+        match self.reads.iter().position(|r| r.id == id) {
+            Some(i) => self.reads.swap_remove(i).changed,
             None => Vec::new(),
         }
     }
 
     /// Page `p` changed state: noted in every run that holds it.
     pub fn changed(&mut self, p: PageIdx) {
-        for w in &mut self.watched {
+        for r in &mut self.reads {
             if let Some(c) = p
-                .checked_sub(w.first)
-                .and_then(|i| w.changed.get_mut(i as usize))
+                .checked_sub(r.first)
+                .and_then(|i| r.changed.get_mut(i as usize))
             {
                 *c = true;
             }

@@ -59,7 +59,7 @@ pub struct StateTable {
     pub mech: Mechanisms,
     /// Pages by state, kept as every change happens (see [`Census`]).
     census: Census,
-    /// Runs being read from their store without the page lock ([`Self::watch`]).
+    /// Runs being read from their store without the page lock ([`Self::begin_read`]).
     in_flight: ReadsInFlight,
     /// The pages instant release took, while they are out, their dwell times, and the
     /// reclamation cache (`released.rs`).
@@ -98,18 +98,18 @@ impl StateTable {
     }
 
     /// Starts noting which pages of `first..first + n` change state, while their slots are read
-    /// without the page lock; [`Self::unwatch`] with the id returned tells which did. A page
+    /// without the page lock; [`Self::end_read`] with the id returned tells which did. A page
     /// that did not has the same slot, which nothing wrote meanwhile (a slot is written only
     /// when it is given to a page, and it stays that page's until the page changes state), so
     /// what was read is its content.
-    pub fn watch(&mut self, first: PageIdx, n: u32) -> u64 {
-        self.in_flight.watch(first, n)
+    pub fn begin_read(&mut self, first: PageIdx, n: u32) -> u64 {
+        self.in_flight.begin(first, n)
     }
 
-    /// Ends watch `id`: for each page of its run, whether it changed state since
-    /// [`Self::watch`].
-    pub fn unwatch(&mut self, id: u64) -> Vec<bool> {
-        self.in_flight.unwatch(id)
+    /// Ends read `id`: for each page of its run, whether it changed state since
+    /// [`Self::begin_read`].
+    pub fn end_read(&mut self, id: u64) -> Vec<bool> {
+        self.in_flight.end(id)
     }
 
     pub fn len(&self) -> u32 {

@@ -791,14 +791,14 @@ fn loads_from_swap_come_in_writable_while_the_guest_writes_what_it_swaps_in() {
 }
 
 #[test]
-fn a_watch_notes_which_pages_of_its_run_change_state() {
+fn a_read_in_flight_notes_which_pages_of_its_run_change_state() {
     let mut t = StateTable::new(8, 8, Mechanisms::DEFAULT, VictimPolicy::Random, 7);
-    let run = t.watch(2, 3);
-    let other = t.watch(0, 1);
+    let run = t.begin_read(2, 3);
+    let other = t.begin_read(0, 1);
     t.installed(3, FaultAction::Zero);
     t.installed(6, FaultAction::Zero);
-    assert_eq!(t.unwatch(run), [false, true, false]);
-    assert_eq!(t.unwatch(other), [false]);
-    assert!(t.unwatch(run).is_empty(), "a watch ends once");
+    assert_eq!(t.end_read(run), [false, true, false]);
+    assert_eq!(t.end_read(other), [false]);
+    assert!(t.end_read(run).is_empty(), "a read ends once");
     t.installed(2, FaultAction::Zero);
 }
