@@ -9,7 +9,7 @@
 //! `swapin.rs`) and the Preventer (`Preventer`, in `preventer.rs`) each hold their state and
 //! are handed the core they work on, and the owners they call: the fault path is handed the
 //! Preventer and the `Reclaimer` (whose `want_reclaim`, `hold_to_cap` and `lock_settled` it
-//! uses), device accesses (`DeviceAccess`,
+//! uses), device accesses (`PagedRam`,
 //! in `guest_ram.rs`) and the Preventer's writes the `Reclaimer`; the pages the Preventer gives
 //! up on it returns, and the fault path swaps them in, so the files still draw a ladder
 //! (`takeover.rs`, `swapin.rs` < `reclaim.rs` < `guest_ram.rs` < `preventer.rs` < `fault.rs`).

@@ -30,14 +30,15 @@ use crate::stats::Counters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
 
-/// A device's access to guest RAM: the core it works on, and reclaim, whose chunks in flight
-/// it waits for and which it wakes when its installs take the VM over its limit.
-pub(crate) struct DeviceAccess<'a> {
+/// Guest RAM as devices reach it under the pager (without one they reach `PlainRam`): the core
+/// it works on, and reclaim, whose chunks in flight it waits for and which it wakes when its
+/// installs take the VM over its limit.
+pub(crate) struct PagedRam<'a> {
     pub core: &'a PagerCore,
     pub reclaim: &'a Reclaimer,
 }
 
-impl DeviceAccess<'_> {
+impl PagedRam<'_> {
     /// The guest pages and image blocks of a disk request's whole pages.
     fn disk_pages(&self, disk: u8, pages: &[DiskPage]) -> Vec<(PageIdx, ImageBlock)> {
         pages
@@ -191,7 +192,7 @@ fn block_bytes(ib: ImageBlock, offset: u64, data: &[u8]) -> Option<&[u8]> {
     data.get(at..at.checked_add(PAGE_SIZE)?)
 }
 
-impl GuestRam for DeviceAccess<'_> {
+impl GuestRam for PagedRam<'_> {
     fn mem(&self) -> &GuestMem {
         &self.core.mem
     }

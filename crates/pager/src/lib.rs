@@ -21,7 +21,7 @@
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages: the `Takeover`, which owns the page map and borrows the core |
 //! | `preventer.rs` | VSwapper's False Reads Preventer: the `Preventer`, which owns the vCPUs it stopped and what preventions and reads have cost per page, and borrows the core |
-//! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]): `DeviceAccess`, the core with the `Reclaimer` |
+//! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]): `PagedRam`, the core with the `Reclaimer` |
 //! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
 

@@ -18,7 +18,7 @@
 //! it, in one hold of the page lock.
 //!
 //! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`'s
-//! `DeviceAccess`),
+//! `PagedRam`),
 //! which installs whole pages without reading them; vCPU threads come in only for the
 //! Preventer (`preventer.rs`).
 //!
@@ -53,7 +53,7 @@ use crate::core::{
 };
 use crate::digest::{BlockDigests, DigestKey};
 use crate::fault::FaultHandler;
-use crate::guest_ram::DeviceAccess;
+use crate::guest_ram::PagedRam;
 use crate::page::PAGE_SIZE;
 use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
@@ -424,15 +424,15 @@ impl Pager {
 
 impl Pager {
     /// What device accesses work through: the core and reclaim.
-    fn devices(&self) -> DeviceAccess<'_> {
-        DeviceAccess {
+    fn devices(&self) -> PagedRam<'_> {
+        PagedRam {
             core: &self.core,
             reclaim: &self.reclaimer,
         }
     }
 }
 
-/// Devices reach guest RAM through the handle; the work is `DeviceAccess`'s (`guest_ram.rs`),
+/// Devices reach guest RAM through the handle; the work is `PagedRam`'s (`guest_ram.rs`),
 /// on the core, with reclaim.
 impl GuestRam for Pager {
     fn mem(&self) -> &GuestMem {

@@ -43,7 +43,7 @@ use vm_memory::{Bytes, GuestAddress};
 
 use crate::config::Preventing;
 use crate::core::{current_tid, PagerCore};
-use crate::guest_ram::DeviceAccess;
+use crate::guest_ram::PagedRam;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
 use crate::state::page_state::PageState;
@@ -445,7 +445,7 @@ impl PagerCore {
             }
             // A whole non-resident page goes in with one copy and no read; a resident one gets
             // the same bytes the instruction is about to store.
-            let device = DeviceAccess {
+            let device = PagedRam {
                 core: self,
                 reclaim,
             };
