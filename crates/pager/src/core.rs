@@ -34,7 +34,7 @@ use crate::config::{IndirectConfig, Mechanisms};
 use crate::digest::{BlockDigests, Digest, DigestKey};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::table::StateTable;
-use crate::stats::{Counters, Latency};
+use crate::stats::{EventCounters, Latency};
 use crate::store::pool::PoolError;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapError;
@@ -196,7 +196,7 @@ pub(crate) struct PagerCore {
     pub limit: AtomicU32,
     pub vcpus: Arc<dyn VcpuControl>,
     pub batch: u32,
-    pub counters: Counters,
+    pub counters: EventCounters,
     pub fault_latency: Latency,
     pub swap_fault_latency: Latency,
     pub reclaim_latency: Latency,
@@ -270,7 +270,7 @@ impl PagerCore {
     pub(crate) fn pause(&self, why: PagerFailure) {
         if !self.vcpus.pager_paused() {
             tracing::error!("pager: pausing the VM: {why}");
-            Counters::add(&self.counters.pauses, 1);
+            EventCounters::add(&self.counters.pauses, 1);
         }
         self.vcpus.pause(why);
     }

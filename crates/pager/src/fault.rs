@@ -33,7 +33,7 @@ use crate::preventer::{Preventer, ReadFrom};
 use crate::reclaim::Reclaimer;
 use crate::state::page_state::PageState;
 use crate::state::table::{FaultAction, StateTable};
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::store::{self, PageStore};
 use crate::sys::uffd::{Fault, UffdError};
 
@@ -319,7 +319,7 @@ impl FaultHandler {
             Err(e) => return (pages, Err(e)),
         };
         if changed.get((p - lo) as usize) != Some(&false) {
-            Counters::add(&core.counters.fault_reads_redone, 1);
+            EventCounters::add(&core.counters.fault_reads_redone, 1);
             let r = self.missing_fault(core, &mut pages, p, write);
             return (pages, r.map(|()| None));
         }
@@ -390,10 +390,10 @@ impl FaultHandler {
             installed += k;
             i += k;
         }
-        Counters::add(&source.counters().faults, 1);
-        Counters::add(&core.counters.prefetched, u64::from(installed - 1));
+        EventCounters::add(&source.counters().faults, 1);
+        EventCounters::add(&core.counters.prefetched, u64::from(installed - 1));
         if writable_read {
-            Counters::add(&core.counters.swapped_in_writable, u64::from(installed));
+            EventCounters::add(&core.counters.swapped_in_writable, u64::from(installed));
         }
         core.counters.add_patterns(table);
         Ok(())
@@ -457,7 +457,7 @@ impl FaultHandler {
         }
         pages.table.install_run(p, 1, keep);
         pages.prefetched[p as usize] = false;
-        Counters::add(&core.counters.reclamation_cache_hits, 1);
+        EventCounters::add(&core.counters.reclamation_cache_hits, 1);
         core.counters.add_patterns(&mut pages.table);
         Some(Ok(()))
     }
@@ -477,11 +477,11 @@ impl FaultHandler {
         write: bool,
     ) -> std::io::Result<()> {
         match pages.table.state(p) {
-            PageState::Ballooned => Counters::add(&core.counters.faults_released, 1),
+            PageState::Ballooned => EventCounters::add(&core.counters.faults_released, 1),
             PageState::Reported => {
                 // The guest said the page was free: its old content is not read back.
-                Counters::add(&core.counters.faults_released, 1);
-                Counters::add(&core.counters.false_reads_avoided, 1);
+                EventCounters::add(&core.counters.faults_released, 1);
+                EventCounters::add(&core.counters.false_reads_avoided, 1);
             }
             _ => {}
         }
@@ -525,7 +525,7 @@ impl FaultHandler {
             }
         }
         // Reported pages taken back with this one: their old content is not read either.
-        Counters::add(&core.counters.false_reads_avoided, reported);
+        EventCounters::add(&core.counters.false_reads_avoided, reported);
         let n = hi - lo;
         let len = n as usize * PAGE_SIZE;
         let r = if write {
@@ -549,7 +549,7 @@ impl FaultHandler {
             pages.table.installed(q, FaultAction::Zero);
         }
         pages.zero_stream = (lo, hi, window);
-        Counters::add(&core.counters.faults_zero, 1);
+        EventCounters::add(&core.counters.faults_zero, 1);
         Ok(())
     }
 
@@ -598,9 +598,9 @@ impl FaultHandler {
         if !pages.table.write_fault(p) {
             return Ok(self.wake(core, p)?);
         }
-        Counters::add(&core.counters.write_faults, 1);
+        EventCounters::add(&core.counters.write_faults, 1);
         if std::mem::take(&mut pages.prefetched[p as usize]) {
-            Counters::add(&core.counters.prefetch_hits, 1);
+            EventCounters::add(&core.counters.prefetch_hits, 1);
         }
         if !cooling {
             return Ok(core.uffd.unprotect(core.map.host(p), PAGE_SIZE)?);

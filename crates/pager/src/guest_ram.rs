@@ -26,7 +26,7 @@ use crate::page::{ImageBlock, PageIdx, Slot, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
 use crate::state::page_state::{is_resident, PageState};
 use crate::state::table::FaultAction;
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::store::{self};
 use crate::sys::ram_map::runs;
 
@@ -141,12 +141,12 @@ impl PagedRam<'_> {
                 pages.table.state(q),
                 PageState::Swapped(_) | PageState::OnDisk(_)
             ) {
-                Counters::add(&self.core.counters.stale_reads_avoided, 1);
+                EventCounters::add(&self.core.counters.stale_reads_avoided, 1);
             }
             pages.table.device_installed(q);
             pages.prefetched[q as usize] = false;
         }
-        Counters::add(&self.core.counters.device_installs, u64::from(run));
+        EventCounters::add(&self.core.counters.device_installs, u64::from(run));
         // The device's thread waits for reclaim if it took the VM well past its limit.
         drop(self.reclaim.hold_to_cap(self.core, pages));
         len
@@ -270,7 +270,7 @@ impl GuestRam for PagedRam<'_> {
                     Some((p, ib, known.of_block(&s.digest, disk, ib.block, block)))
                 })
                 .collect();
-            Counters::add(&s.counters.mirror_digests_reused, known.reused - before);
+            EventCounters::add(&s.counters.mirror_digests_reused, known.reused - before);
             read
         };
         let mut state = self.reclaim.lock_settled(s);
@@ -309,7 +309,7 @@ impl GuestRam for PagedRam<'_> {
                 store::read(s.stores.get(slot.store)?, slot.index, buf)?;
                 // SAFETY: `buf` is the page lock's I/O buffer, a page long, alive for the call.
                 unsafe { s.uffd.copy(buf.as_ptr(), s.map.host(p), PAGE_SIZE, false) }?;
-                Counters::add(&s.counters.mapper_refetches, 1);
+                EventCounters::add(&s.counters.mapper_refetches, 1);
                 state.table.refetched(p);
             }
         }
@@ -333,7 +333,7 @@ impl GuestRam for PagedRam<'_> {
                 continue;
             };
             if state.indirections >= cfg.max {
-                Counters::add(&ind.counters.refused, 1);
+                EventCounters::add(&ind.counters.refused, 1);
                 continue;
             }
             // A pooled block would not survive a crash; reading it is a memory copy anyway.
@@ -395,7 +395,7 @@ impl GuestRam for PagedRam<'_> {
                     )
                 })
                 .count();
-            Counters::add(&s.counters.double_paging_swap_ins, out as u64);
+            EventCounters::add(&s.counters.double_paging_swap_ins, out as u64);
         }
         self.record_sources(&mut state, sources);
     }
@@ -469,7 +469,7 @@ impl GuestRam for PagedRam<'_> {
         } else {
             &s.counters.reported
         };
-        Counters::add(c, released);
+        EventCounters::add(c, released);
         Ok(released)
     }
 
@@ -517,7 +517,7 @@ impl GuestRam for PagedRam<'_> {
                 break;
             }
         }
-        Counters::add(&s.counters.deflated_mapped, mapped);
+        EventCounters::add(&s.counters.deflated_mapped, mapped);
         if state.deflated.len() > state.table.len() as usize {
             // A balloon that keeps moving lists pages again and again; keep those that may
             // still map the zero page, once each.

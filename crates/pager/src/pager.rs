@@ -60,7 +60,7 @@ use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::snapshot::PagerSnapshot;
 use crate::state::table::StateTable;
-use crate::stats::{Counters, Latency};
+use crate::stats::{EventCounters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, SwapStore};
 use crate::store::sample::SampleStore;
@@ -170,7 +170,7 @@ impl Pager {
             limit: AtomicU32::new(limit),
             vcpus,
             batch,
-            counters: Counters::default(),
+            counters: EventCounters::default(),
             fault_latency: Latency::default(),
             swap_fault_latency: Latency::default(),
             reclaim_latency: Latency::default(),

@@ -47,7 +47,7 @@ use crate::guest_ram::PagedRam;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::reclaim::Reclaimer;
 use crate::state::page_state::PageState;
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 
 /// Most pages one decision installs.
 pub const MAX_PAGES: u64 = 32;
@@ -324,7 +324,7 @@ impl Preventer {
         mode: Preventing,
     ) -> bool {
         if mode == Preventing::Measured && !self.costs().try_prevent(from) {
-            Counters::add(&core.counters.preventer_passed, 1);
+            EventCounters::add(&core.counters.preventer_passed, 1);
             return false;
         }
         let mut stopped = self.stopped();
@@ -332,7 +332,7 @@ impl Preventer {
             return false;
         }
         stopped.insert(tid, (p, Instant::now()));
-        Counters::add(&core.counters.preventer_attempts, 1);
+        EventCounters::add(&core.counters.preventer_attempts, 1);
         true
     }
 
@@ -359,7 +359,7 @@ impl Preventer {
                 costs.prevent.add(Duration::from_millis(TIMEOUT_MS), 0);
             }
         }
-        Counters::add(&core.counters.preventer_timeouts, late.len() as u64);
+        EventCounters::add(&core.counters.preventer_timeouts, late.len() as u64);
         late.into_iter().map(|(_, p)| p).collect()
     }
 
@@ -381,11 +381,11 @@ impl Preventer {
             .unwrap_or(0);
         self.costs().prevent.add(since.elapsed(), installed);
         if installed > 0 {
-            Counters::add(&s.counters.preventer_completed, 1);
-            Counters::add(&s.counters.false_reads_avoided, installed);
+            EventCounters::add(&s.counters.preventer_completed, 1);
+            EventCounters::add(&s.counters.false_reads_avoided, installed);
             return None;
         }
-        Counters::add(&s.counters.preventer_fallbacks, 1);
+        EventCounters::add(&s.counters.preventer_fallbacks, 1);
         Some(p)
     }
 }

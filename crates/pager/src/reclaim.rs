@@ -38,7 +38,7 @@ use crate::digest::Digest;
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::page_state::PageState;
 use crate::state::table::Disposition;
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::store;
 use crate::swapin::SwapIn;
 use crate::sys::pagemap::{PageMap, PageRegion, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
@@ -339,7 +339,7 @@ impl Reclaimer {
                 tracing::debug!("pager: waking writers of pages {first}+{c} failed: {e}");
             }
         }
-        Counters::add(&core.counters.reclaimed_zero, u64::from(dropped));
+        EventCounters::add(&core.counters.reclaimed_zero, u64::from(dropped));
         pages.resident_after_chunk = pages.table.resident();
         Ok(dropped)
     }
@@ -415,7 +415,7 @@ impl Reclaimer {
             if let Some(want) = pages.table.mirror_digest(p) {
                 // A mirror a disk read left writable: protected now, so what is compared is what
                 // would be dropped.
-                Counters::add(&core.counters.mirrors_checked, 1);
+                EventCounters::add(&core.counters.mirrors_checked, 1);
                 if core.digest.page(self.page(core, p)) != want {
                     // The guest wrote it since (often a frame its page cache gave up, reused for
                     // other data): in use, so it stays this time, an ordinary dirty page now and
@@ -509,7 +509,7 @@ impl Reclaimer {
             return Err(Some(digest));
         };
         if pages.table.blocks.refs(b) > 0 && pool.holds(b, page) && pages.table.blocks.add_ref(b) {
-            Counters::add(&core.counters.reclaimed_shared, 1);
+            EventCounters::add(&core.counters.reclaimed_shared, 1);
             return Ok(b);
         }
         // Freed, spilled or reused since: forget it; this page's write takes its place.
@@ -584,7 +584,7 @@ impl Reclaimer {
                 tracing::debug!("pager: waking writers of pages {first}+{n} failed: {e}");
             }
         }
-        Counters::add(&core.counters.reclaim_batches, 1);
+        EventCounters::add(&core.counters.reclaim_batches, 1);
         core.reclaim_latency.record(t0.elapsed());
         result
     }
@@ -640,7 +640,7 @@ impl Reclaimer {
                 // Counted when decided (`shared_copy`).
                 Disposition::DropShared(_) => continue,
             };
-            Counters::add(c, 1);
+            EventCounters::add(c, 1);
         }
         match release_error {
             Some(e) => Err(e),

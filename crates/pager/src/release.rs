@@ -53,7 +53,7 @@ use crate::digest::Digest;
 use crate::page::{PageIdx, PAGE_SIZE};
 use crate::state::page_state::PageState;
 use crate::state::table::StateTable;
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::takeover::Takeover;
 
 /// What a release did: the API's [`ReleaseResult`](memvisor_api::ReleaseResult).
@@ -97,7 +97,7 @@ fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<Page
 /// frames of the input they read once, 12,000–32,000 of those faults a run followed the
 /// releases.) A page left protected when the ioctl fails is made writable by its write fault.
 pub(crate) fn mirrors_found_changed(core: &PagerCore, table: &mut StateTable, changed: &[PageIdx]) {
-    Counters::add(&core.counters.mirrors_changed, changed.len() as u64);
+    EventCounters::add(&core.counters.mirrors_changed, changed.len() as u64);
     for &p in changed {
         table.mirror_changed(p);
     }
@@ -148,7 +148,7 @@ fn protect_and_check(core: &PagerCore, pages: &mut Pages, chosen: Vec<PageIdx>) 
         .filter_map(|p| Some((p, pages.table.mirror_digest(p)?)))
         .collect();
     let changed = changed_mirrors(core, &to_check);
-    Counters::add(&core.counters.mirrors_checked, to_check.len() as u64);
+    EventCounters::add(&core.counters.mirrors_checked, to_check.len() as u64);
     mirrors_found_changed(core, &mut pages.table, &changed);
     for &(p, _) in &to_check {
         if changed.binary_search(&p).is_err() {
@@ -193,7 +193,7 @@ pub(crate) fn release_clean(
         lap = now;
     };
     let mut pages = core.lock();
-    Counters::add(&core.counters.releases, 1);
+    EventCounters::add(&core.counters.releases, 1);
     if !core.mech.mapper {
         out.limit_bytes = limit_to_bytes(core.limit());
         return Ok(out);
@@ -312,7 +312,7 @@ pub(crate) fn release_clean(
                     )
                 } {
                     Ok(()) => {
-                        Counters::add(&core.counters.release_cache_copies, u64::from(rest));
+                        EventCounters::add(&core.counters.release_cache_copies, u64::from(rest));
                         rest
                     }
                     Err(c) => {
@@ -323,7 +323,7 @@ pub(crate) fn release_clean(
                             rest
                         );
                         let copied = c.pages.min(rest);
-                        Counters::add(&core.counters.release_cache_copies, u64::from(copied));
+                        EventCounters::add(&core.counters.release_cache_copies, u64::from(copied));
                         copied
                     }
                 };
@@ -379,7 +379,7 @@ pub(crate) fn release_clean(
             },
         );
     }
-    Counters::add(
+    EventCounters::add(
         &core.counters.released_refaults,
         pages.table.released.take_refaults(),
     );
@@ -387,9 +387,9 @@ pub(crate) fn release_clean(
     split(&mut times.unlock);
     out.micros = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
     out.limit_bytes = limit_to_bytes(core.limit());
-    Counters::add(&core.counters.released_pages, out.released_pages);
-    Counters::add(&core.counters.release_changed, out.changed_pages);
-    Counters::add(&core.counters.release_us, out.micros);
+    EventCounters::add(&core.counters.released_pages, out.released_pages);
+    EventCounters::add(&core.counters.release_changed, out.changed_pages);
+    EventCounters::add(&core.counters.release_us, out.micros);
     tracing::debug!(
         "pager: released {} of {n} pages ({} changed) in {} us: choosing {} us, protecting \
          and checking {} us, moving into the reclamation cache {} us, dropping {} us in {} runs, \
@@ -488,7 +488,7 @@ pub(crate) fn make_ready(
     let todo: Vec<PageIdx> = {
         let mut pages = core.lock();
         pass.lost = pages.table.take_ready_lost();
-        Counters::add(&core.counters.release_ready_lost, pass.lost);
+        EventCounters::add(&core.counters.release_ready_lost, pass.lost);
         let now = pages.table.mirror_generation();
         if !core.mech.mapper || !pages.attached || now == *generation {
             return pass;
@@ -517,7 +517,7 @@ pub(crate) fn make_ready(
         }
         pass.made += checked.unchanged.len() as u64;
     }
-    Counters::add(&core.counters.release_ready_checked, pass.checked);
+    EventCounters::add(&core.counters.release_ready_checked, pass.checked);
     pass
 }
 

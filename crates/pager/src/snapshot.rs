@@ -4,7 +4,7 @@
 use crate::core::{limit_to_bytes, PagerCore};
 use crate::page::PAGE_SIZE;
 use crate::sample::Sampler;
-use crate::stats::{get, Counters, StoreTotals};
+use crate::stats::{get, EventCounters, StoreTotals};
 use crate::store::PageStore;
 use crate::takeover::Takeover;
 
@@ -36,7 +36,7 @@ impl PagerCore {
         let mut pages = s.lock();
         // Released pages that came back are counted by the state table as they change state.
         let back = pages.table.released.take_refaults();
-        Counters::add(&s.counters.released_refaults, back);
+        EventCounters::add(&s.counters.released_refaults, back);
         let released = (
             pages.table.released.cache_pages(),
             pages.table.released.dwell_ms_log2,

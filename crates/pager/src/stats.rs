@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use memvisor_api::{LatencySummary, PagerCounters};
 
-/// Counters of one pager; every field only grows.
+/// The counts of what happened in one pager (faults, reclaim, releases, ...); every field only
+/// grows.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub struct EventCounters {
     /// Faults answered with a zero page (first touch, or a page dropped as zero).
     pub faults_zero: AtomicU64,
     /// Faults on pages the balloon or a free page report had taken.
@@ -116,7 +117,7 @@ pub struct Counters {
     pub reclamation_cache_hits: AtomicU64,
 }
 
-impl Counters {
+impl EventCounters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -127,14 +128,14 @@ impl Counters {
     pub(crate) fn add_patterns(&self, table: &mut crate::state::table::StateTable) {
         let probed = table.patterns.take_probes();
         if probed > 0 {
-            Counters::add(&self.sequences_probed, probed);
+            EventCounters::add(&self.sequences_probed, probed);
         }
         let (sequences, loops) = table.patterns.take_detected();
         if sequences > 0 {
-            Counters::add(&self.sequences_detected, sequences);
+            EventCounters::add(&self.sequences_detected, sequences);
         }
         if loops > 0 {
-            Counters::add(&self.loops_detected, loops);
+            EventCounters::add(&self.loops_detected, loops);
         }
     }
 
@@ -150,7 +151,7 @@ impl Counters {
     ) -> PagerCounters {
         // Destructured without `..`: a counter added here and not to the API type, or the other
         // way round, does not compile.
-        let Counters {
+        let EventCounters {
             faults_zero,
             faults_released,
             false_reads_avoided,
@@ -370,11 +371,11 @@ mod tests {
 
     #[test]
     fn counters_load_by_name() {
-        let c = Counters::default();
+        let c = EventCounters::default();
         let swap = StoreCounters::default();
         swap.faults.fetch_add(3, Ordering::Relaxed);
         swap.bytes_written.fetch_add(8192, Ordering::Relaxed);
-        Counters::add(&c.pauses, 1);
+        EventCounters::add(&c.pauses, 1);
         let p = c.load(&swap, &StoreTotals::default(), (0, 0));
         assert_eq!(
             (p.faults_swap, p.swap_bytes_written, p.pauses, p.faults_zero),

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use crate::core::{PagerCore, PagerFailure, Pages};
 use crate::page::{Block, PageIdx, PAGE_SIZE};
 use crate::state::page_state::PageState;
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::store;
 use crate::store::pool::{Pool, PoolCounters, FLUSH_BATCH};
 use crate::sys::uffd::CopyError;
@@ -371,7 +371,7 @@ impl SwapIn {
             if let Some(c) = counter {
                 PoolCounters::add(c, n);
             }
-            Counters::add(&core.counters.proactive_swap_ins, u64::from(n));
+            EventCounters::add(&core.counters.proactive_swap_ins, u64::from(n));
         };
         let mut i = 0;
         while i < todo.len() {

@@ -30,7 +30,7 @@
 
 use crate::core::{PagerCore, PagerError, Pages};
 use crate::page::{PageIdx, PAGE_SIZE};
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::sys::pagemap::{PageMap, PageRegion, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
 
 pub(crate) const HUGE_PAGE: u64 = 2 << 20;
@@ -144,7 +144,7 @@ impl Takeover {
                 }
             }
         }
-        Counters::add(&core.counters.attaches, 1);
+        EventCounters::add(&core.counters.attaches, 1);
         tracing::info!(
             "pager: took over guest RAM in {:.1} ms: {resident} pages resident ({} huge pages), {dropped} zero-page mappings dropped",
             t0.elapsed().as_secs_f64() * 1e3,
@@ -199,7 +199,7 @@ pub(crate) fn split_huge(core: &PagerCore, pages: &mut Pages, first: PageIdx, n:
             // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
             // only splits and deactivates, it never changes contents.
             if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
-                Counters::add(&core.counters.huge_pages_split, 1);
+                EventCounters::add(&core.counters.huge_pages_split, 1);
             } else {
                 tracing::debug!(
                     "pager: cannot split the huge page at {b:#x}: {}",

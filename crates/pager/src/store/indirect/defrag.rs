@@ -10,7 +10,7 @@ use memvisor_devices::iobuf::IoBuf;
 use super::recovery::copy_blocks;
 use super::{Indirect, REGROUP_MAX};
 use crate::page::{Block, PAGE_SIZE};
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 
 impl Indirect {
     /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
@@ -70,7 +70,7 @@ impl Indirect {
             s.map.remove(&b);
         }
         s.cursor = batch.last().map_or(0, |&(b, _)| b.saturating_add(1));
-        Counters::add(&self.counters.defragmented, batch.len() as u64);
+        EventCounters::add(&self.counters.defragmented, batch.len() as u64);
         Ok(batch.into_iter().map(|(_, t)| t).collect())
     }
 
@@ -157,8 +157,8 @@ impl Indirect {
                 s.map.insert(b, t);
             }
         }
-        Counters::add(&self.counters.regrouped, changes.len() as u64);
-        Counters::add(&self.counters.regrouped_writes, writes);
+        EventCounters::add(&self.counters.regrouped, changes.len() as u64);
+        EventCounters::add(&self.counters.regrouped_writes, writes);
         (release, Ok(true))
     }
 

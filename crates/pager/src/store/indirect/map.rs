@@ -17,7 +17,7 @@ use super::{
 };
 use crate::config::{Defrag, LogSync};
 use crate::page::{Block, PAGE_SIZE};
-use crate::stats::Counters;
+use crate::stats::EventCounters;
 use crate::store::swap::open_direct;
 
 pub(super) struct State {
@@ -134,7 +134,7 @@ impl Indirect {
     /// caller took a reference on `target`).
     pub fn elide(&self, block: u32, target: Block) {
         self.lock().pending.push((block, target));
-        Counters::add(&self.counters.elided, 1);
+        EventCounters::add(&self.counters.elided, 1);
     }
 
     /// Reads `buf.len()` bytes at byte `offset` of the disk as the guest sees it from `image`
@@ -226,15 +226,15 @@ impl Indirect {
             for b in blocks.clone() {
                 if s.urgent.len() < URGENT_MAX {
                     s.urgent.push_back(b);
-                    Counters::add(&self.counters.defrag_urgent, 1);
+                    EventCounters::add(&self.counters.defrag_urgent, 1);
                 }
             }
         } else {
             drop(s);
         }
-        Counters::add(&self.counters.split_reads, 1);
-        Counters::add(&self.counters.blocks_read, blocks.count() as u64);
-        Counters::add(&self.counters.store_reads, reads);
+        EventCounters::add(&self.counters.split_reads, 1);
+        EventCounters::add(&self.counters.blocks_read, blocks.count() as u64);
+        EventCounters::add(&self.counters.store_reads, reads);
         Ok(true)
     }
 
@@ -260,7 +260,7 @@ impl Indirect {
             .filter_map(|blk| u32::try_from(blk).ok())
             .filter_map(|blk| s.map.get(&blk).map(|&t| (blk, t)));
         let n = copy_blocks(&self.writer, &self.store, partial)?;
-        Counters::add(&self.counters.copied_back, n);
+        EventCounters::add(&self.counters.copied_back, n);
         Ok(())
     }
 
@@ -327,7 +327,7 @@ impl Indirect {
             // shadowed by their old indirections, as the log says.
             return (pending.iter().map(|&(_, t)| t).collect(), Err(e));
         }
-        Counters::add(&self.counters.ended, ended);
+        EventCounters::add(&self.counters.ended, ended);
         if !each {
             // Not yet synced: the ended indirections' blocks are released at the next flush,
             // or once this many wait (a guest that seldom flushes would hold them all).
@@ -358,7 +358,7 @@ impl Indirect {
                 match Log::write_fresh(&l.path, &l.store, map) {
                     Ok(fresh) => {
                         *l = fresh;
-                        Counters::add(&self.counters.compactions, 1);
+                        EventCounters::add(&self.counters.compactions, 1);
                     }
                     Err(e) => tracing::warn!("indirection log: compaction failed: {e}"),
                 }
@@ -393,7 +393,7 @@ impl Indirect {
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
         let mut s = self.lock_without_defrag(0, u32::MAX);
         let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
-        Counters::add(&self.counters.disentangled, n);
+        EventCounters::add(&self.counters.disentangled, n);
         let mut targets: Vec<Block> = std::mem::take(&mut s.map).into_values().collect();
         targets.append(&mut s.unsynced_ends);
         if let Some(l) = s.log.take() {
