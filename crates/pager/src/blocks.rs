@@ -95,7 +95,7 @@ impl BlockMap {
     }
 
     /// Drops one reference to `b`; the block is free when none is left.
-    pub fn release(&mut self, b: Block) {
+    pub fn drop_ref(&mut self, b: Block) {
         let r = &mut self.refs[b as usize];
         assert!(*r > 0, "swap block {b} released more often than referenced");
         *r -= 1;
@@ -117,7 +117,7 @@ mod tests {
     fn a_run_of_free_blocks_is_found_without_wrapping_past_the_end() {
         let mut m = BlockMap::new(10);
         assert_eq!(m.alloc(3), vec![0, 1, 2]);
-        m.release(1);
+        m.drop_ref(1);
         // Block 1 alone is too short for 2; 3..5 is the first run from the cursor.
         assert_eq!(m.alloc_run(2), Some(3));
         assert_eq!(m.alloc_run(5), Some(5), "5..10 ends at the file's end");

@@ -288,14 +288,14 @@ impl PagerCore {
         Some(first)
     }
 
-    /// Drops the swap-block references of indirections that ended (or never began).
-    pub(crate) fn release_indirections(&self, blocks: Vec<crate::page::Block>) {
+    /// Frees indirections that ended (or never began): drops their swap-block references.
+    pub(crate) fn free_indirections(&self, blocks: Vec<crate::page::Block>) {
         if blocks.is_empty() {
             return;
         }
         let mut pages = self.lock();
         for b in blocks {
-            pages.table.blocks.release(b);
+            pages.table.blocks.drop_ref(b);
             pages.indirections -= 1;
         }
     }

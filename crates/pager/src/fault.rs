@@ -11,7 +11,7 @@
 //!    [`StateTable::begin_read`]); should the faulting page itself have changed, its fault is
 //!    served again under the lock.
 //! 2. **Write fault** on a write-protected page: the page is dirty from now on; its slot is
-//!    released and the protection removed, which wakes the writer.
+//!    freed and the protection removed, which wakes the writer.
 //! 3. A vCPU's write to a page whose content is in a store may go to the Preventer instead
 //!    (`preventer.rs`).
 //! 4. A page instant release took (`release.rs`) whose content the reclamation cache still

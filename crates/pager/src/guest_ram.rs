@@ -355,9 +355,9 @@ impl GuestRam for PagedRam<'_> {
         };
         let first = u32::try_from(offset / PAGE_SIZE as u64).unwrap_or(u32::MAX);
         let end = u32::try_from((offset + len).div_ceil(PAGE_SIZE as u64)).unwrap_or(u32::MAX);
-        let (released, r) =
+        let (freed, r) =
             ind.write_ends(first, end, landed, || s.stores.swap.file.sync_if_written());
-        s.release_indirections(released);
+        s.free_indirections(freed);
         r
     }
 
@@ -366,8 +366,8 @@ impl GuestRam for PagedRam<'_> {
         let Some(ind) = s.stores.indirect(disk) else {
             return Ok(());
         };
-        let released = ind.flush(|| s.stores.swap.file.sync_if_written())?;
-        s.release_indirections(released);
+        let freed = ind.flush(|| s.stores.swap.file.sync_if_written())?;
+        s.free_indirections(freed);
         Ok(())
     }
 

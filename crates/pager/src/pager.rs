@@ -32,7 +32,7 @@
 //! - the `FaultHandler`'s `events`: the fault event buffer, used by the pager thread alone.
 //! - the pool's own lock (`store/pool/`), taken after `pages`, never before it.
 //! - each disk's indirection lock (`store/indirect/map.rs`), taken after `pages`, never before
-//!   it (the device and the defragmenter drop it before they take `pages` to release blocks).
+//!   it (the device and the defragmenter drop it before they take `pages` to free blocks).
 //!
 //! The limit is an atomic; the counters are atomics and the page census is kept as running
 //! counts, so the API reads them without a scan. Pausing and parking vCPUs belong to the VMM,
@@ -322,9 +322,9 @@ impl Pager {
                     })?;
                 continue;
             }
-            let released = ind.disentangle()?;
-            copied += released.len() as u64;
-            s.release_indirections(released);
+            let freed = ind.disentangle()?;
+            copied += freed.len() as u64;
+            s.free_indirections(freed);
         }
         if s.temporary_swap && kept == 0 {
             if let Err(e) = std::fs::remove_file(&s.swap_path) {
@@ -531,18 +531,18 @@ impl PagerCore {
             let mut done = 0;
             for image in self.stores.images() {
                 let Some(ind) = &image.indirect else { continue };
-                let (released, r) = match mode {
+                let (freed, r) = match mode {
                     crate::store::indirect::Defrag::Guest => match ind.defragment(BATCH) {
-                        Ok(released) => (released, Ok(())),
+                        Ok(freed) => (freed, Ok(())),
                         Err(e) => (Vec::new(), Err(e)),
                     },
                     crate::store::indirect::Defrag::Store => {
-                        let (released, r) = ind.regroup(|n| self.reserve_indirections(n));
-                        (released, r.map(|moved| done += usize::from(moved)))
+                        let (freed, r) = ind.regroup(|n| self.reserve_indirections(n));
+                        (freed, r.map(|moved| done += usize::from(moved)))
                     }
                 };
-                done += released.len();
-                self.release_indirections(released);
+                done += freed.len();
+                self.free_indirections(freed);
                 if let Err(e) = r {
                     tracing::warn!("pager: defragmenting {} failed: {e}", ind.image().display())
                 }

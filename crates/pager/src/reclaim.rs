@@ -464,7 +464,7 @@ impl Reclaimer {
         if blocks.len() < to_write.len() {
             blocks
                 .into_iter()
-                .for_each(|b| pages.table.blocks.release(b));
+                .for_each(|b| pages.table.blocks.drop_ref(b));
             drop_shares(pages, &decided);
             victims.iter().for_each(|&p| pages.table.kept(p));
             return Err(std::io::Error::other("the swap store is full"));
@@ -563,7 +563,7 @@ impl Reclaimer {
             Err(e) => {
                 blocks
                     .into_iter()
-                    .for_each(|b| pages.table.blocks.release(b));
+                    .for_each(|b| pages.table.blocks.drop_ref(b));
                 drop_shares(pages, &decided);
                 Err(e)
             }
@@ -625,7 +625,7 @@ impl Reclaimer {
             };
             if kept.iter().any(|&(first, n)| p >= first && p < first + n) {
                 if let Some(b) = block {
-                    pages.table.blocks.release(b);
+                    pages.table.blocks.drop_ref(b);
                 }
                 drop_shares(pages, &[(p, d)]);
                 continue;
@@ -661,7 +661,7 @@ fn region_pages(core: &PagerCore, r: &PageRegion) -> std::ops::Range<PageIdx> {
 fn drop_shares(pages: &mut Pages, decided: &[(PageIdx, Disposition)]) {
     for &(_, d) in decided {
         if let Disposition::DropShared(b) = d {
-            pages.table.blocks.release(b);
+            pages.table.blocks.drop_ref(b);
         }
     }
 }

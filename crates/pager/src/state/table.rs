@@ -193,7 +193,7 @@ impl StateTable {
         let s = match self.state(p) {
             PageState::Swapped(block) => {
                 if !keep {
-                    self.blocks.release(block);
+                    self.blocks.drop_ref(block);
                 }
                 PageState::Resident {
                     clean: keep.then_some(block),
@@ -314,7 +314,7 @@ impl StateTable {
             }
             PageState::Resident { clean } => {
                 if let Some(b) = clean {
-                    self.blocks.release(b);
+                    self.blocks.drop_ref(b);
                     self.clean_reuse.count(true);
                 }
                 self.set(p, PageState::Resident { clean: None });
@@ -343,7 +343,7 @@ impl StateTable {
             if d == Disposition::DropClean(b) {
                 self.clean_reuse.count(false);
             } else {
-                self.blocks.release(b);
+                self.blocks.drop_ref(b);
             }
         }
         let s = match (d, written) {
@@ -431,7 +431,7 @@ impl StateTable {
     /// Records that a device wrote the whole of non-resident `p` into place.
     pub fn device_installed(&mut self, p: PageIdx) {
         if let PageState::Swapped(b) = self.state(p) {
-            self.blocks.release(b);
+            self.blocks.drop_ref(b);
         }
         self.set(p, PageState::Resident { clean: None });
         self.victims.touch(p);
@@ -449,7 +449,7 @@ impl StateTable {
         }
         match was {
             PageState::Swapped(b) | PageState::Resident { clean: Some(b) } => {
-                self.blocks.release(b)
+                self.blocks.drop_ref(b)
             }
             _ => {}
         }
@@ -476,7 +476,7 @@ impl StateTable {
         match self.state(p) {
             PageState::Resident { clean } => {
                 if let Some(b) = clean {
-                    self.blocks.release(b);
+                    self.blocks.drop_ref(b);
                 }
             }
             PageState::Mirrored(_) => {}
@@ -696,7 +696,7 @@ impl StateTable {
             return;
         }
         if let PageState::Resident { clean: Some(b) } = self.state(p) {
-            self.blocks.release(b);
+            self.blocks.drop_ref(b);
         }
         // A page about to mirror what a device is writing out from it holds other content now.
         self.mirrors.end_pending(p);
@@ -806,7 +806,7 @@ impl StateTable {
         }
         if let PageState::Resident { clean } = self.state(p) {
             if let Some(b) = clean {
-                self.blocks.release(b);
+                self.blocks.drop_ref(b);
             }
             self.set(p, PageState::Mirrored(ib));
             // Its block is in guest RAM again: out of the ghost cache.

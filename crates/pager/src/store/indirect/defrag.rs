@@ -16,7 +16,7 @@ impl Indirect {
     /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
     /// into the image (first those guest reads needed, then the map in block order), skipping
     /// the blocks of a guest write in progress, and ends their indirections in the log, the
-    /// image synced first and the log after, whatever `LogSync` says: the blocks are released
+    /// image synced first and the log after, whatever `LogSync` says: the blocks are freed
     /// once no log can name them. Returns the swap-file blocks whose references the caller
     /// drops; empty when there is nothing to do.
     pub fn defragment(&self, max: usize) -> std::io::Result<Vec<Block>> {
@@ -127,13 +127,13 @@ impl Indirect {
         }
         // A guest write (or the VM's end) may have ended some of these indirections meanwhile.
         let mut changes = Vec::new();
-        let mut release = Vec::new();
+        let mut freed = Vec::new();
         for (&(b, old), new) in batch.iter().zip(fresh) {
             if s.map.get(&b) == Some(&old) {
                 changes.push((b, Some(new)));
-                release.push(old);
+                freed.push(old);
             } else {
-                release.push(new);
+                freed.push(new);
             }
         }
         let logged = match s.log.as_mut() {
@@ -159,7 +159,7 @@ impl Indirect {
         }
         EventCounters::add(&self.counters.regrouped, changes.len() as u64);
         EventCounters::add(&self.counters.regrouped_writes, writes);
-        (release, Ok(true))
+        (freed, Ok(true))
     }
 
     /// Copies the swap-file blocks of `batch` (in its order) to the run at `to`: one read per

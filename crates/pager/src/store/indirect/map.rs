@@ -285,9 +285,9 @@ impl Indirect {
         // indirections there all end, and each drops its reference.
         let new: BTreeMap<u32, Block> = pending.iter().copied().collect();
         let mut changes: Vec<(u32, Option<Block>)> = Vec::new();
-        let mut released = Vec::new();
+        let mut freed = Vec::new();
         for (&b, &t) in s.map.range(first..end) {
-            released.push(t);
+            freed.push(t);
             if !new.contains_key(&b) {
                 changes.push((b, None));
             }
@@ -299,7 +299,7 @@ impl Indirect {
                 if let Some(i) = kept.iter().position(|&k| k == (b, t)) {
                     kept.swap_remove(i);
                 } else {
-                    released.push(t);
+                    freed.push(t);
                 }
             }
         }
@@ -307,11 +307,11 @@ impl Indirect {
             changes.push((b, Some(t)));
         }
         if changes.is_empty() {
-            return (released, Ok(()));
+            return (freed, Ok(()));
         }
-        // Every indirection released here ended with this write: those the write removed, those
-        // a new one replaced, and the first of a block elided twice.
-        let ended = released.len() as u64;
+        // Every indirection whose block is freed here ended with this write: those the write
+        // removed, those a new one replaced, and the first of a block elided twice.
+        let ended = freed.len() as u64;
         let each = self.sync == LogSync::Write;
         let r = (|| {
             if each && !new.is_empty() {
@@ -329,13 +329,13 @@ impl Indirect {
         }
         EventCounters::add(&self.counters.ended, ended);
         if !each {
-            // Not yet synced: the ended indirections' blocks are released at the next flush,
+            // Not yet synced: the ended indirections' blocks are freed at the next flush,
             // or once this many wait (a guest that seldom flushes would hold them all).
-            s.unsynced_ends.append(&mut released);
+            s.unsynced_ends.append(&mut freed);
             if s.unsynced_ends.len() >= UNSYNCED_ENDS_MAX
                 && s.log.as_ref().is_some_and(|l| l.file.sync_data().is_ok())
             {
-                released = std::mem::take(&mut s.unsynced_ends);
+                freed = std::mem::take(&mut s.unsynced_ends);
             }
         }
         if self.defrag == Some(Defrag::Store) && !in_order(&new) && s.groups.len() < GROUPS_MAX {
@@ -364,7 +364,7 @@ impl Indirect {
                 }
             }
         }
-        (released, Ok(()))
+        (freed, Ok(()))
     }
 
     /// The guest flushed the disk: with [`LogSync::Flush`], the swap file (`sync_store`) and
@@ -389,7 +389,7 @@ impl Indirect {
     }
 
     /// Copies every indirected block back into the image and deletes the log (a clean exit);
-    /// returns the swap-file blocks to release.
+    /// returns the swap-file blocks to free.
     pub fn disentangle(&self) -> Result<Vec<Block>, IndirectError> {
         let mut s = self.lock_without_defrag(0, u32::MAX);
         let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;

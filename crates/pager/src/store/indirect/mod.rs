@@ -24,7 +24,7 @@
 //!   first ([`recover`]), which is also what `memvisor disk disentangle IMAGE` does (§4.4.2);
 //!   a clean exit disentangles too, unless told to keep the indirections. The log is rewritten
 //!   to just the live map when it grows past four times what the map needs.
-//!   With [`LogSync::Flush`] an ended indirection's swap-file block is released only once the
+//!   With [`LogSync::Flush`] an ended indirection's swap-file block is freed only once the
 //!   log that ends it is synced, so no log can name a block that was used again.
 //! - **Defragmentation** (§5, [`Defrag`]), on a background thread: guest-disk defragmentation
 //!   copies indirected blocks back into the image (first those reads needed), and swap-file
