@@ -13,8 +13,8 @@
 //! - With Tesseract's indirections (`store/indirect/`), a disk write's whole pages that are only in
 //!   the swap file (not in the pool) are not read: the device skips them and their blocks refer
 //!   to the swap-file blocks once the write ends; disk reads lay those blocks over the image.
-//! - The balloon and free page reporting discard ranges: released first, recorded after, so a
-//!   failed release leaves pages resident and recorded as such.
+//! - The balloon and free page reporting discard ranges: dropped first, recorded after, so a
+//!   failed drop leaves pages resident and recorded as such.
 
 use memvisor_devices::ram::{dontneed, Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
@@ -431,17 +431,17 @@ impl GuestRam for PagedRam<'_> {
             Discard::Reported => PageState::Reported,
         };
         let mut state = self.reclaim.lock_settled(s);
-        let mut released = 0u64;
+        let mut discarded = 0u64;
         for r in ranges {
             let (Some(first), true) = (s.map.page_of_gpa(r.addr), r.len > 0) else {
                 continue;
             };
             let n = u32::try_from(r.len / PAGE_SIZE as u64).unwrap_or(0);
-            // Released first; the table changes only for what was released, so a failure
+            // Dropped first; the table changes only for what was dropped, so a failure
             // leaves pages resident and recorded as such.
             let mut mapped = Vec::new();
             for p in first..first + n {
-                // Before the takeover no page is known to be resident: release them all.
+                // Before the takeover no page is known to be resident: drop them all.
                 if !state.attached || is_resident(state.table.state(p)) {
                     mapped.push(p);
                 } else {
@@ -462,15 +462,15 @@ impl GuestRam for PagedRam<'_> {
                     state.prefetched[p as usize] = false;
                 }
             }
-            released += u64::from(n);
+            discarded += u64::from(n);
         }
         let c = if why == Discard::Balloon {
             &s.counters.ballooned
         } else {
             &s.counters.reported
         };
-        EventCounters::add(c, released);
-        Ok(released)
+        EventCounters::add(c, discarded);
+        Ok(discarded)
     }
 
     /// The deflated pages are the guest's again. After the takeover they are mapped at once to

@@ -13,7 +13,7 @@
 //!    reclaim thread's buffer, and the chunk's victims are marked *in flight*;
 //! 2. without the lock, the copies are written to the swap file (runs of consecutive blocks in
 //!    one write each);
-//! 3. under the lock again, the victims are released with `MADV_DONTNEED`, recorded, no longer in
+//! 3. under the lock again, the victims are dropped with `MADV_DONTNEED`, recorded, no longer in
 //!    flight, and their waiters woken.
 //!
 //! While a chunk is in flight its victims are mapped and write-protected and their fate is
@@ -55,7 +55,7 @@ enum Begin {
     Again,
 }
 
-/// A chunk between its decisions and its release: what step 3 needs.
+/// A chunk between its decisions and its drop: what step 3 needs.
 struct Flight {
     t0: Instant,
     victim_runs: Vec<(PageIdx, u32)>,
@@ -261,7 +261,7 @@ impl Reclaimer {
     /// Drops up to `n` of the pages a deflate mapped to the shared zero page that still map it,
     /// oldest first: they hold no memory and nothing to write, so they go before any victim.
     /// Those the guest has written since count as used now (`clock` saw no fault for them).
-    /// Each is write-protected before it is checked again and released, so a guest write meanwhile
+    /// Each is write-protected before it is checked again and dropped, so a guest write meanwhile
     /// either came first (the page is the guest's, and stays) or waits and then finds the page
     /// gone and faults in a zero page. Returns how many were dropped.
     fn drop_unwritten_deflated(
@@ -543,7 +543,7 @@ impl Reclaimer {
         Ok(())
     }
 
-    /// Step 3: releases and records the chunk (or, if the write failed, gives its blocks back and
+    /// Step 3: drops and records the chunk (or, if the write failed, gives its blocks back and
     /// leaves its pages resident), ends the flight and wakes the victims' waiters.
     fn reclaim_end(
         &self,
@@ -569,7 +569,7 @@ impl Reclaimer {
             }
             Ok(()) => {
                 remember_written(core, pages, &digests, &blocks);
-                self.release_chunk(core, pages, &victim_runs, decided, blocks)
+                self.drop_chunk(core, pages, &victim_runs, decided, blocks)
             }
         };
         // Victims that stayed resident may be chosen again.
@@ -589,10 +589,10 @@ impl Reclaimer {
         result
     }
 
-    /// Releases the victims and records them. A run that cannot be released stays resident (still
+    /// Drops the victims and records them. A run that cannot be dropped stays resident (still
     /// protected, its table entry unchanged) and its new blocks go back; the error is returned
     /// once the rest is recorded.
-    fn release_chunk(
+    fn drop_chunk(
         &self,
         core: &PagerCore,
         pages: &mut Pages,
@@ -601,7 +601,7 @@ impl Reclaimer {
         blocks: Vec<Block>,
     ) -> std::io::Result<u32> {
         let mut kept: Vec<(PageIdx, u32)> = Vec::new();
-        let mut release_error = None;
+        let mut drop_error = None;
         for &(first, n) in victim_runs {
             split_huge(core, pages, first, n);
             let range = GuestRange {
@@ -610,7 +610,7 @@ impl Reclaimer {
             };
             if let Err(e) = dontneed(&core.mem, range) {
                 kept.push((first, n));
-                release_error = Some(std::io::Error::other(format!(
+                drop_error = Some(std::io::Error::other(format!(
                     "releasing guest pages failed: {e}"
                 )));
             }
@@ -642,7 +642,7 @@ impl Reclaimer {
             };
             EventCounters::add(c, 1);
         }
-        match release_error {
+        match drop_error {
             Some(e) => Err(e),
             None => Ok(count),
         }

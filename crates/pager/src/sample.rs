@@ -9,7 +9,7 @@
 //! 2. feeds `touched / sampled` to the VM's [`ActiveEstimate`] (fast and slow averages);
 //! 3. picks `sample_pages` resident pages at random (100 by default) and takes each out of guest
 //!    RAM: write-protected first, copied to a slot of the [`SampleStore`] (host memory), then
-//!    released, so its next access, read or write, faults, and nothing written is lost in
+//!    dropped, so its next access, read or write, faults, and nothing written is lost in
 //!    between (a write waits on the protection and then faults the page back in).
 //!
 //! A sampled page comes back dirty: a clean page's swap block or a mirrored page's image block is
@@ -268,7 +268,7 @@ impl Sampler {
                 len: PAGE_SIZE as u64,
             };
             crate::takeover::split_huge(core, pages, p, 1);
-            // A page that cannot be released stays resident (and protected: its next write
+            // A page that cannot be dropped stays resident (and protected: its next write
             // just ends the protection).
             if dontneed(&core.mem, range).is_ok() && pages.table.sample(p, slot) {
                 pages.prefetched[p as usize] = false;

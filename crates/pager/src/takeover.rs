@@ -16,9 +16,9 @@
 //! 4. records every present page as resident (a mirror stays a mirror), and every huge page for
 //!    reclaim.
 //!
-//! The pager releases 4 KiB pages. Releasing part of a huge page unmaps it but frees nothing
-//! until the whole huge page goes (the kernel splits it only when memory runs short), so before
-//! the first release inside a huge page every release splits it (`MADV_COLD` on one 4 KiB page
+//! The pager drops 4 KiB pages. Dropping part of a huge page unmaps it but frees nothing until
+//! the whole huge page goes (the kernel splits it only when memory runs short), so before the
+//! first drop inside a huge page every drop splits it (`MADV_COLD` on one 4 KiB page
 //! of it splits the huge page into 4 KiB ones): see [`split_huge`], which reclaim, instant
 //! release, the balloon, free page reporting and sampling call.
 //!
@@ -181,8 +181,8 @@ pub(crate) fn drop_zero_mappings(
 }
 
 /// Splits the huge pages that the run `first..first + n` (one mapping) lies in but does not
-/// cover, if they are still whole, so releasing part of one frees its memory; a huge page the
-/// run covers is freed whole by the release and only forgotten. Every release of guest pages
+/// cover, if they are still whole, so dropping part of one frees its memory; a huge page the
+/// run covers is freed whole by the drop and only forgotten. Every drop of guest pages
 /// after the takeover calls it first: reclaim, instant release, the balloon, free page
 /// reporting and working-set samples.
 pub(crate) fn split_huge(core: &PagerCore, pages: &mut Pages, first: PageIdx, n: u32) {
@@ -196,7 +196,7 @@ pub(crate) fn split_huge(core: &PagerCore, pages: &mut Pages, first: PageIdx, n:
         if pages.huge.remove(&b) && (b < start || b + HUGE_PAGE > end) {
             // One 4 KiB page of the run inside this huge page.
             let at = b.max(start);
-            // SAFETY: `at` is a page of guest RAM the caller is about to release; MADV_COLD
+            // SAFETY: `at` is a page of guest RAM the caller is about to drop; MADV_COLD
             // only splits and deactivates, it never changes contents.
             if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_COLD) } == 0 {
                 EventCounters::add(&core.counters.huge_pages_split, 1);
