@@ -55,7 +55,7 @@ pub const MAX_PAGES: u64 = 32;
 pub const TIMEOUT_MS: u64 = 10;
 /// While reads cost less per page, one write fault in this many is still given to the Preventer.
 pub const RETRY_EVERY: u32 = 64;
-/// The samples a cost estimate remembers: each new one weighs `1 / COST_MEMORY`.
+/// The measurements a cost estimate remembers: each new one weighs `1 / COST_MEMORY`.
 const COST_MEMORY: f64 = 32.0;
 
 const RFLAGS_DF: u64 = 1 << 10;
@@ -201,17 +201,17 @@ pub struct Cost {
 }
 
 impl Cost {
-    /// Adds one sample: `took` for `pages` pages.
+    /// Adds one measurement: `took` for `pages` pages.
     pub fn add(&mut self, took: Duration, pages: u64) {
         let keep = 1.0 - 1.0 / COST_MEMORY;
-        // Pages of one sample: at most a run or `MAX_PAGES`, exact in an f64.
+        // Pages of one measurement: at most a run or `MAX_PAGES`, exact in an f64.
         #[allow(clippy::cast_precision_loss)]
         let n = pages as f64;
         self.micros = self.micros * keep + took.as_secs_f64() * 1e6;
         self.pages = self.pages * keep + n;
     }
 
-    /// Microseconds per page brought in; `None` before any sample, infinite when time was
+    /// Microseconds per page brought in; `None` before any measurement, infinite when time was
     /// spent and no page came of it.
     #[must_use]
     pub fn per_page(&self) -> Option<f64> {

@@ -299,10 +299,10 @@ impl StoreTotals {
     }
 }
 
-/// The most recent samples of a latency, for percentiles.
+/// The most recent measurements of a latency, for percentiles.
 #[derive(Debug)]
 pub struct Latency {
-    samples: Mutex<(Vec<u32>, usize)>,
+    recent: Mutex<(Vec<u32>, usize)>,
 }
 
 const KEEP: usize = 16384;
@@ -310,7 +310,7 @@ const KEEP: usize = 16384;
 impl Default for Latency {
     fn default() -> Self {
         Latency {
-            samples: Mutex::new((Vec::with_capacity(KEEP), 0)),
+            recent: Mutex::new((Vec::with_capacity(KEEP), 0)),
         }
     }
 }
@@ -318,7 +318,7 @@ impl Default for Latency {
 impl Latency {
     pub fn record(&self, d: Duration) {
         let us = u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
-        let mut g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         let (v, next) = &mut *g;
         if v.len() < KEEP {
             v.push(us);
@@ -328,9 +328,10 @@ impl Latency {
         }
     }
 
-    /// Samples kept, median, 99th percentile and maximum over them; all zero without samples.
+    /// Measurements kept (the API's `samples`), median, 99th percentile and maximum over them;
+    /// all zero without measurements.
     pub fn summary(&self) -> LatencySummary {
-        let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = g.0.clone();
         drop(g);
         if v.is_empty() {
@@ -352,7 +353,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_of_known_samples() {
+    fn percentiles_of_known_latencies() {
         let l = Latency::default();
         assert_eq!(l.summary(), LatencySummary::default());
         for us in 1..=100 {

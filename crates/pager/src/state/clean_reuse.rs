@@ -6,8 +6,8 @@ use crate::page::PageIdx;
 /// (`reuse_clean`): a guest write costs a write fault and frees the block; reclaim dropping
 /// one unwritten saves a write. When the guest writes nearly every page it swaps in (a
 /// collector's heap), keeping them costs a fault each and saves nothing, so loads from swap
-/// bring pages in writable, but in one cluster of every [`Self::SAMPLE`], which keeps them
-/// clean to go on telling which way it goes. The counts halve every [`Self::WINDOW`] outcomes.
+/// bring pages in writable, but in the control clusters, one of every
+/// [`Self::CONTROL_EVERY`], which keep them clean to go on telling which way it goes. The counts halve every [`Self::WINDOW`] outcomes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CleanReuse {
     /// Kept pages the guest wrote.
@@ -18,7 +18,7 @@ pub struct CleanReuse {
 
 impl CleanReuse {
     const WINDOW: u32 = 4096;
-    const SAMPLE: u32 = 8;
+    const CONTROL_EVERY: u32 = 8;
     /// Pages of a cluster that decides together (the pager's default cluster).
     const CLUSTER: u32 = 16;
 
@@ -36,11 +36,11 @@ impl CleanReuse {
     }
 
     /// Whether a load of `p` from swap for a read keeps it clean: unless more than 7 in 8 of
-    /// the recent outcomes (at least 128 of them) were writes, and always in the sampled
+    /// the recent outcomes (at least 128 of them) were writes, and always in the control
     /// clusters.
     pub fn keep(&self, p: PageIdx) -> bool {
-        self.written + self.dropped < Self::SAMPLE * Self::CLUSTER
+        self.written + self.dropped < Self::CONTROL_EVERY * Self::CLUSTER
             || self.written <= 7 * self.dropped
-            || (p / Self::CLUSTER) % Self::SAMPLE == 0
+            || (p / Self::CLUSTER) % Self::CONTROL_EVERY == 0
     }
 }

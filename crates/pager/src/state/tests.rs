@@ -745,7 +745,7 @@ fn random_and_clock_give_mirrored_pages_as_clean_picks() {
     assert_eq!(sim.t.pick_clean(2, None).len(), 2);
 }
 
-/// A guest that writes every page it swaps in gets them writable, but in the sampled
+/// A guest that writes every page it swaps in gets them writable, but in the control
 /// clusters; once it only reads them, and reclaim drops them unwritten, they come in clean
 /// again. Every byte reads back as written throughout.
 #[test]
@@ -758,7 +758,7 @@ fn loads_from_swap_come_in_writable_while_the_guest_writes_what_it_swaps_in() {
     }
     for round in 1..=3u64 {
         sim.reclaim(N);
-        assert!(kept(&sim, 0) && kept(&sim, 128), "sampled clusters keep");
+        assert!(kept(&sim, 0) && kept(&sim, 128), "control clusters keep");
         for p in 0..N {
             assert_eq!(sim.read(p), u64::from(p) + round);
             sim.write(p, u64::from(p) + round + 1);
@@ -769,7 +769,7 @@ fn loads_from_swap_come_in_writable_while_the_guest_writes_what_it_swaps_in() {
     assert_eq!(
         writable,
         7 * 512 / 8,
-        "all but the sampled clusters: {:?}",
+        "all but the control clusters: {:?}",
         sim.t.clean_reuse
     );
     for _ in 0..6 {
