@@ -376,7 +376,7 @@ impl Pager {
         &self,
         pages: u64,
         cold_only: bool,
-    ) -> Result<crate::ReleaseOutcome, PagerError> {
+    ) -> Result<crate::release::ReleaseOutcome, PagerError> {
         crate::release::release_clean(&self.core, &self.takeover, pages, cold_only)
     }
 
