@@ -7,10 +7,13 @@ use std::os::unix::fs::FileExt;
 
 use memvisor_devices::iobuf::IoBuf;
 
+use super::map::{in_order, Indirect};
 use super::recovery::copy_blocks;
-use super::{Indirect, REGROUP_MAX};
 use crate::page::{Block, PAGE_SIZE};
 use crate::stats::EventCounters;
+
+/// Most blocks swap-file defragmentation moves at once (one swap-file write and sync).
+const REGROUP_MAX: usize = 256;
 
 impl Indirect {
     /// Guest-disk defragmentation (§5.2), one batch: copies up to `max` indirected blocks back
@@ -183,12 +186,4 @@ impl Indirect {
             .write_all_at(data, u64::from(to) * PAGE_SIZE as u64)?;
         self.store.sync_data()
     }
-}
-
-/// Whether the swap-file blocks of `map` follow each other in image-block order (a split read
-/// takes them in one read): grouping them would save nothing.
-pub(super) fn in_order(map: &BTreeMap<u32, Block>) -> bool {
-    map.values()
-        .zip(map.values().skip(1))
-        .all(|(&t, &u)| t.checked_add(1) == Some(u))
 }

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{io_err, IndirectError};
+use super::error::{io_err, IndirectError};
 use crate::page::{Block, PAGE_SIZE};
 
 /// The log of `image`: beside it, named after it.

@@ -5,20 +5,59 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
 use memvisor_devices::iobuf::IoBuf;
 
-use super::defrag::in_order;
-use super::log::{HEADER, RECORD};
+use super::error::{io_err, IndirectError};
+use super::log::{Log, HEADER, RECORD};
 use super::recovery::{copy_back, copy_blocks};
-use super::{
-    io_err, IndirectCounters, IndirectError, Log, GROUPS_MAX, UNSYNCED_ENDS_MAX, URGENT_MAX,
-};
 use crate::config::{Defrag, LogSync};
 use crate::page::{Block, PAGE_SIZE};
 use crate::stats::EventCounters;
 use crate::store::swap::open_direct;
+
+/// Most blocks guest reads queue for defragmentation to copy back first.
+const URGENT_MAX: usize = 4096;
+/// Most swap-file blocks of ended indirections held until the log that ends them is synced.
+const UNSYNCED_ENDS_MAX: usize = 1024;
+/// Most writes whose indirections wait for swap-file defragmentation to group them.
+const GROUPS_MAX: usize = 4096;
+
+/// What the indirections of one disk did; every field only grows.
+#[derive(Debug, Default)]
+pub struct IndirectCounters {
+    /// Pages of guest disk writes that became indirections instead of being read back from the
+    /// swap file (double paging avoided).
+    pub elided: AtomicU64,
+    /// Indirections ended by a guest write of their block.
+    pub ended: AtomicU64,
+    /// Guest reads (and Swap Mapper refaults) split between the image and the swap file.
+    pub split_reads: AtomicU64,
+    /// Blocks those reads took from the swap file.
+    pub blocks_read: AtomicU64,
+    /// Blocks copied back into the image because a guest write covered only part of them.
+    pub copied_back: AtomicU64,
+    /// Blocks copied back into the image at a clean exit.
+    pub disentangled: AtomicU64,
+    /// Pages of guest disk writes that stayed plain writes because the most indirections
+    /// (`IndirectConfig::max`) were live.
+    pub refused: AtomicU64,
+    /// Times the log was rewritten to just the live map.
+    pub compactions: AtomicU64,
+    /// Blocks guest-disk defragmentation copied back into the image.
+    pub defragmented: AtomicU64,
+    /// Indirected blocks guest reads needed, which defragmentation then copied back first.
+    pub defrag_urgent: AtomicU64,
+    /// Reads split reads issued to the swap file (one per run of indirected blocks whose
+    /// swap-file blocks follow each other).
+    pub store_reads: AtomicU64,
+    /// Blocks swap-file defragmentation moved next to the other blocks of their guest write.
+    pub regrouped: AtomicU64,
+    /// Guest writes whose indirections swap-file defragmentation grouped.
+    pub regrouped_writes: AtomicU64,
+}
 
 pub(super) struct State {
     pub(super) map: BTreeMap<u32, Block>,
@@ -415,4 +454,12 @@ impl Indirect {
     pub fn image(&self) -> &Path {
         &self.image
     }
+}
+
+/// Whether the swap-file blocks of `map` follow each other in image-block order (a split read
+/// takes them in one read): grouping them would save nothing.
+pub(super) fn in_order(map: &BTreeMap<u32, Block>) -> bool {
+    map.values()
+        .zip(map.values().skip(1))
+        .all(|(&t, &u)| t.checked_add(1) == Some(u))
 }

@@ -35,104 +35,27 @@
 //! them across runs; here the next start puts them back into the image), and the guest's write
 //! skips the indirected blocks instead of writing dummy pages to them.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
-
-use thiserror::Error;
-
-// The indirections are one module to the rest of the crate, split in files: `map.rs` (the
-// map of one disk, `Indirect`), `log.rs`, `recovery.rs`, `defrag.rs`; this file holds their
-// error type, counters and limits, which they import from here, and re-exports their public
-// items: a circle inside the folder, which stays so that the crate's users keep one path
-// (`memvisor_pager::indirect::...`).
+// The indirections are one module to the rest of the crate, split in files that import each
+// other only downwards. This file re-exports their public items, so that the crate's users
+// keep one path (`memvisor_pager::indirect::...`), and nothing in the folder imports from it.
 mod defrag;
+mod error;
 mod log;
 mod map;
 mod recovery;
 
 pub use crate::config::{Defrag, LogSync};
+pub use error::IndirectError;
 pub use log::{log_path, Log, Replayed};
-pub use map::Indirect;
+pub use map::{Indirect, IndirectCounters};
 pub use recovery::{recover, Disentangled};
-
-/// Most blocks guest reads queue for defragmentation to copy back first.
-const URGENT_MAX: usize = 4096;
-/// Most swap-file blocks of ended indirections held until the log that ends them is synced.
-const UNSYNCED_ENDS_MAX: usize = 1024;
-/// Most writes whose indirections wait for swap-file defragmentation to group them.
-const GROUPS_MAX: usize = 4096;
-/// Most blocks swap-file defragmentation moves at once (one swap-file write and sync).
-const REGROUP_MAX: usize = 256;
-
-#[derive(Debug, Error)]
-pub enum IndirectError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not an indirection log: {why}")]
-    Corrupt { path: PathBuf, why: String },
-    #[error("{log} names the swap file {store}, which cannot be read ({source}); without it the blocks the log lists are lost: restore the file, then run `memvisor disk disentangle` again")]
-    StoreMissing {
-        log: PathBuf,
-        store: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "{0} already has an indirection log; run `memvisor disk disentangle` on the image first"
-    )]
-    Exists(PathBuf),
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IndirectError + '_ {
-    move |source| IndirectError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// What the indirections of one disk did; every field only grows.
-#[derive(Debug, Default)]
-pub struct IndirectCounters {
-    /// Pages of guest disk writes that became indirections instead of being read back from the
-    /// swap file (double paging avoided).
-    pub elided: AtomicU64,
-    /// Indirections ended by a guest write of their block.
-    pub ended: AtomicU64,
-    /// Guest reads (and Swap Mapper refaults) split between the image and the swap file.
-    pub split_reads: AtomicU64,
-    /// Blocks those reads took from the swap file.
-    pub blocks_read: AtomicU64,
-    /// Blocks copied back into the image because a guest write covered only part of them.
-    pub copied_back: AtomicU64,
-    /// Blocks copied back into the image at a clean exit.
-    pub disentangled: AtomicU64,
-    /// Pages of guest disk writes that stayed plain writes because the most indirections
-    /// (`IndirectConfig::max`) were live.
-    pub refused: AtomicU64,
-    /// Times the log was rewritten to just the live map.
-    pub compactions: AtomicU64,
-    /// Blocks guest-disk defragmentation copied back into the image.
-    pub defragmented: AtomicU64,
-    /// Indirected blocks guest reads needed, which defragmentation then copied back first.
-    pub defrag_urgent: AtomicU64,
-    /// Reads split reads issued to the swap file (one per run of indirected blocks whose
-    /// swap-file blocks follow each other).
-    pub store_reads: AtomicU64,
-    /// Blocks swap-file defragmentation moved next to the other blocks of their guest write.
-    pub regrouped: AtomicU64,
-    /// Guest writes whose indirections swap-file defragmentation grouped.
-    pub regrouped_writes: AtomicU64,
-}
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::fs::OpenOptions;
     use std::os::unix::fs::FileExt;
+    use std::path::Path;
 
     use super::log::{record, HEADER, RECORD};
     use super::*;

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use memvisor_devices::iobuf::IoBuf;
 
-use super::{io_err, IndirectError, Log};
+use super::error::{io_err, IndirectError};
+use super::log::Log;
 use crate::page::{Block, PAGE_SIZE};
 
 /// What putting indirected blocks back into an image did.
