@@ -4,8 +4,10 @@
 
 use memvisor_api::PoolCompress;
 
-use super::MAX_COMPRESSED;
 use crate::page::PAGE_SIZE;
+
+/// The most a compressed page may take; a page that does not compress to this is kept whole.
+pub const MAX_COMPRESSED: usize = 3 * PAGE_SIZE / 4;
 
 /// Where the compressor puts page `i` of a write: at `i * STRIDE` (LZ4 needs room for its
 /// worst case even when the result is small).

@@ -51,30 +51,31 @@ use crate::page::{Block, PAGE_SIZE};
 use crate::store::swap::SwapFile;
 use crate::store::{PageStore, StoreCounters};
 
-// The pool is one module to the rest of the crate, split in files: `slab.rs` (chunks and
-// slots), `compress.rs` (the compressor and decompressor), `spill.rs` (the flusher's side);
-// this file holds the `Pool` and the sizes its files share. They import those sizes from here
-// and this file uses their types: a circle inside the folder, which stays because the `Pool`
-// holds all three parts and they share its size classes.
+// The pool is one module to the rest of the crate, split in files that import each other only
+// downwards: this file holds the `Pool` with the flusher's state and the batch sizes, and uses
+// the compressor and the slab allocator; the flusher's side (`spill.rs`) works on the `Pool`.
 mod compress;
 mod slab;
 mod spill;
 
+pub use compress::MAX_COMPRESSED;
 use compress::{Packer, Unpacker, STRIDE};
+pub use slab::GRANULE;
 use slab::{class_of, kept, slot_bytes, Entry, Inner};
-use spill::SpillState;
 
 pub use memvisor_api::spec::{
     check_chunk, check_chunk_size, ChunkSizeError, DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES,
 };
-/// Every slot is a whole number of these bytes.
-pub const GRANULE: usize = 256;
-/// The most a compressed page may take; a page that does not compress to this is kept whole.
-pub const MAX_COMPRESSED: usize = 3 * PAGE_SIZE / 4;
 /// Blocks the flusher writes per round (4 MiB).
 pub(crate) const FLUSH_BATCH: usize = 1024;
 /// Freed blocks the flusher drops per hold of the pool's lock.
 const PURGE_BATCH: usize = 4096;
+
+/// The flusher's own state: the compressed bytes of a round and its decompressor.
+struct SpillState {
+    staged: Vec<u8>,
+    unpack: Unpacker,
+}
 
 /// Why a pool cannot be set up.
 #[derive(Debug, Error)]

@@ -5,9 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::compress::Unpacker;
-use super::{GRANULE, MAX_COMPRESSED};
+use super::compress::{Unpacker, MAX_COMPRESSED};
 use crate::page::{Block, PAGE_SIZE};
+
+/// Every slot is a whole number of these bytes.
+pub const GRANULE: usize = 256;
 
 /// The size class of whole pages; classes below it hold compressed pages of
 /// `(class + 1) * GRANULE` bytes at most.

@@ -6,17 +6,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_devices::iobuf::IoBuf;
 
-use super::compress::Unpacker;
 use super::slab::{kept, slot_bytes};
 use super::{Pool, FLUSH_BATCH, PURGE_BATCH};
 use crate::page::{Block, PAGE_SIZE};
 use crate::store::swap::SwapFile;
-
-/// The flusher's own state: the compressed bytes of a round and its decompressor.
-pub(super) struct SpillState {
-    pub(super) staged: Vec<u8>,
-    pub(super) unpack: Unpacker,
-}
 
 impl Pool {
     /// Waits until the flusher has work (the pool is above its spill mark), or a second passed
