@@ -30,7 +30,7 @@
 //!   written to the file, never leaves the file's copy newer than the pool's, and a pooled
 //!   block always goes over the file's copy.
 //! - A block the state table has freed is dropped from the pool by the flusher (it asks the
-//!   page table which pooled blocks are still referenced) instead of being written out.
+//!   state table which pooled blocks are still referenced) instead of being written out.
 //! - Ordering: the page lock is taken before the pool lock, never after it. The compressor's
 //!   lock (reclaim's) and the flusher's own state are taken before the pool lock.
 //!
