@@ -1,10 +1,10 @@
 //! [`PageMap`]: a map from guest page to a value, stored densely, one slot per page.
 //!
-//! The state table notes a few things about some pages: the digest a mirror left writable must keep,
-//! the block a page mirrored last. A guest disk read changes them for every page it fills, and the
-//! digest is looked up again for every page a device overwrites. In hash maps each of those was a
-//! probe at a random place in a table as large as the page cache: in `bench seqread` with the Swap
-//! Mapper, the digest lookups on the device's writes alone were about a twentieth of the disk
+//! The state table notes a few things about some pages: the digest a mirror left writable must
+//! keep, the block a page mirrored last. A guest disk read changes them for every page it fills,
+//! and the digest is looked up again for every page a device overwrites. In hash maps each of those
+//! was a probe at a random place in a table as large as the page cache: in `bench seqread` with the
+//! Swap Mapper, the digest lookups on the device's writes alone were about a twentieth of the disk
 //! thread's time. Here a note is an index into an array (one bit per page says whether it holds
 //! one). The array is allocated at the first note, so a VM that never takes one (no Swap Mapper)
 //! pays nothing; once allocated it costs `size_of::<T>()` and one bit per guest page, about what a

@@ -1,12 +1,12 @@
 //! What the state table remembers of the pages instant release took (HyperDealer2 §4.2, §6.4;
-//! `release.rs` does the release): when each left, so its dwell time is known when it comes
-//! back, and the reclamation cache, a fixed number of released pages kept in host memory so
-//! that a refault of a page released recently is a copy rather than a disk read. Pure: no
-//! system calls (the cache here says which slot holds which page; the slots' memory is
-//! `sys/slots.rs`, and `release.rs` moves the pages into it). The state table calls [`Released::state_changed`] on every change of
-//! state of a page, so a released page that comes back by any path (a fault, a device writing
-//! it whole, a guest disk read landing on it, a refetch before its block is overwritten) ends
-//! its dwell, and its cached copy goes.
+//! `release.rs` does the release): when each left, so its dwell time is known when it comes back,
+//! and the reclamation cache, a fixed number of released pages kept in host memory so that a
+//! refault of a page released recently is a copy rather than a disk read. Pure: no system calls
+//! (the cache here says which slot holds which page; the slots' memory is `sys/slots.rs`, and
+//! `release.rs` moves the pages into it). The state table calls [`Released::state_changed`] on
+//! every change of state of a page, so a released page that comes back by any path (a fault, a
+//! device writing it whole, a guest disk read landing on it, a refetch before its block is
+//! overwritten) ends its dwell, and its cached copy goes.
 
 use std::collections::HashMap;
 use std::time::Instant;

@@ -1,7 +1,8 @@
 //! Victim selection among resident pages: `random` (ESX §3.3), `clock` (second chance), or
 //! HyperDealer2's reference-pattern order for the pages that mirror disk blocks (`hd2`,
 //! `hd2-whole`: §4.5, the order itself in `pattern/pick.rs`, applied by
-//! [`StateTable::pick_victims`](crate::state::table::StateTable::pick_victims)) with clock for the rest.
+//! [`StateTable::pick_victims`](crate::state::table::StateTable::pick_victims)) with clock for
+//! the rest.
 //!
 //! What "recently used" can mean here: the host cannot read the guest's accessed bits (KVM keeps
 //! them in its own page tables, and this kernel has no idle page tracking), and testing a page by

@@ -1,6 +1,6 @@
-//! HyperDealer2's reference patterns (§4.4–§4.5), detected from guest disk reads, and the victim
-//! order built on them. Pure: the state table feeds it page events and the pager's reads and
-//! refaults; it answers which mirrored pages to give up first.
+//! HyperDealer2's reference patterns (§4.4–§4.5), detected from guest disk reads, and the
+//! victim order built on them. Pure: the state table feeds it page events and the pager's reads
+//! and refaults; it answers which mirrored pages to give up first.
 //!
 //! - **Streams.** The paper tells file streams apart by (task, file descriptor) through
 //!   hypercalls; here a stream is a run of blocks of one disk read front to back: a guest disk
@@ -16,21 +16,21 @@
 //!   mirroring its block (written, ballooned, dropped by reclaim) leaves its sequence; the
 //!   sequence's blocks are remembered, so its refaults are still recognised. Mirrored pages in no
 //!   sequence are *unclassified*, in the order they came to mirror (least recent first).
-//! - **Victim order** ([`Patterns::pick`](table::Patterns::pick)): sequential sequences, most recently created or
-//!   lengthened first, each from its first block; then loops, least recently read first, each
-//!   from its first block; then unclassified pages, least recent first. With `whole` (the paper's
-//!   WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages more than
-//!   asked.
-//! - **Cold sequences** ([`Patterns::pick_cold`](table::Patterns::pick_cold)). The paper's guest reports page-cache hits, so
-//!   a file read again from the guest's cache is a loop at once. Here those hits never reach the
-//!   host: a file the guest keeps re-reading from its own cache stays a sequential sequence after
-//!   its one pass from disk, and looks just like an input read once and done with. A probe tells
-//!   them apart. A sequence its stream is still reading (a disk read within [`PROBE_WAIT`]) is
-//!   *cold* behind its reader: what the stream read, the guest has used. One its stream left
-//!   longer ago is probed: its first [`PROBE_PAGES`] pages are released, and if it is still
-//!   sequential [`PROBE_WAIT`] later (a guest re-reading it would have touched the probe pages,
-//!   and their refault made it a loop), it is cold. A cold-only pick takes cold sequences (most
-//!   recent first) and the probes of the others, nothing else.
+//! - **Victim order** ([`Patterns::pick`](table::Patterns::pick)): sequential sequences, most
+//!   recently created or lengthened first, each from its first block; then loops, least recently
+//!   read first, each from its first block; then unclassified pages, least recent first. With
+//!   `whole` (the paper's WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`]
+//!   pages more than asked.
+//! - **Cold sequences** ([`Patterns::pick_cold`](table::Patterns::pick_cold)). The paper's guest
+//!   reports page-cache hits, so a file read again from the guest's cache is a loop at once. Here
+//!   those hits never reach the host: a file the guest keeps re-reading from its own cache stays a
+//!   sequential sequence after its one pass from disk, and looks just like an input read once and
+//!   done with. A probe tells them apart. A sequence its stream is still reading (a disk read
+//!   within [`PROBE_WAIT`]) is *cold* behind its reader: what the stream read, the guest has used.
+//!   One its stream left longer ago is probed: its first [`PROBE_PAGES`] pages are released, and if
+//!   it is still sequential [`PROBE_WAIT`] later (a guest re-reading it would have touched the
+//!   probe pages, and their refault made it a loop), it is cold. A cold-only pick takes cold
+//!   sequences (most recent first) and the probes of the others, nothing else.
 //!
 //! Every page event costs O(log n); the table holds at most [`MAX_SEQUENCES`] sequences (the
 //! least recently read go first) and [`STREAMS_PER_DISK`] streams per disk.
@@ -51,7 +51,8 @@ pub const WHOLE_SEQ_MAX: usize = 64;
 /// of that pass (at most half the sequence): pages the guest read ahead and had not used yet
 /// when the host dropped them. A refault further back begins a new pass.
 pub const READAHEAD_SLACK: u32 = 64;
-/// Pages of a sequential sequence released to probe it (see [`Patterns::pick_cold`](table::Patterns::pick_cold)).
+/// Pages of a sequential sequence released to probe it (see
+/// [`Patterns::pick_cold`](table::Patterns::pick_cold)).
 pub const PROBE_PAGES: usize = 16;
 /// How long after its probe a sequence still sequential is cold (a few passes of a file the
 /// guest re-reads from its cache: one pass of 128 MiB takes 0.1–0.3 s here), and how recent a

@@ -88,8 +88,9 @@ impl Patterns {
     }
 
     /// Pages of the sequential sequences their streams are still reading (a disk read within
-    /// [`PROBE_WAIT`](super::PROBE_WAIT) of `now`): cache the guest has just read once. A sequence read longer ago
-    /// may be one the guest keeps re-reading from its own cache, which the host cannot see.
+    /// [`PROBE_WAIT`](super::PROBE_WAIT) of `now`): cache the guest has just read once. A
+    /// sequence read longer ago may be one the guest keeps re-reading from its own cache, which
+    /// the host cannot see.
     pub fn streaming_pages(&self, now: Instant) -> u64 {
         self.sequential
             .values()

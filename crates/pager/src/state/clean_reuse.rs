@@ -7,7 +7,8 @@ use crate::page::PageIdx;
 /// one unwritten saves a write. When the guest writes nearly every page it swaps in (a
 /// collector's heap), keeping them costs a fault each and saves nothing, so loads from swap
 /// bring pages in writable, but in the control clusters, one of every
-/// [`Self::CONTROL_EVERY`], which keep them clean to go on telling which way it goes. The counts halve every [`Self::WINDOW`] outcomes.
+/// [`Self::CONTROL_EVERY`], which keep them clean to go on telling which way it goes. The
+/// counts halve every [`Self::WINDOW`] outcomes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CleanReuse {
     /// Kept pages the guest wrote.

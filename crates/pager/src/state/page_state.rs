@@ -15,7 +15,7 @@ pub enum PageState {
     /// Mapped in guest RAM and identical to this disk image block (VSwapper's Swap Mapper):
     /// either write-protected since it came to hold the block (a refault from the image, a disk
     /// write from it), or, filled by a guest disk read, left writable with the digest of the
-    /// block's content recorded ([`StateTable::mirror_digest`]), which reclaim checks the
+    /// block's content recorded (the table's `mirror_digest`), which reclaim checks the
     /// write-protected page against before it drops it.
     Mirrored(ImageBlock),
     /// Dropped while it mirrored this image block: it refaults from the image.
