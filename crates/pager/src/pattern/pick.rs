@@ -95,7 +95,7 @@ fn take_from(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pattern::sequence::Kind;
+    use crate::pattern::sequence::SequenceKind;
     use crate::pattern::table::tests::T;
 
     #[test]
@@ -160,7 +160,7 @@ mod tests {
             t.t.mirrored(p);
         }
         t.t.refault(0, 0, 4, &back);
-        assert_eq!(t.t.sequence_of(20).unwrap().kind, Kind::Loop);
+        assert_eq!(t.t.sequence_of(20).unwrap().kind, SequenceKind::Loop);
         let later = t0 + PROBE_WAIT;
         assert_eq!(
             t.t.pick_cold(100, false, later, all),

@@ -8,7 +8,7 @@ use crate::page::PageIdx;
 
 /// A sequence's category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum SequenceKind {
     /// Read front to back once.
     Sequential,
     /// Read again.
@@ -23,7 +23,7 @@ pub struct Sequence {
     pub start: u32,
     /// The block after the last.
     pub end: u32,
-    pub kind: Kind,
+    pub kind: SequenceKind,
     /// Observations between the starts of its last two passes (`None`: read once).
     pub period: Option<u64>,
     /// When its current pass began.

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use super::sequence::{Kind, Sequence, Stream};
+use super::sequence::{Sequence, SequenceKind, Stream};
 use super::{
     MAX_PENDING, MAX_SEQUENCES, READAHEAD_SLACK, SEQ_MIN_BLOCKS, SEQ_MIN_READS, STREAMS_PER_DISK,
 };
@@ -178,17 +178,17 @@ impl Patterns {
         self.seq[p as usize] == UNCLASSIFIED && self.key[p as usize] == t
     }
 
-    fn pages_of(&mut self, kind: Kind) -> &mut u64 {
+    fn pages_of(&mut self, kind: SequenceKind) -> &mut u64 {
         match kind {
-            Kind::Sequential => &mut self.counts.sequential_pages,
-            Kind::Loop => &mut self.counts.loop_pages,
+            SequenceKind::Sequential => &mut self.counts.sequential_pages,
+            SequenceKind::Loop => &mut self.counts.loop_pages,
         }
     }
 
-    fn order(&mut self, kind: Kind) -> &mut BTreeMap<u64, u32> {
+    fn order(&mut self, kind: SequenceKind) -> &mut BTreeMap<u64, u32> {
         match kind {
-            Kind::Sequential => &mut self.sequential,
-            Kind::Loop => &mut self.loops,
+            SequenceKind::Sequential => &mut self.sequential,
+            SequenceKind::Loop => &mut self.loops,
         }
     }
 
@@ -261,13 +261,13 @@ impl Patterns {
             s.period = Some(now - s.pass_start);
             s.pass_start = now;
             s.cursor = end;
-            became_loop = s.kind == Kind::Sequential;
+            became_loop = s.kind == SequenceKind::Sequential;
         } else {
             s.cursor = s.cursor.max(end);
         }
         if became_loop {
             let (stamp, pages, held) = (s.stamp, s.frames.len() as u64, !s.frames.is_empty());
-            s.kind = Kind::Loop;
+            s.kind = SequenceKind::Loop;
             self.counts.sequential -= 1;
             self.counts.loops += 1;
             self.counts.sequential_pages -= pages;
@@ -428,7 +428,7 @@ impl Patterns {
                 disk,
                 start,
                 end,
-                kind: Kind::Sequential,
+                kind: SequenceKind::Sequential,
                 period: None,
                 pass_start: self.now,
                 cursor: end,
@@ -454,8 +454,8 @@ impl Patterns {
         self.lru.remove(&s.stamp);
         self.order(s.kind).remove(&s.stamp);
         match s.kind {
-            Kind::Sequential => self.counts.sequential -= 1,
-            Kind::Loop => self.counts.loops -= 1,
+            SequenceKind::Sequential => self.counts.sequential -= 1,
+            SequenceKind::Loop => self.counts.loops -= 1,
         }
         *self.pages_of(s.kind) -= s.frames.len() as u64;
         for (_, p) in s.frames {
@@ -542,7 +542,7 @@ pub(super) mod tests {
         let s = t.t.sequence_of(7).unwrap();
         assert_eq!(
             (s.start, s.end, s.kind, s.pages()),
-            (0, 8, Kind::Sequential, 8)
+            (0, 8, SequenceKind::Sequential, 8)
         );
         assert_eq!(s.period, None);
         assert_eq!(t.t.take_detected(), (0, 0), "lengthened, not a new one");
@@ -575,7 +575,7 @@ pub(super) mod tests {
         let s = t.t.sequence_of(16).unwrap();
         assert_eq!(
             (s.kind, s.period),
-            (Kind::Loop, Some(6)),
+            (SequenceKind::Loop, Some(6)),
             "created at read 2, read again at 8"
         );
         assert_eq!(t.t.take_detected(), (1, 1));
@@ -620,9 +620,13 @@ pub(super) mod tests {
         let long = t.t.overlapping(0, 100, 101).unwrap();
         assert_eq!(t.t.seqs[&long].end, 400);
         t.t.refault(0, 400 - READAHEAD_SLACK, 400 - READAHEAD_SLACK + 8, &[]);
-        assert_eq!(t.t.seqs[&long].kind, Kind::Sequential);
+        assert_eq!(t.t.seqs[&long].kind, SequenceKind::Sequential);
         t.t.refault(0, 399 - READAHEAD_SLACK, 400 - READAHEAD_SLACK, &[]);
-        assert_eq!(t.t.seqs[&long].kind, Kind::Loop, "further back: a new pass");
+        assert_eq!(
+            t.t.seqs[&long].kind,
+            SequenceKind::Loop,
+            "further back: a new pass"
+        );
         // A refault outside every sequence leaves the pages unclassified.
         t.t.mirrored(40);
         t.t.refault(0, 40, 41, &[(40, 40)]);
@@ -657,7 +661,7 @@ pub(super) mod tests {
         assert!(!t.pick(16).contains(&5));
         // The sequence keeps its blocks: a page reading block 5 again rejoins (as a loop).
         t.read(5, 1);
-        assert_eq!(t.t.sequence_of(5).unwrap().kind, Kind::Loop);
+        assert_eq!(t.t.sequence_of(5).unwrap().kind, SequenceKind::Loop);
     }
 
     #[test]
@@ -704,8 +708,8 @@ pub(super) mod tests {
         let mut c = PatternCounts::default();
         for (&id, s) in &t.seqs {
             let (n, pages) = match s.kind {
-                Kind::Sequential => (&mut c.sequential, &mut c.sequential_pages),
-                Kind::Loop => (&mut c.loops, &mut c.loop_pages),
+                SequenceKind::Sequential => (&mut c.sequential, &mut c.sequential_pages),
+                SequenceKind::Loop => (&mut c.loops, &mut c.loop_pages),
             };
             *n += 1;
             *pages += s.frames.len() as u64;
@@ -713,8 +717,8 @@ pub(super) mod tests {
                 assert_eq!((t.seq[p as usize], t.key[p as usize]), (id, b));
             }
             let order = match s.kind {
-                Kind::Sequential => &t.sequential,
-                Kind::Loop => &t.loops,
+                SequenceKind::Sequential => &t.sequential,
+                SequenceKind::Loop => &t.loops,
             };
             assert_eq!(order.get(&s.stamp) == Some(&id), !s.frames.is_empty());
             assert_eq!(t.lru.get(&s.stamp), Some(&id));
@@ -793,7 +797,12 @@ pub(super) mod tests {
                         prop_assert_eq!(sorted.len(), v.len(), "no page twice");
                         for p in v {
                             let kind = t.sequence_of(p).map(|s| s.kind);
-                            prop_assert_eq!(kind, Some(Kind::Sequential), "page {} taken", p);
+                            prop_assert_eq!(
+                                kind,
+                                Some(SequenceKind::Sequential),
+                                "page {} taken",
+                                p
+                            );
                         }
                     }
                 }

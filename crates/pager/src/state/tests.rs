@@ -695,7 +695,7 @@ fn hd2_victims_take_sequential_runs_first_then_loops_then_the_rest() {
         .expect("back in its sequence");
     assert_eq!(
         (s.kind, s.start, s.end),
-        (crate::pattern::sequence::Kind::Loop, 16, 24)
+        (crate::pattern::sequence::SequenceKind::Loop, 16, 24)
     );
     assert_eq!(sim.t.patterns.counts().sequential, 0);
     assert_eq!(sim.t.patterns.take_detected(), (2, 2));
