@@ -16,7 +16,7 @@
 //! | `fault.rs` | the fault path: the `FaultHandler`, which owns its buffers and unresolved faults and borrows the core |
 //! | `reclaim.rs` | reclaim in bounded chunks: the `Reclaimer`, which owns its wake-up and the signal that a chunk was recorded and borrows the core |
 //! | `release.rs` | instant release of pages that mirror disk blocks (HyperDealer2 §4.3, `PUT /memory/release`), on the calling thread, on the core |
-//! | `released.rs` | what the state table keeps of released pages: when each left (dwell times) and the reclamation cache of their contents (HyperDealer2 §4.2; pure) |
+//! | `released.rs` | what the state table keeps of released pages: those a release took and the table has yet to record, when each left (dwell times) and the reclamation cache of their contents (HyperDealer2 §4.2; pure) |
 //! | `swapin.rs` | the pool's flusher thread, and proactive swap-in: the `SwapIn`, which owns its state and borrows the core |
 //! | `sample.rs` | working-set sampling: the `Sampler`, which owns its state and borrows the core |
 //! | `takeover.rs` | taking RAM over at run time from transparent huge pages: the `Takeover`, which owns the page map and borrows the core |

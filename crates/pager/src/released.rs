@@ -36,6 +36,9 @@ pub struct Released {
     /// Released pages that came back and are not yet counted in the pager's counters
     /// ([`Self::take_refaults`]).
     refaults: u64,
+    /// Pages a release took, and when, whose leaving the ghost cache and the dwell clock have
+    /// not been told yet ([`Self::took`]).
+    unrecorded: Vec<(PageIdx, Instant)>,
 }
 
 impl Released {
@@ -46,7 +49,32 @@ impl Released {
             cache: ReclamationCache::new(cache_pages),
             dwell_ms_log2: [0; DWELL_BUCKETS],
             refaults: 0,
+            unrecorded: Vec::new(),
         }
+    }
+
+    /// A release took `p` at `at`; the table records it later, with
+    /// [`Self::take_unrecorded`].
+    pub fn took(&mut self, p: PageIdx, at: Instant) {
+        self.unrecorded.push((p, at));
+    }
+
+    /// Whether pages a release took are left to record.
+    pub fn has_unrecorded(&self) -> bool {
+        !self.unrecorded.is_empty()
+    }
+
+    /// The pages a release took and when, to record; hand the list back with
+    /// [`Self::recorded`].
+    pub fn take_unrecorded(&mut self) -> Vec<(PageIdx, Instant)> {
+        std::mem::take(&mut self.unrecorded)
+    }
+
+    /// The list [`Self::take_unrecorded`] gave, recorded: emptied, and kept for the next
+    /// release.
+    pub fn recorded(&mut self, mut list: Vec<(PageIdx, Instant)>) {
+        list.clear();
+        self.unrecorded = list;
     }
 
     /// Page `p` was released at `at` (it is out of guest RAM now, and refaults from its block).

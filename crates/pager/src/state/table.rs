@@ -64,9 +64,6 @@ pub struct StateTable {
     /// The pages instant release took, while they are out, their dwell times, and the
     /// reclamation cache (`released.rs`).
     pub released: Released,
-    /// Pages a release took, and when, whose leaving the ghost cache and the dwell clock have
-    /// not been told yet ([`Self::release`]).
-    unrecorded: Vec<(PageIdx, std::time::Instant)>,
     /// Whether swapped-in pages kept clean are worth keeping so (`reuse_clean`).
     pub clean_reuse: CleanReuse,
 }
@@ -92,7 +89,6 @@ impl StateTable {
             },
             in_flight: ReadsInFlight::default(),
             released: Released::new(0),
-            unrecorded: Vec::new(),
             clean_reuse: CleanReuse::default(),
         }
     }
@@ -365,12 +361,12 @@ impl StateTable {
     /// reads the table (`PagerCore::lock`), so no one sees the difference.
     pub fn release(&mut self, p: PageIdx, ib: ImageBlock, at: std::time::Instant) {
         self.set(p, PageState::OnDisk(ib));
-        self.unrecorded.push((p, at));
+        self.released.took(p, at);
     }
 
     /// Whether [`Self::release`] left pages to record.
     pub fn has_unrecorded(&self) -> bool {
-        !self.unrecorded.is_empty()
+        self.released.has_unrecorded()
     }
 
     /// Tells the ghost cache and the dwell clock of the pages [`Self::release`] took, as
@@ -378,7 +374,7 @@ impl StateTable {
     /// that is no longer `OnDisk` came back before it was recorded (a waiter that was woken
     /// inside the page lock ran first) and is passed over: its block is in guest RAM again.
     pub fn record_released(&mut self) -> usize {
-        let mut list = std::mem::take(&mut self.unrecorded);
+        let list = self.released.take_unrecorded();
         for &(p, at) in &list {
             if let PageState::OnDisk(ib) = self.state(p) {
                 self.left_ram(ib);
@@ -386,8 +382,7 @@ impl StateTable {
             }
         }
         let n = list.len();
-        list.clear();
-        self.unrecorded = list;
+        self.released.recorded(list);
         n
     }
 
