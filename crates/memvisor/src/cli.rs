@@ -386,7 +386,7 @@ pub struct DiskArg {
     pub id: Option<String>,
 }
 
-pub use memvisor_api::parse_size;
+use memvisor_api::parse_size;
 
 fn parse_nice(s: &str) -> Result<i32, String> {
     let range = memvisor_devices::priority::NICE_RANGE;

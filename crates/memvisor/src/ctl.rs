@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use memvisor_api::{ClientError, HostClient, HostUpdate, PolicyUpdate, VmClient, VmSpec};
+use memvisor_api::{
+    parse_size, ClientError, HostClient, HostUpdate, PolicyUpdate, VmClient, VmSpec,
+};
 
-use crate::cli::parse_size;
 use crate::status;
 
 #[derive(Args, Debug)]

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use memvisor_api::parse_size;
 use memvisor_guest_mm::format::{
     encode_swap_header, file_word, Extent, FileEntry, Superblock, BLOCK_SIZE, ENTRIES_PER_BLOCK,
     ENTRY_SIZE, NAME_MAX,
 };
 
-use crate::cli::parse_size;
 use crate::status;
 
 #[derive(Args, Debug)]
