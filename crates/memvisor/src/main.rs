@@ -7,6 +7,7 @@ mod disks;
 mod guest_kit;
 mod hostlimit;
 mod huge_heap;
+mod plan;
 mod qemu;
 mod run;
 mod top;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use memvisor_vmm::affinity::CpuSet;
 
 use crate::hostlimit::HostLimit;
-use crate::run::RunPlan;
+use crate::plan::RunPlan;
 use crate::{guest_kit, status};
 
 /// QEMU's own resident memory besides guest RAM: 33 MiB measured for an idle microvm with

@@ -1,0 +1,221 @@
+//! `memvisor run`'s flags checked against each other and this host, and turned into a
+//! [`RunPlan`]: the kernel, the disks and the whole guest command line. Both hypervisors run
+//! from a plan: memvisor's VMM (`run.rs`) and QEMU (`qemu.rs`).
+
+use memvisor_vmm::affinity::CpuSet;
+use memvisor_vmm::DiskConfig;
+
+use crate::cli::{Hypervisor, LogSyncArg, PagerMode, RunArgs, SharingArg, VictimArg};
+use crate::guest_kit;
+
+/// A check of the flags that failed: reported as one line, exit status 2.
+pub struct BadInput(pub String);
+
+/// What `memvisor run` needs once its flags are checked.
+pub struct RunPlan {
+    pub args: RunArgs,
+    pub kernel: Vec<u8>,
+    pub disks: Vec<DiskConfig>,
+    /// The whole guest command line.
+    pub cmdline: String,
+}
+
+/// Checks `memvisor run`'s flags against each other and this host, and reads the kernel.
+pub fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
+    let bad = |m: String| Err(BadInput(m));
+    if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
+        let all = match CpuSet::available() {
+            Ok(all) => all,
+            Err(e) => return bad(format!("cannot read the CPUs this process may use: {e}")),
+        };
+        for (flag, cpus) in [
+            ("--vcpu-cpus", &args.vcpu_cpus),
+            ("--vmm-cpus", &args.vmm_cpus),
+        ] {
+            if let Some(cpus) = cpus.as_ref().filter(|c| !c.is_subset(&all)) {
+                return bad(format!(
+                    "{flag} {cpus}: this process may run on CPUs {all} only"
+                ));
+            }
+        }
+    }
+    let kernel = match &args.kernel {
+        Some(path) => {
+            if args.workload.is_some() {
+                return bad("--workload picks a guest kit workload; with --kernel give the guest's command line with --cmdline".into());
+            }
+            std::fs::read(path)
+                .map_err(|e| BadInput(format!("cannot read kernel {}: {e}", path.display())))?
+        }
+        None => guest_kit::ELF.to_vec(),
+    };
+    if let Err(e) = memvisor_boot::PvhImage::parse(&kernel) {
+        let name = args
+            .kernel
+            .as_ref()
+            .map_or("the guest kit".into(), |p| p.display().to_string());
+        return bad(format!("cannot boot {name}: {e}"));
+    }
+    let mut disks = Vec::new();
+    for (i, d) in args.disks.iter().enumerate() {
+        match std::fs::metadata(&d.path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return bad(format!("disk {} is not a regular file", d.path.display())),
+            Err(e) => return bad(format!("disk {}: {e}", d.path.display())),
+        }
+        let id = d.id.clone().unwrap_or_else(|| format!("disk{i}"));
+        if disks.iter().any(|x: &DiskConfig| x.id == id) {
+            return bad(format!(
+                "two disks have the id '{id}'; give each its own id=NAME"
+            ));
+        }
+        disks.push(DiskConfig {
+            path: d.path.clone(),
+            read_only: d.read_only,
+            id,
+        });
+    }
+    if disks.len() > memvisor_vmm::MAX_DISKS {
+        return bad(format!(
+            "{} disks given; at most {} fit",
+            disks.len(),
+            memvisor_vmm::MAX_DISKS
+        ));
+    }
+    let cmdline = if args.kernel.is_some() {
+        args.cmdline.clone()
+    } else {
+        if args.mem < guest_kit::MIN_MEM {
+            return bad(format!(
+                "--mem {} is below the {} MiB the guest kit needs",
+                args.mem,
+                guest_kit::MIN_MEM >> 20
+            ));
+        }
+        let workload = args.workload.as_deref().unwrap_or("boot");
+        if !guest_kit::WORKLOADS.contains(&workload) {
+            return bad(format!(
+                "unknown workload '{workload}'; the guest kit runs: {}",
+                guest_kit::WORKLOADS.join(", ")
+            ));
+        }
+        let tsc_khz = memvisor_vmm::host_tsc_khz()
+            .map_err(|e| {
+                tracing::warn!("cannot read the TSC frequency, guest times will be in cycles: {e}")
+            })
+            .ok();
+        guest_kit::cmdline(workload, args.vcpus, tsc_khz, &args.cmdline)
+    };
+    if memvisor_boot::RamLayout::new(args.mem).is_err()
+        || (args.hypervisor == Hypervisor::Qemu && args.mem % (1 << 20) != 0)
+    {
+        return bad(format!(
+            "--mem {} is not usable: give a whole number of MiB, at least 16M",
+            args.mem
+        ));
+    }
+    if let Some(limit) = args.mem_limit {
+        if limit > args.mem {
+            return bad(format!(
+                "--mem-limit {limit} is above --mem {}: a limit caps the VM's own RAM",
+                args.mem
+            ));
+        }
+        if limit < memvisor_api::spec::MIN_LIMIT {
+            return bad(format!(
+                "--mem-limit {limit} is below {} MiB: the guest's own code, stacks and queues must stay resident",
+                memvisor_api::spec::MIN_LIMIT >> 20
+            ));
+        }
+    }
+    if (args.mapper || args.preventer.is_some() || args.victim_cache > 0)
+        && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu)
+    {
+        return bad(
+            "--mapper, --preventer and --victim-cache are part of memvisor's full pager (--pager full)"
+                .into(),
+        );
+    }
+    if matches!(args.victims, VictimArg::Hd2 | VictimArg::Hd2Whole) && !args.mapper {
+        return bad(
+            "--victims hd2 orders the pages that mirror disk blocks: it needs the Swap Mapper (--mapper)"
+                .into(),
+        );
+    }
+    if args.tesseract && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
+        return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
+    }
+    if (args.tesseract_max.is_some()
+        || args.keep_indirections
+        || args.tesseract_defrag.is_some()
+        || args.tesseract_sync != LogSyncArg::Write)
+        && !args.tesseract
+    {
+        return bad(
+            "--tesseract-max, --tesseract-sync, --tesseract-defrag and --keep-indirections go with --tesseract".into(),
+        );
+    }
+    if let Some(m) = args.tesseract_max {
+        if m < 4096 || m > args.mem.saturating_mul(4) {
+            return bad(format!(
+                "--tesseract-max {m}: give 4K to 4 times the VM's memory ({} bytes)",
+                args.mem.saturating_mul(4)
+            ));
+        }
+    }
+    if args.sharing == SharingArg::Host && !memvisor_host::ksm::available() {
+        return bad(format!(
+            "--sharing host needs the kernel's KSM, and this host has none ({} is missing: a kernel built with CONFIG_KSM)",
+            memvisor_host::ksm::KSM_DIR
+        ));
+    }
+    if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
+        return bad("--qmp-sock is for --hypervisor qemu".into());
+    }
+    if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
+    }
+    if args.stats_json.is_some() && args.hypervisor == Hypervisor::Qemu {
+        return bad("--stats-json writes memvisor's own counters; QEMU has none".into());
+    }
+    if let Err(e) = memvisor_api::spec::check_release_cache(args.release_cache, args.mem) {
+        return bad(format!("--release-cache {e}"));
+    }
+    if let Err(e) = memvisor_api::spec::check_release_ready(args.release_ready, args.mem) {
+        return bad(format!("--release-ready {e}"));
+    }
+    if args.release_ready > 0 && !args.mapper {
+        return bad(
+            "--release-ready keeps pages that mirror disk blocks ready: it needs the Swap Mapper (--mapper)"
+                .into(),
+        );
+    }
+    if let Err(e) = memvisor_api::spec::check_chunk_size(args.pool_chunk) {
+        return bad(format!("--pool-chunk {e}"));
+    }
+    if let Some(pool) = args.pool {
+        if args.pager == PagerMode::Off || args.hypervisor == Hypervisor::Qemu {
+            return bad("--pool is memvisor's pager's: it needs --pager full or baseline".into());
+        }
+        if pool < 4096 {
+            return bad(format!("--pool {pool} is smaller than one page"));
+        }
+        if let Err(e) = memvisor_api::spec::check_chunk(args.pool_chunk, pool) {
+            return bad(format!("--pool-chunk {e}"));
+        }
+        match memvisor_host::config::meminfo("MemAvailable") {
+            Ok(avail) if pool > avail => {
+                return bad(format!(
+                    "--pool {pool} is more than the {avail} bytes of memory this host has available"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(RunPlan {
+        args,
+        kernel,
+        disks,
+        cmdline,
+    })
+}
