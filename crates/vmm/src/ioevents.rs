@@ -3,7 +3,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 
 use kvm_ioctls::{IoEventAddress, Kvm, VmFd};
-use memvisor_devices::virtio::notify::IoEvents;
+use memvisor_devices::virtio::ioevents::IoEvents;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::{kvm_err, VmmError};

@@ -29,11 +29,12 @@ use memvisor_devices::ram::{GuestRam, PlainRam};
 use memvisor_devices::serial::{Serial, COM1_LEN, COM1_PORT};
 use memvisor_devices::virtio::balloon::{Balloon, BalloonControl};
 use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
+use memvisor_devices::virtio::ioevents::IoEvents;
 use memvisor_devices::virtio::mmio::{
     MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
     QUEUE_NOTIFY_OFFSET,
 };
-use memvisor_devices::virtio::notify::{IoEvents, NotifyThread};
+use memvisor_devices::virtio::notify::NotifyThread;
 use memvisor_devices::{Bus, BusError};
 use memvisor_pager::{Pager, PagerConfig, PagerError, PagerSnapshot};
 use thiserror::Error;

@@ -33,7 +33,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::notify::IoEvents;
+use super::ioevents::IoEvents;
 use super::{status, VirtioDevice, VIRTIO_F_VERSION_1};
 use crate::{BusDevice, GuestMem};
 

@@ -2,6 +2,7 @@
 
 pub mod balloon;
 pub mod block;
+pub mod ioevents;
 pub mod mmio;
 pub mod notify;
 

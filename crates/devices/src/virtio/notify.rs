@@ -42,17 +42,8 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
 
+use super::ioevents::IoEvents;
 use super::mmio::MmioTransport;
-
-/// Where the VMM has the hypervisor signal an eventfd, instead of exiting to user space, when
-/// the guest writes a 4-byte `value` to the guest-physical address `addr` (KVM's
-/// `KVM_IOEVENTFD` with a datamatch). A narrow callback so devices stay free of KVM.
-pub trait IoEvents: Send + Sync {
-    /// Starts signalling `fd` for writes of `value` to `addr`.
-    fn register(&self, addr: u64, value: u32, fd: &EventFd) -> io::Result<()>;
-    /// Stops what [`IoEvents::register`] with the same arguments started.
-    fn unregister(&self, addr: u64, value: u32, fd: &EventFd) -> io::Result<()>;
-}
 
 fn lock(t: &Mutex<MmioTransport>) -> std::sync::MutexGuard<'_, MmioTransport> {
     t.lock().unwrap_or_else(|e| e.into_inner())
