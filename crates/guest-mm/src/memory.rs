@@ -1,15 +1,10 @@
 //! Tasks' address spaces and demand paging (Linux's `mm/memory.c`): software page tables,
 //! the access path with its minor and major faults, task exit, and page pins.
 
-use crate::mm_types::{Kind, L_ANON_INACTIVE, NIL};
-use crate::swap::SWAP_OWNER;
+use crate::mm_types::{
+    Kind, L_ANON_INACTIVE, NIL, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_SWAPPED, SWAP_OWNER,
+};
 use crate::{Backend, Mm, MmError, MAX_TASKS, ROOT_ENTRIES, TASK_PAGES};
-
-/// Bits of a software PTE; the frame, or the swap slot of a swapped page, is in bits 12 and up.
-pub(crate) const PTE_PRESENT: u64 = 1;
-pub(crate) const PTE_ACCESSED: u64 = 2;
-pub(crate) const PTE_DIRTY: u64 = 4;
-pub(crate) const PTE_SWAPPED: u64 = 8;
 
 /// A task's address space: the frame of its root directory (1024 little-endian u32 frame
 /// numbers of page-table frames, `NIL` where none), allocated at its first fault.

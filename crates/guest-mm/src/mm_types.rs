@@ -1,11 +1,21 @@
 //! Basic types of the memory manager, a leaf module that imports nothing of its crate (Linux's
-//! `mm_types.h` and `page-flags.h`): the page size, the "no frame" index, per-frame metadata
-//! ([`Frame`], Linux's `struct page`) with its flags, and the heads of the intrusive frame lists.
+//! `mm_types.h`, `page-flags.h` and `pgtable_types.h`): the page size, the "no frame" index,
+//! the page-cache owner of swap-cache pages, the bits of a software page-table entry, per-frame
+//! metadata ([`Frame`], Linux's `struct page`) with its flags, and the heads of the intrusive
+//! frame lists.
 
 /// Page size (and block size of both disks).
 pub const PAGE_SIZE: usize = 4096;
 /// "No frame" in lists, tables and page directories.
 pub const NIL: u32 = u32::MAX;
+/// Page-cache owner of swap-cache pages (the file number is the slot's owner, the index its slot).
+pub(crate) const SWAP_OWNER: u32 = u32::MAX - 1;
+
+/// Bits of a software PTE; the frame, or the swap slot of a swapped page, is in bits 12 and up.
+pub(crate) const PTE_PRESENT: u64 = 1;
+pub(crate) const PTE_ACCESSED: u64 = 2;
+pub(crate) const PTE_DIRTY: u64 = 4;
+pub(crate) const PTE_SWAPPED: u64 = 8;
 
 /// What a frame currently holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

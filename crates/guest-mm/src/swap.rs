@@ -2,12 +2,8 @@
 //! bitmap allocated next-fit, swap-in with cluster readahead into the swap cache, and swap-out
 //! of reclaim's victims in runs of consecutive slots.
 
-use crate::memory::PTE_SWAPPED;
-use crate::mm_types::{L_ANON_ACTIVE, NIL};
+use crate::mm_types::{L_ANON_ACTIVE, NIL, PTE_SWAPPED, SWAP_OWNER};
 use crate::{Backend, Dev, Mm, MmError};
-
-/// Page-cache owner of swap-cache pages (the file number is the slot's owner, the index its slot).
-pub(crate) const SWAP_OWNER: u32 = u32::MAX - 1;
 
 /// The swap disk's slots (Linux's `swap_info_struct`): one bit per slot in a bitmap the caller
 /// hands in, allocated next-fit from the last slot handed out.

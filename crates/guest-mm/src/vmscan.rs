@@ -2,9 +2,9 @@
 //! anon and file by swappiness, refilling them from the active lists, and second chances for
 //! referenced anonymous pages.
 
-use crate::memory::PTE_ACCESSED;
 use crate::mm_types::{
     F_DIRTY, F_REFERENCED, L_ANON_ACTIVE, L_ANON_INACTIVE, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL,
+    PTE_ACCESSED,
 };
 use crate::{Backend, Mm, MmError, MAX_BATCH};
 
