@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memvisor_api::exit::status;
+use memvisor_api::parse_size;
 use memvisor_vmm::affinity::CpuSet;
-
-use crate::status;
 
 #[derive(Parser)]
 #[command(
@@ -385,8 +385,6 @@ pub struct DiskArg {
     pub read_only: bool,
     pub id: Option<String>,
 }
-
-use memvisor_api::parse_size;
 
 fn parse_nice(s: &str) -> Result<i32, String> {
     let range = memvisor_devices::priority::NICE_RANGE;

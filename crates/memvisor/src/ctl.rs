@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use memvisor_api::exit::status;
 use memvisor_api::{
     parse_size, ClientError, HostClient, HostUpdate, PolicyUpdate, VmClient, VmSpec,
 };
-
-use crate::status;
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {

@@ -8,13 +8,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use memvisor_api::exit::status;
 use memvisor_api::parse_size;
 use memvisor_guest_mm::format::{
     encode_swap_header, file_word, Extent, FileEntry, Superblock, BLOCK_SIZE, ENTRIES_PER_BLOCK,
     ENTRY_SIZE, NAME_MAX,
 };
-
-use crate::status;
 
 #[derive(Args, Debug)]
 pub struct DiskArgs {
@@ -250,7 +249,7 @@ fn data(a: &DataArgs) -> Result<String, BadInput> {
     let blocks: u64 = entries.iter().map(|e| e.extents[0].len).sum();
     // Only a disk that takes a while to write (over 256 MiB of files) gets a bar.
     let bar = if blocks * (BLOCK_SIZE as u64) > 256 << 20 {
-        crate::progress::bar(blocks, "blocks")
+        memvisor_bench::progress::bar(blocks, "blocks")
     } else {
         indicatif::ProgressBar::hidden()
     };

@@ -15,10 +15,9 @@ mod top;
 use std::process::ExitCode;
 
 use clap::Parser;
-use memvisor_bench::progress;
 
 /// Process exit statuses besides the guest's own debug-exit status `(value << 1) | 1`.
-pub use memvisor_api::exit::status;
+use memvisor_api::exit::status;
 
 /// The exit status of `memvisor bench`.
 fn bench_exit(outcome: memvisor_bench::Outcome) -> ExitCode {

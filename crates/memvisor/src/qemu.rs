@@ -19,11 +19,12 @@ use std::io::BufRead;
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use memvisor_api::exit::status;
 use memvisor_vmm::affinity::CpuSet;
 
+use crate::guest_kit;
 use crate::hostlimit::HostLimit;
 use crate::plan::RunPlan;
-use crate::{guest_kit, status};
 
 /// QEMU's own resident memory besides guest RAM: 33 MiB measured for an idle microvm with
 /// 512 MiB (11 MiB anonymous, 22 MiB file-backed), rounded up.

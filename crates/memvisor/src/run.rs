@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use memvisor_api::exit::status;
 use memvisor_api::VmStats;
 use memvisor_vmm::{VmConfig, VmExit, VmmError};
 
@@ -12,7 +13,7 @@ use crate::cli::{
     VictimArg,
 };
 use crate::plan::{plan, BadInput};
-use crate::{qemu, status};
+use crate::qemu;
 
 fn error_line(e: &dyn std::error::Error) -> String {
     let mut line = e.to_string();

@@ -19,9 +19,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use memvisor_api::exit::status;
 use memvisor_api::{ClientError, HostClient, HostInfo, HostVm, VmClient};
-
-use crate::status;
 
 /// Time between two frames.
 const REFRESH: Duration = Duration::from_secs(1);
