@@ -1,20 +1,7 @@
 //! Thin wrappers around x86-64 instructions used from ring 3: port I/O (allowed by
-//! the TSS I/O bitmap), TSC, CPUID, `pause`, plus the isa-debug-exit port that ends the VM.
+//! the TSS I/O bitmap), TSC, CPUID, `pause`, and `int3` into the park gate. A leaf.
 
 use core::arch::asm;
-
-/// I/O port of the isa-debug-exit device: the VMM exits with status `(value << 1) | 1`.
-const DEBUG_EXIT_PORT: u16 = 0xf4;
-
-/// Value written to the debug-exit port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ExitCode {
-    Success = 0,
-    Failure = 1,
-    Panic = 0x7e,
-    Exception = 0x7f,
-}
 
 /// Writes one byte to an I/O port.
 ///
@@ -77,15 +64,13 @@ pub fn cpuid(leaf: u32, subleaf: u32) -> (u32, u32, u32, u32) {
     (r.eax, r.ebx, r.ecx, r.edx)
 }
 
-/// Ends the VM through the debug-exit port. Never returns; if the port is
-/// absent, the CPU is parked.
-pub fn exit(code: ExitCode) -> ! {
-    // SAFETY: the debug-exit device terminates the VM; nothing else listens on 0xf4.
-    unsafe { outl(DEBUG_EXIT_PORT, code as u32) };
-    crate::serial::emergency_unlock();
-    println!(
-        "exit: debug-exit port 0xf4 did not stop the VM (code {:#x}); parking",
-        code as u32
-    );
-    crate::trap::park()
+/// Halts this CPU for good through the park gate `trap.rs` installs (vector 3,
+/// entered with `int3`; a ring-0 `hlt` loop), so a parked vCPU costs the host
+/// nothing.
+pub fn park() -> ! {
+    loop {
+        // SAFETY: `int3` enters the park gate (vector 3, DPL 3), which halts
+        // this CPU with interrupts off and never returns.
+        unsafe { asm!("int3", options(nomem, nostack)) };
+    }
 }

@@ -11,6 +11,7 @@ mod boot;
 mod bootinfo;
 mod cmdline;
 mod cpu;
+mod debug_exit;
 mod early_alloc;
 mod mm;
 mod paging;
@@ -26,7 +27,7 @@ use core::panic::PanicInfo;
 
 use bootinfo::BootInfo;
 use cmdline::Config;
-use cpu::ExitCode;
+use debug_exit::ExitCode;
 use sync::Once;
 
 /// Boot information and configuration, set once by the BSP.
@@ -39,7 +40,7 @@ extern "C" fn kmain(start_info_paddr: u64) -> ! {
     serial::init();
     println!("memvisor guest kit: booting");
     let code = run(start_info_paddr);
-    cpu::exit(code)
+    debug_exit::exit(code)
 }
 
 fn run(start_info_paddr: u64) -> ExitCode {
@@ -97,5 +98,5 @@ fn panic(info: &PanicInfo) -> ! {
         Some(loc) => println!("PANIC at {}:{}: {}", loc.file(), loc.line(), info.message()),
         None => println!("PANIC: {}", info.message()),
     }
-    cpu::exit(ExitCode::Panic)
+    debug_exit::exit(ExitCode::Panic)
 }

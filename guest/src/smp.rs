@@ -16,7 +16,7 @@ use crate::boot::{
     MAX_CPUS, TSS_BASE_SIZE, TSS_LIMIT, TSS_SIZE, USER_CS, USER_DS, USER_RFLAGS, boot_ap_tss,
     boot_gdt, tss_selector,
 };
-use crate::cpu::{pause, rdtsc};
+use crate::cpu::{park, pause, rdtsc};
 
 /// Physical address the trampoline is copied to (SIPI vector = address >> 12).
 pub const TRAMPOLINE_PADDR: usize = 0x8000;
@@ -312,7 +312,7 @@ extern "C" fn ap_main(index: u64) -> ! {
     let mut seen = JOB_GEN.load(Ordering::Acquire);
     ONLINE.fetch_add(1, Ordering::Release);
     if !workers {
-        crate::trap::park()
+        park()
     }
     loop {
         let generation = JOB_GEN.load(Ordering::Acquire);

@@ -1,6 +1,6 @@
 //! CPU exceptions: the IDT contents, the ring-0 entry stubs, the fatal handler
 //! (prints vector, error code, RIP, CR2 and exits with 0x7f), and the
-//! ring-3-callable "park" gate that halts a CPU for good.
+//! ring-3-callable "park" gate that halts a CPU for good (`cpu::park` enters it).
 //!
 //! The park gate is vector 3 (`int3`, DPL 3): kvm_pvm raises #UD for `int n`
 //! executed in ring 3, but delivers `int3` through the IDT like an exception.
@@ -13,7 +13,7 @@
 use core::arch::{asm, global_asm};
 
 use crate::boot::{KERNEL_CS, boot_idt};
-use crate::cpu::ExitCode;
+use crate::debug_exit::{self, ExitCode};
 
 /// Vector of the park gate: #BP, entered with `int3` (DPL 3, so ring 3 may use it).
 pub const PARK_VECTOR: u8 = 3;
@@ -151,16 +151,6 @@ pub fn init() {
     );
 }
 
-/// Halts this CPU for good through the park gate (a ring-0 `hlt` loop), so a
-/// parked vCPU costs the host nothing.
-pub fn park() -> ! {
-    loop {
-        // SAFETY: `int3` enters the park gate (vector 3, DPL 3), which halts
-        // this CPU with interrupts off and never returns.
-        unsafe { asm!("int3", options(nomem, nostack)) };
-    }
-}
-
 fn exception_name(vector: u64) -> &'static str {
     const NAMES: [&str; 32] = [
         "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS",
@@ -200,5 +190,5 @@ extern "C" fn trap_fatal(frame: &TrapFrame) -> ! {
         frame.rflags,
         ApicId(crate::smp::apic_id_if_known())
     );
-    crate::cpu::exit(ExitCode::Exception)
+    debug_exit::exit(ExitCode::Exception)
 }

@@ -1,6 +1,6 @@
 //! `workload=boot`: report and exit immediately (boot-time measurement).
 
-use crate::cpu::ExitCode;
+use crate::debug_exit::ExitCode;
 
 pub fn run(cpus: u32) -> ExitCode {
     println!("RESULT workload=boot ok=1 cpus={cpus}");

@@ -5,7 +5,8 @@ use memvisor_guest_mm::format::file_word;
 use memvisor_guest_mm::{Access, MmError, PAGE_SIZE};
 
 use crate::cmdline::{BadArg, Config};
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 use crate::time::{Millis, cycles_to_us};
 

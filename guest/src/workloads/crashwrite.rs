@@ -22,7 +22,8 @@ use memvisor_guest_mm::Access;
 use memvisor_guest_mm::format::{file_word, splitmix64};
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 
 use super::common::{self, io_fail, ms_since, us_since};

@@ -15,7 +15,8 @@
 //! Keys: `heap_mb=64 gen_mb=8 gens=20 live_pct=10 hog_mb=0 hog_secs=5`.
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 
 use super::common::{self, Rng, io_fail, ms_since, us_since};

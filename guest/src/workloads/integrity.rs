@@ -26,7 +26,8 @@ use memvisor_guest_mm::{Access, MmError};
 
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm::{self, BalloonWords};
 use crate::sync::SpinLock;
 

@@ -10,7 +10,8 @@
 use memvisor_guest_mm::{Access, MmError, PAGE_SIZE};
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 
 use super::common::{self, io_fail, ms_since};

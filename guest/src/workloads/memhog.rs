@@ -10,7 +10,8 @@
 //! Keys: `mb=64 secs=5 rate_mb_s=0 zero_mb=0`.
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 
 use super::common::{self, io_fail, ms_since, us_since};

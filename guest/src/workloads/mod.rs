@@ -18,7 +18,7 @@ mod seqread;
 mod toucher;
 
 use crate::cmdline::{Config, Workload};
-use crate::cpu::ExitCode;
+use crate::debug_exit::ExitCode;
 
 /// Whether the workload runs a task on every vCPU (APs wait for work instead of parking).
 pub fn uses_workers(w: Workload) -> bool {

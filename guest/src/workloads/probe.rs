@@ -17,7 +17,8 @@
 use memvisor_guest_mm::format::splitmix64;
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 use crate::time::khz;
 

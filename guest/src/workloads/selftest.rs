@@ -5,7 +5,8 @@
 use core::fmt::{self, Display};
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::time::{Millis, cycles_to_us};
 use crate::virtio::blk::{BlkDevice, SECTOR_SIZE};
 use crate::virtio::{self, DEVICE_ID_BLOCK};

@@ -21,7 +21,8 @@ use memvisor_guest_mm::format::file_word;
 use memvisor_guest_mm::{Access, PAGE_SIZE};
 
 use crate::cmdline::Config;
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 
 use super::common::{self, Progress, io_fail, ms_since, us_since};

@@ -20,7 +20,8 @@ use core::fmt;
 use memvisor_guest_mm::hist::Histogram;
 
 use crate::cmdline::{Config, parse_u64};
-use crate::cpu::{ExitCode, rdtsc};
+use crate::cpu::rdtsc;
+use crate::debug_exit::ExitCode;
 use crate::mm;
 use crate::time;
 
