@@ -54,7 +54,6 @@ use super::STATUS_NEGOTIATED;
 use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
 use super::queue::{Segment, SplitQueue};
 use crate::cpu::{pause, rdtsc};
-use crate::mm::GuestBackend;
 use crate::workloads::pattern::word_at;
 
 const F_STATS_VQ: u64 = 1 << 1;
@@ -281,7 +280,7 @@ impl Balloon {
     }
 
     /// Follows the target (inflating only outside a hold-off), refills stats, reports free pages.
-    pub fn poll(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
+    pub fn poll(&mut self, mm: &mut Mm<'static>, be: &mut impl Backend) {
         self.stats.polls += 1;
         self.refill_stats(mm);
         let now = rdtsc();
@@ -393,7 +392,7 @@ impl Balloon {
 
     /// Deflate-on-OOM: gives back `OOM_PAGES` pages if the device allows it, and holds
     /// inflation off.
-    pub fn deflate_on_oom(&mut self, mm: &mut Mm<'static>, _be: &mut GuestBackend) -> u32 {
+    pub fn deflate_on_oom(&mut self, mm: &mut Mm<'static>, _be: &mut impl Backend) -> u32 {
         // A report in flight holds free memory: have it back before taking the balloon's.
         let back = self.complete_report(mm, true);
         if back > 0 {
@@ -450,7 +449,7 @@ impl Balloon {
         self.stats.stats_sent += 1;
     }
 
-    fn report(&mut self, mm: &mut Mm<'static>, be: &mut GuestBackend) {
+    fn report(&mut self, mm: &mut Mm<'static>, be: &mut impl Backend) {
         let order = self.report_order;
         let mut chunks = [0u32; REPORT_CHUNKS];
         let mut n = 0;
@@ -534,7 +533,7 @@ fn race_word(f: u32, seq: u64, i: usize) -> u64 {
     word_at(seq, u64::from(f) * PAGE_SIZE as u64 + 8 * i as u64)
 }
 
-fn fill(be: &mut GuestBackend, f: u32, seq: u64) {
+fn fill(be: &mut impl Backend, f: u32, seq: u64) {
     let page = be.page(f);
     for (i, w) in page.chunks_exact_mut(8).enumerate() {
         w.copy_from_slice(&race_word(f, seq, i).to_le_bytes());
@@ -542,7 +541,7 @@ fn fill(be: &mut GuestBackend, f: u32, seq: u64) {
 }
 
 /// Words of frame `f` that do not hold what [`fill`] wrote in pass `seq`.
-fn differs(be: &mut GuestBackend, f: u32, seq: u64) -> u64 {
+fn differs(be: &mut impl Backend, f: u32, seq: u64) -> u64 {
     let page = be.page(f);
     page.chunks_exact(8)
         .enumerate()
