@@ -2,6 +2,7 @@
 //! workload and its parameters.
 
 use crate::boot::MAX_CPUS;
+use crate::virtio::blk::DISK_ID_MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
@@ -42,9 +43,6 @@ impl Workload {
 
 /// Most `key=value` words kept for the workload and the memory manager to interpret.
 pub const MAX_ARGS: usize = 32;
-
-/// Longest device ID virtio-blk GET_ID can return.
-pub const DISK_ID_MAX: usize = 20;
 
 pub struct Config {
     pub workload: Workload,

@@ -6,10 +6,11 @@ use core::sync::atomic::{Ordering, fence};
 use super::mmio::{MmioTransport, STATUS_DRIVER_OK};
 use super::queue::{Segment, SplitQueue};
 use super::{F_VERSION_1, STATUS_NEGOTIATED};
-use crate::cmdline::DISK_ID_MAX;
 use crate::cpu::{pause, rdtsc};
 
 pub const SECTOR_SIZE: u64 = 512;
+/// Longest device ID virtio-blk GET_ID can return (the spec's VIRTIO_BLK_ID_BYTES).
+pub const DISK_ID_MAX: usize = 20;
 /// Bytes per page transferred by `read_pages`/`write_pages`.
 const PAGE: usize = 4096;
 

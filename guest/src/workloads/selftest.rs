@@ -8,7 +8,7 @@ use crate::cmdline::Config;
 use crate::cpu::rdtsc;
 use crate::debug_exit::ExitCode;
 use crate::time::{Millis, cycles_to_us};
-use crate::virtio::blk::{BlkDevice, SECTOR_SIZE};
+use crate::virtio::blk::{BlkDevice, DISK_ID_MAX, SECTOR_SIZE};
 use crate::virtio::{self, DEVICE_ID_BLOCK};
 
 use super::pattern;
@@ -137,7 +137,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     let words =
         unsafe { core::slice::from_raw_parts_mut(buf_addr as *mut u64, req_bytes as usize / 8) };
 
-    let mut id_buf = [0u8; crate::cmdline::DISK_ID_MAX];
+    let mut id_buf = [0u8; DISK_ID_MAX];
     let id_len = disk.id().len();
     id_buf[..id_len].copy_from_slice(disk.id());
     let id = core::str::from_utf8(&id_buf[..id_len]).unwrap_or("?");
