@@ -107,11 +107,12 @@ impl Config {
         }
     }
 
-    /// Prints one warning line for keys that neither the workload nor the memory manager use.
-    pub fn warn_unknown(&self, known: &[&str]) {
+    /// Prints one warning line for keys in none of the `known` lists (the workload's and the
+    /// memory manager's).
+    pub fn warn_unknown(&self, known: &[&[&str]]) {
         let mut first = true;
         for (k, _) in &self.args[..self.nr_args] {
-            if !known.contains(k) && !crate::mm::KEYS.contains(k) {
+            if !known.iter().any(|keys| keys.contains(k)) {
                 if first {
                     print!("warning: ignoring unknown cmdline keys:");
                     first = false;

@@ -36,7 +36,7 @@ pub fn bad_arg(workload: &str, e: BadArg) -> ExitCode {
 /// Starts the memory manager or explains why it cannot, then warms the page cache if asked
 /// (`warm_mb=`, [`warm`]).
 pub fn start(cfg: &Config, workload: &str, known: &[&str]) -> Result<(), ExitCode> {
-    cfg.warn_unknown(known);
+    cfg.warn_unknown(&[known, mm::KEYS]);
     mm::init(cfg).map_err(|e| fail(workload, e))?;
     warm(cfg, workload)
 }

@@ -58,11 +58,11 @@ fn hold(cfg: &Config) {
 fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
     match cfg.workload {
         Workload::Boot => {
-            cfg.warn_unknown(&[]);
+            cfg.warn_unknown(&[crate::mm::KEYS]);
             boot::run(cpus)
         }
         Workload::Selftest => {
-            cfg.warn_unknown(&[]);
+            cfg.warn_unknown(&[crate::mm::KEYS]);
             selftest::run(cfg, cpus)
         }
         Workload::Integrity => integrity::run(cfg, cpus),
