@@ -8,25 +8,27 @@
 //! the host page cache does not hold a second copy of guest disk data; block-misaligned
 //! requests use a buffered descriptor of the same file.
 
+mod disk;
 mod request;
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 
+use disk::{is_full, runs_without, whole_pages, without_blocks, Disk};
+pub use disk::{BlockError, BLOCK_SIZE};
 pub use request::{Desc, Request, RequestError, RequestKind};
 use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 use super::{VirtioDevice, VIRTIO_F_VERSION_1};
 use crate::iobuf::IoBuf;
-use crate::ram::{DiskPage, GuestRam, PAGE_SIZE};
+use crate::ram::GuestRam;
 use crate::{GuestMem, PauseVm};
 
 pub const VIRTIO_ID_BLOCK: u32 = 2;
@@ -36,27 +38,11 @@ const VIRTIO_BLK_F_RO: u64 = 1 << 5;
 const VIRTIO_BLK_F_BLK_SIZE: u64 = 1 << 6;
 const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
 
-/// Logical block size advertised to the guest: one page, so a disk block maps onto a guest page.
-pub const BLOCK_SIZE: u64 = PAGE_SIZE as u64;
 const QUEUE_SIZE: u16 = 256;
 /// Largest single data segment the guest is told it may use.
 const SEGMENT_MAX: u32 = 1 << 20;
 /// Bounce buffer size: larger descriptors are served in pieces.
 const BOUNCE_SIZE: usize = 256 << 10;
-
-#[derive(Debug, Error)]
-pub enum BlockError {
-    #[error("cannot open disk image {path}")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("disk image {path} is {size} bytes; it must hold at least one 4 KiB block")]
-    TooSmall { path: PathBuf, size: u64 },
-    #[error("disk id {0:?} is longer than 20 bytes")]
-    IdTooLong(String),
-}
 
 /// Counters of one block device.
 #[derive(Debug, Default)]
@@ -79,121 +65,6 @@ pub struct BlockMetrics {
     pub write_end_us: AtomicU64,
     /// Time read requests took, in µs (with `bytes_read`, the read throughput).
     pub read_us: AtomicU64,
-}
-
-/// Whether `e` says the file system has no room (or the quota none left).
-fn is_full(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-}
-
-/// The image file: an `O_DIRECT` descriptor where possible, and a buffered one for the rest.
-struct Disk {
-    buffered: File,
-    direct: Option<File>,
-    capacity: u64,
-}
-
-impl Disk {
-    fn open(path: &Path, read_only: bool) -> Result<Self, BlockError> {
-        let err = |source| BlockError::Open {
-            path: path.to_owned(),
-            source,
-        };
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(!read_only);
-        let buffered = opts.open(path).map_err(err)?;
-        let size = buffered.metadata().map_err(err)?.len();
-        let capacity = size - size % BLOCK_SIZE;
-        if capacity == 0 {
-            return Err(BlockError::TooSmall {
-                path: path.to_owned(),
-                size,
-            });
-        }
-        if capacity != size {
-            tracing::warn!(
-                "disk {}: ignoring the last {} bytes (not a whole 4 KiB block)",
-                path.display(),
-                size - capacity
-            );
-        }
-        let direct = match opts.custom_flags(libc::O_DIRECT).open(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                tracing::warn!(
-                    "disk {}: O_DIRECT unavailable ({e}); using the host page cache",
-                    path.display()
-                );
-                None
-            }
-        };
-        Ok(Disk {
-            buffered,
-            direct,
-            capacity,
-        })
-    }
-
-    fn file_for(&self, offset: u64, len: usize) -> &File {
-        match &self.direct {
-            Some(f) if offset % BLOCK_SIZE == 0 && len as u64 % BLOCK_SIZE == 0 => f,
-            _ => &self.buffered,
-        }
-    }
-}
-
-/// The whole, aligned pages among `pieces` (guest address, disk offset, length).
-fn whole_pages(pieces: &[(u64, u64, usize)]) -> Vec<DiskPage> {
-    let mut out = Vec::new();
-    for &(addr, disk_off, len) in pieces {
-        if addr % PAGE_SIZE as u64 != 0 || disk_off % BLOCK_SIZE != 0 {
-            continue;
-        }
-        for j in 0..len as u64 / PAGE_SIZE as u64 {
-            out.push(DiskPage {
-                block: disk_off / BLOCK_SIZE + j,
-                addr: GuestAddress(addr + j * PAGE_SIZE as u64),
-            });
-        }
-    }
-    out
-}
-
-/// `pieces` less the bytes of the blocks in `blocks` (sorted).
-fn without_blocks(pieces: &[(u64, u64, usize)], blocks: &[u64]) -> Vec<(u64, u64, usize)> {
-    let mut out = Vec::new();
-    for &(addr, disk_off, len) in pieces {
-        for (from, to) in runs_without(disk_off, len, blocks) {
-            out.push((
-                addr + (from - disk_off),
-                from,
-                usize::try_from(to - from).unwrap_or(0),
-            ));
-        }
-    }
-    out
-}
-
-/// The byte ranges of `len` bytes at disk offset `start` outside the blocks in `blocks` (sorted).
-fn runs_without(start: u64, len: usize, blocks: &[u64]) -> Vec<(u64, u64)> {
-    let end = start + len as u64;
-    let mut out = Vec::new();
-    let mut pos = start;
-    let first = blocks.partition_point(|&b| (b + 1) * BLOCK_SIZE <= start);
-    for &b in &blocks[first..] {
-        let (bs, be) = (b * BLOCK_SIZE, (b + 1) * BLOCK_SIZE);
-        if bs >= end {
-            break;
-        }
-        if bs > pos {
-            out.push((pos, bs));
-        }
-        pos = pos.max(be);
-    }
-    if pos < end {
-        out.push((pos, end));
-    }
-    out
 }
 
 /// A virtio-blk device backed by a raw image file.
@@ -588,29 +459,6 @@ mod tests {
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::GuestAddress;
-
-    #[test]
-    fn elided_blocks_are_cut_out_of_pieces_and_writes() {
-        const B: u64 = BLOCK_SIZE;
-        // 4 blocks from block 10, two of them elided.
-        assert_eq!(
-            runs_without(10 * B, 4 * B as usize, &[3, 11, 13, 20]),
-            vec![(10 * B, 11 * B), (12 * B, 13 * B)]
-        );
-        assert_eq!(
-            runs_without(10 * B, 2 * B as usize, &[]),
-            vec![(10 * B, 12 * B)]
-        );
-        assert_eq!(runs_without(10 * B, 2 * B as usize, &[10, 11]), vec![]);
-        // A piece at guest address 0x10000 covering disk blocks 10..14.
-        assert_eq!(
-            without_blocks(&[(0x10000, 10 * B, 4 * B as usize)], &[11]),
-            vec![
-                (0x10000, 10 * B, B as usize),
-                (0x10000 + 2 * B, 12 * B, 2 * B as usize)
-            ]
-        );
-    }
 
     const DESC_F_NEXT: u16 = 1;
     const DESC_F_WRITE: u16 = 2;
