@@ -1,7 +1,7 @@
 //! The balloon driver's hooks into the allocator (Linux's `mm/balloon_compaction.c`): taking
 //! frames on inflate (never below the min watermark), finding and returning them on deflate.
 
-use crate::mm_types::Kind;
+use crate::mm_types::PageKind;
 use crate::{Backend, Mm, MmError};
 
 impl Mm<'_> {
@@ -15,19 +15,19 @@ impl Mm<'_> {
             }
         }
         let f = self.get_free(be)?;
-        self.frames[f as usize].kind = Kind::Balloon;
+        self.frames[f as usize].kind = PageKind::Balloon;
         self.balloon += 1;
         Ok(f)
     }
 
     /// The first frame of kind `kind` at or after `from`.
-    pub fn find_kind(&self, kind: Kind, from: u32) -> Option<u32> {
+    pub fn find_kind(&self, kind: PageKind, from: u32) -> Option<u32> {
         (from..self.total()).find(|&f| self.frames[f as usize].kind == kind)
     }
 
     /// Returns a balloon frame to the free list (deflate).
     pub fn free_balloon(&mut self, f: u32) {
-        assert_eq!(self.frames[f as usize].kind, Kind::Balloon);
+        assert_eq!(self.frames[f as usize].kind, PageKind::Balloon);
         self.balloon -= 1;
         self.put_free(f);
     }

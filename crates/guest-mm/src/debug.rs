@@ -2,8 +2,8 @@
 //! `CONFIG_DEBUG_VM`): list links, kinds against lists, the page-cache index and the counts.
 
 use crate::mm_types::{
-    Kind, F_DIRTY, L_ANON_ACTIVE, L_ANON_INACTIVE, L_FILE_ACTIVE, L_FILE_INACTIVE, L_FREE, L_NONE,
-    NIL,
+    PageKind, F_DIRTY, L_ANON_ACTIVE, L_ANON_INACTIVE, L_FILE_ACTIVE, L_FILE_INACTIVE, L_FREE,
+    L_NONE, NIL,
 };
 use crate::Mm;
 
@@ -34,15 +34,15 @@ impl Mm<'_> {
         let mut by_kind = [0u32; 7];
         for (i, fr) in self.frames.iter().enumerate() {
             let want = match fr.kind {
-                Kind::Free => fr.list == L_FREE,
-                Kind::Anon => fr.list == L_ANON_ACTIVE || fr.list == L_ANON_INACTIVE,
-                Kind::File => fr.list == L_FILE_ACTIVE || fr.list == L_FILE_INACTIVE,
+                PageKind::Free => fr.list == L_FREE,
+                PageKind::Anon => fr.list == L_ANON_ACTIVE || fr.list == L_ANON_INACTIVE,
+                PageKind::File => fr.list == L_FILE_ACTIVE || fr.list == L_FILE_INACTIVE,
                 _ => fr.list == L_NONE,
             };
             if !want {
                 return Err("frame kind and list disagree");
             }
-            if fr.kind == Kind::File
+            if fr.kind == PageKind::File
                 && self.cache_find(fr.owner, fr.index).map(|(_, f)| f) != Some(i as u32)
             {
                 return Err("page-cache page not found by its key");
@@ -52,13 +52,13 @@ impl Mm<'_> {
         let dirty = self
             .frames
             .iter()
-            .filter(|f| f.kind == Kind::File && f.flags & F_DIRTY != 0)
+            .filter(|f| f.kind == PageKind::File && f.flags & F_DIRTY != 0)
             .count() as u32;
-        if by_kind[Kind::Anon as usize] != self.anon
-            || by_kind[Kind::File as usize] != self.cached
+        if by_kind[PageKind::Anon as usize] != self.anon
+            || by_kind[PageKind::File as usize] != self.cached
             || self.cache.len() != self.cached
-            || by_kind[Kind::PageTable as usize] != self.page_tables
-            || by_kind[Kind::Balloon as usize] != self.balloon
+            || by_kind[PageKind::PageTable as usize] != self.page_tables
+            || by_kind[PageKind::Balloon as usize] != self.balloon
             || dirty != self.dirty
         {
             return Err("page counts wrong");

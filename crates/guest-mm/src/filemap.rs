@@ -1,7 +1,9 @@
 //! The page cache (Linux's `mm/filemap.c`): a hash table keyed by (file, page index) over the
 //! frames, the lookup that reads a page on a miss, `mark_page_accessed`, and dropping pages.
 
-use crate::mm_types::{Frame, Kind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL};
+use crate::mm_types::{
+    Frame, PageKind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL,
+};
 use crate::{Backend, Mm, MmError};
 
 /// How a page-cache page will be used.
@@ -179,7 +181,7 @@ impl Mm<'_> {
 
     pub(crate) fn add_to_cache(&mut self, f: u32, file: u32, idx: u32) {
         let fr = &mut self.frames[f as usize];
-        fr.kind = Kind::File;
+        fr.kind = PageKind::File;
         fr.owner = file;
         fr.index = idx;
         self.cache_insert(f);

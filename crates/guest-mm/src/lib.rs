@@ -43,7 +43,7 @@ mod vmstat;
 mod writeback;
 
 pub use filemap::Access;
-pub use mm_types::{Frame, Kind, NIL, PAGE_SIZE};
+pub use mm_types::{Frame, PageKind, NIL, PAGE_SIZE};
 pub use vmstat::{Counters, Stats};
 
 use filemap::CacheIndex;
@@ -229,7 +229,7 @@ impl<'a> Mm<'a> {
         };
         for f in 0..mm.frames.len() as u32 {
             mm.frames[f as usize] = Frame::INIT;
-            mm.frames[f as usize].kind = Kind::Free;
+            mm.frames[f as usize].kind = PageKind::Free;
             mm.push_back(L_FREE, f);
         }
         mm
@@ -252,7 +252,7 @@ impl<'a> Mm<'a> {
     }
 
     /// What a frame holds.
-    pub fn kind(&self, frame: u32) -> Kind {
+    pub fn kind(&self, frame: u32) -> PageKind {
         self.frames[frame as usize].kind
     }
 }

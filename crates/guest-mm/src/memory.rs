@@ -2,7 +2,7 @@
 //! the access path with its minor and major faults, task exit, and page pins.
 
 use crate::mm_types::{
-    Kind, L_ANON_INACTIVE, NIL, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_SWAPPED, SWAP_OWNER,
+    PageKind, L_ANON_INACTIVE, NIL, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_SWAPPED, SWAP_OWNER,
 };
 use crate::{Backend, Mm, MmError, MAX_TASKS, ROOT_ENTRIES, TASK_PAGES};
 
@@ -54,7 +54,7 @@ impl Mm<'_> {
     fn new_table<B: Backend>(&mut self, be: &mut B, fill: u8) -> Result<u32, MmError> {
         let f = self.get_free(be)?;
         be.page(f).fill(fill);
-        self.frames[f as usize].kind = Kind::PageTable;
+        self.frames[f as usize].kind = PageKind::PageTable;
         self.page_tables += 1;
         Ok(f)
     }
@@ -164,7 +164,7 @@ impl Mm<'_> {
         new |= u64::from(f) << 12;
         Self::set_pte(be, pt, i, new);
         let fr = &mut self.frames[f as usize];
-        fr.kind = Kind::Anon;
+        fr.kind = PageKind::Anon;
         fr.flags = 0;
         fr.owner = t;
         fr.index = vpn as u32; // vpn < TASK_PAGES < 2^32

@@ -17,9 +17,9 @@ pub(crate) const PTE_ACCESSED: u64 = 2;
 pub(crate) const PTE_DIRTY: u64 = 4;
 pub(crate) const PTE_SWAPPED: u64 = 8;
 
-/// What a frame currently holds.
+/// What a page frame currently holds, the kind of page it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum PageKind {
     /// On the free list.
     Free,
     /// Anonymous memory of a task (`owner` = task, `index` = virtual page).
@@ -55,7 +55,7 @@ pub struct Frame {
     pub(crate) next: u32,
     pub(crate) owner: u32,
     pub(crate) index: u32,
-    pub(crate) kind: Kind,
+    pub(crate) kind: PageKind,
     pub(crate) list: u8,
     pub(crate) flags: u8,
     pub(crate) pins: u8,
@@ -68,7 +68,7 @@ impl Frame {
         next: NIL,
         owner: 0,
         index: 0,
-        kind: Kind::Kernel,
+        kind: PageKind::Kernel,
         list: L_NONE,
         flags: 0,
         pins: 0,

@@ -1,7 +1,7 @@
 //! The page allocator (Linux's `mm/page_alloc.c`): one free list, direct reclaim below the low
 //! watermark, and frames for the kit's own use.
 
-use crate::mm_types::{Kind, L_FREE, L_NONE, NIL};
+use crate::mm_types::{PageKind, L_FREE, L_NONE, NIL};
 use crate::{Backend, Mm, MmError};
 
 impl Mm<'_> {
@@ -30,7 +30,7 @@ impl Mm<'_> {
     pub(crate) fn put_free(&mut self, f: u32) {
         let fr = &mut self.frames[f as usize];
         debug_assert!(fr.pins == 0 && fr.list == L_NONE);
-        fr.kind = Kind::Free;
+        fr.kind = PageKind::Free;
         fr.flags = 0;
         self.push_front(L_FREE, f);
     }
@@ -38,14 +38,14 @@ impl Mm<'_> {
     /// Allocates a frame for the kit's own use (contents undefined).
     pub fn alloc_kernel<B: Backend>(&mut self, be: &mut B) -> Result<u32, MmError> {
         let f = self.get_free(be)?;
-        self.frames[f as usize].kind = Kind::Kernel;
+        self.frames[f as usize].kind = PageKind::Kernel;
         self.kernel += 1;
         Ok(f)
     }
 
     /// Frees a frame from [`Mm::alloc_kernel`].
     pub fn free_kernel(&mut self, f: u32) {
-        assert_eq!(self.frames[f as usize].kind, Kind::Kernel);
+        assert_eq!(self.frames[f as usize].kind, PageKind::Kernel);
         self.kernel -= 1;
         self.put_free(f);
     }

@@ -2,7 +2,7 @@
 //! taken off the free list while the balloon device is told they are free, then put back
 //! marked reported.
 
-use crate::mm_types::{Kind, F_REPORTED, L_FREE};
+use crate::mm_types::{PageKind, F_REPORTED, L_FREE};
 use crate::Mm;
 
 impl Mm<'_> {
@@ -33,12 +33,12 @@ impl Mm<'_> {
             let range = f as usize..(f + n) as usize;
             let all_free = self.frames[range.clone()]
                 .iter()
-                .all(|x| x.kind == Kind::Free);
+                .all(|x| x.kind == PageKind::Free);
             let all_reported = self.frames[range].iter().all(|x| x.flags & F_REPORTED != 0);
             if all_free && !all_reported {
                 for g in f..f + n {
                     self.unlink(g);
-                    self.frames[g as usize].kind = Kind::Reporting;
+                    self.frames[g as usize].kind = PageKind::Reporting;
                 }
                 return Some(f);
             }
@@ -50,9 +50,9 @@ impl Mm<'_> {
     /// reported unless the caller `reused` it meanwhile (then it is reported again).
     pub fn report_done(&mut self, first: u32, order: u32, reused: bool) {
         for g in first..first + (1 << order) {
-            assert_eq!(self.frames[g as usize].kind, Kind::Reporting);
+            assert_eq!(self.frames[g as usize].kind, PageKind::Reporting);
             let fr = &mut self.frames[g as usize];
-            fr.kind = Kind::Free;
+            fr.kind = PageKind::Free;
             fr.flags = if reused { 0 } else { F_REPORTED };
             self.push_back(L_FREE, g);
         }

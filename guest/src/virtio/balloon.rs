@@ -370,7 +370,7 @@ impl Balloon {
         let mut n = 0;
         let mut from = 0;
         while n < count as usize {
-            let Some(f) = mm.find_kind(memvisor_guest_mm::Kind::Balloon, from) else {
+            let Some(f) = mm.find_kind(memvisor_guest_mm::PageKind::Balloon, from) else {
                 break;
             };
             let pfn = mm.pfn(f) as u32;
