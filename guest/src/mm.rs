@@ -483,7 +483,7 @@ pub fn stats_words() -> StatsWords {
 impl core::fmt::Display for StatsWords {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let s = &self.stats;
-        let c = &s.counters;
+        let c = &s.events;
         write!(
             f,
             "free_kb={} cached_kb={} dirty_kb={} anon_kb={} swap_used_kb={} pswpin={} pswpout={} \

@@ -123,7 +123,7 @@ impl Mm<'_> {
             self.unlink(f);
             self.frames[f as usize].flags &= !F_REFERENCED;
             self.push_front(L_FILE_ACTIVE, f);
-            self.counters.pgactivate += 1;
+            self.events.pgactivate += 1;
         } else {
             self.frames[f as usize].flags |= F_REFERENCED;
         }
@@ -146,12 +146,12 @@ impl Mm<'_> {
         let idx = index as u32;
         let f = match self.cache_find(file, idx) {
             Some((_, f)) => {
-                self.counters.cache_hits += 1;
+                self.events.cache_hits += 1;
                 self.mark_accessed(f);
                 f
             }
             None => {
-                self.counters.cache_misses += 1;
+                self.events.cache_misses += 1;
                 if access == Access::Overwrite {
                     let f = self.get_free(be)?;
                     self.add_to_cache(f, file, idx);
@@ -205,7 +205,7 @@ impl Mm<'_> {
                 f = prev;
             }
         }
-        self.counters.dropped += u64::from(dropped);
+        self.events.dropped += u64::from(dropped);
         Ok(dropped)
     }
 

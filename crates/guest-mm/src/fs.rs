@@ -14,12 +14,12 @@ impl Mm<'_> {
     }
 
     fn mount_with<B: Backend>(&mut self, be: &mut B, scratch: u32) -> Result<(), MmError> {
-        self.counters.io_requests += 1;
+        self.events.io_requests += 1;
         be.read(Dev::Data, 0, &[scratch])?;
         let sb = Superblock::decode(be.page(scratch)).map_err(|_| MmError::BadFs)?;
         let n = (sb.nr_files as usize).min(MAX_FILES);
         for b in 0..n.div_ceil(ENTRIES_PER_BLOCK) {
-            self.counters.io_requests += 1;
+            self.events.io_requests += 1;
             be.read(Dev::Data, 1 + b as u64, &[scratch])?;
             for e in 0..ENTRIES_PER_BLOCK {
                 let i = b * ENTRIES_PER_BLOCK + e;
@@ -112,7 +112,7 @@ impl Mm<'_> {
                 self.files[i].encode(&mut page[e * ENTRY_SIZE..(e + 1) * ENTRY_SIZE]);
             }
         }
-        self.counters.io_requests += 2;
+        self.events.io_requests += 2;
         be.write(Dev::Data, 1 + b as u64, &[scratch])?;
         sb.encode(be.page(scratch));
         be.write(Dev::Data, 0, &[scratch])?;

@@ -44,7 +44,7 @@ mod writeback;
 
 pub use filemap::Access;
 pub use mm_types::{Frame, PageKind, NIL, PAGE_SIZE};
-pub use vmstat::{Counters, Stats};
+pub use vmstat::{Stats, VmEvents};
 
 use filemap::CacheIndex;
 use format::{FileEntry, Superblock};
@@ -183,7 +183,7 @@ pub struct Mm<'a> {
     report_cursor: u32,
     /// Tunables; may be changed at any time.
     pub params: Params,
-    counters: Counters,
+    events: VmEvents,
     dirty: u32,
     anon: u32,
     cached: u32,
@@ -219,7 +219,7 @@ impl<'a> Mm<'a> {
             files: [FileEntry::new("", 0); MAX_FILES],
             report_cursor: 0,
             params,
-            counters: Counters::default(),
+            events: VmEvents::default(),
             dirty: 0,
             anon: 0,
             cached: 0,

@@ -143,12 +143,12 @@ impl Mm<'_> {
                 self.cache_remove_slot(s);
                 self.unlink(g);
                 self.cached -= 1;
-                self.counters.swap_ra_hits += 1;
-                self.counters.pgfault += 1;
+                self.events.swap_ra_hits += 1;
+                self.events.pgfault += 1;
                 f = g;
             } else {
                 f = self.swap_in(be, slot)?;
-                self.counters.pgmajfault += 1;
+                self.events.pgmajfault += 1;
             }
             self.swap_free(slot);
             // The swap copy is gone, so the page must be written again if evicted.
@@ -157,9 +157,9 @@ impl Mm<'_> {
             f = self.get_free(be)?;
             if self.params.zero_on_alloc {
                 be.zero(f);
-                self.counters.zeroed += 1;
+                self.events.zeroed += 1;
             }
-            self.counters.pgfault += 1;
+            self.events.pgfault += 1;
         }
         new |= u64::from(f) << 12;
         Self::set_pte(be, pt, i, new);
@@ -216,13 +216,13 @@ mod tests {
         let t = mm.task_create().unwrap();
         let f = mm.access(&mut be, t, 5, false, false).unwrap();
         assert!(be.ram[f as usize].iter().all(|&b| b == 0));
-        assert_eq!(mm.stats().counters.pgfault, 1);
+        assert_eq!(mm.stats().events.pgfault, 1);
         mm.params.zero_on_alloc = false;
         let g = mm.access(&mut be, t, 6, false, false).unwrap();
         assert!(be.ram[g as usize].iter().all(|&b| b == 0xaa));
         // A second access is no fault.
         assert_eq!(mm.access(&mut be, t, 5, true, false).unwrap(), f);
-        assert_eq!(mm.stats().counters.pgfault, 2);
+        assert_eq!(mm.stats().events.pgfault, 2);
         mm.task_exit(&mut be, t);
         assert_eq!(mm.free_pages(), 64);
         mm.verify().unwrap();

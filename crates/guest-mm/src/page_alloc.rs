@@ -17,7 +17,7 @@ impl Mm<'_> {
         }
         let f = self.lists[usize::from(L_FREE)].head;
         if f == NIL {
-            self.counters.oom += 1;
+            self.events.oom += 1;
             return Err(MmError::OutOfMemory);
         }
         self.unlink(f);

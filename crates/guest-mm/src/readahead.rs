@@ -36,15 +36,15 @@ impl Mm<'_> {
                 Err(_) => break,
             }
         }
-        self.counters.io_requests += 1;
+        self.events.io_requests += 1;
         if let Err(e) = be.read(Dev::Data, block, &batch[..n]) {
             for &f in &batch[..n] {
                 self.put_free(f);
             }
             return Err(e.into());
         }
-        self.counters.pgpgin += n as u64;
-        self.counters.readahead += n as u64 - 1;
+        self.events.pgpgin += n as u64;
+        self.events.readahead += n as u64 - 1;
         // Insert in reverse so the requested page ends up nearest the list head.
         for k in (0..n).rev() {
             self.add_to_cache(batch[k], file, (index + k as u64) as u32);
@@ -73,7 +73,7 @@ mod tests {
             assert_eq!(word(&be.ram[f as usize], 0), 1000 + i);
         }
         assert_eq!(be.reads - r0, 4, "100 pages with 32-page readahead");
-        assert_eq!(mm.stats().counters.readahead, 96);
+        assert_eq!(mm.stats().events.readahead, 96);
         // Page 3 read a second time becomes active; a reclaim pass evicts inactive pages first.
         mm.file_page(&mut be, a, 3, Access::Read, false).unwrap();
         mm.file_page(&mut be, a, 3, Access::Read, false).unwrap();

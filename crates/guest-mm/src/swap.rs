@@ -145,7 +145,7 @@ impl Mm<'_> {
             while k + run < n && frames[k + run] != NIL {
                 run += 1;
             }
-            self.counters.io_requests += 1;
+            self.events.io_requests += 1;
             if let Err(e) = be.read(
                 Dev::Swap,
                 1 + u64::from(start) + k as u64,
@@ -162,10 +162,10 @@ impl Mm<'_> {
             if f == NIL {
                 continue;
             }
-            self.counters.pswpin += 1;
+            self.events.pswpin += 1;
             let s = start + k as u32;
             if s != slot {
-                self.counters.swap_ra += 1;
+                self.events.swap_ra += 1;
                 self.add_to_cache(f, SWAP_OWNER, s);
             }
         }
@@ -186,7 +186,7 @@ impl Mm<'_> {
             while k + run < victims.len() && slots[k + run] == slots[k] + run as u32 {
                 run += 1;
             }
-            self.counters.io_requests += 1;
+            self.events.io_requests += 1;
             if let Err(e) = be.write(Dev::Swap, 1 + u64::from(slots[k]), &victims[k..k + run]) {
                 // Nothing from here on was swapped: put the pages back, free their slots.
                 for j in k..victims.len() {
@@ -204,9 +204,9 @@ impl Mm<'_> {
             self.put_free(f);
         }
         let n = victims.len() as u64;
-        self.counters.pswpout += n;
-        self.counters.pgsteal += n;
-        self.counters.pgsteal_anon += n;
+        self.events.pswpout += n;
+        self.events.pgsteal += n;
+        self.events.pgsteal_anon += n;
         Ok(victims.len() as u32)
     }
 }
@@ -225,18 +225,18 @@ mod tests {
             set_word(&mut be.ram[f as usize], 0, v * 7 + 1);
         }
         let s = mm.stats();
-        assert!(s.counters.pswpout > 50, "{s:?}");
+        assert!(s.events.pswpout > 50, "{s:?}");
         assert!(
-            be.writes * 4 < s.counters.pswpout,
+            be.writes * 4 < s.events.pswpout,
             "swap-outs go in runs of consecutive slots: {} writes for {} pages",
             be.writes,
-            s.counters.pswpout
+            s.events.pswpout
         );
         for v in 0..100u64 {
             let f = mm.access(&mut be, t, v, false, false).unwrap();
             assert_eq!(word(&be.ram[f as usize], 0), v * 7 + 1);
         }
-        let c = mm.stats().counters;
+        let c = mm.stats().events;
         assert!(c.pgmajfault + c.swap_ra_hits >= 90, "{c:?}");
         assert!(
             c.swap_ra_hits > 30,
@@ -265,14 +265,14 @@ mod tests {
         let v0 = swapped[0];
         mm.access(&mut be, t, v0, false, false).unwrap();
         assert_eq!(be.reads - r0, 1, "the cluster comes in one request");
-        let c = mm.stats().counters;
+        let c = mm.stats().events;
         assert!(c.swap_ra >= 7, "{c:?}");
         // A neighbour is now a swap-cache hit without I/O, with the right content.
         let v1 = swapped[1];
         let f = mm.access(&mut be, t, v1, false, false).unwrap();
         assert_eq!(be.reads - r0, 1);
         assert_eq!(word(&be.ram[f as usize], 0), v1 + 100);
-        assert_eq!(mm.stats().counters.swap_ra_hits, 1);
+        assert_eq!(mm.stats().events.swap_ra_hits, 1);
         // Exiting frees the slots and with them the read-ahead copies.
         mm.task_exit(&mut be, t);
         assert_eq!(mm.stats().cached, 0);

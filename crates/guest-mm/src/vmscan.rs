@@ -59,7 +59,7 @@ impl Mm<'_> {
                 self.frames[f as usize].flags &= !F_REFERENCED;
             }
             self.push_front(inactive, f);
-            self.counters.pgdeactivate += 1;
+            self.events.pgdeactivate += 1;
             k += 1;
         }
         let mut freed = 0;
@@ -72,7 +72,7 @@ impl Mm<'_> {
             if f == NIL {
                 break;
             }
-            self.counters.pgscan += 1;
+            self.events.pgscan += 1;
             if self.frames[f as usize].pins > 0 {
                 self.unlink(f);
                 self.push_front(inactive, f);
@@ -96,8 +96,8 @@ impl Mm<'_> {
                 }
                 self.evict_file(f);
                 freed += 1;
-                self.counters.pgsteal += 1;
-                self.counters.pgsteal_file += 1;
+                self.events.pgsteal += 1;
+                self.events.pgsteal_file += 1;
             }
         }
         if nv > 0 {
@@ -115,7 +115,7 @@ impl Mm<'_> {
             Self::set_pte(be, pt, i, pte & !PTE_ACCESSED);
             self.unlink(f);
             self.push_front(L_ANON_ACTIVE, f);
-            self.counters.pgactivate += 1;
+            self.events.pgactivate += 1;
             return None;
         }
         let slot = self.swap_alloc();
@@ -151,9 +151,9 @@ mod tests {
         for v in 5..12u64 {
             mm.access(&mut be, t, v, false, false).unwrap();
         }
-        let before = mm.stats().counters.pswpout;
+        let before = mm.stats().events.pswpout;
         mm.reclaim(&mut be, mm.free_pages() + 3).unwrap();
-        assert!(mm.stats().counters.pswpout >= before + 3);
+        assert!(mm.stats().events.pswpout >= before + 3);
         for v in 5..12u64 {
             assert_eq!(
                 mm.page_state(&mut be, t, v),
@@ -178,9 +178,9 @@ mod tests {
             let c = mm.stats();
             if expect_anon_first {
                 assert_eq!(c.cached, 80, "{c:?}");
-                assert!(c.counters.pswpout >= 40);
+                assert!(c.events.pswpout >= 40);
             } else {
-                assert_eq!(c.counters.pswpout, 0, "{c:?}");
+                assert_eq!(c.events.pswpout, 0, "{c:?}");
                 assert!(c.cached <= 40);
             }
         }

@@ -1,12 +1,13 @@
-//! Counters (Linux's `mm/vmstat.c`): the event counters under `/proc/vmstat`'s names and the
-//! current page counts.
+//! Statistics (Linux's `mm/vmstat.c`): the VM event counters under `/proc/vmstat`'s names
+//! ([`VmEvents`]) and the current page counts.
 
 use crate::mm_types::{L_ANON_ACTIVE, L_ANON_INACTIVE, L_FILE_ACTIVE, L_FILE_INACTIVE};
 use crate::Mm;
 
-/// Event counters (Linux's `/proc/vmstat` names where they exist).
+/// The VM event counters (Linux's `vm_event_state`, with `/proc/vmstat`'s names where they
+/// exist).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Counters {
+pub struct VmEvents {
     /// Minor faults: first touch of an anonymous page.
     pub pgfault: u64,
     /// Major faults: an anonymous page read back from swap.
@@ -51,11 +52,11 @@ pub struct Counters {
     pub io_requests: u64,
 }
 
-/// Counters plus the current page counts.
+/// The event counters plus the current page counts.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
     /// Event counters.
-    pub counters: Counters,
+    pub events: VmEvents,
     /// Managed frames.
     pub total: u32,
     /// Free frames.
@@ -83,11 +84,11 @@ pub struct Stats {
 }
 
 impl Mm<'_> {
-    /// Counters and page counts.
+    /// The event counters and the page counts.
     pub fn stats(&self) -> Stats {
         let len = |l: u8| self.lists[usize::from(l)].len;
         Stats {
-            counters: self.counters,
+            events: self.events,
             total: self.total(),
             free: self.free_pages(),
             cached: self.cached,

@@ -28,13 +28,13 @@ impl Mm<'_> {
                 _ => break,
             }
         }
-        self.counters.io_requests += 1;
+        self.events.io_requests += 1;
         be.write(Dev::Data, block, &batch[..n])?;
         for &g in &batch[..n] {
             self.frames[g as usize].flags &= !F_DIRTY;
         }
         self.dirty -= n as u32;
-        self.counters.pgpgout += n as u64;
+        self.events.pgpgout += n as u64;
         Ok(n as u32)
     }
 

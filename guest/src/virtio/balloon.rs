@@ -421,10 +421,10 @@ impl Balloon {
         let s = mm.stats();
         let page = PAGE_SIZE as u64;
         let values: [(u16, u64); NR_STATS] = [
-            (S_SWAP_IN, s.counters.pswpin * page),
-            (S_SWAP_OUT, s.counters.pswpout * page),
-            (S_MAJFLT, s.counters.pgmajfault),
-            (S_MINFLT, s.counters.pgfault),
+            (S_SWAP_IN, s.events.pswpin * page),
+            (S_SWAP_OUT, s.events.pswpout * page),
+            (S_MAJFLT, s.events.pgmajfault),
+            (S_MINFLT, s.events.pgfault),
             (S_MEMFREE, u64::from(s.free) * page),
             (S_MEMTOT, u64::from(s.total) * page),
             (S_AVAIL, u64::from(s.free + s.cached - s.dirty) * page),

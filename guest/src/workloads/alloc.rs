@@ -72,7 +72,7 @@ fn worker(cpu: u32) {
                 return;
             }
         };
-        let before = mm::stats().counters;
+        let before = mm::stats().events;
         let t0 = rdtsc();
         let mut progress = Progress::new(NAME, "touch", pages);
         for p in 0..pages {
@@ -94,7 +94,7 @@ fn worker(cpu: u32) {
             }
         }
         let us = us_since(t0);
-        let after = mm::stats().counters;
+        let after = mm::stats().events;
         mm::task_exit(task);
         // With several vCPUs the counter deltas include the other vCPUs' faults.
         println!(

@@ -81,7 +81,7 @@ pub fn run(cfg: &Config) -> ExitCode {
             break;
         }
         if us >= next_report * 1_000_000 {
-            let c = mm::stats().counters;
+            let c = mm::stats().events;
             println!(
                 "memhog: t={next_report}s touched_mb={} pswpin={} pswpout={}",
                 touched / 256,

@@ -137,7 +137,7 @@ pub fn run(cfg: &Config) -> ExitCode {
     let mut mismatches = 0u64;
     let t_all = rdtsc();
     for pass in 1..=passes {
-        let before = mm::stats().counters;
+        let before = mm::stats().events;
         let t0 = rdtsc();
         let mut progress = Progress::new(NAME, "pass", pages);
         let mut done = 0u64;
@@ -163,7 +163,7 @@ pub fn run(cfg: &Config) -> ExitCode {
             }
         }
         let us = us_since(t0).max(1);
-        let after = mm::stats().counters;
+        let after = mm::stats().events;
         println!(
             "RESULT workload=seqread phase=pass{pass} ms={} mb_s={} pages={pages} hits={} misses={} pgpgin={} io_requests={}",
             ms_since(t0),
@@ -209,7 +209,7 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
     };
     let write_len = write.map_or(0, |id| mm::file_pages(id).min(write_pages));
     println!("seqread: then={} for {secs} s", then.name());
-    let before = mm::stats().counters;
+    let before = mm::stats().events;
     let seed = mm::fs_seed();
     let t0 = rdtsc();
     let end = crate::time::deadline_after_ms(secs * 1000);
@@ -248,13 +248,13 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
         steps += 1;
     }
     let ms = ms_since(t0);
-    let mut after = mm::stats().counters;
+    let mut after = mm::stats().events;
     // Every page written has its last round's content on disk once synced and read back.
     let mut mismatches = 0u64;
     if let Some(id) = write {
         let pages = write_len;
         mm::sync().map_err(|e| io_fail(NAME, e))?;
-        after = mm::stats().counters;
+        after = mm::stats().events;
         mm::drop_caches().map_err(|e| io_fail(NAME, e))?;
         for p in 0..pages {
             let round = if written > p {

@@ -131,7 +131,7 @@ pub fn run(cfg: &Config) -> ExitCode {
     let mut stamp = 1u64;
     for (i, &(mb, secs)) in steps[..n].iter().enumerate() {
         let pages = mb * 256;
-        let before = mm::stats().counters;
+        let before = mm::stats().events;
         let t0 = rdtsc();
         let mut touched = 0u64;
         let mut first_sweep = true;
@@ -177,8 +177,8 @@ pub fn run(cfg: &Config) -> ExitCode {
              pgfault={} pgmajfault={} anon_kb={} free_kb={}{}",
             i + 1,
             ms_since(t0),
-            after.counters.pgfault - before.pgfault,
-            after.counters.pgmajfault - before.pgmajfault,
+            after.events.pgfault - before.pgfault,
+            after.events.pgmajfault - before.pgmajfault,
             after.anon * 4,
             after.free * 4,
             Slow(lat.then_some((&step_hist, lat_us)))
