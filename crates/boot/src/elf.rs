@@ -1,6 +1,6 @@
 //! Parsing of 64-bit x86 ELF kernels that carry a PVH entry note.
 
-use crate::BootError;
+use crate::error::BootError;
 
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;

@@ -3,7 +3,7 @@
 //! Like QEMU microvm and Firecracker, RAM starts at 0 and runs up to the 32-bit MMIO hole; what
 //! does not fit below [`LOW_RAM_END`] continues at [`HIGH_RAM_START`] (4 GiB).
 
-use crate::BootError;
+use crate::error::BootError;
 
 /// RAM below this address is usable; the 32-bit device window (virtio-mmio, IOAPIC, LAPIC) lies above.
 pub const LOW_RAM_END: u64 = 0xc000_0000;

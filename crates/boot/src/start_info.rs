@@ -11,7 +11,9 @@
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory};
 
-use crate::{BootError, PvhImage, RamLayout};
+use crate::elf::PvhImage;
+use crate::error::BootError;
+use crate::layout::RamLayout;
 
 pub const GDT_ADDR: u64 = 0x500;
 pub const START_INFO_ADDR: u64 = 0x6000;
