@@ -21,7 +21,9 @@ use std::os::unix::net::UnixListener;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::{DiskConfig, ExitCounters, Lifecycle, VmReport};
+use crate::config::DiskConfig;
+use crate::lifecycle::Lifecycle;
+use crate::report::{ExitCounters, VmReport};
 use memvisor_api::server::{error, ok, refuse, Reply};
 use memvisor_api::{
     BalloonStats, DiskInfo, DiskStats, ExitStats, GuestErrors, GuestMemoryStats, PagerMode, VmInfo,
@@ -114,9 +116,9 @@ fn vm_info(c: &Control) -> VmInfo {
         .as_ref()
         .map(|b| u64::from(b.state.target_pages.load(Ordering::SeqCst)) * 4096);
     let (state, paused_because) = match c.lifecycle.state() {
-        crate::VmState::Created => (VmState::Created, None),
-        crate::VmState::Running => (VmState::Running, None),
-        crate::VmState::Paused { why, .. } => (VmState::Paused, Some(why.to_string())),
+        crate::lifecycle::VmState::Created => (VmState::Created, None),
+        crate::lifecycle::VmState::Running => (VmState::Running, None),
+        crate::lifecycle::VmState::Paused { why, .. } => (VmState::Paused, Some(why.to_string())),
     };
     VmInfo {
         state,

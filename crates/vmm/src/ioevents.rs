@@ -6,7 +6,7 @@ use kvm_ioctls::{IoEventAddress, Kvm, VmFd};
 use memvisor_devices::virtio::ioevents::IoEvents;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::{kvm_err, VmmError};
+use crate::error::{kvm_err, VmmError};
 
 /// Registers eventfds with `KVM_IOEVENTFD` on its own handle of the VM, so the transports can
 /// hold it for the VM's lifetime whoever owns the original.

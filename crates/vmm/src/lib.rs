@@ -6,177 +6,55 @@
 //! on its own thread and serves its own exits: a port or MMIO access is routed to the device
 //! that owns the address on the [`Bus`](memvisor_devices::Bus), synchronously. Virtio queue
 //! notifications do not exit: KVM signals an ioeventfd and the device's own thread processes
-//! the queue. Pausing and ending vCPUs is `control.rs`.
+//! the queue. Pausing and ending vCPUs is `control.rs`. What a VM is built from is
+//! `config.rs`, its state `lifecycle.rs`, how it ended and what it reports `report.rs`, and
+//! why it could not run `error.rs`: leaves that this file and the rest import.
 
 pub mod affinity;
 mod api;
+mod config;
 mod control;
+mod error;
 mod ioevents;
+mod lifecycle;
 mod memory;
+mod report;
 mod sharing;
 pub mod signals;
 mod vcpu;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use memvisor_boot::{BootError, PvhImage, RamLayout};
+use memvisor_boot::{PvhImage, RamLayout};
 use memvisor_devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use memvisor_devices::ram::{GuestRam, PlainRam};
 use memvisor_devices::serial::{Serial, COM1_LEN, COM1_PORT};
 use memvisor_devices::virtio::balloon::{Balloon, BalloonControl};
-use memvisor_devices::virtio::block::{Block, BlockError, BlockMetrics};
+use memvisor_devices::virtio::block::{Block, BlockMetrics};
 use memvisor_devices::virtio::ioevents::IoEvents;
 use memvisor_devices::virtio::mmio::{
     MmioTransport, TransportMetrics, IRQ_BASE, MMIO_BASE, MMIO_SLOTS, MMIO_SLOT_SIZE,
     QUEUE_NOTIFY_OFFSET,
 };
 use memvisor_devices::virtio::notify::NotifyThread;
-use memvisor_devices::{Bus, BusError};
-use memvisor_pager::{Pager, PagerConfig, PagerError, PagerSnapshot};
-use thiserror::Error;
+use memvisor_devices::Bus;
+use memvisor_pager::{Pager, PagerSnapshot};
 use vmm_sys_util::eventfd::EventFd;
 
+pub use config::{DiskConfig, VmConfig, MAX_DISKS, MAX_VCPUS};
 pub use control::{PauseReason, Vcpus};
+use error::kvm_err;
+pub use error::VmmError;
+use lifecycle::Lifecycle;
+pub use lifecycle::VmState;
+pub use report::{ExitCounters, VmExit, VmReport};
 
 /// GSI of the serial port's interrupt (COM1 = IRQ 4).
 const SERIAL_GSI: u32 = 4;
-/// Most vCPUs a VM may have.
-pub const MAX_VCPUS: u8 = 64;
-/// Most disks a VM may have: one per virtio-mmio slot.
-pub const MAX_DISKS: usize = MMIO_SLOTS;
-
-/// A disk as the VM sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiskConfig {
-    pub path: PathBuf,
-    pub read_only: bool,
-    /// The serial the guest reads with GET_ID (at most 20 bytes).
-    pub id: String,
-}
-
-/// Everything needed to build and boot a VM.
-#[derive(Clone, Debug)]
-pub struct VmConfig {
-    /// The PVH kernel ELF.
-    pub kernel: Vec<u8>,
-    pub cmdline: String,
-    /// Guest RAM in bytes.
-    pub mem_size: u64,
-    pub vcpus: u8,
-    pub disks: Vec<DiskConfig>,
-    /// Put guest RAM under memvisor's pager; `None`: plain anonymous memory.
-    pub pager: Option<PagerConfig>,
-    /// Give the VM a virtio-balloon device.
-    pub balloon: bool,
-    /// Serve the API on this Unix socket.
-    pub api_sock: Option<PathBuf>,
-    /// Run the vCPU threads on these host CPUs only; `None`: wherever the scheduler puts them.
-    pub vcpu_cpus: Option<affinity::CpuSet>,
-    /// Guest RAM is mergeable by the host kernel's KSM (`--sharing host`, docs/sharing.md).
-    pub sharing: bool,
-    /// The nice value of the virtio devices' threads, which the guest waits on (0: the VMM's
-    /// own; `memvisor_devices::priority`).
-    pub serving_nice: i32,
-}
-
-#[derive(Debug, Error)]
-pub enum VmmError {
-    #[error("cannot open /dev/kvm")]
-    OpenKvm(#[source] kvm_ioctls::Error),
-    #[error("KVM call {what} failed")]
-    Kvm {
-        what: &'static str,
-        #[source]
-        source: kvm_ioctls::Error,
-    },
-    #[error("cannot boot the kernel")]
-    Boot(#[from] BootError),
-    #[error("cannot set up guest memory")]
-    Memory(#[source] std::io::Error),
-    #[error("the pager failed, so guest memory can no longer be served: {0}")]
-    PagerFailed(String),
-    #[error("cannot start the pager")]
-    Pager(#[from] PagerError),
-    #[error("cannot serve the API socket")]
-    Api(#[source] std::io::Error),
-    #[error("cannot attach disk")]
-    Disk(#[from] BlockError),
-    #[error("cannot put a disk's indirected blocks back into its image")]
-    Recover(#[from] memvisor_pager::indirect::IndirectError),
-    #[error("{0} disks given; at most {MMIO_SLOTS} virtio devices fit")]
-    TooManyDevices(usize),
-    #[error("{0} vCPUs requested; a VM has 1 to {MAX_VCPUS}")]
-    BadVcpuCount(u8),
-    #[error("device layout error")]
-    Bus(#[from] BusError),
-    #[error("cannot create an event fd")]
-    EventFd(#[source] std::io::Error),
-    #[error("cannot start a vCPU thread")]
-    Thread(#[source] std::io::Error),
-    #[error("cannot start the thread of virtio device {0}")]
-    DeviceThread(String, #[source] std::io::Error),
-    #[error("guest crashed on vCPU {vcpu}: {reason} (rip {rip:#x})")]
-    GuestCrash { vcpu: u8, reason: String, rip: u64 },
-    #[error("flushing disk {id} at exit failed")]
-    DiskSync {
-        id: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmmError {
-    move |source| VmmError::Kvm { what, source }
-}
-
-/// How the guest ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VmExit {
-    /// The guest wrote this value to the debug-exit port.
-    DebugExit(u32),
-    /// The guest asked KVM for a shutdown or reset (system event).
-    Shutdown,
-    /// memvisor was told to stop (SIGINT, SIGTERM or SIGHUP) and stopped the VM.
-    Signal(i32),
-    /// The VM was stopped through a [`VmStopper`].
-    Stopped,
-}
-
-/// VM exits the vCPUs took, by kind.
-#[derive(Debug, Default)]
-pub struct ExitCounters {
-    pub io: AtomicU64,
-    pub mmio: AtomicU64,
-    pub other: AtomicU64,
-}
-
-impl ExitCounters {
-    pub fn total(&self) -> u64 {
-        self.io.load(Ordering::Relaxed)
-            + self.mmio.load(Ordering::Relaxed)
-            + self.other.load(Ordering::Relaxed)
-    }
-}
-
-/// What a finished VM reports.
-pub struct VmReport {
-    pub exit: VmExit,
-    /// The pager's state at exit, when one ran.
-    pub pager: Option<PagerSnapshot>,
-    /// The balloon's state at exit, when the VM had one.
-    pub balloon: Option<memvisor_api::BalloonStats>,
-    pub exits: Arc<ExitCounters>,
-    pub disks: Vec<(String, Arc<BlockMetrics>, Arc<TransportMetrics>)>,
-    /// What the guest did wrong, counted by the process's guest log (one VM per process: a
-    /// process that runs several VMs gets their sum).
-    pub guest_errors: memvisor_api::GuestErrors,
-    /// What KSM had merged of its memory at the end (`--sharing host`).
-    pub sharing: Option<memvisor_api::SharingStats>,
-}
 
 /// Events from vCPU threads and devices to the thread that waits for the VM to end.
 enum VmEvent {
@@ -191,50 +69,6 @@ pub fn host_tsc_khz() -> Result<u32, VmmError> {
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
     let vcpu = vm.create_vcpu(0).map_err(kvm_err("KVM_CREATE_VCPU"))?;
     vcpu.get_tsc_khz().map_err(kvm_err("KVM_GET_TSC_KHZ"))
-}
-
-/// A VM's state, as [`Vm::state`] reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VmState {
-    /// Built, vCPUs not started.
-    Created,
-    Running,
-    /// vCPUs held outside the guest (`parked` of them so far) until [`Vm::resume`].
-    Paused {
-        why: PauseReason,
-        parked: usize,
-    },
-}
-
-/// Pausing and resuming one VM: what [`Vm`] and its API server share.
-pub(crate) struct Lifecycle {
-    pub vcpus: Arc<Vcpus>,
-    pub pager: Option<Pager>,
-    started: AtomicBool,
-}
-
-impl Lifecycle {
-    pub fn state(&self) -> VmState {
-        match self.vcpus.paused() {
-            (Some(why), parked) => VmState::Paused { why, parked },
-            (None, _) if self.started.load(Ordering::SeqCst) => VmState::Running,
-            (None, _) => VmState::Created,
-        }
-    }
-
-    pub fn pause(&self) -> bool {
-        self.vcpus.pause_for(PauseReason::Requested)
-    }
-
-    /// Resumes a paused VM; the pager retries what failed (and pauses it again if it still
-    /// fails). Returns whether it was paused.
-    pub fn resume(&self) -> bool {
-        let was = self.vcpus.resume().is_some();
-        if let (true, Some(p)) = (was, &self.pager) {
-            p.retry();
-        }
-        was
-    }
 }
 
 /// One VM: built from a [`VmConfig`] by [`Vm::build`], started by [`Vm::start`], waited for by

@@ -8,7 +8,7 @@ use memvisor_boot::RamLayout;
 use memvisor_devices::GuestMem;
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
-use crate::VmmError;
+use crate::error::{kvm_err, VmmError};
 
 /// Maps the RAM of `layout` and registers it with KVM; `sharing`: KSM may merge it.
 pub(crate) fn create(vm: &VmFd, layout: &RamLayout, sharing: bool) -> Result<GuestMem, VmmError> {
@@ -64,7 +64,7 @@ pub(crate) fn create(vm: &VmFd, layout: &RamLayout, sharing: bool) -> Result<Gue
         // SAFETY: the host range is a live mapping owned by `mem`, which the VM keeps (through an
         // Arc shared with the devices) until the process ends; slots do not overlap.
         unsafe { vm.set_user_memory_region(slot_region) }
-            .map_err(crate::kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+            .map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
     }
     Ok(mem)
 }

@@ -12,7 +12,9 @@ use memvisor_boot::{BootData, BOOT_GDT, CODE_SELECTOR, DATA_SELECTOR, GDT_ADDR};
 use memvisor_devices::{guest_error, Bus, GuestMem};
 
 use crate::control::Vcpus;
-use crate::{kvm_err, signals, ExitCounters, VmmError};
+use crate::error::{kvm_err, VmmError};
+use crate::report::ExitCounters;
+use crate::signals;
 
 /// What a vCPU thread needs to serve its exits.
 pub(crate) struct VcpuContext {
