@@ -4,11 +4,25 @@
 //! resumed, and waited for ([`Vm::wait`]) until the guest ends: through the debug-exit port, a
 //! shutdown, a crash, a signal, or [`VmStopper::stop`]; [`run`] does all of it. Each vCPU runs
 //! on its own thread and serves its own exits: a port or MMIO access is routed to the device
-//! that owns the address on the [`Bus`](memvisor_devices::Bus), synchronously. Virtio queue
+//! that owns the address on the [`Bus`], synchronously. Virtio queue
 //! notifications do not exit: KVM signals an ioeventfd and the device's own thread processes
-//! the queue. Pausing and ending vCPUs is `control.rs`. What a VM is built from is
-//! `config.rs`, its state `lifecycle.rs`, how it ended and what it reports `report.rs`, and
-//! why it could not run `error.rs`: leaves that this file and the rest import.
+//! the queue.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `config.rs` | what a VM is built from: [`VmConfig`], [`DiskConfig`] and the limits on them (a leaf) |
+//! | `error.rs` | why a VM cannot be built or run: [`VmmError`] (a leaf) |
+//! | `lifecycle.rs` | a VM's state ([`VmState`]) and the pausing and resuming the VM and its API server share |
+//! | `report.rs` | how a VM ended ([`VmExit`]) and what it reports at the end ([`VmReport`], [`ExitCounters`]) (a leaf) |
+//! | `lib.rs` | the [`Vm`]: building it, its devices' wiring, starting, waiting, stopping, the flush of its disks at the end, and [`run`] |
+//! | `memory.rs` | guest RAM mappings on transparent huge pages and their KVM memory slots, mergeable by KSM with `--sharing host` |
+//! | `sharing.rs` | what KSM merged of this process's memory, from `/proc/self/ksm_stat` |
+//! | `vcpu.rs` | vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices |
+//! | `control.rs` | pausing, parking, kicking and ending vCPUs, with a [`PauseReason`] |
+//! | `affinity.rs` | host CPU sets for `--vcpu-cpus` and `--vmm-cpus` |
+//! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
+//! | `api.rs` | the VM's API server on a Unix socket |
+//! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
 
 pub mod affinity;
 mod api;
