@@ -5,6 +5,13 @@
 //! [`write_boot_data`] to place the kernel, the command line and the start-info block in guest
 //! memory. The vCPU is then started at [`PvhImage::entry`] in 32-bit protected mode with `ebx`
 //! pointing at [`START_INFO_ADDR`].
+//!
+//! | file | owns |
+//! |---|---|
+//! | `error.rs` | what can go wrong: [`BootError`] (a leaf) |
+//! | `elf.rs` | ELF64 parsing and the `XEN_ELFNOTE_PHYS32_ENTRY` note: [`PvhImage`] |
+//! | `layout.rs` | the guest-physical RAM layout and the memory map it reports: [`RamLayout`] |
+//! | `start_info.rs` | writing the kernel, the GDT, `hvm_start_info`, the memory map and the command line into guest memory |
 
 mod elf;
 mod error;
