@@ -1,5 +1,18 @@
 //! `memvisor`: the command-line front end. `memvisor run` boots a guest on memvisor's own VMM or,
 //! with `--hypervisor qemu`, on QEMU microvm with the same guest, disks and memory size.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `cli.rs` | every command's flags and the parsers of their values, and `memvisor host` |
+//! | `plan.rs` | `memvisor run`'s flags checked and turned into a `RunPlan`: the kernel, the disks, the guest command line |
+//! | `run.rs` | `memvisor run` on memvisor's VMM, its exit status, and its counters (`--stats-json`, the summary) |
+//! | `qemu.rs` | `--hypervisor qemu`: the same plan on QEMU microvm |
+//! | `hostlimit.rs` | a memory limit enforced by the host kernel with a memory cgroup |
+//! | `huge_heap.rs` | the VMM's heap on transparent huge pages, by starting itself again with glibc's tunable |
+//! | `guest_kit.rs` | the embedded guest kit (built by `build.rs`) and its command line |
+//! | `disks.rs` | `memvisor mkdisk` and `memvisor disk disentangle` |
+//! | `ctl.rs` | `memvisor ctl`, through `memvisor-api`'s typed clients |
+//! | `top.rs` | `memvisor top`, the terminal view of a host |
 
 mod cli;
 mod ctl;
