@@ -1,5 +1,24 @@
 //! memvisor guest kit: a PVH-bootable x86-64 guest that does a few dozen
 //! instructions of ring-0 set-up and runs everything else in ring 3.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `boot.rs` | the PVH entry and the whole ring-0 boot path, down to the `iretq` into `kmain` |
+//! | `cpu.rs` | wrappers of the instructions used from ring 3: port I/O, TSC, CPUID, `pause`, `park` (a leaf) |
+//! | `serial.rs` | the UART console and the `print!`/`println!` macros |
+//! | `time.rs` | the TSC's frequency and cycle conversions |
+//! | `debug_exit.rs` | the isa-debug-exit port that ends the VM: `ExitCode` and `exit` |
+//! | `trap.rs` | the IDT, the exception stubs and their fatal handler, and the park gate |
+//! | `smp.rs` | starting the APs and running a job on every CPU |
+//! | `sync.rs` | a spinlock and a write-once cell |
+//! | `rt.rs` | `memcpy` and the other symbols compiled code calls |
+//! | `bootinfo.rs` | parsing `hvm_start_info` |
+//! | `cmdline.rs` | the kernel command line: the workload and its `key=value` options |
+//! | `early_alloc.rs` | the bump allocator of early boot |
+//! | `paging.rs` | the identity map extended to RAM above 4 GiB |
+//! | `virtio/` | virtio-mmio discovery (`mod.rs`), register access (`mmio.rs`), the split virtqueue (`queue.rs`) and the drivers: virtio-blk (`blk.rs`) and virtio-balloon (`balloon.rs`), which import neither `mm` nor `cmdline` |
+//! | `mm.rs` | the `memvisor-guest-mm` core over real RAM and the disks, behind one lock, with the balloon driver's tick |
+//! | `workloads/` | the workloads `workload=` selects, each in its own file, their shared helpers (`common.rs`) and the disk test pattern (`pattern.rs`) |
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn)]
