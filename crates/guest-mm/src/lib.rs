@@ -12,8 +12,9 @@
 //! `page_alloc`, tasks' page tables and faults in `memory`, the file system in `fs`, the page
 //! cache in `filemap` with `readahead` and `writeback`, swap in `swap`, reclaim in `vmscan`,
 //! the balloon's hooks in `balloon` and `page_reporting`, counters in `vmstat`, invariant
-//! checks in `debug`. Two parts own their state in a struct of their own that `Mm` holds: the
-//! page-cache hash table (`filemap::CacheIndex`) and the swap slot bitmap (`swap::SwapInfo`).
+//! checks in `debug`. Two parts own their state in a struct of their own that `Mm` holds, each
+//! in a leaf this file imports: the page-cache hash table (`cache_index::CacheIndex`) and the
+//! swap slot bitmap (`swap::SwapInfo`).
 #![no_std]
 // Frame numbers, swap slots, task-virtual and file page indices are u32 by design (the frame
 // count is asserted below u32::MAX in `Mm::new`, swap slots are capped at u32 in `set_swap`,
@@ -25,6 +26,7 @@
 extern crate std;
 
 mod balloon;
+mod cache_index;
 mod debug;
 mod filemap;
 pub mod format;
@@ -46,7 +48,7 @@ pub use filemap::Access;
 pub use mm_types::{Frame, PageKind, NIL, PAGE_SIZE};
 pub use vmstat::{Stats, VmEvents};
 
-use filemap::CacheIndex;
+use cache_index::CacheIndex;
 use format::{FileEntry, Superblock};
 use memory::Task;
 use mm_types::{List, EMPTY_LIST, L_FREE, NR_LISTS};
