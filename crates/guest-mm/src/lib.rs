@@ -14,7 +14,7 @@
 //! the balloon's hooks in `balloon` and `page_reporting`, counters in `vmstat`, invariant
 //! checks in `debug`. Two parts own their state in a struct of their own that `Mm` holds, each
 //! in a leaf this file imports: the page-cache hash table (`cache_index::CacheIndex`) and the
-//! swap slot bitmap (`swap::SwapInfo`).
+//! swap slot bitmap (`swapfile::SwapInfo`).
 #![no_std]
 // Frame numbers, swap slots, task-virtual and file page indices are u32 by design (the frame
 // count is asserted below u32::MAX in `Mm::new`, swap slots are capped at u32 in `set_swap`,
@@ -40,6 +40,7 @@ mod page_alloc;
 mod page_reporting;
 mod readahead;
 mod swap;
+mod swapfile;
 mod vmscan;
 mod vmstat;
 mod writeback;
@@ -52,7 +53,7 @@ use cache_index::CacheIndex;
 use format::{FileEntry, Superblock};
 use memory::Task;
 use mm_types::{List, EMPTY_LIST, L_FREE, NR_LISTS};
-use swap::SwapInfo;
+use swapfile::SwapInfo;
 
 /// Root entries of a task's software page table; each covers 512 pages (2 MiB).
 pub const ROOT_ENTRIES: usize = 1024;
