@@ -51,8 +51,7 @@ pub use vmstat::{Stats, VmEvents};
 
 use cache_index::CacheIndex;
 use format::{FileEntry, Superblock};
-use memory::Task;
-use mm_types::{List, EMPTY_LIST, L_FREE, NR_LISTS};
+use mm_types::{List, Task, EMPTY_LIST, L_FREE, NR_LISTS};
 use swapfile::SwapInfo;
 
 /// Root entries of a task's software page table; each covers 512 pages (2 MiB).

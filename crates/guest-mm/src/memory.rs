@@ -2,17 +2,10 @@
 //! the access path with its minor and major faults, task exit, and page pins.
 
 use crate::mm_types::{
-    PageKind, L_ANON_INACTIVE, NIL, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_SWAPPED, SWAP_OWNER,
+    PageKind, Task, L_ANON_INACTIVE, NIL, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_SWAPPED,
+    SWAP_OWNER,
 };
 use crate::{Backend, Mm, MmError, MAX_TASKS, ROOT_ENTRIES, TASK_PAGES};
-
-/// A task's address space: the frame of its root directory (1024 little-endian u32 frame
-/// numbers of page-table frames, `NIL` where none), allocated at its first fault.
-#[derive(Clone, Copy)]
-pub(crate) struct Task {
-    pub(crate) used: bool,
-    pub(crate) root: u32,
-}
 
 impl Mm<'_> {
     /// Creates a task with an empty address space.

@@ -1,8 +1,8 @@
 //! Basic types of the memory manager, a leaf module that imports nothing of its crate (Linux's
 //! `mm_types.h`, `page-flags.h` and `pgtable_types.h`): the page size, the "no frame" index,
-//! the page-cache owner of swap-cache pages, the bits of a software page-table entry, per-frame
-//! metadata ([`Frame`], Linux's `struct page`) with its flags, and the heads of the intrusive
-//! frame lists.
+//! the page-cache owner of swap-cache pages, the bits of a software page-table entry, a task's
+//! address space (Linux's `mm_struct`), per-frame metadata ([`Frame`], Linux's `struct page`)
+//! with its flags, and the heads of the intrusive frame lists.
 
 /// Page size (and block size of both disks).
 pub const PAGE_SIZE: usize = 4096;
@@ -16,6 +16,14 @@ pub(crate) const PTE_PRESENT: u64 = 1;
 pub(crate) const PTE_ACCESSED: u64 = 2;
 pub(crate) const PTE_DIRTY: u64 = 4;
 pub(crate) const PTE_SWAPPED: u64 = 8;
+
+/// A task's address space: the frame of its root directory (1024 little-endian u32 frame
+/// numbers of page-table frames, `NIL` where none), allocated at its first fault.
+#[derive(Clone, Copy)]
+pub(crate) struct Task {
+    pub(crate) used: bool,
+    pub(crate) root: u32,
+}
 
 /// What a page frame currently holds, the kind of page it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
