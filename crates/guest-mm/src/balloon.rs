@@ -35,8 +35,8 @@ impl Mm<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::mm_types::Access;
     use crate::tests::setup;
-    use crate::Access;
     use std::vec::Vec;
 
     #[test]

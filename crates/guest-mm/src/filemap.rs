@@ -2,19 +2,10 @@
 //! `cache_index.rs`, the lookup that reads a page on a miss, `mark_page_accessed`, and dropping
 //! pages.
 
-use crate::mm_types::{PageKind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL};
+use crate::mm_types::{
+    Access, PageKind, F_DIRTY, F_REFERENCED, L_FILE_ACTIVE, L_FILE_INACTIVE, NIL,
+};
 use crate::{Backend, Mm, MmError};
-
-/// How a page-cache page will be used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Read it (a miss reads the page from disk, with readahead).
-    Read,
-    /// Change part of it (a miss reads it; the page becomes dirty).
-    Write,
-    /// Overwrite all of it (a miss allocates without reading; the page becomes dirty).
-    Overwrite,
-}
 
 impl Mm<'_> {
     /// The slot in the page-cache index and the frame of page `index` of `file`, if cached.

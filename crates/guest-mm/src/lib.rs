@@ -45,8 +45,7 @@ mod vmscan;
 mod vmstat;
 mod writeback;
 
-pub use filemap::Access;
-pub use mm_types::{Frame, PageKind, NIL, PAGE_SIZE};
+pub use mm_types::{Access, Frame, PageKind, NIL, PAGE_SIZE};
 pub use vmstat::{Stats, VmEvents};
 
 use cache_index::CacheIndex;

@@ -1,7 +1,7 @@
 //! Basic types of the memory manager, a leaf module that imports nothing of its crate (Linux's
 //! `mm_types.h`, `page-flags.h` and `pgtable_types.h`): the page size, the "no frame" index,
 //! the page-cache owner of swap-cache pages, the bits of a software page-table entry, a task's
-//! address space (Linux's `mm_struct`), per-frame metadata ([`Frame`], Linux's `struct page`)
+//! address space (Linux's `mm_struct`), how a page-cache page will be used ([`Access`]), per-frame metadata ([`Frame`], Linux's `struct page`)
 //! with its flags, and the heads of the intrusive frame lists.
 
 /// Page size (and block size of both disks).
@@ -16,6 +16,17 @@ pub(crate) const PTE_PRESENT: u64 = 1;
 pub(crate) const PTE_ACCESSED: u64 = 2;
 pub(crate) const PTE_DIRTY: u64 = 4;
 pub(crate) const PTE_SWAPPED: u64 = 8;
+
+/// How a page-cache page will be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read it (a miss reads the page from disk, with readahead).
+    Read,
+    /// Change part of it (a miss reads it; the page becomes dirty).
+    Write,
+    /// Overwrite all of it (a miss allocates without reading; the page becomes dirty).
+    Overwrite,
+}
 
 /// A task's address space: the frame of its root directory (1024 little-endian u32 frame
 /// numbers of page-table frames, `NIL` where none), allocated at its first fault.

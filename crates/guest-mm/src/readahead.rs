@@ -56,8 +56,8 @@ impl Mm<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::mm_types::Access;
     use crate::tests::{set_word, setup, word};
-    use crate::Access;
 
     #[test]
     fn readahead_reads_a_window_in_one_request_and_use_once_pages_go_first() {

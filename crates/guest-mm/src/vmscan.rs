@@ -129,8 +129,8 @@ impl Mm<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::mm_types::Access;
     use crate::tests::setup;
-    use crate::Access;
 
     #[test]
     fn referenced_anon_pages_survive_reclaim_longer() {

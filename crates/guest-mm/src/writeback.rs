@@ -65,8 +65,8 @@ impl Mm<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::mm_types::Access;
     use crate::tests::{set_word, setup, word};
-    use crate::Access;
 
     #[test]
     fn dirty_pages_are_written_on_sync_and_drop_caches_empties_the_cache() {
