@@ -96,7 +96,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::CacheIndex;
-    use crate::{Frame, NIL};
+    use crate::mm_types::{Frame, NIL};
 
     proptest! {
         /// Inserts and removals in any order, with keys that collide in a small table: every

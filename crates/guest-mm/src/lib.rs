@@ -8,13 +8,16 @@
 //!
 //! The state is one [`Mm`] (this file, with the [`Backend`] it runs over and the [`Params`]);
 //! each part of it is one `impl Mm` block in a file named after the Linux file that does the
-//! same: the basic types in `mm_types` (a leaf), the frame lists in `list`, the allocator in
-//! `page_alloc`, tasks' page tables and faults in `memory`, the file system in `fs`, the page
-//! cache in `filemap` with `readahead` and `writeback`, swap in `swap`, reclaim in `vmscan`,
-//! the balloon's hooks in `balloon` and `page_reporting`, counters in `vmstat`, invariant
-//! checks in `debug`. Two parts own their state in a struct of their own that `Mm` holds, each
-//! in a leaf this file imports: the page-cache hash table (`cache_index::CacheIndex`) and the
-//! swap slot bitmap (`swapfile::SwapInfo`).
+//! same: the frame lists in `list`, the allocator in `page_alloc`, tasks' page tables and
+//! faults in `memory`, the file system in `fs`, the page cache in `filemap` with `readahead`
+//! and `writeback`, swap in `swap`, reclaim in `vmscan`, the balloon's hooks in `balloon` and
+//! `page_reporting`, statistics in `vmstat`, invariant checks in `debug`. Those files import
+//! this one, and this one imports only leaves, which import nothing of the crate but
+//! `mm_types`: the basic types in `mm_types`, the two parts that own their state in a struct of
+//! their own that `Mm` holds (the page-cache hash table in `cache_index`, the swap slot bitmap
+//! in `swapfile`), the counters in `vm_event`, and the on-disk format in `format`. Two more
+//! leaves serve the guest kit beside `Mm`: when the balloon may inflate again (`holdoff`) and a
+//! latency histogram (`hist`).
 #![no_std]
 // Frame numbers, swap slots, task-virtual and file page indices are u32 by design (the frame
 // count is asserted below u32::MAX in `Mm::new`, swap slots are capped at u32 in `set_swap`,
@@ -41,12 +44,13 @@ mod page_reporting;
 mod readahead;
 mod swap;
 mod swapfile;
+mod vm_event;
 mod vmscan;
 mod vmstat;
 mod writeback;
 
 pub use mm_types::{Access, Frame, PageKind, NIL, PAGE_SIZE};
-pub use vmstat::{Stats, VmEvents};
+pub use vm_event::{Stats, VmEvents};
 
 use cache_index::CacheIndex;
 use format::{FileEntry, Superblock};
