@@ -114,7 +114,7 @@ pvh_start64:
     pushq $boot_r3_stack_top - 8         /* RSP (ABI: rsp+8 16-byte aligned at entry) */
     pushq ${rflags}                      /* RFLAGS: IOPL 3, IF 0 */
     pushq ${ucs}                         /* CS */
-    pushq ${kmain}                       /* RIP */
+    pushq $kmain                         /* RIP: main.rs's entry point */
     iretq
 .popsection
 
@@ -216,7 +216,6 @@ boot_ap_tss:
     uds = const USER_DS,
     ucs = const USER_CS,
     rflags = const USER_RFLAGS,
-    kmain = sym crate::kmain,
     max_cpus = const MAX_CPUS,
     tss_size = const TSS_SIZE,
     tss_limit = const TSS_LIMIT,

@@ -53,7 +53,10 @@ use sync::Once;
 static BOOT_INFO: Once<BootInfo> = Once::new();
 static CONFIG: Once<Config> = Once::new();
 
-/// First Rust code, entered from `boot.rs` via `iretq` in ring 3 (BSP only).
+/// First Rust code, entered from `boot.rs` via `iretq` in ring 3 (BSP only). The boot path
+/// names it by its symbol, as an entry point is named, so that `boot.rs`, which the rest of
+/// the kit builds on, imports nothing from the crate root.
+#[unsafe(no_mangle)]
 extern "C" fn kmain(start_info_paddr: u64) -> ! {
     trap::init();
     serial::init();
