@@ -15,6 +15,8 @@ use memvisor_guest_mm::format::{
     ENTRY_SIZE, NAME_MAX,
 };
 
+use crate::bad_input::BadInput;
+
 #[derive(Args, Debug)]
 pub struct DiskArgs {
     #[command(subcommand)]
@@ -115,9 +117,6 @@ pub struct SwapArgs {
     pub force: bool,
 }
 
-/// One line for a person, and exit status 2.
-struct BadInput(String);
-
 /// `memvisor mkdisk`.
 pub fn run(args: MkdiskArgs) -> ExitCode {
     let r = match args.kind {
@@ -129,10 +128,7 @@ pub fn run(args: MkdiskArgs) -> ExitCode {
             println!("{line}");
             ExitCode::SUCCESS
         }
-        Err(BadInput(m)) => {
-            eprintln!("memvisor: {m}");
-            ExitCode::from(status::BAD_INPUT)
-        }
+        Err(bad) => bad.report(),
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! | file | owns |
 //! |---|---|
+//! | `bad_input.rs` | input from a person that a command refuses: one line, exit status 2 (a leaf) |
 //! | `cli.rs` | every command's flags and the parsers of their values, and `memvisor host` |
 //! | `plan.rs` | `memvisor run`'s flags checked and turned into a `RunPlan`: the kernel, the disks, the guest command line |
 //! | `run.rs` | `memvisor run` on memvisor's VMM, its exit status, and its counters (`--stats-json`, the summary) |
@@ -14,6 +15,7 @@
 //! | `ctl.rs` | `memvisor ctl`, through `memvisor-api`'s typed clients |
 //! | `top.rs` | `memvisor top`, the terminal view of a host |
 
+mod bad_input;
 mod cli;
 mod ctl;
 mod disks;

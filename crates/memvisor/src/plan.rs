@@ -5,11 +5,9 @@
 use memvisor_vmm::affinity::CpuSet;
 use memvisor_vmm::DiskConfig;
 
+use crate::bad_input::BadInput;
 use crate::cli::{Hypervisor, LogSyncArg, PagerMode, RunArgs, SharingArg, VictimArg};
 use crate::guest_kit;
-
-/// A check of the flags that failed: reported as one line, exit status 2.
-pub struct BadInput(pub String);
 
 /// What `memvisor run` needs once its flags are checked.
 pub struct RunPlan {

@@ -12,7 +12,7 @@ use crate::cli::{
     DefragArg, Hypervisor, LogSyncArg, PagerMode, PreventerArg, RunArgs, SharingArg, SwapIn,
     VictimArg,
 };
-use crate::plan::{plan, BadInput};
+use crate::plan::plan;
 use crate::qemu;
 
 fn error_line(e: &dyn std::error::Error) -> String {
@@ -30,10 +30,7 @@ fn error_line(e: &dyn std::error::Error) -> String {
 pub fn run(args: RunArgs) -> ExitCode {
     let plan = match plan(args) {
         Ok(p) => p,
-        Err(BadInput(m)) => {
-            eprintln!("memvisor: {m}");
-            return ExitCode::from(status::BAD_INPUT);
-        }
+        Err(bad) => return bad.report(),
     };
     // Before any thread starts: every thread started from here on inherits it (QEMU too).
     if let Some(cpus) = &plan.args.vmm_cpus {
