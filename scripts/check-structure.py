@@ -5,7 +5,8 @@
 - no two Rust files of one crate that import each other, directly or around a loop (a file
   imports another when it names a path into it: `use crate::a::b::C`, `super::x::f()`, or a
   `pub use` that re-exports from it; declaring a child with `mod` is not an import);
-- no source file, README or doc that points to a file outside the repository.
+- no source file, README or doc that points to a file outside the repository;
+- no doc or README that names a file of the repository that does not exist.
 
 Usage: scripts/check-structure.py [ROOT]   (default: the repository holding this script)
 """
@@ -45,7 +46,7 @@ def strip_comments(text):
     return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
 
 
-USE_RE = re.compile(r"\buse\s+((?:crate|super|self)::[^;]*);", re.S)
+USE_RE = re.compile(r"\buse\s+((?:::)?[A-Za-z_][^;]*);", re.S)
 
 
 def expand(tree):
@@ -241,6 +242,17 @@ def main():
         for no, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
             if OUTSIDE_RE.search(line):
                 problems.append(f"{rel}:{no}: points outside the repository: {line.strip()}")
+
+    named = re.compile(r"(?<![\w/.])((?:crates|scripts|examples|guest|fuzz|docs)/[\w./-]*\.(?:rs|sh|py|toml|md|json|svg|png))")
+    for f in files:
+        if f.suffix != ".md":
+            continue
+        for no, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            for m in named.finditer(line):
+                path = m.group(1)
+                if not (root / path).exists() and not (f.parent / path).exists():
+                    rel = f.relative_to(root).as_posix()
+                    problems.append(f"{rel}:{no}: names {path}, which does not exist")
 
     for p in problems:
         print(f"check-structure: {p}")
