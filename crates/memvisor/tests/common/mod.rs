@@ -1,11 +1,26 @@
-//! What several test binaries share: running the `memvisor` binary with its output logged, and
-//! writing small PVH kernels made by the tests themselves.
+//! What the integration tests share: the `memvisor` binary run to the end with its output
+//! logged; a test VM (`memvisor run` with its API socket, a typed client and its console) and a
+//! test host (`memvisor host` with its socket and client), both killed when dropped; the guest's
+//! RESULT lines parsed; disk images made with `memvisor mkdisk`; and small PVH kernels written
+//! by the tests themselves.
 
 #![allow(dead_code)] // Each test binary uses a part.
 
-use std::process::{Command, Output};
+pub mod openapi;
+
+use std::fmt::{Debug, Display};
+use std::io::{BufRead, BufReader, Read};
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use memvisor_api::{ClientError, HostClient, HostInfo, HostVm, VmClient, VmStats};
 
 pub const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+pub const MIB: u64 = 1 << 20;
 
 /// Runs `memvisor ARGS` to the end; its status and output go to the test's log.
 pub fn memvisor(args: &[&str]) -> Output {
@@ -13,13 +28,28 @@ pub fn memvisor(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("memvisor runs");
+    log(args, &out);
+    out
+}
+
+/// Writes what `memvisor ARGS` ended with to the test's log.
+pub fn log(args: &[&str], out: &Output) {
     eprintln!(
         "--- memvisor {args:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    out
+}
+
+/// What `out` wrote to stdout, as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `out` wrote to stderr, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Runs `kernel` in a 64 MiB VM on `hypervisor` (`memvisor` or `qemu`).
@@ -38,11 +68,515 @@ pub fn run_kernel(hypervisor: &str, kernel: &tempfile::NamedTempFile) -> Output 
 /// A PVH ELF file loading `image` at `base` and entering it there.
 pub fn pvh_kernel(base: u64, image: &[u8]) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
+    write_kernel(f.path(), base, image);
+    f
+}
+
+/// Writes a PVH ELF file at `path` loading `image` at `base` and entering it there.
+pub fn write_kernel(path: &Path, base: u64, image: &[u8]) {
     let entry = u32::try_from(base).unwrap();
     std::fs::write(
-        f.path(),
+        path,
         memvisor_boot::test_utils::make_elf(base, image, Some(entry)),
     )
     .unwrap();
-    f
+}
+
+/// `dir/spin.elf`, a PVH kernel that spins forever (`jmp $`): a VM that costs nothing and
+/// never ends.
+pub fn spin_kernel(dir: &Path) -> PathBuf {
+    let path = dir.join("spin.elf");
+    write_kernel(&path, 0x10_0000, &[0xeb, 0xfe]);
+    path
+}
+
+/// `memvisor mkdisk data --size SIZE --out PATH EXTRA...`, which must succeed; returns PATH.
+pub fn mkdisk_data(path: PathBuf, size: &str, extra: &[&str]) -> PathBuf {
+    let p = path.to_str().unwrap();
+    let mut args = vec!["mkdisk", "data", "--size", size, "--out", p];
+    args.extend_from_slice(extra);
+    assert!(memvisor(&args).status.success(), "mkdisk {p}");
+    path
+}
+
+/// `memvisor mkdisk swap --size SIZE --out PATH`, which must succeed; returns PATH.
+pub fn mkdisk_swap(path: PathBuf, size: &str) -> PathBuf {
+    let p = path.to_str().unwrap();
+    let args = ["mkdisk", "swap", "--size", size, "--out", p];
+    assert!(memvisor(&args).status.success(), "mkdisk {p}");
+    path
+}
+
+/// `PATH,id=ID`, a `--disk` argument.
+pub fn disk_spec(path: &Path, id: &str) -> String {
+    format!("{},id={id}", path.display())
+}
+
+/// The answer of a typed client, which must be a success (200 with the API's type).
+pub fn ok<T>(answer: Result<T, ClientError>) -> T {
+    answer.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends signal `sig` to process `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) of a process this test started (or its child).
+    unsafe { libc::kill(i32::try_from(pid).unwrap(), sig) };
+}
+
+/// Calls `f` every `every` until it returns `Ok`, for `within` at most: then the test fails
+/// saying `what` and the last `Err`.
+pub fn poll<T, E: Debug>(
+    what: impl Display,
+    within: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> T {
+    let t = Instant::now();
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) => assert!(t.elapsed() < within, "{what}: not within {within:?}: {e:?}"),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// One output pipe of a [`Proc`], read by a thread as it comes: all of it so far, and each
+/// line as it arrives.
+struct Pipe {
+    text: Arc<Mutex<Vec<u8>>>,
+    lines: mpsc::Receiver<String>,
+    thread: JoinHandle<()>,
+}
+
+impl Pipe {
+    fn read(from: impl Read + Send + 'static) -> Pipe {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = mpsc::channel();
+        let all = Arc::clone(&text);
+        let thread = std::thread::spawn(move || {
+            let mut r = BufReader::new(from);
+            let mut line = Vec::new();
+            while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                all.lock().unwrap().extend_from_slice(&line);
+                let _ = tx.send(String::from_utf8_lossy(&line).trim_end().to_owned());
+                line.clear();
+            }
+        });
+        Pipe {
+            text,
+            lines,
+            thread,
+        }
+    }
+
+    /// All of it, once the process has closed it.
+    fn all(self) -> Vec<u8> {
+        self.thread.join().unwrap();
+        Arc::try_unwrap(self.text).unwrap().into_inner().unwrap()
+    }
+
+    /// The first line from now on that `want` takes (`within` at most).
+    fn line(&self, within: Duration, mut want: impl FnMut(&str) -> bool) -> String {
+        let t = Instant::now();
+        loop {
+            let left = within.saturating_sub(t.elapsed());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if want(&l) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("no such line within {within:?} ({e}): {}", self.so_far()),
+            }
+        }
+    }
+
+    fn so_far(&self) -> String {
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
+    }
+}
+
+/// A child process, killed and reaped when dropped, so a failing test leaves nothing running.
+/// What it writes to a piped stdout or stderr is read as it comes.
+pub struct Proc {
+    child: Child,
+    stdout: Option<Pipe>,
+    stderr: Option<Pipe>,
+}
+
+impl Proc {
+    /// Spawns `cmd`; its stdout and stderr, where `cmd` pipes them, are read as they come.
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd.spawn().expect("the process starts");
+        let stdout = child.stdout.take().map(Pipe::read);
+        let stderr = child.stderr.take().map(Pipe::read);
+        Proc {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends signal `sig` to it.
+    pub fn signal(&self, sig: i32) {
+        signal(self.pid(), sig);
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Whether it ends within `d`.
+    pub fn ends_within(&mut self, d: Duration) -> bool {
+        let t = Instant::now();
+        while self.running() {
+            if t.elapsed() > d {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    /// Waits (20 s at most) until the file `path` exists; the process must run meanwhile.
+    pub fn wait_for_file(&mut self, path: &Path) {
+        let t = Instant::now();
+        while !path.exists() {
+            assert!(
+                self.running(),
+                "it ended before {} appeared",
+                path.display()
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{} never appeared",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What it wrote to its stdout so far.
+    pub fn stdout_so_far(&self) -> String {
+        self.stdout.as_ref().expect("stdout piped").so_far()
+    }
+
+    /// The first line it writes to stdout from now on that `want` takes (`within` at most).
+    pub fn stdout_line(&self, within: Duration, want: impl FnMut(&str) -> bool) -> String {
+        self.stdout
+            .as_ref()
+            .expect("stdout piped")
+            .line(within, want)
+    }
+
+    /// The first line it writes to stderr from now on that `want` takes (`within` at most).
+    pub fn stderr_line(&self, within: Duration, want: impl FnMut(&str) -> bool) -> String {
+        self.stderr
+            .as_ref()
+            .expect("stderr piped")
+            .line(within, want)
+    }
+
+    /// Waits for it to end: its status, and all it wrote to its pipes.
+    pub fn finish(mut self) -> Output {
+        let status = self.child.wait().unwrap();
+        Output {
+            status,
+            stdout: self.stdout.take().map(Pipe::all).unwrap_or_default(),
+            stderr: self.stderr.take().map(Pipe::all).unwrap_or_default(),
+        }
+    }
+
+    /// Stops it: SIGTERM, and SIGKILL if it has not ended 60 s later. Returns its exit code
+    /// (`None` if a signal ended it).
+    pub fn stop(&mut self) -> Option<i32> {
+        if let Ok(Some(s)) = self.child.try_wait() {
+            return s.code();
+        }
+        self.signal(libc::SIGTERM);
+        if !self.ends_within(Duration::from_secs(60)) {
+            eprintln!("{} did not stop on SIGTERM: killed", self.pid());
+            let _ = self.child.kill();
+        }
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `memvisor run --api-sock SOCK ARGS`, with the guest's console (stdout) piped.
+pub fn run_command(sock: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(MEMVISOR);
+    cmd.arg("run")
+        .arg("--api-sock")
+        .arg(sock)
+        .args(args)
+        .stdout(Stdio::piped());
+    cmd
+}
+
+/// A VM of `memvisor run` with its API socket: a typed client of it, and its console read as
+/// it comes. Killed when dropped.
+pub struct TestVm {
+    proc: Proc,
+    sock: PathBuf,
+}
+
+impl TestVm {
+    /// `memvisor run --api-sock SOCK ARGS` ([`run_command`]), once its socket exists.
+    pub fn start(sock: &Path, args: &[&str]) -> TestVm {
+        TestVm::spawn(&mut run_command(sock, args), sock)
+    }
+
+    /// Spawns `cmd`, which runs a VM with its API socket at `sock`, once the socket exists.
+    pub fn spawn(cmd: &mut Command, sock: &Path) -> TestVm {
+        let mut proc = Proc::spawn(cmd);
+        proc.wait_for_file(sock);
+        TestVm {
+            proc,
+            sock: sock.to_owned(),
+        }
+    }
+
+    pub fn sock(&self) -> &Path {
+        &self.sock
+    }
+
+    /// A client of its API.
+    pub fn client(&self) -> VmClient {
+        VmClient::new(&self.sock)
+    }
+
+    /// `GET /stats`, which must answer.
+    pub fn stats(&self) -> VmStats {
+        ok(self.client().stats())
+    }
+
+    /// Waits for it to end: its status, its console and what it wrote to a piped stderr.
+    pub fn finish(self) -> Output {
+        self.proc.finish()
+    }
+
+    /// Waits for the guest to end with success (status 1: its debug exit with 0); returns its
+    /// console.
+    pub fn succeeded(self) -> String {
+        let out = self.proc.finish();
+        let console = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{console}");
+        console
+    }
+
+    /// [`TestVm::succeeded`], and its final RESULT line for `workload`, which must say ok with
+    /// no mismatches ([`ResultLine::assert_intact`]).
+    pub fn intact(self, workload: &str) -> ResultLine {
+        let done = ResultLine::find(&self.succeeded(), workload, "done");
+        done.assert_intact();
+        done
+    }
+}
+
+impl Deref for TestVm {
+    type Target = Proc;
+    fn deref(&self) -> &Proc {
+        &self.proc
+    }
+}
+
+impl DerefMut for TestVm {
+    fn deref_mut(&mut self) -> &mut Proc {
+        &mut self.proc
+    }
+}
+
+/// `memvisor host --config CONFIG`.
+pub fn host_command(config: &Path) -> Command {
+    let mut cmd = Command::new(MEMVISOR);
+    cmd.args(["host", "--config"]).arg(config);
+    cmd
+}
+
+/// A `memvisor host` with its socket (`host.state/host.sock` beside its config), killed when
+/// dropped (its VMs get SIGTERM when it dies).
+pub struct TestHost {
+    proc: Proc,
+    sock: PathBuf,
+}
+
+impl TestHost {
+    /// Writes `config` as `host.toml` in `dir` and starts a host on it (logging at `info`),
+    /// once its socket exists.
+    pub fn start(dir: &Path, config: &str) -> TestHost {
+        let path = dir.join("host.toml");
+        std::fs::write(&path, config).unwrap();
+        TestHost::spawn(host_command(&path).env("MEMVISOR_LOG", "info"), dir)
+    }
+
+    /// Spawns `cmd`, a host whose config is in `dir`, once its socket exists.
+    pub fn spawn(cmd: &mut Command, dir: &Path) -> TestHost {
+        let sock = dir.join("host.state/host.sock");
+        let mut proc = Proc::spawn(cmd);
+        proc.wait_for_file(&sock);
+        TestHost { proc, sock }
+    }
+
+    pub fn sock(&self) -> &Path {
+        &self.sock
+    }
+
+    /// A client of its API.
+    pub fn client(&self) -> HostClient {
+        HostClient::new(&self.sock)
+    }
+
+    /// Waits for it to end: its status, and what it wrote to its pipes.
+    pub fn finish(self) -> Output {
+        self.proc.finish()
+    }
+
+    /// `GET /host`, which must answer.
+    pub fn info(&self) -> HostInfo {
+        ok(self.client().info())
+    }
+
+    /// `GET /vms/NAME`, which must answer.
+    pub fn vm(&self, name: &str) -> HostVm {
+        ok(self.client().vm(name))
+    }
+
+    /// Polls VM `name` until `done` holds (at most `secs` seconds).
+    pub fn wait_vm(&self, name: &str, secs: u64, done: impl Fn(&HostVm) -> bool) -> HostVm {
+        poll(
+            format!("vm {name}"),
+            Duration::from_secs(secs),
+            Duration::from_millis(100),
+            || {
+                let v = self.vm(name);
+                if done(&v) {
+                    Ok(v)
+                } else {
+                    Err(v)
+                }
+            },
+        )
+    }
+}
+
+impl Deref for TestHost {
+    type Target = Proc;
+    fn deref(&self) -> &Proc {
+        &self.proc
+    }
+}
+
+impl DerefMut for TestHost {
+    fn deref_mut(&mut self) -> &mut Proc {
+        &mut self.proc
+    }
+}
+
+/// One of the guest kit's result lines, `RESULT workload=NAME key=value ...`: the workload,
+/// whether it says ok, and each field, typed on demand.
+#[derive(Clone, Debug)]
+pub struct ResultLine {
+    line: String,
+    fields: Vec<(String, String)>,
+}
+
+impl ResultLine {
+    /// `line` read as a RESULT line; `None` if it is not one (no `RESULT ` and `workload=`).
+    pub fn parse(line: &str) -> Option<ResultLine> {
+        let fields = line
+            .strip_prefix("RESULT ")?
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let r = ResultLine {
+            line: line.to_owned(),
+            fields,
+        };
+        r.get("workload")?;
+        Some(r)
+    }
+
+    /// Every RESULT line in `text`, in order.
+    pub fn all(text: &str) -> Vec<ResultLine> {
+        text.lines().filter_map(ResultLine::parse).collect()
+    }
+
+    /// The first RESULT line in `text`, which must have one.
+    pub fn first(text: &str) -> ResultLine {
+        ResultLine::all(text)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no RESULT line in {text}"))
+    }
+
+    /// The first RESULT line of `workload` with `phase=PHASE` in `text`, which must have one.
+    pub fn find(text: &str, workload: &str, phase: &str) -> ResultLine {
+        ResultLine::all(text)
+            .into_iter()
+            .find(|r| r.workload() == workload && r.get("phase") == Some(phase))
+            .unwrap_or_else(|| panic!("no RESULT line for {workload} phase={phase} in {text}"))
+    }
+
+    pub fn workload(&self) -> &str {
+        self.str("workload")
+    }
+
+    /// Whether it says `ok=1`.
+    pub fn ok(&self) -> bool {
+        self.get("ok") == Some("1")
+    }
+
+    /// The value of `key`, if it has one.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key`, which it must have.
+    pub fn str(&self, key: &str) -> &str {
+        self.get(key)
+            .unwrap_or_else(|| panic!("no {key}= in {}", self.line))
+    }
+
+    /// The whole number `key` holds (the part before a decimal point).
+    pub fn u64(&self, key: &str) -> u64 {
+        let v = self.str(key);
+        v.split('.')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v} is not a number in {}", self.line))
+    }
+
+    /// Checks that it says ok, with no mismatches (`ok=1 mismatches=0`).
+    pub fn assert_intact(&self) {
+        assert!(
+            self.ok() && self.get("mismatches") == Some("0"),
+            "{}",
+            self.line
+        );
+    }
+
+    /// The line as the guest wrote it.
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+}
+
+impl Display for ResultLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
 }
