@@ -4,8 +4,6 @@
 //! left over. The types and the schema have the same fields, both ways.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 use memvisor_api::{
     ActiveMemory, BalloonStats, BalloonUpdate, DiskInfo, DiskStats, ErrorBody, ExitStats,
@@ -14,56 +12,21 @@ use memvisor_api::{
 };
 use serde_json::Value;
 
-#[path = "common/openapi.rs"]
-mod openapi;
-use openapi::typed;
+mod common;
+use common::openapi::{self, typed};
+use common::{disk_spec, spin_kernel, TestVm};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-
-/// A PVH kernel that spins forever (`jmp $`), so the VM stays up while the API is exercised.
-fn spin_kernel(dir: &Path) -> PathBuf {
-    let path = dir.join("spin.elf");
-    std::fs::write(
-        &path,
-        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xeb, 0xfe], Some(0x10_0000)),
-    )
-    .unwrap();
-    path
-}
-
-struct Vm(Child);
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(dir: &Path, extra: &[&str]) -> (Vm, PathBuf) {
-    let sock = dir.join("api.sock");
+/// A 64 MiB VM spinning forever ([`spin_kernel`]) with a 1 MiB disk `data` and `extra`
+/// arguments, once its API socket exists.
+fn start(dir: &Path, extra: &[&str]) -> TestVm {
     let kernel = spin_kernel(dir);
     let disk = dir.join("d.img");
     std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "64M", "--kernel"])
-        .arg(&kernel)
-        .arg("--disk")
-        .arg(format!("{},id=data", disk.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .args(extra)
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the API socket never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (Vm(child), sock)
+    let disk = disk_spec(&disk, "data");
+    let mut args = vec!["--mem", "64M", "--kernel", kernel.to_str().unwrap()];
+    args.extend(["--disk", &disk]);
+    args.extend_from_slice(extra);
+    TestVm::start(&dir.join("api.sock"), &args)
 }
 
 fn spec() -> Value {
@@ -194,12 +157,13 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
 fn server_matches_the_published_schema() {
     let spec = spec();
     let dir = tempfile::tempdir().unwrap();
-    let (_vm, sock) = start(dir.path(), &["--balloon", "--mem-limit", "48M"]);
+    let vmm = start(dir.path(), &["--balloon", "--mem-limit", "48M"]);
+    let sock = vmm.sock();
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 9);
-    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
     assert_eq!(vm.paused_because, None);
@@ -207,7 +171,7 @@ fn server_matches_the_published_schema() {
     assert_eq!(vm.limit_bytes, Some(48 << 20));
     assert_eq!(vm.pager, PagerMode::Full);
     assert_eq!(vm.disks[0].id, "data");
-    let (_, stats) = call_checked(&spec, &sock, "GET", &VmRequest::Stats.path(), None);
+    let (_, stats) = call_checked(&spec, sock, "GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     let pager = stats.pager.expect("a pager");
     assert!(pager.pages.resident_pages > 0);
@@ -216,7 +180,7 @@ fn server_matches_the_published_schema() {
     assert!(stats.balloon.is_some());
     assert!(stats.disks.contains_key("data"));
     // The same numbers for Prometheus, as text.
-    let (status, text) = openapi::get_text_checked(&spec, &sock, "/metrics");
+    let (status, text) = openapi::get_text_checked(&spec, sock, "/metrics");
     assert_eq!(status, 200);
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(text.contains("# TYPE memvisor_vm_resident_bytes gauge\n"));
@@ -233,25 +197,23 @@ fn server_matches_the_published_schema() {
     assert!(text.contains("\nmemvisor_vm_disk_reads_total{disk=\"data\"} "));
     assert!(text.contains("\nmemvisor_vm_balloon_target_bytes 0\n"));
     assert_eq!(
-        memvisor_api::call(&sock, "PUT", "/metrics", None)
-            .unwrap()
-            .0,
+        memvisor_api::call(sock, "PUT", "/metrics", None).unwrap().0,
         405
     );
     let (_, vm) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PUT",
         "/memory",
         Some(r#"{"limit": 33554432}"#),
     );
     assert_eq!(vm["limit_bytes"], 32 << 20);
-    let (_, vm) = call_checked(&spec, &sock, "PUT", "/memory", Some(r#"{"limit": null}"#));
+    let (_, vm) = call_checked(&spec, sock, "PUT", "/memory", Some(r#"{"limit": null}"#));
     assert!(vm["limit_bytes"].is_null());
     // Without the Swap Mapper no page is known to mirror a block: nothing to release.
     let (status, r) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PUT",
         "/memory/release",
         Some(r#"{"pages": 100}"#),
@@ -264,28 +226,28 @@ fn server_matches_the_published_schema() {
     assert!(r["limit_bytes"].is_null(), "{r}");
     let (_, vm) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PUT",
         "/balloon",
         Some(r#"{"target": 8388608}"#),
     );
     assert_eq!(vm["balloon_target_bytes"], 8 << 20);
     // This VM has no pool to resize.
-    let (status, v) = call_checked(&spec, &sock, "PUT", "/pool", Some(r#"{"bytes": 1048576}"#));
+    let (status, v) = call_checked(&spec, sock, "PUT", "/pool", Some(r#"{"bytes": 1048576}"#));
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("no pool"));
     // A running VM cannot be resumed.
-    let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
+    let (status, v) = call_checked(&spec, sock, "PUT", "/vm/resume", None);
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("not paused"));
     // Paused on request: the reason says so, a second pause is refused, resume lets it run.
-    let (_, vm) = call_checked(&spec, &sock, "PUT", "/vm/pause", None);
+    let (_, vm) = call_checked(&spec, sock, "PUT", "/vm/pause", None);
     assert_eq!(vm["state"], "paused");
     assert_eq!(vm["paused_because"], "requested");
-    let (status, v) = call_checked(&spec, &sock, "PUT", "/vm/pause", None);
+    let (status, v) = call_checked(&spec, sock, "PUT", "/vm/pause", None);
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("already paused"));
-    let (_, vm) = call_checked(&spec, &sock, "PUT", "/vm/resume", None);
+    let (_, vm) = call_checked(&spec, sock, "PUT", "/vm/resume", None);
     assert_eq!(vm["state"], "running");
     assert!(vm["paused_because"].is_null());
 
@@ -306,11 +268,11 @@ fn server_matches_the_published_schema() {
         ("/memory/release", r#"{"pages": -1}"#),
         ("/memory/release", r#"{}"#),
     ] {
-        let (status, v) = call_checked(&spec, &sock, "PUT", path, Some(body));
+        let (status, v) = call_checked(&spec, sock, "PUT", path, Some(body));
         assert_eq!(status, 400, "PUT {path} {body}");
         assert!(!v["error"].as_str().unwrap().is_empty());
     }
-    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
     assert!(
         vm["limit_bytes"].is_null(),
         "rejected requests changed nothing"
@@ -319,11 +281,11 @@ fn server_matches_the_published_schema() {
 
     // Undocumented paths and methods are refused, and the server survives garbage.
     assert_eq!(
-        memvisor_api::call(&sock, "GET", "/nope", None).unwrap().0,
+        memvisor_api::call(sock, "GET", "/nope", None).unwrap().0,
         404
     );
     assert_eq!(
-        memvisor_api::call(&sock, "DELETE", "/vm", None).unwrap().0,
+        memvisor_api::call(sock, "DELETE", "/vm", None).unwrap().0,
         405
     );
     {
@@ -331,32 +293,33 @@ fn server_matches_the_published_schema() {
         let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
         s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
     }
-    call_checked(&spec, &sock, "GET", "/vm", None);
+    call_checked(&spec, sock, "GET", "/vm", None);
     // A client that connects and says nothing is dropped, and the next one is served.
     let _silent = std::os::unix::net::UnixStream::connect(&sock).unwrap();
-    call_checked(&spec, &sock, "GET", "/vm", None);
+    call_checked(&spec, sock, "GET", "/vm", None);
 }
 
 #[test]
 fn without_a_pager_the_limit_cannot_be_changed() {
     let spec = spec();
     let dir = tempfile::tempdir().unwrap();
-    let (_vm, sock) = start(dir.path(), &["--pager", "off"]);
-    let (_, vm) = call_checked(&spec, &sock, "GET", "/vm", None);
+    let vmm = start(dir.path(), &["--pager", "off"]);
+    let sock = vmm.sock();
+    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
     assert_eq!(vm["pager"], "off");
     assert!(vm["balloon_target_bytes"].is_null());
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PUT",
         "/memory",
         Some(r#"{"limit": 33554432}"#),
     );
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("pager"));
-    let (status, _) = call_checked(&spec, &sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
+    let (status, _) = call_checked(&spec, sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
     assert_eq!(status, 400);
-    let (_, stats) = call_checked(&spec, &sock, "GET", &VmRequest::Stats.path(), None);
+    let (_, stats) = call_checked(&spec, sock, "GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     assert_eq!(stats.pager, None);
     assert_eq!(stats.balloon, None);
@@ -366,17 +329,16 @@ fn without_a_pager_the_limit_cannot_be_changed() {
 #[test]
 fn sigterm_stops_the_vm_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut vm, sock) = start(dir.path(), &["--pager", "off", "--mem-limit", "32M"]);
-    let pid = vm.0.id();
+    let vm = start(dir.path(), &["--pager", "off", "--mem-limit", "32M"]);
+    let sock = vm.sock().to_owned();
+    let pid = vm.pid();
     let cgroup = PathBuf::from(format!("/sys/fs/cgroup/memory/memvisor-{pid}"));
     assert!(
         cgroup.join("memory.limit_in_bytes").exists(),
         "the host-kernel limit is a cgroup"
     );
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGTERM) };
-    let status = vm.0.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    vm.signal(libc::SIGTERM);
+    assert_eq!(vm.finish().status.code(), Some(128 + libc::SIGTERM));
     assert!(!cgroup.exists(), "the cgroup was removed");
     assert!(!sock.exists(), "the socket file was removed");
 }
