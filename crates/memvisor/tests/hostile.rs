@@ -4,14 +4,12 @@
 //! must count every abuse in `guest_errors`, and memvisor's stderr must hold only a few WARN or
 //! ERROR lines (each kind's first few messages, its summaries and the end-of-run line).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-use memvisor_api::VmStats;
-
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+mod common;
+use common::{disk_spec, poll, run_command, stderr, TestVm};
 
 /// Unclaimed ports written, one byte each: `PORT_FIRST..PORT_FIRST + PORTS`. The range holds
 /// no device of memvisor's or of KVM's in-kernel irqchip (the PIC's ELCR is 0x4d0).
@@ -105,28 +103,8 @@ fn hostile_code() -> Vec<u8> {
 
 fn hostile_kernel(dir: &Path) -> PathBuf {
     let path = dir.join("hostile.elf");
-    std::fs::write(
-        &path,
-        memvisor_boot::test_utils::make_elf(0x10_0000, &hostile_code(), Some(0x10_0000)),
-    )
-    .unwrap();
+    common::write_kernel(&path, 0x10_0000, &hostile_code());
     path
-}
-
-/// The VMM, killed if the test fails half-way.
-struct Vmm(Child);
-
-impl Drop for Vmm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn stats(sock: &Path) -> VmStats {
-    memvisor_api::VmClient::new(sock)
-        .stats()
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -135,40 +113,27 @@ fn a_hostile_guest_is_counted_and_not_logged() {
     let kernel = hostile_kernel(dir.path());
     let disk = dir.path().join("d.img");
     std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
+    let disk = disk_spec(&disk, "data");
     let sock = dir.path().join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "64M", "--kernel"])
-        .arg(&kernel)
-        .arg("--disk")
-        .arg(format!("{},id=data", disk.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut vmm = Vmm(child);
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the API socket never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut cmd = run_command(
+        &sock,
+        &["--mem", "64M", "--kernel", kernel.to_str().unwrap()],
+    );
+    let vm = TestVm::spawn(cmd.args(["--disk", &disk]).stderr(Stdio::piped()), &sock);
     // The last thing the guest does before it spins is its last round of the virtio loop.
-    let t = Instant::now();
-    let s = loop {
-        let s = stats(&sock);
-        if s.guest_errors.refused_driver_ok >= u64::from(ROUNDS) {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(300),
-            "the guest did not finish its loops: {:?}",
-            s.guest_errors
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let s = poll(
+        "the guest finishing its loops",
+        Duration::from_secs(300),
+        Duration::from_millis(200),
+        || {
+            let s = vm.stats();
+            if s.guest_errors.refused_driver_ok >= u64::from(ROUNDS) {
+                Ok(s)
+            } else {
+                Err(s.guest_errors)
+            }
+        },
+    );
     let g = &s.guest_errors;
     eprintln!("guest errors: {g:?}");
     // Every access of the guest's was one of these, and nothing else touched those addresses.
@@ -219,18 +184,16 @@ fn a_hostile_guest_is_counted_and_not_logged() {
     );
 
     // SIGTERM stops it the ordinary way: it did not crash.
-    // SAFETY: plain kill(2) of the child this test started.
-    unsafe { libc::kill(i32::try_from(vmm.0.id()).unwrap(), libc::SIGTERM) };
-    let status = vmm.0.wait().unwrap();
-    let mut stderr = String::new();
-    vmm.0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    vm.signal(libc::SIGTERM);
+    let out = vm.finish();
+    let stderr = stderr(&out);
     eprintln!("--- memvisor stderr:\n{stderr}");
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{:?}",
+        out.status
+    );
     let loud = stderr
         .lines()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
