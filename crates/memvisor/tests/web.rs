@@ -2,20 +2,25 @@
 //! host, the charts have points for both VMs, a VM stopped through the API shows as exited, and
 //! a screenshot is kept (`target/tmp/host-web.png`).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+mod common;
+use common::{host_command, ok, poll, spin_kernel, Proc};
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts `memvisor host --config CONFIG` with its stderr piped; returns it with the address
+/// of its live page, which it prints there.
+fn start_host(config: &Path) -> (Proc, String) {
+    let host = Proc::spawn(host_command(config).stderr(Stdio::piped()));
+    let line = host.stderr_line(Duration::from_secs(60), |l| l.contains("live page on "));
+    let url = line
+        .split("live page on ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    (host, url)
 }
 
 /// What Chromium renders of `url` after `ms` of virtual time (the page polls every second).
@@ -47,12 +52,7 @@ fn attr<'a>(dom: &'a str, id: &str, attr: &str) -> Option<&'a str> {
 #[test]
 fn the_live_page_shows_both_vms_and_a_stopped_one() {
     let dir = tempfile::tempdir().unwrap();
-    let kernel = dir.path().join("spin.elf");
-    std::fs::write(
-        &kernel,
-        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xeb, 0xfe], Some(0x10_0000)),
-    )
-    .unwrap();
+    let kernel = spin_kernel(dir.path());
     let config = dir.path().join("host.toml");
     let vm = |name: &str| {
         format!(
@@ -69,44 +69,22 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let host = Kill(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the host prints where its page is")
-            .unwrap();
-        eprintln!("{line}");
-        if let Some(u) = line.split("live page on ").nth(1) {
-            break u.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(|l| eprintln!("{}", l.unwrap_or_default())));
-    let sock = dir.path().join("host.state/host.sock");
+    let (host, url) = start_host(&config);
+    let client = memvisor_api::HostClient::new(dir.path().join("host.state/host.sock"));
     // A few ticks of history first.
-    let t = Instant::now();
-    loop {
-        let history = memvisor_api::HostRequest::History { since: 0.0 };
-        let h = memvisor_api::HostClient::new(&sock)
-            .send(&history)
-            .unwrap()
-            .body;
-        let n = serde_json::from_str::<Vec<serde_json::Value>>(&h)
-            .unwrap()
-            .len();
-        if n >= 5 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(20), "no history: {h}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll(
+        "history",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            let h = ok(client.history(0.0));
+            if h.len() >= 5 {
+                Ok(())
+            } else {
+                Err(h)
+            }
+        },
+    );
     let page = dom(&url, 3000);
     for id in ["host", "split", "vm-a", "vm-b"] {
         let points: u32 = attr(&page, id, "data-points")
@@ -117,22 +95,20 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
     }
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("running"));
 
-    let client = memvisor_api::HostClient::new(&sock);
-    if let Err(e) = client.stop("a") {
-        panic!("{e}");
-    }
-    let t = Instant::now();
-    loop {
-        let v = client
-            .send(&memvisor_api::HostRequest::Vm("a".into()))
-            .unwrap()
-            .body;
-        if v.contains("\"state\":\"exited\"") {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "{v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    ok(client.stop("a"));
+    poll(
+        "a exited",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let v = ok(client.vm("a"));
+            if v.state == memvisor_api::HostVmState::Exited {
+                Ok(())
+            } else {
+                Err(v)
+            }
+        },
+    );
     let page = dom(&url, 3000);
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("exited"));
     assert_eq!(attr(&page, "vm-b", "data-state"), Some("running"));
@@ -172,23 +148,12 @@ fn the_page_only_reads() {
         "[host]\nmemory = \"256M\"\nswap = \"1G\"\nweb_addr = \"127.0.0.1:0\"\n",
     )
     .unwrap();
-    let mut child = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _host = Kill(child);
-    let addr = BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.split("live page on http://")
-                .nth(1)
-                .map(|a| a.trim_end_matches('/').to_owned())
-        })
-        .unwrap();
+    let (_host, url) = start_host(&config);
+    let addr = url
+        .strip_prefix("http://")
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
     let ask = |req: &str| {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
