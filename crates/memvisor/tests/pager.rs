@@ -3,83 +3,26 @@
 //! `/proc/PID/smaps`, stays within the limit.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use flaky_disk::FlakyDisk;
-use memvisor_api::{ClientError, VmClient, VmInfo, VmState, VmStats};
+use memvisor_api::{VmInfo, VmState, VmStats};
 
 #[path = "../../pager/tests/common/flaky_disk.rs"]
 mod flaky_disk;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-const MIB: u64 = 1 << 20;
+mod common;
+use common::{disk_spec, memvisor, mkdisk_data, ok, ResultLine, TestVm, MIB};
+
 /// What RSS may exceed the limit by: installs go up to a chunk (256 pages, 1 MiB) past it before
 /// they wait for reclaim, and the chunk being written (up to a chunk and a cluster) stays mapped
 /// until it is recorded: about 2.1 MiB, twice that for the samples' timing.
 const SLACK: u64 = 4 * MIB;
 
-struct Vm(Child);
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Takes a VM started with its console piped and `--api-sock sock`: returns it with a thread
-/// collecting its console, once its API socket exists.
-fn serving(child: Child, sock: &Path) -> (Vm, std::thread::JoinHandle<String>) {
-    let mut vm = Vm(child);
-    let mut pipe = vm.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
-        s
-    });
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (vm, reader)
-}
-
-/// Waits for a VM running `integrity` to end; checks it succeeded and verified every byte;
-/// returns its final RESULT line.
-fn integrity_passed(mut vm: Vm, reader: std::thread::JoinHandle<String>) -> String {
-    let status = vm.0.wait().unwrap();
-    let console = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{console}");
-    let done = console
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-        .expect("a final RESULT line");
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
-    done.to_owned()
-}
-
-/// The value of `key=` in a RESULT line.
-fn word(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-}
-
+/// A 64 MiB data disk `data.img` in `dir`.
 fn mkdisk(dir: &Path) -> PathBuf {
-    let img = dir.join("data.img");
-    let st = Command::new(MEMVISOR)
-        .args(["mkdisk", "data", "--size", "64M", "--out"])
-        .arg(&img)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    img
+    mkdisk_data(dir.join("data.img"), "64M", &[])
 }
 
 /// Resident bytes of the guest RAM mapping of `pid` (the anonymous mapping of exactly `size` bytes).
@@ -128,21 +71,6 @@ fn guest_smaps(pid: u32, size: u64, field: &str) -> Option<u64> {
     None
 }
 
-/// A client of the VM at `sock`.
-fn client(sock: &Path) -> VmClient {
-    VmClient::new(sock)
-}
-
-/// An answer of the API, which must be 200 with the API's type.
-fn ok<T>(answer: Result<T, ClientError>) -> T {
-    answer.unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// `GET /stats`.
-fn stats(sock: &Path) -> VmStats {
-    ok(client(sock).stats())
-}
-
 /// The pager's part of `s`, which must be there.
 fn pager(s: &VmStats) -> &memvisor_api::PagerStats {
     s.pager.as_ref().expect("the VM runs memvisor's pager")
@@ -156,9 +84,9 @@ fn balloon(s: &VmStats) -> &memvisor_api::BalloonStats {
 #[test]
 fn integrity_under_a_moving_limit_with_rss_inside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
     let t0 = Instant::now();
-    let (mut vm, reader, pid, sock) = start_serving(
+    let mut vm = start_serving(
         dir.path(),
         &[
             "--mem-limit",
@@ -181,10 +109,11 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
     let mut worst_over = i64::MIN;
     let mut samples = 0;
     let mut shrunk_to = None;
-    while vm.0.try_wait().unwrap().is_none() {
+    let pid = vm.pid();
+    while vm.running() {
         if next < schedule.len() && t0.elapsed() >= schedule[next].0 {
             let (_, l) = schedule[next];
-            ok(client(&sock).set_limit(Some(l)));
+            ok(vm.client().set_limit(Some(l)));
             if l < limit {
                 // The pager reclaims down in chunks, serving the guest's faults in between, to a
                 // watermark below the limit: wait until RSS is inside the new limit (within 10 s),
@@ -214,7 +143,7 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
     assert!(
         next == schedule.len(),
         "the run ended before the limit schedule did"
@@ -234,8 +163,8 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
 #[test]
 fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
-    let (vm, reader, pid, sock) = start_serving(
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
+    let vm = start_serving(
         dir.path(),
         &[
             "--disk",
@@ -246,6 +175,7 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
             "anon_mb=200 file_mb=8 rounds=3 secs=8",
         ],
     );
+    let pid = vm.pid();
     let t0 = Instant::now();
     while guest_rss(pid, 512 * MIB).unwrap_or(0) < 150 * MIB {
         assert!(
@@ -254,7 +184,7 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let before = stats(&sock);
+    let before = vm.stats();
     assert!(!pager(&before).attached, "no limit, no takeover");
     assert_eq!(pager(&before).counters.attaches, 0);
     let thp =
@@ -266,7 +196,7 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
             "only {huge} bytes of huge pages before the limit"
         );
     }
-    ok(client(&sock).set_limit(Some(64 * MIB)));
+    ok(vm.client().set_limit(Some(64 * MIB)));
     let t1 = Instant::now();
     loop {
         let rss = guest_rss(pid, 512 * MIB).unwrap();
@@ -279,11 +209,11 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let after = stats(&sock);
+    let after = vm.stats();
     assert!(pager(&after).attached);
     assert_eq!(pager(&after).counters.attaches, 1);
     assert_eq!(guest_smaps(pid, 512 * MIB, "AnonHugePages:"), Some(0));
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
 }
 
 /// The Swap Mapper runs on plain memory until the first limit: a VM with `--mapper` and no
@@ -293,8 +223,8 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
 #[test]
 fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
-    let (vm, reader, _pid, sock) = start_serving(
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
+    let vm = start_serving(
         dir.path(),
         &[
             "--mapper",
@@ -308,7 +238,7 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
     );
     let t0 = Instant::now();
     let before = loop {
-        let s = stats(&sock);
+        let s = vm.stats();
         if pager(&s).pages.mirrored_pages > 2000 {
             break s;
         }
@@ -320,10 +250,10 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
     };
     assert!(!pager(&before).attached, "no limit, no takeover");
     assert_eq!(pager(&before).counters.attaches, 0);
-    ok(client(&sock).set_limit(Some(64 * MIB)));
+    ok(vm.client().set_limit(Some(64 * MIB)));
     let t1 = Instant::now();
     let after = loop {
-        let s = stats(&sock);
+        let s = vm.stats();
         if pager(&s).counters.reclaimed_mirrored > 1000 {
             break s;
         }
@@ -341,23 +271,13 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
         pager(&after).counters.reclaimed_mirrored,
         pager(&after).counters.mirrors_changed
     );
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
 }
 
 /// Starts `memvisor run --mem 512M ARGS` with an API socket in `dir` and the guest's console
-/// piped; returns it once the socket answers, with its pid and socket.
-fn start_serving(dir: &Path, args: &[&str]) -> (Vm, std::thread::JoinHandle<String>, u32, PathBuf) {
-    let sock = dir.join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "512M", "--api-sock"])
-        .arg(&sock)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (vm, reader) = serving(child, &sock);
-    (vm, reader, pid, sock)
+/// read; returns it once the socket exists.
+fn start_serving(dir: &Path, args: &[&str]) -> TestVm {
+    TestVm::start(&dir.join("api.sock"), &[&["--mem", "512M"], args].concat())
 }
 
 /// Runs the toucher (its `schedule` given) under a 480 MiB limit, sampling 1000 pages every
@@ -379,26 +299,16 @@ fn toucher(period: &str, schedule: &str, mut each: impl FnMut(&memvisor_api::Act
         "--cmdline",
         &cmdline,
     ];
-    let (mut vm, reader, _, sock) = start_serving(dir.path(), &args);
-    while vm.0.try_wait().unwrap().is_none() {
-        let s = match client(&sock).stats() {
-            Ok(s) => s,
-            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
-                panic!("{error}: {body}")
-            }
-            Err(_) => break,
+    let mut vm = start_serving(dir.path(), &args);
+    while vm.running() {
+        let Some(s) = vm.stats_if_running() else {
+            break;
         };
         each(&pager(&s).active);
         std::thread::sleep(Duration::from_millis(100));
     }
-    let status = vm.0.wait().unwrap();
-    let console = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{console}");
-    let done = console
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=toucher phase=done"))
-        .expect("a final RESULT line");
-    assert!(done.contains(" errors=0"), "{done}");
+    let done = ResultLine::find(&vm.succeeded(), "toucher", "done");
+    assert_eq!(done.get("errors"), Some("0"), "{done}");
 }
 
 /// Working-set sampling (ESX §5.3) follows what the guest touches: while it sweeps 200 MiB,
@@ -483,22 +393,20 @@ fn a_swap_file_on_a_full_disk_is_refused_at_start() {
         st.success(),
         "mounting a 1 MiB tmpfs (the test runs as root)"
     );
-    let out = Command::new(MEMVISOR)
-        .args([
-            "run",
-            "--mem",
-            "64M",
-            "--mem-limit",
-            "32M",
-            "--workload",
-            "boot",
-            "--swap",
-        ])
-        .arg(mnt.join("swap"))
-        .output()
-        .unwrap();
+    let swap = mnt.join("swap");
+    let out = memvisor(&[
+        "run",
+        "--mem",
+        "64M",
+        "--mem-limit",
+        "32M",
+        "--workload",
+        "boot",
+        "--swap",
+        swap.to_str().unwrap(),
+    ]);
     let _ = Command::new("umount").arg(&mnt).status();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("is the disk full?") && err.contains("swap"),
@@ -509,65 +417,58 @@ fn a_swap_file_on_a_full_disk_is_refused_at_start() {
 
 /// Starts a 512 MiB VM with a balloon that touches 300 MiB, frees it, and then holds (serving
 /// the balloon); returns once the guest says it holds.
-fn touched_then_idle(dir: &Path, report: bool) -> (Vm, PathBuf) {
-    let sock = dir.join("b.sock");
+fn touched_then_idle(dir: &Path, report: bool) -> TestVm {
     let cmdline = format!("mb=300 rounds=1 hold_secs=20 report={}", u8::from(report));
-    let mut child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "512M", "--balloon", "--api-sock"])
-        .arg(&sock)
-        .args(["--workload", "alloc", "--cmdline", &cmdline])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let vm = Vm(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the guest reaches its hold");
+    let vm = TestVm::start(
+        &dir.join("b.sock"),
+        &[
+            "--mem",
+            "512M",
+            "--balloon",
+            "--workload",
+            "alloc",
+            "--cmdline",
+            &cmdline,
+        ],
+    );
+    vm.stdout_line(Duration::from_secs(60), |line| {
         assert!(!line.contains("ok=0"), "{line}");
-        if line.starts_with("hold:") {
-            break;
-        }
-    }
-    (vm, sock)
+        line.starts_with("hold:")
+    });
+    vm
 }
 
-fn wait_for(sock: &Path, what: &str, done: impl Fn(&VmStats) -> bool) -> VmStats {
-    let t = Instant::now();
-    loop {
-        let s = stats(sock);
-        if done(&s) {
-            return s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "timed out waiting for {what}: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Polls the VM's stats until `done` holds (15 s at most).
+fn wait_for(vm: &TestVm, what: &str, done: impl Fn(&VmStats) -> bool) -> VmStats {
+    common::poll(
+        format!("waiting for {what}"),
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || {
+            let s = vm.stats();
+            if done(&s) {
+                Ok(s)
+            } else {
+                Err(s)
+            }
+        },
+    )
 }
 
 #[test]
 fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     let dir = tempfile::tempdir().unwrap();
     // Inflation: RSS falls by at least 90 % of the balloon.
-    let (vm, sock) = touched_then_idle(dir.path(), false);
-    let pid = vm.0.id();
+    let vm = touched_then_idle(dir.path(), false);
+    let pid = vm.pid();
     let before = guest_rss(pid, 512 * MIB).unwrap();
     assert!(
         before > 280 * MIB,
         "the guest's freed pages are still resident ({before})"
     );
     let target = 256 * MIB;
-    ok(client(&sock).set_balloon(target));
-    let s = wait_for(&sock, "the balloon", |s| {
+    ok(vm.client().set_balloon(target));
+    let s = wait_for(&vm, "the balloon", |s| {
         balloon(s).actual_pages == target / 4096
     });
     let after = guest_rss(pid, 512 * MIB).unwrap();
@@ -582,24 +483,24 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     );
     assert_eq!(pager(&s).pages.ballooned_pages, target / 4096);
     // Deflate: the pages are the guest's again.
-    ok(client(&sock).set_balloon(0));
-    let s = wait_for(&sock, "the deflation", |s| balloon(s).actual_pages == 0);
+    ok(vm.client().set_balloon(0));
+    let s = wait_for(&vm, "the deflation", |s| balloon(s).actual_pages == 0);
     assert_eq!(balloon(&s).deflated_pages, target / 4096);
     drop(vm);
 
     // Free page reporting: the freed 300 MiB go back to the host with no balloon target at all
     // (the guest reports 2 MiB runs, 16 of them every 100 ms).
-    let (vm, sock) = touched_then_idle(dir.path(), true);
+    let vm = touched_then_idle(dir.path(), true);
     let t = Instant::now();
     let mut rss = u64::MAX;
     while t.elapsed() < Duration::from_secs(15) {
-        rss = guest_rss(vm.0.id(), 512 * MIB).unwrap();
+        rss = guest_rss(vm.pid(), 512 * MIB).unwrap();
         if rss < 64 * MIB {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let s = stats(&sock);
+    let s = vm.stats();
     eprintln!("after free page reporting: RSS {rss}; {:?}", pager(&s));
     assert!(
         rss < 64 * MIB,
@@ -614,7 +515,7 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
 fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
     let stats_path = dir.path().join("stats.json");
-    let out = Command::new(MEMVISOR)
+    let out = Command::new(common::MEMVISOR)
         .arg("run")
         .args(args)
         .arg("--stats-json")
@@ -622,18 +523,9 @@ fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
         .env("MEMVISOR_LOG", "info")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (stdout, stderr) = (common::stdout(&out), common::stderr(&out));
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    let prefix = format!("RESULT workload={workload} phase=done");
-    let done = stdout
-        .lines()
-        .find(|l| l.starts_with(&prefix))
-        .expect("a final RESULT line");
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+    ResultLine::find(&stdout, workload, "done").assert_intact();
     assert!(
         stderr.contains("end of run:") && stderr.contains("  swap written "),
         "the summary table: {stderr}"
@@ -648,7 +540,7 @@ fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
 /// a fresh data disk, plus `flags`.
 fn integrity_checked(flags: &[&str], cmdline: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
     let mut args = vec!["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--workload", "integrity", "--cmdline", cmdline]);
@@ -680,7 +572,7 @@ fn integrity_holds_while_free_page_reports_complete_behind_the_guest() {
     // freed, reported and allocated again while reports are in flight.
     let cmdline = "anon_mb=64 file_mb=24 rounds=4 secs=6 report_order=2 report_ms=0";
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
     let run = |limit: Option<&str>| {
         let mut args = vec!["--mem", "128M", "--balloon", "--disk", &disk];
         if let Some(l) = limit {
@@ -727,17 +619,12 @@ fn swap_mapper_drops_mirrored_pages_and_refaults_them_from_the_image() {
 /// Swap Mapper; returns its page-cache statistics and pager counters.
 fn ghost_run(mem: &str, limit: &str) -> (memvisor_api::PatternStats, memvisor_api::PagerCounters) {
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("data.img");
-    let st = Command::new(MEMVISOR)
-        .args([
-            "mkdisk", "data", "--size", "128M", "--files", "seq:96M", "--seed", "3",
-        ])
-        .arg("--out")
-        .arg(&img)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let disk = format!("{},id=data", img.display());
+    let img = mkdisk_data(
+        dir.path().join("data.img"),
+        "128M",
+        &["--files", "seq:96M", "--seed", "3"],
+    );
+    let disk = disk_spec(&img, "data");
     let p = run_checked(
         &[
             "--mem",
@@ -883,39 +770,24 @@ fn measured_preventer_tries_or_passes_every_write_and_loses_nothing() {
 
 /// Starts `integrity` with `cmdline` on a 256 MiB VM with data disk `img` and an API socket at
 /// `sock`, and `args` besides.
-fn start_integrity(
-    img: &Path,
-    sock: &Path,
-    args: &[&str],
-    cmdline: &str,
-) -> (Vm, std::thread::JoinHandle<String>) {
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "256M", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(sock)
-        .args(args)
-        .args(["--workload", "integrity", "--cmdline", cmdline])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serving(child, sock)
+fn start_integrity(img: &Path, sock: &Path, args: &[&str], cmdline: &str) -> TestVm {
+    let disk = disk_spec(img, "data");
+    let run = [&["--mem", "256M", "--disk", &disk], args].concat();
+    let workload = ["--workload", "integrity", "--cmdline", cmdline];
+    TestVm::start(sock, &[&run[..], &workload].concat())
 }
 
 /// Waits (`within`) for the VM to pause on `what`; returns why it says it paused.
-fn paused_on(vm: &mut Vm, sock: &Path, what: &str, within: Duration) -> String {
+fn paused_on(vm: &mut TestVm, what: &str, within: Duration) -> String {
     let t = Instant::now();
     loop {
-        let v: VmInfo = ok(client(sock).info());
+        let v: VmInfo = ok(vm.client().info());
         if v.state == VmState::Paused {
             let why = v.paused_because.expect("a reason");
             eprintln!("paused: {why}");
             return why;
         }
-        assert!(
-            vm.0.try_wait().unwrap().is_none(),
-            "the VM ended instead of pausing on {what}"
-        );
+        assert!(vm.running(), "the VM ended instead of pausing on {what}");
         assert!(t.elapsed() < within, "the VM kept running on {what}: {v:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -923,12 +795,7 @@ fn paused_on(vm: &mut Vm, sock: &Path, what: &str, within: Duration) -> String {
 
 /// `memvisor ctl resume`; returns what it printed.
 fn ctl_resume(sock: &Path) -> VmInfo {
-    let out = Command::new(MEMVISOR)
-        .args(["ctl", "--api-sock"])
-        .arg(sock)
-        .arg("resume")
-        .output()
-        .unwrap();
+    let out = memvisor(&["ctl", "--api-sock", sock.to_str().unwrap(), "resume"]);
     assert!(out.status.success(), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -943,39 +810,31 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
     let img = mkdisk(dir.path());
     let sock = dir.path().join("api.sock");
     let swap = disk.mnt.join("swap");
-    let (mut vm, reader) = start_integrity(
+    let mut vm = start_integrity(
         &img,
         &sock,
         &["--mem-limit", "48M", "--swap", swap.to_str().unwrap()],
         "anon_mb=96 file_mb=4 rounds=3",
     );
-    wait_for(&sock, "swapping", |s| {
+    wait_for(&vm, "swapping", |s| {
         pager(s).counters.swap_bytes_written > 16 * MIB
     });
     disk.set_working(false);
-    let why = paused_on(
-        &mut vm,
-        &sock,
-        "a failing swap disk",
-        Duration::from_secs(20),
-    );
+    let why = paused_on(&mut vm, "a failing swap disk", Duration::from_secs(20));
     // The failed write is reported as the kernel gave it (EIO, or ENOMEM when ext4 cannot
     // convert the preallocated extent it wrote into).
     assert!(why.contains("swap"), "{why}");
     // Parked: no vCPU exits while paused (the guest prints and does disk I/O all the time).
-    let before = stats(&sock);
+    let before = vm.stats();
     std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        vm.0.try_wait().unwrap().is_none(),
-        "the VM ended instead of pausing"
-    );
-    let s = stats(&sock);
+    assert!(vm.running(), "the VM ended instead of pausing");
+    let s = vm.stats();
     assert_eq!(before.exits, s.exits, "the guest ran while paused");
     assert!(pager(&s).counters.pauses >= 1);
 
     disk.set_working(true);
     assert_eq!(ctl_resume(&sock).state, VmState::Running);
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
 }
 
 /// Free page reporting raced on purpose, with the pager, the pool and proactive swap-in moving
@@ -987,12 +846,12 @@ fn swap_io_failure_pauses_the_vm_and_resume_loses_nothing() {
 #[test]
 fn pages_reused_the_moment_a_report_completes_keep_their_data() {
     let (line, s) = report_race("used", true);
-    let checked = word(&line, "balloon_race_checked");
+    let checked = line.u64("balloon_race_checked");
     eprintln!(
         "raced {checked} pages; host: {} reported, {} faulted back as zero, {} proactive swap-ins",
         s.counters.reported, s.counters.faults_released, s.counters.proactive_swap_ins
     );
-    assert_eq!(word(&line, "balloon_race_lost"), 0, "{line}");
+    assert_eq!(line.u64("balloon_race_lost"), 0, "{line}");
     assert!(checked > 10_000, "{line}");
     // The stats are the last ones read while it ran, a little before the guest's count.
     assert!(s.counters.reported > checked / 2);
@@ -1009,15 +868,15 @@ fn pages_reused_the_moment_a_report_completes_keep_their_data() {
 #[test]
 fn a_guest_writing_to_pages_it_has_reported_only_loses_those_writes() {
     let (line, _) = report_race("inflight", false);
-    let written = word(&line, "balloon_inflight_written");
-    let lost = word(&line, "balloon_inflight_lost");
+    let written = line.u64("balloon_inflight_written");
+    let lost = line.u64("balloon_inflight_lost");
     eprintln!("{lost} of {written} in-flight writes lost");
     assert!(written > 1000, "{line}");
 }
 
 /// Runs `integrity` for 12 s with free page reporting raced as `race` says (with the limit
 /// moving, and a pool, when `paged`); returns the final RESULT line and the pager's last stats.
-fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
+fn report_race(race: &str, paged: bool) -> (ResultLine, memvisor_api::PagerStats) {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path());
     let sock = dir.path().join("api.sock");
@@ -1035,31 +894,27 @@ fn report_race(race: &str, paged: bool) -> (String, memvisor_api::PagerStats) {
             "proactive",
         ]);
     }
-    let (mut vm, reader) = start_integrity(&img, &sock, &args, &cmdline);
+    let mut vm = start_integrity(&img, &sock, &args, &cmdline);
     let mut last = None;
     let t = Instant::now();
     let mut high = false;
-    while vm.0.try_wait().unwrap().is_none() {
+    while vm.running() {
         if paged && t.elapsed() > Duration::from_secs(2) {
             // Up and down every 2 s: swapped pages come back proactively while reports race.
             let up = (t.elapsed().as_secs() / 2) % 2 == 1;
             if up != high {
                 let limit = if up { 240 * MIB } else { 96 * MIB };
                 // The VM may end between the check above and this call.
-                let _ = client(&sock).set_limit(Some(limit));
+                let _ = vm.client().set_limit(Some(limit));
                 high = up;
             }
         }
-        match client(&sock).stats() {
-            Ok(s) => last = s.pager,
-            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
-                panic!("{error}: {body}")
-            }
-            Err(_) => {}
+        if let Some(s) = vm.stats_if_running() {
+            last = s.pager;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let line = integrity_passed(vm, reader);
+    let line = vm.intact("integrity");
     (line, last.expect("stats while it ran"))
 }
 
@@ -1105,22 +960,22 @@ fn a_full_disk_pauses_the_vm_until_there_is_room() {
     // Sparse: 64 MiB of image on 6 MiB of file system.
     let img = mkdisk(&fs.0);
     let sock = dir.path().join("api.sock");
-    let (mut vm, reader) = start_integrity(&img, &sock, &[], "anon_mb=8 file_mb=24 rounds=3");
-    let why = paused_on(&mut vm, &sock, "its full disk", Duration::from_secs(60));
+    let mut vm = start_integrity(&img, &sock, &[], "anon_mb=8 file_mb=24 rounds=3");
+    let why = paused_on(&mut vm, "its full disk", Duration::from_secs(60));
     assert!(
         why.contains("disk data") && why.contains("No space left on device"),
         "{why}"
     );
     std::thread::sleep(Duration::from_millis(500));
-    let s = stats(&sock);
+    let s = vm.stats();
     assert!(s.disks["data"].full_pauses >= 1);
     assert_eq!(s.disks["data"].errors, 0, "the guest saw no error");
-    let v: VmInfo = ok(client(&sock).info());
+    let v: VmInfo = ok(vm.client().info());
     assert_eq!(v.state, VmState::Paused, "still paused: nobody made room");
 
     fs.grow(128);
     assert_eq!(ctl_resume(&sock).state, VmState::Running);
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
 }
 
 /// Deflate-on-OOM: with the balloon holding 200 of 256 MiB, a guest task that needs 120 MiB
@@ -1130,39 +985,22 @@ fn a_full_disk_pauses_the_vm_until_there_is_room() {
 fn a_guest_out_of_memory_deflates_the_balloon_and_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("oom.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "256M", "--balloon", "--api-sock"])
-        .arg(&sock)
-        .args(["--workload", "alloc", "--cmdline", "mb=120 rounds=3"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut vm, reader) = serving(child, &sock);
+    let args = ["--mem", "256M", "--balloon", "--workload", "alloc"];
+    let mut vm = TestVm::start(
+        &sock,
+        &[&args[..], &["--cmdline", "mb=120 rounds=3"]].concat(),
+    );
     let target = 200 * MIB;
-    ok(client(&sock).set_balloon(target));
+    ok(vm.client().set_balloon(target));
     let mut deflated = 0;
-    while vm.0.try_wait().unwrap().is_none() {
-        if let Some(s) = match client(&sock).stats() {
-            Ok(s) => Some(s),
-            Err(memvisor_api::ClientError::Schema { error, body, .. }) => {
-                panic!("{error}: {body}")
-            }
-            Err(_) => None,
-        } {
+    while vm.running() {
+        if let Some(s) = vm.stats_if_running() {
             assert_eq!(balloon(&s).target_pages, target / 4096);
             deflated = deflated.max(balloon(&s).deflated_pages);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let console = reader.join().unwrap();
-    let done = console
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=alloc phase=done"))
-        .unwrap_or_else(|| panic!("no final line: {console}"));
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+    ResultLine::find(&common::stdout(&vm.finish()), "alloc", "done").assert_intact();
     assert!(deflated > 0, "the guest never deflated on OOM");
 }
 
@@ -1222,9 +1060,9 @@ fn share_before_swap_refers_to_pooled_copies_and_loses_nothing() {
 /// returns the pool's counters at the end.
 fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
     let cmdline = format!("anon_mb=160 file_mb=8 rounds=3 secs=8 compressible={compressible}");
-    let (vm, reader, _pid, sock) = start_serving(
+    let vm = start_serving(
         dir.path(),
         &[
             "--mem-limit",
@@ -1245,7 +1083,7 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
     );
     // Wait until the pool has spilled, then give memory back (proactive swap-in), then take
     // it again, and shrink the pool itself.
-    let s = wait_for(&sock, "the pool to spill", |s| {
+    let s = wait_for(&vm, "the pool to spill", |s| {
         pager(s)
             .pool
             .is_some_and(|p| p.spilled_pages > 0 && p.hit_pages > 0)
@@ -1258,24 +1096,24 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
     if compressible > 0 {
         assert!(p.compression_ratio > 1.0, "{p:?}");
     }
-    ok(client(&sock).set_limit(Some(400 * MIB)));
+    ok(vm.client().set_limit(Some(400 * MIB)));
     // Proactive swap-in from both tiers, until (almost) nothing is left swapped.
-    wait_for(&sock, "proactive swap-in", |s| {
+    wait_for(&vm, "proactive swap-in", |s| {
         pager(s).pages.swapped_pages < 1024
             && pager(s)
                 .pool
                 .is_some_and(|p| p.proactive_pool_pages > 0 && p.proactive_disk_pages > 0)
     });
     // Pages brought back give up their blocks, so the flusher's next purge empties the pool.
-    wait_for(&sock, "the pool to give its memory back", |s| {
+    wait_for(&vm, "the pool to give its memory back", |s| {
         pager(s).pool.is_some_and(|p| p.used_bytes <= 4 * MIB)
     });
-    ok(client(&sock).set_limit(Some(64 * MIB)));
-    ok(client(&sock).set_pool(8 * MIB));
-    let s = wait_for(&sock, "the pool to shrink", |s| {
+    ok(vm.client().set_limit(Some(64 * MIB)));
+    ok(vm.client().set_pool(8 * MIB));
+    let s = wait_for(&vm, "the pool to shrink", |s| {
         pager(s).pool.is_some_and(|p| p.used_bytes <= 8 * MIB)
     });
-    integrity_passed(vm, reader);
+    vm.intact("integrity");
     let p = pager(&s).pool.unwrap();
     assert_eq!(p.compressed_pages + p.raw_pages, p.pooled_pages, "{p:?}");
     assert!(p.spill_us > 0, "{p:?}");
@@ -1288,8 +1126,8 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
 #[test]
 fn integrity_holds_while_pages_come_back_proactively_from_the_swap_file() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = format!("{},id=data", mkdisk(dir.path()).display());
-    let (vm, reader, _pid, sock) = start_serving(
+    let disk = disk_spec(&mkdisk(dir.path()), "data");
+    let vm = start_serving(
         dir.path(),
         &[
             "--mem-limit",
@@ -1304,29 +1142,26 @@ fn integrity_holds_while_pages_come_back_proactively_from_the_swap_file() {
             "anon_mb=160 file_mb=8 rounds=3 secs=8",
         ],
     );
-    wait_for(&sock, "pages to be swapped out", |s| {
+    wait_for(&vm, "pages to be swapped out", |s| {
         pager(s).pages.swapped_pages > 16 * 1024
     });
-    ok(client(&sock).set_limit(Some(400 * MIB)));
-    let s = wait_for(&sock, "proactive swap-in", |s| {
+    ok(vm.client().set_limit(Some(400 * MIB)));
+    let s = wait_for(&vm, "proactive swap-in", |s| {
         pager(s).counters.proactive_swap_ins > 0 && pager(s).pages.swapped_pages < 1024
     });
     assert!(pager(&s).pool.is_none());
-    ok(client(&sock).set_limit(Some(64 * MIB)));
-    wait_for(&sock, "pages to be swapped out again", |s| {
+    ok(vm.client().set_limit(Some(64 * MIB)));
+    wait_for(&vm, "pages to be swapped out again", |s| {
         pager(s).pages.swapped_pages > 16 * 1024
     });
-    ok(client(&sock).set_limit(None));
-    integrity_passed(vm, reader);
+    ok(vm.client().set_limit(None));
+    vm.intact("integrity");
 }
 
 #[test]
 fn a_pool_the_host_cannot_give_is_refused() {
-    let out = Command::new(MEMVISOR)
-        .args(["run", "--mem", "64M", "--pool", "64T"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = memvisor(&["run", "--mem", "64M", "--pool", "64T"]);
+    let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--pool") && err.contains("available"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -1340,19 +1175,16 @@ fn a_bad_pool_chunk_is_refused_in_one_line() {
         ("64M", "larger than the 33554432-byte pool"),
         ("2Q", "not a size"),
     ] {
-        let out = Command::new(MEMVISOR)
-            .args([
-                "run",
-                "--mem",
-                "64M",
-                "--pool",
-                "32M",
-                "--pool-chunk",
-                chunk,
-            ])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = memvisor(&[
+            "run",
+            "--mem",
+            "64M",
+            "--pool",
+            "32M",
+            "--pool-chunk",
+            chunk,
+        ]);
+        let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{chunk}: {err}");
         assert!(err.contains(words), "{chunk}: {err}");
         if chunk != "2Q" {
@@ -1370,17 +1202,12 @@ fn a_bad_pool_chunk_is_refused_in_one_line() {
 #[test]
 fn hd2_victims_follow_the_sequences_of_a_sequential_reader() {
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("seq.img");
-    let st = Command::new(MEMVISOR)
-        .args([
-            "mkdisk", "data", "--size", "160M", "--files", "seq:96M", "--seed", "7",
-        ])
-        .arg("--out")
-        .arg(&img)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let disk = format!("{},id=data", img.display());
+    let img = mkdisk_data(
+        dir.path().join("seq.img"),
+        "160M",
+        &["--files", "seq:96M", "--seed", "7"],
+    );
+    let disk = disk_spec(&img, "data");
     let s = run_checked(
         &[
             "--mem",
@@ -1442,11 +1269,8 @@ fn integrity_holds_under_hd2_whole_victims() {
 #[test]
 fn hd2_victims_without_the_swap_mapper_are_refused_in_one_line() {
     for v in ["hd2", "hd2-whole"] {
-        let out = Command::new(MEMVISOR)
-            .args(["run", "--mem", "64M", "--victims", v])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = memvisor(&["run", "--mem", "64M", "--victims", v]);
+        let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(
             err.contains("--victims hd2") && err.contains("--mapper"),

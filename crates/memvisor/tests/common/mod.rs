@@ -359,6 +359,16 @@ impl TestVm {
         ok(self.client().stats())
     }
 
+    /// `GET /stats` of a VM that may be ending: `None` if it no longer answers; an answer that
+    /// does not match the API's types fails the test.
+    pub fn stats_if_running(&self) -> Option<VmStats> {
+        match self.client().stats() {
+            Ok(s) => Some(s),
+            Err(ClientError::Schema { error, body, .. }) => panic!("{error}: {body}"),
+            Err(_) => None,
+        }
+    }
+
     /// Waits for it to end: its status, its console and what it wrote to a piped stderr.
     pub fn finish(self) -> Output {
         self.proc.finish()
