@@ -5,119 +5,49 @@
 //! nothing. The release times of 100, 1,000 and 10,000 pages from a paused VM are printed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{ClientError, ReleaseRequest, ReleaseResult, VmClient, VmState, VmStats};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-
-struct Vm(Child);
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Vm {
-    fn running(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-
-    /// Whether the VM ends within `d`.
-    fn ends_within(&mut self, d: Duration) -> bool {
-        let t0 = Instant::now();
-        while self.running() {
-            if t0.elapsed() > d {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
-    }
-}
+mod common;
+use common::{disk_spec, memvisor, mkdisk_data, ok, run_command, ResultLine, TestVm};
 
 /// A data disk of `mb` MiB (files are made by the workload).
 fn mkdisk(dir: &Path, mb: u64) -> PathBuf {
-    let img = dir.join("data.img");
-    let st = Command::new(MEMVISOR)
-        .args(["mkdisk", "data", "--size", &format!("{mb}M"), "--out"])
-        .arg(&img)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    img
+    mkdisk_data(dir.join("data.img"), &format!("{mb}M"), &[])
 }
 
-/// Starts `memvisor run --mem 256M --mapper` with the data disk `img`, an API socket in `dir`,
-/// its final counters to `dir/stats.json`, `workload` with `cmdline`, and `args` besides;
-/// returns it with a thread collecting its console once its API socket exists.
+/// Starts `memvisor run --mem 256M` with the data disk `img`, an API socket in `dir`, its
+/// final counters to `dir/stats.json`, `workload` with `cmdline`, and `args` besides; returns
+/// it with its socket once the socket exists.
 fn start(
     dir: &Path,
     img: &Path,
     args: &[&str],
     workload: &str,
     cmdline: &str,
-) -> (Vm, std::thread::JoinHandle<String>, PathBuf) {
+) -> (TestVm, PathBuf) {
     let sock = dir.join("api.sock");
-    let child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "256M", "--disk"])
-        .arg(format!("{},id=data", img.display()))
-        .arg("--api-sock")
-        .arg(&sock)
-        .arg("--stats-json")
-        .arg(dir.join("stats.json"))
-        .args(args)
-        .args(["--workload", workload, "--cmdline", cmdline])
-        .env("MEMVISOR_LOG", "warn,memvisor_pager::release=debug")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut vm = Vm(child);
-    let mut pipe = vm.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
-        s
-    });
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (vm, reader, sock)
+    let (disk, stats) = (disk_spec(img, "data"), dir.join("stats.json"));
+    let mut run = vec!["--mem", "256M", "--disk", &disk];
+    run.extend(["--stats-json", stats.to_str().unwrap()]);
+    run.extend_from_slice(args);
+    run.extend(["--workload", workload, "--cmdline", cmdline]);
+    let mut cmd = run_command(&sock, &run);
+    cmd.env("MEMVISOR_LOG", "warn,memvisor_pager::release=debug");
+    (TestVm::spawn(&mut cmd, &sock), sock)
 }
 
 /// Waits for the VM to end; checks its workload's final RESULT line says ok with no
 /// mismatches; returns that line and the VM's final counters.
-fn passed(
-    mut vm: Vm,
-    reader: std::thread::JoinHandle<String>,
-    dir: &Path,
-    workload: &str,
-) -> (String, VmStats) {
-    let status = vm.0.wait().unwrap();
-    let console = reader.join().unwrap();
-    assert_eq!(status.code(), Some(1), "{console}");
-    let prefix = format!("RESULT workload={workload} phase=done");
-    let done = console
-        .lines()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no final RESULT line: {console}"));
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+fn passed(vm: TestVm, dir: &Path, workload: &str) -> (ResultLine, VmStats) {
+    let done = vm.intact(workload);
     let text = std::fs::read_to_string(dir.join("stats.json")).unwrap();
-    (done.to_owned(), serde_json::from_str(&text).unwrap())
+    (done, serde_json::from_str(&text).unwrap())
 }
 
 fn stats(sock: &Path) -> VmStats {
-    VmClient::new(sock)
-        .stats()
-        .unwrap_or_else(|e| panic!("{e}"))
+    ok(VmClient::new(sock).stats())
 }
 
 fn mirrored(sock: &Path) -> u64 {
@@ -125,7 +55,7 @@ fn mirrored(sock: &Path) -> u64 {
 }
 
 /// Waits (60 s at most) until at least `n` pages mirror disk blocks; false if the VM ended.
-fn wait_mirrored(vm: &mut Vm, sock: &Path, n: u64) -> bool {
+fn wait_mirrored(vm: &mut TestVm, sock: &Path, n: u64) -> bool {
     let t0 = Instant::now();
     while vm.running() {
         if mirrored(sock) >= n {
@@ -152,7 +82,12 @@ fn refused(r: Result<ReleaseResult, ClientError>) -> (u16, String) {
 /// Releases `pages` at a time until the VM ends, `pause` between releases, the limit lifted
 /// after each; returns the releases made, the pages they released and those they found
 /// changed.
-fn release_until_the_end(vm: &mut Vm, sock: &Path, pages: u64, pause: Duration) -> (u64, u64, u64) {
+fn release_until_the_end(
+    vm: &mut TestVm,
+    sock: &Path,
+    pages: u64,
+    pause: Duration,
+) -> (u64, u64, u64) {
     let c = VmClient::new(sock);
     let (mut n, mut released, mut changed) = (0, 0, 0);
     while vm.running() {
@@ -191,7 +126,7 @@ fn release_until_the_end(vm: &mut Vm, sock: &Path, pages: u64, pause: Duration) 
 fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (mut vm, reader, sock) = start(
+    let (mut vm, sock) = start(
         dir.path(),
         &img,
         &["--mapper"],
@@ -239,7 +174,7 @@ fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
     let (n, released, changed) =
         release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(10));
     eprintln!("{n} releases while it read: {released} pages released, {changed} changed");
-    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
     let p = s.pager.unwrap();
     let k = &p.counters;
@@ -279,7 +214,7 @@ fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
 fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (mut vm, reader, sock) = start(
+    let (mut vm, sock) = start(
         dir.path(),
         &img,
         &["--mapper"],
@@ -289,7 +224,7 @@ fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() 
     let (n, released, changed) =
         release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(10));
     eprintln!("{n} releases: {released} pages released, {changed} found changed");
-    let (done, s) = passed(vm, reader, dir.path(), "integrity");
+    let (done, s) = passed(vm, dir.path(), "integrity");
     eprintln!("{done}");
     let k = s.pager.unwrap().counters;
     eprintln!(
@@ -308,7 +243,7 @@ fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() 
 /// Cold-only releases (`cold_only`, as the host asks while memory is plentiful) until the VM
 /// ends or `enough` pages were released, `pause` between them, the limit lifted after each;
 /// returns the pages released.
-fn release_cold(vm: &mut Vm, sock: &Path, pause: Duration, enough: u64) -> u64 {
+fn release_cold(vm: &mut TestVm, sock: &Path, pause: Duration, enough: u64) -> u64 {
     let c = VmClient::new(sock);
     let mut released = 0;
     while vm.running() && released < enough {
@@ -332,13 +267,9 @@ fn release_cold(vm: &mut Vm, sock: &Path, pause: Duration, enough: u64) -> u64 {
 /// Starts a `seqread` VM with `cmdline` (`--mapper --victims hd2`), waits until `mirrored`
 /// pages hold its file (its first pass from disk is done), then for longer than the probe's
 /// wait, so its stream is no longer being read and a cold-only release probes it first.
-fn read_and_left(
-    dir: &Path,
-    cmdline: &str,
-    mirrored: u64,
-) -> (Vm, std::thread::JoinHandle<String>, PathBuf) {
+fn read_and_left(dir: &Path, cmdline: &str, mirrored: u64) -> (TestVm, PathBuf) {
     let img = mkdisk(dir, 64);
-    let (mut vm, reader, sock) = start(
+    let (mut vm, sock) = start(
         dir,
         &img,
         &["--mapper", "--victims", "hd2"],
@@ -350,7 +281,7 @@ fn read_and_left(
         "the VM ended early"
     );
     std::thread::sleep(Duration::from_millis(600));
-    (vm, reader, sock)
+    (vm, sock)
 }
 
 /// A file the guest reads again and again from its own page cache is a loop the host cannot
@@ -361,9 +292,9 @@ fn read_and_left(
 fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
     let dir = tempfile::tempdir().unwrap();
     // From now on it reads the file from its own cache.
-    let (mut vm, reader, sock) = read_and_left(dir.path(), "file_mb=16 passes=150", 4000);
+    let (mut vm, sock) = read_and_left(dir.path(), "file_mb=16 passes=150", 4000);
     let released = release_cold(&mut vm, &sock, Duration::from_millis(50), u64::MAX);
-    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
     let k = s.pager.unwrap().counters;
     eprintln!(
@@ -389,7 +320,7 @@ fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
 #[test]
 fn a_cold_only_release_takes_a_file_read_once_and_left() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut vm, reader, sock) = read_and_left(
+    let (mut vm, sock) = read_and_left(
         dir.path(),
         "file_mb=32 passes=1 then=idle then_secs=6",
         8000,
@@ -397,7 +328,7 @@ fn a_cold_only_release_takes_a_file_read_once_and_left() {
     let t0 = Instant::now();
     let released = release_cold(&mut vm, &sock, Duration::from_millis(100), 4000);
     eprintln!("{released} pages in {:?}", t0.elapsed());
-    let (done, s) = passed(vm, reader, dir.path(), "seqread");
+    let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
     let k = s.pager.unwrap().counters;
     assert!(k.sequences_probed > 0);
@@ -410,7 +341,7 @@ fn a_cold_only_release_takes_a_file_read_once_and_left() {
 fn a_vm_without_the_pager_refuses_a_release() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (_vm, _reader, sock) = start(
+    let (_vm, sock) = start(
         dir.path(),
         &img,
         &["--pager", "off", "--release-cache", "0"],
@@ -443,13 +374,15 @@ fn a_bad_release_cache_or_readiness_is_refused_in_one_line() {
             "--release-ready keeps pages that mirror disk blocks ready: it needs the Swap Mapper",
         ),
     ] {
-        let out = Command::new(MEMVISOR)
-            .args(["run", "--mem", "256M"])
-            .args(args)
-            .args(["--workload", "boot"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = memvisor(
+            &[
+                &["run", "--mem", "256M"],
+                &args[..],
+                &["--workload", "boot"],
+            ]
+            .concat(),
+        );
+        let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(why), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -465,7 +398,7 @@ fn a_bad_release_cache_or_readiness_is_refused_in_one_line() {
 fn release_times_of_100_1000_and_10000_pages_from_an_idle_guest() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 128);
-    let (mut vm, reader, sock) = start(
+    let (mut vm, sock) = start(
         dir.path(),
         &img,
         &["--mapper"],
@@ -506,7 +439,7 @@ fn release_times_of_100_1000_and_10000_pages_from_an_idle_guest() {
         rounds >= 1,
         "the guest ended before its page cache was warm"
     );
-    let (_, s) = passed(vm, reader, dir.path(), "seqread");
+    let (_, s) = passed(vm, dir.path(), "seqread");
     let k = s.pager.unwrap().counters;
     assert_eq!(k.releases, 3 * rounds);
     assert!(k.released_refaults > 0);
