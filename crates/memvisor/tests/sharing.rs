@@ -7,14 +7,13 @@
 //!
 //! They need root and a kernel with KSM; without either they say so and pass.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{HostClient, VmClient, VmStats};
+mod common;
+use common::{disk_spec, host_command, mkdisk_data, ResultLine, TestHost, TestVm};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
 const KSM: &str = "/sys/kernel/mm/ksm";
 
 /// One test at a time drives the host's KSM.
@@ -78,67 +77,20 @@ fn ksm_stat(pid: u32, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-struct Vm {
-    child: Child,
-    sock: PathBuf,
+/// `memvisor run ARGS` with an API socket `NAME.sock` in `dir`, its console read.
+fn start(dir: &Path, name: &str, args: &[&str]) -> TestVm {
+    TestVm::start(&dir.join(format!("{name}.sock")), args)
 }
 
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Vm {
-    /// `memvisor run ARGS` with an API socket `NAME.sock` in `dir`, its console piped.
-    fn start(dir: &Path, name: &str, args: &[&str]) -> Vm {
-        let sock = dir.join(format!("{name}.sock"));
-        let child = Command::new(MEMVISOR)
-            .arg("run")
-            .arg("--api-sock")
-            .arg(&sock)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "{name} has no socket"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Vm { child, sock }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn stats(&self) -> Option<VmStats> {
-        VmClient::new(&self.sock).stats().ok()
-    }
-
-    /// Waits for the guest to end; its console, which must hold a passing RESULT line for
-    /// `workload` with no mismatches or errors.
-    fn passed(mut self, workload: &str) -> String {
-        let mut console = String::new();
-        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut console).unwrap();
-        let status = self.child.wait().unwrap();
-        assert_eq!(status.code(), Some(1), "{console}");
-        let done = console
-            .lines()
-            .find(|l| l.starts_with(&format!("RESULT workload={workload} phase=done")))
-            .unwrap_or_else(|| panic!("no final RESULT line: {console}"))
-            .to_owned();
-        assert!(
-            done.contains(" ok=1") && !done.contains(" mismatches=1") && !done.contains("errors=1"),
-            "{done}"
-        );
-        done
-    }
+/// Waits for the guest to end with success; its final RESULT line for `workload`, which must
+/// say ok, with no mismatches or errors.
+fn passed(vm: TestVm, workload: &str) -> ResultLine {
+    let done = ResultLine::find(&vm.succeeded(), workload, "done");
+    assert!(
+        done.ok() && !done.line().contains(" mismatches=1") && !done.line().contains("errors=1"),
+        "{done}"
+    );
+    done
 }
 
 /// Three VMs hold the same memory (memhog: every page numbered, swept slowly); two share, one
@@ -166,9 +118,9 @@ fn a_vm_with_sharing_off_is_never_merged_with_identical_vms() {
             hog,
         ]
     };
-    let a = Vm::start(dir.path(), "a", &args("host"));
-    let off = Vm::start(dir.path(), "off", &args("off"));
-    let b = Vm::start(dir.path(), "b", &args("host"));
+    let a = start(dir.path(), "a", &args("host"));
+    let off = start(dir.path(), "off", &args("off"));
+    let b = start(dir.path(), "b", &args("host"));
     // Until both sharing VMs have most of their held memory merged.
     let t0 = Instant::now();
     let mut seen = (0, 0);
@@ -185,14 +137,14 @@ fn a_vm_with_sharing_off_is_never_merged_with_identical_vms() {
             ksm_stat(b.pid(), "ksm_merging_pages"),
         );
     }
-    let sa = a.stats().expect("a answers");
+    let sa = a.client().stats().expect("a answers");
     let sharing = sa.sharing.expect("a sharing VM reports what KSM merged");
     eprintln!("merged: a {} b {} ({sharing:?})", seen.0, seen.1);
     assert!(
         sharing.merging_pages > 0 && sharing.saved_pages > 0,
         "{sharing:?}"
     );
-    let so = off.stats().expect("off answers");
+    let so = off.client().stats().expect("off answers");
     assert!(so.sharing.is_none(), "{:?}", so.sharing);
     assert_eq!(ksm_stat(off.pid(), "ksm_merging_pages"), 0);
     assert_eq!(ksm_stat(off.pid(), "ksm_zero_pages"), 0);
@@ -203,7 +155,7 @@ fn a_vm_with_sharing_off_is_never_merged_with_identical_vms() {
         "the VM with sharing off has mergeable memory"
     );
     for vm in [a, off, b] {
-        vm.passed("memhog");
+        passed(vm, "memhog");
     }
 }
 
@@ -223,15 +175,9 @@ fn guests_writing_merged_pages_under_a_limit_with_the_mapper_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut vms = Vec::new();
     for name in ["a", "b"] {
-        let img = dir.path().join(format!("{name}.img"));
-        let st = Command::new(MEMVISOR)
-            .args(["mkdisk", "data", "--size", "64M", "--out"])
-            .arg(&img)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let disk = format!("{},id=data", img.display());
-        vms.push(Vm::start(
+        let img = mkdisk_data(dir.path().join(format!("{name}.img")), "64M", &[]);
+        let disk = disk_spec(&img, "data");
+        vms.push(start(
             dir.path(),
             name,
             &[
@@ -253,10 +199,7 @@ fn guests_writing_merged_pages_under_a_limit_with_the_mapper_lose_nothing() {
     }
     // Merges happen while they run (read from the kernel while both are alive).
     let mut most = 0;
-    while vms
-        .iter_mut()
-        .all(|v| v.child.try_wait().ok().flatten().is_none())
-    {
+    while vms.iter_mut().all(|v| v.running()) {
         let now: u64 = vms
             .iter()
             .map(|v| ksm_stat(v.pid(), "ksm_merging_pages"))
@@ -265,8 +208,8 @@ fn guests_writing_merged_pages_under_a_limit_with_the_mapper_lose_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     for vm in vms {
-        let done = vm.passed("integrity");
-        assert!(done.contains(" mismatches=0"), "{done}");
+        let done = passed(vm, "integrity");
+        assert_eq!(done.get("mismatches"), Some("0"), "{done}");
     }
     eprintln!("most pages merged at once: {most}");
     assert!(most > 0, "KSM merged nothing: the test tested nothing");
@@ -299,14 +242,8 @@ fn the_host_drives_ksm_counts_what_sharing_saves_and_puts_ksm_back() {
     );
     let path = dir.path().join("host.toml");
     std::fs::write(&path, config).unwrap();
-    let mut host = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&path)
-        .spawn()
-        .unwrap();
-    let guard = scopeguard(&mut host);
-    let sock = dir.path().join("host.state/host.sock");
-    let client = HostClient::new(&sock);
+    let mut host = TestHost::spawn(&mut host_command(&path), dir.path());
+    let client = host.client();
     let t0 = Instant::now();
     let (info, vms) = loop {
         assert!(t0.elapsed() < Duration::from_secs(120), "nothing was saved");
@@ -347,19 +284,7 @@ fn the_host_drives_ksm_counts_what_sharing_saves_and_puts_ksm_back() {
         info.free_bytes,
         info.budget_bytes
     );
-    drop(guard);
+    // Stopped with SIGTERM, the host stops its VMs and puts KSM back.
+    host.stop();
     assert_eq!(knobs_now(), found, "the host left KSM as it found it");
-}
-
-/// Stops the host with SIGTERM (it stops its VMs and puts KSM back) when dropped, and waits.
-fn scopeguard(host: &mut Child) -> impl Drop + '_ {
-    struct Stop<'a>(&'a mut Child);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            // SAFETY: plain kill(2) of the host process this test started.
-            unsafe { libc::kill(i32::try_from(self.0.id()).unwrap(), libc::SIGTERM) };
-            let _ = self.0.wait();
-        }
-    }
-    Stop(host)
 }
