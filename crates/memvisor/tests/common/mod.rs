@@ -502,18 +502,22 @@ pub struct ResultLine {
 impl ResultLine {
     /// `line` read as a RESULT line; `None` if it is not one (no `RESULT ` and `workload=`).
     pub fn parse(line: &str) -> Option<ResultLine> {
+        line.strip_prefix("RESULT ")?;
+        Some(ResultLine::words(line)).filter(|r| r.get("workload").is_some())
+    }
+
+    /// The `key=value` words of any line the guest prints, a RESULT line or a workload's own
+    /// (such as `kv: hog_start t_ms=1000 mb=8`).
+    pub fn words(line: &str) -> ResultLine {
         let fields = line
-            .strip_prefix("RESULT ")?
             .split_whitespace()
             .filter_map(|w| w.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let r = ResultLine {
+        ResultLine {
             line: line.to_owned(),
             fields,
-        };
-        r.get("workload")?;
-        Some(r)
+        }
     }
 
     /// Every RESULT line in `text`, in order.
