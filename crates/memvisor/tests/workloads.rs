@@ -9,25 +9,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-
-fn memvisor(args: &[&str]) -> Output {
-    let out = Command::new(MEMVISOR)
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    log(args, &out);
-    out
-}
-
-fn log(args: &[&str], out: &Output) {
-    eprintln!(
-        "--- memvisor {args:?} -> {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+use common::{log, memvisor, mkdisk_data, mkdisk_swap, Proc, ResultLine, TestVm, MEMVISOR};
 
 /// A data disk with `files` (NAME:SIZE,...) and a swap disk, in a temporary directory.
 struct Disks {
@@ -38,21 +21,8 @@ impl Disks {
     fn new(files: &str, seed: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data.img");
-        let swap = dir.path().join("swap.img");
-        let d = data.to_str().unwrap();
-        let out = memvisor(&[
-            "mkdisk", "data", "--out", d, "--size", "96M", "--files", files, "--seed", seed,
-        ]);
-        assert!(out.status.success());
-        let out = memvisor(&[
-            "mkdisk",
-            "swap",
-            "--out",
-            swap.to_str().unwrap(),
-            "--size",
-            "96M",
-        ]);
-        assert!(out.status.success());
+        mkdisk_data(data, "96M", &["--files", files, "--seed", seed]);
+        mkdisk_swap(dir.path().join("swap.img"), "96M");
         Disks { dir }
     }
 
@@ -105,33 +75,15 @@ fn run(
     out
 }
 
-/// The RESULT line with `phase=PHASE` (and `cpu=N` if given).
-fn result(out: &Output, workload: &str, phase: &str) -> String {
-    let want = [format!("workload={workload}"), format!("phase={phase}")];
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| {
-            l.starts_with("RESULT ") && want.iter().all(|w| l.split_whitespace().any(|x| x == w))
-        })
-        .unwrap_or_else(|| panic!("no RESULT line for {workload} phase={phase}"))
-        .to_owned()
+/// The first RESULT line of `workload` with `phase=PHASE`.
+fn result(out: &Output, workload: &str, phase: &str) -> ResultLine {
+    ResultLine::find(&common::stdout(out), workload, phase)
 }
 
-fn field(line: &str, key: &str) -> u64 {
-    let v = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"));
-    v.split('.')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|_| panic!("{key}={v} is not a number"))
-}
-
-fn done_ok(out: &Output, workload: &str) -> String {
+/// The final RESULT line of `workload`, which must say `ok=1`.
+fn done_ok(out: &Output, workload: &str) -> ResultLine {
     let line = result(out, workload, "done");
-    assert_eq!(field(&line, "ok"), 1, "{line}");
+    assert_eq!(line.u64("ok"), 1, "{line}");
     line
 }
 
@@ -200,18 +152,18 @@ fn integrity_holds_while_the_guest_swaps_and_evicts_on_memvisor() {
         "anon_mb=32 file_mb=8 rounds=2 seed=9",
     );
     let line = done_ok(&out, "integrity");
-    assert_eq!(field(&line, "mismatches"), 0);
+    assert_eq!(line.u64("mismatches"), 0);
     assert!(
-        field(&line, "pswpout") > 1000,
+        line.u64("pswpout") > 1000,
         "the guest must really swap: {line}"
     );
-    assert!(field(&line, "pswpin") > 1000, "{line}");
+    assert!(line.u64("pswpin") > 1000, "{line}");
     assert!(
-        field(&line, "pgsteal_file") > 1000,
+        line.u64("pgsteal_file") > 1000,
         "the page cache must really evict: {line}"
     );
     assert!(
-        field(&line, "pgpgout") > 0 && field(&line, "readahead") > 0,
+        line.u64("pgpgout") > 0 && line.u64("readahead") > 0,
         "{line}"
     );
 }
@@ -228,16 +180,15 @@ fn integrity_runs_one_task_per_vcpu() {
         "anon_mb=16 file_mb=4 rounds=1",
     );
     let line = done_ok(&out, "integrity");
-    assert_eq!(field(&line, "cpus"), 2);
-    assert!(field(&line, "pswpout") > 0, "{line}");
+    assert_eq!(line.u64("cpus"), 2);
+    assert!(line.u64("pswpout") > 0, "{line}");
     for cpu in ["0", "1"] {
-        let l = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.contains("phase=cpu") && l.contains(&format!(" cpu={cpu} ")))
-            .unwrap_or_else(|| panic!("no per-cpu line for cpu {cpu}"))
-            .to_owned();
-        assert_eq!(field(&l, "mismatches"), 0, "{l}");
-        assert_eq!(field(&l, "ok"), 1, "{l}");
+        let l = ResultLine::all(&common::stdout(&out))
+            .into_iter()
+            .find(|l| l.get("phase") == Some("cpu") && l.get("cpu") == Some(cpu))
+            .unwrap_or_else(|| panic!("no per-cpu line for cpu {cpu}"));
+        assert_eq!(l.u64("mismatches"), 0, "{l}");
+        assert_eq!(l.u64("ok"), 1, "{l}");
     }
 }
 
@@ -306,23 +257,17 @@ impl Qmp {
 fn integrity_holds_on_qemu_while_the_balloon_inflates_and_deflates() {
     let disks = Disks::new("", "3");
     let sock = disks.dir.path().join("qmp.sock");
-    let mut args: Vec<String> = ["run", "--hypervisor", "qemu", "--balloon", "--mem", "64M"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(["--qmp-sock".into(), sock.display().to_string()]);
-    args.extend(disks.args());
-    args.extend(["--workload".into(), "integrity".into()]);
-    args.extend([
-        "--cmdline".into(),
-        "anon_mb=24 file_mb=12 rounds=2 secs=8".into(),
-    ]);
-    let child = Command::new(MEMVISOR)
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(
+        &[
+            &["run", "--hypervisor", "qemu", "--balloon", "--mem", "64M"][..],
+            &["--qmp-sock", sock.to_str().unwrap()],
+            &disks.args().iter().map(String::as_str).collect::<Vec<_>>()[..],
+            &["--workload", "integrity"],
+            &["--cmdline", "anon_mb=24 file_mb=12 rounds=2 secs=8"],
+        ]
+        .concat(),
+        &sock,
+    );
     let mut qmp = Qmp::connect(&sock);
     // Squeeze the guest to 24 MiB: with 36 MiB of working set it has to swap.
     qmp.balloon(24 << 20);
@@ -346,32 +291,26 @@ fn integrity_holds_on_qemu_while_the_balloon_inflates_and_deflates() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     qmp.balloon(64 << 20);
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish();
     log(&["(qemu integrity with balloon)"], &out);
     assert_eq!(out.status.code(), Some(1));
     let line = done_ok(&out, "integrity");
-    assert_eq!(field(&line, "mismatches"), 0, "{line}");
-    assert!(field(&line, "balloon_inflated") >= 10000, "{line}");
-    assert!(field(&line, "balloon_deflated") >= 10000, "{line}");
-    assert!(field(&line, "balloon_stats_sent") > 0, "{line}");
-    assert!(field(&line, "balloon_reported_chunks") > 0, "{line}");
+    assert_eq!(line.u64("mismatches"), 0, "{line}");
+    assert!(line.u64("balloon_inflated") >= 10000, "{line}");
+    assert!(line.u64("balloon_deflated") >= 10000, "{line}");
+    assert!(line.u64("balloon_stats_sent") > 0, "{line}");
+    assert!(line.u64("balloon_reported_chunks") > 0, "{line}");
     assert!(
-        field(&line, "pswpout") > 0,
+        line.u64("pswpout") > 0,
         "squeezed by the balloon, the guest swaps: {line}"
     );
 }
 
 /// `memvisor ctl --api-sock SOCK ARGS...`, its stdout.
 fn ctl(sock: &Path, args: &[&str]) -> String {
-    let out = Command::new(MEMVISOR)
-        .arg("ctl")
-        .arg("--api-sock")
-        .arg(sock)
-        .args(args)
-        .output()
-        .unwrap();
+    let out = memvisor(&[&["ctl", "--api-sock", sock.to_str().unwrap()], args].concat());
     assert!(out.status.success(), "ctl {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::stdout(&out)
 }
 
 /// Waits until memvisor's balloon device reports `pages` pages held by the guest.
@@ -395,43 +334,32 @@ fn wait_balloon(sock: &Path, pages: u64) {
 fn integrity_holds_on_memvisor_while_its_balloon_inflates_and_deflates() {
     let disks = Disks::new("", "3");
     let sock = disks.dir.path().join("api.sock");
-    let mut args: Vec<String> = ["run", "--balloon", "--mem", "64M"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(["--api-sock".into(), sock.display().to_string()]);
-    args.extend(disks.args());
-    args.extend(["--workload".into(), "integrity".into()]);
-    args.extend([
-        "--cmdline".into(),
-        "anon_mb=24 file_mb=12 rounds=2 secs=6".into(),
-    ]);
-    let child = Command::new(MEMVISOR)
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "no API socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let disks = disks.args();
+    let vm = TestVm::start(
+        &sock,
+        &[
+            &["--balloon", "--mem", "64M"],
+            &disks.iter().map(String::as_str).collect::<Vec<_>>()[..],
+            &["--workload", "integrity"],
+            &["--cmdline", "anon_mb=24 file_mb=12 rounds=2 secs=6"],
+        ]
+        .concat(),
+    );
     // 40 MiB into the balloon leaves 24 MiB for 36 MiB of working set.
     ctl(&sock, &["balloon", "40M"]);
     wait_balloon(&sock, 10240);
     std::thread::sleep(Duration::from_millis(1000));
     ctl(&sock, &["balloon", "0"]);
     wait_balloon(&sock, 0);
-    let out = child.wait_with_output().unwrap();
+    let out = vm.finish();
     log(&["(memvisor integrity with balloon)"], &out);
     assert_eq!(out.status.code(), Some(1));
     let line = done_ok(&out, "integrity");
-    assert_eq!(field(&line, "mismatches"), 0, "{line}");
-    assert!(field(&line, "balloon_inflated") >= 10240, "{line}");
-    assert!(field(&line, "balloon_deflated") >= 10240, "{line}");
+    assert_eq!(line.u64("mismatches"), 0, "{line}");
+    assert!(line.u64("balloon_inflated") >= 10240, "{line}");
+    assert!(line.u64("balloon_deflated") >= 10240, "{line}");
     assert!(
-        field(&line, "pswpout") > 0,
+        line.u64("pswpout") > 0,
         "squeezed by the balloon, the guest swaps: {line}"
     );
 }
@@ -440,49 +368,45 @@ fn integrity_holds_on_memvisor_while_its_balloon_inflates_and_deflates() {
 const OOM_MB: u64 = 32;
 const OOM_CMDLINE: &str = "mb=32 rounds=40 balloon_holdoff_ms=60000";
 
+/// Spawns `memvisor ARGS` with its stdout and stderr read; waits until `sock` exists.
+fn spawn(args: &[&str], sock: &Path) -> Proc {
+    let mut cmd = Command::new(MEMVISOR);
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = Proc::spawn(&mut cmd);
+    child.wait_for_file(sock);
+    child
+}
+
 /// Spawns `memvisor run --balloon` with the `alloc` workload of [`OOM_CMDLINE`] and `extra`
 /// arguments; waits until `sock` exists.
-fn spawn_alloc_past_the_balloon(extra: &[String], sock: &Path) -> std::process::Child {
-    let mut args: Vec<String> = ["run", "--balloon", "--mem", "64M", "--workload", "alloc"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(["--cmdline".into(), OOM_CMDLINE.into()]);
-    args.extend(extra.iter().cloned());
-    let child = Command::new(MEMVISOR)
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "no socket {}", sock.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
+fn spawn_alloc_past_the_balloon(extra: &[&str], sock: &Path) -> Proc {
+    let args = ["run", "--balloon", "--mem", "64M", "--workload", "alloc"];
+    spawn(
+        &[&args[..], &["--cmdline", OOM_CMDLINE], extra].concat(),
+        sock,
+    )
 }
 
 /// Checks the `alloc` run squeezed by the balloon: it completed with 0 mismatches, it deflated
 /// on OOM, and it did so only while the first rounds grew (the hold-off covers the whole run):
 /// at most one deflate-on-OOM (1 MiB) per MiB a round allocates, where re-inflating after each
 /// one made it a few dozen per round. Returns the `done` line.
-fn check_alloc_past_the_balloon(out: &Output) -> String {
+fn check_alloc_past_the_balloon(out: &Output) -> ResultLine {
     assert_eq!(out.status.code(), Some(1), "alloc did not succeed");
     let line = done_ok(out, "alloc");
-    assert_eq!(field(&line, "mismatches"), 0, "{line}");
-    let events = field(&line, "balloon_oom_deflates");
+    assert_eq!(line.u64("mismatches"), 0, "{line}");
+    let events = line.u64("balloon_oom_deflates");
     assert!(events >= 1, "the balloon left too little: {line}");
     assert!(
         events <= OOM_MB + 1,
         "{events} deflates-on-OOM for rounds of {OOM_MB} MiB: the driver re-inflated: {line}"
     );
     assert_eq!(
-        field(&line, "balloon_oom_deflated"),
-        field(&line, "balloon_deflated"),
+        line.u64("balloon_oom_deflated"),
+        line.u64("balloon_deflated"),
         "{line}"
     );
-    assert_eq!(field(&line, "balloon_holdoff_ms"), 60000, "{line}");
+    assert_eq!(line.u64("balloon_holdoff_ms"), 60000, "{line}");
     line
 }
 
@@ -492,14 +416,14 @@ fn alloc_past_the_balloon_target_deflates_on_oom_once_on_memvisor() {
     let sock = dir.path().join("api.sock");
     let stats = dir.path().join("stats.json");
     let extra = [
-        "--api-sock".to_owned(),
-        sock.display().to_string(),
-        "--stats-json".to_owned(),
-        stats.display().to_string(),
+        "--api-sock",
+        sock.to_str().unwrap(),
+        "--stats-json",
+        stats.to_str().unwrap(),
     ];
     let child = spawn_alloc_past_the_balloon(&extra, &sock);
     ctl(&sock, &["balloon", "56M"]);
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish();
     log(&["(memvisor alloc past the balloon)"], &out);
     let line = check_alloc_past_the_balloon(&out);
     // The device saw the same deflates as deflates-on-OOM: each took the balloon below its
@@ -508,14 +432,10 @@ fn alloc_past_the_balloon_target_deflates_on_oom_once_on_memvisor() {
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let b = s.balloon.expect("balloon stats");
     assert_eq!(b.target_pages, 14336, "{b:?}");
-    assert_eq!(
-        b.oom_deflates,
-        field(&line, "balloon_oom_deflates"),
-        "{b:?}"
-    );
+    assert_eq!(b.oom_deflates, line.u64("balloon_oom_deflates"), "{b:?}");
     assert_eq!(
         b.oom_deflated_pages,
-        field(&line, "balloon_oom_deflated"),
+        line.u64("balloon_oom_deflated"),
         "{b:?}"
     );
     assert_eq!(b.deflated_pages, b.oom_deflated_pages, "{b:?}");
@@ -525,19 +445,14 @@ fn alloc_past_the_balloon_target_deflates_on_oom_once_on_memvisor() {
 fn alloc_past_the_balloon_target_deflates_on_oom_once_on_qemu() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("qmp.sock");
-    let extra = [
-        "--hypervisor".to_owned(),
-        "qemu".to_owned(),
-        "--qmp-sock".to_owned(),
-        sock.display().to_string(),
-    ];
+    let extra = ["--hypervisor", "qemu", "--qmp-sock", sock.to_str().unwrap()];
     let child = spawn_alloc_past_the_balloon(&extra, &sock);
     let mut qmp = Qmp::connect(&sock);
     qmp.cmd(&format!(
         r#"{{"execute":"balloon","arguments":{{"value":{}}}}}"#,
         8u64 << 20
     ));
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish();
     log(&["(qemu alloc past the balloon)"], &out);
     check_alloc_past_the_balloon(&out);
 }
@@ -548,11 +463,11 @@ fn seqread(hypervisor: &str) {
     done_ok(&out, "seqread");
     let p1 = result(&out, "seqread", "pass1");
     // 8 MiB in 128 KiB readahead windows.
-    assert_eq!(field(&p1, "misses"), 64, "{p1}");
-    assert_eq!(field(&p1, "pgpgin"), 2048, "{p1}");
+    assert_eq!(p1.u64("misses"), 64, "{p1}");
+    assert_eq!(p1.u64("pgpgin"), 2048, "{p1}");
     let p2 = result(&out, "seqread", "pass2");
-    assert_eq!(field(&p2, "misses"), 0, "the file stays cached: {p2}");
-    assert_eq!(field(&result(&out, "seqread", "done"), "mismatches"), 0);
+    assert_eq!(p2.u64("misses"), 0, "the file stays cached: {p2}");
+    assert_eq!(result(&out, "seqread", "done").u64("mismatches"), 0);
     // A smaller readahead window means more, smaller reads.
     let out = run(
         hypervisor,
@@ -562,7 +477,7 @@ fn seqread(hypervisor: &str) {
         "seqread",
         "passes=1 readahead_kb=16",
     );
-    assert_eq!(field(&result(&out, "seqread", "pass1"), "misses"), 512);
+    assert_eq!(result(&out, "seqread", "pass1").u64("misses"), 512);
 }
 
 #[test]
@@ -592,18 +507,18 @@ fn seqread_then_stays_in_a_state() {
         );
         done_ok(&out, "seqread");
         let l = result(&out, "seqread", "then");
-        assert!(l.contains(&format!("state={then}")), "{l}");
-        assert_eq!(field(&l, "ok"), 1, "{l}");
-        assert!(field(&l, "ms") >= 2000, "{l}");
-        assert!(field(&l, "steps") > 0, "{l}");
+        assert_eq!(l.get("state"), Some(then), "{l}");
+        assert_eq!(l.u64("ok"), 1, "{l}");
+        assert!(l.u64("ms") >= 2000, "{l}");
+        assert!(l.u64("steps") > 0, "{l}");
         if then == "write" {
             // Written back (to make room in a 32 MiB guest, and at the final sync), and
             // every page read back as its last round wrote it.
-            assert!(field(&l, "written_pages") > 0, "{l}");
-            assert!(field(&l, "pgpgout") > 0, "{l}");
-            assert_eq!(field(&l, "mismatches"), 0, "{l}");
+            assert!(l.u64("written_pages") > 0, "{l}");
+            assert!(l.u64("pgpgout") > 0, "{l}");
+            assert_eq!(l.u64("mismatches"), 0, "{l}");
         } else {
-            assert_eq!(field(&l, "written_pages"), 0, "{l}");
+            assert_eq!(l.u64("written_pages"), 0, "{l}");
         }
     }
     let out = memvisor(&[
@@ -628,8 +543,8 @@ fn alloc(hypervisor: &str) {
     done_ok(&out, "alloc");
     for round in ["round1", "round2"] {
         let l = result(&out, "alloc", round);
-        assert_eq!(field(&l, "pgfault"), 4096, "{l}");
-        assert_eq!(field(&l, "zeroed"), 4096, "{l}");
+        assert_eq!(l.u64("pgfault"), 4096, "{l}");
+        assert_eq!(l.u64("zeroed"), 4096, "{l}");
     }
     let out = run(
         hypervisor,
@@ -639,7 +554,7 @@ fn alloc(hypervisor: &str) {
         "alloc",
         "mb=16 rounds=1 zero=0",
     );
-    assert_eq!(field(&result(&out, "alloc", "round1"), "zeroed"), 0);
+    assert_eq!(result(&out, "alloc", "round1").u64("zeroed"), 0);
 }
 
 #[test]
@@ -648,7 +563,7 @@ fn alloc_on_memvisor() {
     // One task per vCPU, one line per vCPU and round.
     let disks = Disks::new("", "1");
     let out = run("memvisor", "64M", "2", &disks, "alloc", "mb=8 rounds=1");
-    assert_eq!(field(&done_ok(&out, "alloc"), "cpus"), 2);
+    assert_eq!(done_ok(&out, "alloc").u64("cpus"), 2);
     let stdout = String::from_utf8_lossy(&out.stdout);
     for cpu in ["cpu=0", "cpu=1"] {
         assert!(
@@ -658,7 +573,7 @@ fn alloc_on_memvisor() {
             "no round1 line for {cpu}"
         );
     }
-    assert_eq!(field(&done_ok(&out, "alloc"), "pgfault"), 2 * 2048);
+    assert_eq!(done_ok(&out, "alloc").u64("pgfault"), 2 * 2048);
 }
 
 #[test]
@@ -670,11 +585,11 @@ fn memhog_and_toucher(hv: &str) {
     let disks = Disks::new("", "1");
     let out = run(hv, "64M", "1", &disks, "memhog", "mb=8 secs=1");
     let l = done_ok(&out, "memhog");
-    assert!(field(&l, "touches") > 2048, "{l}");
+    assert!(l.u64("touches") > 2048, "{l}");
     let out = run(hv, "64M", "1", &disks, "toucher", "schedule=8:1,2:1");
     done_ok(&out, "toucher");
-    assert_eq!(field(&result(&out, "toucher", "step1"), "ws_mb"), 8);
-    assert_eq!(field(&result(&out, "toucher", "step2"), "pgfault"), 0);
+    assert_eq!(result(&out, "toucher", "step1").u64("ws_mb"), 8);
+    assert_eq!(result(&out, "toucher", "step2").u64("pgfault"), 0);
     // lat=1: each step and the whole run report their slow touches, in order of size.
     let out = run(hv, "64M", "1", &disks, "toucher", "schedule=8:1,2:1 lat=1");
     let done = done_ok(&out, "toucher");
@@ -684,17 +599,17 @@ fn memhog_and_toucher(hv: &str) {
         result(&out, "toucher", "step2"),
         done.clone(),
     ] {
-        assert_eq!(field(&l, "slow_over_us"), 2, "{l}");
+        assert_eq!(l.u64("slow_over_us"), 2, "{l}");
         let (p50, p99, max) = (
-            field(&l, "slow_p50_us"),
-            field(&l, "slow_p99_us"),
-            field(&l, "slow_max_us"),
+            l.u64("slow_p50_us"),
+            l.u64("slow_p99_us"),
+            l.u64("slow_max_us"),
         );
         assert!(p50 <= p99 && p99 <= max, "{l}");
-        slow += field(&l, "slow");
+        slow += l.u64("slow");
     }
     // The run's count is the steps' sum.
-    assert_eq!(slow, 2 * field(&done, "slow"), "{done}");
+    assert_eq!(slow, 2 * done.u64("slow"), "{done}");
 }
 
 #[test]
@@ -718,8 +633,8 @@ fn gcchurn_and_kv(hv: &str) {
         "heap_mb=16 gen_mb=4 gens=8 live_pct=20",
     );
     let l = done_ok(&out, "gcchurn");
-    assert_eq!(field(&l, "gens"), 8);
-    assert_eq!(field(&l, "errors"), 0);
+    assert_eq!(l.u64("gens"), 8);
+    assert_eq!(l.u64("errors"), 0);
     for mix in ["a", "e"] {
         let out = run(
             hv,
@@ -731,8 +646,8 @@ fn gcchurn_and_kv(hv: &str) {
         );
         done_ok(&out, "kv");
         let l = result(&out, "kv", "run");
-        assert_eq!(field(&l, "ops"), 4000, "{l}");
-        assert_eq!(field(&l, "errors"), 0, "{l}");
+        assert_eq!(l.u64("ops"), 4000, "{l}");
+        assert_eq!(l.u64("errors"), 0, "{l}");
     }
     // A hog beside the store: its start is marked, every second has its line, and the hog's
     // writes check out.
@@ -749,18 +664,19 @@ fn gcchurn_and_kv(hv: &str) {
     let start = stdout
         .lines()
         .find(|l| l.starts_with("kv: hog_start "))
+        .map(ResultLine::words)
         .expect("a hog_start line");
-    assert!(field(start, "t_ms") >= 1000, "{start}");
-    assert_eq!(field(start, "mb"), 8, "{start}");
+    assert!(start.u64("t_ms") >= 1000, "{start}");
+    assert_eq!(start.u64("mb"), 8, "{start}");
     assert!(stdout.lines().any(|l| l.starts_with("kv: hog_allocated ")));
     for t in ["kv: t=1s ops_s=", "kv: t=2s ops_s="] {
         assert!(stdout.lines().any(|l| l.starts_with(t)), "{t}");
     }
     let l = result(&out, "kv", "run");
-    assert_eq!(field(&l, "hog_mb"), 8, "{l}");
-    assert!(field(&l, "hog_touches") > 0, "{l}");
-    assert_eq!(field(&l, "hog_errors"), 0, "{l}");
-    assert_eq!(field(&l, "errors"), 0, "{l}");
+    assert_eq!(l.u64("hog_mb"), 8, "{l}");
+    assert!(l.u64("hog_touches") > 0, "{l}");
+    assert_eq!(l.u64("hog_errors"), 0, "{l}");
+    assert_eq!(l.u64("errors"), 0, "{l}");
 }
 
 #[test]
@@ -784,7 +700,7 @@ fn compile_and_mapreduce(hv: &str) {
         "jobs=30 src_mb=4 mem_kb=256",
     );
     let l = done_ok(&out, "compile");
-    assert_eq!(field(&l, "mismatches"), 0);
+    assert_eq!(l.u64("mismatches"), 0);
     let out = run(
         hv,
         "48M",
@@ -795,7 +711,7 @@ fn compile_and_mapreduce(hv: &str) {
     );
     done_ok(&out, "mapreduce");
     let l = result(&out, "mapreduce", "reduce");
-    assert_eq!(field(&l, "total"), 2 * 1024 * 1024 / 8, "{l}");
+    assert_eq!(l.u64("total"), 2 * 1024 * 1024 / 8, "{l}");
 }
 
 #[test]
