@@ -4,9 +4,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+use common::{memvisor, Proc, ResultLine, MEMVISOR};
 
 /// The word the guest kit's selftest writes at byte offset `o` of the disk.
 fn splitmix64(x: u64) -> u64 {
@@ -20,33 +21,6 @@ fn disk(size: u64) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
     f.as_file().set_len(size).unwrap();
     f
-}
-
-fn memvisor(args: &[&str]) -> Output {
-    let out = Command::new(MEMVISOR)
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    eprintln!(
-        "--- memvisor {args:?}\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn result_line(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with("RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT line in the guest's output"))
-        .to_owned()
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
 }
 
 /// Checks that the first `mib` MiB of the image hold the selftest pattern for `seed` and the rest is zero.
@@ -94,12 +68,12 @@ fn selftest(hypervisor: &str, vcpus: &str, extra: &str) {
         Some(1),
         "debug-exit value 0 gives status 1"
     );
-    let line = result_line(&out);
-    assert_eq!(field(&line, "ok"), "1", "{line}");
-    assert_eq!(field(&line, "mismatches"), "0", "{line}");
-    assert_eq!(field(&line, "disk"), "data", "{line}");
-    assert_eq!(field(&line, "bytes"), (8u64 << 20).to_string(), "{line}");
-    assert_eq!(field(&line, "cpus"), vcpus, "{line}");
+    let line = ResultLine::first(&common::stdout(&out));
+    assert_eq!(line.str("ok"), "1", "{line}");
+    assert_eq!(line.str("mismatches"), "0", "{line}");
+    assert_eq!(line.str("disk"), "data", "{line}");
+    assert_eq!(line.str("bytes"), (8u64 << 20).to_string(), "{line}");
+    assert_eq!(line.str("cpus"), vcpus, "{line}");
     check_pattern(img.path(), 8, 42);
 }
 
@@ -144,18 +118,13 @@ fn disk_requests_do_not_exit_to_user_space() {
         "--stats-json",
         stats_path.to_str().unwrap(),
     ];
-    let out = Command::new(MEMVISOR)
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("--- memvisor {args:?}\nstderr:\n{stderr}");
+    let out = memvisor(&args);
     assert_eq!(out.status.code(), Some(1), "the selftest passes");
-    let line = result_line(&out);
-    assert_eq!(field(&line, "ok"), "1", "{line}");
-    assert_eq!(field(&line, "mismatches"), "0", "{line}");
+    let line = ResultLine::first(&common::stdout(&out));
+    assert_eq!(line.str("ok"), "1", "{line}");
+    assert_eq!(line.str("mismatches"), "0", "{line}");
     check_pattern(img.path(), 8, 9);
-    let requests: u64 = field(&line, "requests").parse().unwrap();
+    let requests = line.u64("requests");
     assert!(
         requests >= 4096,
         "8 MiB written and read in 4 KiB requests: {line}"
@@ -192,8 +161,8 @@ fn read_only_disk_is_read_and_left_unchanged() {
         "--cmdline",
         "selftest_mb=4",
     ]);
-    let line = result_line(&out);
-    assert_eq!(field(&line, "ro"), "1", "{line}");
+    let line = ResultLine::first(&common::stdout(&out));
+    assert_eq!(line.str("ro"), "1", "{line}");
     assert_eq!(out.status.code(), Some(1));
     assert!(std::fs::read(img.path())
         .unwrap()
@@ -210,7 +179,7 @@ fn boot_workload_prints_first_line_and_exits() {
         stdout.starts_with("memvisor guest kit: booting"),
         "{stdout}"
     );
-    assert_eq!(field(&result_line(&out), "ok"), "1");
+    assert_eq!(ResultLine::first(&common::stdout(&out)).str("ok"), "1");
 }
 
 /// A PVH ELF that is not the guest kit: prints "hi" and exits with 0x21.
@@ -329,27 +298,27 @@ fn vcpu_and_vmm_threads_run_on_the_cpus_asked_for() {
     // The vCPU on the first CPU, the rest on the last (the same one on a 1-CPU host).
     let (vcpu, vmm) = ("0".to_owned(), (cpus - 1).to_string());
     for hv in ["memvisor", "qemu"] {
-        let mut child = Command::new(MEMVISOR)
-            .args(["run", "--hypervisor", hv, "--mem", "128M"])
-            .args(["--vcpu-cpus", &vcpu, "--vmm-cpus", &vmm])
-            .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = Proc::spawn(
+            Command::new(MEMVISOR)
+                .args(["run", "--hypervisor", hv, "--mem", "128M"])
+                .args(["--vcpu-cpus", &vcpu, "--vmm-cpus", &vmm])
+                .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
+                .stdout(Stdio::null()),
+        );
         let vcpu_name = if hv == "qemu" { "CPU 0/KVM" } else { "vcpu0" };
         let t0 = std::time::Instant::now();
         // QEMU's vCPU threads are pinned by the launcher as they appear, so wait for that too.
         let threads = loop {
-            let threads = thread_cpus(child.id());
+            let threads = thread_cpus(child.pid());
             if threads.iter().any(|(n, c)| n == vcpu_name && *c == vcpu)
-                || t0.elapsed() > std::time::Duration::from_secs(20)
+                || t0.elapsed() > Duration::from_secs(20)
             {
                 break threads;
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
         };
         // 1: the guest's debug exit with 0, its success.
-        assert_eq!(child.wait().unwrap().code(), Some(1), "{hv} failed");
+        assert_eq!(child.finish().status.code(), Some(1), "{hv} failed");
         eprintln!("{hv}: {threads:?}");
         for (name, allowed) in &threads {
             let want = if name == vcpu_name { &vcpu } else { &vmm };
@@ -390,25 +359,25 @@ fn thread_nice(pid: u32) -> Vec<(String, i32)> {
 fn the_threads_a_guest_waits_on_run_at_the_serving_nice_value() {
     let image = disk(16 << 20);
     let path = image.path().to_str().unwrap();
-    let mut child = Command::new(MEMVISOR)
-        .args(["run", "--mem", "128M", "--balloon", "--serving-nice", "-4"])
-        .args(["--disk", &format!("{path},id=d")])
-        .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = Proc::spawn(
+        Command::new(MEMVISOR)
+            .args(["run", "--mem", "128M", "--balloon", "--serving-nice", "-4"])
+            .args(["--disk", &format!("{path},id=d")])
+            .args(["--workload", "memhog", "--cmdline", "mb=16 secs=4"])
+            .stdout(Stdio::null()),
+    );
     let t0 = std::time::Instant::now();
     let wanted = ["blk-d", "balloon", "pager", "vcpu0"];
     let threads = loop {
-        let threads = thread_nice(child.id());
+        let threads = thread_nice(child.pid());
         if wanted.iter().all(|w| threads.iter().any(|(n, _)| n == w))
-            || t0.elapsed() > std::time::Duration::from_secs(20)
+            || t0.elapsed() > Duration::from_secs(20)
         {
             break threads;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(child.wait().unwrap().code(), Some(1), "the guest failed");
+    assert_eq!(child.finish().status.code(), Some(1), "the guest failed");
     eprintln!("{threads:?}");
     // SAFETY: no arguments.
     let root = unsafe { libc::geteuid() } == 0;
