@@ -7,40 +7,17 @@
 use std::path::Path;
 
 mod common;
-use common::memvisor;
+use common::{memvisor, mkdisk_data, mkdisk_swap, stdout, ResultLine};
 
+/// A 64 MiB data disk (with `files`, if any) and a 128 MiB swap disk in `dir`: their paths.
 fn mkdisks(dir: &Path, files: &str) -> (String, String) {
-    let data = dir.join("data.img").display().to_string();
-    let swap = dir.join("swap.img").display().to_string();
-    let mut args = vec![
-        "mkdisk", "data", "--out", &data, "--size", "64M", "--seed", "3",
-    ];
+    let mut extra = vec!["--seed", "3"];
     if !files.is_empty() {
-        args.extend(["--files", files]);
+        extra.extend(["--files", files]);
     }
-    assert!(memvisor(&args).status.success());
-    assert!(
-        memvisor(&["mkdisk", "swap", "--out", &swap, "--size", "128M"])
-            .status
-            .success()
-    );
-    (data, swap)
-}
-
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn result_field(text: &str, prefix: &str, key: &str) -> u64 {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line starting {prefix}"));
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        .parse()
-        .unwrap()
+    let data = mkdisk_data(dir.join("data.img"), "64M", &extra);
+    let swap = mkdisk_swap(dir.join("swap.img"), "128M");
+    (data.display().to_string(), swap.display().to_string())
 }
 
 fn indirections(stats: &Path) -> serde_json::Value {
@@ -81,13 +58,9 @@ fn integrity_with(extra: &[&str]) -> serde_json::Value {
     args.extend(extra);
     let out = memvisor(&args);
     assert_eq!(out.status.code(), Some(1), "the guest succeeded");
-    let text = stdout(&out);
-    let done = "RESULT workload=integrity phase=done";
-    assert_eq!(result_field(&text, done, "mismatches"), 0);
-    assert!(
-        result_field(&text, done, "pswpout") > 10_000,
-        "the guest swapped"
-    );
+    let done = ResultLine::find(&stdout(&out), "integrity", "done");
+    assert_eq!(done.u64("mismatches"), 0);
+    assert!(done.u64("pswpout") > 10_000, "the guest swapped");
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let ind = indirections(&stats);
@@ -224,10 +197,9 @@ fn kept_indirections_disentangle_into_images_that_stand_alone() {
     std::fs::remove_file(&store).unwrap();
     let checked = memvisor(&refs);
     assert_eq!(checked.status.code(), Some(1));
-    let text = stdout(&checked);
-    let line = "RESULT workload=crashwrite phase=check";
-    assert_eq!(result_field(&text, line, "ok"), 1);
-    assert_eq!(result_field(&text, line, "lost"), 0);
+    let line = ResultLine::find(&stdout(&checked), "crashwrite", "check");
+    assert_eq!(line.u64("ok"), 1);
+    assert_eq!(line.u64("lost"), 0);
 }
 
 #[test]
