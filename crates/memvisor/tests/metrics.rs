@@ -7,46 +7,13 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-
-/// A child process stopped (SIGTERM, then SIGKILL after a grace period) and reaped when dropped,
-/// so a failing test leaves nothing running.
-struct Proc {
-    name: &'static str,
-    child: Child,
-}
-
-impl Proc {
-    /// Stops the process; returns its exit status code (`None` if a signal ended it).
-    fn stop(&mut self) -> Option<i32> {
-        if let Ok(Some(s)) = self.child.try_wait() {
-            return s.code();
-        }
-        // SAFETY: plain kill(2) of a process this test started.
-        unsafe { libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("{} did not stop on SIGTERM: killed", self.name);
-        let _ = self.child.kill();
-        self.child.wait().ok().and_then(|s| s.code())
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+mod common;
+use common::{host_command, memvisor, Proc};
 
 /// A loopback port nobody listens on now.
 fn free_port() -> u16 {
@@ -141,9 +108,8 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
     .unwrap();
     let prom_log = dir.path().join("prometheus.log");
     let prom_out = std::fs::File::create(&prom_log).unwrap();
-    let _prom = Proc {
-        name: "prometheus",
-        child: Command::new(prometheus_bin())
+    let _prom = Proc::spawn(
+        Command::new(prometheus_bin())
             .arg(format!("--config.file={}", prom_config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
@@ -152,10 +118,8 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
             .arg(format!("--web.listen-address={web}"))
             .stdin(Stdio::null())
             .stdout(prom_out.try_clone().unwrap())
-            .stderr(prom_out)
-            .spawn()
-            .unwrap(),
-    };
+            .stderr(prom_out),
+    );
     wait_for(
         "prometheus ready",
         120,
@@ -182,16 +146,11 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
     )
     .unwrap();
     let host_log = dir.path().join("host.log");
-    let mut host = Proc {
-        name: "memvisor host",
-        child: Command::new(MEMVISOR)
-            .args(["host", "--config"])
-            .arg(&host_config)
+    let mut host = Proc::spawn(
+        host_command(&host_config)
             .stdin(Stdio::null())
-            .stderr(std::fs::File::create(&host_log).unwrap())
-            .spawn()
-            .unwrap(),
-    };
+            .stderr(std::fs::File::create(&host_log).unwrap()),
+    );
     let sock = dir.path().join("host.state/host.sock");
 
     // Both VMs' resident memory rose and a counter of each grew (port I/O exits: the guest's
@@ -237,17 +196,9 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
     );
 
     // `memvisor top --once`: the header and one row per VM, each with every column.
-    let out = Command::new(MEMVISOR)
-        .args(["top", "--once", "--host-sock"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = memvisor(&["top", "--once", "--host-sock", sock.to_str().unwrap()]);
+    let text = common::stdout(&out);
+    assert!(out.status.success(), "{text}{}", common::stderr(&out));
     let lines: Vec<&str> = text.lines().collect();
     assert!(
         lines[0].starts_with("memvisor host  budget 512.0 MiB  free ")
@@ -291,12 +242,9 @@ fn prometheus_scrapes_the_host_and_top_shows_its_vms() {
 #[test]
 fn top_without_a_host_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(MEMVISOR)
-        .args(["top", "--once", "--host-sock"])
-        .arg(dir.path().join("none.sock"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let none = dir.path().join("none.sock");
+    let out = memvisor(&["top", "--once", "--host-sock", none.to_str().unwrap()]);
+    let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("no memvisor host is listening at") && err.contains("none.sock"),
