@@ -7,7 +7,8 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::process::{Command, Output};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+mod common;
+use common::MEMVISOR;
 
 /// `memvisor ARGS... SOCK REST...`, run as `nobody` when `as_nobody`.
 fn memvisor(args: &[&str], sock: &Path, rest: &[&str], as_nobody: bool) -> Output {
@@ -29,7 +30,7 @@ fn memvisor(args: &[&str], sock: &Path, rest: &[&str], as_nobody: bool) -> Outpu
 
 /// The one line `out` printed on stderr, after checking it failed with status 2.
 fn one_line(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let err = common::stderr(out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     err
