@@ -3,116 +3,40 @@
 //! every byte verified, pool memory passing from one VM to the next with no data crossing, a
 //! malformed config, and SIGTERM stopping every VM.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use memvisor_api::{
-    ActiveMemory, ClientError, ErrorBody, FreeStateName, HostClient, HostEvent, HostEventKind,
-    HostInfo, HostRequest, HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit,
-    VmSample, VmSpec, VmStats,
+    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostRequest,
+    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit, VmSample, VmSpec, VmStats,
 };
 use serde_json::Value;
 
-#[path = "common/openapi.rs"]
-mod openapi;
-use openapi::typed;
+mod common;
+use common::openapi::{self, typed};
+use common::{memvisor, mkdisk_data, ok, poll, spin_kernel, ResultLine, TestHost, MIB};
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
-const MIB: u64 = 1 << 20;
-
-/// A running `memvisor host`, killed (with its VMs, which get SIGTERM when it dies) if a test
-/// fails half-way.
-struct HostProc {
-    child: Child,
-    sock: PathBuf,
-}
-
-impl Drop for HostProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: plain kill(2) of a process this test started (or its child).
-    unsafe { libc::kill(i32::try_from(pid).unwrap(), sig) };
-}
-
-/// Writes `config` as `host.toml` in `dir` and starts a host on it.
-fn start_host(dir: &Path, config: &str) -> HostProc {
-    let path = dir.join("host.toml");
-    std::fs::write(&path, config).unwrap();
-    let child = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&path)
-        .env("MEMVISOR_LOG", "info")
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let sock = dir.join("host.state/host.sock");
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the host socket never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    HostProc { child, sock }
-}
-
-/// A PVH kernel that spins forever (`jmp $`): a VM that costs nothing and never ends.
-fn spin_kernel(dir: &Path) -> PathBuf {
-    let path = dir.join("spin.elf");
-    std::fs::write(
-        &path,
-        memvisor_boot::test_utils::make_elf(0x10_0000, &[0xeb, 0xfe], Some(0x10_0000)),
-    )
-    .unwrap();
-    path
-}
-
-/// A typed answer of the host at `sock`, which must answer 200 with the API's type.
-fn ok<T>(answer: Result<T, ClientError>) -> T {
-    answer.unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn client(sock: &Path) -> HostClient {
-    HostClient::new(sock)
-}
-
-fn vm(sock: &Path, name: &str) -> HostVm {
-    ok(client(sock).vm(name))
-}
-
-/// Polls VM `name` until `done` holds (at most `secs` seconds).
-fn wait_vm(sock: &Path, name: &str, secs: u64, done: impl Fn(&HostVm) -> bool) -> HostVm {
-    let t = Instant::now();
-    loop {
-        let v = vm(sock, name);
-        if done(&v) {
-            return v;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "vm {name} after {secs} s: {v:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// `memvisor sim --replay TRACE`, which must succeed: what it says.
+fn replay(trace: &Path) -> String {
+    let out = memvisor(&["sim", "--replay", trace.to_str().unwrap()]);
+    let said = common::stdout(&out);
+    assert!(out.status.success(), "{said}");
+    said
 }
 
 /// Makes a 32 MiB data disk for the integrity workload at each of `names` in `dir`.
 fn data_disks(dir: &Path, names: &[&str]) {
     for d in names {
-        let st = Command::new(MEMVISOR)
-            .args(["mkdisk", "data", "--size", "32M", "--out"])
-            .arg(dir.join(d))
-            .status()
-            .unwrap();
-        assert!(st.success());
+        mkdisk_data(dir.join(d), "32M", &[]);
     }
+}
+
+/// The final RESULT line of `workload` in the log of `vm`, which must say ok with no
+/// mismatches; returns the log.
+fn intact(vm: &HostVm, workload: &str) -> String {
+    let log = std::fs::read_to_string(&vm.log).unwrap();
+    ResultLine::find(&log, workload, "done").assert_intact();
+    log
 }
 
 fn spec() -> Value {
@@ -286,7 +210,7 @@ fn host_api_admission_and_sigterm() {
     let kernel = spin_kernel(dir.path());
     let k = kernel.display();
     // 256 MiB budget, 24 MiB overhead per VM: a (min 64M) reserves 88M, b would need 224M.
-    let mut host = start_host(
+    let host = TestHost::start(
         dir.path(),
         &format!(
             r#"
@@ -311,38 +235,38 @@ kernel = "{k}"
 "#
         ),
     );
-    let sock = host.sock.clone();
+    let sock = host.sock();
     assert_eq!(spec["paths"].as_object().unwrap().len(), 7);
-    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
+    let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
         (64 * MIB, 128 * MIB, 1000)
     );
     assert!(a.pid.is_some());
-    let b = vm(&sock, "b");
+    let b = host.vm("b");
     assert_eq!(b.state, HostVmState::Refused);
     let why = b.why.unwrap();
     assert!(
         why.contains("unreserved memory") && why.contains(&format!("{} bytes short", 56 * MIB)),
         "{why}"
     );
-    let (_, h) = call_checked(&spec, &sock, "GET", "/host", None);
+    let (_, h) = call_checked(&spec, sock, "GET", "/host", None);
     let h: HostInfo = typed(&h, "GET /host");
     assert_eq!(h.budget_bytes, 256 * MIB);
     assert_eq!(h.memory_reserved_bytes, 88 * MIB);
     assert_eq!(h.swap_reserved_bytes, 64 * MIB);
-    let (_, vms) = call_checked(&spec, &sock, "GET", &HostRequest::Vms.path(), None);
+    let (_, vms) = call_checked(&spec, sock, "GET", &HostRequest::Vms.path(), None);
     assert_eq!(vms.as_array().unwrap().len(), 2);
     call_checked(
         &spec,
-        &sock,
+        sock,
         "GET",
         &HostRequest::Vm("a".into()).path(),
         None,
     );
     // The host's numbers and each VM's, for Prometheus: a refused VM has its state and policy
     // but no VMM stats; a running one has both.
-    let (status, text) = openapi::get_text_checked(&spec, &sock, "/metrics");
+    let (status, text) = openapi::get_text_checked(&spec, sock, "/metrics");
     assert_eq!(status, 200);
     for want in [
         "\nmemvisor_host_budget_bytes 268435456\n",
@@ -366,7 +290,7 @@ kernel = "{k}"
     };
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "POST",
         &HostRequest::Vms.path(),
         Some(&add("c", "256M", "160M")),
@@ -375,7 +299,7 @@ kernel = "{k}"
     assert!(v["error"].as_str().unwrap().contains("bytes short"), "{v}");
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "POST",
         &HostRequest::Vms.path(),
         Some(&add("c", "64M", "32M")),
@@ -384,7 +308,7 @@ kernel = "{k}"
     assert_eq!(v["state"], "starting");
     let (status, _) = call_checked(
         &spec,
-        &sock,
+        sock,
         "POST",
         &HostRequest::Vms.path(),
         Some(&add("c", "64M", "0")),
@@ -399,10 +323,10 @@ kernel = "{k}"
         r#"{"name": "d", "mem": "64M", "min": "128M"}"#,
         r#"{"name": "d", "mem": "64M", "disks": ["x,bad"]}"#,
     ] {
-        let (status, v) = call_checked(&spec, &sock, "POST", &HostRequest::Vms.path(), Some(bad));
+        let (status, v) = call_checked(&spec, sock, "POST", &HostRequest::Vms.path(), Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
-    let h: HostInfo = ok(client(&sock).info());
+    let h: HostInfo = host.info();
     assert_eq!(
         h.memory_reserved_bytes,
         (88 + 56) * MIB,
@@ -419,35 +343,35 @@ kernel = "{k}"
     ] {
         let (status, v) = call_checked(
             &spec,
-            &sock,
+            sock,
             "PATCH",
             &HostRequest::Vm("a".into()).path(),
             Some(bad),
         );
         assert_eq!(status, 400, "{bad}: {v}");
     }
-    let a = vm(&sock, "a");
+    let a = host.vm("a");
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
         (64 * MIB, 128 * MIB, 1000)
     );
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PATCH",
         &HostRequest::Vm("a".into()).path(),
         Some(r#"{"min": "32M", "max": "96M", "shares": 2000}"#),
     );
     assert_eq!(status, 200, "{v}");
-    let a = vm(&sock, "a");
+    let a = host.vm("a");
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
         (32 * MIB, 96 * MIB, 2000)
     );
-    let h: HostInfo = ok(client(&sock).info());
+    let h: HostInfo = host.info();
     assert_eq!(h.memory_reserved_bytes, (56 + 56) * MIB);
     // The target follows the new max within a few ticks.
-    wait_vm(&sock, "a", 5, |v| v.target_bytes == 96 * MIB);
+    host.wait_vm("a", 5, |v| v.target_bytes == 96 * MIB);
 
     // The idle tax: in range it is taken (and planned with), out of range nothing changes.
     for bad in [
@@ -456,21 +380,21 @@ kernel = "{k}"
         r#"{"idle_tax": "high"}"#,
         r#"{"tax": 0.5}"#,
     ] {
-        let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(bad));
+        let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
-    assert_eq!(ok(client(&sock).info()).idle_tax, 0.75);
-    let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
+    assert_eq!(host.info().idle_tax, 0.75);
+    let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["idle_tax"], 0.0);
-    let (status, v) = call_checked(&spec, &sock, "PATCH", "/host", Some("{}"));
+    let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some("{}"));
     assert_eq!((status, &v["idle_tax"]), (200, &Value::from(0.0)));
 
     // Unknown VMs and paths, wrong methods.
     assert_eq!(
         call_checked(
             &spec,
-            &sock,
+            sock,
             "GET",
             &HostRequest::Vm("zz".into()).path(),
             None
@@ -481,7 +405,7 @@ kernel = "{k}"
     assert_eq!(
         call_checked(
             &spec,
-            &sock,
+            sock,
             "PUT",
             &HostRequest::Stop("zz".into()).path(),
             None
@@ -490,39 +414,39 @@ kernel = "{k}"
         404
     );
     assert_eq!(
-        memvisor_api::call(&sock, "GET", "/nope", None).unwrap().0,
+        memvisor_api::call(sock, "GET", "/nope", None).unwrap().0,
         404
     );
     assert_eq!(
-        memvisor_api::call(&sock, "DELETE", &HostRequest::Vms.path(), None)
+        memvisor_api::call(sock, "DELETE", &HostRequest::Vms.path(), None)
             .unwrap()
             .0,
         405
     );
     assert_eq!(
-        memvisor_api::call(&sock, "POST", "/metrics", None)
+        memvisor_api::call(sock, "POST", "/metrics", None)
             .unwrap()
             .0,
         405
     );
 
     // Stopping one VM: it exits, its reservation returns, it stays listed.
-    wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Running);
+    host.wait_vm("c", 10, |v| v.state == HostVmState::Running);
     let (status, _) = call_checked(
         &spec,
-        &sock,
+        sock,
         "PUT",
         &HostRequest::Stop("c".into()).path(),
         None,
     );
     assert_eq!(status, 200);
-    let c = wait_vm(&sock, "c", 10, |v| v.state == HostVmState::Exited);
+    let c = host.wait_vm("c", 10, |v| v.state == HostVmState::Exited);
     assert!(c.why.unwrap().starts_with("stopped"));
     assert_eq!(c.exit_status, Some(128 + libc::SIGTERM));
     assert_eq!(
         call_checked(
             &spec,
-            &sock,
+            sock,
             "PUT",
             &HostRequest::Stop("c".into()).path(),
             None
@@ -530,13 +454,13 @@ kernel = "{k}"
         .0,
         400
     );
-    let h: HostInfo = ok(client(&sock).info());
+    let h: HostInfo = host.info();
     assert_eq!(h.memory_reserved_bytes, 56 * MIB);
 
     // Removing: not while a VM runs; an exited one is forgotten, and its name is free.
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "DELETE",
         &HostRequest::Vm("a".into()).path(),
         None,
@@ -546,10 +470,10 @@ kernel = "{k}"
         v["error"].as_str().unwrap().contains("stop it first"),
         "{v}"
     );
-    assert_eq!(vm(&sock, "a").state, HostVmState::Running);
+    assert_eq!(host.vm("a").state, HostVmState::Running);
     let (status, v) = call_checked(
         &spec,
-        &sock,
+        sock,
         "DELETE",
         &HostRequest::Vm("c".into()).path(),
         None,
@@ -558,7 +482,7 @@ kernel = "{k}"
     assert_eq!(
         call_checked(
             &spec,
-            &sock,
+            sock,
             "GET",
             &HostRequest::Vm("c".into()).path(),
             None
@@ -569,7 +493,7 @@ kernel = "{k}"
     assert_eq!(
         call_checked(
             &spec,
-            &sock,
+            sock,
             "DELETE",
             &HostRequest::Vm("c".into()).path(),
             None
@@ -577,14 +501,14 @@ kernel = "{k}"
         .0,
         404
     );
-    let names: Vec<String> = ok(client(&sock).vms())
+    let names: Vec<String> = ok(host.client().vms())
         .into_iter()
         .map(|v| v.name)
         .collect();
     assert_eq!(names, ["a", "b"]);
 
     // Events and history: what happened, in order, and the ticks with each running VM.
-    let (_, events) = call_checked(&spec, &sock, "GET", "/events", None);
+    let (_, events) = call_checked(&spec, sock, "GET", "/events", None);
     let kinds: Vec<(&str, &str)> = events
         .as_array()
         .unwrap()
@@ -601,16 +525,10 @@ kernel = "{k}"
     ] {
         assert!(kinds.contains(&want), "{want:?} in {kinds:?}");
     }
-    let (_, history) = call_checked(&spec, &sock, "GET", "/history", None);
+    let (_, history) = call_checked(&spec, sock, "GET", "/history", None);
     let history = history.as_array().unwrap();
     let first = history[0]["seconds"].as_f64().unwrap();
-    let (_, later) = call_checked(
-        &spec,
-        &sock,
-        "GET",
-        &format!("/history?since={first}"),
-        None,
-    );
+    let (_, later) = call_checked(&spec, sock, "GET", &format!("/history?since={first}"), None);
     assert_eq!(later.as_array().unwrap().len(), history.len() - 1);
     assert!(history.iter().any(|t| t["vms"]
         .as_array()
@@ -618,16 +536,17 @@ kernel = "{k}"
         .iter()
         .any(|v| v["name"] == "c")));
     let last = history.last().unwrap()["seconds"].as_f64().unwrap();
-    let (_, none) = call_checked(&spec, &sock, "GET", &format!("/history?since={last}"), None);
+    let (_, none) = call_checked(&spec, sock, "GET", &format!("/history?since={last}"), None);
     assert!(none.as_array().unwrap().is_empty());
     for bad in ["/events?since=soon", "/history?until=3"] {
-        assert_eq!(call_checked(&spec, &sock, "GET", bad, None).0, 400, "{bad}");
+        assert_eq!(call_checked(&spec, sock, "GET", bad, None).0, 400, "{bad}");
     }
 
     // SIGTERM: every VM stops, the host exits 0 and removes its socket.
-    let a_pid = vm(&sock, "a").pid.unwrap();
-    signal(host.child.id(), libc::SIGTERM);
-    let status = host.child.wait().unwrap();
+    let a_pid = host.vm("a").pid.unwrap();
+    let sock = sock.to_owned();
+    host.signal(libc::SIGTERM);
+    let status = host.finish().status;
     assert_eq!(status.code(), Some(0));
     assert!(!sock.exists());
     assert!(
@@ -645,7 +564,7 @@ fn the_host_forgets_what_is_older_than_keep() {
     let dir = tempfile::tempdir().unwrap();
     let kernel = spin_kernel(dir.path());
     let k = kernel.display();
-    let host = start_host(
+    let host = TestHost::start(
         dir.path(),
         &format!(
             "[host]\nmemory = \"256M\"\nswap = \"1G\"\ntick = \"100ms\"\nkeep = \"2s\"\n\n\
@@ -653,24 +572,25 @@ fn the_host_forgets_what_is_older_than_keep() {
              [[vm]]\nname = \"goes\"\nmem = \"64M\"\nkernel = \"{k}\"\n"
         ),
     );
-    let sock = host.sock.clone();
-    wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Running);
-    ok(client(&sock).stop("goes"));
-    let exited = wait_vm(&sock, "goes", 10, |v| v.state == HostVmState::Exited);
+    host.wait_vm("goes", 10, |v| v.state == HostVmState::Running);
+    ok(host.client().stop("goes"));
+    let exited = host.wait_vm("goes", 10, |v| v.state == HostVmState::Exited);
     assert!(exited.why.unwrap().starts_with("stopped"));
-    let t = Instant::now();
-    while ok(client(&sock).vms()).len() > 1 {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the exited VM is still listed 10 s later"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(vm(&sock, "stays").state, HostVmState::Running);
+    poll(
+        "the exited VM is forgotten",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            Some(ok(host.client().vms()))
+                .filter(|v| v.len() == 1)
+                .ok_or(())
+        },
+    );
+    assert_eq!(host.vm("stays").state, HostVmState::Running);
     // Everything older than 2 s is gone: the ticks since then are all that is left.
     std::thread::sleep(Duration::from_secs(1));
-    let h: HostInfo = ok(client(&sock).info());
-    let history: Vec<HostSample> = ok(client(&sock).history(0.0));
+    let h: HostInfo = host.info();
+    let history: Vec<HostSample> = ok(host.client().history(0.0));
     let now = history.last().unwrap().seconds;
     assert!(now > 3.0, "{now}");
     assert!(
@@ -684,7 +604,7 @@ fn the_host_forgets_what_is_older_than_keep() {
         history.len()
     );
     assert!(h.ticks > history.len() as u64);
-    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+    let events: Vec<HostEvent> = ok(host.client().events(0.0));
     assert!(
         events.iter().all(|e| e.seconds >= now - 2.0 - 0.2),
         "{events:?}"
@@ -717,7 +637,7 @@ balloon = true
     };
     // 240 MiB for two VMs touching over 100 MiB each, 24 MiB overhead each: both are held
     // below what they touch, so their pagers page.
-    let host = start_host(
+    let host = TestHost::start(
         dir.path(),
         &format!(
             "[host]\nmemory = \"240M\"\nswap = \"2G\"\ntick = \"200ms\"\nsample_period = \"1s\"\nvm_overhead = \"24M\"\ntrace = \"trace.jsonl\"\n{}{}",
@@ -725,23 +645,22 @@ balloon = true
             vm_toml("b")
         ),
     );
-    let sock = host.sock.clone();
-    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Running);
-    wait_vm(&sock, "b", 10, |v| v.state == HostVmState::Running);
+    let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Running);
+    host.wait_vm("b", 10, |v| v.state == HostVmState::Running);
     // Both under pressure: the host has set limits below what they touch.
-    wait_vm(&sock, "b", 20, |v| {
+    host.wait_vm("b", 20, |v| {
         v.limit_bytes < 128 * MIB && v.swapped_bytes > 0
     });
-    let before: HostInfo = ok(client(&sock).info());
-    signal(a.pid.unwrap(), libc::SIGKILL);
-    let a = wait_vm(&sock, "a", 10, |v| v.state == HostVmState::Exited);
+    let before: HostInfo = host.info();
+    common::signal(a.pid.unwrap(), libc::SIGKILL);
+    let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Exited);
     assert_eq!(a.exit_status, Some(128 + libc::SIGKILL));
     assert!(a.why.as_deref().unwrap().contains("signal 9"), "{a:?}");
     assert_eq!(
         (a.exit, a.why.as_deref()),
         (Some(VmExit::Signal), Some("killed by signal 9"))
     );
-    let after: HostInfo = ok(client(&sock).info());
+    let after: HostInfo = host.info();
     assert_eq!(
         before.memory_reserved_bytes - after.memory_reserved_bytes,
         24 * MIB,
@@ -751,7 +670,7 @@ balloon = true
         before.swap_reserved_bytes - after.swap_reserved_bytes,
         256 * MIB
     );
-    let b = wait_vm(&sock, "b", 120, |v| v.state == HostVmState::Exited);
+    let b = host.wait_vm("b", 120, |v| v.state == HostVmState::Exited);
     assert_eq!(b.exit_status, Some(1), "{b:?}");
     // What the exit means, in the VM's entry and in the host's events.
     assert_eq!(
@@ -761,38 +680,24 @@ balloon = true
             Some("the guest reported success")
         )
     );
-    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+    let events: Vec<HostEvent> = ok(host.client().events(0.0));
     assert!(
         events.iter().any(|e| e.kind == HostEventKind::Exited
             && e.vm.as_deref() == Some("b")
             && e.message == "the guest reported success"),
         "{events:?}"
     );
-    let log = std::fs::read_to_string(&b.log).unwrap();
-    let done = log
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-        .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
-    let rounds = log
-        .lines()
-        .filter(|l| l.starts_with("RESULT workload=integrity phase=round"))
+    let log = intact(&b, "integrity");
+    let rounds = ResultLine::all(&log)
+        .iter()
+        .filter(|r| r.workload() == "integrity" && r.str("phase").starts_with("round"))
         .count();
     assert!(rounds >= 3, "{log}");
 
     // The simulator's replay of the host's own trace: the same policy code reaches the same
     // decisions from the same observations, tick for tick, pressure, a death and all.
     let trace = dir.path().join("trace.jsonl");
-    let out = Command::new(MEMVISOR)
-        .args(["sim", "--replay"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}");
+    let said = replay(&trace);
     let ticks: u64 = said
         .split(" ticks replayed, 0 decisions differ")
         .next()
@@ -828,7 +733,7 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
     // overhead − 6 % reserve − 96) is under the 232 MiB it touches, and the pool is what it
     // does not hold, so its victims go to the pool.
     let cmdline = "anon_mb=224 file_mb=8 rounds=3 secs=6 seed=";
-    let host = start_host(
+    let host = TestHost::start(
         dir.path(),
         &format!(
             "[host]\nmemory = \"320M\"\npool = \"96M\"\nswap = \"2G\"\ntick = \"200ms\"\n\n\
@@ -836,18 +741,9 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
              cmdline = \"{cmdline}1\"\ndisks = [\"a.img,id=data\"]\n"
         ),
     );
-    let sock = host.sock.clone();
     let intact = |name: &str| {
-        let v = wait_vm(&sock, name, 180, |v| v.state == HostVmState::Exited);
-        let log = std::fs::read_to_string(&v.log).unwrap();
-        let done = log
-            .lines()
-            .find(|l| l.starts_with("RESULT workload=integrity phase=done"))
-            .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
-        assert!(
-            done.contains(" ok=1") && done.contains(" mismatches=0"),
-            "{name}: {done}"
-        );
+        let v = host.wait_vm(name, 180, |v| v.state == HostVmState::Exited);
+        intact(&v, "integrity");
         // Its VMM's last counters: its pages went through its pool.
         let path = dir.path().join(format!("host.state/{name}.stats.json"));
         let stats: VmStats =
@@ -859,7 +755,7 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
         );
     };
     intact("a");
-    let h: HostInfo = ok(client(&sock).info());
+    let h: HostInfo = host.info();
     assert_eq!(h.pool_max_bytes, 96 * MIB);
     let disk = dir.path().join("b.img");
     let b = format!(
@@ -867,7 +763,7 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
         disk.display()
     );
     let b: VmSpec = serde_json::from_str(&b).unwrap();
-    ok(client(&sock).add(&b));
+    ok(host.client().add(&b));
     intact("b");
 }
 
@@ -880,12 +776,8 @@ fn a_malformed_config_names_the_file_the_line_and_the_key() {
         "[host]\nmemory = \"1G\"\n\n[[vm]]\nname = \"a\"\nmem = \"256M\"\nshares = \"many\"\n",
     )
     .unwrap();
-    let out = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = memvisor(&["host", "--config", path.to_str().unwrap()]);
+    let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&path.display().to_string())
@@ -893,13 +785,10 @@ fn a_malformed_config_names_the_file_the_line_and_the_key() {
             && err.contains("shares"),
         "{err}"
     );
-    let out = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(dir.path().join("missing.toml"))
-        .output()
-        .unwrap();
+    let missing = dir.path().join("missing.toml");
+    let out = memvisor(&["host", "--config", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+    assert!(common::stderr(&out).contains("missing.toml"));
 }
 
 #[test]
@@ -939,12 +828,8 @@ min = "600M"
         ),
     )
     .unwrap();
-    let out = Command::new(MEMVISOR)
-        .args(["host", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = memvisor(&["host", "--config", path.to_str().unwrap()]);
+    let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     let file = path.display().to_string();
     let lines: Vec<&str> = err.lines().collect();
@@ -974,30 +859,21 @@ min = "600M"
 /// mirroring now and those already released (on a loaded machine the other VM may grow, and
 /// the host balance, before the guest has read all its file).
 fn wait_mirrored(vm: &HostVm, pages: u64) {
-    let vmm = memvisor_api::VmClient::new(Path::new(&vm.api_sock));
-    let t = Instant::now();
-    while ok(vmm.stats())
-        .pager
-        .map_or(0, |p| p.pages.mirrored_pages + p.counters.released_pages)
-        < pages
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "{}: no page cache",
-            vm.name
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Writes a 128 MiB data disk `cache.img` in `dir`.
-fn cache_disk(dir: &Path) {
-    let st = Command::new(MEMVISOR)
-        .args(["mkdisk", "data", "--size", "128M", "--out"])
-        .arg(dir.join("cache.img"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let vmm = memvisor_api::VmClient::new(&vm.api_sock);
+    poll(
+        format!("{}: page cache", vm.name),
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let p = ok(vmm.stats()).pager;
+            let n = p.map_or(0, |p| p.pages.mirrored_pages + p.counters.released_pages);
+            if n >= pages {
+                Ok(())
+            } else {
+                Err(n)
+            }
+        },
+    );
 }
 
 /// HyperDealer2 balancing (`balancing = "hd2"`): `cache` reads a file into its page cache (the
@@ -1011,10 +887,10 @@ fn cache_disk(dir: &Path) {
 #[test]
 fn hd2_balancing_moves_clean_pages_to_a_vm_that_needs_memory() {
     let dir = tempfile::tempdir().unwrap();
-    cache_disk(dir.path());
+    mkdisk_data(dir.path().join("cache.img"), "128M", &[]);
     // 320 MiB less two 24 MiB overheads and the 6 % reserve leaves 253 MiB for the VMs:
     // `needy` touching 200 MiB beside `cache` holding its 64 MiB file does not fit.
-    let host = start_host(
+    let host = TestHost::start(
         dir.path(),
         r#"[host]
 memory = "320M"
@@ -1043,8 +919,7 @@ cmdline = "schedule=16:4,200:60"
 balloon = true
 "#,
     );
-    let sock = host.sock.clone();
-    let cache = wait_vm(&sock, "cache", 30, |v| v.state == HostVmState::Running);
+    let cache = host.wait_vm("cache", 30, |v| v.state == HostVmState::Running);
     wait_mirrored(&cache, 12_000);
     // Reallocations (a few pages may already move while both boot); then `cache`'s capacity
     // gap is closed: by the gap reducer once it has been out of balancing for `gap_idle`
@@ -1055,36 +930,38 @@ balloon = true
             .as_array()
             .and_then(|v| v.iter().position(|v| v["name"] == "cache"))
     };
-    let t = Instant::now();
-    let (events, ticks) = loop {
-        let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
-        let info: HostInfo = ok(client(&sock).info());
-        let last = events
-            .iter()
-            .filter(|e| e.kind == HostEventKind::Reallocated)
-            .map(|e| e.seconds)
-            .fold(f64::NAN, f64::max);
-        let ticks: Vec<Value> = std::fs::read_to_string(&trace)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .collect();
-        // The gap `cache` carries into the latest tick, `gap_idle` and more after the last
-        // reallocation.
-        let settled = ticks.last().is_some_and(|t| {
-            t["t"].as_f64() > Some(last + 2.5)
-                && cache_at(t).is_some_and(|i| t["vms"][i]["balance"]["gap"].as_u64() == Some(0))
-        });
-        if info.released_pages > 2048 && settled {
-            break (events, ticks);
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(90),
-            "no reallocation of over 2048 pages and gap closed after it in 90 s: {info:?} {events:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let info: HostInfo = ok(client(&sock).info());
+    let (events, ticks) = poll(
+        "a reallocation of over 2048 pages and the gap closed after it",
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        || {
+            let events: Vec<HostEvent> = ok(host.client().events(0.0));
+            let info: HostInfo = host.info();
+            let last = events
+                .iter()
+                .filter(|e| e.kind == HostEventKind::Reallocated)
+                .map(|e| e.seconds)
+                .fold(f64::NAN, f64::max);
+            let ticks: Vec<Value> = std::fs::read_to_string(&trace)
+                .unwrap()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect();
+            // The gap `cache` carries into the latest tick, `gap_idle` and more after the last
+            // reallocation.
+            let settled = ticks.last().is_some_and(|t| {
+                t["t"].as_f64() > Some(last + 2.5)
+                    && cache_at(t)
+                        .is_some_and(|i| t["vms"][i]["balance"]["gap"].as_u64() == Some(0))
+            });
+            if info.released_pages > 2048 && settled {
+                Ok((events, ticks))
+            } else {
+                Err((info, events))
+            }
+        },
+    );
+    let info: HostInfo = host.info();
     assert_eq!(info.balancing, memvisor_api::Balancing::Hd2);
     let e = events
         .iter()
@@ -1128,13 +1005,7 @@ balloon = true
         })
         .count();
     assert!(released > 0, "no tick of the trace released a page");
-    let out = Command::new(MEMVISOR)
-        .args(["sim", "--replay"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}");
+    let said = replay(&trace);
     assert!(
         said.contains(" ticks replayed, 0 decisions differ"),
         "{said}"
@@ -1149,8 +1020,8 @@ balloon = true
 #[test]
 fn hd2_releases_under_a_busy_victim_keep_every_byte() {
     let dir = tempfile::tempdir().unwrap();
-    cache_disk(dir.path());
-    let host = start_host(
+    mkdisk_data(dir.path().join("cache.img"), "128M", &[]);
+    let host = TestHost::start(
         dir.path(),
         r#"[host]
 memory = "320M"
@@ -1177,23 +1048,14 @@ cmdline = "schedule=16:4,200:60"
 balloon = true
 "#,
     );
-    let sock = host.sock.clone();
     // `cache` holds its file in its page cache, every page of it mirroring a disk block.
-    let cache = wait_vm(&sock, "cache", 30, |v| v.state == HostVmState::Running);
+    let cache = host.wait_vm("cache", 30, |v| v.state == HostVmState::Running);
     wait_mirrored(&cache, 12_000);
-    let cache = wait_vm(&sock, "cache", 300, |v| v.state == HostVmState::Exited);
-    let log = std::fs::read_to_string(&cache.log).unwrap();
-    let done = log
-        .lines()
-        .find(|l| l.starts_with("RESULT workload=seqread phase=done"))
-        .unwrap_or_else(|| panic!("no final RESULT line in {log}"));
-    assert!(
-        done.contains(" ok=1") && done.contains(" mismatches=0"),
-        "{done}"
-    );
+    let cache = host.wait_vm("cache", 300, |v| v.state == HostVmState::Exited);
+    intact(&cache, "seqread");
     assert_eq!(cache.exit_status, Some(1), "{cache:?}");
-    let info: HostInfo = ok(client(&sock).info());
-    let events: Vec<HostEvent> = ok(client(&sock).events(0.0));
+    let info: HostInfo = host.info();
+    let events: Vec<HostEvent> = ok(host.client().events(0.0));
     let moved: Vec<&HostEvent> = events
         .iter()
         .filter(|e| e.kind == HostEventKind::Reallocated)
