@@ -1,34 +1,24 @@
-//! End-to-end tests of `memvisor bench`: a tiny version of every experiment (small sizes, one
-//! repetition, a subset of the configurations), checking that results.csv and report.md are
-//! complete and consistent with each other, that runs that died are recorded as such, and that
-//! the host is left as it was. Nothing here looks at how fast anything ran.
+//! End-to-end tests of `memvisor bench`: a tiny version of every family of experiments (small
+//! sizes, one repetition, a subset of the configurations), each run through [`tiny`], which
+//! checks what every family does (it succeeds, writes results.csv and report.md, and leaves the
+//! host as it was); each test then checks what its family's outputs say, that they are complete
+//! and consistent with each other and that runs that died are recorded as such. Nothing here
+//! looks at how fast anything ran.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MEMVISOR: &str = env!("CARGO_BIN_EXE_memvisor");
+mod common;
+use common::{log, MEMVISOR};
 
-/// Held by each test that compares the host's state before and after a benchmark: another
+/// Held by each tiny run, which compares the host's state before and after it: another
 /// benchmark running meanwhile would change it (swappiness, its cgroups).
 static HOST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn host_lock() -> std::sync::MutexGuard<'static, ()> {
-    HOST.lock().unwrap_or_else(|e| e.into_inner())
-}
-
+/// `memvisor bench ARGS`, its output logged.
 fn bench(args: &[&str]) -> std::process::Output {
-    let out = Command::new(MEMVISOR)
-        .arg("bench")
-        .args(args)
-        .output()
-        .expect("memvisor runs");
-    eprintln!(
-        "--- memvisor bench {args:?}: {}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    common::memvisor(&[&["bench"], args].concat())
 }
 
 /// Splits one CSV line (fields may be quoted, with `""` for a quote).
@@ -93,51 +83,98 @@ fn host_state() -> (String, Vec<String>) {
     (swappiness, cgroups)
 }
 
-/// Runs one tiny experiment and checks its outputs. Returns the rows.
-fn tiny(
-    experiment: &str,
-    configs: &[&str],
-    phases: &[&str],
-    steps: &[&str],
-    swap_size: &str,
-) -> (Vec<Row>, String) {
+/// What a tiny run of a bench family wrote.
+struct Tiny {
+    _dir: tempfile::TempDir,
+    /// Its `--out` directory.
+    out: PathBuf,
+    stdout: String,
+    /// The rows of results.csv.
+    rows: Vec<Row>,
+    /// report.md.
+    report: String,
+}
+
+impl Tiny {
+    /// The text of `name` in the output directory.
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.out.join(name)).unwrap()
+    }
+
+    /// Checks that the report is what it printed.
+    fn assert_report_printed(&self) {
+        assert_eq!(
+            self.stdout.trim(),
+            self.report.trim(),
+            "the report is printed"
+        );
+    }
+}
+
+/// Runs `memvisor bench FAMILY --scale tiny ARGS`, with `--out` relative to its working
+/// directory as a user types it and a host swap file of its own, one run at a time; checks what
+/// every family does: it succeeds, it leaves the host as it found it (no swap file, swap off, no
+/// cgroups left, swappiness restored), and it writes results.csv (every row with the header's
+/// fields) and report.md.
+fn tiny(family: &str, args: &[&str]) -> Tiny {
+    let _host = HOST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let swap = format!("/var/tmp/memvisor-bench-test-{}.swap", std::process::id());
+    let swap = format!(
+        "/var/tmp/memvisor-bench-test-{family}-{}.swap",
+        std::process::id()
+    );
     let before = host_state();
-    let o = bench(&[
-        experiment,
-        "--scale",
-        "tiny",
-        "--reps",
-        "1",
-        "--configs",
-        &configs.join(","),
-        "--out",
-        out.to_str().unwrap(),
-        "--swap-file",
-        &swap,
-        "--swap-size",
-        swap_size,
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench {experiment} failed");
+    let flags = ["--scale", "tiny", "--out", "rel/out", "--swap-file", &swap];
+    let all = [&["bench", family][..], &flags, args].concat();
+    let o = Command::new(MEMVISOR)
+        .current_dir(dir.path())
+        .args(&all)
+        .output()
+        .expect("memvisor runs");
+    log(&all, &o);
+    assert!(o.status.success(), "memvisor bench {family} failed");
     // Teardown: no swap file, swap off, no cgroups left, swappiness restored.
     assert!(!Path::new(&swap).exists(), "the swap file was left behind");
     assert!(!std::fs::read_to_string("/proc/swaps")
         .unwrap()
         .contains(&swap));
     assert_eq!(host_state(), before, "host state changed");
+    let out = dir.path().join("rel/out");
+    Tiny {
+        rows: read_csv(&out.join("results.csv")),
+        report: std::fs::read_to_string(out.join("report.md")).unwrap(),
+        stdout: common::stdout(&o),
+        out,
+        _dir: dir,
+    }
+}
 
-    let rows = read_csv(&out.join("results.csv"));
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        report.trim(),
-        "the report is printed"
+/// Runs one tiny experiment of phases ([`tiny`]) and checks its outputs. Returns the rows and
+/// the report.
+fn phases(
+    experiment: &str,
+    configs: &[&str],
+    phases: &[&str],
+    steps: &[&str],
+    swap_size: &str,
+) -> (Vec<Row>, String) {
+    let configs_arg = configs.join(",");
+    let t = tiny(
+        experiment,
+        &[
+            "--reps",
+            "1",
+            "--configs",
+            &configs_arg,
+            "--swap-size",
+            swap_size,
+            "--timeout",
+            "120",
+        ],
     );
-    let svg = std::fs::read_to_string(out.join(format!("{experiment}.svg"))).unwrap();
+    t.assert_report_printed();
+    let svg = t.read(&format!("{experiment}.svg"));
+    let (rows, report) = (t.rows, t.report);
     // Every configuration × step × phase has exactly one row.
     let mut expected = vec!["boot"];
     expected.extend_from_slice(phases);
@@ -267,8 +304,7 @@ fn tiny(
 
 #[test]
 fn tiny_experiments_end_to_end() {
-    let _host = host_lock();
-    let (rows, _) = tiny(
+    let (rows, _) = phases(
         "seqread",
         &[
             "qemu",
@@ -285,7 +321,7 @@ fn tiny_experiments_end_to_end() {
     assert!(rows.iter().any(|r| r["config"] == "qemu-hostswap"));
     // A 4 MiB host swap file cannot hold what a 32 MiB limit pushes out of a guest caching a
     // 48 MB file: the memory cgroup's OOM killer ends the run, and the harness says so.
-    let (rows, _) = tiny(
+    let (rows, _) = phases(
         "seqread",
         &["qemu", "memvisor-hostswap"],
         &["pass1", "pass2"],
@@ -298,7 +334,7 @@ fn tiny_experiments_end_to_end() {
         .unwrap();
     assert_eq!(killed["status"], "killed", "{}", killed["reason"]);
     assert!(killed["reason"].contains("OOM"), "{}", killed["reason"]);
-    tiny(
+    phases(
         "alloc",
         &[
             "qemu",
@@ -318,7 +354,7 @@ fn tiny_experiments_end_to_end() {
         "memvisor-pager",
         "memvisor-fpr",
     ];
-    let (rows, report) = tiny(
+    let (rows, report) = phases(
         "overhead",
         &configs,
         &["build", "load", "run", "done", "map", "reduce"],
@@ -354,29 +390,8 @@ fn tiny_experiments_end_to_end() {
 /// says there is no QEMU peer, and the host is left as it was.
 #[test]
 fn tiny_workingset_end_to_end() {
-    let _host = host_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let swap = format!(
-        "/var/tmp/memvisor-bench-test-ws-{}.swap",
-        std::process::id()
-    );
-    let before = host_state();
-    let o = bench(&[
-        "workingset",
-        "--scale",
-        "tiny",
-        "--out",
-        out.to_str().unwrap(),
-        "--swap-file",
-        &swap,
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench workingset failed");
-    assert!(!Path::new(&swap).exists());
-    assert_eq!(host_state(), before, "host state changed");
-    let rows = read_csv(&out.join("results.csv"));
+    let t = tiny("workingset", &["--timeout", "120"]);
+    let rows = &t.rows;
     assert!(!rows.is_empty(), "no answers recorded");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
@@ -384,7 +399,7 @@ fn tiny_workingset_end_to_end() {
     };
     let mut last_t = f64::MIN;
     let mut last_periods = 0.0;
-    for r in &rows {
+    for r in rows {
         assert_eq!(
             (
                 r["experiment"].as_str(),
@@ -431,8 +446,8 @@ fn tiny_workingset_end_to_end() {
         );
     }
     assert!(last_periods > 0.0, "no sampling period completed");
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), report.trim());
+    let report = &t.report;
+    t.assert_report_printed();
     for want in [
         "There is no QEMU peer",
         "| memvisor-pager | 1 | 2 | 8 → 48 |",
@@ -443,7 +458,7 @@ fn tiny_workingset_end_to_end() {
     ] {
         assert!(report.contains(want), "{want}");
     }
-    let svg = std::fs::read_to_string(out.join("workingset.svg")).unwrap();
+    let svg = t.read("workingset.svg");
     for want in [
         "touched (schedule)",
         "estimate (the largest)",
@@ -460,34 +475,19 @@ fn tiny_workingset_end_to_end() {
 /// goal's line are there.
 #[test]
 fn tiny_recovery_end_to_end() {
-    let _host = host_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let swap = format!(
-        "/var/tmp/memvisor-bench-test-rec-{}.swap",
-        std::process::id()
-    );
-    let before = host_state();
     let configs = ["memvisor-pager", "memvisor-pool-proactive"];
-    let o = bench(&[
+    let t = tiny(
         "recovery",
-        "--scale",
-        "tiny",
-        "--reps",
-        "1",
-        "--configs",
-        &configs.join(","),
-        "--out",
-        out.to_str().unwrap(),
-        "--swap-file",
-        &swap,
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench recovery failed");
-    assert!(!Path::new(&swap).exists());
-    assert_eq!(host_state(), before, "host state changed");
-    let rows = read_csv(&out.join("results.csv"));
+        &[
+            "--reps",
+            "1",
+            "--configs",
+            &configs.join(","),
+            "--timeout",
+            "120",
+        ],
+    );
+    let rows = &t.rows;
     for c in configs {
         let mine: Vec<&Row> = rows.iter().filter(|r| r["config"] == c).collect();
         // 8 s of run phase: a line for each second but perhaps the last.
@@ -511,8 +511,8 @@ fn tiny_recovery_end_to_end() {
         .filter(|r| r["config"] == "memvisor-pool-proactive")
         .collect();
     assert!(pool.iter().any(|r| !r["pool_used_bytes"].is_empty()));
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), report.trim());
+    let report = &t.report;
+    t.assert_report_printed();
     for c in configs {
         let row = table_row(&report, "## Recovery", c);
         assert_eq!(row[1], "1/1", "{row:?}");
@@ -526,7 +526,7 @@ fn tiny_recovery_end_to_end() {
     ] {
         assert!(report.contains(want), "{want}");
     }
-    let svg = std::fs::read_to_string(out.join("recovery.svg")).unwrap();
+    let svg = t.read("recovery.svg");
     for want in [
         "hog starts",
         "memory given back",
@@ -534,7 +534,7 @@ fn tiny_recovery_end_to_end() {
     ] {
         assert!(svg.contains(want), "{want}");
     }
-    assert!(out.join("recovery.png").exists());
+    assert!(t.out.join("recovery.png").exists());
 }
 
 /// `bench swapin` (MemFlex Table 1, Fig. 7) at one small size: memory swapped out to the pool
@@ -542,29 +542,26 @@ fn tiny_recovery_end_to_end() {
 /// report and the plot say so, with the pager's own counters agreeing.
 #[test]
 fn tiny_swapin_end_to_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let o = bench(&[
+    let t = tiny(
         "swapin",
-        "--sizes",
-        "128M",
-        "--reps",
-        "1",
-        "--configs",
-        "pool-proactive,disk-proactive,pool-faults",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench swapin failed");
-    let rows = read_csv(&out.join("results.csv"));
+        &[
+            "--sizes",
+            "128M",
+            "--reps",
+            "1",
+            "--configs",
+            "pool-proactive,disk-proactive,pool-faults",
+            "--timeout",
+            "120",
+        ],
+    );
+    let rows = &t.rows;
     assert_eq!(rows.len(), 3, "{rows:?}");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
             .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
     };
-    for r in &rows {
+    for r in rows {
         assert_eq!(r["status"], "ok", "{r:?}");
         assert_eq!(r["size_bytes"], (128u64 << 20).to_string());
         // Under a 64 MiB limit, at least the 64 MiB above it went out and came back.
@@ -589,7 +586,7 @@ fn tiny_swapin_end_to_end() {
         let pooled = r["mode"].starts_with("pool");
         assert_eq!(num(r, "pool_hit_pages") > 0.0, pooled, "{r:?}");
     }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let report = &t.report;
     for mode in ["pool-proactive", "disk-proactive", "pool-faults"] {
         assert!(
             report.contains(&format!("| 128 MiB | {mode} | 1/1 |")),
@@ -598,9 +595,12 @@ fn tiny_swapin_end_to_end() {
     }
     assert!(report.contains("1 GB in 1.8 s"), "{report}");
     for f in ["swapin.svg", "swapin.png"] {
-        assert!(out.join(f).exists(), "{f}");
+        assert!(t.out.join(f).exists(), "{f}");
     }
-    assert!(!out.join("work").exists(), "the work directory is removed");
+    assert!(
+        !t.out.join("work").exists(),
+        "the work directory is removed"
+    );
 }
 
 /// `bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11), tiny: pages taken from one and two
@@ -610,25 +610,20 @@ fn tiny_swapin_end_to_end() {
 /// is reported as not available (a VMM without the endpoint answers 501).
 #[test]
 fn tiny_reclaimdelay_end_to_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let o = bench(&[
+    let t = tiny(
         "reclaimdelay",
-        "--scale",
-        "tiny",
-        "--reps",
-        "1",
-        "--scenario",
-        "idle,busy-dirty",
-        "--configs",
-        "hd2-ready,balloon,qemu-balloon",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench reclaimdelay failed");
-    let rows = read_csv(&out.join("results.csv"));
+        &[
+            "--reps",
+            "1",
+            "--scenario",
+            "idle,busy-dirty",
+            "--configs",
+            "hd2-ready,balloon,qemu-balloon",
+            "--timeout",
+            "120",
+        ],
+    );
+    let rows = &t.rows;
     // 3 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages (`hd2` is `hd2-ready`
     // without the flag; left out to keep this test light beside the others of this binary,
     // which run at the same time).
@@ -670,7 +665,7 @@ fn tiny_reclaimdelay_end_to_end() {
             }
         }
     }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let report = &t.report;
     assert!(
         report.contains("## One victim, beside HyperDealer2's Table 2"),
         "{report}"
@@ -685,9 +680,12 @@ fn tiny_reclaimdelay_end_to_end() {
     );
     assert!(report.contains("## Several victims (Fig. 11)"), "{report}");
     for f in ["reclaimdelay.svg", "reclaimdelay.png"] {
-        assert!(out.join(f).exists(), "{f}");
+        assert!(t.out.join(f).exists(), "{f}");
     }
-    assert!(!out.join("work").exists(), "the work directory is removed");
+    assert!(
+        !t.out.join("work").exists(),
+        "the work directory is removed"
+    );
 }
 
 /// `bench dwell` (HyperDealer2 Fig. 14), tiny: one VM per victim policy streaming through more
@@ -696,25 +694,20 @@ fn tiny_reclaimdelay_end_to_end() {
 /// available rather than failing the benchmark.
 #[test]
 fn tiny_dwell_end_to_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let o = bench(&[
+    let t = tiny(
         "dwell",
-        "--scale",
-        "tiny",
-        "--reps",
-        "1",
-        "--configs",
-        "clock,random,hd2",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "180",
-    ]);
-    assert!(o.status.success(), "memvisor bench dwell failed");
-    let rows = read_csv(&out.join("results.csv"));
+        &[
+            "--reps",
+            "1",
+            "--configs",
+            "clock,random,hd2",
+            "--timeout",
+            "180",
+        ],
+    );
+    let rows = &t.rows;
     assert_eq!(rows.len(), 3, "{rows:?}");
-    for r in &rows {
+    for r in rows {
         let known = ["clock", "random"].contains(&r["policy"].as_str());
         if !known && r["status"] == "not-available" {
             assert!(r["reason"].contains("--victims hd2"), "{r:?}");
@@ -729,36 +722,84 @@ fn tiny_dwell_end_to_end() {
             assert_eq!((released, r["came_back"].as_str()), (0, "0"), "{r:?}");
         }
     }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let report = &t.report;
     assert!(report.contains("## Per policy"), "{report}");
     assert!(report.contains("| clock | 1/1 |"), "{report}");
     for f in ["dwell.svg", "dwell.png"] {
-        assert!(out.join(f).exists(), "{f}");
+        assert!(t.out.join(f).exists(), "{f}");
     }
-    assert!(!out.join("work").exists(), "the work directory is removed");
+    assert!(
+        !t.out.join("work").exists(),
+        "the work directory is removed"
+    );
 }
 
-/// `consolidate` with a relative `--out`, as a user types it: the host it starts reads its VMs'
-/// disks from paths under that directory, so they must not be taken relative to the host's own
-/// config.
+/// `consolidate` with a relative `--out`, as a user types it (as [`tiny`] runs every family):
+/// the host it starts reads its VMs' disks from paths under that directory, so they must not be
+/// taken relative to the host's own config.
 #[test]
 fn tiny_consolidate_with_a_relative_out() {
-    let _host = host_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(MEMVISOR)
-        .current_dir(dir.path())
-        .args(["bench", "consolidate", "--scale", "tiny", "--vms", "2"])
-        .args(["--scenario", "mapreduce", "--configs", "hd2", "--reps", "1"])
-        .args(["--out", "rel/out", "--timeout", "120"])
-        .output()
-        .expect("memvisor runs");
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{stderr}");
-    let rows = read_csv(&dir.path().join("rel/out/results.csv"));
+    let t = tiny(
+        "consolidate",
+        &[
+            "--vms",
+            "2",
+            "--scenario",
+            "mapreduce",
+            "--configs",
+            "hd2",
+            "--reps",
+            "1",
+            "--timeout",
+            "120",
+        ],
+    );
+    let rows = &t.rows;
     assert_eq!(rows.len(), 2, "{rows:?}");
-    for r in &rows {
+    for r in rows {
         assert_eq!(r["ok"], "1", "{r:?}");
     }
+}
+
+/// `bench shares` (ESX §5.1), tiny, for the family of experiments run on `memvisor host`: two
+/// VMs with shares 2:1 that both want more than they get, the second joining later. Both are
+/// admitted and sampled every tick, the report sets the run up as the experiment plans it and
+/// says there is no QEMU peer, and the figure is drawn.
+#[test]
+fn tiny_shares_end_to_end() {
+    let t = tiny("shares", &["--timeout", "120"]);
+    t.assert_report_printed();
+    let rows = &t.rows;
+    assert!(rows.iter().all(|r| r["experiment"] == "shares"), "{rows:?}");
+    for vm in ["small", "big"] {
+        let samples: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r["kind"] == "sample" && r["vm"] == vm)
+            .collect();
+        assert!(
+            samples
+                .iter()
+                .any(|r| r["state"] == "running" && r["resident_bytes"].parse::<u64>().unwrap() > 0),
+            "{vm} ran: {samples:?}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r["kind"] == "event" && r["vm"] == vm && r["metric"] == "admitted"),
+            "{vm} was admitted"
+        );
+    }
+    assert!(rows.iter().any(|r| r["kind"] == "summary"), "{rows:?}");
+    let report = &t.report;
+    for want in [
+        "# memvisor bench shares",
+        "There is no QEMU peer",
+        "| small | 128 | 1000 | 0 |",
+        "| big | 128 | 2000 | 10 |",
+        "## Results",
+    ] {
+        assert!(report.contains(want), "{want}: {report}");
+    }
+    assert!(t.out.join("shares.svg").exists());
 }
 
 #[test]
@@ -890,26 +931,20 @@ fn bad_input_is_one_line_and_status_2() {
 /// writes swap pages in, and with them none does; the report's double-paging table says so.
 #[test]
 fn tiny_doublepaging_end_to_end() {
-    let _host = host_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let o = bench(&[
+    let t = tiny(
         "doublepaging",
-        "--scale",
-        "tiny",
-        "--reps",
-        "1",
-        "--configs",
-        "memvisor-pager,memvisor-tesseract",
-        "--reference",
-        "memvisor-pager",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench doublepaging failed");
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        &[
+            "--reps",
+            "1",
+            "--configs",
+            "memvisor-pager,memvisor-tesseract",
+            "--reference",
+            "memvisor-pager",
+            "--timeout",
+            "120",
+        ],
+    );
+    let report = &t.report;
     let section = "### The guest's swap disk and double paging";
     // configuration, writes, double-paging swap-ins, prepare mean, longest, completion mean,
     // elided, split reads, blocks read
@@ -935,9 +970,9 @@ fn tiny_doublepaging_end_to_end() {
             "hog, run, pause_max, pause_total: {cells:?}"
         );
     }
-    let rows = read_csv(&out.join("results.csv"));
+    let rows = &t.rows;
     assert!(rows.iter().all(|r| r["status"] == "ok"));
-    let left: Vec<_> = walk(&out)
+    let left: Vec<_> = walk(&t.out)
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(".indirections"))
         .collect();
@@ -954,24 +989,18 @@ fn tiny_sharing_and_zeroboot_end_to_end() {
         eprintln!("no KSM on this kernel: skipped");
         return;
     }
-    let _host = host_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("sharing");
-    let o = bench(&[
+    let t = tiny(
         "sharing",
-        "--scale",
-        "tiny",
-        "--vms",
-        "2",
-        "--configs",
-        "memvisor-off,memvisor-host",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench sharing failed");
-    let rows = read_csv(&out.join("results.csv"));
+        &[
+            "--vms",
+            "2",
+            "--configs",
+            "memvisor-off,memvisor-host",
+            "--timeout",
+            "120",
+        ],
+    );
+    let rows = &t.rows;
     assert_eq!(rows.len(), 4, "2 runs and 2 probes: {rows:?}");
     assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
     let run = |mode: &str, probe: &str| {
@@ -991,23 +1020,14 @@ fn tiny_sharing_and_zeroboot_end_to_end() {
     for mode in ["memvisor-off", "memvisor-host"] {
         assert!(n(run(mode, "1"), "probe_pages") > 0.0, "{mode}");
     }
-    assert!(out.join("series.csv").exists() && out.join("sharing.svg").exists());
-    let out = dir.path().join("zeroboot");
-    let o = bench(&[
+    assert!(t.out.join("series.csv").exists() && t.out.join("sharing.svg").exists());
+    let t = tiny(
         "zeroboot",
-        "--scale",
-        "tiny",
-        "--configs",
-        "memvisor,memvisor-ksm",
-        "--out",
-        out.to_str().unwrap(),
-        "--timeout",
-        "120",
-    ]);
-    assert!(o.status.success(), "memvisor bench zeroboot failed");
-    let rows = read_csv(&out.join("results.csv"));
+        &["--configs", "memvisor,memvisor-ksm", "--timeout", "120"],
+    );
+    let rows = &t.rows;
     assert_eq!(rows.len(), 2);
-    for r in &rows {
+    for r in rows {
         assert_eq!(r["status"], "ok", "{r:?}");
         let zeroed = n(r, "zeroed_pages");
         assert!(zeroed > 0.0, "{r:?}");
