@@ -159,11 +159,14 @@ fn server_matches_the_published_schema() {
     let dir = tempfile::tempdir().unwrap();
     let vmm = start(dir.path(), &["--balloon", "--mem-limit", "48M"]);
     let sock = vmm.sock();
+    let call = |method: &str, path: &str, body: Option<&str>| {
+        call_checked(&spec, sock, method, path, body)
+    };
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
     assert_eq!(paths.len(), 9);
-    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
+    let (_, vm) = call("GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
     assert_eq!(vm.paused_because, None);
@@ -171,7 +174,7 @@ fn server_matches_the_published_schema() {
     assert_eq!(vm.limit_bytes, Some(48 << 20));
     assert_eq!(vm.pager, PagerMode::Full);
     assert_eq!(vm.disks[0].id, "data");
-    let (_, stats) = call_checked(&spec, sock, "GET", &VmRequest::Stats.path(), None);
+    let (_, stats) = call("GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     let pager = stats.pager.expect("a pager");
     assert!(pager.pages.resident_pages > 0);
@@ -200,54 +203,36 @@ fn server_matches_the_published_schema() {
         memvisor_api::call(sock, "PUT", "/metrics", None).unwrap().0,
         405
     );
-    let (_, vm) = call_checked(
-        &spec,
-        sock,
-        "PUT",
-        "/memory",
-        Some(r#"{"limit": 33554432}"#),
-    );
+    let (_, vm) = call("PUT", "/memory", Some(r#"{"limit": 33554432}"#));
     assert_eq!(vm["limit_bytes"], 32 << 20);
-    let (_, vm) = call_checked(&spec, sock, "PUT", "/memory", Some(r#"{"limit": null}"#));
+    let (_, vm) = call("PUT", "/memory", Some(r#"{"limit": null}"#));
     assert!(vm["limit_bytes"].is_null());
     // Without the Swap Mapper no page is known to mirror a block: nothing to release.
-    let (status, r) = call_checked(
-        &spec,
-        sock,
-        "PUT",
-        "/memory/release",
-        Some(r#"{"pages": 100}"#),
-    );
+    let (status, r) = call("PUT", "/memory/release", Some(r#"{"pages": 100}"#));
     assert_eq!(status, 200);
     assert_eq!(
         (r["asked_pages"].as_u64(), r["released_pages"].as_u64()),
         (Some(100), Some(0))
     );
     assert!(r["limit_bytes"].is_null(), "{r}");
-    let (_, vm) = call_checked(
-        &spec,
-        sock,
-        "PUT",
-        "/balloon",
-        Some(r#"{"target": 8388608}"#),
-    );
+    let (_, vm) = call("PUT", "/balloon", Some(r#"{"target": 8388608}"#));
     assert_eq!(vm["balloon_target_bytes"], 8 << 20);
     // This VM has no pool to resize.
-    let (status, v) = call_checked(&spec, sock, "PUT", "/pool", Some(r#"{"bytes": 1048576}"#));
+    let (status, v) = call("PUT", "/pool", Some(r#"{"bytes": 1048576}"#));
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("no pool"));
     // A running VM cannot be resumed.
-    let (status, v) = call_checked(&spec, sock, "PUT", "/vm/resume", None);
+    let (status, v) = call("PUT", "/vm/resume", None);
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("not paused"));
     // Paused on request: the reason says so, a second pause is refused, resume lets it run.
-    let (_, vm) = call_checked(&spec, sock, "PUT", "/vm/pause", None);
+    let (_, vm) = call("PUT", "/vm/pause", None);
     assert_eq!(vm["state"], "paused");
     assert_eq!(vm["paused_because"], "requested");
-    let (status, v) = call_checked(&spec, sock, "PUT", "/vm/pause", None);
+    let (status, v) = call("PUT", "/vm/pause", None);
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("already paused"));
-    let (_, vm) = call_checked(&spec, sock, "PUT", "/vm/resume", None);
+    let (_, vm) = call("PUT", "/vm/resume", None);
     assert_eq!(vm["state"], "running");
     assert!(vm["paused_because"].is_null());
 
@@ -268,11 +253,11 @@ fn server_matches_the_published_schema() {
         ("/memory/release", r#"{"pages": -1}"#),
         ("/memory/release", r#"{}"#),
     ] {
-        let (status, v) = call_checked(&spec, sock, "PUT", path, Some(body));
+        let (status, v) = call("PUT", path, Some(body));
         assert_eq!(status, 400, "PUT {path} {body}");
         assert!(!v["error"].as_str().unwrap().is_empty());
     }
-    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
+    let (_, vm) = call("GET", "/vm", None);
     assert!(
         vm["limit_bytes"].is_null(),
         "rejected requests changed nothing"
@@ -293,10 +278,10 @@ fn server_matches_the_published_schema() {
         let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
         s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
     }
-    call_checked(&spec, sock, "GET", "/vm", None);
+    call("GET", "/vm", None);
     // A client that connects and says nothing is dropped, and the next one is served.
     let _silent = std::os::unix::net::UnixStream::connect(&sock).unwrap();
-    call_checked(&spec, sock, "GET", "/vm", None);
+    call("GET", "/vm", None);
 }
 
 #[test]
@@ -305,21 +290,18 @@ fn without_a_pager_the_limit_cannot_be_changed() {
     let dir = tempfile::tempdir().unwrap();
     let vmm = start(dir.path(), &["--pager", "off"]);
     let sock = vmm.sock();
-    let (_, vm) = call_checked(&spec, sock, "GET", "/vm", None);
+    let call = |method: &str, path: &str, body: Option<&str>| {
+        call_checked(&spec, sock, method, path, body)
+    };
+    let (_, vm) = call("GET", "/vm", None);
     assert_eq!(vm["pager"], "off");
     assert!(vm["balloon_target_bytes"].is_null());
-    let (status, v) = call_checked(
-        &spec,
-        sock,
-        "PUT",
-        "/memory",
-        Some(r#"{"limit": 33554432}"#),
-    );
+    let (status, v) = call("PUT", "/memory", Some(r#"{"limit": 33554432}"#));
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("pager"));
-    let (status, _) = call_checked(&spec, sock, "PUT", "/balloon", Some(r#"{"target": 4096}"#));
+    let (status, _) = call("PUT", "/balloon", Some(r#"{"target": 4096}"#));
     assert_eq!(status, 400);
-    let (_, stats) = call_checked(&spec, sock, "GET", &VmRequest::Stats.path(), None);
+    let (_, stats) = call("GET", &VmRequest::Stats.path(), None);
     let stats: VmStats = typed(&stats, "GET /stats");
     assert_eq!(stats.pager, None);
     assert_eq!(stats.balloon, None);

@@ -236,6 +236,12 @@ kernel = "{k}"
         ),
     );
     let sock = host.sock();
+    let call = |method: &str, path: &str, body: Option<&str>| {
+        call_checked(&spec, sock, method, path, body)
+    };
+    let vms_path = HostRequest::Vms.path();
+    let vm_path = |name: &str| HostRequest::Vm(name.into()).path();
+    let stop_path = |name: &str| HostRequest::Stop(name.into()).path();
     assert_eq!(spec["paths"].as_object().unwrap().len(), 7);
     let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
@@ -250,20 +256,14 @@ kernel = "{k}"
         why.contains("unreserved memory") && why.contains(&format!("{} bytes short", 56 * MIB)),
         "{why}"
     );
-    let (_, h) = call_checked(&spec, sock, "GET", "/host", None);
+    let (_, h) = call("GET", "/host", None);
     let h: HostInfo = typed(&h, "GET /host");
     assert_eq!(h.budget_bytes, 256 * MIB);
     assert_eq!(h.memory_reserved_bytes, 88 * MIB);
     assert_eq!(h.swap_reserved_bytes, 64 * MIB);
-    let (_, vms) = call_checked(&spec, sock, "GET", &HostRequest::Vms.path(), None);
+    let (_, vms) = call("GET", &vms_path, None);
     assert_eq!(vms.as_array().unwrap().len(), 2);
-    call_checked(
-        &spec,
-        sock,
-        "GET",
-        &HostRequest::Vm("a".into()).path(),
-        None,
-    );
+    call("GET", &vm_path("a"), None);
     // The host's numbers and each VM's, for Prometheus: a refused VM has its state and policy
     // but no VMM stats; a running one has both.
     let (status, text) = openapi::get_text_checked(&spec, sock, "/metrics");
@@ -288,31 +288,13 @@ kernel = "{k}"
     let add = |name: &str, mem: &str, min: &str| {
         format!(r#"{{"name": "{name}", "mem": "{mem}", "min": "{min}", "kernel": "{k}"}}"#)
     };
-    let (status, v) = call_checked(
-        &spec,
-        sock,
-        "POST",
-        &HostRequest::Vms.path(),
-        Some(&add("c", "256M", "160M")),
-    );
+    let (status, v) = call("POST", &vms_path, Some(&add("c", "256M", "160M")));
     assert_eq!(status, 400);
     assert!(v["error"].as_str().unwrap().contains("bytes short"), "{v}");
-    let (status, v) = call_checked(
-        &spec,
-        sock,
-        "POST",
-        &HostRequest::Vms.path(),
-        Some(&add("c", "64M", "32M")),
-    );
+    let (status, v) = call("POST", &vms_path, Some(&add("c", "64M", "32M")));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["state"], "starting");
-    let (status, _) = call_checked(
-        &spec,
-        sock,
-        "POST",
-        &HostRequest::Vms.path(),
-        Some(&add("c", "64M", "0")),
-    );
+    let (status, _) = call("POST", &vms_path, Some(&add("c", "64M", "0")));
     assert_eq!(status, 400, "a name in use");
     for bad in [
         "{",
@@ -323,7 +305,7 @@ kernel = "{k}"
         r#"{"name": "d", "mem": "64M", "min": "128M"}"#,
         r#"{"name": "d", "mem": "64M", "disks": ["x,bad"]}"#,
     ] {
-        let (status, v) = call_checked(&spec, sock, "POST", &HostRequest::Vms.path(), Some(bad));
+        let (status, v) = call("POST", &vms_path, Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
     let h: HostInfo = host.info();
@@ -341,13 +323,7 @@ kernel = "{k}"
         r#"{"shares": 0}"#,
         r#"{"weight": 3}"#,
     ] {
-        let (status, v) = call_checked(
-            &spec,
-            sock,
-            "PATCH",
-            &HostRequest::Vm("a".into()).path(),
-            Some(bad),
-        );
+        let (status, v) = call("PATCH", &vm_path("a"), Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
     let a = host.vm("a");
@@ -355,11 +331,9 @@ kernel = "{k}"
         (a.min_bytes, a.max_bytes, a.shares),
         (64 * MIB, 128 * MIB, 1000)
     );
-    let (status, v) = call_checked(
-        &spec,
-        sock,
+    let (status, v) = call(
         "PATCH",
-        &HostRequest::Vm("a".into()).path(),
+        &vm_path("a"),
         Some(r#"{"min": "32M", "max": "96M", "shares": 2000}"#),
     );
     assert_eq!(status, 200, "{v}");
@@ -380,45 +354,25 @@ kernel = "{k}"
         r#"{"idle_tax": "high"}"#,
         r#"{"tax": 0.5}"#,
     ] {
-        let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some(bad));
+        let (status, v) = call("PATCH", "/host", Some(bad));
         assert_eq!(status, 400, "{bad}: {v}");
     }
     assert_eq!(host.info().idle_tax, 0.75);
-    let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
+    let (status, v) = call("PATCH", "/host", Some(r#"{"idle_tax": 0}"#));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["idle_tax"], 0.0);
-    let (status, v) = call_checked(&spec, sock, "PATCH", "/host", Some("{}"));
+    let (status, v) = call("PATCH", "/host", Some("{}"));
     assert_eq!((status, &v["idle_tax"]), (200, &Value::from(0.0)));
 
     // Unknown VMs and paths, wrong methods.
-    assert_eq!(
-        call_checked(
-            &spec,
-            sock,
-            "GET",
-            &HostRequest::Vm("zz".into()).path(),
-            None
-        )
-        .0,
-        404
-    );
-    assert_eq!(
-        call_checked(
-            &spec,
-            sock,
-            "PUT",
-            &HostRequest::Stop("zz".into()).path(),
-            None
-        )
-        .0,
-        404
-    );
+    assert_eq!(call("GET", &vm_path("zz"), None).0, 404);
+    assert_eq!(call("PUT", &stop_path("zz"), None).0, 404);
     assert_eq!(
         memvisor_api::call(sock, "GET", "/nope", None).unwrap().0,
         404
     );
     assert_eq!(
-        memvisor_api::call(sock, "DELETE", &HostRequest::Vms.path(), None)
+        memvisor_api::call(sock, "DELETE", &vms_path, None)
             .unwrap()
             .0,
         405
@@ -432,75 +386,27 @@ kernel = "{k}"
 
     // Stopping one VM: it exits, its reservation returns, it stays listed.
     host.wait_vm("c", 10, |v| v.state == HostVmState::Running);
-    let (status, _) = call_checked(
-        &spec,
-        sock,
-        "PUT",
-        &HostRequest::Stop("c".into()).path(),
-        None,
-    );
+    let (status, _) = call("PUT", &stop_path("c"), None);
     assert_eq!(status, 200);
     let c = host.wait_vm("c", 10, |v| v.state == HostVmState::Exited);
     assert!(c.why.unwrap().starts_with("stopped"));
     assert_eq!(c.exit_status, Some(128 + libc::SIGTERM));
-    assert_eq!(
-        call_checked(
-            &spec,
-            sock,
-            "PUT",
-            &HostRequest::Stop("c".into()).path(),
-            None
-        )
-        .0,
-        400
-    );
+    assert_eq!(call("PUT", &stop_path("c"), None).0, 400);
     let h: HostInfo = host.info();
     assert_eq!(h.memory_reserved_bytes, 56 * MIB);
 
     // Removing: not while a VM runs; an exited one is forgotten, and its name is free.
-    let (status, v) = call_checked(
-        &spec,
-        sock,
-        "DELETE",
-        &HostRequest::Vm("a".into()).path(),
-        None,
-    );
+    let (status, v) = call("DELETE", &vm_path("a"), None);
     assert_eq!(status, 409, "{v}");
     assert!(
         v["error"].as_str().unwrap().contains("stop it first"),
         "{v}"
     );
     assert_eq!(host.vm("a").state, HostVmState::Running);
-    let (status, v) = call_checked(
-        &spec,
-        sock,
-        "DELETE",
-        &HostRequest::Vm("c".into()).path(),
-        None,
-    );
+    let (status, v) = call("DELETE", &vm_path("c"), None);
     assert_eq!((status, &v["state"]), (200, &Value::from("exited")), "{v}");
-    assert_eq!(
-        call_checked(
-            &spec,
-            sock,
-            "GET",
-            &HostRequest::Vm("c".into()).path(),
-            None
-        )
-        .0,
-        404
-    );
-    assert_eq!(
-        call_checked(
-            &spec,
-            sock,
-            "DELETE",
-            &HostRequest::Vm("c".into()).path(),
-            None
-        )
-        .0,
-        404
-    );
+    assert_eq!(call("GET", &vm_path("c"), None).0, 404);
+    assert_eq!(call("DELETE", &vm_path("c"), None).0, 404);
     let names: Vec<String> = ok(host.client().vms())
         .into_iter()
         .map(|v| v.name)
@@ -508,7 +414,7 @@ kernel = "{k}"
     assert_eq!(names, ["a", "b"]);
 
     // Events and history: what happened, in order, and the ticks with each running VM.
-    let (_, events) = call_checked(&spec, sock, "GET", "/events", None);
+    let (_, events) = call("GET", "/events", None);
     let kinds: Vec<(&str, &str)> = events
         .as_array()
         .unwrap()
@@ -525,10 +431,10 @@ kernel = "{k}"
     ] {
         assert!(kinds.contains(&want), "{want:?} in {kinds:?}");
     }
-    let (_, history) = call_checked(&spec, sock, "GET", "/history", None);
+    let (_, history) = call("GET", "/history", None);
     let history = history.as_array().unwrap();
     let first = history[0]["seconds"].as_f64().unwrap();
-    let (_, later) = call_checked(&spec, sock, "GET", &format!("/history?since={first}"), None);
+    let (_, later) = call("GET", &format!("/history?since={first}"), None);
     assert_eq!(later.as_array().unwrap().len(), history.len() - 1);
     assert!(history.iter().any(|t| t["vms"]
         .as_array()
@@ -536,10 +442,10 @@ kernel = "{k}"
         .iter()
         .any(|v| v["name"] == "c")));
     let last = history.last().unwrap()["seconds"].as_f64().unwrap();
-    let (_, none) = call_checked(&spec, sock, "GET", &format!("/history?since={last}"), None);
+    let (_, none) = call("GET", &format!("/history?since={last}"), None);
     assert!(none.as_array().unwrap().is_empty());
     for bad in ["/events?since=soon", "/history?until=3"] {
-        assert_eq!(call_checked(&spec, sock, "GET", bad, None).0, 400, "{bad}");
+        assert_eq!(call("GET", bad, None).0, 400, "{bad}");
     }
 
     // SIGTERM: every VM stops, the host exits 0 and removes its socket.
