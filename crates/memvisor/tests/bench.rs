@@ -807,118 +807,69 @@ fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o");
     let out = out.to_str().unwrap();
-    for (args, want) in [
-        (vec!["nope", "--out", out], "unknown experiment 'nope'"),
+    // Each case's words, `--out` a fresh directory unless it gives one; `_` is a space.
+    for (line, want) in [
+        ("nope", "unknown experiment 'nope'"),
         (
-            vec!["seqread", "--configs", "qemu,bogus", "--out", out],
+            "seqread --configs qemu,bogus",
             "unknown configuration 'bogus'",
         ),
-        (vec!["seqread", "--reps", "0", "--out", out], "--reps 0"),
-        (
-            vec!["alloc", "--out", "/proc/no/such/dir"],
-            "cannot write there",
-        ),
-        (
-            vec!["alloc", "--configs", "memvisor", "--out", out],
-            "reference configuration 'qemu'",
-        ),
+        ("seqread --reps 0", "--reps 0"),
+        ("alloc --out /proc/no/such/dir", "cannot write there"),
+        ("alloc --configs memvisor", "reference configuration 'qemu'"),
         // The working-set estimate is the pager's: no QEMU, no memvisor without a pager.
+        ("workingset --configs qemu", "QEMU has no estimator"),
+        ("workingset --configs memvisor", "'memvisor' has none"),
         (
-            vec!["workingset", "--configs", "qemu", "--out", out],
-            "QEMU has no estimator",
-        ),
-        (
-            vec!["workingset", "--configs", "memvisor", "--out", out],
-            "'memvisor' has none",
-        ),
-        (
-            vec!["workingset", "--reference", "memvisor-pager", "--out", out],
+            "workingset --reference memvisor-pager",
             "--reference memvisor-pager",
         ),
-        (vec!["workingset", "--reps", "0", "--out", out], "--reps 0"),
-        (
-            vec!["shares", "--configs", "qemu", "--out", out],
-            "QEMU has no share-based allocator",
-        ),
-        (vec!["idletax", "--reps", "0", "--out", out], "--reps 0"),
+        ("workingset --reps 0", "--reps 0"),
+        ("shares --configs qemu", "QEMU has no share-based allocator"),
+        ("idletax --reps 0", "--reps 0"),
         // Memory is given back by raising a limit.
+        ("recovery --configs memvisor", "'memvisor' has no limit"),
+        ("idletax --out /proc/no/such/dir", "cannot write there"),
+        ("swapin --configs pool", "unknown mode 'pool'"),
+        ("swapin --sizes 4G", "--sizes 4096M"),
+        ("swapin --sizes 8M", "from 16M"),
+        ("swapin --reps 0", "--reps 0"),
+        ("swapin --reference disk-faults", "--reference disk-faults"),
+        ("swapin --out /proc/no/such/dir", "cannot write there"),
+        ("reclaimdelay --configs ksm", "unknown method 'ksm'"),
+        ("reclaimdelay --scenario sleepy", "unknown state 'sleepy'"),
+        ("reclaimdelay --vms 0", "--vms 0"),
+        ("reclaimdelay --reps 0", "--reps 0"),
+        ("reclaimdelay --reference balloon", "--reference balloon"),
+        ("dwell --configs clock,no_such", "--configs 'no such'"),
+        ("dwell --reps 0", "--reps 0"),
         (
-            vec!["recovery", "--configs", "memvisor", "--out", out],
-            "'memvisor' has no limit",
-        ),
-        (
-            vec!["idletax", "--out", "/proc/no/such/dir"],
-            "cannot write there",
-        ),
-        (
-            vec!["swapin", "--configs", "pool", "--out", out],
-            "unknown mode 'pool'",
-        ),
-        (
-            vec!["swapin", "--sizes", "4G", "--out", out],
-            "--sizes 4096M",
-        ),
-        (vec!["swapin", "--sizes", "8M", "--out", out], "from 16M"),
-        (vec!["swapin", "--reps", "0", "--out", out], "--reps 0"),
-        (
-            vec!["swapin", "--reference", "disk-faults", "--out", out],
-            "--reference disk-faults",
-        ),
-        (
-            vec!["swapin", "--out", "/proc/no/such/dir"],
-            "cannot write there",
-        ),
-        (
-            vec!["reclaimdelay", "--configs", "ksm", "--out", out],
-            "unknown method 'ksm'",
-        ),
-        (
-            vec!["reclaimdelay", "--scenario", "sleepy", "--out", out],
-            "unknown state 'sleepy'",
-        ),
-        (vec!["reclaimdelay", "--vms", "0", "--out", out], "--vms 0"),
-        (
-            vec!["reclaimdelay", "--reps", "0", "--out", out],
-            "--reps 0",
-        ),
-        (
-            vec!["reclaimdelay", "--reference", "balloon", "--out", out],
-            "--reference balloon",
-        ),
-        (
-            vec!["dwell", "--configs", "clock,no such", "--out", out],
-            "--configs 'no such'",
-        ),
-        (vec!["dwell", "--reps", "0", "--out", out], "--reps 0"),
-        (
-            vec!["sharing", "--configs", "qemu", "--out", out],
+            "sharing --configs qemu",
             "--configs 'qemu': sharing runs memvisor-off, memvisor-host, qemu-merge",
         ),
-        (vec!["sharing", "--vms", "0", "--out", out], "--vms 0"),
-        (vec!["zeroboot", "--reps", "0", "--out", out], "--reps 0"),
+        ("sharing --vms 0", "--vms 0"),
+        ("zeroboot --reps 0", "--reps 0"),
+        ("zeroboot --scenario mixed", "zeroboot takes no --scenario"),
+        ("balance --scenario mixed", "balance runs its own scenario"),
         (
-            vec!["zeroboot", "--scenario", "mixed", "--out", out],
-            "zeroboot takes no --scenario",
-        ),
-        (
-            vec!["balance", "--scenario", "mixed", "--out", out],
-            "balance runs its own scenario",
-        ),
-        (
-            vec!["balance", "--configs", "hd2,nope", "--out", out],
+            "balance --configs hd2,nope",
             "unknown configuration 'nope' for balance",
         ),
-        (vec!["balance", "--vms", "0", "--out", out], "--vms 0"),
+        ("balance --vms 0", "--vms 0"),
         (
-            vec!["balance", "--reference", "hd2", "--out", out],
+            "balance --reference hd2",
             "--reference: balance takes its ratios to vswapper-balloon",
         ),
         (
-            vec!["consolidate", "--scenario", "kv", "--out", out],
+            "consolidate --scenario kv",
             "give mapreduce, mixed or balance",
         ),
     ] {
-        let o = bench(&args);
+        let mut args: Vec<String> = line.split(' ').map(|w| w.replace('_', " ")).collect();
+        if !line.contains("--out") {
+            args.extend(["--out".into(), out.into()]);
+        }
+        let o = bench(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
