@@ -88,16 +88,9 @@ fn integrity_under_a_moving_limit_with_rss_inside_it() {
     let t0 = Instant::now();
     let mut vm = start_serving(
         dir.path(),
-        &[
-            "--mem-limit",
-            "100M",
-            "--disk",
-            &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=160 file_mb=8 rounds=3 secs=6",
-        ],
+        &["--mem-limit", "100M", "--disk", &disk],
+        "integrity",
+        "anon_mb=160 file_mb=8 rounds=3 secs=6",
     );
     // Limit schedule: 100 MiB, then 64 MiB (the pager must shrink to it), then 128 MiB.
     let schedule = [
@@ -166,14 +159,9 @@ fn a_limit_set_at_run_time_takes_over_ram_backed_by_huge_pages() {
     let disk = disk_spec(&mkdisk(dir.path()), "data");
     let vm = start_serving(
         dir.path(),
-        &[
-            "--disk",
-            &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=200 file_mb=8 rounds=3 secs=8",
-        ],
+        &["--disk", &disk],
+        "integrity",
+        "anon_mb=200 file_mb=8 rounds=3 secs=8",
     );
     let pid = vm.pid();
     let t0 = Instant::now();
@@ -226,15 +214,9 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
     let disk = disk_spec(&mkdisk(dir.path()), "data");
     let vm = start_serving(
         dir.path(),
-        &[
-            "--mapper",
-            "--disk",
-            &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=150 file_mb=40 rounds=3 secs=8",
-        ],
+        &["--mapper", "--disk", &disk],
+        "integrity",
+        "anon_mb=150 file_mb=40 rounds=3 secs=8",
     );
     let t0 = Instant::now();
     let before = loop {
@@ -274,10 +256,18 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
     vm.intact("integrity");
 }
 
-/// Starts `memvisor run --mem 512M ARGS` with an API socket in `dir` and the guest's console
-/// read; returns it once the socket exists.
-fn start_serving(dir: &Path, args: &[&str]) -> TestVm {
-    TestVm::start(&dir.join("api.sock"), &[&["--mem", "512M"], args].concat())
+/// Starts `memvisor run --mem 512M FLAGS --workload WORKLOAD --cmdline CMDLINE` with an API
+/// socket in `dir` and the guest's console read; returns it once the socket exists.
+fn start_serving(dir: &Path, flags: &[&str], workload: &str, cmdline: &str) -> TestVm {
+    let run = [
+        "--mem",
+        "512M",
+        "--workload",
+        workload,
+        "--cmdline",
+        cmdline,
+    ];
+    TestVm::start(&dir.join("api.sock"), &[&run[..], flags].concat())
 }
 
 /// Runs the toucher (its `schedule` given) under a 480 MiB limit, sampling 1000 pages every
@@ -287,19 +277,9 @@ fn start_serving(dir: &Path, args: &[&str]) -> TestVm {
 fn toucher(period: &str, schedule: &str, mut each: impl FnMut(&memvisor_api::ActiveMemory)) {
     let dir = tempfile::tempdir().unwrap();
     let cmdline = format!("schedule={schedule}");
-    let args = [
-        "--mem-limit",
-        "480M",
-        "--sample-pages",
-        "1000",
-        "--sample-period",
-        period,
-        "--workload",
-        "toucher",
-        "--cmdline",
-        &cmdline,
-    ];
-    let mut vm = start_serving(dir.path(), &args);
+    let flags = ["--mem-limit", "480M", "--sample-pages", "1000"];
+    let flags = [&flags[..], &["--sample-period", period]].concat();
+    let mut vm = start_serving(dir.path(), &flags, "toucher", &cmdline);
     while vm.running() {
         let Some(s) = vm.stats_if_running() else {
             break;
@@ -510,14 +490,16 @@ fn balloon_inflation_and_free_page_reports_lower_host_rss() {
     assert_eq!(pager(&s).pages.ballooned_pages, 0);
 }
 
-/// Runs `memvisor run ARGS --stats-json`; checks the guest succeeded and its final RESULT line
-/// for `workload` says ok with no mismatches. Returns the pager's counters at the end.
-fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
+/// Runs `memvisor run FLAGS --workload WORKLOAD --cmdline CMDLINE --stats-json`; checks the
+/// guest succeeded and its final RESULT line says ok with no mismatches. Returns the pager's
+/// counters at the end.
+fn run_checked(flags: &[&str], workload: &str, cmdline: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
     let stats_path = dir.path().join("stats.json");
     let out = Command::new(common::MEMVISOR)
         .arg("run")
-        .args(args)
+        .args(flags)
+        .args(["--workload", workload, "--cmdline", cmdline])
         .arg("--stats-json")
         .arg(&stats_path)
         .env("MEMVISOR_LOG", "info")
@@ -541,10 +523,8 @@ fn run_checked(args: &[&str], workload: &str) -> memvisor_api::PagerStats {
 fn integrity_checked(flags: &[&str], cmdline: &str) -> memvisor_api::PagerStats {
     let dir = tempfile::tempdir().unwrap();
     let disk = disk_spec(&mkdisk(dir.path()), "data");
-    let mut args = vec!["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--workload", "integrity", "--cmdline", cmdline]);
-    run_checked(&args, "integrity")
+    let args = ["--mem", "256M", "--mem-limit", "48M", "--disk", &disk];
+    run_checked(&[&args[..], flags].concat(), "integrity", cmdline)
 }
 
 /// Two vCPUs fault, write and verify their own working sets at once while the pager evicts under
@@ -578,8 +558,7 @@ fn integrity_holds_while_free_page_reports_complete_behind_the_guest() {
         if let Some(l) = limit {
             args.extend_from_slice(&["--mem-limit", l]);
         }
-        args.extend_from_slice(&["--workload", "integrity", "--cmdline", cmdline]);
-        run_checked(&args, "integrity").counters
+        run_checked(&args, "integrity", cmdline).counters
     };
     let c = run(Some("48M"));
     eprintln!(
@@ -634,12 +613,9 @@ fn ghost_run(mem: &str, limit: &str) -> (memvisor_api::PatternStats, memvisor_ap
             "--mapper",
             "--disk",
             &disk,
-            "--workload",
-            "seqread",
-            "--cmdline",
-            "passes=3",
         ],
         "seqread",
+        "passes=3",
     );
     let g = p
         .patterns
@@ -719,10 +695,8 @@ fn the_ghost_cache_finds_rereads_of_file_pages_the_guest_evicted() {
 /// `alloc` of 120 MiB twice in a 256 MiB VM limited to 48 MiB, with `args` besides: round 2
 /// zeroes fresh pages whose old content is in the swap store, and checks every word of them.
 fn alloc_over_swapped_pages(args: &[&str]) -> memvisor_api::PagerCounters {
-    let mut all = vec!["--mem", "256M", "--mem-limit", "48M"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--workload", "alloc", "--cmdline", "mb=120 rounds=2"]);
-    run_checked(&all, "alloc").counters
+    let all = [&["--mem", "256M", "--mem-limit", "48M"], args].concat();
+    run_checked(&all, "alloc", "mb=120 rounds=2").counters
 }
 
 /// The False Reads Preventer, stopping the vCPU on every write (`--preventer=always`, as
@@ -1075,11 +1049,9 @@ fn pool_integrity(compress: &str, compressible: u32) -> memvisor_api::PoolStats 
             "256K",
             "--disk",
             &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            &cmdline,
         ],
+        "integrity",
+        &cmdline,
     );
     // Wait until the pool has spilled, then give memory back (proactive swap-in), then take
     // it again, and shrink the pool itself.
@@ -1136,11 +1108,9 @@ fn integrity_holds_while_pages_come_back_proactively_from_the_swap_file() {
             "proactive",
             "--disk",
             &disk,
-            "--workload",
-            "integrity",
-            "--cmdline",
-            "anon_mb=160 file_mb=8 rounds=3 secs=8",
         ],
+        "integrity",
+        "anon_mb=160 file_mb=8 rounds=3 secs=8",
     );
     wait_for(&vm, "pages to be swapped out", |s| {
         pager(s).pages.swapped_pages > 16 * 1024
@@ -1219,12 +1189,9 @@ fn hd2_victims_follow_the_sequences_of_a_sequential_reader() {
             "--mapper",
             "--victims",
             "hd2",
-            "--workload",
-            "seqread",
-            "--cmdline",
-            "file=seq passes=2",
         ],
         "seqread",
+        "file=seq passes=2",
     );
     let c = &s.counters;
     let p = s.patterns.as_ref().expect("patterns with the Swap Mapper");
