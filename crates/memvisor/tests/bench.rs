@@ -111,12 +111,12 @@ impl Tiny {
     }
 }
 
-/// Runs `memvisor bench FAMILY --scale tiny ARGS`, with `--out` relative to its working
+/// Runs `memvisor bench FAMILY --scale tiny FLAGS` (FLAGS as a user types them), with `--out` relative to its working
 /// directory as a user types it and a host swap file of its own, one run at a time; checks what
 /// every family does: it succeeds, it leaves the host as it found it (no swap file, swap off, no
 /// cgroups left, swappiness restored), and it writes results.csv (every row with the header's
 /// fields) and report.md.
-fn tiny(family: &str, args: &[&str]) -> Tiny {
+fn tiny(family: &str, flags: &str) -> Tiny {
     let _host = HOST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let swap = format!(
@@ -124,8 +124,9 @@ fn tiny(family: &str, args: &[&str]) -> Tiny {
         std::process::id()
     );
     let before = host_state();
-    let flags = ["--scale", "tiny", "--out", "rel/out", "--swap-file", &swap];
-    let all = [&["bench", family][..], &flags, args].concat();
+    let own = ["--scale", "tiny", "--out", "rel/out", "--swap-file", &swap];
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    let all = [&["bench", family][..], &own, &flags].concat();
     let o = Command::new(MEMVISOR)
         .current_dir(dir.path())
         .args(&all)
@@ -158,19 +159,12 @@ fn phases(
     steps: &[&str],
     swap_size: &str,
 ) -> (Vec<Row>, String) {
-    let configs_arg = configs.join(",");
     let t = tiny(
         experiment,
-        &[
-            "--reps",
-            "1",
-            "--configs",
-            &configs_arg,
-            "--swap-size",
-            swap_size,
-            "--timeout",
-            "120",
-        ],
+        &format!(
+            "--reps 1 --configs {} --swap-size {swap_size} --timeout 120",
+            configs.join(",")
+        ),
     );
     t.assert_report_printed();
     let svg = t.read(&format!("{experiment}.svg"));
@@ -390,7 +384,7 @@ fn tiny_experiments_end_to_end() {
 /// says there is no QEMU peer, and the host is left as it was.
 #[test]
 fn tiny_workingset_end_to_end() {
-    let t = tiny("workingset", &["--timeout", "120"]);
+    let t = tiny("workingset", "--timeout 120");
     let rows = &t.rows;
     assert!(!rows.is_empty(), "no answers recorded");
     let num = |r: &Row, k: &str| -> f64 {
@@ -478,14 +472,7 @@ fn tiny_recovery_end_to_end() {
     let configs = ["memvisor-pager", "memvisor-pool-proactive"];
     let t = tiny(
         "recovery",
-        &[
-            "--reps",
-            "1",
-            "--configs",
-            &configs.join(","),
-            "--timeout",
-            "120",
-        ],
+        &format!("--reps 1 --configs {} --timeout 120", configs.join(",")),
     );
     let rows = &t.rows;
     for c in configs {
@@ -544,16 +531,7 @@ fn tiny_recovery_end_to_end() {
 fn tiny_swapin_end_to_end() {
     let t = tiny(
         "swapin",
-        &[
-            "--sizes",
-            "128M",
-            "--reps",
-            "1",
-            "--configs",
-            "pool-proactive,disk-proactive,pool-faults",
-            "--timeout",
-            "120",
-        ],
+        "--sizes 128M --reps 1 --configs pool-proactive,disk-proactive,pool-faults --timeout 120",
     );
     let rows = &t.rows;
     assert_eq!(rows.len(), 3, "{rows:?}");
@@ -610,19 +588,7 @@ fn tiny_swapin_end_to_end() {
 /// is reported as not available (a VMM without the endpoint answers 501).
 #[test]
 fn tiny_reclaimdelay_end_to_end() {
-    let t = tiny(
-        "reclaimdelay",
-        &[
-            "--reps",
-            "1",
-            "--scenario",
-            "idle,busy-dirty",
-            "--configs",
-            "hd2-ready,balloon,qemu-balloon",
-            "--timeout",
-            "120",
-        ],
-    );
+    let t = tiny("reclaimdelay", "--reps 1 --scenario idle,busy-dirty --configs hd2-ready,balloon,qemu-balloon --timeout 120");
     let rows = &t.rows;
     // 3 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages (`hd2` is `hd2-ready`
     // without the flag; left out to keep this test light beside the others of this binary,
@@ -694,17 +660,7 @@ fn tiny_reclaimdelay_end_to_end() {
 /// available rather than failing the benchmark.
 #[test]
 fn tiny_dwell_end_to_end() {
-    let t = tiny(
-        "dwell",
-        &[
-            "--reps",
-            "1",
-            "--configs",
-            "clock,random,hd2",
-            "--timeout",
-            "180",
-        ],
-    );
+    let t = tiny("dwell", "--reps 1 --configs clock,random,hd2 --timeout 180");
     let rows = &t.rows;
     assert_eq!(rows.len(), 3, "{rows:?}");
     for r in rows {
@@ -741,18 +697,7 @@ fn tiny_dwell_end_to_end() {
 fn tiny_consolidate_with_a_relative_out() {
     let t = tiny(
         "consolidate",
-        &[
-            "--vms",
-            "2",
-            "--scenario",
-            "mapreduce",
-            "--configs",
-            "hd2",
-            "--reps",
-            "1",
-            "--timeout",
-            "120",
-        ],
+        "--vms 2 --scenario mapreduce --configs hd2 --reps 1 --timeout 120",
     );
     let rows = &t.rows;
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -767,7 +712,7 @@ fn tiny_consolidate_with_a_relative_out() {
 /// says there is no QEMU peer, and the figure is drawn.
 #[test]
 fn tiny_shares_end_to_end() {
-    let t = tiny("shares", &["--timeout", "120"]);
+    let t = tiny("shares", "--timeout 120");
     t.assert_report_printed();
     let rows = &t.rows;
     assert!(rows.iter().all(|r| r["experiment"] == "shares"), "{rows:?}");
@@ -882,19 +827,7 @@ fn bad_input_is_one_line_and_status_2() {
 /// writes swap pages in, and with them none does; the report's double-paging table says so.
 #[test]
 fn tiny_doublepaging_end_to_end() {
-    let t = tiny(
-        "doublepaging",
-        &[
-            "--reps",
-            "1",
-            "--configs",
-            "memvisor-pager,memvisor-tesseract",
-            "--reference",
-            "memvisor-pager",
-            "--timeout",
-            "120",
-        ],
-    );
+    let t = tiny("doublepaging", "--reps 1 --configs memvisor-pager,memvisor-tesseract --reference memvisor-pager --timeout 120");
     let report = &t.report;
     let section = "### The guest's swap disk and double paging";
     // configuration, writes, double-paging swap-ins, prepare mean, longest, completion mean,
@@ -942,14 +875,7 @@ fn tiny_sharing_and_zeroboot_end_to_end() {
     }
     let t = tiny(
         "sharing",
-        &[
-            "--vms",
-            "2",
-            "--configs",
-            "memvisor-off,memvisor-host",
-            "--timeout",
-            "120",
-        ],
+        "--vms 2 --configs memvisor-off,memvisor-host --timeout 120",
     );
     let rows = &t.rows;
     assert_eq!(rows.len(), 4, "2 runs and 2 probes: {rows:?}");
@@ -972,10 +898,7 @@ fn tiny_sharing_and_zeroboot_end_to_end() {
         assert!(n(run(mode, "1"), "probe_pages") > 0.0, "{mode}");
     }
     assert!(t.out.join("series.csv").exists() && t.out.join("sharing.svg").exists());
-    let t = tiny(
-        "zeroboot",
-        &["--configs", "memvisor,memvisor-ksm", "--timeout", "120"],
-    );
+    let t = tiny("zeroboot", "--configs memvisor,memvisor-ksm --timeout 120");
     let rows = &t.rows;
     assert_eq!(rows.len(), 2);
     for r in rows {
