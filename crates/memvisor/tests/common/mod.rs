@@ -32,6 +32,12 @@ pub fn memvisor(args: &[&str]) -> Output {
     out
 }
 
+/// [`memvisor`] of a command line as a user types it: `line` split at whitespace (so no
+/// argument in it holds a space).
+pub fn memvisor_line(line: &str) -> Output {
+    memvisor(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 /// Writes what `memvisor ARGS` ended with to the test's log.
 pub fn log(args: &[&str], out: &Output) {
     eprintln!(
