@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{memvisor, Proc, ResultLine, MEMVISOR};
+use common::{memvisor, memvisor_line, Proc, ResultLine, MEMVISOR};
 
 /// The word the guest kit's selftest writes at byte offset `o` of the disk.
 fn splitmix64(x: u64) -> u64 {
@@ -213,43 +213,30 @@ fn bad_input_gets_one_line_and_status_2() {
         memvisor_boot::test_utils::make_elf(0x10_0000, &[0xf4], None),
     )
     .unwrap();
-    let spec = img.path().display().to_string();
-    let cases: &[(&[&str], &str)] = &[
+    let (spec, k) = (img.path().display(), no_note.path().display());
+    for (line, needle) in [
         (
-            &["run", "--kernel", "/nonexistent/vmlinux"],
+            "run --kernel /nonexistent/vmlinux".into(),
             "/nonexistent/vmlinux",
         ),
+        (format!("run --kernel {k}"), "PVH"),
+        ("run --mem 12X".into(), "12X"),
+        ("run --mem 8M".into(), "MiB"),
+        ("run --vcpus 0".into(), "'0'"),
+        ("run --prefetch 5000000000".into(), "5000000000"),
         (
-            &["run", "--kernel", no_note.path().to_str().unwrap()],
-            "PVH",
-        ),
-        (&["run", "--mem", "12X"], "12X"),
-        (&["run", "--mem", "8M"], "MiB"),
-        (&["run", "--vcpus", "0"], "'0'"),
-        (&["run", "--prefetch", "5000000000"], "5000000000"),
-        (
-            &["run", "--disk", "/nonexistent/data.img"],
+            "run --disk /nonexistent/data.img".into(),
             "/nonexistent/data.img",
         ),
-        (&["run", "--disk", &format!("{spec},bogus")], "bogus"),
-        (&["run", "--workload", "nosuch"], "nosuch"),
-        (
-            &[
-                "run",
-                "--disk",
-                &format!("{spec},id=a"),
-                "--disk",
-                &format!("{spec},id=a"),
-            ],
-            "id",
-        ),
-    ];
-    for (args, needle) in cases {
-        let out = memvisor(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        (format!("run --disk {spec},bogus"), "bogus"),
+        ("run --workload nosuch".into(), "nosuch"),
+        (format!("run --disk {spec},id=a --disk {spec},id=a"), "id"),
+    ] {
+        let out = memvisor_line(&line);
+        assert_eq!(out.status.code(), Some(2), "{line}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?} started a guest");
+        assert!(err.contains(needle), "{line}: {err}");
+        assert!(out.stdout.is_empty(), "{line} started a guest");
     }
 }
 
