@@ -7,7 +7,7 @@
 use std::path::Path;
 
 mod common;
-use common::{memvisor, mkdisk_data, mkdisk_swap, stdout, ResultLine};
+use common::{memvisor, memvisor_line, mkdisk_data, mkdisk_swap, stdout, ResultLine};
 
 /// A 64 MiB data disk (with `files`, if any) and a 128 MiB swap disk in `dir`: their paths.
 fn mkdisks(dir: &Path, files: &str) -> (String, String) {
@@ -204,61 +204,33 @@ fn kept_indirections_disentangle_into_images_that_stand_alone() {
 
 #[test]
 fn bad_tesseract_input_is_refused_clearly() {
-    for (args, says) in [
+    for (line, says) in [
         (
-            &["run", "--pager", "off", "--tesseract", "--workload", "boot"][..],
+            "run --pager off --tesseract --workload boot",
             "--pager full",
         ),
         (
-            &["run", "--keep-indirections", "--workload", "boot"][..],
+            "run --keep-indirections --workload boot",
             "go with --tesseract",
         ),
         (
-            &[
-                "run",
-                "--tesseract",
-                "--tesseract-max",
-                "1",
-                "--workload",
-                "boot",
-            ][..],
+            "run --tesseract --tesseract-max 1 --workload boot",
             "--tesseract-max",
         ),
+        ("disk disentangle /nonexistent.img", "not a disk image"),
         (
-            &["disk", "disentangle", "/nonexistent.img"][..],
-            "not a disk image",
-        ),
-        (
-            &[
-                "run",
-                "--tesseract",
-                "--tesseract-defrag",
-                "both",
-                "--workload",
-                "boot",
-            ][..],
+            "run --tesseract --tesseract-defrag both --workload boot",
             "--tesseract-defrag",
         ),
+        ("run --victim-cache 60 --workload boot", "--victim-cache"),
         (
-            &["run", "--victim-cache", "60", "--workload", "boot"][..],
-            "--victim-cache",
-        ),
-        (
-            &[
-                "run",
-                "--pager",
-                "off",
-                "--victim-cache",
-                "10",
-                "--workload",
-                "boot",
-            ][..],
+            "run --pager off --victim-cache 10 --workload boot",
             "--pager full",
         ),
     ] {
-        let out = memvisor(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        let out = memvisor_line(line);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{line}: {err}");
+        assert!(err.contains(says), "{line}: {err}");
     }
 }
