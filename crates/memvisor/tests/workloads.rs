@@ -10,7 +10,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{log, memvisor, mkdisk_data, mkdisk_swap, Proc, ResultLine, TestVm, MEMVISOR};
+use common::{
+    log, memvisor, memvisor_line, mkdisk_data, mkdisk_swap, Proc, ResultLine, TestVm, MEMVISOR,
+};
 
 /// A data disk with `files` (NAME:SIZE,...) and a swap disk, in a temporary directory.
 struct Disks {
@@ -94,45 +96,28 @@ fn mkdisk_bad_input_gets_one_line_and_status_2() {
     std::fs::write(&existing, b"x").unwrap();
     let new = dir.path().join("new.img");
     let (e, n) = (existing.to_str().unwrap(), new.to_str().unwrap());
-    let cases: &[(&[&str], &str)] = &[
-        (&["mkdisk", "data", "--out", n, "--size", "12X"], "12X"),
-        (&["mkdisk", "data", "--out", n, "--size", "1000"], "4 KiB"),
+    for (line, needle) in [
+        (format!("data --out {n} --size 12X"), "12X"),
+        (format!("data --out {n} --size 1000"), "4 KiB"),
         (
-            &[
-                "mkdisk", "data", "--out", n, "--size", "1M", "--files", "big:2M",
-            ],
+            format!("data --out {n} --size 1M --files big:2M"),
             "disk is",
         ),
+        (format!("data --out {n} --size 1M --files seq"), "NAME:SIZE"),
         (
-            &[
-                "mkdisk", "data", "--out", n, "--size", "1M", "--files", "seq",
-            ],
-            "NAME:SIZE",
-        ),
-        (
-            &[
-                "mkdisk",
-                "data",
-                "--out",
-                n,
-                "--size",
-                "1M",
-                "--files",
-                "a:1K,a:1K",
-            ],
+            format!("data --out {n} --size 1M --files a:1K,a:1K"),
             "twice",
         ),
-        (&["mkdisk", "data", "--out", e, "--size", "1M"], "--force"),
-        (&["mkdisk", "swap", "--out", e, "--size", "1M"], "--force"),
-        (&["mkdisk", "swap", "--out", n, "--size", "4K"], "no slot"),
-    ];
-    for (args, needle) in cases {
-        let out = memvisor(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        (format!("data --out {e} --size 1M"), "--force"),
+        (format!("swap --out {e} --size 1M"), "--force"),
+        (format!("swap --out {n} --size 4K"), "no slot"),
+    ] {
+        let out = memvisor_line(&format!("mkdisk {line}"));
+        assert_eq!(out.status.code(), Some(2), "{line}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!new.exists(), "{args:?} wrote a file");
+        assert_eq!(err.lines().count(), 1, "{line}: {err}");
+        assert!(err.contains(needle), "{line}: {err}");
+        assert!(!new.exists(), "{line} wrote a file");
     }
     assert_eq!(std::fs::read(&existing).unwrap(), b"x");
     // --force overwrites.
