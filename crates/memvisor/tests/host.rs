@@ -367,22 +367,9 @@ kernel = "{k}"
     // Unknown VMs and paths, wrong methods.
     assert_eq!(call("GET", &vm_path("zz"), None).0, 404);
     assert_eq!(call("PUT", &stop_path("zz"), None).0, 404);
-    assert_eq!(
-        memvisor_api::call(sock, "GET", "/nope", None).unwrap().0,
-        404
-    );
-    assert_eq!(
-        memvisor_api::call(sock, "DELETE", &vms_path, None)
-            .unwrap()
-            .0,
-        405
-    );
-    assert_eq!(
-        memvisor_api::call(sock, "POST", "/metrics", None)
-            .unwrap()
-            .0,
-        405
-    );
+    assert_eq!(openapi::status_of(sock, "GET", "/nope"), 404);
+    assert_eq!(openapi::status_of(sock, "DELETE", &vms_path), 405);
+    assert_eq!(openapi::status_of(sock, "POST", "/metrics"), 405);
 
     // Stopping one VM: it exits, its reservation returns, it stays listed.
     host.wait_vm("c", 10, |v| v.state == HostVmState::Running);

@@ -241,6 +241,12 @@ pub fn call_checked(
     (status, v)
 }
 
+/// The status of a body-less `METHOD PATH` the API does not document (nothing to check it
+/// against).
+pub fn status_of(sock: &Path, method: &str, path: &str) -> u16 {
+    memvisor_api::call(sock, method, path, None).unwrap().0
+}
+
 /// `GET path`, whose documented answer is text (not JSON): checks that the status is documented
 /// with exactly one media type, that the server's `Content-Type` is that type (its parameters
 /// aside), and that the schema is a string; returns the status and the text.
