@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 mod common;
-use common::{disk_spec, poll, run_command, stderr, TestVm};
+use common::{disk_spec, run_command, stderr, TestVm};
 
 /// Unclaimed ports written, one byte each: `PORT_FIRST..PORT_FIRST + PORTS`. The range holds
 /// no device of memvisor's or of KVM's in-kernel irqchip (the PIC's ELCR is 0x4d0).
@@ -121,19 +121,9 @@ fn a_hostile_guest_is_counted_and_not_logged() {
     );
     let vm = TestVm::spawn(cmd.args(["--disk", &disk]).stderr(Stdio::piped()), &sock);
     // The last thing the guest does before it spins is its last round of the virtio loop.
-    let s = poll(
-        "the guest finishing its loops",
-        Duration::from_secs(300),
-        Duration::from_millis(200),
-        || {
-            let s = vm.stats();
-            if s.guest_errors.refused_driver_ok >= u64::from(ROUNDS) {
-                Ok(s)
-            } else {
-                Err(s.guest_errors)
-            }
-        },
-    );
+    let s = vm.stats_until("the guest's loops", Duration::from_secs(300), |s| {
+        s.guest_errors.refused_driver_ok >= u64::from(ROUNDS)
+    });
     let g = &s.guest_errors;
     eprintln!("guest errors: {g:?}");
     // Every access of the guest's was one of these, and nothing else touched those addresses.

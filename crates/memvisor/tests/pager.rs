@@ -20,6 +20,10 @@ use common::{disk_spec, memvisor, mkdisk_data, ok, ResultLine, TestVm, MIB};
 /// until it is recorded: about 2.1 MiB, twice that for the samples' timing.
 const SLACK: u64 = 4 * MIB;
 
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
 /// A 64 MiB data disk `data.img` in `dir`.
 fn mkdisk(dir: &Path) -> PathBuf {
     mkdisk_data(dir.join("data.img"), "64M", &[])
@@ -218,33 +222,17 @@ fn the_swap_mapper_waits_for_the_first_limit_and_keeps_its_mirrors() {
         "integrity",
         "anon_mb=150 file_mb=40 rounds=3 secs=8",
     );
-    let t0 = Instant::now();
-    let before = loop {
-        let s = vm.stats();
-        if pager(&s).pages.mirrored_pages > 2000 {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the guest's disk reads made no mirrors"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let before = vm.stats_until("mirrors of the guest's disk reads", secs(30), |s| {
+        pager(s).pages.mirrored_pages > 2000
+    });
     assert!(!pager(&before).attached, "no limit, no takeover");
     assert_eq!(pager(&before).counters.attaches, 0);
     ok(vm.client().set_limit(Some(64 * MIB)));
-    let t1 = Instant::now();
-    let after = loop {
-        let s = vm.stats();
-        if pager(&s).counters.reclaimed_mirrored > 1000 {
-            break s;
-        }
-        assert!(
-            t1.elapsed() < Duration::from_secs(20),
-            "reclaim dropped no mirrors after the takeover"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let after = vm.stats_until(
+        "reclaim dropping mirrors after the takeover",
+        secs(20),
+        |s| pager(s).counters.reclaimed_mirrored > 1000,
+    );
     assert!(pager(&after).attached);
     assert_eq!(pager(&after).counters.attaches, 1);
     eprintln!(
@@ -420,19 +408,7 @@ fn touched_then_idle(dir: &Path, report: bool) -> TestVm {
 
 /// Polls the VM's stats until `done` holds (15 s at most).
 fn wait_for(vm: &TestVm, what: &str, done: impl Fn(&VmStats) -> bool) -> VmStats {
-    common::poll(
-        format!("waiting for {what}"),
-        Duration::from_secs(15),
-        Duration::from_millis(50),
-        || {
-            let s = vm.stats();
-            if done(&s) {
-                Ok(s)
-            } else {
-                Err(s)
-            }
-        },
-    )
+    vm.stats_until(what, secs(15), done)
 }
 
 #[test]

@@ -365,6 +365,23 @@ impl TestVm {
         ok(self.client().stats())
     }
 
+    /// Polls `GET /stats` until `done` holds (`within` at most); returns the stats that held.
+    pub fn stats_until(
+        &self,
+        what: &str,
+        within: Duration,
+        done: impl Fn(&VmStats) -> bool,
+    ) -> VmStats {
+        poll(what, within, Duration::from_millis(20), || {
+            let s = self.stats();
+            if done(&s) {
+                Ok(s)
+            } else {
+                Err(s)
+            }
+        })
+    }
+
     /// `GET /stats` of a VM that may be ending: `None` if it no longer answers; an answer that
     /// does not match the API's types fails the test.
     pub fn stats_if_running(&self) -> Option<VmStats> {
