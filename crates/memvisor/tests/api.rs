@@ -266,12 +266,12 @@ fn server_matches_the_published_schema() {
     assert_eq!(openapi::status_of(sock, "DELETE", "/vm"), 405);
     {
         use std::io::Write;
-        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
         s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
     }
     call("GET", "/vm", None);
     // A client that connects and says nothing is dropped, and the next one is served.
-    let _silent = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let _silent = std::os::unix::net::UnixStream::connect(sock).unwrap();
     call("GET", "/vm", None);
 }
 

@@ -501,9 +501,9 @@ fn tiny_recovery_end_to_end() {
     let report = &t.report;
     t.assert_report_printed();
     for c in configs {
-        let row = table_row(&report, "## Recovery", c);
+        let row = table_row(report, "## Recovery", c);
         assert_eq!(row[1], "1/1", "{row:?}");
-        let row = table_row(&report, "## Runs", c);
+        let row = table_row(report, "## Runs", c);
         assert!(row.iter().any(|x| x == "pager limit → 128 MiB"), "{row:?}");
     }
     for want in [
@@ -832,8 +832,8 @@ fn tiny_doublepaging_end_to_end() {
     let section = "### The guest's swap disk and double paging";
     // configuration, writes, double-paging swap-ins, prepare mean, longest, completion mean,
     // elided, split reads, blocks read
-    let pager = table_row(&report, section, "memvisor-pager");
-    let tess = table_row(&report, section, "memvisor-tesseract");
+    let pager = table_row(report, section, "memvisor-pager");
+    let tess = table_row(report, section, "memvisor-tesseract");
     let n = |cells: &[String], i: usize| -> u64 { cells[i].parse().unwrap() };
     assert!(
         n(&pager, 1) > 0,
@@ -847,7 +847,7 @@ fn tiny_doublepaging_end_to_end() {
     assert_eq!(n(&tess, 2), 0, "no double paging with Tesseract: {tess:?}");
     assert!(n(&tess, 6) > 0, "writes became indirections: {tess:?}");
     for c in ["memvisor-pager", "memvisor-tesseract"] {
-        let cells = table_row(&report, "### Guest time per phase", c);
+        let cells = table_row(report, "### Guest time per phase", c);
         assert_eq!(
             cells.len(),
             5,

@@ -76,14 +76,8 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
         "history",
         Duration::from_secs(20),
         Duration::from_millis(100),
-        || {
-            let h = ok(client.history(0.0));
-            if h.len() >= 5 {
-                Ok(())
-            } else {
-                Err(h)
-            }
-        },
+        || ok(client.history(0.0)),
+        |h| h.len() >= 5,
     );
     let page = dom(&url, 3000);
     for id in ["host", "split", "vm-a", "vm-b"] {
@@ -100,14 +94,8 @@ fn the_live_page_shows_both_vms_and_a_stopped_one() {
         "a exited",
         Duration::from_secs(10),
         Duration::from_millis(100),
-        || {
-            let v = ok(client.vm("a"));
-            if v.state == memvisor_api::HostVmState::Exited {
-                Ok(())
-            } else {
-                Err(v)
-            }
-        },
+        || ok(client.vm("a")),
+        |v| v.state == memvisor_api::HostVmState::Exited,
     );
     let page = dom(&url, 3000);
     assert_eq!(attr(&page, "vm-a", "data-state"), Some("exited"));

@@ -129,20 +129,25 @@ pub fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(i32::try_from(pid).unwrap(), sig) };
 }
 
-/// Calls `f` every `every` until it returns `Ok`, for `within` at most: then the test fails
-/// saying `what` and the last `Err`.
-pub fn poll<T, E: Debug>(
+/// Calls `look` every `every` until `done` holds of what it found, for `within` at most: then
+/// the test fails saying `what` and what `look` found last. Returns what it found that held.
+pub fn poll<T: Debug>(
     what: impl Display,
     within: Duration,
     every: Duration,
-    mut f: impl FnMut() -> Result<T, E>,
+    mut look: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
 ) -> T {
     let t = Instant::now();
     loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => assert!(t.elapsed() < within, "{what}: not within {within:?}: {e:?}"),
+        let found = look();
+        if done(&found) {
+            return found;
         }
+        assert!(
+            t.elapsed() < within,
+            "{what}: not within {within:?}: {found:?}"
+        );
         std::thread::sleep(every);
     }
 }
@@ -372,14 +377,8 @@ impl TestVm {
         within: Duration,
         done: impl Fn(&VmStats) -> bool,
     ) -> VmStats {
-        poll(what, within, Duration::from_millis(20), || {
-            let s = self.stats();
-            if done(&s) {
-                Ok(s)
-            } else {
-                Err(s)
-            }
-        })
+        let every = Duration::from_millis(20);
+        poll(what, within, every, || self.stats(), done)
     }
 
     /// `GET /stats` of a VM that may be ending: `None` if it no longer answers; an answer that
@@ -489,14 +488,8 @@ impl TestHost {
             format!("vm {name}"),
             Duration::from_secs(secs),
             Duration::from_millis(100),
-            || {
-                let v = self.vm(name);
-                if done(&v) {
-                    Ok(v)
-                } else {
-                    Err(v)
-                }
-            },
+            || self.vm(name),
+            done,
         )
     }
 }
