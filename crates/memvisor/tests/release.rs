@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{ClientError, ReleaseRequest, ReleaseResult, VmClient, VmState, VmStats};
+use memvisor_api::{ClientError, ReleaseRequest, ReleaseResult, VmState, VmStats};
 
 mod common;
-use common::{disk_spec, memvisor, mkdisk_data, ok, run_command, ResultLine, TestVm};
+use common::{disk_spec, memvisor, mkdisk_data, run_command, ResultLine, TestVm};
 
 /// A data disk of `mb` MiB (files are made by the workload).
 fn mkdisk(dir: &Path, mb: u64) -> PathBuf {
@@ -19,14 +19,8 @@ fn mkdisk(dir: &Path, mb: u64) -> PathBuf {
 
 /// Starts `memvisor run --mem 256M` with the data disk `img`, an API socket in `dir`, its
 /// final counters to `dir/stats.json`, `workload` with `cmdline`, and `args` besides; returns
-/// it with its socket once the socket exists.
-fn start(
-    dir: &Path,
-    img: &Path,
-    args: &[&str],
-    workload: &str,
-    cmdline: &str,
-) -> (TestVm, PathBuf) {
+/// it once its socket exists.
+fn start(dir: &Path, img: &Path, args: &[&str], workload: &str, cmdline: &str) -> TestVm {
     let sock = dir.join("api.sock");
     let (disk, stats) = (disk_spec(img, "data"), dir.join("stats.json"));
     let mut run = vec!["--mem", "256M", "--disk", &disk];
@@ -35,7 +29,7 @@ fn start(
     run.extend(["--workload", workload, "--cmdline", cmdline]);
     let mut cmd = run_command(&sock, &run);
     cmd.env("MEMVISOR_LOG", "warn,memvisor_pager::release=debug");
-    (TestVm::spawn(&mut cmd, &sock), sock)
+    TestVm::spawn(&mut cmd, &sock)
 }
 
 /// Waits for the VM to end; checks its workload's final RESULT line says ok with no
@@ -46,25 +40,21 @@ fn passed(vm: TestVm, dir: &Path, workload: &str) -> (ResultLine, VmStats) {
     (done, serde_json::from_str(&text).unwrap())
 }
 
-fn stats(sock: &Path) -> VmStats {
-    ok(VmClient::new(sock).stats())
-}
-
-fn mirrored(sock: &Path) -> u64 {
-    stats(sock).pager.expect("the pager").pages.mirrored_pages
+fn mirrored(vm: &TestVm) -> u64 {
+    vm.stats().pager.expect("the pager").pages.mirrored_pages
 }
 
 /// Waits (60 s at most) until at least `n` pages mirror disk blocks; false if the VM ended.
-fn wait_mirrored(vm: &mut TestVm, sock: &Path, n: u64) -> bool {
+fn wait_mirrored(vm: &mut TestVm, n: u64) -> bool {
     let t0 = Instant::now();
     while vm.running() {
-        if mirrored(sock) >= n {
+        if mirrored(vm) >= n {
             return true;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "only {} pages mirror the disk",
-            mirrored(sock)
+            mirrored(vm)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -82,13 +72,8 @@ fn refused(r: Result<ReleaseResult, ClientError>) -> (u16, String) {
 /// Releases `pages` at a time until the VM ends, `pause` between releases, the limit lifted
 /// after each; returns the releases made, the pages they released and those they found
 /// changed.
-fn release_until_the_end(
-    vm: &mut TestVm,
-    sock: &Path,
-    pages: u64,
-    pause: Duration,
-) -> (u64, u64, u64) {
-    let c = VmClient::new(sock);
+fn release_until_the_end(vm: &mut TestVm, pages: u64, pause: Duration) -> (u64, u64, u64) {
+    let c = vm.client();
     let (mut n, mut released, mut changed) = (0, 0, 0);
     while vm.running() {
         match c.release(pages) {
@@ -126,14 +111,14 @@ fn release_until_the_end(
 fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (mut vm, sock) = start(
+    let mut vm = start(
         dir.path(),
         &img,
         &["--mapper"],
         "seqread",
         "file_mb=48 passes=8",
     );
-    let c = VmClient::new(&sock);
+    let c = vm.client();
     // Bad input: 400, one sentence, nothing changed.
     let before = c.info().unwrap();
     assert_eq!(before.limit_bytes, None);
@@ -151,12 +136,12 @@ fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
         None,
         "the limit did not move"
     );
-    let s = stats(&sock);
+    let s = vm.stats();
     let p = s.pager.as_ref().unwrap();
     assert_eq!((p.counters.releases, p.counters.released_pages), (0, 0));
 
     // A paused VM releases: no vCPU is needed.
-    assert!(wait_mirrored(&mut vm, &sock, 4096), "the VM ended early");
+    assert!(wait_mirrored(&mut vm, 4096), "the VM ended early");
     c.pause().unwrap();
     let r = c.release(2000).unwrap();
     eprintln!("paused: {r:?}");
@@ -171,8 +156,7 @@ fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
     c.set_limit(None).unwrap();
     c.resume().unwrap();
 
-    let (n, released, changed) =
-        release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(10));
+    let (n, released, changed) = release_until_the_end(&mut vm, 1000, Duration::from_millis(10));
     eprintln!("{n} releases while it read: {released} pages released, {changed} changed");
     let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
@@ -214,15 +198,14 @@ fn a_guest_reading_its_files_while_they_are_released_reads_every_word_right() {
 fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (mut vm, sock) = start(
+    let mut vm = start(
         dir.path(),
         &img,
         &["--mapper"],
         "integrity",
         "anon_mb=16 file_mb=40 rounds=8",
     );
-    let (n, released, changed) =
-        release_until_the_end(&mut vm, &sock, 1000, Duration::from_millis(10));
+    let (n, released, changed) = release_until_the_end(&mut vm, 1000, Duration::from_millis(10));
     eprintln!("{n} releases: {released} pages released, {changed} found changed");
     let (done, s) = passed(vm, dir.path(), "integrity");
     eprintln!("{done}");
@@ -243,8 +226,8 @@ fn a_guest_rewriting_its_files_while_they_are_released_never_reads_stale_data() 
 /// Cold-only releases (`cold_only`, as the host asks while memory is plentiful) until the VM
 /// ends or `enough` pages were released, `pause` between them, the limit lifted after each;
 /// returns the pages released.
-fn release_cold(vm: &mut TestVm, sock: &Path, pause: Duration, enough: u64) -> u64 {
-    let c = VmClient::new(sock);
+fn release_cold(vm: &mut TestVm, pause: Duration, enough: u64) -> u64 {
+    let c = vm.client();
     let mut released = 0;
     while vm.running() && released < enough {
         let asked = ReleaseRequest {
@@ -267,21 +250,18 @@ fn release_cold(vm: &mut TestVm, sock: &Path, pause: Duration, enough: u64) -> u
 /// Starts a `seqread` VM with `cmdline` (`--mapper --victims hd2`), waits until `mirrored`
 /// pages hold its file (its first pass from disk is done), then for longer than the probe's
 /// wait, so its stream is no longer being read and a cold-only release probes it first.
-fn read_and_left(dir: &Path, cmdline: &str, mirrored: u64) -> (TestVm, PathBuf) {
+fn read_and_left(dir: &Path, cmdline: &str, mirrored: u64) -> TestVm {
     let img = mkdisk(dir, 64);
-    let (mut vm, sock) = start(
+    let mut vm = start(
         dir,
         &img,
         &["--mapper", "--victims", "hd2"],
         "seqread",
         cmdline,
     );
-    assert!(
-        wait_mirrored(&mut vm, &sock, mirrored),
-        "the VM ended early"
-    );
+    assert!(wait_mirrored(&mut vm, mirrored), "the VM ended early");
     std::thread::sleep(Duration::from_millis(600));
-    (vm, sock)
+    vm
 }
 
 /// A file the guest reads again and again from its own page cache is a loop the host cannot
@@ -292,8 +272,8 @@ fn read_and_left(dir: &Path, cmdline: &str, mirrored: u64) -> (TestVm, PathBuf) 
 fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
     let dir = tempfile::tempdir().unwrap();
     // From now on it reads the file from its own cache.
-    let (mut vm, sock) = read_and_left(dir.path(), "file_mb=16 passes=150", 4000);
-    let released = release_cold(&mut vm, &sock, Duration::from_millis(50), u64::MAX);
+    let mut vm = read_and_left(dir.path(), "file_mb=16 passes=150", 4000);
+    let released = release_cold(&mut vm, Duration::from_millis(50), u64::MAX);
     let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
     let k = s.pager.unwrap().counters;
@@ -320,13 +300,13 @@ fn a_cold_only_release_takes_only_probes_of_a_file_the_guest_keeps_reading() {
 #[test]
 fn a_cold_only_release_takes_a_file_read_once_and_left() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut vm, sock) = read_and_left(
+    let mut vm = read_and_left(
         dir.path(),
         "file_mb=32 passes=1 then=idle then_secs=6",
         8000,
     );
     let t0 = Instant::now();
-    let released = release_cold(&mut vm, &sock, Duration::from_millis(100), 4000);
+    let released = release_cold(&mut vm, Duration::from_millis(100), 4000);
     eprintln!("{released} pages in {:?}", t0.elapsed());
     let (done, s) = passed(vm, dir.path(), "seqread");
     eprintln!("{done}");
@@ -341,14 +321,14 @@ fn a_cold_only_release_takes_a_file_read_once_and_left() {
 fn a_vm_without_the_pager_refuses_a_release() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 64);
-    let (_vm, sock) = start(
+    let vm = start(
         dir.path(),
         &img,
         &["--pager", "off", "--release-cache", "0"],
         "seqread",
         "file_mb=8 passes=1000",
     );
-    let (status, body) = refused(VmClient::new(&sock).release(100));
+    let (status, body) = refused(vm.client().release(100));
     assert_eq!(status, 400);
     assert!(body.contains("--pager off"), "{body}");
 }
@@ -398,17 +378,17 @@ fn a_bad_release_cache_or_readiness_is_refused_in_one_line() {
 fn release_times_of_100_1000_and_10000_pages_from_an_idle_guest() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkdisk(dir.path(), 128);
-    let (mut vm, sock) = start(
+    let mut vm = start(
         dir.path(),
         &img,
         &["--mapper"],
         "seqread",
         "file_mb=64 passes=8",
     );
-    let c = VmClient::new(&sock);
+    let c = vm.client();
     let mut rounds = 0;
     for round in 1..=3 {
-        if !wait_mirrored(&mut vm, &sock, 12_000) {
+        if !wait_mirrored(&mut vm, 12_000) {
             break;
         }
         c.pause().unwrap();
