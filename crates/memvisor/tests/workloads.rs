@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    log, memvisor, memvisor_line, mkdisk_data, mkdisk_swap, Proc, ResultLine, TestVm, MEMVISOR,
+    disk_spec, log, memvisor, memvisor_line, mkdisk_data, mkdisk_swap, Proc, ResultLine, TestVm,
+    MEMVISOR,
 };
 
 /// A data disk with `files` (NAME:SIZE,...) and a swap disk, in a temporary directory.
@@ -29,12 +30,12 @@ impl Disks {
     }
 
     fn args(&self) -> Vec<String> {
-        let p = |n: &str| self.dir.path().join(n).display().to_string();
+        let p = |n: &str| self.dir.path().join(n);
         vec![
             "--disk".into(),
-            format!("{},id=data", p("data.img")),
+            disk_spec(&p("data.img"), "data"),
             "--disk".into(),
-            format!("{},id=swap", p("swap.img")),
+            disk_spec(&p("swap.img"), "swap"),
         ]
     }
 }
