@@ -563,7 +563,7 @@ fn run_qemu(
             // QEMU creates its QMP socket before it listens on it: retry while it refuses.
             let t = Instant::now();
             loop {
-                match crate::run::vm::qmp_balloon(&qmp, share) {
+                match crate::run::qmp::set_balloon(&qmp, share) {
                     Ok(()) => break,
                     Err(e) if t.elapsed() > Duration::from_secs(10) => {
                         return Err(format!("setting vm{i}'s balloon: {e}"))

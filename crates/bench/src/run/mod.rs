@@ -6,6 +6,7 @@ pub mod dwell;
 pub mod host;
 pub mod hostexp;
 pub mod order;
+pub mod qmp;
 pub mod reclaimdelay;
 pub mod sharing;
 pub mod swapin;

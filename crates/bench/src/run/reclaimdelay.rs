@@ -19,7 +19,6 @@
 //!
 //! A VMM without the endpoint answers 501: the hd2 rows are then "not available", not failures.
 
-use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::{mpsc, Barrier};
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use crate::experiments::reclaimdelay::{Method, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
+use crate::run::qmp::Qmp;
 use crate::run::teardown;
 use crate::run::vm::Msg;
 
@@ -206,63 +206,6 @@ impl Victim {
     }
 }
 
-/// A QMP connection, one command at a time.
-pub struct Qmp {
-    w: std::os::unix::net::UnixStream,
-    r: BufReader<std::os::unix::net::UnixStream>,
-}
-
-impl Qmp {
-    pub fn connect(sock: &Path) -> Result<Qmp, String> {
-        let s = std::os::unix::net::UnixStream::connect(sock)
-            .map_err(|e| format!("QMP {}: {e}", sock.display()))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        let mut q = Qmp {
-            r: BufReader::new(s.try_clone().map_err(|e| e.to_string())?),
-            w: s,
-        };
-        let mut greeting = String::new();
-        q.r.read_line(&mut greeting).map_err(|e| e.to_string())?;
-        q.cmd(r#"{"execute":"qmp_capabilities"}"#)?;
-        Ok(q)
-    }
-
-    /// Sends `json`; the `return` line (events before it skipped).
-    pub fn cmd(&mut self, json: &str) -> Result<String, String> {
-        writeln!(self.w, "{json}").map_err(|e| format!("QMP: {e}"))?;
-        loop {
-            let mut line = String::new();
-            if self
-                .r
-                .read_line(&mut line)
-                .map_err(|e| format!("QMP: {e}"))?
-                == 0
-            {
-                return Err("QMP closed the connection".into());
-            }
-            if line.contains("\"error\"") {
-                return Err(format!("QMP refused {json}: {}", line.trim()));
-            }
-            if line.contains("\"return\"") {
-                return Ok(line);
-            }
-        }
-    }
-
-    /// `query-balloon`'s `actual`: the guest's memory outside the balloon, in bytes.
-    pub fn actual(&mut self) -> Result<u64, String> {
-        let line = self.cmd(r#"{"execute":"query-balloon"}"#)?;
-        balloon_actual(&line).ok_or_else(|| format!("no actual in {}", line.trim()))
-    }
-}
-
-/// `actual` of a `query-balloon` answer.
-pub fn balloon_actual(line: &str) -> Option<u64> {
-    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
-    v.get("return")?.get("actual")?.as_u64()
-}
-
 /// The pages the balloon holds on a memvisor victim (`GET /stats`).
 fn held(c: &VmClient) -> Result<u64, String> {
     c.stats()
@@ -291,9 +234,7 @@ fn inflate(sock: &Path, qemu: bool, n: u64, start: &Barrier) -> Result<Inflated,
         let (mut q, before) = prepared?;
         let want = before.saturating_sub(n * PAGE);
         let asked = Instant::now();
-        q.cmd(&format!(
-            r#"{{"execute":"balloon","arguments":{{"value":{want}}}}}"#
-        ))?;
+        q.balloon(want)?;
         loop {
             let a = q.actual()?;
             polls += 1;
@@ -555,13 +496,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn qmp_balloon_answers_are_read() {
-        assert_eq!(
-            balloon_actual(r#"{"return": {"actual": 100663296}}"#),
-            Some(100_663_296)
-        );
-        assert_eq!(balloon_actual(r#"{"return": {}}"#), None);
-        assert_eq!(balloon_actual("garbage"), None);
+    fn statuses_are_named() {
         assert_eq!(Status::NotAvailable.name(), "not-available");
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{ActiveMemory, ClientError, VmClient, VmStats};
 
-use super::teardown;
+use super::{qmp, teardown};
 use crate::configs::{Config, Hv, Limit, RunFiles};
 use crate::experiments::{Kind, Series, Step};
 use crate::run::host::{self, CgroupState, ProcIo, Vmstat};
@@ -337,36 +337,6 @@ pub fn parse_result(line: &str) -> Option<(String, Option<f64>, Option<String>)>
         }
     }
     Some((phase?, ms, ok))
-}
-
-/// Sets a QEMU VM's balloon through QMP (`value`: the guest memory to leave).
-pub(super) fn qmp_balloon(sock: &Path, value: u64) -> Result<(), String> {
-    let s = std::os::unix::net::UnixStream::connect(sock).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s.try_clone().map_err(|e| e.to_string())?);
-    let mut w = s;
-    let mut line = String::new();
-    r.read_line(&mut line).map_err(|e| e.to_string())?; // greeting
-    for cmd in [
-        r#"{"execute":"qmp_capabilities"}"#.to_owned(),
-        format!(r#"{{"execute":"balloon","arguments":{{"value":{value}}}}}"#),
-    ] {
-        writeln!(w, "{cmd}").map_err(|e| e.to_string())?;
-        loop {
-            line.clear();
-            if r.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-                return Err("QMP closed the connection".into());
-            }
-            if line.contains("\"error\"") {
-                return Err(format!("QMP refused {cmd}: {}", line.trim()));
-            }
-            if line.contains("\"return\"") {
-                break;
-            }
-        }
-    }
-    Ok(())
 }
 
 fn api_stats(sock: &Path) -> Option<PagerCounters> {
@@ -722,7 +692,7 @@ impl<'a> Watch<'a> {
         }
         let target = spec.limit.unwrap_or(spec.mem);
         let r = match c.hv {
-            Hv::Qemu => qmp_balloon(self.sock, target),
+            Hv::Qemu => qmp::set_balloon(self.sock, target),
             Hv::Memvisor => VmClient::new(self.sock)
                 .set_balloon(spec.mem - target)
                 .map(drop)
@@ -1005,7 +975,7 @@ pub fn give_back(
     }
     if c.balloon {
         match c.hv {
-            Hv::Qemu => qmp_balloon(sock, mem)?,
+            Hv::Qemu => qmp::set_balloon(sock, mem)?,
             Hv::Memvisor => {
                 VmClient::new(sock)
                     .set_balloon(0)
