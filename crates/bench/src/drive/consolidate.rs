@@ -12,7 +12,7 @@ use memvisor_api::HostSample;
 use crate::experiments::consolidate::{self as experiment, Kind, Scenario, MEM};
 use crate::output::consolidate as output;
 use crate::run::consolidate::{self, Record, RunTrace, Sink};
-use crate::run::{teardown, vm};
+use crate::run::{child, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
@@ -129,7 +129,7 @@ fn bench(
     if limited {
         notes.extend(super::phases::host_swap(args)?);
         eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-        qemu_overhead = vm::measure_qemu_overhead(&exe, MEM)?;
+        qemu_overhead = child::measure_qemu_overhead(&exe, MEM)?;
         notes.push(format!(
             "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, peak over a short guest kit run): {:.1} MiB",
             qemu_overhead as f64 / 1048576.0

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::configs::{self, Config};
 use crate::experiments;
 use crate::output::{plot, recovery, report, workingset};
-use crate::run::{host, order, teardown, vm};
+use crate::run::{child, host, order, teardown, vm};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench EXPERIMENT` for the experiments of `experiments::find`.
@@ -185,7 +185,7 @@ fn reference_of(
 }
 
 fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {
-    crate::run::vm::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
+    crate::run::child::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
 }
 
 /// A benchmark of phases, a time series or a release: set up, every run, the outputs.
@@ -303,7 +303,7 @@ pub(super) fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
 /// QEMU's overhead (RSS outside guest RAM) from a calibration run, and the report's note.
 fn qemu_overhead(exe: &Path, mem: u64) -> Result<(u64, String), String> {
     eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-    let o = vm::measure_qemu_overhead(exe, mem)?;
+    let o = child::measure_qemu_overhead(exe, mem)?;
     eprintln!(
         "memvisor bench: QEMU overhead measured: {:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack",
         o as f64 / f64::from(1u32 << 20)
@@ -428,7 +428,7 @@ impl Bench<'_> {
             Some(mb) => {
                 let p = work.join(format!("guest-swap-{}.img", c.name));
                 teardown::track_file(p.clone());
-                crate::run::vm::mkdisk(exe, &p, mb, None)?;
+                crate::run::child::mkdisk(exe, &p, mb, None)?;
                 Some(p)
             }
             None => None,

@@ -89,7 +89,7 @@ pub fn run(args: &BenchArgs, experiment: &'static str) -> Outcome {
     if sizes.limit.is_some() && chosen.iter().any(|m| m.qemu) {
         let set_up = super::phases::host_swap(args).and_then(|_| {
             eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-            crate::run::vm::measure_qemu_overhead(&exe, sizes.mem)
+            crate::run::child::measure_qemu_overhead(&exe, sizes.mem)
         });
         match set_up {
             Ok(o) => qemu_overhead = Some(o),

@@ -263,7 +263,7 @@ fn mkdisk_once(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), 
     if out.exists() {
         return Ok(());
     }
-    super::vm::mkdisk(exe, out, size_mb, Some(files))
+    super::child::mkdisk(exe, out, size_mb, Some(files))
 }
 
 /// In a scenario whose VMs have disks of their own, each of the `n` VMs gets a fresh copy of the

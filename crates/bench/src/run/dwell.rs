@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use crate::experiments::dwell::Sizes;
+use crate::run::child::ConsoleEvent;
 use crate::run::teardown;
-use crate::run::vm::Msg;
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,7 +118,7 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
             &format!("{},id=data,ro", work.join("data.img").display()),
         ])
         .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
-    let (mut child, lines) = match crate::run::vm::spawn_logged(cmd, &work, &log) {
+    let (mut child, lines) = match crate::run::child::spawn_logged(cmd, &work, &log) {
         Ok(c) => c,
         Err(e) => {
             p.status = Status::Failed;
@@ -165,7 +165,7 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
 /// Follows the guest's passes, releasing pages meanwhile, then reads the statistics.
 fn follow(
     setup: &Setup,
-    lines: &mpsc::Receiver<Msg>,
+    lines: &mpsc::Receiver<ConsoleEvent>,
     sock: &std::path::Path,
     p: &mut Point,
 ) -> Result<(), String> {
@@ -183,7 +183,7 @@ fn follow(
             n.saturating_duration_since(Instant::now())
         });
         match lines.recv_timeout(wait.min(Duration::from_millis(200))) {
-            Ok(Msg::Line(l, _)) => {
+            Ok(ConsoleEvent::Line(l, _)) => {
                 if l.contains("seqread: file ") {
                     next.get_or_insert_with(|| Instant::now() + z.start_after);
                 }
@@ -198,7 +198,7 @@ fn follow(
                     }
                 }
             }
-            Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err("the VM ended before the guest's done".into());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -239,7 +239,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let img = work.join("data.img");
-    crate::run::vm::mkdisk(
+    crate::run::child::mkdisk(
         &setup.exe,
         &img,
         setup.sizes.disk_mb(),

@@ -1,6 +1,7 @@
 //! Running a configuration: memvisor or QEMU as child processes, `memvisor host` for the host
 //! experiments, what the host measures meanwhile, and undoing everything afterwards.
 
+pub mod child;
 pub mod consolidate;
 pub mod dwell;
 pub mod host;

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use crate::experiments::reclaimdelay::{Method, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
+use crate::run::child::ConsoleEvent;
 use crate::run::qmp::Qmp;
 use crate::run::teardown;
-use crate::run::vm::Msg;
 
 const PAGE: u64 = 4096;
 
@@ -96,7 +96,7 @@ pub struct Setup {
 /// A running victim.
 struct Victim {
     child: Child,
-    lines: mpsc::Receiver<Msg>,
+    lines: mpsc::Receiver<ConsoleEvent>,
     /// memvisor's API socket, or QEMU's QMP socket.
     sock: PathBuf,
 }
@@ -144,7 +144,7 @@ fn start(
         "{}-{}-{n}vm-rep{rep}-victim{slot}",
         m.name, st.name
     ));
-    let (child, lines) = crate::run::vm::spawn_logged(cmd, &work, &log)?;
+    let (child, lines) = crate::run::child::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
     Ok(Victim { child, lines, sock })
 }
@@ -164,7 +164,7 @@ impl Victim {
                 .lines
                 .recv_timeout(left.min(Duration::from_millis(200)))
             {
-                Ok(Msg::Line(l, _)) => {
+                Ok(ConsoleEvent::Line(l, _)) => {
                     if let Some((phase, _, ok)) = crate::run::vm::parse_result(&l) {
                         if phase == "pass1" {
                             return Ok(());
@@ -174,7 +174,7 @@ impl Victim {
                         }
                     }
                 }
-                Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err("the VM ended before the guest's pass1".into());
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -430,7 +430,7 @@ fn disks(setup: &Setup) -> Result<(), String> {
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = work.join(format!("victim{slot}.img"));
-        crate::run::vm::mkdisk(
+        crate::run::child::mkdisk(
             &setup.exe,
             &path,
             setup.sizes.disk_mb(),

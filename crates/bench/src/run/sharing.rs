@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use memvisor_host::ksm::Ksm;
 
 use crate::experiments::sharing::{Census, Mode, Sizes};
-use crate::run::vm::{read_final_stats, spawn_logged, Msg};
+use crate::run::child::{spawn_logged, ConsoleEvent};
+use crate::run::vm::read_final_stats;
 use crate::run::{host, teardown};
 
 pub struct Setup {
@@ -214,7 +215,7 @@ fn census(pids: &[u32], kpageflags: &File) -> (Census, u64) {
 
 struct Vm {
     child: Child,
-    lines: mpsc::Receiver<Msg>,
+    lines: mpsc::Receiver<ConsoleEvent>,
     stats: PathBuf,
     done: bool,
 }
@@ -312,8 +313,8 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
         for (i, vm) in vms.iter_mut().enumerate() {
             while let Ok(m) = vm.lines.try_recv() {
                 match m {
-                    Msg::Line(l, _) => read_line(&l, i, &mut p),
-                    Msg::Eof => {
+                    ConsoleEvent::Line(l, _) => read_line(&l, i, &mut p),
+                    ConsoleEvent::Eof => {
                         vm.done = true;
                         p.first_exit_s.get_or_insert(t0.elapsed().as_secs_f64());
                     }

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use memvisor_api::{PagerStats, VmClient};
 
 use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
+use crate::run::child::ConsoleEvent;
 use crate::run::teardown;
-use crate::run::vm::Msg;
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// What one run measured.
@@ -135,7 +135,7 @@ fn stats(sock: &Path) -> Result<PagerStats, String> {
 /// A running VM: its process, console lines and socket.
 struct Vm {
     child: Child,
-    lines: mpsc::Receiver<Msg>,
+    lines: mpsc::Receiver<ConsoleEvent>,
     sock: PathBuf,
     deadline: Instant,
 }
@@ -155,7 +155,7 @@ impl Vm {
                 .lines
                 .recv_timeout(left.min(Duration::from_millis(200)))
             {
-                Ok(Msg::Line(l, at)) => {
+                Ok(ConsoleEvent::Line(l, at)) => {
                     if let Some(ms) = phase_ms(&l, phase) {
                         return Ok((ms, at));
                     }
@@ -163,7 +163,7 @@ impl Vm {
                         return Err(format!("the guest ended before its {phase}: {}", l.trim()));
                     }
                 }
-                Ok(Msg::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(format!("the VM ended before the guest's {phase}"));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -254,7 +254,7 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
         .out
         .join("logs")
         .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
-    let (child, lines) = crate::run::vm::spawn_logged(cmd, &work, &log)?;
+    let (child, lines) = crate::run::child::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
     Ok(Vm {
         child,

@@ -1,0 +1,191 @@
+//! The harness's child processes: starting a VMM with its console copied to a log and read
+//! line by line, whether it exited, its exit in words, the CPU time children used, and the
+//! one-off runs of the same binary (`memvisor mkdisk`, QEMU's calibration run).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use crate::run::host;
+use crate::run::teardown;
+use crate::run::vm::TICK;
+
+/// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,
+/// `TMPDIR` the run's `work` directory (the pager's unnamed swap file lands on the disk under
+/// --out, not on a tmpfs), stdin closed, stderr to `LOG.stderr`, its own process group (a Ctrl-C
+/// at the terminal reaches the harness only), its pid tracked for teardown, and its console
+/// copied to `LOG.console` and returned line by line.
+pub fn spawn_logged(
+    mut cmd: Command,
+    work: &Path,
+    log: &Path,
+) -> Result<(std::process::Child, mpsc::Receiver<ConsoleEvent>), String> {
+    let stderr = std::fs::File::create(log.with_extension("stderr"))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    cmd.env("MEMVISOR_LOG", super::log_filter())
+        .env("TMPDIR", work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start {}: {e}",
+            Path::new(cmd.get_program()).display()
+        )
+    })?;
+    teardown::track_pid(child.id());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (lines, _) = tee_console(stdout, log.with_extension("console"));
+    Ok((child, lines))
+}
+
+/// A console line with the time it arrived, or the console's end.
+pub enum ConsoleEvent {
+    Line(String, Instant),
+    Eof,
+}
+
+/// Copies a VMM's console (`stdout`), line by line, to the file `path` and to the returned
+/// channel, then sends [`ConsoleEvent::Eof`]. Once the receiver is gone it keeps reading, so the VMM
+/// never blocks on a full pipe.
+pub fn tee_console(
+    mut stdout: std::process::ChildStdout,
+    path: PathBuf,
+) -> (mpsc::Receiver<ConsoleEvent>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut log = std::fs::File::create(path).ok();
+        let mut r = BufReader::new(&mut stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if let Some(f) = log.as_mut() {
+                        let _ = f.write_all(line.as_bytes());
+                    }
+                    if tx
+                        .send(ConsoleEvent::Line(line.clone(), Instant::now()))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = stdout.read_to_end(&mut Vec::new());
+        let _ = tx.send(ConsoleEvent::Eof);
+    });
+    (rx, thread)
+}
+
+/// Exited (without reaping it, so `/proc/PID/io` can still be read)?
+pub fn exited(pid: u32) -> bool {
+    let id: libc::id_t = pid;
+    // SAFETY: siginfo_t is plain data that waitid fills; zeroed is a valid initial value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only to `info`; WNOWAIT leaves the child waitable, WNOHANG never blocks.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            id,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid the si_pid field is initialised (0 if nothing exited).
+    r != 0 || unsafe { info.si_pid() } != 0
+}
+
+pub fn exit_text(s: std::process::ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "?".into(),
+    }
+}
+
+/// User and system CPU time of this process's children that ended and were waited for, in ms.
+pub fn children_cpu_ms() -> Option<f64> {
+    // SAFETY: rusage is plain data that getrusage fills; zeroed is a valid initial value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only to `ru`.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Some(ms(ru.ru_utime) + ms(ru.ru_stime))
+}
+
+/// Makes a guest kit disk of `size_mb` MiB at `path` with `memvisor mkdisk`, replacing what is
+/// there: a data disk holding `files` (as `--files` takes them), or without them a swap disk.
+pub fn mkdisk(exe: &Path, path: &Path, size_mb: u64, files: Option<&str>) -> Result<(), String> {
+    let kind = if files.is_some() { "data" } else { "swap" };
+    let mut cmd = Command::new(exe);
+    cmd.args(["mkdisk", kind, "--force", "--out"])
+        .arg(path)
+        .args(["--size", &format!("{size_mb}M")]);
+    if let Some(f) = files {
+        cmd.args(["--files", f]);
+    }
+    let st = cmd
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("mkdisk {kind} {} failed ({st})", path.display()))
+    }
+}
+
+/// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS
+/// outside the guest RAM mapping sampled from `/proc/PID/smaps`, the largest value seen.
+pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
+    let mut child = Command::new(exe)
+        .args(["run", "--hypervisor", "qemu", "--mem", &mem.to_string()])
+        .args(["--workload", "memhog", "--cmdline", "mb=8 secs=2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let pid = child.id();
+    teardown::track_pid(pid);
+    let mut qemu = None;
+    let mut most = 0u64;
+    while !exited(pid) && !teardown::interrupted() {
+        if qemu.is_none() {
+            qemu = host::child_named(pid, "qemu");
+            if let Some(q) = qemu {
+                teardown::track_pid(q);
+            }
+        }
+        if let Some(o) = qemu.and_then(|q| host::rss_outside_guest(q, mem)) {
+            most = most.max(o);
+        }
+        std::thread::sleep(TICK);
+    }
+    if teardown::interrupted() {
+        teardown::kill(pid);
+    }
+    let st = child.wait().map_err(|e| e.to_string())?;
+    teardown::forget_pid(pid);
+    if let Some(q) = qemu {
+        teardown::forget_pid(q);
+    }
+    if st.code() != Some(1) || most == 0 {
+        return Err(format!(
+            "the QEMU calibration run exited {} with {most} bytes measured",
+            exit_text(st)
+        ));
+    }
+    Ok(most)
+}
