@@ -7,7 +7,7 @@
 //! The crate is layered, each layer importing only those below it:
 //! - `experiments` (and `configs`): what each experiment runs, as data, one file per experiment;
 //! - `run`: running a configuration (memvisor or QEMU child processes, `memvisor host`), what
-//!   the host measures meanwhile (`run::host`), and undoing it all (`run::teardown`);
+//!   the host measures meanwhile (`run::readings`), and undoing it all (`run::teardown`);
 //! - `output`: `results.csv` (one quoting rule, `output::csv`), `report.md` and the figures;
 //! - `drive`: each family of experiments from its flags to its outputs.
 //!

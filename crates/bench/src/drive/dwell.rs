@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::dwell::{Sizes, POLICIES};
 use crate::output;
-use crate::run::{dwell, host, teardown};
+use crate::run::{dwell, readings, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench dwell`: the dwell time of released pages per victim policy (HyperDealer2
@@ -60,7 +60,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     teardown::catch_signals();
     let guard = teardown::Guard;
-    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let env = readings::environment(&setup.out, "qemu-system-x86_64");
     let outcome = dwell::run(&setup).and_then(|points| output::dwell::write(&setup, &points, &env));
     drop(guard);
     finished("dwell", &setup.out, outcome)

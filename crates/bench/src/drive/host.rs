@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::experiments::{self, host::HostExperiment};
 use crate::output::host as hostreport;
-use crate::run::{host, hostexp, teardown};
+use crate::run::{hostexp, readings, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// The flags of `memvisor bench` that do not apply to a host experiment.
@@ -60,7 +60,7 @@ fn bench(a: &BenchArgs, e: &HostExperiment, out: &Path) -> Result<(), String> {
     let exe = super::memvisor_exe()?;
     // Held until the end: another benchmark on the same machine would skew this one.
     let _only_bench = teardown::lock(&a.swap_file)?;
-    let env = host::environment(out, "qemu-system-x86_64");
+    let env = readings::environment(out, "qemu-system-x86_64");
     let reps = a.reps.unwrap_or(1);
     let mut runs = Vec::new();
     for rep in 1..=reps {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::configs::{self, Config};
 use crate::experiments;
 use crate::output::{plot, recovery, report, workingset};
-use crate::run::{child, host, order, teardown, vm};
+use crate::run::{child, order, readings, teardown, vm};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench EXPERIMENT` for the experiments of `experiments::find`.
@@ -226,7 +226,7 @@ fn set_up(args: &BenchArgs, plan: &Plan, exe: PathBuf) -> Result<Option<Setup>, 
     let exp = &plan.exp;
     let work = plan.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let env = host::environment(&plan.out, "qemu-system-x86_64");
+    let env = readings::environment(&plan.out, "qemu-system-x86_64");
     let mut notes = Vec::new();
     let shared_disks = shared_disks(&exe, &work, exp)?;
     if plan.configs.iter().any(|c| c.needs_host_swap()) {
@@ -282,7 +282,7 @@ fn shared_disks(
 /// The host swap file and `vm.swappiness` for the runs; what the report says about them.
 pub(super) fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
-    let others = host::swap_areas();
+    let others = readings::swap_areas();
     if !others.is_empty() {
         notes.push(format!(
             "swap already enabled on the host before the run, also usable: {}",

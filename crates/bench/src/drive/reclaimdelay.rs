@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::reclaimdelay::{self as experiment, Sizes};
 use crate::output;
-use crate::run::{host, reclaimdelay, teardown};
+use crate::run::{readings, reclaimdelay, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench reclaimdelay`: the time to obtain pages from victim VMs by the balloon and
@@ -87,7 +87,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     teardown::catch_signals();
     let guard = teardown::Guard;
-    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let env = readings::environment(&setup.out, "qemu-system-x86_64");
     let outcome = reclaimdelay::run(&setup)
         .and_then(|points| output::reclaimdelay::write(&setup, &points, &env));
     drop(guard);

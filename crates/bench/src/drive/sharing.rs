@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::sharing::{modes, Sizes};
 use crate::output;
-use crate::run::{host, sharing, teardown};
+use crate::run::{readings, sharing, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench sharing|zeroboot` (ESX Fig. 4, §6.3), see `run::sharing`.
@@ -109,7 +109,7 @@ pub fn run(args: &BenchArgs, experiment: &'static str) -> Outcome {
         timeout: Duration::from_secs(args.timeout),
         qemu_overhead,
     };
-    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let env = readings::environment(&setup.out, "qemu-system-x86_64");
     let outcome =
         sharing::run(&setup).and_then(|points| output::sharing::write(&setup, &points, &env));
     drop(guard);

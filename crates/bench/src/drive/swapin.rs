@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::swapin as experiment;
 use crate::output;
-use crate::run::{host, swapin, teardown};
+use crate::run::{readings, swapin, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
@@ -73,7 +73,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
     };
     teardown::catch_signals();
     let guard = teardown::Guard;
-    let env = host::environment(&setup.out, "qemu-system-x86_64");
+    let env = readings::environment(&setup.out, "qemu-system-x86_64");
     let outcome =
         swapin::run(&setup).and_then(|points| output::swapin::write(&setup, &points, &env));
     drop(guard);

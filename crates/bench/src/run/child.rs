@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use crate::run::host;
+use crate::run::readings;
 use crate::run::teardown;
 use crate::run::vm::TICK;
 
@@ -163,12 +163,12 @@ pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
     let mut most = 0u64;
     while !exited(pid) && !teardown::interrupted() {
         if qemu.is_none() {
-            qemu = host::child_named(pid, "qemu");
+            qemu = readings::child_named(pid, "qemu");
             if let Some(q) = qemu {
                 teardown::track_pid(q);
             }
         }
-        if let Some(o) = qemu.and_then(|q| host::rss_outside_guest(q, mem)) {
+        if let Some(o) = qemu.and_then(|q| readings::rss_outside_guest(q, mem)) {
             most = most.max(o);
         }
         std::thread::sleep(TICK);

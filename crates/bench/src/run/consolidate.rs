@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
-use super::host;
+use super::readings;
 use super::vm::read_final_stats;
 use crate::experiments::consolidate::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
@@ -351,20 +351,20 @@ impl Watch {
         }
         let mut sum = 0;
         for (k, &pid) in vmms.iter().enumerate() {
-            sum += host::rss(pid).unwrap_or(0);
+            sum += readings::rss(pid).unwrap_or(0);
             if let Some(cores) = self.pinned {
-                host::pin(pid, k % cores.max(1));
+                readings::pin(pid, k % cores.max(1));
             }
         }
         self.rss.push((now, sum));
         for (dir, seen) in self.cgroups.iter_mut().flatten() {
-            if let Some(c) = host::cgroup_state(dir) {
+            if let Some(c) = readings::cgroup_state(dir) {
                 seen.limit = c.limit;
                 seen.max_usage = c.max_usage;
                 seen.failcnt = c.failcnt;
                 seen.oom_kills = c.oom_kills;
             }
-            if let Some(swap) = host::cgroup_swap(dir) {
+            if let Some(swap) = readings::cgroup_swap(dir) {
                 seen.swap_peak = seen.swap_peak.max(swap);
             }
         }
@@ -390,7 +390,7 @@ fn run_host(
     let hd2 = matches!(plan.kind, Kind::Host { hd2: Some(_), .. });
     let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
     let host_pid = host.0.id();
-    let vmms = || host::children(host_pid);
+    let vmms = || readings::children(host_pid);
     let logs = (1..=plan.n)
         .map(|i| dir.join("state").join(format!("vm{i}.log")))
         .collect();
@@ -501,7 +501,7 @@ fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
 fn qemus(launchers: &[u32]) -> Vec<u32> {
     launchers
         .iter()
-        .filter_map(|&l| host::child_named(l, "qemu"))
+        .filter_map(|&l| readings::child_named(l, "qemu"))
         .collect()
 }
 
@@ -548,7 +548,7 @@ fn run_qemu(
         crate::run::teardown::track_pid(pid);
         vms.push(Reaped(child));
         pids.push(pid);
-        let cg = host::run_cgroup(pid);
+        let cg = readings::run_cgroup(pid);
         if limited {
             crate::run::teardown::track_cgroup(cg.clone());
             watch.cgroups.push(Some((cg, CgroupSeen::default())));

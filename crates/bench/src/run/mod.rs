@@ -4,10 +4,10 @@
 pub mod child;
 pub mod consolidate;
 pub mod dwell;
-pub mod host;
 pub mod hostexp;
 pub mod order;
 pub mod qmp;
+pub mod readings;
 pub mod reclaimdelay;
 pub mod sharing;
 pub mod swapin;

@@ -29,7 +29,7 @@ use memvisor_host::ksm::Ksm;
 use crate::experiments::sharing::{Census, Mode, Sizes};
 use crate::run::child::{spawn_logged, ConsoleEvent};
 use crate::run::vm::read_final_stats;
-use crate::run::{host, teardown};
+use crate::run::{readings, teardown};
 
 pub struct Setup {
     pub exe: PathBuf,
@@ -258,7 +258,7 @@ fn start_vm(setup: &Setup, mode: &Mode, name: &str, probe: bool) -> Result<Vm, S
 fn ram_pid(vm: &Vm, qemu: bool) -> Option<u32> {
     let pid = vm.child.id();
     if qemu {
-        host::child_named(pid, "qemu")
+        readings::child_named(pid, "qemu")
     } else {
         Some(pid)
     }
@@ -279,9 +279,9 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
         return p;
     }
     let what = if probe { "probe" } else { setup.experiment };
-    let swap0 = host::vmstat();
+    let swap0 = readings::vmstat();
     // The kernel log's last line before the run: its ring buffer may drop old lines meanwhile.
-    let log0 = host::dmesg().pop();
+    let log0 = readings::dmesg().pop();
     let cpu0 = ksm.cpu_ms_now();
     let t0 = Instant::now();
     let mut vms = Vec::new();
@@ -337,7 +337,7 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
         std::thread::sleep(Duration::from_millis(50));
     }
     p.seconds = t0.elapsed().as_secs_f64();
-    let log = host::dmesg();
+    let log = readings::dmesg();
     let from = log0
         .and_then(|last| log.iter().rposition(|l| *l == last))
         .map_or(0, |i| i + 1);
@@ -345,7 +345,7 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     for vm in &mut vms {
         let pid = vm.child.id();
         // The kernel names the cgroup (`memvisor-<launcher pid>`) in its `oom-kill:` line.
-        let killed = host::oom_lines(new, pid, &[])
+        let killed = readings::oom_lines(new, pid, &[])
             .iter()
             .any(|l| l.starts_with("oom-kill:"));
         p.oom_kills += u32::from(killed);
@@ -360,7 +360,7 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
         }
         let _ = std::fs::remove_file(&vm.stats);
     }
-    let swap1 = host::vmstat();
+    let swap1 = readings::vmstat();
     p.swap_out = swap1.pswpout.saturating_sub(swap0.pswpout);
     p.swap_out_zero = swap1.swpout_zero.saturating_sub(swap0.swpout_zero);
     if let Err(e) = kpageflags {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use super::host;
+use super::readings;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -101,7 +101,7 @@ pub fn remove_cgroup(dir: &Path) -> std::io::Result<()> {
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
     for pid in procs.split_whitespace() {
         // Move stragglers out to the root before removing.
-        let _ = std::fs::write(Path::new(host::CGROUP_ROOT).join("cgroup.procs"), pid);
+        let _ = std::fs::write(Path::new(readings::CGROUP_ROOT).join("cgroup.procs"), pid);
     }
     let mut last = Ok(());
     for _ in 0..100 {
@@ -132,7 +132,7 @@ fn run_tool(cmd: &str, args: &[&str]) -> Result<(), String> {
 }
 
 fn remove_swap_file(path: &Path) -> Result<(), String> {
-    if host::swap_used(path).is_some() {
+    if readings::swap_used(path).is_some() {
         run_tool("swapoff", &[&path.display().to_string()])?;
     }
     match std::fs::remove_file(path) {
@@ -269,7 +269,7 @@ pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
 /// says why it cannot: the harness then refuses to start.
 pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
     let mut cleaned = Vec::new();
-    if swap_file.exists() || host::swap_used(swap_file).is_some() {
+    if swap_file.exists() || readings::swap_used(swap_file).is_some() {
         remove_swap_file(swap_file).map_err(|e| {
             format!(
                 "a previous run left the swap file {} and it cannot be removed ({e}); run `swapoff {0}; rm {0}` or give --swap-file",
@@ -278,7 +278,7 @@ pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
         })?;
         cleaned.push(format!("removed swap file {}", swap_file.display()));
     }
-    let Ok(entries) = std::fs::read_dir(host::CGROUP_ROOT) else {
+    let Ok(entries) = std::fs::read_dir(readings::CGROUP_ROOT) else {
         return Ok(cleaned);
     };
     for e in entries.flatten() {

@@ -22,7 +22,7 @@ use memvisor_api::{ActiveMemory, ClientError, VmClient, VmStats};
 use crate::configs::{Config, Hv, Limit, RunFiles};
 use crate::experiments::{Kind, Step};
 use crate::run::child::{children_cpu_ms, tee_console};
-use crate::run::host::{self, CgroupState, ProcIo};
+use crate::run::readings::{self, CgroupState, ProcIo};
 use crate::run::{qmp, teardown};
 use monitor::{RunMonitor, Snap};
 
@@ -252,10 +252,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let mut cmd = command(spec, &sock, &stats_path);
     // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
     // so counting lines would not do).
-    let dmesg_last = host::dmesg().pop();
+    let dmesg_last = readings::dmesg().pop();
     let s0 = Snap {
         at: Instant::now(),
-        vm: host::vmstat(),
+        vm: readings::vmstat(),
         io: ProcIo::default(),
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
     };
@@ -266,7 +266,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let pid = child.id();
     teardown::track_pid(pid);
     teardown::track_file(sock.clone());
-    let cgroup_dir = host::run_cgroup(pid);
+    let cgroup_dir = readings::run_cgroup(pid);
     if c.limit == Limit::HostSwap {
         teardown::track_cgroup(cgroup_dir.clone());
     }
@@ -294,14 +294,14 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     }
     let end = Snap {
         at: Instant::now(),
-        vm: host::vmstat(),
+        vm: readings::vmstat(),
         io: w.sm.last_io,
         pager: None,
     };
     let _ = out_thread.join();
     let stderr = err_thread.join().unwrap_or_default();
     let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
-    if let Some(s) = host::cgroup_state(&cgroup_dir) {
+    if let Some(s) = readings::cgroup_state(&cgroup_dir) {
         w.sm.cg = Some(s);
     }
     if c.limit == Limit::HostSwap {
@@ -369,7 +369,7 @@ pub fn give_back(
     let mut done = Vec::new();
     if c.limit == Limit::HostSwap {
         let raise = mem.saturating_sub(limit.unwrap_or(mem));
-        let file = host::run_cgroup(pid).join("memory.limit_in_bytes");
+        let file = readings::run_cgroup(pid).join("memory.limit_in_bytes");
         let now: u64 = std::fs::read_to_string(&file)
             .map_err(|e| format!("{}: {e}", file.display()))?
             .trim()

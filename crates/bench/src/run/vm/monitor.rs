@@ -18,7 +18,7 @@ use super::{
 use crate::configs::{Hv, Limit};
 use crate::experiments::Series;
 use crate::run::child::{exit_text, exited, ConsoleEvent};
-use crate::run::host::{self, CgroupState, ProcIo, Vmstat};
+use crate::run::readings::{self, CgroupState, ProcIo, Vmstat};
 use crate::run::{qmp, teardown};
 
 /// What is sampled every tick while a run is alive.
@@ -37,24 +37,24 @@ pub(super) struct Sampler<'a> {
 impl Sampler<'_> {
     fn sample(&mut self) {
         if self.hv_pid.is_none() {
-            self.hv_pid = host::child_named(self.pid, "qemu");
+            self.hv_pid = readings::child_named(self.pid, "qemu");
             if let Some(q) = self.hv_pid {
                 teardown::track_pid(q);
             }
         }
         if let Some(h) = self.hv_pid {
-            if let Some(io) = host::proc_io(h) {
+            if let Some(io) = readings::proc_io(h) {
                 self.last_io = io;
             }
-            if let Some(r) = host::peak_rss(h) {
+            if let Some(r) = readings::peak_rss(h) {
                 self.peak_rss = self.peak_rss.max(r);
             }
         }
         if let Some(dir) = &self.cgroup_dir {
-            if let Some(s) = host::cgroup_state(dir) {
+            if let Some(s) = readings::cgroup_state(dir) {
                 self.cg = Some(s);
             }
-            if let Some(u) = host::swap_used(self.host_swap_file) {
+            if let Some(u) = readings::swap_used(self.host_swap_file) {
                 self.host_swap_peak = self.host_swap_peak.max(u);
             }
         }
@@ -185,7 +185,7 @@ impl<'a> RunMonitor<'a> {
             self.end_when_due();
             if self.eof && exited(self.pid) {
                 if self.spec.config.hv == Hv::Memvisor {
-                    if let Some(io) = host::proc_io(self.pid) {
+                    if let Some(io) = readings::proc_io(self.pid) {
                         self.sm.last_io = io;
                     }
                 }
@@ -200,7 +200,7 @@ impl<'a> RunMonitor<'a> {
         let prev_pager = self.prev.pager;
         let snap = |sm: &Sampler<'_>| Snap {
             at,
-            vm: host::vmstat(),
+            vm: readings::vmstat(),
             io: sm.last_io,
             pager: if self.spec.config.hv == Hv::Memvisor {
                 api_stats(self.sock).or(prev_pager)
@@ -429,12 +429,12 @@ impl<'a> RunMonitor<'a> {
     fn why_killed(&self, dmesg_last: Option<&String>) -> String {
         let pid = self.pid;
         let cg = self.sm.cg;
-        let all = host::dmesg();
+        let all = readings::dmesg();
         let from = dmesg_last
             .and_then(|l| all.iter().rposition(|x| x == l))
             .map_or(0, |i| i + 1);
         let new = &all[from..];
-        let lines = host::oom_lines(new, pid, &[pid, self.sm.hv_pid.unwrap_or(pid)]);
+        let lines = readings::oom_lines(new, pid, &[pid, self.sm.hv_pid.unwrap_or(pid)]);
         let oom = cg.is_some_and(|s| s.oom_kills > 0)
             || lines.iter().any(|l| l.contains("out of memory"));
         let mut why = if oom {
@@ -459,7 +459,7 @@ impl<'a> RunMonitor<'a> {
             why.push_str("; kernel: ");
             why.push_str(l);
         }
-        if let Some(m) = host::memcg_oom_summary(new, pid) {
+        if let Some(m) = readings::memcg_oom_summary(new, pid) {
             why.push_str("; kernel's memcg report: ");
             why.push_str(&m);
         }

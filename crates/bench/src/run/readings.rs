@@ -1,4 +1,4 @@
-//! Host-side measurements, read from `/proc` and the cgroup v1 memory controller, independent of
+//! The readings of the host, from `/proc` and the cgroup v1 memory controller, independent of
 //! memvisor's own counters: swap traffic, a process's I/O and peak RSS, a memory cgroup's
 //! failures and OOM kills, the kernel log, and the environment of the run.
 
