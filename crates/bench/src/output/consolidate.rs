@@ -5,6 +5,7 @@
 //! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
+use crate::output::numbers::{self, median, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -59,7 +60,6 @@ fn draw_allocation<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    const MIB: f64 = 1048576.0;
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     #[allow(clippy::cast_precision_loss)]
     let top = (MEM as f64 / MIB) * 1.1;
@@ -115,8 +115,6 @@ where
     crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
-const MIB: f64 = 1048576.0;
-
 /// What the report is about besides the records.
 pub struct Shape<'a> {
     pub configs: &'a [(&'static str, Kind)],
@@ -136,19 +134,6 @@ pub struct Cell {
     pub max: f64,
     pub reps: usize,
     pub failed: usize,
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
 }
 
 /// The mean job time of each repetition among `mine` (one run's records), over the VMs that
@@ -216,9 +201,7 @@ fn ms(us: u64) -> String {
 }
 
 fn mib(b: u64) -> String {
-    #[allow(clippy::cast_precision_loss)]
-    let m = b as f64 / MIB;
-    format!("{m:.0}")
+    format!("{:.0}", numbers::mib(b))
 }
 
 fn table_head(md: &mut String, configs: &[(&'static str, Kind)]) {
@@ -759,8 +742,6 @@ mod tests {
         assert_eq!(c.median, Some(12.0));
         assert_eq!((c.min, c.max, c.reps, c.failed), (11.0, 30.0, 3, 1));
         assert_eq!(cell(&records, "pager", Scenario::Mixed, 4), None);
-        assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
-        assert_eq!(median(vec![]), None);
     }
 
     /// `balance`'s ratios are to ballooning, and each workload has its own row, the median of

@@ -13,19 +13,8 @@ use plotters::prelude::*;
 
 use crate::experiments::host::{HostExperiment, Kind};
 use crate::output::csv;
+use crate::output::numbers::{mean, mib};
 use crate::run::hostexp::{active_fraction, Run};
-
-fn mib(bytes: u64) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
-    let m = bytes as f64 / f64::from(1u32 << 20);
-    m
-}
-
-fn mean(v: &[f64]) -> Option<f64> {
-    #[allow(clippy::cast_precision_loss)]
-    let m = (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    m
-}
 
 fn vm<'a>(s: &'a HostSample, name: &str) -> Option<&'a VmSample> {
     s.vms.iter().find(|v| v.name == name)

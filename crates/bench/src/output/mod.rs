@@ -4,6 +4,7 @@ pub mod consolidate;
 pub mod csv;
 pub mod dwell;
 pub mod host;
+pub mod numbers;
 pub mod plot;
 pub mod reclaimdelay;
 pub mod recovery;

@@ -11,7 +11,8 @@ use plotters::prelude::*;
 
 use crate::configs::Config;
 use crate::experiments::Experiment;
-use crate::output::report::{phase_ms, stats, swap_written, values, Record};
+use crate::output::numbers::summary;
+use crate::output::report::{phase_ms, swap_written, values, Record};
 
 /// One colour per configuration for the longest list (the 13 of `seqread` and `alloc`), so no
 /// two lines of the default plot share one.
@@ -53,7 +54,7 @@ fn series(
                 .iter()
                 .enumerate()
                 .filter_map(|(x, ph)| {
-                    let m = stats(&mut values(records, step, c.name, ph, f))?.0;
+                    let m = summary(&mut values(records, step, c.name, ph, f))?.0;
                     #[allow(clippy::cast_precision_loss)]
                     Some((x as f64 + 1.0, m))
                 })

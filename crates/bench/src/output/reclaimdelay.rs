@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::experiments::reclaimdelay::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use crate::output::csv;
-use crate::output::swapin::spread;
+use crate::output::numbers::spread;
 use crate::run::reclaimdelay::{Point, Setup, Status};
 
 /// The CSV header.
@@ -65,7 +65,7 @@ fn ms_cell(c: &[&Point]) -> String {
     show(spread(ok))
 }
 
-fn median(c: &[&Point]) -> Option<f64> {
+fn median_ms(c: &[&Point]) -> Option<f64> {
     spread(c.iter().filter(|p| p.ok()).map(|p| p.ms).collect()).map(|s| s.0)
 }
 
@@ -212,8 +212,8 @@ fn ratios(s: &mut String, setup: &Setup, points: &[Point]) {
         for st in &setup.states {
             let mut line = format!("| {} / {} | {} |", a.name, b.name, st.name);
             for &pages in &setup.sizes.pages {
-                let x = median(&cell(points, a.name, st.name, 1, pages));
-                let y = median(&cell(points, b.name, st.name, 1, pages));
+                let x = median_ms(&cell(points, a.name, st.name, 1, pages));
+                let y = median_ms(&cell(points, b.name, st.name, 1, pages));
                 let r = match (x, y) {
                     (Some(x), Some(y)) if y > 0.0 => format!("{:.3}", x / y),
                     _ => "–".into(),
@@ -319,7 +319,7 @@ const COLORS: [RGBColor; 3] = [
 fn line(points: &[Point], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
     xs.iter()
         .filter_map(|&(x, n, pages)| {
-            median(&cell(points, m.name, st.name, n, pages)).map(|y| (x, y.max(1e-3)))
+            median_ms(&cell(points, m.name, st.name, n, pages)).map(|y| (x, y.max(1e-3)))
         })
         .collect()
 }

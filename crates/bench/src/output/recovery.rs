@@ -18,6 +18,7 @@
 //!   the resolution: a run whose throughput is back at once shows the part of the second that
 //!   followed the release (up to 1 s).
 
+use crate::output::numbers::{self, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -27,13 +28,12 @@ use plotters::prelude::*;
 use crate::configs::{Config, Hv};
 use crate::experiments::{Experiment, Release};
 use crate::output::csv;
-use crate::output::report::{stats, Meta, Record};
+use crate::output::numbers::summary;
+use crate::output::report::{Meta, Record};
 use crate::run::vm::Status;
 
 /// The fraction of the throughput before the hog that counts as recovered.
 pub const RECOVERED: f64 = 0.9;
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// What the guest's console says about the run phase.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -120,10 +120,10 @@ pub struct Measures {
     pub settled: Option<Recovery>,
 }
 
+/// The mean of whole numbers (`None` when there are none).
 #[allow(clippy::cast_precision_loss)]
-fn mean(v: impl Iterator<Item = u64>) -> Option<f64> {
-    let (n, sum) = v.fold((0u64, 0u64), |(n, s), x| (n + 1, s.saturating_add(x)));
-    (n > 0).then(|| sum as f64 / n as f64)
+fn mean_of(v: impl Iterator<Item = u64>) -> Option<f64> {
+    numbers::mean(&v.map(|x| x as f64).collect::<Vec<_>>())
 }
 
 /// The measures of `trace`, the hog starting at `hog_s` and the release at `release_s`
@@ -131,7 +131,7 @@ fn mean(v: impl Iterator<Item = u64>) -> Option<f64> {
 pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
     let secs = &trace.seconds;
     let end = |n: u32| f64::from(n);
-    let before = mean(secs.iter().filter(|&&(n, _)| end(n) <= hog_s).map(|x| x.1));
+    let before = mean_of(secs.iter().filter(|&&(n, _)| end(n) <= hog_s).map(|x| x.1));
     let until = release_s.unwrap_or(f64::INFINITY);
     let dip = || {
         secs.iter()
@@ -158,11 +158,11 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
         _ => None,
     };
     let skip = secs.len().saturating_sub(10);
-    let last10 = mean(secs[skip..].iter().map(|x| x.1));
+    let last10 = mean_of(secs[skip..].iter().map(|x| x.1));
     Measures {
         before,
         dip_min: dip().min(),
-        dip_mean: mean(dip()),
+        dip_mean: mean_of(dip()),
         at_release,
         recovery: back_to(before),
         last10,
@@ -497,7 +497,7 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
             .filter(|(r, _)| r.rec.result.status == Status::Ok)
             .filter_map(|(_, m)| f(m))
             .collect();
-        stats(&mut v).map(|x| x.0)
+        summary(&mut v).map(|x| x.0)
     };
     for (c, ms) in groups {
         let ok = ms

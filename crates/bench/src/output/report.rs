@@ -2,6 +2,7 @@
 //! present even when the run died before it), `report.md` (medians, min and max, ratios against
 //! the reference configuration, runs that did not complete and why, set-up and environment).
 
+use crate::output::numbers::{summary, MIB};
 use std::fmt::Write as _;
 
 use crate::configs::Config;
@@ -107,21 +108,6 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
     out
 }
 
-/// Median, minimum, maximum and count of `v`.
-pub fn stats(v: &mut [f64]) -> Option<(f64, f64, f64, usize)> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let med = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Some((med, v[0], v[n - 1], n))
-}
-
 /// Values of completed phases `phase` of `config` in `step`.
 pub fn values(
     records: &[Record],
@@ -140,11 +126,11 @@ pub fn values(
 
 /// Median of a phase's time for a configuration.
 pub fn median_ms(records: &[Record], step: usize, config: &str, phase: &str) -> Option<f64> {
-    stats(&mut values(records, step, config, phase, phase_ms)).map(|s| s.0)
+    summary(&mut values(records, step, config, phase, phase_ms)).map(|s| s.0)
 }
 
 fn mib(b: f64) -> String {
-    format!("{:.1}", b / f64::from(1u32 << 20))
+    format!("{:.1}", b / MIB)
 }
 
 fn ratio(v: Option<f64>, r: Option<f64>) -> String {
@@ -241,7 +227,7 @@ fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, tit
             .iter()
             .filter(|r| r.result.status == Status::Killed)
             .count();
-        let wall = stats(&mut values(records, si, c.name, "wall", phase_ms));
+        let wall = summary(&mut values(records, si, c.name, "wall", phase_ms));
         let boot = median_ms(records, si, c.name, "boot");
         let _ = writeln!(
             s,
@@ -299,7 +285,7 @@ fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, t
     for c in meta.configs {
         let mut row = format!("| {} |", c.name);
         for ph in &step.phases {
-            let st = stats(&mut values(records, si, c.name, ph, phase_ms));
+            let st = summary(&mut values(records, si, c.name, ph, phase_ms));
             let r = ratio(st.map(|x| x.0), median_ms(records, si, reference, ph));
             let _ = write!(
                 row,
@@ -346,7 +332,7 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
     let cell = |med: String, mut per_rep: Vec<f64>| {
         format!(
             " {med} {} |",
-            stats(&mut per_rep).map_or("-".into(), |(m, lo, hi, n)| format!(
+            summary(&mut per_rep).map_or("-".into(), |(m, lo, hi, n)| format!(
                 "(pairs {m:.2}, {lo:.2}–{hi:.2}, n={n})"
             ))
         )
@@ -369,7 +355,7 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
                 .filter(|r| r.step == si && r.config.name == c && r.result.status == Status::Ok)
                 .filter_map(|r| r.result.cpu_ms)
                 .collect();
-            stats(&mut v).map(|x| x.0)
+            summary(&mut v).map(|x| x.0)
         };
         row.push_str(&cell(
             ratio(cpu(with), cpu(without)),
@@ -443,7 +429,7 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
                 .filter_map(|r| r.result.final_stats.as_ref().and_then(f))
                 .map(|x| x as f64)
                 .collect();
-            stats(&mut v).map_or("-".into(), |m| format!("{:.0}", m.0))
+            summary(&mut v).map_or("-".into(), |m| format!("{:.0}", m.0))
         };
         let _ = writeln!(
             s,
@@ -472,7 +458,7 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
         let mut row = format!("| {} |", c.name);
         for ph in &step.phases {
             #[allow(clippy::cast_precision_loss)]
-            let st = stats(&mut values(records, si, c.name, ph, |p| {
+            let st = summary(&mut values(records, si, c.name, ph, |p| {
                 swap_written(p) as f64
             }));
             let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
@@ -492,7 +478,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
     #[allow(clippy::cast_precision_loss)]
     for c in meta.configs {
         let med = |f: &dyn Fn(&Phase) -> f64| {
-            stats(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
+            summary(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
         };
         let run_med = |f: &dyn Fn(&RunResult) -> f64| {
             let mut v: Vec<f64> = records
@@ -501,7 +487,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .filter(|r| r.result.status == Status::Ok)
                 .map(|r| f(&r.result))
                 .collect();
-            stats(&mut v).map_or("-".into(), |x| mib(x.0))
+            summary(&mut v).map_or("-".into(), |x| mib(x.0))
         };
         let pager = |f: &dyn Fn(&crate::run::vm::PagerCounters) -> u64| {
             let mut v: Vec<f64> = records
@@ -510,7 +496,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .filter_map(|r| r.result.phases.iter().find(|p| p.name == "wall"))
                 .filter_map(|p| p.pager.map(|pc| f(&pc) as f64))
                 .collect();
-            stats(&mut v)
+            summary(&mut v)
         };
         let lat = {
             let ok: Vec<(u64, u64)> = records
@@ -525,7 +511,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .collect();
             let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
             let mut p99: Vec<f64> = ok.iter().map(|l| l.1 as f64).collect();
-            match (stats(&mut p50), stats(&mut p99)) {
+            match (summary(&mut p50), summary(&mut p99)) {
                 (Some(a), Some(b)) => format!("{:.0}/{:.0}", a.0, b.0),
                 _ => "-".into(),
             }
@@ -622,7 +608,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
         #[allow(clippy::cast_precision_loss)]
         let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<f64>, digits: usize| {
             let mut v: Vec<f64> = finals.iter().filter_map(|x| f(x)).collect();
-            stats(&mut v).map_or("-".into(), |x| format!("{:.digits$}", x.0))
+            summary(&mut v).map_or("-".into(), |x| format!("{:.digits$}", x.0))
         };
         fn disk(x: &memvisor_api::VmStats) -> Option<&memvisor_api::DiskStats> {
             x.disks.get("swap")
@@ -685,9 +671,9 @@ mod tests {
 
     #[test]
     fn medians_and_csv_quoting() {
-        assert_eq!(stats(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
-        assert_eq!(stats(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
-        assert_eq!(stats(&mut []), None);
+        assert_eq!(summary(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
+        assert_eq!(summary(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
+        assert_eq!(summary(&mut []), None);
         assert_eq!(csv::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
         assert_eq!(ratio(None, Some(2.0)), "-");
@@ -740,7 +726,7 @@ mod tests {
         ];
         let time = |r: &RunResult| r.phases[0].guest_ms;
         let mut v = pair_ratios(&records, 0, "memvisor-nolimit-fpr", "memvisor", time);
-        assert_eq!(stats(&mut v), Some((1.05, 1.0, 1.1, 2)));
+        assert_eq!(summary(&mut v), Some((1.05, 1.0, 1.1, 2)));
         assert!(pair_ratios(&records, 0, "memvisor-nolimit-fpr", "qemu", time).is_empty());
         let exp = crate::experiments::find("overhead", crate::experiments::Scale::Tiny).unwrap();
         let configs: Vec<&'static Config> = ["memvisor", "memvisor-nolimit-fpr"]

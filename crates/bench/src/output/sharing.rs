@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::experiments::sharing::{half_time, steady};
 use crate::output::csv;
-use crate::output::report::stats;
+use crate::output::numbers;
 use crate::run::sharing::{Point, Setup};
 
 /// A run's figures at steady state.
@@ -151,14 +151,14 @@ pub fn series_csv(points: &[Point]) -> String {
     s
 }
 
-#[allow(clippy::cast_precision_loss)]
+/// Pages of 4 KiB, in MiB.
 fn mib(pages: f64) -> String {
-    format!("{:.0}", pages * 4096.0 / f64::from(1u32 << 20))
+    format!("{:.0}", pages * 4096.0 / numbers::MIB)
 }
 
 /// `median (min–max)` of `v`, formatted by `f`; `–` when empty.
 fn spread(mut v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
-    match stats(&mut v) {
+    match numbers::summary(&mut v) {
         None => "–".into(),
         Some((m, _, _, 1)) => f(m),
         Some((m, lo, hi, _)) => format!("{} ({}–{})", f(m), f(lo), f(hi)),

@@ -1,6 +1,7 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
+use crate::output::numbers::{spread, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -9,8 +10,6 @@ use plotters::prelude::*;
 use crate::experiments::swapin::{Mode, HEADROOM, LIMIT, POLL};
 use crate::output::csv;
 use crate::run::swapin::{Point, Setup};
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -50,21 +49,6 @@ pub fn csv(points: &[Point]) -> String {
         );
     }
     s
-}
-
-/// Median, min and max of `v` (`None` when empty).
-pub fn spread(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let med = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Some((med, v[0], v[n - 1]))
 }
 
 /// The measured points of one size and mode.
@@ -410,9 +394,6 @@ mod tests {
             ..p.clone()
         };
         assert_eq!(failed.mib_s(), None);
-        assert_eq!(spread(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
-        assert_eq!(spread(vec![4.0, 1.0]), Some((2.5, 1.0, 4.0)));
-        assert_eq!(spread(vec![]), None);
 
         let timed = Point {
             pager_timing: "262144 pages in 400.0 ms (2560 MiB/s): table scan 1.0 ms".into(),

@@ -10,6 +10,7 @@
 //! The schedule is put on the run's clock by the guest's step lines: step `i` ends when its
 //! `RESULT ... phase=stepI` line reaches the harness, and step 1 began its `ms=` before that.
 
+use crate::output::numbers::MIB;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -19,8 +20,6 @@ use plotters::prelude::*;
 use crate::experiments::Series;
 use crate::output::report::{Meta, Record};
 use crate::run::vm::{RunResult, StatsSample, Status};
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;

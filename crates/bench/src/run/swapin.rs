@@ -21,6 +21,7 @@
 //! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
 //! in MemFlex's measurement.
 
+use crate::output::numbers::MIB;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::mpsc;
@@ -31,7 +32,6 @@ use memvisor_api::{PagerStats, VmClient};
 use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
 use crate::run::child::ConsoleEvent;
 use crate::run::teardown;
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,0 +1,59 @@
+//! The numbers every report computes: bytes in MiB, means, medians and spreads.
+
+/// One MiB in bytes, as a float for the reports' arithmetic.
+pub const MIB: f64 = 1_048_576.0;
+
+/// `bytes` in MiB.
+#[allow(clippy::cast_precision_loss)]
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / MIB
+}
+
+/// The mean of `v` (`None` when empty).
+#[allow(clippy::cast_precision_loss)]
+pub fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Median, minimum, maximum and count of `v` (`None` when empty); sorts `v`.
+pub fn summary(v: &mut [f64]) -> Option<(f64, f64, f64, usize)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((med, v[0], v[n - 1], n))
+}
+
+/// Median, minimum and maximum of `v` (`None` when empty).
+pub fn spread(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    summary(&mut v).map(|(m, lo, hi, _)| (m, lo, hi))
+}
+
+/// The median of `v` (`None` when empty).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    summary(&mut v).map(|s| s.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_means_and_spreads() {
+        assert_eq!(spread(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(spread(vec![4.0, 1.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(vec![]), None);
+        assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+        assert_eq!(summary(&mut [5.0]), Some((5.0, 5.0, 5.0, 1)));
+        assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
+        assert_eq!(mean(&[]), None);
+        assert!((mib(3 << 20) - 3.0).abs() < 1e-12);
+    }
+}
