@@ -6,9 +6,14 @@
 //!
 //! The crate is layered, each layer importing only those below it:
 //! - `experiments` (and `configs`): what each experiment runs, as data, one file per experiment;
-//! - `run`: running a configuration (memvisor or QEMU child processes, `memvisor host`), what
-//!   the host measures meanwhile (`run::readings`), and undoing it all (`run::teardown`);
-//! - `output`: `results.csv` (one quoting rule, `output::csv`), `report.md` and the figures;
+//! - `harness`: what every family shares to run: child processes, the one QMP client, running
+//!   and watching one VM (`harness::vm`), host set-up (`harness::setup`), the run order, the
+//!   host's `/proc` and cgroup readings (`harness::readings`), and undoing it all
+//!   (`harness::teardown`);
+//! - `run`: running each family's configurations (memvisor or QEMU child processes,
+//!   `memvisor host`);
+//! - `output`: `results.csv` (one quoting rule, `output::csv`), `report.md` and the figures,
+//!   with the numbers they share (`output::numbers`);
 //! - `drive`: each family of experiments from its flags to its outputs.
 //!
 //! How a benchmark goes:
@@ -20,16 +25,17 @@
 //!    configuration needs host swap, QEMU's overhead measured by a calibration run (printed, and
 //!    passed to QEMU runs for their cgroup limit).
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
-//!    order that changes per repetition, `run::order`), so drift and what one run leaves the
-//!    next hit all configurations alike (`run::vm`).
+//!    order that changes per repetition, `harness::order`), so drift and what one run leaves the
+//!    next hit all configurations alike (`harness::order`, `harness::vm`).
 //! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`output::report`, `output::plot`;
 //!    for the time series of `workingset`, `output::workingset`; for the throughput over time of
 //!    `recovery`, `output::recovery`).
-//! 6. Tear down (`run::teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
+//! 6. Tear down (`harness::teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod configs;
 mod drive;
 mod experiments;
+mod harness;
 mod output;
 pub mod progress;
 mod run;

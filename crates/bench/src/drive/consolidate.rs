@@ -6,13 +6,13 @@
 
 use std::path::Path;
 
-use super::{finished, memvisor_exe};
+use crate::harness::{finished, memvisor_exe};
 use memvisor_api::HostSample;
 
 use crate::experiments::consolidate::{self as experiment, Kind, Scenario, MEM};
+use crate::harness::{setup, teardown};
 use crate::output::consolidate as output;
 use crate::run::consolidate::{self, Record, RunTrace, Sink};
-use crate::run::{child, teardown};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
@@ -99,7 +99,7 @@ fn run_as(args: &BenchArgs, experiment_name: &str) -> Outcome {
         Ok(e) => e,
         Err(e) => return bad(e),
     };
-    let out = match super::out_dir(args, experiment_name) {
+    let out = match crate::harness::out_dir(args, experiment_name) {
         Ok(o) => o,
         Err(e) => return bad(e),
     };
@@ -127,9 +127,9 @@ fn bench(
     let limited = configs.iter().any(|c| c.1 == Kind::QemuStatic);
     let mut qemu_overhead = 0;
     if limited {
-        notes.extend(super::phases::host_swap(args)?);
+        notes.extend(crate::harness::setup::host_swap(args)?);
         eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-        qemu_overhead = child::measure_qemu_overhead(&exe, MEM)?;
+        qemu_overhead = setup::measure_qemu_overhead(&exe, MEM)?;
         notes.push(format!(
             "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, peak over a short guest kit run): {:.1} MiB",
             qemu_overhead as f64 / 1048576.0

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::dwell::{Sizes, POLICIES};
+use crate::harness::{finished, memvisor_exe, out_dir};
+use crate::harness::{readings, teardown};
 use crate::output;
-use crate::run::{dwell, readings, teardown};
+use crate::run::dwell;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench dwell`: the dwell time of released pages per victim policy (HyperDealer2

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use crate::experiments::{self, host::HostExperiment};
+use crate::harness::{readings, teardown};
 use crate::output::host as hostreport;
-use crate::run::{hostexp, readings, teardown};
+use crate::run::hostexp;
 use crate::{BenchArgs, Outcome};
 
 /// The flags of `memvisor bench` that do not apply to a host experiment.
@@ -32,7 +33,7 @@ pub fn run(a: &BenchArgs) -> Outcome {
         eprintln!("memvisor bench: {m}");
         return Outcome::BadInput;
     }
-    let out = match super::out_dir(a, e.name) {
+    let out = match crate::harness::out_dir(a, e.name) {
         Ok(o) => o,
         Err(m) => {
             eprintln!("memvisor bench: {m}");
@@ -57,7 +58,7 @@ pub fn run(a: &BenchArgs) -> Outcome {
 }
 
 fn bench(a: &BenchArgs, e: &HostExperiment, out: &Path) -> Result<(), String> {
-    let exe = super::memvisor_exe()?;
+    let exe = crate::harness::memvisor_exe()?;
     // Held until the end: another benchmark on the same machine would skew this one.
     let _only_bench = teardown::lock(&a.swap_file)?;
     let env = readings::environment(out, "qemu-system-x86_64");

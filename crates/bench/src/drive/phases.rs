@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::configs::{self, Config};
 use crate::experiments;
+use crate::harness::setup::{self, host_swap, qemu_overhead};
+use crate::harness::{order, readings, teardown, vm};
 use crate::output::{plot, recovery, report, workingset};
-use crate::run::{child, order, readings, teardown, vm};
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench EXPERIMENT` for the experiments of `experiments::find`.
@@ -67,7 +68,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
     let configs = configs_of(a, &exp)?;
     check_kind(a, &exp, &configs)?;
     let reference = reference_of(a, &exp, &configs)?;
-    let out = super::out_dir(a, exp.name).map_err(BadInput)?;
+    let out = crate::harness::out_dir(a, exp.name).map_err(BadInput)?;
     if a.timeout == 0 {
         return Err(BadInput("--timeout 0: give seconds, at least 1".into()));
     }
@@ -185,12 +186,12 @@ fn reference_of(
 }
 
 fn mkdisk(exe: &Path, path: &Path, disk: &experiments::DataDisk) -> Result<(), String> {
-    crate::run::child::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
+    setup::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
 }
 
 /// A benchmark of phases, a time series or a release: set up, every run, the outputs.
 fn bench(args: &BenchArgs, plan: &Plan) -> Result<(), String> {
-    let exe = super::memvisor_exe()?;
+    let exe = crate::harness::memvisor_exe()?;
     // Held until the bench ends: a second bench must not clean up this one's swap file.
     let _only_bench = teardown::lock(&args.swap_file)?;
     for line in teardown::preflight(&args.swap_file)? {
@@ -277,42 +278,6 @@ fn shared_disks(
         });
     }
     Ok(shared_disks)
-}
-
-/// The host swap file and `vm.swappiness` for the runs; what the report says about them.
-pub(super) fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
-    let mut notes = Vec::new();
-    let others = readings::swap_areas();
-    if !others.is_empty() {
-        notes.push(format!(
-            "swap already enabled on the host before the run, also usable: {}",
-            others.join(", ")
-        ));
-    }
-    teardown::enable_swap_file(&args.swap_file, args.swap_size)?;
-    teardown::set_swappiness(args.swappiness)?;
-    notes.push(format!(
-        "host swap: {} ({} MiB) created, enabled and removed by the harness; vm.swappiness={} during the run (each run's memory cgroup inherits it as memory.swappiness; the kernel default is 60)",
-        args.swap_file.display(),
-        args.swap_size >> 20,
-        args.swappiness
-    ));
-    Ok(notes)
-}
-
-/// QEMU's overhead (RSS outside guest RAM) from a calibration run, and the report's note.
-fn qemu_overhead(exe: &Path, mem: u64) -> Result<(u64, String), String> {
-    eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-    let o = child::measure_qemu_overhead(exe, mem)?;
-    eprintln!(
-        "memvisor bench: QEMU overhead measured: {:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack",
-        o as f64 / f64::from(1u32 << 20)
-    );
-    let note = format!(
-        "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, from smaps, peak over a short guest kit run): {:.1} MiB; the QEMU cgroup limit is the guest limit + this + the memvisor launcher's RSS + 16 MiB slack",
-        o as f64 / f64::from(1u32 << 20)
-    );
-    Ok((o, note))
 }
 
 /// The report's notes on how balloons, free page reporting and sampling were set up.
@@ -428,7 +393,7 @@ impl Bench<'_> {
             Some(mb) => {
                 let p = work.join(format!("guest-swap-{}.img", c.name));
                 teardown::track_file(p.clone());
-                crate::run::child::mkdisk(exe, &p, mb, None)?;
+                setup::mkdisk(exe, &p, mb, None)?;
                 Some(p)
             }
             None => None,

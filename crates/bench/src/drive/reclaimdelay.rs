@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::reclaimdelay::{self as experiment, Sizes};
+use crate::harness::{finished, memvisor_exe, out_dir};
+use crate::harness::{readings, teardown};
 use crate::output;
-use crate::run::{readings, reclaimdelay, teardown};
+use crate::run::reclaimdelay;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench reclaimdelay`: the time to obtain pages from victim VMs by the balloon and

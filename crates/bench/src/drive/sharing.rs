@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::sharing::{modes, Sizes};
+use crate::harness::{finished, memvisor_exe, out_dir};
+use crate::harness::{readings, teardown};
 use crate::output;
-use crate::run::{readings, sharing, teardown};
+use crate::run::sharing;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench sharing|zeroboot` (ESX Fig. 4, §6.3), see `run::sharing`.
@@ -87,9 +88,9 @@ pub fn run(args: &BenchArgs, experiment: &'static str) -> Outcome {
     // users set it up.
     let mut qemu_overhead = None;
     if sizes.limit.is_some() && chosen.iter().any(|m| m.qemu) {
-        let set_up = super::phases::host_swap(args).and_then(|_| {
+        let set_up = crate::harness::setup::host_swap(args).and_then(|_| {
             eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-            crate::run::child::measure_qemu_overhead(&exe, sizes.mem)
+            crate::harness::setup::measure_qemu_overhead(&exe, sizes.mem)
         });
         match set_up {
             Ok(o) => qemu_overhead = Some(o),

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use super::{finished, memvisor_exe, out_dir};
 use crate::experiments::swapin as experiment;
+use crate::harness::{finished, memvisor_exe, out_dir};
+use crate::harness::{readings, teardown};
 use crate::output;
-use crate::run::{readings, swapin, teardown};
+use crate::run::swapin;
 use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap

@@ -43,7 +43,7 @@ fn series(
     configs: &[&'static Config],
     records: &[Record],
     step: usize,
-    f: &dyn Fn(&crate::run::vm::Phase) -> f64,
+    f: &dyn Fn(&crate::harness::vm::Phase) -> f64,
 ) -> Series {
     configs
         .iter()
@@ -65,7 +65,7 @@ fn series(
                 .collect();
             let ok = runs
                 .iter()
-                .filter(|r| r.result.status == crate::run::vm::Status::Ok)
+                .filter(|r| r.result.status == crate::harness::vm::Status::Ok)
                 .count();
             let name = if ok == runs.len() {
                 c.name.to_owned()

@@ -27,10 +27,10 @@ use plotters::prelude::*;
 
 use crate::configs::{Config, Hv};
 use crate::experiments::{Experiment, Release};
+use crate::harness::vm::Status;
 use crate::output::csv;
 use crate::output::numbers::summary;
 use crate::output::report::{Meta, Record};
-use crate::run::vm::Status;
 
 /// The fraction of the throughput before the hog that counts as recovered.
 pub const RECOVERED: f64 = 0.9;

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use crate::configs::Config;
 use crate::experiments::{Experiment, Step};
+use crate::harness::vm::{Phase, RunResult, Status};
 use crate::output::csv;
-use crate::run::vm::{Phase, RunResult, Status};
 
 /// One run of one configuration.
 pub struct Record {
@@ -489,7 +489,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .collect();
             summary(&mut v).map_or("-".into(), |x| mib(x.0))
         };
-        let pager = |f: &dyn Fn(&crate::run::vm::PagerCounters) -> u64| {
+        let pager = |f: &dyn Fn(&crate::harness::vm::PagerCounters) -> u64| {
             let mut v: Vec<f64> = records
                 .iter()
                 .filter(|r| r.step == si && r.config.name == c.name)
@@ -506,7 +506,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                     r.result
                         .final_stats
                         .as_ref()
-                        .and_then(crate::run::vm::fault_latency)
+                        .and_then(crate::harness::vm::fault_latency)
                 })
                 .collect();
             let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();

@@ -18,8 +18,8 @@ use memvisor_api::ActiveMemory;
 use plotters::prelude::*;
 
 use crate::experiments::Series;
+use crate::harness::vm::{RunResult, StatsSample, Status};
 use crate::output::report::{Meta, Record};
-use crate::run::vm::{RunResult, StatsSample, Status};
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;
@@ -589,7 +589,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::vm::Phase;
+    use crate::harness::vm::Phase;
 
     fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
         Phase {

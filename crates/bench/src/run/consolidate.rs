@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
-use super::readings;
-use super::vm::read_final_stats;
 use crate::experiments::consolidate::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
     Kind, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
+use crate::harness::readings;
+use crate::harness::vm::read_final_stats;
 
 /// Between two looks at the VMs.
 pub const TICK: Duration = Duration::from_millis(200);
@@ -150,7 +150,7 @@ fn run_in(
     for rep in 1..=s.reps {
         for &scenario in &s.scenarios {
             for &n in &s.ns {
-                for j in super::order::of_rep(s.configs.len(), rep) {
+                for j in crate::harness::order::of_rep(s.configs.len(), rep) {
                     let (name, kind) = s.configs[j];
                     if interrupted() {
                         return Ok(());
@@ -263,7 +263,7 @@ fn mkdisk_once(exe: &Path, out: &Path, size_mb: u64, files: &str) -> Result<(), 
     if out.exists() {
         return Ok(());
     }
-    super::child::mkdisk(exe, out, size_mb, Some(files))
+    crate::harness::setup::mkdisk(exe, out, size_mb, Some(files))
 }
 
 /// In a scenario whose VMs have disks of their own, each of the `n` VMs gets a fresh copy of the
@@ -296,7 +296,7 @@ impl Drop for Reaped {
         if matches!(self.0.try_wait(), Ok(None)) {
             // SIGTERM first: the host stops its VMs cleanly, `memvisor run` stops QEMU and
             // removes its cgroup.
-            crate::run::teardown::signal(self.0.id(), libc::SIGTERM);
+            crate::harness::teardown::signal(self.0.id(), libc::SIGTERM);
             let t = Instant::now();
             while matches!(self.0.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(40) {
                 std::thread::sleep(Duration::from_millis(50));
@@ -304,7 +304,7 @@ impl Drop for Reaped {
             let _ = self.0.kill();
         }
         let _ = self.0.wait();
-        crate::run::teardown::forget_pid(self.0.id());
+        crate::harness::teardown::forget_pid(self.0.id());
     }
 }
 
@@ -463,13 +463,13 @@ fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped,
         Command::new(exe)
             .args(["host", "--config"])
             .arg(&config)
-            .env("MEMVISOR_LOG", super::log_filter())
+            .env("MEMVISOR_LOG", crate::harness::log_filter())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot start memvisor host: {e}"))?,
     );
-    crate::run::teardown::track_pid(host.0.id());
+    crate::harness::teardown::track_pid(host.0.id());
     let sock = dir.join("state/host.sock");
     let t = Instant::now();
     while !sock.exists() {
@@ -545,12 +545,12 @@ fn run_qemu(
             .spawn()
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
         let pid = child.id();
-        crate::run::teardown::track_pid(pid);
+        crate::harness::teardown::track_pid(pid);
         vms.push(Reaped(child));
         pids.push(pid);
         let cg = readings::run_cgroup(pid);
         if limited {
-            crate::run::teardown::track_cgroup(cg.clone());
+            crate::harness::teardown::track_cgroup(cg.clone());
             watch.cgroups.push(Some((cg, CgroupSeen::default())));
         } else {
             watch.cgroups.push(None);
@@ -563,7 +563,7 @@ fn run_qemu(
             // QEMU creates its QMP socket before it listens on it: retry while it refuses.
             let t = Instant::now();
             loop {
-                match crate::run::qmp::set_balloon(&qmp, share) {
+                match crate::harness::qmp::set_balloon(&qmp, share) {
                     Ok(()) => break,
                     Err(e) if t.elapsed() > Duration::from_secs(10) => {
                         return Err(format!("setting vm{i}'s balloon: {e}"))

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use crate::experiments::dwell::Sizes;
-use crate::run::child::ConsoleEvent;
-use crate::run::teardown;
+use crate::harness::child::ConsoleEvent;
+use crate::harness::teardown;
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,7 +118,7 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
             &format!("{},id=data,ro", work.join("data.img").display()),
         ])
         .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
-    let (mut child, lines) = match crate::run::child::spawn_logged(cmd, &work, &log) {
+    let (mut child, lines) = match crate::harness::child::spawn_logged(cmd, &work, &log) {
         Ok(c) => c,
         Err(e) => {
             p.status = Status::Failed;
@@ -187,7 +187,7 @@ fn follow(
                 if l.contains("seqread: file ") {
                     next.get_or_insert_with(|| Instant::now() + z.start_after);
                 }
-                if let Some((phase, ms, ok)) = crate::run::vm::parse_result(&l) {
+                if let Some((phase, ms, ok)) = crate::harness::vm::parse_result(&l) {
                     if phase.starts_with("pass") {
                         p.pass_ms.push(ms.unwrap_or(0.0));
                     } else if phase == "done" {
@@ -239,7 +239,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let work = setup.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let img = work.join("data.img");
-    crate::run::child::mkdisk(
+    crate::harness::setup::mkdisk(
         &setup.exe,
         &img,
         setup.sizes.disk_mb(),
@@ -247,7 +247,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     )?;
     let mut points = Vec::new();
     'reps: for rep in 1..=setup.reps {
-        for j in super::order::of_rep(setup.policies.len(), rep) {
+        for j in crate::harness::order::of_rep(setup.policies.len(), rep) {
             if teardown::interrupted() {
                 break 'reps;
             }

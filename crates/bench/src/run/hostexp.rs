@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
 
 use crate::experiments::host::{config_text, HostExperiment, PlannedVm};
-use crate::run::teardown;
+use crate::harness::teardown;
 
 /// How often the host's history and the VMs' consoles are read.
 const POLL: Duration = Duration::from_millis(500);

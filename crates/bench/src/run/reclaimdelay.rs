@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use crate::experiments::reclaimdelay::{Method, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
-use crate::run::child::ConsoleEvent;
-use crate::run::qmp::Qmp;
-use crate::run::teardown;
+use crate::harness::child::ConsoleEvent;
+use crate::harness::qmp::Qmp;
+use crate::harness::teardown;
 
 const PAGE: u64 = 4096;
 
@@ -144,7 +144,7 @@ fn start(
         "{}-{}-{n}vm-rep{rep}-victim{slot}",
         m.name, st.name
     ));
-    let (child, lines) = crate::run::child::spawn_logged(cmd, &work, &log)?;
+    let (child, lines) = crate::harness::child::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
     Ok(Victim { child, lines, sock })
 }
@@ -165,7 +165,7 @@ impl Victim {
                 .recv_timeout(left.min(Duration::from_millis(200)))
             {
                 Ok(ConsoleEvent::Line(l, _)) => {
-                    if let Some((phase, _, ok)) = crate::run::vm::parse_result(&l) {
+                    if let Some((phase, _, ok)) = crate::harness::vm::parse_result(&l) {
                         if phase == "pass1" {
                             return Ok(());
                         }
@@ -430,7 +430,7 @@ fn disks(setup: &Setup) -> Result<(), String> {
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = work.join(format!("victim{slot}.img"));
-        crate::run::child::mkdisk(
+        crate::harness::setup::mkdisk(
             &setup.exe,
             &path,
             setup.sizes.disk_mb(),
@@ -452,7 +452,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     'reps: for rep in 1..=setup.reps {
         for &n in &setup.sizes.victims {
             for &st in &setup.states {
-                for j in super::order::of_rep(setup.methods.len(), rep) {
+                for j in crate::harness::order::of_rep(setup.methods.len(), rep) {
                     if teardown::interrupted() {
                         break 'reps;
                     }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use memvisor_host::ksm::Ksm;
 
 use crate::experiments::sharing::{Census, Mode, Sizes};
-use crate::run::child::{spawn_logged, ConsoleEvent};
-use crate::run::vm::read_final_stats;
-use crate::run::{readings, teardown};
+use crate::harness::child::{spawn_logged, ConsoleEvent};
+use crate::harness::vm::read_final_stats;
+use crate::harness::{readings, teardown};
 
 pub struct Setup {
     pub exe: PathBuf,
@@ -397,7 +397,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
             runs.push((2, true));
         }
         for (n, probe) in runs {
-            for j in super::order::of_rep(k, rep) {
+            for j in crate::harness::order::of_rep(k, rep) {
                 if teardown::interrupted() {
                     break 'reps;
                 }

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use memvisor_api::{PagerStats, VmClient};
 
 use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
-use crate::run::child::ConsoleEvent;
-use crate::run::teardown;
+use crate::harness::child::ConsoleEvent;
+use crate::harness::teardown;
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -116,7 +116,7 @@ pub struct Setup {
 
 /// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
 pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
-    let (p, ms, _) = crate::run::vm::parse_result(line)?;
+    let (p, ms, _) = crate::harness::vm::parse_result(line)?;
     if p == phase {
         ms
     } else {
@@ -254,7 +254,7 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
         .out
         .join("logs")
         .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
-    let (child, lines) = crate::run::child::spawn_logged(cmd, &work, &log)?;
+    let (child, lines) = crate::harness::child::spawn_logged(cmd, &work, &log)?;
     teardown::track_file(sock.clone());
     Ok(Vm {
         child,
@@ -367,7 +367,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
     let started = Instant::now();
     'reps: for rep in 1..=setup.reps {
         for &size in &setup.sizes {
-            for j in super::order::of_rep(setup.modes.len(), rep) {
+            for j in crate::harness::order::of_rep(setup.modes.len(), rep) {
                 if teardown::interrupted() {
                     break 'reps;
                 }

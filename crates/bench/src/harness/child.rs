@@ -9,9 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use crate::run::readings;
-use crate::run::teardown;
-use crate::run::vm::TICK;
+use crate::harness::teardown;
 
 /// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,
 /// `TMPDIR` the run's `work` directory (the pager's unnamed swap file lands on the disk under
@@ -121,71 +119,4 @@ pub fn children_cpu_ms() -> Option<f64> {
     #[allow(clippy::cast_precision_loss)]
     let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     Some(ms(ru.ru_utime) + ms(ru.ru_stime))
-}
-
-/// Makes a guest kit disk of `size_mb` MiB at `path` with `memvisor mkdisk`, replacing what is
-/// there: a data disk holding `files` (as `--files` takes them), or without them a swap disk.
-pub fn mkdisk(exe: &Path, path: &Path, size_mb: u64, files: Option<&str>) -> Result<(), String> {
-    let kind = if files.is_some() { "data" } else { "swap" };
-    let mut cmd = Command::new(exe);
-    cmd.args(["mkdisk", kind, "--force", "--out"])
-        .arg(path)
-        .args(["--size", &format!("{size_mb}M")]);
-    if let Some(f) = files {
-        cmd.args(["--files", f]);
-    }
-    let st = cmd
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run mkdisk: {e}"))?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(format!("mkdisk {kind} {} failed ({st})", path.display()))
-    }
-}
-
-/// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS
-/// outside the guest RAM mapping sampled from `/proc/PID/smaps`, the largest value seen.
-pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
-    let mut child = Command::new(exe)
-        .args(["run", "--hypervisor", "qemu", "--mem", &mem.to_string()])
-        .args(["--workload", "memhog", "--cmdline", "mb=8 secs=2"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    let pid = child.id();
-    teardown::track_pid(pid);
-    let mut qemu = None;
-    let mut most = 0u64;
-    while !exited(pid) && !teardown::interrupted() {
-        if qemu.is_none() {
-            qemu = readings::child_named(pid, "qemu");
-            if let Some(q) = qemu {
-                teardown::track_pid(q);
-            }
-        }
-        if let Some(o) = qemu.and_then(|q| readings::rss_outside_guest(q, mem)) {
-            most = most.max(o);
-        }
-        std::thread::sleep(TICK);
-    }
-    if teardown::interrupted() {
-        teardown::kill(pid);
-    }
-    let st = child.wait().map_err(|e| e.to_string())?;
-    teardown::forget_pid(pid);
-    if let Some(q) = qemu {
-        teardown::forget_pid(q);
-    }
-    if st.code() != Some(1) || most == 0 {
-        return Err(format!(
-            "the QEMU calibration run exited {} with {most} bytes measured",
-            exit_text(st)
-        ));
-    }
-    Ok(most)
 }

@@ -21,9 +21,9 @@ use memvisor_api::{ActiveMemory, ClientError, VmClient, VmStats};
 
 use crate::configs::{Config, Hv, Limit, RunFiles};
 use crate::experiments::{Kind, Step};
-use crate::run::child::{children_cpu_ms, tee_console};
-use crate::run::readings::{self, CgroupState, ProcIo};
-use crate::run::{qmp, teardown};
+use crate::harness::child::{children_cpu_ms, tee_console};
+use crate::harness::readings::{self, CgroupState, ProcIo};
+use crate::harness::{qmp, teardown};
 use monitor::{RunMonitor, Snap};
 
 /// How often a running VM is sampled.
@@ -342,7 +342,7 @@ fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     }
     // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
     // (a tmpfs $TMPDIR would make its "swap" host memory).
-    cmd.env("MEMVISOR_LOG", crate::run::log_filter())
+    cmd.env("MEMVISOR_LOG", crate::harness::log_filter())
         .env("TMPDIR", spec.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

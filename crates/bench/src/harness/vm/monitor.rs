@@ -17,9 +17,9 @@ use super::{
 };
 use crate::configs::{Hv, Limit};
 use crate::experiments::Series;
-use crate::run::child::{exit_text, exited, ConsoleEvent};
-use crate::run::readings::{self, CgroupState, ProcIo, Vmstat};
-use crate::run::{qmp, teardown};
+use crate::harness::child::{exit_text, exited, ConsoleEvent};
+use crate::harness::readings::{self, CgroupState, ProcIo, Vmstat};
+use crate::harness::{qmp, teardown};
 
 /// What is sampled every tick while a run is alive.
 pub(super) struct Sampler<'a> {
