@@ -12,8 +12,9 @@
 //!   (`harness::teardown`);
 //! - `run`: running each family's configurations (memvisor or QEMU child processes,
 //!   `memvisor host`);
-//! - `output`: `results.csv` (one quoting rule, `output::csv`), `report.md` and the figures,
-//!   with the numbers they share (`output::numbers`);
+//! - `report`: what every report shares: `results.csv`'s one quoting rule (`report::csv`), the
+//!   numbers (`report::numbers`), drawing a figure (`report::figure`), writing the outputs;
+//! - `output`: each family's `results.csv`, `report.md` and figures;
 //! - `drive`: each family of experiments from its flags to its outputs.
 //!
 //! How a benchmark goes:
@@ -38,6 +39,7 @@ mod experiments;
 mod harness;
 mod output;
 pub mod progress;
+mod report;
 mod run;
 
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
-use crate::output::numbers::{self, median, MIB};
+use crate::report::numbers::{self, median, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use plotters::prelude::*;
 use crate::experiments::consolidate::{
     job, qemu_share, rss_summary, Kind, Scenario, BUDGET, INTERVAL, MEM,
 };
-use crate::output::csv;
+use crate::report::csv;
 use crate::run::consolidate::{Record, RunTrace};
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
@@ -46,7 +46,7 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     }
     std::fs::write(dir.join("allocation.csv"), csv).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
-    crate::output::plot::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
+    crate::report::figure::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
         draw_allocation(root, history, &names, end)
     })
 }
@@ -112,7 +112,7 @@ where
             ))
             .map_err(|e| e.to_string())?;
     }
-    crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)
+    crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// What the report is about besides the records.
@@ -583,7 +583,7 @@ fn plot(
         .flat_map(|p| p.1.iter().map(|x| x.1))
         .fold(1.0f64, f64::max);
     let right = shape.ns.iter().copied().max().unwrap_or(1);
-    crate::output::plot::svg_and_png!(path, (800, 500), |root: &DrawingArea<_, _>| {
+    crate::report::figure::svg_and_png!(path, (800, 500), |root: &DrawingArea<_, _>| {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(root)
             .caption(
@@ -617,7 +617,7 @@ fn plot(
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)
+        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
 }
 
@@ -649,7 +649,7 @@ fn plot_rss(
         .flat_map(|s| s.1.iter().map(|p| p.1))
         .fold(budget, f64::max)
         * 1.1;
-    crate::output::plot::svg_and_png!(path, (900, 450), |root: &DrawingArea<_, _>| {
+    crate::report::figure::svg_and_png!(path, (900, 450), |root: &DrawingArea<_, _>| {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(root)
             .caption(
@@ -688,7 +688,7 @@ fn plot_rss(
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
         }
-        crate::output::plot::legend(&mut chart, SeriesLabelPosition::LowerRight)
+        crate::report::figure::legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::experiments::dwell::median_ms;
-use crate::output::csv;
+use crate::report::csv;
 use crate::run::dwell::{Point, Setup, Status};
 
 /// The CSV header.
@@ -191,7 +191,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
-    super::environment(&mut s, env);
+    crate::report::environment(&mut s, env);
     s
 }
 
@@ -205,7 +205,7 @@ const COLORS: [RGBColor; 4] = [
 /// `dwell.svg` and `.png` (Fig. 14): the share of released pages per dwell bucket, one line
 /// per policy. Without any dwell time, a figure that says so.
 pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
-    crate::output::plot::svg_and_png!(path, (900, 560), |root| draw(root, setup, points))
+    crate::report::figure::svg_and_png!(path, (900, 560), |root| draw(root, setup, points))
 }
 
 fn draw<DB: DrawingBackend>(
@@ -280,7 +280,7 @@ where
             .map_err(e)?;
     }
     if !hs.is_empty() {
-        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     Ok(())
 }
@@ -288,7 +288,7 @@ where
 /// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints
 /// the report.
 pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
-    super::write_report(
+    crate::report::write_report(
         &setup.out,
         "dwell",
         csv(points),

@@ -12,8 +12,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::experiments::host::{HostExperiment, Kind};
-use crate::output::csv;
-use crate::output::numbers::{mean, mib};
+use crate::report::csv;
+use crate::report::numbers::{mean, mib};
 use crate::run::hostexp::{active_fraction, Run};
 
 fn vm<'a>(s: &'a HostSample, name: &str) -> Option<&'a VmSample> {
@@ -528,7 +528,7 @@ pub fn markdown(e: &HostExperiment, runs: &[Run], env: &[(String, String)]) -> S
         }
         s.push('\n');
     }
-    super::environment(&mut s, env);
+    crate::report::environment(&mut s, env);
     s
 }
 
@@ -655,7 +655,7 @@ type Line = (String, RGBColor, Vec<(f64, f64)>);
 /// vertical line where a VM joins or the tax changes, above each VM's throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &Run) -> Result<(), String> {
     // The text is measured with a registered font; without one plotters fails the draw.
-    crate::output::plot::font()?;
+    crate::report::figure::font()?;
     let fig = figure(e, run);
     let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|err| err.to_string())?;

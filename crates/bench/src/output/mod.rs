@@ -1,10 +1,8 @@
-//! What a benchmark writes: `results.csv`, `report.md` and the figures (SVG and PNG).
+//! Each family's outputs: `results.csv`, `report.md` and the figures (SVG and PNG).
 
 pub mod consolidate;
-pub mod csv;
 pub mod dwell;
 pub mod host;
-pub mod numbers;
 pub mod plot;
 pub mod reclaimdelay;
 pub mod recovery;
@@ -12,34 +10,3 @@ pub mod report;
 pub mod sharing;
 pub mod swapin;
 pub mod workingset;
-
-/// Appends the report's `## Environment` section: one line per fact of the run's host.
-pub fn environment(s: &mut String, env: &[(String, String)]) {
-    s.push_str("\n## Environment\n\n");
-    for (k, v) in env {
-        s.push_str(&format!("- {k}: {v}\n"));
-    }
-}
-
-/// Writes `results.csv` (`csv`), the figure `NAME.svg` (and `.png`) drawn by `plot`, and
-/// `report.md` (`md`, with the figure linked when it was drawn) into `out`, and prints the
-/// report. A figure that cannot be drawn is reported and left out; the rest is still written.
-pub fn write_report(
-    out: &std::path::Path,
-    name: &str,
-    csv: String,
-    plot: impl FnOnce(&std::path::Path) -> Result<(), String>,
-    mut md: String,
-) -> Result<(), String> {
-    let csv_path = out.join("results.csv");
-    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
-    let svg = out.join(format!("{name}.svg"));
-    match plot(&svg) {
-        Ok(()) => md.push_str(&format!("\n![{name}]({name}.png)\n")),
-        Err(e) => eprintln!("memvisor bench: cannot draw {}: {e}", svg.display()),
-    }
-    let md_path = out.join("report.md");
-    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
-    println!("{md}");
-    Ok(())
-}

@@ -8,8 +8,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::experiments::reclaimdelay::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
-use crate::output::csv;
-use crate::output::numbers::spread;
+use crate::report::csv;
+use crate::report::numbers::spread;
 use crate::run::reclaimdelay::{Point, Setup, Status};
 
 /// The CSV header.
@@ -141,7 +141,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         z.cmdline(setup.states[0]),
         z.files()
     );
-    super::environment(&mut s, env);
+    crate::report::environment(&mut s, env);
     s
 }
 
@@ -331,7 +331,7 @@ pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> 
     if !points.iter().any(Point::ok) {
         return Err("no run completed".into());
     }
-    crate::output::plot::svg_and_png!(path, (1400, 620), |root| draw(root, setup, points))
+    crate::report::figure::svg_and_png!(path, (1400, 620), |root| draw(root, setup, points))
 }
 
 fn draw<DB: DrawingBackend>(
@@ -429,7 +429,7 @@ where
                             .map_err(e)?;
                     }
                 }
-                crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+                crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
             }};
         }
         if i == 0 {
@@ -444,7 +444,7 @@ where
 /// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `setup.out`, and
 /// prints the report.
 pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
-    super::write_report(
+    crate::report::write_report(
         &setup.out,
         "reclaimdelay",
         csv(points),

@@ -18,7 +18,7 @@
 //!   the resolution: a run whose throughput is back at once shows the part of the second that
 //!   followed the release (up to 1 s).
 
-use crate::output::numbers::{self, MIB};
+use crate::report::numbers::{self, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -28,9 +28,9 @@ use plotters::prelude::*;
 use crate::configs::{Config, Hv};
 use crate::experiments::{Experiment, Release};
 use crate::harness::vm::Status;
-use crate::output::csv;
-use crate::output::numbers::summary;
 use crate::output::report::{Meta, Record};
+use crate::report::csv;
+use crate::report::numbers::summary;
 
 /// The fraction of the throughput before the hog that counts as recovered.
 pub const RECOVERED: f64 = 0.9;
@@ -743,7 +743,7 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    crate::output::plot::svg_and_png!(path, (1300, 1100), |root| {
+    crate::report::figure::svg_and_png!(path, (1300, 1100), |root| {
         draw(root, exp, release, configs, runs)
     })
 }

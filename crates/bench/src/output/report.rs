@@ -2,13 +2,13 @@
 //! present even when the run died before it), `report.md` (medians, min and max, ratios against
 //! the reference configuration, runs that did not complete and why, set-up and environment).
 
-use crate::output::numbers::{summary, MIB};
+use crate::report::numbers::{summary, MIB};
 use std::fmt::Write as _;
 
 use crate::configs::Config;
 use crate::experiments::{Experiment, Step};
 use crate::harness::vm::{Phase, RunResult, Status};
-use crate::output::csv;
+use crate::report::csv;
 
 /// One run of one configuration.
 pub struct Record {
@@ -576,7 +576,7 @@ pub fn write_setup(s: &mut String, meta: &Meta, extra: &[String]) {
     for n in meta.notes.iter().chain(extra) {
         let _ = writeln!(s, "- {n}");
     }
-    super::environment(s, &meta.env);
+    crate::report::environment(s, &meta.env);
 }
 
 /// The guest's swap disk (`id=swap`) and double paging, from memvisor's final stats: how many

@@ -8,8 +8,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::experiments::sharing::{half_time, steady};
-use crate::output::csv;
-use crate::output::numbers;
+use crate::report::csv;
+use crate::report::numbers;
 use crate::run::sharing::{Point, Setup};
 
 /// A run's figures at steady state.
@@ -387,7 +387,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             );
         }
     }
-    super::environment(&mut s, env);
+    crate::report::environment(&mut s, env);
     s
 }
 
@@ -401,7 +401,7 @@ const COLORS: [RGBColor; 4] = [
 /// The figure: memory reclaimed (and shared, dashed) over time with the most VMs, first
 /// repetition, one colour per mode.
 pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
-    crate::output::plot::svg_and_png!(path, (1000, 560), |root| draw(root, setup, points))
+    crate::report::figure::svg_and_png!(path, (1000, 560), |root| draw(root, setup, points))
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -479,7 +479,7 @@ where
             .map_err(e)?;
     }
     if !runs.is_empty() {
-        crate::output::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     Ok(())
 }
@@ -490,7 +490,7 @@ pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Resul
     let series = setup.out.join("series.csv");
     std::fs::write(&series, series_csv(points))
         .map_err(|e| format!("{}: {e}", series.display()))?;
-    super::write_report(
+    crate::report::write_report(
         &setup.out,
         setup.experiment,
         csv(setup, points),

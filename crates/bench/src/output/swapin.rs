@@ -1,14 +1,14 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
-use crate::output::numbers::{spread, MIB};
+use crate::report::numbers::{spread, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
 
 use crate::experiments::swapin::{Mode, HEADROOM, LIMIT, POLL};
-use crate::output::csv;
+use crate::report::csv;
 use crate::run::swapin::{Point, Setup};
 
 /// The CSV header.
@@ -84,7 +84,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     per_run(&mut s, points);
     pager_time(&mut s, points);
     modes(&mut s, setup);
-    super::environment(&mut s, env);
+    crate::report::environment(&mut s, env);
     s
 }
 /// The time to bring the memory back per size and mode.
@@ -266,7 +266,7 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[Point]) -> Result<()
     if !points.iter().any(Point::ok) {
         return Err("no run completed".into());
     }
-    crate::output::plot::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
+    crate::report::figure::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
 }
 
 fn draw<DB: DrawingBackend>(
@@ -347,14 +347,14 @@ where
             .draw_series(line.iter().map(|&q| Circle::new(q, 5, color.filled())))
             .map_err(e)?;
     }
-    crate::output::plot::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    crate::report::figure::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
 /// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `setup.out`, and prints
 /// the report.
 pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
-    super::write_report(
+    crate::report::write_report(
         &setup.out,
         "swapin",
         csv(points),

@@ -10,7 +10,7 @@
 //! The schedule is put on the run's clock by the guest's step lines: step `i` ends when its
 //! `RESULT ... phase=stepI` line reaches the harness, and step 1 began its `ms=` before that.
 
-use crate::output::numbers::MIB;
+use crate::report::numbers::MIB;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -475,7 +475,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         return Err("no run to plot".into());
     };
     let panels = if records.len() > 1 { 2 } else { 1 };
-    crate::output::plot::svg_and_png!(path, (1200, 560 * panels), |root| {
+    crate::report::figure::svg_and_png!(path, (1200, 560 * panels), |root| {
         draw(root, panels, first, name, series, records)
     })
 }

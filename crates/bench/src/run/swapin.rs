@@ -21,7 +21,7 @@
 //! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
 //! in MemFlex's measurement.
 
-use crate::output::numbers::MIB;
+use crate::report::numbers::MIB;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::mpsc;
