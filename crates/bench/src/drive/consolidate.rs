@@ -9,11 +9,11 @@ use std::path::Path;
 use crate::harness::{finished, memvisor_exe};
 use memvisor_api::HostSample;
 
+use crate::args::{BenchArgs, Outcome};
 use crate::experiments::consolidate::{self as experiment, Kind, Scenario, MEM};
 use crate::harness::{setup, teardown};
 use crate::output::consolidate as output;
 use crate::run::consolidate::{self, Record, RunTrace, Sink};
-use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU, see
 /// `experiments::consolidate`.

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
+use crate::args::{BenchArgs, Outcome};
 use crate::experiments::{self, host::HostExperiment};
 use crate::harness::{readings, teardown};
 use crate::output::host as hostreport;
 use crate::run::hostexp;
-use crate::{BenchArgs, Outcome};
 
 /// The flags of `memvisor bench` that do not apply to a host experiment.
 fn check_flags(a: &BenchArgs) -> Result<(), String> {

@@ -2,7 +2,6 @@
 //! line), set up, run every repetition (`run`), write the outputs (`output`), tear down.
 
 pub mod consolidate;
-pub mod dwell;
 pub mod host;
 pub mod phases;
 pub mod reclaimdelay;

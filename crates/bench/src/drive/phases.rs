@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::args::{BenchArgs, Outcome};
 use crate::configs::{self, Config};
 use crate::experiments;
 use crate::harness::setup::{self, host_swap, qemu_overhead};
 use crate::harness::{order, readings, teardown, vm};
 use crate::output::{plot, recovery, report, workingset};
-use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench EXPERIMENT` for the experiments of `experiments::find`.
 pub fn run(args: &BenchArgs) -> Outcome {

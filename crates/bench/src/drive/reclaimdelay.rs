@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use crate::args::{BenchArgs, Outcome};
 use crate::experiments::reclaimdelay::{self as experiment, Sizes};
 use crate::harness::{finished, memvisor_exe, out_dir};
 use crate::harness::{readings, teardown};
 use crate::output;
 use crate::run::reclaimdelay;
-use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench reclaimdelay`: the time to obtain pages from victim VMs by the balloon and
 /// by instant release (HyperDealer2 Table 2, Figs. 11–12), see `run::reclaimdelay`.

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use crate::args::{BenchArgs, Outcome};
 use crate::experiments::sharing::{modes, Sizes};
 use crate::harness::{finished, memvisor_exe, out_dir};
 use crate::harness::{readings, teardown};
 use crate::output;
 use crate::run::sharing;
-use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench sharing|zeroboot` (ESX Fig. 4, §6.3), see `run::sharing`.
 pub fn run(args: &BenchArgs, experiment: &'static str) -> Outcome {

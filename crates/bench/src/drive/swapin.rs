@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use crate::args::{BenchArgs, Outcome};
 use crate::experiments::swapin as experiment;
 use crate::harness::{finished, memvisor_exe, out_dir};
 use crate::harness::{readings, teardown};
 use crate::output;
 use crate::run::swapin;
-use crate::{BenchArgs, Outcome};
 
 /// `memvisor bench swapin`: the time to bring swapped memory back, from the pool or the swap
 /// file, proactively or by faults (MemFlex Table 1, Fig. 7), see `run::swapin`.

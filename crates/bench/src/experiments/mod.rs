@@ -9,7 +9,6 @@
 mod alloc;
 pub mod consolidate;
 mod doublepaging;
-pub mod dwell;
 pub mod host;
 mod idletax;
 mod overhead;
@@ -23,14 +22,9 @@ mod workingset;
 
 use std::time::Duration;
 
-pub use recovery::CONFIGS as RECOVERY;
+pub use crate::args::Scale;
 
-/// Full size (the papers' numbers) or tiny (the end-to-end test).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scale {
-    Full,
-    Tiny,
-}
+pub use recovery::CONFIGS as RECOVERY;
 
 /// A data disk made with `memvisor mkdisk data`.
 #[derive(Clone, Debug)]

@@ -23,7 +23,7 @@ pub fn spawn_logged(
 ) -> Result<(std::process::Child, mpsc::Receiver<ConsoleEvent>), String> {
     let stderr = std::fs::File::create(log.with_extension("stderr"))
         .map_err(|e| format!("{}: {e}", log.display()))?;
-    cmd.env("MEMVISOR_LOG", super::log_filter())
+    cmd.env("MEMVISOR_LOG", log_filter())
         .env("TMPDIR", work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -119,4 +119,11 @@ pub fn children_cpu_ms() -> Option<f64> {
     #[allow(clippy::cast_precision_loss)]
     let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     Some(ms(ru.ru_utime) + ms(ru.ru_stime))
+}
+
+/// The log filter of the memvisor processes a benchmark starts: the harness's own
+/// `MEMVISOR_LOG` when it has one (e.g. `memvisor_pager::release=debug` to see a release's
+/// steps in each VMM's `.stderr`), `info` otherwise.
+pub fn log_filter() -> String {
+    std::env::var("MEMVISOR_LOG").unwrap_or_else(|_| "info".to_owned())
 }

@@ -1,5 +1,6 @@
-//! What every family of experiments shares to run: the driver's checks and exit
-//! ([`finished`], [`out_dir`]), child processes (`child`), the one QMP client (`qmp`), running
+//! What every family of experiments shares to run: the one driver ([`drive`]) every
+//! [`Family`] goes through (the shared checks, the output directory, teardown and interrupts,
+//! the exit), child processes (`child`), the one QMP client (`qmp`), running
 //! and watching one VM (`vm`), the host set-up runs share (`setup`), the run order (`order`),
 //! the host's `/proc` and cgroup readings (`readings`) and undoing it all (`teardown`).
 
@@ -12,26 +13,103 @@ pub mod teardown;
 pub mod vm;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::{BenchArgs, Outcome};
+use crate::args::{BenchArgs, Outcome};
 
-/// The log filter of the memvisor processes a benchmark starts: the harness's own
-/// `MEMVISOR_LOG` when it has one (e.g. `memvisor_pager::release=debug` to see a release's
-/// steps in each VMM's `.stderr`), `info` otherwise.
-pub(crate) fn log_filter() -> String {
-    std::env::var("MEMVISOR_LOG").unwrap_or_else(|_| "info".to_owned())
+/// A family of experiments, as the driver ([`drive`]) runs it: its flags checked into a plan,
+/// then the plan run to its outputs. Everything else (the checks every family makes, the
+/// output directory, the memvisor binary, signals and teardown, the exit) is the driver's.
+pub trait Family {
+    /// What the flags ask for, checked.
+    type Plan;
+
+    /// Checks the flags of `args` beyond those every family checks: the plan, or the one line
+    /// of bad input.
+    fn plan(&self, args: &BenchArgs) -> Result<Self::Plan, String>;
+
+    /// Sets up, runs and writes the outputs into `bench.out` (partial ones when interrupted).
+    fn run(&self, args: &BenchArgs, bench: &Bench, plan: Self::Plan) -> Result<(), String>;
+}
+
+/// What the driver gives every family's run: the memvisor binary its runs start, the output
+/// directory and the host's environment for the report.
+pub struct Bench {
+    pub exe: PathBuf,
+    pub out: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+/// `memvisor bench` for one family: the flags checked (bad input is one line and
+/// [`Outcome::BadInput`]), the output directory made, signals caught, the family's run, the
+/// host torn down, and the exit.
+pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
+    let bad = |m: String| {
+        eprintln!("memvisor bench: {m}");
+        Outcome::BadInput
+    };
+    if args.reps == Some(0) {
+        return bad("--reps 0: give at least one repetition".into());
+    }
+    let plan = match family.plan(args) {
+        Ok(p) => p,
+        Err(m) => return bad(m),
+    };
+    let exe = match memvisor_exe() {
+        Ok(e) => e,
+        Err(m) => return bad(m),
+    };
+    let out = match out_dir(args, &args.experiment) {
+        Ok(o) => o,
+        Err(m) => return bad(m),
+    };
+    teardown::catch_signals();
+    let guard = teardown::Guard;
+    let env = readings::environment(&out, "qemu-system-x86_64");
+    let bench = Bench { exe, out, env };
+    let outcome = family.run(args, &bench, plan);
+    drop(guard);
+    finished(&args.experiment, &bench.out, outcome)
+}
+
+/// How a measurement of something the VMM may lack ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MeasureStatus {
+    #[default]
+    Ok,
+    /// The VMM does not have it: it refused the flag, or answered 501.
+    NotAvailable,
+    Failed,
+}
+
+impl MeasureStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            MeasureStatus::Ok => "ok",
+            MeasureStatus::NotAvailable => "not-available",
+            MeasureStatus::Failed => "failed",
+        }
+    }
+}
+
+/// `--timeout`, checked: at least a second.
+pub fn timeout(args: &BenchArgs) -> Result<Duration, String> {
+    if args.timeout == 0 {
+        return Err("--timeout 0: give seconds, at least 1".into());
+    }
+    Ok(Duration::from_secs(args.timeout))
 }
 
 /// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
 /// partial results written), the failure's status with its message, or success with where
 /// the report is.
-pub fn finished<T>(name: &str, out: &Path, outcome: Result<T, String>) -> Outcome {
+pub fn finished(name: &str, out: &Path, outcome: Result<(), String>) -> Outcome {
     match outcome {
-        Ok(_) if teardown::interrupted() => {
-            eprintln!("memvisor bench: interrupted; partial results written");
+        Ok(()) if teardown::interrupted() => {
+            eprintln!("memvisor bench: interrupted; partial results written, host cleaned up");
             Outcome::Interrupted
         }
-        Ok(_) => {
+        Ok(()) => {
             eprintln!(
                 "memvisor bench: {name} done: {}",
                 out.join("report.md").display()

@@ -5,10 +5,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::args::BenchArgs;
 use crate::harness::child::{exit_text, exited};
 use crate::harness::vm::TICK;
 use crate::harness::{readings, teardown};
-use crate::BenchArgs;
 
 /// The host swap file and `vm.swappiness` for the runs; what the report says about them.
 pub fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {

@@ -1,7 +1,6 @@
 //! Each family's outputs: `results.csv`, `report.md` and the figures (SVG and PNG).
 
 pub mod consolidate;
-pub mod dwell;
 pub mod host;
 pub mod plot;
 pub mod reclaimdelay;

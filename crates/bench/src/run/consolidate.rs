@@ -463,7 +463,7 @@ fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped,
         Command::new(exe)
             .args(["host", "--config"])
             .arg(&config)
-            .env("MEMVISOR_LOG", crate::harness::log_filter())
+            .env("MEMVISOR_LOG", crate::harness::child::log_filter())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -2,7 +2,6 @@
 //! harness, `memvisor host` for the host experiments.
 
 pub mod consolidate;
-pub mod dwell;
 pub mod hostexp;
 pub mod reclaimdelay;
 pub mod sharing;

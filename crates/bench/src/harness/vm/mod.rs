@@ -342,7 +342,7 @@ fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     }
     // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
     // (a tmpfs $TMPDIR would make its "swap" host memory).
-    cmd.env("MEMVISOR_LOG", crate::harness::log_filter())
+    cmd.env("MEMVISOR_LOG", crate::harness::child::log_filter())
         .env("TMPDIR", spec.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,13 +1,21 @@
 //! `memvisor bench dwell` (HyperDealer2 §6.4, Fig. 14): how long pages the host released stay
 //! out before the guest needs them again, per victim policy, under a guest streaming through
-//! more files than its memory holds. How a run goes is in `run::dwell`.
+//! more files than its memory holds. How a run goes is in `run`.
 
 use std::time::Duration;
 
-use super::Scale;
+use crate::args::Scale;
 
 /// Victim policies run when `--configs` is not given (`memvisor run --victims`).
 pub const POLICIES: [&str; 4] = ["clock", "random", "hd2", "hd2-whole"];
+
+/// What `memvisor bench dwell` runs: the victim policies, the sizes, repetitions and timeout.
+pub struct DwellPlan {
+    pub policies: Vec<String>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
+}
 
 /// The sizes of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]

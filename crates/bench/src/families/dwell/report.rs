@@ -6,9 +6,10 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::experiments::dwell::median_ms;
+use super::experiment::{median_ms, DwellPlan};
+use super::run::DwellRun;
+use crate::harness::{Bench, MeasureStatus};
 use crate::report::csv;
-use crate::run::dwell::{Point, Setup, Status};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,policy,rep,status,pass_ms,release_calls,release_available,released_pages,released_refaults,came_back,median_dwell_ms,dwell_ms_log2,reason";
@@ -18,7 +19,7 @@ fn joined<T: ToString>(v: &[T]) -> String {
 }
 
 /// `results.csv`: one row per run.
-pub fn csv(points: &[Point]) -> String {
+pub fn csv(points: &[DwellRun]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     for p in points {
@@ -48,7 +49,7 @@ pub fn csv(points: &[Point]) -> String {
 }
 
 /// The histograms of a policy's completed runs, added up.
-fn merged(points: &[Point], policy: &str) -> Vec<u64> {
+fn merged(points: &[DwellRun], policy: &str) -> Vec<u64> {
     let mut h: Vec<u64> = Vec::new();
     for p in points.iter().filter(|p| p.ok() && p.policy == policy) {
         if h.len() < p.hist.len() {
@@ -79,7 +80,7 @@ fn bucket(i: usize) -> String {
 }
 
 /// `report.md`.
-pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]) -> String {
     let z = &setup.sizes;
     let mut s = String::from("# memvisor bench dwell\n\n");
     let _ = writeln!(
@@ -112,9 +113,9 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for policy in &setup.policies {
-        let all: Vec<&Point> = points.iter().filter(|p| &p.policy == policy).collect();
-        let ok: Vec<&&Point> = all.iter().filter(|p| p.ok()).collect();
-        let na = all.iter().any(|p| p.status == Status::NotAvailable);
+        let all: Vec<&DwellRun> = points.iter().filter(|p| &p.policy == policy).collect();
+        let ok: Vec<&&DwellRun> = all.iter().filter(|p| p.ok()).collect();
+        let na = all.iter().any(|p| p.status == MeasureStatus::NotAvailable);
         let h = merged(points, policy);
         let released: u64 = ok.iter().map(|p| p.released_pages).sum();
         let back: u64 = h.iter().sum();
@@ -177,7 +178,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
             let _ = writeln!(s, "{line}");
         }
     }
-    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+    let failed: Vec<&DwellRun> = points.iter().filter(|p| !p.ok()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\n## Runs that did not complete\n");
         for p in failed {
@@ -204,14 +205,14 @@ const COLORS: [RGBColor; 4] = [
 
 /// `dwell.svg` and `.png` (Fig. 14): the share of released pages per dwell bucket, one line
 /// per policy. Without any dwell time, a figure that says so.
-pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
+pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), String> {
     crate::report::figure::svg_and_png!(path, (900, 560), |root| draw(root, setup, points))
 }
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &Setup,
-    points: &[Point],
+    setup: &DwellPlan,
+    points: &[DwellRun],
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -287,36 +288,33 @@ where
 
 /// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints
 /// the report.
-pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+pub fn write(bench: &Bench, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), String> {
     crate::report::write_report(
-        &setup.out,
+        &bench.out,
         "dwell",
         csv(points),
         |svg| plot(svg, setup, points),
-        markdown(setup, points, env),
+        markdown(setup, points, &bench.env),
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::dwell::Sizes;
-    use crate::experiments::Scale;
+    use crate::args::Scale;
+    use crate::families::dwell::experiment::Sizes;
 
     #[test]
     fn medians_distribution_and_csv() {
-        let setup = Setup {
-            exe: PathBuf::new(),
-            out: PathBuf::new(),
+        let setup = DwellPlan {
             policies: vec!["clock".into(), "hd2".into()],
             sizes: Sizes::of(Scale::Tiny),
             reps: 2,
             timeout: Duration::from_secs(1),
         };
-        let pt = |policy: &str, rep, hist: Vec<u64>| Point {
+        let pt = |policy: &str, rep, hist: Vec<u64>| DwellRun {
             policy: policy.into(),
             rep,
             pass_ms: vec![900.0, 400.0],
@@ -324,13 +322,13 @@ mod tests {
             released_pages: 2560,
             refaults: hist.iter().sum(),
             hist,
-            ..Point::default()
+            ..DwellRun::default()
         };
         let points = vec![
             pt("clock", 1, vec![2, 2, 0, 0]),
             pt("clock", 2, vec![0, 0, 0, 4, 0, 0]),
-            Point {
-                status: Status::NotAvailable,
+            DwellRun {
+                status: MeasureStatus::NotAvailable,
                 error: "memvisor run refused --victims hd2".into(),
                 ..pt("hd2", 1, vec![])
             },

@@ -18,43 +18,23 @@
 //!
 //! A policy `memvisor run` does not know (it exits at once, status 2) is "not available".
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use memvisor_api::{ClientError, VmClient};
 
-use crate::experiments::dwell::Sizes;
+use super::experiment::DwellPlan;
 use crate::harness::child::ConsoleEvent;
 use crate::harness::teardown;
-
-/// How a run ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Status {
-    #[default]
-    Ok,
-    /// The VMM does not know the policy.
-    NotAvailable,
-    Failed,
-}
-
-impl Status {
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::NotAvailable => "not-available",
-            Status::Failed => "failed",
-        }
-    }
-}
+use crate::harness::{Bench, MeasureStatus};
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Point {
+pub struct DwellRun {
     pub policy: String,
     pub rep: u32,
-    pub status: Status,
+    pub status: MeasureStatus,
     pub error: String,
     /// The guest's passes, ms.
     pub pass_ms: Vec<f64>,
@@ -69,34 +49,25 @@ pub struct Point {
     pub hist: Vec<u64>,
 }
 
-impl Point {
+impl DwellRun {
     pub fn ok(&self) -> bool {
-        self.status == Status::Ok
+        self.status == MeasureStatus::Ok
     }
 }
 
-pub struct Setup {
-    pub exe: PathBuf,
-    pub out: PathBuf,
-    pub policies: Vec<String>,
-    pub sizes: Sizes,
-    pub reps: u32,
-    pub timeout: Duration,
-}
-
 /// One run (see the module doc).
-fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
-    let mut p = Point {
+fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun {
+    let mut p = DwellRun {
         policy: policy.to_owned(),
         rep,
-        ..Point::default()
+        ..DwellRun::default()
     };
-    let work = setup.out.join("work");
+    let work = bench.out.join("work");
     let sock = work.join(format!("{policy}.sock"));
     let _ = std::fs::remove_file(&sock);
     let z = &setup.sizes;
-    let log = setup.out.join("logs").join(format!("{policy}-rep{rep}"));
-    let mut cmd = Command::new(&setup.exe);
+    let log = bench.out.join("logs").join(format!("{policy}-rep{rep}"));
+    let mut cmd = Command::new(&bench.exe);
     cmd.arg("run")
         .args([
             "--mem",
@@ -121,14 +92,14 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
     let (mut child, lines) = match crate::harness::child::spawn_logged(cmd, &work, &log) {
         Ok(c) => c,
         Err(e) => {
-            p.status = Status::Failed;
+            p.status = MeasureStatus::Failed;
             p.error = e;
             return p;
         }
     };
     teardown::track_file(sock.clone());
     if let Err(e) = follow(setup, &lines, &sock, &mut p) {
-        p.status = Status::Failed;
+        p.status = MeasureStatus::Failed;
         p.error = e;
     }
     let pid = child.id();
@@ -149,7 +120,7 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
     teardown::forget_pid(pid);
     if code == Some(2) && p.pass_ms.is_empty() {
         let why = std::fs::read_to_string(log.with_extension("stderr")).unwrap_or_default();
-        p.status = Status::NotAvailable;
+        p.status = MeasureStatus::NotAvailable;
         p.error = format!(
             "memvisor run refused --victims {policy}: {}",
             why.lines()
@@ -164,10 +135,10 @@ fn measure(setup: &Setup, policy: &str, rep: u32) -> Point {
 
 /// Follows the guest's passes, releasing pages meanwhile, then reads the statistics.
 fn follow(
-    setup: &Setup,
+    setup: &DwellPlan,
     lines: &mpsc::Receiver<ConsoleEvent>,
     sock: &std::path::Path,
-    p: &mut Point,
+    p: &mut DwellRun,
 ) -> Result<(), String> {
     let z = &setup.sizes;
     let deadline = Instant::now() + setup.timeout;
@@ -235,12 +206,12 @@ fn follow(
 }
 
 /// Runs every policy, repetition by repetition (in `order::of_rep`'s order).
-pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
-    let work = setup.out.join("work");
+pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
+    let work = bench.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let img = work.join("data.img");
     crate::harness::setup::mkdisk(
-        &setup.exe,
+        &bench.exe,
         &img,
         setup.sizes.disk_mb(),
         Some(&setup.sizes.disk_files()),
@@ -253,7 +224,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
             }
             let policy = &setup.policies[j];
             eprintln!("[dwell rep {rep}/{} {policy}] starting", setup.reps);
-            let pt = measure(setup, policy, rep);
+            let pt = measure(bench, setup, policy, rep);
             eprintln!(
                 "[dwell rep {rep} {policy}] {}: {} releases, {} pages came back {}",
                 pt.status.name(),

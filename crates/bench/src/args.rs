@@ -1,0 +1,83 @@
+//! What `memvisor bench` is asked ([`BenchArgs`], with its [`Scale`]) and how it ended
+//! ([`Outcome`]): the leaf every family and the harness import.
+
+use std::path::PathBuf;
+
+/// Full size (the papers' numbers) or tiny (the end-to-end test).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scale {
+    Full,
+    Tiny,
+}
+
+/// `memvisor bench` flags.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
+    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
+    /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14), swapin (MemFlex Table 1,
+    /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12), dwell (HyperDealer2 Fig. 14),
+    /// balance (HyperDealer2 Tables 3–4), sharing (ESX Fig. 4, with the guest timing probe) or
+    /// zeroboot (ESX §6.3).
+    pub experiment: String,
+    /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
+    /// for workingset, shares, idletax, consolidate and balance).
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
+    /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults; for reclaimdelay its
+    /// methods: hd2, balloon, qemu-balloon; for dwell the victim policies of memvisor run
+    /// --victims: clock, random, hd2, hd2-whole; for sharing memvisor-off, memvisor-host,
+    /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm).
+    #[arg(long, value_delimiter = ',')]
+    pub configs: Vec<String>,
+    /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The configuration ratios are taken against (default: the experiment's, qemu).
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// `full` (the papers' sizes) or `tiny` (seconds; for tests).
+    #[arg(long, value_enum, default_value_t = Scale::Full)]
+    pub scale: Scale,
+    /// The host swap file the harness creates, enables and removes.
+    #[arg(long, default_value = "/var/tmp/memvisor-bench.swap")]
+    pub swap_file: PathBuf,
+    /// Size of the host swap file.
+    #[arg(long, default_value = "2G", value_parser = memvisor_api::parse_size)]
+    pub swap_size: u64,
+    /// vm.swappiness during the run (host-swap configurations' cgroups inherit it; restored after).
+    #[arg(long, default_value_t = 100)]
+    pub swappiness: u32,
+    /// End a run that takes longer than this many seconds (recorded as timeout).
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
+    /// many VMs as the host has cores pin each VMM to a core of its own); balance: default 6.
+    /// reclaimdelay: the
+    /// numbers of victims (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
+    /// zeroboot: VMs that zero their memory (default 5).
+    #[arg(long, value_delimiter = ',')]
+    pub vms: Vec<u32>,
+    /// consolidate: the scenarios, `mapreduce`, `mixed` and/or `balance` (default the first
+    /// two). reclaimdelay: the
+    /// victims' states, `idle`, `busy-cpu` and/or `busy-dirty` (default all three).
+    #[arg(long, value_delimiter = ',')]
+    pub scenario: Vec<String>,
+    /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
+    #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]
+    pub sizes: Vec<u64>,
+}
+
+/// How `memvisor bench` ended; the binary turns it into its exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The benchmark ran (runs killed by the host are recorded, not errors).
+    Done,
+    /// Ctrl-C or SIGTERM: partial results written, the host cleaned up.
+    Interrupted,
+    /// Bad input, reported as one line.
+    BadInput,
+    /// The benchmark could not run (a command, a file, the host), reported as one line.
+    Failed,
+}

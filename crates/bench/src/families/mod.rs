@@ -1,0 +1,5 @@
+//! The families of experiments, one folder each: its plan and sizes (`experiment`), its runs
+//! (`run`), its outputs (`report`), and in its `mod.rs` the [`crate::harness::Family`] the
+//! driver runs.
+
+pub mod dwell;
