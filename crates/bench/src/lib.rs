@@ -53,7 +53,7 @@ pub fn run(args: BenchArgs) -> Outcome {
     match args.experiment.as_str() {
         "consolidate" => drive::consolidate::run(&args),
         "balance" => drive::consolidate::run_balance(&args),
-        "swapin" => drive::swapin::run(&args),
+        "swapin" => harness::drive(&families::swapin::Swapin, &args),
         "reclaimdelay" => drive::reclaimdelay::run(&args),
         "dwell" => harness::drive(&families::dwell::Dwell, &args),
         "sharing" => drive::sharing::run(&args, "sharing"),

@@ -6,4 +6,3 @@ pub mod host;
 pub mod phases;
 pub mod reclaimdelay;
 pub mod sharing;
-pub mod swapin;

@@ -17,7 +17,6 @@ mod recovery;
 mod seqread;
 mod shares;
 pub mod sharing;
-pub mod swapin;
 mod workingset;
 
 use std::time::Duration;

@@ -3,3 +3,4 @@
 //! driver runs.
 
 pub mod dwell;
+pub mod swapin;

@@ -7,5 +7,4 @@ pub mod reclaimdelay;
 pub mod recovery;
 pub mod report;
 pub mod sharing;
-pub mod swapin;
 pub mod workingset;

@@ -5,4 +5,3 @@ pub mod consolidate;
 pub mod hostexp;
 pub mod reclaimdelay;
 pub mod sharing;
-pub mod swapin;

@@ -7,9 +7,11 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::experiments::swapin::{Mode, HEADROOM, LIMIT, POLL};
+use super::experiment::SwapinPlan;
+use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
+use super::run::SwapinRun;
+use crate::harness::Bench;
 use crate::report::csv;
-use crate::run::swapin::{Point, Setup};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -19,7 +21,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// `results.csv`: one row per run.
-pub fn csv(points: &[Point]) -> String {
+pub fn csv(points: &[SwapinRun]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     for p in points {
@@ -52,7 +54,7 @@ pub fn csv(points: &[Point]) -> String {
 }
 
 /// The measured points of one size and mode.
-fn cell<'a>(points: &'a [Point], size: u64, mode: &str) -> Vec<&'a Point> {
+fn cell<'a>(points: &'a [SwapinRun], size: u64, mode: &str) -> Vec<&'a SwapinRun> {
     points
         .iter()
         .filter(|p| p.size == size && p.mode == mode)
@@ -68,7 +70,7 @@ fn show(s: Option<(f64, f64, f64)>, digits: usize) -> String {
 }
 
 /// `report.md`.
-pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String)]) -> String {
     let mut s = String::from("# memvisor bench swapin\n\n");
     let _ = writeln!(
         s,
@@ -88,7 +90,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     s
 }
 /// The time to bring the memory back per size and mode.
-fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
+fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
     let _ = writeln!(s, "## Time to bring the memory back\n");
     let _ = writeln!(
         s,
@@ -104,8 +106,8 @@ fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
     for &size in &setup.sizes {
         for m in &setup.modes {
             let c = cell(points, size, m.name);
-            let ok: Vec<&&Point> = c.iter().filter(|p| p.ok()).collect();
-            let col = |f: &dyn Fn(&Point) -> Option<f64>| {
+            let ok: Vec<&&SwapinRun> = c.iter().filter(|p| p.ok()).collect();
+            let col = |f: &dyn Fn(&SwapinRun) -> Option<f64>| {
                 spread(ok.iter().filter_map(|p| f(p)).collect())
             };
             let _ = writeln!(
@@ -116,10 +118,10 @@ fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
                 ok.len(),
                 c.len(),
                 show(col(&|p| Some(p.back_s)), 3),
-                show(col(&Point::mib_s), 0),
-                show(col(&Point::pager_s), 3),
-                show(col(&Point::pager_mib_s), 0),
-                show(col(&Point::ns_per_page), 0),
+                show(col(&SwapinRun::mib_s), 0),
+                show(col(&SwapinRun::pager_s), 3),
+                show(col(&SwapinRun::pager_mib_s), 0),
+                show(col(&SwapinRun::ns_per_page), 0),
                 show(col(&|p| Some(p.out_s)), 2),
                 show(col(&|p| p.touch_after_ms), 0),
             );
@@ -128,7 +130,7 @@ fn time_back(s: &mut String, setup: &Setup, points: &[Point]) {
 }
 
 /// The times beside MemFlex's figures.
-fn against_memflex(s: &mut String, setup: &Setup, points: &[Point]) {
+fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
     let _ = writeln!(s, "\n## Against MemFlex\n");
     let _ = writeln!(
         s,
@@ -150,7 +152,7 @@ fn against_memflex(s: &mut String, setup: &Setup, points: &[Point]) {
     };
     for &size in &setup.sizes {
         for m in &setup.modes {
-            let ok: Vec<&Point> = cell(points, size, m.name)
+            let ok: Vec<&SwapinRun> = cell(points, size, m.name)
                 .into_iter()
                 .filter(|p| p.ok())
                 .collect();
@@ -171,8 +173,8 @@ fn against_memflex(s: &mut String, setup: &Setup, points: &[Point]) {
 }
 
 /// The runs that did not complete, with why.
-fn incomplete_runs(s: &mut String, points: &[Point]) {
-    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+fn incomplete_runs(s: &mut String, points: &[SwapinRun]) {
+    let failed: Vec<&SwapinRun> = points.iter().filter(|p| !p.ok()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\n## Runs that did not complete\n");
         for p in failed {
@@ -189,7 +191,7 @@ fn incomplete_runs(s: &mut String, points: &[Point]) {
 }
 
 /// Every completed run's numbers.
-fn per_run(s: &mut String, points: &[Point]) {
+fn per_run(s: &mut String, points: &[SwapinRun]) {
     let _ = writeln!(s, "\n## Per run\n");
     let _ = writeln!(s, "| mode | size | rep | back (s) | MiB/s | host (s) | proactive pages | swap faults | read from the swap store (MiB) | of it from the pool (MiB) | polls |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
@@ -213,8 +215,8 @@ fn per_run(s: &mut String, points: &[Point]) {
 }
 
 /// Where the pager's proactive swap-ins spent their time, from each run's log.
-fn pager_time(s: &mut String, points: &[Point]) {
-    let timed: Vec<&Point> = points
+fn pager_time(s: &mut String, points: &[SwapinRun]) {
+    let timed: Vec<&SwapinRun> = points
         .iter()
         .filter(|p| !p.pager_timing.is_empty())
         .collect();
@@ -241,7 +243,7 @@ fn pager_time(s: &mut String, points: &[Point]) {
 }
 
 /// The modes run, and how every run is started.
-fn modes(s: &mut String, setup: &Setup) {
+fn modes(s: &mut String, setup: &SwapinPlan) {
     let _ = writeln!(s, "\n## Modes\n");
     for m in &setup.modes {
         let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
@@ -262,8 +264,8 @@ const COLORS: [RGBColor; 4] = [
 
 /// `swapin.svg` and `.png` (MemFlex Fig. 7a): seconds to bring memory back against its size,
 /// one line per mode (the median of the runs), every run as a small mark; log scale.
-pub fn plot(path: &Path, modes: &[&'static Mode], points: &[Point]) -> Result<(), String> {
-    if !points.iter().any(Point::ok) {
+pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Result<(), String> {
+    if !points.iter().any(SwapinRun::ok) {
         return Err("no run completed".into());
     }
     crate::report::figure::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
@@ -272,16 +274,16 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[Point]) -> Result<()
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     modes: &[&'static Mode],
-    points: &[Point],
+    points: &[SwapinRun],
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
-    let ok: Vec<&Point> = points.iter().filter(|p| p.ok()).collect();
+    let ok: Vec<&SwapinRun> = points.iter().filter(|p| p.ok()).collect();
     #[allow(clippy::cast_precision_loss)]
-    let gib = |p: &Point| p.size as f64 / 1024.0 / MIB;
+    let gib = |p: &SwapinRun| p.size as f64 / 1024.0 / MIB;
     let xmax = ok.iter().map(|p| gib(p)).fold(0.0f64, f64::max) * 1.1;
     let ymax = ok.iter().map(|p| p.back_s).fold(0.0f64, f64::max) * 2.0;
     let ymin = ok
@@ -320,7 +322,7 @@ where
         let line: Vec<(f64, f64)> = sizes
             .iter()
             .filter_map(|&sz| {
-                let v: Vec<&Point> = ok
+                let v: Vec<&SwapinRun> = ok
                     .iter()
                     .copied()
                     .filter(|p| p.mode == m.name && p.size == sz)
@@ -351,35 +353,34 @@ where
     Ok(())
 }
 
-/// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `setup.out`, and prints
+/// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `bench.out`, and prints
 /// the report.
-pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+pub fn write(bench: &Bench, setup: &SwapinPlan, points: &[SwapinRun]) -> Result<(), String> {
     crate::report::write_report(
-        &setup.out,
+        &bench.out,
         "swapin",
         csv(points),
         |svg| plot(svg, &setup.modes, points),
-        markdown(setup, points, env),
+        markdown(setup, points, &bench.env),
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::swapin::mode;
-    use crate::run::swapin::pager_seconds;
+    use crate::families::swapin::experiment::mode;
+    use crate::families::swapin::run::pager_seconds;
 
-    fn pt(mode: &'static str, size: u64, back_s: f64, pages: u64) -> Point {
-        Point {
+    fn pt(mode: &'static str, size: u64, back_s: f64, pages: u64) -> SwapinRun {
+        SwapinRun {
             mode,
             size,
             rep: 1,
             back_s,
             back_pages: pages,
-            ..Point::default()
+            ..SwapinRun::default()
         }
     }
 
@@ -389,13 +390,13 @@ mod tests {
         let p = pt("pool-proactive", 1 << 30, 0.5, 262_144);
         assert!((p.mib_s().unwrap() - 2048.0).abs() < 1e-9);
         assert!((p.ns_per_page().unwrap() - 1907.3486).abs() < 1e-3);
-        let failed = Point {
+        let failed = SwapinRun {
             error: "timed out".into(),
             ..p.clone()
         };
         assert_eq!(failed.mib_s(), None);
 
-        let timed = Point {
+        let timed = SwapinRun {
             pager_timing: "262144 pages in 400.0 ms (2560 MiB/s): table scan 1.0 ms".into(),
             ..p.clone()
         };
@@ -409,9 +410,7 @@ mod tests {
             failed,
             pt("disk-faults", 1 << 30, 4.0, 262_144),
         ];
-        let setup = Setup {
-            exe: PathBuf::new(),
-            out: PathBuf::new(),
+        let setup = SwapinPlan {
             sizes: vec![1 << 30],
             modes: vec![
                 mode("pool-proactive").unwrap(),

@@ -1,6 +1,6 @@
 //! `memvisor bench swapin` (MemFlex §4, Table 1 and Fig. 7): the sizes and modes it runs, the
 //! limit memory is pushed out under, and the `toucher` schedule of one run. How a run goes is in
-//! `run::swapin`.
+//! `run`.
 
 use std::time::Duration;
 
@@ -88,4 +88,12 @@ pub fn check_size(bytes: u64) -> Result<u64, String> {
 pub fn schedule(size: u64) -> String {
     let mb = size >> 20;
     format!("{mb}:{},1:1,{mb}:3600", 3 + (mb * 4).div_ceil(1024))
+}
+
+/// What a run needs.
+pub struct SwapinPlan {
+    pub sizes: Vec<u64>,
+    pub modes: Vec<&'static Mode>,
+    pub reps: u32,
+    pub timeout: Duration,
 }

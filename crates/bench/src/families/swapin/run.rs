@@ -21,6 +21,7 @@
 //! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
 //! in MemFlex's measurement.
 
+use crate::harness::Bench;
 use crate::report::numbers::MIB;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -29,13 +30,13 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{PagerStats, VmClient};
 
-use crate::experiments::swapin::{schedule, Mode, HEADROOM, LIMIT, POLL};
+use super::experiment::{schedule, Mode, SwapinPlan, HEADROOM, LIMIT, POLL};
 use crate::harness::child::ConsoleEvent;
 use crate::harness::teardown;
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Point {
+pub struct SwapinRun {
     pub mode: &'static str,
     pub size: u64,
     pub rep: u32,
@@ -74,7 +75,7 @@ pub fn pager_seconds(timing: &str) -> Option<f64> {
     ms.parse::<f64>().ok().map(|ms| ms / 1e3)
 }
 
-impl Point {
+impl SwapinRun {
     pub fn ok(&self) -> bool {
         self.error.is_empty()
     }
@@ -102,16 +103,6 @@ impl Point {
         #[allow(clippy::cast_precision_loss)]
         (self.ok() && self.back_pages > 0).then(|| self.back_s * 1e9 / self.back_pages as f64)
     }
-}
-
-/// What a run needs.
-pub struct Setup {
-    pub exe: PathBuf,
-    pub out: PathBuf,
-    pub sizes: Vec<u64>,
-    pub modes: Vec<&'static Mode>,
-    pub reps: u32,
-    pub timeout: Duration,
 }
 
 /// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
@@ -225,13 +216,19 @@ impl Vm {
     }
 }
 
-fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
-    let work = setup.out.join("work");
+fn start(
+    bench: &Bench,
+    setup: &SwapinPlan,
+    mode: &Mode,
+    size: u64,
+    rep: u32,
+) -> Result<Vm, String> {
+    let work = bench.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let sock = work.join(format!("{}-{}M.sock", mode.name, size >> 20));
     let _ = std::fs::remove_file(&sock);
     let mem = size + HEADROOM;
-    let mut cmd = Command::new(&setup.exe);
+    let mut cmd = Command::new(&bench.exe);
     cmd.arg("run")
         .args(["--mem", &mem.to_string()])
         .arg("--api-sock")
@@ -250,7 +247,7 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
     if mode.pool {
         cmd.args(["--pool", &mem.to_string(), "--pool-spill-at", "1"]);
     }
-    let log = setup
+    let log = bench
         .out
         .join("logs")
         .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
@@ -265,14 +262,20 @@ fn start(setup: &Setup, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
 }
 
 /// One run: see the module doc.
-pub fn measure(setup: &Setup, mode: &'static Mode, size: u64, rep: u32) -> Point {
-    let mut p = Point {
+pub fn measure(
+    bench: &Bench,
+    setup: &SwapinPlan,
+    mode: &'static Mode,
+    size: u64,
+    rep: u32,
+) -> SwapinRun {
+    let mut p = SwapinRun {
         mode: mode.name,
         size,
         rep,
-        ..Point::default()
+        ..SwapinRun::default()
     };
-    let vm = match start(setup, mode, size, rep) {
+    let vm = match start(bench, setup, mode, size, rep) {
         Ok(vm) => vm,
         Err(e) => {
             p.error = e;
@@ -283,7 +286,7 @@ pub fn measure(setup: &Setup, mode: &'static Mode, size: u64, rep: u32) -> Point
         p.error = e;
     }
     vm.stop();
-    let log = setup
+    let log = bench
         .out
         .join("logs")
         .join(format!("{}-{}M-rep{rep}.stderr", mode.name, size >> 20));
@@ -300,7 +303,7 @@ pub fn pager_timing(log: &str) -> String {
         .unwrap_or_default()
 }
 
-fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
+fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut SwapinRun) -> Result<(), String> {
     let (ms, _) = vm.wait_phase("sweep1")?;
     p.first_touch_ms = Some(ms);
     let (_, step1_at) = vm.wait_phase("step1")?;
@@ -361,7 +364,7 @@ fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut Point) -> Result<(), String> {
 
 /// Runs every size × mode × repetition, repetition by repetition (the modes in
 /// `order::of_rep`'s order). Returns the points.
-pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
+pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> {
     let mut points = Vec::new();
     let total = setup.sizes.len() * setup.modes.len() * setup.reps as usize;
     let started = Instant::now();
@@ -380,7 +383,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
                     size >> 20,
                     started.elapsed().as_secs_f64()
                 );
-                let pt = measure(setup, mode, size, rep);
+                let pt = measure(bench, setup, mode, size, rep);
                 if pt.ok() {
                     eprintln!(
                         "[swapin rep {rep} {} {} MiB] out in {:.2} s, back in {:.3} s ({:.0} MiB/s)",
@@ -402,14 +405,14 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(setup.out.join("work"));
+    let _ = std::fs::remove_dir_all(bench.out.join("work"));
     Ok(points)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::swapin::{check_size, mode};
+    use crate::families::swapin::experiment::{check_size, mode};
 
     #[test]
     fn sizes_are_checked_and_schedules_fit_them() {

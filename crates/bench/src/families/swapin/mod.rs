@@ -1,0 +1,65 @@
+//! `memvisor bench swapin` (MemFlex Table 1, Fig. 7): the time to bring swapped memory back,
+//! from the pool or the swap file, proactively or by faults. The sizes and modes are in
+//! `experiment`, a run in `run`, the outputs in `report`.
+
+pub mod experiment;
+pub mod report;
+pub mod run;
+
+use crate::args::BenchArgs;
+use crate::harness::{timeout, Bench, Family};
+use experiment::SwapinPlan;
+
+/// `memvisor bench swapin`.
+pub struct Swapin;
+
+impl Family for Swapin {
+    type Plan = SwapinPlan;
+
+    fn plan(&self, args: &BenchArgs) -> Result<SwapinPlan, String> {
+        let mut modes = Vec::new();
+        for name in &args.configs {
+            match experiment::mode(name.trim()) {
+                Some(m) if !modes.contains(&m) => modes.push(m),
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "unknown mode '{name}' for swapin; it runs: {}",
+                        experiment::MODES.map(|m| m.name).join(", ")
+                    ))
+                }
+            }
+        }
+        if modes.is_empty() {
+            modes = experiment::MODES.iter().collect();
+        }
+        let mut sizes = Vec::new();
+        for &s in if args.sizes.is_empty() {
+            &experiment::DEFAULT_SIZES[..]
+        } else {
+            &args.sizes[..]
+        } {
+            match experiment::check_size(s) {
+                Ok(s) if !sizes.contains(&s) => sizes.push(s),
+                Ok(_) => {}
+                Err(m) => return Err(m),
+            }
+        }
+        if let Some(r) = &args.reference {
+            return Err(format!(
+                "--reference {r}: swapin compares its modes with MemFlex's figures, not with a reference configuration; leave it out"
+            ));
+        }
+        Ok(SwapinPlan {
+            sizes,
+            modes,
+            reps: args.reps.unwrap_or(2),
+            timeout: timeout(args)?,
+        })
+    }
+
+    fn run(&self, _: &BenchArgs, bench: &Bench, plan: SwapinPlan) -> Result<(), String> {
+        let points = run::run(bench, &plan)?;
+        report::write(bench, &plan, &points)
+    }
+}
