@@ -54,7 +54,7 @@ pub fn run(args: BenchArgs) -> Outcome {
         "consolidate" => drive::consolidate::run(&args),
         "balance" => drive::consolidate::run_balance(&args),
         "swapin" => harness::drive(&families::swapin::Swapin, &args),
-        "reclaimdelay" => drive::reclaimdelay::run(&args),
+        "reclaimdelay" => harness::drive(&families::reclaimdelay::ReclaimDelay, &args),
         "dwell" => harness::drive(&families::dwell::Dwell, &args),
         "sharing" => drive::sharing::run(&args, "sharing"),
         "zeroboot" => drive::sharing::run(&args, "zeroboot"),

@@ -4,5 +4,4 @@
 pub mod consolidate;
 pub mod host;
 pub mod phases;
-pub mod reclaimdelay;
 pub mod sharing;

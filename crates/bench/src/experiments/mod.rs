@@ -12,7 +12,6 @@ mod doublepaging;
 pub mod host;
 mod idletax;
 mod overhead;
-pub mod reclaimdelay;
 mod recovery;
 mod seqread;
 mod shares;

@@ -3,4 +3,5 @@
 //! driver runs.
 
 pub mod dwell;
+pub mod reclaimdelay;
 pub mod swapin;

@@ -152,3 +152,13 @@ pub fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
         })?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_named() {
+        assert_eq!(MeasureStatus::NotAvailable.name(), "not-available");
+    }
+}

@@ -3,7 +3,6 @@
 pub mod consolidate;
 pub mod host;
 pub mod plot;
-pub mod reclaimdelay;
 pub mod recovery;
 pub mod report;
 pub mod sharing;

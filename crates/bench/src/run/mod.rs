@@ -3,5 +3,4 @@
 
 pub mod consolidate;
 pub mod hostexp;
-pub mod reclaimdelay;
 pub mod sharing;

@@ -2,11 +2,11 @@
 //! takes to get pages back from victim VMs, by the balloon (the guest gives them) and by
 //! HyperDealer2's instant release (the host drops clean page-cache pages it knows mirror disk
 //! blocks), with the victims idle, computing, or writing. How a run goes is in
-//! `run::reclaimdelay`.
+//! `run`.
 
 use std::time::Duration;
 
-use super::Scale;
+use crate::args::Scale;
 
 /// How often the balloon's progress is asked for (`GET /stats`, QMP `query-balloon`).
 pub const POLL: Duration = Duration::from_millis(1);
@@ -179,6 +179,15 @@ pub fn paper_ms(method: &Method, state: &State, pages: u64) -> Option<f64> {
         _ => return None,
     };
     table.iter().find(|t| t.0 == pages).map(|t| t.1)
+}
+
+/// What the runs need.
+pub struct ReclaimPlan {
+    pub methods: Vec<&'static Method>,
+    pub states: Vec<&'static State>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
 }
 
 #[cfg(test)]

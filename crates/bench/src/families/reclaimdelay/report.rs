@@ -7,16 +7,18 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::experiments::reclaimdelay::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
+use super::experiment::ReclaimPlan;
+use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
+use super::run::Reclaim;
+use crate::harness::{Bench, MeasureStatus};
 use crate::report::csv;
 use crate::report::numbers::spread;
-use crate::run::reclaimdelay::{Point, Setup, Status};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
 
 /// `results.csv`: one row per amount taken from a group of victims.
-pub fn csv(points: &[Point]) -> String {
+pub fn csv(points: &[Reclaim]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     for p in points {
@@ -49,7 +51,7 @@ pub fn csv(points: &[Point]) -> String {
     s
 }
 
-fn cell<'a>(points: &'a [Point], m: &str, st: &str, n: u32, pages: u64) -> Vec<&'a Point> {
+fn cell<'a>(points: &'a [Reclaim], m: &str, st: &str, n: u32, pages: u64) -> Vec<&'a Reclaim> {
     points
         .iter()
         .filter(|p| p.method == m && p.state == st && p.victims == n && p.pages == pages)
@@ -57,15 +59,15 @@ fn cell<'a>(points: &'a [Point], m: &str, st: &str, n: u32, pages: u64) -> Vec<&
 }
 
 /// Median (min–max) of the completed runs' milliseconds; "n/a" when the VMM had no release.
-fn ms_cell(c: &[&Point]) -> String {
+fn ms_cell(c: &[&Reclaim]) -> String {
     let ok: Vec<f64> = c.iter().filter(|p| p.ok()).map(|p| p.ms).collect();
-    if ok.is_empty() && c.iter().any(|p| p.status == Status::NotAvailable) {
+    if ok.is_empty() && c.iter().any(|p| p.status == MeasureStatus::NotAvailable) {
         return "n/a".into();
     }
     show(spread(ok))
 }
 
-fn median_ms(c: &[&Point]) -> Option<f64> {
+fn median_ms(c: &[&Reclaim]) -> Option<f64> {
     spread(c.iter().filter(|p| p.ok()).map(|p| p.ms).collect()).map(|s| s.0)
 }
 
@@ -95,7 +97,7 @@ fn show(s: Option<(f64, f64, f64)>) -> String {
 }
 
 /// `report.md`.
-pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)]) -> String {
     let mut s = String::from("# memvisor bench reclaimdelay\n\n");
     let z = &setup.sizes;
     let _ = writeln!(
@@ -113,7 +115,10 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         POLL.as_millis(),
         setup.reps
     );
-    if points.iter().any(|p| p.status == Status::NotAvailable) {
+    if points
+        .iter()
+        .any(|p| p.status == MeasureStatus::NotAvailable)
+    {
         let _ = writeln!(
             s,
             "**Instant release is not available in this build** (the VMM answered `PUT /memory/release` with 501): the hd2 rows are \"n/a\", not failures.\n"
@@ -146,7 +151,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
 }
 
 /// One victim: milliseconds per amount, beside the paper's Table 2.
-fn table2(s: &mut String, setup: &Setup, points: &[Point]) {
+fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     let _ = writeln!(s, "## One victim, beside HyperDealer2's Table 2\n");
     let _ = writeln!(
         s,
@@ -177,7 +182,7 @@ fn table2(s: &mut String, setup: &Setup, points: &[Point]) {
 
 /// The ratios of the medians in this run: against QEMU's balloon, and HD2 against memvisor's
 /// balloon.
-fn ratios(s: &mut String, setup: &Setup, points: &[Point]) {
+fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     let pairs: Vec<(&Method, &Method)> = {
         let mut v = Vec::new();
         let find = |n: &str| setup.methods.iter().copied().find(|m| m.name == n);
@@ -226,7 +231,7 @@ fn ratios(s: &mut String, setup: &Setup, points: &[Point]) {
 }
 
 /// Several victims (Fig. 11): the same total from 1..N victims.
-fn victims(s: &mut String, setup: &Setup, points: &[Point]) {
+fn victims(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     if setup.sizes.victims.len() < 2 {
         return;
     }
@@ -260,8 +265,8 @@ fn victims(s: &mut String, setup: &Setup, points: &[Point]) {
 }
 
 /// What the releases did: the VMM's own time, the pages obtained and kept.
-fn release_detail(s: &mut String, points: &[Point]) {
-    let rel: Vec<&Point> = points.iter().filter(|p| p.vmm_us.is_some()).collect();
+fn release_detail(s: &mut String, points: &[Reclaim]) {
+    let rel: Vec<&Reclaim> = points.iter().filter(|p| p.vmm_us.is_some()).collect();
     if rel.is_empty() {
         return;
     }
@@ -291,10 +296,10 @@ fn release_detail(s: &mut String, points: &[Point]) {
     }
 }
 
-fn incomplete(s: &mut String, points: &[Point]) {
-    let failed: Vec<&Point> = points
+fn incomplete(s: &mut String, points: &[Reclaim]) {
+    let failed: Vec<&Reclaim> = points
         .iter()
-        .filter(|p| p.status == Status::Failed)
+        .filter(|p| p.status == MeasureStatus::Failed)
         .collect();
     if failed.is_empty() {
         return;
@@ -316,7 +321,7 @@ const COLORS: [RGBColor; 3] = [
 ];
 
 /// The line of `method` in `state` against `x`, medians of the completed runs.
-fn line(points: &[Point], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
+fn line(points: &[Reclaim], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
     xs.iter()
         .filter_map(|&(x, n, pages)| {
             median_ms(&cell(points, m.name, st.name, n, pages)).map(|y| (x, y.max(1e-3)))
@@ -327,8 +332,8 @@ fn line(points: &[Point], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec
 /// `reclaimdelay.svg` and `.png`: left, one victim, milliseconds against pages (Table 2);
 /// right, the largest amount against the number of victims (Fig. 11). One colour per method,
 /// one dash per state; log scales.
-pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
-    if !points.iter().any(Point::ok) {
+pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), String> {
+    if !points.iter().any(Reclaim::ok) {
         return Err("no run completed".into());
     }
     crate::report::figure::svg_and_png!(path, (1400, 620), |root| draw(root, setup, points))
@@ -336,8 +341,8 @@ pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> 
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &Setup,
-    points: &[Point],
+    setup: &ReclaimPlan,
+    points: &[Reclaim],
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -441,29 +446,28 @@ where
     Ok(())
 }
 
-/// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `setup.out`, and
+/// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `bench.out`, and
 /// prints the report.
-pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
+pub fn write(bench: &Bench, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), String> {
     crate::report::write_report(
-        &setup.out,
+        &bench.out,
         "reclaimdelay",
         csv(points),
         |svg| plot(svg, setup, points),
-        markdown(setup, points, env),
+        markdown(setup, points, &bench.env),
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::reclaimdelay::{method, state, Sizes};
     use crate::experiments::Scale;
+    use crate::families::reclaimdelay::experiment::{method, state, Sizes};
 
-    fn pt(m: &'static str, st: &'static str, n: u32, pages: u64, ms: f64) -> Point {
-        Point {
+    fn pt(m: &'static str, st: &'static str, n: u32, pages: u64, ms: f64) -> Reclaim {
+        Reclaim {
             method: m,
             state: st,
             victims: n,
@@ -471,15 +475,13 @@ mod tests {
             rep: 1,
             ms,
             obtained: pages,
-            ..Point::default()
+            ..Reclaim::default()
         }
     }
 
     #[test]
     fn table_ratios_and_csv() {
-        let setup = Setup {
-            exe: PathBuf::new(),
-            out: PathBuf::new(),
+        let setup = ReclaimPlan {
             methods: vec![
                 method("hd2").unwrap(),
                 method("balloon").unwrap(),
@@ -490,19 +492,19 @@ mod tests {
             reps: 2,
             timeout: Duration::from_secs(1),
         };
-        let na = Point {
-            status: Status::NotAvailable,
+        let na = Reclaim {
+            status: MeasureStatus::NotAvailable,
             error: "the VMM has no instant release (501)".into(),
             ..pt("hd2", "idle", 1, 100, 0.0)
         };
         let points = vec![
             na.clone(),
-            Point { pages: 1_000, ..na },
+            Reclaim { pages: 1_000, ..na },
             pt("balloon", "idle", 1, 100, 20.0),
             pt("balloon", "idle", 1, 100, 40.0),
             pt("qemu-balloon", "idle", 1, 100, 10.0),
-            Point {
-                status: Status::Failed,
+            Reclaim {
+                status: MeasureStatus::Failed,
                 error: "timed out".into(),
                 ..pt("qemu-balloon", "idle", 1, 1_000, 0.0)
             },

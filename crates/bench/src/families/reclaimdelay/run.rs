@@ -19,6 +19,7 @@
 //!
 //! A VMM without the endpoint answers 501: the hd2 rows are then "not available", not failures.
 
+use crate::harness::Bench;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::{mpsc, Barrier};
@@ -26,42 +27,22 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{ClientError, VmClient};
 
-use crate::experiments::reclaimdelay::{Method, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
+use super::experiment::{Method, ReclaimPlan, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
 use crate::harness::child::ConsoleEvent;
 use crate::harness::qmp::Qmp;
-use crate::harness::teardown;
+use crate::harness::{teardown, MeasureStatus};
 
 const PAGE: u64 = 4096;
 
-/// How a measurement ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Status {
-    #[default]
-    Ok,
-    /// The VMM answered 501: it has no instant release.
-    NotAvailable,
-    Failed,
-}
-
-impl Status {
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::NotAvailable => "not-available",
-            Status::Failed => "failed",
-        }
-    }
-}
-
 /// One amount of pages taken from a group of victims.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Point {
+pub struct Reclaim {
     pub method: &'static str,
     pub state: &'static str,
     pub victims: u32,
     pub pages: u64,
     pub rep: u32,
-    pub status: Status,
+    pub status: MeasureStatus,
     /// Why the status is not ok.
     pub error: String,
     /// Milliseconds from the (first) request to having every page (host clock).
@@ -76,21 +57,10 @@ pub struct Point {
     pub polls: u64,
 }
 
-impl Point {
+impl Reclaim {
     pub fn ok(&self) -> bool {
-        self.status == Status::Ok
+        self.status == MeasureStatus::Ok
     }
-}
-
-/// What the runs need.
-pub struct Setup {
-    pub exe: PathBuf,
-    pub out: PathBuf,
-    pub methods: Vec<&'static Method>,
-    pub states: Vec<&'static State>,
-    pub sizes: Sizes,
-    pub reps: u32,
-    pub timeout: Duration,
 }
 
 /// A running victim.
@@ -102,19 +72,20 @@ struct Victim {
 }
 
 fn start(
-    setup: &Setup,
+    bench: &Bench,
+    setup: &ReclaimPlan,
     m: &Method,
     st: &State,
     slot: u32,
     rep: u32,
     n: u32,
 ) -> Result<Victim, String> {
-    let work = setup.out.join("work");
+    let work = bench.out.join("work");
     let disk = work.join(format!("victim{slot}.img"));
     let sock = work.join(format!("victim{slot}.sock"));
     let _ = std::fs::remove_file(&sock);
     let mem = setup.sizes.mem.to_string();
-    let mut cmd = Command::new(&setup.exe);
+    let mut cmd = Command::new(&bench.exe);
     cmd.arg("run").args(["--mem", &mem]);
     if m.qemu {
         cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
@@ -140,7 +111,7 @@ fn start(
     cmd.args(["--disk", &format!("{},id=data", disk.display())])
         .args(["--workload", "seqread"])
         .args(["--cmdline", &setup.sizes.cmdline(st)]);
-    let log = setup.out.join("logs").join(format!(
+    let log = bench.out.join("logs").join(format!(
         "{}-{}-{n}vm-rep{rep}-victim{slot}",
         m.name, st.name
     ));
@@ -286,7 +257,7 @@ fn inflate(sock: &Path, qemu: bool, n: u64, start: &Barrier) -> Result<Inflated,
 }
 
 /// Takes `pages` from `victims` by their balloons, all at once.
-fn by_balloon(p: &mut Point, socks: &[PathBuf], qemu: bool) {
+fn by_balloon(p: &mut Reclaim, socks: &[PathBuf], qemu: bool) {
     let n = u32::try_from(socks.len()).unwrap_or(u32::MAX);
     let start = Barrier::new(socks.len());
     let pages = p.pages;
@@ -316,7 +287,7 @@ fn by_balloon(p: &mut Point, socks: &[PathBuf], qemu: bool) {
                 p.polls += i.polls;
             }
             Err(e) => {
-                p.status = Status::Failed;
+                p.status = MeasureStatus::Failed;
                 if p.error.is_empty() {
                     p.error = e;
                 }
@@ -329,7 +300,7 @@ fn by_balloon(p: &mut Point, socks: &[PathBuf], qemu: bool) {
 }
 
 /// Takes `pages` from `victims` by instant release, one after another.
-fn by_release(p: &mut Point, socks: &[PathBuf]) {
+fn by_release(p: &mut Reclaim, socks: &[PathBuf]) {
     let n = u32::try_from(socks.len()).unwrap_or(u32::MAX);
     let clients: Vec<VmClient> = socks.iter().map(VmClient::new).collect();
     let mut us = 0;
@@ -345,12 +316,12 @@ fn by_release(p: &mut Point, socks: &[PathBuf]) {
             Err(ClientError::Refused {
                 status: 501, body, ..
             }) => {
-                p.status = Status::NotAvailable;
+                p.status = MeasureStatus::NotAvailable;
                 p.error = format!("the VMM has no instant release (501): {}", body.trim());
                 return;
             }
             Err(e) => {
-                p.status = Status::Failed;
+                p.status = MeasureStatus::Failed;
                 p.error = e.to_string();
                 return;
             }
@@ -361,29 +332,36 @@ fn by_release(p: &mut Point, socks: &[PathBuf]) {
 }
 
 /// One group (see the module doc): its points, one per amount.
-fn group(setup: &Setup, m: &'static Method, st: &'static State, n: u32, rep: u32) -> Vec<Point> {
-    let mut points: Vec<Point> = setup
+fn group(
+    bench: &Bench,
+    setup: &ReclaimPlan,
+    m: &'static Method,
+    st: &'static State,
+    n: u32,
+    rep: u32,
+) -> Vec<Reclaim> {
+    let mut points: Vec<Reclaim> = setup
         .sizes
         .pages
         .iter()
-        .map(|&pages| Point {
+        .map(|&pages| Reclaim {
             method: m.name,
             state: st.name,
             victims: n,
             pages,
             rep,
-            ..Point::default()
+            ..Reclaim::default()
         })
         .collect();
-    let fail_all = |points: &mut [Point], e: String| {
+    let fail_all = |points: &mut [Reclaim], e: String| {
         for p in points.iter_mut() {
-            p.status = Status::Failed;
+            p.status = MeasureStatus::Failed;
             p.error.clone_from(&e);
         }
     };
     let mut victims = Vec::new();
     for slot in 0..n {
-        match start(setup, m, st, slot, rep, n) {
+        match start(bench, setup, m, st, slot, rep, n) {
             Ok(v) => victims.push(v),
             Err(e) => {
                 fail_all(&mut points, e);
@@ -401,7 +379,7 @@ fn group(setup: &Setup, m: &'static Method, st: &'static State, n: u32, rep: u32
                 let socks: Vec<PathBuf> = victims.iter().map(|v| v.sock.clone()).collect();
                 for (i, p) in points.iter_mut().enumerate() {
                     if teardown::interrupted() {
-                        p.status = Status::Failed;
+                        p.status = MeasureStatus::Failed;
                         p.error = "interrupted".into();
                         continue;
                     }
@@ -424,14 +402,14 @@ fn group(setup: &Setup, m: &'static Method, st: &'static State, n: u32, rep: u32
 }
 
 /// Makes each victim slot's data disk (`memvisor mkdisk data`), once for the whole benchmark.
-fn disks(setup: &Setup) -> Result<(), String> {
-    let work = setup.out.join("work");
+fn disks(bench: &Bench, setup: &ReclaimPlan) -> Result<(), String> {
+    let work = bench.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = work.join(format!("victim{slot}.img"));
         crate::harness::setup::mkdisk(
-            &setup.exe,
+            &bench.exe,
             &path,
             setup.sizes.disk_mb(),
             Some(&setup.sizes.files()),
@@ -442,8 +420,8 @@ fn disks(setup: &Setup) -> Result<(), String> {
 
 /// Runs every group, repetition by repetition (the methods in `order::of_rep`'s order); returns
 /// the points.
-pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
-    disks(setup)?;
+pub fn run(bench: &Bench, setup: &ReclaimPlan) -> Result<Vec<Reclaim>, String> {
+    disks(bench, setup)?;
     let mut points = Vec::new();
     let groups = setup.sizes.victims.len() * setup.states.len() * setup.methods.len();
     let total = groups * setup.reps as usize;
@@ -465,7 +443,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
                         st.name,
                         started.elapsed().as_secs_f64()
                     );
-                    for p in group(setup, m, st, n, rep) {
+                    for p in group(bench, setup, m, st, n, rep) {
                         if p.ok() {
                             eprintln!(
                                 "[reclaimdelay rep {rep} {} {} {n} victim(s)] {} pages in {:.2} ms ({} obtained)",
@@ -487,16 +465,6 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(setup.out.join("work"));
+    let _ = std::fs::remove_dir_all(bench.out.join("work"));
     Ok(points)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_are_named() {
-        assert_eq!(Status::NotAvailable.name(), "not-available");
-    }
 }

@@ -1,0 +1,79 @@
+//! `memvisor bench reclaimdelay` (HyperDealer2 Table 2, Figs. 11–12): the time to obtain pages
+//! from victim VMs by the balloon and by instant release. The methods, states and sizes are in
+//! `experiment`, a group of victims in `run`, the outputs in `report`.
+
+pub mod experiment;
+pub mod report;
+pub mod run;
+
+use crate::args::BenchArgs;
+use crate::harness::{timeout, Bench, Family};
+use experiment::{ReclaimPlan, Sizes};
+
+/// `memvisor bench reclaimdelay`.
+pub struct ReclaimDelay;
+
+impl Family for ReclaimDelay {
+    type Plan = ReclaimPlan;
+
+    fn plan(&self, args: &BenchArgs) -> Result<ReclaimPlan, String> {
+        let mut methods = Vec::new();
+        for name in &args.configs {
+            match experiment::method(name.trim()) {
+                Some(m) if !methods.contains(&m) => methods.push(m),
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "unknown method '{name}' for reclaimdelay; it runs: {}",
+                        experiment::METHODS.map(|m| m.name).join(", ")
+                    ))
+                }
+            }
+        }
+        if methods.is_empty() {
+            methods = experiment::METHODS.iter().collect();
+        }
+        let mut states = Vec::new();
+        for name in &args.scenario {
+            match experiment::state(name.trim()) {
+                Some(s) if !states.contains(&s) => states.push(s),
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "unknown state '{name}' for reclaimdelay; the victims can be: {}",
+                        experiment::STATES.map(|s| s.name).join(", ")
+                    ))
+                }
+            }
+        }
+        if states.is_empty() {
+            states = experiment::STATES.iter().collect();
+        }
+        let mut sizes = Sizes::of(args.scale);
+        if !args.vms.is_empty() {
+            if let Some(n) = args.vms.iter().find(|&&n| !(1..=8).contains(&n)) {
+                return Err(format!("--vms {n}: give 1 to 8 victims"));
+            }
+            sizes.victims.clone_from(&args.vms);
+            sizes.victims.sort_unstable();
+            sizes.victims.dedup();
+        }
+        if let Some(r) = &args.reference {
+            return Err(format!(
+                "--reference {r}: reclaimdelay gives its ratios against qemu-balloon and balloon; leave it out"
+            ));
+        }
+        Ok(ReclaimPlan {
+            methods,
+            states,
+            sizes,
+            reps: args.reps.unwrap_or(3),
+            timeout: timeout(args)?,
+        })
+    }
+
+    fn run(&self, _: &BenchArgs, bench: &Bench, plan: ReclaimPlan) -> Result<(), String> {
+        let points = run::run(bench, &plan)?;
+        report::write(bench, &plan, &points)
+    }
+}
