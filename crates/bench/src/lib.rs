@@ -56,8 +56,18 @@ pub fn run(args: BenchArgs) -> Outcome {
         "swapin" => harness::drive(&families::swapin::Swapin, &args),
         "reclaimdelay" => harness::drive(&families::reclaimdelay::ReclaimDelay, &args),
         "dwell" => harness::drive(&families::dwell::Dwell, &args),
-        "sharing" => drive::sharing::run(&args, "sharing"),
-        "zeroboot" => drive::sharing::run(&args, "zeroboot"),
+        "sharing" => harness::drive(
+            &families::sharing::Sharing {
+                experiment: "sharing",
+            },
+            &args,
+        ),
+        "zeroboot" => harness::drive(
+            &families::sharing::Sharing {
+                experiment: "zeroboot",
+            },
+            &args,
+        ),
         name if experiments::host::NAMES.contains(&name) => drive::host::run(&args),
         _ => drive::phases::run(&args),
     }

@@ -4,4 +4,3 @@
 pub mod consolidate;
 pub mod host;
 pub mod phases;
-pub mod sharing;

@@ -15,7 +15,6 @@ mod overhead;
 mod recovery;
 mod seqread;
 mod shares;
-pub mod sharing;
 mod workingset;
 
 use std::time::Duration;

@@ -4,4 +4,5 @@
 
 pub mod dwell;
 pub mod reclaimdelay;
+pub mod sharing;
 pub mod swapin;

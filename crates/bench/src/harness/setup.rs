@@ -10,6 +10,17 @@ use crate::harness::child::{exit_text, exited};
 use crate::harness::vm::TICK;
 use crate::harness::{readings, teardown};
 
+/// Takes the host for this bench: the lock no other bench may hold meanwhile (held until the
+/// returned lock drops: another benchmark on the same machine would skew this one), then what
+/// an earlier run left cleaned, said line by line.
+pub fn take_host(swap_file: &Path) -> Result<teardown::BenchLock, String> {
+    let lock = teardown::lock(swap_file)?;
+    for line in teardown::preflight(swap_file)? {
+        eprintln!("memvisor bench: {line} (left by an earlier run)");
+    }
+    Ok(lock)
+}
+
 /// The host swap file and `vm.swappiness` for the runs; what the report says about them.
 pub fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();

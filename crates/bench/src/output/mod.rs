@@ -5,5 +5,4 @@ pub mod host;
 pub mod plot;
 pub mod recovery;
 pub mod report;
-pub mod sharing;
 pub mod workingset;

@@ -3,4 +3,3 @@
 
 pub mod consolidate;
 pub mod hostexp;
-pub mod sharing;

@@ -1,6 +1,6 @@
 //! `memvisor bench sharing` (ESX §4.3, Fig. 4) and `memvisor bench zeroboot` (ESX §6.3): page
 //! sharing through KSM on memvisor and on QEMU, at one scan budget for both. How a run goes is
-//! in `run::sharing`.
+//! in `run`.
 //!
 //! - `sharing`: 1 to 6 identical VMs, each running the same read-only key-value store (`kv
 //!   mix=c`, the same seed, so every VM holds the same table), on memvisor with `--sharing off`,
@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::Scale;
+use crate::args::Scale;
 
 /// The one scan budget every mode gets: KSM's fastest rate under the host's own rules
 /// (`memvisor_host::ksm::MAX_PAGES`) every 10 ms, zero pages merged with the zero page.
@@ -182,6 +182,19 @@ pub fn half_time(samples: &[(f64, f64)], target: f64) -> Option<f64> {
                 .map(|&(t, _)| t)
         })
         .flatten()
+}
+
+/// What `memvisor bench sharing` or `zeroboot` runs.
+pub struct SharingPlan {
+    /// `sharing` or `zeroboot`.
+    pub experiment: &'static str,
+    pub modes: Vec<Mode>,
+    pub sizes: Sizes,
+    pub reps: u32,
+    pub timeout: Duration,
+    /// QEMU's own memory besides guest RAM, measured, for its cgroup limit
+    /// (`MEMVISOR_QEMU_OVERHEAD`).
+    pub qemu_overhead: Option<u64>,
 }
 
 #[cfg(test)]

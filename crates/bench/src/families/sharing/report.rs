@@ -2,15 +2,17 @@
 //! `series.csv` (every reading of the page maps), `report.md` and `<experiment>.svg` (memory
 //! reclaimed over time for the most VMs, one line per mode).
 
+use crate::harness::Bench;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::experiments::sharing::{half_time, steady};
+use super::experiment::SharingPlan;
+use super::experiment::{half_time, steady};
+use super::run::SharingRun;
 use crate::report::csv;
 use crate::report::numbers;
-use crate::run::sharing::{Point, Setup};
 
 /// A run's figures at steady state.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -32,14 +34,14 @@ pub struct Summary {
 /// The steady state of `p`: the samples in the `window` seconds before the first VM ended (or
 /// before the last sample).
 #[allow(clippy::cast_precision_loss)]
-pub fn summary(p: &Point, window: std::time::Duration) -> Summary {
+pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
     let end = p
         .first_exit_s
         .or_else(|| p.samples.last().map(|s| s.t_s))
         .unwrap_or(0.0);
     let upto: Vec<_> = p.samples.iter().filter(|s| s.t_s < end).collect();
     let from = end - window.as_secs_f64();
-    let series = |f: &dyn Fn(&crate::run::sharing::Sample) -> u64| -> Vec<(f64, f64)> {
+    let series = |f: &dyn Fn(&super::run::Sample) -> u64| -> Vec<(f64, f64)> {
         upto.iter().map(|s| (s.t_s, f(s) as f64)).collect()
     };
     let reclaimed = series(&|s| s.census.reclaimed);
@@ -81,15 +83,14 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// `results.csv`: one row per run.
-pub fn csv(setup: &Setup, points: &[Point]) -> String {
+pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     let w = setup.sizes.steady;
     for p in points {
         let m = summary(p, w);
-        let pr = |f: fn(&crate::run::sharing::ProbeRound) -> u64| -> u64 {
-            p.probe_rounds.iter().map(f).sum()
-        };
+        let pr =
+            |f: fn(&super::run::ProbeRound) -> u64| -> u64 { p.probe_rounds.iter().map(f).sum() };
         let n = p.probe_rounds.len().max(1) as u64;
         let _ = writeln!(
             s,
@@ -126,7 +127,7 @@ pub fn csv(setup: &Setup, points: &[Point]) -> String {
 }
 
 /// `series.csv`: every reading of the page maps.
-pub fn series_csv(points: &[Point]) -> String {
+pub fn series_csv(points: &[SharingRun]) -> String {
     let mut s = String::from(
         "mode,vms,rep,probe,t_s,present_pages,shared_pages,reclaimed_pages,zero_pages,ksmd_ms\n",
     );
@@ -165,9 +166,9 @@ fn spread(mut v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
     }
 }
 
-fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
+fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     let w = setup.sizes.steady;
-    let runs: Vec<&Point> = points.iter().filter(|p| !p.probe).collect();
+    let runs: Vec<&SharingRun> = points.iter().filter(|p| !p.probe).collect();
     let _ = writeln!(s, "## Memory shared and reclaimed at steady state\n");
     let _ = writeln!(
         s,
@@ -181,11 +182,11 @@ fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &setup.sizes.vms {
         for mode in &setup.modes {
-            let all: Vec<&&Point> = runs
+            let all: Vec<&&SharingRun> = runs
                 .iter()
                 .filter(|p| p.vms == n && p.mode == mode.name)
                 .collect();
-            let ok: Vec<&&Point> = all.iter().copied().filter(|p| p.ok()).collect();
+            let ok: Vec<&&SharingRun> = all.iter().copied().filter(|p| p.ok()).collect();
             let sm: Vec<Summary> = ok.iter().map(|p| summary(p, w)).collect();
             let col = |f: &dyn Fn(&Summary) -> f64| sm.iter().map(f).collect::<Vec<f64>>();
             // Ratios within one repetition.
@@ -246,7 +247,7 @@ fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
             );
         }
     }
-    let probes: Vec<&Point> = points.iter().filter(|p| p.probe).collect();
+    let probes: Vec<&SharingRun> = points.iter().filter(|p| p.probe).collect();
     if probes.is_empty() {
         return;
     }
@@ -262,14 +263,14 @@ fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for mode in &setup.modes {
-        let all: Vec<&&Point> = probes.iter().filter(|p| p.mode == mode.name).collect();
+        let all: Vec<&&SharingRun> = probes.iter().filter(|p| p.mode == mode.name).collect();
         let rounds: Vec<_> = all
             .iter()
             .filter(|p| p.ok())
             .flat_map(|p| p.probe_rounds.iter())
             .collect();
         let pages: u64 = rounds.iter().map(|r| r.pages).sum();
-        let mean = |f: fn(&crate::run::sharing::ProbeRound) -> u64| -> String {
+        let mean = |f: fn(&super::run::ProbeRound) -> u64| -> String {
             if pages == 0 {
                 return "–".into();
             }
@@ -291,7 +292,7 @@ fn sharing_tables(s: &mut String, setup: &Setup, points: &[Point]) {
     }
 }
 
-fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
+fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     let w = setup.sizes.steady;
     let _ = writeln!(s, "## Zero pages and what was written\n");
     let _ = writeln!(
@@ -304,18 +305,18 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for mode in &setup.modes {
-        let all: Vec<&Point> = points.iter().filter(|p| p.mode == mode.name).collect();
+        let all: Vec<&SharingRun> = points.iter().filter(|p| p.mode == mode.name).collect();
         let ok = all.iter().filter(|p| p.ok()).count();
         // Runs in which some VMs were killed still say what happened to the zero pages of the
         // others (the kills have their own column).
-        let measured: Vec<&&Point> = all.iter().filter(|p| p.zeroed > 0).collect();
+        let measured: Vec<&&SharingRun> = all.iter().filter(|p| p.zeroed > 0).collect();
         #[allow(clippy::cast_precision_loss)]
-        let col = |f: &dyn Fn(&Point) -> u64| -> String {
+        let col = |f: &dyn Fn(&SharingRun) -> u64| -> String {
             spread(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
                 format!("{x:.0}")
             })
         };
-        let written = |p: &Point| p.reclaimed_written + p.swap_out;
+        let written = |p: &SharingRun| p.reclaimed_written + p.swap_out;
         #[allow(clippy::cast_precision_loss)]
         let never: Vec<f64> = measured
             .iter()
@@ -339,7 +340,7 @@ fn zeroboot_table(s: &mut String, setup: &Setup, points: &[Point]) {
 }
 
 /// `report.md`.
-pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> String {
+pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, String)]) -> String {
     let z = &setup.sizes;
     let mut s = format!("# memvisor bench {}\n\n", setup.experiment);
     let limit = z.limit.map_or(String::new(), |l| {
@@ -362,8 +363,8 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
         z.mem >> 20,
         z.workload,
         z.cmdline,
-        crate::experiments::sharing::SCAN_PAGES,
-        crate::experiments::sharing::SCAN_SLEEP_MS,
+        super::experiment::SCAN_PAGES,
+        super::experiment::SCAN_SLEEP_MS,
         z.every.as_secs(),
         setup.reps
     );
@@ -372,7 +373,7 @@ pub fn markdown(setup: &Setup, points: &[Point], env: &[(String, String)]) -> St
     } else {
         sharing_tables(&mut s, setup, points);
     }
-    let failed: Vec<&Point> = points.iter().filter(|p| !p.ok()).collect();
+    let failed: Vec<&SharingRun> = points.iter().filter(|p| !p.ok()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\n## Runs that did not complete\n");
         for p in failed {
@@ -400,15 +401,15 @@ const COLORS: [RGBColor; 4] = [
 
 /// The figure: memory reclaimed (and shared, dashed) over time with the most VMs, first
 /// repetition, one colour per mode.
-pub fn plot(path: &Path, setup: &Setup, points: &[Point]) -> Result<(), String> {
+pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(), String> {
     crate::report::figure::svg_and_png!(path, (1000, 560), |root| draw(root, setup, points))
 }
 
 #[allow(clippy::cast_precision_loss)]
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &Setup,
-    points: &[Point],
+    setup: &SharingPlan,
+    points: &[SharingRun],
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -416,7 +417,7 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
     let n = setup.sizes.vms.iter().copied().max().unwrap_or(1);
-    let runs: Vec<&Point> = setup
+    let runs: Vec<&SharingRun> = setup
         .modes
         .iter()
         .filter_map(|m| {
@@ -484,33 +485,32 @@ where
     Ok(())
 }
 
-/// Writes `results.csv`, `series.csv`, the figure and `report.md` into `setup.out`, and prints
+/// Writes `results.csv`, `series.csv`, the figure and `report.md` into `bench.out`, and prints
 /// the report.
-pub fn write(setup: &Setup, points: &[Point], env: &[(String, String)]) -> Result<(), String> {
-    let series = setup.out.join("series.csv");
+pub fn write(bench: &Bench, setup: &SharingPlan, points: &[SharingRun]) -> Result<(), String> {
+    let series = bench.out.join("series.csv");
     std::fs::write(&series, series_csv(points))
         .map_err(|e| format!("{}: {e}", series.display()))?;
     crate::report::write_report(
-        &setup.out,
+        &bench.out,
         setup.experiment,
         csv(setup, points),
         |svg| plot(svg, setup, points),
-        markdown(setup, points, env),
+        markdown(setup, points, &bench.env),
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::sharing::{modes, Census, Sizes};
     use crate::experiments::Scale;
-    use crate::run::sharing::{ProbeRound, Sample};
+    use crate::families::sharing::experiment::{modes, Census, Sizes};
+    use crate::families::sharing::run::{ProbeRound, Sample};
 
-    fn point(mode: &str, rep: u32, reclaimed: u64, ops: u64) -> Point {
-        Point {
+    fn point(mode: &str, rep: u32, reclaimed: u64, ops: u64) -> SharingRun {
+        SharingRun {
             mode: mode.into(),
             vms: 2,
             rep,
@@ -529,15 +529,13 @@ mod tests {
             ops: vec![vec![ops; 10], vec![ops; 10]],
             guests_ok: 2,
             first_exit_s: Some(9.5),
-            ..Point::default()
+            ..SharingRun::default()
         }
     }
 
     #[test]
     fn steady_state_ratios_and_report() {
-        let setup = Setup {
-            exe: PathBuf::new(),
-            out: PathBuf::new(),
+        let setup = SharingPlan {
             experiment: "sharing",
             modes: modes("sharing").to_vec(),
             sizes: Sizes {

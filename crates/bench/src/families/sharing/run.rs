@@ -26,24 +26,10 @@ use std::time::{Duration, Instant};
 
 use memvisor_host::ksm::Ksm;
 
-use crate::experiments::sharing::{Census, Mode, Sizes};
+use super::experiment::{Census, Mode, SharingPlan};
 use crate::harness::child::{spawn_logged, ConsoleEvent};
 use crate::harness::vm::read_final_stats;
-use crate::harness::{readings, teardown};
-
-pub struct Setup {
-    pub exe: PathBuf,
-    pub out: PathBuf,
-    /// `sharing` or `zeroboot`.
-    pub experiment: &'static str,
-    pub modes: Vec<Mode>,
-    pub sizes: Sizes,
-    pub reps: u32,
-    pub timeout: Duration,
-    /// QEMU's own memory besides guest RAM, measured, for its cgroup limit
-    /// (`MEMVISOR_QEMU_OVERHEAD`).
-    pub qemu_overhead: Option<u64>,
-}
+use crate::harness::{readings, teardown, Bench};
 
 /// One reading of the VMs' page maps.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -69,7 +55,7 @@ pub struct ProbeRound {
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Point {
+pub struct SharingRun {
     pub mode: String,
     pub vms: u32,
     pub rep: u32,
@@ -98,7 +84,7 @@ pub struct Point {
     pub oom_kills: u32,
 }
 
-impl Point {
+impl SharingRun {
     pub fn ok(&self) -> bool {
         self.error.is_empty()
     }
@@ -111,7 +97,7 @@ pub fn word(line: &str, key: &str) -> Option<u64> {
 }
 
 /// Reads one console line into the run's point (VM `vm`).
-fn read_line(line: &str, vm: usize, p: &mut Point) {
+fn read_line(line: &str, vm: usize, p: &mut SharingRun) {
     if let Some(rest) = line.strip_prefix("kv: t=") {
         if let Some(ops) = word(rest, "ops_s") {
             p.ops[vm].push(ops);
@@ -220,13 +206,19 @@ struct Vm {
     done: bool,
 }
 
-fn start_vm(setup: &Setup, mode: &Mode, name: &str, probe: bool) -> Result<Vm, String> {
+fn start_vm(
+    bench: &Bench,
+    setup: &SharingPlan,
+    mode: &Mode,
+    name: &str,
+    probe: bool,
+) -> Result<Vm, String> {
     let z = &setup.sizes;
-    let work = setup.out.join("work");
-    let log = setup.out.join("logs").join(name);
+    let work = bench.out.join("work");
+    let log = bench.out.join("logs").join(name);
     let stats = work.join(format!("{name}.stats.json"));
     let _ = std::fs::remove_file(&stats);
-    let mut cmd = Command::new(&setup.exe);
+    let mut cmd = Command::new(&bench.exe);
     cmd.arg("run")
         .args(["--hypervisor", if mode.qemu { "qemu" } else { "memvisor" }])
         .args(["--sharing", if mode.sharing { "host" } else { "off" }])
@@ -265,14 +257,22 @@ fn ram_pid(vm: &Vm, qemu: bool) -> Option<u32> {
 }
 
 /// One run (see the module doc).
-fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool) -> Point {
-    let mut p = Point {
+fn measure(
+    bench: &Bench,
+    setup: &SharingPlan,
+    ksm: &Ksm,
+    mode: &Mode,
+    n: u32,
+    rep: u32,
+    probe: bool,
+) -> SharingRun {
+    let mut p = SharingRun {
         mode: mode.name.to_owned(),
         vms: n,
         rep,
         probe,
         ops: vec![Vec::new(); n as usize],
-        ..Point::default()
+        ..SharingRun::default()
     };
     if let Err(e) = ksm.restart() {
         p.error = e;
@@ -287,6 +287,7 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
     let mut vms = Vec::new();
     for i in 0..n {
         match start_vm(
+            bench,
             setup,
             mode,
             &format!("{what}-{}-n{n}-rep{rep}-vm{i}", mode.name),
@@ -381,12 +382,12 @@ fn measure(setup: &Setup, ksm: &Ksm, mode: &Mode, n: u32, rep: u32, probe: bool)
 /// Runs every number of VMs and mode, repetition by repetition (the modes in `order::of_rep`'s
 /// order), then (in the first repetition) the timing probe per mode; KSM is the harness's
 /// meanwhile.
-pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
-    let work = setup.out.join("work");
+pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String> {
+    let work = bench.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let ksm = Ksm::fixed(
-        crate::experiments::sharing::SCAN_PAGES,
-        crate::experiments::sharing::SCAN_SLEEP_MS,
+        super::experiment::SCAN_PAGES,
+        super::experiment::SCAN_SLEEP_MS,
     )?;
     let mut points = Vec::new();
     let k = setup.modes.len();
@@ -407,7 +408,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Point>, String> {
                     "[{what} rep {rep}/{} {} x{n}] starting",
                     setup.reps, mode.name
                 );
-                let pt = measure(setup, &ksm, mode, n, rep, probe);
+                let pt = measure(bench, setup, &ksm, mode, n, rep, probe);
                 let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
                 eprintln!(
                     "[{what} rep {rep} {} x{n}] {} in {:.0} s: {} of {} pages shared, {} reclaimed",
@@ -433,9 +434,9 @@ mod tests {
 
     #[test]
     fn console_lines_are_read_into_the_point() {
-        let mut p = Point {
+        let mut p = SharingRun {
             ops: vec![Vec::new(); 2],
-            ..Point::default()
+            ..SharingRun::default()
         };
         read_line("kv: t=3s ops_s=123456", 1, &mut p);
         read_line("kv: run 50%", 1, &mut p);
