@@ -51,8 +51,11 @@ pub use args::{BenchArgs, Outcome};
 /// `memvisor bench`: the experiment named in `args`, run from its flags to its outputs.
 pub fn run(args: BenchArgs) -> Outcome {
     match args.experiment.as_str() {
-        "consolidate" => drive::consolidate::run(&args),
-        "balance" => drive::consolidate::run_balance(&args),
+        "consolidate" => harness::drive(
+            &families::consolidate::Consolidate { balance: false },
+            &args,
+        ),
+        "balance" => harness::drive(&families::consolidate::Consolidate { balance: true }, &args),
         "swapin" => harness::drive(&families::swapin::Swapin, &args),
         "reclaimdelay" => harness::drive(&families::reclaimdelay::ReclaimDelay, &args),
         "dwell" => harness::drive(&families::dwell::Dwell, &args),

@@ -7,7 +7,6 @@
 //! `consolidate`); page sharing through KSM (`sharing`, `zeroboot`).
 
 mod alloc;
-pub mod consolidate;
 mod doublepaging;
 pub mod host;
 mod idletax;

@@ -2,6 +2,7 @@
 //! (`run`), its outputs (`report`), and in its `mod.rs` the [`crate::harness::Family`] the
 //! driver runs.
 
+pub mod consolidate;
 pub mod dwell;
 pub mod reclaimdelay;
 pub mod sharing;

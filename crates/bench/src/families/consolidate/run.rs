@@ -1,10 +1,10 @@
 //! `memvisor bench consolidate`'s runs: N VMs started [`INTERVAL`] apart under `memvisor host`
 //! (one VM a configuration's way, [`spec`]) or as QEMU processes (a static balloon and a memory
-//! cgroup, or no limit), watched every [`TICK`] until all have ended ([`Watch`]): when each job
+//! cgroup, or no limit), watched every [`TICK`] until all have ended ([`FleetMonitor`]): when each job
 //! ended, the summed resident memory of every VMM process, each QEMU cgroup's failures, OOM kills
 //! and swap, and (with N <= the cores) every VMM's threads pinned to a core of their own. What
 //! was measured is handed to a [`Sink`] after each run. The configurations and scenarios are in
-//! `experiments::consolidate`.
+//! `experiment`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
-use crate::experiments::consolidate::{
+use super::experiment::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
-    Kind, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    ConsolidatePlan, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL,
+    MEM, RUN_TIMEOUT,
 };
-use crate::harness::readings;
 use crate::harness::vm::read_final_stats;
+use crate::harness::{readings, Bench};
 
 /// Between two looks at the VMs.
 pub const TICK: Duration = Duration::from_millis(200);
@@ -86,24 +87,10 @@ pub struct RunTrace {
     pub rss: Vec<(f64, u64)>,
 }
 
-/// What to run.
-pub struct Setup {
-    pub exe: PathBuf,
-    pub out: PathBuf,
-    pub ns: Vec<u32>,
-    pub scenarios: Vec<Scenario>,
-    pub configs: Vec<(&'static str, Kind)>,
-    pub reps: u32,
-    /// CPUs of the host: runs of at most this many VMs pin each VMM to its own.
-    pub cores: usize,
-    /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
-    pub qemu_overhead: u64,
-}
-
 /// One run to do.
 #[derive(Clone, Copy)]
-struct Plan {
-    kind: Kind,
+struct RunCase {
+    kind: Launch,
     scenario: Scenario,
     n: u32,
     pinned: Option<usize>,
@@ -112,23 +99,29 @@ struct Plan {
 /// Runs every scenario, N and configuration, repetitions interleaved (the configurations
 /// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
 /// in `work` are removed at the end, also after an error or an interruption.
-pub fn run(s: &Setup, interrupted: &dyn Fn() -> bool, sink: &mut dyn Sink) -> Result<(), String> {
-    let work = s.out.join("work");
+pub fn run(
+    bench: &Bench,
+    s: &ConsolidatePlan,
+    interrupted: &dyn Fn() -> bool,
+    sink: &mut dyn Sink,
+) -> Result<(), String> {
+    let work = bench.out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let done = run_in(s, &work, interrupted, sink);
+    let done = run_in(bench, s, &work, interrupted, sink);
     let _ = std::fs::remove_dir_all(&work);
     done
 }
 
 fn run_in(
-    s: &Setup,
+    bench: &Bench,
+    s: &ConsolidatePlan,
     work: &Path,
     interrupted: &dyn Fn() -> bool,
     sink: &mut dyn Sink,
 ) -> Result<(), String> {
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
         mkdisk_once(
-            &s.exe,
+            &bench.exe,
             &work.join("src.img"),
             INPUT_MB + 16,
             &format!("src:{INPUT_MB}M"),
@@ -136,7 +129,7 @@ fn run_in(
     }
     if s.scenarios.iter().any(|sc| sc.own_disks()) {
         mkdisk_once(
-            &s.exe,
+            &bench.exe,
             &work.join("balance.img"),
             BALANCE_DISK_MB,
             BALANCE_FILES,
@@ -156,7 +149,7 @@ fn run_in(
                         return Ok(());
                     }
                     let pinned = (n as usize <= s.cores).then_some(s.cores);
-                    let plan = Plan {
+                    let plan = RunCase {
                         kind,
                         scenario,
                         n,
@@ -167,13 +160,15 @@ fn run_in(
                         scenario.name(),
                         if pinned.is_some() { "-pinned" } else { "" }
                     );
-                    let dir = s.out.join("logs").join(&tag);
+                    let dir = bench.out.join("logs").join(&tag);
                     let _ = std::fs::remove_dir_all(&dir);
                     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                     crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
                     let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
-                        Kind::Host { .. } => run_host(&s.exe, &plan, work, &dir, sink),
-                        Kind::QemuStatic | Kind::QemuNoLimit => run_qemu(s, &plan, work, &dir),
+                        Launch::Host { .. } => run_host(&bench.exe, &plan, work, &dir, sink),
+                        Launch::QemuStatic | Launch::QemuNoLimit => {
+                            run_qemu(bench, s, &plan, work, &dir)
+                        }
                     });
                     let (vms, watch) = got.unwrap_or_else(|e| {
                         let vms = (0..n)
@@ -185,7 +180,7 @@ fn run_in(
                                 longest_fault_us: None,
                             })
                             .collect();
-                        (vms, Watch::new(plan.scenario, Vec::new(), None))
+                        (vms, FleetMonitor::new(plan.scenario, Vec::new(), None))
                     });
                     let mut intervals = Vec::new();
                     for (i, v) in vms.into_iter().enumerate() {
@@ -236,7 +231,7 @@ fn run_in(
                         ),
                     );
                     let rss = rss_summary(&trace.rss, BUDGET);
-                    if matches!(kind, Kind::Host { nolimit: false, .. }) && rss.over_samples > 0 {
+                    if matches!(kind, Launch::Host { nolimit: false, .. }) && rss.over_samples > 0 {
                         crate::progress::say(
                             &bar,
                             &format!(
@@ -309,7 +304,7 @@ impl Drop for Reaped {
 }
 
 /// What the harness sees of a run while it goes.
-struct Watch {
+struct FleetMonitor {
     t0: Instant,
     scenario: Scenario,
     /// Each VM's console.
@@ -323,9 +318,9 @@ struct Watch {
     cgroups: Vec<Option<(PathBuf, CgroupSeen)>>,
 }
 
-impl Watch {
-    fn new(scenario: Scenario, logs: Vec<PathBuf>, pinned: Option<usize>) -> Watch {
-        Watch {
+impl FleetMonitor {
+    fn new(scenario: Scenario, logs: Vec<PathBuf>, pinned: Option<usize>) -> FleetMonitor {
+        FleetMonitor {
             t0: Instant::now(),
             scenario,
             ends: vec![None; logs.len()],
@@ -382,19 +377,19 @@ impl Watch {
 
 fn run_host(
     exe: &Path,
-    plan: &Plan,
+    plan: &RunCase,
     work: &Path,
     dir: &Path,
     sink: &dyn Sink,
-) -> Result<(Vec<Outcome>, Watch), String> {
-    let hd2 = matches!(plan.kind, Kind::Host { hd2: Some(_), .. });
+) -> Result<(Vec<Outcome>, FleetMonitor), String> {
+    let hd2 = matches!(plan.kind, Launch::Host { hd2: Some(_), .. });
     let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
     let host_pid = host.0.id();
     let vmms = || readings::children(host_pid);
     let logs = (1..=plan.n)
         .map(|i| dir.join("state").join(format!("vm{i}.log")))
         .collect();
-    let mut watch = Watch::new(plan.scenario, logs, plan.pinned);
+    let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
     for i in 1..=plan.n {
         HostClient::new(&sock)
             .add(&spec(
@@ -506,17 +501,18 @@ fn qemus(launchers: &[u32]) -> Vec<u32> {
 }
 
 fn run_qemu(
-    s: &Setup,
-    plan: &Plan,
+    bench: &Bench,
+    s: &ConsolidatePlan,
+    plan: &RunCase,
     work: &Path,
     dir: &Path,
-) -> Result<(Vec<Outcome>, Watch), String> {
-    let limited = plan.kind == Kind::QemuStatic;
+) -> Result<(Vec<Outcome>, FleetMonitor), String> {
+    let limited = plan.kind == Launch::QemuStatic;
     let share = qemu_share(BUDGET, plan.n, MEM, s.qemu_overhead);
     let logs = (1..=plan.n)
         .map(|i| dir.join(format!("vm{i}.log")))
         .collect();
-    let mut watch = Watch::new(plan.scenario, logs, plan.pinned);
+    let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
     let mut vms: Vec<Reaped> = Vec::new();
     let mut pids: Vec<u32> = Vec::new();
     for i in 1..=plan.n {
@@ -524,7 +520,7 @@ fn run_qemu(
         let log =
             std::fs::File::create(dir.join(format!("vm{i}.log"))).map_err(|e| e.to_string())?;
         let qmp = dir.join(format!("vm{i}.qmp"));
-        let mut cmd = Command::new(&s.exe);
+        let mut cmd = Command::new(&bench.exe);
         cmd.args(["run", "--hypervisor", "qemu", "--mem", &MEM.to_string()]);
         if limited {
             // The cgroup's limit: the guest's share, plus QEMU's measured overhead (which the

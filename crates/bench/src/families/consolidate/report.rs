@@ -12,11 +12,11 @@ use std::path::Path;
 use memvisor_api::HostSample;
 use plotters::prelude::*;
 
-use crate::experiments::consolidate::{
-    job, qemu_share, rss_summary, Kind, Scenario, BUDGET, INTERVAL, MEM,
+use super::experiment::{
+    job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
+use super::run::{Record, RunTrace};
 use crate::report::csv;
-use crate::run::consolidate::{Record, RunTrace};
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
@@ -115,16 +115,6 @@ where
     crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
-/// What the report is about besides the records.
-pub struct Shape<'a> {
-    pub configs: &'a [(&'static str, Kind)],
-    pub ns: &'a [u32],
-    pub scenarios: &'a [Scenario],
-    pub cores: usize,
-    pub qemu_overhead: u64,
-    pub notes: &'a [String],
-}
-
 /// One configuration, scenario and N over its repetitions: the median, least and most of each
 /// repetition's mean job time (over the VMs that finished), and the VMs that did not finish.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -204,7 +194,7 @@ fn mib(b: u64) -> String {
     format!("{:.0}", numbers::mib(b))
 }
 
-fn table_head(md: &mut String, configs: &[(&'static str, Kind)]) {
+fn table_head(md: &mut String, configs: &[(&'static str, Launch)]) {
     md.push_str("| VMs |");
     for (c, _) in configs {
         let _ = write!(md, " {c} |");
@@ -220,7 +210,7 @@ pub fn write_outputs(
     out: &Path,
     records: &[Record],
     runs: &[RunTrace],
-    shape: &Shape<'_>,
+    shape: &ConsolidatePlan,
 ) -> Result<(), String> {
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
@@ -289,19 +279,19 @@ pub fn write_outputs(
     w("runs.csv", &runs_csv)?;
     w("rss.csv", &rss_csv)?;
     w("report.md", &report(records, runs, shape))?;
-    for &scenario in shape.scenarios {
+    for &scenario in &shape.scenarios {
         plot(
             &out.join(format!("consolidate-{}.svg", scenario.name())),
             records,
             shape,
             scenario,
         )?;
-        for &n in shape.ns {
+        for &n in &shape.ns {
             if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
                 plot_rss(
                     &out.join(format!("rss-{}-n{n}.svg", scenario.name())),
                     runs,
-                    shape.configs,
+                    &shape.configs,
                     scenario,
                     n,
                 )?;
@@ -311,7 +301,7 @@ pub fn write_outputs(
     Ok(())
 }
 
-fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
+fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> String {
     let mut md = format!(
         "# consolidate (VSwapper §5.2, Fig. 14; HyperDealer2 Table 4)\n\n\
          N VMs of {} MiB, one vCPU each, started {} ms apart in a {} MiB budget, on {} cores; runs of at most {} VMs pin each VMM's threads to a core of its own. \
@@ -340,15 +330,15 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             job(Scenario::Balance, 2).1,
         );
     }
-    for &scenario in shape.scenarios {
+    for &scenario in &shape.scenarios {
         let reference_name = scenario.reference();
         let _ = writeln!(md, "## scenario `{}`\n", scenario.name());
         let _ = writeln!(md, "Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `{reference_name}`; `n failed` counts VMs that did not finish.\n");
-        table_head(&mut md, shape.configs);
-        for &n in shape.ns {
+        table_head(&mut md, &shape.configs);
+        for &n in &shape.ns {
             let _ = write!(md, "| {} |", label(n, shape.cores));
             let reference = cell(records, reference_name, scenario, n).and_then(|c| c.median);
-            for (c, _) in shape.configs {
+            for (c, _) in &shape.configs {
                 match cell(records, c, scenario, n) {
                     None => md.push_str(" – |"),
                     Some(cell) => {
@@ -379,10 +369,10 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
             scenario.name()
         );
-        table_head(&mut md, shape.configs);
-        for &n in shape.ns {
+        table_head(&mut md, &shape.configs);
+        for &n in &shape.ns {
             let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in shape.configs {
+            for (c, _) in &shape.configs {
                 let o: Vec<f64> = traces(runs, c, scenario, n)
                     .filter_map(|r| r.overlap)
                     .collect();
@@ -400,10 +390,10 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             "\nThe summed RSS of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), sampled every 200 ms, against the {} MiB budget: the highest sum in MiB over the repetitions, and **over** with the seconds it spent above the budget:\n",
             BUDGET >> 20
         );
-        table_head(&mut md, shape.configs);
-        for &n in shape.ns {
+        table_head(&mut md, &shape.configs);
+        for &n in &shape.ns {
             let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in shape.configs {
+            for (c, _) in &shape.configs {
                 let mine: Vec<_> = traces(runs, c, scenario, n)
                     .map(|r| rss_summary(&r.rss, BUDGET))
                     .collect();
@@ -422,7 +412,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             }
             md.push('\n');
         }
-        for &n in shape.ns {
+        for &n in &shape.ns {
             if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
                 let _ = writeln!(
                     md,
@@ -432,10 +422,10 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
             }
         }
         md.push_str("\nThe longest a single fault took to serve in any memvisor VM (its pager's `fault_latency.max_us`, over its last 16,384 faults), in ms, the most over the repetitions: a VM held up behind one fault shows here.\n\n");
-        table_head(&mut md, shape.configs);
-        for &n in shape.ns {
+        table_head(&mut md, &shape.configs);
+        for &n in &shape.ns {
             let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in shape.configs {
+            for (c, _) in &shape.configs {
                 let longest = records
                     .iter()
                     .filter(|r| r.config == *c && r.scenario == scenario && r.n == n)
@@ -480,8 +470,8 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
         md.push('\n');
     }
     if !shape.notes.is_empty() {
-        md.push_str("## Setup\n\n");
-        for n in shape.notes {
+        md.push_str("## ConsolidatePlan\n\n");
+        for n in &shape.notes {
             let _ = writeln!(md, "- {n}");
         }
         md.push('\n');
@@ -492,7 +482,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &Shape<'_>) -> String {
 
 /// Per workload of `scenario`, for each N: the mean job time of that workload's VMs (median over
 /// repetitions) and its ratio to the scenario's reference.
-fn by_workload(md: &mut String, records: &[Record], shape: &Shape<'_>, scenario: Scenario) {
+fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, scenario: Scenario) {
     let mut workloads: Vec<&str> = records
         .iter()
         .filter(|r| r.scenario == scenario)
@@ -509,15 +499,15 @@ fn by_workload(md: &mut String, records: &[Record], shape: &Shape<'_>, scenario:
         "\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n"
     );
     md.push_str("| VMs | workload |");
-    for (c, _) in shape.configs {
+    for (c, _) in &shape.configs {
         let _ = write!(md, " {c} |");
     }
     md.push_str("\n|---|---|");
-    for _ in shape.configs {
+    for _ in &shape.configs {
         md.push_str("---|");
     }
     md.push('\n');
-    for &n in shape.ns {
+    for &n in &shape.ns {
         for w in &workloads {
             let mine = |config: &str| -> Option<f64> {
                 let mine: Vec<&Record> = records
@@ -530,7 +520,7 @@ fn by_workload(md: &mut String, records: &[Record], shape: &Shape<'_>, scenario:
             };
             let r = mine(reference);
             let _ = write!(md, "| {} | {w} |", label(n, shape.cores));
-            for (c, _) in shape.configs {
+            for (c, _) in &shape.configs {
                 match (mine(c), r) {
                     (Some(m), Some(r)) if *c != reference => {
                         let _ = write!(md, " {m:.1} ({:.2}x) |", m / r);
@@ -563,7 +553,7 @@ const COLORS: [RGBColor; 10] = [
 fn plot(
     path: &Path,
     records: &[Record],
-    shape: &Shape<'_>,
+    shape: &ConsolidatePlan,
     scenario: Scenario,
 ) -> Result<(), String> {
     let points: Vec<(&str, Vec<(u32, f64)>)> = shape
@@ -625,7 +615,7 @@ fn plot(
 fn plot_rss(
     path: &Path,
     runs: &[RunTrace],
-    configs: &[(&'static str, Kind)],
+    configs: &[(&'static str, Launch)],
     scenario: Scenario,
     n: u32,
 ) -> Result<(), String> {
@@ -695,8 +685,8 @@ fn plot_rss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::consolidate::{CONFIGS, REFERENCE};
-    use crate::run::consolidate::CgroupSeen;
+    use crate::families::consolidate::experiment::{CONFIGS, REFERENCE};
+    use crate::families::consolidate::run::CgroupSeen;
 
     fn rec(config: &str, n: u32, rep: u32, secs: Option<f64>) -> Record {
         Record {
@@ -768,13 +758,14 @@ mod tests {
             .filter(|(c, _)| ["vswapper-balloon", "hd2"].contains(c))
             .copied()
             .collect();
-        let shape = Shape {
-            configs: &configs,
-            ns: &[2],
-            scenarios: &[Scenario::Balance],
+        let shape = ConsolidatePlan {
+            configs,
+            ns: vec![2],
+            scenarios: vec![Scenario::Balance],
+            reps: 1,
             cores: 1,
             qemu_overhead: 0,
-            notes: &[],
+            notes: Vec::new(),
         };
         let md = report(&records, &[], &shape);
         assert!(md.contains("ratio to `vswapper-balloon`"), "{md}");
@@ -819,13 +810,14 @@ mod tests {
             .filter(|(c, _)| ["pager", "qemu-static", REFERENCE].contains(c))
             .copied()
             .collect();
-        let shape = Shape {
-            configs: &configs,
-            ns: &[4],
-            scenarios: &[Scenario::Mapreduce],
+        let shape = ConsolidatePlan {
+            configs,
+            ns: vec![4],
+            scenarios: vec![Scenario::Mapreduce],
+            reps: 1,
             cores: 2,
             qemu_overhead: 30 << 20,
-            notes: &[],
+            notes: Vec::new(),
         };
         write_outputs(dir.path(), &records, &runs, &shape).unwrap();
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();

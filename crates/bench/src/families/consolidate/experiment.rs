@@ -154,7 +154,7 @@ pub fn disk(scenario: Scenario, i: u32, work: &Path) -> String {
 
 /// How one configuration runs its VMs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum Launch {
     Host {
         balloon: bool,
         vswapper: bool,
@@ -172,10 +172,10 @@ pub enum Kind {
     QemuNoLimit,
 }
 
-pub const CONFIGS: [(&str, Kind); 11] = [
+pub const CONFIGS: [(&str, Launch); 11] = [
     (
         "balloon",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: false,
             baseline: true,
@@ -186,7 +186,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "pager",
-        Kind::Host {
+        Launch::Host {
             balloon: false,
             vswapper: false,
             baseline: false,
@@ -197,7 +197,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "vswapper",
-        Kind::Host {
+        Launch::Host {
             balloon: false,
             vswapper: true,
             baseline: false,
@@ -208,7 +208,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "vswapper-balloon",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -219,7 +219,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "hd2",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -230,7 +230,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "hd2-lru",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -241,7 +241,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "hd2-whole",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -252,7 +252,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "sharing",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -263,7 +263,7 @@ pub const CONFIGS: [(&str, Kind); 11] = [
     ),
     (
         "hd2-nolimit",
-        Kind::Host {
+        Launch::Host {
             balloon: true,
             vswapper: true,
             baseline: false,
@@ -272,8 +272,8 @@ pub const CONFIGS: [(&str, Kind); 11] = [
             nolimit: true,
         },
     ),
-    ("qemu-static", Kind::QemuStatic),
-    ("qemu-nolimit", Kind::QemuNoLimit),
+    ("qemu-static", Launch::QemuStatic),
+    ("qemu-nolimit", Launch::QemuNoLimit),
 ];
 
 /// What every ratio is taken to, but in `balance` ([`Scenario::reference`]).
@@ -281,7 +281,7 @@ pub const REFERENCE: &str = "qemu-nolimit";
 
 /// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
 /// variants, which `balance` compares.
-pub fn consolidate_configs() -> Vec<(&'static str, Kind)> {
+pub fn consolidate_configs() -> Vec<(&'static str, Launch)> {
     CONFIGS
         .iter()
         .copied()
@@ -300,9 +300,9 @@ pub const BALANCE_VMS: u32 = 6;
 /// The budget of a host configuration's `memvisor host` for `n` VMs: [`BUDGET`], or with
 /// `nolimit` twice every VM's RAM, so that every VM fits whole with its VMM's overhead and the
 /// host stays in its high state.
-pub fn host_budget(kind: Kind, n: u32) -> u64 {
+pub fn host_budget(kind: Launch, n: u32) -> u64 {
     match kind {
-        Kind::Host { nolimit: true, .. } => 2 * u64::from(n) * MEM,
+        Launch::Host { nolimit: true, .. } => 2 * u64::from(n) * MEM,
         _ => BUDGET,
     }
 }
@@ -386,8 +386,8 @@ pub fn job_secs(console: &str, workload: &str) -> Option<f64> {
     Some((phase("load")? + phase("run")?) / 1e3)
 }
 
-pub fn spec(i: u32, kind: Kind, scenario: Scenario, disk: &str) -> VmSpec {
-    let Kind::Host {
+pub fn spec(i: u32, kind: Launch, scenario: Scenario, disk: &str) -> VmSpec {
+    let Launch::Host {
         balloon,
         vswapper,
         baseline,
@@ -423,6 +423,20 @@ pub fn spec(i: u32, kind: Kind, scenario: Scenario, disk: &str) -> VmSpec {
         pager: baseline.then(|| "baseline".into()),
         sharing: sharing.then(|| "host".into()),
     }
+}
+
+/// What `memvisor bench consolidate` or `balance` runs.
+pub struct ConsolidatePlan {
+    pub ns: Vec<u32>,
+    pub scenarios: Vec<Scenario>,
+    pub configs: Vec<(&'static str, Launch)>,
+    pub reps: u32,
+    /// CPUs of the host: runs of at most this many VMs pin each VMM to its own.
+    pub cores: usize,
+    /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
+    pub qemu_overhead: u64,
+    /// How the runs were set up, one line each, for the report.
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,140 @@
+//! `memvisor bench consolidate` and `memvisor bench balance` (its `balance` scenario with
+//! HyperDealer2's configurations): the flags checked, the host set up (the bench lock, what an
+//! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
+//! overhead measured), then every scenario, number of VMs and configuration run (`run`), the
+//! outputs written after each run (`report`). The configurations and scenarios are in
+//! `experiment`.
+
+pub mod experiment;
+pub mod report;
+pub mod run;
+
+use std::path::Path;
+
+use memvisor_api::HostSample;
+
+use crate::args::BenchArgs;
+use crate::harness::{setup, teardown, Bench, Family};
+use experiment::{ConsolidatePlan, Launch, Scenario, MEM};
+use run::{Record, RunTrace, Sink};
+
+/// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU; with `balance`,
+/// HyperDealer2's Tables 3–4: the `balance` scenario, its VMs' page caches warmed, under
+/// ballooning and HyperDealer2 with each victim order.
+pub struct Consolidate {
+    pub balance: bool,
+}
+
+impl Family for Consolidate {
+    type Plan = ConsolidatePlan;
+
+    fn plan(&self, args: &BenchArgs) -> Result<ConsolidatePlan, String> {
+        let (balance, name) = (self.balance, args.experiment.as_str());
+        let mut configs = Vec::new();
+        for c in &args.configs {
+            match experiment::CONFIGS.iter().find(|(x, _)| *x == c.trim()) {
+                Some(&c) => configs.push(c),
+                None => {
+                    return Err(format!(
+                        "unknown configuration '{c}' for {name}; it runs: {}",
+                        experiment::CONFIGS.map(|c| c.0).join(", ")
+                    ))
+                }
+            }
+        }
+        if configs.is_empty() {
+            configs = if balance {
+                experiment::CONFIGS
+                    .iter()
+                    .copied()
+                    .filter(|(c, _)| experiment::BALANCE_CONFIGS.contains(c))
+                    .collect()
+            } else {
+                experiment::consolidate_configs()
+            };
+        }
+        if args.reference.is_some() {
+            return Err(format!(
+                "--reference: {name} takes its ratios to {}",
+                if balance {
+                    "vswapper-balloon (ballooning, as HyperDealer2's Table 4)"
+                } else {
+                    "qemu-nolimit (balance's scenario: vswapper-balloon)"
+                }
+            ));
+        }
+        if balance && !args.scenario.is_empty() {
+            return Err("--scenario: balance runs its own scenario; see bench consolidate".into());
+        }
+        let mut scenarios = Vec::new();
+        for s in &args.scenario {
+            match Scenario::parse(s) {
+                Ok(s) if !scenarios.contains(&s) => scenarios.push(s),
+                Ok(_) => {}
+                Err(e) => return Err(format!("--scenario: {e}")),
+            }
+        }
+        if scenarios.is_empty() {
+            scenarios = if balance {
+                vec![Scenario::Balance]
+            } else {
+                Scenario::CONSOLIDATE.to_vec()
+            };
+        }
+        let ns = match (args.vms.is_empty(), balance) {
+            (false, _) => args.vms.clone(),
+            (true, true) => vec![experiment::BALANCE_VMS],
+            (true, false) => vec![2, 4, 6],
+        };
+        if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
+            return Err(format!("--vms {n}: give 1 to 16 VMs"));
+        }
+        Ok(ConsolidatePlan {
+            ns,
+            scenarios,
+            configs,
+            reps: args.reps.unwrap_or(1),
+            cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            qemu_overhead: 0,
+            notes: Vec::new(),
+        })
+    }
+
+    fn run(
+        &self,
+        args: &BenchArgs,
+        bench: &Bench,
+        mut plan: ConsolidatePlan,
+    ) -> Result<(), String> {
+        let _only_bench = setup::take_host(&args.swap_file)?;
+        if plan.configs.iter().any(|c| c.1 == Launch::QemuStatic) {
+            plan.notes.extend(setup::host_swap(args)?);
+            eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
+            plan.qemu_overhead = setup::measure_qemu_overhead(&bench.exe, MEM)?;
+            let note = format!(
+                "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, peak over a short guest kit run): {:.1} MiB",
+                crate::report::numbers::mib(plan.qemu_overhead)
+            );
+            eprintln!("memvisor bench: {note}");
+            plan.notes.push(note);
+        }
+        let mut sink = Outputs { bench, plan: &plan };
+        run::run(bench, &plan, &teardown::interrupted, &mut sink)
+    }
+}
+
+/// The outputs, written as the runs hand over what they measured.
+struct Outputs<'a> {
+    bench: &'a Bench,
+    plan: &'a ConsolidatePlan,
+}
+
+impl Sink for Outputs<'_> {
+    fn records(&mut self, records: &[Record], runs: &[RunTrace]) -> Result<(), String> {
+        report::write_outputs(&self.bench.out, records, runs, self.plan)
+    }
+
+    fn history(&self, dir: &Path, history: &[HostSample]) -> Result<(), String> {
+        report::write_allocation(dir, history)
+    }
+}
