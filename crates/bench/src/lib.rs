@@ -71,7 +71,9 @@ pub fn run(args: BenchArgs) -> Outcome {
             },
             &args,
         ),
-        name if experiments::host::NAMES.contains(&name) => drive::host::run(&args),
+        name if families::host::NAMES.contains(&name) => {
+            harness::drive(&families::host::Host, &args)
+        }
         _ => drive::phases::run(&args),
     }
 }

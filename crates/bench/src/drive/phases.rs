@@ -58,7 +58,7 @@ fn plan(a: &BenchArgs) -> Result<Plan, BadInput> {
             "unknown experiment '{}'; memvisor bench runs: {}, {}, consolidate, balance, swapin, reclaimdelay, dwell, sharing, zeroboot",
             a.experiment,
             experiments::NAMES.join(", "),
-            experiments::host::NAMES.join(", ")
+            crate::families::host::NAMES.join(", ")
         ))
     })?;
     let reps = a.reps.unwrap_or_else(|| exp.default_reps());

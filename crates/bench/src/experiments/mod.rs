@@ -8,12 +8,9 @@
 
 mod alloc;
 mod doublepaging;
-pub mod host;
-mod idletax;
 mod overhead;
 mod recovery;
 mod seqread;
-mod shares;
 mod workingset;
 
 use std::time::Duration;

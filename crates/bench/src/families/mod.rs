@@ -4,6 +4,7 @@
 
 pub mod consolidate;
 pub mod dwell;
+pub mod host;
 pub mod reclaimdelay;
 pub mod sharing;
 pub mod swapin;

@@ -1,6 +1,5 @@
 //! Each family's outputs: `results.csv`, `report.md` and the figures (SVG and PNG).
 
-pub mod host;
 pub mod plot;
 pub mod recovery;
 pub mod report;

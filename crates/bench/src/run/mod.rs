@@ -1,4 +1,2 @@
 //! Running each family's experiments: memvisor or QEMU as child processes through the
 //! harness, `memvisor host` for the host experiments.
-
-pub mod hostexp;

@@ -10,10 +10,10 @@
 //! 3. Every tick, read the host's `GET /history` (free memory and state; each VM's target,
 //!    resident, active, balloon, swapped and limit) and the new lines of each VM's console
 //!    (throughput: `kv: t=Ns ops_s=N` lines and `toucher` steps).
-//! 4. Stop the host (SIGTERM: every VM stops) and read its events: a [`Run`], from which
-//!    `drive::host` has `output::host` write `results.csv`, `report.md` and `EXPERIMENT.svg`.
+//! 4. Stop the host (SIGTERM: every VM stops) and read its events: a [`HostRun`], from which
+//!    the family's `report` writes `results.csv`, `report.md` and `EXPERIMENT.svg`.
 //!
-//! The experiments themselves, as data, are in `experiments::host`.
+//! The experiments themselves, as data, are in `experiment`, `shares` and `idletax`.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
 
-use crate::experiments::host::{config_text, HostExperiment, PlannedVm};
+use super::experiment::{config_text, HostExperiment, PlannedVm};
 use crate::harness::teardown;
 
 /// How often the host's history and the VMs' consoles are read.
@@ -41,7 +41,7 @@ pub struct Throughput {
 
 /// Everything one run measured. Times are seconds since the host started.
 #[derive(Clone, Debug, Default)]
-pub struct Run {
+pub struct HostRun {
     /// The host's ticks (`GET /history`).
     pub samples: Vec<HostSample>,
     pub events: Vec<HostEvent>,
@@ -129,7 +129,12 @@ fn stop_host(child: &mut Child) {
 }
 
 /// One run of `e`: the host's history, events and the VMs' throughput.
-pub fn run_once(exe: &Path, e: &HostExperiment, out: &Path, label: &str) -> Result<Run, String> {
+pub fn run_once(
+    exe: &Path,
+    e: &HostExperiment,
+    out: &Path,
+    label: &str,
+) -> Result<HostRun, String> {
     let state = std::env::temp_dir().join(format!("memvisor-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).map_err(|err| format!("{}: {err}", state.display()))?;
@@ -170,10 +175,10 @@ fn drive(
     child: &mut Child,
     started: Instant,
     label: &str,
-) -> Result<Run, String> {
+) -> Result<HostRun, String> {
     let now = || started.elapsed().as_secs_f64();
     wait_for_socket(sock, child, &now)?;
-    let mut run = Run {
+    let mut run = HostRun {
         samples: Vec::new(),
         events: Vec::new(),
         throughput: Vec::new(),
@@ -263,7 +268,7 @@ fn add_due_vms(
     pending: &mut Vec<&PlannedVm>,
     t: f64,
     now: &dyn Fn() -> f64,
-    run: &mut Run,
+    run: &mut HostRun,
 ) {
     pending.retain(|v| {
         if t < v.at {
@@ -285,7 +290,7 @@ fn change_due_taxes(
     pending: &mut Vec<(f64, f64)>,
     t: f64,
     now: &dyn Fn() -> f64,
-    run: &mut Run,
+    run: &mut HostRun,
 ) {
     pending.retain(|&(at, tax)| {
         if t < at {
@@ -306,7 +311,7 @@ fn change_due_taxes(
 }
 
 /// The throughput lines the VMs' consoles printed since the last read, timed `read_at`.
-fn read_throughput(tails: &mut [(String, Tail)], read_at: f64, run: &mut Run) {
+fn read_throughput(tails: &mut [(String, Tail)], read_at: f64, run: &mut HostRun) {
     for (name, tail) in tails {
         for line in tail.lines() {
             if let Some(rate) = throughput_of(line.trim()) {
@@ -321,7 +326,7 @@ fn read_throughput(tails: &mut [(String, Tail)], read_at: f64, run: &mut Run) {
 }
 
 /// A progress line: each VM's allocation and target, and the free state.
-fn progress(run: &Run, duration: f64) -> String {
+fn progress(run: &HostRun, duration: f64) -> String {
     let Some(s) = run.samples.last() else {
         return "no tick yet".into();
     };

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::host::{budget_for, vm, HostExperiment, Kind, PlannedVm};
-use super::Scale;
+use super::experiment::{budget_for, vm, Goal, HostExperiment, PlannedVm};
+use crate::args::Scale;
 
 /// `memvisor bench idletax` at `scale`.
 pub fn experiment(scale: Scale) -> HostExperiment {
@@ -46,7 +46,7 @@ pub fn experiment(scale: Scale) -> HostExperiment {
         ],
         tax_changes: vec![(f64::from(switch), 0.75)],
         duration: f64::from(duration),
-        kind: Kind::IdleTax {
+        goal: Goal::IdleTax {
             idle: "idle",
             busy: "busy",
             switch: f64::from(switch),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::host::{budget_for, vm, HostExperiment, Kind, PlannedVm};
-use super::Scale;
+use super::experiment::{budget_for, vm, Goal, HostExperiment, PlannedVm};
+use crate::args::Scale;
 
 /// `memvisor bench shares` at `scale`.
 pub fn experiment(scale: Scale) -> HostExperiment {
@@ -41,7 +41,7 @@ pub fn experiment(scale: Scale) -> HostExperiment {
         ],
         tax_changes: Vec::new(),
         duration: f64::from(duration),
-        kind: Kind::Shares {
+        goal: Goal::Shares {
             big: "big",
             small: "small",
             ratio: 2.0,

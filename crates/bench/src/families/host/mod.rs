@@ -1,0 +1,166 @@
+//! `memvisor bench shares` and `idletax` (ESX §5.1, §5.2 and Fig. 7) on a running
+//! `memvisor host`: the experiments' common form in `experiment`, each in its own file
+//! (`shares`, `idletax`), a run in `run`, and its outputs: the numbers (`summary`),
+//! `results.csv` and `report.md` (`report`) and the plot (`figure`).
+
+pub mod experiment;
+pub mod figure;
+mod idletax;
+pub mod report;
+pub mod run;
+mod shares;
+pub mod summary;
+
+use crate::args::{BenchArgs, Scale};
+use crate::harness::{setup, teardown, Bench, Family};
+use experiment::HostExperiment;
+
+/// The host experiments.
+pub const NAMES: &[&str] = &["shares", "idletax"];
+
+/// The host experiment called `name` at `scale`.
+pub fn find(name: &str, scale: Scale) -> Option<HostExperiment> {
+    Some(match name {
+        "shares" => shares::experiment(scale),
+        "idletax" => idletax::experiment(scale),
+        _ => return None,
+    })
+}
+
+/// `memvisor bench shares|idletax`.
+pub struct Host;
+
+impl Family for Host {
+    type Plan = HostExperiment;
+
+    fn plan(&self, a: &BenchArgs) -> Result<HostExperiment, String> {
+        let e = find(&a.experiment, a.scale)
+            .ok_or_else(|| format!("unknown experiment '{}'", a.experiment))?;
+        if !a.configs.is_empty() || a.reference.is_some() {
+            return Err(format!(
+                "{} runs memvisor host only (QEMU has no share-based allocator): --configs and --reference do not apply",
+                a.experiment
+            ));
+        }
+        Ok(e)
+    }
+
+    fn run(&self, a: &BenchArgs, bench: &Bench, e: HostExperiment) -> Result<(), String> {
+        let _only_bench = setup::take_host(&a.swap_file)?;
+        let (exe, out, env) = (&bench.exe, &bench.out, &bench.env);
+        let reps = a.reps.unwrap_or(1);
+        let mut runs = Vec::new();
+        for rep in 1..=reps {
+            if teardown::interrupted() {
+                break;
+            }
+            let label = format!("[{} rep {rep}/{reps}]", e.name);
+            eprintln!(
+                "{label} starting memvisor host: budget {} MiB, {:.0} s",
+                e.memory >> 20,
+                e.duration
+            );
+            let rep_out = if reps == 1 {
+                out.to_owned()
+            } else {
+                out.join(format!("rep{rep}"))
+            };
+            std::fs::create_dir_all(rep_out.join("logs"))
+                .map_err(|err| format!("{}: {err}", rep_out.display()))?;
+            let run = run::run_once(exe, &e, &rep_out, &label)?;
+            eprintln!("{label} done: {}", summary::headline(&e, &run));
+            runs.push(run);
+        }
+        let csv = out.join("results.csv");
+        std::fs::write(&csv, report::csv(&e, &runs))
+            .map_err(|err| format!("{}: {err}", csv.display()))?;
+        let md = report::markdown(&e, &runs, env);
+        let md_path = out.join("report.md");
+        std::fs::write(&md_path, &md).map_err(|err| format!("{}: {err}", md_path.display()))?;
+        let svg = out.join(format!("{}.svg", e.name));
+        if let Some(first) = runs.first() {
+            if let Err(err) = figure::plot(&svg, &e, first) {
+                eprintln!("memvisor bench: cannot draw {}: {err}", svg.display());
+            }
+        }
+        println!("{md}");
+        eprintln!(
+            "memvisor bench: wrote {}, {} and {}",
+            csv.display(),
+            md_path.display(),
+            svg.display()
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Scale;
+    use experiment::{budget_for, config_text, Goal};
+    use memvisor_api::VmSpec;
+    use std::path::Path;
+
+    #[test]
+    fn every_host_experiment_is_consistent() {
+        for name in NAMES {
+            for scale in [Scale::Full, Scale::Tiny] {
+                let e = find(name, scale).unwrap();
+                assert_eq!(e.name, *name);
+                let names: Vec<&str> = e.vms.iter().map(|v| v.spec.name.as_str()).collect();
+                match e.goal {
+                    Goal::Shares { big, small, ratio } => {
+                        assert!(names.contains(&big) && names.contains(&small));
+                        let s = |n: &str| e.vms.iter().find(|v| v.spec.name == n).unwrap();
+                        #[allow(clippy::cast_precision_loss)]
+                        let r = s(big).spec.shares as f64 / s(small).spec.shares as f64;
+                        assert!((r - ratio).abs() < 1e-9);
+                        // Both want more than the budget can give them together.
+                        let usable = e.memory - 2 * (24 << 20) - e.memory * 6 / 100;
+                        assert!(e.vms.iter().all(|v| v.spec.mem > usable / 2));
+                    }
+                    Goal::IdleTax { idle, busy, switch } => {
+                        assert!(names.contains(&idle) && names.contains(&busy));
+                        assert_eq!(e.idle_tax, 0.0);
+                        assert_eq!(e.tax_changes, vec![(switch, 0.75)]);
+                        assert!(e.vms.iter().all(|v| v.at < switch) && switch < e.duration);
+                        assert!(e.vms[0].spec.shares == e.vms[1].spec.shares);
+                    }
+                }
+                for v in &e.vms {
+                    v.spec.check().unwrap();
+                    assert!(v.at < e.duration);
+                }
+                // The config the host reads parses, with the VMs that start at once.
+                let dir = Path::new("/tmp/state");
+                let text = config_text(&e, dir);
+                let c =
+                    memvisor_host::HostConfig::parse(Path::new("/tmp/host.toml"), &text).unwrap();
+                assert_eq!(c.memory, e.memory);
+                assert_eq!(c.idle_tax, e.idle_tax);
+                assert_eq!(c.sample_period, e.sample_period);
+                assert_eq!(c.tick, e.tick);
+                assert_eq!(c.state_dir, dir);
+                let at_start: Vec<&VmSpec> = e
+                    .vms
+                    .iter()
+                    .filter(|v| v.at <= 0.0)
+                    .map(|v| &v.spec)
+                    .collect();
+                assert_eq!(c.vms.len(), at_start.len());
+                for (got, want) in c.vms.iter().zip(at_start) {
+                    assert_eq!(got, want);
+                }
+            }
+        }
+        assert!(find("seqread", Scale::Full).is_none());
+    }
+
+    #[test]
+    fn the_budget_leaves_what_the_targets_divide() {
+        let b = budget_for(360, 2);
+        let usable = (b >> 20) - 48 - (b >> 20) * 6 / 100;
+        assert!((359..=361).contains(&usable), "{b} {usable}");
+    }
+}

@@ -1,0 +1,507 @@
+//! The outputs of a host experiment (`shares`, `idletax`) from what `run` measured:
+//! `results.csv` (the time series and a summary), `report.md` (with the numbers of `summary`)
+//! and the plot (`figure`).
+
+use std::fmt::Write as _;
+
+use memvisor_api::HostEventKind;
+
+use super::experiment::{Goal, HostExperiment};
+use super::run::{active_fraction, HostRun};
+use super::summary::*;
+use crate::report::csv;
+
+/// `results.csv`: for every run, a `sample` row per VM and tick, a `throughput` row per reading,
+/// an `event` row per host event, and the `summary` rows (metric, value).
+pub fn csv(e: &HostExperiment, runs: &[HostRun]) -> String {
+    let header: Vec<&str> = CSV_HEADER.split(',').collect();
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    // One line from named columns; the others are left empty.
+    let mut row = |fields: &[(&str, String)]| {
+        let mut cols = vec![String::new(); header.len()];
+        for (name, value) in fields {
+            let i = header.iter().position(|h| h == name);
+            debug_assert!(i.is_some(), "no column {name} in the CSV header");
+            if let Some(i) = i {
+                cols[i] = csv::field(value);
+            }
+        }
+        out.push_str(&cols.join(","));
+        out.push('\n');
+    };
+    for (i, run) in runs.iter().enumerate() {
+        let rep = (i + 1).to_string();
+        let at = |kind: &str, seconds: f64| {
+            [
+                ("kind", kind.to_owned()),
+                ("experiment", e.name.to_owned()),
+                ("rep", rep.clone()),
+                ("seconds", format!("{seconds:.3}")),
+                ("idle_tax", tax_at(run, seconds).to_string()),
+            ]
+        };
+        for s in &run.samples {
+            for v in &s.vms {
+                let mut f = at("sample", s.seconds).to_vec();
+                f.extend([
+                    ("vm", v.name.clone()),
+                    ("state", format!("{:?}", v.state).to_lowercase()),
+                    ("free_bytes", s.free_bytes.to_string()),
+                    ("free_state", format!("{:?}", s.free_state).to_lowercase()),
+                    ("target_bytes", v.target_bytes.to_string()),
+                    ("resident_bytes", v.resident_bytes.to_string()),
+                    ("active_fraction", format!("{:.4}", active_fraction(v))),
+                    ("balloon_bytes", v.balloon_bytes.to_string()),
+                    ("swapped_bytes", v.swapped_bytes.to_string()),
+                    ("limit_bytes", v.limit_bytes.to_string()),
+                ]);
+                row(&f);
+            }
+        }
+        for t in &run.throughput {
+            let mut f = at("throughput", t.seconds).to_vec();
+            f.extend([("vm", t.vm.clone()), ("rate", format!("{:.1}", t.rate))]);
+            row(&f);
+        }
+        for ev in &run.events {
+            let mut f = at("event", ev.seconds).to_vec();
+            f.extend([
+                ("vm", ev.vm.clone().unwrap_or_default()),
+                ("metric", format!("{:?}", ev.kind).to_lowercase()),
+                ("value", ev.message.clone()),
+            ]);
+            row(&f);
+        }
+        for (metric, value) in summary_rows(e, run) {
+            row(&[
+                ("kind", "summary".into()),
+                ("experiment", e.name.into()),
+                ("rep", rep.clone()),
+                ("metric", metric),
+                ("value", value),
+            ]);
+        }
+    }
+    out
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "**yes**"
+    } else {
+        "**no**"
+    }
+}
+
+/// `report.md`.
+pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# memvisor bench {}\n", e.name);
+    let _ = writeln!(s, "{}.\n", e.about);
+    let _ = writeln!(
+        s,
+        "There is no QEMU peer for this experiment: QEMU/KVM has no share-based allocator (nothing \
+         divides a host's memory among VMs by shares or taxes idle memory), so the numbers are \
+         memvisor's allocations against what the paper says they should be, not a ratio against \
+         a peer.\n"
+    );
+    let _ = writeln!(s, "## Set-up\n");
+    let _ = writeln!(
+        s,
+        "`memvisor host` with a budget of {} MiB, idle tax {} at start, {} sampled pages per period, \
+         a sampling period of {:.1} s of guest time, a tick every {} ms; {} s in all.\n",
+        e.memory >> 20,
+        e.idle_tax,
+        e.sample_pages,
+        e.sample_period.as_secs_f64(),
+        e.tick.as_millis(),
+        e.duration
+    );
+    let _ = writeln!(s, "| VM | mem MiB | shares | joins at s | workload |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    for v in &e.vms {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | `{} {}` |",
+            v.spec.name,
+            v.spec.mem >> 20,
+            v.spec.shares,
+            v.at,
+            v.spec.workload.as_deref().unwrap_or("-"),
+            v.spec.cmdline
+        );
+    }
+    for (at, tax) in &e.tax_changes {
+        let _ = writeln!(
+            s,
+            "\nThe idle tax becomes {tax} at {at:.0} s (`PATCH /host`)."
+        );
+    }
+    let _ = writeln!(s, "\nWhy:\n");
+    for w in &e.why {
+        let _ = writeln!(s, "- {w}");
+    }
+    s.push('\n');
+    for (i, run) in runs.iter().enumerate() {
+        let title = if runs.len() > 1 {
+            format!(" (repetition {})", i + 1)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "## Results{title}\n");
+        match e.goal {
+            Goal::Shares { big, small, ratio } => shares_md(&mut s, run, big, small, ratio),
+            Goal::IdleTax { idle, busy, .. } => idletax_md(&mut s, run, idle, busy),
+        }
+        let pauses: Vec<String> = run
+            .events
+            .iter()
+            .filter(|ev| matches!(ev.kind, HostEventKind::Paused | HostEventKind::FreeState))
+            .map(|ev| {
+                format!(
+                    "{:.1} s {}: {}",
+                    ev.seconds,
+                    ev.vm.as_deref().unwrap_or("host"),
+                    ev.message
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nFree-state changes and pauses ({} in all):\n",
+            pauses.len()
+        );
+        for p in pauses.iter().take(40) {
+            let _ = writeln!(s, "- {p}");
+        }
+        if pauses.len() > 40 {
+            let _ = writeln!(s, "- ... {} more in results.csv", pauses.len() - 40);
+        }
+        for n in &run.notes {
+            let _ = writeln!(s, "\nNote: {n}");
+        }
+        s.push('\n');
+    }
+    crate::report::environment(&mut s, env);
+    s
+}
+
+fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
+    let Some(x) = shares_summary(run, big, small, goal) else {
+        let _ = writeln!(
+            s,
+            "No steady state was measured (a VM never ran beside the other)."
+        );
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "Steady state: {:.0}–{:.0} s (the last minute of the run, at most its second half).\n",
+        x.window.0, x.window.1
+    );
+    let _ = writeln!(
+        s,
+        "| VM | allocation MiB (resident, mean) | active (sampled, mean) | touches/s |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| {big} | {:.1} | {:.3} | {} |",
+        x.big_mib,
+        x.big_active,
+        opt(x.big_rate, 0)
+    );
+    let _ = writeln!(
+        s,
+        "| {small} | {:.1} | {:.3} | {} |",
+        x.small_mib,
+        x.small_active,
+        opt(x.small_rate, 0)
+    );
+    let _ = writeln!(
+        s,
+        "\n- allocation ratio {big}/{small}: **{:.3}** (per tick {:.3}–{:.3}); the targets' ratio {:.3}; goal {goal:.0}",
+        x.ratio, x.ratio_range.0, x.ratio_range.1, x.target_ratio
+    );
+    let _ = writeln!(s, "- within 10 % of {goal:.0}:1: {}", yes(x.within));
+    let _ = writeln!(
+        s,
+        "- converged (ratio within 10 % from then on) {} s after `{big}` joined at {:.1} s",
+        opt(x.converged_after, 1),
+        x.joined_at
+    );
+    let _ = writeln!(
+        s,
+        "- in the steady state: {} free-state changes, {} pauses",
+        x.state_changes, x.pauses
+    );
+}
+
+fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
+    let Some(x) = idletax_summary(run, idle, busy) else {
+        let _ = writeln!(
+            s,
+            "No steady state was measured (the busy VM or the tax change is missing)."
+        );
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "| idle tax | steady window s | {idle} MiB (target) | {busy} MiB (target) | {idle} active | {busy} active | {busy} ops/s |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for (tax, p) in [("0", &x.untaxed), ("0.75", &x.taxed)] {
+        let _ = writeln!(
+            s,
+            "| {tax} | {:.0}–{:.0} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.3} | {:.3} | {} |",
+            p.window.0,
+            p.window.1,
+            p.idle_mib,
+            p.idle_target_mib,
+            p.busy_mib,
+            p.busy_target_mib,
+            p.idle_active,
+            p.busy_active,
+            opt(p.busy_rate, 0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n- at tax 0 both get the same allocation (within 10 %): {}",
+        yes(x.equal_untaxed)
+    );
+    let _ = writeln!(
+        s,
+        "- at tax 0.75 memory moves from `{idle}` to `{busy}`: {} ({:+.1} MiB)",
+        yes(x.moved),
+        x.taxed.busy_mib - x.untaxed.busy_mib
+    );
+    let _ = writeln!(
+        s,
+        "- `{busy}`'s throughput at 0.75 over 0: **{}** (the paper: over 1.3)",
+        opt(x.speedup, 2)
+    );
+    let _ = writeln!(
+        s,
+        "- reallocation: `{busy}` held 90 % of the memory it gained {} s after the tax changed at {:.1} s; its throughput first reached 90 % of its new mean after {} s",
+        opt(x.realloc_s, 1),
+        x.switch,
+        opt(x.rate_s, 1)
+    );
+    let _ = writeln!(
+        s,
+        "- pauses by the host after `{busy}` joined: {}",
+        x.pauses
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::figure::plot;
+    use super::super::run::Throughput;
+    use super::*;
+    use memvisor_api::HostEvent;
+    use memvisor_api::{FreeStateName, HostVmState};
+    use memvisor_api::{HostSample, VmSample};
+
+    const M: u64 = 1 << 20;
+
+    fn sample(t: f64, vms: &[(&str, u64, u64, f64)]) -> HostSample {
+        HostSample {
+            seconds: t,
+            free_bytes: 10 * M,
+            free_state: FreeStateName::High,
+            vms: vms
+                .iter()
+                .map(|&(name, resident, target, active)| VmSample {
+                    name: name.into(),
+                    state: HostVmState::Running,
+                    target_bytes: target * M,
+                    resident_bytes: resident * M,
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    active_bytes: ((resident * M) as f64 * active) as u64,
+                    balloon_bytes: 0,
+                    swapped_bytes: 0,
+                    on_disk_bytes: 0,
+                    limit_bytes: target * M,
+                    pooled_bytes: 0,
+                    shared_saved_bytes: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// `small` alone, then `big` joins at 10 s and memory moves until 20 s; 2:1 from then on.
+    fn shares_run() -> HostRun {
+        let mut samples = Vec::new();
+        for i in 0..=100 {
+            let t = f64::from(i);
+            let s = if t < 10.0 {
+                sample(t, &[("small", 480, 512, 1.0)])
+            } else if t < 20.0 {
+                let x = (t - 10.0) / 10.0;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let (b, m) = ((400.0 * x) as u64, (480.0 - 280.0 * x) as u64);
+                sample(t, &[("small", m, 200, 1.0), ("big", b, 400, 1.0)])
+            } else {
+                let wobble = if i % 2 == 0 { 4 } else { 0 };
+                sample(
+                    t,
+                    &[("small", 200 + wobble, 200, 0.99), ("big", 400, 400, 1.0)],
+                )
+            };
+            samples.push(s);
+        }
+        HostRun {
+            samples,
+            events: vec![HostEvent {
+                seconds: 11.0,
+                kind: HostEventKind::Paused,
+                vm: Some("small".into()),
+                message: "paused".into(),
+            }],
+            throughput: vec![
+                Throughput {
+                    seconds: 90.0,
+                    vm: "big".into(),
+                    rate: 100.0,
+                },
+                Throughput {
+                    seconds: 95.0,
+                    vm: "big".into(),
+                    rate: 300.0,
+                },
+            ],
+            taxes: vec![(0.0, 0.75)],
+            joined: vec![("small".into(), 0.0), ("big".into(), 10.0)],
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn shares_steady_state_and_convergence() {
+        let run = shares_run();
+        let s = shares_summary(&run, "big", "small", 2.0).unwrap();
+        assert_eq!(s.window, (55.0, 100.0), "the second half after joining");
+        assert!((s.big_mib - 400.0).abs() < 1e-9);
+        assert!((s.small_mib - 202.0).abs() < 0.1, "{s:?}");
+        assert!(s.within);
+        assert!((s.ratio_range.0 - 400.0 / 204.0).abs() < 1e-9);
+        assert!((s.target_ratio - 2.0).abs() < 1e-9);
+        // At 19 s the ratio is 360/228 = 1.58, from 20 s on 1.96 or 2: 10 s after joining.
+        assert_eq!(s.converged_after, Some(10.0));
+        assert_eq!(s.pauses, 0, "the pause was before the steady state");
+        assert_eq!(s.big_rate, Some(200.0));
+        assert_eq!(s.small_rate, None);
+        // Never converged: the last tick is outside the band.
+        let mut bad = run.clone();
+        bad.samples.push(sample(
+            101.0,
+            &[("small", 300, 200, 1.0), ("big", 300, 400, 1.0)],
+        ));
+        assert_eq!(
+            shares_summary(&bad, "big", "small", 2.0)
+                .unwrap()
+                .converged_after,
+            None
+        );
+        // Big never joined: nothing to say.
+        let mut alone = run;
+        alone.joined.truncate(1);
+        assert!(shares_summary(&alone, "big", "small", 2.0).is_none());
+    }
+
+    fn idletax_run() -> HostRun {
+        let mut samples = Vec::new();
+        let mut throughput = Vec::new();
+        for i in 0..=300 {
+            let t = f64::from(i);
+            let (idle, busy) = if t < 150.0 {
+                (180, 180)
+            } else if t < 160.0 {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let moved = ((t - 150.0) * 7.6) as u64;
+                (180 - moved, 180 + moved)
+            } else {
+                (104, 256)
+            };
+            if t < 20.0 {
+                samples.push(sample(t, &[("idle", 200, 256, 0.01)]));
+            } else {
+                samples.push(sample(
+                    t,
+                    &[("idle", idle, idle, 0.01), ("busy", busy, busy, 1.0)],
+                ));
+                throughput.push(Throughput {
+                    seconds: t,
+                    vm: "busy".into(),
+                    rate: if busy >= 256 { 800.0 } else { 100.0 },
+                });
+            }
+        }
+        HostRun {
+            samples,
+            events: Vec::new(),
+            throughput,
+            taxes: vec![(0.0, 0.0), (150.0, 0.75)],
+            joined: vec![("idle".into(), 0.0), ("busy".into(), 20.0)],
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn idletax_phases_speedup_and_reallocation_time() {
+        let run = idletax_run();
+        let s = idletax_summary(&run, "idle", "busy").unwrap();
+        assert_eq!(s.untaxed.window, (90.0, 150.0));
+        assert_eq!(s.taxed.window, (240.0, 300.0));
+        assert!(s.equal_untaxed && s.moved);
+        assert_eq!(s.untaxed.busy_rate, Some(100.0));
+        assert_eq!(s.speedup, Some(8.0));
+        // 90 % of the 76 MiB gained is 248.4 MiB: 248 at 159 s, 256 at 160 s.
+        assert_eq!(s.realloc_s, Some(10.0));
+        assert_eq!(s.rate_s, Some(10.0));
+        // Without the tax change there is no second phase.
+        let mut flat = run;
+        flat.taxes.truncate(1);
+        assert!(idletax_summary(&flat, "idle", "busy").is_none());
+    }
+
+    #[test]
+    fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
+        for name in crate::families::host::NAMES {
+            let e = crate::families::host::find(name, crate::args::Scale::Full).unwrap();
+            let run = match e.goal {
+                Goal::Shares { .. } => shares_run(),
+                Goal::IdleTax { .. } => idletax_run(),
+            };
+            let text = csv(&e, std::slice::from_ref(&run));
+            let cols = CSV_HEADER.split(',').count();
+            let mut kinds = std::collections::BTreeSet::new();
+            for line in text.lines().skip(1) {
+                assert_eq!(line.split(',').count(), cols, "{line}");
+                kinds.insert(line.split(',').next().unwrap().to_owned());
+            }
+            assert!(
+                kinds.contains("sample") && kinds.contains("summary"),
+                "{kinds:?}"
+            );
+            let md = markdown(
+                &e,
+                std::slice::from_ref(&run),
+                &[("kernel".into(), "x".into())],
+            );
+            assert!(md.contains("no QEMU peer"), "{md}");
+            assert!(md.contains("**yes**"), "{md}");
+            let dir =
+                std::env::temp_dir().join(format!("memvisor-plot-{}-{name}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let svg = dir.join("p.svg");
+            plot(&svg, &e, &run).unwrap();
+            let body = std::fs::read_to_string(&svg).unwrap();
+            assert!(body.contains("<svg") && body.contains("allocation"));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
