@@ -5,19 +5,41 @@
 //! processes.
 //!
 //! The crate is layered, each layer importing only those below it:
-//! - `experiments` (and `configs`): what each experiment runs, as data, one file per experiment;
-//! - `harness`: what every family shares to run: child processes, the one QMP client, running
-//!   and watching one VM (`harness::vm`), host set-up (`harness::setup`), the run order, the
-//!   host's `/proc` and cgroup readings (`harness::readings`), and undoing it all
-//!   (`harness::teardown`);
-//! - `run`: running each family's configurations (memvisor or QEMU child processes,
-//!   `memvisor host`);
-//! - `report`: what every report shares: `results.csv`'s one quoting rule (`report::csv`), the
-//!   numbers (`report::numbers`), drawing a figure (`report::figure`), writing the outputs;
-//! - `output`: each family's `results.csv`, `report.md` and figures;
-//! - `drive`: each family of experiments from its flags to its outputs;
-//! - `families`: the families moved to one folder each (plan, runs, report), run by the one
-//!   driver `harness::drive` through the `harness::Family` trait.
+//! - `args`: the flags and the outcome, a leaf;
+//! - `harness` and `report`: what every family shares to run and to report;
+//! - `families`: one folder per family of experiments, each a [`harness::Family`] that the one
+//!   driver, `harness::drive`, runs;
+//! - this file, which hands `memvisor bench` to `families::run`.
+//!
+//! | Folder / file | What it holds |
+//! |---|---|
+//! | `args.rs` | `memvisor bench`'s flags ([`BenchArgs`], `Scale`) and how it ended ([`Outcome`]) |
+//! | `progress.rs` | progress bars drawn only when a person watches |
+//! | `harness/mod.rs` | the `Family` trait and the one driver: checks every family shares, output directory, signals, teardown, exit |
+//! | `harness/child.rs` | child processes: spawning a VMM with its console teed to a log, exit, CPU time |
+//! | `harness/guest.rs` | the guest's `RESULT` lines and the VMM's final stats file |
+//! | `harness/qmp.rs` | the one QMP client (QEMU's balloon) |
+//! | `harness/setup.rs` | host set-up: the bench lock, `mkdisk`, host swap, QEMU's overhead |
+//! | `harness/order.rs` | the order configurations run in, per repetition |
+//! | `harness/readings.rs` | the host's `/proc` and cgroup readings, and the run's environment |
+//! | `harness/teardown.rs` | undoing what a bench did, also on Ctrl-C, SIGTERM or an error |
+//! | `report/mod.rs` | the environment section, and writing `results.csv`, the figure and `report.md` |
+//! | `report/csv.rs` | the one CSV quoting rule |
+//! | `report/figure.rs` | the font, one figure drawn to SVG and PNG, the legend's style |
+//! | `report/numbers.rs` | MiB, mean, median, spread |
+//! | `families/mod.rs` | the list of families: an experiment's name to its family's driver |
+//! | `families/phases/` | `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
+//! | `families/host/` | `shares`, `idletax` on `memvisor host`: `experiment`, `run`, `summary`, `report`, `figure` |
+//! | `families/consolidate/` | `consolidate`, `balance`: many VMs under `memvisor host` and on QEMU |
+//! | `families/swapin/` | `swapin`: bringing swapped memory back |
+//! | `families/reclaimdelay/` | `reclaimdelay`: taking pages from victim VMs |
+//! | `families/dwell/` | `dwell`: how long released pages stay out |
+//! | `families/sharing/` | `sharing`, `zeroboot`: page sharing through KSM |
+//!
+//! Each family folder has the same files: `mod.rs` (its `Family`: flags to plan),
+//! `experiment.rs` (its sizes and plan, as data), `run.rs` (its runs), `report.rs` (its
+//! `results.csv`, `report.md` and figure). Adding a family is adding a folder and its line in
+//! `families/mod.rs`.
 //!
 //! How a benchmark goes:
 //! 1. Check the input (experiment, configurations, repetitions, output directory): bad input is
@@ -29,51 +51,19 @@
 //!    passed to QEMU runs for their cgroup limit).
 //! 4. Run repetition by repetition, each repetition running every configuration once (in an
 //!    order that changes per repetition, `harness::order`), so drift and what one run leaves the
-//!    next hit all configurations alike (`harness::order`, `harness::vm`).
-//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (`output::report`, `output::plot`;
-//!    for the time series of `workingset`, `output::workingset`; for the throughput over time of
-//!    `recovery`, `output::recovery`).
+//!    next hit all configurations alike.
+//! 5. Write `results.csv`, `report.md` and `<experiment>.svg` (each family's `report`).
 //! 6. Tear down (`harness::teardown`) — also on Ctrl-C, SIGTERM, a crashed guest or an error.
 
 mod args;
-mod configs;
-mod drive;
-mod experiments;
 mod families;
 mod harness;
-mod output;
 pub mod progress;
 mod report;
-mod run;
 
 pub use args::{BenchArgs, Outcome};
 
 /// `memvisor bench`: the experiment named in `args`, run from its flags to its outputs.
 pub fn run(args: BenchArgs) -> Outcome {
-    match args.experiment.as_str() {
-        "consolidate" => harness::drive(
-            &families::consolidate::Consolidate { balance: false },
-            &args,
-        ),
-        "balance" => harness::drive(&families::consolidate::Consolidate { balance: true }, &args),
-        "swapin" => harness::drive(&families::swapin::Swapin, &args),
-        "reclaimdelay" => harness::drive(&families::reclaimdelay::ReclaimDelay, &args),
-        "dwell" => harness::drive(&families::dwell::Dwell, &args),
-        "sharing" => harness::drive(
-            &families::sharing::Sharing {
-                experiment: "sharing",
-            },
-            &args,
-        ),
-        "zeroboot" => harness::drive(
-            &families::sharing::Sharing {
-                experiment: "zeroboot",
-            },
-            &args,
-        ),
-        name if families::host::NAMES.contains(&name) => {
-            harness::drive(&families::host::Host, &args)
-        }
-        _ => drive::phases::run(&args),
-    }
+    families::run(&args)
 }

@@ -7,9 +7,12 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::harness::teardown;
+
+/// How often a running VM is sampled.
+pub const TICK: Duration = Duration::from_millis(50);
 
 /// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,
 /// `TMPDIR` the run's `work` directory (the pager's unnamed swap file lands on the disk under

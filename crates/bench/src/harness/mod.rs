@@ -1,16 +1,15 @@
 //! What every family of experiments shares to run: the one driver ([`drive`]) every
 //! [`Family`] goes through (the shared checks, the output directory, teardown and interrupts,
-//! the exit), child processes (`child`), the one QMP client (`qmp`), running
-//! and watching one VM (`vm`), the host set-up runs share (`setup`), the run order (`order`),
+//! the exit), child processes (`child`), the one QMP client (`qmp`), the host set-up runs share (`setup`), the run order (`order`),
 //! the host's `/proc` and cgroup readings (`readings`) and undoing it all (`teardown`).
 
 pub mod child;
+pub mod guest;
 pub mod order;
 pub mod qmp;
 pub mod readings;
 pub mod setup;
 pub mod teardown;
-pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -103,7 +102,7 @@ pub fn timeout(args: &BenchArgs) -> Result<Duration, String> {
 /// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its
 /// partial results written), the failure's status with its message, or success with where
 /// the report is.
-pub fn finished(name: &str, out: &Path, outcome: Result<(), String>) -> Outcome {
+fn finished(name: &str, out: &Path, outcome: Result<(), String>) -> Outcome {
     match outcome {
         Ok(()) if teardown::interrupted() => {
             eprintln!("memvisor bench: interrupted; partial results written, host cleaned up");
@@ -126,7 +125,7 @@ pub fn finished(name: &str, out: &Path, outcome: Result<(), String>) -> Outcome 
 /// The memvisor binary every run starts as a child process (`memvisor run`, `memvisor host`,
 /// `memvisor mkdisk`): the executable that called [`crate::run`], that is `memvisor bench`
 /// itself, so a benchmark measures the build it came with.
-pub fn memvisor_exe() -> Result<PathBuf, String> {
+fn memvisor_exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
 }
 
@@ -134,7 +133,7 @@ pub fn memvisor_exe() -> Result<PathBuf, String> {
 /// one line of bad input when it is not. Absolute because the runs hand paths under it to
 /// children that resolve a relative path from elsewhere (`memvisor host` from its config's
 /// directory).
-pub fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
+fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
     let given = args
         .out
         .clone()

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::args::BenchArgs;
+use crate::harness::child::TICK;
 use crate::harness::child::{exit_text, exited};
-use crate::harness::vm::TICK;
 use crate::harness::{readings, teardown};
 
 /// Takes the host for this bench: the lock no other bench may hold meanwhile (held until the

@@ -17,7 +17,7 @@ use super::experiment::{
     ConsolidatePlan, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL,
     MEM, RUN_TIMEOUT,
 };
-use crate::harness::vm::read_final_stats;
+use crate::harness::guest::read_final_stats;
 use crate::harness::{readings, Bench};
 
 /// Between two looks at the VMs.

@@ -158,7 +158,7 @@ fn follow(
                 if l.contains("seqread: file ") {
                     next.get_or_insert_with(|| Instant::now() + z.start_after);
                 }
-                if let Some((phase, ms, ok)) = crate::harness::vm::parse_result(&l) {
+                if let Some((phase, ms, ok)) = crate::harness::guest::parse_result(&l) {
                     if phase.starts_with("pass") {
                         p.pass_ms.push(ms.unwrap_or(0.0));
                     } else if phase == "done" {

@@ -463,7 +463,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::Scale;
+    use crate::args::Scale;
     use crate::families::reclaimdelay::experiment::{method, state, Sizes};
 
     fn pt(m: &'static str, st: &'static str, n: u32, pages: u64, ms: f64) -> Reclaim {

@@ -136,7 +136,7 @@ impl Victim {
                 .recv_timeout(left.min(Duration::from_millis(200)))
             {
                 Ok(ConsoleEvent::Line(l, _)) => {
-                    if let Some((phase, _, ok)) = crate::harness::vm::parse_result(&l) {
+                    if let Some((phase, _, ok)) = crate::harness::guest::parse_result(&l) {
                         if phase == "pass1" {
                             return Ok(());
                         }

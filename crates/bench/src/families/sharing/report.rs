@@ -505,7 +505,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::experiments::Scale;
+    use crate::args::Scale;
     use crate::families::sharing::experiment::{modes, Census, Sizes};
     use crate::families::sharing::run::{ProbeRound, Sample};
 

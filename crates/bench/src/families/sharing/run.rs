@@ -28,7 +28,7 @@ use memvisor_host::ksm::Ksm;
 
 use super::experiment::{Census, Mode, SharingPlan};
 use crate::harness::child::{spawn_logged, ConsoleEvent};
-use crate::harness::vm::read_final_stats;
+use crate::harness::guest::read_final_stats;
 use crate::harness::{readings, teardown, Bench};
 
 /// One reading of the VMs' page maps.

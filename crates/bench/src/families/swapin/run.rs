@@ -107,7 +107,7 @@ impl SwapinRun {
 
 /// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
 pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
-    let (p, ms, _) = crate::harness::vm::parse_result(line)?;
+    let (p, ms, _) = crate::harness::guest::parse_result(line)?;
     if p == phase {
         ms
     } else {

@@ -5,9 +5,9 @@
 use crate::report::numbers::{summary, MIB};
 use std::fmt::Write as _;
 
-use crate::configs::Config;
-use crate::experiments::{Experiment, Step};
-use crate::harness::vm::{Phase, RunResult, Status};
+use crate::families::phases::configs::Config;
+use crate::families::phases::experiment::{Experiment, Step};
+use crate::families::phases::vm::result::{Phase, RunResult, Status};
 use crate::report::csv;
 
 /// One run of one configuration.
@@ -405,7 +405,7 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
                     .configs
                     .iter()
                     .any(|o| o.without_balloon().is_some_and(|t| t.name == c.name)))
-                && c.hv == crate::configs::Hv::Memvisor
+                && c.hv == crate::families::phases::configs::Hv::Memvisor
         })
         .collect();
     if shown.is_empty() {
@@ -489,7 +489,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .collect();
             summary(&mut v).map_or("-".into(), |x| mib(x.0))
         };
-        let pager = |f: &dyn Fn(&crate::harness::vm::PagerCounters) -> u64| {
+        let pager = |f: &dyn Fn(&crate::families::phases::vm::result::PagerCounters) -> u64| {
             let mut v: Vec<f64> = records
                 .iter()
                 .filter(|r| r.step == si && r.config.name == c.name)
@@ -506,7 +506,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                     r.result
                         .final_stats
                         .as_ref()
-                        .and_then(crate::harness::vm::fault_latency)
+                        .and_then(crate::families::phases::vm::result::fault_latency)
                 })
                 .collect();
             let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
@@ -682,7 +682,7 @@ mod tests {
     fn run(config: &str, rep: u32, guest_ms: f64, cpu_ms: f64) -> Record {
         Record {
             step: 0,
-            config: crate::configs::find(config).unwrap(),
+            config: crate::families::phases::configs::find(config).unwrap(),
             rep,
             result: RunResult {
                 status: Status::Ok,
@@ -728,10 +728,10 @@ mod tests {
         let mut v = pair_ratios(&records, 0, "memvisor-nolimit-fpr", "memvisor", time);
         assert_eq!(summary(&mut v), Some((1.05, 1.0, 1.1, 2)));
         assert!(pair_ratios(&records, 0, "memvisor-nolimit-fpr", "qemu", time).is_empty());
-        let exp = crate::experiments::find("overhead", crate::experiments::Scale::Tiny).unwrap();
+        let exp = crate::families::phases::find("overhead", crate::args::Scale::Tiny).unwrap();
         let configs: Vec<&'static Config> = ["memvisor", "memvisor-nolimit-fpr"]
             .iter()
-            .map(|n| crate::configs::find(n).unwrap())
+            .map(|n| crate::families::phases::configs::find(n).unwrap())
             .collect();
         let meta = Meta {
             experiment: &exp,

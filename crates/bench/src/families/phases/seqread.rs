@@ -1,7 +1,8 @@
 //! `memvisor bench seqread`: VSwapper §3.1, Fig. 9: the guest believes it has 512 MB, has 100 MB,
 //! and reads a 200 MB file sequentially 8 times.
 
-use super::{mib, phases, DataDisk, Experiment, Kind, Scale, Step, LIMITED};
+use super::experiment::{mib, phases, DataDisk, Experiment, Measure, Step, LIMITED};
+use crate::args::Scale;
 
 /// `memvisor bench seqread` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -29,6 +30,6 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: LIMITED,
         reference: "qemu",
-        kind: Kind::Phases,
+        kind: Measure::Phases,
     }
 }

@@ -3,7 +3,8 @@
 //! the host) and rounds 2 and 3 allocate over them, as the paper's process does after the Sysbench
 //! run.
 
-use super::{mib, phases, Experiment, Kind, Scale, Step, LIMITED};
+use super::experiment::{mib, phases, Experiment, Measure, Step, LIMITED};
+use crate::args::Scale;
 
 /// `memvisor bench alloc` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -27,6 +28,6 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: LIMITED,
         reference: "qemu",
-        kind: Kind::Phases,
+        kind: Measure::Phases,
     }
 }

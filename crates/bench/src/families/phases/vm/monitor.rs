@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::{VmClient, VmStats};
 
-use super::{
-    api_stats, api_vm_stats, give_back, parse_result, PagerCounters, Phase, Released, RunResult,
-    RunSpec, StatsSample, Status, TICK,
-};
-use crate::configs::{Hv, Limit};
-use crate::experiments::Series;
-use crate::harness::child::{exit_text, exited, ConsoleEvent};
+use super::control::{api_stats, api_vm_stats, give_back, RunSpec};
+use super::result::{PagerCounters, Phase, Released, RunResult, StatsSample, Status};
+use crate::families::phases::configs::{Hv, Limit};
+use crate::families::phases::experiment::Series;
+use crate::harness::child::{exit_text, exited, ConsoleEvent, TICK};
+use crate::harness::guest::parse_result;
 use crate::harness::readings::{self, CgroupState, ProcIo, Vmstat};
 use crate::harness::{qmp, teardown};
 

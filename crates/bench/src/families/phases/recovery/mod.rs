@@ -3,9 +3,12 @@
 //! given back 20 s later. The store fits under the limit alone, not with the hog; given back, the
 //! limit is the guest's size, so everything fits.
 
+pub mod report;
+
 use std::time::Duration;
 
-use super::{mib, Experiment, Kind, Release, Scale, Step};
+use crate::args::Scale;
+use crate::families::phases::experiment::{mib, Experiment, Measure, Release, Step};
 
 /// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
 /// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
@@ -46,7 +49,7 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: CONFIGS,
         reference: "memvisor-pager",
-        kind: Kind::Release(Release {
+        kind: Measure::Release(Release {
             after_phase: "load",
             at: Duration::from_secs(at),
             hog_at: Duration::from_secs(hog_at),

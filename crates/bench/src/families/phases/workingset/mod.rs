@@ -4,9 +4,12 @@
 //! The steps: first a step up onto memory the guest never touched, then down, then up again onto
 //! memory already resident, then down again after a shorter busy spell.
 
+pub mod report;
+
 use std::time::Duration;
 
-use super::{mib, phases, Experiment, Kind, Scale, Series, Step};
+use crate::args::Scale;
+use crate::families::phases::experiment::{mib, phases, Experiment, Measure, Series, Step};
 
 /// `memvisor bench workingset` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -43,7 +46,7 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: &["memvisor-pager"],
         reference: "memvisor-pager",
-        kind: Kind::Series(Series {
+        kind: Measure::Series(Series {
             every,
             schedule,
             sample_pages: pages,

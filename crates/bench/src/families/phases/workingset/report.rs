@@ -17,9 +17,9 @@ use std::path::Path;
 use memvisor_api::ActiveMemory;
 use plotters::prelude::*;
 
-use crate::experiments::Series;
-use crate::harness::vm::{RunResult, StatsSample, Status};
-use crate::output::report::{Meta, Record};
+use crate::families::phases::experiment::Series;
+use crate::families::phases::report::{Meta, Record};
+use crate::families::phases::vm::result::{RunResult, StatsSample, Status};
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;
@@ -252,7 +252,7 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
     against_esx(&mut s, series, &ups, &downs);
     runs_table(&mut s, records);
     s.push('\n');
-    crate::output::report::write_setup(&mut s, meta, &[]);
+    crate::families::phases::report::write_setup(&mut s, meta, &[]);
     s
 }
 /// How the estimate followed each step of each run; returns when each step up and each step
@@ -589,7 +589,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::vm::Phase;
+    use crate::families::phases::vm::result::Phase;
 
     fn phase(name: &str, at_ms: f64, guest_ms: Option<f64>) -> Phase {
         Phase {

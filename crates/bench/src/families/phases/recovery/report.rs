@@ -25,10 +25,10 @@ use std::path::Path;
 use memvisor_api::VmStats;
 use plotters::prelude::*;
 
-use crate::configs::{Config, Hv};
-use crate::experiments::{Experiment, Release};
-use crate::harness::vm::Status;
-use crate::output::report::{Meta, Record};
+use crate::families::phases::configs::{Config, Hv};
+use crate::families::phases::experiment::{Experiment, Release};
+use crate::families::phases::report::{Meta, Record};
+use crate::families::phases::vm::result::Status;
 use crate::report::csv;
 use crate::report::numbers::summary;
 
@@ -466,7 +466,7 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
     pager_section(&mut s, release, runs);
     runs_table(&mut s, runs);
     s.push('\n');
-    crate::output::report::write_setup(&mut s, meta, &[]);
+    crate::families::phases::report::write_setup(&mut s, meta, &[]);
     s
 }
 /// The recovery table: per configuration, the throughput before the hog, the dip, the time to

@@ -3,7 +3,8 @@
 //! `memvisor host` runs); each hypervisor with and without a balloon device that is never
 //! inflated (statistics, deflate-on-OOM, free page reporting), so the balloon's own cost shows.
 
-use super::{mib, DataDisk, Experiment, Kind, Scale, Step};
+use super::experiment::{mib, DataDisk, Experiment, Measure, Step};
+use crate::args::Scale;
 
 /// `memvisor bench overhead` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -81,6 +82,6 @@ pub fn experiment(scale: Scale) -> Experiment {
             "memvisor-nolimit-hd2",
         ],
         reference: "qemu",
-        kind: Kind::Phases,
+        kind: Measure::Phases,
     }
 }

@@ -3,7 +3,8 @@
 //! (SPECjbb's part) pushes the guest to swap its coldest pages, the hog's, to its own swap disk:
 //! each such write needs pages the host swapped (double paging). Pauses are the collections'.
 
-use super::{mib, Experiment, Kind, Scale, Step};
+use super::experiment::{mib, Experiment, Measure, Step};
+use crate::args::Scale;
 
 /// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
 /// with Tesseract's indirections.
@@ -48,6 +49,6 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: CONFIGS,
         reference: "qemu-hostswap",
-        kind: Kind::Phases,
+        kind: Measure::Phases,
     }
 }

@@ -8,9 +8,9 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::configs::Config;
-use crate::experiments::Experiment;
-use crate::output::report::{phase_ms, swap_written, values, Record};
+use crate::families::phases::configs::Config;
+use crate::families::phases::experiment::Experiment;
+use crate::families::phases::report::{phase_ms, swap_written, values, Record};
 use crate::report::numbers::summary;
 
 /// One colour per configuration for the longest list (the 13 of `seqread` and `alloc`), so no
@@ -42,7 +42,7 @@ fn series(
     configs: &[&'static Config],
     records: &[Record],
     step: usize,
-    f: &dyn Fn(&crate::harness::vm::Phase) -> f64,
+    f: &dyn Fn(&crate::families::phases::vm::result::Phase) -> f64,
 ) -> Series {
     configs
         .iter()
@@ -64,7 +64,7 @@ fn series(
                 .collect();
             let ok = runs
                 .iter()
-                .filter(|r| r.result.status == crate::harness::vm::Status::Ok)
+                .filter(|r| r.result.status == crate::families::phases::vm::result::Status::Ok)
                 .count();
             let name = if ok == runs.len() {
                 c.name.to_owned()
@@ -230,7 +230,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::{find, Scale, NAMES};
+    use crate::args::Scale;
+    use crate::families::phases::{find, NAMES};
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {

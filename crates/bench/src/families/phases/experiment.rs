@@ -1,0 +1,161 @@
+//! What an experiment of phases is, as data: which guest kit workloads, on what memory, disk
+//! and limit, under which configurations, which configuration the others are compared with,
+//! and what is measured ([`Measure`]: the phases, a time series, or a release). The
+//! experiments themselves are `seqread`, `alloc`, `overhead`, `doublepaging`, `workingset` and
+//! `recovery`.
+
+use std::time::Duration;
+
+/// A data disk made with `memvisor mkdisk data`.
+#[derive(Clone, Debug)]
+pub struct DataDisk {
+    /// Disk size in MiB.
+    pub size_mb: u64,
+    /// `--files` of mkdisk, e.g. `seq:200M`.
+    pub files: String,
+    /// The guest writes to it: each run gets a fresh copy; otherwise one image read-only for all.
+    pub writable: bool,
+}
+
+/// One boot of the guest per configuration and repetition.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub workload: &'static str,
+    pub cmdline: String,
+    /// The guest's `RESULT` phases this step reports, in order.
+    pub phases: Vec<String>,
+    pub disk: Option<DataDisk>,
+    /// A fresh swap disk for the guest kit per run (MiB; `id=swap`), where the guest swaps as
+    /// Linux would to its own disk.
+    pub guest_swap_mb: Option<u64>,
+}
+
+/// An experiment of `memvisor bench`.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    pub name: &'static str,
+    /// What it reproduces, for the report.
+    pub about: &'static str,
+    /// Guest RAM in bytes.
+    pub mem: u64,
+    /// Guest RAM the host may keep resident, for configurations with a limit.
+    pub limit: Option<u64>,
+    pub steps: Vec<Step>,
+    /// Configurations run when `--configs` is not given.
+    pub configs: &'static [&'static str],
+    /// The configuration every ratio is taken against.
+    pub reference: &'static str,
+    /// What is measured, and so how runs are driven and reported.
+    pub kind: Measure,
+}
+
+/// The kinds of experiment `memvisor bench` runs on memvisor and QEMU (the host experiments,
+/// `consolidate` and `swapin` have their own runs).
+#[derive(Clone, Debug)]
+pub enum Measure {
+    /// The time of each of the guest's `RESULT` phases, with the host's counters per phase,
+    /// compared against a reference configuration.
+    Phases,
+    /// Measured over time through the VM's API instead of per phase (`workingset`).
+    Series(Series),
+    /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
+    Release(Release),
+}
+
+impl Measure {
+    /// The time series polled from the VM's API, for [`Measure::Series`].
+    pub fn series(&self) -> Option<&Series> {
+        match self {
+            Measure::Series(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// When and how memory is given back, for [`Measure::Release`].
+    pub fn release(&self) -> Option<&Release> {
+        match self {
+            Measure::Release(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// An experiment whose result is the guest's throughput second by second (`kv`'s `t=Ns
+/// ops_s=N` lines) while a hog inside the guest pushes it past its limit and the harness then
+/// gives the VM its memory back (MemFlex §4.1, Fig. 5).
+#[derive(Clone, Debug)]
+pub struct Release {
+    /// The guest phase whose `RESULT` line starts the clock: the run phase starts right after it.
+    pub after_phase: &'static str,
+    /// When the harness gives the memory back, on that clock.
+    pub at: Duration,
+    /// When the hog starts (the guest's `hog_at`), on the same clock.
+    pub hog_at: Duration,
+    /// How often the harness asks memvisor's API for `GET /stats` (the pager's census and the
+    /// pool's counters over time).
+    pub every: Duration,
+}
+
+/// An experiment whose result is a time series of the VM's `GET /stats`: one VM runs the
+/// `toucher` workload along a schedule while the harness polls its API socket.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// How often the harness asks for `GET /stats`.
+    pub every: Duration,
+    /// The toucher's schedule: working-set MiB and seconds, step by step.
+    pub schedule: Vec<(u64, u64)>,
+    /// Pages sampled per period (`--sample-pages`).
+    pub sample_pages: u32,
+    /// The sampling period (`--sample-period`).
+    pub sample_period: Duration,
+}
+
+impl Series {
+    /// The `memvisor run` flags that set the sampling.
+    pub fn run_flags(&self) -> Vec<String> {
+        vec![
+            "--sample-pages".into(),
+            self.sample_pages.to_string(),
+            "--sample-period".into(),
+            format!("{}", self.sample_period.as_secs_f64()),
+        ]
+    }
+}
+
+impl Experiment {
+    /// Repetitions when `--reps` is not given: one for a time series (a run takes minutes and
+    /// is one curve), three otherwise (medians need more than one).
+    pub fn default_reps(&self) -> u32 {
+        match self.kind {
+            Measure::Series(_) => 1,
+            Measure::Release(_) => 2,
+            Measure::Phases => 3,
+        }
+    }
+}
+
+pub const LIMITED: &[&str] = &[
+    "qemu",
+    "qemu-hostswap",
+    "qemu-balloon",
+    "memvisor",
+    "memvisor-hostswap",
+    "memvisor-baseline",
+    "memvisor-pager",
+    "memvisor-balloon",
+    "memvisor-mapper",
+    "memvisor-vswapper",
+    "memvisor-vswapper-always",
+    "memvisor-fpr",
+    "memvisor-vswapper-fpr",
+    "memvisor-vswapper-balloon",
+];
+
+/// `n` MiB in bytes.
+pub fn mib(n: u64) -> u64 {
+    n << 20
+}
+
+pub fn phases(prefix: &str, n: u64) -> Vec<String> {
+    (1..=n).map(|i| format!("{prefix}{i}")).collect()
+}

@@ -1,0 +1,276 @@
+//! `memvisor bench seqread|alloc|overhead|workingset|recovery|doublepaging`: the experiments
+//! of phases, as data (`experiment`, one file each), on memvisor and QEMU configurations
+//! (`configs`): every configuration run repetition by repetition on the same guest kit ELF,
+//! disks and memory sizes (`run`, one VM at a time through `vm`), then `results.csv`,
+//! `report.md` and the figure: the phases (`report`, `figure`), a time series (`workingset`)
+//! or a release (`recovery`).
+
+mod alloc;
+pub mod configs;
+mod doublepaging;
+pub mod experiment;
+pub mod figure;
+mod overhead;
+pub mod recovery;
+pub mod report;
+pub mod run;
+mod seqread;
+pub mod vm;
+pub mod workingset;
+
+use crate::args::{BenchArgs, Scale};
+use crate::harness::{timeout, Bench, Family};
+use configs::{Config, Limit};
+use experiment::{Experiment, Measure};
+use run::PhasesPlan;
+
+/// Names of the experiments, for error messages.
+pub const NAMES: &[&str] = &[
+    "seqread",
+    "alloc",
+    "overhead",
+    "workingset",
+    "recovery",
+    "doublepaging",
+];
+
+/// The experiment called `name` at `scale`.
+pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
+    Some(match name {
+        "seqread" => seqread::experiment(scale),
+        "alloc" => alloc::experiment(scale),
+        "overhead" => overhead::experiment(scale),
+        "workingset" => workingset::experiment(scale),
+        "recovery" => recovery::experiment(scale),
+        "doublepaging" => doublepaging::experiment(scale),
+        _ => return None,
+    })
+}
+
+/// `memvisor bench` for the experiments of [`find`].
+pub struct Phases;
+
+impl Family for Phases {
+    type Plan = PhasesPlan;
+
+    /// The experiment, repetitions, configurations and reference the flags ask for, checked in
+    /// that order.
+    fn plan(&self, a: &BenchArgs) -> Result<PhasesPlan, String> {
+        let exp = find(&a.experiment, a.scale)
+            .ok_or_else(|| format!("unknown experiment '{}'", a.experiment))?;
+        let reps = a.reps.unwrap_or_else(|| exp.default_reps());
+        let configs = configs_of(a, &exp)?;
+        check_measure(a, &exp, &configs)?;
+        let reference = reference_of(a, &exp, &configs)?;
+        timeout(a)?;
+        Ok(PhasesPlan {
+            exp,
+            reps,
+            configs,
+            reference,
+        })
+    }
+
+    fn run(&self, args: &BenchArgs, bench: &Bench, plan: PhasesPlan) -> Result<(), String> {
+        run::run(args, bench, &plan)
+    }
+}
+
+/// The configurations of `--configs`, or the experiment's; each once, in the order given.
+fn configs_of(a: &BenchArgs, exp: &Experiment) -> Result<Vec<&'static Config>, String> {
+    let names: Vec<String> = if a.configs.is_empty() {
+        exp.configs.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        a.configs.clone()
+    };
+    let mut configs = Vec::new();
+    for n in &names {
+        let c = configs::find(n.trim()).ok_or_else(|| {
+            format!(
+                "unknown configuration '{n}'; known: {}",
+                configs::CONFIGS
+                    .iter()
+                    .map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+        if !configs.iter().any(|x: &&Config| x.name == c.name) {
+            configs.push(c);
+        }
+    }
+    Ok(configs)
+}
+
+/// What the kind of experiment asks of the configurations and flags.
+fn check_measure(
+    a: &BenchArgs,
+    exp: &Experiment,
+    configs: &[&'static Config],
+) -> Result<(), String> {
+    if let Measure::Series(_) = exp.kind {
+        // The working-set estimate is the pager's: only configurations where it holds guest RAM
+        // have one, and nothing is compared, so there is no reference.
+        if let Some(c) = configs.iter().find(|c| !c.pager_holds_ram()) {
+            return Err(format!(
+                "{} measures memvisor's working-set estimate, which only its pager makes; '{}' has none (QEMU has no estimator); give configurations where memvisor's pager holds guest RAM: {}",
+                exp.name,
+                c.name,
+                configs::CONFIGS
+                    .iter()
+                    .filter(|c| c.pager_holds_ram())
+                    .map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if let Some(r) = &a.reference {
+            return Err(format!(
+                "--reference {r}: {} compares no configurations (no ratios); leave it out",
+                exp.name
+            ));
+        }
+    }
+    if let Measure::Release(_) = exp.kind {
+        // Memory is given back by raising a limit: a configuration without one has nothing
+        // to give back.
+        if let Some(c) = configs.iter().find(|c| c.limit == Limit::None) {
+            return Err(format!(
+                "{} gives memory back by raising the VM's limit; '{}' has no limit; give configurations with one, e.g. {}",
+                exp.name,
+                c.name,
+                recovery::CONFIGS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The configuration ratios are taken against: `--reference`, or the experiment's; for a time
+/// series (and a release whose reference is not run) the first configuration.
+fn reference_of(
+    a: &BenchArgs,
+    exp: &Experiment,
+    configs: &[&'static Config],
+) -> Result<&'static str, String> {
+    let default_missing = !configs.iter().any(|c| c.name == exp.reference);
+    let want = match (&a.reference, configs.first()) {
+        (None, Some(c))
+            if match exp.kind {
+                Measure::Series(_) => true,
+                Measure::Release(_) => default_missing,
+                Measure::Phases => false,
+            } =>
+        {
+            c.name
+        }
+        _ => a.reference.as_deref().unwrap_or(exp.reference),
+    };
+    configs
+        .iter()
+        .find(|c| c.name == want)
+        .map(|c| c.name)
+        .ok_or_else(|| {
+            format!(
+                "the reference configuration '{want}' is not among those run; add it to --configs or pick --reference"
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use experiment::phases;
+    use std::time::Duration;
+
+    #[test]
+    fn every_experiment_names_known_configurations() {
+        for name in NAMES {
+            for scale in [Scale::Full, Scale::Tiny] {
+                let e = find(name, scale).unwrap();
+                assert!(e.configs.contains(&e.reference));
+                for c in e.configs {
+                    assert!(configs::find(c).is_some(), "{c}");
+                }
+                assert!(e.steps.iter().all(|s| !s.phases.is_empty()));
+            }
+        }
+        assert!(find("nope", Scale::Full).is_none());
+        let s = find("seqread", Scale::Full).unwrap();
+        assert_eq!((s.mem, s.limit), (512 << 20, Some(100 << 20)));
+        assert_eq!(s.steps[0].phases.len(), 8);
+        let o = find("overhead", Scale::Full).unwrap();
+        let w: Vec<_> = o.steps.iter().map(|s| s.workload).collect();
+        assert_eq!(w, ["compile", "kv", "gcchurn", "mapreduce"]);
+        assert_eq!(o.limit, Some(o.mem));
+        // Each hypervisor with and without a balloon device, standalone and on the pager.
+        for c in o.configs {
+            let c = configs::find(c).unwrap();
+            let twin = c.without_balloon().map(|t| t.name);
+            assert!(!c.balloon, "{}: never inflated", c.name);
+            assert!(
+                !c.balloon_device() || twin.is_some_and(|t| o.configs.contains(&t)),
+                "{}",
+                c.name
+            );
+        }
+        for c in ["qemu-fpr", "memvisor-nolimit-fpr", "memvisor-fpr"] {
+            assert!(o.configs.contains(&c), "{c}");
+        }
+        // mapreduce reads the file mkdisk wrote, and the disk has room for it.
+        let m = &o.steps[3];
+        let d = m.disk.as_ref().unwrap();
+        assert!(m.cmdline.contains("input=src input_mb=128") && d.files == "src:128M");
+        assert!(!d.writable && d.size_mb > 128);
+        // VSwapper's experiments also run the cooperative path (free page reporting).
+        for name in ["seqread", "alloc"] {
+            let e = find(name, Scale::Full).unwrap();
+            assert!(e.configs.contains(&"memvisor-fpr"), "{name}");
+            assert!(e.configs.contains(&"memvisor-vswapper-fpr"), "{name}");
+        }
+        // Tesseract's runs the pager without and with its indirections, on a guest that swaps
+        // to its own disk.
+        let d = find("doublepaging", Scale::Full).unwrap();
+        assert!(d.configs.contains(&"memvisor-pager") && d.configs.contains(&"memvisor-tesseract"));
+        assert!(d.steps[0].guest_swap_mb.is_some() && d.steps[0].cmdline.contains("hog_mb="));
+    }
+
+    /// `workingset` (ESX Fig. 6): the toucher's schedule goes up and down, every step lasts
+    /// several sampling periods, the pager holds guest RAM without pressure, and the guest is
+    /// told the same schedule the report measures against.
+    #[test]
+    fn workingset_steps_last_several_sampling_periods() {
+        for scale in [Scale::Full, Scale::Tiny] {
+            let e = find("workingset", scale).unwrap();
+            let s = e.kind.series().expect("a time series");
+            assert_eq!(e.limit, Some(e.mem), "{scale:?}");
+            assert_eq!(e.configs, &["memvisor-pager"][..]);
+            assert_eq!(e.default_reps(), 1);
+            let step = &e.steps[0];
+            assert_eq!((e.steps.len(), step.workload), (1, "toucher"));
+            let spec: Vec<String> = s.schedule.iter().map(|(m, t)| format!("{m}:{t}")).collect();
+            assert_eq!(step.cmdline, format!("schedule={}", spec.join(",")));
+            assert_eq!(step.phases, phases("step", s.schedule.len() as u64));
+            let sizes: Vec<u64> = s.schedule.iter().map(|x| x.0).collect();
+            assert!(sizes.windows(2).any(|w| w[1] > w[0]), "a step up");
+            assert!(sizes.windows(2).any(|w| w[1] < w[0]), "a step down");
+            for &(mb, secs) in &s.schedule {
+                assert!(
+                    Duration::from_secs(secs) >= s.sample_period * 8,
+                    "{scale:?}"
+                );
+                assert!(
+                    mb << 20 <= e.mem / 2,
+                    "{scale:?}: {mb} MiB leaves the guest room"
+                );
+            }
+            assert!(s.every <= s.sample_period * 4);
+        }
+        let full = find("workingset", Scale::Full).unwrap();
+        assert_eq!(
+            full.kind.series().unwrap().run_flags(),
+            ["--sample-pages", "400", "--sample-period", "2"]
+        );
+        assert_eq!(find("seqread", Scale::Full).unwrap().default_reps(), 3);
+    }
+}

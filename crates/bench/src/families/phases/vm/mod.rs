@@ -1,0 +1,149 @@
+//! One run: `memvisor run` as a child process (the same binary), measured from the host while it
+//! runs. The guest's console is read line by line; at each `RESULT` line of a phase the host
+//! counters are read, so every phase gets its own deltas. Between lines the harness samples every
+//! [`TICK`](crate::harness::child::TICK): the hypervisor process's I/O and peak RSS, the run's memory cgroup, the host swap
+//! file's use, and moves the balloon once the VM answers on its socket. For a time-series
+//! experiment it also asks the VM's API for `GET /stats` every [`Series::every`](super::experiment::Series::every) and keeps the
+//! working-set estimate and page census of each answer. For an experiment that gives memory
+//! back ([`Release`]), it starts a clock at the guest's line that begins the measured phase,
+//! gives the VM its memory back when the clock reaches the release time (raising the pager's
+//! limit, the cgroup's limit, deflating the balloon), and keeps memvisor's `GET /stats` answers.
+
+pub mod control;
+mod monitor;
+pub mod result;
+
+use std::io::Read;
+use std::time::Instant;
+
+use crate::families::phases::configs::{Hv, Limit};
+use crate::harness::child::{children_cpu_ms, tee_console};
+use crate::harness::guest::read_final_stats;
+use crate::harness::readings::{self, ProcIo};
+use crate::harness::teardown;
+use control::{command, RunSpec};
+use monitor::{RunMonitor, Snap};
+use result::{PagerCounters, RunResult};
+
+/// Runs one VM and measures it. Errors only when the run cannot be started.
+pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
+    let c = spec.config;
+    let sock = spec.work.join(format!("{}.sock", c.name));
+    let _ = std::fs::remove_file(&sock);
+    let stats_path = spec.work.join(format!("{}.stats.json", c.name));
+    let _ = std::fs::remove_file(&stats_path);
+    let mut cmd = command(spec, &sock, &stats_path);
+    // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
+    // so counting lines would not do).
+    let dmesg_last = readings::dmesg().pop();
+    let s0 = Snap {
+        at: Instant::now(),
+        vm: readings::vmstat(),
+        io: ProcIo::default(),
+        pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
+    };
+    let cpu0 = children_cpu_ms();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", spec.exe.display()))?;
+    let pid = child.id();
+    teardown::track_pid(pid);
+    teardown::track_file(sock.clone());
+    let cgroup_dir = readings::run_cgroup(pid);
+    if c.limit == Limit::HostSwap {
+        teardown::track_cgroup(cgroup_dir.clone());
+    }
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (rx, out_thread) = tee_console(stdout, spec.log_prefix.with_extension("console"));
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    let mut w = RunMonitor::new(spec, &sock, pid, s0, &cgroup_dir);
+    w.follow(&rx);
+    let exit = child
+        .wait()
+        .map_err(|e| format!("cannot wait for run: {e}"))?;
+    let cpu_ms = match (cpu0, children_cpu_ms()) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    teardown::forget_pid(pid);
+    if let Some(h) = w.sm.hv_pid {
+        teardown::forget_pid(h);
+    }
+    let end = Snap {
+        at: Instant::now(),
+        vm: readings::vmstat(),
+        io: w.sm.last_io,
+        pager: None,
+    };
+    let _ = out_thread.join();
+    let stderr = err_thread.join().unwrap_or_default();
+    let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
+    if let Some(s) = readings::cgroup_state(&cgroup_dir) {
+        w.sm.cg = Some(s);
+    }
+    if c.limit == Limit::HostSwap {
+        // A killed `memvisor run` could not remove its cgroup.
+        let _ = teardown::remove_cgroup(&cgroup_dir);
+    }
+    let _ = std::fs::remove_file(&sock);
+    let final_stats = read_final_stats(&stats_path);
+    let _ = std::fs::remove_file(&stats_path);
+    let (status, reason) = w.verdict(exit, &stderr, dmesg_last.as_ref());
+    let mut r = w.result(status, reason, exit, &end, final_stats);
+    r.cpu_ms = cpu_ms;
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::guest::parse_result;
+    use memvisor_api::VmStats;
+    use result::fault_latency;
+
+    #[test]
+    fn parses_result_lines_and_the_pager_stats() {
+        assert_eq!(
+            parse_result("RESULT workload=seqread phase=pass2 ms=857.541 mb_s=244"),
+            Some(("pass2".into(), Some(857.541), None))
+        );
+        assert_eq!(
+            parse_result("RESULT workload=alloc phase=done ok=1 ms=5"),
+            Some(("done".into(), Some(5.0), Some("1".into())))
+        );
+        assert_eq!(parse_result("seqread: pass 1"), None);
+        let stats = VmStats {
+            pager: Some(memvisor_api::PagerStats {
+                counters: PagerCounters {
+                    swap_bytes_written: 7,
+                    faults_swap: 2,
+                    ..PagerCounters::default()
+                },
+                fault_latency: memvisor_api::LatencySummary {
+                    samples: 1,
+                    p50_us: 2,
+                    p99_us: 3,
+                    max_us: 4,
+                },
+                ..memvisor_api::PagerStats::default()
+            }),
+            ..VmStats::default()
+        };
+        let body = serde_json::to_string(&stats).unwrap();
+        assert_eq!(fault_latency(&stats), Some((2, 3)));
+        assert_eq!(fault_latency(&VmStats::default()), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, format!("{body}\n")).unwrap();
+        assert_eq!(read_final_stats(&path), Some(stats));
+        std::fs::write(&path, "pager: PagerSnapshot { .. }").unwrap();
+        assert_eq!(read_final_stats(&path), None);
+    }
+}
