@@ -1,9 +1,354 @@
-//! What every figure shares: the font, drawing one figure to SVG and PNG
-//! ([`svg_and_png`]), and the legend's style.
+//! Every figure of the bench: a [`Figure`] is a grid of [`Panel`]s, each a chart of [`Line`]s
+//! over linear or log axes, with labelled vertical marks and a legend, drawn once for SVG and
+//! PNG ([`svg_and_png`]) with the one font and legend style.
 
+use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+
+/// A figure: `panels` laid out `grid.0` rows by `grid.1` columns on `size` pixels.
+pub struct Figure {
+    pub size: (u32, u32),
+    pub grid: (usize, usize),
+    pub panels: Vec<Panel>,
+}
+
+/// One axis: its range, on a log scale or not.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Axis {
+    pub from: f64,
+    pub to: f64,
+    pub log: bool,
+}
+
+impl Axis {
+    pub fn linear(from: f64, to: f64) -> Axis {
+        Axis {
+            from,
+            to,
+            log: false,
+        }
+    }
+
+    pub fn log(from: f64, to: f64) -> Axis {
+        Axis {
+            from,
+            to,
+            log: true,
+        }
+    }
+}
+
+/// Where a panel's legend goes.
+#[derive(Clone, Copy)]
+pub enum Legend {
+    /// In a margin this wide, right of the chart, so it never hides a point.
+    Margin(i32),
+    /// Inside the chart, boxed, in a corner.
+    UpperLeft,
+    UpperRight,
+    LowerRight,
+    None,
+}
+
+impl Legend {
+    fn inside(self) -> Option<SeriesLabelPosition> {
+        match self {
+            Legend::UpperLeft => Some(SeriesLabelPosition::UpperLeft),
+            Legend::UpperRight => Some(SeriesLabelPosition::UpperRight),
+            Legend::LowerRight => Some(SeriesLabelPosition::LowerRight),
+            Legend::Margin(_) | Legend::None => None,
+        }
+    }
+}
+
+/// One chart.
+pub struct Panel {
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub x: Axis,
+    pub y: Axis,
+    pub lines: Vec<Line>,
+    /// Dashed vertical lines at x, with their labels.
+    pub marks: Vec<(f64, String)>,
+    pub legend: Legend,
+    /// Names of the whole x values 1, 2, …, for a categorical axis; empty for a numeric one.
+    pub x_names: Vec<String>,
+    /// Decimals of the y labels; `None`: plotters' own.
+    pub y_decimals: Option<usize>,
+    /// A line of text in the chart, e.g. why it has no lines.
+    pub note: Option<String>,
+}
+
+impl Panel {
+    /// A panel with a title, axis descriptions and ranges, and nothing drawn yet.
+    pub fn new(title: impl Into<String>, x_desc: &str, y_desc: &str, x: Axis, y: Axis) -> Panel {
+        Panel {
+            title: title.into(),
+            x_desc: x_desc.into(),
+            y_desc: y_desc.into(),
+            x,
+            y,
+            lines: Vec::new(),
+            marks: Vec::new(),
+            legend: Legend::None,
+            x_names: Vec::new(),
+            y_decimals: None,
+            note: None,
+        }
+    }
+}
+
+/// One line of a panel (or, with `width` 0, only its markers).
+#[derive(Clone)]
+pub struct Line {
+    /// Its legend entry; empty for none.
+    pub name: String,
+    pub color: RGBColor,
+    pub alpha: f64,
+    pub width: u32,
+    /// Dash and gap lengths of a dashed or dotted line; `None`: solid.
+    pub dash: Option<(u32, u32)>,
+    /// A filled circle at each point.
+    pub dots: bool,
+    pub points: Vec<(f64, f64)>,
+    /// Single measurements drawn as crosses beside the line.
+    pub crosses: Vec<(f64, f64)>,
+}
+
+impl Line {
+    /// A solid line without markers.
+    pub fn new(
+        name: impl Into<String>,
+        color: RGBColor,
+        width: u32,
+        points: Vec<(f64, f64)>,
+    ) -> Line {
+        Line {
+            name: name.into(),
+            color,
+            alpha: 1.0,
+            width,
+            dash: None,
+            dots: false,
+            points,
+            crosses: Vec::new(),
+        }
+    }
+
+    pub fn dashed(self) -> Line {
+        Line {
+            dash: Some((6, 4)),
+            ..self
+        }
+    }
+
+    pub fn dotted(self) -> Line {
+        Line {
+            dash: Some((1, 5)),
+            ..self
+        }
+    }
+
+    /// With a filled circle at each point.
+    pub fn marked(self) -> Line {
+        Line { dots: true, ..self }
+    }
+
+    fn style(&self) -> ShapeStyle {
+        self.color.mix(self.alpha).stroke_width(self.width.max(1))
+    }
+}
+
+impl Figure {
+    /// Draws the figure to `path` (SVG) and to the same name with `.png`.
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        svg_and_png!(path, self.size, |root| self.draw(root))
+    }
+
+    /// Draws the figure to `path` as SVG only.
+    pub fn write_svg(&self, path: &Path) -> Result<(), String> {
+        font()?;
+        let root = SVGBackend::new(path, self.size).into_drawing_area();
+        self.draw(&root)?;
+        root.present().map_err(|e| e.to_string())
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let areas = root.split_evenly(self.grid);
+        for (panel, area) in self.panels.iter().zip(&areas) {
+            panel.draw(area)?;
+        }
+        Ok(())
+    }
+}
+
+impl Panel {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        let mut builder = ChartBuilder::on(area);
+        builder
+            .caption(&self.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(80);
+        builder.margin_right(match self.legend {
+            Legend::Margin(w) => w,
+            _ => 30,
+        });
+        let (x, y) = (self.x, self.y);
+        let x_fmt = |v: &f64| {
+            let r = v.round();
+            if (v - r).abs() < 1e-6 && r >= 1.0 {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                self.x_names
+                    .get(r as usize - 1)
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        let y_fmt = |v: &f64| match self.y_decimals {
+            Some(d) => format!("{v:.d$}"),
+            None if *v >= 100.0 || y.to >= 100.0 => format!("{v:.0}"),
+            None if *v >= 1.0 => format!("{v:.1}"),
+            None => format!("{v:.2}"),
+        };
+        macro_rules! chart {
+            ($chart:expr) => {{
+                let mut chart = $chart.map_err(e)?;
+                let mut mesh = chart.configure_mesh();
+                mesh.x_desc(&self.x_desc)
+                    .y_desc(&self.y_desc)
+                    .y_label_formatter(&y_fmt)
+                    .label_style(("sans-serif", 15));
+                if !self.x_names.is_empty() {
+                    mesh.x_labels(self.x_names.len().min(16))
+                        .x_label_formatter(&x_fmt);
+                }
+                mesh.draw().map_err(e)?;
+                for (at, label) in &self.marks {
+                    chart
+                        .draw_series(DashedLineSeries::new(
+                            vec![(*at, y.from), (*at, y.to)],
+                            6,
+                            4,
+                            BLACK.stroke_width(1),
+                        ))
+                        .map_err(e)?;
+                    let text_y = if y.log { y.from * 1.5 } else { y.to / 1.04 };
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            label.clone(),
+                            (*at + (x.to - x.from) / 200.0, text_y),
+                            ("sans-serif", 14).into_font(),
+                        )))
+                        .map_err(e)?;
+                }
+                for l in &self.lines {
+                    let (style, inside) = (l.style(), self.legend.inside().is_some());
+                    let clamp =
+                        |&(px, py): &(f64, f64)| (px, if y.log { py.max(y.from) } else { py });
+                    let pts: Vec<(f64, f64)> = l.points.iter().map(clamp).collect();
+                    if l.width > 0 {
+                        let drawn = if let Some((size, gap)) = l.dash {
+                            chart.draw_series(DashedLineSeries::new(pts.clone(), size, gap, style))
+                        } else {
+                            chart.draw_series(LineSeries::new(pts.clone(), style))
+                        }
+                        .map_err(e)?;
+                        if inside && !l.name.is_empty() {
+                            drawn.label(l.name.clone()).legend(move |(lx, ly)| {
+                                PathElement::new(vec![(lx, ly), (lx + 24, ly)], style)
+                            });
+                        }
+                    }
+                    if l.dots {
+                        let c = l.color;
+                        chart
+                            .draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled())))
+                            .map_err(e)?;
+                    }
+                    let c = l.color;
+                    chart
+                        .draw_series(
+                            l.crosses
+                                .iter()
+                                .map(|&q| Cross::new(q, 4, c.stroke_width(1))),
+                        )
+                        .map_err(e)?;
+                }
+                if let Some(note) = &self.note {
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            note.clone(),
+                            (
+                                x.from + (x.to - x.from) / 10.0,
+                                if y.log {
+                                    y.from * 2.0
+                                } else {
+                                    (y.from + y.to) / 2.0
+                                },
+                            ),
+                            ("sans-serif", 18).into_font(),
+                        )))
+                        .map_err(e)?;
+                }
+                if let Some(position) = self.legend.inside() {
+                    if self.lines.iter().any(|l| !l.name.is_empty() && l.width > 0) {
+                        legend(&mut chart, position)?;
+                    }
+                }
+            }};
+        }
+        let (xr, yr) = (x.from..x.to, y.from..y.to);
+        match (x.log, y.log) {
+            (false, false) => chart!(builder.build_cartesian_2d(xr, yr)),
+            (false, true) => chart!(builder.build_cartesian_2d(xr, yr.log_scale())),
+            (true, false) => chart!(builder.build_cartesian_2d(xr.log_scale(), yr)),
+            (true, true) => chart!(builder.build_cartesian_2d(xr.log_scale(), yr.log_scale())),
+        }
+        if let Legend::Margin(w) = self.legend {
+            let x0 = i32::try_from(area.dim_in_pixel().0).unwrap_or(0) - w + 16;
+            let named = self.lines.iter().filter(|l| !l.name.is_empty());
+            for (i, l) in named.enumerate() {
+                let ly = 50 + 22 * i32::try_from(i).unwrap_or(0);
+                let mut style = l.style();
+                style.stroke_width = l.width.max(2);
+                let seg = vec![(x0, ly), (x0 + 30, ly)];
+                if let Some((size, gap)) = l.dash {
+                    area.draw(&DashedPathElement::new(seg, size, gap, style))
+                        .map_err(e)?;
+                } else {
+                    area.draw(&PathElement::new(seg, style)).map_err(e)?;
+                }
+                if l.dots {
+                    area.draw(&Circle::new((x0 + 15, ly), 4, l.color.filled()))
+                        .map_err(e)?;
+                }
+                area.draw(&Text::new(
+                    l.name.clone(),
+                    (x0 + 38, ly - 8),
+                    ("sans-serif", 14).into_font(),
+                ))
+                .map_err(e)?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Fonts the PNG renderer can use, in order of preference (Debian's `fonts-dejavu-core`,
 /// which `scripts/setup-host.sh` installs, first).

@@ -4,12 +4,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
 use super::experiment::{median_ms, DwellPlan};
 use super::run::DwellRun;
 use crate::harness::{Bench, MeasureStatus};
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,policy,rep,status,pass_ms,release_calls,release_available,released_pages,released_refaults,came_back,median_dwell_ms,dwell_ms_log2,reason";
@@ -206,19 +207,6 @@ const COLORS: [RGBColor; 4] = [
 /// `dwell.svg` and `.png` (Fig. 14): the share of released pages per dwell bucket, one line
 /// per policy. Without any dwell time, a figure that says so.
 pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), String> {
-    crate::report::figure::svg_and_png!(path, (900, 560), |root| draw(root, setup, points))
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &DwellPlan,
-    points: &[DwellRun],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(e)?;
     let hs: Vec<(usize, Vec<u64>)> = setup
         .policies
         .iter()
@@ -232,58 +220,34 @@ where
         .max()
         .map_or(2, |i| i + 2);
     #[allow(clippy::cast_precision_loss)]
-    let xmax = n as f64;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "dwell: released pages by time out before coming back (HD2 Fig. 14)",
-            ("sans-serif", 20),
-        )
-        .margin(14)
-        .margin_right(30)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..xmax, 0.0..100.0)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("dwell time, log2 of ms (bucket i: 2^i to 2^(i+1) ms)")
-        .y_desc("% of the pages that came back")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(e)?;
+    let mut panel = Panel::new(
+        "dwell: released pages by time out before coming back (HD2 Fig. 14)",
+        "dwell time, log2 of ms (bucket i: 2^i to 2^(i+1) ms)",
+        "% of the pages that came back",
+        Axis::linear(0.0, n as f64),
+        Axis::linear(0.0, 100.0),
+    );
+    panel.legend = Legend::UpperRight;
     if hs.is_empty() {
-        root.draw(&Text::new(
-            "no dwell times: the VMM released nothing or does not report them",
-            (120, 280),
-            ("sans-serif", 18),
-        ))
-        .map_err(e)?;
+        panel.note =
+            Some("no dwell times: the VMM released nothing or does not report them".into());
     }
     for (i, h) in &hs {
-        let color = COLORS[i % COLORS.len()];
         let total: u64 = h.iter().sum();
         #[allow(clippy::cast_precision_loss)]
-        let pts: Vec<(f64, f64)> = h
-            .iter()
-            .take(n)
-            .enumerate()
-            .map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
-            .map_err(e)?
-            .label(setup.policies[*i].clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(pts.iter().map(|&q| Circle::new(q, 4, color.filled())))
-            .map_err(e)?;
+        let pts = h.iter().take(n).enumerate();
+        let pts = pts.map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64));
+        let color = COLORS[i % COLORS.len()];
+        panel
+            .lines
+            .push(Line::new(setup.policies[*i].clone(), color, 3, pts.collect()).marked());
     }
-    if !hs.is_empty() {
-        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    Figure {
+        size: (900, 560),
+        grid: (1, 1),
+        panels: vec![panel],
     }
-    Ok(())
+    .write(path)
 }
 
 /// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints

@@ -5,13 +5,14 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
 use super::experiment::ReclaimPlan;
 use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
 use crate::harness::{Bench, MeasureStatus};
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
 
 /// The CSV header.
@@ -336,20 +337,6 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
     if !points.iter().any(Reclaim::ok) {
         return Err("no run completed".into());
     }
-    crate::report::figure::svg_and_png!(path, (1400, 620), |root| draw(root, setup, points))
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &ReclaimPlan,
-    points: &[Reclaim],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(e)?;
-    let panels = root.split_evenly((1, 2));
     let ok: Vec<f64> = points
         .iter()
         .filter(|p| p.ok())
@@ -357,93 +344,63 @@ where
         .collect();
     let ymax = ok.iter().copied().fold(0.0f64, f64::max) * 2.0;
     let ymin = ok.iter().copied().fold(ymax, f64::min) / 2.0;
-    let largest = setup.sizes.pages.iter().copied().max().unwrap_or(1);
+    let y = Axis::log(ymin.max(1e-3), ymax.max(1e-2));
+    let (pages, victims) = (&setup.sizes.pages, &setup.sizes.victims);
+    let largest = pages.iter().copied().max().unwrap_or(1);
     #[allow(clippy::cast_precision_loss)]
-    let by_pages: Vec<(f64, u32, u64)> = setup
-        .sizes
-        .pages
-        .iter()
-        .map(|&p| (p as f64, 1, p))
-        .collect();
-    let by_victims: Vec<(f64, u32, u64)> = setup
-        .sizes
-        .victims
+    let by_pages: Vec<(f64, u32, u64)> = pages.iter().map(|&p| (p as f64, 1, p)).collect();
+    let by_victims: Vec<(f64, u32, u64)> = victims
         .iter()
         .map(|&n| (f64::from(n), n, largest))
         .collect();
     #[allow(clippy::cast_precision_loss)]
     let (pmin, pmax) = (
-        setup.sizes.pages.iter().copied().min().unwrap_or(1) as f64,
+        pages.iter().copied().min().unwrap_or(1) as f64,
         largest as f64,
     );
-    let vmax = f64::from(setup.sizes.victims.iter().copied().max().unwrap_or(1));
+    let vmax = f64::from(victims.iter().copied().max().unwrap_or(1));
     let specs = [
         (
             "one victim: ms to obtain N pages (HD2 Table 2)",
             "pages",
-            (pmin / 2.0, pmax * 2.0),
+            Axis::log(pmin / 2.0, pmax * 2.0),
             &by_pages,
         ),
         (
             "the largest amount from several victims (Fig. 11)",
             "victims",
-            (0.5, vmax + 0.5),
+            Axis::linear(0.5, vmax + 0.5),
             &by_victims,
         ),
     ];
-    for (i, (title, xdesc, (x0, x1), xs)) in specs.into_iter().enumerate() {
-        let mut b = ChartBuilder::on(&panels[i]);
-        b.caption(title, ("sans-serif", 20))
-            .margin(14)
-            .margin_right(24)
-            .x_label_area_size(45)
-            .y_label_area_size(70);
-        let yr = (ymin.max(1e-3)..ymax.max(1e-2)).log_scale();
-        macro_rules! series {
-            ($chart:expr) => {{
-                let mut chart = $chart;
-                chart
-                    .configure_mesh()
-                    .x_desc(xdesc)
-                    .y_desc("milliseconds (log scale)")
-                    .label_style(("sans-serif", 14))
-                    .draw()
-                    .map_err(e)?;
-                for (mi, m) in setup.methods.iter().enumerate() {
-                    let color = COLORS[mi % COLORS.len()];
-                    for (si, st) in setup.states.iter().enumerate() {
-                        let pts = line(points, m, st, xs);
-                        if pts.is_empty() {
-                            continue;
-                        }
-                        let (width, alpha) = match si {
-                            0 => (3, 1.0),
-                            1 => (2, 0.7),
-                            _ => (1, 0.45),
-                        };
-                        let style = color.mix(alpha).stroke_width(width);
-                        chart
-                            .draw_series(LineSeries::new(pts.clone(), style))
-                            .map_err(e)?
-                            .label(format!("{} {}", m.name, st.name))
-                            .legend(move |(x, y)| {
-                                PathElement::new(vec![(x, y), (x + 24, y)], style)
-                            });
-                        chart
-                            .draw_series(pts.iter().map(|&q| Circle::new(q, 4, color.filled())))
-                            .map_err(e)?;
-                    }
+    let mut panels = Vec::new();
+    for (title, xdesc, x, xs) in specs {
+        let mut panel = Panel::new(title, xdesc, "milliseconds (log scale)", x, y);
+        panel.legend = Legend::UpperLeft;
+        for (mi, m) in setup.methods.iter().enumerate() {
+            for (si, st) in setup.states.iter().enumerate() {
+                let pts = line(points, m, st, xs);
+                if pts.is_empty() {
+                    continue;
                 }
-                crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-            }};
+                let (width, alpha) = match si {
+                    0 => (3, 1.0),
+                    1 => (2, 0.7),
+                    _ => (1, 0.45),
+                };
+                let name = format!("{} {}", m.name, st.name);
+                let l = Line::new(name, COLORS[mi % COLORS.len()], width, pts).marked();
+                panel.lines.push(Line { alpha, ..l });
+            }
         }
-        if i == 0 {
-            series!(b.build_cartesian_2d((x0..x1).log_scale(), yr).map_err(e)?);
-        } else {
-            series!(b.build_cartesian_2d(x0..x1, yr).map_err(e)?);
-        }
+        panels.push(panel);
     }
-    Ok(())
+    Figure {
+        size: (1400, 620),
+        grid: (1, 2),
+        panels,
+    }
+    .write(path)
 }
 
 /// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `bench.out`, and

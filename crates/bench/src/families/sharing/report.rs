@@ -6,12 +6,13 @@ use crate::harness::Bench;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
 use super::experiment::SharingPlan;
 use super::experiment::{half_time, steady};
 use super::run::SharingRun;
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers;
 
 /// A run's figures at steady state.
@@ -402,20 +403,6 @@ const COLORS: [RGBColor; 4] = [
 /// The figure: memory reclaimed (and shared, dashed) over time with the most VMs, first
 /// repetition, one colour per mode.
 pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(), String> {
-    crate::report::figure::svg_and_png!(path, (1000, 560), |root| draw(root, setup, points))
-}
-
-#[allow(clippy::cast_precision_loss)]
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    setup: &SharingPlan,
-    points: &[SharingRun],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(e)?;
     let n = setup.sizes.vms.iter().copied().max().unwrap_or(1);
     let runs: Vec<&SharingRun> = setup
         .modes
@@ -426,63 +413,43 @@ where
                 .find(|p| !p.probe && p.vms == n && p.mode == m.name && !p.samples.is_empty())
         })
         .collect();
-    let to_mib = |pages: u64| pages as f64 * 4096.0 / f64::from(1u32 << 20);
-    let tmax = runs
-        .iter()
-        .flat_map(|p| p.samples.iter().map(|s| s.t_s))
+    #[allow(clippy::cast_precision_loss)]
+    let to_mib = |pages: u64| pages as f64 * 4096.0 / numbers::MIB;
+    let samples = || runs.iter().flat_map(|p| p.samples.iter());
+    let tmax = samples().map(|s| s.t_s).fold(1.0, f64::max);
+    let ymax = samples()
+        .map(|s| to_mib(s.census.present))
         .fold(1.0, f64::max);
-    let ymax = runs
-        .iter()
-        .flat_map(|p| p.samples.iter().map(|s| to_mib(s.census.present)))
-        .fold(1.0, f64::max);
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!(
-                "{}: {n} VMs, guest memory shared (dashed) and reclaimed (solid)",
-                setup.experiment
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(14)
-        .margin_right(30)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..tmax, 0.0..ymax * 1.05)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the VMs started")
-        .y_desc("MiB")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(e)?;
+    let mut panel = Panel::new(
+        format!(
+            "{}: {n} VMs, guest memory shared (dashed) and reclaimed (solid)",
+            setup.experiment
+        ),
+        "seconds since the VMs started",
+        "MiB",
+        Axis::linear(0.0, tmax),
+        Axis::linear(0.0, ymax * 1.05),
+    );
+    panel.legend = Legend::UpperLeft;
     for (i, p) in runs.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let reclaimed: Vec<(f64, f64)> = p
-            .samples
-            .iter()
-            .map(|s| (s.t_s, to_mib(s.census.reclaimed)))
-            .collect();
-        let shared: Vec<(f64, f64)> = p
-            .samples
-            .iter()
-            .map(|s| (s.t_s, to_mib(s.census.shared)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(reclaimed, color.stroke_width(3)))
-            .map_err(e)?
-            .label(p.mode.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(DashedLineSeries::new(shared, 6, 4, color.stroke_width(1)))
-            .map_err(e)?;
+        let curve = |f: &dyn Fn(&super::run::Sample) -> u64| -> Vec<(f64, f64)> {
+            p.samples.iter().map(|s| (s.t_s, to_mib(f(s)))).collect()
+        };
+        let reclaimed = curve(&|s| s.census.reclaimed);
+        panel
+            .lines
+            .push(Line::new(p.mode.clone(), color, 3, reclaimed));
+        panel
+            .lines
+            .push(Line::new("", color, 1, curve(&|s| s.census.shared)).dashed());
     }
-    if !runs.is_empty() {
-        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    Figure {
+        size: (1000, 560),
+        grid: (1, 1),
+        panels: vec![panel],
     }
-    Ok(())
+    .write(path)
 }
 
 /// Writes `results.csv`, `series.csv`, the figure and `report.md` into `bench.out`, and prints

@@ -5,13 +5,14 @@ use crate::report::numbers::{spread, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
 use super::experiment::SwapinPlan;
 use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
 use super::run::SwapinRun;
 use crate::harness::Bench;
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -268,89 +269,41 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
     if !points.iter().any(SwapinRun::ok) {
         return Err("no run completed".into());
     }
-    crate::report::figure::svg_and_png!(path, (900, 620), |root| draw(root, modes, points))
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    modes: &[&'static Mode],
-    points: &[SwapinRun],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(e)?;
     let ok: Vec<&SwapinRun> = points.iter().filter(|p| p.ok()).collect();
     #[allow(clippy::cast_precision_loss)]
     let gib = |p: &SwapinRun| p.size as f64 / 1024.0 / MIB;
     let xmax = ok.iter().map(|p| gib(p)).fold(0.0f64, f64::max) * 1.1;
     let ymax = ok.iter().map(|p| p.back_s).fold(0.0f64, f64::max) * 2.0;
-    let ymin = ok
-        .iter()
-        .map(|p| p.back_s)
-        .filter(|&v| v > 0.0)
-        .fold(ymax, f64::min)
-        / 2.0;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "swapin: time to bring swapped memory back (MemFlex Fig. 7a)",
-            ("sans-serif", 22),
-        )
-        .margin(14)
-        .margin_right(30)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..xmax, (ymin.max(1e-3)..ymax.max(1e-2)).log_scale())
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("GiB brought back")
-        .y_desc("seconds (log scale)")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    let ymin = ok.iter().map(|p| p.back_s).filter(|&v| v > 0.0);
+    let ymin = ymin.fold(ymax, f64::min) / 2.0;
+    let mut panel = Panel::new(
+        "swapin: time to bring swapped memory back (MemFlex Fig. 7a)",
+        "GiB brought back",
+        "seconds (log scale)",
+        Axis::linear(0.0, xmax),
+        Axis::log(ymin.max(1e-3), ymax.max(1e-2)),
+    );
+    panel.legend = Legend::LowerRight;
     for (i, m) in modes.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let mut sizes: Vec<u64> = ok
-            .iter()
-            .filter(|p| p.mode == m.name)
-            .map(|p| p.size)
-            .collect();
+        let mine: Vec<&SwapinRun> = ok.iter().copied().filter(|p| p.mode == m.name).collect();
+        let mut sizes: Vec<u64> = mine.iter().map(|p| p.size).collect();
         sizes.sort_unstable();
         sizes.dedup();
-        let line: Vec<(f64, f64)> = sizes
-            .iter()
-            .filter_map(|&sz| {
-                let v: Vec<&SwapinRun> = ok
-                    .iter()
-                    .copied()
-                    .filter(|p| p.mode == m.name && p.size == sz)
-                    .collect();
-                let med = spread(v.iter().map(|p| p.back_s).collect())?.0;
-                Some((gib(v[0]), med))
-            })
-            .collect();
-        chart
-            .draw_series(LineSeries::new(line.clone(), color.stroke_width(3)))
-            .map_err(e)?
-            .label(m.name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(
-                ok.iter()
-                    .filter(|p| p.mode == m.name)
-                    .map(|p| Cross::new((gib(p), p.back_s), 4, color.stroke_width(1))),
-            )
-            .map_err(e)?;
-        chart
-            .draw_series(line.iter().map(|&q| Circle::new(q, 5, color.filled())))
-            .map_err(e)?;
+        let line = sizes.iter().filter_map(|&sz| {
+            let v: Vec<&&SwapinRun> = mine.iter().filter(|p| p.size == sz).collect();
+            let med = spread(v.iter().map(|p| p.back_s).collect())?.0;
+            Some((gib(v[0]), med))
+        });
+        let mut l = Line::new(m.name, COLORS[i % COLORS.len()], 3, line.collect()).marked();
+        l.crosses = mine.iter().map(|p| (gib(p), p.back_s)).collect();
+        panel.lines.push(l);
     }
-    crate::report::figure::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
-    Ok(())
+    Figure {
+        size: (900, 620),
+        grid: (1, 1),
+        panels: vec![panel],
+    }
+    .write(path)
 }
 
 /// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `bench.out`, and prints

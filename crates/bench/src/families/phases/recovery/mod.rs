@@ -4,6 +4,7 @@
 //! limit is the guest's size, so everything fits.
 
 pub mod report;
+pub mod trace;
 
 use std::time::Duration;
 

@@ -8,192 +8,22 @@
 //! when that line arrives and gives the memory back at the experiment's release time on it, so
 //! the release falls at the same second of the guest's clock (give or take the console's
 //! latency, milliseconds). The hog's start is the guest's own `kv: hog_start t_ms=..` line.
-//!
-//! Measures, per run:
-//! - **before the hog**: the mean of the seconds that ended before the hog started;
-//! - **the dip**: the lowest second, and the mean of the seconds, from the hog's start to the
-//!   release;
-//! - **recovery time**: from the release to the end of the first second (one that ends after
-//!   the release) at [`RECOVERED`] of the throughput before the hog. The guest's seconds are
-//!   the resolution: a run whose throughput is back at once shows the part of the second that
-//!   followed the release (up to 1 s).
 
 use crate::report::numbers::{self, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
 use memvisor_api::VmStats;
-use plotters::prelude::*;
+use plotters::style::RGBColor;
 
+use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, Trace, RECOVERED};
 use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, Release};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::Status;
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
-
-/// The fraction of the throughput before the hog that counts as recovered.
-pub const RECOVERED: f64 = 0.9;
-
-/// What the guest's console says about the run phase.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Trace {
-    /// `(N, ops)`: the operations finished in second N of the run phase (from N-1 to N s).
-    pub seconds: Vec<(u32, u64)>,
-    /// When the hog started (ms on the run phase's clock).
-    pub hog_start_ms: Option<u64>,
-    /// How long its allocation took (the store waits meanwhile).
-    pub hog_alloc_ms: Option<u64>,
-}
-
-/// The value of `key=` among the words of `line`.
-fn word<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
-/// Reads `kv`'s per-second lines and its hog lines from a console; other lines, and lines
-/// that do not parse, are skipped.
-pub fn parse_console(text: &str) -> Trace {
-    let mut t = Trace::default();
-    for line in text.lines() {
-        let Some(rest) = line.trim().strip_prefix("kv: ") else {
-            continue;
-        };
-        if rest.starts_with("hog_start ") {
-            t.hog_start_ms = word(rest, "t_ms").and_then(|v| v.parse().ok());
-        } else if rest.starts_with("hog_allocated ") {
-            t.hog_alloc_ms = word(rest, "ms").and_then(|v| v.parse().ok());
-        } else if let (Some(n), Some(ops)) = (
-            word(rest, "t").and_then(|v| v.strip_suffix('s')?.parse().ok()),
-            word(rest, "ops_s").and_then(|v| v.parse().ok()),
-        ) {
-            t.seconds.push((n, ops));
-        }
-    }
-    t
-}
-
-/// How long a run took to recover after the release.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Recovery {
-    /// Back at [`RECOVERED`] after this many seconds.
-    After(f64),
-    /// Not within the run, which went on for this many seconds after the release.
-    Not(f64),
-}
-
-impl Recovery {
-    /// The time, or what it is at least.
-    pub fn bound(self) -> f64 {
-        match self {
-            Recovery::After(s) | Recovery::Not(s) => s,
-        }
-    }
-
-    pub fn show(self) -> String {
-        match self {
-            Recovery::After(s) => format!("{s:.1}"),
-            Recovery::Not(s) => format!("> {s:.0}"),
-        }
-    }
-}
-
-/// One run's numbers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Measures {
-    /// Mean ops/s of the seconds that ended before the hog started.
-    pub before: Option<f64>,
-    /// The lowest second from the hog's start to the release.
-    pub dip_min: Option<u64>,
-    /// The mean of those seconds.
-    pub dip_mean: Option<f64>,
-    /// Ops/s in the second the release fell in.
-    pub at_release: Option<u64>,
-    /// `None`: no release, or nothing to compare with.
-    pub recovery: Option<Recovery>,
-    /// Mean ops/s of the last 10 seconds of the run.
-    pub last10: Option<f64>,
-    /// From the release to the first second at [`RECOVERED`] of `last10`: back at the level the
-    /// run settles at, the hog still running (the level before the hog, without it, can be
-    /// higher than any second after).
-    pub settled: Option<Recovery>,
-}
-
-/// The mean of whole numbers (`None` when there are none).
-#[allow(clippy::cast_precision_loss)]
-fn mean_of(v: impl Iterator<Item = u64>) -> Option<f64> {
-    numbers::mean(&v.map(|x| x as f64).collect::<Vec<_>>())
-}
-
-/// The measures of `trace`, the hog starting at `hog_s` and the release at `release_s`
-/// (seconds on the run phase's clock).
-pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
-    let secs = &trace.seconds;
-    let end = |n: u32| f64::from(n);
-    let before = mean_of(secs.iter().filter(|&&(n, _)| end(n) <= hog_s).map(|x| x.1));
-    let until = release_s.unwrap_or(f64::INFINITY);
-    let dip = || {
-        secs.iter()
-            .filter(move |&&(n, _)| end(n) > hog_s && end(n) - 1.0 < until)
-            .map(|x| x.1)
-    };
-    let at_release = release_s.and_then(|r| {
-        secs.iter()
-            .find(|&&(n, _)| end(n) - 1.0 <= r && r < end(n))
-            .map(|x| x.1)
-    });
-    // From the release to the first second at RECOVERED of `level`.
-    let back_to = |level: Option<f64>| match (release_s, level) {
-        (Some(r), Some(b)) if b > 0.0 => {
-            #[allow(clippy::cast_precision_loss)]
-            let hit = secs
-                .iter()
-                .find(|&&(n, ops)| end(n) > r && ops as f64 >= RECOVERED * b);
-            Some(match hit {
-                Some(&(n, _)) => Recovery::After(end(n) - r),
-                None => Recovery::Not(secs.last().map_or(0.0, |&(n, _)| (end(n) - r).max(0.0))),
-            })
-        }
-        _ => None,
-    };
-    let skip = secs.len().saturating_sub(10);
-    let last10 = mean_of(secs[skip..].iter().map(|x| x.1));
-    Measures {
-        before,
-        dip_min: dip().min(),
-        dip_mean: mean_of(dip()),
-        at_release,
-        recovery: back_to(before),
-        last10,
-        settled: back_to(last10),
-    }
-}
-
-/// The median of recovery times: a run that did not recover counts as the time it watched,
-/// and makes the median a lower bound when it falls on one.
-pub fn median_recovery(v: &[Recovery]) -> Option<Recovery> {
-    let mut v = v.to_vec();
-    if v.is_empty() {
-        return None;
-    }
-    // Not recovered sorts after every recovered time (it is longer than what it watched, and
-    // the runs watch the same length).
-    v.sort_by(|a, b| {
-        let key = |r: &Recovery| (matches!(r, Recovery::Not(_)), r.bound());
-        let (ka, kb) = (key(a), key(b));
-        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
-    });
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        match (v[n / 2 - 1], v[n / 2]) {
-            (Recovery::After(a), Recovery::After(b)) => Recovery::After((a + b) / 2.0),
-            (a, b) => Recovery::Not((a.bound() + b.bound()) / 2.0),
-        }
-    })
-}
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -729,8 +559,6 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(128, 128, 128),
 ];
 
-const LEGEND_W: i32 = 300;
-
 /// `recovery.svg` and `.png`: ops/s over the run phase's clock, one line per run (the first
 /// repetition thick), the hog's start and the release marked; the same on a log scale below.
 pub fn plot(
@@ -743,29 +571,6 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    crate::report::figure::svg_and_png!(path, (1300, 1100), |root| {
-        draw(root, exp, release, configs, runs)
-    })
-}
-
-struct Line {
-    name: String,
-    color: RGBColor,
-    width: u32,
-    pts: Vec<(f64, f64)>,
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    exp: &Experiment,
-    release: &Release,
-    configs: &[&'static Config],
-    runs: &[Run<'_>],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
     for run in runs {
         let ci = configs
@@ -777,267 +582,72 @@ where
         } else {
             format!(", {}", run.rec.result.status.as_str())
         };
+        // Each second's throughput at the second's middle.
         #[allow(clippy::cast_precision_loss)]
-        lines.push(Line {
-            name: format!("{} rep {}{status}", run.rec.config.name, run.rec.rep),
-            color: COLORS[ci % COLORS.len()],
-            width: if run.rec.rep == 1 { 2 } else { 1 },
-            // Each second's throughput at the second's middle.
-            pts: run
-                .trace
-                .seconds
-                .iter()
-                .map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64))
-                .collect(),
-        });
+        let pts = run.trace.seconds.iter();
+        let pts = pts.map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
+        lines.push(Line::new(
+            format!("{} rep {}{status}", run.rec.config.name, run.rec.rep),
+            COLORS[ci % COLORS.len()],
+            if run.rec.rep == 1 { 2 } else { 1 },
+            pts.collect(),
+        ));
     }
-    let mean_of = |v: Vec<f64>, dflt: f64| {
-        if v.is_empty() {
-            dflt
-        } else {
-            #[allow(clippy::cast_precision_loss)]
-            let n = v.len() as f64;
-            v.iter().sum::<f64>() / n
-        }
-    };
-    let hog = mean_of(
-        runs.iter()
-            .filter_map(|r| r.trace.hog_start_ms)
-            .map(|m| {
-                #[allow(clippy::cast_precision_loss)]
-                let s = m as f64 / 1e3;
-                s
-            })
-            .collect(),
+    let mean_or = |v: Vec<f64>, dflt: f64| numbers::mean(&v).unwrap_or(dflt);
+    #[allow(clippy::cast_precision_loss)]
+    let hog = runs.iter().filter_map(|r| r.trace.hog_start_ms);
+    let hog = mean_or(
+        hog.map(|m| m as f64 / 1e3).collect(),
         release.hog_at.as_secs_f64(),
     );
-    let rel = mean_of(
-        runs.iter().filter_map(Run::release_s).collect(),
-        release.at.as_secs_f64(),
-    );
-    let rows = root.split_evenly((2, 1));
+    let rel = runs.iter().filter_map(Run::release_s).collect();
+    let rel = mean_or(rel, release.at.as_secs_f64());
+    let all_y = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+    let xmax = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0 + 0.5))
+        .fold(rel + 1.0, f64::max);
+    let ymax = all_y().fold(1.0f64, f64::max) * 1.1;
+    // On the log scale the axis starts at half the lowest second with something done, and a
+    // second with nothing done is drawn there.
+    let floor = all_y().filter(|&y| y > 0.0).fold(ymax, f64::min) / 2.0;
     let title = format!(
         "{}: kv throughput per second (guest {} MiB, limit {} MiB)",
         exp.name,
         exp.mem >> 20,
         exp.limit.unwrap_or(exp.mem) >> 20
     );
-    panel(&rows[0], &title, &lines, hog, rel, false)?;
-    panel(
-        &rows[1],
-        &format!("{title}, log scale"),
-        &lines,
-        hog,
-        rel,
-        true,
-    )
-}
-
-fn panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    lines: &[Line],
-    hog: f64,
-    rel: f64,
-    log: bool,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let xmax = lines
-        .iter()
-        .flat_map(|l| l.pts.iter().map(|p| p.0 + 0.5))
-        .fold(rel + 1.0, f64::max);
-    let ymax = lines
-        .iter()
-        .flat_map(|l| l.pts.iter().map(|p| p.1))
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let mut builder = ChartBuilder::on(area);
-    builder
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(40)
-        .y_label_area_size(90);
-    // On the log scale the axis starts at half the lowest second with something done, and a
-    // second with nothing done is drawn there.
-    let floor: f64 = if log {
-        lines
-            .iter()
-            .flat_map(|l| l.pts.iter().map(|p| p.1))
-            .filter(|&y| y > 0.0)
-            .fold(ymax, f64::min)
-            / 2.0
-    } else {
-        0.0
+    let panel = |title: String, y: Axis| Panel {
+        lines: lines.clone(),
+        marks: vec![
+            (hog, "hog starts".into()),
+            (rel, "memory given back".into()),
+        ],
+        legend: Legend::Margin(300),
+        y_decimals: Some(0),
+        ..Panel::new(
+            title,
+            "seconds of the run phase",
+            "ops/s",
+            Axis::linear(0.0, xmax),
+            y,
+        )
     };
-    let marks = [(hog, "hog starts"), (rel, "memory given back")];
-    macro_rules! draw {
-        ($chart:expr) => {{
-            let mut chart = $chart;
-            chart
-                .configure_mesh()
-                .x_desc("seconds of the run phase")
-                .y_desc("ops/s")
-                .y_label_formatter(&|y: &f64| format!("{y:.0}"))
-                .label_style(("sans-serif", 15))
-                .draw()
-                .map_err(e)?;
-            for (x, label) in marks {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        vec![(x, floor), (x, ymax)],
-                        6,
-                        4,
-                        BLACK.stroke_width(1),
-                    ))
-                    .map_err(e)?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        label.to_owned(),
-                        (x + 0.3, if log { floor * 1.5 } else { ymax / 1.04 }),
-                        ("sans-serif", 14).into_font(),
-                    )))
-                    .map_err(e)?;
-            }
-            for l in lines {
-                chart
-                    .draw_series(LineSeries::new(
-                        l.pts.iter().map(|&(x, y)| (x, y.max(floor))),
-                        l.color.stroke_width(l.width),
-                    ))
-                    .map_err(e)?;
-            }
-        }};
+    Figure {
+        size: (1300, 1100),
+        grid: (2, 1),
+        panels: vec![
+            panel(title.clone(), Axis::linear(0.0, ymax)),
+            panel(format!("{title}, log scale"), Axis::log(floor, ymax)),
+        ],
     }
-    if log {
-        draw!(builder
-            .build_cartesian_2d(0.0..xmax, (floor..ymax).log_scale())
-            .map_err(e)?);
-    } else {
-        draw!(builder
-            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-            .map_err(e)?);
-    }
-    let x0 = i32::try_from(area.dim_in_pixel().0).unwrap_or(0) - LEGEND_W + 16;
-    for (i, l) in lines.iter().enumerate() {
-        let y = 50 + 22 * i32::try_from(i).unwrap_or(0);
-        area.draw(&PathElement::new(
-            vec![(x0, y), (x0 + 30, y)],
-            l.color.stroke_width(l.width.max(2)),
-        ))
-        .map_err(e)?;
-        area.draw(&Text::new(
-            l.name.clone(),
-            (x0 + 38, y - 8),
-            ("sans-serif", 14).into_font(),
-        ))
-        .map_err(e)?;
-    }
-    Ok(())
+    .write(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const CONSOLE: &str = "memvisor guest kit: booting\n\
-        RESULT workload=kv phase=load records=10 ms=1.0 ops_s=1 table_mb=1\n\
-        kv: t=1s ops_s=1000\n\
-        kv: t=2s ops_s=1100\n\
-        kv: hog_start t_ms=2000 mb=40 rate_mb_s=40\n\
-        kv: hog_allocated t_ms=2400 ms=400\n\
-        kv: t=3s ops_s=100\n\
-        kv: t=4s ops_s=50\n\
-        kv: t=5s ops_s=600\n\
-        kv: t=6s ops_s=960\n\
-        kv: t=7s ops_s=1050\n\
-        kv: t=xs ops_s=5\n\
-        kv: t=8s ops_s=\n\
-        RESULT workload=kv phase=run ok=1\n";
-
-    #[test]
-    fn the_console_gives_seconds_and_the_hog() {
-        let t = parse_console(CONSOLE);
-        assert_eq!(
-            t.seconds,
-            vec![
-                (1, 1000),
-                (2, 1100),
-                (3, 100),
-                (4, 50),
-                (5, 600),
-                (6, 960),
-                (7, 1050)
-            ]
-        );
-        assert_eq!((t.hog_start_ms, t.hog_alloc_ms), (Some(2000), Some(400)));
-        assert_eq!(parse_console(""), Trace::default());
-        assert_eq!(parse_console("kv: hog_start t_ms=abc").hog_start_ms, None);
-    }
-
-    #[test]
-    fn recovery_is_the_first_second_back_at_ninety_percent() {
-        let t = parse_console(CONSOLE);
-        // Released 4.2 s in: before = 1050, 90 % = 945; second 6 (5–6 s) has 960.
-        let m = measure(&t, 2.0, Some(4.2));
-        assert_eq!(m.before, Some(1050.0));
-        assert_eq!(m.dip_min, Some(50));
-        // Seconds 3, 4 and 5 overlap the hog's time (2 s to 4.2 s).
-        assert_eq!(m.dip_mean, Some(250.0));
-        assert_eq!(m.at_release, Some(600));
-        let Some(Recovery::After(r)) = m.recovery else {
-            panic!("{m:?}")
-        };
-        assert!((r - 1.8).abs() < 1e-9, "{r}");
-        // The last 10 seconds (all 7 here) average 694.3: 90 % of it first in second 6 too.
-        assert_eq!(m.settled, m.recovery);
-        // Without a release there is no recovery; the dip runs to the end.
-        let m = measure(&t, 2.0, None);
-        assert_eq!(
-            (m.recovery, m.at_release, m.dip_min),
-            (None, None, Some(50))
-        );
-        // Never back: the time watched after the release is a lower bound.
-        let slow = Trace {
-            seconds: vec![(1, 100), (2, 100), (3, 10), (4, 20), (5, 80)],
-            ..Trace::default()
-        };
-        let m = measure(&slow, 2.0, Some(3.5));
-        assert_eq!(m.recovery, Some(Recovery::Not(1.5)));
-        // Back at the level it settles at (62 on average, 90 %: 55.8) in second 5, though.
-        assert_eq!(m.settled, Some(Recovery::After(1.5)));
-        // Back in the second the release fell in: what is left of that second.
-        let fast = Trace {
-            seconds: vec![(1, 100), (2, 100), (3, 10), (4, 95)],
-            ..Trace::default()
-        };
-        let m = measure(&fast, 2.0, Some(3.25));
-        assert_eq!(m.recovery, Some(Recovery::After(0.75)));
-        // No second before the hog: nothing to compare with.
-        assert_eq!(measure(&fast, 0.0, Some(3.0)).recovery, None);
-        assert_eq!(measure(&Trace::default(), 2.0, Some(3.0)).last10, None);
-    }
-
-    #[test]
-    fn medians_of_recoveries_keep_their_bounds() {
-        use Recovery::{After, Not};
-        assert_eq!(median_recovery(&[]), None);
-        assert_eq!(
-            median_recovery(&[After(3.0), Not(40.0), After(1.0)]),
-            Some(After(3.0))
-        );
-        assert_eq!(median_recovery(&[After(2.0), After(4.0)]), Some(After(3.0)));
-        assert_eq!(median_recovery(&[After(2.0), Not(40.0)]), Some(Not(21.0)));
-        assert_eq!(
-            median_recovery(&[Not(38.0), Not(40.0), After(5.0)]),
-            Some(Not(38.0))
-        );
-        assert_eq!(Not(40.4).show(), "> 40");
-        assert_eq!(After(2.25).show(), "2.2");
-    }
+    use crate::families::phases::recovery::trace::Recovery;
 
     #[test]
     fn the_goal_needs_ten_times_and_every_qemu() {

@@ -15,11 +15,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use memvisor_api::ActiveMemory;
-use plotters::prelude::*;
+use plotters::style::{RGBColor, BLACK};
 
 use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::{RunResult, StatsSample, Status};
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;
@@ -370,16 +371,6 @@ fn runs_table(s: &mut String, records: &[Record]) {
 }
 
 /// One line of the plot.
-struct Line {
-    name: String,
-    color: RGBColor,
-    width: u32,
-    dashed: bool,
-    pts: Vec<(f64, f64)>,
-}
-
-const LEGEND_W: i32 = 300;
-
 /// The schedule as a staircase, in seconds since it started and MiB.
 fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
     let t0 = spans.first().map_or(0.0, |s| s.start_ms);
@@ -391,71 +382,6 @@ fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
         v.push(((s.end_ms - t0) / 1e3, m));
     }
     v
-}
-
-fn panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    lines: &[Line],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let xs = || lines.iter().flat_map(|l| l.pts.iter().map(|p| p.0));
-    let xmin = xs().fold(0.0f64, f64::min);
-    let xmax = xs().fold(1.0f64, f64::max);
-    let ymax = lines
-        .iter()
-        .flat_map(|l| l.pts.iter().map(|p| p.1))
-        .fold(1.0f64, f64::max)
-        * 1.08;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(xmin..xmax, 0.0..ymax)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the schedule started")
-        .y_desc("MiB")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
-    for l in lines {
-        let style = l.color.stroke_width(l.width);
-        if l.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(l.pts.clone(), 6, 4, style))
-                .map_err(e)?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(l.pts.clone(), style))
-                .map_err(e)?;
-        }
-    }
-    let x0 = i32::try_from(area.dim_in_pixel().0).unwrap_or(0) - LEGEND_W + 16;
-    for (i, l) in lines.iter().enumerate() {
-        let y = 50 + 24 * i32::try_from(i).unwrap_or(0);
-        let style = l.color.stroke_width(l.width.max(2));
-        let seg = vec![(x0, y), (x0 + 30, y)];
-        if l.dashed {
-            area.draw(&plotters::element::DashedPathElement::new(seg, 6, 4, style))
-                .map_err(e)?;
-        } else {
-            area.draw(&PathElement::new(seg, style)).map_err(e)?;
-        }
-        area.draw(&Text::new(
-            l.name.clone(),
-            (x0 + 38, y - 8),
-            ("sans-serif", 15).into_font(),
-        ))
-        .map_err(e)?;
-    }
-    Ok(())
 }
 
 /// Colours of the runs' estimates on the second panel.
@@ -474,116 +400,95 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
     let Some(first) = records.first() else {
         return Err("no run to plot".into());
     };
-    let panels = if records.len() > 1 { 2 } else { 1 };
-    crate::report::figure::svg_and_png!(path, (1200, 560 * panels), |root| {
-        draw(root, panels, first, name, series, records)
-    })
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    panels: u32,
-    first: &Record,
-    name: &str,
-    series: &Series,
-    records: &[Record],
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let rows = root.split_evenly((panels as usize, 1));
     let spans = timeline(&series.schedule, &first.result);
     let pts = points(&spans, &first.result);
     let curve = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
         pts.iter().map(|p| (p.t_s, f(p) / MIB)).collect()
     };
-    let touched = Line {
-        name: "touched (schedule)".into(),
-        color: BLACK,
-        width: 3,
-        dashed: false,
-        pts: staircase(&spans),
-    };
+    let touched = Line::new("touched (schedule)", BLACK, 3, staircase(&spans));
     #[allow(clippy::cast_precision_loss)]
     let lines = vec![
-        Line {
-            name: "memory sampled from".into(),
-            color: RGBColor(170, 170, 170),
-            width: 1,
-            dashed: false,
-            pts: curve(&|p| p.sample.base_bytes() as f64),
-        },
-        Line {
-            name: touched.name.clone(),
-            color: touched.color,
-            width: touched.width,
-            dashed: false,
-            pts: touched.pts.clone(),
-        },
-        Line {
-            name: "estimate (the largest)".into(),
-            color: RGBColor(202, 0, 32),
-            width: 3,
-            dashed: false,
-            pts: curve(&Point::estimate),
-        },
-        Line {
-            name: "slow average (gain 0.1)".into(),
-            color: RGBColor(33, 102, 172),
-            width: 2,
-            dashed: true,
-            pts: curve(&|p| p.sample.bytes(p.sample.active.slow)),
-        },
-        Line {
-            name: "fast average (gain 0.5)".into(),
-            color: RGBColor(27, 120, 55),
-            width: 2,
-            dashed: true,
-            pts: curve(&|p| p.sample.bytes(p.sample.active.fast)),
-        },
-        Line {
-            name: "fast, period under way".into(),
-            color: RGBColor(230, 97, 1),
-            width: 1,
-            dashed: false,
-            pts: curve(&|p| p.sample.bytes(p.sample.active.current)),
-        },
+        Line::new(
+            "memory sampled from",
+            RGBColor(170, 170, 170),
+            1,
+            curve(&|p| p.sample.base_bytes() as f64),
+        ),
+        touched.clone(),
+        Line::new(
+            "estimate (the largest)",
+            RGBColor(202, 0, 32),
+            3,
+            curve(&Point::estimate),
+        ),
+        Line::new(
+            "slow average (gain 0.1)",
+            RGBColor(33, 102, 172),
+            2,
+            curve(&|p| p.sample.bytes(p.sample.active.slow)),
+        )
+        .dashed(),
+        Line::new(
+            "fast average (gain 0.5)",
+            RGBColor(27, 120, 55),
+            2,
+            curve(&|p| p.sample.bytes(p.sample.active.fast)),
+        )
+        .dashed(),
+        Line::new(
+            "fast, period under way",
+            RGBColor(230, 97, 1),
+            1,
+            curve(&|p| p.sample.bytes(p.sample.active.current)),
+        ),
     ];
     let status = if first.result.status == Status::Ok {
         String::new()
     } else {
         format!(", {}", first.result.status.as_str())
     };
-    panel(
-        &rows[0],
-        &format!(
+    let mut panels = vec![panel(
+        format!(
             "{name}: working set and its estimate, {} rep {}{status} ({} pages every {} s)",
             first.config.name,
             first.rep,
             series.sample_pages,
             series.sample_period.as_secs_f64()
         ),
-        &lines,
-    )?;
-    if panels > 1 {
+        lines,
+    )];
+    if records.len() > 1 {
         let mut all = vec![touched];
         for (i, r) in records.iter().enumerate() {
             let spans = timeline(&series.schedule, &r.result);
-            all.push(Line {
-                name: format!("{} rep {}", r.config.name, r.rep),
-                color: RUNS[i % RUNS.len()],
-                width: 2,
-                dashed: false,
-                pts: points(&spans, &r.result)
-                    .iter()
-                    .map(|p| (p.t_s, p.estimate() / MIB))
-                    .collect(),
-            });
+            let estimates = points(&spans, &r.result)
+                .iter()
+                .map(|p| (p.t_s, p.estimate() / MIB))
+                .collect();
+            let name = format!("{} rep {}", r.config.name, r.rep);
+            all.push(Line::new(name, RUNS[i % RUNS.len()], 2, estimates));
         }
-        panel(&rows[1], &format!("{name}: every run's estimate"), &all)?;
+        panels.push(panel(format!("{name}: every run's estimate"), all));
     }
-    Ok(())
+    Figure {
+        size: (1200, 560 * u32::try_from(panels.len()).unwrap_or(1)),
+        grid: (panels.len(), 1),
+        panels,
+    }
+    .write(path)
+}
+
+/// A panel of the figure: MiB over the seconds since the schedule started.
+fn panel(title: String, lines: Vec<Line>) -> Panel {
+    let xs = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let x = Axis::linear(xs().fold(0.0f64, f64::min), xs().fold(1.0f64, f64::max));
+    let ymax = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+    let y = Axis::linear(0.0, ymax.fold(1.0f64, f64::max) * 1.08);
+    Panel {
+        lines,
+        legend: Legend::Margin(300),
+        ..Panel::new(title, "seconds since the schedule started", "MiB", x, y)
+    }
 }
 
 #[cfg(test)]
