@@ -1,6 +1,6 @@
 //! Every figure of the bench: a [`Figure`] is a grid of [`Panel`]s, each a chart of [`Line`]s
 //! over linear or log axes, with labelled vertical marks and a legend, drawn once for SVG and
-//! PNG ([`svg_and_png`]) with the one font and legend style.
+//! PNG with the one font and legend style.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -167,7 +167,11 @@ impl Line {
 impl Figure {
     /// Draws the figure to `path` (SVG) and to the same name with `.png`.
     pub fn write(&self, path: &Path) -> Result<(), String> {
-        svg_and_png!(path, self.size, |root| self.draw(root))
+        self.write_svg(path)?;
+        let png = path.with_extension("png");
+        let root = BitMapBackend::new(&png, self.size).into_drawing_area();
+        self.draw(&root)?;
+        root.present().map_err(|e| e.to_string())
     }
 
     /// Draws the figure to `path` as SVG only.
@@ -360,7 +364,7 @@ const FONTS: &[&str] = &[
 
 /// Registers a font for the plots' text (once): plotters measures text with it for both
 /// backends, and draws it into PNGs. An error names the package to install.
-pub fn font() -> Result<(), String> {
+fn font() -> Result<(), String> {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
     READY
         .get_or_init(|| {
@@ -389,33 +393,9 @@ pub fn font() -> Result<(), String> {
     .clone()
 }
 
-/// Draws a figure to `path` (SVG) and to the same name with `.png`:
-/// `draw` is called with each backend's root area (a closure written once, instantiated for
-/// both backends).
-macro_rules! svg_and_png {
-    ($path:expr, $size:expr, $draw:expr) => {{
-        let path: &std::path::Path = $path;
-        let size: (u32, u32) = $size;
-        $crate::report::figure::font()?;
-        {
-            let root = plotters::prelude::SVGBackend::new(path, size).into_drawing_area();
-            $draw(&root)?;
-            root.present().map_err(|e| e.to_string())?;
-        }
-        {
-            let png = path.with_extension("png");
-            let root = plotters::prelude::BitMapBackend::new(&png, size).into_drawing_area();
-            $draw(&root)?;
-            root.present().map_err(|e| e.to_string())?;
-        }
-        Ok::<(), String>(())
-    }};
-}
-pub(crate) use svg_and_png;
-
 /// Draws the legend of `chart`'s labelled series at `position`, in the one style of every
 /// figure.
-pub fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     position: SeriesLabelPosition,
 ) -> Result<(), String>

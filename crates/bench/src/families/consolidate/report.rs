@@ -10,13 +10,15 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use memvisor_api::HostSample;
-use plotters::prelude::*;
+use plotters::prelude::{Color, Palette, Palette99};
+use plotters::style::{RGBColor, RED};
 
 use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
 use super::run::{Record, RunTrace};
 use crate::report::csv;
+use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
@@ -46,73 +48,46 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     }
     std::fs::write(dir.join("allocation.csv"), csv).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
-    crate::report::figure::svg_and_png!(&dir.join("allocation.svg"), (900, 450), |root| {
-        draw_allocation(root, history, &names, end)
-    })
-}
-
-fn draw_allocation<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    history: &[HostSample],
-    names: &[String],
-    end: f64,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
     #[allow(clippy::cast_precision_loss)]
     let top = (MEM as f64 / MIB) * 1.1;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "allocation over time: resident (solid) and target (dashed) per VM",
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..end, 0f64..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("MiB")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut panel = Panel::new(
+        "allocation over time: resident (solid) and target (dashed) per VM",
+        "seconds",
+        "MiB",
+        Axis::linear(0.0, end),
+        Axis::linear(0.0, top),
+    );
+    panel.legend = Legend::UpperRight;
     for (i, name) in names.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let c = Palette99::pick(i).to_rgba();
+        let color = RGBColor(c.0, c.1, c.2);
         #[allow(clippy::cast_precision_loss)]
         let series = |f: &dyn Fn(&memvisor_api::VmSample) -> u64| -> Vec<(f64, f64)> {
-            history
-                .iter()
-                .filter_map(|t| {
-                    t.vms
-                        .iter()
-                        .find(|v| &v.name == name)
-                        .map(|v| (t.seconds, f(v) as f64 / MIB))
-                })
-                .collect()
+            let at = history.iter();
+            let of = |t: &HostSample| {
+                t.vms
+                    .iter()
+                    .find(|v| &v.name == name)
+                    .map(|v| (t.seconds, f(v) as f64 / MIB))
+            };
+            at.filter_map(of).collect()
         };
-        chart
-            .draw_series(LineSeries::new(
-                series(&|v| v.resident_bytes),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(DashedLineSeries::new(
-                series(&|v| v.target_bytes),
-                6,
-                4,
-                color.into(),
-            ))
-            .map_err(|e| e.to_string())?;
+        panel.lines.push(Line::new(
+            name.clone(),
+            color,
+            2,
+            series(&|v| v.resident_bytes),
+        ));
+        panel
+            .lines
+            .push(Line::new("", color, 1, series(&|v| v.target_bytes)).dashed());
     }
-    crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperRight)
+    Figure {
+        size: (900, 450),
+        grid: (1, 1),
+        panels: vec![panel],
+    }
+    .write(&dir.join("allocation.svg"))
 }
 
 /// One configuration, scenario and N over its repetitions: the median, least and most of each
@@ -556,59 +531,43 @@ fn plot(
     shape: &ConsolidatePlan,
     scenario: Scenario,
 ) -> Result<(), String> {
-    let points: Vec<(&str, Vec<(u32, f64)>)> = shape
+    let lines: Vec<Line> = shape
         .configs
         .iter()
-        .map(|(c, _)| {
-            let pts = shape
-                .ns
-                .iter()
-                .filter_map(|&n| cell(records, c, scenario, n)?.median.map(|m| (n, m)))
-                .collect();
-            (*c, pts)
+        .enumerate()
+        .map(|(i, (c, _))| {
+            let at = shape.ns.iter();
+            let pts = at.filter_map(|&n| {
+                cell(records, c, scenario, n)?
+                    .median
+                    .map(|m| (f64::from(n), m))
+            });
+            Line::new(*c, COLORS[i % COLORS.len()], 2, pts.collect()).marked()
         })
         .collect();
-    let top = points
-        .iter()
-        .flat_map(|p| p.1.iter().map(|x| x.1))
-        .fold(1.0f64, f64::max);
+    let top = lines.iter().flat_map(|l| l.points.iter().map(|x| x.1));
+    let top = top.fold(1.0f64, f64::max);
     let right = shape.ns.iter().copied().max().unwrap_or(1);
-    crate::report::figure::svg_and_png!(path, (800, 500), |root: &DrawingArea<_, _>| {
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "consolidate, {}: mean job time against VMs",
-                    scenario.name()
-                ),
-                ("sans-serif", 20),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0u32..right + 1, 0f64..top * 1.15)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("VMs")
-            .y_desc("seconds")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, (c, pts)) in points.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(*c)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(|e| e.to_string())?;
-        }
-        crate::report::figure::legend(&mut chart, SeriesLabelPosition::UpperLeft)
-    })
+    let panel = Panel {
+        lines,
+        legend: Legend::UpperLeft,
+        ..Panel::new(
+            format!(
+                "consolidate, {}: mean job time against VMs",
+                scenario.name()
+            ),
+            "VMs",
+            "seconds",
+            Axis::linear(0.0, f64::from(right + 1)),
+            Axis::linear(0.0, top * 1.15),
+        )
+    };
+    Figure {
+        size: (800, 500),
+        grid: (1, 1),
+        panels: vec![panel],
+    }
+    .write(path)
 }
 
 /// Each configuration's summed VMM RSS over its first repetition's run, with the budget.
@@ -619,67 +578,46 @@ fn plot_rss(
     scenario: Scenario,
     n: u32,
 ) -> Result<(), String> {
-    let series: Vec<(&str, Vec<(f64, f64)>)> = configs
+    let mut lines: Vec<Line> = configs
         .iter()
-        .filter_map(|(c, _)| {
-            let r = traces(runs, c, scenario, n).next()?;
+        .filter_map(|(c, _)| traces(runs, c, scenario, n).next().map(|r| (c, r)))
+        .enumerate()
+        .map(|(i, (c, r))| {
             #[allow(clippy::cast_precision_loss)]
-            let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB)).collect();
-            Some((*c, pts))
+            let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB));
+            Line::new(*c, COLORS[i % COLORS.len()], 2, pts.collect())
         })
         .collect();
-    let end = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .fold(1.0f64, f64::max);
+    let end = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let end = end.fold(1.0f64, f64::max);
     #[allow(clippy::cast_precision_loss)]
     let budget = BUDGET as f64 / MIB;
-    let top = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.1))
-        .fold(budget, f64::max)
-        * 1.1;
-    crate::report::figure::svg_and_png!(path, (900, 450), |root: &DrawingArea<_, _>| {
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "summed VMM RSS, {}, {n} VMs (budget dashed)",
-                    scenario.name()
-                ),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(35)
-            .y_label_area_size(55)
-            .build_cartesian_2d(0f64..end, 0f64..top)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("MiB")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(DashedLineSeries::new(
-                vec![(0.0, budget), (end, budget)],
-                8,
-                4,
-                RED.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?;
-        for (i, (c, pts)) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(*c)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-        }
-        crate::report::figure::legend(&mut chart, SeriesLabelPosition::LowerRight)
-    })
+    let top = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+    let top = top.fold(budget, f64::max) * 1.1;
+    lines.insert(
+        0,
+        Line::new("", RED, 2, vec![(0.0, budget), (end, budget)]).dashed(),
+    );
+    let panel = Panel {
+        lines,
+        legend: Legend::LowerRight,
+        ..Panel::new(
+            format!(
+                "summed VMM RSS, {}, {n} VMs (budget dashed)",
+                scenario.name()
+            ),
+            "seconds",
+            "MiB",
+            Axis::linear(0.0, end),
+            Axis::linear(0.0, top),
+        )
+    };
+    Figure {
+        size: (900, 450),
+        grid: (1, 1),
+        panels: vec![panel],
+    }
+    .write(path)
 }
 
 #[cfg(test)]
