@@ -10,7 +10,7 @@ use plotters::style::RGBColor;
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::Experiment;
 use crate::families::phases::report::{phase_ms, swap_written, values, Record};
-use crate::families::phases::vm::result::{Phase, Status};
+use crate::families::phases::vm::result::{Phase, RunStatus};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
 
@@ -56,7 +56,7 @@ fn lines(
                 .iter()
                 .filter(|r| r.step == step && r.config.name == c.name);
             let (ok, all) = runs.fold((0, 0), |(ok, all), r| {
-                (ok + usize::from(r.result.status == Status::Ok), all + 1)
+                (ok + usize::from(r.result.status == RunStatus::Ok), all + 1)
             });
             let name = if ok == all {
                 c.name.to_owned()

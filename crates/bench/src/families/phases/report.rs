@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::{Experiment, Step};
-use crate::families::phases::vm::result::{Phase, RunResult, Status};
+use crate::families::phases::vm::result::{Phase, RunResult, RunStatus};
 use crate::report::csv;
 
 /// One run of one configuration.
@@ -221,11 +221,11 @@ fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, tit
             .collect();
         let ok = runs
             .iter()
-            .filter(|r| r.result.status == Status::Ok)
+            .filter(|r| r.result.status == RunStatus::Ok)
             .count();
         let killed = runs
             .iter()
-            .filter(|r| r.result.status == Status::Killed)
+            .filter(|r| r.result.status == RunStatus::Killed)
             .count();
         let wall = summary(&mut values(records, si, c.name, "wall", phase_ms));
         let boot = median_ms(records, si, c.name, "boot");
@@ -352,7 +352,7 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
         let cpu = |c: &str| {
             let mut v: Vec<f64> = records
                 .iter()
-                .filter(|r| r.step == si && r.config.name == c && r.result.status == Status::Ok)
+                .filter(|r| r.step == si && r.config.name == c && r.result.status == RunStatus::Ok)
                 .filter_map(|r| r.result.cpu_ms)
                 .collect();
             summary(&mut v).map(|x| x.0)
@@ -360,7 +360,7 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
         row.push_str(&cell(
             ratio(cpu(with), cpu(without)),
             pair_ratios(records, si, with, without, |r: &RunResult| {
-                r.cpu_ms.filter(|_| r.status == Status::Ok)
+                r.cpu_ms.filter(|_| r.status == RunStatus::Ok)
             }),
         ));
         let _ = writeln!(s, "{row}");
@@ -484,7 +484,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
             let mut v: Vec<f64> = records
                 .iter()
                 .filter(|r| r.step == si && r.config.name == c.name)
-                .filter(|r| r.result.status == Status::Ok)
+                .filter(|r| r.result.status == RunStatus::Ok)
                 .map(|r| f(&r.result))
                 .collect();
             summary(&mut v).map_or("-".into(), |x| mib(x.0))
@@ -538,7 +538,7 @@ fn incomplete_runs(s: &mut String, meta: &Meta<'_>, records: &[Record]) {
     let exp = meta.experiment;
     let bad: Vec<&Record> = records
         .iter()
-        .filter(|r| r.result.status != Status::Ok)
+        .filter(|r| r.result.status != RunStatus::Ok)
         .collect();
     let _ = writeln!(s, "## Runs that did not complete\n");
     if bad.is_empty() {
@@ -598,7 +598,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
     for c in meta.configs {
         let finals: Vec<&memvisor_api::VmStats> = records
             .iter()
-            .filter(|r| r.step == si && r.config.name == c.name && r.result.status == Status::Ok)
+            .filter(|r| r.step == si && r.config.name == c.name && r.result.status == RunStatus::Ok)
             .filter_map(|r| r.result.final_stats.as_ref())
             .collect();
         if finals.is_empty() {
@@ -685,7 +685,7 @@ mod tests {
             config: crate::families::phases::configs::find(config).unwrap(),
             rep,
             result: RunResult {
-                status: Status::Ok,
+                status: RunStatus::Ok,
                 exit: "1".into(),
                 reason: String::new(),
                 phases: vec![Phase {

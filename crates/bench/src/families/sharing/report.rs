@@ -42,7 +42,7 @@ pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
         .unwrap_or(0.0);
     let upto: Vec<_> = p.samples.iter().filter(|s| s.t_s < end).collect();
     let from = end - window.as_secs_f64();
-    let series = |f: &dyn Fn(&super::run::Sample) -> u64| -> Vec<(f64, f64)> {
+    let series = |f: &dyn Fn(&super::run::MapReading) -> u64| -> Vec<(f64, f64)> {
         upto.iter().map(|s| (s.t_s, f(s) as f64)).collect()
     };
     let reclaimed = series(&|s| s.census.reclaimed);
@@ -433,7 +433,7 @@ pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(
     panel.legend = Legend::UpperLeft;
     for (i, p) in runs.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let curve = |f: &dyn Fn(&super::run::Sample) -> u64| -> Vec<(f64, f64)> {
+        let curve = |f: &dyn Fn(&super::run::MapReading) -> u64| -> Vec<(f64, f64)> {
             p.samples.iter().map(|s| (s.t_s, to_mib(f(s)))).collect()
         };
         let reclaimed = curve(&|s| s.census.reclaimed);
@@ -474,7 +474,7 @@ mod tests {
     use super::*;
     use crate::args::Scale;
     use crate::families::sharing::experiment::{modes, Census, Sizes};
-    use crate::families::sharing::run::{ProbeRound, Sample};
+    use crate::families::sharing::run::{MapReading, ProbeRound};
 
     fn point(mode: &str, rep: u32, reclaimed: u64, ops: u64) -> SharingRun {
         SharingRun {
@@ -482,7 +482,7 @@ mod tests {
             vms: 2,
             rep,
             samples: (0u32..10)
-                .map(|i| Sample {
+                .map(|i| MapReading {
                     t_s: f64::from(i),
                     census: Census {
                         present: 1000,

@@ -33,7 +33,7 @@ use crate::harness::{readings, teardown, Bench};
 
 /// One reading of the VMs' page maps.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Sample {
+pub struct MapReading {
     /// Seconds since the VMs started.
     pub t_s: f64,
     pub census: Census,
@@ -63,7 +63,7 @@ pub struct SharingRun {
     pub probe: bool,
     /// Why the run failed; empty when every guest finished.
     pub error: String,
-    pub samples: Vec<Sample>,
+    pub samples: Vec<MapReading>,
     /// The store's ops per second, per VM, each second of its run phase.
     pub ops: Vec<Vec<u64>>,
     pub probe_rounds: Vec<ProbeRound>,
@@ -327,7 +327,7 @@ fn measure(
             if let Ok(kpf) = &kpageflags {
                 let pids: Vec<u32> = vms.iter().filter_map(|v| ram_pid(v, mode.qemu)).collect();
                 let (c, zero) = census(&pids, kpf);
-                p.samples.push(Sample {
+                p.samples.push(MapReading {
                     t_s: t0.elapsed().as_secs_f64(),
                     census: c,
                     zero,

@@ -20,7 +20,7 @@ use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, 
 use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, Release};
 use crate::families::phases::report::{Meta, Record};
-use crate::families::phases::vm::result::Status;
+use crate::families::phases::vm::result::RunStatus;
 use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
@@ -207,7 +207,7 @@ fn by_config<'a>(
 fn config_recovery(ms: &[(&Run<'_>, Measures)]) -> Option<Recovery> {
     let v: Vec<Recovery> = ms
         .iter()
-        .filter(|(r, _)| r.rec.result.status == Status::Ok)
+        .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
         .filter_map(|(_, m)| m.recovery)
         .collect();
     median_recovery(&v)
@@ -324,7 +324,7 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
     let med = |ms: &[(&Run<'_>, Measures)], f: &dyn Fn(&Measures) -> Option<f64>| {
         let mut v: Vec<f64> = ms
             .iter()
-            .filter(|(r, _)| r.rec.result.status == Status::Ok)
+            .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
             .filter_map(|(_, m)| f(m))
             .collect();
         summary(&mut v).map(|x| x.0)
@@ -332,13 +332,13 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
     for (c, ms) in groups {
         let ok = ms
             .iter()
-            .filter(|(r, _)| r.rec.result.status == Status::Ok)
+            .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
             .count();
         let each: Vec<String> = ms
             .iter()
             .map(|(r, m)| {
                 let v = m.recovery.map_or_else(|| "-".into(), Recovery::show);
-                if r.rec.result.status == Status::Ok {
+                if r.rec.result.status == RunStatus::Ok {
                     v
                 } else {
                     format!("{v} ({})", r.rec.result.status.as_str())
@@ -577,7 +577,7 @@ pub fn plot(
             .iter()
             .position(|c| c.name == run.rec.config.name)
             .unwrap_or(0);
-        let status = if run.rec.result.status == Status::Ok {
+        let status = if run.rec.result.status == RunStatus::Ok {
             String::new()
         } else {
             format!(", {}", run.rec.result.status.as_str())

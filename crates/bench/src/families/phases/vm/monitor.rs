@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{VmClient, VmStats};
 
 use super::control::{api_stats, api_vm_stats, give_back, RunSpec};
-use super::result::{PagerCounters, Phase, Released, RunResult, StatsSample, Status};
+use super::result::{PagerCounters, Phase, Released, RunResult, RunStatus, StatsSample};
 use crate::families::phases::configs::{Hv, Limit};
 use crate::families::phases::experiment::Series;
 use crate::harness::child::{exit_text, exited, ConsoleEvent, TICK};
@@ -106,7 +106,7 @@ pub(super) struct RunMonitor<'a> {
     /// The console has ended.
     eof: bool,
     /// Ended by the harness: interrupted or timed out.
-    forced: Option<Status>,
+    forced: Option<RunStatus>,
     /// When the harness asked it to end (SIGTERM); SIGKILL follows 3 s later.
     forced_at: Option<Instant>,
     last_progress: Instant,
@@ -355,9 +355,9 @@ impl<'a> RunMonitor<'a> {
         let pid = self.pid;
         if self.forced.is_none() {
             if teardown::interrupted() {
-                self.forced = Some(Status::Interrupted);
+                self.forced = Some(RunStatus::Interrupted);
             } else if self.s0.at.elapsed() > self.spec.timeout {
-                self.forced = Some(Status::Timeout);
+                self.forced = Some(RunStatus::Timeout);
             }
             if self.forced.is_some() {
                 // SIGTERM first: `memvisor run` then stops QEMU and removes its cgroup itself.
@@ -385,7 +385,7 @@ impl<'a> RunMonitor<'a> {
         exit: std::process::ExitStatus,
         stderr: &str,
         dmesg_last: Option<&String>,
-    ) -> (Status, String) {
+    ) -> (RunStatus, String) {
         let killed =
             exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
         let last_err = stderr
@@ -398,18 +398,20 @@ impl<'a> RunMonitor<'a> {
             (Some(f), _) => (
                 f,
                 match f {
-                    Status::Timeout => format!(
+                    RunStatus::Timeout => format!(
                         "ended by the harness after --timeout {} s",
                         self.spec.timeout.as_secs()
                     ),
                     _ => "ended by the harness on Ctrl-C".into(),
                 },
             ),
-            (None, Some(1)) if self.guest_ok.as_deref() != Some("0") => (Status::Ok, String::new()),
-            (None, _) if killed => (Status::Killed, self.why_killed(dmesg_last)),
-            (None, Some(4)) => (Status::Crashed, format!("guest crash: {last_err}")),
+            (None, Some(1)) if self.guest_ok.as_deref() != Some("0") => {
+                (RunStatus::Ok, String::new())
+            }
+            (None, _) if killed => (RunStatus::Killed, self.why_killed(dmesg_last)),
+            (None, Some(4)) => (RunStatus::Crashed, format!("guest crash: {last_err}")),
             (None, _) => (
-                Status::Failed,
+                RunStatus::Failed,
                 format!(
                     "exit {}: {}",
                     exit_text(exit),
@@ -468,7 +470,7 @@ impl<'a> RunMonitor<'a> {
     /// The run's result; a run that went well gets its whole run as one more phase, `wall`.
     pub(super) fn result(
         self,
-        status: Status,
+        status: RunStatus,
         reason: String,
         exit: std::process::ExitStatus,
         end: &Snap,
@@ -476,7 +478,7 @@ impl<'a> RunMonitor<'a> {
     ) -> RunResult {
         let start = self.s0.at;
         let mut phases = self.phases;
-        if status == Status::Ok {
+        if status == RunStatus::Ok {
             let mut whole = phase_between("wall", None, start, &self.s0, end);
             whole.pager = final_stats
                 .as_ref()

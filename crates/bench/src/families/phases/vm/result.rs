@@ -1,4 +1,4 @@
-//! What one run measured: how it ended ([`Status`]), the host's view of each phase, the time
+//! What one run measured: how it ended ([`RunStatus`]), the host's view of each phase, the time
 //! series and release it watched, the whole [`RunResult`].
 
 use memvisor_api::{ActiveMemory, VmStats};
@@ -7,7 +7,7 @@ use crate::harness::readings::{CgroupState, ProcIo};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub enum RunStatus {
     /// The guest reported success (exit status 1).
     Ok,
     /// SIGKILL from outside the harness: the host's OOM killer, for a memory cgroup.
@@ -22,15 +22,15 @@ pub enum Status {
     Interrupted,
 }
 
-impl Status {
+impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
-            Status::Ok => "ok",
-            Status::Killed => "killed",
-            Status::Crashed => "crashed",
-            Status::Failed => "failed",
-            Status::Timeout => "timeout",
-            Status::Interrupted => "interrupted",
+            RunStatus::Ok => "ok",
+            RunStatus::Killed => "killed",
+            RunStatus::Crashed => "crashed",
+            RunStatus::Failed => "failed",
+            RunStatus::Timeout => "timeout",
+            RunStatus::Interrupted => "interrupted",
         }
     }
 }
@@ -57,7 +57,7 @@ pub struct Phase {
 /// Everything measured in one run.
 #[derive(Debug)]
 pub struct RunResult {
-    pub status: Status,
+    pub status: RunStatus,
     /// The process's exit as the shell would print it (`1`, `137`, `signal 9`).
     pub exit: String,
     /// Why a run that is not `ok` ended, in the kernel's words when it was the kernel.

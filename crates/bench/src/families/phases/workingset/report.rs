@@ -19,7 +19,7 @@ use plotters::style::{RGBColor, BLACK};
 
 use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
-use crate::families::phases::vm::result::{RunResult, StatsSample, Status};
+use crate::families::phases::vm::result::{RunResult, RunStatus, StatsSample};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
@@ -67,7 +67,7 @@ pub fn timeline(schedule: &[(u64, u64)], run: &RunResult) -> Vec<StepSpan> {
 
 /// One `GET /stats` answer placed on the schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Point {
+pub struct ScheduledSample {
     /// Seconds since the schedule started (negative while the guest boots).
     pub t_s: f64,
     /// The schedule's step under way (0-based); `None` before the first and after the last.
@@ -77,14 +77,14 @@ pub struct Point {
     pub sample: StatsSample,
 }
 
-impl Point {
+impl ScheduledSample {
     pub fn estimate(&self) -> f64 {
         self.sample.bytes(self.sample.active.estimate)
     }
 }
 
 /// `run`'s samples on `spans`.
-pub fn points(spans: &[StepSpan], run: &RunResult) -> Vec<Point> {
+pub fn points(spans: &[StepSpan], run: &RunResult) -> Vec<ScheduledSample> {
     let t0 = spans.first().map_or(0.0, |s| s.start_ms);
     run.series
         .iter()
@@ -92,7 +92,7 @@ pub fn points(spans: &[StepSpan], run: &RunResult) -> Vec<Point> {
             let step = spans
                 .iter()
                 .position(|sp| sp.start_ms <= s.at_ms && s.at_ms < sp.end_ms);
-            Point {
+            ScheduledSample {
                 t_s: (s.at_ms - t0) / 1e3,
                 step,
                 touched: step.map_or(0, |i| spans[i].bytes),
@@ -137,15 +137,15 @@ pub struct Response {
 }
 
 /// The responses to every step after the first (the first has no size to come from).
-pub fn responses(spans: &[StepSpan], points: &[Point]) -> Vec<Response> {
+pub fn responses(spans: &[StepSpan], points: &[ScheduledSample]) -> Vec<Response> {
     let mut out = Vec::new();
     for i in 1..spans.len() {
         let (from, to) = (spans[i - 1].bytes, spans[i].bytes);
         #[allow(clippy::cast_precision_loss)]
         let (f, t) = (from as f64, to as f64);
         let mark = f + REACHED * (t - f);
-        let inside: Vec<&Point> = points.iter().filter(|p| p.step == Some(i)).collect();
-        let parts = |p: &Point| (p.sample.active.estimate, p.sample.base_bytes());
+        let inside: Vec<&ScheduledSample> = points.iter().filter(|p| p.step == Some(i)).collect();
+        let parts = |p: &ScheduledSample| (p.sample.active.estimate, p.sample.base_bytes());
         let before = points.iter().rfind(|p| p.step == Some(i - 1)).map(parts);
         let hit = inside.iter().find(|p| {
             let e = p.estimate();
@@ -402,7 +402,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
     };
     let spans = timeline(&series.schedule, &first.result);
     let pts = points(&spans, &first.result);
-    let curve = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
+    let curve = |f: &dyn Fn(&ScheduledSample) -> f64| -> Vec<(f64, f64)> {
         pts.iter().map(|p| (p.t_s, f(p) / MIB)).collect()
     };
     let touched = Line::new("touched (schedule)", BLACK, 3, staircase(&spans));
@@ -419,7 +419,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
             "estimate (the largest)",
             RGBColor(202, 0, 32),
             3,
-            curve(&Point::estimate),
+            curve(&ScheduledSample::estimate),
         ),
         Line::new(
             "slow average (gain 0.1)",
@@ -442,7 +442,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
             curve(&|p| p.sample.bytes(p.sample.active.current)),
         ),
     ];
-    let status = if first.result.status == Status::Ok {
+    let status = if first.result.status == RunStatus::Ok {
         String::new()
     } else {
         format!(", {}", first.result.status.as_str())
@@ -511,7 +511,7 @@ mod tests {
 
     fn run(phases: Vec<Phase>, series: Vec<StatsSample>) -> RunResult {
         RunResult {
-            status: Status::Ok,
+            status: RunStatus::Ok,
             exit: "1".into(),
             reason: String::new(),
             phases,
