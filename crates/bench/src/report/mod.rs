@@ -1,9 +1,9 @@
-//! What every family's report shares: `results.csv`'s quoting (`csv`), the numbers (`numbers`),
+//! What every family's report shares: tables in Markdown and CSV with `results.csv`'s quoting (`table`), the numbers (`numbers`),
 //! the figures' drawing (`figure`), the environment section and writing the three outputs.
 
-pub mod csv;
 pub mod figure;
 pub mod numbers;
+pub mod table;
 
 /// Appends the report's `## Environment` section: one line per fact of the run's host.
 pub fn environment(s: &mut String, env: &[(String, String)]) {

@@ -17,36 +17,45 @@ use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
 use super::run::{Record, RunTrace};
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::table::{self, Table};
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
 pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String> {
-    let mut csv = String::from("seconds,vm,state,resident_bytes,target_bytes,balloon_bytes,swapped_bytes,limit_bytes,free_bytes,free_state\n");
+    let mut t = Table::new(&[
+        "seconds",
+        "vm",
+        "state",
+        "resident_bytes",
+        "target_bytes",
+        "balloon_bytes",
+        "swapped_bytes",
+        "limit_bytes",
+        "free_bytes",
+        "free_state",
+    ]);
     let mut names: Vec<String> = Vec::new();
-    for t in history {
-        for v in &t.vms {
-            let _ = writeln!(
-                csv,
-                "{:.2},{},{:?},{},{},{},{},{},{},{:?}",
-                t.seconds,
-                v.name,
-                v.state,
-                v.resident_bytes,
-                v.target_bytes,
-                v.balloon_bytes,
-                v.swapped_bytes,
-                v.limit_bytes,
-                t.free_bytes,
-                t.free_state
-            );
+    for h in history {
+        for v in &h.vms {
+            t.row(vec![
+                format!("{:.2}", h.seconds),
+                v.name.clone(),
+                format!("{:?}", v.state),
+                v.resident_bytes.to_string(),
+                v.target_bytes.to_string(),
+                v.balloon_bytes.to_string(),
+                v.swapped_bytes.to_string(),
+                v.limit_bytes.to_string(),
+                h.free_bytes.to_string(),
+                format!("{:?}", h.free_state),
+            ]);
             if !names.contains(&v.name) {
                 names.push(v.name.clone());
             }
         }
     }
-    std::fs::write(dir.join("allocation.csv"), csv).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("allocation.csv"), t.csv()).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
     #[allow(clippy::cast_precision_loss)]
     let top = (MEM as f64 / MIB) * 1.1;
@@ -216,7 +225,7 @@ pub fn write_outputs(
             r.interval.map_or(String::new(), |i| format!("{:.2}", i.1)),
             u8::from(r.ok),
             r.longest_fault_us.map_or(String::new(), ms),
-            csv::quoted(&r.note.replace('"', "'"))
+            table::quoted(&r.note.replace('"', "'"))
         );
     }
     w("results.csv", &csv)?;

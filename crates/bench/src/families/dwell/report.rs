@@ -9,14 +9,24 @@ use plotters::style::RGBColor;
 use super::experiment::{median_ms, DwellPlan};
 use super::run::DwellRun;
 use crate::harness::{Bench, MeasureStatus};
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::table::{self, Table};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,policy,rep,status,pass_ms,release_calls,release_available,released_pages,released_refaults,came_back,median_dwell_ms,dwell_ms_log2,reason";
 
 fn joined<T: ToString>(v: &[T]) -> String {
     v.iter().map(T::to_string).collect::<Vec<_>>().join(";")
+}
+
+/// The guest's passes, ms, `;`-separated.
+fn pass_ms(p: &DwellRun) -> String {
+    joined(
+        &p.pass_ms
+            .iter()
+            .map(|m| format!("{m:.0}"))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// `results.csv`: one row per run.
@@ -27,15 +37,10 @@ pub fn csv(points: &[DwellRun]) -> String {
         let _ = writeln!(
             s,
             "dwell,{},{},{},{},{},{},{},{},{},{},{},{}",
-            csv::field(&p.policy),
+            table::field(&p.policy),
             p.rep,
             p.status.name(),
-            joined(
-                &p.pass_ms
-                    .iter()
-                    .map(|m| format!("{m:.0}"))
-                    .collect::<Vec<_>>()
-            ),
+            pass_ms(p),
             p.calls,
             u8::from(!p.no_release),
             p.released_pages,
@@ -43,7 +48,7 @@ pub fn csv(points: &[DwellRun]) -> String {
             p.hist.iter().sum::<u64>(),
             median_ms(&p.hist).map_or(String::new(), |m| format!("{m:.1}")),
             joined(&p.hist),
-            csv::quoted(&p.error)
+            table::quoted(&p.error)
         );
     }
     s
@@ -108,11 +113,15 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         );
     }
     let _ = writeln!(s, "## Per policy\n");
-    let _ = writeln!(
-        s,
-        "| policy | runs ok | released pages | came back | still out at the end | median dwell of those back (bucket middle) | guest's read, ms (first run) |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let mut t = Table::new(&[
+        "policy",
+        "runs ok",
+        "released pages",
+        "came back",
+        "still out at the end",
+        "median dwell of those back (bucket middle)",
+        "guest's read, ms (first run)",
+    ]);
     for policy in &setup.policies {
         let all: Vec<&DwellRun> = points.iter().filter(|p| &p.policy == policy).collect();
         let ok: Vec<&&DwellRun> = all.iter().filter(|p| p.ok()).collect();
@@ -120,28 +129,23 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         let h = merged(points, policy);
         let released: u64 = ok.iter().map(|p| p.released_pages).sum();
         let back: u64 = h.iter().sum();
-        let passes = ok
-            .first()
-            .map(|p| {
-                joined(
-                    &p.pass_ms
-                        .iter()
-                        .map(|m| format!("{m:.0}"))
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .unwrap_or_default();
-        let _ = writeln!(
-            s,
-            "| {policy} | {}/{}{} | {released} | {back} | {} | {} | {} |",
-            ok.len(),
-            all.len(),
-            if na { " (not available)" } else { "" },
-            released.saturating_sub(back),
+        let passes = ok.first().map(|p| pass_ms(p)).unwrap_or_default();
+        t.row(vec![
+            policy.clone(),
+            format!(
+                "{}/{}{}",
+                ok.len(),
+                all.len(),
+                if na { " (not available)" } else { "" }
+            ),
+            released.to_string(),
+            back.to_string(),
+            released.saturating_sub(back).to_string(),
             median_ms(&h).map_or("–".into(), |m| format!("{m:.0} ms")),
-            passes.replace(';', ", ")
-        );
+            passes.replace(';', ", "),
+        ]);
     }
+    s.push_str(&t.markdown());
     // Up to the longest dwell any policy saw (the pager's histogram has room for hours).
     let longest = setup
         .policies
@@ -155,29 +159,24 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
             s,
             "Share of the released pages that came back, by dwell time.\n"
         );
-        let mut head = String::from("| dwell |");
-        let mut rule = String::from("|---|");
-        for p in &setup.policies {
-            let _ = write!(head, " {p} |");
-            rule.push_str("---|");
-        }
-        let _ = writeln!(s, "{head}\n{rule}");
+        let mut t = Table::new(&[&["dwell".to_owned()][..], &setup.policies].concat());
         let hs: Vec<Vec<u64>> = setup.policies.iter().map(|p| merged(points, p)).collect();
         for i in 0..longest {
-            let mut line = format!("| {} |", bucket(i));
+            let mut row = vec![bucket(i)];
             for h in &hs {
                 let total: u64 = h.iter().sum();
                 let c = h.get(i).copied().unwrap_or(0);
-                if total == 0 {
-                    line.push_str(" – |");
+                #[allow(clippy::cast_precision_loss)]
+                let pct = c as f64 * 100.0 / total as f64;
+                row.push(if total == 0 {
+                    "–".into()
                 } else {
-                    #[allow(clippy::cast_precision_loss)]
-                    let pct = c as f64 * 100.0 / total as f64;
-                    let _ = write!(line, " {pct:.1} % |");
-                }
+                    format!("{pct:.1} %")
+                });
             }
-            let _ = writeln!(s, "{line}");
+            t.row(row);
         }
+        s.push_str(&t.markdown());
     }
     let failed: Vec<&DwellRun> = points.iter().filter(|p| !p.ok()).collect();
     if !failed.is_empty() {

@@ -9,7 +9,7 @@ use memvisor_api::HostEventKind;
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
 use super::summary::*;
-use crate::report::csv;
+use crate::report::table;
 
 /// `results.csv`: for every run, a `sample` row per VM and tick, a `throughput` row per reading,
 /// an `event` row per host event, and the `summary` rows (metric, value).
@@ -24,7 +24,7 @@ pub fn csv(e: &HostExperiment, runs: &[HostRun]) -> String {
             let i = header.iter().position(|h| h == name);
             debug_assert!(i.is_some(), "no column {name} in the CSV header");
             if let Some(i) = i {
-                cols[i] = csv::field(value);
+                cols[i] = table::field(value);
             }
         }
         out.push_str(&cols.join(","));

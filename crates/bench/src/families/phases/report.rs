@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::{Experiment, Step};
 use crate::families::phases::vm::result::{Phase, RunResult, RunStatus};
-use crate::report::csv;
+use crate::report::table;
 
 /// One run of one configuration.
 pub struct Record {
@@ -100,7 +100,7 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
             cols.push(failcnt.clone());
             cols.push(ooms.clone());
             cols.push(res.reason.clone());
-            let line: Vec<String> = cols.iter().map(|c| csv::field(c)).collect();
+            let line: Vec<String> = cols.iter().map(|c| table::field(c)).collect();
             out.push_str(&line.join(","));
             out.push('\n');
         }
@@ -674,7 +674,7 @@ mod tests {
         assert_eq!(summary(&mut [3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0, 3)));
         assert_eq!(summary(&mut [4.0, 1.0]), Some((2.5, 1.0, 4.0, 2)));
         assert_eq!(summary(&mut []), None);
-        assert_eq!(csv::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
+        assert_eq!(table::field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50");
         assert_eq!(ratio(None, Some(2.0)), "-");
     }

@@ -11,9 +11,9 @@ use super::experiment::ReclaimPlan;
 use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
 use crate::harness::{Bench, MeasureStatus};
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
+use crate::report::table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
@@ -46,7 +46,7 @@ pub fn csv(points: &[Reclaim]) -> String {
             },
             p.changed,
             p.polls,
-            csv::quoted(&p.error)
+            table::quoted(&p.error)
         );
     }
     s

@@ -11,9 +11,9 @@ use plotters::style::RGBColor;
 use super::experiment::SharingPlan;
 use super::experiment::{half_time, steady};
 use super::run::SharingRun;
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers;
+use crate::report::table;
 
 /// A run's figures at steady state.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -97,7 +97,7 @@ pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
             s,
             "{},{},{},{},{},{},{:.1},{:.0},{:.0},{:.0},{},{:.4},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             setup.experiment,
-            csv::field(&p.mode),
+            table::field(&p.mode),
             p.vms,
             p.rep,
             u8::from(p.probe),
@@ -121,7 +121,7 @@ pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
             pr(|r| r.common_slow),
             pr(|r| r.private_slow),
             pr(|r| r.pages),
-            csv::quoted(&p.error)
+            table::quoted(&p.error)
         );
     }
     s
@@ -137,7 +137,7 @@ pub fn series_csv(points: &[SharingRun]) -> String {
             let _ = writeln!(
                 s,
                 "{},{},{},{},{:.1},{},{},{},{},{}",
-                csv::field(&p.mode),
+                table::field(&p.mode),
                 p.vms,
                 p.rep,
                 u8::from(p.probe),

@@ -11,8 +11,8 @@ use super::experiment::SwapinPlan;
 use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
 use super::run::SwapinRun;
 use crate::harness::Bench;
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -47,8 +47,8 @@ pub fn csv(points: &[SwapinRun]) -> String {
             p.swap_bytes_read,
             p.pool_hits,
             p.polls,
-            csv::quoted(&p.pager_timing),
-            csv::quoted(&p.error)
+            table::quoted(&p.pager_timing),
+            table::quoted(&p.error)
         );
     }
     s

@@ -21,9 +21,9 @@ use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, Release};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
-use crate::report::csv;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
+use crate::report::table;
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -114,7 +114,7 @@ pub fn csv(exp: &Experiment, release: &Release, runs: &[Run<'_>]) -> String {
             run.rec.rep,
             r.status.as_str()
         );
-        let reason = csv::field(&r.reason);
+        let reason = table::field(&r.reason);
         if run.trace.seconds.is_empty() {
             let _ = writeln!(
                 out,

@@ -1,0 +1,89 @@
+//! Tables: a [`Table`] rendered as Markdown (for `report.md`) or as CSV, and the one quoting
+//! rule every `results.csv` follows ([`field`], [`quoted`]).
+
+/// A table: a header and rows of cells, rendered as Markdown or as CSV.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Table {
+    pub head: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column names and no rows.
+    pub fn new<S: AsRef<str>>(head: &[S]) -> Table {
+        Table {
+            head: head.iter().map(|h| h.as_ref().to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table in Markdown: the header, its rule and one line per row.
+    pub fn markdown(&self) -> String {
+        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+        let mut s = line(&self.head);
+        s.push('|');
+        s.push_str(&"---|".repeat(self.head.len()));
+        s.push('\n');
+        for r in &self.rows {
+            s.push_str(&line(r));
+        }
+        s
+    }
+
+    /// The table as CSV: the header, then each row with every cell quoted by [`field`].
+    pub fn csv(&self) -> String {
+        let mut s = self.head.join(",");
+        s.push('\n');
+        for r in &self.rows {
+            let cells: Vec<String> = r.iter().map(|c| field(c)).collect();
+            s.push_str(&cells.join(","));
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// `s` as one CSV field: quoted when it holds a comma, a quote or a line break, as it is
+/// otherwise.
+pub fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        quoted(s)
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `s` as one quoted CSV field, for free text columns that are always quoted: quotes doubled,
+/// line breaks turned into spaces, so a row stays one line.
+pub fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_fields_that_need_it_are_quoted() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field(""), "");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(field("two\nlines"), "\"two lines\"");
+        assert_eq!(quoted(""), "\"\"");
+        assert_eq!(quoted("plain"), "\"plain\"");
+    }
+
+    #[test]
+    fn tables_render_as_markdown_and_csv() {
+        let mut t = Table::new(&["a", "b"]);
+        t.row(vec!["1".into(), "x,y".into()]);
+        assert_eq!(t.markdown(), "| a | b |\n|---|---|\n| 1 | x,y |\n");
+        assert_eq!(t.csv(), "a,b\n1,\"x,y\"\n");
+    }
+}
