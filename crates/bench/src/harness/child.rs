@@ -14,6 +14,36 @@ use crate::harness::teardown;
 /// How often a running VM is sampled.
 pub const TICK: Duration = Duration::from_millis(50);
 
+/// How [`stop`] ended a child.
+pub struct Stopped {
+    /// Its exit, when it could be waited for.
+    pub status: Option<std::process::ExitStatus>,
+    /// It did not end within the grace time and was killed.
+    pub killed: bool,
+}
+
+/// Stops a child the harness started: SIGTERM (a VMM then stops its guest, QEMU and cgroup
+/// itself), then after `grace` SIGKILL to it and its process group; reaped, and no longer
+/// tracked for teardown.
+pub fn stop(child: &mut std::process::Child, grace: Duration) -> Stopped {
+    let pid = child.id();
+    teardown::signal(pid, libc::SIGTERM);
+    let t = Instant::now();
+    let mut status = child.try_wait().ok().flatten();
+    while status.is_none() && t.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+        status = child.try_wait().ok().flatten();
+    }
+    let killed = status.is_none();
+    if killed {
+        teardown::kill_group(pid);
+        teardown::kill(pid);
+        status = child.wait().ok();
+    }
+    teardown::forget_pid(pid);
+    Stopped { status, killed }
+}
+
 /// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,
 /// `TMPDIR` the run's `work` directory (the pager's unnamed swap file lands on the disk under
 /// --out, not on a tmpfs), stdin closed, stderr to `LOG.stderr`, its own process group (a Ctrl-C

@@ -82,6 +82,18 @@ pub fn kill(pid: u32) {
     signal(pid, libc::SIGKILL);
 }
 
+/// SIGKILL to the process group `pid` leads (a child started with `process_group(0)`, and
+/// what it started); nothing when there is no such group.
+pub fn kill_group(pid: u32) {
+    if let Ok(pg) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) takes no pointers; the group is one the harness started and has not
+        // reaped.
+        unsafe {
+            libc::kill(-pg, libc::SIGKILL);
+        }
+    }
+}
+
 /// Sends `sig` to `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) {
     let Ok(p) = libc::pid_t::try_from(pid) else {

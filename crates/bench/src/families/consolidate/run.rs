@@ -288,18 +288,9 @@ struct Reaped(Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            // SIGTERM first: the host stops its VMs cleanly, `memvisor run` stops QEMU and
-            // removes its cgroup.
-            crate::harness::teardown::signal(self.0.id(), libc::SIGTERM);
-            let t = Instant::now();
-            while matches!(self.0.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(40) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-        crate::harness::teardown::forget_pid(self.0.id());
+        // SIGTERM first: the host stops its VMs cleanly, `memvisor run` stops QEMU and removes
+        // its cgroup.
+        crate::harness::child::stop(&mut self.0, Duration::from_secs(40));
     }
 }
 

@@ -102,22 +102,8 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
         p.status = MeasureStatus::Failed;
         p.error = e;
     }
-    let pid = child.id();
-    teardown::signal(pid, libc::SIGTERM);
-    let t = Instant::now();
-    let mut code = None;
-    while t.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(st)) = child.try_wait() {
-            code = st.code();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if code.is_none() {
-        teardown::kill(pid);
-        code = child.wait().ok().and_then(|s| s.code());
-    }
-    teardown::forget_pid(pid);
+    let stopped = crate::harness::child::stop(&mut child, Duration::from_secs(5));
+    let code = stopped.status.and_then(|s| s.code());
     if code == Some(2) && p.pass_ms.is_empty() {
         let why = std::fs::read_to_string(log.with_extension("stderr")).unwrap_or_default();
         p.status = MeasureStatus::NotAvailable;

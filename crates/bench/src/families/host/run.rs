@@ -113,19 +113,9 @@ impl Tail {
 
 /// Stops the host with SIGTERM (it stops every VM), killing it if it has not ended in time.
 fn stop_host(child: &mut Child) {
-    teardown::signal(child.id(), libc::SIGTERM);
-    let deadline = Instant::now() + STOP_GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            teardown::forget_pid(child.id());
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if crate::harness::child::stop(child, STOP_GRACE).killed {
+        eprintln!("memvisor bench: the host did not stop within {STOP_GRACE:?}; killed");
     }
-    eprintln!("memvisor bench: the host did not stop within {STOP_GRACE:?}; killed");
-    let _ = child.kill();
-    let _ = child.wait();
-    teardown::forget_pid(child.id());
 }
 
 /// One run of `e`: the host's history, events and the VMs' throughput.

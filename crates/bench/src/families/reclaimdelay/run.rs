@@ -155,25 +155,7 @@ impl Victim {
 
     /// Stops the VM (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.
     fn stop(mut self) {
-        let pid = self.child.id();
-        teardown::signal(pid, libc::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                teardown::forget_pid(pid);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if let Ok(pg) = libc::pid_t::try_from(pid) {
-            // SAFETY: kill(2) takes no pointers; the group is the one this VM was started in
-            // (`process_group(0)`), not yet reaped.
-            unsafe {
-                libc::kill(-pg, libc::SIGKILL);
-            }
-        }
-        let _ = self.child.wait();
-        teardown::forget_pid(pid);
+        crate::harness::child::stop(&mut self.child, Duration::from_secs(5));
     }
 }
 

@@ -200,19 +200,7 @@ impl Vm {
 
     /// Stops the VM (SIGTERM, then SIGKILL after 5 s) and reaps it.
     fn stop(mut self) {
-        let pid = self.child.id();
-        teardown::signal(pid, libc::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                teardown::forget_pid(pid);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        teardown::kill(pid);
-        let _ = self.child.wait();
-        teardown::forget_pid(pid);
+        crate::harness::child::stop(&mut self.child, Duration::from_secs(5));
     }
 }
 
