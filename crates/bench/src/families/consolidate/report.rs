@@ -520,7 +520,7 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
     }
 }
 
-/// One colour per configuration (`experiments::consolidate::CONFIGS`).
+/// One colour per configuration (`experiment::CONFIGS`).
 const COLORS: [RGBColor; 10] = [
     RGBColor(230, 97, 1),
     RGBColor(94, 60, 153),

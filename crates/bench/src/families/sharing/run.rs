@@ -1,5 +1,5 @@
 //! `memvisor bench sharing` and `zeroboot`: N identical VMs per mode, KSM at one fixed scan
-//! budget for all (`experiments::sharing::SCAN_PAGES`), and what the harness reads meanwhile.
+//! budget for all (`experiment::SCAN_PAGES`), and what the harness reads meanwhile.
 //!
 //! One run is one mode with N VMs in one repetition:
 //! 1. Everything KSM merged before is unmerged (`run` 2) and the scanner starts afresh.
