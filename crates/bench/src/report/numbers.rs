@@ -9,6 +9,29 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB
 }
 
+/// A number of bytes, counted (`u64`) or computed (`f64`, e.g. a median).
+pub trait Bytes {
+    fn in_f64(self) -> f64;
+}
+
+impl Bytes for u64 {
+    #[allow(clippy::cast_precision_loss)]
+    fn in_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Bytes for f64 {
+    fn in_f64(self) -> f64 {
+        self
+    }
+}
+
+/// `bytes` in MiB, as text with `decimals` decimals.
+pub fn mib_text(bytes: impl Bytes, decimals: usize) -> String {
+    format!("{:.decimals$}", bytes.in_f64() / MIB)
+}
+
 /// The mean of `v` (`None` when empty).
 #[allow(clippy::cast_precision_loss)]
 pub fn mean(v: &[f64]) -> Option<f64> {

@@ -5,7 +5,7 @@
 //! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
-use crate::report::numbers::{self, median, MIB};
+use crate::report::numbers::{median, mib_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -174,10 +174,6 @@ fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1e3)
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.0}", numbers::mib(b))
-}
-
 fn table_head(md: &mut String, configs: &[(&'static str, Launch)]) {
     md.push_str("| VMs |");
     for (c, _) in configs {
@@ -203,11 +199,11 @@ pub fn write_outputs(
     for r in records {
         let (limit, usage, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
             (
-                mib(c.limit),
-                mib(c.max_usage),
+                mib_text(c.limit, 0),
+                mib_text(c.max_usage, 0),
                 c.failcnt.to_string(),
                 c.oom_kills.to_string(),
-                mib(c.swap_peak),
+                mib_text(c.swap_peak, 0),
             )
         });
         let _ = writeln!(
@@ -243,7 +239,7 @@ pub fn write_outputs(
             r.rep,
             r.wall_secs,
             r.overlap.map_or(String::new(), |o| format!("{o:.3}")),
-            mib(s.peak),
+            mib_text(s.peak, 0),
             BUDGET >> 20,
             s.over_secs,
             s.over_samples,
@@ -300,7 +296,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         job(Scenario::Mapreduce, 1).1,
         job(Scenario::Mixed, 1).1,
         job(Scenario::Mixed, 3).1,
-        mib(shape.qemu_overhead),
+        mib_text(shape.qemu_overhead, 0),
         qemu_share(BUDGET, 4, MEM, shape.qemu_overhead) >> 20,
     );
     if shape.scenarios.contains(&Scenario::Balance) {
@@ -389,9 +385,9 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
                 let over: f64 = mine.iter().map(|s| s.over_secs).sum();
                 let n_over: usize = mine.iter().map(|s| s.over_samples).sum();
                 if n_over > 0 {
-                    let _ = write!(md, " {} **over** {over:.1} s |", mib(peak));
+                    let _ = write!(md, " {} **over** {over:.1} s |", mib_text(peak, 0));
                 } else {
-                    let _ = write!(md, " {} |", mib(peak));
+                    let _ = write!(md, " {} |", mib_text(peak, 0));
                 }
             }
             md.push('\n');
@@ -439,11 +435,11 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
                 r.rep,
                 r.vm,
                 r.workload,
-                mib(c.limit),
-                mib(c.max_usage),
+                mib_text(c.limit, 0),
+                mib_text(c.max_usage, 0),
                 c.failcnt,
                 c.oom_kills,
-                mib(c.swap_peak),
+                mib_text(c.swap_peak, 0),
                 if r.ok {
                     "yes".to_owned()
                 } else {

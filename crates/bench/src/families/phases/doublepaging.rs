@@ -3,7 +3,7 @@
 //! (SPECjbb's part) pushes the guest to swap its coldest pages, the hog's, to its own swap disk:
 //! each such write needs pages the host swapped (double paging). Pauses are the collections'.
 
-use super::experiment::{mib, Experiment, Measure, Step};
+use super::experiment::{mib_in_bytes, Experiment, Measure, Step};
 use crate::args::Scale;
 
 /// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
@@ -31,8 +31,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "doublepaging",
         about: "Tesseract §6 / Figs. 10–12, Tables 1 and 4: a guest swapping to its own disk the pages its host has already swapped (double paging)",
-        mem: mib(mem),
-        limit: Some(mib(limit)),
+        mem: mib_in_bytes(mem),
+        limit: Some(mib_in_bytes(limit)),
         steps: vec![Step {
             workload: "gcchurn",
             cmdline: format!(

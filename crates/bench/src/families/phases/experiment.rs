@@ -152,7 +152,7 @@ pub const LIMITED: &[&str] = &[
 ];
 
 /// `n` MiB in bytes.
-pub fn mib(n: u64) -> u64 {
+pub fn mib_in_bytes(n: u64) -> u64 {
     n << 20
 }
 

@@ -2,7 +2,7 @@
 //! present even when the run died before it), `report.md` (medians, min and max, ratios against
 //! the reference configuration, runs that did not complete and why, set-up and environment).
 
-use crate::report::numbers::{summary, MIB};
+use crate::report::numbers::{mib_text, summary};
 use std::fmt::Write as _;
 
 use crate::families::phases::configs::Config;
@@ -127,10 +127,6 @@ pub fn values(
 /// Median of a phase's time for a configuration.
 pub fn median_ms(records: &[Record], step: usize, config: &str, phase: &str) -> Option<f64> {
     summary(&mut values(records, step, config, phase, phase_ms)).map(|s| s.0)
-}
-
-fn mib(b: f64) -> String {
-    format!("{:.1}", b / MIB)
 }
 
 fn ratio(v: Option<f64>, r: Option<f64>) -> String {
@@ -461,7 +457,7 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
             let st = summary(&mut values(records, si, c.name, ph, |p| {
                 swap_written(p) as f64
             }));
-            let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib(x.0)));
+            let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib_text(x.0, 1)));
         }
         let _ = writeln!(s, "{row}");
     }
@@ -478,7 +474,8 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
     #[allow(clippy::cast_precision_loss)]
     for c in meta.configs {
         let med = |f: &dyn Fn(&Phase) -> f64| {
-            summary(&mut values(records, si, c.name, "wall", f)).map_or("-".into(), |x| mib(x.0))
+            summary(&mut values(records, si, c.name, "wall", f))
+                .map_or("-".into(), |x| mib_text(x.0, 1))
         };
         let run_med = |f: &dyn Fn(&RunResult) -> f64| {
             let mut v: Vec<f64> = records
@@ -487,7 +484,7 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
                 .filter(|r| r.result.status == RunStatus::Ok)
                 .map(|r| f(&r.result))
                 .collect();
-            summary(&mut v).map_or("-".into(), |x| mib(x.0))
+            summary(&mut v).map_or("-".into(), |x| mib_text(x.0, 1))
         };
         let pager = |f: &dyn Fn(&crate::families::phases::vm::result::PagerCounters) -> u64| {
             let mut v: Vec<f64> = records
@@ -526,8 +523,8 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
             med(&|p| p.io.write_bytes as f64),
             run_med(&|r| r.peak_rss as f64),
             run_med(&|r| r.host_swap_peak as f64),
-            pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib(x.0)),
-            pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib(x.0)),
+            pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib_text(x.0, 1)),
+            pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib_text(x.0, 1)),
             pager(&|p| p.faults_swap).map_or("-".into(), |x| format!("{:.0}", x.0)),
         );
     }

@@ -1,7 +1,7 @@
 //! `memvisor bench seqread`: VSwapper §3.1, Fig. 9: the guest believes it has 512 MB, has 100 MB,
 //! and reads a 200 MB file sequentially 8 times.
 
-use super::experiment::{mib, phases, DataDisk, Experiment, Measure, Step, LIMITED};
+use super::experiment::{mib_in_bytes, phases, DataDisk, Experiment, Measure, Step, LIMITED};
 use crate::args::Scale;
 
 /// `memvisor bench seqread` at `scale`.
@@ -15,8 +15,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "seqread",
         about: "VSwapper §3.1 / Fig. 9: sequential reads of a file larger than the memory the host gives the guest",
-        mem: mib(mem),
-        limit: Some(mib(limit)),
+        mem: mib_in_bytes(mem),
+        limit: Some(mib_in_bytes(limit)),
         steps: vec![Step {
             workload: "seqread",
             cmdline: format!("file=seq passes={passes}"),

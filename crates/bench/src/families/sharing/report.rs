@@ -154,7 +154,7 @@ pub fn series_csv(points: &[SharingRun]) -> String {
 }
 
 /// Pages of 4 KiB, in MiB.
-fn mib(pages: f64) -> String {
+fn pages_mib(pages: f64) -> String {
     format!("{:.0}", pages * 4096.0 / numbers::MIB)
 }
 
@@ -209,7 +209,7 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                 mode.name,
                 ok.len(),
                 all.len(),
-                spread(col(&|m| m.present), &mib),
+                spread(col(&|m| m.present), &pages_mib),
                 spread(
                     sm.iter()
                         .map(|m| if m.present > 0.0 {

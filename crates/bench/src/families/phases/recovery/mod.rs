@@ -9,7 +9,7 @@ pub mod trace;
 use std::time::Duration;
 
 use crate::args::Scale;
-use crate::families::phases::experiment::{mib, Experiment, Measure, Release, Step};
+use crate::families::phases::experiment::{mib_in_bytes, Experiment, Measure, Release, Step};
 
 /// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
 /// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
@@ -36,8 +36,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "recovery",
         about: "MemFlex §4.1 / Fig. 5: a key-value store's throughput while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
-        mem: mib(mem),
-        limit: Some(mib(limit)),
+        mem: mib_in_bytes(mem),
+        limit: Some(mib_in_bytes(limit)),
         steps: vec![Step {
             workload: "kv",
             cmdline: format!(

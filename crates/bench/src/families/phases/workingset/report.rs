@@ -10,7 +10,7 @@
 //! The schedule is put on the run's clock by the guest's step lines: step `i` ends when its
 //! `RESULT ... phase=stepI` line reaches the harness, and step 1 began its `ms=` before that.
 
-use crate::report::numbers::MIB;
+use crate::report::numbers::{mib_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -209,10 +209,6 @@ pub fn csv(name: &str, series: &Series, records: &[Record]) -> String {
     out
 }
 
-fn mib(b: f64) -> String {
-    format!("{:.0}", b / MIB)
-}
-
 /// `report.md`.
 pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String {
     let exp = meta.experiment;
@@ -308,7 +304,7 @@ fn step_responses(
                 fraction(x.then),
                 from(x.before),
                 from(x.then),
-                x.at_end.map_or_else(|| "-".into(), |(e, _)| mib(e)),
+                x.at_end.map_or_else(|| "-".into(), |(e, _)| mib_text(e, 0)),
             );
         }
     }
@@ -370,7 +366,6 @@ fn runs_table(s: &mut String, records: &[Record]) {
     }
 }
 
-/// One line of the plot.
 /// The schedule as a staircase, in seconds since it started and MiB.
 fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
     let t0 = spans.first().map_or(0.0, |s| s.start_ms);
