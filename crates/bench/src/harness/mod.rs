@@ -91,6 +91,31 @@ impl MeasureStatus {
     }
 }
 
+/// What a list flag (`--configs`, `--scenario`) names among `all`, each once in the order
+/// given, or all of them when it names none; an unknown name is the line `unknown(name, the
+/// names known)`.
+pub fn choose<'a, T>(
+    asked: &[String],
+    all: &'a [T],
+    name: impl Fn(&T) -> &str,
+    unknown: impl Fn(&str, &str) -> String,
+) -> Result<Vec<&'a T>, String> {
+    let mut chosen: Vec<&T> = Vec::new();
+    for a in asked.iter().map(|a| a.trim()) {
+        let Some(t) = all.iter().find(|t| name(t) == a) else {
+            let names: Vec<&str> = all.iter().map(&name).collect();
+            return Err(unknown(a, &names.join(", ")));
+        };
+        if !chosen.iter().any(|c| std::ptr::eq(*c, t)) {
+            chosen.push(t);
+        }
+    }
+    if chosen.is_empty() {
+        chosen = all.iter().collect();
+    }
+    Ok(chosen)
+}
+
 /// `--timeout`, checked: at least a second.
 pub fn timeout(args: &BenchArgs) -> Result<Duration, String> {
     if args.timeout == 0 {

@@ -14,7 +14,7 @@ use std::path::Path;
 use memvisor_api::HostSample;
 
 use crate::args::BenchArgs;
-use crate::harness::{setup, teardown, Bench, Family};
+use crate::harness::{choose, setup, teardown, Bench, Family};
 use experiment::{ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
@@ -30,29 +30,23 @@ impl Family for Consolidate {
 
     fn plan(&self, args: &BenchArgs) -> Result<ConsolidatePlan, String> {
         let (balance, name) = (self.balance, args.experiment.as_str());
-        let mut configs = Vec::new();
-        for c in &args.configs {
-            match experiment::CONFIGS.iter().find(|(x, _)| *x == c.trim()) {
-                Some(&c) => configs.push(c),
-                None => {
-                    return Err(format!(
-                        "unknown configuration '{c}' for {name}; it runs: {}",
-                        experiment::CONFIGS.map(|c| c.0).join(", ")
-                    ))
-                }
-            }
-        }
-        if configs.is_empty() {
-            configs = if balance {
-                experiment::CONFIGS
-                    .iter()
-                    .copied()
-                    .filter(|(c, _)| experiment::BALANCE_CONFIGS.contains(c))
-                    .collect()
-            } else {
-                experiment::consolidate_configs()
-            };
-        }
+        let configs = if !args.configs.is_empty() {
+            let configs = choose(
+                &args.configs,
+                &experiment::CONFIGS,
+                |c| c.0,
+                |c, all| format!("unknown configuration '{c}' for {name}; it runs: {all}"),
+            )?;
+            configs.into_iter().copied().collect()
+        } else if balance {
+            experiment::CONFIGS
+                .iter()
+                .copied()
+                .filter(|(c, _)| experiment::BALANCE_CONFIGS.contains(c))
+                .collect()
+        } else {
+            experiment::consolidate_configs()
+        };
         if args.reference.is_some() {
             return Err(format!(
                 "--reference: {name} takes its ratios to {}",

@@ -257,6 +257,7 @@ pub const CONFIGS: &[Config] = &[
 ];
 
 /// The configuration called `name`.
+#[cfg(test)]
 pub fn find(name: &str) -> Option<&'static Config> {
     CONFIGS.iter().find(|c| c.name == name)
 }

@@ -19,7 +19,7 @@ pub mod vm;
 pub mod workingset;
 
 use crate::args::{BenchArgs, Scale};
-use crate::harness::{timeout, Bench, Family};
+use crate::harness::{choose, timeout, Bench, Family};
 use configs::{Config, Limit};
 use experiment::{Experiment, Measure};
 use run::PhasesPlan;
@@ -83,23 +83,12 @@ fn configs_of(a: &BenchArgs, exp: &Experiment) -> Result<Vec<&'static Config>, S
     } else {
         a.configs.clone()
     };
-    let mut configs = Vec::new();
-    for n in &names {
-        let c = configs::find(n.trim()).ok_or_else(|| {
-            format!(
-                "unknown configuration '{n}'; known: {}",
-                configs::CONFIGS
-                    .iter()
-                    .map(|c| c.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })?;
-        if !configs.iter().any(|x: &&Config| x.name == c.name) {
-            configs.push(c);
-        }
-    }
-    Ok(configs)
+    choose(
+        &names,
+        configs::CONFIGS,
+        |c| c.name,
+        |n, all| format!("unknown configuration '{n}'; known: {all}"),
+    )
 }
 
 /// What the kind of experiment asks of the configurations and flags.

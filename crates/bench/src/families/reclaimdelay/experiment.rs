@@ -64,6 +64,7 @@ pub const METHODS: [Method; 4] = [
 ];
 
 /// The method called `name`.
+#[cfg(test)]
 pub fn method(name: &str) -> Option<&'static Method> {
     METHODS.iter().find(|m| m.name == name)
 }
@@ -95,6 +96,7 @@ pub const STATES: [State; 3] = [
     },
 ];
 
+#[cfg(test)]
 pub fn state(name: &str) -> Option<&'static State> {
     STATES.iter().find(|s| s.name == name)
 }

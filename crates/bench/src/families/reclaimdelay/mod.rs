@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{timeout, Bench, Family};
+use crate::harness::{choose, timeout, Bench, Family};
 use experiment::{ReclaimPlan, Sizes};
 
 /// `memvisor bench reclaimdelay`.
@@ -17,38 +17,18 @@ impl Family for ReclaimDelay {
     type Plan = ReclaimPlan;
 
     fn plan(&self, args: &BenchArgs) -> Result<ReclaimPlan, String> {
-        let mut methods = Vec::new();
-        for name in &args.configs {
-            match experiment::method(name.trim()) {
-                Some(m) if !methods.contains(&m) => methods.push(m),
-                Some(_) => {}
-                None => {
-                    return Err(format!(
-                        "unknown method '{name}' for reclaimdelay; it runs: {}",
-                        experiment::METHODS.map(|m| m.name).join(", ")
-                    ))
-                }
-            }
-        }
-        if methods.is_empty() {
-            methods = experiment::METHODS.iter().collect();
-        }
-        let mut states = Vec::new();
-        for name in &args.scenario {
-            match experiment::state(name.trim()) {
-                Some(s) if !states.contains(&s) => states.push(s),
-                Some(_) => {}
-                None => {
-                    return Err(format!(
-                        "unknown state '{name}' for reclaimdelay; the victims can be: {}",
-                        experiment::STATES.map(|s| s.name).join(", ")
-                    ))
-                }
-            }
-        }
-        if states.is_empty() {
-            states = experiment::STATES.iter().collect();
-        }
+        let methods = choose(
+            &args.configs,
+            &experiment::METHODS,
+            |m| m.name,
+            |n, all| format!("unknown method '{n}' for reclaimdelay; it runs: {all}"),
+        )?;
+        let states = choose(
+            &args.scenario,
+            &experiment::STATES,
+            |s| s.name,
+            |n, all| format!("unknown state '{n}' for reclaimdelay; the victims can be: {all}"),
+        )?;
         let mut sizes = Sizes::of(args.scale);
         if !args.vms.is_empty() {
             if let Some(n) = args.vms.iter().find(|&&n| !(1..=8).contains(&n)) {

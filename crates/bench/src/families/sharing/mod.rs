@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{setup, timeout, Bench, Family};
+use crate::harness::{choose, setup, timeout, Bench, Family};
 use experiment::{modes, SharingPlan, Sizes};
 
 /// `memvisor bench sharing` or `zeroboot`.
@@ -21,23 +21,12 @@ impl Family for Sharing {
 
     fn plan(&self, args: &BenchArgs) -> Result<SharingPlan, String> {
         let experiment = self.experiment;
-        let all = modes(experiment);
-        let mut chosen = Vec::new();
-        for name in &args.configs {
-            let Some(m) = all.iter().find(|m| m.name == name.trim()) else {
-                let names: Vec<&str> = all.iter().map(|m| m.name).collect();
-                return Err(format!(
-                    "--configs '{name}': {experiment} runs {}",
-                    names.join(", ")
-                ));
-            };
-            if !chosen.contains(m) {
-                chosen.push(*m);
-            }
-        }
-        if chosen.is_empty() {
-            chosen = all.to_vec();
-        }
+        let chosen = choose(
+            &args.configs,
+            modes(experiment),
+            |m| m.name,
+            |n, all| format!("--configs '{n}': {experiment} runs {all}"),
+        )?;
         if let Some(r) = &args.reference {
             return Err(format!(
                 "--reference {r}: {experiment} compares with sharing off and with QEMU in every table; leave it out"
@@ -62,7 +51,7 @@ impl Family for Sharing {
         }
         Ok(SharingPlan {
             experiment,
-            modes: chosen,
+            modes: chosen.into_iter().copied().collect(),
             sizes,
             reps: args.reps.unwrap_or(1),
             timeout,

@@ -61,6 +61,7 @@ pub const MODES: [Mode; 4] = [
 ];
 
 /// The mode called `name`.
+#[cfg(test)]
 pub fn mode(name: &str) -> Option<&'static Mode> {
     MODES.iter().find(|m| m.name == name)
 }

@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{timeout, Bench, Family};
+use crate::harness::{choose, timeout, Bench, Family};
 use experiment::SwapinPlan;
 
 /// `memvisor bench swapin`.
@@ -17,22 +17,12 @@ impl Family for Swapin {
     type Plan = SwapinPlan;
 
     fn plan(&self, args: &BenchArgs) -> Result<SwapinPlan, String> {
-        let mut modes = Vec::new();
-        for name in &args.configs {
-            match experiment::mode(name.trim()) {
-                Some(m) if !modes.contains(&m) => modes.push(m),
-                Some(_) => {}
-                None => {
-                    return Err(format!(
-                        "unknown mode '{name}' for swapin; it runs: {}",
-                        experiment::MODES.map(|m| m.name).join(", ")
-                    ))
-                }
-            }
-        }
-        if modes.is_empty() {
-            modes = experiment::MODES.iter().collect();
-        }
+        let modes = choose(
+            &args.configs,
+            &experiment::MODES,
+            |m| m.name,
+            |n, all| format!("unknown mode '{n}' for swapin; it runs: {all}"),
+        )?;
         let mut sizes = Vec::new();
         for &s in if args.sizes.is_empty() {
             &experiment::DEFAULT_SIZES[..]
