@@ -412,3 +412,52 @@ where
         .draw()
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_is_drawn_to_svg_and_png_with_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.svg");
+        let line = |name: &str, c, pts: Vec<(f64, f64)>| Line::new(name, c, 2, pts);
+        let mut top = Panel::new(
+            "linear",
+            "seconds",
+            "MiB",
+            Axis::linear(0.0, 10.0),
+            Axis::linear(0.0, 5.0),
+        );
+        top.lines = vec![
+            line("solid", RED, vec![(0.0, 1.0), (5.0, 4.0), (10.0, 2.0)]).marked(),
+            line("dashed", BLUE, vec![(0.0, 2.0), (10.0, 3.0)]).dashed(),
+        ];
+        top.marks = vec![(4.0, "a mark".into())];
+        top.legend = Legend::Margin(200);
+        let mut bottom = Panel::new(
+            "log",
+            "phase",
+            "ms",
+            Axis::linear(0.5, 2.5),
+            Axis::log(1.0, 1000.0),
+        );
+        bottom.lines = vec![line("phases", BLACK, vec![(1.0, 10.0), (2.0, 0.0)])];
+        bottom.x_names = vec!["boot".into(), "run".into()];
+        bottom.legend = Legend::UpperLeft;
+        bottom.note = Some("a note".into());
+        let fig = Figure {
+            size: (800, 800),
+            grid: (2, 1),
+            panels: vec![top, bottom],
+        };
+        fig.write(&path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for want in [
+            "linear", "solid", "dashed", "a mark", "phases", "boot", "a note",
+        ] {
+            assert!(svg.contains(want), "{want}");
+        }
+        assert!(path.with_extension("png").exists());
+    }
+}
