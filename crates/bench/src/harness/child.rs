@@ -14,6 +14,37 @@ use crate::harness::teardown;
 /// How often a running VM is sampled.
 pub const TICK: Duration = Duration::from_millis(50);
 
+/// Reads a console until `line` answers for one of its lines (`Some(Ok)`: what was waited
+/// for; `Some(Err)`: the guest went wrong), `deadline` passes, the console ends or the bench is
+/// interrupted; `what` names what is waited for in the error.
+pub fn wait_for<T>(
+    lines: &mpsc::Receiver<ConsoleEvent>,
+    deadline: Instant,
+    what: &str,
+    mut line: impl FnMut(&str, Instant) -> Option<Result<T, String>>,
+) -> Result<T, String> {
+    loop {
+        if teardown::interrupted() {
+            return Err("interrupted".into());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        match lines.recv_timeout(left.min(Duration::from_millis(200))) {
+            Ok(ConsoleEvent::Line(l, at)) => {
+                if let Some(answer) = line(&l, at) {
+                    return answer;
+                }
+            }
+            Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(format!("the VM ended before {what}"));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
 /// How [`stop`] ended a child.
 pub struct Stopped {
     /// Its exit, when it could be waited for.

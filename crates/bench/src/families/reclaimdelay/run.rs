@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{ClientError, VmClient};
 
 use super::experiment::{Method, ReclaimPlan, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
-use crate::harness::child::ConsoleEvent;
+use crate::harness::child::{wait_for, ConsoleEvent};
 use crate::harness::qmp::Qmp;
 use crate::harness::{teardown, MeasureStatus};
 
@@ -123,34 +123,14 @@ fn start(
 impl Victim {
     /// Waits for the guest's `pass1` line (its cache warm, the state starting).
     fn wait_warm(&self, deadline: Instant) -> Result<(), String> {
-        loop {
-            if teardown::interrupted() {
-                return Err("interrupted".into());
+        wait_for(&self.lines, deadline, "the guest's pass1", |l, _| {
+            let (phase, _, ok) = crate::harness::guest::parse_result(l)?;
+            if phase == "pass1" {
+                return Some(Ok(()));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err("timed out waiting for the guest's pass1".into());
-            }
-            match self
-                .lines
-                .recv_timeout(left.min(Duration::from_millis(200)))
-            {
-                Ok(ConsoleEvent::Line(l, _)) => {
-                    if let Some((phase, _, ok)) = crate::harness::guest::parse_result(&l) {
-                        if phase == "pass1" {
-                            return Ok(());
-                        }
-                        if phase == "done" || ok.as_deref() == Some("0") {
-                            return Err(format!("the guest ended before its pass1: {}", l.trim()));
-                        }
-                    }
-                }
-                Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err("the VM ended before the guest's pass1".into());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-        }
+            let ended = || format!("the guest ended before its pass1: {}", l.trim());
+            (phase == "done" || ok.as_deref() == Some("0")).then(|| Err(ended()))
+        })
     }
 
     /// Stops the VM (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{PagerStats, VmClient};
 
 use super::experiment::{schedule, Mode, SwapinPlan, HEADROOM, LIMIT, POLL};
-use crate::harness::child::ConsoleEvent;
+use crate::harness::child::{wait_for, ConsoleEvent};
 use crate::harness::teardown;
 
 /// What one run measured.
@@ -134,32 +134,14 @@ struct Vm {
 impl Vm {
     /// Waits for the guest's `phase` line; its `ms=` and when it arrived.
     fn wait_phase(&self, phase: &str) -> Result<(f64, Instant), String> {
-        loop {
-            if teardown::interrupted() {
-                return Err("interrupted".into());
+        let what = format!("the guest's {phase}");
+        wait_for(&self.lines, self.deadline, &what, |l, at| {
+            if let Some(ms) = phase_ms(l, phase) {
+                return Some(Ok((ms, at)));
             }
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(format!("timed out waiting for the guest's {phase}"));
-            }
-            match self
-                .lines
-                .recv_timeout(left.min(Duration::from_millis(200)))
-            {
-                Ok(ConsoleEvent::Line(l, at)) => {
-                    if let Some(ms) = phase_ms(&l, phase) {
-                        return Ok((ms, at));
-                    }
-                    if l.contains("phase=done") {
-                        return Err(format!("the guest ended before its {phase}: {}", l.trim()));
-                    }
-                }
-                Ok(ConsoleEvent::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(format!("the VM ended before the guest's {phase}"));
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-        }
+            let ended = || format!("the guest ended before its {phase}: {}", l.trim());
+            l.contains("phase=done").then(|| Err(ended()))
+        })
     }
 
     /// Polls `GET /stats` until `done` holds; fails when the census stops moving for 30 s.
