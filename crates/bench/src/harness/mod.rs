@@ -1,7 +1,8 @@
 //! What every family of experiments shares to run: the one driver ([`drive`]) every
 //! [`Family`] goes through (the shared checks, the output directory, teardown and interrupts,
-//! the exit), child processes (`child`), the one QMP client (`qmp`), the host set-up runs share (`setup`), the run order (`order`),
-//! the host's `/proc` and cgroup readings (`readings`) and undoing it all (`teardown`).
+//! the exit), child processes (`child`), what the guest and the VMM say (`guest`), the one QMP
+//! client (`qmp`), the host set-up runs share (`setup`), the run order (`order`), the host's
+//! `/proc` and cgroup readings (`readings`) and undoing it all (`teardown`).
 
 pub mod child;
 pub mod guest;

@@ -1,5 +1,6 @@
-//! What every family's report shares: tables in Markdown and CSV with `results.csv`'s quoting (`table`), the numbers (`numbers`),
-//! the figures' drawing (`figure`), the environment section and writing the three outputs.
+//! What every family's report shares: tables in Markdown and CSV with `results.csv`'s quoting
+//! (`table`), the numbers (`numbers`), the figures (`figure`), the environment section and
+//! writing the three outputs.
 
 pub mod figure;
 pub mod numbers;
