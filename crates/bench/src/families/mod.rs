@@ -35,13 +35,13 @@ pub fn run(args: &BenchArgs) -> Outcome {
             },
             args,
         ),
-        name if host::NAMES.contains(&name) => drive(&host::Host, args),
-        name if phases::NAMES.contains(&name) => drive(&phases::Phases, args),
+        name if host::catalog::NAMES.contains(&name) => drive(&host::Host, args),
+        name if phases::catalog::NAMES.contains(&name) => drive(&phases::Phases, args),
         name => {
             eprintln!(
                 "memvisor bench: unknown experiment '{name}'; memvisor bench runs: {}, {}, consolidate, balance, swapin, reclaimdelay, dwell, sharing, zeroboot",
-                phases::NAMES.join(", "),
-                host::NAMES.join(", ")
+                phases::catalog::NAMES.join(", "),
+                host::catalog::NAMES.join(", ")
             );
             Outcome::BadInput
         }

@@ -3,6 +3,7 @@
 //! (`shares`, `idletax`), a run in `run`, and its outputs: the numbers (`summary`),
 //! `results.csv` and `report.md` (`report`) and the plot (`figure`).
 
+pub mod catalog;
 pub mod experiment;
 pub mod figure;
 mod idletax;
@@ -11,21 +12,10 @@ pub mod run;
 mod shares;
 pub mod summary;
 
-use crate::args::{BenchArgs, Scale};
+use crate::args::BenchArgs;
 use crate::harness::{setup, teardown, Bench, Family};
+use catalog::find;
 use experiment::HostExperiment;
-
-/// The host experiments.
-pub const NAMES: &[&str] = &["shares", "idletax"];
-
-/// The host experiment called `name` at `scale`.
-pub fn find(name: &str, scale: Scale) -> Option<HostExperiment> {
-    Some(match name {
-        "shares" => shares::experiment(scale),
-        "idletax" => idletax::experiment(scale),
-        _ => return None,
-    })
-}
 
 /// `memvisor bench shares|idletax`.
 pub struct Host;
@@ -98,6 +88,7 @@ impl Family for Host {
 mod tests {
     use super::*;
     use crate::args::Scale;
+    use catalog::NAMES;
     use experiment::{budget_for, config_text, Goal};
     use memvisor_api::VmSpec;
     use std::path::Path;

@@ -470,8 +470,8 @@ mod tests {
 
     #[test]
     fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
-        for name in crate::families::host::NAMES {
-            let e = crate::families::host::find(name, crate::args::Scale::Full).unwrap();
+        for name in crate::families::host::catalog::NAMES {
+            let e = crate::families::host::catalog::find(name, crate::args::Scale::Full).unwrap();
             let run = match e.goal {
                 Goal::Shares { .. } => shares_run(),
                 Goal::IdleTax { .. } => idletax_run(),

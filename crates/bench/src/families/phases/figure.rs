@@ -130,7 +130,7 @@ fn panel(title: String, y_desc: &str, phases: &[String], lines: Vec<Line>, log: 
 mod tests {
     use super::*;
     use crate::args::Scale;
-    use crate::families::phases::{find, NAMES};
+    use crate::families::phases::catalog::{find, NAMES};
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {

@@ -6,6 +6,7 @@
 //! or a release (`recovery`).
 
 mod alloc;
+pub mod catalog;
 pub mod configs;
 mod doublepaging;
 pub mod experiment;
@@ -18,36 +19,14 @@ mod seqread;
 pub mod vm;
 pub mod workingset;
 
-use crate::args::{BenchArgs, Scale};
+use crate::args::BenchArgs;
 use crate::harness::{choose, timeout, Bench, Family};
+use catalog::find;
 use configs::{Config, Limit};
 use experiment::{Experiment, Measure};
 use run::PhasesPlan;
 
-/// Names of the experiments, for error messages.
-pub const NAMES: &[&str] = &[
-    "seqread",
-    "alloc",
-    "overhead",
-    "workingset",
-    "recovery",
-    "doublepaging",
-];
-
-/// The experiment called `name` at `scale`.
-pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
-    Some(match name {
-        "seqread" => seqread::experiment(scale),
-        "alloc" => alloc::experiment(scale),
-        "overhead" => overhead::experiment(scale),
-        "workingset" => workingset::experiment(scale),
-        "recovery" => recovery::experiment(scale),
-        "doublepaging" => doublepaging::experiment(scale),
-        _ => return None,
-    })
-}
-
-/// `memvisor bench` for the experiments of [`find`].
+/// `memvisor bench` for the experiments of [`catalog::find`].
 pub struct Phases;
 
 impl Family for Phases {
@@ -169,6 +148,8 @@ fn reference_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::Scale;
+    use catalog::NAMES;
     use experiment::phases;
     use std::time::Duration;
 

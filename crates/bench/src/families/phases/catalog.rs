@@ -1,0 +1,29 @@
+//! The experiments of phases by name: [`NAMES`] and [`find`], over their data files.
+
+use crate::args::Scale;
+
+use super::experiment::Experiment;
+use super::{alloc, doublepaging, overhead, recovery, seqread, workingset};
+
+/// Names of the experiments, for error messages.
+pub const NAMES: &[&str] = &[
+    "seqread",
+    "alloc",
+    "overhead",
+    "workingset",
+    "recovery",
+    "doublepaging",
+];
+
+/// The experiment called `name` at `scale`.
+pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
+    Some(match name {
+        "seqread" => seqread::experiment(scale),
+        "alloc" => alloc::experiment(scale),
+        "overhead" => overhead::experiment(scale),
+        "workingset" => workingset::experiment(scale),
+        "recovery" => recovery::experiment(scale),
+        "doublepaging" => doublepaging::experiment(scale),
+        _ => return None,
+    })
+}
