@@ -28,8 +28,8 @@
 //! | `report/figure.rs` | the font, one figure drawn to SVG and PNG, the legend's style |
 //! | `report/numbers.rs` | MiB, mean, median, spread |
 //! | `families/mod.rs` | the list of families: an experiment's name to its family's driver |
-//! | `families/phases/` | `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
-//! | `families/host/` | `shares`, `idletax` on `memvisor host`: `experiment`, `run`, `summary`, `report`, `figure` |
+//! | `families/phases/` | `catalog` (the names) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
+//! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (the names), `experiment`, `run`, `summary`, `report`, `figure` |
 //! | `families/consolidate/` | `consolidate`, `balance`: many VMs under `memvisor host` and on QEMU |
 //! | `families/swapin/` | `swapin`: bringing swapped memory back |
 //! | `families/reclaimdelay/` | `reclaimdelay`: taking pages from victim VMs |
