@@ -49,6 +49,6 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: CONFIGS,
         reference: "qemu-hostswap",
-        kind: Measure::Phases,
+        measure: Measure::Phases,
     }
 }

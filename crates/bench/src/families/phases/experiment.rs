@@ -46,7 +46,7 @@ pub struct Experiment {
     /// The configuration every ratio is taken against.
     pub reference: &'static str,
     /// What is measured, and so how runs are driven and reported.
-    pub kind: Measure,
+    pub measure: Measure,
 }
 
 /// The kinds of experiment `memvisor bench` runs on memvisor and QEMU (the host experiments,
@@ -126,7 +126,7 @@ impl Experiment {
     /// Repetitions when `--reps` is not given: one for a time series (a run takes minutes and
     /// is one curve), three otherwise (medians need more than one).
     pub fn default_reps(&self) -> u32 {
-        match self.kind {
+        match self.measure {
             Measure::Series(_) => 1,
             Measure::Release(_) => 2,
             Measure::Phases => 3,

@@ -76,7 +76,7 @@ fn check_measure(
     exp: &Experiment,
     configs: &[&'static Config],
 ) -> Result<(), String> {
-    if let Measure::Series(_) = exp.kind {
+    if let Measure::Series(_) = exp.measure {
         // The working-set estimate is the pager's: only configurations where it holds guest RAM
         // have one, and nothing is compared, so there is no reference.
         if let Some(c) = configs.iter().find(|c| !c.pager_holds_ram()) {
@@ -99,7 +99,7 @@ fn check_measure(
             ));
         }
     }
-    if let Measure::Release(_) = exp.kind {
+    if let Measure::Release(_) = exp.measure {
         // Memory is given back by raising a limit: a configuration without one has nothing
         // to give back.
         if let Some(c) = configs.iter().find(|c| c.limit == Limit::None) {
@@ -124,7 +124,7 @@ fn reference_of(
     let default_missing = !configs.iter().any(|c| c.name == exp.reference);
     let want = match (&a.reference, configs.first()) {
         (None, Some(c))
-            if match exp.kind {
+            if match exp.measure {
                 Measure::Series(_) => true,
                 Measure::Release(_) => default_missing,
                 Measure::Phases => false,
@@ -212,7 +212,7 @@ mod tests {
     fn workingset_steps_last_several_sampling_periods() {
         for scale in [Scale::Full, Scale::Tiny] {
             let e = find("workingset", scale).unwrap();
-            let s = e.kind.series().expect("a time series");
+            let s = e.measure.series().expect("a time series");
             assert_eq!(e.limit, Some(e.mem), "{scale:?}");
             assert_eq!(e.configs, &["memvisor-pager"][..]);
             assert_eq!(e.default_reps(), 1);
@@ -238,7 +238,7 @@ mod tests {
         }
         let full = find("workingset", Scale::Full).unwrap();
         assert_eq!(
-            full.kind.series().unwrap().run_flags(),
+            full.measure.series().unwrap().run_flags(),
             ["--sample-pages", "400", "--sample-period", "2"]
         );
         assert_eq!(find("seqread", Scale::Full).unwrap().default_reps(), 3);

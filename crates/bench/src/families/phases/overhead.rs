@@ -82,6 +82,6 @@ pub fn experiment(scale: Scale) -> Experiment {
             "memvisor-nolimit-hd2",
         ],
         reference: "qemu",
-        kind: Measure::Phases,
+        measure: Measure::Phases,
     }
 }

@@ -14,6 +14,7 @@ use super::{figure, recovery, report, vm, workingset};
 use crate::args::BenchArgs;
 use crate::harness::setup::{self, host_swap, qemu_overhead};
 use crate::harness::{order, teardown, Bench};
+use crate::report::write_report;
 
 /// What the flags ask of an experiment of phases, checked.
 pub struct PhasesPlan {
@@ -128,7 +129,7 @@ fn config_notes(plan: &PhasesPlan) -> Vec<String> {
     {
         notes.push("free page reporting configurations: the balloon device is present and never inflated; the guest kit's driver reports up to 16 free 2 MiB runs every 100 ms (its defaults report=1 report_order=9), and the pager drops them without writing them".into());
     }
-    if let Measure::Series(s) = &plan.exp.kind {
+    if let Measure::Series(s) = &plan.exp.measure {
         notes.push(format!(
             "working-set sampling: `memvisor run {}`; the harness polls `GET /stats` on the VM's API socket every {} s",
             s.run_flags().join(" "),
@@ -250,7 +251,7 @@ impl Runner<'_> {
             qemu_overhead: setup.qemu_overhead,
             host_swap_file: &args.swap_file,
             timeout: Duration::from_secs(args.timeout),
-            kind: &exp.kind,
+            measure: &exp.measure,
             guest_swap: guest_swap.clone(),
             label: label.to_owned(),
         };
@@ -279,45 +280,38 @@ impl Runner<'_> {
             notes,
             env,
         };
-        let csv = self.bench.out.join("results.csv");
-        let md_path = self.bench.out.join("report.md");
-        let svg = self.bench.out.join(format!("{}.svg", exp.name));
-        let (csv_text, md, drawn) = match &exp.kind {
-            Measure::Series(s) => (
-                workingset::report::csv(exp.name, s, records),
+        let (out, name) = (&self.bench.out, exp.name);
+        match &exp.measure {
+            Measure::Series(s) => write_report(
+                out,
+                name,
+                workingset::report::csv(name, s, records),
+                |svg| workingset::report::plot(svg, name, s, records),
                 workingset::report::markdown(&meta, s, records),
-                workingset::report::plot(&svg, exp.name, s, records),
             ),
             Measure::Release(r) => {
-                let runs = recovery::report::load(&self.bench.out, exp, records);
-                (
+                let runs = recovery::report::load(out, exp, records);
+                write_report(
+                    out,
+                    name,
                     recovery::report::csv(exp, r, &runs),
+                    |svg| recovery::report::plot(svg, exp, r, &plan.configs, &runs),
                     recovery::report::markdown(&meta, r, &runs),
-                    recovery::report::plot(&svg, exp, r, &plan.configs, &runs),
                 )
             }
-            Measure::Phases => (
+            Measure::Phases => write_report(
+                out,
+                name,
                 report::csv(exp, records),
+                |svg| figure::write(svg, exp, &plan.configs, records),
                 report::markdown(&meta, records),
-                figure::write(&svg, exp, &plan.configs, records),
             ),
-        };
-        // The report shows its figure (the PNG beside it; the SVG is the same figure, scalable).
-        let md = match &drawn {
-            Ok(()) => format!("{md}\n![{0}]({0}.png)\n", exp.name),
-            Err(_) => md,
-        };
-        std::fs::write(&csv, csv_text).map_err(|e| format!("{}: {e}", csv.display()))?;
-        std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
-        if let Err(e) = drawn {
-            eprintln!("memvisor bench: cannot draw {}: {e}", svg.display());
-        }
-        println!("{md}");
+        }?;
         eprintln!(
             "memvisor bench: wrote {}, {} and {} in {:.0} s",
-            csv.display(),
-            md_path.display(),
-            svg.display(),
+            out.join("results.csv").display(),
+            out.join("report.md").display(),
+            out.join(format!("{name}.svg")).display(),
             started.elapsed().as_secs_f64()
         );
         Ok(())

@@ -30,6 +30,6 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: LIMITED,
         reference: "qemu",
-        kind: Measure::Phases,
+        measure: Measure::Phases,
     }
 }

@@ -50,7 +50,7 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: CONFIGS,
         reference: "memvisor-pager",
-        kind: Measure::Release(Release {
+        measure: Measure::Release(Release {
             after_phase: "load",
             at: Duration::from_secs(at),
             hog_at: Duration::from_secs(hog_at),

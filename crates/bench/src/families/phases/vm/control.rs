@@ -31,7 +31,7 @@ pub struct RunSpec<'a> {
     /// What the experiment measures: with a time series the VM's API is polled and the answers
     /// kept (memvisor configurations only); with a release the VM gets its memory back during
     /// the run.
-    pub kind: &'a Measure,
+    pub measure: &'a Measure,
     /// A swap disk image for the guest kit (`id=swap`).
     pub guest_swap: Option<PathBuf>,
     /// Progress line prefix (`[seqread 3/24 rep 1/3 qemu-hostswap]`).
@@ -64,7 +64,7 @@ pub fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
         .args(c.run_flags(spec.limit, &RunFiles { sock }))
         .args(["--workload", spec.step.workload])
         .args(["--cmdline", &spec.step.cmdline]);
-    if let Some(s) = spec.kind.series().filter(|_| c.hv == Hv::Memvisor) {
+    if let Some(s) = spec.measure.series().filter(|_| c.hv == Hv::Memvisor) {
         cmd.args(s.run_flags());
     }
     if let Some((disk, writable)) = &spec.disk {

@@ -146,7 +146,7 @@ impl<'a> RunMonitor<'a> {
                 host_swap_peak: 0,
                 cg: None,
             },
-            series: spec.kind.series().filter(|_| c.hv == Hv::Memvisor),
+            series: spec.measure.series().filter(|_| c.hv == Hv::Memvisor),
             balloon: None,
             phases: Vec::new(),
             prev: s0,
@@ -221,7 +221,7 @@ impl<'a> RunMonitor<'a> {
         }
         if self
             .spec
-            .kind
+            .measure
             .release()
             .is_some_and(|r| r.after_phase == phase)
             && self.clock.is_none()
@@ -294,7 +294,7 @@ impl<'a> RunMonitor<'a> {
     /// A release: the memory given back when its time on the clock comes, and memvisor's
     /// `GET /stats` polled once the clock runs.
     fn release(&mut self) {
-        let (Some(r), Some(t0)) = (self.spec.kind.release(), self.clock) else {
+        let (Some(r), Some(t0)) = (self.spec.measure.release(), self.clock) else {
             return;
         };
         let (c, spec) = (self.spec.config, self.spec);

@@ -48,7 +48,7 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: &["memvisor-pager"],
         reference: "memvisor-pager",
-        kind: Measure::Series(Series {
+        measure: Measure::Series(Series {
             every,
             schedule,
             sample_pages: pages,
