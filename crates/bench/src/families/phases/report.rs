@@ -682,29 +682,14 @@ mod tests {
             config: crate::families::phases::configs::find(config).unwrap(),
             rep,
             result: RunResult {
-                status: RunStatus::Ok,
                 exit: "1".into(),
-                reason: String::new(),
                 phases: vec![Phase {
                     name: "build".into(),
-                    at_ms: 0.0,
                     guest_ms: Some(guest_ms),
-                    host_ms: 0.0,
-                    swap_in: 0,
-                    swap_out: 0,
-                    io: Default::default(),
-                    pager: None,
+                    ..Phase::default()
                 }],
-                peak_rss: 0,
-                host_swap_peak: 0,
-                cgroup: None,
-                balloon: None,
-                elapsed_ms: 0.0,
                 cpu_ms: Some(cpu_ms),
-                final_stats: None,
-                series: Vec::new(),
-                release: None,
-                stats: Vec::new(),
+                ..RunResult::default()
             },
         }
     }

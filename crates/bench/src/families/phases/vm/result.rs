@@ -6,9 +6,10 @@ use memvisor_api::{ActiveMemory, VmStats};
 use crate::harness::readings::{CgroupState, ProcIo};
 
 /// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RunStatus {
     /// The guest reported success (exit status 1).
+    #[default]
     Ok,
     /// SIGKILL from outside the harness: the host's OOM killer, for a memory cgroup.
     Killed,
@@ -39,7 +40,7 @@ impl RunStatus {
 pub use memvisor_api::PagerCounters;
 
 /// What the host saw during one phase (or the whole run).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Phase {
     pub name: String,
     /// Host time from the start of the run to this phase's line (for `wall`, to the exit).
@@ -55,7 +56,7 @@ pub struct Phase {
 }
 
 /// Everything measured in one run.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct RunResult {
     pub status: RunStatus,
     /// The process's exit as the shell would print it (`1`, `137`, `signal 9`).

@@ -496,30 +496,16 @@ mod tests {
             name: name.into(),
             at_ms,
             guest_ms,
-            host_ms: 0.0,
-            swap_in: 0,
-            swap_out: 0,
-            io: Default::default(),
-            pager: None,
+            ..Phase::default()
         }
     }
 
     fn run(phases: Vec<Phase>, series: Vec<StatsSample>) -> RunResult {
         RunResult {
-            status: RunStatus::Ok,
             exit: "1".into(),
-            reason: String::new(),
             phases,
-            peak_rss: 0,
-            host_swap_peak: 0,
-            cgroup: None,
-            balloon: None,
-            elapsed_ms: 0.0,
-            cpu_ms: None,
-            final_stats: None,
             series,
-            release: None,
-            stats: Vec::new(),
+            ..RunResult::default()
         }
     }
 
