@@ -32,22 +32,22 @@ fn mkdisk(exe: &Path, path: &Path, disk: &DataDisk) -> Result<(), String> {
 pub fn run(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<(), String> {
     // Held until the bench ends: a second bench must not clean up this one's swap file.
     let _only_bench = setup::take_host(&args.swap_file)?;
-    let done = match prepare(args, bench, plan)? {
-        Some(prepared) => {
-            let runner = Runner {
-                args,
-                bench,
-                plan,
-                prepared,
-            };
-            let started = Instant::now();
-            runner
-                .run_all(started)
-                .and_then(|records| runner.write_outputs(&records, started))
-        }
-        None => Ok(()),
-    };
-    let _ = std::fs::remove_dir(bench.out.join("work"));
+    let done = prepare(args, bench, plan).and_then(|prepared| {
+        let Some(prepared) = prepared else {
+            return Ok(());
+        };
+        let runner = Runner {
+            args,
+            bench,
+            plan,
+            prepared,
+        };
+        let started = Instant::now();
+        let records = runner.run_all(started)?;
+        runner.write_outputs(&records, started)
+    });
+    // The shared disks are teardown's to remove too; nothing in `work` outlives the runs.
+    let _ = std::fs::remove_dir_all(bench.out.join("work"));
     done
 }
 
