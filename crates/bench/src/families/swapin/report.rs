@@ -12,7 +12,7 @@ use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
 use super::run::SwapinRun;
 use crate::harness::Bench;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
-use crate::report::table;
+use crate::report::table::{self, Table};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -102,32 +102,40 @@ fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
         s,
         "\"Pager's own\": proactive modes, the time the pager's log gives for the swap-in (from the limit's removal reaching it to its last install); the harness's time adds the wait for the `GET /stats` answer that shows it done. \"Guest's next sweep\": the guest's first sweep of the size once it runs again (in the fault modes, that is the measurement).\n"
     );
-    let _ = writeln!(s, "| size | mode | runs ok | seconds | MiB/s | pager's own s | pager's own MiB/s | ns per page | out (s) | guest's next sweep (ms) |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new(&[
+        "size",
+        "mode",
+        "runs ok",
+        "seconds",
+        "MiB/s",
+        "pager's own s",
+        "pager's own MiB/s",
+        "ns per page",
+        "out (s)",
+        "guest's next sweep (ms)",
+    ]);
     for &size in &setup.sizes {
         for m in &setup.modes {
             let c = cell(points, size, m.name);
             let ok: Vec<&&SwapinRun> = c.iter().filter(|p| p.ok()).collect();
-            let col = |f: &dyn Fn(&SwapinRun) -> Option<f64>| {
-                spread(ok.iter().filter_map(|p| f(p)).collect())
+            let col = |f: &dyn Fn(&SwapinRun) -> Option<f64>, digits| {
+                show(spread(ok.iter().filter_map(|p| f(p)).collect()), digits)
             };
-            let _ = writeln!(
-                s,
-                "| {} MiB | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
-                size >> 20,
-                m.name,
-                ok.len(),
-                c.len(),
-                show(col(&|p| Some(p.back_s)), 3),
-                show(col(&SwapinRun::mib_s), 0),
-                show(col(&SwapinRun::pager_s), 3),
-                show(col(&SwapinRun::pager_mib_s), 0),
-                show(col(&SwapinRun::ns_per_page), 0),
-                show(col(&|p| Some(p.out_s)), 2),
-                show(col(&|p| p.touch_after_ms), 0),
-            );
+            t.row(vec![
+                format!("{} MiB", size >> 20),
+                m.name.to_owned(),
+                format!("{}/{}", ok.len(), c.len()),
+                col(&|p| Some(p.back_s), 3),
+                col(&SwapinRun::mib_s, 0),
+                col(&SwapinRun::pager_s, 3),
+                col(&SwapinRun::pager_mib_s, 0),
+                col(&SwapinRun::ns_per_page, 0),
+                col(&|p| Some(p.out_s), 2),
+                col(&|p| p.touch_after_ms, 0),
+            ]);
         }
     }
+    s.push_str(&t.markdown());
 }
 
 /// The times beside MemFlex's figures.
@@ -137,11 +145,6 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
         s,
         "MemFlex (Fig. 7a, Table 1; a 6 GB Redis VM, 2 GB swapped, HDD swap): proactive swap-in from its shared-memory pool brought back 1 GB in 1.8 s and 8 GB in 6.5 s, 2 GB in 3.46 s (6,045 ns per page); without the optimisation, 286,984.8 ns per page (PTE update 277,498 ns of it, 416 ns with the optimisation), and from the HDD 401,021.8 ns per page (212.96 s for 2 GB).\n"
     );
-    let _ = writeln!(
-        s,
-        "| size | mode | seconds here | ns per page here | MemFlex |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|");
     let paper = |size: u64, m: &Mode| -> &'static str {
         match (size, m.pool, m.proactive) {
             (0x4000_0000, true, true) => "1.8 s (w/ opt, Fig. 7a)",
@@ -151,26 +154,32 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             _ => "–",
         }
     };
+    let mut t = Table::new(&[
+        "size",
+        "mode",
+        "seconds here",
+        "ns per page here",
+        "MemFlex",
+    ]);
     for &size in &setup.sizes {
         for m in &setup.modes {
             let ok: Vec<&SwapinRun> = cell(points, size, m.name)
                 .into_iter()
                 .filter(|p| p.ok())
                 .collect();
-            let _ = writeln!(
-                s,
-                "| {} MiB | {} | {} | {} | {} |",
-                size >> 20,
-                m.name,
+            t.row(vec![
+                format!("{} MiB", size >> 20),
+                m.name.to_owned(),
                 show(spread(ok.iter().map(|p| p.back_s).collect()), 3),
                 show(
                     spread(ok.iter().filter_map(|p| p.ns_per_page()).collect()),
-                    0
+                    0,
                 ),
-                paper(size, m)
-            );
+                paper(size, m).to_owned(),
+            ]);
         }
     }
+    s.push_str(&t.markdown());
 }
 
 /// The runs that did not complete, with why.
