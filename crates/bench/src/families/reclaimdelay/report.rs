@@ -13,7 +13,7 @@ use super::run::Reclaim;
 use crate::harness::{Bench, MeasureStatus};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
-use crate::report::table;
+use crate::report::table::{self, Table};
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
@@ -158,27 +158,31 @@ fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         s,
         "Milliseconds from the request to having every page: median (min–max) of the completed runs; the paper's figure after the slash (Table 2 gives HD2 one row for every state, and the balloon rows for an idle victim and for one whose pages are all dirty).\n"
     );
-    let mut head = String::from("| method | state |");
-    let mut rule = String::from("|---|---|");
-    for pages in &setup.sizes.pages {
-        let _ = write!(head, " {pages} pages (ms) |");
-        rule.push_str("---|");
-    }
-    let _ = writeln!(s, "{head} runs ok |\n{rule}---|");
+    let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages (ms)"));
+    let mut t = Table::new(
+        &[
+            &["method".into(), "state".into()],
+            &pages.collect::<Vec<String>>()[..],
+            &["runs ok".into()],
+        ]
+        .concat(),
+    );
     for m in &setup.methods {
         for st in &setup.states {
-            let mut line = format!("| {} | {} |", m.name, st.name);
+            let mut row = vec![m.name.to_owned(), st.name.to_owned()];
             let (mut ok, mut all) = (0, 0);
             for &pages in &setup.sizes.pages {
                 let c = cell(points, m.name, st.name, 1, pages);
                 ok += c.iter().filter(|p| p.ok()).count();
                 all += c.len();
                 let paper = paper_ms(m, st, pages).map_or("–".into(), |v| format!("{v}"));
-                let _ = write!(line, " {} / {paper} |", ms_cell(&c));
+                row.push(format!("{} / {paper}", ms_cell(&c)));
             }
-            let _ = writeln!(s, "{line} {ok}/{all} |");
+            row.push(format!("{ok}/{all}"));
+            t.row(row);
         }
     }
+    s.push_str(&t.markdown());
 }
 
 /// The ratios of the medians in this run: against QEMU's balloon, and HD2 against memvisor's
@@ -207,28 +211,29 @@ fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         s,
         "The ratio of the medians above: below 1, the first method obtained the pages sooner. The machine is shared, so only large ratios say anything.\n"
     );
-    let mut head = String::from("| ratio | state |");
-    let mut rule = String::from("|---|---|");
-    for pages in &setup.sizes.pages {
-        let _ = write!(head, " {pages} pages |");
-        rule.push_str("---|");
-    }
-    let _ = writeln!(s, "{head}\n{rule}");
+    let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages"));
+    let mut t = Table::new(
+        &[
+            &["ratio".into(), "state".into()],
+            &pages.collect::<Vec<String>>()[..],
+        ]
+        .concat(),
+    );
     for (a, b) in pairs {
         for st in &setup.states {
-            let mut line = format!("| {} / {} | {} |", a.name, b.name, st.name);
+            let mut row = vec![format!("{} / {}", a.name, b.name), st.name.to_owned()];
             for &pages in &setup.sizes.pages {
                 let x = median_ms(&cell(points, a.name, st.name, 1, pages));
                 let y = median_ms(&cell(points, b.name, st.name, 1, pages));
-                let r = match (x, y) {
+                row.push(match (x, y) {
                     (Some(x), Some(y)) if y > 0.0 => format!("{:.3}", x / y),
                     _ => "–".into(),
-                };
-                let _ = write!(line, " {r} |");
+                });
             }
-            let _ = writeln!(s, "{line}");
+            t.row(row);
         }
     }
+    s.push_str(&t.markdown());
 }
 
 /// Several victims (Fig. 11): the same total from 1..N victims.
@@ -241,28 +246,25 @@ fn victims(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         s,
         "The same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n"
     );
-    let mut head = String::from("| method | state | pages |");
-    let mut rule = String::from("|---|---|---|");
-    for n in &setup.sizes.victims {
-        let _ = write!(head, " {n} victim(s) |");
-        rule.push_str("---|");
-    }
-    let _ = writeln!(s, "{head}\n{rule}");
+    let victims = setup.sizes.victims.iter().map(|n| format!("{n} victim(s)"));
+    let head = [
+        &["method".into(), "state".into(), "pages".into()],
+        &victims.collect::<Vec<String>>()[..],
+    ]
+    .concat();
+    let mut t = Table::new(&head);
     for m in &setup.methods {
         for st in &setup.states {
             for &pages in &setup.sizes.pages {
-                let mut line = format!("| {} | {} | {pages} |", m.name, st.name);
+                let mut row = vec![m.name.to_owned(), st.name.to_owned(), pages.to_string()];
                 for &n in &setup.sizes.victims {
-                    let _ = write!(
-                        line,
-                        " {} |",
-                        ms_cell(&cell(points, m.name, st.name, n, pages))
-                    );
+                    row.push(ms_cell(&cell(points, m.name, st.name, n, pages)));
                 }
-                let _ = writeln!(s, "{line}");
+                t.row(row);
             }
         }
     }
+    s.push_str(&t.markdown());
 }
 
 /// What the releases did: the VMM's own time, the pages obtained and kept.
