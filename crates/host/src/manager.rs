@@ -25,7 +25,7 @@ use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision
 use memvisor_policy::demand::{self, DemandInput, DemandParams};
 use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 use memvisor_policy::{
-    admit, plan, release, start_limit, AdmissionRefusal, Before, FreeState, HostParams, Plan,
+    admit, plan, start_limit, unreserve, AdmissionRefusal, Before, FreeState, HostParams, Plan,
     Reservations, Thresholds, VmAction, VmObservation,
 };
 
@@ -668,7 +668,7 @@ impl Host {
         let o = self.config.vm_overhead;
         // Admission counts swap for the guest's whole RAM beyond min (`mem - min`): a lower max
         // is a policy that may be raised again, so it reserves no less.
-        let without = release(&self.reservations, v.spec.min, v.spec.mem, o);
+        let without = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
         let next = admit(&without, min, v.spec.mem, o)
             .map_err(|e| Refused(400, format!("vm '{name}': {e}")))?;
         self.reservations = next;
@@ -778,7 +778,7 @@ impl Host {
             v.active_at_pause = None;
             self.trash.push(v.files.clone());
             if v.reserved {
-                self.reservations = release(&self.reservations, v.spec.min, v.spec.mem, o);
+                self.reservations = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
                 v.reserved = false;
             }
             ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));

@@ -58,7 +58,7 @@ pub fn admit(
 }
 
 /// The reservations after a VM admitted with the same numbers has gone.
-pub fn release(r: &Reservations, min: u64, max: u64, overhead: u64) -> Reservations {
+pub fn unreserve(r: &Reservations, min: u64, max: u64, overhead: u64) -> Reservations {
     Reservations {
         memory_reserved: r
             .memory_reserved
@@ -119,7 +119,7 @@ mod tests {
                 prop_assert!(r.swap_reserved <= r.swap);
             }
             for (min, max, o) in admitted {
-                r = release(&r, min, max, o);
+                r = unreserve(&r, min, max, o);
             }
             prop_assert_eq!(r.memory_reserved, 0);
             prop_assert_eq!(r.swap_reserved, 0);

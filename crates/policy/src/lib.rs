@@ -23,7 +23,7 @@ pub mod plan;
 pub mod trace;
 
 pub use active::ActiveEstimate;
-pub use admission::{admit, release, AdmissionRefusal, Reservations};
+pub use admission::{admit, unreserve, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
 pub use balance::{BalanceObservation, BalanceParams, Decision, Settled, VmBalance};
 pub use demand::{assess, estimate, Demand, DemandInput, DemandParams, Observation};
