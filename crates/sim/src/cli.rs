@@ -322,7 +322,7 @@ fn scale(n: u32, ticks: u32) -> ExitCode {
     let plan_per = plan_s / f64::from(ticks);
     let per_vm = std::mem::size_of::<SimVm>()
         + sim.vms.first().map_or(0, SimVm::heap_bytes)
-        + std::mem::size_of::<crate::stats::VmStats>()
+        + std::mem::size_of::<crate::stats::VmRunSummary>()
         + std::mem::size_of::<memvisor_policy::VmObservation>()
         + std::mem::size_of::<memvisor_policy::VmAction>();
     let s = summary(&sim);

@@ -12,7 +12,7 @@ use memvisor_policy::{
 use crate::baseline::{decide, static_shares, Extra};
 use crate::rng::Rng;
 use crate::scenario::{Balancing, PolicyKind, Scenario};
-use crate::stats::{Histogram, VmStats};
+use crate::stats::{Histogram, VmRunSummary};
 use crate::trace::{write_line, TraceTick};
 use crate::vm::{bytes, HostModel, SimVm, VmConfig};
 
@@ -44,7 +44,7 @@ pub struct Sim {
     pub held: Option<u64>,
     pub tick: u64,
     pub host: Vec<HostTick>,
-    pub stats: Vec<VmStats>,
+    pub stats: Vec<VmRunSummary>,
     pub slowdowns: Histogram,
     /// Seconds from a VM's allocation leaving its target to reaching it again.
     pub moves: Vec<f32>,
@@ -174,7 +174,7 @@ impl Sim {
         }
         self.vms.push(vm);
         self.names.push(name);
-        self.stats.push(VmStats::default());
+        self.stats.push(VmRunSummary::default());
         Ok(())
     }
 

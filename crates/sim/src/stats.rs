@@ -5,7 +5,7 @@ use crate::vm::{SimVm, TickOutcome};
 
 /// Per VM, over the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct VmStats {
+pub struct VmRunSummary {
     /// Wall seconds it ran or was paused before finishing.
     pub wall: f64,
     /// Seconds of work done.
@@ -21,7 +21,7 @@ pub struct VmStats {
     pub gap_since: Option<f64>,
 }
 
-impl VmStats {
+impl VmRunSummary {
     pub fn record(&mut self, v: &SimVm, out: &TickOutcome, was_paused: bool, dt: f64) {
         let finished_before = v.completed_at.is_some() && out.useful == 0.0;
         if !finished_before {
