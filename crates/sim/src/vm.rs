@@ -295,7 +295,7 @@ impl SimVm {
             }
             let over = self.footprint() - (max - self.balloon);
             if over > 0.0 {
-                self.release(over);
+                self.give_to_balloon(over);
             }
         }
         // 2. The pager limit and the pool share.
@@ -322,7 +322,7 @@ impl SimVm {
     }
 
     /// Gives up `bytes` of the guest's memory to the balloon: cold pages first.
-    fn release(&mut self, mut bytes: f64) {
+    fn give_to_balloon(&mut self, mut bytes: f64) {
         for part in [&mut self.swapped, &mut self.pooled, &mut self.resident] {
             let x = bytes.min(*part);
             *part -= x;
@@ -768,7 +768,7 @@ mod tests {
         }
         assert_eq!(bytes(v.resident), 100 * MIB);
         // Ten pages leave (a balloon took them, say) and come back at a first touch each.
-        v.release(40960.0);
+        v.give_to_balloon(40960.0);
         let out = v.step(&w, 2.0, &h);
         assert!(
             (out.useful - (1.0 - 10.0 * h.costs.first_touch_s)).abs() < 1e-9,
