@@ -39,7 +39,7 @@ const PAGE: f64 = 4096.0;
 
 /// Counter or gauge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum MetricKind {
     /// Only grows (restarts at 0 with a new VMM); exported with the suffix `_total`.
     Counter,
     /// Goes up and down.
@@ -86,7 +86,7 @@ enum Export {
     /// A number (a boolean as 0 or 1).
     Number {
         name: &'static str,
-        kind: Kind,
+        kind: MetricKind,
         unit: Unit,
         scale: Scale,
         /// A label that tells apart fields exported under the same name.
@@ -114,7 +114,7 @@ struct Row {
 const fn number(
     path: &'static str,
     name: &'static str,
-    kind: Kind,
+    kind: MetricKind,
     unit: Unit,
     help: &'static str,
 ) -> Row {
@@ -132,11 +132,11 @@ const fn number(
 }
 
 const fn gauge(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
-    number(path, name, Kind::Gauge, unit, help)
+    number(path, name, MetricKind::Gauge, unit, help)
 }
 
 const fn counter(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
-    number(path, name, Kind::Counter, unit, help)
+    number(path, name, MetricKind::Counter, unit, help)
 }
 
 /// A count of pages, exported as bytes.
@@ -524,7 +524,7 @@ struct Family {
     /// Where its first row is: the table's place in the answer, then the row's in the table.
     order: (usize, usize),
     name: String,
-    kind: Kind,
+    kind: MetricKind,
     unit: Unit,
     help: &'static str,
     samples: Vec<Sample>,
@@ -624,7 +624,7 @@ impl Families {
         &mut self,
         order: (usize, usize),
         name: String,
-        kind: Kind,
+        kind: MetricKind,
         unit: Unit,
         help: &'static str,
         sample: Sample,
@@ -712,7 +712,7 @@ impl Families {
                         self.push(
                             (table, i),
                             format!("{prefix}{name}"),
-                            Kind::Gauge,
+                            MetricKind::Gauge,
                             Unit::None,
                             help,
                             sample,
@@ -751,8 +751,8 @@ impl Collector for Exposition {
                 Unit::Ratio => Some(prometheus_client::registry::Unit::Other("ratio".into())),
             };
             let kind = match f.kind {
-                Kind::Counter => MetricType::Counter,
-                Kind::Gauge => MetricType::Gauge,
+                MetricKind::Counter => MetricType::Counter,
+                MetricKind::Gauge => MetricType::Gauge,
             };
             let mut metric = encoder.encode_descriptor(&f.name, f.help, unit.as_ref(), kind)?;
             if let [only] = f.samples.as_slice() {
@@ -769,15 +769,17 @@ impl Collector for Exposition {
     }
 }
 
-fn encode_value(m: MetricEncoder, kind: Kind, value: Number) -> Result<(), std::fmt::Error> {
+fn encode_value(m: MetricEncoder, kind: MetricKind, value: Number) -> Result<(), std::fmt::Error> {
     match (kind, value) {
-        (Kind::Counter, Number::U(v)) => ConstCounter::new(v).encode(m),
+        (MetricKind::Counter, Number::U(v)) => ConstCounter::new(v).encode(m),
         // A counter below zero is no counter: 0.
-        (Kind::Counter, Number::I(v)) => ConstCounter::new(u64::try_from(v).unwrap_or(0)).encode(m),
-        (Kind::Counter, Number::F(v)) => ConstCounter::new(v.max(0.0)).encode(m),
-        (Kind::Gauge, Number::U(v)) => ConstGauge::new(v).encode(m),
-        (Kind::Gauge, Number::I(v)) => ConstGauge::new(v).encode(m),
-        (Kind::Gauge, Number::F(v)) => ConstGauge::new(v).encode(m),
+        (MetricKind::Counter, Number::I(v)) => {
+            ConstCounter::new(u64::try_from(v).unwrap_or(0)).encode(m)
+        }
+        (MetricKind::Counter, Number::F(v)) => ConstCounter::new(v.max(0.0)).encode(m),
+        (MetricKind::Gauge, Number::U(v)) => ConstGauge::new(v).encode(m),
+        (MetricKind::Gauge, Number::I(v)) => ConstGauge::new(v).encode(m),
+        (MetricKind::Gauge, Number::F(v)) => ConstGauge::new(v).encode(m),
     }
 }
 
@@ -830,8 +832,8 @@ pub fn host(info: &HostInfo, vms: &[HostVmMetrics]) -> String {
 
 /// Every metric either exposition can hold: (the name a sample carries, kind, help), in table
 /// order. The name a sample carries is the name with its unit and, for a counter, `_total`.
-pub fn catalogue() -> Vec<(String, Kind, &'static str)> {
-    let mut out: Vec<(String, Kind, &'static str)> = Vec::new();
+pub fn catalogue() -> Vec<(String, MetricKind, &'static str)> {
+    let mut out: Vec<(String, MetricKind, &'static str)> = Vec::new();
     for (prefix, rows) in [
         ("memvisor_vm_", VM_ROWS),
         ("memvisor_host_", HOST_ROWS),
@@ -846,7 +848,7 @@ pub fn catalogue() -> Vec<(String, Kind, &'static str)> {
                     help,
                     ..
                 } => (name, kind, unit, help),
-                Export::State { name, help, .. } => (name, Kind::Gauge, Unit::None, help),
+                Export::State { name, help, .. } => (name, MetricKind::Gauge, Unit::None, help),
                 Export::Not(_) => continue,
             };
             let mut full = format!("{prefix}{name}");
@@ -854,7 +856,7 @@ pub fn catalogue() -> Vec<(String, Kind, &'static str)> {
                 full.push('_');
                 full.push_str(u);
             }
-            if kind == Kind::Counter {
+            if kind == MetricKind::Counter {
                 full.push_str("_total");
             }
             if !out.iter().any(|(n, _, _)| *n == full) {
@@ -990,7 +992,11 @@ mod tests {
                 "{name}"
             );
             assert!(name.starts_with("memvisor_"), "{name}");
-            assert_eq!(*kind == Kind::Counter, name.ends_with("_total"), "{name}");
+            assert_eq!(
+                *kind == MetricKind::Counter,
+                name.ends_with("_total"),
+                "{name}"
+            );
             for unit in ["_us", "_ms", "_pages_bytes", "_bytes_bytes"] {
                 assert!(
                     !name.contains(&format!("{unit}_")) && !name.ends_with(unit),
