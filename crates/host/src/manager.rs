@@ -36,8 +36,8 @@ use memvisor_api::spec::MIN_LIMIT;
 /// Events kept for `GET /events` (the oldest go first).
 const EVENTS_KEPT: usize = 10_000;
 
-/// One VM of the host.
-struct Managed {
+/// One VM of the host: its spec, its VMM, and what the host last observed of it.
+struct VmEntry {
     spec: VmSpec,
     max: u64,
     state: HostVmState,
@@ -79,10 +79,10 @@ struct Managed {
     vmm_rss: Option<u64>,
 }
 
-impl Managed {
+impl VmEntry {
     /// A VM with no VMM yet, nothing reserved and nothing observed.
-    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> Managed {
-        Managed {
+    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> VmEntry {
+        VmEntry {
             max: spec.mem,
             target: 0,
             spec,
@@ -269,7 +269,7 @@ pub struct Host {
     config: HostConfig,
     launch: Launch,
     reservations: Reservations,
-    vms: Vec<Managed>,
+    vms: Vec<VmEntry>,
     free_state: FreeState,
     free: u64,
     /// What the VMs held at the last tick (`None` before the first).
@@ -527,7 +527,7 @@ impl Host {
                 limit >> 20
             ),
         );
-        let mut v = Managed::new(spec, files, HostVmState::Starting, None);
+        let mut v = VmEntry::new(spec, files, HostVmState::Starting, None);
         v.target = limit;
         v.vmm = Some(vmm);
         v.reserved = true;
@@ -544,7 +544,7 @@ impl Host {
             format!("refused: {why}"),
         );
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let v = Managed::new(spec, files, HostVmState::Refused, Some(why.to_string()));
+        let v = VmEntry::new(spec, files, HostVmState::Refused, Some(why.to_string()));
         self.vms.push(v);
     }
 
@@ -581,7 +581,7 @@ impl Host {
 
     /// VM `name`, if the host still has it (the tick's phases find VMs again by name: the list
     /// may change while it reads them without the lock).
-    fn named_mut(&mut self, name: &str) -> Option<&mut Managed> {
+    fn named_mut(&mut self, name: &str) -> Option<&mut VmEntry> {
         self.vms.iter_mut().find(|v| v.spec.name == name)
     }
 
@@ -603,7 +603,7 @@ impl Host {
     }
 
     pub fn vms(&self) -> Vec<HostVm> {
-        self.vms.iter().map(Managed::status).collect()
+        self.vms.iter().map(VmEntry::status).collect()
     }
 
     /// What `GET /metrics` shows: the host, and every VM with its VMM's last stats while the
@@ -817,7 +817,7 @@ impl Host {
     }
 
     /// What the policy sees of `v`, from its last observation.
-    fn observe(&self, v: &Managed) -> VmObservation {
+    fn observe(&self, v: &VmEntry) -> VmObservation {
         // What it really holds: a page KSM merged is held once for all who map it, and the
         // memory that frees is free for the policy to hand out (docs/sharing.md).
         let resident = v.resident().saturating_sub(v.shared_saved());
@@ -1030,7 +1030,7 @@ impl Host {
             .collect()
     }
 
-    fn balance_observation(&self, v: &Managed, o: &VmObservation) -> BalanceObservation {
+    fn balance_observation(&self, v: &VmEntry, o: &VmObservation) -> BalanceObservation {
         // A VM with the Swap Mapper may be on plain memory still: its first release takes its
         // RAM over, keeping the mirrors it recorded.
         BalanceObservation {
