@@ -10,7 +10,6 @@
 //! release clean pages first (`PUT /memory/release`, one request per victim), and once they have
 //! answered, what they released is handed to the VMs that need it with the tick's other orders.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -30,11 +29,9 @@ use memvisor_policy::{
 };
 
 use crate::config::HostConfig;
+use crate::journal::Journal;
 use crate::process::{client, describe_exit, Launch, Vmm, VmmFiles};
 use memvisor_api::spec::MIN_LIMIT;
-
-/// Events kept for `GET /events` (the oldest go first).
-const EVENTS_KEPT: usize = 10_000;
 
 /// One VM of the host: its spec, its VMM, and what the host last observed of it.
 struct VmEntry {
@@ -281,9 +278,7 @@ pub struct Host {
     /// seen here), and neither the API nor the next tick may wait for it.
     trash: Vec<VmmFiles>,
     ticks: u64,
-    started: Instant,
-    events: VecDeque<HostEvent>,
-    history: VecDeque<HostSample>,
+    journal: Journal,
     /// The kernel's KSM while a running VM shares; dropped (its knobs put back) when none does.
     ksm: Option<crate::ksm::Ksm>,
     /// Where each tick's observations and plan are written (`[host] trace`).
@@ -368,9 +363,7 @@ impl Host {
             pool: 0,
             trash: Vec::new(),
             ticks: 0,
-            started: Instant::now(),
-            events: VecDeque::new(),
-            history: VecDeque::new(),
+            journal: Journal::new(),
             ksm: None,
             trace: None,
             pending: None,
@@ -380,52 +373,14 @@ impl Host {
         }
     }
 
-    /// Records an event (and logs it: warnings for exits that were not asked for and for a VMM
-    /// that cannot release).
-    fn event(&mut self, kind: HostEventKind, vm: Option<&str>, message: String) {
-        match (kind, vm) {
-            (HostEventKind::Exited | HostEventKind::Refused, Some(name))
-                if ![
-                    "stopped",
-                    "the guest reported success",
-                    "the guest shut down",
-                ]
-                .iter()
-                .any(|fine| message.starts_with(fine)) =>
-            {
-                tracing::warn!("vm {name}: {message}");
-            }
-            (HostEventKind::BalloonFallback, Some(name)) => tracing::warn!("vm {name}: {message}"),
-            (_, Some(name)) => tracing::info!("vm {name}: {message}"),
-            (_, None) => tracing::info!("{message}"),
-        }
-        if self.events.len() == EVENTS_KEPT {
-            self.events.pop_front();
-        }
-        self.events.push_back(HostEvent {
-            seconds: self.started.elapsed().as_secs_f64(),
-            kind,
-            vm: vm.map(str::to_owned),
-            message,
-        });
-    }
-
     /// Events after `since` seconds.
     pub fn events(&self, since: f64) -> Vec<HostEvent> {
-        self.events
-            .iter()
-            .filter(|e| e.seconds > since)
-            .cloned()
-            .collect()
+        self.journal.events(since)
     }
 
     /// Ticks after `since` seconds.
     pub fn history(&self, since: f64) -> Vec<HostSample> {
-        self.history
-            .iter()
-            .filter(|s| s.seconds > since)
-            .cloned()
-            .collect()
+        self.journal.history(since)
     }
 
     fn record_tick(&mut self) {
@@ -450,8 +405,8 @@ impl Host {
                 }
             })
             .collect();
-        self.history.push_back(HostSample {
-            seconds: self.started.elapsed().as_secs_f64(),
+        self.journal.record_tick(HostSample {
+            seconds: self.journal.seconds(),
             free_bytes: self.free,
             free_state: free_state_name(self.free_state),
             vms,
@@ -463,13 +418,7 @@ impl Host {
     /// stays bounded however long it runs and however many VMs come and go.
     fn forget_old(&mut self) {
         let keep = self.config.keep;
-        let horizon = self.started.elapsed().as_secs_f64() - keep.as_secs_f64();
-        while self.history.front().is_some_and(|s| s.seconds < horizon) {
-            self.history.pop_front();
-        }
-        while self.events.front().is_some_and(|e| e.seconds < horizon) {
-            self.events.pop_front();
-        }
+        self.journal.forget_older_than(keep);
         self.vms
             .retain(|v| v.ended.is_none_or(|t| t.elapsed() < keep));
     }
@@ -502,7 +451,8 @@ impl Host {
         )
         .map_err(|e| {
             let msg = format!("vm '{}' refused: {e}", spec.name);
-            self.event(HostEventKind::Refused, Some(&spec.name), msg.clone());
+            self.journal
+                .event(HostEventKind::Refused, Some(&spec.name), msg.clone());
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
@@ -518,7 +468,7 @@ impl Host {
             )
         })?;
         self.reservations = next;
-        self.event(
+        self.journal.event(
             HostEventKind::Admitted,
             Some(&spec.name),
             format!(
@@ -538,7 +488,7 @@ impl Host {
 
     /// Records a VM of the config that admission refused at start.
     pub fn refuse(&mut self, spec: VmSpec, why: &AdmissionRefusal) {
-        self.event(
+        self.journal.event(
             HostEventKind::Refused,
             Some(&spec.name),
             format!("refused: {why}"),
@@ -716,7 +666,7 @@ impl Host {
         v.stop_asked = true;
         v.state = HostVmState::Stopping;
         let status = v.status();
-        self.event(
+        self.journal.event(
             HostEventKind::Stopping,
             Some(name),
             "asked to stop".to_owned(),
@@ -784,7 +734,7 @@ impl Host {
             ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
         }
         for (name, why) in ended {
-            self.event(HostEventKind::Exited, Some(&name), why);
+            self.journal.event(HostEventKind::Exited, Some(&name), why);
         }
     }
 
@@ -935,7 +885,7 @@ impl Host {
                 self.free_state,
                 p.state
             );
-            self.event(HostEventKind::FreeState, None, msg);
+            self.journal.event(HostEventKind::FreeState, None, msg);
         }
         self.free_state = p.state;
         self.free = p.free;
@@ -1112,7 +1062,8 @@ impl Host {
                         let msg = format!(
                             "cannot release pages ({e}): balanced by its balloon and limit only"
                         );
-                        self.event(HostEventKind::BalloonFallback, Some(&name), msg);
+                        self.journal
+                            .event(HostEventKind::BalloonFallback, Some(&name), msg);
                     }
                 }
             }
@@ -1142,7 +1093,8 @@ impl Host {
                         "capacity gap dropped: its balloon already asks for all it may hold"
                             .to_owned()
                     };
-                    self.event(HostEventKind::GapClosed, Some(&name), msg);
+                    self.journal
+                        .event(HostEventKind::GapClosed, Some(&name), msg);
                 }
             }
             self.write_trace(
@@ -1255,7 +1207,8 @@ impl Host {
             })
             .collect();
         for (vm, msg) in events {
-            self.event(HostEventKind::Reallocated, Some(&vm), msg);
+            self.journal
+                .event(HostEventKind::Reallocated, Some(&vm), msg);
         }
     }
 
@@ -1307,7 +1260,7 @@ impl Host {
             })
             .collect();
         let mut line = TraceTick::new(
-            self.started.elapsed().as_secs_f64(),
+            self.journal.seconds(),
             &self.params(),
             before,
             &names,
@@ -1338,7 +1291,7 @@ impl Host {
                 } else {
                     (HostEventKind::Resumed, "resumed: free memory no longer low")
                 };
-                self.event(kind, Some(&name), msg.to_owned());
+                self.journal.event(kind, Some(&name), msg.to_owned());
             }
         }
     }
