@@ -8,12 +8,14 @@
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
 //! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
+//! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
 //! | `signals.rs` | the termination signals, taken by a thread |
 //! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
 //! | `ksm.rs` | the kernel's KSM while a VM shares: the scan rate from free memory, ksmd's CPU, the knobs put back |
 
+mod balancing;
 pub mod config;
 mod journal;
 pub mod ksm;

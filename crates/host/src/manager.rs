@@ -21,13 +21,13 @@ use memvisor_api::{
     VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
-use memvisor_policy::demand::{self, DemandInput, DemandParams};
 use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 use memvisor_policy::{
     admit, plan, start_limit, unreserve, AdmissionRefusal, Before, FreeState, HostParams, Plan,
     Reservations, Thresholds, VmAction, VmObservation,
 };
 
+use crate::balancing::{estimate_demand, Balancer, ReleaseOrder, VmBalancing};
 use crate::config::HostConfig;
 use crate::journal::Journal;
 use crate::process::{client, describe_exit, Launch, Vmm, VmmFiles};
@@ -58,20 +58,8 @@ struct VmEntry {
     oom_seen: u64,
     /// When its VMM ended or admission refused it: the host forgets it `keep` later.
     ended: Option<Instant>,
-    /// Its capacity gap (HyperDealer2 §4.7): bytes released without its guest knowing, less
-    /// what its balloon has taken since.
-    gap: u64,
-    /// Ticks it has been out of balancing, or idle.
-    quiet: u32,
-    /// Its VMM refused a release: from then on only its balloon and limit balance it.
-    release_failed: bool,
-    /// A release of its VMM failed without an answer (a timeout): warned once.
-    release_warned: bool,
-    /// What it held at the last tick (for its growth since).
-    last_resident: Option<u64>,
-    /// Its ghost-cache histogram and the guest's swap counters at the last tick, for the
-    /// demand estimator (HD2 balancing).
-    ghost_seen: Option<demand::Observation>,
+    /// What HyperDealer2's balancing remembers of it.
+    balancing: VmBalancing,
     /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
     vmm_rss: Option<u64>,
 }
@@ -98,12 +86,7 @@ impl VmEntry {
             oom_demand: 0,
             oom_seen: 0,
             ended: (state == HostVmState::Refused).then(Instant::now),
-            gap: 0,
-            quiet: 0,
-            release_failed: false,
-            release_warned: false,
-            last_resident: None,
-            ghost_seen: None,
+            balancing: VmBalancing::default(),
             vmm_rss: None,
         }
     }
@@ -286,12 +269,8 @@ pub struct Host {
     /// The tick decided but not yet carried out (between [`Host::decide`] and
     /// [`Host::settle`]).
     pending: Option<Pending>,
-    /// Pages the VMMs released at the host's request.
-    released_pages: u64,
-    /// Ticks that handed released memory to a VM that needed it.
-    reallocations: u64,
-    /// Pages of capacity gap closed by a balloon.
-    gap_closed_pages: u64,
+    /// HyperDealer2's balancing's counters.
+    balancer: Balancer,
 }
 
 /// A tick between its decision and its orders: the releases go out first, without the lock.
@@ -304,15 +283,6 @@ struct Pending {
     plan: Plan,
     /// With HD2 balancing: what the balancer knew and decided.
     balance: Option<(BalanceParams, Vec<BalanceObservation>, Decision)>,
-}
-
-/// A release the tick asks of a victim's VMM before its other orders.
-pub struct ReleaseOrder {
-    pub name: String,
-    pub sock: PathBuf,
-    /// What to ask: how many pages, and whether only what its guest has left cold (the high
-    /// state: nothing is short).
-    pub ask: ReleaseRequest,
 }
 
 /// The host, shared by the tick loop and the API server.
@@ -367,9 +337,7 @@ impl Host {
             ksm: None,
             trace: None,
             pending: None,
-            released_pages: 0,
-            reallocations: 0,
-            gap_closed_pages: 0,
+            balancer: Balancer::default(),
         }
     }
 
@@ -535,6 +503,13 @@ impl Host {
         self.vms.iter_mut().find(|v| v.spec.name == name)
     }
 
+    /// The name of the VM at `i`, `?` for one that is gone.
+    fn name_at(&self, i: usize) -> String {
+        self.vms
+            .get(i)
+            .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
+    }
+
     pub fn vm(&self, name: &str) -> Result<HostVm, Refused> {
         self.find(name).map(|i| self.vms[i].status())
     }
@@ -583,9 +558,9 @@ impl Host {
             tick_seconds: self.config.tick.as_secs_f64(),
             ksm: self.ksm.as_ref().map(crate::ksm::Ksm::info),
             balancing: self.config.balancing,
-            released_pages: self.released_pages,
-            reallocations: self.reallocations,
-            gap_closed_pages: self.gap_closed_pages,
+            released_pages: self.balancer.released_pages,
+            reallocations: self.balancer.reallocations,
+            gap_closed_pages: self.balancer.gap_closed_pages,
         }
     }
 
@@ -898,14 +873,30 @@ impl Host {
                 self.config.tick.as_secs_f64(),
                 self.config.gap_idle.as_secs_f64(),
             );
-            let estimated = self.estimate_demand(&live);
+            let estimated = estimate_demand(
+                live.iter()
+                    .map(|&i| {
+                        let v = &mut self.vms[i];
+                        v.balancing.demand_input(v.stats.as_ref())
+                    })
+                    .collect(),
+            );
             let bal: Vec<BalanceObservation> = live
                 .iter()
                 .zip(&obs)
                 .zip(&estimated)
-                .map(|((&i, o), &d)| BalanceObservation {
-                    demand: d,
-                    ..self.balance_observation(&self.vms[i], o)
+                .map(|((&i, o), &d)| {
+                    let v = &self.vms[i];
+                    BalanceObservation {
+                        demand: d,
+                        ..v.balancing.observation(
+                            v.spec.mapper,
+                            v.paused_by_host,
+                            v.clean(),
+                            v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
+                            o.resident,
+                        )
+                    }
                 })
                 .collect();
             let d = balance::decide(&self.params(), &params, &p, &obs, &bal);
@@ -939,62 +930,6 @@ impl Host {
             balance,
         });
         releases
-    }
-
-    /// What the balancer knows of `v` besides `o`.
-    /// The demand estimator's figure for each of `live` (HyperDealer2 §4.6, `demand.rs`), in
-    /// bytes, from what its ghost cache and its guest's swapping did since the last tick;
-    /// `None` for a VM without the Swap Mapper's statistics.
-    fn estimate_demand(&mut self, live: &[usize]) -> Vec<Option<u64>> {
-        let mut inputs = Vec::with_capacity(live.len());
-        let mut has = Vec::with_capacity(live.len());
-        for &i in live {
-            let v = &mut self.vms[i];
-            let stats = v.stats.as_ref();
-            let now = stats
-                .and_then(|s| s.pager.as_ref())
-                .and_then(|p| p.patterns.as_ref())
-                .map(|pat| {
-                    let guest = stats
-                        .and_then(|s| s.balloon.as_ref())
-                        .and_then(|b| b.guest.as_ref());
-                    demand::Observation {
-                        bucket_pages: pat.ghost_bucket_pages,
-                        hits: pat.ghost_hits.clone(),
-                        swap_in_bytes: guest.and_then(|g| g.swap_in_bytes),
-                        swap_out_bytes: guest.and_then(|g| g.swap_out_bytes),
-                    }
-                });
-            let input = match (&v.ghost_seen, &now) {
-                (Some(before), Some(after)) => DemandInput::between(before, after),
-                _ => DemandInput::default(),
-            };
-            has.push(now.is_some());
-            v.ghost_seen = now;
-            inputs.push(input);
-        }
-        demand::estimate(&inputs, &DemandParams::default())
-            .into_iter()
-            .zip(has)
-            .map(|(pages, has)| has.then_some(pages.saturating_mul(4096)))
-            .collect()
-    }
-
-    fn balance_observation(&self, v: &VmEntry, o: &VmObservation) -> BalanceObservation {
-        // A VM with the Swap Mapper may be on plain memory still: its first release takes its
-        // RAM over, keeping the mirrors it recorded.
-        BalanceObservation {
-            releasable: v.spec.mapper && !v.release_failed && !v.paused_by_host,
-            clean: v.clean(),
-            // Filled in by the caller from `estimate_demand`.
-            demand: None,
-            oom: v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
-            grown: v
-                .last_resident
-                .map_or(0, |last| o.resident.saturating_sub(last)),
-            gap: v.gap,
-            quiet: v.quiet,
-        }
     }
 
     /// Takes in what the victims' VMMs released (by name), hands it out, and returns the tick's
@@ -1038,64 +973,35 @@ impl Host {
             else {
                 continue;
             };
-            match r {
-                Ok(r) => {
-                    got[k] = r.released_pages * balance::PAGE;
-                    limit_now[k] = Some(r.limit_bytes.unwrap_or(self.vms[live[k]].spec.mem));
-                    micros = micros.max(r.micros);
-                    self.released_pages += r.released_pages;
-                }
-                Err(e) if !matches!(e, ClientError::Refused { .. }) => {
-                    // No answer (a timeout, a VMM going away): the pages may be released all
-                    // the same, but nothing is handed over on that account; tried again at the
-                    // next tick.
-                    let v = &mut self.vms[live[k]];
-                    if !v.release_warned {
-                        v.release_warned = true;
-                        tracing::warn!("vm {name}: a release got no answer: {e}");
-                    }
-                }
-                Err(e) => {
-                    let v = &mut self.vms[live[k]];
-                    if !v.release_failed {
-                        v.release_failed = true;
-                        let msg = format!(
-                            "cannot release pages ({e}): balanced by its balloon and limit only"
-                        );
-                        self.journal
-                            .event(HostEventKind::BalloonFallback, Some(&name), msg);
-                    }
-                }
+            let v = &mut self.vms[live[k]];
+            if let Some(r) = self
+                .balancer
+                .answered(&mut v.balancing, &mut self.journal, &name, r)
+            {
+                got[k] = r.released_pages * balance::PAGE;
+                limit_now[k] = Some(r.limit_bytes.unwrap_or(v.spec.mem));
+                micros = micros.max(r.micros);
             }
         }
         let mut actions: Vec<VmAction> = p.actions.clone();
         if let Some((params, bal, d)) = &balance {
             let s = balance::settle(d, &obs, &got);
             actions.clone_from(&s.actions);
-            self.reallocated(&live, d, &got, &s.gives, micros);
+            let names: Vec<String> = live.iter().map(|&i| self.name_at(i)).collect();
+            self.balancer
+                .reallocated(&mut self.journal, &names, d, &got, &s.gives, micros);
             for (k, &i) in live.iter().enumerate() {
                 if i == usize::MAX {
                     continue;
                 }
                 let v = &mut self.vms[i];
-                v.gap = s.gaps[k];
-                v.quiet = d.vms[k].quiet;
-                if d.vms[k].closed {
-                    let pages = d.vms[k].inflate / balance::PAGE;
-                    self.gap_closed_pages += pages;
-                    let name = self.vms[i].spec.name.clone();
-                    let msg = if pages > 0 {
-                        format!(
-                            "capacity gap closed: its balloon inflates by {} pages, so its guest knows what it has",
-                            pages
-                        )
-                    } else {
-                        "capacity gap dropped: its balloon already asks for all it may hold"
-                            .to_owned()
-                    };
-                    self.journal
-                        .event(HostEventKind::GapClosed, Some(&name), msg);
-                }
+                self.balancer.settled(
+                    &mut v.balancing,
+                    &mut self.journal,
+                    &names[k],
+                    s.gaps[k],
+                    &d.vms[k],
+                );
             }
             self.write_trace(
                 &live,
@@ -1121,7 +1027,7 @@ impl Host {
             }
             let v = &mut self.vms[i];
             v.target = a.target;
-            v.last_resident = Some(o.resident);
+            v.balancing.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
             if v.info.is_none() {
@@ -1162,54 +1068,6 @@ impl Host {
         }
         self.record_tick();
         orders
-    }
-
-    /// Records a tick that moved released memory: the counters, and one event per VM given some.
-    fn reallocated(
-        &mut self,
-        live: &[usize],
-        d: &Decision,
-        got: &[u64],
-        gives: &[u64],
-        micros: u64,
-    ) {
-        let given: u64 = gives.iter().sum();
-        if given == 0 {
-            return;
-        }
-        self.reallocations += 1;
-        let name = |i: usize| {
-            self.vms
-                .get(i)
-                .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
-        };
-        let victims: Vec<String> = live
-            .iter()
-            .zip(got)
-            .filter(|(_, &g)| g > 0)
-            .map(|(&i, &g)| format!("{} ({} pages)", name(i), g / balance::PAGE))
-            .collect();
-        let events: Vec<(String, String)> = live
-            .iter()
-            .zip(gives)
-            .zip(&d.vms)
-            .filter(|((_, &g), _)| g > 0)
-            .map(|((&i, &g), b)| {
-                (
-                    name(i),
-                    format!(
-                        "reallocated {} pages from {} in {micros} us (its demand {} pages)",
-                        g / balance::PAGE,
-                        victims.join(", "),
-                        b.demand / balance::PAGE
-                    ),
-                )
-            })
-            .collect();
-        for (vm, msg) in events {
-            self.journal
-                .event(HostEventKind::Reallocated, Some(&vm), msg);
-        }
     }
 
     /// Puts KSM's knobs back as the host found them (the host is ending).
