@@ -7,7 +7,8 @@
 //! |---|---|
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
-//! | `manager.rs` | the VMs, admission, the tick that observes, plans and sends |
+//! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
+//! | `manager.rs` | the host's parts behind one lock, admission, the tick that observes, plans and sends |
 //! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
@@ -21,6 +22,7 @@ mod journal;
 pub mod ksm;
 mod manager;
 mod process;
+mod registry;
 mod server;
 pub mod signals;
 mod web;

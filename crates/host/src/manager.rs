@@ -12,210 +12,26 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use memvisor_api::metrics::HostVmMetrics;
 use memvisor_api::{
-    Balancing, ClientError, FreeStateName, GuestMemoryStats, HostEvent, HostEventKind, HostInfo,
-    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, ReleaseRequest, ReleaseResult,
-    VmExit, VmInfo, VmSample, VmSpec, VmState, VmStats,
+    Balancing, ClientError, FreeStateName, HostEvent, HostEventKind, HostInfo, HostSample,
+    HostUpdate, HostVm, HostVmState, PolicyUpdate, ReleaseRequest, ReleaseResult, VmInfo, VmSpec,
+    VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
 use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 use memvisor_policy::{
-    admit, plan, start_limit, unreserve, AdmissionRefusal, Before, FreeState, HostParams, Plan,
-    Reservations, Thresholds, VmAction, VmObservation,
+    admit, plan, start_limit, AdmissionRefusal, Before, FreeState, HostParams, Plan, Reservations,
+    Thresholds, VmAction, VmObservation,
 };
 
-use crate::balancing::{estimate_demand, Balancer, ReleaseOrder, VmBalancing};
+use crate::balancing::{estimate_demand, Balancer, ReleaseOrder};
 use crate::config::HostConfig;
 use crate::journal::Journal;
-use crate::process::{client, describe_exit, Launch, Vmm, VmmFiles};
+use crate::process::{client, Launch, Vmm, VmmFiles};
+use crate::registry::{Refused, Registry, VmEntry};
 use memvisor_api::spec::MIN_LIMIT;
-
-/// One VM of the host: its spec, its VMM, and what the host last observed of it.
-struct VmEntry {
-    spec: VmSpec,
-    max: u64,
-    state: HostVmState,
-    why: Option<String>,
-    vmm: Option<Vmm>,
-    files: VmmFiles,
-    exit_status: Option<i32>,
-    exit: Option<VmExit>,
-    /// Its `min` and `max` are in the reservations.
-    reserved: bool,
-    stop_asked: bool,
-    target: u64,
-    stats: Option<VmStats>,
-    info: Option<VmInfo>,
-    paused_by_host: bool,
-    /// The active fraction when the host paused it: a paused guest touches nothing, and
-    /// sampling must not read that as idleness.
-    active_at_pause: Option<f64>,
-    oom_demand: u32,
-    /// `oom_deflated_pages` at the last tick.
-    oom_seen: u64,
-    /// When its VMM ended or admission refused it: the host forgets it `keep` later.
-    ended: Option<Instant>,
-    /// What HyperDealer2's balancing remembers of it.
-    balancing: VmBalancing,
-    /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
-    vmm_rss: Option<u64>,
-}
-
-impl VmEntry {
-    /// A VM with no VMM yet, nothing reserved and nothing observed.
-    fn new(spec: VmSpec, files: VmmFiles, state: HostVmState, why: Option<String>) -> VmEntry {
-        VmEntry {
-            max: spec.mem,
-            target: 0,
-            spec,
-            state,
-            why,
-            vmm: None,
-            files,
-            exit_status: None,
-            exit: None,
-            reserved: false,
-            stop_asked: false,
-            stats: None,
-            info: None,
-            paused_by_host: false,
-            active_at_pause: None,
-            oom_demand: 0,
-            oom_seen: 0,
-            ended: (state == HostVmState::Refused).then(Instant::now),
-            balancing: VmBalancing::default(),
-            vmm_rss: None,
-        }
-    }
-
-    fn live(&self) -> bool {
-        self.vmm.is_some()
-    }
-
-    fn resident(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .map_or(0, |p| p.pages.resident_pages * 4096)
-    }
-
-    /// The active fraction, as it was when the host paused it. Once the pager has taken guest
-    /// RAM over and ended a sampling period, its sampled estimate; before, no page has been
-    /// sampled (RAM is plain memory, or the first period is under way), so the guest's own
-    /// statistics say it when it has a balloon ([`guest_active`]), and 1 otherwise. (Switching
-    /// at the takeover, a VM the guest's statistics put at 0.3 jumped to 1, the sampler's
-    /// assumption before its first period.)
-    fn active(&self) -> f64 {
-        self.active_at_pause.unwrap_or_else(|| {
-            let stats = self.stats.as_ref();
-            let pager = stats.and_then(|s| s.pager.as_ref());
-            match pager {
-                Some(p) if p.attached && p.active.periods > 0 => p.active.estimate,
-                _ => stats
-                    .and_then(|s| s.balloon.as_ref())
-                    .and_then(|b| b.guest.as_ref())
-                    .and_then(|g| guest_active(g, self.resident()))
-                    .unwrap_or_else(|| pager.map_or(1.0, |p| p.active.estimate)),
-            }
-        })
-    }
-
-    /// Memory its pool holds now.
-    fn pooled(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .and_then(|p| p.pool)
-            .map_or(0, |p| p.used_bytes)
-    }
-
-    /// Its pool's size now.
-    fn pool_capacity(&self) -> Option<u64> {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .and_then(|p| p.pool)
-            .map(|p| p.capacity_bytes)
-    }
-
-    /// Host memory its page sharing saves (KSM), by its VMM's last count.
-    fn shared_saved(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.sharing.as_ref())
-            .map_or(0, |s| s.saved_pages * 4096)
-    }
-
-    fn shares_pages(&self) -> bool {
-        self.spec.sharing.as_deref() == Some("host")
-    }
-
-    /// Resident memory in sequential sequences its guest is still reading from disk, from its
-    /// Swap Mapper's pattern table (0 without).
-    fn streaming(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .and_then(|p| p.patterns.as_ref())
-            .map_or(0, |pat| pat.streaming_pages * 4096)
-    }
-
-    /// Resident memory that mirrors a disk block (Swap Mapper): what a release can take.
-    fn clean(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.pager.as_ref())
-            .map_or(0, |p| p.pages.mirrored_pages * 4096)
-    }
-
-    fn oom_deflated(&self) -> u64 {
-        self.stats
-            .as_ref()
-            .and_then(|s| s.balloon.as_ref())
-            .map_or(0, |b| b.oom_deflated_pages)
-    }
-
-    fn status(&self) -> HostVm {
-        let pager = self.stats.as_ref().and_then(|s| s.pager.as_ref());
-        let balloon = self.stats.as_ref().and_then(|s| s.balloon.as_ref());
-        let active_fraction = self.active();
-        let resident = self.resident();
-        HostVm {
-            name: self.spec.name.clone(),
-            state: self.state,
-            why: self.why.clone(),
-            pid: self.vmm.as_ref().map(Vmm::pid),
-            exit_status: self.exit_status,
-            exit: self.exit,
-            mem_bytes: self.spec.mem,
-            min_bytes: self.spec.min,
-            max_bytes: self.max,
-            shares: self.spec.shares,
-            target_bytes: self.target,
-            resident_bytes: resident,
-            // A fraction (0 to 1) of a byte count: in range.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            active_bytes: (resident as f64 * active_fraction) as u64,
-            active_fraction,
-            active: pager.map(|p| p.active).unwrap_or_default(),
-            balloon_bytes: balloon.map(|b| b.actual_pages * 4096),
-            balloon_target_bytes: self.info.as_ref().and_then(|i| i.balloon_target_bytes),
-            swapped_bytes: pager.map_or(0, |p| p.pages.swapped_pages * 4096),
-            on_disk_bytes: pager.map_or(0, |p| p.pages.on_disk_pages * 4096),
-            limit_bytes: pager.and_then(|p| p.limit_bytes).unwrap_or(self.max),
-            paused_by_host: self.paused_by_host,
-            pool_bytes: self.pool_capacity().unwrap_or(0),
-            pooled_bytes: self.pooled(),
-            oom_deflated_pages: self.oom_deflated(),
-            shared_saved_bytes: self.shared_saved(),
-            api_sock: self.files.sock.display().to_string(),
-            log: self.files.log.display().to_string(),
-        }
-    }
-}
 
 /// The overhead the policy charges a VMM: `configured` (`vm_overhead`), or what the process
 /// holds besides guest pages and its pool when that is more (`rss` less `guest`). A VMM's own
@@ -226,40 +42,17 @@ pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
     rss.map_or(configured, |r| configured.max(r.saturating_sub(guest)))
 }
 
-/// The active fraction a guest's own balloon statistics give for `resident` bytes of its RAM:
-/// what it holds that is in use, as a fraction of what it holds; `None` without those
-/// statistics or resident memory. ESX samples instead; before the pager has taken RAM over, a
-/// page cannot be sampled, and the guest can only say what is free and what is clean page
-/// cache, not what it will read again. So the cache counts as in use (total less free): a low
-/// target makes the guest drop its cache, a VM reading one file over and over included
-/// (docs/host.md). Under HyperDealer2's balancing a stream the guest is reading from its disk
-/// is idle all the same: the plan caps the fraction ([`balance::active_outside_streams`]).
-pub fn guest_active(g: &GuestMemoryStats, resident: u64) -> Option<f64> {
-    let total = g.total_memory_bytes?;
-    let free = g.free_memory_bytes?;
-    if resident == 0 {
-        return None;
-    }
-    let used = total.saturating_sub(free);
-    Some((used as f64 / resident as f64).clamp(0.0, 1.0))
-}
-
 /// Everything the host knows, behind one lock.
 pub struct Host {
     config: HostConfig,
     launch: Launch,
-    reservations: Reservations,
-    vms: Vec<VmEntry>,
+    registry: Registry,
     free_state: FreeState,
     free: u64,
     /// What the VMs held at the last tick (`None` before the first).
     held: Option<u64>,
     /// The pools' size together at the last tick.
     pool: u64,
-    /// Files of ended VMMs, to remove on a thread of their own ([`Host::take_trash`]): removing
-    /// a swap file can take seconds (ext4 with `discard` trims its blocks in `unlink`; 23 s was
-    /// seen here), and neither the API nor the next tick may wait for it.
-    trash: Vec<VmmFiles>,
     ticks: u64,
     journal: Journal,
     /// The kernel's KSM while a running VM shares; dropped (its knobs put back) when none does.
@@ -302,10 +95,6 @@ struct Order {
     pause: Option<bool>,
 }
 
-/// An API request the host refused: the HTTP status and why.
-#[derive(Debug)]
-pub struct Refused(pub u16, pub String);
-
 fn free_state_name(s: FreeState) -> FreeStateName {
     match s {
         FreeState::High => FreeStateName::High,
@@ -318,20 +107,18 @@ fn free_state_name(s: FreeState) -> FreeStateName {
 impl Host {
     pub fn new(config: HostConfig, launch: Launch) -> Host {
         Host {
-            reservations: Reservations {
+            registry: Registry::new(Reservations {
                 // The pool is set aside first: admission reserves what is left.
                 memory: config.memory - config.pool,
                 swap: config.swap.unwrap_or(0),
                 ..Reservations::default()
-            },
+            }),
             config,
             launch,
-            vms: Vec::new(),
             free_state: FreeState::High,
             free: 0,
             held: None,
             pool: 0,
-            trash: Vec::new(),
             ticks: 0,
             journal: Journal::new(),
             ksm: None,
@@ -352,27 +139,7 @@ impl Host {
     }
 
     fn record_tick(&mut self) {
-        let vms = self
-            .vms
-            .iter()
-            .filter(|v| v.live())
-            .map(|v| {
-                let st = v.status();
-                VmSample {
-                    name: st.name,
-                    state: st.state,
-                    target_bytes: st.target_bytes,
-                    resident_bytes: st.resident_bytes,
-                    active_bytes: st.active_bytes,
-                    balloon_bytes: st.balloon_bytes.unwrap_or(0),
-                    swapped_bytes: st.swapped_bytes,
-                    on_disk_bytes: st.on_disk_bytes,
-                    limit_bytes: st.limit_bytes,
-                    pooled_bytes: st.pooled_bytes,
-                    shared_saved_bytes: st.shared_saved_bytes,
-                }
-            })
-            .collect();
+        let vms = self.registry.tick_points();
         self.journal.record_tick(HostSample {
             seconds: self.journal.seconds(),
             free_bytes: self.free,
@@ -387,8 +154,7 @@ impl Host {
     fn forget_old(&mut self) {
         let keep = self.config.keep;
         self.journal.forget_older_than(keep);
-        self.vms
-            .retain(|v| v.ended.is_none_or(|t| t.elapsed() < keep));
+        self.registry.forget_ended(keep);
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -401,9 +167,10 @@ impl Host {
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
             return Err(Refused(400, e));
         }
-        if let Some(i) = self.vms.iter().position(|v| v.spec.name == spec.name) {
-            if self.vms[i].ended.is_some() {
-                self.vms.remove(i);
+        let vms = &mut self.registry.vms;
+        if let Some(i) = vms.iter().position(|v| v.spec.name == spec.name) {
+            if vms[i].ended.is_some() {
+                vms.remove(i);
             } else {
                 return Err(Refused(
                     400,
@@ -412,7 +179,7 @@ impl Host {
             }
         }
         let next = admit(
-            &self.reservations,
+            &self.registry.reservations,
             spec.min,
             spec.mem,
             self.config.vm_overhead,
@@ -426,7 +193,7 @@ impl Host {
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
         let limit = self.start_limit(&spec);
         let pool = (self.config.pool > 0).then(|| {
-            let live = self.vms.iter().filter(|v| v.live()).count() as u64;
+            let live = self.registry.vms.iter().filter(|v| v.live()).count() as u64;
             self.config.pool / (live + 1)
         });
         let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool).map_err(|e| {
@@ -435,7 +202,7 @@ impl Host {
                 format!("cannot start a VMM for vm '{}': {e}", spec.name),
             )
         })?;
-        self.reservations = next;
+        self.registry.reservations = next;
         self.journal.event(
             HostEventKind::Admitted,
             Some(&spec.name),
@@ -450,20 +217,14 @@ impl Host {
         v.vmm = Some(vmm);
         v.reserved = true;
         let status = v.status();
-        self.vms.push(v);
+        self.registry.vms.push(v);
         Ok(status)
     }
 
     /// Records a VM of the config that admission refused at start.
     pub fn refuse(&mut self, spec: VmSpec, why: &AdmissionRefusal) {
-        self.journal.event(
-            HostEventKind::Refused,
-            Some(&spec.name),
-            format!("refused: {why}"),
-        );
-        let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let v = VmEntry::new(spec, files, HostVmState::Refused, Some(why.to_string()));
-        self.vms.push(v);
+        self.registry
+            .refuse(&mut self.journal, &self.config.state_dir, spec, why);
     }
 
     /// Starts every VM of the config, in order; those admission refuses are listed as refused.
@@ -471,7 +232,7 @@ impl Host {
         let mut problems = Vec::new();
         for spec in self.config.vms.clone() {
             match admit(
-                &self.reservations,
+                &self.registry.reservations,
                 spec.min,
                 spec.mem,
                 self.config.vm_overhead,
@@ -490,51 +251,25 @@ impl Host {
         problems
     }
 
-    fn find(&self, name: &str) -> Result<usize, Refused> {
-        self.vms
-            .iter()
-            .position(|v| v.spec.name == name)
-            .ok_or_else(|| Refused(404, format!("no VM named '{name}' on this host")))
-    }
-
-    /// VM `name`, if the host still has it (the tick's phases find VMs again by name: the list
-    /// may change while it reads them without the lock).
-    fn named_mut(&mut self, name: &str) -> Option<&mut VmEntry> {
-        self.vms.iter_mut().find(|v| v.spec.name == name)
-    }
-
-    /// The name of the VM at `i`, `?` for one that is gone.
-    fn name_at(&self, i: usize) -> String {
-        self.vms
-            .get(i)
-            .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
-    }
-
     pub fn vm(&self, name: &str) -> Result<HostVm, Refused> {
-        self.find(name).map(|i| self.vms[i].status())
+        self.registry.vm(name)
     }
 
     /// Forgets a VM that ended or was refused (`DELETE /vms/NAME`); a live one must be stopped
     /// first.
     pub fn remove(&mut self, name: &str) -> Result<HostVm, Refused> {
-        let i = self.find(name)?;
-        if self.vms[i].ended.is_none() {
-            return Err(Refused(
-                409,
-                format!("vm '{name}' is still running; stop it first (PUT /vms/{name}/stop)"),
-            ));
-        }
-        Ok(self.vms.remove(i).status())
+        self.registry.remove(name)
     }
 
     pub fn vms(&self) -> Vec<HostVm> {
-        self.vms.iter().map(VmEntry::status).collect()
+        self.registry.statuses()
     }
 
     /// What `GET /metrics` shows: the host, and every VM with its VMM's last stats while the
     /// VMM runs.
     pub fn metrics_snapshot(&self) -> (HostInfo, Vec<(HostVm, Option<VmStats>)>) {
         let vms = self
+            .registry
             .vms
             .iter()
             .map(|v| (v.status(), v.stats.clone().filter(|_| v.live())))
@@ -543,6 +278,7 @@ impl Host {
     }
 
     pub fn info(&self) -> HostInfo {
+        let reservations = &self.registry.reservations;
         HostInfo {
             budget_bytes: self.config.memory,
             free_bytes: self.free,
@@ -551,9 +287,9 @@ impl Host {
             vm_overhead_bytes: self.config.vm_overhead,
             pool_max_bytes: self.config.pool,
             pool_bytes: self.pool,
-            memory_reserved_bytes: self.reservations.memory_reserved,
-            swap_bytes: self.reservations.swap,
-            swap_reserved_bytes: self.reservations.swap_reserved,
+            memory_reserved_bytes: reservations.memory_reserved,
+            swap_bytes: reservations.swap,
+            swap_reserved_bytes: reservations.swap_reserved,
             ticks: self.ticks,
             tick_seconds: self.config.tick.as_secs_f64(),
             ksm: self.ksm.as_ref().map(crate::ksm::Ksm::info),
@@ -567,41 +303,7 @@ impl Host {
     /// Changes a VM's `min`, `max` or `shares`; refused (and nothing changed) unless
     /// `min <= max <= mem` and the new reservation is admitted.
     pub fn update(&mut self, name: &str, u: &PolicyUpdate) -> Result<HostVm, Refused> {
-        let i = self.find(name)?;
-        let v = &self.vms[i];
-        if !v.live() {
-            return Err(Refused(400, format!("vm '{name}' is not running")));
-        }
-        let min = u.min.unwrap_or(v.spec.min);
-        let max = u.max.unwrap_or(v.max);
-        let shares = u.shares.unwrap_or(v.spec.shares);
-        if max > v.spec.mem {
-            return Err(Refused(
-                400,
-                format!("max {max} is above vm '{name}''s mem {}", v.spec.mem),
-            ));
-        }
-        if min > max {
-            return Err(Refused(400, format!("min {min} is above max {max}")));
-        }
-        if !(1..=1_000_000).contains(&shares) {
-            return Err(Refused(
-                400,
-                format!("shares {shares} must be 1 to 1000000"),
-            ));
-        }
-        let o = self.config.vm_overhead;
-        // Admission counts swap for the guest's whole RAM beyond min (`mem - min`): a lower max
-        // is a policy that may be raised again, so it reserves no less.
-        let without = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
-        let next = admit(&without, min, v.spec.mem, o)
-            .map_err(|e| Refused(400, format!("vm '{name}': {e}")))?;
-        self.reservations = next;
-        let v = &mut self.vms[i];
-        v.spec.min = min;
-        v.spec.shares = shares;
-        v.max = max;
-        Ok(v.status())
+        self.registry.update(name, u, self.config.vm_overhead)
     }
 
     /// Changes the host-wide policy (the idle memory tax, the balancing); refused, and nothing
@@ -632,95 +334,31 @@ impl Host {
 
     /// Asks a VM's VMM to stop.
     pub fn stop(&mut self, name: &str) -> Result<HostVm, Refused> {
-        let i = self.find(name)?;
-        let v = &mut self.vms[i];
-        match &v.vmm {
-            None => return Err(Refused(400, format!("vm '{name}' is not running"))),
-            Some(vmm) => vmm.terminate(),
-        }
-        v.stop_asked = true;
-        v.state = HostVmState::Stopping;
-        let status = v.status();
-        self.journal.event(
-            HostEventKind::Stopping,
-            Some(name),
-            "asked to stop".to_owned(),
-        );
-        Ok(status)
+        self.registry.stop(&mut self.journal, name)
     }
 
     /// Asks every VMM to stop; returns how many are still alive.
     pub fn stop_all(&mut self) -> usize {
-        for v in &mut self.vms {
-            if let Some(vmm) = &v.vmm {
-                vmm.terminate();
-                v.stop_asked = true;
-                v.state = HostVmState::Stopping;
-            }
-        }
-        self.reap();
-        self.vms.iter().filter(|v| v.live()).count()
+        self.registry
+            .stop_all(&mut self.journal, self.config.vm_overhead)
     }
 
     /// Kills every VMM still alive.
     pub fn kill_all(&mut self) {
-        for v in &mut self.vms {
-            if let Some(vmm) = &mut v.vmm {
-                tracing::warn!("vm {}: did not stop in time; killed", v.spec.name);
-                vmm.kill();
-            }
-        }
-        self.reap();
+        self.registry
+            .kill_all(&mut self.journal, self.config.vm_overhead)
     }
 
     /// The files of VMMs that ended since the last call, to remove without the lock.
     pub fn take_trash(&mut self) -> Vec<VmmFiles> {
-        std::mem::take(&mut self.trash)
+        self.registry.take_trash()
     }
 
     /// Notes VMMs that ended: state, why, and their reservation back in the budget; their files
     /// go to the trash.
     pub fn reap(&mut self) {
-        let o = self.config.vm_overhead;
-        let mut ended = Vec::new();
-        for v in &mut self.vms {
-            let Some(vmm) = &mut v.vmm else { continue };
-            let Some(status) = vmm.try_wait() else {
-                continue;
-            };
-            let (code, kind, why) = describe_exit(status, &v.files.log);
-            v.exit_status = Some(code);
-            v.exit = Some(kind);
-            v.why = Some(if v.stop_asked && kind != VmExit::Signal {
-                format!("stopped: {why}")
-            } else {
-                why
-            });
-            v.state = HostVmState::Exited;
-            v.ended = Some(Instant::now());
-            v.vmm = None;
-            v.paused_by_host = false;
-            v.active_at_pause = None;
-            self.trash.push(v.files.clone());
-            if v.reserved {
-                self.reservations = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
-                v.reserved = false;
-            }
-            ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
-        }
-        for (name, why) in ended {
-            self.journal.event(HostEventKind::Exited, Some(&name), why);
-        }
-    }
-
-    /// The VMMs to observe this tick: name and socket (by name, not index: the list may change
-    /// while the tick reads them without the lock).
-    fn to_observe(&self) -> Vec<(String, PathBuf)> {
-        self.vms
-            .iter()
-            .filter(|v| v.live())
-            .map(|v| (v.spec.name.clone(), v.files.sock.clone()))
-            .collect()
+        self.registry
+            .reap(&mut self.journal, self.config.vm_overhead);
     }
 
     /// What the last tick left, for the next plan.
@@ -786,6 +424,7 @@ impl Host {
     /// ([`start_limit`]), never below the pager's smallest limit.
     fn start_limit(&self, spec: &VmSpec) -> u64 {
         let running: Vec<VmObservation> = self
+            .registry
             .vms
             .iter()
             .filter(|v| v.live() && !v.stop_asked)
@@ -812,7 +451,7 @@ impl Host {
     /// tick's other orders ([`Host::settle`] gives those).
     fn decide(&mut self, seen: Vec<(String, Option<(VmInfo, VmStats)>)>) -> Vec<ReleaseOrder> {
         for (name, obs) in seen {
-            let Some(v) = self.named_mut(&name) else {
+            let Some(v) = self.registry.named_mut(&name) else {
                 continue;
             };
             if !v.live() {
@@ -837,13 +476,16 @@ impl Host {
                 v.vmm_rss = v.vmm.as_ref().and_then(Vmm::rss);
             }
         }
-        let live: Vec<usize> = (0..self.vms.len())
-            .filter(|&i| self.vms[i].live() && !self.vms[i].stop_asked)
+        let live: Vec<usize> = (0..self.registry.vms.len())
+            .filter(|&i| self.registry.vms[i].live() && !self.registry.vms[i].stop_asked)
             .collect();
-        let obs: Vec<VmObservation> = live.iter().map(|&i| self.observe(&self.vms[i])).collect();
+        let obs: Vec<VmObservation> = live
+            .iter()
+            .map(|&i| self.observe(&self.registry.vms[i]))
+            .collect();
         let oom: Vec<bool> = live
             .iter()
-            .map(|&i| self.vms[i].oom_deflated() > self.vms[i].oom_seen)
+            .map(|&i| self.registry.vms[i].oom_deflated() > self.registry.vms[i].oom_seen)
             .collect();
         let before = self.before();
         let p = plan(&self.params(), before, &obs, &oom);
@@ -876,7 +518,7 @@ impl Host {
             let estimated = estimate_demand(
                 live.iter()
                     .map(|&i| {
-                        let v = &mut self.vms[i];
+                        let v = &mut self.registry.vms[i];
                         v.balancing.demand_input(v.stats.as_ref())
                     })
                     .collect(),
@@ -886,7 +528,7 @@ impl Host {
                 .zip(&obs)
                 .zip(&estimated)
                 .map(|((&i, o), &d)| {
-                    let v = &self.vms[i];
+                    let v = &self.registry.vms[i];
                     BalanceObservation {
                         demand: d,
                         ..v.balancing.observation(
@@ -908,8 +550,8 @@ impl Host {
                 .zip(&d.vms)
                 .filter(|(_, b)| b.release > 0)
                 .map(|(&i, b)| ReleaseOrder {
-                    name: self.vms[i].spec.name.clone(),
-                    sock: self.vms[i].files.sock.clone(),
+                    name: self.registry.vms[i].spec.name.clone(),
+                    sock: self.registry.vms[i].files.sock.clone(),
                     ask: ReleaseRequest {
                         pages: b.release / balance::PAGE,
                         cold_only: d.cold_only,
@@ -921,7 +563,7 @@ impl Host {
         self.pending = Some(Pending {
             live: live
                 .iter()
-                .map(|&i| (i, self.vms[i].spec.name.clone()))
+                .map(|&i| (i, self.registry.vms[i].spec.name.clone()))
                 .collect(),
             obs,
             oom,
@@ -953,9 +595,10 @@ impl Host {
         // (`usize::MAX` for one that is gone).
         let live: Vec<usize> = live
             .into_iter()
-            .map(|(i, name)| match self.vms.get(i) {
+            .map(|(i, name)| match self.registry.vms.get(i) {
                 Some(v) if v.spec.name == name => i,
                 _ => self
+                    .registry
                     .vms
                     .iter()
                     .position(|v| v.spec.name == name)
@@ -969,11 +612,11 @@ impl Host {
         for (name, r) in released {
             let Some(k) = live
                 .iter()
-                .position(|&i| i != usize::MAX && self.vms[i].spec.name == name)
+                .position(|&i| i != usize::MAX && self.registry.vms[i].spec.name == name)
             else {
                 continue;
             };
-            let v = &mut self.vms[live[k]];
+            let v = &mut self.registry.vms[live[k]];
             if let Some(r) = self
                 .balancer
                 .answered(&mut v.balancing, &mut self.journal, &name, r)
@@ -987,14 +630,14 @@ impl Host {
         if let Some((params, bal, d)) = &balance {
             let s = balance::settle(d, &obs, &got);
             actions.clone_from(&s.actions);
-            let names: Vec<String> = live.iter().map(|&i| self.name_at(i)).collect();
+            let names: Vec<String> = live.iter().map(|&i| self.registry.name_at(i)).collect();
             self.balancer
                 .reallocated(&mut self.journal, &names, d, &got, &s.gives, micros);
             for (k, &i) in live.iter().enumerate() {
                 if i == usize::MAX {
                     continue;
                 }
-                let v = &mut self.vms[i];
+                let v = &mut self.registry.vms[i];
                 self.balancer.settled(
                     &mut v.balancing,
                     &mut self.journal,
@@ -1025,7 +668,7 @@ impl Host {
             if i == usize::MAX {
                 continue;
             }
-            let v = &mut self.vms[i];
+            let v = &mut self.registry.vms[i];
             v.target = a.target;
             v.balancing.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
@@ -1078,7 +721,7 @@ impl Host {
     /// Takes KSM over while a running VM shares and lets it go when none does; sets its scan
     /// rate from this tick's free memory.
     fn drive_ksm(&mut self, live: &[usize], state: FreeState, free: u64) {
-        let sharing = live.iter().any(|&i| self.vms[i].shares_pages());
+        let sharing = live.iter().any(|&i| self.registry.vms[i].shares_pages());
         match (&mut self.ksm, sharing) {
             (None, true) => {
                 let total = crate::config::meminfo("MemTotal").unwrap_or(self.config.memory);
@@ -1112,7 +755,8 @@ impl Host {
         let names: Vec<String> = live
             .iter()
             .map(|&i| {
-                self.vms
+                self.registry
+                    .vms
                     .get(i)
                     .map_or_else(|| "?".to_owned(), |v| v.spec.name.clone())
             })
@@ -1138,7 +782,7 @@ impl Host {
     /// After orders were sent: what the VMMs accepted.
     fn sent(&mut self, done: Vec<(String, bool)>) {
         for (name, p) in done {
-            if let Some(v) = self.named_mut(&name) {
+            if let Some(v) = self.registry.named_mut(&name) {
                 v.active_at_pause = p.then(|| v.active());
                 v.paused_by_host = p;
                 let (kind, msg) = if p {
@@ -1173,7 +817,7 @@ pub fn tick(host: &Shared) {
     let (socks, trash) = {
         let mut h = lock(host);
         h.reap();
-        (h.to_observe(), h.take_trash())
+        (h.registry.to_observe(), h.take_trash())
     };
     if !trash.is_empty() {
         // Off the tick too: the policy must not wait on a file system.
@@ -1212,7 +856,7 @@ pub fn tick(host: &Shared) {
         orders
             .into_iter()
             .map(|o| {
-                let v = &h.vms[o.index];
+                let v = &h.registry.vms[o.index];
                 let (name, sock) = (v.spec.name.clone(), v.files.sock.clone());
                 (o, name, sock)
             })
@@ -1262,29 +906,6 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn a_guests_statistics_give_its_active_fraction_before_the_pager_runs() {
-        let g = GuestMemoryStats {
-            total_memory_bytes: Some(512 * MIB),
-            free_memory_bytes: Some(400 * MIB),
-            available_memory_bytes: Some(456 * MIB),
-            disk_caches_bytes: Some(56 * MIB),
-            ..GuestMemoryStats::default()
-        };
-        // 112 MiB not free (56 of them page cache, in use too), of 224 MiB it holds.
-        assert_eq!(guest_active(&g, 224 * MIB), Some(0.5));
-        // Without free memory in the statistics, nothing is known.
-        let no_free = GuestMemoryStats {
-            free_memory_bytes: None,
-            ..g.clone()
-        };
-        assert_eq!(guest_active(&no_free, 224 * MIB), None);
-        assert_eq!(guest_active(&g, 0), None);
-        assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
-        // Never above 1, whatever the guest says.
-        assert_eq!(guest_active(&g, MIB), Some(1.0));
-    }
 
     #[test]
     fn a_vmm_is_charged_what_it_holds_besides_guest_pages_when_that_is_more() {

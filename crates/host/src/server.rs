@@ -25,7 +25,8 @@ use memvisor_api::server::{error, ok, refuse, serve as serve_socket, serve_tcp, 
 use memvisor_api::{parse_metrics_request, HostRequest};
 
 use crate::config::resolve_paths;
-use crate::manager::{lock, metrics, Refused, Shared};
+use crate::manager::{lock, metrics, Shared};
+use crate::registry::Refused;
 
 /// Serves the host API on its own thread.
 pub fn serve(listener: UnixListener, host: Shared) -> std::io::Result<()> {
