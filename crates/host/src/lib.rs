@@ -7,10 +7,11 @@
 //! |---|---|
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
-//! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
-//! | `manager.rs` | the host's parts behind one lock, admission, the tick that observes, plans and sends |
-//! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
+//! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
+//! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
+//! | `tick.rs` | a tick's decisions: the observations, the plan, the orders; KSM's scan rate; the trace |
+//! | `manager.rs` | the `Host` behind one lock, made of those parts; the API's requests; the tick's calls to the VMMs |
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
 //! | `signals.rs` | the termination signals, taken by a thread |
 //! | `web.rs` | the live web page (`web_addr`), with its script and chart library built in |
@@ -25,6 +26,7 @@ mod process;
 mod registry;
 mod server;
 pub mod signals;
+mod tick;
 mod web;
 
 use std::path::PathBuf;
@@ -98,9 +100,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
             Some(std::io::BufWriter::new(f))
         }
     };
-    let mut host = Host::new(config, launch);
-    host.trace = trace;
-    let host = Arc::new(Mutex::new(host));
+    let host = Arc::new(Mutex::new(Host::new(config, launch, trace)));
     for problem in manager::lock(&host).start_config() {
         eprintln!("memvisor host: {problem}");
     }

@@ -209,7 +209,8 @@ impl VmEntry {
 /// cache, not what it will read again. So the cache counts as in use (total less free): a low
 /// target makes the guest drop its cache, a VM reading one file over and over included
 /// (docs/host.md). Under HyperDealer2's balancing a stream the guest is reading from its disk
-/// is idle all the same: the plan caps the fraction ([`memvisor_policy::balance::active_outside_streams`]).
+/// is idle all the same: the plan caps the fraction
+/// ([`memvisor_policy::balance::active_outside_streams`]).
 pub fn guest_active(g: &GuestMemoryStats, resident: u64) -> Option<f64> {
     let total = g.total_memory_bytes?;
     let free = g.free_memory_bytes?;

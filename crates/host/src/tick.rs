@@ -1,0 +1,579 @@
+//! The tick's decisions: what the policy sees of each VM, the plan, HyperDealer2's releases, and
+//! the orders that follow; what the tick leaves for the next one; KSM's scan rate; the trace.
+//!
+//! A tick (every `tick` of the config) reaps VMMs that ended, reads every live VM's `GET /vm`
+//! and `GET /stats`, and hands the observations to [`Tick::decide`], which runs
+//! [`memvisor_policy::plan`]; each VMM is then sent what changed ([`Tick::settle`] gives the
+//! orders): `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The calls to
+//! the VMMs are made by `manager::tick` without the state lock.
+//!
+//! With `[host] balancing = "hd2"` (HyperDealer2, docs/hd2.md) the balancer
+//! ([`memvisor_policy::balance`]) decides on top of the plan: the victims' VMMs are asked to
+//! release clean pages first (`PUT /memory/release`, one request per victim), and once they have
+//! answered, what they released is handed to the VMs that need it with the tick's other orders.
+
+use std::io::BufWriter;
+
+use memvisor_api::spec::MIN_LIMIT;
+use memvisor_api::{
+    Balancing, ClientError, FreeStateName, HostEventKind, HostSample, HostVmState, ReleaseRequest,
+    ReleaseResult, VmInfo, VmSpec, VmState, VmStats,
+};
+use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
+use memvisor_policy::free_state::{FreeState, Thresholds};
+use memvisor_policy::plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};
+use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
+
+use crate::balancing::{estimate_demand, Balancer, ReleaseOrder};
+use crate::config::HostConfig;
+use crate::journal::Journal;
+use crate::ksm::Ksm;
+use crate::process::Vmm;
+use crate::registry::{Registry, VmEntry};
+
+/// The overhead the policy charges a VMM: `configured` (`vm_overhead`), or what the process
+/// holds besides guest pages and its pool when that is more (`rss` less `guest`). A VMM's own
+/// memory grows with what it runs: the reclamation cache, its I/O buffers, the page table's
+/// maps; charged at the configured figure alone, seven VMMs of HyperDealer2's balancing held
+/// 1,031 MiB of a 1,024 MiB budget while the policy counted 37 MiB free (`bench consolidate`).
+pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
+    rss.map_or(configured, |r| configured.max(r.saturating_sub(guest)))
+}
+
+/// The free-memory state as the API names it.
+pub fn free_state_name(s: FreeState) -> FreeStateName {
+    match s {
+        FreeState::High => FreeStateName::High,
+        FreeState::Soft => FreeStateName::Soft,
+        FreeState::Hard => FreeStateName::Hard,
+        FreeState::Low => FreeStateName::Low,
+    }
+}
+
+/// The policy's host-wide inputs from `config`.
+pub fn params(config: &HostConfig) -> HostParams {
+    HostParams {
+        budget: config.memory,
+        idle_tax: config.idle_tax,
+        thresholds: Thresholds::default(),
+        pool: config.pool,
+        oom_demand_ticks: HostParams::oom_demand_ticks(config.tick.as_secs_f64()),
+    }
+}
+
+/// What the policy sees of `v`, from its last observation.
+pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
+    // What it really holds: a page KSM merged is held once for all who map it, and the
+    // memory that frees is free for the policy to hand out (docs/sharing.md).
+    let resident = v.resident().saturating_sub(v.shared_saved());
+    let active = if config.balancing == Balancing::Hd2 {
+        balance::active_outside_streams(v.active(), resident, v.streaming())
+    } else {
+        v.active()
+    };
+    VmObservation {
+        min: v.spec.min,
+        max: v.max,
+        shares: v.spec.shares,
+        active,
+        resident,
+        pooled: v.pooled(),
+        overhead: charged_overhead(
+            config.vm_overhead,
+            v.vmm_rss,
+            v.resident().saturating_add(v.pooled()),
+        ),
+        balloon: if v.spec.balloon {
+            Some(
+                v.info
+                    .as_ref()
+                    .and_then(|i| i.balloon_target_bytes)
+                    .unwrap_or(0),
+            )
+        } else {
+            None
+        },
+        limit: v
+            .info
+            .as_ref()
+            .and_then(|i| i.limit_bytes)
+            .unwrap_or(v.spec.mem),
+        oom_demand: v.oom_demand,
+    }
+}
+
+/// The pager limit a VM of `spec` starts with: its share beside the running VMs of `registry`
+/// ([`start_limit`]), never below the pager's smallest limit.
+pub fn first_limit(config: &HostConfig, registry: &Registry, spec: &VmSpec) -> u64 {
+    let running: Vec<VmObservation> = registry
+        .vms
+        .iter()
+        .filter(|v| v.live() && !v.stop_asked)
+        .map(|v| observe(config, v))
+        .collect();
+    let new = VmObservation {
+        min: spec.min,
+        max: spec.mem,
+        shares: spec.shares,
+        active: 1.0,
+        resident: 0,
+        pooled: 0,
+        overhead: config.vm_overhead,
+        balloon: spec.balloon.then_some(0),
+        limit: spec.mem,
+        oom_demand: 0,
+    };
+    start_limit(&params(config), &running, &new)
+        .max(MIN_LIMIT)
+        .min(spec.mem)
+}
+
+/// What a tick sends one VMM.
+pub struct Order {
+    /// The VM, by index into the registry's list.
+    pub index: usize,
+    pub balloon: Option<u64>,
+    pub limit: Option<u64>,
+    pub pool: Option<u64>,
+    pub pause: Option<bool>,
+}
+
+/// A tick between its decision and its orders: the releases go out first, without the lock.
+struct Pending {
+    /// The VMs planned for, by index into `vms` and by name (the list may change meanwhile).
+    live: Vec<(usize, String)>,
+    obs: Vec<VmObservation>,
+    oom: Vec<bool>,
+    before: Before,
+    plan: Plan,
+    /// With HD2 balancing: what the balancer knew and decided.
+    balance: Option<(BalanceParams, Vec<BalanceObservation>, Decision)>,
+}
+
+/// What the ticks leave for the next one and for `GET /host`, KSM while a VM shares, and the
+/// trace.
+pub struct Tick {
+    pub free_state: FreeState,
+    pub free: u64,
+    /// What the VMs held at the last tick (`None` before the first).
+    held: Option<u64>,
+    /// The pools' size together at the last tick.
+    pub pool: u64,
+    pub ticks: u64,
+    /// The tick decided but not yet carried out (between [`Tick::decide`] and
+    /// [`Tick::settle`]).
+    pending: Option<Pending>,
+    /// The kernel's KSM while a running VM shares; dropped (its knobs put back) when none does.
+    pub ksm: Option<Ksm>,
+    /// Where each tick's observations and plan are written (`[host] trace`).
+    trace: Option<BufWriter<std::fs::File>>,
+}
+
+impl Tick {
+    /// Before the first tick, writing the ticks to `trace` if given.
+    pub fn new(trace: Option<BufWriter<std::fs::File>>) -> Tick {
+        Tick {
+            free_state: FreeState::High,
+            free: 0,
+            held: None,
+            pool: 0,
+            ticks: 0,
+            pending: None,
+            ksm: None,
+            trace,
+        }
+    }
+
+    /// What the last tick left, for the next plan.
+    fn before(&self) -> Before {
+        Before {
+            state: self.free_state,
+            held: self.held,
+        }
+    }
+
+    /// Takes in what was observed and decides; returns the releases to ask for before the
+    /// tick's other orders ([`Tick::settle`] gives those).
+    pub fn decide(
+        &mut self,
+        config: &HostConfig,
+        registry: &mut Registry,
+        journal: &mut Journal,
+        seen: Vec<(String, Option<(VmInfo, VmStats)>)>,
+    ) -> Vec<ReleaseOrder> {
+        for (name, obs) in seen {
+            let Some(v) = registry.named_mut(&name) else {
+                continue;
+            };
+            if !v.live() {
+                continue;
+            }
+            if let Some((info, stats)) = obs {
+                v.state = match (info.state, v.stop_asked) {
+                    (_, true) => HostVmState::Stopping,
+                    (VmState::Paused, _) => HostVmState::Paused,
+                    (VmState::Created, _) => HostVmState::Starting,
+                    (VmState::Running, _) => HostVmState::Running,
+                };
+                v.why = match (&info.paused_because, v.paused_by_host) {
+                    (Some(_), true) => {
+                        Some("paused by the host: above its target with free memory low".into())
+                    }
+                    (Some(w), false) => Some(w.clone()),
+                    (None, _) => None,
+                };
+                v.info = Some(info);
+                v.stats = Some(stats);
+                v.vmm_rss = v.vmm.as_ref().and_then(Vmm::rss);
+            }
+        }
+        let vms = &mut registry.vms;
+        let live: Vec<usize> = (0..vms.len())
+            .filter(|&i| vms[i].live() && !vms[i].stop_asked)
+            .collect();
+        let obs: Vec<VmObservation> = live.iter().map(|&i| observe(config, &vms[i])).collect();
+        let oom: Vec<bool> = live
+            .iter()
+            .map(|&i| vms[i].oom_deflated() > vms[i].oom_seen)
+            .collect();
+        let before = self.before();
+        let host = params(config);
+        let p = plan(&host, before, &obs, &oom);
+        if p.state != self.free_state {
+            let growing = if p.growth > 0 {
+                format!(", {} MiB more held than a tick ago", p.growth >> 20)
+            } else {
+                String::new()
+            };
+            let msg = format!(
+                "free memory {} MiB of {} MiB{growing}: state {:?} -> {:?}",
+                p.free >> 20,
+                config.memory >> 20,
+                self.free_state,
+                p.state
+            );
+            journal.event(HostEventKind::FreeState, None, msg);
+        }
+        self.free_state = p.state;
+        self.free = p.free;
+        self.held = Some(p.held);
+        self.drive_ksm(config, vms, &live, p.state, p.free);
+        self.pool = p.pool;
+        self.ticks += 1;
+        let balance = (config.balancing == Balancing::Hd2).then(|| {
+            let params =
+                BalanceParams::new(config.tick.as_secs_f64(), config.gap_idle.as_secs_f64());
+            let estimated = estimate_demand(
+                live.iter()
+                    .map(|&i| {
+                        let v = &mut vms[i];
+                        v.balancing.demand_input(v.stats.as_ref())
+                    })
+                    .collect(),
+            );
+            let bal: Vec<BalanceObservation> = live
+                .iter()
+                .zip(&obs)
+                .zip(&estimated)
+                .map(|((&i, o), &d)| {
+                    let v = &vms[i];
+                    BalanceObservation {
+                        demand: d,
+                        ..v.balancing.observation(
+                            v.spec.mapper,
+                            v.paused_by_host,
+                            v.clean(),
+                            v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
+                            o.resident,
+                        )
+                    }
+                })
+                .collect();
+            let d = balance::decide(&host, &params, &p, &obs, &bal);
+            (params, bal, d)
+        });
+        let releases = match &balance {
+            Some((_, _, d)) => live
+                .iter()
+                .zip(&d.vms)
+                .filter(|(_, b)| b.release > 0)
+                .map(|(&i, b)| ReleaseOrder {
+                    name: vms[i].spec.name.clone(),
+                    sock: vms[i].files.sock.clone(),
+                    ask: ReleaseRequest {
+                        pages: b.release / balance::PAGE,
+                        cold_only: d.cold_only,
+                    },
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        self.pending = Some(Pending {
+            live: live
+                .iter()
+                .map(|&i| (i, vms[i].spec.name.clone()))
+                .collect(),
+            obs,
+            oom,
+            before,
+            plan: p,
+            balance,
+        });
+        releases
+    }
+
+    /// Takes in what the victims' VMMs released (by name), hands it out, and returns the tick's
+    /// orders.
+    pub fn settle(
+        &mut self,
+        config: &HostConfig,
+        registry: &mut Registry,
+        journal: &mut Journal,
+        balancer: &mut Balancer,
+        released: Vec<(String, Result<ReleaseResult, ClientError>)>,
+    ) -> Vec<Order> {
+        let Some(Pending {
+            live,
+            obs,
+            oom,
+            before,
+            plan: p,
+            balance,
+        }) = self.pending.take()
+        else {
+            return Vec::new();
+        };
+        // The list may have changed between the decision and now: find each VM again by name
+        // (`usize::MAX` for one that is gone).
+        let live: Vec<usize> = live
+            .into_iter()
+            .map(|(i, name)| match registry.vms.get(i) {
+                Some(v) if v.spec.name == name => i,
+                _ => registry
+                    .vms
+                    .iter()
+                    .position(|v| v.spec.name == name)
+                    .unwrap_or(usize::MAX),
+            })
+            .collect();
+        let names: Vec<String> = live.iter().map(|&i| registry.name_at(i)).collect();
+        let mut got = vec![0u64; live.len()];
+        // The limit each victim's VMM has after its release.
+        let mut limit_now: Vec<Option<u64>> = vec![None; live.len()];
+        let mut micros = 0u64;
+        for (name, r) in released {
+            let Some(k) = live
+                .iter()
+                .position(|&i| i != usize::MAX && registry.vms[i].spec.name == name)
+            else {
+                continue;
+            };
+            let v = &mut registry.vms[live[k]];
+            if let Some(r) = balancer.answered(&mut v.balancing, journal, &name, r) {
+                got[k] = r.released_pages * balance::PAGE;
+                limit_now[k] = Some(r.limit_bytes.unwrap_or(v.spec.mem));
+                micros = micros.max(r.micros);
+            }
+        }
+        let mut actions: Vec<VmAction> = p.actions.clone();
+        if let Some((params, bal, d)) = &balance {
+            let s = balance::settle(d, &obs, &got);
+            actions.clone_from(&s.actions);
+            balancer.reallocated(journal, &names, d, &got, &s.gives, micros);
+            for (k, &i) in live.iter().enumerate() {
+                if i == usize::MAX {
+                    continue;
+                }
+                let v = &mut registry.vms[i];
+                balancer.settled(&mut v.balancing, journal, &names[k], s.gaps[k], &d.vms[k]);
+            }
+            self.write_trace(
+                config,
+                journal,
+                &names,
+                &obs,
+                &oom,
+                before,
+                &p,
+                Some(&BalanceRecord {
+                    params,
+                    obs: bal,
+                    decision: d,
+                    released: &got,
+                    settled: &s,
+                }),
+            );
+        } else {
+            self.write_trace(config, journal, &names, &obs, &oom, before, &p, None);
+        }
+        let mut orders = Vec::new();
+        for (k, ((&i, o), a)) in live.iter().zip(&obs).zip(&actions).enumerate() {
+            if i == usize::MAX {
+                continue;
+            }
+            let v = &mut registry.vms[i];
+            v.target = a.target;
+            v.balancing.last_resident = Some(o.resident);
+            v.oom_demand = a.oom_demand;
+            v.oom_seen = v.oom_deflated();
+            if v.info.is_none() {
+                continue; // not answering yet: nothing to send
+            }
+            let limit = a.limit.max(MIN_LIMIT);
+            // What its VMM's limit is now: after a release, what the release left.
+            let limit_before = limit_now[k].unwrap_or(o.limit);
+            // A VM on plain memory goes under the pager the first time the host shrinks it,
+            // by its balloon or its limit: `PUT /memory` (at `mem` when only the balloon moves)
+            // takes its RAM over, so sampling starts and the limit can follow.
+            let attached = v
+                .stats
+                .as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .is_some_and(|p| p.attached);
+            let shrinking = limit < o.limit || a.balloon.unwrap_or(0) > o.balloon.unwrap_or(0);
+            let take_over = shrinking && !attached;
+            // The pool moves in whole MiB: smaller changes are not worth a spill.
+            let pool = v
+                .pool_capacity()
+                .filter(|&now| now.abs_diff(a.pool) >= 1 << 20)
+                .map(|_| a.pool);
+            let order = Order {
+                index: i,
+                balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
+                limit: (limit != limit_before || take_over).then_some(limit),
+                pool,
+                pause: (a.pause != v.paused_by_host).then_some(a.pause),
+            };
+            if order.balloon.is_some()
+                || order.limit.is_some()
+                || order.pool.is_some()
+                || order.pause.is_some()
+            {
+                orders.push(order);
+            }
+        }
+        self.record(config, registry, journal);
+        orders
+    }
+
+    /// Records the tick in the journal, and forgets what is older than `keep`: ticks, events,
+    /// and VMs that ended. What the host holds stays bounded however long it runs and however
+    /// many VMs come and go.
+    fn record(&self, config: &HostConfig, registry: &mut Registry, journal: &mut Journal) {
+        journal.record_tick(HostSample {
+            seconds: journal.seconds(),
+            free_bytes: self.free,
+            free_state: free_state_name(self.free_state),
+            vms: registry.tick_points(),
+        });
+        journal.forget_older_than(config.keep);
+        registry.forget_ended(config.keep);
+    }
+
+    /// Puts KSM's knobs back as the host found them (the host is ending).
+    pub fn let_ksm_go(&mut self) {
+        self.ksm = None;
+    }
+
+    /// Takes KSM over while a running VM shares and lets it go when none does; sets its scan
+    /// rate from this tick's free memory.
+    fn drive_ksm(
+        &mut self,
+        config: &HostConfig,
+        vms: &[VmEntry],
+        live: &[usize],
+        state: FreeState,
+        free: u64,
+    ) {
+        let sharing = live.iter().any(|&i| vms[i].shares_pages());
+        match (&mut self.ksm, sharing) {
+            (None, true) => {
+                let total = crate::config::meminfo("MemTotal").unwrap_or(config.memory);
+                match Ksm::take(total) {
+                    Ok(k) => self.ksm = Some(k),
+                    Err(e) => tracing::warn!("KSM: cannot drive the scanner: {e}"),
+                }
+            }
+            (Some(_), false) => self.ksm = None,
+            _ => {}
+        }
+        if let Some(k) = &mut self.ksm {
+            k.tick(state, free, config.memory);
+        }
+    }
+
+    /// Writes this tick's inputs and plan (and its balancing) to the trace, if there is one; a
+    /// failed write ends the trace (with a warning) rather than the host. `names` are the
+    /// tick's VMs.
+    #[allow(clippy::too_many_arguments)]
+    fn write_trace(
+        &mut self,
+        config: &HostConfig,
+        journal: &Journal,
+        names: &[String],
+        obs: &[VmObservation],
+        oom: &[bool],
+        before: Before,
+        p: &Plan,
+        balance: Option<&BalanceRecord<'_>>,
+    ) {
+        let Some(mut w) = self.trace.take() else {
+            return;
+        };
+        let mut line = TraceTick::new(
+            journal.seconds(),
+            &params(config),
+            before,
+            names,
+            obs,
+            oom,
+            p,
+        );
+        if let Some(b) = balance {
+            line = line.with_balance(b);
+        }
+        match trace::write_line(&mut w, &line).and_then(|()| std::io::Write::flush(&mut w)) {
+            Ok(()) => self.trace = Some(w),
+            Err(e) => tracing::warn!("the trace stops: cannot write it: {e}"),
+        }
+    }
+}
+
+/// After orders were sent: what the VMMs accepted (`done`: each VM paused or resumed).
+pub fn sent(registry: &mut Registry, journal: &mut Journal, done: Vec<(String, bool)>) {
+    for (name, p) in done {
+        if let Some(v) = registry.named_mut(&name) {
+            v.active_at_pause = p.then(|| v.active());
+            v.paused_by_host = p;
+            let (kind, msg) = if p {
+                (
+                    HostEventKind::Paused,
+                    "paused: above its target with free memory low",
+                )
+            } else {
+                (HostEventKind::Resumed, "resumed: free memory no longer low")
+            };
+            journal.event(kind, Some(&name), msg.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_vmm_is_charged_what_it_holds_besides_guest_pages_when_that_is_more() {
+        let o = 24 * MIB;
+        assert_eq!(charged_overhead(o, None, 100 * MIB), o, "not measured yet");
+        assert_eq!(charged_overhead(o, Some(110 * MIB), 100 * MIB), o);
+        assert_eq!(charged_overhead(o, Some(131 * MIB), 100 * MIB), 31 * MIB);
+        assert_eq!(
+            charged_overhead(o, Some(50 * MIB), 100 * MIB),
+            o,
+            "guest pages counted twice"
+        );
+    }
+}
