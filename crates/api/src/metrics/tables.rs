@@ -1,231 +1,19 @@
-//! `GET /metrics`: the APIs' numbers in the Prometheus/OpenMetrics text format. A VMM exposes
-//! every number of its [`VmStats`]; the host exposes its [`HostInfo`] and, per VM and labelled
-//! `vm="NAME"`, every number of the VM's [`HostVm`] and of its VMM's last [`VmStats`].
-//!
-//! The three tables below are the one place that names metrics. A row names one field by its
-//! path in the type's JSON (the wire names of `docs/openapi.json` and `docs/host-openapi.json`;
-//! `*` stands for a map key, which becomes a label) and says how it is exported: a counter or a
-//! gauge with its name, unit, scale and help, an enum as one 0/1 gauge per variant, or not at
-//! all (and why). The exposition serializes the typed value once and walks its fields through
-//! the table; a test serializes every type with every optional part present and checks that
-//! every field has a row and every row a field, so a field added to the schema cannot be left
-//! out by accident. Names follow Prometheus's conventions: `memvisor_vm_` for what a VMM
-//! reports, `memvisor_host_` and `memvisor_host_vm_` for the host's own view; base units
-//! (bytes, seconds; page counts of memory are exported as bytes); counters end in `_total`.
-//! `docs/metrics.md` lists them all.
-//!
-//! The format is OpenMetrics 1.0 (`# HELP`, `# TYPE`, `# UNIT`, `# EOF`), written by the
-//! `prometheus-client` crate; Prometheus reads it by its content type, [`CONTENT_TYPE`].
+//! The three tables of rows, the one place that names metrics: a VMM's `VmStats`
+//! (`memvisor_vm_`), the host's `HostInfo` (`memvisor_host_`) and each of its VMs' `HostVm`
+//! (`memvisor_host_vm_`); and the catalogue of every metric they name. A test serializes every
+//! type with every optional part present and checks that every field has a row and every row a
+//! field.
 
-#![deny(missing_docs)]
-
-use std::collections::HashMap;
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
 use serde_json::Value;
 
-use crate::{FreeStateName, HostInfo, HostVm, HostVmState, VmStats};
-
-/// The media type of a `GET /metrics` answer.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Bytes in a guest page: census and balloon fields count pages, metrics count bytes.
-const PAGE: f64 = 4096.0;
-
-/// Counter or gauge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetricKind {
-    /// Only grows (restarts at 0 with a new VMM); exported with the suffix `_total`.
-    Counter,
-    /// Goes up and down.
-    Gauge,
-}
-
-/// The unit a metric's name ends in (OpenMetrics `# UNIT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    /// A count of things.
-    None,
-    /// Bytes.
-    Bytes,
-    /// Seconds.
-    Seconds,
-    /// A fraction, 0 to 1.
-    Ratio,
-}
-
-impl Unit {
-    fn suffix(self) -> Option<&'static str> {
-        match self {
-            Unit::None => None,
-            Unit::Bytes => Some("bytes"),
-            Unit::Seconds => Some("seconds"),
-            Unit::Ratio => Some("ratio"),
-        }
-    }
-}
-
-/// What a field's value is multiplied by.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Scale {
-    One,
-    /// Pages to bytes.
-    Pages,
-    /// Microseconds or milliseconds to seconds.
-    By(f64),
-}
-
-/// How a field is exported.
-#[derive(Clone, Copy, Debug)]
-enum Export {
-    /// A number (a boolean as 0 or 1).
-    Number {
-        name: &'static str,
-        kind: MetricKind,
-        unit: Unit,
-        scale: Scale,
-        /// A label that tells apart fields exported under the same name.
-        label: Option<(&'static str, &'static str)>,
-        help: &'static str,
-    },
-    /// An enum: one gauge per variant, labelled `state`, 1 for the current one.
-    State {
-        name: &'static str,
-        variants: fn() -> Vec<String>,
-        help: &'static str,
-    },
-    /// Not a metric: the field (or every field under it) is text, a label, or exported under
-    /// another name; the reason is documentation.
-    Not(#[allow(dead_code)] &'static str),
-}
-
-/// One field of a type and how it is exported.
-#[derive(Clone, Copy, Debug)]
-struct Row {
-    path: &'static str,
-    export: Export,
-}
-
-const fn number(
-    path: &'static str,
-    name: &'static str,
-    kind: MetricKind,
-    unit: Unit,
-    help: &'static str,
-) -> Row {
-    Row {
-        path,
-        export: Export::Number {
-            name,
-            kind,
-            unit,
-            scale: Scale::One,
-            label: None,
-            help,
-        },
-    }
-}
-
-const fn gauge(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
-    number(path, name, MetricKind::Gauge, unit, help)
-}
-
-const fn counter(path: &'static str, name: &'static str, unit: Unit, help: &'static str) -> Row {
-    number(path, name, MetricKind::Counter, unit, help)
-}
-
-/// A count of pages, exported as bytes.
-const fn page_gauge(path: &'static str, name: &'static str, help: &'static str) -> Row {
-    gauge(path, name, Unit::Bytes, help).scaled(Scale::Pages)
-}
-
-const fn page_counter(path: &'static str, name: &'static str, help: &'static str) -> Row {
-    counter(path, name, Unit::Bytes, help).scaled(Scale::Pages)
-}
-
-const fn state(
-    path: &'static str,
-    name: &'static str,
-    variants: fn() -> Vec<String>,
-    help: &'static str,
-) -> Row {
-    Row {
-        path,
-        export: Export::State {
-            name,
-            variants,
-            help,
-        },
-    }
-}
-
-const fn not(path: &'static str, why: &'static str) -> Row {
-    Row {
-        path,
-        export: Export::Not(why),
-    }
-}
-
-impl Row {
-    const fn scaled(self, s: Scale) -> Row {
-        match self.export {
-            Export::Number {
-                name,
-                kind,
-                unit,
-                label,
-                help,
-                ..
-            } => Row {
-                path: self.path,
-                export: Export::Number {
-                    name,
-                    kind,
-                    unit,
-                    scale: s,
-                    label,
-                    help,
-                },
-            },
-            _ => self,
-        }
-    }
-
-    const fn labelled(self, key: &'static str, value: &'static str) -> Row {
-        match self.export {
-            Export::Number {
-                name,
-                kind,
-                unit,
-                scale,
-                help,
-                ..
-            } => Row {
-                path: self.path,
-                export: Export::Number {
-                    name,
-                    kind,
-                    unit,
-                    scale,
-                    label: Some((key, value)),
-                    help,
-                },
-            },
-            _ => self,
-        }
-    }
-}
-
-const US: Scale = Scale::By(1e-6);
-const MS: Scale = Scale::By(1e-3);
+use crate::host::{Balancing, FreeStateName, HostVmState};
+use crate::metrics::rows::{
+    counter, gauge, not, page_counter, page_gauge, state, Export, MetricKind, Row, Unit, MS, US,
+};
+use crate::spec::PoolCompress;
 
 /// Maps of a type whose keys become a label: (path, label name).
-const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
+pub(super) const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
 
 const FAULTS_HELP: &str = "Faults the pager served by installing a page, by where the page came from: zero (a zero page, also for pages the balloon or a free page report had taken), swap (the swap file), image (a disk image, Swap Mapper).";
 const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper), shared (dropped, a pooled block already held exactly its content: share before swap).";
@@ -235,7 +23,7 @@ const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, whic
 
 /// `VmStats` (a VMM's `GET /stats`): prefix `memvisor_vm_`.
 #[rustfmt::skip]
-const VM_ROWS: &[Row] = &[
+pub(super) const VM_ROWS: &[Row] = &[
     gauge("pager.limit_bytes", "limit", Unit::Bytes, "The pager's resident limit (absent without one)."),
     gauge("pager.attached", "pager_attached", Unit::None, "1 once guest RAM is under the pager (registered with userfaultfd)."),
     page_gauge("pager.resident_pages", "resident", "Guest memory resident on the host."),
@@ -432,11 +220,11 @@ fn free_states() -> Vec<String> {
 }
 
 fn pool_compressions() -> Vec<String> {
-    variants(&crate::PoolCompress::ALL)
+    variants(&PoolCompress::ALL)
 }
 
 fn balancings() -> Vec<String> {
-    variants(&crate::Balancing::ALL)
+    variants(&Balancing::ALL)
 }
 
 fn vm_states() -> Vec<String> {
@@ -445,7 +233,7 @@ fn vm_states() -> Vec<String> {
 
 /// `HostInfo` (the host's `GET /host`): prefix `memvisor_host_`.
 #[rustfmt::skip]
-const HOST_ROWS: &[Row] = &[
+pub(super) const HOST_ROWS: &[Row] = &[
     gauge("budget_bytes", "budget", Unit::Bytes, "Memory for every VM together, their VMMs' overheads included."),
     gauge("free_bytes", "free", Unit::Bytes, "The budget minus resident guest memory and VMM overheads, at the last tick."),
     state("free_state", "free_state", free_states, "The free-memory state at the last tick (ESX 6.3): 1 for the current state."),
@@ -475,7 +263,7 @@ const HOST_ROWS: &[Row] = &[
 
 /// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
 #[rustfmt::skip]
-const HOST_VM_ROWS: &[Row] = &[
+pub(super) const HOST_VM_ROWS: &[Row] = &[
     not("name", "the vm label"),
     state("state", "state", vm_states, "Where the VM is in its life: 1 for the current state."),
     not("why", "text"),
@@ -503,332 +291,6 @@ const HOST_VM_ROWS: &[Row] = &[
     not("api_sock", "text"),
     not("log", "text"),
 ];
-
-/// A number as the format writes it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Number {
-    U(u64),
-    I(i64),
-    F(f64),
-}
-
-#[derive(Debug)]
-struct Sample {
-    labels: Vec<(String, String)>,
-    value: Number,
-}
-
-/// One metric: its name without unit or `_total`, and its samples.
-#[derive(Debug)]
-struct Family {
-    /// Where its first row is: the table's place in the answer, then the row's in the table.
-    order: (usize, usize),
-    name: String,
-    kind: MetricKind,
-    unit: Unit,
-    help: &'static str,
-    samples: Vec<Sample>,
-}
-
-/// Families in the order they first appear.
-#[derive(Debug, Default)]
-struct Families {
-    list: Vec<Family>,
-    index: HashMap<String, usize>,
-}
-
-/// A field of a serialized value: its path (map keys as `*`), the labels its map keys give,
-/// and its value.
-struct Leaf<'a> {
-    path: String,
-    labels: Vec<(String, String)>,
-    value: &'a Value,
-}
-
-fn leaves<'a>(
-    v: &'a Value,
-    path: &str,
-    labels: &[(String, String)],
-    maps: &[(&str, &str)],
-    out: &mut Vec<Leaf<'a>>,
-) {
-    match v {
-        Value::Object(obj) => {
-            let map_label = maps.iter().find(|(p, _)| *p == path).map(|(_, l)| *l);
-            for (k, child) in obj {
-                let (sub, l) = match map_label {
-                    Some(label) => (
-                        format!("{path}.*"),
-                        [labels, &[(label.to_owned(), k.clone())]].concat(),
-                    ),
-                    None if path.is_empty() => (k.clone(), labels.to_vec()),
-                    None => (format!("{path}.{k}"), labels.to_vec()),
-                };
-                leaves(child, &sub, &l, maps, out);
-            }
-        }
-        // An absent optional part is no sample.
-        Value::Null => {}
-        _ => out.push(Leaf {
-            path: path.to_owned(),
-            labels: labels.to_vec(),
-            value: v,
-        }),
-    }
-}
-
-/// Whether `row` is the row of the field at `path`: it names that field, or it is a `Not` row
-/// naming a part that holds it.
-fn is_row_of(row: &Row, path: &str) -> bool {
-    row.path == path
-        || (matches!(row.export, Export::Not(_))
-            && path
-                .strip_prefix(row.path)
-                .is_some_and(|rest| rest.starts_with('.')))
-}
-
-/// The row of the field at `path`, and its place in `rows`.
-fn row_of<'r>(rows: &'r [Row], path: &str) -> Option<(usize, &'r Row)> {
-    rows.iter().enumerate().find(|(_, r)| is_row_of(r, path))
-}
-
-fn number_of(v: &Value) -> Option<Number> {
-    match v {
-        Value::Bool(b) => Some(Number::U(u64::from(*b))),
-        Value::Number(n) => n
-            .as_u64()
-            .map(Number::U)
-            .or_else(|| n.as_i64().map(Number::I))
-            .or_else(|| n.as_f64().map(Number::F)),
-        _ => None,
-    }
-}
-
-#[allow(clippy::cast_precision_loss)]
-fn scale(n: Number, s: Scale) -> Number {
-    let f = match n {
-        Number::U(v) => v as f64,
-        Number::I(v) => v as f64,
-        Number::F(v) => v,
-    };
-    match (s, n) {
-        (Scale::One, _) => n,
-        (Scale::Pages, Number::U(v)) => Number::U(v.saturating_mul(4096)),
-        (Scale::Pages, _) => Number::F(f * PAGE),
-        (Scale::By(k), _) => Number::F(f * k),
-    }
-}
-
-impl Families {
-    fn push(
-        &mut self,
-        order: (usize, usize),
-        name: String,
-        kind: MetricKind,
-        unit: Unit,
-        help: &'static str,
-        sample: Sample,
-    ) {
-        let key = match unit.suffix() {
-            Some(u) => format!("{name}_{u}"),
-            None => name.clone(),
-        };
-        let i = *self.index.entry(key).or_insert_with(|| {
-            self.list.push(Family {
-                order,
-                name,
-                kind,
-                unit,
-                help,
-                samples: Vec::new(),
-            });
-            self.list.len() - 1
-        });
-        self.list[i].samples.push(sample);
-    }
-
-    /// Adds every field of `value` (a serialized API type) that `rows` exports, with `labels`
-    /// first on every sample. `table` orders the tables of one answer.
-    fn add(
-        &mut self,
-        table: usize,
-        prefix: &str,
-        rows: &[Row],
-        maps: &[(&str, &str)],
-        value: &Value,
-        labels: &[(String, String)],
-    ) {
-        let mut found = Vec::new();
-        leaves(value, "", labels, maps, &mut found);
-        for leaf in found {
-            let Some((i, row)) = row_of(rows, &leaf.path) else {
-                tracing::debug!("metrics: no metric for field {prefix}{}", leaf.path);
-                continue;
-            };
-            match row.export {
-                Export::Number {
-                    name,
-                    kind,
-                    unit,
-                    scale: s,
-                    label,
-                    help,
-                } => {
-                    let Some(n) = number_of(leaf.value) else {
-                        continue;
-                    };
-                    let mut labels = leaf.labels;
-                    if let Some((k, v)) = label {
-                        labels.push((k.to_owned(), v.to_owned()));
-                    }
-                    let sample = Sample {
-                        labels,
-                        value: scale(n, s),
-                    };
-                    self.push(
-                        (table, i),
-                        format!("{prefix}{name}"),
-                        kind,
-                        unit,
-                        help,
-                        sample,
-                    );
-                }
-                Export::State {
-                    name,
-                    variants,
-                    help,
-                } => {
-                    let Some(current) = leaf.value.as_str() else {
-                        continue;
-                    };
-                    for v in variants() {
-                        let mut labels = leaf.labels.clone();
-                        labels.push(("state".to_owned(), v.clone()));
-                        let sample = Sample {
-                            labels,
-                            value: Number::U(u64::from(v == current)),
-                        };
-                        self.push(
-                            (table, i),
-                            format!("{prefix}{name}"),
-                            MetricKind::Gauge,
-                            Unit::None,
-                            help,
-                            sample,
-                        );
-                    }
-                }
-                Export::Not(_) => {}
-            }
-        }
-    }
-
-    fn encode(mut self) -> String {
-        self.list.sort_by_key(|f| f.order);
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Exposition(self.list)));
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
-            // Writing to a String does not fail; should it, the answer is what was written.
-            tracing::warn!("metrics: cannot encode: {e}");
-        }
-        out
-    }
-}
-
-/// The families of one answer, handed to `prometheus-client` to write.
-#[derive(Debug)]
-struct Exposition(Vec<Family>);
-
-impl Collector for Exposition {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for f in &self.0 {
-            let unit = match f.unit {
-                Unit::None => None,
-                Unit::Bytes => Some(prometheus_client::registry::Unit::Bytes),
-                Unit::Seconds => Some(prometheus_client::registry::Unit::Seconds),
-                Unit::Ratio => Some(prometheus_client::registry::Unit::Other("ratio".into())),
-            };
-            let kind = match f.kind {
-                MetricKind::Counter => MetricType::Counter,
-                MetricKind::Gauge => MetricType::Gauge,
-            };
-            let mut metric = encoder.encode_descriptor(&f.name, f.help, unit.as_ref(), kind)?;
-            if let [only] = f.samples.as_slice() {
-                if only.labels.is_empty() {
-                    encode_value(metric, f.kind, only.value)?;
-                    continue;
-                }
-            }
-            for s in &f.samples {
-                encode_value(metric.encode_family(&s.labels)?, f.kind, s.value)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn encode_value(m: MetricEncoder, kind: MetricKind, value: Number) -> Result<(), std::fmt::Error> {
-    match (kind, value) {
-        (MetricKind::Counter, Number::U(v)) => ConstCounter::new(v).encode(m),
-        // A counter below zero is no counter: 0.
-        (MetricKind::Counter, Number::I(v)) => {
-            ConstCounter::new(u64::try_from(v).unwrap_or(0)).encode(m)
-        }
-        (MetricKind::Counter, Number::F(v)) => ConstCounter::new(v.max(0.0)).encode(m),
-        (MetricKind::Gauge, Number::U(v)) => ConstGauge::new(v).encode(m),
-        (MetricKind::Gauge, Number::I(v)) => ConstGauge::new(v).encode(m),
-        (MetricKind::Gauge, Number::F(v)) => ConstGauge::new(v).encode(m),
-    }
-}
-
-fn json(v: &impl serde::Serialize) -> Value {
-    serde_json::to_value(v).unwrap_or_else(|e| {
-        tracing::warn!("metrics: cannot serialize: {e}");
-        Value::Null
-    })
-}
-
-/// A VMM's `GET /metrics`: every number of its stats, unlabelled.
-pub fn vm(stats: &VmStats) -> String {
-    let mut f = Families::default();
-    f.add(0, "memvisor_vm_", VM_ROWS, VM_MAPS, &json(stats), &[]);
-    f.encode()
-}
-
-/// One VM of the host: what the host says of it, and its VMM's last stats (`None` before the
-/// first reading and once the VMM ended).
-pub struct HostVmMetrics<'a> {
-    /// The VM as `GET /vms` shows it.
-    pub vm: &'a HostVm,
-    /// Its VMM's last `GET /stats`.
-    pub stats: Option<&'a VmStats>,
-}
-
-/// The host's `GET /metrics`: its own numbers, then every VM's, labelled `vm`.
-pub fn host(info: &HostInfo, vms: &[HostVmMetrics]) -> String {
-    let mut f = Families::default();
-    f.add(0, "memvisor_host_", HOST_ROWS, &[], &json(info), &[]);
-    for v in vms {
-        let labels = [("vm".to_owned(), v.vm.name.clone())];
-        f.add(
-            1,
-            "memvisor_host_vm_",
-            HOST_VM_ROWS,
-            &[],
-            &json(v.vm),
-            &labels,
-        );
-    }
-    for v in vms {
-        if let Some(stats) = v.stats {
-            let labels = [("vm".to_owned(), v.vm.name.clone())];
-            f.add(2, "memvisor_vm_", VM_ROWS, VM_MAPS, &json(stats), &labels);
-        }
-    }
-    f.encode()
-}
 
 /// Every metric either exposition can hold: (the name a sample carries, kind, help), in table
 /// order. The name a sample carries is the name with its unit and, for a counter, `_total`.
@@ -868,14 +330,18 @@ pub fn catalogue() -> Vec<(String, MetricKind, &'static str)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::metrics) mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::{ActiveMemory, BalloonStats, DiskStats, GuestMemoryStats, PagerStats};
+    use crate::host::{HostInfo, HostVm};
+    use crate::metrics::rows::{is_row_of, json, leaves, row_of, Export, Row};
+    use crate::stats::{
+        ActiveMemory, BalloonStats, DiskStats, GuestMemoryStats, PagerStats, VmStats,
+    };
 
     /// Stats with every optional part present.
-    fn full_stats() -> VmStats {
+    pub(in crate::metrics) fn full_stats() -> VmStats {
         let mut guest = GuestMemoryStats::default();
         for tag in 0..=u16::MAX {
             guest.set(tag, u64::from(tag) + 1);
@@ -883,9 +349,9 @@ mod tests {
         VmStats {
             pager: Some(PagerStats {
                 limit_bytes: Some(64 << 20),
-                pool: Some(crate::PoolStats::default()),
-                indirections: Some(crate::IndirectionStats::default()),
-                patterns: Some(crate::PatternStats::default()),
+                pool: Some(crate::stats::PoolStats::default()),
+                indirections: Some(crate::stats::IndirectionStats::default()),
+                patterns: Some(crate::stats::PatternStats::default()),
                 ..PagerStats::default()
             }),
             balloon: Some(BalloonStats {
@@ -894,12 +360,12 @@ mod tests {
                 ..BalloonStats::default()
             }),
             disks: [("data".to_owned(), DiskStats::default())].into(),
-            sharing: Some(crate::SharingStats::default()),
+            sharing: Some(crate::stats::SharingStats::default()),
             ..VmStats::default()
         }
     }
 
-    fn full_host() -> HostInfo {
+    pub(in crate::metrics) fn full_host() -> HostInfo {
         HostInfo {
             budget_bytes: 1 << 30,
             free_bytes: 1 << 29,
@@ -913,15 +379,15 @@ mod tests {
             swap_reserved_bytes: 1,
             ticks: 7,
             tick_seconds: 1.0,
-            ksm: Some(crate::HostKsm::default()),
-            balancing: crate::Balancing::Hd2,
+            ksm: Some(crate::host::HostKsm::default()),
+            balancing: crate::host::Balancing::Hd2,
             released_pages: 1,
             reallocations: 1,
             gap_closed_pages: 1,
         }
     }
 
-    fn full_vm(name: &str) -> HostVm {
+    pub(in crate::metrics) fn full_vm(name: &str) -> HostVm {
         HostVm {
             name: name.into(),
             state: HostVmState::Running,
@@ -1040,120 +506,13 @@ mod tests {
 
     #[test]
     fn the_docs_list_every_metric() {
-        let doc = include_str!("../../../docs/metrics.md");
+        let doc = include_str!("../../../../docs/metrics.md");
         for (name, _, _) in catalogue() {
             assert!(
                 doc.contains(&format!("`{name}`")),
                 "docs/metrics.md does not list {name}"
             );
         }
-    }
-
-    /// The samples of `text`: (name with labels, value).
-    fn samples(text: &str) -> Vec<(String, String)> {
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').unwrap();
-                (k.to_owned(), v.to_owned())
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_vm_exposition() {
-        let mut s = full_stats();
-        if let Some(p) = s.pager.as_mut() {
-            p.pages.resident_pages = 10;
-            p.counters.faults_zero = 5;
-            p.counters.swap_bytes_read = 8192;
-            p.fault_latency.p99_us = 1500;
-        }
-        s.exits.mmio = 4;
-        let text = vm(&s);
-        assert!(text.ends_with("# EOF\n"), "{text}");
-        assert!(text.contains("# TYPE memvisor_vm_resident_bytes gauge\n"));
-        assert!(text.contains("# HELP memvisor_vm_faults Faults the pager served"));
-        assert!(text.contains("# TYPE memvisor_vm_faults counter\n"));
-        let got = samples(&text);
-        let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
-        assert!(has("memvisor_vm_resident_bytes", "40960"), "{text}");
-        assert!(has("memvisor_vm_faults_total{source=\"zero\"}", "5"));
-        assert!(has("memvisor_vm_swap_read_bytes_total", "8192"));
-        assert!(has("memvisor_vm_fault_latency_p99_seconds", "0.0015"));
-        assert!(has("memvisor_vm_exits_total{kind=\"mmio\"}", "4"));
-        assert!(has("memvisor_vm_disk_reads_total{disk=\"data\"}", "0"));
-        assert!(has("memvisor_vm_pager_attached", "0"));
-        assert!(has("memvisor_vm_balloon_bytes", "12288"));
-        assert!(has("memvisor_vm_guest_stats_age_seconds", "0.0"));
-        // Every sample's name is in the catalogue.
-        let cat: Vec<String> = catalogue().into_iter().map(|(n, _, _)| n).collect();
-        for (k, _) in &got {
-            let name = k.split('{').next().unwrap();
-            assert!(
-                cat.iter().any(|c| c == name),
-                "{name} is not in the catalogue"
-            );
-        }
-        // Without a pager or balloon, their metrics are absent, not zero.
-        let text = vm(&VmStats::default());
-        assert!(!text.contains("memvisor_vm_resident_bytes"));
-        assert!(text.contains("memvisor_vm_exits_total{kind=\"io\"} 0"));
-    }
-
-    #[test]
-    fn a_host_exposition() {
-        let a = full_vm("a");
-        let mut b = full_vm("b\"q");
-        b.state = HostVmState::Exited;
-        b.pid = None;
-        let stats = full_stats();
-        let text = host(
-            &full_host(),
-            &[
-                HostVmMetrics {
-                    vm: &a,
-                    stats: Some(&stats),
-                },
-                HostVmMetrics {
-                    vm: &b,
-                    stats: None,
-                },
-            ],
-        );
-        let got = samples(&text);
-        let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
-        assert!(has("memvisor_host_budget_bytes", "1073741824"), "{text}");
-        assert!(has("memvisor_host_free_state{state=\"soft\"}", "1"));
-        assert!(has("memvisor_host_free_state{state=\"high\"}", "0"));
-        assert!(has("memvisor_host_ticks_total", "7"));
-        assert!(has("memvisor_host_idle_tax_ratio", "0.75"));
-        assert!(has(
-            "memvisor_host_vm_state{vm=\"a\",state=\"running\"}",
-            "1"
-        ));
-        assert!(has(
-            "memvisor_host_vm_state{vm=\"b\\\"q\",state=\"exited\"}",
-            "1"
-        ));
-        assert!(has("memvisor_host_vm_pid{vm=\"a\"}", "10"));
-        assert!(!text.contains("memvisor_host_vm_pid{vm=\"b"));
-        assert!(has("memvisor_host_vm_exit_status{vm=\"a\"}", "-1"));
-        assert!(has("memvisor_host_vm_active_ratio{vm=\"a\"}", "0.5"));
-        assert!(has("memvisor_host_vm_paused_by_host{vm=\"a\"}", "1"));
-        assert!(has(
-            "memvisor_vm_disk_reads_total{vm=\"a\",disk=\"data\"}",
-            "0"
-        ));
-        assert!(has(
-            "memvisor_vm_faults_total{vm=\"a\",source=\"swap\"}",
-            "0"
-        ));
-        assert!(!text.contains("memvisor_vm_resident_bytes{vm=\"b"));
-        // One HELP and TYPE per metric, whatever the number of VMs.
-        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
-        let unique: BTreeSet<&&str> = types.iter().collect();
-        assert_eq!(types.len(), unique.len());
     }
 
     #[test]
