@@ -31,13 +31,14 @@ enum Number {
     F(f64),
 }
 
+/// One labelled value of a metric (a line of the text format).
 #[derive(Debug)]
-struct Sample {
+struct MetricPoint {
     labels: Vec<(String, String)>,
     value: Number,
 }
 
-/// One metric: its name without unit or `_total`, and its samples.
+/// One metric: its name without unit or `_total`, and its points.
 #[derive(Debug)]
 struct Family {
     /// Where its first row is: the table's place in the answer, then the row's in the table.
@@ -46,7 +47,7 @@ struct Family {
     kind: MetricKind,
     unit: Unit,
     help: &'static str,
-    samples: Vec<Sample>,
+    points: Vec<MetricPoint>,
 }
 
 /// Families in the order they first appear.
@@ -91,7 +92,7 @@ impl Families {
         kind: MetricKind,
         unit: Unit,
         help: &'static str,
-        sample: Sample,
+        point: MetricPoint,
     ) {
         let key = match unit.suffix() {
             Some(u) => format!("{name}_{u}"),
@@ -104,15 +105,15 @@ impl Families {
                 kind,
                 unit,
                 help,
-                samples: Vec::new(),
+                points: Vec::new(),
             });
             self.list.len() - 1
         });
-        self.list[i].samples.push(sample);
+        self.list[i].points.push(point);
     }
 
     /// Adds every field of `value` (a serialized API type) that `rows` exports, with `labels`
-    /// first on every sample. `table` orders the tables of one answer.
+    /// first on every point. `table` orders the tables of one answer.
     fn add(
         &mut self,
         table: usize,
@@ -145,7 +146,7 @@ impl Families {
                     if let Some((k, v)) = label {
                         labels.push((k.to_owned(), v.to_owned()));
                     }
-                    let sample = Sample {
+                    let point = MetricPoint {
                         labels,
                         value: scale(n, s),
                     };
@@ -155,7 +156,7 @@ impl Families {
                         kind,
                         unit,
                         help,
-                        sample,
+                        point,
                     );
                 }
                 Export::State {
@@ -169,7 +170,7 @@ impl Families {
                     for v in variants() {
                         let mut labels = leaf.labels.clone();
                         labels.push(("state".to_owned(), v.clone()));
-                        let sample = Sample {
+                        let point = MetricPoint {
                             labels,
                             value: Number::U(u64::from(v == current)),
                         };
@@ -179,7 +180,7 @@ impl Families {
                             MetricKind::Gauge,
                             Unit::None,
                             help,
-                            sample,
+                            point,
                         );
                     }
                 }
@@ -219,13 +220,13 @@ impl Collector for Exposition {
                 MetricKind::Gauge => MetricType::Gauge,
             };
             let mut metric = encoder.encode_descriptor(&f.name, f.help, unit.as_ref(), kind)?;
-            if let [only] = f.samples.as_slice() {
+            if let [only] = f.points.as_slice() {
                 if only.labels.is_empty() {
                     encode_value(metric, f.kind, only.value)?;
                     continue;
                 }
             }
-            for s in &f.samples {
+            for s in &f.points {
                 encode_value(metric.encode_family(&s.labels)?, f.kind, s.value)?;
             }
         }
@@ -296,8 +297,8 @@ mod tests {
     use crate::metrics::tables::catalogue;
     use crate::metrics::tables::tests::{full_host, full_stats, full_vm};
 
-    /// The samples of `text`: (name with labels, value).
-    fn samples(text: &str) -> Vec<(String, String)> {
+    /// The points of `text`: (name with labels, value).
+    fn points(text: &str) -> Vec<(String, String)> {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .map(|l| {
@@ -322,7 +323,7 @@ mod tests {
         assert!(text.contains("# TYPE memvisor_vm_resident_bytes gauge\n"));
         assert!(text.contains("# HELP memvisor_vm_faults Faults the pager served"));
         assert!(text.contains("# TYPE memvisor_vm_faults counter\n"));
-        let got = samples(&text);
+        let got = points(&text);
         let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
         assert!(has("memvisor_vm_resident_bytes", "40960"), "{text}");
         assert!(has("memvisor_vm_faults_total{source=\"zero\"}", "5"));
@@ -333,7 +334,7 @@ mod tests {
         assert!(has("memvisor_vm_pager_attached", "0"));
         assert!(has("memvisor_vm_balloon_bytes", "12288"));
         assert!(has("memvisor_vm_guest_stats_age_seconds", "0.0"));
-        // Every sample's name is in the catalogue.
+        // Every point's name is in the catalogue.
         let cat: Vec<String> = catalogue().into_iter().map(|(n, _, _)| n).collect();
         for (k, _) in &got {
             let name = k.split('{').next().unwrap();
@@ -368,7 +369,7 @@ mod tests {
                 },
             ],
         );
-        let got = samples(&text);
+        let got = points(&text);
         let has = |k: &str, v: &str| got.contains(&(k.to_owned(), v.to_owned()));
         assert!(has("memvisor_host_budget_bytes", "1073741824"), "{text}");
         assert!(has("memvisor_host_free_state{state=\"soft\"}", "1"));

@@ -236,7 +236,7 @@ pub(super) fn leaves<'a>(
                 leaves(child, &sub, &l, maps, out);
             }
         }
-        // An absent optional part is no sample.
+        // An absent optional part is no point.
         Value::Null => {}
         _ => out.push(Leaf {
             path: path.to_owned(),

@@ -292,8 +292,8 @@ pub(super) const HOST_VM_ROWS: &[Row] = &[
     not("log", "text"),
 ];
 
-/// Every metric either exposition can hold: (the name a sample carries, kind, help), in table
-/// order. The name a sample carries is the name with its unit and, for a counter, `_total`.
+/// Every metric either exposition can hold: (the name a point carries, kind, help), in table
+/// order. The name a point carries is the name with its unit and, for a counter, `_total`.
 pub fn catalogue() -> Vec<(String, MetricKind, &'static str)> {
     let mut out: Vec<(String, MetricKind, &'static str)> = Vec::new();
     for (prefix, rows) in [
