@@ -13,12 +13,13 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use crate::http::{connect, exchange_on, HttpError};
-use crate::{
-    BalloonUpdate, ErrorBody, HostEvent, HostInfo, HostRequest, HostSample, HostUpdate, HostVm,
-    MemoryUpdate, PolicyUpdate, PoolUpdate, ReleaseRequest, ReleaseResult, Response, VmInfo,
-    VmRequest, VmSpec, VmStats, CALL_TIMEOUT,
-};
+use crate::host::{HostEvent, HostInfo, HostSample, HostUpdate, HostVm, PolicyUpdate};
+use crate::http::{connect, exchange_on, HttpError, Response, CALL_TIMEOUT};
+use crate::request::{HostRequest, VmRequest};
+use crate::spec::VmSpec;
+use crate::stats::VmStats;
+use crate::vm::VmInfo;
+use crate::{BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult};
 
 /// Which API a socket serves, for what an error tells the operator to check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::spec::size;
-use crate::ActiveMemory;
+use crate::stats::ActiveMemory;
 
 /// The free-memory state (ESX §6.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,7 +174,7 @@ pub struct HostVm {
     /// Its VMM's exit status once exited (`128 + N` for signal N); `null` before.
     pub exit_status: Option<i32>,
     /// What that exit means (`why` says it in words); `null` before.
-    pub exit: Option<crate::VmExit>,
+    pub exit: Option<crate::exit::VmExit>,
     /// Guest RAM.
     pub mem_bytes: u64,
     /// Guaranteed host memory.

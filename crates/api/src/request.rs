@@ -9,9 +9,9 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{
-    BalloonUpdate, HostUpdate, MemoryUpdate, PolicyUpdate, PoolUpdate, ReleaseRequest, VmSpec,
-};
+use crate::host::{HostUpdate, PolicyUpdate};
+use crate::spec::VmSpec;
+use crate::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest};
 
 /// A request that names no route, uses the wrong method, or carries a body or query that does
 /// not parse: the status to answer with (400, 404 or 405) and why.
@@ -335,7 +335,7 @@ mod tests {
             }),
             HostRequest::Update(HostUpdate {
                 idle_tax: None,
-                balancing: Some(crate::Balancing::Hd2),
+                balancing: Some(crate::host::Balancing::Hd2),
             }),
             HostRequest::Events { since: 0.0 },
             HostRequest::History { since: 12.5 },

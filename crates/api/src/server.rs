@@ -8,7 +8,8 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-use crate::{read_request, write_response_as, ErrorBody};
+use crate::http::{read_request, write_response_as};
+use crate::ErrorBody;
 
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -218,7 +219,7 @@ pub fn ok(v: &impl serde::Serialize) -> (u16, String) {
 }
 
 /// The answer to a request that did not parse: its status with `{"error": ...}`.
-pub fn refuse(e: &crate::RequestError) -> (u16, String) {
+pub fn refuse(e: &crate::request::RequestError) -> (u16, String) {
     error(e.status, &e.message)
 }
 

@@ -175,7 +175,7 @@ pub struct IndirectionStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolStats {
     /// How pages are stored (`--pool-compress`).
-    pub compression: crate::PoolCompress,
+    pub compression: crate::spec::PoolCompress,
     /// Size of one chunk of pool memory (`--pool-chunk`); each chunk holds slots of one size.
     pub chunk_bytes: u64,
     /// Most memory the pool's pages may occupy.

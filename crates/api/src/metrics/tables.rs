@@ -330,7 +330,7 @@ pub fn catalogue() -> Vec<(String, MetricKind, &'static str)> {
 }
 
 #[cfg(test)]
-pub(in crate::metrics) mod tests {
+pub(super) mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
@@ -341,7 +341,7 @@ pub(in crate::metrics) mod tests {
     };
 
     /// Stats with every optional part present.
-    pub(in crate::metrics) fn full_stats() -> VmStats {
+    pub(crate) fn full_stats() -> VmStats {
         let mut guest = GuestMemoryStats::default();
         for tag in 0..=u16::MAX {
             guest.set(tag, u64::from(tag) + 1);
@@ -365,7 +365,7 @@ pub(in crate::metrics) mod tests {
         }
     }
 
-    pub(in crate::metrics) fn full_host() -> HostInfo {
+    pub(crate) fn full_host() -> HostInfo {
         HostInfo {
             budget_bytes: 1 << 30,
             free_bytes: 1 << 29,
@@ -387,7 +387,7 @@ pub(in crate::metrics) mod tests {
         }
     }
 
-    pub(in crate::metrics) fn full_vm(name: &str) -> HostVm {
+    pub(crate) fn full_vm(name: &str) -> HostVm {
         HostVm {
             name: name.into(),
             state: HostVmState::Running,
