@@ -21,7 +21,8 @@ use memvisor_api::{
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
 use memvisor_policy::free_state::{FreeState, Thresholds};
-use memvisor_policy::plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};
+use memvisor_policy::plan::{plan, start_limit};
+use memvisor_policy::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 
 use crate::balancing::{estimate_demand, Balancer, ReleaseOrder};

@@ -45,8 +45,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{reserve, HostParams, Plan, VmAction, VmObservation, PAUSE_SLACK};
-use crate::FreeState;
+use crate::free_state::FreeState;
+use crate::plan::{reserve, PAUSE_SLACK};
+use crate::tick::{HostParams, Plan, VmAction, VmObservation};
 
 /// A guest page.
 pub const PAGE: u64 = 4096;
@@ -386,7 +387,8 @@ pub fn settle(d: &Decision, obs: &[VmObservation], released: &[u64]) -> Settled 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{plan, Thresholds};
+    use crate::free_state::Thresholds;
+    use crate::plan::plan;
     use proptest::prelude::*;
 
     const MIB: u64 = 1 << 20;

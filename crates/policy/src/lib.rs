@@ -8,6 +8,7 @@
 //! | `admission.rs` | whether a VM may start: `min` + overhead in memory, `max − min` in swap | ESX §6.2 |
 //! | `ghost.rs` | the ghost cache: Mattson stack distances of blocks that left a VM's memory | HD2 §5.3 |
 //! | `demand.rs` | which VMs need memory and how much, from ghost hits and swap activity | HD2 §4.6 |
+//! | `tick.rs` | a tick's inputs and its plan: the host's parameters, what the tick before left, each VM's observation and action | – |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
 //! | `balance.rs` | on top of a tick's plan: demand, beneficiaries, instant releases of victims' clean pages handed to them in the same tick, and the capacity gap reducer | HyperDealer2 §4.3, §4.6, §4.7 |
 //! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
@@ -20,6 +21,7 @@ pub mod demand;
 pub mod free_state;
 pub mod ghost;
 pub mod plan;
+pub mod tick;
 pub mod trace;
 
 pub use active::ActiveEstimate;
@@ -29,4 +31,5 @@ pub use balance::{BalanceObservation, BalanceParams, Decision, Settled, VmBalanc
 pub use demand::{assess, estimate, Demand, DemandInput, DemandParams, Observation};
 pub use free_state::{FreeState, Reclaim, Thresholds};
 pub use ghost::{Ghost, GhostError, GHOST_BUCKETS};
-pub use plan::{plan, start_limit, Before, HostParams, Plan, VmAction, VmObservation};
+pub use plan::{plan, start_limit};
+pub use tick::{Before, HostParams, Plan, VmAction, VmObservation};

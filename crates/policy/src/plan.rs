@@ -54,11 +54,9 @@
 //! paused for 3 s after the state was back in `high`. ESX does not treat balloon deflate-on-OOM
 //! as demand (its balloon driver does not deflate on OOM).
 
-use crate::{targets, FreeState, Thresholds, VmDemand};
-
-/// How long a VM that deflated on OOM counts as fully active, in seconds; the host turns it into
-/// ticks ([`HostParams::oom_demand_ticks`]).
-pub const OOM_DEMAND_SECONDS: f64 = 10.0;
+use crate::allocation::{targets, VmDemand};
+use crate::free_state::FreeState;
+use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 
 /// How far above its target a VM may be before the low state pauses it. A pager holding a VM at
 /// its limit lets it run past the limit by up to one reclaim chunk (256 pages) and one fault's
@@ -66,102 +64,6 @@ pub const OOM_DEMAND_SECONDS: f64 = 10.0;
 /// pausing it would stop it for nothing. (Before this margin, a VM that had just joined with its
 /// limit at its target was paused in the low state for being 0.1 MiB over.)
 pub const PAUSE_SLACK: u64 = 2 << 20;
-
-/// The host-wide inputs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HostParams {
-    /// Memory for every VM together, their VMMs' overheads included.
-    pub budget: u64,
-    /// The idle memory tax, 0 to 1.
-    pub idle_tax: f64,
-    pub thresholds: Thresholds,
-    /// The most memory the VMs' pools may hold together (0: no pools).
-    pub pool: u64,
-    /// Ticks during which a VM that deflated on OOM counts as fully active
-    /// ([`OOM_DEMAND_SECONDS`] of the host's ticks).
-    pub oom_demand_ticks: u32,
-}
-
-impl HostParams {
-    /// Ticks of `tick` seconds that last [`OOM_DEMAND_SECONDS`] (at least one).
-    #[must_use]
-    pub fn oom_demand_ticks(tick: f64) -> u32 {
-        // Finite and positive, so the quotient is a small positive number.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let n = (OOM_DEMAND_SECONDS / tick.max(1e-3)).ceil().clamp(1.0, 1e6) as u32;
-        n
-    }
-}
-
-/// What the tick before left.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Before {
-    /// Its free-memory state.
-    pub state: FreeState,
-    /// What the VMs held then ([`Plan::held`]); `None` at the first tick.
-    pub held: Option<u64>,
-}
-
-impl From<FreeState> for Before {
-    /// A tick with no tick before it in `state`.
-    fn from(state: FreeState) -> Before {
-        Before { state, held: None }
-    }
-}
-
-/// What is known of one VM at a tick (bytes).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct VmObservation {
-    pub min: u64,
-    pub max: u64,
-    pub shares: u64,
-    /// The sampled active fraction of its resident pages, 0 to 1.
-    pub active: f64,
-    /// Guest pages resident on the host.
-    pub resident: u64,
-    /// Memory its pool holds.
-    pub pooled: u64,
-    /// Host memory its VMM needs besides guest RAM.
-    pub overhead: u64,
-    /// The balloon's size now asked for; `None` without a balloon device.
-    pub balloon: Option<u64>,
-    /// The pager's resident limit now.
-    pub limit: u64,
-    /// Ticks left during which it counts as fully active after a deflate-on-OOM.
-    pub oom_demand: u32,
-}
-
-/// What to ask of one VM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VmAction {
-    pub target: u64,
-    /// The balloon size to ask for; `None` without a balloon device.
-    pub balloon: Option<u64>,
-    /// The pager's resident limit.
-    pub limit: u64,
-    /// Keep (or put) the VM paused.
-    pub pause: bool,
-    /// Its share of the pool.
-    pub pool: u64,
-    /// Ticks left of OOM demand, for the next observation.
-    pub oom_demand: u32,
-}
-
-/// The plan for one tick.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub state: FreeState,
-    /// Free memory: the budget minus resident guest pages and overheads (0 when above it).
-    pub free: u64,
-    /// What the VMs hold: resident guest pages, overheads and pools.
-    pub held: u64,
-    /// What they grew by since the tick before, at most the room under their limits: the
-    /// growth the state anticipated.
-    pub growth: u64,
-    /// The pools' size together this tick ([`pool_size`]).
-    pub pool: u64,
-    pub actions: Vec<VmAction>,
-}
 
 /// What targets divide: the budget minus the VMMs' overheads and the high state's reserve.
 fn usable(host: &HostParams, vms: &[VmObservation]) -> u64 {
@@ -218,6 +120,14 @@ pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation
         .copied()
         .unwrap_or(new.max)
         .min(new.max)
+}
+
+/// `fraction` of `budget` in bytes.
+fn fraction_of(budget: u64, fraction: f64) -> u64 {
+    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let b = (budget as f64 * fraction.clamp(0.0, 1.0)) as u64;
+    b
 }
 
 /// Decides one tick. `before` is what the last tick left; `oom_deflated` says, per VM, whether
@@ -364,14 +274,6 @@ pub fn plan(
     }
 }
 
-/// `fraction` of `budget` in bytes.
-fn fraction_of(budget: u64, fraction: f64) -> u64 {
-    // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let b = (budget as f64 * fraction.clamp(0.0, 1.0)) as u64;
-    b
-}
-
 /// The hard state's paging, for the VMs with a balloon: `deficit` bytes (what free memory,
 /// less the growth expected, lacks to stay at the hard threshold) shared among those above
 /// their targets in proportion to how far above they are, each at most that far. What each
@@ -432,34 +334,8 @@ fn headroom(spare: u64, vms: &[VmObservation], targets: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tick::fixtures::{host, vm, MIB};
     use proptest::prelude::*;
-
-    const MIB: u64 = 1 << 20;
-
-    fn host(budget: u64) -> HostParams {
-        HostParams {
-            budget,
-            idle_tax: 0.75,
-            thresholds: Thresholds::default(),
-            pool: 0,
-            oom_demand_ticks: 10,
-        }
-    }
-
-    fn vm(max: u64, resident: u64, active: f64) -> VmObservation {
-        VmObservation {
-            min: 0,
-            max,
-            shares: 1000,
-            active,
-            resident,
-            pooled: 0,
-            overhead: 16 * MIB,
-            balloon: Some(0),
-            limit: max,
-            oom_demand: 0,
-        }
-    }
 
     #[test]
     fn plenty_of_memory_asks_nothing() {

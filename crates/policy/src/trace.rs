@@ -8,7 +8,9 @@
 use std::io::{BufRead, Write};
 
 use crate::balance::{self, BalanceObservation, BalanceParams, Decision, VmBalance};
-use crate::{plan, Before, FreeState, HostParams, Plan, Thresholds, VmAction, VmObservation};
+use crate::free_state::{FreeState, Thresholds};
+use crate::plan::plan;
+use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 use serde::{Deserialize, Serialize};
 
 /// One tick.

@@ -1,0 +1,137 @@
+//! A tick's inputs and its plan: the host-wide parameters, what the tick before left, what is
+//! observed of each VM, and what to ask of it.
+
+use crate::free_state::{FreeState, Thresholds};
+
+/// How long a VM that deflated on OOM counts as fully active, in seconds; the host turns it into
+/// ticks ([`HostParams::oom_demand_ticks`]).
+pub const OOM_DEMAND_SECONDS: f64 = 10.0;
+
+/// The host-wide inputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostParams {
+    /// Memory for every VM together, their VMMs' overheads included.
+    pub budget: u64,
+    /// The idle memory tax, 0 to 1.
+    pub idle_tax: f64,
+    pub thresholds: Thresholds,
+    /// The most memory the VMs' pools may hold together (0: no pools).
+    pub pool: u64,
+    /// Ticks during which a VM that deflated on OOM counts as fully active
+    /// ([`OOM_DEMAND_SECONDS`] of the host's ticks).
+    pub oom_demand_ticks: u32,
+}
+
+impl HostParams {
+    /// Ticks of `tick` seconds that last [`OOM_DEMAND_SECONDS`] (at least one).
+    #[must_use]
+    pub fn oom_demand_ticks(tick: f64) -> u32 {
+        // Finite and positive, so the quotient is a small positive number.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = (OOM_DEMAND_SECONDS / tick.max(1e-3)).ceil().clamp(1.0, 1e6) as u32;
+        n
+    }
+}
+
+/// What the tick before left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Before {
+    /// Its free-memory state.
+    pub state: FreeState,
+    /// What the VMs held then ([`Plan::held`]); `None` at the first tick.
+    pub held: Option<u64>,
+}
+
+impl From<FreeState> for Before {
+    /// A tick with no tick before it in `state`.
+    fn from(state: FreeState) -> Before {
+        Before { state, held: None }
+    }
+}
+
+/// What is known of one VM at a tick (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct VmObservation {
+    pub min: u64,
+    pub max: u64,
+    pub shares: u64,
+    /// The sampled active fraction of its resident pages, 0 to 1.
+    pub active: f64,
+    /// Guest pages resident on the host.
+    pub resident: u64,
+    /// Memory its pool holds.
+    pub pooled: u64,
+    /// Host memory its VMM needs besides guest RAM.
+    pub overhead: u64,
+    /// The balloon's size now asked for; `None` without a balloon device.
+    pub balloon: Option<u64>,
+    /// The pager's resident limit now.
+    pub limit: u64,
+    /// Ticks left during which it counts as fully active after a deflate-on-OOM.
+    pub oom_demand: u32,
+}
+
+/// What to ask of one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmAction {
+    pub target: u64,
+    /// The balloon size to ask for; `None` without a balloon device.
+    pub balloon: Option<u64>,
+    /// The pager's resident limit.
+    pub limit: u64,
+    /// Keep (or put) the VM paused.
+    pub pause: bool,
+    /// Its share of the pool.
+    pub pool: u64,
+    /// Ticks left of OOM demand, for the next observation.
+    pub oom_demand: u32,
+}
+
+/// The plan for one tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub state: FreeState,
+    /// Free memory: the budget minus resident guest pages and overheads (0 when above it).
+    pub free: u64,
+    /// What the VMs hold: resident guest pages, overheads and pools.
+    pub held: u64,
+    /// What they grew by since the tick before, at most the room under their limits: the
+    /// growth the state anticipated.
+    pub growth: u64,
+    /// The pools' size together this tick ([`pool_size`](crate::plan::pool_size)).
+    pub pool: u64,
+    pub actions: Vec<VmAction>,
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    pub const MIB: u64 = 1 << 20;
+
+    /// A host of `budget` bytes with the idle tax at 0.75, no pool and 10 ticks of OOM demand.
+    pub fn host(budget: u64) -> HostParams {
+        HostParams {
+            budget,
+            idle_tax: 0.75,
+            thresholds: Thresholds::default(),
+            pool: 0,
+            oom_demand_ticks: 10,
+        }
+    }
+
+    pub fn vm(max: u64, resident: u64, active: f64) -> VmObservation {
+        VmObservation {
+            min: 0,
+            max,
+            shares: 1000,
+            active,
+            resident,
+            pooled: 0,
+            overhead: 16 * MIB,
+            balloon: Some(0),
+            limit: max,
+            oom_demand: 0,
+        }
+    }
+}
