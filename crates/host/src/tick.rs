@@ -20,8 +20,9 @@ use memvisor_api::{
     ReleaseResult, VmInfo, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
+use memvisor_policy::budget::start_limit;
 use memvisor_policy::free_state::{FreeState, Thresholds};
-use memvisor_policy::plan::{plan, start_limit};
+use memvisor_policy::plan::plan;
 use memvisor_policy::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 use memvisor_policy::trace::{self, BalanceRecord, TraceTick};
 

@@ -45,8 +45,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::reserve;
 use crate::free_state::FreeState;
-use crate::plan::{reserve, PAUSE_SLACK};
+use crate::plan::PAUSE_SLACK;
 use crate::tick::{HostParams, Plan, VmAction, VmObservation};
 
 /// A guest page.

@@ -9,6 +9,7 @@
 //! | `ghost.rs` | the ghost cache: Mattson stack distances of blocks that left a VM's memory | HD2 §5.3 |
 //! | `demand.rs` | which VMs need memory and how much, from ghost hits and swap activity | HD2 §4.6 |
 //! | `tick.rs` | a tick's inputs and its plan: the host's parameters, what the tick before left, each VM's observation and action | – |
+//! | `budget.rs` | what the budget leaves for the VMs: the high state's reserve, what targets divide, the pools' size, a new VM's start limit | ESX §6.3; MemFlex |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon, limit and pause | ESX §5–§6 |
 //! | `balance.rs` | on top of a tick's plan: demand, beneficiaries, instant releases of victims' clean pages handed to them in the same tick, and the capacity gap reducer | HyperDealer2 §4.3, §4.6, §4.7 |
 //! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
@@ -17,6 +18,7 @@ pub mod active;
 pub mod admission;
 pub mod allocation;
 pub mod balance;
+pub mod budget;
 pub mod demand;
 pub mod free_state;
 pub mod ghost;
@@ -28,8 +30,9 @@ pub use active::ActiveEstimate;
 pub use admission::{admit, unreserve, AdmissionRefusal, Reservations};
 pub use allocation::{targets, VmDemand};
 pub use balance::{BalanceObservation, BalanceParams, Decision, Settled, VmBalance};
+pub use budget::start_limit;
 pub use demand::{assess, estimate, Demand, DemandInput, DemandParams, Observation};
 pub use free_state::{FreeState, Reclaim, Thresholds};
 pub use ghost::{Ghost, GhostError, GHOST_BUCKETS};
-pub use plan::{plan, start_limit};
+pub use plan::plan;
 pub use tick::{Before, HostParams, Plan, VmAction, VmObservation};

@@ -98,7 +98,7 @@ pub struct Plan {
     /// What they grew by since the tick before, at most the room under their limits: the
     /// growth the state anticipated.
     pub growth: u64,
-    /// The pools' size together this tick ([`pool_size`](crate::plan::pool_size)).
+    /// The pools' size together this tick ([`pool_size`](crate::budget::pool_size)).
     pub pool: u64,
     pub actions: Vec<VmAction>,
 }
