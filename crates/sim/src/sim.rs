@@ -461,11 +461,11 @@ impl Sim {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use memvisor_policy::plan;
 
-    const SCENARIO: &str = r#"
+    pub(crate) const SCENARIO: &str = r#"
 seed = 9
 duration = "10m"
 [host]
@@ -488,30 +488,8 @@ balloon = false
 workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0.5, rate = "50M" }
 "#;
 
-    fn sim() -> Sim {
+    pub(crate) fn sim() -> Sim {
         Sim::new(Scenario::parse("t.toml", SCENARIO).unwrap())
-    }
-
-    fn run_to_bytes() -> Vec<u8> {
-        let mut s = sim();
-        let mut out = Vec::new();
-        s.run(Some(&mut out)).unwrap();
-        out.extend(crate::report::markdown(&s, "t").into_bytes());
-        out.extend(crate::report::host_csv(&s).into_bytes());
-        out
-    }
-
-    #[test]
-    fn a_seed_and_a_scenario_determine_the_run_byte_for_byte() {
-        let a = run_to_bytes();
-        assert!(a.len() > 10_000);
-        assert_eq!(a, run_to_bytes());
-        let mut other = Sim::new(
-            Scenario::parse("t.toml", &SCENARIO.replace("seed = 9", "seed = 10")).unwrap(),
-        );
-        let mut b = Vec::new();
-        other.run(Some(&mut b)).unwrap();
-        assert_ne!(a[..b.len().min(a.len())], b[..b.len().min(a.len())]);
     }
 
     /// The simulator's decision is `plan`'s, called with the same observations: at every tick
@@ -659,17 +637,6 @@ workload = { kind = "loop", size = "1200M", rate = "100M" }
             before.push(fresh.observe());
             before.last_mut().unwrap().limit = want;
         }
-    }
-
-    #[test]
-    fn memory_moves_to_the_busy_vms_and_the_host_keeps_near_its_budget() {
-        let mut s = sim();
-        s.run(None).unwrap();
-        let sum = crate::report::summary(&s);
-        assert!(sum.mean_slowdown >= 1.0);
-        // Idle VMs end up with less than the busy ones at the working-set peak.
-        let at = |t: usize, i: usize| s.groups[t][i][0];
-        assert!(at(300, 1) < at(300, 0), "{:?}", s.groups[300]);
     }
 
     /// A VM that exits when its work is done, or at the end of its lifetime, holds no memory
