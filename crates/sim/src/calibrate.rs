@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::report::svg_lines;
 use crate::scenario::Scenario;
 use crate::sim::Sim;
-use crate::trace::TraceTick;
+use memvisor_policy::trace::TraceTick;
 
 const MIB: f64 = 1048576.0;
 

@@ -224,7 +224,7 @@ fn replay(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match crate::trace::replay(std::io::BufReader::new(f)) {
+    match memvisor_policy::trace::replay(std::io::BufReader::new(f)) {
         Ok((n, bad)) => {
             for m in bad.iter().take(50) {
                 println!("{}: line {}: {}", path.display(), m.line, m.what);

@@ -12,9 +12,11 @@
 //! | `sim.rs` | the run: admission, start limits, ticks |
 //! | `fleet.rs` | several hosts, and an orchestrator placing VMs on them by what each host's API says |
 //! | `stats.rs`, `report.rs` | summaries, CSVs, markdown and SVG plots |
-//! | `trace.rs` | traces of ticks as JSON lines, and their replay through `plan` |
 //! | `calibrate.rs` | a real host's trace beside the simulated run of the same VMs, with the error |
 //! | `cli.rs` | `memvisor sim` |
+//!
+//! A run's trace (`--trace`) and its replay (`--replay`) are the host's format, written and read
+//! by `memvisor_policy::trace`.
 
 pub mod baseline;
 pub mod calibrate;
@@ -26,7 +28,6 @@ pub mod rng;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
-pub use memvisor_policy::trace;
 pub mod units;
 pub mod vm;
 pub mod workload;

@@ -13,8 +13,8 @@ use crate::baseline::{decide, static_shares, Extra};
 use crate::rng::Rng;
 use crate::scenario::{Balancing, PolicyKind, Scenario};
 use crate::stats::{Histogram, VmRunSummary};
-use crate::trace::{write_line, TraceTick};
 use crate::vm::{bytes, HostModel, SimVm, VmConfig};
+use memvisor_policy::trace::{write_line, TraceTick};
 
 /// One tick of the host, for the plots and the summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -545,19 +545,19 @@ workload = { kind = "burst", base = "100M", peak = "900M", period = 60, duty = 0
         s.trace = Some(Box::new(Shared(buf.clone())));
         s.run(None).unwrap();
         let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
-        let (n, bad) = crate::trace::replay(text.as_bytes()).unwrap();
+        let (n, bad) = memvisor_policy::trace::replay(text.as_bytes()).unwrap();
         assert_eq!(n, 240);
         assert!(bad.is_empty(), "{bad:?}");
         // One VM's recorded limit changed on line 200: replay finds it.
         let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        let mut t: crate::trace::TraceTick = serde_json::from_str(&lines[199]).unwrap();
+        let mut t: memvisor_policy::trace::TraceTick = serde_json::from_str(&lines[199]).unwrap();
         t.plan.actions[1].limit += 4096;
         lines[199] = serde_json::to_string(&t).unwrap();
-        let (_, bad) = crate::trace::replay(lines.join("\n").as_bytes()).unwrap();
+        let (_, bad) = memvisor_policy::trace::replay(lines.join("\n").as_bytes()).unwrap();
         assert_eq!(bad.len(), 1, "{bad:?}");
         assert_eq!(bad[0].line, 200);
         assert!(bad[0].what.starts_with("steps-1:"), "{bad:?}");
-        assert!(crate::trace::replay("{".as_bytes())
+        assert!(memvisor_policy::trace::replay("{".as_bytes())
             .unwrap_err()
             .starts_with("line 1:"));
     }
