@@ -3,13 +3,13 @@
 //! | request | does |
 //! |---|---|
 //! | `GET /host` | the budget, free memory and state, reservations (`HostInfo`) |
-//! | `PATCH /host` | changes the idle memory tax ([`HostUpdate`]) |
+//! | `PATCH /host` | changes the idle memory tax ([`HostUpdate`](memvisor_api::HostUpdate)) |
 //! | `GET /events?since=S` | what happened after S seconds: admissions, refusals, pauses, exits, free-state changes |
 //! | `GET /history?since=S` | each tick after S seconds: free memory and state, each VM's target, resident, active, balloon, swapped, limit |
 //! | `GET /vms` | every VM: policy, target, allocation, active estimate, balloon, swap, state |
-//! | `POST /vms` | adds a VM ([`VmSpec`]); admission applies |
+//! | `POST /vms` | adds a VM ([`VmSpec`](memvisor_api::VmSpec)); admission applies |
 //! | `GET /vms/NAME` | one VM |
-//! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`]) |
+//! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`](memvisor_api::PolicyUpdate)) |
 //! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
 //! | `DELETE /vms/NAME` | forgets a VM that ended or was refused (409 while it runs) |
 //! | `GET /metrics` | the host's and every VM's numbers in the OpenMetrics text format (docs/metrics.md); also on `metrics_addr` over TCP |

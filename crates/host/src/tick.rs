@@ -3,7 +3,7 @@
 //!
 //! A tick (every `tick` of the config) reaps VMMs that ended, reads every live VM's `GET /vm`
 //! and `GET /stats`, and hands the observations to [`Tick::decide`], which runs
-//! [`memvisor_policy::plan`]; each VMM is then sent what changed ([`Tick::settle`] gives the
+//! [`memvisor_policy::plan()`]; each VMM is then sent what changed ([`Tick::settle`] gives the
 //! orders): `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The calls to
 //! the VMMs are made by `manager::tick` without the state lock.
 //!
