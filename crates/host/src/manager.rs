@@ -21,7 +21,7 @@ use crate::config::HostConfig;
 use crate::journal::Journal;
 use crate::process::{client, Launch, Vmm, VmmFiles};
 use crate::registry::{Refused, Registry, VmEntry};
-use crate::tick::{first_limit, free_state_name, sent, Order, Tick};
+use crate::tick::{free_state_name, sent, start_limit, Order, Tick};
 
 /// Everything the host knows, behind one lock.
 pub struct Host {
@@ -108,7 +108,7 @@ impl Host {
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let limit = first_limit(&self.config, &self.registry, &spec);
+        let limit = start_limit(&self.config, &self.registry, &spec);
         let pool = (self.config.pool > 0).then(|| {
             let live = self.registry.vms.iter().filter(|v| v.live()).count() as u64;
             self.config.pool / (live + 1)

@@ -20,7 +20,7 @@ use memvisor_api::{
     ReleaseResult, VmInfo, VmSpec, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
-use memvisor_policy::budget::start_limit;
+use memvisor_policy::budget;
 use memvisor_policy::free_state::{FreeState, Thresholds};
 use memvisor_policy::plan::plan;
 use memvisor_policy::tick::{Before, HostParams, Plan, VmAction, VmObservation};
@@ -105,8 +105,8 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
 }
 
 /// The pager limit a VM of `spec` starts with: its share beside the running VMs of `registry`
-/// ([`start_limit`]), never below the pager's smallest limit.
-pub fn first_limit(config: &HostConfig, registry: &Registry, spec: &VmSpec) -> u64 {
+/// ([`budget::start_limit`]), never below the pager's smallest limit.
+pub fn start_limit(config: &HostConfig, registry: &Registry, spec: &VmSpec) -> u64 {
     let running: Vec<VmObservation> = registry
         .vms
         .iter()
@@ -125,7 +125,7 @@ pub fn first_limit(config: &HostConfig, registry: &Registry, spec: &VmSpec) -> u
         limit: spec.mem,
         oom_demand: 0,
     };
-    start_limit(&params(config), &running, &new)
+    budget::start_limit(&params(config), &running, &new)
         .max(MIN_LIMIT)
         .min(spec.mem)
 }
