@@ -223,7 +223,7 @@ pub fn fleet_summary(f: &Fleet) -> FleetSummary {
         pauses += s.pauses;
         hosts_pausing += usize::from(s.pauses > 0);
         over += s.ticks_over_budget;
-        for (v, st) in h.vms.iter().zip(&h.stats) {
+        for (v, st) in h.vms.iter().zip(&h.summaries) {
             per_share.push(st.mean_resident() / v.cfg.shares as f64);
             with_work += usize::from(v.cfg.work.is_some());
             if let Some(c) = v.completed_at {

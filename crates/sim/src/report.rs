@@ -29,7 +29,7 @@ pub fn summary(sim: &Sim) -> Summary {
     let per_share: Vec<f64> = sim
         .vms
         .iter()
-        .zip(&sim.stats)
+        .zip(&sim.summaries)
         .map(|(v, st)| st.mean_resident() / v.cfg.shares as f64)
         .collect();
     let mut moves = sim.moves.clone();
@@ -39,7 +39,7 @@ pub fn summary(sim: &Sim) -> Summary {
         mean_slowdown: sim.slowdowns.mean(),
         p99_slowdown: sim.slowdowns.quantile(0.99),
         fairness: jain(&per_share),
-        pauses: sim.stats.iter().map(|s| u64::from(s.pauses)).sum(),
+        pauses: sim.summaries.iter().map(|s| u64::from(s.pauses)).sum(),
         completed: sim.vms.iter().filter(|v| v.done()).count(),
         move_mean_s: if moves.is_empty() {
             0.0
@@ -129,19 +129,22 @@ pub fn markdown(sim: &Sim, title: &str) -> String {
             continue;
         }
         let n = members.len() as f64;
-        let slows: Vec<f64> = members.iter().map(|&i| sim.stats[i].slowdown()).collect();
+        let slows: Vec<f64> = members
+            .iter()
+            .map(|&i| sim.summaries[i].slowdown())
+            .collect();
         let done: Vec<f64> = members
             .iter()
             .filter_map(|&i| sim.vms[i].completed_at)
             .collect();
         let res: f64 = members
             .iter()
-            .map(|&i| sim.stats[i].mean_resident())
+            .map(|&i| sim.summaries[i].mean_resident())
             .sum::<f64>()
             / n;
         let pauses: u64 = members
             .iter()
-            .map(|&i| u64::from(sim.stats[i].pauses))
+            .map(|&i| u64::from(sim.summaries[i].pauses))
             .sum();
         let completion = if done.is_empty() {
             "-".to_owned()

@@ -44,7 +44,7 @@ pub struct Sim {
     pub held: Option<u64>,
     pub tick: u64,
     pub host: Vec<HostTick>,
-    pub stats: Vec<VmRunSummary>,
+    pub summaries: Vec<VmRunSummary>,
     pub slowdowns: Histogram,
     /// Seconds from a VM's allocation leaving its target to reaching it again.
     pub moves: Vec<f32>,
@@ -109,7 +109,7 @@ impl Sim {
             held: None,
             tick: 0,
             host: Vec::new(),
-            stats: Vec::new(),
+            summaries: Vec::new(),
             slowdowns: Histogram::default(),
             moves: Vec::new(),
             groups: Vec::new(),
@@ -174,7 +174,7 @@ impl Sim {
         }
         self.vms.push(vm);
         self.names.push(name);
-        self.stats.push(VmRunSummary::default());
+        self.summaries.push(VmRunSummary::default());
         Ok(())
     }
 
@@ -336,7 +336,7 @@ impl Sim {
             let w = &s.groups[v.cfg.group].workload;
             let was_paused = v.paused;
             let out = v.step(w, t - v.cfg.start, &model);
-            let st = &mut self.stats[i];
+            let st = &mut self.summaries[i];
             if let (Some(work), None) = (v.cfg.work, v.completed_at) {
                 if v.done_work >= work {
                     v.completed_at = Some(t + dt);
@@ -590,8 +590,8 @@ workload = { kind = "loop", size = "1200M", rate = "100M" }
         };
         let esx = run(text);
         let hd2 = run(&text.replace("tick = \"1s\"", "tick = \"1s\"\nbalancing = \"hd2\""));
-        let mean = |s: &Sim, i: usize| s.stats[i].mean_resident() / 1048576.0;
-        let slow = |s: &Sim, i: usize| s.stats[i].slowdown();
+        let mean = |s: &Sim, i: usize| s.summaries[i].mean_resident() / 1048576.0;
+        let slow = |s: &Sim, i: usize| s.summaries[i].slowdown();
         assert!(
             mean(&hd2, 0) < 0.7 * mean(&esx, 0),
             "stream {} vs {}",
