@@ -13,13 +13,15 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+use crate::body::{
+    BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult,
+};
 use crate::host::{HostEvent, HostInfo, HostSample, HostUpdate, HostVm, PolicyUpdate};
 use crate::http::{connect, exchange_on, HttpError, Response, CALL_TIMEOUT};
 use crate::request::{HostRequest, VmRequest};
 use crate::spec::VmSpec;
 use crate::stats::VmStats;
 use crate::vm::VmInfo;
-use crate::{BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult};
 
 /// Which API a socket serves, for what an error tells the operator to check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

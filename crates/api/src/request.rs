@@ -9,9 +9,9 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::body::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest};
 use crate::host::{HostUpdate, PolicyUpdate};
 use crate::spec::VmSpec;
-use crate::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest};
 
 /// A request that names no route, uses the wrong method, or carries a body or query that does
 /// not parse: the status to answer with (400, 404 or 405) and why.

@@ -8,8 +8,8 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
+use crate::body::ErrorBody;
 use crate::http::{read_request, write_response_as};
-use crate::ErrorBody;
 
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);

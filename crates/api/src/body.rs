@@ -1,0 +1,65 @@
+//! The small request and answer bodies: `PUT /memory`, `PUT /balloon`, `PUT /pool`,
+//! `PUT /memory/release` and its answer, and the error answer every request may get.
+
+use serde::{Deserialize, Serialize};
+
+/// `PUT /memory`: the VM's resident-memory limit in bytes; `null` removes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryUpdate {
+    /// Required, even as `null` (a `deserialize_with` field has no implicit default).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub limit: Option<u64>,
+}
+
+/// `PUT /balloon`: the balloon's size in bytes (memory taken from the guest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalloonUpdate {
+    pub target: u64,
+}
+
+/// `PUT /pool`: the host-memory pool's size in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolUpdate {
+    pub bytes: u64,
+}
+
+/// `PUT /memory/release`: release up to `pages` clean guest pages now, without the guest's
+/// vCPUs (HyperDealer2's instant reclamation, docs/hd2.md): pages that mirror disk blocks (Swap
+/// Mapper), chosen by the VM's victim order, dropped after their digest is checked; the limit
+/// falls by what was released (a VM without a limit gets one at its resident memory after the
+/// release; never below [`MIN_LIMIT`](crate::spec::MIN_LIMIT): near it, fewer are released). `pages` is in 4 KiB
+/// pages, 1 to the VM's page count. With `cold_only`, only pages of sequential streams the guest
+/// has left cold (behind a stream still being read, or untouched since a probe), and a few
+/// pages of each other stream as a probe (with the `hd2` victim orders; with another order,
+/// none): what a host takes when memory is not short.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub pages: u64,
+    #[serde(default)]
+    pub cold_only: bool,
+}
+
+/// The answer to `PUT /memory/release`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResult {
+    /// Pages asked for.
+    pub asked_pages: u64,
+    /// Pages released: out of guest RAM, their memory back with the host.
+    pub released_pages: u64,
+    /// Candidates found changed by the guest when checked, so kept (not released).
+    pub changed_pages: u64,
+    /// From the request's arrival at the pager to the last page released, in microseconds.
+    pub micros: u64,
+    /// The limit after the release; `null`: none.
+    pub limit_bytes: Option<u64>,
+}
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
