@@ -12,6 +12,7 @@
 //! | `request.rs` | every request of both APIs as one enum each, parsed from and spelled back into method, path and body |
 //! | `client.rs` | the typed clients, `VmClient` and `HostClient` |
 //! | `server.rs` | the server side both APIs share (feature `server`) |
+//! | `metrics/mod.rs` | `GET /metrics`: how the APIs' numbers are named and exposed, and the module's public face |
 //! | `metrics/rows.rs` | what a row of a metrics table is: a field, how it is exported, how a field finds its row |
 //! | `metrics/tables.rs` | the three tables that name every metric, and their catalogue |
 //! | `metrics/exposition.rs` | an API value walked through its table into the OpenMetrics text format |
