@@ -7,18 +7,19 @@ use serde::Deserialize;
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Costs {
-    /// A userfaultfd fault's round trip from a vCPU (DESIGN.md, "Costs on these machines": 38 µs).
+    /// A userfaultfd fault's round trip from a vCPU (38 µs; docs/costs.md).
     pub fault_s: f64,
-    /// A 4 KiB random read from the swap disk (DESIGN.md: 113 µs).
+    /// A 4 KiB random read from the swap disk (113 µs; docs/costs.md).
     pub swap_read_s: f64,
-    /// Sequential reads from the swap disk, bytes per second (DESIGN.md: 600 MB/s).
+    /// Sequential reads from the swap disk, bytes per second (600 MB/s; docs/costs.md).
     pub swap_seq_bytes_s: f64,
-    /// Installing one page from the pool (DESIGN.md: `UFFDIO_COPY` of one page, 18 µs).
+    /// Installing one page from the pool as a vCPU waits for it (18 µs; the host-side
+    /// `UFFDIO_COPY` alone is less, docs/costs.md).
     pub pool_copy_s: f64,
-    /// First touch of fresh host memory, per page (DESIGN.md: 22 µs).
+    /// A guest's first touch of fresh host memory, per page (22 µs; docs/costs.md).
     pub first_touch_s: f64,
     /// How fast a pager limit below resident memory is reached, bytes per second (writes in
-    /// batches, sequential on the disk: DESIGN.md's 600 MB/s).
+    /// batches, sequential on the disk: the disk's 600 MB/s, docs/costs.md).
     pub reclaim_bytes_s: f64,
     /// How fast a balloon inflates, bytes per second (not measured yet; an assumption).
     pub inflate_bytes_s: f64,
