@@ -42,8 +42,43 @@ def module_of(src, path):
 
 
 def strip_comments(text):
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+    """The code of a file without its comments, and its string and character literals emptied
+    (so neither a `use` in a message nor a brace in a format string counts)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c == "r" and re.match(r'r(#*)"', text[i:]) and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            close = '"' + hashes
+            j = text.find(close, i + 2 + len(hashes))
+            out.append('""')
+            i = n if j < 0 else j + len(close)
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            out.append('""')
+            i += 1
+        elif c == "'" and re.match(r"'(\\.|[^'\\])'", text[i:]):
+            m = re.match(r"'(\\.|[^'\\])'", text[i:])
+            out.append("' '")
+            i += len(m.group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 USE_RE = re.compile(r"\buse\s+((?:::)?[A-Za-z_][^;]*);", re.S)

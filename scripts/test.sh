@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/setup-host.sh
 # The commit convention (CONTRIBUTING.md) on every commit since it began.
 scripts/check-commits.sh
+# No file under src/ over 900 lines, no import circle, nothing pointing outside the repository.
+scripts/check-structure.py
 cargo fmt --all -- --check
 (cd guest && cargo fmt -- --check)
 (cd fuzz && cargo fmt -- --check)
