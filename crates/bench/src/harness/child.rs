@@ -180,7 +180,6 @@ pub fn children_cpu_ms() -> Option<f64> {
     if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
         return None;
     }
-    #[allow(clippy::cast_precision_loss)]
     let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     Some(ms(ru.ru_utime) + ms(ru.ru_stime))
 }

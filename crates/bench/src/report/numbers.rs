@@ -4,7 +4,6 @@
 pub const MIB: f64 = 1_048_576.0;
 
 /// `bytes` in MiB.
-#[allow(clippy::cast_precision_loss)]
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB
 }
@@ -15,7 +14,6 @@ pub trait Bytes {
 }
 
 impl Bytes for u64 {
-    #[allow(clippy::cast_precision_loss)]
     fn in_f64(self) -> f64 {
         self as f64
     }
@@ -33,7 +31,6 @@ pub fn mib_text(bytes: impl Bytes, decimals: usize) -> String {
 }
 
 /// The mean of `v` (`None` when empty).
-#[allow(clippy::cast_precision_loss)]
 pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }

@@ -57,7 +57,6 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     }
     std::fs::write(dir.join("allocation.csv"), t.csv()).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
-    #[allow(clippy::cast_precision_loss)]
     let top = (MEM as f64 / MIB) * 1.1;
     let mut panel = Panel::new(
         "allocation over time: resident (solid) and target (dashed) per VM",
@@ -70,7 +69,6 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     for (i, name) in names.iter().enumerate() {
         let c = Palette99::pick(i).to_rgba();
         let color = RGBColor(c.0, c.1, c.2);
-        #[allow(clippy::cast_precision_loss)]
         let series = |f: &dyn Fn(&memvisor_api::VmSample) -> u64| -> Vec<(f64, f64)> {
             let at = history.iter();
             let of = |t: &HostSample| {
@@ -123,7 +121,6 @@ fn rep_means(mine: &[&Record]) -> Vec<f64> {
                 .filter(|r| r.rep == rep)
                 .filter_map(|r| r.secs)
                 .collect();
-            #[allow(clippy::cast_precision_loss)]
             (!done.is_empty()).then(|| done.iter().sum::<f64>() / done.len() as f64)
         })
         .collect()
@@ -588,14 +585,12 @@ fn plot_rss(
         .filter_map(|(c, _)| traces(runs, c, scenario, n).next().map(|r| (c, r)))
         .enumerate()
         .map(|(i, (c, r))| {
-            #[allow(clippy::cast_precision_loss)]
             let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB));
             Line::new(*c, COLORS[i % COLORS.len()], 2, pts.collect())
         })
         .collect();
     let end = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
     let end = end.fold(1.0f64, f64::max);
-    #[allow(clippy::cast_precision_loss)]
     let budget = BUDGET as f64 / MIB;
     let top = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
     let top = top.fold(budget, f64::max) * 1.1;

@@ -68,7 +68,6 @@ fn merged(points: &[DwellRun], policy: &str) -> Vec<u64> {
     h
 }
 
-#[allow(clippy::cast_precision_loss)]
 fn bucket(i: usize) -> String {
     let ms = |j: usize| -> String {
         let v = 1u64 << j.min(62);
@@ -166,7 +165,6 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
             for h in &hs {
                 let total: u64 = h.iter().sum();
                 let c = h.get(i).copied().unwrap_or(0);
-                #[allow(clippy::cast_precision_loss)]
                 let pct = c as f64 * 100.0 / total as f64;
                 row.push(if total == 0 {
                     "–".into()
@@ -218,7 +216,6 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
         .filter_map(|(_, h)| h.iter().rposition(|&c| c > 0))
         .max()
         .map_or(2, |i| i + 2);
-    #[allow(clippy::cast_precision_loss)]
     let mut panel = Panel::new(
         "dwell: released pages by time out before coming back (HD2 Fig. 14)",
         "dwell time, log2 of ms (bucket i: 2^i to 2^(i+1) ms)",
@@ -233,7 +230,6 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
     }
     for (i, h) in &hs {
         let total: u64 = h.iter().sum();
-        #[allow(clippy::cast_precision_loss)]
         let pts = h.iter().take(n).enumerate();
         let pts = pts.map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64));
         let color = COLORS[i % COLORS.len()];

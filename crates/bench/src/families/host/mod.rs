@@ -104,7 +104,6 @@ mod tests {
                     Goal::Shares { big, small, ratio } => {
                         assert!(names.contains(&big) && names.contains(&small));
                         let s = |n: &str| e.vms.iter().find(|v| v.spec.name == n).unwrap();
-                        #[allow(clippy::cast_precision_loss)]
                         let r = s(big).spec.shares as f64 / s(small).spec.shares as f64;
                         assert!((r - ratio).abs() < 1e-9);
                         // Both want more than the budget can give them together.

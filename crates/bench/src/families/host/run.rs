@@ -56,7 +56,6 @@ pub struct HostRun {
 
 /// A VM's sampled active fraction at a tick (0 with nothing resident).
 pub fn active_fraction(v: &VmSample) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
     let f = v.active_bytes as f64 / v.resident_bytes.max(1) as f64;
     f.clamp(0.0, 1.0)
 }

@@ -91,7 +91,6 @@ pub const BAND: f64 = 0.10;
 /// The allocation ratio at a tick, when both VMs are there.
 pub fn tick_ratio(s: &HostSample, big: &str, small: &str) -> Option<f64> {
     let (b, m) = (vm(s, big)?, vm(s, small)?);
-    #[allow(clippy::cast_precision_loss)]
     let r = b.resident_bytes as f64 / m.resident_bytes.max(1) as f64;
     Some(r)
 }

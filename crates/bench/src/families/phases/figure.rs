@@ -47,7 +47,6 @@ fn lines(
         .enumerate()
         .map(|(i, c)| {
             let phases = exp.steps[step].phases.iter().enumerate();
-            #[allow(clippy::cast_precision_loss)]
             let pts = phases.filter_map(|(x, ph)| {
                 let m = summary(&mut values(records, step, c.name, ph, f))?.0;
                 Some((x as f64 + 1.0, m))
@@ -78,7 +77,6 @@ pub fn write(
     let mut panels = Vec::new();
     for (si, step) in exp.steps.iter().enumerate() {
         let times = lines(exp, configs, records, si, &|p| phase_ms(p) / 1e3);
-        #[allow(clippy::cast_precision_loss)]
         let sectors = lines(exp, configs, records, si, &|p| {
             swap_written(p) as f64 / 512.0
         });
@@ -111,7 +109,6 @@ fn panel(title: String, y_desc: &str, phases: &[String], lines: Vec<Line>, log: 
     let all = || lines.iter().flat_map(|l| l.points.iter().map(|q| q.1));
     let ymax = all().fold(0.0f64, f64::max).max(1.0) * 1.1;
     let ymin = all().filter(|&v| v > 0.0).fold(ymax, f64::min) * 0.8;
-    #[allow(clippy::cast_precision_loss)]
     let x = Axis::linear(0.5, phases.len() as f64 + 0.5);
     let y = if log && ymin < ymax {
         Axis::log(ymin, ymax)

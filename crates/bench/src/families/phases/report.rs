@@ -416,7 +416,6 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
         "| configuration | reported pages | zero faults | faults on released pages | reported pages taken back | MMIO exits | port exits |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-    #[allow(clippy::cast_precision_loss)]
     for c in shown {
         let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<u64>| {
             let mut v: Vec<f64> = records
@@ -453,7 +452,6 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
     for c in meta.configs {
         let mut row = format!("| {} |", c.name);
         for ph in &step.phases {
-            #[allow(clippy::cast_precision_loss)]
             let st = summary(&mut values(records, si, c.name, ph, |p| {
                 swap_written(p) as f64
             }));
@@ -471,7 +469,6 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
     );
     let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-    #[allow(clippy::cast_precision_loss)]
     for c in meta.configs {
         let med = |f: &dyn Fn(&Phase) -> f64| {
             summary(&mut values(records, si, c.name, "wall", f))
@@ -602,7 +599,6 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
             let _ = writeln!(s, "| {} |{}", c.name, " - |".repeat(15));
             continue;
         }
-        #[allow(clippy::cast_precision_loss)]
         let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<f64>, digits: usize| {
             let mut v: Vec<f64> = finals.iter().filter_map(|x| f(x)).collect();
             summary(&mut v).map_or("-".into(), |x| format!("{:.digits$}", x.0))
@@ -610,21 +606,17 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
         fn disk(x: &memvisor_api::VmStats) -> Option<&memvisor_api::DiskStats> {
             x.disks.get("swap")
         }
-        #[allow(clippy::cast_precision_loss)]
         let per_write = |x: &memvisor_api::VmStats, us: fn(&memvisor_api::DiskStats) -> u64| {
             disk(x).map(|d| us(d) as f64 / d.writes.max(1) as f64)
         };
-        #[allow(clippy::cast_precision_loss)]
         let ind = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::IndirectionStats) -> u64| {
             x.pager
                 .as_ref()
                 .map(|p| p.indirections.as_ref().map_or(0.0, |i| f(i) as f64))
         };
-        #[allow(clippy::cast_precision_loss)]
         let counter = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::PagerCounters) -> u64| {
             x.pager.as_ref().map(|p| f(&p.counters) as f64)
         };
-        #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",

@@ -349,13 +349,11 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
     let y = Axis::log(ymin.max(1e-3), ymax.max(1e-2));
     let (pages, victims) = (&setup.sizes.pages, &setup.sizes.victims);
     let largest = pages.iter().copied().max().unwrap_or(1);
-    #[allow(clippy::cast_precision_loss)]
     let by_pages: Vec<(f64, u32, u64)> = pages.iter().map(|&p| (p as f64, 1, p)).collect();
     let by_victims: Vec<(f64, u32, u64)> = victims
         .iter()
         .map(|&n| (f64::from(n), n, largest))
         .collect();
-    #[allow(clippy::cast_precision_loss)]
     let (pmin, pmax) = (
         pages.iter().copied().min().unwrap_or(1) as f64,
         largest as f64,

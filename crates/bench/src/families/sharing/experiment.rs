@@ -159,7 +159,6 @@ impl Census {
 
 /// The mean of `values` over the samples at or after `from` (the steady state), or over the
 /// last sample when none is that late.
-#[allow(clippy::cast_precision_loss)]
 pub fn steady(samples: &[(f64, f64)], from: f64) -> Option<f64> {
     let late: Vec<f64> = samples
         .iter()

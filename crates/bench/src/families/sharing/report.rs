@@ -34,7 +34,6 @@ pub struct Summary {
 
 /// The steady state of `p`: the samples in the `window` seconds before the first VM ended (or
 /// before the last sample).
-#[allow(clippy::cast_precision_loss)]
 pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
     let end = p
         .first_exit_s
@@ -311,14 +310,12 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         // Runs in which some VMs were killed still say what happened to the zero pages of the
         // others (the kills have their own column).
         let measured: Vec<&&SharingRun> = all.iter().filter(|p| p.zeroed > 0).collect();
-        #[allow(clippy::cast_precision_loss)]
         let col = |f: &dyn Fn(&SharingRun) -> u64| -> String {
             spread(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
                 format!("{x:.0}")
             })
         };
         let written = |p: &SharingRun| p.reclaimed_written + p.swap_out;
-        #[allow(clippy::cast_precision_loss)]
         let never: Vec<f64> = measured
             .iter()
             .map(|p| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64)
@@ -413,7 +410,6 @@ pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(
                 .find(|p| !p.probe && p.vms == n && p.mode == m.name && !p.samples.is_empty())
         })
         .collect();
-    #[allow(clippy::cast_precision_loss)]
     let to_mib = |pages: u64| pages as f64 * 4096.0 / numbers::MIB;
     let samples = || runs.iter().flat_map(|p| p.samples.iter());
     let tmax = samples().map(|s| s.t_s).fold(1.0, f64::max);

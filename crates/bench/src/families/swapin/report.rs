@@ -279,7 +279,6 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
         return Err("no run completed".into());
     }
     let ok: Vec<&SwapinRun> = points.iter().filter(|p| p.ok()).collect();
-    #[allow(clippy::cast_precision_loss)]
     let gib = |p: &SwapinRun| p.size as f64 / 1024.0 / MIB;
     let xmax = ok.iter().map(|p| gib(p)).fold(0.0f64, f64::max) * 1.1;
     let ymax = ok.iter().map(|p| p.back_s).fold(0.0f64, f64::max) * 2.0;

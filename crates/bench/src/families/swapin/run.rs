@@ -82,7 +82,6 @@ impl SwapinRun {
 
     /// MiB per second brought back.
     pub fn mib_s(&self) -> Option<f64> {
-        #[allow(clippy::cast_precision_loss)]
         let mib = (self.back_pages << 12) as f64 / MIB;
         (self.ok() && self.back_s > 0.0).then(|| mib / self.back_s)
     }
@@ -93,14 +92,12 @@ impl SwapinRun {
     }
 
     pub fn pager_mib_s(&self) -> Option<f64> {
-        #[allow(clippy::cast_precision_loss)]
         let mib = (self.back_pages << 12) as f64 / MIB;
         self.pager_s().filter(|&s| s > 0.0).map(|s| mib / s)
     }
 
     /// Nanoseconds per page brought back (MemFlex Table 1's "Total" per page).
     pub fn ns_per_page(&self) -> Option<f64> {
-        #[allow(clippy::cast_precision_loss)]
         (self.ok() && self.back_pages > 0).then(|| self.back_s * 1e9 / self.back_pages as f64)
     }
 }

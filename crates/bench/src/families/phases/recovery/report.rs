@@ -33,7 +33,6 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     /// When the hog started: its line, or the experiment's `hog_at` without one.
-    #[allow(clippy::cast_precision_loss)]
     pub fn hog_s(&self, release: &Release) -> f64 {
         self.trace
             .hog_start_ms
@@ -346,7 +345,6 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
             })
             .collect();
         let rec = config_recovery(ms);
-        #[allow(clippy::cast_precision_loss)]
         let ratio = match (rec, reference) {
             (Some(Recovery::After(a)), Some(Recovery::After(b))) if a > 0.0 => {
                 format!("{:.1}", b / a)
@@ -356,7 +354,6 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
             }
             _ => "-".into(),
         };
-        #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
             "| {} | {ok}/{} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} |",
@@ -492,7 +489,6 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
         let last = st.last().map(|x| x.1);
         let p = |x: Option<&VmStats>| x.and_then(|s| s.pager.clone());
         let (b, l) = (p(before), p(last));
-        #[allow(clippy::cast_precision_loss)]
         let mb = |pages: u64| format!("{:.0}", (pages << 12) as f64 / MIB);
         let swapped0 = b.as_ref().map_or(0, |x| x.pages.swapped_pages);
         let back = st
@@ -510,7 +506,6 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
             (Some(x), Some(y)) => f(y).saturating_sub(f(x)).to_string(),
             _ => "-".into(),
         };
-        #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -583,7 +578,6 @@ pub fn plot(
             format!(", {}", run.rec.result.status.as_str())
         };
         // Each second's throughput at the second's middle.
-        #[allow(clippy::cast_precision_loss)]
         let pts = run.trace.seconds.iter();
         let pts = pts.map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
         lines.push(Line::new(
@@ -594,7 +588,6 @@ pub fn plot(
         ));
     }
     let mean_or = |v: Vec<f64>, dflt: f64| numbers::mean(&v).unwrap_or(dflt);
-    #[allow(clippy::cast_precision_loss)]
     let hog = runs.iter().filter_map(|r| r.trace.hog_start_ms);
     let hog = mean_or(
         hog.map(|m| m as f64 / 1e3).collect(),

@@ -101,7 +101,6 @@ pub struct Measures {
 }
 
 /// The mean of whole numbers (`None` when there are none).
-#[allow(clippy::cast_precision_loss)]
 fn mean_of(v: impl Iterator<Item = u64>) -> Option<f64> {
     numbers::mean(&v.map(|x| x as f64).collect::<Vec<_>>())
 }
@@ -126,7 +125,6 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
     // From the release to the first second at RECOVERED of `level`.
     let back_to = |level: Option<f64>| match (release_s, level) {
         (Some(r), Some(b)) if b > 0.0 => {
-            #[allow(clippy::cast_precision_loss)]
             let hit = secs
                 .iter()
                 .find(|&&(n, ops)| end(n) > r && ops as f64 >= RECOVERED * b);

@@ -143,7 +143,6 @@ impl StatsSample {
     }
 
     /// A fraction of the sampled pages (the estimate or one of its averages) in bytes.
-    #[allow(clippy::cast_precision_loss)]
     pub fn bytes(&self, fraction: f64) -> f64 {
         fraction * self.base_bytes() as f64
     }

@@ -53,7 +53,6 @@ pub fn timeline(schedule: &[(u64, u64)], run: &RunResult) -> Vec<StepSpan> {
     };
     let mut spans = Vec::with_capacity(schedule.len());
     for (i, &(mb, secs)) in schedule.iter().enumerate() {
-        #[allow(clippy::cast_precision_loss)]
         let end = phase(i).map_or(start + secs as f64 * 1e3, |p| p.at_ms.max(start));
         spans.push(StepSpan {
             start_ms: start,
@@ -141,7 +140,6 @@ pub fn responses(spans: &[StepSpan], points: &[ScheduledSample]) -> Vec<Response
     let mut out = Vec::new();
     for i in 1..spans.len() {
         let (from, to) = (spans[i - 1].bytes, spans[i].bytes);
-        #[allow(clippy::cast_precision_loss)]
         let (f, t) = (from as f64, to as f64);
         let mark = f + REACHED * (t - f);
         let inside: Vec<&ScheduledSample> = points.iter().filter(|p| p.step == Some(i)).collect();
@@ -371,7 +369,6 @@ fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
     let t0 = spans.first().map_or(0.0, |s| s.start_ms);
     let mut v = Vec::new();
     for s in spans {
-        #[allow(clippy::cast_precision_loss)]
         let m = s.bytes as f64 / MIB;
         v.push(((s.start_ms - t0) / 1e3, m));
         v.push(((s.end_ms - t0) / 1e3, m));
@@ -401,7 +398,6 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         pts.iter().map(|p| (p.t_s, f(p) / MIB)).collect()
     };
     let touched = Line::new("touched (schedule)", BLACK, 3, staircase(&spans));
-    #[allow(clippy::cast_precision_loss)]
     let lines = vec![
         Line::new(
             "memory sampled from",
