@@ -10,9 +10,9 @@ pub struct Table {
 
 impl Table {
     /// A table with these column names and no rows.
-    pub fn new<S: AsRef<str>>(head: &[S]) -> Table {
+    pub fn new(head: impl IntoIterator<Item = impl ToString>) -> Table {
         Table {
-            head: head.iter().map(|h| h.as_ref().to_owned()).collect(),
+            head: head.into_iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
         }
     }
@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn tables_render_as_markdown_and_csv() {
-        let mut t = Table::new(&["a", "b"]);
+        let mut t = Table::new(["a", "b"]);
         t.row(vec!["1".into(), "x,y".into()]);
         assert_eq!(t.markdown(), "| a | b |\n|---|---|\n| 1 | x,y |\n");
         assert_eq!(t.csv(), "a,b\n1,\"x,y\"\n");

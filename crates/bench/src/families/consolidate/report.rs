@@ -23,18 +23,7 @@ use crate::report::table::{self, Table};
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
 pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String> {
-    let mut t = Table::new(&[
-        "seconds",
-        "vm",
-        "state",
-        "resident_bytes",
-        "target_bytes",
-        "balloon_bytes",
-        "swapped_bytes",
-        "limit_bytes",
-        "free_bytes",
-        "free_state",
-    ]);
+    let mut t = Table::new("seconds,vm,state,resident_bytes,target_bytes,balloon_bytes,swapped_bytes,limit_bytes,free_bytes,free_state".split(','));
     let mut names: Vec<String> = Vec::new();
     for h in history {
         for v in &h.vms {

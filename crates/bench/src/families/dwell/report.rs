@@ -112,15 +112,7 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         );
     }
     let _ = writeln!(s, "## Per policy\n");
-    let mut t = Table::new(&[
-        "policy",
-        "runs ok",
-        "released pages",
-        "came back",
-        "still out at the end",
-        "median dwell of those back (bucket middle)",
-        "guest's read, ms (first run)",
-    ]);
+    let mut t = Table::new("policy | runs ok | released pages | came back | still out at the end | median dwell of those back (bucket middle) | guest's read, ms (first run)".split(" | "));
     for policy in &setup.policies {
         let all: Vec<&DwellRun> = points.iter().filter(|p| &p.policy == policy).collect();
         let ok: Vec<&&DwellRun> = all.iter().filter(|p| p.ok()).collect();
@@ -158,7 +150,8 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
             s,
             "Share of the released pages that came back, by dwell time.\n"
         );
-        let mut t = Table::new(&[&["dwell".to_owned()][..], &setup.policies].concat());
+        let mut t =
+            Table::new(std::iter::once("dwell").chain(setup.policies.iter().map(String::as_str)));
         let hs: Vec<Vec<u64>> = setup.policies.iter().map(|p| merged(points, p)).collect();
         for i in 0..longest {
             let mut row = vec![bucket(i)];

@@ -2,13 +2,15 @@
 //! present even when the run died before it), `report.md` (medians, min and max, ratios against
 //! the reference configuration, runs that did not complete and why, set-up and environment).
 
-use crate::report::numbers::{mib_text, summary};
+use crate::report::numbers::{median, mib_text, summary};
 use std::fmt::Write as _;
+
+use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, VmStats};
 
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::{Experiment, Step};
-use crate::families::phases::vm::result::{Phase, RunResult, RunStatus};
-use crate::report::table;
+use crate::families::phases::vm::result::{fault_latency, Phase, RunResult, RunStatus};
+use crate::report::table::Table;
 
 /// One run of one configuration.
 pub struct Record {
@@ -55,8 +57,7 @@ pub fn swap_written(p: &Phase) -> u64 {
 
 /// `results.csv`.
 pub fn csv(exp: &Experiment, records: &[Record]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for r in records {
         let step = &exp.steps[r.step];
         let res = &r.result;
@@ -97,17 +98,12 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
                 ]),
                 None => cols.extend(std::iter::repeat_n(String::new(), 3)),
             }
-            cols.push(failcnt.clone());
-            cols.push(ooms.clone());
-            cols.push(res.reason.clone());
-            let line: Vec<String> = cols.iter().map(|c| table::field(c)).collect();
-            out.push_str(&line.join(","));
-            out.push('\n');
+            cols.extend([failcnt.clone(), ooms.clone(), res.reason.clone()]);
+            t.row(cols);
         }
     }
-    out
+    t.csv()
 }
-
 /// Values of completed phases `phase` of `config` in `step`.
 pub fn values(
     records: &[Record],
@@ -193,6 +189,34 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
     write_setup(&mut s, meta, &balloons);
     s
 }
+/// The runs of `config` in step `si`.
+fn runs_of<'a>(
+    records: &'a [Record],
+    si: usize,
+    config: &'a str,
+) -> impl Iterator<Item = &'a Record> + 'a {
+    records
+        .iter()
+        .filter(move |r| r.step == si && r.config.name == config)
+}
+
+/// The median of `v` with `decimals` decimals, `-` when `v` is empty.
+fn median_text(v: Vec<f64>, decimals: usize) -> String {
+    median(v).map_or("-".into(), |m| format!("{m:.decimals$}"))
+}
+
+/// A Markdown table of columns `head` (split at ` | `) with one row per configuration of
+/// `configs`: its name, then its `cells`.
+fn per_config(head: &str, configs: &[&Config], cells: impl Fn(&Config) -> Vec<String>) -> String {
+    let mut t = Table::new(head.split(" | "));
+    for c in configs {
+        let mut row = vec![c.name.to_owned()];
+        row.extend(cells(c));
+        t.row(row);
+    }
+    t.markdown()
+}
+
 /// The whole run per configuration: how many completed or were killed, the wall time and boot
 /// time against the reference.
 fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
@@ -203,69 +227,47 @@ fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, tit
         "## Whole run{title} (`{}` `{}`)\n",
         step.workload, step.cmdline
     );
-    let _ = writeln!(
-        s,
-        "| configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference} |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     let ref_wall = median_ms(records, si, reference, "wall");
     let ref_boot = median_ms(records, si, reference, "boot");
-    for c in meta.configs {
-        let runs: Vec<&Record> = records
-            .iter()
-            .filter(|r| r.step == si && r.config.name == c.name)
-            .collect();
-        let ok = runs
-            .iter()
-            .filter(|r| r.result.status == RunStatus::Ok)
-            .count();
-        let killed = runs
-            .iter()
-            .filter(|r| r.result.status == RunStatus::Killed)
-            .count();
+    let head = format!("configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference}");
+    s.push_str(&per_config(&head, meta.configs, |c| {
+        let runs: Vec<&Record> = runs_of(records, si, c.name).collect();
+        let count = |st: RunStatus| runs.iter().filter(|r| r.result.status == st).count();
         let wall = summary(&mut values(records, si, c.name, "wall", phase_ms));
         let boot = median_ms(records, si, c.name, "boot");
-        let _ = writeln!(
-            s,
-            "| {} | {ok}/{} | {killed} | {} | {} | {} | {} | {} |",
-            c.name,
-            runs.len(),
+        vec![
+            format!("{}/{}", count(RunStatus::Ok), runs.len()),
+            count(RunStatus::Killed).to_string(),
             wall.map_or("-".into(), |w| format!("{:.2}", w.0 / 1e3)),
             wall.map_or("-".into(), |w| format!("{:.2}–{:.2}", w.1 / 1e3, w.2 / 1e3)),
             ratio(wall.map(|w| w.0), ref_wall),
             boot.map_or("-".into(), |b| format!("{b:.0}")),
             ratio(boot, ref_boot),
-        );
-    }
+        ]
+    }));
 }
 
 /// The wall-time ratio against each of the papers' baselines that ran (`-` where the peer
 /// completed no run).
 fn against_peers(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let reference = meta.reference;
-    // The papers compare against more than one baseline: the wall-time ratio against each
-    // peer configuration that ran (`-` where the peer completed no run).
     let peers: Vec<&str> = PEERS
         .iter()
         .copied()
-        .filter(|p| *p != reference && meta.configs.iter().any(|c| c.name == *p))
+        .filter(|p| *p != meta.reference && meta.configs.iter().any(|c| c.name == *p))
         .collect();
-    if !peers.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
-        );
-        let _ = writeln!(s, "| configuration | vs {} |", peers.join(" | vs "));
-        let _ = writeln!(s, "|---|{}", "---|".repeat(peers.len()));
-        for c in meta.configs {
-            let wall = median_ms(records, si, c.name, "wall");
-            let mut row = format!("| {} |", c.name);
-            for p in &peers {
-                let _ = write!(row, " {} |", ratio(wall, median_ms(records, si, p, "wall")));
-            }
-            let _ = writeln!(s, "{row}");
-        }
+    if peers.is_empty() {
+        return;
     }
+    let _ = writeln!(
+        s,
+        "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
+    );
+    let head = format!("configuration | vs {}", peers.join(" | vs "));
+    s.push_str(&per_config(&head, meta.configs, |c| {
+        let wall = median_ms(records, si, c.name, "wall");
+        let of = |p: &&str| ratio(wall, median_ms(records, si, p, "wall"));
+        peers.iter().map(of).collect()
+    }));
 }
 
 /// The guest's time per phase: median, min–max and the ratio against the reference.
@@ -276,23 +278,17 @@ fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, t
         s,
         "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n"
     );
-    let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
-    let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
-    for c in meta.configs {
-        let mut row = format!("| {} |", c.name);
-        for ph in &step.phases {
+    let head = format!("configuration | {}", step.phases.join(" | "));
+    s.push_str(&per_config(&head, meta.configs, |c| {
+        let of = |ph: &String| {
             let st = summary(&mut values(records, si, c.name, ph, phase_ms));
             let r = ratio(st.map(|x| x.0), median_ms(records, si, reference, ph));
-            let _ = write!(
-                row,
-                " {} |",
-                st.map_or("-".into(), |(m, lo, hi, _)| format!(
-                    "{m:.0} ({lo:.0}–{hi:.0}) ×{r}"
-                ))
-            );
-        }
-        let _ = writeln!(s, "{row}");
-    }
+            st.map_or("-".into(), |(m, lo, hi, _)| {
+                format!("{m:.0} ({lo:.0}–{hi:.0}) ×{r}")
+            })
+        };
+        step.phases.iter().map(of).collect()
+    }));
 }
 
 /// Each configuration that only adds a balloon device against the same VM without it, per
@@ -319,25 +315,22 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
         s,
         "\n### The balloon device{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n"
     );
-    let _ = writeln!(
-        s,
-        "| with | without | {} | CPU, whole run |",
+    let head = format!(
+        "with | without | {} | CPU, whole run",
         step.phases.join(" | ")
     );
-    let _ = writeln!(s, "|---|---|{}", "---|".repeat(step.phases.len() + 1));
+    let mut t = Table::new(head.split(" | "));
     let cell = |med: String, mut per_rep: Vec<f64>| {
-        format!(
-            " {med} {} |",
-            summary(&mut per_rep).map_or("-".into(), |(m, lo, hi, n)| format!(
-                "(pairs {m:.2}, {lo:.2}–{hi:.2}, n={n})"
-            ))
-        )
+        let pairs = summary(&mut per_rep).map_or("-".into(), |(m, lo, hi, n)| {
+            format!("(pairs {m:.2}, {lo:.2}–{hi:.2}, n={n})")
+        });
+        format!("{med} {pairs}")
     };
     for (with, without) in pairs {
-        let mut row = format!("| {with} | {without} |");
+        let mut row = vec![with.to_owned(), without.to_owned()];
         for ph in &step.phases {
             let time = |r: &RunResult| r.phases.iter().find(|p| p.name == *ph).map(phase_ms);
-            row.push_str(&cell(
+            row.push(cell(
                 ratio(
                     median_ms(records, si, with, ph),
                     median_ms(records, si, without, ph),
@@ -345,22 +338,21 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
                 pair_ratios(records, si, with, without, time),
             ));
         }
+        let ok_cpu = |r: &RunResult| r.cpu_ms.filter(|_| r.status == RunStatus::Ok);
         let cpu = |c: &str| {
-            let mut v: Vec<f64> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c && r.result.status == RunStatus::Ok)
-                .filter_map(|r| r.result.cpu_ms)
-                .collect();
-            summary(&mut v).map(|x| x.0)
+            median(
+                runs_of(records, si, c)
+                    .filter_map(|r| ok_cpu(&r.result))
+                    .collect(),
+            )
         };
-        row.push_str(&cell(
+        row.push(cell(
             ratio(cpu(with), cpu(without)),
-            pair_ratios(records, si, with, without, |r: &RunResult| {
-                r.cpu_ms.filter(|_| r.status == RunStatus::Ok)
-            }),
+            pair_ratios(records, si, with, without, ok_cpu),
         ));
-        let _ = writeln!(s, "{row}");
+        t.row(row);
     }
+    s.push_str(&t.markdown());
 }
 
 /// The ratio of `f` of `a`'s run to `f` of `b`'s in each repetition where both have it.
@@ -372,14 +364,11 @@ fn pair_ratios(
     f: impl Fn(&RunResult) -> Option<f64>,
 ) -> Vec<f64> {
     let value = |config: &str, rep: u32| {
-        records
-            .iter()
-            .find(|r| r.step == si && r.config.name == config && r.rep == rep)
+        runs_of(records, si, config)
+            .find(|r| r.rep == rep)
             .and_then(|r| f(&r.result))
     };
-    records
-        .iter()
-        .filter(|r| r.step == si && r.config.name == a)
+    runs_of(records, si, a)
         .filter_map(|r| match (value(a, r.rep), value(b, r.rep)) {
             (Some(x), Some(y)) if y > 0.0 => Some(x / y),
             _ => None,
@@ -411,33 +400,20 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
         s,
         "\n### Balloon counters{title}: medians over the runs (memvisor's `GET /stats` at the end)\n"
     );
-    let _ = writeln!(
-        s,
-        "| configuration | reported pages | zero faults | faults on released pages | reported pages taken back | MMIO exits | port exits |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-    for c in shown {
-        let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<u64>| {
-            let mut v: Vec<f64> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c.name)
-                .filter_map(|r| r.result.final_stats.as_ref().and_then(f))
-                .map(|x| x as f64)
-                .collect();
-            summary(&mut v).map_or("-".into(), |m| format!("{:.0}", m.0))
+    s.push_str(&per_config("configuration | reported pages | zero faults | faults on released pages | reported pages taken back | MMIO exits | port exits", &shown, |c| {
+        let med = |f: &dyn Fn(&VmStats) -> Option<u64>| {
+            let at_end = |r: &Record| r.result.final_stats.as_ref().and_then(f);
+            median_text(runs_of(records, si, c.name).filter_map(at_end).map(|x| x as f64).collect(), 0)
         };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            c.name,
+        vec![
             med(&|v| v.balloon.as_ref().map(|b| b.reported_pages)),
             med(&|v| v.pager.as_ref().map(|p| p.counters.faults_zero)),
             med(&|v| v.pager.as_ref().map(|p| p.counters.faults_released)),
             med(&|v| v.pager.as_ref().map(|p| p.counters.false_reads_avoided)),
             med(&|v| Some(v.exits.mmio)),
             med(&|v| Some(v.exits.io)),
-        );
-    }
+        ]
+    }));
 }
 
 /// What was written to swap per phase: host swap-outs and the hypervisor process's writes.
@@ -447,18 +423,14 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
         s,
         "\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n"
     );
-    let _ = writeln!(s, "| configuration | {} |", step.phases.join(" | "));
-    let _ = writeln!(s, "|---|{}", "---|".repeat(step.phases.len()));
-    for c in meta.configs {
-        let mut row = format!("| {} |", c.name);
-        for ph in &step.phases {
-            let st = summary(&mut values(records, si, c.name, ph, |p| {
-                swap_written(p) as f64
-            }));
-            let _ = write!(row, " {} |", st.map_or("-".into(), |x| mib_text(x.0, 1)));
-        }
-        let _ = writeln!(s, "{row}");
-    }
+    let head = format!("configuration | {}", step.phases.join(" | "));
+    s.push_str(&per_config(&head, meta.configs, |c| {
+        let of = |ph: &String| {
+            let v = values(records, si, c.name, ph, |p| swap_written(p) as f64);
+            median(v).map_or("-".into(), |m| mib_text(m, 1))
+        };
+        step.phases.iter().map(of).collect()
+    }));
 }
 
 /// The host's measurements over the whole run, medians of the completed runs.
@@ -467,96 +439,66 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
         s,
         "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
     );
-    let _ = writeln!(s, "| configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for c in meta.configs {
-        let med = |f: &dyn Fn(&Phase) -> f64| {
-            summary(&mut values(records, si, c.name, "wall", f))
-                .map_or("-".into(), |x| mib_text(x.0, 1))
-        };
-        let run_med = |f: &dyn Fn(&RunResult) -> f64| {
-            let mut v: Vec<f64> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c.name)
-                .filter(|r| r.result.status == RunStatus::Ok)
-                .map(|r| f(&r.result))
-                .collect();
-            summary(&mut v).map_or("-".into(), |x| mib_text(x.0, 1))
-        };
-        let pager = |f: &dyn Fn(&crate::families::phases::vm::result::PagerCounters) -> u64| {
-            let mut v: Vec<f64> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c.name)
+    s.push_str(&per_config("configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs", meta.configs, |c| {
+        let mib = |v: Vec<f64>| median(v).map_or("-".into(), |m| mib_text(m, 1));
+        let wall = |f: &dyn Fn(&Phase) -> f64| mib(values(records, si, c.name, "wall", f));
+        let ok = || runs_of(records, si, c.name).filter(|r| r.result.status == RunStatus::Ok);
+        let run = |f: &dyn Fn(&RunResult) -> f64| mib(ok().map(|r| f(&r.result)).collect());
+        let pager = |f: &dyn Fn(&PagerCounters) -> u64| -> Vec<f64> {
+            runs_of(records, si, c.name)
                 .filter_map(|r| r.result.phases.iter().find(|p| p.name == "wall"))
                 .filter_map(|p| p.pager.map(|pc| f(&pc) as f64))
-                .collect();
-            summary(&mut v)
+                .collect()
         };
-        let lat = {
-            let ok: Vec<(u64, u64)> = records
-                .iter()
-                .filter(|r| r.step == si && r.config.name == c.name)
-                .filter_map(|r| {
-                    r.result
-                        .final_stats
-                        .as_ref()
-                        .and_then(crate::families::phases::vm::result::fault_latency)
-                })
-                .collect();
-            let mut p50: Vec<f64> = ok.iter().map(|l| l.0 as f64).collect();
-            let mut p99: Vec<f64> = ok.iter().map(|l| l.1 as f64).collect();
-            match (summary(&mut p50), summary(&mut p99)) {
-                (Some(a), Some(b)) => format!("{:.0}/{:.0}", a.0, b.0),
+        let lat: Vec<(u64, u64)> = runs_of(records, si, c.name)
+            .filter_map(|r| r.result.final_stats.as_ref().and_then(fault_latency))
+            .collect();
+        let p = |f: fn(&(u64, u64)) -> u64| median(lat.iter().map(|l| f(l) as f64).collect());
+        vec![
+            wall(&|p| p.swap_in as f64),
+            wall(&|p| p.swap_out as f64),
+            wall(&|p| p.io.read_bytes as f64),
+            wall(&|p| p.io.write_bytes as f64),
+            run(&|r| r.peak_rss as f64),
+            run(&|r| r.host_swap_peak as f64),
+            mib(pager(&|p| p.swap_bytes_read)),
+            mib(pager(&|p| p.swap_bytes_written)),
+            median_text(pager(&|p| p.faults_swap), 0),
+            match (p(|l| l.0), p(|l| l.1)) {
+                (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
                 _ => "-".into(),
-            }
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {lat} |",
-            c.name,
-            med(&|p| p.swap_in as f64),
-            med(&|p| p.swap_out as f64),
-            med(&|p| p.io.read_bytes as f64),
-            med(&|p| p.io.write_bytes as f64),
-            run_med(&|r| r.peak_rss as f64),
-            run_med(&|r| r.host_swap_peak as f64),
-            pager(&|p| p.swap_bytes_read).map_or("-".into(), |x| mib_text(x.0, 1)),
-            pager(&|p| p.swap_bytes_written).map_or("-".into(), |x| mib_text(x.0, 1)),
-            pager(&|p| p.faults_swap).map_or("-".into(), |x| format!("{:.0}", x.0)),
-        );
-    }
+            },
+        ]
+    }));
 }
 
 /// The runs that did not complete, with why.
 fn incomplete_runs(s: &mut String, meta: &Meta<'_>, records: &[Record]) {
     let exp = meta.experiment;
-    let bad: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.result.status != RunStatus::Ok)
-        .collect();
     let _ = writeln!(s, "## Runs that did not complete\n");
-    if bad.is_empty() {
+    let mut t = Table::new(
+        "configuration | workload | rep | status | exit | last phase completed | reason"
+            .split(" | "),
+    );
+    for r in records.iter().filter(|r| r.result.status != RunStatus::Ok) {
+        t.row(vec![
+            r.config.name.to_owned(),
+            exp.steps[r.step].workload.to_owned(),
+            r.rep.to_string(),
+            r.result.status.as_str().to_owned(),
+            r.result.exit.clone(),
+            r.result
+                .phases
+                .last()
+                .map_or("-", |p| p.name.as_str())
+                .to_owned(),
+            r.result.reason.replace('|', "/"),
+        ]);
+    }
+    if t.rows.is_empty() {
         let _ = writeln!(s, "None.\n");
     } else {
-        let _ = writeln!(
-            s,
-            "| configuration | workload | rep | status | exit | last phase completed | reason |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-        for r in bad {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                r.config.name,
-                exp.steps[r.step].workload,
-                r.rep,
-                r.result.status.as_str(),
-                r.result.exit,
-                r.result.phases.last().map_or("-", |p| p.name.as_str()),
-                r.result.reason.replace('|', "/")
-            );
-        }
-        s.push('\n');
+        let _ = writeln!(s, "{}", t.markdown());
     }
 }
 
@@ -581,82 +523,60 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
         s,
         "\n### The guest's swap disk and double paging{title} (memvisor's counters at the end; median of completed runs)\n"
     );
-    let _ = writeln!(
-        s,
-        "| configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | reads of the swap file | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches | swap-disk reads MB/s |"
-    );
-    let _ = writeln!(
-        s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for c in meta.configs {
-        let finals: Vec<&memvisor_api::VmStats> = records
-            .iter()
-            .filter(|r| r.step == si && r.config.name == c.name && r.result.status == RunStatus::Ok)
+    s.push_str(&per_config("configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | reads of the swap file | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches | swap-disk reads MB/s", meta.configs, |c| {
+        let finals: Vec<&VmStats> = runs_of(records, si, c.name)
+            .filter(|r| r.result.status == RunStatus::Ok)
             .filter_map(|r| r.result.final_stats.as_ref())
             .collect();
         if finals.is_empty() {
-            let _ = writeln!(s, "| {} |{}", c.name, " - |".repeat(15));
-            continue;
+            return vec!["-".to_owned(); 15];
         }
-        let med = |f: &dyn Fn(&memvisor_api::VmStats) -> Option<f64>, digits: usize| {
-            let mut v: Vec<f64> = finals.iter().filter_map(|x| f(x)).collect();
-            summary(&mut v).map_or("-".into(), |x| format!("{:.digits$}", x.0))
+        let med = |f: &dyn Fn(&VmStats) -> Option<f64>| {
+            median_text(finals.iter().filter_map(|x| f(x)).collect(), 0)
         };
-        fn disk(x: &memvisor_api::VmStats) -> Option<&memvisor_api::DiskStats> {
+        fn disk(x: &VmStats) -> Option<&DiskStats> {
             x.disks.get("swap")
         }
-        let per_write = |x: &memvisor_api::VmStats, us: fn(&memvisor_api::DiskStats) -> u64| {
+        let per_write = |x: &VmStats, us: fn(&DiskStats) -> u64| {
             disk(x).map(|d| us(d) as f64 / d.writes.max(1) as f64)
         };
-        let ind = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::IndirectionStats) -> u64| {
+        let ind = |x: &VmStats, f: fn(&IndirectionStats) -> u64| {
             x.pager
                 .as_ref()
                 .map(|p| p.indirections.as_ref().map_or(0.0, |i| f(i) as f64))
         };
-        let counter = |x: &memvisor_api::VmStats, f: fn(&memvisor_api::PagerCounters) -> u64| {
+        let counter = |x: &VmStats, f: fn(&PagerCounters) -> u64| {
             x.pager.as_ref().map(|p| f(&p.counters) as f64)
         };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            c.name,
-            med(&|x| disk(x).map(|d| d.writes as f64), 0),
-            med(
-                &|x| x
-                    .pager
-                    .as_ref()
-                    .map(|p| p.counters.double_paging_swap_ins as f64),
-                0
-            ),
-            med(&|x| per_write(x, |d| d.write_prepare_us), 0),
-            med(&|x| disk(x).map(|d| d.write_prepare_max_us as f64), 0),
-            med(&|x| per_write(x, |d| d.write_end_us), 0),
-            med(&|x| ind(x, |i| i.elided_pages), 0),
-            med(&|x| ind(x, |i| i.split_reads), 0),
-            med(&|x| ind(x, |i| i.blocks_read), 0),
-            med(&|x| ind(x, |i| i.store_reads), 0),
-            med(&|x| ind(x, |i| i.defragmented), 0),
-            med(&|x| ind(x, |i| i.regrouped), 0),
-            med(&|x| counter(x, |c| c.reclaimed_written), 0),
-            med(&|x| counter(x, |c| c.victim_cache_hits), 0),
-            med(&|x| counter(x, |c| c.victim_cache_caught), 0),
-            med(
-                &|x| disk(x).map(|d| d.bytes_read as f64 / d.read_us.max(1) as f64),
-                1
-            ),
-        );
-    }
+        let read_rate = |x: &VmStats| disk(x).map(|d| d.bytes_read as f64 / d.read_us.max(1) as f64);
+        vec![
+            med(&|x| disk(x).map(|d| d.writes as f64)),
+            med(&|x| counter(x, |c| c.double_paging_swap_ins)),
+            med(&|x| per_write(x, |d| d.write_prepare_us)),
+            med(&|x| disk(x).map(|d| d.write_prepare_max_us as f64)),
+            med(&|x| per_write(x, |d| d.write_end_us)),
+            med(&|x| ind(x, |i| i.elided_pages)),
+            med(&|x| ind(x, |i| i.split_reads)),
+            med(&|x| ind(x, |i| i.blocks_read)),
+            med(&|x| ind(x, |i| i.store_reads)),
+            med(&|x| ind(x, |i| i.defragmented)),
+            med(&|x| ind(x, |i| i.regrouped)),
+            med(&|x| counter(x, |c| c.reclaimed_written)),
+            med(&|x| counter(x, |c| c.victim_cache_hits)),
+            med(&|x| counter(x, |c| c.victim_cache_caught)),
+            median_text(finals.iter().filter_map(|x| read_rate(x)).collect(), 1),
+        ]
+    }));
     let _ = writeln!(
         s,
         "\nTesseract's Table 4 (SPECjbb, 10 % host overcommitment, a 60 MB memhog, 7200 rpm disks): write prepare 24,262 µs without it, 220 µs with it; write completion 0 and 49 µs. \
          QEMU's counterpart of these counters is inside the host kernel, so its row stays empty."
     );
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::table;
 
     #[test]
     fn medians_and_csv_quoting() {

@@ -159,14 +159,8 @@ fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         "Milliseconds from the request to having every page: median (min–max) of the completed runs; the paper's figure after the slash (Table 2 gives HD2 one row for every state, and the balloon rows for an idle victim and for one whose pages are all dirty).\n"
     );
     let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages (ms)"));
-    let mut t = Table::new(
-        &[
-            &["method".into(), "state".into()],
-            &pages.collect::<Vec<String>>()[..],
-            &["runs ok".into()],
-        ]
-        .concat(),
-    );
+    let head = ["method".into(), "state".into()].into_iter().chain(pages);
+    let mut t = Table::new(head.chain(["runs ok".to_owned()]));
     for m in &setup.methods {
         for st in &setup.states {
             let mut row = vec![m.name.to_owned(), st.name.to_owned()];
@@ -212,13 +206,7 @@ fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         "The ratio of the medians above: below 1, the first method obtained the pages sooner. The machine is shared, so only large ratios say anything.\n"
     );
     let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages"));
-    let mut t = Table::new(
-        &[
-            &["ratio".into(), "state".into()],
-            &pages.collect::<Vec<String>>()[..],
-        ]
-        .concat(),
-    );
+    let mut t = Table::new(["ratio".into(), "state".into()].into_iter().chain(pages));
     for (a, b) in pairs {
         for st in &setup.states {
             let mut row = vec![format!("{} / {}", a.name, b.name), st.name.to_owned()];
@@ -247,12 +235,8 @@ fn victims(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         "The same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n"
     );
     let victims = setup.sizes.victims.iter().map(|n| format!("{n} victim(s)"));
-    let head = [
-        &["method".into(), "state".into(), "pages".into()],
-        &victims.collect::<Vec<String>>()[..],
-    ]
-    .concat();
-    let mut t = Table::new(&head);
+    let head = ["method".into(), "state".into(), "pages".into()];
+    let mut t = Table::new(head.into_iter().chain(victims));
     for m in &setup.methods {
         for st in &setup.states {
             for &pages in &setup.sizes.pages {

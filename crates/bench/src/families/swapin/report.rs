@@ -102,18 +102,7 @@ fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
         s,
         "\"Pager's own\": proactive modes, the time the pager's log gives for the swap-in (from the limit's removal reaching it to its last install); the harness's time adds the wait for the `GET /stats` answer that shows it done. \"Guest's next sweep\": the guest's first sweep of the size once it runs again (in the fault modes, that is the measurement).\n"
     );
-    let mut t = Table::new(&[
-        "size",
-        "mode",
-        "runs ok",
-        "seconds",
-        "MiB/s",
-        "pager's own s",
-        "pager's own MiB/s",
-        "ns per page",
-        "out (s)",
-        "guest's next sweep (ms)",
-    ]);
+    let mut t = Table::new("size | mode | runs ok | seconds | MiB/s | pager's own s | pager's own MiB/s | ns per page | out (s) | guest's next sweep (ms)".split(" | "));
     for &size in &setup.sizes {
         for m in &setup.modes {
             let c = cell(points, size, m.name);
@@ -154,13 +143,7 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             _ => "–",
         }
     };
-    let mut t = Table::new(&[
-        "size",
-        "mode",
-        "seconds here",
-        "ns per page here",
-        "MemFlex",
-    ]);
+    let mut t = Table::new("size | mode | seconds here | ns per page here | MemFlex".split(" | "));
     for &size in &setup.sizes {
         for m in &setup.modes {
             let ok: Vec<&SwapinRun> = cell(points, size, m.name)
