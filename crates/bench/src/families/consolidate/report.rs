@@ -160,16 +160,16 @@ fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1e3)
 }
 
-fn table_head(md: &mut String, configs: &[(&'static str, Launch)]) {
-    md.push_str("| VMs |");
-    for (c, _) in configs {
-        let _ = write!(md, " {c} |");
+/// A Markdown table with a row per N and a column per configuration, `cell(n, config)` its
+/// cells.
+fn by_n(shape: &ConsolidatePlan, cell: impl Fn(u32, &str) -> String) -> String {
+    let configs = shape.configs.iter().map(|(c, _)| *c);
+    let mut t = Table::new(std::iter::once("VMs").chain(configs.clone()));
+    for &n in &shape.ns {
+        let row = std::iter::once(label(n, shape.cores));
+        t.row(row.chain(configs.clone().map(|c| cell(n, c))).collect());
     }
-    md.push_str("\n|---|");
-    for _ in configs {
-        md.push_str("---|");
-    }
-    md.push('\n');
+    t.markdown()
 }
 
 pub fn write_outputs(
@@ -300,84 +300,57 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         let reference_name = scenario.reference();
         let _ = writeln!(md, "## scenario `{}`\n", scenario.name());
         let _ = writeln!(md, "Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `{reference_name}`; `n failed` counts VMs that did not finish.\n");
-        table_head(&mut md, &shape.configs);
-        for &n in &shape.ns {
-            let _ = write!(md, "| {} |", label(n, shape.cores));
+        md.push_str(&by_n(shape, |n, c| {
             let reference = cell(records, reference_name, scenario, n).and_then(|c| c.median);
-            for (c, _) in &shape.configs {
-                match cell(records, c, scenario, n) {
-                    None => md.push_str(" – |"),
-                    Some(cell) => {
-                        match cell.median {
-                            Some(m) => {
-                                let _ = write!(md, " {m:.1}");
-                                if cell.reps > 1 {
-                                    let _ = write!(md, " [{:.1}–{:.1}]", cell.min, cell.max);
-                                }
-                                if let Some(r) = reference.filter(|_| *c != reference_name) {
-                                    let _ = write!(md, " ({:.2}x)", m / r);
-                                }
-                            }
-                            None => md.push_str(" none finished"),
-                        }
-                        if cell.failed > 0 {
-                            let _ = write!(md, ", {} failed", cell.failed);
-                        }
-                        md.push_str(" |");
-                    }
+            let Some(cell) = cell(records, c, scenario, n) else {
+                return "–".into();
+            };
+            let mut text = match cell.median {
+                Some(m) => format!("{m:.1}"),
+                None => "none finished".into(),
+            };
+            if let Some(m) = cell.median {
+                if cell.reps > 1 {
+                    let _ = write!(text, " [{:.1}–{:.1}]", cell.min, cell.max);
+                }
+                if let Some(r) = reference.filter(|_| c != reference_name) {
+                    let _ = write!(text, " ({:.2}x)", m / r);
                 }
             }
-            md.push('\n');
-        }
+            if cell.failed > 0 {
+                let _ = write!(text, ", {} failed", cell.failed);
+            }
+            text
+        }));
         by_workload(&mut md, records, shape, scenario);
         let _ = writeln!(
             md,
             "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
             scenario.name()
         );
-        table_head(&mut md, &shape.configs);
-        for &n in &shape.ns {
-            let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in &shape.configs {
-                let o: Vec<f64> = traces(runs, c, scenario, n)
-                    .filter_map(|r| r.overlap)
-                    .collect();
-                match median(o) {
-                    Some(o) => {
-                        let _ = write!(md, " {:.0} % |", o * 100.0);
-                    }
-                    None => md.push_str(" – |"),
-                }
-            }
-            md.push('\n');
-        }
+        md.push_str(&by_n(shape, |n, c| {
+            let o = traces(runs, c, scenario, n).filter_map(|r| r.overlap);
+            median(o.collect()).map_or("–".into(), |o| format!("{:.0} %", o * 100.0))
+        }));
         let _ = writeln!(
             md,
             "\nThe summed RSS of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), sampled every 200 ms, against the {} MiB budget: the highest sum in MiB over the repetitions, and **over** with the seconds it spent above the budget:\n",
             BUDGET >> 20
         );
-        table_head(&mut md, &shape.configs);
-        for &n in &shape.ns {
-            let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in &shape.configs {
-                let mine: Vec<_> = traces(runs, c, scenario, n)
-                    .map(|r| rss_summary(&r.rss, BUDGET))
-                    .collect();
-                if mine.is_empty() {
-                    md.push_str(" – |");
-                    continue;
-                }
-                let peak = mine.iter().map(|s| s.peak).max().unwrap_or(0);
-                let over: f64 = mine.iter().map(|s| s.over_secs).sum();
-                let n_over: usize = mine.iter().map(|s| s.over_samples).sum();
-                if n_over > 0 {
-                    let _ = write!(md, " {} **over** {over:.1} s |", mib_text(peak, 0));
-                } else {
-                    let _ = write!(md, " {} |", mib_text(peak, 0));
-                }
+        md.push_str(&by_n(shape, |n, c| {
+            let mine: Vec<_> = traces(runs, c, scenario, n)
+                .map(|r| rss_summary(&r.rss, BUDGET))
+                .collect();
+            let Some(peak) = mine.iter().map(|s| s.peak).max() else {
+                return "–".into();
+            };
+            let over: f64 = mine.iter().map(|s| s.over_secs).sum();
+            if mine.iter().any(|s| s.over_samples > 0) {
+                format!("{} **over** {over:.1} s", mib_text(peak, 0))
+            } else {
+                mib_text(peak, 0)
             }
-            md.push('\n');
-        }
+        }));
         for &n in &shape.ns {
             if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
                 let _ = writeln!(
@@ -388,52 +361,41 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
             }
         }
         md.push_str("\nThe longest a single fault took to serve in any memvisor VM (its pager's `fault_latency.max_us`, over its last 16,384 faults), in ms, the most over the repetitions: a VM held up behind one fault shows here.\n\n");
-        table_head(&mut md, &shape.configs);
-        for &n in &shape.ns {
-            let _ = write!(md, "| {} |", label(n, shape.cores));
-            for (c, _) in &shape.configs {
-                let longest = records
-                    .iter()
-                    .filter(|r| r.config == *c && r.scenario == scenario && r.n == n)
-                    .filter_map(|r| r.longest_fault_us)
-                    .max();
-                match longest {
-                    Some(us) => {
-                        let _ = write!(md, " {} |", ms(us));
-                    }
-                    None => md.push_str(" – |"),
-                }
-            }
-            md.push('\n');
-        }
+        md.push_str(&by_n(shape, |n, c| {
+            let mine = records
+                .iter()
+                .filter(|r| r.config == c && r.scenario == scenario && r.n == n);
+            mine.filter_map(|r| r.longest_fault_us)
+                .max()
+                .map_or("–".into(), ms)
+        }));
         md.push('\n');
     }
     let limited: Vec<&Record> = records.iter().filter(|r| r.cgroup.is_some()).collect();
     if !limited.is_empty() {
-        md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, its highest usage (`memory.max_usage_in_bytes`), `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n| scenario | VMs | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, its highest usage (`memory.max_usage_in_bytes`), `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n");
+        let mut t = Table::new("scenario | VMs | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished".split(" | "));
         for r in limited {
             let c = r.cgroup.unwrap_or_default();
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.scenario.name(),
-                r.n,
-                r.rep,
-                r.vm,
-                r.workload,
+            t.row(vec![
+                r.scenario.name().to_owned(),
+                r.n.to_string(),
+                r.rep.to_string(),
+                r.vm.to_string(),
+                r.workload.to_owned(),
                 mib_text(c.limit, 0),
                 mib_text(c.max_usage, 0),
-                c.failcnt,
-                c.oom_kills,
+                c.failcnt.to_string(),
+                c.oom_kills.to_string(),
                 mib_text(c.swap_peak, 0),
                 if r.ok {
-                    "yes".to_owned()
+                    "yes".into()
                 } else {
                     format!("no: {}", r.note)
-                }
-            );
+                },
+            ]);
         }
-        md.push('\n');
+        let _ = writeln!(md, "{}", t.markdown());
     }
     if !shape.notes.is_empty() {
         md.push_str("## ConsolidatePlan\n\n");
@@ -464,15 +426,8 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
         md,
         "\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n"
     );
-    md.push_str("| VMs | workload |");
-    for (c, _) in &shape.configs {
-        let _ = write!(md, " {c} |");
-    }
-    md.push_str("\n|---|---|");
-    for _ in &shape.configs {
-        md.push_str("---|");
-    }
-    md.push('\n');
+    let configs = shape.configs.iter().map(|(c, _)| *c);
+    let mut t = Table::new(["VMs", "workload"].into_iter().chain(configs.clone()));
     for &n in &shape.ns {
         for w in &workloads {
             let mine = |config: &str| -> Option<f64> {
@@ -485,21 +440,16 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
                 median(rep_means(&mine))
             };
             let r = mine(reference);
-            let _ = write!(md, "| {} | {w} |", label(n, shape.cores));
-            for (c, _) in &shape.configs {
-                match (mine(c), r) {
-                    (Some(m), Some(r)) if *c != reference => {
-                        let _ = write!(md, " {m:.1} ({:.2}x) |", m / r);
-                    }
-                    (Some(m), _) => {
-                        let _ = write!(md, " {m:.1} |");
-                    }
-                    (None, _) => md.push_str(" – |"),
-                }
-            }
-            md.push('\n');
+            let cell = |c: &str| match (mine(c), r) {
+                (Some(m), Some(r)) if c != reference => format!("{m:.1} ({:.2}x)", m / r),
+                (Some(m), _) => format!("{m:.1}"),
+                (None, _) => "–".into(),
+            };
+            let row = [label(n, shape.cores), (*w).to_owned()].into_iter();
+            t.row(row.chain(configs.clone().map(cell)).collect());
         }
     }
+    md.push_str(&t.markdown());
 }
 
 /// One colour per configuration (`experiment::CONFIGS`).
