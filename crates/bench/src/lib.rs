@@ -19,7 +19,7 @@
 //! | `harness/child.rs` | child processes: spawning a VMM with its console teed to a log, exit, CPU time |
 //! | `harness/guest.rs` | the guest's `RESULT` lines and the VMM's final stats file |
 //! | `harness/qmp.rs` | the one QMP client (QEMU's balloon) |
-//! | `harness/setup.rs` | host set-up: the bench lock, `mkdisk`, host swap, QEMU's overhead |
+//! | `harness/setup.rs` | host set-up: the bench lock, `mkdisk`, host swap, QEMU's overhead, the plain VM of `memvisor host` families start from |
 //! | `harness/order.rs` | the order configurations run in, per repetition |
 //! | `harness/readings.rs` | the host's `/proc` and cgroup readings, and the run's environment |
 //! | `harness/teardown.rs` | undoing what a bench did, also on Ctrl-C, SIGTERM or an error |

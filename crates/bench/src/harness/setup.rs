@@ -123,3 +123,38 @@ pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
     }
     Ok(most)
 }
+
+/// A VM of `memvisor host` with `mem_mb` MiB, `shares` and the guest kit's `workload`, and
+/// none of memvisor's mechanisms: what a family's VMs start from.
+pub fn host_vm(
+    name: &str,
+    mem_mb: u64,
+    shares: u64,
+    workload: &str,
+    cmdline: String,
+) -> memvisor_api::VmSpec {
+    memvisor_api::VmSpec {
+        name: name.into(),
+        mem: mem_mb << 20,
+        min: 0,
+        shares,
+        vcpus: 1,
+        workload: Some(workload.into()),
+        kernel: None,
+        cmdline,
+        disks: Vec::new(),
+        balloon: false,
+        mapper: false,
+        preventer: false,
+        tesseract: false,
+        tesseract_max: None,
+        tesseract_sync: None,
+        tesseract_defrag: None,
+        victim_cache: 0,
+        release_cache: None,
+        release_ready: None,
+        victims: None,
+        pager: None,
+        sharing: None,
+    }
+}

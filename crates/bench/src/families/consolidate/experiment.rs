@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use memvisor_api::VmSpec;
 
+use crate::harness::setup::host_vm;
+
 /// Guest RAM of each VM.
 pub const MEM: u64 = 320 << 20;
 
@@ -400,28 +402,14 @@ pub fn spec(i: u32, kind: Launch, scenario: Scenario, disk: &str) -> VmSpec {
     };
     let (workload, cmdline) = job(scenario, i);
     VmSpec {
-        name: format!("vm{i}"),
-        mem: MEM,
-        min: 0,
-        shares: 1000,
-        vcpus: 1,
-        workload: Some(workload.into()),
-        kernel: None,
-        cmdline: cmdline.into(),
         disks: vec![disk.to_owned()],
         balloon,
         mapper: vswapper,
         preventer: vswapper,
-        tesseract: false,
-        tesseract_max: None,
-        tesseract_sync: None,
-        tesseract_defrag: None,
-        victim_cache: 0,
-        release_cache: None,
-        release_ready: None,
         victims: hd2.map(Into::into),
         pager: baseline.then(|| "baseline".into()),
         sharing: sharing.then(|| "host".into()),
+        ..host_vm(&format!("vm{i}"), MEM >> 20, 1000, workload, cmdline.into())
     }
 }
 

@@ -37,33 +37,6 @@ pub struct HostExperiment {
     pub why: Vec<String>,
 }
 
-pub fn vm(name: &str, mem_mb: u64, shares: u64, workload: &str, cmdline: String) -> VmSpec {
-    VmSpec {
-        name: name.into(),
-        mem: mem_mb << 20,
-        min: 0,
-        shares,
-        vcpus: 1,
-        workload: Some(workload.into()),
-        kernel: None,
-        cmdline,
-        disks: Vec::new(),
-        balloon: false,
-        mapper: false,
-        preventer: false,
-        tesseract: false,
-        tesseract_max: None,
-        tesseract_sync: None,
-        tesseract_defrag: None,
-        victim_cache: 0,
-        release_cache: None,
-        release_ready: None,
-        victims: None,
-        pager: None,
-        sharing: None,
-    }
-}
-
 /// The budget that leaves `usable` bytes to divide among `n` VMs: targets divide the budget
 /// minus each VMM's overhead and the high state's 6 % reserve.
 pub fn budget_for(usable_mb: u64, n: u64) -> u64 {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::experiment::{budget_for, vm, Goal, HostExperiment, PlannedVm};
+use super::experiment::{budget_for, Goal, HostExperiment, PlannedVm};
 use crate::args::Scale;
+use crate::harness::setup::host_vm as vm;
 
 /// `memvisor bench idletax` at `scale`.
 pub fn experiment(scale: Scale) -> HostExperiment {
