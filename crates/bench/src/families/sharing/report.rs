@@ -13,7 +13,7 @@ use super::experiment::{half_time, steady};
 use super::run::SharingRun;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers;
-use crate::report::table;
+use crate::report::table::{self, Table};
 
 /// A run's figures at steady state.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -175,11 +175,7 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         "Medians over the repetitions (min–max when more than one). *Shared*: guest pages mapping a KSM page or the zero page; *reclaimed*: what that frees (shared less the distinct KSM pages, each kept once); both as a share of the VMs' guest memory present, the mean over the last {} s before the first VM ended. *Throughput*: the stores' ops/s summed over the VMs (each VM's mean over the same seconds), and against `memvisor-off` with the same VMs in the same repetition.\n",
         setup.sizes.steady.as_secs()
     );
-    let _ = writeln!(
-        s,
-        "| VMs | mode | runs ok | guest memory present (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | throughput (ops/s) | throughput vs sharing off | reclaimed vs QEMU |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("VMs | mode | runs ok | guest memory present (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | throughput (ops/s) | throughput vs sharing off | reclaimed vs QEMU".split(" | "));
     for &n in &setup.sizes.vms {
         for mode in &setup.modes {
             let all: Vec<&&SharingRun> = runs
@@ -202,36 +198,27 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                     .collect()
             };
             let ratio = |x: f64| format!("{x:.2}");
-            let _ = writeln!(
-                s,
-                "| {n} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                mode.name,
-                ok.len(),
-                all.len(),
+            // A share of the guest memory present, in per cent.
+            let share = |f: &dyn Fn(&Summary) -> f64| {
+                let of = |m: &Summary| {
+                    if m.present > 0.0 {
+                        100.0 * f(m) / m.present
+                    } else {
+                        0.0
+                    }
+                };
+                spread(sm.iter().map(of).collect(), &|x| format!("{x:.0} %"))
+            };
+            t.row(vec![
+                n.to_string(),
+                mode.name.to_owned(),
+                format!("{}/{}", ok.len(), all.len()),
                 spread(col(&|m| m.present), &pages_mib),
-                spread(
-                    sm.iter()
-                        .map(|m| if m.present > 0.0 {
-                            100.0 * m.shared / m.present
-                        } else {
-                            0.0
-                        })
-                        .collect(),
-                    &|x| format!("{x:.0} %")
-                ),
-                spread(
-                    sm.iter()
-                        .map(|m| if m.present > 0.0 {
-                            100.0 * m.reclaimed / m.present
-                        } else {
-                            0.0
-                        })
-                        .collect(),
-                    &|x| format!("{x:.0} %")
-                ),
-                spread(sm.iter().filter_map(|m| m.half_s).collect(), &|x| format!(
-                    "{x:.0} s"
-                )),
+                share(&|m| m.shared),
+                share(&|m| m.reclaimed),
+                spread(sm.iter().filter_map(|m| m.half_s).collect(), &|x| {
+                    format!("{x:.0} s")
+                }),
                 spread(col(&|m| 100.0 * m.ksmd), &|x| format!("{x:.1} %")),
                 spread(col(&|m| m.ops_s), &|x| format!("{x:.0}")),
                 if mode.name == "memvisor-off" {
@@ -243,10 +230,11 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                     "–".into()
                 } else {
                     spread(against("qemu-merge", &|m| m.reclaimed), &ratio)
-                }
-            );
+                },
+            ]);
         }
     }
+    s.push_str(&t.markdown());
     let probes: Vec<&SharingRun> = points.iter().filter(|p| p.probe).collect();
     if probes.is_empty() {
         return;
@@ -257,11 +245,7 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         "Two VMs per mode run `probe {}`: each holds pages whose content is the same in both VMs (*common*) and pages only it holds (*private*), waits, then times the first write to each. A write to a page the host shares traps to the host for a copy; *went to the host* counts first writes slower than 2 µs. Summed over both VMs and all rounds.\n",
         setup.sizes.probe.as_deref().unwrap_or("")
     );
-    let _ = writeln!(
-        s,
-        "| mode | runs ok | pages timed (each kind) | first write to a common page: mean ns | to a private page | common writes that went to the host | private writes that did |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let mut t = Table::new("mode | runs ok | pages timed (each kind) | first write to a common page: mean ns | to a private page | common writes that went to the host | private writes that did".split(" | "));
     for mode in &setup.modes {
         let all: Vec<&&SharingRun> = probes.iter().filter(|p| p.mode == mode.name).collect();
         let rounds: Vec<_> = all
@@ -278,18 +262,25 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             let total: u64 = rounds.iter().map(|r| f(r) * r.pages).sum();
             format!("{}", total / pages)
         };
-        let _ = writeln!(
-            s,
-            "| {} | {}/{} | {pages} | {} | {} | {} | {} |",
-            mode.name,
-            all.iter().filter(|p| p.ok()).count(),
-            all.len(),
+        t.row(vec![
+            mode.name.to_owned(),
+            format!("{}/{}", all.iter().filter(|p| p.ok()).count(), all.len()),
+            pages.to_string(),
             mean(|r| r.common_ns),
             mean(|r| r.private_ns),
-            rounds.iter().map(|r| r.common_slow).sum::<u64>(),
-            rounds.iter().map(|r| r.private_slow).sum::<u64>(),
-        );
+            rounds
+                .iter()
+                .map(|r| r.common_slow)
+                .sum::<u64>()
+                .to_string(),
+            rounds
+                .iter()
+                .map(|r| r.private_slow)
+                .sum::<u64>()
+                .to_string(),
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
@@ -299,11 +290,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         s,
         "Per run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written). A run in which the OOM killer ended some VMs counts what the others did.\n"
     );
-    let _ = writeln!(
-        s,
-        "| mode | runs ok | VMs OOM-killed | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least) |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("mode | runs ok | VMs OOM-killed | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least)".split(" | "));
     for mode in &setup.modes {
         let all: Vec<&SharingRun> = points.iter().filter(|p| p.mode == mode.name).collect();
         let ok = all.iter().filter(|p| p.ok()).count();
@@ -320,21 +307,19 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             .iter()
             .map(|p| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64)
             .collect();
-        let _ = writeln!(
-            s,
-            "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
-            mode.name,
-            ok,
-            all.len(),
-            all.iter().map(|p| p.oom_kills).sum::<u32>(),
+        t.row(vec![
+            mode.name.to_owned(),
+            format!("{ok}/{}", all.len()),
+            all.iter().map(|p| p.oom_kills).sum::<u32>().to_string(),
             col(&|p| p.zeroed),
             col(&|p| summary(p, w).zero_max),
             col(&|p| p.reclaimed_zero),
             col(&|p| p.swap_out_zero),
             col(&written),
-            spread(never, &|x| format!("{x:.1} %"))
-        );
+            spread(never, &|x| format!("{x:.1} %")),
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 /// `report.md`.
