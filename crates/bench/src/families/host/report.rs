@@ -9,7 +9,7 @@ use memvisor_api::HostEventKind;
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
 use super::summary::*;
-use crate::report::table;
+use crate::report::table::{self, Table};
 
 /// `results.csv`: for every run, a `sample` row per VM and tick, a `throughput` row per reading,
 /// an `event` row per host event, and the `summary` rows (metric, value).
@@ -118,20 +118,18 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
         e.tick.as_millis(),
         e.duration
     );
-    let _ = writeln!(s, "| VM | mem MiB | shares | joins at s | workload |");
-    let _ = writeln!(s, "|---|---|---|---|---|");
+    let mut t = Table::new("VM | mem MiB | shares | joins at s | workload".split(" | "));
     for v in &e.vms {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {:.0} | `{} {}` |",
-            v.spec.name,
-            v.spec.mem >> 20,
-            v.spec.shares,
-            v.at,
-            v.spec.workload.as_deref().unwrap_or("-"),
-            v.spec.cmdline
-        );
+        let workload = v.spec.workload.as_deref().unwrap_or("-");
+        t.row(vec![
+            v.spec.name.clone(),
+            (v.spec.mem >> 20).to_string(),
+            v.spec.shares.to_string(),
+            format!("{:.0}", v.at),
+            format!("`{workload} {}`", v.spec.cmdline),
+        ]);
     }
+    s.push_str(&t.markdown());
     for (at, tax) in &e.tax_changes {
         let _ = writeln!(
             s,
@@ -200,25 +198,21 @@ fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
         "Steady state: {:.0}–{:.0} s (the last minute of the run, at most its second half).\n",
         x.window.0, x.window.1
     );
-    let _ = writeln!(
-        s,
-        "| VM | allocation MiB (resident, mean) | active (sampled, mean) | touches/s |"
+    let mut t = Table::new(
+        "VM | allocation MiB (resident, mean) | active (sampled, mean) | touches/s".split(" | "),
     );
-    let _ = writeln!(s, "|---|---|---|---|");
-    let _ = writeln!(
-        s,
-        "| {big} | {:.1} | {:.3} | {} |",
-        x.big_mib,
-        x.big_active,
-        opt(x.big_rate, 0)
-    );
-    let _ = writeln!(
-        s,
-        "| {small} | {:.1} | {:.3} | {} |",
-        x.small_mib,
-        x.small_active,
-        opt(x.small_rate, 0)
-    );
+    for (vm, mib, active, rate) in [
+        (big, x.big_mib, x.big_active, x.big_rate),
+        (small, x.small_mib, x.small_active, x.small_rate),
+    ] {
+        t.row(vec![
+            vm.to_owned(),
+            format!("{mib:.1}"),
+            format!("{active:.3}"),
+            opt(rate, 0),
+        ]);
+    }
+    s.push_str(&t.markdown());
     let _ = writeln!(
         s,
         "\n- allocation ratio {big}/{small}: **{:.3}** (per tick {:.3}–{:.3}); the targets' ratio {:.3}; goal {goal:.0}",
@@ -246,26 +240,20 @@ fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
         );
         return;
     };
-    let _ = writeln!(
-        s,
-        "| idle tax | steady window s | {idle} MiB (target) | {busy} MiB (target) | {idle} active | {busy} active | {busy} ops/s |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let head = format!("idle tax | steady window s | {idle} MiB (target) | {busy} MiB (target) | {idle} active | {busy} active | {busy} ops/s");
+    let mut t = Table::new(head.split(" | "));
     for (tax, p) in [("0", &x.untaxed), ("0.75", &x.taxed)] {
-        let _ = writeln!(
-            s,
-            "| {tax} | {:.0}–{:.0} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.3} | {:.3} | {} |",
-            p.window.0,
-            p.window.1,
-            p.idle_mib,
-            p.idle_target_mib,
-            p.busy_mib,
-            p.busy_target_mib,
-            p.idle_active,
-            p.busy_active,
-            opt(p.busy_rate, 0)
-        );
+        t.row(vec![
+            tax.to_owned(),
+            format!("{:.0}–{:.0}", p.window.0, p.window.1),
+            format!("{:.1} ({:.1})", p.idle_mib, p.idle_target_mib),
+            format!("{:.1} ({:.1})", p.busy_mib, p.busy_target_mib),
+            format!("{:.3}", p.idle_active),
+            format!("{:.3}", p.busy_active),
+            opt(p.busy_rate, 0),
+        ]);
     }
+    s.push_str(&t.markdown());
     let _ = writeln!(
         s,
         "\n- at tax 0 both get the same allocation (within 10 %): {}",
