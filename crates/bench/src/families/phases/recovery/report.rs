@@ -23,7 +23,7 @@ use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
-use crate::report::table;
+use crate::report::table::{self, Table};
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -310,12 +310,8 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
          with the hog still running. Median over the runs that completed.\n",
         RECOVERED * 100.0
     );
-    let _ = writeln!(
-        s,
-        "| configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper (Fig. 5(c)) |",
-        meta.reference
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let head = format!("configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper (Fig. 5(c))", meta.reference);
+    let mut t = Table::new(head.split(" | "));
     let reference = groups
         .iter()
         .find(|(c, _)| c.name == meta.reference)
@@ -354,11 +350,9 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
             }
             _ => "-".into(),
         };
-        let _ = writeln!(
-            s,
-            "| {} | {ok}/{} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} |",
-            c.name,
-            ms.len(),
+        t.row(vec![
+            c.name.to_owned(),
+            format!("{ok}/{}", ms.len()),
             ops(med(ms, &|m| m.before)),
             ops(med(ms, &|m| m.dip_min.map(|x| x as f64))),
             ops(med(ms, &|m| m.dip_mean)),
@@ -369,11 +363,13 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
                 each.join(", ")
             },
             rec.map_or_else(|| "-".into(), Recovery::show),
+            ratio,
             median_recovery(&ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>())
                 .map_or_else(|| "-".into(), Recovery::show),
-            paper_case(c),
-        );
+            paper_case(c).to_owned(),
+        ]);
     }
+    s.push_str(&t.markdown());
     let _ = writeln!(
         s,
         "\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in {} with MemFlex, {} with a ramdisk, {} with an HDD.\n",
@@ -420,20 +416,14 @@ fn goal_section(s: &mut String, groups: &Groups<'_>) {
 /// Every run: the hog, the release, what was done and why a run ended badly.
 fn runs_table(s: &mut String, runs: &[Run<'_>]) {
     let _ = writeln!(s, "## Runs\n");
-    let _ = writeln!(
-        s,
-        "| configuration | rep | status | hog started s | hog's allocation ms | memory given back at s | requests took ms | what was done | reason |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("configuration | rep | status | hog started s | hog's allocation ms | memory given back at s | requests took ms | what was done | reason".split(" | "));
     for run in runs {
         let r = &run.rec.result;
         let rel = r.release.as_ref();
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            run.rec.config.name,
-            run.rec.rep,
-            r.status.as_str(),
+        t.row(vec![
+            run.rec.config.name.to_owned(),
+            run.rec.rep.to_string(),
+            r.status.as_str().to_owned(),
             run.trace
                 .hog_start_ms
                 .map_or_else(|| "-".into(), |m| format!("{:.1}", m as f64 / 1e3)),
@@ -446,16 +436,17 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
                 |x| match &x.what {
                     Ok(w) => w.clone(),
                     Err(e) => format!("failed: {e}"),
-                }
+                },
             )
             .replace('|', "/"),
             if r.reason.is_empty() {
                 "-".to_owned()
             } else {
                 r.reason.replace('|', "/")
-            }
-        );
+            },
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 /// What memvisor's pager and pool did around the release, from its `GET /stats` answers: where
@@ -475,11 +466,7 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
          to disk: pages spilled from the pool or written past it. Swap-in after the release: swap faults and pages brought back proactively (from the pool / the file) \
          until the end of the run; \"swapped < 1 %\": when the swapped pages first fell below 1 % of what they were at the release.\n"
     );
-    let _ = writeln!(
-        s,
-        "| configuration | rep | resident MiB at the release | swapped MiB at the release | in the pool MiB | to disk MiB (spilled + past the pool) | swap faults after | proactive pool / file pages after | swapped < 1 % after s | swapped MiB at the end |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("configuration | rep | resident MiB at the release | swapped MiB at the release | in the pool MiB | to disk MiB (spilled + past the pool) | swap faults after | proactive pool / file pages after | swapped < 1 % after s | swapped MiB at the end".split(" | "));
     for run in rows {
         let st = run.stats_on_clock();
         let Some(rel) = run.release_s() else {
@@ -506,22 +493,20 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
             (Some(x), Some(y)) => f(y).saturating_sub(f(x)).to_string(),
             _ => "-".into(),
         };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            run.rec.config.name,
-            run.rec.rep,
+        t.row(vec![
+            run.rec.config.name.to_owned(),
+            run.rec.rep.to_string(),
             b.as_ref()
                 .map_or_else(|| "-".into(), |x| mb(x.pages.resident_pages)),
             b.as_ref()
                 .map_or_else(|| "-".into(), |x| mb(x.pages.swapped_pages)),
             bp.map_or_else(
                 || "-".into(),
-                |x| format!("{:.0}", x.used_bytes as f64 / MIB)
+                |x| format!("{:.0}", x.used_bytes as f64 / MIB),
             ),
             bp.map_or_else(
                 || "all".into(),
-                |x| mb(x.spilled_pages + x.overflowed_pages)
+                |x| mb(x.spilled_pages + x.overflowed_pages),
             ),
             diff(&|p| p.counters.faults_swap),
             match (bp, lp) {
@@ -537,9 +522,9 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
             back.map_or_else(|| "never".into(), |t| format!("{t:.1}")),
             l.as_ref()
                 .map_or_else(|| "-".into(), |x| mb(x.pages.swapped_pages)),
-        );
+        ]);
     }
-    let _ = writeln!(s);
+    let _ = writeln!(s, "{}", t.markdown());
 }
 
 /// Colours of the configurations.
