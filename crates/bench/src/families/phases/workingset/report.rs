@@ -21,6 +21,7 @@ use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::{RunResult, RunStatus, StatsSample};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::table::Table;
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;
@@ -264,11 +265,7 @@ fn step_responses(
         "\"Reached\": the first answer with the estimate {:.0} % of the way from the old size to the new one, from the step's start; \"carried by\": which average the estimate (their largest) was then.\n",
         REACHED * 100.0
     );
-    let _ = writeln!(
-        s,
-        "| configuration | rep | step | touched MiB | lasted s | reached after s | periods | carried by | estimate (fraction): before → then | sampled from MiB: before → then | estimate at the step's end MiB |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("configuration | rep | step | touched MiB | lasted s | reached after s | periods | carried by | estimate (fraction): before → then | sampled from MiB: before → then | estimate at the step's end MiB".split(" | "));
     let mut ups = Vec::new();
     let mut downs = Vec::new();
     for r in records {
@@ -284,28 +281,24 @@ fn step_responses(
                 |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{:.2}", x.0));
             let from =
                 |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{}", x.1 >> 20));
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} → {} | {:.0} | {} | {} | {} | {} → {} | {} → {} | {} |",
-                r.config.name,
-                r.rep,
-                x.step,
-                x.from >> 20,
-                x.to >> 20,
-                x.lasted_s,
+            t.row(vec![
+                r.config.name.to_owned(),
+                r.rep.to_string(),
+                x.step.to_string(),
+                format!("{} → {}", x.from >> 20, x.to >> 20),
+                format!("{:.0}", x.lasted_s),
                 x.reached_s
                     .map_or_else(|| "not within the step".into(), |t| format!("{t:.1}")),
                 x.reached_s
                     .map_or_else(|| "-".into(), |t| format!("{:.1}", t / period)),
-                x.carried_by.unwrap_or("-"),
-                fraction(x.before),
-                fraction(x.then),
-                from(x.before),
-                from(x.then),
+                x.carried_by.unwrap_or("-").to_owned(),
+                format!("{} → {}", fraction(x.before), fraction(x.then)),
+                format!("{} → {}", from(x.before), from(x.then)),
                 x.at_end.map_or_else(|| "-".into(), |(e, _)| mib_text(e, 0)),
-            );
+            ]);
         }
     }
+    s.push_str(&t.markdown());
     (ups, downs)
 }
 
@@ -340,28 +333,28 @@ fn against_esx(s: &mut String, series: &Series, ups: &[Option<f64>], downs: &[Op
 /// Every run: its status, how many answers and sampling periods, why it ended badly.
 fn runs_table(s: &mut String, records: &[Record]) {
     let _ = writeln!(s, "## Runs\n");
-    let _ = writeln!(
-        s,
-        "| configuration | rep | status | answers | sampling periods | reason |"
+    let mut t = Table::new(
+        "configuration | rep | status | answers | sampling periods | reason".split(" | "),
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
     for r in records {
         let res = &r.result;
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} |",
-            r.config.name,
-            r.rep,
-            res.status.as_str(),
-            res.series.len(),
-            res.series.last().map_or(0, |x| x.active.periods),
+        t.row(vec![
+            r.config.name.to_owned(),
+            r.rep.to_string(),
+            res.status.as_str().to_owned(),
+            res.series.len().to_string(),
+            res.series
+                .last()
+                .map_or(0, |x| x.active.periods)
+                .to_string(),
             if res.reason.is_empty() {
                 "-".to_owned()
             } else {
                 res.reason.replace('|', "/")
-            }
-        );
+            },
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 /// The schedule as a staircase, in seconds since it started and MiB.
