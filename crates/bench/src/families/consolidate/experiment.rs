@@ -157,121 +157,104 @@ pub fn disk(scenario: Scenario, i: u32, work: &Path) -> String {
 /// How one configuration runs its VMs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Launch {
-    Host {
-        balloon: bool,
-        vswapper: bool,
-        baseline: bool,
-        /// HyperDealer2: the host balancing by instant release, with this victim order.
-        hd2: Option<&'static str>,
-        /// Page sharing through KSM (`sharing = "host"`), the scanner driven by the host.
-        sharing: bool,
-        /// The host's budget holds every VM whole ([`host_budget`]): nothing is overcommitted.
-        nolimit: bool,
-    },
+    /// memvisor's VMs under `memvisor host`.
+    Host(HostLaunch),
     /// QEMU with a static balloon at the share and a memory cgroup, host swap on.
     QemuStatic,
     /// QEMU with all the memory it wants.
     QemuNoLimit,
 }
 
+/// What memvisor's VMs under `memvisor host` have on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLaunch {
+    pub balloon: bool,
+    pub vswapper: bool,
+    pub baseline: bool,
+    /// HyperDealer2: the host balancing by instant release, with this victim order.
+    pub hd2: Option<&'static str>,
+    /// Page sharing through KSM (`sharing = "host"`), the scanner driven by the host.
+    pub sharing: bool,
+    /// The host's budget holds every VM whole ([`host_budget`]): nothing is overcommitted.
+    pub nolimit: bool,
+}
+
+impl HostLaunch {
+    /// memvisor's pager alone: every other mechanism off.
+    pub const PAGER: HostLaunch = HostLaunch {
+        balloon: false,
+        vswapper: false,
+        baseline: false,
+        hd2: None,
+        sharing: false,
+        nolimit: false,
+    };
+
+    /// The pager with VSwapper and the balloon: what HyperDealer2's configurations add to.
+    const VSWAPPER_BALLOON: HostLaunch = HostLaunch {
+        balloon: true,
+        vswapper: true,
+        ..HostLaunch::PAGER
+    };
+}
+
+/// A configuration of memvisor's VMs under `memvisor host`.
+const fn host(name: &'static str, launch: HostLaunch) -> (&'static str, Launch) {
+    (name, Launch::Host(launch))
+}
+
 pub const CONFIGS: [(&str, Launch); 11] = [
-    (
+    host(
         "balloon",
-        Launch::Host {
+        HostLaunch {
             balloon: true,
-            vswapper: false,
             baseline: true,
-            hd2: None,
-            sharing: false,
-            nolimit: false,
+            ..HostLaunch::PAGER
         },
     ),
-    (
-        "pager",
-        Launch::Host {
-            balloon: false,
-            vswapper: false,
-            baseline: false,
-            hd2: None,
-            sharing: false,
-            nolimit: false,
-        },
-    ),
-    (
+    host("pager", HostLaunch::PAGER),
+    host(
         "vswapper",
-        Launch::Host {
-            balloon: false,
+        HostLaunch {
             vswapper: true,
-            baseline: false,
-            hd2: None,
-            sharing: false,
-            nolimit: false,
+            ..HostLaunch::PAGER
         },
     ),
-    (
-        "vswapper-balloon",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
-            hd2: None,
-            sharing: false,
-            nolimit: false,
-        },
-    ),
-    (
+    host("vswapper-balloon", HostLaunch::VSWAPPER_BALLOON),
+    host(
         "hd2",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
+        HostLaunch {
             hd2: Some("hd2"),
-            sharing: false,
-            nolimit: false,
+            ..HostLaunch::VSWAPPER_BALLOON
         },
     ),
-    (
+    host(
         "hd2-lru",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
+        HostLaunch {
             hd2: Some("clock"),
-            sharing: false,
-            nolimit: false,
+            ..HostLaunch::VSWAPPER_BALLOON
         },
     ),
-    (
+    host(
         "hd2-whole",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
+        HostLaunch {
             hd2: Some("hd2-whole"),
-            sharing: false,
-            nolimit: false,
+            ..HostLaunch::VSWAPPER_BALLOON
         },
     ),
-    (
+    host(
         "sharing",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
-            hd2: None,
+        HostLaunch {
             sharing: true,
-            nolimit: false,
+            ..HostLaunch::VSWAPPER_BALLOON
         },
     ),
-    (
+    host(
         "hd2-nolimit",
-        Launch::Host {
-            balloon: true,
-            vswapper: true,
-            baseline: false,
+        HostLaunch {
             hd2: Some("hd2"),
-            sharing: false,
             nolimit: true,
+            ..HostLaunch::VSWAPPER_BALLOON
         },
     ),
     ("qemu-static", Launch::QemuStatic),
@@ -304,7 +287,7 @@ pub const BALANCE_VMS: u32 = 6;
 /// host stays in its high state.
 pub fn host_budget(kind: Launch, n: u32) -> u64 {
     match kind {
-        Launch::Host { nolimit: true, .. } => 2 * u64::from(n) * MEM,
+        Launch::Host(HostLaunch { nolimit: true, .. }) => 2 * u64::from(n) * MEM,
         _ => BUDGET,
     }
 }
@@ -389,14 +372,14 @@ pub fn job_secs(console: &str, workload: &str) -> Option<f64> {
 }
 
 pub fn spec(i: u32, kind: Launch, scenario: Scenario, disk: &str) -> VmSpec {
-    let Launch::Host {
+    let Launch::Host(HostLaunch {
         balloon,
         vswapper,
         baseline,
         hd2,
         sharing,
         ..
-    } = kind
+    }) = kind
     else {
         unreachable!("a host configuration");
     };

@@ -14,8 +14,8 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 
 use super::experiment::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
-    ConsolidatePlan, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET, INPUT_MB, INTERVAL,
-    MEM, RUN_TIMEOUT,
+    ConsolidatePlan, HostLaunch, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET,
+    INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 use crate::harness::guest::read_final_stats;
 use crate::harness::{readings, Bench};
@@ -165,7 +165,7 @@ fn run_in(
                     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                     crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
                     let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
-                        Launch::Host { .. } => run_host(&bench.exe, &plan, work, &dir, sink),
+                        Launch::Host(_) => run_host(&bench.exe, &plan, work, &dir, sink),
                         Launch::QemuStatic | Launch::QemuNoLimit => {
                             run_qemu(bench, s, &plan, work, &dir)
                         }
@@ -231,7 +231,9 @@ fn run_in(
                         ),
                     );
                     let rss = rss_summary(&trace.rss, BUDGET);
-                    if matches!(kind, Launch::Host { nolimit: false, .. }) && rss.over_samples > 0 {
+                    if matches!(kind, Launch::Host(HostLaunch { nolimit: false, .. }))
+                        && rss.over_samples > 0
+                    {
                         crate::progress::say(
                             &bar,
                             &format!(
@@ -373,7 +375,7 @@ fn run_host(
     dir: &Path,
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, FleetMonitor), String> {
-    let hd2 = matches!(plan.kind, Launch::Host { hd2: Some(_), .. });
+    let hd2 = matches!(plan.kind, Launch::Host(HostLaunch { hd2: Some(_), .. }));
     let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
     let host_pid = host.0.id();
     let vmms = || readings::children(host_pid);
