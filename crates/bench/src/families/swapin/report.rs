@@ -186,25 +186,23 @@ fn incomplete_runs(s: &mut String, points: &[SwapinRun]) {
 /// Every completed run's numbers.
 fn per_run(s: &mut String, points: &[SwapinRun]) {
     let _ = writeln!(s, "\n## Per run\n");
-    let _ = writeln!(s, "| mode | size | rep | back (s) | MiB/s | host (s) | proactive pages | swap faults | read from the swap store (MiB) | of it from the pool (MiB) | polls |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut t = Table::new("mode | size | rep | back (s) | MiB/s | host (s) | proactive pages | swap faults | read from the swap store (MiB) | of it from the pool (MiB) | polls".split(" | "));
     for p in points.iter().filter(|p| p.ok()) {
-        let _ = writeln!(
-            s,
-            "| {} | {} MiB | {} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
-            p.mode,
-            p.size >> 20,
-            p.rep,
-            p.back_s,
+        t.row(vec![
+            p.mode.to_owned(),
+            format!("{} MiB", p.size >> 20),
+            p.rep.to_string(),
+            format!("{:.3}", p.back_s),
             opt(p.mib_s(), 0),
             opt(p.host_s, 3),
-            p.proactive_pages,
-            p.faults_swap,
-            p.swap_bytes_read >> 20,
-            p.pool_hits >> 8,
-            p.polls
-        );
+            p.proactive_pages.to_string(),
+            p.faults_swap.to_string(),
+            (p.swap_bytes_read >> 20).to_string(),
+            (p.pool_hits >> 8).to_string(),
+            p.polls.to_string(),
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 /// Where the pager's proactive swap-ins spent their time, from each run's log.
