@@ -379,12 +379,8 @@ mod tests {
         let files = RunFiles {
             sock: Path::new("/s"),
         };
-        let f = |n| {
-            find(n)
-                .unwrap()
-                .run_flags(Some(100 << 20), &files)
-                .join(" ")
-        };
+        let flags = |n, limit| find(n).unwrap().run_flags(limit, &files).join(" ");
+        let f = |n| flags(n, Some(100 << 20));
         assert_eq!(f("qemu"), "--hypervisor qemu");
         assert_eq!(
             f("qemu-hostswap"),
@@ -424,13 +420,7 @@ mod tests {
         assert!(find("memvisor-balloon").unwrap().balloon_device());
         assert!(!find("memvisor-vswapper").unwrap().balloon_device());
         // Without a limit the mechanisms are not added: the configuration is plain memvisor.
-        assert_eq!(
-            find("memvisor-fpr")
-                .unwrap()
-                .run_flags(None, &files)
-                .join(" "),
-            "--api-sock /s --pager full"
-        );
+        assert_eq!(flags("memvisor-fpr", None), "--api-sock /s --pager full");
         assert_eq!(
             f("memvisor-pool-proactive"),
             "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in proactive"
@@ -441,23 +431,14 @@ mod tests {
         );
         assert!(find("nope").is_none());
         // The balloon rows of `overhead`: each against the same VM without the device.
+        assert_eq!(flags("qemu-fpr", None), "--hypervisor qemu --balloon");
         assert_eq!(
-            find("qemu-fpr").unwrap().run_flags(None, &files).join(" "),
-            "--hypervisor qemu --balloon"
-        );
-        assert_eq!(
-            find("memvisor-nolimit-fpr")
-                .unwrap()
-                .run_flags(Some(100 << 20), &files)
-                .join(" "),
+            f("memvisor-nolimit-fpr"),
             "--api-sock /s --pager full --balloon"
         );
         let twin = |n| find(n).unwrap().without_balloon().map(|c| c.name);
         assert_eq!(
-            find("memvisor-nolimit-hd2")
-                .unwrap()
-                .run_flags(Some(100 << 20), &files)
-                .join(" "),
+            f("memvisor-nolimit-hd2"),
             "--api-sock /s --pager full --mapper --victims hd2"
         );
         assert_eq!(twin("qemu-fpr"), Some("qemu"));
