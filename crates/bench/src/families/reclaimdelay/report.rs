@@ -262,25 +262,22 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
         s,
         "Per run: the harness's wall time of the calls, the VMMs' own `micros` (summed over the victims), pages asked, released and found changed by the guest (so kept).\n"
     );
-    let _ = writeln!(
-        s,
-        "| state | victims | pages | rep | wall ms | VMM µs | released | changed |"
+    let mut t = Table::new(
+        "state | victims | pages | rep | wall ms | VMM µs | released | changed".split(" | "),
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     for p in rel {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {:.3} | {} | {} | {} |",
-            p.state,
-            p.victims,
-            p.pages,
-            p.rep,
-            p.ms,
-            p.vmm_us.unwrap_or(0),
-            p.obtained,
-            p.changed
-        );
+        t.row(vec![
+            p.state.to_owned(),
+            p.victims.to_string(),
+            p.pages.to_string(),
+            p.rep.to_string(),
+            format!("{:.3}", p.ms),
+            p.vmm_us.unwrap_or(0).to_string(),
+            p.obtained.to_string(),
+            p.changed.to_string(),
+        ]);
     }
+    s.push_str(&t.markdown());
 }
 
 fn incomplete(s: &mut String, points: &[Reclaim]) {
