@@ -23,7 +23,7 @@
 //! | `harness/order.rs` | the order configurations run in, per repetition |
 //! | `harness/readings.rs` | the host's `/proc` and cgroup readings, and the run's environment |
 //! | `harness/teardown.rs` | undoing what a bench did, also on Ctrl-C, SIGTERM or an error |
-//! | `report/mod.rs` | the environment section, and writing `results.csv`, the figure and `report.md` |
+//! | `report/mod.rs` | the environment and incomplete-runs sections, and writing `results.csv`, the figure and `report.md` |
 //! | `report/table.rs` | a `Table` in Markdown and CSV, and the one CSV quoting rule |
 //! | `report/figure.rs` | the font, one figure drawn to SVG and PNG, the legend's style |
 //! | `report/numbers.rs` | MiB, mean, median, spread |

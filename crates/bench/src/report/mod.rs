@@ -1,6 +1,6 @@
 //! What every family's report shares: tables in Markdown and CSV with `results.csv`'s quoting
-//! (`table`), the numbers (`numbers`), the figures (`figure`), the environment section and
-//! writing the three outputs.
+//! (`table`), the numbers (`numbers`), the figures (`figure`), the environment section, the
+//! runs that did not complete and writing the three outputs.
 
 pub mod figure;
 pub mod numbers;
@@ -11,6 +11,18 @@ pub fn environment(s: &mut String, env: &[(String, String)]) {
     s.push_str("\n## Environment\n\n");
     for (k, v) in env {
         s.push_str(&format!("- {k}: {v}\n"));
+    }
+}
+
+/// Appends the report's `## Runs that did not complete` section, one line per run of `failed`
+/// (what it was and why), when there is any.
+pub fn incomplete(s: &mut String, failed: impl IntoIterator<Item = String>) {
+    let mut failed = failed.into_iter().peekable();
+    if failed.peek().is_some() {
+        s.push_str("\n## Runs that did not complete\n\n");
+        for f in failed {
+            s.push_str(&format!("- {f}\n"));
+        }
     }
 }
 

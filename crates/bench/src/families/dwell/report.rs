@@ -169,20 +169,17 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         }
         s.push_str(&t.markdown());
     }
-    let failed: Vec<&DwellRun> = points.iter().filter(|p| !p.ok()).collect();
-    if !failed.is_empty() {
-        let _ = writeln!(s, "\n## Runs that did not complete\n");
-        for p in failed {
-            let _ = writeln!(
-                s,
-                "- {} rep {}: {}: {}",
-                p.policy,
-                p.rep,
-                p.status.name(),
-                p.error
-            );
-        }
-    }
+    let failed = points.iter().filter(|p| !p.ok());
+    let why = |p: &DwellRun| {
+        format!(
+            "{} rep {}: {}: {}",
+            p.policy,
+            p.rep,
+            p.status.name(),
+            p.error
+        )
+    };
+    crate::report::incomplete(&mut s, failed.map(why));
     crate::report::environment(&mut s, env);
     s
 }

@@ -129,7 +129,15 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     ratios(&mut s, setup, points);
     victims(&mut s, setup, points);
     release_detail(&mut s, points);
-    incomplete(&mut s, points);
+    let why = |p: &Reclaim| {
+        let (m, st, n, pages) = (p.method, p.state, p.victims, p.pages);
+        format!(
+            "{m} {st} {n} victim(s) {pages} pages rep {}: {}",
+            p.rep, p.error
+        )
+    };
+    let failed = points.iter().filter(|p| p.status == MeasureStatus::Failed);
+    crate::report::incomplete(&mut s, failed.map(why));
     let _ = writeln!(s, "\n## Methods and states\n");
     for m in &setup.methods {
         let _ = writeln!(s, "- `{}`: {}", m.name, m.about);
@@ -278,24 +286,6 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
         ]);
     }
     s.push_str(&t.markdown());
-}
-
-fn incomplete(s: &mut String, points: &[Reclaim]) {
-    let failed: Vec<&Reclaim> = points
-        .iter()
-        .filter(|p| p.status == MeasureStatus::Failed)
-        .collect();
-    if failed.is_empty() {
-        return;
-    }
-    let _ = writeln!(s, "\n## Runs that did not complete\n");
-    for p in failed {
-        let _ = writeln!(
-            s,
-            "- {} {} {} victim(s) {} pages rep {}: {}",
-            p.method, p.state, p.victims, p.pages, p.rep, p.error
-        );
-    }
 }
 
 const COLORS: [RGBColor; 3] = [

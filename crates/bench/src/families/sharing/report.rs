@@ -356,21 +356,11 @@ pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, Stri
     } else {
         sharing_tables(&mut s, setup, points);
     }
-    let failed: Vec<&SharingRun> = points.iter().filter(|p| !p.ok()).collect();
-    if !failed.is_empty() {
-        let _ = writeln!(s, "\n## Runs that did not complete\n");
-        for p in failed {
-            let _ = writeln!(
-                s,
-                "- {} x{}{} rep {}: {}",
-                p.mode,
-                p.vms,
-                if p.probe { " (probe)" } else { "" },
-                p.rep,
-                p.error
-            );
-        }
-    }
+    let why = |p: &SharingRun| {
+        let probe = if p.probe { " (probe)" } else { "" };
+        format!("{} x{}{probe} rep {}: {}", p.mode, p.vms, p.rep, p.error)
+    };
+    crate::report::incomplete(&mut s, points.iter().filter(|p| !p.ok()).map(why));
     crate::report::environment(&mut s, env);
     s
 }

@@ -83,7 +83,8 @@ pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String
     );
     time_back(&mut s, setup, points);
     against_memflex(&mut s, setup, points);
-    incomplete_runs(&mut s, points);
+    let why = |p: &SwapinRun| format!("{} {} MiB rep {}: {}", p.mode, p.size >> 20, p.rep, p.error);
+    crate::report::incomplete(&mut s, points.iter().filter(|p| !p.ok()).map(why));
     per_run(&mut s, points);
     pager_time(&mut s, points);
     modes(&mut s, setup);
@@ -163,24 +164,6 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
         }
     }
     s.push_str(&t.markdown());
-}
-
-/// The runs that did not complete, with why.
-fn incomplete_runs(s: &mut String, points: &[SwapinRun]) {
-    let failed: Vec<&SwapinRun> = points.iter().filter(|p| !p.ok()).collect();
-    if !failed.is_empty() {
-        let _ = writeln!(s, "\n## Runs that did not complete\n");
-        for p in failed {
-            let _ = writeln!(
-                s,
-                "- {} {} MiB rep {}: {}",
-                p.mode,
-                p.size >> 20,
-                p.rep,
-                p.error
-            );
-        }
-    }
 }
 
 /// Every completed run's numbers.
