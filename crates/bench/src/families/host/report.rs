@@ -363,7 +363,7 @@ mod tests {
             ],
             taxes: vec![(0.0, 0.75)],
             joined: vec![("small".into(), 0.0), ("big".into(), 10.0)],
-            notes: Vec::new(),
+            ..HostRun::default()
         }
     }
 
@@ -430,11 +430,10 @@ mod tests {
         }
         HostRun {
             samples,
-            events: Vec::new(),
             throughput,
             taxes: vec![(0.0, 0.0), (150.0, 0.75)],
             joined: vec![("idle".into(), 0.0), ("busy".into(), 20.0)],
-            notes: Vec::new(),
+            ..HostRun::default()
         }
     }
 

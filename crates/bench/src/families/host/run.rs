@@ -168,16 +168,15 @@ fn drive(
     let now = || started.elapsed().as_secs_f64();
     wait_for_socket(sock, child, &now)?;
     let mut run = HostRun {
-        samples: Vec::new(),
-        events: Vec::new(),
-        throughput: Vec::new(),
         taxes: vec![(0.0, e.idle_tax)],
-        joined: Vec::new(),
-        notes: Vec::new(),
+        joined: e
+            .vms
+            .iter()
+            .filter(|v| v.at <= 0.0)
+            .map(|v| (v.spec.name.clone(), 0.0))
+            .collect(),
+        ..HostRun::default()
     };
-    for v in e.vms.iter().filter(|v| v.at <= 0.0) {
-        run.joined.push((v.spec.name.clone(), 0.0));
-    }
     let mut tails: Vec<(String, Tail)> = e
         .vms
         .iter()
