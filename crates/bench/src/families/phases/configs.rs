@@ -39,6 +39,25 @@ pub struct Config {
     pub mechanisms: &'static [&'static str],
 }
 
+impl Config {
+    /// memvisor's pager at the limit (`--pager full`) with `mechanisms` on top, no balloon
+    /// inflated: what most configurations are.
+    const fn pager(
+        name: &'static str,
+        about: &'static str,
+        mechanisms: &'static [&'static str],
+    ) -> Config {
+        Config {
+            name,
+            about,
+            hv: Hv::Memvisor,
+            limit: Limit::Pager,
+            balloon: false,
+            mechanisms,
+        }
+    }
+}
+
 /// Every configuration, in report order: the peer first.
 pub const CONFIGS: &[Config] = &[
     Config {
@@ -105,14 +124,11 @@ pub const CONFIGS: &[Config] = &[
         balloon: false,
         mechanisms: &[],
     },
-    Config {
-        name: "memvisor-pager",
-        about: "memvisor's pager at the limit, default mechanisms (--pager full)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &[],
-    },
+    Config::pager(
+        "memvisor-pager",
+        "memvisor's pager at the limit, default mechanisms (--pager full)",
+        &[],
+    ),
     Config {
         name: "memvisor-balloon",
         about: "memvisor-pager, and memvisor's virtio-balloon inflated through the API to RAM minus limit",
@@ -124,70 +140,46 @@ pub const CONFIGS: &[Config] = &[
     // The pool (MemFlex §3.2–§3.4): 1 GiB, at least the guest RAM of the experiments that use
     // it, so every swapped page fits and none spills. A variant of the pool (compression, a
     // spill mark) is one more entry here with its flags in `mechanisms`.
-    Config {
-        name: "memvisor-pool",
-        about: "memvisor-pager with a 1 GiB host-memory pool in front of its swap file; swapped pages come back only on faults (--pool 1G --swap-in faults)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--pool", "1G", "--swap-in", "faults"],
-    },
-    Config {
-        name: "memvisor-pool-proactive",
-        about: "memvisor-pool, and when the limit rises the pager brings swapped pages back in batches without waiting for faults (--pool 1G --swap-in proactive)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--pool", "1G", "--swap-in", "proactive"],
-    },
-    Config {
-        name: "memvisor-pool-lz4",
-        about: "memvisor-pool-proactive with every pooled page compressed by lz4 (--pool-compress lz4)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--pool", "1G", "--swap-in", "proactive", "--pool-compress", "lz4"],
-    },
-    Config {
-        name: "memvisor-mapper",
-        about: "memvisor-pager with VSwapper's Swap Mapper (--mapper)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--mapper"],
-    },
-    Config {
-        name: "memvisor-vswapper",
-        about: "memvisor-pager with VSwapper: Swap Mapper and False Reads Preventer, the Preventer stopping a vCPU while a prevention costs less per page than a read, as measured (--mapper --preventer)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--mapper", "--preventer"],
-    },
-    Config {
-        name: "memvisor-vswapper-always",
-        about: "memvisor-vswapper with the Preventer stopping the vCPU on every write to a swapped or on-disk page, as VSwapper does (--mapper --preventer=always)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--mapper", "--preventer=always"],
-    },
-    Config {
-        name: "memvisor-fpr",
-        about: "memvisor-pager with memvisor's virtio-balloon at target 0: nothing inflated, the guest reports its free pages (free page reporting, --balloon)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--balloon"],
-    },
-    Config {
-        name: "memvisor-vswapper-fpr",
-        about: "memvisor-vswapper with free page reporting as memvisor-fpr (--mapper --preventer --balloon)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--mapper", "--preventer", "--balloon"],
-    },
+    Config::pager(
+        "memvisor-pool",
+        "memvisor-pager with a 1 GiB host-memory pool in front of its swap file; swapped pages come back only on faults (--pool 1G --swap-in faults)",
+        &["--pool", "1G", "--swap-in", "faults"],
+    ),
+    Config::pager(
+        "memvisor-pool-proactive",
+        "memvisor-pool, and when the limit rises the pager brings swapped pages back in batches without waiting for faults (--pool 1G --swap-in proactive)",
+        &["--pool", "1G", "--swap-in", "proactive"],
+    ),
+    Config::pager(
+        "memvisor-pool-lz4",
+        "memvisor-pool-proactive with every pooled page compressed by lz4 (--pool-compress lz4)",
+        &["--pool", "1G", "--swap-in", "proactive", "--pool-compress", "lz4"],
+    ),
+    Config::pager(
+        "memvisor-mapper",
+        "memvisor-pager with VSwapper's Swap Mapper (--mapper)",
+        &["--mapper"],
+    ),
+    Config::pager(
+        "memvisor-vswapper",
+        "memvisor-pager with VSwapper: Swap Mapper and False Reads Preventer, the Preventer stopping a vCPU while a prevention costs less per page than a read, as measured (--mapper --preventer)",
+        &["--mapper", "--preventer"],
+    ),
+    Config::pager(
+        "memvisor-vswapper-always",
+        "memvisor-vswapper with the Preventer stopping the vCPU on every write to a swapped or on-disk page, as VSwapper does (--mapper --preventer=always)",
+        &["--mapper", "--preventer=always"],
+    ),
+    Config::pager(
+        "memvisor-fpr",
+        "memvisor-pager with memvisor's virtio-balloon at target 0: nothing inflated, the guest reports its free pages (free page reporting, --balloon)",
+        &["--balloon"],
+    ),
+    Config::pager(
+        "memvisor-vswapper-fpr",
+        "memvisor-vswapper with free page reporting as memvisor-fpr (--mapper --preventer --balloon)",
+        &["--mapper", "--preventer", "--balloon"],
+    ),
     Config {
         name: "memvisor-vswapper-balloon",
         about: "memvisor-vswapper, and memvisor's virtio-balloon inflated through the API to RAM minus limit",
@@ -197,14 +189,11 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &["--mapper", "--preventer"],
     },
     // HyperDealer2 (§4.4–§4.5): reference patterns detected from the guest's disk reads.
-    Config {
-        name: "memvisor-hd2",
-        about: "memvisor-pager with the Swap Mapper and HyperDealer2's reference-pattern detection choosing victims (--mapper --victims hd2)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--mapper", "--victims", "hd2"],
-    },
+    Config::pager(
+        "memvisor-hd2",
+        "memvisor-pager with the Swap Mapper and HyperDealer2's reference-pattern detection choosing victims (--mapper --victims hd2)",
+        &["--mapper", "--victims", "hd2"],
+    ),
     Config {
         name: "memvisor-nolimit-hd2",
         about: "memvisor, no limit (plain huge-page memory), with the Swap Mapper and HyperDealer2's reference-pattern detection recording every disk read (--mapper --victims hd2): what a VM under memvisor host runs until the host first needs its memory",
@@ -214,46 +203,31 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &["--mapper", "--victims", "hd2"],
     },
     // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.
-    Config {
-        name: "memvisor-tesseract",
-        about: "memvisor-pager with Tesseract's indirections, each write's log synced before it is acknowledged (--tesseract)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--tesseract"],
-    },
-    Config {
-        name: "memvisor-tesseract-flush",
-        about: "memvisor-tesseract with the log synced when the guest flushes the disk (--tesseract --tesseract-sync flush)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--tesseract", "--tesseract-sync", "flush"],
-    },
-    Config {
-        name: "memvisor-tesseract-defrag",
-        about: "memvisor-tesseract-flush with guest-disk defragmentation: indirected blocks copied back into the image in the background (--tesseract-defrag)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag"],
-    },
-    Config {
-        name: "memvisor-tesseract-bsst",
-        about: "memvisor-tesseract-flush with swap-file (BSST) defragmentation: each guest write's indirected blocks moved next to each other in the swap file (--tesseract-defrag store)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag", "store"],
-    },
-    Config {
-        name: "memvisor-tesseract-victim",
-        about: "memvisor-tesseract-flush with a victim cache of 10 % of the limit (Tesseract §4.3: --victim-cache 10)",
-        hv: Hv::Memvisor,
-        limit: Limit::Pager,
-        balloon: false,
-        mechanisms: &["--tesseract", "--tesseract-sync", "flush", "--victim-cache", "10"],
-    },
+    Config::pager(
+        "memvisor-tesseract",
+        "memvisor-pager with Tesseract's indirections, each write's log synced before it is acknowledged (--tesseract)",
+        &["--tesseract"],
+    ),
+    Config::pager(
+        "memvisor-tesseract-flush",
+        "memvisor-tesseract with the log synced when the guest flushes the disk (--tesseract --tesseract-sync flush)",
+        &["--tesseract", "--tesseract-sync", "flush"],
+    ),
+    Config::pager(
+        "memvisor-tesseract-defrag",
+        "memvisor-tesseract-flush with guest-disk defragmentation: indirected blocks copied back into the image in the background (--tesseract-defrag)",
+        &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag"],
+    ),
+    Config::pager(
+        "memvisor-tesseract-bsst",
+        "memvisor-tesseract-flush with swap-file (BSST) defragmentation: each guest write's indirected blocks moved next to each other in the swap file (--tesseract-defrag store)",
+        &["--tesseract", "--tesseract-sync", "flush", "--tesseract-defrag", "store"],
+    ),
+    Config::pager(
+        "memvisor-tesseract-victim",
+        "memvisor-tesseract-flush with a victim cache of 10 % of the limit (Tesseract §4.3: --victim-cache 10)",
+        &["--tesseract", "--tesseract-sync", "flush", "--victim-cache", "10"],
+    ),
 ];
 
 /// The configuration called `name`.
