@@ -165,6 +165,15 @@ impl Line {
 }
 
 impl Figure {
+    /// A figure of one panel on `size` pixels.
+    pub fn one(size: (u32, u32), panel: Panel) -> Figure {
+        Figure {
+            size,
+            grid: (1, 1),
+            panels: vec![panel],
+        }
+    }
+
     /// Draws the figure to `path` (SVG) and to the same name with `.png`.
     pub fn write(&self, path: &Path) -> Result<(), String> {
         self.write_svg(path)?;

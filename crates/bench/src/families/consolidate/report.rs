@@ -78,12 +78,7 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
             .lines
             .push(Line::new("", color, 1, series(&|v| v.target_bytes)).dashed());
     }
-    Figure {
-        size: (900, 450),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(&dir.join("allocation.svg"))
+    Figure::one((900, 450), panel).write(&dir.join("allocation.svg"))
 }
 
 /// One configuration, scenario and N over its repetitions: the median, least and most of each
@@ -503,12 +498,7 @@ fn plot(
             Axis::linear(0.0, top * 1.15),
         )
     };
-    Figure {
-        size: (800, 500),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(path)
+    Figure::one((800, 500), panel).write(path)
 }
 
 /// Each configuration's summed VMM RSS over its first repetition's run, with the budget.
@@ -551,12 +541,7 @@ fn plot_rss(
             Axis::linear(0.0, top),
         )
     };
-    Figure {
-        size: (900, 450),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(path)
+    Figure::one((900, 450), panel).write(path)
 }
 
 #[cfg(test)]

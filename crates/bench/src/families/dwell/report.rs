@@ -227,12 +227,7 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
             .lines
             .push(Line::new(setup.policies[*i].clone(), color, 3, pts.collect()).marked());
     }
-    Figure {
-        size: (900, 560),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(path)
+    Figure::one((900, 560), panel).write(path)
 }
 
 /// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints

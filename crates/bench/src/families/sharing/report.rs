@@ -415,12 +415,7 @@ pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(
             .lines
             .push(Line::new("", color, 1, curve(&|s| s.census.shared)).dashed());
     }
-    Figure {
-        size: (1000, 560),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(path)
+    Figure::one((1000, 560), panel).write(path)
 }
 
 /// Writes `results.csv`, `series.csv`, the figure and `report.md` into `bench.out`, and prints

@@ -270,12 +270,7 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
         l.crosses = mine.iter().map(|p| (gib(p), p.back_s)).collect();
         panel.lines.push(l);
     }
-    Figure {
-        size: (900, 620),
-        grid: (1, 1),
-        panels: vec![panel],
-    }
-    .write(path)
+    Figure::one((900, 620), panel).write(path)
 }
 
 /// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `bench.out`, and prints
