@@ -292,23 +292,31 @@ pub fn swap_areas() -> Vec<String> {
         .collect()
 }
 
-fn first_line(cmd: &str, args: &[&str]) -> String {
-    std::process::Command::new(cmd)
-        .args(args)
-        .output()
-        .ok()
+/// What `cmd args` prints: its first line, or its last when `last`; `?` when it cannot run.
+fn output_line(cmd: &str, args: &[&str], last: bool) -> String {
+    let out = std::process::Command::new(cmd).args(args).output();
+    out.ok()
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .last()
-                .map(str::to_owned)
+            let text = String::from_utf8_lossy(&o.stdout);
+            let line = if last {
+                text.lines().last()
+            } else {
+                text.lines().next()
+            };
+            line.map(str::to_owned)
         })
         .unwrap_or_else(|| "?".into())
 }
 
 /// The run's environment, as `(what, value)` lines for the report.
 pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    // A file's text without the whitespace around it (its final line break).
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
     let cpu = read("/proc/cpuinfo")
         .lines()
         .find_map(|l| l.strip_prefix("model name"))
@@ -318,10 +326,7 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
     let meminfo = read("/proc/meminfo");
     let mib = |k: &str| field(&meminfo, k).map_or("?".into(), |kb| format!("{} MiB", kb >> 10));
     vec![
-        (
-            "kernel".into(),
-            read("/proc/sys/kernel/osrelease").trim().to_owned(),
-        ),
+        ("kernel".into(), read("/proc/sys/kernel/osrelease")),
         ("CPU".into(), format!("{cpu} ({cpus} CPUs online)")),
         (
             "memory".into(),
@@ -334,32 +339,14 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
         ),
         (
             "disk (results, images, swap)".into(),
-            first_line("df", &["-hT", &out.display().to_string()]),
+            output_line("df", &["-hT", &out.display().to_string()], true),
         ),
-        (
-            "QEMU".into(),
-            std::process::Command::new(qemu)
-                .arg("--version")
-                .output()
-                .ok()
-                .and_then(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .next()
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| "?".into()),
-        ),
+        ("QEMU".into(), output_line(qemu, &["--version"], false)),
         (
             "transparent huge pages".into(),
-            read("/sys/kernel/mm/transparent_hugepage/enabled")
-                .trim()
-                .to_owned(),
+            read("/sys/kernel/mm/transparent_hugepage/enabled"),
         ),
-        (
-            "vm.page-cluster".into(),
-            read("/proc/sys/vm/page-cluster").trim().to_owned(),
-        ),
+        ("vm.page-cluster".into(), read("/proc/sys/vm/page-cluster")),
     ]
 }
 
