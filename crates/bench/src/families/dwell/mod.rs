@@ -48,6 +48,12 @@ impl Family for Dwell {
 
     fn run(&self, _: &BenchArgs, bench: &Bench, plan: DwellPlan) -> Result<(), String> {
         let points = run::run(bench, &plan)?;
-        report::write(bench, &plan, &points)
+        crate::report::write_report(
+            &bench.out,
+            "dwell",
+            report::csv(&points),
+            |svg| report::plot(svg, &plan, &points),
+            report::markdown(&plan, &points, &bench.env),
+        )
     }
 }

@@ -8,7 +8,7 @@ use plotters::style::RGBColor;
 
 use super::experiment::{median_ms, DwellPlan};
 use super::run::DwellRun;
-use crate::harness::{Bench, MeasureStatus};
+use crate::harness::MeasureStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::table::{self, Table};
 
@@ -228,18 +228,6 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
             .push(Line::new(setup.policies[*i].clone(), color, 3, pts.collect()).marked());
     }
     Figure::one((900, 560), panel).write(path)
-}
-
-/// Writes `results.csv`, `dwell.svg` (and `.png`) and `report.md` into `setup.out`, and prints
-/// the report.
-pub fn write(bench: &Bench, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), String> {
-    crate::report::write_report(
-        &bench.out,
-        "dwell",
-        csv(points),
-        |svg| plot(svg, setup, points),
-        markdown(setup, points, &bench.env),
-    )
 }
 
 #[cfg(test)]

@@ -54,6 +54,12 @@ impl Family for ReclaimDelay {
 
     fn run(&self, _: &BenchArgs, bench: &Bench, plan: ReclaimPlan) -> Result<(), String> {
         let points = run::run(bench, &plan)?;
-        report::write(bench, &plan, &points)
+        crate::report::write_report(
+            &bench.out,
+            "reclaimdelay",
+            report::csv(&points),
+            |svg| report::plot(svg, &plan, &points),
+            report::markdown(&plan, &points, &bench.env),
+        )
     }
 }

@@ -10,7 +10,7 @@ use plotters::style::RGBColor;
 use super::experiment::ReclaimPlan;
 use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
-use crate::harness::{Bench, MeasureStatus};
+use crate::harness::MeasureStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
 use crate::report::table::{self, Table};
@@ -372,18 +372,6 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
         panels,
     }
     .write(path)
-}
-
-/// Writes `results.csv`, `reclaimdelay.svg` (and `.png`) and `report.md` into `bench.out`, and
-/// prints the report.
-pub fn write(bench: &Bench, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), String> {
-    crate::report::write_report(
-        &bench.out,
-        "reclaimdelay",
-        csv(points),
-        |svg| plot(svg, setup, points),
-        markdown(setup, points, &bench.env),
-    )
 }
 
 #[cfg(test)]

@@ -50,6 +50,12 @@ impl Family for Swapin {
 
     fn run(&self, _: &BenchArgs, bench: &Bench, plan: SwapinPlan) -> Result<(), String> {
         let points = run::run(bench, &plan)?;
-        report::write(bench, &plan, &points)
+        crate::report::write_report(
+            &bench.out,
+            "swapin",
+            report::csv(&points),
+            |svg| report::plot(svg, &plan.modes, &points),
+            report::markdown(&plan, &points, &bench.env),
+        )
     }
 }

@@ -10,7 +10,6 @@ use plotters::style::RGBColor;
 use super::experiment::SwapinPlan;
 use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
 use super::run::SwapinRun;
-use crate::harness::Bench;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::table::{self, Table};
 
@@ -271,18 +270,6 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
         panel.lines.push(l);
     }
     Figure::one((900, 620), panel).write(path)
-}
-
-/// Writes `results.csv`, `swapin.svg` (and `.png`) and `report.md` into `bench.out`, and prints
-/// the report.
-pub fn write(bench: &Bench, setup: &SwapinPlan, points: &[SwapinRun]) -> Result<(), String> {
-    crate::report::write_report(
-        &bench.out,
-        "swapin",
-        csv(points),
-        |svg| plot(svg, &setup.modes, points),
-        markdown(setup, points, &bench.env),
-    )
 }
 
 #[cfg(test)]
