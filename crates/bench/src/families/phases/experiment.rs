@@ -59,7 +59,7 @@ pub enum Measure {
     /// Measured over time through the VM's API instead of per phase (`workingset`).
     Series(Series),
     /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
-    Release(Release),
+    GiveBack(GiveBack),
 }
 
 impl Measure {
@@ -71,10 +71,10 @@ impl Measure {
         }
     }
 
-    /// When and how memory is given back, for [`Measure::Release`].
-    pub fn release(&self) -> Option<&Release> {
+    /// When and how memory is given back, for [`Measure::GiveBack`].
+    pub fn give_back(&self) -> Option<&GiveBack> {
         match self {
-            Measure::Release(r) => Some(r),
+            Measure::GiveBack(g) => Some(g),
             _ => None,
         }
     }
@@ -84,7 +84,7 @@ impl Measure {
 /// ops_s=N` lines) while a hog inside the guest pushes it past its limit and the harness then
 /// gives the VM its memory back (MemFlex §4.1, Fig. 5).
 #[derive(Clone, Debug)]
-pub struct Release {
+pub struct GiveBack {
     /// The guest phase whose `RESULT` line starts the clock: the run phase starts right after it.
     pub after_phase: &'static str,
     /// When the harness gives the memory back, on that clock.
@@ -128,7 +128,7 @@ impl Experiment {
     pub fn default_reps(&self) -> u32 {
         match self.measure {
             Measure::Series(_) => 1,
-            Measure::Release(_) => 2,
+            Measure::GiveBack(_) => 2,
             Measure::Phases => 3,
         }
     }

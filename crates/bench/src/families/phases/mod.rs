@@ -99,7 +99,7 @@ fn check_measure(
             ));
         }
     }
-    if let Measure::Release(_) = exp.measure {
+    if let Measure::GiveBack(_) = exp.measure {
         // Memory is given back by raising a limit: a configuration without one has nothing
         // to give back.
         if let Some(c) = configs.iter().find(|c| c.limit == Limit::None) {
@@ -126,7 +126,7 @@ fn reference_of(
         (None, Some(c))
             if match exp.measure {
                 Measure::Series(_) => true,
-                Measure::Release(_) => default_missing,
+                Measure::GiveBack(_) => default_missing,
                 Measure::Phases => false,
             } =>
         {

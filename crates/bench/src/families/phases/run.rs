@@ -289,7 +289,7 @@ impl Runner<'_> {
                 |svg| workingset::report::plot(svg, name, s, records),
                 workingset::report::markdown(&meta, s, records),
             ),
-            Measure::Release(r) => {
+            Measure::GiveBack(r) => {
                 let runs = recovery::report::load(out, exp, records);
                 write_report(
                     out,

@@ -9,7 +9,7 @@ pub mod trace;
 use std::time::Duration;
 
 use crate::args::Scale;
-use crate::families::phases::experiment::{mib_in_bytes, Experiment, Measure, Release, Step};
+use crate::families::phases::experiment::{mib_in_bytes, Experiment, GiveBack, Measure, Step};
 
 /// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
 /// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
@@ -50,7 +50,7 @@ pub fn experiment(scale: Scale) -> Experiment {
         }],
         configs: CONFIGS,
         reference: "memvisor-pager",
-        measure: Measure::Release(Release {
+        measure: Measure::GiveBack(GiveBack {
             after_phase: "load",
             at: Duration::from_secs(at),
             hog_at: Duration::from_secs(hog_at),

@@ -18,7 +18,7 @@ use plotters::style::RGBColor;
 
 use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, Trace, RECOVERED};
 use crate::families::phases::configs::{Config, Hv};
-use crate::families::phases::experiment::{Experiment, Release};
+use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
@@ -33,23 +33,23 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     /// When the hog started: its line, or the experiment's `hog_at` without one.
-    pub fn hog_s(&self, release: &Release) -> f64 {
+    pub fn hog_s(&self, given_back: &GiveBack) -> f64 {
         self.trace
             .hog_start_ms
-            .map_or(release.hog_at.as_secs_f64(), |ms| ms as f64 / 1e3)
+            .map_or(given_back.hog_at.as_secs_f64(), |ms| ms as f64 / 1e3)
     }
 
-    pub fn release_s(&self) -> Option<f64> {
-        self.rec.result.release.as_ref()?.on_clock_s()
+    pub fn given_back_s(&self) -> Option<f64> {
+        self.rec.result.given_back.as_ref()?.on_clock_s()
     }
 
-    pub fn measures(&self, release: &Release) -> Measures {
-        measure(&self.trace, self.hog_s(release), self.release_s())
+    pub fn measures(&self, given_back: &GiveBack) -> Measures {
+        measure(&self.trace, self.hog_s(given_back), self.given_back_s())
     }
 
     /// memvisor's `GET /stats` answers on the run phase's clock (seconds).
     pub fn stats_on_clock(&self) -> Vec<(f64, &VmStats)> {
-        let Some(r) = &self.rec.result.release else {
+        let Some(r) = &self.rec.result.given_back else {
             return Vec::new();
         };
         self.rec
@@ -97,14 +97,14 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// `results.csv`: a row per second of every run (a run with no seconds gets one row with its
 /// status and reason).
-pub fn csv(exp: &Experiment, release: &Release, runs: &[Run<'_>]) -> String {
+pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
     for run in runs {
         let r = &run.rec.result;
-        let m = run.measures(release);
-        let hog = run.hog_s(release);
-        let rel = run.release_s();
+        let m = run.measures(given_back);
+        let hog = run.hog_s(given_back);
+        let rel = run.given_back_s();
         let st = run.stats_on_clock();
         let head = format!(
             "{},{},{},{}",
@@ -185,7 +185,7 @@ type Groups<'a> = [(&'static Config, Vec<(&'a Run<'a>, Measures)>)];
 /// Per configuration: the runs' measures.
 fn by_config<'a>(
     configs: &[&'static Config],
-    release: &Release,
+    given_back: &GiveBack,
     runs: &'a [Run<'a>],
 ) -> Vec<(&'static Config, Vec<(&'a Run<'a>, Measures)>)> {
     configs
@@ -195,7 +195,7 @@ fn by_config<'a>(
                 *c,
                 runs.iter()
                     .filter(|r| r.rec.config.name == c.name)
-                    .map(|r| (r, r.measures(release)))
+                    .map(|r| (r, r.measures(given_back)))
                     .collect(),
             )
         })
@@ -266,7 +266,7 @@ pub fn goal(
 }
 
 /// `report.md`.
-pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String {
+pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> String {
     let exp = meta.experiment;
     let mut s = String::new();
     let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
@@ -283,16 +283,16 @@ pub fn markdown(meta: &Meta<'_>, release: &Release, runs: &[Run<'_>]) -> String 
         exp.limit.unwrap_or(exp.mem) >> 20,
         step.workload,
         step.cmdline,
-        release.after_phase,
-        release.hog_at.as_secs(),
-        release.at.as_secs(),
+        given_back.after_phase,
+        given_back.hog_at.as_secs(),
+        given_back.at.as_secs(),
         step.guest_swap_mb.unwrap_or(0),
         meta.reps
     );
-    let groups = by_config(meta.configs, release, runs);
+    let groups = by_config(meta.configs, given_back, runs);
     recovery_table(&mut s, meta, &groups);
     goal_section(&mut s, &groups);
-    pager_section(&mut s, release, runs);
+    pager_section(&mut s, given_back, runs);
     runs_table(&mut s, runs);
     s.push('\n');
     crate::families::phases::report::write_setup(&mut s, meta, &[]);
@@ -413,13 +413,13 @@ fn goal_section(s: &mut String, groups: &Groups<'_>) {
     }
 }
 
-/// Every run: the hog, the release, what was done and why a run ended badly.
+/// Every run: the hog, the given_back, what was done and why a run ended badly.
 fn runs_table(s: &mut String, runs: &[Run<'_>]) {
     let _ = writeln!(s, "## Runs\n");
     let mut t = Table::new("configuration | rep | status | hog started s | hog's allocation ms | memory given back at s | requests took ms | what was done | reason".split(" | "));
     for run in runs {
         let r = &run.rec.result;
-        let rel = r.release.as_ref();
+        let rel = r.given_back.as_ref();
         t.row(vec![
             run.rec.config.name.to_owned(),
             run.rec.rep.to_string(),
@@ -449,9 +449,9 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
     s.push_str(&t.markdown());
 }
 
-/// What memvisor's pager and pool did around the release, from its `GET /stats` answers: where
+/// What memvisor's pager and pool did around the given_back, from its `GET /stats` answers: where
 /// the swapped pages were when the memory came back and how fast they came back.
-fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
+fn pager_section(s: &mut String, _given_back: &GiveBack, runs: &[Run<'_>]) {
     let rows: Vec<&Run<'_>> = runs
         .iter()
         .filter(|r| r.rec.config.hv == Hv::Memvisor && !r.rec.result.stats.is_empty())
@@ -463,13 +463,13 @@ fn pager_section(s: &mut String, _release: &Release, runs: &[Run<'_>]) {
     let _ = writeln!(
         s,
         "From `GET /stats` once a second. \"At the release\": the last answer before it. Swapped: guest pages only in the swap store (pool or file); \
-         to disk: pages spilled from the pool or written past it. Swap-in after the release: swap faults and pages brought back proactively (from the pool / the file) \
+         to disk: pages spilled from the pool or written past it. Swap-in after the given_back: swap faults and pages brought back proactively (from the pool / the file) \
          until the end of the run; \"swapped < 1 %\": when the swapped pages first fell below 1 % of what they were at the release.\n"
     );
     let mut t = Table::new("configuration | rep | resident MiB at the release | swapped MiB at the release | in the pool MiB | to disk MiB (spilled + past the pool) | swap faults after | proactive pool / file pages after | swapped < 1 % after s | swapped MiB at the end".split(" | "));
     for run in rows {
         let st = run.stats_on_clock();
-        let Some(rel) = run.release_s() else {
+        let Some(rel) = run.given_back_s() else {
             continue;
         };
         let before = st.iter().rev().find(|(t, _)| *t <= rel).map(|x| x.1);
@@ -544,7 +544,7 @@ const COLORS: [RGBColor; 8] = [
 pub fn plot(
     path: &Path,
     exp: &Experiment,
-    release: &Release,
+    given_back: &GiveBack,
     configs: &[&'static Config],
     runs: &[Run<'_>],
 ) -> Result<(), String> {
@@ -576,10 +576,10 @@ pub fn plot(
     let hog = runs.iter().filter_map(|r| r.trace.hog_start_ms);
     let hog = mean_or(
         hog.map(|m| m as f64 / 1e3).collect(),
-        release.hog_at.as_secs_f64(),
+        given_back.hog_at.as_secs_f64(),
     );
-    let rel = runs.iter().filter_map(Run::release_s).collect();
-    let rel = mean_or(rel, release.at.as_secs_f64());
+    let rel = runs.iter().filter_map(Run::given_back_s).collect();
+    let rel = mean_or(rel, given_back.at.as_secs_f64());
     let all_y = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
     let xmax = lines
         .iter()

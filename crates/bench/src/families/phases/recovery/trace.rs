@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn recovery_is_the_first_second_back_at_ninety_percent() {
         let t = parse_console(CONSOLE);
-        // Released 4.2 s in: before = 1050, 90 % = 945; second 6 (5–6 s) has 960.
+        // GivenBack 4.2 s in: before = 1050, 90 % = 945; second 6 (5–6 s) has 960.
         let m = measure(&t, 2.0, Some(4.2));
         assert_eq!(m.before, Some(1050.0));
         assert_eq!(m.dip_min, Some(50));

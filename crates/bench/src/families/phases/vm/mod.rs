@@ -5,7 +5,7 @@
 //! file's use, and moves the balloon once the VM answers on its socket. For a time-series
 //! experiment it also asks the VM's API for `GET /stats` every [`Series::every`](super::experiment::Series::every) and keeps the
 //! working-set estimate and page census of each answer. For an experiment that gives memory
-//! back ([`Release`]), it starts a clock at the guest's line that begins the measured phase,
+//! back ([`GiveBack`]), it starts a clock at the guest's line that begins the measured phase,
 //! gives the VM its memory back when the clock reaches the release time (raising the pager's
 //! limit, the cgroup's limit, deflating the balloon), and keeps memvisor's `GET /stats` answers.
 

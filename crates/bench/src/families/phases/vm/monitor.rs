@@ -1,7 +1,7 @@
 //! Watching a run while it is alive: tick by tick the hypervisor process's I/O and peak RSS,
-//! the run's memory cgroup and the host swap file's use ([`Sampler`]); line by line the
+//! the run's memory cgroup and the host swap file's use ([`HostReadings`]); line by line the
 //! guest's console, closing a phase at each `RESULT` line; and what the harness does to the
-//! run meanwhile (the balloon, a time series' polls, a release, the timeout), until the run's
+//! run meanwhile (the balloon, a time series' polls, a given_back, the timeout), until the run's
 //! [`RunResult`].
 
 use std::os::unix::process::ExitStatusExt;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::{VmClient, VmStats};
 
 use super::control::{api_stats, api_vm_stats, give_back, RunSpec};
-use super::result::{PagerCounters, Phase, Released, RunResult, RunStatus, StatsSample};
+use super::result::{GivenBack, PagerCounters, Phase, RunResult, RunStatus, StatsPoint};
 use crate::families::phases::configs::{Hv, Limit};
 use crate::families::phases::experiment::Series;
 use crate::harness::child::{exit_text, exited, ConsoleEvent, TICK};
@@ -21,7 +21,7 @@ use crate::harness::readings::{self, CgroupState, ProcIo, Vmstat};
 use crate::harness::{qmp, teardown};
 
 /// What is sampled every tick while a run is alive.
-pub(super) struct Sampler<'a> {
+pub(super) struct HostReadings<'a> {
     pub(super) pid: u32,
     /// The hypervisor process: memvisor itself, or the QEMU child once it is found.
     pub(super) hv_pid: Option<u32>,
@@ -33,8 +33,8 @@ pub(super) struct Sampler<'a> {
     pub(super) cg: Option<CgroupState>,
 }
 
-impl Sampler<'_> {
-    fn sample(&mut self) {
+impl HostReadings<'_> {
+    fn read(&mut self) {
         if self.hv_pid.is_none() {
             self.hv_pid = readings::child_named(self.pid, "qemu");
             if let Some(q) = self.hv_pid {
@@ -95,7 +95,7 @@ pub(super) struct RunMonitor<'a> {
     pub(super) pid: u32,
     /// The host before the run started.
     s0: Snap,
-    pub(super) sm: Sampler<'a>,
+    pub(super) sm: HostReadings<'a>,
     /// The time series polled from the API (memvisor configurations only).
     series: Option<&'a Series>,
     /// What was done with the balloon, once done.
@@ -114,11 +114,11 @@ pub(super) struct RunMonitor<'a> {
     current: String,
     /// The guest's `ok=` on its `done` line.
     guest_ok: Option<String>,
-    samples: Vec<StatsSample>,
+    samples: Vec<StatsPoint>,
     next_poll: Instant,
     /// The release experiment's clock: when its `after_phase` ended.
     clock: Option<Instant>,
-    released: Option<Released>,
+    given_back: Option<GivenBack>,
     stats: Vec<(f64, VmStats)>,
 }
 
@@ -136,7 +136,7 @@ impl<'a> RunMonitor<'a> {
             sock,
             pid,
             s0,
-            sm: Sampler {
+            sm: HostReadings {
                 pid,
                 hv_pid: (c.hv == Hv::Memvisor).then_some(pid),
                 cgroup_dir: (c.limit == Limit::HostSwap).then(|| cgroup_dir.to_path_buf()),
@@ -159,7 +159,7 @@ impl<'a> RunMonitor<'a> {
             samples: Vec::new(),
             next_poll: Instant::now(),
             clock: None,
-            released: None,
+            given_back: None,
             stats: Vec::new(),
         }
     }
@@ -170,16 +170,16 @@ impl<'a> RunMonitor<'a> {
             match rx.recv_timeout(TICK) {
                 Ok(ConsoleEvent::Line(line, at)) => self.line(&line, at),
                 Ok(ConsoleEvent::Eof) => self.eof = true,
-                Err(mpsc::RecvTimeoutError::Timeout) => self.sm.sample(),
+                Err(mpsc::RecvTimeoutError::Timeout) => self.sm.read(),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     self.eof = true;
                     std::thread::sleep(TICK);
-                    self.sm.sample();
+                    self.sm.read();
                 }
             }
             self.set_balloon();
             self.poll_series();
-            self.release();
+            self.give_back_on_time();
             self.say_progress();
             self.end_when_due();
             if self.eof && exited(self.pid) {
@@ -195,9 +195,9 @@ impl<'a> RunMonitor<'a> {
 
     /// A console line: the boot phase ends at the first, a guest phase at its `RESULT` line.
     fn line(&mut self, line: &str, at: Instant) {
-        self.sm.sample();
+        self.sm.read();
         let prev_pager = self.prev.pager;
-        let snap = |sm: &Sampler<'_>| Snap {
+        let snap = |sm: &HostReadings<'_>| Snap {
             at,
             vm: readings::vmstat(),
             io: sm.last_io,
@@ -222,7 +222,7 @@ impl<'a> RunMonitor<'a> {
         if self
             .spec
             .measure
-            .release()
+            .give_back()
             .is_some_and(|r| r.after_phase == phase)
             && self.clock.is_none()
         {
@@ -279,7 +279,7 @@ impl<'a> RunMonitor<'a> {
             let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
             if let Some(x) = api_vm_stats(self.sock)
                 .as_ref()
-                .and_then(|st| StatsSample::from_stats(at_ms, st))
+                .and_then(|st| StatsPoint::from_stats(at_ms, st))
             {
                 self.samples.push(x);
             }
@@ -291,15 +291,15 @@ impl<'a> RunMonitor<'a> {
         }
     }
 
-    /// A release: the memory given back when its time on the clock comes, and memvisor's
+    /// A given_back: the memory given back when its time on the clock comes, and memvisor's
     /// `GET /stats` polled once the clock runs.
-    fn release(&mut self) {
-        let (Some(r), Some(t0)) = (self.spec.measure.release(), self.clock) else {
+    fn give_back_on_time(&mut self) {
+        let (Some(r), Some(t0)) = (self.spec.measure.give_back(), self.clock) else {
             return;
         };
         let (c, spec) = (self.spec.config, self.spec);
         let now = Instant::now();
-        if self.released.is_none() && now >= t0 + r.at && !self.eof {
+        if self.given_back.is_none() && now >= t0 + r.at && !self.eof {
             let what = give_back(c, self.sock, self.pid, spec.mem, spec.limit);
             let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
             eprintln!(
@@ -308,7 +308,7 @@ impl<'a> RunMonitor<'a> {
                 now.duration_since(t0).as_secs_f64(),
                 what.as_ref().unwrap_or_else(|e| e)
             );
-            self.released = Some(Released {
+            self.given_back = Some(GivenBack {
                 clock_ms: t0.duration_since(self.s0.at).as_secs_f64() * 1e3,
                 at_ms: Some(at_ms),
                 took_ms: now.elapsed().as_secs_f64() * 1e3,
@@ -499,8 +499,8 @@ impl<'a> RunMonitor<'a> {
             cpu_ms: None,
             final_stats,
             series: self.samples,
-            release: self.released.or_else(|| {
-                self.clock.map(|t0| Released {
+            given_back: self.given_back.or_else(|| {
+                self.clock.map(|t0| GivenBack {
                     clock_ms: t0.duration_since(start).as_secs_f64() * 1e3,
                     at_ms: None,
                     took_ms: 0.0,

@@ -83,9 +83,9 @@ pub struct RunResult {
     /// memvisor's stats when its VM ended (`--stats-json`).
     pub final_stats: Option<VmStats>,
     /// For a time-series experiment, the VM's answers to `GET /stats`, in order.
-    pub series: Vec<StatsSample>,
+    pub series: Vec<StatsPoint>,
     /// For an experiment that gives memory back: what was done and when.
-    pub release: Option<Released>,
+    pub given_back: Option<GivenBack>,
     /// For an experiment that gives memory back, memvisor's answers to `GET /stats` with the
     /// host time (ms since the start of the run) each was asked at.
     pub stats: Vec<(f64, VmStats)>,
@@ -93,7 +93,7 @@ pub struct RunResult {
 
 /// The release of a run: when its clock started and when the memory was given back.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Released {
+pub struct GivenBack {
     /// Host time (ms since the start of the run) of the guest line that started the clock.
     pub clock_ms: f64,
     /// Host time (ms since the start of the run) the release began; `None`: the run ended
@@ -105,7 +105,7 @@ pub struct Released {
     pub what: Result<String, String>,
 }
 
-impl Released {
+impl GivenBack {
     /// When the release began on the clock (seconds since the clock started).
     pub fn on_clock_s(&self) -> Option<f64> {
         self.at_ms.map(|a| (a - self.clock_ms) / 1e3)
@@ -114,7 +114,7 @@ impl Released {
 
 /// One answer of the VM's API to `GET /stats`, as a time-series experiment keeps it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StatsSample {
+pub struct StatsPoint {
     /// Host time from the start of the run to the request.
     pub at_ms: f64,
     /// The working-set estimate (fractions of the pages sampled).
@@ -125,11 +125,11 @@ pub struct StatsSample {
     pub sampled_pages: u64,
 }
 
-impl StatsSample {
+impl StatsPoint {
     /// The sample of a `GET /stats` answer sent `at_ms` after the start; `None` without a pager.
-    pub fn from_stats(at_ms: f64, stats: &VmStats) -> Option<StatsSample> {
+    pub fn from_stats(at_ms: f64, stats: &VmStats) -> Option<StatsPoint> {
         let p = stats.pager.as_ref()?;
-        Some(StatsSample {
+        Some(StatsPoint {
             at_ms,
             active: p.active,
             resident_pages: p.pages.resident_pages,

@@ -19,7 +19,7 @@ use plotters::style::{RGBColor, BLACK};
 
 use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
-use crate::families::phases::vm::result::{RunResult, RunStatus, StatsSample};
+use crate::families::phases::vm::result::{RunResult, RunStatus, StatsPoint};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
@@ -74,7 +74,7 @@ pub struct ScheduledSample {
     pub step: Option<usize>,
     /// What the schedule says is touched: that step's size, 0 outside the schedule.
     pub touched: u64,
-    pub sample: StatsSample,
+    pub sample: StatsPoint,
 }
 
 impl ScheduledSample {
@@ -489,7 +489,7 @@ mod tests {
         }
     }
 
-    fn run(phases: Vec<Phase>, series: Vec<StatsSample>) -> RunResult {
+    fn run(phases: Vec<Phase>, series: Vec<StatsPoint>) -> RunResult {
         RunResult {
             exit: "1".into(),
             phases,
@@ -499,8 +499,8 @@ mod tests {
     }
 
     /// A sample at `at_ms` with 100 MiB sampled from and the given fractions.
-    fn sample(at_ms: f64, slow: f64, fast: f64, current: f64) -> StatsSample {
-        StatsSample {
+    fn sample(at_ms: f64, slow: f64, fast: f64, current: f64) -> StatsPoint {
+        StatsPoint {
             at_ms,
             active: ActiveMemory {
                 estimate: slow.max(fast).max(current),
