@@ -1,7 +1,8 @@
 //! Which VMs need memory, and how much (HyperDealer2 §4.6 with the ghost cache of §5.3).
 //!
-//! Each period (the paper's is 100 ms) the host reads every VM's ghost-cache histogram and the
-//! guest's swap counters, and takes what changed since the last reading ([`DemandInput::between`]).
+//! Each period (the paper's is 100 ms; here the host's tick, `[host] tick`, 250 ms by
+//! default) the host reads every VM's ghost-cache histogram and the guest's swap counters, and
+//! takes what changed since the last reading ([`DemandInput::between`]).
 //! From those values alone, for all VMs at once, [`estimate`] says how many pages each
 //! beneficiary should get:
 //!
@@ -30,14 +31,12 @@
 //!    [`DemandParams::trigger_pages`] (the paper's 32). A beneficiary wants its total; every
 //!    other VM 0.
 //!
-//! Pure: no syscalls, no clocks. The period is the host's to keep; it is here so one value
-//! travels with the others.
+//! Pure: no syscalls, no clocks. The period is the host's tick: the estimate works on what
+//! changed between two readings, whatever their distance.
 
 /// The estimator's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DemandParams {
-    /// How often the host reads the VMs and estimates, in milliseconds (paper: 100).
-    pub period_ms: u64,
     /// The least demand that makes a beneficiary, in pages (paper: 32).
     pub trigger_pages: u64,
     /// The fewest hits a ghost bucket needs in a period to count, whatever the average (1: a
@@ -48,7 +47,6 @@ pub struct DemandParams {
 impl Default for DemandParams {
     fn default() -> Self {
         DemandParams {
-            period_ms: 100,
             trigger_pages: 32,
             min_bucket_hits: 1,
         }
