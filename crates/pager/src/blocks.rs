@@ -8,6 +8,9 @@ use crate::page::Block;
 pub struct BlockMap {
     refs: Vec<u16>,
     used: u32,
+    /// Blocks from here on are the pages of a restored snapshot's memory file
+    /// (`store/saved.rs`): counted like the swap file's, never handed out.
+    saved_base: u32,
     /// Where the next cluster search starts, so writes advance through the file.
     cursor: u32,
 }
@@ -17,8 +20,34 @@ impl BlockMap {
         BlockMap {
             refs: vec![0; blocks as usize],
             used: 0,
+            saved_base: blocks,
             cursor: 0,
         }
+    }
+
+    /// A map of `blocks` swap-file blocks followed by `saved` blocks of a snapshot's memory
+    /// file, which are only ever taken with [`Self::take_saved`], one per restored page.
+    pub fn with_saved(blocks: u32, saved: u32) -> Self {
+        let mut m = BlockMap::new(blocks.saturating_add(saved));
+        m.saved_base = blocks;
+        m
+    }
+
+    /// The first block of the snapshot's memory file (the capacity when there is none).
+    pub fn saved_base(&self) -> Block {
+        self.saved_base
+    }
+
+    /// Whether `b` is a page of the snapshot's memory file, which nothing may write.
+    pub fn is_saved(&self, b: Block) -> bool {
+        b >= self.saved_base
+    }
+
+    /// Takes the reference of the restored page whose content is saved block `b`.
+    pub fn take_saved(&mut self, b: Block) {
+        debug_assert!(self.is_saved(b) && self.refs[b as usize] == 0);
+        self.refs[b as usize] = 1;
+        self.used += 1;
     }
 
     pub fn in_use(&self) -> u32 {
@@ -31,7 +60,7 @@ impl BlockMap {
 
     /// Allocates up to `n` blocks as few contiguous runs as it can; returns them in order.
     pub fn alloc(&mut self, n: u32) -> Vec<Block> {
-        let cap = self.capacity();
+        let cap = self.saved_base;
         let mut out = Vec::with_capacity(n as usize);
         let mut scanned = 0;
         while out.len() < n as usize && scanned < cap {
@@ -50,7 +79,7 @@ impl BlockMap {
     /// Allocates `n` consecutive blocks, the first free run found from the cursor on (wrapping
     /// once); returns the first, or `None` if no run that long is free.
     pub fn alloc_run(&mut self, n: u32) -> Option<Block> {
-        let cap = self.capacity();
+        let cap = self.saved_base;
         if n == 0 || n > cap {
             return None;
         }
@@ -126,5 +155,16 @@ mod tests {
         assert_eq!(m.in_use(), 10);
         assert_eq!(m.alloc_run(0), None);
         assert_eq!(m.alloc_run(11), None);
+    }
+
+    #[test]
+    fn saved_blocks_are_never_handed_out() {
+        let mut m = BlockMap::with_saved(4, 4);
+        m.take_saved(5);
+        assert!(m.is_saved(5) && !m.is_saved(3));
+        assert_eq!(m.alloc(8), vec![0, 1, 2, 3], "only the swap file's blocks");
+        m.drop_ref(5);
+        assert_eq!(m.alloc_run(1), None, "a freed saved block stays out");
+        assert_eq!(m.in_use(), 4);
     }
 }

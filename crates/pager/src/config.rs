@@ -94,6 +94,9 @@ pub struct PagerConfig {
     /// The nice value of the pager's fault thread, which faulting vCPUs wait on (0: the VMM's
     /// own; `memvisor_devices::priority`).
     pub serving_nice: i32,
+    /// A snapshot to start from (`store/saved.rs`): guest RAM starts out in its memory file
+    /// and comes in as the guest touches it, the pages it had in RAM first.
+    pub restore: Option<crate::store::saved::RestoreFrom>,
 }
 
 /// The reclamation cache's size when none is given (4 MiB: 1,024 pages).

@@ -77,6 +77,10 @@ pub enum PagerError {
     Thread(#[source] std::io::Error),
     #[error(transparent)]
     Indirect(#[from] crate::store::indirect::IndirectError),
+    #[error("cannot restore guest RAM: {0}")]
+    Restore(String),
+    #[error("cannot write guest RAM to the snapshot")]
+    Save(#[source] std::io::Error),
 }
 
 /// Why the pager asked for the VM to be paused: a page could not be moved, so the guest must

@@ -332,6 +332,11 @@ impl GuestRam for PagedRam<'_> {
             let PageState::Swapped(b) = state.table.state(p) else {
                 continue;
             };
+            // A restored page's block is in the snapshot's memory file, which the log cannot
+            // name: the write goes to the image as usual.
+            if state.table.blocks.is_saved(b) {
+                continue;
+            }
             if state.indirections >= cfg.max {
                 EventCounters::add(&ind.counters.refused, 1);
                 continue;

@@ -64,6 +64,7 @@ use crate::stats::{EventCounters, Latency};
 use crate::store::image::ImageFile;
 use crate::store::pool::{Pool, SwapStore};
 use crate::store::sample::SampleStore;
+use crate::store::saved::SavedPages;
 use crate::store::stores::Stores;
 use crate::store::swap::SwapFile;
 use crate::swapin::SwapIn;
@@ -117,6 +118,16 @@ impl Pager {
         let mech = config.mech;
         let mut table = StateTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
+        let saved = match &config.restore {
+            Some(r) => {
+                table.blocks = crate::blocks::BlockMap::with_saved(swap_blocks, pages);
+                crate::persist::restore_states(&mut table, &r.pages)
+                    .map_err(PagerError::Restore)?;
+                let file = r.memory.try_clone().map_err(PagerError::Attach)?;
+                Some((swap_blocks, crate::store::saved::SavedMemory::new(file)))
+            }
+            None => None,
+        };
         let release_slots = release_slots(&uffd, config)?;
         table.released =
             crate::released::Released::new(release_slots.as_ref().map_or(0, |s| s.slots()));
@@ -163,6 +174,7 @@ impl Pager {
                         .pool
                         .map(|p| Pool::new(p.bytes, p.spill_at, p.compress, p.chunk_bytes))
                         .transpose()?,
+                    saved,
                 },
                 SampleStore::new(config.sample_pages),
             ),
@@ -192,7 +204,8 @@ impl Pager {
         // or release: the Mapper learns from disk reads, which it sees on plain memory too (its
         // mirrors are checked by digest when reclaim picks them), and the Preventer acts on
         // writes to swapped and dropped pages, of which there are none before.
-        if config.limit.is_some() || !takeover.at_run_time() {
+        // A restored VM's RAM is in the snapshot until the guest touches it: faults bring it.
+        if config.limit.is_some() || !takeover.at_run_time() || config.restore.is_some() {
             takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();
@@ -239,6 +252,14 @@ impl Pager {
             std::thread::Builder::new()
                 .name("defrag".into())
                 .spawn(move || d.defrag_thread())
+                .map_err(PagerError::Thread)?;
+        }
+        if let Some(r) = &config.restore {
+            let c = core.clone();
+            let runs = r.pages.prefetch.clone();
+            std::thread::Builder::new()
+                .name("prefetch".into())
+                .spawn(move || c.prefetch_saved(&runs))
                 .map_err(PagerError::Thread)?;
         }
         let s = core.clone();
@@ -332,6 +353,20 @@ impl Pager {
             }
         }
         Ok((copied, kept))
+    }
+
+    /// Writes guest memory to `out` for a snapshot, from where each page is (`persist.rs`),
+    /// after copying Tesseract's indirected blocks back into the disk images, so the images
+    /// the snapshot refers to stand alone. The VM must be paused and its devices quiet.
+    pub fn save(&self, out: &std::fs::File) -> Result<SavedPages, PagerError> {
+        let s = &self.core;
+        for image in s.stores.images() {
+            if let Some(ind) = &image.indirect {
+                let freed = ind.flatten()?;
+                s.free_indirections(freed);
+            }
+        }
+        s.save(out).map_err(PagerError::Save)
     }
 
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,

@@ -456,6 +456,16 @@ impl StateTable {
         is_resident(was)
     }
 
+    /// Puts never-touched `p` in the state a restored snapshot gives it: `Swapped` to its saved
+    /// block (`BlockMap::take_saved`), `OnDisk`, `Ballooned` or `Reported`.
+    pub fn restore(&mut self, p: PageIdx, s: PageState) {
+        debug_assert_eq!(self.state(p), PageState::Zero);
+        if let PageState::Swapped(b) = s {
+            self.blocks.take_saved(b);
+        }
+        self.set(p, s);
+    }
+
     /// Records that `p` is mapped, content unknown (found present when guest RAM was taken over).
     pub fn seed_resident(&mut self, p: PageIdx) {
         if !is_resident(self.state(p)) {

@@ -1,7 +1,7 @@
 //! Where a page that is not in guest RAM can be read back from: the [`PageStore`] trait, one
 //! implementation per place (the swap file in `swap.rs`, with the host-memory pool of `pool/`
 //! in front of it, the guest's disk images in `image.rs`, the working-set sample in
-//! `sample.rs`), and `Stores` (`stores.rs`), which finds the store a
+//! `sample.rs`, a restored snapshot's memory file in `saved.rs`), and `Stores` (`stores.rs`), which finds the store a
 //! [`Slot`](crate::page::Slot) names. Tesseract's indirections (`indirect/`: disk blocks that
 //! refer to swap-file blocks) live here too, since disk images read through them.
 //!
@@ -15,6 +15,7 @@ pub mod image;
 pub mod indirect;
 pub mod pool;
 pub mod sample;
+pub mod saved;
 pub(crate) mod stores;
 pub mod swap;
 

@@ -33,6 +33,7 @@ pub fn config(swap_dir: &Path, mapper: bool) -> PagerConfig {
         release_cache: memvisor_pager::DEFAULT_RELEASE_CACHE,
         release_ready: 0,
         serving_nice: 0,
+        restore: None,
     }
 }
 

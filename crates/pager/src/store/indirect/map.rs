@@ -442,6 +442,20 @@ impl Indirect {
         Ok(targets)
     }
 
+    /// Copies every indirected block back into the image and starts the log again empty (a
+    /// snapshot: the image then stands alone, and the VM goes on making indirections); returns
+    /// the swap-file blocks to free. The caller holds the guest's writes back (the VM is paused
+    /// and its disks quiesced).
+    pub fn flatten(&self) -> Result<Vec<Block>, IndirectError> {
+        let store = self.lock().log.as_ref().map(|l| l.store().to_owned());
+        let freed = self.disentangle()?;
+        if let Some(store) = store {
+            let log = Log::create(&self.image, &store)?;
+            self.lock_without_defrag(0, u32::MAX).log = Some(log);
+        }
+        Ok(freed)
+    }
+
     /// Leaves the log, synced, for the next start (`--keep-indirections`).
     pub fn keep(&self) -> std::io::Result<u64> {
         let mut s = self.lock_without_defrag(0, u32::MAX);

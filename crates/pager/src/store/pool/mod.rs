@@ -395,18 +395,17 @@ impl Pool {
     }
 }
 
-/// The swap store: the swap file, with a pool in front of it when there is one.
+/// The swap store: the swap file, with a pool in front of it when there is one, and, in a
+/// restored VM, the snapshot's memory file as the blocks from its base on (`saved.rs`).
 pub struct SwapStore {
     pub file: SwapFile,
     pub pool: Option<Pool>,
+    pub saved: Option<(Block, super::saved::SavedMemory)>,
 }
 
-impl PageStore for SwapStore {
-    fn describe(&self) -> String {
-        self.file.describe()
-    }
-
-    fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
+impl SwapStore {
+    /// Reads blocks of the swap file (through the pool).
+    fn read_swap(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
         let Some(pool) = &self.pool else {
             return self.file.read(first, buf);
         };
@@ -432,6 +431,29 @@ impl PageStore for SwapStore {
         let hits = pooled.iter().filter(|&&p| p).count() as u64;
         pool.counters.hits.fetch_add(hits, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl PageStore for SwapStore {
+    fn describe(&self) -> String {
+        self.file.describe()
+    }
+
+    /// A run that reaches the snapshot's blocks reads them from its memory file, the rest from
+    /// the swap file.
+    fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
+        let Some((base, saved)) = &self.saved else {
+            return self.read_swap(first, buf);
+        };
+        let below = (base.saturating_sub(first) as usize * PAGE_SIZE).min(buf.len());
+        let (swap, restored) = buf.split_at_mut(below);
+        if !restored.is_empty() {
+            crate::store::read(saved, first.max(*base) - base, restored)?;
+        }
+        if swap.is_empty() {
+            return Ok(());
+        }
+        self.read_swap(first, swap)
     }
 
     fn write(&self, first: Block, data: &[u8]) -> std::io::Result<()> {
@@ -506,6 +528,7 @@ mod tests {
             SwapStore {
                 file,
                 pool: Some(Pool::new(cap, 0.8, how, chunk).unwrap()),
+                saved: None,
             },
         )
     }
