@@ -91,11 +91,67 @@ pub struct Serial<W: Write + Send> {
     uart: Uart<IrqTrigger, vm_superio::serial::NoEvents, Lines<W>>,
 }
 
+/// The UART's registers in a snapshot (`vm_superio::serial::SerialState`'s fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SerialSnapshot {
+    pub baud_divisor_low: u8,
+    pub baud_divisor_high: u8,
+    pub interrupt_enable: u8,
+    pub interrupt_identification: u8,
+    pub line_control: u8,
+    pub line_status: u8,
+    pub modem_control: u8,
+    pub modem_status: u8,
+    pub scratch: u8,
+    pub in_buffer: Vec<u8>,
+}
+
 impl<W: Write + Send> Serial<W> {
     pub fn new(irq: EventFd, out: W) -> Self {
         Serial {
             uart: Uart::new(IrqTrigger(irq), Lines::new(out)),
         }
+    }
+
+    /// The UART's registers for a snapshot (a partial output line stays with this VMM).
+    pub fn save(&self) -> SerialSnapshot {
+        let s = self.uart.state();
+        SerialSnapshot {
+            baud_divisor_low: s.baud_divisor_low,
+            baud_divisor_high: s.baud_divisor_high,
+            interrupt_enable: s.interrupt_enable,
+            interrupt_identification: s.interrupt_identification,
+            line_control: s.line_control,
+            line_status: s.line_status,
+            modem_control: s.modem_control,
+            modem_status: s.modem_status,
+            scratch: s.scratch,
+            in_buffer: s.in_buffer,
+        }
+    }
+
+    /// A UART with the registers of `s`.
+    pub fn restored(irq: EventFd, out: W, s: &SerialSnapshot) -> Result<Self, String> {
+        let state = vm_superio::serial::SerialState {
+            baud_divisor_low: s.baud_divisor_low,
+            baud_divisor_high: s.baud_divisor_high,
+            interrupt_enable: s.interrupt_enable,
+            interrupt_identification: s.interrupt_identification,
+            line_control: s.line_control,
+            line_status: s.line_status,
+            modem_control: s.modem_control,
+            modem_status: s.modem_status,
+            scratch: s.scratch,
+            in_buffer: s.in_buffer.clone(),
+        };
+        let uart = Uart::from_state(
+            &state,
+            IrqTrigger(irq),
+            vm_superio::serial::NoEvents,
+            Lines::new(out),
+        )
+        .map_err(|e| format!("the snapshot's serial port is not a valid 16550A: {e:?}"))?;
+        Ok(Serial { uart })
     }
 }
 
@@ -138,6 +194,33 @@ mod tests {
         s.read(0, &mut wide);
         assert_eq!(wide, [0, 0]);
         assert_eq!(s.uart.writer().inner(), b"ok\n");
+    }
+
+    #[test]
+    fn a_restored_uart_has_the_saved_registers() {
+        let mut s = Serial::new(EventFd::new(libc::EFD_NONBLOCK).unwrap(), Vec::new());
+        s.write(3, &[0x83]); // LCR with DLAB
+        s.write(0, &[0x01]);
+        s.write(3, &[0x03]);
+        s.write(7, &[0x5a]);
+        let saved = s.save();
+        let mut r = Serial::restored(
+            EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            Vec::new(),
+            &saved,
+        )
+        .unwrap();
+        assert_eq!(r.save(), saved);
+        let mut b = [0u8];
+        r.read(7, &mut b);
+        assert_eq!(b[0], 0x5a);
+        let bad = SerialSnapshot {
+            in_buffer: vec![0; 1000],
+            ..saved
+        };
+        assert!(
+            Serial::restored(EventFd::new(libc::EFD_NONBLOCK).unwrap(), Vec::new(), &bad).is_err()
+        );
     }
 
     /// Each line reaches the host stream in one write, whole, however the UART feeds it; a

@@ -99,6 +99,33 @@ fn driver_wants_interrupt(queue: &mut Queue, mem: &GuestMem) -> bool {
         .map_or(true, |flags| flags & AVAIL_F_NO_INTERRUPT == 0)
 }
 
+/// One queue of a transport in a snapshot (`virtio_queue::QueueState`'s fields).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueueSnapshot {
+    pub size: u16,
+    pub ready: bool,
+    pub desc_table: u64,
+    pub avail_ring: u64,
+    pub used_ring: u64,
+    pub next_avail: u16,
+    pub next_used: u16,
+    pub event_idx_enabled: bool,
+}
+
+/// A transport's registers, its queues and its device's own state, in a snapshot.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TransportSnapshot {
+    pub device_type: u32,
+    pub status: u32,
+    pub device_features_sel: u32,
+    pub driver_features_sel: u32,
+    pub driver_features: u64,
+    pub queue_sel: u32,
+    pub interrupt_status: u32,
+    pub queues: Vec<QueueSnapshot>,
+    pub device: serde_json::Value,
+}
+
 /// Counters of one transport.
 #[derive(Debug, Default)]
 pub struct TransportMetrics {
@@ -405,6 +432,98 @@ impl MmioTransport {
         }
     }
 
+    /// Serves every ready queue's pending buffers: at a snapshot, so that no request the driver
+    /// made is left half-seen (the VM is paused; the caller holds the transport's lock, so the
+    /// device thread is between requests), and at a restore, for buffers the driver made
+    /// available after the last notification was served.
+    pub fn serve_pending(&mut self) {
+        for index in 0..self.queues.len() {
+            if self.queues[index].ready() {
+                self.notify(u32::try_from(index).unwrap_or(u32::MAX));
+            }
+        }
+    }
+
+    /// The transport's state for a snapshot, once every request made is served
+    /// ([`Self::serve_pending`]).
+    pub fn save(&mut self) -> TransportSnapshot {
+        if self.driver_ready() {
+            self.serve_pending();
+        }
+        TransportSnapshot {
+            device_type: self.device.as_ref().map_or(0, |d| d.device_type()),
+            status: self.status,
+            device_features_sel: self.device_features_sel,
+            driver_features_sel: self.driver_features_sel,
+            driver_features: self.driver_features,
+            queue_sel: self.queue_sel,
+            interrupt_status: self.interrupt_status.load(Ordering::SeqCst),
+            queues: self
+                .queues
+                .iter()
+                .map(|q| {
+                    let s = q.state();
+                    QueueSnapshot {
+                        size: s.size,
+                        ready: s.ready,
+                        desc_table: s.desc_table,
+                        avail_ring: s.avail_ring,
+                        used_ring: s.used_ring,
+                        next_avail: s.next_avail,
+                        next_used: s.next_used,
+                        event_idx_enabled: s.event_idx_enabled,
+                    }
+                })
+                .collect(),
+            device: self
+                .device
+                .as_ref()
+                .map_or(serde_json::Value::Null, |d| d.save_state()),
+        }
+    }
+
+    /// Takes back a state [`Self::save`] gave, on a transport built with the same device and
+    /// not yet served by a device thread; checked, so a snapshot of another device, or with
+    /// queues outside guest memory, is refused rather than run.
+    pub fn load(&mut self, s: &TransportSnapshot) -> Result<(), String> {
+        let ty = self.device.as_ref().map_or(0, |d| d.device_type());
+        if s.device_type != ty || s.queues.len() != self.queues.len() {
+            return Err(format!(
+                "the snapshot has device type {} with {} queues where this VM has {ty} with {}",
+                s.device_type,
+                s.queues.len(),
+                self.queues.len()
+            ));
+        }
+        for (q, qs) in self.queues.iter_mut().zip(&s.queues) {
+            q.set_size(qs.size);
+            q.set_desc_table_address(Some(lo(qs.desc_table)), Some(hi(qs.desc_table)));
+            q.set_avail_ring_address(Some(lo(qs.avail_ring)), Some(hi(qs.avail_ring)));
+            q.set_used_ring_address(Some(lo(qs.used_ring)), Some(hi(qs.used_ring)));
+            q.set_next_avail(qs.next_avail);
+            q.set_next_used(qs.next_used);
+            q.set_event_idx(qs.event_idx_enabled);
+            q.set_ready(qs.ready);
+            if q.ready() && (q.size() != qs.size || !q.is_valid(self.mem.as_ref())) {
+                return Err("the snapshot has a virtio queue this VM cannot use".into());
+            }
+        }
+        self.status = s.status;
+        self.device_features_sel = s.device_features_sel;
+        self.driver_features_sel = s.driver_features_sel;
+        self.driver_features = s.driver_features;
+        self.queue_sel = s.queue_sel;
+        self.interrupt_status
+            .store(s.interrupt_status, Ordering::SeqCst);
+        if let Some(dev) = self.device.as_mut() {
+            if self.status & status::DRIVER_OK != 0 {
+                dev.activate(self.driver_features);
+            }
+            dev.load_state(&s.device)?;
+        }
+        Ok(())
+    }
+
     /// Runs the device's [`VirtioDevice::on_request`] (for the VMM, outside guest notifications)
     /// and interrupts the driver if it returned buffers.
     pub fn device_request(&mut self) {
@@ -482,6 +601,14 @@ impl MmioTransport {
             ),
         }
     }
+}
+
+fn lo(v: u64) -> u32 {
+    u32::try_from(v & 0xffff_ffff).unwrap_or(0)
+}
+
+fn hi(v: u64) -> u32 {
+    u32::try_from(v >> 32).unwrap_or(0)
 }
 
 impl BusDevice for MmioTransport {

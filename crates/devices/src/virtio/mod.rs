@@ -48,4 +48,13 @@ pub trait VirtioDevice: Send {
     fn on_request(&mut self, _queues: &mut [Queue], _mem: &GuestMem) -> bool {
         false
     }
+    /// The device's own state for a snapshot, beyond its transport's and its queues' (what the
+    /// driver negotiated, buffers it holds); `null` for a device that keeps none.
+    fn save_state(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Takes back what [`Self::save_state`] gave, after the transport's state is restored.
+    fn load_state(&mut self, _state: &serde_json::Value) -> Result<(), String> {
+        Ok(())
+    }
 }

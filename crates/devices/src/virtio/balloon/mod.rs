@@ -406,6 +406,44 @@ impl VirtioDevice for Balloon {
         used
     }
 
+    fn save_state(&self) -> serde_json::Value {
+        serde_json::json!({
+            "acked": self.acked,
+            "held_stats": self.held_stats,
+            "held_pages": self.held_pages,
+            "target_pages": self.state.target_pages.load(Ordering::SeqCst),
+            "actual_pages": self.state.actual_pages.load(Ordering::SeqCst),
+        })
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        let num = |k: &str| {
+            state
+                .get(k)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| format!("balloon state without {k}"))
+        };
+        let small =
+            |k: &str| num(k).and_then(|v| u32::try_from(v).map_err(|e| format!("{k}: {e}")));
+        self.acked = num("acked")?;
+        self.held_pages = num("held_pages")?;
+        self.held_stats = match state.get("held_stats") {
+            Some(serde_json::Value::Null) | None => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|h| u16::try_from(h).ok())
+                    .ok_or("balloon state: held_stats is not a descriptor index")?,
+            ),
+        };
+        self.state
+            .target_pages
+            .store(small("target_pages")?, Ordering::SeqCst);
+        self.state
+            .actual_pages
+            .store(small("actual_pages")?, Ordering::SeqCst);
+        Ok(())
+    }
+
     fn on_request(&mut self, queues: &mut [Queue], mem: &GuestMem) -> bool {
         // The only request: return the held statistics buffer so the driver refills it.
         let stats_index = 2;
