@@ -58,6 +58,35 @@ pub struct ReleaseResult {
     pub limit_bytes: Option<u64>,
 }
 
+/// `PUT /vm/snapshot`: write the VM to directory `dir` (created if missing, empty), then let it
+/// run on, or end it with `stop`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    pub dir: String,
+    #[serde(default)]
+    pub stop: bool,
+}
+
+/// The answer to `PUT /vm/snapshot`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotResult {
+    /// The directory written.
+    pub dir: String,
+    /// Guest pages copied into the memory file.
+    pub copied_pages: u64,
+    /// All-zero or never-touched pages, recorded, not copied.
+    pub zero_pages: u64,
+    /// Pages identical to guest disk blocks (the Swap Mapper's), recorded, not copied.
+    pub disk_pages: u64,
+    /// Pages the balloon held or the guest reported free: no content.
+    pub released_pages: u64,
+    /// How long the vCPUs were stopped, in milliseconds.
+    pub paused_ms: u64,
+    /// The VM ends now (`stop`) instead of running on.
+    pub stopped: bool,
+}
+
 /// An error answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

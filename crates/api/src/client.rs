@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::body::{
     BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult,
+    SnapshotRequest, SnapshotResult,
 };
 use crate::host::{HostEvent, HostInfo, HostSample, HostUpdate, HostVm, PolicyUpdate};
 use crate::http::{connect, exchange_on, HttpError, Response, CALL_TIMEOUT};
@@ -310,6 +311,14 @@ impl VmClient {
     /// `PUT /vm/resume`: resumes a paused VM.
     pub fn resume(&self) -> Result<VmInfo, ClientError> {
         self.call(&VmRequest::Resume)
+    }
+
+    /// `PUT /vm/snapshot`: writes the VM to `dir`, then lets it run on (or ends it, `stop`).
+    pub fn snapshot(&self, dir: &str, stop: bool) -> Result<SnapshotResult, ClientError> {
+        self.call(&VmRequest::Snapshot(SnapshotRequest {
+            dir: dir.to_owned(),
+            stop,
+        }))
     }
 }
 

@@ -31,7 +31,10 @@ pub mod spec;
 mod stats;
 mod vm;
 
-pub use body::{BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult};
+pub use body::{
+    BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult,
+    SnapshotRequest, SnapshotResult,
+};
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;
 pub use host::{

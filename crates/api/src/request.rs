@@ -9,7 +9,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::body::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest};
+use crate::body::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest, SnapshotRequest};
 use crate::host::{HostUpdate, PolicyUpdate};
 use crate::spec::VmSpec;
 
@@ -64,6 +64,8 @@ pub enum VmRequest {
     Pause,
     /// `PUT /vm/resume`.
     Resume,
+    /// `PUT /vm/snapshot`: write the VM to a directory ([`SnapshotResult`](crate::SnapshotResult)).
+    Snapshot(SnapshotRequest),
 }
 
 impl VmRequest {
@@ -79,10 +81,12 @@ impl VmRequest {
             ("PUT", "/balloon") => VmRequest::SetBalloon(parse_body(body)?),
             ("PUT", "/vm/pause") => VmRequest::Pause,
             ("PUT", "/vm/resume") => VmRequest::Resume,
+            ("PUT", "/vm/snapshot") => VmRequest::Snapshot(parse_body(body)?),
             (_, "/vm" | "/stats" | "/metrics") => return Err(RequestError::new(405, "use GET")),
             (
                 _,
-                "/memory" | "/memory/release" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume",
+                "/memory" | "/memory/release" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume"
+                | "/vm/snapshot",
             ) => return Err(RequestError::new(405, "use PUT")),
             _ => return Err(RequestError::new(404, format!("no such path {path}"))),
         })
@@ -108,6 +112,7 @@ impl VmRequest {
             VmRequest::SetBalloon(_) => "/balloon",
             VmRequest::Pause => "/vm/pause",
             VmRequest::Resume => "/vm/resume",
+            VmRequest::Snapshot(_) => "/vm/snapshot",
         }
         .to_owned()
     }
@@ -119,6 +124,7 @@ impl VmRequest {
             VmRequest::Release(u) => json(u),
             VmRequest::SetPool(u) => json(u),
             VmRequest::SetBalloon(u) => json(u),
+            VmRequest::Snapshot(u) => json(u),
             _ => None,
         }
     }
@@ -316,6 +322,10 @@ mod tests {
             }),
             VmRequest::Pause,
             VmRequest::Resume,
+            VmRequest::Snapshot(SnapshotRequest {
+                dir: "/tmp/snap".into(),
+                stop: true,
+            }),
         ] {
             let body = r.body().unwrap_or_default();
             assert_eq!(
