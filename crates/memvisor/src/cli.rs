@@ -315,6 +315,10 @@ pub struct RunArgs {
     /// API's GET /stats (the `VmStats` type).
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+    /// Start the VM from the snapshot in this directory (`memvisor ctl snapshot`), its memory
+    /// brought in as the guest touches it; give the same --disk flags, unchanged images.
+    #[arg(long)]
+    pub restore: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

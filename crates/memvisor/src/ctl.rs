@@ -64,6 +64,14 @@ pub enum CtlRequest {
     /// Resume a paused VM: one paused with `pause`, or by the pager because swap or image I/O
     /// failed (PUT /vm/resume).
     Resume,
+    /// Write the VM to a snapshot directory, then let it run on, or end it with --stop
+    /// (PUT /vm/snapshot); `memvisor run --restore DIR` starts it again.
+    Snapshot {
+        dir: PathBuf,
+        /// End the VM once it is written.
+        #[arg(long)]
+        stop: bool,
+    },
     /// Host: the budget, free memory and its state, reservations (GET /host).
     Host,
     /// Host: every VM with its policy, target, allocation and state (GET /vms).
@@ -126,6 +134,11 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Stats => show(vm("stats")?.stats()),
         CtlRequest::Pause => show(vm("pause")?.pause()),
         CtlRequest::Resume => show(vm("resume")?.resume()),
+        CtlRequest::Snapshot { dir, stop } => {
+            // The VMM may run elsewhere in the file system tree: it gets an absolute path.
+            let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            show(vm("snapshot")?.snapshot(&dir.to_string_lossy(), stop))
+        }
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
         CtlRequest::Release { pages, cold_only } => {
             show(vm("release")?.release_with(memvisor_api::ReleaseRequest { pages, cold_only }))

@@ -16,11 +16,40 @@ pub struct RunPlan {
     pub disks: Vec<DiskConfig>,
     /// The whole guest command line.
     pub cmdline: String,
+    /// `--restore DIR`: the snapshot, read and checked against the other flags.
+    pub restore: Option<std::sync::Arc<memvisor_vmm::snapshot::Snapshot>>,
+}
+
+/// Reads `--restore DIR` and makes the flags fit it: the VM gets the snapshot's size (at most
+/// `--mem`), vCPUs and balloon.
+fn restore(args: &mut RunArgs) -> Result<Option<memvisor_vmm::snapshot::Snapshot>, BadInput> {
+    let Some(dir) = &args.restore else {
+        return Ok(None);
+    };
+    if args.hypervisor == Hypervisor::Qemu {
+        return Err(BadInput(
+            "--restore is memvisor's own snapshot format".into(),
+        ));
+    }
+    let snap = memvisor_vmm::snapshot::load(dir).map_err(|e| BadInput(e.to_string()))?;
+    let size = snap.state.mem_size;
+    if size > args.mem {
+        return Err(BadInput(format!(
+            "the snapshot in {} holds a VM of {size} bytes, more than --mem {}",
+            dir.display(),
+            args.mem
+        )));
+    }
+    args.mem = size;
+    args.vcpus = snap.state.vcpus;
+    args.balloon = snap.state.balloon;
+    Ok(Some(snap))
 }
 
 /// Checks `memvisor run`'s flags against each other and this host, and reads the kernel.
-pub fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
+pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
+    let snapshot = restore(&mut args)?;
     if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
         let all = match CpuSet::available() {
             Ok(all) => all,
@@ -210,10 +239,15 @@ pub fn plan(args: RunArgs) -> Result<RunPlan, BadInput> {
             _ => {}
         }
     }
+    if let Some(snap) = &snapshot {
+        snap.check_disks(&disks, args.mapper && args.pager == PagerMode::Full)
+            .map_err(|e| BadInput(e.to_string()))?;
+    }
     Ok(RunPlan {
         args,
         kernel,
         disks,
         cmdline,
+        restore: snapshot.map(std::sync::Arc::new),
     })
 }

@@ -87,6 +87,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         release_cache: a.release_cache,
         release_ready: a.release_ready,
         serving_nice: a.serving_nice,
+        restore: None,
         indirections: a.tesseract.then(|| memvisor_pager::IndirectConfig {
             max: u32::try_from(a.tesseract_max.unwrap_or(a.mem) / 4096).unwrap_or(u32::MAX),
             keep: a.keep_indirections,
@@ -124,6 +125,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         vcpu_cpus: plan.args.vcpu_cpus.clone(),
         sharing: plan.args.sharing == SharingArg::Host,
         serving_nice: plan.args.serving_nice,
+        restore: plan.restore.clone(),
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {

@@ -11,6 +11,7 @@
 //! | `PUT /balloon {"target": bytes}` | sets the balloon size |
 //! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
 //! | `PUT /vm/resume` | resumes a paused VM (asked for, or the pager's swap or image I/O failed); 400 if it runs |
+//! | `PUT /vm/snapshot {"dir", "stop"}` | writes the VM to a snapshot directory (`snapshot.rs`, docs/snapshot.md), then lets it run on or ends it; 400 if it cannot |
 //!
 //! Requests are parsed into a [`VmRequest`] by `memvisor_api` and handled here with one `match`.
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
@@ -45,6 +46,8 @@ pub(crate) struct Control {
     pub exits: Arc<ExitCounters>,
     /// Guest RAM is mergeable by KSM (`--sharing host`).
     pub sharing: bool,
+    /// Writes the VM to a snapshot (`PUT /vm/snapshot`).
+    pub snapshot: Arc<crate::snapshot::Snapshotter>,
 }
 
 /// Serves `listener` on its own thread.
@@ -104,6 +107,10 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
         VmRequest::Resume => match c.lifecycle.resume() {
             true => ok(&vm_info(c)),
             false => error(400, "the VM is not paused"),
+        },
+        VmRequest::Snapshot(req) => match c.snapshot.take(&c.lifecycle, &req) {
+            Ok(r) => ok(&r),
+            Err(e) => error(400, &e),
         },
     }
     .into()

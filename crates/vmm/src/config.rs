@@ -44,4 +44,7 @@ pub struct VmConfig {
     /// The nice value of the virtio devices' threads, which the guest waits on (0: the VMM's
     /// own; `memvisor_devices::priority`).
     pub serving_nice: i32,
+    /// Start from this snapshot (checked against the rest of this configuration by the
+    /// caller) instead of booting `kernel`.
+    pub restore: Option<std::sync::Arc<crate::snapshot::Snapshot>>,
 }

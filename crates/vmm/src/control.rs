@@ -42,6 +42,11 @@ struct State {
     paused: Option<PauseReason>,
     /// vCPU threads parked while paused.
     parked: usize,
+    /// A snapshot's request to the parked vCPUs to save their state: the round asked for, the
+    /// last round each vCPU (by id) answered, and the answers.
+    save_round: u64,
+    answered: std::collections::HashMap<u8, u64>,
+    saved: Vec<(u8, Result<crate::cpu_state::VcpuState, String>)>,
 }
 
 /// The vCPUs of one VM, as a whole.
@@ -132,12 +137,67 @@ impl Vcpus {
         self.pausing.load(Ordering::SeqCst)
     }
 
-    /// Called by a vCPU thread outside `KVM_RUN`: waits while the VM is paused and not ended.
-    pub(crate) fn park(&self) {
+    /// Called by vCPU thread `id` outside `KVM_RUN`: waits while the VM is paused and not
+    /// ended, saving its state with `save` whenever a snapshot asks ([`Self::save_all`]).
+    pub(crate) fn park(
+        &self,
+        id: u8,
+        save: &mut dyn FnMut() -> Result<crate::cpu_state::VcpuState, String>,
+    ) {
         let mut state = self.lock();
         state.parked += 1;
-        state = self.while_paused(state);
+        while state.paused.is_some() && !self.ended() {
+            let round = state.save_round;
+            if state.answered.get(&id).copied().unwrap_or(0) < round {
+                drop(state);
+                let saved = save();
+                state = self.lock();
+                state.answered.insert(id, round);
+                state.saved.push((id, saved));
+                self.wake.notify_all();
+                continue;
+            }
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
         state.parked -= 1;
+    }
+
+    /// For a snapshot of a paused VM: waits until every vCPU thread has parked, has each save
+    /// its state on its own thread, and returns the states by vCPU id.
+    pub(crate) fn save_all(
+        &self,
+        within: Duration,
+    ) -> Result<Vec<crate::cpu_state::VcpuState>, String> {
+        let t0 = std::time::Instant::now();
+        let mut state = self.lock();
+        while state.parked < state.tids.len() {
+            if t0.elapsed() > within || state.paused.is_none() || self.ended() {
+                return Err("the vCPUs did not stop".into());
+            }
+            drop(state);
+            std::thread::sleep(Duration::from_millis(1));
+            state = self.lock();
+        }
+        let n = state.tids.len();
+        state.save_round += 1;
+        state.saved.clear();
+        self.wake.notify_all();
+        while state.saved.len() < n {
+            if t0.elapsed() > within || self.ended() {
+                return Err("the vCPUs did not save their state".into());
+            }
+            state = self
+                .wake
+                .wait_timeout(state, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let mut saved = std::mem::take(&mut state.saved);
+        saved.sort_by_key(|(id, _)| *id);
+        saved
+            .into_iter()
+            .map(|(id, r)| r.map_err(|e| format!("vCPU {id}: {e}")))
+            .collect()
     }
 
     /// Waits on `state` while the VM is paused and not ended.
@@ -253,7 +313,7 @@ mod tests {
         assert!(v.must_park());
         let t = {
             let v = v.clone();
-            std::thread::spawn(move || v.park())
+            std::thread::spawn(move || v.park(0, &mut || Err("no vCPU".into())))
         };
         while v.paused().1 == 0 {
             std::thread::sleep(Duration::from_millis(1));
@@ -273,7 +333,7 @@ mod tests {
         v.pause_for(PauseReason::Requested);
         let t = {
             let v = v.clone();
-            std::thread::spawn(move || v.park())
+            std::thread::spawn(move || v.park(0, &mut || Err("no vCPU".into())))
         };
         while v.paused().1 == 0 {
             std::thread::sleep(Duration::from_millis(1));

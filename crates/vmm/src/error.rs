@@ -48,6 +48,8 @@ pub enum VmmError {
     DeviceThread(String, #[source] std::io::Error),
     #[error("guest crashed on vCPU {vcpu}: {reason} (rip {rip:#x})")]
     GuestCrash { vcpu: u8, reason: String, rip: u64 },
+    #[error("cannot restore the snapshot: {0}")]
+    Restore(String),
     #[error("flushing disk {id} at exit failed")]
     DiskSync {
         id: String,

@@ -23,11 +23,14 @@
 //! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
 //! | `api.rs` | the VM's API server on a Unix socket |
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
+//! | `cpu_state.rs` | the KVM state of a vCPU and of the in-kernel PIC, IOAPIC and clock, read for a snapshot and written back on restore |
+//! | `snapshot.rs` | snapshots: the format, taking one from a running VM, and reading one back, checked |
 
 pub mod affinity;
 mod api;
 mod config;
 mod control;
+mod cpu_state;
 mod error;
 mod ioevents;
 mod lifecycle;
@@ -35,6 +38,7 @@ mod memory;
 mod report;
 mod sharing;
 pub mod signals;
+pub mod snapshot;
 mod vcpu;
 
 use std::path::Path;
@@ -105,7 +109,7 @@ pub struct Vm {
     mem: Arc<memvisor_devices::GuestMem>,
     /// Guest RAM is mergeable by KSM (`--sharing host`).
     sharing: bool,
-    _vm: VmFd,
+    _vm: Arc<VmFd>,
 }
 
 /// A built VM's vCPUs, buses and API, until it starts.
@@ -117,6 +121,8 @@ struct Unstarted {
     api: Option<(std::os::unix::net::UnixListener, api::Control)>,
     /// Where the vCPU threads run (`VmConfig::vcpu_cpus`).
     vcpu_cpus: Option<affinity::CpuSet>,
+    /// The MSRs a snapshot saves of each vCPU.
+    msrs: Arc<Vec<u32>>,
 }
 
 /// Before a VM starts, on any hypervisor: a disk whose image has an indirection log (memvisor
@@ -197,8 +203,16 @@ impl Vm {
             &config.disks,
             config.pager.as_ref().map(|p| p.swap_path.as_path()),
         )?;
+        let restore = config.restore.as_deref();
+        let pager_config = config.pager.clone().map(|mut c| {
+            c.restore = restore.map(|r| memvisor_pager::RestoreFrom {
+                memory: r.memory.clone(),
+                pages: Arc::new(r.state.pages.clone()),
+            });
+            c
+        });
         // The pager must own guest RAM before anything touches it, the boot data included.
-        let pager = match &config.pager {
+        let pager = match &pager_config {
             Some(c) => {
                 let tx = Mutex::new(events_tx.clone());
                 Some(Pager::start(mem.clone(), c, vcpus.clone(), move |why| {
@@ -211,13 +225,22 @@ impl Vm {
             Some(p) => Arc::new(p.clone()),
             None => Arc::new(PlainRam::new(mem.clone())),
         };
-        let boot = memvisor_boot::write_boot_data(
-            mem.as_ref(),
-            &layout,
-            &image,
-            &config.kernel,
-            &config.cmdline,
-        )?;
+        let boot = match restore {
+            // A restored guest's memory holds its kernel and boot data already.
+            Some(r) => {
+                if pager.is_none() {
+                    r.fill(&mem).map_err(VmmError::Restore)?;
+                }
+                None
+            }
+            None => Some(memvisor_boot::write_boot_data(
+                mem.as_ref(),
+                &layout,
+                &image,
+                &config.kernel,
+                &config.cmdline,
+            )?),
+        };
 
         let Devices {
             pio,
@@ -225,6 +248,8 @@ impl Vm {
             disks,
             balloon,
             notifiers,
+            serial,
+            transports,
         } = build_devices(
             &vm,
             &mem,
@@ -240,6 +265,18 @@ impl Vm {
             vcpus,
             pager,
             started: AtomicBool::new(false),
+        });
+        let vm = Arc::new(vm);
+        let snapshotter = Arc::new(snapshot::Snapshotter {
+            mem_size: config.mem_size,
+            vcpus: config.vcpus,
+            disks: config.disks.clone(),
+            balloon: config.balloon,
+            vm: vm.clone(),
+            mem: mem.clone(),
+            serial,
+            transports,
+            stopper: VmStopper(Mutex::new(events_tx.clone())),
         });
         // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so a
         // client that finds the socket finds a running VM.
@@ -270,6 +307,7 @@ impl Vm {
                         balloon,
                         exits: exits.clone(),
                         sharing: config.sharing,
+                        snapshot: snapshotter,
                     },
                 )),
                 Some(memvisor_api::server::SocketFile::new(path.clone())),
@@ -289,10 +327,24 @@ impl Vm {
                 id,
                 config.vcpus,
                 &supported_cpuid,
-                (id == 0).then_some(boot),
+                boot.filter(|_| id == 0),
             )?;
+            if let Some(r) = restore {
+                let saved = r.state.cpus.get(usize::from(id)).ok_or_else(|| {
+                    VmmError::Restore(format!("the snapshot has no state for vCPU {id}"))
+                })?;
+                cpu_state::restore(&fd, saved)
+                    .map_err(|e| VmmError::Restore(format!("vCPU {id}: {e}")))?;
+            }
             vcpu_fds.push(fd);
         }
+        if let Some(r) = restore {
+            cpu_state::restore_vm(&vm, &r.state.vm).map_err(VmmError::Restore)?;
+        }
+        let msrs = Arc::new(cpu_state::msr_list().unwrap_or_else(|e| {
+            tracing::warn!("snapshots of this VM will hold no MSRs: {e}");
+            Vec::new()
+        }));
         Ok(Vm {
             lifecycle,
             unstarted: Some(Unstarted {
@@ -301,6 +353,7 @@ impl Vm {
                 mmio,
                 api,
                 vcpu_cpus: config.vcpu_cpus.clone(),
+                msrs,
             }),
             threads: Vec::new(),
             events_tx,
@@ -324,6 +377,7 @@ impl Vm {
             mmio,
             api,
             vcpu_cpus,
+            msrs,
         }) = self.unstarted.take()
         else {
             return Ok(());
@@ -339,6 +393,7 @@ impl Vm {
                 vcpus: self.lifecycle.vcpus.clone(),
                 pager: self.lifecycle.pager.clone(),
                 _mem: self.mem.clone(),
+                msrs: msrs.clone(),
             };
             let tx = self.events_tx.clone();
             let cpus = vcpu_cpus.clone();
@@ -528,6 +583,9 @@ struct Devices {
     balloon: Option<BalloonControl>,
     /// The virtio devices' threads; dropping one stops it and unregisters its ioeventfds.
     notifiers: Vec<NotifyThread>,
+    serial: Arc<Mutex<Serial<std::io::Stdout>>>,
+    /// The transports with a device, in slot order.
+    transports: Vec<Arc<Mutex<MmioTransport>>>,
 }
 
 /// Starts the thread that serves the queue notifications of the virtio-mmio slot at `base`.
@@ -563,15 +621,18 @@ fn build_devices(
     events: mpsc::Sender<VmEvent>,
     vcpus: Arc<Vcpus>,
 ) -> Result<Devices, VmmError> {
+    let restore = config.restore.as_deref();
     let mut pio = Bus::new();
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
     vm.register_irqfd(&serial_irq, SERIAL_GSI)
         .map_err(kvm_err("KVM_IRQFD"))?;
-    pio.insert(
-        COM1_PORT,
-        COM1_LEN,
-        Arc::new(Mutex::new(Serial::new(serial_irq, std::io::stdout()))),
-    )?;
+    let serial = Arc::new(Mutex::new(match restore {
+        Some(r) => Serial::restored(serial_irq, std::io::stdout(), &r.state.serial)
+            .map_err(VmmError::Restore)?,
+        None => Serial::new(serial_irq, std::io::stdout()),
+    }));
+    pio.insert(COM1_PORT, COM1_LEN, serial.clone())?;
+    let mut transports = Vec::new();
     let exit_events = Mutex::new(events);
     let pause: Arc<dyn memvisor_devices::PauseVm> = vcpus.clone();
     let debug_exit = DebugExit::new(move |v| {
@@ -645,6 +706,16 @@ fn build_devices(
                 ("balloon".to_owned(), transport)
             }
         };
+        if let Some(r) = restore {
+            // Before its thread starts: the eventfds of a ready driver are registered then.
+            let saved = r.state.transports.get(transports.len()).ok_or_else(|| {
+                VmmError::Restore(format!("the snapshot has no state for device {name}"))
+            })?;
+            lock(&transport)
+                .load(saved)
+                .map_err(|e| VmmError::Restore(format!("device {name}: {e}")))?;
+        }
+        transports.push(transport.clone());
         let nice = config.serving_nice;
         notifiers.push(start_notifier(name, &transport, &ioevents, base, nice)?);
     }
@@ -654,5 +725,7 @@ fn build_devices(
         disks,
         balloon,
         notifiers,
+        serial,
+        transports,
     })
 }

@@ -28,6 +28,8 @@ pub(crate) struct VcpuContext {
     pub pager: Option<memvisor_pager::Pager>,
     /// Keeps guest RAM mapped while the vCPU may still touch it.
     pub _mem: Arc<GuestMem>,
+    /// The MSRs a snapshot saves.
+    pub msrs: Arc<Vec<u32>>,
 }
 
 /// Why a vCPU stopped running.
@@ -200,7 +202,8 @@ fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
             break Stop::Ended;
         }
         if ctx.vcpus.must_park() {
-            ctx.vcpus.park();
+            ctx.vcpus
+                .park(ctx.id, &mut || crate::cpu_state::save(fd, &ctx.msrs));
             continue;
         }
         match fd.run() {

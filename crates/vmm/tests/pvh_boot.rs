@@ -37,6 +37,7 @@ fn config(code: &[u8]) -> VmConfig {
         vcpu_cpus: None,
         sharing: false,
         serving_nice: 0,
+        restore: None,
     }
 }
 

@@ -63,7 +63,7 @@ pub struct SavedPages {
 
 impl SavedPages {
     /// Adds page `p` (the next one) as `kind`.
-    pub(crate) fn push(&mut self, p: PageIdx, kind: SavedKind) {
+    pub fn push(&mut self, p: PageIdx, kind: SavedKind) {
         self.pages = p + 1;
         if let Some(last) = self.runs.last_mut() {
             let follows = match (last.kind, kind) {

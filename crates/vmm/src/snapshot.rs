@@ -1,0 +1,437 @@
+//! Snapshots of a VM (`PUT /vm/snapshot`, `memvisor run --restore`): the format, taking one
+//! from a running VM ([`Snapshotter::take`]) and reading one back, checked ([`load`]).
+//!
+//! A snapshot is a directory of two files:
+//! - `vm.state`: the magic `MVSNAPST`, the format version (u32, little-endian), the CRC-32 of
+//!   the rest, its length (u64), then JSON ([`VmSnapshot`]): the VM's size and vCPU count, the
+//!   disks it refers to (with their size and modification time), the vCPUs' and the in-kernel
+//!   devices' state, every virtio transport's, the serial port's, and what each guest page was
+//!   (`memvisor_pager::SavedPages`);
+//! - `memory`: guest page `p` at byte `p * 4096`, a hole where the page was not copied (zero,
+//!   released, or recorded as a disk block).
+//!
+//! Taking one, step by step: the vCPUs are paused and each saves its own state on its own
+//! thread (`Vcpus::save_all`); every transport's lock is taken in slot order, which waits for
+//! the request its device thread is serving, and each serves what the driver made available
+//! since (so every request is done before the snapshot, none half-seen or run again after a
+//! restore) and saves itself; the locks are held until the end, so no device moves. Then the
+//! VM's PIC, IOAPIC and clock, the serial port, and guest memory through the pager
+//! (`Pager::save`: each page from where it is), the disks' identities, and `vm.state` last (a
+//! directory without it is not a snapshot). The VM then runs on, or ends (`stop`).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use memvisor_api::{SnapshotRequest, SnapshotResult};
+use memvisor_devices::serial::{Serial, SerialSnapshot};
+use memvisor_devices::virtio::mmio::{MmioTransport, TransportSnapshot};
+use memvisor_devices::GuestMem;
+use memvisor_pager::{SavedKind, SavedPages};
+use serde::{Deserialize, Serialize};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+
+use crate::config::DiskConfig;
+use crate::cpu_state::{VcpuState, VmKvmState};
+use crate::lifecycle::Lifecycle;
+
+/// The first bytes of `vm.state`.
+pub const MAGIC: &[u8; 8] = b"MVSNAPST";
+/// The format version this memvisor writes and reads.
+pub const VERSION: u32 = 1;
+pub const STATE_FILE: &str = "vm.state";
+pub const MEMORY_FILE: &str = "memory";
+/// Magic, version, CRC-32 and length.
+const HEADER: usize = 8 + 4 + 4 + 8;
+
+/// A disk the snapshot refers to, as it was when the snapshot was taken: a restore refuses an
+/// image that has changed since (its pages recorded as disk blocks would read other data).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskIdentity {
+    pub id: String,
+    pub path: PathBuf,
+    pub read_only: bool,
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub modified_ns: i128,
+}
+
+impl DiskIdentity {
+    fn of(disk: &DiskConfig) -> std::io::Result<DiskIdentity> {
+        let m = std::fs::metadata(&disk.path)?;
+        Ok(DiskIdentity {
+            id: disk.id.clone(),
+            path: std::path::absolute(&disk.path)?,
+            read_only: disk.read_only,
+            size: m.len(),
+            modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
+}
+
+/// What `vm.state` holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VmSnapshot {
+    pub mem_size: u64,
+    pub vcpus: u8,
+    pub disks: Vec<DiskIdentity>,
+    pub balloon: bool,
+    pub vm: VmKvmState,
+    pub cpus: Vec<VcpuState>,
+    pub serial: SerialSnapshot,
+    /// The virtio transports with a device, in slot order (the disks, then the balloon).
+    pub transports: Vec<TransportSnapshot>,
+    pub pages: SavedPages,
+}
+
+/// Why a snapshot cannot be read, or does not fit the VM asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot directory {0} does not exist")]
+    Missing(PathBuf),
+    #[error("{0}: not a memvisor snapshot (it has no {STATE_FILE})")]
+    NoState(PathBuf),
+    #[error("{0}: not a memvisor snapshot (wrong magic)")]
+    NotASnapshot(PathBuf),
+    #[error("{path}: snapshot format version {found}; this memvisor reads version {VERSION}")]
+    Version { path: PathBuf, found: u32 },
+    #[error("{path}: truncated snapshot ({what})")]
+    Truncated { path: PathBuf, what: String },
+    #[error("{path}: corrupt snapshot ({why})")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("cannot read snapshot file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// A snapshot read from its directory and checked: its state, and its memory file open.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub dir: PathBuf,
+    pub state: VmSnapshot,
+    pub memory: Arc<File>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads the snapshot in `dir`: the magic, the version, the state's length and checksum, the
+/// page runs, and the memory file's length are all checked before anything is used.
+pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
+    if !dir.is_dir() {
+        return Err(SnapshotError::Missing(dir.to_owned()));
+    }
+    let path = dir.join(STATE_FILE);
+    let bytes = match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SnapshotError::NoState(dir.to_owned()))
+        }
+        r => r.map_err(io(&path))?,
+    };
+    let truncated = |what: &str| SnapshotError::Truncated {
+        path: path.clone(),
+        what: what.to_owned(),
+    };
+    if bytes.len() < 8 || &bytes[..8] != MAGIC {
+        return Err(if bytes.len() < 8 && MAGIC.starts_with(&bytes) {
+            truncated("no header")
+        } else {
+            SnapshotError::NotASnapshot(path)
+        });
+    }
+    if bytes.len() < HEADER {
+        return Err(truncated("header cut short"));
+    }
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+    let found = word(8);
+    if found != VERSION {
+        return Err(SnapshotError::Version { path, found });
+    }
+    let crc = word(12);
+    let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
+    let body = &bytes[HEADER..];
+    if (body.len() as u64) < len {
+        return Err(truncated(&format!(
+            "{} of {len} bytes of state",
+            body.len()
+        )));
+    }
+    let corrupt = |why: String| SnapshotError::Corrupt {
+        path: path.clone(),
+        why,
+    };
+    if (body.len() as u64) > len || crc32fast::hash(body) != crc {
+        return Err(corrupt("its checksum does not match".into()));
+    }
+    let state: VmSnapshot =
+        serde_json::from_slice(body).map_err(|e| corrupt(format!("its state: {e}")))?;
+    state.pages.check().map_err(corrupt)?;
+    if u64::from(state.pages.pages) * 4096 != state.mem_size
+        || state.cpus.len() != usize::from(state.vcpus)
+    {
+        return Err(corrupt("its sizes disagree".into()));
+    }
+    let mpath = dir.join(MEMORY_FILE);
+    let memory = File::open(&mpath).map_err(io(&mpath))?;
+    let have = memory.metadata().map_err(io(&mpath))?.len();
+    if have != state.mem_size {
+        return Err(SnapshotError::Truncated {
+            path: mpath,
+            what: format!("{have} of {} bytes of guest memory", state.mem_size),
+        });
+    }
+    Ok(Snapshot {
+        dir: dir.to_owned(),
+        state,
+        memory: Arc::new(memory),
+    })
+}
+
+impl Snapshot {
+    /// Checks that the VM asked for can take this snapshot: the same disks, unchanged, and, if
+    /// the snapshot names disk blocks, the Swap Mapper on.
+    pub fn check_disks(&self, disks: &[DiskConfig], mapper: bool) -> Result<(), SnapshotError> {
+        let ids: Vec<&str> = disks.iter().map(|d| d.id.as_str()).collect();
+        let want: Vec<&str> = self.state.disks.iter().map(|d| d.id.as_str()).collect();
+        if ids != want {
+            return Err(SnapshotError::Mismatch(format!(
+                "the snapshot's VM had disks {want:?}; give the same --disk flags (got {ids:?})"
+            )));
+        }
+        for (d, saved) in disks.iter().zip(&self.state.disks) {
+            let now = DiskIdentity::of(d).map_err(io(&d.path))?;
+            if now.size != saved.size || now.modified_ns != saved.modified_ns {
+                return Err(SnapshotError::Mismatch(format!(
+                    "disk {}: {} changed since the snapshot was taken (it must be the image as it was then)",
+                    d.id,
+                    d.path.display()
+                )));
+            }
+        }
+        let on_disk = self
+            .state
+            .pages
+            .runs
+            .iter()
+            .any(|r| matches!(r.kind, SavedKind::Disk { .. }));
+        if on_disk && !mapper {
+            return Err(SnapshotError::Mismatch(
+                "the snapshot records pages as disk blocks: restore it with --mapper".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies the snapshot's memory into `mem` at once (a VM without memvisor's pager): copied
+    /// pages from the memory file, disk pages from their images.
+    pub fn fill(&self, mem: &GuestMem) -> Result<(), String> {
+        let images: Vec<File> = self
+            .state
+            .disks
+            .iter()
+            .map(|d| File::open(&d.path).map_err(|e| format!("{}: {e}", d.path.display())))
+            .collect::<Result<_, _>>()?;
+        let hosts: Vec<u64> = pages(mem).map(|(_, host)| host).collect();
+        let mut page = vec![0u8; 4096];
+        for r in &self.state.pages.runs {
+            for i in 0..r.count {
+                let p = r.first + i;
+                let read = match r.kind {
+                    SavedKind::Copied => self.memory.read_exact_at(&mut page, u64::from(p) * 4096),
+                    SavedKind::Disk { disk, block } => images
+                        .get(usize::from(disk))
+                        .ok_or_else(|| std::io::Error::other("no such disk"))
+                        .and_then(|f| f.read_exact_at(&mut page, u64::from(block + i) * 4096)),
+                    _ => break,
+                };
+                read.map_err(|e| format!("reading page {p} of the snapshot: {e}"))?;
+                let host = *hosts
+                    .get(p as usize)
+                    .ok_or_else(|| format!("page {p} is outside this VM's RAM"))?;
+                // SAFETY: `host` is the address of a whole page of a live guest RAM mapping,
+                // and no vCPU runs yet.
+                unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), host as *mut u8, 4096) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every guest page in page order, with its host address.
+fn pages(mem: &GuestMem) -> impl Iterator<Item = (u32, u64)> + '_ {
+    mem.iter()
+        .flat_map(|r| {
+            let base = r.as_ptr() as u64;
+            (0..r.len() / 4096).map(move |i| base + i * 4096)
+        })
+        .zip(0u32..)
+        .map(|(host, p)| (p, host))
+}
+
+/// What a running VM needs to write itself to a snapshot.
+pub(crate) struct Snapshotter {
+    pub mem_size: u64,
+    pub vcpus: u8,
+    pub disks: Vec<DiskConfig>,
+    pub balloon: bool,
+    pub vm: Arc<kvm_ioctls::VmFd>,
+    pub mem: Arc<GuestMem>,
+    pub serial: Arc<Mutex<Serial<std::io::Stdout>>>,
+    /// The transports with a device, in slot order.
+    pub transports: Vec<Arc<Mutex<MmioTransport>>>,
+    pub stopper: crate::VmStopper,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Snapshotter {
+    /// Writes the VM to `req.dir` (module doc), then lets it run on or, with `req.stop`, ends
+    /// it. An error leaves the VM as it was (running, if it ran) and says why.
+    pub fn take(&self, life: &Lifecycle, req: &SnapshotRequest) -> Result<SnapshotResult, String> {
+        let dir = PathBuf::from(&req.dir);
+        if dir.join(STATE_FILE).exists() {
+            return Err(format!("{} already holds a snapshot", dir.display()));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        match life.state() {
+            crate::VmState::Created => return Err("the VM has not started".into()),
+            crate::VmState::Paused { why, .. } if why != crate::PauseReason::Requested => {
+                return Err(format!("the VM is paused because {why}: resume it first"))
+            }
+            _ => {}
+        }
+        let t0 = Instant::now();
+        let was_running = life.pause();
+        let r = self.write(life, &dir);
+        let paused_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let pages = match r {
+            Ok(pages) => pages,
+            Err(e) => {
+                if was_running {
+                    life.resume();
+                }
+                return Err(e);
+            }
+        };
+        if req.stop {
+            self.stopper.stop();
+        } else if was_running {
+            life.resume();
+        }
+        let (copied, zero, disk, released) = pages.census();
+        tracing::info!(
+            "snapshot {}: {copied} pages copied, {zero} zero, {disk} on disk, {released} released; vCPUs stopped {paused_ms} ms",
+            dir.display()
+        );
+        Ok(SnapshotResult {
+            dir: req.dir.clone(),
+            copied_pages: copied,
+            zero_pages: zero,
+            disk_pages: disk,
+            released_pages: released,
+            paused_ms,
+            stopped: req.stop,
+        })
+    }
+
+    /// Saves everything into `dir` with the vCPUs paused (module doc).
+    fn write(&self, life: &Lifecycle, dir: &Path) -> Result<SavedPages, String> {
+        let cpus = life.vcpus.save_all(std::time::Duration::from_secs(10))?;
+        // Held to the end: no device moves while the rest is saved.
+        let mut held: Vec<_> = self.transports.iter().map(|t| lock(t)).collect();
+        let transports = held.iter_mut().map(|t| t.save()).collect();
+        let serial = lock(&self.serial).save();
+        let vm = crate::cpu_state::save_vm(&self.vm)?;
+        let mpath = dir.join(MEMORY_FILE);
+        let memory = File::create(&mpath).map_err(|e| format!("{}: {e}", mpath.display()))?;
+        let pages = match &life.pager {
+            Some(p) => p.save(&memory).map_err(|e| error_line(&e))?,
+            None => save_plain(&self.mem, &memory)
+                .map_err(|e| format!("writing {}: {e}", mpath.display()))?,
+        };
+        let disks = self
+            .disks
+            .iter()
+            .map(|d| DiskIdentity::of(d).map_err(|e| format!("{}: {e}", d.path.display())))
+            .collect::<Result<_, _>>()?;
+        let state = VmSnapshot {
+            mem_size: self.mem_size,
+            vcpus: self.vcpus,
+            disks,
+            balloon: self.balloon,
+            vm,
+            cpus,
+            serial,
+            transports,
+            pages,
+        };
+        write_state(dir, &state)
+            .map_err(|e| format!("writing {}: {e}", dir.join(STATE_FILE).display()))?;
+        drop(held);
+        Ok(state.pages)
+    }
+}
+
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        line.push_str(": ");
+        line.push_str(&s.to_string());
+        src = s.source();
+    }
+    line
+}
+
+/// Guest memory of a VM without memvisor's pager (plain memory): every non-zero page copied.
+fn save_plain(mem: &GuestMem, out: &File) -> std::io::Result<SavedPages> {
+    let mut saved = SavedPages::default();
+    let mut size = 0u64;
+    for (p, host) in pages(mem) {
+        // SAFETY: a whole page of a live guest RAM mapping of plain memory (no userfaultfd);
+        // the vCPUs are paused and the devices held.
+        let page = unsafe { std::slice::from_raw_parts(host as *const u8, 4096) };
+        if page.iter().all(|&b| b == 0) {
+            saved.push(p, SavedKind::Zero);
+        } else {
+            out.write_all_at(page, u64::from(p) * 4096)?;
+            saved.push(p, SavedKind::Copied);
+        }
+        size = u64::from(p + 1) * 4096;
+    }
+    out.set_len(size)?;
+    out.sync_all()?;
+    Ok(saved)
+}
+
+/// Writes `vm.state` (module doc) through a temporary file renamed into place, so a directory
+/// holds a whole state file or none.
+fn write_state(dir: &Path, state: &VmSnapshot) -> std::io::Result<()> {
+    let body = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+    let mut bytes = Vec::with_capacity(HEADER + body.len());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&VERSION.to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+    File::open(dir)?.sync_all()
+}
