@@ -240,7 +240,11 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
         }
     }
     if let Some(snap) = &snapshot {
-        snap.check_disks(&disks, args.mapper && args.pager == PagerMode::Full)
+        let specs: Vec<_> = disks
+            .iter()
+            .map(|d| (d.id.clone(), d.path.clone(), d.read_only))
+            .collect();
+        snap.check_disks(&specs, args.mapper && args.pager == PagerMode::Full)
             .map_err(|e| BadInput(e.to_string()))?;
     }
     Ok(RunPlan {

@@ -96,7 +96,7 @@ pub struct PagerConfig {
     pub serving_nice: i32,
     /// A snapshot to start from (`store/saved.rs`): guest RAM starts out in its memory file
     /// and comes in as the guest touches it, the pages it had in RAM first.
-    pub restore: Option<crate::store::saved::RestoreFrom>,
+    pub restore: Option<crate::saved_pages::RestoreFrom>,
 }
 
 /// The reclamation cache's size when none is given (4 MiB: 1,024 pages).

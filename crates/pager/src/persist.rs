@@ -20,8 +20,8 @@ use memvisor_devices::iobuf::IoBuf;
 
 use crate::core::PagerCore;
 use crate::page::{ImageBlock, PageIdx, PAGE_SIZE};
+use crate::saved_pages::{SavedKind, SavedPages};
 use crate::state::page_state::PageState;
-use crate::store::saved::{SavedKind, SavedPages};
 use crate::store::{self, PageStore};
 
 /// Most pages read from a store or written to the memory file in one call.

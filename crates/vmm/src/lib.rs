@@ -270,13 +270,20 @@ impl Vm {
         let snapshotter = Arc::new(snapshot::Snapshotter {
             mem_size: config.mem_size,
             vcpus: config.vcpus,
-            disks: config.disks.clone(),
+            disks: config
+                .disks
+                .iter()
+                .map(|d| (d.id.clone(), d.path.clone(), d.read_only))
+                .collect(),
             balloon: config.balloon,
             vm: vm.clone(),
             mem: mem.clone(),
             serial,
             transports,
-            stopper: VmStopper(Mutex::new(events_tx.clone())),
+            stop: {
+                let stopper = VmStopper(Mutex::new(events_tx.clone()));
+                Box::new(move || stopper.stop())
+            },
         });
         // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so a
         // client that finds the socket finds a running VM.

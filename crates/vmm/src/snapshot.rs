@@ -34,7 +34,6 @@ use memvisor_pager::{SavedKind, SavedPages};
 use serde::{Deserialize, Serialize};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
-use crate::config::DiskConfig;
 use crate::cpu_state::{VcpuState, VmKvmState};
 use crate::lifecycle::Lifecycle;
 
@@ -59,13 +58,16 @@ pub struct DiskIdentity {
     pub modified_ns: i128,
 }
 
+/// A disk as the VM is given it: its id, image and whether it is read-only.
+pub type DiskSpec = (String, PathBuf, bool);
+
 impl DiskIdentity {
-    fn of(disk: &DiskConfig) -> std::io::Result<DiskIdentity> {
-        let m = std::fs::metadata(&disk.path)?;
+    fn of((id, path, read_only): &DiskSpec) -> std::io::Result<DiskIdentity> {
+        let m = std::fs::metadata(path)?;
         Ok(DiskIdentity {
-            id: disk.id.clone(),
-            path: std::path::absolute(&disk.path)?,
-            read_only: disk.read_only,
+            id: id.clone(),
+            path: std::path::absolute(path)?,
+            read_only: *read_only,
             size: m.len(),
             modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
         })
@@ -201,8 +203,8 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
 impl Snapshot {
     /// Checks that the VM asked for can take this snapshot: the same disks, unchanged, and, if
     /// the snapshot names disk blocks, the Swap Mapper on.
-    pub fn check_disks(&self, disks: &[DiskConfig], mapper: bool) -> Result<(), SnapshotError> {
-        let ids: Vec<&str> = disks.iter().map(|d| d.id.as_str()).collect();
+    pub fn check_disks(&self, disks: &[DiskSpec], mapper: bool) -> Result<(), SnapshotError> {
+        let ids: Vec<&str> = disks.iter().map(|d| d.0.as_str()).collect();
         let want: Vec<&str> = self.state.disks.iter().map(|d| d.id.as_str()).collect();
         if ids != want {
             return Err(SnapshotError::Mismatch(format!(
@@ -210,12 +212,12 @@ impl Snapshot {
             )));
         }
         for (d, saved) in disks.iter().zip(&self.state.disks) {
-            let now = DiskIdentity::of(d).map_err(io(&d.path))?;
+            let now = DiskIdentity::of(d).map_err(io(&d.1))?;
             if now.size != saved.size || now.modified_ns != saved.modified_ns {
                 return Err(SnapshotError::Mismatch(format!(
                     "disk {}: {} changed since the snapshot was taken (it must be the image as it was then)",
-                    d.id,
-                    d.path.display()
+                    d.0,
+                    d.1.display()
                 )));
             }
         }
@@ -283,14 +285,15 @@ fn pages(mem: &GuestMem) -> impl Iterator<Item = (u32, u64)> + '_ {
 pub(crate) struct Snapshotter {
     pub mem_size: u64,
     pub vcpus: u8,
-    pub disks: Vec<DiskConfig>,
+    pub disks: Vec<DiskSpec>,
     pub balloon: bool,
     pub vm: Arc<kvm_ioctls::VmFd>,
     pub mem: Arc<GuestMem>,
     pub serial: Arc<Mutex<Serial<std::io::Stdout>>>,
     /// The transports with a device, in slot order.
     pub transports: Vec<Arc<Mutex<MmioTransport>>>,
-    pub stopper: crate::VmStopper,
+    /// Ends the VM (`stop`).
+    pub stop: Box<dyn Fn() + Send + Sync>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -308,8 +311,10 @@ impl Snapshotter {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         match life.state() {
-            crate::VmState::Created => return Err("the VM has not started".into()),
-            crate::VmState::Paused { why, .. } if why != crate::PauseReason::Requested => {
+            crate::lifecycle::VmState::Created => return Err("the VM has not started".into()),
+            crate::lifecycle::VmState::Paused { why, .. }
+                if why != crate::control::PauseReason::Requested =>
+            {
                 return Err(format!("the VM is paused because {why}: resume it first"))
             }
             _ => {}
@@ -328,7 +333,7 @@ impl Snapshotter {
             }
         };
         if req.stop {
-            self.stopper.stop();
+            (self.stop)();
         } else if was_running {
             life.resume();
         }
@@ -366,7 +371,7 @@ impl Snapshotter {
         let disks = self
             .disks
             .iter()
-            .map(|d| DiskIdentity::of(d).map_err(|e| format!("{}: {e}", d.path.display())))
+            .map(|d| DiskIdentity::of(d).map_err(|e| format!("{}: {e}", d.1.display())))
             .collect::<Result<_, _>>()?;
         let state = VmSnapshot {
             mem_size: self.mem_size,

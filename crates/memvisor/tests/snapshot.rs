@@ -1,0 +1,206 @@
+//! Snapshots end to end: the integrity workload, with the pager's mechanisms on, is written to a
+//! snapshot mid-run and ended, restored (under a limit, lazily from the snapshot's memory
+//! file), snapshotted again and restored again, and checks every byte it wrote; a snapshot
+//! that lets the VM run on is restored too; bad snapshots are refused before anything starts.
+
+use std::path::Path;
+use std::time::Duration;
+
+mod common;
+use common::{disk_spec, memvisor, mkdisk_data, ok, poll, stderr, TestVm};
+
+/// The integrity workload's flags, with the Swap Mapper, the pool and sampling on.
+const MECHANISMS: [&str; 8] = [
+    "--mapper",
+    "--pool",
+    "16M",
+    "--victims",
+    "clock",
+    "--sample-pages",
+    "200",
+    "--balloon",
+];
+
+/// Waits until the guest has done some of its work (a `RESULT ... phase=fill` line), so the
+/// snapshot lands mid-run.
+fn wait_for_fill(vm: &TestVm) {
+    vm.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+}
+
+/// Snapshots `vm` into `dir/name` with `--stop` through `memvisor ctl`, and waits for it to end.
+fn snapshot_and_stop(vm: TestVm, dir: &Path, name: &str) {
+    let snap = dir.join(name);
+    let out = memvisor(&[
+        "ctl",
+        "--api-sock",
+        vm.sock().to_str().unwrap(),
+        "snapshot",
+        snap.to_str().unwrap(),
+        "--stop",
+    ]);
+    assert!(out.status.success(), "ctl snapshot: {}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("\"stopped\": true"), "{text}");
+    let out = vm.finish();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("phase=done"),
+        "the VM ran to its end instead of stopping at the snapshot"
+    );
+    assert!(snap.join("vm.state").exists() && snap.join("memory").exists());
+}
+
+fn restore_args<'a>(disk: &'a str, snap: &'a str, limit: &'a str) -> Vec<&'a str> {
+    let mut a = vec![
+        "--mem",
+        "256M",
+        "--mem-limit",
+        limit,
+        "--disk",
+        disk,
+        "--restore",
+        snap,
+    ];
+    a.extend_from_slice(&MECHANISMS);
+    a
+}
+
+#[test]
+fn integrity_survives_repeated_snapshots_and_lazy_restores_under_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = disk_spec(
+        &mkdisk_data(dir.path().join("data.img"), "64M", &[]),
+        "data",
+    );
+    let sock = dir.path().join("api.sock");
+    let mut first = vec![
+        "--mem",
+        "256M",
+        "--mem-limit",
+        "96M",
+        "--disk",
+        &disk,
+        "--workload",
+        "integrity",
+        "--cmdline",
+        "anon_mb=120 file_mb=8 rounds=4 secs=4",
+    ];
+    first.extend_from_slice(&MECHANISMS);
+    let vm = TestVm::start(&sock, &first);
+    wait_for_fill(&vm);
+    snapshot_and_stop(vm, dir.path(), "a");
+
+    // Restored under a smaller limit than it ran with: most of it stays in the snapshot.
+    let a = dir.path().join("a");
+    let a = a.to_str().unwrap();
+    let vm = TestVm::start(&sock, &restore_args(&disk, a, "64M"));
+    let stats = poll(
+        "the restored guest to fault pages in from the snapshot",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || vm.stats_if_running(),
+        |s| {
+            s.as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .is_some_and(|p| p.counters.faults_swap > 0)
+        },
+    );
+    assert!(stats.is_some(), "the restored VM ended before it faulted");
+    std::thread::sleep(Duration::from_secs(2));
+    snapshot_and_stop(vm, dir.path(), "b");
+
+    // And once more, from the second snapshot, to the end of the workload.
+    let b = dir.path().join("b");
+    let vm = TestVm::start(&sock, &restore_args(&disk, b.to_str().unwrap(), "80M"));
+    let r = vm.intact("integrity");
+    assert_eq!(r.u64("mismatches"), 0);
+}
+
+#[test]
+fn a_snapshot_that_lets_the_vm_run_on_restores_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("api.sock");
+    // No disk: the VM runs on after the snapshot and its restore is from the same memory.
+    let vm = TestVm::start(
+        &sock,
+        &[
+            "--mem",
+            "128M",
+            "--workload",
+            "alloc",
+            "--cmdline",
+            "mb=48 rounds=6",
+        ],
+    );
+    vm.stdout_line(Duration::from_secs(60), |l| l.contains("RESULT"));
+    let snap = dir.path().join("s");
+    let r = ok(vm.client().snapshot(snap.to_str().unwrap(), false));
+    assert!(
+        !r.stopped && r.copied_pages > 0 && r.zero_pages > 0,
+        "{r:?}"
+    );
+    vm.succeeded();
+    let vm = TestVm::start(
+        &sock,
+        &["--mem", "128M", "--restore", snap.to_str().unwrap()],
+    );
+    vm.succeeded();
+}
+
+/// `memvisor run --restore` with `args`: must fail with status 2 and one line naming `want`.
+fn refused(args: &[&str], want: &str) {
+    let out = memvisor(&[&["run"], args].concat());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(want), "expected {want:?} in {err:?}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn bad_snapshots_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("api.sock");
+    let vm = TestVm::start(&sock, &["--mem", "64M", "--workload", "alloc"]);
+    vm.stdout_line(Duration::from_secs(60), |l| l.contains("RESULT"));
+    let snap = dir.path().join("s");
+    ok(vm.client().snapshot(snap.to_str().unwrap(), true));
+    vm.finish();
+    let s = snap.to_str().unwrap();
+
+    refused(&["--restore", "/nonexistent/snap"], "does not exist");
+    refused(&["--mem", "32M", "--restore", s], "more than --mem");
+    let copy = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        for f in ["vm.state", "memory"] {
+            std::fs::copy(snap.join(f), d.join(f)).unwrap();
+        }
+        d
+    };
+    let v = copy("version");
+    let mut state = std::fs::read(v.join("vm.state")).unwrap();
+    state[8] = 99;
+    std::fs::write(v.join("vm.state"), &state).unwrap();
+    refused(&["--restore", v.to_str().unwrap()], "version 99");
+    let t = copy("truncated");
+    let state = std::fs::read(t.join("vm.state")).unwrap();
+    std::fs::write(t.join("vm.state"), &state[..state.len() / 2]).unwrap();
+    refused(&["--restore", t.to_str().unwrap()], "truncated");
+    let m = copy("short-memory");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("memory"))
+        .unwrap();
+    f.set_len(4096).unwrap();
+    refused(&["--restore", m.to_str().unwrap()], "truncated");
+    let c = copy("corrupt");
+    let mut state = std::fs::read(c.join("vm.state")).unwrap();
+    let last = state.len() - 2;
+    state[last] ^= 0x20;
+    std::fs::write(c.join("vm.state"), &state).unwrap();
+    refused(&["--restore", c.to_str().unwrap()], "corrupt");
+    refused(
+        &["--restore", dir.path().to_str().unwrap()],
+        "not a memvisor snapshot",
+    );
+    assert!(!sock.exists(), "no VM was started");
+}
