@@ -146,6 +146,18 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             serde_json::to_value(BalloonUpdate { target: 1 }).unwrap(),
         ),
         (
+            "SnapshotRequest",
+            serde_json::to_value(memvisor_api::SnapshotRequest {
+                dir: "d".into(),
+                stop: true,
+            })
+            .unwrap(),
+        ),
+        (
+            "SnapshotResult",
+            serde_json::to_value(memvisor_api::SnapshotResult::default()).unwrap(),
+        ),
+        (
             "ErrorBody",
             serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
         ),
@@ -165,7 +177,12 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 9);
+    assert_eq!(paths.len(), 10);
+    let snap = dir.path().join("snap");
+    let body = format!(r#"{{"dir": "{}"}}"#, snap.display());
+    let (_, r) = call("PUT", "/vm/snapshot", Some(&body));
+    let r: memvisor_api::SnapshotResult = typed(&r, "PUT /vm/snapshot");
+    assert!(!r.stopped && snap.join("vm.state").exists());
     let (_, vm) = call("GET", "/vm", None);
     let vm: VmInfo = typed(&vm, "GET /vm");
     assert_eq!(vm.state, VmState::Running);
