@@ -47,6 +47,7 @@ fn call_checked(
     match (status, request) {
         (200, Ok(VmRequest::Stats)) => drop(typed::<VmStats>(&v, &at)),
         (200, Ok(VmRequest::Release(_))) => drop(typed::<memvisor_api::ReleaseResult>(&v, &at)),
+        (200, Ok(VmRequest::Snapshot(_))) => drop(typed::<memvisor_api::SnapshotResult>(&v, &at)),
         (200, _) => drop(typed::<VmInfo>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
