@@ -21,6 +21,25 @@ pub fn ms_since(t0: u64) -> Millis {
     Millis(us_since(t0))
 }
 
+/// TSC cycles as nanoseconds (one cycle a nanosecond when the frequency is unknown).
+pub fn cycles_to_ns(cycles: u64, khz: Option<u64>) -> u64 {
+    match khz {
+        Some(khz) => {
+            (u128::from(cycles) * 1_000_000 / u128::from(khz)).min(u128::from(u64::MAX)) as u64
+        }
+        None => cycles,
+    }
+}
+
+/// Nanoseconds as microseconds with one decimal.
+pub struct Us(pub u64);
+
+impl core::fmt::Display for Us {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.0 / 1000, self.0 % 1000 / 100)
+    }
+}
+
 /// Prints the failure RESULT line and returns the failure exit code.
 pub fn fail(workload: &str, why: impl core::fmt::Display) -> ExitCode {
     println!("{workload}: {why}");

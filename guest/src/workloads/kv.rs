@@ -12,6 +12,16 @@
 //! if given. Ops per second are printed every second (`kv: t=Ns ops_s=N`, one
 //! line per second of the run phase, 0 for a second in which nothing finished).
 //!
+//! Latency (MemFlex Fig. 6): every operation of the run phase is timed with the
+//! TSC and counted in a fixed-size log-linear histogram of its type (read,
+//! update, insert, scan, rmw; `memvisor_guest_mm::hist`, within 1/8 of the true
+//! value, no allocation). The per-second line adds, for each type the mix uses,
+//! that second's `TYPE_p50_us= TYPE_p99_us= TYPE_max_us=`; at the end one line
+//! per type: `RESULT workload=kv phase=latency op=TYPE n=N p50_us= p95_us=
+//! p99_us= p999_us= max_us=` (µs with one decimal). An operation is timed from
+//! its start to its end, including the page faults it takes; the hog's writes
+//! between two operations are not part of either.
+//!
 //! A memory hog beside the store (MemFlex §4.1: a memory-intensive program
 //! starts in the VM that runs Redis): with `hog_mb=N`, `hog_at` seconds into
 //! the run phase a second task allocates N MiB (the store waits meanwhile, as
@@ -24,14 +34,17 @@
 //! Keys: `records=50000 ops=200000 mix=a theta=99 secs=0 hog_mb=0 hog_at=10
 //! hog_rate_mb_s=64`.
 
+use core::fmt;
+
 use memvisor_guest_mm::format::splitmix64;
+use memvisor_guest_mm::hist::Histogram;
 
 use crate::cmdline::Config;
 use crate::cpu::rdtsc;
 use crate::debug_exit::ExitCode;
 use crate::mm;
 
-use super::common::{self, Rng, io_fail, ms_since, us_since};
+use super::common::{self, Rng, Us, cycles_to_ns, io_fail, ms_since, us_since};
 
 const NAME: &str = "kv";
 const KEYS: &[&str] = &[
@@ -46,6 +59,54 @@ const KEYS: &[&str] = &[
 ];
 const RECORD_WORDS: usize = 128;
 const PER_PAGE: u64 = 4;
+
+/// Operation types, in the order of [`OP_NAMES`].
+const OPS: usize = 5;
+const READ: usize = 0;
+const UPDATE: usize = 1;
+const INSERT: usize = 2;
+const SCAN: usize = 3;
+const RMW: usize = 4;
+const OP_NAMES: [&str; OPS] = ["read", "update", "insert", "scan", "rmw"];
+
+/// Per-type latency histograms (nanoseconds) of the types a mix uses.
+struct Latency {
+    used: [bool; OPS],
+    hist: [Histogram; OPS],
+}
+
+impl Latency {
+    fn new(used: [bool; OPS]) -> Self {
+        Latency {
+            used,
+            hist: [const { Histogram::new() }; OPS],
+        }
+    }
+
+    fn merge_into(&self, total: &mut Latency) {
+        for (t, h) in total.hist.iter_mut().zip(&self.hist) {
+            t.merge(h);
+        }
+    }
+}
+
+/// ` read_p50_us=.. read_p99_us=.. read_max_us=..` for each type the mix uses (the
+/// per-second line).
+impl fmt::Display for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, h) in self.hist.iter().enumerate().filter(|(i, _)| self.used[*i]) {
+            let n = OP_NAMES[i];
+            write!(
+                f,
+                " {n}_p50_us={} {n}_p99_us={} {n}_max_us={}",
+                Us(h.quantile(500)),
+                Us(h.quantile(990)),
+                Us(h.max())
+            )?;
+        }
+        Ok(())
+    }
+}
 
 /// YCSB's zipfian generator (Gray et al.), over `0..n`.
 struct Zipf {
@@ -297,7 +358,7 @@ pub fn run(cfg: &Config) -> ExitCode {
     };
     let mix = cfg.arg("mix").unwrap_or("a");
     // Percentages of (read, update, insert, scan, read-modify-write); "read latest" for d.
-    let (read, update, insert, scan, _rmw) = match mix {
+    let (read, update, insert, scan, rmw) = match mix {
         "a" => (50, 50, 0, 0, 0),
         "b" => (95, 5, 0, 0, 0),
         "c" => (100, 0, 0, 0, 0),
@@ -334,6 +395,10 @@ pub fn run(cfg: &Config) -> ExitCode {
         records * 1_000_000 / load_us,
         store.slots / PER_PAGE / 256
     );
+    let used = [read > 0, update > 0, insert > 0, scan > 0, rmw > 0];
+    let khz = crate::time::khz();
+    let mut lat_total = Latency::new(used);
+    let mut lat_sec = Latency::new(used);
     let zipf = Zipf::new(records, theta as f64 / 100.0);
     let mut rng = Rng(cfg.seed | 1);
     let mut count = records;
@@ -354,7 +419,9 @@ pub fn run(cfg: &Config) -> ExitCode {
         // Every second gets its line, also those a long wait (a fault, the hog's allocation)
         // went by without an operation.
         while el >= next_sec * 1_000_000 {
-            println!("kv: t={next_sec}s ops_s={}", done - last_done);
+            println!("kv: t={next_sec}s ops_s={}{lat_sec}", done - last_done);
+            lat_sec.merge_into(&mut lat_total);
+            lat_sec = Latency::new(used);
             last_done = done;
             next_sec += 1;
         }
@@ -380,10 +447,13 @@ pub fn run(cfg: &Config) -> ExitCode {
                 return io_fail(NAME, e);
             }
         }
+        let op_t0 = rdtsc();
         let r = rng.below(100);
         // Scrambled zipfian: popular ranks are spread over the key space.
         let pick = |rng: &mut Rng, n: u64| splitmix64(zipf.next(rng)) % n;
+        let op;
         let res = if r < read {
+            op = READ;
             n_read += 1;
             let key = if mix == "d" {
                 count - 1 - zipf.next(&mut rng) % count
@@ -392,18 +462,22 @@ pub fn run(cfg: &Config) -> ExitCode {
             };
             store.get(key).map(|f| missing += u64::from(!f))
         } else if r < read + update {
+            op = UPDATE;
             n_update += 1;
             store.put(pick(&mut rng, records))
         } else if r < read + update + insert && count < records + max_inserts {
+            op = INSERT;
             n_insert += 1;
             count += 1;
             store.put(count - 1)
         } else if r < read + update + insert + scan {
+            op = SCAN;
             n_scan += 1;
             let start = pick(&mut rng, count);
             let len = 1 + rng.below(100);
             (start..(start + len).min(count)).try_for_each(|k| store.get(k).map(|_| ()))
         } else {
+            op = RMW;
             n_rmw += 1;
             let key = pick(&mut rng, records);
             store.get(key).and_then(|_| store.put(key))
@@ -411,8 +485,10 @@ pub fn run(cfg: &Config) -> ExitCode {
         if let Err(e) = res {
             return io_fail(NAME, e);
         }
+        lat_sec.hist[op].record(cycles_to_ns(rdtsc().wrapping_sub(op_t0), khz));
         done += 1;
     }
+    lat_sec.merge_into(&mut lat_total);
     let us = us_since(t1).max(1);
     mm::task_exit(task);
     let (hog_touches, hog_sweeps, hog_skipped, hog_errors) = match &hog {
@@ -435,6 +511,20 @@ pub fn run(cfg: &Config) -> ExitCode {
         if hog.is_some() { hog_mb } else { 0 },
         stats
     );
+    for (i, h) in lat_total.hist.iter().enumerate() {
+        if used[i] {
+            println!(
+                "RESULT workload=kv phase=latency op={} n={} p50_us={} p95_us={} p99_us={} p999_us={} max_us={}",
+                OP_NAMES[i],
+                h.count(),
+                Us(h.quantile(500)),
+                Us(h.quantile(950)),
+                Us(h.quantile(990)),
+                Us(h.quantile(999)),
+                Us(h.max())
+            );
+        }
+    }
     println!("RESULT workload=kv phase=done ok={}", u8::from(ok));
     if ok {
         ExitCode::Success

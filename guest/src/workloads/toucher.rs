@@ -25,20 +25,11 @@ use crate::debug_exit::ExitCode;
 use crate::mm;
 use crate::time;
 
-use super::common::{self, io_fail, ms_since, us_since};
+use super::common::{self, Us, cycles_to_ns, io_fail, ms_since, us_since};
 
 const NAME: &str = "toucher";
 const KEYS: &[&str] = &["schedule", "lat", "lat_us"];
 const MAX_STEPS: usize = 32;
-
-/// Nanoseconds as microseconds with one decimal.
-struct Us(u64);
-
-impl fmt::Display for Us {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.0 / 1000, self.0 % 1000 / 100)
-    }
-}
 
 /// ` slow_over_us=T slow=N slow_p50_us=.. slow_p99_us=.. slow_max_us=..` for a RESULT line
 /// (touches over T µs), or nothing when touches are not timed.
@@ -57,16 +48,6 @@ impl fmt::Display for Slow<'_> {
                 Us(h.max())
             ),
         }
-    }
-}
-
-/// TSC cycles as nanoseconds (one cycle a nanosecond when the frequency is unknown).
-fn cycles_to_ns(cycles: u64, khz: Option<u64>) -> u64 {
-    match khz {
-        Some(khz) => {
-            (u128::from(cycles) * 1_000_000 / u128::from(khz)).min(u128::from(u64::MAX)) as u64
-        }
-        None => cycles,
     }
 }
 
