@@ -15,9 +15,10 @@
 //! this one, and this one imports only leaves, which import nothing of the crate but
 //! `mm_types`: the basic types in `mm_types`, the two parts that own their state in a struct of
 //! their own that `Mm` holds (the page-cache hash table in `cache_index`, the swap slot bitmap
-//! in `swapfile`), the counters in `vm_event`, and the on-disk format in `format`. Two more
-//! leaves serve the guest kit beside `Mm`: when the balloon may inflate again (`holdoff`) and a
-//! latency histogram (`hist`).
+//! in `swapfile`), the counters in `vm_event`, and the on-disk format in `format`. Four more
+//! leaves serve the guest kit beside `Mm`: when the balloon may inflate again (`holdoff`), a
+//! latency histogram (`hist`), the free ranges of its heap (`heap`) and text-like file content
+//! for its compressor (`text`, which uses `format`'s mixer).
 #![no_std]
 // Frame numbers, swap slots, task-virtual and file page indices are u32 by design (the frame
 // count is asserted below u32::MAX in `Mm::new`, swap slots are capped at u32 in `set_swap`,
@@ -34,6 +35,7 @@ mod debug;
 mod filemap;
 pub mod format;
 mod fs;
+pub mod heap;
 pub mod hist;
 pub mod holdoff;
 mod list;
@@ -44,6 +46,7 @@ mod page_reporting;
 mod readahead;
 mod swap;
 mod swapfile;
+pub mod text;
 mod vm_event;
 mod vmscan;
 mod vmstat;
