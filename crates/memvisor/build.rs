@@ -44,8 +44,11 @@ fn main() {
     }
     let target_dir = out.join("guest-target");
     let mut cmd = Command::new(cargo);
+    // `--locked`, not `--offline`: the kit depends on miniz_oxide from crates.io, which a fresh
+    // machine may not have yet (cargo fetches it once, then builds without the network); the
+    // lock file, committed, pins it.
     cmd.current_dir(&guest)
-        .args(["build", "--release", "--offline", "--target-dir"])
+        .args(["build", "--release", "--locked", "--target-dir"])
         .arg(&target_dir);
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();

@@ -15,6 +15,7 @@
 //! | `bootinfo.rs` | parsing `hvm_start_info` |
 //! | `cmdline.rs` | the kernel command line: the workload and its `key=value` options |
 //! | `early_alloc.rs` | the bump allocator of early boot |
+//! | `heap.rs` | the global allocator: a heap a workload sets aside at its start (`compress`) |
 //! | `paging.rs` | the identity map extended to RAM above 4 GiB |
 //! | `virtio/` | virtio-mmio discovery (`mod.rs`), register access (`mmio.rs`), the split virtqueue (`queue.rs`) and the drivers: virtio-blk (`blk.rs`) and virtio-balloon (`balloon.rs`), which import neither `mm` nor `cmdline` |
 //! | `mm.rs` | the `memvisor-guest-mm` core over real RAM and the disks, behind one lock, with the balloon driver's tick |
@@ -22,6 +23,8 @@
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn)]
+
+extern crate alloc;
 
 #[macro_use]
 mod serial;
@@ -32,6 +35,7 @@ mod cmdline;
 mod cpu;
 mod debug_exit;
 mod early_alloc;
+mod heap;
 mod mm;
 mod paging;
 mod rt;

@@ -347,6 +347,12 @@ impl Page {
         // file page the caller asked for; the caller's task is its only user.
         unsafe { &mut *(self.addr as *mut [u64; 512]) }
     }
+
+    /// The page as 4096 bytes.
+    pub fn bytes(&mut self) -> &mut [u8; PAGE_SIZE] {
+        // SAFETY: as for `words`.
+        unsafe { &mut *(self.addr as *mut [u8; PAGE_SIZE]) }
+    }
 }
 
 impl Drop for Page {
