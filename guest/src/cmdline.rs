@@ -21,10 +21,11 @@ pub enum Workload {
     Integrity,
     Crashwrite,
     Probe,
+    Compress,
 }
 
 impl Workload {
-    pub const ALL: [(&'static str, Workload); 13] = [
+    pub const ALL: [(&'static str, Workload); 14] = [
         ("boot", Workload::Boot),
         ("selftest", Workload::Selftest),
         ("seqread", Workload::Seqread),
@@ -38,6 +39,7 @@ impl Workload {
         ("integrity", Workload::Integrity),
         ("crashwrite", Workload::Crashwrite),
         ("probe", Workload::Probe),
+        ("compress", Workload::Compress),
     ];
 }
 
@@ -168,7 +170,8 @@ pub fn parse(cmdline: &'static str) -> Result<Config, &'static str> {
                     .map(|(_, w)| *w)
                     .ok_or(
                         "unknown workload= (expected boot, selftest, seqread, alloc, compile, \
-                         mapreduce, kv, gcchurn, memhog, toucher or integrity)",
+                         mapreduce, kv, gcchurn, memhog, toucher, integrity, crashwrite, probe or \
+                         compress)",
                     )?
             }
             "cpus" => {

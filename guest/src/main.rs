@@ -113,6 +113,9 @@ fn run(start_info_paddr: u64) -> ExitCode {
     }
 
     smp::set_workers(workloads::uses_workers(cfg.workload));
+    if let Some(bytes) = workloads::ap_stack_bytes(cfg.workload) {
+        smp::set_ap_stack_bytes(bytes);
+    }
     let cpus = smp::start_aps(cfg.cpus);
     workloads::run(cfg, cpus)
 }

@@ -231,7 +231,8 @@ pub fn start_aps(requested: u32) -> u32 {
             println!("smp: cannot prepare cpu {next_cpu}: {e}");
             break;
         }
-        let stack = match crate::early_alloc::alloc_zeroed(AP_STACK_BYTES, 16) {
+        let stack_bytes = AP_STACK.load(Ordering::Relaxed);
+        let stack = match crate::early_alloc::alloc_zeroed(stack_bytes, 16) {
             Some(s) => s,
             None => {
                 println!("smp: out of memory for cpu {next_cpu}'s stack");
@@ -242,7 +243,7 @@ pub fn start_aps(requested: u32) -> u32 {
         // so nobody reads the mailbox while we write it.
         unsafe {
             (&raw mut ap_boot_mailbox).write_volatile(ApMailbox {
-                ring3_rsp: (stack + AP_STACK_BYTES - 8) as u64,
+                ring3_rsp: (stack + stack_bytes - 8) as u64,
                 index: next_cpu as u64,
                 tss_selector: u64::from(tss_selector(next_cpu)),
             });
@@ -284,6 +285,14 @@ static WORKERS: AtomicBool = AtomicBool::new(false);
 static JOB: AtomicUsize = AtomicUsize::new(0);
 static JOB_GEN: AtomicU32 = AtomicU32::new(0);
 static JOB_DONE: AtomicU32 = AtomicU32::new(0);
+
+/// Ring-3 stack of each AP started later (at least [`AP_STACK_BYTES`]).
+static AP_STACK: AtomicUsize = AtomicUsize::new(AP_STACK_BYTES);
+
+/// Gives APs started later a larger ring-3 stack, for a workload whose library code needs it.
+pub fn set_ap_stack_bytes(bytes: usize) {
+    AP_STACK.store(bytes.max(AP_STACK_BYTES), Ordering::Relaxed);
+}
 
 /// Makes APs started later wait for `run_on_all` jobs (spinning) instead of parking.
 pub fn set_workers(on: bool) {

@@ -8,7 +8,7 @@
 //! from a vocabulary of [`VOCAB`] words made from the key (1 to 12 letters, shorter ones more
 //! likely, letters drawn with English's letter frequencies), picked with a skew towards the first
 //! ones (the product of two uniform draws, as word frequencies fall off with rank); one word in
-//! 32 is a number. DEFLATE (level 6) compresses it to about a third.
+//! 32 is a number. DEFLATE (level 6) compresses it to about 43 % (a ratio of 2.3).
 
 use crate::format::splitmix64;
 

@@ -23,6 +23,7 @@ pub const WORKLOADS: &[&str] = &[
     "integrity",
     "crashwrite",
     "probe",
+    "compress",
 ];
 
 /// The guest kit's command line: the workload and facts about the VM, then the user's extra words.

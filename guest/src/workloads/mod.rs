@@ -5,6 +5,7 @@ mod alloc;
 mod boot;
 mod common;
 mod compile;
+mod compress;
 mod crashwrite;
 mod gcchurn;
 mod integrity;
@@ -22,7 +23,15 @@ use crate::debug_exit::ExitCode;
 
 /// Whether the workload runs a task on every vCPU (APs wait for work instead of parking).
 pub fn uses_workers(w: Workload) -> bool {
-    matches!(w, Workload::Integrity | Workload::Alloc)
+    matches!(
+        w,
+        Workload::Integrity | Workload::Alloc | Workload::Compress
+    )
+}
+
+/// Bytes of each AP's ring-3 stack the workload needs, if more than the usual.
+pub fn ap_stack_bytes(w: Workload) -> Option<usize> {
+    matches!(w, Workload::Compress).then_some(compress::AP_STACK_BYTES)
 }
 
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
@@ -76,5 +85,6 @@ fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
         Workload::Toucher => toucher::run(cfg),
         Workload::Crashwrite => crashwrite::run(cfg),
         Workload::Probe => probe::run(cfg),
+        Workload::Compress => compress::run(cfg, cpus),
     }
 }
