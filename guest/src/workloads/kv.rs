@@ -525,7 +525,11 @@ pub fn run(cfg: &Config) -> ExitCode {
             );
         }
     }
-    println!("RESULT workload=kv phase=done ok={}", u8::from(ok));
+    println!(
+        "RESULT workload=kv phase=done ok={} mismatches={}",
+        u8::from(ok),
+        store.errors + missing + hog_errors
+    );
     if ok {
         ExitCode::Success
     } else {
