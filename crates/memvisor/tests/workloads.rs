@@ -710,6 +710,45 @@ fn compile_and_mapreduce_complete_on_qemu() {
     compile_and_mapreduce("qemu");
 }
 
+/// The parallel compressor on two vCPUs: every block compressed, written, read back from the
+/// disk and decompressed to the text it was made from, with a ratio text gets; run twice on one
+/// disk, the second run reuses the input and output files.
+fn compress(hv: &str) {
+    let disks = Disks::new("", "9");
+    for _ in 0..2 {
+        let out = run(
+            hv,
+            "48M",
+            "2",
+            &disks,
+            "compress",
+            "file_mb=4 block_kb=256 level=6",
+        );
+        let done = done_ok(&out, "compress");
+        assert_eq!(done.u64("mismatches"), 0, "{done}");
+        assert_eq!(done.u64("input_mismatches"), 0, "{done}");
+        assert!(done.u64("heap_peak_kb") <= done.u64("heap_kb"), "{done}");
+        let c = result(&out, "compress", "compress");
+        assert_eq!(c.u64("blocks"), 16, "{c}");
+        assert_eq!(c.u64("in_bytes"), 4 << 20, "{c}");
+        let ratio: f64 = c.get("ratio").unwrap().parse().unwrap();
+        assert!((1.8..4.0).contains(&ratio), "{c}");
+        let check = result(&out, "compress", "check");
+        assert_eq!(check.u64("blocks"), 16, "{check}");
+        assert_eq!(check.u64("bytes"), 4 << 20, "{check}");
+    }
+}
+
+#[test]
+fn compress_checks_its_output_on_memvisor() {
+    compress("memvisor");
+}
+
+#[test]
+fn compress_checks_its_output_on_qemu() {
+    compress("qemu");
+}
+
 #[test]
 fn bad_workload_arguments_fail_with_a_message() {
     let disks = Disks::new("", "1");
@@ -721,6 +760,9 @@ fn bad_workload_arguments_fail_with_a_message() {
         ("toucher", "lat=1 lat_us=0", "bad argument lat_us=0"),
         ("kv", "mix=z", "bad argument mix=z"),
         ("integrity", "swappiness=300", "swappiness"),
+        ("compress", "block_kb=900x", "bad argument block_kb=900x"),
+        ("compress", "block_kb=902", "expected a multiple of 4"),
+        ("compress", "level=0", "bad argument level=0"),
     ] {
         let mut args = vec![
             "run",
