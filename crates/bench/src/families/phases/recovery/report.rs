@@ -1,6 +1,7 @@
 //! The outputs of `memvisor bench recovery` (MemFlex §4.1, Fig. 5): the `kv` workload's
 //! throughput second by second while a memory hog in the same VM pushes it past its limit and
-//! after the harness gives the memory back, as `results.csv` (one row per run and second),
+//! after the harness gives the memory back, as `results.csv` (one row per run and second, with
+//! that second's 99th percentile read latency as the guest timed it),
 //! `report.md` (throughput before the hog, the dip, the recovery time) and `recovery.svg`/`.png`.
 //!
 //! Clocks: the guest prints `kv: t=Ns ops_s=N` at the end of each second of its run phase,
@@ -84,7 +85,7 @@ pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<
 }
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,ops_s,period,before_hog_ops_s,hog_start_s,release_s,resident_bytes,swapped_bytes,pool_used_bytes,pool_spilled_pages,pool_overflowed_pages,proactive_pool_pages,proactive_disk_pages,faults_swap,reason";
+pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,ops_s,period,before_hog_ops_s,hog_start_s,release_s,resident_bytes,swapped_bytes,pool_used_bytes,pool_spilled_pages,pool_overflowed_pages,proactive_pool_pages,proactive_disk_pages,faults_swap,read_p99_us,reason";
 
 /// The last answer asked for at or before `t` seconds.
 fn stats_at<'a>(st: &[(f64, &'a VmStats)], t: f64) -> Option<&'a VmStats> {
@@ -117,7 +118,7 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
         if run.trace.seconds.is_empty() {
             let _ = writeln!(
                 out,
-                "{head},,,,,,{},,,,,,,,,{reason}",
+                "{head},,,,,,{},,,,,,,,,,{reason}",
                 opt(rel.map(|x| format!("{x:.3}")))
             );
             continue;
@@ -135,7 +136,7 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
             let pool = s.and_then(|p| p.pool);
             let _ = writeln!(
                 out,
-                "{head},{n},{ops},{period},{},{hog:.3},{},{},{},{},{},{},{},{},{},{reason}",
+                "{head},{n},{ops},{period},{},{hog:.3},{},{},{},{},{},{},{},{},{},{},{reason}",
                 opt(m.before.map(|b| format!("{b:.0}"))),
                 opt(rel.map(|x| format!("{x:.3}"))),
                 opt(s.map(|p| p.pages.resident_pages << 12)),
@@ -146,6 +147,7 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
                 opt(pool.map(|p| p.proactive_pool_pages)),
                 opt(pool.map(|p| p.proactive_disk_pages)),
                 opt(s.map(|p| p.counters.faults_swap)),
+                opt(run.trace.read_p99_us.iter().find(|x| x.0 == n).map(|x| x.1)),
             );
         }
     }

@@ -1,5 +1,5 @@
-//! A recovery run's throughput trace (the guest's `kv: t=Ns ops_s=N` lines and its hog's
-//! start) and what it measures.
+//! A recovery run's throughput trace (the guest's `kv: t=Ns ops_s=N` lines, with their reads'
+//! 99th percentile latency, and its hog's start) and what it measures.
 //!
 //! Measures, per run:
 //! - **before the hog**: the mean of the seconds that ended before the hog started;
@@ -20,6 +20,9 @@ pub const RECOVERED: f64 = 0.9;
 pub struct Trace {
     /// `(N, ops)`: the operations finished in second N of the run phase (from N-1 to N s).
     pub seconds: Vec<(u32, u64)>,
+    /// `(N, µs)`: the 99th percentile latency of the reads that finished in second N (the
+    /// guest's `read_p99_us=`, MemFlex Fig. 6), for the seconds whose line gives it.
+    pub read_p99_us: Vec<(u32, f64)>,
     /// When the hog started (ms on the run phase's clock).
     pub hog_start_ms: Option<u64>,
     /// How long its allocation took (the store waits meanwhile).
@@ -49,6 +52,9 @@ pub fn parse_console(text: &str) -> Trace {
             word(rest, "ops_s").and_then(|v| v.parse().ok()),
         ) {
             t.seconds.push((n, ops));
+            if let Some(p) = word(rest, "read_p99_us").and_then(|v| v.parse().ok()) {
+                t.read_p99_us.push((n, p));
+            }
         }
     }
     t
@@ -179,7 +185,7 @@ mod tests {
 
     const CONSOLE: &str = "memvisor guest kit: booting\n\
         RESULT workload=kv phase=load records=10 ms=1.0 ops_s=1 table_mb=1\n\
-        kv: t=1s ops_s=1000\n\
+        kv: t=1s ops_s=1000 read_p50_us=1.2 read_p99_us=3.5 read_max_us=20.1\n\
         kv: t=2s ops_s=1100\n\
         kv: hog_start t_ms=2000 mb=40 rate_mb_s=40\n\
         kv: hog_allocated t_ms=2400 ms=400\n\
@@ -207,6 +213,7 @@ mod tests {
                 (7, 1050)
             ]
         );
+        assert_eq!(t.read_p99_us, vec![(1, 3.5)]);
         assert_eq!((t.hog_start_ms, t.hog_alloc_ms), (Some(2000), Some(400)));
         assert_eq!(parse_console(""), Trace::default());
         assert_eq!(parse_console("kv: hog_start t_ms=abc").hog_start_ms, None);
