@@ -56,8 +56,9 @@ const MAGIC: &[u8; 4] = b"MVZB";
 pub const ENGINE_BYTES: usize = 512 << 10;
 /// Heap set aside besides the per-vCPU parts.
 const HEAP_SLACK: usize = 64 << 10;
-/// Stack of each AP for this workload: miniz_oxide resets its 64 KiB LZ buffer by assignment,
-/// which may pass through the stack.
+/// Stack of each AP for this workload. A worker used 14 KiB at most (measured by scanning its
+/// zeroed stack after a run at level 9), but miniz_oxide resets its 64 KiB LZ buffer by
+/// assignment, which a compiler may pass through the stack, and the usual 64 KiB has no guard.
 pub const AP_STACK_BYTES: usize = 256 << 10;
 
 /// The most a block's record can take: DEFLATE falls back to stored blocks (5 bytes per 64 KiB),
