@@ -1,5 +1,6 @@
 //! Text-like file content for the guest kit's `compress` workload: deterministic from a key and
-//! a page index, so a page can be made (and checked) on its own, and compressible the way prose
+//! a page index, so a page can be made (and checked) on its own once the key's vocabulary is
+//! made ([`Text::fill`]), and compressible the way prose
 //! is, so a compressor's ratio and speed mean something (random words, as mkdisk writes, do not
 //! compress at all; a repeated pattern compresses unrealistically well).
 //!
@@ -51,6 +52,30 @@ fn word(key: u64, id: u64, out: &mut [u8; 12]) -> usize {
     len
 }
 
+/// The text of one key: its vocabulary, made once (52 KiB), from which pages are made.
+pub struct Text {
+    words: [[u8; 12]; VOCAB as usize],
+    lens: [u8; VOCAB as usize],
+    key: u64,
+}
+
+impl Text {
+    /// An empty text, all zeroes (so it can be made in place, e.g. in zeroed memory).
+    pub const EMPTY: Text = Text {
+        words: [[0; 12]; VOCAB as usize],
+        lens: [0; VOCAB as usize],
+        key: 0,
+    };
+
+    /// Makes the vocabulary of `key` in place.
+    pub fn fill(&mut self, key: u64) {
+        self.key = key;
+        for (id, (w, l)) in self.words.iter_mut().zip(self.lens.iter_mut()).enumerate() {
+            *l = word(key, id as u64, w) as u8;
+        }
+    }
+}
+
 /// A small generator for the page's choices.
 struct Rng(u64);
 
@@ -65,72 +90,73 @@ impl Rng {
     }
 }
 
-/// Fills `page` with page `index` of the text of `key`.
-pub fn page(key: u64, index: u64, page: &mut [u8; PAGE]) {
-    let mut rng = Rng(splitmix64(key ^ 0x7465_7874) ^ index);
-    let mut pos = 0;
-    let mut col = 0;
-    // Words left in the sentence; 0 starts a new one.
-    let mut left = 0u64;
-    let mut w = [0u8; 12];
-    let mut num = [0u8; 12];
-    while pos < PAGE {
-        let start = left == 0;
-        if start {
-            left = 4 + rng.below(16);
-        }
-        let r = rng.next();
-        let (text, len): (&[u8], usize) = if r % 32 == 0 {
-            let mut n = (r >> 8) % 10_000;
-            let mut l = 0;
-            loop {
-                num[11 - l] = b'0' + (n % 10) as u8;
-                l += 1;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
+impl Text {
+    /// Fills `page` with page `index` of this text.
+    pub fn page(&self, index: u64, page: &mut [u8; PAGE]) {
+        let mut rng = Rng(splitmix64(self.key ^ 0x7465_7874) ^ index);
+        let mut pos = 0;
+        let mut col = 0;
+        // Words left in the sentence; 0 starts a new one.
+        let mut left = 0u64;
+        let mut num = [0u8; 12];
+        while pos < PAGE {
+            let start = left == 0;
+            if start {
+                left = 4 + rng.below(16);
             }
-            (&num[12 - l..], l)
-        } else {
-            let id = (r >> 5) % VOCAB * ((r >> 30) % VOCAB) / VOCAB;
-            let l = word(key, id, &mut w);
-            (&w[..l], l)
-        };
-        left -= 1;
-        let punct = if left == 0 {
-            Some(b'.')
-        } else if rng.below(12) == 0 {
-            Some(b',')
-        } else {
-            None
-        };
-        let need = len + usize::from(punct.is_some());
-        // The separator: a newline when the word does not fit the line, else a space.
-        if col > 0 {
-            let sep = if col + 1 + need > WIDTH { b'\n' } else { b' ' };
-            if pos < PAGE {
-                page[pos] = sep;
+            let r = rng.next();
+            let (text, len): (&[u8], usize) = if r % 32 == 0 {
+                let mut n = (r >> 8) % 10_000;
+                let mut l = 0;
+                loop {
+                    num[11 - l] = b'0' + (n % 10) as u8;
+                    l += 1;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                (&num[12 - l..], l)
+            } else {
+                let id = ((r >> 5) % VOCAB * ((r >> 30) % VOCAB) / VOCAB) as usize;
+                let l = usize::from(self.lens[id]);
+                (&self.words[id][..l], l)
+            };
+            left -= 1;
+            let punct = if left == 0 {
+                Some(b'.')
+            } else if rng.below(12) == 0 {
+                Some(b',')
+            } else {
+                None
+            };
+            let need = len + usize::from(punct.is_some());
+            // The separator: a newline when the word does not fit the line, else a space.
+            if col > 0 {
+                let sep = if col + 1 + need > WIDTH { b'\n' } else { b' ' };
+                if pos < PAGE {
+                    page[pos] = sep;
+                    pos += 1;
+                }
+                col = if sep == b'\n' { 0 } else { col + 1 };
+            }
+            for (i, &c) in text.iter().enumerate() {
+                if pos == PAGE {
+                    return;
+                }
+                page[pos] = if start && i == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                };
                 pos += 1;
             }
-            col = if sep == b'\n' { 0 } else { col + 1 };
-        }
-        for (i, &c) in text.iter().enumerate() {
-            if pos == PAGE {
-                return;
+            if let Some(p) = punct.filter(|_| pos < PAGE) {
+                page[pos] = p;
+                pos += 1;
             }
-            page[pos] = if start && i == 0 {
-                c.to_ascii_uppercase()
-            } else {
-                c
-            };
-            pos += 1;
+            col += need;
         }
-        if let Some(p) = punct.filter(|_| pos < PAGE) {
-            page[pos] = p;
-            pos += 1;
-        }
-        col += need;
     }
 }
 
@@ -138,23 +164,31 @@ pub fn page(key: u64, index: u64, page: &mut [u8; PAGE]) {
 mod tests {
     use super::*;
 
+    fn text(key: u64) -> std::boxed::Box<Text> {
+        let mut t = std::boxed::Box::new(Text::EMPTY);
+        t.fill(key);
+        t
+    }
+
     #[test]
     fn pages_are_deterministic_and_differ_by_key_and_index() {
+        let (one, two) = (text(1), text(2));
         let (mut a, mut b) = ([0u8; PAGE], [0u8; PAGE]);
-        page(1, 7, &mut a);
-        page(1, 7, &mut b);
+        one.page(7, &mut a);
+        text(1).page(7, &mut b);
         assert_eq!(a, b);
-        page(1, 8, &mut b);
+        one.page(8, &mut b);
         assert_ne!(a, b);
-        page(2, 7, &mut b);
+        two.page(7, &mut b);
         assert_ne!(a, b);
     }
 
     #[test]
     fn pages_look_like_text() {
+        let t = text(0xfeed);
         let mut p = [0u8; PAGE];
         for index in 0..64 {
-            page(0xfeed, index, &mut p);
+            t.page(index, &mut p);
             assert!(
                 p.iter()
                     .all(|&c| c.is_ascii_alphanumeric() || b" ,.\n".contains(&c)),

@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use memvisor_guest_mm::text;
+use memvisor_guest_mm::text::Text;
 use memvisor_guest_mm::{Access, MmError, PAGE_SIZE};
 use miniz_oxide::deflate::core::{
     CompressorOxide, TDEFLFlush, TDEFLStatus, compress, create_comp_flags_from_zip_params,
@@ -71,8 +71,8 @@ fn record_bound(block: usize) -> usize {
 struct Job {
     input: u32,
     output: u32,
-    /// Key of the input's text.
-    key: u64,
+    /// The input's text (its vocabulary, on the heap for the run).
+    text: &'static Text,
     in_bytes: u64,
     block: usize,
     blocks: u64,
@@ -147,7 +147,10 @@ static FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Bytes of the heap this run sets aside.
 pub fn heap_bytes(cpus: u32, block: usize, blocks: u64) -> usize {
-    cpus as usize * (block + record_bound(block) + ENGINE_BYTES) + blocks as usize * 16 + HEAP_SLACK
+    cpus as usize * (block + record_bound(block) + ENGINE_BYTES)
+        + blocks as usize * 16
+        + size_of::<Text>()
+        + HEAP_SLACK
 }
 
 /// Reads `buf.len()` bytes at `off` of `file` through the page cache.
@@ -202,7 +205,7 @@ fn compress_block(job: &Job, w: &mut Worker, b: u64, r: &mut CpuResult) -> Resul
     for (i, chunk) in w.block[..len].chunks_exact_mut(PAGE_SIZE).enumerate() {
         let p = first / PAGE_SIZE as u64 + i as u64;
         chunk.copy_from_slice(mm::file_page(job.input, p, Access::Read)?.bytes());
-        text::page(job.key, p, &mut expect);
+        job.text.page(p, &mut expect);
         r.input_bad += u64::from(*chunk != expect[..]);
     }
     w.comp.reset();
@@ -270,7 +273,8 @@ fn check_block(job: &Job, w: &mut Worker, b: u64, r: &mut CpuResult) -> Result<(
     }
     let mut expect = [0u8; PAGE_SIZE];
     for (i, chunk) in w.block[..len].chunks_exact(PAGE_SIZE).enumerate() {
-        text::page(job.key, first / PAGE_SIZE as u64 + i as u64, &mut expect);
+        job.text
+            .page(first / PAGE_SIZE as u64 + i as u64, &mut expect);
         r.mismatches += u64::from(*chunk != expect[..]);
     }
     r.blocks += 1;
@@ -331,13 +335,22 @@ fn run_all(job: fn(u32), cpus: u32) -> (CpuResult, bool) {
     (total, ok)
 }
 
-/// Opens file `name` if it holds the text of `key` (its first page is checked; the run checks
-/// every page), else creates it or writes the text over it, through the page cache, then syncs.
-fn input_file(name: &str, bytes: u64) -> Result<(u32, u64), ExitCode> {
+/// The text of file `id` (its key is the disk's seed and the file), made on the heap and kept
+/// for the run.
+fn text_of(id: u32) -> &'static Text {
+    let key = memvisor_guest_mm::format::splitmix64(mm::fs_seed() ^ u64::from(id));
+    // SAFETY: a `Text` is arrays of bytes and a u64, for which all zeroes is a valid value.
+    let mut t = unsafe { Box::<Text>::new_zeroed().assume_init() };
+    t.fill(key);
+    Box::leak(t)
+}
+
+/// Opens file `name` if it holds its text (its first page is checked; the run checks every
+/// page), else creates it or writes the text over it, through the page cache, then syncs.
+fn input_file(name: &str, bytes: u64) -> Result<(u32, &'static Text), ExitCode> {
     let pages = bytes / PAGE_SIZE as u64;
-    let key_of = |id: u32| memvisor_guest_mm::format::splitmix64(mm::fs_seed() ^ u64::from(id));
     let mut buf = [0u8; PAGE_SIZE];
-    let id = match mm::lookup(name) {
+    let (id, text) = match mm::lookup(name) {
         Some(id) if mm::file_pages(id) < pages => {
             return Err(common::fail(
                 NAME,
@@ -348,28 +361,31 @@ fn input_file(name: &str, bytes: u64) -> Result<(u32, u64), ExitCode> {
             ));
         }
         Some(id) => {
+            let text = text_of(id);
             let mut pg = mm::file_page(id, 0, Access::Read).map_err(|e| io_fail(NAME, e))?;
-            text::page(key_of(id), 0, &mut buf);
+            text.page(0, &mut buf);
             if *pg.bytes() == buf {
-                return Ok((id, key_of(id)));
+                return Ok((id, text));
             }
-            id
+            (id, text)
         }
-        None => mm::file_create(name, bytes).map_err(|e| {
-            common::fail(
-                NAME,
-                format_args!(
-                    "cannot create file {name} of {} MiB: {e:?} (format the data disk with memvisor mkdisk data)",
-                    bytes >> 20
-                ),
-            )
-        })?,
+        None => {
+            let id = mm::file_create(name, bytes).map_err(|e| {
+                common::fail(
+                    NAME,
+                    format_args!(
+                        "cannot create file {name} of {} MiB: {e:?} (format the data disk with memvisor mkdisk data)",
+                        bytes >> 20
+                    ),
+                )
+            })?;
+            (id, text_of(id))
+        }
     };
-    let key = key_of(id);
     let t0 = rdtsc();
     for p in 0..pages {
         let mut pg = mm::file_page(id, p, Access::Overwrite).map_err(|e| io_fail(NAME, e))?;
-        text::page(key, p, pg.bytes());
+        text.page(p, pg.bytes());
     }
     mm::sync().map_err(|e| io_fail(NAME, e))?;
     println!(
@@ -377,7 +393,7 @@ fn input_file(name: &str, bytes: u64) -> Result<(u32, u64), ExitCode> {
         bytes >> 20,
         ms_since(t0)
     );
-    Ok((id, key))
+    Ok((id, text))
 }
 
 /// The output file, at least `bytes` long (created if absent).
@@ -442,14 +458,14 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         return code;
     }
     println!(
-        "compress: heap {} KiB ({cpus} vCPUs x ({block_kb} KiB block + {} KiB record + {} KiB engine) + index)",
+        "compress: heap {} KiB ({cpus} vCPUs x ({block_kb} KiB block + {} KiB record + {} KiB engine) + index and vocabulary)",
         heap >> 10,
         record_bound(block) >> 10,
         ENGINE_BYTES >> 10
     );
     let in_name = cfg.arg("file").unwrap_or("text");
     let out_name = cfg.arg("out").unwrap_or("text.mvz");
-    let (input, key) = match input_file(in_name, in_bytes) {
+    let (input, text) = match input_file(in_name, in_bytes) {
         Ok(f) => f,
         Err(code) => return code,
     };
@@ -475,7 +491,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     *JOB.lock() = Some(Job {
         input,
         output,
-        key,
+        text,
         in_bytes,
         block,
         blocks,
