@@ -1252,6 +1252,7 @@ fn compress_and_kv_latency_hold_under_a_limit_with_the_swap_mapper() {
     );
     assert!(c.faults_swap + c.faults_image > 0, "{c:?}");
 
+    let stats_path = dir.path().join("kv-stats.json");
     let out = Command::new(common::MEMVISOR)
         .arg("run")
         .args(flags)
@@ -1261,11 +1262,17 @@ fn compress_and_kv_latency_hold_under_a_limit_with_the_swap_mapper() {
             "--cmdline",
             "records=20000 ops=20000 mix=a",
         ])
+        .arg("--stats-json")
+        .arg(&stats_path)
         .output()
         .unwrap();
     let stdout = common::stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     ResultLine::find(&stdout, "kv", "done").assert_intact();
+    let s: VmStats = serde_json::from_str(&std::fs::read_to_string(&stats_path).unwrap()).unwrap();
+    let c = s.pager.expect("the pager's stats").counters;
+    eprintln!("kv: faults swap {} image {}", c.faults_swap, c.faults_image);
+    assert!(c.faults_swap + c.faults_image > 0, "{c:?}");
     let run = ResultLine::find(&stdout, "kv", "run");
     let lat: Vec<ResultLine> = ResultLine::all(&stdout)
         .into_iter()
