@@ -634,6 +634,20 @@ fn gcchurn_and_kv(hv: &str) {
         let l = result(&out, "kv", "run");
         assert_eq!(l.u64("ops"), 4000, "{l}");
         assert_eq!(l.u64("errors"), 0, "{l}");
+        // A latency line per operation type of the mix (a: read, update; e: insert, scan),
+        // together counting every operation.
+        let lat: Vec<ResultLine> = ResultLine::all(&common::stdout(&out))
+            .into_iter()
+            .filter(|l| l.get("workload") == Some("kv") && l.get("phase") == Some("latency"))
+            .collect();
+        let ops: Vec<&str> = lat.iter().map(|l| l.get("op").unwrap()).collect();
+        let want = if mix == "a" {
+            ["read", "update"]
+        } else {
+            ["insert", "scan"]
+        };
+        assert_eq!(ops, want, "mix {mix}");
+        assert_eq!(lat.iter().map(|l| l.u64("n")).sum::<u64>(), 4000);
     }
     // A hog beside the store: its start is marked, every second has its line, and the hog's
     // writes check out.
