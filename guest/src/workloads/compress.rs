@@ -472,6 +472,9 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     );
     let in_name = cfg.arg("file").unwrap_or("text");
     let out_name = cfg.arg("out").unwrap_or("text.mvz");
+    if in_name == out_name {
+        return common::fail(NAME, "file= and out= name the same file");
+    }
     let (input, text) = match input_file(in_name, in_bytes) {
         Ok(f) => f,
         Err(code) => return code,
@@ -481,9 +484,6 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         Ok(f) => f,
         Err(code) => return code,
     };
-    if input == output {
-        return common::fail(NAME, "file= and out= name the same file");
-    }
     // The compressors, made here on the BSP's large stack.
     let flags = create_comp_flags_from_zip_params(level as i32, 15, 0);
     for slot in WORKERS.iter().take(cpus as usize) {
