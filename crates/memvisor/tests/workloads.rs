@@ -777,6 +777,7 @@ fn bad_workload_arguments_fail_with_a_message() {
         ("compress", "block_kb=900x", "bad argument block_kb=900x"),
         ("compress", "block_kb=902", "expected a multiple of 4"),
         ("compress", "level=0", "bad argument level=0"),
+        ("compress", "file=x out=x", "name the same file"),
     ] {
         let mut args = vec![
             "run",
