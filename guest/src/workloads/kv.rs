@@ -442,10 +442,10 @@ pub fn run(cfg: &Config) -> ExitCode {
             );
             continue;
         }
-        if let Some(h) = hog.as_mut() {
-            if let Err(e) = h.step() {
-                return io_fail(NAME, e);
-            }
+        if let Some(h) = hog.as_mut()
+            && let Err(e) = h.step()
+        {
+            return io_fail(NAME, e);
         }
         let op_t0 = rdtsc();
         let r = rng.below(100);
