@@ -18,7 +18,7 @@
 //! `attached` and `huge`, reclaim's `in_flight` and `resident_after_chunk`). Left as `impl`
 //! blocks of the core, holding no state of their own: the pool's flusher (`swapin.rs`), the
 //! defragmenter (`pager.rs`), the Preventer's reading of guest memory (`preventer.rs`) and the
-//! snapshot (`snapshot.rs`). No file imports from above it, and every lock order is the one
+//! stats (`api_stats.rs`). No file imports from above it, and every lock order is the one
 //! described in `pager.rs`.
 
 use std::collections::{HashMap, HashSet};

@@ -23,10 +23,11 @@
 //! | `preventer.rs` | VSwapper's False Reads Preventer: the `Preventer`, which owns the vCPUs it stopped and what preventions and reads have cost per page, and borrows the core |
 //! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]): `PagedRam`, the core with the `Reclaimer` |
 //! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
-//! | `snapshot.rs` | the API's snapshot ([`PagerSnapshot`]) |
+//! | `api_stats.rs` | the pager's state as the API serves it ([`PagerStats`]) |
 //! | `saved_pages.rs` | what a snapshot holds of guest memory (page kinds as runs, the prefetch list) and what a restored pager starts from (pure data) |
 //! | `persist.rs` | guest memory in a VM snapshot: every page written from where it is, the states a restored pager starts from, and the prefetch of the pages the guest had in RAM |
 
+mod api_stats;
 mod block_links;
 mod blocks;
 mod config;
@@ -46,7 +47,6 @@ mod release;
 pub mod released;
 mod sample;
 mod saved_pages;
-mod snapshot;
 pub mod state;
 pub mod stats;
 pub mod store;
@@ -56,6 +56,7 @@ mod takeover;
 pub mod victim;
 
 pub use crate::core::{NoVcpus, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
+pub use api_stats::PagerStats;
 pub use config::{
     IndirectConfig, Mechanisms, PagerConfig, PoolConfig, Preventing, DEFAULT_RELEASE_CACHE,
 };
@@ -63,7 +64,6 @@ pub use pager::Pager;
 pub use preventer::CpuState;
 pub use release::ReleaseOutcome;
 pub use saved_pages::{RestoreFrom, SavedKind, SavedPages, SavedRun};
-pub use snapshot::PagerSnapshot;
 pub use store::{image, indirect, pool, swap};
 pub use sys::uffd;
 pub use victim::VictimPolicy;

@@ -47,6 +47,7 @@ use memvisor_devices::ram::{Discard, DiskPage, GuestRam, GuestRange};
 use memvisor_devices::GuestMem;
 use vm_memory::{GuestAddress, GuestMemoryError};
 
+use crate::api_stats::PagerStats;
 use crate::config::PagerConfig;
 use crate::core::{
     limit_pages, limit_to_bytes, PagerCore, PagerError, PagerFailure, Pages, VcpuControl,
@@ -59,7 +60,6 @@ use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
 use crate::sample::Sampler;
 use crate::saved_pages::SavedPages;
-use crate::snapshot::PagerSnapshot;
 use crate::state::table::StateTable;
 use crate::stats::{EventCounters, Latency};
 use crate::store::image::ImageFile;
@@ -451,9 +451,9 @@ impl Pager {
         }
     }
 
-    /// The pager's counters, page census, latencies and working-set estimate (`snapshot.rs`).
-    pub fn snapshot(&self) -> PagerSnapshot {
-        self.core.snapshot(&self.sampler, &self.takeover)
+    /// The pager's counters, page census, latencies and working-set estimate (`api_stats.rs`).
+    pub fn stats(&self) -> PagerStats {
+        self.core.api_stats(&self.sampler, &self.takeover)
     }
 }
 

@@ -1,8 +1,8 @@
 //! The pager's counters, named after what happened, each store's counters, and latency
-//! distributions; `snapshot.rs` builds the API's snapshot from them. They leave the pager as
+//! distributions; `api_stats.rs` builds the API's `PagerStats` from them. They leave the pager as
 //! the control API's types ([`PagerCounters`], [`LatencySummary`]), which the API serializes
 //! once; nothing parses them back out of text. The page census is kept by the state table as
-//! pages change state, so a snapshot costs the same however large the VM is.
+//! pages change state, so reading them costs the same however large the VM is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

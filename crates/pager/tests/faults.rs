@@ -80,7 +80,7 @@ fn resume_and_check(
         !reader.is_finished(),
         "the device access finished while its page could not be read"
     );
-    assert!(pager.snapshot().counters.pauses >= 1);
+    assert!(pager.stats().counters.pauses >= 1);
 
     // A resume while the disk still fails pauses again, and the access keeps waiting.
     vcpus.resume();
@@ -123,7 +123,7 @@ fn swapped_out(disk: &FlakyDisk) -> (Arc<GuestMem>, Arc<NoVcpus>, Pager) {
     // once there it has finished, so only what the test does next meets the disk. (Waiting for
     // the limit alone let reclaim's last chunk meet a failing disk first, now and then.)
     wait_until("reclaim swaps out 49 MiB", WAIT, || {
-        pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
+        pager.stats().pages.resident_pages <= 16 * MIB / PAGE as u64 - 256
     });
     (mem, vcpus, pager)
 }
@@ -146,7 +146,7 @@ fn a_device_access_to_a_swapped_page_waits_out_a_failing_swap_disk() {
         reader,
         "reading the swap file failed",
     );
-    assert!(pager.snapshot().counters.swap_bytes_read >= 40 * MIB);
+    assert!(pager.stats().counters.swap_bytes_read >= 40 * MIB);
 }
 
 /// The Swap Mapper dropped pages that mirror image blocks, and the image's disk fails when a
@@ -187,10 +187,10 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
     }
     pager.set_limit(Some(16 * MIB)).unwrap();
     wait_until("the mapper drops 40 MiB of mirrors", WAIT, || {
-        pager.snapshot().pages.on_disk_pages >= 40 * MIB / PAGE as u64
+        pager.stats().pages.on_disk_pages >= 40 * MIB / PAGE as u64
     });
     assert_eq!(
-        pager.snapshot().counters.swap_bytes_written,
+        pager.stats().counters.swap_bytes_written,
         0,
         "mirrors are dropped, not written"
     );
@@ -238,7 +238,7 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
     // A swapped page, and one far from it that a device will write meanwhile.
     let p = (0..PAGES).find(|&p| !present(host(p))).unwrap();
     let elsewhere = PAGES - 1;
-    let before = pager.snapshot().counters;
+    let before = pager.stats().counters;
 
     let slow = disk.slow_reads(1024);
     let reader = {
@@ -255,7 +255,7 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
     });
 
     // The read has not landed, and the pager answers anyway.
-    let during = pager.snapshot().counters;
+    let during = pager.stats().counters;
     assert_eq!(
         during.faults_swap, before.faults_swap,
         "the read landed already"
@@ -273,14 +273,14 @@ fn a_slow_swap_read_holds_up_neither_stats_nor_devices() {
         "the waiting access did not get the device's data"
     );
     assert_eq!(
-        pager.snapshot().counters.faults_swap,
+        pager.stats().counters.faults_swap,
         before.faults_swap,
         "the device writes waited for the read"
     );
 
     slow.lift();
     wait_until("the held read lands and is redone", WAIT, || {
-        pager.snapshot().counters.fault_reads_redone == before.fault_reads_redone + 1
+        pager.stats().counters.fault_reads_redone == before.fault_reads_redone + 1
     });
     drop(slow);
     every_page_is(
@@ -337,7 +337,7 @@ fn a_raised_limit_ends_a_fault_s_wait_for_reclaim() {
     let reader = read_back(&mem, &swapped[back..back + 2048]);
     let mut seen = (u64::MAX, Instant::now());
     wait_until("a fault waits for reclaim", WAIT, || {
-        let faults = pager.snapshot().counters.faults_swap;
+        let faults = pager.stats().counters.faults_swap;
         if faults != seen.0 {
             seen = (faults, Instant::now());
         }

@@ -84,7 +84,7 @@ fn every_release_splits_the_huge_pages_it_takes_part_of_and_keeps_every_byte() {
     )
     .unwrap();
     pager.set_limit(Some(MEM as u64)).unwrap();
-    let split = || pager.snapshot().counters.huge_pages_split;
+    let split = || pager.stats().counters.huge_pages_split;
     assert_eq!(split(), 0);
 
     // The first huge-page boundary in guest memory, and the huge pages after it.
@@ -159,7 +159,7 @@ fn every_release_splits_the_huge_pages_it_takes_part_of_and_keeps_every_byte() {
     };
     pager.set_limit(Some(16 * MIB)).unwrap();
     wait_until("reclaim takes guest memory down to its limit", WAIT, || {
-        pager.snapshot().pages.resident_pages <= 16 * MIB / PAGE as u64
+        pager.stats().pages.resident_pages <= 16 * MIB / PAGE as u64
     });
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);

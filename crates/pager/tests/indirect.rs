@@ -127,12 +127,8 @@ fn setup_with(defrag: Option<Defrag>) -> Setup {
             .unwrap();
     }
     let t = Instant::now();
-    while pager.snapshot().pages.swapped_pages < N * 3 / 4 {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{:?}",
-            pager.snapshot()
-        );
+    while pager.stats().pages.swapped_pages < N * 3 / 4 {
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", pager.stats());
         std::thread::sleep(Duration::from_millis(10));
     }
     Setup {
@@ -178,9 +174,9 @@ fn after_writes(b: u64) -> Vec<u8> {
 #[test]
 fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
     let s = setup();
-    let before = s.pager.snapshot();
+    let before = s.pager.stats();
     let elided = write_all(&s);
-    let after = s.pager.snapshot();
+    let after = s.pager.stats();
     let ind = after.indirections.unwrap();
     assert_eq!(elided as u64, ind.elided_pages);
     // Random victims: about half of the guest's pages were out when it wrote them.
@@ -192,7 +188,7 @@ fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
     );
     // Every block of the disk reads as written, through split reads.
     check_disk(&s, after_writes);
-    assert!(s.pager.snapshot().indirections.unwrap().split_reads > 0);
+    assert!(s.pager.stats().indirections.unwrap().split_reads > 0);
     // The guest's pages are still what they were.
     for p in 0..N {
         let mut got = vec![0u8; PAGE];
@@ -226,7 +222,7 @@ fn swapped_pages_written_to_disk_become_indirections_and_read_back_exactly() {
         v
     };
     check_disk(&s, want);
-    let ind = s.pager.snapshot().indirections.unwrap();
+    let ind = s.pager.stats().indirections.unwrap();
     assert_eq!(ind.copied_back, 1, "{ind:?}");
     assert_eq!(ind.ended + ind.live, ind.elided_pages, "{ind:?}");
     assert!(ind.ended > 0 && ind.live > 0, "{ind:?}");
@@ -245,7 +241,7 @@ fn end_cleanly(s: &Setup, live: u64, want: impl Fn(u64) -> Vec<u8>) {
         !s.swap_path.exists(),
         "a temporary swap file is deleted at the end"
     );
-    assert_eq!(s.pager.snapshot().indirections.unwrap().live, 0);
+    assert_eq!(s.pager.stats().indirections.unwrap().live, 0);
     // With no limit and every guest page rewritten with its own content, no page needs a swap
     // block: any block still in use would be one an indirection leaked.
     s.pager.set_limit(None).unwrap();
@@ -259,7 +255,7 @@ fn end_cleanly(s: &Setup, live: u64, want: impl Fn(u64) -> Vec<u8>) {
         }
     }
     assert_eq!(
-        s.pager.snapshot().swap_blocks_in_use,
+        s.pager.stats().swap_blocks_in_use,
         0,
         "every block an indirection held is free again"
     );
@@ -308,15 +304,15 @@ fn defragmentation_copies_indirected_blocks_back_while_the_guest_overwrites_some
     // gets to a block first, the newer data must win.
     overwrite_first_half(&s);
     let t = Instant::now();
-    while s.pager.snapshot().indirections.unwrap().live > 0 {
+    while s.pager.stats().indirections.unwrap().live > 0 {
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "{:?}",
-            s.pager.snapshot().indirections
+            s.pager.stats().indirections
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let ind = s.pager.snapshot().indirections.unwrap();
+    let ind = s.pager.stats().indirections.unwrap();
     assert!(ind.defragmented > 0, "{ind:?}");
     assert_eq!(ind.defragmented + ind.ended, ind.elided_pages, "{ind:?}");
     // The image alone holds every block now, and the log says nothing is indirected.
@@ -328,10 +324,10 @@ fn defragmentation_copies_indirected_blocks_back_while_the_guest_overwrites_some
             "image block {b} after defragmentation"
         );
     }
-    let before = s.pager.snapshot().indirections.unwrap().split_reads;
+    let before = s.pager.stats().indirections.unwrap().split_reads;
     check_disk(&s, after_overwrite);
     assert_eq!(
-        s.pager.snapshot().indirections.unwrap().split_reads,
+        s.pager.stats().indirections.unwrap().split_reads,
         before,
         "no read is split any more"
     );
@@ -344,14 +340,14 @@ fn swap_file_defragmentation_puts_each_writes_blocks_together_while_the_guest_ov
     let s = setup_with(Some(Defrag::Store));
     let elided = write_all(&s);
     assert!(elided > 0);
-    let ind = s.pager.snapshot().indirections.unwrap();
+    let ind = s.pager.stats().indirections.unwrap();
     assert!(
         ind.store_reads <= ind.blocks_read,
         "a split read takes one swap read per hole at most: {ind:?}"
     );
     overwrite_first_half(&s);
     // Each write of the second half (32 blocks) ends up read from the swap file in one read.
-    let store_reads = || s.pager.snapshot().indirections.unwrap().store_reads;
+    let store_reads = || s.pager.stats().indirections.unwrap().store_reads;
     let t = Instant::now();
     for first in (1000 + N / 2..1000 + N).step_by(32) {
         loop {
@@ -367,12 +363,12 @@ fn swap_file_defragmentation_puts_each_writes_blocks_together_while_the_guest_ov
             assert!(
                 t.elapsed() < Duration::from_secs(30),
                 "blocks {first}+32 still scattered: {:?}",
-                s.pager.snapshot().indirections
+                s.pager.stats().indirections
             );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let ind = s.pager.snapshot().indirections.unwrap();
+    let ind = s.pager.stats().indirections.unwrap();
     assert!(ind.regrouped > 0 && ind.regrouped_writes > 0, "{ind:?}");
     check_disk(&s, after_overwrite);
     // A crash now: the log names the moved blocks, and recovery of a copy puts them back.

@@ -48,7 +48,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         pager.write(addr, &word_page(b)).unwrap();
         pager.disk_read(0, &[DiskPage { block: b, addr }]);
     }
-    let snap = pager.snapshot();
+    let snap = pager.stats();
     assert_eq!(
         snap.pages.mirrored_pages, 128,
         "the pages mirror their blocks"
@@ -62,15 +62,15 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
             .unwrap();
     }
     let t = Instant::now();
-    while pager.snapshot().pages.on_disk_pages < 128 {
+    while pager.stats().pages.on_disk_pages < 128 {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "mirrors were not dropped: {:?}",
-            pager.snapshot()
+            pager.stats()
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let written_before = pager.snapshot().counters.reclaimed_mirrored;
+    let written_before = pager.stats().counters.reclaimed_mirrored;
     assert!(written_before >= 128);
 
     // "Device writes": new content to blocks 0..64 from pages at 8 MiB (as virtio-blk does it).
@@ -91,7 +91,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         image.write_all_at(&out, b * PAGE as u64).unwrap();
         pager.disk_write_done(0, &pages, b * PAGE as u64, &out);
     }
-    let refetches = pager.snapshot().counters.mapper_refetches;
+    let refetches = pager.stats().counters.mapper_refetches;
     assert_eq!(
         refetches, 64,
         "each page relying on an overwritten block got its content back first"
@@ -116,9 +116,7 @@ fn overwritten_blocks_never_change_pages_that_were_dropped_relying_on_them() {
         assert!(disk == want, "block {b}");
     }
     // The written sources mirror their blocks now: dropping them again costs no write.
-    assert!(
-        pager.snapshot().pages.mirrored_pages >= 64 || pager.snapshot().pages.on_disk_pages >= 64
-    );
+    assert!(pager.stats().pages.mirrored_pages >= 64 || pager.stats().pages.on_disk_pages >= 64);
     assert_eq!(vcpus.paused(), None, "no page move failed");
 }
 
@@ -243,7 +241,7 @@ fn mirrors_changed_between_read_and_reclaim_are_never_dropped(victim_cache: u8) 
             assert!(got == disk[ix(b)], "round {round}: block {b}");
         }
     }
-    let c = pager.snapshot().counters;
+    let c = pager.stats().counters;
     assert!(raced > 0);
     assert!(
         c.mirrors_checked > 0 && c.mirrors_changed > 0,

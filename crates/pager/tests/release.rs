@@ -176,7 +176,7 @@ fn filled(release_cache: u64) -> (Guest, u64) {
 #[test]
 fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
     let (g, changed) = filled(4 * MIB);
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.pages.mirrored_pages, BLOCKS);
     assert_eq!(s.limit_bytes, None);
 
@@ -190,7 +190,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
         e.to_string().contains("more than the VM's 16384 pages"),
         "{e}"
     );
-    let after = g.pager.snapshot();
+    let after = g.pager.stats();
     assert_eq!(after.limit_bytes, None);
     assert_eq!(after.pages, s.pages);
     assert_eq!(after.counters.released_pages, 0);
@@ -201,7 +201,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
     assert_eq!(r.asked_pages, BLOCKS);
     assert_eq!(r.changed_pages, changed, "every written mirror was caught");
     assert_eq!(r.released_pages, BLOCKS - changed);
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.pages.on_disk_pages, r.released_pages);
     assert_eq!(s.pages.mirrored_pages, 0);
     let resident = s.pages.resident_pages;
@@ -234,7 +234,7 @@ fn released_pages_leave_at_once_and_come_back_byte_for_byte() {
     std::thread::sleep(Duration::from_millis(20));
     // Every page comes back with what it held: from the cache or the image.
     g.check_all();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     let c = &s.counters;
     eprintln!(
         "cache hits {}, image faults {}, refaults {}, dwell {:?}",
@@ -269,7 +269,7 @@ fn without_a_cache_every_refault_reads_the_image() {
     let r = g.pager.release_clean(BLOCKS, false).unwrap();
     assert_eq!(r.released_pages, BLOCKS - changed);
     g.check_all();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.counters.reclamation_cache_hits, 0);
     assert_eq!(s.patterns.unwrap().reclamation_cache_pages, 0);
     assert_eq!(s.counters.released_refaults, r.released_pages);
@@ -282,12 +282,12 @@ fn mirrors_a_release_finds_changed_take_no_write_fault_after() {
     let (mut g, written) = filled(4 * MIB);
     let r = g.pager.release_clean(BLOCKS, false).unwrap();
     assert_eq!(r.changed_pages, written, "{r:?}");
-    let before = g.pager.snapshot().counters.write_faults;
+    let before = g.pager.stats().counters.write_faults;
     for p in (0..BLOCKS).filter(|p| p % 16 == 5) {
         g.write_word(p, (p + 1) % 512, 0xbeef_0000 | p);
     }
     assert_eq!(
-        g.pager.snapshot().counters.write_faults,
+        g.pager.stats().counters.write_faults,
         before,
         "a write to a changed mirror faulted"
     );
@@ -307,14 +307,14 @@ fn mirrors_reclaim_finds_changed_take_no_write_fault_after() {
     // 32 MiB resident: reclaim takes 8 MiB, checking mirrors in its order.
     g.pager.set_limit(Some(24 * MIB)).unwrap();
     let t = std::time::Instant::now();
-    while g.pager.snapshot().pages.resident_pages * PAGE as u64 > 24 * MIB {
+    while g.pager.stats().pages.resident_pages * PAGE as u64 > 24 * MIB {
         assert!(
             t.elapsed().as_secs() < 10,
             "reclaim did not reach the limit"
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let c = g.pager.snapshot().counters;
+    let c = g.pager.stats().counters;
     assert!(
         c.mirrors_changed > 0 && c.reclaimed_mirrored > 0,
         "reclaim checked mirrors and found changed ones: {c:?}"
@@ -323,7 +323,7 @@ fn mirrors_reclaim_finds_changed_take_no_write_fault_after() {
         g.write_word(p, (p + 1) % 512, 0xbeef_0000 | p);
     }
     assert_eq!(
-        g.pager.snapshot().counters.write_faults,
+        g.pager.stats().counters.write_faults,
         c.write_faults,
         "a write to a changed mirror faulted"
     );
@@ -375,7 +375,7 @@ fn blocks_rewritten_and_reread_after_a_release_keep_every_page_right() {
         g.disk_read(b, b);
     }
     g.check_all();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert!(s.counters.mapper_refetches >= 480, "{:?}", s.counters);
     assert!(s.counters.released_refaults >= 960);
     // And the blocks hold what was written.
@@ -430,7 +430,7 @@ fn releases_racing_the_guest_lose_nothing() {
     }
     let (released, changed) = releaser.join().unwrap();
     g.check_all();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     eprintln!(
         "{RELEASES} releases during {i} guest operations: {released} pages released, {changed} \
          found changed; refaults {}, cache hits {}",
@@ -457,13 +457,13 @@ fn released_pages_move_into_the_cache_or_are_copied_there_and_come_back_byte_for
         }
         let r = g.pager.release_clean(BLOCKS, false).unwrap();
         assert_eq!(r.released_pages, BLOCKS - changed, "{r:?}");
-        let s = g.pager.snapshot();
+        let s = g.pager.stats();
         assert_eq!(s.patterns.as_ref().unwrap().reclamation_cache_pages, 1024);
         let copies = s.counters.release_cache_copies;
         assert_eq!(copies, if moves { 0 } else { 1024 }, "moves {moves}");
         // The cached pages come back from their slots, byte for byte; the rest from the image.
         g.check_all();
-        let k = g.pager.snapshot().counters;
+        let k = g.pager.stats().counters;
         assert!(k.reclamation_cache_hits > 0, "moves {moves}: {k:?}");
         assert_eq!(k.released_refaults, r.released_pages);
     }
@@ -475,7 +475,7 @@ fn ready_settled(g: &Guest) -> memvisor_api::PagerCounters {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut last = (u64::MAX, std::time::Instant::now());
     loop {
-        let k = g.pager.snapshot().counters;
+        let k = g.pager.stats().counters;
         if k.release_ready_checked != last.0 {
             last = (k.release_ready_checked, std::time::Instant::now());
         } else if k.release_ready_checked > 0 && last.1.elapsed() > Duration::from_millis(300) {
@@ -515,12 +515,12 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
         ready.mirrors_changed, written,
         "the guest's writes were found"
     );
-    assert_eq!(g.pager.snapshot().pages.mirrored_pages, BLOCKS - written);
+    assert_eq!(g.pager.stats().pages.mirrored_pages, BLOCKS - written);
 
     // A write to a page made ready faults once and ends its mirror; the guest sees its write.
     g.write_word(7, 3, 0xfeed);
     g.check(7);
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert!(s.counters.write_faults >= 1, "{:?}", s.counters);
     assert!(s.pages.mirrored_pages < BLOCKS - written);
 
@@ -541,7 +541,7 @@ fn pages_made_ready_are_released_without_a_check_and_a_write_to_one_ends_its_mir
 
     // Everything comes back byte for byte, from the reclamation cache or the image.
     g.check_all();
-    assert_eq!(g.pager.snapshot().counters.released_refaults, 3000);
+    assert_eq!(g.pager.stats().counters.released_refaults, 3000);
 }
 
 /// A release takes the candidates already protected first (here refaulted from the image), in
@@ -573,10 +573,10 @@ fn a_release_takes_protected_mirrors_first_and_checks_only_what_it_needs_beyond_
             written += 1;
         }
     }
-    let before = g.pager.snapshot().counters;
+    let before = g.pager.stats().counters;
     let r = g.pager.release_clean(1500, false).unwrap();
     assert_eq!((r.released_pages, r.changed_pages), (1500, 0), "{r:?}");
-    let k = g.pager.snapshot().counters;
+    let k = g.pager.stats().counters;
     assert_eq!(
         k.mirrors_checked, before.mirrors_checked,
         "only protected mirrors were taken: nothing checked"
@@ -585,7 +585,7 @@ fn a_release_takes_protected_mirrors_first_and_checks_only_what_it_needs_beyond_
     let r = g.pager.release_clean(3000, false).unwrap();
     assert_eq!(r.released_pages, 3000, "{r:?}");
     assert_eq!(r.changed_pages, written, "{r:?}");
-    let k2 = g.pager.snapshot().counters;
+    let k2 = g.pager.stats().counters;
     // The first round checks 2,500 of B; finding some changed, the next checks B's last 500.
     assert_eq!(k2.mirrors_checked - k.mirrors_checked, 3000);
     g.check_all();
@@ -619,7 +619,7 @@ fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
     let r = g.pager.release_clean(BLOCKS, true).unwrap();
     // 16 pages from the start of each, one of them written (and so kept).
     assert_eq!((r.released_pages, r.changed_pages), (30, 2), "{r:?}");
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.counters.sequences_probed, 2);
     // Nothing more until the probes have waited.
     assert_eq!(
@@ -633,14 +633,14 @@ fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
     for p in 0..16 {
         g.check(p);
     }
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.counters.released_refaults, 15);
     assert_eq!(s.counters.loops_detected, 1);
     g.pager.set_limit(None).unwrap();
     eprintln!(
         "DEBUG {:?} {:?}",
-        g.pager.snapshot().patterns,
-        g.pager.snapshot().pages
+        g.pager.stats().patterns,
+        g.pager.stats().pages
     );
     std::thread::sleep(Duration::from_millis(600));
     let r = g.pager.release_clean(BLOCKS, true).unwrap();
@@ -652,7 +652,7 @@ fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
         "B whole, nothing of A: {r:?}"
     );
     assert_eq!(
-        g.pager.snapshot().pages.on_disk_pages,
+        g.pager.stats().pages.on_disk_pages,
         b_left + 15,
         "B is out with its probe; A's probe came back"
     );
@@ -665,7 +665,7 @@ fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
     }
     let read = std::time::Instant::now();
     let r = g.pager.release_clean(100, true).unwrap();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     // (Only if the release came within the probe's wait of the last read, as it does unless
     // this machine stalled the test for half a second: then C was probed instead.)
     if read.elapsed() < Duration::from_millis(400) {
@@ -679,6 +679,6 @@ fn cold_only_releases_probe_streams_left_and_never_take_one_read_again() {
 
     g.pager.set_limit(None).unwrap();
     g.check_all();
-    let s = g.pager.snapshot();
+    let s = g.pager.stats();
     assert_eq!(s.counters.reclaimed_written, 0, "a release writes nothing");
 }

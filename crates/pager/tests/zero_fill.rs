@@ -41,7 +41,7 @@ fn memory_filled_in_order_takes_a_few_zero_faults_per_megabyte() {
         mem.write_slice(&known_page(p, TAG), GuestAddress(p * PAGE))
             .unwrap();
     }
-    let faults = pager.snapshot().counters.faults_zero;
+    let faults = pager.stats().counters.faults_zero;
     // 16,384 pages: 512 faults at the base window of 32 pages; about 67 with the window
     // doubling to 256 as each fault lands where the last run ended.
     assert!(
@@ -65,7 +65,7 @@ fn memory_filled_from_the_top_down_takes_a_few_zero_faults_per_megabyte() {
         mem.write_slice(&known_page(p, TAG), GuestAddress(p * PAGE))
             .unwrap();
     }
-    let s = pager.snapshot();
+    let s = pager.stats();
     // Without the window below the fault, one fault per page: 16,384.
     assert!(
         s.counters.faults_zero <= 100,
@@ -88,7 +88,7 @@ fn scattered_touches_take_the_base_window_each() {
     for &p in &touched {
         mem.write_obj(p | TAG, GuestAddress(p * PAGE)).unwrap();
     }
-    let s = pager.snapshot();
+    let s = pager.stats();
     let n = touched.len() as u64;
     assert_eq!(s.counters.faults_zero, n, "one fault per touch");
     assert!(
@@ -184,9 +184,9 @@ fn deflated_pages_come_back_without_a_fault() {
     const NEW: u64 = 0x2f00_0000_0000_0000;
     let dir = tempfile::tempdir().unwrap();
     let (mem, pager, gone) = ballooned_memory(dir.path());
-    let before = pager.snapshot();
+    let before = pager.stats();
     deflate_scattered(&pager, &gone);
-    let after = pager.snapshot();
+    let after = pager.stats();
     assert_eq!(
         after.counters.deflated_mapped,
         gone.len() as u64,
@@ -197,7 +197,7 @@ fn deflated_pages_come_back_without_a_fault() {
         assert_eq!(mem.read_obj::<u64>(GuestAddress(p * PAGE + 64)).unwrap(), 0);
     }
     write(&mem, &gone, NEW);
-    let done = pager.snapshot();
+    let done = pager.stats();
     assert_eq!(
         done.counters.faults_zero, before.counters.faults_zero,
         "faults on deflated pages"
@@ -215,12 +215,12 @@ fn deflated_pages_are_mapped_only_into_room_under_the_limit() {
     let resident = PAGES - gone.len() as u64;
     pager.set_limit(Some((resident + ROOM) * PAGE)).unwrap();
     deflate_scattered(&pager, &gone);
-    let s = pager.snapshot();
+    let s = pager.stats();
     assert_eq!(s.counters.deflated_mapped, ROOM);
     assert_eq!(s.pages.resident_pages, resident + ROOM);
     // The guest takes all of them back: the rest fault in, and reclaim makes room for them.
     write(&mem, &gone, NEW);
-    let s = pager.snapshot();
+    let s = pager.stats();
     assert!(
         s.counters.faults_zero > 0,
         "the pages past the room faulted"
@@ -239,7 +239,7 @@ fn reclaim_drops_deflated_pages_the_guest_left_unwritten_first() {
     let written: Vec<u64> = gone.iter().copied().filter(|p| p % 16 >= 12).collect();
     write(&mem, &written, NEW);
     let unwritten = (gone.len() - written.len()) as u64;
-    assert_eq!(pager.snapshot().pages.resident_pages, PAGES);
+    assert_eq!(pager.stats().pages.resident_pages, PAGES);
     // A limit that leaves room for every page holding data: reclaim drops 3,840 of the 4,096
     // unwritten ones (down to the low watermark, 256 pages under the limit) and writes nothing.
     let limit = PAGES - unwritten + 512;
@@ -247,9 +247,9 @@ fn reclaim_drops_deflated_pages_the_guest_left_unwritten_first() {
     wait_until(
         "reclaim under the limit",
         std::time::Duration::from_secs(10),
-        || pager.snapshot().pages.resident_pages <= limit - 256,
+        || pager.stats().pages.resident_pages <= limit - 256,
     );
-    let s = pager.snapshot();
+    let s = pager.stats();
     assert_eq!(s.counters.swap_bytes_written, 0, "a page was written out");
     assert!(s.counters.reclaimed_zero >= unwritten - 256);
     // Every page holds what it held: the unwritten deflated ones zero, the rest their data.

@@ -256,7 +256,7 @@ fn stats(c: &Control) -> VmStats {
         b.request_stats();
         balloon_stats(&b.state)
     });
-    let pager = c.lifecycle.pager.as_ref().map(|p| p.snapshot());
+    let pager = c.lifecycle.pager.as_ref().map(|p| p.stats());
     let attached = pager.as_ref().is_some_and(|p| p.attached);
     VmStats {
         pager,

@@ -60,7 +60,7 @@ use memvisor_devices::virtio::mmio::{
 };
 use memvisor_devices::virtio::notify::NotifyThread;
 use memvisor_devices::Bus;
-use memvisor_pager::{Pager, PagerSnapshot};
+use memvisor_pager::{Pager, PagerStats};
 use vmm_sys_util::eventfd::EventFd;
 
 pub use config::{DiskConfig, VmConfig, MAX_DISKS, MAX_VCPUS};
@@ -456,8 +456,8 @@ impl Vm {
     }
 
     /// The pager's counters now, if a pager runs.
-    pub fn pager_snapshot(&self) -> Option<PagerSnapshot> {
-        self.lifecycle.pager.as_ref().map(Pager::snapshot)
+    pub fn pager_stats(&self) -> Option<PagerStats> {
+        self.lifecycle.pager.as_ref().map(Pager::stats)
     }
 
     /// Waits until the guest ends (or the VM is stopped), stops every vCPU, and flushes what
@@ -537,7 +537,7 @@ impl Vm {
             .collect();
         Ok(VmReport {
             exit,
-            pager: lifecycle.pager.as_ref().map(Pager::snapshot),
+            pager: lifecycle.pager.as_ref().map(Pager::stats),
             balloon: balloon.as_deref().map(api::balloon_stats),
             exits,
             disks,
@@ -545,10 +545,7 @@ impl Vm {
             sharing: self
                 .sharing
                 .then(|| {
-                    let attached = lifecycle
-                        .pager
-                        .as_ref()
-                        .is_some_and(|p| p.snapshot().attached);
+                    let attached = lifecycle.pager.as_ref().is_some_and(|p| p.stats().attached);
                     sharing::stats(attached)
                 })
                 .flatten(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use memvisor_devices::virtio::block::BlockMetrics;
 use memvisor_devices::virtio::mmio::TransportMetrics;
-use memvisor_pager::PagerSnapshot;
+use memvisor_pager::PagerStats;
 
 /// How the guest ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl ExitCounters {
 pub struct VmReport {
     pub exit: VmExit,
     /// The pager's state at exit, when one ran.
-    pub pager: Option<PagerSnapshot>,
+    pub pager: Option<PagerStats>,
     /// The balloon's state at exit, when the VM had one.
     pub balloon: Option<memvisor_api::BalloonStats>,
     pub exits: Arc<ExitCounters>,

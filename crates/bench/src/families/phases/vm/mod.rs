@@ -143,7 +143,7 @@ mod tests {
         let path = dir.path().join("s.json");
         std::fs::write(&path, format!("{body}\n")).unwrap();
         assert_eq!(read_final_stats(&path), Some(stats));
-        std::fs::write(&path, "pager: PagerSnapshot { .. }").unwrap();
+        std::fs::write(&path, "pager: PagerStats { .. }").unwrap();
         assert_eq!(read_final_stats(&path), None);
     }
 }

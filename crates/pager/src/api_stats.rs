@@ -1,4 +1,4 @@
-//! The snapshot of a pager that the control API serves ([`PagerSnapshot`]), built from the
+//! The pager's state as the control API serves it ([`PagerStats`]), built from the
 //! counters (`stats.rs`), the stores, the page census and the working-set estimate.
 
 use crate::core::{limit_to_bytes, PagerCore};
@@ -8,13 +8,12 @@ use crate::stats::{get, EventCounters, StoreTotals};
 use crate::store::PageStore;
 use crate::takeover::Takeover;
 
-/// A snapshot of the pager: the control API's [`PagerStats`](memvisor_api::PagerStats), built
-/// by [`Pager::snapshot`](crate::Pager::snapshot).
-pub type PagerSnapshot = memvisor_api::PagerStats;
+/// The control API's view of a pager, built by [`Pager::stats`](crate::Pager::stats).
+pub use memvisor_api::PagerStats;
 
 impl PagerCore {
     /// Builds the snapshot [`Pager::snapshot`](crate::Pager::snapshot) returns.
-    pub(crate) fn snapshot(&self, sampler: &Sampler, takeover: &Takeover) -> PagerSnapshot {
+    pub(crate) fn api_stats(&self, sampler: &Sampler, takeover: &Takeover) -> PagerStats {
         let s = self;
         let active = {
             let sampling = sampler.lock();
@@ -81,7 +80,7 @@ impl PagerCore {
             takeover.present_pages(s).unwrap_or(0)
         };
         let images = StoreTotals::of(s.stores.images().map(PageStore::counters));
-        PagerSnapshot {
+        PagerStats {
             limit_bytes: limit_to_bytes(s.limit()),
             attached,
             pages: memvisor_api::PageCensus {
