@@ -1,8 +1,9 @@
 //! What every family of experiments shares to run: the one driver ([`drive`]) every
 //! [`Family`] goes through (the shared checks, the output directory, teardown and interrupts,
 //! the exit), child processes (`child`), what the guest and the VMM say (`guest`), the one QMP
-//! client (`qmp`), the host set-up runs share (`setup`), the run order (`order`), the host's
-//! `/proc` and cgroup readings (`readings`) and undoing it all (`teardown`).
+//! client (`qmp`), a started `memvisor run` and the waits on it (`vm`), the host set-up runs
+//! share (`setup`), the run order (`order`), the host's `/proc` and cgroup readings
+//! (`readings`) and undoing it all (`teardown`).
 
 pub mod child;
 pub mod guest;
@@ -11,6 +12,7 @@ pub mod qmp;
 pub mod readings;
 pub mod setup;
 pub mod teardown;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,10 +35,12 @@ pub trait Family {
 }
 
 /// What the driver gives every family's run: the memvisor binary its runs start, the output
-/// directory and the host's environment for the report.
+/// directory, its `work` directory (disk images, sockets and the pager's swap files, made
+/// before the run and removed after it) and the host's environment for the report.
 pub struct Bench {
     pub exe: PathBuf,
     pub out: PathBuf,
+    pub work: PathBuf,
     pub env: Vec<(String, String)>,
 }
 
@@ -66,8 +70,17 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
     teardown::catch_signals();
     let guard = teardown::Guard;
     let env = readings::environment(&out, "qemu-system-x86_64");
-    let bench = Bench { exe, out, env };
-    let outcome = family.run(args, &bench, plan);
+    let work = out.join("work");
+    let bench = Bench {
+        exe,
+        out,
+        work,
+        env,
+    };
+    let outcome = std::fs::create_dir_all(&bench.work)
+        .map_err(|e| format!("{}: {e}", bench.work.display()))
+        .and_then(|()| family.run(args, &bench, plan));
+    let _ = std::fs::remove_dir_all(&bench.work);
     drop(guard);
     finished(&args.experiment, &bench.out, outcome)
 }

@@ -98,27 +98,14 @@ struct RunCase {
 
 /// Runs every scenario, N and configuration, repetitions interleaved (the configurations
 /// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
-/// in `work` are removed at the end, also after an error or an interruption.
+/// are in the bench's `work` directory.
 pub fn run(
     bench: &Bench,
     s: &ConsolidatePlan,
     interrupted: &dyn Fn() -> bool,
     sink: &mut dyn Sink,
 ) -> Result<(), String> {
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let done = run_in(bench, s, &work, interrupted, sink);
-    let _ = std::fs::remove_dir_all(&work);
-    done
-}
-
-fn run_in(
-    bench: &Bench,
-    s: &ConsolidatePlan,
-    work: &Path,
-    interrupted: &dyn Fn() -> bool,
-    sink: &mut dyn Sink,
-) -> Result<(), String> {
+    let work = &bench.work;
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
         mkdisk_once(
             &bench.exe,

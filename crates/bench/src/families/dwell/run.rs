@@ -18,16 +18,15 @@
 //!
 //! A policy `memvisor run` does not know (it exits at once, status 2) is "not available".
 
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{ClientError, VmClient};
+use memvisor_api::ClientError;
 
 use super::experiment::DwellPlan;
 use crate::harness::child::ConsoleEvent;
-use crate::harness::teardown;
-use crate::harness::{Bench, MeasureStatus};
+use crate::harness::vm::Vm;
+use crate::harness::{teardown, Bench, MeasureStatus};
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,14 +61,10 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
         rep,
         ..DwellRun::default()
     };
-    let work = bench.out.join("work");
-    let sock = work.join(format!("{policy}.sock"));
-    let _ = std::fs::remove_file(&sock);
     let z = &setup.sizes;
-    let log = bench.out.join("logs").join(format!("{policy}-rep{rep}"));
-    let mut cmd = Command::new(&bench.exe);
-    cmd.arg("run")
-        .args([
+    let data = bench.work.join("data.img");
+    let started = Vm::start(bench, policy, &format!("{policy}-rep{rep}"), |cmd, sock| {
+        cmd.args([
             "--mem",
             &z.mem.to_string(),
             "--mem-limit",
@@ -83,29 +78,26 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
             "0",
             "--api-sock",
         ])
-        .arg(&sock)
-        .args([
-            "--disk",
-            &format!("{},id=data,ro", work.join("data.img").display()),
-        ])
+        .arg(sock)
+        .args(["--disk", &format!("{},id=data,ro", data.display())])
         .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
-    let (mut child, lines) = match crate::harness::child::spawn_logged(cmd, &work, &log) {
-        Ok(c) => c,
+    });
+    let vm = match started {
+        Ok(vm) => vm,
         Err(e) => {
             p.status = MeasureStatus::Failed;
             p.error = e;
             return p;
         }
     };
-    teardown::track_file(sock.clone());
-    if let Err(e) = follow(setup, &lines, &sock, &mut p) {
+    if let Err(e) = follow(setup, &vm, &mut p) {
         p.status = MeasureStatus::Failed;
         p.error = e;
     }
-    let stopped = crate::harness::child::stop(&mut child, Duration::from_secs(5));
-    let code = stopped.status.and_then(|s| s.code());
+    let stderr = vm.log.with_extension("stderr");
+    let code = vm.stop().status.and_then(|s| s.code());
     if code == Some(2) && p.pass_ms.is_empty() {
-        let why = std::fs::read_to_string(log.with_extension("stderr")).unwrap_or_default();
+        let why = std::fs::read_to_string(stderr).unwrap_or_default();
         p.status = MeasureStatus::NotAvailable;
         p.error = format!(
             "memvisor run refused --victims {policy}: {}",
@@ -120,12 +112,7 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
 }
 
 /// Follows the guest's passes, releasing pages meanwhile, then reads the statistics.
-fn follow(
-    setup: &DwellPlan,
-    lines: &mpsc::Receiver<ConsoleEvent>,
-    sock: &std::path::Path,
-    p: &mut DwellRun,
-) -> Result<(), String> {
+fn follow(setup: &DwellPlan, vm: &Vm, p: &mut DwellRun) -> Result<(), String> {
     let z = &setup.sizes;
     let deadline = Instant::now() + setup.timeout;
     let mut next = None;
@@ -139,7 +126,7 @@ fn follow(
         let wait = next.map_or(Duration::from_millis(200), |n: Instant| {
             n.saturating_duration_since(Instant::now())
         });
-        match lines.recv_timeout(wait.min(Duration::from_millis(200))) {
+        match vm.lines.recv_timeout(wait.min(Duration::from_millis(200))) {
             Ok(ConsoleEvent::Line(l, _)) => {
                 if l.contains("seqread: file ") {
                     next.get_or_insert_with(|| Instant::now() + z.start_after);
@@ -162,13 +149,13 @@ fn follow(
         }
         if let Some(n) = next {
             if Instant::now() >= n && !p.no_release {
-                match VmClient::new(sock).release(z.release_pages) {
+                match vm.client().release(z.release_pages) {
                     Ok(r) => {
                         p.calls += 1;
                         // The limit stays where it was: the pages come back when the guest
                         // needs them, without pushing others out.
                         if r.limit_bytes != Some(z.limit) {
-                            VmClient::new(sock)
+                            vm.client()
                                 .set_limit(Some(z.limit))
                                 .map_err(|e| format!("restoring the limit: {e}"))?;
                         }
@@ -180,11 +167,7 @@ fn follow(
             }
         }
     }
-    let s = VmClient::new(sock)
-        .stats()
-        .map_err(|e| e.to_string())?
-        .pager
-        .ok_or("the VM has no pager")?;
+    let s = vm.pager()?;
     p.released_pages = s.counters.released_pages;
     p.refaults = s.counters.released_refaults;
     p.hist = s.patterns.map(|x| x.dwell_ms_log2).unwrap_or_default();
@@ -193,9 +176,7 @@ fn follow(
 
 /// Runs every policy, repetition by repetition (in `order::of_rep`'s order).
 pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let img = work.join("data.img");
+    let img = bench.work.join("data.img");
     crate::harness::setup::mkdisk(
         &bench.exe,
         &img,
@@ -221,6 +202,5 @@ pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
             points.push(pt);
         }
     }
-    let _ = std::fs::remove_dir_all(&work);
     Ok(points)
 }

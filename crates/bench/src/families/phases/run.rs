@@ -32,29 +32,22 @@ fn mkdisk(exe: &Path, path: &Path, disk: &DataDisk) -> Result<(), String> {
 pub fn run(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<(), String> {
     // Held until the bench ends: a second bench must not clean up this one's swap file.
     let _only_bench = setup::take_host(&args.swap_file)?;
-    let done = prepare(args, bench, plan).and_then(|prepared| {
-        let Some(prepared) = prepared else {
-            return Ok(());
-        };
-        let runner = Runner {
-            args,
-            bench,
-            plan,
-            prepared,
-        };
-        let started = Instant::now();
-        let records = runner.run_all(started)?;
-        runner.write_outputs(&records, started)
-    });
-    // The shared disks are teardown's to remove too; nothing in `work` outlives the runs.
-    let _ = std::fs::remove_dir_all(bench.out.join("work"));
-    done
+    let Some(prepared) = prepare(args, bench, plan)? else {
+        return Ok(());
+    };
+    let runner = Runner {
+        args,
+        bench,
+        plan,
+        prepared,
+    };
+    let started = Instant::now();
+    let records = runner.run_all(started)?;
+    runner.write_outputs(&records, started)
 }
 
 /// What every run of a benchmark shares, set up once before the first.
 struct Prepared {
-    /// Disk images, sockets and the pager's swap files, under `--out`.
-    work: PathBuf,
     /// How the runs were set up, one line each, for the report.
     notes: Vec<String>,
     /// Per step: the read-only data image every run shares, or none (no disk, or a fresh one
@@ -68,10 +61,8 @@ struct Prepared {
 /// `vm.swappiness`, QEMU's overhead; `None` when interrupted meanwhile.
 fn prepare(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<Option<Prepared>, String> {
     let (exp, exe) = (&plan.exp, &bench.exe);
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let mut notes = Vec::new();
-    let shared_disks = shared_disks(exe, &work, exp)?;
+    let shared_disks = shared_disks(exe, &bench.work, exp)?;
     if plan.configs.iter().any(|c| c.needs_host_swap()) {
         notes.extend(host_swap(args)?);
     }
@@ -91,7 +82,6 @@ fn prepare(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<Option<
     }
     notes.extend(config_notes(plan));
     Ok(Some(Prepared {
-        work,
         notes,
         shared_disks,
         qemu_overhead,
@@ -214,7 +204,7 @@ impl Runner<'_> {
     ) -> Result<RunResult, String> {
         let (exp, setup, args) = (&self.plan.exp, &self.prepared, self.args);
         let step = &exp.steps[si];
-        let (exe, work) = (&self.bench.exe, &setup.work);
+        let (exe, work) = (&self.bench.exe, &self.bench.work);
         let disk = match (&step.disk, &setup.shared_disks[si]) {
             (Some(_), Some(p)) => Some((p.clone(), false)),
             (Some(d), None) => {

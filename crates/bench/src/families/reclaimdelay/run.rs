@@ -19,18 +19,16 @@
 //!
 //! A VMM without the endpoint answers 501: the hd2 rows are then "not available", not failures.
 
-use crate::harness::Bench;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::{mpsc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::Barrier;
+use std::time::Instant;
 
 use memvisor_api::{ClientError, VmClient};
 
 use super::experiment::{Method, ReclaimPlan, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
-use crate::harness::child::{wait_for, ConsoleEvent};
 use crate::harness::qmp::Qmp;
-use crate::harness::{teardown, MeasureStatus};
+use crate::harness::vm::Vm;
+use crate::harness::{teardown, Bench, MeasureStatus};
 
 const PAGE: u64 = 4096;
 
@@ -63,14 +61,6 @@ impl Reclaim {
     }
 }
 
-/// A running victim.
-struct Victim {
-    child: Child,
-    lines: mpsc::Receiver<ConsoleEvent>,
-    /// memvisor's API socket, or QEMU's QMP socket.
-    sock: PathBuf,
-}
-
 fn start(
     bench: &Bench,
     setup: &ReclaimPlan,
@@ -79,64 +69,37 @@ fn start(
     slot: u32,
     rep: u32,
     n: u32,
-) -> Result<Victim, String> {
-    let work = bench.out.join("work");
-    let disk = work.join(format!("victim{slot}.img"));
-    let sock = work.join(format!("victim{slot}.sock"));
-    let _ = std::fs::remove_file(&sock);
+) -> Result<Vm, String> {
+    let disk = bench.work.join(format!("victim{slot}.img"));
     let mem = setup.sizes.mem.to_string();
-    let mut cmd = Command::new(&bench.exe);
-    cmd.arg("run").args(["--mem", &mem]);
-    if m.qemu {
-        cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
-            .arg(&sock);
-    } else {
-        // HyperDealer2's victim order: a sequence is taken from its start, so its pages are
-        // released in runs (random mirrored pages cost a protection and a drop each).
-        cmd.args([
-            "--mem-limit",
-            &mem,
-            "--mapper",
-            "--balloon",
-            "--victims",
-            "hd2",
-        ])
-        .args(["--sample-pages", "0", "--api-sock"])
-        .arg(&sock);
-        if m.ready {
-            let most = setup.sizes.pages.iter().copied().max().unwrap_or(0);
-            cmd.args(["--release-ready", &(most * 4096).to_string()]);
-        }
-    }
-    cmd.args(["--disk", &format!("{},id=data", disk.display())])
-        .args(["--workload", "seqread"])
-        .args(["--cmdline", &setup.sizes.cmdline(st)]);
-    let log = bench.out.join("logs").join(format!(
-        "{}-{}-{n}vm-rep{rep}-victim{slot}",
-        m.name, st.name
-    ));
-    let (child, lines) = crate::harness::child::spawn_logged(cmd, &work, &log)?;
-    teardown::track_file(sock.clone());
-    Ok(Victim { child, lines, sock })
-}
-
-impl Victim {
-    /// Waits for the guest's `pass1` line (its cache warm, the state starting).
-    fn wait_warm(&self, deadline: Instant) -> Result<(), String> {
-        wait_for(&self.lines, deadline, "the guest's pass1", |l, _| {
-            let (phase, _, ok) = crate::harness::guest::parse_result(l)?;
-            if phase == "pass1" {
-                return Some(Ok(()));
+    let log = format!("{}-{}-{n}vm-rep{rep}-victim{slot}", m.name, st.name);
+    Vm::start(bench, &format!("victim{slot}"), &log, |cmd, sock| {
+        cmd.args(["--mem", &mem]);
+        if m.qemu {
+            cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
+                .arg(sock);
+        } else {
+            // HyperDealer2's victim order: a sequence is taken from its start, so its pages
+            // are released in runs (random mirrored pages cost a protection and a drop each).
+            cmd.args([
+                "--mem-limit",
+                &mem,
+                "--mapper",
+                "--balloon",
+                "--victims",
+                "hd2",
+            ])
+            .args(["--sample-pages", "0", "--api-sock"])
+            .arg(sock);
+            if m.ready {
+                let most = setup.sizes.pages.iter().copied().max().unwrap_or(0);
+                cmd.args(["--release-ready", &(most * 4096).to_string()]);
             }
-            let ended = || format!("the guest ended before its pass1: {}", l.trim());
-            (phase == "done" || ok.as_deref() == Some("0")).then(|| Err(ended()))
-        })
-    }
-
-    /// Stops the VM (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.
-    fn stop(mut self) {
-        crate::harness::child::stop(&mut self.child, Duration::from_secs(5));
-    }
+        }
+        cmd.args(["--disk", &format!("{},id=data", disk.display())])
+            .args(["--workload", "seqread"])
+            .args(["--cmdline", &setup.sizes.cmdline(st)]);
+    })
 }
 
 /// The pages the balloon holds on a memvisor victim (`GET /stats`).
@@ -333,7 +296,10 @@ fn group(
     }
     if victims.len() == n as usize {
         let deadline = Instant::now() + setup.timeout;
-        let warm = victims.iter().try_for_each(|v| v.wait_warm(deadline));
+        // The guest's pass1: its cache warm, the state starting.
+        let warm = victims
+            .iter()
+            .try_for_each(|v| v.wait_phase("pass1", deadline).map(|_| ()));
         match warm {
             Err(e) => fail_all(&mut points, e),
             Ok(()) => {
@@ -365,11 +331,9 @@ fn group(
 
 /// Makes each victim slot's data disk (`memvisor mkdisk data`), once for the whole benchmark.
 fn disks(bench: &Bench, setup: &ReclaimPlan) -> Result<(), String> {
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
-        let path = work.join(format!("victim{slot}.img"));
+        let path = bench.work.join(format!("victim{slot}.img"));
         crate::harness::setup::mkdisk(
             &bench.exe,
             &path,
@@ -427,6 +391,5 @@ pub fn run(bench: &Bench, setup: &ReclaimPlan) -> Result<Vec<Reclaim>, String> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(bench.out.join("work"));
     Ok(points)
 }

@@ -214,7 +214,7 @@ fn start_vm(
     probe: bool,
 ) -> Result<Vm, String> {
     let z = &setup.sizes;
-    let work = bench.out.join("work");
+    let work = &bench.work;
     let log = bench.out.join("logs").join(name);
     let stats = work.join(format!("{name}.stats.json"));
     let _ = std::fs::remove_file(&stats);
@@ -237,7 +237,7 @@ fn start_vm(
     if let Some(o) = setup.qemu_overhead {
         cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
     }
-    let (child, lines) = spawn_logged(cmd, &work, &log)?;
+    let (child, lines) = spawn_logged(cmd, work, &log)?;
     Ok(Vm {
         child,
         lines,
@@ -383,8 +383,6 @@ fn measure(
 /// order), then (in the first repetition) the timing probe per mode; KSM is the harness's
 /// meanwhile.
 pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String> {
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let ksm = Ksm::fixed(
         super::experiment::SCAN_PAGES,
         super::experiment::SCAN_SLEEP_MS,
@@ -424,7 +422,6 @@ pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String
         }
     }
     drop(ksm);
-    let _ = std::fs::remove_dir_all(&work);
     Ok(points)
 }
 

@@ -21,18 +21,14 @@
 //! back, so the guest touches nothing meanwhile: the proactive time is the pager's alone, as
 //! in MemFlex's measurement.
 
-use crate::harness::Bench;
-use crate::report::numbers::MIB;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{PagerStats, VmClient};
+use memvisor_api::PagerStats;
 
 use super::experiment::{schedule, Mode, SwapinPlan, HEADROOM, LIMIT, POLL};
-use crate::harness::child::{wait_for, ConsoleEvent};
-use crate::harness::teardown;
+use crate::harness::vm::Vm;
+use crate::harness::{teardown, Bench};
+use crate::report::numbers::MIB;
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -102,129 +98,64 @@ impl SwapinRun {
     }
 }
 
-/// `ms=` of the guest's `RESULT ... phase=PHASE` line, if `line` is one.
-pub fn phase_ms(line: &str, phase: &str) -> Option<f64> {
-    let (p, ms, _) = crate::harness::guest::parse_result(line)?;
-    if p == phase {
-        ms
-    } else {
-        None
-    }
-}
-
-fn stats(sock: &Path) -> Result<PagerStats, String> {
-    VmClient::new(sock)
-        .stats()
-        .map_err(|e| e.to_string())?
-        .pager
-        .ok_or_else(|| "the VM has no pager".to_owned())
-}
-
-/// A running VM: its process, console lines and socket.
-struct Vm {
-    child: Child,
-    lines: mpsc::Receiver<ConsoleEvent>,
-    sock: PathBuf,
+/// Polls `GET /stats` until `done` holds; fails when the census stops moving for 30 s.
+fn poll_until(
+    vm: &Vm,
     deadline: Instant,
-}
-
-impl Vm {
-    /// Waits for the guest's `phase` line; its `ms=` and when it arrived.
-    fn wait_phase(&self, phase: &str) -> Result<(f64, Instant), String> {
-        let what = format!("the guest's {phase}");
-        wait_for(&self.lines, self.deadline, &what, |l, at| {
-            if let Some(ms) = phase_ms(l, phase) {
-                return Some(Ok((ms, at)));
-            }
-            let ended = || format!("the guest ended before its {phase}: {}", l.trim());
-            l.contains("phase=done").then(|| Err(ended()))
-        })
-    }
-
-    /// Polls `GET /stats` until `done` holds; fails when the census stops moving for 30 s.
-    fn poll_until(
-        &self,
-        what: &str,
-        done: impl Fn(&PagerStats) -> bool,
-    ) -> Result<(PagerStats, Instant, u64), String> {
-        let mut last = (u64::MAX, u64::MAX);
-        let mut moved = Instant::now();
-        let mut polls = 0;
-        loop {
-            let s = stats(&self.sock)?;
-            let at = Instant::now();
-            polls += 1;
-            if done(&s) {
-                return Ok((s, at, polls));
-            }
-            let now = (s.pages.swapped_pages, s.pages.resident_pages);
-            if now != last {
-                last = now;
-                moved = at;
-            } else if moved.elapsed() > Duration::from_secs(30) {
-                return Err(format!(
-                    "{what}: nothing moved for 30 s ({} pages resident, {} swapped)",
-                    now.1, now.0
-                ));
-            }
-            if teardown::interrupted() {
-                return Err("interrupted".into());
-            }
-            if at >= self.deadline {
-                return Err(format!("{what}: timed out"));
-            }
-            std::thread::sleep(POLL);
+    what: &str,
+    done: impl Fn(&PagerStats) -> bool,
+) -> Result<(PagerStats, Instant, u64), String> {
+    let mut last = (u64::MAX, u64::MAX);
+    let mut moved = Instant::now();
+    let mut polls = 0;
+    loop {
+        let s = vm.pager()?;
+        let at = Instant::now();
+        polls += 1;
+        if done(&s) {
+            return Ok((s, at, polls));
         }
-    }
-
-    /// Stops the VM (SIGTERM, then SIGKILL after 5 s) and reaps it.
-    fn stop(mut self) {
-        crate::harness::child::stop(&mut self.child, Duration::from_secs(5));
+        let now = (s.pages.swapped_pages, s.pages.resident_pages);
+        if now != last {
+            last = now;
+            moved = at;
+        } else if moved.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "{what}: nothing moved for 30 s ({} pages resident, {} swapped)",
+                now.1, now.0
+            ));
+        }
+        if teardown::interrupted() {
+            return Err("interrupted".into());
+        }
+        if at >= deadline {
+            return Err(format!("{what}: timed out"));
+        }
+        std::thread::sleep(POLL);
     }
 }
 
-fn start(
-    bench: &Bench,
-    setup: &SwapinPlan,
-    mode: &Mode,
-    size: u64,
-    rep: u32,
-) -> Result<Vm, String> {
-    let work = bench.out.join("work");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let sock = work.join(format!("{}-{}M.sock", mode.name, size >> 20));
-    let _ = std::fs::remove_file(&sock);
-    let mem = size + HEADROOM;
-    let mut cmd = Command::new(&bench.exe);
-    cmd.arg("run")
-        .args(["--mem", &mem.to_string()])
-        .arg("--api-sock")
-        .arg(&sock)
-        .args([
-            "--swap-in",
-            if mode.proactive {
-                "proactive"
-            } else {
-                "faults"
-            },
-        ])
-        .args(["--sample-pages", "0"])
-        .args(["--workload", "toucher"])
-        .args(["--cmdline", &format!("schedule={}", schedule(size))]);
-    if mode.pool {
-        cmd.args(["--pool", &mem.to_string(), "--pool-spill-at", "1"]);
-    }
-    let log = bench
-        .out
-        .join("logs")
-        .join(format!("{}-{}M-rep{rep}", mode.name, size >> 20));
-    let (child, lines) = crate::harness::child::spawn_logged(cmd, &work, &log)?;
-    teardown::track_file(sock.clone());
-    Ok(Vm {
-        child,
-        lines,
-        sock,
-        deadline: Instant::now() + setup.timeout,
+fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
+    let name = format!("{}-{}M", mode.name, size >> 20);
+    let mem = (size + HEADROOM).to_string();
+    Vm::start(bench, &name, &format!("{name}-rep{rep}"), |cmd, sock| {
+        cmd.args(["--mem", &mem])
+            .arg("--api-sock")
+            .arg(sock)
+            .args([
+                "--swap-in",
+                if mode.proactive {
+                    "proactive"
+                } else {
+                    "faults"
+                },
+            ])
+            .args(["--sample-pages", "0"])
+            .args(["--workload", "toucher"])
+            .args(["--cmdline", &format!("schedule={}", schedule(size))]);
+        if mode.pool {
+            cmd.args(["--pool", &mem, "--pool-spill-at", "1"]);
+        }
     })
 }
 
@@ -242,21 +173,19 @@ pub fn measure(
         rep,
         ..SwapinRun::default()
     };
-    let vm = match start(bench, setup, mode, size, rep) {
+    let vm = match start(bench, mode, size, rep) {
         Ok(vm) => vm,
         Err(e) => {
             p.error = e;
             return p;
         }
     };
-    if let Err(e) = steps(&vm, mode, size, &mut p) {
+    let deadline = Instant::now() + setup.timeout;
+    if let Err(e) = steps(&vm, deadline, mode, size, &mut p) {
         p.error = e;
     }
+    let log = vm.log.with_extension("stderr");
     vm.stop();
-    let log = bench
-        .out
-        .join("logs")
-        .join(format!("{}-{}M-rep{rep}.stderr", mode.name, size >> 20));
     p.pager_timing = pager_timing(&std::fs::read_to_string(log).unwrap_or_default());
     p
 }
@@ -270,19 +199,24 @@ pub fn pager_timing(log: &str) -> String {
         .unwrap_or_default()
 }
 
-fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut SwapinRun) -> Result<(), String> {
-    let (ms, _) = vm.wait_phase("sweep1")?;
-    p.first_touch_ms = Some(ms);
-    let (_, step1_at) = vm.wait_phase("step1")?;
-    VmClient::new(&vm.sock).pause().map_err(|e| e.to_string())?;
+fn steps(
+    vm: &Vm,
+    deadline: Instant,
+    mode: &Mode,
+    size: u64,
+    p: &mut SwapinRun,
+) -> Result<(), String> {
+    p.first_touch_ms = vm.wait_phase("sweep1", deadline)?.0;
+    let (_, step1_at) = vm.wait_phase("step1", deadline)?;
+    vm.client().pause().map_err(|e| e.to_string())?;
     // Out: everything above the limit goes to the pool or the file.
     let t = Instant::now();
-    VmClient::new(&vm.sock)
+    vm.client()
         .set_limit(Some(LIMIT))
         .map_err(|e| e.to_string())?;
     let limit_pages = LIMIT >> 12;
     let want_out = (size >> 12).saturating_sub(limit_pages);
-    let (s0, at, _) = vm.poll_until("swapping out", |s| {
+    let (s0, at, _) = poll_until(vm, deadline, "swapping out", |s| {
         s.pages.resident_pages <= limit_pages && s.pages.swapped_pages >= want_out
     })?;
     p.out_s = at.duration_since(t).as_secs_f64();
@@ -294,30 +228,24 @@ fn steps(vm: &Vm, mode: &Mode, size: u64, p: &mut SwapinRun) -> Result<(), Strin
     let c0 = s0.counters;
     let hits0 = s0.pool.map_or(0, |x| x.hit_pages);
     let t = Instant::now();
-    VmClient::new(&vm.sock)
-        .set_limit(None)
-        .map_err(|e| e.to_string())?;
+    vm.client().set_limit(None).map_err(|e| e.to_string())?;
     let s1 = if mode.proactive {
-        let (s1, at, polls) = vm.poll_until("swapping in", |s| s.pages.swapped_pages == 0)?;
+        let (s1, at, polls) =
+            poll_until(vm, deadline, "swapping in", |s| s.pages.swapped_pages == 0)?;
         p.back_s = at.duration_since(t).as_secs_f64();
         p.back_pages = p.swapped_before - s1.pages.swapped_pages;
         p.polls = polls;
-        VmClient::new(&vm.sock)
-            .resume()
-            .map_err(|e| e.to_string())?;
-        let (ms, _) = vm.wait_phase("sweep3")?;
-        p.touch_after_ms = Some(ms);
+        vm.client().resume().map_err(|e| e.to_string())?;
+        p.touch_after_ms = vm.wait_phase("sweep3", deadline)?.0;
         s1
     } else {
         let t = Instant::now();
-        VmClient::new(&vm.sock)
-            .resume()
-            .map_err(|e| e.to_string())?;
-        let (ms, at) = vm.wait_phase("sweep3")?;
-        let s1 = stats(&vm.sock)?;
-        p.back_s = ms / 1e3;
+        vm.client().resume().map_err(|e| e.to_string())?;
+        let (ms, at) = vm.wait_phase("sweep3", deadline)?;
+        let s1 = vm.pager()?;
+        p.back_s = ms.unwrap_or(0.0) / 1e3;
         p.host_s = Some(at.duration_since(t).as_secs_f64());
-        p.touch_after_ms = Some(ms);
+        p.touch_after_ms = ms;
         p.back_pages = p.swapped_before.saturating_sub(s1.pages.swapped_pages);
         s1
     };
@@ -372,7 +300,6 @@ pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> 
             }
         }
     }
-    let _ = std::fs::remove_dir_all(bench.out.join("work"));
     Ok(points)
 }
 
@@ -380,6 +307,7 @@ pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> 
 mod tests {
     use super::*;
     use crate::families::swapin::experiment::{check_size, mode};
+    use crate::harness::guest::parse_result;
 
     #[test]
     fn sizes_are_checked_and_schedules_fit_them() {
@@ -400,15 +328,8 @@ mod tests {
         );
         assert!(mode("pool").is_none());
         assert_eq!(
-            phase_ms(
-                "RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5",
-                "sweep3"
-            ),
-            Some(812.5)
-        );
-        assert_eq!(
-            phase_ms("RESULT workload=toucher phase=step3 ms=9", "sweep3"),
-            None
+            parse_result("RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5"),
+            Some(("sweep3".into(), Some(812.5), None))
         );
         let log = "x INFO pager: proactive swap-in: 10 pages in 1.0 ms (39 MiB/s): table scan 0.1 ms\nother\ny INFO pager: proactive swap-in: 20 pages in 2.0 ms\n";
         assert_eq!(pager_timing(log), "20 pages in 2.0 ms");

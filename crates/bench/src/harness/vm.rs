@@ -1,0 +1,92 @@
+//! A `memvisor run` the harness started for a family (swapin, reclaimdelay, dwell, sharing):
+//! its process, its console line by line, its socket (memvisor's API, or QEMU's QMP) and its
+//! logs, and what the families ask of it: a guest phase's line, the pager's stats, a stop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use memvisor_api::{PagerStats, VmClient};
+
+use super::child::{spawn_logged, stop, wait_for, ConsoleEvent, Stopped};
+use super::guest::parse_result;
+use super::{teardown, Bench};
+
+/// A started `memvisor run`.
+pub struct Vm {
+    pub child: Child,
+    pub lines: mpsc::Receiver<ConsoleEvent>,
+    /// memvisor's API socket, or QEMU's QMP socket, in the work directory.
+    pub sock: PathBuf,
+    /// The logs' path less its extension (`.console`, `.stderr`).
+    pub log: PathBuf,
+}
+
+impl Vm {
+    /// Starts `memvisor run` with the flags `flags` adds (it gets the socket's path), its
+    /// socket `SOCK.sock` in the work directory, its logs `logs/LOG.*`, started and tracked as
+    /// [`spawn_logged`] does.
+    pub fn start(
+        bench: &Bench,
+        sock: &str,
+        log: &str,
+        flags: impl FnOnce(&mut Command, &Path),
+    ) -> Result<Vm, String> {
+        let sock = bench.work.join(format!("{sock}.sock"));
+        let _ = std::fs::remove_file(&sock);
+        let log = bench.out.join("logs").join(log);
+        let mut cmd = Command::new(&bench.exe);
+        cmd.arg("run");
+        flags(&mut cmd, &sock);
+        let (child, lines) = spawn_logged(cmd, &bench.work, &log)?;
+        teardown::track_file(sock.clone());
+        Ok(Vm {
+            child,
+            lines,
+            sock,
+            log,
+        })
+    }
+
+    /// Waits until `deadline` for the guest's `RESULT` line of `phase`: its `ms=` and when it
+    /// came. The guest's `done` or a failure (`ok=0`) first is an error.
+    pub fn wait_phase(
+        &self,
+        phase: &str,
+        deadline: Instant,
+    ) -> Result<(Option<f64>, Instant), String> {
+        wait_for(
+            &self.lines,
+            deadline,
+            &format!("the guest's {phase}"),
+            |l, at| {
+                let (p, ms, ok) = parse_result(l)?;
+                if p == phase {
+                    return Some(Ok((ms, at)));
+                }
+                let ended = || format!("the guest ended before its {phase}: {}", l.trim());
+                (p == "done" || ok.as_deref() == Some("0")).then(|| Err(ended()))
+            },
+        )
+    }
+
+    /// A client of its API.
+    pub fn client(&self) -> VmClient {
+        VmClient::new(&self.sock)
+    }
+
+    /// Its pager's stats (`GET /stats`).
+    pub fn pager(&self) -> Result<PagerStats, String> {
+        self.client()
+            .stats()
+            .map_err(|e| e.to_string())?
+            .pager
+            .ok_or_else(|| "the VM has no pager".to_owned())
+    }
+
+    /// Stops it (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.
+    pub fn stop(mut self) -> Stopped {
+        stop(&mut self.child, Duration::from_secs(5))
+    }
+}
