@@ -1,5 +1,13 @@
-//! Tables: a [`Table`] rendered as Markdown (for `report.md`) or as CSV, and the one quoting
-//! rule every `results.csv` follows ([`field`], [`quoted`]).
+//! Tables: a [`Table`] rendered as Markdown (for `report.md`) or as CSV, the one quoting rule
+//! every `results.csv` follows ([`field`]), and [`cells!`](crate::cells) for a row of values.
+
+/// A table row from values that display: `cells![a, b, format!("{c:.1}")]`.
+#[macro_export]
+macro_rules! cells {
+    ($($c:expr),* $(,)?) => {
+        vec![$($c.to_string()),*]
+    };
+}
 
 /// A table: a header and rows of cells, rendered as Markdown or as CSV.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -35,7 +43,7 @@ impl Table {
         s
     }
 
-    /// The table as CSV: the header, then each row with every cell quoted by [`field`].
+    /// The table as CSV: the header, then each row with each cell as [`field`] writes it.
     pub fn csv(&self) -> String {
         let mut s = self.head.join(",");
         s.push('\n');
@@ -48,20 +56,14 @@ impl Table {
     }
 }
 
-/// `s` as one CSV field: quoted when it holds a comma, a quote or a line break, as it is
-/// otherwise.
+/// `s` as one CSV field: quoted when it holds a comma, a quote or a line break (quotes
+/// doubled, line breaks turned into spaces, so a row stays one line), as it is otherwise.
 pub fn field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
-        quoted(s)
+        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
     } else {
         s.to_owned()
     }
-}
-
-/// `s` as one quoted CSV field, for free text columns that are always quoted: quotes doubled,
-/// line breaks turned into spaces, so a row stays one line.
-pub fn quoted(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
 }
 
 #[cfg(test)]
@@ -75,14 +77,12 @@ mod tests {
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
         assert_eq!(field("two\nlines"), "\"two lines\"");
-        assert_eq!(quoted(""), "\"\"");
-        assert_eq!(quoted("plain"), "\"plain\"");
     }
 
     #[test]
     fn tables_render_as_markdown_and_csv() {
         let mut t = Table::new(["a", "b"]);
-        t.row(vec!["1".into(), "x,y".into()]);
+        t.row(crate::cells![1, "x,y"]);
         assert_eq!(t.markdown(), "| a | b |\n|---|---|\n| 1 | x,y |\n");
         assert_eq!(t.csv(), "a,b\n1,\"x,y\"\n");
     }

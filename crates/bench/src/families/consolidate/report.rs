@@ -16,9 +16,9 @@ use plotters::style::{RGBColor, RED};
 use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
-use super::run::{Record, RunTrace};
+use super::run::{CgroupSeen, Record, RunTrace};
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
 /// memory and target over the run) in a run's directory.
@@ -176,20 +176,12 @@ pub fn write_outputs(
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    let mut csv = String::from("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note\n");
+    let mut csv = Table::new("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note".split(','));
+    let f2 = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
     for r in records {
-        let (limit, usage, failcnt, ooms, swap) = r.cgroup.map_or(Default::default(), |c| {
-            (
-                mib_text(c.limit, 0),
-                mib_text(c.max_usage, 0),
-                c.failcnt.to_string(),
-                c.oom_kills.to_string(),
-                mib_text(c.swap_peak, 0),
-            )
-        });
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{limit},{usage},{failcnt},{ooms},{swap},{},{}",
+        let c = r.cgroup;
+        let cg = |f: fn(&CgroupSeen) -> String| c.as_ref().map_or(String::new(), f);
+        csv.row(crate::cells![
             r.config,
             r.scenario.name(),
             r.n,
@@ -197,48 +189,45 @@ pub fn write_outputs(
             r.rep,
             r.vm,
             r.workload,
-            r.secs.map_or(String::new(), |s| format!("{s:.2}")),
-            r.interval.map_or(String::new(), |i| format!("{:.2}", i.0)),
-            r.interval.map_or(String::new(), |i| format!("{:.2}", i.1)),
+            f2(r.secs),
+            f2(r.interval.map(|i| i.0)),
+            f2(r.interval.map(|i| i.1)),
             u8::from(r.ok),
+            cg(|c| mib_text(c.limit, 0)),
+            cg(|c| mib_text(c.max_usage, 0)),
+            cg(|c| c.failcnt.to_string()),
+            cg(|c| c.oom_kills.to_string()),
+            cg(|c| mib_text(c.swap_peak, 0)),
             r.longest_fault_us.map_or(String::new(), ms),
-            table::quoted(&r.note.replace('"', "'"))
-        );
+            r.note.replace('"', "'"),
+        ]);
     }
-    w("results.csv", &csv)?;
-    let mut runs_csv = String::from("config,scenario,vms,pinned,rep,wall_s,overlap,rss_peak_mib,budget_mib,rss_over_budget_s,rss_over_budget_samples,samples\n");
-    let mut rss_csv = String::from("config,scenario,vms,rep,seconds,rss_bytes\n");
+    w("results.csv", &csv.csv())?;
+    let mut runs_csv = Table::new("config,scenario,vms,pinned,rep,wall_s,overlap,rss_peak_mib,budget_mib,rss_over_budget_s,rss_over_budget_samples,samples".split(','));
+    let mut rss_csv = Table::new("config,scenario,vms,rep,seconds,rss_bytes".split(','));
     for r in runs {
         let s = rss_summary(&r.rss, BUDGET);
-        let _ = writeln!(
-            runs_csv,
-            "{},{},{},{},{},{:.1},{},{},{},{:.1},{},{}",
+        runs_csv.row(crate::cells![
             r.config,
             r.scenario.name(),
             r.n,
             u8::from(r.pinned),
             r.rep,
-            r.wall_secs,
+            format!("{:.1}", r.wall_secs),
             r.overlap.map_or(String::new(), |o| format!("{o:.3}")),
             mib_text(s.peak, 0),
             BUDGET >> 20,
-            s.over_secs,
+            format!("{:.1}", s.over_secs),
             s.over_samples,
-            r.rss.len()
-        );
+            r.rss.len(),
+        ]);
         for &(t, b) in &r.rss {
-            let _ = writeln!(
-                rss_csv,
-                "{},{},{},{},{t:.2},{b}",
-                r.config,
-                r.scenario.name(),
-                r.n,
-                r.rep
-            );
+            let (c, sc, t) = (&r.config, r.scenario.name(), format!("{t:.2}"));
+            rss_csv.row(crate::cells![c, sc, r.n, r.rep, t, b]);
         }
     }
-    w("runs.csv", &runs_csv)?;
-    w("rss.csv", &rss_csv)?;
+    w("runs.csv", &runs_csv.csv())?;
+    w("rss.csv", &rss_csv.csv())?;
     w("report.md", &report(records, runs, shape))?;
     for &scenario in &shape.scenarios {
         plot(
@@ -548,7 +537,6 @@ fn plot_rss(
 mod tests {
     use super::*;
     use crate::families::consolidate::experiment::{CONFIGS, REFERENCE};
-    use crate::families::consolidate::run::CgroupSeen;
 
     fn rec(config: &str, n: u32, rep: u32, secs: Option<f64>) -> Record {
         Record {
@@ -699,7 +687,7 @@ mod tests {
         assert!(md.contains("| 4 | 10001.7 | – | – |"), "{md}");
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
         assert_eq!(csv.lines().count(), 6);
-        assert!(csv.contains(",1.5,\"\""), "{csv}");
+        assert!(csv.contains(",1.5,\n"), "{csv}");
         let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
         assert!(
             runs_csv.contains("pager,mapreduce,4,0,1,3.0,0.800,1100,1024,0.2,1,3"),

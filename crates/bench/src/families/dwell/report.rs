@@ -10,7 +10,7 @@ use super::experiment::{median_ms, DwellPlan};
 use super::run::DwellRun;
 use crate::harness::MeasureStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,policy,rep,status,pass_ms,release_calls,release_available,released_pages,released_refaults,came_back,median_dwell_ms,dwell_ms_log2,reason";
@@ -31,13 +31,11 @@ fn pass_ms(p: &DwellRun) -> String {
 
 /// `results.csv`: one row per run.
 pub fn csv(points: &[DwellRun]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for p in points {
-        let _ = writeln!(
-            s,
-            "dwell,{},{},{},{},{},{},{},{},{},{},{},{}",
-            table::field(&p.policy),
+        t.row(crate::cells![
+            "dwell",
+            p.policy,
             p.rep,
             p.status.name(),
             pass_ms(p),
@@ -48,10 +46,10 @@ pub fn csv(points: &[DwellRun]) -> String {
             p.hist.iter().sum::<u64>(),
             median_ms(&p.hist).map_or(String::new(), |m| format!("{m:.1}")),
             joined(&p.hist),
-            table::quoted(&p.error)
-        );
+            p.error,
+        ]);
     }
-    s
+    t.csv()
 }
 
 /// The histograms of a policy's completed runs, added up.

@@ -13,43 +13,33 @@ use super::run::Reclaim;
 use crate::harness::MeasureStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
 
 /// `results.csv`: one row per amount taken from a group of victims.
 pub fn csv(points: &[Reclaim]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for p in points {
-        let measured = p.ok();
-        let _ = writeln!(
-            s,
-            "reclaimdelay,{},{},{},{},{},{},{},{},{},{},{},{}",
+        let measured = |v: String| if p.ok() { v } else { String::new() };
+        t.row(crate::cells![
+            "reclaimdelay",
             p.method,
             p.state,
             p.victims,
             p.pages,
             p.rep,
             p.status.name(),
-            if measured {
-                format!("{:.3}", p.ms)
-            } else {
-                String::new()
-            },
+            measured(format!("{:.3}", p.ms)),
             p.vmm_us.map_or(String::new(), |u| u.to_string()),
-            if measured {
-                p.obtained.to_string()
-            } else {
-                String::new()
-            },
+            measured(p.obtained.to_string()),
             p.changed,
             p.polls,
-            table::quoted(&p.error)
-        );
+            p.error,
+        ]);
     }
-    s
+    t.csv()
 }
 
 fn cell<'a>(points: &'a [Reclaim], m: &str, st: &str, n: u32, pages: u64) -> Vec<&'a Reclaim> {

@@ -13,7 +13,7 @@ use super::experiment::{half_time, steady};
 use super::run::SharingRun;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers;
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// A run's figures at steady state.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -84,30 +84,26 @@ fn opt(v: Option<f64>) -> String {
 
 /// `results.csv`: one row per run.
 pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
-    let w = setup.sizes.steady;
+    let mut t = Table::new(CSV_HEADER.split(','));
     for p in points {
-        let m = summary(p, w);
+        let m = summary(p, setup.sizes.steady);
         let pr =
             |f: fn(&super::run::ProbeRound) -> u64| -> u64 { p.probe_rounds.iter().map(f).sum() };
         let n = p.probe_rounds.len().max(1) as u64;
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{:.1},{:.0},{:.0},{:.0},{},{:.4},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        t.row(crate::cells![
             setup.experiment,
-            table::field(&p.mode),
+            p.mode,
             p.vms,
             p.rep,
             u8::from(p.probe),
             if p.ok() { "ok" } else { "failed" },
-            p.seconds,
-            m.present,
-            m.shared,
-            m.reclaimed,
+            format!("{:.1}", p.seconds),
+            format!("{:.0}", m.present),
+            format!("{:.0}", m.shared),
+            format!("{:.0}", m.reclaimed),
             opt(m.half_s),
-            m.ksmd,
-            m.ops_s,
+            format!("{:.4}", m.ksmd),
+            format!("{:.0}", m.ops_s),
             p.guests_ok,
             p.zeroed,
             m.zero_max,
@@ -120,36 +116,34 @@ pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
             pr(|r| r.common_slow),
             pr(|r| r.private_slow),
             pr(|r| r.pages),
-            table::quoted(&p.error)
-        );
+            p.error,
+        ]);
     }
-    s
+    t.csv()
 }
 
 /// `series.csv`: every reading of the page maps.
 pub fn series_csv(points: &[SharingRun]) -> String {
-    let mut s = String::from(
-        "mode,vms,rep,probe,t_s,present_pages,shared_pages,reclaimed_pages,zero_pages,ksmd_ms\n",
-    );
+    let head =
+        "mode,vms,rep,probe,t_s,present_pages,shared_pages,reclaimed_pages,zero_pages,ksmd_ms";
+    let mut t = Table::new(head.split(','));
     for p in points {
         for x in &p.samples {
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{:.1},{},{},{},{},{}",
-                table::field(&p.mode),
+            t.row(crate::cells![
+                p.mode,
                 p.vms,
                 p.rep,
                 u8::from(p.probe),
-                x.t_s,
+                format!("{:.1}", x.t_s),
                 x.census.present,
                 x.census.shared,
                 x.census.reclaimed,
                 x.zero,
-                x.ksmd_ms
-            );
+                x.ksmd_ms,
+            ]);
         }
     }
-    s
+    t.csv()
 }
 
 /// Pages of 4 KiB, in MiB.

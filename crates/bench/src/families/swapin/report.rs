@@ -11,7 +11,7 @@ use super::experiment::SwapinPlan;
 use super::experiment::{Mode, HEADROOM, LIMIT, POLL};
 use super::run::SwapinRun;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
@@ -22,19 +22,17 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 /// `results.csv`: one row per run.
 pub fn csv(points: &[SwapinRun]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for p in points {
-        let _ = writeln!(
-            s,
-            "swapin,{},{},{},{},{:.3},{},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        t.row(crate::cells![
+            "swapin",
             p.mode,
             p.size,
             p.rep,
             if p.ok() { "ok" } else { "failed" },
-            p.out_s,
+            format!("{:.3}", p.out_s),
             p.swapped_before,
-            p.back_s,
+            format!("{:.4}", p.back_s),
             p.back_pages,
             opt(p.mib_s(), 1),
             opt(p.ns_per_page(), 0),
@@ -46,11 +44,11 @@ pub fn csv(points: &[SwapinRun]) -> String {
             p.swap_bytes_read,
             p.pool_hits,
             p.polls,
-            table::quoted(&p.pager_timing),
-            table::quoted(&p.error)
-        );
+            p.pager_timing,
+            p.error,
+        ]);
     }
-    s
+    t.csv()
 }
 
 /// The measured points of one size and mode.
@@ -340,6 +338,6 @@ mod tests {
         let cols = CSV_HEADER.split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == cols), "{csv}");
         assert!(lines[1].starts_with("swapin,pool-proactive,1073741824,1,ok,"));
-        assert!(lines[3].contains(",failed,") && lines[3].ends_with("\"timed out\""));
+        assert!(lines[3].contains(",failed,") && lines[3].ends_with(",timed out"));
     }
 }
