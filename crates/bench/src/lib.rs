@@ -16,7 +16,7 @@
 //! | `args.rs` | `memvisor bench`'s flags ([`BenchArgs`], `Scale`) and how it ended ([`Outcome`]) |
 //! | `progress.rs` | progress bars drawn only when a person watches |
 //! | `harness/mod.rs` | the `Family` trait and the one driver: checks every family shares, output and work directories, signals, teardown, exit |
-//! | `harness/child.rs` | child processes: spawning a VMM with its console teed to a log, exit, CPU time |
+//! | `harness/child.rs` | child processes: spawning a VMM with its console teed to a log, the one `memvisor host` launcher, stopping on drop, exit, CPU time |
 //! | `harness/guest.rs` | the guest's `RESULT` lines and the VMM's final stats file |
 //! | `harness/qmp.rs` | the one QMP client (QEMU's balloon) |
 //! | `harness/vm.rs` | a started `memvisor run`: its console, socket and logs, a guest phase's line, its pager's stats, its stop |

@@ -1,6 +1,6 @@
 //! The harness's child processes: starting a VMM with its console copied to a log and read
-//! line by line, whether it exited, its exit in words, the CPU time children used, and the
-//! one-off runs of the same binary (`memvisor mkdisk`, QEMU's calibration run).
+//! line by line, `memvisor host` started and stopped, whether a child exited, its exit in
+//! words, the CPU time children used.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -73,6 +73,54 @@ pub fn stop(child: &mut std::process::Child, grace: Duration) -> Stopped {
     }
     teardown::forget_pid(pid);
     Stopped { status, killed }
+}
+
+/// A child the harness stops when it drops: SIGTERM first (a host stops its VMs cleanly, a
+/// `memvisor run` stops QEMU and removes its cgroup), SIGKILL after 40 s.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if stop(&mut self.0, Duration::from_secs(40)).killed {
+            eprintln!(
+                "memvisor bench: process {} did not stop within 40 s; killed",
+                self.0.id()
+            );
+        }
+    }
+}
+
+/// Starts `memvisor host --config CONFIG` (its output to `log`, logging as the harness does, in
+/// its own process group, tracked for teardown) and waits up to 20 s for its socket `sock`; an
+/// error if the socket does not come or the host ends first.
+pub fn start_host(exe: &Path, config: &Path, log: &Path, sock: &Path) -> Result<Reaped, String> {
+    let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["host", "--config"])
+        .arg(config)
+        .env("MEMVISOR_LOG", log_filter())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .process_group(0);
+    let spawned = cmd.spawn();
+    let mut host = Reaped(spawned.map_err(|e| format!("cannot start memvisor host: {e}"))?);
+    teardown::track_pid(host.0.id());
+    let t = Instant::now();
+    while !sock.exists() {
+        if let Ok(Some(st)) = host.0.try_wait() {
+            return Err(format!(
+                "memvisor host ended at once ({st}); see {}",
+                log.display()
+            ));
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let (s, l) = (sock.display(), log.display());
+            return Err(format!("the host did not open {s} within 20 s (see {l})"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(host)
 }
 
 /// Starts `cmd` (a `memvisor run`) as the harness starts every VM of its own: logging at info,

@@ -7,7 +7,7 @@
 //! `experiment`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
@@ -17,6 +17,7 @@ use super::experiment::{
     ConsolidatePlan, HostLaunch, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET,
     INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
+use crate::harness::child::Reaped;
 use crate::harness::guest::read_final_stats;
 use crate::harness::{readings, Bench};
 
@@ -273,16 +274,6 @@ struct Outcome {
     longest_fault_us: Option<u64>,
 }
 
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        // SIGTERM first: the host stops its VMs cleanly, `memvisor run` stops QEMU and removes
-        // its cgroup.
-        crate::harness::child::stop(&mut self.0, Duration::from_secs(40));
-    }
-}
-
 /// What the harness sees of a run while it goes.
 struct FleetMonitor {
     t0: Instant,
@@ -433,27 +424,11 @@ fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped,
         ),
     )
     .map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(dir.join("host.log")).map_err(|e| e.to_string())?;
-    let host = Reaped(
-        Command::new(exe)
-            .args(["host", "--config"])
-            .arg(&config)
-            .env("MEMVISOR_LOG", crate::harness::child::log_filter())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start memvisor host: {e}"))?,
-    );
-    crate::harness::teardown::track_pid(host.0.id());
     let sock = dir.join("state/host.sock");
-    let t = Instant::now();
-    while !sock.exists() {
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err("the host's socket never appeared (see host.log)".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((host, sock))
+    Ok((
+        crate::harness::child::start_host(exe, &config, &dir.join("host.log"), &sock)?,
+        sock,
+    ))
 }
 
 /// Every tick of the run, each VM's allocation over time, handed to the sink for the run's

@@ -16,20 +16,18 @@
 //! The experiments themselves, as data, are in `experiment`, `shares` and `idletax`.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
 
 use super::experiment::{config_text, HostExperiment, PlannedVm};
+use crate::harness::child::start_host;
 use crate::harness::teardown;
 
 /// How often the host's history and the VMs' consoles are read.
 const POLL: Duration = Duration::from_millis(500);
-/// How long the host gets to stop its VMs before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(40);
 
 /// One throughput reading of a VM: operations (or touches) per second, when the harness read it.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,13 +108,6 @@ impl Tail {
     }
 }
 
-/// Stops the host with SIGTERM (it stops every VM), killing it if it has not ended in time.
-fn stop_host(child: &mut Child) {
-    if crate::harness::child::stop(child, STOP_GRACE).killed {
-        eprintln!("memvisor bench: the host did not stop within {STOP_GRACE:?}; killed");
-    }
-}
-
 /// One run of `e`: the host's history, events and the VMs' throughput.
 pub fn run_once(
     exe: &Path,
@@ -131,22 +122,9 @@ pub fn run_once(
     std::fs::write(&config, config_text(e, &state))
         .map_err(|err| format!("{}: {err}", config.display()))?;
     let sock = state.join("host.sock");
-    let host_log = out.join("logs").join("host.log");
-    let log =
-        std::fs::File::create(&host_log).map_err(|err| format!("{}: {err}", host_log.display()))?;
-    let mut child = Command::new(exe)
-        .args(["host", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|err| err.to_string())?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(|err| format!("cannot start memvisor host: {err}"))?;
-    teardown::track_pid(child.id());
     let started = Instant::now();
-    let result = drive(e, &sock, &state, &mut child, started, label);
-    stop_host(&mut child);
+    let result = start_host(exe, &config, &out.join("logs").join("host.log"), &sock)
+        .and_then(|mut host| drive(e, &sock, &state, &mut host.0, started, label));
     for v in &e.vms {
         let from = state.join(format!("{}.log", v.spec.name));
         let to = out.join("logs").join(format!("{}.console", v.spec.name));
@@ -166,7 +144,6 @@ fn drive(
     label: &str,
 ) -> Result<HostRun, String> {
     let now = || started.elapsed().as_secs_f64();
-    wait_for_socket(sock, child, &now)?;
     let mut run = HostRun {
         taxes: vec![(0.0, e.idle_tax)],
         joined: e
@@ -229,25 +206,6 @@ fn drive(
             .push(format!("the host's events could not be read: {err}")),
     }
     Ok(run)
-}
-
-/// Waits up to 20 s for the host's socket; an error if it does not come or the host ends.
-fn wait_for_socket(sock: &Path, child: &mut Child, now: &dyn Fn() -> f64) -> Result<(), String> {
-    while !sock.exists() {
-        if now() > 20.0 {
-            return Err(format!(
-                "the host did not open {} within 20 s",
-                sock.display()
-            ));
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!(
-                "memvisor host ended at once ({st}); see logs/host.log"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// Adds the VMs whose time `t` has reached (`POST /vms`), noting when each joined.
