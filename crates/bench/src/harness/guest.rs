@@ -1,23 +1,27 @@
-//! What a VMM tells the harness: the guest's `RESULT` lines on its console, and the stats
+//! What a VMM tells the harness: the guest's `RESULT` lines and `key=value` words on its
+//! console, and the stats
 //! `memvisor run --stats-json` writes when its VM ends.
 
 use std::path::Path;
 
 use memvisor_api::VmStats;
 
-/// `(phase, ms)` of a guest `RESULT` line.
+/// `(phase, ms, ok)` of a guest `RESULT` line.
 pub fn parse_result(line: &str) -> Option<(String, Option<f64>, Option<String>)> {
     let rest = line.trim().strip_prefix("RESULT ")?;
-    let (mut phase, mut ms, mut ok) = (None, None, None);
-    for w in rest.split_whitespace() {
-        match w.split_once('=') {
-            Some(("phase", p)) => phase = Some(p.to_owned()),
-            Some(("ms", m)) => ms = m.parse().ok(),
-            Some(("ok", o)) => ok = Some(o.to_owned()),
-            _ => {}
-        }
-    }
-    Some((phase?, ms, ok))
+    let ok = word(rest, "ok").map(str::to_owned);
+    Some((word(rest, "phase")?.to_owned(), value(rest, "ms"), ok))
+}
+
+/// The value of `key=` among the words of a console line.
+pub fn word<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The value of `key=` among the words of a console line, parsed.
+pub fn value<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
+    word(line, key)?.parse().ok()
 }
 
 /// The stats `memvisor run --stats-json PATH` wrote when its VM ended.

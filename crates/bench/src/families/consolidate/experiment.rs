@@ -351,11 +351,7 @@ pub fn rss_summary(samples: &[(f64, u64)], budget: u64) -> RssSummary {
 pub fn job_secs(console: &str, workload: &str) -> Option<f64> {
     let prefix = format!("RESULT workload={workload} ");
     let lines: Vec<&str> = console.lines().filter(|l| l.starts_with(&prefix)).collect();
-    let ms = |l: &str| {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix("ms="))
-            .and_then(|v| v.parse::<f64>().ok())
-    };
+    let ms = |l: &str| crate::harness::guest::value::<f64>(l, "ms");
     let done = lines
         .iter()
         .find(|l| l.starts_with(&format!("{prefix}phase=done ok=1")))?;

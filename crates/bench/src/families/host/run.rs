@@ -24,6 +24,7 @@ use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
 
 use super::experiment::{config_text, HostExperiment, PlannedVm};
 use crate::harness::child::start_host;
+use crate::harness::guest::value;
 use crate::harness::teardown;
 
 /// How often the host's history and the VMs' consoles are read.
@@ -61,13 +62,11 @@ pub fn active_fraction(v: &VmSample) -> f64 {
 /// A throughput line of a VM's console: `kv: t=Ns ops_s=N`, or a toucher step's RESULT line
 /// (touches per second over the step).
 pub fn throughput_of(line: &str) -> Option<f64> {
-    let words = || line.split_whitespace().filter_map(|w| w.split_once('='));
     if line.starts_with("kv: t=") {
-        return words().find(|(k, _)| *k == "ops_s")?.1.parse().ok();
+        return value(line, "ops_s");
     }
     if line.starts_with("RESULT workload=toucher phase=step") {
-        let touches: f64 = words().find(|(k, _)| *k == "touches")?.1.parse().ok()?;
-        let ms: f64 = words().find(|(k, _)| *k == "ms")?.1.parse().ok()?;
+        let (touches, ms): (f64, f64) = (value(line, "touches")?, value(line, "ms")?);
         return (ms > 0.0).then(|| touches / ms * 1000.0);
     }
     None

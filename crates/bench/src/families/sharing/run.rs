@@ -28,7 +28,7 @@ use memvisor_host::ksm::Ksm;
 
 use super::experiment::{Census, Mode, SharingPlan};
 use crate::harness::child::{spawn_logged, ConsoleEvent};
-use crate::harness::guest::read_final_stats;
+use crate::harness::guest::{read_final_stats, value};
 use crate::harness::{readings, teardown, Bench};
 
 /// One reading of the VMs' page maps.
@@ -90,30 +90,24 @@ impl SharingRun {
     }
 }
 
-/// A `key=N` word of a console line.
-pub fn word(line: &str, key: &str) -> Option<u64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-}
-
 /// Reads one console line into the run's point (VM `vm`).
 fn read_line(line: &str, vm: usize, p: &mut SharingRun) {
     if let Some(rest) = line.strip_prefix("kv: t=") {
-        if let Some(ops) = word(rest, "ops_s") {
+        if let Some(ops) = value(rest, "ops_s") {
             p.ops[vm].push(ops);
         }
     } else if line.starts_with("RESULT ") {
         if line.contains(" phase=done ") || line.trim_end().ends_with(" phase=done") {
             p.guests_ok += u32::from(line.contains(" ok=1"));
         } else if line.contains("workload=memhog phase=zero ") {
-            p.zeroed += word(line, "mb").unwrap_or(0) * 256;
+            p.zeroed += value(line, "mb").unwrap_or(0) * 256;
         } else if line.contains("workload=probe phase=round") {
             p.probe_rounds.push(ProbeRound {
-                pages: word(line, "pages").unwrap_or(0),
-                common_ns: word(line, "common_ns").unwrap_or(0),
-                private_ns: word(line, "private_ns").unwrap_or(0),
-                common_slow: word(line, "common_slow").unwrap_or(0),
-                private_slow: word(line, "private_slow").unwrap_or(0),
+                pages: value(line, "pages").unwrap_or(0),
+                common_ns: value(line, "common_ns").unwrap_or(0),
+                private_ns: value(line, "private_ns").unwrap_or(0),
+                common_slow: value(line, "common_slow").unwrap_or(0),
+                private_slow: value(line, "private_slow").unwrap_or(0),
             });
         }
     }
@@ -183,7 +177,7 @@ fn ram_pages(pid: u32, kpageflags: &File, ksm: &mut Vec<u64>) -> u64 {
 fn zero_pages(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/ksm_stat"))
         .ok()
-        .and_then(|s| word(&s.replace(' ', "="), "ksm_zero_pages"))
+        .and_then(|s| value::<u64>(&s.replace(' ', "="), "ksm_zero_pages"))
         .unwrap_or(0)
 }
 
@@ -454,8 +448,11 @@ mod tests {
                 private_slow: 0
             }]
         );
-        assert_eq!(word("ksm_zero_pages=17", "ksm_zero_pages"), Some(17));
-        assert_eq!(word("a=1 ab=2", "ab"), Some(2));
+        assert_eq!(
+            value::<u64>("ksm_zero_pages=17", "ksm_zero_pages"),
+            Some(17)
+        );
+        assert_eq!(value::<u64>("a=1 ab=2", "ab"), Some(2));
     }
 
     #[test]

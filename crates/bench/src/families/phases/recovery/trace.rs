@@ -10,6 +10,7 @@
 //!   the resolution: a run whose throughput is back at once shows the part of the second that
 //!   followed the release (up to 1 s).
 
+use crate::harness::guest::{value, word};
 use crate::report::numbers;
 
 /// The fraction of the throughput before the hog that counts as recovered.
@@ -29,12 +30,6 @@ pub struct Trace {
     pub hog_alloc_ms: Option<u64>,
 }
 
-/// The value of `key=` among the words of `line`.
-fn word<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Reads `kv`'s per-second lines and its hog lines from a console; other lines, and lines
 /// that do not parse, are skipped.
 pub fn parse_console(text: &str) -> Trace {
@@ -44,12 +39,12 @@ pub fn parse_console(text: &str) -> Trace {
             continue;
         };
         if rest.starts_with("hog_start ") {
-            t.hog_start_ms = word(rest, "t_ms").and_then(|v| v.parse().ok());
+            t.hog_start_ms = value(rest, "t_ms");
         } else if rest.starts_with("hog_allocated ") {
-            t.hog_alloc_ms = word(rest, "ms").and_then(|v| v.parse().ok());
+            t.hog_alloc_ms = value(rest, "ms");
         } else if let (Some(n), Some(ops)) = (
             word(rest, "t").and_then(|v| v.strip_suffix('s')?.parse().ok()),
-            word(rest, "ops_s").and_then(|v| v.parse().ok()),
+            value(rest, "ops_s"),
         ) {
             t.seconds.push((n, ops));
             if let Some(p) = word(rest, "read_p99_us").and_then(|v| v.parse().ok()) {
