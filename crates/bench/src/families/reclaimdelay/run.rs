@@ -123,59 +123,49 @@ struct Inflated {
 /// Inflates one victim's balloon by `n` pages once `start` lets every victim go, and waits
 /// until it holds them. Every caller passes `start` once, also when it failed before.
 fn inflate(sock: &Path, qemu: bool, n: u64, start: &Barrier) -> Result<Inflated, String> {
-    let mut polls = 0;
-    if qemu {
-        let prepared = Qmp::connect(sock).and_then(|mut q| q.actual().map(|a| (q, a)));
-        start.wait();
-        let (mut q, before) = prepared?;
-        let want = before.saturating_sub(n * PAGE);
-        let asked = Instant::now();
-        q.balloon(want)?;
-        loop {
-            let a = q.actual()?;
-            polls += 1;
-            if a <= want {
-                return Ok(Inflated {
-                    asked,
-                    done: Instant::now(),
-                    obtained: before.saturating_sub(a) / PAGE,
-                    polls,
-                });
-            }
-            if asked.elapsed() > STEP_TIMEOUT {
-                return Err(format!(
-                    "QEMU's balloon at {} of {n} pages after {} s",
-                    before.saturating_sub(a) / PAGE,
-                    STEP_TIMEOUT.as_secs()
-                ));
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-    let c = VmClient::new(sock);
-    let before = held(&c);
+    // QEMU's balloon is asked for the guest RAM it leaves (bytes, QMP), memvisor's for what it
+    // holds (`PUT /balloon`, its pages in `GET /stats`); `obtained_now` counts pages either way.
+    let (mut qmp, c) = (None, VmClient::new(sock));
+    let prepared = if qemu {
+        Qmp::connect(sock).and_then(|q| qmp.insert(q).actual())
+    } else {
+        held(&c)
+    };
     start.wait();
-    let before = before?;
+    let before = prepared?;
     let asked = Instant::now();
-    c.set_balloon((before + n) * PAGE)
-        .map_err(|e| e.to_string())?;
+    let obtained_now = |qmp: &mut Option<Qmp>| match qmp {
+        Some(q) => q.actual().map(|a| before.saturating_sub(a) / PAGE),
+        None => held(&c).map(|h| h.saturating_sub(before)),
+    };
+    match qmp.as_mut() {
+        Some(q) => q.balloon(before.saturating_sub(n * PAGE))?,
+        None => c
+            .set_balloon((before + n) * PAGE)
+            .map(|_| ())
+            .map_err(|e| e.to_string())?,
+    }
+    let mut polls = 0;
     loop {
-        let h = held(&c)?;
+        let obtained = obtained_now(&mut qmp)?;
         polls += 1;
-        if h >= before + n {
+        if obtained >= n {
+            let done = Instant::now();
             return Ok(Inflated {
                 asked,
-                done: Instant::now(),
-                obtained: h - before,
+                done,
+                obtained,
                 polls,
             });
         }
         if asked.elapsed() > STEP_TIMEOUT {
-            return Err(format!(
-                "the balloon at {} of {n} pages after {} s",
-                h.saturating_sub(before),
-                STEP_TIMEOUT.as_secs()
-            ));
+            let whose = if qemu {
+                "QEMU's balloon"
+            } else {
+                "the balloon"
+            };
+            let secs = STEP_TIMEOUT.as_secs();
+            return Err(format!("{whose} at {obtained} of {n} pages after {secs} s"));
         }
         std::thread::sleep(POLL);
     }
