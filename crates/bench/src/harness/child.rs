@@ -149,8 +149,7 @@ pub fn spawn_logged(
     })?;
     teardown::track_pid(child.id());
     let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (lines, _) = tee_console(stdout, log.with_extension("console"));
-    Ok((child, lines))
+    Ok((child, tee_console(stdout, log.with_extension("console"))))
 }
 
 /// A console line with the time it arrived, or the console's end.
@@ -162,12 +161,12 @@ pub enum ConsoleEvent {
 /// Copies a VMM's console (`stdout`), line by line, to the file `path` and to the returned
 /// channel, then sends [`ConsoleEvent::Eof`]. Once the receiver is gone it keeps reading, so the VMM
 /// never blocks on a full pipe.
-pub fn tee_console(
+fn tee_console(
     mut stdout: std::process::ChildStdout,
     path: PathBuf,
-) -> (mpsc::Receiver<ConsoleEvent>, std::thread::JoinHandle<()>) {
+) -> mpsc::Receiver<ConsoleEvent> {
     let (tx, rx) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut log = std::fs::File::create(path).ok();
         let mut r = BufReader::new(&mut stdout);
         let mut line = String::new();
@@ -191,7 +190,7 @@ pub fn tee_console(
         let _ = stdout.read_to_end(&mut Vec::new());
         let _ = tx.send(ConsoleEvent::Eof);
     });
-    (rx, thread)
+    rx
 }
 
 /// Exited (without reaping it, so `/proc/PID/io` can still be read)?

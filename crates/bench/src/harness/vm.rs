@@ -34,12 +34,17 @@ impl Vm {
         flags: impl FnOnce(&mut Command, &Path),
     ) -> Result<Vm, String> {
         let sock = bench.work.join(format!("{sock}.sock"));
-        let _ = std::fs::remove_file(&sock);
-        let log = bench.out.join("logs").join(log);
         let mut cmd = Command::new(&bench.exe);
         cmd.arg("run");
         flags(&mut cmd, &sock);
-        let (child, lines) = spawn_logged(cmd, &bench.work, &log)?;
+        Vm::spawn(cmd, &bench.work, sock, bench.out.join("logs").join(log))
+    }
+
+    /// Starts `cmd` (a `memvisor run` with its socket `sock`) as [`spawn_logged`] does, its
+    /// logs `LOG.*`; the socket is removed before and tracked for teardown.
+    pub fn spawn(cmd: Command, work: &Path, sock: PathBuf, log: PathBuf) -> Result<Vm, String> {
+        let _ = std::fs::remove_file(&sock);
+        let (child, lines) = spawn_logged(cmd, work, &log)?;
         teardown::track_file(sock.clone());
         Ok(Vm {
             child,

@@ -1,9 +1,8 @@
 //! One run to do ([`RunSpec`]), its `memvisor run` command, and what the harness asks of the
 //! VM while it runs: its stats, and its memory given back.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use memvisor_api::{ClientError, VmClient, VmStats};
@@ -55,7 +54,8 @@ pub fn api_vm_stats(sock: &Path) -> Option<VmStats> {
 }
 
 /// The `memvisor run` command of a run: the configuration's flags, the step's workload, its
-/// disks, sampling for a time series, the stats file, and the environment.
+/// disks, sampling for a time series, the stats file, and QEMU's overhead (the rest of its
+/// set-up is `harness::vm`'s).
 pub fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     let c = spec.config;
     let mut cmd = Command::new(spec.exe);
@@ -77,16 +77,6 @@ pub fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     if c.hv == Hv::Memvisor {
         cmd.arg("--stats-json").arg(stats_path);
     }
-    // The pager's unnamed swap file goes in the run's work directory, on the disk under --out
-    // (a tmpfs $TMPDIR would make its "swap" host memory).
-    cmd.env("MEMVISOR_LOG", crate::harness::child::log_filter())
-        .env("TMPDIR", spec.work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: a Ctrl-C at the terminal reaches the harness only, which then
-        // ends the run by PID and cleans up after it.
-        .process_group(0);
     if let Some(o) = spec.qemu_overhead {
         cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
     }

@@ -13,14 +13,14 @@ pub mod control;
 mod monitor;
 pub mod result;
 
-use std::io::Read;
 use std::time::Instant;
 
 use crate::families::phases::configs::{Hv, Limit};
-use crate::harness::child::{children_cpu_ms, tee_console};
+use crate::harness::child::children_cpu_ms;
 use crate::harness::guest::read_final_stats;
 use crate::harness::readings::{self, ProcIo};
 use crate::harness::teardown;
+use crate::harness::vm::Vm;
 use control::{command, RunSpec};
 use monitor::{RunMonitor, Snap};
 use result::{PagerCounters, RunResult};
@@ -29,10 +29,9 @@ use result::{PagerCounters, RunResult};
 pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let c = spec.config;
     let sock = spec.work.join(format!("{}.sock", c.name));
-    let _ = std::fs::remove_file(&sock);
     let stats_path = spec.work.join(format!("{}.stats.json", c.name));
     let _ = std::fs::remove_file(&stats_path);
-    let mut cmd = command(spec, &sock, &stats_path);
+    let cmd = command(spec, &sock, &stats_path);
     // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
     // so counting lines would not do).
     let dmesg_last = readings::dmesg().pop();
@@ -43,27 +42,16 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
     };
     let cpu0 = children_cpu_ms();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", spec.exe.display()))?;
+    let Vm {
+        mut child, lines, ..
+    } = Vm::spawn(cmd, spec.work, sock.clone(), spec.log_prefix.clone())?;
     let pid = child.id();
-    teardown::track_pid(pid);
-    teardown::track_file(sock.clone());
     let cgroup_dir = readings::run_cgroup(pid);
     if c.limit == Limit::HostSwap {
         teardown::track_cgroup(cgroup_dir.clone());
     }
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (rx, out_thread) = tee_console(stdout, spec.log_prefix.with_extension("console"));
-    let mut stderr = child.stderr.take().ok_or("no stderr")?;
-    let err_thread = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-
     let mut w = RunMonitor::new(spec, &sock, pid, s0, &cgroup_dir);
-    w.follow(&rx);
+    w.follow(&lines);
     let exit = child
         .wait()
         .map_err(|e| format!("cannot wait for run: {e}"))?;
@@ -81,9 +69,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         io: w.sm.last_io,
         pager: None,
     };
-    let _ = out_thread.join();
-    let stderr = err_thread.join().unwrap_or_default();
-    let _ = std::fs::write(spec.log_prefix.with_extension("stderr"), &stderr);
+    let stderr = std::fs::read_to_string(spec.log_prefix.with_extension("stderr"));
+    let stderr = stderr.unwrap_or_default();
     if let Some(s) = readings::cgroup_state(&cgroup_dir) {
         w.sm.cg = Some(s);
     }
