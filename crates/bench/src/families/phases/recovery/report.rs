@@ -24,7 +24,7 @@ use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
-use crate::report::table::{self, Table};
+use crate::report::table::Table;
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -99,46 +99,48 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// `results.csv`: a row per second of every run (a run with no seconds gets one row with its
 /// status and reason).
 pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for run in runs {
         let r = &run.rec.result;
-        let m = run.measures(given_back);
-        let hog = run.hog_s(given_back);
-        let rel = run.given_back_s();
+        let (m, hog) = (run.measures(given_back), run.hog_s(given_back));
+        let rel = opt(run.given_back_s().map(|x| format!("{x:.3}")));
         let st = run.stats_on_clock();
-        let head = format!(
-            "{},{},{},{}",
-            exp.name,
-            run.rec.config.name,
-            run.rec.rep,
-            r.status.as_str()
-        );
-        let reason = table::field(&r.reason);
+        let row = |rest: Vec<String>| {
+            let head = crate::cells![
+                exp.name,
+                run.rec.config.name,
+                run.rec.rep,
+                r.status.as_str()
+            ];
+            [head, rest, vec![r.reason.clone()]].concat()
+        };
         if run.trace.seconds.is_empty() {
-            let _ = writeln!(
-                out,
-                "{head},,,,,,{},,,,,,,,,,{reason}",
-                opt(rel.map(|x| format!("{x:.3}")))
-            );
+            let rest = [
+                vec![String::new(); 5],
+                vec![rel.clone()],
+                vec![String::new(); 9],
+            ];
+            t.row(row(rest.concat()));
             continue;
         }
         for &(n, ops) in &run.trace.seconds {
-            let t = f64::from(n);
-            let period = if t <= hog {
+            let secs = f64::from(n);
+            let period = if secs <= hog {
                 "before"
-            } else if rel.is_none_or(|x| t - 1.0 < x) {
+            } else if run.given_back_s().is_none_or(|x| secs - 1.0 < x) {
                 "hog"
             } else {
                 "released"
             };
-            let s = stats_at(&st, t).and_then(|s| s.pager.as_ref());
+            let s = stats_at(&st, secs).and_then(|s| s.pager.as_ref());
             let pool = s.and_then(|p| p.pool);
-            let _ = writeln!(
-                out,
-                "{head},{n},{ops},{period},{},{hog:.3},{},{},{},{},{},{},{},{},{},{},{reason}",
+            t.row(row(crate::cells![
+                n,
+                ops,
+                period,
                 opt(m.before.map(|b| format!("{b:.0}"))),
-                opt(rel.map(|x| format!("{x:.3}"))),
+                format!("{hog:.3}"),
+                rel,
                 opt(s.map(|p| p.pages.resident_pages << 12)),
                 opt(s.map(|p| p.pages.swapped_pages << 12)),
                 opt(pool.map(|p| p.used_bytes)),
@@ -148,10 +150,10 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
                 opt(pool.map(|p| p.proactive_disk_pages)),
                 opt(s.map(|p| p.counters.faults_swap)),
                 opt(run.trace.read_p99_us.iter().find(|x| x.0 == n).map(|x| x.1)),
-            );
+            ]));
         }
     }
-    out
+    t.csv()
 }
 
 /// What the paper reports for Fig. 5(c) (YCSB Read on Redis).

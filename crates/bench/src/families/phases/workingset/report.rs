@@ -174,38 +174,36 @@ pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,step,touched_byte
 
 /// `results.csv`: one row per answer of every run.
 pub fn csv(name: &str, series: &Series, records: &[Record]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
+    let mut t = Table::new(CSV_HEADER.split(','));
     for r in records {
         let spans = timeline(&series.schedule, &r.result);
         for p in points(&spans, &r.result) {
-            let s = &p.sample;
-            let a = &s.active;
-            let _ = writeln!(
-                out,
-                "{name},{},{},{},{:.3},{},{},{},{:.0},{:.0},{:.0},{:.0},{:.6},{:.6},{:.6},{:.6},{},{},{}",
+            let (s, a) = (&p.sample, &p.sample.active);
+            let (f0, f6) = (|v: f64| format!("{v:.0}"), |v: f64| format!("{v:.6}"));
+            t.row(crate::cells![
+                name,
                 r.config.name,
                 r.rep,
                 r.result.status.as_str(),
-                p.t_s,
+                format!("{:.3}", p.t_s),
                 p.step.map_or(String::new(), |i| (i + 1).to_string()),
                 p.touched,
                 s.base_bytes(),
-                s.bytes(a.estimate),
-                s.bytes(a.slow),
-                s.bytes(a.fast),
-                s.bytes(a.current),
-                a.estimate,
-                a.slow,
-                a.fast,
-                a.current,
+                f0(s.bytes(a.estimate)),
+                f0(s.bytes(a.slow)),
+                f0(s.bytes(a.fast)),
+                f0(s.bytes(a.current)),
+                f6(a.estimate),
+                f6(a.slow),
+                f6(a.fast),
+                f6(a.current),
                 a.periods,
                 a.last_touched_pages,
                 a.last_sampled_pages,
-            );
+            ]);
         }
     }
-    out
+    t.csv()
 }
 
 /// `report.md`.
