@@ -215,6 +215,15 @@ pub fn dmesg() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The kernel log's lines after `last` (a line [`dmesg`] returned before; its ring buffer may
+/// have dropped older lines since, so counting lines would not do), all of them without it.
+pub fn dmesg_since(last: Option<&String>) -> Vec<String> {
+    let mut all = dmesg();
+    let from = last.and_then(|l| all.iter().rposition(|x| x == l));
+    all.drain(..from.map_or(0, |i| i + 1));
+    all
+}
+
 /// The kernel's OOM lines among `new` that concern cgroup `memvisor-<cg_pid>` or process `pid`.
 pub fn oom_lines(new: &[String], cg_pid: u32, pids: &[u32]) -> Vec<String> {
     let cg = format!("memvisor-{cg_pid}");

@@ -430,12 +430,8 @@ impl<'a> RunMonitor<'a> {
     fn why_killed(&self, dmesg_last: Option<&String>) -> String {
         let pid = self.pid;
         let cg = self.sm.cg;
-        let all = readings::dmesg();
-        let from = dmesg_last
-            .and_then(|l| all.iter().rposition(|x| x == l))
-            .map_or(0, |i| i + 1);
-        let new = &all[from..];
-        let lines = readings::oom_lines(new, pid, &[pid, self.sm.hv_pid.unwrap_or(pid)]);
+        let new = readings::dmesg_since(dmesg_last);
+        let lines = readings::oom_lines(&new, pid, &[pid, self.sm.hv_pid.unwrap_or(pid)]);
         let oom = cg.is_some_and(|s| s.oom_kills > 0)
             || lines.iter().any(|l| l.contains("out of memory"));
         let mut why = if oom {
@@ -460,7 +456,7 @@ impl<'a> RunMonitor<'a> {
             why.push_str("; kernel: ");
             why.push_str(l);
         }
-        if let Some(m) = readings::memcg_oom_summary(new, pid) {
+        if let Some(m) = readings::memcg_oom_summary(&new, pid) {
             why.push_str("; kernel's memcg report: ");
             why.push_str(&m);
         }
