@@ -7,10 +7,10 @@ use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use memvisor_api::{PagerStats, VmClient};
+use memvisor_api::{PagerStats, VmClient, VmStats};
 
 use super::child::{spawn_logged, stop, wait_for, ConsoleEvent, Stopped};
-use super::guest::parse_result;
+use super::guest::{parse_result, read_final_stats};
 use super::{teardown, Bench};
 
 /// A started `memvisor run`.
@@ -19,39 +19,52 @@ pub struct Vm {
     pub lines: mpsc::Receiver<ConsoleEvent>,
     /// memvisor's API socket, or QEMU's QMP socket, in the work directory.
     pub sock: PathBuf,
+    /// Beside it, where `--stats-json` may write the VMM's final stats.
+    pub stats: PathBuf,
     /// The logs' path less its extension (`.console`, `.stderr`).
     pub log: PathBuf,
 }
 
 impl Vm {
-    /// Starts `memvisor run` with the flags `flags` adds (it gets the socket's path), its
-    /// socket `SOCK.sock` in the work directory, its logs `logs/LOG.*`, started and tracked as
-    /// [`spawn_logged`] does.
+    /// Starts `memvisor run` with the flags `flags` adds (it gets the socket's and the stats
+    /// file's paths), its socket `NAME.sock` and stats `NAME.stats.json` in the work directory,
+    /// its logs `logs/LOG.*`, started and tracked as [`spawn_logged`] does.
     pub fn start(
         bench: &Bench,
-        sock: &str,
+        name: &str,
         log: &str,
-        flags: impl FnOnce(&mut Command, &Path),
+        flags: impl FnOnce(&mut Command, &Path, &Path),
     ) -> Result<Vm, String> {
-        let sock = bench.work.join(format!("{sock}.sock"));
+        let sock = bench.work.join(format!("{name}.sock"));
         let mut cmd = Command::new(&bench.exe);
         cmd.arg("run");
-        flags(&mut cmd, &sock);
+        flags(&mut cmd, &sock, &sock.with_extension("stats.json"));
         Vm::spawn(cmd, &bench.work, sock, bench.out.join("logs").join(log))
     }
 
-    /// Starts `cmd` (a `memvisor run` with its socket `sock`) as [`spawn_logged`] does, its
-    /// logs `LOG.*`; the socket is removed before and tracked for teardown.
+    /// Starts `cmd` (a `memvisor run` with its socket `sock`, its stats beside it) as
+    /// [`spawn_logged`] does, its logs `LOG.*`; the socket and the stats are removed before and
+    /// the socket is tracked for teardown.
     pub fn spawn(cmd: Command, work: &Path, sock: PathBuf, log: PathBuf) -> Result<Vm, String> {
+        let stats = sock.with_extension("stats.json");
         let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_file(&stats);
         let (child, lines) = spawn_logged(cmd, work, &log)?;
         teardown::track_file(sock.clone());
         Ok(Vm {
             child,
             lines,
             sock,
+            stats,
             log,
         })
+    }
+
+    /// The stats `--stats-json` wrote when the VM ended (the file removed once read).
+    pub fn final_stats(&self) -> Option<VmStats> {
+        let stats = read_final_stats(&self.stats);
+        let _ = std::fs::remove_file(&self.stats);
+        stats
     }
 
     /// Waits until `deadline` for the guest's `RESULT` line of `phase`: its `ms=` and when it

@@ -63,25 +63,30 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
     };
     let z = &setup.sizes;
     let data = bench.work.join("data.img");
-    let started = Vm::start(bench, policy, &format!("{policy}-rep{rep}"), |cmd, sock| {
-        cmd.args([
-            "--mem",
-            &z.mem.to_string(),
-            "--mem-limit",
-            &z.limit.to_string(),
-        ])
-        .args([
-            "--mapper",
-            "--victims",
-            policy,
-            "--sample-pages",
-            "0",
-            "--api-sock",
-        ])
-        .arg(sock)
-        .args(["--disk", &format!("{},id=data,ro", data.display())])
-        .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
-    });
+    let started = Vm::start(
+        bench,
+        policy,
+        &format!("{policy}-rep{rep}"),
+        |cmd, sock, _| {
+            cmd.args([
+                "--mem",
+                &z.mem.to_string(),
+                "--mem-limit",
+                &z.limit.to_string(),
+            ])
+            .args([
+                "--mapper",
+                "--victims",
+                policy,
+                "--sample-pages",
+                "0",
+                "--api-sock",
+            ])
+            .arg(sock)
+            .args(["--disk", &format!("{},id=data,ro", data.display())])
+            .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
+        },
+    );
     let vm = match started {
         Ok(vm) => vm,
         Err(e) => {

@@ -73,7 +73,7 @@ fn start(
     let disk = bench.work.join(format!("victim{slot}.img"));
     let mem = setup.sizes.mem.to_string();
     let log = format!("{}-{}-{n}vm-rep{rep}-victim{slot}", m.name, st.name);
-    Vm::start(bench, &format!("victim{slot}"), &log, |cmd, sock| {
+    Vm::start(bench, &format!("victim{slot}"), &log, |cmd, sock, _| {
         cmd.args(["--mem", &mem]);
         if m.qemu {
             cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])

@@ -19,16 +19,14 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use memvisor_host::ksm::Ksm;
 
 use super::experiment::{Census, Mode, SharingPlan};
-use crate::harness::child::{spawn_logged, ConsoleEvent};
-use crate::harness::guest::{read_final_stats, value};
+use crate::harness::child::ConsoleEvent;
+use crate::harness::guest::value;
+use crate::harness::vm::Vm;
 use crate::harness::{readings, teardown, Bench};
 
 /// One reading of the VMs' page maps.
@@ -193,13 +191,6 @@ fn census(pids: &[u32], kpageflags: &File) -> (Census, u64) {
     (Census::of(present, ksm.len() as u64, distinct, zero), zero)
 }
 
-struct Vm {
-    child: Child,
-    lines: mpsc::Receiver<ConsoleEvent>,
-    stats: PathBuf,
-    done: bool,
-}
-
 fn start_vm(
     bench: &Bench,
     setup: &SharingPlan,
@@ -208,35 +199,24 @@ fn start_vm(
     probe: bool,
 ) -> Result<Vm, String> {
     let z = &setup.sizes;
-    let work = &bench.work;
-    let log = bench.out.join("logs").join(name);
-    let stats = work.join(format!("{name}.stats.json"));
-    let _ = std::fs::remove_file(&stats);
-    let mut cmd = Command::new(&bench.exe);
-    cmd.arg("run")
-        .args(["--hypervisor", if mode.qemu { "qemu" } else { "memvisor" }])
-        .args(["--sharing", if mode.sharing { "host" } else { "off" }])
-        .args(["--mem", &z.mem.to_string()]);
-    if let (Some(l), false) = (z.limit, probe) {
-        cmd.args(["--mem-limit", &l.to_string()]);
-    }
-    if !mode.qemu {
-        cmd.arg("--stats-json").arg(&stats);
-    }
-    let (workload, cmdline) = match (&z.probe, probe) {
-        (Some(c), true) => ("probe", c.as_str()),
-        _ => (z.workload, z.cmdline.as_str()),
-    };
-    cmd.args(["--workload", workload, "--cmdline", cmdline]);
-    if let Some(o) = setup.qemu_overhead {
-        cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
-    }
-    let (child, lines) = spawn_logged(cmd, work, &log)?;
-    Ok(Vm {
-        child,
-        lines,
-        stats,
-        done: false,
+    Vm::start(bench, name, name, |cmd, _, stats| {
+        cmd.args(["--hypervisor", if mode.qemu { "qemu" } else { "memvisor" }])
+            .args(["--sharing", if mode.sharing { "host" } else { "off" }])
+            .args(["--mem", &z.mem.to_string()]);
+        if let (Some(l), false) = (z.limit, probe) {
+            cmd.args(["--mem-limit", &l.to_string()]);
+        }
+        if !mode.qemu {
+            cmd.arg("--stats-json").arg(stats);
+        }
+        let (workload, cmdline) = match (&z.probe, probe) {
+            (Some(c), true) => ("probe", c.as_str()),
+            _ => (z.workload, z.cmdline.as_str()),
+        };
+        cmd.args(["--workload", workload, "--cmdline", cmdline]);
+        if let Some(o) = setup.qemu_overhead {
+            cmd.env("MEMVISOR_QEMU_OVERHEAD", o.to_string());
+        }
     })
 }
 
@@ -278,7 +258,7 @@ fn measure(
     let log0 = readings::dmesg().pop();
     let cpu0 = ksm.cpu_ms_now();
     let t0 = Instant::now();
-    let mut vms = Vec::new();
+    let (mut vms, mut done) = (Vec::new(), Vec::new());
     for i in 0..n {
         match start_vm(
             bench,
@@ -287,7 +267,10 @@ fn measure(
             &format!("{what}-{}-n{n}-rep{rep}-vm{i}", mode.name),
             probe,
         ) {
-            Ok(vm) => vms.push(vm),
+            Ok(vm) => {
+                vms.push(vm);
+                done.push(false);
+            }
             Err(e) => {
                 p.error = e;
                 break;
@@ -296,7 +279,7 @@ fn measure(
     }
     let kpageflags = File::open("/proc/kpageflags");
     let mut next = t0 + setup.sizes.every;
-    while p.error.is_empty() && vms.iter().any(|v| !v.done) {
+    while p.error.is_empty() && done.contains(&false) {
         if teardown::interrupted() {
             p.error = "interrupted".into();
             break;
@@ -305,12 +288,12 @@ fn measure(
             p.error = format!("timed out after {} s", setup.timeout.as_secs());
             break;
         }
-        for (i, vm) in vms.iter_mut().enumerate() {
+        for (i, vm) in vms.iter().enumerate() {
             while let Ok(m) = vm.lines.try_recv() {
                 match m {
                     ConsoleEvent::Line(l, _) => read_line(&l, i, &mut p),
                     ConsoleEvent::Eof => {
-                        vm.done = true;
+                        done[i] = true;
                         p.first_exit_s.get_or_insert(t0.elapsed().as_secs_f64());
                     }
                 }
@@ -332,28 +315,23 @@ fn measure(
         std::thread::sleep(Duration::from_millis(50));
     }
     p.seconds = t0.elapsed().as_secs_f64();
-    let log = readings::dmesg();
-    let from = log0
-        .and_then(|last| log.iter().rposition(|l| *l == last))
-        .map_or(0, |i| i + 1);
-    let new = &log[from..];
-    for vm in &mut vms {
+    let new = readings::dmesg_since(log0.as_ref());
+    for (vm, done) in vms.iter_mut().zip(done) {
         let pid = vm.child.id();
         // The kernel names the cgroup (`memvisor-<launcher pid>`) in its `oom-kill:` line.
-        let killed = readings::oom_lines(new, pid, &[])
+        let killed = readings::oom_lines(&new, pid, &[])
             .iter()
             .any(|l| l.starts_with("oom-kill:"));
         p.oom_kills += u32::from(killed);
-        if !vm.done {
+        if !done {
             teardown::kill(pid);
         }
         let _ = vm.child.wait();
         teardown::forget_pid(pid);
-        if let Some(c) = read_final_stats(&vm.stats).and_then(|s| s.pager) {
+        if let Some(c) = vm.final_stats().and_then(|s| s.pager) {
             p.reclaimed_zero += c.counters.reclaimed_zero;
             p.reclaimed_written += c.counters.reclaimed_written;
         }
-        let _ = std::fs::remove_file(&vm.stats);
     }
     let swap1 = readings::vmstat();
     p.swap_out = swap1.pswpout.saturating_sub(swap0.pswpout);

@@ -138,7 +138,7 @@ fn poll_until(
 fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
     let name = format!("{}-{}M", mode.name, size >> 20);
     let mem = (size + HEADROOM).to_string();
-    Vm::start(bench, &name, &format!("{name}-rep{rep}"), |cmd, sock| {
+    Vm::start(bench, &name, &format!("{name}-rep{rep}"), |cmd, sock, _| {
         cmd.args(["--mem", &mem])
             .arg("--api-sock")
             .arg(sock)

@@ -17,7 +17,6 @@ use std::time::Instant;
 
 use crate::families::phases::configs::{Hv, Limit};
 use crate::harness::child::children_cpu_ms;
-use crate::harness::guest::read_final_stats;
 use crate::harness::readings::{self, ProcIo};
 use crate::harness::teardown;
 use crate::harness::vm::Vm;
@@ -29,9 +28,7 @@ use result::{PagerCounters, RunResult};
 pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
     let c = spec.config;
     let sock = spec.work.join(format!("{}.sock", c.name));
-    let stats_path = spec.work.join(format!("{}.stats.json", c.name));
-    let _ = std::fs::remove_file(&stats_path);
-    let cmd = command(spec, &sock, &stats_path);
+    let cmd = command(spec, &sock, &sock.with_extension("stats.json"));
     // The kernel log's last line now: what follows it later is new (the ring buffer may be full,
     // so counting lines would not do).
     let dmesg_last = readings::dmesg().pop();
@@ -42,17 +39,16 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
     };
     let cpu0 = children_cpu_ms();
-    let Vm {
-        mut child, lines, ..
-    } = Vm::spawn(cmd, spec.work, sock.clone(), spec.log_prefix.clone())?;
-    let pid = child.id();
+    let mut vm = Vm::spawn(cmd, spec.work, sock.clone(), spec.log_prefix.clone())?;
+    let pid = vm.child.id();
     let cgroup_dir = readings::run_cgroup(pid);
     if c.limit == Limit::HostSwap {
         teardown::track_cgroup(cgroup_dir.clone());
     }
     let mut w = RunMonitor::new(spec, &sock, pid, s0, &cgroup_dir);
-    w.follow(&lines);
-    let exit = child
+    w.follow(&vm.lines);
+    let exit = vm
+        .child
         .wait()
         .map_err(|e| format!("cannot wait for run: {e}"))?;
     let cpu_ms = match (cpu0, children_cpu_ms()) {
@@ -79,8 +75,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         let _ = teardown::remove_cgroup(&cgroup_dir);
     }
     let _ = std::fs::remove_file(&sock);
-    let final_stats = read_final_stats(&stats_path);
-    let _ = std::fs::remove_file(&stats_path);
+    let final_stats = vm.final_stats();
     let (status, reason) = w.verdict(exit, &stderr, dmesg_last.as_ref());
     let mut r = w.result(status, reason, exit, &end, final_stats);
     r.cpu_ms = cpu_ms;
@@ -90,7 +85,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::guest::parse_result;
+    use crate::harness::guest::{parse_result, read_final_stats};
     use memvisor_api::VmStats;
     use result::fault_latency;
 
