@@ -9,6 +9,31 @@ use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
+/// The colours of every figure's lines, in order (ColorBrewer's dark qualitative colours,
+/// then lighter ones): fourteen, so the longest list of configurations (the 13 of `seqread`
+/// and `alloc`) has no two lines alike.
+const COLORS: [RGBColor; 14] = [
+    RGBColor(0, 0, 0),
+    RGBColor(202, 0, 32),
+    RGBColor(33, 102, 172),
+    RGBColor(27, 120, 55),
+    RGBColor(230, 97, 1),
+    RGBColor(94, 60, 153),
+    RGBColor(140, 81, 10),
+    RGBColor(128, 128, 128),
+    RGBColor(197, 27, 125),
+    RGBColor(1, 133, 113),
+    RGBColor(102, 166, 30),
+    RGBColor(0, 191, 196),
+    RGBColor(253, 184, 99),
+    RGBColor(178, 171, 210),
+];
+
+/// The colour of a figure's `i`-th line (from 0), distinct for the first [`COLORS`].
+pub fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
 /// A figure: `panels` laid out `grid.0` rows by `grid.1` columns on `size` pixels.
 pub struct Figure {
     pub size: (u32, u32),

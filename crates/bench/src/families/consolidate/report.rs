@@ -17,7 +17,7 @@ use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
 use super::run::{CgroupSeen, Record, RunTrace};
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
@@ -436,20 +436,6 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
     md.push_str(&t.markdown());
 }
 
-/// One colour per configuration (`experiment::CONFIGS`).
-const COLORS: [RGBColor; 10] = [
-    RGBColor(230, 97, 1),
-    RGBColor(94, 60, 153),
-    RGBColor(27, 120, 55),
-    RGBColor(0, 0, 0),
-    RGBColor(33, 102, 172),
-    RGBColor(178, 24, 43),
-    RGBColor(1, 133, 113),
-    RGBColor(197, 27, 125),
-    RGBColor(140, 81, 10),
-    RGBColor(128, 128, 128),
-];
-
 fn plot(
     path: &Path,
     records: &[Record],
@@ -467,7 +453,7 @@ fn plot(
                     .median
                     .map(|m| (f64::from(n), m))
             });
-            Line::new(*c, COLORS[i % COLORS.len()], 2, pts.collect()).marked()
+            Line::new(*c, color(i), 2, pts.collect()).marked()
         })
         .collect();
     let top = lines.iter().flat_map(|l| l.points.iter().map(|x| x.1));
@@ -504,7 +490,7 @@ fn plot_rss(
         .enumerate()
         .map(|(i, (c, r))| {
             let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB));
-            Line::new(*c, COLORS[i % COLORS.len()], 2, pts.collect())
+            Line::new(*c, color(i), 2, pts.collect())
         })
         .collect();
     let end = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));

@@ -4,12 +4,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::style::RGBColor;
-
 use super::experiment::{median_ms, DwellPlan};
 use super::run::DwellRun;
 use crate::harness::MeasureStatus;
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// The CSV header.
@@ -182,13 +180,6 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
     s
 }
 
-const COLORS: [RGBColor; 4] = [
-    RGBColor(202, 0, 32),
-    RGBColor(33, 102, 172),
-    RGBColor(77, 146, 33),
-    RGBColor(118, 42, 131),
-];
-
 /// `dwell.svg` and `.png` (Fig. 14): the share of released pages per dwell bucket, one line
 /// per policy. Without any dwell time, a figure that says so.
 pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), String> {
@@ -220,7 +211,7 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
         let total: u64 = h.iter().sum();
         let pts = h.iter().take(n).enumerate();
         let pts = pts.map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64));
-        let color = COLORS[i % COLORS.len()];
+        let color = color(i + 1);
         panel
             .lines
             .push(Line::new(setup.policies[*i].clone(), color, 3, pts.collect()).marked());

@@ -3,21 +3,12 @@
 
 use std::path::Path;
 
-use memvisor_api::VmSample;
-use plotters::style::RGBColor;
-
 use super::experiment::{Goal, HostExperiment};
 use super::run::HostRun;
 use super::summary::vm;
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::mib;
-
-const COLORS: [RGBColor; 4] = [
-    RGBColor(33, 102, 172),
-    RGBColor(202, 0, 32),
-    RGBColor(27, 120, 55),
-    RGBColor(0, 0, 0),
-];
+use memvisor_api::VmSample;
 
 /// Writes the plot (SVG): allocations over time (resident solid, target dashed, active
 /// dotted), with a vertical line where a VM joins or the tax changes, above each VM's
@@ -51,7 +42,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     );
     let mut rates = Vec::new();
     for (i, v) in e.vms.iter().enumerate() {
-        let (n, c) = (&v.spec.name, COLORS[i % COLORS.len()]);
+        let (n, c) = (&v.spec.name, color(i));
         memory.lines.extend([
             Line::new(
                 format!("{n}: allocation"),

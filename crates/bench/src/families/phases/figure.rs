@@ -5,33 +5,12 @@
 
 use std::path::Path;
 
-use plotters::style::RGBColor;
-
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::Experiment;
 use crate::families::phases::report::{phase_ms, swap_written, values, Record};
 use crate::families::phases::vm::result::{Phase, RunStatus};
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
-
-/// One colour per configuration for the longest list (the 13 of `seqread` and `alloc`), so no
-/// two lines of the default plot share one.
-const COLORS: [RGBColor; 14] = [
-    RGBColor(0, 0, 0),
-    RGBColor(230, 97, 1),
-    RGBColor(253, 184, 99),
-    RGBColor(94, 60, 153),
-    RGBColor(178, 171, 210),
-    RGBColor(27, 120, 55),
-    RGBColor(33, 102, 172),
-    RGBColor(202, 0, 32),
-    RGBColor(1, 133, 113),
-    RGBColor(140, 81, 10),
-    RGBColor(197, 27, 125),
-    RGBColor(128, 128, 128),
-    RGBColor(102, 166, 30),
-    RGBColor(0, 191, 196),
-];
 
 /// The median of `f` over each phase of `step`, one line per configuration; a configuration
 /// whose runs did not all end well says how many did.
@@ -62,7 +41,7 @@ fn lines(
             } else {
                 format!("{} ({ok}/{all} ok)", c.name)
             };
-            Line::new(name, COLORS[i % COLORS.len()], 2, pts.collect()).marked()
+            Line::new(name, color(i), 2, pts.collect()).marked()
         })
         .collect()
 }
@@ -125,18 +104,17 @@ fn panel(title: String, y_desc: &str, phases: &[String], lines: Vec<Line>, log: 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::args::Scale;
     use crate::families::phases::catalog::{find, NAMES};
+    use crate::report::figure::color;
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {
         for name in NAMES {
-            let exp = find(name, Scale::Full).unwrap();
-            assert!(exp.configs.len() <= COLORS.len(), "{name}");
-        }
-        for (i, a) in COLORS.iter().enumerate() {
-            assert!(!COLORS[i + 1..].contains(a), "colour {i} is used twice");
+            let n = find(name, crate::args::Scale::Full).unwrap().configs.len();
+            let colors: Vec<_> = (0..n).map(color).collect();
+            for (i, a) in colors.iter().enumerate() {
+                assert!(!colors[i + 1..].contains(a), "{name}: colour {i} twice");
+            }
         }
     }
 }

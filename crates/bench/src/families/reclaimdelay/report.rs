@@ -5,13 +5,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::style::RGBColor;
-
 use super::experiment::ReclaimPlan;
 use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
 use crate::harness::MeasureStatus;
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::spread;
 use crate::report::table::Table;
 
@@ -278,12 +276,6 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
     s.push_str(&t.markdown());
 }
 
-const COLORS: [RGBColor; 3] = [
-    RGBColor(202, 0, 32),
-    RGBColor(33, 102, 172),
-    RGBColor(77, 146, 33),
-];
-
 /// The line of `method` in `state` against `x`, medians of the completed runs.
 fn line(points: &[Reclaim], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
     xs.iter()
@@ -350,7 +342,7 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
                     _ => (1, 0.45),
                 };
                 let name = format!("{} {}", m.name, st.name);
-                let l = Line::new(name, COLORS[mi % COLORS.len()], width, pts).marked();
+                let l = Line::new(name, color(mi + 1), width, pts).marked();
                 panel.lines.push(Line { alpha, ..l });
             }
         }

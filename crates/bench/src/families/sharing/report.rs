@@ -6,12 +6,10 @@ use crate::harness::Bench;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::style::RGBColor;
-
 use super::experiment::SharingPlan;
 use super::experiment::{half_time, steady};
 use super::run::SharingRun;
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers;
 use crate::report::table::Table;
 
@@ -359,13 +357,6 @@ pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, Stri
     s
 }
 
-const COLORS: [RGBColor; 4] = [
-    RGBColor(0, 0, 0),
-    RGBColor(202, 0, 32),
-    RGBColor(33, 102, 172),
-    RGBColor(77, 146, 33),
-];
-
 /// The figure: memory reclaimed (and shared, dashed) over time with the most VMs, first
 /// repetition, one colour per mode.
 pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(), String> {
@@ -397,7 +388,7 @@ pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(
     );
     panel.legend = Legend::UpperLeft;
     for (i, p) in runs.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = color(i);
         let curve = |f: &dyn Fn(&super::run::MapReading) -> u64| -> Vec<(f64, f64)> {
             p.samples.iter().map(|s| (s.t_s, to_mib(f(s)))).collect()
         };

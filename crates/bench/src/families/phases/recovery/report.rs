@@ -14,17 +14,15 @@ use crate::report::numbers::{self, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use memvisor_api::VmStats;
-use plotters::style::RGBColor;
-
 use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, Trace, RECOVERED};
 use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
 use crate::report::table::Table;
+use memvisor_api::VmStats;
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -531,18 +529,6 @@ fn pager_section(s: &mut String, _given_back: &GiveBack, runs: &[Run<'_>]) {
     let _ = writeln!(s, "{}", t.markdown());
 }
 
-/// Colours of the configurations.
-const COLORS: [RGBColor; 8] = [
-    RGBColor(0, 0, 0),
-    RGBColor(230, 97, 1),
-    RGBColor(202, 0, 32),
-    RGBColor(33, 102, 172),
-    RGBColor(27, 120, 55),
-    RGBColor(94, 60, 153),
-    RGBColor(140, 81, 10),
-    RGBColor(128, 128, 128),
-];
-
 /// `recovery.svg` and `.png`: ops/s over the run phase's clock, one line per run (the first
 /// repetition thick), the hog's start and the release marked; the same on a log scale below.
 pub fn plot(
@@ -571,7 +557,7 @@ pub fn plot(
         let pts = pts.map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
         lines.push(Line::new(
             format!("{} rep {}{status}", run.rec.config.name, run.rec.rep),
-            COLORS[ci % COLORS.len()],
+            color(ci),
             if run.rec.rep == 1 { 2 } else { 1 },
             pts.collect(),
         ));

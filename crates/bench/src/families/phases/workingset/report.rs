@@ -20,7 +20,7 @@ use plotters::style::{RGBColor, BLACK};
 use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::{RunResult, RunStatus, StatsPoint};
-use crate::report::figure::{Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
@@ -367,16 +367,6 @@ fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
     v
 }
 
-/// Colours of the runs' estimates on the second panel.
-const RUNS: [RGBColor; 6] = [
-    RGBColor(202, 0, 32),
-    RGBColor(33, 102, 172),
-    RGBColor(27, 120, 55),
-    RGBColor(230, 97, 1),
-    RGBColor(94, 60, 153),
-    RGBColor(128, 128, 128),
-];
-
 /// `workingset.svg`: the first run's touched size, estimate and averages (ESX Fig. 6); below
 /// it, when there are more runs, every run's estimate.
 pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Result<(), String> {
@@ -448,7 +438,7 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
                 .map(|p| (p.t_s, p.estimate() / MIB))
                 .collect();
             let name = format!("{} rep {}", r.config.name, r.rep);
-            all.push(Line::new(name, RUNS[i % RUNS.len()], 2, estimates));
+            all.push(Line::new(name, color(i + 1), 2, estimates));
         }
         panels.push(panel(format!("{name}: every run's estimate"), all));
     }
