@@ -61,26 +61,14 @@ impl Family for Host {
             eprintln!("{label} done: {}", summary::headline(&e, &run));
             runs.push(run);
         }
-        let csv = out.join("results.csv");
-        std::fs::write(&csv, report::csv(&e, &runs))
-            .map_err(|err| format!("{}: {err}", csv.display()))?;
-        let md = report::markdown(&e, &runs, env);
-        let md_path = out.join("report.md");
-        std::fs::write(&md_path, &md).map_err(|err| format!("{}: {err}", md_path.display()))?;
-        let svg = out.join(format!("{}.svg", e.name));
-        if let Some(first) = runs.first() {
-            if let Err(err) = figure::plot(&svg, &e, first) {
-                eprintln!("memvisor bench: cannot draw {}: {err}", svg.display());
-            }
-        }
-        println!("{md}");
-        eprintln!(
-            "memvisor bench: wrote {}, {} and {}",
-            csv.display(),
-            md_path.display(),
-            svg.display()
-        );
-        Ok(())
+        let first = runs.first().ok_or_else(|| "no run to plot".to_owned());
+        crate::report::write_report(
+            out,
+            e.name,
+            report::csv(&e, &runs),
+            |svg| figure::plot(svg, &e, first?),
+            report::markdown(&e, &runs, env),
+        )
     }
 }
 
