@@ -542,6 +542,23 @@ mod tests {
         }
     }
 
+    /// A plan of the configurations `names` (in `CONFIGS`' order), one scenario and one N.
+    fn plan(names: &[&str], sc: Scenario, n: u32, cores: usize, qemu: u64) -> ConsolidatePlan {
+        ConsolidatePlan {
+            configs: CONFIGS
+                .iter()
+                .filter(|(c, _)| names.contains(c))
+                .copied()
+                .collect(),
+            ns: vec![n],
+            scenarios: vec![sc],
+            reps: 1,
+            cores,
+            qemu_overhead: qemu,
+            notes: Vec::new(),
+        }
+    }
+
     fn trace(config: &str, n: u32, rss: Vec<(f64, u64)>) -> RunTrace {
         RunTrace {
             config: config.into(),
@@ -589,20 +606,7 @@ mod tests {
             at("hd2", 2, "gcchurn", 22.0),
             at("hd2", 2, "kv", 21.0),
         ];
-        let configs: Vec<_> = CONFIGS
-            .iter()
-            .filter(|(c, _)| ["vswapper-balloon", "hd2"].contains(c))
-            .copied()
-            .collect();
-        let shape = ConsolidatePlan {
-            configs,
-            ns: vec![2],
-            scenarios: vec![Scenario::Balance],
-            reps: 1,
-            cores: 1,
-            qemu_overhead: 0,
-            notes: Vec::new(),
-        };
+        let shape = plan(&["vswapper-balloon", "hd2"], Scenario::Balance, 2, 1, 0);
         let md = report(&records, &[], &shape);
         assert!(md.contains("ratio to `vswapper-balloon`"), "{md}");
         assert!(
@@ -641,20 +645,8 @@ mod tests {
             ),
             trace("qemu-nolimit", 4, vec![(0.0, 1300 << 20)]),
         ];
-        let configs: Vec<_> = CONFIGS
-            .iter()
-            .filter(|(c, _)| ["pager", "qemu-static", REFERENCE].contains(c))
-            .copied()
-            .collect();
-        let shape = ConsolidatePlan {
-            configs,
-            ns: vec![4],
-            scenarios: vec![Scenario::Mapreduce],
-            reps: 1,
-            cores: 2,
-            qemu_overhead: 30 << 20,
-            notes: Vec::new(),
-        };
+        let configs = ["pager", "qemu-static", REFERENCE];
+        let shape = plan(&configs, Scenario::Mapreduce, 4, 2, 30 << 20);
         write_outputs(dir.path(), &records, &runs, &shape).unwrap();
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
         assert!(
