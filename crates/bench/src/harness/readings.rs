@@ -67,8 +67,8 @@ pub fn rss(pid: u32) -> Option<u64> {
     field(&t, "VmRSS").map(|kb| kb << 10)
 }
 
-/// The processes whose parent is `pid`, in process id order.
-pub fn children(pid: u32) -> Vec<u32> {
+/// The processes whose parent is `pid`, with their command names, in process id order.
+fn children_named(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -81,16 +81,27 @@ pub fn children(pid: u32) -> Vec<u32> {
             continue;
         };
         // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        let ppid = stat
-            .rfind(')')
-            .and_then(|c| stat[c + 1..].split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(cpid);
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if ppid.and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push((cpid, stat[open + 1..close].to_owned()));
         }
     }
     out.sort_unstable();
     out
+}
+
+/// The processes whose parent is `pid`, in process id order.
+pub fn children(pid: u32) -> Vec<u32> {
+    children_named(pid).into_iter().map(|c| c.0).collect()
+}
+
+/// The first child of `pid` whose command name starts with `prefix` (QEMU under `memvisor run`).
+pub fn child_named(pid: u32, prefix: &str) -> Option<u32> {
+    let mut named = children_named(pid).into_iter();
+    named.find(|c| c.1.starts_with(prefix)).map(|c| c.0)
 }
 
 /// Pins every thread of process `pid` to CPU `cpu` (`sched_setaffinity` per thread, as
@@ -144,31 +155,6 @@ pub fn rss_outside_guest(pid: u32, mem: u64) -> Option<u64> {
         }
     }
     Some(total - guest)
-}
-
-/// The first child of `pid` whose command name starts with `prefix` (QEMU under `memvisor run`).
-pub fn child_named(pid: u32, prefix: &str) -> Option<u32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(cpid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{cpid}/stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) && comm.starts_with(prefix) {
-            return Some(cpid);
-        }
-    }
-    None
 }
 
 /// What a memory cgroup says about itself.
