@@ -36,11 +36,13 @@ pub trait Family {
 
 /// What the driver gives every family's run: the memvisor binary its runs start, the output
 /// directory, its `work` directory (disk images, sockets and the pager's swap files, made
-/// before the run and removed after it) and the host's environment for the report.
+/// before the run and removed after it), `--timeout` and the host's environment for the report.
 pub struct Bench {
     pub exe: PathBuf,
     pub out: PathBuf,
     pub work: PathBuf,
+    /// How long one run may take.
+    pub timeout: Duration,
     pub env: Vec<(String, String)>,
 }
 
@@ -54,6 +56,9 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
     };
     if args.reps == Some(0) {
         return bad("--reps 0: give at least one repetition".into());
+    }
+    if args.timeout == 0 {
+        return bad("--timeout 0: give seconds, at least 1".into());
     }
     let plan = match family.plan(args) {
         Ok(p) => p,
@@ -75,6 +80,7 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
         exe,
         out,
         work,
+        timeout: Duration::from_secs(args.timeout),
         env,
     };
     let outcome = std::fs::create_dir_all(&bench.work)
@@ -128,14 +134,6 @@ pub fn choose<'a, T>(
         chosen = all.iter().collect();
     }
     Ok(chosen)
-}
-
-/// `--timeout`, checked: at least a second.
-pub fn timeout(args: &BenchArgs) -> Result<Duration, String> {
-    if args.timeout == 0 {
-        return Err("--timeout 0: give seconds, at least 1".into());
-    }
-    Ok(Duration::from_secs(args.timeout))
 }
 
 /// The exit of an experiment that writes its own report in `out`: 130 when interrupted (its

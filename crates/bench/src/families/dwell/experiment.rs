@@ -9,12 +9,11 @@ use crate::args::Scale;
 /// Victim policies run when `--configs` is not given (`memvisor run --victims`).
 pub const POLICIES: [&str; 4] = ["clock", "random", "hd2", "hd2-whole"];
 
-/// What `memvisor bench dwell` runs: the victim policies, the sizes, repetitions and timeout.
+/// What `memvisor bench dwell` runs: the victim policies, the sizes and repetitions.
 pub struct DwellPlan {
     pub policies: Vec<String>,
     pub sizes: Sizes,
     pub reps: u32,
-    pub timeout: Duration,
 }
 
 /// The sizes of one run.

@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{timeout, Bench, Family};
+use crate::harness::{Bench, Family};
 use experiment::{DwellPlan, Sizes, POLICIES};
 
 /// `memvisor bench dwell`.
@@ -42,7 +42,6 @@ impl Family for Dwell {
             policies,
             sizes: Sizes::of(args.scale),
             reps: args.reps.unwrap_or(1),
-            timeout: timeout(args)?,
         })
     }
 

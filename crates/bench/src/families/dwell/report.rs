@@ -221,7 +221,6 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::args::Scale;
@@ -233,7 +232,6 @@ mod tests {
             policies: vec!["clock".into(), "hd2".into()],
             sizes: Sizes::of(Scale::Tiny),
             reps: 2,
-            timeout: Duration::from_secs(1),
         };
         let pt = |policy: &str, rep, hist: Vec<u64>| DwellRun {
             policy: policy.into(),

@@ -95,7 +95,7 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
             return p;
         }
     };
-    if let Err(e) = follow(setup, &vm, &mut p) {
+    if let Err(e) = follow(setup, bench.timeout, &vm, &mut p) {
         p.status = MeasureStatus::Failed;
         p.error = e;
     }
@@ -117,9 +117,9 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
 }
 
 /// Follows the guest's passes, releasing pages meanwhile, then reads the statistics.
-fn follow(setup: &DwellPlan, vm: &Vm, p: &mut DwellRun) -> Result<(), String> {
+fn follow(setup: &DwellPlan, timeout: Duration, vm: &Vm, p: &mut DwellRun) -> Result<(), String> {
     let z = &setup.sizes;
-    let deadline = Instant::now() + setup.timeout;
+    let deadline = Instant::now() + timeout;
     let mut next = None;
     loop {
         if teardown::interrupted() {

@@ -20,7 +20,7 @@ pub mod vm;
 pub mod workingset;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, timeout, Bench, Family};
+use crate::harness::{choose, Bench, Family};
 use catalog::find;
 use configs::{Config, Limit};
 use experiment::{Experiment, Measure};
@@ -41,7 +41,6 @@ impl Family for Phases {
         let configs = configs_of(a, &exp)?;
         check_measure(a, &exp, &configs)?;
         let reference = reference_of(a, &exp, &configs)?;
-        timeout(a)?;
         Ok(PhasesPlan {
             exp,
             reps,

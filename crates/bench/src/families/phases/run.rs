@@ -4,7 +4,7 @@
 //! experiment measures.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::configs::{Config, Hv};
 use super::experiment::{DataDisk, Experiment, Measure};
@@ -240,7 +240,7 @@ impl Runner<'_> {
                 .join(format!("{}-{}-rep{rep}", c.name, step.workload)),
             qemu_overhead: setup.qemu_overhead,
             host_swap_file: &args.swap_file,
-            timeout: Duration::from_secs(args.timeout),
+            timeout: self.bench.timeout,
             measure: &exp.measure,
             guest_swap: guest_swap.clone(),
             label: label.to_owned(),

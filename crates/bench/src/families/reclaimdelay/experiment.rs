@@ -189,7 +189,6 @@ pub struct ReclaimPlan {
     pub states: Vec<&'static State>,
     pub sizes: Sizes,
     pub reps: u32,
-    pub timeout: Duration,
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, timeout, Bench, Family};
+use crate::harness::{choose, Bench, Family};
 use experiment::{ReclaimPlan, Sizes};
 
 /// `memvisor bench reclaimdelay`.
@@ -48,7 +48,6 @@ impl Family for ReclaimDelay {
             states,
             sizes,
             reps: args.reps.unwrap_or(3),
-            timeout: timeout(args)?,
         })
     }
 

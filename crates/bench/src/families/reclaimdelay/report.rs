@@ -358,7 +358,6 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::args::Scale;
@@ -388,7 +387,6 @@ mod tests {
             states: vec![state("idle").unwrap()],
             sizes: Sizes::of(Scale::Tiny),
             reps: 2,
-            timeout: Duration::from_secs(1),
         };
         let na = Reclaim {
             status: MeasureStatus::NotAvailable,

@@ -285,7 +285,7 @@ fn group(
         }
     }
     if victims.len() == n as usize {
-        let deadline = Instant::now() + setup.timeout;
+        let deadline = Instant::now() + bench.timeout;
         // The guest's pass1: its cache warm, the state starting.
         let warm = victims
             .iter()

@@ -190,7 +190,6 @@ pub struct SharingPlan {
     pub modes: Vec<Mode>,
     pub sizes: Sizes,
     pub reps: u32,
-    pub timeout: Duration,
     /// QEMU's own memory besides guest RAM, measured, for its cgroup limit
     /// (`MEMVISOR_QEMU_OVERHEAD`).
     pub qemu_overhead: Option<u64>,

@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, setup, timeout, Bench, Family};
+use crate::harness::{choose, setup, Bench, Family};
 use experiment::{modes, SharingPlan, Sizes};
 
 /// `memvisor bench sharing` or `zeroboot`.
@@ -35,7 +35,6 @@ impl Family for Sharing {
         if !args.scenario.is_empty() || !args.sizes.is_empty() {
             return Err(format!("{experiment} takes no --scenario or --sizes"));
         }
-        let timeout = timeout(args)?;
         if !memvisor_host::ksm::available() {
             return Err(format!(
                 "{experiment} needs KSM and this kernel has none ({} is missing)",
@@ -54,7 +53,6 @@ impl Family for Sharing {
             modes: chosen.into_iter().copied().collect(),
             sizes,
             reps: args.reps.unwrap_or(1),
-            timeout,
             qemu_overhead: None,
         })
     }

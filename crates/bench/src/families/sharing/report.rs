@@ -462,7 +462,6 @@ mod tests {
                 ..Sizes::of("sharing", Scale::Tiny)
             },
             reps: 1,
-            timeout: Duration::from_secs(1),
             qemu_overhead: None,
         };
         let m = summary(&point("x", 1, 450, 100), Duration::from_secs(3));

@@ -284,8 +284,8 @@ fn measure(
             p.error = "interrupted".into();
             break;
         }
-        if t0.elapsed() > setup.timeout {
-            p.error = format!("timed out after {} s", setup.timeout.as_secs());
+        if t0.elapsed() > bench.timeout {
+            p.error = format!("timed out after {} s", bench.timeout.as_secs());
             break;
         }
         for (i, vm) in vms.iter().enumerate() {

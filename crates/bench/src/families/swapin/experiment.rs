@@ -96,5 +96,4 @@ pub struct SwapinPlan {
     pub sizes: Vec<u64>,
     pub modes: Vec<&'static Mode>,
     pub reps: u32,
-    pub timeout: Duration,
 }

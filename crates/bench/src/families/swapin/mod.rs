@@ -7,7 +7,7 @@ pub mod report;
 pub mod run;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, timeout, Bench, Family};
+use crate::harness::{choose, Bench, Family};
 use experiment::SwapinPlan;
 
 /// `memvisor bench swapin`.
@@ -44,7 +44,6 @@ impl Family for Swapin {
             sizes,
             modes,
             reps: args.reps.unwrap_or(2),
-            timeout: timeout(args)?,
         })
     }
 

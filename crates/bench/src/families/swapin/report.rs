@@ -272,7 +272,6 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::families::swapin::experiment::mode;
@@ -322,7 +321,6 @@ mod tests {
                 mode("disk-faults").unwrap(),
             ],
             reps: 3,
-            timeout: Duration::from_secs(1),
         };
         let md = markdown(&setup, &points, &[]);
         assert!(md.contains("| 1024 MiB | pool-proactive | 2/3 | 0.600 (0.500–0.700) | 1755 (1463–2048) | 0.400 | 2560 |"), "{md}");

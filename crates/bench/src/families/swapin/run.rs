@@ -160,13 +160,7 @@ fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
 }
 
 /// One run: see the module doc.
-pub fn measure(
-    bench: &Bench,
-    setup: &SwapinPlan,
-    mode: &'static Mode,
-    size: u64,
-    rep: u32,
-) -> SwapinRun {
+pub fn measure(bench: &Bench, mode: &'static Mode, size: u64, rep: u32) -> SwapinRun {
     let mut p = SwapinRun {
         mode: mode.name,
         size,
@@ -180,7 +174,7 @@ pub fn measure(
             return p;
         }
     };
-    let deadline = Instant::now() + setup.timeout;
+    let deadline = Instant::now() + bench.timeout;
     if let Err(e) = steps(&vm, deadline, mode, size, &mut p) {
         p.error = e;
     }
@@ -278,7 +272,7 @@ pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> 
                     size >> 20,
                     started.elapsed().as_secs_f64()
                 );
-                let pt = measure(bench, setup, mode, size, rep);
+                let pt = measure(bench, mode, size, rep);
                 if pt.ok() {
                     eprintln!(
                         "[swapin rep {rep} {} {} MiB] out in {:.2} s, back in {:.3} s ({:.0} MiB/s)",
