@@ -5,7 +5,7 @@
 //! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
-use crate::report::numbers::{median, mib_text, MIB};
+use crate::report::numbers::{mean, median, mib_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -100,12 +100,8 @@ fn rep_means(mine: &[&Record]) -> Vec<f64> {
     reps.dedup();
     reps.iter()
         .filter_map(|&rep| {
-            let done: Vec<f64> = mine
-                .iter()
-                .filter(|r| r.rep == rep)
-                .filter_map(|r| r.secs)
-                .collect();
-            (!done.is_empty()).then(|| done.iter().sum::<f64>() / done.len() as f64)
+            let done = mine.iter().filter(|r| r.rep == rep).filter_map(|r| r.secs);
+            mean(&done.collect::<Vec<f64>>())
         })
         .collect()
 }

@@ -165,10 +165,7 @@ pub fn steady(samples: &[(f64, f64)], from: f64) -> Option<f64> {
         .filter(|(t, _)| *t >= from)
         .map(|&(_, v)| v)
         .collect();
-    if late.is_empty() {
-        return samples.last().map(|&(_, v)| v);
-    }
-    Some(late.iter().sum::<f64>() / late.len() as f64)
+    crate::report::numbers::mean(&late).or_else(|| samples.last().map(|&(_, v)| v))
 }
 
 /// When a series first reached half of `target` (its steady value), if ever.
