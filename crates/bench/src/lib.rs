@@ -27,7 +27,7 @@
 //! | `report/mod.rs` | the environment and incomplete-runs sections, and writing `results.csv`, the figure and `report.md` |
 //! | `report/table.rs` | a `Table` in Markdown and CSV, and the one CSV quoting rule |
 //! | `report/figure.rs` | the font, the lines' colours, one figure drawn to SVG and PNG, the legend's style |
-//! | `report/numbers.rs` | MiB, mean, median, spread |
+//! | `report/numbers.rs` | MiB, mean, median, spread and its text |
 //! | `families/mod.rs` | the list of families: an experiment's name to its family's driver |
 //! | `families/phases/` | `catalog` (the names) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
 //! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (the names), `experiment`, `run`, `summary`, `report`, `figure` |

@@ -55,6 +55,16 @@ pub fn spread(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     summary(&mut v).map(|(m, lo, hi, _)| (m, lo, hi))
 }
 
+/// `median (min–max)` of `v`, each formatted by `f`: the median alone when all are the same,
+/// `–` when there is none.
+pub fn spread_text(v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
+    match spread(v) {
+        None => "–".into(),
+        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => f(m),
+        Some((m, lo, hi)) => format!("{} ({}–{})", f(m), f(lo), f(hi)),
+    }
+}
+
 /// The median of `v` (`None` when empty).
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
     summary(&mut v).map(|s| s.0)
@@ -69,6 +79,10 @@ mod tests {
         assert_eq!(spread(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
         assert_eq!(spread(vec![4.0, 1.0]), Some((2.5, 1.0, 4.0)));
         assert_eq!(spread(vec![]), None);
+        let f = |v: f64| format!("{v:.1}");
+        assert_eq!(spread_text(vec![2.0, 1.0, 4.0], &f), "2.0 (1.0–4.0)");
+        assert_eq!(spread_text(vec![3.0, 3.0], &f), "3.0");
+        assert_eq!(spread_text(vec![], &f), "–");
         assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
         assert_eq!(summary(&mut [5.0]), Some((5.0, 5.0, 5.0, 1)));

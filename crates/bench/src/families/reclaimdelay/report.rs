@@ -10,7 +10,7 @@ use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
 use crate::harness::MeasureStatus;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
-use crate::report::numbers::spread;
+use crate::report::numbers::{spread, spread_text};
 use crate::report::table::Table;
 
 /// The CSV header.
@@ -53,7 +53,7 @@ fn ms_cell(c: &[&Reclaim]) -> String {
     if ok.is_empty() && c.iter().any(|p| p.status == MeasureStatus::NotAvailable) {
         return "n/a".into();
     }
-    show(spread(ok))
+    spread_text(ok, &|v| format!("{v:.*}", digits(v)))
 }
 
 fn median_ms(c: &[&Reclaim]) -> Option<f64> {
@@ -69,19 +69,6 @@ fn digits(v: f64) -> usize {
         2
     } else {
         3
-    }
-}
-
-fn show(s: Option<(f64, f64, f64)>) -> String {
-    match s {
-        None => "–".into(),
-        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => format!("{m:.*}", digits(m)),
-        Some((m, lo, hi)) => format!(
-            "{m:.*} ({lo:.*}–{hi:.*})",
-            digits(m),
-            digits(lo),
-            digits(hi)
-        ),
     }
 }
 

@@ -149,15 +149,6 @@ fn pages_mib(pages: f64) -> String {
     format!("{:.0}", pages * 4096.0 / numbers::MIB)
 }
 
-/// `median (min–max)` of `v`, formatted by `f`; `–` when empty.
-fn spread(mut v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
-    match numbers::summary(&mut v) {
-        None => "–".into(),
-        Some((m, _, _, 1)) => f(m),
-        Some((m, lo, hi, _)) => format!("{} ({}–{})", f(m), f(lo), f(hi)),
-    }
-}
-
 fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     let w = setup.sizes.steady;
     let runs: Vec<&SharingRun> = points.iter().filter(|p| !p.probe).collect();
@@ -199,29 +190,29 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                         0.0
                     }
                 };
-                spread(sm.iter().map(of).collect(), &|x| format!("{x:.0} %"))
+                numbers::spread_text(sm.iter().map(of).collect(), &|x| format!("{x:.0} %"))
             };
             t.row(vec![
                 n.to_string(),
                 mode.name.to_owned(),
                 format!("{}/{}", ok.len(), all.len()),
-                spread(col(&|m| m.present), &pages_mib),
+                numbers::spread_text(col(&|m| m.present), &pages_mib),
                 share(&|m| m.shared),
                 share(&|m| m.reclaimed),
-                spread(sm.iter().filter_map(|m| m.half_s).collect(), &|x| {
+                numbers::spread_text(sm.iter().filter_map(|m| m.half_s).collect(), &|x| {
                     format!("{x:.0} s")
                 }),
-                spread(col(&|m| 100.0 * m.ksmd), &|x| format!("{x:.1} %")),
-                spread(col(&|m| m.ops_s), &|x| format!("{x:.0}")),
+                numbers::spread_text(col(&|m| 100.0 * m.ksmd), &|x| format!("{x:.1} %")),
+                numbers::spread_text(col(&|m| m.ops_s), &|x| format!("{x:.0}")),
                 if mode.name == "memvisor-off" {
                     "–".into()
                 } else {
-                    spread(against("memvisor-off", &|m| m.ops_s), &ratio)
+                    numbers::spread_text(against("memvisor-off", &|m| m.ops_s), &ratio)
                 },
                 if mode.qemu {
                     "–".into()
                 } else {
-                    spread(against("qemu-merge", &|m| m.reclaimed), &ratio)
+                    numbers::spread_text(against("qemu-merge", &|m| m.reclaimed), &ratio)
                 },
             ]);
         }
@@ -290,7 +281,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         // others (the kills have their own column).
         let measured: Vec<&&SharingRun> = all.iter().filter(|p| p.zeroed > 0).collect();
         let col = |f: &dyn Fn(&SharingRun) -> u64| -> String {
-            spread(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
+            numbers::spread_text(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
                 format!("{x:.0}")
             })
         };
@@ -308,7 +299,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             col(&|p| p.reclaimed_zero),
             col(&|p| p.swap_out_zero),
             col(&written),
-            spread(never, &|x| format!("{x:.1} %")),
+            numbers::spread_text(never, &|x| format!("{x:.1} %")),
         ]);
     }
     s.push_str(&t.markdown());

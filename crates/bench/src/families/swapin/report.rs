@@ -1,7 +1,7 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
-use crate::report::numbers::{spread, MIB};
+use crate::report::numbers::{spread, spread_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -59,14 +59,6 @@ fn cell<'a>(points: &'a [SwapinRun], size: u64, mode: &str) -> Vec<&'a SwapinRun
         .collect()
 }
 
-fn show(s: Option<(f64, f64, f64)>, digits: usize) -> String {
-    match s {
-        None => "–".into(),
-        Some((m, lo, hi)) if (hi - lo).abs() < f64::EPSILON => format!("{m:.digits$}"),
-        Some((m, lo, hi)) => format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})"),
-    }
-}
-
 /// `report.md`.
 pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String)]) -> String {
     let mut s = String::from("# memvisor bench swapin\n\n");
@@ -106,7 +98,9 @@ fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             let c = cell(points, size, m.name);
             let ok: Vec<&&SwapinRun> = c.iter().filter(|p| p.ok()).collect();
             let col = |f: &dyn Fn(&SwapinRun) -> Option<f64>, digits| {
-                show(spread(ok.iter().filter_map(|p| f(p)).collect()), digits)
+                spread_text(ok.iter().filter_map(|p| f(p)).collect(), &|v| {
+                    format!("{v:.digits$}")
+                })
             };
             t.row(vec![
                 format!("{} MiB", size >> 20),
@@ -151,11 +145,12 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             t.row(vec![
                 format!("{} MiB", size >> 20),
                 m.name.to_owned(),
-                show(spread(ok.iter().map(|p| p.back_s).collect()), 3),
-                show(
-                    spread(ok.iter().filter_map(|p| p.ns_per_page()).collect()),
-                    0,
-                ),
+                spread_text(ok.iter().map(|p| p.back_s).collect(), &|v| {
+                    format!("{v:.3}")
+                }),
+                spread_text(ok.iter().filter_map(|p| p.ns_per_page()).collect(), &|v| {
+                    format!("{v:.0}")
+                }),
                 paper(size, m).to_owned(),
             ]);
         }
