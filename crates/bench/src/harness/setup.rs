@@ -81,7 +81,7 @@ pub fn mkdisk(exe: &Path, path: &Path, size_mb: u64, files: Option<&str>) -> Res
 
 /// QEMU's own resident memory besides guest RAM: a short QEMU run of the guest kit, its RSS
 /// outside the guest RAM mapping sampled from `/proc/PID/smaps`, the largest value seen.
-pub fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
+fn measure_qemu_overhead(exe: &Path, mem: u64) -> Result<u64, String> {
     let mut child = Command::new(exe)
         .args(["run", "--hypervisor", "qemu", "--mem", &mem.to_string()])
         .args(["--workload", "memhog", "--cmdline", "mb=8 secs=2"])

@@ -103,13 +103,8 @@ impl Family for Consolidate {
         let _only_bench = setup::take_host(&args.swap_file)?;
         if plan.configs.iter().any(|c| c.1 == Launch::QemuStatic) {
             plan.notes.extend(setup::host_swap(args)?);
-            eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-            plan.qemu_overhead = setup::measure_qemu_overhead(&bench.exe, MEM)?;
-            let note = format!(
-                "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, peak over a short guest kit run): {:.1} MiB",
-                crate::report::numbers::mib(plan.qemu_overhead)
-            );
-            eprintln!("memvisor bench: {note}");
+            let (overhead, note) = setup::qemu_overhead(&bench.exe, MEM)?;
+            plan.qemu_overhead = overhead;
             plan.notes.push(note);
         }
         let mut sink = Outputs { bench, plan: &plan };

@@ -63,8 +63,7 @@ impl Family for Sharing {
         // its users set it up.
         if plan.sizes.limit.is_some() && plan.modes.iter().any(|m| m.qemu) {
             setup::host_swap(args)?;
-            eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
-            plan.qemu_overhead = Some(setup::measure_qemu_overhead(&bench.exe, plan.sizes.mem)?);
+            plan.qemu_overhead = Some(setup::qemu_overhead(&bench.exe, plan.sizes.mem)?.0);
         }
         let points = run::run(bench, &plan)?;
         report::write(bench, &plan, &points)
