@@ -10,8 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use memvisor_api::HostSample;
-use plotters::prelude::{Color, Palette, Palette99};
-use plotters::style::{RGBColor, RED};
+use plotters::style::RED;
 
 use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
@@ -55,29 +54,7 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
         Axis::linear(0.0, top),
     );
     panel.legend = Legend::UpperRight;
-    for (i, name) in names.iter().enumerate() {
-        let c = Palette99::pick(i).to_rgba();
-        let color = RGBColor(c.0, c.1, c.2);
-        let series = |f: &dyn Fn(&memvisor_api::VmSample) -> u64| -> Vec<(f64, f64)> {
-            let at = history.iter();
-            let of = |t: &HostSample| {
-                t.vms
-                    .iter()
-                    .find(|v| &v.name == name)
-                    .map(|v| (t.seconds, f(v) as f64 / MIB))
-            };
-            at.filter_map(of).collect()
-        };
-        panel.lines.push(Line::new(
-            name.clone(),
-            color,
-            2,
-            series(&|v| v.resident_bytes),
-        ));
-        panel
-            .lines
-            .push(Line::new("", color, 1, series(&|v| v.target_bytes)).dashed());
-    }
+    panel.lines = crate::families::host::figure::allocations(history, &names, false);
     Figure::one((900, 450), panel).write(&dir.join("allocation.svg"))
 }
 

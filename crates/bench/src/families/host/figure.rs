@@ -8,17 +8,44 @@ use super::run::HostRun;
 use super::summary::vm;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::mib;
-use memvisor_api::VmSample;
+use memvisor_api::{HostSample, VmSample};
+
+/// Each VM of `names` over the host's ticks, in MiB, a colour each: its allocation (resident,
+/// solid) and target (dashed); with `detail` also its active estimate (dotted), and every line
+/// in the legend (otherwise only the allocation, by the VM's name).
+pub fn allocations(history: &[HostSample], names: &[String], detail: bool) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let series = |f: fn(&VmSample) -> u64| -> Vec<(f64, f64)> {
+            let at = history.iter();
+            at.filter_map(|s| vm(s, n).map(|v| (s.seconds, mib(f(v)))))
+                .collect()
+        };
+        let label = |what: &str| match (detail, what) {
+            (true, _) => format!("{n}: {what}"),
+            (false, "allocation") => n.clone(),
+            (false, _) => String::new(),
+        };
+        let c = color(i);
+        lines.push(Line::new(
+            label("allocation"),
+            c,
+            2,
+            series(|v| v.resident_bytes),
+        ));
+        lines.push(Line::new(label("target"), c, 1, series(|v| v.target_bytes)).dashed());
+        if detail {
+            let active = series(|v| v.active_bytes);
+            lines.push(Line::new(label("active (estimate)"), c, 2, active).dotted());
+        }
+    }
+    lines
+}
 
 /// Writes the plot (SVG): allocations over time (resident solid, target dashed, active
 /// dotted), with a vertical line where a VM joins or the tax changes, above each VM's
 /// throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String> {
-    let series = |f: &dyn Fn(&VmSample) -> f64, name: &str| -> Vec<(f64, f64)> {
-        let at = run.samples.iter();
-        at.filter_map(|s| vm(s, name).map(|v| (s.seconds, f(v))))
-            .collect()
-    };
     let mut marks: Vec<(f64, String)> = run
         .joined
         .iter()
@@ -40,31 +67,11 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
         x,
         Axis::linear(0.0, y_max),
     );
+    let names: Vec<String> = e.vms.iter().map(|v| v.spec.name.clone()).collect();
+    memory.lines = allocations(&run.samples, &names, true);
     let mut rates = Vec::new();
-    for (i, v) in e.vms.iter().enumerate() {
-        let (n, c) = (&v.spec.name, color(i));
-        memory.lines.extend([
-            Line::new(
-                format!("{n}: allocation"),
-                c,
-                2,
-                series(&|v| mib(v.resident_bytes), n),
-            ),
-            Line::new(
-                format!("{n}: target"),
-                c,
-                1,
-                series(&|v| mib(v.target_bytes), n),
-            )
-            .dashed(),
-            Line::new(
-                format!("{n}: active (estimate)"),
-                c,
-                2,
-                series(&|v| mib(v.active_bytes), n),
-            )
-            .dotted(),
-        ]);
+    for (i, n) in names.iter().enumerate() {
+        let c = color(i);
         let r = run.throughput.iter().filter(|t| &t.vm == n);
         let r: Vec<(f64, f64)> = r.map(|t| (t.seconds, t.rate)).collect();
         // The idle VM's touches are not what the experiment measures.
