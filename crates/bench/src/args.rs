@@ -13,12 +13,14 @@ pub enum Scale {
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The experiment: seqread (VSwapper Fig. 9), alloc (Fig. 10), overhead (no limit),
-    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5), doublepaging (Tesseract §6), shares (ESX §5.1 on memvisor host),
-    /// idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig. 14), swapin (MemFlex Table 1,
-    /// Fig. 7), reclaimdelay (HyperDealer2 Table 2, Figs. 11–12), dwell (HyperDealer2 Fig. 14),
-    /// balance (HyperDealer2 Tables 3–4), sharing (ESX Fig. 4, with the guest timing probe) or
-    /// zeroboot (ESX §6.3).
+    /// The experiment: seqread (VSwapper Fig. 9a, 9d), alloc (Fig. 10), overhead (no limit),
+    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5(c): YCSB Read throughput, with each
+    /// second's read p99 in results.csv), doublepaging (Tesseract §6.1's set-up at one point),
+    /// shares (ESX §5.1 on memvisor host), idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig.
+    /// 14's workload, VMs 0.5 s apart where the paper's are 10 s), swapin (MemFlex Table 1's
+    /// totals, Fig. 7a), reclaimdelay (HyperDealer2 Table 2; Fig. 11 with 1-4 one-vCPU
+    /// victims), dwell (HyperDealer2 Fig. 14), balance (HyperDealer2 Table 4's scenario at 6
+    /// VMs), sharing (ESX Fig. 4, with the guest timing probe) or zeroboot (ESX §6.3).
     pub experiment: String,
     /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
     /// for workingset, shares, idletax, consolidate and balance).
@@ -26,7 +28,7 @@ pub struct BenchArgs {
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list; for swapin its
     /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults; for reclaimdelay its
-    /// methods: hd2, balloon, qemu-balloon; for dwell the victim policies of memvisor run
+    /// methods: hd2, hd2-ready, balloon, qemu-balloon; for dwell the victim policies of memvisor run
     /// --victims: clock, random, hd2, hd2-whole; for sharing memvisor-off, memvisor-host,
     /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm).
     #[arg(long, value_delimiter = ',')]

@@ -1,13 +1,12 @@
-//! `memvisor bench consolidate` (VSwapper §5.2, Fig. 14; HyperDealer2 Table 4): N VMs started
+//! `memvisor bench consolidate` (VSwapper §5.2, Fig. 14's workload): N VMs started
 //! [`INTERVAL`] apart in one fixed memory budget, all working at once for most of the run; the
 //! result is each configuration's mean job time as a ratio to `qemu-nolimit` (the same VMs with
 //! all the memory they want), the fraction of the run during which all N jobs ran, and the
 //! summed resident memory of every VMM process against the budget.
 //!
 //! Three scenarios ([`Scenario`]): every VM runs `mapreduce` (VSwapper Fig. 14); VMs with
-//! different needs side by side (HyperDealer2 Table 4: page-cache streams, hash tables, a hot
-//! set), VM i running `seqread`, `mapreduce` and `kv` in turn ([`job`]); and `balance`
-//! (HyperDealer2 §6.5, Tables 3–4, run by `memvisor bench balance`): memory-intensive VMs beside
+//! different needs side by side (page-cache streams, hash tables, a hot set), VM i running `seqread`, `mapreduce` and `kv` in turn ([`job`]); and `balance`
+//! (HyperDealer2 §6.5, Table 4's scenario, run by `memvisor bench balance`): memory-intensive VMs beside
 //! CPU-bound ones, each guest's page cache warmed first with clean and dirty pages 1:1, so the
 //! memory the memory-intensive VMs need is in the others' page cache.
 //!
@@ -56,9 +55,9 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 pub enum Scenario {
     /// Every VM runs `mapreduce` (VSwapper Fig. 14).
     Mapreduce,
-    /// VMs with different needs (HyperDealer2 Table 4): `seqread`, `mapreduce`, `kv` in turn.
+    /// VMs with different needs: `seqread`, `mapreduce`, `kv` in turn.
     Mixed,
-    /// HyperDealer2 §6.5 (Tables 3–4): memory-intensive `gcchurn` VMs and CPU-bound `kv` VMs in
+    /// HyperDealer2 §6.5 (Table 4, in Table 3's load scenario): memory-intensive `gcchurn` VMs and CPU-bound `kv` VMs in
     /// turn, each guest's page cache warmed first (`warm_mb`, clean:dirty 1:1), each VM with a
     /// disk of its own for that.
     Balance,

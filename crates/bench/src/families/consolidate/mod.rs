@@ -19,7 +19,7 @@ use experiment::{ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU; with `balance`,
-/// HyperDealer2's Tables 3–4: the `balance` scenario, its VMs' page caches warmed, under
+/// HyperDealer2's Table 4 (in Table 3's load scenario): the `balance` scenario, its VMs' page caches warmed, under
 /// ballooning and HyperDealer2 with each victim order.
 pub struct Consolidate {
     pub balance: bool,

@@ -30,7 +30,7 @@ pub fn experiment(scale: Scale) -> Experiment {
     };
     Experiment {
         name: "doublepaging",
-        about: "Tesseract §6 / Figs. 10–12, Tables 1 and 4: a guest swapping to its own disk the pages its host has already swapped (double paging)",
+        about: "Tesseract §6.1's set-up at one point (12.5 % host overcommitment, one hog size): Table 1's double-paging count and Table 4's write rows; a guest swapping to its own disk the pages its host has already swapped (double paging)",
         mem: mib_in_bytes(mem),
         limit: Some(mib_in_bytes(limit)),
         steps: vec![Step {

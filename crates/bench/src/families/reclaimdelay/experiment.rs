@@ -1,4 +1,4 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Figs. 11–12): how long the host
+//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Fig. 11): how long the host
 //! takes to get pages back from victim VMs, by the balloon (the guest gives them) and by
 //! HyperDealer2's instant release (the host drops clean page-cache pages it knows mirror disk
 //! blocks), with the victims idle, computing, or writing. How a run goes is in

@@ -1,4 +1,4 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 Table 2, Figs. 11–12): the time to obtain pages
+//! `memvisor bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11): the time to obtain pages
 //! from victim VMs by the balloon and by instant release. The methods, states and sizes are in
 //! `experiment`, a group of victims in `run`, the outputs in `report`.
 

@@ -78,7 +78,7 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     let z = &setup.sizes;
     let _ = writeln!(
         s,
-        "HyperDealer2 §6.2 (Table 2, Figs. 11–12): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {} MiB of guest RAM, one pass over a {} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {} s after the last victim's pass, the harness takes {} pages in turn ({} ms apart), split over the victims; balloons polled every {} ms. {} repetition(s), the methods' order changed each time.\n",
+        "HyperDealer2 §6.2 (Table 2, Fig. 11): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {} MiB of guest RAM, one pass over a {} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {} s after the last victim's pass, the harness takes {} pages in turn ({} ms apart), split over the victims; balloons polled every {} ms. {} repetition(s), the methods' order changed each time.\n",
         z.mem >> 20,
         z.read_mb,
         SETTLE.as_secs_f64(),

@@ -1,4 +1,4 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Figs. 11–12): the time the host
+//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Fig. 11): the time the host
 //! takes to obtain pages from victim VMs, by the balloon and by instant release.
 //!
 //! One group is one method, one victim state and one number of victims, in one repetition:

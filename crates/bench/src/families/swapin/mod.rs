@@ -1,4 +1,4 @@
-//! `memvisor bench swapin` (MemFlex Table 1, Fig. 7): the time to bring swapped memory back,
+//! `memvisor bench swapin` (MemFlex Table 1's totals, Fig. 7a): the time to bring swapped memory back,
 //! from the pool or the swap file, proactively or by faults. The sizes and modes are in
 //! `experiment`, a run in `run`, the outputs in `report`.
 

@@ -64,7 +64,7 @@ pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String
     let mut s = String::from("# memvisor bench swapin\n\n");
     let _ = writeln!(
         s,
-        "MemFlex §4 (Table 1, Fig. 7): the time to bring back memory the pager swapped out. A guest of the size + {} MiB touches the size (`toucher`), is paused, gets a {} MiB limit, and once everything is out the limit is removed: proactive modes are timed on the host from that request until `GET /stats` (asked every {} ms) shows no page swapped; fault modes by the guest's own first sweep of the size after it resumes. {} repetition(s), modes interleaved.\n",
+        "MemFlex §4 (Table 1's totals, Fig. 7a): the time to bring back memory the pager swapped out. A guest of the size + {} MiB touches the size (`toucher`), is paused, gets a {} MiB limit, and once everything is out the limit is removed: proactive modes are timed on the host from that request until `GET /stats` (asked every {} ms) shows no page swapped; fault modes by the guest's own first sweep of the size after it resumes. {} repetition(s), modes interleaved.\n",
         HEADROOM >> 20,
         LIMIT >> 20,
         POLL.as_millis(),

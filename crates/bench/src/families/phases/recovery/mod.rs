@@ -1,4 +1,4 @@
-//! `memvisor bench recovery`: MemFlex §4.1, Fig. 5: a key-value store under a read-only YCSB load
+//! `memvisor bench recovery`: MemFlex §4.1, Fig. 5(c): a key-value store under a read-only YCSB load
 //! (the paper's Fig. 5(c)), a memory hog starting in the same VM 10 s into the run, the memory
 //! given back 20 s later. The store fits under the limit alone, not with the hog; given back, the
 //! limit is the guest's size, so everything fits.
@@ -35,7 +35,7 @@ pub fn experiment(scale: Scale) -> Experiment {
     };
     Experiment {
         name: "recovery",
-        about: "MemFlex §4.1 / Fig. 5: a key-value store's throughput while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
+        about: "MemFlex §4.1 / Fig. 5(c): a key-value store's throughput (and each second's read p99 latency) while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
         mem: mib_in_bytes(mem),
         limit: Some(mib_in_bytes(limit)),
         steps: vec![Step {

@@ -1,4 +1,4 @@
-//! The outputs of `memvisor bench recovery` (MemFlex §4.1, Fig. 5): the `kv` workload's
+//! The outputs of `memvisor bench recovery` (MemFlex §4.1, Fig. 5(c)): the `kv` workload's
 //! throughput second by second while a memory hog in the same VM pushes it past its limit and
 //! after the harness gives the memory back, as `results.csv` (one row per run and second, with
 //! that second's 99th percentile read latency as the guest timed it),
