@@ -99,14 +99,36 @@ where
     F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
     R: Into<Reply>,
 {
+    serve_after(listener, name, || {}, handle)
+}
+
+/// [`serve`], with `first` run by the serving thread before it accepts anything (the VMM
+/// installs the thread's seccomp filter there).
+pub fn serve_after<F, R>(
+    listener: UnixListener,
+    name: &str,
+    first: impl FnOnce() + Send + 'static,
+    handle: F,
+) -> std::io::Result<()>
+where
+    F: Fn(&str, &str, &[u8]) -> R + Send + 'static,
+    R: Into<Reply>,
+{
     let accept = move || listener.accept().map(|(s, _)| s);
-    serve_with(name, "api".to_owned(), accept, handle, |s: &UnixStream| {
-        // A client that connects and sends nothing must not hold the API.
-        if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
-            tracing::warn!("api: cannot set a read timeout: {e}");
-        }
-        true
-    })
+    serve_with(
+        name,
+        "api".to_owned(),
+        first,
+        accept,
+        handle,
+        |s: &UnixStream| {
+            // A client that connects and sends nothing must not hold the API.
+            if let Err(e) = s.set_read_timeout(Some(READ_TIMEOUT)) {
+                tracing::warn!("api: cannot set a read timeout: {e}");
+            }
+            true
+        },
+    )
 }
 
 /// [`serve`] over TCP. A client also has [`READ_TIMEOUT`] to take its answer, so one that stops
@@ -118,22 +140,30 @@ where
 {
     let label = listener_name(&listener);
     let accept = move || listener.accept().map(|(s, _)| s);
-    serve_with(name, label, accept, handle, |s: &TcpStream| {
-        let timeouts = s
-            .set_read_timeout(Some(READ_TIMEOUT))
-            .and_then(|()| s.set_write_timeout(Some(READ_TIMEOUT)));
-        if let Err(e) = &timeouts {
-            tracing::warn!("cannot set timeouts on a connection: {e}");
-        }
-        timeouts.is_ok()
-    })
+    serve_with(
+        name,
+        label,
+        || {},
+        accept,
+        handle,
+        |s: &TcpStream| {
+            let timeouts = s
+                .set_read_timeout(Some(READ_TIMEOUT))
+                .and_then(|()| s.set_write_timeout(Some(READ_TIMEOUT)));
+            if let Err(e) = &timeouts {
+                tracing::warn!("cannot set timeouts on a connection: {e}");
+            }
+            timeouts.is_ok()
+        },
+    )
 }
 
-/// The serving thread of [`serve`] and [`serve_tcp`]: accepts connections for ever, `prepare`s
-/// each (false: drop it) and answers its one request.
+/// The serving thread of [`serve`] and [`serve_tcp`]: runs `first`, then accepts connections for
+/// ever, `prepare`s each (false: drop it) and answers its one request.
 fn serve_with<S, A, P, F, R>(
     name: &str,
     label: String,
+    first: impl FnOnce() + Send + 'static,
     mut accept: A,
     handle: F,
     prepare: P,
@@ -147,14 +177,17 @@ where
 {
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || loop {
-            match accept() {
-                Ok(mut s) => {
-                    if prepare(&s) {
-                        answer(&mut s, &handle);
+        .spawn(move || {
+            first();
+            loop {
+                match accept() {
+                    Ok(mut s) => {
+                        if prepare(&s) {
+                            answer(&mut s, &handle);
+                        }
                     }
+                    Err(e) => tracing::warn!("{label}: accept failed: {e}"),
                 }
-                Err(e) => tracing::warn!("{label}: accept failed: {e}"),
             }
         })?;
     Ok(())

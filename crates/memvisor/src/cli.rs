@@ -149,6 +149,27 @@ pub enum SharingArg {
     Host,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SeccompArg {
+    /// A call outside a thread's filter kills the VMM (SIGSYS).
+    On,
+    /// A call outside a thread's filter goes through, and the kernel logs it (an audit line in
+    /// the kernel log naming the thread and the call): for finding what a new code path needs.
+    Log,
+    /// No filters.
+    Off,
+}
+
+impl From<SeccompArg> for memvisor_seccomp::Mode {
+    fn from(a: SeccompArg) -> Self {
+        match a {
+            SeccompArg::On => memvisor_seccomp::Mode::On,
+            SeccompArg::Log => memvisor_seccomp::Mode::Log,
+            SeccompArg::Off => memvisor_seccomp::Mode::Off,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Guest RAM: a size like 512M, 2G or 1048576 (bytes).
@@ -210,6 +231,11 @@ pub struct RunArgs {
     /// cache-timing attack that made VMware turn sharing across VMs off).
     #[arg(long, value_enum, default_value_t = SharingArg::Off)]
     pub sharing: SharingArg,
+    /// Seccomp filters, one per kind of VMM thread, each installed by the thread before it
+    /// serves the guest (docs/security.md): `on` (a call outside a thread's filter kills the
+    /// VMM), `log` (it goes through and the kernel logs it), `off`.
+    #[arg(long, value_enum, default_value_t = SeccompArg::On)]
+    pub seccomp: SeccompArg,
     /// The victim cache (Tesseract §4.3), in percent of the VM's limit (0 to 50): chosen
     /// victims stay resident and write-protected while this many cool down, and reclaim writes
     /// out the oldest; one the guest writes meanwhile stays. Tesseract used 10.

@@ -126,6 +126,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         sharing: plan.args.sharing == SharingArg::Host,
         serving_nice: plan.args.serving_nice,
         restore: plan.restore.clone(),
+        seccomp: plan.args.seccomp.into(),
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {
@@ -158,7 +159,11 @@ pub fn run(args: RunArgs) -> ExitCode {
                 | VmmError::Pager(memvisor_pager::PagerError::Swap(_))
                 | VmmError::Disk(_)
                 | VmmError::BadVcpuCount(_)
-                | VmmError::TooManyDevices(_) => status::BAD_INPUT,
+                | VmmError::TooManyDevices(_)
+                | VmmError::Seccomp(memvisor_seccomp::SeccompError::Unsupported)
+                | VmmError::Seccomp(memvisor_seccomp::SeccompError::MissingAction(_)) => {
+                    status::BAD_INPUT
+                }
                 VmmError::GuestCrash { .. } => status::GUEST_CRASH,
                 _ => status::VMM_FAILURE,
             })

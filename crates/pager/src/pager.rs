@@ -214,6 +214,7 @@ impl Pager {
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::Reclaim);
                 let run = || reclaiming.run(&r, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                     // Nothing more is reclaimed: hold the VM rather than run past its limit.
@@ -229,6 +230,7 @@ impl Pager {
             std::thread::Builder::new()
                 .name("pool-flush".into())
                 .spawn(move || {
+                    memvisor_seccomp::confine(memvisor_seccomp::Thread::PoolFlush);
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.flush_thread()))
                         .is_err()
                     {
@@ -244,14 +246,20 @@ impl Pager {
             let c = core.clone();
             std::thread::Builder::new()
                 .name("release-ready".into())
-                .spawn(move || c.ready_thread(ready))
+                .spawn(move || {
+                    memvisor_seccomp::confine(memvisor_seccomp::Thread::ReleaseReady);
+                    c.ready_thread(ready);
+                })
                 .map_err(PagerError::Thread)?;
         }
         if config.indirections.is_some_and(|c| c.defrag.is_some()) {
             let d = core.clone();
             std::thread::Builder::new()
                 .name("defrag".into())
-                .spawn(move || d.defrag_thread())
+                .spawn(move || {
+                    memvisor_seccomp::confine(memvisor_seccomp::Thread::Defrag);
+                    d.defrag_thread();
+                })
                 .map_err(PagerError::Thread)?;
         }
         if let Some(r) = &config.restore {
@@ -272,6 +280,7 @@ impl Pager {
             .name("pager".into())
             .spawn(move || {
                 memvisor_devices::priority::serve_at(nice);
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::Pager);
                 let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,

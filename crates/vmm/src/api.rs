@@ -52,12 +52,18 @@ pub(crate) struct Control {
 
 /// Serves `listener` on its own thread.
 pub(crate) fn serve(listener: UnixListener, control: Arc<Control>) -> std::io::Result<()> {
-    memvisor_api::server::serve(listener, "api", move |method, path, body| -> Reply {
-        match VmRequest::parse(method, path, body) {
-            Ok(request) => handle(&control, request),
-            Err(e) => refuse(&e).into(),
-        }
-    })
+    let confine = || memvisor_seccomp::confine(memvisor_seccomp::Thread::Api);
+    memvisor_api::server::serve_after(
+        listener,
+        "api",
+        confine,
+        move |method, path, body| -> Reply {
+            match VmRequest::parse(method, path, body) {
+                Ok(request) => handle(&control, request),
+                Err(e) => refuse(&e).into(),
+            }
+        },
+    )
 }
 
 fn handle(c: &Control, request: VmRequest) -> Reply {

@@ -47,4 +47,7 @@ pub struct VmConfig {
     /// Start from this snapshot (checked against the rest of this configuration by the
     /// caller) instead of booting `kernel`.
     pub restore: Option<std::sync::Arc<crate::snapshot::Snapshot>>,
+    /// What a thread's seccomp filter does with a call outside it (`--seccomp`,
+    /// docs/security.md); every thread installs its own as it starts.
+    pub seccomp: memvisor_seccomp::Mode,
 }

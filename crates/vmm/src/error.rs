@@ -12,6 +12,8 @@ use crate::config::MAX_VCPUS;
 
 #[derive(Debug, Error)]
 pub enum VmmError {
+    #[error("cannot confine the VMM")]
+    Seccomp(#[source] memvisor_seccomp::SeccompError),
     #[error("cannot open /dev/kvm")]
     OpenKvm(#[source] kvm_ioctls::Error),
     #[error("KVM call {what} failed")]

@@ -22,6 +22,7 @@
 //! | `affinity.rs` | host CPU sets for `--vcpu-cpus` and `--vmm-cpus` |
 //! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
 //! | `api.rs` | the VM's API server on a Unix socket |
+//! | `confine.rs` | where the VMM enters its jail: after it has opened what it needs, before its first thread starts (each thread then installs its own seccomp filter, `memvisor-seccomp`) |
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
 //! | `cpu_state.rs` | the KVM state of a vCPU and of the in-kernel PIC, IOAPIC and clock, read for a snapshot and written back on restore |
 //! | `snapshot.rs` | snapshots: the format, taking one from a running VM, and reading one back, checked |
@@ -29,6 +30,7 @@
 pub mod affinity;
 mod api;
 mod config;
+mod confine;
 mod control;
 mod cpu_state;
 mod error;
@@ -174,6 +176,8 @@ impl Vm {
         if config.disks.len() > MMIO_SLOTS {
             return Err(VmmError::TooManyDevices(config.disks.len()));
         }
+        memvisor_seccomp::check_kernel(config.seccomp).map_err(VmmError::Seccomp)?;
+        memvisor_seccomp::set_mode(config.seccomp);
         let image = PvhImage::parse(&config.kernel)?;
         let layout = RamLayout::new(config.mem_size)?;
 
@@ -190,10 +194,13 @@ impl Vm {
         // Every thread started from here on inherits the blocked mask; this one takes the signals.
         signals::block().map_err(VmmError::Thread)?;
         signals::install_kick_handler().map_err(VmmError::Thread)?;
+        // The VMM is still one thread here, as namespaces and a pivot into a jail need.
+        confine::enter_jail(config)?;
         let tx = events_tx.clone();
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::Signals);
                 let sig = signals::wait();
                 let _ = tx.send(VmEvent::Exit(VmExit::Signal(sig)));
             })
@@ -376,7 +383,9 @@ impl Vm {
         })
     }
 
-    /// Starts the vCPU threads.
+    /// Starts the vCPU threads and the API server; then the calling thread installs the main
+    /// thread's seccomp filter ([`VmConfig::seccomp`]): from here on it only waits for the VM,
+    /// ends it and cleans up after it ([`Vm::wait`]).
     pub fn start(&mut self) -> Result<(), VmmError> {
         let Some(Unstarted {
             vcpu_fds,
@@ -414,6 +423,7 @@ impl Vm {
                             tracing::warn!("vcpu{id}: cannot pin to CPUs {cpus}: {e}");
                         }
                     }
+                    memvisor_seccomp::confine(memvisor_seccomp::Thread::Vcpu);
                     let (reason, rip) = vcpu::run_loop(fd, &ctx);
                     let _ = tx.send(match reason {
                         // Whoever ended the VM has sent the event already.
@@ -432,6 +442,8 @@ impl Vm {
         if let Some((listener, control)) = api {
             api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
         }
+        // Every other thread runs now: the caller's goes last, as it starts no more.
+        memvisor_seccomp::confine(memvisor_seccomp::Thread::Main);
         Ok(())
     }
 
@@ -595,6 +607,7 @@ struct Devices {
 /// Starts the thread that serves the queue notifications of the virtio-mmio slot at `base`.
 fn start_notifier(
     name: String,
+    kind: memvisor_seccomp::Thread,
     transport: &Arc<Mutex<MmioTransport>>,
     ioevents: &Arc<dyn IoEvents>,
     base: u64,
@@ -608,6 +621,7 @@ fn start_notifier(
         .collect();
     NotifyThread::start(
         &name,
+        kind,
         transport.clone(),
         ioevents.clone(),
         base + QUEUE_NOTIFY_OFFSET,
@@ -671,7 +685,7 @@ fn build_devices(
         };
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
         vm.register_irqfd(&irq, gsi).map_err(kvm_err("KVM_IRQFD"))?;
-        let (name, transport) = match device {
+        let (name, kind, transport) = match device {
             Some(disk) => {
                 let index = u8::try_from(disks.len()).expect("at most 8 disks");
                 let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?
@@ -692,7 +706,8 @@ fn build_devices(
                     file,
                 };
                 disks.push(((*disk).clone(), Mutex::new(attached)));
-                (format!("blk-{}", disk.id), transport)
+                let name = format!("blk-{}", disk.id);
+                (name, memvisor_seccomp::Thread::Block, transport)
             }
             None => {
                 let device = Balloon::new(ram.clone());
@@ -707,7 +722,8 @@ fn build_devices(
                     state,
                     transport: transport.clone(),
                 });
-                ("balloon".to_owned(), transport)
+                let kind = memvisor_seccomp::Thread::Balloon;
+                ("balloon".to_owned(), kind, transport)
             }
         };
         if let Some(r) = restore {
@@ -721,7 +737,9 @@ fn build_devices(
         }
         transports.push(transport.clone());
         let nice = config.serving_nice;
-        notifiers.push(start_notifier(name, &transport, &ioevents, base, nice)?);
+        notifiers.push(start_notifier(
+            name, kind, &transport, &ioevents, base, nice,
+        )?);
     }
     Ok(Devices {
         pio,

@@ -38,6 +38,7 @@ fn config(code: &[u8]) -> VmConfig {
         sharing: false,
         serving_nice: 0,
         restore: None,
+        seccomp: memvisor_seccomp::Mode::On,
     }
 }
 

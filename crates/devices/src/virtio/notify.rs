@@ -66,9 +66,11 @@ impl NotifyThread {
     /// Starts the thread `name` for `transport`, whose `QueueNotify` register is at the
     /// guest-physical address `notify_addr`, and gives the transport `events` to register its
     /// eventfds with once the driver is ready. Returns after the thread is ready. The thread
-    /// runs at `nice` (0: the VMM's own priority; [`crate::priority`]).
+    /// runs at `nice` (0: the VMM's own priority; [`crate::priority`]) and installs the seccomp
+    /// filter of `kind` before it serves the queues.
     pub fn start(
         name: &str,
+        kind: memvisor_seccomp::Thread,
         transport: Arc<Mutex<MmioTransport>>,
         events: Arc<dyn IoEvents>,
         notify_addr: u64,
@@ -83,6 +85,7 @@ impl NotifyThread {
             .name(name.to_owned())
             .spawn(move || {
                 crate::priority::serve_at(nice);
+                memvisor_seccomp::confine(kind);
                 let _ = ready_tx.send(());
                 if let Err(why) = serve(&thread_transport, &queues, &thread_stop) {
                     fall_back(&thread_transport, &why);
@@ -337,8 +340,15 @@ mod tests {
         let processed = Arc::new(AtomicU32::new(0));
         let t = transport(&processed);
         let events = Arc::new(FakeEvents::default());
-        let thread = NotifyThread::start("test-dev", t.clone(), events.clone(), NOTIFY_ADDR, 0)
-            .expect("the device thread starts");
+        let thread = NotifyThread::start(
+            "test-dev",
+            memvisor_seccomp::Thread::Block,
+            t.clone(),
+            events.clone(),
+            NOTIFY_ADDR,
+            0,
+        )
+        .expect("the device thread starts");
         assert!(
             !events.guest_write(NOTIFY_ADDR, 0),
             "nothing is registered before DRIVER_OK"
@@ -380,8 +390,15 @@ mod tests {
             refuse: true,
             ..FakeEvents::default()
         });
-        let _thread = NotifyThread::start("test-dev", t.clone(), events, NOTIFY_ADDR, 0)
-            .expect("the device thread starts");
+        let _thread = NotifyThread::start(
+            "test-dev",
+            memvisor_seccomp::Thread::Block,
+            t.clone(),
+            events,
+            NOTIFY_ADDR,
+            0,
+        )
+        .expect("the device thread starts");
         driver_ok(&t);
         let metrics = t.lock().unwrap().metrics();
         assert_eq!(metrics.ioevent_refusals.load(Ordering::SeqCst), 1);
