@@ -26,6 +26,9 @@ pub mod status {
 /// anything else had killed it).
 pub const QEMU_OOM_KILLED: &str = "QEMU was OOM-killed in its memory cgroup";
 
+/// The signal a seccomp filter's `SECCOMP_RET_KILL_PROCESS` kills with (x86-64 Linux).
+pub const SIGSYS: i32 = 31;
+
 /// The highest signal number: statuses `128 + 1` to `128 + 64` are signals, not guest values.
 const MAX_SIGNAL: i32 = 64;
 
@@ -47,6 +50,9 @@ pub enum VmExit {
     VmmFailed,
     /// Stopped by a signal it handled (status `128 + N`) or killed by one.
     Signal,
+    /// Killed by its own seccomp filter (`SIGSYS`): one of its threads made a system call
+    /// outside the filter of its kind (docs/security.md). Never the guest's doing alone.
+    Seccomp,
     /// A status the convention does not know.
     Other,
 }
@@ -56,6 +62,7 @@ pub enum VmExit {
 pub fn describe(code: Option<i32>, signal: Option<i32>) -> (VmExit, String) {
     let Some(c) = code else {
         return match signal {
+            Some(SIGSYS) => (VmExit::Seccomp, "killed by seccomp".to_owned()),
             Some(s) => (VmExit::Signal, format!("killed by signal {s}")),
             None => (VmExit::Other, "its VMM ended".to_owned()),
         };
@@ -115,6 +122,7 @@ mod tests {
             (Some(5), None, VmExit::VmmFailed, "its VMM failed"),
             (Some(143), None, VmExit::Signal, "stopped by signal 15"),
             (None, Some(9), VmExit::Signal, "killed by signal 9"),
+            (None, Some(31), VmExit::Seccomp, "killed by seccomp"),
             (Some(6), None, VmExit::Other, "its VMM exited with status 6"),
             (None, None, VmExit::Other, "its VMM ended"),
         ] {

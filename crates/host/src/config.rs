@@ -42,6 +42,8 @@ pub struct HostConfig {
     pub pool_compress: PoolCompress,
     /// Size of a chunk of pool memory (`memvisor run --pool-chunk`).
     pub pool_chunk: u64,
+    /// What each VMM's seccomp filters do with a call outside them (`memvisor run --seccomp`).
+    pub seccomp: crate::process::SeccompMode,
     /// Where `GET /metrics` is also served over TCP; `None`: only on the API socket.
     pub metrics_addr: Option<SocketAddr>,
     /// Where every tick's observations and plan are written as JSON lines
@@ -135,6 +137,7 @@ struct HostSection {
     pool_compress: PoolCompress,
     #[serde(with = "size::option")]
     pool_chunk: Option<u64>,
+    seccomp: crate::process::SeccompMode,
     #[serde(deserialize_with = "metrics_addr")]
     metrics_addr: Option<SocketAddr>,
     trace: Option<PathBuf>,
@@ -161,6 +164,7 @@ impl Default for HostSection {
             pool: None,
             pool_compress: PoolCompress::None,
             pool_chunk: None,
+            seccomp: crate::process::SeccompMode::On,
             metrics_addr: None,
             trace: None,
             balancing: Balancing::Balloon,
@@ -587,6 +591,7 @@ impl HostConfig {
             pool: h.pool.unwrap_or(0),
             pool_compress: h.pool_compress,
             pool_chunk,
+            seccomp: h.seccomp,
             metrics_addr: h.metrics_addr,
             trace: h.trace.as_deref().map(|t| resolve(&base, t)),
             balancing: h.balancing,

@@ -6,7 +6,8 @@
 //! | file | owns |
 //! |---|---|
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
-//! | `process.rs` | one VMM process: its flags, files, log, API calls, exit |
+//! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit |
+//! | `kmsg.rs` | which call and thread a VMM's seccomp filter killed it for, from the kernel log's audit record |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
 //! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
 //! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
@@ -20,6 +21,7 @@
 mod balancing;
 pub mod config;
 mod journal;
+mod kmsg;
 pub mod ksm;
 mod manager;
 mod process;
@@ -66,6 +68,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         sample_period: config.sample_period,
         pool_compress: config.pool_compress,
         pool_chunk: config.pool_chunk,
+        seccomp: config.seccomp,
     };
     let tick = config.tick;
     let web_addr = config.web_addr;

@@ -51,6 +51,32 @@ pub struct Launch {
     pub pool_compress: memvisor_api::PoolCompress,
     /// Size of a chunk of their pool memory (`[host] pool_chunk`).
     pub pool_chunk: u64,
+    /// What the VMMs' seccomp filters do (`[host] seccomp`, `memvisor run --seccomp`).
+    pub seccomp: SeccompMode,
+}
+
+/// What a VMM's seccomp filters do with a call outside them (`[host] seccomp`, passed to each
+/// VMM as `memvisor run --seccomp`; docs/security.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeccompMode {
+    /// A call outside its thread's filter kills the VMM; the host reports the call.
+    #[default]
+    On,
+    /// The call goes through and the kernel logs it.
+    Log,
+    /// No filters.
+    Off,
+}
+
+impl SeccompMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeccompMode::On => "on",
+            SeccompMode::Log => "log",
+            SeccompMode::Off => "off",
+        }
+    }
 }
 
 /// A running (or ended) VMM process.
@@ -83,6 +109,7 @@ impl Vmm {
             .arg(&files.swap)
             .arg("--stats-json")
             .arg(&files.stats)
+            .arg(format!("--seccomp={}", launch.seccomp.as_str()))
             .arg("--sample-pages")
             .arg(launch.sample_pages.to_string())
             .arg("--sample-period")
@@ -166,7 +193,8 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 /// What an exit status says ([`memvisor_api::exit::describe`]): the code (`128 + N` for signal
 /// N), its kind and its words, with the VMM's last message from its log when something failed.
-pub fn describe_exit(status: ExitStatus, log: &Path) -> (i32, VmExit, String) {
+/// A VMM its seccomp filter killed is reported with the call and thread the kernel log names.
+pub fn describe_exit(status: ExitStatus, pid: u32, log: &Path) -> (i32, VmExit, String) {
     use std::os::unix::process::ExitStatusExt;
     let code = status
         .code()
@@ -177,6 +205,16 @@ pub fn describe_exit(status: ExitStatus, log: &Path) -> (i32, VmExit, String) {
         kind,
         VmExit::GuestCrashed | VmExit::BadInput | VmExit::VmmFailed | VmExit::Other
     );
+    if kind == VmExit::Seccomp {
+        return match crate::kmsg::seccomp_kill(pid) {
+            Some(k) => (code, kind, format!("{how}: {k}")),
+            None => (
+                code,
+                kind,
+                format!("{how} (the kernel log does not say which call)"),
+            ),
+        };
+    }
     match last_message(log) {
         Some(m) if failed => (code, kind, format!("{how}: {m}")),
         _ => (code, kind, how),

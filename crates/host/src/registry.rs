@@ -434,7 +434,7 @@ impl Registry {
             let Some(status) = vmm.try_wait() else {
                 continue;
             };
-            let (code, kind, why) = describe_exit(status, &v.files.log);
+            let (code, kind, why) = describe_exit(status, vmm.pid(), &v.files.log);
             v.exit_status = Some(code);
             v.exit = Some(kind);
             v.why = Some(if v.stop_asked && kind != VmExit::Signal {
