@@ -2,7 +2,8 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `lib.rs` | the [`Mode`] (`--seccomp on\|log\|off`), the kinds of [`Thread`], [`check_kernel`] and [`confine`], which compiles a thread's filters and installs them |
+//! | `lib.rs` | the [`Mode`] (`--seccomp on\|log\|off`), [`check_kernel`] and [`confine`], which compiles a thread's filters and installs them |
+//! | `thread.rs` | the kinds of [`Thread`] (a leaf) |
 //! | `rules.rs` | what each kind of thread may call, with the arguments checked where a filter can see them (ioctl numbers, `mmap`/`mprotect` without `PROT_EXEC`, `madvise` advice, `fcntl` commands, `clone` flags) |
 //!
 //! A thread's filters are built with rust-vmm's `seccompiler` and stacked, so that the kernel
@@ -25,6 +26,7 @@
 //! filter as it starts; the main thread installs its own once every other thread has started.
 
 mod rules;
+mod thread;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -32,6 +34,7 @@ use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
 use thiserror::Error;
 
 pub use rules::FORBIDDEN_BY_ALL;
+pub use thread::Thread;
 
 /// What a thread's filter does with a call outside its allow list (`memvisor run --seccomp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,68 +73,6 @@ impl std::str::FromStr for Mode {
             "log" => Ok(Mode::Log),
             "off" => Ok(Mode::Off),
             other => Err(format!("seccomp mode '{other}': expected on, log or off")),
-        }
-    }
-}
-
-/// A kind of VMM thread; each has its own filter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Thread {
-    /// The main thread, once the VM runs: waits for it to end, stops it, flushes the disks,
-    /// puts Tesseract's indirected blocks back, writes `--stats-json`.
-    Main,
-    /// Takes the termination signals (`signals`).
-    Signals,
-    /// Runs `KVM_RUN` and serves port and MMIO exits (`vcpuN`), devices included.
-    Vcpu,
-    /// A virtio-blk device's queue thread (`blk-ID`).
-    Block,
-    /// The virtio-balloon device's queue thread (`balloon`).
-    Balloon,
-    /// The pager's fault thread (`pager`): userfaultfd events, sampling, the Preventer.
-    Pager,
-    /// The pager's reclaim thread (`reclaim`), with proactive swap-in and its read-ahead.
-    Reclaim,
-    /// The pool's flusher (`pool-flush`): spills pool pages to the swap file.
-    PoolFlush,
-    /// Tesseract's defragmentation (`defrag`).
-    Defrag,
-    /// Release readiness (`release-ready`).
-    ReleaseReady,
-    /// The VM's API server (`api`).
-    Api,
-}
-
-impl Thread {
-    /// Every kind of thread.
-    pub const ALL: [Thread; 11] = [
-        Thread::Main,
-        Thread::Signals,
-        Thread::Vcpu,
-        Thread::Block,
-        Thread::Balloon,
-        Thread::Pager,
-        Thread::Reclaim,
-        Thread::PoolFlush,
-        Thread::Defrag,
-        Thread::ReleaseReady,
-        Thread::Api,
-    ];
-
-    /// The kind's name, as `MEMVISOR_SECCOMP_TEST_CALL` and the docs spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Thread::Main => "main",
-            Thread::Signals => "signals",
-            Thread::Vcpu => "vcpu",
-            Thread::Block => "block",
-            Thread::Balloon => "balloon",
-            Thread::Pager => "pager",
-            Thread::Reclaim => "reclaim",
-            Thread::PoolFlush => "pool-flush",
-            Thread::Defrag => "defrag",
-            Thread::ReleaseReady => "release-ready",
-            Thread::Api => "api",
         }
     }
 }

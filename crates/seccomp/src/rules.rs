@@ -10,7 +10,7 @@ use seccompiler::{
     SeccompRule,
 };
 
-use crate::Thread;
+use crate::thread::Thread;
 
 /// A call no thread's allow list has: `execve`, what an attacker who took a thread over would
 /// make first. The test hook makes it.
@@ -25,7 +25,8 @@ pub(crate) const KVM_GET_SREGS: u64 = 0x8138_ae83;
 pub(crate) const KVM_IOEVENTFD: u64 = 0x4040_ae79;
 /// `UFFDIO_MOVE` (Linux 6.8; not in `userfaultfd-sys`).
 const UFFDIO_MOVE: u64 = 0xc028_aa05;
-/// `PAGEMAP_SCAN` on `/proc/self/pagemap` (Linux 6.7): the takeover's census of guest RAM.
+/// `PAGEMAP_SCAN` on `/proc/self/pagemap` (Linux 6.7): which guest pages are present, or on the
+/// zero page.
 const PAGEMAP_SCAN: u64 = 0xc060_6610;
 
 /// Filling, protecting and waking guest pages: what a thread that installs or protects guest
@@ -186,7 +187,6 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             l.ioctls(&[
                 u64::from(userfaultfd_sys::UFFDIO_REGISTER),
                 u64::from(userfaultfd_sys::UFFDIO_UNREGISTER),
-                PAGEMAP_SCAN,
             ])?;
         }
         Thread::Main => {
@@ -264,9 +264,12 @@ fn log_only(l: &mut List) -> Result<(), BackendError> {
     l.allow_arg(libc::SYS_write, 0, &[1, 2])
 }
 
-/// Installing, protecting and waking guest pages through the userfaultfd.
+/// Installing, protecting and waking guest pages through the userfaultfd, and scanning which
+/// are present or on the zero page (`PAGEMAP_SCAN` on `/proc/self/pagemap`, opened at start:
+/// reclaim's zero pages, the pager's census in every snapshot of its counters).
 fn guest_memory(l: &mut List) -> Result<(), BackendError> {
-    l.ioctls(&UFFD_PAGES)
+    l.ioctls(&UFFD_PAGES)?;
+    l.ioctls(&[PAGEMAP_SCAN])
 }
 
 /// Reads and writes at offsets in files opened before (disk images, the swap file,
