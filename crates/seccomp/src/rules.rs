@@ -118,8 +118,8 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             guest_memory(&mut l)?;
             disk_io(&mut l);
             l.ioctls(&[KVM_RUN, KVM_GET_REGS, KVM_GET_SREGS, KVM_IOEVENTFD])?;
-            // Serial output, eventfds; the kick of other vCPUs (pause, end, Preventer).
-            l.allow(&[libc::SYS_read, libc::SYS_write, libc::SYS_tgkill]);
+            // Serial output, eventfds.
+            l.allow(&[libc::SYS_read, libc::SYS_write]);
         }
         Thread::Block | Thread::Balloon => {
             guest_memory(&mut l)?;
@@ -139,13 +139,8 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             guest_memory(&mut l)?;
             disk_io(&mut l);
             read_only_opens(&mut l)?;
-            // Fault events; the Preventer's kick of a vCPU and its look at the vCPU's state.
-            l.allow(&[
-                libc::SYS_poll,
-                libc::SYS_ppoll,
-                libc::SYS_read,
-                libc::SYS_tgkill,
-            ]);
+            // Fault events; the Preventer's look at a vCPU's state in /proc.
+            l.allow(&[libc::SYS_poll, libc::SYS_ppoll, libc::SYS_read]);
             log_only(&mut l)?;
         }
         Thread::Reclaim => {
@@ -181,7 +176,6 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
                 libc::SYS_setsockopt,
                 libc::SYS_shutdown,
                 libc::SYS_poll,
-                libc::SYS_tgkill,
             ]);
             // The takeover of guest RAM at the first limit set at run time.
             l.ioctls(&[
@@ -193,7 +187,8 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             guest_memory(&mut l)?;
             disk_io(&mut l);
             // The end of a run: the final flush, Tesseract's blocks back into the images and
-            // its logs removed, the swap file removed, --stats-json written.
+            // its logs removed, the swap file removed, --stats-json written, the memory cgroup
+            // of `--pager off --mem-limit` left and removed.
             l.allow(&[
                 libc::SYS_openat,
                 libc::SYS_read,
@@ -204,11 +199,11 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
                 libc::SYS_lseek,
                 libc::SYS_unlink,
                 libc::SYS_unlinkat,
+                libc::SYS_rmdir,
                 libc::SYS_rename,
                 libc::SYS_renameat,
                 libc::SYS_ftruncate,
                 libc::SYS_poll,
-                libc::SYS_tgkill,
             ]);
             // The device threads' notifications given back as they stop.
             l.ioctls(&[KVM_IOEVENTFD, u64::from(userfaultfd_sys::UFFDIO_UNREGISTER)])?;
@@ -249,6 +244,11 @@ fn runtime(l: &mut List) -> Result<(), BackendError> {
         libc::SYS_rseq,
         libc::SYS_set_robust_list,
     ]);
+    // Kicking a vCPU out of the guest (a pause, the end, the Preventer), which any thread that
+    // pauses the VM on a failure does: only threads of this process.
+    // SAFETY: getpid has no memory effects.
+    let pid = unsafe { libc::getpid() };
+    l.allow_arg(libc::SYS_tgkill, 0, &[flag(pid)])?;
     let exec = flag(libc::PROT_EXEC);
     l.allow_masked(libc::SYS_mmap, 2, exec, 0)?;
     l.allow_masked(libc::SYS_mprotect, 2, exec, 0)?;
@@ -352,6 +352,10 @@ mod tests {
             assert!(rules.get(&libc::SYS_ioctl).is_none_or(|r| !r.is_empty()));
         }
         assert!(allowed(Thread::Reclaim).unwrap()[&libc::SYS_clone].len() == 1);
+        // tgkill only to threads of this process, in every thread (any may pause the VM).
+        for t in Thread::ALL {
+            assert_eq!(allowed(t).unwrap()[&libc::SYS_tgkill].len(), 1, "{t:?}");
+        }
         assert!(!allowed(Thread::Vcpu)
             .unwrap()
             .contains_key(&libc::SYS_clone));
