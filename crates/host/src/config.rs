@@ -443,6 +443,9 @@ impl HostConfig {
     /// start (state `refused`), as ESX refuses to power on a VM whose reservation does not fit.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Err(e) = memvisor_seccomp::check_kernel(self.seccomp.mode()) {
+            problems.push(format!("{}: [host] seccomp: {e}", self.path.display()));
+        }
         let empty = Reservations {
             memory: self.memory - self.pool,
             swap: self.swap.unwrap_or(0),

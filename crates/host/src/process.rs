@@ -70,6 +70,14 @@ pub enum SeccompMode {
 }
 
 impl SeccompMode {
+    pub fn mode(self) -> memvisor_seccomp::Mode {
+        match self {
+            SeccompMode::On => memvisor_seccomp::Mode::On,
+            SeccompMode::Log => memvisor_seccomp::Mode::Log,
+            SeccompMode::Off => memvisor_seccomp::Mode::Off,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SeccompMode::On => "on",

@@ -80,7 +80,7 @@ impl std::str::FromStr for Mode {
 /// Why filters cannot be used or installed.
 #[derive(Debug, Error)]
 pub enum SeccompError {
-    #[error("this kernel has no seccomp filters (built without CONFIG_SECCOMP_FILTER); run with --seccomp off to go without")]
+    #[error("this kernel has no seccomp filters (built without CONFIG_SECCOMP_FILTER); turn them off (--seccomp off) to run without")]
     Unsupported,
     #[error("this kernel's seccomp cannot {0} (it lacks that action)")]
     MissingAction(&'static str),
