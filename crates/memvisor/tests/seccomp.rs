@@ -135,3 +135,47 @@ fn a_bad_seccomp_mode_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(common::stderr(&out).contains("--seccomp"));
 }
+
+/// A restored VM's prefetch thread, which runs only after `--restore`, has its filter too: its
+/// call outside it kills the VMM. (`THREADS` are the threads of a VM that boots.)
+#[test]
+fn a_restored_vms_prefetch_thread_runs_filtered() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("vm.sock");
+    let vm = TestVm::start(
+        &sock,
+        &[
+            "--mem",
+            "64M",
+            "--workload",
+            "alloc",
+            "--cmdline",
+            "mb=16 rounds=1 hold_secs=60",
+        ],
+    );
+    vm.stdout_line(Duration::from_secs(60), |l| l.starts_with("hold:"));
+    let snap = dir.path().join("s");
+    common::ok(vm.client().snapshot(snap.to_str().unwrap(), true));
+    vm.finish();
+    let restore = [
+        "run",
+        "--mem",
+        "64M",
+        "--mem-limit",
+        "48M",
+        "--restore",
+        snap.to_str().unwrap(),
+    ];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_memvisor"));
+    cmd.args(restore)
+        .env("MEMVISOR_SECCOMP_TEST_CALL", "prefetch");
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSYS),
+        "{:?}: {}",
+        out.status,
+        common::stderr(&out)
+    );
+}

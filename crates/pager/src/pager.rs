@@ -267,7 +267,10 @@ impl Pager {
             let runs = r.pages.prefetch.clone();
             std::thread::Builder::new()
                 .name("prefetch".into())
-                .spawn(move || c.prefetch_saved(&runs))
+                .spawn(move || {
+                    memvisor_seccomp::confine(memvisor_seccomp::Thread::Prefetch);
+                    c.prefetch_saved(&runs);
+                })
                 .map_err(PagerError::Thread)?;
         }
         let s = core.clone();

@@ -23,6 +23,27 @@ pub(crate) const KVM_RUN: u64 = 0xae80;
 pub(crate) const KVM_GET_REGS: u64 = 0x8090_ae81;
 pub(crate) const KVM_GET_SREGS: u64 = 0x8138_ae83;
 pub(crate) const KVM_IOEVENTFD: u64 = 0x4040_ae79;
+// What a vCPU reads of itself for a snapshot (`KVM_RUN` with `immediate_exit` first completes
+// a half-done I/O exit), and what the API thread reads of the VM.
+pub(crate) const KVM_GET_MSRS: u64 = 0xc008_ae88;
+pub(crate) const KVM_GET_XSAVE: u64 = 0x9000_aea4;
+pub(crate) const KVM_GET_XCRS: u64 = 0x8188_aea6;
+pub(crate) const KVM_GET_DEBUGREGS: u64 = 0x8080_aea1;
+pub(crate) const KVM_GET_LAPIC: u64 = 0x8400_ae8e;
+pub(crate) const KVM_GET_MP_STATE: u64 = 0x8004_ae98;
+pub(crate) const KVM_GET_VCPU_EVENTS: u64 = 0x8040_ae9f;
+pub(crate) const KVM_GET_IRQCHIP: u64 = 0xc208_ae62;
+pub(crate) const KVM_GET_CLOCK: u64 = 0x8030_ae7c;
+/// A vCPU's state for a snapshot (`PUT /vm/snapshot`; `crates/vmm/src/cpu_state.rs`).
+const VCPU_SAVE: [u64; 7] = [
+    KVM_GET_MSRS,
+    KVM_GET_XSAVE,
+    KVM_GET_XCRS,
+    KVM_GET_DEBUGREGS,
+    KVM_GET_LAPIC,
+    KVM_GET_MP_STATE,
+    KVM_GET_VCPU_EVENTS,
+];
 /// `UFFDIO_MOVE` (Linux 6.8; not in `userfaultfd-sys`).
 const UFFDIO_MOVE: u64 = 0xc028_aa05;
 /// `PAGEMAP_SCAN` on `/proc/self/pagemap` (Linux 6.7): which guest pages are present, or on the
@@ -118,6 +139,7 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             guest_memory(&mut l)?;
             disk_io(&mut l);
             l.ioctls(&[KVM_RUN, KVM_GET_REGS, KVM_GET_SREGS, KVM_IOEVENTFD])?;
+            l.ioctls(&VCPU_SAVE)?;
             // Serial output, eventfds.
             l.allow(&[libc::SYS_read, libc::SYS_write]);
         }
@@ -156,6 +178,12 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             disk_io(&mut l);
             log_only(&mut l)?;
         }
+        Thread::Prefetch => {
+            // Pages read from the snapshot's memory file and installed.
+            guest_memory(&mut l)?;
+            l.allow(&[libc::SYS_pread64, libc::SYS_preadv]);
+            log_only(&mut l)?;
+        }
         Thread::ReleaseReady => {
             guest_memory(&mut l)?;
             l.allow(&[libc::SYS_pread64, libc::SYS_preadv]);
@@ -182,6 +210,22 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
                 u64::from(userfaultfd_sys::UFFDIO_REGISTER),
                 u64::from(userfaultfd_sys::UFFDIO_UNREGISTER),
             ])?;
+            // A snapshot (`PUT /vm/snapshot`): the VM's interrupt controllers and clock, and
+            // its directory, memory file and state file created, written and renamed into
+            // place. The operator names the directory, so files may be created anywhere the
+            // VMM may write.
+            l.ioctls(&[KVM_GET_IRQCHIP, KVM_GET_CLOCK])?;
+            l.0.remove(&libc::SYS_openat);
+            l.allow(&[
+                libc::SYS_openat,
+                libc::SYS_mkdir,
+                libc::SYS_mkdirat,
+                libc::SYS_rename,
+                libc::SYS_renameat,
+                libc::SYS_ftruncate,
+                libc::SYS_unlink,
+                libc::SYS_unlinkat,
+            ]);
         }
         Thread::Main => {
             guest_memory(&mut l)?;
@@ -312,8 +356,23 @@ mod tests {
 
     #[test]
     fn kvm_ioctl_numbers_match_the_kernel_structs() {
-        use kvm_bindings::{kvm_ioeventfd, kvm_regs, kvm_sregs};
+        use kvm_bindings::{
+            kvm_clock_data, kvm_debugregs, kvm_ioeventfd, kvm_irqchip, kvm_lapic_state,
+            kvm_mp_state, kvm_msrs, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+        };
         assert_eq!(KVM_RUN, ioc(0, 0x80, 0));
+        assert_eq!(KVM_GET_MSRS, ioc(3, 0x88, size_of::<kvm_msrs>()));
+        assert_eq!(KVM_GET_XSAVE, ioc(2, 0xa4, size_of::<kvm_xsave>()));
+        assert_eq!(KVM_GET_XCRS, ioc(2, 0xa6, size_of::<kvm_xcrs>()));
+        assert_eq!(KVM_GET_DEBUGREGS, ioc(2, 0xa1, size_of::<kvm_debugregs>()));
+        assert_eq!(KVM_GET_LAPIC, ioc(2, 0x8e, size_of::<kvm_lapic_state>()));
+        assert_eq!(KVM_GET_MP_STATE, ioc(2, 0x98, size_of::<kvm_mp_state>()));
+        assert_eq!(
+            KVM_GET_VCPU_EVENTS,
+            ioc(2, 0x9f, size_of::<kvm_vcpu_events>())
+        );
+        assert_eq!(KVM_GET_IRQCHIP, ioc(3, 0x62, size_of::<kvm_irqchip>()));
+        assert_eq!(KVM_GET_CLOCK, ioc(2, 0x7c, size_of::<kvm_clock_data>()));
         assert_eq!(KVM_GET_REGS, ioc(2, 0x81, size_of::<kvm_regs>()));
         assert_eq!(KVM_GET_SREGS, ioc(2, 0x83, size_of::<kvm_sregs>()));
         assert_eq!(KVM_IOEVENTFD, ioc(1, 0x79, size_of::<kvm_ioeventfd>()));

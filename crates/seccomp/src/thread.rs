@@ -24,13 +24,15 @@ pub enum Thread {
     Defrag,
     /// Release readiness (`release-ready`).
     ReleaseReady,
+    /// A restored VM's prefetch of the pages it had in RAM from its snapshot (`prefetch`).
+    Prefetch,
     /// The VM's API server (`api`).
     Api,
 }
 
 impl Thread {
     /// Every kind of thread.
-    pub const ALL: [Thread; 11] = [
+    pub const ALL: [Thread; 12] = [
         Thread::Main,
         Thread::Signals,
         Thread::Vcpu,
@@ -41,6 +43,7 @@ impl Thread {
         Thread::PoolFlush,
         Thread::Defrag,
         Thread::ReleaseReady,
+        Thread::Prefetch,
         Thread::Api,
     ];
 
@@ -57,6 +60,7 @@ impl Thread {
             Thread::PoolFlush => "pool-flush",
             Thread::Defrag => "defrag",
             Thread::ReleaseReady => "release-ready",
+            Thread::Prefetch => "prefetch",
             Thread::Api => "api",
         }
     }
