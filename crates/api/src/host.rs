@@ -261,8 +261,10 @@ pub struct HostUpdate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostEventKind {
-    /// A VM was admitted and its VMM started.
+    /// A VM's VMM started (after admission, once the budget had room for it).
     Admitted,
+    /// A VM was admitted and waits for room in the budget before its VMM starts.
+    Waiting,
     /// Admission refused a VM.
     Refused,
     /// The host paused a VM (above its target with free memory low).

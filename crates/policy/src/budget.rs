@@ -1,16 +1,62 @@
 //! What the budget leaves for the VMs: the high state's reserve, what targets divide, the pools'
-//! size, and the pager limit a new VM starts with.
+//! size, the pager limit a new VM starts with, and the limits that keep the budget whole
+//! ([`hold`]).
+//!
+//! The budget holds by construction: at every instant, what each VM may hold before the next
+//! tick ([`committed`]: its resident pages, or its limit when that is more, which for a VM on
+//! plain memory is all of its memory), each VMM's overhead, the pools' most and the host's own
+//! memory sum to at most the budget. A limit is raised only into room that is free now; a
+//! lowered limit frees nothing until the VM is observed under it, since its pager reclaims down
+//! to it after the order, not at it.
 
 use crate::allocation::{targets, VmDemand};
-use crate::tick::{HostParams, VmObservation};
+use crate::tick::{HostParams, VmAction, VmObservation};
 
-/// What targets divide: the budget minus the VMMs' overheads and the high state's reserve.
+/// What targets divide: the budget minus the VMMs' overheads, the host's own memory, the pool
+/// and the high state's reserve.
 pub(crate) fn usable(host: &HostParams, vms: &[VmObservation]) -> u64 {
-    let overheads: u64 = vms.iter().map(|v| v.overhead).fold(0, u64::saturating_add);
     host.budget
-        .saturating_sub(overheads)
+        .saturating_sub(beside_guests(host, vms))
         .saturating_sub(reserve(host))
-        .saturating_sub(host.pool)
+}
+
+/// What targets set aside besides guest memory: the host's own memory, the pools' most (set
+/// aside whole) and each VMM's overhead, a VM about to start included.
+pub fn beside_guests(host: &HostParams, vms: &[VmObservation]) -> u64 {
+    vms.iter()
+        .map(|v| v.overhead)
+        .fold(host.own.saturating_add(host.pool), u64::saturating_add)
+}
+
+/// Whether a VM has started: a VM about to start is observed with no resident pages and no
+/// limit (a started one's limit is at least the pager's smallest, or all of its memory).
+pub fn started(v: &VmObservation) -> bool {
+    v.limit > 0 || v.resident > 0
+}
+
+/// What the budget must cover of a VM until the next tick with its limit at `limit`: its
+/// resident pages, or the limit when that is more (it may fill it meanwhile), and its VMM's
+/// overhead; nothing for a VM about to start that is given no limit. A VM on plain memory has
+/// no limit: its limit is all of its memory.
+pub fn charge(v: &VmObservation, limit: u64) -> u64 {
+    if limit == 0 && v.resident == 0 {
+        0
+    } else {
+        v.resident.max(limit).saturating_add(v.overhead)
+    }
+}
+
+/// What the budget must cover of a VM now: its [`charge`] at its limit now.
+pub fn committed(v: &VmObservation) -> u64 {
+    charge(v, v.limit)
+}
+
+/// Everything the budget covers now: the host's own memory, the pools' most and every VM's
+/// [`committed`] memory.
+pub fn held_at_most(host: &HostParams, vms: &[VmObservation]) -> u64 {
+    vms.iter()
+        .map(committed)
+        .fold(host.own.saturating_add(host.pool), u64::saturating_add)
 }
 
 /// The high state's reserve: the part of the budget targets leave free.
@@ -27,7 +73,7 @@ pub fn pool_size(host: &HostParams, vms: &[VmObservation]) -> u64 {
     let held: u64 = vms
         .iter()
         .map(|v| v.resident.saturating_add(v.overhead))
-        .fold(0, u64::saturating_add);
+        .fold(host.own, u64::saturating_add);
     host.budget
         .saturating_sub(held)
         .saturating_sub(reserve(host))
@@ -61,6 +107,157 @@ pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation
         .min(new.max)
 }
 
+/// How far above its resident pages a limit that makes room for others is left: room for its
+/// VM to grow until the next tick raises it again.
+pub const TRIM_MARGIN: u64 = 2 << 20;
+
+/// Keeps a tick's `actions` within the budget ([module docs](self)). Lowered limits stay as the
+/// plan lowered them. Raised ones get the room there is now ([`held_at_most`] below the budget),
+/// first up to each VM's target (a VM about to start asks for its whole target), then beyond
+/// it, in proportion to what each asks. When the raises up to targets, or a host already over
+/// its budget, need more than that room, room is made for the next ticks: limits above what
+/// their VMs hold come down toward it (never below the VM's target; a VM on plain memory goes
+/// under the pager that way), and then, if that is not enough, VMs above their targets are
+/// paged toward them, each in proportion to how far above it is. Limits above what their VMs
+/// hold also come down, the same way, to make room for growth beyond targets.
+pub fn hold(host: &HostParams, vms: &[VmObservation], actions: &mut [VmAction]) {
+    let n = vms.len().min(actions.len());
+    let (vms, actions) = (&vms[..n], &mut actions[..n]);
+    if next(host, vms, actions, true) > host.budget {
+        // A VM short of its target waits for room: raises beyond targets wait too, and VMs
+        // above their targets give way.
+        for (v, a) in vms.iter().zip(actions.iter_mut()) {
+            if a.limit > v.limit {
+                a.limit = a.limit.min(v.limit.max(a.target));
+            }
+        }
+    }
+    let room = host.budget.saturating_sub(held_at_most(host, vms));
+    let raising: Vec<bool> = vms
+        .iter()
+        .zip(actions.iter())
+        .map(|(v, a)| a.limit > v.limit)
+        .collect();
+    // What each raise costs: how much more its VM may hold at the new limit.
+    let cost = |i: usize, limit: u64| {
+        if raising[i] {
+            charge(&vms[i], limit).saturating_sub(committed(&vms[i]))
+        } else {
+            0
+        }
+    };
+    let want: Vec<u64> = (0..n).map(|i| cost(i, actions[i].limit)).collect();
+    let entitled: Vec<u64> = (0..n)
+        .map(|i| cost(i, actions[i].limit.min(actions[i].target)))
+        .collect();
+    let short = next(host, vms, actions, false).saturating_sub(host.budget);
+    let mut short_entitled = next(host, vms, actions, true).saturating_sub(host.budget);
+    if short > 0 {
+        // Limits above what their VMs hold: lowering them costs nothing.
+        let idle: Vec<u64> = (0..n)
+            .map(|i| {
+                let (v, a) = (&vms[i], &actions[i]);
+                let floor = v.resident.saturating_add(TRIM_MARGIN).max(a.target);
+                if raising[i] {
+                    0
+                } else {
+                    a.limit.saturating_sub(floor)
+                }
+            })
+            .collect();
+        let parts = shares_up(short, &idle);
+        for (a, p) in actions.iter_mut().zip(&parts) {
+            a.limit -= p;
+        }
+        short_entitled = short_entitled.saturating_sub(sum(&parts));
+    }
+    if short_entitled > 0 {
+        // Then paging, from the VMs above their targets.
+        let above: Vec<u64> = (0..n)
+            .map(|i| {
+                let (v, a) = (&vms[i], &actions[i]);
+                if raising[i] {
+                    0
+                } else {
+                    a.limit.min(v.resident).saturating_sub(a.target)
+                }
+            })
+            .collect();
+        let parts = shares_up(short_entitled, &above);
+        for ((a, v), &p) in actions.iter_mut().zip(vms).zip(&parts) {
+            if p > 0 {
+                a.limit = a.limit.min(v.resident) - p;
+            }
+        }
+    }
+    let first = shares_down(room, &entitled);
+    let beyond: Vec<u64> = want.iter().zip(&entitled).map(|(w, e)| w - e).collect();
+    let second = shares_down(room - sum(&first), &beyond);
+    for i in (0..n).filter(|&i| raising[i]) {
+        let v = &vms[i];
+        let granted = committed(v)
+            .saturating_add(first[i])
+            .saturating_add(second[i])
+            .saturating_sub(v.overhead);
+        actions[i].limit = actions[i].limit.min(granted);
+    }
+}
+
+/// What the budget would cover once every VM whose limit is not raised is under its new limit
+/// (or has grown to it) and every raise is granted, up to the VM's target only if `to_targets`.
+fn next(host: &HostParams, vms: &[VmObservation], actions: &[VmAction], to_targets: bool) -> u64 {
+    vms.iter()
+        .zip(actions)
+        .map(|(v, a)| {
+            if a.limit > v.limit {
+                let bound = if to_targets {
+                    a.limit.min(a.target)
+                } else {
+                    a.limit
+                };
+                committed(v).max(charge(v, bound))
+            } else {
+                // Under its limit by then.
+                charge(&VmObservation { resident: 0, ..*v }, a.limit)
+            }
+        })
+        .fold(host.own.saturating_add(host.pool), u64::saturating_add)
+}
+
+fn sum(xs: &[u64]) -> u64 {
+    xs.iter().copied().fold(0, u64::saturating_add)
+}
+
+/// `total` shared in proportion to `caps`, each part rounded up and at most its cap: parts that
+/// cover `total` when the caps do.
+fn shares_up(total: u64, caps: &[u64]) -> Vec<u64> {
+    let all = sum(caps);
+    if total >= all {
+        return caps.to_vec();
+    }
+    caps.iter()
+        .map(|&c| {
+            let part = (u128::from(total) * u128::from(c)).div_ceil(u128::from(all));
+            u64::try_from(part).unwrap_or(u64::MAX).min(c)
+        })
+        .collect()
+}
+
+/// `total` shared in proportion to `caps`, each part rounded down: parts that never sum above
+/// `total`.
+fn shares_down(total: u64, caps: &[u64]) -> Vec<u64> {
+    let all = sum(caps);
+    if total >= all {
+        return caps.to_vec();
+    }
+    caps.iter()
+        .map(|&c| {
+            let part = u128::from(total) * u128::from(c) / u128::from(all);
+            u64::try_from(part).unwrap_or(u64::MAX).min(c)
+        })
+        .collect()
+}
+
 /// `fraction` of `budget` in bytes.
 pub(crate) fn fraction_of(budget: u64, fraction: f64) -> u64 {
     // A fraction of the budget, so in 0..=budget (`as` saturates a NaN or negative to 0).
@@ -72,7 +269,10 @@ pub(crate) fn fraction_of(budget: u64, fraction: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::free_state::FreeState;
     use crate::tick::fixtures::{host, vm, MIB};
+    use crate::tick::Before;
+    use proptest::prelude::*;
 
     #[test]
     fn a_vm_starts_limited_to_its_share_when_memory_is_short() {
@@ -92,5 +292,204 @@ mod tests {
         // Beside an idle VM, with the tax, it gets all it can use.
         let idle = vm(512 * MIB, 480 * MIB, 0.0);
         assert_eq!(start_limit(&host(budget), &[idle], &new), 512 * MIB);
+    }
+
+    /// A VM about to start (nothing resident, no limit yet).
+    fn pending(max: u64) -> VmObservation {
+        VmObservation {
+            limit: 0,
+            ..vm(max, 0, 1.0)
+        }
+    }
+
+    fn at_most_after(h: &HostParams, vms: &[VmObservation], p: &crate::tick::Plan) -> u64 {
+        vms.iter()
+            .zip(&p.actions)
+            .map(|(v, a)| committed(v).max(charge(v, a.limit)))
+            .fold(h.own + h.pool, u64::saturating_add)
+    }
+
+    /// A VM on plain memory is charged all of it; a new VM beside it waits until the budget
+    /// has room for its target: this tick the plain VM goes under the pager at what it holds,
+    /// and is paged to its target; the new one gets only what is free now.
+    #[test]
+    fn room_for_a_new_vm_is_made_before_it_starts() {
+        let h = HostParams {
+            own: 8 * MIB,
+            ..host(512 * MIB)
+        };
+        let first = VmObservation {
+            limit: 384 * MIB,
+            ..vm(384 * MIB, 300 * MIB, 1.0)
+        };
+        let p = crate::plan::plan(
+            &h,
+            FreeState::High.into(),
+            &[first, pending(384 * MIB)],
+            &[false; 2],
+        );
+        let (a, b) = (p.actions[0], p.actions[1]);
+        // 512 - 8 - 16 - 384 - 16 = 88 MiB is all the new VM may have now.
+        assert_eq!(b.limit, 88 * MIB, "{p:?}");
+        assert!(b.target > b.limit, "{b:?}");
+        // Paged as far as the new VM's target needs, not to its own target.
+        assert!(a.limit < 300 * MIB && a.limit >= a.target, "{a:?}");
+        assert!(a.limit + b.target + 8 * MIB + 32 * MIB <= h.budget, "{p:?}");
+        assert!(at_most_after(&h, &[first, pending(384 * MIB)], &p) <= h.budget);
+        // Once it is observed there, the new VM's target fits.
+        let first = VmObservation {
+            limit: a.limit,
+            resident: a.limit,
+            ..first
+        };
+        let p = crate::plan::plan(
+            &h,
+            p.state.into(),
+            &[first, pending(384 * MIB)],
+            &[false; 2],
+        );
+        assert_eq!(p.actions[1].limit, p.actions[1].target);
+        assert!(p.actions[0].limit >= a.limit, "{p:?}");
+    }
+
+    /// Limits above what their VMs hold come down first, without paging, to let another VM grow;
+    /// a VM under its target is never trimmed below it.
+    #[test]
+    fn idle_limits_make_room_before_paging() {
+        let h = host(1000 * MIB);
+        let roomy = VmObservation {
+            limit: 600 * MIB,
+            ..vm(800 * MIB, 200 * MIB, 0.0)
+        };
+        let pressed = VmObservation {
+            limit: 300 * MIB,
+            ..vm(800 * MIB, 300 * MIB, 1.0)
+        };
+        let obs = [roomy, pressed];
+        let p = crate::plan::plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+        let (r, q) = (p.actions[0], p.actions[1]);
+        assert!(
+            q.target > 300 * MIB && q.limit > 300 * MIB && q.limit < q.target,
+            "{q:?}"
+        );
+        assert!(
+            r.limit < 600 * MIB && r.limit >= 200 * MIB + TRIM_MARGIN,
+            "not paged: {r:?}"
+        );
+        assert!(at_most_after(&h, &obs, &p) <= h.budget);
+    }
+
+    fn arb_vm() -> impl Strategy<Value = (u64, u64, u64, u64, f64, bool)> {
+        (
+            64u64..1024,
+            0u64..1024,
+            0u64..1024,
+            1u64..4000,
+            0.0f64..=1.0,
+            any::<bool>(),
+        )
+    }
+
+    fn observation(
+        (max, resident, limit, shares, active, balloon): (u64, u64, u64, u64, f64, bool),
+    ) -> VmObservation {
+        VmObservation {
+            shares,
+            balloon: balloon.then_some(0),
+            limit: limit.min(max) * MIB,
+            ..vm(max * MIB, resident.min(max) * MIB, active)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever a tick sees, the limits it sets never let the VMs hold more than the budget
+        /// (nor more than they may hold now, on a host already past it).
+        #[test]
+        fn a_plan_never_commits_past_the_budget(
+            budget in 128u64..4096,
+            own in 0u64..64,
+            vms in proptest::collection::vec(arb_vm(), 1..8),
+            start in 0usize..4,
+        ) {
+            let h = HostParams { own: own * MIB, ..host(budget * MIB) };
+            let obs: Vec<VmObservation> = vms.into_iter().map(observation).collect();
+            let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
+            let p = crate::plan::plan(&h, state.into(), &obs, &[]);
+            let now = held_at_most(&h, &obs);
+            prop_assert!(at_most_after(&h, &obs, &p) <= now.max(h.budget));
+            for (a, v) in p.actions.iter().zip(&obs) {
+                prop_assert!(a.limit <= v.max);
+            }
+        }
+
+        /// Ticks of a host whose VMs come one after another and do their worst between ticks
+        /// (each grows to its limit or stays above a lowered one): at no instant do they, their
+        /// overheads and the host hold more than the budget; and where each VM shrinks to what
+        /// it is asked, every VM starts.
+        #[test]
+        fn the_budget_holds_at_every_tick_and_every_vm_starts(
+            budget in 256u64..2048,
+            own in 0u64..32,
+            vms in proptest::collection::vec((64u64..1024, 0.0f64..=1.0, 1u64..4000, any::<bool>()), 1..7),
+            moves in proptest::collection::vec(0u64..=1000, 64),
+            cooperative in any::<bool>(),
+        ) {
+            let h = HostParams { own: own * MIB, ..host(budget * MIB) };
+            // Each VM: its observation, and whether it runs.
+            let mut world: Vec<(VmObservation, bool)> = Vec::new();
+            let mut state = FreeState::High;
+            let mut held = None;
+            for tick in 0..60usize {
+                // One more VM every 4 ticks, all of them pending first.
+                if tick % 4 == 0 && tick / 4 < vms.len() {
+                    let (max, active, shares, balloon) = vms[tick / 4];
+                    let new = VmObservation {
+                        shares,
+                        balloon: balloon.then_some(0),
+                        ..pending(max * MIB)
+                    };
+                    world.push((VmObservation { active, ..new }, false));
+                }
+                let obs: Vec<VmObservation> = world
+                    .iter()
+                    .map(|(o, run)| if *run { *o } else { VmObservation { active: 1.0, ..*o } })
+                    .collect();
+                let now = held_at_most(&h, &obs);
+                prop_assert!(now <= h.budget, "tick {tick}: {now} held of {}", h.budget);
+                let p = crate::plan::plan(&h, Before { state, held }, &obs, &[]);
+                prop_assert!(at_most_after(&h, &obs, &p) <= h.budget);
+                state = p.state;
+                held = Some(p.held);
+                for (k, ((o, run), a)) in world.iter_mut().zip(&p.actions).enumerate() {
+                    if !*run {
+                        // Starts once its whole target is room.
+                        if a.limit >= a.target {
+                            *run = true;
+                            o.limit = a.limit;
+                        }
+                        continue;
+                    }
+                    let m = moves[(tick * 7 + k) % moves.len()];
+                    let most = o.resident.max(a.limit);
+                    let resident = if cooperative {
+                        // It holds what it is let hold, up to a part of its memory.
+                        (o.max / 1000 * m).min(a.limit)
+                    } else if o.resident > a.limit {
+                        // Its pager takes it down part of the way.
+                        a.limit + (o.resident - a.limit) / 1000 * m
+                    } else {
+                        most / 1000 * m
+                    };
+                    o.resident = resident.min(most);
+                    o.limit = a.limit;
+                    o.balloon = a.balloon;
+                }
+            }
+            if cooperative {
+                prop_assert!(world.iter().all(|(_, run)| *run), "a VM never started");
+            }
+        }
     }
 }
