@@ -204,6 +204,8 @@ impl Host {
             released_pages: self.balancer.released_pages,
             reallocations: self.balancer.reallocations,
             gap_closed_pages: self.balancer.gap_closed_pages,
+            own_bytes: self.tick.own,
+            committed_bytes: self.tick.committed,
         }
     }
 

@@ -51,6 +51,8 @@ pub struct VmEntry {
     pub overheads: VecDeque<u64>,
     /// Admitted, waiting for room in the budget before its VMM starts.
     pub waiting: bool,
+    /// What the last tick charged its VMM besides guest memory ([`VmEntry::overhead`]).
+    pub charged: u64,
     /// The limit its VMM started with (its whole memory: plain memory), until its API answers.
     pub launch_limit: u64,
 }
@@ -86,6 +88,7 @@ impl VmEntry {
             balancing: VmBalancing::default(),
             overheads: VecDeque::new(),
             waiting: false,
+            charged: 0,
             launch_limit: 0,
         }
     }
@@ -239,6 +242,7 @@ impl VmEntry {
             pooled_bytes: self.pooled(),
             oom_deflated_pages: self.oom_deflated(),
             shared_saved_bytes: self.shared_saved(),
+            overhead_bytes: if self.live() { self.charged } else { 0 },
             api_sock: self.files.sock.display().to_string(),
             log: self.files.log.display().to_string(),
         }

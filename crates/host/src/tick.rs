@@ -5,7 +5,10 @@
 //! and `GET /stats`, and hands the observations to [`Tick::decide`], which runs
 //! [`memvisor_policy::plan()`]; each VMM is then sent what changed ([`Tick::settle`] gives the
 //! orders): `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The calls to
-//! the VMMs are made by `manager::tick` without the state lock.
+//! the VMMs are made by `manager::tick` without the state lock. A VM admitted but waiting for
+//! room is planned for like the others (nothing resident, no limit); its VMM starts at the
+//! first tick whose plan gives it its whole target within the budget
+//! ([`memvisor_policy::budget::hold`]).
 //!
 //! With `[host] balancing = "hd2"` (HyperDealer2, docs/hd2.md) the balancer
 //! ([`memvisor_policy::balance`]) decides on top of the plan: the victims' VMMs are asked to
@@ -223,6 +226,9 @@ impl Tick {
             .filter(|&i| (vms[i].live() || vms[i].waiting) && !vms[i].stop_asked)
             .collect();
         let obs: Vec<VmObservation> = live.iter().map(|&i| observe(config, &vms[i])).collect();
+        for (&i, o) in live.iter().zip(&obs) {
+            vms[i].charged = o.overhead;
+        }
         let oom: Vec<bool> = live
             .iter()
             .map(|&i| vms[i].oom_deflated() > vms[i].oom_seen)

@@ -86,6 +86,8 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         released_pages: 1,
         reallocations: 1,
         gap_closed_pages: 1,
+        own_bytes: 1,
+        committed_bytes: 1,
     };
     let vm = HostVm {
         name: "a".into(),
@@ -113,6 +115,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         pooled_bytes: 1,
         oom_deflated_pages: 1,
         shared_saved_bytes: 1,
+        overhead_bytes: 1,
         api_sock: "/s".into(),
         log: "/l".into(),
     };
