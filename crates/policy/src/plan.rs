@@ -41,6 +41,10 @@
 //!   the VMs in proportion to what they are denied (`max − target`), equally when none is,
 //!   since that is what they will swap.
 //!
+//! - The limits then go through [`hold`]: what each VM may hold until the next tick (its
+//!   resident pages or its limit, whichever is more), its VMM's overhead, the pools and the
+//!   host's own memory stay within the budget at every instant.
+//!
 //! Differences from ESX: ESX pages with its own swap daemon at the target; here the "pager limit"
 //! is the VMM's resident limit, which reclaims synchronously down to it. So the hard state pages
 //! only the deficit from a VM whose balloon is inflating: set at the target, the limit reclaimed
