@@ -40,13 +40,36 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// An answer: its status, media type and body.
+/// An answer: its status, media type and body, and what to do once it is written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
+    /// Run by the serving thread once the answer is written, for
+    /// a request whose last step ends the process that answers it: `PUT /vm/snapshot` with
+    /// `stop` must not lose its answer to the VMM's exit.
+    pub then: Option<Then>,
 }
+
+/// What a [`Reply`] does once written.
+#[derive(Clone)]
+pub struct Then(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Then {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Then(..)")
+    }
+}
+
+/// Two answers are the same whatever they do next: what they do is no part of what they say.
+impl PartialEq for Then {
+    fn eq(&self, _: &Then) -> bool {
+        true
+    }
+}
+
+impl Eq for Then {}
 
 /// The media type of every answer but the metrics.
 pub const JSON: &str = "application/json";
@@ -58,6 +81,7 @@ impl From<(u16, String)> for Reply {
             status,
             content_type: JSON,
             body,
+            then: None,
         }
     }
 }
@@ -69,6 +93,7 @@ impl Reply {
             status: 200,
             content_type: crate::metrics::CONTENT_TYPE,
             body: text,
+            then: None,
         }
     }
 }
@@ -88,6 +113,9 @@ where
     };
     if let Err(e) = write_response_as(s, reply.status, reply.content_type, reply.body.as_bytes()) {
         tracing::debug!("api: cannot answer: {e}");
+    }
+    if let Some(Then(then)) = reply.then {
+        then();
     }
 }
 

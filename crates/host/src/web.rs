@@ -32,6 +32,7 @@ fn text(status: u16, content_type: &'static str, body: &str) -> Reply {
         status,
         content_type,
         body: body.to_owned(),
+        then: None,
     }
 }
 

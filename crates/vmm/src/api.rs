@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::config::DiskConfig;
 use crate::lifecycle::Lifecycle;
 use crate::report::{ExitCounters, VmReport};
-use memvisor_api::server::{error, ok, refuse, Reply};
+use memvisor_api::server::{error, ok, refuse, Reply, Then};
 use memvisor_api::{
     BalloonStats, DiskInfo, DiskStats, ExitStats, GuestErrors, GuestMemoryStats, PagerMode, VmInfo,
     VmRequest, VmState, VmStats,
@@ -115,6 +115,14 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
             false => error(400, "the VM is not paused"),
         },
         VmRequest::Snapshot(req) => match c.snapshot.take(&c.lifecycle, &req) {
+            // Ended only once the answer is written, or the client could lose it to the exit.
+            Ok(r) if r.stopped => {
+                let snapshot = c.snapshot.clone();
+                return Reply {
+                    then: Some(Then(Arc::new(move || (snapshot.stop)()))),
+                    ..ok(&r).into()
+                };
+            }
             Ok(r) => ok(&r),
             Err(e) => error(400, &e),
         },

@@ -301,8 +301,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Snapshotter {
-    /// Writes the VM to `req.dir` (module doc), then lets it run on or, with `req.stop`, ends
-    /// it. An error leaves the VM as it was (running, if it ran) and says why.
+    /// Writes the VM to `req.dir` (module doc), then lets it run on or, with `req.stop`, leaves
+    /// it paused for the caller to end once it has answered ([`Snapshotter::stop`]). An error
+    /// leaves the VM as it was (running, if it ran) and says why.
     pub fn take(&self, life: &Lifecycle, req: &SnapshotRequest) -> Result<SnapshotResult, String> {
         let dir = PathBuf::from(&req.dir);
         if dir.join(STATE_FILE).exists() {
@@ -332,9 +333,7 @@ impl Snapshotter {
                 return Err(e);
             }
         };
-        if req.stop {
-            (self.stop)();
-        } else if was_running {
+        if !req.stop && was_running {
             life.resume();
         }
         let (copied, zero, disk, released) = pages.census();
