@@ -395,7 +395,7 @@ impl FaultHandler {
         if writable_read {
             EventCounters::add(&core.counters.swapped_in_writable, u64::from(installed));
         }
-        core.counters.add_patterns(table);
+        core.counters.add_patterns(&mut table.patterns);
         Ok(())
     }
 
@@ -458,7 +458,7 @@ impl FaultHandler {
         pages.table.install_run(p, 1, keep);
         pages.prefetched[p as usize] = false;
         EventCounters::add(&core.counters.reclamation_cache_hits, 1);
-        core.counters.add_patterns(&mut pages.table);
+        core.counters.add_patterns(&mut pages.table.patterns);
         Some(Ok(()))
     }
 

@@ -83,7 +83,7 @@ impl PagedRam<'_> {
             state.table.read_from_disk(p, ib, d);
         }
         state.table.disk_read_seen(disk, &seen);
-        self.core.counters.add_patterns(&mut state.table);
+        self.core.counters.add_patterns(&mut state.table.patterns);
     }
 
     /// The run of pages from `p`, at most `max` long and inside one mapping, for which `fits`

@@ -276,7 +276,7 @@ pub(crate) fn release_clean(
             break;
         }
     }
-    core.counters.add_patterns(&mut pages.table);
+    core.counters.add_patterns(&mut pages.table.patterns);
     // 4. The last of the list, as many as the reclamation cache holds, moved into it.
     let room = pages.table.released.cache_capacity() as usize;
     if let Some(slots) = &core.release_slots {

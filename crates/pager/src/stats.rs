@@ -125,12 +125,12 @@ impl EventCounters {
     /// Counts the sequences and loops the state table's reference patterns detected, and the
     /// sequences probed, since this was last called (after each guest disk read, image refault
     /// and release).
-    pub(crate) fn add_patterns(&self, table: &mut crate::state::table::StateTable) {
-        let probed = table.patterns.take_probes();
+    pub(crate) fn add_patterns(&self, patterns: &mut crate::pattern::table::Patterns) {
+        let probed = patterns.take_probes();
         if probed > 0 {
             EventCounters::add(&self.sequences_probed, probed);
         }
-        let (sequences, loops) = table.patterns.take_detected();
+        let (sequences, loops) = patterns.take_detected();
         if sequences > 0 {
             EventCounters::add(&self.sequences_detected, sequences);
         }
