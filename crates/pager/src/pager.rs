@@ -123,8 +123,7 @@ impl Pager {
                 table.blocks = crate::blocks::BlockMap::with_saved(swap_blocks, pages);
                 crate::persist::restore_states(&mut table, &r.pages)
                     .map_err(PagerError::Restore)?;
-                let file = r.memory.try_clone().map_err(PagerError::Attach)?;
-                Some((swap_blocks, crate::store::saved::SavedMemory::new(file)))
+                Some((swap_blocks, r.memory.clone()))
             }
             None => None,
         };
@@ -371,6 +370,13 @@ impl Pager {
     /// after copying Tesseract's indirected blocks back into the disk images, so the images
     /// the snapshot refers to stand alone. The VM must be paused and its devices quiet.
     pub fn save(&self, out: &std::fs::File) -> Result<SavedPages, PagerError> {
+        self.flatten()?;
+        self.core.save(out).map_err(PagerError::Save)
+    }
+
+    /// Copies Tesseract's indirected blocks back into the disk images, so that the images a
+    /// snapshot or a migration refers to stand alone.
+    fn flatten(&self) -> Result<(), PagerError> {
         let s = &self.core;
         for image in s.stores.images() {
             if let Some(ind) = &image.indirect {
@@ -378,7 +384,21 @@ impl Pager {
                 s.free_indirections(freed);
             }
         }
-        s.save(out).map_err(PagerError::Save)
+        Ok(())
+    }
+
+    /// For a migration's source, with the VM paused and its devices quiet: the disk images
+    /// made to stand alone (as for [`Pager::save`]), then what each page is, no content read
+    /// (`persist.rs`).
+    pub fn migration_pages(&self) -> Result<SavedPages, PagerError> {
+        self.flatten()?;
+        Ok(self.core.migration_pages())
+    }
+
+    /// Reads guest pages from `first` on into `buf` from where each is, bringing none in
+    /// (`persist.rs`): what a migration's source sends.
+    pub fn read_in_place(&self, first: u32, buf: &mut [u8]) -> std::io::Result<()> {
+        self.core.read_in_place(first, buf)
     }
 
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,

@@ -234,3 +234,91 @@ pub(crate) fn restore_states(
     }
     Ok(())
 }
+
+impl PagerCore {
+    /// What each guest page is, for a migration's state (`SavedPages`, as a snapshot records
+    /// it) without reading any content: a page with content is `Copied` (the destination asks
+    /// for it, or is sent it), the rest as [`PagerCore::save`] records them. The VM must be
+    /// paused and its devices quiet.
+    pub(crate) fn migration_pages(&self) -> SavedPages {
+        let pages = self.lock();
+        let table = &pages.table;
+        let mut saved = SavedPages::default();
+        let mut in_ram = Vec::new();
+        for p in 0..table.len() {
+            let state = table.state(p);
+            let plain =
+                !pages.attached && !matches!(state, PageState::Ballooned | PageState::Reported);
+            let kind = match state {
+                _ if plain => SavedKind::Copied,
+                PageState::Zero => SavedKind::Zero,
+                PageState::Ballooned => SavedKind::Ballooned,
+                PageState::Reported => SavedKind::Reported,
+                PageState::OnDisk(ImageBlock { disk, block }) => SavedKind::Disk { disk, block },
+                PageState::Mirrored(ib) => {
+                    let same = table
+                        .mirror_digest(p)
+                        .is_none_or(|want| self.digest.page(self.resident(p)) == want);
+                    match same {
+                        true => SavedKind::Disk {
+                            disk: ib.disk,
+                            block: ib.block,
+                        },
+                        false => SavedKind::Copied,
+                    }
+                }
+                _ => SavedKind::Copied,
+            };
+            if pages.attached && crate::state::page_state::is_resident(state) {
+                in_ram.push(p);
+            }
+            saved.push(p, kind);
+        }
+        saved.pages = table.len();
+        saved.prefetch = self.map.region_runs(&in_ram);
+        saved
+    }
+
+    /// Reads guest pages `first..` into `buf` (whole pages) from where each is, under one hold
+    /// of the page lock and without bringing any in, as [`PagerCore::save`] does: RAM, the
+    /// pool or swap file, the sample store, a disk image; a page with no content reads as
+    /// zeros. For a migration's source, with the VM paused.
+    pub(crate) fn read_in_place(&self, first: PageIdx, buf: &mut [u8]) -> std::io::Result<()> {
+        let pages = self.lock();
+        let table = &pages.table;
+        let n = u32::try_from(buf.len() / PAGE_SIZE).unwrap_or(u32::MAX);
+        if first.checked_add(n).is_none_or(|end| end > table.len()) {
+            return Err(std::io::Error::other(format!(
+                "pages {first}..+{n} are outside guest RAM"
+            )));
+        }
+        let mut io = IoBuf::new(PAGE_SIZE);
+        for (p, page) in (first..).zip(buf.chunks_exact_mut(PAGE_SIZE)) {
+            let state = table.state(p);
+            let from: Option<(&dyn PageStore, u32)> = match state {
+                _ if !pages.attached => None,
+                PageState::Swapped(b) => Some((&self.stores.swap, b)),
+                PageState::Sampled(slot) => Some((&self.stores.sample, slot)),
+                PageState::OnDisk(ib) => Some((
+                    self.stores.get(crate::page::StoreId::Image(ib.disk))?,
+                    ib.block,
+                )),
+                PageState::Zero | PageState::Ballooned | PageState::Reported => {
+                    page.fill(0);
+                    continue;
+                }
+                PageState::Resident { .. } | PageState::Mirrored(_) => None,
+            };
+            match from {
+                Some((source, index)) => {
+                    // Stores may read with `O_DIRECT`: through an aligned buffer.
+                    let b = io.get(PAGE_SIZE);
+                    store::read(source, index, b)?;
+                    page.copy_from_slice(b);
+                }
+                None => page.copy_from_slice(self.resident(p)),
+            }
+        }
+        Ok(())
+    }
+}

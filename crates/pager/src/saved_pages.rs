@@ -1,18 +1,29 @@
 //! What a snapshot holds of guest memory ([`SavedPages`]: each page's kind, as runs) and what
-//! a restored pager starts from ([`RestoreFrom`]). Pure data, with serde; imports only `page.rs`.
+//! a restored pager starts from ([`RestoreFrom`]). Pure data, with serde; imports only `page.rs`
+//! and the `PageStore` trait.
 
-use std::fs::File;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::page::PageIdx;
 
-/// A snapshot a pager starts from: its memory file and what each guest page was.
-#[derive(Clone, Debug)]
+/// A snapshot a pager starts from: where its copied pages are read (the snapshot's memory file,
+/// or a migration's source) and what each guest page was.
+#[derive(Clone)]
 pub struct RestoreFrom {
-    pub memory: Arc<File>,
+    /// Page `p` of the guest is page `p` of this store.
+    pub memory: Arc<dyn crate::store::PageStore>,
     pub pages: Arc<SavedPages>,
+}
+
+impl std::fmt::Debug for RestoreFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestoreFrom")
+            .field("memory", &self.memory.describe())
+            .field("pages", &self.pages)
+            .finish()
+    }
 }
 
 /// What a snapshot holds of a run of guest pages.

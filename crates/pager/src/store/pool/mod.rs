@@ -400,7 +400,7 @@ impl Pool {
 pub struct SwapStore {
     pub file: SwapFile,
     pub pool: Option<Pool>,
-    pub saved: Option<(Block, super::saved::SavedMemory)>,
+    pub saved: Option<(Block, std::sync::Arc<dyn PageStore>)>,
 }
 
 impl SwapStore {
@@ -448,7 +448,7 @@ impl PageStore for SwapStore {
         let below = (base.saturating_sub(first) as usize * PAGE_SIZE).min(buf.len());
         let (swap, restored) = buf.split_at_mut(below);
         if !restored.is_empty() {
-            crate::store::read(saved, first.max(*base) - base, restored)?;
+            crate::store::read(saved.as_ref(), first.max(*base) - base, restored)?;
         }
         if swap.is_empty() {
             return Ok(());
