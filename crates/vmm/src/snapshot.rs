@@ -30,6 +30,8 @@ use memvisor_api::{SnapshotRequest, SnapshotResult};
 use memvisor_devices::serial::{Serial, SerialSnapshot};
 use memvisor_devices::virtio::mmio::{MmioTransport, TransportSnapshot};
 use memvisor_devices::GuestMem;
+use memvisor_pager::store::saved::SavedMemory;
+use memvisor_pager::store::PageStore;
 use memvisor_pager::{SavedKind, SavedPages};
 use serde::{Deserialize, Serialize};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
@@ -113,12 +115,23 @@ pub enum SnapshotError {
     Mismatch(String),
 }
 
-/// A snapshot read from its directory and checked: its state, and its memory file open.
-#[derive(Debug)]
+/// A snapshot read from its directory and checked (or received by a migration's destination,
+/// `migrate/incoming.rs`): its state, and where its copied pages are read.
 pub struct Snapshot {
+    /// The directory, or the address a migration came in on.
     pub dir: PathBuf,
     pub state: VmSnapshot,
-    pub memory: Arc<File>,
+    /// Guest page `p` is page `p` of this store: the memory file, or the migration's source.
+    pub memory: Arc<dyn PageStore>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("dir", &self.dir)
+            .field("memory", &self.memory.describe())
+            .finish_non_exhaustive()
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
@@ -176,14 +189,7 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
     if (body.len() as u64) > len || crc32fast::hash(body) != crc {
         return Err(corrupt("its checksum does not match".into()));
     }
-    let state: VmSnapshot =
-        serde_json::from_slice(body).map_err(|e| corrupt(format!("its state: {e}")))?;
-    state.pages.check().map_err(corrupt)?;
-    if u64::from(state.pages.pages) * 4096 != state.mem_size
-        || state.cpus.len() != usize::from(state.vcpus)
-    {
-        return Err(corrupt("its sizes disagree".into()));
-    }
+    let state = parse_state(body).map_err(corrupt)?;
     let mpath = dir.join(MEMORY_FILE);
     let memory = File::open(&mpath).map_err(io(&mpath))?;
     let have = memory.metadata().map_err(io(&mpath))?.len();
@@ -196,8 +202,20 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
     Ok(Snapshot {
         dir: dir.to_owned(),
         state,
-        memory: Arc::new(memory),
+        memory: Arc::new(SavedMemory::new(memory)),
     })
+}
+
+/// Reads a state (`vm.state`'s JSON, or a migration's) and checks that its parts agree.
+pub(crate) fn parse_state(body: &[u8]) -> Result<VmSnapshot, String> {
+    let state: VmSnapshot = serde_json::from_slice(body).map_err(|e| format!("its state: {e}"))?;
+    state.pages.check()?;
+    if u64::from(state.pages.pages) * 4096 != state.mem_size
+        || state.cpus.len() != usize::from(state.vcpus)
+    {
+        return Err("its sizes disagree".into());
+    }
+    Ok(state)
 }
 
 impl Snapshot {
@@ -250,7 +268,7 @@ impl Snapshot {
             for i in 0..r.count {
                 let p = r.first + i;
                 let read = match r.kind {
-                    SavedKind::Copied => self.memory.read_exact_at(&mut page, u64::from(p) * 4096),
+                    SavedKind::Copied => self.memory.read(p, &mut page),
                     SavedKind::Disk { disk, block } => images
                         .get(usize::from(disk))
                         .ok_or_else(|| std::io::Error::other("no such disk"))
@@ -311,15 +329,7 @@ impl Snapshotter {
         }
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        match life.state() {
-            crate::lifecycle::VmState::Created => return Err("the VM has not started".into()),
-            crate::lifecycle::VmState::Paused { why, .. }
-                if why != crate::control::PauseReason::Requested =>
-            {
-                return Err(format!("the VM is paused because {why}: resume it first"))
-            }
-            _ => {}
-        }
+        check_pausable(life)?;
         let t0 = Instant::now();
         let was_running = life.pause();
         let r = self.write(life, &dir);
@@ -354,19 +364,35 @@ impl Snapshotter {
 
     /// Saves everything into `dir` with the vCPUs paused (module doc).
     fn write(&self, life: &Lifecycle, dir: &Path) -> Result<SavedPages, String> {
+        let mpath = dir.join(MEMORY_FILE);
+        let (held, state) = self.capture(life, || {
+            let memory = File::create(&mpath).map_err(|e| format!("{}: {e}", mpath.display()))?;
+            match &life.pager {
+                Some(p) => p.save(&memory).map_err(|e| error_line(&e)),
+                None => save_plain(&self.mem, &memory)
+                    .map_err(|e| format!("writing {}: {e}", mpath.display())),
+            }
+        })?;
+        write_state(dir, &state)
+            .map_err(|e| format!("writing {}: {e}", dir.join(STATE_FILE).display()))?;
+        drop(held);
+        Ok(state.pages)
+    }
+
+    /// The VM's state with the vCPUs paused (module doc), guest memory as `pages` gives it;
+    /// the transports' locks come back held, so that no device moves until they are dropped.
+    pub(crate) fn capture(
+        &self,
+        life: &Lifecycle,
+        pages: impl FnOnce() -> Result<SavedPages, String>,
+    ) -> Result<(Vec<std::sync::MutexGuard<'_, MmioTransport>>, VmSnapshot), String> {
         let cpus = life.vcpus.save_all(std::time::Duration::from_secs(10))?;
         // Held to the end: no device moves while the rest is saved.
         let mut held: Vec<_> = self.transports.iter().map(|t| lock(t)).collect();
         let transports = held.iter_mut().map(|t| t.save()).collect();
         let serial = lock(&self.serial).save();
         let vm = crate::cpu_state::save_vm(&self.vm)?;
-        let mpath = dir.join(MEMORY_FILE);
-        let memory = File::create(&mpath).map_err(|e| format!("{}: {e}", mpath.display()))?;
-        let pages = match &life.pager {
-            Some(p) => p.save(&memory).map_err(|e| error_line(&e))?,
-            None => save_plain(&self.mem, &memory)
-                .map_err(|e| format!("writing {}: {e}", mpath.display()))?,
-        };
+        let pages = pages()?;
         let disks = self
             .disks
             .iter()
@@ -383,14 +409,25 @@ impl Snapshotter {
             transports,
             pages,
         };
-        write_state(dir, &state)
-            .map_err(|e| format!("writing {}: {e}", dir.join(STATE_FILE).display()))?;
-        drop(held);
-        Ok(state.pages)
+        Ok((held, state))
     }
 }
 
-fn error_line(e: &dyn std::error::Error) -> String {
+/// Refuses to pause a VM that has not started, or that is paused for a failure (a snapshot or
+/// a migration of it would carry the failure along).
+pub(crate) fn check_pausable(life: &Lifecycle) -> Result<(), String> {
+    match life.state() {
+        crate::lifecycle::VmState::Created => Err("the VM has not started".into()),
+        crate::lifecycle::VmState::Paused { why, .. }
+            if why != crate::control::PauseReason::Requested =>
+        {
+            Err(format!("the VM is paused because {why}: resume it first"))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn error_line(e: &dyn std::error::Error) -> String {
     let mut line = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {
@@ -425,6 +462,18 @@ fn save_plain(mem: &GuestMem, out: &File) -> std::io::Result<SavedPages> {
 /// Writes `vm.state` (module doc) through a temporary file renamed into place, so a directory
 /// holds a whole state file or none.
 fn write_state(dir: &Path, state: &VmSnapshot) -> std::io::Result<()> {
+    let bytes = encode_state(state)?;
+    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+    File::open(dir)?.sync_all()
+}
+
+/// `vm.state`'s bytes (module doc): the header, then the state as JSON. A migration sends the
+/// same bytes.
+pub(crate) fn encode_state(state: &VmSnapshot) -> std::io::Result<Vec<u8>> {
     let body = serde_json::to_vec(state).map_err(std::io::Error::other)?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(MAGIC);
@@ -432,10 +481,26 @@ fn write_state(dir: &Path, state: &VmSnapshot) -> std::io::Result<()> {
     bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&body);
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
-    File::open(dir)?.sync_all()
+    Ok(bytes)
+}
+
+/// Reads bytes [`encode_state`] made: the magic, the version, the length and the checksum,
+/// then the state, checked ([`parse_state`]).
+pub(crate) fn decode_state(bytes: &[u8]) -> Result<VmSnapshot, String> {
+    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+        return Err("not a memvisor VM state".into());
+    }
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+    if word(8) != VERSION {
+        return Err(format!(
+            "state format version {}; this memvisor reads version {VERSION}",
+            word(8)
+        ));
+    }
+    let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
+    let body = &bytes[HEADER..];
+    if body.len() as u64 != len || crc32fast::hash(body) != word(12) {
+        return Err("the state's length or checksum does not match".into());
+    }
+    parse_state(body)
 }
