@@ -87,6 +87,39 @@ pub struct SnapshotResult {
     pub stopped: bool,
 }
 
+/// `PUT /vm/migrate`: move the VM to the destination listening on `to` (`memvisor run
+/// --incoming ADDR --migration-token T`), post-copy (docs/migration.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateRequest {
+    /// The destination's TCP address, `host:port`.
+    pub to: String,
+    /// The one-time token the destination was started with.
+    pub token: String,
+}
+
+/// The answer to `PUT /vm/migrate`, once the destination has acknowledged every page (this
+/// VM then ends).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateResult {
+    /// The destination's address.
+    pub to: String,
+    /// Guest pages with content, each sent once at least.
+    pub copied_pages: u64,
+    /// Of those, sent because a fault on the destination asked for them.
+    pub requested_pages: u64,
+    /// Pages sent more than once (asked for while already on the way).
+    pub resent_pages: u64,
+    /// All-zero, never-touched, released and disk-block pages: recorded, not sent.
+    pub recorded_pages: u64,
+    /// Bytes written to the connection in all.
+    pub sent_bytes: u64,
+    /// From the pause here to the destination's go-ahead (the vCPUs stopped), in milliseconds.
+    pub downtime_ms: u64,
+    /// From the pause here to the last page acknowledged, in milliseconds.
+    pub total_ms: u64,
+}
+
 /// An error answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 
 use crate::body::{
-    BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult,
-    SnapshotRequest, SnapshotResult,
+    BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate,
+    ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult,
 };
 use crate::host::{HostEvent, HostInfo, HostSample, HostUpdate, HostVm, PolicyUpdate};
 use crate::http::{connect, exchange_on, HttpError, Response, CALL_TIMEOUT};
@@ -318,6 +318,15 @@ impl VmClient {
         self.call(&VmRequest::Snapshot(SnapshotRequest {
             dir: dir.to_owned(),
             stop,
+        }))
+    }
+
+    /// `PUT /vm/migrate`: moves the VM to the destination at `to`; answers once the destination
+    /// has every page (this VM then ends).
+    pub fn migrate(&self, to: &str, token: &str) -> Result<MigrateResult, ClientError> {
+        self.call(&VmRequest::Migrate(MigrateRequest {
+            to: to.to_owned(),
+            token: token.to_owned(),
         }))
     }
 }

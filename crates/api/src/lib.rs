@@ -32,8 +32,8 @@ mod stats;
 mod vm;
 
 pub use body::{
-    BalloonUpdate, ErrorBody, MemoryUpdate, PoolUpdate, ReleaseRequest, ReleaseResult,
-    SnapshotRequest, SnapshotResult,
+    BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate,
+    ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult,
 };
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;

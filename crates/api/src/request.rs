@@ -9,7 +9,9 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::body::{BalloonUpdate, MemoryUpdate, PoolUpdate, ReleaseRequest, SnapshotRequest};
+use crate::body::{
+    BalloonUpdate, MemoryUpdate, MigrateRequest, PoolUpdate, ReleaseRequest, SnapshotRequest,
+};
 use crate::host::{HostUpdate, PolicyUpdate};
 use crate::spec::VmSpec;
 
@@ -66,6 +68,8 @@ pub enum VmRequest {
     Resume,
     /// `PUT /vm/snapshot`: write the VM to a directory ([`SnapshotResult`](crate::SnapshotResult)).
     Snapshot(SnapshotRequest),
+    /// `PUT /vm/migrate`: move the VM to another memvisor ([`MigrateResult`](crate::MigrateResult)).
+    Migrate(MigrateRequest),
 }
 
 impl VmRequest {
@@ -82,11 +86,12 @@ impl VmRequest {
             ("PUT", "/vm/pause") => VmRequest::Pause,
             ("PUT", "/vm/resume") => VmRequest::Resume,
             ("PUT", "/vm/snapshot") => VmRequest::Snapshot(parse_body(body)?),
+            ("PUT", "/vm/migrate") => VmRequest::Migrate(parse_body(body)?),
             (_, "/vm" | "/stats" | "/metrics") => return Err(RequestError::new(405, "use GET")),
             (
                 _,
                 "/memory" | "/memory/release" | "/pool" | "/balloon" | "/vm/pause" | "/vm/resume"
-                | "/vm/snapshot",
+                | "/vm/snapshot" | "/vm/migrate",
             ) => return Err(RequestError::new(405, "use PUT")),
             _ => return Err(RequestError::new(404, format!("no such path {path}"))),
         })
@@ -113,6 +118,7 @@ impl VmRequest {
             VmRequest::Pause => "/vm/pause",
             VmRequest::Resume => "/vm/resume",
             VmRequest::Snapshot(_) => "/vm/snapshot",
+            VmRequest::Migrate(_) => "/vm/migrate",
         }
         .to_owned()
     }
@@ -125,6 +131,7 @@ impl VmRequest {
             VmRequest::SetPool(u) => json(u),
             VmRequest::SetBalloon(u) => json(u),
             VmRequest::Snapshot(u) => json(u),
+            VmRequest::Migrate(u) => json(u),
             _ => None,
         }
     }
@@ -325,6 +332,10 @@ mod tests {
             VmRequest::Snapshot(SnapshotRequest {
                 dir: "/tmp/snap".into(),
                 stop: true,
+            }),
+            VmRequest::Migrate(MigrateRequest {
+                to: "127.0.0.1:4444".into(),
+                token: "t".into(),
             }),
         ] {
             let body = r.body().unwrap_or_default();

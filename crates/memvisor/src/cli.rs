@@ -26,7 +26,7 @@ pub enum Command {
     ///
     /// Exit status: the guest's debug-exit status `(value << 1) | 1` (as QEMU's isa-debug-exit),
     /// 0 when the guest shuts down, 2 for bad input, 4 when the guest crashes, 5 when memvisor fails.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Build a data disk (files with deterministic content) or a swap disk for the guest kit.
     ///
     /// Exit status: 0 on success, 2 for bad input.
@@ -345,6 +345,15 @@ pub struct RunArgs {
     /// brought in as the guest touches it; give the same --disk flags, unchanged images.
     #[arg(long)]
     pub restore: Option<PathBuf>,
+    /// Take a VM migrating in (`memvisor ctl migrate`) on this TCP address, host:port (port 0:
+    /// any, printed): the VM runs here as soon as its state has arrived, its memory following
+    /// from the source; give the source's --mem, --disk and --mapper flags.
+    #[arg(long, value_name = "ADDR")]
+    pub incoming: Option<String>,
+    /// The one-time token a migration coming in (`--incoming`) must present; any other
+    /// connection is refused and nothing is read from it.
+    #[arg(long, value_name = "T")]
+    pub migration_token: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -72,6 +72,17 @@ pub enum CtlRequest {
         #[arg(long)]
         stop: bool,
     },
+    /// Move the VM to the memvisor started with `run --incoming ADDR --migration-token T`,
+    /// post-copy (PUT /vm/migrate): the VM runs there at once, its pages follow; answers once
+    /// every page is there, and the VM ends here.
+    Migrate {
+        /// The destination's TCP address, host:port.
+        #[arg(long, value_name = "ADDR")]
+        to: Option<String>,
+        /// The token the destination was started with.
+        #[arg(long, value_name = "T")]
+        token: Option<String>,
+    },
     /// Host: the budget, free memory and its state, reservations (GET /host).
     Host,
     /// Host: every VM with its policy, target, allocation and state (GET /vms).
@@ -138,6 +149,17 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             // The VMM may run elsewhere in the file system tree: it gets an absolute path.
             let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             show(vm("snapshot")?.snapshot(&dir.to_string_lossy(), stop))
+        }
+        CtlRequest::Migrate { to, token } => {
+            let to = to.ok_or("migrate needs --to ADDR, the destination's host:port")?;
+            let token = token
+                .ok_or("migrate needs --token T, the token the destination was started with")?;
+            if std::net::ToSocketAddrs::to_socket_addrs(to.as_str()).is_err() {
+                return Err(format!("--to '{to}' is not a TCP address: give host:port"));
+            }
+            // Answered once every page is on the destination: no limit but the connection's.
+            let client = vm("migrate")?.with_timeout(std::time::Duration::from_secs(24 * 3600));
+            show(client.migrate(&to, &token))
         }
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
         CtlRequest::Release { pages, cold_only } => {

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         }
     }
     match args.command {
-        cli::Command::Run(args) => run::run(args),
+        cli::Command::Run(args) => run::run(*args),
         cli::Command::Mkdisk(args) => disks::run(args),
         cli::Command::Disk(args) => disks::disk(args),
         cli::Command::Host(args) => cli::host(args),

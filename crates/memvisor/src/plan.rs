@@ -3,6 +3,7 @@
 //! from a plan: memvisor's VMM (`run.rs`) and QEMU (`qemu.rs`).
 
 use memvisor_vmm::affinity::CpuSet;
+use memvisor_vmm::migrate::incoming::{self, Incoming};
 use memvisor_vmm::DiskConfig;
 
 use crate::bad_input::BadInput;
@@ -16,8 +17,78 @@ pub struct RunPlan {
     pub disks: Vec<DiskConfig>,
     /// The whole guest command line.
     pub cmdline: String,
-    /// `--restore DIR`: the snapshot, read and checked against the other flags.
+    /// `--restore DIR`: the snapshot, read and checked against the other flags; with
+    /// `--incoming`, the migrated VM's state, its memory on the source.
     pub restore: Option<std::sync::Arc<memvisor_vmm::snapshot::Snapshot>>,
+    /// `--incoming ADDR`: the migration's connection, switched once the VM is built.
+    pub incoming: Option<std::sync::Arc<Incoming>>,
+}
+
+/// Checks `--incoming ADDR --migration-token T` and listens on ADDR; nothing is waited for yet.
+fn listen(args: &RunArgs) -> Result<Option<(std::net::TcpListener, String)>, BadInput> {
+    let bad = |m: &str| Err(BadInput(m.into()));
+    let (addr, token) = match (&args.incoming, &args.migration_token) {
+        (None, None) => return Ok(None),
+        (None, Some(_)) => return bad("--migration-token goes with --incoming ADDR"),
+        (Some(_), None) => {
+            return bad(
+                "--incoming needs --migration-token T, the one-time token the source presents",
+            )
+        }
+        (Some(a), Some(t)) => (a, t),
+    };
+    if token.is_empty() {
+        return bad("--migration-token must not be empty");
+    }
+    if args.restore.is_some() {
+        return bad("--incoming and --restore both give the VM's state: give one");
+    }
+    if args.hypervisor == Hypervisor::Qemu || args.pager == PagerMode::Off {
+        return bad("--incoming needs memvisor's pager (not --pager off or --hypervisor qemu)");
+    }
+    let listener = incoming::listen(addr).map_err(BadInput)?;
+    Ok(Some((listener, token.clone())))
+}
+
+/// Waits on `listener` for the source with `token`, then makes the flags fit the VM as
+/// `--restore` does.
+fn accept(
+    args: &mut RunArgs,
+    listener: &std::net::TcpListener,
+    token: &str,
+) -> Result<(memvisor_vmm::snapshot::Snapshot, Incoming), BadInput> {
+    let at = listener
+        .local_addr()
+        .map_or_else(|_| "?".into(), |a| a.to_string());
+    eprintln!("memvisor: waiting for a migration on {at}");
+    let swap_dir = args
+        .swap
+        .as_ref()
+        .and_then(|s| s.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
+    let (snap, inc) = incoming::accept(listener, token, &swap_dir).map_err(BadInput)?;
+    fit(args, &snap, &format!("the VM migrating in on {at}"))?;
+    Ok((snap, inc))
+}
+
+/// Gives the VM the snapshot's size (at most `--mem`), vCPUs and balloon.
+fn fit(
+    args: &mut RunArgs,
+    snap: &memvisor_vmm::snapshot::Snapshot,
+    what: &str,
+) -> Result<(), BadInput> {
+    let size = snap.state.mem_size;
+    if size > args.mem {
+        return Err(BadInput(format!(
+            "{what} is a VM of {size} bytes, more than --mem {}",
+            args.mem
+        )));
+    }
+    args.mem = size;
+    args.vcpus = snap.state.vcpus;
+    args.balloon = snap.state.balloon;
+    Ok(())
 }
 
 /// Reads `--restore DIR` and makes the flags fit it: the VM gets the snapshot's size (at most
@@ -32,24 +103,16 @@ fn restore(args: &mut RunArgs) -> Result<Option<memvisor_vmm::snapshot::Snapshot
         ));
     }
     let snap = memvisor_vmm::snapshot::load(dir).map_err(|e| BadInput(e.to_string()))?;
-    let size = snap.state.mem_size;
-    if size > args.mem {
-        return Err(BadInput(format!(
-            "the snapshot in {} holds a VM of {size} bytes, more than --mem {}",
-            dir.display(),
-            args.mem
-        )));
-    }
-    args.mem = size;
-    args.vcpus = snap.state.vcpus;
-    args.balloon = snap.state.balloon;
+    let what = format!("the snapshot in {}", dir.display());
+    fit(args, &snap, &what)?;
     Ok(Some(snap))
 }
 
 /// Checks `memvisor run`'s flags against each other and this host, and reads the kernel.
 pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
-    let snapshot = restore(&mut args)?;
+    let mut snapshot = restore(&mut args)?;
+    let listening = listen(&args)?;
     if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
         let all = match CpuSet::available() {
             Ok(all) => all,
@@ -239,6 +302,15 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
             _ => {}
         }
     }
+    // Every flag is checked: now the source may come.
+    let incoming = match &listening {
+        Some((listener, token)) => {
+            let (snap, inc) = accept(&mut args, listener, token)?;
+            snapshot = Some(snap);
+            Some(std::sync::Arc::new(inc))
+        }
+        None => None,
+    };
     if let Some(snap) = &snapshot {
         let specs: Vec<_> = disks
             .iter()
@@ -253,5 +325,6 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
         disks,
         cmdline,
         restore: snapshot.map(std::sync::Arc::new),
+        incoming,
     })
 }

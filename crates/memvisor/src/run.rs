@@ -131,6 +131,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         serving_nice: plan.args.serving_nice,
         restore: plan.restore.clone(),
         seccomp: plan.args.seccomp.into(),
+        incoming: plan.incoming.clone(),
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {

@@ -48,6 +48,7 @@ fn call_checked(
         (200, Ok(VmRequest::Stats)) => drop(typed::<VmStats>(&v, &at)),
         (200, Ok(VmRequest::Release(_))) => drop(typed::<memvisor_api::ReleaseResult>(&v, &at)),
         (200, Ok(VmRequest::Snapshot(_))) => drop(typed::<memvisor_api::SnapshotResult>(&v, &at)),
+        (200, Ok(VmRequest::Migrate(_))) => drop(typed::<memvisor_api::MigrateResult>(&v, &at)),
         (200, _) => drop(typed::<VmInfo>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
@@ -159,6 +160,18 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             serde_json::to_value(memvisor_api::SnapshotResult::default()).unwrap(),
         ),
         (
+            "MigrateRequest",
+            serde_json::to_value(memvisor_api::MigrateRequest {
+                to: "127.0.0.1:1".into(),
+                token: "t".into(),
+            })
+            .unwrap(),
+        ),
+        (
+            "MigrateResult",
+            serde_json::to_value(memvisor_api::MigrateResult::default()).unwrap(),
+        ),
+        (
             "ErrorBody",
             serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
         ),
@@ -178,7 +191,7 @@ fn server_matches_the_published_schema() {
 
     // Every documented operation answers as documented.
     let paths = spec["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 10);
+    assert_eq!(paths.len(), 11);
     let snap = dir.path().join("snap");
     let body = format!(r#"{{"dir": "{}"}}"#, snap.display());
     let (_, r) = call("PUT", "/vm/snapshot", Some(&body));
@@ -267,6 +280,9 @@ fn server_matches_the_published_schema() {
         ("/memory/release", r#"{"pages": 16385}"#),
         ("/memory/release", r#"{"pages": -1}"#),
         ("/memory/release", r#"{}"#),
+        ("/vm/migrate", r#"{"to": "127.0.0.1:1"}"#),
+        // Nothing listens there: the VM runs on.
+        ("/vm/migrate", r#"{"to": "127.0.0.1:1", "token": "t"}"#),
     ] {
         let (status, v) = call("PUT", path, Some(body));
         assert_eq!(status, 400, "PUT {path} {body}");

@@ -50,4 +50,7 @@ pub struct VmConfig {
     /// What a thread's seccomp filter does with a call outside it (`--seccomp`,
     /// docs/security.md); every thread installs its own as it starts.
     pub seccomp: memvisor_seccomp::Mode,
+    /// A migration coming in (`restore` is its state, its memory the source): the VM is built,
+    /// then the source lets it go ([`Incoming::switch`](crate::migrate::incoming::Incoming::switch)).
+    pub incoming: Option<std::sync::Arc<crate::migrate::incoming::Incoming>>,
 }

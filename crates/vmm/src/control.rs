@@ -33,6 +33,9 @@ pub enum PauseReason {
     /// `werror=enospc`).
     #[error("{0}")]
     DiskFull(String),
+    /// A migration's connection broke with pages still on the source (`migrate/incoming.rs`).
+    #[error("{0}")]
+    Migration(String),
 }
 
 #[derive(Debug, Default)]

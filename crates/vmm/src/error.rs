@@ -52,6 +52,8 @@ pub enum VmmError {
     GuestCrash { vcpu: u8, reason: String, rip: u64 },
     #[error("cannot restore the snapshot: {0}")]
     Restore(String),
+    #[error("the migration did not complete: {0}")]
+    Migration(String),
     #[error("flushing disk {id} at exit failed")]
     DiskSync {
         id: String,

@@ -37,6 +37,7 @@ mod error;
 mod ioevents;
 mod lifecycle;
 mod memory;
+pub mod migrate;
 mod report;
 mod sharing;
 pub mod signals;
@@ -162,6 +163,14 @@ pub fn recover_indirections(
 /// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
 pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mut vm = Vm::build(config)?;
+    if let Some(incoming) = &config.incoming {
+        let vcpus = vm.lifecycle.vcpus.clone();
+        incoming
+            .switch(move |why| {
+                vcpus.pause_for(control::PauseReason::Migration(why));
+            })
+            .map_err(VmmError::Migration)?;
+    }
     vm.start()?;
     vm.wait()
 }

@@ -39,6 +39,7 @@ fn config(code: &[u8]) -> VmConfig {
         serving_nice: 0,
         restore: None,
         seccomp: memvisor_seccomp::Mode::On,
+        incoming: None,
     }
 }
 

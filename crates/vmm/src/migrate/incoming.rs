@@ -1,0 +1,339 @@
+//! A migration's destination (`memvisor run --incoming ADDR --migration-token T`): listens,
+//! takes the one connection whose greeting carries the token, receives the VM's state, and,
+//! once the VM is built from it, tells the source, waits for the go-ahead and lets the vCPUs
+//! run. Guest memory is then a page store ([`RemotePages`]): a fault on a page that has not
+//! arrived asks the source for it and waits; pages the source pushes are written to a local
+//! file by the `migrate-rx` thread, which acknowledges them.
+//!
+//! A connection with a wrong token (or that is not a migration at all) is refused, nothing is
+//! read from it beyond the greeting, and the destination keeps waiting for the right one.
+//! If the connection breaks after the switch with pages still missing, the VM is paused and
+//! a fault on a missing page fails (the pager pauses the VM again): no page is invented.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use memvisor_pager::store::{PageStore, StoreCounters};
+use memvisor_pager::SavedKind;
+
+use super::wire::{self, Msg};
+use crate::snapshot::{self, Snapshot};
+
+/// How long a connecting peer may take to greet, and the source to send the state.
+const GREETING: Duration = Duration::from_secs(10);
+const STATE: Duration = Duration::from_secs(120);
+const PAGE: usize = 4096;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Binds `addr` (`host:port`; port 0 picks one): a bad address or a port in use is the
+/// caller's bad input.
+pub fn listen(addr: &str) -> Result<TcpListener, String> {
+    let at = addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("--incoming '{addr}' is not a TCP address: give host:port"))?;
+    TcpListener::bind(at).map_err(|e| format!("--incoming {addr}: cannot listen there: {e}"))
+}
+
+/// A migration taken in, before the switch: the connection to its source.
+pub struct Incoming {
+    peer: String,
+    stream: TcpStream,
+    remote: Arc<RemotePages>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+/// Waits on `listener` for the source with `token`, and receives the VM's state; the local
+/// file for pushed pages is made (and unlinked at once) in `dir`. Connections that fail
+/// before the state is whole are refused or dropped, and waiting goes on.
+pub fn accept(
+    listener: &TcpListener,
+    token: &str,
+    dir: &Path,
+) -> Result<(Snapshot, Incoming), String> {
+    loop {
+        let (stream, peer) = listener
+            .accept()
+            .map_err(|e| format!("waiting for a migration failed: {e}"))?;
+        match take(stream, &peer.to_string(), token, dir) {
+            Ok(taken) => return Ok(taken),
+            Err(why) => eprintln!("memvisor: migration from {peer} refused: {why}; still waiting"),
+        }
+    }
+}
+
+fn take(
+    stream: TcpStream,
+    peer: &str,
+    token: &str,
+    dir: &Path,
+) -> Result<(Snapshot, Incoming), String> {
+    let io = |e: std::io::Error| e.to_string();
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_read_timeout(Some(GREETING)).map_err(io)?;
+    let mut r = &stream;
+    let mut w = &stream;
+    let refuse = |mut w: &TcpStream, why: &str| {
+        let _ = wire::send(&mut w, &Msg::Refused);
+        Err(why.to_owned())
+    };
+    match wire::recv(&mut r) {
+        Ok(Msg::Hello { version, token: t }) => {
+            if !wire::same_token(&t, token.as_bytes()) {
+                return refuse(w, "wrong token");
+            }
+            if version != wire::VERSION {
+                return refuse(
+                    w,
+                    &format!("protocol version {version}, not {}", wire::VERSION),
+                );
+            }
+        }
+        Ok(_) => return refuse(w, "not a migration"),
+        Err(e) => return Err(format!("not a migration ({e})")),
+    }
+    wire::send(&mut w, &Msg::Accepted).map_err(io)?;
+    stream.set_read_timeout(Some(STATE)).map_err(io)?;
+    let bytes = match wire::recv(&mut r).map_err(io)? {
+        Msg::State(b) => b,
+        m => return Err(format!("expected the state, got {m:?}")),
+    };
+    let state = snapshot::decode_state(&bytes).map_err(|e| format!("its state: {e}"))?;
+    let local = local_file(dir).map_err(|e| {
+        format!(
+            "cannot make a file for guest pages in {}: {e}",
+            dir.display()
+        )
+    })?;
+    local.set_len(state.mem_size).map_err(io)?;
+    let mut got = vec![true; state.pages.pages as usize];
+    let mut missing = 0;
+    for run in state
+        .pages
+        .runs
+        .iter()
+        .filter(|r| r.kind == SavedKind::Copied)
+    {
+        got[run.first as usize..(run.first + run.count) as usize].fill(false);
+        missing += run.count;
+    }
+    let remote = Arc::new(RemotePages {
+        peer: peer.to_owned(),
+        file: local,
+        have: Mutex::new(Have {
+            got,
+            missing,
+            live: false,
+            broken: None,
+        }),
+        arrived: Condvar::new(),
+        tx: Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)),
+        requested: std::sync::atomic::AtomicU64::new(0),
+        counters: StoreCounters::default(),
+    });
+    let snap = Snapshot {
+        dir: format!("migration from {peer}").into(),
+        state,
+        memory: remote.clone(),
+    };
+    Ok((
+        snap,
+        Incoming {
+            peer: peer.to_owned(),
+            stream,
+            remote,
+        },
+    ))
+}
+
+/// A new file in `dir`, unlinked at once: it lives as long as it is open.
+fn local_file(dir: &Path) -> std::io::Result<File> {
+    let path = dir.join(format!("memvisor-{}.incoming", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(f)
+}
+
+impl Incoming {
+    /// With the VM built and its vCPUs not started: tells the source, waits for the go-ahead,
+    /// and starts `migrate-rx`, which calls `pause` if the connection breaks with pages
+    /// missing. An error leaves the VM unstarted (the source then runs it on).
+    pub fn switch(&self, pause: impl Fn(String) + Send + 'static) -> Result<(), String> {
+        let peer = &self.peer;
+        let io = |e: std::io::Error| format!("the migration from {peer}: {e}");
+        wire::send(&mut *lock(&self.remote.tx), &Msg::Ready).map_err(io)?;
+        match wire::recv(&mut &self.stream).map_err(io)? {
+            Msg::Go => {}
+            m => return Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
+        }
+        self.stream.set_read_timeout(None).map_err(io)?;
+        let mut r = self.stream.try_clone().map_err(io)?;
+        let remote = self.remote.clone();
+        std::thread::Builder::new()
+            .name("migrate-rx".into())
+            .spawn(move || remote.receive(&mut r, &pause))
+            .map_err(|e| format!("cannot start the migration receiver: {e}"))?;
+        lock(&self.remote.have).live = true;
+        self.remote.arrived.notify_all();
+        Ok(())
+    }
+}
+
+struct Have {
+    /// Pages here (or with no content to receive).
+    got: Vec<bool>,
+    missing: u32,
+    /// The source has let the VM go: faults may ask for pages (before, the prefetch thread's
+    /// wait for the switch).
+    live: bool,
+    /// Why the connection broke, once it has.
+    broken: Option<String>,
+}
+
+/// Guest memory still partly on a migration's source, as a page store: page `p` is read from
+/// the local file once it has arrived; before that a read asks the source for it and waits.
+/// Read-only to the pager, like a snapshot's memory file (`store/saved.rs`): a page is clean
+/// until the guest writes it.
+pub struct RemotePages {
+    peer: String,
+    file: File,
+    have: Mutex<Have>,
+    arrived: Condvar,
+    /// The connection's sending side: requests (faults) and acknowledgements (`migrate-rx`).
+    tx: Mutex<BufWriter<TcpStream>>,
+    requested: std::sync::atomic::AtomicU64,
+    counters: StoreCounters,
+}
+
+impl RemotePages {
+    /// `migrate-rx`: writes pushed and requested pages to the local file and acknowledges
+    /// them, until the source is done or the connection breaks.
+    fn receive(&self, r: &mut TcpStream, pause: &dyn Fn(String)) {
+        let peer = &self.peer;
+        let why = loop {
+            let (first, data) = match wire::recv(r) {
+                Ok(Msg::Pages { first, data }) => (first, data),
+                Ok(Msg::Done) => {
+                    let asked = self.requested.load(std::sync::atomic::Ordering::Relaxed);
+                    tracing::info!(
+                        "migration: every page is here from {peer} ({asked} asked for by faults)"
+                    );
+                    return;
+                }
+                Ok(m) => break format!("the source sent {m:?}"),
+                Err(e) => break format!("the connection broke ({e})"),
+            };
+            let count = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+            let mut have = lock(&self.have);
+            if first
+                .checked_add(count)
+                .is_none_or(|e| e as usize > have.got.len())
+            {
+                break format!("the source sent pages {first}..+{count}, outside guest RAM");
+            }
+            // Only pages not here yet: a page already here may have been read, and is the same.
+            let mut wrote = Ok(());
+            for (p, page) in (first..).zip(data.chunks_exact(PAGE)) {
+                if !have.got[p as usize] {
+                    wrote = wrote.and(self.file.write_all_at(page, u64::from(p) * PAGE as u64));
+                    have.got[p as usize] = true;
+                    have.missing -= 1;
+                }
+            }
+            if let Err(e) = wrote {
+                break format!("writing received pages failed ({e})");
+            }
+            drop(have);
+            self.arrived.notify_all();
+            let ack = Msg::Ack { first, count };
+            if let Err(e) = wire::send(&mut *lock(&self.tx), &ack) {
+                break format!("the connection broke ({e})");
+            }
+        };
+        let mut have = lock(&self.have);
+        let missing = have.missing;
+        have.broken = Some(why.clone());
+        drop(have);
+        self.arrived.notify_all();
+        if missing > 0 {
+            let line = format!("the migration from {peer} broke with {missing} pages not yet here: {why}; the source keeps them");
+            tracing::error!("{line}");
+            pause(line);
+        }
+    }
+}
+
+impl PageStore for RemotePages {
+    fn describe(&self) -> String {
+        format!("the migration source {}", self.peer)
+    }
+
+    fn read(&self, first: u32, buf: &mut [u8]) -> std::io::Result<()> {
+        let n = u32::try_from(buf.len() / PAGE).unwrap_or(u32::MAX);
+        let mut asked = false;
+        let mut have = lock(&self.have);
+        loop {
+            let lacking = (first..first.saturating_add(n))
+                .filter(|&p| !have.got.get(p as usize).copied().unwrap_or(true))
+                .collect::<Vec<_>>();
+            let (Some(&lo), Some(&hi)) = (lacking.first(), lacking.last()) else {
+                break;
+            };
+            if let Some(why) = &have.broken {
+                return Err(std::io::Error::other(format!(
+                    "page {lo} never arrived: {why}"
+                )));
+            }
+            if !asked && have.live {
+                drop(have);
+                let ask = Msg::Request {
+                    first: lo,
+                    count: hi - lo + 1,
+                };
+                let sent = wire::send(&mut *lock(&self.tx), &ask);
+                self.requested
+                    .fetch_add(u64::from(hi - lo + 1), std::sync::atomic::Ordering::Relaxed);
+                asked = true;
+                have = lock(&self.have);
+                if let Err(e) = sent {
+                    have.broken
+                        .get_or_insert(format!("the connection broke ({e})"));
+                }
+                continue;
+            }
+            have = self.arrived.wait(have).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(have);
+        self.file.read_exact_at(buf, u64::from(first) * PAGE as u64)
+    }
+
+    fn write(&self, first: u32, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other(format!(
+            "pages coming from a migration are read-only (a write of page {first})"
+        )))
+    }
+
+    fn counters(&self) -> &StoreCounters {
+        &self.counters
+    }
+}
