@@ -11,7 +11,7 @@
 //! | `pattern/` | HyperDealer2's reference patterns (§4.4–§4.5; pure): the tuning constants (`mod.rs`), the sequences and the streams of reads that make them (`sequence.rs`), the table of which pattern each mirrored page belongs to, with the sequential and loop sequences detected from guest disk reads and image refaults (`table.rs`), and the victim order of mirrored pages built on them (`pick.rs`) |
 //! | `victim.rs` | victim selection (random, clock, hd2) and the victim cache |
 //! | `stats.rs` | counters (the pager's and each store's) and latencies |
-//! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`, MemFlex: the pool and the flusher's state (`mod.rs`), its slab allocator (`slab.rs`), compression (`compress.rs`), the flusher's spills (`spill.rs`)), the disk images (`image.rs`), the working-set sample (`sample.rs`), a restored snapshot's memory file (`saved.rs`), and Tesseract's indirections (`indirect/`: the error type (`error.rs`), the map of a disk with its counters and limits (`map.rs`), its log (`log.rs`), recovery (`recovery.rs`), both defragmentations (`defrag.rs`); `mod.rs` only re-exports) |
+//! | `store/` | the [`store::PageStore`] trait (`mod.rs`), every store of a pager (`stores.rs`) and the stores: the swap file (`swap.rs`), the host-memory pool in front of it (`pool/`, MemFlex: the pool and the flusher's state (`mod.rs`), its slab allocator (`slab.rs`), compression (`compress.rs`), the flusher's spills (`spill.rs`)), the disk images (`image.rs`), the working-set sample (`sample.rs`), a restored snapshot's memory file (`saved.rs`; a migration's pages still on the source are a store of the VMM's, `RestoreFrom::memory`), and Tesseract's indirections (`indirect/`: the error type (`error.rs`), the map of a disk with its counters and limits (`map.rs`), its log (`log.rs`), recovery (`recovery.rs`), both defragmentations (`defrag.rs`); `mod.rs` only re-exports) |
 //! | `core.rs` | `PagerCore`: what every mechanism works on (memory, the RAM map, userfaultfd, the state table under the page lock, the stores, counters, the limit, [`VcpuControl`]) and the errors |
 //! | `fault.rs` | the fault path: the `FaultHandler`, which owns its buffers and unresolved faults and borrows the core |
 //! | `reclaim.rs` | reclaim in bounded chunks: the `Reclaimer`, which owns its wake-up and the signal that a chunk was recorded and borrows the core |
@@ -24,8 +24,8 @@
 //! | `guest_ram.rs` | how devices reach guest RAM ([`memvisor_devices::ram::GuestRam`]): `PagedRam`, the core with the `Reclaimer` |
 //! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `api_stats.rs` | the pager's state as the API serves it ([`PagerStats`]) |
-//! | `saved_pages.rs` | what a snapshot holds of guest memory (page kinds as runs, the prefetch list) and what a restored pager starts from (pure data) |
-//! | `persist.rs` | guest memory in a VM snapshot: every page written from where it is, the states a restored pager starts from, and the prefetch of the pages the guest had in RAM |
+//! | `saved_pages.rs` | what a snapshot holds of guest memory (page kinds as runs, the prefetch list) and what a restored pager starts from (the page kinds and the store its copied pages are read from) |
+//! | `persist.rs` | guest memory in a VM snapshot: every page written from where it is, the states a restored pager starts from, and the prefetch of the pages the guest had in RAM; for a migration's source, the page kinds without content and a page read from where it is |
 
 mod api_stats;
 mod block_links;
