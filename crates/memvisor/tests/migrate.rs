@@ -1,8 +1,9 @@
 //! Post-copy live migration end to end, between two memvisor processes on this machine: the
 //! integrity workload, under a limit with the Swap Mapper, the pool and sampling on, is
 //! migrated mid-run (after a migration with a wrong token was refused and changed nothing) and
-//! finishes on the destination with every byte it wrote intact; bad input is one line and
-//! exit status 2.
+//! finishes on the destination with every byte it wrote intact; a destination that refuses the
+//! state leaves the VM running on the source; a source that dies in post-copy leaves the
+//! destination's VM paused; bad input is one line and exit status 2.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -115,6 +116,114 @@ fn integrity_survives_post_copy_migration_under_a_limit() {
     let done = ResultLine::find(&console, "integrity", "done");
     done.assert_intact();
     assert_eq!(done.u64("mismatches"), 0);
+}
+
+/// A VM of the alloc workload holding its memory, with `disk`, waiting to be moved.
+fn holding_source(sock: &std::path::Path, mem: &str, mb: &str, disk: Option<&str>) -> TestVm {
+    let cmdline = format!("mb={mb} rounds=1 hold_secs=600");
+    let mut args = vec!["--mem", mem, "--workload", "alloc", "--cmdline", &cmdline];
+    if let Some(d) = disk {
+        args.extend_from_slice(&["--disk", d]);
+    }
+    let vm = TestVm::start(sock, &args);
+    vm.stdout_line(Duration::from_secs(120), |l| l.starts_with("hold:"));
+    vm
+}
+
+#[test]
+fn a_destination_that_refuses_the_state_leaves_the_vm_running_on_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = disk_spec(&mkdisk_data(dir.path().join("a.img"), "16M", &[]), "data");
+    let source = holding_source(&dir.path().join("s.sock"), "64M", "8", Some(&disk));
+    // Another image under the same id: the destination refuses the state once it has it.
+    let other = disk_spec(&mkdisk_data(dir.path().join("b.img"), "16M", &[]), "data");
+    let mut cmd = run_command(
+        &dir.path().join("d.sock"),
+        &[
+            "--mem",
+            "64M",
+            "--disk",
+            &other,
+            "--incoming",
+            "127.0.0.1:0",
+            "--migration-token",
+            "t",
+        ],
+    );
+    cmd.stderr(Stdio::piped());
+    let dest = Proc::spawn(&mut cmd);
+    let line = dest.stderr_line(Duration::from_secs(30), |l| {
+        l.contains("waiting for a migration")
+    });
+    let addr = line.rsplit(' ').next().unwrap().to_owned();
+
+    let out = migrate(&source, &addr, "t");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("runs on here"), "{}", stderr(&out));
+    let out = dest.finish();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("changed since"), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("d.sock").exists(),
+        "no VM was started there"
+    );
+    let vm = common::ok(source.client().info());
+    assert_eq!(vm.state, memvisor_api::VmState::Running, "resumed here");
+}
+
+#[test]
+fn a_source_that_dies_in_post_copy_leaves_the_destination_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = holding_source(&dir.path().join("s.sock"), "1G", "700", None);
+    let dsock = dir.path().join("d.sock");
+    let mut cmd = run_command(
+        &dsock,
+        &[
+            "--mem",
+            "1G",
+            "--incoming",
+            "127.0.0.1:0",
+            "--migration-token",
+            "t",
+        ],
+    );
+    cmd.stderr(Stdio::piped());
+    let mut dest = Proc::spawn(&mut cmd);
+    let line = dest.stderr_line(Duration::from_secs(30), |l| {
+        l.contains("waiting for a migration")
+    });
+    let addr = line.rsplit(' ').next().unwrap().to_owned();
+
+    // The migration runs on its own; once the destination runs the VM, the source is killed
+    // while 700 MiB are still on their way.
+    let mut ctl = Command::new(common::MEMVISOR);
+    ctl.args(["ctl", "--api-sock", source.sock().to_str().unwrap()])
+        .args(["migrate", "--to", &addr, "--token", "t"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let ctl = Proc::spawn(&mut ctl);
+    dest.wait_for_file(&dsock);
+    let client = memvisor_api::VmClient::new(&dsock);
+    common::poll(
+        "the destination to run the VM",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || client.info().ok().map(|v| v.state),
+        |s| s.is_some(),
+    );
+    source.signal(libc::SIGKILL);
+    let vm = common::poll(
+        "the destination to pause",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || common::ok(client.info()),
+        |v| v.state == memvisor_api::VmState::Paused,
+    );
+    let why = vm.paused_because.unwrap_or_default();
+    assert!(why.contains("pages not yet here"), "{why}");
+    assert!(dest.running(), "the destination keeps the paused VM");
+    let out = ctl.finish();
+    assert!(!out.status.success());
 }
 
 /// `memvisor ARGS`: must fail with status 2 and one line naming `want`.
