@@ -96,6 +96,10 @@ pub struct MigrateRequest {
     pub to: String,
     /// The one-time token the destination was started with.
     pub token: String,
+    /// Resume a migration whose connection broke in post-copy (`ctl migrate-recover`): connect
+    /// to `to` again and send the pages the destination has not acknowledged.
+    #[serde(default)]
+    pub recover: bool,
 }
 
 /// The answer to `PUT /vm/migrate`, once the destination has acknowledged every page (this

@@ -336,6 +336,7 @@ mod tests {
             VmRequest::Migrate(MigrateRequest {
                 to: "127.0.0.1:4444".into(),
                 token: "t".into(),
+                recover: true,
             }),
         ] {
             let body = r.body().unwrap_or_default();

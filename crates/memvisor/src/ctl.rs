@@ -83,6 +83,17 @@ pub enum CtlRequest {
         #[arg(long, value_name = "T")]
         token: Option<String>,
     },
+    /// Resume a migration whose connection broke in post-copy (PUT /vm/migrate with
+    /// "recover"): connect to the destination again and send the pages it has not
+    /// acknowledged; the destination's paused VM then runs on.
+    MigrateRecover {
+        /// The destination's TCP address, host:port (the one it was started with).
+        #[arg(long, value_name = "ADDR")]
+        to: Option<String>,
+        /// The token the destination was started with.
+        #[arg(long, value_name = "T")]
+        token: Option<String>,
+    },
     /// Host: the budget, free memory and its state, reservations (GET /host).
     Host,
     /// Host: every VM with its policy, target, allocation and state (GET /vms).
@@ -150,16 +161,9 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             show(vm("snapshot")?.snapshot(&dir.to_string_lossy(), stop))
         }
-        CtlRequest::Migrate { to, token } => {
-            let to = to.ok_or("migrate needs --to ADDR, the destination's host:port")?;
-            let token = token
-                .ok_or("migrate needs --token T, the token the destination was started with")?;
-            if std::net::ToSocketAddrs::to_socket_addrs(to.as_str()).is_err() {
-                return Err(format!("--to '{to}' is not a TCP address: give host:port"));
-            }
-            // Answered once every page is on the destination: no limit but the connection's.
-            let client = vm("migrate")?.with_timeout(std::time::Duration::from_secs(24 * 3600));
-            show(client.migrate(&to, &token))
+        CtlRequest::Migrate { to, token } => migrate(vm("migrate")?, "migrate", to, token, false)?,
+        CtlRequest::MigrateRecover { to, token } => {
+            migrate(vm("migrate-recover")?, "migrate-recover", to, token, true)?
         }
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
         CtlRequest::Release { pages, cold_only } => {
@@ -191,6 +195,28 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             ..HostUpdate::default()
         })),
     })
+}
+
+/// `migrate` and `migrate-recover`: the flags checked, then `PUT /vm/migrate`.
+fn migrate(
+    client: VmClient,
+    what: &str,
+    to: Option<String>,
+    token: Option<String>,
+    recover: bool,
+) -> Result<Result<String, ClientError>, String> {
+    let to = to.ok_or(format!(
+        "{what} needs --to ADDR, the destination's host:port"
+    ))?;
+    let token = token.ok_or(format!(
+        "{what} needs --token T, the token the destination was started with"
+    ))?;
+    if std::net::ToSocketAddrs::to_socket_addrs(to.as_str()).is_err() {
+        return Err(format!("--to '{to}' is not a TCP address: give host:port"));
+    }
+    // Answered once every page is on the destination: no limit but the connection's.
+    let client = client.with_timeout(std::time::Duration::from_secs(24 * 3600));
+    Ok(show(client.migrate(&to, &token, recover)))
 }
 
 /// An answer, already read into its API type (so one off the schema is an error rather than a

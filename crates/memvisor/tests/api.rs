@@ -164,6 +164,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             serde_json::to_value(memvisor_api::MigrateRequest {
                 to: "127.0.0.1:1".into(),
                 token: "t".into(),
+                recover: true,
             })
             .unwrap(),
         ),

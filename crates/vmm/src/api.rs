@@ -49,6 +49,8 @@ pub(crate) struct Control {
     pub sharing: bool,
     /// Writes the VM to a snapshot (`PUT /vm/snapshot`).
     pub snapshot: Arc<crate::snapshot::Snapshotter>,
+    /// A migration that broke after the switch, kept for `"recover": true`.
+    pub migration: Arc<crate::migrate::source::Broken>,
 }
 
 /// Serves `listener` on its own thread.
@@ -128,7 +130,7 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
             Err(e) => error(400, &e),
         },
         VmRequest::Migrate(req) => {
-            match crate::migrate::source::migrate(&c.snapshot, &c.lifecycle, &req) {
+            match crate::migrate::source::migrate(&c.snapshot, &c.lifecycle, &req, &c.migration) {
                 Ok(r) => ok(&r),
                 Err(e) => error(400, &e),
             }

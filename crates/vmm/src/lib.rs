@@ -166,10 +166,16 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mut vm = Vm::build(config)?;
     if let Some(incoming) = &config.incoming {
         let vcpus = vm.lifecycle.vcpus.clone();
+        let life = vm.lifecycle.clone();
         incoming
-            .switch(move |why| {
-                vcpus.pause_for(control::PauseReason::Migration(why));
-            })
+            .switch(
+                move |why| {
+                    vcpus.pause_for(control::PauseReason::Migration(why));
+                },
+                move || {
+                    life.resume();
+                },
+            )
             .map_err(VmmError::Migration)?;
     }
     vm.start()?;
@@ -332,6 +338,7 @@ impl Vm {
                         exits: exits.clone(),
                         sharing: config.sharing,
                         snapshot: snapshotter,
+                        migration: Arc::default(),
                     },
                 )),
                 Some(memvisor_api::server::SocketFile::new(path.clone())),

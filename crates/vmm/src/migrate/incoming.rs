@@ -49,6 +49,8 @@ pub struct Incoming {
     peer: String,
     stream: TcpStream,
     remote: Arc<RemotePages>,
+    /// Where and with what token the source may come back after a break (`migrate-recover`).
+    rejoin: Option<(TcpListener, String)>,
 }
 
 impl std::fmt::Debug for Incoming {
@@ -72,7 +74,10 @@ pub fn accept(
             .accept()
             .map_err(|e| format!("waiting for a migration failed: {e}"))?;
         match take(stream, &peer.to_string(), token, dir) {
-            Ok(taken) => return Ok(taken),
+            Ok((snap, mut inc)) => {
+                inc.rejoin = listener.try_clone().ok().map(|l| (l, token.to_owned()));
+                return Ok((snap, inc));
+            }
             Err(why) => eprintln!("memvisor: migration from {peer} refused: {why}; still waiting"),
         }
     }
@@ -141,6 +146,7 @@ fn take(
             missing,
             live: false,
             broken: None,
+            connection: 0,
         }),
         arrived: Condvar::new(),
         tx: Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)),
@@ -158,6 +164,7 @@ fn take(
             peer: peer.to_owned(),
             stream,
             remote,
+            rejoin: None,
         },
     ))
 }
@@ -177,8 +184,14 @@ fn local_file(dir: &Path) -> std::io::Result<File> {
 impl Incoming {
     /// With the VM built and its vCPUs not started: tells the source, waits for the go-ahead,
     /// and starts `migrate-rx`, which calls `pause` if the connection breaks with pages
-    /// missing. An error leaves the VM unstarted (the source then runs it on).
-    pub fn switch(&self, pause: impl Fn(String) + Send + 'static) -> Result<(), String> {
+    /// missing, waits for the source to come back (`migrate-recover`), and calls `resume` once
+    /// it has. An error leaves the VM unstarted (the source then runs it on).
+    pub fn switch(
+        &self,
+        pause: impl Fn(String) + Send + 'static,
+        resume: impl Fn() + Send + Sync + 'static,
+    ) -> Result<(), String> {
+        let resume = Arc::new(resume);
         let peer = &self.peer;
         let io = |e: std::io::Error| format!("the migration from {peer}: {e}");
         wire::send(&mut *lock(&self.remote.tx), &Msg::Ready).map_err(io)?;
@@ -189,9 +202,40 @@ impl Incoming {
         self.stream.set_read_timeout(None).map_err(io)?;
         let mut r = self.stream.try_clone().map_err(io)?;
         let remote = self.remote.clone();
+        let rejoin = match &self.rejoin {
+            Some((l, t)) => Some((l.try_clone().map_err(io)?, t.clone())),
+            None => None,
+        };
         std::thread::Builder::new()
             .name("migrate-rx".into())
-            .spawn(move || remote.receive(&mut r, &pause))
+            .spawn(move || loop {
+                if !remote.receive(&mut r, &pause) {
+                    return;
+                }
+                let Some((listener, token)) = &rejoin else {
+                    return;
+                };
+                match remote.rejoin(listener, token) {
+                    Ok(again) => {
+                        r = again;
+                        // Resuming retries what the pager failed, which may wait on a fault
+                        // that waits on pages this thread receives: it goes on its own.
+                        let resume = resume.clone();
+                        let started = std::thread::Builder::new()
+                            .name("migrate-resume".into())
+                            .spawn(move || resume());
+                        if let Err(e) = started {
+                            tracing::error!(
+                                "cannot resume the VM after the migration came back: {e}"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!("the migration cannot be recovered: {e}");
+                        return;
+                    }
+                }
+            })
             .map_err(|e| format!("cannot start the migration receiver: {e}"))?;
         lock(&self.remote.have).live = true;
         self.remote.arrived.notify_all();
@@ -208,6 +252,8 @@ struct Have {
     live: bool,
     /// Why the connection broke, once it has.
     broken: Option<String>,
+    /// Counts the connections after the first (a request sent on a broken one is sent again).
+    connection: u64,
 }
 
 /// Guest memory still partly on a migration's source, as a page store: page `p` is read from
@@ -227,8 +273,9 @@ pub struct RemotePages {
 
 impl RemotePages {
     /// `migrate-rx`: writes pushed and requested pages to the local file and acknowledges
-    /// them, until the source is done or the connection breaks.
-    fn receive(&self, r: &mut TcpStream, pause: &dyn Fn(String)) {
+    /// them, until the source is done or the connection breaks; true if it broke with pages
+    /// missing (the VM is then paused).
+    fn receive(&self, r: &mut TcpStream, pause: &dyn Fn(String)) -> bool {
         let peer = &self.peer;
         let why = loop {
             let (first, data) = match wire::recv(r) {
@@ -238,7 +285,7 @@ impl RemotePages {
                     tracing::info!(
                         "migration: every page is here from {peer} ({asked} asked for by faults)"
                     );
-                    return;
+                    return false;
                 }
                 Ok(m) => break format!("the source sent {m:?}"),
                 Err(e) => break format!("the connection broke ({e})"),
@@ -275,10 +322,44 @@ impl RemotePages {
         have.broken = Some(why.clone());
         drop(have);
         self.arrived.notify_all();
-        if missing > 0 {
-            let line = format!("the migration from {peer} broke with {missing} pages not yet here: {why}; the source keeps them");
-            tracing::error!("{line}");
-            pause(line);
+        if missing == 0 {
+            return false;
+        }
+        let line = format!("the migration from {peer} broke with {missing} pages not yet here: {why}; the source keeps them (`memvisor ctl migrate-recover` there resumes it)");
+        tracing::error!("{line}");
+        pause(line);
+        true
+    }
+
+    /// Waits on `listener` for the source to come back with `token` (`Rejoin`); the new
+    /// connection then carries requests, pages and acknowledgements, and readers waiting on a
+    /// page ask again. Other connections are refused.
+    fn rejoin(&self, listener: &TcpListener, token: &str) -> std::io::Result<TcpStream> {
+        loop {
+            let (stream, peer) = listener.accept()?;
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(GREETING))?;
+            let ok = match wire::recv(&mut &stream) {
+                Ok(Msg::Rejoin { version, token: t }) => {
+                    wire::same_token(&t, token.as_bytes()) && version == wire::VERSION
+                }
+                _ => false,
+            };
+            if !ok {
+                let _ = wire::send(&mut &stream, &Msg::Refused);
+                eprintln!("memvisor: refused {peer}: not the migration's source coming back");
+                continue;
+            }
+            wire::send(&mut &stream, &Msg::Accepted)?;
+            stream.set_read_timeout(None)?;
+            *lock(&self.tx) = BufWriter::new(stream.try_clone()?);
+            let mut have = lock(&self.have);
+            have.broken = None;
+            have.connection += 1;
+            drop(have);
+            self.arrived.notify_all();
+            tracing::warn!("the migration's source is back from {peer}");
+            return Ok(stream);
         }
     }
 }
@@ -290,7 +371,7 @@ impl PageStore for RemotePages {
 
     fn read(&self, first: u32, buf: &mut [u8]) -> std::io::Result<()> {
         let n = u32::try_from(buf.len() / PAGE).unwrap_or(u32::MAX);
-        let mut asked = false;
+        let mut asked = None;
         let mut have = lock(&self.have);
         loop {
             let lacking = (first..first.saturating_add(n))
@@ -304,7 +385,7 @@ impl PageStore for RemotePages {
                     "page {lo} never arrived: {why}"
                 )));
             }
-            if !asked && have.live {
+            if asked != Some(have.connection) && have.live {
                 drop(have);
                 let ask = Msg::Request {
                     first: lo,
@@ -313,8 +394,8 @@ impl PageStore for RemotePages {
                 let sent = wire::send(&mut *lock(&self.tx), &ask);
                 self.requested
                     .fetch_add(u64::from(hi - lo + 1), std::sync::atomic::Ordering::Relaxed);
-                asked = true;
                 have = lock(&self.have);
+                asked = Some(have.connection);
                 if let Err(e) = sent {
                     have.broken
                         .get_or_insert(format!("the connection broke ({e})"));

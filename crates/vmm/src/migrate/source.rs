@@ -9,12 +9,13 @@
 //!
 //! Before the go-ahead is sent, any failure resumes the VM here as it was; once it is sent,
 //! the VM is never resumed here (the destination may run it): a failure then leaves it paused
-//! with every page, and says so.
+//! with every page and keeps what was sent and acknowledged ([`Broken`]), and
+//! `migrate-recover` (`"recover": true`) connects again and sends every page not acknowledged.
 
 use std::io::BufWriter;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{MigrateRequest, MigrateResult};
@@ -37,62 +38,161 @@ enum FromDest {
     Broken(String),
 }
 
-/// Moves the VM to `req.to` (module doc) on a thread of its own; returns once every page is
-/// acknowledged (the VM then ends here) or why not.
+/// A migration whose connection broke after the switch: what was sent and acknowledged, kept
+/// for `migrate-recover` (the VM stays paused here meanwhile).
+pub(crate) type Broken = Mutex<Option<Box<PostCopy>>>;
+
+/// Moves the VM to `req.to` (module doc), or with `req.recover` resumes the migration in
+/// `broken`, on a thread of its own; returns once every page is acknowledged (the VM then ends
+/// here) or why not.
 pub(crate) fn migrate(
     snap: &Arc<Snapshotter>,
     life: &Arc<Lifecycle>,
     req: &MigrateRequest,
+    broken: &Arc<Broken>,
 ) -> Result<MigrateResult, String> {
-    let (snap, life, req) = (snap.clone(), life.clone(), req.clone());
+    let (snap, life, req, broken) = (snap.clone(), life.clone(), req.clone(), broken.clone());
     std::thread::Builder::new()
         .name("migrate".into())
-        .spawn(move || run(&snap, &life, &req))
+        .spawn(move || {
+            let post = match req.recover {
+                true => recover(&req, &broken)?,
+                false => run(&snap, &life, &req)?,
+            };
+            finish(&snap, &req, post, &broken)
+        })
         .map_err(|e| format!("cannot start the migration thread: {e}"))?
         .join()
         .map_err(|_| "the migration thread panicked".to_owned())?
 }
 
-fn run(
-    snap: &Snapshotter,
-    life: &Lifecycle,
-    req: &MigrateRequest,
-) -> Result<MigrateResult, String> {
-    let Some(pager) = &life.pager else {
-        return Err("a VM without memvisor's pager (--pager off) cannot migrate".into());
-    };
-    snapshot::check_pausable(life)?;
-    let to = &req.to;
+/// Connects to `to` and greets with `hello`; the reading and writing halves once accepted.
+fn connect(to: &str, hello: &Msg) -> Result<(TcpStream, BufWriter<TcpStream>, u64), String> {
     let addr = to
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| format!("'{to}' is not a TCP address: give host:port"))?;
     let stream = TcpStream::connect_timeout(&addr, GREETING)
-        .map_err(|e| format!("cannot reach the destination {to}: {e}; the VM runs on here"))?;
-    let io = |e: std::io::Error| format!("the connection to {to}: {e}; the VM runs on here");
+        .map_err(|e| format!("cannot reach the destination {to}: {e}"))?;
+    let io = |e: std::io::Error| format!("the connection to {to}: {e}");
     stream.set_nodelay(true).map_err(io)?;
     stream.set_read_timeout(Some(GREETING)).map_err(io)?;
     let mut r = stream.try_clone().map_err(io)?;
-    let mut w = BufWriter::with_capacity(1 << 20, stream.try_clone().map_err(io)?);
-    let mut sent = wire::send(
-        &mut w,
-        &Msg::Hello {
-            version: wire::VERSION,
-            token: req.token.as_bytes().to_vec(),
-        },
-    )
-    .map_err(io)?;
+    let mut w = BufWriter::with_capacity(1 << 20, stream);
+    let sent = wire::send(&mut w, hello).map_err(io)?;
     match wire::recv(&mut r) {
-        Ok(Msg::Accepted) => {}
-        Ok(Msg::Refused) => {
-            return Err(format!(
-                "the destination {to} refused the token: nothing moved, the VM runs on here"
-            ))
-        }
-        Ok(m) => return Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
-        Err(e) => return Err(io(e)),
+        Ok(Msg::Accepted) => Ok((r, w, sent)),
+        Ok(Msg::Refused) => Err(format!("the destination {to} refused the token")),
+        Ok(m) => Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
+        Err(e) => Err(io(e)),
     }
+}
+
+/// Starts `migrate-rx` on `r` and serves `post` on `w` until every page is acknowledged.
+fn post_copy(
+    post: &mut PostCopy,
+    mut r: TcpStream,
+    w: &mut BufWriter<TcpStream>,
+) -> Result<(), String> {
+    r.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("migrate-rx".into())
+        .spawn(move || receive(&mut r, &tx))
+        .map_err(|e| format!("cannot start the migration reader: {e}"))?;
+    post.serve(w, &rx)
+}
+
+/// Either every page acknowledged (the VM ends here) or the migration kept for recovery.
+fn finish(
+    snap: &Snapshotter,
+    req: &MigrateRequest,
+    post: Result<Box<PostCopy>, (Box<PostCopy>, String)>,
+    broken: &Broken,
+) -> Result<MigrateResult, String> {
+    let to = &req.to;
+    let post = match post {
+        Ok(p) => p,
+        Err((post, e)) => {
+            let line = format!(
+                "{e}, after the switch with {} of {} pages acknowledged: the VM stays paused here and keeps every page, the destination pauses; `memvisor ctl migrate-recover --to ADDR --token T` resumes it",
+                post.acked_count, post.copied
+            );
+            *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(post);
+            return Err(line);
+        }
+    };
+    (snap.stop)();
+    let (c, z, d, rel) = post.saved.census();
+    let result = MigrateResult {
+        to: to.clone(),
+        copied_pages: c,
+        requested_pages: post.requested,
+        resent_pages: post.resent,
+        recorded_pages: z + d + rel,
+        sent_bytes: post.bytes,
+        downtime_ms: post.downtime_ms,
+        total_ms: millis(post.t0),
+    };
+    tracing::info!(
+        "migrated to {to}: {c} pages sent ({} asked for by faults), vCPUs stopped {} ms, {} ms in all",
+        post.requested,
+        post.downtime_ms,
+        result.total_ms
+    );
+    Ok(result)
+}
+
+type Outcome = Result<Result<Box<PostCopy>, (Box<PostCopy>, String)>, String>;
+
+/// `migrate-recover`: the broken migration, over a new connection; the destination is sent
+/// every page it has not acknowledged.
+fn recover(req: &MigrateRequest, broken: &Broken) -> Outcome {
+    let mut post = broken
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or("no migration of this VM broke off: there is nothing to recover")?;
+    let hello = Msg::Rejoin {
+        version: wire::VERSION,
+        token: req.token.as_bytes().to_vec(),
+    };
+    let (r, mut w, sent) = match connect(&req.to, &hello) {
+        Ok(c) => c,
+        Err(e) => {
+            *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(post);
+            return Err(format!("{e}; the migration is kept for another try"));
+        }
+    };
+    post.bytes += sent;
+    post.sent.clone_from(&post.acked);
+    post.cursor = (0, 0);
+    tracing::info!(
+        "recovering the migration to {}: {} of {} pages to send again",
+        req.to,
+        post.copied - post.acked_count,
+        post.copied
+    );
+    Ok(match post_copy(&mut post, r, &mut w) {
+        Ok(()) => Ok(post),
+        Err(e) => Err((post, e)),
+    })
+}
+
+fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest) -> Outcome {
+    let Some(pager) = &life.pager else {
+        return Err("a VM without memvisor's pager (--pager off) cannot migrate".into());
+    };
+    snapshot::check_pausable(life)?;
+    let to = &req.to;
+    let hello = Msg::Hello {
+        version: wire::VERSION,
+        token: req.token.as_bytes().to_vec(),
+    };
+    let (mut r, mut w, mut sent) =
+        connect(to, &hello).map_err(|e| format!("{e}: nothing moved, the VM runs on here"))?;
+    let io = |e: std::io::Error| format!("the connection to {to}: {e}; the VM runs on here");
 
     // The switch: paused, the state sent, the destination's VM built, the go-ahead.
     let t0 = Instant::now();
@@ -105,7 +205,7 @@ fn run(
         })?;
         let bytes = snapshot::encode_state(&state).map_err(|e| e.to_string())?;
         sent += wire::send(&mut w, &Msg::State(bytes)).map_err(io)?;
-        stream.set_read_timeout(Some(BUILD)).map_err(io)?;
+        r.set_read_timeout(Some(BUILD)).map_err(io)?;
         match wire::recv(&mut r).map_err(io)? {
             Msg::Ready => Ok((held, state.pages)),
             m => Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
@@ -126,40 +226,16 @@ fn run(
     sent += go.map_err(|e| {
         format!("sending the go-ahead to {to} failed ({e}): the VM stays paused here with every page; resume it here only if the destination does not run it")
     })?;
-    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("migrate-rx".into())
-        .spawn(move || receive(&mut r, &tx))
-        .map_err(|e| format!("cannot start the migration reader: {e}"))?;
-    let mut post = PostCopy::new(pager, &pages);
-    let copied = post.copied;
-    let served = post.serve(&mut w, &rx);
+    let mut post = Box::new(PostCopy::new(pager.clone(), pages));
+    post.t0 = t0;
+    post.downtime_ms = downtime_ms;
+    post.bytes = sent;
+    let served = post_copy(&mut post, r, &mut w);
     drop(held);
-    let sent = sent + served.map_err(|e| {
-        format!(
-            "{e}, after the switch with {} of {copied} pages acknowledged: the VM stays paused here and keeps every page; the destination pauses at its first fault on a page it lacks",
-            post.acked_count
-        )
-    })?;
-    (snap.stop)();
-    let (c, z, d, rel) = pages.census();
-    let result = MigrateResult {
-        to: to.clone(),
-        copied_pages: c,
-        requested_pages: post.requested,
-        resent_pages: post.resent,
-        recorded_pages: z + d + rel,
-        sent_bytes: sent,
-        downtime_ms,
-        total_ms: millis(t0),
-    };
-    tracing::info!(
-        "migrated to {to}: {c} pages sent ({} asked for by faults), vCPUs stopped {downtime_ms} ms, {} ms in all",
-        post.requested,
-        result.total_ms
-    );
-    Ok(result)
+    Ok(match served {
+        Ok(()) => Ok(post),
+        Err(e) => Err((post, e)),
+    })
 }
 
 fn millis(t0: Instant) -> u64 {
@@ -182,9 +258,14 @@ fn receive(r: &mut TcpStream, tx: &mpsc::Sender<FromDest>) {
     }
 }
 
-/// The post-copy phase on the source.
-struct PostCopy<'a> {
-    pager: &'a Pager,
+/// The post-copy phase on the source: what is sent and acknowledged.
+pub(crate) struct PostCopy {
+    pager: Pager,
+    saved: SavedPages,
+    t0: Instant,
+    downtime_ms: u64,
+    /// Bytes written to the connections.
+    bytes: u64,
     pages: u32,
     /// Pages with content, to be sent (`Copied` in the state).
     wanted: Vec<bool>,
@@ -200,8 +281,8 @@ struct PostCopy<'a> {
     buf: Vec<u8>,
 }
 
-impl<'a> PostCopy<'a> {
-    fn new(pager: &'a Pager, saved: &SavedPages) -> Self {
+impl PostCopy {
+    fn new(pager: Pager, saved: SavedPages) -> Self {
         let n = saved.pages as usize;
         let mut wanted = vec![false; n];
         for r in saved.runs.iter().filter(|r| r.kind == SavedKind::Copied) {
@@ -211,6 +292,9 @@ impl<'a> PostCopy<'a> {
         order.push((0, saved.pages));
         PostCopy {
             pager,
+            t0: Instant::now(),
+            downtime_ms: 0,
+            bytes: 0,
             pages: saved.pages,
             copied: wanted.iter().filter(|&&w| w).count() as u64,
             wanted,
@@ -222,6 +306,7 @@ impl<'a> PostCopy<'a> {
             requested: 0,
             resent: 0,
             buf: vec![0u8; wire::MAX_RUN as usize * 4096],
+            saved,
         }
     }
 
@@ -298,21 +383,21 @@ impl<'a> PostCopy<'a> {
         &mut self,
         w: &mut BufWriter<TcpStream>,
         rx: &mpsc::Receiver<FromDest>,
-    ) -> Result<u64, String> {
-        let mut sent = 0;
+    ) -> Result<(), String> {
         while self.acked_count < self.copied {
             while let Ok(e) = rx.try_recv() {
-                sent += self.event(w, e)?;
+                self.bytes += self.event(w, e)?;
             }
             match self.next_push() {
-                Some((first, count)) => sent += self.send(w, first, count)?,
+                Some((first, count)) => self.bytes += self.send(w, first, count)?,
                 None => {
                     let e = rx.recv().map_err(|_| "the connection broke".to_owned())?;
-                    sent += self.event(w, e)?;
+                    self.bytes += self.event(w, e)?;
                 }
             }
         }
         // Every page is acknowledged: a destination gone by now has them all.
-        Ok(sent + wire::send(w, &Msg::Done).unwrap_or(0))
+        self.bytes += wire::send(w, &Msg::Done).unwrap_or(0);
+        Ok(())
     }
 }

@@ -21,7 +21,10 @@ const PAGE: u32 = 4096;
 pub enum Msg {
     /// Source → destination, first: the protocol version and the token.
     Hello { version: u32, token: Vec<u8> },
-    /// Destination → source: the token is right; send the state.
+    /// Source → destination, first on a new connection after a break in post-copy
+    /// (`migrate-recover`): the version and the token; the pages not acknowledged follow.
+    Rejoin { version: u32, token: Vec<u8> },
+    /// Destination → source: the token is right; send the state (or, after `Rejoin`, the pages).
     Accepted,
     /// Destination → source: the token (or version) is wrong; the connection closes.
     Refused,
@@ -44,6 +47,7 @@ pub enum Msg {
 fn tag(m: &Msg) -> u8 {
     match m {
         Msg::Hello { .. } => b'H',
+        Msg::Rejoin { .. } => b'J',
         Msg::Accepted => b'K',
         Msg::Refused => b'X',
         Msg::State(_) => b'S',
@@ -60,7 +64,9 @@ fn tag(m: &Msg) -> u8 {
 pub fn send(w: &mut impl Write, m: &Msg) -> std::io::Result<u64> {
     let len = |b: &[u8]| u32::try_from(b.len()).map_err(std::io::Error::other);
     let (a, b, body): (u32, u32, &[u8]) = match m {
-        Msg::Hello { version, token } => (*version, len(token)?, token),
+        Msg::Hello { version, token } | Msg::Rejoin { version, token } => {
+            (*version, len(token)?, token)
+        }
         Msg::State(s) => (len(s)?, 0, s),
         Msg::Request { first, count } | Msg::Ack { first, count } => (*first, *count, &[]),
         Msg::Pages { first, data } => (*first, len(data)? / PAGE, data),
@@ -97,6 +103,10 @@ pub fn recv(r: &mut impl Read) -> std::io::Result<Msg> {
     let (a, b) = (word(1), word(5));
     Ok(match head[0] {
         b'H' => Msg::Hello {
+            version: a,
+            token: body(r, b, MAX_TOKEN, "a token")?,
+        },
+        b'J' => Msg::Rejoin {
             version: a,
             token: body(r, b, MAX_TOKEN, "a token")?,
         },
@@ -139,6 +149,10 @@ mod tests {
     fn every_message_reads_back_as_written() {
         for m in [
             Msg::Hello {
+                version: VERSION,
+                token: b"secret".to_vec(),
+            },
+            Msg::Rejoin {
                 version: VERSION,
                 token: b"secret".to_vec(),
             },
