@@ -163,6 +163,8 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             read_only_opens(&mut l)?;
             // Fault events; the Preventer's look at a vCPU's state in /proc.
             l.allow(&[libc::SYS_poll, libc::SYS_ppoll, libc::SYS_read]);
+            // A migration's destination: a fault on a page not yet there asks the source.
+            l.allow(&[libc::SYS_sendto]);
             log_only(&mut l)?;
         }
         Thread::Reclaim => {
@@ -179,9 +181,10 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             log_only(&mut l)?;
         }
         Thread::Prefetch => {
-            // Pages read from the snapshot's memory file and installed.
+            // Pages read from the snapshot's memory file and installed; on a migration's
+            // destination, asked of the source.
             guest_memory(&mut l)?;
-            l.allow(&[libc::SYS_pread64, libc::SYS_preadv]);
+            l.allow(&[libc::SYS_pread64, libc::SYS_preadv, libc::SYS_sendto]);
             log_only(&mut l)?;
         }
         Thread::ReleaseReady => {
@@ -226,6 +229,53 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
                 libc::SYS_unlink,
                 libc::SYS_unlinkat,
             ]);
+        }
+        Thread::Migrate => {
+            // The VM's state (as a snapshot's) and its pages read where they are.
+            guest_memory(&mut l)?;
+            disk_io(&mut l);
+            l.ioctls(&[KVM_GET_IRQCHIP, KVM_GET_CLOCK])?;
+            // One TCP connection to the destination at a time: an IPv4 or IPv6 stream socket
+            // (connected with a timeout: non-blocking, then polled), its options, and the
+            // copy of it `migrate-rx` reads. `migrate-rx` is started with the VM, not by this
+            // thread: a thread this one started could not narrow its filter.
+            tcp_sockets(&mut l)?;
+            l.ioctls(&[libc::FIONBIO])?;
+            l.allow(&[
+                libc::SYS_connect,
+                libc::SYS_poll,
+                libc::SYS_getsockopt,
+                libc::SYS_setsockopt,
+                libc::SYS_sendto,
+                libc::SYS_recvfrom,
+            ]);
+            // A connection that failed is shut down, so `migrate-rx` stops reading it.
+            l.allow(&[libc::SYS_shutdown]);
+            l.allow_arg(libc::SYS_fcntl, 1, &[flag(libc::F_DUPFD_CLOEXEC)])?;
+            // The disks' size and modification time in the state, by path.
+            l.allow(&[libc::SYS_statx]);
+            log_only(&mut l)?;
+        }
+        Thread::MigrateRx => {
+            // Messages read; on the destination, pages written to the local file and
+            // acknowledged, and the source taken back on the socket bound before the VM
+            // started (`migrate-recover`): no new sockets.
+            l.allow(&[
+                libc::SYS_recvfrom,
+                libc::SYS_sendto,
+                libc::SYS_pwrite64,
+                libc::SYS_accept4,
+                libc::SYS_setsockopt,
+            ]);
+            l.allow_arg(libc::SYS_fcntl, 1, &[flag(libc::F_DUPFD_CLOEXEC)])?;
+            log_only(&mut l)?;
+        }
+        Thread::MigrateResume => {
+            // The faults that failed, served again: pages asked of the source and installed.
+            guest_memory(&mut l)?;
+            disk_io(&mut l);
+            l.allow(&[libc::SYS_sendto]);
+            log_only(&mut l)?;
         }
         Thread::Main => {
             guest_memory(&mut l)?;
@@ -316,6 +366,26 @@ fn guest_memory(l: &mut List) -> Result<(), BackendError> {
     l.ioctls(&[PAGEMAP_SCAN])
 }
 
+/// `socket` only for TCP over IPv4 or IPv6 (`SOCK_STREAM`, protocol 0), `SOCK_CLOEXEC` and
+/// `SOCK_NONBLOCK` allowed: no raw, netlink, packet or Unix sockets.
+fn tcp_sockets(l: &mut List) -> Result<(), BackendError> {
+    const SOCK_TYPE_MASK: u64 = 0xf;
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let rule = SeccompRule::new(vec![
+            Cond::new(0, Len::Dword, Op::Eq, flag(family))?,
+            Cond::new(
+                1,
+                Len::Dword,
+                Op::MaskedEq(SOCK_TYPE_MASK),
+                flag(libc::SOCK_STREAM),
+            )?,
+            Cond::new(2, Len::Dword, Op::Eq, 0)?,
+        ])?;
+        l.0.entry(libc::SYS_socket).or_default().push(rule);
+    }
+    Ok(())
+}
+
 /// Reads and writes at offsets in files opened before (disk images, the swap file,
 /// Tesseract's logs), and making them durable.
 fn disk_io(l: &mut List) {
@@ -385,8 +455,6 @@ mod tests {
             for nr in [
                 FORBIDDEN_BY_ALL,
                 libc::SYS_execveat,
-                libc::SYS_socket,
-                libc::SYS_connect,
                 libc::SYS_ptrace,
                 libc::SYS_setuid,
                 libc::SYS_setresuid,
@@ -409,6 +477,14 @@ mod tests {
             ] {
                 assert!(!rules.contains_key(&nr), "{t:?} allows syscall {nr}");
             }
+            // Sockets only for a migration's source, and only TCP (both rules checked).
+            for nr in [libc::SYS_socket, libc::SYS_connect] {
+                let allows = rules.contains_key(&nr);
+                assert_eq!(allows, t == Thread::Migrate, "{t:?} and syscall {nr}");
+            }
+            for nr in [libc::SYS_bind, libc::SYS_listen, libc::SYS_socketpair] {
+                assert!(!rules.contains_key(&nr), "{t:?} allows syscall {nr}");
+            }
             // mmap and mprotect always carry their PROT_EXEC check.
             assert!(!rules[&libc::SYS_mmap].is_empty());
             assert!(!rules[&libc::SYS_mprotect].is_empty());
@@ -416,6 +492,10 @@ mod tests {
             assert!(rules.get(&libc::SYS_ioctl).is_none_or(|r| !r.is_empty()));
         }
         assert!(allowed(Thread::Reclaim).unwrap()[&libc::SYS_clone].len() == 1);
+        assert_eq!(
+            allowed(Thread::Migrate).unwrap()[&libc::SYS_socket].len(),
+            2
+        );
         // tgkill only to threads of this process, in every thread (any may pause the VM).
         for t in Thread::ALL {
             assert_eq!(allowed(t).unwrap()[&libc::SYS_tgkill].len(), 1, "{t:?}");

@@ -28,11 +28,20 @@ pub enum Thread {
     Prefetch,
     /// The VM's API server (`api`).
     Api,
+    /// A migration's source (`migrate`), started with the VM and idle until `PUT /vm/migrate`:
+    /// connects to the destination, sends the state and the pages.
+    Migrate,
+    /// A migration's reader on either end (`migrate-rx`); on the destination it writes the
+    /// pages that arrive to a local file and acknowledges them.
+    MigrateRx,
+    /// A migration's destination, once its source is back (`migrate-resume`): lets the VM run
+    /// again and retries the faults that failed.
+    MigrateResume,
 }
 
 impl Thread {
     /// Every kind of thread.
-    pub const ALL: [Thread; 12] = [
+    pub const ALL: [Thread; 15] = [
         Thread::Main,
         Thread::Signals,
         Thread::Vcpu,
@@ -45,6 +54,9 @@ impl Thread {
         Thread::ReleaseReady,
         Thread::Prefetch,
         Thread::Api,
+        Thread::Migrate,
+        Thread::MigrateRx,
+        Thread::MigrateResume,
     ];
 
     /// The kind's name, as `MEMVISOR_SECCOMP_TEST_CALL` and the docs spell it.
@@ -62,6 +74,9 @@ impl Thread {
             Thread::ReleaseReady => "release-ready",
             Thread::Prefetch => "prefetch",
             Thread::Api => "api",
+            Thread::Migrate => "migrate",
+            Thread::MigrateRx => "migrate-rx",
+            Thread::MigrateResume => "migrate-resume",
         }
     }
 }
