@@ -92,7 +92,7 @@ pub struct SnapshotResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MigrateRequest {
-    /// The destination's TCP address, `host:port`.
+    /// The destination's TCP address, `ip:port` (`memvisor ctl` resolves a host name first).
     pub to: String,
     /// The one-time token the destination was started with.
     pub token: String,

@@ -211,9 +211,14 @@ fn migrate(
     let token = token.ok_or(format!(
         "{what} needs --token T, the token the destination was started with"
     ))?;
-    if std::net::ToSocketAddrs::to_socket_addrs(to.as_str()).is_err() {
+    // The VMM's migration thread resolves no names (its seccomp filter lets it open no files
+    // and no sockets but TCP ones): a host name is resolved here.
+    let resolved = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
+        .ok()
+        .and_then(|mut a| a.next());
+    let Some(to) = resolved.map(|a| a.to_string()) else {
         return Err(format!("--to '{to}' is not a TCP address: give host:port"));
-    }
+    };
     // Answered once every page is on the destination: no limit but the connection's.
     let client = client.with_timeout(std::time::Duration::from_secs(24 * 3600));
     Ok(show(client.migrate(&to, &token, recover)))

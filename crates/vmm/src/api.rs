@@ -49,8 +49,9 @@ pub(crate) struct Control {
     pub sharing: bool,
     /// Writes the VM to a snapshot (`PUT /vm/snapshot`).
     pub snapshot: Arc<crate::snapshot::Snapshotter>,
-    /// A migration that broke after the switch, kept for `"recover": true`.
-    pub migration: Arc<crate::migrate::source::Broken>,
+    /// The `migrate` thread (`PUT /vm/migrate`), which keeps a migration that broke after the
+    /// switch for `"recover": true`.
+    pub migration: crate::migrate::source::Migrator,
 }
 
 /// Serves `listener` on its own thread.
@@ -130,7 +131,7 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
             Err(e) => error(400, &e),
         },
         VmRequest::Migrate(req) => {
-            match crate::migrate::source::migrate(&c.snapshot, &c.lifecycle, &req, &c.migration) {
+            match c.migration.migrate(&req) {
                 Ok(r) => ok(&r),
                 Err(e) => error(400, &e),
             }

@@ -338,7 +338,7 @@ impl Vm {
                         exits: exits.clone(),
                         sharing: config.sharing,
                         snapshot: snapshotter,
-                        migration: Arc::default(),
+                        migration: Default::default(),
                     },
                 )),
                 Some(memvisor_api::server::SocketFile::new(path.clone())),
@@ -457,6 +457,11 @@ impl Vm {
             self.threads.push(thread);
         }
         if let Some((listener, control)) = api {
+            // Before this thread is filtered: the migration thread opens sockets.
+            control
+                .migration
+                .start(&control.snapshot, &control.lifecycle)
+                .map_err(VmmError::Thread)?;
             api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
         }
         // Every other thread runs now: the caller's goes last, as it starts no more.

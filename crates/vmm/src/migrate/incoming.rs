@@ -15,7 +15,7 @@ use std::io::BufWriter;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use memvisor_pager::store::{PageStore, StoreCounters};
@@ -189,9 +189,8 @@ impl Incoming {
     pub fn switch(
         &self,
         pause: impl Fn(String) + Send + 'static,
-        resume: impl Fn() + Send + Sync + 'static,
+        resume: impl Fn() + Send + 'static,
     ) -> Result<(), String> {
-        let resume = Arc::new(resume);
         let peer = &self.peer;
         let io = |e: std::io::Error| format!("the migration from {peer}: {e}");
         wire::send(&mut *lock(&self.remote.tx), &Msg::Ready).map_err(io)?;
@@ -206,33 +205,39 @@ impl Incoming {
             Some((l, t)) => Some((l.try_clone().map_err(io)?, t.clone())),
             None => None,
         };
+        // Resuming retries what the pager failed, which may wait on a fault that waits on
+        // pages `migrate-rx` receives: it goes on a thread of its own, started here (not by
+        // `migrate-rx`, whose filter it would inherit) and idle until the source is back.
+        let (back, comes_back) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("migrate-resume".into())
+            .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::MigrateResume);
+                for () in comes_back {
+                    resume();
+                }
+            })
+            .map_err(|e| format!("cannot start the migration's resume thread: {e}"))?;
         std::thread::Builder::new()
             .name("migrate-rx".into())
-            .spawn(move || loop {
-                if !remote.receive(&mut r, &pause) {
-                    return;
-                }
-                let Some((listener, token)) = &rejoin else {
-                    return;
-                };
-                match remote.rejoin(listener, token) {
-                    Ok(again) => {
-                        r = again;
-                        // Resuming retries what the pager failed, which may wait on a fault
-                        // that waits on pages this thread receives: it goes on its own.
-                        let resume = resume.clone();
-                        let started = std::thread::Builder::new()
-                            .name("migrate-resume".into())
-                            .spawn(move || resume());
-                        if let Err(e) = started {
-                            tracing::error!(
-                                "cannot resume the VM after the migration came back: {e}"
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!("the migration cannot be recovered: {e}");
+            .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::MigrateRx);
+                loop {
+                    if !remote.receive(&mut r, &pause) {
                         return;
+                    }
+                    let Some((listener, token)) = &rejoin else {
+                        return;
+                    };
+                    match remote.rejoin(listener, token) {
+                        Ok(again) => {
+                            r = again;
+                            let _ = back.send(());
+                        }
+                        Err(e) => {
+                            tracing::error!("the migration cannot be recovered: {e}");
+                            return;
+                        }
                     }
                 }
             })

@@ -4,7 +4,8 @@
 //! every page is acknowledged; the VM then ends here.
 //!
 //! Threads: `migrate` does all of it and writes to the connection; `migrate-rx` reads the
-//! destination's requests and acknowledgements and hands them over a channel. Neither touches
+//! destination's requests and acknowledgements and hands them over a channel. Both start with
+//! the VM and wait for work ([`Migrator`]). Neither touches
 //! guest memory but through the pager's `read_in_place`, under its page lock.
 //!
 //! Before the go-ahead is sent, any failure resumes the VM here as it was; once it is sent,
@@ -13,7 +14,7 @@
 //! `migrate-recover` (`"recover": true`) connects again and sends every page not acknowledged.
 
 use std::io::BufWriter;
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,39 +41,98 @@ enum FromDest {
 
 /// A migration whose connection broke after the switch: what was sent and acknowledged, kept
 /// for `migrate-recover` (the VM stays paused here meanwhile).
-pub(crate) type Broken = Mutex<Option<Box<PostCopy>>>;
+type Broken = Mutex<Option<Box<PostCopy>>>;
 
-/// Moves the VM to `req.to` (module doc), or with `req.recover` resumes the migration in
-/// `broken`, on a thread of its own; returns once every page is acknowledged (the VM then ends
-/// here) or why not.
-pub(crate) fn migrate(
-    snap: &Arc<Snapshotter>,
-    life: &Arc<Lifecycle>,
-    req: &MigrateRequest,
-    broken: &Arc<Broken>,
-) -> Result<MigrateResult, String> {
-    let (snap, life, req, broken) = (snap.clone(), life.clone(), req.clone(), broken.clone());
-    std::thread::Builder::new()
-        .name("migrate".into())
-        .spawn(move || {
-            let post = match req.recover {
-                true => recover(&req, &broken)?,
-                false => run(&snap, &life, &req)?,
-            };
-            finish(&snap, &req, post, &broken)
-        })
-        .map_err(|e| format!("cannot start the migration thread: {e}"))?
-        .join()
-        .map_err(|_| "the migration thread panicked".to_owned())?
+/// A migration asked for, and where its outcome goes.
+type Job = (MigrateRequest, mpsc::Sender<Result<MigrateResult, String>>);
+/// A connection for `migrate-rx` to read, and where what it reads goes.
+type Reader = mpsc::Sender<(TcpStream, mpsc::Sender<FromDest>)>;
+
+/// The door to the `migrate` thread. It and `migrate-rx` are started with the VM, from the
+/// thread that starts it and before that one is filtered, because filters only stack: a
+/// thread the API thread started could never open a socket, and one `migrate` started could
+/// not narrow its filter to its own. Each installs its own filter and waits, `migrate` for
+/// migrations (one at a time) and `migrate-rx` for their connections, until the VM ends.
+pub(crate) struct Migrator {
+    jobs: Mutex<mpsc::Sender<Job>>,
+    waiting: Mutex<Option<mpsc::Receiver<Job>>>,
+}
+
+impl Default for Migrator {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::channel();
+        Migrator {
+            jobs: Mutex::new(tx),
+            waiting: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Migrator {
+    /// Starts the `migrate` and `migrate-rx` threads (once).
+    pub(crate) fn start(
+        &self,
+        snap: &Arc<Snapshotter>,
+        life: &Arc<Lifecycle>,
+    ) -> std::io::Result<()> {
+        let Some(jobs) = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return Ok(());
+        };
+        let (reader, connections) = mpsc::channel::<(TcpStream, mpsc::Sender<FromDest>)>();
+        std::thread::Builder::new()
+            .name("migrate-rx".into())
+            .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::MigrateRx);
+                for (mut r, tx) in connections {
+                    receive(&mut r, &tx);
+                }
+            })?;
+        let (snap, life) = (snap.clone(), life.clone());
+        std::thread::Builder::new()
+            .name("migrate".into())
+            .spawn(move || {
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::Migrate);
+                let broken = Broken::default();
+                for (req, reply) in jobs {
+                    let post = match req.recover {
+                        true => recover(&req, &broken, &reader),
+                        false => run(&snap, &life, &req, &reader),
+                    };
+                    let done = post.and_then(|post| finish(&snap, &req, post, &broken));
+                    let _ = reply.send(done);
+                }
+            })
+            .map(drop)
+    }
+
+    /// Moves the VM to `req.to` (module doc), or with `req.recover` resumes the migration that
+    /// broke, on the `migrate` thread; returns once every page is acknowledged (the VM then
+    /// ends here) or why not.
+    pub(crate) fn migrate(&self, req: &MigrateRequest) -> Result<MigrateResult, String> {
+        let (tx, rx) = mpsc::channel();
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send((req.clone(), tx));
+        sent.map_err(|_| "the migration thread has ended".to_owned())?;
+        rx.recv()
+            .map_err(|_| "the migration thread panicked".to_owned())?
+    }
 }
 
 /// Connects to `to` and greets with `hello`; the reading and writing halves once accepted.
 fn connect(to: &str, hello: &Msg) -> Result<(TcpStream, BufWriter<TcpStream>, u64), String> {
-    let addr = to
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("'{to}' is not a TCP address: give host:port"))?;
+    // No name is resolved here: that would open files and a Unix socket, which this thread's
+    // filter forbids (`memvisor ctl migrate` resolves them).
+    let addr: SocketAddr = to.parse().map_err(|_| {
+        format!("'{to}' is not a TCP address: give ip:port (the API resolves no host names)")
+    })?;
     let stream = TcpStream::connect_timeout(&addr, GREETING)
         .map_err(|e| format!("cannot reach the destination {to}: {e}"))?;
     let io = |e: std::io::Error| format!("the connection to {to}: {e}");
@@ -89,19 +149,24 @@ fn connect(to: &str, hello: &Msg) -> Result<(TcpStream, BufWriter<TcpStream>, u6
     }
 }
 
-/// Starts `migrate-rx` on `r` and serves `post` on `w` until every page is acknowledged.
+/// Hands `r` to `migrate-rx` and serves `post` on `w` until every page is acknowledged.
 fn post_copy(
     post: &mut PostCopy,
-    mut r: TcpStream,
+    r: TcpStream,
     w: &mut BufWriter<TcpStream>,
+    reader: &Reader,
 ) -> Result<(), String> {
     r.set_read_timeout(None).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("migrate-rx".into())
-        .spawn(move || receive(&mut r, &tx))
-        .map_err(|e| format!("cannot start the migration reader: {e}"))?;
-    post.serve(w, &rx)
+    reader
+        .send((r, tx))
+        .map_err(|_| "the migration reader has ended".to_owned())?;
+    let served = post.serve(w, &rx);
+    if served.is_err() {
+        // `migrate-rx` stops reading this connection, and is free for the next.
+        let _ = w.get_ref().shutdown(std::net::Shutdown::Both);
+    }
+    served
 }
 
 /// Either every page acknowledged (the VM ends here) or the migration kept for recovery.
@@ -148,7 +213,7 @@ type Outcome = Result<Result<Box<PostCopy>, (Box<PostCopy>, String)>, String>;
 
 /// `migrate-recover`: the broken migration, over a new connection; the destination is sent
 /// every page it has not acknowledged.
-fn recover(req: &MigrateRequest, broken: &Broken) -> Outcome {
+fn recover(req: &MigrateRequest, broken: &Broken, reader: &Reader) -> Outcome {
     let mut post = broken
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -174,13 +239,13 @@ fn recover(req: &MigrateRequest, broken: &Broken) -> Outcome {
         post.copied - post.acked_count,
         post.copied
     );
-    Ok(match post_copy(&mut post, r, &mut w) {
+    Ok(match post_copy(&mut post, r, &mut w, reader) {
         Ok(()) => Ok(post),
         Err(e) => Err((post, e)),
     })
 }
 
-fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest) -> Outcome {
+fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Reader) -> Outcome {
     let Some(pager) = &life.pager else {
         return Err("a VM without memvisor's pager (--pager off) cannot migrate".into());
     };
@@ -230,7 +295,7 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest) -> Outcome {
     post.t0 = t0;
     post.downtime_ms = downtime_ms;
     post.bytes = sent;
-    let served = post_copy(&mut post, r, &mut w);
+    let served = post_copy(&mut post, r, &mut w, reader);
     drop(held);
     Ok(match served {
         Ok(()) => Ok(post),
