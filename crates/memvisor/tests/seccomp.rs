@@ -8,11 +8,11 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{mkdisk_data, TestHost, TestVm};
+use common::{mkdisk_data, Proc, TestHost, TestVm};
 use memvisor_api::{HostVmState, VmExit};
 
 /// Each kind of thread (as the hook names it) and the name its thread has (`comm`).
-const THREADS: [(&str, &str); 11] = [
+const THREADS: [(&str, &str); 13] = [
     ("main", "memvisor"),
     ("signals", "signals"),
     ("vcpu", "vcpu0"),
@@ -24,6 +24,9 @@ const THREADS: [(&str, &str); 11] = [
     ("defrag", "defrag"),
     ("release-ready", "release-ready"),
     ("api", "api"),
+    // A migration's source threads, idle from the start in every VM with an API socket.
+    ("migrate", "migrate"),
+    ("migrate-rx", "migrate-rx"),
 ];
 
 /// `memvisor run` flags with every mechanism on, which start every kind of thread.
@@ -181,4 +184,63 @@ fn a_restored_vms_prefetch_thread_runs_filtered() {
         out.status,
         common::stderr(&out)
     );
+}
+
+/// A migration's destination runs `migrate-resume` only once a migration has switched over
+/// (`migrate-rx` there confines with the same kind as the source's, in `THREADS`): its call
+/// outside its filter kills the destination.
+#[test]
+fn a_migration_destinations_resume_thread_runs_filtered() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = TestVm::start(
+        &dir.path().join("s.sock"),
+        &[
+            "--mem",
+            "64M",
+            "--workload",
+            "alloc",
+            "--cmdline",
+            "mb=16 rounds=1 hold_secs=600",
+        ],
+    );
+    source.stdout_line(Duration::from_secs(60), |l| l.starts_with("hold:"));
+    let mut cmd = common::run_command(
+        &dir.path().join("d.sock"),
+        &[
+            "--mem",
+            "64M",
+            "--incoming",
+            "127.0.0.1:0",
+            "--migration-token",
+            "t",
+        ],
+    );
+    cmd.stderr(std::process::Stdio::piped())
+        .env("MEMVISOR_SECCOMP_TEST_CALL", "migrate-resume");
+    let dest = Proc::spawn(&mut cmd);
+    let line = dest.stderr_line(Duration::from_secs(30), |l| {
+        l.contains("waiting for a migration on")
+    });
+    let addr = line.rsplit(' ').next().unwrap().to_owned();
+    let out = common::memvisor(&[
+        "ctl",
+        "--api-sock",
+        source.sock().to_str().unwrap(),
+        "migrate",
+        "--to",
+        &addr,
+        "--token",
+        "t",
+    ]);
+    let dest = dest.finish();
+    assert_eq!(
+        dest.status.signal(),
+        Some(libc::SIGSYS),
+        "{:?}: {}",
+        dest.status,
+        common::stderr(&dest)
+    );
+    // The source lost its destination after the switch: it keeps the VM, paused.
+    assert!(!out.status.success(), "{}", common::stderr(&out));
 }
