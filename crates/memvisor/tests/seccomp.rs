@@ -29,6 +29,26 @@ const THREADS: [(&str, &str); 13] = [
     ("migrate-rx", "migrate-rx"),
 ];
 
+/// When the last VMM was killed, by any test here. The kernel rate-limits the audit lines that
+/// name a killed call (`printk_ratelimit_burst`, 10, in `printk_ratelimit`, 5 s), so the tests
+/// that get a VMM killed take turns and space their kills, and the host can name every call.
+static LAST_KILL: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+type KillsTurn = std::sync::MutexGuard<'static, Option<std::time::Instant>>;
+
+fn kills_turn() -> KillsTurn {
+    LAST_KILL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits until a kill now keeps within the kernel's rate (module doc of [`LAST_KILL`]).
+fn space_kill(turn: &mut KillsTurn) {
+    let gap = Duration::from_millis(600);
+    if let Some(last) = **turn {
+        std::thread::sleep(gap.saturating_sub(last.elapsed()));
+    }
+    **turn = Some(std::time::Instant::now());
+}
+
 /// `memvisor run` flags with every mechanism on, which start every kind of thread.
 fn everything(disk: &Path) -> Vec<String> {
     [
@@ -103,6 +123,7 @@ tesseract_defrag = "guest"
 release_ready = "4M"
 sharing = "host"
 "#;
+    let mut turn = kills_turn();
     for (kind, comm) in THREADS {
         // A host of its own each: a killed VMM leaves Tesseract's log for the next start.
         let dir = tempfile::tempdir().unwrap();
@@ -115,6 +136,7 @@ sharing = "host"
             ),
         )
         .unwrap();
+        space_kill(&mut turn);
         let mut cmd = common::host_command(&path);
         cmd.env("MEMVISOR_LOG", "info")
             .env("MEMVISOR_SECCOMP_TEST_CALL", kind);
@@ -173,6 +195,8 @@ fn a_restored_vms_prefetch_thread_runs_filtered() {
         "--restore",
         snap.to_str().unwrap(),
     ];
+    let mut turn = kills_turn();
+    space_kill(&mut turn);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_memvisor"));
     cmd.args(restore)
         .env("MEMVISOR_SECCOMP_TEST_CALL", "prefetch");
@@ -223,6 +247,8 @@ fn a_migration_destinations_resume_thread_runs_filtered() {
         l.contains("waiting for a migration on")
     });
     let addr = line.rsplit(' ').next().unwrap().to_owned();
+    let mut turn = kills_turn();
+    space_kill(&mut turn);
     let out = common::memvisor(&[
         "ctl",
         "--api-sock",
