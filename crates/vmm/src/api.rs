@@ -130,12 +130,17 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
             Ok(r) => ok(&r),
             Err(e) => error(400, &e),
         },
-        VmRequest::Migrate(req) => {
-            match c.migration.migrate(&req) {
-                Ok(r) => ok(&r),
-                Err(e) => error(400, &e),
+        VmRequest::Migrate(req) => match c.migration.migrate(&req) {
+            // Every page is on the destination: the VM ends here once the answer is written.
+            Ok(r) => {
+                let snapshot = c.snapshot.clone();
+                return Reply {
+                    then: Some(Then(Arc::new(move || (snapshot.stop)()))),
+                    ..ok(&r).into()
+                };
             }
-        }
+            Err(e) => error(400, &e),
+        },
     }
     .into()
 }

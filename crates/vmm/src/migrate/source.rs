@@ -103,7 +103,7 @@ impl Migrator {
                         true => recover(&req, &broken, &reader),
                         false => run(&snap, &life, &req, &reader),
                     };
-                    let done = post.and_then(|post| finish(&snap, &req, post, &broken));
+                    let done = post.and_then(|post| finish(&req, post, &broken));
                     let _ = reply.send(done);
                 }
             })
@@ -169,9 +169,9 @@ fn post_copy(
     served
 }
 
-/// Either every page acknowledged (the VM ends here) or the migration kept for recovery.
+/// Either every page acknowledged (the VM ends here, once the API has answered: `api.rs`) or
+/// the migration kept for recovery.
 fn finish(
-    snap: &Snapshotter,
     req: &MigrateRequest,
     post: Result<Box<PostCopy>, (Box<PostCopy>, String)>,
     broken: &Broken,
@@ -188,7 +188,6 @@ fn finish(
             return Err(line);
         }
     };
-    (snap.stop)();
     let (c, z, d, rel) = post.saved.census();
     let result = MigrateResult {
         to: to.clone(),
