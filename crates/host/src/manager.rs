@@ -19,9 +19,9 @@ use memvisor_policy::admission::{admit, AdmissionRefusal, Reservations};
 use crate::balancing::Balancer;
 use crate::config::HostConfig;
 use crate::journal::Journal;
-use crate::process::{client, Launch, VmmFiles};
+use crate::process::{client, Launch, Vmm, VmmFiles};
 use crate::registry::{Refused, Registry, VmEntry};
-use crate::tick::{free_state_name, sent, Order, Tick};
+use crate::tick::{free_state_name, sent, start_limit, Order, Tick};
 
 /// Everything the host knows, behind one lock.
 pub struct Host {
@@ -78,8 +78,7 @@ impl Host {
         &self.config
     }
 
-    /// Admits `spec`; a refusal says which reservation failed. Its VMM starts at a tick, once
-    /// the budget has room for its target; until then it is `starting`, waiting for room.
+    /// Admits and starts `spec`; a refusal says which reservation failed.
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
@@ -109,19 +108,30 @@ impl Host {
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
+        let limit = start_limit(&self.config, &self.registry, &spec);
+        let pool = (self.config.pool > 0).then(|| {
+            let live = self.registry.vms.iter().filter(|v| v.live()).count() as u64;
+            self.config.pool / (live + 1)
+        });
+        let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool).map_err(|e| {
+            Refused(
+                500,
+                format!("cannot start a VMM for vm '{}': {e}", spec.name),
+            )
+        })?;
         self.registry.reservations = next;
         self.journal.event(
-            HostEventKind::Waiting,
+            HostEventKind::Admitted,
             Some(&spec.name),
-            "admitted; its VMM starts once the budget has room for its target".to_owned(),
+            format!(
+                "admitted; its VMM is pid {}, its limit {} MiB",
+                vmm.pid(),
+                limit >> 20
+            ),
         );
-        let mut v = VmEntry::new(
-            spec,
-            files,
-            HostVmState::Starting,
-            Some("waiting for room in the budget".into()),
-        );
-        v.waiting = true;
+        let mut v = VmEntry::new(spec, files, HostVmState::Starting, None);
+        v.target = limit;
+        v.vmm = Some(vmm);
         v.reserved = true;
         let status = v.status();
         self.registry.vms.push(v);
@@ -204,8 +214,6 @@ impl Host {
             released_pages: self.balancer.released_pages,
             reallocations: self.balancer.reallocations,
             gap_closed_pages: self.balancer.gap_closed_pages,
-            own_bytes: self.tick.own,
-            committed_bytes: self.tick.committed,
         }
     }
 
@@ -243,8 +251,7 @@ impl Host {
 
     /// Asks a VM's VMM to stop.
     pub fn stop(&mut self, name: &str) -> Result<HostVm, Refused> {
-        self.registry
-            .stop(&mut self.journal, name, self.config.vm_overhead)
+        self.registry.stop(&mut self.journal, name)
     }
 
     /// Asks every VMM to stop; returns how many are still alive.
@@ -341,7 +348,6 @@ pub fn tick(host: &Shared) {
             &mut h.registry,
             &mut h.journal,
             &mut h.balancer,
-            &h.launch,
             released,
         );
         orders

@@ -154,9 +154,13 @@ impl Vmm {
         self.child.id()
     }
 
-    /// The process's proportional set size in bytes ([`pss`]), `None` once it is gone.
-    pub fn pss(&self) -> Option<u64> {
-        pss(&format!("/proc/{}/smaps_rollup", self.child.id()))
+    /// The process's resident memory in bytes (`/proc/PID/statm`), `None` once it is gone.
+    pub fn rss(&self) -> Option<u64> {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf has no memory effects.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        Some(pages * page)
     }
 
     /// The exit status, once the process has ended.
@@ -238,48 +242,4 @@ fn last_message(log: &Path) -> Option<String> {
         .rev()
         .find(|l| l.starts_with("memvisor: ") || l.contains("ERROR"))
         .map(|l| l.trim().chars().take(300).collect())
-}
-
-/// The proportional set size of a process in bytes, from its `smaps_rollup` at `path`: its
-/// resident pages, each shared one divided among the processes that map it. This is what the
-/// process holds of host memory, counted so that the processes' figures add up; RSS counts a
-/// page shared with another process (a KSM-merged page, the binary's text) once in each.
-/// `None` when the file cannot be read (the process is gone) or has no `Pss:` line.
-pub fn pss(path: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
-/// The host process's own proportional set size ([`pss`]).
-pub fn own_pss() -> Option<u64> {
-    pss("/proc/self/smaps_rollup")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pss_reads_smaps_rollup() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("smaps_rollup");
-        std::fs::write(
-            &f,
-            "55d0c0000000-7ffd00000000 ---p 00000000 00:00 0  [rollup]\nRss:  40960 kB\nPss:  30721 kB\nPss_Anon:  20000 kB\n",
-        )
-        .unwrap();
-        assert_eq!(pss(f.to_str().unwrap()), Some(30721 * 1024));
-        std::fs::write(&f, "Rss: 1 kB\n").unwrap();
-        assert_eq!(pss(f.to_str().unwrap()), None);
-        assert_eq!(pss("/nonexistent/smaps_rollup"), None);
-        assert!(own_pss().is_some_and(|b| b > 0));
-    }
 }
