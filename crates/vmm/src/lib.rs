@@ -22,7 +22,6 @@
 //! | `affinity.rs` | host CPU sets for `--vcpu-cpus` and `--vmm-cpus` |
 //! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
 //! | `api.rs` | the VM's API server on a Unix socket |
-//! | `confine.rs` | where the VMM enters its jail: after it has opened what it needs, before its first thread starts (each thread then installs its own seccomp filter, `memvisor-seccomp`) |
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
 //! | `cpu_state.rs` | the KVM state of a vCPU and of the in-kernel PIC, IOAPIC and clock, read for a snapshot and written back on restore |
 //! | `snapshot.rs` | snapshots: the format, taking one from a running VM, and reading one back, checked |
@@ -31,7 +30,6 @@
 pub mod affinity;
 mod api;
 mod config;
-mod confine;
 mod control;
 mod cpu_state;
 mod error;
@@ -210,8 +208,6 @@ impl Vm {
         // Every thread started from here on inherits the blocked mask; this one takes the signals.
         signals::block().map_err(VmmError::Thread)?;
         signals::install_kick_handler().map_err(VmmError::Thread)?;
-        // The VMM is still one thread here, as namespaces and a pivot into a jail need.
-        confine::enter_jail(config)?;
         let tx = events_tx.clone();
         std::thread::Builder::new()
             .name("signals".into())
