@@ -22,8 +22,9 @@
 //! its filters (the reclaim thread's read-ahead). `no_new_privs` is set first: the kernel takes a
 //! filter from a process without `CAP_SYS_ADMIN` only then, and it keeps an `execve` from gaining
 //! privileges. The order at start is: the VMM opens what it needs (KVM, guest RAM, the
-//! userfaultfd, disks, swap file, sockets), then enters its jail, then each thread installs its
-//! filter as it starts; the main thread installs its own once every other thread has started.
+//! userfaultfd, disks, swap file, sockets), then each thread installs its filter as it starts;
+//! the main thread installs its own once every other thread has started. A jail (not built yet,
+//! docs/security.md) goes before the first filter: the filters refuse the calls it is made with.
 
 mod rules;
 mod thread;
