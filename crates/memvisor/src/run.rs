@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use memvisor_api::exit::status;
 use memvisor_api::VmStats;
-use memvisor_vmm::{VmConfig, VmExit, VmmError};
+use memvisor_vmm::{error_line, VmConfig, VmExit, VmmError};
 
 use crate::cli::{
     DefragArg, Hypervisor, LogSyncArg, PagerMode, PreventerArg, RunArgs, SharingArg, SwapIn,
@@ -14,17 +14,6 @@ use crate::cli::{
 };
 use crate::plan::plan;
 use crate::qemu;
-
-fn error_line(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        line.push_str(": ");
-        line.push_str(&s.to_string());
-        src = s.source();
-    }
-    line
-}
 
 /// `memvisor run`.
 pub fn run(args: RunArgs) -> ExitCode {

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `config.rs` | what a VM is built from: [`VmConfig`], [`DiskConfig`] and the limits on them (a leaf) |
 //! | `error.rs` | why a VM cannot be built or run: [`VmmError`] (a leaf) |
+//! | `error_line.rs` | an error and its sources on one line, as the VMM and `memvisor run` report them (a leaf) |
 //! | `lifecycle.rs` | a VM's state ([`VmState`]) and the pausing and resuming the VM and its API server share |
 //! | `report.rs` | how a VM ended ([`VmExit`]) and what it reports at the end ([`VmReport`], [`ExitCounters`]) (a leaf) |
 //! | `lib.rs` | the [`Vm`]: building it, its devices' wiring, starting, waiting, stopping, the flush of its disks at the end, and [`run`] |
@@ -33,6 +34,7 @@ mod config;
 mod control;
 mod cpu_state;
 mod error;
+mod error_line;
 mod ioevents;
 mod lifecycle;
 mod memory;
@@ -69,6 +71,7 @@ pub use config::{DiskConfig, VmConfig, MAX_DISKS, MAX_VCPUS};
 pub use control::{PauseReason, Vcpus};
 use error::kvm_err;
 pub use error::VmmError;
+pub use error_line::error_line;
 use lifecycle::Lifecycle;
 pub use lifecycle::VmState;
 pub use report::{ExitCounters, VmExit, VmReport};

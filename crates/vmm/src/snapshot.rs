@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 use crate::cpu_state::{VcpuState, VmKvmState};
+use crate::error_line::error_line;
 use crate::lifecycle::Lifecycle;
 
 /// The first bytes of `vm.state`.
@@ -425,17 +426,6 @@ pub(crate) fn check_pausable(life: &Lifecycle) -> Result<(), String> {
         }
         _ => Ok(()),
     }
-}
-
-pub(crate) fn error_line(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        line.push_str(": ");
-        line.push_str(&s.to_string());
-        src = s.source();
-    }
-    line
 }
 
 /// Guest memory of a VM without memvisor's pager (plain memory): every non-zero page copied.

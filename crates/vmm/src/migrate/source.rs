@@ -265,7 +265,7 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
         let (held, state) = snap.capture(life, || {
             pager
                 .migration_pages()
-                .map_err(|e| snapshot::error_line(&e))
+                .map_err(|e| crate::error_line::error_line(&e))
         })?;
         let bytes = snapshot::encode_state(&state).map_err(|e| e.to_string())?;
         sent += wire::send(&mut w, &Msg::State(bytes)).map_err(io)?;
