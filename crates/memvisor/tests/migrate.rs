@@ -122,23 +122,11 @@ fn integrity_survives_post_copy_migration_under_a_limit() {
     assert_eq!(done.u64("mismatches"), 0);
 }
 
-/// A VM of the alloc workload holding its memory, with `disk`, waiting to be moved.
-fn holding_source(sock: &std::path::Path, mem: &str, mb: &str, disk: Option<&str>) -> TestVm {
-    let cmdline = format!("mb={mb} rounds=1 hold_secs=600");
-    let mut args = vec!["--mem", mem, "--workload", "alloc", "--cmdline", &cmdline];
-    if let Some(d) = disk {
-        args.extend_from_slice(&["--disk", d]);
-    }
-    let vm = TestVm::start(sock, &args);
-    vm.stdout_line(Duration::from_secs(120), |l| l.starts_with("hold:"));
-    vm
-}
-
 #[test]
 fn a_destination_that_refuses_the_state_leaves_the_vm_running_on_the_source() {
     let dir = tempfile::tempdir().unwrap();
     let disk = disk_spec(&mkdisk_data(dir.path().join("a.img"), "16M", &[]), "data");
-    let source = holding_source(&dir.path().join("s.sock"), "64M", "8", Some(&disk));
+    let source = TestVm::holding(&dir.path().join("s.sock"), "64M", "8", Some(&disk));
     // Another image under the same id: the destination refuses the state once it has it.
     let other = disk_spec(&mkdisk_data(dir.path().join("b.img"), "16M", &[]), "data");
     let mut cmd = run_command(
@@ -178,7 +166,7 @@ fn a_destination_that_refuses_the_state_leaves_the_vm_running_on_the_source() {
 #[test]
 fn a_source_that_dies_in_post_copy_leaves_the_destination_paused() {
     let dir = tempfile::tempdir().unwrap();
-    let source = holding_source(&dir.path().join("s.sock"), "1G", "700", None);
+    let source = TestVm::holding(&dir.path().join("s.sock"), "1G", "700", None);
     let dsock = dir.path().join("d.sock");
     let mut cmd = run_command(
         &dsock,

@@ -171,18 +171,7 @@ fn a_restored_vms_prefetch_thread_runs_filtered() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("vm.sock");
-    let vm = TestVm::start(
-        &sock,
-        &[
-            "--mem",
-            "64M",
-            "--workload",
-            "alloc",
-            "--cmdline",
-            "mb=16 rounds=1 hold_secs=60",
-        ],
-    );
-    vm.stdout_line(Duration::from_secs(60), |l| l.starts_with("hold:"));
+    let vm = TestVm::holding(&sock, "64M", "16", None);
     let snap = dir.path().join("s");
     common::ok(vm.client().snapshot(snap.to_str().unwrap(), true));
     vm.finish();

@@ -244,18 +244,7 @@ fn refused(args: &[&str], want: &str) {
 fn bad_snapshots_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("api.sock");
-    let vm = TestVm::start(
-        &sock,
-        &[
-            "--mem",
-            "64M",
-            "--workload",
-            "alloc",
-            "--cmdline",
-            "mb=8 rounds=1 hold_secs=60",
-        ],
-    );
-    vm.stdout_line(Duration::from_secs(60), |l| l.starts_with("hold:"));
+    let vm = TestVm::holding(&sock, "64M", "8", None);
     let snap = dir.path().join("s");
     ok(vm.client().snapshot(snap.to_str().unwrap(), true));
     vm.finish();

@@ -341,6 +341,19 @@ pub struct TestVm {
 }
 
 impl TestVm {
+    /// A VM of `mem` whose guest (the alloc workload) has touched `mb` MiB and holds it, with
+    /// `disk` if given: a VM to snapshot or move, once it says it holds.
+    pub fn holding(sock: &Path, mem: &str, mb: &str, disk: Option<&str>) -> TestVm {
+        let cmdline = format!("mb={mb} rounds=1 hold_secs=600");
+        let mut args = vec!["--mem", mem, "--workload", "alloc", "--cmdline", &cmdline];
+        if let Some(d) = disk {
+            args.extend_from_slice(&["--disk", d]);
+        }
+        let vm = TestVm::start(sock, &args);
+        vm.stdout_line(Duration::from_secs(120), |l| l.starts_with("hold:"));
+        vm
+    }
+
     /// `memvisor run --api-sock SOCK ARGS` ([`run_command`]), once its socket exists.
     pub fn start(sock: &Path, args: &[&str]) -> TestVm {
         TestVm::spawn(&mut run_command(sock, args), sock)
