@@ -105,7 +105,12 @@ pub fn run(args: RunArgs) -> ExitCode {
     // The main thread's name, which the kernel's record of a seccomp kill gives (`exe` after
     // the re-exec of huge_heap.rs otherwise).
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"memvisor".as_ptr()) };
+    if unsafe { libc::prctl(libc::PR_SET_NAME, c"memvisor".as_ptr()) } != 0 {
+        tracing::debug!(
+            "cannot name the main thread: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     let config = VmConfig {
         kernel: plan.kernel,
         cmdline: plan.cmdline,
