@@ -42,6 +42,22 @@ pub(super) struct Disk {
     pub(super) capacity: u64,
 }
 
+/// A disk image opened for a [`super::Block`], before the device is made.
+pub struct DiskImage {
+    pub(super) disk: Disk,
+    pub(super) read_only: bool,
+}
+
+impl DiskImage {
+    /// Opens the image at `path`, writable unless `read_only`.
+    pub fn open(path: &Path, read_only: bool) -> Result<Self, BlockError> {
+        Ok(DiskImage {
+            disk: Disk::open(path, read_only)?,
+            read_only,
+        })
+    }
+}
+
 impl Disk {
     pub(super) fn open(path: &Path, read_only: bool) -> Result<Self, BlockError> {
         let err = |source| BlockError::Open {

@@ -22,7 +22,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 
 use disk::{is_full, runs_without, whole_pages, without_blocks, Disk};
-pub use disk::{BlockError, BLOCK_SIZE};
+pub use disk::{BlockError, DiskImage, BLOCK_SIZE};
 pub use request::{Desc, Request, RequestError, RequestKind};
 use request::{ID_BYTES, SECTOR_SIZE, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
@@ -94,10 +94,21 @@ impl Block {
         ram: Arc<dyn GuestRam>,
         index: u8,
     ) -> Result<Self, BlockError> {
+        Self::with_image(DiskImage::open(path, read_only)?, id, ram, index)
+    }
+
+    /// The device on an image opened before ([`DiskImage::open`]): a VMM that gives up its
+    /// access to the file system (a jail) opens its images first.
+    pub fn with_image(
+        image: DiskImage,
+        id: &str,
+        ram: Arc<dyn GuestRam>,
+        index: u8,
+    ) -> Result<Self, BlockError> {
         if id.len() > ID_BYTES {
             return Err(BlockError::IdTooLong(id.to_owned()));
         }
-        let disk = Disk::open(path, read_only)?;
+        let DiskImage { disk, read_only } = image;
         let mut id_bytes = [0u8; ID_BYTES];
         id_bytes[..id.len()].copy_from_slice(id.as_bytes());
         let mut features = VIRTIO_F_VERSION_1
