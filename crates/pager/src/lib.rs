@@ -60,7 +60,7 @@ pub use api_stats::PagerStats;
 pub use config::{
     IndirectConfig, Mechanisms, PagerConfig, PoolConfig, Preventing, DEFAULT_RELEASE_CACHE,
 };
-pub use pager::Pager;
+pub use pager::{open_indirect, Pager, PagerFiles};
 pub use preventer::CpuState;
 pub use release::ReleaseOutcome;
 pub use saved_pages::{RestoreFrom, SavedKind, SavedPages, SavedRun};

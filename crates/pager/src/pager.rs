@@ -103,17 +103,33 @@ impl Pager {
         vcpus: Arc<dyn VcpuControl>,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Pager, PagerError> {
-        let uffd = Userfault::new(config.sharing).map_err(PagerError::Uffd)?;
+        let ram_bytes = u64::from(RamMap::new(&mem).pages()) * PAGE_SIZE as u64;
+        let files = PagerFiles::open(config, ram_bytes)?;
+        Self::start_with(mem, config, files, vcpus, on_failure)
+    }
+
+    /// [`Pager::start`] with its files opened before ([`PagerFiles::open`]).
+    pub fn start_with(
+        mem: Arc<GuestMem>,
+        config: &PagerConfig,
+        files: PagerFiles,
+        vcpus: Arc<dyn VcpuControl>,
+        on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Pager, PagerError> {
+        let PagerFiles {
+            uffd,
+            swap,
+            swap_blocks,
+        } = files;
         let map = RamMap::new(&mem);
         let pages = map.pages();
         let limit = limit_pages(config.limit, u64::from(pages) * PAGE_SIZE as u64)?;
-        let extra = config.indirections.map_or(0, |c| c.max);
-        let swap_blocks = pages.saturating_add(extra);
-        let swap = SwapFile::create(
-            &config.swap_path,
-            swap_blocks,
-            config.temporary_swap && config.indirections.is_none(),
-        )?;
+        if swap_blocks < pages {
+            return Err(PagerError::Swap(crate::store::swap::SwapError::TooSmall {
+                blocks: swap_blocks,
+                pages,
+            }));
+        }
         let batch = config.batch.max(1);
         let mech = config.mech;
         let mut table = StateTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
@@ -316,15 +332,21 @@ impl Pager {
         writable: Option<&std::path::Path>,
     ) -> Result<(), PagerError> {
         let s = &self.core;
-        let indirect = match (s.indirections, writable) {
-            (Some(cfg), Some(path)) => Some(crate::store::indirect::Indirect::start(
-                path,
-                &s.swap_path,
-                cfg.sync,
-                cfg.defrag,
-            )?),
-            _ => None,
+        let indirect = match writable {
+            Some(path) => open_indirect(s.indirections.as_ref(), &s.swap_path, path)?,
+            None => None,
         };
+        self.attach_disk_with(disk, image, indirect)
+    }
+
+    /// [`Pager::attach_disk`] with the disk's indirections started before ([`open_indirect`]).
+    pub fn attach_disk_with(
+        &self,
+        disk: u8,
+        image: std::fs::File,
+        indirect: Option<crate::store::indirect::Indirect>,
+    ) -> Result<(), PagerError> {
+        let s = &self.core;
         if !s
             .stores
             .attach_image(disk, ImageFile::new(disk, image, indirect))
@@ -359,7 +381,13 @@ impl Pager {
             s.free_indirections(freed);
         }
         if s.temporary_swap && kept == 0 {
-            if let Err(e) = std::fs::remove_file(&s.swap_path) {
+            // Not found: a jailed VMM does not see it; whoever started it deletes it.
+            let gone = std::fs::remove_file(&s.swap_path).or_else(|e| {
+                (e.kind() == std::io::ErrorKind::NotFound)
+                    .then_some(())
+                    .ok_or(e)
+            });
+            if let Err(e) = gone {
                 tracing::warn!("pager: cannot delete {}: {e}", s.swap_path.display());
             }
         }
@@ -640,6 +668,51 @@ fn release_slots(
             error: std::io::Error::other(e),
         })?;
     Ok(Some(slots))
+}
+
+/// What a pager opens by path or with privileges: its userfaultfd and its swap file. A VMM that
+/// gives up both (a jail) opens them first, then starts the pager with [`Pager::start_with`].
+pub struct PagerFiles {
+    uffd: Userfault,
+    swap: SwapFile,
+    swap_blocks: u32,
+}
+
+impl PagerFiles {
+    /// Makes the userfaultfd and creates the swap file for `ram_bytes` of guest RAM (and the
+    /// indirections' room).
+    pub fn open(config: &PagerConfig, ram_bytes: u64) -> Result<Self, PagerError> {
+        let uffd = Userfault::new(config.sharing).map_err(PagerError::Uffd)?;
+        let pages = u32::try_from(ram_bytes / PAGE_SIZE as u64).unwrap_or(u32::MAX);
+        let extra = config.indirections.map_or(0, |c| c.max);
+        let swap_blocks = pages.saturating_add(extra);
+        let swap = SwapFile::create(
+            &config.swap_path,
+            swap_blocks,
+            config.temporary_swap && config.indirections.is_none(),
+        )?;
+        Ok(PagerFiles {
+            uffd,
+            swap,
+            swap_blocks,
+        })
+    }
+}
+
+/// Starts the indirections of the writable image at `image` (its log, its handles on the image
+/// and on the swap file at `swap`), if `config` asks for indirections; the swap file exists
+/// ([`PagerFiles::open`]).
+pub fn open_indirect(
+    config: Option<&crate::config::IndirectConfig>,
+    swap: &std::path::Path,
+    image: &std::path::Path,
+) -> Result<Option<crate::store::indirect::Indirect>, PagerError> {
+    let Some(cfg) = config else {
+        return Ok(None);
+    };
+    Ok(Some(crate::store::indirect::Indirect::start(
+        image, swap, cfg.sync, cfg.defrag,
+    )?))
 }
 
 /// Serves faults and runs working-set sampling until it cannot; returns why.

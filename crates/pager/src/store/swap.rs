@@ -32,6 +32,8 @@ pub enum SwapError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the swap file has room for {blocks} blocks, guest RAM has {pages} pages")]
+    TooSmall { blocks: u32, pages: u32 },
 }
 
 pub struct SwapFile {

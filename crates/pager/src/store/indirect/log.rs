@@ -121,6 +121,11 @@ impl Log {
         };
         let mut data = Vec::new();
         file.read_to_end(&mut data).map_err(io_err(&path))?;
+        if data.is_empty() {
+            // Emptied by a jailed VMM that put every block back ([`Log::remove`]).
+            std::fs::remove_file(&path).map_err(io_err(&path))?;
+            return Ok(None);
+        }
         let corrupt = |why: &str| IndirectError::Corrupt {
             path: path.clone(),
             why: why.into(),
@@ -212,9 +217,19 @@ impl Log {
 
     /// Deletes the log: the image holds everything.
     pub(super) fn remove(self) -> std::io::Result<()> {
-        std::fs::remove_file(&self.path)?;
-        sync_dir(&self.path);
-        Ok(())
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {
+                sync_dir(&self.path);
+                Ok(())
+            }
+            // A jailed VMM does not see the image's directory: it empties the log through its
+            // descriptor, and an empty log is a finished one ([`Log::open`] deletes it).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.file.set_len(0)?;
+                self.file.sync_all()
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
