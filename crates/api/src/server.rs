@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,9 @@ use crate::http::{read_request, write_response_as};
 
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The mode of a socket [`bind`] makes: its owner's alone.
+pub const SOCKET_MODE: u32 = 0o600;
 
 /// Binds the socket at `path`. A stale socket file (nobody listening) is replaced; a live one is
 /// an error. Clients that connect before [`serve`] starts wait in the listen queue.
@@ -33,6 +37,12 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let listener = UnixListener::bind(&tmp)?;
+    // Only its owner may connect (connecting takes write permission), whatever the umask: the
+    // API pauses, resizes and stops the VM.
+    if let Err(e) = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(SOCKET_MODE)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     if let Err(e) = std::fs::rename(&tmp, path) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
