@@ -53,4 +53,6 @@ pub struct VmConfig {
     /// A migration coming in (`restore` is its state, its memory the source): the VM is built,
     /// then the source lets it go ([`Incoming::switch`](crate::migrate::incoming::Incoming::switch)).
     pub incoming: Option<std::sync::Arc<crate::migrate::incoming::Incoming>>,
+    /// Enter this jail once every file is open, before any thread starts (`jail.rs`).
+    pub jail: Option<crate::jail::Jail>,
 }

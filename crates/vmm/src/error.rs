@@ -54,6 +54,8 @@ pub enum VmmError {
     Restore(String),
     #[error("the migration did not complete: {0}")]
     Migration(String),
+    #[error(transparent)]
+    Jail(#[from] crate::jail::JailError),
     #[error("flushing disk {id} at exit failed")]
     DiskSync {
         id: String,

@@ -15,8 +15,8 @@ pub(crate) struct KvmIoEvents {
 }
 
 impl KvmIoEvents {
-    pub(crate) fn new(vm: &VmFd) -> Result<Self, VmmError> {
-        let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+    /// `kvm`: the VMM's handle on `/dev/kvm`, which a jailed VMM cannot open again.
+    pub(crate) fn new(kvm: &Kvm, vm: &VmFd) -> Result<Self, VmmError> {
         // `create_vmfd_from_rawfd` asks for this first; asking here means it cannot fail after
         // taking the descriptor.
         kvm.get_vcpu_mmap_size()

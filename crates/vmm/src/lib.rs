@@ -16,11 +16,13 @@
 //! | `lifecycle.rs` | a VM's state ([`VmState`]) and the pausing and resuming the VM and its API server share |
 //! | `report.rs` | how a VM ended ([`VmExit`]) and what it reports at the end ([`VmReport`], [`ExitCounters`]) (a leaf) |
 //! | `lib.rs` | the [`Vm`]: building it, its devices' wiring, starting, waiting, stopping, the flush of its disks at the end, and [`run`] |
+//! | `opened.rs` | what a VM opens by path or with privileges, opened before its jail and its threads |
 //! | `memory.rs` | guest RAM mappings on transparent huge pages and their KVM memory slots, mergeable by KSM with `--sharing host` |
 //! | `sharing.rs` | what KSM merged of this process's memory, from `/proc/self/ksm_stat` |
 //! | `vcpu.rs` | vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices |
 //! | `control.rs` | pausing, parking, kicking and ending vCPUs, with a [`PauseReason`] |
 //! | `affinity.rs` | host CPU sets for `--vcpu-cpus` and `--vmm-cpus` |
+//! | `jail.rs` | the jail a VMM enters once its files are open: namespaces, a root of its own, no capabilities, an unprivileged uid |
 //! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
 //! | `api.rs` | the VM's API server on a Unix socket |
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
@@ -36,9 +38,11 @@ mod cpu_state;
 mod error;
 mod error_line;
 mod ioevents;
+pub mod jail;
 mod lifecycle;
 mod memory;
 pub mod migrate;
+mod opened;
 mod report;
 mod sharing;
 pub mod signals;
@@ -74,6 +78,7 @@ pub use error::VmmError;
 pub use error_line::error_line;
 use lifecycle::Lifecycle;
 pub use lifecycle::VmState;
+use opened::{Opened, OpenedDisk};
 pub use report::{ExitCounters, VmExit, VmReport};
 
 /// GSI of the serial port's interrupt (COM1 = IRQ 4).
@@ -198,7 +203,17 @@ impl Vm {
         let image = PvhImage::parse(&config.kernel)?;
         let layout = RamLayout::new(config.mem_size)?;
 
+        // Everything opened by path or with privileges is opened first; then the jail, if any;
+        // then the rest, which needs neither (the threads start after the jail, every one in it).
         let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+        recover_indirections(
+            &config.disks,
+            config.pager.as_ref().map(|p| p.swap_path.as_path()),
+        )?;
+        let mut opened = Opened::open(config)?;
+        if let Some(jail) = &config.jail {
+            jail::enter(jail)?;
+        }
         let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
         // Needed by Intel's real-mode emulation for APs started by SIPI; harmless elsewhere.
         if let Err(e) = vm.set_tss_address(0xfffb_d000) {
@@ -221,10 +236,6 @@ impl Vm {
             })
             .map_err(VmmError::Thread)?;
         let vcpus = Arc::new(Vcpus::default());
-        recover_indirections(
-            &config.disks,
-            config.pager.as_ref().map(|p| p.swap_path.as_path()),
-        )?;
         let restore = config.restore.as_deref();
         let pager_config = config.pager.clone().map(|mut c| {
             c.restore = restore.map(|r| memvisor_pager::RestoreFrom {
@@ -234,14 +245,20 @@ impl Vm {
             c
         });
         // The pager must own guest RAM before anything touches it, the boot data included.
-        let pager = match &pager_config {
-            Some(c) => {
+        let pager = match (&pager_config, opened.pager.take()) {
+            (Some(c), Some(files)) => {
                 let tx = Mutex::new(events_tx.clone());
-                Some(Pager::start(mem.clone(), c, vcpus.clone(), move |why| {
-                    let _ = lock(&tx).send(VmEvent::PagerFailed(why));
-                })?)
+                Some(Pager::start_with(
+                    mem.clone(),
+                    c,
+                    files,
+                    vcpus.clone(),
+                    move |why| {
+                        let _ = lock(&tx).send(VmEvent::PagerFailed(why));
+                    },
+                )?)
             }
-            None => None,
+            _ => None,
         };
         let ram: Arc<dyn GuestRam> = match &pager {
             Some(p) => Arc::new(p.clone()),
@@ -273,11 +290,13 @@ impl Vm {
             serial,
             transports,
         } = build_devices(
+            &kvm,
             &vm,
             &mem,
             &ram,
             pager.as_ref(),
             config,
+            std::mem::take(&mut opened.disks),
             events_tx.clone(),
             vcpus.clone(),
         )?;
@@ -307,12 +326,10 @@ impl Vm {
                 Box::new(move || stopper.stop())
             },
         });
-        // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so a
-        // client that finds the socket finds a running VM.
-        let (api, socket_file) = match &config.api_sock {
-            Some(path) => (
+        let (api, socket_file) = match (&config.api_sock, opened.api.take()) {
+            (Some(path), Some(listener)) => (
                 Some((
-                    memvisor_api::server::bind(path).map_err(VmmError::Api)?,
+                    listener,
                     api::Control {
                         mem_size: config.mem_size,
                         vcpus: config.vcpus,
@@ -342,7 +359,7 @@ impl Vm {
                 )),
                 Some(memvisor_api::server::SocketFile::new(path.clone())),
             ),
-            None => (None, None),
+            _ => (None, None),
         };
         let supported_cpuid = kvm
             .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
@@ -651,12 +668,15 @@ fn start_notifier(
     .map_err(|e| VmmError::DeviceThread(name, e))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build_devices(
+    kvm: &Kvm,
     vm: &VmFd,
     mem: &Arc<memvisor_devices::GuestMem>,
     ram: &Arc<dyn GuestRam>,
     pager: Option<&Pager>,
     config: &VmConfig,
+    images: Vec<OpenedDisk>,
     events: mpsc::Sender<VmEvent>,
     vcpus: Arc<Vcpus>,
 ) -> Result<Devices, VmmError> {
@@ -689,7 +709,8 @@ fn build_devices(
     let mut disks = Vec::new();
     let mut balloon = None;
     let mut notifiers = Vec::new();
-    let ioevents: Arc<dyn IoEvents> = Arc::new(ioevents::KvmIoEvents::new(vm)?);
+    let ioevents: Arc<dyn IoEvents> = Arc::new(ioevents::KvmIoEvents::new(kvm, vm)?);
+    let mut images = images.into_iter();
     let mut devices = config.disks.iter().map(Some).collect::<Vec<_>>();
     if config.balloon {
         devices.push(None);
@@ -709,11 +730,14 @@ fn build_devices(
         let (name, kind, transport) = match device {
             Some(disk) => {
                 let index = u8::try_from(disks.len()).expect("at most 8 disks");
-                let block = Block::new(&disk.path, disk.read_only, &disk.id, ram.clone(), index)?
+                let OpenedDisk { image, indirect } = images
+                    .next()
+                    .expect("Opened::open opens every disk of the config");
+                let block = Block::with_image(image, &disk.id, ram.clone(), index)?
                     .pause_when_full(pause.clone());
                 if let Some(p) = pager {
                     let reader = block.image_reader().map_err(VmmError::Memory)?;
-                    p.attach_disk(index, reader, (!disk.read_only).then_some(&*disk.path))?;
+                    p.attach_disk_with(index, reader, indirect)?;
                 }
                 let block_metrics = block.metrics();
                 let file = block.sync_handle().map_err(VmmError::Memory)?;

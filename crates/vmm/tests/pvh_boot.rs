@@ -40,6 +40,7 @@ fn config(code: &[u8]) -> VmConfig {
         restore: None,
         seccomp: memvisor_seccomp::Mode::On,
         incoming: None,
+        jail: None,
     }
 }
 

@@ -1,0 +1,56 @@
+//! What a VM opens by path or with privileges, opened before anything else so that the VMM can
+//! give up both ([`crate::jail`]) before its first thread starts: the pager's userfaultfd and
+//! swap file, each disk image with its indirection log, and the API socket. `/dev/kvm` is
+//! opened just before, and disentangling the last run's logs done just before that.
+
+use memvisor_devices::virtio::block::DiskImage;
+use memvisor_pager::indirect::Indirect;
+use memvisor_pager::PagerFiles;
+
+use crate::{VmConfig, VmmError};
+
+/// A disk's image and, with indirections, its log and handles.
+pub(crate) struct OpenedDisk {
+    pub(crate) image: DiskImage,
+    pub(crate) indirect: Option<Indirect>,
+}
+
+/// Every file a VM needs, open; taken by `Vm::build` as it goes.
+pub(crate) struct Opened {
+    pub(crate) pager: Option<PagerFiles>,
+    /// One per disk of the config, in its order.
+    pub(crate) disks: Vec<OpenedDisk>,
+    pub(crate) api: Option<std::os::unix::net::UnixListener>,
+}
+
+impl Opened {
+    pub(crate) fn open(config: &VmConfig) -> Result<Self, VmmError> {
+        let pager = config
+            .pager
+            .as_ref()
+            .map(|c| PagerFiles::open(c, config.mem_size))
+            .transpose()?;
+        let mut disks = Vec::new();
+        for disk in &config.disks {
+            let image = DiskImage::open(&disk.path, disk.read_only)?;
+            let indirect = match &config.pager {
+                Some(c) if !disk.read_only => memvisor_pager::open_indirect(
+                    c.indirections.as_ref(),
+                    &c.swap_path,
+                    &disk.path,
+                )?,
+                _ => None,
+            };
+            disks.push(OpenedDisk { image, indirect });
+        }
+        // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so
+        // a client that finds the socket finds a running VM.
+        let api = config
+            .api_sock
+            .as_deref()
+            .map(memvisor_api::server::bind)
+            .transpose()
+            .map_err(VmmError::Api)?;
+        Ok(Opened { pager, disks, api })
+    }
+}
