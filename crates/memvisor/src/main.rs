@@ -8,6 +8,7 @@
 //! | `plan.rs` | `memvisor run`'s flags checked and turned into a `RunPlan`: the kernel, the disks, the guest command line |
 //! | `run.rs` | `memvisor run` on memvisor's VMM, its exit status, and its counters (`--stats-json`, the summary) |
 //! | `qemu.rs` | `--hypervisor qemu`: the same plan on QEMU microvm |
+//! | `jailed.rs` | `memvisor run --jail`: the VMM forked into a PID namespace, and the parent that waits for it outside the jail |
 //! | `hostlimit.rs` | a memory limit enforced by the host kernel with a memory cgroup |
 //! | `huge_heap.rs` | the VMM's heap on transparent huge pages, by starting itself again with glibc's tunable |
 //! | `guest_kit.rs` | the embedded guest kit (built by `build.rs`) and its command line |
@@ -22,6 +23,7 @@ mod disks;
 mod guest_kit;
 mod hostlimit;
 mod huge_heap;
+mod jailed;
 mod plan;
 mod qemu;
 mod run;

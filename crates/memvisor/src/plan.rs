@@ -232,6 +232,20 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
                 .into(),
         );
     }
+    if let (Some(dir), Some(uid), Some(gid)) = (&args.jail, args.uid, args.gid) {
+        if args.hypervisor == Hypervisor::Qemu {
+            return bad("--jail jails memvisor's VMM; QEMU has its own sandboxing".into());
+        }
+        let jail = memvisor_vmm::jail::Jail {
+            dir: dir.clone(),
+            uid,
+            gid,
+            file_size: None,
+            ksm: false,
+            nice: 0,
+        };
+        memvisor_vmm::jail::check(&jail).map_err(BadInput)?;
+    }
     if args.tesseract && (args.pager != PagerMode::Full || args.hypervisor == Hypervisor::Qemu) {
         return bad("--tesseract is part of memvisor's full pager (--pager full)".into());
     }

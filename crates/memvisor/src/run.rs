@@ -32,6 +32,8 @@ pub fn run(args: RunArgs) -> ExitCode {
         return qemu::run(&plan);
     }
     let a = &plan.args;
+    // The pid of the process that was started: a jailed VMM is pid 1 of its own namespace.
+    let pid = std::process::id();
     let pager = (a.pager != PagerMode::Off).then(|| memvisor_pager::PagerConfig {
         mech: match a.pager {
             PagerMode::Baseline => memvisor_pager::Mechanisms::BASELINE,
@@ -54,9 +56,10 @@ pub fn run(args: RunArgs) -> ExitCode {
         },
         victim_cache: a.victim_cache,
         limit: a.mem_limit,
-        swap_path: a.swap.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("memvisor-{}.swap", std::process::id()))
-        }),
+        swap_path: a
+            .swap
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("memvisor-{pid}.swap"))),
         temporary_swap: a.swap.is_none(),
         batch: 256,
         sample_pages: a.sample_pages,
@@ -102,6 +105,61 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
         _ => None,
     };
+    let jail = match (&a.jail, a.uid, a.gid) {
+        (Some(dir), Some(uid), Some(gid)) => Some(memvisor_vmm::jail::Jail {
+            dir: dir.clone(),
+            uid,
+            gid,
+            // The indirection logs grow; nothing else does.
+            file_size: (!a.tesseract).then(|| largest_file(&plan.disks, a.mem)),
+            ksm: a.sharing == SharingArg::Host,
+            nice: a.serving_nice,
+        }),
+        _ => None,
+    };
+    let mut stats_file = None;
+    if jail.is_some() {
+        let leftovers = crate::jailed::Leftovers {
+            api_sock: a.api_sock.clone(),
+            logs: match &pager {
+                Some(p) if p.indirections.is_some() => plan
+                    .disks
+                    .iter()
+                    .filter(|d| !d.read_only)
+                    .map(|d| memvisor_pager::indirect::log_path(&d.path))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            temporary_swap: pager
+                .as_ref()
+                .filter(|p| p.temporary_swap)
+                .map(|p| p.swap_path.clone()),
+        };
+        match crate::jailed::fork(&leftovers) {
+            Ok(crate::jailed::Side::Vmm) => {
+                // The parent removes the cgroup once the VMM has left it.
+                std::mem::forget(_host_limit);
+                // Written at the end, where the jail no longer shows the path.
+                if let Some(path) = &a.stats_json {
+                    match std::fs::File::create(path) {
+                        Ok(f) => stats_file = Some(f),
+                        Err(e) => {
+                            eprintln!(
+                                "memvisor: cannot write --stats-json {}: {e}",
+                                path.display()
+                            );
+                            return ExitCode::from(status::VMM_FAILURE);
+                        }
+                    }
+                }
+            }
+            Ok(crate::jailed::Side::Ended(code)) => return code,
+            Err(e) => {
+                eprintln!("memvisor: cannot start the VMM in a PID namespace: {e}");
+                return ExitCode::from(status::VMM_FAILURE);
+            }
+        }
+    }
     // The main thread's name, which the kernel's record of a seccomp kill gives (`exe` after
     // the re-exec of huge_heap.rs otherwise).
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
@@ -126,13 +184,18 @@ pub fn run(args: RunArgs) -> ExitCode {
         restore: plan.restore.clone(),
         seccomp: plan.args.seccomp.into(),
         incoming: plan.incoming.clone(),
+        jail,
     };
     match memvisor_vmm::run(&config) {
         Ok(report) => {
             let stats = report.stats();
             tracing::info!("end of run:\n{}", summary_table(&stats));
             if let Some(path) = &plan.args.stats_json {
-                if let Err(e) = write_stats(path, &stats) {
+                let written = match stats_file {
+                    Some(file) => write_stats(file, &stats),
+                    None => std::fs::File::create(path).and_then(|f| write_stats(f, &stats)),
+                };
+                if let Err(e) = written {
                     eprintln!(
                         "memvisor: cannot write --stats-json {}: {e}",
                         path.display()
@@ -170,11 +233,22 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-/// Writes `stats` to `path` as one line of JSON.
-fn write_stats(path: &std::path::Path, stats: &VmStats) -> std::io::Result<()> {
+/// Writes `stats` to `file` as one line of JSON.
+fn write_stats(mut file: std::fs::File, stats: &VmStats) -> std::io::Result<()> {
+    use std::io::Write;
     let mut line = serde_json::to_string(stats).map_err(std::io::Error::other)?;
     line.push('\n');
-    std::fs::write(path, line)
+    file.write_all(line.as_bytes())
+}
+
+/// The largest file a VMM without indirections writes: a disk image, or the swap file (as
+/// large as guest RAM).
+fn largest_file(disks: &[memvisor_vmm::DiskConfig], mem: u64) -> u64 {
+    disks
+        .iter()
+        .filter_map(|d| std::fs::metadata(&d.path).ok())
+        .map(|m| m.len())
+        .fold(mem, u64::max)
 }
 
 fn mib(bytes: u64) -> String {
