@@ -20,7 +20,8 @@
 //!    sets; then the uid, which empties the permitted and effective sets; then the inheritable
 //!    set; then `PR_SET_NO_NEW_PRIVS`. The process is made dumpable again (a uid change clears
 //!    it), so that its own `/proc/self` files stay readable to it; with no core dumps and a uid
-//!    no other process has, nobody else gains from that.
+//!    no other process has, nobody else gains from that. The parent-death signal, which a uid
+//!    change clears as well, is set again.
 
 use std::ffi::CString;
 use std::io;
@@ -199,6 +200,11 @@ pub fn enter(jail: &Jail) -> Result<(), JailError> {
 /// Step 6 of [`enter`].
 fn drop_privileges(uid: u32, gid: u32) -> Result<(), (&'static str, io::Error)> {
     let fail = |what| (what, io::Error::last_os_error());
+    let mut death_signal: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG writes one int that lives across the call.
+    if unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &mut death_signal, 0, 0, 0) } != 0 {
+        return Err(fail("read the parent-death signal"));
+    }
     // SAFETY: plain syscalls with integer arguments; setgroups is given no list.
     unsafe {
         if libc::setgroups(0, std::ptr::null()) != 0 {
@@ -249,6 +255,10 @@ fn drop_privileges(uid: u32, gid: u32) -> Result<(), (&'static str, io::Error)> 
         }
         if libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 {
             return Err(fail("keep its /proc readable to itself"));
+        }
+        // The uid change cleared it too: a VMM that dies with its parent still does.
+        if death_signal != 0 && libc::prctl(libc::PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0 {
+            return Err(fail("set the parent-death signal again"));
         }
     }
     Ok(())
