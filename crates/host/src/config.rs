@@ -54,6 +54,11 @@ pub struct HostConfig {
     pub balancing: Balancing,
     /// How long a VM is out of balancing (or idle) before its capacity gap is closed.
     pub gap_idle: Duration,
+    /// The uids each VM's VMM runs as, jailed (`jail`, `uid_range`; `jailing.rs`); `None`:
+    /// the VMMs run unjailed, as the host.
+    pub jail: Option<std::ops::RangeInclusive<u32>>,
+    /// The group that may use the host's API socket besides its owner (`group`).
+    pub group: Option<u32>,
     pub vms: Vec<VmSpec>,
     /// For each VM of `vms`, the line of each of its keys in the file (and `[[vm]]`, the line
     /// of its table header), so that a problem found after parsing names its line.
@@ -145,6 +150,9 @@ struct HostSection {
     balancing: Balancing,
     #[serde(deserialize_with = "gap_idle")]
     gap_idle: Duration,
+    jail: bool,
+    uid_range: Option<String>,
+    group: Option<String>,
 }
 
 impl Default for HostSection {
@@ -169,6 +177,9 @@ impl Default for HostSection {
             trace: None,
             balancing: Balancing::Balloon,
             gap_idle: Duration::from_secs(10),
+            jail: true,
+            uid_range: None,
+            group: None,
         }
     }
 }
@@ -548,6 +559,17 @@ impl HostConfig {
         if let Err(e) = chunk_ok {
             return Err(format!("{}: [host] pool_chunk {e}", path.display()));
         }
+        let in_host = |e: String| format!("{}: [host] {e}", path.display());
+        let uids = match &h.uid_range {
+            Some(r) => crate::jailing::parse_range(r).map_err(in_host)?,
+            None => crate::jailing::DEFAULT_UIDS,
+        };
+        let group = h
+            .group
+            .as_deref()
+            .map(crate::jailing::group_id)
+            .transpose()
+            .map_err(in_host)?;
         let lines = vm_key_lines(text);
         let mut vms: Vec<VmSpec> = Vec::new();
         let mut vm_lines = Vec::new();
@@ -599,6 +621,8 @@ impl HostConfig {
             trace: h.trace.as_deref().map(|t| resolve(&base, t)),
             balancing: h.balancing,
             gap_idle: h.gap_idle,
+            jail: h.jail.then_some(uids),
+            group,
             vms,
             vm_lines,
         };

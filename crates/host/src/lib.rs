@@ -8,6 +8,7 @@
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit |
 //! | `kmsg.rs` | which call and thread a VMM's seccomp filter killed it for, from the kernel log's audit record |
+//! | `jailing.rs` | the VMMs' uids (`uid_range`): parsed, checked free, one per VM; the API socket's `group` |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
 //! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
 //! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
@@ -20,6 +21,7 @@
 
 mod balancing;
 pub mod config;
+pub mod jailing;
 mod journal;
 mod kmsg;
 pub mod ksm;
@@ -51,6 +53,14 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
     let listener = memvisor_api::server::bind(&config.api_sock)
         .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
     let _socket = memvisor_api::server::SocketFile::new(config.api_sock.clone());
+    // Its owner's and, with `group`, that group's: `memvisor ctl` and `top` for operators
+    // who are not root.
+    open_to_group(&config.api_sock, config.group).map_err(|e| {
+        format!(
+            "cannot open {} to its group: {e}",
+            config.api_sock.display()
+        )
+    })?;
     let metrics = match config.metrics_addr {
         None => None,
         Some(addr) => {
@@ -155,4 +165,13 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
     trash.iter().for_each(process::VmmFiles::clean);
     eprintln!("memvisor host: every VM stopped");
     Ok(())
+}
+
+/// Makes the host's socket 0660 and, given `group`, that group's.
+fn open_to_group(sock: &std::path::Path, group: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(gid) = group {
+        std::os::unix::fs::chown(sock, None, Some(gid))?;
+    }
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o660))
 }

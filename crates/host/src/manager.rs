@@ -113,7 +113,27 @@ impl Host {
             let live = self.registry.vms.iter().filter(|v| v.live()).count() as u64;
             self.config.pool / (live + 1)
         });
-        let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool).map_err(|e| {
+        let uid = match &self.config.jail {
+            None => None,
+            Some(range) => {
+                let taken: Vec<u32> = (self.registry.vms.iter())
+                    .filter_map(|v| v.vmm.as_ref()?.uid())
+                    .collect();
+                let free = crate::jailing::free_uid(range, &taken).ok_or_else(|| {
+                    Refused(
+                        500,
+                        format!(
+                            "vm '{}' refused: every uid of [host] uid_range {}-{} is taken",
+                            spec.name,
+                            range.start(),
+                            range.end()
+                        ),
+                    )
+                })?;
+                Some(free)
+            }
+        };
+        let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool, uid).map_err(|e| {
             Refused(
                 500,
                 format!("cannot start a VMM for vm '{}': {e}", spec.name),

@@ -13,22 +13,29 @@ use memvisor_api::{VmClient, VmExit, VmSpec};
 /// How long a call to a VMM's API may take before the VMM counts as not answering.
 const API_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where a VMM keeps its files.
+/// Where a VMM keeps its files: a directory of its own in the state directory, `NAME/`, only
+/// root's, with its API socket, log, swap file, final counters and its jail (an empty
+/// directory, the VMM's root once it has opened the rest).
 #[derive(Clone, Debug)]
 pub struct VmmFiles {
+    pub dir: PathBuf,
     pub sock: PathBuf,
     pub log: PathBuf,
     pub swap: PathBuf,
     pub stats: PathBuf,
+    pub jail: PathBuf,
 }
 
 impl VmmFiles {
     pub fn new(state_dir: &Path, name: &str) -> VmmFiles {
+        let dir = state_dir.join(name);
         VmmFiles {
-            sock: state_dir.join(format!("{name}.sock")),
-            log: state_dir.join(format!("{name}.log")),
-            swap: state_dir.join(format!("{name}.swap")),
-            stats: state_dir.join(format!("{name}.stats.json")),
+            sock: dir.join("api.sock"),
+            log: dir.join("vmm.log"),
+            swap: dir.join("swap"),
+            stats: dir.join("stats.json"),
+            jail: dir.join("jail"),
+            dir,
         }
     }
 
@@ -90,6 +97,8 @@ impl SeccompMode {
 /// A running (or ended) VMM process.
 pub struct Vmm {
     child: Child,
+    /// The uid it runs as, jailed; `None`: unjailed, as the host.
+    uid: Option<u32>,
 }
 
 impl Vmm {
@@ -102,7 +111,17 @@ impl Vmm {
         files: &VmmFiles,
         limit: u64,
         pool: Option<u64>,
+        uid: Option<u32>,
     ) -> std::io::Result<Vmm> {
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            let mut dirs = std::fs::DirBuilder::new();
+            dirs.recursive(true).mode(0o700);
+            dirs.create(&files.dir)?;
+            if uid.is_some() {
+                dirs.create(&files.jail)?;
+            }
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -133,6 +152,15 @@ impl Vmm {
                     format!("--pool-chunk={chunk}"),
                 ]
             }))
+            .args(uid.into_iter().flat_map(|u| {
+                let jail = files.jail.display().to_string();
+                [
+                    "--jail".to_owned(),
+                    jail,
+                    format!("--uid={u}"),
+                    format!("--gid={u}"),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -147,16 +175,34 @@ impl Vmm {
             });
         }
         let child = cmd.spawn()?;
-        Ok(Vmm { child })
+        Ok(Vmm { child, uid })
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// The process's resident memory in bytes (`/proc/PID/statm`), `None` once it is gone.
+    /// The uid it runs as, jailed.
+    pub fn uid(&self) -> Option<u32> {
+        self.uid
+    }
+
+    /// The process that runs the VM: a jailed VMM is the child of the process started, which
+    /// waits outside its PID namespace (`memvisor run --jail`).
+    fn vm_pid(&self) -> u32 {
+        let pid = self.child.id();
+        if self.uid.is_none() {
+            return pid;
+        }
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .unwrap_or(pid)
+    }
+
+    /// The VMM's resident memory in bytes (`/proc/PID/statm`), `None` once it is gone.
     pub fn rss(&self) -> Option<u64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).ok()?;
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.vm_pid())).ok()?;
         let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
         // SAFETY: sysconf has no memory effects.
         let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;

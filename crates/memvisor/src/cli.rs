@@ -86,6 +86,13 @@ pub fn host(args: HostArgs) -> ExitCode {
             return ExitCode::from(status::BAD_INPUT);
         }
     };
+    if let Some(uids) = &config.jail {
+        if let Err(e) = memvisor_host::jailing::check_free(uids) {
+            eprintln!("memvisor: {}: {e}", config.path.display());
+            eprintln!("memvisor: nothing was started");
+            return ExitCode::from(status::BAD_INPUT);
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
