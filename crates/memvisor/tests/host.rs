@@ -635,7 +635,7 @@ fn a_vm_handed_pool_memory_another_vm_filled_reads_only_its_own_data() {
         let v = host.wait_vm(name, 180, |v| v.state == HostVmState::Exited);
         intact(&v, "integrity");
         // Its VMM's last counters: its pages went through its pool.
-        let path = dir.path().join(format!("host.state/{name}.stats.json"));
+        let path = dir.path().join(format!("host.state/{name}/stats.json"));
         let stats: VmStats =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let pool = stats.pager.and_then(|p| p.pool).expect("a pool");
