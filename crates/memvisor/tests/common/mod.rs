@@ -440,8 +440,11 @@ impl DerefMut for TestVm {
     }
 }
 
-/// `memvisor host --config CONFIG`.
+/// `memvisor host --config CONFIG`. A config with a `[host]` table and no `uid_range` gets one
+/// of its own written in: hosts that run at once (the tests of one binary, the test binaries)
+/// must not share their VMMs' uids, and a host refuses a range another's VMMs run in.
 pub fn host_command(config: &Path) -> Command {
+    own_uid_range(config);
     let mut cmd = Command::new(MEMVISOR);
     cmd.args(["host", "--config"]).arg(config);
     cmd
@@ -622,4 +625,20 @@ impl Display for ResultLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.line)
     }
+}
+
+/// Writes a `uid_range` of ten uids no other host of this test run gets into the `[host]`
+/// table of the config at `path` (if it has one and no `uid_range`).
+fn own_uid_range(path: &Path) {
+    static HOSTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    if text.contains("uid_range") || !text.contains("[host]\n") {
+        return;
+    }
+    let n = HOSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 16;
+    let first = 1_000_000 + ((std::process::id() % 100_000) * 16 + n) * 10;
+    let range = format!("[host]\nuid_range = \"{first}-{}\"\n", first + 9);
+    std::fs::write(path, text.replacen("[host]\n", &range, 1)).unwrap();
 }
