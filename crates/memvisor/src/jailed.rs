@@ -6,7 +6,7 @@
 //! child (pid 1 in its namespace) runs the VMM, which opens its files and enters the jail
 //! (`memvisor_vmm::jail`). The parent is what whoever started `memvisor run` sees (a shell, or
 //! `memvisor host`, which signals and waits for that pid):
-//! - it passes the termination signals it gets on to the VMM, and the VMM dies with it
+//! - it passes the stopping signals it gets on to the VMM, and the VMM dies with it
 //!   (`PR_SET_PDEATHSIG`), so `kill -9` of the pid one started ends the VM too;
 //! - it exits with the VMM's status, or dies of the VMM's signal (a seccomp kill stays a
 //!   `SIGSYS`);
@@ -34,15 +34,10 @@ pub enum Side {
     Ended(ExitCode),
 }
 
-/// The signals passed on to the VMM (and `SIGCHLD`, which says it ended).
-const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
+/// The signals passed on to the VMM: those it stops on (`memvisor_vmm::signals`). The VMM
+/// keeps them blocked from the fork on: as pid 1 of its namespace it would be sent none it had
+/// not blocked or caught, and a stop asked before it reached its signal thread would be lost.
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// Forks the VMM into a new PID namespace; in the parent, waits for it (the module's doc).
 pub fn fork(leftovers: &Leftovers) -> io::Result<Side> {
@@ -77,12 +72,17 @@ pub fn fork(leftovers: &Leftovers) -> io::Result<Side> {
         return Err(io::Error::last_os_error());
     }
     if child == 0 {
-        // SAFETY: prctl with integer arguments; sigprocmask restores the mask saved above.
+        // SAFETY: prctl with integer arguments; sigprocmask sets the mask saved above with the
+        // forwarded signals added, from a local set.
         unsafe {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            let mut mask = old;
+            for sig in FORWARDED {
+                libc::sigaddset(&mut mask, sig);
+            }
+            libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
         }
         return Ok(Side::Vmm);
     }
