@@ -6,6 +6,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
+//! | `privileges.rs` | the capabilities the host keeps to start jailed VMMs, every other one dropped at start |
 //! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit |
 //! | `kmsg.rs` | which call and thread a VMM's seccomp filter killed it for, from the kernel log's audit record |
 //! | `jailing.rs` | the VMMs' uids (`uid_range`): parsed, checked free, one per VM; the API socket's `group` |
@@ -26,6 +27,7 @@ mod journal;
 mod kmsg;
 pub mod ksm;
 mod manager;
+mod privileges;
 mod process;
 mod registry;
 mod server;
@@ -49,18 +51,19 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 /// `exe` is the memvisor binary that runs each VMM.
 pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
     signals::block().map_err(|e| format!("cannot block signals: {e}"))?;
+    privileges::keep_needed().map_err(|e| format!("cannot drop capabilities: {e}"))?;
     config.prepare_state_dir()?;
     let listener = memvisor_api::server::bind(&config.api_sock)
         .map_err(|e| format!("cannot serve {}: {e}", config.api_sock.display()))?;
-    let _socket = memvisor_api::server::SocketFile::new(config.api_sock.clone());
     // Its owner's and, with `group`, that group's: `memvisor ctl` and `top` for operators
-    // who are not root.
+    // who are not root. Before the socket's identity is taken, which a change of mode changes.
     open_to_group(&config.api_sock, config.group).map_err(|e| {
         format!(
             "cannot open {} to its group: {e}",
             config.api_sock.display()
         )
     })?;
+    let _socket = memvisor_api::server::SocketFile::new(config.api_sock.clone());
     let metrics = match config.metrics_addr {
         None => None,
         Some(addr) => {
