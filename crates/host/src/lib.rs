@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 pub use config::HostConfig;
 pub use manager::Host;
-pub use process::Launch;
+pub use process::{Launch, VmmFiles};
 
 /// How long the VMs get to stop when the host stops, before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(30);

@@ -104,6 +104,18 @@ pub fn child_named(pid: u32, prefix: &str) -> Option<u32> {
     named.find(|c| c.1.starts_with(prefix)).map(|c| c.0)
 }
 
+/// The VMM processes of the host `host`: its children, or for a jailed VMM (which a child of
+/// the host waits for outside its PID namespace, `memvisor run --jail`) that child's child.
+pub fn vmms(host: u32) -> Vec<u32> {
+    children(host)
+        .into_iter()
+        .flat_map(|p| match children(p).as_slice() {
+            [] => vec![p],
+            vmm => vmm.to_vec(),
+        })
+        .collect()
+}
+
 /// Pins every thread of process `pid` to CPU `cpu` (`sched_setaffinity` per thread, as
 /// `taskset -a -p` does); threads started later are pinned by the next call.
 pub fn pin(pid: u32, cpu: usize) {

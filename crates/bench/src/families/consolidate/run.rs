@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
+use memvisor_host::VmmFiles;
 
 use super::experiment::{
     disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
@@ -356,9 +357,9 @@ fn run_host(
     let hd2 = matches!(plan.kind, Launch::Host(HostLaunch { hd2: Some(_), .. }));
     let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
     let host_pid = host.0.id();
-    let vmms = || readings::children(host_pid);
+    let vmms = || readings::vmms(host_pid);
     let logs = (1..=plan.n)
-        .map(|i| dir.join("state").join(format!("vm{i}.log")))
+        .map(|i| VmmFiles::new(&dir.join("state"), &format!("vm{i}")).log)
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
     for i in 1..=plan.n {
@@ -389,7 +390,8 @@ fn run_host(
         let name = format!("vm{i}");
         let v: Option<&HostVm> = vms.iter().find(|v| v.name == name);
         let (workload, _) = job(plan.scenario, i);
-        let secs = std::fs::read_to_string(dir.join("state").join(format!("{name}.log")))
+        let files = VmmFiles::new(&dir.join("state"), &name);
+        let secs = std::fs::read_to_string(&files.log)
             .ok()
             .and_then(|t| job_secs(&t, workload));
         let ok = v.is_some_and(|v| v.exit_status == Some(1)) && secs.is_some();
@@ -398,7 +400,7 @@ fn run_host(
             Some(v) => v.why.clone().unwrap_or_else(|| format!("{:?}", v.state)),
             None => "the host does not list it".into(),
         };
-        let stats = read_final_stats(&dir.join("state").join(format!("{name}.stats.json")));
+        let stats = read_final_stats(&files.stats);
         out.push(Outcome {
             ok,
             secs: secs.filter(|_| ok),
