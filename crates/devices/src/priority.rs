@@ -12,6 +12,8 @@
 //! (reclaim, sampling, the API), stay at the VMM's own priority. Measured in `docs/bench.md`
 //! ("The threads a guest waits on").
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 /// The default nice value of the threads a guest waits on.
 pub const SERVING_NICE: i32 = -10;
 
@@ -30,10 +32,56 @@ pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
     }
 }
 
+/// The calling thread's nice value.
+pub fn thread_nice() -> std::io::Result<i32> {
+    // getpriority may return -1 as a value: errno tells an error from it.
+    // SAFETY: `__errno_location` is the calling thread's errno; nothing else is touched.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: no memory is passed; for PRIO_PROCESS, `who` 0 is the calling thread.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let e = std::io::Error::last_os_error();
+    if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
+        return Err(e);
+    }
+    Ok(n)
+}
+
+/// The nice value of the VMM's own threads, once [`inherit_serving`] has lowered the thread
+/// that starts the others; `i32::MIN` until then.
+static BASE: AtomicI32 = AtomicI32::new(i32::MIN);
+
+/// Lowers the calling thread to `nice` for good, in a process about to give up `CAP_SYS_NICE`
+/// where `RLIMIT_NICE` cannot be raised (a jailed VMM in a container): a thread without the
+/// capability cannot lower itself, but it inherits the nice value of the thread that starts
+/// it. So the serving threads start at `nice`, and every thread that does not serve the guest
+/// calls [`background`] first, which raises it back to the VMM's own value: raising needs no
+/// privilege.
+pub fn inherit_serving(nice: i32) -> std::io::Result<()> {
+    let base = thread_nice()?;
+    if nice >= base {
+        return Ok(());
+    }
+    set_thread_nice(nice)?;
+    BASE.store(base, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Puts the calling thread back at the VMM's own nice value if [`inherit_serving`] lowered
+/// the thread that started it; does nothing otherwise.
+pub fn background() {
+    let base = BASE.load(Ordering::SeqCst);
+    if base != i32::MIN {
+        if let Err(e) = set_thread_nice(base) {
+            tracing::warn!("cannot go back to nice {base}: {e}");
+        }
+    }
+}
+
 /// Runs the calling thread at `nice` if that is not 0. A refusal (no `CAP_SYS_NICE`) is logged
 /// under the thread's name, and the thread goes on at the VMM's priority.
 pub fn serve_at(nice: i32) {
-    if nice == 0 {
+    // Already there: started by a thread that [`inherit_serving`] lowered.
+    if nice == 0 || thread_nice().is_ok_and(|n| n == nice) {
         return;
     }
     if let Err(e) = set_thread_nice(nice) {
@@ -48,20 +96,6 @@ pub fn serve_at(nice: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The calling thread's nice value.
-    fn thread_nice() -> std::io::Result<i32> {
-        // getpriority may return -1 as a value: errno tells an error from it.
-        // SAFETY: `__errno_location` is the calling thread's errno; nothing else is touched.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: no memory is passed; for PRIO_PROCESS, `who` 0 is the calling thread.
-        let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-        let e = std::io::Error::last_os_error();
-        if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
-            return Err(e);
-        }
-        Ok(n)
-    }
 
     #[test]
     fn a_thread_s_nice_value_is_its_own() {

@@ -59,6 +59,21 @@ fn assert_confined(pid: u32, uid: u32, gid: u32) -> Vec<String> {
     names
 }
 
+/// Each thread of `pid`: its name and nice value (`/proc/PID/task/TID/stat`).
+fn thread_nices(pid: u32) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let Ok(stat) = std::fs::read_to_string(task.unwrap().path().join("stat")) else {
+            continue;
+        };
+        let (open, close) = (stat.find('(').unwrap(), stat.rfind(')').unwrap());
+        // After "pid (comm)": state is field 3, nice field 19.
+        let nice = stat[close + 1..].split_whitespace().nth(16).unwrap();
+        out.push((stat[open + 1..close].to_owned(), nice.parse().unwrap()));
+    }
+    out
+}
+
 /// What `pid` sees as `/`: its root's entries, and the mount it is.
 fn root_of(pid: u32) -> (Vec<String>, String) {
     let mut entries: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/root"))
@@ -133,6 +148,15 @@ fn a_vm_with_every_mechanism_runs_jailed_and_intact() {
         "signals",
     ] {
         assert!(names.iter().any(|n| n == t), "no thread {t} in {names:?}");
+    }
+    // Without CAP_SYS_NICE the threads the guest waits on still run at --serving-nice (-10),
+    // and the others at the VMM's own value.
+    for (name, nice) in thread_nices(pid) {
+        let serving = ["pager", "blk-data", "balloon"].contains(&name.as_str());
+        let want = if serving { -10 } else { 0 };
+        if name != "kvm-nx-lpage-re" {
+            assert_eq!(nice, want, "{name}");
+        }
     }
     // Its root: a tmpfs on the jail directory holding /proc and the KSM knobs, nothing else.
     let (entries, root) = root_of(pid);

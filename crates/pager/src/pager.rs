@@ -229,6 +229,7 @@ impl Pager {
         std::thread::Builder::new()
             .name("reclaim".into())
             .spawn(move || {
+                memvisor_devices::priority::background();
                 memvisor_seccomp::confine(memvisor_seccomp::Thread::Reclaim);
                 let run = || reclaiming.run(&r, &swapping);
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
@@ -245,6 +246,7 @@ impl Pager {
             std::thread::Builder::new()
                 .name("pool-flush".into())
                 .spawn(move || {
+                    memvisor_devices::priority::background();
                     memvisor_seccomp::confine(memvisor_seccomp::Thread::PoolFlush);
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.flush_thread()))
                         .is_err()
@@ -262,6 +264,7 @@ impl Pager {
             std::thread::Builder::new()
                 .name("release-ready".into())
                 .spawn(move || {
+                    memvisor_devices::priority::background();
                     memvisor_seccomp::confine(memvisor_seccomp::Thread::ReleaseReady);
                     c.ready_thread(ready);
                 })
@@ -272,6 +275,7 @@ impl Pager {
             std::thread::Builder::new()
                 .name("defrag".into())
                 .spawn(move || {
+                    memvisor_devices::priority::background();
                     memvisor_seccomp::confine(memvisor_seccomp::Thread::Defrag);
                     d.defrag_thread();
                 })
@@ -283,6 +287,7 @@ impl Pager {
             std::thread::Builder::new()
                 .name("prefetch".into())
                 .spawn(move || {
+                    memvisor_devices::priority::background();
                     memvisor_seccomp::confine(memvisor_seccomp::Thread::Prefetch);
                     c.prefetch_saved(&runs);
                 })

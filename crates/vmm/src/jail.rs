@@ -15,7 +15,9 @@
 //!    becomes read-only too.
 //! 4. `pivot_root` into it and detach the old root.
 //! 5. Resource limits: open files, the size of a file (where no file grows), no core dumps,
-//!    and the nice value the serving threads ask for (`RLIMIT_NICE`, since `CAP_SYS_NICE` goes).
+//!    and the nice value the serving threads ask for (`RLIMIT_NICE`, since `CAP_SYS_NICE` goes;
+//!    where that limit cannot be raised, this thread takes the serving value for the threads
+//!    it starts to inherit, `memvisor_devices::priority::inherit_serving`).
 //! 6. No supplementary groups, then the gid; every capability out of the bounding and ambient
 //!    sets; then the uid, which empties the permitted and effective sets; then the inheritable
 //!    set; then `PR_SET_NO_NEW_PRIVS`. The process is made dumpable again (a uid change clears
@@ -175,10 +177,12 @@ pub fn enter(jail: &Jail) -> Result<(), JailError> {
     }
     let nice = u64::try_from(20 - jail.nice.min(0)).unwrap_or(20);
     if let Err(e) = setrlimit(libc::RLIMIT_NICE, nice) {
-        // Raising a hard limit takes CAP_SYS_RESOURCE in the first user namespace (not in a
-        // container's): the serving threads then run at the VMM's priority, as without
-        // CAP_SYS_NICE (`memvisor_devices::priority::serve_at` says so).
-        tracing::debug!("jail: RLIMIT_NICE stays as it is ({e})");
+        // Raising a hard limit takes CAP_SYS_RESOURCE, which a container may not give: this
+        // thread, which starts all the others, takes the serving value while it still may;
+        // the threads that do not serve the guest go back up (`priority::inherit_serving`).
+        tracing::debug!("jail: RLIMIT_NICE stays as it is ({e}); the serving threads inherit");
+        memvisor_devices::priority::inherit_serving(jail.nice)
+            .map_err(failed("lower the serving threads' nice value"))?;
     }
     let limits = [
         (libc::RLIMIT_NOFILE, MAX_FILES, "limit open files"),

@@ -230,6 +230,7 @@ impl Vm {
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
+                memvisor_devices::priority::background();
                 memvisor_seccomp::confine(memvisor_seccomp::Thread::Signals);
                 let sig = signals::wait();
                 let _ = tx.send(VmEvent::Exit(VmExit::Signal(sig)));
@@ -392,6 +393,8 @@ impl Vm {
             tracing::warn!("snapshots of this VM will hold no MSRs: {e}");
             Vec::new()
         }));
+        // The serving threads are started: the vCPUs and the API inherit the VMM's own value.
+        memvisor_devices::priority::background();
         Ok(Vm {
             lifecycle,
             unstarted: Some(Unstarted {
