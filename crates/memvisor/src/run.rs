@@ -220,6 +220,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 VmmError::Boot(_)
                 | VmmError::Pager(memvisor_pager::PagerError::Swap(_))
                 | VmmError::Disk(_)
+                | VmmError::DiskInUse(_)
                 | VmmError::BadVcpuCount(_)
                 | VmmError::TooManyDevices(_)
                 | VmmError::Seccomp(memvisor_seccomp::SeccompError::Unsupported)

@@ -32,6 +32,8 @@ pub enum VmmError {
     Pager(#[from] PagerError),
     #[error("cannot serve the API socket")]
     Api(#[source] std::io::Error),
+    #[error("disk image {0} is in use by another process (another VMM?): one VM at a time may write an image")]
+    DiskInUse(std::path::PathBuf),
     #[error("cannot attach disk")]
     Disk(#[from] BlockError),
     #[error("cannot put a disk's indirected blocks back into its image")]

@@ -119,6 +119,8 @@ pub struct Vm {
     mem: Arc<memvisor_devices::GuestMem>,
     /// Guest RAM is mergeable by KSM (`--sharing host`).
     sharing: bool,
+    /// The writable images' locks, held for the VM's life.
+    _image_locks: Vec<std::fs::File>,
     _vm: Arc<VmFd>,
 }
 
@@ -206,6 +208,7 @@ impl Vm {
         // Everything opened by path or with privileges is opened first; then the jail, if any;
         // then the rest, which needs neither (the threads start after the jail, every one in it).
         let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
+        let image_locks = opened::lock_images(&config.disks)?;
         recover_indirections(
             &config.disks,
             config.pager.as_ref().map(|p| p.swap_path.as_path()),
@@ -415,6 +418,7 @@ impl Vm {
             _socket_file: socket_file,
             mem,
             sharing: config.sharing,
+            _image_locks: image_locks,
             _vm: vm,
         })
     }
