@@ -119,6 +119,24 @@ mod tests {
         assert!(e.contains("not an indirection log"), "{e}");
     }
 
+    /// A jailed VMM empties the log it finished (it cannot delete it): an empty log is read as
+    /// finished and deleted, with nothing to put back.
+    #[test]
+    fn an_emptied_log_is_a_finished_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        let log = Log::create(&image, Path::new("/s")).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log.path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(Log::open(&image).unwrap().is_none());
+        assert!(!log_path(&image).exists());
+        assert!(recover(&image).unwrap().is_none());
+    }
+
     #[test]
     fn a_log_naming_blocks_past_either_file_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
