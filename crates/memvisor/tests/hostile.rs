@@ -2,7 +2,8 @@
 //! to tens of thousands of unclaimed I/O ports and MMIO addresses, then drives a virtio-blk
 //! transport's Status register through refused handshakes in a loop, then spins. `GET /stats`
 //! must count every abuse in `guest_errors`, and memvisor's stderr must hold only a few WARN or
-//! ERROR lines (each kind's first few messages, its summaries and the end-of-run line).
+//! ERROR lines (each kind's first few messages, its summaries and the end-of-run line). The VMM
+//! runs jailed, as `memvisor host` runs every VMM.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -115,10 +116,17 @@ fn a_hostile_guest_is_counted_and_not_logged() {
     std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
     let disk = disk_spec(&disk, "data");
     let sock = dir.path().join("api.sock");
+    // Jailed, as `memvisor host` runs every VMM: the hostile guest meets the VMM it would meet
+    // in production.
+    let jail = dir.path().join("jail");
+    std::fs::create_dir(&jail).unwrap();
     let mut cmd = run_command(
         &sock,
         &["--mem", "64M", "--kernel", kernel.to_str().unwrap()],
     );
+    cmd.arg("--jail")
+        .arg(&jail)
+        .args(["--uid=900940", "--gid=900940"]);
     let vm = TestVm::spawn(cmd.args(["--disk", &disk]).stderr(Stdio::piped()), &sock);
     // The last thing the guest does before it spins is its last round of the virtio loop.
     let s = vm.stats_until("the guest's loops", Duration::from_secs(300), |s| {
