@@ -207,6 +207,10 @@ impl Vm {
 
         // Everything opened by path or with privileges is opened first; then the jail, if any;
         // then the rest, which needs neither (the threads start after the jail, every one in it).
+        // Blocked before the API socket appears, so a stop asked as soon as it does is taken
+        // by the signal thread; every thread started from here on inherits the mask.
+        signals::block().map_err(VmmError::Thread)?;
+        signals::install_kick_handler().map_err(VmmError::Thread)?;
         let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
         let image_locks = opened::lock_images(&config.disks)?;
         recover_indirections(
@@ -226,9 +230,6 @@ impl Vm {
             .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
         let mem = Arc::new(memory::create(&vm, &layout, config.sharing)?);
         let (events_tx, events) = mpsc::channel();
-        // Every thread started from here on inherits the blocked mask; this one takes the signals.
-        signals::block().map_err(VmmError::Thread)?;
-        signals::install_kick_handler().map_err(VmmError::Thread)?;
         let tx = events_tx.clone();
         std::thread::Builder::new()
             .name("signals".into())
