@@ -39,8 +39,7 @@ fn err(what: &str) -> impl FnOnce(kvm_ioctls::Error) -> String + '_ {
 }
 
 /// The MSRs KVM lists for this host.
-pub fn msr_list() -> Result<Vec<u32>, String> {
-    let kvm = Kvm::new().map_err(err("opening /dev/kvm"))?;
+pub fn msr_list(kvm: &Kvm) -> Result<Vec<u32>, String> {
     let list = kvm
         .get_msr_index_list()
         .map_err(err("KVM_GET_MSR_INDEX_LIST"))?;

@@ -393,7 +393,7 @@ impl Vm {
         if let Some(r) = restore {
             cpu_state::restore_vm(&vm, &r.state.vm).map_err(VmmError::Restore)?;
         }
-        let msrs = Arc::new(cpu_state::msr_list().unwrap_or_else(|e| {
+        let msrs = Arc::new(cpu_state::msr_list(&kvm).unwrap_or_else(|e| {
             tracing::warn!("snapshots of this VM will hold no MSRs: {e}");
             Vec::new()
         }));
