@@ -212,7 +212,12 @@ impl Vm {
         signals::block().map_err(VmmError::Thread)?;
         signals::install_kick_handler().map_err(VmmError::Thread)?;
         let kvm = Kvm::new().map_err(VmmError::OpenKvm)?;
-        let image_locks = opened::lock_images(&config.disks)?;
+        // A migration's destination writes its images once the source has let go of the VM,
+        // and the source, which may be on this machine, holds their locks until it ends.
+        let image_locks = match config.incoming {
+            Some(_) => Vec::new(),
+            None => opened::lock_images(&config.disks)?,
+        };
         recover_indirections(
             &config.disks,
             config.pager.as_ref().map(|p| p.swap_path.as_path()),
