@@ -335,6 +335,7 @@ impl Vm {
                 let stopper = VmStopper(Mutex::new(events_tx.clone()));
                 Box::new(move || stopper.stop())
             },
+            jailed: config.jail.is_some(),
         });
         let (api, socket_file) = match (&config.api_sock, opened.api.take()) {
             (Some(path), Some(listener)) => (

@@ -313,6 +313,8 @@ pub(crate) struct Snapshotter {
     pub transports: Vec<Arc<Mutex<MmioTransport>>>,
     /// Ends the VM (`stop`).
     pub stop: Box<dyn Fn() + Send + Sync>,
+    /// The VMM is jailed: it sees no path of the host's to write a snapshot to.
+    pub jailed: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -325,6 +327,13 @@ impl Snapshotter {
     /// leaves the VM as it was (running, if it ran) and says why.
     pub fn take(&self, life: &Lifecycle, req: &SnapshotRequest) -> Result<SnapshotResult, String> {
         let dir = PathBuf::from(&req.dir);
+        if self.jailed {
+            return Err(format!(
+                "cannot write {}: this VMM is jailed and sees no directory of the host \
+                 (docs/security.md#the-jail); run it without --jail to take snapshots",
+                dir.display()
+            ));
+        }
         if dir.join(STATE_FILE).exists() {
             return Err(format!("{} already holds a snapshot", dir.display()));
         }
