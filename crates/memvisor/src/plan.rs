@@ -243,6 +243,7 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
             file_size: None,
             ksm: false,
             nice: 0,
+            network: false,
         };
         memvisor_vmm::jail::check(&jail).map_err(BadInput)?;
     }

@@ -114,6 +114,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             file_size: (!a.tesseract).then(|| largest_file(&plan.disks, a.mem)),
             ksm: a.sharing == SharingArg::Host,
             nice: a.serving_nice,
+            network: a.api_sock.is_some(),
         }),
         _ => None,
     };

@@ -1,11 +1,12 @@
-//! The jail a VMM enters once it has opened everything it needs ([`enter`]): new mount, IPC, UTS
-//! and network namespaces, a root of its own, no capabilities, no new privileges, an
+//! The jail a VMM enters once it has opened everything it needs ([`enter`]): new mount, IPC and
+//! UTS namespaces (and network, for a VMM that cannot migrate out), a root of its own, no capabilities, no new privileges, an
 //! unprivileged uid and gid, and resource limits.
 //!
 //! Step by step, in the one thread the process has at that point (namespaces, capabilities and
 //! `no_new_privs` belong to a thread, and every thread started later inherits them):
-//! 1. `unshare` the mount, IPC, UTS and network namespaces, and make every mount private, so
-//!    nothing mounted here reaches the host.
+//! 1. `unshare` the mount, IPC and UTS namespaces, and the network namespace unless the VMM
+//!    may be migrated out ([`Jail::network`]), and make every mount private, so nothing mounted
+//!    here reaches the host.
 //! 2. Mount a small tmpfs on the jail directory: the root the VMM gets. Nothing is written to
 //!    the directory itself, so it stays empty for the next start.
 //! 3. Mount in it what the VMM still reads by path: `/proc` with only the process directories
@@ -46,6 +47,10 @@ pub struct Jail {
     pub ksm: bool,
     /// The lowest nice value a thread asks for (`--serving-nice`).
     pub nice: i32,
+    /// Stay in the host's network namespace: a VMM with an API socket may be migrated out
+    /// (`PUT /vm/migrate`), and its `migrate` thread connects to the destination. Its filter is
+    /// the only one that lets a thread create a socket (TCP, to connect).
+    pub network: bool,
 }
 
 /// Most descriptors a jailed VMM may hold (`RLIMIT_NOFILE`): its images, eventfds, the API's
@@ -108,12 +113,10 @@ pub fn enter(jail: &Jail) -> Result<(), JailError> {
     let failed = |what: &'static str| move |source| err(what, source);
     let fail = |what: &'static str| err(what, io::Error::last_os_error());
     let dir = cstr(&jail.dir);
+    let net = if jail.network { 0 } else { libc::CLONE_NEWNET };
     // SAFETY: unshare takes flags only.
-    if unsafe {
-        libc::unshare(
-            libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWNET,
-        )
-    } != 0
+    if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | net) }
+        != 0
     {
         return Err(fail("unshare the mount, IPC, UTS and network namespaces"));
     }
