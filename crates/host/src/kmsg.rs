@@ -18,6 +18,10 @@ const KILL_PROCESS: &str = "code=0x80000000";
 /// only after a VMM died by `SIGSYS`.
 const WAIT: Duration = Duration::from_secs(3);
 
+/// How a jailed VMM's parent writes the kill it found (`memvisor: killed by seccomp: KILL`) to
+/// the VMM's log, since the record names the VMM's pid, which the host does not know.
+pub const KILLED_BY_SECCOMP: &str = "killed by seccomp";
+
 /// A VMM's kill by its seccomp filter: the call and the thread that made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeccompKill {

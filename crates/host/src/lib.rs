@@ -24,7 +24,7 @@ mod balancing;
 pub mod config;
 pub mod jailing;
 mod journal;
-mod kmsg;
+pub mod kmsg;
 pub mod ksm;
 mod manager;
 mod privileges;

@@ -260,7 +260,15 @@ pub fn describe_exit(status: ExitStatus, pid: u32, log: &Path) -> (i32, VmExit, 
         VmExit::GuestCrashed | VmExit::BadInput | VmExit::VmmFailed | VmExit::Other
     );
     if kind == VmExit::Seccomp {
-        return match crate::kmsg::seccomp_kill(pid) {
+        let jailed = || {
+            let line = last_message(log)?;
+            let rest = line.strip_prefix("memvisor: ")?;
+            rest.strip_prefix(crate::kmsg::KILLED_BY_SECCOMP)?
+                .strip_prefix(": ")
+                .map(str::to_owned)
+        };
+        let kill = crate::kmsg::seccomp_kill(pid).map(|k| k.to_string());
+        return match kill.or_else(jailed) {
             Some(k) => (code, kind, format!("{how}: {k}")),
             None => (
                 code,

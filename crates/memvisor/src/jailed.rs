@@ -88,6 +88,15 @@ pub fn fork(leftovers: &Leftovers) -> io::Result<Side> {
     }
     let status = wait(child, &set);
     remove(leftovers);
+    if libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS {
+        // The kernel's record names the VMM's pid, which only this process knows.
+        if let Some(kill) = memvisor_host::kmsg::seccomp_kill(child.unsigned_abs()) {
+            eprintln!(
+                "memvisor: {}: {kill}",
+                memvisor_host::kmsg::KILLED_BY_SECCOMP
+            );
+        }
+    }
     Ok(Side::Ended(exit_as(status)))
 }
 
