@@ -361,9 +361,10 @@ pub struct RunArgs {
     /// connection is refused and nothing is read from it.
     #[arg(long, value_name = "T")]
     pub migration_token: Option<String>,
-    /// Run the VMM jailed once it has opened its files: in new mount, PID, IPC, UTS and network
-    /// namespaces, with this empty directory as its root, no capabilities, no new privileges,
-    /// as --uid and --gid, and resource limits (docs/security.md). memvisor only.
+    /// Run the VMM jailed once it has opened its files: in new mount, PID, IPC and UTS
+    /// namespaces (and network, without --api-sock), with this empty directory as its root, no
+    /// capabilities, no new privileges, as --uid and --gid, and resource limits
+    /// (docs/security.md). memvisor only.
     #[arg(long, requires_all = ["uid", "gid"])]
     pub jail: Option<PathBuf>,
     /// With --jail: the uid the VMM runs as (not 0).
