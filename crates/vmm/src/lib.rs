@@ -325,6 +325,7 @@ impl Vm {
                 .disks
                 .iter()
                 .map(|d| (d.id.clone(), d.path.clone(), d.read_only))
+                .zip(std::mem::take(&mut opened.identities))
                 .collect(),
             balloon: config.balloon,
             vm: vm.clone(),

@@ -21,6 +21,10 @@ pub(crate) struct Opened {
     pub(crate) pager: Option<PagerFiles>,
     /// One per disk of the config, in its order.
     pub(crate) disks: Vec<OpenedDisk>,
+    /// One read-only handle per disk of the config, in its order: what a snapshot or a
+    /// migration says of each image (its size and modification time) is read through it, since
+    /// a jailed VMM sees no path.
+    pub(crate) identities: Vec<std::fs::File>,
     pub(crate) api: Option<std::os::unix::net::UnixListener>,
 }
 
@@ -31,7 +35,7 @@ impl Opened {
             .as_ref()
             .map(|c| PagerFiles::open(c, config.mem_size))
             .transpose()?;
-        let mut disks = Vec::new();
+        let (mut disks, mut identities) = (Vec::new(), Vec::new());
         for disk in &config.disks {
             let image = DiskImage::open(&disk.path, disk.read_only)?;
             let indirect = match &config.pager {
@@ -43,6 +47,12 @@ impl Opened {
                 _ => None,
             };
             disks.push(OpenedDisk { image, indirect });
+            identities.push(std::fs::File::open(&disk.path).map_err(|source| {
+                VmmError::Disk(memvisor_devices::virtio::block::BlockError::Open {
+                    path: disk.path.clone(),
+                    source,
+                })
+            })?);
         }
         // Bound now (a bad path fails before the guest runs) and served once the vCPUs run, so
         // a client that finds the socket finds a running VM.
@@ -52,7 +62,12 @@ impl Opened {
             .map(memvisor_api::server::bind)
             .transpose()
             .map_err(VmmError::Api)?;
-        Ok(Opened { pager, disks, api })
+        Ok(Opened {
+            pager,
+            disks,
+            identities,
+            api,
+        })
     }
 }
 

@@ -65,8 +65,11 @@ pub struct DiskIdentity {
 pub type DiskSpec = (String, PathBuf, bool);
 
 impl DiskIdentity {
-    fn of((id, path, read_only): &DiskSpec) -> std::io::Result<DiskIdentity> {
-        let m = std::fs::metadata(path)?;
+    /// `spec`'s identity, from `m`, its image's metadata.
+    fn of(
+        (id, path, read_only): &DiskSpec,
+        m: &std::fs::Metadata,
+    ) -> std::io::Result<DiskIdentity> {
         Ok(DiskIdentity {
             id: id.clone(),
             path: std::path::absolute(path)?,
@@ -231,7 +234,9 @@ impl Snapshot {
             )));
         }
         for (d, saved) in disks.iter().zip(&self.state.disks) {
-            let now = DiskIdentity::of(d).map_err(io(&d.1))?;
+            let now = std::fs::metadata(&d.1)
+                .and_then(|m| DiskIdentity::of(d, &m))
+                .map_err(io(&d.1))?;
             if now.size != saved.size || now.modified_ns != saved.modified_ns {
                 return Err(SnapshotError::Mismatch(format!(
                     "disk {}: {} changed since the snapshot was taken (it must be the image as it was then)",
@@ -304,7 +309,8 @@ fn pages(mem: &GuestMem) -> impl Iterator<Item = (u32, u64)> + '_ {
 pub(crate) struct Snapshotter {
     pub mem_size: u64,
     pub vcpus: u8,
-    pub disks: Vec<DiskSpec>,
+    /// Each disk, with a read-only handle on its image (`opened.rs`).
+    pub disks: Vec<(DiskSpec, std::fs::File)>,
     pub balloon: bool,
     pub vm: Arc<kvm_ioctls::VmFd>,
     pub mem: Arc<GuestMem>,
@@ -406,7 +412,12 @@ impl Snapshotter {
         let disks = self
             .disks
             .iter()
-            .map(|d| DiskIdentity::of(d).map_err(|e| format!("{}: {e}", d.1.display())))
+            .map(|(d, image)| {
+                image
+                    .metadata()
+                    .and_then(|m| DiskIdentity::of(d, &m))
+                    .map_err(|e| format!("{}: {e}", d.1.display()))
+            })
             .collect::<Result<_, _>>()?;
         let state = VmSnapshot {
             mem_size: self.mem_size,
