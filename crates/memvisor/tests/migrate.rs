@@ -1,7 +1,8 @@
 //! Post-copy live migration end to end, between two memvisor processes on this machine: the
 //! integrity workload, under a limit with the Swap Mapper, the pool and sampling on, is
 //! migrated mid-run (after a migration with a wrong token was refused and changed nothing) and
-//! finishes on the destination with every byte it wrote intact; a destination that refuses the
+//! finishes on the destination with every byte it wrote intact, between plain VMMs and between
+//! jailed ones; a destination that refuses the
 //! state leaves the VM running on the source; a source that dies in post-copy leaves the
 //! destination's VM paused; a connection cut in post-copy pauses the destination, and
 //! `migrate-recover` finishes the move with every byte intact; bad input is one line and exit
@@ -31,9 +32,9 @@ const MECHANISMS: [&str; 10] = [
     "--balloon",
 ];
 
-/// A destination: `memvisor run --incoming 127.0.0.1:0 --migration-token TOKEN`, and the
-/// address it printed once listening.
-fn destination(sock: &std::path::Path, disk: &str, token: &str) -> (Proc, String) {
+/// A destination: `memvisor run --incoming 127.0.0.1:0 --migration-token TOKEN` with `extra`
+/// flags, and the address it printed once listening.
+fn destination(sock: &std::path::Path, disk: &str, token: &str, extra: &[&str]) -> (Proc, String) {
     let mut args = vec![
         "--disk",
         disk,
@@ -43,6 +44,7 @@ fn destination(sock: &std::path::Path, disk: &str, token: &str) -> (Proc, String
         token,
     ];
     args.extend_from_slice(&MECHANISMS);
+    args.extend_from_slice(extra);
     let mut cmd: Command = run_command(sock, &args);
     cmd.stderr(Stdio::piped());
     let dest = Proc::spawn(&mut cmd);
@@ -68,13 +70,41 @@ fn migrate(source: &TestVm, to: &str, token: &str) -> std::process::Output {
 
 #[test]
 fn integrity_survives_post_copy_migration_under_a_limit() {
+    integrity_survives_post_copy_migration(false);
+}
+
+/// The same with both ends jailed: the source connects out of its jail, the destination takes
+/// the VM on the listener it bound before its jail.
+#[test]
+fn integrity_survives_post_copy_migration_between_jailed_vmms() {
+    integrity_survives_post_copy_migration(true);
+}
+
+fn integrity_survives_post_copy_migration(jailed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let disk = disk_spec(
         &mkdisk_data(dir.path().join("data.img"), "64M", &[]),
         "data",
     );
+    let jail = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        d.to_str().unwrap().to_owned()
+    };
+    let (sjail, djail) = (jail("source-jail"), jail("dest-jail"));
+    let jail_flags = |d: &str, uid: &str| -> Vec<String> {
+        if jailed {
+            ["--jail", d, "--uid", uid, "--gid", uid]
+                .map(str::to_owned)
+                .to_vec()
+        } else {
+            Vec::new()
+        }
+    };
+    let (sflags, dflags) = (jail_flags(&sjail, "900960"), jail_flags(&djail, "900961"));
     let dsock = dir.path().join("dest.sock");
-    let (mut dest, addr) = destination(&dsock, &disk, "the-right-token");
+    let dflags: Vec<&str> = dflags.iter().map(String::as_str).collect();
+    let (mut dest, addr) = destination(&dsock, &disk, "the-right-token", &dflags);
 
     let ssock = dir.path().join("source.sock");
     let mut args = vec![
@@ -88,6 +118,7 @@ fn integrity_survives_post_copy_migration_under_a_limit() {
         "200",
     ];
     args.extend_from_slice(&MECHANISMS);
+    args.extend(sflags.iter().map(String::as_str));
     let source = TestVm::start(&ssock, &args);
     source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
 
@@ -255,7 +286,7 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
         "data",
     );
     let dsock = dir.path().join("dest.sock");
-    let (mut dest, addr) = destination(&dsock, &disk, "t");
+    let (mut dest, addr) = destination(&dsock, &disk, "t", &[]);
     let ssock = dir.path().join("source.sock");
     let mut args = vec![
         "--disk",

@@ -288,3 +288,43 @@ fn bad_snapshots_are_refused_before_anything_starts() {
     );
     assert!(!sock.exists(), "no VM was started");
 }
+
+/// A jailed VMM restores from a snapshot (its files are opened before the jail) and refuses to
+/// take one, saying why: it sees no directory of the host's to write it to.
+#[test]
+fn a_jailed_vm_restores_a_snapshot_and_says_why_it_takes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("api.sock");
+    let vm = TestVm::holding(&sock, "128M", "48", None);
+    let snap = dir.path().join("s");
+    let r = ok(vm.client().snapshot(snap.to_str().unwrap(), true));
+    assert!(r.stopped && r.copied_pages > 0, "{r:?}");
+    vm.finish();
+
+    let jail = dir.path().join("jail");
+    std::fs::create_dir(&jail).unwrap();
+    let args = [
+        "--mem",
+        "128M",
+        "--restore",
+        snap.to_str().unwrap(),
+        "--jail",
+        jail.to_str().unwrap(),
+        "--uid",
+        "900963",
+        "--gid",
+        "900963",
+    ];
+    let vm = TestVm::start(&sock, &args);
+    let info = ok(vm.client().info());
+    assert_eq!(info.state, memvisor_api::VmState::Running);
+    let again = dir.path().join("t");
+    let e = vm
+        .client()
+        .snapshot(again.to_str().unwrap(), false)
+        .expect_err("a jailed VMM wrote a snapshot")
+        .to_string();
+    assert!(e.contains("jailed"), "{e}");
+    assert!(!again.exists());
+    assert_eq!(ok(vm.client().info()).state, memvisor_api::VmState::Running);
+}
