@@ -1,4 +1,5 @@
-//! The order the configurations of a benchmark run in, repetition by repetition.
+//! The order the configurations of a benchmark run in, repetition by repetition, and the one
+//! loop every family runs its plan in ([`interleave`]).
 //!
 //! A run leaves the host in a state the next run meets: memory freed on 4 KiB pages or in 2 MiB
 //! blocks, memory the machine has reported free to a hypervisor below it (whose first touch
@@ -10,6 +11,77 @@
 //! configurations when k is even, 2k when it is odd) every configuration runs once in every
 //! position, and follows every other configuration equally often. Repetition 1 runs the
 //! configurations in the order given.
+
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+
+use super::teardown;
+
+/// One run of a family's plan, as [`interleave`] hands it over: its repetition, cell and
+/// configuration, and the label its progress lines start with
+/// (`[NAME k/total rep r/reps WHAT]`).
+pub struct Turn<'a, C, K> {
+    pub rep: u32,
+    pub cell: &'a C,
+    pub config: &'a K,
+    pub label: String,
+    bar: &'a ProgressBar,
+}
+
+impl<C, K> Turn<'_, C, K> {
+    /// Prints `line` after the run's label, above the progress bar.
+    pub fn say(&self, line: &str) {
+        crate::progress::say(self.bar, &format!("{} {line}", self.label));
+    }
+}
+
+/// Runs a family's plan repetition by repetition: in each, every cell of `cells(rep)` (the
+/// sizes, scenarios, numbers of VMs that repetition runs) with every configuration once, the
+/// configurations in [`of_rep`]'s order, until all ran or the bench is interrupted. `what`
+/// names a cell and configuration in the label; a progress bar counts the runs; what `run`
+/// returns is gathered in run order.
+pub fn interleave<C, K, T>(
+    name: &str,
+    reps: u32,
+    cells: impl Fn(u32) -> Vec<C>,
+    configs: &[K],
+    what: impl Fn(&C, &K) -> String,
+    mut run: impl FnMut(&Turn<'_, C, K>) -> Result<Vec<T>, String>,
+) -> Result<Vec<T>, String> {
+    let total: usize = (1..=reps).map(|r| cells(r).len() * configs.len()).sum();
+    let bar = crate::progress::bar(total as u64, "runs");
+    bar.set_message(name.to_owned());
+    let (started, mut out, mut k) = (Instant::now(), Vec::new(), 0);
+    'reps: for rep in 1..=reps {
+        for cell in &cells(rep) {
+            for j in of_rep(configs.len(), rep) {
+                if teardown::interrupted() {
+                    break 'reps;
+                }
+                k += 1;
+                let config = &configs[j];
+                let label = format!(
+                    "[{name} {k}/{total} rep {rep}/{reps} {}]",
+                    what(cell, config)
+                );
+                let turn = Turn {
+                    rep,
+                    cell,
+                    config,
+                    label,
+                    bar: &bar,
+                };
+                let since = started.elapsed().as_secs_f64();
+                turn.say(&format!("starting ({since:.0} s since the bench started)"));
+                out.extend(run(&turn)?);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}
 
 /// The order of `k` configurations in repetition `rep` (from 1): indices into the given list.
 pub fn of_rep(k: usize, rep: u32) -> Vec<usize> {

@@ -14,7 +14,7 @@ use std::path::Path;
 use memvisor_api::HostSample;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, setup, teardown, Bench, Family};
+use crate::harness::{choose, setup, Bench, Family};
 use experiment::{ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
@@ -108,7 +108,7 @@ impl Family for Consolidate {
             plan.notes.push(note);
         }
         let mut sink = Outputs { bench, plan: &plan };
-        run::run(bench, &plan, &teardown::interrupted, &mut sink)
+        run::run(bench, &plan, &mut sink)
     }
 }
 

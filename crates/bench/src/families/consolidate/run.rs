@@ -20,6 +20,7 @@ use super::experiment::{
 };
 use crate::harness::child::Reaped;
 use crate::harness::guest::read_final_stats;
+use crate::harness::order::interleave;
 use crate::harness::{readings, Bench};
 
 /// Between two looks at the VMs.
@@ -101,12 +102,7 @@ struct RunCase {
 /// Runs every scenario, N and configuration, repetitions interleaved (the configurations
 /// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
 /// are in the bench's `work` directory.
-pub fn run(
-    bench: &Bench,
-    s: &ConsolidatePlan,
-    interrupted: &dyn Fn() -> bool,
-    sink: &mut dyn Sink,
-) -> Result<(), String> {
+pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<(), String> {
     let work = &bench.work;
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
         mkdisk_once(
@@ -124,123 +120,106 @@ pub fn run(
             BALANCE_FILES,
         )?;
     }
-    let mut records = Vec::new();
-    let mut traces = Vec::new();
-    let runs = u64::from(s.reps) * (s.ns.len() * s.scenarios.len() * s.configs.len()) as u64;
-    let bar = crate::progress::bar(runs, "runs");
-    bar.set_message("consolidate");
-    for rep in 1..=s.reps {
-        for &scenario in &s.scenarios {
-            for &n in &s.ns {
-                for j in crate::harness::order::of_rep(s.configs.len(), rep) {
-                    let (name, kind) = s.configs[j];
-                    if interrupted() {
-                        return Ok(());
-                    }
-                    let pinned = (n as usize <= s.cores).then_some(s.cores);
-                    let plan = RunCase {
-                        kind,
-                        scenario,
-                        n,
-                        pinned,
-                    };
-                    let tag = format!(
-                        "{name}-{}-n{n}{}-rep{rep}",
-                        scenario.name(),
-                        if pinned.is_some() { "-pinned" } else { "" }
-                    );
-                    let dir = bench.out.join("logs").join(&tag);
-                    let _ = std::fs::remove_dir_all(&dir);
-                    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    crate::progress::say(&bar, &format!("memvisor bench: consolidate {tag}"));
-                    let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
-                        Launch::Host(_) => run_host(&bench.exe, &plan, work, &dir, sink),
-                        Launch::QemuStatic | Launch::QemuNoLimit => {
-                            run_qemu(bench, s, &plan, work, &dir)
-                        }
-                    });
-                    let (vms, watch) = got.unwrap_or_else(|e| {
-                        let vms = (0..n)
-                            .map(|_| Outcome {
-                                ok: false,
-                                secs: None,
-                                note: format!("the run failed: {e}"),
-                                cgroup: None,
-                                longest_fault_us: None,
-                            })
-                            .collect();
-                        (vms, FleetMonitor::new(plan.scenario, Vec::new(), None))
-                    });
-                    let mut intervals = Vec::new();
-                    for (i, v) in vms.into_iter().enumerate() {
-                        let end = watch.ends.get(i).copied().flatten();
-                        let interval = v
-                            .secs
-                            .zip(end)
-                            .map(|(secs, end)| ((end - secs).max(0.0), end));
-                        intervals.push(interval);
-                        let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
-                        records.push(Record {
-                            config: name.to_owned(),
-                            scenario,
-                            n,
-                            pinned: pinned.is_some(),
-                            rep,
-                            vm,
-                            workload: job(scenario, vm).0,
-                            secs: v.secs,
-                            interval,
-                            ok: v.ok,
-                            note: v.note,
-                            cgroup: v.cgroup,
-                            longest_fault_us: v.longest_fault_us,
-                        });
-                    }
-                    let trace = RunTrace {
-                        config: name.to_owned(),
-                        scenario,
-                        n,
-                        pinned: pinned.is_some(),
-                        rep,
-                        wall_secs: watch.t0.elapsed().as_secs_f64(),
-                        overlap: overlap_fraction(&intervals),
-                        rss: watch.rss,
-                    };
-                    crate::progress::say(
-                        &bar,
-                        &format!(
-                            "memvisor bench: {tag}: {:.0} s, all {n} jobs at once for {}",
-                            trace.wall_secs,
-                            trace
-                                .overlap
-                                .map_or("? (a job did not finish)".into(), |o| format!(
-                                    "{:.0} % of the run",
-                                    o * 100.0
-                                ))
-                        ),
-                    );
-                    let rss = rss_summary(&trace.rss, BUDGET);
-                    if matches!(kind, Launch::Host(HostLaunch { nolimit: false, .. }))
-                        && rss.over_samples > 0
-                    {
-                        crate::progress::say(
-                            &bar,
-                            &format!(
-                                "memvisor bench: {tag}: the VMMs' summed RSS was above the {} MiB budget for {:.1} s (peak {} MiB)",
-                                BUDGET >> 20,
-                                rss.over_secs,
-                                rss.peak >> 20
-                            ),
-                        );
-                    }
-                    traces.push(trace);
-                    sink.records(&records, &traces)?;
-                    bar.inc(1);
-                }
-            }
+    let (mut records, mut traces) = (Vec::new(), Vec::new());
+    let cells = |_| {
+        let each = s
+            .scenarios
+            .iter()
+            .map(|&sc| s.ns.iter().map(move |&n| (sc, n)));
+        each.flatten().collect::<Vec<_>>()
+    };
+    let what =
+        |&(sc, n): &(Scenario, u32), c: &(&str, Launch)| format!("{} {} {n} VMs", c.0, sc.name());
+    interleave("consolidate", s.reps, cells, &s.configs, what, |t| {
+        let ((scenario, n), (name, kind), rep) = (*t.cell, *t.config, t.rep);
+        let pinned = (n as usize <= s.cores).then_some(s.cores);
+        let plan = RunCase {
+            kind,
+            scenario,
+            n,
+            pinned,
+        };
+        let tag = format!(
+            "{name}-{}-n{n}{}-rep{rep}",
+            scenario.name(),
+            if pinned.is_some() { "-pinned" } else { "" }
+        );
+        let dir = bench.out.join("logs").join(&tag);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
+            Launch::Host(_) => run_host(&bench.exe, &plan, work, &dir, sink),
+            Launch::QemuStatic | Launch::QemuNoLimit => run_qemu(bench, s, &plan, work, &dir),
+        });
+        let (vms, watch) = got.unwrap_or_else(|e| {
+            let vms = (0..n)
+                .map(|_| Outcome {
+                    ok: false,
+                    secs: None,
+                    note: format!("the run failed: {e}"),
+                    cgroup: None,
+                    longest_fault_us: None,
+                })
+                .collect();
+            (vms, FleetMonitor::new(plan.scenario, Vec::new(), None))
+        });
+        let mut intervals = Vec::new();
+        for (i, v) in vms.into_iter().enumerate() {
+            let end = watch.ends.get(i).copied().flatten();
+            let interval = v
+                .secs
+                .zip(end)
+                .map(|(secs, end)| ((end - secs).max(0.0), end));
+            intervals.push(interval);
+            let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+            records.push(Record {
+                config: name.to_owned(),
+                scenario,
+                n,
+                pinned: pinned.is_some(),
+                rep,
+                vm,
+                workload: job(scenario, vm).0,
+                secs: v.secs,
+                interval,
+                ok: v.ok,
+                note: v.note,
+                cgroup: v.cgroup,
+                longest_fault_us: v.longest_fault_us,
+            });
         }
-    }
-    bar.finish_and_clear();
+        let trace = RunTrace {
+            config: name.to_owned(),
+            scenario,
+            n,
+            pinned: pinned.is_some(),
+            rep,
+            wall_secs: watch.t0.elapsed().as_secs_f64(),
+            overlap: overlap_fraction(&intervals),
+            rss: watch.rss,
+        };
+        let overlap = trace
+            .overlap
+            .map_or("? (a job did not finish)".into(), |o| {
+                format!("{:.0} % of the run", o * 100.0)
+            });
+        t.say(&format!(
+            "{tag}: {:.0} s, all {n} jobs at once for {overlap}",
+            trace.wall_secs
+        ));
+        let rss = rss_summary(&trace.rss, BUDGET);
+        if matches!(kind, Launch::Host(HostLaunch { nolimit: false, .. })) && rss.over_samples > 0 {
+            t.say(&format!(
+                "{tag}: the VMMs' summed RSS was above the {} MiB budget for {:.1} s (peak {} MiB)",
+                BUDGET >> 20,
+                rss.over_secs,
+                rss.peak >> 20
+            ));
+        }
+        traces.push(trace);
+        sink.records(&records, &traces)?;
+        Ok(Vec::<()>::new())
+    })?;
     Ok(())
 }
 

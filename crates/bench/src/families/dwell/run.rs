@@ -25,6 +25,7 @@ use memvisor_api::ClientError;
 
 use super::experiment::DwellPlan;
 use crate::harness::child::ConsoleEvent;
+use crate::harness::order::interleave;
 use crate::harness::vm::Vm;
 use crate::harness::{teardown, Bench, MeasureStatus};
 
@@ -188,24 +189,22 @@ pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
         setup.sizes.disk_mb(),
         Some(&setup.sizes.disk_files()),
     )?;
-    let mut points = Vec::new();
-    'reps: for rep in 1..=setup.reps {
-        for j in crate::harness::order::of_rep(setup.policies.len(), rep) {
-            if teardown::interrupted() {
-                break 'reps;
-            }
-            let policy = &setup.policies[j];
-            eprintln!("[dwell rep {rep}/{} {policy}] starting", setup.reps);
-            let pt = measure(bench, setup, policy, rep);
-            eprintln!(
-                "[dwell rep {rep} {policy}] {}: {} releases, {} pages came back {}",
-                pt.status.name(),
-                pt.calls,
-                pt.hist.iter().sum::<u64>(),
+    let what = |_: &(), policy: &String| policy.clone();
+    interleave(
+        "dwell",
+        setup.reps,
+        |_| vec![()],
+        &setup.policies,
+        what,
+        |t| {
+            let pt = measure(bench, setup, t.config, t.rep);
+            let back = pt.hist.iter().sum::<u64>();
+            let (status, calls) = (pt.status.name(), pt.calls);
+            t.say(&format!(
+                "{status}: {calls} releases, {back} pages came back {}",
                 pt.error
-            );
-            points.push(pt);
-        }
-    }
-    Ok(points)
+            ));
+            Ok(vec![pt])
+        },
+    )
 }

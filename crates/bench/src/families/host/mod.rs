@@ -13,7 +13,8 @@ mod shares;
 pub mod summary;
 
 use crate::args::BenchArgs;
-use crate::harness::{setup, teardown, Bench, Family};
+use crate::harness::order::interleave;
+use crate::harness::{setup, Bench, Family};
 use catalog::find;
 use experiment::HostExperiment;
 
@@ -38,29 +39,29 @@ impl Family for Host {
     fn run(&self, a: &BenchArgs, bench: &Bench, e: HostExperiment) -> Result<(), String> {
         let _only_bench = setup::take_host(&a.swap_file)?;
         let (exe, out, env) = (&bench.exe, &bench.out, &bench.env);
+        let what = |(): &(), (): &()| "memvisor host".to_owned();
         let reps = a.reps.unwrap_or(1);
-        let mut runs = Vec::new();
-        for rep in 1..=reps {
-            if teardown::interrupted() {
-                break;
-            }
-            let label = format!("[{} rep {rep}/{reps}]", e.name);
-            eprintln!(
-                "{label} starting memvisor host: budget {} MiB, {:.0} s",
-                e.memory >> 20,
-                e.duration
-            );
-            let rep_out = if reps == 1 {
-                out.to_owned()
-            } else {
-                out.join(format!("rep{rep}"))
-            };
-            std::fs::create_dir_all(rep_out.join("logs"))
-                .map_err(|err| format!("{}: {err}", rep_out.display()))?;
-            let run = run::run_once(exe, &e, &rep_out, &label)?;
-            eprintln!("{label} done: {}", summary::headline(&e, &run));
-            runs.push(run);
-        }
+        let runs = interleave(
+            e.name,
+            reps,
+            |_| vec![()],
+            &[()],
+            what,
+            |t| {
+                let budget = e.memory >> 20;
+                t.say(&format!("budget {budget} MiB, {:.0} s", e.duration));
+                let rep_out = if reps == 1 {
+                    out.to_owned()
+                } else {
+                    out.join(format!("rep{}", t.rep))
+                };
+                std::fs::create_dir_all(rep_out.join("logs"))
+                    .map_err(|err| format!("{}: {err}", rep_out.display()))?;
+                let run = run::run_once(exe, &e, &rep_out, &t.label)?;
+                t.say(&format!("done: {}", summary::headline(&e, &run)));
+                Ok(vec![run])
+            },
+        )?;
         let first = runs.first().ok_or_else(|| "no run to plot".to_owned());
         crate::report::write_report(
             out,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::configs::{Config, Hv};
-use super::experiment::{DataDisk, Experiment, Measure};
+use super::experiment::{DataDisk, Experiment, Measure, Step};
 use super::vm::control::RunSpec;
 use super::vm::result::RunResult;
 use super::{figure, recovery, report, vm, workingset};
@@ -42,7 +42,7 @@ pub fn run(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<(), Str
         prepared,
     };
     let started = Instant::now();
-    let records = runner.run_all(started)?;
+    let records = runner.run_all()?;
     runner.write_outputs(&records, started)
 }
 
@@ -141,56 +141,28 @@ impl Runner<'_> {
     /// Every configuration and step, repetition by repetition, each repetition running every
     /// configuration once (in the order of `order::of_rep`: every configuration runs in every
     /// position and after every other), until all ran or the bench is interrupted.
-    fn run_all(&self, started: Instant) -> Result<Vec<report::Record>, String> {
+    fn run_all(&self) -> Result<Vec<report::Record>, String> {
         let (exp, plan) = (&self.plan.exp, self.plan);
-        let reps = plan.reps;
-        let total = u32::try_from(plan.configs.len() * exp.steps.len()).unwrap_or(u32::MAX) * reps;
-        let mut records: Vec<report::Record> = Vec::new();
-        let mut n = 0;
-        let bar = crate::progress::bar(u64::from(total), "runs");
-        bar.set_message(exp.name);
-        'reps: for rep in 1..=reps {
-            for (si, step) in exp.steps.iter().enumerate() {
-                for j in order::of_rep(plan.configs.len(), rep) {
-                    let c = plan.configs[j];
-                    if teardown::interrupted() {
-                        break 'reps;
-                    }
-                    n += 1;
-                    let label = format!(
-                        "[{} {n}/{total} rep {rep}/{} {} {}]",
-                        exp.name, reps, c.name, step.workload
-                    );
-                    crate::progress::say(
-                        &bar,
-                        &format!(
-                            "{label} starting ({:.0} s since the bench started)",
-                            started.elapsed().as_secs_f64()
-                        ),
-                    );
-                    let result = self.run_one(rep, si, c, &label)?;
-                    eprintln!(
-                        "{label} {} in {:.1} s{}",
-                        result.status.as_str(),
-                        result.elapsed_ms / 1e3,
-                        if result.reason.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {}", result.reason)
-                        }
-                    );
-                    records.push(report::Record {
-                        step: si,
-                        config: c,
-                        rep,
-                        result,
-                    });
-                    bar.inc(1);
-                }
-            }
-        }
-        bar.finish_and_clear();
-        Ok(records)
+        let steps = |_| exp.steps.iter().enumerate().collect::<Vec<_>>();
+        let what =
+            |(_, step): &(usize, &Step), c: &&Config| format!("{} {}", c.name, step.workload);
+        order::interleave(exp.name, plan.reps, steps, &plan.configs, what, |t| {
+            let ((si, _), c, rep) = (*t.cell, *t.config, t.rep);
+            let result = self.run_one(rep, si, c, &t.label)?;
+            let took = result.elapsed_ms / 1e3;
+            let why = if result.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", result.reason)
+            };
+            t.say(&format!("{} in {took:.1} s{why}", result.status.as_str()));
+            Ok(vec![report::Record {
+                step: si,
+                config: c,
+                rep,
+                result,
+            }])
+        })
     }
 
     /// Step `si` of repetition `rep` on configuration `c`, with its own disks made before and

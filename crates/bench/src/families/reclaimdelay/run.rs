@@ -26,6 +26,7 @@ use std::time::Instant;
 use memvisor_api::{ClientError, VmClient};
 
 use super::experiment::{Method, ReclaimPlan, Sizes, State, BETWEEN, POLL, SETTLE, STEP_TIMEOUT};
+use crate::harness::order::interleave;
 use crate::harness::qmp::Qmp;
 use crate::harness::vm::Vm;
 use crate::harness::{teardown, Bench, MeasureStatus};
@@ -338,48 +339,36 @@ fn disks(bench: &Bench, setup: &ReclaimPlan) -> Result<(), String> {
 /// the points.
 pub fn run(bench: &Bench, setup: &ReclaimPlan) -> Result<Vec<Reclaim>, String> {
     disks(bench, setup)?;
-    let mut points = Vec::new();
-    let groups = setup.sizes.victims.len() * setup.states.len() * setup.methods.len();
-    let total = groups * setup.reps as usize;
-    let started = Instant::now();
-    let mut k = 0;
-    'reps: for rep in 1..=setup.reps {
-        for &n in &setup.sizes.victims {
-            for &st in &setup.states {
-                for j in crate::harness::order::of_rep(setup.methods.len(), rep) {
-                    if teardown::interrupted() {
-                        break 'reps;
-                    }
-                    let m = setup.methods[j];
-                    k += 1;
-                    eprintln!(
-                        "[reclaimdelay {k}/{total} rep {rep}/{} {} {} {n} victim(s)] starting ({:.0} s since the bench started)",
-                        setup.reps,
-                        m.name,
-                        st.name,
-                        started.elapsed().as_secs_f64()
-                    );
-                    for p in group(bench, setup, m, st, n, rep) {
-                        if p.ok() {
-                            eprintln!(
-                                "[reclaimdelay rep {rep} {} {} {n} victim(s)] {} pages in {:.2} ms ({} obtained)",
-                                m.name, st.name, p.pages, p.ms, p.obtained
-                            );
-                        } else {
-                            eprintln!(
-                                "[reclaimdelay rep {rep} {} {} {n} victim(s)] {} pages: {}: {}",
-                                m.name,
-                                st.name,
-                                p.pages,
-                                p.status.name(),
-                                p.error
-                            );
-                        }
-                        points.push(p);
-                    }
-                }
+    let sizes = &setup.sizes;
+    let cells = |_| {
+        let each = sizes
+            .victims
+            .iter()
+            .map(|&n| setup.states.iter().map(move |&st| (n, st)));
+        each.flatten().collect::<Vec<_>>()
+    };
+    let what =
+        |&(n, st): &(u32, &State), m: &&Method| format!("{} {} {n} victim(s)", m.name, st.name);
+    interleave(
+        "reclaimdelay",
+        setup.reps,
+        cells,
+        &setup.methods,
+        what,
+        |t| {
+            let (n, st) = *t.cell;
+            let points = group(bench, setup, t.config, st, n, t.rep);
+            for p in &points {
+                t.say(&if p.ok() {
+                    format!(
+                        "{} pages in {:.2} ms ({} obtained)",
+                        p.pages, p.ms, p.obtained
+                    )
+                } else {
+                    format!("{} pages: {}: {}", p.pages, p.status.name(), p.error)
+                });
             }
-        }
-    }
-    Ok(points)
+            Ok(points)
+        },
+    )
 }

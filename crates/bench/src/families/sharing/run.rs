@@ -26,6 +26,7 @@ use memvisor_host::ksm::Ksm;
 use super::experiment::{Census, Mode, SharingPlan};
 use crate::harness::child::ConsoleEvent;
 use crate::harness::guest::value;
+use crate::harness::order::interleave;
 use crate::harness::vm::Vm;
 use crate::harness::{readings, teardown, Bench};
 
@@ -359,42 +360,40 @@ pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String
         super::experiment::SCAN_PAGES,
         super::experiment::SCAN_SLEEP_MS,
     )?;
-    let mut points = Vec::new();
-    let k = setup.modes.len();
-    'reps: for rep in 1..=setup.reps {
+    // The timing probe counts traps, not speed: once, in the first repetition.
+    let cells = |rep| {
         let mut runs: Vec<(u32, bool)> = setup.sizes.vms.iter().map(|&n| (n, false)).collect();
-        // The timing probe counts traps, not speed: once is enough.
         if setup.sizes.probe.is_some() && rep == 1 {
             runs.push((2, true));
         }
-        for (n, probe) in runs {
-            for j in crate::harness::order::of_rep(k, rep) {
-                if teardown::interrupted() {
-                    break 'reps;
-                }
-                let mode = &setup.modes[j];
-                let what = if probe { "probe" } else { setup.experiment };
-                eprintln!(
-                    "[{what} rep {rep}/{} {} x{n}] starting",
-                    setup.reps, mode.name
-                );
-                let pt = measure(bench, setup, &ksm, mode, n, rep, probe);
-                let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
-                eprintln!(
-                    "[{what} rep {rep} {} x{n}] {} in {:.0} s: {} of {} pages shared, {} reclaimed",
-                    mode.name,
-                    if pt.ok() { "ok" } else { pt.error.as_str() },
-                    pt.seconds,
-                    last.shared,
-                    last.present,
-                    last.reclaimed
-                );
-                points.push(pt);
-            }
-        }
-    }
+        runs
+    };
+    let what = |&(n, probe): &(u32, bool), mode: &Mode| {
+        format!("{} x{n}{}", mode.name, if probe { " probe" } else { "" })
+    };
+    let points = interleave(
+        setup.experiment,
+        setup.reps,
+        cells,
+        &setup.modes,
+        what,
+        |t| {
+            let (n, probe) = *t.cell;
+            let pt = measure(bench, setup, &ksm, t.config, n, t.rep, probe);
+            let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
+            t.say(&format!(
+                "{} in {:.0} s: {} of {} pages shared, {} reclaimed",
+                if pt.ok() { "ok" } else { pt.error.as_str() },
+                pt.seconds,
+                last.shared,
+                last.present,
+                last.reclaimed
+            ));
+            Ok(vec![pt])
+        },
+    );
     drop(ksm);
-    Ok(points)
+    points
 }
 
 #[cfg(test)]

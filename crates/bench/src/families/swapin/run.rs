@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use memvisor_api::PagerStats;
 
 use super::experiment::{schedule, Mode, SwapinPlan, HEADROOM, LIMIT, POLL};
+use crate::harness::order::interleave;
 use crate::harness::vm::Vm;
 use crate::harness::{teardown, Bench};
 use crate::report::numbers::MIB;
@@ -254,47 +255,25 @@ fn steps(
 /// Runs every size × mode × repetition, repetition by repetition (the modes in
 /// `order::of_rep`'s order). Returns the points.
 pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> {
-    let mut points = Vec::new();
-    let total = setup.sizes.len() * setup.modes.len() * setup.reps as usize;
-    let started = Instant::now();
-    'reps: for rep in 1..=setup.reps {
-        for &size in &setup.sizes {
-            for j in crate::harness::order::of_rep(setup.modes.len(), rep) {
-                if teardown::interrupted() {
-                    break 'reps;
-                }
-                let mode = setup.modes[j];
-                eprintln!(
-                    "[swapin {}/{total} rep {rep}/{} {} {} MiB] starting ({:.0} s since the bench started)",
-                    points.len() + 1,
-                    setup.reps,
-                    mode.name,
-                    size >> 20,
-                    started.elapsed().as_secs_f64()
-                );
-                let pt = measure(bench, mode, size, rep);
-                if pt.ok() {
-                    eprintln!(
-                        "[swapin rep {rep} {} {} MiB] out in {:.2} s, back in {:.3} s ({:.0} MiB/s)",
-                        mode.name,
-                        size >> 20,
-                        pt.out_s,
-                        pt.back_s,
-                        pt.mib_s().unwrap_or(0.0)
-                    );
-                } else {
-                    eprintln!(
-                        "[swapin rep {rep} {} {} MiB] failed: {}",
-                        mode.name,
-                        size >> 20,
-                        pt.error
-                    );
-                }
-                points.push(pt);
-            }
-        }
-    }
-    Ok(points)
+    let what = |size: &u64, mode: &&Mode| format!("{} {} MiB", mode.name, size >> 20);
+    interleave(
+        "swapin",
+        setup.reps,
+        |_| setup.sizes.clone(),
+        &setup.modes,
+        what,
+        |t| {
+            let pt = measure(bench, t.config, *t.cell, t.rep);
+            t.say(&if pt.ok() {
+                let mib_s = pt.mib_s().unwrap_or(0.0);
+                let (out, back) = (pt.out_s, pt.back_s);
+                format!("out in {out:.2} s, back in {back:.3} s ({mib_s:.0} MiB/s)")
+            } else {
+                format!("failed: {}", pt.error)
+            });
+            Ok(vec![pt])
+        },
+    )
 }
 
 #[cfg(test)]
