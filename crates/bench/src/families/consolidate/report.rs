@@ -379,10 +379,7 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
         return;
     }
     let reference = scenario.reference();
-    let _ = writeln!(
-        md,
-        "\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n"
-    );
+    md.push_str(&format!("\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n\n"));
     let configs = shape.configs.iter().map(|(c, _)| *c);
     let mut t = Table::new(["VMs", "workload"].into_iter().chain(configs.clone()));
     for &n in &shape.ns {

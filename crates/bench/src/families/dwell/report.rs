@@ -97,15 +97,9 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         setup.reps
     );
     if points.iter().any(|p| p.no_release) {
-        let _ = writeln!(
-            s,
-            "**Instant release is not available in this build** (the VMM answered 501): no page was released, so there are no dwell times.\n"
-        );
+        s.push_str("**Instant release is not available in this build** (the VMM answered 501): no page was released, so there are no dwell times.\n\n");
     } else if points.iter().any(|p| p.ok() && p.hist.is_empty()) {
-        let _ = writeln!(
-            s,
-            "**This build does not report dwell times** (`patterns.dwell_ms_log2` empty or absent).\n"
-        );
+        s.push_str("**This build does not report dwell times** (`patterns.dwell_ms_log2` empty or absent).\n\n");
     }
     let _ = writeln!(s, "## Per policy\n");
     let mut t = Table::new("policy | runs ok | released pages | came back | still out at the end | median dwell of those back (bucket middle) | guest's read, ms (first run)".split(" | "));
@@ -141,10 +135,8 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         .max()
         .map_or(0, |i| i + 1);
     if longest > 0 {
-        let _ = writeln!(s, "\n## Distribution\n");
-        let _ = writeln!(
-            s,
-            "Share of the released pages that came back, by dwell time.\n"
+        s.push_str(
+            "\n## Distribution\n\nShare of the released pages that came back, by dwell time.\n\n",
         );
         let mut t =
             Table::new(std::iter::once("dwell").chain(setup.policies.iter().map(String::as_str)));

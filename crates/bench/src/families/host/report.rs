@@ -131,10 +131,9 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
     }
     s.push_str(&t.markdown());
     for (at, tax) in &e.tax_changes {
-        let _ = writeln!(
-            s,
-            "\nThe idle tax becomes {tax} at {at:.0} s (`PATCH /host`)."
-        );
+        s.push_str(&format!(
+            "\nThe idle tax becomes {tax} at {at:.0} s (`PATCH /host`).\n"
+        ));
     }
     let _ = writeln!(s, "\nWhy:\n");
     for w in &e.why {
@@ -187,10 +186,7 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
 
 fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
     let Some(x) = shares_summary(run, big, small, goal) else {
-        let _ = writeln!(
-            s,
-            "No steady state was measured (a VM never ran beside the other)."
-        );
+        s.push_str("No steady state was measured (a VM never ran beside the other).\n");
         return;
     };
     let _ = writeln!(
@@ -234,10 +230,7 @@ fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
 
 fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
     let Some(x) = idletax_summary(run, idle, busy) else {
-        let _ = writeln!(
-            s,
-            "No steady state was measured (the busy VM or the tax change is missing)."
-        );
+        s.push_str("No steady state was measured (the busy VM or the tax change is missing).\n");
         return;
     };
     let head = format!("idle tax | steady window s | {idle} MiB (target) | {busy} MiB (target) | {idle} active | {busy} active | {busy} ops/s");

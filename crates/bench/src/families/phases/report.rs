@@ -258,10 +258,7 @@ fn against_peers(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
     if peers.is_empty() {
         return;
     }
-    let _ = writeln!(
-        s,
-        "\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n"
-    );
+    s.push_str(&format!("\n### Whole run{title} against the papers' baselines: wall-time ratio (above 1: slower)\n\n"));
     let head = format!("configuration | vs {}", peers.join(" | vs "));
     s.push_str(&per_config(&head, meta.configs, |c| {
         let wall = median_ms(records, si, c.name, "wall");
@@ -274,10 +271,9 @@ fn against_peers(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
 fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
     let reference = meta.reference;
     let step = &meta.experiment.steps[si];
-    let _ = writeln!(
-        s,
-        "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n"
-    );
+    s.push_str(&format!(
+        "\n### Guest time per phase{title}: median ms (min–max) and ratio vs {reference}\n\n"
+    ));
     let head = format!("configuration | {}", step.phases.join(" | "));
     s.push_str(&per_config(&head, meta.configs, |c| {
         let of = |ph: &String| {
@@ -311,10 +307,7 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
         return;
     }
     let step = &meta.experiment.steps[si];
-    let _ = writeln!(
-        s,
-        "\n### The balloon device{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n"
-    );
+    s.push_str(&format!("\n### The balloon device{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n\n"));
     let head = format!(
         "with | without | {} | CPU, whole run",
         step.phases.join(" | ")
@@ -396,10 +389,7 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
     if shown.is_empty() {
         return;
     }
-    let _ = writeln!(
-        s,
-        "\n### Balloon counters{title}: medians over the runs (memvisor's `GET /stats` at the end)\n"
-    );
+    s.push_str(&format!("\n### Balloon counters{title}: medians over the runs (memvisor's `GET /stats` at the end)\n\n"));
     s.push_str(&per_config("configuration | reported pages | zero faults | faults on released pages | reported pages taken back | MMIO exits | port exits", &shown, |c| {
         let med = |f: &dyn Fn(&VmStats) -> Option<u64>| {
             let at_end = |r: &Record| r.result.final_stats.as_ref().and_then(f);
@@ -419,10 +409,7 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
 /// What was written to swap per phase: host swap-outs and the hypervisor process's writes.
 fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
     let step = &meta.experiment.steps[si];
-    let _ = writeln!(
-        s,
-        "\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n"
-    );
+    s.push_str(&format!("\n### Written to swap per phase{title}: MiB, median (host swap-outs + the hypervisor process's writes)\n\n"));
     let head = format!("configuration | {}", step.phases.join(" | "));
     s.push_str(&per_config(&head, meta.configs, |c| {
         let of = |ph: &String| {
@@ -435,10 +422,9 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
 
 /// The host's measurements over the whole run, medians of the completed runs.
 fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let _ = writeln!(
-        s,
-        "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n"
-    );
+    s.push_str(&format!(
+        "\n### Host measurements, whole run{title} (median of completed runs, MiB)\n\n"
+    ));
     s.push_str(&per_config("configuration | host swap in | host swap out | hypervisor read | hypervisor written | peak RSS | host swap file peak | pager swap read | pager swap written | pager swap faults | pager fault p50/p99 µs", meta.configs, |c| {
         let mib = |v: Vec<f64>| median(v).map_or("-".into(), |m| mib_text(m, 1));
         let wall = |f: &dyn Fn(&Phase) -> f64| mib(values(records, si, c.name, "wall", f));
@@ -519,10 +505,7 @@ pub fn write_setup(s: &mut String, meta: &Meta, extra: &[String]) {
 /// pages the guest's writes needed swapped in, how long preparing and completing a write took
 /// (Tesseract Table 4), and what Tesseract's indirections did instead.
 fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let _ = writeln!(
-        s,
-        "\n### The guest's swap disk and double paging{title} (memvisor's counters at the end; median of completed runs)\n"
-    );
+    s.push_str(&format!("\n### The guest's swap disk and double paging{title} (memvisor's counters at the end; median of completed runs)\n\n"));
     s.push_str(&per_config("configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | reads of the swap file | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches | swap-disk reads MB/s", meta.configs, |c| {
         let finals: Vec<&VmStats> = runs_of(records, si, c.name)
             .filter(|r| r.result.status == RunStatus::Ok)

@@ -95,10 +95,7 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
         .iter()
         .any(|p| p.status == MeasureStatus::NotAvailable)
     {
-        let _ = writeln!(
-            s,
-            "**Instant release is not available in this build** (the VMM answered `PUT /memory/release` with 501): the hd2 rows are \"n/a\", not failures.\n"
-        );
+        s.push_str("**Instant release is not available in this build** (the VMM answered `PUT /memory/release` with 501): the hd2 rows are \"n/a\", not failures.\n\n");
     }
     table2(&mut s, setup, points);
     ratios(&mut s, setup, points);
@@ -136,11 +133,7 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
 
 /// One victim: milliseconds per amount, beside the paper's Table 2.
 fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
-    let _ = writeln!(s, "## One victim, beside HyperDealer2's Table 2\n");
-    let _ = writeln!(
-        s,
-        "Milliseconds from the request to having every page: median (min–max) of the completed runs; the paper's figure after the slash (Table 2 gives HD2 one row for every state, and the balloon rows for an idle victim and for one whose pages are all dirty).\n"
-    );
+    s.push_str("## One victim, beside HyperDealer2's Table 2\n\nMilliseconds from the request to having every page: median (min–max) of the completed runs; the paper's figure after the slash (Table 2 gives HD2 one row for every state, and the balloon rows for an idle victim and for one whose pages are all dirty).\n\n");
     let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages (ms)"));
     let head = ["method".into(), "state".into()].into_iter().chain(pages);
     let mut t = Table::new(head.chain(["runs ok".to_owned()]));
@@ -183,11 +176,7 @@ fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     if pairs.is_empty() {
         return;
     }
-    let _ = writeln!(s, "\n## Ratios in this run (one victim)\n");
-    let _ = writeln!(
-        s,
-        "The ratio of the medians above: below 1, the first method obtained the pages sooner. The machine is shared, so only large ratios say anything.\n"
-    );
+    s.push_str("\n## Ratios in this run (one victim)\n\nThe ratio of the medians above: below 1, the first method obtained the pages sooner. The machine is shared, so only large ratios say anything.\n\n");
     let pages = setup.sizes.pages.iter().map(|p| format!("{p} pages"));
     let mut t = Table::new(["ratio".into(), "state".into()].into_iter().chain(pages));
     for (a, b) in pairs {
@@ -212,11 +201,7 @@ fn victims(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     if setup.sizes.victims.len() < 2 {
         return;
     }
-    let _ = writeln!(s, "\n## Several victims (Fig. 11)\n");
-    let _ = writeln!(
-        s,
-        "The same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n"
-    );
+    s.push_str("\n## Several victims (Fig. 11)\n\nThe same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n\n");
     let victims = setup.sizes.victims.iter().map(|n| format!("{n} victim(s)"));
     let head = ["method".into(), "state".into(), "pages".into()];
     let mut t = Table::new(head.into_iter().chain(victims));
@@ -240,11 +225,7 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
     if rel.is_empty() {
         return;
     }
-    let _ = writeln!(s, "\n## The releases\n");
-    let _ = writeln!(
-        s,
-        "Per run: the harness's wall time of the calls, the VMMs' own `micros` (summed over the victims), pages asked, released and found changed by the guest (so kept).\n"
-    );
+    s.push_str("\n## The releases\n\nPer run: the harness's wall time of the calls, the VMMs' own `micros` (summed over the victims), pages asked, released and found changed by the guest (so kept).\n\n");
     let mut t = Table::new(
         "state | victims | pages | rep | wall ms | VMM µs | released | changed".split(" | "),
     );

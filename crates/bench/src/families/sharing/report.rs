@@ -268,11 +268,7 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
 
 fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     let w = setup.sizes.steady;
-    let _ = writeln!(s, "## Zero pages and what was written\n");
-    let _ = writeln!(
-        s,
-        "Per run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written). A run in which the OOM killer ended some VMs counts what the others did.\n"
-    );
+    s.push_str("## Zero pages and what was written\n\nPer run (medians over the repetitions, min–max when more than one), pages of 4 KiB summed over the VMs. *Zeroed*: pages the guests zeroed at boot. *Merged with the zero page*: KSM's, the most at once. *Dropped as zero*: victims memvisor's pager found all-zero and dropped with no write. *Kept by host swap without a write*: the kernel's `swpout_zero` (zero pages the swap map marks instead of writing). *Written*: pages written to any store: memvisor's swap store (`reclaimed_written`) and host swap (`pswpout`, host-wide over the run). *Zero pages never written*: at least zeroed less written, as a share of zeroed (a bound that needs no knowledge of what was written). A run in which the OOM killer ended some VMs counts what the others did.\n\n");
     let mut t = Table::new("mode | runs ok | VMs OOM-killed | zeroed | merged with the zero page | dropped as zero | kept by host swap without a write | written | zero pages never written (at least)".split(" | "));
     for mode in &setup.modes {
         let all: Vec<&SharingRun> = points.iter().filter(|p| p.mode == mode.name).collect();

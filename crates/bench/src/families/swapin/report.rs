@@ -82,16 +82,7 @@ pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String
 }
 /// The time to bring the memory back per size and mode.
 fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
-    let _ = writeln!(s, "## Time to bring the memory back\n");
-    let _ = writeln!(
-        s,
-        "Median (min–max) over the runs that completed; MiB/s counts the pages that came back (proactive: every swapped page, a few MiB of the guest kit's own besides the size)."
-    );
-    let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "\"Pager's own\": proactive modes, the time the pager's log gives for the swap-in (from the limit's removal reaching it to its last install); the harness's time adds the wait for the `GET /stats` answer that shows it done. \"Guest's next sweep\": the guest's first sweep of the size once it runs again (in the fault modes, that is the measurement).\n"
-    );
+    s.push_str("## Time to bring the memory back\n\nMedian (min–max) over the runs that completed; MiB/s counts the pages that came back (proactive: every swapped page, a few MiB of the guest kit's own besides the size).\n\n\"Pager's own\": proactive modes, the time the pager's log gives for the swap-in (from the limit's removal reaching it to its last install); the harness's time adds the wait for the `GET /stats` answer that shows it done. \"Guest's next sweep\": the guest's first sweep of the size once it runs again (in the fault modes, that is the measurement).\n\n");
     let mut t = Table::new("size | mode | runs ok | seconds | MiB/s | pager's own s | pager's own MiB/s | ns per page | out (s) | guest's next sweep (ms)".split(" | "));
     for &size in &setup.sizes {
         for m in &setup.modes {
@@ -121,11 +112,7 @@ fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
 
 /// The times beside MemFlex's figures.
 fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
-    let _ = writeln!(s, "\n## Against MemFlex\n");
-    let _ = writeln!(
-        s,
-        "MemFlex (Fig. 7a, Table 1; a 6 GB Redis VM, 2 GB swapped, HDD swap): proactive swap-in from its shared-memory pool brought back 1 GB in 1.8 s and 8 GB in 6.5 s, 2 GB in 3.46 s (6,045 ns per page); without the optimisation, 286,984.8 ns per page (PTE update 277,498 ns of it, 416 ns with the optimisation), and from the HDD 401,021.8 ns per page (212.96 s for 2 GB).\n"
-    );
+    s.push_str("\n## Against MemFlex\n\nMemFlex (Fig. 7a, Table 1; a 6 GB Redis VM, 2 GB swapped, HDD swap): proactive swap-in from its shared-memory pool brought back 1 GB in 1.8 s and 8 GB in 6.5 s, 2 GB in 3.46 s (6,045 ns per page); without the optimisation, 286,984.8 ns per page (PTE update 277,498 ns of it, 416 ns with the optimisation), and from the HDD 401,021.8 ns per page (212.96 s for 2 GB).\n\n");
     let paper = |size: u64, m: &Mode| -> &'static str {
         match (size, m.pool, m.proactive) {
             (0x4000_0000, true, true) => "1.8 s (w/ opt, Fig. 7a)",
@@ -187,14 +174,7 @@ fn pager_time(s: &mut String, points: &[SwapinRun]) {
         .filter(|p| !p.pager_timing.is_empty())
         .collect();
     if !timed.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n## Where the pager's proactive swap-ins spent their time\n"
-        );
-        let _ = writeln!(
-            s,
-            "From each run's log (`pager: proactive swap-in: ...`): the table scan and the checks are under the page lock, the ordering and the file's reads off it (the reads on a read-ahead thread, overlapping the installs), the `UFFDIO_COPY`s under it (256 pages per hold at most).\n"
-        );
+        s.push_str("\n## Where the pager's proactive swap-ins spent their time\n\nFrom each run's log (`pager: proactive swap-in: ...`): the table scan and the checks are under the page lock, the ordering and the file's reads off it (the reads on a read-ahead thread, overlapping the installs), the `UFFDIO_COPY`s under it (256 pages per hold at most).\n\n");
         for p in timed {
             let _ = writeln!(
                 s,

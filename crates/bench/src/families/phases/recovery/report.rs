@@ -407,10 +407,7 @@ fn goal_section(s: &mut String, groups: &Groups<'_>) {
             );
         }
         None => {
-            let _ = writeln!(
-                s,
-                "Not judged: it needs memvisor-pool-proactive and memvisor-pager with a recovery time each.\n"
-            );
+            s.push_str("Not judged: it needs memvisor-pool-proactive and memvisor-pager with a recovery time each.\n\n");
         }
     }
 }
