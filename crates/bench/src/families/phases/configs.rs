@@ -236,12 +236,6 @@ pub fn find(name: &str) -> Option<&'static Config> {
     CONFIGS.iter().find(|c| c.name == name)
 }
 
-/// Sockets and files one run of a configuration uses.
-pub struct RunFiles<'a> {
-    /// memvisor's API socket or QEMU's QMP socket.
-    pub sock: &'a Path,
-}
-
 impl Config {
     /// Whether the VM has a balloon device: inflated ([`Config::balloon`]), or at target 0 for
     /// free page reporting only (`--balloon` among the mechanisms). The guest kit reports free
@@ -277,67 +271,42 @@ impl Config {
     }
 
     /// The `memvisor run` flags that select this configuration (the experiment adds memory size,
-    /// disks and workload). `limit` is the experiment's limit, if it has one.
-    pub fn run_flags(&self, limit: Option<u64>, files: &RunFiles<'_>) -> Vec<String> {
-        let mut a: Vec<String> = Vec::new();
-        let mut push = |s: &str| a.push(s.to_owned());
-        match self.hv {
-            Hv::Qemu => {
-                push("--hypervisor");
-                push("qemu");
-                if self.balloon {
-                    push("--qmp-sock");
-                    push(&files.sock.display().to_string());
-                }
-            }
-            Hv::Memvisor => {
-                push("--api-sock");
-                push(&files.sock.display().to_string());
-            }
-        }
+    /// disks and workload). `limit` is the experiment's limit, if it has one; `sock` is
+    /// memvisor's API socket or QEMU's QMP socket.
+    pub fn run_flags(&self, limit: Option<u64>, sock: &Path) -> Vec<String> {
+        let sock = sock.display().to_string();
+        let mut a: Vec<&str> = match (self.hv, self.balloon) {
+            (Hv::Qemu, false) => vec!["--hypervisor", "qemu"],
+            (Hv::Qemu, true) => vec!["--hypervisor", "qemu", "--qmp-sock", &sock],
+            (Hv::Memvisor, _) => vec!["--api-sock", &sock],
+        };
         if self.balloon {
-            push("--balloon");
+            a.push("--balloon");
         }
         let limit = match (self.limit, limit) {
             (Limit::None, _) | (_, None) => {
                 if self.hv == Hv::Memvisor {
-                    push("--pager");
-                    push("full");
+                    a.extend(["--pager", "full"]);
                 }
                 // A configuration made for no limit keeps its devices; one made for a limit
                 // is plain memvisor without one.
                 if self.limit == Limit::None {
-                    for m in self.mechanisms {
-                        push(m);
-                    }
+                    a.extend(self.mechanisms);
                 }
-                return a;
+                return a.into_iter().map(str::to_owned).collect();
             }
-            (_, Some(l)) => l,
+            (_, Some(l)) => l.to_string(),
         };
-        push("--mem-limit");
-        push(&limit.to_string());
+        a.extend(["--mem-limit", &limit]);
         match self.limit {
-            Limit::HostSwap if self.hv == Hv::Memvisor => {
-                push("--pager");
-                push("off");
-            }
-            Limit::Pager | Limit::PagerBaseline => {
-                push("--pager");
-                // The pager's swap file is its default: unnamed in $TMPDIR (the run's work
-                // directory), so nothing is left behind even when the run is killed.
-                push(if self.limit == Limit::Pager {
-                    "full"
-                } else {
-                    "baseline"
-                });
-                for m in self.mechanisms {
-                    push(m);
-                }
-            }
+            Limit::HostSwap if self.hv == Hv::Memvisor => a.extend(["--pager", "off"]),
+            // The pager's swap file is its default: unnamed in $TMPDIR (the run's work
+            // directory), so nothing is left behind even when the run is killed.
+            Limit::Pager => a.extend(["--pager", "full"].iter().chain(self.mechanisms)),
+            Limit::PagerBaseline => a.extend(["--pager", "baseline"].iter().chain(self.mechanisms)),
             _ => {}
         }
-        a
+        a.into_iter().map(str::to_owned).collect()
     }
 }
 
@@ -350,43 +319,49 @@ mod tests {
         for (i, c) in CONFIGS.iter().enumerate() {
             assert!(CONFIGS[..i].iter().all(|o| o.name != c.name), "{}", c.name);
         }
-        let files = RunFiles {
-            sock: Path::new("/s"),
-        };
-        let flags = |n, limit| find(n).unwrap().run_flags(limit, &files).join(" ");
+        let flags = |n, limit| find(n).unwrap().run_flags(limit, Path::new("/s")).join(" ");
         let f = |n| flags(n, Some(100 << 20));
-        assert_eq!(f("qemu"), "--hypervisor qemu");
-        assert_eq!(
-            f("qemu-hostswap"),
-            "--hypervisor qemu --mem-limit 104857600"
-        );
-        assert_eq!(
-            f("qemu-balloon"),
-            "--hypervisor qemu --qmp-sock /s --balloon --mem-limit 104857600"
-        );
-        assert_eq!(f("memvisor"), "--api-sock /s --pager full");
-        assert_eq!(
-            f("memvisor-vswapper"),
-            "--api-sock /s --mem-limit 104857600 --pager full --mapper --preventer"
-        );
-        assert_eq!(
-            f("memvisor-hostswap"),
-            "--api-sock /s --mem-limit 104857600 --pager off"
-        );
-        assert_eq!(
-            f("memvisor-baseline"),
-            "--api-sock /s --mem-limit 104857600 --pager baseline"
-        );
+        let limited = "--api-sock /s --mem-limit 104857600";
+        for (name, want) in [
+            ("qemu", "--hypervisor qemu"),
+            ("qemu-hostswap", "--hypervisor qemu --mem-limit 104857600"),
+            (
+                "qemu-balloon",
+                "--hypervisor qemu --qmp-sock /s --balloon --mem-limit 104857600",
+            ),
+            ("memvisor", "--api-sock /s --pager full"),
+            (
+                "memvisor-vswapper",
+                &format!("{limited} --pager full --mapper --preventer"),
+            ),
+            ("memvisor-hostswap", &format!("{limited} --pager off")),
+            ("memvisor-baseline", &format!("{limited} --pager baseline")),
+            // Free page reporting: the balloon device without inflating it.
+            ("memvisor-fpr", &format!("{limited} --pager full --balloon")),
+            (
+                "memvisor-vswapper-fpr",
+                &format!("{limited} --pager full --mapper --preventer --balloon"),
+            ),
+            (
+                "memvisor-pool-proactive",
+                &format!("{limited} --pager full --pool 1G --swap-in proactive"),
+            ),
+            (
+                "memvisor-pool",
+                &format!("{limited} --pager full --pool 1G --swap-in faults"),
+            ),
+            (
+                "memvisor-nolimit-fpr",
+                "--api-sock /s --pager full --balloon",
+            ),
+            (
+                "memvisor-nolimit-hd2",
+                "--api-sock /s --pager full --mapper --victims hd2",
+            ),
+        ] {
+            assert_eq!(f(name), want, "{name}");
+        }
         assert!(find("memvisor-balloon").unwrap().balloon);
-        // Free page reporting: the balloon device without inflating it.
-        assert_eq!(
-            f("memvisor-fpr"),
-            "--api-sock /s --mem-limit 104857600 --pager full --balloon"
-        );
-        assert_eq!(
-            f("memvisor-vswapper-fpr"),
-            "--api-sock /s --mem-limit 104857600 --pager full --mapper --preventer --balloon"
-        );
         for n in ["memvisor-fpr", "memvisor-vswapper-fpr"] {
             let c = find(n).unwrap();
             assert!(!c.balloon && c.balloon_device(), "{n}");
@@ -395,26 +370,10 @@ mod tests {
         assert!(!find("memvisor-vswapper").unwrap().balloon_device());
         // Without a limit the mechanisms are not added: the configuration is plain memvisor.
         assert_eq!(flags("memvisor-fpr", None), "--api-sock /s --pager full");
-        assert_eq!(
-            f("memvisor-pool-proactive"),
-            "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in proactive"
-        );
-        assert_eq!(
-            f("memvisor-pool"),
-            "--api-sock /s --mem-limit 104857600 --pager full --pool 1G --swap-in faults"
-        );
         assert!(find("nope").is_none());
         // The balloon rows of `overhead`: each against the same VM without the device.
         assert_eq!(flags("qemu-fpr", None), "--hypervisor qemu --balloon");
-        assert_eq!(
-            f("memvisor-nolimit-fpr"),
-            "--api-sock /s --pager full --balloon"
-        );
         let twin = |n| find(n).unwrap().without_balloon().map(|c| c.name);
-        assert_eq!(
-            f("memvisor-nolimit-hd2"),
-            "--api-sock /s --pager full --mapper --victims hd2"
-        );
         assert_eq!(twin("qemu-fpr"), Some("qemu"));
         assert_eq!(twin("memvisor-nolimit-fpr"), Some("memvisor"));
         assert_eq!(twin("memvisor-fpr"), Some("memvisor-pager"));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use memvisor_api::{ClientError, VmClient, VmStats};
 
 use super::result::PagerCounters;
-use crate::families::phases::configs::{Config, Hv, Limit, RunFiles};
+use crate::families::phases::configs::{Config, Hv, Limit};
 use crate::families::phases::experiment::{Measure, Step};
 use crate::harness::{qmp, readings};
 
@@ -61,7 +61,7 @@ pub fn command(spec: &RunSpec<'_>, sock: &Path, stats_path: &Path) -> Command {
     let mut cmd = Command::new(spec.exe);
     cmd.arg("run")
         .args(["--mem", &spec.mem.to_string()])
-        .args(c.run_flags(spec.limit, &RunFiles { sock }))
+        .args(c.run_flags(spec.limit, sock))
         .args(["--workload", spec.step.workload])
         .args(["--cmdline", &spec.step.cmdline]);
     if let Some(s) = spec.measure.series().filter(|_| c.hv == Hv::Memvisor) {
