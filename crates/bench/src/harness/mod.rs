@@ -30,6 +30,12 @@ pub trait Family {
     /// of bad input.
     fn plan(&self, args: &BenchArgs) -> Result<Self::Plan, String>;
 
+    /// What the family compares its runs with, for a family that takes no `--reference` (the
+    /// driver refuses one, saying so); `None` for a family that takes one, or checks it itself.
+    fn compares(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Sets up, runs and writes the outputs into `bench.out` (partial ones when interrupted).
     fn run(&self, args: &BenchArgs, bench: &Bench, plan: Self::Plan) -> Result<(), String>;
 }
@@ -59,6 +65,12 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
     }
     if args.timeout == 0 {
         return bad("--timeout 0: give seconds, at least 1".into());
+    }
+    if let (Some(r), Some(what)) = (&args.reference, family.compares()) {
+        let name = &args.experiment;
+        return bad(format!(
+            "--reference {r}: {name} compares {what}; leave it out"
+        ));
     }
     let plan = match family.plan(args) {
         Ok(p) => p,

@@ -16,6 +16,10 @@ pub struct Dwell;
 impl Family for Dwell {
     type Plan = DwellPlan;
 
+    fn compares(&self) -> Option<&'static str> {
+        Some("victim policies with each other and with the paper")
+    }
+
     fn plan(&self, args: &BenchArgs) -> Result<DwellPlan, String> {
         let mut policies: Vec<String> = Vec::new();
         for name in &args.configs {
@@ -32,11 +36,6 @@ impl Family for Dwell {
         }
         if policies.is_empty() {
             policies = POLICIES.iter().map(|p| (*p).to_owned()).collect();
-        }
-        if let Some(r) = &args.reference {
-            return Err(format!(
-                "--reference {r}: dwell compares victim policies with each other and with the paper; leave it out"
-            ));
         }
         Ok(DwellPlan {
             policies,

@@ -16,6 +16,10 @@ pub struct ReclaimDelay;
 impl Family for ReclaimDelay {
     type Plan = ReclaimPlan;
 
+    fn compares(&self) -> Option<&'static str> {
+        Some("its methods with qemu-balloon and balloon")
+    }
+
     fn plan(&self, args: &BenchArgs) -> Result<ReclaimPlan, String> {
         let methods = choose(
             &args.configs,
@@ -37,11 +41,6 @@ impl Family for ReclaimDelay {
             sizes.victims.clone_from(&args.vms);
             sizes.victims.sort_unstable();
             sizes.victims.dedup();
-        }
-        if let Some(r) = &args.reference {
-            return Err(format!(
-                "--reference {r}: reclaimdelay gives its ratios against qemu-balloon and balloon; leave it out"
-            ));
         }
         Ok(ReclaimPlan {
             methods,

@@ -19,6 +19,10 @@ pub struct Sharing {
 impl Family for Sharing {
     type Plan = SharingPlan;
 
+    fn compares(&self) -> Option<&'static str> {
+        Some("with sharing off and with QEMU in every table")
+    }
+
     fn plan(&self, args: &BenchArgs) -> Result<SharingPlan, String> {
         let experiment = self.experiment;
         let chosen = choose(
@@ -27,11 +31,6 @@ impl Family for Sharing {
             |m| m.name,
             |n, all| format!("--configs '{n}': {experiment} runs {all}"),
         )?;
-        if let Some(r) = &args.reference {
-            return Err(format!(
-                "--reference {r}: {experiment} compares with sharing off and with QEMU in every table; leave it out"
-            ));
-        }
         if !args.scenario.is_empty() || !args.sizes.is_empty() {
             return Err(format!("{experiment} takes no --scenario or --sizes"));
         }

@@ -16,6 +16,10 @@ pub struct Swapin;
 impl Family for Swapin {
     type Plan = SwapinPlan;
 
+    fn compares(&self) -> Option<&'static str> {
+        Some("its modes with MemFlex's figures, not with a reference configuration")
+    }
+
     fn plan(&self, args: &BenchArgs) -> Result<SwapinPlan, String> {
         let modes = choose(
             &args.configs,
@@ -34,11 +38,6 @@ impl Family for Swapin {
                 Ok(_) => {}
                 Err(m) => return Err(m),
             }
-        }
-        if let Some(r) = &args.reference {
-            return Err(format!(
-                "--reference {r}: swapin compares its modes with MemFlex's figures, not with a reference configuration; leave it out"
-            ));
         }
         Ok(SwapinPlan {
             sizes,
