@@ -189,12 +189,49 @@ impl HostLaunch {
         nolimit: false,
     };
 
-    /// The pager with VSwapper and the balloon: what HyperDealer2's configurations add to.
-    const VSWAPPER_BALLOON: HostLaunch = HostLaunch {
-        balloon: true,
-        vswapper: true,
-        ..HostLaunch::PAGER
-    };
+    /// With these on (each `self` with one more).
+    const fn balloon(self) -> HostLaunch {
+        HostLaunch {
+            balloon: true,
+            ..self
+        }
+    }
+
+    const fn baseline(self) -> HostLaunch {
+        HostLaunch {
+            baseline: true,
+            ..self
+        }
+    }
+
+    const fn vswapper(self) -> HostLaunch {
+        HostLaunch {
+            vswapper: true,
+            ..self
+        }
+    }
+
+    /// HyperDealer2's balancing with the victim order `victims`.
+    const fn hd2(self, victims: &'static str) -> HostLaunch {
+        HostLaunch {
+            hd2: Some(victims),
+            ..self
+        }
+    }
+
+    const fn sharing(self) -> HostLaunch {
+        HostLaunch {
+            sharing: true,
+            ..self
+        }
+    }
+
+    const fn nolimit(self) -> HostLaunch {
+        HostLaunch {
+            nolimit: true,
+            ..self
+        }
+    }
 }
 
 /// A configuration of memvisor's VMs under `memvisor host`.
@@ -202,60 +239,19 @@ const fn host(name: &'static str, launch: HostLaunch) -> (&'static str, Launch) 
     (name, Launch::Host(launch))
 }
 
+/// The pager with VSwapper and the balloon: what HyperDealer2's configurations add to.
+const VSWAPPER_BALLOON: HostLaunch = HostLaunch::PAGER.vswapper().balloon();
+
 pub const CONFIGS: [(&str, Launch); 11] = [
-    host(
-        "balloon",
-        HostLaunch {
-            balloon: true,
-            baseline: true,
-            ..HostLaunch::PAGER
-        },
-    ),
+    host("balloon", HostLaunch::PAGER.balloon().baseline()),
     host("pager", HostLaunch::PAGER),
-    host(
-        "vswapper",
-        HostLaunch {
-            vswapper: true,
-            ..HostLaunch::PAGER
-        },
-    ),
-    host("vswapper-balloon", HostLaunch::VSWAPPER_BALLOON),
-    host(
-        "hd2",
-        HostLaunch {
-            hd2: Some("hd2"),
-            ..HostLaunch::VSWAPPER_BALLOON
-        },
-    ),
-    host(
-        "hd2-lru",
-        HostLaunch {
-            hd2: Some("clock"),
-            ..HostLaunch::VSWAPPER_BALLOON
-        },
-    ),
-    host(
-        "hd2-whole",
-        HostLaunch {
-            hd2: Some("hd2-whole"),
-            ..HostLaunch::VSWAPPER_BALLOON
-        },
-    ),
-    host(
-        "sharing",
-        HostLaunch {
-            sharing: true,
-            ..HostLaunch::VSWAPPER_BALLOON
-        },
-    ),
-    host(
-        "hd2-nolimit",
-        HostLaunch {
-            hd2: Some("hd2"),
-            nolimit: true,
-            ..HostLaunch::VSWAPPER_BALLOON
-        },
-    ),
+    host("vswapper", HostLaunch::PAGER.vswapper()),
+    host("vswapper-balloon", VSWAPPER_BALLOON),
+    host("hd2", VSWAPPER_BALLOON.hd2("hd2")),
+    host("hd2-lru", VSWAPPER_BALLOON.hd2("clock")),
+    host("hd2-whole", VSWAPPER_BALLOON.hd2("hd2-whole")),
+    host("sharing", VSWAPPER_BALLOON.sharing()),
+    host("hd2-nolimit", VSWAPPER_BALLOON.hd2("hd2").nolimit()),
     ("qemu-static", Launch::QemuStatic),
     ("qemu-nolimit", Launch::QemuNoLimit),
 ];

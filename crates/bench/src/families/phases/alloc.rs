@@ -3,7 +3,7 @@
 //! the host) and rounds 2 and 3 allocate over them, as the paper's process does after the Sysbench
 //! run.
 
-use super::experiment::{mib_in_bytes, phases, Experiment, Measure, Step, LIMITED};
+use super::experiment::{phases, Experiment, Measure, Step, LIMITED};
 use crate::args::Scale;
 
 /// `memvisor bench alloc` at `scale`.
@@ -17,8 +17,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "alloc",
         about: "VSwapper Fig. 10: a process allocating and touching memory the guest used before (false swap reads)",
-        mem: mib_in_bytes(mem),
-        limit: Some(mib_in_bytes(limit)),
+        mem: mem << 20,
+        limit: Some(limit << 20),
         steps: vec![Step {
             workload: "alloc",
             cmdline: format!("mb={mb} rounds={rounds}"),

@@ -3,7 +3,7 @@
 //! (SPECjbb's part) pushes the guest to swap its coldest pages, the hog's, to its own swap disk:
 //! each such write needs pages the host swapped (double paging). Pauses are the collections'.
 
-use super::experiment::{mib_in_bytes, Experiment, Measure, Step};
+use super::experiment::{Experiment, Measure, Step};
 use crate::args::Scale;
 
 /// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
@@ -31,8 +31,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "doublepaging",
         about: "Tesseract §6.1's set-up at one point (12.5 % host overcommitment, one hog size): Table 1's double-paging count and Table 4's write rows; a guest swapping to its own disk the pages its host has already swapped (double paging)",
-        mem: mib_in_bytes(mem),
-        limit: Some(mib_in_bytes(limit)),
+        mem: mem << 20,
+        limit: Some(limit << 20),
         steps: vec![Step {
             workload: "gcchurn",
             cmdline: format!(

@@ -151,11 +151,6 @@ pub const LIMITED: &[&str] = &[
     "memvisor-vswapper-balloon",
 ];
 
-/// `n` MiB in bytes.
-pub fn mib_in_bytes(n: u64) -> u64 {
-    n << 20
-}
-
 pub fn phases(prefix: &str, n: u64) -> Vec<String> {
     (1..=n).map(|i| format!("{prefix}{i}")).collect()
 }

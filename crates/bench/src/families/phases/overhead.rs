@@ -3,7 +3,7 @@
 //! `memvisor host` runs); each hypervisor with and without a balloon device that is never
 //! inflated (statistics, deflate-on-OOM, free page reporting), so the balloon's own cost shows.
 
-use super::experiment::{mib_in_bytes, DataDisk, Experiment, Measure, Step};
+use super::experiment::{DataDisk, Experiment, Measure, Step};
 use crate::args::Scale;
 
 /// `memvisor bench overhead` at `scale`.
@@ -27,10 +27,10 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "overhead",
         about: "memory to spare: memvisor against QEMU on a kernbench-like build, a YCSB-like key-value store, a generational collector's churn and a word count, without a limit and on memvisor's pager at a limit equal to guest RAM, each with and without a balloon device that is never inflated",
-        mem: mib_in_bytes(512),
+        mem: 512 << 20,
         // Only the pager configurations take it: they hold guest RAM from boot, as under
         // `memvisor host`; nothing is ever reclaimed.
-        limit: Some(mib_in_bytes(512)),
+        limit: Some(512 << 20),
         steps: vec![
             Step {
                 workload: "compile",

@@ -1,7 +1,7 @@
 //! `memvisor bench seqread`: VSwapper §3.1, Fig. 9a and 9d: the guest believes it has 512 MB, has 100 MB,
 //! and reads a 200 MB file sequentially 8 times.
 
-use super::experiment::{mib_in_bytes, phases, DataDisk, Experiment, Measure, Step, LIMITED};
+use super::experiment::{phases, DataDisk, Experiment, Measure, Step, LIMITED};
 use crate::args::Scale;
 
 /// `memvisor bench seqread` at `scale`.
@@ -15,8 +15,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "seqread",
         about: "VSwapper §3.1 / Fig. 9a, 9d: sequential reads of a file larger than the memory the host gives the guest",
-        mem: mib_in_bytes(mem),
-        limit: Some(mib_in_bytes(limit)),
+        mem: mem << 20,
+        limit: Some(limit << 20),
         steps: vec![Step {
             workload: "seqread",
             cmdline: format!("file=seq passes={passes}"),

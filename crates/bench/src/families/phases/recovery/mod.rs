@@ -9,7 +9,7 @@ pub mod trace;
 use std::time::Duration;
 
 use crate::args::Scale;
-use crate::families::phases::experiment::{mib_in_bytes, Experiment, GiveBack, Measure, Step};
+use crate::families::phases::experiment::{Experiment, GiveBack, Measure, Step};
 
 /// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
 /// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
@@ -36,8 +36,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "recovery",
         about: "MemFlex §4.1 / Fig. 5(c): a key-value store's throughput (and each second's read p99 latency) while a memory hog in the same VM pushes it past its limit, and how fast it recovers once the memory is given back",
-        mem: mib_in_bytes(mem),
-        limit: Some(mib_in_bytes(limit)),
+        mem: mem << 20,
+        limit: Some(limit << 20),
         steps: vec![Step {
             workload: "kv",
             cmdline: format!(

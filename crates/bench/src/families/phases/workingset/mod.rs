@@ -9,9 +9,7 @@ pub mod report;
 use std::time::Duration;
 
 use crate::args::Scale;
-use crate::families::phases::experiment::{
-    mib_in_bytes, phases, Experiment, Measure, Series, Step,
-};
+use crate::families::phases::experiment::{phases, Experiment, Measure, Series, Step};
 
 /// `memvisor bench workingset` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -37,8 +35,8 @@ pub fn experiment(scale: Scale) -> Experiment {
     Experiment {
         name: "workingset",
         about: "ESX §5.3 / Fig. 6: the working-set estimate from sampled pages while the guest's working set grows and shrinks",
-        mem: mib_in_bytes(mem),
-        limit: Some(mib_in_bytes(mem)),
+        mem: mem << 20,
+        limit: Some(mem << 20),
         steps: vec![Step {
             workload: "toucher",
             cmdline: format!("schedule={}", spec.join(",")),
