@@ -514,26 +514,16 @@ mod tests {
         );
         // Step 3's line never came: it gets the schedule's length.
         let spans = timeline(&[(10, 2), (50, 3), (20, 4)], &r);
-        assert_eq!(
-            spans,
-            vec![
-                StepSpan {
-                    start_ms: 1_100.0,
-                    end_ms: 3_100.0,
-                    bytes: 10 << 20
-                },
-                StepSpan {
-                    start_ms: 3_100.0,
-                    end_ms: 6_200.0,
-                    bytes: 50 << 20
-                },
-                StepSpan {
-                    start_ms: 6_200.0,
-                    end_ms: 10_200.0,
-                    bytes: 20 << 20
-                },
-            ]
-        );
+        let got: Vec<(f64, f64, u64)> = spans
+            .iter()
+            .map(|s| (s.start_ms, s.end_ms, s.bytes))
+            .collect();
+        let want = [
+            (1_100.0, 3_100.0, 10 << 20),
+            (3_100.0, 6_200.0, 50 << 20),
+            (6_200.0, 10_200.0, 20 << 20),
+        ];
+        assert_eq!(got, want);
         // No step line at all: the schedule starts at the first console line.
         let r = run(vec![phase("boot", 500.0, None)], vec![]);
         assert_eq!(timeline(&[(10, 2)], &r)[0].start_ms, 500.0);
