@@ -30,6 +30,16 @@ pub fn mib_text(bytes: impl Bytes, decimals: usize) -> String {
     format!("{:.decimals$}", bytes.in_f64() / MIB)
 }
 
+/// `v` with `decimals` decimals, empty when there is none (a CSV cell).
+pub fn fixed(v: Option<f64>, decimals: usize) -> String {
+    v.map_or(String::new(), |v| format!("{v:.decimals$}"))
+}
+
+/// `v` with `decimals` decimals, `-` when there is none (a report's cell).
+pub fn or_dash(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.decimals$}"))
+}
+
 /// The mean of `v` (`None` when empty).
 pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -89,5 +99,13 @@ mod tests {
         assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
         assert_eq!(mean(&[]), None);
         assert!((mib(3 << 20) - 3.0).abs() < 1e-12);
+        assert_eq!(
+            (fixed(Some(1.25), 1), fixed(None, 1)),
+            ("1.2".into(), String::new())
+        );
+        assert_eq!(
+            (or_dash(Some(2.0), 0), or_dash(None, 0)),
+            ("2".into(), "-".into())
+        );
     }
 }

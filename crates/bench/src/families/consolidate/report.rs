@@ -5,7 +5,7 @@
 //! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
-use crate::report::numbers::{mean, median, mib_text, MIB};
+use crate::report::numbers::{fixed, mean, median, mib_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -150,7 +150,7 @@ pub fn write_outputs(
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
     let mut csv = Table::new("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note".split(','));
-    let f2 = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+    let f2 = |v: Option<f64>| fixed(v, 2);
     for r in records {
         let c = r.cgroup;
         let cg = |f: fn(&CgroupSeen) -> String| c.as_ref().map_or(String::new(), f);
@@ -187,7 +187,7 @@ pub fn write_outputs(
             u8::from(r.pinned),
             r.rep,
             format!("{:.1}", r.wall_secs),
-            r.overlap.map_or(String::new(), |o| format!("{o:.3}")),
+            fixed(r.overlap, 3),
             mib_text(s.peak, 0),
             BUDGET >> 20,
             format!("{:.1}", s.over_secs),

@@ -42,7 +42,7 @@ pub fn csv(points: &[DwellRun]) -> String {
             p.released_pages,
             p.refaults,
             p.hist.iter().sum::<u64>(),
-            median_ms(&p.hist).map_or(String::new(), |m| format!("{m:.1}")),
+            crate::report::numbers::fixed(median_ms(&p.hist), 1),
             joined(&p.hist),
             p.error,
         ]);

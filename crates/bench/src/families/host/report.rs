@@ -9,6 +9,7 @@ use memvisor_api::HostEventKind;
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
 use super::summary::*;
+use crate::report::numbers::or_dash;
 use crate::report::table::{self, Table};
 
 /// `results.csv`: for every run, a `sample` row per VM and tick, a `throughput` row per reading,
@@ -205,7 +206,7 @@ fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
             vm.to_owned(),
             format!("{mib:.1}"),
             format!("{active:.3}"),
-            opt(rate, 0),
+            or_dash(rate, 0),
         ]);
     }
     s.push_str(&t.markdown());
@@ -218,7 +219,7 @@ fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
     let _ = writeln!(
         s,
         "- converged (ratio within 10 % from then on) {} s after `{big}` joined at {:.1} s",
-        opt(x.converged_after, 1),
+        or_dash(x.converged_after, 1),
         x.joined_at
     );
     let _ = writeln!(
@@ -243,7 +244,7 @@ fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
             format!("{:.1} ({:.1})", p.busy_mib, p.busy_target_mib),
             format!("{:.3}", p.idle_active),
             format!("{:.3}", p.busy_active),
-            opt(p.busy_rate, 0),
+            or_dash(p.busy_rate, 0),
         ]);
     }
     s.push_str(&t.markdown());
@@ -261,14 +262,14 @@ fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
     let _ = writeln!(
         s,
         "- `{busy}`'s throughput at 0.75 over 0: **{}** (the paper: over 1.3)",
-        opt(x.speedup, 2)
+        or_dash(x.speedup, 2)
     );
     let _ = writeln!(
         s,
         "- reallocation: `{busy}` held 90 % of the memory it gained {} s after the tax changed at {:.1} s; its throughput first reached 90 % of its new mean after {} s",
-        opt(x.realloc_s, 1),
+        or_dash(x.realloc_s, 1),
         x.switch,
-        opt(x.rate_s, 1)
+        or_dash(x.rate_s, 1)
     );
     let _ = writeln!(
         s,

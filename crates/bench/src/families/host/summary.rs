@@ -6,7 +6,7 @@ use memvisor_api::{HostEventKind, HostSample, VmSample};
 
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
-use crate::report::numbers::{mean, mib};
+use crate::report::numbers::{mean, mib, or_dash};
 
 pub fn vm<'a>(s: &'a HostSample, name: &str) -> Option<&'a VmSample> {
     s.vms.iter().find(|v| v.name == name)
@@ -238,10 +238,6 @@ pub fn idletax_summary(run: &HostRun, idle: &str, busy: &str) -> Option<IdleTaxS
     })
 }
 
-pub fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |x| format!("{x:.digits$}"))
-}
-
 /// One line on how a run went, for the progress output.
 pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
     match e.goal {
@@ -253,7 +249,7 @@ pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
                 s.small_mib,
                 s.ratio,
                 if s.within { "" } else { "not " },
-                opt(s.converged_after, 1)
+                or_dash(s.converged_after, 1)
             ),
         },
         Goal::IdleTax { idle, busy, .. } => match idletax_summary(run, idle, busy) {
@@ -262,12 +258,12 @@ pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
                 "tax 0: {idle} {:.0} MiB, {busy} {:.0} MiB, {busy} {} ops/s; tax 0.75: {idle} {:.0} MiB, {busy} {:.0} MiB, {} ops/s; speedup {}, memory moved in {} s",
                 s.untaxed.idle_mib,
                 s.untaxed.busy_mib,
-                opt(s.untaxed.busy_rate, 0),
+                or_dash(s.untaxed.busy_rate, 0),
                 s.taxed.idle_mib,
                 s.taxed.busy_mib,
-                opt(s.taxed.busy_rate, 0),
-                opt(s.speedup, 2),
-                opt(s.realloc_s, 1)
+                or_dash(s.taxed.busy_rate, 0),
+                or_dash(s.speedup, 2),
+                or_dash(s.realloc_s, 1)
             ),
         },
     }

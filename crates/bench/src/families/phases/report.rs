@@ -2,7 +2,7 @@
 //! present even when the run died before it), `report.md` (medians, min and max, ratios against
 //! the reference configuration, runs that did not complete and why, set-up and environment).
 
-use crate::report::numbers::{median, mib_text, summary};
+use crate::report::numbers::{fixed, median, mib_text, or_dash, summary};
 use std::fmt::Write as _;
 
 use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, VmStats};
@@ -79,7 +79,7 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
             match p {
                 Some(p) => cols.extend([
                     format!("{:.3}", phase_ms(p)),
-                    p.guest_ms.map_or(String::new(), |m| format!("{m:.3}")),
+                    fixed(p.guest_ms, 3),
                     format!("{:.3}", p.host_ms),
                     p.swap_in.to_string(),
                     p.swap_out.to_string(),
@@ -202,7 +202,7 @@ fn runs_of<'a>(
 
 /// The median of `v` with `decimals` decimals, `-` when `v` is empty.
 fn median_text(v: Vec<f64>, decimals: usize) -> String {
-    median(v).map_or("-".into(), |m| format!("{m:.decimals$}"))
+    or_dash(median(v), decimals)
 }
 
 /// A Markdown table of columns `head` (split at ` | `) with one row per configuration of
@@ -238,10 +238,10 @@ fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, tit
         vec![
             format!("{}/{}", count(RunStatus::Ok), runs.len()),
             count(RunStatus::Killed).to_string(),
-            wall.map_or("-".into(), |w| format!("{:.2}", w.0 / 1e3)),
+            or_dash(wall.map(|w| w.0 / 1e3), 2),
             wall.map_or("-".into(), |w| format!("{:.2}–{:.2}", w.1 / 1e3, w.2 / 1e3)),
             ratio(wall.map(|w| w.0), ref_wall),
-            boot.map_or("-".into(), |b| format!("{b:.0}")),
+            or_dash(boot, 0),
             ratio(boot, ref_boot),
         ]
     }));

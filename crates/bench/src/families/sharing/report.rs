@@ -76,10 +76,6 @@ pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,vms,rep,probe,status,seconds,present_pages,shared_pages,reclaimed_pages,half_s,ksmd_cpu,ops_s,guests_ok,zeroed_pages,ksm_zero_max,reclaimed_zero,reclaimed_written,swap_out,swap_out_zero,probe_common_ns,probe_private_ns,probe_common_slow,probe_private_slow,probe_pages,error";
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or(String::new(), |x| format!("{x:.1}"))
-}
-
 /// `results.csv`: one row per run.
 pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
     let mut t = Table::new(CSV_HEADER.split(','));
@@ -99,7 +95,7 @@ pub fn csv(setup: &SharingPlan, points: &[SharingRun]) -> String {
             format!("{:.0}", m.present),
             format!("{:.0}", m.shared),
             format!("{:.0}", m.reclaimed),
-            opt(m.half_s),
+            numbers::fixed(m.half_s, 1),
             format!("{:.4}", m.ksmd),
             format!("{:.0}", m.ops_s),
             p.guests_ok,

@@ -1,7 +1,7 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
-use crate::report::numbers::{spread, spread_text, MIB};
+use crate::report::numbers::{fixed, spread, spread_text, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -15,10 +15,6 @@ use crate::report::table::Table;
 
 /// The CSV header.
 pub const CSV_HEADER: &str = "experiment,mode,size_bytes,rep,status,out_s,swapped_before_pages,back_s,back_pages,mib_s,ns_per_page,host_s,first_touch_ms,touch_after_ms,proactive_pages,faults_swap,swap_bytes_read,pool_hit_pages,polls,pager_timing,reason";
-
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or(String::new(), |x| format!("{x:.digits$}"))
-}
 
 /// `results.csv`: one row per run.
 pub fn csv(points: &[SwapinRun]) -> String {
@@ -34,11 +30,11 @@ pub fn csv(points: &[SwapinRun]) -> String {
             p.swapped_before,
             format!("{:.4}", p.back_s),
             p.back_pages,
-            opt(p.mib_s(), 1),
-            opt(p.ns_per_page(), 0),
-            opt(p.host_s, 4),
-            opt(p.first_touch_ms, 0),
-            opt(p.touch_after_ms, 0),
+            fixed(p.mib_s(), 1),
+            fixed(p.ns_per_page(), 0),
+            fixed(p.host_s, 4),
+            fixed(p.first_touch_ms, 0),
+            fixed(p.touch_after_ms, 0),
             p.proactive_pages,
             p.faults_swap,
             p.swap_bytes_read,
@@ -155,8 +151,8 @@ fn per_run(s: &mut String, points: &[SwapinRun]) {
             format!("{} MiB", p.size >> 20),
             p.rep.to_string(),
             format!("{:.3}", p.back_s),
-            opt(p.mib_s(), 0),
-            opt(p.host_s, 3),
+            fixed(p.mib_s(), 0),
+            fixed(p.host_s, 3),
             p.proactive_pages.to_string(),
             p.faults_swap.to_string(),
             (p.swap_bytes_read >> 20).to_string(),

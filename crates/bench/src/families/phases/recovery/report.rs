@@ -10,7 +10,7 @@
 //! the release falls at the same second of the guest's clock (give or take the console's
 //! latency, milliseconds). The hog's start is the guest's own `kv: hog_start t_ms=..` line.
 
-use crate::report::numbers::{self, MIB};
+use crate::report::numbers::{self, or_dash, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -175,10 +175,6 @@ fn paper_case(c: &Config) -> &'static str {
         (Hv::Qemu, true, _) => "HDD (balloon, guest swap disk): longer than 80 s",
         (Hv::Qemu, false, _) => "HDD (host swap): longer than 80 s",
     }
-}
-
-fn ops(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
 /// The configurations' runs with their measures, in the order of the configurations.
@@ -355,10 +351,10 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
         t.row(vec![
             c.name.to_owned(),
             format!("{ok}/{}", ms.len()),
-            ops(med(ms, &|m| m.before)),
-            ops(med(ms, &|m| m.dip_min.map(|x| x as f64))),
-            ops(med(ms, &|m| m.dip_mean)),
-            ops(med(ms, &|m| m.at_release.map(|x| x as f64))),
+            or_dash(med(ms, &|m| m.before), 0),
+            or_dash(med(ms, &|m| m.dip_min.map(|x| x as f64)), 0),
+            or_dash(med(ms, &|m| m.dip_mean), 0),
+            or_dash(med(ms, &|m| m.at_release.map(|x| x as f64)), 0),
             if each.is_empty() {
                 "-".into()
             } else {
@@ -427,9 +423,8 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
                 .hog_start_ms
                 .map_or_else(|| "-".into(), |m| format!("{:.1}", m as f64 / 1e3)),
             opt(run.trace.hog_alloc_ms),
-            rel.and_then(|x| x.on_clock_s())
-                .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
-            rel.map_or_else(|| "-".into(), |x| format!("{:.0}", x.took_ms)),
+            or_dash(rel.and_then(|x| x.on_clock_s()), 2),
+            or_dash(rel.map(|x| x.took_ms), 0),
             rel.map_or_else(
                 || "-".into(),
                 |x| match &x.what {
