@@ -343,18 +343,13 @@ mod tests {
                 vm: Some("small".into()),
                 message: "paused".into(),
             }],
-            throughput: vec![
-                Throughput {
-                    seconds: 90.0,
+            throughput: [(90.0, 100.0), (95.0, 300.0)]
+                .map(|(seconds, rate)| Throughput {
+                    seconds,
                     vm: "big".into(),
-                    rate: 100.0,
-                },
-                Throughput {
-                    seconds: 95.0,
-                    vm: "big".into(),
-                    rate: 300.0,
-                },
-            ],
+                    rate,
+                })
+                .to_vec(),
             taxes: vec![(0.0, 0.75)],
             joined: vec![("small".into(), 0.0), ("big".into(), 10.0)],
             ..HostRun::default()
@@ -473,8 +468,9 @@ mod tests {
                 std::slice::from_ref(&run),
                 &[("kernel".into(), "x".into())],
             );
-            assert!(md.contains("no QEMU peer"), "{md}");
-            assert!(md.contains("**yes**"), "{md}");
+            for want in ["no QEMU peer", "**yes**"] {
+                assert!(md.contains(want), "{want}: {md}");
+            }
             let dir =
                 std::env::temp_dir().join(format!("memvisor-plot-{}-{name}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();

@@ -626,13 +626,11 @@ mod tests {
             .find(|l| l.starts_with("| memvisor-nolimit-fpr | memvisor |"))
             .expect("a row");
         // build: medians 200 and 150; CPU: medians 1030 and 1000, pairs 1.01 and 1.03.
-        assert!(
-            row.contains(" 1.33 (pairs 1.05, 1.00–1.10, n=2) |"),
-            "{row}"
-        );
-        assert!(
-            row.contains(" 1.03 (pairs 1.02, 1.01–1.03, n=2) |"),
-            "{row}"
-        );
+        for want in [
+            " 1.33 (pairs 1.05, 1.00–1.10, n=2) |",
+            " 1.03 (pairs 1.02, 1.01–1.03, n=2) |",
+        ] {
+            assert!(row.contains(want), "{want}: {row}");
+        }
     }
 }

@@ -375,25 +375,17 @@ mod tests {
             pt("balloon", "idle", 2, 100, 8.0),
         ];
         let md = markdown(&setup, &points, &[]);
-        assert!(md.contains("not available in this build"), "{md}");
-        assert!(
-            md.contains("| hd2 | idle | n/a / 0.1 | n/a / 0.7 | 0/2 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| balloon | idle | 30.0 (20.0–40.0) / 9.4 | – / 12.6 | 2/2 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| balloon / qemu-balloon | idle | 3.000 | – |"),
-            "{md}"
-        );
-        assert!(md.contains("| hd2 / balloon | idle | – | – |"), "{md}");
-        assert!(
-            md.contains("| balloon | idle | 100 | 30.0 (20.0–40.0) | 8.00 |"),
-            "{md}"
-        );
-        assert!(md.contains("- qemu-balloon idle 1 victim(s) 1000 pages rep 1: timed out"));
+        for want in [
+            "not available in this build",
+            "| hd2 | idle | n/a / 0.1 | n/a / 0.7 | 0/2 |",
+            "| balloon | idle | 30.0 (20.0–40.0) / 9.4 | – / 12.6 | 2/2 |",
+            "| balloon / qemu-balloon | idle | 3.000 | – |",
+            "| hd2 / balloon | idle | – | – |",
+            "| balloon | idle | 100 | 30.0 (20.0–40.0) | 8.00 |",
+            "- qemu-balloon idle 1 victim(s) 1000 pages rep 1: timed out",
+        ] {
+            assert!(md.contains(want), "{want}: {md}");
+        }
         let csv = csv(&points);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), points.len() + 1);
