@@ -226,11 +226,7 @@ pub fn write_outputs(
 
 fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> String {
     let mut md = format!(
-        "# consolidate (VSwapper §5.2, Fig. 14's workload; VMs start 0.5 s apart, the paper's 10 s)\n\n\
-         N VMs of {} MiB, one vCPU each, started {} ms apart in a {} MiB budget, on {} cores; runs of at most {} VMs pin each VMM's threads to a core of its own. \
-         Scenario `mapreduce`: every VM runs `{}`. Scenario `mixed`: VM 1, 4, ... `seqread {}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {}`. \
-         `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM: {} MiB at N = 4) set while it boots, deflate-on-OOM on, \
-         a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n",
+        "# consolidate (VSwapper §5.2, Fig. 14's workload; VMs start 0.5 s apart, the paper's 10 s)\n\nN VMs of {} MiB, one vCPU each, started {} ms apart in a {} MiB budget, on {} cores; runs of at most {} VMs pin each VMM's threads to a core of its own. Scenario `mapreduce`: every VM runs `{}`. Scenario `mixed`: VM 1, 4, ... `seqread {}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {}`. `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM: {} MiB at N = 4) set while it boots, deflate-on-OOM on, a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n",
         MEM >> 20,
         INTERVAL.as_millis(),
         BUDGET >> 20,
@@ -245,10 +241,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
     if shape.scenarios.contains(&Scenario::Balance) {
         let _ = write!(
             md,
-            "Scenario `balance` (HyperDealer2 §6.5, Table 4 in Table 3's load scenario; `memvisor bench balance`): VM 1, 3, ... `gcchurn {}` (memory-intensive), VM 2, 4, ... `kv {}` (CPU-bound); \
-             `warm_mb` first fills each guest's page cache, half read and half written and left dirty, from a disk of its own, so the memory the memory-intensive VMs need is in the CPU-bound VMs' page cache. \
-             Ratios are to ballooning (`vswapper-balloon`), as the paper's Table 4 normalizes. \
-             `hd2-lru`, `hd2`, `hd2-whole`: HyperDealer2's balancing with the pager's clock victims, with its reference-pattern order, and with whole sequences.\n\n",
+            "Scenario `balance` (HyperDealer2 §6.5, Table 4 in Table 3's load scenario; `memvisor bench balance`): VM 1, 3, ... `gcchurn {}` (memory-intensive), VM 2, 4, ... `kv {}` (CPU-bound); `warm_mb` first fills each guest's page cache, half read and half written and left dirty, from a disk of its own, so the memory the memory-intensive VMs need is in the CPU-bound VMs' page cache. Ratios are to ballooning (`vswapper-balloon`), as the paper's Table 4 normalizes. `hd2-lru`, `hd2`, `hd2-whole`: HyperDealer2's balancing with the pager's clock victims, with its reference-pattern order, and with whole sequences.\n\n",
             job(Scenario::Balance, 1).1,
             job(Scenario::Balance, 2).1,
         );

@@ -102,16 +102,11 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
     let _ = writeln!(s, "{}.\n", e.about);
     let _ = writeln!(
         s,
-        "There is no QEMU peer for this experiment: QEMU/KVM has no share-based allocator (nothing \
-         divides a host's memory among VMs by shares or taxes idle memory), so the numbers are \
-         memvisor's allocations against what the paper says they should be, not a ratio against \
-         a peer.\n"
+        "There is no QEMU peer for this experiment: QEMU/KVM has no share-based allocator (nothing divides a host's memory among VMs by shares or taxes idle memory), so the numbers are memvisor's allocations against what the paper says they should be, not a ratio against a peer.\n"
     );
-    let _ = writeln!(s, "## Set-up\n");
     let _ = writeln!(
         s,
-        "`memvisor host` with a budget of {} MiB, idle tax {} at start, {} sampled pages per period, \
-         a sampling period of {:.1} s of guest time, a tick every {} ms; {} s in all.\n",
+        "## Set-up\n\n`memvisor host` with a budget of {} MiB, idle tax {} at start, {} sampled pages per period, a sampling period of {:.1} s of guest time, a tick every {} ms; {} s in all.\n",
         e.memory >> 20,
         e.idle_tax,
         e.sample_pages,

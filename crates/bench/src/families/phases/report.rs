@@ -150,9 +150,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
     let _ = writeln!(s, "{}.\n", exp.about);
     let _ = writeln!(
         s,
-        "Guest RAM {} MiB{}; {} repetition(s), interleaved across configurations. Reference: **{reference}**. \
-         A ratio is the configuration's median over the reference's median for the same phase (above 1: slower). \
-         Medians are over the runs that completed that phase; `ok` counts runs that completed.\n",
+        "Guest RAM {} MiB{}; {} repetition(s), interleaved across configurations. Reference: **{reference}**. A ratio is the configuration's median over the reference's median for the same phase (above 1: slower). Medians are over the runs that completed that phase; `ok` counts runs that completed.\n",
         exp.mem >> 20,
         exp.limit
             .map_or(String::new(), |l| format!(", limit {} MiB for the limited configurations", l >> 20)),
@@ -552,8 +550,7 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
     }));
     let _ = writeln!(
         s,
-        "\nTesseract's Table 4 (SPECjbb, 10 % host overcommitment, a 60 MB memhog, 7200 rpm disks): write prepare 24,262 µs without it, 220 µs with it; write completion 0 and 49 µs. \
-         QEMU's counterpart of these counters is inside the host kernel, so its row stays empty."
+        "\nTesseract's Table 4 (SPECjbb, 10 % host overcommitment, a 60 MB memhog, 7200 rpm disks): write prepare 24,262 µs without it, 220 µs with it; write completion 0 and 49 µs. QEMU's counterpart of these counters is inside the host kernel, so its row stays empty."
     );
 }
 #[cfg(test)]

@@ -148,10 +148,9 @@ fn pages_mib(pages: f64) -> String {
 fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     let w = setup.sizes.steady;
     let runs: Vec<&SharingRun> = points.iter().filter(|p| !p.probe).collect();
-    let _ = writeln!(s, "## Memory shared and reclaimed at steady state\n");
     let _ = writeln!(
         s,
-        "Medians over the repetitions (min–max when more than one). *Shared*: guest pages mapping a KSM page or the zero page; *reclaimed*: what that frees (shared less the distinct KSM pages, each kept once); both as a share of the VMs' guest memory present, the mean over the last {} s before the first VM ended. *Throughput*: the stores' ops/s summed over the VMs (each VM's mean over the same seconds), and against `memvisor-off` with the same VMs in the same repetition.\n",
+        "## Memory shared and reclaimed at steady state\n\nMedians over the repetitions (min–max when more than one). *Shared*: guest pages mapping a KSM page or the zero page; *reclaimed*: what that frees (shared less the distinct KSM pages, each kept once); both as a share of the VMs' guest memory present, the mean over the last {} s before the first VM ended. *Throughput*: the stores' ops/s summed over the VMs (each VM's mean over the same seconds), and against `memvisor-off` with the same VMs in the same repetition.\n",
         setup.sizes.steady.as_secs()
     );
     let mut t = Table::new("VMs | mode | runs ok | guest memory present (MiB) | shared | reclaimed | reclaimed at half its steady value | ksmd CPU | throughput (ops/s) | throughput vs sharing off | reclaimed vs QEMU".split(" | "));
@@ -218,10 +217,9 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
     if probes.is_empty() {
         return;
     }
-    let _ = writeln!(s, "\n## Timing probe\n");
     let _ = writeln!(
         s,
-        "Two VMs per mode run `probe {}`: each holds pages whose content is the same in both VMs (*common*) and pages only it holds (*private*), waits, then times the first write to each. A write to a page the host shares traps to the host for a copy; *went to the host* counts first writes slower than 2 µs. Summed over both VMs and all rounds.\n",
+        "\n## Timing probe\n\nTwo VMs per mode run `probe {}`: each holds pages whose content is the same in both VMs (*common*) and pages only it holds (*private*), waits, then times the first write to each. A write to a page the host shares traps to the host for a copy; *went to the host* counts first writes slower than 2 µs. Summed over both VMs and all rounds.\n",
         setup.sizes.probe.as_deref().unwrap_or("")
     );
     let mut t = Table::new("mode | runs ok | pages timed (each kind) | first write to a common page: mean ns | to a private page | common writes that went to the host | private writes that did".split(" | "));

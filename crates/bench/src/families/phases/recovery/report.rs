@@ -272,11 +272,7 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
     let step = &exp.steps[0];
     let _ = writeln!(
         s,
-        "Guest RAM {} MiB, limit {} MiB from the start; `{} {}` (YCSB Read: 100 % reads of zipfian keys). \
-         The run phase's clock starts at the guest's `phase={}` line; the hog starts at {} s on it, the harness gives the memory back at {} s \
-         (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). \
-         The guest has a {} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {} repetition(s), interleaved. \
-         The machine is shared with other builds (2 cores): single seconds are noisy.\n",
+        "Guest RAM {} MiB, limit {} MiB from the start; `{} {}` (YCSB Read: 100 % reads of zipfian keys). The run phase's clock starts at the guest's `phase={}` line; the hog starts at {} s on it, the harness gives the memory back at {} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n",
         exp.mem >> 20,
         exp.limit.unwrap_or(exp.mem) >> 20,
         step.workload,
@@ -299,13 +295,9 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
 /// The recovery table: per configuration, the throughput before the hog, the dip, the time to
 /// recover and to settle, against the reference and the paper.
 fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
-    let _ = writeln!(s, "## Recovery\n");
     let _ = writeln!(
         s,
-        "Before the hog: mean ops/s of the seconds before it started. Dip: the lowest second and the mean from the hog's start to the release. \
-         Recovery: from the release to the end of the first second at ≥ {:.0} % of the throughput before the hog (per run; one-second resolution; \
-         \"> N\": not within the N seconds the run went on). Settled: the same against the mean of the run's last 10 s, the level it settles at \
-         with the hog still running. Median over the runs that completed.\n",
+        "## Recovery\n\nBefore the hog: mean ops/s of the seconds before it started. Dip: the lowest second and the mean from the hog's start to the release. Recovery: from the release to the end of the first second at ≥ {:.0} % of the throughput before the hog (per run; one-second resolution; \"> N\": not within the N seconds the run went on). Settled: the same against the mean of the run's last 10 s, the level it settles at with the hog still running. Median over the runs that completed.\n",
         RECOVERED * 100.0
     );
     let head = format!("configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper (Fig. 5(c))", meta.reference);
@@ -453,12 +445,9 @@ fn pager_section(s: &mut String, _given_back: &GiveBack, runs: &[Run<'_>]) {
     if rows.is_empty() {
         return;
     }
-    let _ = writeln!(s, "## memvisor's pager around the release\n");
     let _ = writeln!(
         s,
-        "From `GET /stats` once a second. \"At the release\": the last answer before it. Swapped: guest pages only in the swap store (pool or file); \
-         to disk: pages spilled from the pool or written past it. Swap-in after the given_back: swap faults and pages brought back proactively (from the pool / the file) \
-         until the end of the run; \"swapped < 1 %\": when the swapped pages first fell below 1 % of what they were at the release.\n"
+        "## memvisor's pager around the release\n\nFrom `GET /stats` once a second. \"At the release\": the last answer before it. Swapped: guest pages only in the swap store (pool or file); to disk: pages spilled from the pool or written past it. Swap-in after the given_back: swap faults and pages brought back proactively (from the pool / the file) until the end of the run; \"swapped < 1 %\": when the swapped pages first fell below 1 % of what they were at the release.\n"
     );
     let mut t = Table::new("configuration | rep | resident MiB at the release | swapped MiB at the release | in the pool MiB | to disk MiB (spilled + past the pool) | swap faults after | proactive pool / file pages after | swapped < 1 % after s | swapped MiB at the end".split(" | "));
     for run in rows {

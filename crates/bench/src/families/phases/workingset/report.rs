@@ -220,9 +220,7 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
         .collect();
     let _ = writeln!(
         s,
-        "Guest RAM {} MiB under memvisor's pager with a limit of {} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. \
-         The `{}` workload touches {}. The pager samples {} resident pages every {period} s (`--sample-pages {} --sample-period {period}`; ESX: 100 pages every 30 s), \
-         and the harness asks for `GET /stats` every {} s. {} run(s).\n",
+        "Guest RAM {} MiB under memvisor's pager with a limit of {} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. The `{}` workload touches {}. The pager samples {} resident pages every {period} s (`--sample-pages {} --sample-period {period}`; ESX: 100 pages every 30 s), and the harness asks for `GET /stats` every {} s. {} run(s).\n",
         exp.mem >> 20,
         exp.limit.unwrap_or(exp.mem) >> 20,
         exp.steps.first().map_or("toucher", |st| st.workload),
@@ -234,13 +232,11 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
     );
     let _ = writeln!(
         s,
-        "The estimate is a fraction of the pages sampled, which are drawn from the resident ones; in bytes it is that fraction of the memory sampled from (resident pages plus those out for the period's sample) at the moment of each answer. \
-         The averages are kept in sampling periods, so times are also given in periods ({period} s each; ESX's period is 30 s).\n"
+        "The estimate is a fraction of the pages sampled, which are drawn from the resident ones; in bytes it is that fraction of the memory sampled from (resident pages plus those out for the period's sample) at the moment of each answer. The averages are kept in sampling periods, so times are also given in periods ({period} s each; ESX's period is 30 s).\n"
     );
     let _ = writeln!(
         s,
-        "There is no QEMU peer in this experiment: QEMU/KVM has no working-set estimator to measure against. \
-         The reference is the paper's Fig. 6 and its claim that the estimate follows a growing working set quickly and a shrinking one slowly.\n"
+        "There is no QEMU peer in this experiment: QEMU/KVM has no working-set estimator to measure against. The reference is the paper's Fig. 6 and its claim that the estimate follows a growing working set quickly and a shrinking one slowly.\n"
     );
     let (ups, downs) = step_responses(&mut s, series, records);
     against_esx(&mut s, series, &ups, &downs);
@@ -257,10 +253,9 @@ fn step_responses(
     records: &[Record],
 ) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
     let period = series.sample_period.as_secs_f64();
-    let _ = writeln!(s, "## How the estimate followed each step\n");
     let _ = writeln!(
         s,
-        "\"Reached\": the first answer with the estimate {:.0} % of the way from the old size to the new one, from the step's start; \"carried by\": which average the estimate (their largest) was then.\n",
+        "## How the estimate followed each step\n\n\"Reached\": the first answer with the estimate {:.0} % of the way from the old size to the new one, from the step's start; \"carried by\": which average the estimate (their largest) was then.\n",
         REACHED * 100.0
     );
     let mut t = Table::new("configuration | rep | step | touched MiB | lasted s | reached after s | periods | carried by | estimate (fraction): before → then | sampled from MiB: before → then | estimate at the step's end MiB".split(" | "));
@@ -314,13 +309,9 @@ fn against_esx(s: &mut String, series: &Series, ups: &[Option<f64>], downs: &[Op
             got.join(", ")
         }
     };
-    let _ = writeln!(s, "\n## Against ESX Fig. 6\n");
     let _ = writeln!(
         s,
-        "ESX's estimate \"responds quickly as more memory is touched, tracking the fast moving average, and more slowly as less memory is touched, tracking the slow moving average\". \
-         Here, with gains 0.5 (fast) and 0.1 (slow): steps up reached {:.0} % after {}; steps down after {}. \
-         The slow average alone needs ln 0.1 / ln 0.9 ≈ 22 periods ({:.0} s here, 11 minutes at ESX's 30 s) to come 90 % of the way down from a level it had settled at; \
-         the fast one, 3.3 periods up, fewer with the period under way counted in.\n",
+        "\n## Against ESX Fig. 6\n\nESX's estimate \"responds quickly as more memory is touched, tracking the fast moving average, and more slowly as less memory is touched, tracking the slow moving average\". Here, with gains 0.5 (fast) and 0.1 (slow): steps up reached {:.0} % after {}; steps down after {}. The slow average alone needs ln 0.1 / ln 0.9 ≈ 22 periods ({:.0} s here, 11 minutes at ESX's 30 s) to come 90 % of the way down from a level it had settled at; the fast one, 3.3 periods up, fewer with the period under way counted in.\n",
         REACHED * 100.0,
         show(ups),
         show(downs),
