@@ -189,7 +189,23 @@ impl Line {
     }
 }
 
+/// The x values of every point of `lines`.
+pub fn xs(lines: &[Line]) -> impl Iterator<Item = f64> + '_ {
+    lines.iter().flat_map(|l| l.points.iter().map(|p| p.0))
+}
+
+/// The y values of every point of `lines`.
+pub fn ys(lines: &[Line]) -> impl Iterator<Item = f64> + '_ {
+    lines.iter().flat_map(|l| l.points.iter().map(|p| p.1))
+}
+
 impl Figure {
+    /// A figure of `panels` one above the other on `size` pixels.
+    pub fn column(size: (u32, u32), panels: Vec<Panel>) -> Figure {
+        let grid = (panels.len(), 1);
+        Figure { size, grid, panels }
+    }
+
     /// A figure of one panel on `size` pixels.
     pub fn one(size: (u32, u32), panel: Panel) -> Figure {
         Figure {

@@ -16,7 +16,7 @@ use super::experiment::{
     job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
 };
 use super::run::{CgroupSeen, Record, RunTrace};
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
@@ -419,8 +419,7 @@ fn plot(
             Line::new(*c, color(i), 2, pts.collect()).marked()
         })
         .collect();
-    let top = lines.iter().flat_map(|l| l.points.iter().map(|x| x.1));
-    let top = top.fold(1.0f64, f64::max);
+    let top = ys(&lines).fold(1.0f64, f64::max);
     let right = shape.ns.iter().copied().max().unwrap_or(1);
     let panel = Panel {
         lines,
@@ -456,11 +455,9 @@ fn plot_rss(
             Line::new(*c, color(i), 2, pts.collect())
         })
         .collect();
-    let end = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
-    let end = end.fold(1.0f64, f64::max);
+    let end = xs(&lines).fold(1.0f64, f64::max);
     let budget = BUDGET as f64 / MIB;
-    let top = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
-    let top = top.fold(budget, f64::max) * 1.1;
+    let top = ys(&lines).fold(budget, f64::max) * 1.1;
     lines.insert(
         0,
         Line::new("", RED, 2, vec![(0.0, budget), (end, budget)]).dashed(),

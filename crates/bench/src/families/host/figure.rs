@@ -6,7 +6,7 @@ use std::path::Path;
 use super::experiment::{Goal, HostExperiment};
 use super::run::HostRun;
 use super::summary::vm;
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::mib;
 use memvisor_api::{HostSample, VmSample};
 
@@ -83,9 +83,8 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
             rates.push(Line::new(n.clone(), c, 2, r).marked());
         }
     }
-    let all_rates = || rates.iter().flat_map(|l| l.points.iter().map(|q| q.1));
-    let r_max = all_rates().fold(1.0, f64::max) * 1.1;
-    let r_min = all_rates().filter(|&r| r > 0.0).fold(r_max, f64::min) * 0.8;
+    let r_max = ys(&rates).fold(1.0, f64::max) * 1.1;
+    let r_min = ys(&rates).filter(|&r| r > 0.0).fold(r_max, f64::min) * 0.8;
     // Touch rates span orders of magnitude (a resident working set against one that faults).
     let log = r_max / r_min > 50.0;
     let what = match e.goal {
@@ -111,10 +110,5 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     };
     memory.marks = marks;
     memory.legend = Legend::Margin(230);
-    Figure {
-        size: (1100, 1000),
-        grid: (2, 1),
-        panels: vec![memory, rates],
-    }
-    .write_svg(path)
+    Figure::column((1100, 1000), vec![memory, rates]).write_svg(path)
 }

@@ -9,7 +9,7 @@ use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::Experiment;
 use crate::families::phases::report::{phase_ms, swap_written, values, Record};
 use crate::families::phases::vm::result::{Phase, RunStatus};
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
 
 /// The median of `f` over each phase of `step`, one line per configuration; a configuration
@@ -75,19 +75,14 @@ pub fn write(
             false,
         ));
     }
-    Figure {
-        size: (1100, u32::try_from(exp.steps.len()).unwrap_or(1) * 900),
-        grid: (panels.len(), 1),
-        panels,
-    }
-    .write(path)
+    let height = u32::try_from(exp.steps.len()).unwrap_or(1) * 900;
+    Figure::column((1100, height), panels).write(path)
 }
 
 /// A panel of the phases of a step, on a log scale or from zero.
 fn panel(title: String, y_desc: &str, phases: &[String], lines: Vec<Line>, log: bool) -> Panel {
-    let all = || lines.iter().flat_map(|l| l.points.iter().map(|q| q.1));
-    let ymax = all().fold(0.0f64, f64::max).max(1.0) * 1.1;
-    let ymin = all().filter(|&v| v > 0.0).fold(ymax, f64::min) * 0.8;
+    let ymax = ys(&lines).fold(0.0f64, f64::max).max(1.0) * 1.1;
+    let ymin = ys(&lines).filter(|&v| v > 0.0).fold(ymax, f64::min) * 0.8;
     let x = Axis::linear(0.5, phases.len() as f64 + 0.5);
     let y = if log && ymin < ymax {
         Axis::log(ymin, ymax)

@@ -20,7 +20,7 @@ use plotters::style::{RGBColor, BLACK};
 use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::{RunResult, RunStatus, StatsPoint};
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
@@ -433,20 +433,17 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         }
         panels.push(panel(format!("{name}: every run's estimate"), all));
     }
-    Figure {
-        size: (1200, 560 * u32::try_from(panels.len()).unwrap_or(1)),
-        grid: (panels.len(), 1),
-        panels,
-    }
-    .write(path)
+    let height = 560 * u32::try_from(panels.len()).unwrap_or(1);
+    Figure::column((1200, height), panels).write(path)
 }
 
 /// A panel of the figure: MiB over the seconds since the schedule started.
 fn panel(title: String, lines: Vec<Line>) -> Panel {
-    let xs = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
-    let x = Axis::linear(xs().fold(0.0f64, f64::min), xs().fold(1.0f64, f64::max));
-    let ymax = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
-    let y = Axis::linear(0.0, ymax.fold(1.0f64, f64::max) * 1.08);
+    let x = Axis::linear(
+        xs(&lines).fold(0.0f64, f64::min),
+        xs(&lines).fold(1.0f64, f64::max),
+    );
+    let y = Axis::linear(0.0, ys(&lines).fold(1.0f64, f64::max) * 1.08);
     Panel {
         lines,
         legend: Legend::Margin(300),
