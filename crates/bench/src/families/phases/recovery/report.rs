@@ -19,10 +19,10 @@ use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
-use crate::report::numbers::summary;
+use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
+use crate::report::numbers::median;
 use crate::report::table::Table;
-use memvisor_api::VmStats;
+use memvisor_api::{PagerStats, VmStats};
 
 /// One run with what its console said.
 pub struct Run<'a> {
@@ -33,9 +33,13 @@ pub struct Run<'a> {
 impl Run<'_> {
     /// When the hog started: its line, or the experiment's `hog_at` without one.
     pub fn hog_s(&self, given_back: &GiveBack) -> f64 {
-        self.trace
-            .hog_start_ms
-            .map_or(given_back.hog_at.as_secs_f64(), |ms| ms as f64 / 1e3)
+        let at = given_back.hog_at.as_secs_f64();
+        self.trace.hog_start_ms.map_or(at, |ms| ms as f64 / 1e3)
+    }
+
+    /// Whether the run completed.
+    pub fn ok(&self) -> bool {
+        self.rec.result.status == RunStatus::Ok
     }
 
     pub fn given_back_s(&self) -> Option<f64> {
@@ -48,14 +52,13 @@ impl Run<'_> {
 
     /// memvisor's `GET /stats` answers on the run phase's clock (seconds).
     pub fn stats_on_clock(&self) -> Vec<(f64, &VmStats)> {
-        let Some(r) = &self.rec.result.given_back else {
+        let r = &self.rec.result;
+        let Some(clock) = r.given_back.as_ref().map(|g| g.clock_ms) else {
             return Vec::new();
         };
-        self.rec
-            .result
-            .stats
+        r.stats
             .iter()
-            .map(|(at, s)| ((at - r.clock_ms) / 1e3, s))
+            .map(|(at, s)| ((at - clock) / 1e3, s))
             .collect()
     }
 }
@@ -68,16 +71,16 @@ pub fn console_path(out: &Path, config: &str, workload: &str, rep: u32) -> std::
 
 /// Reads every run's console.
 pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<'a>> {
+    let console = |rec: &Record| {
+        let path = console_path(out, rec.config.name, exp.steps[rec.step].workload, rec.rep);
+        std::fs::read_to_string(path).unwrap_or_default()
+    };
+    let trace = |rec| parse_console(&console(rec));
     records
         .iter()
-        .map(|rec| {
-            let w = exp.steps[rec.step].workload;
-            let text = std::fs::read_to_string(console_path(out, rec.config.name, w, rec.rep))
-                .unwrap_or_default();
-            Run {
-                rec,
-                trace: parse_console(&text),
-            }
+        .map(|rec| Run {
+            rec,
+            trace: trace(rec),
         })
         .collect()
 }
@@ -103,22 +106,12 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
         let (m, hog) = (run.measures(given_back), run.hog_s(given_back));
         let rel = opt(run.given_back_s().map(|x| format!("{x:.3}")));
         let st = run.stats_on_clock();
-        let row = |rest: Vec<String>| {
-            let head = crate::cells![
-                exp.name,
-                run.rec.config.name,
-                run.rec.rep,
-                r.status.as_str()
-            ];
-            [head, rest, vec![r.reason.clone()]].concat()
-        };
+        let (config, rep) = (run.rec.config.name, run.rec.rep);
+        let head = crate::cells![exp.name, config, rep, r.status.as_str()];
+        let row = |rest: Vec<String>| [head.clone(), rest, vec![r.reason.clone()]].concat();
         if run.trace.seconds.is_empty() {
-            let rest = [
-                vec![String::new(); 5],
-                vec![rel.clone()],
-                vec![String::new(); 9],
-            ];
-            t.row(row(rest.concat()));
+            let none = |n| vec![String::new(); n];
+            t.row(row([none(5), vec![rel.clone()], none(9)].concat()));
             continue;
         }
         for &(n, ops) in &run.trace.seconds {
@@ -154,16 +147,6 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
     t.csv()
 }
 
-/// What the paper reports for Fig. 5(c) (YCSB Read on Redis).
-pub const PAPER: &[(&str, &str)] = &[
-    (
-        "MemFlex (shared-memory swap, proactive swap-in)",
-        "about 5 s",
-    ),
-    ("ramdisk swap (guest swap to host memory)", "more than 80 s"),
-    ("HDD swap (guest swap to disk)", "longer than ramdisk"),
-];
-
 /// Which of the paper's cases a configuration stands for.
 fn paper_case(c: &Config) -> &'static str {
     match (c.hv, c.balloon, c.mechanisms) {
@@ -177,37 +160,30 @@ fn paper_case(c: &Config) -> &'static str {
     }
 }
 
-/// The configurations' runs with their measures, in the order of the configurations.
-type Groups<'a> = [(&'static Config, Vec<(&'a Run<'a>, Measures)>)];
+/// A configuration's runs with their measures.
+type Group<'a> = (&'static Config, Vec<(&'a Run<'a>, Measures)>);
 
 /// Per configuration: the runs' measures.
 fn by_config<'a>(
     configs: &[&'static Config],
     given_back: &GiveBack,
     runs: &'a [Run<'a>],
-) -> Vec<(&'static Config, Vec<(&'a Run<'a>, Measures)>)> {
-    configs
-        .iter()
-        .map(|c| {
-            (
-                *c,
-                runs.iter()
-                    .filter(|r| r.rec.config.name == c.name)
-                    .map(|r| (r, r.measures(given_back)))
-                    .collect(),
-            )
-        })
-        .collect()
+) -> Vec<Group<'a>> {
+    let measured = |c: &Config| {
+        let mine = runs.iter().filter(|r| r.rec.config.name == c.name);
+        mine.map(|r| (r, r.measures(given_back))).collect()
+    };
+    configs.iter().map(|c| (*c, measured(c))).collect()
+}
+
+/// The measures of the runs of `ms` that completed.
+fn completed<'m>(ms: &'m [(&Run<'_>, Measures)]) -> impl Iterator<Item = &'m Measures> {
+    ms.iter().filter(|(r, _)| r.ok()).map(|(_, m)| m)
 }
 
 /// The median recovery of a configuration's runs that completed and were released.
 fn config_recovery(ms: &[(&Run<'_>, Measures)]) -> Option<Recovery> {
-    let v: Vec<Recovery> = ms
-        .iter()
-        .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
-        .filter_map(|(_, m)| m.recovery)
-        .collect();
-    median_recovery(&v)
+    median_recovery(&completed(ms).filter_map(|m| m.recovery).collect::<Vec<_>>())
 }
 
 /// Whether the project's goal holds: with the pool and proactive swap-in, recovery at least
@@ -218,47 +194,38 @@ pub fn goal(
     pager: Option<Recovery>,
     qemu: &[(&str, Option<Recovery>)],
 ) -> Option<(bool, String)> {
-    let p = proactive?;
-    let d = pager?;
+    let (p, d) = (proactive?, pager?);
     let Recovery::After(pt) = p else {
-        return Some((
-            false,
-            format!(
-                "memvisor-pool-proactive did not recover within the run ({})",
-                p.show()
-            ),
-        ));
+        let why = format!(
+            "memvisor-pool-proactive did not recover within the run ({})",
+            p.show()
+        );
+        return Some((false, why));
     };
     let pt = pt.max(1e-3);
     let ratio = d.bound() / pt;
-    let tenfold = ratio >= 10.0;
+    let mut all = ratio >= 10.0;
+    let at_least = if matches!(d, Recovery::Not(_)) {
+        "at least "
+    } else {
+        ""
+    };
+    let tenfold = if all { " (≥ 10×)" } else { " (< 10×)" };
     let mut why = vec![format!(
-        "memvisor-pager / memvisor-pool-proactive = {}{ratio:.1}×{}",
-        if matches!(d, Recovery::Not(_)) {
-            "at least "
-        } else {
-            ""
-        },
-        if tenfold { " (≥ 10×)" } else { " (< 10×)" }
+        "memvisor-pager / memvisor-pool-proactive = {at_least}{ratio:.1}×{tenfold}"
     )];
-    let mut all = tenfold;
     for (name, q) in qemu {
-        match q {
-            Some(q) => {
-                // A QEMU run that did not recover took longer than it watched.
-                let shorter = pt < q.bound();
-                all &= shorter;
-                why.push(format!(
-                    "{name} {} s: {}",
-                    q.show(),
-                    if shorter { "shorter" } else { "not shorter" }
-                ));
-            }
-            None => {
-                all = false;
-                why.push(format!("{name}: no recovery measured"));
-            }
-        }
+        // A QEMU run that did not recover took longer than it watched.
+        let shorter = q.is_some_and(|q| pt < q.bound());
+        all &= shorter;
+        why.push(match q {
+            Some(q) => format!(
+                "{name} {} s: {}",
+                q.show(),
+                if shorter { "shorter" } else { "not shorter" }
+            ),
+            None => format!("{name}: no recovery measured"),
+        });
     }
     Some((all, why.join("; ")))
 }
@@ -286,7 +253,7 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
     let groups = by_config(meta.configs, given_back, runs);
     recovery_table(&mut s, meta, &groups);
     goal_section(&mut s, &groups);
-    pager_section(&mut s, given_back, runs);
+    pager_section(&mut s, runs);
     runs_table(&mut s, runs);
     s.push('\n');
     crate::families::phases::report::write_setup(&mut s, meta, &[]);
@@ -294,7 +261,7 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
 }
 /// The recovery table: per configuration, the throughput before the hog, the dip, the time to
 /// recover and to settle, against the reference and the paper.
-fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
+fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &[Group<'_>]) {
     let _ = writeln!(
         s,
         "## Recovery\n\nBefore the hog: mean ops/s of the seconds before it started. Dip: the lowest second and the mean from the hog's start to the release. Recovery: from the release to the end of the first second at ≥ {:.0} % of the throughput before the hog (per run; one-second resolution; \"> N\": not within the N seconds the run went on). Settled: the same against the mean of the run's last 10 s, the level it settles at with the hog still running. Median over the runs that completed.\n",
@@ -306,28 +273,16 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
         .iter()
         .find(|(c, _)| c.name == meta.reference)
         .and_then(|(_, ms)| config_recovery(ms));
-    let med = |ms: &[(&Run<'_>, Measures)], f: &dyn Fn(&Measures) -> Option<f64>| {
-        let mut v: Vec<f64> = ms
-            .iter()
-            .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
-            .filter_map(|(_, m)| f(m))
-            .collect();
-        summary(&mut v).map(|x| x.0)
+    let med = |ms, f: &dyn Fn(&Measures) -> Option<f64>| {
+        or_dash(median(completed(ms).filter_map(f).collect()), 0)
     };
+    let show = |r: Option<Recovery>| r.map_or_else(|| "-".into(), Recovery::show);
     for (c, ms) in groups {
-        let ok = ms
-            .iter()
-            .filter(|(r, _)| r.rec.result.status == RunStatus::Ok)
-            .count();
         let each: Vec<String> = ms
             .iter()
-            .map(|(r, m)| {
-                let v = m.recovery.map_or_else(|| "-".into(), Recovery::show);
-                if r.rec.result.status == RunStatus::Ok {
-                    v
-                } else {
-                    format!("{v} ({})", r.rec.result.status.as_str())
-                }
+            .map(|(r, m)| match r.ok() {
+                true => show(m.recovery),
+                false => format!("{} ({})", show(m.recovery), r.rec.result.status.as_str()),
             })
             .collect();
         let rec = config_recovery(ms);
@@ -342,61 +297,46 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &Groups<'_>) {
         };
         t.row(vec![
             c.name.to_owned(),
-            format!("{ok}/{}", ms.len()),
-            or_dash(med(ms, &|m| m.before), 0),
-            or_dash(med(ms, &|m| m.dip_min.map(|x| x as f64)), 0),
-            or_dash(med(ms, &|m| m.dip_mean), 0),
-            or_dash(med(ms, &|m| m.at_release.map(|x| x as f64)), 0),
+            format!("{}/{}", completed(ms).count(), ms.len()),
+            med(ms, &|m| m.before),
+            med(ms, &|m| m.dip_min.map(|x| x as f64)),
+            med(ms, &|m| m.dip_mean),
+            med(ms, &|m| m.at_release.map(|x| x as f64)),
             if each.is_empty() {
                 "-".into()
             } else {
                 each.join(", ")
             },
-            rec.map_or_else(|| "-".into(), Recovery::show),
+            show(rec),
             ratio,
-            median_recovery(&ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>())
-                .map_or_else(|| "-".into(), Recovery::show),
+            show(median_recovery(
+                &ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>(),
+            )),
             paper_case(c).to_owned(),
         ]);
     }
     s.push_str(&t.markdown());
-    let _ = writeln!(
-        s,
-        "\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in {} with MemFlex, {} with a ramdisk, {} with an HDD.\n",
-        PAPER[0].1, PAPER[1].1, PAPER[2].1
-    );
+    s.push_str("\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in about 5 s with MemFlex, more than 80 s with a ramdisk, longer than ramdisk with an HDD.\n\n");
 }
 
 /// Whether the goal was met: the pool with proactive swap-in recovers at least 10× sooner than
 /// fault-driven swap-in from the file, and sooner than every QEMU configuration.
-fn goal_section(s: &mut String, groups: &Groups<'_>) {
-    let find = |n: &str| {
-        groups
-            .iter()
-            .find(|(c, _)| c.name == n)
-            .and_then(|(_, ms)| config_recovery(ms))
-    };
-    let qemu: Vec<(&str, Option<Recovery>)> = groups
+fn goal_section(s: &mut String, groups: &[Group<'_>]) {
+    let of = |(c, ms): &Group| (c.name, config_recovery(ms));
+    let all: Vec<(&str, Option<Recovery>)> = groups.iter().map(of).collect();
+    let find = |n: &str| all.iter().find(|c| c.0 == n).and_then(|c| c.1);
+    let qemu: Vec<_> = groups
         .iter()
         .filter(|(c, _)| c.hv == Hv::Qemu)
-        .map(|(c, ms)| (c.name, config_recovery(ms)))
+        .map(of)
         .collect();
-    let _ = writeln!(s, "## Goal\n");
-    match goal(
-        find("memvisor-pool-proactive"),
-        find("memvisor-pager"),
-        &qemu,
-    ) {
-        Some((met, why)) => {
-            let _ = writeln!(
-                s,
-                "Recovery with the pool and proactive swap-in at least 10× shorter than with fault-driven swap-in from the swap file, and shorter than every QEMU configuration: **{}** ({why}).\n",
-                if met { "met" } else { "not met" }
-            );
-        }
-        None => {
-            s.push_str("Not judged: it needs memvisor-pool-proactive and memvisor-pager with a recovery time each.\n\n");
-        }
+    s.push_str("## Goal\n\n");
+    match goal(find("memvisor-pool-proactive"), find("memvisor-pager"), &qemu) {
+        Some((met, why)) => s.push_str(&format!(
+            "Recovery with the pool and proactive swap-in at least 10× shorter than with fault-driven swap-in from the swap file, and shorter than every QEMU configuration: **{}** ({why}).\n\n",
+            if met { "met" } else { "not met" }
+        )),
+        None => s.push_str("Not judged: it needs memvisor-pool-proactive and memvisor-pager with a recovery time each.\n\n"),
     }
 }
 
@@ -411,22 +351,17 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
             run.rec.config.name.to_owned(),
             run.rec.rep.to_string(),
             r.status.as_str().to_owned(),
-            run.trace
-                .hog_start_ms
-                .map_or_else(|| "-".into(), |m| format!("{:.1}", m as f64 / 1e3)),
+            or_dash(run.trace.hog_start_ms.map(|m| m as f64 / 1e3), 1),
             opt(run.trace.hog_alloc_ms),
             or_dash(rel.and_then(|x| x.on_clock_s()), 2),
             or_dash(rel.map(|x| x.took_ms), 0),
-            rel.map_or_else(
-                || "-".into(),
-                |x| match &x.what {
-                    Ok(w) => w.clone(),
-                    Err(e) => format!("failed: {e}"),
-                },
-            )
-            .replace('|', "/"),
+            match rel.map(|x| &x.what) {
+                None => "-".into(),
+                Some(Ok(w)) => w.replace('|', "/"),
+                Some(Err(e)) => format!("failed: {e}").replace('|', "/"),
+            },
             if r.reason.is_empty() {
-                "-".to_owned()
+                "-".into()
             } else {
                 r.reason.replace('|', "/")
             },
@@ -437,7 +372,7 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
 
 /// What memvisor's pager and pool did around the given_back, from its `GET /stats` answers: where
 /// the swapped pages were when the memory came back and how fast they came back.
-fn pager_section(s: &mut String, _given_back: &GiveBack, runs: &[Run<'_>]) {
+fn pager_section(s: &mut String, runs: &[Run<'_>]) {
     let rows: Vec<&Run<'_>> = runs
         .iter()
         .filter(|r| r.rec.config.hv == Hv::Memvisor && !r.rec.result.stats.is_empty())
@@ -461,50 +396,47 @@ fn pager_section(s: &mut String, _given_back: &GiveBack, runs: &[Run<'_>]) {
         let (b, l) = (p(before), p(last));
         let mb = |pages: u64| format!("{:.0}", (pages << 12) as f64 / MIB);
         let swapped0 = b.as_ref().map_or(0, |x| x.pages.swapped_pages);
+        let below = |x: &VmStats| {
+            x.pager
+                .as_ref()
+                .is_some_and(|p| p.pages.swapped_pages * 100 < swapped0.max(1))
+        };
         let back = st
             .iter()
-            .find(|(t, x)| {
-                *t > rel
-                    && x.pager
-                        .as_ref()
-                        .is_some_and(|p| p.pages.swapped_pages * 100 < swapped0.max(1))
-            })
+            .find(|(t, x)| *t > rel && below(x))
             .map(|(t, _)| t - rel);
-        let pool = |x: &Option<memvisor_api::PagerStats>| x.as_ref().and_then(|p| p.pool);
-        let (bp, lp) = (pool(&b), pool(&l));
-        let diff = |f: &dyn Fn(&memvisor_api::PagerStats) -> u64| match (&b, &l) {
-            (Some(x), Some(y)) => f(y).saturating_sub(f(x)).to_string(),
-            _ => "-".into(),
+        let (bp, lp) = (
+            b.as_ref().and_then(|p| p.pool),
+            l.as_ref().and_then(|p| p.pool),
+        );
+        let after = |x: u64, y: u64| y.saturating_sub(x).to_string();
+        let pages = |x: &Option<PagerStats>, f: fn(&PagerStats) -> u64| {
+            x.as_ref().map_or_else(|| "-".into(), |x| mb(f(x)))
         };
         t.row(vec![
             run.rec.config.name.to_owned(),
             run.rec.rep.to_string(),
-            b.as_ref()
-                .map_or_else(|| "-".into(), |x| mb(x.pages.resident_pages)),
-            b.as_ref()
-                .map_or_else(|| "-".into(), |x| mb(x.pages.swapped_pages)),
-            bp.map_or_else(
-                || "-".into(),
-                |x| format!("{:.0}", x.used_bytes as f64 / MIB),
-            ),
+            pages(&b, |x| x.pages.resident_pages),
+            pages(&b, |x| x.pages.swapped_pages),
+            or_dash(bp.map(|x| x.used_bytes as f64 / MIB), 0),
             bp.map_or_else(
                 || "all".into(),
                 |x| mb(x.spilled_pages + x.overflowed_pages),
             ),
-            diff(&|p| p.counters.faults_swap),
+            match (&b, &l) {
+                (Some(x), Some(y)) => after(x.counters.faults_swap, y.counters.faults_swap),
+                _ => "-".into(),
+            },
             match (bp, lp) {
                 (Some(x), Some(y)) => format!(
                     "{} / {}",
-                    y.proactive_pool_pages
-                        .saturating_sub(x.proactive_pool_pages),
-                    y.proactive_disk_pages
-                        .saturating_sub(x.proactive_disk_pages)
+                    after(x.proactive_pool_pages, y.proactive_pool_pages),
+                    after(x.proactive_disk_pages, y.proactive_disk_pages)
                 ),
                 _ => "-".into(),
             },
             back.map_or_else(|| "never".into(), |t| format!("{t:.1}")),
-            l.as_ref()
-                .map_or_else(|| "-".into(), |x| mb(x.pages.swapped_pages)),
+            pages(&l, |x| x.pages.swapped_pages),
         ]);
     }
     let _ = writeln!(s, "{}", t.markdown());
@@ -522,50 +454,51 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    let mut lines = Vec::new();
-    for run in runs {
-        let ci = configs
-            .iter()
-            .position(|c| c.name == run.rec.config.name)
-            .unwrap_or(0);
-        let status = if run.rec.result.status == RunStatus::Ok {
+    let line = |run: &Run<'_>| {
+        let (c, rep, status) = (run.rec.config.name, run.rec.rep, run.rec.result.status);
+        let ci = configs.iter().position(|x| x.name == c).unwrap_or(0);
+        let status = if run.ok() {
             String::new()
         } else {
-            format!(", {}", run.rec.result.status.as_str())
+            format!(", {}", status.as_str())
         };
         // Each second's throughput at the second's middle.
-        let pts = run.trace.seconds.iter();
-        let pts = pts.map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
-        lines.push(Line::new(
-            format!("{} rep {}{status}", run.rec.config.name, run.rec.rep),
+        let pts = run
+            .trace
+            .seconds
+            .iter()
+            .map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
+        let width = if rep == 1 { 2 } else { 1 };
+        Line::new(
+            format!("{c} rep {rep}{status}"),
             color(ci),
-            if run.rec.rep == 1 { 2 } else { 1 },
+            width,
             pts.collect(),
-        ));
-    }
+        )
+    };
+    let lines: Vec<Line> = runs.iter().map(line).collect();
     let mean_or = |v: Vec<f64>, dflt: f64| numbers::mean(&v).unwrap_or(dflt);
-    let hog = runs.iter().filter_map(|r| r.trace.hog_start_ms);
-    let hog = mean_or(
-        hog.map(|m| m as f64 / 1e3).collect(),
-        given_back.hog_at.as_secs_f64(),
-    );
-    let rel = runs.iter().filter_map(Run::given_back_s).collect();
-    let rel = mean_or(rel, given_back.at.as_secs_f64());
-    let all_y = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
-    let xmax = lines
+    let hog = runs
         .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.0 + 0.5))
-        .fold(rel + 1.0, f64::max);
-    let ymax = all_y().fold(1.0f64, f64::max) * 1.1;
+        .filter_map(|r| r.trace.hog_start_ms)
+        .map(|m| m as f64 / 1e3);
+    let hog = mean_or(hog.collect(), given_back.hog_at.as_secs_f64());
+    let rel = mean_or(
+        runs.iter().filter_map(Run::given_back_s).collect(),
+        given_back.at.as_secs_f64(),
+    );
+    let xmax = xs(&lines).map(|x| x + 0.5).fold(rel + 1.0, f64::max);
+    let ymax = ys(&lines).fold(1.0f64, f64::max) * 1.1;
     // On the log scale the axis starts at half the lowest second with something done, and a
     // second with nothing done is drawn there.
-    let floor = all_y().filter(|&y| y > 0.0).fold(ymax, f64::min) / 2.0;
+    let floor = ys(&lines).filter(|&y| y > 0.0).fold(ymax, f64::min) / 2.0;
     let title = format!(
         "{}: kv throughput per second (guest {} MiB, limit {} MiB)",
         exp.name,
         exp.mem >> 20,
         exp.limit.unwrap_or(exp.mem) >> 20
     );
+    let x = Axis::linear(0.0, xmax);
     let panel = |title: String, y: Axis| Panel {
         lines: lines.clone(),
         marks: vec![
@@ -574,23 +507,11 @@ pub fn plot(
         ],
         legend: Legend::Margin(300),
         y_decimals: Some(0),
-        ..Panel::new(
-            title,
-            "seconds of the run phase",
-            "ops/s",
-            Axis::linear(0.0, xmax),
-            y,
-        )
+        ..Panel::new(title, "seconds of the run phase", "ops/s", x, y)
     };
-    Figure {
-        size: (1300, 1100),
-        grid: (2, 1),
-        panels: vec![
-            panel(title.clone(), Axis::linear(0.0, ymax)),
-            panel(format!("{title}, log scale"), Axis::log(floor, ymax)),
-        ],
-    }
-    .write(path)
+    let linear = panel(title.clone(), Axis::linear(0.0, ymax));
+    let log = panel(format!("{title}, log scale"), Axis::log(floor, ymax));
+    Figure::column((1300, 1100), vec![linear, log]).write(path)
 }
 
 #[cfg(test)]
