@@ -56,6 +56,15 @@ impl Table {
     }
 }
 
+/// `s` as one Markdown cell: `-` when empty, its `|` (which would split the cell) as `/`.
+pub fn text(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.replace('|', "/")
+    }
+}
+
 /// `s` as one CSV field: quoted when it holds a comma, a quote or a line break (quotes
 /// doubled, line breaks turned into spaces, so a row stays one line), as it is otherwise.
 pub fn field(s: &str) -> String {
@@ -77,6 +86,7 @@ mod tests {
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
         assert_eq!(field("two\nlines"), "\"two lines\"");
+        assert_eq!((text(""), text("a|b")), ("-".into(), "a/b".into()));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::median;
-use crate::report::table::Table;
+use crate::report::table::{self, Table};
 use memvisor_api::{PagerStats, VmStats};
 
 /// One run with what its console said.
@@ -360,11 +360,7 @@ fn runs_table(s: &mut String, runs: &[Run<'_>]) {
                 Some(Ok(w)) => w.replace('|', "/"),
                 Some(Err(e)) => format!("failed: {e}").replace('|', "/"),
             },
-            if r.reason.is_empty() {
-                "-".into()
-            } else {
-                r.reason.replace('|', "/")
-            },
+            table::text(&r.reason),
         ]);
     }
     s.push_str(&t.markdown());

@@ -10,7 +10,7 @@
 //! The schedule is put on the run's clock by the guest's step lines: step `i` ends when its
 //! `RESULT ... phase=stepI` line reaches the harness, and step 1 began its `ms=` before that.
 
-use crate::report::numbers::{mib_text, MIB};
+use crate::report::numbers::{mib_text, or_dash, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -21,7 +21,7 @@ use crate::families::phases::experiment::Series;
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::result::{RunResult, RunStatus, StatsPoint};
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
-use crate::report::table::Table;
+use crate::report::table::{self, Table};
 
 /// How far a step's estimate has to go, from the old size to the new one, to count as there.
 pub const REACHED: f64 = 0.9;
@@ -44,14 +44,12 @@ pub fn timeline(schedule: &[(u64, u64)], run: &RunResult) -> Vec<StepSpan> {
         let name = format!("step{}", i + 1);
         run.phases.iter().find(|p| p.name == name)
     };
-    let mut start = match phase(0) {
-        Some(p) => p.at_ms - p.guest_ms.unwrap_or(0.0),
-        None => run
-            .phases
-            .iter()
-            .find(|p| p.name == "boot")
-            .map_or(0.0, |p| p.at_ms),
-    };
+    let boot = run
+        .phases
+        .iter()
+        .find(|p| p.name == "boot")
+        .map_or(0.0, |p| p.at_ms);
+    let mut start = phase(0).map_or(boot, |p| p.at_ms - p.guest_ms.unwrap_or(0.0));
     let mut spans = Vec::with_capacity(schedule.len());
     for (i, &(mb, secs)) in schedule.iter().enumerate() {
         let end = phase(i).map_or(start + secs as f64 * 1e3, |p| p.at_ms.max(start));
@@ -146,12 +144,12 @@ pub fn responses(spans: &[StepSpan], points: &[ScheduledSample]) -> Vec<Response
         let inside: Vec<&ScheduledSample> = points.iter().filter(|p| p.step == Some(i)).collect();
         let parts = |p: &ScheduledSample| (p.sample.active.estimate, p.sample.base_bytes());
         let before = points.iter().rfind(|p| p.step == Some(i - 1)).map(parts);
+        let up = to >= from;
         let hit = inside.iter().find(|p| {
-            let e = p.estimate();
-            if to >= from {
-                e >= mark
+            if up {
+                p.estimate() >= mark
             } else {
-                e <= mark
+                p.estimate() <= mark
             }
         });
         out.push(Response {
@@ -270,10 +268,8 @@ fn step_responses(
             } else if x.to < x.from {
                 downs.push(x.reached_s);
             }
-            let fraction =
-                |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{:.2}", x.0));
-            let from =
-                |x: Option<(f64, u64)>| x.map_or_else(|| "-".into(), |x| format!("{}", x.1 >> 20));
+            let fraction = |x: Option<(f64, u64)>| or_dash(x.map(|x| x.0), 2);
+            let from = |x: Option<(f64, u64)>| or_dash(x.map(|x| (x.1 >> 20) as f64), 0);
             t.row(vec![
                 r.config.name.to_owned(),
                 r.rep.to_string(),
@@ -282,8 +278,7 @@ fn step_responses(
                 format!("{:.0}", x.lasted_s),
                 x.reached_s
                     .map_or_else(|| "not within the step".into(), |t| format!("{t:.1}")),
-                x.reached_s
-                    .map_or_else(|| "-".into(), |t| format!("{:.1}", t / period)),
+                or_dash(x.reached_s.map(|t| t / period), 1),
                 x.carried_by.unwrap_or("-").to_owned(),
                 format!("{} → {}", fraction(x.before), fraction(x.then)),
                 format!("{} → {}", from(x.before), from(x.then)),
@@ -298,16 +293,10 @@ fn step_responses(
 /// The steps' times against what ESX's Fig. 6 shows.
 fn against_esx(s: &mut String, series: &Series, ups: &[Option<f64>], downs: &[Option<f64>]) {
     let period = series.sample_period.as_secs_f64();
-    let show = |v: &[Option<f64>]| {
-        let got: Vec<String> = v
-            .iter()
-            .map(|t| t.map_or_else(|| "never".into(), |t| format!("{t:.1} s")))
-            .collect();
-        if got.is_empty() {
-            "none".to_owned()
-        } else {
-            got.join(", ")
-        }
+    let each = |t: &Option<f64>| t.map_or_else(|| "never".into(), |t| format!("{t:.1} s"));
+    let show = |v: &[Option<f64>]| match v.iter().map(each).collect::<Vec<_>>() {
+        got if got.is_empty() => "none".to_owned(),
+        got => got.join(", "),
     };
     let _ = writeln!(
         s,
@@ -336,11 +325,7 @@ fn runs_table(s: &mut String, records: &[Record]) {
                 .last()
                 .map_or(0, |x| x.active.periods)
                 .to_string(),
-            if res.reason.is_empty() {
-                "-".to_owned()
-            } else {
-                res.reason.replace('|', "/")
-            },
+            table::text(&res.reason),
         ]);
     }
     s.push_str(&t.markdown());
@@ -349,13 +334,9 @@ fn runs_table(s: &mut String, records: &[Record]) {
 /// The schedule as a staircase, in seconds since it started and MiB.
 fn staircase(spans: &[StepSpan]) -> Vec<(f64, f64)> {
     let t0 = spans.first().map_or(0.0, |s| s.start_ms);
-    let mut v = Vec::new();
-    for s in spans {
-        let m = s.bytes as f64 / MIB;
-        v.push(((s.start_ms - t0) / 1e3, m));
-        v.push(((s.end_ms - t0) / 1e3, m));
-    }
-    v
+    let at = |ms: f64| (ms - t0) / 1e3;
+    let step = |s: &StepSpan| [s.start_ms, s.end_ms].map(|ms| (at(ms), s.bytes as f64 / MIB));
+    spans.iter().flat_map(step).collect()
 }
 
 /// `workingset.svg`: the first run's touched size, estimate and averages (ESX Fig. 6); below
@@ -370,45 +351,31 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         pts.iter().map(|p| (p.t_s, f(p) / MIB)).collect()
     };
     let touched = Line::new("touched (schedule)", BLACK, 3, staircase(&spans));
+    let part = |name, c, width, f: fn(&ActiveMemory) -> f64| {
+        Line::new(
+            name,
+            color(c),
+            width,
+            curve(&|p| p.sample.bytes(f(&p.sample.active))),
+        )
+    };
+    let sampled_from = curve(&|p| p.sample.base_bytes() as f64);
     let lines = vec![
         Line::new(
             "memory sampled from",
             RGBColor(170, 170, 170),
             1,
-            curve(&|p| p.sample.base_bytes() as f64),
+            sampled_from,
         ),
         touched.clone(),
-        Line::new(
-            "estimate (the largest)",
-            RGBColor(202, 0, 32),
-            3,
-            curve(&ScheduledSample::estimate),
-        ),
-        Line::new(
-            "slow average (gain 0.1)",
-            RGBColor(33, 102, 172),
-            2,
-            curve(&|p| p.sample.bytes(p.sample.active.slow)),
-        )
-        .dashed(),
-        Line::new(
-            "fast average (gain 0.5)",
-            RGBColor(27, 120, 55),
-            2,
-            curve(&|p| p.sample.bytes(p.sample.active.fast)),
-        )
-        .dashed(),
-        Line::new(
-            "fast, period under way",
-            RGBColor(230, 97, 1),
-            1,
-            curve(&|p| p.sample.bytes(p.sample.active.current)),
-        ),
+        part("estimate (the largest)", 1, 3, |a| a.estimate),
+        part("slow average (gain 0.1)", 2, 2, |a| a.slow).dashed(),
+        part("fast average (gain 0.5)", 3, 2, |a| a.fast).dashed(),
+        part("fast, period under way", 4, 1, |a| a.current),
     ];
-    let status = if first.result.status == RunStatus::Ok {
-        String::new()
-    } else {
-        format!(", {}", first.result.status.as_str())
+    let status = match first.result.status {
+        RunStatus::Ok => String::new(),
+        st => format!(", {}", st.as_str()),
     };
     let mut panels = vec![panel(
         format!(
@@ -424,10 +391,8 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
         let mut all = vec![touched];
         for (i, r) in records.iter().enumerate() {
             let spans = timeline(&series.schedule, &r.result);
-            let estimates = points(&spans, &r.result)
-                .iter()
-                .map(|p| (p.t_s, p.estimate() / MIB))
-                .collect();
+            let pts = points(&spans, &r.result);
+            let estimates = pts.iter().map(|p| (p.t_s, p.estimate() / MIB)).collect();
             let name = format!("{} rep {}", r.config.name, r.rep);
             all.push(Line::new(name, color(i + 1), 2, estimates));
         }
