@@ -75,6 +75,11 @@ pub fn spread_text(v: Vec<f64>, f: &dyn Fn(f64) -> String) -> String {
     }
 }
 
+/// [`spread_text`] of `v`, each number with `decimals` decimals and then `unit`.
+pub fn spread_in(v: Vec<f64>, decimals: usize, unit: &str) -> String {
+    spread_text(v, &|x| format!("{x:.decimals$}{unit}"))
+}
+
 /// The median of `v` (`None` when empty).
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
     summary(&mut v).map(|s| s.0)
@@ -93,6 +98,7 @@ mod tests {
         assert_eq!(spread_text(vec![2.0, 1.0, 4.0], &f), "2.0 (1.0–4.0)");
         assert_eq!(spread_text(vec![3.0, 3.0], &f), "3.0");
         assert_eq!(spread_text(vec![], &f), "–");
+        assert_eq!(spread_in(vec![1.0, 3.0], 0, " s"), "2 s (1 s–3 s)");
         assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
         assert_eq!(summary(&mut [5.0]), Some((5.0, 5.0, 5.0, 1)));

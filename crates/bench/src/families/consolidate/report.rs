@@ -6,6 +6,7 @@
 //! VM's allocation over time (`allocation.csv`, `allocation.svg`).
 
 use crate::report::numbers::{fixed, mean, median, mib_text, MIB};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -72,14 +73,14 @@ pub struct Cell {
 /// The mean job time of each repetition among `mine` (one run's records), over the VMs that
 /// finished; a repetition where none did has none.
 fn rep_means(mine: &[&Record]) -> Vec<f64> {
-    let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
-    reps.sort_unstable();
-    reps.dedup();
-    reps.iter()
-        .filter_map(|&rep| {
-            let done = mine.iter().filter(|r| r.rep == rep).filter_map(|r| r.secs);
-            mean(&done.collect::<Vec<f64>>())
-        })
+    let reps: BTreeSet<u32> = mine.iter().map(|r| r.rep).collect();
+    let done = |rep| {
+        mine.iter()
+            .filter(move |r| r.rep == rep)
+            .filter_map(|r| r.secs)
+    };
+    reps.into_iter()
+        .filter_map(|rep| mean(&done(rep).collect::<Vec<f64>>()))
         .collect()
 }
 
@@ -92,15 +93,12 @@ pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Opt
     if mine.is_empty() {
         return None;
     }
-    let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
-    reps.sort_unstable();
-    reps.dedup();
     let means = rep_means(&mine);
     Some(Cell {
         min: means.iter().copied().fold(f64::INFINITY, f64::min),
         max: means.iter().copied().fold(0.0, f64::max),
         median: median(means),
-        reps: reps.len(),
+        reps: mine.iter().map(|r| r.rep).collect::<BTreeSet<u32>>().len(),
         failed: mine.iter().filter(|r| !r.ok).count(),
     })
 }
@@ -116,11 +114,7 @@ fn traces<'a>(
 }
 
 fn label(n: u32, cores: usize) -> String {
-    if n as usize <= cores {
-        format!("{n}, pinned")
-    } else {
-        n.to_string()
-    }
+    format!("{n}{}", if n as usize <= cores { ", pinned" } else { "" })
 }
 
 /// Microseconds as milliseconds, one decimal.
@@ -348,7 +342,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         let _ = writeln!(md, "{}", t.markdown());
     }
     if !shape.notes.is_empty() {
-        md.push_str("## ConsolidatePlan\n\n");
+        md.push_str("## Set-up\n\n");
         for n in &shape.notes {
             let _ = writeln!(md, "- {n}");
         }

@@ -164,18 +164,18 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             let sm: Vec<Summary> = ok.iter().map(|p| summary(p, w)).collect();
             let col = |f: &dyn Fn(&Summary) -> f64| sm.iter().map(f).collect::<Vec<f64>>();
             // Ratios within one repetition.
-            let against = |other: &str, f: &dyn Fn(&Summary) -> f64| -> Vec<f64> {
-                ok.iter()
-                    .filter_map(|p| {
-                        let q = runs
-                            .iter()
-                            .find(|q| q.ok() && q.vms == n && q.rep == p.rep && q.mode == other)?;
-                        let (a, b) = (f(&summary(p, w)), f(&summary(q, w)));
-                        (b > 0.0).then(|| a / b)
-                    })
-                    .collect()
+            let against = |other: &str, f: &dyn Fn(&Summary) -> f64| {
+                let twin = |p: &SharingRun| {
+                    runs.iter()
+                        .find(|q| q.ok() && q.vms == n && q.rep == p.rep && q.mode == other)
+                        .copied()
+                };
+                let ratio = |p: &&&SharingRun| {
+                    let (a, b) = (f(&summary(p, w)), f(&summary(twin(p)?, w)));
+                    (b > 0.0).then(|| a / b)
+                };
+                numbers::spread_in(ok.iter().filter_map(ratio).collect(), 2, "")
             };
-            let ratio = |x: f64| format!("{x:.2}");
             // A share of the guest memory present, in per cent.
             let share = |f: &dyn Fn(&Summary) -> f64| {
                 let of = |m: &Summary| {
@@ -185,7 +185,7 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                         0.0
                     }
                 };
-                numbers::spread_text(sm.iter().map(of).collect(), &|x| format!("{x:.0} %"))
+                numbers::spread_in(sm.iter().map(of).collect(), 0, " %")
             };
             t.row(vec![
                 n.to_string(),
@@ -194,20 +194,18 @@ fn sharing_tables(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
                 numbers::spread_text(col(&|m| m.present), &pages_mib),
                 share(&|m| m.shared),
                 share(&|m| m.reclaimed),
-                numbers::spread_text(sm.iter().filter_map(|m| m.half_s).collect(), &|x| {
-                    format!("{x:.0} s")
-                }),
-                numbers::spread_text(col(&|m| 100.0 * m.ksmd), &|x| format!("{x:.1} %")),
-                numbers::spread_text(col(&|m| m.ops_s), &|x| format!("{x:.0}")),
+                numbers::spread_in(sm.iter().filter_map(|m| m.half_s).collect(), 0, " s"),
+                numbers::spread_in(col(&|m| 100.0 * m.ksmd), 1, " %"),
+                numbers::spread_in(col(&|m| m.ops_s), 0, ""),
                 if mode.name == "memvisor-off" {
                     "–".into()
                 } else {
-                    numbers::spread_text(against("memvisor-off", &|m| m.ops_s), &ratio)
+                    against("memvisor-off", &|m| m.ops_s)
                 },
                 if mode.qemu {
                     "–".into()
                 } else {
-                    numbers::spread_text(against("qemu-merge", &|m| m.reclaimed), &ratio)
+                    against("qemu-merge", &|m| m.reclaimed)
                 },
             ]);
         }
@@ -271,9 +269,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
         // others (the kills have their own column).
         let measured: Vec<&&SharingRun> = all.iter().filter(|p| p.zeroed > 0).collect();
         let col = |f: &dyn Fn(&SharingRun) -> u64| -> String {
-            numbers::spread_text(measured.iter().map(|p| f(p) as f64).collect(), &|x| {
-                format!("{x:.0}")
-            })
+            numbers::spread_in(measured.iter().map(|p| f(p) as f64).collect(), 0, "")
         };
         let written = |p: &SharingRun| p.reclaimed_written + p.swap_out;
         let never: Vec<f64> = measured
@@ -289,7 +285,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             col(&|p| p.reclaimed_zero),
             col(&|p| p.swap_out_zero),
             col(&written),
-            numbers::spread_text(never, &|x| format!("{x:.1} %")),
+            numbers::spread_in(never, 1, " %"),
         ]);
     }
     s.push_str(&t.markdown());

@@ -1,7 +1,7 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
-use crate::report::numbers::{fixed, spread, spread_text, MIB};
+use crate::report::numbers::{fixed, spread, spread_in, MIB};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -85,9 +85,7 @@ fn time_back(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             let c = cell(points, size, m.name);
             let ok: Vec<&&SwapinRun> = c.iter().filter(|p| p.ok()).collect();
             let col = |f: &dyn Fn(&SwapinRun) -> Option<f64>, digits| {
-                spread_text(ok.iter().filter_map(|p| f(p)).collect(), &|v| {
-                    format!("{v:.digits$}")
-                })
+                spread_in(ok.iter().filter_map(|p| f(p)).collect(), digits, "")
             };
             t.row(vec![
                 format!("{} MiB", size >> 20),
@@ -128,12 +126,8 @@ fn against_memflex(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
             t.row(vec![
                 format!("{} MiB", size >> 20),
                 m.name.to_owned(),
-                spread_text(ok.iter().map(|p| p.back_s).collect(), &|v| {
-                    format!("{v:.3}")
-                }),
-                spread_text(ok.iter().filter_map(|p| p.ns_per_page()).collect(), &|v| {
-                    format!("{v:.0}")
-                }),
+                spread_in(ok.iter().map(|p| p.back_s).collect(), 3, ""),
+                spread_in(ok.iter().filter_map(|p| p.ns_per_page()).collect(), 0, ""),
                 paper(size, m).to_owned(),
             ]);
         }
