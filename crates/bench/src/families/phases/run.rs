@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::configs::{Config, Hv};
 use super::experiment::{DataDisk, Experiment, Measure, Step};
-use super::vm::control::RunSpec;
+use super::vm::control::{log_prefix, RunSpec};
 use super::vm::result::RunResult;
 use super::{figure, recovery, report, vm, workingset};
 use crate::args::BenchArgs;
@@ -205,11 +205,7 @@ impl Runner<'_> {
             limit: exp.limit,
             disk: disk.clone(),
             work,
-            log_prefix: self
-                .bench
-                .out
-                .join("logs")
-                .join(format!("{}-{}-rep{rep}", c.name, step.workload)),
+            log_prefix: log_prefix(&self.bench.out, c.name, step.workload, rep),
             qemu_overhead: setup.qemu_overhead,
             host_swap_file: &args.swap_file,
             timeout: self.bench.timeout,

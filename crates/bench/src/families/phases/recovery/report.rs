@@ -18,6 +18,7 @@ use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, 
 use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
+use crate::families::phases::vm::control::log_prefix;
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::median;
@@ -63,16 +64,11 @@ impl Run<'_> {
     }
 }
 
-/// The console log of a run, where `bench` keeps it.
-pub fn console_path(out: &Path, config: &str, workload: &str, rep: u32) -> std::path::PathBuf {
-    out.join("logs")
-        .join(format!("{config}-{workload}-rep{rep}.console"))
-}
-
 /// Reads every run's console.
 pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<'a>> {
     let console = |rec: &Record| {
-        let path = console_path(out, rec.config.name, exp.steps[rec.step].workload, rec.rep);
+        let prefix = log_prefix(out, rec.config.name, exp.steps[rec.step].workload, rec.rep);
+        let path = prefix.with_extension("console");
         std::fs::read_to_string(path).unwrap_or_default()
     };
     let trace = |rec| parse_console(&console(rec));

@@ -53,6 +53,12 @@ pub fn api_vm_stats(sock: &Path) -> Option<VmStats> {
     }
 }
 
+/// Where a run's logs are kept, less their extension (`.console`, `.stderr`).
+pub fn log_prefix(out: &Path, config: &str, workload: &str, rep: u32) -> PathBuf {
+    out.join("logs")
+        .join(format!("{config}-{workload}-rep{rep}"))
+}
+
 /// The `memvisor run` command of a run: the configuration's flags, the step's workload, its
 /// disks, sampling for a time series, the stats file, and QEMU's overhead (the rest of its
 /// set-up is `harness::vm`'s).
