@@ -141,12 +141,10 @@ pub fn spawn_logged(
         .stdout(Stdio::piped())
         .stderr(stderr)
         .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| {
-        format!(
-            "cannot start {}: {e}",
-            Path::new(cmd.get_program()).display()
-        )
-    })?;
+    let program = Path::new(cmd.get_program()).display().to_string();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
     teardown::track_pid(child.id());
     let stdout = child.stdout.take().ok_or("no stdout")?;
     Ok((child, tee_console(stdout, log.with_extension("console"))))

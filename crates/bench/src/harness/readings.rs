@@ -202,15 +202,11 @@ pub fn cgroup_state(dir: &Path) -> Option<CgroupState> {
 
 /// The kernel log's lines now (`dmesg`), empty if it cannot be read.
 pub fn dmesg() -> Vec<String> {
-    std::process::Command::new("dmesg")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    let out = std::process::Command::new("dmesg").output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
 }
 
 /// The kernel log's lines after `last` (a line [`dmesg`] returned before; its ring buffer may
@@ -225,22 +221,17 @@ pub fn dmesg_since(last: Option<&String>) -> Vec<String> {
 /// The kernel's OOM lines among `new` that concern cgroup `memvisor-<cg_pid>` or process `pid`.
 pub fn oom_lines(new: &[String], cg_pid: u32, pids: &[u32]) -> Vec<String> {
     let cg = format!("memvisor-{cg_pid}");
-    new.iter()
-        .filter(|l| {
-            l.contains(&cg)
-                || (l.contains("out of memory")
-                    && pids
-                        .iter()
-                        .any(|p| l.contains(&format!("Killed process {p} "))))
-        })
-        .map(|l| {
-            // Drop the timestamp.
-            l.split_once("] ")
-                .map_or(l.as_str(), |(_, r)| r)
-                .trim()
-                .to_owned()
-        })
-        .collect()
+    let killed = |l: &str| {
+        pids.iter()
+            .any(|p| l.contains(&format!("Killed process {p} ")))
+    };
+    let ours = |l: &&String| l.contains(&cg) || (l.contains("out of memory") && killed(l));
+    new.iter().filter(ours).map(|l| strip(l)).collect()
+}
+
+/// A kernel log line without its timestamp.
+fn strip(l: &str) -> String {
+    l.split_once("] ").map_or(l, |(_, r)| r).trim().to_owned()
 }
 
 /// The kernel's view of cgroup `memvisor-<cg_pid>` when its OOM killer ran: the usage line and
@@ -248,7 +239,6 @@ pub fn oom_lines(new: &[String], cg_pid: u32, pids: &[u32]) -> Vec<String> {
 pub fn memcg_oom_summary(new: &[String], cg_pid: u32) -> Option<String> {
     let head = format!("Memory cgroup stats for /memvisor-{cg_pid}:");
     let at = new.iter().position(|l| l.contains(&head))?;
-    let strip = |l: &str| -> String { l.split_once("] ").map_or(l, |(_, r)| r).trim().to_owned() };
     let mut parts = Vec::new();
     if let Some(u) = new[at.saturating_sub(4)..at]
         .iter()
@@ -291,28 +281,23 @@ pub fn swap_used(file: &Path) -> Option<u64> {
 
 /// Swap areas enabled on the host, as `/proc/swaps` names them.
 pub fn swap_areas() -> Vec<String> {
-    std::fs::read_to_string("/proc/swaps")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect()
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    let name = |l: &str| l.split_whitespace().next().map(str::to_owned);
+    swaps.lines().skip(1).filter_map(name).collect()
 }
 
 /// What `cmd args` prints: its first line, or its last when `last`; `?` when it cannot run.
 fn output_line(cmd: &str, args: &[&str], last: bool) -> String {
     let out = std::process::Command::new(cmd).args(args).output();
-    out.ok()
-        .and_then(|o| {
-            let text = String::from_utf8_lossy(&o.stdout);
-            let line = if last {
-                text.lines().last()
-            } else {
-                text.lines().next()
-            };
-            line.map(str::to_owned)
-        })
-        .unwrap_or_else(|| "?".into())
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let line = if last {
+        text.lines().last()
+    } else {
+        text.lines().next()
+    };
+    line.unwrap_or("?").to_owned()
 }
 
 /// The run's environment, as `(what, value)` lines for the report.
