@@ -342,14 +342,8 @@ fn run_host(
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
     for i in 1..=plan.n {
-        HostClient::new(&sock)
-            .add(&spec(
-                i,
-                plan.kind,
-                plan.scenario,
-                &disk(plan.scenario, i, work),
-            ))
-            .map_err(|e| e.to_string())?;
+        let vm = spec(i, plan.kind, plan.scenario, &disk(plan.scenario, i, work));
+        HostClient::new(&sock).add(&vm).map_err(|e| e.to_string())?;
         if i < plan.n {
             watch.wait(INTERVAL, &vmms);
         }
@@ -394,22 +388,13 @@ fn run_host(
 /// Starts `memvisor host` with `budget` and no VM (balancing by HyperDealer2 if `hd2`), its
 /// files in `dir`; returns it with its socket once the socket is there.
 fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped, PathBuf), String> {
-    let config = dir.join("host.toml");
-    std::fs::write(
-        &config,
-        format!(
-            // The live page on a free loopback port: its address is in host.log.
-            "[host]\nmemory = {}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\nbalancing = \"{}\"\n",
-            budget,
-            if hd2 { "hd2" } else { "balloon" }
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let sock = dir.join("state/host.sock");
-    Ok((
-        crate::harness::child::start_host(exe, &config, &dir.join("host.log"), &sock)?,
-        sock,
-    ))
+    let (config, sock) = (dir.join("host.toml"), dir.join("state/host.sock"));
+    let balancing = if hd2 { "hd2" } else { "balloon" };
+    // The live page on a free loopback port: its address is in host.log.
+    let text = format!("[host]\nmemory = {budget}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\nbalancing = \"{balancing}\"\n");
+    std::fs::write(&config, text).map_err(|e| e.to_string())?;
+    let host = crate::harness::child::start_host(exe, &config, &dir.join("host.log"), &sock)?;
+    Ok((host, sock))
 }
 
 /// Every tick of the run, each VM's allocation over time, handed to the sink for the run's

@@ -64,6 +64,11 @@ fn merged(points: &[DwellRun], policy: &str) -> Vec<u64> {
     h
 }
 
+/// The last bucket any of `hs` has a page in.
+fn last_bucket<'a>(hs: impl Iterator<Item = &'a Vec<u64>>) -> Option<usize> {
+    hs.filter_map(|h| h.iter().rposition(|&c| c > 0)).max()
+}
+
 fn bucket(i: usize) -> String {
     let ms = |j: usize| -> String {
         let v = 1u64 << j.min(62);
@@ -107,18 +112,14 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         let all: Vec<&DwellRun> = points.iter().filter(|p| &p.policy == policy).collect();
         let ok: Vec<&&DwellRun> = all.iter().filter(|p| p.ok()).collect();
         let na = all.iter().any(|p| p.status == MeasureStatus::NotAvailable);
+        let na = if na { " (not available)" } else { "" };
         let h = merged(points, policy);
         let released: u64 = ok.iter().map(|p| p.released_pages).sum();
         let back: u64 = h.iter().sum();
         let passes = ok.first().map(|p| pass_ms(p)).unwrap_or_default();
         t.row(vec![
             policy.clone(),
-            format!(
-                "{}/{}{}",
-                ok.len(),
-                all.len(),
-                if na { " (not available)" } else { "" }
-            ),
+            format!("{}/{}{na}", ok.len(), all.len()),
             released.to_string(),
             back.to_string(),
             released.saturating_sub(back).to_string(),
@@ -128,36 +129,30 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
     }
     s.push_str(&t.markdown());
     // Up to the longest dwell any policy saw (the pager's histogram has room for hours).
-    let longest = setup
-        .policies
-        .iter()
-        .filter_map(|p| merged(points, p).iter().rposition(|&c| c > 0))
-        .max()
-        .map_or(0, |i| i + 1);
+    let hs: Vec<Vec<u64>> = setup.policies.iter().map(|p| merged(points, p)).collect();
+    let longest = last_bucket(hs.iter()).map_or(0, |i| i + 1);
     if longest > 0 {
         s.push_str(
             "\n## Distribution\n\nShare of the released pages that came back, by dwell time.\n\n",
         );
         let mut t =
             Table::new(std::iter::once("dwell").chain(setup.policies.iter().map(String::as_str)));
-        let hs: Vec<Vec<u64>> = setup.policies.iter().map(|p| merged(points, p)).collect();
         for i in 0..longest {
-            let mut row = vec![bucket(i)];
-            for h in &hs {
-                let total: u64 = h.iter().sum();
-                let c = h.get(i).copied().unwrap_or(0);
-                let pct = c as f64 * 100.0 / total as f64;
-                row.push(if total == 0 {
-                    "–".into()
-                } else {
-                    format!("{pct:.1} %")
-                });
-            }
-            t.row(row);
+            let share = |h: &Vec<u64>| match h.iter().sum::<u64>() {
+                0 => "–".into(),
+                total => format!(
+                    "{:.1} %",
+                    h.get(i).map_or(0.0, |&c| c as f64 * 100.0 / total as f64)
+                ),
+            };
+            t.row(
+                std::iter::once(bucket(i))
+                    .chain(hs.iter().map(share))
+                    .collect(),
+            );
         }
         s.push_str(&t.markdown());
     }
-    let failed = points.iter().filter(|p| !p.ok());
     let why = |p: &DwellRun| {
         format!(
             "{} rep {}: {}: {}",
@@ -167,7 +162,7 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
             p.error
         )
     };
-    crate::report::incomplete(&mut s, failed.map(why));
+    crate::report::incomplete(&mut s, points.iter().filter(|p| !p.ok()).map(why));
     crate::report::environment(&mut s, env);
     s
 }
@@ -182,11 +177,7 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
         .map(|(i, p)| (i, merged(points, p)))
         .filter(|(_, h)| h.iter().sum::<u64>() > 0)
         .collect();
-    let n = hs
-        .iter()
-        .filter_map(|(_, h)| h.iter().rposition(|&c| c > 0))
-        .max()
-        .map_or(2, |i| i + 2);
+    let n = last_bucket(hs.iter().map(|x| &x.1)).map_or(2, |i| i + 2);
     let mut panel = Panel::new(
         "dwell: released pages by time out before coming back (HD2 Fig. 14)",
         "dwell time, log2 of ms (bucket i: 2^i to 2^(i+1) ms)",
@@ -201,12 +192,11 @@ pub fn plot(path: &Path, setup: &DwellPlan, points: &[DwellRun]) -> Result<(), S
     }
     for (i, h) in &hs {
         let total: u64 = h.iter().sum();
-        let pts = h.iter().take(n).enumerate();
-        let pts = pts.map(|(b, &c)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64));
-        let color = color(i + 1);
+        let share = |(b, &c): (usize, &u64)| (b as f64 + 0.5, c as f64 * 100.0 / total as f64);
+        let pts = h.iter().take(n).enumerate().map(share).collect();
         panel
             .lines
-            .push(Line::new(setup.policies[*i].clone(), color, 3, pts.collect()).marked());
+            .push(Line::new(setup.policies[*i].clone(), color(i + 1), 3, pts).marked());
     }
     Figure::one((900, 560), panel).write(path)
 }

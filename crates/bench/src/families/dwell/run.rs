@@ -63,29 +63,19 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
         ..DwellRun::default()
     };
     let z = &setup.sizes;
-    let data = bench.work.join("data.img");
+    let (mem, limit) = (z.mem.to_string(), z.limit.to_string());
+    let disk = format!("{},id=data,ro", bench.work.join("data.img").display());
     let started = Vm::start(
         bench,
         policy,
         &format!("{policy}-rep{rep}"),
         |cmd, sock, _| {
-            cmd.args([
-                "--mem",
-                &z.mem.to_string(),
-                "--mem-limit",
-                &z.limit.to_string(),
-            ])
-            .args([
-                "--mapper",
-                "--victims",
-                policy,
-                "--sample-pages",
-                "0",
-                "--api-sock",
-            ])
-            .arg(sock)
-            .args(["--disk", &format!("{},id=data,ro", data.display())])
-            .args(["--workload", "seqread", "--cmdline", &z.cmdline()]);
+            cmd.args(["--mem", &mem, "--mem-limit", &limit])
+                .args(["--mapper", "--victims", policy])
+                .args(["--sample-pages", "0", "--api-sock"])
+                .arg(sock)
+                .args(["--disk", &disk, "--workload", "seqread"])
+                .args(["--cmdline", &z.cmdline()]);
         },
     );
     let vm = match started {
@@ -105,14 +95,12 @@ fn measure(bench: &Bench, setup: &DwellPlan, policy: &str, rep: u32) -> DwellRun
     if code == Some(2) && p.pass_ms.is_empty() {
         let why = std::fs::read_to_string(stderr).unwrap_or_default();
         p.status = MeasureStatus::NotAvailable;
-        p.error = format!(
-            "memvisor run refused --victims {policy}: {}",
-            why.lines()
-                .find(|l| l.contains("error"))
-                .or_else(|| why.lines().last())
-                .unwrap_or("")
-                .trim()
-        );
+        let line = why
+            .lines()
+            .find(|l| l.contains("error"))
+            .or_else(|| why.lines().last());
+        let line = line.unwrap_or("").trim();
+        p.error = format!("memvisor run refused --victims {policy}: {line}");
     }
     p
 }

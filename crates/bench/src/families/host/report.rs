@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use memvisor_api::HostEventKind;
+use memvisor_api::{HostEvent, HostEventKind};
 
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
@@ -127,9 +127,10 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
     }
     s.push_str(&t.markdown());
     for (at, tax) in &e.tax_changes {
-        s.push_str(&format!(
-            "\nThe idle tax becomes {tax} at {at:.0} s (`PATCH /host`).\n"
-        ));
+        let _ = writeln!(
+            s,
+            "\nThe idle tax becomes {tax} at {at:.0} s (`PATCH /host`)."
+        );
     }
     let _ = writeln!(s, "\nWhy:\n");
     for w in &e.why {
@@ -147,19 +148,17 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
             Goal::Shares { big, small, ratio } => shares_md(&mut s, run, big, small, ratio),
             Goal::IdleTax { idle, busy, .. } => idletax_md(&mut s, run, idle, busy),
         }
-        let pauses: Vec<String> = run
-            .events
-            .iter()
-            .filter(|ev| matches!(ev.kind, HostEventKind::Paused | HostEventKind::FreeState))
-            .map(|ev| {
-                format!(
-                    "{:.1} s {}: {}",
-                    ev.seconds,
-                    ev.vm.as_deref().unwrap_or("host"),
-                    ev.message
-                )
-            })
-            .collect();
+        let shown =
+            |ev: &&HostEvent| matches!(ev.kind, HostEventKind::Paused | HostEventKind::FreeState);
+        let line = |ev: &HostEvent| {
+            format!(
+                "{:.1} s {}: {}",
+                ev.seconds,
+                ev.vm.as_deref().unwrap_or("host"),
+                ev.message
+            )
+        };
+        let pauses: Vec<String> = run.events.iter().filter(shown).map(line).collect();
         let _ = writeln!(
             s,
             "\nFree-state changes and pauses ({} in all):\n",
@@ -211,16 +210,15 @@ fn shares_md(s: &mut String, run: &HostRun, big: &str, small: &str, goal: f64) {
         x.ratio, x.ratio_range.0, x.ratio_range.1, x.target_ratio
     );
     let _ = writeln!(s, "- within 10 % of {goal:.0}:1: {}", yes(x.within));
+    let (after, at) = (or_dash(x.converged_after, 1), x.joined_at);
     let _ = writeln!(
         s,
-        "- converged (ratio within 10 % from then on) {} s after `{big}` joined at {:.1} s",
-        or_dash(x.converged_after, 1),
-        x.joined_at
+        "- converged (ratio within 10 % from then on) {after} s after `{big}` joined at {at:.1} s"
     );
+    let (changes, pauses) = (x.state_changes, x.pauses);
     let _ = writeln!(
         s,
-        "- in the steady state: {} free-state changes, {} pauses",
-        x.state_changes, x.pauses
+        "- in the steady state: {changes} free-state changes, {pauses} pauses"
     );
 }
 
@@ -243,21 +241,19 @@ fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
         ]);
     }
     s.push_str(&t.markdown());
+    let (equal, moved, speedup) = (yes(x.equal_untaxed), yes(x.moved), or_dash(x.speedup, 2));
+    let gained = x.taxed.busy_mib - x.untaxed.busy_mib;
     let _ = writeln!(
         s,
-        "\n- at tax 0 both get the same allocation (within 10 %): {}",
-        yes(x.equal_untaxed)
+        "\n- at tax 0 both get the same allocation (within 10 %): {equal}"
     );
     let _ = writeln!(
         s,
-        "- at tax 0.75 memory moves from `{idle}` to `{busy}`: {} ({:+.1} MiB)",
-        yes(x.moved),
-        x.taxed.busy_mib - x.untaxed.busy_mib
+        "- at tax 0.75 memory moves from `{idle}` to `{busy}`: {moved} ({gained:+.1} MiB)"
     );
     let _ = writeln!(
         s,
-        "- `{busy}`'s throughput at 0.75 over 0: **{}** (the paper: over 1.3)",
-        or_dash(x.speedup, 2)
+        "- `{busy}`'s throughput at 0.75 over 0: **{speedup}** (the paper: over 1.3)"
     );
     let _ = writeln!(
         s,

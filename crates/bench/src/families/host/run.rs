@@ -143,26 +143,19 @@ fn drive(
     label: &str,
 ) -> Result<HostRun, String> {
     let now = || started.elapsed().as_secs_f64();
+    let at_start = e.vms.iter().filter(|v| v.at <= 0.0);
     let mut run = HostRun {
         taxes: vec![(0.0, e.idle_tax)],
-        joined: e
-            .vms
-            .iter()
-            .filter(|v| v.at <= 0.0)
-            .map(|v| (v.spec.name.clone(), 0.0))
-            .collect(),
+        joined: at_start.map(|v| (v.spec.name.clone(), 0.0)).collect(),
         ..HostRun::default()
     };
-    let mut tails: Vec<(String, Tail)> = e
-        .vms
-        .iter()
-        .map(|v| {
-            (
-                v.spec.name.clone(),
-                Tail::new(state.join(format!("{}.log", v.spec.name))),
-            )
-        })
-        .collect();
+    let tail = |v: &PlannedVm| {
+        (
+            v.spec.name.clone(),
+            Tail::new(state.join(format!("{}.log", v.spec.name))),
+        )
+    };
+    let mut tails: Vec<(String, Tail)> = e.vms.iter().map(tail).collect();
     let mut pending_vms: Vec<&PlannedVm> = e.vms.iter().filter(|v| v.at > 0.0).collect();
     let mut pending_tax: Vec<(f64, f64)> = e.tax_changes.clone();
     let mut since = -1.0f64;
@@ -275,25 +268,19 @@ fn progress(run: &HostRun, duration: f64) -> String {
     let Some(s) = run.samples.last() else {
         return "no tick yet".into();
     };
-    let vms: Vec<String> = s
-        .vms
-        .iter()
-        .map(|v| {
-            format!(
-                "{} {} MiB (target {}, active {:.0} %)",
-                v.name,
-                v.resident_bytes >> 20,
-                v.target_bytes >> 20,
-                active_fraction(v) * 100.0
-            )
-        })
-        .collect();
+    let vm = |v: &VmSample| {
+        let (resident, target) = (v.resident_bytes >> 20, v.target_bytes >> 20);
+        let active = active_fraction(v) * 100.0;
+        format!(
+            "{} {resident} MiB (target {target}, active {active:.0} %)",
+            v.name
+        )
+    };
+    let vms: Vec<String> = s.vms.iter().map(vm).collect();
+    let (at, free, state) = (s.seconds, s.free_bytes >> 20, s.free_state);
     format!(
-        "{:.0}/{duration:.0} s: {}; free {} MiB, {:?}",
-        s.seconds,
-        vms.join(", "),
-        s.free_bytes >> 20,
-        s.free_state
+        "{at:.0}/{duration:.0} s: {}; free {free} MiB, {state:?}",
+        vms.join(", ")
     )
 }
 

@@ -285,6 +285,7 @@ pub fn summary_rows(e: &HostExperiment, run: &HostRun) -> Vec<(String, String)> 
     let f = |x: f64| format!("{x:.4}");
     let o = |x: Option<f64>| x.map_or(String::new(), f);
     let b = |x: bool| u8::from(x).to_string();
+    let n = |x: usize| x.to_string();
     match e.goal {
         Goal::Shares { big, small, ratio } => shares_summary(run, big, small, ratio)
             .map(|s| {
@@ -303,11 +304,8 @@ pub fn summary_rows(e: &HostExperiment, run: &HostRun) -> Vec<(String, String)> 
                     (format!("{big}_active"), f(s.big_active)),
                     (format!("{small}_active"), f(s.small_active)),
                     ("converged_after_s".into(), o(s.converged_after)),
-                    (
-                        "free_state_changes_steady".into(),
-                        s.state_changes.to_string(),
-                    ),
-                    ("pauses_steady".into(), s.pauses.to_string()),
+                    ("free_state_changes_steady".into(), n(s.state_changes)),
+                    ("pauses_steady".into(), n(s.pauses)),
                     (format!("{big}_touches_per_s"), o(s.big_rate)),
                     (format!("{small}_touches_per_s"), o(s.small_rate)),
                 ]
@@ -335,7 +333,7 @@ pub fn summary_rows(e: &HostExperiment, run: &HostRun) -> Vec<(String, String)> 
                     ("throughput_90pct_s".into(), o(s.rate_s)),
                     ("equal_at_tax0".into(), b(s.equal_untaxed)),
                     ("moved_at_tax75".into(), b(s.moved)),
-                    ("pauses".into(), s.pauses.to_string()),
+                    ("pauses".into(), n(s.pauses)),
                 ]);
                 rows
             })

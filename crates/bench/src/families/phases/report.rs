@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, VmStats};
 
-use crate::families::phases::configs::Config;
+use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, Step};
 use crate::families::phases::vm::result::{fault_latency, Phase, RunResult, RunStatus};
 use crate::report::table::Table;
@@ -220,11 +220,8 @@ fn per_config(head: &str, configs: &[&Config], cells: impl Fn(&Config) -> Vec<St
 fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
     let reference = meta.reference;
     let step = &meta.experiment.steps[si];
-    let _ = writeln!(
-        s,
-        "## Whole run{title} (`{}` `{}`)\n",
-        step.workload, step.cmdline
-    );
+    let (workload, cmdline) = (step.workload, &step.cmdline);
+    let _ = writeln!(s, "## Whole run{title} (`{workload}` `{cmdline}`)\n");
     let ref_wall = median_ms(records, si, reference, "wall");
     let ref_boot = median_ms(records, si, reference, "boot");
     let head = format!("configuration | ok | killed | wall s median | min–max | vs {reference} | boot ms | vs {reference}");
@@ -248,11 +245,8 @@ fn whole_run(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, tit
 /// The wall-time ratio against each of the papers' baselines that ran (`-` where the peer
 /// completed no run).
 fn against_peers(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let peers: Vec<&str> = PEERS
-        .iter()
-        .copied()
-        .filter(|p| *p != meta.reference && meta.configs.iter().any(|c| c.name == *p))
-        .collect();
+    let ran = |p: &&str| *p != meta.reference && meta.configs.iter().any(|c| c.name == *p);
+    let peers: Vec<&str> = PEERS.iter().copied().filter(ran).collect();
     if peers.is_empty() {
         return;
     }
@@ -290,17 +284,9 @@ fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, t
 /// (repetition k of one against repetition k of the other: the runs are interleaved, so a pair
 /// shares the machine's state more than two medians do).
 fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let pairs: Vec<(&str, &str)> = meta
-        .configs
-        .iter()
-        .filter_map(|c| {
-            let t = c.without_balloon()?;
-            meta.configs
-                .iter()
-                .any(|o| o.name == t.name)
-                .then_some((c.name, t.name))
-        })
-        .collect();
+    let ran = |t: &Config| meta.configs.iter().any(|o| o.name == t.name);
+    let twin = |c: &&Config| Some((c.name, c.without_balloon().filter(|t| ran(t))?.name));
+    let pairs: Vec<(&str, &str)> = meta.configs.iter().filter_map(twin).collect();
     if pairs.is_empty() {
         return;
     }
@@ -321,13 +307,11 @@ fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
         let mut row = vec![with.to_owned(), without.to_owned()];
         for ph in &step.phases {
             let time = |r: &RunResult| r.phases.iter().find(|p| p.name == *ph).map(phase_ms);
-            row.push(cell(
-                ratio(
-                    median_ms(records, si, with, ph),
-                    median_ms(records, si, without, ph),
-                ),
-                pair_ratios(records, si, with, without, time),
-            ));
+            let medians = ratio(
+                median_ms(records, si, with, ph),
+                median_ms(records, si, without, ph),
+            );
+            row.push(cell(medians, pair_ratios(records, si, with, without, time)));
         }
         let ok_cpu = |r: &RunResult| r.cpu_ms.filter(|_| r.status == RunStatus::Ok);
         let cpu = |c: &str| {
@@ -371,19 +355,14 @@ fn pair_ratios(
 /// (medians): pages reported, zero-page faults and faults on released pages with the reported
 /// pages they took back, and the vCPUs' MMIO and port exits (QEMU's are inside KVM: `-`).
 fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let shown: Vec<&Config> = meta
-        .configs
-        .iter()
-        .copied()
-        .filter(|c| {
-            (c.balloon_device()
-                || meta
-                    .configs
-                    .iter()
-                    .any(|o| o.without_balloon().is_some_and(|t| t.name == c.name)))
-                && c.hv == crate::families::phases::configs::Hv::Memvisor
-        })
-        .collect();
+    // memvisor's configurations with a balloon device, and those one is compared with.
+    let twin = |c: &Config| {
+        meta.configs
+            .iter()
+            .any(|o| o.without_balloon().is_some_and(|t| t.name == c.name))
+    };
+    let shown = |c: &&&Config| c.hv == Hv::Memvisor && (c.balloon_device() || twin(c));
+    let shown: Vec<&Config> = meta.configs.iter().filter(shown).copied().collect();
     if shown.is_empty() {
         return;
     }
@@ -460,22 +439,17 @@ fn host_measurements(s: &mut String, meta: &Meta<'_>, records: &[Record], si: us
 fn incomplete_runs(s: &mut String, meta: &Meta<'_>, records: &[Record]) {
     let exp = meta.experiment;
     let _ = writeln!(s, "## Runs that did not complete\n");
-    let mut t = Table::new(
-        "configuration | workload | rep | status | exit | last phase completed | reason"
-            .split(" | "),
-    );
+    let head = "configuration | workload | rep | status | exit | last phase completed | reason";
+    let mut t = Table::new(head.split(" | "));
     for r in records.iter().filter(|r| r.result.status != RunStatus::Ok) {
+        let last = r.result.phases.last().map_or("-", |p| p.name.as_str());
         t.row(vec![
             r.config.name.to_owned(),
             exp.steps[r.step].workload.to_owned(),
             r.rep.to_string(),
             r.result.status.as_str().to_owned(),
             r.result.exit.clone(),
-            r.result
-                .phases
-                .last()
-                .map_or("-", |p| p.name.as_str())
-                .to_owned(),
+            last.to_owned(),
             r.result.reason.replace('|', "/"),
         ]);
     }

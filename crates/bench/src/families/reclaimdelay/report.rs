@@ -60,33 +60,23 @@ fn median_ms(c: &[&Reclaim]) -> Option<f64> {
     spread(c.iter().filter(|p| p.ok()).map(|p| p.ms).collect()).map(|s| s.0)
 }
 
+/// Decimals for milliseconds `v`: three significant digits, or more below 1 ms.
 fn digits(v: f64) -> usize {
-    if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else if v >= 1.0 {
-        2
-    } else {
-        3
-    }
+    [100.0, 10.0, 1.0].iter().position(|&t| v >= t).unwrap_or(3)
 }
 
 /// `report.md`.
 pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)]) -> String {
     let mut s = String::from("# memvisor bench reclaimdelay\n\n");
     let z = &setup.sizes;
+    let pages: Vec<String> = z.pages.iter().map(u64::to_string).collect();
     let _ = writeln!(
         s,
         "HyperDealer2 §6.2 (Table 2, Fig. 11): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {} MiB of guest RAM, one pass over a {} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {} s after the last victim's pass, the harness takes {} pages in turn ({} ms apart), split over the victims; balloons polled every {} ms. {} repetition(s), the methods' order changed each time.\n",
         z.mem >> 20,
         z.read_mb,
         SETTLE.as_secs_f64(),
-        z.pages
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
+        pages.join(", "),
         BETWEEN.as_millis(),
         POLL.as_millis(),
         setup.reps
@@ -102,10 +92,10 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     victims(&mut s, setup, points);
     release_detail(&mut s, points);
     let why = |p: &Reclaim| {
-        let (m, st, n, pages) = (p.method, p.state, p.victims, p.pages);
+        let (m, st, n, pages, rep) = (p.method, p.state, p.victims, p.pages, p.rep);
         format!(
-            "{m} {st} {n} victim(s) {pages} pages rep {}: {}",
-            p.rep, p.error
+            "{m} {st} {n} victim(s) {pages} pages rep {rep}: {}",
+            p.error
         )
     };
     let failed = points.iter().filter(|p| p.status == MeasureStatus::Failed);
@@ -158,21 +148,16 @@ fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
 /// The ratios of the medians in this run: against QEMU's balloon, and HD2 against memvisor's
 /// balloon.
 fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
-    let pairs: Vec<(&Method, &Method)> = {
-        let mut v = Vec::new();
-        let find = |n: &str| setup.methods.iter().copied().find(|m| m.name == n);
-        if let Some(q) = find("qemu-balloon") {
-            for m in setup.methods.iter().copied().filter(|m| !m.qemu) {
-                v.push((m, q));
-            }
-        }
-        if let Some(b) = find("balloon") {
-            for h in setup.methods.iter().copied().filter(|m| m.release) {
-                v.push((h, b));
-            }
-        }
-        v
+    // Every memvisor method against QEMU's balloon, and HD2 against memvisor's balloon.
+    let methods = || setup.methods.iter().copied();
+    let against = |of: &str, pick: fn(&Method) -> bool| {
+        let to = methods().find(|m| m.name == of);
+        to.into_iter()
+            .flat_map(move |to| methods().filter(move |m| pick(m)).map(move |m| (m, to)))
     };
+    let pairs: Vec<(&Method, &Method)> = against("qemu-balloon", |m| !m.qemu)
+        .chain(against("balloon", |m| m.release))
+        .collect();
     if pairs.is_empty() {
         return;
     }

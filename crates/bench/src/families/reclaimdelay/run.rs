@@ -82,16 +82,10 @@ fn start(
         } else {
             // HyperDealer2's victim order: a sequence is taken from its start, so its pages
             // are released in runs (random mirrored pages cost a protection and a drop each).
-            cmd.args([
-                "--mem-limit",
-                &mem,
-                "--mapper",
-                "--balloon",
-                "--victims",
-                "hd2",
-            ])
-            .args(["--sample-pages", "0", "--api-sock"])
-            .arg(sock);
+            cmd.args(["--mem-limit", &mem, "--mapper", "--balloon"])
+                .args(["--victims", "hd2", "--sample-pages", "0"])
+                .arg("--api-sock")
+                .arg(sock);
             if m.ready {
                 let most = setup.sizes.pages.iter().copied().max().unwrap_or(0);
                 cmd.args(["--release-ready", &(most * 4096).to_string()]);

@@ -6,11 +6,11 @@ use crate::harness::Bench;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::experiment::SharingPlan;
 use super::experiment::{half_time, steady};
+use super::experiment::{Mode, SharingPlan};
 use super::run::SharingRun;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
-use crate::report::numbers;
+use crate::report::numbers::{self, mean};
 use crate::report::table::Table;
 
 /// A run's figures at steady state.
@@ -33,10 +33,8 @@ pub struct Summary {
 /// The steady state of `p`: the samples in the `window` seconds before the first VM ended (or
 /// before the last sample).
 pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
-    let end = p
-        .first_exit_s
-        .or_else(|| p.samples.last().map(|s| s.t_s))
-        .unwrap_or(0.0);
+    let last_t = p.samples.last().map(|s| s.t_s);
+    let end = p.first_exit_s.or(last_t).unwrap_or(0.0);
     let upto: Vec<_> = p.samples.iter().filter(|s| s.t_s < end).collect();
     let from = end - window.as_secs_f64();
     let series = |f: &dyn Fn(&super::run::MapReading) -> u64| -> Vec<(f64, f64)> {
@@ -50,23 +48,22 @@ pub fn summary(p: &SharingRun, window: std::time::Duration) -> Summary {
         shared: steady(&series(&|s| s.census.shared), from).unwrap_or(0.0),
         reclaimed: r,
         half_s: half_time(&reclaimed, r),
-        ksmd: p.samples.last().map_or(0.0, |s| {
-            if s.t_s > 0.0 {
-                s.ksmd_ms as f64 / 1e3 / s.t_s
-            } else {
-                0.0
-            }
-        }),
+        ksmd: p
+            .samples
+            .last()
+            .filter(|s| s.t_s > 0.0)
+            .map_or(0.0, |s| s.ksmd_ms as f64 / 1e3 / s.t_s),
+        // Each VM's mean over its last seconds.
         ops_s: p
             .ops
             .iter()
-            .map(|v| {
-                let last = &v[v.len().saturating_sub(secs)..];
-                if last.is_empty() {
-                    0.0
-                } else {
-                    last.iter().sum::<u64>() as f64 / last.len() as f64
-                }
+            .filter_map(|v| {
+                mean(
+                    &v[v.len().saturating_sub(secs)..]
+                        .iter()
+                        .map(|&o| o as f64)
+                        .collect::<Vec<_>>(),
+                )
             })
             .sum(),
         zero_max: p.samples.iter().map(|s| s.zero).max().unwrap_or(0),
@@ -272,10 +269,8 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             numbers::spread_in(measured.iter().map(|p| f(p) as f64).collect(), 0, "")
         };
         let written = |p: &SharingRun| p.reclaimed_written + p.swap_out;
-        let never: Vec<f64> = measured
-            .iter()
-            .map(|p| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64)
-            .collect();
+        let never =
+            |p: &&&SharingRun| 100.0 * p.zeroed.saturating_sub(written(p)) as f64 / p.zeroed as f64;
         t.row(vec![
             mode.name.to_owned(),
             format!("{ok}/{}", all.len()),
@@ -285,7 +280,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
             col(&|p| p.reclaimed_zero),
             col(&|p| p.swap_out_zero),
             col(&written),
-            numbers::spread_in(never, 1, " %"),
+            numbers::spread_in(measured.iter().map(never).collect(), 1, " %"),
         ]);
     }
     s.push_str(&t.markdown());
@@ -299,9 +294,7 @@ pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, Stri
         format!(
             ", each under a {} MiB limit (memvisor's pager; QEMU: its memory cgroup limited to that plus its own memory, measured in this run: {}, with host swap)",
             l >> 20,
-            setup
-                .qemu_overhead
-                .map_or("not measured".into(), |o| format!("{:.1} MiB", o as f64 / f64::from(1u32 << 20)))
+            setup.qemu_overhead.map_or("not measured".into(), |o| format!("{} MiB", numbers::mib_text(o, 1)))
         )
     });
     let what = if setup.experiment == "zeroboot" {
@@ -338,15 +331,12 @@ pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, Stri
 /// repetition, one colour per mode.
 pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(), String> {
     let n = setup.sizes.vms.iter().copied().max().unwrap_or(1);
-    let runs: Vec<&SharingRun> = setup
-        .modes
-        .iter()
-        .filter_map(|m| {
-            points
-                .iter()
-                .find(|p| !p.probe && p.vms == n && p.mode == m.name && !p.samples.is_empty())
-        })
-        .collect();
+    let first = |m: &Mode| {
+        points
+            .iter()
+            .find(|p| !p.probe && p.vms == n && p.mode == m.name && !p.samples.is_empty())
+    };
+    let runs: Vec<&SharingRun> = setup.modes.iter().filter_map(first).collect();
     let to_mib = |pages: u64| pages as f64 * 4096.0 / numbers::MIB;
     let samples = || runs.iter().flat_map(|p| p.samples.iter());
     let tmax = samples().map(|s| s.t_s).fold(1.0, f64::max);
@@ -369,13 +359,9 @@ pub fn plot(path: &Path, setup: &SharingPlan, points: &[SharingRun]) -> Result<(
         let curve = |f: &dyn Fn(&super::run::MapReading) -> u64| -> Vec<(f64, f64)> {
             p.samples.iter().map(|s| (s.t_s, to_mib(f(s)))).collect()
         };
-        let reclaimed = curve(&|s| s.census.reclaimed);
-        panel
-            .lines
-            .push(Line::new(p.mode.clone(), color, 3, reclaimed));
-        panel
-            .lines
-            .push(Line::new("", color, 1, curve(&|s| s.census.shared)).dashed());
+        let reclaimed = Line::new(p.mode.clone(), color, 3, curve(&|s| s.census.reclaimed));
+        let shared = Line::new("", color, 1, curve(&|s| s.census.shared)).dashed();
+        panel.lines.extend([reclaimed, shared]);
     }
     Figure::one((1000, 560), panel).write(path)
 }

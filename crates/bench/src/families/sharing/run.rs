@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_host::ksm::Ksm;
 
-use super::experiment::{Census, Mode, SharingPlan};
+use super::experiment::{Census, Mode, SharingPlan, SCAN_PAGES, SCAN_SLEEP_MS};
 use crate::harness::child::ConsoleEvent;
 use crate::harness::guest::value;
 use crate::harness::order::interleave;
@@ -120,10 +120,8 @@ fn ram_mapping(pid: u32) -> Option<(u64, u64)> {
         .filter(|l| l.split_whitespace().count() <= 5)
         .filter_map(|l| {
             let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
-            Some((
-                u64::from_str_radix(lo, 16).ok()?,
-                u64::from_str_radix(hi, 16).ok()?,
-            ))
+            let hex = |s| u64::from_str_radix(s, 16).ok();
+            Some((hex(lo)?, hex(hi)?))
         })
         .max_by_key(|(lo, hi)| hi - lo)
 }
@@ -261,13 +259,8 @@ fn measure(
     let t0 = Instant::now();
     let (mut vms, mut done) = (Vec::new(), Vec::new());
     for i in 0..n {
-        match start_vm(
-            bench,
-            setup,
-            mode,
-            &format!("{what}-{}-n{n}-rep{rep}-vm{i}", mode.name),
-            probe,
-        ) {
+        let name = format!("{what}-{}-n{n}-rep{rep}-vm{i}", mode.name);
+        match start_vm(bench, setup, mode, &name, probe) {
             Ok(vm) => {
                 vms.push(vm);
                 done.push(false);
@@ -320,9 +313,8 @@ fn measure(
     for (vm, done) in vms.iter_mut().zip(done) {
         let pid = vm.child.id();
         // The kernel names the cgroup (`memvisor-<launcher pid>`) in its `oom-kill:` line.
-        let killed = readings::oom_lines(&new, pid, &[])
-            .iter()
-            .any(|l| l.starts_with("oom-kill:"));
+        let lines = readings::oom_lines(&new, pid, &[]);
+        let killed = lines.iter().any(|l| l.starts_with("oom-kill:"));
         p.oom_kills += u32::from(killed);
         if !done {
             teardown::kill(pid);
@@ -343,10 +335,8 @@ fn measure(
     if p.error.is_empty() && p.guests_ok < n {
         p.error = format!("{} of {n} guests did not finish with ok=1", n - p.guests_ok);
         if p.oom_kills > 0 {
-            p.error += &format!(
-                " ({} killed by the OOM killer of their memory cgroup)",
-                p.oom_kills
-            );
+            let kills = p.oom_kills;
+            p.error += &format!(" ({kills} killed by the OOM killer of their memory cgroup)");
         }
     }
     p
@@ -356,10 +346,7 @@ fn measure(
 /// order), then (in the first repetition) the timing probe per mode; KSM is the harness's
 /// meanwhile.
 pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String> {
-    let ksm = Ksm::fixed(
-        super::experiment::SCAN_PAGES,
-        super::experiment::SCAN_SLEEP_MS,
-    )?;
+    let ksm = Ksm::fixed(SCAN_PAGES, SCAN_SLEEP_MS)?;
     // The timing probe counts traps, not speed: once, in the first repetition.
     let cells = |rep| {
         let mut runs: Vec<(u32, bool)> = setup.sizes.vms.iter().map(|&n| (n, false)).collect();

@@ -1,7 +1,8 @@
 //! The outputs of `memvisor bench swapin`: `results.csv` (one row per run), `report.md` (the
 //! time to bring memory back per size and mode, beside MemFlex's figures) and `swapin.svg`.
 
-use crate::report::numbers::{fixed, spread, spread_in, MIB};
+use crate::report::numbers::{fixed, median, spread_in, MIB};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -166,14 +167,8 @@ fn pager_time(s: &mut String, points: &[SwapinRun]) {
     if !timed.is_empty() {
         s.push_str("\n## Where the pager's proactive swap-ins spent their time\n\nFrom each run's log (`pager: proactive swap-in: ...`): the table scan and the checks are under the page lock, the ordering and the file's reads off it (the reads on a read-ahead thread, overlapping the installs), the `UFFDIO_COPY`s under it (256 pages per hold at most).\n\n");
         for p in timed {
-            let _ = writeln!(
-                s,
-                "- {} {} MiB rep {}: {}",
-                p.mode,
-                p.size >> 20,
-                p.rep,
-                p.pager_timing
-            );
+            let (mode, mib, rep) = (p.mode, p.size >> 20, p.rep);
+            let _ = writeln!(s, "- {mode} {mib} MiB rep {rep}: {}", p.pager_timing);
         }
     }
 }
@@ -220,14 +215,15 @@ pub fn plot(path: &Path, modes: &[&'static Mode], points: &[SwapinRun]) -> Resul
     panel.legend = Legend::LowerRight;
     for (i, m) in modes.iter().enumerate() {
         let mine: Vec<&SwapinRun> = ok.iter().copied().filter(|p| p.mode == m.name).collect();
-        let mut sizes: Vec<u64> = mine.iter().map(|p| p.size).collect();
-        sizes.sort_unstable();
-        sizes.dedup();
-        let line = sizes.iter().filter_map(|&sz| {
-            let v: Vec<&&SwapinRun> = mine.iter().filter(|p| p.size == sz).collect();
-            let med = spread(v.iter().map(|p| p.back_s).collect())?.0;
-            Some((gib(v[0]), med))
-        });
+        let sizes: BTreeSet<u64> = mine.iter().map(|p| p.size).collect();
+        let at = |size: u64| {
+            mine.iter()
+                .filter(move |p| p.size == size)
+                .map(|p| p.back_s)
+        };
+        let line = sizes
+            .into_iter()
+            .filter_map(|sz| Some((sz as f64 / 1024.0 / MIB, median(at(sz).collect())?)));
         let mut l = Line::new(m.name, COLORS[i % COLORS.len()], 3, line.collect()).marked();
         l.crosses = mine.iter().map(|p| (gib(p), p.back_s)).collect();
         panel.lines.push(l);

@@ -139,19 +139,16 @@ fn poll_until(
 fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
     let name = format!("{}-{}M", mode.name, size >> 20);
     let mem = (size + HEADROOM).to_string();
+    let swap_in = if mode.proactive {
+        "proactive"
+    } else {
+        "faults"
+    };
     Vm::start(bench, &name, &format!("{name}-rep{rep}"), |cmd, sock, _| {
         cmd.args(["--mem", &mem])
             .arg("--api-sock")
             .arg(sock)
-            .args([
-                "--swap-in",
-                if mode.proactive {
-                    "proactive"
-                } else {
-                    "faults"
-                },
-            ])
-            .args(["--sample-pages", "0"])
+            .args(["--swap-in", swap_in, "--sample-pages", "0"])
             .args(["--workload", "toucher"])
             .args(["--cmdline", &format!("schedule={}", schedule(size))]);
         if mode.pool {
