@@ -135,11 +135,8 @@ fn run_tool(cmd: &str, args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{cmd} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        let (args, err) = (args.join(" "), String::from_utf8_lossy(&out.stderr));
+        Err(format!("{cmd} {args}: {}", err.trim()))
     }
 }
 

@@ -262,11 +262,8 @@ pub const REFERENCE: &str = "qemu-nolimit";
 /// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
 /// variants, which `balance` compares.
 pub fn consolidate_configs() -> Vec<(&'static str, Launch)> {
-    CONFIGS
-        .iter()
-        .copied()
-        .filter(|(c, _)| !["hd2-lru", "hd2-whole"].contains(c))
-        .collect()
+    let variant = |(c, _): &(&str, Launch)| ["hd2-lru", "hd2-whole"].contains(c);
+    CONFIGS.iter().copied().filter(|c| !variant(c)).collect()
 }
 
 /// What `memvisor bench balance` runs when not told: ballooning (its reference), HyperDealer2
@@ -347,18 +344,11 @@ pub fn job_secs(console: &str, workload: &str) -> Option<f64> {
     let prefix = format!("RESULT workload={workload} ");
     let lines: Vec<&str> = console.lines().filter(|l| l.starts_with(&prefix)).collect();
     let ms = |l: &str| crate::harness::guest::value::<f64>(l, "ms");
-    let done = lines
-        .iter()
-        .find(|l| l.starts_with(&format!("{prefix}phase=done ok=1")))?;
-    if let Some(m) = ms(done) {
+    let line = |start: String| lines.iter().find(|l| l.starts_with(&start));
+    if let Some(m) = ms(line(format!("{prefix}phase=done ok=1"))?) {
         return Some(m / 1e3);
     }
-    let phase = |p: &str| {
-        lines
-            .iter()
-            .find(|l| l.starts_with(&format!("{prefix}phase={p} ")))
-            .and_then(|l| ms(l))
-    };
+    let phase = |p: &str| line(format!("{prefix}phase={p} ")).and_then(|l| ms(l));
     Some((phase("load")? + phase("run")?) / 1e3)
 }
 

@@ -75,10 +75,10 @@ impl Sizes {
 
     /// The data disk's files (mkdisk's `--files`).
     pub fn disk_files(&self) -> String {
-        (0..self.files)
+        let files: Vec<String> = (0..self.files)
             .map(|i| format!("f{i}:{}M", self.file_mb))
-            .collect::<Vec<_>>()
-            .join(",")
+            .collect();
+        files.join(",")
     }
 
     /// The data disk's size (MiB).

@@ -19,12 +19,8 @@ fn joined<T: ToString>(v: &[T]) -> String {
 
 /// The guest's passes, ms, `;`-separated.
 fn pass_ms(p: &DwellRun) -> String {
-    joined(
-        &p.pass_ms
-            .iter()
-            .map(|m| format!("{m:.0}"))
-            .collect::<Vec<_>>(),
-    )
+    let ms: Vec<String> = p.pass_ms.iter().map(|m| format!("{m:.0}")).collect();
+    ms.join(";")
 }
 
 /// `results.csv`: one row per run.
@@ -154,13 +150,8 @@ pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]
         s.push_str(&t.markdown());
     }
     let why = |p: &DwellRun| {
-        format!(
-            "{} rep {}: {}: {}",
-            p.policy,
-            p.rep,
-            p.status.name(),
-            p.error
-        )
+        let (policy, rep, status, error) = (&p.policy, p.rep, p.status.name(), &p.error);
+        format!("{policy} rep {rep}: {status}: {error}")
     };
     crate::report::incomplete(&mut s, points.iter().filter(|p| !p.ok()).map(why));
     crate::report::environment(&mut s, env);

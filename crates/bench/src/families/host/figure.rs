@@ -27,12 +27,8 @@ pub fn allocations(history: &[HostSample], names: &[String], detail: bool) -> Ve
             (false, _) => String::new(),
         };
         let c = color(i);
-        lines.push(Line::new(
-            label("allocation"),
-            c,
-            2,
-            series(|v| v.resident_bytes),
-        ));
+        let resident = series(|v| v.resident_bytes);
+        lines.push(Line::new(label("allocation"), c, 2, resident));
         lines.push(Line::new(label("target"), c, 1, series(|v| v.target_bytes)).dashed());
         if detail {
             let active = series(|v| v.active_bytes);
@@ -46,18 +42,10 @@ pub fn allocations(history: &[HostSample], names: &[String], detail: bool) -> Ve
 /// dotted), with a vertical line where a VM joins or the tax changes, above each VM's
 /// throughput.
 pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String> {
-    let mut marks: Vec<(f64, String)> = run
-        .joined
-        .iter()
-        .filter(|(_, t)| *t > 0.0)
-        .map(|(n, t)| (*t, format!("{n} joins")))
-        .collect();
-    marks.extend(
-        run.taxes
-            .iter()
-            .skip(1)
-            .map(|(t, x)| (*t, format!("tax {x}"))),
-    );
+    let joins = run.joined.iter().filter(|(_, t)| *t > 0.0);
+    let mut marks: Vec<(f64, String)> = joins.map(|(n, t)| (*t, format!("{n} joins"))).collect();
+    let taxes = run.taxes.iter().skip(1);
+    marks.extend(taxes.map(|(t, x)| (*t, format!("tax {x}"))));
     let x = Axis::linear(0.0, run.end().max(e.duration).max(1.0));
     let y_max = e.vms.iter().map(|v| mib(v.spec.mem)).fold(1.0, f64::max) * 1.1;
     let mut memory = Panel::new(

@@ -151,12 +151,8 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
         let shown =
             |ev: &&HostEvent| matches!(ev.kind, HostEventKind::Paused | HostEventKind::FreeState);
         let line = |ev: &HostEvent| {
-            format!(
-                "{:.1} s {}: {}",
-                ev.seconds,
-                ev.vm.as_deref().unwrap_or("host"),
-                ev.message
-            )
+            let (at, vm, what) = (ev.seconds, ev.vm.as_deref().unwrap_or("host"), &ev.message);
+            format!("{at:.1} s {vm}: {what}")
         };
         let pauses: Vec<String> = run.events.iter().filter(shown).map(line).collect();
         let _ = writeln!(

@@ -273,12 +273,8 @@ pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
 pub const CSV_HEADER: &str = "kind,experiment,rep,seconds,vm,state,idle_tax,free_bytes,free_state,target_bytes,resident_bytes,active_fraction,balloon_bytes,swapped_bytes,limit_bytes,rate,metric,value";
 
 pub fn tax_at(run: &HostRun, t: f64) -> f64 {
-    run.taxes
-        .iter()
-        .rev()
-        .find(|(at, _)| *at <= t)
-        .or(run.taxes.first())
-        .map_or(0.0, |x| x.1)
+    let since = run.taxes.iter().rev().find(|(at, _)| *at <= t);
+    since.or(run.taxes.first()).map_or(0.0, |x| x.1)
 }
 
 pub fn summary_rows(e: &HostExperiment, run: &HostRun) -> Vec<(String, String)> {

@@ -160,24 +160,15 @@ impl Census {
 /// The mean of `values` over the samples at or after `from` (the steady state), or over the
 /// last sample when none is that late.
 pub fn steady(samples: &[(f64, f64)], from: f64) -> Option<f64> {
-    let late: Vec<f64> = samples
-        .iter()
-        .filter(|(t, _)| *t >= from)
-        .map(|&(_, v)| v)
-        .collect();
+    let late = samples.iter().filter(|(t, _)| *t >= from);
+    let late: Vec<f64> = late.map(|&(_, v)| v).collect();
     crate::report::numbers::mean(&late).or_else(|| samples.last().map(|&(_, v)| v))
 }
 
 /// When a series first reached half of `target` (its steady value), if ever.
 pub fn half_time(samples: &[(f64, f64)], target: f64) -> Option<f64> {
-    (target > 0.0)
-        .then(|| {
-            samples
-                .iter()
-                .find(|(_, v)| *v >= target / 2.0)
-                .map(|&(t, _)| t)
-        })
-        .flatten()
+    let half = samples.iter().find(|(_, v)| *v >= target / 2.0);
+    half.filter(|_| target > 0.0).map(|&(t, _)| t)
 }
 
 /// What `memvisor bench sharing` or `zeroboot` runs.

@@ -455,18 +455,13 @@ pub fn plot(
             format!(", {}", status.as_str())
         };
         // Each second's throughput at the second's middle.
-        let pts = run
-            .trace
-            .seconds
-            .iter()
-            .map(|&(n, ops)| (f64::from(n) - 0.5, ops as f64));
-        let width = if rep == 1 { 2 } else { 1 };
-        Line::new(
+        let mid = |&(n, ops): &(u32, u64)| (f64::from(n) - 0.5, ops as f64);
+        let pts = run.trace.seconds.iter().map(mid).collect();
+        let (name, width) = (
             format!("{c} rep {rep}{status}"),
-            color(ci),
-            width,
-            pts.collect(),
-        )
+            if rep == 1 { 2 } else { 1 },
+        );
+        Line::new(name, color(ci), width, pts)
     };
     let lines: Vec<Line> = runs.iter().map(line).collect();
     let mean_or = |v: Vec<f64>, dflt: f64| numbers::mean(&v).unwrap_or(dflt);

@@ -352,12 +352,8 @@ pub fn plot(path: &Path, name: &str, series: &Series, records: &[Record]) -> Res
     };
     let touched = Line::new("touched (schedule)", BLACK, 3, staircase(&spans));
     let part = |name, c, width, f: fn(&ActiveMemory) -> f64| {
-        Line::new(
-            name,
-            color(c),
-            width,
-            curve(&|p| p.sample.bytes(f(&p.sample.active))),
-        )
+        let pts = curve(&|p| p.sample.bytes(f(&p.sample.active)));
+        Line::new(name, color(c), width, pts)
     };
     let sampled_from = curve(&|p| p.sample.base_bytes() as f64);
     let lines = vec![
