@@ -21,9 +21,8 @@ fn field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let mut w = l.split_whitespace();
         let k = w.next()?;
-        (k.trim_end_matches(':') == key.trim_end_matches(':'))
-            .then(|| w.next()?.parse().ok())
-            .flatten()
+        let v = w.next()?.parse().ok();
+        v.filter(|_| k.trim_end_matches(':') == key.trim_end_matches(':'))
     })
 }
 
@@ -273,9 +272,9 @@ pub fn swap_used(file: &Path) -> Option<u64> {
     let name = file.display().to_string();
     t.lines().skip(1).find_map(|l| {
         let w: Vec<&str> = l.split_whitespace().collect();
-        (w.first() == Some(&name.as_str()))
-            .then(|| w.get(3)?.parse::<u64>().ok().map(|kb| kb << 10))
-            .flatten()
+        let kb = w.get(3)?.parse::<u64>().ok();
+        kb.filter(|_| w.first() == Some(&name.as_str()))
+            .map(|kb| kb << 10)
     })
 }
 

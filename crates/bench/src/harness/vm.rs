@@ -96,11 +96,8 @@ impl Vm {
 
     /// Its pager's stats (`GET /stats`).
     pub fn pager(&self) -> Result<PagerStats, String> {
-        self.client()
-            .stats()
-            .map_err(|e| e.to_string())?
-            .pager
-            .ok_or_else(|| "the VM has no pager".to_owned())
+        let stats = self.client().stats().map_err(|e| e.to_string())?;
+        stats.pager.ok_or_else(|| "the VM has no pager".to_owned())
     }
 
     /// Stops it (SIGTERM, then SIGKILL to its process group after 5 s) and reaps it.

@@ -39,10 +39,11 @@ impl Family for Consolidate {
             )?;
             configs.into_iter().copied().collect()
         } else if balance {
+            let of_balance = |(c, _): &(&str, Launch)| experiment::BALANCE_CONFIGS.contains(c);
             experiment::CONFIGS
                 .iter()
                 .copied()
-                .filter(|(c, _)| experiment::BALANCE_CONFIGS.contains(c))
+                .filter(of_balance)
                 .collect()
         } else {
             experiment::consolidate_configs()

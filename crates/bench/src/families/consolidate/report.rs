@@ -197,21 +197,17 @@ pub fn write_outputs(
     w("rss.csv", &rss_csv.csv())?;
     w("report.md", &report(records, runs, shape))?;
     for &scenario in &shape.scenarios {
+        let name = scenario.name();
         plot(
-            &out.join(format!("consolidate-{}.svg", scenario.name())),
+            &out.join(format!("consolidate-{name}.svg")),
             records,
             shape,
             scenario,
         )?;
         for &n in &shape.ns {
             if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
-                plot_rss(
-                    &out.join(format!("rss-{}-n{n}.svg", scenario.name())),
-                    runs,
-                    &shape.configs,
-                    scenario,
-                    n,
-                )?;
+                let path = out.join(format!("rss-{name}-n{n}.svg"));
+                plot_rss(&path, runs, &shape.configs, scenario, n)?;
             }
         }
     }

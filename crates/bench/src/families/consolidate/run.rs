@@ -104,21 +104,12 @@ struct RunCase {
 /// are in the bench's `work` directory.
 pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<(), String> {
     let work = &bench.work;
+    let (src, balance) = (work.join("src.img"), work.join("balance.img"));
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
-        mkdisk_once(
-            &bench.exe,
-            &work.join("src.img"),
-            INPUT_MB + 16,
-            &format!("src:{INPUT_MB}M"),
-        )?;
+        mkdisk_once(&bench.exe, &src, INPUT_MB + 16, &format!("src:{INPUT_MB}M"))?;
     }
     if s.scenarios.iter().any(|sc| sc.own_disks()) {
-        mkdisk_once(
-            &bench.exe,
-            &work.join("balance.img"),
-            BALANCE_DISK_MB,
-            BALANCE_FILES,
-        )?;
+        mkdisk_once(&bench.exe, &balance, BALANCE_DISK_MB, BALANCE_FILES)?;
     }
     let (mut records, mut traces) = (Vec::new(), Vec::new());
     let cells = |_| {

@@ -60,11 +60,8 @@ impl Sizes {
     /// that no file begins on disk where the one read before it ended and each is a stream of
     /// its own (files lie on the disk in the order they were made).
     fn read_order(&self) -> Vec<String> {
-        (0..self.files)
-            .step_by(2)
-            .chain((1..self.files).step_by(2))
-            .map(|i| format!("f{i}"))
-            .collect()
+        let (even, odd) = ((0..self.files).step_by(2), (1..self.files).step_by(2));
+        even.chain(odd).map(|i| format!("f{i}")).collect()
     }
 
     /// The guest's command line: one pass over the files, then a few seconds up so the harness

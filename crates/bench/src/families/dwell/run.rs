@@ -171,12 +171,8 @@ fn follow(setup: &DwellPlan, timeout: Duration, vm: &Vm, p: &mut DwellRun) -> Re
 /// Runs every policy, repetition by repetition (in `order::of_rep`'s order).
 pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
     let img = bench.work.join("data.img");
-    crate::harness::setup::mkdisk(
-        &bench.exe,
-        &img,
-        setup.sizes.disk_mb(),
-        Some(&setup.sizes.disk_files()),
-    )?;
+    let (mb, files) = (setup.sizes.disk_mb(), setup.sizes.disk_files());
+    crate::harness::setup::mkdisk(&bench.exe, &img, mb, Some(&files))?;
     let what = |_: &(), policy: &String| policy.clone();
     interleave(
         "dwell",

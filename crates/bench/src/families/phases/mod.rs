@@ -61,12 +61,8 @@ fn configs_of(a: &BenchArgs, exp: &Experiment) -> Result<Vec<&'static Config>, S
     } else {
         a.configs.clone()
     };
-    choose(
-        &names,
-        configs::CONFIGS,
-        |c| c.name,
-        |n, all| format!("unknown configuration '{n}'; known: {all}"),
-    )
+    let unknown = |n: &str, all: &str| format!("unknown configuration '{n}'; known: {all}");
+    choose(&names, configs::CONFIGS, |c| c.name, unknown)
 }
 
 /// What the kind of experiment asks of the configurations and flags.

@@ -175,15 +175,15 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         s.push('\n');
     }
     incomplete_runs(&mut s, meta, records);
-    let balloons: Vec<String> = records
-        .iter()
-        .filter_map(|r| {
-            r.result
-                .balloon
-                .as_ref()
-                .map(|b| format!("{} rep {}: {b}", r.config.name, r.rep))
-        })
-        .collect();
+    let balloon = |r: &Record| {
+        Some(format!(
+            "{} rep {}: {}",
+            r.config.name,
+            r.rep,
+            r.result.balloon.as_ref()?
+        ))
+    };
+    let balloons: Vec<String> = records.iter().filter_map(balloon).collect();
     write_setup(&mut s, meta, &balloons);
     s
 }

@@ -99,9 +99,8 @@ fn start(
 
 /// The pages the balloon holds on a memvisor victim (`GET /stats`).
 fn held(c: &VmClient) -> Result<u64, String> {
-    c.stats()
-        .map_err(|e| e.to_string())?
-        .balloon
+    let balloon = c.stats().map_err(|e| e.to_string())?.balloon;
+    balloon
         .map(|b| b.actual_pages)
         .ok_or_else(|| "the VM has no balloon".to_owned())
 }
@@ -319,12 +318,8 @@ fn disks(bench: &Bench, setup: &ReclaimPlan) -> Result<(), String> {
     let most = setup.sizes.victims.iter().copied().max().unwrap_or(1);
     for slot in 0..most {
         let path = bench.work.join(format!("victim{slot}.img"));
-        crate::harness::setup::mkdisk(
-            &bench.exe,
-            &path,
-            setup.sizes.disk_mb(),
-            Some(&setup.sizes.files()),
-        )?;
+        let (mb, files) = (setup.sizes.disk_mb(), setup.sizes.files());
+        crate::harness::setup::mkdisk(&bench.exe, &path, mb, Some(&files))?;
     }
     Ok(())
 }

@@ -197,13 +197,11 @@ mod tests {
             let z = Sizes::of("zeroboot", scale);
             assert!(z.cmdline.contains("zero_mb=") && z.probe.is_none());
             // The limit is below what the guest zeroes: the zeroed pages must leave.
-            let zero_mb: u64 = z
+            let zero_mb = z
                 .cmdline
                 .split(' ')
-                .find_map(|w| w.strip_prefix("zero_mb="))
-                .unwrap()
-                .parse()
-                .unwrap();
+                .find_map(|w| w.strip_prefix("zero_mb="));
+            let zero_mb: u64 = zero_mb.unwrap().parse().unwrap();
             assert!(z.limit.unwrap() < zero_mb << 20 && zero_mb << 20 < z.mem);
         }
         for m in modes("sharing").iter().chain(modes("zeroboot")) {
