@@ -82,10 +82,8 @@ mod tests {
 
     #[test]
     fn balloon_answers_are_read() {
-        assert_eq!(
-            balloon_actual(r#"{"return": {"actual": 100663296}}"#),
-            Some(100_663_296)
-        );
+        let actual = balloon_actual(r#"{"return": {"actual": 100663296}}"#);
+        assert_eq!(actual, Some(100_663_296));
         assert_eq!(balloon_actual(r#"{"return": {}}"#), None);
         assert_eq!(balloon_actual("garbage"), None);
     }

@@ -428,29 +428,21 @@ mod tests {
         let (hd2, nolimit) = (find("hd2"), find("hd2-nolimit"));
         let work = Path::new("/x");
         let image = &disk(Scenario::Mapreduce, 1, work);
-        assert_eq!(
-            spec(1, hd2, Scenario::Mapreduce, image),
-            spec(1, nolimit, Scenario::Mapreduce, image),
-            "the same VMs"
-        );
+        let vm = |kind| spec(1, kind, Scenario::Mapreduce, image);
+        assert_eq!(vm(hd2), vm(nolimit), "the same VMs");
         for n in [1, 6, 12] {
             assert_eq!(host_budget(hd2, n), BUDGET);
             // Each VM whole, with its VMM's overhead, and the high state's 6 % free to spare.
             let whole = u64::from(n) * (MEM + (64 << 20));
-            assert!(
-                host_budget(nolimit, n) as f64 * 0.94 >= whole as f64,
-                "{n} VMs"
-            );
+            let budget = host_budget(nolimit, n) as f64;
+            assert!(budget * 0.94 >= whole as f64, "{n} VMs");
         }
     }
 
     #[test]
     fn the_mixed_scenario_runs_each_workload_in_turn() {
         let w: Vec<&str> = (1..=6).map(|i| job(Scenario::Mixed, i).0).collect();
-        assert_eq!(
-            w,
-            ["seqread", "mapreduce", "kv", "seqread", "mapreduce", "kv"]
-        );
+        assert_eq!(w, ["seqread", "mapreduce", "kv"].repeat(2));
         assert!((1..=6).all(|i| job(Scenario::Mapreduce, i).0 == "mapreduce"));
         assert_eq!(Scenario::parse(" mixed").unwrap(), Scenario::Mixed);
         assert!(Scenario::parse("kv")

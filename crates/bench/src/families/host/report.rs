@@ -364,12 +364,8 @@ mod tests {
             101.0,
             &[("small", 300, 200, 1.0), ("big", 300, 400, 1.0)],
         ));
-        assert_eq!(
-            shares_summary(&bad, "big", "small", 2.0)
-                .unwrap()
-                .converged_after,
-            None
-        );
+        let bad = shares_summary(&bad, "big", "small", 2.0).unwrap();
+        assert_eq!(bad.converged_after, None);
         // Big never joined: nothing to say.
         let mut alone = run;
         alone.joined.truncate(1);
@@ -446,10 +442,8 @@ mod tests {
                 assert_eq!(line.split(',').count(), cols, "{line}");
                 kinds.insert(line.split(',').next().unwrap().to_owned());
             }
-            assert!(
-                kinds.contains("sample") && kinds.contains("summary"),
-                "{kinds:?}"
-            );
+            let both = kinds.contains("sample") && kinds.contains("summary");
+            assert!(both, "{kinds:?}");
             let md = markdown(
                 &e,
                 std::slice::from_ref(&run),

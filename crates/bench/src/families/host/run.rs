@@ -291,19 +291,13 @@ mod tests {
     #[test]
     fn throughput_lines() {
         assert_eq!(throughput_of("kv: t=3s ops_s=812345"), Some(812_345.0));
-        assert_eq!(
-            throughput_of("RESULT workload=toucher phase=step2 ws_mb=480 secs=10 ms=10000.5 touches=2000100 pgfault=1"),
-            Some(2_000_100.0 / 10_000.5 * 1000.0)
-        );
-        assert_eq!(
-            throughput_of("RESULT workload=toucher phase=done ok=1 ms=3"),
-            None
-        );
+        let step = "RESULT workload=toucher phase=step2 ws_mb=480 secs=10 ms=10000.5 touches=2000100 pgfault=1";
+        assert_eq!(throughput_of(step), Some(2_000_100.0 / 10_000.5 * 1000.0));
+        let done = "RESULT workload=toucher phase=done ok=1 ms=3";
+        assert_eq!(throughput_of(done), None);
         assert_eq!(throughput_of("kv: t=3s ops_s=many"), None);
-        assert_eq!(
-            throughput_of("RESULT workload=toucher phase=step1 ms=0 touches=5"),
-            None
-        );
+        let no_time = "RESULT workload=toucher phase=step1 ms=0 touches=5";
+        assert_eq!(throughput_of(no_time), None);
         assert_eq!(throughput_of("memvisor guest kit: booting"), None);
     }
 

@@ -173,11 +173,8 @@ mod tests {
             let c = configs::find(c).unwrap();
             let twin = c.without_balloon().map(|t| t.name);
             assert!(!c.balloon, "{}: never inflated", c.name);
-            assert!(
-                !c.balloon_device() || twin.is_some_and(|t| o.configs.contains(&t)),
-                "{}",
-                c.name
-            );
+            let twin_runs = twin.is_some_and(|t| o.configs.contains(&t));
+            assert!(!c.balloon_device() || twin_runs, "{}", c.name);
         }
         for c in ["qemu-fpr", "memvisor-nolimit-fpr", "memvisor-fpr"] {
             assert!(o.configs.contains(&c), "{c}");
@@ -220,22 +217,18 @@ mod tests {
             assert!(sizes.windows(2).any(|w| w[1] > w[0]), "a step up");
             assert!(sizes.windows(2).any(|w| w[1] < w[0]), "a step down");
             for &(mb, secs) in &s.schedule {
+                let (periods, room) = (s.sample_period * 8, e.mem / 2);
+                assert!(Duration::from_secs(secs) >= periods, "{scale:?}");
                 assert!(
-                    Duration::from_secs(secs) >= s.sample_period * 8,
-                    "{scale:?}"
-                );
-                assert!(
-                    mb << 20 <= e.mem / 2,
+                    mb << 20 <= room,
                     "{scale:?}: {mb} MiB leaves the guest room"
                 );
             }
             assert!(s.every <= s.sample_period * 4);
         }
         let full = find("workingset", Scale::Full).unwrap();
-        assert_eq!(
-            full.measure.series().unwrap().run_flags(),
-            ["--sample-pages", "400", "--sample-period", "2"]
-        );
+        let flags = full.measure.series().unwrap().run_flags();
+        assert_eq!(flags, ["--sample-pages", "400", "--sample-period", "2"]);
         assert_eq!(find("seqread", Scale::Full).unwrap().default_reps(), 3);
     }
 }

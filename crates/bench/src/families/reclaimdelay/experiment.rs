@@ -209,10 +209,8 @@ mod tests {
         }
         assert_eq!(Sizes::of(Scale::Full).files(), "seq:128M,dirty:128M");
         assert_eq!(Sizes::share(10_000, 4, 0), 2_500);
-        assert_eq!(
-            (0..3).map(|i| Sizes::share(100, 3, i)).collect::<Vec<_>>(),
-            [34, 33, 33]
-        );
+        let shares: Vec<u64> = (0..3).map(|i| Sizes::share(100, 3, i)).collect();
+        assert_eq!(shares, [34, 33, 33]);
         let (hd2, bal) = (method("hd2").unwrap(), method("balloon").unwrap());
         let (idle, cpu, dirty) = (
             state("idle").unwrap(),

@@ -402,20 +402,18 @@ mod tests {
         assert_eq!(p.ops, vec![vec![], vec![123_456]]);
         assert_eq!(p.zeroed, 200 * 256);
         assert_eq!(p.guests_ok, 1);
-        assert_eq!(
-            p.probe_rounds,
-            vec![ProbeRound {
-                pages: 64,
-                common_ns: 40_000,
-                private_ns: 150,
-                common_slow: 60,
-                private_slow: 0
-            }]
+        let r = &p.probe_rounds;
+        assert_eq!(r.len(), 1);
+        let got = (
+            r[0].pages,
+            r[0].common_ns,
+            r[0].private_ns,
+            r[0].common_slow,
+            r[0].private_slow,
         );
-        assert_eq!(
-            value::<u64>("ksm_zero_pages=17", "ksm_zero_pages"),
-            Some(17)
-        );
+        assert_eq!(got, (64, 40_000, 150, 60, 0));
+        let zero = value::<u64>("ksm_zero_pages=17", "ksm_zero_pages");
+        assert_eq!(zero, Some(17));
         assert_eq!(value::<u64>("a=1 ab=2", "ab"), Some(2));
     }
 

@@ -292,15 +292,11 @@ mod tests {
             .contains("whole MiB"));
         assert_eq!(schedule(256 << 20), "256:4,1:1,256:3600");
         assert_eq!(schedule(2 << 30), "2048:11,1:1,2048:3600");
-        assert_eq!(
-            mode("disk-faults").map(|m| (m.pool, m.proactive)),
-            Some((false, false))
-        );
+        let disk_faults = mode("disk-faults").map(|m| (m.pool, m.proactive));
+        assert_eq!(disk_faults, Some((false, false)));
         assert!(mode("pool").is_none());
-        assert_eq!(
-            parse_result("RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5"),
-            Some(("sweep3".into(), Some(812.5), None))
-        );
+        let sweep = parse_result("RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5");
+        assert_eq!(sweep, Some(("sweep3".into(), Some(812.5), None)));
         let log = "x INFO pager: proactive swap-in: 10 pages in 1.0 ms (39 MiB/s): table scan 0.1 ms\nother\ny INFO pager: proactive swap-in: 20 pages in 2.0 ms\n";
         assert_eq!(pager_timing(log), "20 pages in 2.0 ms");
         assert_eq!(pager_timing("nothing"), "");

@@ -197,10 +197,8 @@ mod tests {
     fn the_console_gives_seconds_and_the_hog() {
         let t = parse_console(CONSOLE);
         let ops: Vec<u64> = t.seconds.iter().map(|s| s.1).collect();
-        assert_eq!(
-            t.seconds.iter().map(|s| s.0).collect::<Vec<_>>(),
-            (1..=7).collect::<Vec<_>>()
-        );
+        let seconds: Vec<u32> = t.seconds.iter().map(|s| s.0).collect();
+        assert_eq!(seconds, (1..=7).collect::<Vec<_>>());
         assert_eq!(ops, [1000, 1100, 100, 50, 600, 960, 1050]);
         assert_eq!(t.read_p99_us, vec![(1, 3.5)]);
         assert_eq!((t.hog_start_ms, t.hog_alloc_ms), (Some(2000), Some(400)));
@@ -226,10 +224,8 @@ mod tests {
         assert_eq!(m.settled, m.recovery);
         // Without a release there is no recovery; the dip runs to the end.
         let m = measure(&t, 2.0, None);
-        assert_eq!(
-            (m.recovery, m.at_release, m.dip_min),
-            (None, None, Some(50))
-        );
+        let (recovery, at_release, dip_min) = (m.recovery, m.at_release, m.dip_min);
+        assert_eq!((recovery, at_release, dip_min), (None, None, Some(50)));
         // Never back: the time watched after the release is a lower bound.
         let slow = Trace {
             seconds: vec![(1, 100), (2, 100), (3, 10), (4, 20), (5, 80)],
@@ -255,16 +251,12 @@ mod tests {
     fn medians_of_recoveries_keep_their_bounds() {
         use Recovery::{After, Not};
         assert_eq!(median_recovery(&[]), None);
-        assert_eq!(
-            median_recovery(&[After(3.0), Not(40.0), After(1.0)]),
-            Some(After(3.0))
-        );
+        let three = median_recovery(&[After(3.0), Not(40.0), After(1.0)]);
+        assert_eq!(three, Some(After(3.0)));
         assert_eq!(median_recovery(&[After(2.0), After(4.0)]), Some(After(3.0)));
         assert_eq!(median_recovery(&[After(2.0), Not(40.0)]), Some(Not(21.0)));
-        assert_eq!(
-            median_recovery(&[Not(38.0), Not(40.0), After(5.0)]),
-            Some(Not(38.0))
-        );
+        let bound = median_recovery(&[Not(38.0), Not(40.0), After(5.0)]);
+        assert_eq!(bound, Some(Not(38.0)));
         assert_eq!(Not(40.4).show(), "> 40");
         assert_eq!(After(2.25).show(), "2.2");
     }

@@ -91,14 +91,10 @@ mod tests {
 
     #[test]
     fn parses_result_lines_and_the_pager_stats() {
-        assert_eq!(
-            parse_result("RESULT workload=seqread phase=pass2 ms=857.541 mb_s=244"),
-            Some(("pass2".into(), Some(857.541), None))
-        );
-        assert_eq!(
-            parse_result("RESULT workload=alloc phase=done ok=1 ms=5"),
-            Some(("done".into(), Some(5.0), Some("1".into())))
-        );
+        let pass = parse_result("RESULT workload=seqread phase=pass2 ms=857.541 mb_s=244");
+        assert_eq!(pass, Some(("pass2".into(), Some(857.541), None)));
+        let done = parse_result("RESULT workload=alloc phase=done ok=1 ms=5");
+        assert_eq!(done, Some(("done".into(), Some(5.0), Some("1".into()))));
         assert_eq!(parse_result("seqread: pass 1"), None);
         let stats = VmStats {
             pager: Some(memvisor_api::PagerStats {
