@@ -174,21 +174,15 @@ pub fn run(bench: &Bench, setup: &DwellPlan) -> Result<Vec<DwellRun>, String> {
     let (mb, files) = (setup.sizes.disk_mb(), setup.sizes.disk_files());
     crate::harness::setup::mkdisk(&bench.exe, &img, mb, Some(&files))?;
     let what = |_: &(), policy: &String| policy.clone();
-    interleave(
-        "dwell",
-        setup.reps,
-        |_| vec![()],
-        &setup.policies,
-        what,
-        |t| {
-            let pt = measure(bench, setup, t.config, t.rep);
-            let back = pt.hist.iter().sum::<u64>();
-            let (status, calls) = (pt.status.name(), pt.calls);
-            t.say(&format!(
-                "{status}: {calls} releases, {back} pages came back {}",
-                pt.error
-            ));
-            Ok(vec![pt])
-        },
-    )
+    let once = |_| vec![()];
+    interleave("dwell", setup.reps, once, &setup.policies, what, |t| {
+        let pt = measure(bench, setup, t.config, t.rep);
+        let back = pt.hist.iter().sum::<u64>();
+        let (status, calls) = (pt.status.name(), pt.calls);
+        t.say(&format!(
+            "{status}: {calls} releases, {back} pages came back {}",
+            pt.error
+        ));
+        Ok(vec![pt])
+    })
 }

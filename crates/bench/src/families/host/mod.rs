@@ -41,27 +41,21 @@ impl Family for Host {
         let (exe, out, env) = (&bench.exe, &bench.out, &bench.env);
         let what = |(): &(), (): &()| "memvisor host".to_owned();
         let reps = a.reps.unwrap_or(1);
-        let runs = interleave(
-            e.name,
-            reps,
-            |_| vec![()],
-            &[()],
-            what,
-            |t| {
-                let budget = e.memory >> 20;
-                t.say(&format!("budget {budget} MiB, {:.0} s", e.duration));
-                let rep_out = if reps == 1 {
-                    out.to_owned()
-                } else {
-                    out.join(format!("rep{}", t.rep))
-                };
-                std::fs::create_dir_all(rep_out.join("logs"))
-                    .map_err(|err| format!("{}: {err}", rep_out.display()))?;
-                let run = run::run_once(exe, &e, &rep_out, &t.label)?;
-                t.say(&format!("done: {}", summary::headline(&e, &run)));
-                Ok(vec![run])
-            },
-        )?;
+        let once = |_| vec![()];
+        let runs = interleave(e.name, reps, once, &[()], what, |t| {
+            let budget = e.memory >> 20;
+            t.say(&format!("budget {budget} MiB, {:.0} s", e.duration));
+            let rep_out = if reps == 1 {
+                out.to_owned()
+            } else {
+                out.join(format!("rep{}", t.rep))
+            };
+            std::fs::create_dir_all(rep_out.join("logs"))
+                .map_err(|err| format!("{}: {err}", rep_out.display()))?;
+            let run = run::run_once(exe, &e, &rep_out, &t.label)?;
+            t.say(&format!("done: {}", summary::headline(&e, &run)));
+            Ok(vec![run])
+        })?;
         let first = runs.first().ok_or_else(|| "no run to plot".to_owned());
         crate::report::write_report(
             out,

@@ -338,26 +338,20 @@ pub fn run(bench: &Bench, setup: &ReclaimPlan) -> Result<Vec<Reclaim>, String> {
     };
     let what =
         |&(n, st): &(u32, &State), m: &&Method| format!("{} {} {n} victim(s)", m.name, st.name);
-    interleave(
-        "reclaimdelay",
-        setup.reps,
-        cells,
-        &setup.methods,
-        what,
-        |t| {
-            let (n, st) = *t.cell;
-            let points = group(bench, setup, t.config, st, n, t.rep);
-            for p in &points {
-                t.say(&if p.ok() {
-                    format!(
-                        "{} pages in {:.2} ms ({} obtained)",
-                        p.pages, p.ms, p.obtained
-                    )
-                } else {
-                    format!("{} pages: {}: {}", p.pages, p.status.name(), p.error)
-                });
-            }
-            Ok(points)
-        },
-    )
+    let (name, reps) = ("reclaimdelay", setup.reps);
+    interleave(name, reps, cells, &setup.methods, what, |t| {
+        let (n, st) = *t.cell;
+        let points = group(bench, setup, t.config, st, n, t.rep);
+        for p in &points {
+            t.say(&if p.ok() {
+                format!(
+                    "{} pages in {:.2} ms ({} obtained)",
+                    p.pages, p.ms, p.obtained
+                )
+            } else {
+                format!("{} pages: {}: {}", p.pages, p.status.name(), p.error)
+            });
+        }
+        Ok(points)
+    })
 }

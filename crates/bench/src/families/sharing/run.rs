@@ -358,27 +358,21 @@ pub fn run(bench: &Bench, setup: &SharingPlan) -> Result<Vec<SharingRun>, String
     let what = |&(n, probe): &(u32, bool), mode: &Mode| {
         format!("{} x{n}{}", mode.name, if probe { " probe" } else { "" })
     };
-    let points = interleave(
-        setup.experiment,
-        setup.reps,
-        cells,
-        &setup.modes,
-        what,
-        |t| {
-            let (n, probe) = *t.cell;
-            let pt = measure(bench, setup, &ksm, t.config, n, t.rep, probe);
-            let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
-            t.say(&format!(
-                "{} in {:.0} s: {} of {} pages shared, {} reclaimed",
-                if pt.ok() { "ok" } else { pt.error.as_str() },
-                pt.seconds,
-                last.shared,
-                last.present,
-                last.reclaimed
-            ));
-            Ok(vec![pt])
-        },
-    );
+    let name = setup.experiment;
+    let points = interleave(name, setup.reps, cells, &setup.modes, what, |t| {
+        let (n, probe) = *t.cell;
+        let pt = measure(bench, setup, &ksm, t.config, n, t.rep, probe);
+        let last = pt.samples.last().map(|s| s.census).unwrap_or_default();
+        t.say(&format!(
+            "{} in {:.0} s: {} of {} pages shared, {} reclaimed",
+            if pt.ok() { "ok" } else { pt.error.as_str() },
+            pt.seconds,
+            last.shared,
+            last.present,
+            last.reclaimed
+        ));
+        Ok(vec![pt])
+    });
     drop(ksm);
     points
 }

@@ -253,24 +253,18 @@ fn steps(
 /// `order::of_rep`'s order). Returns the points.
 pub fn run(bench: &Bench, setup: &SwapinPlan) -> Result<Vec<SwapinRun>, String> {
     let what = |size: &u64, mode: &&Mode| format!("{} {} MiB", mode.name, size >> 20);
-    interleave(
-        "swapin",
-        setup.reps,
-        |_| setup.sizes.clone(),
-        &setup.modes,
-        what,
-        |t| {
-            let pt = measure(bench, t.config, *t.cell, t.rep);
-            t.say(&if pt.ok() {
-                let mib_s = pt.mib_s().unwrap_or(0.0);
-                let (out, back) = (pt.out_s, pt.back_s);
-                format!("out in {out:.2} s, back in {back:.3} s ({mib_s:.0} MiB/s)")
-            } else {
-                format!("failed: {}", pt.error)
-            });
-            Ok(vec![pt])
-        },
-    )
+    let sizes = |_| setup.sizes.clone();
+    interleave("swapin", setup.reps, sizes, &setup.modes, what, |t| {
+        let pt = measure(bench, t.config, *t.cell, t.rep);
+        t.say(&if pt.ok() {
+            let mib_s = pt.mib_s().unwrap_or(0.0);
+            let (out, back) = (pt.out_s, pt.back_s);
+            format!("out in {out:.2} s, back in {back:.3} s ({mib_s:.0} MiB/s)")
+        } else {
+            format!("failed: {}", pt.error)
+        });
+        Ok(vec![pt])
+    })
 }
 
 #[cfg(test)]
