@@ -23,18 +23,8 @@ pub fn run(args: &BenchArgs) -> Outcome {
         "swapin" => drive(&swapin::Swapin, args),
         "reclaimdelay" => drive(&reclaimdelay::ReclaimDelay, args),
         "dwell" => drive(&dwell::Dwell, args),
-        "sharing" => drive(
-            &sharing::Sharing {
-                experiment: "sharing",
-            },
-            args,
-        ),
-        "zeroboot" => drive(
-            &sharing::Sharing {
-                experiment: "zeroboot",
-            },
-            args,
-        ),
+        "sharing" => drive(&sharing::Sharing("sharing"), args),
+        "zeroboot" => drive(&sharing::Sharing("zeroboot"), args),
         name if host::catalog::NAMES.contains(&name) => drive(&host::Host, args),
         name if phases::catalog::NAMES.contains(&name) => drive(&phases::Phases, args),
         name => {

@@ -10,11 +10,8 @@ use crate::args::BenchArgs;
 use crate::harness::{choose, setup, Bench, Family};
 use experiment::{modes, SharingPlan, Sizes};
 
-/// `memvisor bench sharing` or `zeroboot`.
-pub struct Sharing {
-    /// `sharing` or `zeroboot`.
-    pub experiment: &'static str,
-}
+/// `memvisor bench sharing` or `zeroboot` (its name).
+pub struct Sharing(pub &'static str);
 
 impl Family for Sharing {
     type Plan = SharingPlan;
@@ -24,7 +21,7 @@ impl Family for Sharing {
     }
 
     fn plan(&self, args: &BenchArgs) -> Result<SharingPlan, String> {
-        let experiment = self.experiment;
+        let experiment = self.0;
         let chosen = choose(
             &args.configs,
             modes(experiment),
