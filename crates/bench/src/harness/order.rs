@@ -114,16 +114,14 @@ fn cycle(k: usize) -> usize {
 /// reversed.
 fn williams_row(k: usize, row: usize) -> Vec<usize> {
     let shift = row % k;
-    let mut out: Vec<usize> = (0..k)
-        .map(|j| {
-            let base = if j % 2 == 1 {
-                j.div_ceil(2)
-            } else {
-                (k - j / 2) % k
-            };
-            (base + shift) % k
-        })
-        .collect();
+    let base = |j: usize| {
+        if j % 2 == 1 {
+            j.div_ceil(2)
+        } else {
+            (k - j / 2) % k
+        }
+    };
+    let mut out: Vec<usize> = (0..k).map(|j| (base(j) + shift) % k).collect();
     if row >= k {
         out.reverse();
     }

@@ -109,8 +109,8 @@ fn traces<'a>(
     scenario: Scenario,
     n: u32,
 ) -> impl Iterator<Item = &'a RunTrace> + 'a {
-    runs.iter()
-        .filter(move |r| r.config == config && r.scenario == scenario && r.n == n)
+    let mine = move |r: &&RunTrace| r.config == config && r.scenario == scenario && r.n == n;
+    runs.iter().filter(mine)
 }
 
 fn label(n: u32, cores: usize) -> String {
@@ -368,11 +368,11 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
     for &n in &shape.ns {
         for w in &workloads {
             let mine = |config: &str| -> Option<f64> {
+                let run = |r: &&Record| r.config == config && r.scenario == scenario && r.n == n;
                 let mine: Vec<&Record> = records
                     .iter()
-                    .filter(|r| {
-                        r.config == config && r.scenario == scenario && r.n == n && r.workload == *w
-                    })
+                    .filter(run)
+                    .filter(|r| r.workload == *w)
                     .collect();
                 median(rep_means(&mine))
             };

@@ -189,11 +189,10 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             overlap: overlap_fraction(&intervals),
             rss: watch.rss,
         };
+        let all_at_once = |o: f64| format!("{:.0} % of the run", o * 100.0);
         let overlap = trace
             .overlap
-            .map_or("? (a job did not finish)".into(), |o| {
-                format!("{:.0} % of the run", o * 100.0)
-            });
+            .map_or("? (a job did not finish)".into(), all_at_once);
         t.say(&format!(
             "{tag}: {:.0} s, all {n} jobs at once for {overlap}",
             trace.wall_secs

@@ -249,19 +249,15 @@ fn group(
     n: u32,
     rep: u32,
 ) -> Vec<Reclaim> {
-    let mut points: Vec<Reclaim> = setup
-        .sizes
-        .pages
-        .iter()
-        .map(|&pages| Reclaim {
-            method: m.name,
-            state: st.name,
-            victims: n,
-            pages,
-            rep,
-            ..Reclaim::default()
-        })
-        .collect();
+    let point = |&pages: &u64| Reclaim {
+        method: m.name,
+        state: st.name,
+        victims: n,
+        pages,
+        rep,
+        ..Reclaim::default()
+    };
+    let mut points: Vec<Reclaim> = setup.sizes.pages.iter().map(point).collect();
     let fail_all = |points: &mut [Reclaim], e: String| {
         for p in points.iter_mut() {
             p.status = MeasureStatus::Failed;
@@ -281,9 +277,8 @@ fn group(
     if victims.len() == n as usize {
         let deadline = Instant::now() + bench.timeout;
         // The guest's pass1: its cache warm, the state starting.
-        let warm = victims
-            .iter()
-            .try_for_each(|v| v.wait_phase("pass1", deadline).map(|_| ()));
+        let pass1 = |v: &Vm| v.wait_phase("pass1", deadline).map(|_| ());
+        let warm = victims.iter().try_for_each(pass1);
         match warm {
             Err(e) => fail_all(&mut points, e),
             Ok(()) => {

@@ -203,9 +203,8 @@ fn steps(
     vm.client().pause().map_err(|e| e.to_string())?;
     // Out: everything above the limit goes to the pool or the file.
     let t = Instant::now();
-    vm.client()
-        .set_limit(Some(LIMIT))
-        .map_err(|e| e.to_string())?;
+    let api = vm.client();
+    api.set_limit(Some(LIMIT)).map_err(|e| e.to_string())?;
     let limit_pages = LIMIT >> 12;
     let want_out = (size >> 12).saturating_sub(limit_pages);
     let (s0, at, _) = poll_until(vm, deadline, "swapping out", |s| {

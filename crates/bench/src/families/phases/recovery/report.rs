@@ -71,14 +71,11 @@ pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<
         let path = prefix.with_extension("console");
         std::fs::read_to_string(path).unwrap_or_default()
     };
-    let trace = |rec| parse_console(&console(rec));
-    records
-        .iter()
-        .map(|rec| Run {
-            rec,
-            trace: trace(rec),
-        })
-        .collect()
+    let run = |rec| Run {
+        rec,
+        trace: parse_console(&console(rec)),
+    };
+    records.iter().map(run).collect()
 }
 
 /// The CSV header.

@@ -116,17 +116,15 @@ pub fn give_back(
         match c.hv {
             Hv::Qemu => qmp::set_balloon(sock, mem)?,
             Hv::Memvisor => {
-                VmClient::new(sock)
-                    .set_balloon(0)
-                    .map_err(|e| e.to_string())?;
+                let api = VmClient::new(sock);
+                api.set_balloon(0).map_err(|e| e.to_string())?;
             }
         }
         done.push("balloon deflated".into());
     }
     if c.pager_holds_ram() {
-        VmClient::new(sock)
-            .set_limit(Some(mem))
-            .map_err(|e| e.to_string())?;
+        let pager = VmClient::new(sock);
+        pager.set_limit(Some(mem)).map_err(|e| e.to_string())?;
         done.push(format!("pager limit → {} MiB", mem >> 20));
     }
     if done.is_empty() {

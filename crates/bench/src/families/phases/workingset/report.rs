@@ -89,7 +89,7 @@ pub fn points(spans: &[StepSpan], run: &RunResult) -> Vec<ScheduledSample> {
         .map(|s| {
             let step = spans
                 .iter()
-                .position(|sp| sp.start_ms <= s.at_ms && s.at_ms < sp.end_ms);
+                .position(|sp| (sp.start_ms..sp.end_ms).contains(&s.at_ms));
             ScheduledSample {
                 t_s: (s.at_ms - t0) / 1e3,
                 step,
