@@ -219,26 +219,18 @@ impl<'a> RunMonitor<'a> {
         if phase == "done" {
             self.guest_ok = ok;
         }
-        if self
-            .spec
-            .measure
-            .give_back()
-            .is_some_and(|r| r.after_phase == phase)
-            && self.clock.is_none()
-        {
-            self.clock = Some(at);
+        let give_back = self.spec.measure.give_back();
+        if give_back.is_some_and(|r| r.after_phase == phase) {
+            self.clock.get_or_insert(at);
         }
         if self.spec.step.phases.contains(&phase) && !self.phases.iter().any(|p| p.name == phase) {
             let s = snap(&self.sm);
             let done = phase_between(&phase, ms, self.s0.at, &self.prev, &s);
             self.phases.push(done);
             self.prev = s;
-            eprintln!(
-                "{} {phase} done: guest {} ms ({:.1} s elapsed)",
-                self.spec.label,
-                ms.map_or("?".into(), |m| format!("{m:.0}")),
-                self.s0.at.elapsed().as_secs_f64()
-            );
+            let (label, elapsed) = (&self.spec.label, self.s0.at.elapsed().as_secs_f64());
+            let guest = ms.map_or("?".into(), |m| format!("{m:.0}"));
+            eprintln!("{label} {phase} done: guest {guest} ms ({elapsed:.1} s elapsed)");
             self.current = phase;
             self.last_progress = Instant::now();
         }
@@ -251,20 +243,23 @@ impl<'a> RunMonitor<'a> {
             return;
         }
         let target = spec.limit.unwrap_or(spec.mem);
+        let inflate = spec.mem - target;
         let r = match c.hv {
             Hv::Qemu => qmp::set_balloon(self.sock, target),
-            Hv::Memvisor => VmClient::new(self.sock)
-                .set_balloon(spec.mem - target)
-                .map(drop)
-                .map_err(|e| e.to_string()),
+            Hv::Memvisor => {
+                let api = VmClient::new(self.sock);
+                api.set_balloon(inflate)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
         };
-        let at = self.s0.at.elapsed().as_millis();
+        let (at, phase, mib) = (
+            self.s0.at.elapsed().as_millis(),
+            &self.current,
+            inflate >> 20,
+        );
         self.balloon = Some(match r {
-            Ok(()) => format!(
-                "balloon set to {} MiB at {at} ms (phase {})",
-                (spec.mem - target) >> 20,
-                self.current
-            ),
+            Ok(()) => format!("balloon set to {mib} MiB at {at} ms (phase {phase})"),
             Err(e) => format!("balloon request failed at {at} ms: {e}"),
         });
     }
@@ -331,21 +326,15 @@ impl<'a> RunMonitor<'a> {
         if self.last_progress.elapsed() < Duration::from_secs(10) {
             return;
         }
-        let estimate = self
-            .samples
-            .last()
-            .map(|x| {
-                format!(
-                    ", working-set estimate {:.0} MiB",
-                    x.bytes(x.active.estimate) / f64::from(1u32 << 20)
-                )
-            })
-            .unwrap_or_default();
+        let mib = |x: &StatsPoint| x.bytes(x.active.estimate) / f64::from(1u32 << 20);
+        let estimate = self.samples.last().map(mib);
+        let estimate = estimate.map_or(String::new(), |e| {
+            format!(", working-set estimate {e:.0} MiB")
+        });
+        let (label, after, elapsed) = (&self.spec.label, &self.current, self.s0.at.elapsed());
         eprintln!(
-            "{} running, after {} ({:.0} s elapsed{estimate})",
-            self.spec.label,
-            self.current,
-            self.s0.at.elapsed().as_secs_f64()
+            "{label} running, after {after} ({:.0} s elapsed{estimate})",
+            elapsed.as_secs_f64()
         );
         self.last_progress = Instant::now();
     }
@@ -369,11 +358,9 @@ impl<'a> RunMonitor<'a> {
             .forced_at
             .is_some_and(|t| t.elapsed() > Duration::from_secs(3))
         {
-            for p in [Some(pid), self.sm.hv_pid.filter(|&h| h != pid)]
-                .into_iter()
-                .flatten()
-            {
-                teardown::kill(p);
+            teardown::kill(pid);
+            if let Some(hv) = self.sm.hv_pid.filter(|&h| h != pid) {
+                teardown::kill(hv);
             }
             self.forced_at = None;
         }
@@ -388,40 +375,33 @@ impl<'a> RunMonitor<'a> {
     ) -> (RunStatus, String) {
         let killed =
             exit.signal() == Some(libc::SIGKILL) || exit.code() == Some(128 + libc::SIGKILL);
-        let last_err = stderr
-            .lines()
-            .rev()
-            .find(|l| l.contains("memvisor:") || l.contains("qemu"))
-            .map(|l| l.trim().to_owned())
-            .unwrap_or_default();
+        let ours = |l: &&str| l.contains("memvisor:") || l.contains("qemu");
+        let last_err = stderr.lines().rev().find(ours).map_or("", |l| l.trim());
         match (self.forced, exit.code()) {
-            (Some(f), _) => (
-                f,
-                match f {
-                    RunStatus::Timeout => format!(
-                        "ended by the harness after --timeout {} s",
-                        self.spec.timeout.as_secs()
-                    ),
-                    _ => "ended by the harness on Ctrl-C".into(),
-                },
-            ),
+            (Some(RunStatus::Timeout), _) => {
+                let secs = self.spec.timeout.as_secs();
+                (
+                    RunStatus::Timeout,
+                    format!("ended by the harness after --timeout {secs} s"),
+                )
+            }
+            (Some(f), _) => (f, "ended by the harness on Ctrl-C".into()),
             (None, Some(1)) if self.guest_ok.as_deref() != Some("0") => {
                 (RunStatus::Ok, String::new())
             }
             (None, _) if killed => (RunStatus::Killed, self.why_killed(dmesg_last)),
             (None, Some(4)) => (RunStatus::Crashed, format!("guest crash: {last_err}")),
-            (None, _) => (
-                RunStatus::Failed,
-                format!(
-                    "exit {}: {}",
-                    exit_text(exit),
-                    if last_err.is_empty() {
-                        "guest reported failure"
-                    } else {
-                        &last_err
-                    }
-                ),
-            ),
+            (None, _) => {
+                let why = if last_err.is_empty() {
+                    "guest reported failure"
+                } else {
+                    last_err
+                };
+                (
+                    RunStatus::Failed,
+                    format!("exit {}: {why}", exit_text(exit)),
+                )
+            }
         }
     }
 
@@ -448,11 +428,8 @@ impl<'a> RunMonitor<'a> {
                 s.limit >> 20
             ));
         }
-        if let Some(l) = lines
-            .iter()
-            .find(|l| l.contains("Killed process"))
-            .or(lines.first())
-        {
+        let killed = lines.iter().find(|l| l.contains("Killed process"));
+        if let Some(l) = killed.or(lines.first()) {
             why.push_str("; kernel: ");
             why.push_str(l);
         }
