@@ -158,10 +158,8 @@ fn finished(name: &str, out: &Path, outcome: Result<(), String>) -> Outcome {
             Outcome::Interrupted
         }
         Ok(()) => {
-            eprintln!(
-                "memvisor bench: {name} done: {}",
-                out.join("report.md").display()
-            );
+            let report = out.join("report.md");
+            eprintln!("memvisor bench: {name} done: {}", report.display());
             Outcome::Done
         }
         Err(e) => {
@@ -183,10 +181,8 @@ fn memvisor_exe() -> Result<PathBuf, String> {
 /// children that resolve a relative path from elsewhere (`memvisor host` from its config's
 /// directory).
 fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
-    let given = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("bench-out").join(name));
+    let default = || Path::new("bench-out").join(name);
+    let given = args.out.clone().unwrap_or_else(default);
     let out = std::path::absolute(&given)
         .map_err(|e| format!("--out {}: {e}; give a directory", given.display()))?;
     std::fs::create_dir_all(out.join("logs"))

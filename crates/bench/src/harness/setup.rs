@@ -26,19 +26,19 @@ pub fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let others = readings::swap_areas();
     if !others.is_empty() {
+        let others = others.join(", ");
         notes.push(format!(
-            "swap already enabled on the host before the run, also usable: {}",
-            others.join(", ")
+            "swap already enabled on the host before the run, also usable: {others}"
         ));
     }
     teardown::enable_swap_file(&args.swap_file, args.swap_size)?;
     teardown::set_swappiness(args.swappiness)?;
-    notes.push(format!(
-        "host swap: {} ({} MiB) created, enabled and removed by the harness; vm.swappiness={} during the run (each run's memory cgroup inherits it as memory.swappiness; the kernel default is 60)",
+    let (file, mib, swappiness) = (
         args.swap_file.display(),
         args.swap_size >> 20,
-        args.swappiness
-    ));
+        args.swappiness,
+    );
+    notes.push(format!("host swap: {file} ({mib} MiB) created, enabled and removed by the harness; vm.swappiness={swappiness} during the run (each run's memory cgroup inherits it as memory.swappiness; the kernel default is 60)"));
     Ok(notes)
 }
 
@@ -46,14 +46,9 @@ pub fn host_swap(args: &BenchArgs) -> Result<Vec<String>, String> {
 pub fn qemu_overhead(exe: &Path, mem: u64) -> Result<(u64, String), String> {
     eprintln!("memvisor bench: measuring QEMU's overhead (RSS outside guest RAM)");
     let o = measure_qemu_overhead(exe, mem)?;
-    eprintln!(
-        "memvisor bench: QEMU overhead measured: {:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack",
-        o as f64 / f64::from(1u32 << 20)
-    );
-    let note = format!(
-        "QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, from smaps, peak over a short guest kit run): {:.1} MiB; the QEMU cgroup limit is the guest limit + this + the memvisor launcher's RSS + 16 MiB slack",
-        o as f64 / f64::from(1u32 << 20)
-    );
+    let mib = o as f64 / f64::from(1u32 << 20);
+    eprintln!("memvisor bench: QEMU overhead measured: {mib:.1} MiB; QEMU cgroups get limit + this + memvisor's RSS + 16 MiB slack");
+    let note = format!("QEMU's overhead, measured in this run (RSS outside the guest RAM mapping, from smaps, peak over a short guest kit run): {mib:.1} MiB; the QEMU cgroup limit is the guest limit + this + the memvisor launcher's RSS + 16 MiB slack");
     Ok((o, note))
 }
 

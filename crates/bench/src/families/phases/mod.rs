@@ -71,26 +71,19 @@ fn check_measure(
     exp: &Experiment,
     configs: &[&'static Config],
 ) -> Result<(), String> {
+    let name = exp.name;
     if let Measure::Series(_) = exp.measure {
         // The working-set estimate is the pager's: only configurations where it holds guest RAM
         // have one, and nothing is compared, so there is no reference.
         if let Some(c) = configs.iter().find(|c| !c.pager_holds_ram()) {
-            return Err(format!(
-                "{} measures memvisor's working-set estimate, which only its pager makes; '{}' has none (QEMU has no estimator); give configurations where memvisor's pager holds guest RAM: {}",
-                exp.name,
-                c.name,
-                configs::CONFIGS
-                    .iter()
-                    .filter(|c| c.pager_holds_ram())
-                    .map(|c| c.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            let holding = configs::CONFIGS.iter().filter(|c| c.pager_holds_ram());
+            let holding: Vec<&str> = holding.map(|c| c.name).collect();
+            let (c, holding) = (c.name, holding.join(", "));
+            return Err(format!("{name} measures memvisor's working-set estimate, which only its pager makes; '{c}' has none (QEMU has no estimator); give configurations where memvisor's pager holds guest RAM: {holding}"));
         }
         if let Some(r) = &a.reference {
             return Err(format!(
-                "--reference {r}: {} compares no configurations (no ratios); leave it out",
-                exp.name
+                "--reference {r}: {name} compares no configurations (no ratios); leave it out"
             ));
         }
     }
@@ -98,12 +91,8 @@ fn check_measure(
         // Memory is given back by raising a limit: a configuration without one has nothing
         // to give back.
         if let Some(c) = configs.iter().find(|c| c.limit == Limit::None) {
-            return Err(format!(
-                "{} gives memory back by raising the VM's limit; '{}' has no limit; give configurations with one, e.g. {}",
-                exp.name,
-                c.name,
-                recovery::CONFIGS.join(", ")
-            ));
+            let (c, limited) = (c.name, recovery::CONFIGS.join(", "));
+            return Err(format!("{name} gives memory back by raising the VM's limit; '{c}' has no limit; give configurations with one, e.g. {limited}"));
         }
     }
     Ok(())
@@ -117,27 +106,17 @@ fn reference_of(
     configs: &[&'static Config],
 ) -> Result<&'static str, String> {
     let default_missing = !configs.iter().any(|c| c.name == exp.reference);
+    let first = match exp.measure {
+        Measure::Series(_) => true,
+        Measure::GiveBack(_) => default_missing,
+        Measure::Phases => false,
+    };
     let want = match (&a.reference, configs.first()) {
-        (None, Some(c))
-            if match exp.measure {
-                Measure::Series(_) => true,
-                Measure::GiveBack(_) => default_missing,
-                Measure::Phases => false,
-            } =>
-        {
-            c.name
-        }
+        (None, Some(c)) if first => c.name,
         _ => a.reference.as_deref().unwrap_or(exp.reference),
     };
-    configs
-        .iter()
-        .find(|c| c.name == want)
-        .map(|c| c.name)
-        .ok_or_else(|| {
-            format!(
-                "the reference configuration '{want}' is not among those run; add it to --configs or pick --reference"
-            )
-        })
+    let run = configs.iter().find(|c| c.name == want).map(|c| c.name);
+    run.ok_or_else(|| format!("the reference configuration '{want}' is not among those run; add it to --configs or pick --reference"))
 }
 
 #[cfg(test)]
