@@ -279,13 +279,9 @@ pub fn lock(swap_file: &Path) -> Result<BenchLock, String> {
 pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
     let mut cleaned = Vec::new();
     if swap_file.exists() || readings::swap_used(swap_file).is_some() {
-        remove_swap_file(swap_file).map_err(|e| {
-            format!(
-                "a previous run left the swap file {} and it cannot be removed ({e}); run `swapoff {0}; rm {0}` or give --swap-file",
-                swap_file.display()
-            )
-        })?;
-        cleaned.push(format!("removed swap file {}", swap_file.display()));
+        let file = swap_file.display();
+        remove_swap_file(swap_file).map_err(|e| format!("a previous run left the swap file {file} and it cannot be removed ({e}); run `swapoff {file}; rm {file}` or give --swap-file"))?;
+        cleaned.push(format!("removed swap file {file}"));
     }
     let Ok(entries) = std::fs::read_dir(readings::CGROUP_ROOT) else {
         return Ok(cleaned);
@@ -298,22 +294,20 @@ pub fn preflight(swap_file: &Path) -> Result<Vec<String>, String> {
         else {
             continue;
         };
-        let dir = e.path();
-        let tasks = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        if alive(pid) || tasks.split_whitespace().any(|t| t.parse().is_ok_and(alive)) {
-            return Err(format!(
-                "cgroup {} belongs to a running process ({}): let that run finish or end it, then start again",
-                dir.display(),
-                if tasks.trim().is_empty() { pid.to_string() } else { tasks.split_whitespace().collect::<Vec<_>>().join(", ") }
-            ));
+        let path = e.path();
+        let dir = path.display();
+        let tasks = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+        let tasks: Vec<&str> = tasks.split_whitespace().collect();
+        if alive(pid) || tasks.iter().any(|t| t.parse().is_ok_and(alive)) {
+            let who = if tasks.is_empty() {
+                pid.to_string()
+            } else {
+                tasks.join(", ")
+            };
+            return Err(format!("cgroup {dir} belongs to a running process ({who}): let that run finish or end it, then start again"));
         }
-        remove_cgroup(&dir).map_err(|err| {
-            format!(
-                "a previous run left cgroup {} and it cannot be removed ({err}); remove it with rmdir",
-                dir.display()
-            )
-        })?;
-        cleaned.push(format!("removed cgroup {}", dir.display()));
+        remove_cgroup(&path).map_err(|err| format!("a previous run left cgroup {dir} and it cannot be removed ({err}); remove it with rmdir"))?;
+        cleaned.push(format!("removed cgroup {dir}"));
     }
     Ok(cleaned)
 }

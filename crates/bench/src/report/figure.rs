@@ -264,15 +264,9 @@ impl Panel {
         let (x, y) = (self.x, self.y);
         let x_fmt = |v: &f64| {
             let r = v.round();
-            if (v - r).abs() < 1e-6 && r >= 1.0 {
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                self.x_names
-                    .get(r as usize - 1)
-                    .cloned()
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            }
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let name = ((v - r).abs() < 1e-6 && r >= 1.0).then(|| self.x_names.get(r as usize - 1));
+            name.flatten().cloned().unwrap_or_default()
         };
         let y_fmt = |v: &f64| match self.y_decimals {
             Some(d) => format!("{v:.d$}"),
@@ -335,30 +329,18 @@ impl Panel {
                             .draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled())))
                             .map_err(e)?;
                     }
-                    let c = l.color;
-                    chart
-                        .draw_series(
-                            l.crosses
-                                .iter()
-                                .map(|&q| Cross::new(q, 4, c.stroke_width(1))),
-                        )
-                        .map_err(e)?;
+                    let cross = |&q: &(f64, f64)| Cross::new(q, 4, l.color.stroke_width(1));
+                    chart.draw_series(l.crosses.iter().map(cross)).map_err(e)?;
                 }
                 if let Some(note) = &self.note {
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            note.clone(),
-                            (
-                                x.from + (x.to - x.from) / 10.0,
-                                if y.log {
-                                    y.from * 2.0
-                                } else {
-                                    (y.from + y.to) / 2.0
-                                },
-                            ),
-                            ("sans-serif", 18).into_font(),
-                        )))
-                        .map_err(e)?;
+                    let at_y = if y.log {
+                        y.from * 2.0
+                    } else {
+                        (y.from + y.to) / 2.0
+                    };
+                    let at = (x.from + (x.to - x.from) / 10.0, at_y);
+                    let text = Text::new(note.clone(), at, ("sans-serif", 18).into_font());
+                    chart.draw_series(std::iter::once(text)).map_err(e)?;
                 }
                 if let Some(position) = self.legend.inside() {
                     if self.lines.iter().any(|l| !l.name.is_empty() && l.width > 0) {
@@ -392,12 +374,9 @@ impl Panel {
                     area.draw(&Circle::new((x0 + 15, ly), 4, l.color.filled()))
                         .map_err(e)?;
                 }
-                area.draw(&Text::new(
-                    l.name.clone(),
-                    (x0 + 38, ly - 8),
-                    ("sans-serif", 14).into_font(),
-                ))
-                .map_err(e)?;
+                let font = ("sans-serif", 14).into_font();
+                area.draw(&Text::new(l.name.clone(), (x0 + 38, ly - 8), font))
+                    .map_err(e)?;
             }
         }
         Ok(())

@@ -49,14 +49,11 @@ impl Family for Consolidate {
             experiment::consolidate_configs()
         };
         if args.reference.is_some() {
-            return Err(format!(
-                "--reference: {name} takes its ratios to {}",
-                if balance {
-                    "vswapper-balloon (ballooning, as HyperDealer2's Table 4)"
-                } else {
-                    "qemu-nolimit (balance's scenario: vswapper-balloon)"
-                }
-            ));
+            let to = match balance {
+                true => "vswapper-balloon (ballooning, as HyperDealer2's Table 4)",
+                false => "qemu-nolimit (balance's scenario: vswapper-balloon)",
+            };
+            return Err(format!("--reference: {name} takes its ratios to {to}"));
         }
         if balance && !args.scenario.is_empty() {
             return Err("--scenario: balance runs its own scenario; see bench consolidate".into());
