@@ -65,24 +65,20 @@ pub enum Goal {
 
 /// The config file's text for the VMs that start with the host.
 pub fn config_text(e: &HostExperiment, state_dir: &Path) -> String {
-    let mut s = format!(
-        "[host]\nmemory = {}\nidle_tax = {}\nsample_pages = {}\nsample_period = \"{}ms\"\ntick = \"{}ms\"\nstate_dir = \"{}\"\n",
-        e.memory,
-        e.idle_tax,
-        e.sample_pages,
-        e.sample_period.as_millis(),
-        e.tick.as_millis(),
-        state_dir.display()
-    );
+    let (memory, idle_tax, sample_pages) = (e.memory, e.idle_tax, e.sample_pages);
+    let (period, tick) = (e.sample_period.as_millis(), e.tick.as_millis());
+    let dir = state_dir.display();
+    let mut s = format!("[host]\nmemory = {memory}\nidle_tax = {idle_tax}\nsample_pages = {sample_pages}\nsample_period = \"{period}ms\"\ntick = \"{tick}ms\"\nstate_dir = \"{dir}\"\n");
     for v in e.vms.iter().filter(|v| v.at <= 0.0) {
-        s.push_str(&format!(
-            "\n[[vm]]\nname = \"{}\"\nmem = {}\nshares = {}\nworkload = \"{}\"\ncmdline = \"{}\"\n",
-            v.spec.name,
-            v.spec.mem,
-            v.spec.shares,
-            v.spec.workload.as_deref().unwrap_or("boot"),
-            v.spec.cmdline
-        ));
+        let VmSpec {
+            name,
+            mem,
+            shares,
+            cmdline,
+            ..
+        } = &v.spec;
+        let workload = v.spec.workload.as_deref().unwrap_or("boot");
+        s.push_str(&format!("\n[[vm]]\nname = \"{name}\"\nmem = {mem}\nshares = {shares}\nworkload = \"{workload}\"\ncmdline = \"{cmdline}\"\n"));
     }
     s
 }

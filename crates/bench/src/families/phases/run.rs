@@ -90,20 +90,17 @@ fn prepare(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<Option<
 
 /// Disks: one read-only image shared by all runs, or a fresh one per run when written to.
 fn shared_disks(exe: &Path, work: &Path, exp: &Experiment) -> Result<Vec<Option<PathBuf>>, String> {
-    let mut shared_disks: Vec<Option<PathBuf>> = Vec::new();
-    for (i, step) in exp.steps.iter().enumerate() {
-        shared_disks.push(match &step.disk {
-            Some(d) if !d.writable => {
-                let p = work.join(format!("data-{i}.img"));
-                eprintln!("memvisor bench: making {} ({})", p.display(), d.files);
-                mkdisk(exe, &p, d)?;
-                teardown::track_file(p.clone());
-                Some(p)
-            }
-            _ => None,
-        });
-    }
-    Ok(shared_disks)
+    let shared = |(i, step): (usize, &Step)| match &step.disk {
+        Some(d) if !d.writable => {
+            let p = work.join(format!("data-{i}.img"));
+            eprintln!("memvisor bench: making {} ({})", p.display(), d.files);
+            mkdisk(exe, &p, d)?;
+            teardown::track_file(p.clone());
+            Ok(Some(p))
+        }
+        _ => Ok(None),
+    };
+    exp.steps.iter().enumerate().map(shared).collect()
 }
 
 /// The report's notes on how balloons, free page reporting and sampling were set up.
