@@ -288,22 +288,13 @@ impl Panel {
                 }
                 mesh.draw().map_err(e)?;
                 for (at, label) in &self.marks {
-                    chart
-                        .draw_series(DashedLineSeries::new(
-                            vec![(*at, y.from), (*at, y.to)],
-                            6,
-                            4,
-                            BLACK.stroke_width(1),
-                        ))
-                        .map_err(e)?;
+                    let mark = vec![(*at, y.from), (*at, y.to)];
+                    let mark = DashedLineSeries::new(mark, 6, 4, BLACK.stroke_width(1));
+                    chart.draw_series(mark).map_err(e)?;
                     let text_y = if y.log { y.from * 1.5 } else { y.to / 1.04 };
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            label.clone(),
-                            (*at + (x.to - x.from) / 200.0, text_y),
-                            ("sans-serif", 14).into_font(),
-                        )))
-                        .map_err(e)?;
+                    let at = (*at + (x.to - x.from) / 200.0, text_y);
+                    let text = Text::new(label.clone(), at, ("sans-serif", 14).into_font());
+                    chart.draw_series(std::iter::once(text)).map_err(e)?;
                 }
                 for l in &self.lines {
                     let (style, inside) = (l.style(), self.legend.inside().is_some());

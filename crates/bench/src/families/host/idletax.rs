@@ -15,6 +15,20 @@ pub fn experiment(scale: Scale) -> HostExperiment {
     } else {
         (256, 200, 120_000, 300, 20, 170, 320)
     };
+    let idle = vm(
+        "idle",
+        mem,
+        1000,
+        "toucher",
+        format!("schedule={idle_mb}:5,1:86400"),
+    );
+    let busy = vm(
+        "busy",
+        mem,
+        1000,
+        "kv",
+        format!("records={records} mix=b secs={duration}"),
+    );
     HostExperiment {
         name: "idletax",
         about: "ESX §5.2 / Fig. 7: two VMs with equal shares, one idle after touching its memory at boot, one running a memory-hungry workload; with the idle tax at 0 both get the same allocation, at 0.75 the idle VM's memory moves to the busy one, which speeds up",
@@ -25,23 +39,11 @@ pub fn experiment(scale: Scale) -> HostExperiment {
         tick: Duration::from_millis(500),
         vms: vec![
             PlannedVm {
-                spec: vm(
-                    "idle",
-                    mem,
-                    1000,
-                    "toucher",
-                    format!("schedule={idle_mb}:5,1:86400"),
-                ),
+                spec: idle,
                 at: 0.0,
             },
             PlannedVm {
-                spec: vm(
-                    "busy",
-                    mem,
-                    1000,
-                    "kv",
-                    format!("records={records} mix=b secs={duration}"),
-                ),
+                spec: busy,
                 at: f64::from(join),
             },
         ],

@@ -113,12 +113,9 @@ pub struct Series {
 impl Series {
     /// The `memvisor run` flags that set the sampling.
     pub fn run_flags(&self) -> Vec<String> {
-        vec![
-            "--sample-pages".into(),
-            self.sample_pages.to_string(),
-            "--sample-period".into(),
-            format!("{}", self.sample_period.as_secs_f64()),
-        ]
+        let (pages, period) = (self.sample_pages, self.sample_period.as_secs_f64());
+        let flags = format!("--sample-pages {pages} --sample-period {period}");
+        flags.split(' ').map(str::to_owned).collect()
     }
 }
 

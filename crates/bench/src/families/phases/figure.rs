@@ -59,21 +59,11 @@ pub fn write(
         let sectors = lines(exp, configs, records, si, &|p| {
             swap_written(p) as f64 / 512.0
         });
-        let (name, workload) = (exp.name, step.workload);
-        panels.push(panel(
-            format!("{name} ({workload}): median guest time per phase (log scale)"),
-            "seconds",
-            &step.phases,
-            times,
-            true,
-        ));
-        panels.push(panel(
-            format!("{name} ({workload}): sectors written to swap per phase (host swap + hypervisor writes)"),
-            "512-byte sectors",
-            &step.phases,
-            sectors,
-            false,
-        ));
+        let (name, workload, phases) = (exp.name, step.workload, &step.phases);
+        let title = format!("{name} ({workload}): median guest time per phase (log scale)");
+        panels.push(panel(title, "seconds", phases, times, true));
+        let title = format!("{name} ({workload}): sectors written to swap per phase (host swap + hypervisor writes)");
+        panels.push(panel(title, "512-byte sectors", phases, sectors, false));
     }
     let height = u32::try_from(exp.steps.len()).unwrap_or(1) * 900;
     Figure::column((1100, height), panels).write(path)

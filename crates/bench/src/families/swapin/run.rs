@@ -184,11 +184,11 @@ pub fn measure(bench: &Bench, mode: &'static Mode, size: u64, rep: u32) -> Swapi
 
 /// What follows `proactive swap-in: ` in the pager's last such log line (empty without one).
 pub fn pager_timing(log: &str) -> String {
-    log.lines()
+    let line = log
+        .lines()
         .rev()
-        .find_map(|l| l.split_once("pager: proactive swap-in: "))
-        .map(|(_, t)| t.trim().to_owned())
-        .unwrap_or_default()
+        .find_map(|l| l.split_once("pager: proactive swap-in: "));
+    line.map_or(String::new(), |(_, t)| t.trim().to_owned())
 }
 
 fn steps(
