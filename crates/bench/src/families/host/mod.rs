@@ -57,13 +57,8 @@ impl Family for Host {
             Ok(vec![run])
         })?;
         let first = runs.first().ok_or_else(|| "no run to plot".to_owned());
-        crate::report::write_report(
-            out,
-            e.name,
-            report::csv(&e, &runs),
-            |svg| figure::plot(svg, &e, first?),
-            report::markdown(&e, &runs, env),
-        )
+        let (csv, md) = (report::csv(&e, &runs), report::markdown(&e, &runs, env));
+        crate::report::write_report(out, e.name, csv, |svg| figure::plot(svg, &e, first?), md)
     }
 }
 
