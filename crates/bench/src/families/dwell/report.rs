@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::experiment::{median_ms, DwellPlan};
+use super::experiment::{median_ms, DwellPlan, Sizes};
 use super::run::DwellRun;
 use crate::harness::MeasureStatus;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
@@ -85,18 +85,15 @@ fn bucket(i: usize) -> String {
 pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]) -> String {
     let z = &setup.sizes;
     let mut s = String::from("# memvisor bench dwell\n\n");
-    let _ = writeln!(
-        s,
-        "HyperDealer2 §6.4 (Fig. 14): how long pages the host released stay out before the guest needs them again, per victim policy. One VM of {} MiB (limit {} MiB: only releases take pages out) with the Swap Mapper reads {} files of {} MiB once, one after another (`seqread`, each file a sequential stream, together more than its memory, so its page cache turns over); from {} ms after it began reading, the harness releases {} pages every {} ms (`PUT /memory/release`) and puts the limit back. A released page comes back when the guest reads it or reuses its frame for another block. The dwell times are the pager's (`patterns.dwell_ms_log2`: released pages that came back, in power-of-two buckets of ms); pages still out when the guest finished are counted apart. {} repetition(s).\n",
-        z.mem >> 20,
-        z.limit >> 20,
-        z.files,
-        z.file_mb,
-        z.start_after.as_millis(),
-        z.release_pages,
-        z.every.as_millis(),
-        setup.reps
-    );
+    let Sizes {
+        files,
+        file_mb,
+        release_pages,
+        ..
+    } = z;
+    let (mem, limit, reps) = (z.mem >> 20, z.limit >> 20, setup.reps);
+    let (start, every) = (z.start_after.as_millis(), z.every.as_millis());
+    let _ = writeln!(s, "HyperDealer2 §6.4 (Fig. 14): how long pages the host released stay out before the guest needs them again, per victim policy. One VM of {mem} MiB (limit {limit} MiB: only releases take pages out) with the Swap Mapper reads {files} files of {file_mb} MiB once, one after another (`seqread`, each file a sequential stream, together more than its memory, so its page cache turns over); from {start} ms after it began reading, the harness releases {release_pages} pages every {every} ms (`PUT /memory/release`) and puts the limit back. A released page comes back when the guest reads it or reuses its frame for another block. The dwell times are the pager's (`patterns.dwell_ms_log2`: released pages that came back, in power-of-two buckets of ms); pages still out when the guest finished are counted apart. {reps} repetition(s).\n");
     if points.iter().any(|p| p.no_release) {
         s.push_str("**Instant release is not available in this build** (the VMM answered 501): no page was released, so there are no dwell times.\n\n");
     } else if points.iter().any(|p| p.ok() && p.hist.is_empty()) {

@@ -230,19 +230,18 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
     let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
     let _ = writeln!(s, "{}.\n", exp.about);
     let step = &exp.steps[0];
-    let _ = writeln!(
-        s,
-        "Guest RAM {} MiB, limit {} MiB from the start; `{} {}` (YCSB Read: 100 % reads of zipfian keys). The run phase's clock starts at the guest's `phase={}` line; the hog starts at {} s on it, the harness gives the memory back at {} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n",
-        exp.mem >> 20,
-        exp.limit.unwrap_or(exp.mem) >> 20,
+    let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);
+    let (workload, cmdline, swap) = (
         step.workload,
-        step.cmdline,
+        &step.cmdline,
+        step.guest_swap_mb.unwrap_or(0),
+    );
+    let (after, hog, at) = (
         given_back.after_phase,
         given_back.hog_at.as_secs(),
         given_back.at.as_secs(),
-        step.guest_swap_mb.unwrap_or(0),
-        meta.reps
     );
+    let _ = writeln!(s, "Guest RAM {mem} MiB, limit {limit} MiB from the start; `{workload} {cmdline}` (YCSB Read: 100 % reads of zipfian keys). The run phase's clock starts at the guest's `phase={after}` line; the hog starts at {hog} s on it, the harness gives the memory back at {at} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {swap} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {reps} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n");
     let groups = by_config(meta.configs, given_back, runs);
     recovery_table(&mut s, meta, &groups);
     goal_section(&mut s, &groups);

@@ -216,18 +216,14 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
         .iter()
         .map(|(m, t)| format!("{m} MiB for {t} s"))
         .collect();
-    let _ = writeln!(
-        s,
-        "Guest RAM {} MiB under memvisor's pager with a limit of {} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. The `{}` workload touches {}. The pager samples {} resident pages every {period} s (`--sample-pages {} --sample-period {period}`; ESX: 100 pages every 30 s), and the harness asks for `GET /stats` every {} s. {} run(s).\n",
-        exp.mem >> 20,
-        exp.limit.unwrap_or(exp.mem) >> 20,
-        exp.steps.first().map_or("toucher", |st| st.workload),
+    let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);
+    let workload = exp.steps.first().map_or("toucher", |st| st.workload);
+    let (sched, pages, every) = (
         sched.join(", then "),
         series.sample_pages,
-        series.sample_pages,
         series.every.as_secs_f64(),
-        meta.reps
     );
+    let _ = writeln!(s, "Guest RAM {mem} MiB under memvisor's pager with a limit of {limit} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. The `{workload}` workload touches {sched}. The pager samples {pages} resident pages every {period} s (`--sample-pages {pages} --sample-period {period}`; ESX: 100 pages every 30 s), and the harness asks for `GET /stats` every {every} s. {reps} run(s).\n");
     let _ = writeln!(
         s,
         "The estimate is a fraction of the pages sampled, which are drawn from the resident ones; in bytes it is that fraction of the memory sampled from (resident pages plus those out for the period's sample) at the moment of each answer. The averages are kept in sampling periods, so times are also given in periods ({period} s each; ESX's period is 30 s).\n"
