@@ -104,16 +104,9 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
         s,
         "There is no QEMU peer for this experiment: QEMU/KVM has no share-based allocator (nothing divides a host's memory among VMs by shares or taxes idle memory), so the numbers are memvisor's allocations against what the paper says they should be, not a ratio against a peer.\n"
     );
-    let _ = writeln!(
-        s,
-        "## Set-up\n\n`memvisor host` with a budget of {} MiB, idle tax {} at start, {} sampled pages per period, a sampling period of {:.1} s of guest time, a tick every {} ms; {} s in all.\n",
-        e.memory >> 20,
-        e.idle_tax,
-        e.sample_pages,
-        e.sample_period.as_secs_f64(),
-        e.tick.as_millis(),
-        e.duration
-    );
+    let (budget, tax, pages, duration) = (e.memory >> 20, e.idle_tax, e.sample_pages, e.duration);
+    let (period, tick) = (e.sample_period.as_secs_f64(), e.tick.as_millis());
+    let _ = writeln!(s, "## Set-up\n\n`memvisor host` with a budget of {budget} MiB, idle tax {tax} at start, {pages} sampled pages per period, a sampling period of {period:.1} s of guest time, a tick every {tick} ms; {duration} s in all.\n");
     let mut t = Table::new("VM | mem MiB | shares | joins at s | workload".split(" | "));
     for v in &e.vms {
         let workload = v.spec.workload.as_deref().unwrap_or("-");

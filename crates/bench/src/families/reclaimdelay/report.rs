@@ -70,17 +70,9 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     let mut s = String::from("# memvisor bench reclaimdelay\n\n");
     let z = &setup.sizes;
     let pages: Vec<String> = z.pages.iter().map(u64::to_string).collect();
-    let _ = writeln!(
-        s,
-        "HyperDealer2 §6.2 (Table 2, Fig. 11): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {} MiB of guest RAM, one pass over a {} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {} s after the last victim's pass, the harness takes {} pages in turn ({} ms apart), split over the victims; balloons polled every {} ms. {} repetition(s), the methods' order changed each time.\n",
-        z.mem >> 20,
-        z.read_mb,
-        SETTLE.as_secs_f64(),
-        pages.join(", "),
-        BETWEEN.as_millis(),
-        POLL.as_millis(),
-        setup.reps
-    );
+    let (mem, read_mb, settle, reps) = (z.mem >> 20, z.read_mb, SETTLE.as_secs_f64(), setup.reps);
+    let (pages, between, poll) = (pages.join(", "), BETWEEN.as_millis(), POLL.as_millis());
+    let _ = writeln!(s, "HyperDealer2 §6.2 (Table 2, Fig. 11): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {mem} MiB of guest RAM, one pass over a {read_mb} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {settle} s after the last victim's pass, the harness takes {pages} pages in turn ({between} ms apart), split over the victims; balloons polled every {poll} ms. {reps} repetition(s), the methods' order changed each time.\n");
     if points
         .iter()
         .any(|p| p.status == MeasureStatus::NotAvailable)

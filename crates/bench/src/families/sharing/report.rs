@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::experiment::{half_time, steady};
-use super::experiment::{Mode, SharingPlan};
+use super::experiment::{Mode, SharingPlan, SCAN_PAGES, SCAN_SLEEP_MS};
 use super::run::SharingRun;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{self, mean};
@@ -302,17 +302,9 @@ pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, Stri
     } else {
         "ESX §4.3, Fig. 4: identical VMs share their identical pages through the host kernel's KSM on both hypervisors; how much memory that frees, how fast, what it costs in throughput and scanner CPU, and what a guest can learn from it."
     };
-    let _ = writeln!(
-        s,
-        "{what} VMs of {} MiB running `{} {}`{limit}, all started at once; KSM scanning {} pages every {} ms for every mode (zero pages merged with the zero page), everything merged before a run unmerged first. Memory is read from the VMs' own page maps (`/proc/PID/pagemap`, `/proc/kpageflags`, `/proc/PID/ksm_stat`) every {} s, so no other process on the host enters. {} repetition(s), modes in an order that changes per repetition.\n",
-        z.mem >> 20,
-        z.workload,
-        z.cmdline,
-        super::experiment::SCAN_PAGES,
-        super::experiment::SCAN_SLEEP_MS,
-        z.every.as_secs(),
-        setup.reps
-    );
+    let (mem, workload, cmdline, every) = (z.mem >> 20, z.workload, &z.cmdline, z.every.as_secs());
+    let (pages, sleep, reps) = (SCAN_PAGES, SCAN_SLEEP_MS, setup.reps);
+    let _ = writeln!(s, "{what} VMs of {mem} MiB running `{workload} {cmdline}`{limit}, all started at once; KSM scanning {pages} pages every {sleep} ms for every mode (zero pages merged with the zero page), everything merged before a run unmerged first. Memory is read from the VMs' own page maps (`/proc/PID/pagemap`, `/proc/kpageflags`, `/proc/PID/ksm_stat`) every {every} s, so no other process on the host enters. {reps} repetition(s), modes in an order that changes per repetition.\n");
     if setup.experiment == "zeroboot" {
         zeroboot_table(&mut s, setup, points);
     } else {

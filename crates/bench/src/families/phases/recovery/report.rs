@@ -231,16 +231,10 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
     let _ = writeln!(s, "{}.\n", exp.about);
     let step = &exp.steps[0];
     let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);
-    let (workload, cmdline, swap) = (
-        step.workload,
-        &step.cmdline,
-        step.guest_swap_mb.unwrap_or(0),
-    );
-    let (after, hog, at) = (
-        given_back.after_phase,
-        given_back.hog_at.as_secs(),
-        given_back.at.as_secs(),
-    );
+    let (workload, cmdline) = (step.workload, &step.cmdline);
+    let swap = step.guest_swap_mb.unwrap_or(0);
+    let after = given_back.after_phase;
+    let (hog, at) = (given_back.hog_at.as_secs(), given_back.at.as_secs());
     let _ = writeln!(s, "Guest RAM {mem} MiB, limit {limit} MiB from the start; `{workload} {cmdline}` (YCSB Read: 100 % reads of zipfian keys). The run phase's clock starts at the guest's `phase={after}` line; the hog starts at {hog} s on it, the harness gives the memory back at {at} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {swap} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {reps} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n");
     let groups = by_config(meta.configs, given_back, runs);
     recovery_table(&mut s, meta, &groups);

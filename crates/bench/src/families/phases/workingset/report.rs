@@ -218,11 +218,8 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
         .collect();
     let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);
     let workload = exp.steps.first().map_or("toucher", |st| st.workload);
-    let (sched, pages, every) = (
-        sched.join(", then "),
-        series.sample_pages,
-        series.every.as_secs_f64(),
-    );
+    let (sched, pages) = (sched.join(", then "), series.sample_pages);
+    let every = series.every.as_secs_f64();
     let _ = writeln!(s, "Guest RAM {mem} MiB under memvisor's pager with a limit of {limit} MiB: the pager holds guest RAM (sampling needs it to) and never reclaims, so only the sampling moves pages. The `{workload}` workload touches {sched}. The pager samples {pages} resident pages every {period} s (`--sample-pages {pages} --sample-period {period}`; ESX: 100 pages every 30 s), and the harness asks for `GET /stats` every {every} s. {reps} run(s).\n");
     let _ = writeln!(
         s,
