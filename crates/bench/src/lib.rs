@@ -15,19 +15,19 @@
 //! |---|---|
 //! | `args.rs` | `memvisor bench`'s flags ([`BenchArgs`], `Scale`) and how it ended ([`Outcome`]) |
 //! | `progress.rs` | progress bars drawn only when a person watches |
-//! | `harness/mod.rs` | the `Family` trait and the one driver: checks every family shares, output and work directories, signals, teardown, exit |
+//! | `harness/mod.rs` | the `Family` trait and the one driver: checks every family shares (and `--reference` for a family that takes none), output and work directories, signals, teardown, exit |
 //! | `harness/child.rs` | child processes: spawning a VMM with its console teed to a log, the one `memvisor host` launcher, stopping on drop, exit, CPU time |
 //! | `harness/guest.rs` | the guest's `RESULT` lines and the VMM's final stats file |
 //! | `harness/qmp.rs` | the one QMP client (QEMU's balloon) |
 //! | `harness/vm.rs` | a started `memvisor run`: its console, socket and logs, a guest phase's line, its pager's stats, its stop |
 //! | `harness/setup.rs` | host set-up: the bench lock, `mkdisk`, host swap, QEMU's overhead, the plain VM of `memvisor host` families start from |
-//! | `harness/order.rs` | the order configurations run in, per repetition |
+//! | `harness/order.rs` | the order configurations run in, per repetition, and the one loop (`interleave`) every family runs its plan through |
 //! | `harness/readings.rs` | the host's `/proc` and cgroup readings, and the run's environment |
 //! | `harness/teardown.rs` | undoing what a bench did, also on Ctrl-C, SIGTERM or an error |
 //! | `report/mod.rs` | the environment and incomplete-runs sections, and writing `results.csv`, the figure and `report.md` |
-//! | `report/table.rs` | a `Table` in Markdown and CSV, and the one CSV quoting rule |
-//! | `report/figure.rs` | the font, the lines' colours, one figure drawn to SVG and PNG, the legend's style |
-//! | `report/numbers.rs` | MiB, mean, median, spread and its text |
+//! | `report/table.rs` | a `Table` in Markdown and CSV, the one CSV quoting rule and the one Markdown cell rule |
+//! | `report/figure.rs` | the font, the lines' colours, one figure drawn to SVG and PNG (a column of panels, their ranges from the points), the legend's style |
+//! | `report/numbers.rs` | MiB, mean, median, spread and its text, an optional number in a CSV cell or a report's |
 //! | `families/mod.rs` | the list of families: an experiment's name to its family's driver |
 //! | `families/phases/` | `catalog` (the names) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
 //! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (the names), `experiment`, `run`, `summary`, `report`, `figure` |
