@@ -454,6 +454,8 @@ impl PostCopy {
             }
             match self.next_push() {
                 Some((first, count)) => self.bytes += self.send(w, first, count)?,
+                // The last acknowledgements may have come in just now.
+                None if self.acked_count >= self.copied => break,
                 None => {
                     let e = rx.recv().map_err(|_| "the connection broke".to_owned())?;
                     self.bytes += self.event(w, e)?;
