@@ -434,6 +434,13 @@ impl Pager {
         self.core.read_in_place(first, buf)
     }
 
+    /// For a migration's source: gives back what holds pages `first..first + count` here,
+    /// which the destination has acknowledged (`persist.rs`); returns the pages given back.
+    pub fn free_sent(&self, first: u32, count: u32) -> std::io::Result<u64> {
+        let pages = self.reclaimer.lock_settled(&self.core);
+        self.core.free_sent(pages, first, count)
+    }
+
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,
     /// while faults are served), growing lets pages back as they fault, or at once with
     /// proactive swap-in (`swapin.rs`). The first limit

@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 
 use memvisor_devices::iobuf::IoBuf;
 
-use crate::core::PagerCore;
+use crate::core::{PagerCore, Pages};
 use crate::page::{ImageBlock, PageIdx, PAGE_SIZE};
 use crate::saved_pages::{SavedKind, SavedPages};
 use crate::state::page_state::PageState;
@@ -320,5 +320,57 @@ impl PagerCore {
             }
         }
         Ok(())
+    }
+}
+
+impl PagerCore {
+    /// For a migration's source once the destination has acknowledged pages `first..first +
+    /// count`: what holds their content here is given back (resident pages dropped with
+    /// `MADV_DONTNEED`, swap blocks freed, which the flusher then drops from the pool) and each
+    /// is `Reported` (content forgotten; the VM never runs here again). Pages without content
+    /// here are left as they are. Returns the pages given back. `pages` is the page lock with
+    /// no reclaim chunk in flight.
+    pub(crate) fn free_sent(
+        &self,
+        mut pages: std::sync::MutexGuard<'_, Pages>,
+        first: PageIdx,
+        count: u32,
+    ) -> std::io::Result<u64> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > pages.table.len())
+        {
+            return Err(std::io::Error::other(format!(
+                "pages {first}..+{count} are outside guest RAM"
+            )));
+        }
+        let mut mapped = Vec::new();
+        let mut freed = 0u64;
+        for p in first..first + count {
+            let state = pages.table.state(p);
+            // Before the takeover every page is plain memory the table does not follow.
+            if !pages.attached || crate::state::page_state::is_resident(state) {
+                mapped.push(p);
+            } else if matches!(state, PageState::Swapped(_) | PageState::Sampled(_)) {
+                pages.table.discard(p, PageState::Reported);
+                freed += 1;
+            }
+        }
+        for (f, c) in self.map.region_runs(&mapped) {
+            crate::takeover::split_huge(self, &mut pages, f, c);
+            memvisor_devices::ram::dontneed(
+                &self.mem,
+                memvisor_devices::ram::GuestRange {
+                    addr: self.map.gpa(f),
+                    len: u64::from(c) * PAGE_SIZE as u64,
+                },
+            )?;
+            for p in f..f + c {
+                pages.table.discard(p, PageState::Reported);
+                pages.prefetched[p as usize] = false;
+            }
+            freed += u64::from(c);
+        }
+        Ok(freed)
     }
 }
