@@ -220,6 +220,8 @@ pub(crate) struct PagerCore {
     /// The reclamation cache's slots, which released pages move into (`release.rs`); `None`
     /// without a cache or the Swap Mapper.
     pub release_slots: Option<crate::sys::slots::Slots>,
+    /// Pages devices wrote or the pager forgot, noted during a migration's pre-copy.
+    pub written: crate::written::Written,
 }
 
 pub(crate) fn limit_pages(limit: Option<u64>, size: u64) -> Result<u32, PagerError> {

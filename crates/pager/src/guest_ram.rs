@@ -199,6 +199,10 @@ impl GuestRam for PagedRam<'_> {
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
         let s = self.core;
+        let end = addr.0 + (data.len() as u64).saturating_sub(1);
+        if let (Some(first), Some(last)) = (s.map.page_of_gpa(addr.0), s.map.page_of_gpa(end)) {
+            s.written.note(first, last.saturating_sub(first) + 1);
+        }
         let mut off = 0usize;
         while off < data.len() {
             let gpa = addr.0 + off as u64;
@@ -467,6 +471,7 @@ impl GuestRam for PagedRam<'_> {
                     state.prefetched[p as usize] = false;
                 }
             }
+            s.written.note(first, n);
             discarded += u64::from(n);
         }
         let c = if why == Discard::Balloon {
@@ -514,6 +519,7 @@ impl GuestRam for PagedRam<'_> {
                 state.table.installed(p, FaultAction::Zero);
                 state.deflated.push(p);
             }
+            s.written.note(first, done);
             mapped += u64::from(done);
             room -= done;
             if let Err(e) = r {

@@ -25,7 +25,8 @@
 //! | `pager.rs` | the [`Pager`] handle (the core and its owners: the fault path, reclaim, the takeover, the sampler, proactive swap-in, the Preventer), its threads and its lock order |
 //! | `api_stats.rs` | the pager's state as the API serves it ([`PagerStats`]) |
 //! | `saved_pages.rs` | what a snapshot holds of guest memory (page kinds as runs, the prefetch list) and what a restored pager starts from (the page kinds and the store its copied pages are read from) |
-//! | `persist.rs` | guest memory in a VM snapshot: every page written from where it is, the states a restored pager starts from, and the prefetch of the pages the guest had in RAM; for a migration's source, the page kinds without content and a page read from where it is |
+//! | `written.rs` | the pages devices wrote or the pager forgot, noted while a migration's pre-copy rounds run (the vCPUs' writes are KVM's dirty log) |
+//! | `persist.rs` | guest memory in a VM snapshot: every page written from where it is, the states a restored pager starts from, and the prefetch of the pages the guest had in RAM; for a migration's source, the page kinds without content, a page read from where it is, the pages with content (what pre-copy sends first) and the pages given back once the destination has them |
 
 mod api_stats;
 mod block_links;
@@ -54,6 +55,7 @@ mod swapin;
 pub mod sys;
 mod takeover;
 pub mod victim;
+mod written;
 
 pub use crate::core::{NoVcpus, PagerError, PagerFailure, VcpuControl, MIN_LIMIT};
 pub use api_stats::PagerStats;

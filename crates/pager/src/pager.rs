@@ -209,6 +209,7 @@ impl Pager {
             // Half a slot per guest page (32 bytes each, touched as used): a file read again and
             // again finds its digests while it is up to half the guest's RAM.
             release_slots,
+            written: crate::written::Written::default(),
             block_digests: Mutex::new(BlockDigests::new(if mech.mapper {
                 pages as usize / 2
             } else {
@@ -439,6 +440,24 @@ impl Pager {
     pub fn free_sent(&self, first: u32, count: u32) -> std::io::Result<u64> {
         let pages = self.reclaimer.lock_settled(&self.core);
         self.core.free_sent(pages, first, count)
+    }
+
+    /// For a migration's pre-copy: starts noting (from nothing) the pages devices write and
+    /// those whose content the pager forgets or maps to the zero page (`written.rs`), or stops.
+    pub fn track_writes(&self, on: bool) {
+        self.core.written.track(on);
+    }
+
+    /// The runs of pages noted since the last call (`track_writes`).
+    pub fn take_writes(&self) -> Vec<(u32, u32)> {
+        self.core.written.take()
+    }
+
+    /// For a migration's pre-copy, the VM running: the pages with content here (resident,
+    /// swapped or sampled; every page before the takeover), what a first round sends. Pages
+    /// that mirror disk blocks are left out: the switch most likely records them.
+    pub fn pages_with_content(&self) -> Vec<bool> {
+        self.core.pages_with_content()
     }
 
     /// Changes the limit at run time: shrinking reclaims down to it (on the reclaim thread,

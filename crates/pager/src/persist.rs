@@ -324,6 +324,20 @@ impl PagerCore {
 }
 
 impl PagerCore {
+    /// What [`crate::Pager::pages_with_content`] says, under one hold of the page lock.
+    pub(crate) fn pages_with_content(&self) -> Vec<bool> {
+        let pages = self.lock();
+        (0..pages.table.len())
+            .map(|p| {
+                !pages.attached
+                    || matches!(
+                        pages.table.state(p),
+                        PageState::Resident { .. } | PageState::Swapped(_) | PageState::Sampled(_)
+                    )
+            })
+            .collect()
+    }
+
     /// For a migration's source once the destination has acknowledged pages `first..first +
     /// count`: what holds their content here is given back (resident pages dropped with
     /// `MADV_DONTNEED`, swap blocks freed, which the flusher then drops from the pool) and each

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress};
+use vm_memory::GuestAddress;
 
 use disk::{is_full, runs_without, whole_pages, without_blocks, Disk};
 pub use disk::{BlockError, DiskImage, BLOCK_SIZE};
@@ -328,7 +328,7 @@ impl Block {
     }
 
     /// Carries out a validated request; returns the status byte and the bytes written to the guest.
-    fn execute(&mut self, req: &Request, mem: &GuestMem) -> (u8, u32) {
+    fn execute(&mut self, req: &Request) -> (u8, u32) {
         let m = self.metrics.clone();
         // A host fault, but the guest can retry a failing request in a loop: rate-limited.
         let io = |r: std::io::Result<()>| {
@@ -370,7 +370,7 @@ impl Block {
                 let mut left = &self.id[..];
                 for &(addr, len) in &req.data {
                     let n = left.len().min(len as usize);
-                    if mem.write_slice(&left[..n], addr).is_err() {
+                    if self.ram.write(addr, &left[..n]).is_err() {
                         return (VIRTIO_BLK_S_IOERR, 0);
                     }
                     left = &left[n..];
@@ -426,8 +426,10 @@ impl VirtioDevice for Block {
                 .collect();
             let used_len = match request::parse(&descs, mem, self.disk.capacity) {
                 Ok(req) => {
-                    let (status, written) = self.execute(&req, mem);
-                    match mem.write_obj(status, req.status) {
+                    let (status, written) = self.execute(&req);
+                    // Through the pager, which notes what devices write (a migration's
+                    // pre-copy).
+                    match self.ram.write(req.status, &[status]) {
                         Ok(()) => written.saturating_add(1),
                         Err(_) => 0,
                     }
@@ -441,7 +443,7 @@ impl VirtioDevice for Block {
                     self.metrics.errors.fetch_add(1, Ordering::Relaxed);
                     match e {
                         RequestError::Invalid { status, .. }
-                            if mem.write_obj(VIRTIO_BLK_S_IOERR, status).is_ok() =>
+                            if self.ram.write(status, &[VIRTIO_BLK_S_IOERR]).is_ok() =>
                         {
                             1
                         }
@@ -467,6 +469,7 @@ impl VirtioDevice for Block {
 mod tests {
     use super::*;
     use std::io::Write;
+    use vm_memory::Bytes;
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::GuestAddress;
