@@ -34,6 +34,9 @@ pub(crate) const KVM_GET_MP_STATE: u64 = 0x8004_ae98;
 pub(crate) const KVM_GET_VCPU_EVENTS: u64 = 0x8040_ae9f;
 pub(crate) const KVM_GET_IRQCHIP: u64 = 0xc208_ae62;
 pub(crate) const KVM_GET_CLOCK: u64 = 0x8030_ae7c;
+// A migration's pre-copy: the memory slots' dirty logging turned on and off, and the log read.
+pub(crate) const KVM_SET_USER_MEMORY_REGION: u64 = 0x4020_ae46;
+pub(crate) const KVM_GET_DIRTY_LOG: u64 = 0x4010_ae42;
 /// A vCPU's state for a snapshot (`PUT /vm/snapshot`; `crates/vmm/src/cpu_state.rs`).
 const VCPU_SAVE: [u64; 7] = [
     KVM_GET_MSRS,
@@ -235,6 +238,8 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
             guest_memory(&mut l)?;
             disk_io(&mut l);
             l.ioctls(&[KVM_GET_IRQCHIP, KVM_GET_CLOCK])?;
+            // Pre-copy: what the vCPUs write, from KVM's dirty log of each memory slot.
+            l.ioctls(&[KVM_SET_USER_MEMORY_REGION, KVM_GET_DIRTY_LOG])?;
             // One TCP connection to the destination at a time: an IPv4 or IPv6 stream socket
             // (connected with a timeout: non-blocking, then polled), its options, and the
             // copy of it `migrate-rx` reads. `migrate-rx` is started with the VM, not by this
@@ -427,8 +432,9 @@ mod tests {
     #[test]
     fn kvm_ioctl_numbers_match_the_kernel_structs() {
         use kvm_bindings::{
-            kvm_clock_data, kvm_debugregs, kvm_ioeventfd, kvm_irqchip, kvm_lapic_state,
-            kvm_mp_state, kvm_msrs, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+            kvm_clock_data, kvm_debugregs, kvm_dirty_log, kvm_ioeventfd, kvm_irqchip,
+            kvm_lapic_state, kvm_mp_state, kvm_msrs, kvm_regs, kvm_sregs,
+            kvm_userspace_memory_region, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
         };
         assert_eq!(KVM_RUN, ioc(0, 0x80, 0));
         assert_eq!(KVM_GET_MSRS, ioc(3, 0x88, size_of::<kvm_msrs>()));
@@ -446,6 +452,11 @@ mod tests {
         assert_eq!(KVM_GET_REGS, ioc(2, 0x81, size_of::<kvm_regs>()));
         assert_eq!(KVM_GET_SREGS, ioc(2, 0x83, size_of::<kvm_sregs>()));
         assert_eq!(KVM_IOEVENTFD, ioc(1, 0x79, size_of::<kvm_ioeventfd>()));
+        assert_eq!(
+            KVM_SET_USER_MEMORY_REGION,
+            ioc(1, 0x46, size_of::<kvm_userspace_memory_region>())
+        );
+        assert_eq!(KVM_GET_DIRTY_LOG, ioc(1, 0x42, size_of::<kvm_dirty_log>()));
     }
 
     #[test]
