@@ -87,6 +87,9 @@ pub struct SnapshotResult {
     pub stopped: bool,
 }
 
+/// The most pre-copy rounds a migration may ask for (`MigrateRequest::precopy_rounds`).
+pub const MAX_PRECOPY_ROUNDS: u32 = 16;
+
 /// `PUT /vm/migrate`: move the VM to the destination listening on `to` (`memvisor run
 /// --incoming ADDR --migration-token T`), post-copy (docs/migration.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +103,10 @@ pub struct MigrateRequest {
     /// to `to` again and send the pages the destination has not acknowledged.
     #[serde(default)]
     pub recover: bool,
+    /// Rounds of pre-copy before the switch (0: post-copy only): each sends, while the vCPUs
+    /// run, the pages written since the round before (the first: every page with content).
+    #[serde(default)]
+    pub precopy_rounds: u32,
 }
 
 /// The answer to `PUT /vm/migrate`, once the destination has acknowledged every page (this
@@ -116,6 +123,18 @@ pub struct MigrateResult {
     pub resent_pages: u64,
     /// All-zero, never-touched, released and disk-block pages: recorded, not sent.
     pub recorded_pages: u64,
+    /// Pages written to the connection, before and after the switch, each send counted.
+    pub sent_pages: u64,
+    /// Copied pages the destination has acknowledged (after the switch; those it held from
+    /// pre-copy count from the switch on).
+    pub acked_pages: u64,
+    /// Acknowledged pages whose memory, pool slot or swap block the source has given back.
+    pub freed_pages: u64,
+    /// Pages sent in each pre-copy round (`precopy_rounds`), in order; empty without.
+    pub precopy_round_pages: Vec<u64>,
+    /// Copied pages the destination held from pre-copy, not written since, at the switch:
+    /// not sent again.
+    pub precopied_pages: u64,
     /// Bytes written to the connection in all.
     pub sent_bytes: u64,
     /// From the pause here to the destination's go-ahead (the vCPUs stopped), in milliseconds.

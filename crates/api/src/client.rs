@@ -321,20 +321,11 @@ impl VmClient {
         }))
     }
 
-    /// `PUT /vm/migrate`: moves the VM to the destination at `to`; answers once the destination
-    /// has every page (this VM then ends).
-    /// With `recover`, resumes one whose connection broke in post-copy.
-    pub fn migrate(
-        &self,
-        to: &str,
-        token: &str,
-        recover: bool,
-    ) -> Result<MigrateResult, ClientError> {
-        self.call(&VmRequest::Migrate(MigrateRequest {
-            to: to.to_owned(),
-            token: token.to_owned(),
-            recover,
-        }))
+    /// `PUT /vm/migrate`: moves the VM to the destination at `req.to`; answers once the
+    /// destination has every page (this VM then ends). With `recover`, resumes one whose
+    /// connection broke in post-copy.
+    pub fn migrate(&self, req: MigrateRequest) -> Result<MigrateResult, ClientError> {
+        self.call(&VmRequest::Migrate(req))
     }
 }
 

@@ -33,7 +33,7 @@ mod vm;
 
 pub use body::{
     BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate,
-    ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult,
+    ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult, MAX_PRECOPY_ROUNDS,
 };
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;

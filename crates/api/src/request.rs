@@ -337,6 +337,7 @@ mod tests {
                 to: "127.0.0.1:4444".into(),
                 token: "t".into(),
                 recover: true,
+                precopy_rounds: 2,
             }),
         ] {
             let body = r.body().unwrap_or_default();

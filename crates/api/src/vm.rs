@@ -70,4 +70,8 @@ pub struct VmInfo {
     pub balloon_target_bytes: Option<u64>,
     /// The disks, in the order given.
     pub disks: Vec<DiskInfo>,
+    /// A migration that broke off after the switch, kept for `migrate-recover`: what it sent,
+    /// what the destination acknowledged and what was freed here so far; `null` otherwise.
+    #[serde(default)]
+    pub migration: Option<crate::MigrateResult>,
 }

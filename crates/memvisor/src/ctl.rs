@@ -82,6 +82,10 @@ pub enum CtlRequest {
         /// The token the destination was started with.
         #[arg(long, value_name = "T")]
         token: Option<String>,
+        /// Rounds of pre-copy before the switch, while the VM runs here: the first sends every
+        /// page with content, each next one the pages written since (0: post-copy only).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        precopy_rounds: u32,
     },
     /// Resume a migration whose connection broke in post-copy (PUT /vm/migrate with
     /// "recover"): connect to the destination again and send the pages it has not
@@ -161,10 +165,24 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             show(vm("snapshot")?.snapshot(&dir.to_string_lossy(), stop))
         }
-        CtlRequest::Migrate { to, token } => migrate(vm("migrate")?, "migrate", to, token, false)?,
-        CtlRequest::MigrateRecover { to, token } => {
-            migrate(vm("migrate-recover")?, "migrate-recover", to, token, true)?
-        }
+        CtlRequest::Migrate {
+            to,
+            token,
+            precopy_rounds,
+        } => migrate(
+            vm("migrate")?,
+            "migrate",
+            to,
+            token,
+            (false, precopy_rounds),
+        )?,
+        CtlRequest::MigrateRecover { to, token } => migrate(
+            vm("migrate-recover")?,
+            "migrate-recover",
+            to,
+            token,
+            (true, 0),
+        )?,
         CtlRequest::Limit { limit } => show(vm("limit")?.set_limit(limit.0)),
         CtlRequest::Release { pages, cold_only } => {
             show(vm("release")?.release_with(memvisor_api::ReleaseRequest { pages, cold_only }))
@@ -203,7 +221,7 @@ fn migrate(
     what: &str,
     to: Option<String>,
     token: Option<String>,
-    recover: bool,
+    (recover, precopy_rounds): (bool, u32),
 ) -> Result<Result<String, ClientError>, String> {
     let to = to.ok_or(format!(
         "{what} needs --to ADDR, the destination's host:port"
@@ -211,6 +229,10 @@ fn migrate(
     let token = token.ok_or(format!(
         "{what} needs --token T, the token the destination was started with"
     ))?;
+    let most = memvisor_api::MAX_PRECOPY_ROUNDS;
+    if precopy_rounds > most {
+        return Err(format!("--precopy-rounds {precopy_rounds}: at most {most}"));
+    }
     // The VMM's migration thread resolves no names (its seccomp filter lets it open no files
     // and no sockets but TCP ones): a host name is resolved here.
     let resolved = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
@@ -221,7 +243,12 @@ fn migrate(
     };
     // Answered once every page is on the destination: no limit but the connection's.
     let client = client.with_timeout(std::time::Duration::from_secs(24 * 3600));
-    Ok(show(client.migrate(&to, &token, recover)))
+    Ok(show(client.migrate(memvisor_api::MigrateRequest {
+        to,
+        token,
+        recover,
+        precopy_rounds,
+    })))
 }
 
 /// An answer, already read into its API type (so one off the schema is an error rather than a

@@ -74,6 +74,10 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             path: "/d.img".into(),
             read_only: true,
         }],
+        migration: Some(memvisor_api::MigrateResult {
+            precopy_round_pages: vec![1],
+            ..memvisor_api::MigrateResult::default()
+        }),
     };
     let guest = GuestMemoryStats {
         age_ms: 1,
@@ -165,12 +169,17 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
                 to: "127.0.0.1:1".into(),
                 token: "t".into(),
                 recover: true,
+                precopy_rounds: 2,
             })
             .unwrap(),
         ),
         (
             "MigrateResult",
-            serde_json::to_value(memvisor_api::MigrateResult::default()).unwrap(),
+            serde_json::to_value(memvisor_api::MigrateResult {
+                precopy_round_pages: vec![1],
+                ..memvisor_api::MigrateResult::default()
+            })
+            .unwrap(),
         ),
         (
             "ErrorBody",

@@ -12,7 +12,7 @@
 //! | `PUT /vm/pause` | parks every vCPU outside the guest until `PUT /vm/resume`; 400 if paused |
 //! | `PUT /vm/resume` | resumes a paused VM (asked for, or the pager's swap or image I/O failed); 400 if it runs |
 //! | `PUT /vm/snapshot {"dir", "stop"}` | writes the VM to a snapshot directory (`snapshot.rs`, docs/snapshot.md), then lets it run on or ends it; 400 if it cannot |
-//! | `PUT /vm/migrate {"to", "token", "recover"}` | moves the VM to a destination, post-copy (`migrate/`, docs/migration.md), or with `recover` resumes one whose connection broke; answers once every page is there, then the VM ends; 400 if it cannot |
+//! | `PUT /vm/migrate {"to", "token", "recover", "precopy_rounds"}` | moves the VM to a destination, post-copy after `precopy_rounds` rounds of pre-copy (`migrate/`, docs/migration.md), or with `recover` resumes one whose connection broke (`GET /vm` shows it meanwhile); answers once every page is there, then the VM ends; 400 if it cannot |
 //!
 //! Requests are parsed into a [`VmRequest`] by `memvisor_api` and handled here with one `match`.
 //! Bad requests (malformed HTTP or JSON, unknown fields, values out of range) get 400 with
@@ -178,6 +178,7 @@ fn vm_info(c: &Control) -> VmInfo {
                 read_only: d.read_only,
             })
             .collect(),
+        migration: c.migration.broken(),
     }
 }
 

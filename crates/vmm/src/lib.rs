@@ -28,7 +28,7 @@
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
 //! | `cpu_state.rs` | the KVM state of a vCPU and of the in-kernel PIC, IOAPIC and clock, read for a snapshot and written back on restore |
 //! | `snapshot.rs` | snapshots: the format, taking one from a running VM, and reading one back, checked |
-//! | `migrate/` | post-copy live migration (docs/migration.md): the messages (`wire.rs`), the source (`source.rs`, `PUT /vm/migrate`), the destination and its page store of pages still on the source (`incoming.rs`, `memvisor run --incoming`) |
+//! | `migrate/` | live migration, post-copy after optional pre-copy rounds (docs/migration.md): the messages (`wire.rs`), the source (`source.rs`, `PUT /vm/migrate`), its pre-copy rounds and the record of what was written (`precopy.rs`: KVM's dirty log and the pager's note), the destination and its page store of pages still on the source (`incoming.rs`, `memvisor run --incoming`) |
 
 pub mod affinity;
 mod api;

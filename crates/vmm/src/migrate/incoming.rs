@@ -28,6 +28,8 @@ use crate::snapshot::{self, Snapshot};
 const GREETING: Duration = Duration::from_secs(10);
 const STATE: Duration = Duration::from_secs(120);
 const PAGE: usize = 4096;
+/// The most pages pre-copy may send before the state says how many the VM has (256 GiB).
+const MAX_PAGES: u64 = 1 << 26;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -115,28 +117,68 @@ fn take(
     }
     wire::send(&mut w, &Msg::Accepted).map_err(io)?;
     stream.set_read_timeout(Some(STATE)).map_err(io)?;
-    let bytes = match wire::recv(&mut r).map_err(io)? {
-        Msg::State(b) => b,
-        m => return Err(format!("expected the state, got {m:?}")),
-    };
-    let state = snapshot::decode_state(&bytes).map_err(|e| format!("its state: {e}"))?;
     let local = local_file(dir).map_err(|e| {
         format!(
             "cannot make a file for guest pages in {}: {e}",
             dir.display()
         )
     })?;
+    // Pre-copy's pages, until the state: written to the local file; `pre` says which are
+    // here and not stale.
+    let mut pre: Vec<bool> = Vec::new();
+    let bytes = loop {
+        match wire::recv(&mut r).map_err(io)? {
+            Msg::State(b) => break b,
+            Msg::Pages { first, data } => {
+                let count = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+                let end = first
+                    .checked_add(count)
+                    .filter(|&e| u64::from(e) <= MAX_PAGES)
+                    .ok_or(format!("pre-copy pages {first}..+{count} are out of range"))?;
+                local
+                    .write_all_at(&data, u64::from(first) * PAGE as u64)
+                    .map_err(|e| format!("writing pre-copy pages failed ({e})"))?;
+                if pre.len() < end as usize {
+                    pre.resize(end as usize, false);
+                }
+                pre[first as usize..end as usize].fill(true);
+            }
+            Msg::Stale { first, count } => {
+                let end = (first.saturating_add(count) as usize).min(pre.len());
+                if let Some(stale) = pre.get_mut(first as usize..end) {
+                    stale.fill(false);
+                }
+            }
+            m => return Err(format!("expected the state, got {m:?}")),
+        }
+    };
+    let state = snapshot::decode_state(&bytes).map_err(|e| format!("its state: {e}"))?;
+    if pre.len() > state.pages.pages as usize {
+        return Err(format!(
+            "pre-copy sent page {}, the VM has {} pages",
+            pre.len() - 1,
+            state.pages.pages
+        ));
+    }
     local.set_len(state.mem_size).map_err(io)?;
     let mut got = vec![true; state.pages.pages as usize];
     let mut missing = 0;
+    let mut held = 0u64;
     for run in state
         .pages
         .runs
         .iter()
         .filter(|r| r.kind == SavedKind::Copied)
     {
-        got[run.first as usize..(run.first + run.count) as usize].fill(false);
-        missing += run.count;
+        for p in run.first..run.first + run.count {
+            let here = pre.get(p as usize) == Some(&true);
+            got[p as usize] = here;
+            missing += u32::from(!here);
+            held += u64::from(here);
+        }
+    }
+    if !pre.is_empty() {
+        tracing::info!("migration: {held} pages are here from pre-copy, {missing} to come");
     }
     let remote = Arc::new(RemotePages {
         peer: peer.to_owned(),

@@ -1,17 +1,19 @@
 //! A migration's source (`PUT /vm/migrate`): connects to the destination, proves the token,
-//! pauses the VM and sends its state (the snapshot's, `snapshot.rs`), lets the destination go,
-//! then serves the pages its faults ask for and pushes the rest, the working set first, until
-//! every page is acknowledged; the VM then ends here.
+//! runs the pre-copy rounds asked for with the VM running (`precopy.rs`), pauses the VM and
+//! sends its state (the snapshot's, `snapshot.rs`), lets the destination go, then serves the
+//! pages its faults ask for and pushes the rest, the working set first, until every page is
+//! acknowledged, freeing each page here once it is; the VM then ends here.
 //!
 //! Threads: `migrate` does all of it and writes to the connection; `migrate-rx` reads the
 //! destination's requests and acknowledgements and hands them over a channel. Both start with
-//! the VM and wait for work ([`Migrator`]). Neither touches
-//! guest memory but through the pager's `read_in_place`, under its page lock.
+//! the VM and wait for work ([`Migrator`]). Neither touches guest memory but through the
+//! pager (`read_in_place`, `free_sent`), under its page lock.
 //!
 //! Before the go-ahead is sent, any failure resumes the VM here as it was; once it is sent,
 //! the VM is never resumed here (the destination may run it): a failure then leaves it paused
-//! with every page and keeps what was sent and acknowledged ([`Broken`]), and
-//! `migrate-recover` (`"recover": true`) connects again and sends every page not acknowledged.
+//! with every page not acknowledged and keeps what was sent and acknowledged ([`Broken`],
+//! shown in `GET /vm`), and `migrate-recover` (`"recover": true`) connects again and sends
+//! every page not acknowledged.
 
 use std::io::BufWriter;
 use std::net::{SocketAddr, TcpStream};
@@ -19,9 +21,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{MigrateRequest, MigrateResult};
+use memvisor_api::{MigrateRequest, MigrateResult, MAX_PRECOPY_ROUNDS};
 use memvisor_pager::{Pager, SavedKind, SavedPages};
 
+use super::precopy::{DirtyLog, PreCopy};
 use super::wire::{self, Msg};
 use crate::lifecycle::Lifecycle;
 use crate::snapshot::{self, Snapshotter};
@@ -56,6 +59,7 @@ type Reader = mpsc::Sender<(TcpStream, mpsc::Sender<FromDest>)>;
 pub(crate) struct Migrator {
     jobs: Mutex<mpsc::Sender<Job>>,
     waiting: Mutex<Option<mpsc::Receiver<Job>>>,
+    broken: Arc<Broken>,
 }
 
 impl Default for Migrator {
@@ -64,6 +68,7 @@ impl Default for Migrator {
         Migrator {
             jobs: Mutex::new(tx),
             waiting: Mutex::new(Some(rx)),
+            broken: Arc::default(),
         }
     }
 }
@@ -92,12 +97,11 @@ impl Migrator {
                     receive(&mut r, &tx);
                 }
             })?;
-        let (snap, life) = (snap.clone(), life.clone());
+        let (snap, life, broken) = (snap.clone(), life.clone(), self.broken.clone());
         std::thread::Builder::new()
             .name("migrate".into())
             .spawn(move || {
                 memvisor_seccomp::confine(memvisor_seccomp::Thread::Migrate);
-                let broken = Broken::default();
                 for (req, reply) in jobs {
                     let post = match req.recover {
                         true => recover(&req, &broken, &reader),
@@ -108,6 +112,13 @@ impl Migrator {
                 }
             })
             .map(drop)
+    }
+
+    /// The migration that broke off after the switch, kept for `migrate-recover`: what it
+    /// sent, what was acknowledged and freed (`GET /stats`).
+    pub(crate) fn broken(&self) -> Option<MigrateResult> {
+        let broken = self.broken.lock().unwrap_or_else(|e| e.into_inner());
+        broken.as_ref().map(|post| post.result(&post.to))
     }
 
     /// Moves the VM to `req.to` (module doc), or with `req.recover` resumes the migration that
@@ -181,27 +192,19 @@ fn finish(
         Ok(p) => p,
         Err((post, e)) => {
             let line = format!(
-                "{e}, after the switch with {} of {} pages acknowledged: the VM stays paused here and keeps every page, the destination pauses; `memvisor ctl migrate-recover --to ADDR --token T` resumes it",
+                "{e}, after the switch with {} of {} pages acknowledged: the VM stays paused here and keeps every page not acknowledged, the destination pauses; `memvisor ctl migrate-recover --to ADDR --token T` resumes it",
                 post.acked_count, post.copied
             );
             *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(post);
             return Err(line);
         }
     };
-    let (c, z, d, rel) = post.saved.census();
-    let result = MigrateResult {
-        to: to.clone(),
-        copied_pages: c,
-        requested_pages: post.requested,
-        resent_pages: post.resent,
-        recorded_pages: z + d + rel,
-        sent_bytes: post.bytes,
-        downtime_ms: post.downtime_ms,
-        total_ms: millis(post.t0),
-    };
+    let result = post.result(to);
     tracing::info!(
-        "migrated to {to}: {c} pages sent ({} asked for by faults), vCPUs stopped {} ms, {} ms in all",
+        "migrated to {to}: {} pages sent ({} asked for by faults, {} before the switch), vCPUs stopped {} ms, {} ms in all",
+        result.copied_pages,
         post.requested,
+        result.precopied_pages,
         post.downtime_ms,
         result.total_ms
     );
@@ -248,6 +251,12 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
     let Some(pager) = &life.pager else {
         return Err("a VM without memvisor's pager (--pager off) cannot migrate".into());
     };
+    if req.precopy_rounds > MAX_PRECOPY_ROUNDS {
+        return Err(format!(
+            "precopy_rounds {} is more than {MAX_PRECOPY_ROUNDS}: nothing moved, the VM runs on here",
+            req.precopy_rounds
+        ));
+    }
     snapshot::check_pausable(life)?;
     let to = &req.to;
     let hello = Msg::Hello {
@@ -258,15 +267,41 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
         connect(to, &hello).map_err(|e| format!("{e}: nothing moved, the VM runs on here"))?;
     let io = |e: std::io::Error| format!("the connection to {to}: {e}; the VM runs on here");
 
+    // Pre-copy, the VM running here; a failure leaves it running, the destination waiting.
+    let log = match req.precopy_rounds {
+        0 => None,
+        _ => Some(
+            DirtyLog::start(&snap.vm, &snap.mem, pager)
+                .map_err(|e| format!("{e}: nothing moved, the VM runs on here"))?,
+        ),
+    };
+    let mut pre = match &log {
+        Some(log) => Some(
+            PreCopy::run(req.precopy_rounds, log, pager, &mut w)
+                .map_err(|e| format!("pre-copy to {to}: {e}; the VM runs on here"))?,
+        ),
+        None => None,
+    };
+
     // The switch: paused, the state sent, the destination's VM built, the go-ahead.
     let t0 = Instant::now();
     let was_running = life.pause();
     let switched = (|| {
+        let mut written = Vec::new();
         let (held, state) = snap.capture(life, || {
-            pager
+            let pages = pager
                 .migration_pages()
-                .map_err(|e| crate::error_line::error_line(&e))
+                .map_err(|e| crate::error_line::error_line(&e))?;
+            // The vCPUs parked and the devices held: nothing writes guest RAM from here on.
+            if let Some(log) = &log {
+                written = log.take()?;
+            }
+            Ok(pages)
         })?;
+        if let (Some(pre), Some(log)) = (&mut pre, &log) {
+            written.extend(log.used_rings(&state.transports));
+            pre.switch(&written, &mut w).map_err(io)?;
+        }
         let bytes = snapshot::encode_state(&state).map_err(|e| e.to_string())?;
         sent += wire::send(&mut w, &Msg::State(bytes)).map_err(io)?;
         r.set_read_timeout(Some(BUILD)).map_err(io)?;
@@ -278,6 +313,7 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
     let (held, pages) = match switched {
         Ok(s) => s,
         Err(e) => {
+            drop(log);
             if was_running {
                 life.resume();
             }
@@ -287,13 +323,18 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
     // From here on the VM is the destination's: it is never resumed here.
     let go = wire::send(&mut w, &Msg::Go);
     let downtime_ms = millis(t0);
+    // KVM stops logging only now, outside the vCPUs' downtime.
+    drop(log);
     sent += go.map_err(|e| {
         format!("sending the go-ahead to {to} failed ({e}): the VM stays paused here with every page; resume it here only if the destination does not run it")
     })?;
-    let mut post = Box::new(PostCopy::new(pager.clone(), pages));
+    let mut post = Box::new(PostCopy::new(to, pager.clone(), pages));
     post.t0 = t0;
     post.downtime_ms = downtime_ms;
     post.bytes = sent;
+    if let Some(pre) = pre {
+        post.adopt(pre);
+    }
     let served = post_copy(&mut post, r, &mut w, reader);
     drop(held);
     Ok(match served {
@@ -324,6 +365,8 @@ fn receive(r: &mut TcpStream, tx: &mpsc::Sender<FromDest>) {
 
 /// The post-copy phase on the source: what is sent and acknowledged.
 pub(crate) struct PostCopy {
+    /// The destination's address.
+    to: String,
     pager: Pager,
     saved: SavedPages,
     t0: Instant,
@@ -340,13 +383,23 @@ pub(crate) struct PostCopy {
     cursor: (usize, u32),
     copied: u64,
     acked_count: u64,
+    /// Acknowledged pages whose memory, pool slot or swap block was given back here.
+    freed: u64,
     requested: u64,
     resent: u64,
+    /// Pages written to the connection, resent ones each time.
+    page_sends: u64,
+    /// Pages sent in each pre-copy round (`precopy.rs`).
+    rounds: Vec<u64>,
+    /// Copied pages the destination held, unwritten since, at the switch.
+    precopied: u64,
+    /// Pages a pre-copy round sent and post-copy has not sent again.
+    pre_sent: Vec<bool>,
     buf: Vec<u8>,
 }
 
 impl PostCopy {
-    fn new(pager: Pager, saved: SavedPages) -> Self {
+    fn new(to: &str, pager: Pager, saved: SavedPages) -> Self {
         let n = saved.pages as usize;
         let mut wanted = vec![false; n];
         for r in saved.runs.iter().filter(|r| r.kind == SavedKind::Copied) {
@@ -355,6 +408,7 @@ impl PostCopy {
         let mut order = saved.prefetch.clone();
         order.push((0, saved.pages));
         PostCopy {
+            to: to.to_owned(),
             pager,
             t0: Instant::now(),
             downtime_ms: 0,
@@ -367,8 +421,13 @@ impl PostCopy {
             order,
             cursor: (0, 0),
             acked_count: 0,
+            freed: 0,
             requested: 0,
             resent: 0,
+            page_sends: 0,
+            rounds: Vec::new(),
+            precopied: 0,
+            pre_sent: Vec::new(),
             buf: vec![0u8; wire::MAX_RUN as usize * 4096],
             saved,
         }
@@ -380,13 +439,81 @@ impl PostCopy {
         self.pager
             .read_in_place(first, &mut self.buf[..len])
             .map_err(|e| format!("reading guest pages {first}..+{count} here failed ({e})"))?;
+        self.page_sends += u64::from(count);
         for p in first..first + count {
-            self.resent += u64::from(self.sent[p as usize]);
+            // A page a pre-copy round sent is sent again once.
+            let again = self
+                .pre_sent
+                .get_mut(p as usize)
+                .is_some_and(std::mem::take);
+            self.resent += u64::from(self.sent[p as usize] || again);
             self.sent[p as usize] = true;
         }
         let data = self.buf[..len].to_vec();
         wire::send(w, &Msg::Pages { first, data })
             .map_err(|e| format!("the connection broke ({e})"))
+    }
+
+    /// Takes over what pre-copy sent: the copied pages the destination holds, unwritten since,
+    /// are sent and acknowledged (the destination built the VM after writing them), and freed
+    /// here at once.
+    fn adopt(&mut self, pre: PreCopy) {
+        let mut held = Vec::new();
+        for p in 0..self.pages {
+            let i = p as usize;
+            if self.wanted[i] && pre.clean.get(i) == Some(&true) {
+                self.sent[i] = true;
+                self.acked[i] = true;
+                held.push(p);
+            }
+        }
+        self.precopied = held.len() as u64;
+        self.acked_count += self.precopied;
+        self.page_sends += pre.rounds.iter().sum::<u64>();
+        self.resent += pre.resent;
+        self.bytes += pre.bytes;
+        self.rounds = pre.rounds;
+        self.pre_sent = pre.sent;
+        self.free(&held);
+    }
+
+    /// Gives back what holds `pages` (sorted, acknowledged) here: the destination has them.
+    /// A failure only leaves them held (they are never read again).
+    fn free(&mut self, pages: &[u32]) {
+        let mut rest = pages;
+        while let Some(&first) = rest.first() {
+            let mut k = 1u32;
+            while rest.get(k as usize) == Some(&(first + k)) {
+                k += 1;
+            }
+            match self.pager.free_sent(first, k) {
+                Ok(n) => self.freed += n,
+                Err(e) => tracing::warn!(
+                    "migration: pages {first}..+{k}, acknowledged, stay held here: {e}"
+                ),
+            }
+            rest = &rest[k as usize..];
+        }
+    }
+
+    /// What was sent so far, as `PUT /vm/migrate` answers it.
+    fn result(&self, to: &str) -> MigrateResult {
+        let (c, z, d, rel) = self.saved.census();
+        MigrateResult {
+            to: to.to_owned(),
+            copied_pages: c,
+            requested_pages: self.requested,
+            resent_pages: self.resent,
+            recorded_pages: z + d + rel,
+            sent_pages: self.page_sends,
+            acked_pages: self.acked_count,
+            freed_pages: self.freed,
+            precopy_round_pages: self.rounds.clone(),
+            precopied_pages: self.precopied,
+            sent_bytes: self.bytes,
+            downtime_ms: self.downtime_ms,
+            total_ms: millis(self.t0),
+        }
     }
 
     /// The next run of pages to push that are wanted and not yet sent.
@@ -427,12 +554,15 @@ impl PostCopy {
                 self.send(w, first, count)
             }
             FromDest::Ack { first, count } => {
+                let mut newly = Vec::new();
                 for p in first..first.saturating_add(count).min(self.pages) {
                     if !self.acked[p as usize] && self.wanted[p as usize] {
                         self.acked[p as usize] = true;
                         self.acked_count += 1;
+                        newly.push(p);
                     }
                 }
+                self.free(&newly);
                 Ok(0)
             }
             // Every page is there: the destination may end (its guest done) before `Done`.

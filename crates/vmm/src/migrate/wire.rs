@@ -1,5 +1,5 @@
 //! The migration stream's messages (docs/migration.md): the source's greeting with the token,
-//! the destination's answer, the VM's state, the switch, and in post-copy page requests,
+//! the destination's answer, pre-copy's pages and the runs of them written since, the VM's state, the switch, and in post-copy page requests,
 //! pages and acknowledgements. Every message is a one-byte tag and two little-endian u32s;
 //! a state and a run of pages carry their bytes after that.
 
@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 /// The first bytes the source sends.
 pub const MAGIC: &[u8; 8] = b"MVMIGRAT";
 /// The protocol version both ends must speak.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The longest token accepted, and the largest state (bytes).
 pub const MAX_TOKEN: u32 = 4096;
 pub const MAX_STATE: u32 = 256 << 20;
@@ -28,6 +28,9 @@ pub enum Msg {
     Accepted,
     /// Destination → source: the token (or version) is wrong; the connection closes.
     Refused,
+    /// Source → destination, before the state: pages `first..first + count` sent in a
+    /// pre-copy round have been written since; the destination waits for them again.
+    Stale { first: u32, count: u32 },
     /// Source → destination: the VM's state, `vm.state`'s bytes (`snapshot.rs`).
     State(Vec<u8>),
     /// Destination → source: the VM is built from the state, its vCPUs not started.
@@ -50,6 +53,7 @@ fn tag(m: &Msg) -> u8 {
         Msg::Rejoin { .. } => b'J',
         Msg::Accepted => b'K',
         Msg::Refused => b'X',
+        Msg::Stale { .. } => b'W',
         Msg::State(_) => b'S',
         Msg::Ready => b'Y',
         Msg::Go => b'G',
@@ -68,7 +72,9 @@ pub fn send(w: &mut impl Write, m: &Msg) -> std::io::Result<u64> {
             (*version, len(token)?, token)
         }
         Msg::State(s) => (len(s)?, 0, s),
-        Msg::Request { first, count } | Msg::Ack { first, count } => (*first, *count, &[]),
+        Msg::Request { first, count } | Msg::Ack { first, count } | Msg::Stale { first, count } => {
+            (*first, *count, &[])
+        }
         Msg::Pages { first, data } => (*first, len(data)? / PAGE, data),
         _ => (0, 0, &[]),
     };
@@ -117,6 +123,7 @@ pub fn recv(r: &mut impl Read) -> std::io::Result<Msg> {
         b'G' => Msg::Go,
         b'Q' => Msg::Request { first: a, count: b },
         b'A' => Msg::Ack { first: a, count: b },
+        b'W' => Msg::Stale { first: a, count: b },
         b'P' => {
             if b == 0 || b > MAX_RUN {
                 return Err(bad(format!("a run of {b} pages")));
@@ -167,6 +174,7 @@ mod tests {
                 data: vec![0xab; 2 * PAGE as usize],
             },
             Msg::Ack { first: 1, count: 2 },
+            Msg::Stale { first: 3, count: 4 },
             Msg::Done,
         ] {
             let mut buf = Vec::new();

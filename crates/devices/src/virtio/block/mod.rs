@@ -469,9 +469,9 @@ impl VirtioDevice for Block {
 mod tests {
     use super::*;
     use std::io::Write;
-    use vm_memory::Bytes;
     use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::Bytes;
     use vm_memory::GuestAddress;
 
     const DESC_F_NEXT: u16 = 1;
