@@ -426,6 +426,80 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
     ResultLine::find(&console, "integrity", "done").assert_intact();
 }
 
+#[test]
+fn a_pre_copy_cut_short_leaves_the_vm_running_and_a_vm_without_a_limit_moves_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = disk_spec(
+        &mkdisk_data(dir.path().join("data.img"), "64M", &[]),
+        "data",
+    );
+    // Neither end has a limit: the source's pager has not taken guest RAM over, so pre-copy
+    // sends every page and the source frees them all as plain memory.
+    let dsock = dir.path().join("dest.sock");
+    let mut cmd = run_command(
+        &dsock,
+        &[
+            "--mem",
+            "256M",
+            "--disk",
+            &disk,
+            "--incoming",
+            "127.0.0.1:0",
+            "--migration-token",
+            "t",
+        ],
+    );
+    cmd.stderr(Stdio::piped());
+    let mut dest = Proc::spawn(&mut cmd);
+    let line = dest.stderr_line(Duration::from_secs(30), |l| {
+        l.contains("waiting for a migration on")
+    });
+    let addr = line.rsplit(' ').next().unwrap().to_owned();
+    let source = TestVm::start(
+        &dir.path().join("source.sock"),
+        &[
+            "--mem",
+            "256M",
+            "--disk",
+            &disk,
+            "--workload",
+            "integrity",
+            "--cmdline",
+            "anon_mb=120 file_mb=8 rounds=4 secs=4",
+        ],
+    );
+    source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+
+    // Cut 8 MiB into the first round: the VM was never paused and runs on here; the
+    // destination drops what it got and waits on.
+    let proxy = cutting_proxy(addr.clone(), 8 << 20);
+    let out = migrate_with(&source, &proxy, "t", &["--precopy-rounds", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("runs on here"), "{}", stderr(&out));
+    let vm = common::ok(source.client().info());
+    assert_eq!(vm.state, memvisor_api::VmState::Running);
+    assert!(vm.migration.is_none(), "nothing to recover: {vm:?}");
+    dest.stderr_line(Duration::from_secs(30), |l| l.contains("still waiting"));
+    assert!(dest.running() && !dsock.exists(), "nothing started there");
+
+    // Again, straight there: every page of the first round, then post-copy for the rest.
+    let out = migrate_with(&source, &addr, "t", &["--precopy-rounds", "1"]);
+    assert!(out.status.success(), "ctl migrate: {}", stderr(&out));
+    let r: memvisor_api::MigrateResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.precopy_round_pages.len(), 1, "{r:?}");
+    assert!(r.precopy_round_pages[0] >= r.copied_pages / 2, "{r:?}");
+    assert!(r.precopied_pages > 0, "{r:?}");
+    assert_eq!(r.freed_pages, r.copied_pages, "{r:?}");
+    let src = source.finish();
+    assert!(!stdout(&src).contains("phase=done"));
+    let out = dest.finish();
+    let console = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
+    let done = ResultLine::find(&console, "integrity", "done");
+    done.assert_intact();
+    assert_eq!(done.u64("mismatches"), 0);
+}
+
 /// `memvisor ARGS`: must fail with status 2 and one line naming `want`.
 fn refused(args: &[&str], want: &str) {
     let out = memvisor(args);
