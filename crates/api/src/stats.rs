@@ -322,6 +322,9 @@ pager_counters! {
     faults_swap,
     /// Faults on pages the balloon or a free page report had taken.
     faults_released,
+    /// Faults served from the pages the VM was restored from (`--restore`: the snapshot's
+    /// memory file) or migrated from (`--incoming`): counted among `faults_swap` too.
+    faults_restored,
     /// Faults on pages the guest had reported free, answered with a zero page and no read
     /// (VSwapper's false reads, cooperative path).
     false_reads_avoided,
@@ -666,7 +669,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 52);
+        assert_eq!(f.len(), 53);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

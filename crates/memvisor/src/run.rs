@@ -292,6 +292,7 @@ pub fn summary_table(s: &VmStats) -> String {
             ("faults swap", c.faults_swap, "faults", true),
             ("faults image", c.faults_image, "faults", false),
             ("faults released", c.faults_released, "faults", false),
+            ("faults restored", c.faults_restored, "faults", false),
             ("write faults", c.write_faults, "faults", false),
             ("reclaimed zero", c.reclaimed_zero, "pages", true),
             ("reclaimed clean", c.reclaimed_clean, "pages", true),

@@ -105,10 +105,15 @@ fn integrity_survives_repeated_snapshots_and_lazy_restores_under_a_limit() {
         |s| {
             s.as_ref()
                 .and_then(|s| s.pager.as_ref())
-                .is_some_and(|p| p.counters.faults_swap > 0)
+                .is_some_and(|p| p.counters.faults_restored > 0)
         },
     );
-    assert!(stats.is_some(), "the restored VM ended before it faulted");
+    let c = stats
+        .and_then(|s| s.pager)
+        .expect("the restored VM ended before it faulted")
+        .counters;
+    // A restored fault reads the swap store past its own blocks: a swap fault too.
+    assert!(c.faults_swap >= c.faults_restored, "{c:?}");
     std::thread::sleep(Duration::from_secs(2));
     snapshot_and_stop(vm, dir.path(), "b");
 

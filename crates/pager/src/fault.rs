@@ -47,6 +47,9 @@ struct Read<'a> {
     /// A read fault that brings swapped pages in writable, because keeping them clean has not
     /// been paying ([`crate::state::clean_reuse::CleanReuse`]): counted in `swapped_in_writable`.
     writable_read: bool,
+    /// The page comes from the pages the VM was restored or migrated from (`store/saved.rs`):
+    /// counted in `faults_restored`.
+    restored: bool,
     source: &'a dyn PageStore,
 }
 
@@ -332,6 +335,7 @@ impl FaultHandler {
             data: buf,
             keep,
             writable_read: writable_read(table, from, write, keep),
+            restored: from.store == StoreId::Swap && table.blocks.is_saved(from.index),
             source,
         };
         let r = self.install_read(core, table, prefetched, &read, |i| !changed[i as usize]);
@@ -355,6 +359,7 @@ impl FaultHandler {
             data,
             keep,
             writable_read,
+            restored,
             source,
         } = *read;
         let n = u32::try_from(data.len() / PAGE_SIZE).unwrap_or(u32::MAX);
@@ -391,6 +396,9 @@ impl FaultHandler {
             i += k;
         }
         EventCounters::add(&source.counters().faults, 1);
+        if restored {
+            EventCounters::add(&core.counters.faults_restored, 1);
+        }
         EventCounters::add(&core.counters.prefetched, u64::from(installed - 1));
         if writable_read {
             EventCounters::add(&core.counters.swapped_in_writable, u64::from(installed));
@@ -583,6 +591,7 @@ impl FaultHandler {
             data: buf,
             keep,
             writable_read: writable_read(table, from, write, keep),
+            restored: from.store == StoreId::Swap && table.blocks.is_saved(from.index),
             source,
         };
         self.install_read(core, table, prefetched, &read, |_| true)

@@ -18,6 +18,9 @@ pub struct EventCounters {
     pub faults_zero: AtomicU64,
     /// Faults on pages the balloon or a free page report had taken.
     pub faults_released: AtomicU64,
+    /// Faults served from the pages a VM was restored or migrated from (a snapshot's memory
+    /// file, or a migration's pages): counted among the swap faults too.
+    pub faults_restored: AtomicU64,
     /// Faults on pages the guest had reported free, answered with a zero page instead of their
     /// old content (VSwapper's false reads, avoided cooperatively).
     pub false_reads_avoided: AtomicU64,
@@ -154,6 +157,7 @@ impl EventCounters {
         let EventCounters {
             faults_zero,
             faults_released,
+            faults_restored,
             false_reads_avoided,
             preventer_attempts,
             preventer_completed,
@@ -202,6 +206,7 @@ impl EventCounters {
             faults_zero: get(faults_zero),
             faults_swap: get(&swap.faults),
             faults_released: get(faults_released),
+            faults_restored: get(faults_restored),
             false_reads_avoided: get(false_reads_avoided),
             preventer_attempts: get(preventer_attempts),
             preventer_completed: get(preventer_completed),

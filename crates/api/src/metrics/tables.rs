@@ -40,6 +40,7 @@ pub(super) const VM_ROWS: &[Row] = &[
     counter("pager.faults_swap", "faults", Unit::None, FAULTS_HELP).labelled("source", "swap"),
     counter("pager.faults_image", "faults", Unit::None, FAULTS_HELP).labelled("source", "image"),
     counter("pager.faults_released", "released_faults", Unit::None, "Faults on pages the balloon or a free page report had taken (counted among the zero faults too)."),
+    counter("pager.faults_restored", "restored_faults", Unit::None, "Faults served from the pages the VM was restored (a snapshot's memory file) or migrated from (counted among the swap faults too)."),
     counter("pager.false_reads_avoided", "false_reads_avoided", Unit::None, "Faults on pages the guest had reported free, answered with a zero page and no read (VSwapper's false reads, cooperative path)."),
     counter("pager.preventer_attempts", "preventer_attempts", Unit::None, "vCPUs the False Reads Preventer stopped on a write to a swapped or on-disk page."),
     counter("pager.preventer_completed", "preventer_completed", Unit::None, "Preventer attempts whose instruction overwrote the whole page, installed with no read."),
