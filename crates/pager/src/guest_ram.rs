@@ -152,6 +152,40 @@ impl PagedRam<'_> {
         len
     }
 
+    /// Device → guest data: whole pages a device overwrites installed or unprotected in runs,
+    /// the rest written in place.
+    fn write_through(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        let s = self.core;
+        let mut off = 0usize;
+        while off < data.len() {
+            let gpa = addr.0 + off as u64;
+            let in_page = PAGE_SIZE - usize::try_from(gpa % PAGE_SIZE as u64).unwrap_or(0);
+            let n = in_page.min(data.len() - off);
+            if let (true, Some(p)) = (
+                gpa % PAGE_SIZE as u64 == 0 && n == PAGE_SIZE,
+                s.map.page_of_gpa(gpa),
+            ) {
+                let installed = self.install_for_device(p, &data[off..]);
+                if installed > 0 {
+                    off += installed;
+                    continue;
+                }
+                let whole = u32::try_from((data.len() - off) / PAGE_SIZE).unwrap_or(u32::MAX);
+                let run = self.unprotect_for_device(p, whole);
+                if run > 0 {
+                    let len = run as usize * PAGE_SIZE;
+                    s.mem
+                        .write_slice(&data[off..off + len], GuestAddress(gpa))?;
+                    off += len;
+                    continue;
+                }
+            }
+            s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
+            off += n;
+        }
+        Ok(())
+    }
+
     /// Ends the write protection of the protected pages from `p` that a device overwrites whole
     /// (`max` pages at most), one ioctl per run, instead of through write faults the device's
     /// thread would wait on; mirrors left writable in the run only stop mirroring (no ioctl,
@@ -198,39 +232,15 @@ impl GuestRam for PagedRam<'_> {
     }
 
     fn write(&self, addr: GuestAddress, data: &[u8]) -> Result<(), GuestMemoryError> {
+        let written = self.write_through(addr, data);
+        // Noted once written (a failed write too: part of it may have landed), so that a
+        // pre-copy round that takes the note before the write lands sees it in the next.
         let s = self.core;
         let end = addr.0 + (data.len() as u64).saturating_sub(1);
         if let (Some(first), Some(last)) = (s.map.page_of_gpa(addr.0), s.map.page_of_gpa(end)) {
             s.written.note(first, last.saturating_sub(first) + 1);
         }
-        let mut off = 0usize;
-        while off < data.len() {
-            let gpa = addr.0 + off as u64;
-            let in_page = PAGE_SIZE - usize::try_from(gpa % PAGE_SIZE as u64).unwrap_or(0);
-            let n = in_page.min(data.len() - off);
-            if let (true, Some(p)) = (
-                gpa % PAGE_SIZE as u64 == 0 && n == PAGE_SIZE,
-                s.map.page_of_gpa(gpa),
-            ) {
-                let installed = self.install_for_device(p, &data[off..]);
-                if installed > 0 {
-                    off += installed;
-                    continue;
-                }
-                let whole = u32::try_from((data.len() - off) / PAGE_SIZE).unwrap_or(u32::MAX);
-                let run = self.unprotect_for_device(p, whole);
-                if run > 0 {
-                    let len = run as usize * PAGE_SIZE;
-                    s.mem
-                        .write_slice(&data[off..off + len], GuestAddress(gpa))?;
-                    off += len;
-                    continue;
-                }
-            }
-            s.mem.write_slice(&data[off..off + n], GuestAddress(gpa))?;
-            off += n;
-        }
-        Ok(())
+        written
     }
 
     fn disk_read(&self, disk: u8, pages: &[DiskPage]) {
