@@ -115,7 +115,7 @@ impl Migrator {
     }
 
     /// The migration that broke off after the switch, kept for `migrate-recover`: what it
-    /// sent, what was acknowledged and freed (`GET /stats`).
+    /// sent, what was acknowledged and freed (`GET /vm`).
     pub(crate) fn broken(&self) -> Option<MigrateResult> {
         let broken = self.broken.lock().unwrap_or_else(|e| e.into_inner());
         broken.as_ref().map(|post| post.result(&post.to))
