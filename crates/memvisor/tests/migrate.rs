@@ -387,10 +387,9 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
         "the source keeps it"
     );
 
-    // What was acknowledged is given back here: the pages still held are about those not
-    // acknowledged (disk mirrors, not sent, aside). A few may come back meanwhile (a balloon
-    // deflate the devices finish after the break maps pages to the zero page), hence the
-    // slack of 1 %; pages not freed at all would be off by every page acknowledged.
+    // What was acknowledged is given back here: the pages still held are at most those not
+    // acknowledged (disk mirrors, not sent, aside). Nothing here writes guest memory after
+    // the switch, not even the balloon when GET /stats asks it for statistics.
     let m = src
         .migration
         .expect("the broken migration, kept for recovery");
@@ -399,7 +398,7 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
     assert!(m.sent_pages >= m.acked_pages, "{m:?}");
     let held = held_pages(&source);
     assert!(
-        held <= m.copied_pages - m.freed_pages + m.copied_pages / 100,
+        held <= m.copied_pages - m.freed_pages,
         "{held} pages held here, {} copied, {} freed",
         m.copied_pages,
         m.freed_pages

@@ -283,7 +283,11 @@ fn stats(c: &Control) -> VmStats {
     // device released those pages, so every page counted there is already in the pager's census
     // below (read the other way round, a request landing in between made them disagree).
     let balloon = c.balloon.as_ref().map(|b| {
-        b.request_stats();
+        // A statistics request makes the device write its used ring: not once the VM has
+        // moved, when a page not yet sent would carry the write to the destination.
+        if !c.migration.switched() {
+            b.request_stats();
+        }
         balloon_stats(&b.state)
     });
     let pager = c.lifecycle.pager.as_ref().map(|p| p.stats());

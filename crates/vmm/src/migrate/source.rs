@@ -60,6 +60,9 @@ pub(crate) struct Migrator {
     jobs: Mutex<mpsc::Sender<Job>>,
     waiting: Mutex<Option<mpsc::Receiver<Job>>>,
     broken: Arc<Broken>,
+    /// The go-ahead was sent: the VM is the destination's, and nothing here may write its
+    /// memory (not even a device asked for by the API).
+    switched: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Migrator {
@@ -69,6 +72,7 @@ impl Default for Migrator {
             jobs: Mutex::new(tx),
             waiting: Mutex::new(Some(rx)),
             broken: Arc::default(),
+            switched: Arc::default(),
         }
     }
 }
@@ -98,6 +102,7 @@ impl Migrator {
                 }
             })?;
         let (snap, life, broken) = (snap.clone(), life.clone(), self.broken.clone());
+        let switched = self.switched.clone();
         std::thread::Builder::new()
             .name("migrate".into())
             .spawn(move || {
@@ -105,13 +110,19 @@ impl Migrator {
                 for (req, reply) in jobs {
                     let post = match req.recover {
                         true => recover(&req, &broken, &reader),
-                        false => run(&snap, &life, &req, &reader),
+                        false => run(&snap, &life, &req, &reader, &switched),
                     };
                     let done = post.and_then(|post| finish(&req, post, &broken));
                     let _ = reply.send(done);
                 }
             })
             .map(drop)
+    }
+
+    /// Whether this VM has switched to a destination: from then on no device here may write
+    /// guest memory, since a page not yet sent would carry the write there.
+    pub(crate) fn switched(&self) -> bool {
+        self.switched.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The migration that broke off after the switch, kept for `migrate-recover`: what it
@@ -247,7 +258,13 @@ fn recover(req: &MigrateRequest, broken: &Broken, reader: &Reader) -> Outcome {
     })
 }
 
-fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Reader) -> Outcome {
+fn run(
+    snap: &Snapshotter,
+    life: &Lifecycle,
+    req: &MigrateRequest,
+    reader: &Reader,
+    moved: &std::sync::atomic::AtomicBool,
+) -> Outcome {
     let Some(pager) = &life.pager else {
         return Err("a VM without memvisor's pager (--pager off) cannot migrate".into());
     };
@@ -321,6 +338,7 @@ fn run(snap: &Snapshotter, life: &Lifecycle, req: &MigrateRequest, reader: &Read
         }
     };
     // From here on the VM is the destination's: it is never resumed here.
+    moved.store(true, std::sync::atomic::Ordering::SeqCst);
     let go = wire::send(&mut w, &Msg::Go);
     let downtime_ms = millis(t0);
     // KVM stops logging only now, outside the vCPUs' downtime.
