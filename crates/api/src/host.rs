@@ -89,6 +89,14 @@ pub struct HostInfo {
     /// Pages of capacity gap closed by inflating a victim's balloon (HyperDealer2 §4.7).
     #[serde(default)]
     pub gap_closed_pages: u64,
+    /// The host process's own memory (its PSS) at the last tick: part of the budget.
+    #[serde(default)]
+    pub own_bytes: u64,
+    /// What the budget covered at the last tick: the host's own memory, the pools' most, and
+    /// for each VM its resident guest memory or its limit, whichever is more (all of its memory
+    /// on plain memory), and its VMM's overhead.
+    #[serde(default)]
+    pub committed_bytes: u64,
 }
 
 /// KSM, the kernel's page-merging scanner, as the host drives it (docs/sharing.md).
@@ -216,6 +224,10 @@ pub struct HostVm {
     /// memory it holds. 0 with sharing off.
     #[serde(default)]
     pub shared_saved_bytes: u64,
+    /// What the budget charges its VMM besides guest memory and its pool: its PSS less both,
+    /// the most of its last measurements (`vm_overhead` until then); 0 before it starts.
+    #[serde(default)]
+    pub overhead_bytes: u64,
     /// Its VMM's API socket.
     pub api_sock: String,
     /// Its VMM's log (console and messages).
@@ -261,8 +273,10 @@ pub struct HostUpdate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostEventKind {
-    /// A VM was admitted and its VMM started.
+    /// A VM's VMM started (after admission, once the budget had room for it).
     Admitted,
+    /// A VM was admitted and waits for room in the budget before its VMM starts.
+    Waiting,
     /// Admission refused a VM.
     Refused,
     /// The host paused a VM (above its target with free memory low).

@@ -7,11 +7,11 @@
 //! |---|---|
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `privileges.rs` | the capabilities the host keeps to start jailed VMMs, every other one dropped at start |
-//! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit |
+//! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit; a process's PSS (a VMM's, the host's own) |
 //! | `kmsg.rs` | which call and thread a VMM's seccomp filter killed it for, from the kernel log's audit record |
 //! | `jailing.rs` | the VMMs' uids (`uid_range`): parsed, checked free, one per VM; the API socket's `group` |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |
-//! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation), the reservations, stopping and reaping |
+//! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation, its VMM's measured overhead), the reservations, starting a VM that waited for room, stopping and reaping |
 //! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
 //! | `tick.rs` | a tick's decisions: the observations, the plan, the orders; KSM's scan rate; the trace |
 //! | `manager.rs` | the `Host` behind one lock, made of those parts; the API's requests; the tick's calls to the VMMs |

@@ -19,9 +19,9 @@ use memvisor_policy::admission::{admit, AdmissionRefusal, Reservations};
 use crate::balancing::Balancer;
 use crate::config::HostConfig;
 use crate::journal::Journal;
-use crate::process::{client, Launch, Vmm, VmmFiles};
+use crate::process::{client, Launch, VmmFiles};
 use crate::registry::{Refused, Registry, VmEntry};
-use crate::tick::{free_state_name, sent, start_limit, Order, Tick};
+use crate::tick::{free_state_name, sent, Order, Tick};
 
 /// Everything the host knows, behind one lock.
 pub struct Host {
@@ -78,7 +78,8 @@ impl Host {
         &self.config
     }
 
-    /// Admits and starts `spec`; a refusal says which reservation failed.
+    /// Admits `spec`; a refusal says which reservation failed. Its VMM starts at a tick, once
+    /// the budget has room for its target; until then it is `starting`, waiting for room.
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
@@ -108,50 +109,19 @@ impl Host {
             Refused(400, msg)
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
-        let limit = start_limit(&self.config, &self.registry, &spec);
-        let pool = (self.config.pool > 0).then(|| {
-            let live = self.registry.vms.iter().filter(|v| v.live()).count() as u64;
-            self.config.pool / (live + 1)
-        });
-        let uid = match &self.config.jail {
-            None => None,
-            Some(range) => {
-                let taken: Vec<u32> = (self.registry.vms.iter())
-                    .filter_map(|v| v.vmm.as_ref()?.uid())
-                    .collect();
-                let free = crate::jailing::free_uid(range, &taken).ok_or_else(|| {
-                    Refused(
-                        500,
-                        format!(
-                            "vm '{}' refused: every uid of [host] uid_range {}-{} is taken",
-                            spec.name,
-                            range.start(),
-                            range.end()
-                        ),
-                    )
-                })?;
-                Some(free)
-            }
-        };
-        let vmm = Vmm::spawn(&self.launch, &spec, &files, limit, pool, uid).map_err(|e| {
-            Refused(
-                500,
-                format!("cannot start a VMM for vm '{}': {e}", spec.name),
-            )
-        })?;
         self.registry.reservations = next;
         self.journal.event(
-            HostEventKind::Admitted,
+            HostEventKind::Waiting,
             Some(&spec.name),
-            format!(
-                "admitted; its VMM is pid {}, its limit {} MiB",
-                vmm.pid(),
-                limit >> 20
-            ),
+            "admitted; its VMM starts once the budget has room for its target".to_owned(),
         );
-        let mut v = VmEntry::new(spec, files, HostVmState::Starting, None);
-        v.target = limit;
-        v.vmm = Some(vmm);
+        let mut v = VmEntry::new(
+            spec,
+            files,
+            HostVmState::Starting,
+            Some("waiting for room in the budget".into()),
+        );
+        v.waiting = true;
         v.reserved = true;
         let status = v.status();
         self.registry.vms.push(v);
@@ -234,6 +204,8 @@ impl Host {
             released_pages: self.balancer.released_pages,
             reallocations: self.balancer.reallocations,
             gap_closed_pages: self.balancer.gap_closed_pages,
+            own_bytes: self.tick.own,
+            committed_bytes: self.tick.committed,
         }
     }
 
@@ -271,7 +243,8 @@ impl Host {
 
     /// Asks a VM's VMM to stop.
     pub fn stop(&mut self, name: &str) -> Result<HostVm, Refused> {
-        self.registry.stop(&mut self.journal, name)
+        self.registry
+            .stop(&mut self.journal, name, self.config.vm_overhead)
     }
 
     /// Asks every VMM to stop; returns how many are still alive.
@@ -368,6 +341,7 @@ pub fn tick(host: &Shared) {
             &mut h.registry,
             &mut h.journal,
             &mut h.balancer,
+            &h.launch,
             released,
         );
         orders

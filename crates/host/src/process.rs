@@ -200,13 +200,17 @@ impl Vmm {
             .unwrap_or(pid)
     }
 
-    /// The VMM's resident memory in bytes (`/proc/PID/statm`), `None` once it is gone.
-    pub fn rss(&self) -> Option<u64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.vm_pid())).ok()?;
-        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        // SAFETY: sysconf has no memory effects.
-        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
-        Some(pages * page)
+    /// The proportional set size in bytes ([`pss`]) of the VMM and, jailed, of the process
+    /// outside its jail that waits for it; `None` once the VMM is gone.
+    pub fn pss(&self) -> Option<u64> {
+        let (started, vmm) = (self.child.id(), self.vm_pid());
+        let of = |pid: u32| pss(&format!("/proc/{pid}/smaps_rollup"));
+        let outside = if vmm == started {
+            0
+        } else {
+            of(started).unwrap_or(0)
+        };
+        Some(of(vmm)? + outside)
     }
 
     /// The exit status, once the process has ended.
@@ -296,4 +300,48 @@ fn last_message(log: &Path) -> Option<String> {
         .rev()
         .find(|l| l.starts_with("memvisor: ") || l.contains("ERROR"))
         .map(|l| l.trim().chars().take(300).collect())
+}
+
+/// The proportional set size of a process in bytes, from its `smaps_rollup` at `path`: its
+/// resident pages, each shared one divided among the processes that map it. This is what the
+/// process holds of host memory, counted so that the processes' figures add up; RSS counts a
+/// page shared with another process (a KSM-merged page, the binary's text) once in each.
+/// `None` when the file cannot be read (the process is gone) or has no `Pss:` line.
+pub fn pss(path: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The host process's own proportional set size ([`pss`]).
+pub fn own_pss() -> Option<u64> {
+    pss("/proc/self/smaps_rollup")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pss_reads_smaps_rollup() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("smaps_rollup");
+        std::fs::write(
+            &f,
+            "55d0c0000000-7ffd00000000 ---p 00000000 00:00 0  [rollup]\nRss:  40960 kB\nPss:  30721 kB\nPss_Anon:  20000 kB\n",
+        )
+        .unwrap();
+        assert_eq!(pss(f.to_str().unwrap()), Some(30721 * 1024));
+        std::fs::write(&f, "Rss: 1 kB\n").unwrap();
+        assert_eq!(pss(f.to_str().unwrap()), None);
+        assert_eq!(pss("/nonexistent/smaps_rollup"), None);
+        assert!(own_pss().is_some_and(|b| b > 0));
+    }
 }

@@ -1,6 +1,7 @@
 //! The host's VMs: each one's entry (its spec, its VMM, what the host last observed of it) and
 //! the reservations admission made for them; finding, stopping, reaping and forgetting them.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use memvisor_policy::admission::{admit, unreserve, AdmissionRefusal, Reservation
 
 use crate::balancing::VmBalancing;
 use crate::journal::Journal;
-use crate::process::{describe_exit, Vmm, VmmFiles};
+use crate::process::{describe_exit, Launch, Vmm, VmmFiles};
 
 /// An API request the host refused: the HTTP status and why.
 #[derive(Debug)]
@@ -45,9 +46,22 @@ pub struct VmEntry {
     pub ended: Option<Instant>,
     /// What HyperDealer2's balancing remembers of it.
     pub balancing: VmBalancing,
-    /// Its VMM process's resident memory at the last observation (`/proc/PID/statm`).
-    pub vmm_rss: Option<u64>,
+    /// What its VMM process held besides guest pages and its pool at the last observations
+    /// (its PSS less both), newest last, at most [`OVERHEAD_SAMPLES`].
+    pub overheads: VecDeque<u64>,
+    /// Admitted, waiting for room in the budget before its VMM starts.
+    pub waiting: bool,
+    /// What the last tick charged its VMM besides guest memory ([`VmEntry::overhead`]).
+    pub charged: u64,
+    /// The limit its VMM started with (its whole memory: plain memory), until its API answers.
+    pub launch_limit: u64,
 }
+
+/// How many of a VMM's last overhead measurements its charge is the largest of: a VMM's own
+/// memory moves with what it does (I/O buffers, the reclamation cache), and the largest of the
+/// last two seconds of 250 ms ticks keeps a dip between two measurements from lending the
+/// guests memory the VMM takes back at once.
+pub const OVERHEAD_SAMPLES: usize = 8;
 
 impl VmEntry {
     /// A VM with no VMM yet, nothing reserved and nothing observed.
@@ -72,7 +86,10 @@ impl VmEntry {
             oom_seen: 0,
             ended: (state == HostVmState::Refused).then(Instant::now),
             balancing: VmBalancing::default(),
-            vmm_rss: None,
+            overheads: VecDeque::new(),
+            waiting: false,
+            charged: 0,
+            launch_limit: 0,
         }
     }
 
@@ -106,6 +123,35 @@ impl VmEntry {
                     .unwrap_or_else(|| pager.map_or(1.0, |p| p.active.estimate)),
             }
         })
+    }
+
+    /// What the budget charges its VMM besides guest memory and its pool: the largest of its
+    /// last [`OVERHEAD_SAMPLES`] measurements, and at least `default` (`vm_overhead`) until it
+    /// has that many. A VMM's memory grows while its guest boots; charged its first
+    /// measurement, a VMM starting beside others was charged less than it held a second later.
+    pub fn overhead(&self, default: u64) -> u64 {
+        let measured = self.overheads.iter().copied().max();
+        if self.overheads.len() < OVERHEAD_SAMPLES {
+            measured.unwrap_or(0).max(default)
+        } else {
+            measured.unwrap_or(default)
+        }
+    }
+
+    /// Notes what its VMM process holds (`pss`, [`crate::process::pss`]) besides guest pages
+    /// and its pool's mapped memory, by its VMM's last statistics.
+    pub fn measured(&mut self, pss: u64) {
+        let mapped = self
+            .stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .and_then(|p| p.pool)
+            .map_or(0, |p| p.mapped_bytes);
+        let overhead = pss.saturating_sub(self.resident()).saturating_sub(mapped);
+        if self.overheads.len() == OVERHEAD_SAMPLES {
+            self.overheads.pop_front();
+        }
+        self.overheads.push_back(overhead);
     }
 
     /// Memory its pool holds now.
@@ -196,6 +242,7 @@ impl VmEntry {
             pooled_bytes: self.pooled(),
             oom_deflated_pages: self.oom_deflated(),
             shared_saved_bytes: self.shared_saved(),
+            overhead_bytes: if self.live() { self.charged } else { 0 },
             api_sock: self.files.sock.display().to_string(),
             log: self.files.log.display().to_string(),
         }
@@ -376,9 +423,19 @@ impl Registry {
         Ok(v.status())
     }
 
-    /// Asks a VM's VMM to stop.
-    pub fn stop(&mut self, journal: &mut Journal, name: &str) -> Result<HostVm, Refused> {
+    /// Asks a VM's VMM to stop; a VM still waiting for room ends at once (`overhead` per VMM
+    /// goes back to the reservations).
+    pub fn stop(
+        &mut self,
+        journal: &mut Journal,
+        name: &str,
+        overhead: u64,
+    ) -> Result<HostVm, Refused> {
         let i = self.find(name)?;
+        if self.vms[i].waiting {
+            self.end_waiting(journal, i, "stopped before it started".into(), overhead);
+            return Ok(self.vms[i].status());
+        }
         let v = &mut self.vms[i];
         match &v.vmm {
             None => return Err(Refused(400, format!("vm '{name}' is not running"))),
@@ -395,8 +452,83 @@ impl Registry {
         Ok(status)
     }
 
-    /// Asks every VMM to stop; returns how many are still alive.
+    /// Starts the VMM of waiting VM `i`, with pager limit `limit` (its whole memory: plain
+    /// memory, no limit) and `pool`; a VMM that cannot start ends the VM, its reservation
+    /// (with `overhead`) back.
+    pub fn start(
+        &mut self,
+        journal: &mut Journal,
+        (launch, jail): (&Launch, Option<&std::ops::RangeInclusive<u32>>),
+        i: usize,
+        (limit, pool): (u64, Option<u64>),
+        overhead: u64,
+    ) {
+        let uid = match jail {
+            None => None,
+            Some(range) => {
+                let taken: Vec<u32> = (self.vms.iter())
+                    .filter_map(|v| v.vmm.as_ref()?.uid())
+                    .collect();
+                match crate::jailing::free_uid(range, &taken) {
+                    Some(uid) => Some(uid),
+                    None => {
+                        let (first, last) = (range.start(), range.end());
+                        let why = format!("every uid of [host] uid_range {first}-{last} is taken");
+                        return self.end_waiting(journal, i, why, overhead);
+                    }
+                }
+            }
+        };
+        let v = &mut self.vms[i];
+        match Vmm::spawn(launch, &v.spec, &v.files, limit, pool, uid) {
+            Ok(vmm) => {
+                let how = if limit >= v.spec.mem {
+                    "no limit: plain memory".to_owned()
+                } else {
+                    format!("its limit {} MiB", limit >> 20)
+                };
+                journal.event(
+                    HostEventKind::Admitted,
+                    Some(&v.spec.name),
+                    format!("started: its VMM is pid {}, {how}", vmm.pid()),
+                );
+                v.vmm = Some(vmm);
+                v.waiting = false;
+                v.why = None;
+                v.launch_limit = limit.min(v.spec.mem);
+                v.target = limit;
+            }
+            Err(e) => {
+                let why = format!("cannot start a VMM: {e}");
+                self.end_waiting(journal, i, why, overhead);
+            }
+        }
+    }
+
+    /// Ends waiting VM `i` before its VMM started, for `why`: its reservation (with `overhead`)
+    /// goes back to the budget.
+    fn end_waiting(&mut self, journal: &mut Journal, i: usize, why: String, overhead: u64) {
+        let v = &mut self.vms[i];
+        v.waiting = false;
+        v.state = HostVmState::Exited;
+        v.ended = Some(Instant::now());
+        if v.reserved {
+            self.reservations = unreserve(&self.reservations, v.spec.min, v.spec.mem, overhead);
+            v.reserved = false;
+        }
+        v.why = Some(why.clone());
+        journal.event(HostEventKind::Exited, Some(&v.spec.name), why);
+    }
+
+    /// Asks every VMM to stop (a VM still waiting for room ends at once); returns how many are
+    /// still alive.
     pub fn stop_all(&mut self, journal: &mut Journal, overhead: u64) -> usize {
+        let waiting: Vec<usize> = (0..self.vms.len())
+            .filter(|&i| self.vms[i].waiting)
+            .collect();
+        for i in waiting {
+            self.end_waiting(journal, i, "stopped before it started".into(), overhead);
+        }
         for v in &mut self.vms {
             if let Some(vmm) = &v.vmm {
                 vmm.terminate();
@@ -497,5 +629,42 @@ mod tests {
         assert_eq!(guest_active(&GuestMemoryStats::default(), MIB), None);
         // Never above 1, whatever the guest says.
         assert_eq!(guest_active(&g, MIB), Some(1.0));
+    }
+
+    /// A VMM is charged `vm_overhead` until it has been measured a few times, then the most it
+    /// held besides guest pages and its pool in its last measurements, less than `vm_overhead`
+    /// or more.
+    #[test]
+    fn a_vmm_is_charged_its_measured_overhead_once_measured() {
+        let spec: VmSpec = serde_json::from_str(r#"{"name": "a", "mem": "256M"}"#).unwrap();
+        let dir = std::path::Path::new("/nonexistent");
+        let mut v = VmEntry::new(spec, VmmFiles::new(dir, "a"), HostVmState::Running, None);
+        let o = 32 * MIB;
+        assert_eq!(v.overhead(o), o, "not measured yet");
+        // Nothing resident (no statistics yet): all of its PSS is overhead.
+        v.measured(40 * MIB);
+        assert_eq!(v.overhead(o), 40 * MIB, "more than the default at once");
+        for _ in 0..OVERHEAD_SAMPLES {
+            v.measured(20 * MIB);
+        }
+        assert_eq!(v.overhead(o), 20 * MIB, "less once measured enough");
+        v.measured(26 * MIB);
+        v.measured(22 * MIB);
+        assert_eq!(v.overhead(o), 26 * MIB, "the most of the last measurements");
+        // Guest pages are not overhead.
+        v.stats = Some(VmStats {
+            pager: Some(memvisor_api::PagerStats {
+                pages: memvisor_api::PageCensus {
+                    resident_pages: 100 * MIB / 4096,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        for _ in 0..OVERHEAD_SAMPLES {
+            v.measured(124 * MIB);
+        }
+        assert_eq!(v.overhead(o), 24 * MIB);
     }
 }

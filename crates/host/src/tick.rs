@@ -5,7 +5,10 @@
 //! and `GET /stats`, and hands the observations to [`Tick::decide`], which runs
 //! [`memvisor_policy::plan()`]; each VMM is then sent what changed ([`Tick::settle`] gives the
 //! orders): `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The calls to
-//! the VMMs are made by `manager::tick` without the state lock.
+//! the VMMs are made by `manager::tick` without the state lock. A VM admitted but waiting for
+//! room is planned for like the others (nothing resident, no limit); its VMM starts at the
+//! first tick whose plan gives it its whole target within the budget
+//! ([`memvisor_policy::budget::hold`]).
 //!
 //! With `[host] balancing = "hd2"` (HyperDealer2, docs/hd2.md) the balancer
 //! ([`memvisor_policy::balance`]) decides on top of the plan: the victims' VMMs are asked to
@@ -17,7 +20,7 @@ use std::io::BufWriter;
 use memvisor_api::spec::MIN_LIMIT;
 use memvisor_api::{
     Balancing, ClientError, FreeStateName, HostEventKind, HostSample, HostVmState, ReleaseRequest,
-    ReleaseResult, VmInfo, VmSpec, VmState, VmStats,
+    ReleaseResult, VmInfo, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
 use memvisor_policy::budget;
@@ -30,17 +33,8 @@ use crate::balancing::{estimate_demand, Balancer, ReleaseOrder};
 use crate::config::HostConfig;
 use crate::journal::Journal;
 use crate::ksm::Ksm;
-use crate::process::Vmm;
+use crate::process::{Launch, Vmm};
 use crate::registry::{Registry, VmEntry};
-
-/// The overhead the policy charges a VMM: `configured` (`vm_overhead`), or what the process
-/// holds besides guest pages and its pool when that is more (`rss` less `guest`). A VMM's own
-/// memory grows with what it runs: the reclamation cache, its I/O buffers, the page table's
-/// maps; charged at the configured figure alone, seven VMMs of HyperDealer2's balancing held
-/// 1,031 MiB of a 1,024 MiB budget while the policy counted 37 MiB free (`bench consolidate`).
-pub fn charged_overhead(configured: u64, rss: Option<u64>, guest: u64) -> u64 {
-    rss.map_or(configured, |r| configured.max(r.saturating_sub(guest)))
-}
 
 /// The free-memory state as the API names it.
 pub fn free_state_name(s: FreeState) -> FreeStateName {
@@ -52,10 +46,11 @@ pub fn free_state_name(s: FreeState) -> FreeStateName {
     }
 }
 
-/// The policy's host-wide inputs from `config`.
-pub fn params(config: &HostConfig) -> HostParams {
+/// The policy's host-wide inputs from `config`, with the host's own memory `own`.
+pub fn params(config: &HostConfig, own: u64) -> HostParams {
     HostParams {
         budget: config.memory,
+        own,
         idle_tax: config.idle_tax,
         thresholds: Thresholds::default(),
         pool: config.pool,
@@ -63,8 +58,26 @@ pub fn params(config: &HostConfig) -> HostParams {
     }
 }
 
-/// What the policy sees of `v`, from its last observation.
+/// What the policy sees of `v`, from its last observation. A VM waiting for room has nothing
+/// resident and no limit, and is taken as fully active (it has not run yet), its VMM charged
+/// `vm_overhead`. The policy's `min` is never below the pager's smallest limit, which the host
+/// would set anyway.
 pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
+    let min = v.spec.min.max(MIN_LIMIT).min(v.max);
+    if v.waiting {
+        return VmObservation {
+            min,
+            max: v.max,
+            shares: v.spec.shares,
+            active: 1.0,
+            resident: 0,
+            pooled: 0,
+            overhead: config.vm_overhead,
+            balloon: v.spec.balloon.then_some(0),
+            limit: 0,
+            oom_demand: 0,
+        };
+    }
     // What it really holds: a page KSM merged is held once for all who map it, and the
     // memory that frees is free for the policy to hand out (docs/sharing.md).
     let resident = v.resident().saturating_sub(v.shared_saved());
@@ -74,17 +87,13 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         v.active()
     };
     VmObservation {
-        min: v.spec.min,
+        min,
         max: v.max,
         shares: v.spec.shares,
         active,
         resident,
         pooled: v.pooled(),
-        overhead: charged_overhead(
-            config.vm_overhead,
-            v.vmm_rss,
-            v.resident().saturating_add(v.pooled()),
-        ),
+        overhead: v.overhead(config.vm_overhead),
         balloon: if v.spec.balloon {
             Some(
                 v.info
@@ -95,39 +104,13 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         } else {
             None
         },
+        // No limit is plain memory: all of it. Until its API answers, what it started with.
         limit: v
             .info
             .as_ref()
-            .and_then(|i| i.limit_bytes)
-            .unwrap_or(v.spec.mem),
+            .map_or(v.launch_limit, |i| i.limit_bytes.unwrap_or(v.spec.mem)),
         oom_demand: v.oom_demand,
     }
-}
-
-/// The pager limit a VM of `spec` starts with: its share beside the running VMs of `registry`
-/// ([`budget::start_limit`]), never below the pager's smallest limit.
-pub fn start_limit(config: &HostConfig, registry: &Registry, spec: &VmSpec) -> u64 {
-    let running: Vec<VmObservation> = registry
-        .vms
-        .iter()
-        .filter(|v| v.live() && !v.stop_asked)
-        .map(|v| observe(config, v))
-        .collect();
-    let new = VmObservation {
-        min: spec.min,
-        max: spec.mem,
-        shares: spec.shares,
-        active: 1.0,
-        resident: 0,
-        pooled: 0,
-        overhead: config.vm_overhead,
-        balloon: spec.balloon.then_some(0),
-        limit: spec.mem,
-        oom_demand: 0,
-    };
-    budget::start_limit(&params(config), &running, &new)
-        .max(MIN_LIMIT)
-        .min(spec.mem)
 }
 
 /// What a tick sends one VMM.
@@ -157,6 +140,11 @@ struct Pending {
 pub struct Tick {
     pub free_state: FreeState,
     pub free: u64,
+    /// The host process's own memory at the last tick (its PSS).
+    pub own: u64,
+    /// What the budget covered at the last tick: the host's own memory, the pools' most, and
+    /// each VM's resident pages or limit, whichever is more, and its VMM's overhead.
+    pub committed: u64,
     /// What the VMs held at the last tick (`None` before the first).
     held: Option<u64>,
     /// The pools' size together at the last tick.
@@ -177,6 +165,8 @@ impl Tick {
         Tick {
             free_state: FreeState::High,
             free: 0,
+            own: 0,
+            committed: 0,
             held: None,
             pool: 0,
             ticks: 0,
@@ -226,21 +216,31 @@ impl Tick {
                 };
                 v.info = Some(info);
                 v.stats = Some(stats);
-                v.vmm_rss = v.vmm.as_ref().and_then(Vmm::rss);
+                if let Some(pss) = v.vmm.as_ref().and_then(Vmm::pss) {
+                    v.measured(pss);
+                }
             }
         }
         let vms = &mut registry.vms;
         let live: Vec<usize> = (0..vms.len())
-            .filter(|&i| vms[i].live() && !vms[i].stop_asked)
+            .filter(|&i| (vms[i].live() || vms[i].waiting) && !vms[i].stop_asked)
             .collect();
         let obs: Vec<VmObservation> = live.iter().map(|&i| observe(config, &vms[i])).collect();
+        for (&i, o) in live.iter().zip(&obs) {
+            vms[i].charged = o.overhead;
+        }
         let oom: Vec<bool> = live
             .iter()
             .map(|&i| vms[i].oom_deflated() > vms[i].oom_seen)
             .collect();
         let before = self.before();
-        let host = params(config);
+        // The host's own memory counts: measured each tick, the last figure until then.
+        if let Some(own) = crate::process::own_pss() {
+            self.own = own;
+        }
+        let host = params(config, self.own);
         let p = plan(&host, before, &obs, &oom);
+        self.committed = budget::held_at_most(&host, &obs);
         if p.state != self.free_state {
             let growing = if p.growth > 0 {
                 format!(", {} MiB more held than a tick ago", p.growth >> 20)
@@ -332,6 +332,7 @@ impl Tick {
         registry: &mut Registry,
         journal: &mut Journal,
         balancer: &mut Balancer,
+        launch: &Launch,
         released: Vec<(String, Result<ReleaseResult, ClientError>)>,
     ) -> Vec<Order> {
         let Some(Pending {
@@ -377,9 +378,10 @@ impl Tick {
                 micros = micros.max(r.micros);
             }
         }
+        let host_params = params(config, self.own);
         let mut actions: Vec<VmAction> = p.actions.clone();
         if let Some((params, bal, d)) = &balance {
-            let s = balance::settle(d, &obs, &got);
+            let s = balance::settle(&host_params, d, &obs, &got);
             actions.clone_from(&s.actions);
             balancer.reallocated(journal, &names, d, &got, &s.gives, micros);
             for (k, &i) in live.iter().enumerate() {
@@ -409,6 +411,7 @@ impl Tick {
             self.write_trace(config, journal, &names, &obs, &oom, before, &p, None);
         }
         let mut orders = Vec::new();
+        let mut starts = Vec::new();
         for (k, ((&i, o), a)) in live.iter().zip(&obs).zip(&actions).enumerate() {
             if i == usize::MAX {
                 continue;
@@ -418,6 +421,19 @@ impl Tick {
             v.balancing.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
+            if v.waiting {
+                // Its VMM starts once the budget has room for its whole target.
+                if a.limit >= a.target.min(v.spec.mem) {
+                    starts.push((i, a.limit, (config.pool > 0).then_some(a.pool)));
+                } else {
+                    v.why = Some(format!(
+                        "waiting for room in the budget: {} MiB of its {} MiB target free",
+                        a.limit >> 20,
+                        a.target >> 20
+                    ));
+                }
+                continue;
+            }
             if v.info.is_none() {
                 continue; // not answering yet: nothing to send
             }
@@ -453,6 +469,10 @@ impl Tick {
             {
                 orders.push(order);
             }
+        }
+        for (i, limit, pool) in starts {
+            let how = (launch, config.jail.as_ref());
+            registry.start(journal, how, i, (limit, pool), config.vm_overhead);
         }
         self.record(config, registry, journal);
         orders
@@ -524,7 +544,7 @@ impl Tick {
         };
         let mut line = TraceTick::new(
             journal.seconds(),
-            &params(config),
+            &params(config, self.own),
             before,
             names,
             obs,
@@ -557,25 +577,5 @@ pub fn sent(registry: &mut Registry, journal: &mut Journal, done: Vec<(String, b
             };
             journal.event(kind, Some(&name), msg.to_owned());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn a_vmm_is_charged_what_it_holds_besides_guest_pages_when_that_is_more() {
-        let o = 24 * MIB;
-        assert_eq!(charged_overhead(o, None, 100 * MIB), o, "not measured yet");
-        assert_eq!(charged_overhead(o, Some(110 * MIB), 100 * MIB), o);
-        assert_eq!(charged_overhead(o, Some(131 * MIB), 100 * MIB), 31 * MIB);
-        assert_eq!(
-            charged_overhead(o, Some(50 * MIB), 100 * MIB),
-            o,
-            "guest pages counted twice"
-        );
     }
 }

@@ -455,6 +455,7 @@ mod tests {
             pooled_bytes: 0,
             oom_deflated_pages: 0,
             shared_saved_bytes: 0,
+            overhead_bytes: 0,
             api_sock: "/x".into(),
             log: "/y".into(),
         }
@@ -481,6 +482,8 @@ mod tests {
                 released_pages: 1,
                 reallocations: 1,
                 gap_closed_pages: 1,
+                own_bytes: 1,
+                committed_bytes: 1,
             },
             vms: vec![
                 vm("web", HostVmState::Running, Some(4 << 20)),

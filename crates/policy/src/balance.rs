@@ -45,7 +45,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::reserve;
+use crate::budget::{hold, reserve};
 use crate::free_state::FreeState;
 use crate::plan::PAUSE_SLACK;
 use crate::tick::{HostParams, Plan, VmAction, VmObservation};
@@ -248,10 +248,12 @@ pub fn decide(
             let above = n > 0 && u128::from(d) * (n as u128) > total;
             let beneficiary = above && d > params.trigger;
             let (o, a) = (&obs[i], &p.actions[i]);
+            // Outside high, up to the limit the plan wanted for it: at least its target, though
+            // the budget may have held the limit lower until the releases make room.
             let cap = if p.state == FreeState::High {
                 o.max
             } else {
-                a.limit.min(o.max)
+                a.limit.max(a.target).min(o.max)
             }
             .min(o.max.saturating_sub(a.balloon.unwrap_or(0)));
             VmBalance {
@@ -338,7 +340,7 @@ pub fn decide(
 /// their limits raised to hold it; each victim's limit falls to what it holds after the release
 /// (never below its target), so the guest does not fault the pages straight back in.
 #[must_use]
-pub fn settle(d: &Decision, obs: &[VmObservation], released: &[u64]) -> Settled {
+pub fn settle(host: &HostParams, d: &Decision, obs: &[VmObservation], released: &[u64]) -> Settled {
     let n = d.vms.len().min(obs.len()).min(d.actions.len());
     let got = |i: usize| released.get(i).copied().unwrap_or(0).min(d.vms[i].release);
     let total: u64 = (0..n).map(got).fold(0, u64::saturating_add);
@@ -371,18 +373,40 @@ pub fn settle(d: &Decision, obs: &[VmObservation], released: &[u64]) -> Settled 
             a.limit = a.limit.min(o.resident.saturating_sub(r).max(a.target));
         }
     }
-    let gaps = (0..n)
+    // The budget holds: what was released is room now (a release lowers its VM's limit by as
+    // much), and the raises come out of it. (Without a release the plan's limits stand: they
+    // fit already.)
+    if total == 0 {
+        return Settled {
+            gives,
+            gaps: gaps(d, &got, n),
+            actions,
+        };
+    }
+    let after: Vec<VmObservation> = (0..n)
+        .map(|i| VmObservation {
+            resident: obs[i].resident.saturating_sub(got(i)),
+            limit: obs[i].limit.saturating_sub(got(i)),
+            ..obs[i]
+        })
+        .collect();
+    hold(host, &after, &mut actions);
+    Settled {
+        gives,
+        gaps: gaps(d, &got, n),
+        actions,
+    }
+}
+
+/// What each VM's capacity gap is after its release.
+fn gaps(d: &Decision, got: &dyn Fn(usize) -> u64, n: usize) -> Vec<u64> {
+    (0..n)
         .map(|i| {
             d.vms[i]
                 .gap
                 .saturating_add(got(i).saturating_sub(d.vms[i].taken))
         })
-        .collect();
-    Settled {
-        gives,
-        gaps,
-        actions,
-    }
+        .collect()
 }
 
 #[cfg(test)]
@@ -397,6 +421,7 @@ mod tests {
     fn host(budget: u64) -> HostParams {
         HostParams {
             budget,
+            own: 0,
             idle_tax: 0.75,
             thresholds: Thresholds::default(),
             pool: 0,
@@ -465,19 +490,24 @@ mod tests {
             "in high, a release takes only what its guest left cold"
         );
         // Its VMM released all but 10 pages: the beneficiary gets what was released.
-        let s = settle(&d, &obs, &[r - 10 * PAGE, 0]);
+        let s = settle(&h, &d, &obs, &[r - 10 * PAGE, 0]);
         assert_eq!(s.gives, vec![0, r - 10 * PAGE]);
         assert_eq!(s.actions[0].limit, idle.resident - (r - 10 * PAGE));
-        assert_eq!(s.actions[1], p.actions[1], "its limit was already at max");
+        // The budget held its limit at what was free; the release makes room for the rest.
+        assert!(
+            p.actions[1].limit < busy.resident + (r - 10 * PAGE),
+            "{p:?}"
+        );
+        assert_eq!(s.actions[1].limit, busy.resident + (r - 10 * PAGE));
         assert_eq!(s.gaps, vec![r - 10 * PAGE, 0]);
         // Its VMM failed: nothing is given, and the victim keeps the plan's limit.
-        let s = settle(&d, &obs, &[0, 0]);
+        let s = settle(&h, &d, &obs, &[0, 0]);
         assert_eq!((s.gives, s.actions), (vec![0, 0], p.actions.clone()));
         // Without clean pages, nothing is released: the plan's balloon and limit do it all.
         let none = [BalanceObservation::default(); 2];
         let d = decide(&h, &params(), &p, &obs, &none);
         assert!(d.vms.iter().all(|v| v.release == 0));
-        assert_eq!(settle(&d, &obs, &[0, 0]).actions, p.actions);
+        assert_eq!(settle(&h, &d, &obs, &[0, 0]).actions, p.actions);
     }
 
     /// A VM growing toward a target its limit already allows needs the rest of it; one that
@@ -523,7 +553,7 @@ mod tests {
         let d = decide(&h, &params(), &p, &obs, &bal);
         let want = d.vms[1].want;
         assert!(
-            want > 0 && want <= p.actions[1].limit - busy.resident,
+            want > 0 && want <= p.actions[1].limit.max(p.actions[1].target) - busy.resident,
             "{d:?}"
         );
         // 42 MiB wanted: 32 MiB this tick, the most one victim releases at once, in the whole
@@ -727,7 +757,7 @@ mod tests {
                 .zip(&shortfall)
                 .map(|(v, &s)| v.release.saturating_sub(s * MIB))
                 .collect();
-            let s = settle(&d, &obs, &got);
+            let s = settle(&h, &d, &obs, &got);
             let given: u64 = s.gives.iter().sum();
             prop_assert!(given <= got.iter().sum::<u64>());
             for ((g, v), (o, a)) in s.gives.iter().zip(&d.vms).zip(obs.iter().zip(&s.actions)) {
@@ -761,7 +791,7 @@ mod tests {
             let p = plan(&h, state.into(), &obs, &[]);
             let d = decide(&h, &params(), &p, &obs, &bal);
             prop_assert!(d.vms.iter().all(|v| v.release == 0 && v.inflate == 0));
-            let s = settle(&d, &obs, &vec![0; obs.len()]);
+            let s = settle(&h, &d, &obs, &vec![0; obs.len()]);
             prop_assert_eq!(&s.actions, &p.actions);
             prop_assert!(s.gives.iter().all(|&g| g == 0));
         }

@@ -41,6 +41,10 @@
 //!   the VMs in proportion to what they are denied (`max − target`), equally when none is,
 //!   since that is what they will swap.
 //!
+//! - The limits then go through [`hold`]: what each VM may hold until the next tick (its
+//!   resident pages or its limit, whichever is more), its VMM's overhead, the pools and the
+//!   host's own memory stay within the budget at every instant.
+//!
 //! Differences from ESX: ESX pages with its own swap daemon at the target; here the "pager limit"
 //! is the VMM's resident limit, which reclaims synchronously down to it. So the hard state pages
 //! only the deficit from a VM whose balloon is inflating: set at the target, the limit reclaimed
@@ -55,7 +59,7 @@
 //! as demand (its balloon driver does not deflate on OOM).
 
 use crate::allocation::{targets, VmDemand};
-use crate::budget::{fraction_of, pool_size, usable};
+use crate::budget::{fraction_of, hold, pool_size, usable};
 use crate::free_state::FreeState;
 use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 
@@ -67,8 +71,22 @@ use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
 pub const PAUSE_SLACK: u64 = 2 << 20;
 
 /// Decides one tick. `before` is what the last tick left; `oom_deflated` says, per VM, whether
-/// it deflated its balloon on OOM since then.
+/// it deflated its balloon on OOM since then. The limits are ESX's ([`desired`]) as far as the
+/// budget allows ([`hold`]): raised only into room that is free now, and lowered to make room
+/// where raises up to targets need it.
 pub fn plan(
+    host: &HostParams,
+    before: Before,
+    vms: &[VmObservation],
+    oom_deflated: &[bool],
+) -> Plan {
+    let mut p = desired(host, before, vms, oom_deflated);
+    hold(host, vms, &mut p.actions);
+    p
+}
+
+/// One tick as ESX would decide it, before [`hold`] fits the limits into the budget.
+pub(crate) fn desired(
     host: &HostParams,
     before: Before,
     vms: &[VmObservation],
@@ -81,7 +99,7 @@ pub fn plan(
                 .saturating_add(v.overhead)
                 .saturating_add(v.pooled)
         })
-        .fold(0, u64::saturating_add);
+        .fold(host.own, u64::saturating_add);
     let free = host.budget.saturating_sub(held);
     // Growth since the last tick, as much of it as the VMs' limits leave room for: a VM at its
     // limit cannot grow until a plan raises it.
@@ -161,7 +179,7 @@ pub fn plan(
     } else {
         vec![0; vms.len()]
     };
-    let actions = vms
+    let actions: Vec<VmAction> = vms
         .iter()
         .zip(targets)
         .zip(oom)
@@ -276,7 +294,7 @@ mod tests {
     #[test]
     fn plenty_of_memory_asks_nothing() {
         let vms = [vm(512 * MIB, 100 * MIB, 1.0), vm(512 * MIB, 300 * MIB, 0.2)];
-        let p = plan(
+        let p = desired(
             &host(4096 * MIB),
             FreeState::High.into(),
             &vms,
@@ -297,7 +315,7 @@ mod tests {
         let busy = vm(800 * MIB, 600 * MIB, 1.0);
         let idle = vm(800 * MIB, 350 * MIB, 0.0);
         // 1000 - (600 + 350 + 32) = 18 MiB free: 1.8 %, hard.
-        let p = plan(
+        let p = desired(
             &host(budget),
             FreeState::High.into(),
             &[busy, idle],
@@ -318,7 +336,7 @@ mod tests {
         assert!(paged(&idle, &i) * over(&busy, &b) >= paged(&busy, &b) * over(&idle, &i));
         assert!(!i.pause, "hard does not pause");
         // Without a balloon, hard pages a VM to its target.
-        let p = plan(
+        let p = desired(
             &host(budget),
             FreeState::High.into(),
             &[
@@ -337,7 +355,7 @@ mod tests {
             resident: 363 * MIB,
             ..idle
         };
-        let p = plan(&host(budget), p.state.into(), &[busy, idle], &[false; 2]);
+        let p = desired(&host(budget), p.state.into(), &[busy, idle], &[false; 2]);
         assert_eq!(p.state, FreeState::Low);
         let (b, i) = (p.actions[0], p.actions[1]);
         assert!(i.pause);
@@ -355,7 +373,7 @@ mod tests {
             limit: b.limit,
             ..busy
         };
-        let p = plan(&host(budget), p.state.into(), &[busy, idle], &[false; 2]);
+        let p = desired(&host(budget), p.state.into(), &[busy, idle], &[false; 2]);
         assert_eq!(p.state, FreeState::Hard);
         let i = p.actions[1];
         assert!(
@@ -373,7 +391,7 @@ mod tests {
         // 1000 - (600 + 395 + 32) < 0: low.
         let a = vm(800 * MIB, 600 * MIB, 1.0);
         let b = vm(800 * MIB, 395 * MIB, 1.0);
-        let p = plan(&host(budget), FreeState::Low.into(), &[a, b], &[false; 2]);
+        let p = desired(&host(budget), FreeState::Low.into(), &[a, b], &[false; 2]);
         assert_eq!(p.state, FreeState::Low);
         let (ta, tb) = (t(&p, 0), t(&p, 1));
         let at = |resident: u64, target: u64| VmObservation {
@@ -382,7 +400,7 @@ mod tests {
             ..vm(800 * MIB, resident, 1.0)
         };
         let over = |extra: u64| {
-            plan(
+            desired(
                 &host(budget),
                 FreeState::Low.into(),
                 &[at(ta + extra, ta), at(600 * MIB, tb)],
@@ -399,7 +417,7 @@ mod tests {
     #[test]
     fn soft_balloons_but_leaves_limits() {
         // 1000 - (600 + 330 + 32) = 38 MiB: 3.8 %, soft.
-        let p = plan(
+        let p = desired(
             &host(1000 * MIB),
             FreeState::High.into(),
             &[vm(800 * MIB, 600 * MIB, 1.0), vm(800 * MIB, 330 * MIB, 0.0)],
@@ -435,7 +453,7 @@ mod tests {
             state: FreeState::Soft,
             held: Some(held - growth),
         };
-        let p = plan(&host(1000 * MIB), at(0), &[a, b], &[false; 2]);
+        let p = desired(&host(1000 * MIB), at(0), &[a, b], &[false; 2]);
         assert_eq!((p.state, p.free), (FreeState::Soft, 54 * MIB));
         let (x, y) = (p.actions[0], p.actions[1]);
         assert!(x.target < a.resident, "{x:?}");
@@ -448,7 +466,7 @@ mod tests {
             "not pressed: nothing handed out"
         );
         // The growth expected by the next tick comes out of it first.
-        let p = plan(&host(1000 * MIB), at(10 * MIB), &[a, b], &[false; 2]);
+        let p = desired(&host(1000 * MIB), at(10 * MIB), &[a, b], &[false; 2]);
         assert_eq!((p.state, p.growth), (FreeState::Soft, 10 * MIB));
         assert_eq!(p.actions[0].limit, a.limit + 4 * MIB);
     }
@@ -464,7 +482,7 @@ mod tests {
             balloon: None,
             ..vm(800 * MIB, 330 * MIB, 0.0)
         };
-        let p = plan(
+        let p = desired(
             &host(1000 * MIB),
             FreeState::High.into(),
             &[busy, idle],
@@ -478,7 +496,7 @@ mod tests {
         // The busy VM, under its target, keeps its limit.
         assert_eq!(p.actions[0].limit, 800 * MIB);
         // In high nothing shrinks, balloon or not.
-        let p = plan(
+        let p = desired(
             &host(4000 * MIB),
             FreeState::High.into(),
             &[busy, idle],
@@ -500,13 +518,13 @@ mod tests {
             state: FreeState::High,
             held: Some(950 * MIB),
         };
-        let p = plan(&host(budget), steady, &[a, b], &[false; 2]);
+        let p = desired(&host(budget), steady, &[a, b], &[false; 2]);
         assert_eq!((p.state, p.growth), (FreeState::High, 0));
         let growing = Before {
             held: Some(930 * MIB),
             ..steady
         };
-        let p = plan(&host(budget), growing, &[a, b], &[false; 2]);
+        let p = desired(&host(budget), growing, &[a, b], &[false; 2]);
         assert_eq!(
             (p.state, p.growth, p.free),
             (FreeState::Soft, 20 * MIB, 50 * MIB)
@@ -516,7 +534,7 @@ mod tests {
             limit: v.resident,
             ..v
         };
-        let p = plan(
+        let p = desired(
             &host(budget),
             growing,
             &[at_limits(a), at_limits(b)],
@@ -528,7 +546,7 @@ mod tests {
             held: Some(900 * MIB),
             ..steady
         };
-        let p = plan(&host(budget), fast, &[a, b], &[false; 2]);
+        let p = desired(&host(budget), fast, &[a, b], &[false; 2]);
         assert_eq!((p.state, p.growth), (FreeState::Hard, 50 * MIB));
         assert!(p.actions.iter().all(|x| !x.pause));
         assert!(p.actions[1].limit < b.resident, "{:?}", p.actions[1]);
@@ -545,7 +563,7 @@ mod tests {
         };
         let idle = with(1000, 50 * MIB, 0.0);
         // Where the targets are with the idle VM holding little.
-        let first = plan(
+        let first = desired(
             &host(budget),
             FreeState::High.into(),
             &[with(1000, 0, 1.0), with(3000, 0, 1.0), idle],
@@ -559,7 +577,7 @@ mod tests {
             ..with(shares, t[i], 1.0)
         };
         let (a, b) = (at(0, 1000), at(1, 3000));
-        let p = plan(
+        let p = desired(
             &host(budget),
             FreeState::High.into(),
             &[a, b, idle],
@@ -591,13 +609,13 @@ mod tests {
             ..vm(800 * MIB, resident, 1.0)
         };
         let (a, b) = (squeezed(390 * MIB), squeezed(390 * MIB));
-        let p = plan(&host(budget), FreeState::Soft.into(), &[a, b], &[false; 2]);
+        let p = desired(&host(budget), FreeState::Soft.into(), &[a, b], &[false; 2]);
         assert!(
             p.actions[0].balloon >= Some(300 * MIB),
             "{:?}",
             p.actions[0]
         );
-        let p = plan(&host(budget), p.state.into(), &[a], &[false]);
+        let p = desired(&host(budget), p.state.into(), &[a], &[false]);
         let x = p.actions[0];
         assert!(x.target > 700 * MIB, "{x:?}");
         assert_eq!(x.balloon, Some(800 * MIB - x.target));
@@ -609,7 +627,7 @@ mod tests {
         let budget = 1000 * MIB;
         let a = vm(800 * MIB, 480 * MIB, 0.0);
         let b = vm(800 * MIB, 480 * MIB, 0.0);
-        let p = plan(
+        let p = desired(
             &host(budget),
             FreeState::High.into(),
             &[a, b],
@@ -618,7 +636,7 @@ mod tests {
         assert!(p.actions[0].target > p.actions[1].target);
         assert_eq!(p.actions[0].oom_demand, 10);
         let a = VmObservation { oom_demand: 1, ..a };
-        let p = plan(&host(budget), p.state.into(), &[a, b], &[false; 2]);
+        let p = desired(&host(budget), p.state.into(), &[a, b], &[false; 2]);
         assert_eq!(p.actions[0].oom_demand, 0);
     }
 
@@ -630,13 +648,13 @@ mod tests {
             pool: 100 * MIB,
             ..host(1000 * MIB)
         };
-        let a = plan(
+        let a = desired(
             &host(1000 * MIB),
             FreeState::High.into(),
             &[busy, idle],
             &[false; 2],
         );
-        let b = plan(&with, FreeState::High.into(), &[busy, idle], &[false; 2]);
+        let b = desired(&with, FreeState::High.into(), &[busy, idle], &[false; 2]);
         let sum = |p: &Plan| p.actions.iter().map(|a| a.target).sum::<u64>();
         assert_eq!(sum(&a) - sum(&b), 100 * MIB, "targets give up the pool");
         assert_eq!(b.pool, 100 * MIB, "the VMs leave room for all of it");
@@ -648,7 +666,7 @@ mod tests {
             pooled: 50 * MIB,
             ..busy
         };
-        let c = plan(&with, FreeState::High.into(), &[pooled, idle], &[false; 2]);
+        let c = desired(&with, FreeState::High.into(), &[pooled, idle], &[false; 2]);
         assert_eq!(b.free - c.free, 50 * MIB);
         assert_eq!(c.pool, b.pool, "a pool does not shrink itself by filling");
     }
@@ -669,7 +687,7 @@ mod tests {
                 ..vm(800 * MIB, resident * MIB, 1.0)
             };
             let b = vm(800 * MIB, resident * MIB, 1.0);
-            let p = plan(&with, state.into(), &[a, b], &[false; 2]);
+            let p = desired(&with, state.into(), &[a, b], &[false; 2]);
             state = p.state;
             let held = 2 * (resident * MIB + 16 * MIB);
             let want = (1000 * MIB).saturating_sub(held + reserve).min(200 * MIB);
@@ -724,7 +742,7 @@ mod tests {
                 })
                 .collect();
             let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
-            let p = plan(&host(budget * MIB), state.into(), &obs, &[]);
+            let p = desired(&host(budget * MIB), state.into(), &obs, &[]);
             prop_assert_eq!(p.actions.len(), obs.len());
             for (a, v) in p.actions.iter().zip(&obs) {
                 prop_assert!(a.target >= v.min && a.target <= v.max);
@@ -742,7 +760,7 @@ mod tests {
                     prop_assert!(!a.pause);
                 }
             }
-            prop_assert_eq!(&p, &plan(&host(budget * MIB), state.into(), &obs, &[]));
+            prop_assert_eq!(&p, &desired(&host(budget * MIB), state.into(), &obs, &[]));
         }
     }
 }

@@ -10,8 +10,10 @@ pub const OOM_DEMAND_SECONDS: f64 = 10.0;
 /// The host-wide inputs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HostParams {
-    /// Memory for every VM together, their VMMs' overheads included.
+    /// Memory for every VM together, their VMMs' overheads and the host's own memory included.
     pub budget: u64,
+    /// The host's own memory (the host process, measured each tick): part of the budget.
+    pub own: u64,
     /// The idle memory tax, 0 to 1.
     pub idle_tax: f64,
     pub thresholds: Thresholds,
@@ -113,6 +115,7 @@ pub(crate) mod fixtures {
     pub fn host(budget: u64) -> HostParams {
         HostParams {
             budget,
+            own: 0,
             idle_tax: 0.75,
             thresholds: Thresholds::default(),
             pool: 0,

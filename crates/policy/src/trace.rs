@@ -32,6 +32,9 @@ pub struct TraceTick {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceHost {
     pub budget: u64,
+    /// The host's own memory (0 in traces written before it counted).
+    #[serde(default)]
+    pub own: u64,
     pub idle_tax: f64,
     pub pool: u64,
     pub thresholds: [f64; 4],
@@ -134,6 +137,7 @@ impl TraceTick {
             t,
             host: TraceHost {
                 budget: host.budget,
+                own: host.own,
                 idle_tax: host.idle_tax,
                 pool: host.pool,
                 thresholds: [th.high, th.soft, th.hard, th.low],
@@ -185,6 +189,7 @@ impl TraceTick {
         let [high, soft, hard, low] = self.host.thresholds;
         let host = HostParams {
             budget: self.host.budget,
+            own: self.host.own,
             idle_tax: self.host.idle_tax,
             thresholds: Thresholds {
                 high,
@@ -237,7 +242,7 @@ pub fn replay(r: impl BufRead) -> Result<(usize, Vec<Mismatch>), String> {
                 .map(|v| v.balance.unwrap_or_default())
                 .collect();
             let d = balance::decide(&host, params, &p, &obs, &bal);
-            let s = balance::settle(&d, &obs, &recorded.released);
+            let s = balance::settle(&host, &d, &obs, &recorded.released);
             if d.vms != recorded.vms || s.gives != recorded.gives || s.actions != recorded.actions {
                 bad.push(Mismatch {
                     line: i + 1,

@@ -433,6 +433,7 @@ impl Scenario {
         let t = self.host.thresholds;
         HostParams {
             budget: self.host.budget.0,
+            own: 0,
             idle_tax: self.host.idle_tax,
             thresholds: Thresholds {
                 high: t.high,

@@ -273,7 +273,7 @@ impl Sim {
             let r = v.release_clean(b.release as f64, d.cold_only, w, t - v.cfg.start);
             released.push(bytes(r));
         }
-        let s = balance::settle(&d, obs, &released);
+        let s = balance::settle(&self.scenario.params(), &d, obs, &released);
         for (k, &i) in live.iter().enumerate() {
             self.vms[i].gap = s.gaps[k];
             self.vms[i].quiet = d.vms[k].quiet;

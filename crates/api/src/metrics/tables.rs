@@ -260,6 +260,8 @@ pub(super) const HOST_ROWS: &[Row] = &[
     counter("released_pages", "released_pages", Unit::None, "Pages the VMs' VMMs released at the host's request (HyperDealer2 balancing)."),
     counter("reallocations", "reallocations", Unit::None, "Ticks that moved released memory to a VM that needed it."),
     counter("gap_closed_pages", "gap_closed_pages", Unit::None, "Pages of capacity gap closed by inflating a victim's balloon (HyperDealer2 4.7)."),
+    gauge("own_bytes", "own", Unit::Bytes, "The host process's own memory (its PSS) at the last tick: part of the budget."),
+    gauge("committed_bytes", "committed", Unit::Bytes, "What the budget covered at the last tick: the host's own memory, the pools, each VM's resident memory or limit, whichever is more, and each VMM's overhead."),
 ];
 
 /// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
@@ -289,6 +291,7 @@ pub(super) const HOST_VM_ROWS: &[Row] = &[
     gauge("pooled_bytes", "pooled", Unit::Bytes, "Swapped memory its pool holds."),
     counter("oom_deflated_pages", "oom_deflated_pages", Unit::None, "Pages its guest gave back on its own when out of memory (balloon deflate-on-OOM)."),
     gauge("shared_saved_bytes", "shared_saved", Unit::Bytes, "Host memory its page sharing saves, not counted in what it holds."),
+    gauge("overhead_bytes", "overhead", Unit::Bytes, "What the budget charges its VMM besides guest memory and its pool (its measured PSS less both)."),
     not("api_sock", "text"),
     not("log", "text"),
 ];
@@ -385,6 +388,8 @@ pub(super) mod tests {
             released_pages: 1,
             reallocations: 1,
             gap_closed_pages: 1,
+            own_bytes: 1,
+            committed_bytes: 1,
         }
     }
 
@@ -415,6 +420,7 @@ pub(super) mod tests {
             pooled_bytes: 1,
             oom_deflated_pages: 1,
             shared_saved_bytes: 1,
+            overhead_bytes: 1,
             api_sock: "/s".into(),
             log: "/l".into(),
         }

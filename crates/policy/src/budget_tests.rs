@@ -1,0 +1,210 @@
+//! Tests of [`crate::budget::hold`] through [`crate::plan::plan`]: the budget holds at every
+//! tick, room is made for a VM waiting to start, and every VM starts. (Here rather than in
+//! `budget.rs`, which `plan.rs` imports.)
+
+use proptest::prelude::*;
+
+use crate::budget::{charge, committed, held_at_most, TRIM_MARGIN};
+use crate::free_state::FreeState;
+use crate::plan::plan;
+use crate::tick::fixtures::{host, vm, MIB};
+use crate::tick::{Before, HostParams, Plan, VmObservation};
+
+/// A VM about to start (nothing resident, no limit yet).
+fn pending(max: u64) -> VmObservation {
+    VmObservation {
+        limit: 0,
+        ..vm(max, 0, 1.0)
+    }
+}
+
+fn at_most_after(h: &HostParams, vms: &[VmObservation], p: &Plan) -> u64 {
+    vms.iter()
+        .zip(&p.actions)
+        .map(|(v, a)| committed(v).max(charge(v, a.limit)))
+        .fold(h.own + h.pool, u64::saturating_add)
+}
+
+/// A VM on plain memory is charged all of it; a new VM beside it waits until the budget
+/// has room for its target: this tick the plain VM goes under the pager at what it holds,
+/// and is paged to its target; the new one gets only what is free now.
+#[test]
+fn room_for_a_new_vm_is_made_before_it_starts() {
+    let h = HostParams {
+        own: 8 * MIB,
+        ..host(512 * MIB)
+    };
+    let first = VmObservation {
+        limit: 384 * MIB,
+        ..vm(384 * MIB, 300 * MIB, 1.0)
+    };
+    let p = plan(
+        &h,
+        FreeState::High.into(),
+        &[first, pending(384 * MIB)],
+        &[false; 2],
+    );
+    let (a, b) = (p.actions[0], p.actions[1]);
+    // 512 - 8 - 16 - 384 - 16 = 88 MiB is all the new VM may have now.
+    assert_eq!(b.limit, 88 * MIB, "{p:?}");
+    assert!(b.target > b.limit, "{b:?}");
+    // Paged as far as the new VM's target needs, not to its own target.
+    assert!(a.limit < 300 * MIB && a.limit >= a.target, "{a:?}");
+    assert!(a.limit + b.target + 8 * MIB + 32 * MIB <= h.budget, "{p:?}");
+    assert!(at_most_after(&h, &[first, pending(384 * MIB)], &p) <= h.budget);
+    // Once it is observed there, the new VM's target fits.
+    let first = VmObservation {
+        limit: a.limit,
+        resident: a.limit,
+        ..first
+    };
+    let p = plan(
+        &h,
+        p.state.into(),
+        &[first, pending(384 * MIB)],
+        &[false; 2],
+    );
+    assert_eq!(p.actions[1].limit, p.actions[1].target);
+    assert!(p.actions[0].limit >= a.limit, "{p:?}");
+}
+
+/// Limits above what their VMs hold come down first, without paging, to let another VM grow;
+/// a VM under its target is never trimmed below it.
+#[test]
+fn idle_limits_make_room_before_paging() {
+    let h = host(1000 * MIB);
+    let roomy = VmObservation {
+        limit: 600 * MIB,
+        ..vm(800 * MIB, 200 * MIB, 0.0)
+    };
+    let pressed = VmObservation {
+        limit: 300 * MIB,
+        ..vm(800 * MIB, 300 * MIB, 1.0)
+    };
+    let obs = [roomy, pressed];
+    let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+    let (r, q) = (p.actions[0], p.actions[1]);
+    assert!(
+        q.target > 300 * MIB && q.limit > 300 * MIB && q.limit < q.target,
+        "{q:?}"
+    );
+    assert!(
+        r.limit < 600 * MIB && r.limit >= 200 * MIB + TRIM_MARGIN,
+        "not paged: {r:?}"
+    );
+    assert!(at_most_after(&h, &obs, &p) <= h.budget);
+}
+
+fn arb_vm() -> impl Strategy<Value = (u64, u64, u64, u64, f64, bool)> {
+    (
+        64u64..1024,
+        0u64..1024,
+        0u64..1024,
+        1u64..4000,
+        0.0f64..=1.0,
+        any::<bool>(),
+    )
+}
+
+fn observation(
+    (max, resident, limit, shares, active, balloon): (u64, u64, u64, u64, f64, bool),
+) -> VmObservation {
+    VmObservation {
+        shares,
+        balloon: balloon.then_some(0),
+        limit: limit.min(max) * MIB,
+        ..vm(max * MIB, resident.min(max) * MIB, active)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever a tick sees, the limits it sets never let the VMs hold more than the budget
+    /// (nor more than they may hold now, on a host already past it).
+    #[test]
+    fn a_plan_never_commits_past_the_budget(
+        budget in 128u64..4096,
+        own in 0u64..64,
+        vms in proptest::collection::vec(arb_vm(), 1..8),
+        start in 0usize..4,
+    ) {
+        let h = HostParams { own: own * MIB, ..host(budget * MIB) };
+        let obs: Vec<VmObservation> = vms.into_iter().map(observation).collect();
+        let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
+        let p = plan(&h, state.into(), &obs, &[]);
+        let now = held_at_most(&h, &obs);
+        prop_assert!(at_most_after(&h, &obs, &p) <= now.max(h.budget));
+        for (a, v) in p.actions.iter().zip(&obs) {
+            prop_assert!(a.limit <= v.max);
+        }
+    }
+
+    /// Ticks of a host whose VMs come one after another and do their worst between ticks
+    /// (each grows to its limit or stays above a lowered one): at no instant do they, their
+    /// overheads and the host hold more than the budget; and where each VM shrinks to what
+    /// it is asked, every VM starts.
+    #[test]
+    fn the_budget_holds_at_every_tick_and_every_vm_starts(
+        budget in 256u64..2048,
+        own in 0u64..32,
+        vms in proptest::collection::vec((64u64..1024, 0.0f64..=1.0, 1u64..4000, any::<bool>()), 1..7),
+        moves in proptest::collection::vec(0u64..=1000, 64),
+        cooperative in any::<bool>(),
+    ) {
+        let h = HostParams { own: own * MIB, ..host(budget * MIB) };
+        // Each VM: its observation, and whether it runs.
+        let mut world: Vec<(VmObservation, bool)> = Vec::new();
+        let mut state = FreeState::High;
+        let mut held = None;
+        for tick in 0..60usize {
+            // One more VM every 4 ticks, all of them pending first.
+            if tick % 4 == 0 && tick / 4 < vms.len() {
+                let (max, active, shares, balloon) = vms[tick / 4];
+                let new = VmObservation {
+                    shares,
+                    balloon: balloon.then_some(0),
+                    ..pending(max * MIB)
+                };
+                world.push((VmObservation { active, ..new }, false));
+            }
+            let obs: Vec<VmObservation> = world
+                .iter()
+                .map(|(o, run)| if *run { *o } else { VmObservation { active: 1.0, ..*o } })
+                .collect();
+            let now = held_at_most(&h, &obs);
+            prop_assert!(now <= h.budget, "tick {tick}: {now} held of {}", h.budget);
+            let p = plan(&h, Before { state, held }, &obs, &[]);
+            prop_assert!(at_most_after(&h, &obs, &p) <= h.budget);
+            state = p.state;
+            held = Some(p.held);
+            for (k, ((o, run), a)) in world.iter_mut().zip(&p.actions).enumerate() {
+                if !*run {
+                    // Starts once its whole target is room.
+                    if a.limit >= a.target {
+                        *run = true;
+                        o.limit = a.limit;
+                    }
+                    continue;
+                }
+                let m = moves[(tick * 7 + k) % moves.len()];
+                let most = o.resident.max(a.limit);
+                let resident = if cooperative {
+                    // It holds what it is let hold, up to a part of its memory.
+                    (o.max / 1000 * m).min(a.limit)
+                } else if o.resident > a.limit {
+                    // Its pager takes it down part of the way.
+                    a.limit + (o.resident - a.limit) / 1000 * m
+                } else {
+                    most / 1000 * m
+                };
+                o.resident = resident.min(most);
+                o.limit = a.limit;
+                o.balloon = a.balloon;
+            }
+        }
+        if cooperative {
+            prop_assert!(world.iter().all(|(_, run)| *run), "a VM never started");
+        }
+    }
+}
