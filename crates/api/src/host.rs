@@ -126,7 +126,8 @@ pub struct HostKsm {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostVmState {
-    /// Its VMM is starting; its API is not answering yet.
+    /// Admitted and waiting for room in the budget for its `min` and its VMM's overhead, or its
+    /// VMM is starting and its API is not answering yet.
     Starting,
     /// Its vCPUs run.
     Running,

@@ -79,7 +79,8 @@ impl Host {
     }
 
     /// Admits `spec`; a refusal says which reservation failed. Its VMM starts at a tick, once
-    /// the budget has room for its target; until then it is `starting`, waiting for room.
+    /// the budget has room for its `min` and its VMM's overhead; until then it is `starting`,
+    /// waiting for room.
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
@@ -113,7 +114,7 @@ impl Host {
         self.journal.event(
             HostEventKind::Waiting,
             Some(&spec.name),
-            "admitted; its VMM starts once the budget has room for its target".to_owned(),
+            "admitted; its VMM starts once the budget has room for its min and its VMM".to_owned(),
         );
         let mut v = VmEntry::new(
             spec,

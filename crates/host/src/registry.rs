@@ -42,6 +42,8 @@ pub struct VmEntry {
     pub oom_demand: u32,
     /// `oom_deflated_pages` at the last tick.
     pub oom_seen: u64,
+    /// [`VmEntry::reclaimed`] at the last tick.
+    pub reclaimed_seen: u64,
     /// When its VMM ended or admission refused it: the host forgets it `keep` later.
     pub ended: Option<Instant>,
     /// What HyperDealer2's balancing remembers of it.
@@ -84,6 +86,7 @@ impl VmEntry {
             active_at_pause: None,
             oom_demand: 0,
             oom_seen: 0,
+            reclaimed_seen: 0,
             ended: (state == HostVmState::Refused).then(Instant::now),
             balancing: VmBalancing::default(),
             overheads: VecDeque::new(),
@@ -200,6 +203,25 @@ impl VmEntry {
             .as_ref()
             .and_then(|s| s.pager.as_ref())
             .map_or(0, |p| p.pages.mirrored_pages * 4096)
+    }
+
+    /// Pages its pager has reclaimed to keep it under its limit, by its VMM's last count.
+    pub fn reclaimed(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.pager.as_ref())
+            .map_or(0, |p| {
+                let c = &p.counters;
+                [
+                    c.reclaimed_zero,
+                    c.reclaimed_clean,
+                    c.reclaimed_written,
+                    c.reclaimed_mirrored,
+                    c.reclaimed_shared,
+                ]
+                .into_iter()
+                .fold(0, u64::saturating_add)
+            })
     }
 
     pub fn oom_deflated(&self) -> u64 {

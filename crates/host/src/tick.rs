@@ -7,8 +7,8 @@
 //! orders): `PUT /balloon`, `PUT /memory`, `PUT /vm/pause` or `PUT /vm/resume`. The calls to
 //! the VMMs are made by `manager::tick` without the state lock. A VM admitted but waiting for
 //! room is planned for like the others (nothing resident, no limit); its VMM starts at the
-//! first tick whose plan gives it its whole target within the budget
-//! ([`memvisor_policy::budget::hold`]).
+//! first tick whose plan has room for its `min` and its VMM's overhead, with the limit the
+//! plan gives it ([`memvisor_policy::budget::hold`]); the ticks after raise it.
 //!
 //! With `[host] balancing = "hd2"` (HyperDealer2, docs/hd2.md) the balancer
 //! ([`memvisor_policy::balance`]) decides on top of the plan: the victims' VMMs are asked to
@@ -76,6 +76,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             balloon: v.spec.balloon.then_some(0),
             limit: 0,
             oom_demand: 0,
+            reclaimed: 0,
         };
     }
     // What it really holds: a page KSM merged is held once for all who map it, and the
@@ -110,6 +111,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             .as_ref()
             .map_or(v.launch_limit, |i| i.limit_bytes.unwrap_or(v.spec.mem)),
         oom_demand: v.oom_demand,
+        reclaimed: v.reclaimed().saturating_sub(v.reclaimed_seen) * 4096,
     }
 }
 
@@ -421,15 +423,16 @@ impl Tick {
             v.balancing.last_resident = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
+            v.reclaimed_seen = v.reclaimed();
             if v.waiting {
-                // Its VMM starts once the budget has room for its whole target.
-                if a.limit >= a.target.min(v.spec.mem) {
+                // Its VMM starts once the budget has room for its min and its overhead: the
+                // plan gives it a limit then (0 while it waits).
+                if a.limit > 0 {
                     starts.push((i, a.limit, (config.pool > 0).then_some(a.pool)));
                 } else {
                     v.why = Some(format!(
-                        "waiting for room in the budget: {} MiB of its {} MiB target free",
-                        a.limit >> 20,
-                        a.target >> 20
+                        "waiting for room in the budget: {} MiB for its min and its VMM",
+                        budget::start_need(o).div_ceil(1 << 20)
                     ));
                 }
                 continue;

@@ -765,19 +765,6 @@ fn wait_mirrored(vm: &HostVm, pages: u64) {
     );
 }
 
-/// Adds `needy` to a host where `cache` holds its file: eight times `cache`'s shares, 16 MiB
-/// touched for 4 s, then 200 MiB. (Added once `cache` holds its file: started with it, the
-/// budget would hold `cache` at the share `needy`'s eight times more shares leave it, under
-/// the file.)
-fn add_needy(host: &TestHost) {
-    let needy: VmSpec = serde_json::from_str(
-        r#"{"name": "needy", "mem": "256M", "shares": 8000, "workload": "toucher",
-            "cmdline": "schedule=16:4,200:60", "balloon": true}"#,
-    )
-    .unwrap();
-    ok(host.client().add(&needy));
-}
-
 /// HyperDealer2 balancing (`balancing = "hd2"`): `cache` reads a file into its page cache (the
 /// Swap Mapper sees every page of it mirror a disk block) and goes idle, above the target its
 /// few shares give it (the high state takes nothing from it); then `needy`, with eight times
@@ -811,11 +798,18 @@ cmdline = "file=seq file_mb=64 passes=1 hold_secs=90"
 disks = ["cache.img,id=data"]
 mapper = true
 balloon = true
+
+[[vm]]
+name = "needy"
+mem = "256M"
+shares = 8000
+workload = "toucher"
+cmdline = "schedule=16:4,200:60"
+balloon = true
 "#,
     );
     let cache = host.wait_vm("cache", 30, |v| v.state == HostVmState::Running);
     wait_mirrored(&cache, 12_000);
-    add_needy(&host);
     // Reallocations (a few pages may already move while both boot); then `cache`'s capacity
     // gap is closed: by the gap reducer once it has been out of balancing for `gap_idle`
     // (`gap_closed`), or by the plan's own balloon if the host's state fell meanwhile.
@@ -826,7 +820,7 @@ balloon = true
             .and_then(|v| v.iter().position(|v| v["name"] == "cache"))
     };
     let (_, events, ticks, _) = poll(
-        "a reallocation of over 1024 pages and the gap closed after it",
+        "a reallocation of over 2048 pages and the gap closed after it",
         Duration::from_secs(90),
         Duration::from_millis(200),
         || {
@@ -851,9 +845,7 @@ balloon = true
             });
             (info, events, ticks, settled)
         },
-        // Over 1024 pages: `needy` starts only once the budget has room for it, so `cache` is
-        // paged toward its target before, and less is left to release when `needy` grows.
-        |(info, _, _, settled)| info.released_pages > 1024 && *settled,
+        |(info, _, _, settled)| info.released_pages > 2048 && *settled,
     );
     let info: HostInfo = host.info();
     assert_eq!(info.balancing, memvisor_api::Balancing::Hd2);
@@ -932,12 +924,19 @@ cmdline = "file=seq file_mb=64 passes=1000"
 disks = ["cache.img,id=data"]
 mapper = true
 balloon = true
+
+[[vm]]
+name = "needy"
+mem = "256M"
+shares = 8000
+workload = "toucher"
+cmdline = "schedule=16:4,200:60"
+balloon = true
 "#,
     );
     // `cache` holds its file in its page cache, every page of it mirroring a disk block.
     let cache = host.wait_vm("cache", 30, |v| v.state == HostVmState::Running);
     wait_mirrored(&cache, 12_000);
-    add_needy(&host);
     let cache = host.wait_vm("cache", 300, |v| v.state == HostVmState::Exited);
     intact(&cache, "seqread");
     assert_eq!(cache.exit_status, Some(1), "{cache:?}");

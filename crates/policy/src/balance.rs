@@ -23,10 +23,11 @@
 //!   what it holds above its target and at most its clean pages; the rest of a shrink stays with
 //!   the balloon and the pager limit as the plan decides it ("if the balancer consumes most of
 //!   the candidates, it uses a ballooning scheme"). What the beneficiaries want is first taken
-//!   from free memory above the high state's reserve, and only the rest released, largest
-//!   supply first.
-//! - **Cold first** (memvisor's own): while free memory is in the high state nothing is short,
-//!   and a release there may take only what the victim's guest has left cold: pages of
+//!   from free memory above the high state's reserve (as far as the budget has room for it
+//!   now), and only the rest released, largest supply first.
+//! - **Cold first** (memvisor's own): while free memory is in the high state and the budget
+//!   has room now for what the beneficiaries want, nothing is short, and a release there may
+//!   take only what the victim's guest has left cold: pages of
 //!   sequential streams behind a reader still reading them, or untouched since a probe
 //!   ([`Decision::cold_only`]; `pattern.rs` in the pager). The paper's guest reports hits in
 //!   its page cache, so a file it re-reads from its cache is known as a loop; here those hits
@@ -45,9 +46,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{hold, reserve};
+use crate::budget::{held_at_most, hold, pressed_at, reserve, started, trimmable};
 use crate::free_state::FreeState;
-use crate::plan::PAUSE_SLACK;
 use crate::tick::{HostParams, Plan, VmAction, VmObservation};
 
 /// A guest page.
@@ -161,7 +161,8 @@ pub struct VmBalance {
 pub struct Decision {
     pub vms: Vec<VmBalance>,
     /// The releases take only what their guests have left cold (`PUT /memory/release` with
-    /// `cold_only`): in the high state, where no memory is short.
+    /// `cold_only`): in the high state, where no memory is short, while the budget has room now
+    /// for what the beneficiaries want.
     #[serde(default)]
     pub cold_only: bool,
     /// The plan's actions with the capacity gap reducer's balloons.
@@ -188,13 +189,17 @@ fn allowed(o: &VmObservation) -> u64 {
 /// How much more memory a VM needs (§4.6): the larger of the estimator's figure, when there is
 /// one (`demand.rs`: page cache that would turn disk reads into hits, and the guest's own
 /// swapping), and what the plan knows: its `target` minus what it holds if it is pressed
-/// against what it may hold (within [`PAUSE_SLACK`]) or growing (by more than [`GROWING`] since
+/// against what it may hold ([`pressed_at`]) or growing (by more than [`GROWING`] since
 /// the last tick), plus what it deflated on OOM since the last tick. At most what it could
-/// still grow to (`max`).
+/// still grow to (`max`). None for a VM still waiting to start.
 #[must_use]
 pub fn demand(o: &VmObservation, b: &BalanceObservation, target: u64) -> u64 {
+    if !started(o) {
+        // Waiting for room: admission makes it ([`hold`]), not a release.
+        return 0;
+    }
     let room = allowed(o);
-    let pressed = room < o.max && o.resident.saturating_add(PAUSE_SLACK) >= room;
+    let pressed = pressed_at(o, room);
     let short = if pressed || b.grown > GROWING {
         target.saturating_sub(o.resident)
     } else {
@@ -268,16 +273,28 @@ pub fn decide(
             }
         })
         .collect();
-    // Free memory above the reserve pays first (the plan's own headroom hands it out in high).
+    // Free memory above the reserve pays first (the plan's own headroom hands it out in high),
+    // as far as the budget can give it within a tick: the room free now, and what limits above
+    // what the other VMs hold free once they come down ([`hold`] trims them).
+    let room = (0..n)
+        .filter(|&i| !vms[i].beneficiary)
+        .map(|i| trimmable(&obs[i]))
+        .fold(
+            host.budget.saturating_sub(held_at_most(host, obs)),
+            u64::saturating_add,
+        );
     let spare = if p.state == FreeState::High {
         p.free
             .saturating_sub(reserve(host))
             .saturating_sub(p.growth)
+            .min(room)
     } else {
         0
     };
     let wanted: u64 = vms.iter().map(|v| v.want).fold(0, u64::saturating_add);
     let mut need = wanted.saturating_sub(spare).div_ceil(PAGE) * PAGE;
+    // Nothing is short while the budget can give the beneficiaries what they want.
+    let cold_only = p.state == FreeState::High && wanted <= room;
     // Victims, largest supply first (ties by order).
     let mut supply: Vec<(usize, u64)> = (0..n)
         .filter(|&i| !vms[i].beneficiary && b(i).releasable)
@@ -330,7 +347,7 @@ pub fn decide(
     Decision {
         vms,
         actions,
-        cold_only: p.state == FreeState::High,
+        cold_only,
     }
 }
 
@@ -383,11 +400,21 @@ pub fn settle(host: &HostParams, d: &Decision, obs: &[VmObservation], released: 
             actions,
         };
     }
+    // A beneficiary given memory asks for it: counted as holding all of its limit (the budget
+    // charges it that much anyway), it is pressed against it, and its raise is served.
     let after: Vec<VmObservation> = (0..n)
-        .map(|i| VmObservation {
-            resident: obs[i].resident.saturating_sub(got(i)),
-            limit: obs[i].limit.saturating_sub(got(i)),
-            ..obs[i]
+        .map(|i| {
+            let limit = obs[i].limit.saturating_sub(got(i));
+            let resident = obs[i].resident.saturating_sub(got(i));
+            VmObservation {
+                resident: if gives[i] > 0 {
+                    resident.max(limit)
+                } else {
+                    resident
+                },
+                limit,
+                ..obs[i]
+            }
         })
         .collect();
     hold(host, &after, &mut actions);
@@ -441,6 +468,7 @@ mod tests {
             balloon: None,
             limit,
             oom_demand: 0,
+            reclaimed: 0,
         }
     }
 
@@ -595,6 +623,44 @@ mod tests {
         assert_eq!(d.vms[0].release, 0, "{d:?}");
     }
 
+    /// Free memory held by the budget is not spare: an idle VM's limit at all of its memory
+    /// (plain memory) leaves no room for a busy one pressed against its own, however much
+    /// free memory the resident pages leave, so what the busy one wants is released now, and
+    /// not only from pages its victim left cold.
+    #[test]
+    fn free_memory_the_budget_holds_is_not_spare() {
+        let h = host(1000 * MIB);
+        let idle = vm(512 * MIB, 480 * MIB, 0.0, 512 * MIB);
+        let busy = vm(512 * MIB, 400 * MIB, 1.0, 400 * MIB);
+        let obs = [idle, busy];
+        let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+        // 1000 - 480 - 400 - 32 = 88 MiB free: high, but 1000 - 512 - 400 - 32 = 56 MiB of
+        // room, and 28 MiB more once the idle VM's limit comes down, a tick later.
+        assert_eq!(p.state, FreeState::High, "{p:?}");
+        let bal = [
+            BalanceObservation {
+                releasable: true,
+                clean: 300 * MIB,
+                ..BalanceObservation::default()
+            },
+            BalanceObservation {
+                releasable: true,
+                demand: Some(300 * MIB),
+                ..BalanceObservation::default()
+            },
+        ];
+        let d = decide(&h, &params(), &p, &obs, &bal);
+        assert!(d.vms[1].beneficiary && d.vms[1].want > 84 * MIB, "{d:?}");
+        assert!(d.vms[0].release > 0, "{d:?}");
+        assert!(!d.cold_only, "{d:?}");
+        // With room for it all within a tick, the same want is paid from free memory first,
+        // and what is released comes from cold pages only.
+        let h = host(2000 * MIB);
+        let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+        let d = decide(&h, &params(), &p, &obs, &bal);
+        assert!(d.cold_only && d.vms[0].release == 0, "{d:?}");
+    }
+
     /// A VM released from carries a gap; once out of balancing for the configured time, its
     /// balloon inflates by it and the gap is reset.
     #[test]
@@ -684,6 +750,7 @@ mod tests {
                         balloon: balloon.then_some(max / 4),
                         limit: (lim * MIB).clamp(resident.min(max), max),
                         oom_demand: 0,
+                        reclaimed: 0,
                     };
                     let b = BalanceObservation {
                         releasable: rel,

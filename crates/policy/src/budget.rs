@@ -10,7 +10,7 @@
 //! to it after the order, not at it.
 
 use crate::allocation::{targets, VmDemand};
-use crate::tick::{HostParams, VmAction, VmObservation};
+use crate::tick::{HostParams, VmAction, VmObservation, PAUSE_SLACK};
 
 /// What targets divide: the budget minus the VMMs' overheads, the host's own memory, the pool
 /// and the high state's reserve.
@@ -107,121 +107,260 @@ pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation
         .min(new.max)
 }
 
-/// How far above its resident pages a limit that makes room for others is left: room for its
-/// VM to grow until the next tick raises it again.
-pub const TRIM_MARGIN: u64 = 2 << 20;
+/// How far above its resident pages a limit trimmed to make room for others is left: room for
+/// its VM to grow until the next tick, and more than [`PAUSE_SLACK`], so that a trimmed VM is
+/// not pressed against its new limit at once (pressed, it would take the room back at the next
+/// tick).
+pub const TRIM_MARGIN: u64 = 2 * PAUSE_SLACK;
 
-/// Keeps a tick's `actions` within the budget ([module docs](self)). Lowered limits stay as the
-/// plan lowered them. Raised ones get the room there is now ([`held_at_most`] below the budget),
-/// first up to each VM's target (a VM about to start asks for its whole target), then beyond
-/// it, in proportion to what each asks. When the raises up to targets, or a host already over
-/// its budget, need more than that room, room is made for the next ticks: limits above what
-/// their VMs hold come down toward it (never below the VM's target; a VM on plain memory goes
-/// under the pager that way), and then, if that is not enough, VMs above their targets are
-/// paged toward them, each in proportion to how far above it is. Limits above what their VMs
-/// hold also come down, the same way, to make room for growth beyond targets.
+/// How far `v`'s limit can come down without paging it: to [`TRIM_MARGIN`] above what it holds,
+/// never below its `min`.
+pub fn trimmable(v: &VmObservation) -> u64 {
+    if !started(v) {
+        return 0;
+    }
+    v.limit
+        .saturating_sub(v.resident.saturating_add(TRIM_MARGIN).max(v.min))
+}
+
+/// Whether `v` is pressed against its pager limit: the limit is below its `max`, and it holds
+/// within [`PAUSE_SLACK`] of it or its pager reclaimed since the last tick to stay under it. A
+/// VM that touches new pages is; one with room under its limit is not.
+pub fn pressed(v: &VmObservation) -> bool {
+    pressed_at(v, v.limit)
+}
+
+/// Whether `v` would be [`pressed`] against a limit of `limit`.
+pub fn pressed_at(v: &VmObservation, limit: u64) -> bool {
+    limit < v.max
+        && (v.resident.saturating_add(PAUSE_SLACK) >= limit
+            || (v.reclaimed > 0 && limit <= v.limit))
+}
+
+/// The smallest limit a VM starts with: its `min`, and at least a page (a started VM has a
+/// limit; 0 is a VM still waiting).
+pub fn first_limit(v: &VmObservation) -> u64 {
+    v.min.max(PAGE).min(v.max)
+}
+
+/// What a VM about to start needs free before its VMM starts (ESX §6.2's reservation): its
+/// [`first_limit`] (its `min`) and its VMM's overhead. Its limit starts there, and higher only
+/// where the budget has room now; the plan's targets and the balancing hand it the rest over
+/// the next ticks.
+pub fn start_need(v: &VmObservation) -> u64 {
+    first_limit(v).saturating_add(v.overhead)
+}
+
+/// A guest page.
+const PAGE: u64 = 4096;
+
+/// Keeps a tick's `actions` within the budget ([module docs](self)), in four steps:
+///
+/// 1. **Admission** (ESX §6.2). VMs about to start ([`started`] is false) start in their order
+///    while the room free now (the budget less [`held_at_most`]) has their [`start_need`]; the
+///    first that does not fit waits, and so do all after it, with a limit of 0 (the host keeps
+///    its VMM unstarted), their needs set aside from the room. While a VM waits, every raise
+///    waits too.
+/// 2. **Trimming**. A limit is raised only for a VM pressed against it ([`pressed`]): one with
+///    room under its limit does not need more yet, and room handed to it would be idle. When
+///    the raises and the VMs waiting to start do not fit the budget, limits above what their
+///    VMs hold come down toward it ([`TRIM_MARGIN`] above, never below `min`, below a target
+///    included), in proportion to how far above they are. This moves no page, and a VM on
+///    plain memory, charged all of it, goes under the pager that way: it stays on plain memory
+///    only while the budget has room for all of it.
+/// 3. **Paging**, for VMs pressed against their limits below their targets (a target is what
+///    a VM is entitled to, and with limits holding the budget, free memory, counted from
+///    resident pages, may never fall far enough for the free-memory states to reclaim for it),
+///    for a VM waiting to start, or on a host already past its budget (a VMM measured larger
+///    than it was charged): raises beyond targets wait, and VMs above their targets are paged
+///    toward them, in proportion to how far above they are, by as much as is short, not to
+///    their targets; toward their `min` too for the last two. With HyperDealer2's balancing
+///    the releases of the same tick come first, so a victim's clean pages move rather than
+///    being paged.
+/// 4. **Raises** get the room there is now, first up to each VM's target, then beyond it, in
+///    proportion to what each asks. A VM starting starts at its [`first_limit`] and the room
+///    still left, shared among the VMs starting in proportion to the rest of their memory; on
+///    plain memory (its limit at its `max`) when that is all of it. Nobody else was pressed
+///    for that room, and trimming takes it back when somebody is.
+///
+/// A lowered limit frees nothing this tick (a pager reclaims down to it after the order, not
+/// at it), so only room that is free now is handed out: at every instant the VMs, their VMMs,
+/// the pools and the host hold at most the budget.
 pub fn hold(host: &HostParams, vms: &[VmObservation], actions: &mut [VmAction]) {
     let n = vms.len().min(actions.len());
     let (vms, actions) = (&vms[..n], &mut actions[..n]);
-    if next(host, vms, actions, true) > host.budget {
-        // A VM short of its target waits for room: raises beyond targets wait too, and VMs
-        // above their targets give way.
-        for (v, a) in vms.iter().zip(actions.iter_mut()) {
-            if a.limit > v.limit {
-                a.limit = a.limit.min(v.limit.max(a.target));
+    let room = host.budget.saturating_sub(held_at_most(host, vms));
+    // 1. Admission, first come first served.
+    let mut starting = vec![false; n];
+    let mut free = room;
+    let mut waiting = false;
+    for i in (0..n).filter(|&i| !started(&vms[i])) {
+        let need = start_need(&vms[i]);
+        if !waiting && need <= free {
+            starting[i] = true;
+            free -= need;
+        } else {
+            waiting = true;
+            free = free.saturating_sub(need);
+        }
+    }
+    // 2. Raises for VMs pressed against their limits, and none while a VM waits.
+    let mut raising = vec![false; n];
+    for i in (0..n).filter(|&i| started(&vms[i])) {
+        let (v, a) = (&vms[i], &mut actions[i]);
+        if a.limit > v.limit {
+            if pressed(v) && !waiting {
+                raising[i] = true;
+            } else {
+                a.limit = v.limit;
             }
         }
     }
-    let room = host.budget.saturating_sub(held_at_most(host, vms));
-    let raising: Vec<bool> = vms
-        .iter()
-        .zip(actions.iter())
-        .map(|(v, a)| a.limit > v.limit)
-        .collect();
-    // What each raise costs: how much more its VM may hold at the new limit.
-    let cost = |i: usize, limit: u64| {
-        if raising[i] {
-            charge(&vms[i], limit).saturating_sub(committed(&vms[i]))
-        } else {
-            0
-        }
-    };
-    let want: Vec<u64> = (0..n).map(|i| cost(i, actions[i].limit)).collect();
-    let entitled: Vec<u64> = (0..n)
-        .map(|i| cost(i, actions[i].limit.min(actions[i].target)))
-        .collect();
-    let short = next(host, vms, actions, false).saturating_sub(host.budget);
-    let mut short_entitled = next(host, vms, actions, true).saturating_sub(host.budget);
+    let short = next(host, vms, actions, &raising, Raise::All).saturating_sub(host.budget);
     if short > 0 {
-        // Limits above what their VMs hold: lowering them costs nothing.
         let idle: Vec<u64> = (0..n)
             .map(|i| {
-                let (v, a) = (&vms[i], &actions[i]);
-                let floor = v.resident.saturating_add(TRIM_MARGIN).max(a.target);
-                if raising[i] {
-                    0
+                let v = &vms[i];
+                if started(v) && !raising[i] {
+                    trimmable(&VmObservation {
+                        limit: actions[i].limit,
+                        ..*v
+                    })
                 } else {
-                    a.limit.saturating_sub(floor)
+                    0
                 }
             })
             .collect();
-        let parts = shares_up(short, &idle);
-        for (a, p) in actions.iter_mut().zip(&parts) {
-            a.limit -= p;
-        }
-        short_entitled = short_entitled.saturating_sub(sum(&parts));
+        page(actions, &shares_up(short, &idle));
     }
-    if short_entitled > 0 {
-        // Then paging, from the VMs above their targets.
-        let above: Vec<u64> = (0..n)
-            .map(|i| {
-                let (v, a) = (&vms[i], &actions[i]);
-                if raising[i] {
-                    0
-                } else {
-                    a.limit.min(v.resident).saturating_sub(a.target)
-                }
-            })
-            .collect();
-        let parts = shares_up(short_entitled, &above);
-        for ((a, v), &p) in actions.iter_mut().zip(vms).zip(&parts) {
-            if p > 0 {
-                a.limit = a.limit.min(v.resident) - p;
+    // 3. Paging: toward targets for VMs pressed below theirs, a VM waiting to start or a host
+    // past its budget; toward `min` only for the last two.
+    let entitled = next(host, vms, actions, &raising, Raise::ToTarget).saturating_sub(host.budget);
+    let short = next(host, vms, actions, &raising, Raise::None).saturating_sub(host.budget);
+    if entitled.max(short) > 0 {
+        // A VM below its target comes before growth beyond one: those raises wait, and those
+        // VMs may be paged.
+        for i in 0..n {
+            let (v, a) = (&vms[i], &mut actions[i]);
+            if raising[i] && v.limit >= a.target {
+                a.limit = v.limit;
+                raising[i] = false;
             }
         }
+        let movable = |i: usize, a: &VmAction, floor: u64| {
+            if started(&vms[i]) && !raising[i] {
+                a.limit.saturating_sub(floor)
+            } else {
+                0
+            }
+        };
+        let above: Vec<u64> = (0..n)
+            .map(|i| movable(i, &actions[i], actions[i].target.max(vms[i].min)))
+            .collect();
+        let parts = shares_up(entitled.max(short), &above);
+        page(actions, &parts);
+        let left = short.saturating_sub(sum(&parts));
+        if left > 0 {
+            let above_min: Vec<u64> = (0..n)
+                .map(|i| movable(i, &actions[i], vms[i].min))
+                .collect();
+            page(actions, &shares_up(left, &above_min));
+        }
     }
-    let first = shares_down(room, &entitled);
-    let beyond: Vec<u64> = want.iter().zip(&entitled).map(|(w, e)| w - e).collect();
-    let second = shares_down(room - sum(&first), &beyond);
-    for i in (0..n).filter(|&i| raising[i]) {
-        let v = &vms[i];
-        let granted = committed(v)
-            .saturating_add(first[i])
-            .saturating_add(second[i])
-            .saturating_sub(v.overhead);
-        actions[i].limit = actions[i].limit.min(granted);
-    }
-}
-
-/// What the budget would cover once every VM whose limit is not raised is under its new limit
-/// (or has grown to it) and every raise is granted, up to the VM's target only if `to_targets`.
-fn next(host: &HostParams, vms: &[VmObservation], actions: &[VmAction], to_targets: bool) -> u64 {
-    vms.iter()
-        .zip(actions)
-        .map(|(v, a)| {
-            if a.limit > v.limit {
-                let bound = if to_targets {
+    // 4. Raises, into the room there is now.
+    let base = |i: usize| vms[i].resident.max(vms[i].limit);
+    let asks = |to_target: bool| -> Vec<u64> {
+        (0..n)
+            .map(|i| {
+                let a = &actions[i];
+                if !raising[i] {
+                    return 0;
+                }
+                let top = if to_target {
                     a.limit.min(a.target)
                 } else {
                     a.limit
                 };
-                committed(v).max(charge(v, bound))
+                top.saturating_sub(base(i))
+            })
+            .collect()
+    };
+    let (to_target, all) = (asks(true), asks(false));
+    let first = shares_down(free, &to_target);
+    free -= sum(&first);
+    let beyond: Vec<u64> = (0..n).map(|i| all[i].saturating_sub(first[i])).collect();
+    let second = shares_down(free, &beyond);
+    free -= sum(&second);
+    // What is left is free memory nobody is pressed for: the VMs starting share it, each in
+    // proportion to the rest of its memory (all of it is plain memory).
+    let rest: Vec<u64> = (0..n)
+        .map(|i| {
+            if starting[i] {
+                vms[i].max.saturating_sub(first_limit(&vms[i]))
             } else {
-                // Under its limit by then.
+                0
+            }
+        })
+        .collect();
+    let third = shares_down(free, &rest);
+    for i in 0..n {
+        let (v, a) = (&vms[i], &mut actions[i]);
+        if raising[i] {
+            a.limit = a.limit.min(base(i) + first[i] + second[i]);
+        } else if starting[i] {
+            a.limit = first_limit(v) + third[i];
+        } else if !started(v) {
+            a.limit = 0;
+        }
+    }
+}
+
+/// How far [`next`] counts the raises.
+#[derive(Clone, Copy)]
+enum Raise {
+    /// Each to the limit the plan wants.
+    All,
+    /// Each as far as its target.
+    ToTarget,
+    /// None: each VM at its limit now.
+    None,
+}
+
+/// What the budget covers by the next tick with `actions`: a VM whose limit is not raised is
+/// under its new limit by then, a raised one at the limit `raise` says, and a VM about to start
+/// at what it needs to start.
+fn next(
+    host: &HostParams,
+    vms: &[VmObservation],
+    actions: &[VmAction],
+    raising: &[bool],
+    raise: Raise,
+) -> u64 {
+    vms.iter()
+        .zip(actions)
+        .enumerate()
+        .map(|(i, (v, a))| {
+            if !started(v) {
+                start_need(v)
+            } else if raising[i] {
+                let limit = match raise {
+                    Raise::All => a.limit,
+                    Raise::ToTarget => a.limit.min(a.target).max(v.limit),
+                    Raise::None => v.limit,
+                };
+                charge(v, limit)
+            } else {
                 charge(&VmObservation { resident: 0, ..*v }, a.limit)
             }
         })
         .fold(host.own.saturating_add(host.pool), u64::saturating_add)
+}
+
+/// Lowers each VM's limit by its part in `parts`: below what it holds, its pager pages it.
+fn page(actions: &mut [VmAction], parts: &[u64]) {
+    for (a, &p) in actions.iter_mut().zip(parts) {
+        a.limit -= p;
+    }
 }
 
 fn sum(xs: &[u64]) -> u64 {

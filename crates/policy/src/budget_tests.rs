@@ -25,51 +25,63 @@ fn at_most_after(h: &HostParams, vms: &[VmObservation], p: &Plan) -> u64 {
         .fold(h.own + h.pool, u64::saturating_add)
 }
 
-/// A VM on plain memory is charged all of it; a new VM beside it waits until the budget
-/// has room for its target: this tick the plain VM goes under the pager at what it holds,
-/// and is paged to its target; the new one gets only what is free now.
+/// A VM on plain memory is charged all of it. A new VM starts as soon as the budget has room
+/// for its `min` and its VMM's overhead (ESX §6.2), not for its whole target: until then it
+/// waits (limit 0), the plain VM goes under the pager and is paged by as much as the new VM
+/// needs, no more; a tick later the new VM starts at its `min` and the plain VM keeps the rest.
 #[test]
-fn room_for_a_new_vm_is_made_before_it_starts() {
+fn a_new_vm_waits_for_its_min_and_overhead_not_its_target() {
     let h = HostParams {
         own: 8 * MIB,
-        ..host(512 * MIB)
+        ..host(440 * MIB)
     };
     let first = VmObservation {
         limit: 384 * MIB,
-        ..vm(384 * MIB, 300 * MIB, 1.0)
+        ..vm(384 * MIB, 380 * MIB, 1.0)
     };
-    let p = plan(
-        &h,
-        FreeState::High.into(),
-        &[first, pending(384 * MIB)],
-        &[false; 2],
-    );
+    let new = VmObservation {
+        min: 32 * MIB,
+        ..pending(384 * MIB)
+    };
+    // 440 - 8 - (384 + 16) = 32 MiB free: not the 48 MiB the new VM needs.
+    let p = plan(&h, FreeState::High.into(), &[first, new], &[false; 2]);
     let (a, b) = (p.actions[0], p.actions[1]);
-    // 512 - 8 - 16 - 384 - 16 = 88 MiB is all the new VM may have now.
-    assert_eq!(b.limit, 88 * MIB, "{p:?}");
-    assert!(b.target > b.limit, "{b:?}");
-    // Paged as far as the new VM's target needs, not to its own target.
-    assert!(a.limit < 300 * MIB && a.limit >= a.target, "{a:?}");
-    assert!(a.limit + b.target + 8 * MIB + 32 * MIB <= h.budget, "{p:?}");
-    assert!(at_most_after(&h, &[first, pending(384 * MIB)], &p) <= h.budget);
-    // Once it is observed there, the new VM's target fits.
+    assert_eq!(b.limit, 0, "it waits: {p:?}");
+    assert!(b.target > 100 * MIB, "{b:?}");
+    // 380 MiB held, 4 of them above what the new VM needs by the next tick: paged by 12 MiB.
+    assert_eq!(a.limit, 368 * MIB, "{a:?}");
+    assert!(
+        a.limit > a.target,
+        "paged toward the new VM's need, not to its target: {a:?}"
+    );
+    assert!(at_most_after(&h, &[first, new], &p) <= h.budget);
+    // Once it is observed there, the new VM starts at its min: all there is room for.
     let first = VmObservation {
         limit: a.limit,
         resident: a.limit,
         ..first
     };
+    let p = plan(&h, p.state.into(), &[first, new], &[false; 2]);
+    assert_eq!(p.actions[1].limit, 32 * MIB, "{p:?}");
+    assert!(
+        p.actions[0].limit >= a.limit.min(p.actions[0].target),
+        "{p:?}"
+    );
+    assert!(at_most_after(&h, &[first, new], &p) <= h.budget);
+    // With room to spare, it starts at once beyond its min, and on plain memory when the
+    // budget has room for all of it.
     let p = plan(
-        &h,
-        p.state.into(),
-        &[first, pending(384 * MIB)],
+        &host(2048 * MIB),
+        FreeState::High.into(),
+        &[first, new],
         &[false; 2],
     );
-    assert_eq!(p.actions[1].limit, p.actions[1].target);
-    assert!(p.actions[0].limit >= a.limit, "{p:?}");
+    assert_eq!(p.actions[1].limit, 384 * MIB, "{p:?}");
 }
 
 /// Limits above what their VMs hold come down first, without paging, to let another VM grow;
-/// a VM under its target is never trimmed below it.
+/// a VM with room under its limit gives way to one pressed against its own, even below its
+/// target (it is raised again when it is pressed).
 #[test]
 fn idle_limits_make_room_before_paging() {
     let h = host(1000 * MIB);
@@ -93,6 +105,71 @@ fn idle_limits_make_room_before_paging() {
         "not paged: {r:?}"
     );
     assert!(at_most_after(&h, &obs, &p) <= h.budget);
+    // A VM with many shares holding little under a large limit, beside one with few shares
+    // pressed against its limit, above its target.
+    let h = host(600 * MIB);
+    let idle = VmObservation {
+        shares: 8000,
+        limit: 460 * MIB,
+        ..vm(800 * MIB, 16 * MIB, 1.0)
+    };
+    let reader = VmObservation {
+        limit: 80 * MIB,
+        ..vm(800 * MIB, 80 * MIB, 1.0)
+    };
+    let obs = [idle, reader];
+    let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+    let (i, r) = (p.actions[0], p.actions[1]);
+    assert!(i.target > 16 * MIB + TRIM_MARGIN, "{i:?}");
+    assert!(r.target < 80 * MIB, "{r:?}");
+    // Trimmed below its target, as far as the reader asks (all the memory above the soft
+    // threshold), not paged.
+    assert!(
+        i.limit < 100 * MIB && i.limit >= 16 * MIB + TRIM_MARGIN,
+        "{i:?}"
+    );
+    // The room that frees is free once the idle VM is observed under its new limit, a tick
+    // later: now the reader gets what is free, 600 - (460 + 16 + 80 + 16) MiB.
+    assert_eq!(r.limit, 108 * MIB, "{r:?}");
+    assert!(at_most_after(&h, &obs, &p) <= h.budget);
+}
+
+/// A VM pressed against its limit below its target on a full host gets its entitlement: the VM
+/// above its target is paged by as much as the pressed one is short of its target, not to its
+/// own target, and the pressed one gets what is free now (the paged memory is free once the
+/// pager has reclaimed it, a tick later).
+#[test]
+fn a_pressed_vm_below_its_target_has_room_made_by_paging() {
+    let h = host(1000 * MIB);
+    let above = VmObservation {
+        limit: 600 * MIB,
+        ..vm(800 * MIB, 600 * MIB, 0.0)
+    };
+    let below = VmObservation {
+        limit: 300 * MIB,
+        ..vm(800 * MIB, 300 * MIB, 1.0)
+    };
+    let obs = [above, below];
+    let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+    let (a, b) = (p.actions[0], p.actions[1]);
+    // 1000 - (600 + 16) - (300 + 16) = 68 MiB free now.
+    assert_eq!(b.limit, 368 * MIB, "{b:?}");
+    assert!(b.target > b.limit, "{b:?}");
+    assert_eq!(a.limit, 600 * MIB - (b.target - b.limit), "{a:?} {b:?}");
+    assert!(
+        a.limit > a.target,
+        "paged by what is short, not to its target: {a:?}"
+    );
+    assert!(at_most_after(&h, &obs, &p) <= h.budget);
+    // A VM below its target with room under its limit asks for nothing: nobody is paged (its
+    // idle room may be trimmed for the other's growth).
+    let roomy = VmObservation {
+        limit: 360 * MIB,
+        ..below
+    };
+    let p = plan(&h, FreeState::High.into(), &[above, roomy], &[false; 2]);
+    assert!(p.actions[0].limit >= 600 * MIB, "{p:?}");
+    assert!(p.actions[1].limit >= 300 * MIB + TRIM_MARGIN, "{p:?}");
 }
 
 fn arb_vm() -> impl Strategy<Value = (u64, u64, u64, u64, f64, bool)> {
@@ -180,8 +257,9 @@ proptest! {
             held = Some(p.held);
             for (k, ((o, run), a)) in world.iter_mut().zip(&p.actions).enumerate() {
                 if !*run {
-                    // Starts once its whole target is room.
-                    if a.limit >= a.target {
+                    // Starts once its min and its VMM's overhead are room, at its min or more.
+                    if a.limit > 0 {
+                        prop_assert!(a.limit >= o.min.min(o.max), "{a:?}");
                         *run = true;
                         o.limit = a.limit;
                     }

@@ -59,21 +59,14 @@
 //! as demand (its balloon driver does not deflate on OOM).
 
 use crate::allocation::{targets, VmDemand};
-use crate::budget::{fraction_of, hold, pool_size, usable};
+use crate::budget::{fraction_of, hold, pool_size, pressed_at, usable};
 use crate::free_state::FreeState;
-use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
-
-/// How far above its target a VM may be before the low state pauses it. A pager holding a VM at
-/// its limit lets it run past the limit by up to one reclaim chunk (256 pages) and one fault's
-/// install (32 pages) before reclaim catches up; such a VM is held at its target already, and
-/// pausing it would stop it for nothing. (Before this margin, a VM that had just joined with its
-/// limit at its target was paused in the low state for being 0.1 MiB over.)
-pub const PAUSE_SLACK: u64 = 2 << 20;
+use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation, PAUSE_SLACK};
 
 /// Decides one tick. `before` is what the last tick left; `oom_deflated` says, per VM, whether
-/// it deflated its balloon on OOM since then. The limits are ESX's ([`desired`]) as far as the
-/// budget allows ([`hold`]): raised only into room that is free now, and lowered to make room
-/// where raises up to targets need it.
+/// it deflated its balloon on OOM since then. The limits are ESX's (`desired`) as far as the
+/// budget allows ([`hold`]): raised only for VMs pressed against them and into room that is
+/// free now, and lowered to make room for VMs pressed or waiting to start.
 pub fn plan(
     host: &HostParams,
     before: Before,
@@ -255,17 +248,14 @@ fn backstop(deficit: u64, vms: &[VmObservation], targets: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// Shares `spare` bytes among the VMs pressed against their pager limits (resident within
-/// [`PAUSE_SLACK`] of a limit below `max`), in proportion to their shares: how much each one's
-/// limit may rise above `max(limit, target)` this tick. Others get 0.
+/// Shares `spare` bytes among the VMs pressed against their pager limits ([`pressed_at`]
+/// `max(limit, target)`), in proportion to their shares: how much each one's limit may rise
+/// above `max(limit, target)` this tick. Others get 0.
 fn headroom(spare: u64, vms: &[VmObservation], targets: &[u64]) -> Vec<u64> {
     let pressed: Vec<bool> = vms
         .iter()
         .zip(targets)
-        .map(|(v, &t)| {
-            let limit = v.limit.max(t);
-            limit < v.max && v.resident.saturating_add(PAUSE_SLACK) >= limit
-        })
+        .map(|(v, &t)| pressed_at(v, v.limit.max(t)))
         .collect();
     let shares: u64 = vms
         .iter()
@@ -738,6 +728,7 @@ mod tests {
                         balloon: balloon.then_some(max / 2),
                         limit: max / 2,
                                     oom_demand: 0,
+                        reclaimed: 0,
                     }
                 })
                 .collect();

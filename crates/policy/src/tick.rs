@@ -7,6 +7,13 @@ use crate::free_state::{FreeState, Thresholds};
 /// ticks ([`HostParams::oom_demand_ticks`]).
 pub const OOM_DEMAND_SECONDS: f64 = 10.0;
 
+/// How far above its target a VM may be before the low state pauses it. A pager holding a VM at
+/// its limit lets it run past the limit by up to one reclaim chunk (256 pages) and one fault's
+/// install (32 pages) before reclaim catches up; such a VM is held at its target already, and
+/// pausing it would stop it for nothing. (Before this margin, a VM that had just joined with its
+/// limit at its target was paused in the low state for being 0.1 MiB over.)
+pub const PAUSE_SLACK: u64 = 2 << 20;
+
 /// The host-wide inputs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HostParams {
@@ -71,6 +78,11 @@ pub struct VmObservation {
     pub limit: u64,
     /// Ticks left during which it counts as fully active after a deflate-on-OOM.
     pub oom_demand: u32,
+    /// Memory its pager reclaimed since the last tick to keep it under its limit: it is
+    /// pressed against its limit, however far below the limit its resident pages were when
+    /// observed (a pager reclaims in batches, so they may be well below it).
+    #[serde(default)]
+    pub reclaimed: u64,
 }
 
 /// What to ask of one VM.
@@ -135,6 +147,7 @@ pub(crate) mod fixtures {
             balloon: Some(0),
             limit: max,
             oom_demand: 0,
+            reclaimed: 0,
         }
     }
 }

@@ -170,6 +170,9 @@ impl SimVm {
             balloon: self.cfg.balloon.then_some(self.balloon_asked),
             limit: self.limit,
             oom_demand: self.oom_demand,
+            // A simulated VM at its limit holds exactly its limit, so it shows as pressed
+            // against it without a count of what its pager reclaimed.
+            reclaimed: 0,
         }
     }
 
