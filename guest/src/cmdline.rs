@@ -22,10 +22,12 @@ pub enum Workload {
     Crashwrite,
     Probe,
     Compress,
+    /// Round trips of guest exits and of faults on fresh memory.
+    Exits,
 }
 
 impl Workload {
-    pub const ALL: [(&'static str, Workload); 14] = [
+    pub const ALL: [(&'static str, Workload); 15] = [
         ("boot", Workload::Boot),
         ("selftest", Workload::Selftest),
         ("seqread", Workload::Seqread),
@@ -40,6 +42,7 @@ impl Workload {
         ("crashwrite", Workload::Crashwrite),
         ("probe", Workload::Probe),
         ("compress", Workload::Compress),
+        ("exits", Workload::Exits),
     ];
 }
 
@@ -170,8 +173,8 @@ pub fn parse(cmdline: &'static str) -> Result<Config, &'static str> {
                     .map(|(_, w)| *w)
                     .ok_or(
                         "unknown workload= (expected boot, selftest, seqread, alloc, compile, \
-                         mapreduce, kv, gcchurn, memhog, toucher, integrity, crashwrite, probe or \
-                         compress)",
+                         mapreduce, kv, gcchurn, memhog, toucher, integrity, crashwrite, probe, \
+                         compress or exits)",
                     )?
             }
             "cpus" => {

@@ -24,6 +24,7 @@ pub const WORKLOADS: &[&str] = &[
     "crashwrite",
     "probe",
     "compress",
+    "exits",
 ];
 
 /// The guest kit's command line: the workload and facts about the VM, then the user's extra words.

@@ -7,6 +7,7 @@ mod common;
 mod compile;
 mod compress;
 mod crashwrite;
+mod exits;
 mod gcchurn;
 mod integrity;
 mod kv;
@@ -86,5 +87,6 @@ fn run_workload(cfg: &Config, cpus: u32) -> ExitCode {
         Workload::Crashwrite => crashwrite::run(cfg),
         Workload::Probe => probe::run(cfg),
         Workload::Compress => compress::run(cfg, cpus),
+        Workload::Exits => exits::run(cfg),
     }
 }
