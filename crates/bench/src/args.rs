@@ -20,10 +20,11 @@ pub struct BenchArgs {
     /// 14's workload, VMs 0.5 s apart where the paper's are 10 s), swapin (MemFlex Table 1's
     /// totals, Fig. 7a), reclaimdelay (HyperDealer2 Table 2; Fig. 11 with 1-4 one-vCPU
     /// victims), dwell (HyperDealer2 Fig. 14), balance (HyperDealer2 Table 4's scenario at 6
-    /// VMs), sharing (ESX Fig. 4, with the guest timing probe) or zeroboot (ESX §6.3).
+    /// VMs), sharing (ESX Fig. 4, with the guest timing probe), zeroboot (ESX §6.3) or
+    /// confinement (the seccomp filters' and the jail's cost).
     pub experiment: String,
-    /// Repetitions of every configuration, interleaved (default 3; 2 for recovery and swapin; 1
-    /// for workingset, shares, idletax, consolidate and balance).
+    /// Repetitions of every configuration, interleaved (default 3; 7 for confinement; 2 for
+    /// recovery and swapin; 1 for workingset, shares, idletax, consolidate and balance).
     #[arg(long)]
     pub reps: Option<u32>,
     /// Configurations to run, comma-separated (default: the experiment's list; for swapin its

@@ -36,6 +36,7 @@
 //! | `families/reclaimdelay/` | `reclaimdelay`: taking pages from victim VMs |
 //! | `families/dwell/` | `dwell`: how long released pages stay out |
 //! | `families/sharing/` | `sharing`, `zeroboot`: page sharing through KSM |
+//! | `families/confinement/` | `confinement`: what the seccomp filters and the jail cost, against `--seccomp off` and unconfined |
 //!
 //! Each family folder has the same files: `mod.rs` (its `Family`: flags to plan),
 //! `experiment.rs` (its sizes and plan, as data), `run.rs` (its runs), `report.rs` (its

@@ -690,6 +690,67 @@ fn tiny_dwell_end_to_end() {
     );
 }
 
+/// `bench confinement`, tiny: each configuration boots once, confined (filters on, one of them
+/// jailed) and not; every run gives its workload's measures, every measure its ratio row, and a
+/// confined VMM ends as the unconfined one does (the guest's success), so no filter killed it.
+#[test]
+fn tiny_confinement_end_to_end() {
+    let t = tiny("confinement", "--reps 1 --timeout 180");
+    t.assert_report_printed();
+    let measures = [
+        (
+            "exits-seccomp-on",
+            ["exit p50", "exit p99", "fault p50", "fault p99"].as_slice(),
+        ),
+        (
+            "exits-seccomp-off",
+            &["exit p50", "exit p99", "fault p50", "fault p99"],
+        ),
+        ("kv-confined", &["kv load", "kv run"]),
+        ("kv-unconfined", &["kv load", "kv run"]),
+    ];
+    for (config, names) in measures {
+        let rows: Vec<&Row> = t.rows.iter().filter(|r| r["config"] == config).collect();
+        let got: Vec<&str> = rows.iter().map(|r| r["measure"].as_str()).collect();
+        assert_eq!(got, names, "{config}: {rows:?}");
+        for r in rows {
+            assert_eq!(
+                (r["status"].as_str(), r["rep"].as_str()),
+                ("ok", "1"),
+                "{r:?}"
+            );
+            let v: f64 = r["value"].parse().unwrap();
+            assert!(v > 0.0, "{r:?}");
+            let on = config.ends_with("-on") || config.ends_with("-confined");
+            assert_eq!(r["seccomp"], if on { "on" } else { "off" }, "{r:?}");
+            assert_eq!(r["jail"], if config == "kv-confined" { "1" } else { "0" });
+        }
+    }
+    for m in [
+        "exit p50",
+        "exit p99",
+        "fault p50",
+        "fault p99",
+        "kv load",
+        "kv run",
+    ] {
+        let line = t
+            .report
+            .lines()
+            .find(|l| l.contains(&format!("| {m} |")))
+            .unwrap_or_else(|| panic!("no ratio for {m}"));
+        let ratio = line.split('|').nth(6).unwrap().trim();
+        assert!(ratio.parse::<f64>().is_ok_and(|r| r > 0.0), "{line}");
+    }
+    assert!(t.report.contains("load average"), "{}", t.report);
+    assert!(!t.report.contains("did not complete"), "{}", t.report);
+    assert!(t.out.join("confinement.svg").exists());
+    assert!(
+        !t.out.join("work").exists(),
+        "the work directory is removed"
+    );
+}
+
 /// `consolidate` with a relative `--out`, as a user types it (as [`tiny`] runs every family):
 /// the host it starts reads its VMs' disks from paths under that directory, so they must not be
 /// taken relative to the host's own config.

@@ -4,6 +4,7 @@
 //! (`report`, and where it has them `summary` and `figure`). Adding an experiment family is
 //! adding a folder and its line in [`run`].
 
+pub mod confinement;
 pub mod consolidate;
 pub mod dwell;
 pub mod host;
@@ -21,6 +22,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
         "consolidate" => drive(&consolidate::Consolidate { balance: false }, args),
         "balance" => drive(&consolidate::Consolidate { balance: true }, args),
         "swapin" => drive(&swapin::Swapin, args),
+        "confinement" => drive(&confinement::Confinement, args),
         "reclaimdelay" => drive(&reclaimdelay::ReclaimDelay, args),
         "dwell" => drive(&dwell::Dwell, args),
         "sharing" => drive(&sharing::Sharing("sharing"), args),
@@ -29,7 +31,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
         name if phases::catalog::NAMES.contains(&name) => drive(&phases::Phases, args),
         name => {
             eprintln!(
-                "memvisor bench: unknown experiment '{name}'; memvisor bench runs: {}, {}, consolidate, balance, swapin, reclaimdelay, dwell, sharing, zeroboot",
+                "memvisor bench: unknown experiment '{name}'; memvisor bench runs: {}, {}, consolidate, balance, swapin, reclaimdelay, dwell, sharing, zeroboot, confinement",
                 phases::catalog::NAMES.join(", "),
                 host::catalog::NAMES.join(", ")
             );

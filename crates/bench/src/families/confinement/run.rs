@@ -1,0 +1,161 @@
+//! `memvisor bench confinement`: one run is one configuration in one repetition, a `memvisor
+//! run` of the guest kit that ends by itself:
+//! 1. `memvisor run --mem M --mem-limit M --seccomp on|off [--jail DIR --uid U --gid G]
+//!    --workload exits|kv`: the pager holds guest RAM from boot (the limit is guest RAM, so
+//!    nothing is reclaimed and every first touch is a pager fault), as under `memvisor host`.
+//!    A jailed run gets an empty directory of its own under the work directory.
+//! 2. The guest's `RESULT` lines give the measures (`experiment::MEASURES`); its `done` line
+//!    ends the run; the VMM then ends by itself and must exit with status 1, the guest's success as its
+//!    debug-exit port gives it (a VMM its filter killed exits 159).
+//!
+//! The repetitions interleave the configurations (`order::of_rep`), so the host's drift hits
+//! confined and unconfined runs alike.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::experiment::{Config, ConfinementPlan, JAIL_ID, MEASURES};
+use crate::harness::child::{exit_text, wait_for};
+use crate::harness::guest::{parse_result, value};
+use crate::harness::vm::Vm;
+use crate::harness::{teardown, Bench, MeasureStatus};
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConfRun {
+    pub config: &'static str,
+    pub rep: u32,
+    pub status: MeasureStatus,
+    pub error: String,
+    /// The measures of its workload, by name (`experiment::MEASURES`), in their units.
+    pub values: Vec<(&'static str, f64)>,
+}
+
+impl ConfRun {
+    pub fn ok(&self) -> bool {
+        self.status == MeasureStatus::Ok
+    }
+
+    /// The value of measure `name`, if the run has it.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.values.iter().find(|v| v.0 == name).map(|v| v.1)
+    }
+}
+
+/// `memvisor run`'s flags for `config` (its jail at `jail`).
+fn flags(cmd: &mut Command, plan: &ConfinementPlan, config: &Config, jail: &std::path::Path) {
+    let mem = plan.sizes.mem.to_string();
+    cmd.args(["--mem", &mem, "--mem-limit", &mem])
+        .args(["--seccomp", if config.seccomp { "on" } else { "off" }]);
+    if config.jail {
+        cmd.arg("--jail").arg(jail).args([
+            "--uid",
+            &JAIL_ID.to_string(),
+            "--gid",
+            &JAIL_ID.to_string(),
+        ]);
+    }
+    let workload = match config.workload {
+        super::experiment::Workload::Exits => "exits",
+        super::experiment::Workload::Kv => "kv",
+    };
+    cmd.args([
+        "--workload",
+        workload,
+        "--cmdline",
+        plan.sizes.cmdline(config.workload),
+    ]);
+}
+
+/// One run (see the module doc).
+fn measure(bench: &Bench, plan: &ConfinementPlan, config: &'static Config, rep: u32) -> ConfRun {
+    let mut r = ConfRun {
+        config: config.name,
+        rep,
+        ..ConfRun::default()
+    };
+    let jail = bench.work.join(format!("jail-{}-rep{rep}", config.name));
+    let result = (|| {
+        if config.jail {
+            std::fs::create_dir(&jail).map_err(|e| format!("{}: {e}", jail.display()))?;
+        }
+        let log = format!("{}-rep{rep}", config.name);
+        let vm = Vm::start(bench, config.name, &log, |cmd, _, _| {
+            flags(cmd, plan, config, &jail)
+        })?;
+        let deadline = Instant::now() + bench.timeout;
+        let wanted: Vec<_> = MEASURES.iter().filter(|m| m.0 == config.workload).collect();
+        let followed = wait_for(&vm.lines, deadline, "the guest's done", |l, _| {
+            let (phase, _, ok) = parse_result(l)?;
+            for m in wanted.iter().filter(|m| m.3 == phase) {
+                match value::<f64>(l, m.4) {
+                    Some(v) => r.values.push((m.1, v)),
+                    None => return Some(Err(format!("no {}= in: {}", m.4, l.trim()))),
+                }
+            }
+            if ok.as_deref() == Some("0") {
+                return Some(Err(format!("the guest failed: {}", l.trim())));
+            }
+            (phase == "done").then_some(Ok(()))
+        });
+        // After its `done` the guest exits through the debug-exit port and the VMM ends by
+        // itself; it is stopped only if it does not.
+        let mut vm = vm;
+        let until = Instant::now() + Duration::from_secs(30);
+        while followed.is_ok()
+            && Instant::now() < until
+            && !matches!(vm.child.try_wait(), Ok(Some(_)))
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stopped = vm.stop();
+        followed?;
+        match stopped.status {
+            // The guest's success (0 at the debug-exit port) is status 1, as under QEMU.
+            Some(s) if s.code() == Some(1) && !stopped.killed => {}
+            Some(s) => return Err(format!("memvisor run ended: {}", exit_text(s))),
+            None => return Err("memvisor run could not be waited for".into()),
+        }
+        if r.values.len() != wanted.len() {
+            return Err(format!(
+                "the guest gave {} of its {} measures",
+                r.values.len(),
+                wanted.len()
+            ));
+        }
+        Ok(())
+    })();
+    if config.jail {
+        let _ = std::fs::remove_dir(&jail);
+    }
+    if let Err(e) = result {
+        r.status = MeasureStatus::Failed;
+        r.error = e;
+    }
+    r
+}
+
+/// Runs every configuration, repetition by repetition (in `order::of_rep`'s order).
+pub fn run(bench: &Bench, plan: &ConfinementPlan) -> Result<Vec<ConfRun>, String> {
+    let mut runs = Vec::new();
+    'reps: for rep in 1..=plan.reps {
+        for j in crate::harness::order::of_rep(plan.configs.len(), rep) {
+            if teardown::interrupted() {
+                break 'reps;
+            }
+            let c = plan.configs[j];
+            eprintln!("[confinement rep {rep}/{} {}] starting", plan.reps, c.name);
+            let r = measure(bench, plan, c, rep);
+            let vals: Vec<String> = r.values.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            eprintln!(
+                "[confinement rep {rep} {}] {}: {} {}",
+                c.name,
+                r.status.name(),
+                vals.join(", "),
+                r.error
+            );
+            runs.push(r);
+        }
+    }
+    Ok(runs)
+}
