@@ -608,6 +608,46 @@ fn memhog_and_toucher_complete_on_qemu() {
     memhog_and_toucher("qemu");
 }
 
+/// `exits`: every write and every touch timed, the spreads in order, every touched word read
+/// back; the scratch-register writes are harmless on both hypervisors.
+fn exits(hv: &str) {
+    let disks = Disks::new("", "1");
+    let cmdline = "batches=20 batch=50 fault_mb=8 fault_stride=16";
+    let out = run(hv, "64M", "1", &disks, "exits", cmdline);
+    let done = done_ok(&out, "exits");
+    assert_eq!(done.u64("errors"), 0, "{done}");
+    let e = result(&out, "exits", "exits");
+    assert_eq!((e.u64("exits"), e.u64("batch")), (1000, 50), "{e}");
+    let (min, p50, p99) = (
+        e.u64("exit_ns_min"),
+        e.u64("exit_ns_p50"),
+        e.u64("exit_ns_p99"),
+    );
+    assert!(0 < min && min <= p50 && p50 <= p99, "{e}");
+    let f = result(&out, "exits", "faults");
+    assert_eq!(
+        (f.u64("faults"), f.u64("stride")),
+        (8 * 256 / 16, 16),
+        "{f}"
+    );
+    let (min, p50, p99) = (
+        f.u64("fault_ns_min"),
+        f.u64("fault_ns_p50"),
+        f.u64("fault_ns_p99"),
+    );
+    assert!(min <= p50 && p50 <= p99 && p99 > 0, "{f}");
+}
+
+#[test]
+fn exits_times_exits_and_faults() {
+    exits("memvisor");
+}
+
+#[test]
+fn exits_times_exits_and_faults_on_qemu() {
+    exits("qemu");
+}
+
 fn gcchurn_and_kv(hv: &str) {
     let disks = Disks::new("", "1");
     let out = run(
@@ -778,6 +818,8 @@ fn bad_workload_arguments_fail_with_a_message() {
         ("compress", "block_kb=902", "expected a multiple of 4"),
         ("compress", "level=0", "bad argument level=0"),
         ("compress", "file=x out=x", "name the same file"),
+        ("exits", "fault_stride=0", "bad argument fault_stride=0"),
+        ("exits", "fault_mb=64", "only"),
     ] {
         let mut args = vec![
             "run",
