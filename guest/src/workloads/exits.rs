@@ -12,7 +12,8 @@
 //!    (`--mem-limit`) a userfaultfd fault its fault thread serves by installing a window of
 //!    zeroed pages (32 at a first fault; the stride, 64 by default, leaves a gap between windows
 //!    so that none grows into a stream and every touch is a fault of its own), without a pager
-//!    the host kernel's own fault. Every touched word is read back afterwards (`errors=` counts
+//!    the host kernel's own fault (where it backs RAM with huge pages, one fault per 2 MiB: the
+//!    other touches find their page present). Every touched word is read back afterwards (`errors=` counts
 //!    the wrong ones).
 //!
 //! Per phase one line, `RESULT workload=exits phase=exits ms=.. exits=N batch=N exit_ns_p50=..
