@@ -8,7 +8,7 @@
 //!    ends the run; the VMM then ends by itself and must exit with status 1, the guest's success as its
 //!    debug-exit port gives it (a VMM its filter killed exits 159).
 //!
-//! The repetitions interleave the configurations (`order::of_rep`), so the host's drift hits
+//! The repetitions interleave the configurations (`order::interleave`), so the host's drift hits
 //! confined and unconfined runs alike.
 
 use std::process::Command;
@@ -18,7 +18,7 @@ use super::experiment::{Config, ConfinementPlan, JAIL_ID, MEASURES};
 use crate::harness::child::{exit_text, wait_for};
 use crate::harness::guest::{parse_result, value};
 use crate::harness::vm::Vm;
-use crate::harness::{teardown, Bench, MeasureStatus};
+use crate::harness::{Bench, MeasureStatus};
 
 /// What one run measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -135,27 +135,26 @@ fn measure(bench: &Bench, plan: &ConfinementPlan, config: &'static Config, rep: 
     r
 }
 
-/// Runs every configuration, repetition by repetition (in `order::of_rep`'s order).
+/// Runs every configuration, repetition by repetition, through the bench's one loop
+/// (`order::interleave`).
 pub fn run(bench: &Bench, plan: &ConfinementPlan) -> Result<Vec<ConfRun>, String> {
-    let mut runs = Vec::new();
-    'reps: for rep in 1..=plan.reps {
-        for j in crate::harness::order::of_rep(plan.configs.len(), rep) {
-            if teardown::interrupted() {
-                break 'reps;
-            }
-            let c = plan.configs[j];
-            eprintln!("[confinement rep {rep}/{} {}] starting", plan.reps, c.name);
-            let r = measure(bench, plan, c, rep);
+    let what = |_: &(), c: &&'static Config| c.name.to_owned();
+    crate::harness::order::interleave(
+        "confinement",
+        plan.reps,
+        |_| vec![()],
+        &plan.configs,
+        what,
+        |turn| {
+            let r = measure(bench, plan, turn.config, turn.rep);
             let vals: Vec<String> = r.values.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            eprintln!(
-                "[confinement rep {rep} {}] {}: {} {}",
-                c.name,
+            turn.say(&format!(
+                "{}: {} {}",
                 r.status.name(),
                 vals.join(", "),
                 r.error
-            );
-            runs.push(r);
-        }
-    }
-    Ok(runs)
+            ));
+            Ok(vec![r])
+        },
+    )
 }
