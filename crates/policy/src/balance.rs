@@ -453,6 +453,7 @@ mod tests {
             thresholds: Thresholds::default(),
             pool: 0,
             oom_demand_ticks: 10,
+            balloon_max: 1.0,
         }
     }
 
@@ -466,6 +467,7 @@ mod tests {
             pooled: 0,
             overhead: 16 * MIB,
             balloon: None,
+            balloon_usable: true,
             limit,
             oom_demand: 0,
             reclaimed: 0,
@@ -748,6 +750,7 @@ mod tests {
                         pooled: 0,
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 4),
+                        balloon_usable: true,
                         limit: (lim * MIB).clamp(resident.min(max), max),
                         oom_demand: 0,
                         reclaimed: 0,

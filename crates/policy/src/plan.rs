@@ -162,12 +162,24 @@ pub(crate) fn desired(
         0
     };
     let extra = headroom(spare, vms, &targets);
+    // Whether each VM's balloon can take it to its target: a balloon whose driver answers
+    // ([`crate::balloon`]), and a target that needs no more of it than the cap.
+    let ballooned: Vec<bool> = vms
+        .iter()
+        .zip(&targets)
+        .map(|(v, &t)| {
+            v.balloon.is_some()
+                && v.balloon_usable
+                && v.max.saturating_sub(t) <= fraction_of(v.max, host.balloon_max)
+        })
+        .collect();
     let cuts = if state >= FreeState::Hard {
         let hard = fraction_of(host.budget, t.hard);
         backstop(
             hard.saturating_sub(free.saturating_sub(growth)),
             vms,
             &targets,
+            &ballooned,
         )
     } else {
         vec![0; vms.len()]
@@ -179,37 +191,42 @@ pub(crate) fn desired(
         .zip(pools)
         .zip(extra)
         .zip(cuts)
-        .map(|(((((v, target), oom_demand), pool), extra), cut)| {
-            let give_back = v.max.saturating_sub(target);
-            let balloon = v.balloon.map(|now| {
-                if reclaim.balloon {
-                    give_back
+        .zip(&ballooned)
+        .map(
+            |((((((v, target), oom_demand), pool), extra), cut), &ballooned)| {
+                let give_back = v.max.saturating_sub(target);
+                let cap = fraction_of(v.max, host.balloon_max);
+                let balloon = v.balloon.map(|now| {
+                    if reclaim.balloon {
+                        give_back.min(cap)
+                    } else {
+                        now.min(give_back).min(cap)
+                    }
+                });
+                // Soft pages only where no balloon can take the VM to its target: none, one whose
+                // driver does not answer, or one the cap stops short of it.
+                let page = reclaim.page || (reclaim.balloon && !ballooned);
+                let limit = if state >= FreeState::Hard && ballooned {
+                    // The backstop: held where it is, less its part of the deficit.
+                    v.limit.min(v.resident).saturating_sub(cut).max(target)
+                } else if page {
+                    target
                 } else {
-                    now.min(give_back)
+                    v.limit.max(target).saturating_add(extra)
                 }
-            });
-            // Soft pages only where there is no balloon to inflate.
-            let page = reclaim.page || (reclaim.balloon && v.balloon.is_none());
-            let limit = if state >= FreeState::Hard && v.balloon.is_some() {
-                // The backstop: held where it is, less its part of the deficit.
-                v.limit.min(v.resident).saturating_sub(cut).max(target)
-            } else if page {
-                target
-            } else {
-                v.limit.max(target).saturating_add(extra)
-            }
-            .min(v.max);
-            let above = v.resident > target.saturating_add(PAUSE_SLACK);
-            let pause = above && reclaim.pause_above_target;
-            VmAction {
-                target,
-                balloon,
-                limit,
-                pause,
-                pool,
-                oom_demand,
-            }
-        })
+                .min(v.max);
+                let above = v.resident > target.saturating_add(PAUSE_SLACK);
+                let pause = above && reclaim.pause_above_target;
+                VmAction {
+                    target,
+                    balloon,
+                    limit,
+                    pause,
+                    pool,
+                    oom_demand,
+                }
+            },
+        )
         .collect();
     Plan {
         state,
@@ -221,17 +238,22 @@ pub(crate) fn desired(
     }
 }
 
-/// The hard state's paging, for the VMs with a balloon: `deficit` bytes (what free memory,
+/// The hard state's paging, for the VMs a balloon takes to their targets (`ballooned`):
+/// `deficit` bytes (what free memory,
 /// less the growth expected, lacks to stay at the hard threshold) shared among those above
 /// their targets in proportion to how far above they are, each at most that far. What each
 /// must page this tick; the rest is the balloons' to move.
-fn backstop(deficit: u64, vms: &[VmObservation], targets: &[u64]) -> Vec<u64> {
+fn backstop(deficit: u64, vms: &[VmObservation], targets: &[u64], ballooned: &[bool]) -> Vec<u64> {
     let excess: Vec<u64> = vms
         .iter()
         .zip(targets)
-        .map(|(v, &t)| match v.balloon {
-            Some(_) => v.limit.min(v.resident).saturating_sub(t),
-            None => 0,
+        .zip(ballooned)
+        .map(|((v, &t), &b)| {
+            if b {
+                v.limit.min(v.resident).saturating_sub(t)
+            } else {
+                0
+            }
         })
         .collect();
     let all: u64 = excess.iter().copied().fold(0, u64::saturating_add);
@@ -495,6 +517,115 @@ mod tests {
         assert_eq!((p.state, p.actions[1].limit), (FreeState::High, 800 * MIB));
     }
 
+    /// ESX §3.2: a balloon driver may be "unavailable while a guest OS is booting, or
+    /// temporarily unable to reclaim memory quickly enough". A VM whose driver does not answer
+    /// is paged to its target in soft as a VM without a balloon is; its balloon is still asked
+    /// to inflate, so a driver that loads late can show it answers. In hard it is not held
+    /// back by the backstop either: its limit is its target.
+    #[test]
+    fn a_balloon_whose_driver_does_not_answer_is_paged_instead() {
+        let busy = vm(800 * MIB, 600 * MIB, 1.0);
+        let idle = vm(800 * MIB, 330 * MIB, 0.0);
+        let mute = VmObservation {
+            balloon_usable: false,
+            ..idle
+        };
+        let soft = |vms: &[VmObservation]| {
+            desired(&host(1000 * MIB), FreeState::High.into(), vms, &[false; 2])
+        };
+        let (a, b) = (soft(&[busy, idle]), soft(&[busy, mute]));
+        assert_eq!((a.state, b.state), (FreeState::Soft, FreeState::Soft));
+        let (i, m) = (a.actions[1], b.actions[1]);
+        assert_eq!(i.target, m.target, "the same target either way");
+        assert_eq!(i.limit, 800 * MIB, "ballooned, not paged");
+        assert_eq!(m.limit, m.target, "paged to its target");
+        assert_eq!(m.balloon, Some(800 * MIB - m.target), "still asked");
+        // Hard: 18 MiB free.
+        let hard = |v: VmObservation| {
+            desired(
+                &host(1000 * MIB),
+                FreeState::High.into(),
+                &[
+                    busy,
+                    VmObservation {
+                        resident: 350 * MIB,
+                        ..v
+                    },
+                ],
+                &[false; 2],
+            )
+        };
+        let (a, b) = (hard(idle), hard(mute));
+        assert_eq!((a.state, b.state), (FreeState::Hard, FreeState::Hard));
+        assert!(
+            a.actions[1].limit > a.actions[1].target,
+            "{:?}",
+            a.actions[1]
+        );
+        assert_eq!(b.actions[1].limit, b.actions[1].target);
+    }
+
+    /// `balloon_max`: a balloon never holds more than that fraction of the VM's memory; what
+    /// the target needs beyond it is paged, in soft as in hard.
+    #[test]
+    fn a_balloon_stops_at_its_cap_and_the_rest_is_paged() {
+        let busy = vm(800 * MIB, 600 * MIB, 1.0);
+        let idle = vm(800 * MIB, 330 * MIB, 0.0);
+        let with = |cap: f64| HostParams {
+            balloon_max: cap,
+            ..host(1000 * MIB)
+        };
+        let p = desired(
+            &with(1.0),
+            FreeState::High.into(),
+            &[busy, idle],
+            &[false; 2],
+        );
+        assert_eq!(p.state, FreeState::Soft);
+        let free = p.actions[1];
+        let give_back = 800 * MIB - free.target;
+        assert!(give_back > 400 * MIB, "{free:?}");
+        assert_eq!((free.balloon, free.limit), (Some(give_back), 800 * MIB));
+        // Capped at half its memory: the balloon takes 400 MiB, the pager the rest.
+        let p = desired(
+            &with(0.5),
+            FreeState::High.into(),
+            &[busy, idle],
+            &[false; 2],
+        );
+        let capped = p.actions[1];
+        assert_eq!(capped.target, free.target);
+        assert_eq!(capped.balloon, Some(400 * MIB));
+        assert_eq!(capped.limit, capped.target);
+        // A cap above what the target needs changes nothing.
+        let p = desired(
+            &with(0.9),
+            FreeState::High.into(),
+            &[busy, idle],
+            &[false; 2],
+        );
+        assert_eq!(p.actions[1], free);
+        // In high, a balloon above the cap (the cap was lowered) deflates to it.
+        let over = VmObservation {
+            balloon: Some(700 * MIB),
+            ..idle
+        };
+        let p = desired(&with(0.5), FreeState::High.into(), &[over], &[false]);
+        assert_eq!(p.state, FreeState::High);
+        assert_eq!(p.actions[0].balloon, Some(0));
+        let p = desired(
+            &with(0.5),
+            FreeState::Soft.into(),
+            &[busy, over],
+            &[false; 2],
+        );
+        assert!(
+            p.actions[1].balloon <= Some(400 * MIB),
+            "{:?}",
+            p.actions[1]
+        );
+    }
+
     /// Free memory at 5 % is `high`; if the VMs grew by 2 % of the budget since the last tick
     /// and have room to grow as much again, it will be under 4 % by the next: ballooning starts
     /// now. VMs at their limits cannot grow, whatever they did before.
@@ -726,6 +857,7 @@ mod tests {
                         pooled: 0,
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 2),
+                        balloon_usable: true,
                         limit: max / 2,
                                     oom_demand: 0,
                         reclaimed: 0,
@@ -733,7 +865,8 @@ mod tests {
                 })
                 .collect();
             let state = [FreeState::High, FreeState::Soft, FreeState::Hard, FreeState::Low][start];
-            let p = desired(&host(budget * MIB), state.into(), &obs, &[]);
+            let h = HostParams { balloon_max: 0.5, ..host(budget * MIB) };
+            let p = desired(&h, state.into(), &obs, &[]);
             prop_assert_eq!(p.actions.len(), obs.len());
             for (a, v) in p.actions.iter().zip(&obs) {
                 prop_assert!(a.target >= v.min && a.target <= v.max);
@@ -741,6 +874,7 @@ mod tests {
                 prop_assert!(a.limit >= a.target.min(v.max));
                 if let Some(b) = a.balloon {
                     prop_assert!(b <= v.max - v.min);
+                    prop_assert!(b <= v.max / 2, "the cap");
                 }
                 if p.state >= FreeState::Hard {
                     prop_assert!(a.limit <= v.limit.max(a.target), "nothing handed out");
@@ -751,7 +885,7 @@ mod tests {
                     prop_assert!(!a.pause);
                 }
             }
-            prop_assert_eq!(&p, &desired(&host(budget * MIB), state.into(), &obs, &[]));
+            prop_assert_eq!(&p, &desired(&h, state.into(), &obs, &[]));
         }
     }
 }

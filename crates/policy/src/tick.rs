@@ -29,6 +29,9 @@ pub struct HostParams {
     /// Ticks during which a VM that deflated on OOM counts as fully active
     /// ([`OOM_DEMAND_SECONDS`] of the host's ticks).
     pub oom_demand_ticks: u32,
+    /// The most of a VM's memory (`max`) its balloon holds, 0 to 1 (`[host] balloon_max`,
+    /// [`BALLOON_MAX`](crate::balloon::BALLOON_MAX)); what a target needs beyond it is paged.
+    pub balloon_max: f64,
 }
 
 impl HostParams {
@@ -74,6 +77,10 @@ pub struct VmObservation {
     pub overhead: u64,
     /// The balloon's size now asked for; `None` without a balloon device.
     pub balloon: Option<u64>,
+    /// Its balloon's driver answers ([`BalloonWatch`](crate::balloon::BalloonWatch)): without
+    /// that, it is planned for as a VM without a balloon (true in traces written before).
+    #[serde(default = "yes")]
+    pub balloon_usable: bool,
     /// The pager's resident limit now.
     pub limit: u64,
     /// Ticks left during which it counts as fully active after a deflate-on-OOM.
@@ -83,6 +90,10 @@ pub struct VmObservation {
     /// observed (a pager reclaims in batches, so they may be well below it).
     #[serde(default)]
     pub reclaimed: u64,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What to ask of one VM.
@@ -123,7 +134,8 @@ pub(crate) mod fixtures {
 
     pub const MIB: u64 = 1 << 20;
 
-    /// A host of `budget` bytes with the idle tax at 0.75, no pool and 10 ticks of OOM demand.
+    /// A host of `budget` bytes with the idle tax at 0.75, no pool, 10 ticks of OOM demand and
+    /// no cap on balloons.
     pub fn host(budget: u64) -> HostParams {
         HostParams {
             budget,
@@ -132,6 +144,7 @@ pub(crate) mod fixtures {
             thresholds: Thresholds::default(),
             pool: 0,
             oom_demand_ticks: 10,
+            balloon_max: 1.0,
         }
     }
 
@@ -145,6 +158,7 @@ pub(crate) mod fixtures {
             pooled: 0,
             overhead: 16 * MIB,
             balloon: Some(0),
+            balloon_usable: true,
             limit: max,
             oom_demand: 0,
             reclaimed: 0,

@@ -41,6 +41,10 @@ pub struct TraceHost {
     /// Ticks a deflate-on-OOM counts as demand (10 in traces written before it was recorded).
     #[serde(default = "ten")]
     pub oom_demand_ticks: u32,
+    /// The cap on balloons, a fraction of each VM's memory (1, no cap, in traces written
+    /// before there was one).
+    #[serde(default = "one")]
+    pub balloon_max: f64,
     /// HyperDealer2 balancing's settings; absent with balancing off (`[host] balancing =
     /// "balloon"`) and in traces written before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +53,10 @@ pub struct TraceHost {
 
 fn ten() -> u32 {
     10
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// One VM's observation, as `plan` got it, with its name and whether it deflated on OOM since
@@ -142,6 +150,7 @@ impl TraceTick {
                 pool: host.pool,
                 thresholds: [th.high, th.soft, th.hard, th.low],
                 oom_demand_ticks: host.oom_demand_ticks,
+                balloon_max: host.balloon_max,
                 balance: None,
             },
             state: state_name(before.state).into(),
@@ -199,6 +208,7 @@ impl TraceTick {
             },
             pool: self.host.pool,
             oom_demand_ticks: self.host.oom_demand_ticks,
+            balloon_max: self.host.balloon_max,
         };
         let before = Before {
             state: state_of(&self.state)?,

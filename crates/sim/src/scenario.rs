@@ -443,6 +443,8 @@ impl Scenario {
             },
             pool: self.host.pool.0,
             oom_demand_ticks: HostParams::oom_demand_ticks(self.host.tick.0),
+            // The host's default cap: `[host] balloon_max`.
+            balloon_max: memvisor_policy::balloon::BALLOON_MAX,
         }
     }
 

@@ -168,6 +168,8 @@ impl SimVm {
             pooled: bytes(self.pooled),
             overhead: self.cfg.overhead,
             balloon: self.cfg.balloon.then_some(self.balloon_asked),
+            // A simulated driver always answers.
+            balloon_usable: true,
             limit: self.limit,
             oom_demand: self.oom_demand,
             // A simulated VM at its limit holds exactly its limit, so it shows as pressed

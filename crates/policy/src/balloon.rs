@@ -1,0 +1,223 @@
+//! Whether a VM's balloon can be used, and how fast the host moves it (ESX §3.2, §6.3).
+//!
+//! - **Usable.** ESX's soft state reclaims by ballooning "and resorts to paging only in cases
+//!   where ballooning is not possible", and a balloon driver "may be uninstalled, disabled
+//!   explicitly, unavailable while a guest OS is booting, or temporarily unable to reclaim
+//!   memory quickly enough" (§3.2). So a balloon device is not enough: a balloon is usable once
+//!   its driver has answered (it has inflated, or sent statistics), and only while, whenever the
+//!   balloon's target is above what the driver holds, the driver has made progress toward it
+//!   within [`ANSWER_DEADLINE`] seconds. A VM whose balloon is not usable is planned for as one
+//!   without a balloon ([`VmObservation::balloon_usable`](crate::tick::VmObservation)): paged
+//!   to its target in the soft state. Its balloon is still asked to inflate, so a driver that
+//!   loads late or comes unstuck shows it by making progress, and is usable again.
+//! - **The rate.** ESX's drivers "limit their allocation rates adaptively to avoid stressing
+//!   the guest OS". Here the host does it, so it works with any virtio-balloon driver: a
+//!   balloon's target rises toward the plan's by at most [`BalloonWatch::step`] above what the
+//!   driver holds per tick; the step doubles while the driver keeps up (it holds the target it
+//!   was given) and halves when it falls more than a step behind, within [`STEP_MIN`] and
+//!   [`STEP_MAX`]. Deflating is never held back: it gives memory back to the guest.
+//! - **The cap** (`[host] balloon_max`, [`BALLOON_MAX`]) is applied by the plan
+//!   ([`crate::plan`]): a balloon never holds more than that fraction of the VM's memory.
+//!
+//! No clocks: the host passes the time of each reading.
+
+/// How long a driver may leave its balloon's target unmet without progress before its balloon
+/// counts as unusable, in seconds.
+pub const ANSWER_DEADLINE: f64 = 2.0;
+
+/// The most of a VM's memory a balloon holds by default: ESX's default, 65 % (quoted by
+/// Amit, Tsafrir and Schuster, "VSwapper", ASPLOS 2014, §2).
+pub const BALLOON_MAX: f64 = 0.65;
+
+/// The smallest step of a balloon's target per tick.
+pub const STEP_MIN: u64 = 4 << 20;
+/// The largest step of a balloon's target per tick.
+pub const STEP_MAX: u64 = 256 << 20;
+/// The step a balloon starts with.
+pub const STEP_START: u64 = 16 << 20;
+
+/// What the host reads of a balloon at a tick (bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BalloonReading {
+    /// When, in seconds (any origin, the same for every reading).
+    pub now: f64,
+    /// What the device asks the driver to hold.
+    pub target: u64,
+    /// What the driver holds.
+    pub actual: u64,
+    /// The driver has ever answered: inflated, or sent statistics.
+    pub answered: bool,
+}
+
+/// What the host keeps of one balloon between ticks: whether it is usable and its step.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BalloonWatch {
+    /// The driver answers: the plan may balloon this VM.
+    pub usable: bool,
+    /// How far above what the driver holds the next target may go (bytes).
+    pub step: u64,
+    /// When the driver last held its target or moved toward it.
+    #[serde(skip)]
+    progress_at: Option<f64>,
+    /// What the driver held at the last reading.
+    #[serde(skip)]
+    actual: u64,
+}
+
+impl Default for BalloonWatch {
+    fn default() -> Self {
+        BalloonWatch {
+            usable: false,
+            step: STEP_START,
+            progress_at: None,
+            actual: 0,
+        }
+    }
+}
+
+impl BalloonWatch {
+    /// Takes in a reading: whether the balloon is usable now, and the step. Returns whether
+    /// `usable` changed.
+    pub fn observe(&mut self, r: BalloonReading) -> bool {
+        let behind = r.actual < r.target;
+        let moved = r.actual > self.actual;
+        if !behind || moved || self.progress_at.is_none() {
+            self.progress_at = Some(r.now);
+        }
+        if behind {
+            // More than a step behind: the last step was too much for it.
+            if r.target - r.actual > self.step {
+                self.step = (self.step / 2).max(STEP_MIN);
+            }
+        } else if r.target > 0 && moved {
+            // It took the last step whole.
+            self.step = self.step.saturating_mul(2).min(STEP_MAX);
+        }
+        self.actual = r.actual;
+        let waited = r.now - self.progress_at.unwrap_or(r.now);
+        let usable = r.answered && waited <= ANSWER_DEADLINE;
+        let changed = usable != self.usable;
+        self.usable = usable;
+        changed
+    }
+
+    /// The target to ask for when the device's is `now` and the plan's `plan`: the plan's when
+    /// it is no higher, otherwise at most a step above what the driver holds (never below
+    /// `now`: what was asked stays asked).
+    #[must_use]
+    pub fn next(&self, now: u64, plan: u64) -> u64 {
+        if plan <= now {
+            return plan;
+        }
+        plan.min(self.actual.saturating_add(self.step)).max(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn at(now: f64, target: u64, actual: u64, answered: bool) -> BalloonReading {
+        BalloonReading {
+            now,
+            target,
+            actual,
+            answered,
+        }
+    }
+
+    /// A driver that never loaded (booting, or left out) never answers: not usable, however
+    /// long the device has asked.
+    #[test]
+    fn a_driver_that_never_answered_is_not_usable() {
+        let mut w = BalloonWatch::default();
+        assert!(!w.observe(at(0.0, 0, 0, false)));
+        assert!(!w.usable);
+        for t in 1..10 {
+            w.observe(at(f64::from(t), 64 * MIB, 0, false));
+            assert!(!w.usable);
+        }
+        // It loads and inflates: usable at once.
+        assert!(w.observe(at(10.0, 64 * MIB, 8 * MIB, true)));
+        assert!(w.usable);
+    }
+
+    /// A driver that answered and then stops moving toward its target is unusable once the
+    /// deadline has passed, and usable again as soon as it moves.
+    #[test]
+    fn a_stuck_driver_is_unusable_after_the_deadline_and_usable_once_it_moves() {
+        let mut w = BalloonWatch::default();
+        assert!(w.observe(at(0.0, 0, 0, true)), "statistics are an answer");
+        w.observe(at(1.0, 32 * MIB, 16 * MIB, true));
+        assert!(w.usable);
+        w.observe(at(1.0 + ANSWER_DEADLINE, 32 * MIB, 16 * MIB, true));
+        assert!(w.usable, "at the deadline, not past it");
+        assert!(w.observe(at(1.1 + ANSWER_DEADLINE, 32 * MIB, 16 * MIB, true)));
+        assert!(!w.usable);
+        assert!(w.observe(at(9.0, 32 * MIB, 17 * MIB, true)));
+        assert!(w.usable);
+        // Holding its target, it may sit still for ever.
+        w.observe(at(10.0, 32 * MIB, 32 * MIB, true));
+        w.observe(at(100.0, 32 * MIB, 32 * MIB, true));
+        assert!(w.usable);
+    }
+
+    #[test]
+    fn the_step_doubles_while_the_driver_keeps_up_and_halves_when_it_falls_behind() {
+        let mut w = BalloonWatch::default();
+        w.observe(at(0.0, 0, 0, true));
+        assert_eq!(w.step, STEP_START);
+        // The target moves one step above what the driver holds, and no further.
+        assert_eq!(w.next(0, 500 * MIB), STEP_START);
+        assert_eq!(w.next(0, 10 * MIB), 10 * MIB, "the plan's, when nearer");
+        let mut target = 0;
+        let mut steps = Vec::new();
+        for t in 1..8 {
+            target = w.next(target, 500 * MIB);
+            w.observe(at(f64::from(t), target, target, true));
+            steps.push(w.step);
+        }
+        assert_eq!(steps[..3], [32 * MIB, 64 * MIB, 128 * MIB]);
+        assert_eq!(*steps.last().unwrap(), STEP_MAX, "{steps:?}");
+        // Behind by more than a step: halved, down to the least.
+        let mut now = 8.0;
+        for _ in 0..10 {
+            w.observe(at(now, target + 300 * MIB, target, true));
+            now += 0.1;
+        }
+        assert_eq!(w.step, STEP_MIN);
+        // Deflating is never held back.
+        assert_eq!(w.next(400 * MIB, 0), 0);
+    }
+
+    proptest! {
+        /// Whatever the driver does, the step stays in its bounds, the next target never
+        /// passes the plan's or goes more than a step beyond what the driver holds when
+        /// inflating, and a driver that never answered is never usable.
+        #[test]
+        fn the_watch_stays_in_bounds(
+            readings in proptest::collection::vec((0u64..1024, 0u64..1024, any::<bool>()), 1..40),
+            plan in 0u64..1024,
+        ) {
+            let mut w = BalloonWatch::default();
+            let mut ever = false;
+            for (i, &(target, actual, answered)) in readings.iter().enumerate() {
+                ever |= answered;
+                w.observe(at(i as f64 * 0.5, target * MIB, actual * MIB, ever));
+                prop_assert!((STEP_MIN..=STEP_MAX).contains(&w.step));
+                if !ever {
+                    prop_assert!(!w.usable);
+                }
+                let next = w.next(target * MIB, plan * MIB);
+                prop_assert!(next <= (plan * MIB).max(target * MIB));
+                if next > target * MIB {
+                    prop_assert!(next <= plan * MIB);
+                    prop_assert!(next <= actual * MIB + w.step);
+                }
+            }
+        }
+    }
+}
