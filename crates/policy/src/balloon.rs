@@ -13,9 +13,10 @@
 //! - **The rate.** ESX's drivers "limit their allocation rates adaptively to avoid stressing
 //!   the guest OS". Here the host does it, so it works with any virtio-balloon driver: a
 //!   balloon's target rises toward the plan's by at most [`BalloonWatch::step`] above what the
-//!   driver holds per tick; the step doubles while the driver keeps up (it holds the target it
-//!   was given) and halves when it falls more than a step behind, within [`STEP_MIN`] and
-//!   [`STEP_MAX`]. Deflating is never held back: it gives memory back to the guest.
+//!   driver holds per tick; the step doubles while the driver keeps up (by the next reading it
+//!   holds the target it was given, or has taken half a step toward it) and halves when it
+//!   falls behind (short of its target, it took less than half a step), within [`STEP_MIN`]
+//!   and [`STEP_MAX`]. Deflating is never held back: it gives memory back to the guest.
 //! - **The cap** (`[host] balloon_max`, [`BALLOON_MAX`]) is applied by the plan
 //!   ([`crate::plan`]): a balloon never holds more than that fraction of the VM's memory.
 //!
@@ -62,6 +63,9 @@ pub struct BalloonWatch {
     /// What the driver held at the last reading.
     #[serde(skip)]
     actual: u64,
+    /// What [`BalloonWatch::observe`] last announced.
+    #[serde(skip)]
+    announced: Option<bool>,
 }
 
 impl Default for BalloonWatch {
@@ -71,34 +75,51 @@ impl Default for BalloonWatch {
             step: STEP_START,
             progress_at: None,
             actual: 0,
+            announced: None,
         }
     }
 }
 
 impl BalloonWatch {
-    /// Takes in a reading: whether the balloon is usable now, and the step. Returns whether
-    /// `usable` changed.
-    pub fn observe(&mut self, r: BalloonReading) -> bool {
+    /// Takes in a reading: whether the balloon is usable now, and the step. Returns what to
+    /// announce: `Some(true)` when it becomes usable, `Some(false)` when it stops being usable,
+    /// or when a driver that never answered has let the deadline pass on its first target
+    /// (once; a driver that has not answered and was asked nothing is not news).
+    pub fn observe(&mut self, r: BalloonReading) -> Option<bool> {
         let behind = r.actual < r.target;
         let moved = r.actual > self.actual;
         if !behind || moved || self.progress_at.is_none() {
             self.progress_at = Some(r.now);
         }
-        if behind {
-            // More than a step behind: the last step was too much for it.
-            if r.target - r.actual > self.step {
-                self.step = (self.step / 2).max(STEP_MIN);
-            }
-        } else if r.target > 0 && moved {
-            // It took the last step whole.
+        let moved_by = r.actual.saturating_sub(self.actual);
+        // It keeps up if it took its whole target, or half a step since the last reading
+        // while still short of it; less than that, it falls behind.
+        let keeps_up = if behind {
+            moved_by.saturating_mul(2) >= self.step
+        } else {
+            moved
+        };
+        if keeps_up {
             self.step = self.step.saturating_mul(2).min(STEP_MAX);
+        } else if behind {
+            self.step = (self.step / 2).max(STEP_MIN);
         }
         self.actual = r.actual;
         let waited = r.now - self.progress_at.unwrap_or(r.now);
-        let usable = r.answered && waited <= ANSWER_DEADLINE;
-        let changed = usable != self.usable;
-        self.usable = usable;
-        changed
+        let stalled = behind && waited > ANSWER_DEADLINE;
+        self.usable = r.answered && !stalled;
+        let say = if self.usable {
+            Some(true)
+        } else if stalled || self.announced == Some(true) {
+            Some(false)
+        } else {
+            None
+        };
+        if say.is_none() || say == self.announced {
+            return None;
+        }
+        self.announced = say;
+        say
     }
 
     /// The target to ask for when the device's is `now` and the plan's `plan`: the plan's when
@@ -134,14 +155,17 @@ mod tests {
     #[test]
     fn a_driver_that_never_answered_is_not_usable() {
         let mut w = BalloonWatch::default();
-        assert!(!w.observe(at(0.0, 0, 0, false)));
+        assert_eq!(w.observe(at(0.0, 0, 0, false)), None, "not asked: not news");
         assert!(!w.usable);
-        for t in 1..10 {
-            w.observe(at(f64::from(t), 64 * MIB, 0, false));
-            assert!(!w.usable);
-        }
+        let said: Vec<Option<bool>> = (1..10)
+            .map(|t| w.observe(at(f64::from(t), 64 * MIB, 0, false)))
+            .collect();
+        assert!(!w.usable);
+        // Said once, when the deadline passed on its first target.
+        assert_eq!(said[..3], [None, None, Some(false)], "{said:?}");
+        assert!(said[3..].iter().all(Option::is_none), "{said:?}");
         // It loads and inflates: usable at once.
-        assert!(w.observe(at(10.0, 64 * MIB, 8 * MIB, true)));
+        assert_eq!(w.observe(at(10.0, 64 * MIB, 8 * MIB, true)), Some(true));
         assert!(w.usable);
     }
 
@@ -150,14 +174,24 @@ mod tests {
     #[test]
     fn a_stuck_driver_is_unusable_after_the_deadline_and_usable_once_it_moves() {
         let mut w = BalloonWatch::default();
-        assert!(w.observe(at(0.0, 0, 0, true)), "statistics are an answer");
-        w.observe(at(1.0, 32 * MIB, 16 * MIB, true));
+        assert_eq!(
+            w.observe(at(0.0, 0, 0, true)),
+            Some(true),
+            "statistics are an answer"
+        );
+        assert_eq!(w.observe(at(1.0, 32 * MIB, 16 * MIB, true)), None);
         assert!(w.usable);
         w.observe(at(1.0 + ANSWER_DEADLINE, 32 * MIB, 16 * MIB, true));
         assert!(w.usable, "at the deadline, not past it");
-        assert!(w.observe(at(1.1 + ANSWER_DEADLINE, 32 * MIB, 16 * MIB, true)));
+        let stuck = at(1.1 + ANSWER_DEADLINE, 32 * MIB, 16 * MIB, true);
+        assert_eq!(w.observe(stuck), Some(false));
         assert!(!w.usable);
-        assert!(w.observe(at(9.0, 32 * MIB, 17 * MIB, true)));
+        assert_eq!(
+            w.observe(BalloonReading { now: 5.0, ..stuck }),
+            None,
+            "said once"
+        );
+        assert_eq!(w.observe(at(9.0, 32 * MIB, 17 * MIB, true)), Some(true));
         assert!(w.usable);
         // Holding its target, it may sit still for ever.
         w.observe(at(10.0, 32 * MIB, 32 * MIB, true));
@@ -182,13 +216,30 @@ mod tests {
         }
         assert_eq!(steps[..3], [32 * MIB, 64 * MIB, 128 * MIB]);
         assert_eq!(*steps.last().unwrap(), STEP_MAX, "{steps:?}");
-        // Behind by more than a step: halved, down to the least.
+        // Short of its target and not moving: halved, down to the least.
         let mut now = 8.0;
         for _ in 0..10 {
             w.observe(at(now, target + 300 * MIB, target, true));
             now += 0.1;
         }
         assert_eq!(w.step, STEP_MIN);
+        // A driver that takes 24 MiB a tick, however much it is asked: the step settles
+        // between 24 and 48 MiB, never more than twice what it takes.
+        let (mut actual, mut asked) = (target, target);
+        let mut seen = Vec::new();
+        for _ in 0..20 {
+            asked = w.next(asked, 2000 * MIB);
+            actual = (actual + 24 * MIB).min(asked);
+            now += 0.25;
+            w.observe(at(now, asked, actual, true));
+            seen.push(w.step);
+        }
+        assert!(
+            seen[10..]
+                .iter()
+                .all(|&s| (24 * MIB..=64 * MIB).contains(&s)),
+            "{seen:?}"
+        );
         // Deflating is never held back.
         assert_eq!(w.next(400 * MIB, 0), 0);
     }

@@ -67,6 +67,11 @@ pub struct TraceVm {
     #[serde(flatten)]
     pub obs: VmObservation,
     pub oom_deflated: bool,
+    /// Its balloon's step ([`BalloonWatch::step`](crate::balloon::BalloonWatch)): how far the
+    /// host may raise its target above what the driver holds; absent without a balloon (and in
+    /// traces written before the step). Not an input of `plan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balloon_step: Option<u64>,
     /// What the balancer knew of it; absent with balancing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance: Option<BalanceObservation>,
@@ -163,6 +168,7 @@ impl TraceTick {
                     name: n.clone(),
                     obs,
                     oom_deflated,
+                    balloon_step: None,
                     balance: None,
                 })
                 .collect(),
@@ -175,6 +181,15 @@ impl TraceTick {
                 balance: None,
             },
         }
+    }
+
+    /// The same line with each VM's balloon step (`None` without a balloon).
+    #[must_use]
+    pub fn with_balloon_steps(mut self, steps: &[Option<u64>]) -> TraceTick {
+        for (v, &s) in self.vms.iter_mut().zip(steps) {
+            v.balloon_step = s;
+        }
+        self
     }
 
     /// The same line with the tick's balancing.
