@@ -207,6 +207,14 @@ pub struct HostVm {
     pub balloon_bytes: Option<u64>,
     /// Memory the host asks the balloon to hold; `null` without a balloon device.
     pub balloon_target_bytes: Option<u64>,
+    /// Whether its balloon's driver answers, so the host balloons it rather than paging it
+    /// (docs/host.md); `null` without a balloon device.
+    #[serde(default)]
+    pub balloon_usable: Option<bool>,
+    /// How far above what its driver holds the host may raise its balloon's target at the next
+    /// tick (the adaptive rate); `null` without a balloon device.
+    #[serde(default)]
+    pub balloon_step_bytes: Option<u64>,
     /// Guest memory in its pager's swap file.
     pub swapped_bytes: u64,
     /// Clean guest memory dropped because the disk image holds it (Swap Mapper).
@@ -297,6 +305,11 @@ pub enum HostEventKind {
     GapClosed,
     /// A VM's VMM cannot release pages: it is balanced by its balloon and limit only.
     BalloonFallback,
+    /// A VM's balloon driver stopped answering (or never did within the deadline): the host
+    /// pages it instead of ballooning it.
+    BalloonUnusable,
+    /// A VM's balloon driver answers (again): the host balloons it.
+    BalloonUsable,
 }
 
 /// One event (`GET /events`).

@@ -21,6 +21,9 @@ pub struct HostConfig {
     /// Memory for every VM together, VMM overheads included.
     pub memory: u64,
     pub idle_tax: f64,
+    /// The most of a VM's memory its balloon holds, above 0 and at most 1
+    /// (`memvisor_policy::balloon::BALLOON_MAX` unless set).
+    pub balloon_max: f64,
     pub sample_pages: u32,
     pub sample_period: Duration,
     pub tick: Duration,
@@ -121,6 +124,8 @@ struct HostSection {
     memory: Option<u64>,
     #[serde(deserialize_with = "tax")]
     idle_tax: f64,
+    #[serde(deserialize_with = "balloon_max")]
+    balloon_max: f64,
     #[serde(deserialize_with = "sample_pages")]
     sample_pages: u32,
     #[serde(deserialize_with = "sample_period")]
@@ -160,6 +165,7 @@ impl Default for HostSection {
         HostSection {
             memory: None,
             idle_tax: 0.75,
+            balloon_max: memvisor_policy::balloon::BALLOON_MAX,
             sample_pages: 100,
             sample_period: Duration::from_secs(30),
             tick: Duration::from_millis(250),
@@ -211,6 +217,17 @@ fn tax<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     } else {
         Err(serde::de::Error::custom(format!(
             "idle_tax {v}: give a fraction from 0 up to (not including) 1, e.g. 0.75"
+        )))
+    }
+}
+
+fn balloon_max<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "balloon_max {v}: give the most of a VM's memory its balloon may hold, a fraction above 0 and at most 1, e.g. 0.65"
         )))
     }
 }
@@ -604,6 +621,7 @@ impl HostConfig {
             path: path.to_owned(),
             memory,
             idle_tax: h.idle_tax,
+            balloon_max: h.balloon_max,
             sample_pages: h.sample_pages,
             sample_period: h.sample_period,
             tick: h.tick,
@@ -659,6 +677,7 @@ mod tests {
 [host]
 memory = "2G"
 idle_tax = 0.5
+balloon_max = 0.5
 sample_period = "5s"
 tick = "500ms"
 keep = "10m"
@@ -682,6 +701,8 @@ mem = 268435456
         .unwrap();
         assert_eq!(c.memory, 2 << 30);
         assert_eq!(c.idle_tax, 0.5);
+        assert_eq!(c.balloon_max, 0.5);
+        assert_eq!(parse("").unwrap().balloon_max, 0.65, "ESX's");
         assert_eq!(c.sample_period, Duration::from_secs(5));
         assert_eq!(c.tick, Duration::from_millis(500));
         assert_eq!(c.keep, Duration::from_secs(600));
@@ -776,6 +797,8 @@ mem = 268435456
         for (text, line, words) in [
             ("[host]\nmemory = \"12Q\"\n", 2, "not a size"),
             ("[host]\nidle_tax = 1.5\n", 2, "idle_tax"),
+            ("[host]\nballoon_max = 0\n", 2, "balloon_max 0"),
+            ("[host]\nballoon_max = 1.2\n", 2, "balloon_max 1.2"),
             ("[host]\ntick = \"1ms\"\n", 2, "tick"),
             ("[host]\nkeep = \"30d\"\n", 2, "keep"),
             ("[host]\nkeep = \"500ms\"\n", 2, "keep"),

@@ -46,7 +46,9 @@ impl Journal {
             {
                 tracing::warn!("vm {name}: {message}");
             }
-            (HostEventKind::BalloonFallback, Some(name)) => tracing::warn!("vm {name}: {message}"),
+            (HostEventKind::BalloonFallback | HostEventKind::BalloonUnusable, Some(name)) => {
+                tracing::warn!("vm {name}: {message}")
+            }
             (_, Some(name)) => tracing::info!("vm {name}: {message}"),
             (_, None) => tracing::info!("{message}"),
         }

@@ -10,6 +10,7 @@ use memvisor_api::{
     VmSpec, VmStats,
 };
 use memvisor_policy::admission::{admit, unreserve, AdmissionRefusal, Reservations};
+use memvisor_policy::balloon::BalloonWatch;
 
 use crate::balancing::VmBalancing;
 use crate::journal::Journal;
@@ -48,6 +49,9 @@ pub struct VmEntry {
     pub ended: Option<Instant>,
     /// What HyperDealer2's balancing remembers of it.
     pub balancing: VmBalancing,
+    /// Whether its balloon's driver answers, and the step its balloon's target moves by
+    /// (`memvisor_policy::balloon`); unused without a balloon device.
+    pub balloon_watch: BalloonWatch,
     /// What its VMM process held besides guest pages and its pool at the last observations
     /// (its PSS less both), newest last, at most [`OVERHEAD_SAMPLES`].
     pub overheads: VecDeque<u64>,
@@ -89,6 +93,7 @@ impl VmEntry {
             reclaimed_seen: 0,
             ended: (state == HostVmState::Refused).then(Instant::now),
             balancing: VmBalancing::default(),
+            balloon_watch: BalloonWatch::default(),
             overheads: VecDeque::new(),
             waiting: false,
             charged: 0,
@@ -256,6 +261,8 @@ impl VmEntry {
             active: pager.map(|p| p.active).unwrap_or_default(),
             balloon_bytes: balloon.map(|b| b.actual_pages * 4096),
             balloon_target_bytes: self.info.as_ref().and_then(|i| i.balloon_target_bytes),
+            balloon_usable: self.spec.balloon.then_some(self.balloon_watch.usable),
+            balloon_step_bytes: self.spec.balloon.then_some(self.balloon_watch.step),
             swapped_bytes: pager.map_or(0, |p| p.pages.swapped_pages * 4096),
             on_disk_bytes: pager.map_or(0, |p| p.pages.on_disk_pages * 4096),
             limit_bytes: pager.and_then(|p| p.limit_bytes).unwrap_or(self.max),

@@ -23,6 +23,7 @@ use memvisor_api::{
     ReleaseResult, VmInfo, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
+use memvisor_policy::balloon::BalloonReading;
 use memvisor_policy::budget;
 use memvisor_policy::free_state::{FreeState, Thresholds};
 use memvisor_policy::plan::plan;
@@ -55,6 +56,7 @@ pub fn params(config: &HostConfig, own: u64) -> HostParams {
         thresholds: Thresholds::default(),
         pool: config.pool,
         oom_demand_ticks: HostParams::oom_demand_ticks(config.tick.as_secs_f64()),
+        balloon_max: config.balloon_max,
     }
 }
 
@@ -74,6 +76,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             pooled: 0,
             overhead: config.vm_overhead,
             balloon: v.spec.balloon.then_some(0),
+            balloon_usable: false,
             limit: 0,
             oom_demand: 0,
             reclaimed: 0,
@@ -105,6 +108,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         } else {
             None
         },
+        balloon_usable: v.balloon_watch.usable,
         // No limit is plain memory: all of it. Until its API answers, what it started with.
         limit: v
             .info
@@ -113,6 +117,51 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         oom_demand: v.oom_demand,
         reclaimed: v.reclaimed().saturating_sub(v.reclaimed_seen) * 4096,
     }
+}
+
+/// Takes in what `v`'s balloon device says of its driver ([`memvisor_policy::balloon`]) and
+/// says so in the journal when the balloon becomes usable or stops being usable.
+fn watch_balloon(journal: &mut Journal, v: &mut VmEntry, info: &VmInfo, stats: &VmStats) {
+    let Some(b) = stats.balloon.as_ref() else {
+        return;
+    };
+    let reading = BalloonReading {
+        now: journal.seconds(),
+        target: info
+            .balloon_target_bytes
+            .unwrap_or(b.target_pages.saturating_mul(4096)),
+        actual: b.actual_pages.saturating_mul(4096),
+        answered: b.inflated_pages > 0 || b.stats_updates > 0,
+    };
+    let Some(usable) = v.balloon_watch.observe(reading) else {
+        return;
+    };
+    let (kind, msg) = if usable {
+        (
+            HostEventKind::BalloonUsable,
+            format!(
+                "its balloon driver answers (holds {} of {} MiB asked): ballooned, not paged",
+                reading.actual >> 20,
+                reading.target >> 20
+            ),
+        )
+    } else {
+        let why = if reading.answered {
+            "has made no progress"
+        } else {
+            "has never answered"
+        };
+        (
+            HostEventKind::BalloonUnusable,
+            format!(
+                "its balloon driver {why} toward {} MiB (holds {} MiB) for over {} s: paged instead of ballooned",
+                reading.target >> 20,
+                reading.actual >> 20,
+                memvisor_policy::balloon::ANSWER_DEADLINE
+            ),
+        )
+    };
+    journal.event(kind, Some(&v.spec.name), msg);
 }
 
 /// What a tick sends one VMM.
@@ -216,6 +265,9 @@ impl Tick {
                     (Some(w), false) => Some(w.clone()),
                     (None, _) => None,
                 };
+                if v.spec.balloon {
+                    watch_balloon(journal, v, &info, &stats);
+                }
                 v.info = Some(info);
                 v.stats = Some(stats);
                 if let Some(pss) = v.vmm.as_ref().and_then(Vmm::pss) {
@@ -362,6 +414,16 @@ impl Tick {
             })
             .collect();
         let names: Vec<String> = live.iter().map(|&i| registry.name_at(i)).collect();
+        let steps: Vec<Option<u64>> = live
+            .iter()
+            .map(|&i| {
+                registry
+                    .vms
+                    .get(i)
+                    .filter(|v| v.spec.balloon)
+                    .map(|v| v.balloon_watch.step)
+            })
+            .collect();
         let mut got = vec![0u64; live.len()];
         // The limit each victim's VMM has after its release.
         let mut limit_now: Vec<Option<u64>> = vec![None; live.len()];
@@ -396,7 +458,7 @@ impl Tick {
             self.write_trace(
                 config,
                 journal,
-                &names,
+                (&names, &steps),
                 &obs,
                 &oom,
                 before,
@@ -410,7 +472,16 @@ impl Tick {
                 }),
             );
         } else {
-            self.write_trace(config, journal, &names, &obs, &oom, before, &p, None);
+            self.write_trace(
+                config,
+                journal,
+                (&names, &steps),
+                &obs,
+                &oom,
+                before,
+                &p,
+                None,
+            );
         }
         let mut orders = Vec::new();
         let mut starts = Vec::new();
@@ -451,7 +522,12 @@ impl Tick {
                 .as_ref()
                 .and_then(|s| s.pager.as_ref())
                 .is_some_and(|p| p.attached);
-            let shrinking = limit < o.limit || a.balloon.unwrap_or(0) > o.balloon.unwrap_or(0);
+            // The adaptive rate: a balloon's target rises by at most its step above what the
+            // driver holds (deflating is not held back).
+            let balloon = a
+                .balloon
+                .map(|b| v.balloon_watch.next(o.balloon.unwrap_or(0), b));
+            let shrinking = limit < o.limit || balloon.unwrap_or(0) > o.balloon.unwrap_or(0);
             let take_over = shrinking && !attached;
             // The pool moves in whole MiB: smaller changes are not worth a spill.
             let pool = v
@@ -460,7 +536,7 @@ impl Tick {
                 .map(|_| a.pool);
             let order = Order {
                 index: i,
-                balloon: a.balloon.filter(|&b| Some(b) != o.balloon),
+                balloon: balloon.filter(|&b| Some(b) != o.balloon),
                 limit: (limit != limit_before || take_over).then_some(limit),
                 pool,
                 pause: (a.pause != v.paused_by_host).then_some(a.pause),
@@ -529,13 +605,13 @@ impl Tick {
 
     /// Writes this tick's inputs and plan (and its balancing) to the trace, if there is one; a
     /// failed write ends the trace (with a warning) rather than the host. `names` are the
-    /// tick's VMs.
+    /// tick's VMs, `steps` their balloons' steps.
     #[allow(clippy::too_many_arguments)]
     fn write_trace(
         &mut self,
         config: &HostConfig,
         journal: &Journal,
-        names: &[String],
+        (names, steps): (&[String], &[Option<u64>]),
         obs: &[VmObservation],
         oom: &[bool],
         before: Before,
@@ -553,7 +629,8 @@ impl Tick {
             obs,
             oom,
             p,
-        );
+        )
+        .with_balloon_steps(steps);
         if let Some(b) = balance {
             line = line.with_balance(b);
         }

@@ -447,6 +447,8 @@ mod tests {
             active: ActiveMemory::default(),
             balloon_bytes: balloon,
             balloon_target_bytes: balloon,
+            balloon_usable: balloon.map(|_| true),
+            balloon_step_bytes: balloon,
             swapped_bytes: 0,
             on_disk_bytes: 0,
             limit_bytes: 256 << 20,

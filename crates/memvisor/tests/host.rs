@@ -1,6 +1,7 @@
 //! `memvisor host`: its API against `docs/host-openapi.json`, admission refusals (at start and
 //! through the API), a VMM killed while the other VM runs to the end under memory pressure with
-//! every byte verified, pool memory passing from one VM to the next with no data crossing, a
+//! every byte verified, a VM whose balloon driver does not answer paged while another VM's
+//! balloon is used, pool memory passing from one VM to the next with no data crossing, a
 //! malformed config, and SIGTERM stopping every VM.
 
 use std::path::Path;
@@ -107,6 +108,8 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         active: ActiveMemory::default(),
         balloon_bytes: Some(1),
         balloon_target_bytes: Some(1),
+        balloon_usable: Some(true),
+        balloon_step_bytes: Some(1),
         swapped_bytes: 1,
         on_disk_bytes: 1,
         limit_bytes: 1,
@@ -612,6 +615,111 @@ balloon = true
     assert!(
         held > 10,
         "the trace holds ticks with VMs held below their memory"
+    );
+}
+
+/// ESX §3.2 and §6.3: the soft state balloons "and resorts to paging only in cases where
+/// ballooning is not possible", and a driver may be "unavailable while a guest OS is booting".
+/// Both VMs have a balloon device; `mute`'s guest leaves its driver unloaded (`balloon=0`), so
+/// its balloon never answers: the host says so, pages it to its target instead, and never
+/// counts its balloon as usable, while `kind`'s driver answers and its balloon is used. Both
+/// workloads check every byte they wrote.
+#[test]
+fn a_balloon_whose_driver_does_not_answer_is_paged_while_another_balloons() {
+    let dir = tempfile::tempdir().unwrap();
+    data_disks(dir.path(), &["kind.img", "mute.img"]);
+    let vm_toml = |name: &str, cmdline: &str| {
+        format!(
+            r#"
+[[vm]]
+name = "{name}"
+mem = "256M"
+workload = "integrity"
+cmdline = "{cmdline}"
+disks = ["{name}.img,id=data"]
+balloon = true
+"#
+        )
+    };
+    // 240 MiB less two 24 MiB overheads and the 6 % reserve leaves 178 MiB for the VMs'
+    // targets: `mute` touching 136 MiB beside `kind` touching 56 MiB and the kit's own pages
+    // is more than that, so the host reclaims as long as they run.
+    let host = TestHost::start(
+        dir.path(),
+        &format!(
+            "[host]\nmemory = \"240M\"\nswap = \"2G\"\ntick = \"200ms\"\nsample_period = \"1s\"\nvm_overhead = \"24M\"\ntrace = \"trace.jsonl\"\n{}{}",
+            vm_toml("kind", "anon_mb=48 file_mb=8 rounds=3 secs=20 seed=1"),
+            vm_toml("mute", "anon_mb=128 file_mb=8 rounds=3 secs=20 seed=2 balloon=0"),
+        ),
+    );
+    let mute = host.wait_vm("mute", 120, |v| {
+        v.balloon_usable == Some(false) && v.swapped_bytes > 0
+    });
+    assert_eq!(mute.balloon_bytes, Some(0), "{mute:?}");
+    assert!(mute.balloon_step_bytes.is_some(), "{mute:?}");
+    let kind = host.wait_vm("kind", 120, |v| {
+        v.balloon_usable == Some(true) && v.balloon_bytes > Some(0)
+    });
+    eprintln!("mute: {mute:?}\nkind: {kind:?}");
+    let events: Vec<HostEvent> = poll(
+        "mute's balloon announced unusable",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || ok(host.client().events(0.0)),
+        |e| {
+            e.iter().any(|e| {
+                e.kind == HostEventKind::BalloonUnusable && e.vm.as_deref() == Some("mute")
+            })
+        },
+    );
+    let said = |kind: HostEventKind, vm: &str| {
+        events
+            .iter()
+            .any(|e| e.kind == kind && e.vm.as_deref() == Some(vm))
+    };
+    assert!(said(HostEventKind::BalloonUsable, "kind"), "{events:?}");
+    assert!(!said(HostEventKind::BalloonUsable, "mute"), "{events:?}");
+    let e = events
+        .iter()
+        .find(|e| e.kind == HostEventKind::BalloonUnusable)
+        .unwrap();
+    assert!(e.message.contains("never answered"), "{e:?}");
+    for name in ["kind", "mute"] {
+        let v = host.wait_vm(name, 240, |v| v.state == HostVmState::Exited);
+        intact(&v, "integrity");
+    }
+    let mute = host.vm("mute");
+    assert_eq!(mute.balloon_bytes, Some(0), "{mute:?}");
+
+    // The trace: ticks under pressure with `mute`'s balloon unusable and paged to its target
+    // or below, `kind`'s usable, each with its step; and the policy replays it exactly.
+    let trace = dir.path().join("trace.jsonl");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let ticks: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let both = ticks
+        .iter()
+        .filter(|t| t["plan"]["state"] != "high")
+        .filter(|t| {
+            let vms = t["vms"].as_array().unwrap();
+            let at = |n: &str| vms.iter().position(|v| v["name"] == n);
+            let (Some(k), Some(m)) = (at("kind"), at("mute")) else {
+                return false;
+            };
+            let a = &t["plan"]["actions"][m];
+            vms[k]["balloon_usable"] == true
+                && vms[m]["balloon_usable"] == false
+                && vms[m]["balloon_step"].is_u64()
+                && a["limit"].as_u64() <= a["target"].as_u64()
+        })
+        .count();
+    assert!(both > 3, "{both} ticks");
+    let said = replay(&trace);
+    assert!(
+        said.contains(" ticks replayed, 0 decisions differ"),
+        "{said}"
     );
 }
 
