@@ -137,13 +137,18 @@ fn watch_balloon(journal: &mut Journal, v: &mut VmEntry, info: &VmInfo, stats: &
         return;
     };
     let (kind, msg) = if usable {
-        (
-            HostEventKind::BalloonUsable,
+        let holds = if reading.target > 0 {
             format!(
-                "its balloon driver answers (holds {} of {} MiB asked): ballooned, not paged",
+                " (holds {} of {} MiB asked)",
                 reading.actual >> 20,
                 reading.target >> 20
-            ),
+            )
+        } else {
+            String::new()
+        };
+        (
+            HostEventKind::BalloonUsable,
+            format!("its balloon driver answers{holds}: ballooned, not paged"),
         )
     } else {
         let why = if reading.answered {
