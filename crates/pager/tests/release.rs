@@ -470,14 +470,17 @@ fn released_pages_move_into_the_cache_or_are_copied_there_and_come_back_byte_for
 }
 
 /// The pager's counters once its release-ready thread has had nothing new to check for three
-/// of its periods (at most 20 s).
+/// of its periods (at most 20 s). Both counters a check moves must stand still: the thread
+/// counts a digest compared and a page made ready one after the other, and on a loaded machine
+/// it can be held between the two for longer than the wait.
 fn ready_settled(g: &Guest) -> memvisor_api::PagerCounters {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut last = (u64::MAX, std::time::Instant::now());
+    let mut last = ((u64::MAX, u64::MAX), std::time::Instant::now());
     loop {
         let k = g.pager.stats().counters;
-        if k.release_ready_checked != last.0 {
-            last = (k.release_ready_checked, std::time::Instant::now());
+        let now = (k.release_ready_checked, k.mirrors_checked);
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
         } else if k.release_ready_checked > 0 && last.1.elapsed() > Duration::from_millis(300) {
             return k;
         }
