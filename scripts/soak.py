@@ -73,6 +73,17 @@ def call(sock, method, path, body=None):
         return status, payload.decode(errors="replace")
 
 
+def vmm_pid(pid):
+    """The process that runs a VM the host reports as `pid`: a jailed VMM is the one child of
+    the process the host started, which waits outside its PID namespace (docs/security.md)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+    except OSError:
+        return pid
+    return int(children[0]) if len(children) == 1 else pid
+
+
 def rss_bytes(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -190,7 +201,7 @@ def main():
     def finish(slot, vm):
         name, wl, started = running.pop(slot)
         result = final_result(vm["log"])
-        stats_path = os.path.join(state, f"{name}.stats.json")
+        stats_path = os.path.join(state, name, "stats.json")
         try:
             with open(stats_path) as f:
                 stats = json.load(f)
@@ -256,7 +267,7 @@ def main():
             over = 0
             for v in vms:
                 if v.get("pid") and v["state"] not in ("exited", "refused"):
-                    r = rss_bytes(v["pid"])
+                    r = rss_bytes(vmm_pid(v["pid"]))
                     try:
                         st, vs = call(v["api_sock"], "GET", "/stats")
                     except OSError:
