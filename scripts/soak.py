@@ -66,7 +66,11 @@ def call(sock, method, path, body=None):
         while chunk := s.recv(65536):
             out += chunk
     head, _, payload = out.partition(b"\r\n\r\n")
-    status = int(head.split()[1])
+    words = head.split()
+    if len(words) < 2 or not words[1].isdigit():
+        # A VMM whose VM ended as it took the connection closes it unanswered.
+        raise ConnectionError(f"{sock}: no answer to {method} {path}")
+    status = int(words[1])
     try:
         return status, json.loads(payload)
     except ValueError:
