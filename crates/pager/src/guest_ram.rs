@@ -236,9 +236,11 @@ impl GuestRam for PagedRam<'_> {
         // Noted once written (a failed write too: part of it may have landed), so that a
         // pre-copy round that takes the note before the write lands sees it in the next.
         let s = self.core;
-        let end = addr.0 + (data.len() as u64).saturating_sub(1);
-        if let (Some(first), Some(last)) = (s.map.page_of_gpa(addr.0), s.map.page_of_gpa(end)) {
-            s.written.note(first, last.saturating_sub(first) + 1);
+        if s.written.tracking() {
+            let end = addr.0 + (data.len() as u64).saturating_sub(1);
+            if let (Some(first), Some(last)) = (s.map.page_of_gpa(addr.0), s.map.page_of_gpa(end)) {
+                s.written.note(first, last.saturating_sub(first) + 1);
+            }
         }
         written
     }

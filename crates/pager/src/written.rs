@@ -23,9 +23,15 @@ impl Written {
         self.on.store(on, Ordering::SeqCst);
     }
 
+    /// Whether pages are being noted: a caller that must work out which pages changed asks
+    /// first, so that nothing is worked out while no migration runs.
+    pub fn tracking(&self) -> bool {
+        self.on.load(Ordering::SeqCst)
+    }
+
     /// Pages `first..first + n` changed.
     pub fn note(&self, first: PageIdx, n: u32) {
-        if n > 0 && self.on.load(Ordering::SeqCst) {
+        if n > 0 && self.tracking() {
             let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
             pages.push((first, n));
         }
