@@ -53,6 +53,11 @@ struct Read<'a> {
     source: &'a dyn PageStore,
 }
 
+/// Whether a page read from `from` comes from the pages the VM was restored or migrated from.
+fn restored(table: &StateTable, from: Slot) -> bool {
+    from.store == StoreId::Swap && table.blocks.is_saved(from.index)
+}
+
 /// Whether a fault (a write if `write`) loading from `from` as `keep` says brings swapped pages
 /// in writable although it is a read.
 fn writable_read(table: &StateTable, from: Slot, write: bool, keep: bool) -> bool {
@@ -335,7 +340,7 @@ impl FaultHandler {
             data: buf,
             keep,
             writable_read: writable_read(table, from, write, keep),
-            restored: from.store == StoreId::Swap && table.blocks.is_saved(from.index),
+            restored: restored(table, from),
             source,
         };
         let r = self.install_read(core, table, prefetched, &read, |i| !changed[i as usize]);
@@ -591,7 +596,7 @@ impl FaultHandler {
             data: buf,
             keep,
             writable_read: writable_read(table, from, write, keep),
-            restored: from.store == StoreId::Swap && table.blocks.is_saved(from.index),
+            restored: restored(table, from),
             source,
         };
         self.install_read(core, table, prefetched, &read, |_| true)
