@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 pub use config::HostConfig;
 pub use manager::Host;
-pub use process::{Launch, VmmFiles};
+pub use process::{pss, Launch, VmmFiles};
 
 /// How long the VMs get to stop when the host stops, before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(30);

@@ -13,19 +13,10 @@ use memvisor_api::{HostEvent, HostEventKind, HostVmState, VmSpec};
 mod common;
 use common::{mkdisk_data, ok, ResultLine, TestHost, MIB};
 
-/// A process's proportional set size in bytes (`/proc/PID/smaps_rollup`), `None` once it is
-/// gone.
+/// A process's proportional set size in bytes (`/proc/PID/smaps_rollup`), as the host
+/// measures it; `None` once it is gone.
 fn pss(pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
+    memvisor_host::pss(&format!("/proc/{pid}/smaps_rollup"))
 }
 
 /// The children of process `pid` (every thread's), read from `/proc`.
