@@ -55,6 +55,24 @@ fn destination(sock: &std::path::Path, disk: &str, token: &str, extra: &[&str]) 
     (dest, addr)
 }
 
+/// A source: the integrity workload on `disk` with the mechanisms of both ends and `extra`
+/// flags, once it has filled its memory.
+fn integrity_source(sock: &std::path::Path, disk: &str, extra: &[&str]) -> TestVm {
+    let mut args = vec![
+        "--disk",
+        disk,
+        "--workload",
+        "integrity",
+        "--cmdline",
+        "anon_mb=120 file_mb=8 rounds=4 secs=4",
+    ];
+    args.extend_from_slice(&MECHANISMS);
+    args.extend_from_slice(extra);
+    let source = TestVm::start(sock, &args);
+    source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+    source
+}
+
 fn migrate(source: &TestVm, to: &str, token: &str) -> std::process::Output {
     migrate_with(source, to, token, &[])
 }
@@ -120,21 +138,9 @@ fn integrity_survives_post_copy_migration(jailed: bool) {
     let dflags: Vec<&str> = dflags.iter().map(String::as_str).collect();
     let (mut dest, addr) = destination(&dsock, &disk, "the-right-token", &dflags);
 
-    let ssock = dir.path().join("source.sock");
-    let mut args = vec![
-        "--disk",
-        &disk,
-        "--workload",
-        "integrity",
-        "--cmdline",
-        "anon_mb=120 file_mb=8 rounds=4 secs=4",
-        "--sample-pages",
-        "200",
-    ];
-    args.extend_from_slice(&MECHANISMS);
-    args.extend(sflags.iter().map(String::as_str));
-    let source = TestVm::start(&ssock, &args);
-    source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+    let mut extra = vec!["--sample-pages", "200"];
+    extra.extend(sflags.iter().map(String::as_str));
+    let source = integrity_source(&dir.path().join("source.sock"), &disk, &extra);
 
     // A wrong token: refused, the VM runs on here, nothing starts there.
     let out = migrate(&source, &addr, "a-wrong-token");
@@ -176,20 +182,11 @@ fn integrity_survives_pre_copy_rounds_then_post_copy() {
     );
     let dsock = dir.path().join("dest.sock");
     let (dest, addr) = destination(&dsock, &disk, "t", &[]);
-    let ssock = dir.path().join("source.sock");
-    let mut args = vec![
-        "--disk",
+    let source = integrity_source(
+        &dir.path().join("source.sock"),
         &disk,
-        "--workload",
-        "integrity",
-        "--cmdline",
-        "anon_mb=120 file_mb=8 rounds=4 secs=4",
-        "--sample-pages",
-        "200",
-    ];
-    args.extend_from_slice(&MECHANISMS);
-    let source = TestVm::start(&ssock, &args);
-    source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+        &["--sample-pages", "200"],
+    );
 
     let out = migrate_with(&source, &addr, "t", &["--precopy-rounds", "2"]);
     assert!(out.status.success(), "ctl migrate: {}", stderr(&out));
@@ -350,18 +347,7 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
     );
     let dsock = dir.path().join("dest.sock");
     let (mut dest, addr) = destination(&dsock, &disk, "t", &[]);
-    let ssock = dir.path().join("source.sock");
-    let mut args = vec![
-        "--disk",
-        &disk,
-        "--workload",
-        "integrity",
-        "--cmdline",
-        "anon_mb=120 file_mb=8 rounds=4 secs=4",
-    ];
-    args.extend_from_slice(&MECHANISMS);
-    let source = TestVm::start(&ssock, &args);
-    source.stdout_line(Duration::from_secs(60), |l| l.contains("phase=fill"));
+    let source = integrity_source(&dir.path().join("source.sock"), &disk, &[]);
 
     // Through a proxy that cuts the stream 40 MiB in: well after the switch, before the end.
     let proxy = cutting_proxy(addr.clone(), 40 << 20);
