@@ -55,7 +55,7 @@ pub struct BenchArgs {
     /// End a run that takes longer than this many seconds (recorded as timeout).
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
-    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 2,4,6; runs of at most as
+    /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 6; runs of at most as
     /// many VMs as the host has cores pin each VMM to a core of its own); balance: default 6.
     /// reclaimdelay: the
     /// numbers of victims (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
@@ -67,6 +67,11 @@ pub struct BenchArgs {
     /// victims' states, `idle`, `busy-cpu` and/or `busy-dirty` (default all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
+    /// consolidate: the budgets every VM shares, each a fraction of the scenario's joint working
+    /// set (what its VMs and VMMs hold at the peak on QEMU with no limit, measured first) or an
+    /// amount, e.g. 1,0.75,0.5 (the default) or 1G (balance: default 1G).
+    #[arg(long, value_delimiter = ',')]
+    pub budget: Vec<String>,
     /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
     #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]
     pub sizes: Vec<u64>,

@@ -753,18 +753,42 @@ fn tiny_confinement_end_to_end() {
 
 /// `consolidate` with a relative `--out`, as a user types it (as [`tiny`] runs every family):
 /// the host it starts reads its VMs' disks from paths under that directory, so they must not be
-/// taken relative to the host's own config.
+/// taken relative to the host's own config. The budget is a fraction of the joint working set,
+/// measured first on QEMU: the run's budget is that fraction of it, and each VMM's PSS is
+/// sampled against it.
 #[test]
 fn tiny_consolidate_with_a_relative_out() {
     let t = tiny(
         "consolidate",
-        "--vms 2 --scenario mapreduce --configs hd2 --reps 1 --timeout 120",
+        "--vms 2 --scenario mapreduce --configs hd2 --budget 0.75 --reps 1 --timeout 120",
     );
     let rows = &t.rows;
     assert_eq!(rows.len(), 2, "{rows:?}");
     for r in rows {
         assert_eq!(r["ok"], "1", "{r:?}");
+        assert_eq!(r["budget"], "0.75", "{r:?}");
     }
+    let ws = t
+        .report
+        .split("The joint working set of `mapreduce` with 2 VMs: ")
+        .nth(1);
+    let ws: u64 = ws
+        .and_then(|w| w.split(' ').next()?.parse().ok())
+        .expect("the working set is reported");
+    assert!(ws > 64, "{ws} MiB: two VMs and their QEMUs");
+    let runs = read_csv(&t.out.join("runs.csv"));
+    let budget: u64 = runs[0]["budget_mib"].parse().unwrap();
+    assert!((ws * 3 / 4).abs_diff(budget) <= 1, "{ws} MiB: {runs:?}");
+    assert!(runs[0]["samples"].parse::<u32>().unwrap() > 5, "{runs:?}");
+    let pss = read_csv(&t.out.join("pss.csv"));
+    for vmm in ["sum", "1", "2"] {
+        assert!(
+            pss.iter()
+                .any(|r| r["vmm"] == vmm && r["pss_bytes"].parse::<u64>().unwrap() > 0),
+            "{vmm}"
+        );
+    }
+    assert!(t.out.join("pss-mapreduce-n2-b0.75.svg").exists());
 }
 
 /// `bench shares` (ESX §5.1), tiny, for the family of experiments run on `memvisor host`: two

@@ -60,12 +60,6 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
     field(&t, "VmHWM").map(|kb| kb << 10)
 }
 
-/// Resident memory (`VmRSS`: anonymous, file and shared) of a process in bytes.
-pub fn rss(pid: u32) -> Option<u64> {
-    let t = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    field(&t, "VmRSS").map(|kb| kb << 10)
-}
-
 /// The processes whose parent is `pid`, with their command names, in process id order.
 fn children_named(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();

@@ -1,8 +1,9 @@
 //! `memvisor bench consolidate` (VSwapper §5.2, Fig. 14's workload): N VMs started
-//! [`INTERVAL`] apart in one fixed memory budget, all working at once for most of the run; the
-//! result is each configuration's mean job time as a ratio to `qemu-nolimit` (the same VMs with
-//! all the memory they want), the fraction of the run during which all N jobs ran, and the
-//! summed resident memory of every VMM process against the budget.
+//! [`INTERVAL`] apart in one memory budget ([`Budget`]: a fraction of the scenario's joint
+//! working set, swept), all working at once for most of the run; the result is each
+//! configuration's mean job time as a ratio to `qemu-nolimit` (the same VMs with all the memory
+//! they want), the fraction of the run during which all N jobs ran, and each VMM process's PSS
+//! and their sum against the budget.
 //!
 //! Three scenarios ([`Scenario`]): every VM runs `mapreduce` (VSwapper Fig. 14); VMs with
 //! different needs side by side (page-cache streams, hash tables, a hot set), VM i running `seqread`, `mapreduce` and `kv` in turn ([`job`]); and `balance`
@@ -25,8 +26,8 @@
 //! | `qemu-nolimit` | QEMU, no balloon, no limit: the reference every ratio is taken to |
 //!
 //! The paper's guests have 2 GB and use about 1 GB, in an 8 GB host; here each guest has
-//! [`MEM`] in a [`BUDGET`] budget, so at 4 VMs the budget is about their joint working set and
-//! at 6 it is well below it. The input is one read-only image shared by every VM (the host reads
+//! [`MEM`], and the budget is given against what the VMs use: their joint working set, measured
+//! on QEMU with no limit before the runs, or a fraction of it. The input is one read-only image shared by every VM (the host reads
 //! it with `O_DIRECT`, so no VM gains from another's reads).
 
 use std::path::Path;
@@ -39,7 +40,7 @@ use crate::harness::setup::host_vm;
 /// Guest RAM of each VM.
 pub const MEM: u64 = 320 << 20;
 
-/// The host's budget for every VM together.
+/// `balance`'s budget for every VM together, and its default.
 pub const BUDGET: u64 = 1024 << 20;
 
 /// Between two VMs' starts: short against a job (5–10 s alone), so the jobs overlap.
@@ -274,13 +275,63 @@ pub const BALANCE_CONFIGS: [&str; 5] =
 /// `balance`'s number of VMs when not told: three memory-intensive and three CPU-bound.
 pub const BALANCE_VMS: u32 = 6;
 
-/// The budget of a host configuration's `memvisor host` for `n` VMs: [`BUDGET`], or with
+/// The budget of a host configuration's `memvisor host` for `n` VMs: `budget`, or with
 /// `nolimit` twice every VM's RAM, so that every VM fits whole with its VMM's overhead and the
 /// host stays in its high state.
-pub fn host_budget(kind: Launch, n: u32) -> u64 {
+pub fn host_budget(kind: Launch, n: u32, budget: u64) -> u64 {
     match kind {
         Launch::Host(HostLaunch { nolimit: true, .. }) => 2 * u64::from(n) * MEM,
-        _ => BUDGET,
+        _ => budget,
+    }
+}
+
+/// Whether a configuration's VMs are held to the run's budget: `memvisor host` with a budget
+/// and `qemu-static`; not `hd2-nolimit` and `qemu-nolimit`, which run once per scenario and N
+/// whatever the budgets swept.
+pub fn bounded(kind: Launch) -> bool {
+    !matches!(
+        kind,
+        Launch::QemuNoLimit | Launch::Host(HostLaunch { nolimit: true, .. })
+    )
+}
+
+/// The budgets `consolidate` sweeps when not told: the scenario's joint working set, and three
+/// quarters and half of it.
+pub const FRACTIONS: [f64; 3] = [1.0, 0.75, 0.5];
+
+/// The memory every VM of a run shares: a fraction of the scenario's joint working set
+/// ([`ConsolidatePlan::working_sets`]), or an amount.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    Fraction(f64),
+    Bytes(u64),
+}
+
+impl Budget {
+    /// `0.75` (a fraction, above 0 and at most 4) or `1G` (an amount with its unit).
+    pub fn parse(s: &str) -> Result<Budget, String> {
+        let s = s.trim();
+        if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
+            let bytes = memvisor_api::parse_size(s)?;
+            if bytes < 64 << 20 {
+                return Err(format!("{s}: a budget below 64 MiB holds no VM"));
+            }
+            return Ok(Budget::Bytes(bytes));
+        }
+        match s.parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 4.0 => Ok(Budget::Fraction(f)),
+            _ => Err(format!(
+                "'{s}': give a fraction of the joint working set (e.g. 0.75, above 0 and at most 4) or an amount (e.g. 1G)"
+            )),
+        }
+    }
+
+    /// How the report names it: `0.75` or `1024 MiB`.
+    pub fn label(self) -> String {
+        match self {
+            Budget::Fraction(f) => format!("{f}"),
+            Budget::Bytes(b) => format!("{} MiB", b >> 20),
+        }
     }
 }
 
@@ -310,11 +361,29 @@ pub fn overlap_fraction(jobs: &[Option<(f64, f64)>]) -> Option<f64> {
     Some(((first_end - last_start).max(0.0) / span).clamp(0.0, 1.0))
 }
 
-/// Summed VMM resident memory over a run against the budget.
+/// One look at the VMM processes of a run: seconds from its start, and each VMM's proportional
+/// set size (its resident pages, a page it shares with another process divided among them) in
+/// the order the VMMs started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub t: f64,
+    pub each: Vec<u64>,
+}
+
+impl Sample {
+    /// Every VMM's together: what the VMs hold of the host's memory.
+    pub fn sum(&self) -> u64 {
+        self.each.iter().sum()
+    }
+}
+
+/// The VMMs' memory over a run against its budget.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RssSummary {
+pub struct MemorySummary {
     /// The highest sum seen.
     pub peak: u64,
+    /// The highest any one VMM held.
+    pub peak_each: u64,
     /// Seconds during which the sum was above the budget (each sample stands for the time to
     /// the next one).
     pub over_secs: f64,
@@ -322,15 +391,17 @@ pub struct RssSummary {
     pub over_samples: usize,
 }
 
-/// [`RssSummary`] of `samples` (seconds, summed bytes), in time order, against `budget`.
-pub fn rss_summary(samples: &[(f64, u64)], budget: u64) -> RssSummary {
-    let mut s = RssSummary::default();
-    for (i, &(t, bytes)) in samples.iter().enumerate() {
-        s.peak = s.peak.max(bytes);
-        if bytes > budget {
+/// [`MemorySummary`] of `samples`, in time order, against `budget` (none: nothing is over).
+pub fn memory_summary(samples: &[Sample], budget: Option<u64>) -> MemorySummary {
+    let mut s = MemorySummary::default();
+    for (i, sample) in samples.iter().enumerate() {
+        let sum = sample.sum();
+        s.peak = s.peak.max(sum);
+        s.peak_each = sample.each.iter().copied().fold(s.peak_each, u64::max);
+        if budget.is_some_and(|b| sum > b) {
             s.over_samples += 1;
-            if let Some(&(next, _)) = samples.get(i + 1) {
-                s.over_secs += (next - t).max(0.0);
+            if let Some(next) = samples.get(i + 1) {
+                s.over_secs += (next.t - sample.t).max(0.0);
             }
         }
     }
@@ -385,10 +456,45 @@ pub struct ConsolidatePlan {
     pub reps: u32,
     /// CPUs of the host: runs of at most this many VMs pin each VMM to its own.
     pub cores: usize,
+    /// The budgets swept, each run at every scenario and N.
+    pub budgets: Vec<Budget>,
+    /// Each scenario's joint working set with N VMs, measured before the runs where a budget is
+    /// a fraction of it: the VMs' and their VMMs' memory at its peak with nothing limiting them
+    /// (the summed PSS of `qemu-nolimit`'s processes).
+    pub working_sets: Vec<(Scenario, u32, u64)>,
     /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
     pub qemu_overhead: u64,
     /// How the runs were set up, one line each, for the report.
     pub notes: Vec<String>,
+}
+
+impl ConsolidatePlan {
+    /// The joint working set measured for `scenario` with `n` VMs.
+    pub fn working_set(&self, scenario: Scenario, n: u32) -> Option<u64> {
+        let mine = |&&(sc, m, _): &&(Scenario, u32, u64)| sc == scenario && m == n;
+        self.working_sets.iter().find(mine).map(|w| w.2)
+    }
+
+    /// `budget` in bytes for `scenario` with `n` VMs; `None` for a fraction of a working set
+    /// not measured.
+    pub fn budget_bytes(&self, scenario: Scenario, n: u32, budget: Budget) -> Option<u64> {
+        match budget {
+            Budget::Bytes(b) => Some(b),
+            Budget::Fraction(f) => {
+                let ws = self.working_set(scenario, n)? as f64;
+                // A fraction is above 0 and at most 4 ([`Budget::parse`]): the product is a
+                // positive number of bytes well inside u64.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                Some((ws * f) as u64)
+            }
+        }
+    }
+
+    /// Whether any budget is a fraction of a working set, which the runs must measure first.
+    pub fn sizes_working_sets(&self) -> bool {
+        let fraction = |b: &Budget| matches!(b, Budget::Fraction(_));
+        self.budgets.iter().any(fraction)
+    }
 }
 
 #[cfg(test)]
@@ -431,12 +537,53 @@ mod tests {
         let vm = |kind| spec(1, kind, Scenario::Mapreduce, image);
         assert_eq!(vm(hd2), vm(nolimit), "the same VMs");
         for n in [1, 6, 12] {
-            assert_eq!(host_budget(hd2, n), BUDGET);
+            assert_eq!(host_budget(hd2, n, BUDGET), BUDGET);
             // Each VM whole, with its VMM's overhead, and the high state's 6 % free to spare.
             let whole = u64::from(n) * (MEM + (64 << 20));
-            let budget = host_budget(nolimit, n) as f64;
+            let budget = host_budget(nolimit, n, BUDGET) as f64;
             assert!(budget * 0.94 >= whole as f64, "{n} VMs");
         }
+        assert!(bounded(hd2) && !bounded(nolimit));
+        assert!(bounded(Launch::QemuStatic) && !bounded(Launch::QemuNoLimit));
+    }
+
+    #[test]
+    fn a_budget_is_a_fraction_of_the_working_set_or_an_amount() {
+        assert_eq!(Budget::parse("0.75"), Ok(Budget::Fraction(0.75)));
+        assert_eq!(Budget::parse(" 1 "), Ok(Budget::Fraction(1.0)));
+        assert_eq!(Budget::parse("1G"), Ok(Budget::Bytes(1 << 30)));
+        for bad in ["0", "-1", "5", "x", "", "1Q", "16M"] {
+            assert!(Budget::parse(bad).is_err(), "{bad}");
+        }
+        let plan = ConsolidatePlan {
+            ns: vec![6],
+            scenarios: vec![Scenario::Mixed],
+            configs: Vec::new(),
+            reps: 1,
+            cores: 2,
+            budgets: vec![Budget::Fraction(0.5), Budget::Bytes(1 << 30)],
+            working_sets: vec![(Scenario::Mixed, 6, 1500 << 20)],
+            qemu_overhead: 0,
+            notes: Vec::new(),
+        };
+        let at = |sc, n, b| plan.budget_bytes(sc, n, b);
+        assert_eq!(
+            at(Scenario::Mixed, 6, Budget::Fraction(0.5)),
+            Some(750 << 20)
+        );
+        assert_eq!(at(Scenario::Mixed, 4, Budget::Fraction(0.5)), None);
+        assert_eq!(
+            at(Scenario::Mapreduce, 4, Budget::Bytes(1 << 30)),
+            Some(1 << 30)
+        );
+        assert!(plan.sizes_working_sets());
+        assert_eq!(
+            (
+                Budget::Fraction(0.75).label(),
+                Budget::Bytes(1 << 30).label()
+            ),
+            ("0.75".into(), "1024 MiB".into())
+        );
     }
 
     #[test]
@@ -483,14 +630,27 @@ mod tests {
     }
 
     #[test]
-    fn rss_over_the_budget_is_counted_in_samples_and_seconds() {
-        let s = rss_summary(&[(0.0, 5), (0.5, 12), (1.0, 11), (2.0, 9), (2.5, 20)], 10);
-        assert_eq!(s.peak, 20);
+    fn memory_over_the_budget_is_counted_in_samples_and_seconds() {
+        let at = |t, each: &[u64]| Sample {
+            t,
+            each: each.to_vec(),
+        };
+        let samples = [
+            at(0.0, &[5]),
+            at(0.5, &[6, 6]),
+            at(1.0, &[11]),
+            at(2.0, &[4, 5]),
+            at(2.5, &[13, 7]),
+        ];
+        let s = memory_summary(&samples, Some(10));
+        assert_eq!((s.peak, s.peak_each), (20, 13));
         assert_eq!(s.over_samples, 3);
         // 0.5..1.0 and 1.0..2.0 above; the last sample has no next one.
         assert!((s.over_secs - 1.5).abs() < 1e-9);
-        assert_eq!(rss_summary(&[], 10), RssSummary::default());
-        assert_eq!(rss_summary(&[(0.0, 10), (1.0, 10)], 10).over_samples, 0);
+        assert_eq!(memory_summary(&[], Some(10)), MemorySummary::default());
+        assert_eq!(memory_summary(&samples[..1], Some(5)).over_samples, 0);
+        let unbounded = memory_summary(&samples, None);
+        assert_eq!((unbounded.peak, unbounded.over_samples), (20, 0));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `memvisor bench consolidate` and `memvisor bench balance` (its `balance` scenario with
 //! HyperDealer2's configurations): the flags checked, the host set up (the bench lock, what an
 //! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
-//! overhead measured), then every scenario, number of VMs and configuration run (`run`), the
+//! overhead measured, each scenario's joint working set measured where a budget is a fraction
+//! of it), then every scenario, number of VMs, budget and configuration run (`run`), the
 //! outputs written after each run (`report`). The configurations and scenarios are in
 //! `experiment`.
 
@@ -15,7 +16,7 @@ use memvisor_api::HostSample;
 
 use crate::args::BenchArgs;
 use crate::harness::{choose, setup, Bench, Family};
-use experiment::{ConsolidatePlan, Launch, Scenario, MEM};
+use experiment::{Budget, ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU; with `balance`,
@@ -76,8 +77,22 @@ impl Family for Consolidate {
         let ns = match (args.vms.is_empty(), balance) {
             (false, _) => args.vms.clone(),
             (true, true) => vec![experiment::BALANCE_VMS],
-            (true, false) => vec![2, 4, 6],
+            (true, false) => vec![6],
         };
+        let mut budgets = Vec::new();
+        for b in &args.budget {
+            match Budget::parse(b) {
+                Ok(b) if !budgets.contains(&b) => budgets.push(b),
+                Ok(_) => {}
+                Err(e) => return Err(format!("--budget: {e}")),
+            }
+        }
+        if budgets.is_empty() {
+            budgets = match balance {
+                true => vec![Budget::Bytes(experiment::BUDGET)],
+                false => experiment::FRACTIONS.map(Budget::Fraction).to_vec(),
+            };
+        }
         if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
             return Err(format!("--vms {n}: give 1 to 16 VMs"));
         }
@@ -87,6 +102,8 @@ impl Family for Consolidate {
             configs,
             reps: args.reps.unwrap_or(1),
             cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            budgets,
+            working_sets: Vec::new(),
             qemu_overhead: 0,
             notes: Vec::new(),
         })
@@ -104,6 +121,16 @@ impl Family for Consolidate {
             let (overhead, note) = setup::qemu_overhead(&bench.exe, MEM)?;
             plan.qemu_overhead = overhead;
             plan.notes.push(note);
+        }
+        if plan.sizes_working_sets() {
+            plan.working_sets = run::size_working_sets(bench, &plan)?;
+            for &(sc, n, ws) in &plan.working_sets {
+                plan.notes.push(format!(
+                    "The joint working set of `{}` with {n} VMs: {} MiB, the summed PSS of QEMU's processes at its peak with no limit (one run before the others); a budget of 0.75 is three quarters of it.",
+                    sc.name(),
+                    ws >> 20
+                ));
+            }
         }
         let mut sink = Outputs { bench, plan: &plan };
         run::run(bench, &plan, &mut sink)

@@ -1,9 +1,10 @@
 //! The outputs of `memvisor bench consolidate`: `results.csv` (one row per VM and run),
-//! `runs.csv` (one row per run: its overlap and its VMMs' summed RSS against the budget),
-//! `rss.csv` (that sum every tick), `report.md` (each configuration's mean job time against N as
-//! a ratio to `qemu-nolimit`, the overlap, the RSS, what happened to each limited QEMU VM),
-//! `consolidate-SCENARIO.svg` and `rss-SCENARIO-nN.svg`, and per run of `memvisor host` each
-//! VM's allocation over time (`allocation.csv`, `allocation.svg`).
+//! `runs.csv` (one row per run: its overlap, its VMMs' summed and largest PSS against the
+//! budget), `pss.csv` (each VMM's PSS and their sum every tick), `report.md` (each
+//! configuration's mean job time at each N and budget as a ratio to `qemu-nolimit`, the
+//! overlap, the PSS, what happened to each limited QEMU VM), `consolidate-SCENARIO.svg` and
+//! `pss-SCENARIO-nN-bBUDGET.svg`, and per run of `memvisor host` each VM's allocation over time
+//! (`allocation.csv`, `allocation.svg`).
 
 use crate::report::numbers::{fixed, mean, median, mib_text, MIB};
 use std::collections::BTreeSet;
@@ -14,7 +15,7 @@ use memvisor_api::HostSample;
 use plotters::style::RED;
 
 use super::experiment::{
-    job, qemu_share, rss_summary, ConsolidatePlan, Launch, Scenario, BUDGET, INTERVAL, MEM,
+    bounded, job, memory_summary, Budget, ConsolidatePlan, Scenario, INTERVAL, MEM,
 };
 use super::run::{CgroupSeen, Record, RunTrace};
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
@@ -84,11 +85,26 @@ fn rep_means(mine: &[&Record]) -> Vec<f64> {
         .collect()
 }
 
-/// The [`Cell`] of `config` in `scenario` with `n` VMs, `None` if it has not run.
-pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Option<Cell> {
+/// Where in a scenario a run was: its number of VMs, and its budget (`None` for a configuration
+/// no budget holds).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct At {
+    pub scenario: Scenario,
+    pub n: u32,
+    pub budget: Option<Budget>,
+}
+
+impl At {
+    fn has(&self, scenario: Scenario, n: u32, budget: Option<Budget>) -> bool {
+        (self.scenario, self.n, self.budget) == (scenario, n, budget)
+    }
+}
+
+/// The [`Cell`] of `config` at `at`, `None` if it has not run.
+pub fn cell(records: &[Record], config: &str, at: At) -> Option<Cell> {
     let mine: Vec<&Record> = records
         .iter()
-        .filter(|r| r.config == config && r.scenario == scenario && r.n == n)
+        .filter(|r| r.config == config && at.has(r.scenario, r.n, r.budget))
         .collect();
     if mine.is_empty() {
         return None;
@@ -106,11 +122,34 @@ pub fn cell(records: &[Record], config: &str, scenario: Scenario, n: u32) -> Opt
 fn traces<'a>(
     runs: &'a [RunTrace],
     config: &'a str,
-    scenario: Scenario,
-    n: u32,
+    at: At,
 ) -> impl Iterator<Item = &'a RunTrace> + 'a {
-    let mine = move |r: &&RunTrace| r.config == config && r.scenario == scenario && r.n == n;
+    let mine =
+        move |r: &&RunTrace| r.config == config && at.has(r.scenario, r.n, r.budget.map(|b| b.0));
     runs.iter().filter(mine)
+}
+
+/// Where `config` ran in the row of `scenario` with `n` VMs and `budget`: at that budget, or
+/// without one if no budget holds it.
+fn at(shape: &ConsolidatePlan, config: &str, scenario: Scenario, n: u32, budget: Budget) -> At {
+    let held = shape
+        .configs
+        .iter()
+        .find(|(c, _)| *c == config)
+        .is_none_or(|&(_, kind)| bounded(kind));
+    At {
+        scenario,
+        n,
+        budget: held.then_some(budget),
+    }
+}
+
+/// A budget as a row names it: `0.75 (1134 MiB)`, or the amount.
+fn budget_label(shape: &ConsolidatePlan, scenario: Scenario, n: u32, b: Budget) -> String {
+    match (b, shape.budget_bytes(scenario, n, b)) {
+        (Budget::Fraction(_), Some(bytes)) => format!("{} ({} MiB)", b.label(), bytes >> 20),
+        _ => b.label(),
+    }
 }
 
 fn label(n: u32, cores: usize) -> String {
@@ -122,14 +161,23 @@ fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1e3)
 }
 
-/// A Markdown table with a row per N and a column per configuration, `cell(n, config)` its
-/// cells.
-fn by_n(shape: &ConsolidatePlan, cell: impl Fn(u32, &str) -> String) -> String {
+/// A Markdown table of `scenario` with a row per N and budget and a column per configuration,
+/// `cell(at, the row's budget, config)` its cells.
+fn by_row(
+    shape: &ConsolidatePlan,
+    scenario: Scenario,
+    cell: impl Fn(At, Budget, &str) -> String,
+) -> String {
     let configs = shape.configs.iter().map(|(c, _)| *c);
-    let mut t = Table::new(std::iter::once("VMs").chain(configs.clone()));
+    let mut t = Table::new(["VMs", "budget"].into_iter().chain(configs.clone()));
     for &n in &shape.ns {
-        let row = std::iter::once(label(n, shape.cores));
-        t.row(row.chain(configs.clone().map(|c| cell(n, c))).collect());
+        for &b in &shape.budgets {
+            let row = [label(n, shape.cores), budget_label(shape, scenario, n, b)];
+            let cells = configs
+                .clone()
+                .map(|c| cell(at(shape, c, scenario, n, b), b, c));
+            t.row(row.into_iter().chain(cells).collect());
+        }
     }
     t.markdown()
 }
@@ -143,7 +191,7 @@ pub fn write_outputs(
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    let mut csv = Table::new("config,scenario,vms,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note".split(','));
+    let mut csv = Table::new("config,scenario,vms,budget,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note".split(','));
     let f2 = |v: Option<f64>| fixed(v, 2);
     for r in records {
         let c = r.cgroup;
@@ -152,6 +200,7 @@ pub fn write_outputs(
             r.config,
             r.scenario.name(),
             r.n,
+            r.budget.map_or(String::new(), Budget::label),
             u8::from(r.pinned),
             r.rep,
             r.vm,
@@ -170,31 +219,38 @@ pub fn write_outputs(
         ]);
     }
     w("results.csv", &csv.csv())?;
-    let mut runs_csv = Table::new("config,scenario,vms,pinned,rep,wall_s,overlap,rss_peak_mib,budget_mib,rss_over_budget_s,rss_over_budget_samples,samples".split(','));
-    let mut rss_csv = Table::new("config,scenario,vms,rep,seconds,rss_bytes".split(','));
+    let mut runs_csv = Table::new("config,scenario,vms,budget,budget_mib,pinned,rep,wall_s,overlap,pss_peak_mib,pss_peak_vmm_mib,pss_over_budget_s,pss_over_budget_samples,samples".split(','));
+    let mut pss_csv = Table::new("config,scenario,vms,budget,rep,seconds,vmm,pss_bytes".split(','));
     for r in runs {
-        let s = rss_summary(&r.rss, BUDGET);
+        let limit = r.budget.map(|b| b.1);
+        let s = memory_summary(&r.memory, limit);
+        let budget = r.budget.map_or(String::new(), |b| b.0.label());
         runs_csv.row(crate::cells![
             r.config,
             r.scenario.name(),
             r.n,
+            budget,
+            limit.map_or(String::new(), |l| (l >> 20).to_string()),
             u8::from(r.pinned),
             r.rep,
             format!("{:.1}", r.wall_secs),
             fixed(r.overlap, 3),
             mib_text(s.peak, 0),
-            BUDGET >> 20,
+            mib_text(s.peak_each, 0),
             format!("{:.1}", s.over_secs),
             s.over_samples,
-            r.rss.len(),
+            r.memory.len(),
         ]);
-        for &(t, b) in &r.rss {
-            let (c, sc, t) = (&r.config, r.scenario.name(), format!("{t:.2}"));
-            rss_csv.row(crate::cells![c, sc, r.n, r.rep, t, b]);
+        for m in &r.memory {
+            let (c, sc, t) = (&r.config, r.scenario.name(), format!("{:.2}", m.t));
+            pss_csv.row(crate::cells![c, sc, r.n, budget, r.rep, t, "sum", m.sum()]);
+            for (k, b) in m.each.iter().enumerate() {
+                pss_csv.row(crate::cells![c, sc, r.n, budget, r.rep, t, k + 1, b]);
+            }
         }
     }
     w("runs.csv", &runs_csv.csv())?;
-    w("rss.csv", &rss_csv.csv())?;
+    w("pss.csv", &pss_csv.csv())?;
     w("report.md", &report(records, runs, shape))?;
     for &scenario in &shape.scenarios {
         let name = scenario.name();
@@ -205,9 +261,15 @@ pub fn write_outputs(
             scenario,
         )?;
         for &n in &shape.ns {
-            if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
-                let path = out.join(format!("rss-{name}-n{n}.svg"));
-                plot_rss(&path, runs, &shape.configs, scenario, n)?;
+            for &b in &shape.budgets {
+                let ran = |r: &RunTrace| r.scenario == scenario && r.n == n;
+                if runs
+                    .iter()
+                    .any(|r| ran(r) && r.budget.is_some_and(|rb| rb.0 == b))
+                {
+                    let path = out.join(pss_plot_name(scenario, n, b) + ".svg");
+                    plot_pss(&path, runs, shape, scenario, n, b)?;
+                }
             }
         }
     }
@@ -215,13 +277,24 @@ pub fn write_outputs(
 }
 
 fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> String {
-    let (mem, interval, budget, cores) =
-        (MEM >> 20, INTERVAL.as_millis(), BUDGET >> 20, shape.cores);
+    let (mem, interval, cores) = (MEM >> 20, INTERVAL.as_millis(), shape.cores);
+    let (fractions, amounts): (Vec<Budget>, Vec<Budget>) = shape
+        .budgets
+        .iter()
+        .partition(|b| matches!(b, Budget::Fraction(_)));
+    let list = |bs: &[Budget]| bs.iter().map(|b| b.label()).collect::<Vec<_>>().join(", ");
+    let mut budgets = Vec::new();
+    if !fractions.is_empty() {
+        budgets.push(format!("{} times the scenario's joint working set (what the VMs and their VMMs hold at the peak on QEMU with no limit, measured before the runs)", list(&fractions)));
+    }
+    if !amounts.is_empty() {
+        budgets.push(list(&amounts));
+    }
+    let budgets = budgets.join("; ");
     let mapreduce = job(Scenario::Mapreduce, 1).1;
     let (seqread, kv) = (job(Scenario::Mixed, 1).1, job(Scenario::Mixed, 3).1);
     let overhead = mib_text(shape.qemu_overhead, 0);
-    let share = qemu_share(BUDGET, 4, MEM, shape.qemu_overhead) >> 20;
-    let mut md = format!("# consolidate (VSwapper §5.2, Fig. 14's workload; VMs start 0.5 s apart, the paper's 10 s)\n\nN VMs of {mem} MiB, one vCPU each, started {interval} ms apart in a {budget} MiB budget, on {cores} cores; runs of at most {cores} VMs pin each VMM's threads to a core of its own. Scenario `mapreduce`: every VM runs `{mapreduce}`. Scenario `mixed`: VM 1, 4, ... `seqread {seqread}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {kv}`. `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {overhead} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM: {share} MiB at N = 4) set while it boots, deflate-on-OOM on, a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n");
+    let mut md = format!("# consolidate (VSwapper §5.2, Fig. 14's workload; VMs start 0.5 s apart, the paper's 10 s)\n\nN VMs of {mem} MiB, one vCPU each, started {interval} ms apart in budgets of {budgets}, on {cores} cores; runs of at most {cores} VMs pin each VMM's threads to a core of its own. Scenario `mapreduce`: every VM runs `{mapreduce}`. Scenario `mixed`: VM 1, 4, ... `seqread {seqread}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {kv}`. `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {overhead} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM) set while it boots, deflate-on-OOM on, a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n");
     if shape.scenarios.contains(&Scenario::Balance) {
         let _ = write!(
             md,
@@ -234,9 +307,10 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         let reference_name = scenario.reference();
         let _ = writeln!(md, "## scenario `{}`\n", scenario.name());
         let _ = writeln!(md, "Mean job time in seconds (the guests' own time for their job, mean over the N VMs that finished; median over repetitions, with min–max when there are several), and in brackets the ratio to `{reference_name}`; `n failed` counts VMs that did not finish.\n");
-        md.push_str(&by_n(shape, |n, c| {
-            let reference = cell(records, reference_name, scenario, n).and_then(|c| c.median);
-            let Some(cell) = cell(records, c, scenario, n) else {
+        md.push_str(&by_row(shape, scenario, |a, b, c| {
+            let reference_at = at(shape, reference_name, scenario, a.n, b);
+            let reference = cell(records, reference_name, reference_at).and_then(|c| c.median);
+            let Some(cell) = cell(records, c, a) else {
                 return "–".into();
             };
             let mut text = match cell.median {
@@ -262,43 +336,48 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
             "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
             scenario.name()
         );
-        md.push_str(&by_n(shape, |n, c| {
-            let o = traces(runs, c, scenario, n).filter_map(|r| r.overlap);
+        md.push_str(&by_row(shape, scenario, |a, _, c| {
+            let o = traces(runs, c, a).filter_map(|r| r.overlap);
             median(o.collect()).map_or("–".into(), |o| format!("{:.0} %", o * 100.0))
         }));
-        let _ = writeln!(
-            md,
-            "\nThe summed RSS of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), sampled every 200 ms, against the {} MiB budget: the highest sum in MiB over the repetitions, and **over** with the seconds it spent above the budget:\n",
-            BUDGET >> 20
-        );
-        md.push_str(&by_n(shape, |n, c| {
-            let mine: Vec<_> = traces(runs, c, scenario, n)
-                .map(|r| rss_summary(&r.rss, BUDGET))
+        md.push_str("\nThe memory of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), their PSS sampled every 200 ms, against the budget: the highest sum in MiB over the repetitions, the most any one VMM held in brackets, and **over** with the seconds the sum spent above the budget (for a configuration no budget holds, nothing is over):\n\n");
+        md.push_str(&by_row(shape, scenario, |a, _, c| {
+            let mine: Vec<_> = traces(runs, c, a)
+                .map(|r| memory_summary(&r.memory, r.budget.map(|b| b.1)))
                 .collect();
             let Some(peak) = mine.iter().map(|s| s.peak).max() else {
                 return "–".into();
             };
+            let each = mine.iter().map(|s| s.peak_each).max().unwrap_or(0);
+            let text = format!("{} ({})", mib_text(peak, 0), mib_text(each, 0));
             let over: f64 = mine.iter().map(|s| s.over_secs).sum();
-            if mine.iter().any(|s| s.over_samples > 0) {
-                format!("{} **over** {over:.1} s", mib_text(peak, 0))
-            } else {
-                mib_text(peak, 0)
+            match mine.iter().any(|s| s.over_samples > 0) {
+                true => format!("{text} **over** {over:.1} s"),
+                false => text,
             }
         }));
         for &n in &shape.ns {
-            if runs.iter().any(|r| r.scenario == scenario && r.n == n) {
-                let _ = writeln!(
-                    md,
-                    "\n![summed RSS, {0}, {n} VMs](rss-{0}-n{n}.png)",
-                    scenario.name()
-                );
+            for &b in &shape.budgets {
+                let ran = |r: &RunTrace| r.scenario == scenario && r.n == n;
+                if runs
+                    .iter()
+                    .any(|r| ran(r) && r.budget.is_some_and(|rb| rb.0 == b))
+                {
+                    let _ = writeln!(
+                        md,
+                        "\n![summed PSS, {}, {n} VMs, budget {}]({}.png)",
+                        scenario.name(),
+                        b.label(),
+                        pss_plot_name(scenario, n, b)
+                    );
+                }
             }
         }
         md.push_str("\nThe longest a single fault took to serve in any memvisor VM (its pager's `fault_latency.max_us`, over its last 16,384 faults), in ms, the most over the repetitions: a VM held up behind one fault shows here.\n\n");
-        md.push_str(&by_n(shape, |n, c| {
+        md.push_str(&by_row(shape, scenario, |a, _, c| {
             let mine = records
                 .iter()
-                .filter(|r| r.config == c && r.scenario == scenario && r.n == n);
+                .filter(|r| r.config == c && a.has(r.scenario, r.n, r.budget));
             mine.filter_map(|r| r.longest_fault_us)
                 .max()
                 .map_or("–".into(), ms)
@@ -308,12 +387,13 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
     let limited: Vec<&Record> = records.iter().filter(|r| r.cgroup.is_some()).collect();
     if !limited.is_empty() {
         md.push_str("## What happened to each `qemu-static` VM\n\nFrom its memory cgroup, last seen before QEMU ended (every 200 ms): the limit, its highest usage (`memory.max_usage_in_bytes`), `memory.failcnt` (times usage hit the limit), OOM kills (`oom_kill` of `memory.oom_control`) and the most of its memory in host swap at once (`swap` of `memory.stat`).\n\n");
-        let mut t = Table::new("scenario | VMs | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished".split(" | "));
+        let mut t = Table::new("scenario | VMs | budget | rep | VM | workload | limit MiB | peak usage MiB | failcnt | OOM kills | swap peak MiB | finished".split(" | "));
         for r in limited {
             let c = r.cgroup.unwrap_or_default();
             t.row(vec![
                 r.scenario.name().to_owned(),
                 r.n.to_string(),
+                r.budget.map_or(String::new(), Budget::label),
                 r.rep.to_string(),
                 r.vm.to_string(),
                 r.workload.to_owned(),
@@ -338,7 +418,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         }
         md.push('\n');
     }
-    md.push_str("memvisor's VMs run under `memvisor host` with its defaults (idle tax 0.75, a tick of 250 ms) and the bench's sampling period of 5 s. Every VM's console is under `logs/`; `results.csv` has each VM's job interval, `runs.csv` each run's overlap and RSS, `rss.csv` the sums.\n");
+    md.push_str("memvisor's VMs run under `memvisor host` with its defaults (idle tax 0.75, a tick of 250 ms) and the bench's sampling period of 5 s. Every VM's console is under `logs/`; `results.csv` has each VM's job interval, `runs.csv` each run's overlap and PSS, `pss.csv` each VMM's PSS and their sum every 200 ms.\n");
     md
 }
 
@@ -358,11 +438,17 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
     let reference = scenario.reference();
     md.push_str(&format!("\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n\n"));
     let configs = shape.configs.iter().map(|(c, _)| *c);
-    let mut t = Table::new(["VMs", "workload"].into_iter().chain(configs.clone()));
-    for &n in &shape.ns {
+    let head = ["VMs", "budget", "workload"].into_iter();
+    let mut t = Table::new(head.chain(configs.clone()));
+    for (&n, &b) in shape
+        .ns
+        .iter()
+        .flat_map(|n| shape.budgets.iter().map(move |b| (n, b)))
+    {
         for w in &workloads {
             let mine = |config: &str| -> Option<f64> {
-                let run = |r: &&Record| r.config == config && r.scenario == scenario && r.n == n;
+                let a = at(shape, config, scenario, n, b);
+                let run = |r: &&Record| r.config == config && a.has(r.scenario, r.n, r.budget);
                 let mine: Vec<&Record> = records
                     .iter()
                     .filter(run)
@@ -376,83 +462,135 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
                 (Some(m), _) => format!("{m:.1}"),
                 (None, _) => "–".into(),
             };
-            let row = [label(n, shape.cores), (*w).to_owned()].into_iter();
-            t.row(row.chain(configs.clone().map(cell)).collect());
+            let row = [
+                label(n, shape.cores),
+                budget_label(shape, scenario, n, b),
+                (*w).to_owned(),
+            ];
+            t.row(row.into_iter().chain(configs.clone().map(cell)).collect());
         }
     }
     md.push_str(&t.markdown());
 }
 
+/// Each configuration's mean job time (median over repetitions): against the budget (in MiB)
+/// when several are swept, one line per configuration and N, otherwise against N.
 fn plot(
     path: &Path,
     records: &[Record],
     shape: &ConsolidatePlan,
     scenario: Scenario,
 ) -> Result<(), String> {
-    let lines: Vec<Line> = shape
-        .configs
-        .iter()
-        .enumerate()
-        .map(|(i, (c, _))| {
-            let at = shape.ns.iter();
-            let pts = at.filter_map(|&n| {
-                cell(records, c, scenario, n)?
-                    .median
-                    .map(|m| (f64::from(n), m))
+    let by_budget = shape.budgets.len() > 1;
+    let series: Vec<(String, Vec<(u32, Budget)>)> = match by_budget {
+        true => shape
+            .ns
+            .iter()
+            .map(|&n| (n, shape.budgets.iter().map(move |&b| (n, b)).collect()))
+            .map(|(n, at)| {
+                (
+                    if shape.ns.len() > 1 {
+                        format!(", {n} VMs")
+                    } else {
+                        String::new()
+                    },
+                    at,
+                )
+            })
+            .collect(),
+        false => {
+            let b = shape
+                .budgets
+                .first()
+                .copied()
+                .unwrap_or(Budget::Fraction(1.0));
+            vec![(String::new(), shape.ns.iter().map(|&n| (n, b)).collect())]
+        }
+    };
+    let x = |n: u32, b: Budget| match by_budget {
+        true => shape
+            .budget_bytes(scenario, n, b)
+            .map(|bytes| bytes as f64 / MIB),
+        false => Some(f64::from(n)),
+    };
+    let mut lines = Vec::new();
+    for (c, _) in &shape.configs {
+        for (suffix, points) in &series {
+            let pts = points.iter().filter_map(|&(n, b)| {
+                let m = cell(records, c, at(shape, c, scenario, n, b))?.median?;
+                Some((x(n, b)?, m))
             });
-            Line::new(*c, color(i), 2, pts.collect()).marked()
-        })
-        .collect();
+            let i = lines.len();
+            lines.push(Line::new(format!("{c}{suffix}"), color(i), 2, pts.collect()).marked());
+        }
+    }
     let top = ys(&lines).fold(1.0f64, f64::max);
-    let right = shape.ns.iter().copied().max().unwrap_or(1);
+    let right = xs(&lines).fold(1.0f64, f64::max);
+    let (what, unit) = match by_budget {
+        true => ("the budget", "budget, MiB"),
+        false => ("VMs", "VMs"),
+    };
     let panel = Panel {
         lines,
         legend: Legend::UpperLeft,
         ..Panel::new(
             format!(
-                "consolidate, {}: mean job time against VMs",
+                "consolidate, {}: mean job time against {what}",
                 scenario.name()
             ),
-            "VMs",
+            unit,
             "seconds",
-            Axis::linear(0.0, f64::from(right + 1)),
+            Axis::linear(0.0, right * 1.1 + 1.0),
             Axis::linear(0.0, top * 1.15),
         )
     };
     Figure::one((800, 500), panel).write(path)
 }
 
-/// Each configuration's summed VMM RSS over its first repetition's run, with the budget.
-fn plot_rss(
+/// The file name (without its extension) of the PSS plot of `scenario` with `n` VMs and `budget`.
+fn pss_plot_name(scenario: Scenario, n: u32, budget: Budget) -> String {
+    let b = budget.label().replace(' ', "").to_lowercase();
+    format!("pss-{}-n{n}-b{b}", scenario.name())
+}
+
+/// Each configuration's summed VMM PSS over its first repetition's run at `budget` (and the
+/// configurations no budget holds), with the budget dashed.
+fn plot_pss(
     path: &Path,
     runs: &[RunTrace],
-    configs: &[(&'static str, Launch)],
+    shape: &ConsolidatePlan,
     scenario: Scenario,
     n: u32,
+    budget: Budget,
 ) -> Result<(), String> {
-    let mut lines: Vec<Line> = configs
+    let mut lines: Vec<Line> = shape
+        .configs
         .iter()
-        .filter_map(|(c, _)| traces(runs, c, scenario, n).next().map(|r| (c, r)))
+        .filter_map(|(c, _)| {
+            let r = traces(runs, c, at(shape, c, scenario, n, budget)).next()?;
+            Some((c, r))
+        })
         .enumerate()
         .map(|(i, (c, r))| {
-            let pts = r.rss.iter().map(|&(t, b)| (t, b as f64 / MIB));
+            let pts = r.memory.iter().map(|m| (m.t, m.sum() as f64 / MIB));
             Line::new(*c, color(i), 2, pts.collect())
         })
         .collect();
     let end = xs(&lines).fold(1.0f64, f64::max);
-    let budget = BUDGET as f64 / MIB;
-    let top = ys(&lines).fold(budget, f64::max) * 1.1;
+    let limit = shape.budget_bytes(scenario, n, budget).unwrap_or(0) as f64 / MIB;
+    let top = ys(&lines).fold(limit, f64::max) * 1.1;
     lines.insert(
         0,
-        Line::new("", RED, 2, vec![(0.0, budget), (end, budget)]).dashed(),
+        Line::new("", RED, 2, vec![(0.0, limit), (end, limit)]).dashed(),
     );
     let panel = Panel {
         lines,
         legend: Legend::LowerRight,
         ..Panel::new(
             format!(
-                "summed VMM RSS, {}, {n} VMs (budget dashed)",
-                scenario.name()
+                "summed VMM PSS, {}, {n} VMs, budget {} (dashed)",
+                scenario.name(),
+                budget_label(shape, scenario, n, budget)
             ),
             "seconds",
             "MiB",
@@ -466,13 +604,16 @@ fn plot_rss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::families::consolidate::experiment::{CONFIGS, REFERENCE};
+    use crate::families::consolidate::experiment::{Sample, CONFIGS, REFERENCE};
+
+    const B: Budget = Budget::Fraction(0.75);
 
     fn rec(config: &str, n: u32, rep: u32, secs: Option<f64>) -> Record {
         Record {
             config: config.into(),
             scenario: Scenario::Mapreduce,
             n,
+            budget: (config != REFERENCE).then_some(B),
             pinned: false,
             rep,
             vm: 1,
@@ -498,21 +639,32 @@ mod tests {
             scenarios: vec![sc],
             reps: 1,
             cores,
+            budgets: vec![B],
+            working_sets: vec![(sc, n, 1000 << 20)],
             qemu_overhead: qemu,
             notes: Vec::new(),
         }
     }
 
-    fn trace(config: &str, n: u32, rss: Vec<(f64, u64)>) -> RunTrace {
+    /// A run of `config` whose VMMs held `memory` (seconds, each VMM's PSS), at [`B`] of a
+    /// 1000 MiB working set.
+    fn trace(config: &str, n: u32, memory: &[(f64, &[u64])]) -> RunTrace {
         RunTrace {
             config: config.into(),
             scenario: Scenario::Mapreduce,
             n,
+            budget: (config != REFERENCE).then_some((B, 750 << 20)),
             pinned: false,
             rep: 1,
             wall_secs: 3.0,
             overlap: Some(0.8),
-            rss,
+            memory: memory
+                .iter()
+                .map(|&(t, each)| Sample {
+                    t,
+                    each: each.to_vec(),
+                })
+                .collect(),
         }
     }
 
@@ -525,10 +677,16 @@ mod tests {
             rec("pager", 4, 3, Some(11.0)),
             rec("pager", 4, 3, None),
         ];
-        let c = cell(&records, "pager", Scenario::Mapreduce, 4).unwrap();
+        let at = |scenario, budget| At {
+            scenario,
+            n: 4,
+            budget,
+        };
+        let c = cell(&records, "pager", at(Scenario::Mapreduce, Some(B))).unwrap();
         assert_eq!(c.median, Some(12.0));
         assert_eq!((c.min, c.max, c.reps, c.failed), (11.0, 30.0, 3, 1));
-        assert_eq!(cell(&records, "pager", Scenario::Mixed, 4), None);
+        assert_eq!(cell(&records, "pager", at(Scenario::Mixed, Some(B))), None);
+        assert_eq!(cell(&records, "pager", at(Scenario::Mapreduce, None)), None);
     }
 
     /// `balance`'s ratios are to ballooning, and each workload has its own row, the median of
@@ -554,16 +712,16 @@ mod tests {
         let md = report(&records, &[], &shape);
         for want in [
             "ratio to `vswapper-balloon`",
-            "| 2 | 31.0 [30.0–32.0] | 21.0 [20.5–21.5] (0.68x) |",
-            "| 2 | gcchurn | 42.0 | 21.0 (0.50x) |",
-            "| 2 | kv | 20.0 | 21.0 (1.05x) |",
+            "| 2 | 0.75 (750 MiB) | 31.0 [30.0–32.0] | 21.0 [20.5–21.5] (0.68x) |",
+            "| 2 | 0.75 (750 MiB) | gcchurn | 42.0 | 21.0 (0.50x) |",
+            "| 2 | 0.75 (750 MiB) | kv | 20.0 | 21.0 (1.05x) |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
     }
 
     #[test]
-    fn ratios_failures_rss_and_cgroups_reach_the_report() {
+    fn ratios_failures_memory_and_cgroups_reach_the_report() {
         let dir = tempfile::tempdir().unwrap();
         let mut records = vec![
             rec("qemu-nolimit", 4, 1, Some(10.0)),
@@ -582,24 +740,27 @@ mod tests {
         records[4].note = "exited with signal 9".into();
         records[2].longest_fault_us = Some(1_500);
         records[3].longest_fault_us = Some(10_001_663);
+        let mib = |m: &[u64]| m.iter().map(|m| m << 20).collect::<Vec<u64>>();
+        let (a, b, c, d) = (
+            mib(&[300, 400]),
+            mib(&[500, 400]),
+            mib(&[370, 370]),
+            mib(&[1300]),
+        );
         let runs = vec![
-            trace(
-                "pager",
-                4,
-                vec![(0.0, 900 << 20), (0.2, 1100 << 20), (0.4, 1000 << 20)],
-            ),
-            trace("qemu-nolimit", 4, vec![(0.0, 1300 << 20)]),
+            trace("pager", 4, &[(0.0, &a), (0.2, &b), (0.4, &c)]),
+            trace(REFERENCE, 4, &[(0.0, &d)]),
         ];
         let configs = ["pager", "qemu-static", REFERENCE];
         let shape = plan(&configs, Scenario::Mapreduce, 4, 2, 30 << 20);
         write_outputs(dir.path(), &records, &runs, &shape).unwrap();
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
         for want in [
-            "| 4 | 22.0 (2.00x), 1 failed | none finished, 1 failed | 11.0 |",
-            "| 4 | 80 % | – | 80 % |",
-            "| 4 | 1100 **over** 0.2 s | – | 1300 **over** 0.0 s |",
-            "| mapreduce | 4 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |",
-            "| 4 | 10001.7 | – | – |",
+            "| 4 | 0.75 (750 MiB) | 22.0 (2.00x), 1 failed | none finished, 1 failed | 11.0 |",
+            "| 4 | 0.75 (750 MiB) | 80 % | – | 80 % |",
+            "| 4 | 0.75 (750 MiB) | 900 (500) **over** 0.2 s | – | 1300 (1300) |",
+            "| mapreduce | 4 | 0.75 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |",
+            "| 4 | 0.75 (750 MiB) | 10001.7 | – | – |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
@@ -608,10 +769,19 @@ mod tests {
         assert!(csv.contains(",1.5,\n"), "{csv}");
         let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
         assert!(
-            runs_csv.contains("pager,mapreduce,4,0,1,3.0,0.800,1100,1024,0.2,1,3"),
+            runs_csv.contains("pager,mapreduce,4,0.75,750,0,1,3.0,0.800,900,500,0.2,1,3"),
             "{runs_csv}"
         );
         assert!(dir.path().join("consolidate-mapreduce.svg").exists());
-        assert!(dir.path().join("rss-mapreduce-n4.svg").exists());
+        assert!(dir.path().join("pss-mapreduce-n4-b0.75.svg").exists());
+        let pss = std::fs::read_to_string(dir.path().join("pss.csv")).unwrap();
+        assert!(
+            pss.contains("pager,mapreduce,4,0.75,1,0.20,sum,943718400\n"),
+            "{pss}"
+        );
+        assert!(
+            pss.contains("pager,mapreduce,4,0.75,1,0.20,1,524288000\n"),
+            "{pss}"
+        );
     }
 }

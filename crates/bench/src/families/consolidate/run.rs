@@ -1,10 +1,11 @@
 //! `memvisor bench consolidate`'s runs: N VMs started [`INTERVAL`] apart under `memvisor host`
 //! (one VM a configuration's way, [`spec`]) or as QEMU processes (a static balloon and a memory
 //! cgroup, or no limit), watched every [`TICK`] until all have ended ([`FleetMonitor`]): when each job
-//! ended, the summed resident memory of every VMM process, each QEMU cgroup's failures, OOM kills
+//! ended, each VMM process's PSS, each QEMU cgroup's failures, OOM kills
 //! and swap, and (with N <= the cores) every VMM's threads pinned to a core of their own. What
-//! was measured is handed to a [`Sink`] after each run. The configurations and scenarios are in
-//! `experiment`.
+//! was measured is handed to a [`Sink`] after each run. Budgets that are fractions of a scenario's
+//! joint working set are sized first ([`size_working_sets`]). The configurations and scenarios
+//! are in `experiment`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,9 +15,9 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 use memvisor_host::VmmFiles;
 
 use super::experiment::{
-    disk, host_budget, job, job_secs, overlap_fraction, own_disk, qemu_share, rss_summary, spec,
-    ConsolidatePlan, HostLaunch, Launch, Scenario, BALANCE_DISK_MB, BALANCE_FILES, BUDGET,
-    INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    bounded, disk, host_budget, job, job_secs, memory_summary, overlap_fraction, own_disk,
+    qemu_share, spec, Budget, ConsolidatePlan, HostLaunch, Launch, Sample, Scenario,
+    BALANCE_DISK_MB, BALANCE_FILES, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 use crate::harness::child::Reaped;
 use crate::harness::guest::read_final_stats;
@@ -56,6 +57,8 @@ pub struct Record {
     pub config: String,
     pub scenario: Scenario,
     pub n: u32,
+    /// The budget its run had; `None` for a configuration no budget holds.
+    pub budget: Option<Budget>,
     pub pinned: bool,
     pub rep: u32,
     pub vm: u32,
@@ -80,14 +83,16 @@ pub struct RunTrace {
     pub config: String,
     pub scenario: Scenario,
     pub n: u32,
+    /// The budget, and what it came to in bytes; `None` for a configuration no budget holds.
+    pub budget: Option<(Budget, u64)>,
     pub pinned: bool,
     pub rep: u32,
     /// From the first VM's start to the last one's end.
     pub wall_secs: f64,
     /// The fraction of the run during which all N jobs ran.
     pub overlap: Option<f64>,
-    /// (seconds, summed RSS of every VMM process), every [`TICK`].
-    pub rss: Vec<(f64, u64)>,
+    /// Each VMM process's PSS, every [`TICK`].
+    pub memory: Vec<Sample>,
 }
 
 /// One run to do.
@@ -97,12 +102,27 @@ struct RunCase {
     scenario: Scenario,
     n: u32,
     pinned: Option<usize>,
+    /// The budget in bytes; `None` for a configuration no budget holds.
+    limit: Option<u64>,
 }
 
-/// Runs every scenario, N and configuration, repetitions interleaved (the configurations
-/// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
-/// are in the bench's `work` directory.
-pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<(), String> {
+/// A configuration at one budget (`None`: one that no budget holds, run once).
+type AtBudget = ((&'static str, Launch), Option<Budget>);
+
+/// Every configuration at every budget of `s`, but each one that no budget holds once.
+fn at_budgets(s: &ConsolidatePlan) -> Vec<AtBudget> {
+    let mut out = Vec::new();
+    for &c in &s.configs {
+        match bounded(c.1) {
+            true => out.extend(s.budgets.iter().map(|&b| (c, Some(b)))),
+            false => out.push((c, None)),
+        }
+    }
+    out
+}
+
+/// Makes the disk images `s`'s scenarios read, unless they are there.
+fn make_disks(bench: &Bench, s: &ConsolidatePlan) -> Result<(), String> {
     let work = &bench.work;
     let (src, balance) = (work.join("src.img"), work.join("balance.img"));
     if s.scenarios.iter().any(|sc| !sc.own_disks()) {
@@ -111,6 +131,62 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
     if s.scenarios.iter().any(|sc| sc.own_disks()) {
         mkdisk_once(&bench.exe, &balance, BALANCE_DISK_MB, BALANCE_FILES)?;
     }
+    Ok(())
+}
+
+/// Measures the joint working set of every scenario and N of `s`: the VMs run once on QEMU with
+/// no limit, and the most their processes held together (summed PSS) is what they need with
+/// nothing in their way, their VMMs' own memory included.
+pub fn size_working_sets(
+    bench: &Bench,
+    s: &ConsolidatePlan,
+) -> Result<Vec<(Scenario, u32, u64)>, String> {
+    make_disks(bench, s)?;
+    let mut out = Vec::new();
+    for &scenario in &s.scenarios {
+        for &n in &s.ns {
+            let dir = bench
+                .out
+                .join("logs")
+                .join(format!("size-{}-n{n}", scenario.name()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            fresh_disks(&bench.work, scenario, n)?;
+            let case = RunCase {
+                kind: Launch::QemuNoLimit,
+                scenario,
+                n,
+                pinned: (n as usize <= s.cores).then_some(s.cores),
+                limit: None,
+            };
+            let what = format!("{} with {n} VMs", scenario.name());
+            eprintln!("memvisor bench: measuring the joint working set of {what} (QEMU, no limit)");
+            let (vms, watch) = run_qemu(bench, s, &case, &bench.work, &dir)?;
+            if let Some((i, v)) = vms.iter().enumerate().find(|(_, v)| !v.ok) {
+                let why = &v.note;
+                return Err(format!(
+                    "measuring the joint working set of {what}: vm{} did not finish ({why}); see {}",
+                    i + 1,
+                    dir.display()
+                ));
+            }
+            let peak = memory_summary(&watch.memory, None).peak;
+            eprintln!(
+                "memvisor bench: the joint working set of {what}: {} MiB",
+                peak >> 20
+            );
+            out.push((scenario, n, peak));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every scenario, N and configuration, repetitions interleaved (the configurations
+/// in `order::of_rep`'s order); hands the records to `sink` after each run. The disk images
+/// are in the bench's `work` directory.
+pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<(), String> {
+    let work = &bench.work;
+    make_disks(bench, s)?;
     let (mut records, mut traces) = (Vec::new(), Vec::new());
     let cells = |_| {
         let each = s
@@ -119,20 +195,34 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             .map(|&sc| s.ns.iter().map(move |&n| (sc, n)));
         each.flatten().collect::<Vec<_>>()
     };
-    let what =
-        |&(sc, n): &(Scenario, u32), c: &(&str, Launch)| format!("{} {} {n} VMs", c.0, sc.name());
-    interleave("consolidate", s.reps, cells, &s.configs, what, |t| {
-        let ((scenario, n), (name, kind), rep) = (*t.cell, *t.config, t.rep);
+    let what = |&(sc, n): &(Scenario, u32), (c, b): &AtBudget| {
+        let budget = b.map_or(String::new(), |b| format!(", budget {}", b.label()));
+        format!("{} {} {n} VMs{budget}", c.0, sc.name())
+    };
+    interleave("consolidate", s.reps, cells, &at_budgets(s), what, |t| {
+        let ((scenario, n), ((name, kind), budget), rep) = (*t.cell, *t.config, t.rep);
         let pinned = (n as usize <= s.cores).then_some(s.cores);
+        let bytes = |b| {
+            let sc = scenario.name();
+            let no = || format!("no joint working set measured for {sc} with {n} VMs");
+            s.budget_bytes(scenario, n, b).ok_or_else(no)
+        };
+        let budget = budget.map(|b| bytes(b).map(|by| (b, by))).transpose()?;
+        let limit = budget.map(|b| b.1);
         let plan = RunCase {
             kind,
             scenario,
             n,
             pinned,
+            limit,
         };
         let tag = format!(
-            "{name}-{}-n{n}{}-rep{rep}",
+            "{name}-{}-n{n}{}{}-rep{rep}",
             scenario.name(),
+            budget.map_or(String::new(), |b| format!(
+                "-b{}",
+                b.0.label().replace(' ', "")
+            )),
             if pinned.is_some() { "-pinned" } else { "" }
         );
         let dir = bench.out.join("logs").join(&tag);
@@ -167,6 +257,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
                 config: name.to_owned(),
                 scenario,
                 n,
+                budget: budget.map(|b| b.0),
                 pinned: pinned.is_some(),
                 rep,
                 vm,
@@ -183,11 +274,12 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             config: name.to_owned(),
             scenario,
             n,
+            budget,
             pinned: pinned.is_some(),
             rep,
             wall_secs: watch.t0.elapsed().as_secs_f64(),
             overlap: overlap_fraction(&intervals),
-            rss: watch.rss,
+            memory: watch.memory,
         };
         let all_at_once = |o: f64| format!("{:.0} % of the run", o * 100.0);
         let overlap = trace
@@ -197,13 +289,13 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             "{tag}: {:.0} s, all {n} jobs at once for {overlap}",
             trace.wall_secs
         ));
-        let rss = rss_summary(&trace.rss, BUDGET);
-        if matches!(kind, Launch::Host(HostLaunch { nolimit: false, .. })) && rss.over_samples > 0 {
+        let mem = memory_summary(&trace.memory, limit);
+        if let Some(limit) = limit.filter(|_| mem.over_samples > 0) {
             t.say(&format!(
-                "{tag}: the VMMs' summed RSS was above the {} MiB budget for {:.1} s (peak {} MiB)",
-                BUDGET >> 20,
-                rss.over_secs,
-                rss.peak >> 20
+                "{tag}: the VMMs' summed PSS was above the {} MiB budget for {:.1} s (peak {} MiB)",
+                limit >> 20,
+                mem.over_secs,
+                mem.peak >> 20
             ));
         }
         traces.push(trace);
@@ -254,7 +346,7 @@ struct FleetMonitor {
     ends: Vec<Option<f64>>,
     /// Pin VMM k to CPU k mod this.
     pinned: Option<usize>,
-    rss: Vec<(f64, u64)>,
+    memory: Vec<Sample>,
     /// Each QEMU VM's cgroup and what it last said.
     cgroups: Vec<Option<(PathBuf, CgroupSeen)>>,
 }
@@ -267,12 +359,12 @@ impl FleetMonitor {
             ends: vec![None; logs.len()],
             logs,
             pinned,
-            rss: Vec::new(),
+            memory: Vec::new(),
             cgroups: Vec::new(),
         }
     }
 
-    /// One look: jobs that ended, the VMMs' summed RSS (`vmms` in VM order), pinning, cgroups.
+    /// One look: jobs that ended, each VMM's PSS (`vmms` in VM order), pinning, cgroups.
     fn tick(&mut self, vmms: &[u32]) {
         let now = self.t0.elapsed().as_secs_f64();
         for (i, log) in self.logs.iter().enumerate() {
@@ -285,14 +377,14 @@ impl FleetMonitor {
                 }
             }
         }
-        let mut sum = 0;
+        let mut each = Vec::with_capacity(vmms.len());
         for (k, &pid) in vmms.iter().enumerate() {
-            sum += readings::rss(pid).unwrap_or(0);
+            each.push(memvisor_host::pss(&format!("/proc/{pid}/smaps_rollup")).unwrap_or(0));
             if let Some(cores) = self.pinned {
                 readings::pin(pid, k % cores.max(1));
             }
         }
-        self.rss.push((now, sum));
+        self.memory.push(Sample { t: now, each });
         for (dir, seen) in self.cgroups.iter_mut().flatten() {
             if let Some(c) = readings::cgroup_state(dir) {
                 seen.limit = c.limit;
@@ -324,7 +416,8 @@ fn run_host(
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, FleetMonitor), String> {
     let hd2 = matches!(plan.kind, Launch::Host(HostLaunch { hd2: Some(_), .. }));
-    let (host, sock) = start_host(exe, dir, host_budget(plan.kind, plan.n), hd2)?;
+    let budget = host_budget(plan.kind, plan.n, plan.limit.unwrap_or(0));
+    let (host, sock) = start_host(exe, dir, budget, hd2)?;
     let host_pid = host.0.id();
     let vmms = || readings::vmms(host_pid);
     let logs = (1..=plan.n)
@@ -419,7 +512,7 @@ fn run_qemu(
     dir: &Path,
 ) -> Result<(Vec<Outcome>, FleetMonitor), String> {
     let limited = plan.kind == Launch::QemuStatic;
-    let share = qemu_share(BUDGET, plan.n, MEM, s.qemu_overhead);
+    let share = qemu_share(plan.limit.unwrap_or(u64::MAX), plan.n, MEM, s.qemu_overhead);
     let logs = (1..=plan.n)
         .map(|i| dir.join(format!("vm{i}.log")))
         .collect();
