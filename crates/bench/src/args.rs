@@ -13,15 +13,8 @@ pub enum Scale {
 /// `memvisor bench` flags.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The experiment: seqread (VSwapper Fig. 9a, 9d), alloc (Fig. 10), overhead (no limit),
-    /// workingset (ESX Fig. 6), recovery (MemFlex Fig. 5(c): YCSB Read throughput, with each
-    /// second's read p99 in results.csv), doublepaging (Tesseract §6.1's set-up at one point),
-    /// shares (ESX §5.1 on memvisor host), idletax (ESX §5.2, Fig. 7), consolidate (VSwapper Fig.
-    /// 14's workload, VMs 0.5 s apart where the paper's are 10 s), swapin (MemFlex Table 1's
-    /// totals, Fig. 7a), reclaimdelay (HyperDealer2 Table 2; Fig. 11 with 1-4 one-vCPU
-    /// victims), dwell (HyperDealer2 Fig. 14), balance (HyperDealer2 Table 4's scenario at 6
-    /// VMs), sharing (ESX Fig. 4, with the guest timing probe), zeroboot (ESX §6.3) or
-    /// confinement (the seccomp filters' and the jail's cost).
+    /// The experiment (its list, with what each reproduces, is in `--help`).
+    #[arg(long_help = crate::families::figures::help())]
     pub experiment: String,
     /// Repetitions of every configuration, interleaved (default 3; 7 for confinement; 2 for
     /// recovery and swapin; 1 for workingset, shares, idletax, consolidate and balance).

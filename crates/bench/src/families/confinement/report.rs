@@ -114,7 +114,7 @@ pub fn markdown(
     load: (String, String),
     env: &[(String, String)],
 ) -> String {
-    let mut s = String::from("# memvisor bench confinement\n\n");
+    let mut s = crate::families::figures::heading("confinement");
     let _ = writeln!(
         s,
         "What confining the VMM costs where it falls: the seccomp filters on the round trip of a guest exit (a port write the vCPU thread returns from `KVM_RUN` for) and of a pager fault (a first touch the pager's fault thread serves through the userfaultfd), each against `--seccomp off`; and jailed and filtered against unconfined on `bench overhead`'s `kv`. Guest RAM {} MiB, the pager's limit equal to it. {} repetition(s), the configurations interleaved. Each ratio is a repetition's confined value over its twin's in the same repetition; below 1 the confined run was faster. The noise is the unconfined side's own spread across repetitions, (max − min) / min.\n",

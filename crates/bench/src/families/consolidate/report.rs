@@ -294,7 +294,12 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
     let mapreduce = job(Scenario::Mapreduce, 1).1;
     let (seqread, kv) = (job(Scenario::Mixed, 1).1, job(Scenario::Mixed, 3).1);
     let overhead = mib_text(shape.qemu_overhead, 0);
-    let mut md = format!("# consolidate (VSwapper §5.2, Fig. 14's workload; VMs start 0.5 s apart, the paper's 10 s)\n\nN VMs of {mem} MiB, one vCPU each, started {interval} ms apart in budgets of {budgets}, on {cores} cores; runs of at most {cores} VMs pin each VMM's threads to a core of its own. Scenario `mapreduce`: every VM runs `{mapreduce}`. Scenario `mixed`: VM 1, 4, ... `seqread {seqread}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {kv}`. `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {overhead} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM) set while it boots, deflate-on-OOM on, a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n");
+    let name = match shape.scenarios.as_slice() {
+        [Scenario::Balance] => "balance",
+        _ => "consolidate",
+    };
+    let mut md = crate::families::figures::heading(name);
+    let _ = write!(md, "N VMs of {mem} MiB, one vCPU each, started {interval} ms apart in budgets of {budgets}, on {cores} cores; runs of at most {cores} VMs pin each VMM's threads to a core of its own. Scenario `mapreduce`: every VM runs `{mapreduce}`. Scenario `mixed`: VM 1, 4, ... `seqread {seqread}`, VM 2, 5, ... `mapreduce`, VM 3, 6, ... `kv {kv}`. `qemu-static`: QEMU, a balloon at the VM's share (the budget / N less QEMU's measured overhead of {overhead} MiB, so that QEMU is charged its overhead in the budget as memvisor is; at most its RAM) set while it boots, deflate-on-OOM on, a memory cgroup v1 at the share plus QEMU's overhead plus the launcher's RSS and 16 MiB, host swap on. `qemu-nolimit`: QEMU with no balloon and no limit.\n\n");
     if shape.scenarios.contains(&Scenario::Balance) {
         let _ = write!(
             md,

@@ -84,7 +84,7 @@ fn bucket(i: usize) -> String {
 /// `report.md`.
 pub fn markdown(setup: &DwellPlan, points: &[DwellRun], env: &[(String, String)]) -> String {
     let z = &setup.sizes;
-    let mut s = String::from("# memvisor bench dwell\n\n");
+    let mut s = crate::families::figures::heading("dwell");
     let Sizes {
         files,
         file_mb,

@@ -1,12 +1,9 @@
-//! The host experiments by name: [`NAMES`] and [`find`], over their data files.
+//! The host experiments by name ([`find`]), over their data files.
 
 use crate::args::Scale;
 
 use super::experiment::HostExperiment;
 use super::{idletax, shares};
-
-/// The host experiments.
-pub const NAMES: &[&str] = &["shares", "idletax"];
 
 /// The host experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<HostExperiment> {

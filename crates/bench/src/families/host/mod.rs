@@ -66,17 +66,16 @@ impl Family for Host {
 mod tests {
     use super::*;
     use crate::args::Scale;
-    use catalog::NAMES;
     use experiment::{budget_for, config_text, Goal};
     use memvisor_api::VmSpec;
     use std::path::Path;
 
     #[test]
     fn every_host_experiment_is_consistent() {
-        for name in NAMES {
+        for name in crate::families::figures::of(crate::families::figures::Family::Host) {
             for scale in [Scale::Full, Scale::Tiny] {
                 let e = find(name, scale).unwrap();
-                assert_eq!(e.name, *name);
+                assert_eq!(e.name, name);
                 let names: Vec<&str> = e.vms.iter().map(|v| v.spec.name.as_str()).collect();
                 match e.goal {
                     Goal::Shares { big, small, ratio } => {

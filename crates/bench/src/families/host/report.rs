@@ -98,7 +98,7 @@ fn yes(b: bool) -> &'static str {
 /// `report.md`.
 pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# memvisor bench {}\n", e.name);
+    s.push_str(&crate::families::figures::heading(e.name));
     let _ = writeln!(s, "{}.\n", e.about);
     let _ = writeln!(
         s,
@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_csv_has_every_column_in_every_row_and_the_report_and_plot_are_written() {
-        for name in crate::families::host::catalog::NAMES {
+        for name in crate::families::figures::of(crate::families::figures::Family::Host) {
             let e = crate::families::host::catalog::find(name, crate::args::Scale::Full).unwrap();
             let run = match e.goal {
                 Goal::Shares { .. } => shares_run(),

@@ -1,19 +1,9 @@
-//! The experiments of phases by name: [`NAMES`] and [`find`], over their data files.
+//! The experiments of phases by name ([`find`]), over their data files.
 
 use crate::args::Scale;
 
 use super::experiment::Experiment;
 use super::{alloc, doublepaging, overhead, recovery, seqread, workingset};
-
-/// Names of the experiments, for error messages.
-pub const NAMES: &[&str] = &[
-    "seqread",
-    "alloc",
-    "overhead",
-    "workingset",
-    "recovery",
-    "doublepaging",
-];
 
 /// The experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<Experiment> {

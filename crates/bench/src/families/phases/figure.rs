@@ -89,12 +89,13 @@ fn panel(title: String, y_desc: &str, phases: &[String], lines: Vec<Line>, log: 
 
 #[cfg(test)]
 mod tests {
-    use crate::families::phases::catalog::{find, NAMES};
+    use crate::families::figures::{of, Family};
+    use crate::families::phases::catalog::find;
     use crate::report::figure::color;
 
     #[test]
     fn every_default_configuration_gets_its_own_colour() {
-        for name in NAMES {
+        for name in of(Family::Phases) {
             let n = find(name, crate::args::Scale::Full).unwrap().configs.len();
             let colors: Vec<_> = (0..n).map(color).collect();
             for (i, a) in colors.iter().enumerate() {

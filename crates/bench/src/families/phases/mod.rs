@@ -123,13 +123,12 @@ fn reference_of(
 mod tests {
     use super::*;
     use crate::args::Scale;
-    use catalog::NAMES;
     use experiment::phases;
     use std::time::Duration;
 
     #[test]
     fn every_experiment_names_known_configurations() {
-        for name in NAMES {
+        for name in crate::families::figures::of(crate::families::figures::Family::Phases) {
             for scale in [Scale::Full, Scale::Tiny] {
                 let e = find(name, scale).unwrap();
                 assert!(e.configs.contains(&e.reference));

@@ -146,7 +146,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
     let exp = meta.experiment;
     let reference = meta.reference;
     let mut s = String::new();
-    let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
+    s.push_str(&crate::families::figures::heading(exp.name));
     let _ = writeln!(s, "{}.\n", exp.about);
     let _ = writeln!(
         s,

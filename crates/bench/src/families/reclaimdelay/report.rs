@@ -67,7 +67,7 @@ fn digits(v: f64) -> usize {
 
 /// `report.md`.
 pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)]) -> String {
-    let mut s = String::from("# memvisor bench reclaimdelay\n\n");
+    let mut s = crate::families::figures::heading("reclaimdelay");
     let z = &setup.sizes;
     let pages: Vec<String> = z.pages.iter().map(u64::to_string).collect();
     let (mem, read_mb, settle, reps) = (z.mem >> 20, z.read_mb, SETTLE.as_secs_f64(), setup.reps);

@@ -289,7 +289,7 @@ fn zeroboot_table(s: &mut String, setup: &SharingPlan, points: &[SharingRun]) {
 /// `report.md`.
 pub fn markdown(setup: &SharingPlan, points: &[SharingRun], env: &[(String, String)]) -> String {
     let z = &setup.sizes;
-    let mut s = format!("# memvisor bench {}\n\n", setup.experiment);
+    let mut s = crate::families::figures::heading(setup.experiment);
     let limit = z.limit.map_or(String::new(), |l| {
         format!(
             ", each under a {} MiB limit (memvisor's pager; QEMU: its memory cgroup limited to that plus its own memory, measured in this run: {}, with host swap)",

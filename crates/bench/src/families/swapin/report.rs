@@ -58,7 +58,7 @@ fn cell<'a>(points: &'a [SwapinRun], size: u64, mode: &str) -> Vec<&'a SwapinRun
 
 /// `report.md`.
 pub fn markdown(setup: &SwapinPlan, points: &[SwapinRun], env: &[(String, String)]) -> String {
-    let mut s = String::from("# memvisor bench swapin\n\n");
+    let mut s = crate::families::figures::heading("swapin");
     let _ = writeln!(
         s,
         "MemFlex §4 (Table 1's totals, Fig. 7a): the time to bring back memory the pager swapped out. A guest of the size + {} MiB touches the size (`toucher`), is paused, gets a {} MiB limit, and once everything is out the limit is removed: proactive modes are timed on the host from that request until `GET /stats` (asked every {} ms) shows no page swapped; fault modes by the guest's own first sweep of the size after it resumes. {} repetition(s), modes interleaved.\n",

@@ -227,7 +227,7 @@ pub fn goal(
 pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> String {
     let exp = meta.experiment;
     let mut s = String::new();
-    let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
+    s.push_str(&crate::families::figures::heading(exp.name));
     let _ = writeln!(s, "{}.\n", exp.about);
     let step = &exp.steps[0];
     let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);

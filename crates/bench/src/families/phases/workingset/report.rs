@@ -209,7 +209,7 @@ pub fn markdown(meta: &Meta<'_>, series: &Series, records: &[Record]) -> String 
     let exp = meta.experiment;
     let period = series.sample_period.as_secs_f64();
     let mut s = String::new();
-    let _ = writeln!(s, "# memvisor bench {}\n", exp.name);
+    s.push_str(&crate::families::figures::heading(exp.name));
     let _ = writeln!(s, "{}.\n", exp.about);
     let sched: Vec<String> = series
         .schedule

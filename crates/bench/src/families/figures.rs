@@ -1,0 +1,327 @@
+//! What each experiment reproduces, as data ([`EXPERIMENTS`]): the one place where an
+//! experiment names the papers' figures and tables it measures. `memvisor bench --help`, the
+//! list an unknown name is answered with, the opening line of every report and the families
+//! table of `docs/bench.md` (a test checks it is the one [`families_table`] makes) are made from
+//! it, so a label cannot promise in one place what the experiment does not measure.
+
+/// Which family's driver runs an experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Phases,
+    Host,
+    Consolidate,
+    Balance,
+    Swapin,
+    ReclaimDelay,
+    Dwell,
+    Sharing,
+    Confinement,
+}
+
+/// One experiment and what it reproduces.
+#[derive(Clone, Copy, Debug)]
+pub struct Reproduces {
+    pub name: &'static str,
+    pub family: Family,
+    /// The paper and section (`VSwapper §3.1`), empty when no paper's experiment is its subject.
+    pub paper: &'static str,
+    /// The figures and tables it measures, each as the paper numbers it (`Fig. 9a`).
+    pub figures: &'static [&'static str],
+    /// How it stands to them: at which points, what it leaves out, or what it measures when no
+    /// paper's figure is its subject.
+    pub scope: &'static str,
+    /// What its results are set beside.
+    pub peer: &'static str,
+    /// Its section in `docs/bench.md`, as a link target there.
+    pub section: &'static str,
+}
+
+impl Reproduces {
+    /// `VSwapper §3.1, Fig. 9a, Fig. 9d (Fig. 3's set-up)`: the paper, its figures, the scope.
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.paper.is_empty() {
+            parts.push(self.paper.to_owned());
+        }
+        parts.extend(self.figures.iter().map(|f| (*f).to_owned()));
+        let mut text = parts.join(", ");
+        match (text.is_empty(), self.scope.is_empty()) {
+            (_, true) => {}
+            (true, false) => text = self.scope.to_owned(),
+            (false, false) => text = format!("{text} ({})", self.scope),
+        }
+        text
+    }
+
+    /// A report's opening: its title, what it reproduces, what its results are set beside,
+    /// and where the docs explain it.
+    fn heading(&self) -> String {
+        format!(
+            "# memvisor bench {}\n\nReproduces: {}. Beside it: {}. How it runs and how to read it: `docs/bench.md`, section `{}`.\n\n",
+            self.name,
+            self.label(),
+            self.peer,
+            self.section
+        )
+    }
+}
+
+/// Every experiment `memvisor bench` runs, in the order its help and docs list them.
+pub const EXPERIMENTS: &[Reproduces] = &[
+    Reproduces {
+        name: "seqread",
+        family: Family::Phases,
+        paper: "VSwapper §3.1",
+        figures: &["Fig. 9a", "Fig. 9d"],
+        scope: "Fig. 3's set-up",
+        peer: "QEMU, in a cgroup with host swap and with a balloon",
+        section: "#seqread-vswapper-31-fig-9a-9d-a-file-read-again-under-a-limit",
+    },
+    Reproduces {
+        name: "alloc",
+        family: Family::Phases,
+        paper: "VSwapper §3.1",
+        figures: &["Fig. 10"],
+        scope: "",
+        peer: "the same",
+        section: "#alloc-vswapper-31-fig-10-memory-allocated-over-swapped-pages",
+    },
+    Reproduces {
+        name: "overhead",
+        family: Family::Phases,
+        paper: "",
+        figures: &[],
+        scope: "memory to spare: what running on memvisor and a balloon device cost",
+        peer: "QEMU, no limit",
+        section: "#overhead-memory-to-spare",
+    },
+    Reproduces {
+        name: "workingset",
+        family: Family::Phases,
+        paper: "ESX §5.3",
+        figures: &["Fig. 6"],
+        scope: "",
+        peer: "the paper's figure",
+        section: "#workingset-esx-53-fig-6-the-working-set-estimate",
+    },
+    Reproduces {
+        name: "recovery",
+        family: Family::Phases,
+        paper: "MemFlex §4.1",
+        figures: &["Fig. 5(c)"],
+        scope: "throughput under YCSB Read, each second's read p99 in results.csv; not Fig. 6",
+        peer: "QEMU with host swap and with a balloon",
+        section: "#recovery-memflex-41-fig-5c-throughput-through-a-hog-and-back",
+    },
+    Reproduces {
+        name: "doublepaging",
+        family: Family::Phases,
+        paper: "Tesseract §6.1",
+        figures: &["Figs. 10–16", "Tables 1–3", "Table 4"],
+        scope: "§6.1's set-up at one point, 12.5 % host overcommitment and one hog size; Table 4's write rows only",
+        peer: "QEMU with host swap",
+        section: "#doublepaging-tesseract-6-a-guest-swapping-pages-its-host-swapped",
+    },
+    Reproduces {
+        name: "shares",
+        family: Family::Host,
+        paper: "ESX §5.1",
+        figures: &[],
+        scope: "two VMs with shares 2:1 on memvisor host",
+        peer: "the paper (QEMU has no share-based allocator)",
+        section: "#esxs-allocation-policy-on-memvisor-host-shares-and-idletax",
+    },
+    Reproduces {
+        name: "idletax",
+        family: Family::Host,
+        paper: "ESX §5.2",
+        figures: &["Fig. 7"],
+        scope: "",
+        peer: "the paper (QEMU has no idle memory tax)",
+        section: "#esxs-allocation-policy-on-memvisor-host-shares-and-idletax",
+    },
+    Reproduces {
+        name: "consolidate",
+        family: Family::Consolidate,
+        paper: "VSwapper §5.2",
+        figures: &["Fig. 14"],
+        scope: "its workload, 6 VMs started 0.5 s apart where the paper's are 10 s, in budgets of 1, 0.75 and 0.5 of their joint working set",
+        peer: "QEMU in memory cgroups with static balloons, and unlimited",
+        section: "#consolidate-vswapper-52-fig-14-many-vms-in-one-budget",
+    },
+    Reproduces {
+        name: "balance",
+        family: Family::Balance,
+        paper: "HyperDealer2 §6.5",
+        figures: &["Table 4"],
+        scope: "its scenario at 6 VMs",
+        peer: "ballooning, and QEMU unlimited",
+        section: "#balance-hyperdealer2-65-tables-34-memory-intensive-vms-beside-cpu-bound-ones",
+    },
+    Reproduces {
+        name: "swapin",
+        family: Family::Swapin,
+        paper: "MemFlex §4.2",
+        figures: &["Table 1", "Fig. 7a", "Fig. 7b"],
+        scope: "Table 1's totals; of Fig. 7b the all-disk end",
+        peer: "memvisor's fault modes, and the paper",
+        section: "#swapin-memflex-table-1-fig-7a-bringing-memory-back",
+    },
+    Reproduces {
+        name: "reclaimdelay",
+        family: Family::ReclaimDelay,
+        paper: "HyperDealer2 §6.2",
+        figures: &["Table 2", "Fig. 11"],
+        scope: "Fig. 11 at 1, 2 and 4 victims of one vCPU; not Fig. 12, vCPUs per victim",
+        peer: "QEMU's balloon",
+        section: "#reclaimdelay-hyperdealer2-62-table-2-fig-11-taking-pages-from-victim-vms",
+    },
+    Reproduces {
+        name: "dwell",
+        family: Family::Dwell,
+        paper: "HyperDealer2 §6.4",
+        figures: &["Fig. 14"],
+        scope: "",
+        peer: "memvisor's other victim policies",
+        section: "#dwell-hyperdealer2-64-fig-14-how-long-released-pages-stay-out",
+    },
+    Reproduces {
+        name: "sharing",
+        family: Family::Sharing,
+        paper: "ESX §4.3",
+        figures: &["Fig. 4"],
+        scope: "with the guest's timing probe",
+        peer: "QEMU with KSM",
+        section: "#sharing-esx-43-fig-4-and-zeroboot-esx-63-page-sharing-through-ksm",
+    },
+    Reproduces {
+        name: "zeroboot",
+        family: Family::Sharing,
+        paper: "ESX §6.3",
+        figures: &[],
+        scope: "VMs that zero their memory as they boot",
+        peer: "QEMU with KSM",
+        section: "#sharing-esx-43-fig-4-and-zeroboot-esx-63-page-sharing-through-ksm",
+    },
+    Reproduces {
+        name: "confinement",
+        family: Family::Confinement,
+        paper: "",
+        figures: &[],
+        scope: "what the seccomp filters and the jail cost",
+        peer: "memvisor unconfined",
+        section: "#confinement-what-the-filters-and-the-jail-cost",
+    },
+];
+
+/// The experiment called `name`.
+pub fn find(name: &str) -> Option<&'static Reproduces> {
+    EXPERIMENTS.iter().find(|e| e.name == name)
+}
+
+/// The names of `family`'s experiments.
+#[cfg(test)]
+pub fn of(family: Family) -> Vec<&'static str> {
+    let mine = EXPERIMENTS.iter().filter(|e| e.family == family);
+    mine.map(|e| e.name).collect()
+}
+
+/// The opening of the report of the experiment `name` ([`Reproduces::heading`]).
+pub fn heading(name: &str) -> String {
+    find(name).map_or_else(
+        || format!("# memvisor bench {name}\n\n"),
+        Reproduces::heading,
+    )
+}
+
+/// Every experiment's name, comma-separated.
+pub fn names() -> String {
+    let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name).collect();
+    names.join(", ")
+}
+
+/// `memvisor bench --help`'s text for the experiment argument.
+pub fn help() -> String {
+    let each: Vec<String> = EXPERIMENTS
+        .iter()
+        .map(|e| format!("  {}: {}", e.name, e.label()))
+        .collect();
+    format!(
+        "The experiment, and what it reproduces:\n{}",
+        each.join("\n")
+    )
+}
+
+/// The families table of `docs/bench.md`: each experiment, what it reproduces, its peer, its
+/// section. A test checks the docs hold it.
+#[cfg(test)]
+fn families_table() -> String {
+    let mut t = String::from("| experiment | reproduces | peer | section |\n|---|---|---|---|\n");
+    for e in EXPERIMENTS {
+        t.push_str(&format!(
+            "| `{}` | {} | {} | [{}]({}) |\n",
+            e.name,
+            e.label(),
+            e.peer,
+            e.name,
+            e.section
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table in `docs/bench.md` is the one made from the data, so the docs name exactly
+    /// the figures each experiment declares; every section it links to is there.
+    #[test]
+    fn the_docs_families_table_is_made_from_the_data() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/bench.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let table = families_table();
+        assert!(
+            doc.contains(&table),
+            "docs/bench.md's families table is not the one the data makes; it should read:\n{table}"
+        );
+        for e in EXPERIMENTS {
+            let title = e.section.trim_start_matches('#');
+            let headings: Vec<String> = doc
+                .lines()
+                .filter(|l| l.starts_with("## ") || l.starts_with("### "))
+                .map(anchor)
+                .collect();
+            assert!(
+                headings.iter().any(|h| h == title),
+                "{}: no section {title}",
+                e.name
+            );
+        }
+    }
+
+    /// GitHub's anchor of a Markdown heading: lower case, spaces to dashes, punctuation gone.
+    fn anchor(heading: &str) -> String {
+        let text = heading.trim_start_matches('#').trim().to_lowercase();
+        let kept = text.chars().filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        });
+        kept.collect()
+    }
+
+    /// The README lists every experiment, and the help names each with its label.
+    #[test]
+    fn the_readme_and_the_help_name_every_experiment() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let help = help();
+        for e in EXPERIMENTS {
+            let line = format!("memvisor bench {}", e.name);
+            assert!(readme.contains(&line), "README does not list {}", e.name);
+            let line = format!("  {}: {}", e.name, e.label());
+            assert!(help.lines().any(|l| l == line), "{line}");
+        }
+    }
+}
