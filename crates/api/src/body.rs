@@ -103,10 +103,24 @@ pub struct MigrateRequest {
     /// to `to` again and send the pages the destination has not acknowledged.
     #[serde(default)]
     pub recover: bool,
-    /// Rounds of pre-copy before the switch (0: post-copy only): each sends, while the vCPUs
-    /// run, the pages written since the round before (the first: every page with content).
+    /// Rounds of pre-copy before the switch, at most (0: post-copy only): each sends, while
+    /// the vCPUs run, the pages written since the round before (the first: every page with
+    /// content). The rounds end sooner when more would not help ([`PrecopyEnd`]).
     #[serde(default)]
     pub precopy_rounds: u32,
+}
+
+/// Why a migration's pre-copy rounds ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrecopyEnd {
+    /// The rounds asked for ran.
+    Asked,
+    /// A round sent so few pages that another would find next to nothing to send.
+    Converged,
+    /// The pages written since a round were most of what it sent: the guest writes as fast as
+    /// the rounds send, so post-copy sends those pages, once.
+    NotShrinking,
 }
 
 /// The answer to `PUT /vm/migrate`, once the destination has acknowledged every page (this
@@ -132,6 +146,9 @@ pub struct MigrateResult {
     pub freed_pages: u64,
     /// Pages sent in each pre-copy round (`precopy_rounds`), in order; empty without.
     pub precopy_round_pages: Vec<u64>,
+    /// Why the pre-copy rounds ended; `None` without pre-copy.
+    #[serde(default)]
+    pub precopy_end: Option<PrecopyEnd>,
     /// Copied pages the destination held from pre-copy, not written since, at the switch:
     /// not sent again.
     pub precopied_pages: u64,

@@ -32,7 +32,7 @@ mod stats;
 mod vm;
 
 pub use body::{
-    BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate,
+    BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate, PrecopyEnd,
     ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult, MAX_PRECOPY_ROUNDS,
 };
 pub use client::{Api, ClientError, HostClient, VmClient};

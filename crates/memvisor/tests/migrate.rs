@@ -194,6 +194,11 @@ fn integrity_survives_pre_copy_rounds_then_post_copy() {
     // Two rounds ran; the destination held pages from them at the switch, which post-copy
     // did not send again; every page was acknowledged, and given back here.
     assert_eq!(r.precopy_round_pages.len(), 2, "{r:?}");
+    assert_eq!(
+        r.precopy_end,
+        Some(memvisor_api::PrecopyEnd::Asked),
+        "{r:?}"
+    );
     assert!(r.precopy_round_pages[0] > 0, "{r:?}");
     assert!(r.precopied_pages > 0, "{r:?}");
     assert_eq!(r.acked_pages, r.copied_pages, "{r:?}");
@@ -472,6 +477,11 @@ fn a_pre_copy_cut_short_leaves_the_vm_running_and_a_vm_without_a_limit_moves_int
     assert!(out.status.success(), "ctl migrate: {}", stderr(&out));
     let r: memvisor_api::MigrateResult = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r.precopy_round_pages.len(), 1, "{r:?}");
+    assert_eq!(
+        r.precopy_end,
+        Some(memvisor_api::PrecopyEnd::Asked),
+        "{r:?}"
+    );
     assert!(r.precopy_round_pages[0] >= r.copied_pages / 2, "{r:?}");
     assert!(r.precopied_pages > 0, "{r:?}");
     assert_eq!(r.freed_pages, r.copied_pages, "{r:?}");

@@ -18,10 +18,23 @@ use memvisor_devices::GuestMem;
 use memvisor_pager::Pager;
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
+use memvisor_api::PrecopyEnd;
+
 use super::wire::{self, Msg};
 
 /// Pages per message of a round.
 const RUN: u32 = 64;
+
+/// A round that sends at most this many pages (1 MiB) is the last: another would find next to
+/// nothing, and post-copy sends the rest at once.
+const CONVERGED: u64 = 256;
+
+/// Why the rounds stop before the round that would send `now` pages, after one that sent
+/// `before`: the guest wrote at least nine tenths of what that round sent, so a round would
+/// send about as much again and leave as much behind.
+fn not_shrinking(now: u64, before: u64) -> bool {
+    now * 10 >= before * 9
+}
 const PAGE: usize = 4096;
 
 /// One KVM memory slot of guest RAM (`memory.rs` registers one per mapping, in order).
@@ -160,10 +173,15 @@ pub(crate) struct PreCopy {
     /// Pages sent again (written after a round had sent them).
     pub resent: u64,
     pub bytes: u64,
+    /// Why the rounds ended.
+    pub end: Option<PrecopyEnd>,
 }
 
 impl PreCopy {
-    /// Runs `n` rounds with the vCPUs running, sending on `w`; `log` has started.
+    /// Runs up to `n` rounds with the vCPUs running, sending on `w`; `log` has started. The
+    /// rounds end sooner when a round sent at most [`CONVERGED`] pages, or when the pages
+    /// written since the last round are not fewer by a tenth ([`not_shrinking`]): those are
+    /// left for post-copy, which sends each once.
     pub(crate) fn run(
         n: u32,
         log: &DirtyLog<'_>,
@@ -201,6 +219,17 @@ impl PreCopy {
                         .collect()
                 }
             };
+            if round > 0 {
+                let before = pre.rounds.last().copied().unwrap_or(0);
+                if not_shrinking(list.len() as u64, before) {
+                    tracing::info!(
+                        "migration: pre-copy ends after round {round}: {} pages written since it sent {before}; post-copy sends them",
+                        list.len()
+                    );
+                    pre.end = Some(PrecopyEnd::NotShrinking);
+                    break;
+                }
+            }
             for (first, count) in runs(&list, RUN) {
                 let len = count as usize * PAGE;
                 pager
@@ -223,7 +252,17 @@ impl PreCopy {
                 written_count,
             );
             pre.rounds.push(list.len() as u64);
+            if round + 1 < n && list.len() as u64 <= CONVERGED {
+                tracing::info!(
+                    "migration: pre-copy ends after round {}: it sent {} pages",
+                    round + 1,
+                    list.len()
+                );
+                pre.end = Some(PrecopyEnd::Converged);
+                break;
+            }
         }
+        pre.end = pre.end.or(Some(PrecopyEnd::Asked));
         Ok(pre)
     }
 
@@ -264,7 +303,7 @@ fn runs(pages: &[u32], max: u32) -> Vec<(u32, u32)> {
 
 #[cfg(test)]
 mod tests {
-    use super::runs;
+    use super::{not_shrinking, runs};
 
     #[test]
     fn runs_break_at_gaps_and_at_their_length() {
@@ -273,5 +312,14 @@ mod tests {
             vec![(1, 2), (3, 1), (5, 2), (9, 1)]
         );
         assert_eq!(runs(&[], 4), vec![]);
+    }
+
+    #[test]
+    fn rounds_stop_when_the_guest_writes_most_of_what_a_round_sent() {
+        assert!(!not_shrinking(8_000, 33_000));
+        assert!(!not_shrinking(899, 1_000));
+        assert!(not_shrinking(900, 1_000));
+        assert!(not_shrinking(1_200, 1_000));
+        assert!(not_shrinking(0, 0));
     }
 }

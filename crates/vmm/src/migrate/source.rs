@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memvisor_api::{MigrateRequest, MigrateResult, MAX_PRECOPY_ROUNDS};
+use memvisor_api::{MigrateRequest, MigrateResult, PrecopyEnd, MAX_PRECOPY_ROUNDS};
 use memvisor_pager::{Pager, SavedKind, SavedPages};
 
 use super::precopy::{DirtyLog, PreCopy};
@@ -409,6 +409,8 @@ pub(crate) struct PostCopy {
     page_sends: u64,
     /// Pages sent in each pre-copy round (`precopy.rs`).
     rounds: Vec<u64>,
+    /// Why the pre-copy rounds ended.
+    precopy_end: Option<PrecopyEnd>,
     /// Copied pages the destination held, unwritten since, at the switch.
     precopied: u64,
     /// Pages a pre-copy round sent and post-copy has not sent again.
@@ -444,6 +446,7 @@ impl PostCopy {
             resent: 0,
             page_sends: 0,
             rounds: Vec::new(),
+            precopy_end: None,
             precopied: 0,
             pre_sent: Vec::new(),
             buf: vec![0u8; wire::MAX_RUN as usize * 4096],
@@ -491,6 +494,7 @@ impl PostCopy {
         self.resent += pre.resent;
         self.bytes += pre.bytes;
         self.rounds = pre.rounds;
+        self.precopy_end = pre.end;
         self.pre_sent = pre.sent;
         self.free(&held);
     }
@@ -527,6 +531,7 @@ impl PostCopy {
             acked_pages: self.acked_count,
             freed_pages: self.freed,
             precopy_round_pages: self.rounds.clone(),
+            precopy_end: self.precopy_end,
             precopied_pages: self.precopied,
             sent_bytes: self.bytes,
             downtime_ms: self.downtime_ms,
