@@ -442,18 +442,36 @@ impl Indirect {
         Ok(targets)
     }
 
-    /// Copies every indirected block back into the image and starts the log again empty (a
-    /// snapshot: the image then stands alone, and the VM goes on making indirections); returns
-    /// the swap-file blocks to free. The caller holds the guest's writes back (the VM is paused
-    /// and its disks quiesced).
+    /// Copies every indirected block back into the image and ends each indirection in the log
+    /// (a snapshot: the image then stands alone, and the VM goes on making indirections);
+    /// returns the swap-file blocks to free. The caller holds the guest's writes back (the VM
+    /// is paused and its disks quiesced).
+    ///
+    /// The log is kept and written through its descriptor, never by path: the blocks go back
+    /// and are synced first, then one synced record per block ends its indirection, as a guest
+    /// write that overwrites it would. A crash in between leaves the log naming blocks whose
+    /// copies already match, which recovery copies again. So a jailed VMM, which sees no
+    /// image's directory, takes snapshots with indirections as an unjailed one does.
     pub fn flatten(&self) -> Result<Vec<Block>, IndirectError> {
-        let store = self.lock().log.as_ref().map(|l| l.store().to_owned());
-        let freed = self.disentangle()?;
-        if let Some(store) = store {
-            let log = Log::create(&self.image, &store)?;
-            self.lock_without_defrag(0, u32::MAX).log = Some(log);
+        let mut s = self.lock_without_defrag(0, u32::MAX);
+        let n = copy_back(&self.writer, &self.store, &s.map).map_err(io_err(&self.image))?;
+        EventCounters::add(&self.counters.disentangled, n);
+        let ends: Vec<(u32, Option<Block>)> = s.map.keys().map(|&b| (b, None)).collect();
+        match s.log.as_mut() {
+            Some(l) => {
+                let path = l.path.clone();
+                l.append(&ends, true).map_err(io_err(&path))?;
+            }
+            None if ends.is_empty() => {}
+            None => {
+                let closed = std::io::Error::other("the indirection log is closed");
+                return Err(io_err(&self.image)(closed));
+            }
         }
-        Ok(freed)
+        let mut targets: Vec<Block> = std::mem::take(&mut s.map).into_values().collect();
+        // The synced records above end these too.
+        targets.append(&mut s.unsynced_ends);
+        Ok(targets)
     }
 
     /// Leaves the log, synced, for the next start (`--keep-indirections`).

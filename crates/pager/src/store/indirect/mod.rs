@@ -163,6 +163,43 @@ mod tests {
         assert!(data[..3 * PAGE_SIZE].iter().all(|&x| x == 7));
     }
 
+    /// A snapshot's flatten puts every block back and ends each indirection in the same log,
+    /// through its descriptor: the log file is never replaced (a jailed VMM could not), it
+    /// replays to no indirection, and the next indirection goes on into it.
+    #[test]
+    fn flatten_puts_blocks_back_and_ends_them_in_the_same_log() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("d.img");
+        let store = dir.path().join("s.swap");
+        std::fs::write(&image, vec![7u8; 4 * PAGE_SIZE]).unwrap();
+        std::fs::write(&store, vec![9u8; 2 * PAGE_SIZE]).unwrap();
+        let ind = Indirect::start(&image, &store, LogSync::Write, None).unwrap();
+        let inode = std::fs::metadata(log_path(&image)).unwrap().ino();
+        let indirect = |block: u32, target: Block| {
+            let at = u64::from(block) * PAGE_SIZE as u64;
+            ind.write_begins(at, PAGE_SIZE as u64).unwrap();
+            ind.elide(block, target);
+            let (freed, r) = ind.write_ends(block, block + 1, true, || Ok(()));
+            r.unwrap();
+            assert!(freed.is_empty());
+        };
+        indirect(3, 1);
+        assert_eq!(state_of(&image).0, BTreeMap::from([(3, 1)]));
+        assert_eq!(ind.flatten().unwrap(), vec![1]);
+        let data = std::fs::read(&image).unwrap();
+        assert!(
+            data[3 * PAGE_SIZE..].iter().all(|&x| x == 9),
+            "block 3 back"
+        );
+        assert!(data[..3 * PAGE_SIZE].iter().all(|&x| x == 7));
+        assert_eq!(std::fs::metadata(log_path(&image)).unwrap().ino(), inode);
+        assert!(state_of(&image).0.is_empty());
+        indirect(2, 0);
+        assert_eq!(state_of(&image).0, BTreeMap::from([(2, 0)]));
+        assert_eq!(ind.usage().0, 1);
+    }
+
     #[test]
     fn recovery_without_the_store_says_what_is_missing_and_keeps_the_log() {
         let dir = tempfile::tempdir().unwrap();
