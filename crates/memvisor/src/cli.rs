@@ -373,6 +373,10 @@ pub struct RunArgs {
     /// With --jail: the gid the VMM runs as (not 0).
     #[arg(long, requires = "jail")]
     pub gid: Option<u32>,
+    /// With --jail: a directory --uid may write, bound into the jail: a snapshot the jailed
+    /// VMM is asked for by name (`ctl snapshot NAME` or `DIR/NAME`) lands in DIR/NAME.
+    #[arg(long, requires = "jail", value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -244,6 +244,7 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
             ksm: false,
             nice: 0,
             network: false,
+            snapshots: args.snapshot_dir.clone(),
         };
         memvisor_vmm::jail::check(&jail).map_err(BadInput)?;
     }

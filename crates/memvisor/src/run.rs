@@ -115,6 +115,12 @@ pub fn run(args: RunArgs) -> ExitCode {
             ksm: a.sharing == SharingArg::Host,
             nice: a.serving_nice,
             network: a.api_sock.is_some(),
+            // Absolute as `memvisor ctl snapshot` makes the paths it sends, so that the VMM
+            // finds those beneath it.
+            snapshots: a
+                .snapshot_dir
+                .as_deref()
+                .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.to_owned())),
         }),
         _ => None,
     };

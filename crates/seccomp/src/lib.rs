@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `lib.rs` | the [`Mode`] (`--seccomp on\|log\|off`), [`check_kernel`] and [`confine`], which compiles a thread's filters and installs them |
 //! | `thread.rs` | the kinds of [`Thread`] (a leaf) |
-//! | `rules.rs` | what each kind of thread may call, with the arguments checked where a filter can see them (ioctl numbers, `mmap`/`mprotect` without `PROT_EXEC`, `madvise` advice, `fcntl` commands, `clone` flags) |
+//! | `rules.rs` | what each kind of thread may call, with the arguments checked where a filter can see them (ioctl numbers, `mmap`/`mprotect` without `PROT_EXEC`, `madvise` advice, `fcntl` commands, `clone` flags, `openat` flags: read-only, or a new file not through a link) |
 //!
 //! A thread's filters are built with rust-vmm's `seccompiler` and stacked, so that the kernel
 //! answers each call with the strictest of them:
@@ -23,8 +23,9 @@
 //! filter from a process without `CAP_SYS_ADMIN` only then, and it keeps an `execve` from gaining
 //! privileges. The order at start is: the VMM opens what it needs (KVM, guest RAM, the
 //! userfaultfd, disks, swap file, sockets), then each thread installs its filter as it starts;
-//! the main thread installs its own once every other thread has started. A jail (not built yet,
-//! docs/security.md) goes before the first filter: the filters refuse the calls it is made with.
+//! the main thread installs its own once every other thread has started. The jail
+//! (`memvisor_vmm::jail`) goes before the first filter: the filters refuse the calls it is made
+//! with.
 
 mod rules;
 mod thread;
@@ -306,6 +307,68 @@ mod tests {
         assert_eq!(status, Err(Some(libc::EACCES)));
         let own = std::fs::read_to_string("/proc/thread-self/status").unwrap();
         assert!(own.contains("Seccomp:\t0"), "{own}");
+    }
+
+    /// Runs `call` in a forked child confined as `thread` under `mode`; returns how it ended
+    /// (`Ok(status)` from `_exit`, `Err(signal)`).
+    fn in_confined_child(thread: Thread, call: impl Fn() -> libc::c_int) -> Result<i32, i32> {
+        let filters = filters(thread, Mode::On).unwrap();
+        // SAFETY: the child makes only system calls (the filters are built before the fork,
+        // and `apply_filter` and `call` allocate nothing) and leaves with `_exit`.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                for f in &filters {
+                    if seccompiler::apply_filter(f).is_err() {
+                        libc::_exit(99);
+                    }
+                }
+                libc::_exit(call());
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            if libc::WIFSIGNALED(status) {
+                Err(libc::WTERMSIG(status))
+            } else {
+                Ok(libc::WEXITSTATUS(status))
+            }
+        }
+    }
+
+    /// The API thread, which writes snapshots, creates files only new and not through a link,
+    /// and opens no existing file to write: that kills the VMM.
+    #[test]
+    fn the_api_thread_creates_new_files_and_writes_no_existing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| std::ffi::CString::new(format!("{}/{name}", dir.path().display()));
+        let (new, existing) = (path("new").unwrap(), path("existing").unwrap());
+        std::fs::write(dir.path().join("existing"), "x").unwrap();
+        let open = |p: &std::ffi::CString, flags: libc::c_int| {
+            let p = p.as_ptr();
+            // SAFETY: open reads a NUL-terminated path; the descriptor is left to `_exit`.
+            move || i32::from(unsafe { libc::open(p, flags, 0o600) } < 0)
+        };
+        let exclusive = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        assert_eq!(in_confined_child(Thread::Api, open(&new, exclusive)), Ok(0));
+        assert!(dir.path().join("new").exists());
+        assert_eq!(
+            in_confined_child(Thread::Api, open(&existing, libc::O_RDONLY)),
+            Ok(0)
+        );
+        for flags in [
+            libc::O_WRONLY,
+            libc::O_RDWR,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        ] {
+            assert_eq!(
+                in_confined_child(Thread::Api, open(&existing, flags)),
+                Err(libc::SIGSYS),
+                "flags {flags:#x}"
+            );
+        }
+        assert_eq!(std::fs::read(dir.path().join("existing")).unwrap(), b"x");
     }
 
     #[test]

@@ -217,20 +217,17 @@ pub(crate) fn allowed(thread: Thread) -> Result<Rules, BackendError> {
                 u64::from(userfaultfd_sys::UFFDIO_UNREGISTER),
             ])?;
             // A snapshot (`PUT /vm/snapshot`): the VM's interrupt controllers and clock, and
-            // its directory, memory file and state file created, written and renamed into
-            // place. The operator names the directory, so files may be created anywhere the
-            // VMM may write.
+            // its directory made, its memory and state files created new, written, and the
+            // state renamed into place. Jailed, the one directory it may write is the
+            // snapshot directory bound into the jail; unjailed, the operator names it.
             l.ioctls(&[KVM_GET_IRQCHIP, KVM_GET_CLOCK])?;
-            l.0.remove(&libc::SYS_openat);
+            new_files(&mut l)?;
             l.allow(&[
-                libc::SYS_openat,
                 libc::SYS_mkdir,
                 libc::SYS_mkdirat,
                 libc::SYS_rename,
                 libc::SYS_renameat,
                 libc::SYS_ftruncate,
-                libc::SYS_unlink,
-                libc::SYS_unlinkat,
             ]);
         }
         Thread::Migrate => {
@@ -419,6 +416,14 @@ fn read_only_opens(l: &mut List) -> Result<(), BackendError> {
         libc::SYS_lseek,
     ]);
     Ok(())
+}
+
+/// Besides [`read_only_opens`]: `openat` creating a file that did not exist, never through a
+/// symbolic link (`O_CREAT`, `O_EXCL` and `O_NOFOLLOW` all set). An existing file is never
+/// opened to write: not an image, not `/proc/self/mem`.
+fn new_files(l: &mut List) -> Result<(), BackendError> {
+    let new = flag(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
+    l.allow_masked(libc::SYS_openat, 2, new, new)
 }
 
 #[cfg(test)]

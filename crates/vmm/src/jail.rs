@@ -12,8 +12,9 @@
 //! 3. Mount in it what the VMM still reads by path: `/proc` with only the process directories
 //!    (`subset=pid`; in the PID namespace the VMM starts in, that is the VMM alone), for its
 //!    own counters (`/proc/self/pagemap`, `/proc/self/task/*/stat`, `/proc/self/ksm_stat`), and
-//!    with `--sharing host` the KSM knobs (`/sys/kernel/mm/ksm`), read-only. Then the tmpfs
-//!    becomes read-only too.
+//!    with `--sharing host` the KSM knobs (`/sys/kernel/mm/ksm`), read-only; and the one place
+//!    it writes by path, with `--snapshot-dir`: that directory bound at [`SNAPSHOTS`], where
+//!    `PUT /vm/snapshot` writes (`crate::snapshot`). Then the tmpfs becomes read-only too.
 //! 4. `pivot_root` into it and detach the old root.
 //! 5. Resource limits: open files, the size of a file (where no file grows), no core dumps,
 //!    and the nice value the serving threads ask for (`RLIMIT_NICE`, since `CAP_SYS_NICE` goes;
@@ -51,7 +52,13 @@ pub struct Jail {
     /// (`PUT /vm/migrate`), and its `migrate` thread connects to the destination. Its filter is
     /// the only one that lets a thread create a socket (TCP, to connect).
     pub network: bool,
+    /// `--snapshot-dir`: a directory of the host's, bound writable into the jail at
+    /// [`SNAPSHOTS`]: where a jailed VMM writes its snapshots. An absolute path.
+    pub snapshots: Option<PathBuf>,
 }
+
+/// Where a jailed VMM sees its `--snapshot-dir`.
+pub const SNAPSHOTS: &str = "/snapshots";
 
 /// Most descriptors a jailed VMM may hold (`RLIMIT_NOFILE`): its images, eventfds, the API's
 /// connections, with room to spare.
@@ -91,12 +98,55 @@ pub fn check(jail: &Jail) -> Result<(), String> {
             name.to_string_lossy()
         ));
     }
+    if let Some(snapshots) = &jail.snapshots {
+        check_snapshots(snapshots, jail.uid, jail.gid)?;
+    }
     for ns in ["mnt", "pid", "ipc", "uts", "net"] {
         if !Path::new("/proc/self/ns").join(ns).exists() {
             return Err(format!(
                 "this kernel has no {ns} namespaces (no /proc/self/ns/{ns}); --jail needs them"
             ));
         }
+    }
+    Ok(())
+}
+
+/// Why `dir` cannot be a jailed VMM's snapshot directory: it must be a directory (not a
+/// symbolic link to one) that `uid` or `gid` may write and enter.
+fn check_snapshots(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = dir.display();
+    let m = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("--snapshot-dir {shown} does not exist"))
+        }
+        Err(e) => return Err(format!("cannot read --snapshot-dir {shown}: {e}")),
+    };
+    if m.file_type().is_symlink() {
+        return Err(format!(
+            "--snapshot-dir {shown} is a symbolic link: give the directory itself"
+        ));
+    }
+    if !m.is_dir() {
+        return Err(format!("--snapshot-dir {shown} is not a directory"));
+    }
+    // Write and search: the owner's bits for its owner, the group's for its group, else the
+    // others'.
+    let bits = if m.uid() == uid {
+        0o300
+    } else if m.gid() == gid {
+        0o030
+    } else {
+        0o003
+    };
+    if m.mode() & bits != bits {
+        return Err(format!(
+            "--snapshot-dir {shown} is not writable by uid {uid} (it is uid {}'s, mode {:o}): \
+             chown {uid} {shown}",
+            m.uid(),
+            m.mode() & 0o7777
+        ));
     }
     Ok(())
 }
@@ -153,6 +203,15 @@ pub fn enter(jail: &Jail) -> Result<(), JailError> {
             .map_err(failed("bind /sys/kernel/mm/ksm"))?;
         let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | hidden;
         mount(None, &at, None, ro, None).map_err(failed("make /sys/kernel/mm/ksm read-only"))?;
+    }
+    if let Some(host) = &jail.snapshots {
+        let at = jail.dir.join(SNAPSHOTS.trim_start_matches('/'));
+        mkdir(&at).map_err(failed("make /snapshots"))?;
+        let at = cstr(&at);
+        mount(Some(&cstr(host)), &at, None, libc::MS_BIND, None)
+            .map_err(failed("bind the snapshot directory"))?;
+        let rw = libc::MS_BIND | libc::MS_REMOUNT | hidden;
+        mount(None, &at, None, rw, None).map_err(failed("remount the snapshot directory"))?;
     }
     mount(
         None,

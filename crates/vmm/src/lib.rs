@@ -336,7 +336,10 @@ impl Vm {
                 let stopper = VmStopper(Mutex::new(events_tx.clone()));
                 Box::new(move || stopper.stop())
             },
-            jailed: config.jail.is_some(),
+            place: match &config.jail {
+                None => snapshot::SnapshotPlace::Anywhere,
+                Some(j) => snapshot::SnapshotPlace::Jailed(j.snapshots.clone()),
+            },
         });
         let (api, socket_file) = match (&config.api_sock, opened.api.take()) {
             (Some(path), Some(listener)) => (

@@ -18,10 +18,18 @@
 //! VM's PIC, IOAPIC and clock, the serial port, and guest memory through the pager
 //! (`Pager::save`: each page from where it is), the disks' identities, and `vm.state` last (a
 //! directory without it is not a snapshot). The VM then runs on, or ends (`stop`).
+//!
+//! Where: an unjailed VMM writes where it is told. A jailed one writes only into the directory
+//! it was given (`--snapshot-dir`, bound into its jail at `jail::SNAPSHOTS`), a snapshot being
+//! one name there ([`SnapshotPlace::resolve`]). Each file is created new, never through a
+//! symbolic link (`O_CREAT | O_EXCL | O_NOFOLLOW`, which the API thread's filter insists on),
+//! and [`load`] opens a snapshot's directory and files without following a link either: a
+//! snapshot a jailed VMM wrote is read back by root, before any jail, and must not point it
+//! anywhere else.
 
-use std::fs::File;
-use std::io::Write;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -115,8 +123,64 @@ pub enum SnapshotError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}: a symbolic link; give the snapshot's directory itself (a snapshot is read without following links)")]
+    Link(PathBuf),
     #[error("{0}")]
     Mismatch(String),
+}
+
+/// Where a VMM may write snapshots (the module's documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotPlace {
+    /// Wherever it is told: an unjailed VMM.
+    Anywhere,
+    /// A jailed VMM: only into its `--snapshot-dir` (this host path, seen in the jail at
+    /// `jail::SNAPSHOTS`); `None`: it was given none, and takes no snapshots.
+    Jailed(Option<PathBuf>),
+}
+
+impl SnapshotPlace {
+    /// Where a snapshot asked for as `asked` is written by this VMM, and where the host sees
+    /// it. Jailed: `asked` is one name, or the snapshot directory's host path and one name;
+    /// anything else (an absolute path elsewhere, `..`, a name with a `/`) is refused, and the
+    /// refusal says what to give.
+    pub fn resolve(&self, asked: &str) -> Result<(PathBuf, PathBuf), String> {
+        let host = match self {
+            SnapshotPlace::Anywhere => return Ok((PathBuf::from(asked), PathBuf::from(asked))),
+            SnapshotPlace::Jailed(None) => {
+                return Err(format!(
+                    "cannot write {asked}: this VMM is jailed and was given no directory for \
+                     snapshots; start it with --snapshot-dir DIR \
+                     (docs/security.md#snapshots-and-migrations-jailed)"
+                ))
+            }
+            SnapshotPlace::Jailed(Some(host)) => host,
+        };
+        let refused = || {
+            format!(
+                "cannot write {asked}: this VMM is jailed and writes snapshots only into {}: \
+                 give a name there (e.g. \"snap1\", or {}/snap1), one directory, without '/' \
+                 or '..'",
+                host.display(),
+                host.display()
+            )
+        };
+        let asked_path = Path::new(asked);
+        let rel = if asked_path.is_absolute() {
+            asked_path.strip_prefix(host).map_err(|_| refused())?
+        } else {
+            asked_path
+        };
+        let mut parts = rel.components();
+        let name = match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(name)), None) => name,
+            _ => return Err(refused()),
+        };
+        Ok((
+            Path::new(crate::jail::SNAPSHOTS).join(name),
+            host.join(name),
+        ))
+    }
 }
 
 /// A snapshot read from its directory and checked (or received by a migration's destination,
@@ -148,15 +212,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
 /// Reads the snapshot in `dir`: the magic, the version, the state's length and checksum, the
 /// page runs, and the memory file's length are all checked before anything is used.
 pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
-    if !dir.is_dir() {
-        return Err(SnapshotError::Missing(dir.to_owned()));
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => return Err(SnapshotError::Link(dir.to_owned())),
+        Ok(m) if m.is_dir() => {}
+        _ => return Err(SnapshotError::Missing(dir.to_owned())),
     }
     let path = dir.join(STATE_FILE);
-    let bytes = match std::fs::read(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let mut bytes = Vec::new();
+    match open_file(&path) {
+        Err(SnapshotError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return Err(SnapshotError::NoState(dir.to_owned()))
         }
-        r => r.map_err(io(&path))?,
+        r => r?.read_to_end(&mut bytes).map_err(io(&path))?,
     };
     let truncated = |what: &str| SnapshotError::Truncated {
         path: path.clone(),
@@ -195,7 +262,7 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
     }
     let state = parse_state(body).map_err(corrupt)?;
     let mpath = dir.join(MEMORY_FILE);
-    let memory = File::open(&mpath).map_err(io(&mpath))?;
+    let memory = open_file(&mpath)?;
     let have = memory.metadata().map_err(io(&mpath))?.len();
     if have != state.mem_size {
         return Err(SnapshotError::Truncated {
@@ -208,6 +275,35 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
         state,
         memory: Arc::new(SavedMemory::new(memory)),
     })
+}
+
+/// Opens the snapshot file at `path` to read it: a regular file, not reached through a
+/// symbolic link (the module's documentation says why).
+fn open_file(path: &Path) -> Result<File, SnapshotError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => SnapshotError::Link(path.to_owned()),
+            _ => io(path)(e),
+        })?;
+    if !file.metadata().map_err(io(path))?.is_file() {
+        return Err(SnapshotError::Corrupt {
+            path: path.to_owned(),
+            why: "not a regular file".into(),
+        });
+    }
+    Ok(file)
+}
+
+/// Creates the snapshot file at `path` to write it: new, and not through a symbolic link.
+fn create_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Reads a state (`vm.state`'s JSON, or a migration's) and checks that its parts agree.
@@ -319,8 +415,8 @@ pub(crate) struct Snapshotter {
     pub transports: Vec<Arc<Mutex<MmioTransport>>>,
     /// Ends the VM (`stop`).
     pub stop: Box<dyn Fn() + Send + Sync>,
-    /// The VMM is jailed: it sees no path of the host's to write a snapshot to.
-    pub jailed: bool,
+    /// Where it may write snapshots.
+    pub place: SnapshotPlace,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -332,23 +428,16 @@ impl Snapshotter {
     /// it paused for the caller to end once it has answered ([`Snapshotter::stop`]). An error
     /// leaves the VM as it was (running, if it ran) and says why.
     pub fn take(&self, life: &Lifecycle, req: &SnapshotRequest) -> Result<SnapshotResult, String> {
-        let dir = PathBuf::from(&req.dir);
-        if self.jailed {
-            return Err(format!(
-                "cannot write {}: this VMM is jailed and sees no directory of the host \
-                 (docs/security.md#the-jail); run it without --jail to take snapshots",
-                dir.display()
-            ));
-        }
+        let (dir, shown) = self.place.resolve(&req.dir)?;
         if dir.join(STATE_FILE).exists() {
-            return Err(format!("{} already holds a snapshot", dir.display()));
+            return Err(format!("{} already holds a snapshot", shown.display()));
         }
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| format!("cannot create {}: {e}", shown.display()))?;
         check_pausable(life)?;
         let t0 = Instant::now();
         let was_running = life.pause();
-        let r = self.write(life, &dir);
+        let r = self.write(life, &dir, &shown);
         let paused_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         let pages = match r {
             Ok(pages) => pages,
@@ -365,10 +454,10 @@ impl Snapshotter {
         let (copied, zero, disk, released) = pages.census();
         tracing::info!(
             "snapshot {}: {copied} pages copied, {zero} zero, {disk} on disk, {released} released; vCPUs stopped {paused_ms} ms",
-            dir.display()
+            shown.display()
         );
         Ok(SnapshotResult {
-            dir: req.dir.clone(),
+            dir: shown.display().to_string(),
             copied_pages: copied,
             zero_pages: zero,
             disk_pages: disk,
@@ -378,19 +467,28 @@ impl Snapshotter {
         })
     }
 
-    /// Saves everything into `dir` with the vCPUs paused (module doc).
-    fn write(&self, life: &Lifecycle, dir: &Path) -> Result<SavedPages, String> {
+    /// Saves everything into `dir` with the vCPUs paused (module doc); errors name it as the
+    /// host sees it, `shown`.
+    fn write(&self, life: &Lifecycle, dir: &Path, shown: &Path) -> Result<SavedPages, String> {
         let mpath = dir.join(MEMORY_FILE);
+        let shown_memory = shown.join(MEMORY_FILE);
         let (held, state) = self.capture(life, || {
-            let memory = File::create(&mpath).map_err(|e| format!("{}: {e}", mpath.display()))?;
+            let memory = create_file(&mpath).map_err(|e| {
+                let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    " (an earlier snapshot that failed left it: give a new directory)".to_owned()
+                } else {
+                    String::new()
+                };
+                format!("cannot create {}: {e}{why}", shown_memory.display())
+            })?;
             match &life.pager {
                 Some(p) => p.save(&memory).map_err(|e| error_line(&e)),
                 None => save_plain(&self.mem, &memory)
-                    .map_err(|e| format!("writing {}: {e}", mpath.display())),
+                    .map_err(|e| format!("writing {}: {e}", shown_memory.display())),
             }
         })?;
         write_state(dir, &state)
-            .map_err(|e| format!("writing {}: {e}", dir.join(STATE_FILE).display()))?;
+            .map_err(|e| format!("writing {}: {e}", shown.join(STATE_FILE).display()))?;
         drop(held);
         Ok(state.pages)
     }
@@ -474,7 +572,7 @@ fn save_plain(mem: &GuestMem, out: &File) -> std::io::Result<SavedPages> {
 fn write_state(dir: &Path, state: &VmSnapshot) -> std::io::Result<()> {
     let bytes = encode_state(state)?;
     let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    let mut f = File::create(&tmp)?;
+    let mut f = create_file(&tmp)?;
     f.write_all(&bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(STATE_FILE))?;
@@ -513,4 +611,69 @@ pub(crate) fn decode_state(bytes: &[u8]) -> Result<VmSnapshot, String> {
         return Err("the state's length or checksum does not match".into());
     }
     parse_state(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jailed_vmm_writes_one_name_beneath_its_snapshot_directory_only() {
+        let jailed = SnapshotPlace::Jailed(Some(PathBuf::from("/srv/vm/snapshots")));
+        let inside = (
+            PathBuf::from("/snapshots/s1"),
+            PathBuf::from("/srv/vm/snapshots/s1"),
+        );
+        for asked in [
+            "s1",
+            "s1/",
+            "/srv/vm/snapshots/s1",
+            "/srv/vm/snapshots/./s1",
+        ] {
+            assert_eq!(jailed.resolve(asked).as_ref(), Ok(&inside), "{asked}");
+        }
+        for asked in [
+            "",
+            ".",
+            "..",
+            "../s1",
+            "a/b",
+            "a/../b",
+            "/tmp/s1",
+            "/srv/vm/snapshots",
+            "/srv/vm/snapshots/../s1",
+            "/srv/vm/snapshots/a/b",
+            "/srv/vm/snapshotsX/s1",
+        ] {
+            let e = jailed.resolve(asked).unwrap_err();
+            assert!(
+                e.contains("writes snapshots only into /srv/vm/snapshots"),
+                "{asked}: {e}"
+            );
+        }
+        let e = SnapshotPlace::Jailed(None).resolve("s1").unwrap_err();
+        assert!(e.contains("--snapshot-dir"), "{e}");
+        let anywhere = SnapshotPlace::Anywhere.resolve("/x/../y").unwrap();
+        assert_eq!(anywhere.0, PathBuf::from("/x/../y"));
+    }
+
+    #[test]
+    fn a_snapshot_is_read_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(matches!(load(&link), Err(SnapshotError::Link(_))));
+        // A state file that is a link, to anything, is refused the same way.
+        std::os::unix::fs::symlink("/etc/hostname", real.join(STATE_FILE)).unwrap();
+        let e = load(&real).unwrap_err();
+        assert!(matches!(e, SnapshotError::Link(_)), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // Files are created new, never through a link.
+        std::os::unix::fs::symlink("/nonexistent", real.join("m")).unwrap();
+        assert!(create_file(&real.join("m")).is_err());
+        assert!(create_file(&real.join("n")).is_ok());
+        assert!(create_file(&real.join("n")).is_err(), "created once");
+    }
 }
