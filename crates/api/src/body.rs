@@ -59,7 +59,8 @@ pub struct ReleaseResult {
 }
 
 /// `PUT /vm/snapshot`: write the VM to directory `dir` (created if missing, empty), then let it
-/// run on, or end it with `stop`.
+/// run on, or end it with `stop`. A jailed VMM writes only into its snapshot directory
+/// (`VmInfo::snapshot_dir`): `dir` is one name there, or that directory's path and one name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotRequest {
@@ -71,7 +72,7 @@ pub struct SnapshotRequest {
 /// The answer to `PUT /vm/snapshot`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotResult {
-    /// The directory written.
+    /// The directory written, as the host sees it.
     pub dir: String,
     /// Guest pages copied into the memory file.
     pub copied_pages: u64,

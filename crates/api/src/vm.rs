@@ -74,4 +74,8 @@ pub struct VmInfo {
     /// what the destination acknowledged and what was freed here so far; `null` otherwise.
     #[serde(default)]
     pub migration: Option<crate::MigrateResult>,
+    /// A jailed VMM's snapshot directory (`memvisor run --snapshot-dir`), as the host sees it:
+    /// `PUT /vm/snapshot` takes a name there; `null` unjailed (any path).
+    #[serde(default)]
+    pub snapshot_dir: Option<String>,
 }

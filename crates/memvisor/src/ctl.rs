@@ -65,7 +65,8 @@ pub enum CtlRequest {
     /// failed (PUT /vm/resume).
     Resume,
     /// Write the VM to a snapshot directory, then let it run on, or end it with --stop
-    /// (PUT /vm/snapshot); `memvisor run --restore DIR` starts it again.
+    /// (PUT /vm/snapshot); `memvisor run --restore DIR` starts it again. A jailed VMM writes
+    /// into its --snapshot-dir: give a name there. Prints where it landed (`dir`).
     Snapshot {
         dir: PathBuf,
         /// End the VM once it is written.
@@ -161,9 +162,19 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Pause => show(vm("pause")?.pause()),
         CtlRequest::Resume => show(vm("resume")?.resume()),
         CtlRequest::Snapshot { dir, stop } => {
-            // The VMM may run elsewhere in the file system tree: it gets an absolute path.
-            let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            show(vm("snapshot")?.snapshot(&dir.to_string_lossy(), stop))
+            let client = vm("snapshot")?;
+            // A jailed VMM takes a name in its snapshot directory as it is; any other may run
+            // elsewhere in the file system tree: it gets an absolute path.
+            let jailed = dir.is_relative()
+                && client
+                    .info()
+                    .is_ok_and(|i: memvisor_api::VmInfo| i.snapshot_dir.is_some());
+            let dir = if jailed {
+                dir
+            } else {
+                std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
+            };
+            show(client.snapshot(&dir.to_string_lossy(), stop))
         }
         CtlRequest::Migrate {
             to,

@@ -78,6 +78,7 @@ fn api_types_and_the_published_schema_have_the_same_fields() {
             precopy_round_pages: vec![1],
             ..memvisor_api::MigrateResult::default()
         }),
+        snapshot_dir: Some("/srv/vm/snapshots".into()),
     };
     let guest = GuestMemoryStats {
         age_ms: 1,

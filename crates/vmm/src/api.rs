@@ -179,6 +179,10 @@ fn vm_info(c: &Control) -> VmInfo {
             })
             .collect(),
         migration: c.migration.broken(),
+        snapshot_dir: match &c.snapshot.place {
+            crate::snapshot::SnapshotPlace::Jailed(Some(dir)) => Some(dir.display().to_string()),
+            _ => None,
+        },
     }
 }
 
