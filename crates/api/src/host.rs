@@ -239,6 +239,11 @@ pub struct HostVm {
     pub overhead_bytes: u64,
     /// Its VMM's API socket.
     pub api_sock: String,
+    /// Jailed: the directory its VMM writes snapshots into, `PUT /vm/snapshot {"dir": NAME}`
+    /// on `api_sock` writing `snapshot_dir/NAME`, where they stay after it ends; `null`
+    /// unjailed (the VMM writes any path it is given).
+    #[serde(default)]
+    pub snapshot_dir: Option<String>,
     /// Its VMM's log (console and messages).
     pub log: String,
 }

@@ -14,8 +14,9 @@ use memvisor_api::{VmClient, VmExit, VmSpec};
 const API_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where a VMM keeps its files: a directory of its own in the state directory, `NAME/`, only
-/// root's, with its API socket, log, swap file, final counters and its jail (an empty
-/// directory, the VMM's root once it has opened the rest).
+/// root's, with its API socket, log, swap file, final counters, its jail (an empty
+/// directory, the VMM's root once it has opened the rest) and, jailed, `snapshots/`, the VM's
+/// uid's, the one directory the jailed VMM writes (`memvisor run --snapshot-dir`).
 #[derive(Clone, Debug)]
 pub struct VmmFiles {
     pub dir: PathBuf,
@@ -24,6 +25,7 @@ pub struct VmmFiles {
     pub swap: PathBuf,
     pub stats: PathBuf,
     pub jail: PathBuf,
+    pub snapshots: PathBuf,
 }
 
 impl VmmFiles {
@@ -35,6 +37,7 @@ impl VmmFiles {
             swap: dir.join("swap"),
             stats: dir.join("stats.json"),
             jail: dir.join("jail"),
+            snapshots: dir.join("snapshots"),
             dir,
         }
     }
@@ -118,8 +121,12 @@ impl Vmm {
             let mut dirs = std::fs::DirBuilder::new();
             dirs.recursive(true).mode(0o700);
             dirs.create(&files.dir)?;
-            if uid.is_some() {
+            if let Some(uid) = uid {
                 dirs.create(&files.jail)?;
+                // Its snapshots, its own: made again for the uid this start gives it (the
+                // snapshots of an earlier start stay the uid that wrote them, read-only to it).
+                dirs.create(&files.snapshots)?;
+                std::os::unix::fs::chown(&files.snapshots, Some(uid), Some(uid))?;
             }
         }
         let log = std::fs::OpenOptions::new()
@@ -159,6 +166,8 @@ impl Vmm {
                     jail,
                     format!("--uid={u}"),
                     format!("--gid={u}"),
+                    "--snapshot-dir".to_owned(),
+                    files.snapshots.display().to_string(),
                 ]
             }))
             .stdin(Stdio::null())

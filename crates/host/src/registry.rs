@@ -273,6 +273,12 @@ impl VmEntry {
             shared_saved_bytes: self.shared_saved(),
             overhead_bytes: if self.live() { self.charged } else { 0 },
             api_sock: self.files.sock.display().to_string(),
+            // A jailed VMM's, or one that ran jailed: its snapshots stay there after it ends.
+            snapshot_dir: match &self.vmm {
+                Some(v) => v.uid().is_some(),
+                None => self.files.snapshots.is_dir(),
+            }
+            .then(|| self.files.snapshots.display().to_string()),
             log: self.files.log.display().to_string(),
         }
     }

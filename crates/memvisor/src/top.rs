@@ -459,6 +459,7 @@ mod tests {
             shared_saved_bytes: 0,
             overhead_bytes: 0,
             api_sock: "/x".into(),
+            snapshot_dir: None,
             log: "/y".into(),
         }
     }

@@ -120,6 +120,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         shared_saved_bytes: 1,
         overhead_bytes: 1,
         api_sock: "/s".into(),
+        snapshot_dir: None,
         log: "/l".into(),
     };
     let spec_sample = VmSpec {

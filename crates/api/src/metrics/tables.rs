@@ -295,6 +295,7 @@ pub(super) const HOST_VM_ROWS: &[Row] = &[
     gauge("shared_saved_bytes", "shared_saved", Unit::Bytes, "Host memory its page sharing saves, not counted in what it holds."),
     gauge("overhead_bytes", "overhead", Unit::Bytes, "What the budget charges its VMM besides guest memory and its pool (its measured PSS less both)."),
     not("api_sock", "text"),
+    not("snapshot_dir", "text"),
     not("log", "text"),
 ];
 
@@ -426,6 +427,7 @@ pub(super) mod tests {
             shared_saved_bytes: 1,
             overhead_bytes: 1,
             api_sock: "/s".into(),
+            snapshot_dir: Some("/s/snapshots".into()),
             log: "/l".into(),
         }
     }
