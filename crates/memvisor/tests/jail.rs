@@ -4,7 +4,7 @@
 //! Tesseract's logs are put back after a jailed VMM is killed; a host's VMMs run jailed with a
 //! uid each; bad input is refused with one line and nothing started.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
@@ -285,8 +285,9 @@ fn an_image_another_vmm_writes_is_refused() {
     drop(first);
 }
 
-/// `memvisor run --jail` with a jail directory that is missing or not empty, or uid or gid 0,
-/// is refused with one line and exit status 2, and nothing starts (no socket appears).
+/// `memvisor run --jail` with a jail directory that is missing or not empty, uid or gid 0, or
+/// a `--snapshot-dir` the VMM could not write, is refused with one line and exit status 2, and
+/// nothing starts (no socket appears).
 #[test]
 fn bad_jails_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
@@ -317,7 +318,49 @@ fn bad_jails_are_refused_before_anything_starts() {
         assert!(err.starts_with("memvisor: ") && err.contains(want), "{err}");
         assert!(!sock.exists());
     }
+    // A snapshot directory that is missing, a link, a file, or not the uid's to write.
+    let snaps = dir.path().join("snaps");
+    std::fs::create_dir(&snaps).unwrap();
+    std::fs::set_permissions(&snaps, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&snaps, &link).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let cases = [
+        (dir.path().join("nowhere"), "does not exist".to_owned()),
+        (link, "is a symbolic link".to_owned()),
+        (file, "is not a directory".to_owned()),
+        (
+            snaps.clone(),
+            format!(
+                "is not writable by uid 1000 (it is uid 0's, mode 755): chown 1000 {}",
+                snaps.display()
+            ),
+        ),
+    ];
+    for (snapshots, want) in cases {
+        let out = Command::new(MEMVISOR)
+            .args(["run", "--workload=boot", "--api-sock"])
+            .arg(&sock)
+            .arg("--jail")
+            .arg(&empty)
+            .args(["--uid", "1000", "--gid", "1000", "--snapshot-dir"])
+            .arg(&snapshots)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--snapshot-dir") && err.contains(&want),
+            "{err}"
+        );
+        assert!(!sock.exists());
+    }
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // --snapshot-dir without --jail is clap's to refuse.
+    let out = memvisor(&["run", "--snapshot-dir", snaps.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
     // --uid without --jail, and --jail without --uid, are clap's to refuse (status 2 too).
     let out = memvisor(&["run", "--uid", "1000", "--gid", "1000"]);
     assert_eq!(out.status.code(), Some(2));
@@ -327,7 +370,8 @@ fn bad_jails_are_refused_before_anything_starts() {
 
 /// A host jails every VMM by default, each as a uid of its own from `uid_range`: two VMs run
 /// with distinct uids, no capabilities and no new privileges, each with a directory of its own
-/// in the state directory; the VMs' sockets are 0600, the host's 0660.
+/// in the state directory and a snapshot directory that uid's; the VMs' sockets are 0600, the
+/// host's 0660.
 #[test]
 fn a_host_jails_each_vmm_as_a_uid_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,6 +416,19 @@ fn a_host_jails_each_vmm_as_a_uid_of_its_own() {
         assert_eq!(mode(&own.join("api.sock")), 0o600);
         assert_eq!(mode(&own), 0o700);
         assert_eq!(std::fs::read_dir(own.join("jail")).unwrap().count(), 0);
+        // Its snapshot directory: its uid's alone, bound into its jail, named by the host.
+        let snaps = own.join("snapshots");
+        let m = std::fs::metadata(&snaps).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (uid, uid, 0o700));
+        assert_eq!(v.snapshot_dir.as_deref(), snaps.to_str());
+        assert_eq!(root_of(pid).0, ["proc", "snapshots"]);
+        let client = memvisor_api::VmClient::new(Path::new(&v.api_sock));
+        let r = ok(client.snapshot("s1", false));
+        assert_eq!(Path::new(&r.dir), snaps.join("s1"));
+        assert_eq!(
+            std::fs::metadata(snaps.join("s1/vm.state")).unwrap().uid(),
+            uid
+        );
         // The host drives it through its socket.
         ok(host.client().stop(name));
         host.wait_vm(name, 20, |v| v.state == HostVmState::Exited);

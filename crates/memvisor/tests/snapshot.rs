@@ -3,7 +3,8 @@
 //! file), snapshotted again and restored again, and checks every byte it wrote; a snapshot
 //! that lets the VM run on is restored too; a guest writing to its disk loses no acknowledged
 //! write across a snapshot, a restore and a crash; bad snapshots are refused before anything
-//! starts.
+//! starts; a jailed VMM with every mechanism on writes its snapshots into its snapshot
+//! directory, refuses names that leave it, and its snapshots restore jailed and unjailed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -294,8 +295,8 @@ fn bad_snapshots_are_refused_before_anything_starts() {
     assert!(!sock.exists(), "no VM was started");
 }
 
-/// A jailed VMM restores from a snapshot (its files are opened before the jail) and refuses to
-/// take one, saying why: it sees no directory of the host's to write it to.
+/// A jailed VMM restores from a snapshot (its files are opened before the jail); given no
+/// snapshot directory, it refuses to take one and says what to give.
 #[test]
 fn a_jailed_vm_restores_a_snapshot_and_says_why_it_takes_none() {
     let dir = tempfile::tempdir().unwrap();
@@ -329,7 +330,171 @@ fn a_jailed_vm_restores_a_snapshot_and_says_why_it_takes_none() {
         .snapshot(again.to_str().unwrap(), false)
         .expect_err("a jailed VMM wrote a snapshot")
         .to_string();
-    assert!(e.contains("jailed"), "{e}");
+    assert!(e.contains("jailed") && e.contains("--snapshot-dir"), "{e}");
     assert!(!again.exists());
     assert_eq!(ok(vm.client().info()).state, memvisor_api::VmState::Running);
+}
+
+/// Every mechanism (balloon, Swap Mapper, False Reads Preventer, Tesseract, a pool, KSM
+/// sharing) under a limit, with the integrity workload on `disk`, and `extra`.
+fn every_mechanism<'a>(disk: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "--mem=256M",
+        "--mem-limit=64M",
+        "--balloon",
+        "--mapper",
+        "--preventer",
+        "--tesseract",
+        "--pool=16M",
+        "--sharing=host",
+        "--sample-pages=200",
+        "--disk",
+        disk,
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// `ctl snapshot DIR --stop` on `vm`: its answer's `dir`, once the VM has ended.
+fn ctl_snapshot_and_stop(vm: TestVm, dir: &str) -> String {
+    let out = memvisor(&[
+        "ctl",
+        "--api-sock",
+        vm.sock().to_str().unwrap(),
+        "snapshot",
+        dir,
+        "--stop",
+    ]);
+    assert!(out.status.success(), "ctl snapshot {dir}: {}", stderr(&out));
+    let r: memvisor_api::SnapshotResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.stopped && r.copied_pages > 0, "{r:?}");
+    let end = vm.finish();
+    assert!(
+        !stdout(&end).contains("phase=done"),
+        "the VM ran to its end instead of stopping at the snapshot"
+    );
+    r.dir
+}
+
+/// A jailed, filtered VMM with every mechanism on writes its snapshot by name into the snapshot
+/// directory bound into its jail (`ctl` says where it landed, files the VM's uid's); names that
+/// would leave it are refused with a 400 and write nothing; the snapshot restores jailed, which
+/// snapshots again by the directory's full path, and that one restores unjailed, where the
+/// integrity workload finds every byte it wrote.
+#[test]
+fn a_jailed_vmm_snapshots_into_its_directory_and_restores_intact() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let disk = disk_spec(
+        &mkdisk_data(dir.path().join("data.img"), "64M", &[]),
+        "data",
+    );
+    let uid = 900_964;
+    let snaps = dir.path().join("snapshots");
+    std::fs::create_dir(&snaps).unwrap();
+    std::os::unix::fs::chown(&snaps, Some(uid), Some(uid)).unwrap();
+    let s = snaps.to_str().unwrap();
+    // Jailed as `uid`, in a new empty jail directory, with the snapshot directory.
+    let jailed = |name: &str| -> Vec<String> {
+        let j = dir.path().join(name);
+        std::fs::create_dir(&j).unwrap();
+        let (j, uid) = (j.display().to_string(), uid.to_string());
+        [
+            "--jail",
+            &j,
+            "--uid",
+            &uid,
+            "--gid",
+            &uid,
+            "--snapshot-dir",
+            s,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let sock = dir.path().join("api.sock");
+
+    let mut first = jailed("jail1");
+    first.extend([
+        "--workload=integrity".to_owned(),
+        "--cmdline=anon_mb=120 file_mb=8 rounds=4 secs=4".to_owned(),
+    ]);
+    let first = as_strs(&first);
+    let vm = TestVm::start(&sock, &every_mechanism(&disk, &first));
+    wait_for_fill(&vm);
+    let info = ok(vm.client().info());
+    assert_eq!(info.snapshot_dir.as_deref(), Some(s));
+    // Names that leave the snapshot directory: refused, nothing written, the VM runs on.
+    let outside = dir.path().join("escaped");
+    let escaping = [
+        "../escaped".to_owned(),
+        "..".to_owned(),
+        "a/b".to_owned(),
+        outside.display().to_string(),
+        format!("{s}/../escaped"),
+        "/snapshots/x".to_owned(),
+    ];
+    for name in &escaping {
+        let e = vm
+            .client()
+            .snapshot(name, false)
+            .expect_err("a snapshot left its directory")
+            .to_string();
+        assert!(
+            e.contains(&format!("writes snapshots only into {s}")),
+            "{name}: {e}"
+        );
+    }
+    let out = memvisor(&[
+        "ctl",
+        "--api-sock",
+        sock.to_str().unwrap(),
+        "snapshot",
+        "../escaped",
+    ]);
+    // `ctl` sends a relative name to a jailed VMM as it is; the refusal is one line.
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("writes snapshots only into"), "{err}");
+    assert!(!outside.exists() && !dir.path().join("a").exists());
+    assert_eq!(std::fs::read_dir(&snaps).unwrap().count(), 0);
+    assert_eq!(ok(vm.client().info()).state, memvisor_api::VmState::Running);
+
+    // By name: it lands in the snapshot directory, the VM's uid's.
+    let landed = ctl_snapshot_and_stop(vm, "a");
+    let a = snaps.join("a");
+    assert_eq!(landed, a.display().to_string());
+    for f in ["vm.state", "memory"] {
+        assert_eq!(std::fs::metadata(a.join(f)).unwrap().uid(), uid, "{f}");
+    }
+
+    // Restored jailed, under a smaller limit, and snapshotted again by the full path.
+    let mut second = jailed("jail2");
+    second.extend(["--restore".to_owned(), a.display().to_string()]);
+    let second = as_strs(&second);
+    let vm = TestVm::start(&sock, &every_mechanism(&disk, &second));
+    vm.stats_until(
+        "the restored guest faults pages in",
+        Duration::from_secs(60),
+        |st| {
+            st.pager
+                .as_ref()
+                .is_some_and(|p| p.counters.faults_restored > 0)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let b = snaps.join("b");
+    assert_eq!(
+        ctl_snapshot_and_stop(vm, b.to_str().unwrap()),
+        b.display().to_string()
+    );
+
+    // And unjailed, to the end of the workload: every byte intact.
+    let vm = TestVm::start(
+        &sock,
+        &every_mechanism(&disk, &["--restore", b.to_str().unwrap()]),
+    );
+    let r = vm.intact("integrity");
+    assert_eq!(r.u64("mismatches"), 0);
 }
