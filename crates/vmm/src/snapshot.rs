@@ -29,7 +29,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -297,12 +297,14 @@ fn open_file(path: &Path) -> Result<File, SnapshotError> {
     Ok(file)
 }
 
-/// Creates the snapshot file at `path` to write it: new, and not through a symbolic link.
+/// Creates the snapshot file at `path` to write it: new, not through a symbolic link, and
+/// readable by its owner only (it holds guest memory).
 fn create_file(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
         .open(path)
 }
 
@@ -432,7 +434,10 @@ impl Snapshotter {
         if dir.join(STATE_FILE).exists() {
             return Err(format!("{} already holds a snapshot", shown.display()));
         }
-        std::fs::create_dir_all(&dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
             .map_err(|e| format!("cannot create {}: {e}", shown.display()))?;
         check_pausable(life)?;
         let t0 = Instant::now();
@@ -675,5 +680,7 @@ mod tests {
         assert!(create_file(&real.join("m")).is_err());
         assert!(create_file(&real.join("n")).is_ok());
         assert!(create_file(&real.join("n")).is_err(), "created once");
+        let mode = std::fs::metadata(real.join("n")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600, "guest memory is its owner's alone");
     }
 }
