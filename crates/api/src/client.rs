@@ -413,6 +413,23 @@ impl HostClient {
         self.call(&HostRequest::Stop(name.to_owned()))
     }
 
+    /// `PUT /vms/NAME/snapshot`: writes the VM to `STATE/NAME/snapshots/DIR`, `DIR` one name,
+    /// then lets it run on (or ends it, `stop`); the answer's `dir` is where it landed.
+    pub fn snapshot(
+        &self,
+        name: &str,
+        dir: &str,
+        stop: bool,
+    ) -> Result<SnapshotResult, ClientError> {
+        self.call(&HostRequest::Snapshot(
+            name.to_owned(),
+            SnapshotRequest {
+                dir: dir.to_owned(),
+                stop,
+            },
+        ))
+    }
+
     /// `DELETE /vms/NAME`: forgets a VM that ended or was refused.
     pub fn remove(&self, name: &str) -> Result<HostVm, ClientError> {
         self.call(&HostRequest::Remove(name.to_owned()))

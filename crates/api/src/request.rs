@@ -164,6 +164,9 @@ pub enum HostRequest {
     UpdateVm(String, PolicyUpdate),
     /// `PUT /vms/NAME/stop`: stops it.
     Stop(String),
+    /// `PUT /vms/NAME/snapshot`: writes it to `STATE/NAME/snapshots/DIR`, `DIR` one name
+    /// ([`SnapshotResult`](crate::SnapshotResult)).
+    Snapshot(String, SnapshotRequest),
     /// `DELETE /vms/NAME`: forgets a VM that ended or was refused.
     Remove(String),
     /// `GET /metrics`: the host's and every VM's numbers in the OpenMetrics text format.
@@ -220,10 +223,16 @@ impl HostRequest {
             ("GET", ["vms", n]) => HostRequest::Vm(name(n)),
             ("PATCH", ["vms", n]) => HostRequest::UpdateVm(name(n), parse_body(body)?),
             ("PUT", ["vms", n, "stop"]) => HostRequest::Stop(name(n)),
+            ("PUT", ["vms", n, "snapshot"]) => HostRequest::Snapshot(name(n), parse_body(body)?),
             ("DELETE", ["vms", n]) => HostRequest::Remove(name(n)),
             (
                 _,
-                ["host"] | ["events"] | ["history"] | ["vms"] | ["vms", _] | ["vms", _, "stop"],
+                ["host"]
+                | ["events"]
+                | ["history"]
+                | ["vms"]
+                | ["vms", _]
+                | ["vms", _, "stop" | "snapshot"],
             ) => {
                 return Err(RequestError::new(
                     405,
@@ -251,7 +260,7 @@ impl HostRequest {
         match self {
             HostRequest::Update(_) | HostRequest::UpdateVm(..) => "PATCH",
             HostRequest::Add(_) => "POST",
-            HostRequest::Stop(_) => "PUT",
+            HostRequest::Stop(_) | HostRequest::Snapshot(..) => "PUT",
             HostRequest::Remove(_) => "DELETE",
             _ => "GET",
         }
@@ -275,6 +284,7 @@ impl HostRequest {
                 format!("/vms/{n}")
             }
             HostRequest::Stop(n) => format!("/vms/{n}/stop"),
+            HostRequest::Snapshot(n, _) => format!("/vms/{n}/snapshot"),
             HostRequest::Metrics => "/metrics".to_owned(),
         }
     }
@@ -285,6 +295,7 @@ impl HostRequest {
             HostRequest::Update(u) => json(u),
             HostRequest::Add(s) => json(s),
             HostRequest::UpdateVm(_, u) => json(u),
+            HostRequest::Snapshot(_, s) => json(s),
             _ => None,
         }
     }
@@ -366,6 +377,13 @@ mod tests {
             HostRequest::Vm("a".into()),
             HostRequest::UpdateVm("a".into(), PolicyUpdate::default()),
             HostRequest::Stop("a".into()),
+            HostRequest::Snapshot(
+                "a".into(),
+                SnapshotRequest {
+                    dir: "s1".into(),
+                    stop: false,
+                },
+            ),
             HostRequest::Remove("a".into()),
             HostRequest::Metrics,
         ] {
@@ -392,6 +410,8 @@ mod tests {
         assert_eq!(host("GET", "/events?since=x", ""), 400);
         assert_eq!(host("GET", "/history?until=1", ""), 400);
         assert_eq!(host("POST", "/vms", "{"), 400);
+        assert_eq!(host("GET", "/vms/a/snapshot", ""), 405);
+        assert_eq!(host("PUT", "/vms/a/snapshot", "{}"), 400);
         assert_eq!(parse_metrics_request("GET", "/metrics?x"), Ok(()));
         assert_eq!(
             parse_metrics_request("PUT", "/metrics").unwrap_err().status,

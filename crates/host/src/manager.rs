@@ -248,6 +248,16 @@ impl Host {
             .stop(&mut self.journal, name, self.config.vm_overhead)
     }
 
+    /// Where `PUT /vms/NAME/snapshot` writes, and through which socket
+    /// ([`Registry::snapshot_target`]).
+    pub fn snapshot_target(
+        &self,
+        name: &str,
+        dir: &str,
+    ) -> Result<(std::path::PathBuf, std::path::PathBuf), Refused> {
+        self.registry.snapshot_target(name, dir)
+    }
+
     /// Asks every VMM to stop; returns how many are still alive.
     pub fn stop_all(&mut self) -> usize {
         self.registry

@@ -555,6 +555,41 @@ impl Registry {
         journal.event(HostEventKind::Exited, Some(&v.spec.name), why);
     }
 
+    /// Where `PUT /vms/NAME/snapshot` writes snapshot `dir` of VM `name`, and the socket of
+    /// its VMM, which writes it: `STATE/NAME/snapshots/DIR`, `DIR` one name (a jailed VMM takes
+    /// nothing else; an unjailed one gets the same place, the directory made for it).
+    pub fn snapshot_target(&self, name: &str, dir: &str) -> Result<(PathBuf, PathBuf), Refused> {
+        let v = &self.vms[self.find(name)?];
+        if v.vmm.is_none() || v.waiting {
+            return Err(Refused(400, format!("vm '{name}' is not running")));
+        }
+        let mut parts = std::path::Path::new(dir).components();
+        let (Some(std::path::Component::Normal(one)), None) = (parts.next(), parts.next()) else {
+            return Err(Refused(
+                400,
+                format!(
+                    "snapshot {dir:?}: give one name (e.g. \"snap1\"), without '/' or '..': it \
+                     is written to {}/NAME",
+                    v.files.snapshots.display()
+                ),
+            ));
+        };
+        if v.vmm.as_ref().is_some_and(|vmm| vmm.uid().is_none()) {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(&v.files.snapshots)
+                .map_err(|e| {
+                    Refused(
+                        400,
+                        format!("cannot make {}: {e}", v.files.snapshots.display()),
+                    )
+                })?;
+        }
+        Ok((v.files.sock.clone(), v.files.snapshots.join(one)))
+    }
+
     /// Asks every VMM to stop (a VM still waiting for room ends at once); returns how many are
     /// still alive.
     pub fn stop_all(&mut self, journal: &mut Journal, overhead: u64) -> usize {

@@ -11,6 +11,7 @@
 //! | `GET /vms/NAME` | one VM |
 //! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`](memvisor_api::PolicyUpdate)) |
 //! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
+//! | `PUT /vms/NAME/snapshot` | writes it to `STATE/NAME/snapshots/DIR` through its VMM's socket ([`SnapshotRequest`](memvisor_api::SnapshotRequest), `DIR` one name) |
 //! | `DELETE /vms/NAME` | forgets a VM that ended or was refused (409 while it runs) |
 //! | `GET /metrics` | the host's and every VM's numbers in the OpenMetrics text format (docs/metrics.md); also on `metrics_addr` over TCP |
 //!
@@ -22,7 +23,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 
 use memvisor_api::server::{error, ok, refuse, serve as serve_socket, serve_tcp, Reply};
-use memvisor_api::{parse_metrics_request, HostRequest};
+use memvisor_api::{parse_metrics_request, HostRequest, VmClient};
 
 use crate::config::resolve_paths;
 use crate::manager::{lock, metrics, Shared};
@@ -80,6 +81,23 @@ pub(crate) fn handle(host: &Shared, request: HostRequest) -> Reply {
             .update(&name, &u)
             .map_or_else(refused, |v| ok(&v)),
         HostRequest::Stop(name) => lock(host).stop(&name).map_or_else(refused, |v| ok(&v)),
+        HostRequest::Snapshot(name, req) => {
+            // Found under the lock, written without it: the VMM pauses its VM for as long as
+            // its memory takes to write, and the host's ticks go on meanwhile.
+            let target = lock(host).snapshot_target(&name, &req.dir);
+            match target {
+                Err(r) => refused(r),
+                Ok((sock, dir)) => {
+                    match VmClient::new(sock).snapshot(&dir.to_string_lossy(), req.stop) {
+                        Ok(r) => ok(&r),
+                        Err(e) => {
+                            let why = e.reason().unwrap_or_else(|| e.to_string());
+                            error(400, &format!("vm '{name}': {why}"))
+                        }
+                    }
+                }
+            }
+        }
         HostRequest::Remove(name) => lock(host).remove(&name).map_or_else(refused, |v| ok(&v)),
     }
     .into()

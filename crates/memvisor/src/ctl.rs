@@ -72,6 +72,10 @@ pub enum CtlRequest {
         /// End the VM once it is written.
         #[arg(long)]
         stop: bool,
+        /// With --host-sock: the host's VM to write (PUT /vms/NAME/snapshot); DIR is then one
+        /// name, written to STATE/NAME/snapshots/DIR.
+        #[arg(long, value_name = "NAME")]
+        vm: Option<String>,
     },
     /// Move the VM to the memvisor started with `run --incoming ADDR --migration-token T`,
     /// post-copy (PUT /vm/migrate): the VM runs there at once, its pages follow; answers once
@@ -161,7 +165,12 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
         CtlRequest::Stats => show(vm("stats")?.stats()),
         CtlRequest::Pause => show(vm("pause")?.pause()),
         CtlRequest::Resume => show(vm("resume")?.resume()),
-        CtlRequest::Snapshot { dir, stop } => {
+        CtlRequest::Snapshot {
+            dir,
+            stop,
+            vm: Some(name),
+        } => show(host("snapshot --vm")?.snapshot(&name, &dir.to_string_lossy(), stop)),
+        CtlRequest::Snapshot { dir, stop, vm: _ } => {
             let client = vm("snapshot")?;
             // A jailed VMM takes a name in its snapshot directory as it is; any other may run
             // elsewhere in the file system tree: it gets an absolute path.

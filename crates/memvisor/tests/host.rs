@@ -60,6 +60,9 @@ fn call_checked(
         (200, Ok(HostRequest::Events { .. })) => drop(typed::<Vec<HostEvent>>(&v, &at)),
         (200, Ok(HostRequest::History { .. })) => drop(typed::<Vec<HostSample>>(&v, &at)),
         (200, Ok(HostRequest::Vms)) => drop(typed::<Vec<HostVm>>(&v, &at)),
+        (200, Ok(HostRequest::Snapshot(..))) => {
+            drop(typed::<memvisor_api::SnapshotResult>(&v, &at));
+        }
         (200, _) => drop(typed::<HostVm>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
@@ -172,6 +175,18 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
                 serde_json::to_value(ErrorBody { error: "x".into() }).unwrap(),
             ),
             (
+                "SnapshotRequest",
+                serde_json::to_value(memvisor_api::SnapshotRequest {
+                    dir: "s1".into(),
+                    stop: true,
+                })
+                .unwrap(),
+            ),
+            (
+                "SnapshotResult",
+                serde_json::to_value(memvisor_api::SnapshotResult::default()).unwrap(),
+            ),
+            (
                 "HostEvent",
                 serde_json::to_value(HostEvent {
                     seconds: 1.0,
@@ -249,7 +264,7 @@ kernel = "{k}"
     let vms_path = HostRequest::Vms.path();
     let vm_path = |name: &str| HostRequest::Vm(name.into()).path();
     let stop_path = |name: &str| HostRequest::Stop(name.into()).path();
-    assert_eq!(spec["paths"].as_object().unwrap().len(), 7);
+    assert_eq!(spec["paths"].as_object().unwrap().len(), 8);
     let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),
@@ -271,6 +286,34 @@ kernel = "{k}"
     let (_, vms) = call("GET", &vms_path, None);
     assert_eq!(vms.as_array().unwrap().len(), 2);
     call("GET", &vm_path("a"), None);
+    // A snapshot by name through the host lands in the VM's snapshot directory; anything but
+    // one name, a VM not running and an unknown one are refused.
+    let snapshot_path = |name: &str| {
+        let req = memvisor_api::SnapshotRequest {
+            dir: String::new(),
+            stop: false,
+        };
+        HostRequest::Snapshot(name.into(), req).path()
+    };
+    let (status, r) = call("PUT", &snapshot_path("a"), Some(r#"{"dir": "s1"}"#));
+    assert_eq!(status, 200, "{r}");
+    let snaps = host
+        .vm("a")
+        .snapshot_dir
+        .expect("a jailed VM has a snapshot directory");
+    assert_eq!(r["dir"], format!("{snaps}/s1"));
+    for (vm, body, want) in [
+        ("a", r#"{"dir": "../s2"}"#, 400),
+        ("a", r#"{"dir": "s1"}"#, 400),
+        ("b", r#"{"dir": "s2"}"#, 400),
+        ("z", r#"{"dir": "s2"}"#, 404),
+    ] {
+        assert_eq!(
+            call("PUT", &snapshot_path(vm), Some(body)).0,
+            want,
+            "{vm} {body}"
+        );
+    }
     // The host's numbers and each VM's, for Prometheus: a refused VM has its state and policy
     // but no VMM stats; a running one has both.
     let (status, text) = openapi::get_text_checked(&spec, sock, "/metrics");

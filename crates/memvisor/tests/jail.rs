@@ -422,13 +422,29 @@ fn a_host_jails_each_vmm_as_a_uid_of_its_own() {
         assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (uid, uid, 0o700));
         assert_eq!(v.snapshot_dir.as_deref(), snaps.to_str());
         assert_eq!(root_of(pid).0, ["proc", "snapshots"]);
+        // A snapshot by name, through the VM's socket and through the host's.
         let client = memvisor_api::VmClient::new(Path::new(&v.api_sock));
         let r = ok(client.snapshot("s1", false));
         assert_eq!(Path::new(&r.dir), snaps.join("s1"));
-        assert_eq!(
-            std::fs::metadata(snaps.join("s1/vm.state")).unwrap().uid(),
-            uid
-        );
+        let r = ok(host.client().snapshot(name, "s2", false));
+        assert_eq!(Path::new(&r.dir), snaps.join("s2"));
+        for s in ["s1", "s2"] {
+            let state = std::fs::metadata(snaps.join(s).join("vm.state")).unwrap();
+            assert_eq!((state.uid(), state.mode() & 0o777), (uid, 0o600));
+        }
+        for bad in ["../x", "a/b", "/tmp/x"] {
+            let e = host.client().snapshot(name, bad, false).unwrap_err();
+            assert!(e.to_string().contains("give one name"), "{bad}: {e}");
+        }
+        let e = host.client().snapshot(name, "s1", false).unwrap_err();
+        assert!(e.to_string().contains("already holds a snapshot"), "{e}");
+        let e = host.client().snapshot("nope", "s3", false).unwrap_err();
+        assert!(e.to_string().contains("(404)"), "{e}");
+        let sock = host.sock().to_str().unwrap();
+        let out = memvisor(&["ctl", "--host-sock", sock, "snapshot", "--vm", name, "s3"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let r: memvisor_api::SnapshotResult = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(Path::new(&r.dir), snaps.join("s3"));
         // The host drives it through its socket.
         ok(host.client().stop(name));
         host.wait_vm(name, 20, |v| v.state == HostVmState::Exited);
