@@ -8,7 +8,7 @@
 //! | `config.rs` | the TOML config: `[host]`, `[[vm]]`, defaults, errors with file, line and key |
 //! | `config_tests.rs` | (tests) `config.rs`: a full config, defaults, each key's checks, errors with file, line and key |
 //! | `privileges.rs` | the capabilities the host keeps to start jailed VMMs, every other one dropped at start |
-//! | `process.rs` | one VMM process: its flags (`--seccomp` among them), files, log, API calls, exit; a process's PSS (a VMM's, the host's own) |
+//! | `process.rs` | one VMM process: its flags (`--seccomp`, jailed `--jail` and `--snapshot-dir` among them), files, log, API calls, exit; a process's PSS (a VMM's, the host's own) |
 //! | `kmsg.rs` | which call and thread a VMM's seccomp filter killed it for, from the kernel log's audit record |
 //! | `jailing.rs` | the VMMs' uids (`uid_range`): parsed, checked free, one per VM; the API socket's `group` |
 //! | `journal.rs` | the events and the ticks the host remembers, forgotten after `keep` |

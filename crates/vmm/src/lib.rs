@@ -22,12 +22,12 @@
 //! | `vcpu.rs` | vCPU set-up for PVH entry and the exit loop that routes port and MMIO accesses to devices |
 //! | `control.rs` | pausing, parking, kicking and ending vCPUs, with a [`PauseReason`] |
 //! | `affinity.rs` | host CPU sets for `--vcpu-cpus` and `--vmm-cpus` |
-//! | `jail.rs` | the jail a VMM enters once its files are open: namespaces, a root of its own, no capabilities, an unprivileged uid |
+//! | `jail.rs` | the jail a VMM enters once its files are open: namespaces, a root of its own (with `--snapshot-dir` bound in), no capabilities, an unprivileged uid |
 //! | `ioevents.rs` | `KVM_IOEVENTFD` for the devices' queue notifications |
 //! | `api.rs` | the VM's API server on a Unix socket |
 //! | `signals.rs` | termination signals handled by a thread, and the signal that kicks a vCPU |
 //! | `cpu_state.rs` | the KVM state of a vCPU and of the in-kernel PIC, IOAPIC and clock, read for a snapshot and written back on restore |
-//! | `snapshot.rs` | snapshots: the format, taking one from a running VM, and reading one back, checked |
+//! | `snapshot.rs` | snapshots: the format, where a VMM may write one (jailed: one name in its snapshot directory), taking one from a running VM, and reading one back, checked and without following links |
 //! | `migrate/` | live migration, post-copy after optional pre-copy rounds (docs/migration.md): the messages (`wire.rs`), the source (`source.rs`, `PUT /vm/migrate`), its pre-copy rounds and the record of what was written (`precopy.rs`: KVM's dirty log and the pager's note), the destination and its page store of pages still on the source (`incoming.rs`, `memvisor run --incoming`) |
 
 pub mod affinity;
