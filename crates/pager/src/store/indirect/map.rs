@@ -82,6 +82,8 @@ pub(super) struct State {
     /// flush. Their references are dropped once the log that ends them is synced, so a power
     /// loss never leaves a logged indirection to a block that was used again.
     pub(super) unsynced_ends: Vec<Block>,
+    /// No compaction is tried while the log is this long or shorter: set after one failed.
+    pub(super) compact_after: u64,
 }
 
 impl State {
@@ -145,6 +147,7 @@ impl Indirect {
                 defragging: Vec::new(),
                 groups: std::collections::VecDeque::new(),
                 unsynced_ends: Vec::new(),
+                compact_after: 0,
             }),
             copied: std::sync::Condvar::new(),
             counters: IndirectCounters::default(),
@@ -391,15 +394,29 @@ impl Indirect {
             }
         }
         let live = s.map.len();
-        let State { map, log, .. } = &mut *s;
+        let State {
+            map,
+            log,
+            compact_after,
+            ..
+        } = &mut *s;
         if let Some(l) = log.as_mut() {
-            if l.len() > (HEADER + 4 * (live + 1024) * RECORD) as u64 {
+            if l.len() > (HEADER + 4 * (live + 1024) * RECORD) as u64 && l.len() > *compact_after {
                 match Log::write_fresh(&l.path, &l.store, map) {
                     Ok(fresh) => {
                         *l = fresh;
                         EventCounters::add(&self.counters.compactions, 1);
                     }
-                    Err(e) => tracing::warn!("indirection log: compaction failed: {e}"),
+                    Err(e) => {
+                        // A jailed VMM cannot replace its log by path (a snapshot's flatten
+                        // brings it there sooner): the log grows on, and is tried again once
+                        // twice as long, not at every guest write.
+                        *compact_after = l.len().saturating_mul(2);
+                        tracing::warn!(
+                            "indirection log: compaction failed ({e}); tried again at {} bytes",
+                            *compact_after
+                        );
+                    }
                 }
             }
         }

@@ -200,6 +200,49 @@ mod tests {
         assert_eq!(ind.usage().0, 1);
     }
 
+    /// A log that cannot be replaced by path (a jailed VMM's: here its directory moved away)
+    /// fails its compaction once, then grows to twice that length before it is tried again;
+    /// nothing is lost meanwhile.
+    #[test]
+    fn a_failed_compaction_waits_for_the_log_to_double() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("vm");
+        std::fs::create_dir(&sub).unwrap();
+        let (image, store) = (sub.join("d.img"), sub.join("s.swap"));
+        std::fs::write(&image, vec![7u8; 4 * PAGE_SIZE]).unwrap();
+        std::fs::write(&store, vec![9u8; 2 * PAGE_SIZE]).unwrap();
+        let ind = Indirect::start(&image, &store, LogSync::Flush, None).unwrap();
+        std::fs::rename(&sub, dir.path().join("gone")).unwrap();
+        let mut first_failure = None;
+        for i in 0..6000u32 {
+            ind.write_begins(0, PAGE_SIZE as u64).unwrap();
+            ind.elide(0, i % 2);
+            let (_, r) = ind.write_ends(0, 1, true, || Ok(()));
+            r.unwrap();
+            let s = ind.lock();
+            if first_failure.is_none() && s.compact_after > 0 {
+                first_failure = Some(s.log.as_ref().unwrap().len());
+            }
+        }
+        let at = first_failure.expect("the log grew past compaction and could not be replaced");
+        let s = ind.lock();
+        assert_eq!(s.compact_after, 2 * at, "tried once, not at every write");
+        assert_eq!(
+            ind.counters
+                .compactions
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        assert_eq!(s.map.len(), 1);
+        drop(s);
+        let log = log_path(&dir.path().join("gone").join("d.img"));
+        let replayed = Log::open(&dir.path().join("gone").join("d.img"))
+            .unwrap()
+            .unwrap();
+        assert!(log.exists());
+        assert_eq!(replayed.map, BTreeMap::from([(0, 1)]));
+    }
+
     #[test]
     fn recovery_without_the_store_says_what_is_missing_and_keeps_the_log() {
         let dir = tempfile::tempdir().unwrap();
