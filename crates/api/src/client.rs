@@ -17,7 +17,10 @@ use crate::body::{
     BalloonUpdate, ErrorBody, MemoryUpdate, MigrateRequest, MigrateResult, PoolUpdate,
     ReleaseRequest, ReleaseResult, SnapshotRequest, SnapshotResult,
 };
-use crate::host::{HostEvent, HostInfo, HostSample, HostUpdate, HostVm, PolicyUpdate};
+use crate::host::{
+    HostEvent, HostInfo, HostMigrateRequest, HostSample, HostUpdate, HostVm, IncomingRequest,
+    IncomingVm, PolicyUpdate,
+};
 use crate::http::{connect, exchange_on, HttpError, Response, CALL_TIMEOUT};
 use crate::request::{HostRequest, VmRequest};
 use crate::spec::VmSpec;
@@ -433,6 +436,18 @@ impl HostClient {
     /// `DELETE /vms/NAME`: forgets a VM that ended or was refused.
     pub fn remove(&self, name: &str) -> Result<HostVm, ClientError> {
         self.call(&HostRequest::Remove(name.to_owned()))
+    }
+
+    /// `POST /vms/incoming`: asks this host to take a VM moving here (admission applies); the
+    /// address and token its VMM waits on.
+    pub fn incoming(&self, request: IncomingRequest) -> Result<IncomingVm, ClientError> {
+        self.call(&HostRequest::Incoming(Box::new(request)))
+    }
+
+    /// `POST /vms/NAME/migrate`: moves a VM to another host; answers once the destination has
+    /// admitted it and the move has begun (state `migrating`).
+    pub fn migrate(&self, name: &str, request: HostMigrateRequest) -> Result<HostVm, ClientError> {
+        self.call(&HostRequest::Migrate(name.to_owned(), request))
     }
 
     /// `GET /metrics`: the host's and every VM's numbers in the OpenMetrics text format.

@@ -97,6 +97,16 @@ pub struct HostInfo {
     /// on plain memory), and its VMM's overhead.
     #[serde(default)]
     pub committed_bytes: u64,
+    /// VMs that moved here from another host (`POST /vms/incoming`) and run here now.
+    #[serde(default)]
+    pub migrated_in: u64,
+    /// VMs that moved from here to another host (`POST /vms/NAME/migrate`).
+    #[serde(default)]
+    pub migrated_out: u64,
+    /// Moves to another host that did not happen or broke off (the destination refused, the
+    /// migration failed before the switch, or broke after it).
+    #[serde(default)]
+    pub migrations_failed: u64,
 }
 
 /// KSM, the kernel's page-merging scanner, as the host drives it (docs/sharing.md).
@@ -139,17 +149,29 @@ pub enum HostVmState {
     Exited,
     /// Refused at start by admission control (`why` says which reservation failed).
     Refused,
+    /// Admitted to move here from another host (`POST /vms/incoming`): its VMM waits for the
+    /// source, or has the VM and has not answered yet.
+    Incoming,
+    /// Moving to another host (`POST /vms/NAME/migrate`); `why` says where, or, after a break
+    /// in post-copy, what is left.
+    Migrating,
+    /// Moved to another host (`why` says where and what was sent); its reservation is back in
+    /// the budget.
+    Migrated,
 }
 
 impl HostVmState {
     /// Every state, in the order of a VM's life.
-    pub const ALL: [HostVmState; 6] = [
+    pub const ALL: [HostVmState; 9] = [
         Self::Starting,
         Self::Running,
         Self::Paused,
         Self::Stopping,
         Self::Exited,
         Self::Refused,
+        Self::Incoming,
+        Self::Migrating,
+        Self::Migrated,
     ];
 }
 
@@ -162,7 +184,10 @@ fn every_state_is_in_all(s: HostVmState, f: FreeStateName) {
         | HostVmState::Paused
         | HostVmState::Stopping
         | HostVmState::Exited
-        | HostVmState::Refused => {}
+        | HostVmState::Refused
+        | HostVmState::Incoming
+        | HostVmState::Migrating
+        | HostVmState::Migrated => {}
     }
     match f {
         FreeStateName::High | FreeStateName::Soft | FreeStateName::Hard | FreeStateName::Low => {}
@@ -248,6 +273,49 @@ pub struct HostVm {
     pub log: String,
 }
 
+/// `POST /vms/incoming`: take a VM that moves here from another host. Admission applies as
+/// for `POST /vms`; admitted, its VMM starts waiting for the source (`memvisor run --incoming
+/// LISTEN --migration-token T`, T fresh and random).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncomingRequest {
+    /// The VM as the source runs it: its name, memory, policy, disks (the same image paths)
+    /// and mechanisms.
+    pub vm: crate::spec::VmSpec,
+    /// The TCP address its VMM listens on for the source, `ip:port` (port 0: any free one);
+    /// default `127.0.0.1:0`, for a source on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+/// The answer to `POST /vms/incoming`: where and with what token the source's VMM sends the
+/// VM (`PUT /vm/migrate {"to": addr, "token": token}` on the source's VMM).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncomingVm {
+    /// The VM as this host lists it (state `incoming`).
+    pub vm: HostVm,
+    /// The address its VMM listens on, `ip:port`.
+    pub addr: String,
+    /// The one-time token its VMM takes the VM with.
+    pub token: String,
+}
+
+/// `POST /vms/NAME/migrate`: move a running VM to another host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostMigrateRequest {
+    /// The destination host's API socket (a path on this machine, or one an orchestrator
+    /// forwards to another machine's host).
+    pub to: String,
+    /// The TCP address the destination's VMM listens on (`IncomingRequest::listen`): one this
+    /// host's VMMs reach; default `127.0.0.1:0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Rounds of pre-copy before the switch (`PUT /vm/migrate`'s `precopy_rounds`).
+    #[serde(default)]
+    pub precopy_rounds: u32,
+}
+
 /// `PATCH /vms/NAME`: new policy values; absent ones are kept.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -315,6 +383,16 @@ pub enum HostEventKind {
     BalloonUnusable,
     /// A VM's balloon driver answers (again): the host balloons it.
     BalloonUsable,
+    /// A VM was admitted to move here from another host; its VMM waits for the source.
+    Incoming,
+    /// A VM that moved here from another host runs here.
+    MigratedIn,
+    /// A VM began to move to another host (the destination admitted it).
+    Migrating,
+    /// A VM moved to another host: the destination holds every page, its VMM here ended.
+    MigratedOut,
+    /// A move to another host did not happen or broke off: the message says what is left.
+    MigrationFailed,
 }
 
 /// One event (`GET /events`).

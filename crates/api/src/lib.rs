@@ -38,8 +38,9 @@ pub use body::{
 pub use client::{Api, ClientError, HostClient, VmClient};
 pub use exit::VmExit;
 pub use host::{
-    Balancing, FreeStateName, HostEvent, HostEventKind, HostInfo, HostKsm, HostSample, HostUpdate,
-    HostVm, HostVmState, PolicyUpdate, VmSample,
+    Balancing, FreeStateName, HostEvent, HostEventKind, HostInfo, HostKsm, HostMigrateRequest,
+    HostSample, HostUpdate, HostVm, HostVmState, IncomingRequest, IncomingVm, PolicyUpdate,
+    VmSample,
 };
 pub use http::{
     call, call_within, exchange, read_request, write_response, write_response_as, HttpError,

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::body::{
     BalloonUpdate, MemoryUpdate, MigrateRequest, PoolUpdate, ReleaseRequest, SnapshotRequest,
 };
-use crate::host::{HostUpdate, PolicyUpdate};
+use crate::host::{HostMigrateRequest, HostUpdate, IncomingRequest, PolicyUpdate};
 use crate::spec::VmSpec;
 
 /// A request that names no route, uses the wrong method, or carries a body or query that does
@@ -171,6 +171,10 @@ pub enum HostRequest {
     Remove(String),
     /// `GET /metrics`: the host's and every VM's numbers in the OpenMetrics text format.
     Metrics,
+    /// `POST /vms/incoming`: takes a VM moving here from another host.
+    Incoming(Box<IncomingRequest>),
+    /// `POST /vms/NAME/migrate`: moves a VM to another host.
+    Migrate(String, HostMigrateRequest),
 }
 
 /// `since=SECONDS`, the one query `/events` and `/history` take (0 when absent).
@@ -220,6 +224,8 @@ impl HostRequest {
             },
             ("GET", ["vms"]) => HostRequest::Vms,
             ("POST", ["vms"]) => HostRequest::Add(Box::new(parse_body(body)?)),
+            ("POST", ["vms", "incoming"]) => HostRequest::Incoming(Box::new(parse_body(body)?)),
+            ("POST", ["vms", n, "migrate"]) => HostRequest::Migrate(name(n), parse_body(body)?),
             ("GET", ["vms", n]) => HostRequest::Vm(name(n)),
             ("PATCH", ["vms", n]) => HostRequest::UpdateVm(name(n), parse_body(body)?),
             ("PUT", ["vms", n, "stop"]) => HostRequest::Stop(name(n)),
@@ -232,7 +238,8 @@ impl HostRequest {
                 | ["history"]
                 | ["vms"]
                 | ["vms", _]
-                | ["vms", _, "stop" | "snapshot"],
+                | ["vms", _, "stop" | "snapshot"]
+                | ["vms", _, "migrate"],
             ) => {
                 return Err(RequestError::new(
                     405,
@@ -259,7 +266,7 @@ impl HostRequest {
     pub fn method(&self) -> &'static str {
         match self {
             HostRequest::Update(_) | HostRequest::UpdateVm(..) => "PATCH",
-            HostRequest::Add(_) => "POST",
+            HostRequest::Add(_) | HostRequest::Incoming(_) | HostRequest::Migrate(..) => "POST",
             HostRequest::Stop(_) | HostRequest::Snapshot(..) => "PUT",
             HostRequest::Remove(_) => "DELETE",
             _ => "GET",
@@ -285,6 +292,8 @@ impl HostRequest {
             }
             HostRequest::Stop(n) => format!("/vms/{n}/stop"),
             HostRequest::Snapshot(n, _) => format!("/vms/{n}/snapshot"),
+            HostRequest::Incoming(_) => "/vms/incoming".to_owned(),
+            HostRequest::Migrate(n, _) => format!("/vms/{n}/migrate"),
             HostRequest::Metrics => "/metrics".to_owned(),
         }
     }
@@ -296,6 +305,8 @@ impl HostRequest {
             HostRequest::Add(s) => json(s),
             HostRequest::UpdateVm(_, u) => json(u),
             HostRequest::Snapshot(_, s) => json(s),
+            HostRequest::Incoming(r) => json(r),
+            HostRequest::Migrate(_, r) => json(r),
             _ => None,
         }
     }
@@ -386,6 +397,14 @@ mod tests {
             ),
             HostRequest::Remove("a".into()),
             HostRequest::Metrics,
+            HostRequest::Migrate(
+                "a".into(),
+                HostMigrateRequest {
+                    to: "/run/b/host.sock".into(),
+                    listen: None,
+                    precopy_rounds: 2,
+                },
+            ),
         ] {
             let body = r.body().unwrap_or_default();
             assert_eq!(

@@ -15,6 +15,7 @@
 //! | `registry.rs` | the VMs: each one's entry (spec, VMM, last observation, its VMM's measured overhead), the reservations, starting a VM that waited for room, stopping and reaping |
 //! | `balancing.rs` | HyperDealer2's balancing on the host: what it remembers of each VM, the releases, their answers, its counters |
 //! | `tick.rs` | a tick's decisions: the observations, the plan, the orders; KSM's scan rate; the trace |
+//! | `moving.rs` | a VM moving between hosts: the destination's `POST /vms/incoming`, the source's `POST /vms/NAME/migrate` and how it ended |
 //! | `manager.rs` | the `Host` behind one lock, made of those parts; the API's requests; the tick's calls to the VMMs |
 //! | `server.rs` | the host API on a Unix socket, and `GET /metrics` on the TCP `metrics_addr` |
 //! | `signals.rs` | the termination signals, taken by a thread |
@@ -28,6 +29,7 @@ mod journal;
 pub mod kmsg;
 pub mod ksm;
 mod manager;
+mod moving;
 mod privileges;
 mod process;
 mod registry;

@@ -14,11 +14,12 @@ use memvisor_api::{
     ClientError, HostEvent, HostEventKind, HostInfo, HostSample, HostUpdate, HostVm, HostVmState,
     PolicyUpdate, ReleaseResult, VmInfo, VmSpec, VmStats,
 };
-use memvisor_policy::admission::{admit, AdmissionRefusal, Reservations};
+use memvisor_policy::admission::{admit, unreserve, AdmissionRefusal, Reservations};
 
 use crate::balancing::Balancer;
 use crate::config::HostConfig;
 use crate::journal::Journal;
+use crate::moving::{Incoming, Outgoing};
 use crate::process::{client, Launch, VmmFiles};
 use crate::registry::{Refused, Registry, VmEntry};
 use crate::tick::{free_state_name, sent, Order, Tick};
@@ -82,6 +83,20 @@ impl Host {
     /// the budget has room for its `min` and its VMM's overhead; until then it is `starting`,
     /// waiting for room.
     pub fn add(&mut self, spec: VmSpec) -> Result<HostVm, Refused> {
+        self.add_as(spec, None)
+    }
+
+    /// `spec` with its relative paths taken from the config file's directory.
+    pub fn resolve(&self, spec: VmSpec) -> Result<VmSpec, Refused> {
+        let base = (self.config.path.parent())
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        crate::config::resolve_paths(spec, &base).map_err(|e| Refused(400, e))
+    }
+
+    /// [`Host::add`], for a VM moving here from another host when `incoming` is given: its
+    /// VMM waits for the source ([`crate::moving`]).
+    pub fn add_as(&mut self, spec: VmSpec, incoming: Option<Incoming>) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {
             return Err(Refused(400, e));
@@ -111,19 +126,28 @@ impl Host {
         })?;
         let files = VmmFiles::new(&self.config.state_dir, &spec.name);
         self.registry.reservations = next;
+        let (kind, state, what) = match incoming {
+            None => (HostEventKind::Waiting, HostVmState::Starting, "admitted"),
+            Some(_) => (
+                HostEventKind::Incoming,
+                HostVmState::Incoming,
+                "admitted to move here",
+            ),
+        };
         self.journal.event(
-            HostEventKind::Waiting,
+            kind,
             Some(&spec.name),
-            "admitted; its VMM starts once the budget has room for its min and its VMM".to_owned(),
+            format!("{what}; its VMM starts once the budget has room for its min and its VMM"),
         );
         let mut v = VmEntry::new(
             spec,
             files,
-            HostVmState::Starting,
+            state,
             Some("waiting for room in the budget".into()),
         );
         v.waiting = true;
         v.reserved = true;
+        v.incoming = incoming;
         let status = v.status();
         self.registry.vms.push(v);
         Ok(status)
@@ -207,6 +231,108 @@ impl Host {
             gap_closed_pages: self.balancer.gap_closed_pages,
             own_bytes: self.tick.own,
             committed_bytes: self.tick.committed,
+            migrated_in: self.registry.moves.migrated_in,
+            migrated_out: self.registry.moves.migrated_out,
+            migrations_failed: self.registry.moves.failed,
+        }
+    }
+
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Records an event of VM `name`.
+    pub fn journal_event(&mut self, kind: HostEventKind, name: &str, message: String) {
+        self.journal.event(kind, Some(name), message);
+    }
+
+    /// Calls off VM `name` and forgets it: at once if it has no VMM, or once its VMM (asked to
+    /// stop) has ended; its reservation goes back. `None` if there is no such VM.
+    pub fn call_off(&mut self, name: &str) -> Option<HostVm> {
+        let o = self.config.vm_overhead;
+        let i = self.registry.find(name).ok()?;
+        if self.registry.vms[i].waiting {
+            let why = "called off before its VMM started".to_owned();
+            self.registry.end_waiting(&mut self.journal, i, why, o);
+        }
+        let v = &mut self.registry.vms[i];
+        let status = v.status();
+        match &v.vmm {
+            Some(vmm) => {
+                vmm.terminate();
+                v.stop_asked = true;
+                v.forget_on_exit = true;
+                v.state = HostVmState::Stopping;
+                v.why = Some("called off: its VMM is stopping".into());
+                self.journal
+                    .event(HostEventKind::Stopping, Some(name), "called off".into());
+            }
+            None => {
+                self.registry.vms.remove(i);
+            }
+        }
+        Some(status)
+    }
+
+    /// Whether VM `name` is moving here and has not run here yet.
+    pub fn is_incoming(&self, name: &str) -> bool {
+        (self.registry.find(name).ok()).is_some_and(|i| self.registry.vms[i].incoming.is_some())
+    }
+
+    /// What VM `name` is moving to, while it moves.
+    pub fn vm_outgoing(&self, name: &str) -> Option<Outgoing> {
+        let i = self.registry.find(name).ok()?;
+        self.registry.vms[i].outgoing.clone()
+    }
+
+    /// A move of VM `name` that did not happen: it runs on here as before (the tick observes
+    /// it again); `why` goes to the journal.
+    pub fn move_failed(&mut self, name: &str, why: &str) {
+        self.registry.moves.failed += 1;
+        self.journal
+            .event(HostEventKind::MigrationFailed, Some(name), why.to_owned());
+        if let Some(v) = self.registry.named_mut(name) {
+            v.outgoing = None;
+            if v.live() && !v.stop_asked {
+                v.state = HostVmState::Running;
+                v.why = None;
+            }
+        }
+    }
+
+    /// A move of VM `name` that broke off at or after the switch: its VMM is left as it is
+    /// (for `migrate-recover`, or a resume), and `why` says so.
+    pub fn move_broken(&mut self, name: &str, why: String) {
+        self.registry.moves.failed += 1;
+        self.journal
+            .event(HostEventKind::MigrationFailed, Some(name), why.clone());
+        if let Some(v) = self.registry.named_mut(name) {
+            v.state = HostVmState::Migrating;
+            v.why = Some(why);
+        }
+    }
+
+    /// VM `name` moved away: its reservation goes back, its VMM ends on its own.
+    pub fn moved_out(&mut self, name: &str, why: String) {
+        let o = self.config.vm_overhead;
+        self.registry.moves.migrated_out += 1;
+        self.journal
+            .event(HostEventKind::MigratedOut, Some(name), why.clone());
+        let reservations = self.registry.reservations;
+        let Some(v) = self.registry.named_mut(name) else {
+            return;
+        };
+        v.state = HostVmState::Migrated;
+        v.why = Some(why);
+        v.migrated = true;
+        v.outgoing = None;
+        v.stop_asked = true;
+        v.paused_by_host = false;
+        v.ended = Some(std::time::Instant::now());
+        if v.reserved {
+            v.reserved = false;
+            let (min, mem) = (v.spec.min, v.spec.mem);
+            self.registry.reservations = unreserve(&reservations, min, mem, o);
         }
     }
 

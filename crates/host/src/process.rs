@@ -102,19 +102,24 @@ pub struct Vmm {
     child: Child,
     /// The uid it runs as, jailed; `None`: unjailed, as the host.
     uid: Option<u32>,
+    /// How long its log was when it started: what it writes is after.
+    log_start: u64,
 }
 
 impl Vmm {
     /// Starts `memvisor run` for `spec` with its pager's limit at `limit`. A VM started at its
     /// whole `mem` gets no limit: its RAM stays plain memory on huge pages, as a VM of its own
-    /// (`memvisor run` without `--mem-limit`), until the host first shrinks it.
+    /// (`memvisor run` without `--mem-limit`), until the host first shrinks it. Given
+    /// `incoming` (an address and a token), it waits there for a VM migrating in (`--incoming`;
+    /// the token goes in its environment, which other users cannot read, not on its command
+    /// line).
     pub fn spawn(
         launch: &Launch,
         spec: &VmSpec,
         files: &VmmFiles,
-        limit: u64,
-        pool: Option<u64>,
+        (limit, pool): (u64, Option<u64>),
         uid: Option<u32>,
+        incoming: Option<(&str, &str)>,
     ) -> std::io::Result<Vmm> {
         {
             use std::os::unix::fs::DirBuilderExt;
@@ -133,6 +138,7 @@ impl Vmm {
             .create(true)
             .append(true)
             .open(&files.log)?;
+        let log_start = log.metadata()?.len();
         let _ = std::fs::remove_file(&files.sock);
         let mut cmd = Command::new(&launch.exe);
         cmd.arg("run")
@@ -173,6 +179,11 @@ impl Vmm {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if let Some((listen, token)) = incoming {
+            cmd.arg("--incoming")
+                .arg(listen)
+                .env("MEMVISOR_MIGRATION_TOKEN", token);
+        }
         // SAFETY: the closure runs in the child between fork and exec and only makes one
         // async-signal-safe system call.
         unsafe {
@@ -184,7 +195,16 @@ impl Vmm {
             });
         }
         let child = cmd.spawn()?;
-        Ok(Vmm { child, uid })
+        Ok(Vmm {
+            child,
+            uid,
+            log_start,
+        })
+    }
+
+    /// Where its log was when it started.
+    pub fn log_start(&self) -> u64 {
+        self.log_start
     }
 
     pub fn pid(&self) -> u32 {

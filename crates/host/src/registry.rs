@@ -61,6 +61,15 @@ pub struct VmEntry {
     pub charged: u64,
     /// The limit its VMM started with (its whole memory: plain memory), until its API answers.
     pub launch_limit: u64,
+    /// Moving here from another host (`POST /vms/incoming`), until it runs here.
+    pub incoming: Option<crate::moving::Incoming>,
+    /// Moving to another host (`POST /vms/NAME/migrate`), and, after a break in post-copy,
+    /// kept: the tick neither observes it nor sends it orders meanwhile.
+    pub outgoing: Option<crate::moving::Outgoing>,
+    /// It moved to another host: its VMM ends on its own, and its state says where it went.
+    pub migrated: bool,
+    /// Forgotten as soon as its VMM ends: an incoming VM whose move was called off.
+    pub forget_on_exit: bool,
 }
 
 /// How many of a VMM's last overhead measurements its charge is the largest of: a VMM's own
@@ -98,6 +107,10 @@ impl VmEntry {
             waiting: false,
             charged: 0,
             launch_limit: 0,
+            incoming: None,
+            outgoing: None,
+            migrated: false,
+            forget_on_exit: false,
         }
     }
 
@@ -311,6 +324,8 @@ pub struct Registry {
     /// removing a swap file can take seconds (ext4 with `discard` trims its blocks in `unlink`;
     /// 23 s was seen here), and neither the API nor the next tick may wait for it.
     trash: Vec<VmmFiles>,
+    /// VMs moved in from and out to other hosts, and moves that failed.
+    pub moves: crate::moving::Moves,
 }
 
 impl Registry {
@@ -320,6 +335,7 @@ impl Registry {
             vms: Vec::new(),
             reservations,
             trash: Vec::new(),
+            moves: crate::moving::Moves::default(),
         }
     }
 
@@ -472,6 +488,15 @@ impl Registry {
             return Ok(self.vms[i].status());
         }
         let v = &mut self.vms[i];
+        if let Some(out) = &v.outgoing {
+            return Err(Refused(
+                409,
+                format!(
+                    "vm '{name}' is moving to {} (or its move broke off and its VMM holds pages the destination needs): stop it through its VMM's socket if you mean it",
+                    out.to
+                ),
+            ));
+        }
         match &v.vmm {
             None => return Err(Refused(400, format!("vm '{name}' is not running"))),
             Some(vmm) => vmm.terminate(),
@@ -515,7 +540,8 @@ impl Registry {
             }
         };
         let v = &mut self.vms[i];
-        match Vmm::spawn(launch, &v.spec, &v.files, limit, pool, uid) {
+        let incoming = v.incoming.as_ref().map(crate::moving::Incoming::flags);
+        match Vmm::spawn(launch, &v.spec, &v.files, (limit, pool), uid, incoming) {
             Ok(vmm) => {
                 let how = if limit >= v.spec.mem {
                     "no limit: plain memory".to_owned()
@@ -529,7 +555,10 @@ impl Registry {
                 );
                 v.vmm = Some(vmm);
                 v.waiting = false;
-                v.why = None;
+                v.why = v
+                    .incoming
+                    .as_ref()
+                    .map(|_| "its VMM is starting to wait for the source".to_owned());
                 v.launch_limit = limit.min(v.spec.mem);
                 v.target = limit;
             }
@@ -542,7 +571,7 @@ impl Registry {
 
     /// Ends waiting VM `i` before its VMM started, for `why`: its reservation (with `overhead`)
     /// goes back to the budget.
-    fn end_waiting(&mut self, journal: &mut Journal, i: usize, why: String, overhead: u64) {
+    pub fn end_waiting(&mut self, journal: &mut Journal, i: usize, why: String, overhead: u64) {
         let v = &mut self.vms[i];
         v.waiting = false;
         v.state = HostVmState::Exited;
@@ -637,14 +666,25 @@ impl Registry {
                 continue;
             };
             let (code, kind, why) = describe_exit(status, vmm.pid(), &v.files.log);
-            v.exit_status = Some(code);
-            v.exit = Some(kind);
-            v.why = Some(if v.stop_asked && kind != VmExit::Signal {
-                format!("stopped: {why}")
+            if v.migrated {
+                // Its state and why say where it went (its VMM's exit there is no guest's
+                // end); its reservation went back then.
+            } else if let Some(out) = &v.outgoing {
+                (v.exit_status, v.exit) = (Some(code), Some(kind));
+                v.why = Some(format!(
+                    "its VMM ended after its move to {} broke off ({why}): if `migrate-recover` finished the move, the VM runs there",
+                    out.to
+                ));
+                v.state = HostVmState::Exited;
             } else {
-                why
-            });
-            v.state = HostVmState::Exited;
+                (v.exit_status, v.exit) = (Some(code), Some(kind));
+                v.why = Some(if v.stop_asked && kind != VmExit::Signal {
+                    format!("stopped: {why}")
+                } else {
+                    why
+                });
+                v.state = HostVmState::Exited;
+            }
             v.ended = Some(Instant::now());
             v.vmm = None;
             v.paused_by_host = false;
@@ -654,11 +694,15 @@ impl Registry {
                 self.reservations = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
                 v.reserved = false;
             }
-            ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
+            if !v.migrated {
+                ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
+            }
         }
         for (name, why) in ended {
             journal.event(HostEventKind::Exited, Some(&name), why);
         }
+        // An incoming VM whose move was called off leaves nothing behind.
+        self.vms.retain(|v| !(v.forget_on_exit && v.vmm.is_none()));
     }
 
     /// The VMMs to observe this tick: name and socket (by name, not index: the list may change
@@ -666,7 +710,7 @@ impl Registry {
     pub fn to_observe(&self) -> Vec<(String, PathBuf)> {
         self.vms
             .iter()
-            .filter(|v| v.live())
+            .filter(|v| v.live() && v.outgoing.is_none() && !v.migrated)
             .map(|v| (v.spec.name.clone(), v.files.sock.clone()))
             .collect()
     }

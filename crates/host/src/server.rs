@@ -12,7 +12,9 @@
 //! | `PATCH /vms/NAME` | changes its `min`, `max` or `shares` ([`PolicyUpdate`](memvisor_api::PolicyUpdate)) |
 //! | `PUT /vms/NAME/stop` | stops it (SIGTERM to its VMM) |
 //! | `PUT /vms/NAME/snapshot` | writes it to `STATE/NAME/snapshots/DIR` through its VMM's socket ([`SnapshotRequest`](memvisor_api::SnapshotRequest), `DIR` one name) |
-//! | `DELETE /vms/NAME` | forgets a VM that ended or was refused (409 while it runs) |
+//! | `DELETE /vms/NAME` | forgets a VM that ended or was refused (409 while it runs); calls off a VM moving here that has not switched over |
+//! | `POST /vms/incoming` | takes a VM moving here from another host ([`IncomingRequest`](memvisor_api::IncomingRequest)): admission, then its VMM waits for the source; answers where and with what token |
+//! | `POST /vms/NAME/migrate` | moves a VM to another host ([`HostMigrateRequest`](memvisor_api::HostMigrateRequest)); answers once the destination has taken it and the move has begun |
 //! | `GET /metrics` | the host's and every VM's numbers in the OpenMetrics text format (docs/metrics.md); also on `metrics_addr` over TCP |
 //!
 //! Requests are parsed into a [`HostRequest`] by `memvisor_api` and handled here with one
@@ -25,8 +27,8 @@ use std::os::unix::net::UnixListener;
 use memvisor_api::server::{error, ok, refuse, serve as serve_socket, serve_tcp, Reply};
 use memvisor_api::{parse_metrics_request, HostRequest, VmClient};
 
-use crate::config::resolve_paths;
 use crate::manager::{lock, metrics, Shared};
+use crate::moving::{cancel, incoming, migrate};
 use crate::registry::Refused;
 
 /// Serves the host API on its own thread.
@@ -65,16 +67,14 @@ pub(crate) fn handle(host: &Shared, request: HostRequest) -> Reply {
         HostRequest::Vms => ok(&lock(host).vms()),
         HostRequest::Add(spec) => {
             let mut h = lock(host);
-            let base = h
-                .config()
-                .path
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_default();
-            match resolve_paths(*spec, &base) {
-                Err(e) => error(400, &e),
+            match h.resolve(*spec) {
+                Err(e) => refused(e),
                 Ok(spec) => h.add(spec).map_or_else(refused, |v| ok(&v)),
             }
+        }
+        HostRequest::Incoming(req) => incoming(host, *req).map_or_else(refused, |v| ok(&v)),
+        HostRequest::Migrate(name, req) => {
+            migrate(host, &name, req).map_or_else(refused, |v| ok(&v))
         }
         HostRequest::Vm(name) => lock(host).vm(&name).map_or_else(refused, |v| ok(&v)),
         HostRequest::UpdateVm(name, u) => lock(host)
@@ -98,7 +98,14 @@ pub(crate) fn handle(host: &Shared, request: HostRequest) -> Reply {
                 }
             }
         }
-        HostRequest::Remove(name) => lock(host).remove(&name).map_or_else(refused, |v| ok(&v)),
+        HostRequest::Remove(name) => {
+            let moving_here = lock(host).is_incoming(&name);
+            if moving_here {
+                cancel(host, &name).map_or_else(refused, |v| ok(&v))
+            } else {
+                lock(host).remove(&name).map_or_else(refused, |v| ok(&v))
+            }
+        }
     }
     .into()
 }

@@ -249,6 +249,7 @@ impl Tick {
         journal: &mut Journal,
         seen: Vec<(String, Option<(VmInfo, VmStats)>)>,
     ) -> Vec<ReleaseOrder> {
+        let mut arrived = Vec::new();
         for (name, obs) in seen {
             let Some(v) = registry.named_mut(&name) else {
                 continue;
@@ -270,6 +271,17 @@ impl Tick {
                     (Some(w), false) => Some(w.clone()),
                     (None, _) => None,
                 };
+                if v.incoming.is_some() {
+                    if info.state == VmState::Created {
+                        v.state = HostVmState::Incoming;
+                        v.why =
+                            Some("its VMM has the VM's state and waits for the go-ahead".into());
+                    } else {
+                        // The switch is done: the VM runs here, its memory following.
+                        v.incoming = None;
+                        arrived.push(name.clone());
+                    }
+                }
                 if v.spec.balloon {
                     watch_balloon(journal, v, &info, &stats);
                 }
@@ -279,6 +291,11 @@ impl Tick {
                     v.measured(pss);
                 }
             }
+        }
+        for name in arrived {
+            registry.moves.migrated_in += 1;
+            let msg = "moved here: it runs here, its memory following from the source";
+            journal.event(HostEventKind::MigratedIn, Some(&name), msg.into());
         }
         let vms = &mut registry.vms;
         let live: Vec<usize> = (0..vms.len())
@@ -513,8 +530,9 @@ impl Tick {
                 }
                 continue;
             }
-            if v.info.is_none() {
-                continue; // not answering yet: nothing to send
+            if v.info.is_none() || v.incoming.is_some() || v.outgoing.is_some() {
+                // Not answering yet, or moving between hosts: nothing to send.
+                continue;
             }
             let limit = a.limit.max(MIN_LIMIT);
             // What its VMM's limit is now: after a release, what the release left.

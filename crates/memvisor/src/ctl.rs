@@ -121,6 +121,22 @@ pub enum CtlRequest {
         #[arg(long)]
         shares: Option<u64>,
     },
+    /// Host: move a VM to another host (POST /vms/NAME/migrate): the destination host admits it
+    /// or refuses it before anything moves; then its VMM there takes the VM, post-copy. Waits
+    /// for the end of the move and prints the VM as this host lists it then (`migrated`).
+    Move {
+        name: String,
+        /// The destination host's API socket.
+        #[arg(long, value_name = "SOCK")]
+        to: PathBuf,
+        /// The TCP address the destination's VMM listens on, ip:port (default 127.0.0.1:0, for
+        /// two hosts on one machine).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Rounds of pre-copy before the switch (as `migrate --precopy-rounds`).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        precopy_rounds: u32,
+    },
     /// Host: stop a VM (PUT /vms/NAME/stop).
     Stop { name: String },
     /// Host: forget a VM that ended or was refused (DELETE /vms/NAME).
@@ -226,6 +242,22 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             max,
             shares,
         } => show(host("set")?.update_vm(&name, PolicyUpdate { min, max, shares })),
+        CtlRequest::Move {
+            name,
+            to,
+            listen,
+            precopy_rounds,
+        } => {
+            let request = memvisor_api::HostMigrateRequest {
+                to: std::path::absolute(&to)
+                    .map_err(|e| format!("{}: {e}", to.display()))?
+                    .to_string_lossy()
+                    .into_owned(),
+                listen,
+                precopy_rounds,
+            };
+            move_vm(&host("move")?, &name, request)
+        }
         CtlRequest::Stop { name } => show(host("stop")?.stop(&name)),
         CtlRequest::Remove { name } => show(host("remove")?.remove(&name)),
         CtlRequest::IdleTax { tax } => show(host("idle-tax")?.update(HostUpdate {
@@ -269,6 +301,37 @@ fn migrate(
         recover,
         precopy_rounds,
     })))
+}
+
+/// `move`: `POST /vms/NAME/migrate`, then the host's events until the move has ended: the VM
+/// as the host lists it then, or the failure's words (a [`ClientError::Refused`], exit 1).
+fn move_vm(
+    client: &HostClient,
+    name: &str,
+    request: memvisor_api::HostMigrateRequest,
+) -> Result<String, ClientError> {
+    use memvisor_api::HostEventKind as K;
+    client.migrate(name, request)?;
+    let mine = |kinds: &[K], since: f64| -> Result<Option<memvisor_api::HostEvent>, ClientError> {
+        Ok(client.events(since)?.into_iter().rev().find(|e| {
+            e.vm.as_deref() == Some(name) && kinds.contains(&e.kind) && e.seconds >= since
+        }))
+    };
+    let began = mine(&[K::Migrating], 0.0)?.map_or(0.0, |e| e.seconds);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        match mine(&[K::MigratedOut, K::MigrationFailed], began)? {
+            Some(e) if e.kind == K::MigratedOut => return show(client.vm(name)),
+            Some(e) => {
+                return Err(ClientError::Refused {
+                    request: format!("POST /vms/{name}/migrate"),
+                    status: 409,
+                    body: e.message,
+                })
+            }
+            None => {}
+        }
+    }
 }
 
 /// An answer, already read into its API type (so one off the schema is an error rather than a

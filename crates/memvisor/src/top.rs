@@ -487,6 +487,9 @@ mod tests {
                 gap_closed_pages: 1,
                 own_bytes: 1,
                 committed_bytes: 1,
+                migrated_in: 0,
+                migrated_out: 0,
+                migrations_failed: 0,
             },
             vms: vec![
                 vm("web", HostVmState::Running, Some(4 << 20)),

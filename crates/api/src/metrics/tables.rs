@@ -262,6 +262,9 @@ pub(super) const HOST_ROWS: &[Row] = &[
     counter("gap_closed_pages", "gap_closed_pages", Unit::None, "Pages of capacity gap closed by inflating a victim's balloon (HyperDealer2 4.7)."),
     gauge("own_bytes", "own", Unit::Bytes, "The host process's own memory (its PSS) at the last tick: part of the budget."),
     gauge("committed_bytes", "committed", Unit::Bytes, "What the budget covered at the last tick: the host's own memory, the pools, each VM's resident memory or limit, whichever is more, and each VMM's overhead."),
+    counter("migrated_in", "migrated_in", Unit::None, "VMs that moved here from another host and run here."),
+    counter("migrated_out", "migrated_out", Unit::None, "VMs that moved from here to another host."),
+    counter("migrations_failed", "migrations_failed", Unit::None, "Moves to another host that did not happen or broke off."),
 ];
 
 /// `HostVm` (the host's `GET /vms`): prefix `memvisor_host_vm_`, labelled `vm`.
@@ -393,6 +396,9 @@ pub(super) mod tests {
             gap_closed_pages: 1,
             own_bytes: 1,
             committed_bytes: 1,
+            migrated_in: 1,
+            migrated_out: 1,
+            migrations_failed: 1,
         }
     }
 
