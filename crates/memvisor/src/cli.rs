@@ -358,8 +358,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub incoming: Option<String>,
     /// The one-time token a migration coming in (`--incoming`) must present; any other
-    /// connection is refused and nothing is read from it.
-    #[arg(long, value_name = "T")]
+    /// connection is refused and nothing is read from it. Also read from the environment
+    /// (`MEMVISOR_MIGRATION_TOKEN`), which, unlike the command line, other users cannot read.
+    #[arg(
+        long,
+        value_name = "T",
+        env = "MEMVISOR_MIGRATION_TOKEN",
+        hide_env_values = true
+    )]
     pub migration_token: Option<String>,
     /// Run the VMM jailed once it has opened its files: in new mount, PID, IPC and UTS
     /// namespaces (and network, without --api-sock), with this empty directory as its root, no
