@@ -184,11 +184,19 @@ impl Vmm {
                 .arg(listen)
                 .env("MEMVISOR_MIGRATION_TOKEN", token);
         }
-        // SAFETY: the closure runs in the child between fork and exec and only makes one
-        // async-signal-safe system call.
+        // SAFETY: the closure runs in the child between fork and exec and only makes
+        // async-signal-safe system calls, on a signal set of its own stack.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The host blocks the stopping signals for its signal thread, and a child
+                // inherits its mask: a VMM that has not set up its own yet (one waiting for a
+                // migration to come in) would keep a SIGTERM pending for ever.
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
