@@ -1,0 +1,282 @@
+//! A VM moving between two `memvisor host`s on this machine, each with its own state
+//! directory, socket, budget and uids, every VMM jailed: the integrity workload moves from a
+//! host under pressure to one with room mid-run and finds every byte it wrote intact there,
+//! both hosts' budgets, events and metrics showing the move; a destination whose admission
+//! control refuses the VM leaves both hosts as they were; and the destination's call alone,
+//! as an orchestrator makes it, admits a VM and is called off again without a trace.
+
+use std::path::Path;
+use std::time::Duration;
+
+use memvisor_api::{HostEvent, HostEventKind, HostInfo, HostVm, HostVmState, IncomingVm};
+use serde_json::Value;
+
+mod common;
+use common::openapi::{self, typed};
+use common::{mkdisk_data, ok, spin_kernel, ResultLine, TestHost, MIB};
+
+fn spec() -> Value {
+    openapi::load("host-openapi.json")
+}
+
+/// Starts a host in a directory of its own under `dir` (its socket in `NAME/host.state/`).
+fn host(dir: &Path, name: &str, config: &str) -> TestHost {
+    let d = dir.join(name);
+    std::fs::create_dir(&d).unwrap();
+    TestHost::start(&d, config)
+}
+
+/// The events of `host` about `vm`, as (kind, message).
+fn events_of(host: &TestHost, vm: &str) -> Vec<(HostEventKind, String)> {
+    let events: Vec<HostEvent> = ok(host.client().events(0.0));
+    events
+        .into_iter()
+        .filter(|e| e.vm.as_deref() == Some(vm))
+        .map(|e| (e.kind, e.message))
+        .collect()
+}
+
+/// The integrity workload moves mid-run from host A, whose budget makes it page, to host B,
+/// with pre-copy off (post-copy only): B admits it, A's VMM sends it, it finishes on B with 0
+/// mismatches; A lists it `migrated` with its reservation back, B `running` then `exited` with
+/// the guest's success; both hosts' events and metrics count the move.
+#[test]
+fn a_vm_moves_to_another_host_and_finds_every_byte_intact() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = mkdisk_data(dir.path().join("mover.img"), "32M", &[]);
+    let d = disk.display();
+    let a = host(
+        dir.path(),
+        "a",
+        &format!(
+            r#"
+[host]
+memory = "224M"
+swap = "1G"
+tick = "200ms"
+vm_overhead = "24M"
+uid_range = "900800-900849"
+
+[[vm]]
+name = "mover"
+mem = "256M"
+min = "32M"
+workload = "integrity"
+cmdline = "anon_mb=160 file_mb=8 rounds=3 secs=10"
+disks = ["{d},id=data"]
+balloon = true
+mapper = true
+"#
+        ),
+    );
+    let b = host(
+        dir.path(),
+        "b",
+        r#"
+[host]
+memory = "512M"
+swap = "1G"
+tick = "200ms"
+vm_overhead = "24M"
+uid_range = "900850-900899"
+"#,
+    );
+    let before = a.wait_vm("mover", 30, |v| v.state == HostVmState::Running);
+    let log = std::fs::read_to_string(&before.log).unwrap_or_default();
+    assert!(!log.contains("phase=done"), "{log}");
+    common::poll(
+        "mover filled its memory",
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+        || std::fs::read_to_string(&before.log).unwrap_or_default(),
+        |log| log.contains("phase=fill"),
+    );
+    let reserved_before = a.info().memory_reserved_bytes;
+    assert_eq!(reserved_before, (32 + 24) * MIB);
+    let body = format!(r#"{{"to": "{}"}}"#, b.sock().display());
+    let (status, v) =
+        openapi::call_checked(&spec, a.sock(), "POST", "/vms/mover/migrate", Some(&body));
+    assert_eq!(status, 200, "{v}");
+    let moving: HostVm = typed(&v, "POST /vms/mover/migrate");
+    assert_eq!(moving.state, HostVmState::Migrating);
+    let gone = a.wait_vm("mover", 120, |v| v.state != HostVmState::Migrating);
+    assert_eq!(gone.state, HostVmState::Migrated, "{gone:?}");
+    let why = gone.why.unwrap();
+    assert!(
+        why.contains("moved to") && why.contains("pages copied"),
+        "{why}"
+    );
+    let ha: HostInfo = a.info();
+    assert_eq!(ha.memory_reserved_bytes, 0, "A's reservation is back");
+    assert_eq!((ha.migrated_out, ha.migrations_failed), (1, 0));
+    let there = b.vm("mover");
+    assert!(
+        matches!(
+            there.state,
+            HostVmState::Running | HostVmState::Incoming | HostVmState::Exited
+        ),
+        "{there:?}"
+    );
+    assert_eq!(b.info().memory_reserved_bytes, (32 + 24) * MIB);
+    // It finishes there, every byte it wrote before and after the move intact.
+    let done = b.wait_vm("mover", 180, |v| v.state == HostVmState::Exited);
+    assert_eq!(
+        done.exit,
+        Some(memvisor_api::VmExit::GuestSuccess),
+        "{done:?}"
+    );
+    let log = std::fs::read_to_string(&done.log).unwrap();
+    ResultLine::find(&log, "integrity", "done").assert_intact();
+    // Both journals and both hosts' metrics say so.
+    let ea = events_of(&a, "mover");
+    let kinds: Vec<HostEventKind> = ea.iter().map(|e| e.0).collect();
+    assert!(
+        kinds.ends_with(&[HostEventKind::Migrating, HostEventKind::MigratedOut]),
+        "{ea:?}"
+    );
+    let eb = events_of(&b, "mover");
+    let kinds: Vec<HostEventKind> = eb.iter().map(|e| e.0).collect();
+    for k in [
+        HostEventKind::Incoming,
+        HostEventKind::Admitted,
+        HostEventKind::MigratedIn,
+    ] {
+        assert!(kinds.contains(&k), "{k:?} in {eb:?}");
+    }
+    assert_eq!(b.info().migrated_in, 1);
+    let (_, text) = openapi::get_text_checked(&spec, a.sock(), "/metrics");
+    for want in [
+        "\nmemvisor_host_migrated_out_total 1\n",
+        "\nmemvisor_host_vm_state{vm=\"mover\",state=\"migrated\"} 1\n",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    let (_, text) = openapi::get_text_checked(&spec, b.sock(), "/metrics");
+    assert!(
+        text.contains("\nmemvisor_host_migrated_in_total 1\n"),
+        "{text}"
+    );
+}
+
+/// A destination whose admission refuses the VM (its `min` and overhead do not fit) answers
+/// why, and nothing changes on either host: the VM runs on at the source with the same VMM and
+/// reservation, the destination has no VM and reserves nothing. Bad requests are refused too.
+/// Then the destination's call alone, as an orchestrator makes it: admitted, its VMM waits
+/// with an address and a token; called off (`DELETE`), it leaves nothing.
+#[test]
+fn a_destination_that_refuses_changes_nothing_on_either_host() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = spin_kernel(dir.path());
+    let k = kernel.display();
+    let a = host(
+        dir.path(),
+        "a",
+        &format!(
+            r#"
+[host]
+memory = "256M"
+swap = "1G"
+tick = "200ms"
+vm_overhead = "24M"
+uid_range = "900900-900949"
+
+[[vm]]
+name = "big"
+mem = "128M"
+min = "96M"
+kernel = "{k}"
+"#
+        ),
+    );
+    let b = host(
+        dir.path(),
+        "b",
+        r#"
+[host]
+memory = "96M"
+swap = "1G"
+tick = "200ms"
+vm_overhead = "24M"
+uid_range = "900950-900999"
+"#,
+    );
+    let call = |sock: &Path, method: &str, path: &str, body: Option<&str>| {
+        openapi::call_checked(&spec, sock, method, path, body)
+    };
+    let running = a.wait_vm("big", 30, |v| v.state == HostVmState::Running);
+    let reserved = a.info().memory_reserved_bytes;
+    let to = format!(r#"{{"to": "{}"}}"#, b.sock().display());
+    let (status, v) = call(a.sock(), "POST", "/vms/big/migrate", Some(&to));
+    assert_eq!(status, 400, "{v}");
+    let why = v["error"].as_str().unwrap();
+    assert!(
+        why.contains("did not take vm 'big'") && why.contains("bytes short"),
+        "{why}"
+    );
+    // Nothing changed: the same VMM runs the VM, with the same reservation; B holds nothing.
+    std::thread::sleep(Duration::from_millis(600));
+    let after = a.vm("big");
+    assert_eq!(after.state, HostVmState::Running, "{after:?}");
+    assert_eq!(after.pid, running.pid);
+    assert_eq!(a.info().memory_reserved_bytes, reserved);
+    assert_eq!(a.info().migrations_failed, 1);
+    let hb = b.info();
+    assert_eq!(hb.memory_reserved_bytes, 0);
+    assert!(ok(b.client().vms()).is_empty());
+    // Bad requests change nothing either.
+    for (path, body, want) in [
+        ("/vms/nobody/migrate", to.clone(), 404),
+        ("/vms/big/migrate", r#"{"to": 3}"#.to_owned(), 400),
+        (
+            "/vms/big/migrate",
+            r#"{"to": "/x", "color": 1}"#.to_owned(),
+            400,
+        ),
+        (
+            "/vms/big/migrate",
+            r#"{"to": "/no/such/host.sock"}"#.to_owned(),
+            400,
+        ),
+        (
+            "/vms/big/migrate",
+            format!(r#"{{"to": "{}"}}"#, a.sock().display()),
+            400,
+        ),
+    ] {
+        let (status, v) = call(a.sock(), "POST", path, Some(&body));
+        assert_eq!(status, want, "{path} {body}: {v}");
+    }
+    assert_eq!(a.vm("big").pid, running.pid);
+
+    // The destination's call alone: admitted, its VMM (jailed) waits for the source.
+    let small = format!(r#"{{"vm": {{"name": "small", "mem": "64M", "kernel": "{k}"}}}}"#);
+    let (status, v) = call(b.sock(), "POST", "/vms/incoming", Some(&small));
+    assert_eq!(status, 200, "{v}");
+    let taken: IncomingVm = typed(&v, "POST /vms/incoming");
+    assert_eq!(taken.vm.state, HostVmState::Incoming);
+    assert!(taken.addr.starts_with("127.0.0.1:"), "{}", taken.addr);
+    assert_eq!(taken.token.len(), 32);
+    assert_eq!(b.info().memory_reserved_bytes, 24 * MIB);
+    let listed = b.vm("small");
+    assert_eq!(listed.state, HostVmState::Incoming, "{listed:?}");
+    // The token is not on the VMM's command line, which every user can read.
+    let pid = listed.pid.unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&taken.token));
+    let bad = r#"{"vm": {"name": "x", "mem": "64M"}, "listen": "nowhere"}"#;
+    let (status, _) = call(b.sock(), "POST", "/vms/incoming", Some(bad));
+    assert_eq!(status, 400);
+    // Called off: its VMM stops, its reservation goes back, and the host forgets it.
+    let (status, v) = call(b.sock(), "DELETE", "/vms/small", None);
+    assert_eq!(status, 200, "{v}");
+    common::poll(
+        "the incoming VM forgotten",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || ok(b.client().vms()),
+        Vec::is_empty,
+    );
+    assert_eq!(b.info().memory_reserved_bytes, 0);
+}
