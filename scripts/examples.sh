@@ -7,7 +7,9 @@
 #  2. examples/everything.sh (every mechanism on, integrity workloads): both VMs must end with
 #     "the guest reported success" (0 mismatches);
 #  3. examples/pressure.sh (three VMs at about 2x overcommit): for 40 s no VM may fail, and the
-#     host must stop cleanly on SIGTERM.
+#     host must stop cleanly on SIGTERM;
+#  4. examples/two-hosts.sh (a VM moved from a host under pressure to another while it runs): it
+#     must end with every page of both VMs intact (it checks that itself, exit status 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mv=target/release/memvisor
@@ -74,4 +76,9 @@ bad=$(vms "$sock" | awk -F'\t' '$2 == "refused" || ($2 == "exited" && $3 != "gue
 [ -z "$bad" ] || fail "pressure: $bad"
 "$mv" top --host-sock "$sock" --once
 stop pressure
+
+# 4. Two hosts, a VM handed from one to the other mid-run, every page checked.
+echo "examples: two-hosts.sh"
+examples/two-hosts.sh >target/examples-two-hosts.log 2>&1 || fail "two-hosts: $(tail -20 target/examples-two-hosts.log)"
+tail -3 target/examples-two-hosts.log
 echo "examples: ok"
