@@ -305,8 +305,17 @@ pub struct IncomingVm {
 #[serde(deny_unknown_fields)]
 pub struct HostMigrateRequest {
     /// The destination host's API socket (a path on this machine, or one an orchestrator
-    /// forwards to another machine's host).
-    pub to: String,
+    /// forwards to another machine's host): this host asks it to take the VM. Or give `addr`
+    /// and `token` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The address of a destination VMM an orchestrator has had a destination host start
+    /// already (`IncomingVm::addr` of its `POST /vms/incoming`), with `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// The token of that VMM (`IncomingVm::token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     /// The TCP address the destination's VMM listens on (`IncomingRequest::listen`): one this
     /// host's VMMs reach; default `127.0.0.1:0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -400,9 +400,9 @@ mod tests {
             HostRequest::Migrate(
                 "a".into(),
                 HostMigrateRequest {
-                    to: "/run/b/host.sock".into(),
-                    listen: None,
+                    to: Some("/run/b/host.sock".into()),
                     precopy_rounds: 2,
+                    ..HostMigrateRequest::default()
                 },
             ),
         ] {

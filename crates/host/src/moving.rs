@@ -55,10 +55,13 @@ impl Incoming {
     }
 }
 
-/// A VM moving away: the destination host, and the address and token of its VMM there.
+/// A VM moving away: where to (the destination host's socket, or its VMM's address when the
+/// caller prepared the destination), the host to call the destination's VM off on, and the
+/// address and token of its VMM there.
 #[derive(Clone, Debug)]
 pub struct Outgoing {
     pub to: String,
+    pub host: Option<String>,
     pub addr: String,
     pub token: String,
 }
@@ -198,11 +201,25 @@ fn said(e: &ClientError) -> (u16, String) {
 /// changes here (the answer says why); admitted, the move begins on a thread of its own and
 /// the VM is answered as it is then (`migrating`).
 pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<HostVm, Refused> {
-    let to = req.to.clone();
+    let (to, prepared) = match (&req.to, &req.addr, &req.token) {
+        (Some(to), None, None) => (to.clone(), None),
+        (None, Some(addr), Some(token)) => {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return Err(Refused(400, format!("addr '{addr}' is not an ip:port")));
+            }
+            (addr.clone(), Some((addr.clone(), token.clone())))
+        }
+        _ => {
+            return Err(Refused(
+                400,
+                "give either to (the destination host's socket) or addr and token (the answer of the destination host's POST /vms/incoming)".into(),
+            ))
+        }
+    };
     let (spec, sock) = {
         let mut h = lock(host);
         let own = h.config().api_sock.clone();
-        if same_file(Path::new(&to), &own) {
+        if prepared.is_none() && same_file(Path::new(&to), &own) {
             return Err(Refused(
                 400,
                 format!("{to} is this host's own socket: give another host's"),
@@ -227,6 +244,7 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
         // The tick leaves it alone from now on: no observation, no orders.
         v.outgoing = Some(Outgoing {
             to: to.clone(),
+            host: req.to.clone(),
             addr: String::new(),
             token: String::new(),
         });
@@ -234,13 +252,19 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
         v.why = Some(format!("asking {to} to take it"));
         (v.spec.clone(), v.files.sock.clone())
     };
-    let dest = HostClient::new(&to).with_timeout(INCOMING_WITHIN);
-    let taken = dest.incoming(IncomingRequest {
-        vm: spec,
-        listen: req.listen.clone(),
-    });
+    let taken = match prepared {
+        Some((addr, token)) => Ok((addr, token)),
+        None => {
+            let dest = HostClient::new(&to).with_timeout(INCOMING_WITHIN);
+            let taken = dest.incoming(IncomingRequest {
+                vm: spec,
+                listen: req.listen.clone(),
+            });
+            taken.map(|t| (t.addr, t.token))
+        }
+    };
     let mut h = lock(host);
-    let taken = match taken {
+    let (addr, token) = match taken {
         Ok(t) => t,
         Err(e) => {
             let (status, why) = said(&e);
@@ -258,26 +282,21 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
     let v = &mut h.registry_mut().vms[i];
     v.outgoing = Some(Outgoing {
         to: to.clone(),
-        addr: taken.addr.clone(),
-        token: taken.token.clone(),
+        host: req.to.clone(),
+        addr: addr.clone(),
+        token: token.clone(),
     });
-    v.why = Some(format!(
-        "moving to {to}, its VMM there listening on {}",
-        taken.addr
-    ));
+    v.why = Some(format!("moving to {to}, its VMM there listening on {addr}"));
     let status = v.status();
     h.journal_event(
         HostEventKind::Migrating,
         name,
-        format!(
-            "moving to {to}: admitted there, its VMM listening on {}",
-            taken.addr
-        ),
+        format!("moving to {to}: admitted there, its VMM listening on {addr}"),
     );
     drop(h);
     let ask = MigrateRequest {
-        to: taken.addr,
-        token: taken.token,
+        to: addr,
+        token,
         recover: false,
         precopy_rounds: req.precopy_rounds,
     };
@@ -293,7 +312,9 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
     if let Err(e) = spawned {
         let msg = format!("cannot start a thread for the move: {e}");
         lock(host).move_failed(name, &msg);
-        let _ = HostClient::new(&to).remove(name);
+        if let Some(h) = &req.to {
+            let _ = HostClient::new(h).remove(name);
+        }
         return Err(Refused(500, msg));
     }
     Ok(status)
@@ -361,15 +382,21 @@ fn finish(host: &Shared, name: &str, sock: &Path, result: Result<MigrateResult, 
                     h.move_broken(name, msg);
                 }
                 _ => {
+                    let there = if out.host.is_some() {
+                        "the destination's VM is called off"
+                    } else {
+                        "call the destination's VM off (DELETE /vms/NAME on the destination host)"
+                    };
                     let msg = format!(
-                        "the move to {} failed before the switch: {error}; the VM runs on here and the destination's VM is called off",
+                        "the move to {} failed before the switch: {error}; the VM runs on here; {there}",
                         out.to
                     );
                     h.move_failed(name, &msg);
                     drop(h);
-                    let called_off = HostClient::new(&out.to).remove(name);
-                    if let Err(e) = called_off {
-                        tracing::warn!("vm {name}: {} kept its VM: {}", out.to, said(&e).1);
+                    if let Some(dest) = &out.host {
+                        if let Err(e) = HostClient::new(dest).remove(name) {
+                            tracing::warn!("vm {name}: {dest} kept its VM: {}", said(&e).1);
+                        }
                     }
                 }
             }

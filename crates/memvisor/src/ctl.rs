@@ -248,13 +248,12 @@ fn call(r: CtlRequest, sock: &Path, host: bool) -> Result<Result<String, ClientE
             listen,
             precopy_rounds,
         } => {
+            let to = std::path::absolute(&to).map_err(|e| format!("{}: {e}", to.display()))?;
             let request = memvisor_api::HostMigrateRequest {
-                to: std::path::absolute(&to)
-                    .map_err(|e| format!("{}: {e}", to.display()))?
-                    .to_string_lossy()
-                    .into_owned(),
+                to: Some(to.to_string_lossy().into_owned()),
                 listen,
                 precopy_rounds,
+                ..memvisor_api::HostMigrateRequest::default()
             };
             move_vm(&host("move")?, &name, request)
         }

@@ -8,8 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use memvisor_api::{
-    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostRequest,
-    HostSample, HostUpdate, HostVm, HostVmState, PolicyUpdate, VmExit, VmSample, VmSpec, VmStats,
+    ActiveMemory, ErrorBody, FreeStateName, HostEvent, HostEventKind, HostInfo, HostMigrateRequest,
+    HostRequest, HostSample, HostUpdate, HostVm, HostVmState, IncomingRequest, IncomingVm,
+    PolicyUpdate, VmExit, VmSample, VmSpec, VmStats,
 };
 use serde_json::Value;
 
@@ -63,6 +64,7 @@ fn call_checked(
         (200, Ok(HostRequest::Snapshot(..))) => {
             drop(typed::<memvisor_api::SnapshotResult>(&v, &at));
         }
+        (200, Ok(HostRequest::Incoming(_))) => drop(typed::<IncomingVm>(&v, &at)),
         (200, _) => drop(typed::<HostVm>(&v, &at)),
         _ => drop(typed::<ErrorBody>(&v, &at)),
     }
@@ -92,6 +94,9 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         gap_closed_pages: 1,
         own_bytes: 1,
         committed_bytes: 1,
+        migrated_in: 1,
+        migrated_out: 1,
+        migrations_failed: 1,
     };
     let vm = HostVm {
         name: "a".into(),
@@ -161,6 +166,34 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
             ("HostInfo", serde_json::to_value(&host).unwrap()),
             ("HostVm", serde_json::to_value(&vm).unwrap()),
             ("VmSpec", serde_json::to_value(&spec_sample).unwrap()),
+            (
+                "IncomingRequest",
+                serde_json::to_value(IncomingRequest {
+                    vm: spec_sample.clone(),
+                    listen: Some("127.0.0.1:0".into()),
+                })
+                .unwrap(),
+            ),
+            (
+                "IncomingVm",
+                serde_json::to_value(IncomingVm {
+                    vm: vm.clone(),
+                    addr: "127.0.0.1:4444".into(),
+                    token: "t".into(),
+                })
+                .unwrap(),
+            ),
+            (
+                "HostMigrateRequest",
+                serde_json::to_value(HostMigrateRequest {
+                    to: Some("/b/host.sock".into()),
+                    addr: Some("10.0.0.2:4444".into()),
+                    token: Some("t".into()),
+                    listen: Some("127.0.0.1:0".into()),
+                    precopy_rounds: 1,
+                })
+                .unwrap(),
+            ),
             ("PolicyUpdate", serde_json::to_value(&update).unwrap()),
             (
                 "HostUpdate",
@@ -264,7 +297,7 @@ kernel = "{k}"
     let vms_path = HostRequest::Vms.path();
     let vm_path = |name: &str| HostRequest::Vm(name.into()).path();
     let stop_path = |name: &str| HostRequest::Stop(name.into()).path();
-    assert_eq!(spec["paths"].as_object().unwrap().len(), 8);
+    assert_eq!(spec["paths"].as_object().unwrap().len(), 10);
     let a = host.wait_vm("a", 10, |v| v.state == HostVmState::Running);
     assert_eq!(
         (a.min_bytes, a.max_bytes, a.shares),

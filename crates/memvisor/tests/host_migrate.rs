@@ -163,7 +163,8 @@ uid_range = "900850-900899"
 /// why, and nothing changes on either host: the VM runs on at the source with the same VMM and
 /// reservation, the destination has no VM and reserves nothing. Bad requests are refused too.
 /// Then the destination's call alone, as an orchestrator makes it: admitted, its VMM waits
-/// with an address and a token; called off (`DELETE`), it leaves nothing.
+/// with an address and a token; called off (`DELETE`), it leaves nothing; and a whole move
+/// made call by call, the source host given the destination VMM's address and token.
 #[test]
 fn a_destination_that_refuses_changes_nothing_on_either_host() {
     let spec = spec();
@@ -229,6 +230,12 @@ uid_range = "900950-900999"
     for (path, body, want) in [
         ("/vms/nobody/migrate", to.clone(), 404),
         ("/vms/big/migrate", r#"{"to": 3}"#.to_owned(), 400),
+        ("/vms/big/migrate", "{}".to_owned(), 400),
+        (
+            "/vms/big/migrate",
+            r#"{"addr": "x:1", "token": "t"}"#.to_owned(),
+            400,
+        ),
         (
             "/vms/big/migrate",
             r#"{"to": "/x", "color": 1}"#.to_owned(),
@@ -279,4 +286,31 @@ uid_range = "900950-900999"
         Vec::is_empty,
     );
     assert_eq!(b.info().memory_reserved_bytes, 0);
+
+    // An orchestrator's move, call by call: the destination host takes the VM, then the
+    // source host is given the address and token.
+    let tiny = format!(r#"{{"name": "tiny", "mem": "64M", "kernel": "{k}"}}"#);
+    let (status, v) = call(a.sock(), "POST", "/vms", Some(&tiny));
+    assert_eq!(status, 200, "{v}");
+    a.wait_vm("tiny", 30, |v| v.state == HostVmState::Running);
+    let (status, v) = call(
+        b.sock(),
+        "POST",
+        "/vms/incoming",
+        Some(&format!(r#"{{"vm": {tiny}}}"#)),
+    );
+    assert_eq!(status, 200, "{v}");
+    let taken: IncomingVm = typed(&v, "POST /vms/incoming");
+    let split = format!(
+        r#"{{"addr": "{}", "token": "{}"}}"#,
+        taken.addr, taken.token
+    );
+    let (status, v) = call(a.sock(), "POST", "/vms/tiny/migrate", Some(&split));
+    assert_eq!(status, 200, "{v}");
+    let moved = a.wait_vm("tiny", 60, |v| v.state != HostVmState::Migrating);
+    assert_eq!(moved.state, HostVmState::Migrated, "{moved:?}");
+    let there = b.wait_vm("tiny", 30, |v| v.state == HostVmState::Running);
+    assert!(there.pid.is_some());
+    assert_eq!(a.info().memory_reserved_bytes, reserved);
+    assert_eq!((a.info().migrated_out, b.info().migrated_in), (1, 1));
 }
