@@ -19,9 +19,8 @@ use memvisor_policy::admission::{admit, unreserve, AdmissionRefusal, Reservation
 use crate::balancing::Balancer;
 use crate::config::HostConfig;
 use crate::journal::Journal;
-use crate::moving::{Incoming, Outgoing};
 use crate::process::{client, Launch, VmmFiles};
-use crate::registry::{Refused, Registry, VmEntry};
+use crate::registry::{Incoming, Outgoing, Refused, Registry, VmEntry};
 use crate::tick::{free_state_name, sent, Order, Tick};
 
 /// Everything the host knows, behind one lock.
@@ -95,7 +94,7 @@ impl Host {
     }
 
     /// [`Host::add`], for a VM moving here from another host when `incoming` is given: its
-    /// VMM waits for the source ([`crate::moving`]).
+    /// VMM waits for the source (`moving.rs`).
     pub fn add_as(&mut self, spec: VmSpec, incoming: Option<Incoming>) -> Result<HostVm, Refused> {
         spec.check().map_err(|e| Refused(400, e))?;
         if let Some((_, e)) = crate::config::missing_files(&spec).into_iter().next() {

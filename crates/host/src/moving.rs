@@ -26,7 +26,7 @@ use memvisor_api::{
 };
 
 use crate::manager::{lock, Shared};
-use crate::registry::Refused;
+use crate::registry::{Incoming, Outgoing, Refused};
 
 /// Where a destination's VMM listens unless told: a source on this machine.
 const DEFAULT_LISTEN: &str = "127.0.0.1:0";
@@ -40,39 +40,6 @@ const INCOMING_WITHIN: Duration = Duration::from_secs(45);
 const MIGRATE_WITHIN: Duration = Duration::from_secs(3600);
 /// What a VMM waiting for a migration writes to its log, the address after it.
 const WAITING_ON: &str = "memvisor: waiting for a migration on ";
-
-/// A VM moving here: where its VMM listens and the token it takes the VM with.
-#[derive(Clone, Debug)]
-pub struct Incoming {
-    pub listen: String,
-    pub token: String,
-}
-
-impl Incoming {
-    /// Its VMM's `--incoming` address and token.
-    pub fn flags(&self) -> (&str, &str) {
-        (&self.listen, &self.token)
-    }
-}
-
-/// A VM moving away: where to (the destination host's socket, or its VMM's address when the
-/// caller prepared the destination), the host to call the destination's VM off on, and the
-/// address and token of its VMM there.
-#[derive(Clone, Debug)]
-pub struct Outgoing {
-    pub to: String,
-    pub host: Option<String>,
-    pub addr: String,
-    pub token: String,
-}
-
-/// The host's moves, counted (`GET /host`, `GET /metrics`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Moves {
-    pub migrated_in: u64,
-    pub migrated_out: u64,
-    pub failed: u64,
-}
 
 /// A fresh one-time token: 128 random bits in hex.
 fn token() -> Result<String, Refused> {

@@ -20,6 +20,39 @@ use crate::process::{describe_exit, Launch, Vmm, VmmFiles};
 #[derive(Debug)]
 pub struct Refused(pub u16, pub String);
 
+/// A VM moving here: where its VMM listens and the token it takes the VM with.
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    pub listen: String,
+    pub token: String,
+}
+
+impl Incoming {
+    /// Its VMM's `--incoming` address and token.
+    pub fn flags(&self) -> (&str, &str) {
+        (&self.listen, &self.token)
+    }
+}
+
+/// A VM moving away: where to (the destination host's socket, or its VMM's address when the
+/// caller prepared the destination), the host to call the destination's VM off on, and the
+/// address and token of its VMM there.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub to: String,
+    pub host: Option<String>,
+    pub addr: String,
+    pub token: String,
+}
+
+/// The host's moves, counted (`GET /host`, `GET /metrics`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moves {
+    pub migrated_in: u64,
+    pub migrated_out: u64,
+    pub failed: u64,
+}
+
 /// One VM of the host: its spec, its VMM, and what the host last observed of it.
 pub struct VmEntry {
     pub spec: VmSpec,
@@ -62,10 +95,10 @@ pub struct VmEntry {
     /// The limit its VMM started with (its whole memory: plain memory), until its API answers.
     pub launch_limit: u64,
     /// Moving here from another host (`POST /vms/incoming`), until it runs here.
-    pub incoming: Option<crate::moving::Incoming>,
+    pub incoming: Option<Incoming>,
     /// Moving to another host (`POST /vms/NAME/migrate`), and, after a break in post-copy,
     /// kept: the tick neither observes it nor sends it orders meanwhile.
-    pub outgoing: Option<crate::moving::Outgoing>,
+    pub outgoing: Option<Outgoing>,
     /// It moved to another host: its VMM ends on its own, and its state says where it went.
     pub migrated: bool,
     /// Forgotten as soon as its VMM ends: an incoming VM whose move was called off.
@@ -325,7 +358,7 @@ pub struct Registry {
     /// 23 s was seen here), and neither the API nor the next tick may wait for it.
     trash: Vec<VmmFiles>,
     /// VMs moved in from and out to other hosts, and moves that failed.
-    pub moves: crate::moving::Moves,
+    pub moves: Moves,
 }
 
 impl Registry {
@@ -335,7 +368,7 @@ impl Registry {
             vms: Vec::new(),
             reservations,
             trash: Vec::new(),
-            moves: crate::moving::Moves::default(),
+            moves: Moves::default(),
         }
     }
 
@@ -540,7 +573,7 @@ impl Registry {
             }
         };
         let v = &mut self.vms[i];
-        let incoming = v.incoming.as_ref().map(crate::moving::Incoming::flags);
+        let incoming = v.incoming.as_ref().map(Incoming::flags);
         match Vmm::spawn(launch, &v.spec, &v.files, (limit, pool), uid, incoming) {
             Ok(vmm) => {
                 let how = if limit >= v.spec.mem {
