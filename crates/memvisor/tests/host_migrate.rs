@@ -270,8 +270,13 @@ uid_range = "900950-900999"
     assert_eq!(listed.state, HostVmState::Incoming, "{listed:?}");
     // The token is not on the VMM's command line, which every user can read.
     let pid = listed.pid.unwrap();
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    assert!(!String::from_utf8_lossy(&cmdline).contains(&taken.token));
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap())
+        .replace('\0', " ");
+    assert!(!cmdline.contains(&taken.token), "{cmdline}");
+    // Started as the host starts every VMM: jailed, its seccomp filters on.
+    for flag in ["--jail", "--seccomp=on", "--incoming 127.0.0.1:0"] {
+        assert!(cmdline.contains(flag), "{flag} in {cmdline}");
+    }
     let bad = r#"{"vm": {"name": "x", "mem": "64M"}, "listen": "nowhere"}"#;
     let (status, _) = call(b.sock(), "POST", "/vms/incoming", Some(bad));
     assert_eq!(status, 400);
