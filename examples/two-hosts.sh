@@ -34,12 +34,22 @@ for _ in $(seq 300); do
 done
 [ -S "$A" ] && [ -S "$B" ] || fail "the hosts did not start: $(cat two-hosts-[ab].state/host.log)"
 
-# "name state exit why" for each VM of host $1.
+# "free F MiB of B MiB, state S, reserved R MiB" of host $1.
+budget() {
+    "$memvisor" ctl --host-sock "$1" host | python3 -c '
+import json, sys
+h = json.load(sys.stdin)
+print("free %d MiB of %d MiB, state %s, reserved %d MiB" % (h["free_bytes"] >> 20,
+      h["budget_bytes"] >> 20, h["free_state"], h["memory_reserved_bytes"] >> 20))'
+}
+
+# "name state exit limit swapped why" for each VM of host $1.
 vms() {
     "$memvisor" ctl --host-sock "$1" vms | python3 -c '
 import json, sys
 for v in json.load(sys.stdin):
-    print(v["name"], v["state"], v["exit"], v["why"] or "-", sep="\t")'
+    print(v["name"], v["state"], v["exit"], "limit %d MiB" % (v["limit_bytes"] >> 20),
+          "swapped %d MiB" % (v["swapped_bytes"] >> 20), v["why"] or "-", sep="\t")'
 }
 
 # Once mover has written every page of its first round, it moves.
@@ -49,13 +59,14 @@ for _ in $(seq 1200); do
     sleep 0.1
 done
 grep -q 'phase=fill' "$log" || fail "mover did not fill its memory within 120 s"
-echo "two-hosts: host A before the move:"
+echo "two-hosts: host A before the move: $(budget "$A")"
 vms "$A"
+echo "two-hosts: host B before the move: $(budget "$B")"
 echo "two-hosts: moving mover from A to B"
 "$memvisor" ctl --host-sock "$A" move mover --to "$B" >/dev/null || fail "the move failed"
-echo "two-hosts: host A:"
+echo "two-hosts: host A: $(budget "$A")"
 vms "$A"
-echo "two-hosts: host B:"
+echo "two-hosts: host B: $(budget "$B")"
 vms "$B"
 
 # Both VMs finish their rounds, mover on B.
@@ -74,7 +85,7 @@ for host in A B; do
     curl -s --unix-socket "$s" http://localhost/events | python3 -c '
 import json, sys
 for e in json.load(sys.stdin):
-    if e["kind"] in ("incoming", "migrating", "migrated_in", "migrated_out", "migration_failed"):
+    if e["kind"] in ("incoming", "admitted", "migrating", "migrated_in", "migrated_out", "migration_failed"):
         print(sys.argv[1], e["kind"], e["vm"], e["message"], sep="\t")' "$host"
 done
 [ "$(vms "$A" | awk -F'\t' '$1 == "stay" && $3 == "guest_success"' | wc -l)" -eq 1 ] || fail "stay (on A) did not report success"
