@@ -306,6 +306,23 @@ uid_range = "900950-900999"
     );
     assert_eq!(status, 200, "{v}");
     let taken: IncomingVm = typed(&v, "POST /vms/incoming");
+    // A wrong token: the move fails before the switch, the VM runs on at the source, and the
+    // destination's VMM, which refused the connection, waits on.
+    let wrong = format!(r#"{{"addr": "{}", "token": "not-the-token"}}"#, taken.addr);
+    let (status, v) = call(a.sock(), "POST", "/vms/tiny/migrate", Some(&wrong));
+    assert_eq!(status, 200, "{v}");
+    let back = a.wait_vm("tiny", 30, |v| v.state != HostVmState::Migrating);
+    assert_eq!(back.state, HostVmState::Running, "{back:?}");
+    let failed = events_of(&a, "tiny");
+    assert!(
+        failed
+            .iter()
+            .any(|(k, m)| *k == HostEventKind::MigrationFailed
+                && m.contains("failed before the switch")
+                && m.contains("DELETE /vms/NAME on the destination host")),
+        "{failed:?}"
+    );
+    assert_eq!(b.vm("tiny").state, HostVmState::Incoming);
     let split = format!(
         r#"{{"addr": "{}", "token": "{}"}}"#,
         taken.addr, taken.token
@@ -318,4 +335,6 @@ uid_range = "900950-900999"
     assert!(there.pid.is_some());
     assert_eq!(a.info().memory_reserved_bytes, reserved);
     assert_eq!((a.info().migrated_out, b.info().migrated_in), (1, 1));
+    // The refusal, the destination that was not there, and the wrong token.
+    assert_eq!(a.info().migrations_failed, 3);
 }
