@@ -2,8 +2,9 @@
 //! directory, socket, budget and uids, every VMM jailed: the integrity workload moves from a
 //! host under pressure to one with room mid-run and finds every byte it wrote intact there,
 //! both hosts' budgets, events and metrics showing the move; a destination whose admission
-//! control refuses the VM leaves both hosts as they were; and the destination's call alone,
-//! as an orchestrator makes it, admits a VM and is called off again without a trace.
+//! control refuses the VM leaves both hosts as they were; the destination's call alone, as an
+//! orchestrator makes it, admits a VM and is called off again without a trace; and a move made
+//! call by call fails before the switch with a wrong token, the VM running on, then succeeds.
 
 use std::path::Path;
 use std::time::Duration;
@@ -164,7 +165,8 @@ uid_range = "900850-900899"
 /// reservation, the destination has no VM and reserves nothing. Bad requests are refused too.
 /// Then the destination's call alone, as an orchestrator makes it: admitted, its VMM waits
 /// with an address and a token; called off (`DELETE`), it leaves nothing; and a whole move
-/// made call by call, the source host given the destination VMM's address and token.
+/// made call by call, the source host given the destination VMM's address and token, after a
+/// first try with a wrong token failed before the switch and left the VM running.
 #[test]
 fn a_destination_that_refuses_changes_nothing_on_either_host() {
     let spec = spec();
