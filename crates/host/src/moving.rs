@@ -183,6 +183,11 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
             ))
         }
     };
+    let most = memvisor_api::MAX_PRECOPY_ROUNDS;
+    if req.precopy_rounds > most {
+        let n = req.precopy_rounds;
+        return Err(Refused(400, format!("precopy_rounds {n}: at most {most}")));
+    }
     let (spec, sock) = {
         let mut h = lock(host);
         let own = h.config().api_sock.clone();

@@ -235,6 +235,14 @@ uid_range = "900950-900999"
         ("/vms/big/migrate", "{}".to_owned(), 400),
         (
             "/vms/big/migrate",
+            format!(
+                r#"{{"to": "{}", "precopy_rounds": 17}}"#,
+                b.sock().display()
+            ),
+            400,
+        ),
+        (
+            "/vms/big/migrate",
             r#"{"addr": "x:1", "token": "t"}"#.to_owned(),
             400,
         ),
