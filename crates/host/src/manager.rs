@@ -295,6 +295,10 @@ impl Host {
             if v.live() && !v.stop_asked {
                 v.state = HostVmState::Running;
                 v.why = None;
+            } else if !v.live() {
+                // Its VMM ended during the move: the move's words say why.
+                v.state = HostVmState::Exited;
+                v.why = Some(why.to_owned());
             }
         }
     }
@@ -306,7 +310,12 @@ impl Host {
         self.journal
             .event(HostEventKind::MigrationFailed, Some(name), why.clone());
         if let Some(v) = self.registry.named_mut(name) {
-            v.state = HostVmState::Migrating;
+            if let Some(out) = &mut v.outgoing {
+                out.broken = true;
+            }
+            if v.live() {
+                v.state = HostVmState::Migrating;
+            }
             v.why = Some(why);
         }
     }
@@ -324,6 +333,8 @@ impl Host {
         v.state = HostVmState::Migrated;
         v.why = Some(why);
         v.migrated = true;
+        // A VMM that moved its VM exits 0, which is no guest's end.
+        (v.exit_status, v.exit) = (None, None);
         v.outgoing = None;
         v.stop_asked = true;
         v.paused_by_host = false;

@@ -219,6 +219,7 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
             host: req.to.clone(),
             addr: String::new(),
             token: String::new(),
+            broken: false,
         });
         v.state = HostVmState::Migrating;
         v.why = Some(format!("asking {to} to take it"));
@@ -257,6 +258,7 @@ pub fn migrate(host: &Shared, name: &str, req: HostMigrateRequest) -> Result<Hos
         host: req.to.clone(),
         addr: addr.clone(),
         token: token.clone(),
+        broken: false,
     });
     v.why = Some(format!("moving to {to}, its VMM there listening on {addr}"));
     let status = v.status();

@@ -43,6 +43,8 @@ pub struct Outgoing {
     pub host: Option<String>,
     pub addr: String,
     pub token: String,
+    /// It broke off after the switch: its VMM is kept for `migrate-recover`.
+    pub broken: bool,
 }
 
 /// The host's moves, counted (`GET /host`, `GET /metrics`).
@@ -704,11 +706,20 @@ impl Registry {
                 // end); its reservation went back then.
             } else if let Some(out) = &v.outgoing {
                 (v.exit_status, v.exit) = (Some(code), Some(kind));
-                v.why = Some(format!(
-                    "its VMM ended after its move to {} broke off ({why}): if `migrate-recover` finished the move, the VM runs there",
-                    out.to
-                ));
-                v.state = HostVmState::Exited;
+                if out.broken {
+                    v.why = Some(format!(
+                        "its VMM ended after its move to {} broke off ({why}): if `migrate-recover` finished the move, the VM runs there",
+                        out.to
+                    ));
+                    v.state = HostVmState::Exited;
+                } else {
+                    // The move's thread has its VMM's answer, or is about to: it says how the
+                    // move ended (a VMM that moved its VM ends at once).
+                    v.why = Some(format!(
+                        "its VMM ended ({why}) as its move to {} ended",
+                        out.to
+                    ));
+                }
             } else {
                 (v.exit_status, v.exit) = (Some(code), Some(kind));
                 v.why = Some(if v.stop_asked && kind != VmExit::Signal {
@@ -727,7 +738,7 @@ impl Registry {
                 self.reservations = unreserve(&self.reservations, v.spec.min, v.spec.mem, o);
                 v.reserved = false;
             }
-            if !v.migrated {
+            if !v.migrated && v.outgoing.as_ref().is_none_or(|o| o.broken) {
                 ended.push((v.spec.name.clone(), v.why.clone().unwrap_or_default()));
             }
         }

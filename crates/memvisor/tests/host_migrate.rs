@@ -136,6 +136,12 @@ uid_range = "900850-900899"
         kinds.ends_with(&[HostEventKind::Migrating, HostEventKind::MigratedOut]),
         "{ea:?}"
     );
+    // Its VMM here has ended since, which is no end of its guest.
+    let left = a.vm("mover");
+    assert_eq!(
+        (left.state, left.exit, left.pid),
+        (HostVmState::Migrated, None, None)
+    );
     let eb = events_of(&b, "mover");
     let kinds: Vec<HostEventKind> = eb.iter().map(|e| e.0).collect();
     for k in [
