@@ -8,14 +8,13 @@
 //! `migrate-recover` finishes the move with every byte intact; bad input is one line and exit
 //! status 2.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod common;
 use common::{
-    disk_spec, memvisor, mkdisk_data, run_command, stderr, stdout, Proc, ResultLine, TestVm,
+    cutting_proxy, disk_spec, memvisor, mkdisk_data, run_command, stderr, stdout, Proc, ResultLine,
+    TestVm,
 };
 
 /// The integrity workload's mechanisms, on both ends.
@@ -314,33 +313,6 @@ fn a_source_that_dies_in_post_copy_leaves_the_destination_paused() {
     assert!(dest.running(), "the destination keeps the paused VM");
     let out = ctl.finish();
     assert!(!out.status.success());
-}
-
-/// A TCP proxy to `to` for one connection, which it cuts (both ways) once `cut_after` bytes
-/// have gone towards `to`; returns its address.
-fn cutting_proxy(to: String, cut_after: usize) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        let (a, _) = listener.accept().unwrap();
-        let b = TcpStream::connect(&to).unwrap();
-        let (back_from, back_to) = (b.try_clone().unwrap(), a.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut &back_from, &mut &back_to);
-        });
-        let mut buf = vec![0u8; 64 << 10];
-        let mut n = 0;
-        while n < cut_after {
-            let k = (&a).read(&mut buf).unwrap_or(0);
-            if k == 0 || (&b).write_all(&buf[..k]).is_err() {
-                break;
-            }
-            n += k;
-        }
-        let _ = a.shutdown(Shutdown::Both);
-        let _ = b.shutdown(Shutdown::Both);
-    });
-    addr
 }
 
 #[test]

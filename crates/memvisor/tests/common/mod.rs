@@ -642,3 +642,31 @@ fn own_uid_range(path: &Path) {
     let range = format!("[host]\nuid_range = \"{first}-{}\"\n", first + 9);
     std::fs::write(path, text.replacen("[host]\n", &range, 1)).unwrap();
 }
+
+/// A TCP proxy to `to` for one connection, which it cuts (both ways) once `cut_after` bytes
+/// have gone towards `to`; returns its address.
+pub fn cutting_proxy(to: String, cut_after: usize) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (a, _) = listener.accept().unwrap();
+        let b = std::net::TcpStream::connect(&to).unwrap();
+        let (back_from, back_to) = (b.try_clone().unwrap(), a.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut &back_from, &mut &back_to);
+        });
+        let mut buf = vec![0u8; 64 << 10];
+        let mut n = 0;
+        while n < cut_after {
+            let k = (&a).read(&mut buf).unwrap_or(0);
+            if k == 0 || (&b).write_all(&buf[..k]).is_err() {
+                break;
+            }
+            n += k;
+        }
+        let _ = a.shutdown(std::net::Shutdown::Both);
+        let _ = b.shutdown(std::net::Shutdown::Both);
+    });
+    addr
+}
