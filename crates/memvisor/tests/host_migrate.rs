@@ -4,7 +4,8 @@
 //! both hosts' budgets, events and metrics showing the move; a destination whose admission
 //! control refuses the VM leaves both hosts as they were; the destination's call alone, as an
 //! orchestrator makes it, admits a VM and is called off again without a trace; and a move made
-//! call by call fails before the switch with a wrong token, the VM running on, then succeeds.
+//! call by call fails before the switch with a wrong token, the VM running on, then succeeds;
+//! one broken off in post-copy is left for `migrate-recover`, which finishes it intact.
 
 use std::path::Path;
 use std::time::Duration;
@@ -353,4 +354,91 @@ uid_range = "900950-900999"
     assert_eq!((a.info().migrated_out, b.info().migrated_in), (1, 1));
     // The refusal, the destination that was not there, and the wrong token.
     assert_eq!(a.info().migrations_failed, 3);
+}
+
+/// A move that breaks off during post-copy, made call by call with the stream through a proxy
+/// that cuts it 40 MiB in (after the switch, before the end): the source host keeps the VM
+/// `migrating`, refuses to stop its VMM (which holds every page not acknowledged) and says how
+/// to finish; the destination's VM waits paused; `migrate-recover` on the source's VMM finishes
+/// the move, and the guest finds every byte intact on the destination.
+#[test]
+fn a_move_broken_in_post_copy_is_finished_by_migrate_recover() {
+    let spec = spec();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = mkdisk_data(dir.path().join("mover.img"), "32M", &[]);
+    let d = disk.display();
+    let vm = format!(
+        r#"{{"name": "mover", "mem": "256M", "min": "32M", "workload": "integrity", "cmdline": "anon_mb=160 file_mb=8 rounds=3 secs=10", "disks": ["{d},id=data"], "balloon": true, "mapper": true}}"#
+    );
+    let config = |range: &str| {
+        format!(
+            "[host]\nmemory = \"320M\"\nswap = \"1G\"\ntick = \"200ms\"\nuid_range = \"{range}\"\n"
+        )
+    };
+    let a = host(dir.path(), "a", &config("900700-900749"));
+    let b = host(dir.path(), "b", &config("900750-900799"));
+    let call = |sock: &Path, method: &str, path: &str, body: Option<&str>| {
+        openapi::call_checked(&spec, sock, method, path, body)
+    };
+    let (status, v) = call(a.sock(), "POST", "/vms", Some(&vm));
+    assert_eq!(status, 200, "{v}");
+    let running = a.wait_vm("mover", 30, |v| v.state == HostVmState::Running);
+    common::poll(
+        "mover filled its memory",
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+        || std::fs::read_to_string(&running.log).unwrap_or_default(),
+        |log| log.contains("phase=fill"),
+    );
+    let (status, v) = call(
+        b.sock(),
+        "POST",
+        "/vms/incoming",
+        Some(&format!(r#"{{"vm": {vm}}}"#)),
+    );
+    assert_eq!(status, 200, "{v}");
+    let taken: IncomingVm = typed(&v, "POST /vms/incoming");
+    let proxy = common::cutting_proxy(taken.addr.clone(), 40 << 20);
+    let through = format!(r#"{{"addr": "{proxy}", "token": "{}"}}"#, taken.token);
+    let (status, v) = call(a.sock(), "POST", "/vms/mover/migrate", Some(&through));
+    assert_eq!(status, 200, "{v}");
+    let broken = a.wait_vm("mover", 120, |v| {
+        v.why.as_deref().is_some_and(|w| w.contains("broke off"))
+    });
+    assert_eq!(broken.state, HostVmState::Migrating, "{broken:?}");
+    let why = broken.why.unwrap();
+    assert!(why.contains("migrate-recover"), "{why}");
+    assert_eq!(a.info().migrations_failed, 1);
+    // Its VMM holds pages the destination needs: the host does not stop it.
+    let (status, _) = call(a.sock(), "PUT", "/vms/mover/stop", None);
+    assert_eq!(status, 409);
+    // The destination's VM has switched over and waits paused; it is not called off.
+    let paused = b.wait_vm("mover", 30, |v| v.state == HostVmState::Paused);
+    assert!(paused.why.unwrap_or_default().contains("migration"));
+    let (status, _) = call(b.sock(), "DELETE", "/vms/mover", None);
+    assert_eq!(status, 409);
+    // migrate-recover on the source's VMM, straight to the destination's VMM.
+    let out = common::memvisor(&[
+        "ctl",
+        "--api-sock",
+        &broken.api_sock,
+        "migrate-recover",
+        "--to",
+        &taken.addr,
+        "--token",
+        &taken.token,
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let ended = a.wait_vm("mover", 30, |v| v.state == HostVmState::Exited);
+    assert!(ended.why.unwrap().contains("migrate-recover"));
+    assert_eq!(a.info().memory_reserved_bytes, 0);
+    let done = b.wait_vm("mover", 180, |v| v.state == HostVmState::Exited);
+    assert_eq!(
+        done.exit,
+        Some(memvisor_api::VmExit::GuestSuccess),
+        "{done:?}"
+    );
+    let log = std::fs::read_to_string(&done.log).unwrap();
+    ResultLine::find(&log, "integrity", "done").assert_intact();
+    assert_eq!(b.info().migrated_in, 1);
 }
