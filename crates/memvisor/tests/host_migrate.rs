@@ -1,6 +1,7 @@
 //! A VM moving between two `memvisor host`s on this machine, each with its own state
-//! directory, socket, budget and uids, every VMM jailed: the integrity workload moves from a
-//! host under pressure to one with room mid-run and finds every byte it wrote intact there,
+//! directory, socket, budget and uids (the harness gives each host a range of its own), every
+//! VMM jailed: the integrity workload moves from a host under pressure to one with room
+//! mid-run and finds every byte it wrote intact there,
 //! both hosts' budgets, events and metrics showing the move; a destination whose admission
 //! control refuses the VM leaves both hosts as they were; the destination's call alone, as an
 //! orchestrator makes it, admits a VM and is called off again without a trace; and a move made
@@ -58,7 +59,6 @@ memory = "224M"
 swap = "1G"
 tick = "200ms"
 vm_overhead = "24M"
-uid_range = "900800-900849"
 
 [[vm]]
 name = "mover"
@@ -81,7 +81,6 @@ memory = "512M"
 swap = "1G"
 tick = "200ms"
 vm_overhead = "24M"
-uid_range = "900850-900899"
 "#,
     );
     let before = a.wait_vm("mover", 30, |v| v.state == HostVmState::Running);
@@ -190,7 +189,6 @@ memory = "256M"
 swap = "1G"
 tick = "200ms"
 vm_overhead = "24M"
-uid_range = "900900-900949"
 
 [[vm]]
 name = "big"
@@ -209,7 +207,6 @@ memory = "96M"
 swap = "1G"
 tick = "200ms"
 vm_overhead = "24M"
-uid_range = "900950-900999"
 "#,
     );
     let call = |sock: &Path, method: &str, path: &str, body: Option<&str>| {
@@ -370,13 +367,10 @@ fn a_move_broken_in_post_copy_is_finished_by_migrate_recover() {
     let vm = format!(
         r#"{{"name": "mover", "mem": "256M", "min": "32M", "workload": "integrity", "cmdline": "anon_mb=160 file_mb=8 rounds=3 secs=10", "disks": ["{d},id=data"], "balloon": true, "mapper": true}}"#
     );
-    let config = |range: &str| {
-        format!(
-            "[host]\nmemory = \"320M\"\nswap = \"1G\"\ntick = \"200ms\"\nuid_range = \"{range}\"\n"
-        )
-    };
-    let a = host(dir.path(), "a", &config("900700-900749"));
-    let b = host(dir.path(), "b", &config("900750-900799"));
+    // Each host gets a uid range of its own from the harness (`host_command`).
+    let config = "[host]\nmemory = \"320M\"\nswap = \"1G\"\ntick = \"200ms\"\n";
+    let a = host(dir.path(), "a", config);
+    let b = host(dir.path(), "b", config);
     let call = |sock: &Path, method: &str, path: &str, body: Option<&str>| {
         openapi::call_checked(&spec, sock, method, path, body)
     };
