@@ -160,7 +160,7 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
     let titles = [
         "STATE", "RESIDENT", "TARGET", "ACTIVE", "BALLOON", "SWAPPED", "SHARED", "FAULTS/S",
     ];
-    let mut line = format!("{:<name_w$}  {:<8}", "VM", titles[0]);
+    let mut line = format!("{:<name_w$}  {:<9}", "VM", titles[0]);
     for t in &titles[1..] {
         line.push_str(&format!(" {t:>10}"));
     }
@@ -176,7 +176,7 @@ fn frame(now: &Reading, before: Option<&Reading>) -> String {
             size(v.shared_saved_bytes),
             rate(&v.name, now, before),
         ];
-        let mut line = format!("{:<name_w$}  {:<8}", v.name, serde_name(&v.state));
+        let mut line = format!("{:<name_w$}  {:<9}", v.name, serde_name(&v.state));
         for c in &cells {
             line.push_str(&format!(" {c:>10}"));
         }
@@ -521,9 +521,15 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "web  running    70.0 MiB  200.0 MiB   35.0 MiB    4.0 MiB        0 B        0 B        100"
+            "web  running     70.0 MiB  200.0 MiB   35.0 MiB    4.0 MiB        0 B        0 B        100"
         );
         assert!(lines[5].starts_with("b    exited "), "{}", lines[5]);
+        // The longest state, `migrating`, keeps the columns in line.
+        let mut moving = now.clone();
+        moving.vms[1].state = HostVmState::Migrating;
+        let f = frame(&moving, Some(&before));
+        let row = f.lines().nth(5).unwrap();
+        assert_eq!(row.len(), lines[4].len(), "{row}");
         assert!(
             lines[5].ends_with("   -        0 B        0 B          -"),
             "{}",
