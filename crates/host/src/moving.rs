@@ -340,13 +340,9 @@ fn finish(host: &Shared, name: &str, sock: &Path, result: Result<MigrateResult, 
                     );
                     h.move_broken(name, msg);
                 }
-                Ok(info)
-                    if info.state == VmState::Paused
-                        && info
-                            .paused_because
-                            .as_deref()
-                            .is_some_and(|w| w.contains("migrat")) =>
-                {
+                // The VMM's own words: the go-ahead was lost at the switch, and the VM it
+                // paused for it stays paused.
+                Ok(info) if info.state == VmState::Paused && error.contains("go-ahead") => {
                     let msg = format!(
                         "the move to {} stopped at the switch: {error}. The VM is paused here with every page; resume it here (`memvisor ctl --api-sock {} resume`) only once the VM at {} is known not to run",
                         out.to,
