@@ -6,7 +6,7 @@
 //! | `vm.rs` | `GET /vm`: the VM's configuration and state |
 //! | `stats.rs` | `GET /stats`: every counter of a VM, one struct per source |
 //! | `exit.rs` | what a VMM's exit status means |
-//! | `host.rs` | the host manager's API: its budget and state, each VM's policy and allocation, events and history |
+//! | `host.rs` | the host manager's API: its budget and state, each VM's policy and allocation, events and history, a VM moving between hosts (`IncomingRequest`, `IncomingVm`, `HostMigrateRequest`) |
 //! | `body.rs` | the small request and answer bodies (`MemoryUpdate`, `ReleaseRequest`, `ErrorBody`, ...) |
 //! | `http.rs` | the small HTTP/1.1 framing of a control socket |
 //! | `request.rs` | every request of both APIs as one enum each, parsed from and spelled back into method, path and body |
