@@ -30,6 +30,19 @@ fn host(dir: &Path, name: &str, config: &str) -> TestHost {
 }
 
 /// The events of `host` about `vm`, as (kind, message).
+/// Waits for `vm` to end on `host` (moved there), and checks it ended with its guest's success
+/// and the integrity workload found every byte it wrote, before and after the move, intact.
+fn finishes_intact(host: &TestHost, vm: &str) {
+    let done = host.wait_vm(vm, 180, |v| v.state == HostVmState::Exited);
+    assert_eq!(
+        done.exit,
+        Some(memvisor_api::VmExit::GuestSuccess),
+        "{done:?}"
+    );
+    let log = std::fs::read_to_string(&done.log).unwrap();
+    ResultLine::find(&log, "integrity", "done").assert_intact();
+}
+
 fn events_of(host: &TestHost, vm: &str) -> Vec<(HostEventKind, String)> {
     let events: Vec<HostEvent> = ok(host.client().events(0.0));
     events
@@ -121,14 +134,7 @@ vm_overhead = "24M"
     );
     assert_eq!(b.info().memory_reserved_bytes, (32 + 24) * MIB);
     // It finishes there, every byte it wrote before and after the move intact.
-    let done = b.wait_vm("mover", 180, |v| v.state == HostVmState::Exited);
-    assert_eq!(
-        done.exit,
-        Some(memvisor_api::VmExit::GuestSuccess),
-        "{done:?}"
-    );
-    let log = std::fs::read_to_string(&done.log).unwrap();
-    ResultLine::find(&log, "integrity", "done").assert_intact();
+    finishes_intact(&b, "mover");
     // Both journals and both hosts' metrics say so.
     let ea = events_of(&a, "mover");
     let kinds: Vec<HostEventKind> = ea.iter().map(|e| e.0).collect();
@@ -426,13 +432,6 @@ fn a_move_broken_in_post_copy_is_finished_by_migrate_recover() {
     let ended = a.wait_vm("mover", 30, |v| v.state == HostVmState::Exited);
     assert!(ended.why.unwrap().contains("migrate-recover"));
     assert_eq!(a.info().memory_reserved_bytes, 0);
-    let done = b.wait_vm("mover", 180, |v| v.state == HostVmState::Exited);
-    assert_eq!(
-        done.exit,
-        Some(memvisor_api::VmExit::GuestSuccess),
-        "{done:?}"
-    );
-    let log = std::fs::read_to_string(&done.log).unwrap();
-    ResultLine::find(&log, "integrity", "done").assert_intact();
+    finishes_intact(&b, "mover");
     assert_eq!(b.info().migrated_in, 1);
 }
