@@ -209,6 +209,10 @@ pub struct RunArgs {
     /// With --hypervisor qemu: serve QEMU's QMP monitor on this Unix socket (e.g. to move the balloon).
     #[arg(long)]
     pub qmp_sock: Option<PathBuf>,
+    /// With --hypervisor qemu: start QEMU waiting for its VM with `-incoming URI` (e.g.
+    /// `exec:cat FILE` to load a saved VM, `tcp:127.0.0.1:4444` for a migration).
+    #[arg(long)]
+    pub qemu_incoming: Option<String>,
     /// Run the vCPU threads on these host CPUs only, e.g. 0 or 2-3 (on QEMU too).
     #[arg(long, value_parser = CpuSet::parse)]
     pub vcpu_cpus: Option<CpuSet>,

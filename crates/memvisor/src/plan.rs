@@ -278,6 +278,12 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
     if args.qmp_sock.is_some() && args.hypervisor != Hypervisor::Qemu {
         return bad("--qmp-sock is for --hypervisor qemu".into());
     }
+    if args.qemu_incoming.is_some() && args.hypervisor != Hypervisor::Qemu {
+        return bad(
+            "--qemu-incoming is for --hypervisor qemu; memvisor takes --restore or --incoming"
+                .into(),
+        );
+    }
     if args.api_sock.is_some() && args.hypervisor == Hypervisor::Qemu {
         return bad("--api-sock is memvisor's API; QEMU is steered with --qmp-sock".into());
     }

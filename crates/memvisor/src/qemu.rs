@@ -77,6 +77,9 @@ pub fn command(plan: &RunPlan, kernel: &std::path::Path) -> Command {
             &format!("unix:{},server=on,wait=off", sock.display()),
         ]);
     }
+    if let Some(uri) = &a.qemu_incoming {
+        cmd.args(["-incoming", uri]);
+    }
     for d in &plan.disks {
         let ro = if d.read_only { ",readonly=on" } else { "" };
         let path = d.path.display().to_string().replace(',', ",,");
