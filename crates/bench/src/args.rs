@@ -16,7 +16,8 @@ pub struct BenchArgs {
     /// The experiment (its list, with what each reproduces, is in `--help`).
     #[arg(long_help = crate::families::figures::help())]
     pub experiment: String,
-    /// Repetitions of every configuration, interleaved (default 3; 7 for confinement; 2 for
+    /// Repetitions of every configuration, interleaved (default 3; 7 for confinement and
+    /// mobility; 2 for
     /// recovery and swapin; 1 for workingset, shares, idletax, consolidate and balance).
     #[arg(long)]
     pub reps: Option<u32>,
@@ -24,7 +25,9 @@ pub struct BenchArgs {
     /// modes: pool-proactive, pool-faults, disk-proactive, disk-faults; for reclaimdelay its
     /// methods: hd2, hd2-ready, balloon, qemu-balloon; for dwell the victim policies of memvisor run
     /// --victims: clock, random, hd2, hd2-whole; for sharing memvisor-off, memvisor-host,
-    /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm).
+    /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm; for mobility
+    /// memvisor-start, memvisor-restore, memvisor-postcopy, memvisor-precopy, qemu-start,
+    /// qemu-restore, qemu-precopy, qemu-postcopy).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).
@@ -65,9 +68,13 @@ pub struct BenchArgs {
     /// amount, e.g. 1,0.75,0.5 (the default) or 1G (balance: default 1G).
     #[arg(long, value_delimiter = ',')]
     pub budget: Vec<String>,
-    /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G).
+    /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G);
+    /// mobility: the guest sizes (default 256M,1G,2G).
     #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]
     pub sizes: Vec<u64>,
+    /// mobility: the guests' working sets in percent of guest RAM, e.g. 10,50,80 (the default).
+    #[arg(long, value_delimiter = ',')]
+    pub ws: Vec<u32>,
 }
 
 /// How `memvisor bench` ended; the binary turns it into its exit status.

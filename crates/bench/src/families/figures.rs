@@ -16,6 +16,7 @@ pub enum Family {
     Dwell,
     Sharing,
     Confinement,
+    Mobility,
 }
 
 /// One experiment and what it reproduces.
@@ -211,6 +212,15 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "what the seccomp filters and the jail cost",
         peer: "memvisor unconfined",
         section: "#confinement-what-the-filters-and-the-jail-cost",
+    },
+    Reproduces {
+        name: "mobility",
+        family: Family::Mobility,
+        paper: "",
+        figures: &[],
+        scope: "snapshot, lazy restore, and post-copy and pre-copy live migration: time to the first instruction, downtime, bytes sent, the guest's slowdown",
+        peer: "QEMU's save, load and migration of the same guest",
+        section: "#mobility-restore-and-live-migration",
     },
 ];
 

@@ -10,6 +10,7 @@ pub mod consolidate;
 pub mod dwell;
 pub mod figures;
 pub mod host;
+pub mod mobility;
 pub mod phases;
 pub mod reclaimdelay;
 pub mod sharing;
@@ -34,6 +35,7 @@ pub fn run(args: &BenchArgs) -> Outcome {
         Family::Balance => drive(&consolidate::Consolidate { balance: true }, args),
         Family::Swapin => drive(&swapin::Swapin, args),
         Family::Confinement => drive(&confinement::Confinement, args),
+        Family::Mobility => drive(&mobility::Mobility, args),
         Family::ReclaimDelay => drive(&reclaimdelay::ReclaimDelay, args),
         Family::Dwell => drive(&dwell::Dwell, args),
         Family::Sharing => drive(&sharing::Sharing(e.name), args),
