@@ -1,7 +1,8 @@
 //! `memvisor bench mobility`: what moving a VM costs, restored from a snapshot and migrated
 //! live on localhost (post-copy, with and without pre-copy rounds), beside QEMU microvm doing
 //! the same with the same guest. The configurations, the grid of guest sizes and working sets
-//! are in `experiment`, memvisor's runs in `run`, QEMU's in `qemu`, the outputs in `report`.
+//! are in `experiment`, memvisor's runs in `run`, QEMU's in `qemu`, the outputs in `report`;
+//! the one loop over them all, interleaved, here.
 
 pub mod experiment;
 pub mod qemu;
@@ -10,7 +11,7 @@ pub mod run;
 
 use crate::args::BenchArgs;
 use crate::harness::{choose, Bench, Family};
-use experiment::{Cell, MobilityPlan};
+use experiment::{Cell, Config, MobilityPlan};
 
 /// `memvisor bench mobility`.
 pub struct Mobility;
@@ -71,7 +72,7 @@ impl Family for Mobility {
 
     fn run(&self, _: &BenchArgs, bench: &Bench, plan: MobilityPlan) -> Result<(), String> {
         let load_before = experiment::load_average();
-        let runs = run::run(bench, &plan)?;
+        let runs = run_all(bench, &plan)?;
         let load = (load_before, experiment::load_average());
         crate::report::write_report(
             &bench.out,
@@ -81,4 +82,36 @@ impl Family for Mobility {
             report::markdown(&plan, &runs, load, &bench.env),
         )
     }
+}
+
+/// Runs every configuration at every cell, repetition by repetition, interleaved.
+fn run_all(bench: &Bench, plan: &MobilityPlan) -> Result<Vec<run::MobRun>, String> {
+    let what = |c: &Cell, k: &&'static Config| format!("{} {}", k.name, c.name());
+    crate::harness::order::interleave(
+        "mobility",
+        plan.reps,
+        |_| plan.cells.clone(),
+        &plan.configs,
+        what,
+        |turn| {
+            let (config, cell) = (*turn.config, *turn.cell);
+            let r = if config.qemu {
+                qemu::measure(bench, config, cell, turn.rep)
+            } else {
+                run::measure(bench, config, cell, turn.rep)
+            };
+            let vals: Vec<String> = r
+                .values
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.1}"))
+                .collect();
+            turn.say(&format!(
+                "{}: {} {}",
+                r.status.name(),
+                vals.join(", "),
+                r.error
+            ));
+            Ok(vec![r])
+        },
+    )
 }

@@ -198,7 +198,7 @@ fn migrate(
         },
         Some(&uri),
     )?;
-    let src = match start_qemu(
+    let mut src = match start_qemu(
         bench,
         cell,
         rep,
@@ -238,6 +238,16 @@ fn migrate(
         until_completed(&mut qs, deadline)
     })();
     g.drain(&src);
+    // A source whose guest ended its work (and so QEMU) before its pre-copy completed: the
+    // migration never converged under QEMU's downtime limit while the guest wrote.
+    let gone = matches!(src.child.try_wait(), Ok(Some(_))) || g.done_at.is_some();
+    let moved = moved.map_err(|e| {
+        if gone {
+            format!("the guest ended its work on the source before QEMU's migration completed (it did not converge while the guest wrote; {e})")
+        } else {
+            e
+        }
+    });
     src.stop();
     let result = moved.and_then(|m| g.follow(&dst, deadline, false).map(|()| m));
     let dst_ended = end(dst, "QEMU's destination");

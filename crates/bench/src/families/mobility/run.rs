@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use memvisor_api::MigrateRequest;
 
-use super::experiment::{Action, Cell, Config, MobilityPlan};
+use super::experiment::{Action, Cell, Config};
 use crate::harness::child::{exit_text, wait_for, ConsoleEvent};
 use crate::harness::guest::parse_result;
 use crate::harness::vm::Vm;
@@ -400,38 +400,6 @@ fn migrate(
     r.set("work", ms(b.duration_since(a)));
     g.into_run(r);
     Ok(())
-}
-
-/// Runs every configuration at every cell, repetition by repetition, interleaved.
-pub fn run(bench: &Bench, plan: &MobilityPlan) -> Result<Vec<MobRun>, String> {
-    let what = |c: &Cell, k: &&'static Config| format!("{} {}", k.name, c.name());
-    crate::harness::order::interleave(
-        "mobility",
-        plan.reps,
-        |_| plan.cells.clone(),
-        &plan.configs,
-        what,
-        |turn| {
-            let (config, cell) = (*turn.config, *turn.cell);
-            let r = if config.qemu {
-                super::qemu::measure(bench, config, cell, turn.rep)
-            } else {
-                measure(bench, config, cell, turn.rep)
-            };
-            let vals: Vec<String> = r
-                .values
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.1}"))
-                .collect();
-            turn.say(&format!(
-                "{}: {} {}",
-                r.status.name(),
-                vals.join(", "),
-                r.error
-            ));
-            Ok(vec![r])
-        },
-    )
 }
 
 #[cfg(test)]
