@@ -751,6 +751,77 @@ fn tiny_confinement_end_to_end() {
     );
 }
 
+/// `mobility` at one small guest: every configuration completes, memvisor's and QEMU's, with
+/// the measures it takes. Every guest checks that each fresh page it touches reads zero and
+/// must end with its success, so a restore or a migration that lost or mixed up a page fails
+/// its run (and this test).
+#[test]
+fn tiny_mobility_end_to_end() {
+    let t = tiny("mobility", "--reps 1 --timeout 300");
+    t.assert_report_printed();
+    let moved = ["downtime", "total", "sent MiB", "work"];
+    let wants: [(&str, &[&str]); 8] = [
+        ("memvisor-start", &["first instruction", "work"]),
+        (
+            "memvisor-restore",
+            &[
+                "save",
+                "saved MiB",
+                "touched MiB",
+                "first instruction",
+                "work",
+            ],
+        ),
+        (
+            "memvisor-postcopy",
+            &[&moved[..], &["touched MiB"]].concat(),
+        ),
+        ("memvisor-precopy", &[&moved[..], &["touched MiB"]].concat()),
+        ("qemu-start", &["work"]),
+        (
+            "qemu-restore",
+            &["save", "saved MiB", "first instruction", "work"],
+        ),
+        ("qemu-precopy", &moved),
+        ("qemu-postcopy", &moved),
+    ];
+    for (config, names) in wants {
+        let rows: Vec<&Row> = t.rows.iter().filter(|r| r["config"] == config).collect();
+        assert!(!rows.is_empty(), "no rows for {config}");
+        for r in &rows {
+            assert_eq!(r["status"], "ok", "{r:?}");
+            assert_eq!(
+                (r["size_bytes"].as_str(), r["ws_pct"].as_str()),
+                ("268435456", "10")
+            );
+        }
+        for n in names {
+            let row = rows.iter().find(|r| r["measure"] == *n);
+            let v: f64 = row.unwrap_or_else(|| panic!("{config}: no {n}"))["value"]
+                .parse()
+                .unwrap();
+            assert!(v >= 0.0, "{config} {n} {v}");
+        }
+    }
+    // Post-copy sends each page with content once: the bytes sent cover what was touched.
+    let of = |config: &str, m: &str| -> f64 {
+        let r = t
+            .rows
+            .iter()
+            .find(|r| r["config"] == config && r["measure"] == m);
+        r.unwrap()["value"].parse().unwrap()
+    };
+    assert!(of("memvisor-postcopy", "sent MiB") >= of("memvisor-postcopy", "touched MiB"));
+    assert!(t.report.contains("## Restore") && t.report.contains("## Migration on localhost"));
+    assert!(t.report.contains("load average"), "{}", t.report);
+    assert!(!t.report.contains("did not complete"), "{}", t.report);
+    assert!(t.out.join("mobility.svg").exists());
+    assert!(
+        !t.out.join("work").exists(),
+        "the work directory is removed"
+    );
+}
+
 /// `consolidate` with a relative `--out`, as a user types it (as [`tiny`] runs every family):
 /// the host it starts reads its VMs' disks from paths under that directory, so they must not be
 /// taken relative to the host's own config. The budget is a fraction of the joint working set,
@@ -860,6 +931,17 @@ fn bad_input_is_one_line_and_status_2() {
         // Memory is given back by raising a limit.
         ("recovery --configs memvisor", "'memvisor' has no limit"),
         ("idletax --out /proc/no/such/dir", "cannot write there"),
+        (
+            "mobility --configs qemu",
+            "unknown configuration 'qemu' for mobility",
+        ),
+        ("mobility --ws 95", "--ws 95"),
+        (
+            "mobility --sizes 4G",
+            "--sizes 4096M: give whole MiB from 256M",
+        ),
+        ("mobility --reference qemu-start", "--reference qemu-start"),
+        ("mobility --reps 0", "--reps 0"),
         ("swapin --configs pool", "unknown mode 'pool'"),
         ("swapin --sizes 4G", "--sizes 4096M"),
         ("swapin --sizes 8M", "from 16M"),
