@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::experiment::{Action, Cell, Config};
-use super::run::{end, free_port, on_disk, start, Guest, MobRun};
+use super::run::{end, finish, free_port, on_disk, start, Guest, MobRun};
 use crate::harness::qmp::Qmp;
 use crate::harness::vm::Vm;
 use crate::harness::{Bench, MeasureStatus};
@@ -113,7 +113,7 @@ fn fresh(
     let vm = start_qemu(bench, cell, rep, "qemu-start", None)?;
     let mut g = Guest::default();
     let followed = g.follow(&vm, deadline, false);
-    followed.and_then(|()| end(vm, "QEMU"))?;
+    finish(vm, followed, "QEMU")?;
     let (Some(a), Some(b)) = (g.round1_at, g.done_at) else {
         return Err("the guest gave no first round".into());
     };
@@ -165,8 +165,10 @@ fn restore(
             q.cmd(r#"{"execute":"cont"}"#)?;
             Ok(started.elapsed())
         })();
-        let followed = resumed.and_then(|t| g.follow(&vm, deadline, false).map(|()| t));
-        let t = followed.and_then(|t| end(vm, "QEMU -incoming").map(|()| t))?;
+        let t = resumed.as_ref().map_err(String::clone).copied();
+        let followed = t.clone().and_then(|_| g.follow(&vm, deadline, false));
+        finish(vm, followed, "QEMU -incoming")?;
+        let t = t?;
         r.set("first instruction", ms(t));
         let done = g.done_at.ok_or("no done")?;
         r.set("work", ms(done.duration_since(started)));
@@ -250,7 +252,13 @@ fn migrate(
     });
     src.stop();
     let result = moved.and_then(|m| g.follow(&dst, deadline, false).map(|()| m));
-    let dst_ended = end(dst, "QEMU's destination");
+    let dst_ended = match &result {
+        Ok(_) => end(dst, "QEMU's destination"),
+        Err(_) => {
+            dst.stop();
+            Ok(())
+        }
+    };
     let m = result?;
     dst_ended?;
     let total = m["total-time"].as_f64().unwrap_or(0.0);

@@ -166,6 +166,18 @@ pub fn end(vm: Vm, what: &str) -> Result<(), String> {
     end_with(vm, what, 1)
 }
 
+/// [`end`] after the guest's lines were followed to its `done` (`followed`); a VM whose guest
+/// went wrong, or was not followed to the end, is stopped at once with that error.
+pub fn finish(vm: Vm, followed: Result<(), String>, what: &str) -> Result<(), String> {
+    match followed {
+        Ok(()) => end(vm, what),
+        Err(e) => {
+            vm.stop();
+            Err(e)
+        }
+    }
+}
+
 /// [`end`], for a VM that ends with status `code` (0: a source a snapshot or migration ended).
 pub fn end_with(vm: Vm, what: &str, code: i32) -> Result<(), String> {
     let mut vm = vm;
@@ -248,7 +260,7 @@ fn fresh(
     let mut g = Guest::default();
     let followed = g.follow(&vm, deadline, false);
     let log = vm.log.with_extension("stderr");
-    let ended = followed.and_then(|()| end(vm, "memvisor run"));
+    let ended = finish(vm, followed, "memvisor run");
     ended?;
     r.set("first instruction", first_kvm_run_ms(&log, t0)?);
     let (Some(a), Some(b)) = (g.round1_at, g.done_at) else {
@@ -285,7 +297,13 @@ fn restore(
         let client = src.client().with_timeout(bench.timeout);
         let dir_text = dir.display().to_string();
         let snap = client.snapshot(&dir_text, true);
-        let src_ended = end_with(src, "the snapshot's source", 0);
+        let src_ended = match &snap {
+            Ok(_) => end_with(src, "the snapshot's source", 0),
+            Err(_) => {
+                src.stop();
+                Ok(())
+            }
+        };
         let snap = snap.map_err(|e| format!("snapshot: {e}"))?;
         src_ended?;
         r.set("save", snap.paused_ms as f64);
@@ -302,7 +320,7 @@ fn restore(
         let mut g = Guest::default();
         let followed = g.follow(&vm, deadline, false);
         let log = vm.log.with_extension("stderr");
-        followed.and_then(|()| end(vm, "memvisor run --restore"))?;
+        finish(vm, followed, "memvisor run --restore")?;
         r.set("first instruction", first_kvm_run_ms(&log, t0)?);
         let done = g.done_at.ok_or("no done")?;
         r.set("work", ms(done.duration_since(started)));
@@ -379,13 +397,25 @@ fn migrate(
                 .map_err(|e| format!("migrate: {e}"))
         });
     g.drain(&src);
-    let src_ended = end_with(src, "the migration's source", 0);
+    let src_ended = match &moved {
+        Ok(_) => end_with(src, "the migration's source", 0),
+        Err(_) => {
+            src.stop();
+            Ok(())
+        }
+    };
     let result = moved.and_then(|m| {
         src_ended?;
         g.follow(&dst, deadline, false)?;
         Ok(m)
     });
-    let dst_ended = end(dst, "the migration's destination");
+    let dst_ended = match &result {
+        Ok(_) => end(dst, "the migration's destination"),
+        Err(_) => {
+            dst.stop();
+            Ok(())
+        }
+    };
     let m = result?;
     dst_ended?;
     r.set("downtime", m.downtime_ms as f64);
