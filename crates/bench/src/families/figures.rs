@@ -219,7 +219,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         paper: "",
         figures: &[],
         scope: "snapshot, lazy restore, and post-copy and pre-copy live migration: time to the first instruction, downtime, bytes sent, the guest's slowdown",
-        peer: "QEMU's save, load and migration of the same guest",
+        peer: "QEMU microvm's save to a file, `-incoming`, pre-copy and post-copy",
         section: "#mobility-restore-and-live-migration",
     },
 ];
