@@ -220,7 +220,7 @@ pub fn markdown(
     load: (String, String),
     env: &[(String, String)],
 ) -> String {
-    let mut s = String::from("# memvisor bench mobility\n\n");
+    let mut s = crate::families::figures::heading("mobility");
     let _ = writeln!(
         s,
         "What moving a VM costs: restoring it from a snapshot (`memvisor run --restore`, memory served lazily by the pager) and migrating it live on localhost (post-copy, with and without pre-copy rounds), beside QEMU microvm doing the same with the same guest. The guest kit's `alloc` touches its working set in rounds (each a fresh task allocating and zeroing it, every fresh page checked to read zero); the VM moves when the first round ends, and the rest, as many rounds as touch {} GiB, is its work. {} repetition(s), the configurations interleaved within each guest size and working set; each value is the median (min–max) of the repetitions that completed.\n",
