@@ -783,7 +783,9 @@ fn tiny_mobility_end_to_end() {
             &["save", "saved MiB", "first instruction", "work"],
         ),
         ("qemu-precopy", &moved),
-        ("qemu-postcopy", &moved),
+        // QEMU 7.2's post-copy at times reports a downtime longer than the whole migration;
+        // the bench leaves such a value out (and says so), so a tiny run may have none.
+        ("qemu-postcopy", &moved[1..]),
     ];
     for (config, names) in wants {
         let rows: Vec<&Row> = t.rows.iter().filter(|r| r["config"] == config).collect();
