@@ -504,16 +504,22 @@ kernel = "{k}"
     let (_, history) = call("GET", "/history", None);
     let history = history.as_array().unwrap();
     let first = history[0]["seconds"].as_f64().unwrap();
+    // The host ticks on between the calls: a later call may hold ticks the first did not.
+    let after = |since: f64, ticks: &serde_json::Value| {
+        let mut ticks = ticks.as_array().unwrap().iter();
+        ticks.all(|t| t["seconds"].as_f64().unwrap() > since)
+    };
     let (_, later) = call("GET", &format!("/history?since={first}"), None);
-    assert_eq!(later.as_array().unwrap().len(), history.len() - 1);
+    assert!(later.as_array().unwrap().len() >= history.len() - 1);
+    assert!(after(first, &later), "{later}");
     assert!(history.iter().any(|t| t["vms"]
         .as_array()
         .unwrap()
         .iter()
         .any(|v| v["name"] == "c")));
     let last = history.last().unwrap()["seconds"].as_f64().unwrap();
-    let (_, none) = call("GET", &format!("/history?since={last}"), None);
-    assert!(none.as_array().unwrap().is_empty());
+    let (_, newer) = call("GET", &format!("/history?since={last}"), None);
+    assert!(after(last, &newer), "{newer}");
     for bad in ["/events?since=soon", "/history?until=3"] {
         assert_eq!(call("GET", bad, None).0, 400, "{bad}");
     }
