@@ -32,6 +32,7 @@ impl PagerCore {
                 touched_pages: touched,
             }
         };
+        s.record_all_released();
         let mut pages = s.lock();
         // Released pages that came back are counted by the state table as they change state.
         let back = pages.table.released.take_refaults();

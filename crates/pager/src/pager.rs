@@ -506,6 +506,15 @@ impl Pager {
         crate::release::release_clean(&self.core, &self.takeover, pages, cold_only)
     }
 
+    /// What to run once a release has answered (the control API runs it after writing the
+    /// answer): the released pages' leaving is told to the ghost cache and the dwell clock, a
+    /// few hundred pages to a hold of the page lock. Holders of the page lock record some
+    /// on their way in meanwhile, and the statistics record the rest before they are read.
+    pub fn after_release(&self) -> impl Fn() + Send + Sync + 'static {
+        let core = self.core.clone();
+        move || core.record_all_released()
+    }
+
     /// The resident limit in bytes, if there is one.
     /// From now on instant release copies pages into the reclamation cache instead of moving
     /// them, as on a kernel without `UFFDIO_MOVE` (for tests of that path).

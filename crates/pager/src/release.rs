@@ -29,10 +29,12 @@
 //!    pages after the release), and the release answers.
 //!
 //! What the released pages' leaving tells the ghost cache (their blocks enter it) and the
-//! dwell clock (the time each left) is recorded after the answer, by the next holder of the
-//! page lock (`StateTable::record_released`), before it reads anything: that bookkeeping cost
-//! 0.3–1.2 µs a page here, as long as the rest of a release of 10,000 ready pages together,
-//! and the host does not wait for it.
+//! dwell clock (the time each left) is recorded after the answer (`StateTable::record_released`):
+//! by the releasing thread once it has answered ([`Pager::after_release`](crate::Pager::after_release)),
+//! a few hundred pages to a hold of the page lock, and by every holder of the page lock a few
+//! hundred at a time on its way in. That bookkeeping cost 0.3–1.2 µs a page here, as long as the
+//! rest of a release of 10,000 ready pages together, and the host does not wait for it; nor
+//! does the release, when the thread it wakes as it lets the page lock go takes its core.
 //!
 //! With release readiness (`--release-ready`, [`make_ready`]) a `release-ready` thread does
 //! steps 2–3 ahead for the first candidates, so a release finds them protected and checked.

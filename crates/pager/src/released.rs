@@ -36,9 +36,26 @@ pub struct Released {
     /// Released pages that came back and are not yet counted in the pager's counters
     /// ([`Self::take_refaults`]).
     refaults: u64,
-    /// Pages a release took, and when, whose leaving the ghost cache and the dwell clock have
-    /// not been told yet ([`Self::took`]).
-    unrecorded: Vec<(PageIdx, Instant)>,
+    /// Pages releases took whose leaving the ghost cache and the dwell clock have not been
+    /// told yet ([`Self::took`]), oldest release first.
+    unrecorded: std::collections::VecDeque<Unrecorded>,
+}
+
+/// The pages one release took, in increasing order, and when; those before `next` are
+/// recorded.
+#[derive(Debug)]
+struct Unrecorded {
+    at: Instant,
+    pages: Vec<PageIdx>,
+    next: usize,
+}
+
+impl Unrecorded {
+    /// Where `p` is among the pages not recorded yet.
+    fn find(&self, p: PageIdx) -> Option<usize> {
+        let i = self.pages[self.next..].binary_search(&p).ok()?;
+        Some(self.next + i)
+    }
 }
 
 impl Released {
@@ -49,14 +66,22 @@ impl Released {
             cache: ReclamationCache::new(cache_pages),
             dwell_ms_log2: [0; DWELL_BUCKETS],
             refaults: 0,
-            unrecorded: Vec::new(),
+            unrecorded: std::collections::VecDeque::new(),
         }
     }
 
     /// A release took `p` at `at`; the table records it later, with
-    /// [`Self::take_unrecorded`].
+    /// [`Self::take_unrecorded`]. A release gives its pages in increasing order, all with one
+    /// `at`.
     pub fn took(&mut self, p: PageIdx, at: Instant) {
-        self.unrecorded.push((p, at));
+        match self.unrecorded.back_mut() {
+            Some(u) if u.at == at && u.pages.last().is_some_and(|&l| l < p) => u.pages.push(p),
+            _ => self.unrecorded.push_back(Unrecorded {
+                at,
+                pages: vec![p],
+                next: 0,
+            }),
+        }
     }
 
     /// Whether pages a release took are left to record.
@@ -64,17 +89,38 @@ impl Released {
         !self.unrecorded.is_empty()
     }
 
-    /// The pages a release took and when, to record; hand the list back with
-    /// [`Self::recorded`].
-    pub fn take_unrecorded(&mut self) -> Vec<(PageIdx, Instant)> {
-        std::mem::take(&mut self.unrecorded)
+    /// Up to `n` of the pages releases took and left to record, oldest release first, each
+    /// with when it left; they count as recorded from now on (the caller records them).
+    pub fn take_unrecorded(&mut self, n: usize) -> Vec<(PageIdx, Instant)> {
+        let mut out = Vec::with_capacity(n.min(self.unrecorded_len()));
+        while out.len() < n {
+            let Some(u) = self.unrecorded.front_mut() else {
+                break;
+            };
+            let end = u.pages.len().min(u.next + (n - out.len()));
+            out.extend(u.pages[u.next..end].iter().map(|&p| (p, u.at)));
+            u.next = end;
+            if u.next == u.pages.len() {
+                self.unrecorded.pop_front();
+            }
+        }
+        out
     }
 
-    /// The list [`Self::take_unrecorded`] gave, recorded: emptied, and kept for the next
-    /// release.
-    pub fn recorded(&mut self, mut list: Vec<(PageIdx, Instant)>) {
-        list.clear();
-        self.unrecorded = list;
+    /// Pages left to record.
+    fn unrecorded_len(&self) -> usize {
+        self.unrecorded.iter().map(|u| u.pages.len() - u.next).sum()
+    }
+
+    /// If `p` is a page a release took and not recorded yet: when it left, and it is taken
+    /// off the list (it is back, or gone elsewhere, before its recording).
+    fn take_unrecorded_page(&mut self, p: PageIdx) -> Option<Instant> {
+        // The newest release first: a page taken twice before its recording left last then.
+        self.unrecorded.iter_mut().rev().find_map(|u| {
+            let i = u.find(p)?;
+            u.pages.remove(i);
+            Some(u.at)
+        })
     }
 
     /// Page `p` was released at `at` (it is out of guest RAM now, and refaults from its block).
@@ -83,15 +129,23 @@ impl Released {
     }
 
     /// Whether `p` is out because instant release took it.
+    /// Counts the pages releases took that are not recorded yet too.
     pub fn is_out(&self, p: PageIdx) -> bool {
-        self.out.contains_key(&p)
+        self.out.contains_key(&p) || self.unrecorded.iter().any(|u| u.find(p).is_some())
     }
 
     /// Page `p` changes state (`resident`: it is back in guest RAM now). A released page ends
     /// its dwell: if it came back, its dwell time is counted; either way its cached copy goes.
+    /// A page taken and not recorded yet ends its dwell too, and is taken off the list to
+    /// record (so the cache never serves a page that came back).
     pub fn state_changed(&mut self, p: PageIdx, resident: bool) {
-        let Some(at) = self.out.remove(&p) else {
-            return;
+        let at = match self.out.remove(&p) {
+            Some(at) => at,
+            None if self.unrecorded.is_empty() => return,
+            None => match self.take_unrecorded_page(p) {
+                Some(at) => at,
+                None => return,
+            },
         };
         self.cache.remove(p);
         if resident {
@@ -123,10 +177,8 @@ impl Released {
 
     /// The slot holding the content of released page `p`, if the cache still holds it.
     pub fn cached_slot(&self, p: PageIdx) -> Option<u32> {
-        if !self.out.contains_key(&p) {
-            return None;
-        }
-        self.cache.slot_of.get(&p).copied()
+        let slot = self.cache.slot_of.get(&p).copied()?;
+        self.is_out(p).then_some(slot)
     }
 
     /// Pages the reclamation cache holds now.
@@ -316,6 +368,33 @@ mod tests {
         assert_eq!(r.cache_pages(), 0);
         // Slots a hit freed are refilled when the ring comes round, emptied first.
         assert_eq!(r.cache_place(8, 2), [pl(8, 1, 2, true)]);
+    }
+
+    #[test]
+    fn pages_taken_and_not_recorded_yet_are_out_for_the_cache_and_the_dwell_clock() {
+        let mut r = Released::new(4);
+        let at = Instant::now() - Duration::from_millis(300);
+        r.cache_place(10, 3);
+        for p in 10..13 {
+            r.took(p, at);
+        }
+        r.took(5, at); // not after the last: a list of its own
+        assert!(r.has_unrecorded());
+        assert!(r.is_out(11) && r.is_out(5) && !r.is_out(6));
+        assert_eq!(r.cached_slot(11), Some(1));
+        // Page 11 comes back before its recording: its dwell counts, its slot goes, and it
+        // leaves the list.
+        r.state_changed(11, true);
+        assert_eq!(r.cached_slot(11), None);
+        assert!(!r.is_out(11));
+        assert_eq!(r.take_refaults(), 1);
+        assert_eq!(r.dwell_ms_log2[8], 1, "{:?}", r.dwell_ms_log2);
+        let first: Vec<PageIdx> = r.take_unrecorded(1).iter().map(|&(p, _)| p).collect();
+        assert_eq!(first, [10]);
+        let rest: Vec<PageIdx> = r.take_unrecorded(10).iter().map(|&(p, _)| p).collect();
+        assert_eq!(rest, [12, 5]);
+        assert!(!r.has_unrecorded());
+        assert!(r.take_unrecorded(10).is_empty());
     }
 
     #[test]

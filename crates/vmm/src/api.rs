@@ -85,7 +85,13 @@ fn handle(c: &Control, request: VmRequest) -> Reply {
         VmRequest::Release(r) => match &c.lifecycle.pager {
             None => error(400, "this VM runs without memvisor's pager (--pager off): it has no pages to release"),
             Some(p) => match p.release_clean(r.pages, r.cold_only) {
-                Ok(done) => ok(&done),
+                // The released pages' bookkeeping once the answer is out (docs/hd2.md).
+                Ok(done) => {
+                    return Reply {
+                        then: Some(Then(Arc::new(p.after_release()))),
+                        ..ok(&done).into()
+                    }
+                }
                 Err(e) => error(400, &e.to_string()),
             },
         },

@@ -357,8 +357,10 @@ impl StateTable {
 
     /// Records that a release dropped `p`, which mirrored `ib`, at `at`: it is `OnDisk` now.
     /// Telling the ghost cache and the dwell clock waits for [`Self::record_released`], so that
-    /// a release answers before that bookkeeping; the page lock runs it before anyone else
-    /// reads the table (`PagerCore::lock`), so no one sees the difference.
+    /// a release answers before that bookkeeping. Until then the page counts as released for
+    /// the reclamation cache and the dwell clock (`Released::is_out`): if it comes back first,
+    /// its dwell is counted and its recording passed over; only its block's entry in the ghost
+    /// cache is missed.
     pub fn release(&mut self, p: PageIdx, ib: ImageBlock, at: std::time::Instant) {
         self.set(p, PageState::OnDisk(ib));
         self.released.took(p, at);
@@ -369,21 +371,20 @@ impl StateTable {
         self.released.has_unrecorded()
     }
 
-    /// Tells the ghost cache and the dwell clock of the pages [`Self::release`] took, as
-    /// [`Self::reclaimed`] does at once for the pages reclaim drops; returns how many. A page
-    /// that is no longer `OnDisk` came back before it was recorded (a waiter that was woken
-    /// inside the page lock ran first) and is passed over: its block is in guest RAM again.
-    pub fn record_released(&mut self) -> usize {
-        let list = self.released.take_unrecorded();
+    /// Tells the ghost cache and the dwell clock of up to `n` of the pages [`Self::release`]
+    /// took, oldest first, as [`Self::reclaimed`] does at once for the pages reclaim drops;
+    /// returns how many were taken off the list. A page that is no longer `OnDisk` came back
+    /// (or went elsewhere) before it was recorded and is passed over: its block is in guest RAM
+    /// again.
+    pub fn record_released(&mut self, n: usize) -> usize {
+        let list = self.released.take_unrecorded(n);
         for &(p, at) in &list {
             if let PageState::OnDisk(ib) = self.state(p) {
                 self.left_ram(ib);
                 self.released.left(p, at);
             }
         }
-        let n = list.len();
-        self.released.recorded(list);
-        n
+        list.len()
     }
 
     /// The page holding image block `ib` left guest RAM (reclaim dropped it, the guest
