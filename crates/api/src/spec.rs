@@ -406,7 +406,7 @@ pub struct VmSpec {
     pub release_cache: Option<u64>,
     /// Bytes of the first release candidates kept write-protected and checked in the
     /// background, so an instant release only drops them (`--release-ready`; needs `mapper`;
-    /// default 0: none).
+    /// default, with `mapper`: 32M on a host started with `balancing = "hd2"`, else 0: none).
     #[serde(with = "size::option", default)]
     pub release_ready: Option<u64>,
     /// The pager's mode, `full` or `baseline` (`--pager`; default full). A host needs the

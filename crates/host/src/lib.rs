@@ -85,6 +85,7 @@ pub fn run(mut config: HostConfig, exe: PathBuf) -> Result<(), String> {
         pool_compress: config.pool_compress,
         pool_chunk: config.pool_chunk,
         seccomp: config.seccomp,
+        release_ready: Launch::release_ready_for(config.balancing),
     };
     let tick = config.tick;
     let web_addr = config.web_addr;

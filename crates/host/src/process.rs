@@ -63,6 +63,32 @@ pub struct Launch {
     pub pool_chunk: u64,
     /// What the VMMs' seccomp filters do (`[host] seccomp`, `memvisor run --seccomp`).
     pub seccomp: SeccompMode,
+    /// Release readiness for the VMs with the Swap Mapper whose spec sets no `release_ready`
+    /// (bytes; 0: none): see [`Launch::release_ready_for`].
+    pub release_ready: u64,
+}
+
+impl Launch {
+    /// The default release readiness of a host that balances with `balancing`, as it starts.
+    /// HyperDealer2's balancing releases up to `MAX_RELEASE` (32 MiB) a tick from a victim, and
+    /// a release whose pages are not ready checks each one's digest (2-7 µs a page here: 20-55
+    /// ms for 10,000 pages, against 4-5 ms ready; docs/hd2.md), so every VM with the Swap Mapper
+    /// keeps that much ready. A host balancing with balloons alone releases nothing and keeps
+    /// none: readiness costs a writing guest a fault per ready page it writes.
+    pub fn release_ready_for(balancing: memvisor_api::Balancing) -> u64 {
+        match balancing {
+            memvisor_api::Balancing::Hd2 => memvisor_policy::balance::MAX_RELEASE,
+            memvisor_api::Balancing::Balloon => 0,
+        }
+    }
+
+    /// `--release-ready` for `spec` when it sets none and has the Swap Mapper: the host's
+    /// default, at most the VM's memory.
+    fn release_ready_arg(&self, spec: &VmSpec) -> Option<String> {
+        let bytes = self.release_ready.min(spec.mem / 4096 * 4096);
+        (spec.mapper && spec.release_ready.is_none() && bytes > 0)
+            .then(|| format!("--release-ready={bytes}"))
+    }
 }
 
 /// What a VMM's seccomp filters do with a call outside them (`[host] seccomp`, passed to each
@@ -155,6 +181,7 @@ impl Vmm {
             .arg("--sample-period")
             .arg(launch.sample_period.as_secs_f64().to_string())
             .args((limit < spec.mem).then(|| format!("--mem-limit={limit}")))
+            .args(launch.release_ready_arg(spec))
             .args(pool.into_iter().flat_map(|p| {
                 let p = p.max(4096);
                 // A share smaller than a chunk gets chunks of its own size (whole pages).
@@ -365,6 +392,41 @@ pub fn own_pss() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vms_with_the_mapper_keep_one_tick_of_release_ready_on_a_host_balancing_with_hd2() {
+        let launch = |balancing| Launch {
+            exe: PathBuf::from("memvisor"),
+            sample_pages: 0,
+            sample_period: Duration::from_secs(1),
+            pool_compress: memvisor_api::PoolCompress::default(),
+            pool_chunk: 1 << 20,
+            seccomp: SeccompMode::On,
+            release_ready: Launch::release_ready_for(balancing),
+        };
+        let spec = |json: &str| -> VmSpec { serde_json::from_str(json).unwrap() };
+        let (hd2, balloon) = (
+            launch(memvisor_api::Balancing::Hd2),
+            launch(memvisor_api::Balancing::Balloon),
+        );
+        let mapper = spec(r#"{"name":"a","mem":"256M","mapper":true}"#);
+        assert_eq!(
+            hd2.release_ready_arg(&mapper).as_deref(),
+            Some("--release-ready=33554432")
+        );
+        assert_eq!(balloon.release_ready_arg(&mapper), None);
+        // Without the Swap Mapper there is nothing to make ready; a spec's own value stands.
+        let plain = spec(r#"{"name":"a","mem":"256M"}"#);
+        assert_eq!(hd2.release_ready_arg(&plain), None);
+        let own = spec(r#"{"name":"a","mem":"256M","mapper":true,"release_ready":"0"}"#);
+        assert_eq!(hd2.release_ready_arg(&own), None);
+        // At most the VM's memory.
+        let small = spec(r#"{"name":"a","mem":"24M","mapper":true}"#);
+        assert_eq!(
+            hd2.release_ready_arg(&small).as_deref(),
+            Some("--release-ready=25165824")
+        );
+    }
 
     #[test]
     fn pss_reads_smaps_rollup() {
