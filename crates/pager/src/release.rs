@@ -89,6 +89,16 @@ fn thread_cpu_us() -> u64 {
     u64::try_from(us).unwrap_or(0)
 }
 
+/// How long the calling thread has waited, runnable, for a CPU, in microseconds (the second
+/// field of `/proc/thread-self/schedstat`; 0 if it cannot be read): a release's wall time less
+/// its CPU time and this is time it slept (for a lock, say).
+fn thread_queued_us() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |ns| ns / 1_000)
+}
+
 /// The pages of `to_check` (resident and write-protected, under the page lock held by the
 /// caller; sorted) whose content no longer has the digest given with each, sorted.
 fn changed_mirrors(core: &PagerCore, to_check: &[(PageIdx, Digest)]) -> Vec<PageIdx> {
@@ -204,6 +214,7 @@ pub(crate) fn release_clean(
     };
     let mut times = Times::default();
     let cpu0 = thread_cpu_us();
+    let queued0 = tracing::enabled!(tracing::Level::DEBUG).then(thread_queued_us);
     let mut lap = Instant::now();
     let mut split = |t: &mut u64| {
         let now = Instant::now();
@@ -409,13 +420,15 @@ pub(crate) fn release_clean(
     EventCounters::add(&core.counters.release_changed, out.changed_pages);
     EventCounters::add(&core.counters.release_us, out.micros);
     tracing::debug!(
-        "pager: released {} of {n} pages ({} changed) in {} us, {} of them on a CPU: choosing \
-         {} us, protecting and checking {} us, moving into the reclamation cache {} us, \
-         dropping {} us in {} runs, marking them out {} us, handing the page lock on {} us",
+        "pager: released {} of {n} pages ({} changed) in {} us, {} of them on a CPU and {} \
+         waiting for one: choosing {} us, protecting and checking {} us, moving into the \
+         reclamation cache {} us, dropping {} us in {} runs, marking them out {} us, handing \
+         the page lock on {} us",
         out.released_pages,
         out.changed_pages,
         out.micros,
         thread_cpu_us().saturating_sub(cpu0),
+        queued0.map_or(0, |q| thread_queued_us().saturating_sub(q)),
         times.pick,
         times.check,
         times.cache,
