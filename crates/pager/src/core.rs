@@ -71,6 +71,8 @@ pub enum PagerError {
     ReleaseNothing,
     #[error("a release of {asked} pages is more than the VM's {size} pages")]
     ReleaseTooMany { asked: u64, size: u32 },
+    #[error("the pager thread has stopped, so nothing can be released")]
+    Stopped,
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error("cannot start the pager thread")]

@@ -14,8 +14,9 @@
 //! - `defrag`, with Tesseract's guest-disk defragmentation, copies indirected blocks back into
 //!   the images (`store/indirect/defrag.rs`).
 //!
-//! An instant release (`release.rs`, `PUT /memory/release`) runs on the thread that asks for
-//! it, in one hold of the page lock.
+//! An instant release (`release.rs`, `PUT /memory/release`) is asked by the API's thread and
+//! served by `pager` between fault events, at the nice value of the threads a guest waits on,
+//! in one hold of the page lock.
 //!
 //! Devices reach guest memory through the pager's [`GuestRam`] implementation (`guest_ram.rs`'s
 //! `PagedRam`),
@@ -58,6 +59,7 @@ use crate::guest_ram::PagedRam;
 use crate::page::PAGE_SIZE;
 use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
+use crate::release::Releases;
 use crate::sample::Sampler;
 use crate::saved_pages::SavedPages;
 use crate::state::table::StateTable;
@@ -89,6 +91,8 @@ pub struct Pager {
     reclaimer: Arc<Reclaimer>,
     /// The fault path, run by the pager thread; a resume serves its unresolved faults again.
     faults: Arc<FaultHandler>,
+    /// Instant releases, asked by the API and served by the pager thread.
+    releases: Arc<Releases>,
 }
 
 impl Pager {
@@ -299,13 +303,24 @@ impl Pager {
         let preventing = preventer.clone();
         let reclaiming = reclaimer.clone();
         let faulting = faults.clone();
+        let releases = Arc::new(Releases::new().map_err(PagerError::Thread)?);
+        let releasing = releases.clone();
+        let taking = takeover.clone();
         let nice = config.serving_nice;
         std::thread::Builder::new()
             .name("pager".into())
             .spawn(move || {
                 memvisor_devices::priority::serve_at(nice);
                 memvisor_seccomp::confine(memvisor_seccomp::Thread::Pager);
-                let run = || pager_thread(&s, &faulting, &sampling, &preventing, &reclaiming);
+                let owners = Owners {
+                    faults: &faulting,
+                    sampler: &sampling,
+                    preventer: &preventing,
+                    reclaim: &reclaiming,
+                    takeover: &taking,
+                    releases: &releasing,
+                };
+                let run = || pager_thread(&s, &owners);
                 let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(why) => why,
                     Err(p) => {
@@ -314,6 +329,7 @@ impl Pager {
                         format!("the pager thread panicked: {}", msg.unwrap_or_default())
                     }
                 };
+                releasing.stopped();
                 on_failure(why);
             })
             .map_err(PagerError::Thread)?;
@@ -325,6 +341,7 @@ impl Pager {
             takeover,
             reclaimer,
             faults,
+            releases,
         })
     }
 
@@ -503,7 +520,15 @@ impl Pager {
         pages: u64,
         cold_only: bool,
     ) -> Result<crate::release::ReleaseOutcome, PagerError> {
-        crate::release::release_clean(&self.core, &self.takeover, pages, cold_only)
+        let t0 = std::time::Instant::now();
+        crate::release::check_amount(&self.core, pages)?;
+        // The first release, like the first limit, takes guest RAM over (`takeover.rs`) here:
+        // the pager thread, which releases, may not register memory.
+        if self.core.mech.mapper {
+            let mut locked = self.core.lock();
+            self.takeover.attach(&self.core, &mut locked)?;
+        }
+        self.releases.ask(pages, cold_only, t0)
     }
 
     /// What to run once a release has answered (the control API runs it after writing the
@@ -756,19 +781,24 @@ pub fn open_indirect(
 }
 
 /// Serves faults and runs working-set sampling until it cannot; returns why.
-fn pager_thread(
-    core: &PagerCore,
-    faults: &FaultHandler,
-    sampler: &Sampler,
-    preventer: &Preventer,
-    reclaim: &Reclaimer,
-) -> String {
+/// What the pager thread works with besides the core.
+struct Owners<'a> {
+    faults: &'a FaultHandler,
+    sampler: &'a Sampler,
+    preventer: &'a Preventer,
+    reclaim: &'a Reclaimer,
+    takeover: &'a Takeover,
+    releases: &'a Releases,
+}
+
+fn pager_thread(core: &PagerCore, o: &Owners) -> String {
+    let (faults, sampler, preventer, reclaim) = (o.faults, o.sampler, o.preventer, o.reclaim);
     loop {
-        let mut fd = libc::pollfd {
-            fd: core.uffd.as_raw_fd(),
+        let mut fds = [core.uffd.as_raw_fd(), o.releases.fd()].map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        };
+        });
         // While a vCPU is stopped for the Preventer, wake up to take over if it does not
         // answer; otherwise when the sampling period ends.
         let timeout = if !preventer.waiting() {
@@ -778,14 +808,17 @@ fn pager_thread(
         } else {
             1
         };
-        // SAFETY: `fd` is a valid pollfd for the duration of the call.
-        let rc = unsafe { libc::poll(&mut fd, 1, timeout) };
+        // SAFETY: `fds` is a valid array of pollfds for the duration of the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
             return format!("poll on the userfaultfd failed: {e}");
+        }
+        if fds[1].revents != 0 {
+            o.releases.serve(core, o.takeover);
         }
         if let Err(why) = faults.serve_pending(core, preventer, reclaim) {
             return why;
