@@ -4,8 +4,8 @@
 //!
 //! Guest RAM is registered with userfaultfd (`sys/uffd.rs`) when a limit first asks for it
 //! (`takeover.rs`). Two threads work on it:
-//! - `pager` reads fault events and resolves them (`fault.rs`), and runs working-set sampling
-//!   (`sample.rs`);
+//! - `pager` reads fault events and resolves them (`fault.rs`), runs working-set sampling
+//!   (`sample.rs`), and serves instant releases (below);
 //! - `reclaim` takes pages out while resident pages exceed the limit (`reclaim.rs`), in chunks,
 //!   writing each chunk without the page lock, so faults go on being served meanwhile; with a
 //!   pool and room under the limit, it brings swapped pages back proactively (`swapin.rs`);
@@ -507,8 +507,8 @@ impl Pager {
     }
 
     /// Instant release (HyperDealer2 §4.3, `release.rs`): takes up to `pages` pages that mirror
-    /// disk blocks out of guest RAM now, on the calling thread, without the guest's vCPUs and
-    /// without waiting for the reclaim thread, and lowers the limit by the number released (a
+    /// disk blocks out of guest RAM now, without the guest's vCPUs and without waiting for the
+    /// reclaim thread (the pager thread does it between fault events, and the caller waits), and lowers the limit by the number released (a
     /// VM without a limit gets one at its resident pages after the release; never below
     /// [`MIN_LIMIT`](crate::MIN_LIMIT): then fewer are released). A paused VM releases too.
     /// `pages` must be 1 to the VM's page count. A pager that has not taken guest RAM over, or

@@ -1,6 +1,7 @@
 //! Instant release (HyperDealer2 §4.3, `PUT /memory/release`): up to N guest pages that mirror
-//! disk blocks taken out of guest RAM at once, by the thread that asks, without the guest's
-//! vCPUs and without the reclaim thread. Under the page lock, in one hold:
+//! disk blocks taken out of guest RAM at once, without the guest's vCPUs and without the reclaim
+//! thread: asked by the API's thread, served by the pager thread ([`Releases`]). Under the page
+//! lock, in one hold:
 //!
 //! 1. the candidates: resident pages that mirror a disk block ([`StateTable::pick_clean`], in
 //!    the victim order; for a cold-only release, only pages of sequential streams the guest has
@@ -494,12 +495,7 @@ impl Releases {
 
     /// Asks the pager thread for a release of `n` pages and waits for its answer. `n` and the
     /// takeover were checked by the caller (the pager thread's filter has no `UFFDIO_REGISTER`).
-    pub fn ask(
-        &self,
-        n: u64,
-        cold_only: bool,
-        t0: Instant,
-    ) -> Result<ReleaseOutcome, PagerError> {
+    pub fn ask(&self, n: u64, cold_only: bool, t0: Instant) -> Result<ReleaseOutcome, PagerError> {
         let (answer, answered) = mpsc::channel();
         {
             let asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
