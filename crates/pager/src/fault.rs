@@ -72,6 +72,10 @@ const ZERO_WINDOW: u32 = 32;
 /// chunks it reported free, takes a few faults per chunk rather than 16.
 const ZERO_WINDOW_MAX: u32 = 256;
 
+/// The most pages after a written page kept clean that become writable with it
+/// ([`FaultHandler::open_ahead`]): 256 KiB.
+const OPEN_AHEAD: u32 = 64;
+
 /// The fault path (see the module doc): the buffers it reads into and the faults it could not
 /// resolve; it works on the core it is handed, from the pager thread (and, for retries and the
 /// Preventer's fallbacks, from the threads that call it).
@@ -602,6 +606,39 @@ impl FaultHandler {
         self.install_read(core, table, prefetched, &read, |_| true)
     }
 
+    /// After a guest write to `p`, a page kept clean: the pages after it that a load now would
+    /// bring in writable ([`StateTable::open_with_neighbour`]: the guest writes nearly every
+    /// page it gets clean), up to [`OPEN_AHEAD`], become writable with it, so a guest writing
+    /// through pages that came in clean before that was known (a restore's or a migration's
+    /// prefetch, a swap-in's cluster) takes one write fault per run, not one per page. Returns
+    /// how many pages after `p` it opened; the caller ends their protection with `p`'s.
+    fn open_ahead(core: &PagerCore, pages: &mut Pages, p: PageIdx) -> u32 {
+        let Pages {
+            table,
+            in_flight,
+            prefetched,
+            ..
+        } = pages;
+        let mut n = 0;
+        while n < OPEN_AHEAD {
+            let q = p + 1 + n;
+            let open = q < core.map.pages()
+                && core.map.same_region(p, q)
+                && in_flight.binary_search(&q).is_err()
+                && table.open_with_neighbour(q);
+            if !open {
+                break;
+            }
+            table.opened(q);
+            prefetched[q as usize] = false;
+            n += 1;
+        }
+        if n > 0 {
+            EventCounters::add(&core.counters.opened_ahead, u64::from(n));
+        }
+        n
+    }
+
     fn write_fault(&self, core: &PagerCore, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
         if pages.in_flight.binary_search(&p).is_ok() {
             // Reclaim is writing this page out: the writer waits until the chunk is recorded
@@ -617,7 +654,10 @@ impl FaultHandler {
             EventCounters::add(&core.counters.prefetch_hits, 1);
         }
         if !cooling {
-            return Ok(core.uffd.unprotect(core.map.host(p), PAGE_SIZE)?);
+            let n = Self::open_ahead(core, pages, p);
+            return Ok(core
+                .uffd
+                .unprotect(core.map.host(p), (1 + n) as usize * PAGE_SIZE)?);
         }
         // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
         // per run.

@@ -74,6 +74,9 @@ pub struct EventCounters {
     /// Pages a read fault brought in from swap writable, their blocks freed, because the guest
     /// had been writing nearly every page it swapped in (`CleanReuse`).
     pub swapped_in_writable: AtomicU64,
+    /// Pages kept clean made writable with a written page before them, for the same reason
+    /// (`FaultHandler::open_ahead`).
+    pub opened_ahead: AtomicU64,
     pub reclaim_batches: AtomicU64,
     /// Pages released by the balloon and by free page reporting.
     pub ballooned: AtomicU64,
@@ -180,6 +183,7 @@ impl EventCounters {
             prefetched,
             prefetch_hits,
             swapped_in_writable,
+            opened_ahead,
             reclaim_batches,
             ballooned,
             reported,
@@ -233,6 +237,7 @@ impl EventCounters {
             prefetched: get(prefetched),
             prefetch_hits: get(prefetch_hits),
             swapped_in_writable: get(swapped_in_writable),
+            opened_ahead: get(opened_ahead),
             reclaim_batches: get(reclaim_batches),
             ballooned: get(ballooned),
             reported: get(reported),

@@ -321,6 +321,25 @@ impl StateTable {
         }
     }
 
+    /// Whether `p` is a page kept clean that a load now would bring in writable: resident with
+    /// its block, write-protected for that alone (not cooling, not a mirror), in a cluster the
+    /// guest's recent writes have decided ([`CleanReuse::keep`] is false).
+    pub fn open_with_neighbour(&self, p: PageIdx) -> bool {
+        matches!(self.state(p), PageState::Resident { clean: Some(_) })
+            && !self.victims.is_cooling(p)
+            && !self.clean_reuse.keep(p)
+    }
+
+    /// Makes `p`, a page [`Self::open_with_neighbour`] allows, writable before the guest writes
+    /// it: its block is given back (its content may change from now on). Not an outcome of
+    /// keeping it clean: the guest did not write it.
+    pub fn opened(&mut self, p: PageIdx) {
+        if let PageState::Resident { clean: Some(b) } = self.state(p) {
+            self.blocks.drop_ref(b);
+            self.set(p, PageState::Resident { clean: None });
+        }
+    }
+
     /// What reclaim does with resident victim `p`, whose content is all zero if `is_zero`.
     pub fn disposition(&self, p: PageIdx, is_zero: bool) -> Disposition {
         match self.state(p) {
