@@ -389,9 +389,10 @@ pager_counters! {
     /// guest had been writing nearly every page it swapped in, so keeping them clean cost a
     /// write fault each and saved nothing.
     swapped_in_writable,
-    /// Pages kept clean made writable together with a page the guest wrote just before them,
-    /// for the same reason: a guest writing through pages that came in clean (a restore's or a
-    /// migration's prefetch, a swap-in's cluster) takes one write fault per run of them.
+    /// Pages kept clean made writable together with a page the guest wrote beside them (in its
+    /// 64-page window), for the same reason: a guest writing through pages that came in clean
+    /// (a restore's or a migration's prefetch, a swap-in's cluster) takes about one write fault
+    /// per window of them.
     opened_ahead,
     /// Reclaim batches run.
     reclaim_batches,

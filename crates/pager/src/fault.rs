@@ -72,9 +72,9 @@ const ZERO_WINDOW: u32 = 32;
 /// chunks it reported free, takes a few faults per chunk rather than 16.
 const ZERO_WINDOW_MAX: u32 = 256;
 
-/// The most pages after a written page kept clean that become writable with it
-/// ([`FaultHandler::open_ahead`]): 256 KiB.
-const OPEN_AHEAD: u32 = 64;
+/// The aligned window of pages kept clean that become writable with one the guest writes
+/// ([`FaultHandler::open_around`]): 256 KiB.
+const OPEN_AROUND: u32 = 64;
 
 /// The fault path (see the module doc): the buffers it reads into and the faults it could not
 /// resolve; it works on the core it is handed, from the pager thread (and, for retries and the
@@ -606,37 +606,39 @@ impl FaultHandler {
         self.install_read(core, table, prefetched, &read, |_| true)
     }
 
-    /// After a guest write to `p`, a page kept clean: the pages after it that a load now would
-    /// bring in writable ([`StateTable::open_with_neighbour`]: the guest writes nearly every
-    /// page it gets clean), up to [`OPEN_AHEAD`], become writable with it, so a guest writing
-    /// through pages that came in clean before that was known (a restore's or a migration's
-    /// prefetch, a swap-in's cluster) takes one write fault per run, not one per page. Returns
-    /// how many pages after `p` it opened; the caller ends their protection with `p`'s.
-    fn open_ahead(core: &PagerCore, pages: &mut Pages, p: PageIdx) -> u32 {
+    /// After a guest write to `p`, a page kept clean: the other pages of its aligned window of
+    /// [`OPEN_AROUND`] that a load now would bring in writable
+    /// ([`StateTable::open_with_neighbour`]: the guest writes nearly every page it gets clean)
+    /// become writable with it, so a guest writing through pages that came in clean before that
+    /// was known (a restore's or a migration's prefetch, a swap-in's cluster) takes about one
+    /// write fault per window, in whatever order it writes them. Returns the runs to unprotect,
+    /// `p`'s among them, within `p`'s mapping.
+    fn open_around(core: &PagerCore, pages: &mut Pages, p: PageIdx) -> Vec<(PageIdx, u32)> {
         let Pages {
             table,
             in_flight,
             prefetched,
             ..
         } = pages;
-        let mut n = 0;
-        while n < OPEN_AHEAD {
-            let q = p + 1 + n;
-            let open = q < core.map.pages()
+        let lo = p - p % OPEN_AROUND;
+        let hi = (lo + OPEN_AROUND).min(core.map.pages());
+        let mut open = vec![p];
+        for q in lo..hi {
+            let opens = q != p
                 && core.map.same_region(p, q)
                 && in_flight.binary_search(&q).is_err()
                 && table.open_with_neighbour(q);
-            if !open {
-                break;
+            if opens {
+                table.opened(q);
+                prefetched[q as usize] = false;
+                open.push(q);
             }
-            table.opened(q);
-            prefetched[q as usize] = false;
-            n += 1;
         }
-        if n > 0 {
-            EventCounters::add(&core.counters.opened_ahead, u64::from(n));
+        if open.len() > 1 {
+            EventCounters::add(&core.counters.opened_ahead, open.len() as u64 - 1);
         }
-        n
+        open.sort_unstable();
+        core.map.region_runs(&open)
     }
 
     fn write_fault(&self, core: &PagerCore, pages: &mut Pages, p: PageIdx) -> std::io::Result<()> {
@@ -654,10 +656,11 @@ impl FaultHandler {
             EventCounters::add(&core.counters.prefetch_hits, 1);
         }
         if !cooling {
-            let n = Self::open_ahead(core, pages, p);
-            return Ok(core
-                .uffd
-                .unprotect(core.map.host(p), (1 + n) as usize * PAGE_SIZE)?);
+            for (first, n) in Self::open_around(core, pages, p) {
+                core.uffd
+                    .unprotect(core.map.host(first), n as usize * PAGE_SIZE)?;
+            }
+            return Ok(());
         }
         // A victim cache hit: its cluster's other cooling pages come back with it, one ioctl
         // per run.

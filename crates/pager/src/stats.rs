@@ -74,8 +74,8 @@ pub struct EventCounters {
     /// Pages a read fault brought in from swap writable, their blocks freed, because the guest
     /// had been writing nearly every page it swapped in (`CleanReuse`).
     pub swapped_in_writable: AtomicU64,
-    /// Pages kept clean made writable with a written page before them, for the same reason
-    /// (`FaultHandler::open_ahead`).
+    /// Pages kept clean made writable with a written page beside them, for the same reason
+    /// (`FaultHandler::open_around`).
     pub opened_ahead: AtomicU64,
     pub reclaim_batches: AtomicU64,
     /// Pages released by the balloon and by free page reporting.

@@ -1,8 +1,9 @@
 //! Pages kept clean that a guest writes through (real userfaultfd, no KVM: threads of this test
 //! play the guest). Swapped pages that come back for a read are kept clean, write-protected with
 //! their blocks, so reclaim can drop them without a write; once the guest is seen to write
-//! nearly every page it gets that way, a write to one makes the clean pages after it writable
-//! too (`opened_ahead`), so writing through them costs a fault per run instead of one per page.
+//! nearly every page it gets that way, a write to one makes the clean pages of its 64-page
+//! window writable too (`opened_ahead`), so writing through them costs a fault per window
+//! instead of one per page.
 //! Every byte reads as written afterwards, and pages opened that way are written out, not
 //! dropped, when reclaim takes them again.
 
@@ -40,7 +41,7 @@ fn every_page_is(mem: &GuestMem, pages: &[u64], want: fn(u64) -> Vec<u8>) {
 }
 
 #[test]
-fn a_guest_writing_through_pages_kept_clean_opens_them_a_run_at_a_time() {
+fn a_guest_writing_through_pages_kept_clean_opens_them_a_window_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let mem = Arc::new(GuestMem::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
     for p in 0..PAGES {

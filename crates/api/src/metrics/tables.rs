@@ -66,7 +66,7 @@ pub(super) const VM_ROWS: &[Row] = &[
     counter("pager.prefetched", "prefetched_pages", Unit::None, "Pages brought in next to a faulting page."),
     counter("pager.prefetch_hits", "prefetch_hits", Unit::None, "Prefetched pages brought in clean and later written by the guest (a lower bound)."),
     counter("pager.swapped_in_writable", "swapped_in_writable", Unit::None, "Pages a read fault brought in from swap writable, because the guest had been writing nearly every page it swapped in."),
-    counter("pager.opened_ahead", "opened_ahead", Unit::None, "Pages kept clean made writable with a page the guest wrote just before them, for the same reason."),
+    counter("pager.opened_ahead", "opened_ahead", Unit::None, "Pages kept clean made writable with a page the guest wrote beside them, for the same reason."),
     counter("pager.reclaim_batches", "reclaim_batches", Unit::None, "Reclaim batches run."),
     page_counter("pager.ballooned", "balloon_released", "Memory released by balloon inflation."),
     page_counter("pager.reported", "reporting_released", "Memory released by free page reporting."),

@@ -36,12 +36,16 @@ impl CleanReuse {
         }
     }
 
-    /// Whether a load of `p` from swap for a read keeps it clean: unless more than 7 in 8 of
-    /// the recent outcomes (at least 128 of them) were writes, and always in the control
-    /// clusters.
+    /// Whether the guest writes nearly every page kept clean: more than 7 in 8 of the recent
+    /// outcomes (at least 128 of them) were writes.
+    pub fn writing(&self) -> bool {
+        self.written + self.dropped >= Self::CONTROL_EVERY * Self::CLUSTER
+            && self.written > 7 * self.dropped
+    }
+
+    /// Whether a load of `p` from swap for a read keeps it clean: unless the guest is
+    /// [`Self::writing`], and always in the control clusters.
     pub fn keep(&self, p: PageIdx) -> bool {
-        self.written + self.dropped < Self::CONTROL_EVERY * Self::CLUSTER
-            || self.written <= 7 * self.dropped
-            || (p / Self::CLUSTER) % Self::CONTROL_EVERY == 0
+        !self.writing() || (p / Self::CLUSTER) % Self::CONTROL_EVERY == 0
     }
 }

@@ -321,13 +321,15 @@ impl StateTable {
         }
     }
 
-    /// Whether `p` is a page kept clean that a load now would bring in writable: resident with
-    /// its block, write-protected for that alone (not cooling, not a mirror), in a cluster the
-    /// guest's recent writes have decided ([`CleanReuse::keep`] is false).
+    /// Whether `p` is a page kept clean, write-protected for that alone (resident with its
+    /// block; not cooling, not a mirror), while the guest writes nearly every such page
+    /// ([`CleanReuse::writing`]): worth opening with a neighbour the guest writes. Pages of the
+    /// control clusters too: they were loaded before the count decided, and loads from now on
+    /// keep the control clusters clean again.
     pub fn open_with_neighbour(&self, p: PageIdx) -> bool {
         matches!(self.state(p), PageState::Resident { clean: Some(_) })
             && !self.victims.is_cooling(p)
-            && !self.clean_reuse.keep(p)
+            && self.clean_reuse.writing()
     }
 
     /// Makes `p`, a page [`Self::open_with_neighbour`] allows, writable before the guest writes
