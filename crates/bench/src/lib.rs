@@ -28,10 +28,11 @@
 //! | `report/table.rs` | a `Table` in Markdown and CSV, the one CSV quoting rule and the one Markdown cell rule |
 //! | `report/figure.rs` | the font, the lines' colours, one figure drawn to SVG and PNG (a column of panels, their ranges from the points), the legend's style |
 //! | `report/numbers.rs` | MiB, mean, median, spread and its text, an optional number in a CSV cell or a report's |
-//! | `families/mod.rs` | the list of families: an experiment's name to its family's driver |
-//! | `families/phases/` | `catalog` (the names) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
-//! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (the names), `experiment`, `run`, `summary`, `report`, `figure` |
-//! | `families/consolidate/` | `consolidate`, `balance`: many VMs under `memvisor host` and on QEMU |
+//! | `families/mod.rs` | an experiment's name to its family's driver, through `figures` |
+//! | `families/figures.rs` | what each experiment reproduces, as data (paper, section, figures, scope, peer, docs section): `--help`, every report's opening and docs/bench.md's families table are made from it |
+//! | `families/phases/` | `catalog` (by name) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
+//! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (by name), `experiment`, `run`, `summary`, `report`, `figure` |
+//! | `families/consolidate/` | `consolidate`, `balance`: many VMs under `memvisor host` and on QEMU, in budgets that are fractions of the scenario's joint working set (measured first), each VMM's PSS sampled |
 //! | `families/swapin/` | `swapin`: bringing swapped memory back |
 //! | `families/reclaimdelay/` | `reclaimdelay`: taking pages from victim VMs |
 //! | `families/dwell/` | `dwell`: how long released pages stay out |
