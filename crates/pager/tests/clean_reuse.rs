@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, wait_until};
+use common::{config, present, wait_until};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
@@ -99,14 +99,4 @@ fn a_guest_writing_through_pages_kept_clean_opens_them_a_window_at_a_time() {
     });
     pager.set_limit(Some(MEM as u64)).unwrap();
     every_page_is(&mem, &swapped, second);
-}
-
-fn present(addr: *const u8) -> bool {
-    use std::os::unix::fs::FileExt;
-    let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
-    let mut entry = [0u8; 8];
-    pagemap
-        .read_exact_at(&mut entry, addr as u64 / PAGE as u64 * 8)
-        .unwrap();
-    u64::from_le_bytes(entry) >> 63 == 1
 }

@@ -12,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::{config, flaky_disk::FlakyDisk, wait_until};
+use common::{config, flaky_disk::FlakyDisk, present, wait_until};
 use memvisor_devices::ram::{DiskPage, GuestRam};
 use memvisor_devices::GuestMem;
 use memvisor_pager::{NoVcpus, Pager};
@@ -198,17 +198,6 @@ fn a_refault_from_a_failing_image_disk_waits_and_resumes() {
     disk.set_working(false);
     let reader = device_reads_everything(&mem);
     resume_and_check(&disk, &pager, &vcpus, reader, "reading disk image 0 failed");
-}
-
-/// Whether the host page behind `addr` is mapped (`/proc/self/pagemap`'s present bit).
-fn present(addr: *const u8) -> bool {
-    use std::os::unix::fs::FileExt;
-    let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
-    let mut entry = [0u8; 8];
-    pagemap
-        .read_exact_at(&mut entry, addr as u64 / PAGE as u64 * 8)
-        .unwrap();
-    u64::from_le_bytes(entry) >> 63 == 1
 }
 
 /// Whether a thread of this process named `name` waits on the disk (state `D`).

@@ -68,3 +68,14 @@ pub fn image(path: &Path, blocks: u64, page: impl Fn(u64) -> Vec<u8>) -> File {
     }
     image
 }
+
+/// Whether the page at `addr` of this process is in RAM (`/proc/self/pagemap`'s present bit).
+pub fn present(addr: *const u8) -> bool {
+    use std::os::unix::fs::FileExt;
+    let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let mut entry = [0u8; 8];
+    pagemap
+        .read_exact_at(&mut entry, addr as u64 / 4096 * 8)
+        .unwrap();
+    u64::from_le_bytes(entry) >> 63 == 1
+}
