@@ -674,7 +674,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 53);
+        assert_eq!(f.len(), 54);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }
