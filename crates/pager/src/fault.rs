@@ -655,6 +655,10 @@ impl FaultHandler {
         if std::mem::take(&mut pages.prefetched[p as usize]) {
             EventCounters::add(&core.counters.prefetch_hits, 1);
         }
+        if !cooling && !pages.table.clean_reuse.writing() {
+            // Keeping pages clean still pays: only this one opens, with no window to look at.
+            return Ok(core.uffd.unprotect(core.map.host(p), PAGE_SIZE)?);
+        }
         if !cooling {
             for (first, n) in Self::open_around(core, pages, p) {
                 core.uffd
