@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::experiment::{Action, Cell, Config};
-use super::run::{end, finish, free_port, on_disk, start, Guest, MobRun};
+use super::run::{end, finish, free_port, ms, on_disk, start, Guest, MobRun};
 use crate::harness::qmp::Qmp;
 use crate::harness::vm::Vm;
 use crate::harness::{Bench, MeasureStatus};
@@ -97,10 +97,6 @@ fn until_completed(q: &mut Qmp, deadline: Instant) -> Result<serde_json::Value, 
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn fresh(

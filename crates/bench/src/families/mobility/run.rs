@@ -244,7 +244,8 @@ pub fn measure(bench: &Bench, config: &'static Config, cell: Cell, rep: u32) -> 
     r
 }
 
-fn ms(d: Duration) -> f64 {
+/// `d` in milliseconds.
+pub(super) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
