@@ -959,7 +959,7 @@ fn wait_mirrored(vm: &HostVm, pages: u64) {
 /// HyperDealer2 balancing (`balancing = "hd2"`): `cache` reads a file into its page cache (the
 /// Swap Mapper sees every page of it mirror a disk block) and goes idle, above the target its
 /// few shares give it (the high state takes nothing from it); then `needy`, with eight times
-/// the shares, grows from 16 MiB to 200 MiB. The host takes `cache`'s clean pages at once (`PUT
+/// the shares, is added and grows from 16 MiB to 200 MiB. The host takes `cache`'s clean pages at once (`PUT
 /// /memory/release`) and hands them to `needy` in the same tick: a `reallocated` event and the
 /// host's counters; `cache`, out of balancing for `gap_idle`, then has its capacity gap closed
 /// (`gap_closed`); and the trace holds every tick's balancing, which the simulator's replay
@@ -989,19 +989,16 @@ cmdline = "file=seq file_mb=64 passes=1 hold_secs=90"
 disks = ["cache.img,id=data"]
 mapper = true
 balloon = true
-
-[[vm]]
-name = "needy"
-mem = "256M"
-shares = 8000
-workload = "toucher"
-cmdline = "schedule=16:4,200:60"
-balloon = true
 "#,
     );
     let cache = host.wait_vm("cache", 30, |v| v.state == HostVmState::Running);
     wait_mirrored(&cache, 12_000);
-    // Reallocations (a few pages may already move while both boot); then `cache`'s capacity
+    // `needy` starts once `cache` holds its file: started with it, on a loaded host it grew
+    // before `cache` had read the file, took free memory and left little to release.
+    let needy = r#"{"name": "needy", "mem": "256M", "shares": 8000, "workload": "toucher",
+        "cmdline": "schedule=16:4,200:60", "balloon": true}"#;
+    ok(host.client().add(&serde_json::from_str(needy).unwrap()));
+    // Reallocations (a few pages may already move while `needy` boots); then `cache`'s capacity
     // gap is closed: by the gap reducer once it has been out of balancing for `gap_idle`
     // (`gap_closed`), or by the plan's own balloon if the host's state fell meanwhile.
     let trace = dir.path().join("trace.jsonl");
