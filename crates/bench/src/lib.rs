@@ -37,7 +37,7 @@
 //! | `families/reclaimdelay/` | `reclaimdelay`: taking pages from victim VMs |
 //! | `families/dwell/` | `dwell`: how long released pages stay out |
 //! | `families/sharing/` | `sharing`, `zeroboot`: page sharing through KSM |
-//! | `families/confinement/` | `confinement`: what the seccomp filters and the jail cost, against `--seccomp off` and unconfined |
+//! | `families/confinement/` | `confinement`: what the seccomp filters cost, on guest exits and pager faults against `--seccomp off`, and on each of their calls (`filters.rs`) |
 //! | `families/mobility/` | `mobility`: snapshot and restore, live migration with and without pre-copy, beside QEMU's save to a file, `-incoming`, pre-copy and post-copy (`qemu.rs` QEMU's runs) |
 //!
 //! Each family folder has the same files: `mod.rs` (its `Family`: flags to plan),

@@ -347,6 +347,8 @@ fn tiny_experiments_end_to_end() {
         "memvisor-nolimit-fpr",
         "memvisor-pager",
         "memvisor-fpr",
+        "memvisor-jailed",
+        "memvisor-unconfined",
     ];
     let (rows, report) = phases(
         "overhead",
@@ -355,17 +357,23 @@ fn tiny_experiments_end_to_end() {
         &["compile", "kv", "gcchurn", "mapreduce"],
         "256M",
     );
-    // Every run completed, and each configuration with a balloon device is set against the
-    // same VM without it, phase by phase and in CPU time.
+    // Every run completed (a jailed VMM, its filters on, ends with the guest's success as
+    // the others do), and each configuration with a balloon device, or jailed, is set against
+    // the same VM without it, phase by phase and in CPU time.
     assert!(rows.iter().all(|r| r["status"] == "ok"));
     for w in ["compile", "kv", "gcchurn", "mapreduce"] {
-        let section = format!("### The balloon device — {w}");
-        assert!(report.contains(&section), "{section}");
-        for (with, without) in [
-            ("qemu-fpr", "qemu"),
-            ("memvisor-nolimit-fpr", "memvisor"),
-            ("memvisor-fpr", "memvisor-pager"),
+        for (what, with, without) in [
+            ("The balloon device", "qemu-fpr", "qemu"),
+            ("The balloon device", "memvisor-nolimit-fpr", "memvisor"),
+            ("The balloon device", "memvisor-fpr", "memvisor-pager"),
+            (
+                "Confinement, the jail and the filters",
+                "memvisor-jailed",
+                "memvisor-unconfined",
+            ),
         ] {
+            let section = format!("### {what} — {w}");
+            assert!(report.contains(&section), "{section}");
             let cells = table_row(&report, &section, with);
             assert_eq!(cells[1], without, "{cells:?}");
             // with, without, the phases, CPU: each a ratio and its pairs.
@@ -690,26 +698,25 @@ fn tiny_dwell_end_to_end() {
     );
 }
 
-/// `bench confinement`, tiny: each configuration boots once, confined (filters on, one of them
-/// jailed) and not; every run gives its workload's measures, every measure its ratio row, and a
-/// confined VMM ends as the unconfined one does (the guest's success), so no filter killed it.
+/// `bench confinement`, tiny: each guest configuration boots once, filtered and not, and
+/// `filter-calls` times each call of an exit and a fault; every run gives its measures, every
+/// measure its ratio row, every path its share, and a filtered VMM ends as the unfiltered one
+/// does (the guest's success), so no filter killed it.
 #[test]
 fn tiny_confinement_end_to_end() {
     let t = tiny("confinement", "--reps 1 --timeout 180");
     t.assert_report_printed();
-    let measures = [
-        (
-            "exits-seccomp-on",
-            ["exit p50", "exit p99", "fault p50", "fault p99"].as_slice(),
-        ),
-        (
-            "exits-seccomp-off",
-            &["exit p50", "exit p99", "fault p50", "fault p99"],
-        ),
-        ("kv-confined", &["kv load", "kv run"]),
-        ("kv-unconfined", &["kv load", "kv run"]),
-    ];
-    for (config, names) in measures {
+    let exits = ["exit p50", "exit p99", "fault p50", "fault p99"];
+    let calls: Vec<String> = ["ioctl(KVM_RUN)", "poll", "read", "ioctl(UFFDIO_COPY)"]
+        .iter()
+        .flat_map(|c| [format!("{c} unfiltered"), format!("{c} filtered")])
+        .collect();
+    let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+    for (config, names) in [
+        ("exits-seccomp-on", exits.as_slice()),
+        ("exits-seccomp-off", &exits),
+        ("filter-calls", &calls),
+    ] {
         let rows: Vec<&Row> = t.rows.iter().filter(|r| r["config"] == config).collect();
         let got: Vec<&str> = rows.iter().map(|r| r["measure"].as_str()).collect();
         assert_eq!(got, names, "{config}: {rows:?}");
@@ -721,19 +728,11 @@ fn tiny_confinement_end_to_end() {
             );
             let v: f64 = r["value"].parse().unwrap();
             assert!(v > 0.0, "{r:?}");
-            let on = config.ends_with("-on") || config.ends_with("-confined");
-            assert_eq!(r["seccomp"], if on { "on" } else { "off" }, "{r:?}");
-            assert_eq!(r["jail"], if config == "kv-confined" { "1" } else { "0" });
+            let off = config == "exits-seccomp-off";
+            assert_eq!(r["seccomp"], if off { "off" } else { "on" }, "{r:?}");
         }
     }
-    for m in [
-        "exit p50",
-        "exit p99",
-        "fault p50",
-        "fault p99",
-        "kv load",
-        "kv run",
-    ] {
+    for m in exits {
         let line = t
             .report
             .lines()
@@ -741,6 +740,16 @@ fn tiny_confinement_end_to_end() {
             .unwrap_or_else(|| panic!("no ratio for {m}"));
         let ratio = line.split('|').nth(6).unwrap().trim();
         assert!(ratio.parse::<f64>().is_ok_and(|r| r > 0.0), "{line}");
+    }
+    // Each path's share of its round trip.
+    for per in ["exit", "fault"] {
+        let line = t
+            .report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {per} |")))
+            .unwrap_or_else(|| panic!("no share per {per}"));
+        let share = line.split('|').nth(5).unwrap().trim();
+        assert!(share.ends_with(" %"), "{line}");
     }
     assert!(t.report.contains("load average"), "{}", t.report);
     assert!(!t.report.contains("did not complete"), "{}", t.report);

@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
 use thiserror::Error;
 
-pub use rules::FORBIDDEN_BY_ALL;
+pub use rules::{FORBIDDEN_BY_ALL, KVM_RUN};
+/// `UFFDIO_COPY`, the ioctl a pager fault is answered with.
+pub const UFFDIO_COPY: u64 = userfaultfd_sys::UFFDIO_COPY as u64;
 pub use thread::Thread;
 
 /// What a thread's filter does with a call outside its allow list (`memvisor run --seccomp`).
@@ -191,7 +193,16 @@ pub fn filters(thread: Thread, mode: Mode) -> Result<Vec<BpfProgram>, SeccompErr
 /// Installs the filters of `thread` on the calling thread, under the mode [`set_mode`] set
 /// (nothing with [`Mode::Off`] or none set). Sets `no_new_privs` first.
 pub fn try_confine(thread: Thread) -> Result<(), SeccompError> {
-    let mode = mode();
+    install(thread, mode())?;
+    #[cfg(feature = "test-hook")]
+    test_hook::forbidden_call(thread);
+    Ok(())
+}
+
+/// Installs the filters of `thread` under `mode` on the calling thread (nothing with
+/// [`Mode::Off`]), setting `no_new_privs` first: what [`try_confine`] does, and what `memvisor
+/// bench confinement` times a call through.
+pub fn install(thread: Thread, mode: Mode) -> Result<(), SeccompError> {
     for filter in filters(thread, mode)? {
         // `apply_filter` sets no_new_privs, then installs the filter on this thread only.
         seccompiler::apply_filter(&filter).map_err(|source| SeccompError::Install {
@@ -199,8 +210,6 @@ pub fn try_confine(thread: Thread) -> Result<(), SeccompError> {
             source,
         })?;
     }
-    #[cfg(feature = "test-hook")]
-    test_hook::forbidden_call(thread);
     Ok(())
 }
 

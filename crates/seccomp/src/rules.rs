@@ -19,7 +19,7 @@ pub const FORBIDDEN_BY_ALL: i64 = libc::SYS_execve;
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
 
 // KVM ioctl numbers (linux/kvm.h), checked against kvm-bindings' struct sizes in the tests.
-pub(crate) const KVM_RUN: u64 = 0xae80;
+pub const KVM_RUN: u64 = 0xae80;
 pub(crate) const KVM_GET_REGS: u64 = 0x8090_ae81;
 pub(crate) const KVM_GET_SREGS: u64 = 0x8138_ae83;
 pub(crate) const KVM_IOEVENTFD: u64 = 0x4040_ae79;

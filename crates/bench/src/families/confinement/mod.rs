@@ -1,9 +1,10 @@
-//! `memvisor bench confinement`: what the VMM's confinement costs where it falls, the seccomp
-//! filters on a guest exit's round trip and on a pager fault's, and the jail with the filters on
-//! a workload of `overhead`. The configurations and sizes are in `experiment`, a run in `run`,
-//! the outputs in `report`.
+//! `memvisor bench confinement`: what the VMM's seccomp filters cost where they fall, on a
+//! guest exit's round trip and on a pager fault's, and on each call of those paths (`filters`).
+//! The configurations and sizes are in `experiment`, a run in `run`, the outputs in `report`.
+//! The jail's cost is `bench overhead`'s `memvisor-jailed` against `memvisor-unconfined`.
 
 pub mod experiment;
+pub mod filters;
 pub mod report;
 pub mod run;
 

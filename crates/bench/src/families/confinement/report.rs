@@ -1,19 +1,20 @@
 //! The outputs of `memvisor bench confinement`: `results.csv` (one row per measure of a run),
-//! `report.md` (per confined configuration and measure: both sides' medians with min–max, the
-//! ratio of each repetition's pair, and the unconfined side's own spread) and `confinement.svg`
-//! (those ratios, repetition by repetition).
+//! `report.md` (per filtered configuration and measure: both sides' medians with min–max, the
+//! ratio of each repetition's pair, and the unfiltered side's own spread; then what the filters
+//! add to each call of an exit and of a fault, and their share of its round trip) and
+//! `confinement.svg` (those ratios, repetition by repetition).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::experiment::{Config, ConfinementPlan, CONFIGS, MEASURES};
+use super::experiment::{Config, ConfinementPlan, Path as CallPath, CALLS, CONFIGS, MEASURES};
 use super::run::ConfRun;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{spread, spread_text};
 use crate::report::table::Table;
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "experiment,config,rep,status,seccomp,jail,measure,value,unit,reason";
+pub const CSV_HEADER: &str = "experiment,config,rep,status,seccomp,measure,value,unit,reason";
 
 fn config(name: &str) -> &'static Config {
     CONFIGS
@@ -34,19 +35,31 @@ pub fn csv(runs: &[ConfRun]) -> String {
                 r.rep,
                 r.status.name(),
                 if c.seccomp { "on" } else { "off" },
-                u8::from(c.jail),
                 measure,
                 value,
                 unit,
                 r.error,
             ]
         };
-        if r.values.is_empty() {
+        if r.values.is_empty() && r.calls.is_empty() {
             t.row(row("", String::new(), ""));
         }
         for (name, v) in &r.values {
             let unit = MEASURES.iter().find(|m| m.1 == *name).map_or("", |m| m.2);
             t.row(row(name, format!("{v}"), unit));
+        }
+        for c in &r.calls {
+            let name = c.call.syscall.name();
+            t.row(row(
+                &format!("{name} unfiltered"),
+                format!("{:.1}", c.unfiltered_ns),
+                "ns",
+            ));
+            t.row(row(
+                &format!("{name} filtered"),
+                format!("{:.1}", c.filtered_ns),
+                "ns",
+            ));
         }
     }
     t.csv()
@@ -117,7 +130,7 @@ pub fn markdown(
     let mut s = crate::families::figures::heading("confinement");
     let _ = writeln!(
         s,
-        "What confining the VMM costs where it falls: the seccomp filters on the round trip of a guest exit (a port write the vCPU thread returns from `KVM_RUN` for) and of a pager fault (a first touch the pager's fault thread serves through the userfaultfd), each against `--seccomp off`; and jailed and filtered against unconfined on `bench overhead`'s `kv`. Guest RAM {} MiB, the pager's limit equal to it. {} repetition(s), the configurations interleaved. Each ratio is a repetition's confined value over its twin's in the same repetition; below 1 the confined run was faster. The noise is the unconfined side's own spread across repetitions, (max − min) / min.\n",
+        "What the seccomp filters cost where they fall: on the round trip of a guest exit (a port write the vCPU thread returns from `KVM_RUN` for) and of a pager fault (a first touch the pager's fault thread serves through the userfaultfd), against `--seccomp off`; and on each call of those two paths, timed without and with its thread's filters. Guest RAM {} MiB, the pager's limit equal to it. {} repetition(s), the configurations interleaved. Each ratio is a repetition's filtered value over its twin's in the same repetition; below 1 the filtered run was faster. The noise is the unfiltered side's own spread across repetitions, (max − min) / min. The jail's cost is `bench overhead`'s (`memvisor-jailed` against `memvisor-unconfined`).\n",
         plan.sizes.mem >> 20,
         plan.reps
     );
@@ -132,7 +145,7 @@ pub fn markdown(
     }
     let _ = writeln!(s, "\n## Ratios\n");
     let mut t = Table::new(
-        "confined | against | measure | confined, median (min–max) | unconfined, median (min–max) | ratio, median (min–max) | noise | verdict"
+        "filtered | against | measure | filtered, median (min–max) | unfiltered, median (min–max) | ratio, median (min–max) | noise | verdict"
             .split(" | "),
     );
     for c in plan.configs.iter().filter(|c| c.against.is_some()) {
@@ -162,11 +175,85 @@ pub fn markdown(
         }
     }
     s.push_str(&t.markdown());
+    calls(&mut s, runs);
     let failed = runs.iter().filter(|r| !r.ok());
     let why = |r: &ConfRun| format!("{} rep {}: {}", r.config, r.rep, r.error);
     crate::report::incomplete(&mut s, failed.map(why));
     crate::report::environment(&mut s, env);
     s
+}
+
+/// What the filters add to each call of an exit and of a fault (`filter-calls`: each call's
+/// fastest batch, median and min–max over repetitions), and the sum over a path's calls against
+/// its round trip without filters (`exits-seccomp-off`'s median p50).
+fn calls(s: &mut String, runs: &[ConfRun]) {
+    let done: Vec<&ConfRun> = runs
+        .iter()
+        .filter(|r| r.ok() && !r.calls.is_empty())
+        .collect();
+    if done.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## Each call, without and with its thread's filters\n\nEach call made on `/dev/null` (answered at once) in batches; a call's time is its fastest batch's mean. The cost is the filtered time less the unfiltered, in the same repetition.\n"
+    );
+    let of = |i: usize, f: &dyn Fn(&super::filters::CallTimes) -> f64| -> Vec<f64> {
+        done.iter().filter_map(|r| r.calls.get(i)).map(f).collect()
+    };
+    let ns = |v: f64| format!("{v:.0} ns");
+    let mut t = Table::new(
+        "call | on the path of | thread | unfiltered | filtered | the filters' cost".split(" | "),
+    );
+    for (i, c) in CALLS.iter().enumerate() {
+        t.row(vec![
+            format!("`{}`", c.syscall.name()),
+            match c.path {
+                CallPath::Exit => "an exit".into(),
+                CallPath::Fault => "a fault".into(),
+            },
+            c.thread.name().to_owned(),
+            spread_text(of(i, &|x| x.unfiltered_ns), &ns),
+            spread_text(of(i, &|x| x.filtered_ns), &ns),
+            spread_text(of(i, &|x| x.cost_ns()), &ns),
+        ]);
+    }
+    s.push_str(&t.markdown());
+    let mut t = Table::new(
+        "per | calls | the filters' cost, median (min–max) | round trip unfiltered, median | share"
+            .split(" | "),
+    );
+    for (path, name, measure) in [
+        (CallPath::Exit, "exit", "exit p50"),
+        (CallPath::Fault, "fault", "fault p50"),
+    ] {
+        // Per repetition, the sum of the path's calls' costs.
+        let sums: Vec<f64> = done
+            .iter()
+            .map(|r| {
+                r.calls
+                    .iter()
+                    .filter(|c| c.call.path == path)
+                    .map(|c| c.cost_ns())
+                    .sum()
+            })
+            .collect();
+        let n = CALLS.iter().filter(|c| c.path == path).count();
+        let trip = spread(values(runs, "exits-seccomp-off", measure)).map(|x| x.0);
+        let cost = spread(sums.clone()).map(|x| x.0);
+        t.row(vec![
+            name.to_owned(),
+            n.to_string(),
+            spread_text(sums, &ns),
+            trip.map_or("–".into(), ns),
+            match (cost, trip) {
+                (Some(c), Some(t)) if t > 0.0 => format!("{:.2} %", c / t * 100.0),
+                _ => "–".into(),
+            },
+        ]);
+    }
+    let _ = writeln!(s, "\nPer event (the calls counted with `strace -f`: one `KVM_RUN` per exit; one `poll`, one `read` and one `UFFDIO_COPY` per fault):\n");
+    s.push_str(&t.markdown());
 }
 
 /// `confinement.svg` and `.png`: each confined configuration's ratio per measure, repetition by
@@ -216,6 +303,7 @@ mod tests {
             status: MeasureStatus::Ok,
             error: String::new(),
             values: vec![("exit p50", v)],
+            calls: Vec::new(),
         }
     }
 
@@ -241,7 +329,7 @@ mod tests {
         assert!(ratios(&runs, config("exits-seccomp-off"), "exit p50").is_empty());
         let csv = csv(&runs);
         assert_eq!(csv.lines().count(), 1 + runs.len());
-        assert!(csv.contains("exits-seccomp-on,1,ok,on,0,exit p50,102,ns,"));
+        assert!(csv.contains("exits-seccomp-on,1,ok,on,exit p50,102,ns,"));
     }
 
     #[test]

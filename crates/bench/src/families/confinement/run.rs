@@ -1,20 +1,21 @@
-//! `memvisor bench confinement`: one run is one configuration in one repetition, a `memvisor
-//! run` of the guest kit that ends by itself:
-//! 1. `memvisor run --mem M --mem-limit M --seccomp on|off [--jail DIR --uid U --gid G]
-//!    --workload exits|kv`: the pager holds guest RAM from boot (the limit is guest RAM, so
-//!    nothing is reclaimed and every first touch is a pager fault), as under `memvisor host`.
-//!    A jailed run gets an empty directory of its own under the work directory.
-//! 2. The guest's `RESULT` lines give the measures (`experiment::MEASURES`); its `done` line
-//!    ends the run; the VMM then ends by itself and must exit with status 1, the guest's success as its
-//!    debug-exit port gives it (a VMM its filter killed exits 159).
+//! `memvisor bench confinement`: one run is one configuration in one repetition:
+//! - a guest configuration is a `memvisor run` of the guest kit that ends by itself:
+//!   1. `memvisor run --mem M --mem-limit M --seccomp on|off --workload exits`: the pager holds
+//!      guest RAM from boot (the limit is guest RAM, so nothing is reclaimed and every first
+//!      touch is a pager fault), as under `memvisor host`.
+//!   2. The guest's `RESULT` lines give the measures (`experiment::MEASURES`); its `done` line
+//!      ends the run; the VMM then ends by itself and must exit with status 1, the guest's
+//!      success as its debug-exit port gives it (a VMM its filter killed exits 159).
+//! - `filter-calls` times the calls of those paths in the bench itself (`filters`).
 //!
 //! The repetitions interleave the configurations (`order::interleave`), so the host's drift hits
-//! confined and unconfined runs alike.
+//! filtered and unfiltered runs alike.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::experiment::{Config, ConfinementPlan, JAIL_ID, MEASURES};
+use super::experiment::{Config, ConfinementPlan, Workload, MEASURES};
+use super::filters::{self, CallTimes};
 use crate::harness::child::{exit_text, wait_for};
 use crate::harness::guest::{parse_result, value};
 use crate::harness::vm::Vm;
@@ -29,6 +30,8 @@ pub struct ConfRun {
     pub error: String,
     /// The measures of its workload, by name (`experiment::MEASURES`), in their units.
     pub values: Vec<(&'static str, f64)>,
+    /// `filter-calls`: each call's times.
+    pub calls: Vec<CallTimes>,
 }
 
 impl ConfRun {
@@ -42,29 +45,12 @@ impl ConfRun {
     }
 }
 
-/// `memvisor run`'s flags for `config` (its jail at `jail`).
-fn flags(cmd: &mut Command, plan: &ConfinementPlan, config: &Config, jail: &std::path::Path) {
+/// `memvisor run`'s flags for `config`.
+fn flags(cmd: &mut Command, plan: &ConfinementPlan, config: &Config) {
     let mem = plan.sizes.mem.to_string();
     cmd.args(["--mem", &mem, "--mem-limit", &mem])
-        .args(["--seccomp", if config.seccomp { "on" } else { "off" }]);
-    if config.jail {
-        cmd.arg("--jail").arg(jail).args([
-            "--uid",
-            &JAIL_ID.to_string(),
-            "--gid",
-            &JAIL_ID.to_string(),
-        ]);
-    }
-    let workload = match config.workload {
-        super::experiment::Workload::Exits => "exits",
-        super::experiment::Workload::Kv => "kv",
-    };
-    cmd.args([
-        "--workload",
-        workload,
-        "--cmdline",
-        plan.sizes.cmdline(config.workload),
-    ]);
+        .args(["--seccomp", if config.seccomp { "on" } else { "off" }])
+        .args(["--workload", "exits", "--cmdline", &plan.sizes.exits]);
 }
 
 /// One run (see the module doc).
@@ -74,14 +60,14 @@ fn measure(bench: &Bench, plan: &ConfinementPlan, config: &'static Config, rep: 
         rep,
         ..ConfRun::default()
     };
-    let jail = bench.work.join(format!("jail-{}-rep{rep}", config.name));
     let result = (|| {
-        if config.jail {
-            std::fs::create_dir(&jail).map_err(|e| format!("{}: {e}", jail.display()))?;
+        if config.workload == Workload::Calls {
+            r.calls = filters::measure(&plan.sizes)?;
+            return Ok(());
         }
         let log = format!("{}-rep{rep}", config.name);
         let vm = Vm::start(bench, config.name, &log, |cmd, _, _| {
-            flags(cmd, plan, config, &jail)
+            flags(cmd, plan, config)
         })?;
         let deadline = Instant::now() + bench.timeout;
         let wanted: Vec<_> = MEASURES.iter().filter(|m| m.0 == config.workload).collect();
@@ -125,9 +111,6 @@ fn measure(bench: &Bench, plan: &ConfinementPlan, config: &'static Config, rep: 
         }
         Ok(())
     })();
-    if config.jail {
-        let _ = std::fs::remove_dir(&jail);
-    }
     if let Err(e) = result {
         r.status = MeasureStatus::Failed;
         r.error = e;
@@ -147,7 +130,13 @@ pub fn run(bench: &Bench, plan: &ConfinementPlan) -> Result<Vec<ConfRun>, String
         what,
         |turn| {
             let r = measure(bench, plan, turn.config, turn.rep);
-            let vals: Vec<String> = r.values.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let calls = r.calls.iter().map(|c| {
+                let name = c.call.syscall.name();
+                (name, c.cost_ns())
+            });
+            let vals: Vec<String> = (r.values.iter().copied().chain(calls))
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect();
             turn.say(&format!(
                 "{}: {} {}",
                 r.status.name(),

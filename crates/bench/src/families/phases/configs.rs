@@ -2,7 +2,11 @@
 //! experiment's memory limit is enforced on it. A mechanism a later issue adds plugs in as one
 //! more entry of [`CONFIGS`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The uid and gid a jailed run takes: not 0, below `memvisor host`'s default range
+/// (900000–900999), so no VMM a host starts has it.
+pub const JAIL_ID: u32 = 899_000;
 
 /// Which hypervisor runs the guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +41,9 @@ pub struct Config {
     pub balloon: bool,
     /// Further `memvisor run` flags: the mechanisms this configuration adds to the pager.
     pub mechanisms: &'static [&'static str],
+    /// Jailed (`--jail DIR --uid U --gid G`, a directory of its own per run) and filtered, as
+    /// `memvisor host` runs a VMM.
+    pub jail: bool,
 }
 
 impl Config {
@@ -53,6 +60,7 @@ impl Config {
             hv: Hv::Memvisor,
             limit: Limit::Pager,
             balloon: false,
+            jail: false,
             mechanisms,
         }
     }
@@ -66,6 +74,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::None,
         balloon: false,
+        jail: false,
         mechanisms: &[],
     },
     Config {
@@ -74,6 +83,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::None,
         balloon: false,
+        jail: false,
         mechanisms: &["--balloon"],
     },
     Config {
@@ -82,6 +92,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::HostSwap,
         balloon: false,
+        jail: false,
         mechanisms: &[],
     },
     Config {
@@ -90,6 +101,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Qemu,
         limit: Limit::HostSwap,
         balloon: true,
+        jail: false,
         mechanisms: &[],
     },
     Config {
@@ -98,6 +110,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::None,
         balloon: false,
+        jail: false,
         mechanisms: &[],
     },
     Config {
@@ -106,6 +119,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::None,
         balloon: false,
+        jail: false,
         mechanisms: &["--balloon"],
     },
     Config {
@@ -114,6 +128,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::HostSwap,
         balloon: false,
+        jail: false,
         mechanisms: &[],
     },
     Config {
@@ -122,6 +137,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::PagerBaseline,
         balloon: false,
+        jail: false,
         mechanisms: &[],
     },
     Config::pager(
@@ -135,11 +151,28 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: true,
+        jail: false,
         mechanisms: &[],
     },
     // The pool (MemFlex §3.2–§3.4): 1 GiB, at least the guest RAM of the experiments that use
     // it, so every swapped page fits and none spills. A variant of the pool (compression, a
     // spill mark) is one more entry here with its flags in `mechanisms`.
+    // Confinement (security.md): the jail and the filters against neither, on the pager as
+    // `memvisor host` runs a VM.
+    Config {
+        name: "memvisor-jailed",
+        about: "memvisor-pager jailed (--jail, a uid and gid of its own) and filtered (--seccomp on, the default): how memvisor host runs every VMM",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: false,
+        jail: true,
+        mechanisms: &[],
+    },
+    Config::pager(
+        "memvisor-unconfined",
+        "memvisor-pager with neither jail nor filters (--seccomp off)",
+        &["--seccomp", "off"],
+    ),
     Config::pager(
         "memvisor-pool",
         "memvisor-pager with a 1 GiB host-memory pool in front of its swap file; swapped pages come back only on faults (--pool 1G --swap-in faults)",
@@ -186,6 +219,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::Pager,
         balloon: true,
+        jail: false,
         mechanisms: &["--mapper", "--preventer"],
     },
     // HyperDealer2 (§4.4–§4.5): reference patterns detected from the guest's disk reads.
@@ -200,6 +234,7 @@ pub const CONFIGS: &[Config] = &[
         hv: Hv::Memvisor,
         limit: Limit::None,
         balloon: false,
+        jail: false,
         mechanisms: &["--mapper", "--victims", "hd2"],
     },
     // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.
@@ -230,6 +265,15 @@ pub const CONFIGS: &[Config] = &[
     ),
 ];
 
+/// What a configuration adds to its twin, the same VM without it ([`Config::twin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adds {
+    /// A balloon device never inflated: statistics, deflate-on-OOM, free page reporting.
+    BalloonDevice,
+    /// The jail and the seccomp filters.
+    Confinement,
+}
+
 /// The configuration called `name`.
 #[cfg(test)]
 pub fn find(name: &str) -> Option<&'static Config> {
@@ -254,9 +298,32 @@ impl Config {
             c.hv == self.hv
                 && c.limit == self.limit
                 && !c.balloon_device()
+                && !c.jail
                 && c.mechanisms.len() + 1 == self.mechanisms.len()
                 && c.mechanisms.iter().all(|m| self.mechanisms.contains(m))
         })
+    }
+
+    /// The same VM without what this configuration adds, and what that is: the balloon device
+    /// ([`Config::without_balloon`]), or for a jailed configuration the jail and the filters
+    /// (its twin runs with neither).
+    pub fn twin(&self) -> Option<(&'static Config, Adds)> {
+        if !self.jail {
+            return self.without_balloon().map(|c| (c, Adds::BalloonDevice));
+        }
+        let unconfined = |c: &&Config| {
+            c.hv == self.hv && c.limit == self.limit && c.mechanisms == ["--seccomp", "off"]
+        };
+        CONFIGS
+            .iter()
+            .find(unconfined)
+            .map(|c| (c, Adds::Confinement))
+    }
+
+    /// The empty directory a jailed run is jailed in, beside its API socket `sock` (the run
+    /// makes it before it starts and removes it after).
+    pub fn jail_dir(&self, sock: &Path) -> Option<PathBuf> {
+        self.jail.then(|| sock.with_extension("jail"))
     }
 
     /// Whether memvisor's pager holds guest RAM under this configuration once the experiment has
@@ -274,12 +341,17 @@ impl Config {
     /// disks and workload). `limit` is the experiment's limit, if it has one; `sock` is
     /// memvisor's API socket or QEMU's QMP socket.
     pub fn run_flags(&self, limit: Option<u64>, sock: &Path) -> Vec<String> {
+        let jail = self.jail_dir(sock).map(|d| d.display().to_string());
+        let id = JAIL_ID.to_string();
         let sock = sock.display().to_string();
         let mut a: Vec<&str> = match (self.hv, self.balloon) {
             (Hv::Qemu, false) => vec!["--hypervisor", "qemu"],
             (Hv::Qemu, true) => vec!["--hypervisor", "qemu", "--qmp-sock", &sock],
             (Hv::Memvisor, _) => vec!["--api-sock", &sock],
         };
+        if let Some(dir) = &jail {
+            a.extend(["--jail", dir, "--uid", &id, "--gid", &id]);
+        }
         if self.balloon {
             a.push("--balloon");
         }
@@ -381,6 +453,23 @@ mod tests {
         for n in ["memvisor-balloon", "memvisor-pager", "qemu", "qemu-balloon"] {
             assert_eq!(twin(n), None, "{n}");
         }
+        // Confinement: jailed against neither jail nor filters, on the pager.
+        let jailed = find("memvisor-jailed").unwrap();
+        let (t, adds) = jailed.twin().unwrap();
+        assert_eq!((t.name, adds), ("memvisor-unconfined", Adds::Confinement));
+        assert_eq!(
+            find("memvisor-fpr").unwrap().twin().unwrap().1,
+            Adds::BalloonDevice
+        );
+        assert!(find("memvisor-unconfined").unwrap().twin().is_none());
+        assert_eq!(
+            f("memvisor-jailed"),
+            format!("--api-sock /s --jail /s.jail --uid 899000 --gid 899000 --mem-limit 104857600 --pager full")
+        );
+        assert_eq!(
+            f("memvisor-unconfined"),
+            format!("{limited} --pager full --seccomp off")
+        );
         let holding: Vec<&str> = CONFIGS
             .iter()
             .filter(|c| c.pager_holds_ram())

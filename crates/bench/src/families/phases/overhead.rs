@@ -1,7 +1,8 @@
 //! `memvisor bench overhead`: what running on memvisor costs against QEMU when memory is
 //! plentiful: without a limit, and on the pager at a limit equal to guest RAM (as a VM under
 //! `memvisor host` runs); each hypervisor with and without a balloon device that is never
-//! inflated (statistics, deflate-on-OOM, free page reporting), so the balloon's own cost shows.
+//! inflated (statistics, deflate-on-OOM, free page reporting), so the balloon's own cost shows;
+//! and memvisor on the pager jailed and filtered against neither, so confinement's shows.
 
 use super::experiment::{DataDisk, Experiment, Measure, Step};
 use crate::args::Scale;
@@ -80,6 +81,8 @@ pub fn experiment(scale: Scale) -> Experiment {
             "memvisor-fpr",
             "memvisor-hd2",
             "memvisor-nolimit-hd2",
+            "memvisor-jailed",
+            "memvisor-unconfined",
         ],
         reference: "qemu",
         measure: Measure::Phases,

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, VmStats};
 
-use crate::families::phases::configs::{Config, Hv};
+use crate::families::phases::configs::{Adds, Config, Hv};
 use crate::families::phases::experiment::{Experiment, Step};
 use crate::families::phases::vm::result::{fault_latency, Phase, RunResult, RunStatus};
 use crate::report::table::Table;
@@ -165,7 +165,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         whole_run(&mut s, meta, records, si, &title);
         against_peers(&mut s, meta, records, si, &title);
         phase_times(&mut s, meta, records, si, &title);
-        against_no_balloon(&mut s, meta, records, si, &title);
+        against_twins(&mut s, meta, records, si, &title);
         balloon_counters(&mut s, meta, records, si, &title);
         swap_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
@@ -279,19 +279,40 @@ fn phase_times(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, t
     }));
 }
 
-/// Each configuration that only adds a balloon device against the same VM without it, per
-/// phase: the ratio of the medians, and the median and min–max of the repetitions' own ratios
-/// (repetition k of one against repetition k of the other: the runs are interleaved, so a pair
-/// shares the machine's state more than two medians do).
-fn against_no_balloon(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+/// Each configuration that only adds something to another against that twin
+/// ([`Config::twin`]: a balloon device, or the jail and the filters), per phase: the ratio of
+/// the medians, and the median and min–max of the repetitions' own ratios (repetition k of one
+/// against repetition k of the other: the runs are interleaved, so a pair shares the machine's
+/// state more than two medians do). One table per kind of twin.
+fn against_twins(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    for adds in [Adds::BalloonDevice, Adds::Confinement] {
+        against_twin(s, meta, records, si, title, adds);
+    }
+}
+
+fn against_twin(
+    s: &mut String,
+    meta: &Meta<'_>,
+    records: &[Record],
+    si: usize,
+    title: &str,
+    adds: Adds,
+) {
     let ran = |t: &Config| meta.configs.iter().any(|o| o.name == t.name);
-    let twin = |c: &&Config| Some((c.name, c.without_balloon().filter(|t| ran(t))?.name));
+    let twin = |c: &&Config| {
+        let (t, a) = c.twin()?;
+        (a == adds && ran(t)).then_some((c.name, t.name))
+    };
     let pairs: Vec<(&str, &str)> = meta.configs.iter().filter_map(twin).collect();
     if pairs.is_empty() {
         return;
     }
     let step = &meta.experiment.steps[si];
-    s.push_str(&format!("\n### The balloon device{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n\n"));
+    let what = match adds {
+        Adds::BalloonDevice => "The balloon device",
+        Adds::Confinement => "Confinement, the jail and the filters",
+    };
+    s.push_str(&format!("\n### {what}{title}: with it over the same VM without it (above 1: slower); the ratio of the medians, then the median and min–max of the repetitions' pairs. Guest time per phase, and the CPU time of the whole run (every thread of the hypervisor, user and system: the work, without the waits for a CPU of a loaded host)\n\n"));
     let head = format!(
         "with | without | {} | CPU, whole run",
         step.phases.join(" | ")
@@ -591,7 +612,7 @@ mod tests {
             env: Vec::new(),
         };
         let mut s = String::new();
-        against_no_balloon(&mut s, &meta, &records, 0, "");
+        against_twins(&mut s, &meta, &records, 0, "");
         let row = s
             .lines()
             .find(|l| l.starts_with("| memvisor-nolimit-fpr | memvisor |"))

@@ -38,6 +38,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         io: ProcIo::default(),
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
     };
+    let jail = c.jail_dir(&sock);
+    if let Some(dir) = &jail {
+        std::fs::create_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let cpu0 = children_cpu_ms();
     let mut vm = Vm::spawn(cmd, spec.work, sock.clone(), spec.log_prefix.clone())?;
     let pid = vm.child.id();
@@ -75,6 +79,9 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         let _ = teardown::remove_cgroup(&cgroup_dir);
     }
     let _ = std::fs::remove_file(&sock);
+    if let Some(dir) = &jail {
+        let _ = std::fs::remove_dir(dir);
+    }
     let final_stats = vm.final_stats();
     let (status, reason) = w.verdict(exit, &stderr, dmesg_last.as_ref());
     let mut r = w.result(status, reason, exit, &end, final_stats);

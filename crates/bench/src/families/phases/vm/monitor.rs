@@ -23,8 +23,11 @@ use crate::harness::{qmp, teardown};
 /// What is sampled every tick while a run is alive.
 pub(super) struct HostReadings<'a> {
     pub(super) pid: u32,
-    /// The hypervisor process: memvisor itself, or the QEMU child once it is found.
+    /// The hypervisor process: memvisor itself, or once it is found the QEMU child, or a
+    /// jailed memvisor's child (pid 1 of its PID namespace, which runs the VMM).
     pub(super) hv_pid: Option<u32>,
+    /// The name of that child, while it is to be found.
+    pub(super) hv_child: &'static str,
     pub(super) cgroup_dir: Option<PathBuf>,
     pub(super) host_swap_file: &'a Path,
     pub(super) last_io: ProcIo,
@@ -36,7 +39,7 @@ pub(super) struct HostReadings<'a> {
 impl HostReadings<'_> {
     fn read(&mut self) {
         if self.hv_pid.is_none() {
-            self.hv_pid = readings::child_named(self.pid, "qemu");
+            self.hv_pid = readings::child_named(self.pid, self.hv_child);
             if let Some(q) = self.hv_pid {
                 teardown::track_pid(q);
             }
@@ -138,7 +141,8 @@ impl<'a> RunMonitor<'a> {
             s0,
             sm: HostReadings {
                 pid,
-                hv_pid: (c.hv == Hv::Memvisor).then_some(pid),
+                hv_pid: (c.hv == Hv::Memvisor && !c.jail).then_some(pid),
+                hv_child: if c.hv == Hv::Qemu { "qemu" } else { "memvisor" },
                 cgroup_dir: (c.limit == Limit::HostSwap).then(|| cgroup_dir.to_path_buf()),
                 host_swap_file: spec.host_swap_file,
                 last_io: ProcIo::default(),
