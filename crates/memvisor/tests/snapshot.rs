@@ -11,7 +11,8 @@ use std::time::Duration;
 
 mod common;
 use common::{
-    disk_spec, memvisor, mkdisk_data, mkdisk_swap, ok, poll, stderr, stdout, ResultLine, TestVm,
+    disk_spec, memvisor, mkdisk_data, mkdisk_swap, ok, poll, run_command, stderr, stdout,
+    ResultLine, TestVm,
 };
 
 /// The integrity workload's flags, with the Swap Mapper, the pool and sampling on.
@@ -152,6 +153,49 @@ fn a_snapshot_that_lets_the_vm_run_on_restores_too() {
     let vm = TestVm::start(
         &sock,
         &["--mem", "128M", "--restore", snap.to_str().unwrap()],
+    );
+    vm.succeeded();
+}
+
+/// A disk given by a relative path: the snapshot, taken on the filtered API thread, records
+/// the image's absolute path (made before the filters, which refuse `getcwd`), and the VM
+/// restores from it started elsewhere.
+#[test]
+fn a_vm_with_a_relative_disk_path_snapshots_and_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    mkdisk_data(dir.path().join("data.img"), "16M", &[]);
+    let sock = dir.path().join("api.sock");
+    let mut cmd = run_command(
+        &sock,
+        &[
+            "--mem",
+            "128M",
+            "--disk",
+            "data.img,id=data",
+            "--workload",
+            "alloc",
+            "--cmdline",
+            "mb=48 rounds=6",
+        ],
+    );
+    cmd.current_dir(dir.path());
+    let vm = TestVm::spawn(&mut cmd, &sock);
+    vm.stdout_line(Duration::from_secs(60), |l| l.contains("RESULT"));
+    let snap = dir.path().join("s");
+    let r = ok(vm.client().snapshot(snap.to_str().unwrap(), false));
+    assert!(!r.stopped && r.copied_pages > 0, "{r:?}");
+    vm.succeeded();
+    let disk = format!("{},id=data", dir.path().join("data.img").display());
+    let vm = TestVm::start(
+        &sock,
+        &[
+            "--mem",
+            "128M",
+            "--disk",
+            &disk,
+            "--restore",
+            snap.to_str().unwrap(),
+        ],
     );
     vm.succeeded();
 }

@@ -223,6 +223,13 @@ impl Vm {
             config.pager.as_ref().map(|p| p.swap_path.as_path()),
         )?;
         let mut opened = Opened::open(config)?;
+        // What a snapshot or a migration records of each image: its path made absolute now,
+        // before the jail changes what a relative one means and while `getcwd` is allowed.
+        let disk_paths: Vec<std::path::PathBuf> = config
+            .disks
+            .iter()
+            .map(|d| std::path::absolute(&d.path).unwrap_or_else(|_| d.path.clone()))
+            .collect();
         if let Some(jail) = &config.jail {
             jail::enter(jail)?;
         }
@@ -324,7 +331,8 @@ impl Vm {
             disks: config
                 .disks
                 .iter()
-                .map(|d| (d.id.clone(), d.path.clone(), d.read_only))
+                .zip(disk_paths)
+                .map(|(d, path)| (d.id.clone(), path, d.read_only))
                 .zip(std::mem::take(&mut opened.identities))
                 .collect(),
             balloon: config.balloon,

@@ -80,7 +80,11 @@ impl DiskIdentity {
     ) -> std::io::Result<DiskIdentity> {
         Ok(DiskIdentity {
             id: id.clone(),
-            path: std::path::absolute(path)?,
+            // No `getcwd` for a path that is absolute already: a filtered thread may not make it.
+            path: match path.is_absolute() {
+                true => path.clone(),
+                false => std::path::absolute(path)?,
+            },
             read_only: *read_only,
             size: m.len(),
             modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
