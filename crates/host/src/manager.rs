@@ -437,6 +437,9 @@ pub fn metrics(host: &Shared) -> String {
     memvisor_api::metrics::host(&info, &list)
 }
 
+/// How long a tick waits for a VMM migrating in to answer.
+const INCOMING_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One tick: reap, observe (without the lock), plan, send (without the lock).
 pub fn tick(host: &Shared) {
     let (socks, trash) = {
@@ -455,8 +458,13 @@ pub fn tick(host: &Shared) {
     }
     let seen: Vec<(String, Option<(VmInfo, VmStats)>)> = socks
         .into_iter()
-        .map(|(name, sock)| {
-            let vmm = client(&sock);
+        .map(|(name, sock, incoming)| {
+            // A VMM migrating in answers once the state has come, after the source's pre-copy:
+            // the tick does not wait for it meanwhile.
+            let vmm = match incoming {
+                true => client(&sock).with_timeout(INCOMING_POLL),
+                false => client(&sock),
+            };
             let obs = vmm.info().ok().zip(vmm.stats().ok());
             (name, obs)
         })

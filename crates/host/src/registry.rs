@@ -749,13 +749,17 @@ impl Registry {
         self.vms.retain(|v| !(v.forget_on_exit && v.vmm.is_none()));
     }
 
-    /// The VMMs to observe this tick: name and socket (by name, not index: the list may change
-    /// while the tick reads them without the lock).
-    pub fn to_observe(&self) -> Vec<(String, PathBuf)> {
+    /// The VMMs to observe this tick: name, socket (by name, not index: the list may change
+    /// while the tick reads them without the lock), and whether it is a VM migrating in, whose
+    /// VMM serves its API only once the VM's state has come from the source.
+    pub fn to_observe(&self) -> Vec<(String, PathBuf, bool)> {
         self.vms
             .iter()
             .filter(|v| v.live() && v.outgoing.is_none() && !v.migrated)
-            .map(|v| (v.spec.name.clone(), v.files.sock.clone()))
+            .map(|v| {
+                let name = v.spec.name.clone();
+                (name, v.files.sock.clone(), v.incoming.is_some())
+            })
             .collect()
     }
 }

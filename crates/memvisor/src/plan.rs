@@ -4,6 +4,7 @@
 
 use memvisor_vmm::affinity::CpuSet;
 use memvisor_vmm::migrate::incoming::{self, Incoming};
+use memvisor_vmm::snapshot::VmShape;
 use memvisor_vmm::DiskConfig;
 
 use crate::bad_input::BadInput;
@@ -50,13 +51,13 @@ fn listen(args: &RunArgs) -> Result<Option<(std::net::TcpListener, String)>, Bad
     Ok(Some((listener, token.clone())))
 }
 
-/// Waits on `listener` for the source with `token`, then makes the flags fit the VM as
-/// `--restore` does.
+/// Waits on `listener` for the source with `token`, then makes the flags fit the VM's shape
+/// as `--restore` does. Its state comes once the VM is built.
 fn accept(
     args: &mut RunArgs,
     listener: &std::net::TcpListener,
     token: &str,
-) -> Result<(memvisor_vmm::snapshot::Snapshot, Incoming), BadInput> {
+) -> Result<Incoming, BadInput> {
     let at = listener
         .local_addr()
         .map_or_else(|_| "?".into(), |a| a.to_string());
@@ -67,18 +68,14 @@ fn accept(
         .and_then(|s| s.parent())
         .filter(|d| !d.as_os_str().is_empty())
         .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
-    let (snap, inc) = incoming::accept(listener, token, &swap_dir).map_err(BadInput)?;
-    fit(args, &snap, &format!("the VM migrating in on {at}"))?;
-    Ok((snap, inc))
+    let inc = incoming::accept(listener, token, &swap_dir).map_err(BadInput)?;
+    fit(args, inc.shape(), &format!("the VM migrating in on {at}"))?;
+    Ok(inc)
 }
 
-/// Gives the VM the snapshot's size (at most `--mem`), vCPUs and balloon.
-fn fit(
-    args: &mut RunArgs,
-    snap: &memvisor_vmm::snapshot::Snapshot,
-    what: &str,
-) -> Result<(), BadInput> {
-    let size = snap.state.mem_size;
+/// Gives the VM the shape's size (at most `--mem`), vCPUs and balloon.
+fn fit(args: &mut RunArgs, shape: &VmShape, what: &str) -> Result<(), BadInput> {
+    let size = shape.mem_size;
     if size > args.mem {
         return Err(BadInput(format!(
             "{what} is a VM of {size} bytes, more than --mem {}",
@@ -86,8 +83,8 @@ fn fit(
         )));
     }
     args.mem = size;
-    args.vcpus = snap.state.vcpus;
-    args.balloon = snap.state.balloon;
+    args.vcpus = shape.vcpus;
+    args.balloon = shape.balloon;
     Ok(())
 }
 
@@ -104,14 +101,14 @@ fn restore(args: &mut RunArgs) -> Result<Option<memvisor_vmm::snapshot::Snapshot
     }
     let snap = memvisor_vmm::snapshot::load(dir).map_err(|e| BadInput(e.to_string()))?;
     let what = format!("the snapshot in {}", dir.display());
-    fit(args, &snap, &what)?;
+    fit(args, &snap.state.shape(), &what)?;
     Ok(Some(snap))
 }
 
 /// Checks `memvisor run`'s flags against each other and this host, and reads the kernel.
 pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
     let bad = |m: String| Err(BadInput(m));
-    let mut snapshot = restore(&mut args)?;
+    let snapshot = restore(&mut args)?;
     let listening = listen(&args)?;
     if args.vcpu_cpus.is_some() || args.vmm_cpus.is_some() {
         let all = match CpuSet::available() {
@@ -326,13 +323,18 @@ pub fn plan(mut args: RunArgs) -> Result<RunPlan, BadInput> {
     }
     // Every flag is checked: now the source may come.
     let incoming = match &listening {
-        Some((listener, token)) => {
-            let (snap, inc) = accept(&mut args, listener, token)?;
-            snapshot = Some(snap);
-            Some(std::sync::Arc::new(inc))
-        }
+        Some((listener, token)) => Some(std::sync::Arc::new(accept(&mut args, listener, token)?)),
         None => None,
     };
+    if let Some(inc) = &incoming {
+        let ids: Vec<&str> = disks.iter().map(|d| d.id.as_str()).collect();
+        if ids != inc.shape().disks {
+            return bad(format!(
+                "the VM migrating in has disks {:?}; give the same --disk flags (got {ids:?})",
+                inc.shape().disks
+            ));
+        }
+    }
     if let Some(snap) = &snapshot {
         let specs: Vec<_> = disks
             .iter()

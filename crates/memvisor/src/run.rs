@@ -230,6 +230,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 | VmmError::DiskInUse(_)
                 | VmmError::BadVcpuCount(_)
                 | VmmError::TooManyDevices(_)
+                | VmmError::MigrationMismatch(_)
                 | VmmError::Seccomp(memvisor_seccomp::SeccompError::Unsupported)
                 | VmmError::Seccomp(memvisor_seccomp::SeccompError::MissingAction(_)) => {
                     status::BAD_INPUT

@@ -61,7 +61,7 @@ use crate::preventer::{CpuState, Preventer};
 use crate::reclaim::Reclaimer;
 use crate::release::Releases;
 use crate::sample::Sampler;
-use crate::saved_pages::SavedPages;
+use crate::saved_pages::{RestoreFrom, SavedPages};
 use crate::state::table::StateTable;
 use crate::stats::{EventCounters, Latency};
 use crate::store::image::ImageFile;
@@ -138,15 +138,6 @@ impl Pager {
         let mech = config.mech;
         let mut table = StateTable::new(pages, swap_blocks, mech, config.policy, 0x6d76_6d76);
         table.victims.cache_percent = config.victim_cache.min(50);
-        let saved = match &config.restore {
-            Some(r) => {
-                table.blocks = crate::blocks::BlockMap::with_saved(swap_blocks, pages);
-                crate::persist::restore_states(&mut table, &r.pages)
-                    .map_err(PagerError::Restore)?;
-                Some((swap_blocks, r.memory.clone()))
-            }
-            None => None,
-        };
         let release_slots = release_slots(&uffd, config)?;
         table.released =
             crate::released::Released::new(release_slots.as_ref().map_or(0, |s| s.slots()));
@@ -193,7 +184,7 @@ impl Pager {
                         .pool
                         .map(|p| Pool::new(p.bytes, p.spill_at, p.compress, p.chunk_bytes))
                         .transpose()?,
-                    saved,
+                    saved: std::sync::OnceLock::new(),
                 },
                 SampleStore::new(config.sample_pages),
             ),
@@ -224,8 +215,7 @@ impl Pager {
         // or release: the Mapper learns from disk reads, which it sees on plain memory too (its
         // mirrors are checked by digest when reclaim picks them), and the Preventer acts on
         // writes to swapped and dropped pages, of which there are none before.
-        // A restored VM's RAM is in the snapshot until the guest touches it: faults bring it.
-        if config.limit.is_some() || !takeover.at_run_time() || config.restore.is_some() {
+        if config.limit.is_some() || !takeover.at_run_time() {
             takeover.attach(&core, &mut core.lock())?;
         }
         let r = core.clone();
@@ -286,18 +276,6 @@ impl Pager {
                 })
                 .map_err(PagerError::Thread)?;
         }
-        if let Some(r) = &config.restore {
-            let c = core.clone();
-            let runs = r.pages.prefetch.clone();
-            std::thread::Builder::new()
-                .name("prefetch".into())
-                .spawn(move || {
-                    memvisor_devices::priority::background();
-                    memvisor_seccomp::confine(memvisor_seccomp::Thread::Prefetch);
-                    c.prefetch_saved(&runs);
-                })
-                .map_err(PagerError::Thread)?;
-        }
         let s = core.clone();
         let sampling = sampler.clone();
         let preventing = preventer.clone();
@@ -333,7 +311,7 @@ impl Pager {
                 on_failure(why);
             })
             .map_err(PagerError::Thread)?;
-        Ok(Pager {
+        let pager = Pager {
             core,
             sampler,
             swap_in,
@@ -342,7 +320,51 @@ impl Pager {
             reclaimer,
             faults,
             releases,
-        })
+        };
+        if let Some(r) = &config.restore {
+            pager.restore(r)?;
+        }
+        Ok(pager)
+    }
+
+    /// Makes guest RAM the saved memory `r`: each page what the snapshot or the migration
+    /// recorded, its content read from `r.memory` when the guest first touches it, and the
+    /// pages the guest had in RAM brought in ahead by the `prefetch` thread. Once, before the
+    /// guest runs or anything writes guest RAM: [`Pager::start_with`] calls it for
+    /// `config.restore`; a migration's destination calls it once the state has come, the pager
+    /// started before while the source still ran the VM (its tables take milliseconds per GiB).
+    pub fn restore(&self, r: &RestoreFrom) -> Result<(), PagerError> {
+        let core = &self.core;
+        {
+            let mut pages = core.lock();
+            let table = &mut pages.table;
+            let swap_blocks = table.blocks.saved_base();
+            table.blocks = crate::blocks::BlockMap::with_saved(swap_blocks, table.len());
+            crate::persist::restore_states(table, &r.pages).map_err(PagerError::Restore)?;
+            if core
+                .stores
+                .swap
+                .saved
+                .set((swap_blocks, r.memory.clone()))
+                .is_err()
+            {
+                return Err(PagerError::Restore("guest RAM was restored already".into()));
+            }
+            // A restored VM's RAM is in the snapshot until the guest touches it: faults bring
+            // it.
+            self.takeover.attach(core, &mut pages)?;
+        }
+        let c = core.clone();
+        let runs = r.pages.prefetch.clone();
+        std::thread::Builder::new()
+            .name("prefetch".into())
+            .spawn(move || {
+                memvisor_devices::priority::background();
+                memvisor_seccomp::confine(memvisor_seccomp::Thread::Prefetch);
+                c.prefetch_saved(&runs);
+            })
+            .map_err(PagerError::Thread)?;
+        Ok(())
     }
 
     /// Gives the pager read access to guest disk `disk` (its index), for refaults of pages

@@ -50,8 +50,11 @@ pub struct VmConfig {
     /// What a thread's seccomp filter does with a call outside it (`--seccomp`,
     /// docs/security.md); every thread installs its own as it starts.
     pub seccomp: memvisor_seccomp::Mode,
-    /// A migration coming in (`restore` is its state, its memory the source): the VM is built,
-    /// then the source lets it go ([`Incoming::switch`](crate::migrate::incoming::Incoming::switch)).
+    /// A migration coming in, its shape taken (this configuration fits it; `restore` is
+    /// none): the VM is built from the shape, then takes its state from the source
+    /// ([`Incoming::receive_state`](crate::migrate::incoming::Incoming::receive_state), its
+    /// memory the source's), then the source lets it go
+    /// ([`Incoming::switch`](crate::migrate::incoming::Incoming::switch)).
     pub incoming: Option<std::sync::Arc<crate::migrate::incoming::Incoming>>,
     /// Enter this jail once every file is open, before any thread starts (`jail.rs`).
     pub jail: Option<crate::jail::Jail>,

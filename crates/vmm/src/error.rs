@@ -56,6 +56,9 @@ pub enum VmmError {
     Restore(String),
     #[error("the migration did not complete: {0}")]
     Migration(String),
+    /// The VM migrating in does not fit this one's disks (the caller's bad input).
+    #[error("{0}")]
+    MigrationMismatch(String),
     #[error(transparent)]
     Jail(#[from] crate::jail::JailError),
     #[error("flushing disk {id} at exit failed")]

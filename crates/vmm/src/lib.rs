@@ -169,6 +169,25 @@ pub fn recover_indirections(
     Ok(())
 }
 
+/// A migration's state, once the VM is built from its shape, checked against the disks as a
+/// snapshot's is.
+fn receive_state(
+    inc: &migrate::incoming::Incoming,
+    config: &VmConfig,
+    images: &[std::fs::File],
+) -> Result<snapshot::Snapshot, VmmError> {
+    let snap = inc.receive_state().map_err(VmmError::Migration)?;
+    let specs: Vec<_> = config
+        .disks
+        .iter()
+        .map(|d| (d.id.clone(), d.path.clone(), d.read_only))
+        .collect();
+    let mapper = config.pager.as_ref().is_some_and(|p| p.mech.mapper);
+    snap.check_images(&specs, images, mapper)
+        .map_err(|e| VmmError::MigrationMismatch(e.to_string()))?;
+    Ok(snap)
+}
+
 /// Builds the VM described by `config`, runs it until the guest ends, and flushes its disks.
 pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mut vm = Vm::build(config)?;
@@ -253,12 +272,12 @@ impl Vm {
             })
             .map_err(VmmError::Thread)?;
         let vcpus = Arc::new(Vcpus::default());
-        let restore = config.restore.as_deref();
+        let restore_from = |r: &snapshot::Snapshot| memvisor_pager::RestoreFrom {
+            memory: r.memory.clone(),
+            pages: Arc::new(r.state.pages.clone()),
+        };
         let pager_config = config.pager.clone().map(|mut c| {
-            c.restore = restore.map(|r| memvisor_pager::RestoreFrom {
-                memory: r.memory.clone(),
-                pages: Arc::new(r.state.pages.clone()),
-            });
+            c.restore = config.restore.as_deref().map(restore_from);
             c
         });
         // The pager must own guest RAM before anything touches it, the boot data included.
@@ -277,6 +296,23 @@ impl Vm {
             }
             _ => None,
         };
+        // A migration's state comes now, the VM built as far as it can be without it: what
+        // took until here (the memory slot and the pager's tables, milliseconds per GiB each)
+        // ran while the source still ran the VM.
+        let received = match (&config.incoming, &pager) {
+            (Some(inc), Some(p)) => {
+                let snap = receive_state(inc, config, &opened.identities)?;
+                p.restore(&restore_from(&snap))?;
+                Some(snap)
+            }
+            (Some(_), None) => {
+                return Err(VmmError::Migration(
+                    "a migration's destination needs memvisor's pager".into(),
+                ))
+            }
+            (None, _) => None,
+        };
+        let restore = received.as_ref().or(config.restore.as_deref());
         let ram: Arc<dyn GuestRam> = match &pager {
             Some(p) => Arc::new(p.clone()),
             None => Arc::new(PlainRam::new(mem.clone())),
@@ -313,6 +349,7 @@ impl Vm {
             &ram,
             pager.as_ref(),
             config,
+            restore,
             std::mem::take(&mut opened.disks),
             events_tx.clone(),
             vcpus.clone(),
@@ -349,8 +386,8 @@ impl Vm {
                 Some(j) => snapshot::SnapshotPlace::Jailed(j.snapshots.clone()),
             },
         });
-        let (api, socket_file) = match (&config.api_sock, opened.api.take()) {
-            (Some(path), Some(listener)) => (
+        let (api, socket_file) = match opened.api.take() {
+            Some((listener, file)) => (
                 Some((
                     listener,
                     api::Control {
@@ -380,9 +417,9 @@ impl Vm {
                         migration: Default::default(),
                     },
                 )),
-                Some(memvisor_api::server::SocketFile::new(path.clone())),
+                Some(file),
             ),
-            _ => (None, None),
+            None => (None, None),
         };
         let supported_cpuid = kvm
             .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
@@ -702,11 +739,11 @@ fn build_devices(
     ram: &Arc<dyn GuestRam>,
     pager: Option<&Pager>,
     config: &VmConfig,
+    restore: Option<&snapshot::Snapshot>,
     images: Vec<OpenedDisk>,
     events: mpsc::Sender<VmEvent>,
     vcpus: Arc<Vcpus>,
 ) -> Result<Devices, VmmError> {
-    let restore = config.restore.as_deref();
     let mut pio = Bus::new();
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(VmmError::EventFd)?;
     vm.register_irqfd(&serial_irq, SERIAL_GSI)

@@ -25,7 +25,11 @@ pub(crate) struct Opened {
     /// migration says of each image (its size and modification time) is read through it, since
     /// a jailed VMM sees no path.
     pub(crate) identities: Vec<std::fs::File>,
-    pub(crate) api: Option<std::os::unix::net::UnixListener>,
+    /// The API socket, and its file, removed if the VM is never built.
+    pub(crate) api: Option<(
+        std::os::unix::net::UnixListener,
+        memvisor_api::server::SocketFile,
+    )>,
 }
 
 impl Opened {
@@ -59,7 +63,10 @@ impl Opened {
         let api = config
             .api_sock
             .as_deref()
-            .map(memvisor_api::server::bind)
+            .map(|path| {
+                memvisor_api::server::bind(path)
+                    .map(|l| (l, memvisor_api::server::SocketFile::new(path.to_path_buf())))
+            })
             .transpose()
             .map_err(VmmError::Api)?;
         Ok(Opened {

@@ -107,6 +107,28 @@ pub struct VmSnapshot {
     pub pages: SavedPages,
 }
 
+/// What a VM is made of apart from its state: what a migration's destination builds before
+/// the source pauses the VM (its memory's size, its vCPUs, its balloon, its disks by id).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmShape {
+    pub mem_size: u64,
+    pub vcpus: u8,
+    pub balloon: bool,
+    pub disks: Vec<String>,
+}
+
+impl VmSnapshot {
+    /// The shape of the VM this state is of.
+    pub fn shape(&self) -> VmShape {
+        VmShape {
+            mem_size: self.mem_size,
+            vcpus: self.vcpus,
+            balloon: self.balloon,
+            disks: self.disks.iter().map(|d| d.id.clone()).collect(),
+        }
+    }
+}
+
 /// Why a snapshot cannot be read, or does not fit the VM asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -328,15 +350,31 @@ impl Snapshot {
     /// Checks that the VM asked for can take this snapshot: the same disks, unchanged, and, if
     /// the snapshot names disk blocks, the Swap Mapper on.
     pub fn check_disks(&self, disks: &[DiskSpec], mapper: bool) -> Result<(), SnapshotError> {
+        let images: Vec<std::fs::File> = disks
+            .iter()
+            .map(|d| File::open(&d.1).map_err(io(&d.1)))
+            .collect::<Result<_, _>>()?;
+        self.check_images(disks, &images, mapper)
+    }
+
+    /// [`Snapshot::check_disks`] with each image read through a handle opened before (a
+    /// jailed VMM sees no path).
+    pub fn check_images(
+        &self,
+        disks: &[DiskSpec],
+        images: &[File],
+        mapper: bool,
+    ) -> Result<(), SnapshotError> {
         let ids: Vec<&str> = disks.iter().map(|d| d.0.as_str()).collect();
         let want: Vec<&str> = self.state.disks.iter().map(|d| d.id.as_str()).collect();
-        if ids != want {
+        if ids != want || images.len() != disks.len() {
             return Err(SnapshotError::Mismatch(format!(
                 "the snapshot's VM had disks {want:?}; give the same --disk flags (got {ids:?})"
             )));
         }
-        for (d, saved) in disks.iter().zip(&self.state.disks) {
-            let now = std::fs::metadata(&d.1)
+        for ((d, saved), image) in disks.iter().zip(&self.state.disks).zip(images) {
+            let now = image
+                .metadata()
                 .and_then(|m| DiskIdentity::of(d, &m))
                 .map_err(io(&d.1))?;
             if now.size != saved.size || now.modified_ns != saved.modified_ns {
@@ -430,6 +468,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Snapshotter {
+    /// The shape of the VM it writes.
+    pub fn shape(&self) -> VmShape {
+        VmShape {
+            mem_size: self.mem_size,
+            vcpus: self.vcpus,
+            balloon: self.balloon,
+            disks: self.disks.iter().map(|d| d.0 .0.clone()).collect(),
+        }
+    }
+
     /// Writes the VM to `req.dir` (module doc), then lets it run on or, with `req.stop`, leaves
     /// it paused for the caller to end once it has answered ([`Snapshotter::stop`]). An error
     /// leaves the VM as it was (running, if it ran) and says why.

@@ -1,7 +1,9 @@
 //! A migration's destination (`memvisor run --incoming ADDR --migration-token T`): listens,
-//! takes the one connection whose greeting carries the token, receives the VM's state, and,
-//! once the VM is built from it, tells the source, waits for the go-ahead and lets the vCPUs
-//! run. Guest memory is then a page store ([`RemotePages`]): a fault on a page that has not
+//! takes the one connection whose greeting carries the token and the VM's shape, builds the
+//! VM from the shape while the source runs it (everything that does not need its state: KVM,
+//! the memory slot, the files), tells the source, receives pre-copy's pages and the VM's
+//! state, and, once the state is in the VM, tells the source, waits for the go-ahead and lets
+//! the vCPUs run. Guest memory is then a page store ([`RemotePages`]): a fault on a page that has not
 //! arrived asks the source for it and waits; pages the source pushes are written to a local
 //! file by the `migrate-rx` thread, which acknowledges them.
 //!
@@ -15,14 +17,14 @@ use std::io::BufWriter;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use memvisor_pager::store::{PageStore, StoreCounters};
 use memvisor_pager::SavedKind;
 
 use super::wire::{self, Msg};
-use crate::snapshot::{self, Snapshot};
+use crate::snapshot::{self, Snapshot, VmShape};
 
 /// How long a connecting peer may take to greet, and the source to send the state.
 const GREETING: Duration = Duration::from_secs(10);
@@ -48,38 +50,66 @@ pub fn listen(addr: &str) -> Result<TcpListener, String> {
 
 /// A migration taken in, before the switch: the connection to its source.
 pub struct Incoming {
+    conn: Mutex<Conn>,
+    /// What the source says the VM is made of.
+    shape: VmShape,
+    /// The file for the pages that arrive (unlinked: a jailed VMM sees no path to make
+    /// another one for a next source).
+    local: File,
+    /// Guest memory, once the state has come.
+    remote: OnceLock<Arc<RemotePages>>,
+    /// Where and with what token a source may come (again): another one while the state has
+    /// not come, the same one after a break in post-copy (`migrate-recover`).
+    rejoin: Option<(TcpListener, String)>,
+}
+
+/// The connection to the source.
+struct Conn {
     peer: String,
     stream: TcpStream,
-    remote: Arc<RemotePages>,
-    /// Where and with what token the source may come back after a break (`migrate-recover`).
-    rejoin: Option<(TcpListener, String)>,
 }
 
 impl std::fmt::Debug for Incoming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Incoming")
-            .field("peer", &self.peer)
+            .field("peer", &lock(&self.conn).peer)
             .finish()
     }
 }
 
-/// Waits on `listener` for the source with `token`, and receives the VM's state; the local
-/// file for pushed pages is made (and unlinked at once) in `dir`. Connections that fail
-/// before the state is whole are refused or dropped, and waiting goes on.
-pub fn accept(
+/// Waits on `listener` for the source with `token`, and takes the VM's shape; the local file
+/// for the pages that will arrive is made (and unlinked at once) in `dir`. Connections that
+/// fail before the shape is whole are refused or dropped, and waiting goes on.
+pub fn accept(listener: &TcpListener, token: &str, dir: &Path) -> Result<Incoming, String> {
+    let local = local_file(dir).map_err(|e| {
+        format!(
+            "cannot make a file for guest pages in {}: {e}",
+            dir.display()
+        )
+    })?;
+    let (conn, shape) = next_source(listener, token, None)?;
+    Ok(Incoming {
+        conn: Mutex::new(conn),
+        shape,
+        local,
+        remote: OnceLock::new(),
+        rejoin: listener.try_clone().ok().map(|l| (l, token.to_owned())),
+    })
+}
+
+/// The next source on `listener` that greets with `token` (and, when `shape` is given, has a
+/// VM of that shape), and its VM's shape.
+fn next_source(
     listener: &TcpListener,
     token: &str,
-    dir: &Path,
-) -> Result<(Snapshot, Incoming), String> {
+    shape: Option<&VmShape>,
+) -> Result<(Conn, VmShape), String> {
     loop {
         let (stream, peer) = listener
             .accept()
             .map_err(|e| format!("waiting for a migration failed: {e}"))?;
-        match take(stream, &peer.to_string(), token, dir) {
-            Ok((snap, mut inc)) => {
-                inc.rejoin = listener.try_clone().ok().map(|l| (l, token.to_owned()));
-                return Ok((snap, inc));
-            }
+        match take(stream, &peer.to_string(), token, shape) {
+            Ok(c) => return Ok(c),
             Err(why) => eprintln!("memvisor: migration from {peer} refused: {why}; still waiting"),
         }
     }
@@ -89,8 +119,8 @@ fn take(
     stream: TcpStream,
     peer: &str,
     token: &str,
-    dir: &Path,
-) -> Result<(Snapshot, Incoming), String> {
+    want: Option<&VmShape>,
+) -> Result<(Conn, VmShape), String> {
     let io = |e: std::io::Error| e.to_string();
     stream.set_nodelay(true).map_err(io)?;
     stream.set_read_timeout(Some(GREETING)).map_err(io)?;
@@ -116,99 +146,21 @@ fn take(
         Err(e) => return Err(format!("not a migration ({e})")),
     }
     wire::send(&mut w, &Msg::Accepted).map_err(io)?;
-    stream.set_read_timeout(Some(STATE)).map_err(io)?;
-    let local = local_file(dir).map_err(|e| {
-        format!(
-            "cannot make a file for guest pages in {}: {e}",
-            dir.display()
-        )
-    })?;
-    // Pre-copy's pages, until the state: written to the local file; `pre` says which are
-    // here and not stale.
-    let mut pre: Vec<bool> = Vec::new();
-    let bytes = loop {
-        match wire::recv(&mut r).map_err(io)? {
-            Msg::State(b) => break b,
-            Msg::Pages { first, data } => {
-                let count = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
-                let end = first
-                    .checked_add(count)
-                    .filter(|&e| u64::from(e) <= MAX_PAGES)
-                    .ok_or(format!("pre-copy pages {first}..+{count} are out of range"))?;
-                local
-                    .write_all_at(&data, u64::from(first) * PAGE as u64)
-                    .map_err(|e| format!("writing pre-copy pages failed ({e})"))?;
-                if pre.len() < end as usize {
-                    pre.resize(end as usize, false);
-                }
-                pre[first as usize..end as usize].fill(true);
-            }
-            Msg::Stale { first, count } => {
-                let end = (first.saturating_add(count) as usize).min(pre.len());
-                if let Some(stale) = pre.get_mut(first as usize..end) {
-                    stale.fill(false);
-                }
-            }
-            m => return Err(format!("expected the state, got {m:?}")),
-        }
+    let shape: VmShape = match wire::recv(&mut r).map_err(io)? {
+        Msg::Shape(b) => serde_json::from_slice(&b).map_err(|e| format!("its shape: {e}"))?,
+        m => return Err(format!("expected the VM's shape, got {m:?}")),
     };
-    let state = snapshot::decode_state(&bytes).map_err(|e| format!("its state: {e}"))?;
-    if pre.len() > state.pages.pages as usize {
-        return Err(format!(
-            "pre-copy sent page {}, the VM has {} pages",
-            pre.len() - 1,
-            state.pages.pages
-        ));
+    if let Some(want) = want.filter(|&w| *w != shape) {
+        return refuse(
+            w,
+            &format!("its VM is {shape:?}; the VM built here from an earlier source is {want:?}"),
+        );
     }
-    local.set_len(state.mem_size).map_err(io)?;
-    let mut got = vec![true; state.pages.pages as usize];
-    let mut missing = 0;
-    let mut held = 0u64;
-    for run in state
-        .pages
-        .runs
-        .iter()
-        .filter(|r| r.kind == SavedKind::Copied)
-    {
-        for p in run.first..run.first + run.count {
-            let here = pre.get(p as usize) == Some(&true);
-            got[p as usize] = here;
-            missing += u32::from(!here);
-            held += u64::from(here);
-        }
-    }
-    if !pre.is_empty() {
-        tracing::info!("migration: {held} pages are here from pre-copy, {missing} to come");
-    }
-    let remote = Arc::new(RemotePages {
+    let conn = Conn {
         peer: peer.to_owned(),
-        file: local,
-        have: Mutex::new(Have {
-            got,
-            missing,
-            live: false,
-            broken: None,
-            connection: 0,
-        }),
-        arrived: Condvar::new(),
-        tx: Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)),
-        requested: std::sync::atomic::AtomicU64::new(0),
-        counters: StoreCounters::default(),
-    });
-    let snap = Snapshot {
-        dir: format!("migration from {peer}").into(),
-        state,
-        memory: remote.clone(),
+        stream,
     };
-    Ok((
-        snap,
-        Incoming {
-            peer: peer.to_owned(),
-            stream,
-            remote,
-            rejoin: None,
-        },
-    ))
+    Ok((conn, shape))
 }
 
 /// A new file in `dir`, unlinked at once: it lives as long as it is open.
@@ -224,7 +176,137 @@ fn local_file(dir: &Path) -> std::io::Result<File> {
 }
 
 impl Incoming {
-    /// With the VM built and its vCPUs not started: tells the source, waits for the go-ahead,
+    /// What the source says the VM is made of: the VM to build before its state comes.
+    pub fn shape(&self) -> &VmShape {
+        &self.shape
+    }
+
+    /// With the VM built from the shape: tells the source, takes pre-copy's pages into the
+    /// local file until the state comes, and gives the state with guest memory as a page store
+    /// of what has arrived and what is still on the source. A source whose connection fails
+    /// before its state is whole is dropped with what it sent, and the next source with a VM of
+    /// the same shape is waited for.
+    pub fn receive_state(&self) -> Result<Snapshot, String> {
+        let mut conn = lock(&self.conn);
+        loop {
+            match self.state_from(&mut conn) {
+                Ok(snap) => return Ok(snap),
+                Err(why) => {
+                    let Some((listener, token)) = &self.rejoin else {
+                        return Err(why);
+                    };
+                    eprintln!(
+                        "memvisor: migration from {} dropped before its state: {why}; still waiting",
+                        conn.peer
+                    );
+                    *conn = next_source(listener, token, Some(&self.shape))?.0;
+                }
+            }
+        }
+    }
+
+    fn state_from(&self, conn: &mut Conn) -> Result<Snapshot, String> {
+        let peer = conn.peer.clone();
+        let io = |e: std::io::Error| format!("the migration from {peer}: {e}");
+        if self.remote.get().is_some() {
+            return Err(format!(
+                "the migration from {peer}: its state was taken already"
+            ));
+        }
+        // What an earlier source sent is not this one's.
+        let local = &self.local;
+        local.set_len(0).map_err(io)?;
+        let (mut r, mut w) = (&conn.stream, &conn.stream);
+        wire::send(&mut w, &Msg::Built).map_err(io)?;
+        conn.stream.set_read_timeout(Some(STATE)).map_err(io)?;
+        // Pre-copy's pages, until the state: written to the local file; `pre` says which are
+        // here and not stale.
+        let mut pre: Vec<bool> = Vec::new();
+        let bytes = loop {
+            match wire::recv(&mut r).map_err(io)? {
+                Msg::State(b) => break b,
+                Msg::Pages { first, data } => {
+                    let count = u32::try_from(data.len() / PAGE).unwrap_or(u32::MAX);
+                    let end = first
+                        .checked_add(count)
+                        .filter(|&e| u64::from(e) <= MAX_PAGES)
+                        .ok_or(format!("pre-copy pages {first}..+{count} are out of range"))?;
+                    local
+                        .write_all_at(&data, u64::from(first) * PAGE as u64)
+                        .map_err(|e| format!("writing pre-copy pages failed ({e})"))?;
+                    if pre.len() < end as usize {
+                        pre.resize(end as usize, false);
+                    }
+                    pre[first as usize..end as usize].fill(true);
+                }
+                Msg::Stale { first, count } => {
+                    let end = (first.saturating_add(count) as usize).min(pre.len());
+                    if let Some(stale) = pre.get_mut(first as usize..end) {
+                        stale.fill(false);
+                    }
+                }
+                m => return Err(format!("expected the state, got {m:?}")),
+            }
+        };
+        let state = snapshot::decode_state(&bytes).map_err(|e| format!("its state: {e}"))?;
+        if state.shape() != self.shape {
+            return Err(format!(
+                "its state is of a VM {:?}, not the {:?} its shape said",
+                state.shape(),
+                self.shape
+            ));
+        }
+        if pre.len() > state.pages.pages as usize {
+            return Err(format!(
+                "pre-copy sent page {}, the VM has {} pages",
+                pre.len() - 1,
+                state.pages.pages
+            ));
+        }
+        local.set_len(state.mem_size).map_err(io)?;
+        let mut got = vec![true; state.pages.pages as usize];
+        let mut missing = 0;
+        let mut held = 0u64;
+        for run in state
+            .pages
+            .runs
+            .iter()
+            .filter(|r| r.kind == SavedKind::Copied)
+        {
+            for p in run.first..run.first + run.count {
+                let here = pre.get(p as usize) == Some(&true);
+                got[p as usize] = here;
+                missing += u32::from(!here);
+                held += u64::from(here);
+            }
+        }
+        if !pre.is_empty() {
+            tracing::info!("migration: {held} pages are here from pre-copy, {missing} to come");
+        }
+        let remote = Arc::new(RemotePages {
+            peer: peer.clone(),
+            file: local.try_clone().map_err(io)?,
+            have: Mutex::new(Have {
+                got,
+                missing,
+                live: false,
+                broken: None,
+                connection: 0,
+            }),
+            arrived: Condvar::new(),
+            tx: Mutex::new(BufWriter::new(conn.stream.try_clone().map_err(io)?)),
+            requested: std::sync::atomic::AtomicU64::new(0),
+            counters: StoreCounters::default(),
+        });
+        let _ = self.remote.set(remote.clone());
+        Ok(Snapshot {
+            dir: format!("migration from {peer}").into(),
+            state,
+            memory: remote,
+        })
+    }
+
+    /// With the VM built from its state and its vCPUs not started: tells the source, waits for the go-ahead,
     /// and starts `migrate-rx`, which calls `pause` if the connection breaks with pages
     /// missing, waits for the source to come back (`migrate-recover`), and calls `resume` once
     /// it has. An error leaves the VM unstarted (the source then runs it on).
@@ -233,16 +315,22 @@ impl Incoming {
         pause: impl Fn(String) + Send + 'static,
         resume: impl Fn() + Send + 'static,
     ) -> Result<(), String> {
-        let peer = &self.peer;
+        let conn = lock(&self.conn);
+        let peer = &conn.peer;
         let io = |e: std::io::Error| format!("the migration from {peer}: {e}");
-        wire::send(&mut *lock(&self.remote.tx), &Msg::Ready).map_err(io)?;
-        match wire::recv(&mut &self.stream).map_err(io)? {
+        let remote = self
+            .remote
+            .get()
+            .ok_or_else(|| format!("the migration from {peer}: its state never came"))?
+            .clone();
+        wire::send(&mut *lock(&remote.tx), &Msg::Ready).map_err(io)?;
+        match wire::recv(&mut &conn.stream).map_err(io)? {
             Msg::Go => {}
             m => return Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
         }
-        self.stream.set_read_timeout(None).map_err(io)?;
-        let mut r = self.stream.try_clone().map_err(io)?;
-        let remote = self.remote.clone();
+        conn.stream.set_read_timeout(None).map_err(io)?;
+        let mut r = conn.stream.try_clone().map_err(io)?;
+        let receiving = remote.clone();
         let rejoin = match &self.rejoin {
             Some((l, t)) => Some((l.try_clone().map_err(io)?, t.clone())),
             None => None,
@@ -265,13 +353,13 @@ impl Incoming {
             .spawn(move || {
                 memvisor_seccomp::confine(memvisor_seccomp::Thread::MigrateRx);
                 loop {
-                    if !remote.receive(&mut r, &pause) {
+                    if !receiving.receive(&mut r, &pause) {
                         return;
                     }
                     let Some((listener, token)) = &rejoin else {
                         return;
                     };
-                    match remote.rejoin(listener, token) {
+                    match receiving.rejoin(listener, token) {
                         Ok(again) => {
                             r = again;
                             let _ = back.send(());
@@ -284,8 +372,8 @@ impl Incoming {
                 }
             })
             .map_err(|e| format!("cannot start the migration receiver: {e}"))?;
-        lock(&self.remote.have).live = true;
-        self.remote.arrived.notify_all();
+        lock(&remote.have).live = true;
+        remote.arrived.notify_all();
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! A migration's source (`PUT /vm/migrate`): connects to the destination, proves the token,
-//! runs the pre-copy rounds asked for with the VM running (`precopy.rs`), pauses the VM and
+//! sends the VM's shape and waits while the destination builds it, runs the pre-copy rounds
+//! asked for with the VM running (`precopy.rs`), pauses the VM and
 //! sends its state (the snapshot's, `snapshot.rs`), lets the destination go, then serves the
 //! pages its faults ask for and pushes the rest, the working set first, until every page is
 //! acknowledged, freeing each page here once it is; the VM then ends here.
@@ -29,7 +30,8 @@ use super::wire::{self, Msg};
 use crate::lifecycle::Lifecycle;
 use crate::snapshot::{self, Snapshotter};
 
-/// How long the destination may take to answer the greeting, and to build the VM.
+/// How long the destination may take to answer the greeting, to build the VM from its shape,
+/// and to take its state.
 const GREETING: Duration = Duration::from_secs(30);
 const BUILD: Duration = Duration::from_secs(120);
 /// Pages pushed per message.
@@ -283,6 +285,17 @@ fn run(
     let (mut r, mut w, mut sent) =
         connect(to, &hello).map_err(|e| format!("{e}: nothing moved, the VM runs on here"))?;
     let io = |e: std::io::Error| format!("the connection to {to}: {e}; the VM runs on here");
+
+    // The destination builds the VM from its shape while it runs here: what building takes
+    // (the memory slot alone is milliseconds per GiB) stays out of the downtime.
+    let shape = serde_json::to_vec(&snap.shape()).map_err(|e| e.to_string())?;
+    sent += wire::send(&mut w, &Msg::Shape(shape)).map_err(io)?;
+    r.set_read_timeout(Some(BUILD)).map_err(io)?;
+    match wire::recv(&mut r).map_err(io)? {
+        Msg::Built => {}
+        m => return Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
+    }
+    r.set_read_timeout(None).map_err(io)?;
 
     // Pre-copy, the VM running here; a failure leaves it running, the destination waiting.
     let log = match req.precopy_rounds {

@@ -1,5 +1,6 @@
 //! The migration stream's messages (docs/migration.md): the source's greeting with the token,
-//! the destination's answer, pre-copy's pages and the runs of them written since, the VM's state, the switch, and in post-copy page requests,
+//! the destination's answer, the VM's shape and the destination's word that it is built,
+//! pre-copy's pages and the runs of them written since, the VM's state, the switch, and in post-copy page requests,
 //! pages and acknowledgements. Every message is a one-byte tag and two little-endian u32s;
 //! a state and a run of pages carry their bytes after that.
 
@@ -8,10 +9,12 @@ use std::io::{Read, Write};
 /// The first bytes the source sends.
 pub const MAGIC: &[u8; 8] = b"MVMIGRAT";
 /// The protocol version both ends must speak.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The longest token accepted, and the largest state (bytes).
 pub const MAX_TOKEN: u32 = 4096;
 pub const MAX_STATE: u32 = 256 << 20;
+/// The largest shape (bytes).
+pub const MAX_SHAPE: u32 = 1 << 20;
 /// The most pages one message carries.
 pub const MAX_RUN: u32 = 256;
 const PAGE: u32 = 4096;
@@ -28,6 +31,12 @@ pub enum Msg {
     Accepted,
     /// Destination → source: the token (or version) is wrong; the connection closes.
     Refused,
+    /// Source → destination, right after `Accepted`: what the VM is made of apart from its
+    /// state (`snapshot::VmShape`, JSON), so that the destination builds it while it runs here.
+    Shape(Vec<u8>),
+    /// Destination → source: the VM is built but for its state; pre-copy and the pause may
+    /// begin.
+    Built,
     /// Source → destination, before the state: pages `first..first + count` sent in a
     /// pre-copy round have been written since; the destination waits for them again.
     Stale { first: u32, count: u32 },
@@ -53,6 +62,8 @@ fn tag(m: &Msg) -> u8 {
         Msg::Rejoin { .. } => b'J',
         Msg::Accepted => b'K',
         Msg::Refused => b'X',
+        Msg::Shape(_) => b'V',
+        Msg::Built => b'B',
         Msg::Stale { .. } => b'W',
         Msg::State(_) => b'S',
         Msg::Ready => b'Y',
@@ -71,7 +82,7 @@ pub fn send(w: &mut impl Write, m: &Msg) -> std::io::Result<u64> {
         Msg::Hello { version, token } | Msg::Rejoin { version, token } => {
             (*version, len(token)?, token)
         }
-        Msg::State(s) => (len(s)?, 0, s),
+        Msg::State(s) | Msg::Shape(s) => (len(s)?, 0, s),
         Msg::Request { first, count } | Msg::Ack { first, count } | Msg::Stale { first, count } => {
             (*first, *count, &[])
         }
@@ -119,6 +130,8 @@ pub fn recv(r: &mut impl Read) -> std::io::Result<Msg> {
         b'K' => Msg::Accepted,
         b'X' => Msg::Refused,
         b'S' => Msg::State(body(r, a, MAX_STATE, "a state")?),
+        b'V' => Msg::Shape(body(r, a, MAX_SHAPE, "a shape")?),
+        b'B' => Msg::Built,
         b'Y' => Msg::Ready,
         b'G' => Msg::Go,
         b'Q' => Msg::Request { first: a, count: b },
@@ -165,6 +178,8 @@ mod tests {
             },
             Msg::Accepted,
             Msg::Refused,
+            Msg::Shape(b"{}".to_vec()),
+            Msg::Built,
             Msg::State(vec![1, 2, 3]),
             Msg::Ready,
             Msg::Go,

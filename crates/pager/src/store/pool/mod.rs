@@ -400,7 +400,8 @@ impl Pool {
 pub struct SwapStore {
     pub file: SwapFile,
     pub pool: Option<Pool>,
-    pub saved: Option<(Block, std::sync::Arc<dyn PageStore>)>,
+    /// Set once, before the guest runs, by `Pager::restore`.
+    pub saved: std::sync::OnceLock<(Block, std::sync::Arc<dyn PageStore>)>,
 }
 
 impl SwapStore {
@@ -442,7 +443,7 @@ impl PageStore for SwapStore {
     /// A run that reaches the snapshot's blocks reads them from its memory file, the rest from
     /// the swap file.
     fn read(&self, first: Block, buf: &mut [u8]) -> std::io::Result<()> {
-        let Some((base, saved)) = &self.saved else {
+        let Some((base, saved)) = self.saved.get() else {
             return self.read_swap(first, buf);
         };
         let below = (base.saturating_sub(first) as usize * PAGE_SIZE).min(buf.len());
@@ -528,7 +529,7 @@ mod tests {
             SwapStore {
                 file,
                 pool: Some(Pool::new(cap, 0.8, how, chunk).unwrap()),
-                saved: None,
+                saved: std::sync::OnceLock::new(),
             },
         )
     }
