@@ -489,16 +489,15 @@ fn released_pages_that_come_back_before_they_are_recorded_lose_nothing() {
     // Nothing is left for the bookkeeping after the answer (the statistics recorded it all),
     // and a second release loses nothing either.
     (g.pager.after_release())();
-    // On a loaded machine the refaulted pages may not all be mirrors again yet when it asks
-    // (one failed CI run released none): it asks until some are, for 10 s at most.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let again = loop {
-        let again = g.pager.release_clean(BLOCKS, false).unwrap();
-        if again.released_pages > 0 || std::time::Instant::now() > deadline {
-            break again;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // The first release left the limit at what the VM then held, so reclaim has dropped again
+    // whichever refaulted mirrors its random order picked (once in about five runs, all of
+    // them): with the limit lifted and every page read again, the second release has mirrors
+    // to take.
+    g.pager.set_limit(None).unwrap();
+    for p in 0..PAGES {
+        g.check(p);
+    }
+    let again = g.pager.release_clean(BLOCKS, false).unwrap();
     assert!(again.released_pages > 0, "{again:?}");
     for p in (0..PAGES).rev() {
         g.check(p);
