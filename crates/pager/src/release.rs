@@ -51,6 +51,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
 use memvisor_devices::ram::{dontneed, GuestRange};
+use vmm_sys_util::eventfd::EventFd;
 
 use crate::core::{limit_to_bytes, PagerCore, PagerError, Pages, MIN_LIMIT};
 use crate::digest::Digest;
@@ -221,8 +222,10 @@ pub(crate) fn release_clean(
         ..ReleaseOutcome::default()
     };
     let mut times = Times::default();
-    let cpu0 = thread_cpu_us();
-    let queued0 = tracing::enabled!(tracing::Level::DEBUG).then(thread_queued_us);
+    // For the debug line alone: a clock read and a /proc read a release need not make otherwise.
+    let debug = tracing::enabled!(tracing::Level::DEBUG);
+    let cpu0 = debug.then(thread_cpu_us);
+    let queued0 = debug.then(thread_queued_us);
     let mut lap = Instant::now();
     let mut split = |t: &mut u64| {
         let now = Instant::now();
@@ -435,7 +438,7 @@ pub(crate) fn release_clean(
         out.released_pages,
         out.changed_pages,
         out.micros,
-        thread_cpu_us().saturating_sub(cpu0),
+        cpu0.map_or(0, |c| thread_cpu_us().saturating_sub(c)),
         queued0.map_or(0, |q| thread_queued_us().saturating_sub(q)),
         times.pick,
         times.check,
@@ -457,7 +460,7 @@ pub(crate) fn release_clean(
 /// them ([`Releases::serve`]).
 pub(crate) struct Releases {
     /// An eventfd the pager thread polls beside the userfaultfd.
-    wake: std::os::fd::OwnedFd,
+    wake: EventFd,
     asked: Mutex<(mpsc::Sender<Asked>, mpsc::Receiver<Asked>)>,
     /// The pager thread serves releases; `false` once it has stopped.
     serving: std::sync::atomic::AtomicBool,
@@ -474,15 +477,8 @@ struct Asked {
 
 impl Releases {
     pub fn new() -> std::io::Result<Releases> {
-        // SAFETY: no pointers are passed; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let wake = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         Ok(Releases {
-            wake,
+            wake: EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?,
             asked: Mutex::new(mpsc::channel()),
             serving: std::sync::atomic::AtomicBool::new(true),
         })
@@ -509,13 +505,8 @@ impl Releases {
                 answer,
             });
         }
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to the eventfd this struct owns.
-        if unsafe { libc::write(self.fd(), one.as_ptr().cast(), one.len()) } < 0 {
-            tracing::debug!(
-                "pager: cannot wake the pager thread for a release: {}",
-                std::io::Error::last_os_error()
-            );
+        if let Err(e) = self.wake.write(1) {
+            tracing::debug!("pager: cannot wake the pager thread for a release: {e}");
         }
         // The pager thread answers every release it takes; if it stops first, those left are
         // dropped with it (`stopped`), their answers too.
@@ -525,10 +516,8 @@ impl Releases {
     /// The pager thread: serves the releases asked since the last call, each in one hold of
     /// the page lock ([`release_clean`]).
     pub fn serve(&self, core: &PagerCore, takeover: &Takeover) {
-        let mut count = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live buffer from the eventfd this struct owns
-        // (non-blocking: nothing to read is not an error here).
-        let _ = unsafe { libc::read(self.fd(), count.as_mut_ptr().cast(), count.len()) };
+        // Non-blocking: nothing to read is not an error here.
+        let _ = self.wake.read();
         loop {
             let next = {
                 let asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
