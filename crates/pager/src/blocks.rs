@@ -26,7 +26,7 @@ impl BlockMap {
     }
 
     /// A map of `blocks` swap-file blocks followed by `saved` blocks of a snapshot's memory
-    /// file, which are only ever taken with [`Self::take_saved`], one per restored page.
+    /// file, which are only ever taken with [`Self::take_saved_run`], one per restored page.
     pub fn with_saved(blocks: u32, saved: u32) -> Self {
         let mut m = BlockMap::new(blocks.saturating_add(saved));
         m.saved_base = blocks;
@@ -43,11 +43,14 @@ impl BlockMap {
         b >= self.saved_base
     }
 
-    /// Takes the reference of the restored page whose content is saved block `b`.
-    pub fn take_saved(&mut self, b: Block) {
-        debug_assert!(self.is_saved(b) && self.refs[b as usize] == 0);
-        self.refs[b as usize] = 1;
-        self.used += 1;
+    /// Takes the references of the `count` restored pages whose contents are saved blocks
+    /// `b..`, one each.
+    pub fn take_saved_run(&mut self, b: Block, count: u32) {
+        debug_assert!(self.is_saved(b));
+        let run = &mut self.refs[b as usize..(b + count) as usize];
+        debug_assert!(run.iter().all(|&r| r == 0));
+        run.fill(1);
+        self.used += count;
     }
 
     pub fn in_use(&self) -> u32 {
@@ -160,7 +163,7 @@ mod tests {
     #[test]
     fn saved_blocks_are_never_handed_out() {
         let mut m = BlockMap::with_saved(4, 4);
-        m.take_saved(5);
+        m.take_saved_run(5, 1);
         assert!(m.is_saved(5) && !m.is_saved(3));
         assert_eq!(m.alloc(8), vec![0, 1, 2, 3], "only the swap file's blocks");
         m.drop_ref(5);

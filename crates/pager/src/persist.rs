@@ -212,24 +212,25 @@ pub(crate) fn restore_states(
     }
     let base = table.blocks.saved_base();
     for r in &saved.runs {
-        for i in 0..r.count {
-            let p = r.first + i;
-            let s = match r.kind {
-                SavedKind::Zero => continue,
-                SavedKind::Copied => PageState::Swapped(base + p),
-                SavedKind::Ballooned => PageState::Ballooned,
-                SavedKind::Reported => PageState::Reported,
-                SavedKind::Disk { .. } if !table.mech.mapper => {
-                    return Err(
-                        "the snapshot refers to guest disk blocks: restore it with --mapper".into(),
-                    )
+        let first = r.first;
+        match r.kind {
+            SavedKind::Zero => {}
+            SavedKind::Copied => {
+                table.restore_run(first, r.count, PageState::Swapped(base + first))
+            }
+            SavedKind::Ballooned => table.restore_run(first, r.count, PageState::Ballooned),
+            SavedKind::Reported => table.restore_run(first, r.count, PageState::Reported),
+            SavedKind::Disk { .. } if !table.mech.mapper => {
+                return Err(
+                    "the snapshot refers to guest disk blocks: restore it with --mapper".into(),
+                )
+            }
+            SavedKind::Disk { disk, block } => {
+                for i in 0..r.count {
+                    let block = block.checked_add(i).ok_or("a disk block overflows")?;
+                    table.restore_on_disk(first + i, ImageBlock { disk, block });
                 }
-                SavedKind::Disk { disk, block } => PageState::OnDisk(ImageBlock {
-                    disk,
-                    block: block.checked_add(i).ok_or("a disk block overflows")?,
-                }),
-            };
-            table.restore(p, s);
+            }
         }
     }
     Ok(())
@@ -243,10 +244,26 @@ impl PagerCore {
     pub(crate) fn migration_pages(&self) -> SavedPages {
         let pages = self.lock();
         let table = &pages.table;
+        let states = table.states();
         let mut saved = SavedPages::default();
-        let mut in_ram = Vec::new();
-        for p in 0..table.len() {
-            let state = table.state(p);
+        let mut in_ram: Vec<(PageIdx, u32)> = Vec::new();
+        // Run by run of one state (this is in a migration's downtime): only a mirror needs a
+        // look of its own.
+        let mut first: PageIdx = 0;
+        while first < table.len() {
+            let state = states[first as usize];
+            let same = std::mem::discriminant(&state);
+            let count = match state {
+                PageState::Mirrored(_) | PageState::OnDisk(_) => 1,
+                _ => {
+                    let rest = &states[first as usize + 1..];
+                    let n = rest
+                        .iter()
+                        .position(|s| std::mem::discriminant(s) != same)
+                        .unwrap_or(rest.len());
+                    1 + u32::try_from(n).unwrap_or(0)
+                }
+            };
             let plain =
                 !pages.attached && !matches!(state, PageState::Ballooned | PageState::Reported);
             let kind = match state {
@@ -257,8 +274,8 @@ impl PagerCore {
                 PageState::OnDisk(ImageBlock { disk, block }) => SavedKind::Disk { disk, block },
                 PageState::Mirrored(ib) => {
                     let same = table
-                        .mirror_digest(p)
-                        .is_none_or(|want| self.digest.page(self.resident(p)) == want);
+                        .mirror_digest(first)
+                        .is_none_or(|want| self.digest.page(self.resident(first)) == want);
                     match same {
                         true => SavedKind::Disk {
                             disk: ib.disk,
@@ -270,12 +287,16 @@ impl PagerCore {
                 _ => SavedKind::Copied,
             };
             if pages.attached && crate::state::page_state::is_resident(state) {
-                in_ram.push(p);
+                match in_ram.last_mut() {
+                    Some((f, n)) if *f + *n == first => *n += count,
+                    _ => in_ram.push((first, count)),
+                }
             }
-            saved.push(p, kind);
+            saved.push_run(first, count, kind);
+            first += count;
         }
         saved.pages = table.len();
-        saved.prefetch = self.map.region_runs(&in_ram);
+        saved.prefetch = self.map.split_runs(&in_ram);
         saved
     }
 

@@ -64,7 +64,13 @@ pub struct SavedPages {
 impl SavedPages {
     /// Adds page `p` (the next one) as `kind`.
     pub fn push(&mut self, p: PageIdx, kind: SavedKind) {
-        self.pages = p + 1;
+        self.push_run(p, 1, kind);
+    }
+
+    /// Adds pages `first..first + count` (the next ones) as `kind` (of a disk, blocks from
+    /// `kind`'s on).
+    pub fn push_run(&mut self, first: PageIdx, count: u32, kind: SavedKind) {
+        self.pages = first + count;
         if let Some(last) = self.runs.last_mut() {
             let follows = match (last.kind, kind) {
                 (SavedKind::Disk { disk, block }, SavedKind::Disk { disk: d, block: b }) => {
@@ -72,16 +78,12 @@ impl SavedPages {
                 }
                 (a, b) => a == b,
             };
-            if follows && last.first + last.count == p {
-                last.count += 1;
+            if follows && last.first + last.count == first {
+                last.count += count;
                 return;
             }
         }
-        self.runs.push(SavedRun {
-            first: p,
-            count: 1,
-            kind,
-        });
+        self.runs.push(SavedRun { first, count, kind });
     }
 
     /// Pages of each kind: (copied, zero, on disk, released).

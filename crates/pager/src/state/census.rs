@@ -38,11 +38,16 @@ impl Census {
 
     /// Moves one page from the counters of state `from` to those of `to`.
     pub fn moved(&mut self, from: PageState, to: PageState) {
+        self.moved_n(from, to, 1);
+    }
+
+    /// Moves `n` pages from the counters of state `from` to those of `to`.
+    pub fn moved_n(&mut self, from: PageState, to: PageState, n: u32) {
         for c in self.slots(from).into_iter().flatten() {
-            *c -= 1;
+            *c -= n;
         }
         for c in self.slots(to).into_iter().flatten() {
-            *c += 1;
+            *c += n;
         }
     }
 }

@@ -120,6 +120,11 @@ impl StateTable {
         self.pages[p as usize]
     }
 
+    /// Every page's state, in page order.
+    pub fn states(&self) -> &[PageState] {
+        &self.pages
+    }
+
     pub fn resident(&self) -> u32 {
         self.victims.len()
     }
@@ -478,14 +483,33 @@ impl StateTable {
         is_resident(was)
     }
 
-    /// Puts never-touched `p` in the state a restored snapshot gives it: `Swapped` to its saved
-    /// block (`BlockMap::take_saved`), `OnDisk`, `Ballooned` or `Reported`.
-    pub fn restore(&mut self, p: PageIdx, s: PageState) {
+    /// Puts never-touched `p` on disk block `ib`, as a restored snapshot records it: linked to
+    /// the block, as the Swap Mapper follows guest writes to it. Other states go by runs
+    /// ([`Self::restore_run`]).
+    pub fn restore_on_disk(&mut self, p: PageIdx, ib: ImageBlock) {
         debug_assert_eq!(self.state(p), PageState::Zero);
-        if let PageState::Swapped(b) = s {
-            self.blocks.take_saved(b);
+        self.set(p, PageState::OnDisk(ib));
+    }
+
+    /// Puts never-touched run `first..first + count` in the state a restored snapshot gives
+    /// it, one that nothing beside the table and its counts follows: `Swapped(b)` (the pages
+    /// on saved blocks `b..`), `Ballooned` or `Reported`. Most of a large guest's snapshot is
+    /// such runs, and a migration's destination restores them with its vCPUs stopped: at
+    /// memory speed, not through [`Self::set`]'s bookkeeping of each page.
+    pub fn restore_run(&mut self, first: PageIdx, count: u32, s: PageState) {
+        let run = &mut self.pages[first as usize..(first + count) as usize];
+        debug_assert!(run.iter().all(|&s| s == PageState::Zero));
+        match s {
+            PageState::Swapped(b) => {
+                self.blocks.take_saved_run(b, count);
+                for (slot, b) in run.iter_mut().zip(b..) {
+                    *slot = PageState::Swapped(b);
+                }
+            }
+            PageState::Ballooned | PageState::Reported => run.fill(s),
+            _ => unreachable!("restore_run of {s:?}"),
         }
-        self.set(p, s);
+        self.census.moved_n(PageState::Zero, s, count);
     }
 
     /// Records that `p` is mapped, content unknown (found present when guest RAM was taken over).

@@ -93,23 +93,30 @@ impl RamMap {
 
     /// Splits the run `first..first + n` where it crosses from one mapping into the next.
     pub fn split_by_region(&self, first: PageIdx, n: u32) -> Vec<(PageIdx, u32)> {
-        let mut out: Vec<(PageIdx, u32)> = Vec::new();
-        for q in first..first + n {
-            match out.last_mut() {
-                Some((f, c)) if self.same_region(*f, q) => *c += 1,
-                _ => out.push((q, 1)),
-            }
-        }
-        out
+        self.split_runs(&[(first, n)])
     }
 
     /// Runs of consecutive pages among sorted `pages`, each inside one mapping: what one
     /// syscall may cover.
     pub fn region_runs(&self, pages: &[PageIdx]) -> Vec<(PageIdx, u32)> {
-        runs(pages)
-            .into_iter()
-            .flat_map(|(first, n)| self.split_by_region(first, n))
-            .collect()
+        self.split_runs(&runs(pages))
+    }
+
+    /// `runs` (`(first, count)` in page order), each split where it crosses from one mapping
+    /// into the next: the mappings number the pages in order, so a run splits at their ends,
+    /// however long it is.
+    pub fn split_runs(&self, runs: &[(PageIdx, u32)]) -> Vec<(PageIdx, u32)> {
+        let mut out = Vec::with_capacity(runs.len());
+        for &(first, n) in runs {
+            let end = first.saturating_add(n);
+            for r in &self.regions {
+                let (a, b) = (first.max(r.first), end.min(r.first + r.pages));
+                if a < b {
+                    out.push((a, b - a));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -151,5 +158,13 @@ mod tests {
         assert_eq!(m.page_of_host(m.host(6) + 12), Some(6));
         assert!(m.same_region(0, 3) && !m.same_region(3, 4));
         assert_eq!(m.split_by_region(2, 4), vec![(2, 2), (4, 2)]);
+        assert_eq!(
+            m.split_runs(&[(0, 1), (2, 6)]),
+            vec![(0, 1), (2, 2), (4, 4)]
+        );
+        assert_eq!(
+            m.region_runs(&[1, 2, 3, 4, 7]),
+            vec![(1, 3), (4, 1), (7, 1)]
+        );
     }
 }
