@@ -149,6 +149,8 @@ impl Vcpus {
     ) {
         let mut state = self.lock();
         state.parked += 1;
+        // A snapshot may be waiting for the last vCPU to park (`save_all`).
+        self.wake.notify_all();
         while state.paused.is_some() && !self.ended() {
             let round = state.save_round;
             if state.answered.get(&id).copied().unwrap_or(0) < round {
@@ -177,9 +179,13 @@ impl Vcpus {
             if t0.elapsed() > within || state.paused.is_none() || self.ended() {
                 return Err("the vCPUs did not stop".into());
             }
-            drop(state);
-            std::thread::sleep(Duration::from_millis(1));
-            state = self.lock();
+            // Woken as each vCPU parks (`park`): a snapshot's or a migration's pause waits
+            // for the last one, no longer.
+            state = self
+                .wake
+                .wait_timeout(state, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         let n = state.tids.len();
         state.save_round += 1;
