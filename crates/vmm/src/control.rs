@@ -36,6 +36,10 @@ pub enum PauseReason {
     /// A migration's connection broke with pages still on the source (`migrate/incoming.rs`).
     #[error("{0}")]
     Migration(String),
+    /// A migration's destination, its vCPU threads started, until the source lets the VM go
+    /// (`migrate/incoming.rs`).
+    #[error("the migration's source has not let the VM go yet")]
+    Incoming,
 }
 
 #[derive(Debug, Default)]
@@ -108,7 +112,10 @@ impl Vcpus {
             }
             return false;
         }
-        tracing::warn!("pausing the VM: {why}");
+        match why {
+            PauseReason::Incoming => tracing::debug!("pausing the VM: {why}"),
+            _ => tracing::warn!("pausing the VM: {why}"),
+        }
         state.paused = Some(why);
         self.pausing.store(true, Ordering::SeqCst);
         self.kick_all(&state);
@@ -120,8 +127,10 @@ impl Vcpus {
         let mut state = self.lock();
         let was = state.paused.take();
         self.pager_failed.store(false, Ordering::SeqCst);
-        if let Some(why) = &was {
-            tracing::info!("resuming the VM (paused because {why})");
+        match &was {
+            Some(PauseReason::Incoming) => {}
+            Some(why) => tracing::info!("resuming the VM (paused because {why})"),
+            None => {}
         }
         self.pausing.store(false, Ordering::SeqCst);
         drop(state);

@@ -104,8 +104,10 @@ pub fn host_tsc_khz() -> Result<u32, VmmError> {
 pub struct Vm {
     // vCPU and device state refers to the VM and its memory: the fds go last.
     lifecycle: Arc<Lifecycle>,
-    /// What [`Vm::start`] hands to the vCPU threads and the API; `None` once started.
-    unstarted: Option<Unstarted>,
+    /// What [`Vm::start`] hands to the vCPU threads; `None` once they run.
+    unstarted_vcpus: Option<UnstartedVcpus>,
+    /// The API socket, bound, and what it serves, until [`Vm::start`] serves it.
+    unserved_api: Option<(std::os::unix::net::UnixListener, api::Control)>,
     threads: Vec<std::thread::JoinHandle<()>>,
     events_tx: mpsc::Sender<VmEvent>,
     events: mpsc::Receiver<VmEvent>,
@@ -124,15 +126,13 @@ pub struct Vm {
     _vm: Arc<VmFd>,
 }
 
-/// A built VM's vCPUs, buses and API, until it starts.
-struct Unstarted {
-    vcpu_fds: Vec<VcpuFd>,
+/// A built VM's vCPUs and buses, until their threads start.
+struct UnstartedVcpus {
+    fds: Vec<VcpuFd>,
     pio: Bus,
     mmio: Bus,
-    /// The API socket, bound, and what it serves.
-    api: Option<(std::os::unix::net::UnixListener, api::Control)>,
     /// Where the vCPU threads run (`VmConfig::vcpu_cpus`).
-    vcpu_cpus: Option<affinity::CpuSet>,
+    cpus: Option<affinity::CpuSet>,
     /// The MSRs a snapshot saves of each vCPU.
     msrs: Arc<Vec<u32>>,
 }
@@ -192,10 +192,16 @@ fn receive_state(
 pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
     let mut vm = Vm::build(config)?;
     if let Some(incoming) = &config.incoming {
+        vm.lifecycle.vcpus.pause_for(control::PauseReason::Incoming);
+        vm.start_vcpus()?;
         let vcpus = vm.lifecycle.vcpus.clone();
         let life = vm.lifecycle.clone();
+        let go = vm.lifecycle.clone();
         incoming
             .switch(
+                move || {
+                    go.vcpus.resume();
+                },
                 move |why| {
                     vcpus.pause_for(control::PauseReason::Migration(why));
                 },
@@ -456,14 +462,14 @@ impl Vm {
         memvisor_devices::priority::background();
         Ok(Vm {
             lifecycle,
-            unstarted: Some(Unstarted {
-                vcpu_fds,
+            unstarted_vcpus: Some(UnstartedVcpus {
+                fds: vcpu_fds,
                 pio,
                 mmio,
-                api,
-                vcpu_cpus: config.vcpu_cpus.clone(),
+                cpus: config.vcpu_cpus.clone(),
                 msrs,
             }),
+            unserved_api: api,
             threads: Vec::new(),
             events_tx,
             events,
@@ -483,20 +489,38 @@ impl Vm {
     /// thread's seccomp filter ([`VmConfig::seccomp`]): from here on it only waits for the VM,
     /// ends it and cleans up after it ([`Vm::wait`]).
     pub fn start(&mut self) -> Result<(), VmmError> {
-        let Some(Unstarted {
-            vcpu_fds,
+        self.start_vcpus()?;
+        let Some((listener, control)) = self.unserved_api.take() else {
+            return Ok(());
+        };
+        // Before this thread is filtered: the migration thread opens sockets.
+        control
+            .migration
+            .start(&control.snapshot, &control.lifecycle)
+            .map_err(VmmError::Thread)?;
+        api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
+        // Every other thread runs now: the caller's goes last, as it starts no more.
+        memvisor_seccomp::confine(memvisor_seccomp::Thread::Main);
+        Ok(())
+    }
+
+    /// Starts the vCPU threads (once): each enters the guest unless the VM is paused, which a
+    /// migration's destination is until the source lets the VM go, so that starting them
+    /// stays out of the downtime.
+    fn start_vcpus(&mut self) -> Result<(), VmmError> {
+        let Some(UnstartedVcpus {
+            fds,
             pio,
             mmio,
-            api,
-            vcpu_cpus,
+            cpus,
             msrs,
-        }) = self.unstarted.take()
+        }) = self.unstarted_vcpus.take()
         else {
             return Ok(());
         };
         self.lifecycle.started.store(true, Ordering::SeqCst);
         let (pio, mmio) = (Arc::new(pio), Arc::new(mmio));
-        for (fd, id) in vcpu_fds.into_iter().zip(0u8..) {
+        for (fd, id) in fds.into_iter().zip(0u8..) {
             let ctx = vcpu::VcpuContext {
                 id,
                 pio: pio.clone(),
@@ -508,7 +532,7 @@ impl Vm {
                 msrs: msrs.clone(),
             };
             let tx = self.events_tx.clone();
-            let cpus = vcpu_cpus.clone();
+            let cpus = cpus.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("vcpu{id}"))
                 .spawn(move || {
@@ -535,16 +559,6 @@ impl Vm {
                 .map_err(VmmError::Thread)?;
             self.threads.push(thread);
         }
-        if let Some((listener, control)) = api {
-            // Before this thread is filtered: the migration thread opens sockets.
-            control
-                .migration
-                .start(&control.snapshot, &control.lifecycle)
-                .map_err(VmmError::Thread)?;
-            api::serve(listener, Arc::new(control)).map_err(VmmError::Api)?;
-        }
-        // Every other thread runs now: the caller's goes last, as it starts no more.
-        memvisor_seccomp::confine(memvisor_seccomp::Thread::Main);
         Ok(())
     }
 

@@ -187,11 +187,6 @@ pub(crate) fn run_loop(mut fd: VcpuFd, ctx: &VcpuContext) -> (Stop, u64) {
     // to null below, before `fd` goes.
     unsafe { signals::set_immediate_exit(flag) };
     ctx.vcpus.register();
-    if ctx.id == 0 {
-        // When the guest's first instruction is about to run, on the clock `memvisor bench
-        // mobility` reads before it starts this process: how long a start or a restore took.
-        tracing::info!("vcpu0: first KVM_RUN at monotonic_ns={}", monotonic_ns());
-    }
     let stop = run_until_stopped(&mut fd, ctx);
     ctx.vcpus.unregister();
     // SAFETY: null turns the kick handler's store off for this thread.
@@ -213,6 +208,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 }
 
 fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
+    let mut first = ctx.id == 0;
     loop {
         if ctx.vcpus.ended() {
             break Stop::Ended;
@@ -221,6 +217,13 @@ fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
             ctx.vcpus
                 .park(ctx.id, &mut || crate::cpu_state::save(fd, &ctx.msrs));
             continue;
+        }
+        if first {
+            // When the guest's first instruction is about to run (a migration's destination
+            // starts its vCPU threads held), on the clock `memvisor bench mobility` reads
+            // before it starts this process: how long a start, a restore or a switch took.
+            tracing::info!("vcpu0: first KVM_RUN at monotonic_ns={}", monotonic_ns());
+            first = false;
         }
         match fd.run() {
             Ok(VcpuExit::IoOut(port, data)) => {

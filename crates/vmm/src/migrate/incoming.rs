@@ -264,6 +264,7 @@ impl Incoming {
             ));
         }
         local.set_len(state.mem_size).map_err(io)?;
+        // Run by run, not page by page: this is in the downtime.
         let mut got = vec![true; state.pages.pages as usize];
         let mut missing = 0;
         let mut held = 0u64;
@@ -273,12 +274,13 @@ impl Incoming {
             .iter()
             .filter(|r| r.kind == SavedKind::Copied)
         {
-            for p in run.first..run.first + run.count {
-                let here = pre.get(p as usize) == Some(&true);
-                got[p as usize] = here;
-                missing += u32::from(!here);
-                held += u64::from(here);
-            }
+            let (first, end) = (run.first as usize, (run.first + run.count) as usize);
+            got[first..end].fill(false);
+            let here = pre.get(first..end.min(pre.len())).unwrap_or_default();
+            got[first..first + here.len()].copy_from_slice(here);
+            let n = u32::try_from(here.iter().filter(|&&h| h).count()).unwrap_or(run.count);
+            held += u64::from(n);
+            missing += run.count - n;
         }
         if !pre.is_empty() {
             tracing::info!("migration: {held} pages are here from pre-copy, {missing} to come");
@@ -306,12 +308,14 @@ impl Incoming {
         })
     }
 
-    /// With the VM built from its state and its vCPUs not started: tells the source, waits for the go-ahead,
-    /// and starts `migrate-rx`, which calls `pause` if the connection breaks with pages
-    /// missing, waits for the source to come back (`migrate-recover`), and calls `resume` once
-    /// it has. An error leaves the VM unstarted (the source then runs it on).
+    /// With the VM built from its state and its vCPUs held outside the guest: tells the source,
+    /// waits for the go-ahead, calls `go` (which lets the vCPUs run), and starts `migrate-rx`,
+    /// which calls `pause` if the connection breaks with pages missing, waits for the source
+    /// to come back (`migrate-recover`), and calls `resume` once it has. An error leaves the
+    /// vCPUs held (the source then runs the VM on).
     pub fn switch(
         &self,
+        go: impl FnOnce(),
         pause: impl Fn(String) + Send + 'static,
         resume: impl Fn() + Send + 'static,
     ) -> Result<(), String> {
@@ -325,7 +329,7 @@ impl Incoming {
             .clone();
         wire::send(&mut *lock(&remote.tx), &Msg::Ready).map_err(io)?;
         match wire::recv(&mut &conn.stream).map_err(io)? {
-            Msg::Go => {}
+            Msg::Go => go(),
             m => return Err(io(std::io::Error::other(format!("unexpected {m:?}")))),
         }
         conn.stream.set_read_timeout(None).map_err(io)?;
