@@ -315,6 +315,7 @@ fn run(
 
     // The switch: paused, the state sent, the destination's VM built, the go-ahead.
     let t0 = Instant::now();
+    let stopped_at = crate::vcpu::monotonic_ns();
     let was_running = life.pause();
     let switched = (|| {
         let mut written = Vec::new();
@@ -356,6 +357,9 @@ fn run(
     let downtime_ms = millis(t0);
     // KVM stops logging only now, outside the vCPUs' downtime.
     drop(log);
+    // With the destination's first `KVM_RUN` line, on the same clock: how long the guest did
+    // not run, its wake-up on the destination included (`memvisor bench mobility`).
+    tracing::info!("migration: the vCPUs stopped at monotonic_ns={stopped_at}");
     sent += go.map_err(|e| {
         format!("sending the go-ahead to {to} failed ({e}): the VM stays paused here with every page; resume it here only if the destination does not run it")
     })?;

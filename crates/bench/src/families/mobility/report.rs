@@ -17,7 +17,7 @@ pub const CSV_HEADER: &str =
     "experiment,config,size_bytes,ws_pct,ws_mb,rep,status,measure,value,unit,reason";
 
 /// Every measure a run may have, with its unit.
-pub const MEASURES: [(&str, &str); 12] = [
+pub const MEASURES: [(&str, &str); 13] = [
     ("first instruction", "ms"),
     ("work", "ms"),
     ("round 2", "ms"),
@@ -26,6 +26,7 @@ pub const MEASURES: [(&str, &str); 12] = [
     ("touched MiB", "MiB"),
     ("downtime", "ms"),
     ("downtime unknown", ""),
+    ("stopped", "ms"),
     ("total", "ms"),
     ("sent MiB", "MiB"),
     ("requested pages", "pages"),
@@ -158,9 +159,9 @@ fn restores(s: &mut String, plan: &MobilityPlan, runs: &[MobRun]) {
 
 /// The migrations' table.
 fn migrations(s: &mut String, plan: &MobilityPlan, runs: &[MobRun]) {
-    s.push_str("\n## Migration on localhost\n\nDowntime: memvisor's `downtime_ms` (the vCPUs stopped, from the pause on the source to the go-ahead; whole ms), QEMU's `downtime` (left out when QEMU 7.2's post-copy reports one longer than the whole migration, which it sometimes does; the column says in how many runs). Total: `total_ms` (from the pause to the last acknowledgement; pre-copy rounds come before the pause, so for `memvisor-precopy` the rounds are not in it) / QEMU's `total-time` (from the `migrate` command). Sent: bytes written to the connection / QEMU's `ram.transferred` (RAM only). Touched: memvisor's pages with content at the switch (`copied_pages`, the guest's working set, its kernel's and the kit's pages); sent / touched against the goal of 1.05 (QEMU's bytes over memvisor's count at the same cell). Work: the first round's line on the source to `done` on the destination, over the never-stopped VM's (the same VMM): the guest's slowdown while its pages follow, and after. (The guest's own time of the round it was in when it moved, `round 2` in results.csv, is on a clock that goes on while the VM is stopped: it includes the downtime as the guest sees it.)\n\n");
+    s.push_str("\n## Migration on localhost\n\nDowntime: memvisor's `downtime_ms` (the vCPUs stopped, from the pause on the source to the go-ahead; whole ms), QEMU's `downtime` (left out when QEMU 7.2's post-copy reports one longer than the whole migration, which it sometimes does; the column says in how many runs). To the guest running: memvisor's vCPUs stopped from the pause on the source to the destination's first `KVM_RUN` (both VMMs' log lines, on this host's clock): the downtime and the destination's wake-up, which on this 2-CPU host waits for a CPU while the pages start to flow. Total: `total_ms` (from the pause to the last acknowledgement; pre-copy rounds come before the pause, so for `memvisor-precopy` the rounds are not in it) / QEMU's `total-time` (from the `migrate` command). Sent: bytes written to the connection / QEMU's `ram.transferred` (RAM only). Touched: memvisor's pages with content at the switch (`copied_pages`, the guest's working set, its kernel's and the kit's pages); sent / touched against the goal of 1.05 (QEMU's bytes over memvisor's count at the same cell). Work: the first round's line on the source to `done` on the destination, over the never-stopped VM's (the same VMM): the guest's slowdown while its pages follow, and after. (The guest's own time of the round it was in when it moved, `round 2` in results.csv, is on a clock that goes on while the VM is stopped: it includes the downtime as the guest sees it.)\n\n");
     let mut t = Table::new(
-        "guest | working set | configuration | downtime (ms) | total (ms) | sent MiB | touched MiB | sent / touched | work / never stopped | pages asked for"
+        "guest | working set | configuration | downtime (ms) | to the guest running (ms) | total (ms) | sent MiB | touched MiB | sent / touched | work / never stopped | pages asked for"
             .split(" | "),
     );
     for &cell in &plan.cells {
@@ -201,6 +202,7 @@ fn migrations(s: &mut String, plan: &MobilityPlan, runs: &[MobRun]) {
                         d
                     }
                 },
+                ms_text(values(runs, c.name, cell, "stopped")),
                 ms_text(values(runs, c.name, cell, "total")),
                 ms_text(values(runs, c.name, cell, "sent MiB")),
                 ms_text(values(runs, c.name, cell, "touched MiB")),

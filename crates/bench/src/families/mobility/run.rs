@@ -90,9 +90,25 @@ pub fn first_kvm_run_ms(log: &Path, started: u64) -> Result<f64, String> {
 }
 
 fn first_kvm_run_in(text: &str, started: u64) -> Option<f64> {
-    let (_, rest) = text.split_once("first KVM_RUN at monotonic_ns=")?;
-    let ns: u64 = rest.split_whitespace().next()?.parse().ok()?;
+    let ns = monotonic_in(text, "first KVM_RUN at monotonic_ns=")?;
     Some(ns.checked_sub(started)? as f64 / 1e6)
+}
+
+/// The clock reading a VMM's log line `…KEYN` gives (the first such line).
+fn monotonic_in(text: &str, key: &str) -> Option<u64> {
+    let (_, rest) = text.split_once(key)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// A migration's time with no vCPU running: from the source's pause (its line `the vCPUs
+/// stopped at monotonic_ns=N`) to the destination's first `KVM_RUN`, both on this host's
+/// clock.
+fn stopped_ms(src_log: &Path, dst_log: &Path) -> Result<f64, String> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let stopped = monotonic_in(&read(src_log)?, "the vCPUs stopped at monotonic_ns=")
+        .ok_or_else(|| format!("no line of the vCPUs stopping in {}", src_log.display()))?;
+    first_kvm_run_in(&read(dst_log)?, stopped)
+        .ok_or_else(|| format!("no first KVM_RUN after the stop in {}", dst_log.display()))
 }
 
 /// The guest's lines a run keeps: when its first round ended, its later rounds' own times,
@@ -383,6 +399,7 @@ fn migrate(
         }
     };
     let log = dst.log.with_extension("stderr");
+    let src_log = src.log.with_extension("stderr");
     let mut g = Guest::default();
     let moved = wait_in_log(&log, "waiting for a migration", deadline)
         .and_then(|()| g.follow(&src, deadline, true))
@@ -420,6 +437,7 @@ fn migrate(
     let m = result?;
     dst_ended?;
     r.set("downtime", m.downtime_ms as f64);
+    r.set("stopped", stopped_ms(&src_log, &log)?);
     r.set("total", m.total_ms as f64);
     r.set("sent MiB", m.sent_bytes as f64 / 1048576.0);
     r.set("touched MiB", (m.copied_pages << 12) as f64 / 1048576.0);
@@ -443,6 +461,9 @@ mod tests {
         assert_eq!(first_kvm_run_in(log, 1_000_000), Some(0.5));
         assert_eq!(first_kvm_run_in(log, 2_000_000), None, "before the start");
         assert_eq!(first_kvm_run_in("nothing", 0), None);
+        let src = "INFO migration: the vCPUs stopped at monotonic_ns=1200000\n";
+        let stopped = monotonic_in(src, "the vCPUs stopped at monotonic_ns=").unwrap();
+        assert_eq!(first_kvm_run_in(log, stopped), Some(0.3));
     }
 
     #[test]
