@@ -223,6 +223,9 @@ fn run_until_stopped(fd: &mut VcpuFd, ctx: &VcpuContext) -> Stop {
             // starts its vCPU threads held), on the clock `memvisor bench mobility` reads
             // before it starts this process: how long a start, a restore or a switch took.
             tracing::info!("vcpu0: first KVM_RUN at monotonic_ns={}", monotonic_ns());
+            if let Some(p) = &ctx.pager {
+                p.guest_runs();
+            }
             first = false;
         }
         match fd.run() {
