@@ -22,6 +22,8 @@ pub enum HttpError {
     Malformed(&'static str),
     #[error("request body larger than {MAX_BODY} bytes")]
     TooLarge,
+    #[error("the server closed the connection without an answer (its VM or host ended, say)")]
+    NoAnswer,
 }
 
 /// A parsed request.
@@ -186,6 +188,9 @@ pub(crate) fn exchange_on(
     write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
     s.flush()?;
     let mut r = BufReader::new(s);
+    if r.fill_buf()?.is_empty() {
+        return Err(HttpError::NoAnswer);
+    }
     let status_line = read_line(&mut r)?;
     let status: u16 = status_line
         .split(' ')
@@ -269,5 +274,17 @@ mod tests {
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 400 Bad Request\r\n"));
         assert!(s.ends_with("\r\n\r\n{\"error\":\"x\"}"));
+    }
+
+    #[test]
+    fn a_server_that_closes_without_an_answer_is_told_apart() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut theirs = theirs;
+            read_request(&mut theirs).unwrap();
+        });
+        let e = exchange_on(ours, "PUT", "/vm/migrate", Some("{}")).unwrap_err();
+        server.join().unwrap();
+        assert!(matches!(e, HttpError::NoAnswer), "{e}");
     }
 }
