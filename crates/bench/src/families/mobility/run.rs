@@ -415,6 +415,14 @@ fn migrate(
                 .map_err(|e| format!("migrate: {e}"))
         });
     g.drain(&src);
+    // As QEMU's pre-copy may not converge before the guest is done, memvisor's rounds may
+    // outlast its work: the VM then ends on the source, unmoved, and so does the call.
+    let moved = moved.map_err(|e| match g.done_at {
+        Some(_) => format!(
+            "the guest ended its work on the source before the migration switched (its pre-copy rounds outlasted it; {e})"
+        ),
+        None => e,
+    });
     let src_ended = match &moved {
         Ok(_) => end_with(src, "the migration's source", 0),
         Err(_) => {
