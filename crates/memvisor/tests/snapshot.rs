@@ -11,8 +11,8 @@ use std::time::Duration;
 
 mod common;
 use common::{
-    disk_spec, memvisor, mkdisk_data, mkdisk_swap, ok, poll, run_command, stderr, stdout,
-    ResultLine, TestVm,
+    as_strs, assert_acknowledged_on_disk, crashwrite_vm, disk_spec, last_ack, memvisor,
+    mkdisk_data, mkdisk_swap, ok, poll, run_command, stderr, stdout, TestVm,
 };
 
 /// The integrity workload's flags, with the Swap Mapper, the pool and sampling on.
@@ -200,16 +200,6 @@ fn a_vm_with_a_relative_disk_path_snapshots_and_restores() {
     vm.succeeded();
 }
 
-fn as_strs(a: &[String]) -> Vec<&str> {
-    a.iter().map(String::as_str).collect()
-}
-
-/// The last `ACK gen=G page=I` line of `text`, as its two `key=value` words.
-fn last_ack(text: &str) -> Option<String> {
-    let ack = text.lines().rev().find(|l| l.starts_with("ACK "))?;
-    Some(ack.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
-}
-
 #[test]
 fn acknowledged_writes_survive_a_snapshot_a_restore_and_a_crash() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,24 +212,7 @@ fn acknowledged_writes_survive_a_snapshot_a_restore_and_a_crash() {
     // The crash-consistency guest writes generations of its file and swaps to its own disk
     // under a limit, with Tesseract's indirections and the Swap Mapper on: the snapshot
     // disentangles the indirections, and the restored guest goes on writing.
-    let vm_args = |extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--mem",
-            "48M",
-            "--mem-limit",
-            "24M",
-            "--tesseract",
-            "--mapper",
-            "--disk",
-            &data,
-            "--disk",
-            &swap,
-        ]
-        .map(String::from)
-        .to_vec();
-        a.extend(extra.iter().map(|s| (*s).to_owned()));
-        a
-    };
+    let vm_args = |extra: &[&str]| crashwrite_vm(&data, &swap, extra);
     let first = vm_args(&[
         "--workload",
         "crashwrite",
@@ -270,15 +243,8 @@ fn acknowledged_writes_survive_a_snapshot_a_restore_and_a_crash() {
     let after = stdout(&vm.finish());
     let acked = last_ack(&after).unwrap_or(acked_before);
 
-    // A fresh boot reads every page: each acknowledged write, before the snapshot and after
-    // the restore, is on the disk.
-    let check = vm_args(&["--workload", "crashwrite", "--cmdline"]);
-    let mut check: Vec<String> = check.into_iter().filter(|a| a != "--tesseract").collect();
-    check.push(format!("mb=16 seed=4 check=1 {acked}"));
-    let out = memvisor(&[&["run"][..], &as_strs(&check)].concat());
-    let line = ResultLine::find(&stdout(&out), "crashwrite", "check");
-    assert_eq!(line.u64("ok"), 1, "{}", stdout(&out));
-    assert_eq!(line.u64("lost"), 0);
+    // Each acknowledged write, before the snapshot and after the restore, is on the disk.
+    assert_acknowledged_on_disk(&data, &swap, 4, &acked);
 }
 
 /// `memvisor run --restore` with `args`: must fail with status 2 and one line naming `want`.

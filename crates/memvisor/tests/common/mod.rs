@@ -118,6 +118,58 @@ pub fn disk_spec(path: &Path, id: &str) -> String {
     format!("{},id={id}", path.display())
 }
 
+/// The last `ACK gen=G page=I` line of `text` (the crash-consistency guest's), as its two
+/// `key=value` words.
+pub fn last_ack(text: &str) -> Option<String> {
+    let ack = text.lines().rev().find(|l| l.starts_with("ACK "))?;
+    Some(ack.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+}
+
+/// `a` as string slices, for argument lists built of `String`s.
+pub fn as_strs(a: &[String]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+/// The crash-consistency guest's VM on disks `data` and `swap` (`--disk` arguments): 48 MiB
+/// under a 24 MiB limit, so that it swaps to its own disk, with Tesseract's indirections and the
+/// Swap Mapper on; then `extra`.
+pub fn crashwrite_vm(data: &str, swap: &str, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--mem",
+        "48M",
+        "--mem-limit",
+        "24M",
+        "--tesseract",
+        "--mapper",
+        "--disk",
+        data,
+        "--disk",
+        swap,
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(extra.iter().map(|s| (*s).to_owned()));
+    a
+}
+
+/// A fresh boot of [`crashwrite_vm`]'s disks reads every page of the guest's file (written with
+/// `seed`): each write up to `acked` (`gen=G page=I`) must be there, whole.
+pub fn assert_acknowledged_on_disk(data: &str, swap: &str, seed: u32, acked: &str) {
+    let cmdline = format!("mb=16 seed={seed} check=1 {acked}");
+    let check: Vec<String> = crashwrite_vm(
+        data,
+        swap,
+        &["--workload", "crashwrite", "--cmdline", &cmdline],
+    )
+    .into_iter()
+    .filter(|a| a != "--tesseract")
+    .collect();
+    let out = memvisor(&[&["run"][..], &as_strs(&check)].concat());
+    let line = ResultLine::find(&stdout(&out), "crashwrite", "check");
+    assert_eq!(line.u64("ok"), 1, "{}", stdout(&out));
+    assert_eq!(line.u64("lost"), 0);
+}
+
 /// The answer of a typed client, which must be a success (200 with the API's type).
 pub fn ok<T>(answer: Result<T, ClientError>) -> T {
     answer.unwrap_or_else(|e| panic!("{e}"))
