@@ -2,7 +2,7 @@
 //! integrity workload, under a limit with the Swap Mapper, the pool and sampling on, is
 //! migrated mid-run (after a migration with a wrong token was refused and changed nothing) and
 //! finishes on the destination with every byte it wrote intact, between plain VMMs and between
-//! jailed ones; a destination that refuses the
+//! jailed ones, and twice in one run; a destination that refuses the
 //! state leaves the VM running on the source; a source that dies in post-copy leaves the
 //! destination's VM paused; a connection cut in post-copy pauses the destination, and
 //! `migrate-recover` finishes the move with every byte intact; the crash-consistency guest,
@@ -84,10 +84,20 @@ fn migrate(source: &TestVm, to: &str, token: &str) -> std::process::Output {
 }
 
 fn migrate_with(source: &TestVm, to: &str, token: &str, more: &[&str]) -> std::process::Output {
+    migrate_from(source.sock(), to, token, more)
+}
+
+/// `memvisor ctl migrate` of the VMM whose API socket is `sock`.
+fn migrate_from(
+    sock: &std::path::Path,
+    to: &str,
+    token: &str,
+    more: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "ctl",
         "--api-sock",
-        source.sock().to_str().unwrap(),
+        sock.to_str().unwrap(),
         "migrate",
         "--to",
         to,
@@ -217,6 +227,47 @@ fn integrity_survives_pre_copy_rounds_then_post_copy() {
     let src = source.finish();
     assert!(!stdout(&src).contains("phase=done"));
     let out = dest.finish();
+    let console = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
+    let done = ResultLine::find(&console, "integrity", "done");
+    done.assert_intact();
+    assert_eq!(done.u64("mismatches"), 0);
+}
+
+/// The VM moves twice in one run of the integrity workload: by post-copy, then, once every page
+/// is there, on from its new VMM by pre-copy rounds and post-copy. It finishes on the third
+/// with every byte it wrote intact.
+#[test]
+fn integrity_survives_two_moves_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = disk_spec(
+        &mkdisk_data(dir.path().join("data.img"), "64M", &[]),
+        "data",
+    );
+    let (sock1, sock2) = (dir.path().join("dest1.sock"), dir.path().join("dest2.sock"));
+    let (dest1, addr1) = destination(&sock1, &disk, "t1", &[]);
+    let (dest2, addr2) = destination(&sock2, &disk, "t2", &[]);
+    let source = integrity_source(
+        &dir.path().join("source.sock"),
+        &disk,
+        &["--sample-pages", "200"],
+    );
+
+    let out = migrate(&source, &addr1, "t1");
+    assert!(out.status.success(), "first move: {}", stderr(&out));
+    // `ctl migrate` answered: every page is on the first destination.
+    assert!(!stdout(&source.finish()).contains("phase=done"));
+
+    let out = migrate_from(&sock1, &addr2, "t2", &["--precopy-rounds", "2"]);
+    assert!(out.status.success(), "second move: {}", stderr(&out));
+    let r: memvisor_api::MigrateResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.acked_pages, r.copied_pages, "{r:?}");
+    let first = dest1.finish();
+    assert!(
+        !stdout(&first).contains("phase=done"),
+        "the first destination ran the workload to its end instead of handing it on"
+    );
+    let out = dest2.finish();
     let console = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
     let done = ResultLine::find(&console, "integrity", "done");
