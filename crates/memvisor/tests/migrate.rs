@@ -79,6 +79,17 @@ fn integrity_source(sock: &std::path::Path, disk: &str, extra: &[&str]) -> TestV
     source
 }
 
+/// Waits for `dest` to end with the guest's success: the integrity workload done, every byte it
+/// wrote intact.
+fn ends_intact(dest: Proc) {
+    let out = dest.finish();
+    let console = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
+    let done = ResultLine::find(&console, "integrity", "done");
+    done.assert_intact();
+    assert_eq!(done.u64("mismatches"), 0);
+}
+
 fn migrate(source: &TestVm, to: &str, token: &str) -> std::process::Output {
     migrate_with(source, to, token, &[])
 }
@@ -181,12 +192,7 @@ fn integrity_survives_post_copy_migration(jailed: bool) {
         !stdout(&src).contains("phase=done"),
         "the source ran the workload to its end instead of handing it over"
     );
-    let out = dest.finish();
-    let console = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
-    let done = ResultLine::find(&console, "integrity", "done");
-    done.assert_intact();
-    assert_eq!(done.u64("mismatches"), 0);
+    ends_intact(dest);
 }
 
 #[test]
@@ -226,12 +232,7 @@ fn integrity_survives_pre_copy_rounds_then_post_copy() {
     );
     let src = source.finish();
     assert!(!stdout(&src).contains("phase=done"));
-    let out = dest.finish();
-    let console = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
-    let done = ResultLine::find(&console, "integrity", "done");
-    done.assert_intact();
-    assert_eq!(done.u64("mismatches"), 0);
+    ends_intact(dest);
 }
 
 /// The VM moves twice in one run of the integrity workload: by post-copy, then, once every page
@@ -267,12 +268,7 @@ fn integrity_survives_two_moves_in_one_run() {
         !stdout(&first).contains("phase=done"),
         "the first destination ran the workload to its end instead of handing it on"
     );
-    let out = dest2.finish();
-    let console = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
-    let done = ResultLine::find(&console, "integrity", "done");
-    done.assert_intact();
-    assert_eq!(done.u64("mismatches"), 0);
+    ends_intact(dest2);
 }
 
 /// The crash-consistency guest writes generations of its file and swaps to its own disk under
@@ -309,22 +305,14 @@ fn acknowledged_writes_survive_a_migration_and_a_crash() {
         ],
     );
     let source = TestVm::start(&dir.path().join("source.sock"), &as_strs(&first));
-    let mut acks = 0;
-    source.stdout_line(Duration::from_secs(120), |l| {
-        acks += usize::from(l.starts_with("ACK "));
-        acks >= 3
-    });
+    source.acks(3);
     let out = migrate(&source, &addr, "crash-token");
     assert!(out.status.success(), "ctl migrate: {}", stderr(&out));
     let before = stdout(&source.finish());
     let acked_before = last_ack(&before).expect("acknowledged writes before the move");
 
     // On the destination it writes on; then its VMM is killed mid-write.
-    let mut acks = 0;
-    dest.stdout_line(Duration::from_secs(120), |l| {
-        acks += usize::from(l.starts_with("ACK "));
-        acks >= 2
-    });
+    dest.acks(2);
     dest.signal(libc::SIGKILL);
     let after = stdout(&dest.finish());
     let acked = last_ack(&after).unwrap_or(acked_before);
@@ -498,10 +486,7 @@ fn a_connection_cut_in_post_copy_pauses_and_migrate_recover_finishes_intact() {
     let src = source.finish();
     assert!(!stdout(&src).contains("phase=done"));
     assert!(dest.running() || dest.ends_within(Duration::from_secs(1)));
-    let out = dest.finish();
-    let console = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
-    ResultLine::find(&console, "integrity", "done").assert_intact();
+    ends_intact(dest);
 }
 
 #[test]
@@ -578,12 +563,7 @@ fn a_pre_copy_cut_short_leaves_the_vm_running_and_a_vm_without_a_limit_moves_int
     assert_eq!(r.freed_pages, r.copied_pages, "{r:?}");
     let src = source.finish();
     assert!(!stdout(&src).contains("phase=done"));
-    let out = dest.finish();
-    let console = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{console}{}", stderr(&out));
-    let done = ResultLine::find(&console, "integrity", "done");
-    done.assert_intact();
-    assert_eq!(done.u64("mismatches"), 0);
+    ends_intact(dest);
 }
 
 /// `memvisor ARGS`: must fail with status 2 and one line naming `want`.

@@ -220,11 +220,7 @@ fn acknowledged_writes_survive_a_snapshot_a_restore_and_a_crash() {
         "mb=16 anon_mb=48 batch=128 secs=0 seed=4",
     ]);
     let vm = TestVm::start(&sock, &as_strs(&first));
-    let mut acks = 0;
-    vm.stdout_line(Duration::from_secs(120), |l| {
-        acks += usize::from(l.starts_with("ACK "));
-        acks >= 3
-    });
+    vm.acks(3);
     let snap = dir.path().join("s");
     let r = ok(vm.client().snapshot(snap.to_str().unwrap(), true));
     assert!(r.stopped, "{r:?}");
@@ -234,11 +230,7 @@ fn acknowledged_writes_survive_a_snapshot_a_restore_and_a_crash() {
     // Restored, it writes on; then the VMM is killed mid-write.
     let restored = vm_args(&["--restore", snap.to_str().unwrap()]);
     let vm = TestVm::start(&sock, &as_strs(&restored));
-    let mut acks = 0;
-    vm.stdout_line(Duration::from_secs(120), |l| {
-        acks += usize::from(l.starts_with("ACK "));
-        acks >= 2
-    });
+    vm.acks(2);
     vm.signal(libc::SIGKILL);
     let after = stdout(&vm.finish());
     let acked = last_ack(&after).unwrap_or(acked_before);

@@ -334,6 +334,15 @@ impl Proc {
             .line(within, want)
     }
 
+    /// Waits (2 minutes at most) for `n` more `ACK` lines of the crash-consistency guest.
+    pub fn acks(&self, n: usize) {
+        let mut seen = 0;
+        self.stdout_line(Duration::from_secs(120), |l| {
+            seen += usize::from(l.starts_with("ACK "));
+            seen >= n
+        });
+    }
+
     /// The first line it writes to stderr from now on that `want` takes (`within` at most).
     pub fn stderr_line(&self, within: Duration, want: impl FnMut(&str) -> bool) -> String {
         self.stderr
