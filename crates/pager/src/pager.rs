@@ -483,6 +483,12 @@ impl Pager {
         Ok(())
     }
 
+    /// For a migration's source, just before the pause: writable mirrors are protected and
+    /// checked now (`release.rs`), not by [`Pager::migration_pages`] in the pause.
+    pub fn protect_mirrors(&self) -> u64 {
+        crate::release::protect_mirrors(&self.core)
+    }
+
     /// For a migration's source, with the VM paused and its devices quiet: the disk images
     /// made to stand alone (as for [`Pager::save`]), then what each page is, no content read
     /// (`persist.rs`).

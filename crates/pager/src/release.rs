@@ -651,6 +651,40 @@ pub(crate) fn make_ready(
     pass
 }
 
+/// Before a migration's pause, the VM running: every mirror a guest disk read left writable is
+/// write-protected and checked against its block now (steps 2–3 of a release),
+/// [`READY_CHUNK`] at a time under the page lock, each checked again there as by
+/// [`make_ready`]. The pause then finds them protected, recorded as their blocks without a look
+/// at their content, or changed, copied: the paused source would otherwise digest each one
+/// (288 ms of downtime with 512 MiB of page cache read just before). Returns the pages checked.
+pub(crate) fn protect_mirrors(core: &PagerCore) -> u64 {
+    let todo: Vec<PageIdx> = {
+        let pages = core.lock();
+        if !core.mech.mapper || !pages.attached {
+            return 0;
+        }
+        (0..pages.table.len())
+            .filter(|&p| pages.table.mirror_digest(p).is_some())
+            .collect()
+    };
+    let mut checked = 0;
+    for chunk in todo.chunks(READY_CHUNK) {
+        let mut pages = core.lock();
+        let chosen: Vec<PageIdx> = chunk
+            .iter()
+            .copied()
+            .filter(|&p| {
+                pages.table.mirror_digest(p).is_some()
+                    && pages.table.victims.is_candidate(p)
+                    && pages.in_flight.binary_search(&p).is_err()
+            })
+            .collect();
+        checked += chosen.len() as u64;
+        protect_and_check(core, &mut pages, chosen);
+    }
+    checked
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -313,6 +313,8 @@ fn run(
         None => None,
     };
 
+    // Mirrors of disk blocks the guest read lately are checked now, not in the pause.
+    pager.protect_mirrors();
     // The switch: paused, the state sent, the destination's VM built, the go-ahead.
     let t0 = Instant::now();
     let stopped_at = crate::vcpu::monotonic_ns();
