@@ -50,8 +50,9 @@ use crate::lifecycle::Lifecycle;
 
 /// The first bytes of `vm.state`.
 pub const MAGIC: &[u8; 8] = b"MVSNAPST";
-/// The format version this memvisor writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this memvisor writes and reads (2: the page runs in binary after the
+/// JSON).
+pub const VERSION: u32 = 2;
 pub const STATE_FILE: &str = "vm.state";
 pub const MEMORY_FILE: &str = "memory";
 /// Magic, version, CRC-32 and length.
@@ -336,7 +337,16 @@ fn create_file(path: &Path) -> std::io::Result<File> {
 
 /// Reads a state (`vm.state`'s JSON, or a migration's) and checks that its parts agree.
 pub(crate) fn parse_state(body: &[u8]) -> Result<VmSnapshot, String> {
-    let state: VmSnapshot = serde_json::from_slice(body).map_err(|e| format!("its state: {e}"))?;
+    let json_len = body
+        .get(..8)
+        .and_then(|b| usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok())
+        .ok_or("its state is cut short")?;
+    let (json, runs) = body[8..]
+        .split_at_checked(json_len)
+        .ok_or("its state is cut short")?;
+    let mut state: VmSnapshot =
+        serde_json::from_slice(json).map_err(|e| format!("its state: {e}"))?;
+    state.pages.runs = memvisor_pager::SavedPages::runs_from_bytes(runs)?;
     state.pages.check()?;
     if u64::from(state.pages.pages) * 4096 != state.mem_size
         || state.cpus.len() != usize::from(state.vcpus)
@@ -639,7 +649,13 @@ fn write_state(dir: &Path, state: &VmSnapshot) -> std::io::Result<()> {
 /// `vm.state`'s bytes (module doc): the header, then the state as JSON. A migration sends the
 /// same bytes.
 pub(crate) fn encode_state(state: &VmSnapshot) -> std::io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+    // The JSON's length, the JSON, then the page runs in binary (`SavedPages::runs_to_bytes`).
+    let json = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+    let runs = state.pages.runs_to_bytes();
+    let mut body = Vec::with_capacity(8 + json.len() + runs.len());
+    body.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    body.extend_from_slice(&json);
+    body.extend_from_slice(&runs);
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());

@@ -8,8 +8,8 @@ use std::io::{Read, Write};
 
 /// The first bytes the source sends.
 pub const MAGIC: &[u8; 8] = b"MVMIGRAT";
-/// The protocol version both ends must speak.
-pub const VERSION: u32 = 3;
+/// The protocol version both ends must speak (4: the state's page runs in binary).
+pub const VERSION: u32 = 4;
 /// The longest token accepted, and the largest state (bytes).
 pub const MAX_TOKEN: u32 = 4096;
 pub const MAX_STATE: u32 = 256 << 20;
