@@ -72,7 +72,10 @@ pub fn targets(budget: u64, vms: &[VmDemand], tax: f64) -> Vec<u64> {
     if total <= budget_wide {
         return alloc;
     }
-    let quantum = (budget / 1024).max(1);
+    // A step takes a 1024th of the budget, or of what must go when that is more: a budget
+    // that overheads leave at 0 took one unit a step, billions of steps for a few GiB.
+    let excess = u64::try_from(total - budget_wide).unwrap_or(u64::MAX);
+    let quantum = (budget.max(excess) / 1024).max(1);
     let price = |i: usize, pages: u64| {
         let v = &vms[i];
         Victim {
@@ -148,7 +151,7 @@ mod tests {
         let k = idle_cost(tax);
         let mut alloc: Vec<u64> = vms.iter().map(|v| v.max).collect();
         let mut total: u64 = alloc.iter().sum();
-        let quantum = (budget / 1024).max(1);
+        let quantum = (budget.max(total.saturating_sub(budget)) / 1024).max(1);
         while total > budget {
             let victim = vms
                 .iter()
@@ -288,5 +291,27 @@ mod tests {
             let t = targets(budget, &[a, b], 0.75);
             prop_assert!(t[1] + (budget / 1024).max(1) >= t[0], "{:?}", t);
         }
+    }
+
+    #[test]
+    fn a_budget_of_nothing_is_shared_out_in_few_steps() {
+        // Overheads can leave a host no budget for its VMs: every VM comes down to its min, in
+        // at most about 1024 steps, not one unit a step.
+        let vms = [
+            VmDemand {
+                min: 0,
+                max: 4 << 30,
+                shares: 1000,
+                active: 0.5,
+            },
+            VmDemand {
+                min: 1 << 20,
+                max: 2 << 30,
+                shares: 2000,
+                active: 1.0,
+            },
+        ];
+        assert_eq!(targets(0, &vms, 0.75), vec![0, 1 << 20]);
+        assert_eq!(targets(1 << 20, &vms, 0.75).iter().sum::<u64>(), 1 << 20);
     }
 }
