@@ -595,9 +595,7 @@ impl ReadyPace {
 /// Release readiness (`--release-ready`): steps 1–3 done ahead of a release, so that the
 /// release itself only moves, drops and records (steps 4–6). Of the first `ready` candidates in
 /// the victim order, those a guest disk read or write left writable are write-protected and
-/// checked now, [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock; each
-/// is checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
-/// victim cache), since the lock was let go in between. Nothing is done while no mirror has
+/// checked now ([`check_in_chunks`]). Nothing is done while no mirror has
 /// been recorded or has left since the last call (`generation`, updated); `releases`, the
 /// releases served by the last call, is updated too.
 ///
@@ -629,45 +627,22 @@ pub(crate) fn make_ready(
         v.sort_unstable();
         v
     };
-    for chunk in todo.chunks(READY_CHUNK) {
-        let mut pages = core.lock();
-        let chosen: Vec<PageIdx> = chunk
-            .iter()
-            .copied()
-            .filter(|&p| {
-                pages.table.mirror_digest(p).is_some()
-                    && pages.table.victims.is_candidate(p)
-                    && pages.in_flight.binary_search(&p).is_err()
-            })
-            .collect();
-        pass.checked += chosen.len() as u64;
-        let checked = protect_and_check(core, &mut pages, chosen);
-        for &p in &checked.unchanged {
-            pages.table.made_ready(p);
-        }
-        pass.made += checked.unchanged.len() as u64;
-    }
+    (pass.checked, pass.made) = check_in_chunks(core, &todo, |table, p| table.made_ready(p));
     EventCounters::add(&core.counters.release_ready_checked, pass.checked);
     pass
 }
 
-/// Before a migration's pause, the VM running: every mirror a guest disk read left writable is
-/// write-protected and checked against its block now (steps 2–3 of a release),
-/// [`READY_CHUNK`] at a time under the page lock, each checked again there as by
-/// [`make_ready`]. The pause then finds them protected, recorded as their blocks without a look
-/// at their content, or changed, copied: the paused source would otherwise digest each one
-/// (288 ms of downtime with 512 MiB of page cache read just before). Returns the pages checked.
-pub(crate) fn protect_mirrors(core: &PagerCore) -> u64 {
-    let todo: Vec<PageIdx> = {
-        let pages = core.lock();
-        if !core.mech.mapper || !pages.attached {
-            return 0;
-        }
-        (0..pages.table.len())
-            .filter(|&p| pages.table.mirror_digest(p).is_some())
-            .collect()
-    };
-    let mut checked = 0;
+/// Steps 2–3 of a release for `todo` (sorted writable mirrors picked without the page lock),
+/// [`READY_CHUNK`] at a time, each chunk under its own hold of the page lock and each page
+/// checked again there (still a writable mirror, not in a reclaim chunk, not cooling in the
+/// victim cache); `unchanged` is called for each page found unchanged. Returns the pages
+/// checked and those unchanged.
+fn check_in_chunks(
+    core: &PagerCore,
+    todo: &[PageIdx],
+    mut unchanged: impl FnMut(&mut StateTable, PageIdx),
+) -> (u64, u64) {
+    let (mut checked, mut kept) = (0, 0);
     for chunk in todo.chunks(READY_CHUNK) {
         let mut pages = core.lock();
         let chosen: Vec<PageIdx> = chunk
@@ -680,9 +655,37 @@ pub(crate) fn protect_mirrors(core: &PagerCore) -> u64 {
             })
             .collect();
         checked += chosen.len() as u64;
-        protect_and_check(core, &mut pages, chosen);
+        let found = protect_and_check(core, &mut pages, chosen);
+        for &p in &found.unchanged {
+            unchanged(&mut pages.table, p);
+        }
+        kept += found.unchanged.len() as u64;
     }
-    checked
+    (checked, kept)
+}
+
+/// Before a migration's pause, the VM running: every mirror a guest disk read left writable is
+/// write-protected and checked against its block now ([`check_in_chunks`]). The pause then
+/// finds them protected, recorded as their blocks without a look at their content, or changed,
+/// copied: the paused source would otherwise digest each one (288 ms of downtime with 512 MiB
+/// of page cache read just before). Returns the pages checked.
+pub(crate) fn protect_mirrors(core: &PagerCore) -> u64 {
+    let todo: Vec<PageIdx> = {
+        let pages = core.lock();
+        if !core.mech.mapper || !pages.attached {
+            return 0;
+        }
+        // The states first, a slice read: only a mirror may carry a digest.
+        let table = &pages.table;
+        (0..table.len())
+            .zip(table.states())
+            .filter(|&(p, s)| {
+                matches!(s, PageState::Mirrored(_)) && table.mirror_digest(p).is_some()
+            })
+            .map(|(p, _)| p)
+            .collect()
+    };
+    check_in_chunks(core, &todo, |_, _| {}).0
 }
 
 #[cfg(test)]
