@@ -252,14 +252,14 @@ impl PagerCore {
         let mut first: PageIdx = 0;
         while first < table.len() {
             let state = states[first as usize];
-            let same = std::mem::discriminant(&state);
+            let variant = std::mem::discriminant(&state);
             let count = match state {
                 PageState::Mirrored(_) | PageState::OnDisk(_) => 1,
                 _ => {
                     let rest = &states[first as usize + 1..];
                     let n = rest
                         .iter()
-                        .position(|s| std::mem::discriminant(s) != same)
+                        .position(|s| std::mem::discriminant(s) != variant)
                         .unwrap_or(rest.len());
                     1 + u32::try_from(n).unwrap_or(0)
                 }
