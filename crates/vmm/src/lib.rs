@@ -196,11 +196,10 @@ pub fn run(config: &VmConfig) -> Result<VmReport, VmmError> {
         vm.start_vcpus()?;
         let vcpus = vm.lifecycle.vcpus.clone();
         let life = vm.lifecycle.clone();
-        let go = vm.lifecycle.clone();
         incoming
             .switch(
-                move || {
-                    go.vcpus.resume();
+                || {
+                    vm.lifecycle.vcpus.resume();
                 },
                 move |why| {
                     vcpus.pause_for(control::PauseReason::Migration(why));
