@@ -862,6 +862,16 @@ fn tiny_consolidate_with_a_relative_out() {
     let budget: u64 = runs[0]["budget_mib"].parse().unwrap();
     assert!((ws * 3 / 4).abs_diff(budget) <= 1, "{ws} MiB: {runs:?}");
     assert!(runs[0]["samples"].parse::<u32>().unwrap() > 5, "{runs:?}");
+    // Where the CPU went: the guests ran, the VMMs served them, the host ticked.
+    let secs = |r: &Row, k: &str| r[k].parse::<f64>().unwrap();
+    assert!(secs(&runs[0], "cpu_guest_s") > 0.5, "{runs:?}");
+    assert!(secs(&runs[0], "cpu_serving_s") > 0.0, "{runs:?}");
+    assert!(secs(&runs[0], "cpu_host_s") > 0.0, "{runs:?}");
+    for r in rows {
+        assert!(secs(r, "cpu_guest_s") > 0.2, "{r:?}");
+        assert!(secs(r, "cpu_vmm_s") > 0.0, "{r:?}");
+    }
+    assert!(t.report.contains("Where the CPU went"), "{}", t.report);
     let pss = read_csv(&t.out.join("pss.csv"));
     for vmm in ["sum", "1", "2"] {
         assert!(

@@ -1,11 +1,12 @@
 //! What every family of experiments shares to run: the one driver ([`drive`]) every
 //! [`Family`] goes through (the shared checks, the output directory, teardown and interrupts,
-//! the exit), child processes (`child`), what the guest and the VMM say (`guest`), the one QMP
+//! the exit), child processes (`child`), their CPU time by thread (`cpu`), what the guest and the VMM say (`guest`), the one QMP
 //! client (`qmp`), a started `memvisor run` and the waits on it (`vm`), the host set-up runs
 //! share (`setup`), the run order (`order`), the host's `/proc` and cgroup readings
 //! (`readings`) and undoing it all (`teardown`).
 
 pub mod child;
+pub mod cpu;
 pub mod guest;
 pub mod order;
 pub mod qmp;

@@ -1,8 +1,9 @@
 //! The outputs of `memvisor bench consolidate`: `results.csv` (one row per VM and run),
 //! `runs.csv` (one row per run: its overlap, its VMMs' summed and largest PSS against the
-//! budget), `pss.csv` (each VMM's PSS and their sum every tick), `report.md` (each
-//! configuration's mean job time at each N and budget as a ratio to `qemu-nolimit`, the
-//! overlap, the PSS, what happened to each limited QEMU VM), `consolidate-SCENARIO.svg` and
+//! budget, their CPU seconds by role), `pss.csv` (each VMM's PSS and their sum every tick),
+//! `report.md` (each configuration's mean job time at each N and budget as a ratio to
+//! `qemu-nolimit`, the overlap, the PSS, where the CPU went, what happened to each limited
+//! QEMU VM), `consolidate-SCENARIO.svg` and
 //! `pss-SCENARIO-nN-bBUDGET.svg`, and per run of `memvisor host` each VM's allocation over time
 //! (`allocation.csv`, `allocation.svg`).
 
@@ -156,6 +157,34 @@ fn label(n: u32, cores: usize) -> String {
     format!("{n}{}", if n as usize <= cores { ", pinned" } else { "" })
 }
 
+/// What the CPU table shows.
+const CPU_TABLE_INTRO: &str = "\nWhere the CPU went: the CPU seconds of a run, every VMM process together (read from each thread's `schedstat` every 200 ms), median over repetitions, as *total = guest + serving + background + host*: the vCPU threads (with the faults, exits and polling their guests wait through on the CPU), the threads a guest waits on (memvisor's `pager`, `blk-*` and `balloon`; QEMU's main loop and I/O workers), the VMMs' other threads (reclaim, release readiness, prefetch, the API), and `memvisor host` itself; in brackets the total against the reference configuration's. With fewer cores than vCPUs, every second beside the guests is a second some guest does not run.\n\n";
+
+/// The CPU cell of `mine` (one configuration's runs at a place), against `reference`'s.
+fn cpu_cell<'a>(
+    mine: impl Iterator<Item = &'a RunTrace>,
+    reference: impl Iterator<Item = &'a RunTrace>,
+) -> String {
+    let mine: Vec<&RunTrace> = mine.collect();
+    let part = |f: fn(&RunTrace) -> f64| median(mine.iter().map(|r| f(r)).collect());
+    let total = |r: &RunTrace| r.cpu.total() + r.host_cpu;
+    let Some(all) = part(total) else {
+        return "–".into();
+    };
+    let [guest, serving, background, host] = [
+        |r: &RunTrace| r.cpu.guest,
+        |r: &RunTrace| r.cpu.serving,
+        |r: &RunTrace| r.cpu.background,
+        |r: &RunTrace| r.host_cpu,
+    ]
+    .map(|f| part(f).unwrap_or(0.0));
+    let mut text = format!("{all:.1} = {guest:.1} + {serving:.1} + {background:.1} + {host:.1}");
+    if let Some(r) = median(reference.map(total).collect()).filter(|&r| r > 0.0) {
+        let _ = write!(text, " ({:.2}x)", all / r);
+    }
+    text
+}
+
 /// Microseconds as milliseconds, one decimal.
 fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1e3)
@@ -191,7 +220,7 @@ pub fn write_outputs(
     let w = |name: &str, text: &str| {
         std::fs::write(out.join(name), text).map_err(|e| format!("{name}: {e}"))
     };
-    let mut csv = Table::new("config,scenario,vms,budget,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,note".split(','));
+    let mut csv = Table::new("config,scenario,vms,budget,pinned,rep,vm,workload,seconds,start_s,end_s,ok,cgroup_limit_mib,cgroup_max_usage_mib,failcnt,oom_kills,swap_peak_mib,longest_fault_ms,cpu_guest_s,cpu_vmm_s,note".split(','));
     let f2 = |v: Option<f64>| fixed(v, 2);
     for r in records {
         let c = r.cgroup;
@@ -215,11 +244,13 @@ pub fn write_outputs(
             cg(|c| c.oom_kills.to_string()),
             cg(|c| mib_text(c.swap_peak, 0)),
             r.longest_fault_us.map_or(String::new(), ms),
+            f2(r.cpu.map(|c| c.guest)),
+            f2(r.cpu.map(|c| c.vmm())),
             r.note.replace('"', "'"),
         ]);
     }
     w("results.csv", &csv.csv())?;
-    let mut runs_csv = Table::new("config,scenario,vms,budget,budget_mib,pinned,rep,wall_s,overlap,pss_peak_mib,pss_peak_vmm_mib,pss_over_budget_s,pss_over_budget_samples,samples".split(','));
+    let mut runs_csv = Table::new("config,scenario,vms,budget,budget_mib,pinned,rep,wall_s,overlap,pss_peak_mib,pss_peak_vmm_mib,pss_over_budget_s,pss_over_budget_samples,samples,cpu_guest_s,cpu_serving_s,cpu_background_s,cpu_host_s".split(','));
     let mut pss_csv = Table::new("config,scenario,vms,budget,rep,seconds,vmm,pss_bytes".split(','));
     for r in runs {
         let limit = r.budget.map(|b| b.1);
@@ -240,6 +271,10 @@ pub fn write_outputs(
             format!("{:.1}", s.over_secs),
             s.over_samples,
             r.memory.len(),
+            format!("{:.2}", r.cpu.guest),
+            format!("{:.2}", r.cpu.serving),
+            format!("{:.2}", r.cpu.background),
+            format!("{:.2}", r.host_cpu),
         ]);
         for m in &r.memory {
             let (c, sc, t) = (&r.config, r.scenario.name(), format!("{:.2}", m.t));
@@ -386,6 +421,16 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
             mine.filter_map(|r| r.longest_fault_us)
                 .max()
                 .map_or("–".into(), ms)
+        }));
+        md.push_str(CPU_TABLE_INTRO);
+        md.push_str(&by_row(shape, scenario, |a, b, c| {
+            let reference =
+                (c != reference_name).then(|| at(shape, reference_name, scenario, a.n, b));
+            let reference = reference.into_iter();
+            cpu_cell(
+                traces(runs, c, a),
+                reference.flat_map(|r| traces(runs, reference_name, r)),
+            )
         }));
         md.push('\n');
     }
@@ -610,6 +655,7 @@ fn plot_pss(
 mod tests {
     use super::*;
     use crate::families::consolidate::experiment::{Sample, CONFIGS, REFERENCE};
+    use crate::harness::cpu::CpuUse;
 
     const B: Budget = Budget::Fraction(0.75);
 
@@ -629,6 +675,7 @@ mod tests {
             note: String::new(),
             cgroup: None,
             longest_fault_us: None,
+            cpu: None,
         }
     }
 
@@ -670,6 +717,8 @@ mod tests {
                     each: each.to_vec(),
                 })
                 .collect(),
+            cpu: CpuUse::default(),
+            host_cpu: 0.0,
         }
     }
 
@@ -752,10 +801,23 @@ mod tests {
             mib(&[370, 370]),
             mib(&[1300]),
         );
+        let cpu = |guest, serving, background| CpuUse {
+            guest,
+            serving,
+            background,
+        };
         let runs = vec![
-            trace("pager", 4, &[(0.0, &a), (0.2, &b), (0.4, &c)]),
-            trace(REFERENCE, 4, &[(0.0, &d)]),
+            RunTrace {
+                cpu: cpu(10.0, 2.0, 1.0),
+                host_cpu: 1.0,
+                ..trace("pager", 4, &[(0.0, &a), (0.2, &b), (0.4, &c)])
+            },
+            RunTrace {
+                cpu: cpu(6.5, 0.5, 0.0),
+                ..trace(REFERENCE, 4, &[(0.0, &d)])
+            },
         ];
+        records[0].cpu = Some(cpu(4.0, 1.25, 0.5));
         let configs = ["pager", "qemu-static", REFERENCE];
         let shape = plan(&configs, Scenario::Mapreduce, 4, 2, 30 << 20);
         write_outputs(dir.path(), &records, &runs, &shape).unwrap();
@@ -766,15 +828,19 @@ mod tests {
             "| 4 | 0.75 (750 MiB) | 900 (500) **over** 0.2 s | – | 1300 (1300) |",
             "| mapreduce | 4 | 0.75 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |",
             "| 4 | 0.75 (750 MiB) | 10001.7 | – | – |",
+            "| 4 | 0.75 (750 MiB) | 14.0 = 10.0 + 2.0 + 1.0 + 1.0 (2.00x) | – | 7.0 = 6.5 + 0.5 + 0.0 + 0.0 |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
         assert_eq!(csv.lines().count(), 6);
-        assert!(csv.contains(",1.5,\n"), "{csv}");
+        assert!(csv.contains(",1.5,,,\n"), "{csv}");
+        assert!(csv.contains(",4.00,1.75,\n"), "{csv}");
         let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
         assert!(
-            runs_csv.contains("pager,mapreduce,4,0.75,750,0,1,3.0,0.800,900,500,0.2,1,3"),
+            runs_csv.contains(
+                "pager,mapreduce,4,0.75,750,0,1,3.0,0.800,900,500,0.2,1,3,10.00,2.00,1.00,1.00\n"
+            ),
             "{runs_csv}"
         );
         assert!(dir.path().join("consolidate-mapreduce.svg").exists());

@@ -20,6 +20,7 @@ use super::experiment::{
     BALANCE_DISK_MB, BALANCE_FILES, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 use crate::harness::child::Reaped;
+use crate::harness::cpu::{CpuMeter, CpuUse};
 use crate::harness::guest::read_final_stats;
 use crate::harness::order::interleave;
 use crate::harness::{readings, Bench};
@@ -75,6 +76,8 @@ pub struct Record {
     /// A memvisor VM's longest fault among its last 16,384 (its pager's
     /// `fault_latency.max_us` when it ended), in microseconds.
     pub longest_fault_us: Option<u64>,
+    /// The CPU time its VMM process used, by role.
+    pub cpu: Option<CpuUse>,
 }
 
 /// One run as a whole.
@@ -93,6 +96,10 @@ pub struct RunTrace {
     pub overlap: Option<f64>,
     /// Each VMM process's PSS, every [`TICK`].
     pub memory: Vec<Sample>,
+    /// Every VMM process's CPU time together, by role.
+    pub cpu: CpuUse,
+    /// The CPU seconds of `memvisor host` itself (0 for QEMU).
+    pub host_cpu: f64,
 }
 
 /// One run to do.
@@ -245,6 +252,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             (vms, FleetMonitor::new(plan.scenario, Vec::new(), None))
         });
         let mut intervals = Vec::new();
+        let cpu_each = watch.cpu.each();
         for (i, v) in vms.into_iter().enumerate() {
             let end = watch.ends.get(i).copied().flatten();
             let interval = v
@@ -268,6 +276,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
                 note: v.note,
                 cgroup: v.cgroup,
                 longest_fault_us: v.longest_fault_us,
+                cpu: cpu_each.get(i).copied(),
             });
         }
         let trace = RunTrace {
@@ -280,6 +289,8 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             wall_secs: watch.t0.elapsed().as_secs_f64(),
             overlap: overlap_fraction(&intervals),
             memory: watch.memory,
+            cpu: CpuUse::sum(&cpu_each),
+            host_cpu: CpuUse::sum(&watch.host_cpu.each()).total(),
         };
         let all_at_once = |o: f64| format!("{:.0} % of the run", o * 100.0);
         let overlap = trace
@@ -349,6 +360,12 @@ struct FleetMonitor {
     memory: Vec<Sample>,
     /// Each QEMU VM's cgroup and what it last said.
     cgroups: Vec<Option<(PathBuf, CgroupSeen)>>,
+    /// The VMM processes' threads: the VMMs in the order they started, since the monitor looks
+    /// every [`TICK`] and they start [`INTERVAL`] apart.
+    cpu: CpuMeter,
+    /// `memvisor host`, when it runs the VMs.
+    host: Option<u32>,
+    host_cpu: CpuMeter,
 }
 
 impl FleetMonitor {
@@ -361,10 +378,13 @@ impl FleetMonitor {
             pinned,
             memory: Vec::new(),
             cgroups: Vec::new(),
+            cpu: CpuMeter::default(),
+            host: None,
+            host_cpu: CpuMeter::default(),
         }
     }
 
-    /// One look: jobs that ended, each VMM's PSS (`vmms` in VM order), pinning, cgroups.
+    /// One look: jobs that ended, each VMM's PSS and CPU time, pinning, cgroups.
     fn tick(&mut self, vmms: &[u32]) {
         let now = self.t0.elapsed().as_secs_f64();
         for (i, log) in self.logs.iter().enumerate() {
@@ -380,11 +400,15 @@ impl FleetMonitor {
         let mut each = Vec::with_capacity(vmms.len());
         for (k, &pid) in vmms.iter().enumerate() {
             each.push(memvisor_host::pss(&format!("/proc/{pid}/smaps_rollup")).unwrap_or(0));
+            self.cpu.look(pid);
             if let Some(cores) = self.pinned {
                 readings::pin(pid, k % cores.max(1));
             }
         }
         self.memory.push(Sample { t: now, each });
+        if let Some(host) = self.host {
+            self.host_cpu.look(host);
+        }
         for (dir, seen) in self.cgroups.iter_mut().flatten() {
             if let Some(c) = readings::cgroup_state(dir) {
                 seen.limit = c.limit;
@@ -424,6 +448,7 @@ fn run_host(
         .map(|i| VmmFiles::new(&dir.join("state"), &format!("vm{i}")).log)
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
+    watch.host = Some(host_pid);
     for i in 1..=plan.n {
         let vm = spec(i, plan.kind, plan.scenario, &disk(plan.scenario, i, work));
         HostClient::new(&sock).add(&vm).map_err(|e| e.to_string())?;

@@ -1,0 +1,197 @@
+//! Where a hypervisor's CPU time goes: every thread of its processes read from `/proc`, and
+//! charged by the thread's name to running the guest, serving what the guest waits for, or the
+//! hypervisor's background work. On a host with fewer cores than vCPUs every CPU second a VMM
+//! spends beside its guests is a second some guest does not run, so this is where an
+//! overcommitted host's time goes.
+
+use std::collections::HashMap;
+
+/// The part of a hypervisor a thread's CPU time goes to, by the thread's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuRole {
+    /// Running the guest: memvisor's `vcpuN`, QEMU's `CPU N/KVM`. A vCPU's time includes the
+    /// faults, exits and polling its guest makes it wait through on the CPU.
+    Guest,
+    /// Serving what a guest waits for: memvisor's fault thread (`pager`) and its devices'
+    /// threads (`blk-ID`, `balloon`); QEMU's main loop, which runs its devices, and its I/O
+    /// workers.
+    Serving,
+    /// Everything else: reclaim, release readiness, prefetch, the pool's flusher, the API.
+    Background,
+}
+
+/// The role of a thread called `name` (its `comm`).
+pub fn cpu_role(name: &str) -> CpuRole {
+    let vcpu = name
+        .strip_prefix("vcpu")
+        .is_some_and(|n| n.parse::<u32>().is_ok())
+        || (name.starts_with("CPU ") && name.ends_with("/KVM"));
+    if vcpu {
+        return CpuRole::Guest;
+    }
+    let serving = matches!(name, "pager" | "balloon" | "worker")
+        || name.starts_with("blk-")
+        || name.starts_with("qemu-system");
+    if serving {
+        CpuRole::Serving
+    } else {
+        CpuRole::Background
+    }
+}
+
+/// CPU seconds by role.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuUse {
+    pub guest: f64,
+    pub serving: f64,
+    pub background: f64,
+}
+
+impl CpuUse {
+    pub fn total(&self) -> f64 {
+        self.guest + self.serving + self.background
+    }
+
+    /// The hypervisor's own: all but the guest's.
+    pub fn vmm(&self) -> f64 {
+        self.serving + self.background
+    }
+
+    fn add(&mut self, role: CpuRole, secs: f64) {
+        match role {
+            CpuRole::Guest => self.guest += secs,
+            CpuRole::Serving => self.serving += secs,
+            CpuRole::Background => self.background += secs,
+        }
+    }
+
+    /// Every one of `uses` together.
+    pub fn sum<'a>(uses: impl IntoIterator<Item = &'a CpuUse>) -> CpuUse {
+        let mut s = CpuUse::default();
+        for u in uses {
+            s.guest += u.guest;
+            s.serving += u.serving;
+            s.background += u.background;
+        }
+        s
+    }
+}
+
+/// The CPU time of processes' threads, each kept at its last reading (a thread that ends
+/// between two looks loses the time since the last one: at most a look's interval).
+#[derive(Debug, Default)]
+pub struct CpuMeter {
+    /// (process, thread) → its role and seconds on a CPU.
+    threads: HashMap<(u32, u32), (CpuRole, f64)>,
+    /// The processes in the order first looked at.
+    order: Vec<u32>,
+}
+
+impl CpuMeter {
+    /// Reads every thread of process `pid` (nothing once it is gone).
+    pub fn look(&mut self, pid: u32) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return;
+        };
+        if !self.order.contains(&pid) {
+            self.order.push(pid);
+        }
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Some(secs) = thread_cpu_secs(pid, tid) else {
+                continue;
+            };
+            // Read each time: a thread names itself once it runs, after a look may have seen it.
+            let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) else {
+                continue;
+            };
+            let entry = self
+                .threads
+                .entry((pid, tid))
+                .or_insert((CpuRole::Background, 0.0));
+            *entry = (cpu_role(comm.trim_end()), entry.1.max(secs));
+        }
+    }
+
+    /// Each process's use, in the order they were first looked at.
+    pub fn each(&self) -> Vec<CpuUse> {
+        self.order
+            .iter()
+            .map(|&pid| {
+                let mut u = CpuUse::default();
+                for (&(p, _), &(role, secs)) in &self.threads {
+                    if p == pid {
+                        u.add(role, secs);
+                    }
+                }
+                u
+            })
+            .collect()
+    }
+}
+
+/// Seconds thread `tid` of `pid` has run (the first field of its `schedstat`, in ns).
+fn thread_cpu_secs(pid: u32, tid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_charged_by_their_names() {
+        assert_eq!(cpu_role("vcpu0"), CpuRole::Guest);
+        assert_eq!(cpu_role("vcpu12"), CpuRole::Guest);
+        assert_eq!(cpu_role("CPU 0/KVM"), CpuRole::Guest);
+        assert_eq!(cpu_role("pager"), CpuRole::Serving);
+        assert_eq!(cpu_role("blk-data"), CpuRole::Serving);
+        assert_eq!(cpu_role("balloon"), CpuRole::Serving);
+        assert_eq!(cpu_role("worker"), CpuRole::Serving);
+        assert_eq!(cpu_role("qemu-system-x86"), CpuRole::Serving);
+        assert_eq!(cpu_role("reclaim"), CpuRole::Background);
+        assert_eq!(cpu_role("release-ready"), CpuRole::Background);
+        assert_eq!(cpu_role("vcpuish"), CpuRole::Background);
+        assert_eq!(cpu_role("memvisor"), CpuRole::Background);
+    }
+
+    #[test]
+    fn a_busy_thread_of_this_process_is_metered() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let spin = std::thread::Builder::new()
+            .name("vcpu7".into())
+            .spawn(move || {
+                let mut x = 0u64;
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            })
+            .unwrap();
+        let t = std::time::Instant::now();
+        let mut m = CpuMeter::default();
+        let pid = std::process::id();
+        while t.elapsed() < std::time::Duration::from_millis(200) {
+            m.look(pid);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        m.look(pid);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spin.join().unwrap();
+        let each = m.each();
+        assert_eq!(each.len(), 1);
+        // The spinning thread ran for most of 200 ms (on a loaded machine, at least some).
+        assert!(each[0].guest > 0.01, "{each:?}");
+        assert!(
+            each[0].guest <= t.elapsed().as_secs_f64() + 0.01,
+            "{each:?}"
+        );
+        // Looking at a process that is gone adds nothing.
+        m.look(u32::MAX);
+        assert_eq!(m.each().len(), 1);
+    }
+}
