@@ -125,6 +125,12 @@ where
         tracing::debug!("api: cannot answer: {e}");
     }
     if let Some(Then(then)) = reply.then {
+        // The client is waiting for the answer just written; what comes after it is not. Woken
+        // on a host whose cores are busy (vCPUs that poll), the client otherwise queued behind
+        // this thread's work for a time slice: after an instant release of 10,000 pages, whose
+        // bookkeeping follows here, the caller had its answer 2.2 ms after it was written
+        // (`bench reclaimdelay`, docs/hd2.md); yielding first lets it run.
+        std::thread::yield_now();
         then();
     }
 }
