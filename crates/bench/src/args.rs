@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// amount, e.g. 1,0.75,0.5 (the default) or 1G (balance: default 1G).
     #[arg(long, value_delimiter = ',')]
     pub budget: Vec<String>,
+    /// consolidate, balance: keys of `memvisor host`'s `[host]` table for its runs, as
+    /// KEY=VALUE in TOML (docs/host.md), e.g. balloon_max=0.3 or pool_compress="lz4";
+    /// comma-separated or repeated. The keys the bench sets itself are refused.
+    #[arg(long = "host-set", value_delimiter = ',')]
+    pub host_set: Vec<String>,
     /// swapin: the sizes of memory to bring back, e.g. 256M,1G (default 256M,512M,1G,2G);
     /// mobility: the guest sizes (default 256M,1G,2G).
     #[arg(long, value_delimiter = ',', value_parser = memvisor_api::parse_size)]

@@ -295,6 +295,38 @@ pub fn bounded(kind: Launch) -> bool {
     )
 }
 
+/// The keys of `[host]` the bench writes itself, which `--host-set` may not change.
+pub const HOST_KEYS_SET: [&str; 6] = [
+    "memory",
+    "swap",
+    "sample_period",
+    "state_dir",
+    "web_addr",
+    "balancing",
+];
+
+/// `--host-set KEY=VALUE`, checked: a line of `[host]` (`KEY = VALUE`) that `memvisor host`
+/// takes, for a key the bench does not set itself.
+pub fn host_set_line(kv: &str) -> Result<String, String> {
+    let Some((key, value)) = kv.split_once('=') else {
+        return Err(format!(
+            "--host-set {kv}: give KEY=VALUE, e.g. balloon_max=0.3"
+        ));
+    };
+    let (key, value) = (key.trim(), value.trim());
+    if HOST_KEYS_SET.contains(&key) {
+        return Err(format!(
+            "--host-set {key}: the bench sets it for every run (it sets {})",
+            HOST_KEYS_SET.join(", ")
+        ));
+    }
+    let line = format!("{key} = {value}");
+    let text = format!("[host]\nmemory = \"1G\"\n{line}\n");
+    memvisor_host::HostConfig::parse(std::path::Path::new("host.toml"), &text)
+        .map_err(|e| format!("--host-set {kv}: {e}"))?;
+    Ok(line)
+}
+
 /// The budgets `consolidate` sweeps when not told: the scenario's joint working set, and three
 /// quarters and half of it.
 pub const FRACTIONS: [f64; 3] = [1.0, 0.75, 0.5];
@@ -464,6 +496,8 @@ pub struct ConsolidatePlan {
     pub working_sets: Vec<(Scenario, u32, u64)>,
     /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
     pub qemu_overhead: u64,
+    /// Lines added to `memvisor host`'s `[host]` table (`--host-set`), checked.
+    pub host_set: Vec<String>,
     /// How the runs were set up, one line each, for the report.
     pub notes: Vec<String>,
 }
@@ -548,6 +582,32 @@ mod tests {
     }
 
     #[test]
+    fn host_settings_are_checked_as_the_host_takes_them() {
+        assert_eq!(
+            host_set_line("balloon_max=0.3"),
+            Ok("balloon_max = 0.3".into())
+        );
+        assert_eq!(
+            host_set_line("pool_compress = \"lz4\""),
+            Ok("pool_compress = \"lz4\"".into())
+        );
+        for (bad, says) in [
+            ("balloon_max", "give KEY=VALUE"),
+            ("memory=2G", "the bench sets it"),
+            ("balancing=\"hd2\"", "the bench sets it"),
+            ("balloon_max=2", "balloon_max"),
+            ("no_such_key=1", "no_such_key"),
+            ("pool_compress=lz4", "pool_compress"),
+        ] {
+            let e = host_set_line(bad).unwrap_err();
+            assert!(
+                e.starts_with("--host-set ") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_budget_is_a_fraction_of_the_working_set_or_an_amount() {
         assert_eq!(Budget::parse("0.75"), Ok(Budget::Fraction(0.75)));
         assert_eq!(Budget::parse(" 1 "), Ok(Budget::Fraction(1.0)));
@@ -564,6 +624,7 @@ mod tests {
             budgets: vec![Budget::Fraction(0.5), Budget::Bytes(1 << 30)],
             working_sets: vec![(Scenario::Mixed, 6, 1500 << 20)],
             qemu_overhead: 0,
+            host_set: Vec::new(),
             notes: Vec::new(),
         };
         let at = |sc, n, b| plan.budget_bytes(sc, n, b);

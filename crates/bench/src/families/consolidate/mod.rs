@@ -96,6 +96,11 @@ impl Family for Consolidate {
         if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
             return Err(format!("--vms {n}: give 1 to 16 VMs"));
         }
+        let host_set = args
+            .host_set
+            .iter()
+            .map(|kv| experiment::host_set_line(kv))
+            .collect::<Result<Vec<String>, String>>()?;
         Ok(ConsolidatePlan {
             ns,
             scenarios,
@@ -105,7 +110,13 @@ impl Family for Consolidate {
             budgets,
             working_sets: Vec::new(),
             qemu_overhead: 0,
-            notes: Vec::new(),
+            notes: host_set
+                .iter()
+                .map(|l| {
+                    format!("`memvisor host` runs with `{l}` in its `[host]` table (`--host-set`)")
+                })
+                .collect(),
+            host_set,
         })
     }
 

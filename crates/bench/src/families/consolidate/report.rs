@@ -694,6 +694,7 @@ mod tests {
             budgets: vec![B],
             working_sets: vec![(sc, n, 1000 << 20)],
             qemu_overhead: qemu,
+            host_set: Vec::new(),
             notes: Vec::new(),
         }
     }

@@ -236,7 +236,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
-            Launch::Host(_) => run_host(&bench.exe, &plan, work, &dir, sink),
+            Launch::Host(_) => run_host(&bench.exe, &plan, &s.host_set, (work, &dir), sink),
             Launch::QemuStatic | Launch::QemuNoLimit => run_qemu(bench, s, &plan, work, &dir),
         });
         let (vms, watch) = got.unwrap_or_else(|e| {
@@ -435,13 +435,13 @@ impl FleetMonitor {
 fn run_host(
     exe: &Path,
     plan: &RunCase,
-    work: &Path,
-    dir: &Path,
+    host_set: &[String],
+    (work, dir): (&Path, &Path),
     sink: &dyn Sink,
 ) -> Result<(Vec<Outcome>, FleetMonitor), String> {
     let hd2 = matches!(plan.kind, Launch::Host(HostLaunch { hd2: Some(_), .. }));
     let budget = host_budget(plan.kind, plan.n, plan.limit.unwrap_or(0));
-    let (host, sock) = start_host(exe, dir, budget, hd2)?;
+    let (host, sock) = start_host(exe, dir, budget, hd2, host_set)?;
     let host_pid = host.0.id();
     let vmms = || readings::vmms(host_pid);
     let logs = (1..=plan.n)
@@ -495,11 +495,18 @@ fn run_host(
 
 /// Starts `memvisor host` with `budget` and no VM (balancing by HyperDealer2 if `hd2`), its
 /// files in `dir`; returns it with its socket once the socket is there.
-fn start_host(exe: &Path, dir: &Path, budget: u64, hd2: bool) -> Result<(Reaped, PathBuf), String> {
+fn start_host(
+    exe: &Path,
+    dir: &Path,
+    budget: u64,
+    hd2: bool,
+    host_set: &[String],
+) -> Result<(Reaped, PathBuf), String> {
     let (config, sock) = (dir.join("host.toml"), dir.join("state/host.sock"));
     let balancing = if hd2 { "hd2" } else { "balloon" };
     // The live page on a free loopback port: its address is in host.log.
     let text = format!("[host]\nmemory = {budget}\nswap = \"16G\"\nsample_period = \"5s\"\nstate_dir = \"state\"\nweb_addr = \"127.0.0.1:0\"\nbalancing = \"{balancing}\"\n");
+    let text = host_set.iter().fold(text, |t, l| t + l + "\n");
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
     let host = crate::harness::child::start_host(exe, &config, &dir.join("host.log"), &sock)?;
     Ok((host, sock))
