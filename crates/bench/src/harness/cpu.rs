@@ -69,9 +69,9 @@ impl CpuUse {
     pub fn sum<'a>(uses: impl IntoIterator<Item = &'a CpuUse>) -> CpuUse {
         let mut s = CpuUse::default();
         for u in uses {
-            s.guest += u.guest;
-            s.serving += u.serving;
-            s.background += u.background;
+            s.add(CpuRole::Guest, u.guest);
+            s.add(CpuRole::Serving, u.serving);
+            s.add(CpuRole::Background, u.background);
         }
         s
     }
@@ -90,16 +90,14 @@ pub struct CpuMeter {
 impl CpuMeter {
     /// Reads every thread of process `pid` (nothing once it is gone).
     pub fn look(&mut self, pid: u32) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let tids = crate::harness::readings::threads(pid);
+        if tids.is_empty() {
             return;
-        };
+        }
         if !self.order.contains(&pid) {
             self.order.push(pid);
         }
-        for t in tasks.flatten() {
-            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
+        for tid in tids {
             let Some(secs) = thread_cpu_secs(pid, tid) else {
                 continue;
             };
@@ -145,18 +143,22 @@ mod tests {
 
     #[test]
     fn threads_are_charged_by_their_names() {
-        assert_eq!(cpu_role("vcpu0"), CpuRole::Guest);
-        assert_eq!(cpu_role("vcpu12"), CpuRole::Guest);
-        assert_eq!(cpu_role("CPU 0/KVM"), CpuRole::Guest);
-        assert_eq!(cpu_role("pager"), CpuRole::Serving);
-        assert_eq!(cpu_role("blk-data"), CpuRole::Serving);
-        assert_eq!(cpu_role("balloon"), CpuRole::Serving);
-        assert_eq!(cpu_role("worker"), CpuRole::Serving);
-        assert_eq!(cpu_role("qemu-system-x86"), CpuRole::Serving);
-        assert_eq!(cpu_role("reclaim"), CpuRole::Background);
-        assert_eq!(cpu_role("release-ready"), CpuRole::Background);
-        assert_eq!(cpu_role("vcpuish"), CpuRole::Background);
-        assert_eq!(cpu_role("memvisor"), CpuRole::Background);
+        for (name, role) in [
+            ("vcpu0", CpuRole::Guest),
+            ("vcpu12", CpuRole::Guest),
+            ("CPU 0/KVM", CpuRole::Guest),
+            ("pager", CpuRole::Serving),
+            ("blk-data", CpuRole::Serving),
+            ("balloon", CpuRole::Serving),
+            ("worker", CpuRole::Serving),
+            ("qemu-system-x86", CpuRole::Serving),
+            ("reclaim", CpuRole::Background),
+            ("release-ready", CpuRole::Background),
+            ("vcpuish", CpuRole::Background),
+            ("memvisor", CpuRole::Background),
+        ] {
+            assert_eq!(cpu_role(name), role, "{name}");
+        }
     }
 
     #[test]

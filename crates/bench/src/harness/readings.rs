@@ -109,18 +109,22 @@ pub fn vmms(host: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The threads of process `pid` now (none once it is gone).
+pub fn threads(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Pins every thread of process `pid` to CPU `cpu` (`sched_setaffinity` per thread, as
 /// `taskset -a -p` does); threads started later are pinned by the next call.
 pub fn pin(pid: u32, cpu: usize) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return;
-    };
-    for t in tasks.flatten() {
-        let Some(tid) = t
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
+    for tid in threads(pid) {
+        let Ok(tid) = libc::pid_t::try_from(tid) else {
             continue;
         };
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it; the call
