@@ -27,7 +27,8 @@ pub struct BenchArgs {
     /// --victims: clock, random, hd2, hd2-whole; for sharing memvisor-off, memvisor-host,
     /// qemu-merge; for zeroboot memvisor, memvisor-ksm, qemu, qemu-ksm; for mobility
     /// memvisor-start, memvisor-restore, memvisor-postcopy, memvisor-precopy, qemu-start,
-    /// qemu-restore, qemu-precopy, qemu-postcopy).
+    /// qemu-restore, qemu-precopy, qemu-postcopy; for consolidate and balance a host
+    /// configuration may add [host] settings after a +, e.g. hd2+balloon_max=0.3).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Directory for results.csv, report.md, the plot, logs and disk images (default bench-out/EXPERIMENT).

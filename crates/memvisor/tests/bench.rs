@@ -985,8 +985,16 @@ fn bad_input_is_one_line_and_status_2() {
         ("zeroboot --scenario mixed", "zeroboot takes no --scenario"),
         ("balance --scenario mixed", "balance runs its own scenario"),
         (
+            "consolidate --configs hd2,qemu-static+tick=1s",
+            "--configs of consolidate: qemu-static+tick=1s: only memvisor host's",
+        ),
+        (
+            "consolidate --configs hd2+memory=1G",
+            "--configs of consolidate: hd2+memory=1G: memory: the bench sets it",
+        ),
+        (
             "balance --configs hd2,nope",
-            "unknown configuration 'nope' for balance",
+            "--configs of balance: unknown configuration 'nope'",
         ),
         ("balance --vms 0", "--vms 0"),
         (

@@ -260,11 +260,97 @@ pub const CONFIGS: [(&str, Launch); 11] = [
 /// What every ratio is taken to, but in `balance` ([`Scenario::reference`]).
 pub const REFERENCE: &str = "qemu-nolimit";
 
+/// A configuration as a run is made with it: one of [`CONFIGS`] and, for `memvisor host`'s,
+/// the lines it adds to the host's `[host]` table, checked ([`host_setting`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// As the report names it: the base's name, then each setting of its own after a `+`
+    /// (`hd2+balloon_max=0.3`).
+    pub name: String,
+    pub launch: Launch,
+    /// `KEY = VALUE` lines of `[host]`: `--host-set`'s, then its own.
+    pub host_set: Vec<String>,
+}
+
+impl Config {
+    /// One of [`CONFIGS`] as it is.
+    fn base(&(name, launch): &(&'static str, Launch)) -> Config {
+        Config {
+            name: name.to_owned(),
+            launch,
+            host_set: Vec::new(),
+        }
+    }
+
+    /// `NAME[+KEY=VALUE]...`: one of [`CONFIGS`], with settings of `memvisor host`'s `[host]`
+    /// table of its own, so that one invocation compares host settings on one measured working
+    /// set (`hd2,hd2+balloon_max=0.3`).
+    pub fn parse(spec: &str) -> Result<Config, String> {
+        let spec = spec.trim();
+        let mut parts = spec.split('+');
+        let base = parts.next().unwrap_or_default().trim();
+        let Some(found) = CONFIGS.iter().find(|(c, _)| *c == base) else {
+            let all: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
+            return Err(format!(
+                "unknown configuration '{base}'; it runs: {}",
+                all.join(", ")
+            ));
+        };
+        let mut config = Config::base(found);
+        for kv in parts {
+            if !matches!(config.launch, Launch::Host(_)) {
+                return Err(format!(
+                    "{spec}: only memvisor host's configurations take settings"
+                ));
+            }
+            let line = host_setting(kv).map_err(|e| format!("{spec}: {e}"))?;
+            config.set(line);
+        }
+        config.name = spec.split('+').map(str::trim).collect::<Vec<_>>().join("+");
+        Ok(config)
+    }
+
+    /// Adds a `[host]` line, in place of one with the same key.
+    fn set(&mut self, line: String) {
+        let key = |l: &str| l.split(" = ").next().unwrap_or_default().to_owned();
+        let k = key(&line);
+        self.host_set.retain(|l| key(l) != k);
+        self.host_set.push(line);
+    }
+
+    /// `--host-set`'s lines under this configuration's own, which win on the same key; none
+    /// for QEMU's configurations.
+    #[must_use]
+    pub fn under(mut self, everywhere: &[String]) -> Config {
+        if matches!(self.launch, Launch::Host(_)) {
+            let own = std::mem::take(&mut self.host_set);
+            for line in everywhere.iter().cloned().chain(own) {
+                self.set(line);
+            }
+        }
+        self
+    }
+}
+
 /// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
 /// variants, which `balance` compares.
-pub fn consolidate_configs() -> Vec<(&'static str, Launch)> {
-    let variant = |(c, _): &(&str, Launch)| ["hd2-lru", "hd2-whole"].contains(c);
-    CONFIGS.iter().copied().filter(|c| !variant(c)).collect()
+pub fn consolidate_configs() -> Vec<Config> {
+    let variant = |(c, _): &&(&str, Launch)| ["hd2-lru", "hd2-whole"].contains(c);
+    CONFIGS
+        .iter()
+        .filter(|c| !variant(c))
+        .map(Config::base)
+        .collect()
+}
+
+/// What `balance` runs when not told ([`BALANCE_CONFIGS`]).
+pub fn balance_configs() -> Vec<Config> {
+    let of_balance = |(c, _): &&(&str, Launch)| BALANCE_CONFIGS.contains(c);
+    CONFIGS
+        .iter()
+        .filter(of_balance)
+        .map(Config::base)
+        .collect()
 }
 
 /// What `memvisor bench balance` runs when not told: ballooning (its reference), HyperDealer2
@@ -305,25 +391,23 @@ pub const HOST_KEYS_SET: [&str; 6] = [
     "balancing",
 ];
 
-/// `--host-set KEY=VALUE`, checked: a line of `[host]` (`KEY = VALUE`) that `memvisor host`
-/// takes, for a key the bench does not set itself.
-pub fn host_set_line(kv: &str) -> Result<String, String> {
+/// `KEY=VALUE` (of `--host-set`, or after a configuration's `+`), checked: a line of `[host]`
+/// (`KEY = VALUE`) that `memvisor host` takes, for a key the bench does not set itself.
+pub fn host_setting(kv: &str) -> Result<String, String> {
     let Some((key, value)) = kv.split_once('=') else {
-        return Err(format!(
-            "--host-set {kv}: give KEY=VALUE, e.g. balloon_max=0.3"
-        ));
+        return Err(format!("{kv}: give KEY=VALUE, e.g. balloon_max=0.3"));
     };
     let (key, value) = (key.trim(), value.trim());
     if HOST_KEYS_SET.contains(&key) {
         return Err(format!(
-            "--host-set {key}: the bench sets it for every run (it sets {})",
+            "{key}: the bench sets it for every run (it sets {})",
             HOST_KEYS_SET.join(", ")
         ));
     }
     let line = format!("{key} = {value}");
     let text = format!("[host]\nmemory = \"1G\"\n{line}\n");
     memvisor_host::HostConfig::parse(std::path::Path::new("host.toml"), &text)
-        .map_err(|e| format!("--host-set {kv}: {e}"))?;
+        .map_err(|e| format!("{kv}: {e}"))?;
     Ok(line)
 }
 
@@ -484,7 +568,7 @@ pub fn spec(i: u32, kind: Launch, scenario: Scenario, disk: &str) -> VmSpec {
 pub struct ConsolidatePlan {
     pub ns: Vec<u32>,
     pub scenarios: Vec<Scenario>,
-    pub configs: Vec<(&'static str, Launch)>,
+    pub configs: Vec<Config>,
     pub reps: u32,
     /// CPUs of the host: runs of at most this many VMs pin each VMM to its own.
     pub cores: usize,
@@ -496,8 +580,6 @@ pub struct ConsolidatePlan {
     pub working_sets: Vec<(Scenario, u32, u64)>,
     /// QEMU's own memory besides guest RAM, measured, for `qemu-static`'s cgroups.
     pub qemu_overhead: u64,
-    /// Lines added to `memvisor host`'s `[host]` table (`--host-set`), checked.
-    pub host_set: Vec<String>,
     /// How the runs were set up, one line each, for the report.
     pub notes: Vec<String>,
 }
@@ -584,11 +666,11 @@ mod tests {
     #[test]
     fn host_settings_are_checked_as_the_host_takes_them() {
         assert_eq!(
-            host_set_line("balloon_max=0.3"),
+            host_setting("balloon_max=0.3"),
             Ok("balloon_max = 0.3".into())
         );
         assert_eq!(
-            host_set_line("pool_compress = \"lz4\""),
+            host_setting("pool_compress = \"lz4\""),
             Ok("pool_compress = \"lz4\"".into())
         );
         for (bad, says) in [
@@ -599,11 +681,51 @@ mod tests {
             ("no_such_key=1", "no_such_key"),
             ("pool_compress=lz4", "pool_compress"),
         ] {
-            let e = host_set_line(bad).unwrap_err();
-            assert!(
-                e.starts_with("--host-set ") && e.contains(says),
-                "{bad}: {e}"
-            );
+            let e = host_setting(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            let e = Config::parse(&format!("hd2+{bad}")).unwrap_err();
+            assert!(e.starts_with(&format!("hd2+{bad}: ")), "{e}");
+        }
+    }
+
+    /// A configuration with settings of its own runs beside its base in one invocation; its
+    /// settings win over `--host-set`'s on the same key, and QEMU's take none.
+    #[test]
+    fn a_configuration_may_carry_host_settings_of_its_own() {
+        let plain = Config::parse("hd2").unwrap();
+        assert_eq!(plain.name, "hd2");
+        assert!(plain.host_set.is_empty());
+        let capped = Config::parse(" hd2+balloon_max=0.3+pool_compress=\"lz4\" ").unwrap();
+        assert_eq!(capped.name, "hd2+balloon_max=0.3+pool_compress=\"lz4\"");
+        assert_eq!(capped.launch, plain.launch);
+        let everywhere = [
+            "balloon_max = 0.5".to_owned(),
+            "tick = \"100ms\"".to_owned(),
+        ];
+        assert_eq!(
+            capped.under(&everywhere).host_set,
+            [
+                "tick = \"100ms\"",
+                "balloon_max = 0.3",
+                "pool_compress = \"lz4\""
+            ]
+        );
+        assert_eq!(
+            plain.under(&everywhere).host_set,
+            ["balloon_max = 0.5", "tick = \"100ms\""]
+        );
+        assert!(Config::parse("qemu-static")
+            .unwrap()
+            .under(&everywhere)
+            .host_set
+            .is_empty());
+        for (bad, says) in [
+            ("qemu-static+balloon_max=0.3", "only memvisor host's"),
+            ("hd3", "unknown configuration 'hd3'"),
+            ("hd2+", "give KEY=VALUE"),
+        ] {
+            let e = Config::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 
@@ -624,7 +746,6 @@ mod tests {
             budgets: vec![Budget::Fraction(0.5), Budget::Bytes(1 << 30)],
             working_sets: vec![(Scenario::Mixed, 6, 1500 << 20)],
             qemu_overhead: 0,
-            host_set: Vec::new(),
             notes: Vec::new(),
         };
         let at = |sc, n, b| plan.budget_bytes(sc, n, b);

@@ -15,8 +15,8 @@ use std::path::Path;
 use memvisor_api::HostSample;
 
 use crate::args::BenchArgs;
-use crate::harness::{choose, setup, Bench, Family};
-use experiment::{Budget, ConsolidatePlan, Launch, Scenario, MEM};
+use crate::harness::{setup, Bench, Family};
+use experiment::{Budget, Config, ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
 /// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU; with `balance`,
@@ -31,24 +31,25 @@ impl Family for Consolidate {
 
     fn plan(&self, args: &BenchArgs) -> Result<ConsolidatePlan, String> {
         let (balance, name) = (self.balance, args.experiment.as_str());
-        let configs = if !args.configs.is_empty() {
-            let configs = choose(
-                &args.configs,
-                &experiment::CONFIGS,
-                |c| c.0,
-                |c, all| format!("unknown configuration '{c}' for {name}; it runs: {all}"),
-            )?;
-            configs.into_iter().copied().collect()
-        } else if balance {
-            let of_balance = |(c, _): &(&str, Launch)| experiment::BALANCE_CONFIGS.contains(c);
-            experiment::CONFIGS
-                .iter()
-                .copied()
-                .filter(of_balance)
-                .collect()
-        } else {
-            experiment::consolidate_configs()
-        };
+        let host_set = args
+            .host_set
+            .iter()
+            .map(|kv| experiment::host_setting(kv).map_err(|e| format!("--host-set {e}")))
+            .collect::<Result<Vec<String>, String>>()?;
+        let mut configs: Vec<Config> = Vec::new();
+        for spec in &args.configs {
+            let c = Config::parse(spec).map_err(|e| format!("--configs of {name}: {e}"))?;
+            if !configs.iter().any(|had| had.name == c.name) {
+                configs.push(c);
+            }
+        }
+        if configs.is_empty() {
+            configs = match balance {
+                true => experiment::balance_configs(),
+                false => experiment::consolidate_configs(),
+            };
+        }
+        let configs = configs.into_iter().map(|c| c.under(&host_set)).collect();
         if args.reference.is_some() {
             let to = match balance {
                 true => "vswapper-balloon (ballooning, as HyperDealer2's Table 4)",
@@ -96,11 +97,6 @@ impl Family for Consolidate {
         if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
             return Err(format!("--vms {n}: give 1 to 16 VMs"));
         }
-        let host_set = args
-            .host_set
-            .iter()
-            .map(|kv| experiment::host_set_line(kv))
-            .collect::<Result<Vec<String>, String>>()?;
         Ok(ConsolidatePlan {
             ns,
             scenarios,
@@ -116,7 +112,6 @@ impl Family for Consolidate {
                     format!("`memvisor host` runs with `{l}` in its `[host]` table (`--host-set`)")
                 })
                 .collect(),
-            host_set,
         })
     }
 
@@ -127,7 +122,7 @@ impl Family for Consolidate {
         mut plan: ConsolidatePlan,
     ) -> Result<(), String> {
         let _only_bench = setup::take_host(&args.swap_file)?;
-        if plan.configs.iter().any(|c| c.1 == Launch::QemuStatic) {
+        if plan.configs.iter().any(|c| c.launch == Launch::QemuStatic) {
             plan.notes.extend(setup::host_swap(args)?);
             let (overhead, note) = setup::qemu_overhead(&bench.exe, MEM)?;
             plan.qemu_overhead = overhead;

@@ -136,8 +136,8 @@ fn at(shape: &ConsolidatePlan, config: &str, scenario: Scenario, n: u32, budget:
     let held = shape
         .configs
         .iter()
-        .find(|(c, _)| *c == config)
-        .is_none_or(|&(_, kind)| bounded(kind));
+        .find(|c| c.name == config)
+        .is_none_or(|c| bounded(c.launch));
     At {
         scenario,
         n,
@@ -197,7 +197,7 @@ fn by_row(
     scenario: Scenario,
     cell: impl Fn(At, Budget, &str) -> String,
 ) -> String {
-    let configs = shape.configs.iter().map(|(c, _)| *c);
+    let configs = shape.configs.iter().map(|c| c.name.as_str());
     let mut t = Table::new(["VMs", "budget"].into_iter().chain(configs.clone()));
     for &n in &shape.ns {
         for &b in &shape.budgets {
@@ -487,7 +487,7 @@ fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, sce
     }
     let reference = scenario.reference();
     md.push_str(&format!("\nBy workload: the mean job time of its VMs in seconds (median over repetitions), and in brackets the ratio to `{reference}`:\n\n"));
-    let configs = shape.configs.iter().map(|(c, _)| *c);
+    let configs = shape.configs.iter().map(|c| c.name.as_str());
     let head = ["VMs", "budget", "workload"].into_iter();
     let mut t = Table::new(head.chain(configs.clone()));
     for (&n, &b) in shape
@@ -564,7 +564,7 @@ fn plot(
         false => Some(f64::from(n)),
     };
     let mut lines = Vec::new();
-    for (c, _) in &shape.configs {
+    for c in shape.configs.iter().map(|c| c.name.as_str()) {
         for (suffix, points) in &series {
             let pts = points.iter().filter_map(|&(n, b)| {
                 let m = cell(records, c, at(shape, c, scenario, n, b))?.median?;
@@ -616,14 +616,15 @@ fn plot_pss(
     let mut lines: Vec<Line> = shape
         .configs
         .iter()
-        .filter_map(|(c, _)| {
+        .filter_map(|c| {
+            let c = c.name.as_str();
             let r = traces(runs, c, at(shape, c, scenario, n, budget)).next()?;
             Some((c, r))
         })
         .enumerate()
         .map(|(i, (c, r))| {
             let pts = r.memory.iter().map(|m| (m.t, m.sum() as f64 / MIB));
-            Line::new(*c, color(i), 2, pts.collect())
+            Line::new(c, color(i), 2, pts.collect())
         })
         .collect();
     let end = xs(&lines).fold(1.0f64, f64::max);
@@ -654,7 +655,7 @@ fn plot_pss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::families::consolidate::experiment::{Sample, CONFIGS, REFERENCE};
+    use crate::families::consolidate::experiment::{Config, Sample, REFERENCE};
     use crate::harness::cpu::CpuUse;
 
     const B: Budget = Budget::Fraction(0.75);
@@ -682,11 +683,7 @@ mod tests {
     /// A plan of the configurations `names` (in `CONFIGS`' order), one scenario and one N.
     fn plan(names: &[&str], sc: Scenario, n: u32, cores: usize, qemu: u64) -> ConsolidatePlan {
         ConsolidatePlan {
-            configs: CONFIGS
-                .iter()
-                .filter(|(c, _)| names.contains(c))
-                .copied()
-                .collect(),
+            configs: names.iter().map(|c| Config::parse(c).unwrap()).collect(),
             ns: vec![n],
             scenarios: vec![sc],
             reps: 1,
@@ -694,7 +691,6 @@ mod tests {
             budgets: vec![B],
             working_sets: vec![(sc, n, 1000 << 20)],
             qemu_overhead: qemu,
-            host_set: Vec::new(),
             notes: Vec::new(),
         }
     }

@@ -16,7 +16,7 @@ use memvisor_host::VmmFiles;
 
 use super::experiment::{
     bounded, disk, host_budget, job, job_secs, memory_summary, overlap_fraction, own_disk,
-    qemu_share, spec, Budget, ConsolidatePlan, HostLaunch, Launch, Sample, Scenario,
+    qemu_share, spec, Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, Scenario,
     BALANCE_DISK_MB, BALANCE_FILES, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
 use crate::harness::child::Reaped;
@@ -114,13 +114,13 @@ struct RunCase {
 }
 
 /// A configuration at one budget (`None`: one that no budget holds, run once).
-type AtBudget = ((&'static str, Launch), Option<Budget>);
+type AtBudget<'a> = (&'a Config, Option<Budget>);
 
 /// Every configuration at every budget of `s`, but each one that no budget holds once.
-fn at_budgets(s: &ConsolidatePlan) -> Vec<AtBudget> {
+fn at_budgets(s: &ConsolidatePlan) -> Vec<AtBudget<'_>> {
     let mut out = Vec::new();
-    for &c in &s.configs {
-        match bounded(c.1) {
+    for c in &s.configs {
+        match bounded(c.launch) {
             true => out.extend(s.budgets.iter().map(|&b| (c, Some(b)))),
             false => out.push((c, None)),
         }
@@ -204,10 +204,11 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
     };
     let what = |&(sc, n): &(Scenario, u32), (c, b): &AtBudget| {
         let budget = b.map_or(String::new(), |b| format!(", budget {}", b.label()));
-        format!("{} {} {n} VMs{budget}", c.0, sc.name())
+        format!("{} {} {n} VMs{budget}", c.name, sc.name())
     };
     interleave("consolidate", s.reps, cells, &at_budgets(s), what, |t| {
-        let ((scenario, n), ((name, kind), budget), rep) = (*t.cell, *t.config, t.rep);
+        let ((scenario, n), (config, budget), rep) = (*t.cell, *t.config, t.rep);
+        let (name, kind) = (config.name.as_str(), config.launch);
         let pinned = (n as usize <= s.cores).then_some(s.cores);
         let bytes = |b| {
             let sc = scenario.name();
@@ -223,8 +224,11 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             pinned,
             limit,
         };
+        // A setting's quotes and spaces are left out of the directory's name.
+        let safe = |c: char| c.is_ascii_alphanumeric() || "+=._-".contains(c);
         let tag = format!(
-            "{name}-{}-n{n}{}{}-rep{rep}",
+            "{}-{}-n{n}{}{}-rep{rep}",
+            name.replace(|c| !safe(c), ""),
             scenario.name(),
             budget.map_or(String::new(), |b| format!(
                 "-b{}",
@@ -236,7 +240,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let got = fresh_disks(work, scenario, n).and_then(|()| match kind {
-            Launch::Host(_) => run_host(&bench.exe, &plan, &s.host_set, (work, &dir), sink),
+            Launch::Host(_) => run_host(&bench.exe, &plan, &config.host_set, (work, &dir), sink),
             Launch::QemuStatic | Launch::QemuNoLimit => run_qemu(bench, s, &plan, work, &dir),
         });
         let (vms, watch) = got.unwrap_or_else(|e| {
