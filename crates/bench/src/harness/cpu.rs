@@ -81,23 +81,15 @@ impl CpuUse {
 /// between two looks loses the time since the last one: at most a look's interval).
 #[derive(Debug, Default)]
 pub struct CpuMeter {
-    /// (process, thread) → its role and seconds on a CPU.
-    threads: HashMap<(u32, u32), (CpuRole, f64)>,
-    /// The processes in the order first looked at.
-    order: Vec<u32>,
+    /// (process, thread) → whose it is, its role and seconds on a CPU.
+    threads: HashMap<(u32, u32), (usize, CpuRole, f64)>,
 }
 
 impl CpuMeter {
-    /// Reads every thread of process `pid` (nothing once it is gone).
-    pub fn look(&mut self, pid: u32) {
-        let tids = crate::harness::readings::threads(pid);
-        if tids.is_empty() {
-            return;
-        }
-        if !self.order.contains(&pid) {
-            self.order.push(pid);
-        }
-        for tid in tids {
+    /// Reads every thread of process `pid`, charged to `who` (a VM's index; nothing once the
+    /// process is gone).
+    pub fn look(&mut self, who: usize, pid: u32) {
+        for tid in crate::harness::readings::threads(pid) {
             let Some(secs) = thread_cpu_secs(pid, tid) else {
                 continue;
             };
@@ -108,25 +100,20 @@ impl CpuMeter {
             let entry = self
                 .threads
                 .entry((pid, tid))
-                .or_insert((CpuRole::Background, 0.0));
-            *entry = (cpu_role(comm.trim_end()), entry.1.max(secs));
+                .or_insert((who, CpuRole::Background, 0.0));
+            *entry = (who, cpu_role(comm.trim_end()), entry.2.max(secs));
         }
     }
 
-    /// Each process's use, in the order they were first looked at.
-    pub fn each(&self) -> Vec<CpuUse> {
-        self.order
-            .iter()
-            .map(|&pid| {
-                let mut u = CpuUse::default();
-                for (&(p, _), &(role, secs)) in &self.threads {
-                    if p == pid {
-                        u.add(role, secs);
-                    }
-                }
-                u
-            })
-            .collect()
+    /// The use charged to each of `0..n`.
+    pub fn each(&self, n: usize) -> Vec<CpuUse> {
+        let mut each = vec![CpuUse::default(); n];
+        for &(who, role, secs) in self.threads.values() {
+            if let Some(u) = each.get_mut(who) {
+                u.add(role, secs);
+            }
+        }
+        each
     }
 }
 
@@ -178,14 +165,17 @@ mod tests {
         let mut m = CpuMeter::default();
         let pid = std::process::id();
         while t.elapsed() < std::time::Duration::from_millis(200) {
-            m.look(pid);
+            m.look(1, pid);
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        m.look(pid);
+        m.look(1, pid);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spin.join().unwrap();
-        let each = m.each();
-        assert_eq!(each.len(), 1);
+        let each = m.each(3);
+        assert_eq!(each.len(), 3);
+        assert_eq!(each[0].total(), 0.0, "charged to whom it was looked at for");
+        assert_eq!(each[2].total(), 0.0);
+        let each = &each[1..];
         // The spinning thread ran for most of 200 ms (on a loaded machine, at least some).
         assert!(each[0].guest > 0.01, "{each:?}");
         assert!(
@@ -193,7 +183,7 @@ mod tests {
             "{each:?}"
         );
         // Looking at a process that is gone adds nothing.
-        m.look(u32::MAX);
-        assert_eq!(m.each().len(), 1);
+        m.look(0, u32::MAX);
+        assert_eq!(m.each(1)[0].total(), 0.0);
     }
 }

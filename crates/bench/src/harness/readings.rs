@@ -97,16 +97,14 @@ pub fn child_named(pid: u32, prefix: &str) -> Option<u32> {
     named.find(|c| c.1.starts_with(prefix)).map(|c| c.0)
 }
 
-/// The VMM processes of the host `host`: its children, or for a jailed VMM (which a child of
-/// the host waits for outside its PID namespace, `memvisor run --jail`) that child's child.
-pub fn vmms(host: u32) -> Vec<u32> {
-    children(host)
-        .into_iter()
-        .flat_map(|p| match children(p).as_slice() {
-            [] => vec![p],
-            vmm => vmm.to_vec(),
-        })
-        .collect()
+/// The VMM processes of `vm`, a VM's process as `memvisor host` lists it: itself, or for a
+/// jailed VMM (which that process waits for outside its PID namespace, `memvisor run --jail`)
+/// its child.
+pub fn vmm_processes(vm: u32) -> Vec<u32> {
+    match children(vm).as_slice() {
+        [] => vec![vm],
+        vmm => vmm.to_vec(),
+    }
 }
 
 /// The threads of process `pid` now (none once it is gone).

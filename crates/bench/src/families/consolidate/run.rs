@@ -256,7 +256,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             (vms, FleetMonitor::new(plan.scenario, Vec::new(), None))
         });
         let mut intervals = Vec::new();
-        let cpu_each = watch.cpu.each();
+        let cpu_each = watch.cpu.each(vms.len());
         for (i, v) in vms.into_iter().enumerate() {
             let end = watch.ends.get(i).copied().flatten();
             let interval = v
@@ -294,7 +294,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             overlap: overlap_fraction(&intervals),
             memory: watch.memory,
             cpu: CpuUse::sum(&cpu_each),
-            host_cpu: CpuUse::sum(&watch.host_cpu.each()).total(),
+            host_cpu: CpuUse::sum(&watch.host_cpu.each(1)).total(),
         };
         let all_at_once = |o: f64| format!("{:.0} % of the run", o * 100.0);
         let overlap = trace
@@ -364,8 +364,7 @@ struct FleetMonitor {
     memory: Vec<Sample>,
     /// Each QEMU VM's cgroup and what it last said.
     cgroups: Vec<Option<(PathBuf, CgroupSeen)>>,
-    /// The VMM processes' threads: the VMMs in the order they started, since the monitor looks
-    /// every [`TICK`] and they start [`INTERVAL`] apart.
+    /// The VMM processes' threads, charged to their VMs.
     cpu: CpuMeter,
     /// `memvisor host`, when it runs the VMs.
     host: Option<u32>,
@@ -388,8 +387,10 @@ impl FleetMonitor {
         }
     }
 
-    /// One look: jobs that ended, each VMM's PSS and CPU time, pinning, cgroups.
-    fn tick(&mut self, vmms: &[u32]) {
+    /// One look: jobs that ended, each VMM's PSS and CPU time, pinning, cgroups. `vms` has
+    /// each VM's process (`None` while it has none): its VMM, or for a jailed VMM the host's
+    /// child that waits for it ([`readings::vmm_processes`]).
+    fn tick(&mut self, vms: &[Option<u32>]) {
         let now = self.t0.elapsed().as_secs_f64();
         for (i, log) in self.logs.iter().enumerate() {
             if self.ends[i].is_none() {
@@ -401,17 +402,20 @@ impl FleetMonitor {
                 }
             }
         }
-        let mut each = Vec::with_capacity(vmms.len());
-        for (k, &pid) in vmms.iter().enumerate() {
-            each.push(memvisor_host::pss(&format!("/proc/{pid}/smaps_rollup")).unwrap_or(0));
-            self.cpu.look(pid);
-            if let Some(cores) = self.pinned {
-                readings::pin(pid, k % cores.max(1));
+        let mut each = vec![0; vms.len()];
+        for (k, top) in vms.iter().enumerate() {
+            for pid in top.map(readings::vmm_processes).unwrap_or_default() {
+                let pss = memvisor_host::pss(&format!("/proc/{pid}/smaps_rollup"));
+                each[k] += pss.unwrap_or(0);
+                self.cpu.look(k, pid);
+                if let Some(cores) = self.pinned {
+                    readings::pin(pid, k % cores.max(1));
+                }
             }
         }
         self.memory.push(Sample { t: now, each });
         if let Some(host) = self.host {
-            self.host_cpu.look(host);
+            self.host_cpu.look(0, host);
         }
         for (dir, seen) in self.cgroups.iter_mut().flatten() {
             if let Some(c) = readings::cgroup_state(dir) {
@@ -427,11 +431,11 @@ impl FleetMonitor {
     }
 
     /// Waits `d`, looking every [`TICK`].
-    fn wait(&mut self, d: Duration, vmms: &dyn Fn() -> Vec<u32>) {
+    fn wait(&mut self, d: Duration, vms: &dyn Fn() -> Vec<Option<u32>>) {
         let t = Instant::now();
         while t.elapsed() < d {
             std::thread::sleep(TICK.min(d.saturating_sub(t.elapsed())));
-            self.tick(&vmms());
+            self.tick(&vms());
         }
     }
 }
@@ -447,7 +451,15 @@ fn run_host(
     let budget = host_budget(plan.kind, plan.n, plan.limit.unwrap_or(0));
     let (host, sock) = start_host(exe, dir, budget, hd2, host_set)?;
     let host_pid = host.0.id();
-    let vmms = || readings::vmms(host_pid);
+    // Each VM's process, as the host lists it.
+    let vmms = || {
+        let listed = HostClient::new(&sock).vms().unwrap_or_default();
+        let pid = |i: u32| {
+            let name = format!("vm{i}");
+            listed.iter().find(|v| v.name == name).and_then(|v| v.pid)
+        };
+        (1..=plan.n).map(pid).collect::<Vec<_>>()
+    };
     let logs = (1..=plan.n)
         .map(|i| VmmFiles::new(&dir.join("state"), &format!("vm{i}")).log)
         .collect();
@@ -532,11 +544,12 @@ fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
     }
 }
 
-/// The QEMU processes of `launchers` (each `memvisor run --hypervisor qemu`), in VM order.
-fn qemus(launchers: &[u32]) -> Vec<u32> {
+/// The QEMU process of each of `launchers` (each `memvisor run --hypervisor qemu`), in VM
+/// order.
+fn qemus(launchers: &[u32]) -> Vec<Option<u32>> {
     launchers
         .iter()
-        .filter_map(|&l| readings::child_named(l, "qemu"))
+        .map(|&l| readings::child_named(l, "qemu"))
         .collect()
 }
 
