@@ -240,6 +240,10 @@ pub struct HostVm {
     /// tick (the adaptive rate); `null` without a balloon device.
     #[serde(default)]
     pub balloon_step_bytes: Option<u64>,
+    /// The most its balloon may hold since its guest re-read what the balloon took, below the
+    /// host's cap (docs/host.md); `null` without a balloon device or without that cap.
+    #[serde(default)]
+    pub balloon_reread_cap_bytes: Option<u64>,
     /// Guest memory in its pager's swap file.
     pub swapped_bytes: u64,
     /// Clean guest memory dropped because the disk image holds it (Swap Mapper).
@@ -392,6 +396,9 @@ pub enum HostEventKind {
     BalloonUnusable,
     /// A VM's balloon driver answers (again): the host balloons it.
     BalloonUsable,
+    /// A VM's guest read again from its disk what its balloon took: its balloon holds less, and
+    /// host paging takes the rest; or, quiet long enough, that cap was lifted.
+    BalloonRereadCap,
     /// A VM was admitted to move here from another host; its VMM waits for the source.
     Incoming,
     /// A VM that moved here from another host runs here.

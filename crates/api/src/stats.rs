@@ -124,6 +124,11 @@ pub struct PatternStats {
     /// Block reads that missed guest RAM (as for `ghost_hits`) of a block the ghost cache did
     /// not hold.
     pub ghost_misses: u64,
+    /// The guest's own disk reads among the hits of `ghost_hits`: blocks its page cache had
+    /// given up (to its balloon, or evicting them for others) and read again. The host lowers
+    /// the cap of a balloon whose guest does this (docs/host.md).
+    #[serde(default)]
+    pub guest_rereads: u64,
     /// Released pages that came back (a fault or a guest disk read), by how long they stayed
     /// out: element `i` counts dwell times in `[2^i, 2^(i+1))` ms (element 0 also below 1 ms).
     pub dwell_ms_log2: Vec<u64>,

@@ -24,6 +24,9 @@ pub struct HostConfig {
     /// The most of a VM's memory its balloon holds, above 0 and at most 1
     /// (`memvisor_policy::balloon::BALLOON_MAX` unless set).
     pub balloon_max: f64,
+    /// Whether a guest's re-reads of what its balloon took lower its balloon's cap
+    /// (`memvisor_policy::balloon`, on unless set).
+    pub balloon_rereads: bool,
     pub sample_pages: u32,
     pub sample_period: Duration,
     pub tick: Duration,
@@ -126,6 +129,7 @@ struct HostSection {
     idle_tax: f64,
     #[serde(deserialize_with = "balloon_max")]
     balloon_max: f64,
+    balloon_rereads: bool,
     #[serde(deserialize_with = "sample_pages")]
     sample_pages: u32,
     #[serde(deserialize_with = "sample_period")]
@@ -166,6 +170,7 @@ impl Default for HostSection {
             memory: None,
             idle_tax: 0.75,
             balloon_max: memvisor_policy::balloon::BALLOON_MAX,
+            balloon_rereads: true,
             sample_pages: 100,
             sample_period: Duration::from_secs(30),
             tick: Duration::from_millis(250),
@@ -622,6 +627,7 @@ impl HostConfig {
             memory,
             idle_tax: h.idle_tax,
             balloon_max: h.balloon_max,
+            balloon_rereads: h.balloon_rereads,
             sample_pages: h.sample_pages,
             sample_period: h.sample_period,
             tick: h.tick,

@@ -311,6 +311,7 @@ impl VmEntry {
             balloon_target_bytes: self.info.as_ref().and_then(|i| i.balloon_target_bytes),
             balloon_usable: self.spec.balloon.then_some(self.balloon_watch.usable),
             balloon_step_bytes: self.spec.balloon.then_some(self.balloon_watch.step),
+            balloon_reread_cap_bytes: self.balloon_watch.reread_cap,
             swapped_bytes: pager.map_or(0, |p| p.pages.swapped_pages * 4096),
             on_disk_bytes: pager.map_or(0, |p| p.pages.on_disk_pages * 4096),
             limit_bytes: pager.and_then(|p| p.limit_bytes).unwrap_or(self.max),

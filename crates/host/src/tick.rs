@@ -23,7 +23,7 @@ use memvisor_api::{
     ReleaseResult, VmInfo, VmState, VmStats,
 };
 use memvisor_policy::balance::{self, BalanceObservation, BalanceParams, Decision};
-use memvisor_policy::balloon::BalloonReading;
+use memvisor_policy::balloon::{BalloonReading, RereadCap};
 use memvisor_policy::budget;
 use memvisor_policy::free_state::{FreeState, Thresholds};
 use memvisor_policy::plan::plan;
@@ -77,6 +77,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             overhead: config.vm_overhead,
             balloon: v.spec.balloon.then_some(0),
             balloon_usable: false,
+            balloon_reread_cap: None,
             limit: 0,
             oom_demand: 0,
             reclaimed: 0,
@@ -109,6 +110,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             None
         },
         balloon_usable: v.balloon_watch.usable,
+        balloon_reread_cap: v.balloon_watch.reread_cap,
         // No limit is plain memory: all of it. Until its API answers, what it started with.
         limit: v
             .info
@@ -120,8 +122,15 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
 }
 
 /// Takes in what `v`'s balloon device says of its driver ([`memvisor_policy::balloon`]) and
-/// says so in the journal when the balloon becomes usable or stops being usable.
-fn watch_balloon(journal: &mut Journal, v: &mut VmEntry, info: &VmInfo, stats: &VmStats) {
+/// says so in the journal when the balloon becomes usable or stops being usable; with
+/// `rereads`, what its guest re-read ([`watch_rereads`]).
+fn watch_balloon(
+    journal: &mut Journal,
+    v: &mut VmEntry,
+    info: &VmInfo,
+    stats: &VmStats,
+    rereads: bool,
+) {
     let Some(b) = stats.balloon.as_ref() else {
         return;
     };
@@ -133,6 +142,9 @@ fn watch_balloon(journal: &mut Journal, v: &mut VmEntry, info: &VmInfo, stats: &
         actual: b.actual_pages.saturating_mul(4096),
         answered: b.inflated_pages > 0 || b.stats_updates > 0,
     };
+    if rereads {
+        watch_rereads(journal, v, &reading, stats);
+    }
     let Some(usable) = v.balloon_watch.observe(reading) else {
         return;
     };
@@ -167,6 +179,30 @@ fn watch_balloon(journal: &mut Journal, v: &mut VmEntry, info: &VmInfo, stats: &
         )
     };
     journal.event(kind, Some(&v.spec.name), msg);
+}
+
+/// Takes in the guest's re-reads of blocks its page cache gave up, as its Swap Mapper counts
+/// them, for the cap they set on its balloon
+/// ([`memvisor_policy::balloon::BalloonWatch::take_rereads`]), and says so in
+/// the journal when the cap is set or lifted. Nothing without the Swap Mapper's statistics.
+fn watch_rereads(journal: &mut Journal, v: &mut VmEntry, r: &BalloonReading, stats: &VmStats) {
+    let patterns = stats.pager.as_ref().and_then(|p| p.patterns.as_ref());
+    let Some(total) = patterns.map(|p| p.guest_rereads) else {
+        return;
+    };
+    let msg = match v.balloon_watch.take_rereads(r.now, r.actual, total) {
+        Some(RereadCap::Set(cap)) => format!(
+            "its guest reads again from its disk what its balloon took: the balloon holds at most {} MiB (it held {} MiB), host paging takes the rest",
+            cap >> 20,
+            r.actual >> 20
+        ),
+        Some(RereadCap::Lifted) => format!(
+            "its guest re-read nothing for {} s: its balloon's cap is the host's again",
+            memvisor_policy::balloon::REREAD_QUIET
+        ),
+        None => return,
+    };
+    journal.event(HostEventKind::BalloonRereadCap, Some(&v.spec.name), msg);
 }
 
 /// What a tick sends one VMM.
@@ -283,7 +319,7 @@ impl Tick {
                     }
                 }
                 if v.spec.balloon {
-                    watch_balloon(journal, v, &info, &stats);
+                    watch_balloon(journal, v, &info, &stats, config.balloon_rereads);
                 }
                 v.info = Some(info);
                 v.stats = Some(stats);

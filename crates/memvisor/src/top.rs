@@ -449,6 +449,7 @@ mod tests {
             balloon_target_bytes: balloon,
             balloon_usable: balloon.map(|_| true),
             balloon_step_bytes: balloon,
+            balloon_reread_cap_bytes: None,
             swapped_bytes: 0,
             on_disk_bytes: 0,
             limit_bytes: 256 << 20,

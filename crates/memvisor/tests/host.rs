@@ -118,6 +118,7 @@ fn host_types_and_the_published_schema_have_the_same_fields() {
         balloon_target_bytes: Some(1),
         balloon_usable: Some(true),
         balloon_step_bytes: Some(1),
+        balloon_reread_cap_bytes: Some(1),
         swapped_bytes: 1,
         on_disk_bytes: 1,
         limit_bytes: 1,
@@ -699,6 +700,54 @@ balloon = true
         held > 10,
         "the trace holds ticks with VMs held below their memory"
     );
+}
+
+/// A guest that reads a file in a loop, left less page cache than the file by its balloon,
+/// reads the whole file from its disk on every pass. The host sees it through the Swap
+/// Mapper's re-reads and lowers that balloon's cap, paging the rest instead: the event, the
+/// cap in `GET /vms`, a balloon held at or below it, and every word `looper` read checked.
+#[test]
+fn a_guest_that_re_reads_what_its_balloon_took_is_paged_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    mkdisk_data(dir.path().join("looper.img"), "160M", &[]);
+    // 150 MiB less the VMM's overhead and the 6 % reserve leaves its target well under the
+    // 120 MiB file and the guest kit's own pages: ballooned to it, the guest's LRU gives up
+    // each block of the file just before it reads it again.
+    let host = TestHost::start(
+        dir.path(),
+        r#"[host]
+memory = "150M"
+swap = "2G"
+tick = "250ms"
+sample_period = "1s"
+
+[[vm]]
+name = "looper"
+mem = "256M"
+workload = "seqread"
+cmdline = "file=seq file_mb=120 passes=40"
+disks = ["looper.img,id=data"]
+mapper = true
+balloon = true
+"#,
+    );
+    let capped = host.wait_vm("looper", 180, |v| {
+        v.balloon_reread_cap_bytes
+            .is_some_and(|c| v.balloon_bytes.is_some_and(|b| b <= c))
+    });
+    eprintln!("{capped:?}");
+    let cap = capped.balloon_reread_cap_bytes.unwrap();
+    assert!(cap < 166 * MIB, "below the host's cap of 65 %: {capped:?}");
+    let events: Vec<HostEvent> = ok(host.client().events(0.0));
+    let e = events
+        .iter()
+        .find(|e| e.kind == HostEventKind::BalloonRereadCap)
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(e.vm.as_deref(), Some("looper"), "{e:?}");
+    assert!(e.message.contains("reads again"), "{e:?}");
+    let looper = host.wait_vm("looper", 600, |v| v.state == HostVmState::Exited);
+    intact(&looper, "seqread");
+    assert_eq!(looper.exit_status, Some(1), "{looper:?}");
 }
 
 /// ESX §3.2 and §6.3: the soft state balloons "and resorts to paging only in cases where

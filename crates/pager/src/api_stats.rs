@@ -70,6 +70,7 @@ impl PagerCore {
                 ghost_bucket_pages: ghost.bucket_pages(),
                 ghost_hits: ghost.hits().to_vec(),
                 ghost_misses: ghost.misses(),
+                guest_rereads: pages.table.mirrors.guest_rereads,
             }
         });
         drop(pages);

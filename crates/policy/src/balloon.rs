@@ -19,6 +19,17 @@
 //!   and [`STEP_MAX`]. Deflating is never held back: it gives memory back to the guest.
 //! - **The cap** (`[host] balloon_max`, [`BALLOON_MAX`]) is applied by the plan
 //!   ([`crate::plan`]): a balloon never holds more than that fraction of the VM's memory.
+//! - **The cap a guest's re-reads set** ([`BalloonWatch::take_rereads`], `[host]
+//!   balloon_rereads`). ESX balloons first because the guest knows best which of its pages
+//!   to give up; a guest whose balloon leaves it less page cache than a file it reads in a
+//!   loop gives up, by LRU, each block just before it reads it again, and reads the whole file
+//!   from its disk every pass. The Swap Mapper sees this: the guest reads a block again that
+//!   its page cache had given up (`guest_rereads` of its statistics). Each page a guest so
+//!   re-reads while its balloon holds memory lowers its balloon's cap by a page, below what
+//!   the balloon holds then; host paging takes the rest of the VM's target, which leaves the
+//!   guest's cache whole and pages what the host's victim order finds cold. The cap is lifted
+//!   after [`REREAD_QUIET`] seconds without such re-reads. Not in ESX; the measurement behind
+//!   it is in docs/bench.md.
 //!
 //! No clocks: the host passes the time of each reading.
 
@@ -29,6 +40,13 @@ pub const ANSWER_DEADLINE: f64 = 2.0;
 /// The most of a VM's memory a balloon holds by default: ESX's default, 65 % (quoted by
 /// Amit, Tsafrir and Schuster, "VSwapper", ASPLOS 2014, §2).
 pub const BALLOON_MAX: f64 = 0.65;
+
+/// Re-reads between two readings below this many pages say nothing of the balloon: a guest
+/// with memory to spare evicts a few blocks now and then (HyperDealer2's least demand, 32).
+pub const REREAD_MIN_PAGES: u64 = 32;
+
+/// How long a guest must go without re-reads before the cap they set is lifted, in seconds.
+pub const REREAD_QUIET: f64 = 30.0;
 
 /// The smallest step of a balloon's target per tick.
 pub const STEP_MIN: u64 = 4 << 20;
@@ -50,6 +68,16 @@ pub struct BalloonReading {
     pub answered: bool,
 }
 
+/// What the host's cap on a balloon from its guest's re-reads did at a reading
+/// ([`BalloonWatch::take_rereads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RereadCap {
+    /// The guest began re-reading what its balloon took: its balloon holds at most this.
+    Set(u64),
+    /// Quiet for [`REREAD_QUIET`]: only the host's cap again.
+    Lifted,
+}
+
 /// What the host keeps of one balloon between ticks: whether it is usable and its step.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BalloonWatch {
@@ -57,6 +85,16 @@ pub struct BalloonWatch {
     pub usable: bool,
     /// How far above what the driver holds the next target may go (bytes).
     pub step: u64,
+    /// The most the balloon may hold since its guest re-read what it took, below the host's
+    /// cap (bytes); `None`: only the host's cap.
+    #[serde(default)]
+    pub reread_cap: Option<u64>,
+    /// The guest's re-reads at the last reading (pages, cumulative).
+    #[serde(skip)]
+    rereads: Option<u64>,
+    /// When the guest last re-read [`REREAD_MIN_PAGES`] or more between two readings.
+    #[serde(skip)]
+    reread_at: Option<f64>,
     /// When the driver last held its target or moved toward it.
     #[serde(skip)]
     progress_at: Option<f64>,
@@ -73,6 +111,9 @@ impl Default for BalloonWatch {
         BalloonWatch {
             usable: false,
             step: STEP_START,
+            reread_cap: None,
+            rereads: None,
+            reread_at: None,
             progress_at: None,
             actual: 0,
             announced: None,
@@ -120,6 +161,36 @@ impl BalloonWatch {
         }
         self.announced = say;
         say
+    }
+
+    /// Takes in the guest's re-reads at `now` (`total` pages since it started, as the Swap
+    /// Mapper counts them) while its balloon holds `held` bytes: the cap falls by a page for
+    /// each page re-read since the last reading, from at most `held`, if they are
+    /// [`REREAD_MIN_PAGES`] or more and the balloon holds memory; it is lifted after
+    /// [`REREAD_QUIET`] seconds without. Returns what to announce: the cap when it is first set,
+    /// and its lifting.
+    pub fn take_rereads(&mut self, now: f64, held: u64, total: u64) -> Option<RereadCap> {
+        let new = total.saturating_sub(self.rereads.unwrap_or(total));
+        self.rereads = Some(total);
+        if new >= REREAD_MIN_PAGES {
+            self.reread_at = Some(now);
+            if held == 0 {
+                return None;
+            }
+            let was = self.reread_cap;
+            let cap = was
+                .unwrap_or(u64::MAX)
+                .min(held)
+                .saturating_sub(new.saturating_mul(4096));
+            self.reread_cap = Some(cap);
+            return was.is_none().then_some(RereadCap::Set(cap));
+        }
+        let quiet = now - self.reread_at.unwrap_or(now) > REREAD_QUIET;
+        if self.reread_cap.is_some() && quiet {
+            self.reread_cap = None;
+            return Some(RereadCap::Lifted);
+        }
+        None
     }
 
     /// The target to ask for when the device's is `now` and the plan's `plan`: the plan's when
@@ -242,6 +313,43 @@ mod tests {
         );
         // Deflating is never held back.
         assert_eq!(w.next(400 * MIB, 0), 0);
+    }
+
+    /// A guest that re-reads what its balloon took lowers its cap by what it re-reads, from
+    /// what the balloon holds; a few re-reads, or re-reads with an empty balloon, change
+    /// nothing; quiet for [`REREAD_QUIET`], the cap is lifted.
+    #[test]
+    fn re_reads_lower_the_balloons_cap_until_they_stop() {
+        let mut w = BalloonWatch::default();
+        assert_eq!(
+            w.take_rereads(0.0, 200 * MIB, 1000),
+            None,
+            "the first reading"
+        );
+        assert_eq!(w.take_rereads(0.25, 200 * MIB, 1000 + 31), None, "noise");
+        assert_eq!(w.reread_cap, None);
+        // 2,048 pages (8 MiB) re-read: the balloon may hold 8 MiB less than it does.
+        assert_eq!(
+            w.take_rereads(0.5, 200 * MIB, 1031 + 2048),
+            Some(RereadCap::Set(192 * MIB))
+        );
+        // It keeps falling while they go on, announced once, from below what it holds.
+        assert_eq!(w.take_rereads(0.75, 190 * MIB, 3079 + 1024), None);
+        assert_eq!(w.reread_cap, Some(186 * MIB));
+        assert_eq!(w.take_rereads(1.0, 186 * MIB, 4103 + 1024 * 1024), None);
+        assert_eq!(w.reread_cap, Some(0), "never below nothing");
+        // Re-reads with nothing in the balloon are not the balloon's: the cap stays.
+        let total = 4103 + 1024 * 1024;
+        assert_eq!(w.take_rereads(2.0, 0, total + 4096), None);
+        assert_eq!(w.reread_cap, Some(0));
+        // Quiet: lifted once REREAD_QUIET has passed since the last re-reads.
+        assert_eq!(w.take_rereads(2.0 + REREAD_QUIET, 0, total + 4096), None);
+        assert_eq!(
+            w.take_rereads(2.1 + REREAD_QUIET, 0, total + 4096),
+            Some(RereadCap::Lifted)
+        );
+        assert_eq!(w.reread_cap, None);
+        assert_eq!(w.take_rereads(100.0, 0, total + 4096), None, "said once");
     }
 
     proptest! {

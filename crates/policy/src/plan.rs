@@ -170,7 +170,7 @@ pub(crate) fn desired(
         .map(|(v, &t)| {
             v.balloon.is_some()
                 && v.balloon_usable
-                && v.max.saturating_sub(t) <= fraction_of(v.max, host.balloon_max)
+                && v.max.saturating_sub(t) <= balloon_cap(v, host)
         })
         .collect();
     let cuts = if state >= FreeState::Hard {
@@ -195,7 +195,7 @@ pub(crate) fn desired(
         .map(
             |((((((v, target), oom_demand), pool), extra), cut), &ballooned)| {
                 let give_back = v.max.saturating_sub(target);
-                let cap = fraction_of(v.max, host.balloon_max);
+                let cap = balloon_cap(v, host);
                 let balloon = v.balloon.map(|now| {
                     if reclaim.balloon {
                         give_back.min(cap)
@@ -236,6 +236,13 @@ pub(crate) fn desired(
         pool,
         actions,
     }
+}
+
+/// The most `v`'s balloon may hold: the host's cap, or lower where its guest re-read what the
+/// balloon took.
+fn balloon_cap(v: &VmObservation, host: &HostParams) -> u64 {
+    let cap = fraction_of(v.max, host.balloon_max);
+    cap.min(v.balloon_reread_cap.unwrap_or(u64::MAX))
 }
 
 /// The hard state's paging, for the VMs a balloon takes to their targets (`ballooned`):
@@ -528,6 +535,7 @@ mod tests {
         let idle = vm(800 * MIB, 330 * MIB, 0.0);
         let mute = VmObservation {
             balloon_usable: false,
+            balloon_reread_cap: None,
             ..idle
         };
         let soft = |vms: &[VmObservation]| {
@@ -858,6 +866,7 @@ mod tests {
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 2),
                         balloon_usable: true,
+                        balloon_reread_cap: None,
                         limit: max / 2,
                                     oom_demand: 0,
                         reclaimed: 0,

@@ -81,6 +81,11 @@ pub struct VmObservation {
     /// that, it is planned for as a VM without a balloon (true in traces written before).
     #[serde(default = "yes")]
     pub balloon_usable: bool,
+    /// The most its balloon may hold since its guest re-read what the balloon took
+    /// ([`BalloonWatch::take_rereads`](crate::balloon::BalloonWatch::take_rereads)), below
+    /// the host's cap; `None`: only the host's cap.
+    #[serde(default)]
+    pub balloon_reread_cap: Option<u64>,
     /// The pager's resident limit now.
     pub limit: u64,
     /// Ticks left during which it counts as fully active after a deflate-on-OOM.
@@ -159,6 +164,7 @@ pub(crate) mod fixtures {
             overhead: 16 * MIB,
             balloon: Some(0),
             balloon_usable: true,
+            balloon_reread_cap: None,
             limit: max,
             oom_demand: 0,
             reclaimed: 0,

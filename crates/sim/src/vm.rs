@@ -170,6 +170,7 @@ impl SimVm {
             balloon: self.cfg.balloon.then_some(self.balloon_asked),
             // A simulated driver always answers.
             balloon_usable: true,
+            balloon_reread_cap: None,
             limit: self.limit,
             oom_demand: self.oom_demand,
             // A simulated VM at its limit holds exactly its limit, so it shows as pressed

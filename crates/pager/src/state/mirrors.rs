@@ -47,6 +47,10 @@ pub struct Mirrors {
     /// ways that happens: a guest disk read (whose own lookup takes it out), a refault from the
     /// image (the table's `loaded`) and a landed disk write (`disk_write_done`).
     pub ghost: Ghost<ImageBlock, KeyedState>,
+    /// Guest disk reads of a block the ghost cache held: blocks the guest's page cache had
+    /// given up (to its balloon, or evicting it for another block) and read again. Refaults
+    /// from the image of pages the pager dropped are not among them.
+    pub guest_rereads: u64,
     /// The image block each page mirrored last, kept from the moment the association ended
     /// (a write, a device overwriting it, a refault as a write) until the page mirrors again:
     /// a guest disk read into the page then tells the guest evicted that block.
@@ -67,6 +71,7 @@ impl Mirrors {
             // RAM, so no extra demand is larger.
             ghost: Ghost::new(pages.max(1) as usize, GHOST_BUCKETS)
                 .unwrap_or_else(|_| unreachable!("a capacity of one page and buckets")),
+            guest_rereads: 0,
             ended: PageMap::new(pages),
         }
     }

@@ -742,7 +742,9 @@ impl StateTable {
             }
             self.left_ram(b);
         }
-        self.mirrors.ghost.access(&ib);
+        if self.mirrors.ghost.access(&ib).is_some() {
+            self.mirrors.guest_rereads += 1;
+        }
         if !is_resident(self.state(p)) {
             return;
         }
