@@ -458,6 +458,10 @@ fn pages_reclaim_drops_enter_the_ghost_cache_and_refaults_hit_at_their_distance(
         "7 was under 0 and 5"
     );
     assert_eq!(sim.t.mirrors.ghost.misses(), 8);
+    assert_eq!(
+        sim.t.mirrors.guest_rereads, 0,
+        "refaults are the pager's, not the guest's"
+    );
 }
 
 #[test]
@@ -528,6 +532,10 @@ fn a_guest_disk_read_into_a_page_that_held_another_block_evicts_that_block() {
     // Page 0's block 40 leaves for 30, which had 40 above it.
     sim.disk_read(0, 30);
     assert_eq!(ghost_hits(&sim.t), [0, 1, 1]);
+    assert_eq!(
+        sim.t.mirrors.guest_rereads, 2,
+        "the guest read 10 and 30 again"
+    );
     assert_eq!(sim.t.mirrors.ghost.len(), 2, "blocks 20 and 40");
     assert_eq!(sim.t.mirrors.ghost.misses(), 5);
     // A block another page still mirrors does not leave RAM with this one.
