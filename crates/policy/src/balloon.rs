@@ -181,7 +181,7 @@ impl BalloonWatch {
             let cap = was
                 .unwrap_or(u64::MAX)
                 .min(held)
-                .saturating_sub(new.saturating_mul(4096));
+                .saturating_sub(new.saturating_mul(crate::balance::PAGE));
             self.reread_cap = Some(cap);
             return was.is_none().then_some(RereadCap::Set(cap));
         }

@@ -286,9 +286,9 @@ impl Config {
     /// table of its own, so that one invocation compares host settings on one measured working
     /// set (`hd2,hd2+balloon_max=0.3`).
     pub fn parse(spec: &str) -> Result<Config, String> {
-        let spec = spec.trim();
-        let mut parts = spec.split('+');
-        let base = parts.next().unwrap_or_default().trim();
+        let parts: Vec<&str> = spec.split('+').map(str::trim).collect();
+        let spec = parts.join("+");
+        let base = parts[0];
         let Some(found) = CONFIGS.iter().find(|(c, _)| *c == base) else {
             let all: Vec<&str> = CONFIGS.iter().map(|c| c.0).collect();
             return Err(format!(
@@ -297,7 +297,7 @@ impl Config {
             ));
         };
         let mut config = Config::base(found);
-        for kv in parts {
+        for kv in &parts[1..] {
             if !matches!(config.launch, Launch::Host(_)) {
                 return Err(format!(
                     "{spec}: only memvisor host's configurations take settings"
@@ -306,7 +306,7 @@ impl Config {
             let line = host_setting(kv).map_err(|e| format!("{spec}: {e}"))?;
             config.set(line);
         }
-        config.name = spec.split('+').map(str::trim).collect::<Vec<_>>().join("+");
+        config.name = spec;
         Ok(config)
     }
 
@@ -335,22 +335,18 @@ impl Config {
 /// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
 /// variants, which `balance` compares.
 pub fn consolidate_configs() -> Vec<Config> {
-    let variant = |(c, _): &&(&str, Launch)| ["hd2-lru", "hd2-whole"].contains(c);
-    CONFIGS
-        .iter()
-        .filter(|c| !variant(c))
-        .map(Config::base)
-        .collect()
+    bases(|c| !["hd2-lru", "hd2-whole"].contains(&c))
 }
 
 /// What `balance` runs when not told ([`BALANCE_CONFIGS`]).
 pub fn balance_configs() -> Vec<Config> {
-    let of_balance = |(c, _): &&(&str, Launch)| BALANCE_CONFIGS.contains(c);
-    CONFIGS
-        .iter()
-        .filter(of_balance)
-        .map(Config::base)
-        .collect()
+    bases(|c| BALANCE_CONFIGS.contains(&c))
+}
+
+/// The configurations of [`CONFIGS`] whose names `keep` holds for, as they are.
+fn bases(keep: impl Fn(&str) -> bool) -> Vec<Config> {
+    let kept = CONFIGS.iter().filter(|(c, _)| keep(c));
+    kept.map(Config::base).collect()
 }
 
 /// What `memvisor bench balance` runs when not told: ballooning (its reference), HyperDealer2
