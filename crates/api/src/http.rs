@@ -171,7 +171,7 @@ pub fn exchange(
 
 /// A connection to the socket at `sock` that gives up after `timeout` without progress.
 pub(crate) fn connect(sock: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
-    let s = UnixStream::connect(sock)?;
+    let s = UnixStream::connect(crate::sockpath::reachable(sock)?.path)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     Ok(s)

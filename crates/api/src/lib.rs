@@ -27,6 +27,7 @@ pub mod metrics;
 mod request;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod sockpath;
 pub mod spec;
 mod stats;
 mod vm;

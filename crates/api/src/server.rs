@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::body::ErrorBody;
 use crate::http::{read_request, write_response_as};
+use crate::sockpath::reachable;
 
 /// How long the server waits for a request once a client has connected.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -22,7 +23,7 @@ pub const SOCKET_MODE: u32 = 0o600;
 /// an error. Clients that connect before [`serve`] starts wait in the listen queue.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     if path.exists() {
-        if UnixStream::connect(path).is_ok() {
+        if UnixStream::connect(reachable(path)?.path).is_ok() {
             return Err(std::io::Error::other(format!(
                 "{} is served by another process",
                 path.display()
@@ -36,7 +37,7 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp)?;
+    let listener = UnixListener::bind(reachable(&tmp)?.path)?;
     // Only its owner may connect (connecting takes write permission), whatever the umask: the
     // API pauses, resizes and stops the VM.
     if let Err(e) = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(SOCKET_MODE)) {

@@ -152,7 +152,9 @@ fn exit_as(status: libc::c_int) -> ExitCode {
 /// no log refers to it any more.
 fn remove(leftovers: &Leftovers) {
     if let Some(sock) = &leftovers.api_sock {
-        if std::os::unix::net::UnixStream::connect(sock).is_err() {
+        let served = memvisor_api::sockpath::reachable(sock)
+            .and_then(|at| std::os::unix::net::UnixStream::connect(at.path));
+        if served.is_err() {
             let _ = std::fs::remove_file(sock);
         }
     }
