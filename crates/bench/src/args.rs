@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-/// Full size (the papers' numbers) or tiny (the end-to-end test).
+/// Full size (the papers' numbers) or quick (seconds to minutes: a smoke run, and the
+/// end-to-end tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scale {
     Full,
-    Tiny,
+    Quick,
 }
 
 /// `memvisor bench` flags.
@@ -37,7 +38,7 @@ pub struct BenchArgs {
     /// The configuration ratios are taken against (default: the experiment's, qemu).
     #[arg(long)]
     pub reference: Option<String>,
-    /// `full` (the papers' sizes) or `tiny` (seconds; for tests).
+    /// `full` (the papers' sizes) or `quick` (seconds; a smoke run, and the tests).
     #[arg(long, value_enum, default_value_t = Scale::Full)]
     pub scale: Scale,
     /// The host swap file the harness creates, enables and removes.

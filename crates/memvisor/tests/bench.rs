@@ -111,7 +111,7 @@ impl Tiny {
     }
 }
 
-/// Runs `memvisor bench FAMILY --scale tiny FLAGS` (FLAGS as a user types them), with `--out` relative to its working
+/// Runs `memvisor bench FAMILY --scale quick FLAGS` (FLAGS as a user types them), with `--out` relative to its working
 /// directory as a user types it and a host swap file of its own, one run at a time; checks what
 /// every family does: it succeeds, it leaves the host as it found it (no swap file, swap off, no
 /// cgroups left, swappiness restored), and it writes results.csv (every row with the header's
@@ -124,7 +124,7 @@ fn tiny(family: &str, flags: &str) -> Tiny {
         std::process::id()
     );
     let before = host_state();
-    let own = ["--scale", "tiny", "--out", "rel/out", "--swap-file", &swap];
+    let own = ["--scale", "quick", "--out", "rel/out", "--swap-file", &swap];
     let flags: Vec<&str> = flags.split_whitespace().collect();
     let all = [&["bench", family][..], &own, &flags].concat();
     let o = Command::new(MEMVISOR)

@@ -52,7 +52,7 @@ mod tests {
     /// Each family can run every experiment the data gives it; no name is there twice.
     #[test]
     fn the_families_run_what_the_data_names() {
-        for scale in [Scale::Full, Scale::Tiny] {
+        for scale in [Scale::Full, Scale::Quick] {
             for name in figures::of(Family::Phases) {
                 assert!(phases::catalog::find(name, scale).is_some(), "{name}");
             }

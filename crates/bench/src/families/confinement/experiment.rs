@@ -150,7 +150,7 @@ impl Sizes {
                 call_batches: 50,
                 calls_per_batch: 10_000,
             },
-            Scale::Tiny => Sizes {
+            Scale::Quick => Sizes {
                 mem: 128 << 20,
                 exits: "batches=20 batch=100 fault_mb=16 fault_stride=64".into(),
                 call_batches: 5,

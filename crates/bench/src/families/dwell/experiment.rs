@@ -44,7 +44,7 @@ impl Sizes {
                 every: Duration::from_millis(50),
                 start_after: Duration::from_millis(1000),
             },
-            Scale::Tiny => Sizes {
+            Scale::Quick => Sizes {
                 mem: 128 << 20,
                 limit: 128 << 20,
                 files: 14,
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn the_files_outgrow_the_guest_and_medians_come_from_buckets() {
-        for scale in [Scale::Full, Scale::Tiny] {
+        for scale in [Scale::Full, Scale::Quick] {
             let s = Sizes::of(scale);
             assert!((u64::from(s.files) * s.file_mb) << 20 > s.mem * 3 / 2);
             assert!(s.limit <= s.mem && s.cmdline().contains("hold_secs="));

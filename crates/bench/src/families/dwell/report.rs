@@ -200,7 +200,7 @@ mod tests {
     fn medians_distribution_and_csv() {
         let setup = DwellPlan {
             policies: vec!["clock".into(), "hd2".into()],
-            sizes: Sizes::of(Scale::Tiny),
+            sizes: Sizes::of(Scale::Quick),
             reps: 2,
         };
         let pt = |policy: &str, rep, hist: Vec<u64>| DwellRun {

@@ -9,7 +9,7 @@ use crate::harness::setup::host_vm as vm;
 
 /// `memvisor bench idletax` at `scale`.
 pub fn experiment(scale: Scale) -> HostExperiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     let (mem, idle_mb, records, usable, join, switch, duration) = if tiny {
         (128, 96, 60_000u64, 140, 10u32, 40u32, 70u32)
     } else {

@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn every_host_experiment_is_consistent() {
         for name in crate::families::figures::of(crate::families::figures::Family::Host) {
-            for scale in [Scale::Full, Scale::Tiny] {
+            for scale in [Scale::Full, Scale::Quick] {
                 let e = find(name, scale).unwrap();
                 assert_eq!(e.name, name);
                 let names: Vec<&str> = e.vms.iter().map(|v| v.spec.name.as_str()).collect();

@@ -10,7 +10,7 @@ use crate::harness::setup::host_vm as vm;
 
 /// `memvisor bench shares` at `scale`.
 pub fn experiment(scale: Scale) -> HostExperiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     let (mem, ws, usable, join, duration, period) = if tiny {
         (128, 120, 150, 10u32, 60u32, 2)
     } else {

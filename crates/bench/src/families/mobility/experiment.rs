@@ -13,7 +13,7 @@ pub const DEFAULT_SIZES: [u64; 3] = [256 << 20, 1 << 30, 2 << 30];
 /// Working sets when `--ws` is not given, in percent of guest RAM.
 pub const DEFAULT_WS: [u32; 3] = [10, 50, 80];
 
-/// The grid of `--scale tiny` (the end-to-end test): one small guest.
+/// The grid of `--scale quick` (the end-to-end test): one small guest.
 pub const TINY_SIZES: [u64; 1] = [256 << 20];
 pub const TINY_WS: [u32; 1] = [10];
 
@@ -171,7 +171,7 @@ impl Cell {
 pub fn check_size(bytes: u64, scale: Scale) -> Result<u64, String> {
     let min = match scale {
         Scale::Full => MIN_SIZE,
-        Scale::Tiny => 128 << 20,
+        Scale::Quick => 128 << 20,
     };
     if bytes % (1 << 20) != 0 || !(min..=MAX_SIZE).contains(&bytes) {
         let given = if bytes % (1 << 20) == 0 {

@@ -31,7 +31,7 @@ impl Family for Mobility {
             |n, all| format!("unknown configuration '{n}' for mobility; it runs: {all}"),
         )?;
         let mut sizes = Vec::new();
-        let tiny = args.scale == crate::args::Scale::Tiny;
+        let tiny = args.scale == crate::args::Scale::Quick;
         let given = if args.sizes.is_empty() && tiny {
             &experiment::TINY_SIZES[..]
         } else if args.sizes.is_empty() {

@@ -8,7 +8,7 @@ use crate::args::Scale;
 
 /// `memvisor bench alloc` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     let (mem, limit, mb, rounds) = if tiny {
         (128, 32, 96, 2)
     } else {

@@ -20,7 +20,7 @@ pub const CONFIGS: &[&str] = &[
 
 /// `memvisor bench doublepaging` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     // 12.5 % host overcommitment (the paper's 5–20 %); the heap and the hog together
     // are larger than the guest, so the guest swaps part of the hog.
     let (mem, limit, heap, young, gens, hog, hog_secs) = if tiny {

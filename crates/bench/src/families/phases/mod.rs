@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn every_experiment_names_known_configurations() {
         for name in crate::families::figures::of(crate::families::figures::Family::Phases) {
-            for scale in [Scale::Full, Scale::Tiny] {
+            for scale in [Scale::Full, Scale::Quick] {
                 let e = find(name, scale).unwrap();
                 assert!(e.configs.contains(&e.reference));
                 for c in e.configs {
@@ -180,7 +180,7 @@ mod tests {
     /// told the same schedule the report measures against.
     #[test]
     fn workingset_steps_last_several_sampling_periods() {
-        for scale in [Scale::Full, Scale::Tiny] {
+        for scale in [Scale::Full, Scale::Quick] {
             let e = find("workingset", scale).unwrap();
             let s = e.measure.series().expect("a time series");
             assert_eq!(e.limit, Some(e.mem), "{scale:?}");

@@ -9,7 +9,7 @@ use crate::args::Scale;
 
 /// `memvisor bench overhead` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     // (jobs, source MiB, disk MiB, kv records, kv operations): the object file grows
     // with the jobs, so the disk does too.
     let (jobs, src, disk_mb, records, ops) = if tiny {

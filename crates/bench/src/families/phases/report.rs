@@ -598,7 +598,7 @@ mod tests {
         assert_eq!(summary(&mut v), Some((1.05, 1.0, 1.1, 2)));
         assert!(pair_ratios(&records, 0, "memvisor-nolimit-fpr", "qemu", time).is_empty());
         let exp =
-            crate::families::phases::catalog::find("overhead", crate::args::Scale::Tiny).unwrap();
+            crate::families::phases::catalog::find("overhead", crate::args::Scale::Quick).unwrap();
         let configs: Vec<&'static Config> = ["memvisor", "memvisor-nolimit-fpr"]
             .iter()
             .map(|n| crate::families::phases::configs::find(n).unwrap())

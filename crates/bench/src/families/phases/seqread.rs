@@ -6,7 +6,7 @@ use crate::args::Scale;
 
 /// `memvisor bench seqread` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     let (mem, limit, file, passes) = if tiny {
         (128, 32, 96, 2)
     } else {

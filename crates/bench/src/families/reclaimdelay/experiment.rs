@@ -127,7 +127,7 @@ impl Sizes {
                 read_mb: 128,
                 write_mb: 128,
             },
-            Scale::Tiny => Sizes {
+            Scale::Quick => Sizes {
                 pages: vec![100, 1_000],
                 victims: vec![1, 2],
                 mem: 48 << 20,
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn sizes_shares_and_the_papers_figures() {
-        for scale in [Scale::Full, Scale::Tiny] {
+        for scale in [Scale::Full, Scale::Quick] {
             let s = Sizes::of(scale);
             // The cache can fill guest RAM, and holds every page taken with room to spare.
             assert!(s.read_mb << 20 > s.mem && s.write_mb << 20 > s.mem);

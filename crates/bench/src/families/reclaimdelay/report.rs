@@ -330,7 +330,7 @@ mod tests {
                 method("qemu-balloon").unwrap(),
             ],
             states: vec![state("idle").unwrap()],
-            sizes: Sizes::of(Scale::Tiny),
+            sizes: Sizes::of(Scale::Quick),
             reps: 2,
         };
         let na = Reclaim {

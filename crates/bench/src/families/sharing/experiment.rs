@@ -97,7 +97,7 @@ impl Sizes {
                 steady: Duration::from_secs(10),
                 probe: None,
             },
-            ("zeroboot", Scale::Tiny) => Sizes {
+            ("zeroboot", Scale::Quick) => Sizes {
                 mem: 96 << 20,
                 vms: vec![2],
                 workload: "memhog",
@@ -118,7 +118,7 @@ impl Sizes {
                 steady: Duration::from_secs(15),
                 probe: Some("pages=4096 wait_secs=20 rounds=2".into()),
             },
-            (_, Scale::Tiny) => Sizes {
+            (_, Scale::Quick) => Sizes {
                 mem: 96 << 20,
                 vms: vec![1, 2],
                 workload: "kv",
@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn sizes_leave_room_and_modes_differ() {
-        for scale in [Scale::Full, Scale::Tiny] {
+        for scale in [Scale::Full, Scale::Quick] {
             let s = Sizes::of("sharing", scale);
             assert_eq!(s.workload, "kv");
             assert!(s.cmdline.contains("mix=c") && s.probe.is_some() && s.limit.is_none());

@@ -414,7 +414,7 @@ mod tests {
             sizes: Sizes {
                 vms: vec![2],
                 steady: Duration::from_secs(3),
-                ..Sizes::of("sharing", Scale::Tiny)
+                ..Sizes::of("sharing", Scale::Quick)
             },
             reps: 1,
             qemu_overhead: None,

@@ -25,7 +25,7 @@ pub const CONFIGS: &[&str] = &[
 
 /// `memvisor bench recovery` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     // (guest MiB, limit MiB, kv records, hog MiB, hog MiB/s, hog at s, release at s,
     // run s): the store's table is records / 512 MiB (1 KiB records, half-full slots).
     let (mem, limit, records, hog, rate, hog_at, at, secs) = if tiny {

@@ -13,7 +13,7 @@ use crate::families::phases::experiment::{phases, Experiment, Measure, Series, S
 
 /// `memvisor bench workingset` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Tiny;
+    let tiny = scale == Scale::Quick;
     let (mem, schedule, every, pages, period) = if tiny {
         (
             128,
