@@ -47,11 +47,11 @@ impl Sizes {
             Scale::Quick => Sizes {
                 mem: 128 << 20,
                 limit: 128 << 20,
-                files: 14,
+                files: 24,
                 file_mb: 16,
                 release_pages: 128,
-                every: Duration::from_millis(50),
-                start_after: Duration::from_millis(500),
+                every: Duration::from_millis(25),
+                start_after: Duration::from_millis(100),
             },
         }
     }
