@@ -80,6 +80,19 @@ pub fn spread_in(v: Vec<f64>, decimals: usize, unit: &str) -> String {
     spread_text(v, &|x| format!("{x:.decimals$}{unit}"))
 }
 
+/// `v` to three significant digits, or three decimals below 1 (`24262`, `6.93`, `0.124`).
+pub fn sig(v: f64) -> String {
+    let decimals = [100.0, 10.0, 1.0]
+        .iter()
+        .position(|&t| v.abs() >= t)
+        .unwrap_or(3);
+    if v == 0.0 {
+        "0".into()
+    } else {
+        format!("{v:.decimals$}")
+    }
+}
+
 /// The median of `v` (`None` when empty).
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
     summary(&mut v).map(|s| s.0)
@@ -109,5 +122,7 @@ mod tests {
         assert_eq!(fixed(None, 1), "");
         assert_eq!(or_dash(Some(2.0), 0), "2");
         assert_eq!(or_dash(None, 0), "-");
+        let sigs = [24262.4, 6.934, 0.1244, 0.0, -12.34].map(sig);
+        assert_eq!(sigs, ["24262", "6.93", "0.124", "0", "-12.3"]);
     }
 }

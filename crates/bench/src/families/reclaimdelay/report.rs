@@ -10,7 +10,7 @@ use super::experiment::{paper_ms, Method, State, BETWEEN, POLL, SETTLE};
 use super::run::Reclaim;
 use crate::harness::MeasureStatus;
 use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
-use crate::report::numbers::{spread, spread_text};
+use crate::report::numbers::{sig, spread, spread_text};
 use crate::report::table::Table;
 
 /// The CSV header.
@@ -53,16 +53,11 @@ fn ms_cell(c: &[&Reclaim]) -> String {
     if ok.is_empty() && c.iter().any(|p| p.status == MeasureStatus::NotAvailable) {
         return "n/a".into();
     }
-    spread_text(ok, &|v| format!("{v:.*}", digits(v)))
+    spread_text(ok, &|v| sig(v))
 }
 
 fn median_ms(c: &[&Reclaim]) -> Option<f64> {
     spread(c.iter().filter(|p| p.ok()).map(|p| p.ms).collect()).map(|s| s.0)
-}
-
-/// Decimals for milliseconds `v`: three significant digits, or more below 1 ms.
-fn digits(v: f64) -> usize {
-    [100.0, 10.0, 1.0].iter().position(|&t| v >= t).unwrap_or(3)
 }
 
 /// `report.md`.
