@@ -17,6 +17,9 @@ pub struct BenchArgs {
     /// The experiment (its list, with what each reproduces, is in `--help`).
     #[arg(long_help = crate::families::figures::help())]
     pub experiment: String,
+    /// `reproduce` only: the paper whose set of experiments to run (esx, vswapper, tesseract,
+    /// memflex, hd2).
+    pub paper: Option<String>,
     /// Repetitions of every configuration, interleaved (default 3; 7 for confinement and
     /// mobility; 2 for
     /// recovery and swapin; 1 for workingset, shares, idletax, consolidate and balance).

@@ -9,7 +9,10 @@
 //! - `harness` and `report`: what every family shares to run and to report;
 //! - `families`: one folder per family of experiments, each a [`harness::Family`] that the one
 //!   driver, `harness::drive`, runs;
-//! - this file, which hands `memvisor bench` to `families::run`.
+//! - `reproduce`: a paper's set of experiments run through `families::run`, and its published
+//!   values beside ours;
+//! - this file, which hands `memvisor bench reproduce` to `reproduce::run` and every other
+//!   experiment to `families::run`.
 //!
 //! | Folder / file | What it holds |
 //! |---|---|
@@ -27,9 +30,12 @@
 //! | `report/mod.rs` | the environment and incomplete-runs sections, and writing `results.csv`, the figure and `report.md` |
 //! | `report/table.rs` | a `Table` in Markdown and CSV, the one CSV quoting rule and the one Markdown cell rule |
 //! | `report/figure.rs` | the font, the lines' colours, one figure drawn to SVG and PNG (a column of panels, their ranges from the points), the legend's style |
+//! | `report/claims.rs` | a published value beside ours: the cell of an experiment's `report.md` that holds ours, read, and the one-line verdict |
 //! | `report/numbers.rs` | MiB, mean, median, spread and its text, an optional number in a CSV cell or a report's |
 //! | `families/mod.rs` | an experiment's name to its family's driver, through `figures` |
-//! | `families/figures.rs` | what each experiment reproduces, as data (paper, section, figures, scope, peer, docs section): `--help`, every report's opening and docs/bench.md's families table are made from it |
+//! | `families/figures.rs` | what each experiment reproduces, as data (paper, section, figures, scope, peer, docs section, the flags `reproduce` runs it with at each scale, its published values), and the five papers' sets: `--help`, every report's opening and docs/bench.md's families table are made from it |
+//! | `families/published.rs` | the papers' published values, each with its section and the cell of a report that holds ours |
+//! | `reproduce.rs` | `memvisor bench reproduce PAPER`: the paper's set run into one directory, `report.md`, `claims.csv` and the figure of ours over the paper's |
 //! | `families/phases/` | `catalog` (by name) of `seqread`, `alloc`, `overhead`, `doublepaging` (one file each), `workingset/` and `recovery/` (data and report each; recovery's `trace`): the experiments of phases on memvisor and QEMU `configs`, run one VM at a time (`vm/`: `control`, `monitor`, `result`), reported by `report` and `figure` |
 //! | `families/host/` | `shares`, `idletax` on `memvisor host`: `catalog` (by name), `experiment`, `run`, `summary`, `report`, `figure` |
 //! | `families/consolidate/` | `consolidate`, `balance`: many VMs under `memvisor host` and on QEMU, in budgets that are fractions of the scenario's joint working set (measured first), each VMM's PSS sampled |
@@ -64,10 +70,15 @@ mod families;
 mod harness;
 pub mod progress;
 mod report;
+mod reproduce;
 
 pub use args::{BenchArgs, Outcome};
 
 /// `memvisor bench`: the experiment named in `args`, run from its flags to its outputs.
 pub fn run(args: BenchArgs) -> Outcome {
-    families::run(&args)
+    if args.experiment == "reproduce" {
+        reproduce::run(&args)
+    } else {
+        families::run(&args)
+    }
 }

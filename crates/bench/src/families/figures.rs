@@ -4,6 +4,9 @@
 //! table of `docs/bench.md` (a test checks it is the one [`families_table`] makes) are made from
 //! it, so a label cannot promise in one place what the experiment does not measure.
 
+use super::published;
+use crate::report::claims::Claim;
+
 /// Which family's driver runs an experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -35,6 +38,12 @@ pub struct Reproduces {
     pub peer: &'static str,
     /// Its section in `docs/bench.md`, as a link target there.
     pub section: &'static str,
+    /// The flags `memvisor bench reproduce` runs it with at `--scale quick` and at `--scale
+    /// full`, beside those two (as a user types them).
+    pub quick: &'static str,
+    pub full: &'static str,
+    /// The paper's published values, each beside the cell of its report that holds ours.
+    pub claims: &'static [Claim],
 }
 
 impl Reproduces {
@@ -77,6 +86,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "Fig. 3's set-up",
         peer: "QEMU, in a cgroup with host swap and with a balloon",
         section: "#seqread-vswapper-31-fig-9a-9d-a-file-read-again-under-a-limit",
+        quick: "--reps 1",
+        full: "",
+        claims: published::SEQREAD,
     },
     Reproduces {
         name: "alloc",
@@ -86,6 +98,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "",
         peer: "the same",
         section: "#alloc-vswapper-31-fig-10-memory-allocated-over-swapped-pages",
+        quick: "--reps 1",
+        full: "",
+        claims: published::ALLOC,
     },
     Reproduces {
         name: "overhead",
@@ -95,6 +110,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "memory to spare: what running on memvisor, a balloon device and confinement cost",
         peer: "QEMU, no limit",
         section: "#overhead-memory-to-spare",
+        quick: "",
+        full: "",
+        claims: &[],
     },
     Reproduces {
         name: "workingset",
@@ -104,6 +122,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "",
         peer: "the paper's figure",
         section: "#workingset-esx-53-fig-6-the-working-set-estimate",
+        quick: "",
+        full: "",
+        claims: &[],
     },
     Reproduces {
         name: "recovery",
@@ -113,6 +134,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "throughput under YCSB Read, each second's read p99 in results.csv; not Fig. 6",
         peer: "QEMU with host swap and with a balloon",
         section: "#recovery-memflex-41-fig-5c-throughput-through-a-hog-and-back",
+        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
+        full: "",
+        claims: published::RECOVERY,
     },
     Reproduces {
         name: "doublepaging",
@@ -122,6 +146,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "§6.1's set-up at one point, 12.5 % host overcommitment and one hog size; Table 4's write rows only",
         peer: "QEMU with host swap",
         section: "#doublepaging-tesseract-6-a-guest-swapping-pages-its-host-swapped",
+        quick: "--reps 1 --configs memvisor-pager,memvisor-tesseract --reference memvisor-pager",
+        full: "",
+        claims: published::DOUBLEPAGING,
     },
     Reproduces {
         name: "shares",
@@ -131,6 +158,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "two VMs with shares 2:1 on memvisor host",
         peer: "the paper (QEMU has no share-based allocator)",
         section: "#esxs-allocation-policy-on-memvisor-host-shares-and-idletax",
+        quick: "",
+        full: "",
+        claims: &[],
     },
     Reproduces {
         name: "idletax",
@@ -140,6 +170,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "",
         peer: "the paper (QEMU has no idle memory tax)",
         section: "#esxs-allocation-policy-on-memvisor-host-shares-and-idletax",
+        quick: "",
+        full: "",
+        claims: published::IDLETAX,
     },
     Reproduces {
         name: "consolidate",
@@ -149,6 +182,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "its workload, 6 VMs started 0.5 s apart where the paper's are 10 s, in budgets of 1, 0.75 and 0.5 of their joint working set",
         peer: "QEMU in memory cgroups with static balloons, and unlimited",
         section: "#consolidate-vswapper-52-fig-14-many-vms-in-one-budget",
+        quick: "--vms 2 --scenario mapreduce --configs balloon,vswapper-balloon --budget 0.75 --reps 1",
+        full: "--scenario mapreduce --vms 2,6,8 --budget 1G --configs balloon,vswapper,vswapper-balloon,qemu-static,qemu-nolimit",
+        claims: published::CONSOLIDATE,
     },
     Reproduces {
         name: "balance",
@@ -158,6 +194,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "its scenario at 6 VMs",
         peer: "ballooning, and QEMU unlimited",
         section: "#balance-hyperdealer2-65-tables-34-memory-intensive-vms-beside-cpu-bound-ones",
+        quick: "--vms 2 --configs vswapper-balloon,hd2 --reps 1",
+        full: "",
+        claims: published::BALANCE,
     },
     Reproduces {
         name: "swapin",
@@ -167,6 +206,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "Table 1's totals; of Fig. 7b the all-disk end",
         peer: "memvisor's fault modes, and the paper",
         section: "#swapin-memflex-table-1-fig-7a-bringing-memory-back",
+        quick: "--sizes 128M --reps 1 --configs pool-proactive,disk-proactive,pool-faults",
+        full: "",
+        claims: published::SWAPIN,
     },
     Reproduces {
         name: "reclaimdelay",
@@ -176,6 +218,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "Fig. 11 at 1, 2 and 4 victims of one vCPU; not Fig. 12, vCPUs per victim",
         peer: "QEMU's balloon",
         section: "#reclaimdelay-hyperdealer2-62-table-2-fig-11-taking-pages-from-victim-vms",
+        quick: "--reps 1 --scenario idle,busy-dirty --configs hd2-ready,balloon,qemu-balloon",
+        full: "",
+        claims: published::RECLAIMDELAY,
     },
     Reproduces {
         name: "dwell",
@@ -185,6 +230,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "",
         peer: "memvisor's other victim policies",
         section: "#dwell-hyperdealer2-64-fig-14-how-long-released-pages-stay-out",
+        quick: "--reps 1 --configs clock,random,hd2",
+        full: "",
+        claims: published::DWELL,
     },
     Reproduces {
         name: "sharing",
@@ -194,6 +242,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "with the guest's timing probe",
         peer: "QEMU with KSM",
         section: "#sharing-esx-43-fig-4-and-zeroboot-esx-63-page-sharing-through-ksm",
+        quick: "--vms 2 --configs memvisor-off,memvisor-host",
+        full: "",
+        claims: published::SHARING,
     },
     Reproduces {
         name: "zeroboot",
@@ -203,6 +254,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "VMs that zero their memory as they boot",
         peer: "QEMU with KSM",
         section: "#sharing-esx-43-fig-4-and-zeroboot-esx-63-page-sharing-through-ksm",
+        quick: "--configs memvisor,memvisor-ksm",
+        full: "",
+        claims: &[],
     },
     Reproduces {
         name: "confinement",
@@ -212,6 +266,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "what the seccomp filters cost, on guest exits, pager faults and each of their calls",
         peer: "memvisor with --seccomp off",
         section: "#confinement-what-the-filters-cost",
+        quick: "",
+        full: "",
+        claims: &[],
     },
     Reproduces {
         name: "mobility",
@@ -221,8 +278,64 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "snapshot, lazy restore, and post-copy and pre-copy live migration: time to the first instruction, downtime, bytes sent, the guest's slowdown",
         peer: "QEMU microvm's save to a file, `-incoming`, pre-copy and post-copy",
         section: "#mobility-restore-and-live-migration",
+        quick: "",
+        full: "",
+        claims: &[],
     },
 ];
+
+/// A paper whose experiments `memvisor bench reproduce` runs as one set.
+#[derive(Clone, Copy, Debug)]
+pub struct PaperSet {
+    /// What `reproduce` is given (`esx`).
+    pub key: &'static str,
+    /// Its short name, as each experiment's `paper` begins (`ESX`).
+    pub short: &'static str,
+    pub citation: &'static str,
+}
+
+/// The five papers, as `docs/papers.md` cites them.
+pub const PAPERS: &[PaperSet] = &[
+    PaperSet {
+        key: "esx",
+        short: "ESX",
+        citation: "Carl A. Waldspurger. *Memory Resource Management in VMware ESX Server.* OSDI '02",
+    },
+    PaperSet {
+        key: "vswapper",
+        short: "VSwapper",
+        citation: "Nadav Amit, Dan Tsafrir, Assaf Schuster. *VSwapper: A Memory Swapper for Virtualized Environments.* ASPLOS '14",
+    },
+    PaperSet {
+        key: "tesseract",
+        short: "Tesseract",
+        citation: "Kapil Arya, Yury Baskakov, Alex Garthwaite. *Tesseract: Reconciling Guest I/O and Hypervisor Swapping in a VM.* VEE '14",
+    },
+    PaperSet {
+        key: "memflex",
+        short: "MemFlex",
+        citation: "Qi Zhang, Ling Liu, Gong Su, Arun Iyengar. *MemFlex: A Shared Memory Swapper for High Performance VM Execution.* IEEE Transactions on Computers 66(9), 2017",
+    },
+    PaperSet {
+        key: "hyperdealer2",
+        short: "HyperDealer2",
+        citation: "Woomin Hwang, Ki-Woong Park, Kyu Ho Park. *Reference Pattern-Aware Instant Memory Balancing for Consolidated Virtual Machines on Manycores.* IEEE Transactions on Parallel and Distributed Systems 26, 2015",
+    },
+];
+
+impl PaperSet {
+    /// The paper called `key`.
+    pub fn find(key: &str) -> Option<&'static PaperSet> {
+        PAPERS.iter().find(|p| p.key == key)
+    }
+
+    /// Its experiments, in the order of [`EXPERIMENTS`].
+    pub fn experiments(&self) -> impl Iterator<Item = &'static Reproduces> + '_ {
+        EXPERIMENTS
+            .iter()
+            .filter(move |e| e.paper.split(' ').next() == Some(self.short))
+    }
+}
 
 /// The experiment called `name`.
 pub fn find(name: &str) -> Option<&'static Reproduces> {
@@ -256,9 +369,11 @@ pub fn help() -> String {
         .iter()
         .map(|e| format!("  {}: {}", e.name, e.label()))
         .collect();
+    let papers: Vec<&str> = PAPERS.iter().map(|p| p.key).collect();
     format!(
-        "The experiment, and what it reproduces:\n{}",
-        each.join("\n")
+        "The experiment, and what it reproduces:\n{}\n  reproduce PAPER: every experiment of one paper's set ({}), each published value beside ours",
+        each.join("\n"),
+        papers.join(", ")
     )
 }
 

@@ -12,6 +12,7 @@ pub mod figures;
 pub mod host;
 pub mod mobility;
 pub mod phases;
+pub mod published;
 pub mod reclaimdelay;
 pub mod sharing;
 pub mod swapin;
@@ -30,6 +31,13 @@ pub fn run(args: &BenchArgs) -> Outcome {
         );
         return Outcome::BadInput;
     };
+    if let Some(more) = &args.paper {
+        eprintln!(
+            "memvisor bench {}: '{more}' is one name too many: a paper's set runs as `memvisor bench reproduce PAPER`",
+            e.name
+        );
+        return Outcome::BadInput;
+    }
     match e.family {
         Family::Consolidate => drive(&consolidate::Consolidate { balance: false }, args),
         Family::Balance => drive(&consolidate::Consolidate { balance: true }, args),

@@ -81,7 +81,7 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
         Ok(e) => e,
         Err(m) => return bad(m),
     };
-    let out = match out_dir(args, &args.experiment) {
+    let out = match out_dir(args.out.as_deref(), &args.experiment) {
         Ok(o) => o,
         Err(m) => return bad(m),
     };
@@ -96,7 +96,9 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
         timeout: Duration::from_secs(args.timeout),
         env,
     };
+    let logs = bench.out.join("logs");
     let outcome = std::fs::create_dir_all(&bench.work)
+        .and_then(|()| std::fs::create_dir_all(&logs))
         .map_err(|e| format!("{}: {e}", bench.work.display()))
         .and_then(|()| family.run(args, &bench, plan));
     let _ = std::fs::remove_dir_all(&bench.work);
@@ -177,16 +179,15 @@ fn memvisor_exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find memvisor itself: {e}"))
 }
 
-/// `--out`, or `bench-out/NAME`, made absolute, with its `logs` directory, checked writable; the
+/// `--out`, or `bench-out/NAME`, made absolute, created and checked writable; the
 /// one line of bad input when it is not. Absolute because the runs hand paths under it to
 /// children that resolve a relative path from elsewhere (`memvisor host` from its config's
 /// directory).
-fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, String> {
-    let default = || Path::new("bench-out").join(name);
-    let given = args.out.clone().unwrap_or_else(default);
+pub fn out_dir(given: Option<&Path>, name: &str) -> Result<PathBuf, String> {
+    let given = given.map_or_else(|| Path::new("bench-out").join(name), Path::to_path_buf);
     let out = std::path::absolute(&given)
         .map_err(|e| format!("--out {}: {e}; give a directory", given.display()))?;
-    std::fs::create_dir_all(out.join("logs"))
+    std::fs::create_dir_all(&out)
         .and_then(|()| std::fs::write(out.join(".write-test"), b""))
         .and_then(|()| std::fs::remove_file(out.join(".write-test")))
         .map_err(|e| {

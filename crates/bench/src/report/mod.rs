@@ -2,6 +2,7 @@
 //! (`table`), the numbers (`numbers`), the figures (`figure`), the environment section, the
 //! runs that did not complete and writing the three outputs.
 
+pub mod claims;
 pub mod figure;
 pub mod numbers;
 pub mod table;

@@ -4,6 +4,7 @@
 //! blocks), with the victims idle, computing, or writing. How a run goes is in
 //! `run`.
 
+use crate::families::published::{PAPER_BALLOON_DIRTY_MS, PAPER_BALLOON_IDLE_MS, PAPER_HD2_MS};
 use std::time::Duration;
 
 use crate::args::Scale;
@@ -164,13 +165,6 @@ impl Sizes {
         pages / n + u64::from(u64::from(i) < pages % n)
     }
 }
-
-/// HyperDealer2's Table 2 (ms per one-time reclamation of 100, 1,000 and 10,000 pages from one
-/// victim): HD2, the balloon with an idle victim, the balloon with a victim whose pages are all
-/// dirty.
-pub const PAPER_HD2_MS: [(u64, f64); 3] = [(100, 0.1), (1_000, 0.7), (10_000, 6.4)];
-pub const PAPER_BALLOON_IDLE_MS: [(u64, f64); 3] = [(100, 9.4), (1_000, 12.6), (10_000, 40.5)];
-pub const PAPER_BALLOON_DIRTY_MS: [(u64, f64); 3] = [(100, 53.1), (1_000, 674.9), (10_000, 1601.2)];
 
 /// The paper's figure for `pages` under `method` and `state`, if Table 2 has one.
 pub fn paper_ms(method: &Method, state: &State, pages: u64) -> Option<f64> {
