@@ -252,17 +252,21 @@ fn claims_csv(paper: &PaperSet, judged: &[(&'static Reproduces, usize, Judged)])
     t.csv()
 }
 
-/// The commit the running build came from, as git describes its checkout, when it is one.
-fn commit() -> String {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    std::process::Command::new("git")
-        .args(["-C", root, "describe", "--always", "--dirty", "--abbrev=12"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown (not built from a git checkout)".into())
+/// `secs` since 1970 as a UTC date and time to the minute (`2026-11-30 10:17 UTC`).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (hour, minute) = (secs % 86_400 / 3_600, secs % 3_600 / 60);
+    // The civil date of a day count (H. Hinnant's algorithm): eras of 400 years from 0000-03-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 
 fn outcome_text(o: Outcome) -> &'static str {
@@ -285,15 +289,15 @@ fn markdown(
     started: std::time::SystemTime,
 ) -> String {
     let mut s = format!("# memvisor bench reproduce {}\n\n", paper.key);
-    let date = started
+    let date = utc(started
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+        .map_or(0, |d| d.as_secs()));
     let _ = writeln!(
         s,
-        "{}: every experiment of its set at `--scale {}`, built from commit `{}`, started at {} (seconds since 1970, UTC). Each value the paper's text publishes is set beside ours, read from the experiment's own report, with a verdict: for a ratio, the same shape (the same side of 1) and the same ratio (within a factor of 2); for a level, the same within that factor; for a bound the paper's words give, whether it holds.{}\n",
+        "{}: every experiment of its set at `--scale {}`, built from commit `{}`, started {}. Each value the paper's text publishes is set beside ours, read from the experiment's own report, with a verdict: for a ratio, the same shape (the same side of 1) and the same ratio (within a factor of 2); for a level, the same within that factor; for a bound the paper's words give, whether it holds.{}\n",
         paper.citation,
         scale_name(scale),
-        commit(),
+        env!("MEMVISOR_BUILD_COMMIT"),
         date,
         match scale {
             Scale::Quick => " **At `quick` the experiments run small sizes and one repetition: a smoke run of the whole set, whose numbers are not the paper's scale.**",
@@ -431,6 +435,13 @@ mod tests {
             assert_eq!(sets.count(), usize::from(!e.paper.is_empty()), "{}", e.name);
             assert!(e.paper.is_empty() <= e.claims.is_empty(), "{}", e.name);
         }
+    }
+
+    #[test]
+    fn dates_are_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc(1_796_033_878), "2026-11-30 10:17 UTC");
     }
 
     #[test]
