@@ -150,6 +150,9 @@ impl Claim {
                             }
                         ),
                     ),
+                    (false, _) if side(ours) == 0 => {
+                        (false, "a different shape: no difference here".to_owned())
+                    }
                     (false, _) => (false, "a different shape: the other side of 1".to_owned()),
                 }
             }
@@ -323,9 +326,20 @@ mod tests {
         );
         let j = judge(&claim(Paper::Value(0.5), ratio));
         assert!(
-            !j.same && j.verdict.starts_with("a different shape"),
+            !j.same
+                && j.verdict
+                    .starts_with("a different shape: the other side of 1"),
             "{j:?}"
         );
+        let even = Ours::Ratio(at(&["qemu"]), at(&["qemu"]));
+        let j = judge(&claim(Paper::Value(4.0), even));
+        assert!(
+            !j.same
+                && j.verdict
+                    .starts_with("a different shape: no difference here"),
+            "{j:?}"
+        );
+        assert!(judge(&claim(Paper::Value(1.02), even)).same, "both about 1");
         let level = Ours::Cell(at(&["memvisor-baseline"]));
         assert!(judge(&claim(Paper::Value(2.0), level)).same);
         assert!(!judge(&claim(Paper::Value(10.0), level)).same);
