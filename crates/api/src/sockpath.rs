@@ -30,7 +30,7 @@ pub fn reachable(path: &Path) -> std::io::Result<SocketPath> {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
-                "{}: a socket's name must be shorter than 108 bytes",
+                "{}: a socket's name must be shorter than {SUN_PATH} bytes",
                 path.display()
             ),
         )

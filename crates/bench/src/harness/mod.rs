@@ -96,10 +96,10 @@ pub fn drive<F: Family>(family: &F, args: &BenchArgs) -> Outcome {
         timeout: Duration::from_secs(args.timeout),
         env,
     };
-    let logs = bench.out.join("logs");
-    let outcome = std::fs::create_dir_all(&bench.work)
-        .and_then(|()| std::fs::create_dir_all(&logs))
-        .map_err(|e| format!("{}: {e}", bench.work.display()))
+    let made =
+        |dir: &Path| std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()));
+    let outcome = made(&bench.work)
+        .and_then(|()| made(&bench.out.join("logs")))
         .and_then(|()| family.run(args, &bench, plan));
     let _ = std::fs::remove_dir_all(&bench.work);
     drop(guard);
