@@ -1020,6 +1020,11 @@ fn quick_shares_end_to_end() {
                 .any(|r| r["kind"] == "event" && r["vm"] == vm && r["metric"] == "admitted"),
             "{vm} was admitted"
         );
+        assert!(
+            rows.iter()
+                .any(|r| r["kind"] == "throughput" && r["vm"] == vm),
+            "{vm}'s console was read"
+        );
     }
     assert!(rows.iter().any(|r| r["kind"] == "summary"), "{rows:?}");
     let report = &t.report;
@@ -1033,6 +1038,38 @@ fn quick_shares_end_to_end() {
         assert!(report.contains(want), "{want}: {report}");
     }
     assert!(t.out.join("shares.svg").exists());
+}
+
+/// `bench idletax` (ESX §5.2, Fig. 7), quick: the busy VM's console is read, so both steady
+/// windows have its throughput, and the set's report sets the throughput claim beside the paper.
+#[test]
+fn quick_idletax_end_to_end() {
+    let t = of_set("esx", "idletax");
+    t.assert_report_printed();
+    let busy: Vec<f64> = t
+        .rows
+        .iter()
+        .filter(|r| r["kind"] == "throughput" && r["vm"] == "busy")
+        .map(|r| r["rate"].parse().unwrap())
+        .collect();
+    assert!(busy.iter().any(|&r| r > 0.0), "{busy:?}");
+    let results = t
+        .report
+        .split("## Results")
+        .nth(1)
+        .expect("a Results section");
+    for tax in ["| 0 |", "| 0.75 |"] {
+        let row = results.lines().find(|l| l.starts_with(tax)).expect(tax);
+        let ops = row.trim_end_matches(" |").rsplit(" | ").next().unwrap();
+        assert!(ops.parse::<f64>().is_ok_and(|x| x > 0.0), "{row}");
+    }
+    let (_, out, _) = reproduced("esx");
+    let claims = read_csv(&out.join("claims.csv"));
+    let throughput = claims
+        .iter()
+        .find(|c| c["measures"].contains("throughput at an idle tax"))
+        .expect("Fig. 7's throughput claim");
+    assert!(!throughput["ours"].is_empty(), "{throughput:?}");
 }
 
 #[test]

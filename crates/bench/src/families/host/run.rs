@@ -21,6 +21,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use memvisor_api::{HostClient, HostEvent, HostSample, HostUpdate, VmSample};
+use memvisor_host::VmmFiles;
 
 use super::experiment::{config_text, HostExperiment, PlannedVm};
 use crate::harness::child::start_host;
@@ -125,7 +126,7 @@ pub fn run_once(
     let result = start_host(exe, &config, &out.join("logs").join("host.log"), &sock)
         .and_then(|mut host| drive(e, &sock, &state, &mut host.0, started, label));
     for v in &e.vms {
-        let from = state.join(format!("{}.log", v.spec.name));
+        let from = VmmFiles::new(&state, &v.spec.name).log;
         let to = out.join("logs").join(format!("{}.console", v.spec.name));
         let _ = std::fs::copy(&from, &to);
     }
@@ -152,7 +153,7 @@ fn drive(
     let tail = |v: &PlannedVm| {
         (
             v.spec.name.clone(),
-            Tail::new(state.join(format!("{}.log", v.spec.name))),
+            Tail::new(VmmFiles::new(state, &v.spec.name).log),
         )
     };
     let mut tails: Vec<(String, Tail)> = e.vms.iter().map(tail).collect();
