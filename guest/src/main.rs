@@ -112,7 +112,7 @@ fn run(start_info_paddr: u64) -> ExitCode {
         Err(e) => println!("memory: mapping RAM above 4 GiB failed: {e}"),
     }
 
-    smp::set_workers(workloads::uses_workers(cfg.workload));
+    smp::set_workers(workloads::uses_workers(cfg));
     if let Some(bytes) = workloads::ap_stack_bytes(cfg.workload) {
         smp::set_ap_stack_bytes(bytes);
     }

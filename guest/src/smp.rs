@@ -301,15 +301,25 @@ pub fn set_workers(on: bool) {
 
 /// Runs `job(cpu)` on every online CPU (the caller is CPU 0) and waits for all.
 pub fn run_on_all(job: fn(u32)) {
-    let aps = online() - 1;
-    if aps > 0 {
+    start_on_aps(job);
+    job(0);
+    wait_for_aps();
+}
+
+/// Starts `job(cpu)` on every AP and returns at once, so CPU 0 can do other work beside them;
+/// [`wait_for_aps`] waits for them.
+pub fn start_on_aps(job: fn(u32)) {
+    if online() > 1 {
         assert!(WORKERS.load(Ordering::Relaxed), "APs were parked");
         JOB_DONE.store(0, Ordering::Relaxed);
         JOB.store(job as usize, Ordering::Relaxed);
         JOB_GEN.fetch_add(1, Ordering::Release);
     }
-    job(0);
-    while JOB_DONE.load(Ordering::Acquire) < aps {
+}
+
+/// Waits until every AP has finished the job [`start_on_aps`] gave it.
+pub fn wait_for_aps() {
+    while JOB_DONE.load(Ordering::Acquire) < online() - 1 {
         pause();
     }
 }

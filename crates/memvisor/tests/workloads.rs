@@ -478,15 +478,17 @@ fn seqread_on_qemu() {
 
 /// `seqread then=STATE`: after its pass the guest stays idle, computes, or overwrites a file
 /// bigger than its memory (so it writes dirty pages back to make room), and the file reads back
-/// from the disk as last written, byte for byte.
+/// from the disk as last written, byte for byte. With two vCPUs, the second computes beside the
+/// first in the busy states and stays parked in the idle one.
 #[test]
 fn seqread_then_stays_in_a_state() {
     let disks = Disks::new("seq:8M,dirty:40M", "11");
-    for then in ["idle", "spin", "write"] {
+    let each = ["idle", "spin", "write"].into_iter();
+    for (then, vcpus) in each.flat_map(|t| [(t, "1"), (t, "2")]) {
         let out = run(
             "memvisor",
             "32M",
-            "1",
+            vcpus,
             &disks,
             "seqread",
             &format!("passes=1 then={then} then_secs=2 write_mb=40"),
@@ -497,6 +499,9 @@ fn seqread_then_stays_in_a_state() {
         assert_eq!(l.u64("ok"), 1, "{l}");
         assert!(l.u64("ms") >= 2000, "{l}");
         assert!(l.u64("steps") > 0, "{l}");
+        let beside = u64::from(vcpus == "2" && then != "idle");
+        assert_eq!(l.u64("spinners"), beside, "{l}");
+        assert_eq!(l.u64("spinner_steps") > 0, beside == 1, "{l}");
         if then == "write" {
             // Written back (to make room in a 32 MiB guest, and at the final sync), and
             // every page read back as its last round wrote it.

@@ -22,12 +22,14 @@ mod toucher;
 use crate::cmdline::{Config, Workload};
 use crate::debug_exit::ExitCode;
 
-/// Whether the workload runs a task on every vCPU (APs wait for work instead of parking).
-pub fn uses_workers(w: Workload) -> bool {
-    matches!(
-        w,
-        Workload::Integrity | Workload::Alloc | Workload::Compress
-    )
+/// Whether the workload runs a task on every vCPU (APs wait for work instead of parking):
+/// `seqread` does when it stays busy after its passes (`then=spin` or `then=write`).
+pub fn uses_workers(cfg: &Config) -> bool {
+    match cfg.workload {
+        Workload::Integrity | Workload::Alloc | Workload::Compress => true,
+        Workload::Seqread => seqread::busy_after(cfg),
+        _ => false,
+    }
 }
 
 /// Bytes of each AP's ring-3 stack the workload needs, if more than the usual.

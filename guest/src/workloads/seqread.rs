@@ -12,18 +12,22 @@
 //! that lets the balloon driver run between its steps, as a scheduler would); `write` overwrites
 //! the file `write_file=` (default `dirty`, created with `write_mb=` MiB if absent) front to
 //! back, again and again, with new content each round, so the page cache fills with dirty
-//! pages the guest writes back as it needs the memory. Its `RESULT ... phase=then` line says
-//! what it did.
+//! pages the guest writes back as it needs the memory. With several vCPUs, `spin` and `write`
+//! keep every other vCPU computing too (HyperDealer2 §6.2.3, Fig. 12: as many CPU-bound tasks as
+//! vCPUs, one of them doing I/O in the write state); the balloon is served by vCPU 0 between
+//! its steps. Its `RESULT ... phase=then` line says what it did.
 //!
 //! Keys: `file=seq file_mb=64 passes=3 then= then_secs=60 write_file=dirty write_mb=64`.
 
 use memvisor_guest_mm::format::file_word;
 use memvisor_guest_mm::{Access, PAGE_SIZE};
 
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use crate::cmdline::Config;
 use crate::cpu::rdtsc;
 use crate::debug_exit::ExitCode;
-use crate::mm;
+use crate::{mm, smp};
 
 use super::common::{self, Progress, io_fail, ms_since, us_since};
 
@@ -65,6 +69,39 @@ impl Then {
             Then::Write => "write",
         }
     }
+}
+
+/// Whether the guest stays busy after its passes (`then=spin` or `then=write`), so its other
+/// vCPUs are set to compute beside it.
+pub fn busy_after(cfg: &Config) -> bool {
+    cfg.arg("then")
+        .and_then(Then::parse)
+        .is_some_and(|t| t != Then::Idle)
+}
+
+/// About a microsecond of arithmetic: one step of the CPU-bound state.
+fn compute(mut x: u64) -> u64 {
+    for _ in 0..256 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    core::hint::black_box(x)
+}
+
+/// When the other vCPUs stop computing (TSC), and the steps they made.
+static SPIN_UNTIL: AtomicU64 = AtomicU64::new(0);
+static SPIN_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// An AP's part of the busy states: compute until [`SPIN_UNTIL`].
+fn spin_beside(cpu: u32) {
+    let (mut x, mut steps) = (0x9E37_79B9_7F4A_7C15u64 ^ u64::from(cpu), 0u64);
+    let until = SPIN_UNTIL.load(Ordering::Relaxed);
+    while rdtsc() < until {
+        x = compute(x);
+        steps += 1;
+    }
+    SPIN_STEPS.fetch_add(steps, Ordering::Relaxed);
 }
 
 pub fn run(cfg: &Config) -> ExitCode {
@@ -215,6 +252,17 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
     let end = crate::time::deadline_after_ms(secs * 1000);
     let (mut steps, mut written, mut rounds) = (0u64, 0u64, 0u64);
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    // Every other vCPU computes while this one is in the state (they wait for work: `busy_after`).
+    let spinners = if then == Then::Idle {
+        0
+    } else {
+        smp::online() - 1
+    };
+    if spinners > 0 {
+        SPIN_UNTIL.store(end, Ordering::Relaxed);
+        SPIN_STEPS.store(0, Ordering::Relaxed);
+        smp::start_on_aps(spin_beside);
+    }
     while rdtsc() < end {
         match write {
             None if then == Then::Idle => {
@@ -223,12 +271,7 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
             }
             None => {
                 // About a microsecond of arithmetic per step, then the balloon's turn.
-                for _ in 0..256 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                }
-                x = core::hint::black_box(x);
+                x = compute(x);
                 mm::tick();
             }
             Some(id) => {
@@ -248,6 +291,9 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
         steps += 1;
     }
     let ms = ms_since(t0);
+    if spinners > 0 {
+        smp::wait_for_aps();
+    }
     let mut after = mm::stats().events;
     // Every page written has its last round's content on disk once synced and read back.
     let mut mismatches = 0u64;
@@ -275,11 +321,12 @@ fn stay(then: Then, secs: u64, write_name: &str, write_pages: u64) -> Result<u64
         }
     }
     println!(
-        "RESULT workload=seqread phase=then state={} ms={ms} ok={} steps={steps} written_pages={written} rounds={rounds} mismatches={mismatches} pgpgout={} misses={}",
+        "RESULT workload=seqread phase=then state={} ms={ms} ok={} steps={steps} written_pages={written} rounds={rounds} mismatches={mismatches} pgpgout={} misses={} spinners={spinners} spinner_steps={}",
         then.name(),
         u8::from(mismatches == 0),
         after.pgpgout - before.pgpgout,
-        after.cache_misses - before.cache_misses
+        after.cache_misses - before.cache_misses,
+        SPIN_STEPS.load(Ordering::Relaxed)
     );
     Ok(mismatches)
 }
