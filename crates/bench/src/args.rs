@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// zeroboot: VMs that zero their memory (default 5).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
+    /// reclaimdelay: the numbers of vCPUs of one victim (1 to 8; default 1,2,4), beside the
+    /// numbers of victims of one vCPU that `--vms` gives.
+    #[arg(long, value_delimiter = ',')]
+    pub vcpus: Vec<u32>,
     /// consolidate: the scenarios, `mapreduce`, `mixed` and/or `balance` (default the first
     /// two). reclaimdelay: the
     /// victims' states, `idle`, `busy-cpu` and/or `busy-dirty` (default all three).

@@ -76,6 +76,7 @@ fn experiment_flags(a: &BenchArgs) -> Option<&'static str> {
         ("--host-set", !a.host_set.is_empty()),
         ("--sizes", !a.sizes.is_empty()),
         ("--ws", !a.ws.is_empty()),
+        ("--vcpus", !a.vcpus.is_empty()),
     ];
     given.into_iter().find(|g| g.1).map(|g| g.0)
 }

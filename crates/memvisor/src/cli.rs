@@ -59,7 +59,7 @@ pub enum Command {
     ///
     /// Exit status: 0 when the benchmark ran (runs killed by the host are recorded, not errors),
     /// 2 for bad input, 5 when it could not run, 130 on Ctrl-C (after cleaning up).
-    Bench(memvisor_bench::BenchArgs),
+    Bench(Box<memvisor_bench::BenchArgs>),
     /// Simulate a host of many VMs under the policy: a scenario in; CSVs, a summary and plots
     /// out (docs/sim.md).
     ///

@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         cli::Command::Host(args) => cli::host(args),
         cli::Command::Ctl(args) => ctl::run(args),
         cli::Command::Top(args) => top::run(args),
-        cli::Command::Bench(args) => bench_exit(memvisor_bench::run(args)),
+        cli::Command::Bench(args) => bench_exit(memvisor_bench::run(*args)),
         cli::Command::Sim(args) => memvisor_sim::cli::run(args),
     }
 }

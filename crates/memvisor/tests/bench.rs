@@ -709,17 +709,17 @@ fn quick_swapin_end_to_end() {
 fn quick_reclaimdelay_end_to_end() {
     let t = of_set("hyperdealer2", "reclaimdelay");
     let rows = &t.rows;
-    // 3 methods × 2 states × 1 and 2 victims × 100 and 1,000 pages (`hd2` is `hd2-ready`
-    // without the flag; left out to keep this test light beside the others of this binary,
-    // which run at the same time).
-    assert_eq!(rows.len(), 24, "{rows:?}");
+    // 3 methods × 2 states × (1 and 2 victims of one vCPU, one of 4 vCPUs) × 100 and 1,000
+    // pages (`hd2` is `hd2-ready` without the flag; left out to keep this test light beside
+    // the others of this binary, which run at the same time).
+    assert_eq!(rows.len(), 36, "{rows:?}");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
             .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
     };
     for method in ["hd2-ready", "balloon", "qemu-balloon"] {
         for state in ["idle", "busy-dirty"] {
-            for victims in ["1", "2"] {
+            for (victims, vcpus) in [("1", "1"), ("2", "1"), ("1", "4")] {
                 for pages in ["100", "1000"] {
                     let r = rows
                         .iter()
@@ -727,9 +727,10 @@ fn quick_reclaimdelay_end_to_end() {
                             r["method"] == method
                                 && r["state"] == state
                                 && r["victims"] == victims
+                                && r["vcpus"] == vcpus
                                 && r["pages"] == pages
                         })
-                        .unwrap_or_else(|| panic!("{method} {state} {victims} {pages}"));
+                        .unwrap_or_else(|| panic!("{method} {state} {victims}x{vcpus} {pages}"));
                     let asked: f64 = pages.parse().unwrap();
                     let release = method.starts_with("hd2");
                     if release && r["status"] == "not-available" {
@@ -764,6 +765,10 @@ fn quick_reclaimdelay_end_to_end() {
         "{report}"
     );
     assert!(report.contains("## Several victims (Fig. 11)"), "{report}");
+    assert!(
+        report.contains("## One victim of several vCPUs (Fig. 12)"),
+        "{report}"
+    );
     for f in ["reclaimdelay.svg", "reclaimdelay.png"] {
         assert!(t.out.join(f).exists(), "{f}");
     }

@@ -295,6 +295,11 @@ fn output_line(cmd: &str, args: &[&str], last: bool) -> String {
     line.unwrap_or("?").to_owned()
 }
 
+/// The CPUs this process may run on (0 if unknown).
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, usize::from)
+}
+
 /// The run's environment, as `(what, value)` lines for the report.
 pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
     // A file's text without the whitespace around it (its final line break).
@@ -309,7 +314,7 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
         .find_map(|l| l.strip_prefix("model name"))
         .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
         .unwrap_or_else(|| "?".into());
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    let cpus = cpus();
     let meminfo = read("/proc/meminfo");
     let mib = |k: &str| field(&meminfo, k).map_or("?".into(), |kb| format!("{} MiB", kb >> 10));
     vec![

@@ -1,8 +1,8 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Fig. 11): how long the host
+//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Figs. 11–12): how long the host
 //! takes to get pages back from victim VMs, by the balloon (the guest gives them) and by
 //! HyperDealer2's instant release (the host drops clean page-cache pages it knows mirror disk
-//! blocks), with the victims idle, computing, or writing. How a run goes is in
-//! `run`.
+//! blocks), with the victims idle, computing, or writing, from one or several victims of one
+//! or several vCPUs. How a run goes is in `run`.
 
 use crate::families::published::{PAPER_BALLOON_DIRTY_MS, PAPER_BALLOON_IDLE_MS, PAPER_HD2_MS};
 use std::time::Duration;
@@ -108,8 +108,11 @@ pub struct Sizes {
     /// Pages taken, in this order, from the same victims (HyperDealer2 Table 2: 100, 1,000,
     /// 10,000).
     pub pages: Vec<u64>,
-    /// Numbers of victims the same total is taken from (Fig. 11).
+    /// Numbers of victims of one vCPU the same total is taken from (Fig. 11).
     pub victims: Vec<u32>,
+    /// vCPUs of one victim the same total is taken from (Fig. 12); in the busy states every
+    /// vCPU computes (one of them writing in `busy-dirty`).
+    pub vcpus: Vec<u32>,
     /// Guest RAM of a victim.
     pub mem: u64,
     /// The file read to warm the page cache, and the file `busy-dirty` overwrites (MiB): both
@@ -124,6 +127,7 @@ impl Sizes {
             Scale::Full => Sizes {
                 pages: vec![100, 1_000, 10_000],
                 victims: vec![1, 2, 4],
+                vcpus: vec![1, 2, 4],
                 mem: 96 << 20,
                 read_mb: 128,
                 write_mb: 128,
@@ -131,11 +135,20 @@ impl Sizes {
             Scale::Quick => Sizes {
                 pages: vec![100, 1_000],
                 victims: vec![1, 2],
+                vcpus: vec![1, 4],
                 mem: 48 << 20,
                 read_mb: 64,
                 write_mb: 64,
             },
         }
+    }
+
+    /// The groups of victims, as (victims, vCPUs each): every number of victims with one vCPU
+    /// (Fig. 11's axis), then one victim with each number of vCPUs (Fig. 12's).
+    pub fn groups(&self) -> Vec<(u32, u32)> {
+        let by_victims = self.victims.iter().map(|&n| (n, 1));
+        let by_vcpus = self.vcpus.iter().filter(|&&c| c > 1).map(|&c| (1, c));
+        by_victims.chain(by_vcpus).collect()
     }
 
     /// The data disk of one victim: the two files and room for the file table.
@@ -202,6 +215,14 @@ mod tests {
             assert!(c.contains("then=write") && c.contains(&format!("write_mb={}", s.write_mb)));
         }
         assert_eq!(Sizes::of(Scale::Full).files(), "seq:128M,dirty:128M");
+        let g = Sizes::of(Scale::Full).groups();
+        assert_eq!(g, [(1, 1), (2, 1), (4, 1), (1, 2), (1, 4)]);
+        let only_cpus = Sizes {
+            victims: vec![2],
+            vcpus: vec![1, 3],
+            ..Sizes::of(Scale::Quick)
+        };
+        assert_eq!(only_cpus.groups(), [(2, 1), (1, 3)]);
         assert_eq!(Sizes::share(10_000, 4, 0), 2_500);
         let shares: Vec<u64> = (0..3).map(|i| Sizes::share(100, 3, i)).collect();
         assert_eq!(shares, [34, 33, 33]);

@@ -1,4 +1,4 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11): the time to obtain pages
+//! `memvisor bench reclaimdelay` (HyperDealer2 Table 2, Figs. 11–12): the time to obtain pages
 //! from victim VMs by the balloon and by instant release. The methods, states and sizes are in
 //! `experiment`, a group of victims in `run`, the outputs in `report`.
 
@@ -41,6 +41,14 @@ impl Family for ReclaimDelay {
             sizes.victims.clone_from(&args.vms);
             sizes.victims.sort_unstable();
             sizes.victims.dedup();
+        }
+        if !args.vcpus.is_empty() {
+            if let Some(n) = args.vcpus.iter().find(|&&n| !(1..=8).contains(&n)) {
+                return Err(format!("--vcpus {n}: give 1 to 8 vCPUs per victim"));
+            }
+            sizes.vcpus.clone_from(&args.vcpus);
+            sizes.vcpus.sort_unstable();
+            sizes.vcpus.dedup();
         }
         Ok(ReclaimPlan {
             methods,

@@ -1,6 +1,6 @@
 //! The outputs of `memvisor bench reclaimdelay`: `results.csv` (one row per amount taken),
 //! `report.md` (HyperDealer2's Table 2 beside this run, the ratios against QEMU's balloon, the
-//! several-victims figure) and `reclaimdelay.svg`.
+//! several victims of Fig. 11 and the several vCPUs of Fig. 12) and `reclaimdelay.svg`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,7 +14,7 @@ use crate::report::numbers::{sig, spread, spread_text};
 use crate::report::table::Table;
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "experiment,method,state,victims,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
+pub const CSV_HEADER: &str = "experiment,method,state,victims,vcpus,pages,rep,status,ms,vmm_us,obtained_pages,changed_pages,polls,reason";
 
 /// `results.csv`: one row per amount taken from a group of victims.
 pub fn csv(points: &[Reclaim]) -> String {
@@ -26,6 +26,7 @@ pub fn csv(points: &[Reclaim]) -> String {
             p.method,
             p.state,
             p.victims,
+            p.vcpus,
             p.pages,
             p.rep,
             p.status.name(),
@@ -40,11 +41,20 @@ pub fn csv(points: &[Reclaim]) -> String {
     t.csv()
 }
 
-fn cell<'a>(points: &'a [Reclaim], m: &str, st: &str, n: u32, pages: u64) -> Vec<&'a Reclaim> {
-    points
-        .iter()
-        .filter(|p| p.method == m && p.state == st && p.victims == n && p.pages == pages)
-        .collect()
+/// One victim of one vCPU: Table 2's group.
+const ONE: (u32, u32) = (1, 1);
+
+/// The points of `m` in `st` from `group` (victims, vCPUs each) for `pages`.
+fn cell<'a>(
+    points: &'a [Reclaim],
+    m: &str,
+    st: &str,
+    group: (u32, u32),
+    pages: u64,
+) -> Vec<&'a Reclaim> {
+    let of = |p: &&Reclaim| (p.victims, p.vcpus) == group;
+    let this = |p: &&Reclaim| p.method == m && p.state == st && p.pages == pages;
+    points.iter().filter(of).filter(this).collect()
 }
 
 /// Median (min–max) of the completed runs' milliseconds; "n/a" when the VMM had no release.
@@ -67,7 +77,7 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     let pages: Vec<String> = z.pages.iter().map(u64::to_string).collect();
     let (mem, read_mb, settle, reps) = (z.mem >> 20, z.read_mb, SETTLE.as_secs_f64(), setup.reps);
     let (pages, between, poll) = (pages.join(", "), BETWEEN.as_millis(), POLL.as_millis());
-    let _ = writeln!(s, "HyperDealer2 §6.2 (Table 2, Fig. 11): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {mem} MiB of guest RAM, one pass over a {read_mb} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {settle} s after the last victim's pass, the harness takes {pages} pages in turn ({between} ms apart), split over the victims; balloons polled every {poll} ms. {reps} repetition(s), the methods' order changed each time.\n");
+    let _ = writeln!(s, "HyperDealer2 §6.2 (Table 2, Figs. 11–12): the time the host takes to obtain pages from victim VMs, by the balloon and by instant release. Each victim: {mem} MiB of guest RAM, one pass over a {read_mb} MiB file (its page cache fills guest RAM with clean pages), then its state until stopped; {settle} s after the last victim's pass, the harness takes {pages} pages in turn ({between} ms apart), split over the victims; balloons polled every {poll} ms. {reps} repetition(s), the methods' order changed each time.\n");
     if points
         .iter()
         .any(|p| p.status == MeasureStatus::NotAvailable)
@@ -77,11 +87,12 @@ pub fn markdown(setup: &ReclaimPlan, points: &[Reclaim], env: &[(String, String)
     table2(&mut s, setup, points);
     ratios(&mut s, setup, points);
     victims(&mut s, setup, points);
+    vcpus(&mut s, setup, points);
     release_detail(&mut s, points);
     let why = |p: &Reclaim| {
-        let (m, st, n, pages, rep) = (p.method, p.state, p.victims, p.pages, p.rep);
+        let (m, st, n, c, pages, rep) = (p.method, p.state, p.victims, p.vcpus, p.pages, p.rep);
         format!(
-            "{m} {st} {n} victim(s) {pages} pages rep {rep}: {}",
+            "{m} {st} {n} victim(s) of {c} vCPU(s) {pages} pages rep {rep}: {}",
             p.error
         )
     };
@@ -119,7 +130,7 @@ fn table2(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
             let mut row = vec![m.name.to_owned(), st.name.to_owned()];
             let (mut ok, mut all) = (0, 0);
             for &pages in &setup.sizes.pages {
-                let c = cell(points, m.name, st.name, 1, pages);
+                let c = cell(points, m.name, st.name, ONE, pages);
                 ok += c.iter().filter(|p| p.ok()).count();
                 all += c.len();
                 let paper = paper_ms(m, st, pages).map_or("–".into(), |v| format!("{v}"));
@@ -155,8 +166,8 @@ fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
         for st in &setup.states {
             let mut row = vec![format!("{} / {}", a.name, b.name), st.name.to_owned()];
             for &pages in &setup.sizes.pages {
-                let x = median_ms(&cell(points, a.name, st.name, 1, pages));
-                let y = median_ms(&cell(points, b.name, st.name, 1, pages));
+                let x = median_ms(&cell(points, a.name, st.name, ONE, pages));
+                let y = median_ms(&cell(points, b.name, st.name, ONE, pages));
                 row.push(match (x, y) {
                     (Some(x), Some(y)) if y > 0.0 => format!("{:.3}", x / y),
                     _ => "–".into(),
@@ -168,21 +179,61 @@ fn ratios(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
     s.push_str(&t.markdown());
 }
 
-/// Several victims (Fig. 11): the same total from 1..N victims.
+/// Several victims (Fig. 11): the same total from 1..N victims of one vCPU.
 fn victims(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
-    if setup.sizes.victims.len() < 2 {
+    let groups: Vec<(u32, u32)> = setup.sizes.victims.iter().map(|&n| (n, 1)).collect();
+    let heads = groups
+        .iter()
+        .map(|g| format!("{} victim(s)", g.0))
+        .collect();
+    let about = "The same total taken from every victim at once (balloons in parallel, releases one after another), each victim with one vCPU: milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.";
+    sweep(
+        s,
+        "Several victims (Fig. 11)",
+        about,
+        (&groups, heads),
+        setup,
+        points,
+    );
+}
+
+/// One victim of several vCPUs (Fig. 12).
+fn vcpus(s: &mut String, setup: &ReclaimPlan, points: &[Reclaim]) {
+    let groups: Vec<(u32, u32)> = setup.sizes.vcpus.iter().map(|&c| (1, c)).collect();
+    let heads = groups.iter().map(|g| format!("{} vCPU(s)", g.1)).collect();
+    let cores = crate::harness::readings::cpus();
+    let about = format!("The same amounts taken from one victim with more vCPUs: in `busy-cpu` every vCPU computes, in `busy-dirty` one writes while the others compute (the paper's Fig. 12 (c)–(h): as many CPU-bound tasks as vCPUs, one doing I/O); in `idle` they are parked. Milliseconds, median (min–max). This machine has {cores} CPUs, so the busy vCPUs outnumber them from {} vCPUs on (the paper's 24 cores: from 25).", cores + 1);
+    sweep(
+        s,
+        "One victim of several vCPUs (Fig. 12)",
+        &about,
+        (&groups, heads),
+        setup,
+        points,
+    );
+}
+
+/// A table of milliseconds: a row per method, state and amount, a column per group.
+fn sweep(
+    s: &mut String,
+    title: &str,
+    about: &str,
+    (groups, heads): (&[(u32, u32)], Vec<String>),
+    setup: &ReclaimPlan,
+    points: &[Reclaim],
+) {
+    if groups.len() < 2 {
         return;
     }
-    s.push_str("\n## Several victims (Fig. 11)\n\nThe same total taken from every victim at once (balloons in parallel, releases one after another): milliseconds, median (min–max). The paper's Fig. 11 takes 1,024 pages from 1 to 32 victims with 1 to 4 vCPUs each, on 24 cores.\n\n");
-    let victims = setup.sizes.victims.iter().map(|n| format!("{n} victim(s)"));
+    let _ = write!(s, "\n## {title}\n\n{about}\n\n");
     let head = ["method".into(), "state".into(), "pages".into()];
-    let mut t = Table::new(head.into_iter().chain(victims));
+    let mut t = Table::new(head.into_iter().chain(heads));
     for m in &setup.methods {
         for st in &setup.states {
             for &pages in &setup.sizes.pages {
                 let mut row = vec![m.name.to_owned(), st.name.to_owned(), pages.to_string()];
-                for &n in &setup.sizes.victims {
-                    row.push(ms_cell(&cell(points, m.name, st.name, n, pages)));
+                for &g in groups {
+                    row.push(ms_cell(&cell(points, m.name, st.name, g, pages)));
                 }
                 t.row(row);
             }
@@ -199,12 +250,14 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
     }
     s.push_str("\n## The releases\n\nPer run: the harness's wall time of the calls, the VMMs' own `micros` (summed over the victims), pages asked, released and found changed by the guest (so kept).\n\n");
     let mut t = Table::new(
-        "state | victims | pages | rep | wall ms | VMM µs | released | changed".split(" | "),
+        "state | victims | vCPUs | pages | rep | wall ms | VMM µs | released | changed"
+            .split(" | "),
     );
     for p in rel {
         t.row(vec![
             p.state.to_owned(),
             p.victims.to_string(),
+            p.vcpus.to_string(),
             p.pages.to_string(),
             p.rep.to_string(),
             format!("{:.3}", p.ms),
@@ -216,18 +269,21 @@ fn release_detail(s: &mut String, points: &[Reclaim]) {
     s.push_str(&t.markdown());
 }
 
-/// The line of `method` in `state` against `x`, medians of the completed runs.
-fn line(points: &[Reclaim], m: &Method, st: &State, xs: &[(f64, u32, u64)]) -> Vec<(f64, f64)> {
+/// The line of `method` in `state` against `x`, medians of the completed runs; each point is
+/// (x, group, pages).
+type Xs = [(f64, (u32, u32), u64)];
+
+fn line(points: &[Reclaim], m: &Method, st: &State, xs: &Xs) -> Vec<(f64, f64)> {
     xs.iter()
-        .filter_map(|&(x, n, pages)| {
-            median_ms(&cell(points, m.name, st.name, n, pages)).map(|y| (x, y.max(1e-3)))
+        .filter_map(|&(x, g, pages)| {
+            median_ms(&cell(points, m.name, st.name, g, pages)).map(|y| (x, y.max(1e-3)))
         })
         .collect()
 }
 
 /// `reclaimdelay.svg` and `.png`: left, one victim, milliseconds against pages (Table 2);
-/// right, the largest amount against the number of victims (Fig. 11). One colour per method,
-/// one dash per state; log scales.
+/// middle, the largest amount against the number of victims (Fig. 11); right, against the
+/// vCPUs of one victim (Fig. 12). One colour per method, one width per state; log scales.
 pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), String> {
     if !points.iter().any(Reclaim::ok) {
         return Err("no run completed".into());
@@ -240,18 +296,23 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
     let ymax = ok.iter().copied().fold(0.0f64, f64::max) * 2.0;
     let ymin = ok.iter().copied().fold(ymax, f64::min) / 2.0;
     let y = Axis::log(ymin.max(1e-3), ymax.max(1e-2));
-    let (pages, victims) = (&setup.sizes.pages, &setup.sizes.victims);
+    let z = &setup.sizes;
+    let (pages, victims, vcpus) = (&z.pages, &z.victims, &z.vcpus);
     let largest = pages.iter().copied().max().unwrap_or(1);
-    let by_pages: Vec<(f64, u32, u64)> = pages.iter().map(|&p| (p as f64, 1, p)).collect();
-    let by_victims: Vec<(f64, u32, u64)> = victims
+    let by_pages: Vec<_> = pages.iter().map(|&p| (p as f64, ONE, p)).collect();
+    let by_victims: Vec<_> = victims
         .iter()
-        .map(|&n| (f64::from(n), n, largest))
+        .map(|&n| (f64::from(n), (n, 1), largest))
+        .collect();
+    let by_vcpus: Vec<_> = vcpus
+        .iter()
+        .map(|&c| (f64::from(c), (1, c), largest))
         .collect();
     let (pmin, pmax) = (
         pages.iter().copied().min().unwrap_or(1) as f64,
         largest as f64,
     );
-    let vmax = f64::from(victims.iter().copied().max().unwrap_or(1));
+    let most = |v: &[u32]| f64::from(v.iter().copied().max().unwrap_or(1));
     let specs = [
         (
             "one victim: ms to obtain N pages (HD2 Table 2)",
@@ -262,8 +323,14 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
         (
             "the largest amount from several victims (Fig. 11)",
             "victims",
-            Axis::linear(0.5, vmax + 0.5),
+            Axis::linear(0.5, most(victims) + 0.5),
             &by_victims,
+        ),
+        (
+            "the largest amount from one victim of several vCPUs (Fig. 12)",
+            "vCPUs of the victim",
+            Axis::linear(0.5, most(vcpus) + 0.5),
+            &by_vcpus,
         ),
     ];
     let mut panels = Vec::new();
@@ -289,8 +356,8 @@ pub fn plot(path: &Path, setup: &ReclaimPlan, points: &[Reclaim]) -> Result<(), 
         panels.push(panel);
     }
     Figure {
-        size: (1400, 620),
-        grid: (1, 2),
+        size: (2000, 620),
+        grid: (1, 3),
         panels,
     }
     .write(path)
@@ -308,6 +375,7 @@ mod tests {
             method: m,
             state: st,
             victims: n,
+            vcpus: 1,
             pages,
             rep: 1,
             ms,
@@ -345,6 +413,10 @@ mod tests {
                 ..pt("qemu-balloon", "idle", 1, 1_000, 0.0)
             },
             pt("balloon", "idle", 2, 100, 8.0),
+            Reclaim {
+                vcpus: 4,
+                ..pt("balloon", "idle", 1, 100, 9.0)
+            },
         ];
         let md = markdown(&setup, &points, &[]);
         for want in [
@@ -354,7 +426,8 @@ mod tests {
             "| balloon / qemu-balloon | idle | 3.000 | – |",
             "| hd2 / balloon | idle | – | – |",
             "| balloon | idle | 100 | 30.0 (20.0–40.0) | 8.00 |",
-            "- qemu-balloon idle 1 victim(s) 1000 pages rep 1: timed out",
+            "- qemu-balloon idle 1 victim(s) of 1 vCPU(s) 1000 pages rep 1: timed out",
+            "| balloon | idle | 100 | 30.0 (20.0–40.0) | 9.00 |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
@@ -362,11 +435,11 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), points.len() + 1);
         assert!(
-            lines[1].starts_with("reclaimdelay,hd2,idle,1,100,1,not-available,,,"),
+            lines[1].starts_with("reclaimdelay,hd2,idle,1,1,100,1,not-available,,,"),
             "{csv}"
         );
         assert!(
-            lines[3].starts_with("reclaimdelay,balloon,idle,1,100,1,ok,20.000,,100,"),
+            lines[3].starts_with("reclaimdelay,balloon,idle,1,1,100,1,ok,20.000,,100,"),
             "{csv}"
         );
     }

@@ -1,12 +1,13 @@
-//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Fig. 11): the time the host
+//! `memvisor bench reclaimdelay` (HyperDealer2 §6.2, Table 2, Figs. 11–12): the time the host
 //! takes to obtain pages from victim VMs, by the balloon and by instant release.
 //!
-//! One group is one method, one victim state and one number of victims, in one repetition:
+//! One group is one method, one victim state and one number of victims with a number of vCPUs
+//! each ([`Sizes::groups`]), in one repetition:
 //! 1. Each victim boots (`memvisor run --mapper --balloon --mem-limit MEM`, the pager holding
 //!    guest RAM with the Swap Mapper on, nothing reclaimed; or QEMU microvm with its balloon)
 //!    with `seqread file=seq passes=1 then=STATE`: it reads a file bigger than its memory, so
 //!    its page cache fills guest RAM with clean pages that mirror disk blocks, then stays in the
-//!    state (`then=idle|spin|write`) until it is stopped.
+//!    state (`then=idle|spin|write`, every vCPU computing in the busy ones) until it is stopped.
 //! 2. Once every victim's `pass1` line is in, the harness waits [`SETTLE`] and takes each
 //!    amount of [`Sizes::pages`] in turn (the total split over the victims), [`BETWEEN`] apart:
 //!    - balloon: `PUT /balloon` (QMP `balloon`) to what each balloon holds + its share, on every
@@ -39,6 +40,8 @@ pub struct Reclaim {
     pub method: &'static str,
     pub state: &'static str,
     pub victims: u32,
+    /// vCPUs of each victim.
+    pub vcpus: u32,
     pub pages: u64,
     pub rep: u32,
     pub status: MeasureStatus,
@@ -69,13 +72,16 @@ fn start(
     st: &State,
     slot: u32,
     rep: u32,
-    n: u32,
+    (n, vcpus): (u32, u32),
 ) -> Result<Vm, String> {
     let disk = bench.work.join(format!("victim{slot}.img"));
     let mem = setup.sizes.mem.to_string();
-    let log = format!("{}-{}-{n}vm-rep{rep}-victim{slot}", m.name, st.name);
+    let log = format!(
+        "{}-{}-{n}vm-{vcpus}cpu-rep{rep}-victim{slot}",
+        m.name, st.name
+    );
     Vm::start(bench, &format!("victim{slot}"), &log, |cmd, sock, _| {
-        cmd.args(["--mem", &mem]);
+        cmd.args(["--mem", &mem, "--vcpus", &vcpus.to_string()]);
         if m.qemu {
             cmd.args(["--hypervisor", "qemu", "--balloon", "--qmp-sock"])
                 .arg(sock);
@@ -246,13 +252,14 @@ fn group(
     setup: &ReclaimPlan,
     m: &'static Method,
     st: &'static State,
-    n: u32,
+    (n, vcpus): (u32, u32),
     rep: u32,
 ) -> Vec<Reclaim> {
     let point = |&pages: &u64| Reclaim {
         method: m.name,
         state: st.name,
         victims: n,
+        vcpus,
         pages,
         rep,
         ..Reclaim::default()
@@ -266,7 +273,7 @@ fn group(
     };
     let mut victims = Vec::new();
     for slot in 0..n {
-        match start(bench, setup, m, st, slot, rep, n) {
+        match start(bench, setup, m, st, slot, rep, (n, vcpus)) {
             Ok(v) => victims.push(v),
             Err(e) => {
                 fail_all(&mut points, e);
@@ -326,17 +333,18 @@ pub fn run(bench: &Bench, setup: &ReclaimPlan) -> Result<Vec<Reclaim>, String> {
     let sizes = &setup.sizes;
     let cells = |_| {
         let each = sizes
-            .victims
-            .iter()
-            .map(|&n| setup.states.iter().map(move |&st| (n, st)));
+            .groups()
+            .into_iter()
+            .map(|g| setup.states.iter().map(move |&st| (g, st)));
         each.flatten().collect::<Vec<_>>()
     };
-    let what =
-        |&(n, st): &(u32, &State), m: &&Method| format!("{} {} {n} victim(s)", m.name, st.name);
+    let what = |&((n, c), st): &((u32, u32), &State), m: &&Method| {
+        format!("{} {} {n} victim(s) of {c} vCPU(s)", m.name, st.name)
+    };
     let (name, reps) = ("reclaimdelay", setup.reps);
     interleave(name, reps, cells, &setup.methods, what, |t| {
-        let (n, st) = *t.cell;
-        let points = group(bench, setup, t.config, st, n, t.rep);
+        let (g, st) = *t.cell;
+        let points = group(bench, setup, t.config, st, g, t.rep);
         for p in &points {
             t.say(&if p.ok() {
                 format!(
