@@ -194,12 +194,12 @@ pub const RECLAIMDELAY: &[Claim] = &[
     },
     Claim {
         figure: "Fig. 12 (f)–(h)",
-        measures: "1,000 pages from one writing victim whose vCPUs all work, the balloon's time with 4 vCPUs over with 1 (4 busy vCPUs outnumber the cores)",
+        measures: "the largest amount from one writing victim whose vCPUs all work, the balloon's time with 4 vCPUs over with 1 (4 busy vCPUs outnumber the cores)",
         paper: Paper::Above(1.0),
         source: "§6.2.3",
         ours: Ours::Ratio(
-            by_vcpus(&["balloon", "busy-dirty", "1000"], "4 vCPU(s)"),
-            by_vcpus(&["balloon", "busy-dirty", "1000"], "1 vCPU(s)"),
+            by_vcpus(&["balloon", "busy-dirty", "*"], "4 vCPU(s)"),
+            by_vcpus(&["balloon", "busy-dirty", "*"], "1 vCPU(s)"),
         ),
         why: "",
     },
@@ -209,8 +209,8 @@ pub const RECLAIMDELAY: &[Claim] = &[
         paper: Paper::Below(2.0),
         source: "§6.2.3",
         ours: Ours::Ratio(
-            by_vcpus(&["hd2-ready", "busy-dirty", "1000"], "4 vCPU(s)"),
-            by_vcpus(&["hd2-ready", "busy-dirty", "1000"], "1 vCPU(s)"),
+            by_vcpus(&["hd2-ready", "busy-dirty", "*"], "4 vCPU(s)"),
+            by_vcpus(&["hd2-ready", "busy-dirty", "*"], "1 vCPU(s)"),
         ),
         why: "",
     },
