@@ -1077,6 +1077,46 @@ fn quick_idletax_end_to_end() {
     assert!(!throughput["ours"].is_empty(), "{throughput:?}");
 }
 
+/// `bench compress` (VSwapper Fig. 5), quick: the compressor at each limit of the sweep on every
+/// configuration, each limit with its own report; the guest checked every block it wrote back
+/// against its text (a mismatch fails the run), the sweep's report sets the times against the
+/// limit, the ratios to ballooning and their largest, and draws them.
+#[test]
+fn quick_compress_end_to_end() {
+    let t = of_set("vswapper", "compress");
+    t.assert_report_printed();
+    let configs = [
+        "qemu-balloon",
+        "memvisor-balloon",
+        "memvisor-baseline",
+        "memvisor-mapper",
+        "memvisor-vswapper",
+    ];
+    assert_eq!(t.rows.len(), 2 * configs.len(), "{:?}", t.rows);
+    for limit in ["48", "128"] {
+        for c in configs {
+            let r = t
+                .rows
+                .iter()
+                .find(|r| r["limit_mib"] == limit && r["config"] == c)
+                .unwrap_or_else(|| panic!("{c} at {limit} MiB"));
+            assert_eq!(r["status"], "ok", "{r:?}");
+            assert!(r["compress_ms"].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        }
+        let dir = t.out.join(format!("limit-{limit}m"));
+        let own = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(own.contains("| memvisor-vswapper |"), "{own}");
+    }
+    for want in [
+        "## Time against the limit",
+        "## Against memvisor-balloon",
+        "| largest |",
+    ] {
+        assert!(t.report.contains(want), "{want}: {}", t.report);
+    }
+    assert!(t.out.join("compress.svg").exists());
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -103,6 +103,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::ALLOC,
     },
     Reproduces {
+        name: "compress",
+        family: Family::Phases,
+        paper: "VSwapper §5.1",
+        figures: &["Fig. 5"],
+        scope: "the guest kit's DEFLATE compressor where the paper has pbzip2, at 4 limits of 128–512 MiB",
+        peer: "QEMU with a balloon",
+        section: "#compress-vswapper-51-fig-5-a-compressor-against-the-memory-it-has",
+        quick: "--reps 1",
+        full: "",
+        claims: published::COMPRESS,
+    },
+    Reproduces {
         name: "overhead",
         family: Family::Phases,
         paper: "",

@@ -3,7 +3,7 @@
 use crate::args::Scale;
 
 use super::experiment::Experiment;
-use super::{alloc, doublepaging, overhead, recovery, seqread, workingset};
+use super::{alloc, compress, doublepaging, overhead, recovery, seqread, workingset};
 
 /// The experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
@@ -14,6 +14,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "workingset" => workingset::experiment(scale),
         "recovery" => recovery::experiment(scale),
         "doublepaging" => doublepaging::experiment(scale),
+        "compress" => compress::experiment(scale),
         _ => return None,
     })
 }

@@ -1,8 +1,8 @@
 //! What an experiment of phases is, as data: which guest kit workloads, on what memory, disk
 //! and limit, under which configurations, which configuration the others are compared with,
-//! and what is measured ([`Measure`]: the phases, a time series, or a release). The
-//! experiments themselves are `seqread`, `alloc`, `overhead`, `doublepaging`, `workingset` and
-//! `recovery`.
+//! and what is measured ([`Measure`]: the phases, the phases against the limit, a time series,
+//! or a release). The experiments themselves are `seqread`, `alloc`, `overhead`, `doublepaging`,
+//! `compress`, `workingset` and `recovery`.
 
 use std::time::Duration;
 
@@ -38,7 +38,8 @@ pub struct Experiment {
     pub about: &'static str,
     /// Guest RAM in bytes.
     pub mem: u64,
-    /// Guest RAM the host may keep resident, for configurations with a limit.
+    /// Guest RAM the host may keep resident, for configurations with a limit (a sweep sets it
+    /// at each of its points).
     pub limit: Option<u64>,
     pub steps: Vec<Step>,
     /// Configurations run when `--configs` is not given.
@@ -56,6 +57,9 @@ pub enum Measure {
     /// The time of each of the guest's `RESULT` phases, with the host's counters per phase,
     /// compared against a reference configuration.
     Phases,
+    /// The phases at each of several limits, every configuration at each (VSwapper §5.1's
+    /// figures: a job's time against the memory the guest is given).
+    Sweep(Sweep),
     /// Measured over time through the VM's API instead of per phase (`workingset`).
     Series(Series),
     /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
@@ -78,6 +82,15 @@ impl Measure {
             _ => None,
         }
     }
+}
+
+/// The limits a sweep runs at and the phase it plots against them.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    /// Guest RAM the host may keep resident, in bytes, in the order run.
+    pub limits: Vec<u64>,
+    /// The guest phase whose time is the sweep's result (the job, not its checks).
+    pub phase: &'static str,
 }
 
 /// An experiment whose result is the guest's throughput second by second (`kv`'s `t=Ns
@@ -126,7 +139,7 @@ impl Experiment {
         match self.measure {
             Measure::Series(_) => 1,
             Measure::GiveBack(_) => 2,
-            Measure::Phases => 3,
+            Measure::Phases | Measure::Sweep(_) => 3,
         }
     }
 }

@@ -1,12 +1,13 @@
-//! `memvisor bench seqread|alloc|overhead|workingset|recovery|doublepaging`: the experiments
-//! of phases, as data (`experiment`, one file each), on memvisor and QEMU configurations
-//! (`configs`): every configuration run repetition by repetition on the same guest kit ELF,
-//! disks and memory sizes (`run`, one VM at a time through `vm`), then `results.csv`,
-//! `report.md` and the figure: the phases (`report`, `figure`), a time series (`workingset`)
-//! or a release (`recovery`).
+//! `memvisor bench seqread|alloc|overhead|workingset|recovery|doublepaging|compress`: the
+//! experiments of phases, as data (`experiment`, one file each), on memvisor and QEMU
+//! configurations (`configs`): every configuration run repetition by repetition on the same
+//! guest kit ELF, disks and memory sizes (`run`, one VM at a time through `vm`), then
+//! `results.csv`, `report.md` and the figure: the phases (`report`, `figure`), the phases at
+//! each limit of a sweep (`sweep`), a time series (`workingset`) or a release (`recovery`).
 
 mod alloc;
 pub mod catalog;
+mod compress;
 pub mod configs;
 mod doublepaging;
 pub mod experiment;
@@ -16,6 +17,7 @@ pub mod recovery;
 pub mod report;
 pub mod run;
 mod seqread;
+pub mod sweep;
 pub mod vm;
 pub mod workingset;
 
@@ -50,7 +52,10 @@ impl Family for Phases {
     }
 
     fn run(&self, args: &BenchArgs, bench: &Bench, plan: PhasesPlan) -> Result<(), String> {
-        run::run(args, bench, &plan)
+        match &plan.exp.measure {
+            Measure::Sweep(s) => sweep::run(args, bench, &plan, s),
+            _ => run::run(args, bench, &plan).map(|_| ()),
+        }
     }
 }
 
@@ -109,7 +114,7 @@ fn reference_of(
     let first = match exp.measure {
         Measure::Series(_) => true,
         Measure::GiveBack(_) => default_missing,
-        Measure::Phases => false,
+        Measure::Phases | Measure::Sweep(_) => false,
     };
     let want = match (&a.reference, configs.first()) {
         (None, Some(c)) if first => c.name,

@@ -28,12 +28,17 @@ fn mkdisk(exe: &Path, path: &Path, disk: &DataDisk) -> Result<(), String> {
     setup::mkdisk(exe, path, disk.size_mb, Some(&disk.files))
 }
 
-/// A benchmark of phases, a time series or a release: set up, every run, the outputs.
-pub fn run(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<(), String> {
+/// A benchmark of phases, a time series or a release: set up, every run, the outputs; returns
+/// the runs (none when interrupted before the first).
+pub fn run(
+    args: &BenchArgs,
+    bench: &Bench,
+    plan: &PhasesPlan,
+) -> Result<Vec<report::Record>, String> {
     // Held until the bench ends: a second bench must not clean up this one's swap file.
     let _only_bench = setup::take_host(&args.swap_file)?;
     let Some(prepared) = prepare(args, bench, plan)? else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let runner = Runner {
         args,
@@ -43,7 +48,8 @@ pub fn run(args: &BenchArgs, bench: &Bench, plan: &PhasesPlan) -> Result<(), Str
     };
     let started = Instant::now();
     let records = runner.run_all()?;
-    runner.write_outputs(&records, started)
+    runner.write_outputs(&records, started)?;
+    Ok(records)
 }
 
 /// What every run of a benchmark shares, set up once before the first.
@@ -254,7 +260,7 @@ impl Runner<'_> {
                     recovery::report::markdown(&meta, r, &runs),
                 )
             }
-            Measure::Phases => write_report(
+            Measure::Phases | Measure::Sweep(_) => write_report(
                 out,
                 name,
                 report::csv(exp, records),

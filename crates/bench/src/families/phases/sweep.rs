@@ -1,0 +1,331 @@
+//! An experiment of phases swept over the limit ([`Sweep`]): the whole experiment (every
+//! configuration, repetition by repetition) at each limit in turn, into `limit-NNNm/` with its
+//! own report, then the sweep's `results.csv`, `report.md` and figure: the time of the sweep's
+//! phase against the memory the guest is given, and each configuration against the reference.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::configs::Config;
+use super::experiment::{Experiment, Measure, Sweep};
+use super::report::{phase_ms, values, Record};
+use super::run::{self, PhasesPlan};
+use crate::args::BenchArgs;
+use crate::harness::{teardown, Bench};
+use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::numbers::{sig, spread, spread_text};
+use crate::report::table::Table;
+
+/// The runs at one limit.
+pub struct Point {
+    pub limit: u64,
+    pub records: Vec<Record>,
+}
+
+/// The directory of the runs at `limit`, under the sweep's.
+pub fn dir_of(limit: u64) -> String {
+    format!("limit-{}m", limit >> 20)
+}
+
+/// Runs `plan` at every limit of `sweep`, then writes the sweep's outputs.
+pub fn run(
+    args: &BenchArgs,
+    bench: &Bench,
+    plan: &PhasesPlan,
+    sweep: &Sweep,
+) -> Result<(), String> {
+    let mut points = Vec::new();
+    for &limit in &sweep.limits {
+        if teardown::interrupted() {
+            break;
+        }
+        let out = bench.out.join(dir_of(limit));
+        let logs = out.join("logs");
+        std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+        eprintln!(
+            "memvisor bench {}: limit {} MiB",
+            plan.exp.name,
+            limit >> 20
+        );
+        let at = PhasesPlan {
+            exp: Experiment {
+                limit: Some(limit),
+                measure: Measure::Phases,
+                ..plan.exp.clone()
+            },
+            reps: plan.reps,
+            configs: plan.configs.clone(),
+            reference: plan.reference,
+        };
+        let here = Bench {
+            exe: bench.exe.clone(),
+            out,
+            work: bench.work.clone(),
+            timeout: bench.timeout,
+            env: bench.env.clone(),
+        };
+        let records = run::run(args, &here, &at)?;
+        points.push(Point { limit, records });
+    }
+    let name = plan.exp.name;
+    crate::report::write_report(
+        &bench.out,
+        name,
+        csv(name, sweep, &points),
+        |svg| plot(svg, plan, sweep, &points),
+        markdown(plan, sweep, &points, &bench.env),
+    )
+}
+
+/// The sweep phase's times of `config` at one limit, from its completed phases.
+fn times(p: &Point, config: &str, phase: &str) -> Vec<f64> {
+    values(&p.records, 0, config, phase, phase_ms)
+}
+
+fn median(p: &Point, config: &str, phase: &str) -> Option<f64> {
+    spread(times(p, config, phase)).map(|s| s.0)
+}
+
+/// `results.csv`: one row per run.
+pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
+    let head = format!(
+        "experiment,limit_mib,config,rep,status,{}_ms,reason",
+        sweep.phase
+    );
+    let mut t = Table::new(head.split(','));
+    for p in points {
+        for r in &p.records {
+            let ms = r.result.phases.iter().find(|x| x.name == sweep.phase);
+            t.row(crate::cells![
+                name,
+                p.limit >> 20,
+                r.config.name,
+                r.rep,
+                r.result.status.as_str(),
+                ms.map_or(String::new(), |x| format!("{:.3}", phase_ms(x))),
+                r.result.reason,
+            ]);
+        }
+    }
+    t.csv()
+}
+
+/// `report.md`.
+pub fn markdown(
+    plan: &PhasesPlan,
+    sweep: &Sweep,
+    points: &[Point],
+    env: &[(String, String)],
+) -> String {
+    let (exp, phase, reference) = (&plan.exp, sweep.phase, plan.reference);
+    let mut s = crate::families::figures::heading(exp.name);
+    let limits: Vec<String> = sweep.limits.iter().map(|l| (l >> 20).to_string()).collect();
+    let step = &exp.steps[0];
+    let _ = writeln!(
+        s,
+        "{}. A guest of {} MiB runs `{} {}`; the host gives it {} MiB in turn, every configuration at each limit, {} repetition(s) interleaved. The result is the guest's own time for its `{phase}` phase; each limit's runs have their own report (`{}/report.md` and the others), with the host's swap and disk traffic per phase.\n",
+        exp.about,
+        exp.mem >> 20,
+        step.workload,
+        step.cmdline,
+        limits.join(", "),
+        plan.reps,
+        dir_of(sweep.limits[0]),
+    );
+    let configs = &plan.configs;
+    let _ = writeln!(s, "## Time against the limit\n\nThe `{phase}` phase in ms, median (min–max) of the runs that finished it:\n");
+    let head = ["limit MiB".to_owned()].into_iter();
+    let mut t = Table::new(head.chain(configs.iter().map(|c| c.name.to_owned())));
+    for p in points {
+        let mut row = vec![(p.limit >> 20).to_string()];
+        row.extend(
+            configs
+                .iter()
+                .map(|c| spread_text(times(p, c.name, phase), &sig)),
+        );
+        t.row(row);
+    }
+    s.push_str(&t.markdown());
+    let others: Vec<&&Config> = configs.iter().filter(|c| c.name != reference).collect();
+    let _ = writeln!(s, "\n## Against {reference}\n\nThe ratio of the medians above (above 1: slower than `{reference}`); the last row is the largest over the limits.\n");
+    let head = ["limit MiB".to_owned()].into_iter();
+    let mut t = Table::new(head.chain(others.iter().map(|c| c.name.to_owned())));
+    let ratio = |p: &Point, c: &str| match (median(p, c, phase), median(p, reference, phase)) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let text = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}"));
+    for p in points {
+        let mut row = vec![(p.limit >> 20).to_string()];
+        row.extend(others.iter().map(|c| text(ratio(p, c.name))));
+        t.row(row);
+    }
+    let mut largest = vec!["largest".to_owned()];
+    for c in &others {
+        let most = points
+            .iter()
+            .filter_map(|p| ratio(p, c.name))
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+        largest.push(text(most));
+    }
+    t.row(largest);
+    s.push_str(&t.markdown());
+    let failed = points.iter().flat_map(|p| {
+        p.records
+            .iter()
+            .filter(|r| !r.result.phases.iter().any(|x| x.name == phase))
+            .map(move |r| {
+                let (limit, c, rep) = (p.limit >> 20, r.config.name, r.rep);
+                format!(
+                    "{c} at {limit} MiB, rep {rep}: {} ({})",
+                    r.result.status.as_str(),
+                    r.result.reason
+                )
+            })
+    });
+    crate::report::incomplete(&mut s, failed);
+    crate::report::environment(&mut s, env);
+    s
+}
+
+/// `EXPERIMENT.svg` and `.png`: the phase's median time against the limit, one line per
+/// configuration.
+pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> Result<(), String> {
+    let phase = sweep.phase;
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = plan
+        .configs
+        .iter()
+        .map(|c| {
+            let pts = points.iter().filter_map(|p| {
+                median(p, c.name, phase).map(|ms| ((p.limit >> 20) as f64, ms / 1e3))
+            });
+            (c.name, pts.collect())
+        })
+        .collect();
+    let ys = lines.iter().flat_map(|l| l.1.iter().map(|p| p.1));
+    let top = ys.fold(0.0f64, f64::max);
+    if top <= 0.0 {
+        return Err("no run finished its phase".into());
+    }
+    let most = sweep.limits.iter().copied().max().unwrap_or(0) >> 20;
+    let title = format!(
+        "{}: `{phase}` against the memory the guest has",
+        plan.exp.name
+    );
+    let x = Axis::linear(0.0, most as f64 * 1.05);
+    let mut panel = Panel::new(
+        title,
+        "limit (MiB)",
+        "seconds (median)",
+        x,
+        Axis::linear(0.0, top * 1.1),
+    );
+    panel.legend = Legend::UpperRight;
+    for (i, (name, pts)) in lines.into_iter().enumerate() {
+        if !pts.is_empty() {
+            panel.lines.push(Line::new(name, color(i), 2, pts).marked());
+        }
+    }
+    Figure {
+        size: (1000, 620),
+        grid: (1, 1),
+        panels: vec![panel],
+    }
+    .write(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Scale;
+    use crate::families::phases::configs::find;
+    use crate::families::phases::vm::result::{Phase, RunResult, RunStatus};
+
+    fn run(config: &str, rep: u32, ms: Option<f64>) -> Record {
+        let phases = ms.map_or_else(Vec::new, |ms| {
+            vec![Phase {
+                name: "compress".into(),
+                guest_ms: Some(ms),
+                ..Phase::default()
+            }]
+        });
+        let status = if ms.is_some() {
+            RunStatus::Ok
+        } else {
+            RunStatus::Killed
+        };
+        Record {
+            step: 0,
+            config: find(config).unwrap(),
+            rep,
+            result: RunResult {
+                status,
+                phases,
+                reason: "memory cgroup OOM kill".into(),
+                ..RunResult::default()
+            },
+        }
+    }
+
+    /// The sweep's report: the median time of its phase per limit and configuration, the ratios
+    /// to the reference with the largest over the limits, the runs that never reached the
+    /// phase; one CSV row per run.
+    #[test]
+    fn times_ratios_and_the_largest() {
+        let exp = crate::families::phases::catalog::find("compress", Scale::Quick).unwrap();
+        let Measure::Sweep(sweep) = exp.measure.clone() else {
+            panic!("compress sweeps the limit")
+        };
+        let configs = vec![
+            find("memvisor-balloon").unwrap(),
+            find("memvisor-baseline").unwrap(),
+        ];
+        let plan = PhasesPlan {
+            exp,
+            reps: 2,
+            configs,
+            reference: "memvisor-balloon",
+        };
+        let points = vec![
+            Point {
+                limit: 48 << 20,
+                records: vec![
+                    run("memvisor-balloon", 1, Some(1000.0)),
+                    run("memvisor-balloon", 2, Some(1200.0)),
+                    run("memvisor-baseline", 1, Some(1500.0)),
+                    run("memvisor-baseline", 2, None),
+                ],
+            },
+            Point {
+                limit: 128 << 20,
+                records: vec![
+                    run("memvisor-balloon", 1, Some(1000.0)),
+                    run("memvisor-baseline", 1, Some(1100.0)),
+                ],
+            },
+        ];
+        let md = markdown(&plan, &sweep, &points, &[]);
+        for want in [
+            "| 48 | 1100 (1000–1200) | 1500 |",
+            "| 128 | 1000 | 1100 |",
+            "| 48 | 1.36 |",
+            "| 128 | 1.10 |",
+            "| largest | 1.36 |",
+            "- memvisor-baseline at 48 MiB, rep 2: killed (memory cgroup OOM kill)",
+            "`limit-48m/report.md`",
+        ] {
+            assert!(md.contains(want), "{want}: {md}");
+        }
+        let csv = csv("compress", &sweep, &points);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[0],
+            "experiment,limit_mib,config,rep,status,compress_ms,reason"
+        );
+        assert_eq!(lines.len(), 7);
+        assert!(
+            lines[4].starts_with("compress,48,memvisor-baseline,2,killed,,"),
+            "{csv}"
+        );
+    }
+}
