@@ -59,7 +59,7 @@ pub struct BenchArgs {
     /// consolidate: the numbers of VMs to run, e.g. 1,2,4 (default 6; runs of at most as
     /// many VMs as the host has cores pin each VMM to a core of its own); balance: default 6.
     /// reclaimdelay: the
-    /// numbers of victims (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
+    /// numbers of victims of one vCPU (1 to 8; default 1,2,4). sharing: identical VMs (default 1,2,4,6);
     /// zeroboot: VMs that zero their memory (default 5).
     #[arg(long, value_delimiter = ',')]
     pub vms: Vec<u32>,
