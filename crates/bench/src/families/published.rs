@@ -229,10 +229,7 @@ pub const RECLAIMDELAY: &[Claim] = &[
         measures: "the largest amount from one writing victim whose vCPUs all work, the balloon's time with 4 vCPUs over with 1 (4 busy vCPUs outnumber the cores)",
         paper: Paper::Above(1.0),
         source: "§6.2.3",
-        ours: Ours::Ratio(
-            by_vcpus(&["balloon", "busy-dirty", "*"], "4 vCPU(s)"),
-            by_vcpus(&["balloon", "busy-dirty", "*"], "1 vCPU(s)"),
-        ),
+        ours: four_over_one(&["balloon", "busy-dirty", "*"]),
         why: "",
     },
     Claim {
@@ -240,22 +237,18 @@ pub const RECLAIMDELAY: &[Claim] = &[
         measures: "the same for HD2's instant release: \"little variances in delay\", read as under 2x",
         paper: Paper::Below(2.0),
         source: "§6.2.3",
-        ours: Ours::Ratio(
-            by_vcpus(&["hd2-ready", "busy-dirty", "*"], "4 vCPU(s)"),
-            by_vcpus(&["hd2-ready", "busy-dirty", "*"], "1 vCPU(s)"),
-        ),
+        ours: four_over_one(&["hd2-ready", "busy-dirty", "*"]),
         why: "",
     },
 ];
 
-/// A cell of `reclaimdelay`'s several-vCPUs table: a method, state and amount (`row`), in
-/// the column of a number of vCPUs.
-const fn by_vcpus(row: &'static [&'static str], column: &'static str) -> Cell {
-    at(
-        "reclaimdelay",
-        "One victim of several vCPUs (Fig. 12)",
-        row,
-        column,
+/// In `reclaimdelay`'s several-vCPUs table, the time of a method, state and amount (`row`)
+/// with 4 vCPUs over with 1.
+const fn four_over_one(row: &'static [&'static str]) -> Ours {
+    let table = "One victim of several vCPUs (Fig. 12)";
+    Ours::Ratio(
+        at("reclaimdelay", table, row, "4 vCPU(s)"),
+        at("reclaimdelay", table, row, "1 vCPU(s)"),
     )
 }
 

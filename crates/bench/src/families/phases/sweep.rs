@@ -165,7 +165,7 @@ pub fn markdown(
         let most = points
             .iter()
             .filter_map(|p| ratio(p, c.name))
-            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+            .reduce(f64::max);
         largest.push(text(most));
     }
     t.row(largest);

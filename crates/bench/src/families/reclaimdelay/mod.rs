@@ -34,21 +34,11 @@ impl Family for ReclaimDelay {
             |n, all| format!("unknown state '{n}' for reclaimdelay; the victims can be: {all}"),
         )?;
         let mut sizes = Sizes::of(args.scale);
-        if !args.vms.is_empty() {
-            if let Some(n) = args.vms.iter().find(|&&n| !(1..=8).contains(&n)) {
-                return Err(format!("--vms {n}: give 1 to 8 victims"));
-            }
-            sizes.victims.clone_from(&args.vms);
-            sizes.victims.sort_unstable();
-            sizes.victims.dedup();
+        if let Some(v) = counts(&args.vms, "--vms", "victims")? {
+            sizes.victims = v;
         }
-        if !args.vcpus.is_empty() {
-            if let Some(n) = args.vcpus.iter().find(|&&n| !(1..=8).contains(&n)) {
-                return Err(format!("--vcpus {n}: give 1 to 8 vCPUs per victim"));
-            }
-            sizes.vcpus.clone_from(&args.vcpus);
-            sizes.vcpus.sort_unstable();
-            sizes.vcpus.dedup();
+        if let Some(v) = counts(&args.vcpus, "--vcpus", "vCPUs per victim")? {
+            sizes.vcpus = v;
         }
         Ok(ReclaimPlan {
             methods,
@@ -68,4 +58,19 @@ impl Family for ReclaimDelay {
             report::markdown(&plan, &points, &bench.env),
         )
     }
+}
+
+/// The numbers a flag gave (`None` when it was not given), each checked to be 1 to 8, in
+/// ascending order, each once.
+fn counts(given: &[u32], flag: &str, what: &str) -> Result<Option<Vec<u32>>, String> {
+    if given.is_empty() {
+        return Ok(None);
+    }
+    if let Some(n) = given.iter().find(|&&n| !(1..=8).contains(&n)) {
+        return Err(format!("{flag} {n}: give 1 to 8 {what}"));
+    }
+    let mut v = given.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    Ok(Some(v))
 }
