@@ -47,6 +47,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether VSwapper's False Reads Preventer runs (`--preventer`, in any mode).
+    pub fn prevents(&self) -> bool {
+        self.mechanisms.iter().any(|m| m.starts_with("--preventer"))
+    }
+
     /// memvisor's pager at the limit (`--pager full`) with `mechanisms` on top, no balloon
     /// inflated: what most configurations are.
     const fn pager(

@@ -86,10 +86,23 @@ fn median(p: &Point, config: &str, phase: &str) -> Option<f64> {
     spread(times(p, config, phase)).map(|s| s.0)
 }
 
+/// The writes to reclaimed pages the False Reads Preventer completed with no read (VSwapper's
+/// false reads, removed) in one run, from memvisor's `GET /stats` at its end.
+fn removed(r: &Record) -> Option<u64> {
+    let stats = r.result.final_stats.as_ref()?.pager.as_ref()?;
+    Some(stats.counters.preventer_completed)
+}
+
+/// The median over `config`'s runs at one limit of [`removed`].
+fn removed_median(p: &Point, config: &str) -> Option<f64> {
+    let runs = p.records.iter().filter(|r| r.config.name == config);
+    crate::report::numbers::median(runs.filter_map(removed).map(|n| n as f64).collect())
+}
+
 /// `results.csv`: one row per run.
 pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
     let head = format!(
-        "experiment,limit_mib,config,rep,status,{}_ms,reason",
+        "experiment,limit_mib,config,rep,status,{}_ms,false_reads_removed,reason",
         sweep.phase
     );
     let mut t = Table::new(head.split(','));
@@ -103,6 +116,7 @@ pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
                 r.rep,
                 r.result.status.as_str(),
                 ms.map_or(String::new(), |x| format!("{:.3}", phase_ms(x))),
+                removed(r).map_or(String::new(), |n| n.to_string()),
                 r.result.reason,
             ]);
         }
@@ -170,6 +184,7 @@ pub fn markdown(
     }
     t.row(largest);
     s.push_str(&t.markdown());
+    false_reads(&mut s, plan, points);
     let failed = points.iter().flat_map(|p| {
         p.records
             .iter()
@@ -186,6 +201,36 @@ pub fn markdown(
     crate::report::incomplete(&mut s, failed);
     crate::report::environment(&mut s, env);
     s
+}
+
+/// The false reads the Preventer removed at each limit (VSwapper Fig. 12b), for the
+/// configurations it runs in; nothing when it runs in none.
+fn false_reads(s: &mut String, plan: &PhasesPlan, points: &[Point]) {
+    let preventing: Vec<&str> = plan
+        .configs
+        .iter()
+        .filter(|c| c.prevents())
+        .map(|c| c.name)
+        .collect();
+    if preventing.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## False reads removed\n\nWrites to a page the host had reclaimed that the False Reads Preventer completed with no read, so the page's old content was never read back (VSwapper's false reads, removed): the median of the runs' counts (`preventions` at the end of the run); the last row is the largest over the limits.\n");
+    let head = ["limit MiB"].into_iter().chain(preventing.iter().copied());
+    let mut t = Table::new(head.map(str::to_owned));
+    let text = |n: Option<f64>| n.map_or("–".into(), |n| format!("{n:.0}"));
+    for p in points {
+        let mut row = vec![(p.limit >> 20).to_string()];
+        row.extend(preventing.iter().map(|c| text(removed_median(p, c))));
+        t.row(row);
+    }
+    let mut largest = vec!["largest".to_owned()];
+    for c in &preventing {
+        let most = points.iter().filter_map(|p| removed_median(p, c));
+        largest.push(text(most.reduce(f64::max)));
+    }
+    t.row(largest);
+    s.push_str(&t.markdown());
 }
 
 /// `EXPERIMENT.svg` and `.png`: the phase's median time against the limit, one line per
@@ -267,6 +312,17 @@ mod tests {
         }
     }
 
+    /// A run of `memvisor-vswapper-always` whose Preventer completed `n` writes.
+    fn preventing(n: u64) -> Record {
+        let mut r = run("memvisor-vswapper-always", 1, Some(2000.0));
+        let mut stats = memvisor_api::VmStats::default();
+        let mut pager = memvisor_api::PagerStats::default();
+        pager.counters.preventer_completed = n;
+        stats.pager = Some(pager);
+        r.result.final_stats = Some(stats);
+        r
+    }
+
     /// The sweep's report: the median time of its phase per limit and configuration, the ratios
     /// to the reference with the largest over the limits, the runs that never reached the
     /// phase; one CSV row per run.
@@ -279,6 +335,7 @@ mod tests {
         let configs = vec![
             find("memvisor-balloon").unwrap(),
             find("memvisor-baseline").unwrap(),
+            find("memvisor-vswapper-always").unwrap(),
         ];
         let plan = PhasesPlan {
             exp,
@@ -294,6 +351,7 @@ mod tests {
                     run("memvisor-balloon", 2, Some(1200.0)),
                     run("memvisor-baseline", 1, Some(1500.0)),
                     run("memvisor-baseline", 2, None),
+                    preventing(300),
                 ],
             },
             Point {
@@ -301,16 +359,22 @@ mod tests {
                 records: vec![
                     run("memvisor-balloon", 1, Some(1000.0)),
                     run("memvisor-baseline", 1, Some(1100.0)),
+                    preventing(100),
                 ],
             },
         ];
         let md = markdown(&plan, &sweep, &points, &[]);
         for want in [
-            "| 48 | 1100 (1000–1200) | 1500 |",
-            "| 128 | 1000 | 1100 |",
-            "| 48 | 1.36 |",
-            "| 128 | 1.10 |",
-            "| largest | 1.36 |",
+            "| 48 | 1100 (1000–1200) | 1500 | 2000 |",
+            "| 128 | 1000 | 1100 | 2000 |",
+            "| 48 | 1.36 | 1.82 |",
+            "| 128 | 1.10 | 2.00 |",
+            "| largest | 1.36 | 2.00 |",
+            "## False reads removed",
+            "| limit MiB | memvisor-vswapper-always |",
+            "| 48 | 300 |",
+            "| 128 | 100 |",
+            "| largest | 300 |",
             "- memvisor-baseline at 48 MiB, rep 2: killed (memory cgroup OOM kill)",
             "`limit-48m/report.md`",
         ] {
@@ -320,12 +384,16 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(
             lines[0],
-            "experiment,limit_mib,config,rep,status,compress_ms,reason"
+            "experiment,limit_mib,config,rep,status,compress_ms,false_reads_removed,reason"
         );
-        assert_eq!(lines.len(), 7);
+        assert_eq!(lines.len(), 9);
         assert!(
-            lines[4].starts_with("compress,48,memvisor-baseline,2,killed,,"),
+            lines[4].starts_with("compress,48,memvisor-baseline,2,killed,,,"),
             "{csv}"
+        );
+        assert_eq!(
+            lines[5],
+            "compress,48,memvisor-vswapper-always,1,ok,2000.000,300,memory cgroup OOM kill"
         );
     }
 }
