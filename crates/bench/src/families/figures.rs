@@ -115,6 +115,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::COMPRESS,
     },
     Reproduces {
+        name: "compile",
+        family: Family::Phases,
+        paper: "VSwapper §5.1",
+        figures: &["Fig. 12a", "Fig. 12b"],
+        scope: "the guest kit's build where the paper has Kernbench, at 4 limits of 128–512 MiB",
+        peer: "QEMU with a balloon",
+        section: "#compile-vswapper-51-fig-12-a-build-against-the-memory-it-has",
+        quick: "--reps 1",
+        full: "",
+        claims: published::COMPILE,
+    },
+    Reproduces {
         name: "overhead",
         family: Family::Phases,
         paper: "",

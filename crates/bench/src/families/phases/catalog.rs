@@ -3,7 +3,7 @@
 use crate::args::Scale;
 
 use super::experiment::Experiment;
-use super::{alloc, compress, doublepaging, overhead, recovery, seqread, workingset};
+use super::{alloc, compile, compress, doublepaging, overhead, recovery, seqread, workingset};
 
 /// The experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
@@ -15,6 +15,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "recovery" => recovery::experiment(scale),
         "doublepaging" => doublepaging::experiment(scale),
         "compress" => compress::experiment(scale),
+        "compile" => compile::experiment(scale),
         _ => return None,
     })
 }

@@ -1,4 +1,4 @@
-//! `memvisor bench seqread|alloc|overhead|workingset|recovery|doublepaging|compress`: the
+//! `memvisor bench seqread|alloc|overhead|workingset|recovery|doublepaging|compress|compile`: the
 //! experiments of phases, as data (`experiment`, one file each), on memvisor and QEMU
 //! configurations (`configs`): every configuration run repetition by repetition on the same
 //! guest kit ELF, disks and memory sizes (`run`, one VM at a time through `vm`), then
@@ -7,6 +7,7 @@
 
 mod alloc;
 pub mod catalog;
+mod compile;
 mod compress;
 pub mod configs;
 mod doublepaging;
