@@ -5,9 +5,10 @@
 //! back), writes an "object" (half the source's size) into the file `obj`
 //! (whole-page writes: dirty page cache, written back on pressure and at the
 //! end), and exits. At the end the objects are synced, dropped from the cache,
-//! read back and verified.
+//! read back and verified. `work` is the compiler's own work: each source word is
+//! hashed that many times, so a build can be as CPU-bound as a real one.
 //!
-//! Keys: `jobs=200 src=src src_mb=16 mem_kb=512`.
+//! Keys: `jobs=200 src=src src_mb=16 mem_kb=512 work=1`.
 
 use memvisor_guest_mm::format::splitmix64;
 use memvisor_guest_mm::{Access, PAGE_SIZE};
@@ -20,7 +21,7 @@ use crate::mm;
 use super::common::{self, io_fail, ms_since, us_since};
 
 const NAME: &str = "compile";
-const KEYS: &[&str] = &["jobs", "src", "src_mb", "mem_kb"];
+const KEYS: &[&str] = &["jobs", "src", "src_mb", "mem_kb", "work"];
 /// Object pages per job slot in `obj`.
 const OBJ_SLOT: u64 = 16;
 
@@ -37,9 +38,10 @@ pub fn run(cfg: &Config) -> ExitCode {
             cfg.num("jobs", 200, 1, 1 << 20)?,
             common::mb_arg(cfg, "src_mb", 16)?,
             cfg.num("mem_kb", 512, 4, 1 << 22)? / 4,
+            cfg.num("work", 1, 1, 1 << 16)?,
         ))
     })();
-    let (jobs, src_pages, mem_pages) = match args {
+    let (jobs, src_pages, mem_pages, work) = match args {
         Ok(a) => a,
         Err(e) => return common::bad_arg(NAME, e),
     };
@@ -77,6 +79,9 @@ pub fn run(cfg: &Config) -> ExitCode {
                 Ok(mut pg) => {
                     for &w in pg.words().iter() {
                         hash = splitmix64(hash ^ w);
+                        for _ in 1..work {
+                            hash = splitmix64(hash);
+                        }
                     }
                 }
                 Err(e) => return io_fail(NAME, e),
