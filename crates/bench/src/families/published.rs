@@ -127,7 +127,7 @@ const fn worst_build(config: &'static str) -> Cell {
 }
 
 /// Why the build's ratios are larger here than in the paper.
-const BUILD_WHY: &str = "the guest kit's build is mostly memory and I/O (about 0.3 ms of work a job, where a compiler spends about a second on a file) over sources read at random, and each access to a page the host took costs a userfault round trip through kvm_pvm (docs/vswapper.md)";
+const BUILD_WHY: &str = "a job of the guest kit's build works for about 1 ms where a compiler works for about a second on a file, so memory and I/O are more of its time, over sources read at random; and each access to a page the host took costs a userfault round trip through kvm_pvm (docs/vswapper.md)";
 
 pub const COMPILE: &[Claim] = &[
     Claim {
