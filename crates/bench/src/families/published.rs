@@ -116,11 +116,6 @@ pub const COMPRESS: &[Claim] = &[
     },
 ];
 
-/// `compile`'s time table cell of `config` at `limit` MiB.
-const fn built(limit: &'static [&'static str], config: &'static str) -> Cell {
-    at("compile", "Time against the limit", limit, config)
-}
-
 /// The largest over the limits of `compile`'s ratio of `config` to ballooning.
 const fn worst_build(config: &'static str) -> Cell {
     at("compile", "Against memvisor-balloon", &["largest"], config)
@@ -130,28 +125,6 @@ const fn worst_build(config: &'static str) -> Cell {
 const BUILD_WHY: &str = "a job of the guest kit's build works for about 1 ms where a compiler works for about a second on a file, so memory and I/O are more of its time, over sources read at random; and each access to a page the host took costs a userfault round trip through kvm_pvm (docs/vswapper.md)";
 
 pub const COMPILE: &[Claim] = &[
-    Claim {
-        figure: "Fig. 12a",
-        measures: "the build's time at 192 MiB over its time at 512 MiB, the baseline (the host swapping on its own)",
-        paper: Paper::Value(1.15),
-        source: "§5.1",
-        ours: Ours::Ratio(
-            built(&["192"], "memvisor-baseline"),
-            built(&["512"], "memvisor-baseline"),
-        ),
-        why: BUILD_WHY,
-    },
-    Claim {
-        figure: "Fig. 12a",
-        measures: "the same, ballooning",
-        paper: Paper::Value(1.05),
-        source: "§5.1",
-        ours: Ours::Ratio(
-            built(&["192"], "memvisor-balloon"),
-            built(&["512"], "memvisor-balloon"),
-        ),
-        why: BUILD_WHY,
-    },
     Claim {
         figure: "Fig. 12a",
         measures: "the build's time, the baseline over ballooning, the largest over the limits",
