@@ -1077,7 +1077,7 @@ fn quick_idletax_end_to_end() {
     assert!(!throughput["ours"].is_empty(), "{throughput:?}");
 }
 
-/// A quick limit sweep of VSwapper's set (`compress`, `compile`): every
+/// A quick limit sweep of VSwapper's set (`compress`, `compile`, `gcchurn`): every
 /// configuration finished its `phase` at each limit (the guest checks its own output, and a
 /// mismatch fails the run), each limit with its own report; the sweep's report sets the times
 /// against the limit, the ratios to `reference` and their largest, and draws them.
@@ -1124,7 +1124,7 @@ fn quick_compress_end_to_end() {
     check_sweep("compress", "compress", &configs, "memvisor-balloon");
 }
 
-/// The configurations of `compile`: VSwapper's Preventer on every write.
+/// The configurations of `compile` and `gcchurn`: VSwapper's Preventer on every write.
 const PREVENTING: [&str; 5] = [
     "qemu-balloon",
     "memvisor-balloon",
@@ -1153,6 +1153,12 @@ fn quick_compile_end_to_end() {
     // No Preventer, no count; QEMU has no counters at all.
     assert_eq!(removed("48", "memvisor-mapper"), "0");
     assert_eq!(removed("48", "qemu-balloon"), "");
+}
+
+/// `bench gcchurn` (VSwapper Fig. 13), quick: the collector verified every copy it overwrote.
+#[test]
+fn quick_gcchurn_end_to_end() {
+    check_sweep("gcchurn", "done", &PREVENTING, "memvisor-vswapper-always");
 }
 
 #[test]

@@ -127,6 +127,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::COMPILE,
     },
     Reproduces {
+        name: "gcchurn",
+        family: Family::Phases,
+        paper: "VSwapper §5.1",
+        figures: &["Fig. 13"],
+        scope: "the guest kit's generational collector where the paper has Eclipse on a JVM, at 4 limits of 192–512 MiB",
+        peer: "QEMU with a balloon",
+        section: "#gcchurn-vswapper-51-fig-13-a-collector-against-the-memory-it-has",
+        quick: "--reps 1",
+        full: "",
+        claims: published::GCCHURN,
+    },
+    Reproduces {
         name: "overhead",
         family: Family::Phases,
         paper: "",

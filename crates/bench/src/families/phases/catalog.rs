@@ -3,7 +3,9 @@
 use crate::args::Scale;
 
 use super::experiment::Experiment;
-use super::{alloc, compile, compress, doublepaging, overhead, recovery, seqread, workingset};
+use super::{
+    alloc, compile, compress, doublepaging, gcchurn, overhead, recovery, seqread, workingset,
+};
 
 /// The experiment called `name` at `scale`.
 pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
@@ -16,6 +18,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "doublepaging" => doublepaging::experiment(scale),
         "compress" => compress::experiment(scale),
         "compile" => compile::experiment(scale),
+        "gcchurn" => gcchurn::experiment(scale),
         _ => return None,
     })
 }
