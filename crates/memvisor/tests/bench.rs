@@ -1161,6 +1161,41 @@ fn quick_gcchurn_end_to_end() {
     check_sweep("gcchurn", "done", &PREVENTING, "memvisor-vswapper-always");
 }
 
+/// `bench patterns` (HyperDealer2 Fig. 10), quick: what the host detected in each workload's disk
+/// reads, at the end of its run. A file read twice from the disk is a loop, a file read once in
+/// order by the mappers a sequence, the build's short reads at random places mostly neither.
+#[test]
+fn quick_patterns_end_to_end() {
+    let t = of_set("hyperdealer2", "patterns");
+    t.assert_report_printed();
+    assert!(t.rows.iter().all(|r| r["status"] == "ok"), "{:?}", t.rows);
+    // sequential MiB, loop MiB, unclassified MiB of the workload's one row.
+    let of = |workload: &str| -> [f64; 3] {
+        let section = t
+            .report
+            .split(&format!("### Reference patterns — {workload}:"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{workload}: {}", t.report));
+        let row = section
+            .lines()
+            .find(|l| l.starts_with("| memvisor-hd2 |"))
+            .unwrap();
+        let cells: Vec<f64> = row
+            .split(" | ")
+            .skip(1)
+            .take(3)
+            .map(|c| c.parse().unwrap())
+            .collect();
+        [cells[0], cells[1], cells[2]]
+    };
+    let [seq, lp, _] = of("seqread");
+    assert!(lp > 100.0 && seq < 1.0, "{}", t.report);
+    let [seq, lp, _] = of("mapreduce");
+    assert!(seq > 30.0 && lp < 1.0, "{}", t.report);
+    let [seq, lp, other] = of("compile");
+    assert!(other > 2.0 * (seq + lp), "{}", t.report);
+}
+
 #[test]
 fn bad_input_is_one_line_and_status_2() {
     let dir = tempfile::tempdir().unwrap();

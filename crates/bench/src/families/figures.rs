@@ -259,6 +259,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::RECLAIMDELAY,
     },
     Reproduces {
+        name: "patterns",
+        family: Family::Phases,
+        paper: "HyperDealer2 §6.4",
+        figures: &["Fig. 10"],
+        scope: "the guest kit's workloads that read a disk where the paper has SPEC CPU2006, Tiobench and Dbench",
+        peer: "nothing: the paper gives its values only in the figure",
+        section: "#patterns-hyperdealer2-64-fig-10-the-reference-patterns-of-each-workload",
+        quick: "--reps 1",
+        full: "",
+        claims: &[],
+    },
+    Reproduces {
         name: "dwell",
         family: Family::Dwell,
         paper: "HyperDealer2 §6.4",

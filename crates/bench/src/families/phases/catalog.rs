@@ -4,7 +4,8 @@ use crate::args::Scale;
 
 use super::experiment::Experiment;
 use super::{
-    alloc, compile, compress, doublepaging, gcchurn, overhead, recovery, seqread, workingset,
+    alloc, compile, compress, doublepaging, gcchurn, overhead, patterns, recovery, seqread,
+    workingset,
 };
 
 /// The experiment called `name` at `scale`.
@@ -19,6 +20,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "compress" => compress::experiment(scale),
         "compile" => compile::experiment(scale),
         "gcchurn" => gcchurn::experiment(scale),
+        "patterns" => patterns::experiment(scale),
         _ => return None,
     })
 }

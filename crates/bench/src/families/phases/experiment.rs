@@ -2,7 +2,7 @@
 //! and limit, under which configurations, which configuration the others are compared with,
 //! and what is measured ([`Measure`]: the phases, the phases against the limit, a time series,
 //! or a release). The experiments themselves are `seqread`, `alloc`, `overhead`, `doublepaging`,
-//! `compress`, `compile`, `gcchurn`, `workingset` and `recovery`.
+//! `compress`, `compile`, `gcchurn`, `patterns`, `workingset` and `recovery`.
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ pub mod experiment;
 pub mod figure;
 mod gcchurn;
 mod overhead;
+mod patterns;
 pub mod recovery;
 pub mod report;
 pub mod run;

@@ -5,7 +5,7 @@
 use crate::report::numbers::{fixed, median, mib_text, or_dash, summary};
 use std::fmt::Write as _;
 
-use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, VmStats};
+use memvisor_api::{DiskStats, IndirectionStats, PagerCounters, PatternStats, VmStats};
 
 use crate::families::phases::configs::{Adds, Config, Hv};
 use crate::families::phases::experiment::{Experiment, Step};
@@ -169,6 +169,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         balloon_counters(&mut s, meta, records, si, &title);
         swap_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
+        reference_patterns(&mut s, meta, records, si, &title);
         if step.guest_swap_mb.is_some() {
             double_paging(&mut s, meta, records, si, &title);
         }
@@ -400,6 +401,49 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
             med(&|v| v.pager.as_ref().map(|p| p.counters.false_reads_avoided)),
             med(&|v| Some(v.exits.mmio)),
             med(&|v| Some(v.exits.io)),
+        ]
+    }));
+}
+
+/// The guest's page cache by reference pattern when the run ended (HyperDealer2 Fig. 10), for
+/// the configurations whose pager tracked it (the Swap Mapper on); nothing for the others. The
+/// end of the run, not of each phase: the next phase starts as soon as the guest prints one's
+/// result, before the harness could ask.
+fn reference_patterns(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let patterns = |r: &Record| {
+        let pager = r.result.final_stats.as_ref()?.pager.as_ref()?;
+        pager.patterns.clone()
+    };
+    let tracked = |c: &&&Config| runs_of(records, si, c.name).any(|r| patterns(r).is_some());
+    let shown: Vec<&Config> = meta.configs.iter().filter(tracked).copied().collect();
+    if shown.is_empty() {
+        return;
+    }
+    s.push_str(&format!("\n### Reference patterns{title}: the guest's page cache the pager tracked when the run ended, by the sequences its disk reads formed (median)\n\n"));
+    s.push_str(&per_config("configuration | sequential MiB | loop MiB | unclassified MiB | in sequences or loops | sequences | loops", &shown, |c| {
+        let med = |f: fn(&PatternStats) -> u64| {
+            let v = runs_of(records, si, c.name).filter_map(|r| patterns(r).map(|p| f(&p) as f64));
+            median(v.collect())
+        };
+        let (seq, lp, other) = (
+            med(|p| p.sequential_pages),
+            med(|p| p.loop_pages),
+            med(|p| p.unclassified_pages),
+        );
+        let mib = |pages: Option<f64>| pages.map_or("-".into(), |n| mib_text(n * 4096.0, 1));
+        let share = match (seq, lp, other) {
+            (Some(a), Some(b), Some(o)) if a + b + o > 0.0 => {
+                format!("{:.0} %", 100.0 * (a + b) / (a + b + o))
+            }
+            _ => "-".into(),
+        };
+        vec![
+            mib(seq),
+            mib(lp),
+            mib(other),
+            share,
+            or_dash(med(|p| p.sequential), 0),
+            or_dash(med(|p| p.loops), 0),
         ]
     }));
 }
