@@ -254,7 +254,7 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
     }
     let most = sweep.limits.iter().copied().max().unwrap_or(0) >> 20;
     let title = format!(
-        "{}: `{phase}` against the memory the guest has",
+        "{}: {phase} against the memory the guest has",
         plan.exp.name
     );
     let x = Axis::linear(0.0, most as f64 * 1.05);
