@@ -4,20 +4,8 @@
 //! time against the memory the guest has (Fig. 12a), and the writes to reclaimed pages the False
 //! Reads Preventer completed with no read (Fig. 12b).
 
-use super::experiment::{DataDisk, Experiment, Measure, Step, Sweep};
+use super::experiment::{DataDisk, Experiment, Step, Sweep, PREVENTING_ALWAYS};
 use crate::args::Scale;
-
-/// Fig. 12's series: ballooning (memvisor's and QEMU's), the baseline (the host swapping on its
-/// own), the Swap Mapper alone and VSwapper, whose Preventer stops the vCPU on every write to a
-/// reclaimed page as the paper's does (so its count is Fig. 12b's); ratios against memvisor's
-/// balloon, as the paper's text gives them.
-const CONFIGS: &[&str] = &[
-    "qemu-balloon",
-    "memvisor-balloon",
-    "memvisor-baseline",
-    "memvisor-mapper",
-    "memvisor-vswapper-always",
-];
 
 /// `memvisor bench compile` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -30,29 +18,31 @@ pub fn experiment(scale: Scale) -> Experiment {
         Scale::Full => (512, 384, 8000, 2048, 25, &[128, 192, 256, 512]),
         Scale::Quick => (128, 96, 2000, 512, 1, &[48, 128]),
     };
-    // Each job's object takes up to 16 pages of `obj`: room for them and the sources.
-    let disk_mb = src + jobs * 16 * 4 / 1024 + 32;
     Experiment {
         name: "compile",
         about: "VSwapper §5.1 / Fig. 12: a kernel build's time against the memory the host gives the guest",
         mem: mem << 20,
         limit: None,
-        steps: vec![Step {
-            workload: "compile",
-            cmdline: format!("jobs={jobs} src=src src_mb={src} mem_kb={task_kb} work={work}"),
-            phases: vec!["build".into()],
-            guest_swap_mb: None,
-            disk: Some(DataDisk {
-                size_mb: disk_mb,
-                files: format!("src:{src}M"),
-                writable: true,
-            }),
-        }],
-        configs: CONFIGS,
+        steps: vec![step(jobs, src, task_kb, work)],
+        configs: PREVENTING_ALWAYS,
         reference: "memvisor-balloon",
-        measure: Measure::Sweep(Sweep {
-            limits: limits.iter().map(|l| l << 20).collect(),
-            phase: "build",
+        measure: Sweep::in_mib(limits, "build"),
+    }
+}
+
+/// The guest kit's `compile`: `jobs` jobs over `src` MiB of sources, each with `task_kb` KiB of
+/// fresh memory and `work` hash rounds per source word, on a fresh disk of its own.
+pub fn step(jobs: u64, src: u64, task_kb: u64, work: u64) -> Step {
+    Step {
+        workload: "compile",
+        cmdline: format!("jobs={jobs} src=src src_mb={src} mem_kb={task_kb} work={work}"),
+        phases: vec!["build".into()],
+        guest_swap_mb: None,
+        disk: Some(DataDisk {
+            // Each job's object takes up to 16 pages of `obj`: room for them and the sources.
+            size_mb: src + jobs * 16 * 4 / 1024 + 32,
+            files: format!("src:{src}M"),
+            writable: true,
         }),
     }
 }

@@ -3,7 +3,7 @@
 //! host limits, the limit swept from a fraction of the guest's RAM to all of it: the time of the
 //! job against the memory the guest has, ballooning against the uncooperative swappers.
 
-use super::experiment::{DataDisk, Experiment, Measure, Step, Sweep};
+use super::experiment::{DataDisk, Experiment, Step, Sweep};
 use crate::args::Scale;
 
 /// VSwapper Fig. 5's series: ballooning (memvisor's and QEMU's), the baseline (the host swapping
@@ -29,23 +29,25 @@ pub fn experiment(scale: Scale) -> Experiment {
         about: "VSwapper §5.1 / Fig. 5: a parallel compressor's time against the memory the host gives the guest",
         mem: mem << 20,
         limit: None,
-        steps: vec![Step {
-            workload: "compress",
-            cmdline: format!("file=text file_mb={file} block_kb=900 level=6 out=text.mvz"),
-            phases: vec!["compress".into(), "check".into()],
-            guest_swap_mb: None,
-            // The guest writes the text and the compressed output: a fresh disk per run.
-            disk: Some(DataDisk {
-                size_mb: file * 2 + 64,
-                files: String::new(),
-                writable: true,
-            }),
-        }],
+        steps: vec![step(file)],
         configs: CONFIGS,
         reference: "memvisor-balloon",
-        measure: Measure::Sweep(Sweep {
-            limits: limits.iter().map(|l| l << 20).collect(),
-            phase: "compress",
+        measure: Sweep::in_mib(limits, "compress"),
+    }
+}
+
+/// The guest kit's `compress` over a text of `file` MiB it writes itself.
+pub fn step(file: u64) -> Step {
+    Step {
+        workload: "compress",
+        cmdline: format!("file=text file_mb={file} block_kb=900 level=6 out=text.mvz"),
+        phases: vec!["compress".into(), "check".into()],
+        guest_swap_mb: None,
+        // The guest writes the text and the compressed output: a fresh disk per run.
+        disk: Some(DataDisk {
+            size_mb: file * 2 + 64,
+            files: String::new(),
+            writable: true,
         }),
     }
 }

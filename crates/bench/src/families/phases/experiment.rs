@@ -93,6 +93,16 @@ pub struct Sweep {
     pub phase: &'static str,
 }
 
+impl Sweep {
+    /// A sweep of `phase` over `limits` given in MiB, as a measure.
+    pub fn in_mib(limits: &[u64], phase: &'static str) -> Measure {
+        Measure::Sweep(Sweep {
+            limits: limits.iter().map(|l| l << 20).collect(),
+            phase,
+        })
+    }
+}
+
 /// An experiment whose result is the guest's throughput second by second (`kv`'s `t=Ns
 /// ops_s=N` lines) while a hog inside the guest pushes it past its limit and the harness then
 /// gives the VM its memory back (MemFlex §4.1, Fig. 5).
@@ -143,6 +153,18 @@ impl Experiment {
         }
     }
 }
+
+/// VSwapper §5.1's series for Figs. 12 and 13: ballooning (memvisor's and QEMU's), the baseline
+/// (the host swapping on its own), the Swap Mapper alone and VSwapper with the Preventer
+/// stopping the vCPU on every write to a reclaimed page, as the paper's does (so its count of
+/// false reads removed is the paper's).
+pub const PREVENTING_ALWAYS: &[&str] = &[
+    "qemu-balloon",
+    "memvisor-balloon",
+    "memvisor-baseline",
+    "memvisor-mapper",
+    "memvisor-vswapper-always",
+];
 
 pub const LIMITED: &[&str] = &[
     "qemu",

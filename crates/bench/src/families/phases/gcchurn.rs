@@ -4,19 +4,8 @@
 //! swept: the program's time against the memory the guest has, against VSwapper as the paper
 //! gives its ratios.
 
-use super::experiment::{Experiment, Measure, Step, Sweep};
+use super::experiment::{Experiment, Step, Sweep, PREVENTING_ALWAYS};
 use crate::args::Scale;
-
-/// Fig. 13's series: ballooning (memvisor's and QEMU's), the baseline, the Swap Mapper alone and
-/// VSwapper with the Preventer stopping the vCPU on every write to a reclaimed page, as the
-/// paper's does; the ratios against VSwapper, as the paper's text gives them.
-const CONFIGS: &[&str] = &[
-    "qemu-balloon",
-    "memvisor-balloon",
-    "memvisor-baseline",
-    "memvisor-mapper",
-    "memvisor-vswapper-always",
-];
 
 /// `memvisor bench gcchurn` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
@@ -41,11 +30,9 @@ pub fn experiment(scale: Scale) -> Experiment {
             guest_swap_mb: Some(mem),
             disk: None,
         }],
-        configs: CONFIGS,
+        configs: PREVENTING_ALWAYS,
+        // The paper gives its ratios against VSwapper.
         reference: "memvisor-vswapper-always",
-        measure: Measure::Sweep(Sweep {
-            limits: limits.iter().map(|l| l << 20).collect(),
-            phase: "done",
-        }),
+        measure: Sweep::in_mib(limits, "done"),
     }
 }

@@ -1,6 +1,7 @@
 //! `memvisor bench` for the experiments of phases (the names of `catalog`): each as data
-//! (`experiment`, one file each), on memvisor and QEMU configurations (`configs`): every configuration run repetition by repetition on the same
-//! guest kit ELF, disks and memory sizes (`run`, one VM at a time through `vm`), then
+//! (`experiment`, one file each), on memvisor and QEMU configurations (`configs`): every
+//! configuration run repetition by repetition on the same guest kit ELF, disks and memory
+//! sizes (`run`, one VM at a time through `vm`), then
 //! `results.csv`, `report.md` and the figure: the phases (`report`, `figure`), the phases at
 //! each limit of a sweep (`sweep`), a time series (`workingset`) or a release (`recovery`).
 

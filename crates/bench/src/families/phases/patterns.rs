@@ -2,22 +2,22 @@
 //! detects in each benchmark's disk reads (sequential, loop, other). The paper ran SPEC CPU2006,
 //! Tiobench and Dbench; here the guest kit's workloads that read a disk run one after another,
 //! each in a fresh VM on memvisor's pager with the Swap Mapper and HyperDealer2's detection, and
-//! the report gives the guest's page cache by pattern at the end of each phase. The limit is the
+//! the report gives the guest's page cache by pattern when each run ended. The limit is the
 //! guest's size, so nothing is reclaimed: the patterns are what the reads formed.
 
 use super::experiment::{phases, DataDisk, Experiment, Measure, Step};
+use super::{compile, compress};
 use crate::args::Scale;
 
 /// `memvisor bench patterns` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    // (guest MiB, seqread's file MiB, the file MiB of compress and mapreduce, compile's
-    // sources MiB and jobs). seqread's file is larger than the guest, so its second pass reads
+    // (guest MiB, seqread's file MiB, the file MiB of compress and mapreduce and of compile's
+    // sources, compile's jobs). seqread's file is larger than the guest, so its second pass reads
     // the disk again: only then can the host see a loop.
     let (mem, seq, file, jobs) = match scale {
         Scale::Full => (256, 384, 128, 4000),
         Scale::Quick => (128, 160, 32, 500),
     };
-    let src = file;
     let read_only = |files: String, size_mb: u64| {
         Some(DataDisk {
             size_mb,
@@ -48,29 +48,9 @@ pub fn experiment(scale: Scale) -> Experiment {
                 disk: read_only(format!("src:{file}M"), file + 16),
             },
             // Short runs at random places of the sources, objects written.
-            Step {
-                workload: "compile",
-                cmdline: format!("jobs={jobs} src=src src_mb={src} mem_kb=512"),
-                phases: vec!["build".into()],
-                guest_swap_mb: None,
-                disk: Some(DataDisk {
-                    size_mb: src + jobs * 16 * 4 / 1024 + 32,
-                    files: format!("src:{src}M"),
-                    writable: true,
-                }),
-            },
+            compile::step(jobs, file, 512, 1),
             // A text written, dropped, read once in blocks, its compressed form written.
-            Step {
-                workload: "compress",
-                cmdline: format!("file=text file_mb={file} block_kb=900 level=6 out=text.mvz"),
-                phases: vec!["compress".into(), "check".into()],
-                guest_swap_mb: None,
-                disk: Some(DataDisk {
-                    size_mb: file * 2 + 64,
-                    files: String::new(),
-                    writable: true,
-                }),
-            },
+            compress::step(file),
         ],
         configs: &["memvisor-hd2"],
         reference: "memvisor-hd2",

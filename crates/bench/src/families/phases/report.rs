@@ -410,10 +410,10 @@ fn balloon_counters(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usi
 /// end of the run, not of each phase: the next phase starts as soon as the guest prints one's
 /// result, before the harness could ask.
 fn reference_patterns(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    let patterns = |r: &Record| {
+    fn patterns(r: &Record) -> Option<&PatternStats> {
         let pager = r.result.final_stats.as_ref()?.pager.as_ref()?;
-        pager.patterns.clone()
-    };
+        pager.patterns.as_ref()
+    }
     let tracked = |c: &&&Config| runs_of(records, si, c.name).any(|r| patterns(r).is_some());
     let shown: Vec<&Config> = meta.configs.iter().filter(tracked).copied().collect();
     if shown.is_empty() {
@@ -422,7 +422,7 @@ fn reference_patterns(s: &mut String, meta: &Meta<'_>, records: &[Record], si: u
     s.push_str(&format!("\n### Reference patterns{title}: the guest's page cache the pager tracked when the run ended, by the sequences its disk reads formed (median)\n\n"));
     s.push_str(&per_config("configuration | sequential MiB | loop MiB | unclassified MiB | in sequences or loops | sequences | loops", &shown, |c| {
         let med = |f: fn(&PatternStats) -> u64| {
-            let v = runs_of(records, si, c.name).filter_map(|r| patterns(r).map(|p| f(&p) as f64));
+            let v = runs_of(records, si, c.name).filter_map(|r| patterns(r).map(|p| f(p) as f64));
             median(v.collect())
         };
         let (seq, lp, other) = (
