@@ -1082,10 +1082,29 @@ fn quick_idletax_end_to_end() {
 /// mismatch fails the run), each limit with its own report; the sweep's report sets the times
 /// against the limit, the ratios to `reference` and their largest, and draws them.
 fn check_sweep(experiment: &str, phase: &str, configs: &[&str], reference: &str) -> Quick {
-    let t = of_set("vswapper", experiment);
+    check_sweep_of(
+        "vswapper",
+        ["48", "128"],
+        experiment,
+        phase,
+        configs,
+        reference,
+    )
+}
+
+/// [`check_sweep`] for an experiment of `paper`'s set swept over `limits` (MiB) at quick scale.
+fn check_sweep_of(
+    paper: &str,
+    limits: [&str; 2],
+    experiment: &str,
+    phase: &str,
+    configs: &[&str],
+    reference: &str,
+) -> Quick {
+    let t = of_set(paper, experiment);
     t.assert_report_printed();
     assert_eq!(t.rows.len(), 2 * configs.len(), "{:?}", t.rows);
-    for limit in ["48", "128"] {
+    for limit in limits {
         for c in configs {
             let r = t
                 .rows
@@ -1098,7 +1117,8 @@ fn check_sweep(experiment: &str, phase: &str, configs: &[&str], reference: &str)
         }
         let dir = t.out.join(format!("limit-{limit}m"));
         let own = std::fs::read_to_string(dir.join("report.md")).unwrap();
-        assert!(own.contains(&format!("| {} |", configs[4])), "{own}");
+        let last = configs.last().unwrap();
+        assert!(own.contains(&format!("| {last} |")), "{own}");
     }
     for want in [
         "## Time against the limit".to_owned(),
@@ -1109,6 +1129,34 @@ fn check_sweep(experiment: &str, phase: &str, configs: &[&str], reference: &str)
     }
     assert!(t.out.join(format!("{experiment}.svg")).exists());
     t
+}
+
+/// `bench ballooned` (ESX Fig. 2), quick: every VM, made at the size or ballooned to it,
+/// verified its build's objects; the ballooned guests' balloons held what they were asked for.
+#[test]
+fn quick_ballooned_end_to_end() {
+    let configs = [
+        "memvisor-sized",
+        "memvisor-ballooned",
+        "qemu-sized",
+        "qemu-ballooned",
+    ];
+    let t = check_sweep_of(
+        "esx",
+        ["64", "128"],
+        "ballooned",
+        "build",
+        &configs,
+        "memvisor-sized",
+    );
+    // 128 MiB ballooned down to 64: the guest's own count of what its balloon holds.
+    for c in ["memvisor-ballooned", "qemu-ballooned"] {
+        let dir = t.out.join("limit-64m").join("logs");
+        let console = std::fs::read_to_string(dir.join(format!("{c}-compile-rep1.console")))
+            .unwrap_or_else(|e| panic!("{c}: {e}"));
+        assert!(console.contains("balloon_kb=65536"), "{c}: {console}");
+        assert!(console.contains("phase=done ok=1"), "{c}: {console}");
+    }
 }
 
 /// `bench compress` (VSwapper Fig. 5), quick: the compressor read back every block it wrote.

@@ -151,6 +151,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: &[],
     },
     Reproduces {
+        name: "ballooned",
+        family: Family::Phases,
+        paper: "ESX §3.2",
+        figures: &["Fig. 2"],
+        scope: "the guest kit's build where the paper has dbench, at 5 sizes of 128–256 MiB",
+        peer: "the same VMs on QEMU",
+        section: "#ballooned-esx-32-fig-2-ballooned-to-a-size-against-made-at-it",
+        quick: "--reps 1",
+        full: "",
+        claims: published::BALLOONED,
+    },
+    Reproduces {
         name: "workingset",
         family: Family::Phases,
         paper: "ESX §5.3",

@@ -4,8 +4,8 @@ use crate::args::Scale;
 
 use super::experiment::Experiment;
 use super::{
-    alloc, compile, compress, doublepaging, gcchurn, overhead, patterns, recovery, seqread,
-    workingset,
+    alloc, ballooned, compile, compress, doublepaging, gcchurn, overhead, patterns, recovery,
+    seqread, workingset,
 };
 
 /// The experiment called `name` at `scale`.
@@ -21,6 +21,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "compile" => compile::experiment(scale),
         "gcchurn" => gcchurn::experiment(scale),
         "patterns" => patterns::experiment(scale),
+        "ballooned" => ballooned::experiment(scale),
         _ => return None,
     })
 }

@@ -27,6 +27,9 @@ pub enum Limit {
     Pager,
     /// memvisor's pager writing every victim, nothing else (`--pager baseline`).
     PagerBaseline,
+    /// No limit, and guest RAM configured at the experiment's limit: a VM made at that size,
+    /// against which one ballooned down to it is compared (ESX Fig. 2).
+    Sized,
 }
 
 /// One configuration of `memvisor bench`.
@@ -110,11 +113,47 @@ pub const CONFIGS: &[Config] = &[
         mechanisms: &[],
     },
     Config {
+        name: "qemu-sized",
+        about: "QEMU microvm, no limit, its guest RAM configured at the limit: a VM made at that size",
+        hv: Hv::Qemu,
+        limit: Limit::Sized,
+        balloon: false,
+        jail: false,
+        mechanisms: &[],
+    },
+    Config {
+        name: "qemu-ballooned",
+        about: "QEMU microvm, no limit, its virtio-balloon inflated through QMP to RAM minus limit: the guest has what its balloon leaves it and nothing else holds it",
+        hv: Hv::Qemu,
+        limit: Limit::None,
+        balloon: true,
+        jail: false,
+        mechanisms: &[],
+    },
+    Config {
         name: "memvisor",
         about: "memvisor, no limit",
         hv: Hv::Memvisor,
         limit: Limit::None,
         balloon: false,
+        jail: false,
+        mechanisms: &[],
+    },
+    Config {
+        name: "memvisor-sized",
+        about: "memvisor, no limit, its guest RAM configured at the limit: a VM made at that size",
+        hv: Hv::Memvisor,
+        limit: Limit::Sized,
+        balloon: false,
+        jail: false,
+        mechanisms: &[],
+    },
+    Config {
+        name: "memvisor-ballooned",
+        about: "memvisor, no limit, its virtio-balloon inflated through the API to RAM minus limit: the guest has what its balloon leaves it and nothing else holds it",
+        hv: Hv::Memvisor,
+        limit: Limit::None,
+        balloon: true,
         jail: false,
         mechanisms: &[],
     },
@@ -337,6 +376,20 @@ impl Config {
         self.hv == Hv::Memvisor && matches!(self.limit, Limit::Pager | Limit::PagerBaseline)
     }
 
+    /// The guest RAM a run gets: the experiment's `mem`, or for a VM made at the size of the
+    /// experiment's limit ([`Limit::Sized`]) that limit.
+    pub fn guest_ram(&self, mem: u64, limit: Option<u64>) -> u64 {
+        match (self.limit, limit) {
+            (Limit::Sized, Some(l)) => l,
+            _ => mem,
+        }
+    }
+
+    /// Whether the host holds the guest to less than its RAM once the experiment has a limit.
+    pub fn limits_ram(&self) -> bool {
+        !matches!(self.limit, Limit::None | Limit::Sized)
+    }
+
     /// Whether this configuration needs the host swap file.
     pub fn needs_host_swap(&self) -> bool {
         self.limit == Limit::HostSwap
@@ -361,13 +414,13 @@ impl Config {
             a.push("--balloon");
         }
         let limit = match (self.limit, limit) {
-            (Limit::None, _) | (_, None) => {
+            (Limit::None | Limit::Sized, _) | (_, None) => {
                 if self.hv == Hv::Memvisor {
                     a.extend(["--pager", "full"]);
                 }
                 // A configuration made for no limit keeps its devices; one made for a limit
                 // is plain memvisor without one.
-                if self.limit == Limit::None {
+                if !self.limits_ram() {
                     a.extend(self.mechanisms);
                 }
                 return a.into_iter().map(str::to_owned).collect();
@@ -431,6 +484,14 @@ mod tests {
                 "memvisor-nolimit-fpr",
                 "--api-sock /s --pager full --balloon",
             ),
+            // ESX Fig. 2: a VM made at the size, and one only its balloon holds to it.
+            ("memvisor-sized", "--api-sock /s --pager full"),
+            ("qemu-sized", "--hypervisor qemu"),
+            ("memvisor-ballooned", "--api-sock /s --balloon --pager full"),
+            (
+                "qemu-ballooned",
+                "--hypervisor qemu --qmp-sock /s --balloon",
+            ),
             (
                 "memvisor-nolimit-hd2",
                 "--api-sock /s --pager full --mapper --victims hd2",
@@ -438,6 +499,13 @@ mod tests {
         ] {
             assert_eq!(f(name), want, "{name}");
         }
+        let sized = find("memvisor-sized").unwrap();
+        assert_eq!(sized.guest_ram(512 << 20, Some(100 << 20)), 100 << 20);
+        assert_eq!(sized.guest_ram(512 << 20, None), 512 << 20);
+        let ballooned = find("memvisor-ballooned").unwrap();
+        assert_eq!(ballooned.guest_ram(512 << 20, Some(100 << 20)), 512 << 20);
+        assert!(ballooned.balloon && !ballooned.limits_ram() && !sized.limits_ram());
+        assert!(find("memvisor-balloon").unwrap().limits_ram());
         assert!(find("memvisor-balloon").unwrap().balloon);
         for n in ["memvisor-fpr", "memvisor-vswapper-fpr"] {
             let c = find(n).unwrap();

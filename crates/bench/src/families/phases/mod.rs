@@ -6,6 +6,7 @@
 //! each limit of a sweep (`sweep`), a time series (`workingset`) or a release (`recovery`).
 
 mod alloc;
+mod ballooned;
 pub mod catalog;
 mod compile;
 mod compress;
@@ -27,7 +28,7 @@ pub mod workingset;
 use crate::args::BenchArgs;
 use crate::harness::{choose, Bench, Family};
 use catalog::find;
-use configs::{Config, Limit};
+use configs::Config;
 use experiment::{Experiment, Measure};
 use run::PhasesPlan;
 
@@ -98,7 +99,7 @@ fn check_measure(
     if let Measure::GiveBack(_) = exp.measure {
         // Memory is given back by raising a limit: a configuration without one has nothing
         // to give back.
-        if let Some(c) = configs.iter().find(|c| c.limit == Limit::None) {
+        if let Some(c) = configs.iter().find(|c| !c.limits_ram()) {
             let (c, limited) = (c.name, recovery::CONFIGS.join(", "));
             return Err(format!("{name} gives memory back by raising the VM's limit; '{c}' has no limit; give configurations with one, e.g. {limited}"));
         }

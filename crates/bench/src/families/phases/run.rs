@@ -204,7 +204,7 @@ impl Runner<'_> {
             exe,
             config: c,
             step,
-            mem: exp.mem,
+            mem: c.guest_ram(exp.mem, exp.limit),
             limit: exp.limit,
             disk: disk.clone(),
             work,
