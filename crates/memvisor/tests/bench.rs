@@ -1159,6 +1159,49 @@ fn quick_ballooned_end_to_end() {
     }
 }
 
+/// `bench tracked` (VSwapper Fig. 15), quick: the build verified its objects, and the pages the
+/// Swap Mapper tracked kept near the guest's own page cache over the run.
+#[test]
+fn quick_tracked_end_to_end() {
+    let t = of_set("vswapper", "tracked");
+    t.assert_report_printed();
+    assert!(
+        t.report.contains("## What the Swap Mapper tracked"),
+        "{}",
+        t.report
+    );
+    assert!(t.out.join("tracked.svg").exists());
+    let with_cache: Vec<(f64, f64)> = t
+        .rows
+        .iter()
+        .filter(|r| !r["guest_cache_bytes"].is_empty())
+        .map(|r| {
+            let n = |k: &str| r[k].parse::<f64>().unwrap();
+            (n("guest_cache_bytes"), n("tracked_bytes"))
+        })
+        .collect();
+    assert!(with_cache.len() >= 5, "{:?}", t.rows);
+    // Tracked pages are guest pages: never more than the guest's 128 MiB.
+    assert!(with_cache
+        .iter()
+        .all(|&(_, tr)| tr <= (128u64 << 20) as f64));
+    let mut ratios: Vec<f64> = with_cache
+        .iter()
+        .filter(|&&(c, _)| c >= (16u64 << 20) as f64)
+        .map(|&(c, tr)| tr / c)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!((0.5..1.5).contains(&median), "{ratios:?}");
+    let console = std::fs::read_to_string(
+        t.out
+            .join("logs")
+            .join("memvisor-vswapper-fpr-compile-rep1.console"),
+    )
+    .unwrap();
+    assert!(console.contains("phase=done ok=1"), "{console}");
+}
+
 /// `bench compress` (VSwapper Fig. 5), quick: the compressor read back every block it wrote.
 #[test]
 fn quick_compress_end_to_end() {

@@ -139,6 +139,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::GCCHURN,
     },
     Reproduces {
+        name: "tracked",
+        family: Family::Phases,
+        paper: "VSwapper §5.3",
+        figures: &["Fig. 15"],
+        scope: "the guest kit's build where the paper has Eclipse",
+        peer: "the guest's own page cache",
+        section: "#tracked-vswapper-53-fig-15-what-the-swap-mapper-tracks",
+        quick: "",
+        full: "",
+        claims: published::TRACKED,
+    },
+    Reproduces {
         name: "overhead",
         family: Family::Phases,
         paper: "",

@@ -5,7 +5,7 @@ use crate::args::Scale;
 use super::experiment::Experiment;
 use super::{
     alloc, ballooned, compile, compress, doublepaging, gcchurn, overhead, patterns, recovery,
-    seqread, workingset,
+    seqread, tracked, workingset,
 };
 
 /// The experiment called `name` at `scale`.
@@ -22,6 +22,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "gcchurn" => gcchurn::experiment(scale),
         "patterns" => patterns::experiment(scale),
         "ballooned" => ballooned::experiment(scale),
+        "tracked" => tracked::experiment(scale),
         _ => return None,
     })
 }

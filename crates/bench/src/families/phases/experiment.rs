@@ -2,7 +2,8 @@
 //! and limit, under which configurations, which configuration the others are compared with,
 //! and what is measured ([`Measure`]: the phases, the phases against the limit, a time series,
 //! or a release). The experiments themselves are `seqread`, `alloc`, `overhead`, `doublepaging`,
-//! `compress`, `compile`, `gcchurn`, `patterns`, `workingset` and `recovery`.
+//! `compress`, `compile`, `gcchurn`, `patterns`, `ballooned`, `tracked`, `workingset` and
+//! `recovery`.
 
 use std::time::Duration;
 
@@ -64,6 +65,9 @@ pub enum Measure {
     Series(Series),
     /// Memory taken away by a hog inside the guest and given back by the harness (`recovery`).
     GiveBack(GiveBack),
+    /// The phases, with memvisor's `GET /stats` polled from boot to the end (`tracked`: what the
+    /// Swap Mapper tracks beside the guest's page cache over time).
+    Tracked(Tracked),
 }
 
 impl Measure {
@@ -71,6 +75,16 @@ impl Measure {
     pub fn series(&self) -> Option<&Series> {
         match self {
             Measure::Series(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// How often memvisor's `GET /stats` is kept in a run's `stats`, and whether from boot (else
+    /// from the clock of [`Measure::GiveBack`]).
+    pub fn polls_stats(&self) -> Option<(Duration, bool)> {
+        match self {
+            Measure::GiveBack(g) => Some((g.every, false)),
+            Measure::Tracked(t) => Some((t.every, true)),
             _ => None,
         }
     }
@@ -119,6 +133,12 @@ pub struct GiveBack {
     pub every: Duration,
 }
 
+/// How often [`Measure::Tracked`] asks for `GET /stats`.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub every: Duration,
+}
+
 /// An experiment whose result is a time series of the VM's `GET /stats`: one VM runs the
 /// `toucher` workload along a schedule while the harness polls its API socket.
 #[derive(Clone, Debug)]
@@ -147,7 +167,7 @@ impl Experiment {
     /// is one curve), three otherwise (medians need more than one).
     pub fn default_reps(&self) -> u32 {
         match self.measure {
-            Measure::Series(_) => 1,
+            Measure::Series(_) | Measure::Tracked(_) => 1,
             Measure::GiveBack(_) => 2,
             Measure::Phases | Measure::Sweep(_) => 3,
         }

@@ -22,6 +22,7 @@ pub mod report;
 pub mod run;
 mod seqread;
 pub mod sweep;
+pub mod tracked;
 pub mod vm;
 pub mod workingset;
 
@@ -118,7 +119,7 @@ fn reference_of(
     let first = match exp.measure {
         Measure::Series(_) => true,
         Measure::GiveBack(_) => default_missing,
-        Measure::Phases | Measure::Sweep(_) => false,
+        Measure::Phases | Measure::Sweep(_) | Measure::Tracked(_) => false,
     };
     let want = match (&a.reference, configs.first()) {
         (None, Some(c)) if first => c.name,

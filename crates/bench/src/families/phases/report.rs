@@ -170,6 +170,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         swap_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
         reference_patterns(&mut s, meta, records, si, &title);
+        super::tracked::section(&mut s, records, si);
         if step.guest_swap_mb.is_some() {
             double_paging(&mut s, meta, records, si, &title);
         }

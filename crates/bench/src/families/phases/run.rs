@@ -10,7 +10,7 @@ use super::configs::{Config, Hv};
 use super::experiment::{DataDisk, Experiment, Measure, Step};
 use super::vm::control::{log_prefix, RunSpec};
 use super::vm::result::RunResult;
-use super::{figure, recovery, report, vm, workingset};
+use super::{figure, recovery, report, tracked, vm, workingset};
 use crate::args::BenchArgs;
 use crate::harness::setup::{self, host_swap, qemu_overhead};
 use crate::harness::{order, teardown, Bench};
@@ -260,6 +260,13 @@ impl Runner<'_> {
                     recovery::report::markdown(&meta, r, &runs),
                 )
             }
+            Measure::Tracked(_) => write_report(
+                out,
+                name,
+                tracked::csv(name, records),
+                |svg| tracked::plot(svg, exp, records),
+                report::markdown(&meta, records),
+            ),
             Measure::Phases | Measure::Sweep(_) => write_report(
                 out,
                 name,

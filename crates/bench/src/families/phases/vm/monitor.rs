@@ -184,6 +184,7 @@ impl<'a> RunMonitor<'a> {
             self.set_balloon();
             self.poll_series();
             self.give_back_on_time();
+            self.poll_stats();
             self.say_progress();
             self.end_when_due();
             if self.eof && exited(self.pid) {
@@ -290,8 +291,7 @@ impl<'a> RunMonitor<'a> {
         }
     }
 
-    /// A given_back: the memory given back when its time on the clock comes, and memvisor's
-    /// `GET /stats` polled once the clock runs.
+    /// A given_back: the memory given back when its time on the clock comes.
     fn give_back_on_time(&mut self) {
         let (Some(r), Some(t0)) = (self.spec.measure.give_back(), self.clock) else {
             return;
@@ -314,13 +314,23 @@ impl<'a> RunMonitor<'a> {
                 what,
             });
         }
-        if c.hv == Hv::Memvisor && now >= self.next_poll && !self.eof && self.sock.exists() {
+    }
+
+    /// memvisor's `GET /stats` kept when the next poll is due: from boot, or once a given_back's
+    /// clock runs.
+    fn poll_stats(&mut self) {
+        let Some((every, from_boot)) = self.spec.measure.polls_stats() else {
+            return;
+        };
+        let now = Instant::now();
+        let due = now >= self.next_poll && (from_boot || self.clock.is_some());
+        if self.spec.config.hv == Hv::Memvisor && due && !self.eof && self.sock.exists() {
             let at_ms = now.duration_since(self.s0.at).as_secs_f64() * 1e3;
             if let Some(st) = api_vm_stats(self.sock) {
                 self.stats.push((at_ms, st));
             }
             while self.next_poll <= now {
-                self.next_poll += r.every;
+                self.next_poll += every;
             }
         }
     }

@@ -86,7 +86,8 @@ pub struct RunResult {
     pub series: Vec<StatsPoint>,
     /// For an experiment that gives memory back: what was done and when.
     pub given_back: Option<GivenBack>,
-    /// For an experiment that gives memory back, memvisor's answers to `GET /stats` with the
+    /// For an experiment that gives memory back or tracks the Mapper, memvisor's answers to
+    /// `GET /stats` with the
     /// host time (ms since the start of the run) each was asked at.
     pub stats: Vec<(f64, VmStats)>,
 }
