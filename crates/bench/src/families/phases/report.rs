@@ -143,6 +143,16 @@ const PEERS: &[&str] = &[
 
 /// `report.md`.
 pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
+    markdown_with(meta, records, &|_, _| {})
+}
+
+/// [`markdown`] with `more(report, step)` writing an experiment's own sections at the end of
+/// each step's.
+pub fn markdown_with(
+    meta: &Meta<'_>,
+    records: &[Record],
+    more: &dyn Fn(&mut String, usize),
+) -> String {
     let exp = meta.experiment;
     let reference = meta.reference;
     let mut s = String::new();
@@ -170,7 +180,7 @@ pub fn markdown(meta: &Meta<'_>, records: &[Record]) -> String {
         swap_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
         reference_patterns(&mut s, meta, records, si, &title);
-        super::tracked::section(&mut s, records, si);
+        more(&mut s, si);
         if step.guest_swap_mb.is_some() {
             double_paging(&mut s, meta, records, si, &title);
         }

@@ -263,9 +263,11 @@ impl Runner<'_> {
             Measure::Tracked(_) => write_report(
                 out,
                 name,
-                tracked::csv(name, records),
-                |svg| tracked::plot(svg, exp, records),
-                report::markdown(&meta, records),
+                tracked::report::csv(name, records),
+                |svg| tracked::report::plot(svg, exp, records),
+                report::markdown_with(&meta, records, &|s, si| {
+                    tracked::report::section(s, records, si);
+                }),
             ),
             Measure::Phases | Measure::Sweep(_) => write_report(
                 out,
