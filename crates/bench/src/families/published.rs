@@ -222,9 +222,9 @@ pub const TRACKED: &[Claim] = &[Claim {
     source: "§5.3",
     ours: Ours::Cell(at(
         "tracked",
-        "What the Swap Mapper tracked",
+        "Tracked over the page cache per configuration",
         &["memvisor-vswapper-fpr"],
-        "tracked / page cache, median of the runs",
+        "tracked / page cache",
     )),
     why: "",
 }];

@@ -131,9 +131,17 @@ pub fn section(s: &mut String, records: &[Record], si: usize) {
         ]);
     }
     s.push_str(&t.markdown());
-    let mut names: Vec<&str> = runs.iter().map(|(r, _)| r.config.name).collect();
-    names.dedup();
-    let mut t = Table::new("configuration | tracked / page cache, median of the runs".split(" | "));
+    let _ = writeln!(
+        s,
+        "\nThe page cache counts dirty pages the Mapper does not track (they hold no disk block's content until written back); pages the guest freed from its cache stay tracked until it writes them. The guest's figure is as old as its driver's last statistics (about one poll)."
+    );
+    let mut names: Vec<&str> = Vec::new();
+    for (r, _) in &runs {
+        if !names.contains(&r.config.name) {
+            names.push(r.config.name);
+        }
+    }
+    let mut t = Table::new("configuration | tracked / page cache".split(" | "));
     for name in names {
         let mine = runs.iter().filter(|(r, _)| r.config.name == name);
         t.row(vec![
@@ -141,12 +149,11 @@ pub fn section(s: &mut String, records: &[Record], si: usize) {
             or_dash(median(mine.map(|(_, c)| c.ratio.0).collect()), 2),
         ]);
     }
-    let _ = writeln!(s, "\nPer configuration, the median over its runs:\n");
-    s.push_str(&t.markdown());
     let _ = writeln!(
         s,
-        "\nThe page cache counts dirty pages the Mapper does not track (they hold no disk block's content until written back); pages the guest freed from its cache stay tracked until it writes them. The guest's figure is as old as its driver's last statistics (about one poll)."
+        "\n## Tracked over the page cache per configuration\n\nThe median over its runs of each run's median above:\n"
     );
+    s.push_str(&t.markdown());
 }
 
 /// The CSV header of `results.csv`.
