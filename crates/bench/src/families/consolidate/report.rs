@@ -23,7 +23,8 @@ use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
 /// `allocation.csv` (one row per VM per tick) and `allocation.svg`/`.png` (each VM's resident
-/// memory and target over the run) in a run's directory.
+/// memory and target over the run, and below them what each has swapped out) in a run's
+/// directory.
 pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String> {
     let mut t = Table::new("seconds,vm,state,resident_bytes,target_bytes,balloon_bytes,swapped_bytes,limit_bytes,free_bytes,free_state".split(','));
     let mut names: Vec<String> = Vec::new();
@@ -58,7 +59,30 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     );
     panel.legend = Legend::UpperRight;
     panel.lines = crate::families::host::figure::allocations(history, &names, false);
-    Figure::one((900, 450), panel).write(&dir.join("allocation.svg"))
+    // What each VM has out in its swap store meanwhile: a VM whose memory arrives late swaps
+    // (HyperDealer2's Fig. 2).
+    let swapped: Vec<Line> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let at = history.iter().filter_map(|h| {
+                let v = h.vms.iter().find(|v| &v.name == n)?;
+                Some((h.seconds, v.swapped_bytes as f64 / MIB))
+            });
+            Line::new(n.clone(), color(i), 2, at.collect())
+        })
+        .collect();
+    let most = ys(&swapped).fold(1.0, f64::max) * 1.1;
+    let mut out = Panel::new(
+        "swapped out per VM over time (its pager's swap store)",
+        "seconds",
+        "MiB",
+        Axis::linear(0.0, end),
+        Axis::linear(0.0, most),
+    );
+    out.legend = Legend::UpperRight;
+    out.lines = swapped;
+    Figure::column((900, 900), vec![panel, out]).write(&dir.join("allocation.svg"))
 }
 
 /// One configuration, scenario and N over its repetitions: the median, least and most of each
