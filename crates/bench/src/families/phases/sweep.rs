@@ -12,7 +12,7 @@ use super::report::{phase_ms, values, Record};
 use super::run::{self, PhasesPlan};
 use crate::args::BenchArgs;
 use crate::harness::{teardown, Bench};
-use crate::report::figure::{color, Axis, Figure, Legend, Line, Panel};
+use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{sig, spread, spread_text};
 use crate::report::table::Table;
 
@@ -247,8 +247,8 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
             (c.name, pts.collect())
         })
         .collect();
-    let ys = lines.iter().flat_map(|l| l.1.iter().map(|p| p.1));
-    let top = ys.fold(0.0f64, f64::max);
+    let times = lines.iter().flat_map(|l| l.1.iter().map(|p| p.1));
+    let top = times.fold(0.0f64, f64::max);
     if top <= 0.0 {
         return Err("no run finished its phase".into());
     }
@@ -271,12 +271,36 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
             panel.lines.push(Line::new(name, color(i), 2, pts).marked());
         }
     }
-    Figure {
-        size: (1000, 620),
-        grid: (1, 1),
-        panels: vec![panel],
+    let mut panels = vec![panel];
+    // Below it, for the configurations that run the Preventer, the false reads it removed at
+    // each limit (VSwapper's Fig. 12b).
+    let removed: Vec<Line> = plan
+        .configs
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.prevents())
+        .map(|(i, c)| {
+            let at = |p: &Point| Some(((p.limit >> 20) as f64, removed_median(p, c.name)?));
+            Line::new(c.name, color(i), 2, points.iter().filter_map(at).collect()).marked()
+        })
+        .filter(|l| !l.points.is_empty())
+        .collect();
+    if !removed.is_empty() {
+        let most = ys(&removed).fold(1.0f64, f64::max) * 1.1;
+        let mut below = Panel::new(
+            format!("{}: false reads removed by the Preventer", plan.exp.name),
+            "limit (MiB)",
+            "writes completed with no read (median)",
+            x,
+            Axis::linear(0.0, most),
+        );
+        below.legend = Legend::UpperRight;
+        below.y_decimals = Some(0);
+        below.lines = removed;
+        panels.push(below);
     }
-    .write(path)
+    let rows = panels.len();
+    Figure::column((1000, 620 * u32::try_from(rows).unwrap_or(1)), panels).write(path)
 }
 
 #[cfg(test)]
