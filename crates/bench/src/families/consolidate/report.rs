@@ -19,6 +19,7 @@ use super::experiment::{
     bounded, job, memory_summary, Budget, ConsolidatePlan, Scenario, INTERVAL, MEM,
 };
 use super::run::{CgroupSeen, Record, RunTrace};
+use crate::families::host::figure as host_figure;
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
 
@@ -49,39 +50,38 @@ pub fn write_allocation(dir: &Path, history: &[HostSample]) -> Result<(), String
     }
     std::fs::write(dir.join("allocation.csv"), t.csv()).map_err(|e| e.to_string())?;
     let end = history.last().map_or(1.0, |t| t.seconds).max(1.0);
-    let top = (MEM as f64 / MIB) * 1.1;
-    let mut panel = Panel::new(
+    let over_time = |title: &str, top: f64, lines: Vec<Line>| Panel {
+        lines,
+        legend: Legend::UpperRight,
+        ..Panel::new(
+            title,
+            "seconds",
+            "MiB",
+            Axis::linear(0.0, end),
+            Axis::linear(0.0, top),
+        )
+    };
+    let panel = over_time(
         "allocation over time: resident (solid) and target (dashed) per VM",
-        "seconds",
-        "MiB",
-        Axis::linear(0.0, end),
-        Axis::linear(0.0, top),
+        (MEM as f64 / MIB) * 1.1,
+        host_figure::allocations(history, &names, false),
     );
-    panel.legend = Legend::UpperRight;
-    panel.lines = crate::families::host::figure::allocations(history, &names, false);
     // What each VM has out in its swap store meanwhile: a VM whose memory arrives late swaps
     // (HyperDealer2's Fig. 2).
     let swapped: Vec<Line> = names
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let at = history.iter().filter_map(|h| {
-                let v = h.vms.iter().find(|v| &v.name == n)?;
-                Some((h.seconds, v.swapped_bytes as f64 / MIB))
-            });
-            Line::new(n.clone(), color(i), 2, at.collect())
+            let at = host_figure::series(history, n, |v| v.swapped_bytes);
+            Line::new(n.clone(), color(i), 2, at)
         })
         .collect();
     let most = ys(&swapped).fold(1.0, f64::max) * 1.1;
-    let mut out = Panel::new(
+    let out = over_time(
         "swapped out per VM over time (its pager's swap store)",
-        "seconds",
-        "MiB",
-        Axis::linear(0.0, end),
-        Axis::linear(0.0, most),
+        most,
+        swapped,
     );
-    out.legend = Legend::UpperRight;
-    out.lines = swapped;
     Figure::column((900, 900), vec![panel, out]).write(&dir.join("allocation.svg"))
 }
 

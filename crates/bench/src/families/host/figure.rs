@@ -16,11 +16,7 @@ use memvisor_api::{HostSample, VmSample};
 pub fn allocations(history: &[HostSample], names: &[String], detail: bool) -> Vec<Line> {
     let mut lines = Vec::new();
     for (i, n) in names.iter().enumerate() {
-        let series = |f: fn(&VmSample) -> u64| -> Vec<(f64, f64)> {
-            let at = history.iter();
-            at.filter_map(|s| vm(s, n).map(|v| (s.seconds, mib(f(v)))))
-                .collect()
-        };
+        let series = |f: fn(&VmSample) -> u64| series(history, n, f);
         let label = |what: &str| match (detail, what) {
             (true, _) => format!("{n}: {what}"),
             (false, "allocation") => n.clone(),
@@ -36,6 +32,13 @@ pub fn allocations(history: &[HostSample], names: &[String], detail: bool) -> Ve
         }
     }
     lines
+}
+
+/// VM `name`'s `f` over the host's ticks: (seconds, MiB), the ticks it was in.
+pub fn series(history: &[HostSample], name: &str, f: fn(&VmSample) -> u64) -> Vec<(f64, f64)> {
+    let at = history.iter();
+    at.filter_map(|s| vm(s, name).map(|v| (s.seconds, mib(f(v)))))
+        .collect()
 }
 
 /// Writes the plot (SVG): allocations over time (resident solid, target dashed, active

@@ -266,7 +266,7 @@ impl Runner<'_> {
                 tracked::report::csv(name, records),
                 |svg| tracked::report::plot(svg, exp, records),
                 report::markdown_with(&meta, records, &|s, si| {
-                    tracked::report::section(s, records, si);
+                    tracked::report::section(s, &plan.configs, records, si);
                 }),
             ),
             Measure::Phases | Measure::Sweep(_) => write_report(

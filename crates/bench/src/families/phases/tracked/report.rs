@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::EVERY;
+use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::Experiment;
 use crate::families::phases::report::Record;
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
@@ -89,7 +90,7 @@ pub fn closeness(samples: &[Sample]) -> Option<Closeness> {
     };
     Some(Closeness {
         n: pairs.len(),
-        ratio: (median(ratios.clone())?, least, most),
+        ratio: (median(ratios)?, least, most),
         gap_mib: median(gaps.collect())?,
         peak_cache_mib: peak(&|s| s.cache.map(|c| c.0)),
         peak_tracked_mib: peak(&|s| Some(s.tracked())),
@@ -99,7 +100,7 @@ pub fn closeness(samples: &[Sample]) -> Option<Closeness> {
 /// The report's section: for each run that kept answers, how close the tracked size kept to the
 /// page cache; then per configuration the median over its runs (the row a published value
 /// reads). Nothing when no run kept any.
-pub fn section(s: &mut String, records: &[Record], si: usize) {
+pub fn section(s: &mut String, configs: &[&Config], records: &[Record], si: usize) {
     let runs: Vec<(&Record, Closeness)> = records
         .iter()
         .filter(|r| r.step == si)
@@ -135,19 +136,16 @@ pub fn section(s: &mut String, records: &[Record], si: usize) {
         s,
         "\nThe page cache counts dirty pages the Mapper does not track (they hold no disk block's content until written back); pages the guest freed from its cache stay tracked until it writes them. The guest's figure is as old as its driver's last statistics (about one poll)."
     );
-    let mut names: Vec<&str> = Vec::new();
-    for (r, _) in &runs {
-        if !names.contains(&r.config.name) {
-            names.push(r.config.name);
-        }
-    }
     let mut t = Table::new("configuration | tracked / page cache".split(" | "));
-    for name in names {
-        let mine = runs.iter().filter(|(r, _)| r.config.name == name);
-        t.row(vec![
-            name.to_owned(),
-            or_dash(median(mine.map(|(_, c)| c.ratio.0).collect()), 2),
-        ]);
+    for c in configs {
+        let mine: Vec<f64> = runs
+            .iter()
+            .filter(|(r, _)| r.config.name == c.name)
+            .map(|(_, x)| x.ratio.0)
+            .collect();
+        if !mine.is_empty() {
+            t.row(vec![c.name.to_owned(), or_dash(median(mine), 2)]);
+        }
     }
     let _ = writeln!(
         s,
