@@ -330,6 +330,12 @@ pager_counters! {
     /// Faults served from the pages the VM was restored from (`--restore`: the snapshot's
     /// memory file) or migrated from (`--incoming`): counted among `faults_swap` too.
     faults_restored,
+    /// Faults on pages whose content was in a store (swapped, or dropped to its image block)
+    /// taken by a vCPU thread, while the guest ran (VSwapper Fig. 9c).
+    stored_faults_guest,
+    /// ... taken by another thread of the VMM, while its own code ran for the guest: a device
+    /// reading or writing guest memory above all (VSwapper Fig. 9b).
+    stored_faults_vmm,
     /// Faults on pages the guest had reported free, answered with a zero page and no read
     /// (VSwapper's false reads, cooperative path).
     false_reads_avoided,
@@ -679,7 +685,7 @@ mod tests {
         let d = b.since(&a);
         assert_eq!((d.faults_zero, d.swap_bytes_read, d.pauses), (2, 0, 1));
         let f = d.fields();
-        assert_eq!(f.len(), 54);
+        assert_eq!(f.len(), 56);
         assert_eq!(f[0], ("faults_zero", 2));
         assert!(f.contains(&("pauses", 1)));
     }

@@ -215,7 +215,9 @@ impl FaultHandler {
             return;
         };
         let mut pages = core.lock();
-        let from_swap = !f.protected && matches!(pages.table.state(p), PageState::Swapped(_));
+        let state = pages.table.state(p);
+        let from_swap = !f.protected && matches!(state, PageState::Swapped(_));
+        let stored = !f.protected && matches!(state, PageState::Swapped(_) | PageState::OnDisk(_));
         let r = if f.protected {
             self.write_fault(core, &mut pages, p)
         } else {
@@ -223,8 +225,17 @@ impl FaultHandler {
             (pages, r) = self.fault(core, pages, preventer, p, f.write, f.tid);
             r
         };
-        if let Err(e) = r {
-            self.unresolved(core, f, p, e);
+        match r {
+            Ok(()) if stored => {
+                let by = if core.vcpus.is_vcpu(f.tid) {
+                    &core.counters.stored_faults_guest
+                } else {
+                    &core.counters.stored_faults_vmm
+                };
+                EventCounters::add(by, 1);
+            }
+            Ok(()) => {}
+            Err(e) => self.unresolved(core, f, p, e),
         }
         drop(reclaim.hold_to_cap(core, pages));
         let took = t0.elapsed();

@@ -21,6 +21,12 @@ pub struct EventCounters {
     /// Faults served from the pages a VM was restored or migrated from (a snapshot's memory
     /// file, or a migration's pages): counted among the swap faults too.
     pub faults_restored: AtomicU64,
+    /// Faults on pages whose content was in a store (swapped, or dropped to its image block)
+    /// taken by a vCPU thread: the guest running (VSwapper Fig. 9c).
+    pub stored_faults_guest: AtomicU64,
+    /// ... taken by any other thread: the VMM's own code serving the guest, a device's read
+    /// or write of guest memory above all (VSwapper Fig. 9b).
+    pub stored_faults_vmm: AtomicU64,
     /// Faults on pages the guest had reported free, answered with a zero page instead of their
     /// old content (VSwapper's false reads, avoided cooperatively).
     pub false_reads_avoided: AtomicU64,
@@ -161,6 +167,8 @@ impl EventCounters {
             faults_zero,
             faults_released,
             faults_restored,
+            stored_faults_guest,
+            stored_faults_vmm,
             false_reads_avoided,
             preventer_attempts,
             preventer_completed,
@@ -211,6 +219,8 @@ impl EventCounters {
             faults_swap: get(&swap.faults),
             faults_released: get(faults_released),
             faults_restored: get(faults_restored),
+            stored_faults_guest: get(stored_faults_guest),
+            stored_faults_vmm: get(stored_faults_vmm),
             false_reads_avoided: get(false_reads_avoided),
             preventer_attempts: get(preventer_attempts),
             preventer_completed: get(preventer_completed),

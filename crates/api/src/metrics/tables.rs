@@ -16,6 +16,7 @@ use crate::spec::PoolCompress;
 pub(super) const VM_MAPS: &[(&str, &str)] = &[("disks", "disk")];
 
 const FAULTS_HELP: &str = "Faults the pager served by installing a page, by where the page came from: zero (a zero page, also for pages the balloon or a free page report had taken), swap (the swap file), image (a disk image, Swap Mapper).";
+const STORED_FAULTS_HELP: &str = "Faults on guest pages whose content was in a store (swapped, or dropped to its disk image block), by the context that took them: guest (a vCPU thread, the guest running) or vmm (another VMM thread, a device reading or writing guest memory above all).";
 const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper), shared (dropped, a pooled block already held exactly its content: share before swap).";
 const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
 const GUEST_ERRORS_HELP: &str = "What the guest did wrong, by kind (the fields of GET /stats guest_errors): unclaimed port and MMIO accesses, refused virtio FEATURES_OK and DRIVER_OK, ignored virtio-mmio register writes, rejected virtio-blk requests, used ring write failures, bad balloon PFNs and reports.";
@@ -41,6 +42,8 @@ pub(super) const VM_ROWS: &[Row] = &[
     counter("pager.faults_image", "faults", Unit::None, FAULTS_HELP).labelled("source", "image"),
     counter("pager.faults_released", "released_faults", Unit::None, "Faults on pages the balloon or a free page report had taken (counted among the zero faults too)."),
     counter("pager.faults_restored", "restored_faults", Unit::None, "Faults served from the pages the VM was restored (a snapshot's memory file) or migrated from (counted among the swap faults too)."),
+    counter("pager.stored_faults_guest", "stored_faults", Unit::None, STORED_FAULTS_HELP).labelled("context", "guest"),
+    counter("pager.stored_faults_vmm", "stored_faults", Unit::None, STORED_FAULTS_HELP).labelled("context", "vmm"),
     counter("pager.false_reads_avoided", "false_reads_avoided", Unit::None, "Faults on pages the guest had reported free, answered with a zero page and no read (VSwapper's false reads, cooperative path)."),
     counter("pager.preventer_attempts", "preventer_attempts", Unit::None, "vCPUs the False Reads Preventer stopped on a write to a swapped or on-disk page."),
     counter("pager.preventer_completed", "preventer_completed", Unit::None, "Preventer attempts whose instruction overwrote the whole page, installed with no read."),
