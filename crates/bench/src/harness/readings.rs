@@ -73,13 +73,11 @@ fn children_named(pid: u32) -> Vec<(u32, String)> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{cpid}/stat")) else {
             continue;
         };
-        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+        let Some((comm, rest)) = stat_fields(&stat) else {
             continue;
         };
-        let ppid = stat[close + 1..].split_whitespace().nth(1);
-        if ppid.and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
-            out.push((cpid, stat[open + 1..close].to_owned()));
+        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push((cpid, comm.to_owned()));
         }
     }
     out.sort_unstable();
@@ -116,6 +114,78 @@ pub fn threads(pid: u32) -> Vec<u32> {
         .flatten()
         .filter_map(|t| t.file_name().to_str()?.parse().ok())
         .collect()
+}
+
+/// A `/proc/.../stat` line's command name and its fields after it (the state first): the name
+/// may hold spaces and parentheses, so the split is at the last `)`.
+fn stat_fields(stat: &str) -> Option<(&str, Vec<&str>)> {
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let comm = stat.get(open + 1..close)?;
+    Some((comm, stat[close + 1..].split_whitespace().collect()))
+}
+
+/// The major faults (`majflt`, the 12th field) of a `/proc/.../stat` line, with its command name.
+fn majflt(stat: &str) -> Option<(&str, u64)> {
+    let (comm, rest) = stat_fields(stat)?;
+    Some((comm, rest.get(9)?.parse().ok()?))
+}
+
+/// Host faults that read a page from storage, by the context that took them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContextFaults {
+    /// Taken by a vCPU thread: the guest running (VSwapper Fig. 9c).
+    pub guest: u64,
+    /// Taken by any other thread: the hypervisor's own code serving the guest (Fig. 9b).
+    pub vmm: u64,
+}
+
+impl ContextFaults {
+    /// What happened between `earlier` and `self`.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        ContextFaults {
+            guest: self.guest.saturating_sub(earlier.guest),
+            vmm: self.vmm.saturating_sub(earlier.vmm),
+        }
+    }
+
+    /// Both counts together.
+    #[must_use]
+    pub fn plus(&self, other: &Self) -> Self {
+        ContextFaults {
+            guest: self.guest + other.guest,
+            vmm: self.vmm + other.vmm,
+        }
+    }
+}
+
+/// Whether a thread's command name is a vCPU's: QEMU's `CPU n/KVM`, memvisor's `vcpuN`.
+fn is_vcpu_thread(comm: &str) -> bool {
+    let qemu = comm.starts_with("CPU ") && comm.ends_with("/KVM");
+    let memvisor = comm
+        .strip_prefix("vcpu")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    qemu || memvisor
+}
+
+/// The major faults (faults the kernel served by reading storage) of hypervisor process `pid` so
+/// far, by context: its vCPU threads' (KVM's faults on guest memory count on the thread that
+/// runs the vCPU) against the rest of the process's, threads that have exited included (the
+/// process's own count keeps theirs). `None` once it is gone.
+pub fn major_faults(pid: u32) -> Option<ContextFaults> {
+    let all = majflt(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?.1;
+    let guest = threads(pid)
+        .into_iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).ok())
+        .filter_map(|stat| {
+            let (comm, n) = majflt(&stat)?;
+            is_vcpu_thread(comm).then_some(n)
+        })
+        .sum::<u64>();
+    Some(ContextFaults {
+        guest,
+        vmm: all.saturating_sub(guest),
+    })
 }
 
 /// Pins every thread of process `pid` to CPU `cpu` (`sched_setaffinity` per thread, as
@@ -345,6 +415,24 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines() {
+        let t = "4242 (CPU 0/KVM) S 4200 4200 9 0 -1 4194368 1500 0 37 0 5 6 0 0 20 0 4 0";
+        assert_eq!(majflt(t), Some(("CPU 0/KVM", 37)));
+        let t = "7 (a (b) c) R 1 7 7 0 -1 0 1 2 3 4";
+        assert_eq!(majflt(t), Some(("a (b) c", 3)));
+        assert_eq!(stat_fields(t).map(|(_, f)| f[1]), Some("1"));
+        assert_eq!(majflt("7 (x) R 1"), None);
+        assert_eq!(majflt("no parentheses"), None);
+        assert!(is_vcpu_thread("CPU 1/KVM") && is_vcpu_thread("vcpu12"));
+        assert!(!is_vcpu_thread("vcpu") && !is_vcpu_thread("virtio-blk") && !is_vcpu_thread("CPU"));
+        let (a, b) = (
+            ContextFaults { guest: 5, vmm: 9 },
+            ContextFaults { guest: 7, vmm: 8 },
+        );
+        assert_eq!(b.since(&a), ContextFaults { guest: 2, vmm: 0 });
+    }
 
     #[test]
     fn fields_and_oom_lines() {

@@ -1,7 +1,8 @@
 //! The plot of an experiment of phases: for each workload, the median time of
-//! each phase per configuration (VSwapper Fig. 9a) above the bytes written to swap per phase as
-//! 512-byte sectors (Fig. 9d). One line and marker per configuration; a configuration whose runs
-//! all died before a phase has no point there.
+//! each phase per configuration (VSwapper Fig. 9a), the bytes written to swap per phase as
+//! 512-byte sectors (Fig. 9d), and the host's faults that read a page in per phase in the
+//! hypervisor's context (Fig. 9b) and in the guest's (Fig. 9c). One line and marker per
+//! configuration; a configuration whose runs all died before a phase has no point there.
 
 use std::path::Path;
 
@@ -12,7 +13,8 @@ use crate::families::phases::vm::result::{Phase, RunStatus};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
 
-/// The median of `f` over each phase of `step`, one line per configuration; a configuration
+/// The median of `f` over each phase of `step` (`NaN`: not measured), one line per
+/// configuration; a configuration
 /// whose runs did not all end well says how many did.
 fn lines(
     exp: &Experiment,
@@ -27,7 +29,9 @@ fn lines(
         .map(|(i, c)| {
             let phases = exp.steps[step].phases.iter().enumerate();
             let pts = phases.filter_map(|(x, ph)| {
-                let m = summary(&mut values(records, step, c.name, ph, f))?.0;
+                let mut v = values(records, step, c.name, ph, f);
+                v.retain(|v| !v.is_nan());
+                let m = summary(&mut v)?.0;
                 Some((x as f64 + 1.0, m))
             });
             let runs = records
@@ -64,8 +68,20 @@ pub fn write(
         panels.push(panel(title, "seconds", phases, times, true));
         let title = format!("{name} ({workload}): sectors written to swap per phase (host swap + hypervisor writes)");
         panels.push(panel(title, "512-byte sectors", phases, sectors, false));
+        let host = lines(exp, configs, records, si, &|p| {
+            p.faults.map_or(f64::NAN, |f| f.vmm as f64)
+        });
+        let title = format!("{name} ({workload}): host faults that read a page, in the hypervisor's context, per phase");
+        panels.push(panel(title, "faults", phases, host, false));
+        let guest = lines(exp, configs, records, si, &|p| {
+            p.faults.map_or(f64::NAN, |f| f.guest as f64)
+        });
+        let title = format!(
+            "{name} ({workload}): host faults that read a page, in the guest's context, per phase"
+        );
+        panels.push(panel(title, "faults", phases, guest, false));
     }
-    let height = u32::try_from(exp.steps.len()).unwrap_or(1) * 900;
+    let height = u32::try_from(exp.steps.len()).unwrap_or(1) * 1600;
     Figure::column((1100, height), panels).write(path)
 }
 

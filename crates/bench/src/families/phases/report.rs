@@ -32,7 +32,7 @@ pub struct Meta<'a> {
 }
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "experiment,workload,config,rep,phase,status,exit,phase_done,ms,guest_ms,host_ms,host_swap_in_bytes,host_swap_out_bytes,hv_read_bytes,hv_write_bytes,peak_rss_bytes,host_swap_peak_bytes,pager_swap_read_bytes,pager_swap_written_bytes,pager_faults_swap,cg_failcnt,cg_oom_kills,reason";
+pub const CSV_HEADER: &str = "experiment,workload,config,rep,phase,status,exit,phase_done,ms,guest_ms,host_ms,host_swap_in_bytes,host_swap_out_bytes,hv_read_bytes,hv_write_bytes,peak_rss_bytes,host_swap_peak_bytes,pager_swap_read_bytes,pager_swap_written_bytes,pager_faults_swap,faults_guest,faults_vmm,cg_failcnt,cg_oom_kills,reason";
 
 /// The phases every run of `step` has rows for: `boot` (host: start to the first console line),
 /// the guest's phases, `wall` (host: the whole run).
@@ -97,6 +97,10 @@ pub fn csv(exp: &Experiment, records: &[Record]) -> String {
                     pc.faults_swap.to_string(),
                 ]),
                 None => cols.extend(std::iter::repeat_n(String::new(), 3)),
+            }
+            match p.and_then(|p| p.faults) {
+                Some(f) => cols.extend([f.guest.to_string(), f.vmm.to_string()]),
+                None => cols.extend(std::iter::repeat_n(String::new(), 2)),
             }
             cols.extend([failcnt.clone(), ooms.clone(), res.reason.clone()]);
             t.row(cols);
@@ -178,6 +182,7 @@ pub fn markdown_with(
         against_twins(&mut s, meta, records, si, &title);
         balloon_counters(&mut s, meta, records, si, &title);
         swap_per_phase(&mut s, meta, records, si, &title);
+        faults_per_phase(&mut s, meta, records, si, &title);
         host_measurements(&mut s, meta, records, si, &title);
         reference_patterns(&mut s, meta, records, si, &title);
         more(&mut s, si);
@@ -471,6 +476,36 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
         };
         step.phases.iter().map(of).collect()
     }));
+}
+
+/// The host's faults that read a page in, per phase, in the hypervisor's context (VSwapper
+/// Fig. 9b) and in the guest's (Fig. 9c).
+fn faults_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
+    let step = &meta.experiment.steps[si];
+    type Of = fn(&Phase) -> Option<u64>;
+    let contexts: [(&str, Of); 2] = [
+        (
+            "the hypervisor's context: a VMM thread, a device's I/O above all",
+            |p| p.faults.map(|f| f.vmm),
+        ),
+        ("the guest's context: a vCPU thread", |p| {
+            p.faults.map(|f| f.guest)
+        }),
+    ];
+    for (context, of) in contexts {
+        s.push_str(&format!("\n### Host faults that read a page in, per phase{title}, in {context}: median (the hypervisor process's major faults, and memvisor's pager's faults on swapped or on-disk pages)\n\n"));
+        let head = format!("configuration | {}", step.phases.join(" | "));
+        s.push_str(&per_config(&head, meta.configs, |c| {
+            let cell = |ph: &String| {
+                let v: Vec<f64> = runs_of(records, si, c.name)
+                    .filter_map(|r| r.result.phases.iter().find(|p| &p.name == ph))
+                    .filter_map(|p| of(p).map(|n| n as f64))
+                    .collect();
+                median_text(v, 0)
+            };
+            step.phases.iter().map(cell).collect()
+        }));
+    }
 }
 
 /// The host's measurements over the whole run, medians of the completed runs.

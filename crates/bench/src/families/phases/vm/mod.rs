@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::families::phases::configs::{Hv, Limit};
 use crate::harness::child::children_cpu_ms;
-use crate::harness::readings::{self, ProcIo};
+use crate::harness::readings::{self, ContextFaults, ProcIo};
 use crate::harness::teardown;
 use crate::harness::vm::Vm;
 use control::{command, RunSpec};
@@ -37,6 +37,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         vm: readings::vmstat(),
         io: ProcIo::default(),
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
+        major_faults: Some(ContextFaults::default()),
     };
     let jail = c.jail_dir(&sock);
     if let Some(dir) = &jail {
@@ -68,6 +69,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         vm: readings::vmstat(),
         io: w.sm.last_io,
         pager: None,
+        major_faults: None,
     };
     let stderr = std::fs::read_to_string(spec.log_prefix.with_extension("stderr"));
     let stderr = stderr.unwrap_or_default();

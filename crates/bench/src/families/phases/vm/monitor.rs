@@ -17,7 +17,7 @@ use crate::families::phases::configs::{Hv, Limit};
 use crate::families::phases::experiment::Series;
 use crate::harness::child::{exit_text, exited, ConsoleEvent, TICK};
 use crate::harness::guest::parse_result;
-use crate::harness::readings::{self, CgroupState, ProcIo, Vmstat};
+use crate::harness::readings::{self, CgroupState, ContextFaults, ProcIo, Vmstat};
 use crate::harness::{qmp, teardown};
 
 /// What is sampled every tick while a run is alive.
@@ -69,6 +69,23 @@ pub(super) struct Snap {
     pub(super) vm: Vmstat,
     pub(super) io: ProcIo,
     pub(super) pager: Option<PagerCounters>,
+    /// The hypervisor process's major faults by context.
+    pub(super) major_faults: Option<ContextFaults>,
+}
+
+impl Snap {
+    /// The host's faults that read a page in so far, by context: the hypervisor process's major
+    /// faults and, for memvisor, its pager's faults on swapped or on-disk pages.
+    fn faults(&self) -> Option<ContextFaults> {
+        let pager = self.pager.map(|p| ContextFaults {
+            guest: p.stored_faults_guest,
+            vmm: p.stored_faults_vmm,
+        });
+        match (pager, self.major_faults) {
+            (Some(a), Some(b)) => Some(a.plus(&b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// What happened between snapshots `a` and `b` of a run that started at `start`: one phase.
@@ -85,6 +102,10 @@ fn phase_between(name: &str, guest_ms: Option<f64>, start: Instant, a: &Snap, b:
             write_bytes: b.io.write_bytes.saturating_sub(a.io.write_bytes),
         },
         pager: match (a.pager, b.pager) {
+            (Some(x), Some(y)) => Some(y.since(&x)),
+            _ => None,
+        },
+        faults: match (a.faults(), b.faults()) {
             (Some(x), Some(y)) => Some(y.since(&x)),
             _ => None,
         },
@@ -211,6 +232,7 @@ impl<'a> RunMonitor<'a> {
             } else {
                 prev_pager
             },
+            major_faults: sm.hv_pid.and_then(readings::major_faults),
         };
         if self.phases.is_empty() {
             let s = snap(&self.sm);

@@ -3,7 +3,7 @@
 
 use memvisor_api::{ActiveMemory, VmStats};
 
-use crate::harness::readings::{CgroupState, ProcIo};
+use crate::harness::readings::{CgroupState, ContextFaults, ProcIo};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +53,9 @@ pub struct Phase {
     pub swap_out: u64,
     pub io: ProcIo,
     pub pager: Option<PagerCounters>,
+    /// The host's faults that read a page in, by context (VSwapper Fig. 9b–9c); `None` where
+    /// they were not read (the `wall` phase, after the process is gone).
+    pub faults: Option<ContextFaults>,
 }
 
 /// Everything measured in one run.
