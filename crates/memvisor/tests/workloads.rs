@@ -694,6 +694,38 @@ fn gcchurn_and_kv(hv: &str) {
         assert_eq!(ops, want, "mix {mix}");
         assert_eq!(lat.iter().map(|l| l.u64("n")).sum::<u64>(), 4000);
     }
+    // Inserts made up to their bound end the run there, every one read back; paced at 500
+    // operations a second, two seconds hold about 1000.
+    let out = run(
+        hv,
+        "48M",
+        "1",
+        &disks,
+        "kv",
+        "records=2000 secs=30 mix=insert inserts=3000",
+    );
+    done_ok(&out, "kv");
+    let stdout = common::stdout(&out);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("kv: inserts_exhausted ")),
+        "{stdout}"
+    );
+    let l = result(&out, "kv", "run");
+    assert_eq!((l.u64("inserts"), l.u64("missing")), (3000, 0), "{l}");
+    let out = run(
+        hv,
+        "48M",
+        "1",
+        &disks,
+        "kv",
+        "records=2000 secs=2 mix=update target_ops_s=500",
+    );
+    done_ok(&out, "kv");
+    let l = result(&out, "kv", "run");
+    assert!((900..=1001).contains(&l.u64("updates")), "{l}");
+    assert_eq!(l.u64("ops"), l.u64("updates"), "{l}");
     // A hog beside the store: its start is marked, every second has its line, and the hog's
     // writes check out.
     let out = run(

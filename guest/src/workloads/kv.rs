@@ -7,10 +7,20 @@
 //! Load phase: insert `records` keys. Run phase: `ops` operations of workload
 //! `mix` (YCSB: a = 50 % read / 50 % update, b = 95/5, c = 100 % read,
 //! d = 95 % read latest / 5 % insert, e = 95 % scan of 1..100 records / 5 %
-//! insert, f = 50 % read / 50 % read-modify-write) with zipfian keys
-//! (`theta`/100, default 0.99, scrambled as YCSB does), or for `secs` seconds
-//! if given. Ops per second are printed every second (`kv: t=Ns ops_s=N`, one
-//! line per second of the run phase, 0 for a second in which nothing finished).
+//! insert, f = 50 % read / 50 % read-modify-write; and the single-operation
+//! workloads MemFlex §4.1 runs: `insert`, `update`, `scan`, all of one type)
+//! with zipfian keys (`theta`/100, default 0.99, scrambled as YCSB does), or
+//! for `secs` seconds if given. Ops per second are printed every second
+//! (`kv: t=Ns ops_s=N`, one line per second of the run phase, 0 for a second in
+//! which nothing finished).
+//!
+//! Inserts add new keys after the loaded ones, at most `inserts` of them
+//! (default `ops`; the table is sized for them). A run that has made them all
+//! and draws another insert ends there (`kv: inserts_exhausted t_ms=..`). At
+//! the end every inserted key is read back and checked. `target_ops_s=N` paces
+//! the operations at N a second at most, as YCSB's `-target` does (a client
+//! that asks no faster); an insert run needs it for its table to stay bounded
+//! over a run of `secs` seconds. 0 (the default) does not pace.
 //!
 //! Latency (MemFlex Fig. 6): every operation of the run phase is timed with the
 //! TSC and counted in a fixed-size log-linear histogram of its type (read,
@@ -32,7 +42,7 @@
 //! `kv: hog_allocated t_ms=.. ms=..` mark its start on the run phase's clock.
 //!
 //! Keys: `records=50000 ops=200000 mix=a theta=99 secs=0 hog_mb=0 hog_at=10
-//! hog_rate_mb_s=64`.
+//! hog_rate_mb_s=64 inserts=<ops> target_ops_s=0`.
 
 use core::fmt;
 
@@ -56,6 +66,8 @@ const KEYS: &[&str] = &[
     "hog_mb",
     "hog_at",
     "hog_rate_mb_s",
+    "inserts",
+    "target_ops_s",
 ];
 const RECORD_WORDS: usize = 128;
 const PER_PAGE: u64 = 4;
@@ -350,9 +362,10 @@ pub fn run(cfg: &Config) -> ExitCode {
             cfg.num("hog_mb", 0, 0, memvisor_guest_mm::TASK_PAGES / 256)?,
             cfg.num("hog_at", 10, 0, 86400)?,
             cfg.num("hog_rate_mb_s", 64, 1, 1 << 20)?,
+            cfg.num("target_ops_s", 0, 0, 1 << 40)?,
         ))
     })();
-    let (records, ops, theta, secs, hog_mb, hog_at, hog_rate) = match args {
+    let (records, ops, theta, secs, hog_mb, hog_at, hog_rate, target) = match args {
         Ok(a) => a,
         Err(e) => return common::bad_arg(NAME, e),
     };
@@ -365,18 +378,27 @@ pub fn run(cfg: &Config) -> ExitCode {
         "d" => (95, 0, 5, 0, 0),
         "e" => (0, 0, 5, 95, 0),
         "f" => (50, 0, 0, 0, 50),
+        "insert" => (0, 0, 100, 0, 0),
+        "update" => (0, 100, 0, 0, 0),
+        "scan" => (0, 0, 0, 100, 0),
         _ => {
             return common::fail(
                 NAME,
-                format_args!("bad argument mix={mix}: expected a, b, c, d, e or f"),
+                format_args!(
+                    "bad argument mix={mix}: expected a, b, c, d, e, f, insert, update or scan"
+                ),
             );
         }
+    };
+    let max_inserts = match cfg.num("inserts", ops, 1, 1 << 30) {
+        Ok(n) if insert > 0 => n,
+        Ok(_) => 0,
+        Err(e) => return common::bad_arg(NAME, e),
     };
     let task = match mm::task_create() {
         Ok(t) => t,
         Err(e) => return io_fail(NAME, e),
     };
-    let max_inserts = if insert > 0 { ops } else { 0 };
     let mut store = Store {
         task,
         slots: 2 * (records + max_inserts),
@@ -447,6 +469,11 @@ pub fn run(cfg: &Config) -> ExitCode {
         {
             return io_fail(NAME, e);
         }
+        // Paced: no operation before its turn (the hog's writes go on meanwhile).
+        if target > 0 && done * 1_000_000 > el * target {
+            core::hint::spin_loop();
+            continue;
+        }
         let op_t0 = rdtsc();
         let r = rng.below(100);
         // Scrambled zipfian: popular ranks are spread over the key space.
@@ -465,7 +492,11 @@ pub fn run(cfg: &Config) -> ExitCode {
             op = UPDATE;
             n_update += 1;
             store.put(pick(&mut rng, records))
-        } else if r < read + update + insert && count < records + max_inserts {
+        } else if r < read + update + insert {
+            if count == records + max_inserts {
+                println!("kv: inserts_exhausted t_ms={}", el / 1000);
+                break;
+            }
             op = INSERT;
             n_insert += 1;
             count += 1;
@@ -490,6 +521,13 @@ pub fn run(cfg: &Config) -> ExitCode {
     }
     lat_sec.merge_into(&mut lat_total);
     let us = us_since(t1).max(1);
+    // Every inserted key back, checked (the loaded ones are checked by the reads that find them).
+    for k in records..count {
+        match store.get(k) {
+            Ok(found) => missing += u64::from(!found),
+            Err(e) => return io_fail(NAME, e),
+        }
+    }
     mm::task_exit(task);
     let (hog_touches, hog_sweeps, hog_skipped, hog_errors) = match &hog {
         Some(h) => {
