@@ -1,4 +1,4 @@
-//! `memvisor bench seqread`: VSwapper §3.1, Fig. 9a and 9d: the guest believes it has 512 MB, has 100 MB,
+//! `memvisor bench seqread`: VSwapper §3.1, Fig. 9a–9d: the guest believes it has 512 MB, has 100 MB,
 //! and reads a 200 MB file sequentially 8 times.
 
 use super::experiment::{phases, DataDisk, Experiment, Measure, Step, LIMITED};
@@ -14,7 +14,7 @@ pub fn experiment(scale: Scale) -> Experiment {
     };
     Experiment {
         name: "seqread",
-        about: "VSwapper §3.1 / Fig. 9a, 9d: sequential reads of a file larger than the memory the host gives the guest",
+        about: "VSwapper §3.1 / Fig. 9a–9d: sequential reads of a file larger than the memory the host gives the guest",
         mem: mem << 20,
         limit: Some(limit << 20),
         steps: vec![Step {
