@@ -15,7 +15,6 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "alloc" => alloc::experiment(scale),
         "overhead" => overhead::experiment(scale),
         "workingset" => workingset::experiment(scale),
-        "recovery" => recovery::experiment(scale),
         "doublepaging" => doublepaging::experiment(scale),
         "compress" => compress::experiment(scale),
         "compile" => compile::experiment(scale),
@@ -23,6 +22,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "patterns" => patterns::experiment(scale),
         "ballooned" => ballooned::experiment(scale),
         "tracked" => tracked::experiment(scale),
-        _ => return None,
+        // `recovery` and its other YCSB mixes.
+        _ => recovery::experiment(scale, recovery::mix_of(name)?),
     })
 }

@@ -1,8 +1,10 @@
-//! The outputs of `memvisor bench recovery` (MemFlex §4.1, Fig. 5(c)): the `kv` workload's
-//! throughput second by second while a memory hog in the same VM pushes it past its limit and
-//! after the harness gives the memory back, as `results.csv` (one row per run and second, with
-//! that second's 99th percentile read latency as the guest timed it),
-//! `report.md` (throughput before the hog, the dip, the recovery time) and `recovery.svg`/`.png`.
+//! The outputs of `memvisor bench recovery` (MemFlex §4.1, Fig. 5(c)) and of its other mixes
+//! (`recovery-insert`, `-update`, `-scan`): the `kv` workload's throughput second by second
+//! while a memory hog in the same VM pushes it past its limit and after the harness gives the
+//! memory back, as `results.csv` (one row per run and second, with that second's 99th
+//! percentile latency of the mix's operations as the guest timed it), `report.md` (throughput
+//! before the hog, the dip, the recovery time) and the figure (throughput, and the latency as
+//! MemFlex Fig. 6 draws it).
 //!
 //! Clocks: the guest prints `kv: t=Ns ops_s=N` at the end of each second of its run phase,
 //! which starts right after its `RESULT ... phase=load` line. The harness starts its own clock
@@ -15,6 +17,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, Trace, RECOVERED};
+use super::{mix_of, Mix, MIXES};
 use crate::families::phases::configs::{Config, Hv};
 use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
@@ -64,8 +67,14 @@ impl Run<'_> {
     }
 }
 
+/// The mix `exp` runs.
+fn mix(exp: &Experiment) -> &'static Mix {
+    mix_of(exp.name).unwrap_or(&MIXES[0])
+}
+
 /// Reads every run's console.
 pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<'a>> {
+    let op = mix(exp).op;
     let console = |rec: &Record| {
         let prefix = log_prefix(out, rec.config.name, exp.steps[rec.step].workload, rec.rep);
         let path = prefix.with_extension("console");
@@ -73,13 +82,13 @@ pub fn load<'a>(out: &Path, exp: &Experiment, records: &'a [Record]) -> Vec<Run<
     };
     let run = |rec| Run {
         rec,
-        trace: parse_console(&console(rec)),
+        trace: parse_console(&console(rec), op),
     };
     records.iter().map(run).collect()
 }
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,ops_s,period,before_hog_ops_s,hog_start_s,release_s,resident_bytes,swapped_bytes,pool_used_bytes,pool_spilled_pages,pool_overflowed_pages,proactive_pool_pages,proactive_disk_pages,faults_swap,read_p99_us,reason";
+pub const CSV_HEADER: &str = "experiment,config,rep,status,t_s,ops_s,period,before_hog_ops_s,hog_start_s,release_s,resident_bytes,swapped_bytes,pool_used_bytes,pool_spilled_pages,pool_overflowed_pages,proactive_pool_pages,proactive_disk_pages,faults_swap,p99_us,reason";
 
 /// The last answer asked for at or before `t` seconds.
 fn stats_at<'a>(st: &[(f64, &'a VmStats)], t: f64) -> Option<&'a VmStats> {
@@ -133,23 +142,28 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
                 opt(pool.map(|p| p.proactive_pool_pages)),
                 opt(pool.map(|p| p.proactive_disk_pages)),
                 opt(s.map(|p| p.counters.faults_swap)),
-                opt(run.trace.read_p99_us.iter().find(|x| x.0 == n).map(|x| x.1)),
+                opt(run.trace.p99_us.iter().find(|x| x.0 == n).map(|x| x.1)),
             ]));
         }
     }
     t.csv()
 }
 
-/// Which of the paper's cases a configuration stands for.
-fn paper_case(c: &Config) -> &'static str {
-    match (c.hv, c.balloon, c.mechanisms) {
-        (Hv::Memvisor, _, m) if m.contains(&"proactive") => "MemFlex: about 5 s",
-        (Hv::Memvisor, _, m) if m.contains(&"--pool") => {
+/// Which of the paper's cases a configuration stands for, with what the paper says of its
+/// recovery: in numbers under Read (Fig. 5(c)), in words under the other workloads.
+fn paper_case(c: &Config, read: bool) -> &'static str {
+    match (c.hv, c.balloon, c.mechanisms, read) {
+        (Hv::Memvisor, _, m, true) if m.contains(&"proactive") => "MemFlex: about 5 s",
+        (Hv::Memvisor, _, m, false) if m.contains(&"proactive") => "MemFlex: significantly faster",
+        (Hv::Memvisor, _, m, _) if m.contains(&"--pool") => {
             "(no case: MemFlex without proactive swap-in)"
         }
-        (Hv::Memvisor, _, _) => "HDD: longer than 80 s",
-        (Hv::Qemu, true, _) => "HDD (balloon, guest swap disk): longer than 80 s",
-        (Hv::Qemu, false, _) => "HDD (host swap): longer than 80 s",
+        (Hv::Memvisor, _, _, true) => "HDD: longer than 80 s",
+        (Hv::Qemu, true, _, true) => "HDD (balloon, guest swap disk): longer than 80 s",
+        (Hv::Qemu, false, _, true) => "HDD (host swap): longer than 80 s",
+        (Hv::Memvisor, _, _, false) => "HDD: very slowly",
+        (Hv::Qemu, true, _, false) => "HDD (balloon, guest swap disk): very slowly",
+        (Hv::Qemu, false, _, false) => "HDD (host swap): very slowly",
     }
 }
 
@@ -231,13 +245,14 @@ pub fn markdown(meta: &Meta<'_>, given_back: &GiveBack, runs: &[Run<'_>]) -> Str
     let _ = writeln!(s, "{}.\n", exp.about);
     let step = &exp.steps[0];
     let (mem, limit, reps) = (exp.mem >> 20, exp.limit.unwrap_or(exp.mem) >> 20, meta.reps);
-    let (workload, cmdline) = (step.workload, &step.cmdline);
+    let (workload, cmdline, what) = (step.workload, &step.cmdline, mix(exp).what);
     let swap = step.guest_swap_mb.unwrap_or(0);
     let after = given_back.after_phase;
     let (hog, at) = (given_back.hog_at.as_secs(), given_back.at.as_secs());
-    let _ = writeln!(s, "Guest RAM {mem} MiB, limit {limit} MiB from the start; `{workload} {cmdline}` (YCSB Read: 100 % reads of zipfian keys). The run phase's clock starts at the guest's `phase={after}` line; the hog starts at {hog} s on it, the harness gives the memory back at {at} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {swap} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {reps} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n");
+    let _ = writeln!(s, "Guest RAM {mem} MiB, limit {limit} MiB from the start; `{workload} {cmdline}` ({what}). The run phase's clock starts at the guest's `phase={after}` line; the hog starts at {hog} s on it, the harness gives the memory back at {at} s (memvisor: `PUT /memory` to the guest's size; QEMU: the cgroup's limit raised by guest RAM minus the limit, and the balloon deflated). The guest has a {swap} MiB swap disk (`id=swap`), which only a guest whose balloon is inflated uses. {reps} repetition(s), interleaved. The machine is shared with other builds (2 cores): single seconds are noisy.\n");
     let groups = by_config(meta.configs, given_back, runs);
     recovery_table(&mut s, meta, &groups);
+    latency_table(&mut s, mix(exp).op, &groups);
     goal_section(&mut s, &groups);
     pager_section(&mut s, runs);
     runs_table(&mut s, runs);
@@ -253,7 +268,9 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &[Group<'_>]) {
         "## Recovery\n\nBefore the hog: mean ops/s of the seconds before it started. Dip: the lowest second and the mean from the hog's start to the release. Recovery: from the release to the end of the first second at ≥ {:.0} % of the throughput before the hog (per run; one-second resolution; \"> N\": not within the N seconds the run went on). Settled: the same against the mean of the run's last 10 s, the level it settles at with the hog still running. Median over the runs that completed.\n",
         RECOVERED * 100.0
     );
-    let head = format!("configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper (Fig. 5(c))", meta.reference);
+    let read = mix(meta.experiment).op == "read";
+    let figure = if read { "Fig. 5(c)" } else { "Fig. 5" };
+    let head = format!("configuration | runs ok | before the hog ops/s | dip: lowest second | dip: mean | at the release | recovery s (each run) | recovery s (median) | ×{} | settled s (median) | paper ({figure})", meta.reference);
     let mut t = Table::new(head.split(" | "));
     let reference = groups
         .iter()
@@ -298,11 +315,43 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &[Group<'_>]) {
             show(median_recovery(
                 &ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>(),
             )),
-            paper_case(c).to_owned(),
+            paper_case(c, read).to_owned(),
         ]);
     }
     s.push_str(&t.markdown());
-    s.push_str("\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in about 5 s with MemFlex, more than 80 s with a ramdisk, longer than ramdisk with an HDD.\n\n");
+    s.push_str(if read {
+        "\nThe paper (Fig. 5(c), Redis under YCSB Read, a memory-intensive program starting in the same VM at 10 s): throughput drops from 17,813 to 7,049 ops/s; back to full throughput in about 5 s with MemFlex, more than 80 s with a ramdisk, longer than ramdisk with an HDD.\n\n"
+    } else {
+        "\nThe paper (Fig. 5, Redis under YCSB Insert, Update and Scan, a memory-intensive program starting in the same VM at 10 s): every workload's throughput drops at about the 10th second; with an HDD or a ramdisk it recovers very slowly, with MemFlex significantly faster (its numbers are only in the figure). Fig. 6: the latency rises at the same time and recovers in a few seconds with MemFlex.\n\n"
+    });
+}
+
+/// The latency of the mix's operations through the run (MemFlex Fig. 6): each second's p99
+/// before the hog, its worst second under the hog, the first whole second after the release
+/// and the last 10 seconds, medians over the runs that completed.
+fn latency_table(s: &mut String, op: &str, groups: &[Group<'_>]) {
+    let _ = writeln!(
+        s,
+        "## Latency (Fig. 6)\n\nThe 99th percentile latency of the {op}s that finished in each second, as the guest timed them (µs): the median of the seconds before the hog, the worst second from the hog's start to the release, the first whole second after the release, and the median of the last 10 seconds. Median over the runs that completed.\n"
+    );
+    let mut t = Table::new(
+        "configuration | before the hog | worst second under the hog | first second after the release | last 10 s"
+            .split(" | "),
+    );
+    for (c, ms) in groups {
+        let med = |f: fn(&Measures) -> Option<f64>| {
+            or_dash(median(completed(ms).filter_map(f).collect()), 1)
+        };
+        t.row(vec![
+            c.name.to_owned(),
+            med(|m| m.p99_before),
+            med(|m| m.p99_worst),
+            med(|m| m.p99_after),
+            med(|m| m.p99_last10),
+        ]);
+    }
+    s.push_str(&t.markdown());
+    s.push('\n');
 }
 
 /// Whether the goal was met: the pool with proactive swap-in recovers at least 10× sooner than
@@ -424,8 +473,10 @@ fn pager_section(s: &mut String, runs: &[Run<'_>]) {
     let _ = writeln!(s, "{}", t.markdown());
 }
 
-/// `recovery.svg` and `.png`: ops/s over the run phase's clock, one line per run (the first
-/// repetition thick), the hog's start and the release marked; the same on a log scale below.
+/// The figure (`<experiment>.svg` and `.png`): ops/s over the run phase's clock, one line per
+/// run (the first repetition thick), the hog's start and the release marked; the same on a log
+/// scale below; and below that each second's p99 latency of the mix's operations (MemFlex
+/// Fig. 6), on a log scale.
 pub fn plot(
     path: &Path,
     exp: &Experiment,
@@ -436,7 +487,7 @@ pub fn plot(
     if runs.iter().all(|r| r.trace.seconds.is_empty()) {
         return Err("no run printed its throughput".into());
     }
-    let line = |run: &Run<'_>| {
+    let line = |run: &Run<'_>, pts: Vec<(f64, f64)>| {
         let (c, rep, status) = (run.rec.config.name, run.rec.rep, run.rec.result.status);
         let ci = configs.iter().position(|x| x.name == c).unwrap_or(0);
         let status = if run.ok() {
@@ -444,16 +495,36 @@ pub fn plot(
         } else {
             format!(", {}", status.as_str())
         };
-        // Each second's throughput at the second's middle.
-        let mid = |&(n, ops): &(u32, u64)| (f64::from(n) - 0.5, ops as f64);
-        let pts = run.trace.seconds.iter().map(mid).collect();
         let (name, width) = (
             format!("{c} rep {rep}{status}"),
             if rep == 1 { 2 } else { 1 },
         );
         Line::new(name, color(ci), width, pts)
     };
-    let lines: Vec<Line> = runs.iter().map(line).collect();
+    // Each second's value at the second's middle.
+    let mid = |n: u32, v: f64| (f64::from(n) - 0.5, v);
+    let lines: Vec<Line> = runs
+        .iter()
+        .map(|r| {
+            line(
+                r,
+                r.trace
+                    .seconds
+                    .iter()
+                    .map(|&(n, ops)| mid(n, ops as f64))
+                    .collect(),
+            )
+        })
+        .collect();
+    let latency: Vec<Line> = runs
+        .iter()
+        .map(|r| {
+            line(
+                r,
+                r.trace.p99_us.iter().map(|&(n, us)| mid(n, us)).collect(),
+            )
+        })
+        .collect();
     let mean_or = |v: Vec<f64>, dflt: f64| numbers::mean(&v).unwrap_or(dflt);
     let hog = runs
         .iter()
@@ -476,19 +547,40 @@ pub fn plot(
         exp.limit.unwrap_or(exp.mem) >> 20
     );
     let x = Axis::linear(0.0, xmax);
-    let panel = |title: String, y: Axis| Panel {
-        lines: lines.clone(),
+    let panel = |title: String, lines: &[Line], y_desc: &str, y: Axis| Panel {
+        lines: lines.to_vec(),
         marks: vec![
             (hog, "hog starts".into()),
             (rel, "memory given back".into()),
         ],
         legend: Legend::Margin(300),
         y_decimals: Some(0),
-        ..Panel::new(title, "seconds of the run phase", "ops/s", x, y)
+        ..Panel::new(title, "seconds of the run phase", y_desc, x, y)
     };
-    let linear = panel(title.clone(), Axis::linear(0.0, ymax));
-    let log = panel(format!("{title}, log scale"), Axis::log(floor, ymax));
-    Figure::column((1300, 1100), vec![linear, log]).write(path)
+    let linear = panel(title.clone(), &lines, "ops/s", Axis::linear(0.0, ymax));
+    let log = panel(
+        format!("{title}, log scale"),
+        &lines,
+        "ops/s",
+        Axis::log(floor, ymax),
+    );
+    let mut panels = vec![linear, log];
+    let lat_max = ys(&latency).fold(0.0f64, f64::max);
+    if lat_max > 0.0 {
+        let lat_min = ys(&latency).filter(|&y| y > 0.0).fold(lat_max, f64::min);
+        let op = mix(exp).op;
+        let title = format!(
+            "{}: p99 latency of the {op}s finished in each second (log scale)",
+            exp.name
+        );
+        let y = Axis::log(lat_min / 1.5, lat_max * 1.5);
+        panels.push(Panel {
+            y_decimals: Some(1),
+            ..panel(title, &latency, "µs", y)
+        });
+    }
+    let height = 550 * u32::try_from(panels.len()).unwrap_or(2);
+    Figure::column((1300, height), panels).write(path)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! A recovery run's throughput trace (the guest's `kv: t=Ns ops_s=N` lines, with their reads'
-//! 99th percentile latency, and its hog's start) and what it measures.
+//! A recovery run's throughput trace (the guest's `kv: t=Ns ops_s=N` lines, with the 99th
+//! percentile latency of the mix's operations, and its hog's start) and what it measures.
 //!
 //! Measures, per run:
 //! - **before the hog**: the mean of the seconds that ended before the hog started;
@@ -21,19 +21,21 @@ pub const RECOVERED: f64 = 0.9;
 pub struct Trace {
     /// `(N, ops)`: the operations finished in second N of the run phase (from N-1 to N s).
     pub seconds: Vec<(u32, u64)>,
-    /// `(N, µs)`: the 99th percentile latency of the reads that finished in second N (the
-    /// guest's `read_p99_us=`, MemFlex Fig. 6), for the seconds whose line gives it.
-    pub read_p99_us: Vec<(u32, f64)>,
+    /// `(N, µs)`: the 99th percentile latency of the operations of the traced type that
+    /// finished in second N (the guest's `OP_p99_us=`, MemFlex Fig. 6), for the seconds whose
+    /// line gives it.
+    pub p99_us: Vec<(u32, f64)>,
     /// When the hog started (ms on the run phase's clock).
     pub hog_start_ms: Option<u64>,
     /// How long its allocation took (the store waits meanwhile).
     pub hog_alloc_ms: Option<u64>,
 }
 
-/// Reads `kv`'s per-second lines and its hog lines from a console; other lines, and lines
-/// that do not parse, are skipped.
-pub fn parse_console(text: &str) -> Trace {
+/// Reads `kv`'s per-second lines (with the p99 latency of operation type `op`) and its hog
+/// lines from a console; other lines, and lines that do not parse, are skipped.
+pub fn parse_console(text: &str, op: &str) -> Trace {
     let mut t = Trace::default();
+    let p99 = format!("{op}_p99_us");
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("kv: ") else {
             continue;
@@ -47,8 +49,8 @@ pub fn parse_console(text: &str) -> Trace {
             value(rest, "ops_s"),
         ) {
             t.seconds.push((n, ops));
-            if let Some(p) = word(rest, "read_p99_us").and_then(|v| v.parse().ok()) {
-                t.read_p99_us.push((n, p));
+            if let Some(p) = word(rest, &p99).and_then(|v| v.parse().ok()) {
+                t.p99_us.push((n, p));
             }
         }
     }
@@ -99,6 +101,14 @@ pub struct Measures {
     /// run settles at, the hog still running (the level before the hog, without it, can be
     /// higher than any second after).
     pub settled: Option<Recovery>,
+    /// The p99 latency (µs) of the seconds before the hog: their median (MemFlex Fig. 6).
+    pub p99_before: Option<f64>,
+    /// The worst second's p99 from the hog's start to the release.
+    pub p99_worst: Option<f64>,
+    /// The p99 of the first whole second after the release.
+    pub p99_after: Option<f64>,
+    /// The median p99 of the last 10 seconds of the run.
+    pub p99_last10: Option<f64>,
 }
 
 /// The mean of whole numbers (`None` when there are none).
@@ -138,6 +148,15 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
     };
     let skip = secs.len().saturating_sub(10);
     let last10 = mean_of(secs[skip..].iter().map(|x| x.1));
+    let lat = &trace.p99_us;
+    let lat_in = |f: &dyn Fn(f64) -> bool| -> Vec<f64> {
+        lat.iter()
+            .filter(|&&(n, _)| f(end(n)))
+            .map(|x| x.1)
+            .collect()
+    };
+    let worst = lat_in(&|e| e > hog_s && e - 1.0 < until);
+    let lat_skip = lat.len().saturating_sub(10);
     Measures {
         before,
         dip_min: dip().min(),
@@ -146,6 +165,11 @@ pub fn measure(trace: &Trace, hog_s: f64, release_s: Option<f64>) -> Measures {
         recovery: back_to(before),
         last10,
         settled: back_to(last10),
+        p99_before: numbers::median(lat_in(&|e| e <= hog_s)),
+        p99_worst: worst.into_iter().reduce(f64::max),
+        p99_after: release_s
+            .and_then(|r| lat.iter().find(|&&(n, _)| end(n) - 1.0 >= r).map(|x| x.1)),
+        p99_last10: numbers::median(lat[lat_skip..].iter().map(|x| x.1).collect()),
     }
 }
 
@@ -195,20 +219,23 @@ mod tests {
 
     #[test]
     fn the_console_gives_seconds_and_the_hog() {
-        let t = parse_console(CONSOLE);
+        let t = parse_console(CONSOLE, "read");
         let ops: Vec<u64> = t.seconds.iter().map(|s| s.1).collect();
         let seconds: Vec<u32> = t.seconds.iter().map(|s| s.0).collect();
         assert_eq!(seconds, (1..=7).collect::<Vec<_>>());
         assert_eq!(ops, [1000, 1100, 100, 50, 600, 960, 1050]);
-        assert_eq!(t.read_p99_us, vec![(1, 3.5)]);
+        assert_eq!(t.p99_us, vec![(1, 3.5)]);
         assert_eq!((t.hog_start_ms, t.hog_alloc_ms), (Some(2000), Some(400)));
-        assert_eq!(parse_console(""), Trace::default());
-        assert_eq!(parse_console("kv: hog_start t_ms=abc").hog_start_ms, None);
+        assert_eq!(parse_console("", "read"), Trace::default());
+        assert_eq!(
+            parse_console("kv: hog_start t_ms=abc", "read").hog_start_ms,
+            None
+        );
     }
 
     #[test]
     fn recovery_is_the_first_second_back_at_ninety_percent() {
-        let t = parse_console(CONSOLE);
+        let t = parse_console(CONSOLE, "read");
         // GivenBack 4.2 s in: before = 1050, 90 % = 945; second 6 (5–6 s) has 960.
         let m = measure(&t, 2.0, Some(4.2));
         assert_eq!(m.before, Some(1050.0));
