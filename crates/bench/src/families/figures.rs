@@ -299,7 +299,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         family: Family::Swapin,
         paper: "MemFlex §4.2",
         figures: &["Table 1", "Fig. 7a", "Fig. 7b"],
-        scope: "Table 1's totals; of Fig. 7b the all-disk end",
+        scope: "Table 1's totals; Fig. 7b at 0, 25, 50, 75 and 100 % on disk",
         peer: "memvisor's fault modes, and the paper",
         section: "#swapin-memflex-table-1-fig-7a-bringing-memory-back",
         quick: "--sizes 128M --reps 1 --configs pool-proactive,disk-proactive,pool-faults",

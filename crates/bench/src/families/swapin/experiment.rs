@@ -25,40 +25,73 @@ pub const DEFAULT_SIZES: [u64; 4] = [256 << 20, 512 << 20, 1 << 30, 2 << 30];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mode {
     pub name: &'static str,
-    /// A pool large enough for everything (`--pool` = guest RAM, never spilling).
-    pub pool: bool,
+    /// The share of the swapped memory the pool holds, in per cent: 100, a pool as large as
+    /// guest RAM (never spilling); 0, no pool; in between, a pool of that share of what is
+    /// swapped (the size less the limit), the rest going past it to the swap file (MemFlex
+    /// Fig. 7b's mix of shared memory and disk).
+    pub pool_pct: u64,
     /// `--swap-in proactive` (otherwise `faults`).
     pub proactive: bool,
     pub about: &'static str,
 }
 
 /// The modes, in the order of the report.
-pub const MODES: [Mode; 4] = [
+pub const MODES: [Mode; 7] = [
     Mode {
         name: "pool-proactive",
-        pool: true,
+        pool_pct: 100,
         proactive: true,
         about: "pool as large as guest RAM (`--pool-spill-at 1`: nothing spills), `--swap-in proactive`: the pager copies the pages back when the limit goes (MemFlex w/ opt)",
     },
     Mode {
+        name: "disk25-proactive",
+        pool_pct: 75,
+        proactive: true,
+        about: "a pool of 75 % of what is swapped, the rest past it in the swap file (25 % on disk), `--swap-in proactive` (MemFlex Fig. 7b)",
+    },
+    Mode {
+        name: "disk50-proactive",
+        pool_pct: 50,
+        proactive: true,
+        about: "the same with half of it on disk (Fig. 7b)",
+    },
+    Mode {
+        name: "disk75-proactive",
+        pool_pct: 25,
+        proactive: true,
+        about: "the same with three quarters on disk (Fig. 7b)",
+    },
+    Mode {
         name: "pool-faults",
-        pool: true,
+        pool_pct: 100,
         proactive: false,
         about: "the same pool, `--swap-in faults`: the guest's touches fault the pages back (MemFlex w/o opt)",
     },
     Mode {
         name: "disk-proactive",
-        pool: false,
+        pool_pct: 0,
         proactive: true,
         about: "no pool: pages in the swap file (`O_DIRECT`), `--swap-in proactive`",
     },
     Mode {
         name: "disk-faults",
-        pool: false,
+        pool_pct: 0,
         proactive: false,
         about: "no pool, `--swap-in faults`: every page comes back on a fault, with the pager's prefetch (the baseline, MemFlex's HDD)",
     },
 ];
+
+impl Mode {
+    /// Its `--pool` size in bytes for a run of `size` on a guest of `mem` bytes (`None`: no
+    /// pool): the share of what the limit pushes out, in whole MiB.
+    pub fn pool_bytes(&self, size: u64, mem: u64) -> Option<u64> {
+        match self.pool_pct {
+            0 => None,
+            100.. => Some(mem),
+            pct => Some((size.saturating_sub(LIMIT) * pct / 100) >> 20 << 20),
+        }
+    }
+}
 
 /// The mode called `name`.
 #[cfg(test)]

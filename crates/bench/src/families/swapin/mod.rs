@@ -1,5 +1,5 @@
-//! `memvisor bench swapin` (MemFlex Table 1's totals, Fig. 7a): the time to bring swapped memory back,
-//! from the pool or the swap file, proactively or by faults. The sizes and modes are in
+//! `memvisor bench swapin` (MemFlex Table 1's totals, Figs. 7a and 7b): the time to bring swapped
+//! memory back, from the pool, the swap file or both, proactively or by faults. The sizes and modes are in
 //! `experiment`, a run in `run`, the outputs in `report`.
 
 pub mod experiment;

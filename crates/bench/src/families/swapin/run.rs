@@ -138,7 +138,9 @@ fn poll_until(
 
 fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> {
     let name = format!("{}-{}M", mode.name, size >> 20);
-    let mem = (size + HEADROOM).to_string();
+    let mem_bytes = size + HEADROOM;
+    let mem = mem_bytes.to_string();
+    let pool = mode.pool_bytes(size, mem_bytes).map(|b| b.to_string());
     let swap_in = if mode.proactive {
         "proactive"
     } else {
@@ -151,8 +153,8 @@ fn start(bench: &Bench, mode: &Mode, size: u64, rep: u32) -> Result<Vm, String> 
             .args(["--swap-in", swap_in, "--sample-pages", "0"])
             .args(["--workload", "toucher"])
             .args(["--cmdline", &format!("schedule={}", schedule(size))]);
-        if mode.pool {
-            cmd.args(["--pool", &mem, "--pool-spill-at", "1"]);
+        if let Some(pool) = &pool {
+            cmd.args(["--pool", pool, "--pool-spill-at", "1"]);
         }
     })
 }
@@ -285,8 +287,19 @@ mod tests {
             .contains("whole MiB"));
         assert_eq!(schedule(256 << 20), "256:4,1:1,256:3600");
         assert_eq!(schedule(2 << 30), "2048:11,1:1,2048:3600");
-        let disk_faults = mode("disk-faults").map(|m| (m.pool, m.proactive));
-        assert_eq!(disk_faults, Some((false, false)));
+        let disk_faults = mode("disk-faults").map(|m| (m.pool_pct, m.proactive));
+        assert_eq!(disk_faults, Some((0, false)));
+        let half = mode("disk50-proactive").unwrap();
+        // Half of what a 1 GiB run swaps (1 GiB less the 64 MiB limit), in whole MiB.
+        assert_eq!(half.pool_bytes(1 << 30, 2 << 30), Some(480 << 20));
+        assert_eq!(
+            mode("pool-faults").unwrap().pool_bytes(1 << 30, 2 << 30),
+            Some(2 << 30)
+        );
+        assert_eq!(
+            mode("disk-proactive").unwrap().pool_bytes(1 << 30, 2 << 30),
+            None
+        );
         assert!(mode("pool").is_none());
         let sweep = parse_result("RESULT workload=toucher phase=sweep3 ws_mb=64 ms=812.5");
         assert_eq!(sweep, Some(("sweep3".into(), Some(812.5), None)));
