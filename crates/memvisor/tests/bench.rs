@@ -646,6 +646,32 @@ fn quick_recovery_end_to_end() {
     assert!(t.out.join("recovery.png").exists());
 }
 
+/// `bench recovery-insert`, `-update` and `-scan` (MemFlex Figs. 5 and 6 under YCSB Insert,
+/// Update and Scan), quick: every run completes with its operations' latency traced second by
+/// second, and the report's latency table and the figure's latency panel are there.
+#[test]
+fn quick_recovery_mixes_end_to_end() {
+    for (name, op) in [
+        ("recovery-insert", "insert"),
+        ("recovery-update", "update"),
+        ("recovery-scan", "scan"),
+    ] {
+        let t = of_set("memflex", name);
+        for c in ["memvisor-pager", "memvisor-pool-proactive"] {
+            let mine: Vec<&Row> = t.rows.iter().filter(|r| r["config"] == c).collect();
+            assert!(mine.len() >= 7, "{name} {c}: {} rows", mine.len());
+            assert!(mine.iter().all(|r| r["status"] == "ok"), "{name} {c}");
+            assert!(mine.iter().any(|r| !r["p99_us"].is_empty()), "{name} {c}");
+            let row = table_row(&t.report, "## Latency (Fig. 6)", c);
+            assert!(row[1].parse::<f64>().is_ok_and(|us| us > 0.0), "{row:?}");
+            let row = table_row(&t.report, "## Recovery", c);
+            assert_eq!(row[1], "1/1", "{row:?}");
+        }
+        let svg = t.read(&format!("{name}.svg"));
+        assert!(svg.contains(&format!("p99 latency of the {op}s")), "{name}");
+    }
+}
+
 /// `bench swapin` (MemFlex Table 1, Fig. 7) at one small size: memory swapped out to the pool
 /// or the swap file comes back proactively or by the guest's faults, and results.csv, the
 /// report and the plot say so, with the pager's own counters agreeing.
@@ -653,7 +679,7 @@ fn quick_recovery_end_to_end() {
 fn quick_swapin_end_to_end() {
     let t = of_set("memflex", "swapin");
     let rows = &t.rows;
-    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows.len(), 4, "{rows:?}");
     let num = |r: &Row, k: &str| -> f64 {
         r[k].parse()
             .unwrap_or_else(|_| panic!("{k}={:?} in {r:?}", r[k]))
@@ -680,11 +706,17 @@ fn quick_swapin_end_to_end() {
             assert!(num(r, "faults_swap") > 0.0, "{r:?}");
             assert!(!r["host_s"].is_empty(), "{r:?}");
         }
-        let pooled = r["mode"].starts_with("pool");
+        let pooled = !r["mode"].starts_with("disk-");
         assert_eq!(num(r, "pool_hit_pages") > 0.0, pooled, "{r:?}");
+        if r["mode"] == "disk50-proactive" {
+            // Half of it from the pool, the rest from the file: some of each.
+            let from_pool = num(r, "pool_hit_pages");
+            assert!(from_pool < num(r, "back_pages") * 0.9, "{r:?}");
+        }
     }
     let report = &t.report;
-    for mode in ["pool-proactive", "disk-proactive", "pool-faults"] {
+    assert!(report.contains("## The pool and the disk mixed (Fig. 7b)"), "{report}");
+    for mode in ["pool-proactive", "disk-proactive", "pool-faults", "disk50-proactive"] {
         assert!(
             report.contains(&format!("| 128 MiB | {mode} | 1/1 |")),
             "{report}"

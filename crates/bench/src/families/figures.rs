@@ -302,7 +302,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "Table 1's totals; Fig. 7b at 0, 25, 50, 75 and 100 % on disk",
         peer: "memvisor's fault modes, and the paper",
         section: "#swapin-memflex-table-1-fig-7a-bringing-memory-back",
-        quick: "--sizes 128M --reps 1 --configs pool-proactive,disk-proactive,pool-faults",
+        quick: "--sizes 128M --reps 1 --configs pool-proactive,disk-proactive,pool-faults,disk50-proactive",
         full: "",
         claims: published::SWAPIN,
     },
