@@ -257,6 +257,36 @@ fn reproduce_tesseract_quick() {
     check_set("tesseract");
 }
 
+/// `bench overcommit` (Tesseract Figs. 12, 14, 16), quick: the doublepaging run at 0 and 20 %
+/// host overcommitment, a row per level with every configuration's longest pause, and at each
+/// level a whole doublepaging report with its double-paging counts.
+#[test]
+fn quick_overcommit_end_to_end() {
+    let (_, out, _) = reproduced("tesseract");
+    let out = out.join("overcommit");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("The `pause_max` phase in ms"), "{report}");
+    for limit in [128, 102] {
+        let row = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {limit} |")))
+            .unwrap_or_else(|| panic!("no row for {limit} MiB: {report}"));
+        let cells: Vec<&str> = row
+            .split('|')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(cells.len(), 3, "{row}");
+        assert!(cells[1..].iter().all(|c| c.parse::<f64>().is_ok()), "{row}");
+        let level = std::fs::read_to_string(out.join(format!("limit-{limit}m/report.md"))).unwrap();
+        assert!(
+            level.contains("### The guest's swap disk and double paging"),
+            "{level}"
+        );
+    }
+    assert!(out.join("overcommit.svg").exists());
+}
+
 #[test]
 fn reproduce_memflex_quick() {
     check_set("memflex");
@@ -715,8 +745,16 @@ fn quick_swapin_end_to_end() {
         }
     }
     let report = &t.report;
-    assert!(report.contains("## The pool and the disk mixed (Fig. 7b)"), "{report}");
-    for mode in ["pool-proactive", "disk-proactive", "pool-faults", "disk50-proactive"] {
+    assert!(
+        report.contains("## The pool and the disk mixed (Fig. 7b)"),
+        "{report}"
+    );
+    for mode in [
+        "pool-proactive",
+        "disk-proactive",
+        "pool-faults",
+        "disk50-proactive",
+    ] {
         assert!(
             report.contains(&format!("| 128 MiB | {mode} | 1/1 |")),
             "{report}"

@@ -247,6 +247,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::DOUBLEPAGING,
     },
     Reproduces {
+        name: "overcommit",
+        family: Family::Phases,
+        paper: "Tesseract §6.2.2",
+        figures: &["Fig. 12", "Fig. 14", "Fig. 16", "Tables 1–2"],
+        scope: "doublepaging's run at host overcommitment 0–20 %, one hog size; the tables' counts per level, not the writes' holes",
+        peer: "QEMU with host swap",
+        section: "#overcommit-tesseract-622-figs-12-14-16-the-same-across-host-overcommitment",
+        quick: "--reps 1 --configs memvisor-pager,memvisor-tesseract",
+        full: "",
+        claims: &[],
+    },
+    Reproduces {
         name: "shares",
         family: Family::Host,
         paper: "ESX §5.1",

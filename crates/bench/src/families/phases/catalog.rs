@@ -16,6 +16,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "overhead" => overhead::experiment(scale),
         "workingset" => workingset::experiment(scale),
         "doublepaging" => doublepaging::experiment(scale),
+        "overcommit" => doublepaging::overcommit(scale),
         "compress" => compress::experiment(scale),
         "compile" => compile::experiment(scale),
         "gcchurn" => gcchurn::experiment(scale),

@@ -3,7 +3,7 @@
 //! (SPECjbb's part) pushes the guest to swap its coldest pages, the hog's, to its own swap disk:
 //! each such write needs pages the host swapped (double paging). Pauses are the collections'.
 
-use super::experiment::{Experiment, Measure, Step};
+use super::experiment::{Experiment, Measure, Step, Sweep};
 use crate::args::Scale;
 
 /// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
@@ -50,5 +50,39 @@ pub fn experiment(scale: Scale) -> Experiment {
         configs: CONFIGS,
         reference: "qemu-hostswap",
         measure: Measure::Phases,
+    }
+}
+
+/// `overcommit`'s configurations: the pager without Tesseract and with it, with each
+/// defragmentation (Tesseract's Figs. 14 and 16 compare them across overcommitment), and the host
+/// kernel's swap under QEMU.
+pub const OVERCOMMIT_CONFIGS: &[&str] = &[
+    "qemu-hostswap",
+    "memvisor-pager",
+    "memvisor-tesseract",
+    "memvisor-tesseract-defrag",
+    "memvisor-tesseract-bsst",
+];
+
+/// `memvisor bench overcommit` at `scale`: `doublepaging`'s run with the host's overcommitment
+/// swept (Tesseract §6.2.2: 0, 5, 10, 15 and 20 %), the share of guest RAM the host does not
+/// give it. The sweep's result is the longest collector pause (Figs. 12 and 16); each level's own
+/// report has the rest (the run's time, the double paging and the reads split, Tables 1 and 2).
+pub fn overcommit(scale: Scale) -> Experiment {
+    let at = experiment(scale);
+    let mem = at.mem >> 20;
+    let pcts: &[u64] = match scale {
+        Scale::Full => &[0, 5, 10, 15, 20],
+        Scale::Quick => &[0, 20],
+    };
+    let limits: Vec<u64> = pcts.iter().map(|p| mem * (100 - p) / 100).collect();
+    Experiment {
+        name: "overcommit",
+        about: "Tesseract §6.2.2 / Figs. 12, 14 and 16, Tables 1 and 2 per level: doublepaging's run at host overcommitment 0, 5, 10, 15 and 20 %, without and with Tesseract and its defragmentations; the longest collector pause against the memory the host gives",
+        limit: None,
+        configs: OVERCOMMIT_CONFIGS,
+        reference: "memvisor-pager",
+        measure: Sweep::in_mib(&limits, "pause_max"),
+        ..at
     }
 }
