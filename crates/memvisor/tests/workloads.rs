@@ -664,17 +664,11 @@ fn gcchurn_and_kv(hv: &str) {
         "heap_mb=16 gen_mb=4 gens=8 live_pct=20",
     );
     let l = done_ok(&out, "gcchurn");
+    let kv = |args: &str| run(hv, "48M", "1", &disks, "kv", args);
     assert_eq!(l.u64("gens"), 8);
     assert_eq!(l.u64("errors"), 0);
     for mix in ["a", "e"] {
-        let out = run(
-            hv,
-            "48M",
-            "1",
-            &disks,
-            "kv",
-            &format!("records=4000 ops=4000 mix={mix}"),
-        );
+        let out = kv(&format!("records=4000 ops=4000 mix={mix}"));
         done_ok(&out, "kv");
         let l = result(&out, "kv", "run");
         assert_eq!(l.u64("ops"), 4000, "{l}");
@@ -696,14 +690,7 @@ fn gcchurn_and_kv(hv: &str) {
     }
     // Inserts made up to their bound end the run there, every one read back; paced at 500
     // operations a second, two seconds hold about 1000.
-    let out = run(
-        hv,
-        "48M",
-        "1",
-        &disks,
-        "kv",
-        "records=2000 secs=30 mix=insert inserts=3000",
-    );
+    let out = kv("records=2000 secs=30 mix=insert inserts=3000");
     done_ok(&out, "kv");
     let stdout = common::stdout(&out);
     assert!(
@@ -714,28 +701,14 @@ fn gcchurn_and_kv(hv: &str) {
     );
     let l = result(&out, "kv", "run");
     assert_eq!((l.u64("inserts"), l.u64("missing")), (3000, 0), "{l}");
-    let out = run(
-        hv,
-        "48M",
-        "1",
-        &disks,
-        "kv",
-        "records=2000 secs=2 mix=update target_ops_s=500",
-    );
+    let out = kv("records=2000 secs=2 mix=update target_ops_s=500");
     done_ok(&out, "kv");
     let l = result(&out, "kv", "run");
     assert!((900..=1001).contains(&l.u64("updates")), "{l}");
     assert_eq!(l.u64("ops"), l.u64("updates"), "{l}");
     // A hog beside the store: its start is marked, every second has its line, and the hog's
     // writes check out.
-    let out = run(
-        hv,
-        "48M",
-        "1",
-        &disks,
-        "kv",
-        "records=4000 secs=3 mix=c hog_mb=8 hog_at=1 hog_rate_mb_s=16",
-    );
+    let out = kv("records=4000 secs=3 mix=c hog_mb=8 hog_at=1 hog_rate_mb_s=16");
     done_ok(&out, "kv");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let start = stdout

@@ -217,17 +217,19 @@ impl FaultHandler {
         let mut pages = core.lock();
         let state = pages.table.state(p);
         let from_swap = !f.protected && matches!(state, PageState::Swapped(_));
-        let stored = !f.protected && matches!(state, PageState::Swapped(_) | PageState::OnDisk(_));
+        let stored = !f.protected && ReadFrom::of(state).is_some();
+        // Asked once: the count below and the Preventer both need it.
+        let vcpu = stored && core.vcpus.is_vcpu(f.tid);
         let r = if f.protected {
             self.write_fault(core, &mut pages, p)
         } else {
             let r;
-            (pages, r) = self.fault(core, pages, preventer, p, f.write, f.tid);
+            (pages, r) = self.fault(core, pages, preventer, p, f, vcpu);
             r
         };
         match r {
             Ok(()) if stored => {
-                let by = if core.vcpus.is_vcpu(f.tid) {
+                let by = if vcpu {
                     &core.counters.stored_faults_guest
                 } else {
                     &core.counters.stored_faults_vmm
@@ -262,18 +264,20 @@ impl FaultHandler {
         core.uffd.wake(core.map.host(p), PAGE_SIZE)
     }
 
-    /// A missing fault from thread `tid`: a vCPU's write to a page whose content is in a store
-    /// goes to the Preventer (the vCPU is stopped and asked what it is writing); everything else
-    /// is resolved here, a load from the swap file or an image without the page lock.
+    /// Missing fault `f` (`vcpu`: its thread is a vCPU and the page is in a store): a vCPU's
+    /// write to a page whose content is in a store goes to the Preventer (the vCPU is stopped
+    /// and asked what it is writing); everything else is resolved here, a load from the swap
+    /// file or an image without the page lock.
     fn fault<'a>(
         &self,
         core: &'a PagerCore,
         mut pages: MutexGuard<'a, Pages>,
         preventer: &Preventer,
         p: PageIdx,
-        write: bool,
-        tid: i32,
+        f: Fault,
+        vcpu: bool,
     ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
+        let write = f.write;
         if let Some(r) = self.install_from_release_cache(core, &mut pages, p, write) {
             return (pages, r);
         }
@@ -282,8 +286,8 @@ impl FaultHandler {
         if let Some(from) = stored {
             if write
                 && mode != Preventing::Off
-                && core.vcpus.is_vcpu(tid)
-                && preventer.stop(core, tid, p, from, mode)
+                && vcpu
+                && preventer.stop(core, f.tid, p, from, mode)
             {
                 return (pages, Ok(()));
             }

@@ -76,6 +76,23 @@ impl Reproduces {
     }
 }
 
+/// `recovery` under another of MemFlex's YCSB workloads (`scope` names it): the same figures,
+/// peer, section and flags for each.
+const fn recovery_mix(name: &'static str, scope: &'static str) -> Reproduces {
+    Reproduces {
+        name,
+        family: Family::Phases,
+        paper: "MemFlex §4.1",
+        figures: &["Fig. 5", "Fig. 6"],
+        scope,
+        peer: "QEMU with a balloon",
+        section: "#recovery-insert-recovery-update-recovery-scan-memflex-41-figs-56-the-other-ycsb-workloads",
+        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
+        full: "",
+        claims: &[],
+    }
+}
+
 /// Every experiment `memvisor bench` runs, in the order its help and docs list them.
 pub const EXPERIMENTS: &[Reproduces] = &[
     Reproduces {
@@ -198,42 +215,9 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         full: "",
         claims: published::RECOVERY,
     },
-    Reproduces {
-        name: "recovery-insert",
-        family: Family::Phases,
-        paper: "MemFlex §4.1",
-        figures: &["Fig. 5", "Fig. 6"],
-        scope: "under YCSB Insert",
-        peer: "QEMU with a balloon",
-        section: "#recovery-insert-recovery-update-recovery-scan-memflex-41-figs-56-the-other-ycsb-workloads",
-        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
-        full: "",
-        claims: &[],
-    },
-    Reproduces {
-        name: "recovery-update",
-        family: Family::Phases,
-        paper: "MemFlex §4.1",
-        figures: &["Fig. 5", "Fig. 6"],
-        scope: "under YCSB Update",
-        peer: "QEMU with a balloon",
-        section: "#recovery-insert-recovery-update-recovery-scan-memflex-41-figs-56-the-other-ycsb-workloads",
-        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
-        full: "",
-        claims: &[],
-    },
-    Reproduces {
-        name: "recovery-scan",
-        family: Family::Phases,
-        paper: "MemFlex §4.1",
-        figures: &["Fig. 5", "Fig. 6"],
-        scope: "under YCSB Scan",
-        peer: "QEMU with a balloon",
-        section: "#recovery-insert-recovery-update-recovery-scan-memflex-41-figs-56-the-other-ycsb-workloads",
-        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
-        full: "",
-        claims: &[],
-    },
+    recovery_mix("recovery-insert", "under YCSB Insert"),
+    recovery_mix("recovery-update", "under YCSB Update"),
+    recovery_mix("recovery-scan", "under YCSB Scan"),
     Reproduces {
         name: "doublepaging",
         family: Family::Phases,

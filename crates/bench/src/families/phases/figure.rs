@@ -8,20 +8,19 @@ use std::path::Path;
 
 use crate::families::phases::configs::Config;
 use crate::families::phases::experiment::Experiment;
-use crate::families::phases::report::{phase_ms, swap_written, values, Record};
+use crate::families::phases::report::{measured, phase_ms, swap_written, Record};
 use crate::families::phases::vm::result::{Phase, RunStatus};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::summary;
 
-/// The median of `f` over each phase of `step` (`NaN`: not measured), one line per
-/// configuration; a configuration
-/// whose runs did not all end well says how many did.
+/// The median of `f` over each phase of `step` (`None`: not measured in that phase), one line
+/// per configuration; a configuration whose runs did not all end well says how many did.
 fn lines(
     exp: &Experiment,
     configs: &[&'static Config],
     records: &[Record],
     step: usize,
-    f: &dyn Fn(&Phase) -> f64,
+    f: &dyn Fn(&Phase) -> Option<f64>,
 ) -> Vec<Line> {
     configs
         .iter()
@@ -29,9 +28,7 @@ fn lines(
         .map(|(i, c)| {
             let phases = exp.steps[step].phases.iter().enumerate();
             let pts = phases.filter_map(|(x, ph)| {
-                let mut v = values(records, step, c.name, ph, f);
-                v.retain(|v| !v.is_nan());
-                let m = summary(&mut v)?.0;
+                let m = summary(&mut measured(records, step, c.name, ph, f))?.0;
                 Some((x as f64 + 1.0, m))
             });
             let runs = records
@@ -59,9 +56,9 @@ pub fn write(
 ) -> Result<(), String> {
     let mut panels = Vec::new();
     for (si, step) in exp.steps.iter().enumerate() {
-        let times = lines(exp, configs, records, si, &|p| phase_ms(p) / 1e3);
+        let times = lines(exp, configs, records, si, &|p| Some(phase_ms(p) / 1e3));
         let sectors = lines(exp, configs, records, si, &|p| {
-            swap_written(p) as f64 / 512.0
+            Some(swap_written(p) as f64 / 512.0)
         });
         let (name, workload, phases) = (exp.name, step.workload, &step.phases);
         let title = format!("{name} ({workload}): median guest time per phase (log scale)");
@@ -69,12 +66,12 @@ pub fn write(
         let title = format!("{name} ({workload}): sectors written to swap per phase (host swap + hypervisor writes)");
         panels.push(panel(title, "512-byte sectors", phases, sectors, false));
         let host = lines(exp, configs, records, si, &|p| {
-            p.faults.map_or(f64::NAN, |f| f.vmm as f64)
+            p.faults.map(|f| f.vmm as f64)
         });
         let title = format!("{name} ({workload}): host faults that read a page, in the hypervisor's context, per phase");
         panels.push(panel(title, "faults", phases, host, false));
         let guest = lines(exp, configs, records, si, &|p| {
-            p.faults.map_or(f64::NAN, |f| f.guest as f64)
+            p.faults.map(|f| f.guest as f64)
         });
         let title = format!(
             "{name} ({workload}): host faults that read a page, in the guest's context, per phase"

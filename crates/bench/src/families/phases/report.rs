@@ -116,11 +116,22 @@ pub fn values(
     phase: &str,
     f: impl Fn(&Phase) -> f64,
 ) -> Vec<f64> {
+    measured(records, step, config, phase, |p| Some(f(p)))
+}
+
+/// [`values`] of a measure a completed phase may lack (`None`: not read in that phase).
+pub fn measured(
+    records: &[Record],
+    step: usize,
+    config: &str,
+    phase: &str,
+    f: impl Fn(&Phase) -> Option<f64>,
+) -> Vec<f64> {
     records
         .iter()
         .filter(|r| r.step == step && r.config.name == config)
         .filter_map(|r| r.result.phases.iter().find(|p| p.name == phase))
-        .map(f)
+        .filter_map(f)
         .collect()
 }
 
@@ -482,27 +493,21 @@ fn swap_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize
 /// Fig. 9b) and in the guest's (Fig. 9c).
 fn faults_per_phase(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
     let step = &meta.experiment.steps[si];
-    type Of = fn(&Phase) -> Option<u64>;
+    type Of = fn(&Phase) -> Option<f64>;
     let contexts: [(&str, Of); 2] = [
         (
             "the hypervisor's context: a VMM thread, a device's I/O above all",
-            |p| p.faults.map(|f| f.vmm),
+            |p| p.faults.map(|f| f.vmm as f64),
         ),
         ("the guest's context: a vCPU thread", |p| {
-            p.faults.map(|f| f.guest)
+            p.faults.map(|f| f.guest as f64)
         }),
     ];
     for (context, of) in contexts {
         s.push_str(&format!("\n### Host faults that read a page in, per phase{title}, in {context}: median (the hypervisor process's major faults, and memvisor's pager's faults on swapped or on-disk pages)\n\n"));
         let head = format!("configuration | {}", step.phases.join(" | "));
         s.push_str(&per_config(&head, meta.configs, |c| {
-            let cell = |ph: &String| {
-                let v: Vec<f64> = runs_of(records, si, c.name)
-                    .filter_map(|r| r.result.phases.iter().find(|p| &p.name == ph))
-                    .filter_map(|p| of(p).map(|n| n as f64))
-                    .collect();
-                median_text(v, 0)
-            };
+            let cell = |ph: &String| median_text(measured(records, si, c.name, ph, of), 0);
             step.phases.iter().map(cell).collect()
         }));
     }

@@ -160,18 +160,18 @@ fn disk_share(s: &mut String, setup: &SwapinPlan, points: &[SwapinRun]) {
     head.push("disk-faults (HDD)".into());
     head.push("all on disk / HDD".into());
     let mut t = Table::new(head);
-    let med = |size: u64, name: &str| {
-        let v = cell(points, size, name).into_iter().filter(|p| p.ok());
-        crate::report::numbers::median(v.map(|p| p.back_s).collect())
+    // The median of `f` over the completed runs of one size and mode.
+    let med_of = |size: u64, name: &str, f: &dyn Fn(&SwapinRun) -> Option<f64>| {
+        let ok = cell(points, size, name).into_iter().filter(|p| p.ok());
+        median(ok.filter_map(f).collect())
     };
+    let med = |size: u64, name: &str| med_of(size, name, &|p| Some(p.back_s));
     // The share that was on disk: the swap store's reads less the pool's hits.
     let on_disk = |size: u64, name: &str| {
-        let v = cell(points, size, name).into_iter().filter(|p| p.ok());
-        let share = |p: &SwapinRun| {
+        med_of(size, name, &|p| {
             let read = p.swap_bytes_read >> 12;
             (read > 0).then(|| 100.0 * read.saturating_sub(p.pool_hits) as f64 / read as f64)
-        };
-        crate::report::numbers::median(v.filter_map(share).collect())
+        })
     };
     for &size in &setup.sizes {
         let mut row = vec![format!("{} MiB: % on disk as measured", size >> 20)];

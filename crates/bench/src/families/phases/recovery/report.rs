@@ -151,20 +151,24 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
 
 /// Which of the paper's cases a configuration stands for, with what the paper says of its
 /// recovery: in numbers under Read (Fig. 5(c)), in words under the other workloads.
-fn paper_case(c: &Config, read: bool) -> &'static str {
-    match (c.hv, c.balloon, c.mechanisms, read) {
-        (Hv::Memvisor, _, m, true) if m.contains(&"proactive") => "MemFlex: about 5 s",
-        (Hv::Memvisor, _, m, false) if m.contains(&"proactive") => "MemFlex: significantly faster",
-        (Hv::Memvisor, _, m, _) if m.contains(&"--pool") => {
-            "(no case: MemFlex without proactive swap-in)"
+fn paper_case(c: &Config, read: bool) -> String {
+    let memflex = c.mechanisms.contains(&"proactive");
+    let case = match (c.hv, c.balloon) {
+        _ if memflex => "MemFlex",
+        (Hv::Memvisor, _) if c.mechanisms.contains(&"--pool") => {
+            return "(no case: MemFlex without proactive swap-in)".into();
         }
-        (Hv::Memvisor, _, _, true) => "HDD: longer than 80 s",
-        (Hv::Qemu, true, _, true) => "HDD (balloon, guest swap disk): longer than 80 s",
-        (Hv::Qemu, false, _, true) => "HDD (host swap): longer than 80 s",
-        (Hv::Memvisor, _, _, false) => "HDD: very slowly",
-        (Hv::Qemu, true, _, false) => "HDD (balloon, guest swap disk): very slowly",
-        (Hv::Qemu, false, _, false) => "HDD (host swap): very slowly",
-    }
+        (Hv::Memvisor, _) => "HDD",
+        (Hv::Qemu, true) => "HDD (balloon, guest swap disk)",
+        (Hv::Qemu, false) => "HDD (host swap)",
+    };
+    let said = match (memflex, read) {
+        (true, true) => "about 5 s",
+        (true, false) => "significantly faster",
+        (false, true) => "longer than 80 s",
+        (false, false) => "very slowly",
+    };
+    format!("{case}: {said}")
 }
 
 /// A configuration's runs with their measures.
@@ -315,7 +319,7 @@ fn recovery_table(s: &mut String, meta: &Meta<'_>, groups: &[Group<'_>]) {
             show(median_recovery(
                 &ms.iter().filter_map(|(_, m)| m.settled).collect::<Vec<_>>(),
             )),
-            paper_case(c, read).to_owned(),
+            paper_case(c, read),
         ]);
     }
     s.push_str(&t.markdown());
