@@ -1243,7 +1243,7 @@ fn hd2_victims_without_the_swap_mapper_are_refused_in_one_line() {
 /// under them, and kv's latency lines must account for every operation in order of their
 /// quantiles.
 #[test]
-fn compress_and_kv_latency_hold_under_a_limit_with_the_swap_mapper() {
+fn compress_alloc_and_kv_latency_hold_under_a_limit_with_the_swap_mapper() {
     let dir = tempfile::tempdir().unwrap();
     let disk = disk_spec(&mkdisk(dir.path()), "data");
     let flags = [
@@ -1264,6 +1264,13 @@ fn compress_and_kv_latency_hold_under_a_limit_with_the_swap_mapper() {
         c.faults_swap, c.faults_image, c.reclaimed_mirrored
     );
     assert!(c.faults_swap + c.faults_image > 0, "{c:?}");
+
+    // HyperDealer2 §6.3's beneficiary: 12 MiB more on each vCPU a round, kept and filled with
+    // random words, read back and checked after the last round, twice what the limit holds.
+    let p = run_checked(&flags, "alloc", "mb=12 rounds=2 keep=1");
+    let c = &p.counters;
+    eprintln!("alloc keep: faults swap {}", c.faults_swap);
+    assert!(c.faults_swap > 0 && c.stored_faults_guest > 0, "{c:?}");
 
     // Every mix MemFlex §4.1 runs (Read is `c`, as `a` with reads; Insert, Update, Scan), each
     // counting its operations by type and checking every record it reads (inserted ones all
