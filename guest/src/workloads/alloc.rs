@@ -12,10 +12,13 @@
 //! 32 MB at a time and fills it with random data: round N touches `mb` MiB more of the same
 //! task, which keeps them all, every word of a fresh page is filled with a pseudo-random value
 //! of its address, and after the last round every word of every round is read back and checked
-//! (a mismatch is a word the hypervisor lost while the guest kept it). The done line's `ms` is
-//! the rounds' time, `check_ms` the read-back's.
+//! (a mismatch is a word the hypervisor lost while the guest kept it). `gap_ms=` waits that
+//! long between two rounds (serving the balloon), as a program whose needs grow over time, so a
+//! host has time to bring memory before the next round asks for it. The done line's `ms` is the
+//! rounds' time and the read-back's (`check_ms` alone), the gaps left out: memory a host did not
+//! bring in time costs the guest there, once what it allocated was paged out to make room.
 //!
-//! Keys: `mb=64 rounds=3 keep=0`.
+//! Keys: `mb=64 rounds=3 keep=0 gap_ms=0`.
 
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
@@ -28,7 +31,7 @@ use crate::time::Millis;
 use super::common::{self, Progress, ms_since, us_since};
 
 const NAME: &str = "alloc";
-const KEYS: &[&str] = &["mb", "rounds", "keep"];
+const KEYS: &[&str] = &["mb", "rounds", "keep", "gap_ms"];
 
 /// (pages, rounds) for the workers.
 static ARGS: SpinLock<(u64, u64)> = SpinLock::new((0, 0));
@@ -40,9 +43,10 @@ static MISMATCHES: SpinLock<u64> = SpinLock::new(0);
 static CHECK: SpinLock<bool> = SpinLock::new(true);
 /// `keep=1`: the rounds grow one task, filled with random words, checked at the end.
 static KEEP: SpinLock<bool> = SpinLock::new(false);
-/// The longest read-back of a vCPU's kept pages (`keep=1`), in microseconds: left out of the
-/// job's time.
+/// The longest read-back of a vCPU's kept pages (`keep=1`), in microseconds.
 static CHECK_US: SpinLock<u64> = SpinLock::new(0);
+/// `gap_ms=`: the wait between two rounds.
+static GAP_MS: SpinLock<u64> = SpinLock::new(0);
 
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
@@ -58,6 +62,11 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         Ok(k) => k == 1,
         Err(e) => return common::bad_arg(NAME, e),
     };
+    let gap_ms = match cfg.num("gap_ms", 0, 0, 60_000) {
+        Ok(g) => g,
+        Err(e) => return common::bad_arg(NAME, e),
+    };
+    *GAP_MS.lock() = gap_ms;
     let t_all = rdtsc();
     crate::smp::run_on_all(worker);
     let mismatches = *MISMATCHES.lock();
@@ -68,7 +77,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         u8::from(ok),
         pages / 256,
         u8::from(*KEEP.lock()),
-        Millis(us_since(t_all).saturating_sub(check_us)),
+        Millis(us_since(t_all).saturating_sub(gap_ms * 1000 * (rounds - 1))),
         Millis(check_us),
         mm::stats_words(),
         BalloonWords(mm::balloon_stats())
@@ -91,10 +100,17 @@ fn fill_word(cpu: u32, vpn: u64, i: usize) -> u64 {
 
 fn worker(cpu: u32) {
     let (pages, rounds) = *ARGS.lock();
-    let (check, keep) = (*CHECK.lock(), *KEEP.lock());
+    let (check, keep, gap_ms) = (*CHECK.lock(), *KEEP.lock(), *GAP_MS.lock());
     let mut bad = 0u64;
     let mut kept = None;
     for round in 1..=rounds {
+        if round > 1 && gap_ms > 0 {
+            let end = crate::time::deadline_after_ms(gap_ms);
+            while rdtsc() < end {
+                mm::tick();
+                core::hint::spin_loop();
+            }
+        }
         let task = match kept.map_or_else(mm::task_create, Ok) {
             Ok(t) => t,
             Err(e) => {
