@@ -770,6 +770,42 @@ fn quick_swapin_end_to_end() {
     );
 }
 
+/// `allocate` (HyperDealer2 Fig. 13) in the quick run of its set: one idle victim, then the
+/// beneficiary once the victim's cache is warm; the beneficiary's job is timed and every word it
+/// kept checked, the victim stopped once it is done, and no VMM over the budget.
+#[test]
+fn quick_allocate_end_to_end() {
+    let t = of_set("hyperdealer2", "allocate");
+    let rows = &t.rows;
+    assert_eq!(rows.len(), 4, "2 configurations x 2 VMs: {rows:?}");
+    for config in ["vswapper-balloon", "hd2"] {
+        let vm = |i: &str| {
+            let r = rows.iter().find(|r| r["config"] == config && r["vm"] == i);
+            r.unwrap_or_else(|| panic!("{config} vm{i}: {rows:?}"))
+        };
+        let (beneficiary, victim) = (vm("1"), vm("2"));
+        assert_eq!(
+            (beneficiary["workload"].as_str(), beneficiary["ok"].as_str()),
+            ("alloc", "1"),
+            "{beneficiary:?}"
+        );
+        let secs: f64 = beneficiary["seconds"].parse().unwrap();
+        assert!(secs > 0.0, "{beneficiary:?}");
+        // It started once the victim had read its file, so after the victim.
+        let start: f64 = beneficiary["start_s"].parse().unwrap();
+        assert!(start > 0.5, "{beneficiary:?}");
+        assert_eq!(victim["workload"], "seqread");
+        assert_eq!(victim["ok"], "1", "{victim:?}");
+        assert!(victim["seconds"].is_empty(), "{victim:?}");
+        assert!(victim["note"].starts_with("stopped once"), "{victim:?}");
+    }
+    let report = &t.report;
+    assert!(report.contains("## scenario `allocate-idle`"), "{report}");
+    assert!(report.contains("| 2, pinned | ws-128 MiB ("), "{report}");
+    assert!(!report.contains(") **over** "), "{report}");
+    assert!(t.out.join("consolidate-allocate-idle.svg").exists());
+}
+
 /// `bench reclaimdelay` (HyperDealer2 Table 2, Fig. 11), quick: pages taken from one and two
 /// victims, idle and writing, by memvisor's balloon, QEMU's and instant release (with release
 /// readiness); every amount

@@ -39,8 +39,9 @@ pub fn run(args: &BenchArgs) -> Outcome {
         return Outcome::BadInput;
     }
     match e.family {
-        Family::Consolidate => drive(&consolidate::Consolidate { balance: false }, args),
-        Family::Balance => drive(&consolidate::Consolidate { balance: true }, args),
+        Family::Consolidate => drive(&consolidate::Consolidation::Consolidate, args),
+        Family::Balance => drive(&consolidate::Consolidation::Balance, args),
+        Family::Allocate => drive(&consolidate::Consolidation::Allocate, args),
         Family::Swapin => drive(&swapin::Swapin, args),
         Family::Confinement => drive(&confinement::Confinement, args),
         Family::Mobility => drive(&mobility::Mobility, args),

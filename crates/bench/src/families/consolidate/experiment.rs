@@ -62,10 +62,27 @@ pub enum Scenario {
     /// turn, each guest's page cache warmed first (`warm_mb`, clean:dirty 1:1), each VM with a
     /// disk of its own for that.
     Balance,
+    /// HyperDealer2 §6.3 (Fig. 13a): VM 1, the beneficiary, allocates 32 MiB at a time and keeps
+    /// it ([`ALLOCATE`]) once the others, its victims, have filled their page caches from disks
+    /// of their own and gone idle; the victims are stopped when it is done
+    /// ([`Scenario::measured`]).
+    AllocateIdle,
+    /// The same with the victims overwriting a file after their read, so their page caches are
+    /// dirty as they give memory (Fig. 13b–c, whose victims run Tiobench's reads and writes).
+    AllocateBusy,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 3] = [Scenario::Mapreduce, Scenario::Mixed, Scenario::Balance];
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Mapreduce,
+        Scenario::Mixed,
+        Scenario::Balance,
+        Scenario::AllocateIdle,
+        Scenario::AllocateBusy,
+    ];
+
+    /// What `memvisor bench allocate` runs when not told.
+    pub const ALLOCATE: [Scenario; 2] = [Scenario::AllocateIdle, Scenario::AllocateBusy];
 
     /// What `memvisor bench consolidate` runs when not told.
     pub const CONSOLIDATE: [Scenario; 2] = [Scenario::Mapreduce, Scenario::Mixed];
@@ -75,6 +92,8 @@ impl Scenario {
             Scenario::Mapreduce => "mapreduce",
             Scenario::Mixed => "mixed",
             Scenario::Balance => "balance",
+            Scenario::AllocateIdle => "allocate-idle",
+            Scenario::AllocateBusy => "allocate-busy",
         }
     }
 
@@ -82,7 +101,35 @@ impl Scenario {
         Scenario::ALL
             .into_iter()
             .find(|c| c.name() == s.trim())
-            .ok_or_else(|| format!("unknown scenario '{s}'; give mapreduce, mixed or balance"))
+            .ok_or_else(|| {
+                let all: Vec<&str> = Scenario::ALL.iter().map(|c| c.name()).collect();
+                format!("unknown scenario '{s}'; give one of {}", all.join(", "))
+            })
+    }
+
+    /// Whether VM `vm`'s job is what the run measures. In the `allocate` scenarios only the
+    /// beneficiary's is: its victims are stopped once it is done, so their time is none.
+    pub fn measured(self, vm: u32) -> bool {
+        !self.allocates() || vm == 1
+    }
+
+    /// Whether VM 1 is a beneficiary that starts once its victims are warm ([`Scenario::warm`]).
+    pub fn allocates(self) -> bool {
+        matches!(self, Scenario::AllocateIdle | Scenario::AllocateBusy)
+    }
+
+    /// The order `n` VMs start in: VM 1 last where it waits for the others.
+    pub fn start_order(self, n: u32) -> Vec<u32> {
+        match self.allocates() {
+            true => (2..=n).chain(1..=1.min(n)).collect(),
+            false => (1..=n).collect(),
+        }
+    }
+
+    /// The console line each VM started before VM `vm` must have printed before it starts:
+    /// in the `allocate` scenarios, the beneficiary waits for every victim's page cache.
+    pub fn warm(self, vm: u32) -> Option<&'static str> {
+        (self.allocates() && vm == 1).then_some(VICTIM_WARM)
     }
 
     /// The configuration its ratios are taken to: `qemu-nolimit` (the limit of overcommit), and
@@ -97,7 +144,19 @@ impl Scenario {
     /// Whether each VM has a writable disk of its own ([`BALANCE_FILES`]) rather than the shared
     /// read-only input.
     pub fn own_disks(self) -> bool {
-        self == Scenario::Balance
+        self == Scenario::Balance || self.allocates()
+    }
+
+    /// Where its joint working set is measured: on QEMU with no limit, as every configuration
+    /// compared to it is bounded by the same budget; in the `allocate` scenarios, where QEMU
+    /// runs only unlimited, on memvisor's VMs with the whole of it (`hd2-nolimit`), so that a
+    /// budget of the working set less an amount leaves memvisor's VMs short of that amount and
+    /// no more (QEMU's own memory beside each guest is larger than memvisor's).
+    pub fn sized_on(self) -> Launch {
+        match self.allocates() {
+            true => NOLIMIT_HOST,
+            false => Launch::QemuNoLimit,
+        }
     }
 }
 
@@ -114,6 +173,17 @@ const GC_WARM: &str = "heap_mb=208 gen_mb=32 gens=1800 live_pct=10 warm_mb=32";
 /// `balance`'s CPU-bound job: reads of a 10 MiB key-value table, after 192 MiB of warmed page
 /// cache: the memory the memory-intensive VMs lack is there.
 const KV_CPU_WARM: &str = "records=5000 ops=14000000 mix=c warm_mb=192";
+/// HyperDealer2 §6.3's beneficiary (Fig. 13): eight allocations of 32 MiB, a host tick (250 ms)
+/// apart, each filled with random words and kept, all read back and checked after the last; its
+/// time is the allocations' and the read-back's.
+const ALLOCATE: &str = "mb=32 rounds=8 keep=1 gap_ms=250";
+/// Its victims: a file of their own disk read once into the page cache (clean pages that mirror
+/// disk blocks), then idle, or overwriting another file again and again, until stopped.
+const VICTIM_IDLE: &str = "file=warm passes=1 then=idle then_secs=3600";
+const VICTIM_BUSY: &str =
+    "file=warm passes=1 then=write write_file=warm_dirty write_mb=96 then_secs=3600";
+/// What a victim prints once its page cache is warm.
+pub const VICTIM_WARM: &str = "RESULT workload=seqread phase=pass1 ";
 /// The files of each `balance` VM's own disk: what `warm_mb=192` reads and overwrites (a
 /// smaller `warm_mb` uses the start of each).
 pub const BALANCE_FILES: &str = "warm:96M,warm_dirty:96M";
@@ -128,13 +198,18 @@ pub fn job(scenario: Scenario, i: u32) -> (&'static str, &'static str) {
         (Scenario::Mixed, _) => ("kv", KV),
         (Scenario::Balance, 1) => ("gcchurn", GC_WARM),
         (Scenario::Balance, _) => ("kv", KV_CPU_WARM),
+        (Scenario::AllocateIdle | Scenario::AllocateBusy, 1) => ("alloc", ALLOCATE),
+        (Scenario::AllocateIdle, _) => ("seqread", VICTIM_IDLE),
+        (Scenario::AllocateBusy, _) => ("seqread", VICTIM_BUSY),
     }
 }
 
-/// The modulus of [`job`]'s turn: `balance` alternates two jobs, `mixed` three.
+/// The modulus of [`job`]'s turn: `balance` alternates two jobs, `mixed` three; the
+/// `allocate` scenarios tell VM 1 from the rest.
 fn turn(scenario: Scenario, i: u32) -> u32 {
     match scenario {
         Scenario::Balance => i % 2,
+        Scenario::AllocateIdle | Scenario::AllocateBusy => u32::from(i == 1),
         _ => i % 3,
     }
 }
@@ -243,6 +318,10 @@ const fn host(name: &'static str, launch: HostLaunch) -> (&'static str, Launch) 
 /// The pager with VSwapper and the balloon: what HyperDealer2's configurations add to.
 const VSWAPPER_BALLOON: HostLaunch = HostLaunch::PAGER.vswapper().balloon();
 
+/// `hd2-nolimit`: HyperDealer2's configuration in a budget that holds every VM whole.
+const NOLIMIT_HOST_LAUNCH: HostLaunch = VSWAPPER_BALLOON.hd2("hd2").nolimit();
+const NOLIMIT_HOST: Launch = Launch::Host(NOLIMIT_HOST_LAUNCH);
+
 pub const CONFIGS: [(&str, Launch); 11] = [
     host("balloon", HostLaunch::PAGER.balloon().baseline()),
     host("pager", HostLaunch::PAGER),
@@ -252,7 +331,7 @@ pub const CONFIGS: [(&str, Launch); 11] = [
     host("hd2-lru", VSWAPPER_BALLOON.hd2("clock")),
     host("hd2-whole", VSWAPPER_BALLOON.hd2("hd2-whole")),
     host("sharing", VSWAPPER_BALLOON.sharing()),
-    host("hd2-nolimit", VSWAPPER_BALLOON.hd2("hd2").nolimit()),
+    host("hd2-nolimit", NOLIMIT_HOST_LAUNCH),
     ("qemu-static", Launch::QemuStatic),
     ("qemu-nolimit", Launch::QemuNoLimit),
 ];
@@ -354,6 +433,13 @@ fn bases(keep: impl Fn(&str) -> bool) -> Vec<Config> {
 pub const BALANCE_CONFIGS: [&str; 5] =
     ["vswapper-balloon", "hd2-lru", "hd2", "hd2-whole", REFERENCE];
 
+/// `allocate`'s numbers of VMs when not told: the beneficiary beside 1, 2 and 4 victims.
+pub const ALLOCATE_VMS: [u32; 3] = [2, 3, 5];
+
+/// `allocate`'s budget when not told: the joint working set less this, so that at least this
+/// much of what the beneficiary allocates (256 MiB) must come from its victims.
+pub const ALLOCATE_SHORT: u64 = 128 << 20;
+
 /// `balance`'s number of VMs when not told: three memory-intensive and three CPU-bound.
 pub const BALANCE_VMS: u32 = 6;
 
@@ -417,12 +503,20 @@ pub const FRACTIONS: [f64; 3] = [1.0, 0.75, 0.5];
 pub enum Budget {
     Fraction(f64),
     Bytes(u64),
+    /// The joint working set less an amount (`ws-96M`): what the VMs need, but that much.
+    Less(u64),
 }
 
 impl Budget {
-    /// `0.75` (a fraction, above 0 and at most 4) or `1G` (an amount with its unit).
+    /// `0.75` (a fraction, above 0 and at most 4), `1G` (an amount with its unit) or `ws-96M`
+    /// (the joint working set less an amount).
     pub fn parse(s: &str) -> Result<Budget, String> {
         let s = s.trim();
+        if let Some(less) = s.strip_prefix("ws-") {
+            return memvisor_api::parse_size(less)
+                .map(Budget::Less)
+                .map_err(|e| format!("{s}: {e}"));
+        }
         if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
             let bytes = memvisor_api::parse_size(s)?;
             if bytes < 64 << 20 {
@@ -433,16 +527,17 @@ impl Budget {
         match s.parse::<f64>() {
             Ok(f) if f > 0.0 && f <= 4.0 => Ok(Budget::Fraction(f)),
             _ => Err(format!(
-                "'{s}': give a fraction of the joint working set (e.g. 0.75, above 0 and at most 4) or an amount (e.g. 1G)"
+                "'{s}': give a fraction of the joint working set (e.g. 0.75, above 0 and at most 4), an amount (e.g. 1G) or the working set less an amount (e.g. ws-96M)"
             )),
         }
     }
 
-    /// How the report names it: `0.75` or `1024 MiB`.
+    /// How the report names it: `0.75`, `1024 MiB` or `ws-96 MiB`.
     pub fn label(self) -> String {
         match self {
             Budget::Fraction(f) => format!("{f}"),
             Budget::Bytes(b) => format!("{} MiB", b >> 20),
+            Budget::Less(b) => format!("ws-{} MiB", b >> 20),
         }
     }
 }
@@ -592,6 +687,11 @@ impl ConsolidatePlan {
     pub fn budget_bytes(&self, scenario: Scenario, n: u32, budget: Budget) -> Option<u64> {
         match budget {
             Budget::Bytes(b) => Some(b),
+            Budget::Less(b) => Some(
+                self.working_set(scenario, n)?
+                    .saturating_sub(b)
+                    .max(64 << 20),
+            ),
             Budget::Fraction(f) => {
                 let ws = self.working_set(scenario, n)? as f64;
                 // A fraction is above 0 and at most 4 ([`Budget::parse`]): the product is a
@@ -602,9 +702,9 @@ impl ConsolidatePlan {
         }
     }
 
-    /// Whether any budget is a fraction of a working set, which the runs must measure first.
+    /// Whether any budget is relative to a working set, which the runs must measure first.
     pub fn sizes_working_sets(&self) -> bool {
-        let fraction = |b: &Budget| matches!(b, Budget::Fraction(_));
+        let fraction = |b: &Budget| matches!(b, Budget::Fraction(_) | Budget::Less(_));
         self.budgets.iter().any(fraction)
     }
 }
@@ -730,7 +830,8 @@ mod tests {
         assert_eq!(Budget::parse("0.75"), Ok(Budget::Fraction(0.75)));
         assert_eq!(Budget::parse(" 1 "), Ok(Budget::Fraction(1.0)));
         assert_eq!(Budget::parse("1G"), Ok(Budget::Bytes(1 << 30)));
-        for bad in ["0", "-1", "5", "x", "", "1Q", "16M"] {
+        assert_eq!(Budget::parse("ws-96M"), Ok(Budget::Less(96 << 20)));
+        for bad in ["0", "-1", "5", "x", "", "1Q", "16M", "ws-", "ws-x", "ws-1Q"] {
             assert!(Budget::parse(bad).is_err(), "{bad}");
         }
         let plan = ConsolidatePlan {
@@ -755,6 +856,12 @@ mod tests {
             Some(1 << 30)
         );
         assert!(plan.sizes_working_sets());
+        let less = |b| at(Scenario::Mixed, 6, Budget::Less(b));
+        assert_eq!(less(500 << 20), Some(1000 << 20));
+        // Never below what holds a VM.
+        assert_eq!(less(1500 << 20), Some(64 << 20));
+        assert_eq!(at(Scenario::Mixed, 4, Budget::Less(1)), None);
+        assert_eq!(Budget::Less(96 << 20).label(), "ws-96 MiB");
         assert_eq!(
             (
                 Budget::Fraction(0.75).label(),
@@ -772,12 +879,40 @@ mod tests {
         assert_eq!(Scenario::parse(" mixed").unwrap(), Scenario::Mixed);
         assert!(Scenario::parse("kv")
             .unwrap_err()
-            .contains("mapreduce, mixed or balance"));
+            .contains("mapreduce, mixed, balance"));
         let w: Vec<&str> = (1..=4).map(|i| job(Scenario::Balance, i).0).collect();
         assert_eq!(w, ["gcchurn", "kv", "gcchurn", "kv"]);
         assert!((1..=4).all(|i| job(Scenario::Balance, i).1.contains("warm_mb=")));
         assert_eq!(Scenario::Balance.reference(), "vswapper-balloon");
         assert_eq!(Scenario::Mixed.reference(), "qemu-nolimit");
+    }
+
+    /// HyperDealer2 §6.3's scenarios: VM 1 the beneficiary, started last once its victims are
+    /// warm, the only job measured; the working set measured on memvisor's VMs.
+    #[test]
+    fn the_allocate_scenarios_start_their_beneficiary_last_and_measure_it_alone() {
+        for sc in Scenario::ALLOCATE {
+            assert!(sc.allocates() && sc.own_disks());
+            assert_eq!(Scenario::parse(sc.name()), Ok(sc));
+            assert_eq!(job(sc, 1).0, "alloc");
+            assert!(job(sc, 1).1.contains("keep=1"));
+            assert!((2..=5).all(|i| job(sc, i).0 == "seqread"));
+            assert_eq!(sc.start_order(5), [2, 3, 4, 5, 1]);
+            assert_eq!(sc.start_order(1), [1]);
+            assert!(sc.measured(1) && !sc.measured(2));
+            assert_eq!(sc.warm(1), Some(VICTIM_WARM));
+            assert_eq!(sc.warm(3), None);
+            assert_eq!(sc.sized_on(), NOLIMIT_HOST);
+        }
+        assert!(job(Scenario::AllocateBusy, 2).1.contains("then=write"));
+        assert!(job(Scenario::AllocateIdle, 2).1.contains("then=idle"));
+        for sc in [Scenario::Mixed, Scenario::Balance] {
+            assert!(!sc.allocates() && sc.measured(2) && sc.warm(1).is_none());
+            assert_eq!(sc.start_order(3), [1, 2, 3]);
+            assert_eq!(sc.sized_on(), Launch::QemuNoLimit);
+        }
+        let e = Scenario::parse("allocate").unwrap_err();
+        assert!(e.contains("allocate-idle, allocate-busy"), "{e}");
     }
 
     #[test]

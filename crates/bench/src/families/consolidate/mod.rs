@@ -1,8 +1,9 @@
-//! `memvisor bench consolidate` and `memvisor bench balance` (its `balance` scenario with
-//! HyperDealer2's configurations): the flags checked, the host set up (the bench lock, what an
+//! `memvisor bench consolidate`, `memvisor bench balance` (its `balance` scenario with
+//! HyperDealer2's configurations) and `memvisor bench allocate` (its `allocate` scenarios with
+//! them): the flags checked, the host set up (the bench lock, what an
 //! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
-//! overhead measured, each scenario's joint working set measured where a budget is a fraction
-//! of it), then every scenario, number of VMs, budget and configuration run (`run`), the
+//! overhead measured, each scenario's joint working set measured where a budget is relative
+//! to it), then every scenario, number of VMs, budget and configuration run (`run`), the
 //! outputs written after each run (`report`). The configurations and scenarios are in
 //! `experiment`.
 
@@ -19,18 +20,26 @@ use crate::harness::{setup, Bench, Family};
 use experiment::{Budget, Config, ConsolidatePlan, Launch, Scenario, MEM};
 use run::{Record, RunTrace, Sink};
 
-/// `memvisor bench consolidate`: many VMs under `memvisor host` and on QEMU; with `balance`,
-/// HyperDealer2's Table 4 (in Table 3's load scenario): the `balance` scenario, its VMs' page caches warmed, under
-/// ballooning and HyperDealer2 with each victim order.
-pub struct Consolidate {
-    pub balance: bool,
+/// The family's three experiments: `memvisor bench consolidate`, many VMs under `memvisor host`
+/// and on QEMU; `balance` and `allocate`, each its own scenarios under ballooning and
+/// HyperDealer2 with each victim order ([`experiment::BALANCE_CONFIGS`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Consolidation {
+    /// VSwapper's Fig. 14 workload and the mixed host, in budgets swept.
+    Consolidate,
+    /// HyperDealer2's Table 4 (in Table 3's load scenario): the `balance` scenario, its VMs'
+    /// page caches warmed.
+    Balance,
+    /// HyperDealer2's Fig. 13: a beneficiary allocating beside idle or busy victims.
+    Allocate,
 }
 
-impl Family for Consolidate {
+impl Family for Consolidation {
     type Plan = ConsolidatePlan;
 
     fn plan(&self, args: &BenchArgs) -> Result<ConsolidatePlan, String> {
-        let (balance, name) = (self.balance, args.experiment.as_str());
+        let name = args.experiment.as_str();
+        let preset = *self;
         let host_set = args
             .host_set
             .iter()
@@ -44,42 +53,52 @@ impl Family for Consolidate {
             }
         }
         if configs.is_empty() {
-            configs = match balance {
-                true => experiment::balance_configs(),
-                false => experiment::consolidate_configs(),
+            configs = match preset {
+                Consolidation::Consolidate => experiment::consolidate_configs(),
+                Consolidation::Balance | Consolidation::Allocate => experiment::balance_configs(),
             };
         }
         let configs = configs.into_iter().map(|c| c.under(&host_set)).collect();
         if args.reference.is_some() {
-            let to = match balance {
-                true => "vswapper-balloon (ballooning, as HyperDealer2's Table 4)",
-                false => "qemu-nolimit (balance's scenario: vswapper-balloon)",
+            let to = match preset {
+                Consolidation::Balance => {
+                    "vswapper-balloon (ballooning, as HyperDealer2's Table 4)"
+                }
+                _ => "qemu-nolimit (balance's scenario: vswapper-balloon)",
             };
             return Err(format!("--reference: {name} takes its ratios to {to}"));
         }
-        if balance && !args.scenario.is_empty() {
+        if preset == Consolidation::Balance && !args.scenario.is_empty() {
             return Err("--scenario: balance runs its own scenario; see bench consolidate".into());
         }
         let mut scenarios = Vec::new();
         for s in &args.scenario {
             match Scenario::parse(s) {
+                Ok(s) if preset == Consolidation::Allocate && !s.allocates() => {
+                    let all = Scenario::ALLOCATE.map(Scenario::name).join(", ");
+                    return Err(format!("--scenario {}: allocate runs {all}", s.name()));
+                }
                 Ok(s) if !scenarios.contains(&s) => scenarios.push(s),
                 Ok(_) => {}
                 Err(e) => return Err(format!("--scenario: {e}")),
             }
         }
         if scenarios.is_empty() {
-            scenarios = if balance {
-                vec![Scenario::Balance]
-            } else {
-                Scenario::CONSOLIDATE.to_vec()
+            scenarios = match preset {
+                Consolidation::Consolidate => Scenario::CONSOLIDATE.to_vec(),
+                Consolidation::Balance => vec![Scenario::Balance],
+                Consolidation::Allocate => Scenario::ALLOCATE.to_vec(),
             };
         }
-        let ns = match (args.vms.is_empty(), balance) {
+        let ns = match (args.vms.is_empty(), preset) {
             (false, _) => args.vms.clone(),
-            (true, true) => vec![experiment::BALANCE_VMS],
-            (true, false) => vec![6],
+            (true, Consolidation::Consolidate) => vec![6],
+            (true, Consolidation::Balance) => vec![experiment::BALANCE_VMS],
+            (true, Consolidation::Allocate) => experiment::ALLOCATE_VMS.to_vec(),
         };
+        if preset == Consolidation::Allocate && ns.contains(&1) {
+            return Err("--vms 1: allocate needs a victim beside its beneficiary".into());
+        }
         let mut budgets = Vec::new();
         for b in &args.budget {
             match Budget::parse(b) {
@@ -89,9 +108,10 @@ impl Family for Consolidate {
             }
         }
         if budgets.is_empty() {
-            budgets = match balance {
-                true => vec![Budget::Bytes(experiment::BUDGET)],
-                false => experiment::FRACTIONS.map(Budget::Fraction).to_vec(),
+            budgets = match preset {
+                Consolidation::Consolidate => experiment::FRACTIONS.map(Budget::Fraction).to_vec(),
+                Consolidation::Balance => vec![Budget::Bytes(experiment::BUDGET)],
+                Consolidation::Allocate => vec![Budget::Less(experiment::ALLOCATE_SHORT)],
             };
         }
         if let Some(n) = ns.iter().find(|&&n| n == 0 || n > 16) {
@@ -129,10 +149,15 @@ impl Family for Consolidate {
             plan.notes.push(note);
         }
         if plan.sizes_working_sets() {
-            plan.working_sets = run::size_working_sets(bench, &plan)?;
+            let sized = run::size_working_sets(bench, &plan, &mut Outputs { bench, plan: &plan })?;
+            plan.working_sets = sized;
             for &(sc, n, ws) in &plan.working_sets {
+                let whose = match sc.sized_on() {
+                    Launch::Host(_) => "memvisor's VMMs under `memvisor host` (`hd2-nolimit`)",
+                    _ => "QEMU's processes",
+                };
                 plan.notes.push(format!(
-                    "The joint working set of `{}` with {n} VMs: {} MiB, the summed PSS of QEMU's processes at its peak with no limit (one run before the others); a budget of 0.75 is three quarters of it.",
+                    "The joint working set of `{}` with {n} VMs: {} MiB, the summed PSS of {whose} at its peak with no limit (one run before the others); a budget of 0.75 is three quarters of it.",
                     sc.name(),
                     ws >> 20
                 ));

@@ -172,7 +172,9 @@ fn at(shape: &ConsolidatePlan, config: &str, scenario: Scenario, n: u32, budget:
 /// A budget as a row names it: `0.75 (1134 MiB)`, or the amount.
 fn budget_label(shape: &ConsolidatePlan, scenario: Scenario, n: u32, b: Budget) -> String {
     match (b, shape.budget_bytes(scenario, n, b)) {
-        (Budget::Fraction(_), Some(bytes)) => format!("{} ({} MiB)", b.label(), bytes >> 20),
+        (Budget::Fraction(_) | Budget::Less(_), Some(bytes)) => {
+            format!("{} ({} MiB)", b.label(), bytes >> 20)
+        }
         _ => b.label(),
     }
 }
@@ -349,12 +351,16 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
     if !amounts.is_empty() {
         budgets.push(list(&amounts));
     }
+    if amounts.iter().any(|b| matches!(b, Budget::Less(_))) {
+        budgets.push("`ws-X` is the joint working set (measured as above) less X".into());
+    }
     let budgets = budgets.join("; ");
     let mapreduce = job(Scenario::Mapreduce, 1).1;
     let (seqread, kv) = (job(Scenario::Mixed, 1).1, job(Scenario::Mixed, 3).1);
     let overhead = mib_text(shape.qemu_overhead, 0);
     let name = match shape.scenarios.as_slice() {
         [Scenario::Balance] => "balance",
+        s if s.iter().all(|s| s.allocates()) => "allocate",
         _ => "consolidate",
     };
     let mut md = crate::families::figures::heading(name);
@@ -365,6 +371,15 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
             "Scenario `balance` (HyperDealer2 §6.5, Table 4 in Table 3's load scenario; `memvisor bench balance`): VM 1, 3, ... `gcchurn {}` (memory-intensive), VM 2, 4, ... `kv {}` (CPU-bound); `warm_mb` first fills each guest's page cache, half read and half written and left dirty, from a disk of its own, so the memory the memory-intensive VMs need is in the CPU-bound VMs' page cache. Ratios are to ballooning (`vswapper-balloon`), as the paper's Table 4 normalizes. `hd2-lru`, `hd2`, `hd2-whole`: HyperDealer2's balancing with the pager's clock victims, with its reference-pattern order, and with whole sequences.\n\n",
             job(Scenario::Balance, 1).1,
             job(Scenario::Balance, 2).1,
+        );
+    }
+    if shape.scenarios.iter().any(|s| s.allocates()) {
+        let _ = write!(
+            md,
+            "Scenarios `allocate-idle` and `allocate-busy` (HyperDealer2 §6.3, Fig. 13; `memvisor bench allocate`): VMs 2 to N, the victims, start first and read the shared input once into their page caches (`seqread {}`, or `{}` computing afterwards); once all have, VM 1, the beneficiary, starts `alloc {}`: 32 MiB at a time filled with random words and kept, every word checked at the end. Its job time is the allocations' (the read-back excluded), and it is the only job a row's time counts: the victims are stopped once it is done. With a budget of the working set less X, at least X of what it allocates must come from the victims. `vswapper-balloon` is the paper's BLN (the host's balloons), `hd2-lru` its LRU, `hd2` its SEQ, `hd2-whole` its WHOLE_SEQ.\n\n",
+            job(Scenario::AllocateIdle, 2).1,
+            job(Scenario::AllocateBusy, 2).1,
+            job(Scenario::AllocateIdle, 1).1,
         );
     }
     for &scenario in &shape.scenarios {
@@ -397,13 +412,17 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
         by_workload(&mut md, records, shape, scenario);
         let _ = writeln!(
             md,
-            "\n![consolidate {0}](consolidate-{0}.png)\n\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n",
+            "\n![consolidate {0}](consolidate-{0}.png)",
             scenario.name()
         );
-        md.push_str(&by_row(shape, scenario, |a, _, c| {
-            let o = traces(runs, c, a).filter_map(|r| r.overlap);
-            median(o.collect()).map_or("–".into(), |o| format!("{:.0} %", o * 100.0))
-        }));
+        // Where only some jobs are measured, the others are stopped: no overlap to give.
+        if !scenario.allocates() {
+            md.push_str("\nThe fraction of each run during which all N jobs ran at once (from the last job's start to the first one's end, over the first start to the last end; median over repetitions):\n\n");
+            md.push_str(&by_row(shape, scenario, |a, _, c| {
+                let o = traces(runs, c, a).filter_map(|r| r.overlap);
+                median(o.collect()).map_or("–".into(), |o| format!("{:.0} %", o * 100.0))
+            }));
+        }
         md.push_str("\nThe memory of every VMM process (memvisor's VMMs under `memvisor host`; the QEMU processes), their PSS sampled every 200 ms, against the budget: the highest sum in MiB over the repetitions, the most any one VMM held in brackets, and **over** with the seconds the sum spent above the budget (for a configuration no budget holds, nothing is over):\n\n");
         md.push_str(&by_row(shape, scenario, |a, _, c| {
             let mine: Vec<_> = traces(runs, c, a)
@@ -501,7 +520,7 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
 fn by_workload(md: &mut String, records: &[Record], shape: &ConsolidatePlan, scenario: Scenario) {
     let mut workloads: Vec<&str> = records
         .iter()
-        .filter(|r| r.scenario == scenario)
+        .filter(|r| r.scenario == scenario && scenario.measured(r.vm))
         .map(|r| r.workload)
         .collect();
     workloads.sort_unstable();

@@ -19,7 +19,7 @@ use super::experiment::{
     qemu_share, spec, Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, Scenario,
     BALANCE_DISK_MB, BALANCE_FILES, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
 };
-use crate::harness::child::Reaped;
+use crate::harness::child::{self, Reaped};
 use crate::harness::cpu::{CpuMeter, CpuUse};
 use crate::harness::guest::read_final_stats;
 use crate::harness::order::interleave;
@@ -27,6 +27,13 @@ use crate::harness::{readings, Bench};
 
 /// Between two looks at the VMs.
 pub const TICK: Duration = Duration::from_millis(200);
+
+/// Longest wait for the VMs a VM waits for to be warm ([`Scenario::warm`]).
+const WARM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a VM whose job the run does not measure ([`Scenario::measured`]) is told when the
+/// measured ones are done.
+const STOPPED: &str = "stopped once the measured VMs were done";
 
 /// Where the runs hand what they measured, as they go: so the outputs are written after each
 /// run and an interrupted bench leaves what it measured.
@@ -141,12 +148,14 @@ fn make_disks(bench: &Bench, s: &ConsolidatePlan) -> Result<(), String> {
     Ok(())
 }
 
-/// Measures the joint working set of every scenario and N of `s`: the VMs run once on QEMU with
-/// no limit, and the most their processes held together (summed PSS) is what they need with
-/// nothing in their way, their VMMs' own memory included.
+/// Measures the joint working set of every scenario and N of `s`: the VMs run once with no limit
+/// (on QEMU, or memvisor's where the scenario says so: [`Scenario::sized_on`]), and the most
+/// their processes held together (summed PSS) is what they need with nothing in their way, their
+/// VMMs' own memory included.
 pub fn size_working_sets(
     bench: &Bench,
     s: &ConsolidatePlan,
+    sink: &mut dyn Sink,
 ) -> Result<Vec<(Scenario, u32, u64)>, String> {
     make_disks(bench, s)?;
     let mut out = Vec::new();
@@ -160,15 +169,23 @@ pub fn size_working_sets(
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             fresh_disks(&bench.work, scenario, n)?;
             let case = RunCase {
-                kind: Launch::QemuNoLimit,
+                kind: scenario.sized_on(),
                 scenario,
                 n,
                 pinned: (n as usize <= s.cores).then_some(s.cores),
                 limit: None,
             };
             let what = format!("{} with {n} VMs", scenario.name());
-            eprintln!("memvisor bench: measuring the joint working set of {what} (QEMU, no limit)");
-            let (vms, watch) = run_qemu(bench, s, &case, &bench.work, &dir)?;
+            let (vms, watch) = match case.kind {
+                Launch::Host(_) => {
+                    eprintln!("memvisor bench: measuring the joint working set of {what} (memvisor, no limit)");
+                    run_host(&bench.exe, &case, &[], (&bench.work, &dir), sink)?
+                }
+                _ => {
+                    eprintln!("memvisor bench: measuring the joint working set of {what} (QEMU, no limit)");
+                    run_qemu(bench, s, &case, &bench.work, &dir)?
+                }
+            };
             if let Some((i, v)) = vms.iter().enumerate().find(|(_, v)| !v.ok) {
                 let why = &v.note;
                 return Err(format!(
@@ -300,10 +317,11 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
         let overlap = trace
             .overlap
             .map_or("? (a job did not finish)".into(), all_at_once);
-        t.say(&format!(
-            "{tag}: {:.0} s, all {n} jobs at once for {overlap}",
-            trace.wall_secs
-        ));
+        let jobs = match scenario.allocates() {
+            true => String::new(),
+            false => format!(", all {n} jobs at once for {overlap}"),
+        };
+        t.say(&format!("{tag}: {:.0} s{jobs}", trace.wall_secs));
         let mem = memory_summary(&trace.memory, limit);
         if let Some(limit) = limit.filter(|_| mem.over_samples > 0) {
             t.say(&format!(
@@ -430,6 +448,43 @@ impl FleetMonitor {
         }
     }
 
+    /// Before VM `vm` starts, waits until each VM of `started` has printed the line the
+    /// scenario has it wait for ([`Scenario::warm`]), looking every [`TICK`]; an error after
+    /// [`WARM_TIMEOUT`].
+    fn wait_warm(
+        &mut self,
+        vm: u32,
+        started: &[u32],
+        vms: &dyn Fn() -> Vec<Option<u32>>,
+    ) -> Result<(), String> {
+        let Some(line) = self.scenario.warm(vm) else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let logs = self.logs.clone();
+        let warm = |i: &u32| {
+            let log = &logs[*i as usize - 1];
+            std::fs::read_to_string(log).is_ok_and(|t| t.contains(line))
+        };
+        while !started.iter().all(warm) {
+            if t.elapsed() > WARM_TIMEOUT {
+                let cold: Vec<String> = started
+                    .iter()
+                    .filter(|i| !warm(i))
+                    .map(|i| format!("vm{i}"))
+                    .collect();
+                return Err(format!(
+                    "vm{vm} waits for its victims' page caches: {} printed no `{}` in {} s",
+                    cold.join(", "),
+                    line.trim(),
+                    WARM_TIMEOUT.as_secs()
+                ));
+            }
+            self.wait(TICK, vms);
+        }
+        Ok(())
+    }
+
     /// Waits `d`, looking every [`TICK`].
     fn wait(&mut self, d: Duration, vms: &dyn Fn() -> Vec<Option<u32>>) {
         let t = Instant::now();
@@ -465,16 +520,30 @@ fn run_host(
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
     watch.host = Some(host_pid);
-    for i in 1..=plan.n {
-        let vm = spec(i, plan.kind, plan.scenario, &disk(plan.scenario, i, work));
-        HostClient::new(&sock).add(&vm).map_err(|e| e.to_string())?;
-        if i < plan.n {
+    let mut started = Vec::new();
+    for i in plan.scenario.start_order(plan.n) {
+        if !started.is_empty() {
             watch.wait(INTERVAL, &vmms);
         }
+        watch.wait_warm(i, &started, &vmms)?;
+        let vm = spec(i, plan.kind, plan.scenario, &disk(plan.scenario, i, work));
+        HostClient::new(&sock).add(&vm).map_err(|e| e.to_string())?;
+        started.push(i);
     }
+    let mut stopped = Vec::new();
     let vms = loop {
         let vms = HostClient::new(&sock).vms().map_err(|e| e.to_string())?;
-        if vms.iter().all(|v| v.state == HostVmState::Exited) || watch.t0.elapsed() > RUN_TIMEOUT {
+        let exited = |v: &&HostVm| v.state == HostVmState::Exited;
+        let vm_of = |v: &HostVm| v.name.strip_prefix("vm").and_then(|i| i.parse().ok());
+        let measured = |v: &&HostVm| vm_of(v).is_some_and(|i| plan.scenario.measured(i));
+        if stopped.is_empty() && vms.iter().filter(measured).all(|v| exited(&v)) {
+            for v in vms.iter().filter(|v| !measured(v) && !exited(v)) {
+                if HostClient::new(&sock).stop(&v.name).is_ok() {
+                    stopped.push(v.name.clone());
+                }
+            }
+        }
+        if vms.iter().all(|v| exited(&v)) || watch.t0.elapsed() > RUN_TIMEOUT {
             break vms;
         }
         watch.wait(TICK, &vmms);
@@ -492,14 +561,16 @@ fn run_host(
             .ok()
             .and_then(|t| job_secs(&t, workload));
         let ok = v.is_some_and(|v| v.exit_status == Some(1)) && secs.is_some();
+        let was_stopped = stopped.contains(&name);
         let note = match v {
             _ if ok => String::new(),
+            _ if was_stopped => STOPPED.into(),
             Some(v) => v.why.clone().unwrap_or_else(|| format!("{:?}", v.state)),
             None => "the host does not list it".into(),
         };
         let stats = read_final_stats(&files.stats);
         out.push(Outcome {
-            ok,
+            ok: ok || was_stopped,
             secs: secs.filter(|_| ok),
             note,
             cgroup: None,
@@ -544,13 +615,11 @@ fn hand_history(sock: &Path, dir: &Path, sink: &dyn Sink) {
     }
 }
 
-/// The QEMU process of each of `launchers` (each `memvisor run --hypervisor qemu`), in VM
-/// order.
-fn qemus(launchers: &[u32]) -> Vec<Option<u32>> {
-    launchers
-        .iter()
-        .map(|&l| readings::child_named(l, "qemu"))
-        .collect()
+/// The QEMU process of each of `launchers` (each `memvisor run --hypervisor qemu`, `None` for a
+/// VM not started yet), in VM order.
+fn qemus(launchers: &[Option<u32>]) -> Vec<Option<u32>> {
+    let qemu = |l: &Option<u32>| l.and_then(|l| readings::child_named(l, "qemu"));
+    launchers.iter().map(qemu).collect()
 }
 
 fn run_qemu(
@@ -562,13 +631,25 @@ fn run_qemu(
 ) -> Result<(Vec<Outcome>, FleetMonitor), String> {
     let limited = plan.kind == Launch::QemuStatic;
     let share = qemu_share(plan.limit.unwrap_or(u64::MAX), plan.n, MEM, s.qemu_overhead);
+    let n = plan.n as usize;
     let logs = (1..=plan.n)
         .map(|i| dir.join(format!("vm{i}.log")))
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
-    let mut vms: Vec<Reaped> = Vec::new();
-    let mut pids: Vec<u32> = Vec::new();
-    for i in 1..=plan.n {
+    watch.cgroups = vec![None; n];
+    // Each VM's launcher and its pid, at the VM's index (VM i at i - 1), once started.
+    let mut vms: Vec<Option<Reaped>> = (0..n).map(|_| None).collect();
+    let mut pids: Vec<Option<u32>> = vec![None; n];
+    let mut started = Vec::new();
+    for i in plan.scenario.start_order(plan.n) {
+        let k = i as usize - 1;
+        if !started.is_empty() {
+            let p = pids.clone();
+            watch.wait(INTERVAL, &|| qemus(&p));
+        }
+        let p = pids.clone();
+        watch.wait_warm(i, &started, &|| qemus(&p))?;
+        started.push(i);
         let (workload, cmdline) = job(plan.scenario, i);
         let log =
             std::fs::File::create(dir.join(format!("vm{i}.log"))).map_err(|e| e.to_string())?;
@@ -595,14 +676,12 @@ fn run_qemu(
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
         let pid = child.id();
         crate::harness::teardown::track_pid(pid);
-        vms.push(Reaped(child));
-        pids.push(pid);
-        let cg = readings::run_cgroup(pid);
+        vms[k] = Some(Reaped(child));
+        pids[k] = Some(pid);
         if limited {
+            let cg = readings::run_cgroup(pid);
             crate::harness::teardown::track_cgroup(cg.clone());
-            watch.cgroups.push(Some((cg, CgroupSeen::default())));
-        } else {
-            watch.cgroups.push(None);
+            watch.cgroups[k] = Some((cg, CgroupSeen::default()));
         }
         if limited && share < MEM {
             let t = Instant::now();
@@ -621,16 +700,27 @@ fn run_qemu(
                 }
             }
         }
-        if i < plan.n {
-            let p = pids.clone();
-            watch.wait(INTERVAL, &|| qemus(&p));
-        }
     }
-    let mut status = vec![None; vms.len()];
+    let mut status = vec![None; n];
+    let mut stopped = vec![false; n];
+    let measured = |k: usize| {
+        plan.scenario
+            .measured(u32::try_from(k).unwrap_or(u32::MAX) + 1)
+    };
     loop {
         for (st, vm) in status.iter_mut().zip(vms.iter_mut()) {
-            if st.is_none() {
+            if let (None, Some(vm)) = (&st, vm) {
                 *st = vm.0.try_wait().ok().flatten();
+            }
+        }
+        if (0..n).filter(|&k| measured(k)).all(|k| status[k].is_some()) {
+            let running: Vec<usize> = (0..n).filter(|&k| status[k].is_none()).collect();
+            for k in running.into_iter().filter(|&k| !measured(k)) {
+                if let Some(vm) = vms[k].as_mut() {
+                    // The launcher stops QEMU and removes its cgroup.
+                    status[k] = child::stop(&mut vm.0, Duration::from_secs(10)).status;
+                    stopped[k] = true;
+                }
             }
         }
         if status.iter().all(Option::is_some) || watch.t0.elapsed() > RUN_TIMEOUT {
@@ -641,12 +731,12 @@ fn run_qemu(
     }
     watch.tick(&[]);
     let mut out = Vec::new();
-    for (i, st) in status.into_iter().enumerate() {
-        let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+    for (k, st) in status.into_iter().enumerate() {
+        let vm = u32::try_from(k).unwrap_or(u32::MAX) + 1;
         let (workload, _) = job(plan.scenario, vm);
         let log = std::fs::read_to_string(dir.join(format!("vm{vm}.log"))).unwrap_or_default();
         let secs = job_secs(&log, workload);
-        let mut cgroup = watch.cgroups[i].as_ref().map(|c| c.1);
+        let mut cgroup = watch.cgroups[k].as_ref().map(|c| c.1);
         // The cgroup goes with its launcher, often before a sample saw the kill: the launcher
         // says so in the log.
         if let Some(c) = cgroup.as_mut() {
@@ -655,6 +745,7 @@ fn run_qemu(
             }
         }
         let (ok, note) = match (st, secs) {
+            _ if stopped[k] => (true, STOPPED.to_owned()),
             (Some(st), Some(_)) if st.code() == Some(1) => (true, String::new()),
             (Some(st), _) => (false, format!("exited with {st}")),
             (None, _) => (false, "timed out".into()),
@@ -665,7 +756,7 @@ fn run_qemu(
         };
         out.push(Outcome {
             ok,
-            secs: secs.filter(|_| ok),
+            secs: secs.filter(|_| ok && !stopped[k]),
             note,
             cgroup,
             longest_fault_us: None,
