@@ -268,6 +268,18 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         claims: published::IDLETAX,
     },
     Reproduces {
+        name: "reallocation",
+        family: Family::Host,
+        paper: "ESX §6.3",
+        figures: &["Fig. 8"],
+        scope: "five guest kit VMs of 256 and 320 MiB with min = max / 2 where the paper has five Windows VMs",
+        peer: "the paper (QEMU has no share-based allocator)",
+        section: "#reallocation-esx-63-fig-8-five-vms-min-and-the-free-memory-states",
+        quick: "",
+        full: "",
+        claims: &[],
+    },
+    Reproduces {
         name: "consolidate",
         family: Family::Consolidate,
         paper: "VSwapper §5.2",

@@ -1,6 +1,6 @@
 //! The host experiments' common form: VMs that join a running `memvisor host` at given times,
 //! its budget, idle tax and sampling, and what each measures; the experiments themselves are
-//! `shares` and `idletax`.
+//! `shares`, `idletax` and `reallocation`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,6 +61,12 @@ pub enum Goal {
         busy: &'static str,
         switch: f64,
     },
+    /// Several VMs with `min` set: the free-memory states over the run, and VM `returns` that
+    /// goes idle in the window `idle` (seconds) and then works again.
+    Reallocation {
+        returns: &'static str,
+        idle: (f64, f64),
+    },
 }
 
 /// The config file's text for the VMs that start with the host.
@@ -73,12 +79,20 @@ pub fn config_text(e: &HostExperiment, state_dir: &Path) -> String {
         let VmSpec {
             name,
             mem,
+            min,
             shares,
             cmdline,
+            balloon,
             ..
         } = &v.spec;
         let workload = v.spec.workload.as_deref().unwrap_or("boot");
         s.push_str(&format!("\n[[vm]]\nname = \"{name}\"\nmem = {mem}\nshares = {shares}\nworkload = \"{workload}\"\ncmdline = \"{cmdline}\"\n"));
+        if *min > 0 {
+            s.push_str(&format!("min = {min}\n"));
+        }
+        if *balloon {
+            s.push_str("balloon = true\n");
+        }
     }
     s
 }

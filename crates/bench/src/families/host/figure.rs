@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::experiment::{Goal, HostExperiment};
 use super::run::HostRun;
-use super::summary::vm;
+use super::summary::{state_name, vm};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::mib;
 use memvisor_api::{HostSample, VmSample};
@@ -49,6 +49,14 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     let mut marks: Vec<(f64, String)> = joins.map(|(n, t)| (*t, format!("{n} joins"))).collect();
     let taxes = run.taxes.iter().skip(1);
     marks.extend(taxes.map(|(t, x)| (*t, format!("tax {x}"))));
+    if let Goal::Reallocation { .. } = e.goal {
+        // Fig. 8(a): each change of the free-memory state.
+        let changes = run
+            .samples
+            .windows(2)
+            .filter(|w| w[0].free_state != w[1].free_state);
+        marks.extend(changes.map(|w| (w[1].seconds, state_name(w[1].free_state).to_owned())));
+    }
     let x = Axis::linear(0.0, run.end().max(e.duration).max(1.0));
     let y_max = e.vms.iter().map(|v| mib(v.spec.mem)).fold(1.0, f64::max) * 1.1;
     let mut memory = Panel::new(
@@ -69,6 +77,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
         let measured = match e.goal {
             Goal::Shares { .. } => true,
             Goal::IdleTax { busy, .. } => n == busy,
+            Goal::Reallocation { returns, .. } => n == returns,
         };
         if measured && !r.is_empty() {
             rates.push(Line::new(n.clone(), c, 2, r).marked());
@@ -81,6 +90,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     let what = match e.goal {
         Goal::Shares { .. } => "touches per second (each toucher step)",
         Goal::IdleTax { .. } => "operations per second (kv, every second)",
+        Goal::Reallocation { .. } => "touches per second (each toucher step)",
     };
     let rates = Panel {
         lines: rates,

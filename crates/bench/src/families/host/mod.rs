@@ -1,12 +1,13 @@
-//! `memvisor bench shares` and `idletax` (ESX §5.1, §5.2 and Fig. 7) on a running
-//! `memvisor host`: the experiments' common form in `experiment`, each in its own file
-//! (`shares`, `idletax`), a run in `run`, and its outputs: the numbers (`summary`),
+//! `memvisor bench shares`, `idletax` and `reallocation` (ESX §5.1, §5.2 and Figs. 7–8) on a
+//! running `memvisor host`: the experiments' common form in `experiment`, each in its own file
+//! (`shares`, `idletax`, `reallocation`), a run in `run`, and its outputs: the numbers (`summary`),
 //! `results.csv` and `report.md` (`report`) and the plot (`figure`).
 
 pub mod catalog;
 pub mod experiment;
 pub mod figure;
 mod idletax;
+mod reallocation;
 pub mod report;
 pub mod run;
 mod shares;
@@ -18,7 +19,7 @@ use crate::harness::{setup, Bench, Family};
 use catalog::find;
 use experiment::HostExperiment;
 
-/// `memvisor bench shares|idletax`.
+/// `memvisor bench shares|idletax|reallocation`.
 pub struct Host;
 
 impl Family for Host {
@@ -93,6 +94,19 @@ mod tests {
                         assert_eq!(e.tax_changes, vec![(switch, 0.75)]);
                         assert!(e.vms.iter().all(|v| v.at < switch) && switch < e.duration);
                         assert!(e.vms[0].spec.shares == e.vms[1].spec.shares);
+                    }
+                    Goal::Reallocation { returns, idle } => {
+                        assert!(names.contains(&returns));
+                        assert!(0.0 < idle.0 && idle.0 < idle.1 && idle.1 < e.duration);
+                        // min = max / 2, shares in proportion to max, a balloon each; more
+                        // memory than the budget.
+                        for v in &e.vms {
+                            assert_eq!(v.spec.min * 2, v.spec.mem);
+                            assert_eq!(v.spec.shares * (1 << 20), v.spec.mem * 10);
+                            assert!(v.spec.balloon && v.at <= 0.0);
+                        }
+                        let all: u64 = e.vms.iter().map(|v| v.spec.mem).sum();
+                        assert!(all > e.memory);
                     }
                 }
                 for v in &e.vms {

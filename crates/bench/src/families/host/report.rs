@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use memvisor_api::{HostEvent, HostEventKind};
+use memvisor_api::{FreeStateName, HostEvent, HostEventKind};
 
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
@@ -140,6 +140,7 @@ pub fn markdown(e: &HostExperiment, runs: &[HostRun], env: &[(String, String)]) 
         match e.goal {
             Goal::Shares { big, small, ratio } => shares_md(&mut s, run, big, small, ratio),
             Goal::IdleTax { idle, busy, .. } => idletax_md(&mut s, run, idle, busy),
+            Goal::Reallocation { returns, idle } => reallocation_md(&mut s, e, run, returns, idle),
         }
         let shown =
             |ev: &&HostEvent| matches!(ev.kind, HostEventKind::Paused | HostEventKind::FreeState);
@@ -255,6 +256,70 @@ fn idletax_md(s: &mut String, run: &HostRun, idle: &str, busy: &str) {
         s,
         "- pauses by the host after `{busy}` joined: {}",
         x.pauses
+    );
+}
+
+fn reallocation_md(
+    s: &mut String,
+    e: &HostExperiment,
+    run: &HostRun,
+    returns: &str,
+    idle: (f64, f64),
+) {
+    let Some(x) = reallocation_summary(e, run, returns, idle) else {
+        s.push_str("No idle phase was measured (the returning VM is missing from the history).\n");
+        return;
+    };
+    let total: f64 = x.states.iter().map(|st| st.1).sum::<f64>().max(1e-9);
+    let mut t = Table::new("free state | seconds | share of the run".split(" | "));
+    for (st, secs) in &x.states {
+        t.row(vec![
+            state_name(*st).to_owned(),
+            format!("{secs:.1}"),
+            format!("{:.0} %", 100.0 * secs / total),
+        ]);
+    }
+    s.push_str("Fig. 8(a), the time in each free-memory state:\n\n");
+    s.push_str(&t.markdown());
+    let high_soft = x
+        .states
+        .iter()
+        .filter(|st| matches!(st.0, FreeStateName::High | FreeStateName::Soft));
+    let share = high_soft.map(|st| st.1).sum::<f64>() / total;
+    let _ = writeln!(
+        s,
+        "\n- in `high` or `soft` {:.0} % of the run (the paper: nearly all of it)",
+        100.0 * share
+    );
+    let _ = writeln!(
+        s,
+        "- Fig. 8(b), summed over the VMs at their highest: resident {:.0} MiB, in balloons {:.0} MiB, swapped by their pagers {:.0} MiB (the budget: {} MiB)",
+        x.peak_resident_mib, x.peak_balloon_mib, x.peak_swapped_mib, e.memory >> 20
+    );
+    let floor = x.idle_low_mib >= x.min_mib * 0.98;
+    let _ = writeln!(
+        s,
+        "- Fig. 8(d): `{returns}` idle from {:.0} to {:.0} s fell to {:.1} MiB at its lowest in the second half (its min {:.0} MiB); held at or above its min: {}",
+        idle.0, idle.1, x.idle_low_mib, x.min_mib, yes(floor)
+    );
+    let _ = writeln!(
+        s,
+        "- working again, `{returns}` reached {:.1} MiB; 90 % of what it gained back {} s after its idle phase ended",
+        x.again_high_mib,
+        or_dash(x.regain_s, 1)
+    );
+    let usable: Vec<String> = x
+        .balloon_usable
+        .iter()
+        .map(|(n, at, lost)| {
+            let at = at.map_or("never".into(), |t| format!("at {t:.1} s"));
+            format!("`{n}` {at}, then not usable {lost} times")
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "- balloons found usable (the driver answered within its deadline; a balloon that makes no progress toward its target for 2 s is not, and the host pages the VM instead): {}",
+        usable.join("; ")
     );
 }
 
@@ -402,6 +467,68 @@ mod tests {
         }
     }
 
+    /// Every VM of `e` at half its memory; `sql` idle at its min from 40 to 120 s, back at 80 %
+    /// by 130 s; `soft` from 20 to 30 s; every balloon usable at 1 s.
+    fn reallocation_run(e: &HostExperiment) -> HostRun {
+        let mut samples = Vec::new();
+        for i in 0..=200 {
+            let t = f64::from(i);
+            let vms: Vec<(&str, u64, u64, f64)> = e
+                .vms
+                .iter()
+                .map(|v| {
+                    let half = v.spec.mem / M / 2;
+                    let r = match v.spec.name.as_str() {
+                        "sql" if (40.0..120.0).contains(&t) => half,
+                        "sql" if t >= 130.0 => half * 8 / 5,
+                        _ => half + 10,
+                    };
+                    (v.spec.name.as_str(), r, r, 1.0)
+                })
+                .collect();
+            let mut s = sample(t, &vms);
+            if (20.0..30.0).contains(&t) {
+                s.free_state = FreeStateName::Soft;
+            }
+            samples.push(s);
+        }
+        let usable = |v: &super::super::experiment::PlannedVm| HostEvent {
+            seconds: 1.0,
+            kind: HostEventKind::BalloonUsable,
+            vm: Some(v.spec.name.clone()),
+            message: "balloon usable".into(),
+        };
+        HostRun {
+            samples,
+            events: e.vms.iter().map(usable).collect(),
+            taxes: vec![(0.0, 0.75)],
+            joined: e.vms.iter().map(|v| (v.spec.name.clone(), 0.0)).collect(),
+            ..HostRun::default()
+        }
+    }
+
+    #[test]
+    fn reallocation_states_the_idle_vm_at_its_min_and_its_return() {
+        let e =
+            crate::families::host::catalog::find("reallocation", crate::args::Scale::Full).unwrap();
+        let run = reallocation_run(&e);
+        let Goal::Reallocation { returns, idle } = e.goal else {
+            panic!("{:?}", e.goal);
+        };
+        let s = reallocation_summary(&e, &run, returns, idle).unwrap();
+        let secs: Vec<f64> = s.states.iter().map(|st| st.1).collect();
+        assert_eq!(secs, [190.0, 10.0, 0.0, 0.0]);
+        assert_eq!((s.min_mib, s.idle_low_mib), (160.0, 160.0));
+        assert_eq!(s.again_high_mib, 256.0);
+        // 90 % of the 96 MiB gained back: at 130 s, 10 s after the idle phase ended at 120 s.
+        assert_eq!(s.regain_s, Some(10.0));
+        assert!(s
+            .balloon_usable
+            .iter()
+            .all(|u| u.1 == Some(1.0) && u.2 == 0));
+        assert_eq!(s.balloon_usable.len(), 5);
+    }
+
     #[test]
     fn idletax_phases_speedup_and_reallocation_time() {
         let run = idletax_run();
@@ -427,6 +554,7 @@ mod tests {
             let run = match e.goal {
                 Goal::Shares { .. } => shares_run(),
                 Goal::IdleTax { .. } => idletax_run(),
+                Goal::Reallocation { .. } => reallocation_run(&e),
             };
             let text = csv(&e, std::slice::from_ref(&run));
             let cols = CSV_HEADER.split(',').count();

@@ -2,7 +2,7 @@
 //! allocations and their ratio, how long memory took to move, the busy VM's throughput before
 //! and after the tax, and the one-line headline and summary rows of a run.
 
-use memvisor_api::{HostEventKind, HostSample, VmSample};
+use memvisor_api::{FreeStateName, HostEventKind, HostSample, VmSample};
 
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
@@ -238,6 +238,101 @@ pub fn idletax_summary(run: &HostRun, idle: &str, busy: &str) -> Option<IdleTaxS
     })
 }
 
+/// What `bench reallocation` measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReallocationSummary {
+    /// Seconds spent in each free state (each tick stands for the time to the next), in
+    /// [`FreeStateName::ALL`]'s order.
+    pub states: Vec<(FreeStateName, f64)>,
+    /// The highest sum over the VMs, at one tick, of their resident memory, their balloons and
+    /// what their pagers swapped out (MiB).
+    pub peak_resident_mib: f64,
+    pub peak_balloon_mib: f64,
+    pub peak_swapped_mib: f64,
+    /// The returning VM's `min`, and its lowest allocation (resident) in the second half of its
+    /// idle phase (MiB).
+    pub min_mib: f64,
+    pub idle_low_mib: f64,
+    /// Its highest allocation once it works again, and the seconds from the end of its idle
+    /// phase until it held 90 % of what it gained back.
+    pub again_high_mib: f64,
+    pub regain_s: Option<f64>,
+    /// When each VM's balloon was first found to answer (`balloon_usable`), and how often it
+    /// was found not to make progress afterwards (`balloon_unusable`), in the VMs' order.
+    pub balloon_usable: Vec<(String, Option<f64>, usize)>,
+}
+
+pub fn reallocation_summary(
+    e: &HostExperiment,
+    run: &HostRun,
+    returns: &str,
+    idle: (f64, f64),
+) -> Option<ReallocationSummary> {
+    let mut states: Vec<(FreeStateName, f64)> =
+        FreeStateName::ALL.iter().map(|&s| (s, 0.0)).collect();
+    for w in run.samples.windows(2) {
+        if let Some(slot) = states.iter_mut().find(|(s, _)| *s == w[0].free_state) {
+            slot.1 += (w[1].seconds - w[0].seconds).max(0.0);
+        }
+    }
+    let peak = |f: fn(&VmSample) -> u64| {
+        let sums = run.samples.iter().map(|s| s.vms.iter().map(f).sum::<u64>());
+        mib(sums.max().unwrap_or(0))
+    };
+    let spec = e.vms.iter().find(|v| v.spec.name == returns)?;
+    let resident = |s: &HostSample| vm(s, returns).map(|v| mib(v.resident_bytes));
+    let low_window = ((idle.0 + idle.1) / 2.0, idle.1);
+    let idle_low_mib = run
+        .in_window(low_window)
+        .filter_map(resident)
+        .reduce(f64::min)?;
+    let after = run.samples.iter().filter(|s| s.seconds >= idle.1);
+    let again_high_mib = after.clone().filter_map(resident).reduce(f64::max)?;
+    let goal = idle_low_mib + 0.9 * (again_high_mib - idle_low_mib);
+    let regain_s = after
+        .clone()
+        .find(|s| resident(s).is_some_and(|r| r >= goal))
+        .map(|s| s.seconds - idle.1);
+    let of = |name: &str, kind: HostEventKind| {
+        let mine =
+            |ev: &&memvisor_api::HostEvent| ev.kind == kind && ev.vm.as_deref() == Some(name);
+        run.events
+            .iter()
+            .filter(mine)
+            .map(|ev| ev.seconds)
+            .collect::<Vec<f64>>()
+    };
+    let usable = |name: &str| {
+        let first = of(name, HostEventKind::BalloonUsable).first().copied();
+        (
+            name.to_owned(),
+            first,
+            of(name, HostEventKind::BalloonUnusable).len(),
+        )
+    };
+    Some(ReallocationSummary {
+        states,
+        peak_resident_mib: peak(|v| v.resident_bytes),
+        peak_balloon_mib: peak(|v| v.balloon_bytes),
+        peak_swapped_mib: peak(|v| v.swapped_bytes),
+        min_mib: mib(spec.spec.min),
+        idle_low_mib,
+        again_high_mib,
+        regain_s,
+        balloon_usable: e.vms.iter().map(|v| usable(&v.spec.name)).collect(),
+    })
+}
+
+/// A free state as the reports name it.
+pub fn state_name(s: FreeStateName) -> &'static str {
+    match s {
+        FreeStateName::High => "high",
+        FreeStateName::Soft => "soft",
+        FreeStateName::Hard => "hard",
+        FreeStateName::Low => "low",
+    }
+}
+
 /// One line on how a run went, for the progress output.
 pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
     match e.goal {
@@ -265,6 +360,24 @@ pub fn headline(e: &HostExperiment, run: &HostRun) -> String {
                 or_dash(s.speedup, 2),
                 or_dash(s.realloc_s, 1)
             ),
+        },
+        Goal::Reallocation { returns, idle } => match reallocation_summary(e, run, returns, idle) {
+            None => "no idle phase measured".into(),
+            Some(s) => {
+                let states: Vec<String> = s
+                    .states
+                    .iter()
+                    .map(|(st, secs)| format!("{} {secs:.0} s", state_name(*st)))
+                    .collect();
+                format!(
+                    "{}; {returns} idle at {:.0} MiB (min {:.0}), back to {:.0} MiB in {} s",
+                    states.join(", "),
+                    s.idle_low_mib,
+                    s.min_mib,
+                    s.again_high_mib,
+                    or_dash(s.regain_s, 1)
+                )
+            }
         },
     }
 }
@@ -331,6 +444,29 @@ pub fn summary_rows(e: &HostExperiment, run: &HostRun) -> Vec<(String, String)> 
                     ("moved_at_tax75".into(), b(s.moved)),
                     ("pauses".into(), n(s.pauses)),
                 ]);
+                rows
+            })
+            .unwrap_or_default(),
+        Goal::Reallocation { returns, idle } => reallocation_summary(e, run, returns, idle)
+            .map(|s| {
+                let mut rows: Vec<(String, String)> = s
+                    .states
+                    .iter()
+                    .map(|(st, secs)| (format!("{}_s", state_name(*st)), f(*secs)))
+                    .collect();
+                rows.extend([
+                    ("peak_resident_mib".into(), f(s.peak_resident_mib)),
+                    ("peak_balloon_mib".into(), f(s.peak_balloon_mib)),
+                    ("peak_swapped_mib".into(), f(s.peak_swapped_mib)),
+                    (format!("{returns}_min_mib"), f(s.min_mib)),
+                    (format!("{returns}_idle_low_mib"), f(s.idle_low_mib)),
+                    (format!("{returns}_again_high_mib"), f(s.again_high_mib)),
+                    (format!("{returns}_regain_90pct_s"), o(s.regain_s)),
+                ]);
+                for (name, at, lost) in &s.balloon_usable {
+                    rows.push((format!("{name}_balloon_usable_s"), o(*at)));
+                    rows.push((format!("{name}_balloon_unusable_times"), n(*lost)));
+                }
                 rows
             })
             .unwrap_or_default(),
