@@ -10,6 +10,7 @@
 pub mod experiment;
 pub mod report;
 pub mod run;
+pub mod scenario;
 
 use std::path::Path;
 
@@ -17,8 +18,9 @@ use memvisor_api::HostSample;
 
 use crate::args::BenchArgs;
 use crate::harness::{setup, Bench, Family};
-use experiment::{Budget, Config, ConsolidatePlan, Launch, Scenario, MEM};
+use experiment::{Budget, Config, ConsolidatePlan, Launch, MEM};
 use run::{Record, RunTrace, Sink};
+use scenario::Scenario;
 
 /// The family's three experiments: `memvisor bench consolidate`, many VMs under `memvisor host`
 /// and on QEMU; `balance` and `allocate`, each its own scenarios under ballooning and
@@ -152,7 +154,7 @@ impl Family for Consolidation {
             let sized = run::size_working_sets(bench, &plan, &mut Outputs { bench, plan: &plan })?;
             plan.working_sets = sized;
             for &(sc, n, ws) in &plan.working_sets {
-                let whose = match sc.sized_on() {
+                let whose = match experiment::sized_on(sc) {
                     Launch::Host(_) => "memvisor's VMMs under `memvisor host` (`hd2-nolimit`)",
                     _ => "QEMU's processes",
                 };

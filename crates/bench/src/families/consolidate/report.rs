@@ -15,10 +15,9 @@ use std::path::Path;
 use memvisor_api::HostSample;
 use plotters::style::RED;
 
-use super::experiment::{
-    bounded, job, memory_summary, Budget, ConsolidatePlan, Scenario, INTERVAL, MEM,
-};
+use super::experiment::{bounded, memory_summary, Budget, ConsolidatePlan, INTERVAL, MEM};
 use super::run::{CgroupSeen, Record, RunTrace};
+use super::scenario::{job, Scenario};
 use crate::families::host::figure as host_figure;
 use crate::report::figure::{color, xs, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::table::Table;
@@ -698,7 +697,8 @@ fn plot_pss(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::families::consolidate::experiment::{Config, Sample, REFERENCE};
+    use crate::families::consolidate::experiment::{Config, Sample};
+    use crate::families::consolidate::scenario::REFERENCE;
     use crate::harness::cpu::CpuUse;
 
     const B: Budget = Budget::Fraction(0.75);

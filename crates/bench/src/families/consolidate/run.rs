@@ -15,10 +15,11 @@ use memvisor_api::{HostClient, HostSample, HostVm, HostVmState};
 use memvisor_host::VmmFiles;
 
 use super::experiment::{
-    bounded, disk, host_budget, job, job_secs, memory_summary, overlap_fraction, own_disk,
-    qemu_share, spec, Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, Scenario,
-    BALANCE_DISK_MB, BALANCE_FILES, INPUT_MB, INTERVAL, MEM, RUN_TIMEOUT,
+    bounded, host_budget, job_secs, memory_summary, overlap_fraction, qemu_share, sized_on, spec,
+    Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, INPUT_MB, INTERVAL, MEM,
+    RUN_TIMEOUT,
 };
+use super::scenario::{disk, job, own_disk, Scenario, BALANCE_DISK_MB, BALANCE_FILES};
 use crate::harness::child::{self, Reaped};
 use crate::harness::cpu::{CpuMeter, CpuUse};
 use crate::harness::guest::read_final_stats;
@@ -169,7 +170,7 @@ pub fn size_working_sets(
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             fresh_disks(&bench.work, scenario, n)?;
             let case = RunCase {
-                kind: scenario.sized_on(),
+                kind: sized_on(scenario),
                 scenario,
                 n,
                 pinned: (n as usize <= s.cores).then_some(s.cores),
