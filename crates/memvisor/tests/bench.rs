@@ -1480,8 +1480,17 @@ fn bad_input_is_one_line_and_status_2() {
         ),
         (
             "consolidate --scenario kv",
-            "give mapreduce, mixed or balance",
+            "give one of mapreduce, mixed, balance, allocate-idle, allocate-busy",
         ),
+        (
+            "allocate --scenario mixed",
+            "--scenario mixed: allocate runs allocate-idle, allocate-busy",
+        ),
+        (
+            "allocate --vms 1",
+            "allocate needs a victim beside its beneficiary",
+        ),
+        ("allocate --budget ws-x", "--budget: ws-x"),
     ] {
         let mut args: Vec<String> = line.split(' ').map(|w| w.replace('_', " ")).collect();
         if !line.contains("--out") {
