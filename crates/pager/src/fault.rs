@@ -94,6 +94,14 @@ pub(crate) struct FaultHandler {
     zeros: Vec<u8>,
 }
 
+/// Where a missing fault's page is read from, and whether the faulting thread is a vCPU (the
+/// guest's context), asked once per fault of a page in a store.
+#[derive(Clone, Copy)]
+struct Stored {
+    from: ReadFrom,
+    vcpu: bool,
+}
+
 impl FaultHandler {
     /// A fault path whose lock-free reads take up to `io_len` bytes.
     pub fn new(io_len: usize) -> Self {
@@ -215,34 +223,38 @@ impl FaultHandler {
             return;
         };
         let mut pages = core.lock();
-        let state = pages.table.state(p);
-        let from_swap = !f.protected && matches!(state, PageState::Swapped(_));
-        let stored = !f.protected && ReadFrom::of(state).is_some();
-        // Asked once: the count below and the Preventer both need it.
-        let vcpu = stored && core.vcpus.is_vcpu(f.tid);
+        // Read once under this lock: the Preventer, the counts and the latency below all go by
+        // it.
+        let stored = match f.protected {
+            true => None,
+            false => ReadFrom::of(pages.table.state(p)).map(|from| Stored {
+                from,
+                vcpu: core.vcpus.is_vcpu(f.tid),
+            }),
+        };
         let r = if f.protected {
             self.write_fault(core, &mut pages, p)
         } else {
             let r;
-            (pages, r) = self.fault(core, pages, preventer, p, f, vcpu);
+            (pages, r) = self.fault(core, pages, preventer, p, f, stored);
             r
         };
-        match r {
-            Ok(()) if stored => {
-                let by = if vcpu {
+        match (r, stored) {
+            (Ok(()), Some(s)) => {
+                let by = if s.vcpu {
                     &core.counters.stored_faults_guest
                 } else {
                     &core.counters.stored_faults_vmm
                 };
                 EventCounters::add(by, 1);
             }
-            Ok(()) => {}
-            Err(e) => self.unresolved(core, f, p, e),
+            (Ok(()), None) => {}
+            (Err(e), _) => self.unresolved(core, f, p, e),
         }
         drop(reclaim.hold_to_cap(core, pages));
         let took = t0.elapsed();
         core.fault_latency.record(took);
-        if from_swap {
+        if stored.is_some_and(|s| s.from == ReadFrom::Swap) {
             core.swap_fault_latency.record(took);
         }
     }
@@ -264,7 +276,7 @@ impl FaultHandler {
         core.uffd.wake(core.map.host(p), PAGE_SIZE)
     }
 
-    /// Missing fault `f` (`vcpu`: its thread is a vCPU and the page is in a store): a vCPU's
+    /// Missing fault `f` on a page whose content is in the store `stored` says, if any: a vCPU's
     /// write to a page whose content is in a store goes to the Preventer (the vCPU is stopped
     /// and asked what it is writing); everything else is resolved here, a load from the swap
     /// file or an image without the page lock.
@@ -275,27 +287,25 @@ impl FaultHandler {
         preventer: &Preventer,
         p: PageIdx,
         f: Fault,
-        vcpu: bool,
+        stored: Option<Stored>,
     ) -> (MutexGuard<'a, Pages>, std::io::Result<()>) {
         let write = f.write;
+        // A hit installs the page; a miss leaves its state as `stored` read it.
         if let Some(r) = self.install_from_release_cache(core, &mut pages, p, write) {
             return (pages, r);
         }
-        let stored = ReadFrom::of(pages.table.state(p));
         let mode = pages.table.mech.preventer;
-        if let Some(from) = stored {
-            if write
-                && mode != Preventing::Off
-                && vcpu
-                && preventer.stop(core, f.tid, p, from, mode)
-            {
+        if let Some(Stored { from, vcpu: true }) = stored {
+            if write && mode != Preventing::Off && preventer.stop(core, f.tid, p, from, mode) {
                 return (pages, Ok(()));
             }
         }
         match pages.table.fault(p, write) {
             FaultAction::Load { from, keep } if from.store != StoreId::Sample => {
                 // Timed only for a Preventer that compares reads with preventions.
-                let timed = stored.filter(|_| mode == Preventing::Measured);
+                let timed = stored
+                    .map(|s| s.from)
+                    .filter(|_| mode == Preventing::Measured);
                 let t0 = timed.map(|kind| (kind, Instant::now()));
                 let (pages, r) = self.load_unlocked(core, pages, p, write, from, keep);
                 if let (Ok(Some(n)), Some((kind, t0))) = (&r, t0) {
