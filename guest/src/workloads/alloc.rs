@@ -20,6 +20,8 @@
 //!
 //! Keys: `mb=64 rounds=3 keep=0 gap_ms=0`.
 
+use memvisor_guest_mm::format::splitmix64;
+
 use crate::boot::MAX_CPUS;
 use crate::cmdline::Config;
 use crate::cpu::rdtsc;
@@ -33,40 +35,58 @@ use super::common::{self, Progress, ms_since, us_since};
 const NAME: &str = "alloc";
 const KEYS: &[&str] = &["mb", "rounds", "keep", "gap_ms"];
 
-/// (pages, rounds) for the workers.
-static ARGS: SpinLock<(u64, u64)> = SpinLock::new((0, 0));
+/// What the workers do, from the command line.
+#[derive(Clone, Copy)]
+struct Args {
+    pages: u64,
+    rounds: u64,
+    /// Whether fresh pages are zeroed (`zero=1`), so they can be checked.
+    check: bool,
+    /// `keep=1`: the rounds grow one task, filled with random words, checked at the end.
+    keep: bool,
+    /// `gap_ms=`: the wait between two rounds.
+    gap_ms: u64,
+}
+
+static ARGS: SpinLock<Args> = SpinLock::new(Args {
+    pages: 0,
+    rounds: 0,
+    check: true,
+    keep: false,
+    gap_ms: 0,
+});
 /// Per-vCPU outcome: finished without an error.
 static OK: SpinLock<[bool; MAX_CPUS]> = SpinLock::new([false; MAX_CPUS]);
 /// Words of fresh pages that did not read zero, summed over vCPUs.
 static MISMATCHES: SpinLock<u64> = SpinLock::new(0);
-/// Whether fresh pages are zeroed (`zero=1`), so they can be checked.
-static CHECK: SpinLock<bool> = SpinLock::new(true);
-/// `keep=1`: the rounds grow one task, filled with random words, checked at the end.
-static KEEP: SpinLock<bool> = SpinLock::new(false);
 /// The longest read-back of a vCPU's kept pages (`keep=1`), in microseconds.
 static CHECK_US: SpinLock<u64> = SpinLock::new(0);
-/// `gap_ms=`: the wait between two rounds.
-static GAP_MS: SpinLock<u64> = SpinLock::new(0);
 
 pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
     if let Err(code) = common::start(cfg, NAME, KEYS) {
         return code;
     }
-    let (pages, rounds) = match (common::mb_arg(cfg, "mb", 64), cfg.num("rounds", 3, 1, 1000)) {
-        (Ok(f), Ok(p)) => (f, p),
-        (Err(e), _) | (_, Err(e)) => return common::bad_arg(NAME, e),
-    };
-    *ARGS.lock() = (pages, rounds);
-    *CHECK.lock() = matches!(cfg.num("zero", 1, 0, 1), Ok(1));
-    *KEEP.lock() = match cfg.num("keep", 0, 0, 1) {
-        Ok(k) => k == 1,
+    let args = (|| {
+        Ok(Args {
+            pages: common::mb_arg(cfg, "mb", 64)?,
+            rounds: cfg.num("rounds", 3, 1, 1000)?,
+            check: matches!(cfg.num("zero", 1, 0, 1), Ok(1)),
+            keep: cfg.num("keep", 0, 0, 1)? == 1,
+            gap_ms: cfg.num("gap_ms", 0, 0, 60_000)?,
+        })
+    })();
+    let args = match args {
+        Ok(a) => a,
         Err(e) => return common::bad_arg(NAME, e),
     };
-    let gap_ms = match cfg.num("gap_ms", 0, 0, 60_000) {
-        Ok(g) => g,
-        Err(e) => return common::bad_arg(NAME, e),
-    };
-    *GAP_MS.lock() = gap_ms;
+    let Args {
+        pages,
+        rounds,
+        keep,
+        gap_ms,
+        ..
+    } = args;
+    *ARGS.lock() = args;
     let t_all = rdtsc();
     crate::smp::run_on_all(worker);
     let mismatches = *MISMATCHES.lock();
@@ -76,7 +96,7 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
         "RESULT workload=alloc phase=done ok={} mismatches={mismatches} mb={} rounds={rounds} keep={} cpus={cpus} ms={} check_ms={} {} {}",
         u8::from(ok),
         pages / 256,
-        u8::from(*KEEP.lock()),
+        u8::from(keep),
         Millis(us_since(t_all).saturating_sub(gap_ms * 1000 * (rounds - 1))),
         Millis(check_us),
         mm::stats_words(),
@@ -92,24 +112,22 @@ pub fn run(cfg: &Config, cpus: u32) -> ExitCode {
 /// The word `keep=1` writes at word `i` of page `vpn` of vCPU `cpu`'s task: a splitmix64 of
 /// its address, so every word differs and a page put back in the wrong place reads wrong.
 fn fill_word(cpu: u32, vpn: u64, i: usize) -> u64 {
-    let mut z = (u64::from(cpu) << 56 ^ vpn << 9 ^ i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    splitmix64(u64::from(cpu) << 56 ^ vpn << 9 ^ i as u64)
 }
 
 fn worker(cpu: u32) {
-    let (pages, rounds) = *ARGS.lock();
-    let (check, keep, gap_ms) = (*CHECK.lock(), *KEEP.lock(), *GAP_MS.lock());
+    let Args {
+        pages,
+        rounds,
+        check,
+        keep,
+        gap_ms,
+    } = *ARGS.lock();
     let mut bad = 0u64;
     let mut kept = None;
     for round in 1..=rounds {
         if round > 1 && gap_ms > 0 {
-            let end = crate::time::deadline_after_ms(gap_ms);
-            while rdtsc() < end {
-                mm::tick();
-                core::hint::spin_loop();
-            }
+            common::idle_ms(gap_ms);
         }
         let task = match kept.map_or_else(mm::task_create, Ok) {
             Ok(t) => t,

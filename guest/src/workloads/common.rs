@@ -16,6 +16,16 @@ pub fn us_since(t0: u64) -> u64 {
     cycles_to_us(c).unwrap_or(c / 1000)
 }
 
+/// Waits `ms` milliseconds doing nothing but the memory manager's periodic work (the balloon
+/// above all), as an idle task would.
+pub fn idle_ms(ms: u64) {
+    let end = crate::time::deadline_after_ms(ms);
+    while rdtsc() < end {
+        mm::tick();
+        core::hint::spin_loop();
+    }
+}
+
 /// `12.345` milliseconds since `t0`.
 pub fn ms_since(t0: u64) -> Millis {
     Millis(us_since(t0))

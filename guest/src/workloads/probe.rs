@@ -94,11 +94,7 @@ pub fn run(cfg: &Config) -> ExitCode {
             }
         }
         println!("probe: round {round} filled, waiting {wait_secs} s");
-        let end = crate::time::deadline_after_ms(wait_secs * 1000);
-        while rdtsc() < end {
-            mm::tick();
-            core::hint::spin_loop();
-        }
+        common::idle_ms(wait_secs * 1000);
         let (mut common_t, mut private_t) = (Times::default(), Times::default());
         for p in 0..pages {
             for (vpn, t) in [(p, &mut common_t), (pages + p, &mut private_t)] {
