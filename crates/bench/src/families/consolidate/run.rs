@@ -378,6 +378,10 @@ struct FleetMonitor {
     logs: Vec<PathBuf>,
     /// When the harness first saw each VM's done line, in seconds from `t0`.
     ends: Vec<Option<f64>>,
+    /// The line a VM of the scenario waits for the VMs started before it to print
+    /// ([`Scenario::warm`]), and whether each VM has printed it.
+    warm_line: Option<&'static str>,
+    warm: Vec<bool>,
     /// Pin VMM k to CPU k mod this.
     pinned: Option<usize>,
     memory: Vec<Sample>,
@@ -392,33 +396,44 @@ struct FleetMonitor {
 
 impl FleetMonitor {
     fn new(scenario: Scenario, logs: Vec<PathBuf>, pinned: Option<usize>) -> FleetMonitor {
+        let n = logs.len();
+        let vms = 1..=u32::try_from(n).unwrap_or(u32::MAX);
         FleetMonitor {
             t0: Instant::now(),
             scenario,
-            ends: vec![None; logs.len()],
+            ends: vec![None; n],
+            warm_line: vms.into_iter().find_map(|vm| scenario.warm(vm)),
+            warm: vec![false; n],
             logs,
             pinned,
             memory: Vec::new(),
-            cgroups: Vec::new(),
+            cgroups: vec![None; n],
             cpu: CpuMeter::default(),
             host: None,
             host_cpu: CpuMeter::default(),
         }
     }
 
-    /// One look: jobs that ended, each VMM's PSS and CPU time, pinning, cgroups. `vms` has
+    /// One look: jobs that ended and VMs that are warm, each VMM's PSS and CPU time, pinning,
+    /// cgroups. `vms` has
     /// each VM's process (`None` while it has none): its VMM, or for a jailed VMM the host's
     /// child that waits for it ([`readings::vmm_processes`]).
     fn tick(&mut self, vms: &[Option<u32>]) {
         let now = self.t0.elapsed().as_secs_f64();
         for (i, log) in self.logs.iter().enumerate() {
-            if self.ends[i].is_none() {
-                let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
-                let (workload, _) = job(self.scenario, vm);
-                let done = format!("RESULT workload={workload} phase=done");
-                if std::fs::read_to_string(log).is_ok_and(|t| t.contains(&done)) {
-                    self.ends[i] = Some(now);
-                }
+            if self.ends[i].is_some() {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(log) else {
+                continue;
+            };
+            let vm = u32::try_from(i).unwrap_or(u32::MAX) + 1;
+            let (workload, _) = job(self.scenario, vm);
+            if text.contains(&format!("RESULT workload={workload} phase=done")) {
+                self.ends[i] = Some(now);
+            }
+            if let Some(line) = self.warm_line {
+                self.warm[i] |= text.contains(line);
             }
         }
         let mut each = vec![0; vms.len()];
@@ -450,8 +465,8 @@ impl FleetMonitor {
     }
 
     /// Before VM `vm` starts, waits until each VM of `started` has printed the line the
-    /// scenario has it wait for ([`Scenario::warm`]), looking every [`TICK`]; an error after
-    /// [`WARM_TIMEOUT`].
+    /// scenario has it wait for ([`Scenario::warm`]), as [`Self::tick`] sees it every
+    /// [`TICK`]; an error after [`WARM_TIMEOUT`].
     fn wait_warm(
         &mut self,
         vm: u32,
@@ -462,18 +477,13 @@ impl FleetMonitor {
             return Ok(());
         };
         let t = Instant::now();
-        let logs = self.logs.clone();
-        let warm = |i: &u32| {
-            let log = &logs[*i as usize - 1];
-            std::fs::read_to_string(log).is_ok_and(|t| t.contains(line))
+        let cold = |warm: &[bool]| -> Vec<u32> {
+            let cold = started.iter().filter(|&&i| !warm[i as usize - 1]);
+            cold.copied().collect()
         };
-        while !started.iter().all(warm) {
+        while !cold(&self.warm).is_empty() {
             if t.elapsed() > WARM_TIMEOUT {
-                let cold: Vec<String> = started
-                    .iter()
-                    .filter(|i| !warm(i))
-                    .map(|i| format!("vm{i}"))
-                    .collect();
+                let cold: Vec<String> = cold(&self.warm).iter().map(|i| format!("vm{i}")).collect();
                 return Err(format!(
                     "vm{vm} waits for its victims' page caches: {} printed no `{}` in {} s",
                     cold.join(", "),
@@ -637,18 +647,16 @@ fn run_qemu(
         .map(|i| dir.join(format!("vm{i}.log")))
         .collect();
     let mut watch = FleetMonitor::new(plan.scenario, logs, plan.pinned);
-    watch.cgroups = vec![None; n];
     // Each VM's launcher and its pid, at the VM's index (VM i at i - 1), once started.
     let mut vms: Vec<Option<Reaped>> = (0..n).map(|_| None).collect();
     let mut pids: Vec<Option<u32>> = vec![None; n];
     let mut started = Vec::new();
     for i in plan.scenario.start_order(plan.n) {
         let k = i as usize - 1;
+        let p = pids.clone();
         if !started.is_empty() {
-            let p = pids.clone();
             watch.wait(INTERVAL, &|| qemus(&p));
         }
-        let p = pids.clone();
         watch.wait_warm(i, &started, &|| qemus(&p))?;
         started.push(i);
         let (workload, cmdline) = job(plan.scenario, i);

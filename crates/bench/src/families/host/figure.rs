@@ -55,7 +55,7 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
             .samples
             .windows(2)
             .filter(|w| w[0].free_state != w[1].free_state);
-        marks.extend(changes.map(|w| (w[1].seconds, state_name(w[1].free_state).to_owned())));
+        marks.extend(changes.map(|w| (w[1].seconds, state_name(w[1].free_state))));
     }
     let x = Axis::linear(0.0, run.end().max(e.duration).max(1.0));
     let y_max = e.vms.iter().map(|v| mib(v.spec.mem)).fold(1.0, f64::max) * 1.1;

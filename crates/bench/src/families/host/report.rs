@@ -49,7 +49,7 @@ pub fn csv(e: &HostExperiment, runs: &[HostRun]) -> String {
                     ("vm", v.name.clone()),
                     ("state", format!("{:?}", v.state).to_lowercase()),
                     ("free_bytes", s.free_bytes.to_string()),
-                    ("free_state", format!("{:?}", s.free_state).to_lowercase()),
+                    ("free_state", state_name(s.free_state)),
                     ("target_bytes", v.target_bytes.to_string()),
                     ("resident_bytes", v.resident_bytes.to_string()),
                     ("active_fraction", format!("{:.4}", active_fraction(v))),
@@ -274,7 +274,7 @@ fn reallocation_md(
     let mut t = Table::new("free state | seconds | share of the run".split(" | "));
     for (st, secs) in &x.states {
         t.row(vec![
-            state_name(*st).to_owned(),
+            state_name(*st),
             format!("{secs:.1}"),
             format!("{:.0} %", 100.0 * secs / total),
         ]);

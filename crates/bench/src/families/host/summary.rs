@@ -293,21 +293,19 @@ pub fn reallocation_summary(
         .clone()
         .find(|s| resident(s).is_some_and(|r| r >= goal))
         .map(|s| s.seconds - idle.1);
-    let of = |name: &str, kind: HostEventKind| {
-        let mine =
-            |ev: &&memvisor_api::HostEvent| ev.kind == kind && ev.vm.as_deref() == Some(name);
-        run.events
-            .iter()
-            .filter(mine)
-            .map(|ev| ev.seconds)
-            .collect::<Vec<f64>>()
-    };
     let usable = |name: &str| {
-        let first = of(name, HostEventKind::BalloonUsable).first().copied();
+        let of = |kind| {
+            let mine = move |ev: &&memvisor_api::HostEvent| ev.kind == kind;
+            run.events
+                .iter()
+                .filter(mine)
+                .filter(|ev| ev.vm.as_deref() == Some(name))
+        };
+        let first = of(HostEventKind::BalloonUsable).next().map(|ev| ev.seconds);
         (
             name.to_owned(),
             first,
-            of(name, HostEventKind::BalloonUnusable).len(),
+            of(HostEventKind::BalloonUnusable).count(),
         )
     };
     Some(ReallocationSummary {
@@ -323,14 +321,9 @@ pub fn reallocation_summary(
     })
 }
 
-/// A free state as the reports name it.
-pub fn state_name(s: FreeStateName) -> &'static str {
-    match s {
-        FreeStateName::High => "high",
-        FreeStateName::Soft => "soft",
-        FreeStateName::Hard => "hard",
-        FreeStateName::Low => "low",
-    }
+/// A free state as the reports and `results.csv` name it: `high`, `soft`, `hard`, `low`.
+pub fn state_name(s: FreeStateName) -> String {
+    format!("{s:?}").to_lowercase()
 }
 
 /// One line on how a run went, for the progress output.
