@@ -581,6 +581,26 @@ pub struct DiskStats {
     pub write_end_us: u64,
     /// Time read requests took, in µs (all of them): with `bytes_read`, the read throughput.
     pub read_us: u64,
+    /// Write requests with holes (pages the host held outside guest RAM, each swapped back in
+    /// for the write or left out of it as one of Tesseract's indirections), by how many they
+    /// had: 1–20, 21–50, more than 50 (Tesseract Table 1's classes). These have 1–20.
+    #[serde(default)]
+    pub writes_holes_1_20: u64,
+    /// Of those, the ones with 21–50 holes.
+    #[serde(default)]
+    pub writes_holes_21_50: u64,
+    /// Of those, the ones with more than 50 holes.
+    #[serde(default)]
+    pub writes_holes_over_50: u64,
+    /// The holes of all write requests, in pages.
+    #[serde(default)]
+    pub write_holes: u64,
+    /// Read requests some of whose blocks came from the pager's swap file (split reads).
+    #[serde(default)]
+    pub split_reads: u64,
+    /// The time those took, in µs (part of `read_us`).
+    #[serde(default)]
+    pub split_read_us: u64,
     /// Queue notifications the device processed, by either path.
     pub notifies: u64,
     /// Of those, the ones its thread took from an ioeventfd, with no exit to memvisor (several

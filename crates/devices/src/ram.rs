@@ -115,8 +115,12 @@ pub trait GuestRam: Send + Sync {
         Ok(false)
     }
 
-    /// `pages` are about to be copied out and written to their blocks.
-    fn disk_write_sources(&self, _disk: u8, _pages: &[DiskPage]) {}
+    /// `pages` are about to be copied out and written to their blocks. Returns how many of them
+    /// the pager holds outside guest RAM, each read back before it can be written (double
+    /// paging).
+    fn disk_write_sources(&self, _disk: u8, _pages: &[DiskPage]) -> usize {
+        0
+    }
 
     /// The write of `pages` to their blocks landed; `data` is what was written, `disk` from byte
     /// `offset` on (each of `pages` was copied into its block's part of it).

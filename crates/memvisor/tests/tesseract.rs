@@ -69,6 +69,27 @@ fn integrity_with(extra: &[&str]) -> serde_json::Value {
         "guest swap-outs of swapped pages became indirections: {ind}"
     );
     assert!(ind["split_reads"].as_u64().unwrap() > 0, "{ind}");
+    // The disks count the same events per request (Tesseract Tables 1, 2 and 4): every elided
+    // or double-paged page is a hole of some write, in one of the three classes, and the
+    // device's split reads are among the pager's (which also counts the Mapper's refaults).
+    let disks = s["disks"].as_object().unwrap();
+    let sum = |k: &str| disks.values().map(|d| d[k].as_u64().unwrap()).sum::<u64>();
+    let pager_counter = |k: &str| s["pager"][k].as_u64().unwrap();
+    assert_eq!(
+        sum("write_holes"),
+        ind["elided_pages"].as_u64().unwrap() + pager_counter("double_paging_swap_ins"),
+        "{disks:?}"
+    );
+    let classes =
+        sum("writes_holes_1_20") + sum("writes_holes_21_50") + sum("writes_holes_over_50");
+    assert!(classes > 0 && classes <= sum("writes"), "{disks:?}");
+    assert!(classes <= sum("write_holes"), "{disks:?}");
+    let split = sum("split_reads");
+    assert!(
+        split > 0 && split <= ind["split_reads"].as_u64().unwrap(),
+        "{disks:?} {ind}"
+    );
+    assert!(sum("split_read_us") <= sum("read_us"), "{disks:?}");
     assert_eq!(ind["live"], 0, "all put back at the end: {ind}");
     for img in [&data, &swap] {
         assert!(

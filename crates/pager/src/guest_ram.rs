@@ -399,15 +399,15 @@ impl GuestRam for PagedRam<'_> {
         }
     }
 
-    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) -> usize {
         let s = self.core;
         let mut state = self.reclaim.lock_settled(s);
         let sources = self.disk_pages(disk, pages);
-        if state.attached {
-            // The pages the device is about to read that are swapped out: each will be swapped
-            // in only to be written out (double paging). A sampled page comes back from the
-            // sample store, in host memory.
-            let out = sources
+        // The pages the device is about to read that are swapped out: each will be swapped in
+        // only to be written out (double paging). A sampled page comes back from the sample
+        // store, in host memory.
+        let out = if state.attached {
+            sources
                 .iter()
                 .filter(|&&(p, _)| {
                     matches!(
@@ -415,10 +415,13 @@ impl GuestRam for PagedRam<'_> {
                         PageState::Swapped(_) | PageState::OnDisk(_)
                     )
                 })
-                .count();
-            EventCounters::add(&s.counters.double_paging_swap_ins, out as u64);
-        }
+                .count()
+        } else {
+            0
+        };
+        EventCounters::add(&s.counters.double_paging_swap_ins, out as u64);
         self.record_sources(&mut state, sources);
+        out
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {

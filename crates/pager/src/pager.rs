@@ -682,8 +682,8 @@ impl GuestRam for Pager {
         self.devices().disk_read_split(disk, offset, buf)
     }
 
-    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) {
-        self.devices().disk_write_sources(disk, pages);
+    fn disk_write_sources(&self, disk: u8, pages: &[DiskPage]) -> usize {
+        self.devices().disk_write_sources(disk, pages)
     }
 
     fn disk_write_done(&self, disk: u8, pages: &[DiskPage], offset: u64, data: &[u8]) {

@@ -235,6 +235,12 @@ fn disk_stats(m: &BlockMetrics, t: &TransportMetrics) -> DiskStats {
         write_prepare_max_us: m.write_prepare_max_us.load(Ordering::Relaxed),
         write_end_us: m.write_end_us.load(Ordering::Relaxed),
         read_us: m.read_us.load(Ordering::Relaxed),
+        writes_holes_1_20: m.writes_holes_1_20.load(Ordering::Relaxed),
+        writes_holes_21_50: m.writes_holes_21_50.load(Ordering::Relaxed),
+        writes_holes_over_50: m.writes_holes_over_50.load(Ordering::Relaxed),
+        write_holes: m.write_holes.load(Ordering::Relaxed),
+        split_reads: m.split_reads.load(Ordering::Relaxed),
+        split_read_us: m.split_read_us.load(Ordering::Relaxed),
         errors: m.errors.load(Ordering::Relaxed),
     }
 }

@@ -19,6 +19,7 @@ const FAULTS_HELP: &str = "Faults the pager served by installing a page, by wher
 const STORED_FAULTS_HELP: &str = "Faults on guest pages whose content was in a store (swapped, or dropped to its disk image block), by the context that took them: guest (a vCPU thread, the guest running) or vmm (another VMM thread, a device reading or writing guest memory above all).";
 const RECLAIMED_HELP: &str = "Victim pages the pager reclaimed, by how: zero (dropped as all-zero), clean (dropped, its swap block still held it), written (written to the swap file), mirrored (dropped, it mirrored a disk block: Swap Mapper), shared (dropped, a pooled block already held exactly its content: share before swap).";
 const EXITS_HELP: &str = "VM exits that reached the VMM, by kind: io (port I/O), mmio, other.";
+const WRITE_HOLES_HELP: &str = "Write requests of a disk with holes (pages the host held outside guest RAM), by how many: 1-20, 21-50, over-50 (Tesseract Table 1).";
 const GUEST_ERRORS_HELP: &str = "What the guest did wrong, by kind (the fields of GET /stats guest_errors): unclaimed port and MMIO accesses, refused virtio FEATURES_OK and DRIVER_OK, ignored virtio-mmio register writes, rejected virtio-blk requests, used ring write failures, bad balloon PFNs and reports.";
 const GUEST_HOST_FAULTS_HELP: &str = "Host faults the guest's requests met, which it can repeat at will, by kind: disk image I/O, balloon page releases, serial output, the pager's page installs and write protection for devices.";
 
@@ -187,6 +188,12 @@ pub(super) const VM_ROWS: &[Row] = &[
     gauge("disks.*.write_prepare_max_us", "disk_write_prepare_max", Unit::Seconds, "The longest time one write request of a disk spent before its data went to the image.").scaled(US),
     counter("disks.*.write_end_us", "disk_write_end", Unit::Seconds, "Time a disk's write requests spent after their data reached the image (logging Tesseract's indirections).").scaled(US),
     counter("disks.*.read_us", "disk_read_time", Unit::Seconds, "Time a disk's read requests took (with the bytes read, the read throughput).").scaled(US),
+    counter("disks.*.writes_holes_1_20", "disk_writes_with_holes", Unit::None, WRITE_HOLES_HELP).labelled("holes", "1-20"),
+    counter("disks.*.writes_holes_21_50", "disk_writes_with_holes", Unit::None, WRITE_HOLES_HELP).labelled("holes", "21-50"),
+    counter("disks.*.writes_holes_over_50", "disk_writes_with_holes", Unit::None, WRITE_HOLES_HELP).labelled("holes", "over-50"),
+    counter("disks.*.write_holes", "disk_write_holes", Unit::None, "Pages of a disk's write requests that the host held outside guest RAM (swapped back in, or left out as indirections)."),
+    counter("disks.*.split_reads", "disk_split_reads", Unit::None, "Read requests of a disk some of whose blocks came from the pager's swap file (split reads)."),
+    counter("disks.*.split_read_us", "disk_split_read_time", Unit::Seconds, "Time a disk's split read requests took (part of the read time).").scaled(US),
     counter("disks.*.notifies", "disk_notifies", Unit::None, "Queue notifications a disk processed, by either path."),
     counter("disks.*.kernel_notifies", "disk_kernel_notifies", Unit::None, "Queue notifications a disk's thread took from an ioeventfd, with no exit to the VMM."),
     counter("disks.*.ioevent_refusals", "disk_ioevent_refusals", Unit::None, "Queue ioeventfds KVM refused (those queues are served on the vCPU's exit)."),

@@ -65,6 +65,41 @@ pub struct BlockMetrics {
     pub write_end_us: AtomicU64,
     /// Time read requests took, in µs (with `bytes_read`, the read throughput).
     pub read_us: AtomicU64,
+    /// Write requests with holes: pages the host held outside guest RAM, each swapped back in
+    /// for the write (double paging) or left out of it as an indirection (Tesseract), counted
+    /// by how many a request had (Tesseract Table 1's classes).
+    pub writes_holes_1_20: AtomicU64,
+    pub writes_holes_21_50: AtomicU64,
+    pub writes_holes_over_50: AtomicU64,
+    /// The holes of all write requests, in pages.
+    pub write_holes: AtomicU64,
+    /// Read requests some of whose blocks came from the pager's swap file (split reads), and
+    /// the time they took in µs (part of `read_us`).
+    pub split_reads: AtomicU64,
+    pub split_read_us: AtomicU64,
+}
+
+impl BlockMetrics {
+    /// Counts a write request that had `holes` pages outside guest RAM.
+    fn write_holes(&self, holes: u64) {
+        let class = match holes {
+            0 => return,
+            1..=20 => &self.writes_holes_1_20,
+            21..=50 => &self.writes_holes_21_50,
+            _ => &self.writes_holes_over_50,
+        };
+        class.fetch_add(1, Ordering::Relaxed);
+        self.write_holes.fetch_add(holes, Ordering::Relaxed);
+    }
+}
+
+/// What moving a request's data met: the time spent writing the image, the holes of a write
+/// (pages outside guest RAM), and whether a read was split.
+#[derive(Default)]
+struct Moved {
+    io_time: Duration,
+    holes: u64,
+    split: bool,
 }
 
 /// A virtio-blk device backed by a raw image file.
@@ -214,12 +249,18 @@ impl Block {
     /// bracketed by the guest RAM's `disk_write_begin` and `disk_write_end`.
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         let offset = sector * SECTOR_SIZE;
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let m = Arc::clone(&self.metrics);
         if !write {
             let t0 = Instant::now();
-            let r = self.move_data(req, offset, false).map(drop);
-            let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-            self.metrics.read_us.fetch_add(us, Ordering::Relaxed);
-            return r;
+            let moved = self.move_data(req, offset, false);
+            let took = us(t0.elapsed());
+            m.read_us.fetch_add(took, Ordering::Relaxed);
+            if moved.as_ref().is_ok_and(|x| x.split) {
+                m.split_reads.fetch_add(1, Ordering::Relaxed);
+                m.split_read_us.fetch_add(took, Ordering::Relaxed);
+            }
+            return moved.map(drop);
         }
         let t0 = Instant::now();
         let moved = self
@@ -230,9 +271,10 @@ impl Block {
         let ended = self
             .ram
             .disk_write_end(self.index, offset, req.data_len, moved.is_ok());
-        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let m = &self.metrics;
-        let io = moved.as_ref().copied().unwrap_or(Duration::ZERO);
+        let io = moved.as_ref().map_or(Duration::ZERO, |x| x.io_time);
+        if let Ok(x) = &moved {
+            m.write_holes(x.holes);
+        }
         let prepare = us((t1 - t0).saturating_sub(io));
         m.write_prepare_us.fetch_add(prepare, Ordering::Relaxed);
         m.write_prepare_max_us.fetch_max(prepare, Ordering::Relaxed);
@@ -241,14 +283,9 @@ impl Block {
         moved.and(ended).map(drop)
     }
 
-    /// Moves a request's data; returns the time spent writing to the image (for a write).
-    fn move_data(
-        &mut self,
-        req: &Request,
-        mut offset: u64,
-        write: bool,
-    ) -> std::io::Result<Duration> {
-        let mut io_time = Duration::ZERO;
+    /// Moves a request's data; returns what it met ([`Moved`]).
+    fn move_data(&mut self, req: &Request, mut offset: u64, write: bool) -> std::io::Result<Moved> {
+        let mut moved = Moved::default();
         // The request's bytes are one contiguous range of the disk however the guest scattered
         // them in memory: move them with one file I/O per bounce-buffer-full, and scatter or
         // gather between the bounce buffer and the descriptors' buffers. Whole, aligned pages
@@ -286,8 +323,11 @@ impl Block {
             let file = self.disk.file_for(offset, n);
             let buf = self.bounce.get(n);
             if write {
-                self.ram.disk_write_sources(self.index, &pages);
-            } else if !self.ram.disk_read_split(self.index, offset, buf)? {
+                let out = self.ram.disk_write_sources(self.index, &pages);
+                moved.holes += (elided.len() + out) as u64;
+            } else if self.ram.disk_read_split(self.index, offset, buf)? {
+                moved.split = true;
+            } else {
                 file.read_exact_at(buf, offset)?;
             }
             for &(addr, disk_off, k) in &pieces {
@@ -316,7 +356,7 @@ impl Block {
                             .write_all_at(&buf[at..at + len], from)?;
                     }
                 }
-                io_time += t.elapsed();
+                moved.io_time += t.elapsed();
                 self.ram.disk_write_done(self.index, &pages, offset, buf);
             } else {
                 self.ram.disk_read_data(self.index, &pages, offset, buf);
@@ -324,7 +364,7 @@ impl Block {
             offset += n as u64;
             left -= n;
         }
-        Ok(io_time)
+        Ok(moved)
     }
 
     /// Carries out a validated request; returns the status byte and the bytes written to the guest.
