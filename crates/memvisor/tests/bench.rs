@@ -280,11 +280,58 @@ fn quick_overcommit_end_to_end() {
         assert!(cells[1..].iter().all(|c| c.parse::<f64>().is_ok()), "{row}");
         let level = std::fs::read_to_string(out.join(format!("limit-{limit}m/report.md"))).unwrap();
         assert!(
-            level.contains("### The guest's swap disk and double paging"),
+            level.contains("### The guest's swap-disk writes and their holes"),
             "{level}"
         );
     }
+    for table in ["(Tesseract Table 1)", "(Tesseract Table 2)"] {
+        assert!(report.contains(table), "{report}");
+    }
+    // At 20 %, the baseline's writes have holes; the paper's 0 % row is printed under ours.
+    let holes = table_row(&report, "(Tesseract Table 1)", "102");
+    assert!(holes[2].parse::<u64>().unwrap() > 0, "{holes:?}");
+    assert_eq!(table_row(&report, "The paper's", "0")[1], "1030");
     assert!(out.join("overcommit.svg").exists());
+}
+
+/// `bench pressure` (Tesseract Figs. 10, 11), quick: the doublepaging run at 10 % host
+/// overcommitment with a small hog and a large one. The small one leaves the guest room, so it
+/// never writes to its swap disk; the large one makes it swap pages the host swapped, which are
+/// holes in its writes, and with Tesseract its reads of them are split.
+#[test]
+fn quick_pressure_end_to_end() {
+    let (_, out, _) = reproduced("tesseract");
+    let out = out.join("pressure");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for phase in ["pause_max", "run", "pause_total"] {
+        assert!(
+            report.contains(&format!("The `{phase}` phase in ms")),
+            "{report}"
+        );
+        for hog in [8, 56] {
+            let cells = table_row(&report, &format!("The `{phase}` phase"), &hog.to_string());
+            assert_eq!(cells.len(), 3, "{cells:?}");
+            assert!(
+                cells[1..].iter().all(|c| c.parse::<f64>().is_ok()),
+                "{cells:?}"
+            );
+        }
+    }
+    let n = |cells: &[String], i: usize| cells[i].parse::<u64>().unwrap();
+    let small = table_row(&report, "(Tesseract Table 1)", "8");
+    assert_eq!(
+        n(&small, 1),
+        0,
+        "no guest swapping beside a small hog: {small:?}"
+    );
+    let large = table_row(&report, "(Tesseract Table 1)", "56");
+    assert!(n(&large, 2) > 0 && n(&large, 6) > 0, "{large:?}");
+    let split = table_row(&report, "(Tesseract Table 2)", "56");
+    assert!(n(&split, 2) > 0 && n(&split, 4) > n(&split, 1), "{split:?}");
+    for hog in [8, 56] {
+        assert!(out.join(format!("hog_mb-{hog}/report.md")).exists());
+    }
+    assert!(out.join("pressure.svg").exists());
 }
 
 #[test]
@@ -1511,9 +1558,9 @@ fn bad_input_is_one_line_and_status_2() {
 fn quick_doublepaging_end_to_end() {
     let t = of_set("tesseract", "doublepaging");
     let report = &t.report;
-    let section = "### The guest's swap disk and double paging";
-    // configuration, writes, double-paging swap-ins, prepare mean, longest, completion mean,
-    // elided, split reads, blocks read
+    let section = "### The guest's swap-disk writes and their holes";
+    // configuration, writes, with holes, 1–20, 21–50, over 50, holes, double-paging swap-ins,
+    // elided, prepare mean, longest, completion mean
     let pager = table_row(report, section, "memvisor-pager");
     let tess = table_row(report, section, "memvisor-tesseract");
     let n = |cells: &[String], i: usize| -> u64 { cells[i].parse().unwrap() };
@@ -1522,12 +1569,37 @@ fn quick_doublepaging_end_to_end() {
         "the guest wrote to its swap disk: {pager:?}"
     );
     assert!(
-        n(&pager, 2) > 0,
+        n(&pager, 7) > 0,
         "double paging without Tesseract: {pager:?}"
     );
-    assert_eq!(n(&pager, 6), 0, "{pager:?}");
-    assert_eq!(n(&tess, 2), 0, "no double paging with Tesseract: {tess:?}");
-    assert!(n(&tess, 6) > 0, "writes became indirections: {tess:?}");
+    assert_eq!(n(&pager, 8), 0, "{pager:?}");
+    assert_eq!(
+        n(&pager, 6),
+        n(&pager, 7),
+        "each swap-in is a hole: {pager:?}"
+    );
+    for cells in [&pager, &tess] {
+        assert!(n(cells, 2) > 0, "writes with holes: {cells:?}");
+        assert_eq!(
+            n(cells, 2),
+            n(cells, 3) + n(cells, 4) + n(cells, 5),
+            "{cells:?}"
+        );
+    }
+    assert_eq!(n(&tess, 7), 0, "no double paging with Tesseract: {tess:?}");
+    assert!(n(&tess, 8) > 0, "writes became indirections: {tess:?}");
+    assert!(
+        n(&tess, 6) >= n(&tess, 8),
+        "each indirection is a hole: {tess:?}"
+    );
+    let reads = "### The guest's swap-disk reads split";
+    let pager_reads = table_row(report, reads, "memvisor-pager");
+    assert!(n(&pager_reads, 1) > 0, "{pager_reads:?}");
+    assert_eq!(
+        n(&pager_reads, 2),
+        0,
+        "no split reads without Tesseract: {pager_reads:?}"
+    );
     for c in ["memvisor-pager", "memvisor-tesseract"] {
         let cells = table_row(report, "### Guest time per phase", c);
         assert_eq!(

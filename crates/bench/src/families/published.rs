@@ -235,7 +235,7 @@ pub const DOUBLEPAGING: &[Claim] = &[
         measures: "pages swapped in only to be written to the guest's swap disk, with Tesseract",
         paper: Paper::Value(0.0),
         source: "§6.3",
-        ours: Ours::Cell(at("doublepaging", "The guest's swap disk and double paging", &["memvisor-tesseract"], "double-paging swap-ins (pages)")),
+        ours: Ours::Cell(at("doublepaging", "The guest's swap-disk writes and their holes", &["memvisor-tesseract"], "double-paging swap-ins (pages)")),
         why: "",
     },
     Claim {
@@ -244,8 +244,8 @@ pub const DOUBLEPAGING: &[Claim] = &[
         paper: Paper::Value(24_262.0 / 220.0),
         source: "§6.7",
         ours: Ours::Ratio(
-            at("doublepaging", "The guest's swap disk and double paging", &["memvisor-pager"], "write prepare µs, mean per write"),
-            at("doublepaging", "The guest's swap disk and double paging", &["memvisor-tesseract"], "write prepare µs, mean per write"),
+            at("doublepaging", "The guest's swap-disk writes and their holes", &["memvisor-pager"], "write prepare µs, mean per write"),
+            at("doublepaging", "The guest's swap-disk writes and their holes", &["memvisor-tesseract"], "write prepare µs, mean per write"),
         ),
         why: "the paper's swap-ins were random reads of a 7200 rpm disk; here a read takes about 100 µs",
     },

@@ -17,6 +17,7 @@ pub fn find(name: &str, scale: Scale) -> Option<Experiment> {
         "workingset" => workingset::experiment(scale),
         "doublepaging" => doublepaging::experiment(scale),
         "overcommit" => doublepaging::overcommit(scale),
+        "pressure" => doublepaging::pressure(scale),
         "compress" => compress::experiment(scale),
         "compile" => compile::experiment(scale),
         "gcchurn" => gcchurn::experiment(scale),

@@ -6,6 +6,14 @@
 use super::experiment::{Experiment, Measure, Step, Sweep};
 use crate::args::Scale;
 
+/// The paper's baseline: the pager without Tesseract, so a guest write of a swapped page swaps
+/// it in (double paging). Tables 1's holes are counted on it.
+pub const BASELINE: &str = "memvisor-pager";
+/// Tesseract without defragmentation: Table 2's split reads are counted on it.
+pub const TESSERACT: &str = "memvisor-tesseract";
+/// The collector's phase whose time stands for SPECjbb's score.
+pub const SCORE_PHASE: &str = "run";
+
 /// `doublepaging`'s configurations: the host kernel's swap under QEMU, the pager without and
 /// with Tesseract's indirections.
 pub const CONFIGS: &[&str] = &[
@@ -83,6 +91,41 @@ pub fn overcommit(scale: Scale) -> Experiment {
         configs: OVERCOMMIT_CONFIGS,
         reference: "memvisor-pager",
         measure: Sweep::in_mib(&limits, "pause_max"),
+        ..at
+    }
+}
+
+/// `pressure`'s configurations: the paper's two series, without Tesseract and with it.
+pub const PRESSURE_CONFIGS: &[&str] = &[BASELINE, TESSERACT];
+
+/// `memvisor bench pressure` at `scale`: `doublepaging`'s run at 10 % host overcommitment with
+/// the hog's size swept (Tesseract §6.2.1, Figs. 10 and 11: guest memory pressure). The smallest
+/// hog leaves the collector's heap room in guest RAM; the largest makes the guest swap most of
+/// itself. The result is the longest pause (Fig. 11), beside the collector's run time and its
+/// pauses in all (Fig. 10's score and total pauses).
+pub fn pressure(scale: Scale) -> Experiment {
+    let at = experiment(scale);
+    let mem = at.mem >> 20;
+    let hogs: &[u64] = match scale {
+        Scale::Full => &[16, 48, 80, 112, 144],
+        Scale::Quick => &[8, 56],
+    };
+    let mut steps = at.steps.clone();
+    let step = &mut steps[0];
+    let heap: u64 = step
+        .cmdline
+        .split(' ')
+        .find_map(|w| w.strip_prefix("heap_mb=")?.parse().ok())
+        .unwrap_or(0);
+    step.guest_swap_mb = Some(heap + hogs.iter().max().copied().unwrap_or(0) + 64);
+    Experiment {
+        name: "pressure",
+        about: "Tesseract §6.2.1 / Figs. 10 and 11: doublepaging's run at 10 % host overcommitment with the hog in the guest swept from small to larger than the room beside the heap, without and with Tesseract; the longest collector pause, the collector's run time and its pauses in all against the hog's size",
+        limit: Some((mem * 90 / 100) << 20),
+        steps,
+        configs: PRESSURE_CONFIGS,
+        reference: BASELINE,
+        measure: Sweep::of_arg("hog_mb", hogs, "pause_max", &["run", "pause_total"]),
         ..at
     }
 }

@@ -98,22 +98,112 @@ impl Measure {
     }
 }
 
-/// The limits a sweep runs at and the phase it plots against them.
+/// What a sweep varies, the points it runs at and the phases it plots against them.
 #[derive(Clone, Debug)]
 pub struct Sweep {
-    /// Guest RAM the host may keep resident, in bytes, in the order run.
-    pub limits: Vec<u64>,
+    pub along: Along,
+    /// The values of `along` in the order run: bytes for the limit, the argument's own value
+    /// for a workload argument.
+    pub points: Vec<u64>,
     /// The guest phase whose time is the sweep's result (the job, not its checks).
     pub phase: &'static str,
+    /// Other phases the report tables and plots beside it.
+    pub also: &'static [&'static str],
+}
+
+/// What a [`Sweep`] varies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Along {
+    /// Guest RAM the host may keep resident.
+    Limit,
+    /// An argument of the first step's workload (`KEY=N` on its command line), in MiB; the
+    /// limit stays the experiment's.
+    Arg(&'static str),
 }
 
 impl Sweep {
     /// A sweep of `phase` over `limits` given in MiB, as a measure.
     pub fn in_mib(limits: &[u64], phase: &'static str) -> Measure {
         Measure::Sweep(Sweep {
-            limits: limits.iter().map(|l| l << 20).collect(),
+            along: Along::Limit,
+            points: limits.iter().map(|l| l << 20).collect(),
             phase,
+            also: &[],
         })
+    }
+
+    /// A sweep of `phase` (and `also`) over the workload argument `key` set to each of `values`
+    /// MiB, as a measure.
+    pub fn of_arg(
+        key: &'static str,
+        values: &[u64],
+        phase: &'static str,
+        also: &'static [&'static str],
+    ) -> Measure {
+        Measure::Sweep(Sweep {
+            along: Along::Arg(key),
+            points: values.to_vec(),
+            phase,
+            also,
+        })
+    }
+
+    /// A point's value on the sweep's axis, in MiB.
+    pub fn x(&self, at: u64) -> u64 {
+        match self.along {
+            Along::Limit => at >> 20,
+            Along::Arg(_) => at,
+        }
+    }
+
+    /// The directory of the runs at `at`, under the sweep's.
+    pub fn dir(&self, at: u64) -> String {
+        match self.along {
+            Along::Limit => format!("limit-{}m", at >> 20),
+            Along::Arg(key) => format!("{key}-{at}"),
+        }
+    }
+
+    /// The axis as a column heading: `limit MiB`, or the argument.
+    pub fn label(&self) -> String {
+        match self.along {
+            Along::Limit => "limit MiB".into(),
+            Along::Arg(key) => format!("{key} MiB"),
+        }
+    }
+
+    /// The axis as a CSV column: `limit_mib`, or the argument.
+    pub fn column(&self) -> &'static str {
+        match self.along {
+            Along::Limit => "limit_mib",
+            Along::Arg(key) => key,
+        }
+    }
+
+    /// `exp` at the point `at`: its limit, or its first step with the argument set.
+    pub fn at(&self, exp: &Experiment, at: u64) -> Experiment {
+        let mut exp = Experiment {
+            measure: Measure::Phases,
+            ..exp.clone()
+        };
+        match self.along {
+            Along::Limit => exp.limit = Some(at),
+            Along::Arg(key) => {
+                let step = &mut exp.steps[0];
+                let set = format!("{key}={at}");
+                let words = step
+                    .cmdline
+                    .split(' ')
+                    .filter(|w| !w.starts_with(&format!("{key}=")));
+                step.cmdline = words.chain([set.as_str()]).collect::<Vec<_>>().join(" ");
+            }
+        }
+        exp
+    }
+
+    /// Every phase the sweep reports: its result's, then the others.
+    pub fn phases(&self) -> impl Iterator<Item = &'static str> + '_ {
+        std::iter::once(self.phase).chain(self.also.iter().copied())
     }
 }
 

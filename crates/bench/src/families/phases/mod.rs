@@ -15,6 +15,7 @@ mod doublepaging;
 pub mod experiment;
 pub mod figure;
 mod gcchurn;
+mod holes;
 mod overhead;
 mod patterns;
 pub mod recovery;

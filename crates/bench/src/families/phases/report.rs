@@ -227,7 +227,7 @@ fn runs_of<'a>(
 }
 
 /// The median of `v` with `decimals` decimals, `-` when `v` is empty.
-fn median_text(v: Vec<f64>, decimals: usize) -> String {
+pub(super) fn median_text(v: Vec<f64>, decimals: usize) -> String {
     or_dash(median(v), decimals)
 }
 
@@ -589,60 +589,122 @@ pub fn write_setup(s: &mut String, meta: &Meta, extra: &[String]) {
     crate::report::environment(s, &meta.env);
 }
 
-/// The guest's swap disk (`id=swap`) and double paging, from memvisor's final stats: how many
-/// pages the guest's writes needed swapped in, how long preparing and completing a write took
-/// (Tesseract Table 4), and what Tesseract's indirections did instead.
+/// The guest's swap disk (`id=swap`) and double paging, from memvisor's final stats, in the shapes
+/// of Tesseract's tables: its writes and their holes (Table 1), its reads split between the image
+/// and the swap file (Tables 2 and 3), the time each kind of request took (Table 4), and what
+/// defragmentation and the victim cache did.
 fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize, title: &str) {
-    s.push_str(&format!("\n### The guest's swap disk and double paging{title} (memvisor's counters at the end; median of completed runs)\n\n"));
-    s.push_str(&per_config("configuration | swap-disk writes | double-paging swap-ins (pages) | write prepare µs, mean per write | longest | write completion µs, mean | writes of swapped pages turned into indirections (pages) | split reads | blocks read from the swap file | reads of the swap file | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches | swap-disk reads MB/s", meta.configs, |c| {
-        let finals: Vec<&VmStats> = runs_of(records, si, c.name)
-            .filter(|r| r.result.status == RunStatus::Ok)
-            .filter_map(|r| r.result.final_stats.as_ref())
-            .collect();
-        if finals.is_empty() {
-            return vec!["-".to_owned(); 15];
-        }
-        let med = |f: &dyn Fn(&VmStats) -> Option<f64>| {
-            median_text(finals.iter().filter_map(|x| f(x)).collect(), 0)
-        };
-        fn disk(x: &VmStats) -> Option<&DiskStats> {
-            x.disks.get("swap")
-        }
-        let per_write = |x: &VmStats, us: fn(&DiskStats) -> u64| {
-            disk(x).map(|d| us(d) as f64 / d.writes.max(1) as f64)
-        };
-        let ind = |x: &VmStats, f: fn(&IndirectionStats) -> u64| {
-            x.pager
-                .as_ref()
-                .map(|p| p.indirections.as_ref().map_or(0.0, |i| f(i) as f64))
-        };
-        let counter = |x: &VmStats, f: fn(&PagerCounters) -> u64| {
-            x.pager.as_ref().map(|p| f(&p.counters) as f64)
-        };
-        let read_rate = |x: &VmStats| disk(x).map(|d| d.bytes_read as f64 / d.read_us.max(1) as f64);
-        vec![
-            med(&|x| disk(x).map(|d| d.writes as f64)),
-            med(&|x| counter(x, |c| c.double_paging_swap_ins)),
-            med(&|x| per_write(x, |d| d.write_prepare_us)),
-            med(&|x| disk(x).map(|d| d.write_prepare_max_us as f64)),
-            med(&|x| per_write(x, |d| d.write_end_us)),
-            med(&|x| ind(x, |i| i.elided_pages)),
-            med(&|x| ind(x, |i| i.split_reads)),
-            med(&|x| ind(x, |i| i.blocks_read)),
-            med(&|x| ind(x, |i| i.store_reads)),
-            med(&|x| ind(x, |i| i.defragmented)),
-            med(&|x| ind(x, |i| i.regrouped)),
-            med(&|x| counter(x, |c| c.reclaimed_written)),
-            med(&|x| counter(x, |c| c.victim_cache_hits)),
-            med(&|x| counter(x, |c| c.victim_cache_caught)),
-            median_text(finals.iter().filter_map(|x| read_rate(x)).collect(), 1),
-        ]
-    }));
+    let tables: [(&str, &str, SwapDiskCells); 3] = [
+        (
+            "The guest's swap-disk writes and their holes",
+            "configuration | swap-disk writes | with holes | 1–20 holes | 21–50 holes | over 50 holes | holes (pages) | double-paging swap-ins (pages) | writes of swapped pages turned into indirections (pages) | write prepare µs, mean per write | longest | write completion µs, mean",
+            |x| {
+                let per_write = |us: u64| us as f64 / x.disk.writes.max(1) as f64;
+                let d = x.disk;
+                let holed = d.writes_holes_1_20 + d.writes_holes_21_50 + d.writes_holes_over_50;
+                vec![
+                    Some(d.writes as f64),
+                    Some(holed as f64),
+                    Some(d.writes_holes_1_20 as f64),
+                    Some(d.writes_holes_21_50 as f64),
+                    Some(d.writes_holes_over_50 as f64),
+                    Some(d.write_holes as f64),
+                    x.counter(|c| c.double_paging_swap_ins),
+                    x.ind(|i| i.elided_pages),
+                    Some(per_write(d.write_prepare_us)),
+                    Some(d.write_prepare_max_us as f64),
+                    Some(per_write(d.write_end_us)),
+                ]
+            },
+        ),
+        (
+            "The guest's swap-disk reads split between the image and the swap file",
+            "configuration | swap-disk reads | with holes (split) | reads of the swap file | all reads issued | blocks read from the swap file | read µs, mean without holes | read µs, mean with holes | swap-disk reads MB/s",
+            |x| {
+                let d = x.disk;
+                let store = x.ind(|i| i.store_reads);
+                let plain = d.reads.saturating_sub(d.split_reads);
+                let mean = |us: u64, n: u64| (n > 0).then(|| us as f64 / n as f64);
+                vec![
+                    Some(d.reads as f64),
+                    Some(d.split_reads as f64),
+                    store,
+                    store.map(|n| n + d.reads as f64),
+                    x.ind(|i| i.blocks_read),
+                    mean(d.read_us.saturating_sub(d.split_read_us), plain),
+                    mean(d.split_read_us, d.split_reads),
+                    Some(d.bytes_read as f64 / d.read_us.max(1) as f64),
+                ]
+            },
+        ),
+        (
+            "Defragmentation and the victim cache",
+            "configuration | blocks copied back to the image | blocks regrouped in the swap file | pages the pager wrote to its swap file | victim-cache hits | victim-cache catches",
+            |x| {
+                vec![
+                    x.ind(|i| i.defragmented),
+                    x.ind(|i| i.regrouped),
+                    x.counter(|c| c.reclaimed_written),
+                    x.counter(|c| c.victim_cache_hits),
+                    x.counter(|c| c.victim_cache_caught),
+                ]
+            },
+        ),
+    ];
+    for (heading, head, cells) in tables {
+        let _ = writeln!(
+            s,
+            "\n### {heading}{title} (memvisor's counters at the end; median of completed runs)\n"
+        );
+        let columns = head.split(" | ").count() - 1;
+        s.push_str(&per_config(head, meta.configs, |c| {
+            let finals: Vec<SwapDisk> = runs_of(records, si, c.name)
+                .filter(|r| r.result.status == RunStatus::Ok)
+                .filter_map(|r| SwapDisk::of(r.result.final_stats.as_ref()?))
+                .collect();
+            (0..columns)
+                .map(|k| {
+                    let digits = usize::from(head.ends_with("MB/s") && k + 1 == columns);
+                    let values = finals.iter().filter_map(|x| cells(x)[k]).collect();
+                    median_text(values, digits)
+                })
+                .collect()
+        }));
+    }
     let _ = writeln!(
         s,
-        "\nTesseract's Table 4 (SPECjbb, 10 % host overcommitment, a 60 MB memhog, 7200 rpm disks): write prepare 24,262 µs without it, 220 µs with it; write completion 0 and 49 µs. QEMU's counterpart of these counters is inside the host kernel, so its row stays empty."
+        "\nTesseract's Table 4 (SPECjbb, 10 % host overcommitment, a 60 MB memhog, 7200 rpm disks), baseline and without defragmentation: write prepare 24,262 and 220 µs, write completion 0 and 49 µs, read prepare 0 and 37 µs, read completion 0 and 232 µs (here a read's preparing and completing are one span, so a read with holes is set against one without). QEMU's counterpart of these counters is inside the host kernel, so its rows stay empty."
     );
 }
+
+/// One run's final stats where [`double_paging`] reads them: the guest's swap disk and the pager.
+pub(super) struct SwapDisk<'a> {
+    pub(super) disk: &'a DiskStats,
+    stats: &'a VmStats,
+}
+
+/// A row of one of [`double_paging`]'s tables from one run (`None`: not counted there).
+type SwapDiskCells = fn(&SwapDisk<'_>) -> Vec<Option<f64>>;
+
+impl<'a> SwapDisk<'a> {
+    pub(super) fn of(stats: &'a VmStats) -> Option<Self> {
+        Some(SwapDisk {
+            disk: stats.disks.get("swap")?,
+            stats,
+        })
+    }
+
+    pub(super) fn counter(&self, f: fn(&PagerCounters) -> u64) -> Option<f64> {
+        self.stats.pager.as_ref().map(|p| f(&p.counters) as f64)
+    }
+
+    /// An indirection counter; 0 with a pager and no indirections.
+    pub(super) fn ind(&self, f: fn(&IndirectionStats) -> u64) -> Option<f64> {
+        let p = self.stats.pager.as_ref()?;
+        Some(p.indirections.as_ref().map_or(0.0, |i| f(i) as f64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,14 @@
-//! An experiment of phases swept over the limit ([`Sweep`]): the whole experiment (every
-//! configuration, repetition by repetition) at each limit in turn, into `limit-NNNm/` with its
-//! own report, then the sweep's `results.csv`, `report.md` and figure: the time of the sweep's
-//! phase against the memory the guest is given, and each configuration against the reference.
+//! An experiment of phases swept over the limit or a workload argument ([`Sweep`]): the whole
+//! experiment (every configuration, repetition by repetition) at each point in turn, into a
+//! directory of its own (`limit-NNNm/`, `hog_mb-NN/`) with its own report, then the sweep's
+//! `results.csv`, `report.md` and figure: the time of the sweep's phases against the axis, and
+//! each configuration against the reference.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use super::configs::Config;
-use super::experiment::{Experiment, Measure, Sweep};
+use super::experiment::{Along, Sweep};
 use super::report::{phase_ms, values, Record};
 use super::run::{self, PhasesPlan};
 use crate::args::BenchArgs;
@@ -16,18 +17,14 @@ use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{sig, spread, spread_text};
 use crate::report::table::Table;
 
-/// The runs at one limit.
+/// The runs at one point of the sweep.
 pub struct Point {
-    pub limit: u64,
+    /// The point on the sweep's axis ([`Sweep::points`]).
+    pub at: u64,
     pub records: Vec<Record>,
 }
 
-/// The directory of the runs at `limit`, under the sweep's.
-pub fn dir_of(limit: u64) -> String {
-    format!("limit-{}m", limit >> 20)
-}
-
-/// Runs `plan` at every limit of `sweep`, then writes the sweep's outputs.
+/// Runs `plan` at every point of `sweep`, then writes the sweep's outputs.
 pub fn run(
     args: &BenchArgs,
     bench: &Bench,
@@ -35,24 +32,21 @@ pub fn run(
     sweep: &Sweep,
 ) -> Result<(), String> {
     let mut points = Vec::new();
-    for &limit in &sweep.limits {
+    for &at in &sweep.points {
         if teardown::interrupted() {
             break;
         }
-        let out = bench.out.join(dir_of(limit));
+        let out = bench.out.join(sweep.dir(at));
         let logs = out.join("logs");
         std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
         eprintln!(
-            "memvisor bench {}: limit {} MiB",
+            "memvisor bench {}: {} {}",
             plan.exp.name,
-            limit >> 20
+            sweep.label(),
+            sweep.x(at)
         );
-        let at = PhasesPlan {
-            exp: Experiment {
-                limit: Some(limit),
-                measure: Measure::Phases,
-                ..plan.exp.clone()
-            },
+        let here_plan = PhasesPlan {
+            exp: sweep.at(&plan.exp, at),
             reps: plan.reps,
             configs: plan.configs.clone(),
             reference: plan.reference,
@@ -64,8 +58,8 @@ pub fn run(
             timeout: bench.timeout,
             env: bench.env.clone(),
         };
-        let records = run::run(args, &here, &at)?;
-        points.push(Point { limit, records });
+        let records = run::run(args, &here, &here_plan)?;
+        points.push(Point { at, records });
     }
     let name = plan.exp.name;
     crate::report::write_report(
@@ -101,24 +95,32 @@ fn removed_median(p: &Point, config: &str) -> Option<f64> {
 
 /// `results.csv`: one row per run.
 pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
+    let phases: Vec<String> = sweep.phases().map(|p| format!("{p}_ms")).collect();
     let head = format!(
-        "experiment,limit_mib,config,rep,status,{}_ms,false_reads_removed,reason",
-        sweep.phase
+        "experiment,{},config,rep,status,{},false_reads_removed,reason",
+        sweep.column(),
+        phases.join(",")
     );
     let mut t = Table::new(head.split(','));
     for p in points {
         for r in &p.records {
-            let ms = r.result.phases.iter().find(|x| x.name == sweep.phase);
-            t.row(crate::cells![
+            let ms = sweep.phases().map(|phase| {
+                let x = r.result.phases.iter().find(|x| x.name == phase);
+                x.map_or(String::new(), |x| format!("{:.3}", phase_ms(x)))
+            });
+            let mut row = crate::cells![
                 name,
-                p.limit >> 20,
+                sweep.x(p.at),
                 r.config.name,
                 r.rep,
                 r.result.status.as_str(),
-                ms.map_or(String::new(), |x| format!("{:.3}", phase_ms(x))),
+            ];
+            row.extend(ms);
+            row.extend(crate::cells![
                 removed(r).map_or(String::new(), |n| n.to_string()),
                 r.result.reason,
             ]);
+            t.row(row);
         }
     }
     t.csv()
@@ -133,36 +135,66 @@ pub fn markdown(
 ) -> String {
     let (exp, phase, reference) = (&plan.exp, sweep.phase, plan.reference);
     let mut s = crate::families::figures::heading(exp.name);
-    let limits: Vec<String> = sweep.limits.iter().map(|l| (l >> 20).to_string()).collect();
+    let xs: Vec<String> = sweep
+        .points
+        .iter()
+        .map(|&at| sweep.x(at).to_string())
+        .collect();
     let step = &exp.steps[0];
+    let (varied, axis) = match sweep.along {
+        Along::Limit => (
+            format!("the host gives it {} MiB in turn", xs.join(", ")),
+            "limit",
+        ),
+        Along::Arg(key) => {
+            let limit = exp
+                .limit
+                .map_or("all its memory".into(), |l| format!("{} MiB", l >> 20));
+            (
+                format!(
+                    "the host gives it {limit}, and `{key}` is {} MiB in turn",
+                    xs.join(", ")
+                ),
+                key,
+            )
+        }
+    };
     let _ = writeln!(
         s,
-        "{}. A guest of {} MiB runs `{} {}`; the host gives it {} MiB in turn, every configuration at each limit, {} repetition(s) interleaved. The result is the guest's own time for its `{phase}` phase; each limit's runs have their own report (`{}/report.md` and the others), with the host's swap and disk traffic per phase.\n",
+        "{}. A guest of {} MiB runs `{} {}`; {varied}, every configuration at each point, {} repetition(s) interleaved. The result is the guest's own time for its `{phase}` phase; each point's runs have their own report (`{}/report.md` and the others), with the host's swap and disk traffic per phase.\n",
         exp.about,
         exp.mem >> 20,
         step.workload,
         step.cmdline,
-        limits.join(", "),
         plan.reps,
-        dir_of(sweep.limits[0]),
+        sweep.dir(sweep.points[0]),
     );
     let configs = &plan.configs;
-    let _ = writeln!(s, "## Time against the limit\n\nThe `{phase}` phase in ms, median (min–max) of the runs that finished it:\n");
-    let head = ["limit MiB".to_owned()].into_iter();
-    let mut t = Table::new(head.chain(configs.iter().map(|c| c.name.to_owned())));
-    for p in points {
-        let mut row = vec![(p.limit >> 20).to_string()];
-        row.extend(
-            configs
-                .iter()
-                .map(|c| spread_text(times(p, c.name, phase), &sig)),
-        );
-        t.row(row);
+    let label = sweep.label();
+    for (i, phase) in sweep.phases().enumerate() {
+        let heading = if i == 0 {
+            format!("Time against the {axis}")
+        } else {
+            format!("`{phase}` against the {axis}")
+        };
+        let _ = writeln!(s, "## {heading}\n\nThe `{phase}` phase in ms, median (min–max) of the runs that finished it:\n");
+        let head = [label.clone()].into_iter();
+        let mut t = Table::new(head.chain(configs.iter().map(|c| c.name.to_owned())));
+        for p in points {
+            let mut row = vec![sweep.x(p.at).to_string()];
+            row.extend(
+                configs
+                    .iter()
+                    .map(|c| spread_text(times(p, c.name, phase), &sig)),
+            );
+            t.row(row);
+        }
+        s.push_str(&t.markdown());
+        s.push('\n');
     }
-    s.push_str(&t.markdown());
     let others: Vec<&&Config> = configs.iter().filter(|c| c.name != reference).collect();
-    let _ = writeln!(s, "\n## Against {reference}\n\nThe ratio of the medians above (above 1: slower than `{reference}`); the last row is the largest over the limits.\n");
-    let head = ["limit MiB".to_owned()].into_iter();
+    let _ = writeln!(s, "## Against {reference}\n\nThe ratio of the `{phase}` medians above (above 1: slower than `{reference}`); the last row is the largest over the sweep.\n");
+    let head = [label.clone()].into_iter();
     let mut t = Table::new(head.chain(others.iter().map(|c| c.name.to_owned())));
     let ratio = |p: &Point, c: &str| match (median(p, c, phase), median(p, reference, phase)) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
@@ -170,7 +202,7 @@ pub fn markdown(
     };
     let text = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}"));
     for p in points {
-        let mut row = vec![(p.limit >> 20).to_string()];
+        let mut row = vec![sweep.x(p.at).to_string()];
         row.extend(others.iter().map(|c| text(ratio(p, c.name))));
         t.row(row);
     }
@@ -184,15 +216,22 @@ pub fn markdown(
     }
     t.row(largest);
     s.push_str(&t.markdown());
-    false_reads(&mut s, plan, points);
+    false_reads(&mut s, plan, sweep, points);
+    if step.guest_swap_mb.is_some() {
+        super::holes::tables(&mut s, plan, sweep, points);
+    }
     let failed = points.iter().flat_map(|p| {
         p.records
             .iter()
             .filter(|r| !r.result.phases.iter().any(|x| x.name == phase))
             .map(move |r| {
-                let (limit, c, rep) = (p.limit >> 20, r.config.name, r.rep);
+                let (x, c, rep) = (sweep.x(p.at), r.config.name, r.rep);
+                let at = match sweep.along {
+                    Along::Limit => format!("{x} MiB"),
+                    Along::Arg(key) => format!("{key}={x}"),
+                };
                 format!(
-                    "{c} at {limit} MiB, rep {rep}: {} ({})",
+                    "{c} at {at}, rep {rep}: {} ({})",
                     r.result.status.as_str(),
                     r.result.reason
                 )
@@ -205,7 +244,7 @@ pub fn markdown(
 
 /// The false reads the Preventer removed at each limit (VSwapper Fig. 12b), for the
 /// configurations it runs in; nothing when it runs in none.
-fn false_reads(s: &mut String, plan: &PhasesPlan, points: &[Point]) {
+fn false_reads(s: &mut String, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) {
     let preventing: Vec<&str> = plan
         .configs
         .iter()
@@ -215,12 +254,12 @@ fn false_reads(s: &mut String, plan: &PhasesPlan, points: &[Point]) {
     if preventing.is_empty() {
         return;
     }
-    let _ = writeln!(s, "\n## False reads removed\n\nWrites to a page the host had reclaimed that the False Reads Preventer completed with no read, so the page's old content was never read back (VSwapper's false reads, removed): the median of the runs' counts (`preventions` at the end of the run); the last row is the largest over the limits.\n");
-    let head = ["limit MiB"].into_iter().chain(preventing.iter().copied());
-    let mut t = Table::new(head.map(str::to_owned));
+    let _ = writeln!(s, "\n## False reads removed\n\nWrites to a page the host had reclaimed that the False Reads Preventer completed with no read, so the page's old content was never read back (VSwapper's false reads, removed): the median of the runs' counts (`preventions` at the end of the run); the last row is the largest over the sweep.\n");
+    let head = [sweep.label()].into_iter();
+    let mut t = Table::new(head.chain(preventing.iter().map(|c| (*c).to_owned())));
     let text = |n: Option<f64>| n.map_or("–".into(), |n| format!("{n:.0}"));
     for p in points {
-        let mut row = vec![(p.limit >> 20).to_string()];
+        let mut row = vec![sweep.x(p.at).to_string()];
         row.extend(preventing.iter().map(|c| text(removed_median(p, c))));
         t.row(row);
     }
@@ -233,45 +272,59 @@ fn false_reads(s: &mut String, plan: &PhasesPlan, points: &[Point]) {
     s.push_str(&t.markdown());
 }
 
-/// `EXPERIMENT.svg` and `.png`: the phase's median time against the limit, one line per
-/// configuration.
+/// `EXPERIMENT.svg` and `.png`: each phase's median time against the sweep's axis, a panel per
+/// phase and a line per configuration.
 pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> Result<(), String> {
-    let phase = sweep.phase;
-    let lines: Vec<(&str, Vec<(f64, f64)>)> = plan
-        .configs
+    let most = sweep
+        .points
         .iter()
-        .map(|c| {
-            let pts = points.iter().filter_map(|p| {
-                median(p, c.name, phase).map(|ms| ((p.limit >> 20) as f64, ms / 1e3))
-            });
-            (c.name, pts.collect())
-        })
-        .collect();
-    let times = lines.iter().flat_map(|l| l.1.iter().map(|p| p.1));
-    let top = times.fold(0.0f64, f64::max);
-    if top <= 0.0 {
-        return Err("no run finished its phase".into());
-    }
-    let most = sweep.limits.iter().copied().max().unwrap_or(0) >> 20;
-    let title = format!(
-        "{}: {phase} against the memory the guest has",
-        plan.exp.name
-    );
+        .map(|&at| sweep.x(at))
+        .max()
+        .unwrap_or(0);
     let x = Axis::linear(0.0, most as f64 * 1.05);
-    let mut panel = Panel::new(
-        title,
-        "limit (MiB)",
-        "seconds (median)",
-        x,
-        Axis::linear(0.0, top * 1.1),
-    );
-    panel.legend = Legend::UpperRight;
-    for (i, (name, pts)) in lines.into_iter().enumerate() {
-        if !pts.is_empty() {
-            panel.lines.push(Line::new(name, color(i), 2, pts).marked());
+    let x_title = match sweep.along {
+        Along::Limit => "limit (MiB)".to_owned(),
+        Along::Arg(key) => format!("{key} (MiB)"),
+    };
+    let mut panels = Vec::new();
+    for phase in sweep.phases() {
+        let lines: Vec<(&str, Vec<(f64, f64)>)> = plan
+            .configs
+            .iter()
+            .map(|c| {
+                let pts = points.iter().filter_map(|p| {
+                    median(p, c.name, phase).map(|ms| (sweep.x(p.at) as f64, ms / 1e3))
+                });
+                (c.name, pts.collect())
+            })
+            .collect();
+        let times = lines.iter().flat_map(|l| l.1.iter().map(|p| p.1));
+        let top = times.fold(0.0f64, f64::max);
+        if top <= 0.0 {
+            return Err(format!("no run finished its {phase} phase"));
         }
+        let title = match sweep.along {
+            Along::Limit => format!(
+                "{}: {phase} against the memory the guest has",
+                plan.exp.name
+            ),
+            Along::Arg(key) => format!("{}: {phase} against {key}", plan.exp.name),
+        };
+        let mut panel = Panel::new(
+            title,
+            &x_title,
+            "seconds (median)",
+            x,
+            Axis::linear(0.0, top * 1.1),
+        );
+        panel.legend = Legend::UpperRight;
+        for (i, (name, pts)) in lines.into_iter().enumerate() {
+            if !pts.is_empty() {
+                panel.lines.push(Line::new(name, color(i), 2, pts).marked());
+            }
+        }
+        panels.push(panel);
     }
-    let mut panels = vec![panel];
     // Below it, for the configurations that run the Preventer, the false reads it removed at
     // each limit (VSwapper's Fig. 12b).
     let removed: Vec<Line> = plan
@@ -280,7 +333,7 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
         .enumerate()
         .filter(|(_, c)| c.prevents())
         .map(|(i, c)| {
-            let at = |p: &Point| Some(((p.limit >> 20) as f64, removed_median(p, c.name)?));
+            let at = |p: &Point| Some((sweep.x(p.at) as f64, removed_median(p, c.name)?));
             Line::new(c.name, color(i), 2, points.iter().filter_map(at).collect()).marked()
         })
         .filter(|l| !l.points.is_empty())
@@ -289,7 +342,7 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
         let most = ys(&removed).fold(1.0f64, f64::max) * 1.1;
         let mut below = Panel::new(
             format!("{}: false reads removed by the Preventer", plan.exp.name),
-            "limit (MiB)",
+            &x_title,
             "writes completed with no read (median)",
             x,
             Axis::linear(0.0, most),
@@ -308,6 +361,7 @@ mod tests {
     use super::*;
     use crate::args::Scale;
     use crate::families::phases::configs::find;
+    use crate::families::phases::experiment::Measure;
     use crate::families::phases::vm::result::{Phase, RunResult, RunStatus};
 
     fn run(config: &str, rep: u32, ms: Option<f64>) -> Record {
@@ -369,7 +423,7 @@ mod tests {
         };
         let points = vec![
             Point {
-                limit: 48 << 20,
+                at: 48 << 20,
                 records: vec![
                     run("memvisor-balloon", 1, Some(1000.0)),
                     run("memvisor-balloon", 2, Some(1200.0)),
@@ -379,7 +433,7 @@ mod tests {
                 ],
             },
             Point {
-                limit: 128 << 20,
+                at: 128 << 20,
                 records: vec![
                     run("memvisor-balloon", 1, Some(1000.0)),
                     run("memvisor-baseline", 1, Some(1100.0)),
