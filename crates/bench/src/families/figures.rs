@@ -212,7 +212,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         scope: "under YCSB Read",
         peer: "QEMU with host swap and with a balloon",
         section: "#recovery-memflex-41-fig-5c-throughput-through-a-hog-and-back",
-        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive",
+        quick: "--reps 1 --configs memvisor-pager,memvisor-pool-proactive,memvisor-balloon-ramdisk",
         full: "",
         claims: published::RECOVERY,
     },

@@ -47,6 +47,18 @@ pub struct Config {
     /// Jailed (`--jail DIR --uid U --gid G`, a directory of its own per run) and filtered, as
     /// `memvisor host` runs a VMM.
     pub jail: bool,
+    /// Where the guest's own swap disk lives, for experiments whose guest swaps.
+    pub guest_swap: GuestSwap,
+}
+
+/// Where a guest swap disk's image lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestSwap {
+    /// On the disk the run's work directory is on.
+    OnDisk,
+    /// In host memory, a file on the `/dev/shm` tmpfs: a ramdisk the guest swaps to through
+    /// its virtio disk (MemFlex §4.1's Ramdisk case).
+    InMemory,
 }
 
 impl Config {
@@ -69,6 +81,7 @@ impl Config {
             limit: Limit::Pager,
             balloon: false,
             jail: false,
+            guest_swap: GuestSwap::OnDisk,
             mechanisms,
         }
     }
@@ -83,6 +96,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -92,6 +106,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &["--balloon"],
     },
     Config {
@@ -101,6 +116,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::HostSwap,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -110,6 +126,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::HostSwap,
         balloon: true,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -119,6 +136,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::Sized,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -128,6 +146,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: true,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -137,6 +156,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -146,6 +166,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::Sized,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -155,6 +176,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: true,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -164,6 +186,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &["--balloon"],
     },
     Config {
@@ -173,6 +196,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::HostSwap,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config {
@@ -182,6 +206,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::PagerBaseline,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config::pager(
@@ -196,6 +221,17 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::Pager,
         balloon: true,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
+        mechanisms: &[],
+    },
+    Config {
+        name: "memvisor-balloon-ramdisk",
+        about: "memvisor-balloon with the guest's swap disk in host memory (its image on the /dev/shm tmpfs): a guest swapping to a ramdisk, as MemFlex §4.1's Ramdisk case",
+        hv: Hv::Memvisor,
+        limit: Limit::Pager,
+        balloon: true,
+        jail: false,
+        guest_swap: GuestSwap::InMemory,
         mechanisms: &[],
     },
     // The pool (MemFlex §3.2–§3.4): 1 GiB, at least the guest RAM of the experiments that use
@@ -210,6 +246,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::Pager,
         balloon: false,
         jail: true,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &[],
     },
     Config::pager(
@@ -264,6 +301,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::Pager,
         balloon: true,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &["--mapper", "--preventer"],
     },
     // HyperDealer2 (§4.4–§4.5): reference patterns detected from the guest's disk reads.
@@ -279,6 +317,7 @@ pub const CONFIGS: &[Config] = &[
         limit: Limit::None,
         balloon: false,
         jail: false,
+        guest_swap: GuestSwap::OnDisk,
         mechanisms: &["--mapper", "--victims", "hd2"],
     },
     // Tesseract (§3–§4): the guest's writes of pages the pager swapped become indirections.

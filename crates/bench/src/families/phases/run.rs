@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::configs::{Config, Hv};
+use super::configs::{Config, GuestSwap, Hv};
 use super::experiment::{DataDisk, Experiment, Measure, Step};
 use super::vm::control::{log_prefix, RunSpec};
 use super::vm::result::RunResult;
@@ -15,6 +15,9 @@ use crate::args::BenchArgs;
 use crate::harness::setup::{self, host_swap, qemu_overhead};
 use crate::harness::{order, teardown, Bench};
 use crate::report::write_report;
+
+/// The tmpfs a guest swap disk in host memory is made on ([`GuestSwap::InMemory`]).
+const RAMDISK: &str = "/dev/shm";
 
 /// What the flags ask of an experiment of phases, checked.
 pub struct PhasesPlan {
@@ -190,10 +193,16 @@ impl Runner<'_> {
             }
             _ => None,
         };
-        // A fresh guest swap disk per run (sparse: only its header is written).
+        // A fresh guest swap disk per run (sparse: only its header is written), in host memory
+        // for a configuration that swaps to a ramdisk.
         let guest_swap = match step.guest_swap_mb {
             Some(mb) => {
-                let p = work.join(format!("guest-swap-{}.img", c.name));
+                let name = format!("guest-swap-{}.img", c.name);
+                let p = match c.guest_swap {
+                    GuestSwap::OnDisk => work.join(name),
+                    GuestSwap::InMemory => Path::new(RAMDISK)
+                        .join(format!("memvisor-bench-{}-{name}", std::process::id())),
+                };
                 teardown::track_file(p.clone());
                 setup::mkdisk(exe, &p, mb, None)?;
                 Some(p)

@@ -14,13 +14,16 @@ use crate::args::Scale;
 use crate::families::phases::experiment::{Experiment, GiveBack, Measure, Step};
 
 /// `recovery`'s configurations: the pager with fault-driven swap-in from its swap file, the
-/// pool with fault-driven and proactive swap-in, and QEMU with host swap or its balloon.
-/// A pool variant is one more name here (and one entry of `CONFIGS`).
+/// pool with fault-driven and proactive swap-in, the guest swapping to its own disk or to a
+/// ramdisk while ballooned (the paper's HDD and Ramdisk cases), and QEMU with host swap or its
+/// balloon. A pool variant is one more name here (and one entry of `CONFIGS`).
 pub const CONFIGS: &[&str] = &[
     "memvisor-pager",
     "memvisor-pool",
     "memvisor-pool-proactive",
     "memvisor-pool-lz4",
+    "memvisor-balloon",
+    "memvisor-balloon-ramdisk",
     "qemu-hostswap",
     "qemu-balloon",
 ];

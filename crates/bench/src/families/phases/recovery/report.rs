@@ -18,7 +18,7 @@ use std::path::Path;
 
 use super::trace::{measure, median_recovery, parse_console, Measures, Recovery, Trace, RECOVERED};
 use super::{mix_of, Mix, MIXES};
-use crate::families::phases::configs::{Config, Hv};
+use crate::families::phases::configs::{Config, GuestSwap, Hv};
 use crate::families::phases::experiment::{Experiment, GiveBack};
 use crate::families::phases::report::{Meta, Record};
 use crate::families::phases::vm::control::log_prefix;
@@ -153,20 +153,23 @@ pub fn csv(exp: &Experiment, given_back: &GiveBack, runs: &[Run<'_>]) -> String 
 /// recovery: in numbers under Read (Fig. 5(c)), in words under the other workloads.
 fn paper_case(c: &Config, read: bool) -> String {
     let memflex = c.mechanisms.contains(&"proactive");
+    let ramdisk = c.guest_swap == GuestSwap::InMemory;
     let case = match (c.hv, c.balloon) {
         _ if memflex => "MemFlex",
+        _ if ramdisk => "Ramdisk",
         (Hv::Memvisor, _) if c.mechanisms.contains(&"--pool") => {
             return "(no case: MemFlex without proactive swap-in)".into();
         }
-        (Hv::Memvisor, _) => "HDD",
-        (Hv::Qemu, true) => "HDD (balloon, guest swap disk)",
+        (Hv::Memvisor, false) => "HDD (the pager's swap file)",
+        (_, true) => "HDD (balloon, guest swap disk)",
         (Hv::Qemu, false) => "HDD (host swap)",
     };
-    let said = match (memflex, read) {
-        (true, true) => "about 5 s",
-        (true, false) => "significantly faster",
-        (false, true) => "longer than 80 s",
-        (false, false) => "very slowly",
+    let said = match (memflex, ramdisk, read) {
+        (true, _, true) => "about 5 s",
+        (true, _, false) => "significantly faster",
+        (false, true, true) => "more than 80 s",
+        (false, false, true) => "longer than a ramdisk's 80 s",
+        (false, _, false) => "very slowly",
     };
     format!("{case}: {said}")
 }
