@@ -7,9 +7,8 @@ use std::fmt::Write as _;
 
 use super::doublepaging::{BASELINE, SCORE_PHASE, TESSERACT};
 use super::experiment::{Along, Sweep};
-use super::report::{median_text, phase_ms, values, SwapDisk};
+use super::report::{median_text, phase_ms, values, Point, SwapDisk};
 use super::run::PhasesPlan;
-use super::sweep::Point;
 use crate::families::phases::vm::result::RunStatus;
 use crate::report::table::Table;
 

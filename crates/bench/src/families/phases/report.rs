@@ -20,6 +20,13 @@ pub struct Record {
     pub result: RunResult,
 }
 
+/// The runs at one point of a sweep ([`super::sweep`]).
+pub struct Point {
+    /// The point on the sweep's axis ([`Sweep::points`](super::experiment::Sweep::points)).
+    pub at: u64,
+    pub records: Vec<Record>,
+}
+
 /// What the report says besides the numbers.
 pub struct Meta<'a> {
     pub experiment: &'a Experiment,

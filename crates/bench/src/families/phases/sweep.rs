@@ -9,20 +9,13 @@ use std::path::Path;
 
 use super::configs::Config;
 use super::experiment::{Along, Sweep};
-use super::report::{phase_ms, values, Record};
+use super::report::{phase_ms, values, Point, Record};
 use super::run::{self, PhasesPlan};
 use crate::args::BenchArgs;
 use crate::harness::{teardown, Bench};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{sig, spread, spread_text};
 use crate::report::table::Table;
-
-/// The runs at one point of the sweep.
-pub struct Point {
-    /// The point on the sweep's axis ([`Sweep::points`]).
-    pub at: u64,
-    pub records: Vec<Record>,
-}
 
 /// Runs `plan` at every point of `sweep`, then writes the sweep's outputs.
 pub fn run(
