@@ -74,6 +74,17 @@ impl Vm {
         phase: &str,
         deadline: Instant,
     ) -> Result<(Option<f64>, Instant), String> {
+        self.wait_phase_before(phase, "done", deadline)
+    }
+
+    /// [`Self::wait_phase`], and the guest's `later` phase first is an error too: a guest
+    /// that went past `phase` without it never prints it.
+    pub fn wait_phase_before(
+        &self,
+        phase: &str,
+        later: &str,
+        deadline: Instant,
+    ) -> Result<(Option<f64>, Instant), String> {
         wait_for(
             &self.lines,
             deadline,
@@ -83,8 +94,8 @@ impl Vm {
                 if p == phase {
                     return Some(Ok((ms, at)));
                 }
-                let ended = || format!("the guest ended before its {phase}: {}", l.trim());
-                (p == "done" || ok.as_deref() == Some("0")).then(|| Err(ended()))
+                let ended = || format!("the guest went past its {phase}: {}", l.trim());
+                (p == "done" || p == later || ok.as_deref() == Some("0")).then(|| Err(ended()))
             },
         )
     }

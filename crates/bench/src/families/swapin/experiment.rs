@@ -117,11 +117,12 @@ pub fn check_size(bytes: u64) -> Result<u64, String> {
 }
 
 /// The toucher's schedule for `size`: step 1 long enough for a first sweep of fresh memory
-/// (the guest zeroes every page), step 2 a second (the VM is paused through it), step 3 as
-/// long as the slowest swap-in could take (the run is stopped after its first sweep).
+/// (the guest zeroes every page; 2 s a GiB at 1 GiB here, and up to 6 s a GiB at 2 GiB, where
+/// the fresh guest pages cost more to map), step 2 a second (the VM is paused through it), step
+/// 3 as long as the slowest swap-in could take (the run is stopped after its first sweep).
 pub fn schedule(size: u64) -> String {
     let mb = size >> 20;
-    format!("{mb}:{},1:1,{mb}:3600", 3 + (mb * 4).div_ceil(1024))
+    format!("{mb}:{},1:1,{mb}:3600", 3 + (mb * 10).div_ceil(1024))
 }
 
 /// What a run needs.
