@@ -462,7 +462,7 @@ pub const RECOVERY: &[Claim] = &[
         paper: Paper::Above(80.0 / 5.0),
         source: "§4.1",
         ours: Ours::Ratio(recovered(&["memvisor-balloon-ramdisk"]), recovered(&["memvisor-pool-proactive"])),
-        why: "",
+        why: "the guest kit swaps in from its ramdisk through its own polling virtio driver, which the VMM serves from host memory: no guest or host kernel block layer on the way, where the paper's ramdisk has both",
     },
 ];
 
