@@ -26,16 +26,25 @@ pub const CONFIGS: &[&str] = &[
     "memvisor-tesseract-victim",
 ];
 
+/// `doublepaging`'s sizes in MiB at `scale`: guest RAM, limit, the collector's heap and young
+/// generation, its generations, the hog and how long it cools (s). 12.5 % host overcommitment
+/// (the paper's 5–20 %); the heap and the hog together are larger than the guest, so the guest
+/// swaps part of the hog.
+fn sizes(scale: Scale) -> (u64, u64, u64, u64, u64, u64, u64) {
+    match scale {
+        Scale::Quick => (128, 112, 88, 16, 20, 56, 2),
+        Scale::Full => (256, 224, 176, 32, 100, 112, 5),
+    }
+}
+
+/// The guest swap disk that holds the heap and a hog of `hog` MiB, with room to spare.
+fn guest_swap_mb(heap: u64, hog: u64) -> u64 {
+    heap + hog + 64
+}
+
 /// `memvisor bench doublepaging` at `scale`.
 pub fn experiment(scale: Scale) -> Experiment {
-    let tiny = scale == Scale::Quick;
-    // 12.5 % host overcommitment (the paper's 5–20 %); the heap and the hog together
-    // are larger than the guest, so the guest swaps part of the hog.
-    let (mem, limit, heap, young, gens, hog, hog_secs) = if tiny {
-        (128, 112, 88, 16, 20, 56, 2)
-    } else {
-        (256, 224, 176, 32, 100, 112, 5)
-    };
+    let (mem, limit, heap, young, gens, hog, hog_secs) = sizes(scale);
     Experiment {
         name: "doublepaging",
         about: "Tesseract §6.1's set-up at one point (12.5 % host overcommitment, one hog size): Table 1's double-paging count and Table 4's write rows; a guest swapping to its own disk the pages its host has already swapped (double paging)",
@@ -52,7 +61,7 @@ pub fn experiment(scale: Scale) -> Experiment {
                 "pause_max".into(),
                 "pause_total".into(),
             ],
-            guest_swap_mb: Some(heap + hog + 64),
+            guest_swap_mb: Some(guest_swap_mb(heap, hog)),
             disk: None,
         }],
         configs: CONFIGS,
@@ -111,13 +120,9 @@ pub fn pressure(scale: Scale) -> Experiment {
         Scale::Quick => &[8, 56],
     };
     let mut steps = at.steps.clone();
-    let step = &mut steps[0];
-    let heap: u64 = step
-        .cmdline
-        .split(' ')
-        .find_map(|w| w.strip_prefix("heap_mb=")?.parse().ok())
-        .unwrap_or(0);
-    step.guest_swap_mb = Some(heap + hogs.iter().max().copied().unwrap_or(0) + 64);
+    let (_, _, heap, ..) = sizes(scale);
+    let largest = hogs.iter().max().copied().unwrap_or(0);
+    steps[0].guest_swap_mb = Some(guest_swap_mb(heap, largest));
     Experiment {
         name: "pressure",
         about: "Tesseract §6.2.1 / Figs. 10 and 11: doublepaging's run at 10 % host overcommitment with the hog in the guest swept from small to larger than the room beside the heap, without and with Tesseract; the longest collector pause, the collector's run time and its pauses in all against the hog's size",

@@ -190,11 +190,9 @@ impl Sweep {
             Along::Limit => exp.limit = Some(at),
             Along::Arg(key) => {
                 let step = &mut exp.steps[0];
-                let set = format!("{key}={at}");
-                let words = step
-                    .cmdline
-                    .split(' ')
-                    .filter(|w| !w.starts_with(&format!("{key}=")));
+                let prefix = format!("{key}=");
+                let set = format!("{prefix}{at}");
+                let words = step.cmdline.split(' ').filter(|w| !w.starts_with(&prefix));
                 step.cmdline = words.chain([set.as_str()]).collect::<Vec<_>>().join(" ");
             }
         }

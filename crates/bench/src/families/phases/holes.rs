@@ -92,19 +92,8 @@ pub fn tables(s: &mut String, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]
             t.row(row);
         }
         s.push_str(&t.markdown());
-        let _ = writeln!(
-            s,
-            "\nThe paper's (SPECjbb in a 700 MB guest with a 60 MB memhog):\n"
-        );
-        let mut t = Table::new(
-            ["host overcommitment %".to_owned()]
-                .into_iter()
-                .chain(cols.map(str::to_owned)),
-        );
-        for r in PAPER_TABLE_1 {
-            t.row(r.iter().map(u64::to_string).collect());
-        }
-        s.push_str(&t.markdown());
+        let note = "SPECjbb in a 700 MB guest with a 60 MB memhog";
+        paper_table(s, note, &cols, PAPER_TABLE_1.iter().map(|r| &r[..]));
     }
     if has(TESSERACT) {
         let _ = writeln!(s, "\n## Holes in the guest's swap-disk reads (Tesseract Table 2)\n\nWith Tesseract and no defragmentation (`{TESSERACT}`): the guest's reads of its swap disk, those with holes (split between the image and the swap file), the holes (reads of the swap file, one per run of its blocks), all reads issued, and the collector's `{SCORE_PHASE}` phase in ms, which stands for SPECjbb's score (lower is better where the score is higher); medians of the completed runs.\n");
@@ -136,19 +125,26 @@ pub fn tables(s: &mut String, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]
             t.row(row);
         }
         s.push_str(&t.markdown());
-        let _ = writeln!(
-            s,
-            "\nThe paper's (the score is SPECjbb's, higher is better):\n"
-        );
-        let mut t = Table::new(
-            ["host overcommitment %".to_owned()]
-                .into_iter()
-                .chain(cols.map(str::to_owned))
-                .chain(["score".to_owned()]),
-        );
-        for r in PAPER_TABLE_2 {
-            t.row(r.iter().map(u64::to_string).collect());
-        }
-        s.push_str(&t.markdown());
+        let note = "the score is SPECjbb's, higher is better";
+        let cols: Vec<&str> = cols.into_iter().chain(["score"]).collect();
+        paper_table(s, note, &cols, PAPER_TABLE_2.iter().map(|r| &r[..]));
     }
+}
+
+/// The paper's rows of one table, under ours: by host overcommitment (%), then `cols`.
+fn paper_table<'a>(
+    s: &mut String,
+    note: &str,
+    cols: &[&str],
+    rows: impl Iterator<Item = &'a [u64]>,
+) {
+    let _ = writeln!(s, "\nThe paper's ({note}):\n");
+    let head = ["host overcommitment %"]
+        .into_iter()
+        .chain(cols.iter().copied());
+    let mut t = Table::new(head.map(str::to_owned));
+    for r in rows {
+        t.row(r.iter().map(u64::to_string).collect());
+    }
+    s.push_str(&t.markdown());
 }

@@ -669,11 +669,11 @@ fn double_paging(s: &mut String, meta: &Meta<'_>, records: &[Record], si: usize,
                 .filter(|r| r.result.status == RunStatus::Ok)
                 .filter_map(|r| SwapDisk::of(r.result.final_stats.as_ref()?))
                 .collect();
+            let rows: Vec<Vec<Option<f64>>> = finals.iter().map(cells).collect();
             (0..columns)
                 .map(|k| {
                     let digits = usize::from(head.ends_with("MB/s") && k + 1 == columns);
-                    let values = finals.iter().filter_map(|x| cells(x)[k]).collect();
-                    median_text(values, digits)
+                    median_text(rows.iter().filter_map(|row| row[k]).collect(), digits)
                 })
                 .collect()
         }));

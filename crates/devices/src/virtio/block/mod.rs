@@ -250,11 +250,11 @@ impl Block {
     fn transfer(&mut self, req: &Request, sector: u64, write: bool) -> std::io::Result<()> {
         let offset = sector * SECTOR_SIZE;
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let m = Arc::clone(&self.metrics);
         if !write {
             let t0 = Instant::now();
             let moved = self.move_data(req, offset, false);
             let took = us(t0.elapsed());
+            let m = &self.metrics;
             m.read_us.fetch_add(took, Ordering::Relaxed);
             if moved.as_ref().is_ok_and(|x| x.split) {
                 m.split_reads.fetch_add(1, Ordering::Relaxed);
@@ -271,6 +271,7 @@ impl Block {
         let ended = self
             .ram
             .disk_write_end(self.index, offset, req.data_len, moved.is_ok());
+        let m = &self.metrics;
         let io = moved.as_ref().map_or(Duration::ZERO, |x| x.io_time);
         if let Ok(x) = &moved {
             m.write_holes(x.holes);
