@@ -124,7 +124,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         name: "compress",
         family: Family::Phases,
         paper: "VSwapper §5.1",
-        figures: &["Fig. 5"],
+        figures: &["Fig. 5", "Fig. 11a", "Fig. 11b"],
         scope: "the guest kit's DEFLATE compressor where the paper has pbzip2, at 4 limits of 128–512 MiB",
         peer: "QEMU with a balloon",
         section: "#compress-vswapper-51-fig-5-a-compressor-against-the-memory-it-has",

@@ -54,6 +54,49 @@ pub fn proc_io(pid: u32) -> Option<ProcIo> {
     })
 }
 
+/// Requests the host's block device completed: what VSwapper's Fig. 11 counts as disk
+/// operations. Every image and swap file of a run is opened `O_DIRECT` (by memvisor, and by QEMU
+/// with `cache=none`), so a request is counted as the run makes it, not when writeback gets to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskOps {
+    pub reads: u64,
+    pub writes: u64,
+}
+
+impl DiskOps {
+    /// What happened between `earlier` and `self`.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        DiskOps {
+            reads: self.reads.saturating_sub(earlier.reads),
+            writes: self.writes.saturating_sub(earlier.writes),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.reads + self.writes
+    }
+}
+
+/// The requests completed so far by the block device that holds `dir` (the first and fifth
+/// fields of its `stat` in sysfs: reads and writes completed, every process's). `None` where
+/// `dir` is on no block device (tmpfs, an overlay).
+pub fn disk_ops(dir: &Path) -> Option<DiskOps> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    // The kernel's encoding of a device number (glibc's `major` and `minor`).
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    if major == 0 {
+        return None;
+    }
+    let t = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    let mut f = t.split_whitespace().map(str::parse::<u64>);
+    let reads = f.next()?.ok()?;
+    let writes = f.nth(3)?.ok()?;
+    Some(DiskOps { reads, writes })
+}
+
 /// Peak resident memory (`VmHWM`) of a process in bytes.
 pub fn peak_rss(pid: u32) -> Option<u64> {
     let t = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -415,6 +458,37 @@ pub fn environment(out: &Path, qemu: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The crate's own directory is on the machine's disk, as a bench's work directory is: an
+    /// `O_DIRECT` write there is a request the disk's counters show at once; `/proc` is on no
+    /// block device.
+    #[test]
+    fn disk_ops_count_a_direct_write() {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let before = disk_ops(dir.path()).expect("the crate is on a block device");
+        let path = dir.path().join("direct");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+        // SAFETY: a non-zero size; the block is freed below with the same layout.
+        let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+        // SAFETY: `buf` holds 4096 initialized bytes while the slice lives.
+        let page = unsafe { std::slice::from_raw_parts(buf, 4096) };
+        for _ in 0..8 {
+            f.write_all(page).unwrap();
+        }
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(buf, layout) };
+        let after = disk_ops(dir.path()).unwrap();
+        assert!(after.since(&before).writes >= 1, "{before:?} {after:?}");
+        assert_eq!(disk_ops(Path::new("/proc")), None);
+    }
 
     #[test]
     fn stat_lines() {

@@ -71,6 +71,19 @@ pub enum Measure {
 }
 
 impl Measure {
+    /// A sweep that also counts the host disk's requests ([`Sweep::disk_ops`]); any other
+    /// measure as it is.
+    #[must_use]
+    pub fn counting_disk_ops(self) -> Measure {
+        match self {
+            Measure::Sweep(s) => Measure::Sweep(Sweep {
+                disk_ops: true,
+                ..s
+            }),
+            other => other,
+        }
+    }
+
     /// The time series polled from the VM's API, for [`Measure::Series`].
     pub fn series(&self) -> Option<&Series> {
         match self {
@@ -109,6 +122,9 @@ pub struct Sweep {
     pub phase: &'static str,
     /// Other phases the report tables and plots beside it.
     pub also: &'static [&'static str],
+    /// The report also counts the host disk's requests in `phase` at each point, and the writes
+    /// among them (VSwapper Fig. 11a–b).
+    pub disk_ops: bool,
 }
 
 /// What a [`Sweep`] varies.
@@ -129,6 +145,7 @@ impl Sweep {
             points: limits.iter().map(|l| l << 20).collect(),
             phase,
             also: &[],
+            disk_ops: false,
         })
     }
 
@@ -145,6 +162,7 @@ impl Sweep {
             points: values.to_vec(),
             phase,
             also,
+            disk_ops: false,
         })
     }
 

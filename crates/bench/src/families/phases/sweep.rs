@@ -12,6 +12,7 @@ use super::experiment::{Along, Sweep};
 use super::report::{phase_ms, values, Point, Record};
 use super::run::{self, PhasesPlan};
 use crate::args::BenchArgs;
+use crate::harness::readings::DiskOps;
 use crate::harness::{teardown, Bench};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::{sig, spread, spread_text};
@@ -73,6 +74,21 @@ fn median(p: &Point, config: &str, phase: &str) -> Option<f64> {
     spread(times(p, config, phase)).map(|s| s.0)
 }
 
+/// The host disk's requests in `phase` of `config`'s runs at one point, and the writes among
+/// them: the medians of the runs that finished the phase (VSwapper Fig. 11a–b).
+fn disk_ops_median(p: &Point, config: &str, phase: &str) -> Option<(f64, f64)> {
+    let ops: Vec<DiskOps> = p
+        .records
+        .iter()
+        .filter(|r| r.config.name == config)
+        .filter_map(|r| r.result.phases.iter().find(|x| x.name == phase)?.disk_ops)
+        .collect();
+    let median = crate::report::numbers::median;
+    let total = median(ops.iter().map(|o| o.total() as f64).collect())?;
+    let writes = median(ops.iter().map(|o| o.writes as f64).collect())?;
+    Some((total, writes))
+}
+
 /// The writes to reclaimed pages the False Reads Preventer completed with no read (VSwapper's
 /// false reads, removed) in one run, from memvisor's `GET /stats` at its end.
 fn removed(r: &Record) -> Option<u64> {
@@ -90,7 +106,7 @@ fn removed_median(p: &Point, config: &str) -> Option<f64> {
 pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
     let phases: Vec<String> = sweep.phases().map(|p| format!("{p}_ms")).collect();
     let head = format!(
-        "experiment,{},config,rep,status,{},false_reads_removed,reason",
+        "experiment,{},config,rep,status,{},false_reads_removed,disk_reads,disk_writes,reason",
         sweep.column(),
         phases.join(",")
     );
@@ -109,8 +125,13 @@ pub fn csv(name: &str, sweep: &Sweep, points: &[Point]) -> String {
                 r.result.status.as_str(),
             ];
             row.extend(ms);
+            let ops = r.result.phases.iter().find(|x| x.name == sweep.phase);
+            let ops = ops.and_then(|x| x.disk_ops);
+            let count = |n: Option<u64>| n.map_or(String::new(), |n| n.to_string());
             row.extend(crate::cells![
-                removed(r).map_or(String::new(), |n| n.to_string()),
+                count(removed(r)),
+                count(ops.map(|o| o.reads)),
+                count(ops.map(|o| o.writes)),
                 r.result.reason,
             ]);
             t.row(row);
@@ -210,6 +231,9 @@ pub fn markdown(
     t.row(largest);
     s.push_str(&t.markdown());
     false_reads(&mut s, plan, sweep, points);
+    if sweep.disk_ops {
+        disk_ops(&mut s, plan, sweep, points);
+    }
     if step.guest_swap_mb.is_some() {
         super::holes::tables(&mut s, plan, sweep, points);
     }
@@ -262,6 +286,40 @@ fn false_reads(s: &mut String, plan: &PhasesPlan, sweep: &Sweep, points: &[Point
         largest.push(text(most.reduce(f64::max)));
     }
     t.row(largest);
+    s.push_str(&t.markdown());
+}
+
+/// The host disk's requests in the sweep's phase at each point, and the writes among them
+/// (VSwapper Fig. 11a–b): a table each.
+fn disk_ops(s: &mut String, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) {
+    let phase = sweep.phase;
+    let _ = writeln!(s, "\n## Disk operations\n\nRequests the host's disk completed during the `{phase}` phase, reads and writes: the median of the runs that finished the phase. They are read from the disk's counters in sysfs, so QEMU's are counted as memvisor's; every image and swap file is opened `O_DIRECT`, so a request counts when it is made.\n");
+    disk_table(s, plan, sweep, points, |(all, _)| all);
+    let _ = writeln!(
+        s,
+        "\n## Disk writes\n\nThe writes among them, the median likewise.\n"
+    );
+    disk_table(s, plan, sweep, points, |(_, writes)| writes);
+}
+
+/// A table of `pick` of [`disk_ops_median`] per point and configuration.
+fn disk_table(
+    s: &mut String,
+    plan: &PhasesPlan,
+    sweep: &Sweep,
+    points: &[Point],
+    pick: fn((f64, f64)) -> f64,
+) {
+    let head = [sweep.label()].into_iter();
+    let mut t = Table::new(head.chain(plan.configs.iter().map(|c| c.name.to_owned())));
+    for p in points {
+        let mut row = vec![sweep.x(p.at).to_string()];
+        row.extend(plan.configs.iter().map(|c| {
+            disk_ops_median(p, c.name, sweep.phase)
+                .map_or("–".into(), |o| format!("{:.0}", pick(o)))
+        }));
+        t.row(row);
+    }
     s.push_str(&t.markdown());
 }
 
@@ -345,6 +403,39 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
         below.lines = removed;
         panels.push(below);
     }
+    if sweep.disk_ops {
+        let series = [("disk operations", 0), ("disk writes", 1)];
+        for (what, which) in series {
+            let lines: Vec<Line> = plan
+                .configs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let at = |p: &Point| {
+                        let (all, writes) = disk_ops_median(p, c.name, sweep.phase)?;
+                        Some((sweep.x(p.at) as f64, [all, writes][which]))
+                    };
+                    Line::new(c.name, color(i), 2, points.iter().filter_map(at).collect()).marked()
+                })
+                .filter(|l| !l.points.is_empty())
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let most = ys(&lines).fold(1.0f64, f64::max) * 1.1;
+            let mut panel = Panel::new(
+                format!("{}: {what} during {}", plan.exp.name, sweep.phase),
+                &x_title,
+                "requests (median)",
+                x,
+                Axis::linear(0.0, most),
+            );
+            panel.legend = Legend::UpperRight;
+            panel.y_decimals = Some(0);
+            panel.lines = lines;
+            panels.push(panel);
+        }
+    }
     let rows = panels.len();
     Figure::column((1000, 620 * u32::try_from(rows).unwrap_or(1)), panels).write(path)
 }
@@ -362,6 +453,10 @@ mod tests {
             vec![Phase {
                 name: "compress".into(),
                 guest_ms: Some(ms),
+                disk_ops: Some(DiskOps {
+                    reads: 100 + u64::from(rep),
+                    writes: 20,
+                }),
                 ..Phase::default()
             }]
         });
@@ -448,6 +543,11 @@ mod tests {
             "| largest | 300 |",
             "- memvisor-baseline at 48 MiB, rep 2: killed (memory cgroup OOM kill)",
             "`limit-48m/report.md`",
+            "## Disk operations",
+            "| 48 | 122 | 121 | 121 |",
+            "| 128 | 121 | 121 | 121 |",
+            "## Disk writes",
+            "| 48 | 20 | 20 | 20 |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
@@ -455,7 +555,7 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(
             lines[0],
-            "experiment,limit_mib,config,rep,status,compress_ms,false_reads_removed,reason"
+            "experiment,limit_mib,config,rep,status,compress_ms,false_reads_removed,disk_reads,disk_writes,reason"
         );
         assert_eq!(lines.len(), 9);
         assert!(
@@ -464,7 +564,7 @@ mod tests {
         );
         assert_eq!(
             lines[5],
-            "compress,48,memvisor-vswapper-always,1,ok,2000.000,300,memory cgroup OOM kill"
+            "compress,48,memvisor-vswapper-always,1,ok,2000.000,300,101,20,memory cgroup OOM kill"
         );
     }
 }

@@ -38,6 +38,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         io: ProcIo::default(),
         pager: (c.hv == Hv::Memvisor).then(PagerCounters::default),
         major_faults: Some(ContextFaults::default()),
+        disk: readings::disk_ops(spec.work),
     };
     let jail = c.jail_dir(&sock);
     if let Some(dir) = &jail {
@@ -70,6 +71,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult, String> {
         io: w.sm.last_io,
         pager: None,
         major_faults: None,
+        disk: readings::disk_ops(spec.work),
     };
     let stderr = std::fs::read_to_string(spec.log_prefix.with_extension("stderr"));
     let stderr = stderr.unwrap_or_default();

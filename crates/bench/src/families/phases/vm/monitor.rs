@@ -17,7 +17,7 @@ use crate::families::phases::configs::{Hv, Limit};
 use crate::families::phases::experiment::Series;
 use crate::harness::child::{exit_text, exited, ConsoleEvent, TICK};
 use crate::harness::guest::parse_result;
-use crate::harness::readings::{self, CgroupState, ContextFaults, ProcIo, Vmstat};
+use crate::harness::readings::{self, CgroupState, ContextFaults, DiskOps, ProcIo, Vmstat};
 use crate::harness::{qmp, teardown};
 
 /// What is sampled every tick while a run is alive.
@@ -71,6 +71,8 @@ pub(super) struct Snap {
     pub(super) pager: Option<PagerCounters>,
     /// The hypervisor process's major faults by context.
     pub(super) major_faults: Option<ContextFaults>,
+    /// The host's disk (the one that holds the run's files).
+    pub(super) disk: Option<DiskOps>,
 }
 
 impl Snap {
@@ -106,6 +108,10 @@ fn phase_between(name: &str, guest_ms: Option<f64>, start: Instant, a: &Snap, b:
             _ => None,
         },
         faults: match (a.faults(), b.faults()) {
+            (Some(x), Some(y)) => Some(y.since(&x)),
+            _ => None,
+        },
+        disk_ops: match (a.disk, b.disk) {
             (Some(x), Some(y)) => Some(y.since(&x)),
             _ => None,
         },
@@ -233,6 +239,7 @@ impl<'a> RunMonitor<'a> {
                 prev_pager
             },
             major_faults: sm.hv_pid.and_then(readings::major_faults),
+            disk: readings::disk_ops(self.spec.work),
         };
         if self.phases.is_empty() {
             let s = snap(&self.sm);

@@ -3,7 +3,7 @@
 
 use memvisor_api::{ActiveMemory, VmStats};
 
-use crate::harness::readings::{CgroupState, ContextFaults, ProcIo};
+use crate::harness::readings::{CgroupState, ContextFaults, DiskOps, ProcIo};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct Phase {
     /// The host's faults that read a page in, by context (VSwapper Fig. 9b–9c); `None` where
     /// they were not read (the `wall` phase, after the process is gone).
     pub faults: Option<ContextFaults>,
+    /// Requests the host's disk completed meanwhile, every process's (VSwapper Fig. 11).
+    pub disk_ops: Option<DiskOps>,
 }
 
 /// Everything measured in one run.
