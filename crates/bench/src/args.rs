@@ -77,6 +77,9 @@ pub struct BenchArgs {
     /// amount, e.g. 1,0.75,0.5 (the default) or 1G (balance: default 1G).
     #[arg(long, value_delimiter = ',')]
     pub budget: Vec<String>,
+    /// consolidate: between two VMs' starts, e.g. 500ms (the default) or 2s.
+    #[arg(long, value_parser = memvisor_api::parse_duration)]
+    pub interval: Option<std::time::Duration>,
     /// consolidate, balance: keys of `memvisor host`'s `[host]` table for its runs, as
     /// KEY=VALUE in TOML (docs/host.md), e.g. balloon_max=0.3 or pool_compress="lz4";
     /// comma-separated or repeated. The keys the bench sets itself are refused.

@@ -1,5 +1,5 @@
 //! `memvisor bench consolidate` (VSwapper §5.2, Fig. 14's workload): N VMs started
-//! [`INTERVAL`] apart in one memory budget ([`Budget`]: a fraction of the scenario's joint
+//! [`INTERVAL`] (or `--interval`) apart in one memory budget ([`Budget`]: a fraction of the scenario's joint
 //! working set, swept), all working at once for most of the run; the result is each
 //! configuration's mean job time as a ratio to `qemu-nolimit` (the same VMs with all the memory
 //! they want), the fraction of the run during which all N jobs ran, and each VMM process's PSS
@@ -14,6 +14,7 @@
 //! | configuration | what |
 //! |---|---|
 //! | `balloon` | `memvisor host`, balloons moved by the host's policy, the pager in baseline mode |
+//! | `baseline` | `memvisor host`, no balloon, the pager in baseline mode: the host swapping on its own (VSwapper's "baseline") |
 //! | `pager` | `memvisor host`, no balloon: the pager's limits alone |
 //! | `vswapper` | `memvisor host`, no balloon, the pager with VSwapper's Mapper and Preventer |
 //! | `vswapper-balloon` | both (the paper's combination) |
@@ -43,7 +44,13 @@ pub const MEM: u64 = 320 << 20;
 /// `balance`'s budget for every VM together, and its default.
 pub const BUDGET: u64 = 1024 << 20;
 
-/// Between two VMs' starts: short against a job (5–10 s alone), so the jobs overlap.
+/// Between two VMs' starts when not told (`--interval`). VSwapper's Fig. 14 starts its guests
+/// 10 s apart, the period of its balloon manager (MOM's default), with jobs long enough that a
+/// seventh guest starts while the first six still run (memory pressure "from seven guests on",
+/// §5.2): a job lasts more than six intervals. Here the host plans every 250 ms and a
+/// `mapreduce` job takes about 2 s alone and several times that when 6–8 VMs share 2 cores, so
+/// 500 ms keeps both proportions: two of the host's periods, and the eighth VM starts while the
+/// first still runs.
 pub const INTERVAL: Duration = Duration::from_millis(500);
 
 pub const INPUT_MB: u64 = 128;
@@ -144,8 +151,9 @@ const VSWAPPER_BALLOON: HostLaunch = HostLaunch::PAGER.vswapper().balloon();
 const NOLIMIT_HOST_LAUNCH: HostLaunch = VSWAPPER_BALLOON.hd2("hd2").nolimit();
 const NOLIMIT_HOST: Launch = Launch::Host(NOLIMIT_HOST_LAUNCH);
 
-pub const CONFIGS: [(&str, Launch); 11] = [
+pub const CONFIGS: [(&str, Launch); 12] = [
     host("balloon", HostLaunch::PAGER.balloon().baseline()),
+    host("baseline", HostLaunch::PAGER.baseline()),
     host("pager", HostLaunch::PAGER),
     host("vswapper", HostLaunch::PAGER.vswapper()),
     host("vswapper-balloon", VSWAPPER_BALLOON),
@@ -243,9 +251,9 @@ impl Config {
 }
 
 /// What `consolidate` runs when not told: every configuration but HyperDealer2's victim-order
-/// variants, which `balance` compares.
+/// variants, which `balance` compares, and `baseline`, which VSwapper's set asks for.
 pub fn consolidate_configs() -> Vec<Config> {
-    bases(|c| !["hd2-lru", "hd2-whole"].contains(&c))
+    bases(|c| !["hd2-lru", "hd2-whole", "baseline"].contains(&c))
 }
 
 /// What `balance` runs when not told ([`BALANCE_CONFIGS`]).
@@ -496,6 +504,8 @@ pub struct ConsolidatePlan {
     pub cores: usize,
     /// The budgets swept, each run at every scenario and N.
     pub budgets: Vec<Budget>,
+    /// Between two VMs' starts ([`INTERVAL`] unless told).
+    pub interval: Duration,
     /// Each scenario's joint working set with N VMs, measured before the runs where a budget is
     /// a fraction of it: the VMs' and their VMMs' memory at its peak with nothing limiting them
     /// (the summed PSS of `qemu-nolimit`'s processes).
@@ -674,6 +684,7 @@ mod tests {
             reps: 1,
             cores: 2,
             budgets: vec![Budget::Fraction(0.5), Budget::Bytes(1 << 30)],
+            interval: INTERVAL,
             working_sets: vec![(Scenario::Mixed, 6, 1500 << 20)],
             qemu_overhead: 0,
             notes: Vec::new(),

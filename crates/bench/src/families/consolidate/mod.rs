@@ -126,6 +126,7 @@ impl Family for Consolidation {
             reps: args.reps.unwrap_or(1),
             cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             budgets,
+            interval: args.interval.unwrap_or(experiment::INTERVAL),
             working_sets: Vec::new(),
             qemu_overhead: 0,
             notes: host_set

@@ -15,7 +15,7 @@ use std::path::Path;
 use memvisor_api::HostSample;
 use plotters::style::RED;
 
-use super::experiment::{bounded, memory_summary, Budget, ConsolidatePlan, INTERVAL, MEM};
+use super::experiment::{bounded, memory_summary, Budget, ConsolidatePlan, MEM};
 use super::run::{CgroupSeen, Record, RunTrace};
 use super::scenario::{job, Scenario};
 use crate::families::host::figure as host_figure;
@@ -337,7 +337,7 @@ pub fn write_outputs(
 }
 
 fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> String {
-    let (mem, interval, cores) = (MEM >> 20, INTERVAL.as_millis(), shape.cores);
+    let (mem, interval, cores) = (MEM >> 20, shape.interval.as_millis(), shape.cores);
     let (fractions, amounts): (Vec<Budget>, Vec<Budget>) = shape
         .budgets
         .iter()
@@ -732,6 +732,7 @@ mod tests {
             reps: 1,
             cores,
             budgets: vec![B],
+            interval: crate::families::consolidate::experiment::INTERVAL,
             working_sets: vec![(sc, n, 1000 << 20)],
             qemu_overhead: qemu,
             notes: Vec::new(),

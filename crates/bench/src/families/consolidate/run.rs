@@ -1,4 +1,4 @@
-//! `memvisor bench consolidate`'s runs: N VMs started [`INTERVAL`] apart under `memvisor host`
+//! `memvisor bench consolidate`'s runs: N VMs started an interval apart under `memvisor host`
 //! (one VM a configuration's way, [`spec`]) or as QEMU processes (a static balloon and a memory
 //! cgroup, or no limit), watched every [`TICK`] until all have ended ([`FleetMonitor`]): when each job
 //! ended, each VMM process's PSS, each QEMU cgroup's failures, OOM kills
@@ -16,8 +16,7 @@ use memvisor_host::VmmFiles;
 
 use super::experiment::{
     bounded, host_budget, job_secs, memory_summary, overlap_fraction, qemu_share, sized_on, spec,
-    Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, INPUT_MB, INTERVAL, MEM,
-    RUN_TIMEOUT,
+    Budget, Config, ConsolidatePlan, HostLaunch, Launch, Sample, INPUT_MB, MEM, RUN_TIMEOUT,
 };
 use super::scenario::{disk, job, own_disk, Scenario, BALANCE_DISK_MB, BALANCE_FILES};
 use crate::harness::child::{self, Reaped};
@@ -119,6 +118,8 @@ struct RunCase {
     pinned: Option<usize>,
     /// The budget in bytes; `None` for a configuration no budget holds.
     limit: Option<u64>,
+    /// Between two VMs' starts.
+    interval: Duration,
 }
 
 /// A configuration at one budget (`None`: one that no budget holds, run once).
@@ -175,6 +176,7 @@ pub fn size_working_sets(
                 n,
                 pinned: (n as usize <= s.cores).then_some(s.cores),
                 limit: None,
+                interval: s.interval,
             };
             let what = format!("{} with {n} VMs", scenario.name());
             let (vms, watch) = match case.kind {
@@ -241,6 +243,7 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             n,
             pinned,
             limit,
+            interval: s.interval,
         };
         // A setting's quotes and spaces are left out of the directory's name.
         let safe = |c: char| c.is_ascii_alphanumeric() || "+=._-".contains(c);
@@ -534,7 +537,7 @@ fn run_host(
     let mut started = Vec::new();
     for i in plan.scenario.start_order(plan.n) {
         if !started.is_empty() {
-            watch.wait(INTERVAL, &vmms);
+            watch.wait(plan.interval, &vmms);
         }
         watch.wait_warm(i, &started, &vmms)?;
         let vm = spec(i, plan.kind, plan.scenario, &disk(plan.scenario, i, work));
@@ -655,7 +658,7 @@ fn run_qemu(
         let k = i as usize - 1;
         let p = pids.clone();
         if !started.is_empty() {
-            watch.wait(INTERVAL, &|| qemus(&p));
+            watch.wait(plan.interval, &|| qemus(&p));
         }
         watch.wait_warm(i, &started, &|| qemus(&p))?;
         started.push(i);
