@@ -114,13 +114,16 @@ pub fn start_limit(host: &HostParams, vms: &[VmObservation], new: &VmObservation
 pub const TRIM_MARGIN: u64 = 2 * PAUSE_SLACK;
 
 /// How far `v`'s limit can come down without paging it: to [`TRIM_MARGIN`] above what it holds,
-/// never below its `min`.
+/// below its `min` too. A `min` is a guarantee against reclaim, not room held for its VM: what
+/// a VM does not use of it is lent, as ESX lends reserved memory a VM has not touched (§6.3,
+/// Fig. 8), and a VM that grows into it again is pressed below its target, so room is made for
+/// it by paging others ([`hold`]'s third step).
 pub fn trimmable(v: &VmObservation) -> u64 {
     if !started(v) {
         return 0;
     }
     v.limit
-        .saturating_sub(v.resident.saturating_add(TRIM_MARGIN).max(v.min))
+        .saturating_sub(v.resident.saturating_add(TRIM_MARGIN))
 }
 
 /// Whether `v` is pressed against its pager limit: the limit is below its `max`, and it holds
@@ -164,8 +167,8 @@ const PAGE: u64 = 4096;
 /// 2. **Trimming**. A limit is raised only for a VM pressed against it ([`pressed`]): one with
 ///    room under its limit does not need more yet, and room handed to it would be idle. When
 ///    the raises and the VMs waiting to start do not fit the budget, limits above what their
-///    VMs hold come down toward it ([`TRIM_MARGIN`] above, never below `min`, below a target
-///    included), in proportion to how far above they are. This moves no page, and a VM on
+///    VMs hold come down toward it ([`TRIM_MARGIN`] above, below a target or a `min` included:
+///    see [`trimmable`]), in proportion to how far above they are. This moves no page, and a VM on
 ///    plain memory, charged all of it, goes under the pager that way: it stays on plain memory
 ///    only while the budget has room for all of it.
 /// 3. **Paging**, for VMs pressed against their limits below their targets (a target is what

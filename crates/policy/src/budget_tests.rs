@@ -79,6 +79,57 @@ fn a_new_vm_waits_for_its_min_and_overhead_not_its_target() {
     assert_eq!(p.actions[1].limit, 384 * MIB, "{p:?}");
 }
 
+/// A `min` its VM does not use is lent (ESX §6.3, Fig. 8): the limit of a VM holding 40 MiB of
+/// its 160 MiB `min` is trimmed below it for a VM pressed against its own; when it grows into its
+/// `min` again, it is below its target, and the other is paged to make room for it.
+#[test]
+fn an_unused_min_is_lent_and_given_back() {
+    let h = host(600 * MIB);
+    let client = VmObservation {
+        min: 160 * MIB,
+        limit: 160 * MIB,
+        ..vm(320 * MIB, 40 * MIB, 0.1)
+    };
+    let grower = VmObservation {
+        limit: 400 * MIB,
+        ..vm(800 * MIB, 400 * MIB, 1.0)
+    };
+    let obs = [client, grower];
+    let p = plan(&h, FreeState::High.into(), &obs, &[false; 2]);
+    let (c, g) = (p.actions[0], p.actions[1]);
+    assert!(
+        c.target >= 160 * MIB,
+        "its min stays its entitlement: {c:?}"
+    );
+    assert!(
+        c.limit < 160 * MIB && c.limit >= 40 * MIB + TRIM_MARGIN,
+        "lent, not paged: {c:?}"
+    );
+    assert!(g.limit > 400 * MIB, "the grower gets it: {g:?}");
+    assert!(at_most_after(&h, &obs, &p) <= h.budget);
+    // The client grows into its limit again, and the grower has taken what it was given.
+    let client = VmObservation {
+        limit: c.limit,
+        resident: c.limit,
+        active: 1.0,
+        ..client
+    };
+    let grower = VmObservation {
+        limit: g.limit,
+        resident: g.limit,
+        ..grower
+    };
+    let obs = [client, grower];
+    let p = plan(&h, p.state.into(), &obs, &[false; 2]);
+    let (c2, g2) = (p.actions[0], p.actions[1]);
+    assert!(c2.target >= 160 * MIB, "{c2:?}");
+    assert!(
+        g2.limit < g.limit,
+        "the grower is paged to give the client its min back: {g2:?}"
+    );
+    assert!(at_most_after(&h, &obs, &p) <= h.budget);
+}
+
 /// Limits above what their VMs hold come down first, without paging, to let another VM grow;
 /// a VM with room under its limit gives way to one pressed against its own, even below its
 /// target (it is raised again when it is pressed).
