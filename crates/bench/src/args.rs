@@ -20,6 +20,10 @@ pub struct BenchArgs {
     /// `reproduce` only: the paper whose set of experiments to run (esx, vswapper, tesseract,
     /// memflex, hd2).
     pub paper: Option<String>,
+    /// `reproduce` only: run nothing; judge the paper's values again against the experiments'
+    /// reports under `--out`, which an earlier run of the set left, and write its report again.
+    #[arg(long)]
+    pub judge: bool,
     /// Repetitions of every configuration, interleaved (default 3; 7 for confinement and
     /// mobility; 2 for
     /// recovery and swapin; 1 for workingset, shares, idletax, consolidate and balance).

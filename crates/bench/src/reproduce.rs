@@ -28,7 +28,8 @@ struct Words {
 struct Ran {
     experiment: &'static Reproduces,
     command: String,
-    outcome: Outcome,
+    /// `None` when nothing was run (`--judge`): its report is an earlier run's.
+    outcome: Option<Outcome>,
 }
 
 fn scale_name(scale: Scale) -> &'static str {
@@ -115,6 +116,16 @@ pub fn run(args: &BenchArgs) -> Outcome {
             Err(m) => return bad(m),
         }
     }
+    if args.judge
+        && !paper
+            .experiments()
+            .any(|e| out.join(e.name).join("report.md").exists())
+    {
+        return bad(format!(
+            "--judge: no report of {key}'s experiments under {}; give the --out of an earlier run of the set",
+            out.display()
+        ));
+    }
     let started = std::time::SystemTime::now();
     let mut ran = Vec::new();
     let n = planned.len();
@@ -129,19 +140,32 @@ pub fn run(args: &BenchArgs) -> Outcome {
                 .as_ref()
                 .map_or_else(String::new, |o| o.display().to_string())
         );
+        if args.judge {
+            ran.push(Ran {
+                experiment: e,
+                command,
+                outcome: None,
+            });
+            continue;
+        }
         eprintln!("memvisor bench reproduce {key}: {}/{n}: {command}", i + 1);
         let outcome = crate::families::run(&a);
         ran.push(Ran {
             experiment: e,
             command,
-            outcome,
+            outcome: Some(outcome),
         });
         if outcome == Outcome::Interrupted {
             break;
         }
     }
     let judged = judged(paper, &out);
-    let svg = out.join(format!("reproduce-{key}.svg"));
+    // Judged again, beside the run's own report and figure, which keep its commit and date.
+    let (report, claims, figure) = match args.judge {
+        true => ("judged.md", "judged.csv", format!("judged-{key}")),
+        false => ("report.md", "claims.csv", format!("reproduce-{key}")),
+    };
+    let svg = out.join(format!("{figure}.svg"));
     let drawn = plot(paper, &judged, &svg)
         .map_err(|e| {
             eprintln!(
@@ -150,10 +174,18 @@ pub fn run(args: &BenchArgs) -> Outcome {
             )
         })
         .is_ok();
-    let md = markdown(paper, args.scale, &out, &ran, &judged, drawn, started);
+    let md = markdown(
+        paper,
+        args.scale,
+        &out,
+        &ran,
+        &judged,
+        drawn.then_some(figure.as_str()),
+        started,
+    );
     let csv = claims_csv(paper, &judged);
-    let written = std::fs::write(out.join("report.md"), &md)
-        .and_then(|()| std::fs::write(out.join("claims.csv"), csv));
+    let written =
+        std::fs::write(out.join(report), &md).and_then(|()| std::fs::write(out.join(claims), csv));
     if let Err(e) = written {
         eprintln!("memvisor bench reproduce: {}: {e}", out.display());
         return Outcome::Failed;
@@ -161,11 +193,14 @@ pub fn run(args: &BenchArgs) -> Outcome {
     println!("{md}");
     eprintln!(
         "memvisor bench reproduce {key}: done: {}",
-        out.join("report.md").display()
+        out.join(report).display()
     );
-    if ran.iter().any(|r| r.outcome == Outcome::Interrupted) {
+    if ran.iter().any(|r| r.outcome == Some(Outcome::Interrupted)) {
         Outcome::Interrupted
-    } else if ran.iter().all(|r| r.outcome == Outcome::Done) {
+    } else if ran
+        .iter()
+        .all(|r| matches!(r.outcome, None | Some(Outcome::Done)))
+    {
         Outcome::Done
     } else {
         Outcome::Failed
@@ -270,12 +305,13 @@ fn utc(secs: u64) -> String {
     format!("{year}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 
-fn outcome_text(o: Outcome) -> &'static str {
+fn outcome_text(o: Option<Outcome>) -> &'static str {
     match o {
-        Outcome::Done => "done",
-        Outcome::Interrupted => "interrupted",
-        Outcome::BadInput => "refused its flags",
-        Outcome::Failed => "failed",
+        None => "not run now: judged from its report",
+        Some(Outcome::Done) => "done",
+        Some(Outcome::Interrupted) => "interrupted",
+        Some(Outcome::BadInput) => "refused its flags",
+        Some(Outcome::Failed) => "failed",
     }
 }
 
@@ -286,20 +322,26 @@ fn markdown(
     out: &Path,
     ran: &[Ran],
     judged: &[(&'static Reproduces, usize, Judged)],
-    drawn: bool,
+    figure: Option<&str>,
     started: std::time::SystemTime,
 ) -> String {
     let mut s = format!("# memvisor bench reproduce {}\n\n", paper.key);
     let date = utc(started
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()));
+    let when = if ran.iter().all(|r| r.outcome.is_none()) {
+        format!("judged again at {date} by commit `{}` against the experiments' reports an earlier run of the set left here (its own `report.md` names the commit it ran on)", env!("MEMVISOR_BUILD_COMMIT"))
+    } else {
+        format!(
+            "built from commit `{}`, started {date}",
+            env!("MEMVISOR_BUILD_COMMIT")
+        )
+    };
     let _ = writeln!(
         s,
-        "{}: every experiment of its set at `--scale {}`, built from commit `{}`, started {}. Each value the paper's text publishes is set beside ours, read from the experiment's own report, with a verdict: for a ratio, the same shape (the same side of 1) and the same ratio (within a factor of 2); for a level, the same within that factor; for a bound the paper's words give, whether it holds.{}\n",
+        "{}: every experiment of its set at `--scale {}`, {when}. Each value the paper's text publishes is set beside ours, read from the experiment's own report, with a verdict: for a ratio, the same shape (the same side of 1) and the same ratio (within a factor of 2); for a level, the same within that factor; for a bound the paper's words give, whether it holds.{}\n",
         paper.citation,
         scale_name(scale),
-        env!("MEMVISOR_BUILD_COMMIT"),
-        date,
         match scale {
             Scale::Quick => " **At `quick` the experiments run small sizes and one repetition: a smoke run of the whole set, whose numbers are not the paper's scale.**",
             Scale::Full => "",
@@ -328,8 +370,8 @@ fn markdown(
         ]);
     }
     s.push_str(&t.markdown());
-    if drawn {
-        let _ = writeln!(s, "\n![ours over the paper's](reproduce-{}.png)", paper.key);
+    if let Some(figure) = figure {
+        let _ = writeln!(s, "\n![ours over the paper's]({figure}.png)");
     }
     s.push_str("\nThe figures and tables this set does not run, and why, are in `docs/reproduction.md`.\n\n## Runs\n\n");
     let mut t = Table::new("experiment | reproduces | command | outcome | report".split(" | "));
