@@ -390,18 +390,13 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
         .filter(|l| !l.points.is_empty())
         .collect();
     if !removed.is_empty() {
-        let most = ys(&removed).fold(1.0f64, f64::max) * 1.1;
-        let mut below = Panel::new(
+        panels.push(count_panel(
             format!("{}: false reads removed by the Preventer", plan.exp.name),
             &x_title,
             "writes completed with no read (median)",
             x,
-            Axis::linear(0.0, most),
-        );
-        below.legend = Legend::UpperRight;
-        below.y_decimals = Some(0);
-        below.lines = removed;
-        panels.push(below);
+            removed,
+        ));
     }
     if sweep.disk_ops {
         let series = [("disk operations", 0), ("disk writes", 1)];
@@ -419,25 +414,29 @@ pub fn plot(path: &Path, plan: &PhasesPlan, sweep: &Sweep, points: &[Point]) -> 
                 })
                 .filter(|l| !l.points.is_empty())
                 .collect();
-            if lines.is_empty() {
-                continue;
+            if !lines.is_empty() {
+                panels.push(count_panel(
+                    format!("{}: {what} during {}", plan.exp.name, sweep.phase),
+                    &x_title,
+                    "requests (median)",
+                    x,
+                    lines,
+                ));
             }
-            let most = ys(&lines).fold(1.0f64, f64::max) * 1.1;
-            let mut panel = Panel::new(
-                format!("{}: {what} during {}", plan.exp.name, sweep.phase),
-                &x_title,
-                "requests (median)",
-                x,
-                Axis::linear(0.0, most),
-            );
-            panel.legend = Legend::UpperRight;
-            panel.y_decimals = Some(0);
-            panel.lines = lines;
-            panels.push(panel);
         }
     }
     let rows = panels.len();
     Figure::column((1000, 620 * u32::try_from(rows).unwrap_or(1)), panels).write(path)
+}
+
+/// A panel of counts (whole numbers from 0 up) against the swept axis.
+fn count_panel(title: String, x_title: &str, y_title: &str, x: Axis, lines: Vec<Line>) -> Panel {
+    let most = ys(&lines).fold(1.0f64, f64::max) * 1.1;
+    let mut panel = Panel::new(title, x_title, y_title, x, Axis::linear(0.0, most));
+    panel.legend = Legend::UpperRight;
+    panel.y_decimals = Some(0);
+    panel.lines = lines;
+    panel
 }
 
 #[cfg(test)]
