@@ -289,7 +289,7 @@ pub const EXPERIMENTS: &[Reproduces] = &[
         section: "#reallocation-esx-63-fig-8-five-vms-min-and-the-free-memory-states",
         quick: "",
         full: "",
-        claims: &[],
+        claims: published::REALLOCATION,
     },
     Reproduces {
         name: "consolidate",
