@@ -8,7 +8,7 @@ use super::run::HostRun;
 use super::summary::{state_name, vm};
 use crate::report::figure::{color, ys, Axis, Figure, Legend, Line, Panel};
 use crate::report::numbers::mib;
-use memvisor_api::{HostSample, VmSample};
+use memvisor_api::{FreeStateName, HostSample, VmSample};
 
 /// Each VM of `names` over the host's ticks, in MiB, a colour each: its allocation (resident,
 /// solid) and target (dashed); with `detail` also its active estimate (dotted), and every line
@@ -49,14 +49,6 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     let mut marks: Vec<(f64, String)> = joins.map(|(n, t)| (*t, format!("{n} joins"))).collect();
     let taxes = run.taxes.iter().skip(1);
     marks.extend(taxes.map(|(t, x)| (*t, format!("tax {x}"))));
-    if let Goal::Reallocation { .. } = e.goal {
-        // Fig. 8(a): each change of the free-memory state.
-        let changes = run
-            .samples
-            .windows(2)
-            .filter(|w| w[0].free_state != w[1].free_state);
-        marks.extend(changes.map(|w| (w[1].seconds, state_name(w[1].free_state))));
-    }
     let x = Axis::linear(0.0, run.end().max(e.duration).max(1.0));
     let y_max = e.vms.iter().map(|v| mib(v.spec.mem)).fold(1.0, f64::max) * 1.1;
     let mut memory = Panel::new(
@@ -111,5 +103,44 @@ pub fn plot(path: &Path, e: &HostExperiment, run: &HostRun) -> Result<(), String
     };
     memory.marks = marks;
     memory.legend = Legend::Margin(230);
-    Figure::column((1100, 1000), vec![memory, rates]).write_svg(path)
+    let mut panels = vec![memory, rates];
+    if let Goal::Reallocation { .. } = e.goal {
+        panels.insert(0, states(run, x));
+    }
+    let height = 500 * u32::try_from(panels.len()).unwrap_or(2);
+    Figure::column((1100, height), panels).write_svg(path)
+}
+
+/// Fig. 8(a): the host's free-memory state over time, a step from one sample to the next
+/// (`low` at the bottom, `high` at the top). A state that flaps tick by tick would bury the
+/// allocations under one vertical mark per change.
+fn states(run: &HostRun, x: Axis) -> Panel {
+    let ranks = FreeStateName::ALL;
+    let level = |s: &HostSample| {
+        let below = ranks.iter().position(|&r| r == s.free_state).unwrap_or(0);
+        (ranks.len() - 1 - below) as f64
+    };
+    let mut steps: Vec<(f64, f64)> = Vec::with_capacity(2 * run.samples.len());
+    for s in &run.samples {
+        if let Some(&(_, was)) = steps.last() {
+            steps.push((s.seconds, was));
+        }
+        steps.push((s.seconds, level(s)));
+    }
+    let names: Vec<String> = ranks.iter().rev().map(|&r| state_name(r)).collect();
+    Panel {
+        lines: vec![Line::new("free-memory state", color(0), 2, steps)],
+        legend: Legend::Margin(230),
+        y_decimals: Some(0),
+        ..Panel::new(
+            format!(
+                "the host's free-memory state over time (0 {}, 1 {}, 2 {}, 3 {})",
+                names[0], names[1], names[2], names[3]
+            ),
+            "seconds since the host started",
+            "state",
+            x,
+            Axis::linear(-0.2, 3.2),
+        )
+    }
 }
