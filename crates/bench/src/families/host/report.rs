@@ -9,6 +9,7 @@ use memvisor_api::{FreeStateName, HostEvent, HostEventKind};
 use super::experiment::{Goal, HostExperiment};
 use super::run::{active_fraction, HostRun};
 use super::summary::*;
+use crate::families::published;
 use crate::report::numbers::or_dash;
 use crate::report::table::{self, Table};
 
@@ -324,23 +325,18 @@ fn reallocation_md(
     // The values the paper's text gives, in a table of their own for `reproduce`'s claims.
     let mut t = Table::new(["measure", "ours", "the paper (§6.3)"]);
     t.row(vec![
-        REALLOCATION_HIGH_SOFT.into(),
+        published::REALLOCATION_HIGH_SOFT.into(),
         format!("{:.0}", 100.0 * share),
         "nearly all".into(),
     ]);
     t.row(vec![
-        REALLOCATION_IDLE_LOW.into(),
+        published::REALLOCATION_IDLE_LOW.into(),
         format!("{:.2}", x.idle_low_mib / x.min_mib.max(1e-9)),
         "1 (SQL Server drops to its min of 160 MB)".into(),
     ]);
     s.push_str("\n### Against the paper\n\n");
     s.push_str(&t.markdown());
 }
-
-/// The rows of `reallocation`'s table against the paper (ESX Fig. 8 (a) and (d)).
-pub const REALLOCATION_HIGH_SOFT: &str = "time in `high` or `soft`, % of the run";
-pub const REALLOCATION_IDLE_LOW: &str =
-    "the idle VM's lowest allocation in the second half of its idle phase over its min";
 
 #[cfg(test)]
 mod tests {
