@@ -16,7 +16,7 @@ pub fn experiment(scale: Scale) -> HostExperiment {
     // (small VM, large VM) in MiB, the run's length, the budget, and the idle VM's schedule:
     // working, idle, working again, in seconds.
     let (small, large, duration, budget, (busy, idle, again)) = if tiny {
-        (128u64, 160u64, 60u32, 400u64, (15u32, 25u32, 25u32))
+        (128u64, 160u64, 60u32, 560u64, (15u32, 25u32, 25u32))
     } else {
         (256, 320, 200, 960, (40, 80, 85))
     };
