@@ -127,15 +127,17 @@ fn states(run: &HostRun, x: Axis) -> Panel {
         }
         steps.push((s.seconds, level(s)));
     }
-    let names: Vec<String> = ranks.iter().rev().map(|&r| state_name(r)).collect();
+    let key: Vec<String> = (ranks.iter().rev().enumerate())
+        .map(|(i, &r)| format!("{i} {}", state_name(r)))
+        .collect();
     Panel {
         lines: vec![Line::new("free-memory state", color(0), 2, steps)],
         legend: Legend::Margin(230),
         y_decimals: Some(0),
         ..Panel::new(
             format!(
-                "the host's free-memory state over time (0 {}, 1 {}, 2 {}, 3 {})",
-                names[0], names[1], names[2], names[3]
+                "the host's free-memory state over time ({})",
+                key.join(", ")
             ),
             "seconds since the host started",
             "state",
