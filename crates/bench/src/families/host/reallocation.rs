@@ -14,7 +14,8 @@ use crate::harness::setup::host_vm;
 pub fn experiment(scale: Scale) -> HostExperiment {
     let tiny = scale == Scale::Quick;
     // (small VM, large VM) in MiB, the run's length, the budget, and the idle VM's schedule:
-    // working, idle, working again, in seconds.
+    // working, idle, working again, in seconds. Each budget must admit all five VMs' mins and
+    // overheads (admission control refuses a VM otherwise): 368 + 5 x 24 MiB at the quick scale.
     let (small, large, duration, budget, (busy, idle, again)) = if tiny {
         (128u64, 160u64, 60u32, 560u64, (15u32, 25u32, 25u32))
     } else {
