@@ -18,9 +18,13 @@
 //!   sequence are *unclassified*, in the order they came to mirror (least recent first).
 //! - **Victim order** ([`Patterns::pick`](table::Patterns::pick)): sequential sequences, most
 //!   recently created or lengthened first, each from its first block; then loops, least recently
-//!   read first, each from its first block; then unclassified pages, least recent first. With
+//!   read first, each from its last block; then unclassified pages, least recent first. With
 //!   `whole` (the paper's WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`]
-//!   pages more than asked.
+//!   pages more than asked. The paper takes a loop from its start as it does a stream; a loop
+//!   larger than the memory left for it is then taken just before its next pass reads each
+//!   page again, the least recently used page being the one needed soonest. Taken from its end
+//!   (most recently used first, as the unified buffer management HyperDealer2 cites does for
+//!   loops), the loop's first part stays resident and only its end is read again each pass.
 //! - **Cold sequences** ([`Patterns::pick_cold`](table::Patterns::pick_cold)). The paper's guest
 //!   reports page-cache hits, so a file read again from the guest's cache is a loop at once. Here
 //!   those hits never reach the host: a file the guest keeps re-reading from its own cache stays a

@@ -13,12 +13,13 @@ impl Patterns {
     /// beyond `n`. In the order chosen.
     pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
         let mut out = Vec::with_capacity(n);
-        let ids = self.sequential.values().rev().chain(self.loops.values());
-        for id in ids {
+        let sequential = self.sequential.values().rev().map(|id| (id, false));
+        let loops = self.loops.values().map(|id| (id, true));
+        for (id, from_end) in sequential.chain(loops) {
             if out.len() >= n {
                 break;
             }
-            take_from(&self.seqs[id], &mut out, n, whole, &eligible);
+            take_from(&self.seqs[id], &mut out, n, whole, from_end, &eligible);
         }
         for &(p, t) in &self.unclassified {
             if out.len() >= n {
@@ -55,12 +56,12 @@ impl Patterns {
                 continue;
             };
             if s.streaming(now) || s.probed.is_some_and(waited) {
-                take_from(s, &mut out, n, whole, &eligible);
+                take_from(s, &mut out, n, whole, false, &eligible);
             } else if s.probed.is_none() {
                 s.probed = Some(now);
                 self.probes += 1;
                 let most = (out.len() + PROBE_PAGES).min(n);
-                take_from(s, &mut out, most, false, &eligible);
+                take_from(s, &mut out, most, false, false, &eligible);
             }
         }
         out
@@ -72,17 +73,23 @@ impl Patterns {
     }
 }
 
-/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block, until `out`
-/// holds `n` (with `whole`, the sequence goes on to [`WHOLE_SEQ_MAX`] pages beyond `n`).
+/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block (from its last
+/// with `from_end`), until `out` holds `n` (with `whole`, the sequence goes on to
+/// [`WHOLE_SEQ_MAX`] pages beyond `n`).
 fn take_from(
     s: &Sequence,
     out: &mut Vec<PageIdx>,
     n: usize,
     whole: bool,
+    from_end: bool,
     eligible: &impl Fn(PageIdx) -> bool,
 ) {
     let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
-    for &p in s.frames.values() {
+    let frames: Box<dyn Iterator<Item = &PageIdx>> = match from_end {
+        true => Box::new(s.frames.values().rev()),
+        false => Box::new(s.frames.values()),
+    };
+    for &p in frames {
         if out.len() >= cap {
             break;
         }
@@ -99,7 +106,7 @@ mod tests {
     use crate::pattern::table::tests::T;
 
     #[test]
-    fn victims_go_sequential_mru_first_then_loops_lru_then_unclassified() {
+    fn victims_go_sequential_mru_first_then_loops_lru_from_their_ends_then_unclassified() {
         let mut t = T::new(128);
         // Sequences A (0..4), B (10..14), C (20..24), D (30..34), in that order.
         for base in [0, 10, 20, 30] {
@@ -115,13 +122,20 @@ mod tests {
         t.read(60, 1);
         t.read(50, 1);
         let order = t.pick(128);
-        let want: Vec<PageIdx> = [10..16, 30..34, 0..4, 20..24, 60..61, 50..51]
+        let loops = [0..4, 20..24].into_iter().flat_map(|r| r.rev());
+        let want: Vec<PageIdx> = [10..16, 30..34]
             .into_iter()
             .flatten()
+            .chain(loops)
+            .chain([60, 50])
             .collect();
         assert_eq!(order, want);
-        // Fewer than a sequence holds: from its start.
+        // Fewer than a sequence holds: a stream from its start, a loop from its end.
         assert_eq!(t.pick(3), vec![10, 11, 12]);
+        assert_eq!(
+            t.pick(12),
+            vec![10, 11, 12, 13, 14, 15, 30, 31, 32, 33, 3, 2]
+        );
         // Pages that may not be chosen (cooling) are skipped.
         assert_eq!(t.t.pick(3, false, |p| p % 2 == 1), vec![11, 13, 15]);
     }

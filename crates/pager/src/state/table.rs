@@ -594,8 +594,8 @@ impl StateTable {
 
     /// Up to about `n` resident pages that mirror disk blocks (dropping them costs no write),
     /// none of them cooling in the victim cache, in the VM's victim order, first choice first:
-    /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, then loops least
-    /// recent first, each from its first block, then unclassified mirrored pages least recent
+    /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, each from its first
+    /// block, then loops least recent first, each from its last block, then unclassified mirrored pages least recent
     /// first (`pattern/`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
     /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random, mirrored pages at
     /// random; with clock, mirrored pages least recently used first. With `cold_at`, only pages
