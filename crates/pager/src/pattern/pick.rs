@@ -2,7 +2,6 @@
 
 use std::time::Instant;
 
-use super::sequence::Sequence;
 use super::table::Patterns;
 use super::{PROBE_PAGES, PROBE_WAIT, WHOLE_SEQ_MAX};
 use crate::page::PageIdx;
@@ -13,13 +12,23 @@ impl Patterns {
     /// beyond `n`. In the order chosen.
     pub fn pick(&self, n: usize, whole: bool, eligible: impl Fn(PageIdx) -> bool) -> Vec<PageIdx> {
         let mut out = Vec::with_capacity(n);
-        let sequential = self.sequential.values().rev().map(|id| (id, false));
-        let loops = self.loops.values().map(|id| (id, true));
-        for (id, from_end) in sequential.chain(loops) {
+        for id in self.sequential.values().rev() {
             if out.len() >= n {
                 break;
             }
-            take_from(&self.seqs[id], &mut out, n, whole, from_end, &eligible);
+            take_from(self.seqs[id].frames.values(), &mut out, n, whole, &eligible);
+        }
+        for id in self.loops.values() {
+            if out.len() >= n {
+                break;
+            }
+            take_from(
+                self.seqs[id].frames.values().rev(),
+                &mut out,
+                n,
+                whole,
+                &eligible,
+            );
         }
         for &(p, t) in &self.unclassified {
             if out.len() >= n {
@@ -56,12 +65,12 @@ impl Patterns {
                 continue;
             };
             if s.streaming(now) || s.probed.is_some_and(waited) {
-                take_from(s, &mut out, n, whole, false, &eligible);
+                take_from(s.frames.values(), &mut out, n, whole, &eligible);
             } else if s.probed.is_none() {
                 s.probed = Some(now);
                 self.probes += 1;
                 let most = (out.len() + PROBE_PAGES).min(n);
-                take_from(s, &mut out, most, false, false, &eligible);
+                take_from(s.frames.values(), &mut out, most, false, &eligible);
             }
         }
         out
@@ -73,22 +82,17 @@ impl Patterns {
     }
 }
 
-/// Appends `s`'s pages for which `eligible` holds to `out`, from its first block (from its last
-/// with `from_end`), until `out` holds `n` (with `whole`, the sequence goes on to
+/// Appends the pages of `frames` (a sequence's, in the order to take them) for which `eligible`
+/// holds to `out`, until `out` holds `n` (with `whole`, the sequence goes on to
 /// [`WHOLE_SEQ_MAX`] pages beyond `n`).
-fn take_from(
-    s: &Sequence,
+fn take_from<'a>(
+    frames: impl Iterator<Item = &'a PageIdx>,
     out: &mut Vec<PageIdx>,
     n: usize,
     whole: bool,
-    from_end: bool,
     eligible: &impl Fn(PageIdx) -> bool,
 ) {
     let cap = if whole { n + WHOLE_SEQ_MAX } else { n };
-    let frames: Box<dyn Iterator<Item = &PageIdx>> = match from_end {
-        true => Box::new(s.frames.values().rev()),
-        false => Box::new(s.frames.values()),
-    };
     for &p in frames {
         if out.len() >= cap {
             break;

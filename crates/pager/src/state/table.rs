@@ -595,14 +595,15 @@ impl StateTable {
     /// Up to about `n` resident pages that mirror disk blocks (dropping them costs no write),
     /// none of them cooling in the victim cache, in the VM's victim order, first choice first:
     /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, each from its first
-    /// block, then loops least recent first, each from its last block, then unclassified mirrored pages least recent
-    /// first (`pattern/`); [`VictimPolicy::Hd2Whole`] takes each sequence it begins whole, up
-    /// to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with random, mirrored pages at
-    /// random; with clock, mirrored pages least recently used first. With `cold_at`, only pages
-    /// of sequences cold at that time and the probes of the others
+    /// block, then loops least recent first, each from its last block, then unclassified
+    /// mirrored pages least recent first (`pattern/`); [`VictimPolicy::Hd2Whole`] takes each
+    /// sequence it begins whole, up to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with
+    /// random, mirrored pages at random; with clock, mirrored pages least recently used first.
+    /// With `cold_at`, only pages of sequences cold at that time and the probes of the others
     /// ([`Patterns::pick_cold`](crate::pattern::table::Patterns::pick_cold)): what a release
     /// takes when memory is not short, which only the `hd2` orders know (with another, or
-    /// without the Swap Mapper, none). They stay resident until the caller records what it did with them.
+    /// without the Swap Mapper, none). They stay resident until the caller records what it did
+    /// with them.
     pub fn pick_clean(&mut self, n: u32, cold_at: Option<std::time::Instant>) -> Vec<PageIdx> {
         let Some(whole) = self.hd2_order() else {
             return match cold_at {

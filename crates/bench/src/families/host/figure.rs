@@ -127,7 +127,10 @@ fn states(run: &HostRun, x: Axis) -> Panel {
         }
         steps.push((s.seconds, level(s)));
     }
-    let key: Vec<String> = (ranks.iter().rev().enumerate())
+    let key: Vec<String> = ranks
+        .iter()
+        .rev()
+        .enumerate()
         .map(|(i, &r)| format!("{i} {}", state_name(r)))
         .collect();
     Panel {
