@@ -18,13 +18,18 @@
 //!   sequence are *unclassified*, in the order they came to mirror (least recent first).
 //! - **Victim order** ([`Patterns::pick`](table::Patterns::pick)): sequential sequences, most
 //!   recently created or lengthened first, each from its first block; then loops, least recently
-//!   read first, each from its last block; then unclassified pages, least recent first. With
-//!   `whole` (the paper's WHOLE_SEQ), a sequence once begun is taken whole, up to [`WHOLE_SEQ_MAX`]
-//!   pages more than asked. The paper takes a loop from its start as it does a stream; a loop
-//!   larger than the memory left for it is then taken just before its next pass reads each
-//!   page again, the least recently used page being the one needed soonest. Taken from its end
-//!   (most recently used first, as the unified buffer management HyperDealer2 cites does for
-//!   loops), the loop's first part stays resident and only its end is read again each pass.
+//!   read first, each from its last block down to how far its pass has brought blocks in (its
+//!   cursor), then from the block behind its reader (the first block of its last read or
+//!   refault) back to its start, then the blocks between the reader and the cursor; then
+//!   unclassified pages, least recent first. With `whole` (the paper's WHOLE_SEQ), a sequence
+//!   once begun is taken whole, up to [`WHOLE_SEQ_MAX`] pages more than asked. The paper takes a
+//!   loop from its start as it does a stream; a loop larger than the memory left for it is then
+//!   taken just before its next pass reads each page again, the least recently used page being
+//!   the one needed soonest. Taken from its end while its reader is in its resident first part,
+//!   and behind its reader once it refaults in the tail (most recently used first, as the
+//!   unified buffer management HyperDealer2 cites does for loops), the first part stays
+//!   resident, the rest stays one run that refaults in large windows, and a refault's window,
+//!   just ahead of the reader, goes last.
 //! - **Cold sequences** ([`Patterns::pick_cold`](table::Patterns::pick_cold)). The paper's guest
 //!   reports page-cache hits, so a file read again from the guest's cache is a loop at once. Here
 //!   those hits never reach the host: a file the guest keeps re-reading from its own cache stays a

@@ -22,13 +22,16 @@ impl Patterns {
             if out.len() >= n {
                 break;
             }
-            take_from(
-                self.seqs[id].frames.values().rev(),
-                &mut out,
-                n,
-                whole,
-                &eligible,
-            );
+            let s = &self.seqs[id];
+            // Its last blocks first, down to what its pass has brought in ahead of the reader;
+            // then behind the reader, the block read last (needed again a whole pass later)
+            // first; the blocks brought in ahead of it, needed first, last.
+            let (reader, cursor) = (s.reader, s.cursor.max(s.reader));
+            let beyond = s.frames.range(cursor..).rev();
+            let behind = s.frames.range(..reader).rev();
+            let ahead = s.frames.range(reader..cursor).rev();
+            let order = beyond.chain(behind).chain(ahead).map(|(_, p)| p);
+            take_from(order, &mut out, n, whole, &eligible);
         }
         for &(p, t) in &self.unclassified {
             if out.len() >= n {
@@ -110,7 +113,7 @@ mod tests {
     use crate::pattern::table::tests::T;
 
     #[test]
-    fn victims_go_sequential_mru_first_then_loops_lru_from_their_ends_then_unclassified() {
+    fn victims_go_sequential_mru_first_then_loops_lru_then_unclassified() {
         let mut t = T::new(128);
         // Sequences A (0..4), B (10..14), C (20..24), D (30..34), in that order.
         for base in [0, 10, 20, 30] {
@@ -134,7 +137,8 @@ mod tests {
             .chain([60, 50])
             .collect();
         assert_eq!(order, want);
-        // Fewer than a sequence holds: a stream from its start, a loop from its end.
+        // Fewer than a sequence holds: a stream from its start, a loop read again from its
+        // start from its end.
         assert_eq!(t.pick(3), vec![10, 11, 12]);
         assert_eq!(
             t.pick(12),
@@ -142,6 +146,36 @@ mod tests {
         );
         // Pages that may not be chosen (cooling) are skipped.
         assert_eq!(t.t.pick(3, false, |p| p % 2 == 1), vec![11, 13, 15]);
+    }
+
+    /// A loop gives up its last blocks first, down to what its pass has brought in ahead of
+    /// its reader; then the blocks its reader read last, back to its start; the blocks brought
+    /// in just ahead of the reader (a refault's window), read next, go last.
+    #[test]
+    fn a_loop_gives_up_what_its_reader_read_last_and_keeps_what_it_reads_next() {
+        let mut t = T::new(64);
+        for b in (0..12).step_by(4) {
+            t.read(b, 4);
+        }
+        // Read again from its start: a loop, its reader at its start, so from its end.
+        t.read(0, 12);
+        assert_eq!(t.t.sequence_of(0).unwrap().kind, SequenceKind::Loop);
+        assert_eq!(t.pick(12), (0..12).rev().collect::<Vec<_>>());
+        // Blocks 4 and 5 were dropped and the reader refaults on them: it has just read 0..4
+        // from its cache, reads 4 and 5 next, and the rest of the pass after them.
+        let back: Vec<(PageIdx, u32)> = vec![(4, 4), (5, 5)];
+        for &(p, _) in &back {
+            t.t.left(p);
+            t.t.mirrored(p);
+        }
+        t.t.refault(0, 4, 6, &back);
+        assert_eq!(t.pick(12), vec![11, 10, 9, 8, 7, 6, 3, 2, 1, 0, 5, 4]);
+        // Once the blocks beyond are gone (the loop's tail, which the pass refaults in turn),
+        // what the reader has just read goes before the window it has just brought in.
+        for p in 6..12 {
+            t.t.left(p);
+        }
+        assert_eq!(t.pick(3), vec![3, 2, 1]);
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct Sequence {
     pub(super) pass_start: u64,
     /// Where its current pass is: a re-reference before it begins a new pass.
     pub(super) cursor: u32,
+    /// Where its reader was last seen: the first block of the last read or refault of it
+    /// (its end until one is seen). A loop keeps the blocks from it to `cursor`, which the
+    /// reader reads next, longest.
+    pub(super) reader: u32,
     /// When it was last created, lengthened or read: its place in its category's order.
     pub(super) stamp: u64,
     /// Its pages, by block.

@@ -265,6 +265,7 @@ impl Patterns {
         } else {
             s.cursor = s.cursor.max(end);
         }
+        s.reader = start;
         if became_loop {
             let (stamp, pages, held) = (s.stamp, s.frames.len() as u64, !s.frames.is_empty());
             s.kind = SequenceKind::Loop;
@@ -351,6 +352,7 @@ impl Patterns {
                 if let Some(s) = self.seqs.get_mut(&id) {
                     s.end = s.end.max(end);
                     s.cursor = s.cursor.max(end);
+                    s.reader = start;
                     s.read_at = at;
                 }
                 for &(p, b) in pages {
@@ -432,6 +434,7 @@ impl Patterns {
                 period: None,
                 pass_start: self.now,
                 cursor: end,
+                reader: end,
                 stamp: self.now,
                 frames: BTreeMap::new(),
                 read_at: at,

@@ -696,7 +696,7 @@ fn hd2_victims_take_sequential_runs_first_then_loops_then_the_rest() {
         (1, 1, 1),
         "{c:?}"
     );
-    // The loop from its end.
+    // The loop, read again from its start and not refaulted, from its end.
     let want: Vec<PageIdx> = (16..24).chain((0..8).rev()).chain([40]).collect();
     assert_eq!(sim.t.pick_clean(64, None), want);
     assert_eq!(sim.t.pick_clean(3, None), vec![16, 17, 18]);
