@@ -26,6 +26,8 @@ impl Patterns {
             // Its last blocks first, down to what its pass has brought in ahead of the reader;
             // then behind the reader, the block read last (needed again a whole pass later)
             // first; the blocks brought in ahead of it, needed first, last.
+            // The cursor is never behind the reader (both move with each read or refault, the
+            // cursor to its end); `max` keeps the ranges well formed all the same.
             let (reader, cursor) = (s.reader, s.cursor.max(s.reader));
             let beyond = s.frames.range(cursor..).rev();
             let behind = s.frames.range(..reader).rev();
@@ -137,8 +139,8 @@ mod tests {
             .chain([60, 50])
             .collect();
         assert_eq!(order, want);
-        // Fewer than a sequence holds: a stream from its start, a loop read again from its
-        // start from its end.
+        // Fewer than a sequence holds: a stream from its start; a loop whose reader is at its
+        // start, from its end.
         assert_eq!(t.pick(3), vec![10, 11, 12]);
         assert_eq!(
             t.pick(12),

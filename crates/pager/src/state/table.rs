@@ -597,9 +597,9 @@ impl StateTable {
     /// with [`VictimPolicy::Hd2`], sequential sequences most recent first, each from its first
     /// block, then loops least recent first, each from its end down to what its pass has
     /// brought in, then behind its reader, then what lies just ahead of the reader, then
-    /// unclassified mirrored pages least recent first
-    /// (`pattern/`); [`VictimPolicy::Hd2Whole`] takes each
-    /// sequence it begins whole, up to [`crate::pattern::WHOLE_SEQ_MAX`] pages beyond `n`; with
+    /// unclassified mirrored pages least recent first (`pattern/`); [`VictimPolicy::Hd2Whole`]
+    /// takes each sequence it begins whole, up to [`crate::pattern::WHOLE_SEQ_MAX`] pages
+    /// beyond `n`; with
     /// random, mirrored pages at random; with clock, mirrored pages least recently used first.
     /// With `cold_at`, only pages of sequences cold at that time and the probes of the others
     /// ([`Patterns::pick_cold`](crate::pattern::table::Patterns::pick_cold)): what a release
