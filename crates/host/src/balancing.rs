@@ -24,8 +24,6 @@ pub struct VmBalancing {
     release_failed: bool,
     /// A release of its VMM failed without an answer (a timeout): warned once.
     release_warned: bool,
-    /// What it held at the last tick (for its growth since).
-    pub last_resident: Option<u64>,
     /// Its ghost-cache histogram and the guest's swap counters at the last tick, for the
     /// demand estimator.
     ghost_seen: Option<demand::Observation>,
@@ -61,15 +59,13 @@ impl VmBalancing {
 
     /// What the balancer knows of the VM besides its observation: `mapper` when it runs the
     /// Swap Mapper, `paused_by_host` while the host pauses it, `clean` bytes a release can take,
-    /// `oom` bytes its balloon deflated on OOM since the last tick, `resident` what it holds
-    /// now.
+    /// `oom` bytes its balloon deflated on OOM since the last tick.
     pub fn observation(
         &self,
         mapper: bool,
         paused_by_host: bool,
         clean: u64,
         oom: u64,
-        resident: u64,
     ) -> BalanceObservation {
         // A VM with the Swap Mapper may be on plain memory still: its first release takes its
         // RAM over, keeping the mirrors it recorded.
@@ -79,9 +75,6 @@ impl VmBalancing {
             // Filled in by the caller from `estimate_demand`.
             demand: None,
             oom,
-            grown: self
-                .last_resident
-                .map_or(0, |last| resident.saturating_sub(last)),
             gap: self.gap,
             quiet: self.quiet,
         }

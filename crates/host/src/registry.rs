@@ -80,6 +80,8 @@ pub struct VmEntry {
     pub oom_seen: u64,
     /// [`VmEntry::reclaimed`] at the last tick.
     pub reclaimed_seen: u64,
+    /// What it held at the last tick (resident guest pages), for its growth since.
+    pub resident_seen: Option<u64>,
     /// When its VMM ended or admission refused it: the host forgets it `keep` later.
     pub ended: Option<Instant>,
     /// What HyperDealer2's balancing remembers of it.
@@ -135,6 +137,7 @@ impl VmEntry {
             oom_demand: 0,
             oom_seen: 0,
             reclaimed_seen: 0,
+            resident_seen: None,
             ended: (state == HostVmState::Refused).then(Instant::now),
             balancing: VmBalancing::default(),
             balloon_watch: BalloonWatch::default(),

@@ -81,6 +81,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             limit: 0,
             oom_demand: 0,
             reclaimed: 0,
+            grown: 0,
         };
     }
     // What it really holds: a page KSM merged is held once for all who map it, and the
@@ -118,6 +119,9 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             .map_or(v.launch_limit, |i| i.limit_bytes.unwrap_or(v.spec.mem)),
         oom_demand: v.oom_demand,
         reclaimed: v.reclaimed().saturating_sub(v.reclaimed_seen) * 4096,
+        grown: v
+            .resident_seen
+            .map_or(0, |seen| resident.saturating_sub(seen)),
     }
 }
 
@@ -237,8 +241,6 @@ pub struct Tick {
     /// What the budget covered at the last tick: the host's own memory, the pools' most, and
     /// each VM's resident pages or limit, whichever is more, and its VMM's overhead.
     pub committed: u64,
-    /// What the VMs held at the last tick (`None` before the first).
-    held: Option<u64>,
     /// The pools' size together at the last tick.
     pub pool: u64,
     pub ticks: u64,
@@ -259,7 +261,6 @@ impl Tick {
             free: 0,
             own: 0,
             committed: 0,
-            held: None,
             pool: 0,
             ticks: 0,
             pending: None,
@@ -272,7 +273,6 @@ impl Tick {
     fn before(&self) -> Before {
         Before {
             state: self.free_state,
-            held: self.held,
         }
     }
 
@@ -370,7 +370,6 @@ impl Tick {
         }
         self.free_state = p.state;
         self.free = p.free;
-        self.held = Some(p.held);
         self.drive_ksm(config, vms, &live, p.state, p.free);
         self.pool = p.pool;
         self.ticks += 1;
@@ -387,9 +386,8 @@ impl Tick {
             );
             let bal: Vec<BalanceObservation> = live
                 .iter()
-                .zip(&obs)
                 .zip(&estimated)
-                .map(|((&i, o), &d)| {
+                .map(|(&i, &d)| {
                     let v = &vms[i];
                     BalanceObservation {
                         demand: d,
@@ -398,7 +396,6 @@ impl Tick {
                             v.paused_by_host,
                             v.clean(),
                             v.oom_deflated().saturating_sub(v.oom_seen) * 4096,
-                            o.resident,
                         )
                     }
                 })
@@ -549,7 +546,7 @@ impl Tick {
             }
             let v = &mut registry.vms[i];
             v.target = a.target;
-            v.balancing.last_resident = Some(o.resident);
+            v.resident_seen = Some(o.resident);
             v.oom_demand = a.oom_demand;
             v.oom_seen = v.oom_deflated();
             v.reclaimed_seen = v.reclaimed();

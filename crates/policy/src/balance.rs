@@ -121,8 +121,6 @@ pub struct BalanceObservation {
     pub demand: Option<u64>,
     /// Memory its balloon deflated on OOM since the last tick.
     pub oom: u64,
-    /// What it grew by since the last tick (resident memory).
-    pub grown: u64,
     /// Its capacity gap: released without its guest knowing, less what its balloon took since.
     pub gap: u64,
     /// Ticks it has been out of balancing, or idle.
@@ -200,7 +198,7 @@ pub fn demand(o: &VmObservation, b: &BalanceObservation, target: u64) -> u64 {
     }
     let room = allowed(o);
     let pressed = pressed_at(o, room);
-    let short = if pressed || b.grown > GROWING {
+    let short = if pressed || o.grown > GROWING {
         target.saturating_sub(o.resident)
     } else {
         0
@@ -472,6 +470,7 @@ mod tests {
             limit,
             oom_demand: 0,
             reclaimed: 0,
+            grown: 0,
         }
     }
 
@@ -546,25 +545,23 @@ mod tests {
     #[test]
     fn a_growing_vm_needs_the_rest_of_its_target() {
         let o = vm(512 * MIB, 300 * MIB, 1.0, 450 * MIB);
-        let b = |grown: u64| BalanceObservation {
-            grown,
-            ..BalanceObservation::default()
-        };
-        assert_eq!(demand(&o, &b(0), 450 * MIB), 0);
+        let grown = |grown: u64| VmObservation { grown, ..o };
+        let b = BalanceObservation::default();
+        assert_eq!(demand(&grown(0), &b, 450 * MIB), 0);
         assert_eq!(
-            demand(&o, &b(GROWING), 450 * MIB),
+            demand(&grown(GROWING), &b, 450 * MIB),
             0,
             "a steady VM's jitter"
         );
-        assert_eq!(demand(&o, &b(8 * MIB), 450 * MIB), 150 * MIB);
+        assert_eq!(demand(&grown(8 * MIB), &b, 450 * MIB), 150 * MIB);
         // Pressed against its limit, it needs its target less what it holds, growing or not.
         let pressed = VmObservation {
             resident: 449 * MIB,
             ..o
         };
-        assert_eq!(demand(&pressed, &b(0), 480 * MIB), 31 * MIB);
+        assert_eq!(demand(&pressed, &b, 480 * MIB), 31 * MIB);
         // Never past max.
-        assert_eq!(demand(&pressed, &b(0), 900 * MIB), 63 * MIB);
+        assert_eq!(demand(&pressed, &b, 900 * MIB), 63 * MIB);
     }
 
     /// Outside high the beneficiary may grow up to the plan's limit, and no free memory pays.
@@ -756,13 +753,13 @@ mod tests {
                         limit: (lim * MIB).clamp(resident.min(max), max),
                         oom_demand: 0,
                         reclaimed: 0,
+                        grown: grown * MIB,
                     };
                     let b = BalanceObservation {
                         releasable: rel,
                         clean: (clean * MIB).min(resident),
                         demand: dem.map(|d| d * MIB),
                         oom: oom * MIB,
-                        grown: grown * MIB,
                         gap: gap * MIB,
                         quiet,
                     };

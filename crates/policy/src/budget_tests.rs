@@ -284,7 +284,6 @@ proptest! {
         // Each VM: its observation, and whether it runs.
         let mut world: Vec<(VmObservation, bool)> = Vec::new();
         let mut state = FreeState::High;
-        let mut held = None;
         for tick in 0..60usize {
             // One more VM every 4 ticks, all of them pending first.
             if tick % 4 == 0 && tick / 4 < vms.len() {
@@ -302,10 +301,9 @@ proptest! {
                 .collect();
             let now = held_at_most(&h, &obs);
             prop_assert!(now <= h.budget, "tick {tick}: {now} held of {}", h.budget);
-            let p = plan(&h, Before { state, held }, &obs, &[]);
+            let p = plan(&h, Before { state }, &obs, &[]);
             prop_assert!(at_most_after(&h, &obs, &p) <= h.budget);
             state = p.state;
-            held = Some(p.held);
             for (k, ((o, run), a)) in world.iter_mut().zip(&p.actions).enumerate() {
                 if !*run {
                     // Starts once its min and its VMM's overhead are room, at its min or more.

@@ -4,9 +4,10 @@
 //!
 //! - Free memory is the budget minus what the VMs hold (resident guest pages plus each VMM's
 //!   overhead and pool). The state moves on free memory as it will be by the next tick: free
-//!   memory minus what the VMs grew by since the last one ([`Before::held`]), so a host whose
-//!   VMs grow fast starts ballooning a tick before it crosses a threshold, not after
-//!   ([`FreeState::next`] on the projection). The projection goes as far as `hard`; `low`,
+//!   memory minus what the VMs grew by since the last one ([`VmObservation::grown`]), each as
+//!   far as its limit leaves it room to grow as much again, so a host whose VMs grow fast
+//!   starts ballooning a tick before it crosses a threshold, not after ([`FreeState::next`] on
+//!   the projection). The projection goes as far as `hard`; `low`,
 //!   which pauses VMs, waits for free memory that is really under its threshold.
 //! - Targets divide the budget minus overheads minus the high state's 6 % reserve by
 //!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
@@ -94,13 +95,13 @@ pub(crate) fn desired(
         })
         .fold(host.own, u64::saturating_add);
     let free = host.budget.saturating_sub(held);
-    // Growth since the last tick, as much of it as the VMs' limits leave room for: a VM at its
-    // limit cannot grow until a plan raises it.
-    let room: u64 = vms
+    // Growth since the last tick, each VM's as far as its limit leaves it room to grow as much
+    // again: a VM that has grown up to its limit cannot grow until a plan raises it, whatever
+    // room another VM leaves under its own.
+    let growth: u64 = vms
         .iter()
-        .map(|v| v.limit.saturating_sub(v.resident))
+        .map(|v| v.grown.min(v.limit.saturating_sub(v.resident)))
         .fold(0, u64::saturating_add);
-    let growth = before.held.map_or(0, |b| held.saturating_sub(b)).min(room);
     // Balloons and paging start on the projection; pausing, the last resort, waits for free
     // memory to be really low.
     let t = &host.thresholds;
@@ -467,12 +468,10 @@ mod tests {
             limit: 380 * MIB,
             ..vm(800 * MIB, 354 * MIB, 1.0)
         };
-        let held = (560 + 354 + 32) * MIB;
-        let at = |growth: u64| Before {
+        let soft = Before {
             state: FreeState::Soft,
-            held: Some(held - growth),
         };
-        let p = desired(&host(1000 * MIB), at(0), &[a, b], &[false; 2]);
+        let p = desired(&host(1000 * MIB), soft, &[a, b], &[false; 2]);
         assert_eq!((p.state, p.free), (FreeState::Soft, 54 * MIB));
         let (x, y) = (p.actions[0], p.actions[1]);
         assert!(x.target < a.resident, "{x:?}");
@@ -484,8 +483,13 @@ mod tests {
             y.target.max(b.limit),
             "not pressed: nothing handed out"
         );
-        // The growth expected by the next tick comes out of it first.
-        let p = desired(&host(1000 * MIB), at(10 * MIB), &[a, b], &[false; 2]);
+        // The growth expected by the next tick comes out of it first: `b`'s, which has room
+        // under its limit to grow as much again.
+        let growing = VmObservation {
+            grown: 10 * MIB,
+            ..b
+        };
+        let p = desired(&host(1000 * MIB), soft, &[a, growing], &[false; 2]);
         assert_eq!((p.state, p.growth), (FreeState::Soft, 10 * MIB));
         assert_eq!(p.actions[0].limit, a.limit + 4 * MIB);
     }
@@ -636,46 +640,36 @@ mod tests {
 
     /// Free memory at 5 % is `high`; if the VMs grew by 2 % of the budget since the last tick
     /// and have room to grow as much again, it will be under 4 % by the next: ballooning starts
-    /// now. VMs at their limits cannot grow, whatever they did before.
+    /// now. VMs at their limits cannot grow, whatever they did before, and another VM's room
+    /// under its own limit does not make up for it.
     #[test]
     fn growth_since_the_last_tick_brings_reclaim_forward() {
-        let budget = 1000 * MIB;
+        let plan = |vms: &[VmObservation]| {
+            desired(&host(1000 * MIB), FreeState::High.into(), vms, &[false; 2])
+        };
         // 1000 - (2 * 459 + 32) = 50 MiB free: 5 %.
         let a = vm(800 * MIB, 459 * MIB, 1.0);
         let b = vm(800 * MIB, 459 * MIB, 0.5);
-        let steady = Before {
-            state: FreeState::High,
-            held: Some(950 * MIB),
-        };
-        let p = desired(&host(budget), steady, &[a, b], &[false; 2]);
+        let p = plan(&[a, b]);
         assert_eq!((p.state, p.growth), (FreeState::High, 0));
-        let growing = Before {
-            held: Some(930 * MIB),
-            ..steady
-        };
-        let p = desired(&host(budget), growing, &[a, b], &[false; 2]);
+        let grown = |v: VmObservation, by: u64| VmObservation { grown: by, ..v };
+        let p = plan(&[grown(a, 10 * MIB), grown(b, 10 * MIB)]);
         assert_eq!(
             (p.state, p.growth, p.free),
             (FreeState::Soft, 20 * MIB, 50 * MIB)
         );
         assert!(p.actions[1].balloon > Some(0), "{:?}", p.actions[1]);
-        let at_limits = |v: VmObservation| VmObservation {
+        let at_limit = |v: VmObservation| VmObservation {
             limit: v.resident,
             ..v
         };
-        let p = desired(
-            &host(budget),
-            growing,
-            &[at_limits(a), at_limits(b)],
-            &[false; 2],
-        );
+        let p = plan(&[at_limit(grown(a, 10 * MIB)), at_limit(grown(b, 10 * MIB))]);
+        assert_eq!((p.state, p.growth), (FreeState::High, 0));
+        // `a` grew 20 MiB up to its limit; `b`, with room under its own, did not grow.
+        let p = plan(&[at_limit(grown(a, 20 * MIB)), b]);
         assert_eq!((p.state, p.growth), (FreeState::High, 0));
         // Growth that would take free memory under 1 % brings paging forward, not pausing.
-        let fast = Before {
-            held: Some(900 * MIB),
-            ..steady
-        };
-        let p = desired(&host(budget), fast, &[a, b], &[false; 2]);
+        let p = plan(&[grown(a, 25 * MIB), grown(b, 25 * MIB)]);
         assert_eq!((p.state, p.growth), (FreeState::Hard, 50 * MIB));
         assert!(p.actions.iter().all(|x| !x.pause));
         assert!(p.actions[1].limit < b.resident, "{:?}", p.actions[1]);
@@ -870,6 +864,7 @@ mod tests {
                         limit: max / 2,
                                     oom_demand: 0,
                         reclaimed: 0,
+                        grown: 0,
                     }
                 })
                 .collect();

@@ -50,14 +50,12 @@ impl HostParams {
 pub struct Before {
     /// Its free-memory state.
     pub state: FreeState,
-    /// What the VMs held then ([`Plan::held`]); `None` at the first tick.
-    pub held: Option<u64>,
 }
 
 impl From<FreeState> for Before {
     /// A tick with no tick before it in `state`.
     fn from(state: FreeState) -> Before {
-        Before { state, held: None }
+        Before { state }
     }
 }
 
@@ -95,6 +93,10 @@ pub struct VmObservation {
     /// observed (a pager reclaims in batches, so they may be well below it).
     #[serde(default)]
     pub reclaimed: u64,
+    /// What its resident guest pages grew by since the last tick (0 at its first, and in
+    /// traces written before it was recorded).
+    #[serde(default)]
+    pub grown: u64,
 }
 
 fn yes() -> bool {
@@ -125,8 +127,8 @@ pub struct Plan {
     pub free: u64,
     /// What the VMs hold: resident guest pages, overheads and pools.
     pub held: u64,
-    /// What they grew by since the tick before, at most the room under their limits: the
-    /// growth the state anticipated.
+    /// What the VMs grew by since the tick before, each at most the room left under its limit:
+    /// the growth the state anticipated.
     pub growth: u64,
     /// The pools' size together this tick ([`pool_size`](crate::budget::pool_size)).
     pub pool: u64,
@@ -168,6 +170,7 @@ pub(crate) mod fixtures {
             limit: max,
             oom_demand: 0,
             reclaimed: 0,
+            grown: 0,
         }
     }
 }

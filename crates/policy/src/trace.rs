@@ -21,10 +21,6 @@ pub struct TraceTick {
     pub host: TraceHost,
     /// The free-memory state the tick started in.
     pub state: String,
-    /// What the VMs held at the tick before (absent at the first tick, and in traces written
-    /// before the state anticipated growth).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_before: Option<u64>,
     pub vms: Vec<TraceVm>,
     pub plan: TracePlan,
 }
@@ -159,7 +155,6 @@ impl TraceTick {
                 balance: None,
             },
             state: state_name(before.state).into(),
-            held_before: before.held,
             vms: obs
                 .iter()
                 .zip(names)
@@ -227,7 +222,6 @@ impl TraceTick {
         };
         let before = Before {
             state: state_of(&self.state)?,
-            held: self.held_before,
         };
         let obs = self.vms.iter().map(|v| v.obs).collect();
         let oom = self.vms.iter().map(|v| v.oom_deflated).collect();

@@ -40,8 +40,6 @@ pub struct Sim {
     /// VMs admission refused: name and why.
     pub refused: Vec<(String, String)>,
     pub state: FreeState,
-    /// What the VMs held at the last tick.
-    pub held: Option<u64>,
     pub tick: u64,
     pub host: Vec<HostTick>,
     pub summaries: Vec<VmRunSummary>,
@@ -106,7 +104,6 @@ impl Sim {
             names: Vec::new(),
             refused: Vec::new(),
             state: FreeState::High,
-            held: None,
             tick: 0,
             host: Vec::new(),
             summaries: Vec::new(),
@@ -123,10 +120,7 @@ impl Sim {
 
     /// What the last tick left, for the next plan.
     pub fn before(&self) -> Before {
-        Before {
-            state: self.state,
-            held: self.held,
-        }
+        Before { state: self.state }
     }
 
     /// Admits one VM of group `group` as `memvisor host` admits one (`admit`, then its start
@@ -269,7 +263,6 @@ impl Sim {
         for (&i, b) in live.iter().zip(&d.vms) {
             let v = &mut self.vms[i];
             let w = &self.scenario.groups[v.cfg.group].workload;
-            v.last_resident = Some(bytes(v.resident));
             let r = v.release_clean(b.release as f64, d.cold_only, w, t - v.cfg.start);
             released.push(bytes(r));
         }
@@ -306,9 +299,9 @@ impl Sim {
             write_line(w, &line)?;
         }
         self.state = p.state;
-        self.held = Some(p.held);
         let min_limit = s.host.min_limit.0;
-        for (&i, a) in live.iter().zip(&actions) {
+        for ((&i, a), o) in live.iter().zip(&actions).zip(&obs) {
+            self.vms[i].last_resident = Some(o.resident);
             self.vms[i].apply(a, min_limit);
         }
         let model = HostModel {
@@ -469,7 +462,7 @@ pub(crate) mod tests {
 seed = 9
 duration = "10m"
 [host]
-budget = "5G"
+budget = "4G"
 pool = "256M"
 [[group]]
 name = "steps"
@@ -619,7 +612,7 @@ workload = { kind = "loop", size = "1200M", rate = "100M" }
 
     #[test]
     fn admission_refuses_what_does_not_fit_and_start_limits_come_from_the_policy() {
-        let text = SCENARIO.replace("budget = \"5G\"", "budget = \"5G\"\nswap = \"5G\"");
+        let text = SCENARIO.replace("budget = \"4G\"", "budget = \"4G\"\nswap = \"5G\"");
         let s = Sim::new(Scenario::parse("t.toml", &text).unwrap());
         // Each VM reserves max − min of swap: two of 2 GiB fit, then only the 1 GiB one.
         assert_eq!(s.names, ["steps-0", "steps-1", "nob-0"]);

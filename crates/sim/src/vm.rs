@@ -104,10 +104,11 @@ pub struct SimVm {
     /// When it stopped (see [`SimVm::exited`]).
     pub stopped_at: Option<f64>,
     pub rng: Rng,
-    /// HyperDealer2's balancing (`[host] balancing = "hd2"`): its capacity gap, ticks out of
-    /// balancing, and resident bytes at the last tick.
+    /// HyperDealer2's balancing (`[host] balancing = "hd2"`): its capacity gap and ticks out
+    /// of balancing.
     pub gap: u64,
     pub quiet: u32,
+    /// Resident bytes at the last tick, for its growth since.
     pub last_resident: Option<u64>,
 }
 
@@ -176,6 +177,9 @@ impl SimVm {
             // A simulated VM at its limit holds exactly its limit, so it shows as pressed
             // against it without a count of what its pager reclaimed.
             reclaimed: 0,
+            grown: self
+                .last_resident
+                .map_or(0, |last| bytes(self.resident).saturating_sub(last)),
         }
     }
 
@@ -214,9 +218,6 @@ impl SimVm {
             demand: Some(bytes(demand)),
             // The plan's OOM flags carry deflates; the model does not count their bytes.
             oom: 0,
-            grown: self
-                .last_resident
-                .map_or(0, |last| resident.saturating_sub(last)),
             gap: self.gap,
             quiet: self.quiet,
         }
