@@ -7,8 +7,8 @@
 //!   memory minus what the VMs grew by since the last one ([`VmObservation::grown`]), each as
 //!   far as its limit leaves it room to grow as much again, so a host whose VMs grow fast
 //!   starts ballooning a tick before it crosses a threshold, not after ([`FreeState::next`] on
-//!   the projection). The projection goes as far as `hard`; `low`,
-//!   which pauses VMs, waits for free memory that is really under its threshold.
+//!   the projection). The projection goes as far as `hard`; `low`, which pauses VMs, waits
+//!   for free memory that is really under its threshold.
 //! - Targets divide the budget minus overheads minus the high state's 6 % reserve by
 //!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
 //!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.

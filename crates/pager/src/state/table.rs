@@ -599,8 +599,8 @@ impl StateTable {
     /// brought in, then behind its reader, then what lies just ahead of the reader, then
     /// unclassified mirrored pages least recent first (`pattern/`); [`VictimPolicy::Hd2Whole`]
     /// takes each sequence it begins whole, up to [`crate::pattern::WHOLE_SEQ_MAX`] pages
-    /// beyond `n`; with
-    /// random, mirrored pages at random; with clock, mirrored pages least recently used first.
+    /// beyond `n`; with random, mirrored pages at random; with clock, mirrored pages least
+    /// recently used first.
     /// With `cold_at`, only pages of sequences cold at that time and the probes of the others
     /// ([`Patterns::pick_cold`](crate::pattern::table::Patterns::pick_cold)): what a release
     /// takes when memory is not short, which only the `hd2` orders know (with another, or
