@@ -823,8 +823,11 @@ balloon = true
     let mute = host.vm("mute");
     assert_eq!(mute.balloon_bytes, Some(0), "{mute:?}");
 
-    // The trace: ticks under pressure with `mute`'s balloon unusable and paged to its target
-    // or below, `kind`'s usable, each with its step; and the policy replays it exactly.
+    // The trace: ticks under pressure with `mute`'s balloon unusable and `mute` paged (its
+    // limit below what it holds), `kind`'s usable, each with its step; and the policy replays
+    // it exactly. Soft pages `mute` only by what free memory lacks to be back at 6 %, so the
+    // host may spend most of the run in high with `mute` above its target (ESX reclaims
+    // nothing there), and under load there are few such ticks.
     let trace = dir.path().join("trace.jsonl");
     let text = std::fs::read_to_string(&trace).unwrap();
     let ticks: Vec<Value> = text
@@ -844,10 +847,10 @@ balloon = true
             vms[k]["balloon_usable"] == true
                 && vms[m]["balloon_usable"] == false
                 && vms[m]["balloon_step"].is_u64()
-                && a["limit"].as_u64() <= a["target"].as_u64()
+                && a["limit"].as_u64() < vms[m]["resident"].as_u64()
         })
         .count();
-    assert!(both > 3, "{both} ticks");
+    assert!(both > 0, "{both} ticks");
     let said = replay(&trace);
     assert!(
         said.contains(" ticks replayed, 0 decisions differ"),
