@@ -13,6 +13,7 @@
 //! | `budget.rs` | what the budget leaves for the VMs: the high state's reserve, what targets divide, the pools' size, a new VM's start limit; limits that keep what the VMs may hold, their VMMs and the host within the budget at every instant (`hold`): admission at `min` and overhead, raises for VMs pressed against their limits, idle limits trimmed | ESX §6.2–§6.3; MemFlex |
 //! | `budget_tests.rs` | (tests) `hold` through `plan`: the budget at every tick, a VM waiting for its `min` and overhead, not its target, idle limits trimmed before paging | – |
 //! | `plan.rs` | one tick of the host: free memory, targets, and each VM's balloon (paged where it is not usable, capped at `balloon_max` of its memory), limit and pause | ESX §3.2, §5–§6 |
+//! | `plan_tests.rs` | (tests) `plan.rs`: each state's balloons, limits and pauses, the growth projection, headroom, the pool | – |
 //! | `balance.rs` | on top of a tick's plan: demand, beneficiaries, instant releases of victims' clean pages handed to them in the same tick, and the capacity gap reducer | HyperDealer2 §4.3, §4.6, §4.7 |
 //! | `trace.rs` | a tick's inputs and plan as a JSON line, and replaying a trace through `plan` | – |
 
