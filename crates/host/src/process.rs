@@ -264,17 +264,17 @@ impl Vmm {
             .unwrap_or(pid)
     }
 
-    /// The proportional set size in bytes ([`pss`]) of the VMM and, jailed, of the process
+    /// What the VMM process holds besides its guest RAM, in bytes ([`pss_beside_ram`] for a VM
+    /// of `mem` bytes), and, jailed, the whole proportional set size ([`pss`]) of the process
     /// outside its jail that waits for it; `None` once the VMM is gone.
-    pub fn pss(&self) -> Option<u64> {
+    pub fn pss_beside_ram(&self, mem: u64) -> Option<u64> {
         let (started, vmm) = (self.child.id(), self.vm_pid());
-        let of = |pid: u32| pss(&format!("/proc/{pid}/smaps_rollup"));
         let outside = if vmm == started {
             0
         } else {
-            of(started).unwrap_or(0)
+            pss(&format!("/proc/{started}/smaps_rollup")).unwrap_or(0)
         };
-        Some(of(vmm)? + outside)
+        Some(pss_beside_ram(&format!("/proc/{vmm}/smaps"), mem)? + outside)
     }
 
     /// The exit status, once the process has ended.
@@ -384,6 +384,40 @@ pub fn pss(path: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The proportional set size in bytes of a VMM's mappings other than its guest RAM, from its
+/// `smaps` at `path`: the `Pss:` of every mapping but guest RAM's, which are the mappings
+/// registered with the pager's userfaultfd (`um` among their `VmFlags`; nothing else is), and
+/// before the pager takes RAM over, one mapping of exactly the VM's `mem` bytes. Read in one
+/// pass: the VMM's whole PSS less a resident count read at another moment was off by what the
+/// guest faulted in or gave up in between, up to several MiB a reading.
+/// `None` when the file cannot be read (the process is gone) or has no `Pss:` line.
+pub fn pss_beside_ram(path: &str, mem: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let kib = |v: &str| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok();
+    // Each mapping is its header line, then its fields; its PSS comes before its VmFlags.
+    let (mut total, mut seen) = (0u64, false);
+    let (mut size, mut mapping_pss) = (0u64, 0u64);
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Pss:") {
+            mapping_pss = kib(v)? * 1024;
+            seen = true;
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            let uffd = flags.split_whitespace().any(|f| f == "um");
+            if !uffd && size != mem {
+                total += mapping_pss;
+            }
+            mapping_pss = 0;
+        } else if let Some((range, _)) = line.split_once(' ') {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                    size = b.saturating_sub(a);
+                }
+            }
+        }
+    }
+    seen.then_some(total)
+}
+
 /// The host process's own proportional set size ([`pss`]).
 pub fn own_pss() -> Option<u64> {
     pss("/proc/self/smaps_rollup")
@@ -442,5 +476,50 @@ mod tests {
         assert_eq!(pss(f.to_str().unwrap()), None);
         assert_eq!(pss("/nonexistent/smaps_rollup"), None);
         assert!(own_pss().is_some_and(|b| b > 0));
+    }
+
+    /// Guest RAM is left out whether the pager has registered it or not, and only guest RAM.
+    #[test]
+    fn pss_beside_ram_leaves_out_guest_ram() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("smaps");
+        let path = f.to_str().unwrap();
+        let mapping = |range: &str, pss_kb: u64, flags: &str| {
+            format!("{range} rw-p 00000000 00:00 0 \nSize: 1 kB\nPss: {pss_kb} kB\nPss_Dirty: 0 kB\nVmFlags: {flags}\n")
+        };
+        let mem = 0x1000_0000; // 256 MiB
+        let vmm = [
+            mapping("55d0c0000000-55d0c0200000", 900, "rd ex mr mw me"),
+            mapping("7f1000000000-7f1000200000", 2048, "rd wr mr mw me ac hg"),
+            mapping("7f2000000000-7f2000021000", 100, "rd wr mr mw me ac"),
+        ]
+        .concat();
+        let beside = (900 + 2048 + 100) * 1024;
+        // Under the pager, split in two (by whatever): both registered, both left out.
+        let pager = [
+            mapping(
+                "7f0000000000-7f0008000000",
+                65536,
+                "rd wr mr mw me ac nh um uw",
+            ),
+            mapping(
+                "7f0008000000-7f0010000000",
+                1000,
+                "rd wr mr mw me ac nh um uw",
+            ),
+        ]
+        .concat();
+        std::fs::write(&f, format!("{vmm}{pager}")).unwrap();
+        assert_eq!(pss_beside_ram(path, mem), Some(beside));
+        // Plain memory: one mapping of the VM's size, not registered.
+        let plain = mapping("7f0000000000-7f0010000000", 66536, "rd wr mr mw me ac hg");
+        std::fs::write(&f, format!("{plain}{vmm}")).unwrap();
+        assert_eq!(pss_beside_ram(path, mem), Some(beside));
+        // A mapping of another size is the VMM's own.
+        assert_eq!(pss_beside_ram(path, mem / 2), Some(beside + 66536 * 1024));
+        std::fs::write(&f, "Rss: 1 kB\n").unwrap();
+        assert_eq!(pss_beside_ram(path, mem), None);
+        assert_eq!(pss_beside_ram("/nonexistent/smaps", mem), None);
+        assert!(pss_beside_ram("/proc/self/smaps", 1).is_some_and(|b| b > 0));
     }
 }

@@ -89,8 +89,8 @@ pub struct VmEntry {
     /// Whether its balloon's driver answers, and the step its balloon's target moves by
     /// (`memvisor_policy::balloon`); unused without a balloon device.
     pub balloon_watch: BalloonWatch,
-    /// What its VMM process held besides guest pages and its pool at the last observations
-    /// (its PSS less both), newest last, at most [`OVERHEAD_SAMPLES`].
+    /// What its VMM process held besides guest RAM and its pool at the last observations,
+    /// newest last, at most [`OVERHEAD_SAMPLES`].
     pub overheads: VecDeque<u64>,
     /// Admitted, waiting for room in the budget before its VMM starts.
     pub waiting: bool,
@@ -197,16 +197,17 @@ impl VmEntry {
         }
     }
 
-    /// Notes what its VMM process holds (`pss`, [`crate::process::pss`]) besides guest pages
-    /// and its pool's mapped memory, by its VMM's last statistics.
-    pub fn measured(&mut self, pss: u64) {
+    /// Notes what its VMM process holds besides guest RAM (`beside`,
+    /// [`crate::process::Vmm::pss_beside_ram`]), less its pool's mapped memory by its VMM's
+    /// last statistics (the pool is charged apart).
+    pub fn measured(&mut self, beside: u64) {
         let mapped = self
             .stats
             .as_ref()
             .and_then(|s| s.pager.as_ref())
             .and_then(|p| p.pool)
             .map_or(0, |p| p.mapped_bytes);
-        let overhead = pss.saturating_sub(self.resident()).saturating_sub(mapped);
+        let overhead = beside.saturating_sub(mapped);
         if self.overheads.len() == OVERHEAD_SAMPLES {
             self.overheads.pop_front();
         }
@@ -798,7 +799,7 @@ mod tests {
     }
 
     /// A VMM is charged `vm_overhead` until it has been measured a few times, then the most it
-    /// held besides guest pages and its pool in its last measurements, less than `vm_overhead`
+    /// held besides guest RAM and its pool in its last measurements, less than `vm_overhead`
     /// or more.
     #[test]
     fn a_vmm_is_charged_its_measured_overhead_once_measured() {
@@ -807,7 +808,6 @@ mod tests {
         let mut v = VmEntry::new(spec, VmmFiles::new(dir, "a"), HostVmState::Running, None);
         let o = 32 * MIB;
         assert_eq!(v.overhead(o), o, "not measured yet");
-        // Nothing resident (no statistics yet): all of its PSS is overhead.
         v.measured(40 * MIB);
         assert_eq!(v.overhead(o), 40 * MIB, "more than the default at once");
         for _ in 0..OVERHEAD_SAMPLES {
@@ -817,13 +817,13 @@ mod tests {
         v.measured(26 * MIB);
         v.measured(22 * MIB);
         assert_eq!(v.overhead(o), 26 * MIB, "the most of the last measurements");
-        // Guest pages are not overhead.
+        // The pool is charged apart.
         v.stats = Some(VmStats {
             pager: Some(memvisor_api::PagerStats {
-                pages: memvisor_api::PageCensus {
-                    resident_pages: 100 * MIB / 4096,
+                pool: Some(memvisor_api::PoolStats {
+                    mapped_bytes: 100 * MIB,
                     ..Default::default()
-                },
+                }),
                 ..Default::default()
             }),
             ..Default::default()

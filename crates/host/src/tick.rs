@@ -34,7 +34,7 @@ use crate::balancing::{estimate_demand, Balancer, ReleaseOrder};
 use crate::config::HostConfig;
 use crate::journal::Journal;
 use crate::ksm::Ksm;
-use crate::process::{Launch, Vmm};
+use crate::process::Launch;
 use crate::registry::{Registry, VmEntry};
 
 /// The free-memory state as the API names it.
@@ -323,8 +323,9 @@ impl Tick {
                 }
                 v.info = Some(info);
                 v.stats = Some(stats);
-                if let Some(pss) = v.vmm.as_ref().and_then(Vmm::pss) {
-                    v.measured(pss);
+                let mem = v.spec.mem;
+                if let Some(beside) = v.vmm.as_ref().and_then(|m| m.pss_beside_ram(mem)) {
+                    v.measured(beside);
                 }
             }
         }
