@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 pub use config::HostConfig;
 pub use manager::Host;
-pub use process::{pss, Launch, VmmFiles};
+pub use process::{pss, smaps_beside_ram, Launch, VmmFiles};
 
 /// How long the VMs get to stop when the host stops, before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(30);

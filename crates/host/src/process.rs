@@ -373,46 +373,62 @@ fn last_message(log: &Path) -> Option<String> {
 /// `None` when the file cannot be read (the process is gone) or has no `Pss:` line.
 pub fn pss(path: &str) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
+    text.lines().find_map(|l| field_bytes(l, "Pss"))?
+}
+
+/// The value of an `smaps` line `FIELD:   N kB` in bytes: `None` for another line,
+/// `Some(None)` for this field unreadable.
+fn field_bytes(line: &str, field: &str) -> Option<Option<u64>> {
+    let v = line.strip_prefix(field)?.strip_prefix(':')?;
+    Some(
+        v.trim()
+            .strip_suffix("kB")
+            .and_then(|k| k.trim().parse::<u64>().ok())
+            .map(|k| k * 1024),
+    )
+}
+
+/// The size of the mapping an `smaps` header line (`START-END PERMS ...`) describes.
+fn mapping_size(line: &str) -> Option<u64> {
+    let (a, b) = line.split_once(' ')?.0.split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    Some(b.saturating_sub(a))
 }
 
 /// The proportional set size in bytes of a VMM's mappings other than its guest RAM, from its
-/// `smaps` at `path`: the `Pss:` of every mapping but guest RAM's, which are the mappings
-/// registered with the pager's userfaultfd (`um` among their `VmFlags`; nothing else is), and
-/// before the pager takes RAM over, one mapping of exactly the VM's `mem` bytes. Read in one
-/// pass: the VMM's whole PSS less a resident count read at another moment was off by what the
-/// guest faulted in or gave up in between, up to several MiB a reading.
-/// `None` when the file cannot be read (the process is gone) or has no `Pss:` line.
+/// `smaps` at `path` ([`smaps_beside_ram`] of `Pss`). Read in one pass: the VMM's whole PSS
+/// less a resident count read at another moment was off by what the guest faulted in or gave
+/// up in between, up to several MiB a reading.
 pub fn pss_beside_ram(path: &str, mem: u64) -> Option<u64> {
+    smaps_beside_ram(path, "Pss", mem)
+}
+
+/// `field` (`Pss`, `Rss`: any of `smaps`' sizes in kB) in bytes, summed over a hypervisor
+/// process's mappings in its `smaps` at `path` but its guest RAM's: the mappings registered
+/// with memvisor's pager's userfaultfd (`um` among their `VmFlags`; nothing else is), and any
+/// mapping of exactly the VM's `mem` bytes (guest RAM before the pager takes it over, and
+/// QEMU's). `None` when the file cannot be read (the process is gone), has no such field, or
+/// one that does not parse.
+pub fn smaps_beside_ram(path: &str, field: &str, mem: u64) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
-    let kib = |v: &str| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok();
-    // Each mapping is its header line, then its fields; its PSS comes before its VmFlags.
+    // Each mapping is its header line, then its fields, `VmFlags` last.
     let (mut total, mut seen) = (0u64, false);
-    let (mut size, mut mapping_pss) = (0u64, 0u64);
+    let (mut size, mut value) = (0u64, 0u64);
     for line in text.lines() {
-        if let Some(v) = line.strip_prefix("Pss:") {
-            mapping_pss = kib(v)? * 1024;
+        if let Some(v) = field_bytes(line, field) {
+            value = v?;
             seen = true;
         } else if let Some(flags) = line.strip_prefix("VmFlags:") {
             let uffd = flags.split_whitespace().any(|f| f == "um");
             if !uffd && size != mem {
-                total += mapping_pss;
+                total += value;
             }
-            mapping_pss = 0;
-        } else if let Some((range, _)) = line.split_once(' ') {
-            if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-                    size = b.saturating_sub(a);
-                }
-            }
+            value = 0;
+        } else if let Some(s) = mapping_size(line) {
+            size = s;
         }
     }
     seen.then_some(total)

@@ -254,27 +254,11 @@ pub fn cgroup_swap(dir: &Path) -> Option<u64> {
     field(&t, "swap")
 }
 
-/// Resident memory of a process outside its guest RAM mapping (the largest mapping of exactly
-/// `mem` bytes), from `/proc/PID/smaps`: the hypervisor's own overhead.
+/// Resident memory of a process outside its guest RAM mapping (a mapping of exactly `mem`
+/// bytes), from `/proc/PID/smaps` ([`memvisor_host::smaps_beside_ram`] of `Rss`): the
+/// hypervisor's own overhead.
 pub fn rss_outside_guest(pid: u32, mem: u64) -> Option<u64> {
-    let t = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
-    let (mut total, mut guest, mut in_guest) = (0u64, 0u64, false);
-    for l in t.lines() {
-        let first = l.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            let mut r = first.split('-');
-            let (a, b) = (r.next()?, r.next()?);
-            let size = u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?;
-            in_guest = size == mem;
-        } else if let Some(v) = l.strip_prefix("Rss:") {
-            let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().ok()?;
-            total += kb << 10;
-            if in_guest {
-                guest += kb << 10;
-            }
-        }
-    }
-    Some(total - guest)
+    memvisor_host::smaps_beside_ram(&format!("/proc/{pid}/smaps"), "Rss", mem)
 }
 
 /// What a memory cgroup says about itself.
