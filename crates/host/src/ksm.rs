@@ -96,7 +96,8 @@ fn cpu_ticks(stat: &std::path::Path) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-fn ticks_per_second() -> u64 {
+/// The kernel's clock ticks a second (`USER_HZ`): the unit of the CPU times in `/proc`.
+pub fn ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
     u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()

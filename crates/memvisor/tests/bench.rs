@@ -1135,12 +1135,19 @@ fn quick_consolidate_with_a_relative_out() {
         assert!(secs(run, "cpu_guest_s") > 0.5, "{runs:?}");
         assert!(secs(run, "cpu_serving_s") > 0.0, "{runs:?}");
         assert!(secs(run, "cpu_host_s") > 0.0, "{runs:?}");
+        // The whole machine ran at least the guests, and its steal time is a number.
+        assert!(
+            secs(run, "machine_busy_s") >= 0.8 * secs(run, "cpu_guest_s"),
+            "{runs:?}"
+        );
+        assert!(secs(run, "steal_s") >= 0.0, "{runs:?}");
     }
     for r in rows {
         assert!(secs(r, "cpu_guest_s") > 0.2, "{r:?}");
         assert!(secs(r, "cpu_vmm_s") > 0.0, "{r:?}");
     }
     assert!(t.report.contains("Where the CPU went"), "{}", t.report);
+    assert!(t.report.contains("The machine beside them"), "{}", t.report);
     let pss = read_csv(&t.out.join("pss.csv"));
     for vmm in ["sum", "1", "2"] {
         assert!(

@@ -117,6 +117,48 @@ impl CpuMeter {
     }
 }
 
+/// The whole machine's CPU seconds, every CPU together, from the `cpu` line of `/proc/stat`:
+/// `busy` (user, nice, system, irq and softirq; a guest's time is within user) and `steal`,
+/// the time the hypervisor under this machine ran something else while a CPU of this one had
+/// work. On a shared machine steal is the noise a run cannot see from inside its processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MachineCpu {
+    pub busy: f64,
+    pub steal: f64,
+}
+
+impl MachineCpu {
+    /// Now; `None` where `/proc/stat` cannot be read.
+    pub fn now() -> Option<MachineCpu> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        parse_stat(&stat, memvisor_host::ksm::ticks_per_second())
+    }
+
+    /// What the machine did from `earlier` to `self`.
+    pub fn since(self, earlier: MachineCpu) -> MachineCpu {
+        MachineCpu {
+            busy: (self.busy - earlier.busy).max(0.0),
+            steal: (self.steal - earlier.steal).max(0.0),
+        }
+    }
+}
+
+/// The all-CPU `cpu` line of `/proc/stat` text, whose fields are in `hz` ticks a second.
+fn parse_stat(stat: &str, hz: u64) -> Option<MachineCpu> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal ...; steal since Linux 2.6.11.
+    let at = |i: usize| ticks.get(i).copied().unwrap_or(0) as f64 / hz.max(1) as f64;
+    Some(MachineCpu {
+        busy: at(0) + at(1) + at(2) + at(5) + at(6),
+        steal: at(7),
+    })
+}
+
 /// Seconds thread `tid` of `pid` has run (the first field of its `schedstat`, in ns).
 fn thread_cpu_secs(pid: u32, tid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
@@ -146,6 +188,30 @@ mod tests {
         ] {
             assert_eq!(cpu_role(name), role, "{name}");
         }
+    }
+
+    #[test]
+    fn the_machine_line_of_proc_stat_is_read() {
+        let stat =
+            "cpu  300 20 100 9000 50 7 3 40 80 0\ncpu0 150 10 50 4500 25 3 2 20 40 0\nintr 1 2\n";
+        let m = parse_stat(stat, 100).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(m.busy, 4.3) && close(m.steal, 0.4), "{m:?}");
+        // A kernel before steal time: none.
+        assert_eq!(parse_stat("cpu 100 0 100 50\n", 100).unwrap().steal, 0.0);
+        assert_eq!(parse_stat("cpu0 1 2 3\n", 100), None);
+        assert_eq!(parse_stat("cpu 1 x 3\n", 100), None);
+        let later = MachineCpu {
+            busy: 5.0,
+            steal: 1.0,
+        };
+        let d = later.since(m);
+        assert!(close(d.busy, 0.7) && close(d.steal, 0.6), "{d:?}");
+        assert_eq!(m.since(later), MachineCpu::default(), "never negative");
+        // This machine's own, and it moves forward.
+        let a = MachineCpu::now().unwrap();
+        let b = MachineCpu::now().unwrap();
+        assert!(b.busy >= a.busy && b.steal >= a.steal);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! earlier run left cleaned, the host swap file and `vm.swappiness` for `qemu-static`, QEMU's
 //! overhead measured, each scenario's joint working set measured where a budget is relative
 //! to it), then every scenario, number of VMs, budget and configuration run (`run`), the
-//! outputs written after each run (`report`). The configurations and scenarios are in
-//! `experiment`.
+//! outputs written after each run (`report`, its CPU tables from `cpu`). The configurations
+//! and scenarios are in `experiment`.
 
+mod cpu;
 pub mod experiment;
 pub mod report;
 pub mod run;

@@ -15,6 +15,7 @@ use std::path::Path;
 use memvisor_api::HostSample;
 use plotters::style::RED;
 
+use super::cpu::{cpu_cell, machine_cell, CPU_TABLE_INTRO, MACHINE_TABLE_INTRO};
 use super::experiment::{bounded, memory_summary, Budget, ConsolidatePlan, MEM};
 use super::run::{CgroupSeen, Record, RunTrace};
 use super::scenario::{job, Scenario};
@@ -182,34 +183,6 @@ fn label(n: u32, cores: usize) -> String {
     format!("{n}{}", if n as usize <= cores { ", pinned" } else { "" })
 }
 
-/// What the CPU table shows.
-const CPU_TABLE_INTRO: &str = "\nWhere the CPU went: the CPU seconds of a run, every VMM process together (read from each thread's `schedstat` every 200 ms), median over repetitions, as *total = guest + serving + background + host*: the vCPU threads (with the faults, exits and polling their guests wait through on the CPU), the threads a guest waits on (memvisor's `pager`, `blk-*` and `balloon`; QEMU's main loop and I/O workers), the VMMs' other threads (reclaim, release readiness, prefetch, the API), and `memvisor host` itself; in brackets the total against the reference configuration's. With fewer cores than vCPUs, every second beside the guests is a second some guest does not run.\n\n";
-
-/// The CPU cell of `mine` (one configuration's runs at a place), against `reference`'s.
-fn cpu_cell<'a>(
-    mine: impl Iterator<Item = &'a RunTrace>,
-    reference: impl Iterator<Item = &'a RunTrace>,
-) -> String {
-    let mine: Vec<&RunTrace> = mine.collect();
-    let part = |f: fn(&RunTrace) -> f64| median(mine.iter().map(|r| f(r)).collect());
-    let total = |r: &RunTrace| r.cpu.total() + r.host_cpu;
-    let Some(all) = part(total) else {
-        return "–".into();
-    };
-    let [guest, serving, background, host] = [
-        |r: &RunTrace| r.cpu.guest,
-        |r: &RunTrace| r.cpu.serving,
-        |r: &RunTrace| r.cpu.background,
-        |r: &RunTrace| r.host_cpu,
-    ]
-    .map(|f| part(f).unwrap_or(0.0));
-    let mut text = format!("{all:.1} = {guest:.1} + {serving:.1} + {background:.1} + {host:.1}");
-    if let Some(r) = median(reference.map(total).collect()).filter(|&r| r > 0.0) {
-        let _ = write!(text, " ({:.2}x)", all / r);
-    }
-    text
-}
-
 /// Microseconds as milliseconds, one decimal.
 fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1e3)
@@ -275,7 +248,7 @@ pub fn write_outputs(
         ]);
     }
     w("results.csv", &csv.csv())?;
-    let mut runs_csv = Table::new("config,scenario,vms,budget,budget_mib,pinned,rep,wall_s,overlap,pss_peak_mib,pss_peak_vmm_mib,pss_over_budget_s,pss_over_budget_samples,samples,cpu_guest_s,cpu_serving_s,cpu_background_s,cpu_host_s".split(','));
+    let mut runs_csv = Table::new("config,scenario,vms,budget,budget_mib,pinned,rep,wall_s,overlap,pss_peak_mib,pss_peak_vmm_mib,pss_over_budget_s,pss_over_budget_samples,samples,cpu_guest_s,cpu_serving_s,cpu_background_s,cpu_host_s,machine_busy_s,steal_s".split(','));
     let mut pss_csv = Table::new("config,scenario,vms,budget,rep,seconds,vmm,pss_bytes".split(','));
     for r in runs {
         let limit = r.budget.map(|b| b.1);
@@ -300,6 +273,8 @@ pub fn write_outputs(
             format!("{:.2}", r.cpu.serving),
             format!("{:.2}", r.cpu.background),
             format!("{:.2}", r.host_cpu),
+            fixed(r.machine.map(|m| m.busy), 2),
+            fixed(r.machine.map(|m| m.steal), 2),
         ]);
         for m in &r.memory {
             let (c, sc, t) = (&r.config, r.scenario.name(), format!("{:.2}", m.t));
@@ -473,6 +448,10 @@ fn report(records: &[Record], runs: &[RunTrace], shape: &ConsolidatePlan) -> Str
                 traces(runs, c, a),
                 reference.flat_map(|r| traces(runs, reference_name, r)),
             )
+        }));
+        md.push_str(MACHINE_TABLE_INTRO);
+        md.push_str(&by_row(shape, scenario, |a, _, c| {
+            machine_cell(traces(runs, c, a))
         }));
         md.push('\n');
     }
@@ -699,7 +678,7 @@ mod tests {
     use super::*;
     use crate::families::consolidate::experiment::{Config, Sample};
     use crate::families::consolidate::scenario::REFERENCE;
-    use crate::harness::cpu::CpuUse;
+    use crate::harness::cpu::{CpuUse, MachineCpu};
 
     const B: Budget = Budget::Fraction(0.75);
 
@@ -760,6 +739,7 @@ mod tests {
                 .collect(),
             cpu: CpuUse::default(),
             host_cpu: 0.0,
+            machine: None,
         }
     }
 
@@ -851,6 +831,10 @@ mod tests {
             RunTrace {
                 cpu: cpu(10.0, 2.0, 1.0),
                 host_cpu: 1.0,
+                machine: Some(MachineCpu {
+                    busy: 20.0,
+                    steal: 0.5,
+                }),
                 ..trace("pager", 4, &[(0.0, &a), (0.2, &b), (0.4, &c)])
             },
             RunTrace {
@@ -870,6 +854,7 @@ mod tests {
             "| mapreduce | 4 | 0.75 | 1 | 1 | mapreduce | 300 | 299 | 7 | 1 | 20 | no: exited with signal 9 |",
             "| 4 | 0.75 (750 MiB) | 10001.7 | – | – |",
             "| 4 | 0.75 (750 MiB) | 14.0 = 10.0 + 2.0 + 1.0 + 1.0 (2.00x) | – | 7.0 = 6.5 + 0.5 + 0.0 + 0.0 |",
+            "| 4 | 0.75 (750 MiB) | 6.0; 0.5 (0.5) | – | – |",
         ] {
             assert!(md.contains(want), "{want}: {md}");
         }
@@ -880,7 +865,7 @@ mod tests {
         let runs_csv = std::fs::read_to_string(dir.path().join("runs.csv")).unwrap();
         assert!(
             runs_csv.contains(
-                "pager,mapreduce,4,0.75,750,0,1,3.0,0.800,900,500,0.2,1,3,10.00,2.00,1.00,1.00\n"
+                "pager,mapreduce,4,0.75,750,0,1,3.0,0.800,900,500,0.2,1,3,10.00,2.00,1.00,1.00,20.00,0.50\n"
             ),
             "{runs_csv}"
         );

@@ -20,7 +20,7 @@ use super::experiment::{
 };
 use super::scenario::{disk, job, own_disk, Scenario, BALANCE_DISK_MB, BALANCE_FILES};
 use crate::harness::child::{self, Reaped};
-use crate::harness::cpu::{CpuMeter, CpuUse};
+use crate::harness::cpu::{CpuMeter, CpuUse, MachineCpu};
 use crate::harness::guest::read_final_stats;
 use crate::harness::order::interleave;
 use crate::harness::{readings, Bench};
@@ -107,6 +107,8 @@ pub struct RunTrace {
     pub cpu: CpuUse,
     /// The CPU seconds of `memvisor host` itself (0 for QEMU).
     pub host_cpu: f64,
+    /// What the whole machine's CPUs did meanwhile (`None` without `/proc/stat`).
+    pub machine: Option<MachineCpu>,
 }
 
 /// One run to do.
@@ -316,6 +318,9 @@ pub fn run(bench: &Bench, s: &ConsolidatePlan, sink: &mut dyn Sink) -> Result<()
             memory: watch.memory,
             cpu: CpuUse::sum(&cpu_each),
             host_cpu: CpuUse::sum(&watch.host_cpu.each(1)).total(),
+            machine: MachineCpu::now()
+                .zip(watch.machine0)
+                .map(|(now, then)| now.since(then)),
         };
         let all_at_once = |o: f64| format!("{:.0} % of the run", o * 100.0);
         let overlap = trace
@@ -395,6 +400,8 @@ struct FleetMonitor {
     /// `memvisor host`, when it runs the VMs.
     host: Option<u32>,
     host_cpu: CpuMeter,
+    /// The machine's CPU times at `t0`.
+    machine0: Option<MachineCpu>,
 }
 
 impl FleetMonitor {
@@ -414,6 +421,7 @@ impl FleetMonitor {
             cpu: CpuMeter::default(),
             host: None,
             host_cpu: CpuMeter::default(),
+            machine0: MachineCpu::now(),
         }
     }
 
