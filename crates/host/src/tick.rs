@@ -290,7 +290,9 @@ impl Tick {
             let Some(v) = registry.named_mut(&name) else {
                 continue;
             };
-            if !v.live() {
+            // A move may have begun while the tick read this VM without the lock: from then
+            // on the move says what the VM is, not the observation.
+            if !v.live() || v.outgoing.is_some() || v.migrated {
                 continue;
             }
             if let Some((info, stats)) = obs {
