@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use memvisor_api::spec::{duration, size};
 use memvisor_api::{Balancing, DiskSpec, PoolCompress, VmSpec};
+use memvisor_policy::tick::BalloonInflate;
 use memvisor_policy::{admit, AdmissionRefusal, Reservations};
 use serde::{Deserialize, Deserializer};
 
@@ -24,6 +25,8 @@ pub struct HostConfig {
     /// The most of a VM's memory its balloon holds, above 0 and at most 1
     /// (`memvisor_policy::balloon::BALLOON_MAX` unless set).
     pub balloon_max: f64,
+    /// How far balloons inflate in the soft state (`deficit` unless set).
+    pub balloon_inflate: BalloonInflate,
     /// Whether a guest's re-reads of what its balloon took lower its balloon's cap
     /// (`memvisor_policy::balloon`, on unless set).
     pub balloon_rereads: bool,
@@ -129,6 +132,7 @@ struct HostSection {
     idle_tax: f64,
     #[serde(deserialize_with = "balloon_max")]
     balloon_max: f64,
+    balloon_inflate: BalloonInflate,
     balloon_rereads: bool,
     #[serde(deserialize_with = "sample_pages")]
     sample_pages: u32,
@@ -170,6 +174,7 @@ impl Default for HostSection {
             memory: None,
             idle_tax: 0.75,
             balloon_max: memvisor_policy::balloon::BALLOON_MAX,
+            balloon_inflate: BalloonInflate::default(),
             balloon_rereads: true,
             sample_pages: 100,
             sample_period: Duration::from_secs(30),
@@ -627,6 +632,7 @@ impl HostConfig {
             memory,
             idle_tax: h.idle_tax,
             balloon_max: h.balloon_max,
+            balloon_inflate: h.balloon_inflate,
             balloon_rereads: h.balloon_rereads,
             sample_pages: h.sample_pages,
             sample_period: h.sample_period,

@@ -15,6 +15,7 @@ fn a_full_config() {
 memory = "2G"
 idle_tax = 0.5
 balloon_max = 0.5
+balloon_inflate = "target"
 sample_period = "5s"
 tick = "500ms"
 keep = "10m"
@@ -40,6 +41,8 @@ mem = 268435456
     assert_eq!(c.idle_tax, 0.5);
     assert_eq!(c.balloon_max, 0.5);
     assert_eq!(parse("").unwrap().balloon_max, 0.65, "ESX's");
+    assert_eq!(c.balloon_inflate, BalloonInflate::Target);
+    assert_eq!(parse("").unwrap().balloon_inflate, BalloonInflate::Deficit);
     assert_eq!(c.sample_period, Duration::from_secs(5));
     assert_eq!(c.tick, Duration::from_millis(500));
     assert_eq!(c.keep, Duration::from_secs(600));
@@ -138,6 +141,7 @@ fn errors_name_the_file_the_line_and_the_key() {
         ("[host]\nidle_tax = 1.5\n", 2, "idle_tax"),
         ("[host]\nballoon_max = 0\n", 2, "balloon_max 0"),
         ("[host]\nballoon_max = 1.2\n", 2, "balloon_max 1.2"),
+        ("[host]\nballoon_inflate = \"all\"\n", 2, "expected `deficit` or `target`"),
         ("[host]\ntick = \"1ms\"\n", 2, "tick"),
         ("[host]\nkeep = \"30d\"\n", 2, "keep"),
         ("[host]\nkeep = \"500ms\"\n", 2, "keep"),

@@ -57,6 +57,7 @@ pub fn params(config: &HostConfig, own: u64) -> HostParams {
         pool: config.pool,
         oom_demand_ticks: HostParams::oom_demand_ticks(config.tick.as_secs_f64()),
         balloon_max: config.balloon_max,
+        balloon_inflate: config.balloon_inflate,
     }
 }
 
@@ -76,6 +77,7 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
             pooled: 0,
             overhead: config.vm_overhead,
             balloon: v.spec.balloon.then_some(0),
+            balloon_pending: 0,
             balloon_usable: false,
             balloon_reread_cap: None,
             limit: 0,
@@ -110,6 +112,15 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         } else {
             None
         },
+        balloon_pending: v
+            .stats
+            .as_ref()
+            .and_then(|s| s.balloon.as_ref())
+            .map_or(0, |b| {
+                b.target_pages
+                    .saturating_sub(b.actual_pages)
+                    .saturating_mul(4096)
+            }),
         balloon_usable: v.balloon_watch.usable,
         balloon_reread_cap: v.balloon_watch.reread_cap,
         // No limit is plain memory: all of it. Until its API answers, what it started with.

@@ -439,6 +439,7 @@ mod tests {
     use super::*;
     use crate::free_state::Thresholds;
     use crate::plan::plan;
+    use crate::tick::BalloonInflate;
     use proptest::prelude::*;
 
     const MIB: u64 = 1 << 20;
@@ -452,6 +453,7 @@ mod tests {
             pool: 0,
             oom_demand_ticks: 10,
             balloon_max: 1.0,
+            balloon_inflate: BalloonInflate::Target,
         }
     }
 
@@ -465,6 +467,7 @@ mod tests {
             pooled: 0,
             overhead: 16 * MIB,
             balloon: None,
+            balloon_pending: 0,
             balloon_usable: true,
             balloon_reread_cap: None,
             limit,
@@ -748,6 +751,7 @@ mod tests {
                         pooled: 0,
                         overhead: 8 * MIB,
                         balloon: balloon.then_some(max / 4),
+                        balloon_pending: 0,
                         balloon_usable: true,
                         balloon_reread_cap: None,
                         limit: (lim * MIB).clamp(resident.min(max), max),

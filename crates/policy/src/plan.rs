@@ -13,12 +13,15 @@
 //!   [`targets`]: shares per page with idle pages taxed, never below `min`, never above `max`.
 //!   Aiming at 6 % free is what lets the state settle in `high` once every VM is at its target.
 //! - Growing is always allowed: a balloon deflates and a pager limit rises toward a higher target
-//!   in every state. Shrinking waits for pressure: in `soft` balloons inflate toward their
-//!   targets (`max − target` taken from the guest), and the VMs no balloon takes to their
-//!   targets are paged (ESX: "resorts to paging only in cases where ballooning is not
-//!   possible"), each held at its resident memory less its part of the deficit to the high
-//!   threshold (what free memory, less the growth expected, lacks to be back at it; shared by
-//!   how far each VM is above its target, [`deficit_parts`]); in `hard` the pager limits are
+//!   in every state. Shrinking waits for pressure: in `soft` the VMs above their targets give
+//!   their parts of the deficit to the high threshold (what free memory, less the growth
+//!   expected and what balloons were asked for and do not hold yet, lacks to be back at it;
+//!   shared by how far each VM is above its target, [`deficit_parts`]): a VM whose balloon
+//!   takes it to its target inflates it by its part, never past `max − target`
+//!   ([`BalloonInflate::Deficit`]; with [`BalloonInflate::Target`] to `max − target` at once, as
+//!   ESX), and the VMs no balloon takes to their targets are paged (ESX: "resorts to paging
+//!   only in cases where ballooning is not possible"), each held at its resident memory less
+//!   its part; in `hard` the pager limits are
 //!   the budget's backstop, not the way memory moves: a VM with a balloon is held at its
 //!   resident memory less its part of the deficit to the hard threshold, a VM without one is
 //!   set at its target; `low` sets the limits as `hard` does, and VMs above their targets (by more than
@@ -61,13 +64,17 @@
 //! to the high threshold: set at their targets, the paged VMs gave up more at once than soft
 //! needed, high handed it back to whoever was pressed against a limit, and in `bench
 //! consolidate` the limits of the VMs without a usable balloon went down and up by 10–15 MiB
-//! every second, each time paged out and read back. ESX does not treat balloon deflate-on-OOM
-//! as demand (its balloon driver does not deflate on OOM).
+//! every second, each time paged out and read back. Soft inflates balloons by the deficit too
+//! (by default): taken to their targets at once, they left guests less than they were using
+//! while free memory was still above the hard threshold, and in `bench consolidate`'s `mixed`
+//! scenario at 0.75 of the joint working set the VMs ran slower with balloons than without.
+//! ESX does not treat balloon deflate-on-OOM as demand (its balloon driver does not deflate on
+//! OOM).
 
 use crate::allocation::{targets, VmDemand};
 use crate::budget::{fraction_of, hold, pool_size, pressed_at, usable};
 use crate::free_state::FreeState;
-use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation, PAUSE_SLACK};
+use crate::tick::{BalloonInflate, Before, HostParams, Plan, VmAction, VmObservation, PAUSE_SLACK};
 
 /// Decides one tick. `before` is what the last tick left; `oom_deflated` says, per VM, whether
 /// it deflated its balloon on OOM since then. The limits are ESX's (`desired`) as far as the
@@ -182,12 +189,29 @@ pub(crate) fn desired(
     // What free memory, less the growth expected, lacks to stay at a threshold.
     let deficit =
         |at: f64| fraction_of(host.budget, at).saturating_sub(free.saturating_sub(growth));
-    // What each VM pages this tick as its part of a deficit ([`deficit_parts`]): in hard, the VMs a
-    // balloon takes to their targets, what is needed to stay at the hard threshold (their
-    // balloons move the rest); in soft, the VMs no balloon takes there, what is needed to be
-    // back at the high one.
+    // What each VM gives this tick as its part of a deficit ([`deficit_parts`]): in hard, the
+    // VMs a balloon takes to their targets page what is needed to stay at the hard threshold
+    // (their balloons move the rest); in soft, what is needed to be back at the high one is
+    // paged by the VMs no balloon takes to their targets and, inflating by the deficit, given
+    // by the others' balloons beyond what they were asked for already.
+    let by_deficit = host.balloon_inflate == BalloonInflate::Deficit;
     let cuts = match state {
         FreeState::High => vec![0; vms.len()],
+        FreeState::Soft if by_deficit => {
+            let pending: u64 = vms
+                .iter()
+                .zip(&ballooned)
+                .filter(|(_, &b)| b)
+                .map(|(v, _)| v.balloon_pending)
+                .fold(0, u64::saturating_add);
+            let every = vec![true; vms.len()];
+            deficit_parts(
+                deficit(t.high).saturating_sub(pending),
+                vms,
+                &targets,
+                &every,
+            )
+        }
         FreeState::Soft => {
             let paged: Vec<bool> = ballooned.iter().map(|b| !b).collect();
             deficit_parts(deficit(t.high), vms, &targets, &paged)
@@ -209,7 +233,9 @@ pub(crate) fn desired(
                 let give_back = v.max.saturating_sub(target);
                 let cap = balloon_cap(v, host);
                 let balloon = v.balloon.map(|now| {
-                    if reclaim.balloon {
+                    if state == FreeState::Soft && by_deficit && ballooned {
+                        now.saturating_add(cut).min(give_back).min(cap)
+                    } else if reclaim.balloon {
                         give_back.min(cap)
                     } else {
                         now.min(give_back).min(cap)

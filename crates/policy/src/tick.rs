@@ -32,6 +32,21 @@ pub struct HostParams {
     /// The most of a VM's memory (`max`) its balloon holds, 0 to 1 (`[host] balloon_max`,
     /// [`BALLOON_MAX`](crate::balloon::BALLOON_MAX)); what a target needs beyond it is paged.
     pub balloon_max: f64,
+    /// How far balloons inflate in the soft state (`[host] balloon_inflate`).
+    pub balloon_inflate: BalloonInflate,
+}
+
+/// How far a balloon inflates in the soft state (`[host] balloon_inflate`); in `hard` and
+/// `low` it goes to its target either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BalloonInflate {
+    /// By its part of what free memory lacks to be back at the high threshold, as the VMs
+    /// without a balloon are paged there ([`crate::plan`]).
+    #[default]
+    Deficit,
+    /// To its target at once, as ESX does.
+    Target,
 }
 
 impl HostParams {
@@ -75,6 +90,10 @@ pub struct VmObservation {
     pub overhead: u64,
     /// The balloon's size now asked for; `None` without a balloon device.
     pub balloon: Option<u64>,
+    /// What its balloon was asked for and its driver does not hold yet: memory on its way
+    /// (0 in traces written before it was recorded).
+    #[serde(default)]
+    pub balloon_pending: u64,
     /// Its balloon's driver answers ([`BalloonWatch`](crate::balloon::BalloonWatch)): without
     /// that, it is planned for as a VM without a balloon (true in traces written before).
     #[serde(default = "yes")]
@@ -141,8 +160,8 @@ pub(crate) mod fixtures {
 
     pub const MIB: u64 = 1 << 20;
 
-    /// A host of `budget` bytes with the idle tax at 0.75, no pool, 10 ticks of OOM demand and
-    /// no cap on balloons.
+    /// A host of `budget` bytes with the idle tax at 0.75, no pool, 10 ticks of OOM demand, no
+    /// cap on balloons, and balloons inflated to their targets in soft (ESX's way).
     pub fn host(budget: u64) -> HostParams {
         HostParams {
             budget,
@@ -152,6 +171,7 @@ pub(crate) mod fixtures {
             pool: 0,
             oom_demand_ticks: 10,
             balloon_max: 1.0,
+            balloon_inflate: BalloonInflate::Target,
         }
     }
 
@@ -165,6 +185,7 @@ pub(crate) mod fixtures {
             pooled: 0,
             overhead: 16 * MIB,
             balloon: Some(0),
+            balloon_pending: 0,
             balloon_usable: true,
             balloon_reread_cap: None,
             limit: max,

@@ -10,7 +10,7 @@ use std::io::{BufRead, Write};
 use crate::balance::{self, BalanceObservation, BalanceParams, Decision, VmBalance};
 use crate::free_state::{FreeState, Thresholds};
 use crate::plan::plan;
-use crate::tick::{Before, HostParams, Plan, VmAction, VmObservation};
+use crate::tick::{BalloonInflate, Before, HostParams, Plan, VmAction, VmObservation};
 use serde::{Deserialize, Serialize};
 
 /// One tick.
@@ -41,10 +41,18 @@ pub struct TraceHost {
     /// before there was one).
     #[serde(default = "one")]
     pub balloon_max: f64,
+    /// How far balloons inflate in soft (`target`, ESX's, in traces written before it was
+    /// recorded).
+    #[serde(default = "to_target")]
+    pub balloon_inflate: BalloonInflate,
     /// HyperDealer2 balancing's settings; absent with balancing off (`[host] balancing =
     /// "balloon"`) and in traces written before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance: Option<BalanceParams>,
+}
+
+fn to_target() -> BalloonInflate {
+    BalloonInflate::Target
 }
 
 fn ten() -> u32 {
@@ -152,6 +160,7 @@ impl TraceTick {
                 thresholds: [th.high, th.soft, th.hard, th.low],
                 oom_demand_ticks: host.oom_demand_ticks,
                 balloon_max: host.balloon_max,
+                balloon_inflate: host.balloon_inflate,
                 balance: None,
             },
             state: state_name(before.state).into(),
@@ -219,6 +228,7 @@ impl TraceTick {
             pool: self.host.pool,
             oom_demand_ticks: self.host.oom_demand_ticks,
             balloon_max: self.host.balloon_max,
+            balloon_inflate: self.host.balloon_inflate,
         };
         let before = Before {
             state: state_of(&self.state)?,

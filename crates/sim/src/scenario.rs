@@ -445,6 +445,7 @@ impl Scenario {
             oom_demand_ticks: HostParams::oom_demand_ticks(self.host.tick.0),
             // The host's default cap: `[host] balloon_max`.
             balloon_max: memvisor_policy::balloon::BALLOON_MAX,
+            balloon_inflate: memvisor_policy::tick::BalloonInflate::default(),
         }
     }
 

@@ -169,6 +169,7 @@ impl SimVm {
             pooled: bytes(self.pooled),
             overhead: self.cfg.overhead,
             balloon: self.cfg.balloon.then_some(self.balloon_asked),
+            balloon_pending: bytes(self.balloon_asked as f64 - self.balloon),
             // A simulated driver always answers.
             balloon_usable: true,
             balloon_reread_cap: None,
