@@ -94,6 +94,17 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
     } else {
         v.active()
     };
+    // What its balloon is asked to take (the device's target) and what its driver holds.
+    let asked = v
+        .info
+        .as_ref()
+        .and_then(|i| i.balloon_target_bytes)
+        .unwrap_or(0);
+    let held = v
+        .stats
+        .as_ref()
+        .and_then(|s| s.balloon.as_ref())
+        .map_or(0, |b| b.actual_pages.saturating_mul(4096));
     VmObservation {
         min,
         max: v.max,
@@ -102,25 +113,8 @@ pub fn observe(config: &HostConfig, v: &VmEntry) -> VmObservation {
         resident,
         pooled: v.pooled(),
         overhead: v.overhead(config.vm_overhead),
-        balloon: if v.spec.balloon {
-            Some(
-                v.info
-                    .as_ref()
-                    .and_then(|i| i.balloon_target_bytes)
-                    .unwrap_or(0),
-            )
-        } else {
-            None
-        },
-        balloon_pending: v
-            .stats
-            .as_ref()
-            .and_then(|s| s.balloon.as_ref())
-            .map_or(0, |b| {
-                b.target_pages
-                    .saturating_sub(b.actual_pages)
-                    .saturating_mul(4096)
-            }),
+        balloon: v.spec.balloon.then_some(asked),
+        balloon_pending: asked.saturating_sub(held),
         balloon_usable: v.balloon_watch.usable,
         balloon_reread_cap: v.balloon_watch.reread_cap,
         // No limit is plain memory: all of it. Until its API answers, what it started with.
